@@ -1,0 +1,592 @@
+// fwai: the command-line client and REPL.
+//
+// Exit codes: 0 ok, 1 error, 2 usage, 3 daemon unreachable, 4 turn failed
+// (error or cancelled).
+#include <editline/readline.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
+#include "client/cli/render.h"
+#include "client/lib/client.h"
+#include "common/ids.h"
+#include "common/paths.h"
+#include "fwai/v1/daemon.grpc.pb.h"
+#include "fwai/v1/sessions.grpc.pb.h"
+
+namespace fwai {
+namespace {
+
+namespace pb = fwai::v1;
+
+constexpr int kExitOk = 0;
+constexpr int kExitError = 1;
+constexpr int kExitUsage = 2;
+constexpr int kExitUnreachable = 3;
+constexpr int kExitTurnFailed = 4;
+
+struct Globals {
+  std::string daemon;
+  bool json = false;
+  std::string project;
+};
+
+// Ctrl-C handling: the handler only writes to a pipe; a watcher thread acts.
+int g_sigpipe[2] = {-1, -1};
+std::atomic<int> g_sigint_count{0};
+
+void OnSigint(int) {
+  int n = ++g_sigint_count;
+  if (n >= 3) _exit(130);
+  char c = 'c';
+  (void)!write(g_sigpipe[1], &c, 1);
+}
+
+void InstallSigint() {
+  if (g_sigpipe[0] < 0) (void)!pipe(g_sigpipe);
+  struct sigaction sa {};
+  sa.sa_handler = OnSigint;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = 0;
+  sigaction(SIGINT, &sa, nullptr);
+}
+
+int Fail(const Globals& g, int code, const std::string& msg) {
+  if (g.json) {
+    std::cout << nlohmann::json({{"type", "error"}, {"message", msg}, {"exit_code", code}}).dump()
+              << std::endl;
+  }
+  std::cerr << "fwai: " << msg << std::endl;
+  return code;
+}
+
+int FailGrpc(const Globals& g, const grpc::Status& s) {
+  if (s.error_code() == grpc::StatusCode::UNAVAILABLE) {
+    return Fail(g, kExitUnreachable, absl::StrCat("fwaid unavailable: ", s.error_message()));
+  }
+  return Fail(g, kExitError, s.error_message());
+}
+
+struct Conn {
+  std::shared_ptr<grpc::Channel> channel;
+  std::unique_ptr<pb::Sessions::Stub> sessions;
+  std::unique_ptr<pb::Daemon::Stub> daemon;
+};
+
+absl::StatusOr<Conn> Connect(const Globals& g, bool autostart = true) {
+  auto addr = ResolveDaemonAddress(g.daemon);
+  if (!addr.ok()) return addr.status();
+  auto ch = ConnectToDaemon(*addr, autostart, 5000);
+  if (!ch.ok()) return ch.status();
+  Conn c;
+  c.channel = *ch;
+  c.sessions = pb::Sessions::NewStub(c.channel);
+  c.daemon = pb::Daemon::NewStub(c.channel);
+  return c;
+}
+
+std::string ProjectRoot(const Globals& g) {
+  std::error_code ec;
+  auto p = std::filesystem::absolute(g.project.empty() ? "." : g.project, ec);
+  return ec ? g.project : p.lexically_normal().string();
+}
+
+// Runs one turn on an open connection and renders it. Returns the exit code.
+int RunTurn(const Globals& g, Conn& c, const std::string& session_id, const std::string& text,
+            const std::string& provider, const std::string& model, EventRenderer& renderer) {
+  grpc::ClientContext ctx;
+  auto stream = c.sessions->Chat(&ctx);
+  pb::ClientEvent open;
+  open.mutable_open()->set_session_id(session_id);
+  const std::string turn_id = NewId("t-");
+  pb::ClientEvent msg;
+  msg.mutable_message()->set_text(text);
+  msg.mutable_message()->set_provider(provider);
+  msg.mutable_message()->set_model(model);
+  msg.mutable_message()->set_turn_id(turn_id);
+  if (!stream->Write(open) || !stream->Write(msg)) {
+    // The status says why (e.g. NOT_FOUND).
+  }
+  g_sigint_count = 0;
+  InstallSigint();
+  std::atomic<bool> done{false};
+  std::thread watcher([&] {
+    while (!done) {
+      fd_set fds;
+      FD_ZERO(&fds);
+      FD_SET(g_sigpipe[0], &fds);
+      timeval tv{0, 100000};
+      if (select(g_sigpipe[0] + 1, &fds, nullptr, nullptr, &tv) > 0) {
+        char buf[16];
+        (void)!read(g_sigpipe[0], buf, sizeof(buf));
+        if (done) break;
+        pb::ClientEvent cancel;
+        cancel.mutable_cancel();
+        if (!g.json) std::cerr << "\n(cancelling; Ctrl-C twice more to quit at once)" << std::endl;
+        stream->Write(cancel);
+      }
+    }
+  });
+  pb::ServerEvent ev;
+  std::string stop_reason;
+  bool finished = false;
+  uint64_t last_seq = 0;
+  while (stream->Read(&ev)) {
+    last_seq = ev.seq();
+    if (ev.turn_id() != turn_id) continue;  // another client's turn
+    renderer.Render(ev);
+    if (ev.has_turn_finished()) {
+      stop_reason = ev.turn_finished().stop_reason();
+      finished = true;
+      break;
+    }
+  }
+  done = true;
+  stream->WritesDone();
+  grpc::Status st = stream->Finish();
+  watcher.join();
+  signal(SIGINT, SIG_DFL);
+  renderer.EndLine();
+  if (!finished) {
+    if (!st.ok() && st.error_code() != grpc::StatusCode::UNAVAILABLE) return FailGrpc(g, st);
+    return Fail(g, kExitUnreachable,
+                absl::StrCat("lost the connection to fwaid during the turn (", st.error_message(),
+                             "); it goes on in the daemon: fwai attach ", session_id, " --after ",
+                             last_seq));
+  }
+  if (stop_reason == "error" || stop_reason == "cancelled") return kExitTurnFailed;
+  return kExitOk;
+}
+
+absl::StatusOr<pb::Session> CreateSession(Conn& c, const Globals& g, const std::string& title,
+                                          const std::string& provider, const std::string& model) {
+  grpc::ClientContext ctx;
+  pb::CreateSessionRequest req;
+  req.set_title(title.substr(0, 80));
+  req.set_project_root(ProjectRoot(g));
+  req.set_provider(provider);
+  req.set_model(model);
+  pb::Session s;
+  grpc::Status st = c.sessions->Create(&ctx, req, &s);
+  if (!st.ok()) return absl::Status(static_cast<absl::StatusCode>(st.error_code()), st.error_message());
+  return s;
+}
+
+std::string FormatTime(int64_t us) {
+  time_t t = us / 1000000;
+  char buf[32];
+  std::strftime(buf, sizeof(buf), "%Y-%m-%d %H:%M", std::localtime(&t));
+  return buf;
+}
+
+// ---------------------------------------------------------------- commands
+
+int CmdChat(const Globals& g, std::string session_id, const std::vector<std::string>& words,
+            const std::string& provider, const std::string& model, bool cont) {
+  std::string text = absl::StrJoin(words, " ");
+  if (text == "-") {
+    text.assign(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
+  }
+  auto c = Connect(g);
+  if (!c.ok()) return Fail(g, kExitUnreachable, std::string(c.status().message()));
+  if (session_id.empty() && cont) {
+    grpc::ClientContext ctx;
+    pb::ListSessionsResponse list;
+    if (c->sessions->List(&ctx, pb::ListSessionsRequest(), &list).ok()) {
+      for (const auto& s : list.sessions()) {
+        if (s.project_root() == ProjectRoot(g)) {
+          session_id = s.id();
+          break;
+        }
+      }
+    }
+  }
+  if (session_id.empty()) {
+    auto s = CreateSession(*c, g, text, provider, model);
+    if (!s.ok()) return Fail(g, kExitError, std::string(s.status().message()));
+    session_id = s->id();
+    if (!g.json) std::cerr << "session " << session_id << std::endl;
+  }
+  EventRenderer r(g.json, false);
+  return RunTurn(g, *c, session_id, text, provider, model, r);
+}
+
+int CmdAttach(const Globals& g, const std::string& session_id, uint64_t after, bool no_follow) {
+  auto c = Connect(g);
+  if (!c.ok()) return Fail(g, kExitUnreachable, std::string(c.status().message()));
+  grpc::ClientContext ctx;
+  pb::AttachRequest req;
+  req.set_session_id(session_id);
+  req.set_after_seq(after);
+  req.set_no_follow(no_follow);
+  auto reader = c->sessions->Attach(&ctx, req);
+  g_sigint_count = 0;
+  InstallSigint();
+  std::atomic<bool> done{false};
+  std::thread watcher([&] {
+    while (!done) {
+      fd_set fds;
+      FD_ZERO(&fds);
+      FD_SET(g_sigpipe[0], &fds);
+      timeval tv{0, 100000};
+      if (select(g_sigpipe[0] + 1, &fds, nullptr, nullptr, &tv) > 0) {
+        ctx.TryCancel();
+        break;
+      }
+    }
+  });
+  EventRenderer r(g.json, true);
+  pb::ServerEvent ev;
+  uint64_t last = after;
+  while (reader->Read(&ev)) {
+    r.Render(ev);
+    last = ev.seq();
+  }
+  done = true;
+  grpc::Status st = reader->Finish();
+  watcher.join();
+  r.EndLine();
+  if (st.ok() || (st.error_code() == grpc::StatusCode::CANCELLED && g_sigint_count > 0)) return kExitOk;
+  if (st.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) {
+    return Fail(g, kExitError, absl::StrCat(st.error_message(), " (fwai attach ", session_id,
+                                            " --after ", last, ")"));
+  }
+  return FailGrpc(g, st);
+}
+
+int CmdSessionsLs(const Globals& g, bool all) {
+  auto c = Connect(g);
+  if (!c.ok()) return Fail(g, kExitUnreachable, std::string(c.status().message()));
+  grpc::ClientContext ctx;
+  pb::ListSessionsRequest req;
+  req.set_all(all);
+  pb::ListSessionsResponse resp;
+  auto st = c->sessions->List(&ctx, req, &resp);
+  if (!st.ok()) return FailGrpc(g, st);
+  if (g.json) {
+    nlohmann::json arr = nlohmann::json::array();
+    for (const auto& s : resp.sessions()) arr.push_back(ProtoToJson(s));
+    std::cout << arr.dump() << std::endl;
+    return kExitOk;
+  }
+  if (resp.sessions().empty()) {
+    std::cout << "no sessions (start one with: fwai chat \"...\")" << std::endl;
+    return kExitOk;
+  }
+  std::printf("%-20s %-16s %6s  %-30s %s\n", "ID", "UPDATED", "EVENTS", "TITLE", "PROJECT");
+  for (const auto& s : resp.sessions()) {
+    std::string title = s.title().substr(0, 30);
+    for (auto& ch : title) if (ch == '\n') ch = ' ';
+    std::printf("%-20s %-16s %6llu  %-30s %s%s\n", s.id().c_str(), FormatTime(s.updated_us()).c_str(),
+                static_cast<unsigned long long>(s.last_seq()), title.c_str(), s.project_root().c_str(),
+                s.turn_running() ? "  (running)" : "");
+  }
+  return kExitOk;
+}
+
+int CmdSessionsShow(const Globals& g, const std::string& id) {
+  auto c = Connect(g);
+  if (!c.ok()) return Fail(g, kExitUnreachable, std::string(c.status().message()));
+  pb::Session s;
+  {
+    grpc::ClientContext ctx;
+    pb::GetSessionRequest req;
+    req.set_session_id(id);
+    auto st = c->sessions->Get(&ctx, req, &s);
+    if (!st.ok()) return FailGrpc(g, st);
+  }
+  pb::HistoryResponse h;
+  {
+    grpc::ClientContext ctx;
+    pb::HistoryRequest req;
+    req.set_session_id(id);
+    auto st = c->sessions->History(&ctx, req, &h);
+    if (!st.ok()) return FailGrpc(g, st);
+  }
+  if (g.json) {
+    nlohmann::json j = ProtoToJson(s);
+    j["history"] = nlohmann::json::array();
+    for (const auto& m : h.messages()) {
+      j["history"].push_back({{"role", m.role()},
+                              {"content", nlohmann::json::parse(m.content_json(), nullptr, false)}});
+    }
+    std::cout << j.dump() << std::endl;
+    return kExitOk;
+  }
+  std::printf("session  %s\ntitle    %s\nowner    %s\nproject  %s\ncreated  %s\nupdated  %s\nevents   %llu\n",
+              s.id().c_str(), s.title().c_str(), s.owner().c_str(), s.project_root().c_str(),
+              FormatTime(s.created_us()).c_str(), FormatTime(s.updated_us()).c_str(),
+              static_cast<unsigned long long>(s.last_seq()));
+  if (!s.provider().empty()) std::printf("provider %s %s\n", s.provider().c_str(), s.model().c_str());
+  std::printf("\n");
+  for (const auto& m : h.messages()) {
+    auto content = nlohmann::json::parse(m.content_json(), nullptr, false);
+    if (!content.is_array()) continue;
+    for (const auto& b : content) {
+      const std::string type = b.value("type", "");
+      if (type == "text") {
+        std::printf("%s: %s\n\n", m.role().c_str(), b.value("text", "").c_str());
+      } else if (type == "tool_use") {
+        std::printf("%s: [tool %s %s]\n\n", m.role().c_str(), b.value("name", "").c_str(),
+                    b.value("input", nlohmann::json::object()).dump().c_str());
+      } else if (type == "tool_result") {
+        std::string out = b.contains("content") && b["content"].is_string() ? b["content"].get<std::string>() : "";
+        if (out.size() > 200) out = out.substr(0, 200) + "...";
+        std::printf("  [result%s] %s\n\n", b.value("is_error", false) ? " (error)" : "", out.c_str());
+      }
+    }
+  }
+  return kExitOk;
+}
+
+int CmdSessionsRm(const Globals& g, const std::vector<std::string>& ids) {
+  auto c = Connect(g);
+  if (!c.ok()) return Fail(g, kExitUnreachable, std::string(c.status().message()));
+  int rc = kExitOk;
+  nlohmann::json deleted = nlohmann::json::array();
+  for (const auto& id : ids) {
+    grpc::ClientContext ctx;
+    pb::DeleteSessionRequest req;
+    req.set_session_id(id);
+    pb::DeleteSessionResponse resp;
+    auto st = c->sessions->Delete(&ctx, req, &resp);
+    if (!st.ok()) {
+      rc = FailGrpc(g, st);
+      continue;
+    }
+    deleted.push_back(id);
+    if (!g.json) std::cout << "deleted " << id << std::endl;
+  }
+  if (g.json) std::cout << nlohmann::json({{"deleted", deleted}}).dump() << std::endl;
+  return rc;
+}
+
+int CmdDaemonStatus(const Globals& g) {
+  auto c = Connect(g, /*autostart=*/false);
+  if (!c.ok()) {
+    if (g.json) {
+      std::cout << nlohmann::json({{"running", false}, {"message", std::string(c.status().message())}}).dump()
+                << std::endl;
+    } else {
+      std::cout << "fwaid: not running (" << c.status().message() << ")" << std::endl;
+    }
+    return kExitUnreachable;
+  }
+  grpc::ClientContext ctx;
+  pb::DaemonStatus s;
+  auto st = c->daemon->Status(&ctx, pb::DaemonStatusRequest(), &s);
+  if (!st.ok()) return FailGrpc(g, st);
+  if (g.json) {
+    auto j = ProtoToJson(s);
+    j["running"] = true;
+    std::cout << j.dump() << std::endl;
+    return kExitOk;
+  }
+  std::printf("fwaid %s running (pid %lld) since %s\n", s.version().c_str(),
+              static_cast<long long>(s.pid()), FormatTime(s.started_us()).c_str());
+  std::printf("listen    %s\n", absl::StrJoin(s.listen(), ", ").c_str());
+  std::printf("data dir  %s\n", s.data_dir().c_str());
+  if (!s.config_file().empty()) std::printf("config    %s\n", s.config_file().c_str());
+  std::printf("you are   %s\n", s.caller().c_str());
+  std::printf("turns     %lld running\n", static_cast<long long>(s.running_turns()));
+  if (s.providers().empty()) {
+    std::printf("providers none — set ANTHROPIC_API_KEY or OPENAI_API_KEY in fwaid's environment and "
+                "restart it (fwai daemon stop), or add providers: to fwaid.yaml\n");
+  }
+  for (const auto& p : s.providers()) {
+    std::printf("provider  %s%s (%s, model %s, %s, key %s)\n", p.name().c_str(),
+                p.name() == s.default_provider() ? " [default]" : "", p.kind().c_str(),
+                p.model().c_str(), p.base_url().c_str(),
+                p.has_key() ? "set" : ("MISSING: set " + p.key_env()).c_str());
+  }
+  return kExitOk;
+}
+
+int CmdDaemonStart(const Globals& g) {
+  auto addr = ResolveDaemonAddress(g.daemon);
+  if (!addr.ok()) return Fail(g, kExitUsage, std::string(addr.status().message()));
+  if (addr->unix_path.empty()) {
+    return Fail(g, kExitUsage, "daemon start works for a local unix socket only");
+  }
+  DaemonAddress a = *addr;
+  a.is_default = true;  // allow spawning at this path
+  auto ch = ConnectToDaemon(a, /*autostart=*/true, 5000);
+  if (!ch.ok()) return Fail(g, kExitUnreachable, std::string(ch.status().message()));
+  return CmdDaemonStatus(g);
+}
+
+int CmdDaemonStop(const Globals& g) {
+  auto c = Connect(g, /*autostart=*/false);
+  if (!c.ok()) {
+    if (!g.json) std::cout << "fwaid: not running" << std::endl;
+    return kExitOk;
+  }
+  grpc::ClientContext ctx;
+  pb::ShutdownResponse resp;
+  auto st = c->daemon->Shutdown(&ctx, pb::ShutdownRequest(), &resp);
+  if (!st.ok()) return FailGrpc(g, st);
+  // Wait until it stops accepting.
+  auto addr = ResolveDaemonAddress(g.daemon);
+  for (int i = 0; i < 200; ++i) {
+    auto probe = ConnectToDaemon(*addr, false, 50);
+    if (!probe.ok()) {
+      if (g.json) {
+        std::cout << nlohmann::json({{"stopped", true}}).dump() << std::endl;
+      } else {
+        std::cout << "fwaid stopped" << std::endl;
+      }
+      return kExitOk;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return Fail(g, kExitError, "fwaid did not stop within 10 s");
+}
+
+// ---------------------------------------------------------------- REPL
+
+int Repl(const Globals& g, std::string session_id, const std::string& provider,
+         const std::string& model) {
+  auto c = Connect(g);
+  if (!c.ok()) return Fail(g, kExitUnreachable, std::string(c.status().message()));
+  const std::string history_file = DefaultDataDir() + "/repl_history";
+  (void)MakeDirs(DefaultDataDir(), 0700);
+  using_history();
+  read_history(history_file.c_str());
+  std::cout << "fwai — type a message, /help for commands, Ctrl-D to exit" << std::endl;
+  if (!session_id.empty()) std::cout << "session " << session_id << std::endl;
+  EventRenderer renderer(false, false);
+  int last_rc = kExitOk;
+  while (true) {
+    signal(SIGINT, SIG_IGN);  // at the prompt Ctrl-C does not kill the REPL
+    char* raw = readline("fwai> ");
+    if (raw == nullptr) {
+      std::cout << std::endl;
+      break;
+    }
+    std::string line(absl::StripAsciiWhitespace(raw));
+    free(raw);
+    if (line.empty()) continue;
+    add_history(line.c_str());
+    write_history(history_file.c_str());
+    if (line == "/exit" || line == "/quit") break;
+    if (line == "/help") {
+      std::cout << "/new       start a new session\n/session   show the current session id\n"
+                   "/sessions  list sessions\n/exit      leave (or Ctrl-D)\n"
+                   "Ctrl-C during an answer cancels the turn.\n";
+      continue;
+    }
+    if (line == "/new") {
+      session_id.clear();
+      std::cout << "(a new session starts with the next message)" << std::endl;
+      continue;
+    }
+    if (line == "/session") {
+      std::cout << (session_id.empty() ? "(none yet)" : session_id) << std::endl;
+      continue;
+    }
+    if (line == "/sessions") {
+      CmdSessionsLs(g, false);
+      continue;
+    }
+    if (line[0] == '/') {
+      std::cout << "unknown command " << line << " (/help)" << std::endl;
+      continue;
+    }
+    if (session_id.empty()) {
+      auto s = CreateSession(*c, g, line, provider, model);
+      if (!s.ok()) {
+        Fail(g, kExitError, std::string(s.status().message()));
+        continue;
+      }
+      session_id = s->id();
+      std::cerr << "session " << session_id << std::endl;
+    }
+    last_rc = RunTurn(g, *c, session_id, line, provider, model, renderer);
+  }
+  return last_rc == kExitUnreachable ? last_rc : kExitOk;
+}
+
+}  // namespace
+
+int Main(int argc, char** argv) {
+  signal(SIGPIPE, SIG_IGN);
+  CLI::App app{"fwai — an AI assistant for firmware engineers"};
+  app.set_version_flag("--version", std::string("fwai ") + FWAI_VERSION);
+  Globals g;
+  app.add_option("--daemon", g.daemon, "Daemon address: unix:PATH or tcp:HOST:PORT (or $FWAI_DAEMON)")
+      ->envname("FWAI_DAEMON");
+  app.add_flag("--json", g.json, "Machine-readable output (events as JSON lines)");
+  app.add_option("--project", g.project, "Project root for new sessions (default: current directory)");
+  app.footer("Exit codes: 0 ok, 1 error, 2 usage, 3 daemon unreachable, 4 turn failed.\n"
+             "With no command, fwai starts an interactive session (REPL).");
+
+  std::string session_id, provider, model;
+  std::vector<std::string> words;
+  bool cont = false;
+  auto* chat = app.add_subcommand("chat", "Send a message and stream the answer");
+  chat->add_option("--session,-s", session_id, "Continue this session");
+  chat->add_flag("--continue,-c", cont, "Continue the latest session of this project");
+  chat->add_option("--provider", provider, "Provider for this turn");
+  chat->add_option("--model", model, "Model for this turn");
+  chat->add_option("message", words, "The message ('-' reads standard input)")->required();
+
+  auto* attach = app.add_subcommand("attach", "Show a session's events, then follow it live");
+  std::string attach_id;
+  uint64_t after = 0;
+  bool no_follow = false;
+  attach->add_option("session", attach_id, "Session id")->required();
+  attach->add_option("--after", after, "Only events after this seq");
+  attach->add_flag("--no-follow", no_follow, "Stop after the stored events");
+
+  auto* sessions = app.add_subcommand("sessions", "List, show and remove sessions");
+  sessions->require_subcommand(1);
+  bool all = false;
+  auto* ls = sessions->add_subcommand("ls", "List sessions");
+  ls->add_flag("--all", all, "Every user's sessions (daemon owner only)");
+  std::string show_id;
+  auto* show = sessions->add_subcommand("show", "Show a session and its history");
+  show->add_option("session", show_id)->required();
+  std::vector<std::string> rm_ids;
+  auto* rm = sessions->add_subcommand("rm", "Delete sessions");
+  rm->add_option("session", rm_ids)->required();
+
+  auto* daemon = app.add_subcommand("daemon", "Start, stop or inspect fwaid");
+  daemon->require_subcommand(1);
+  auto* dstart = daemon->add_subcommand("start", "Start fwaid on the local socket");
+  auto* dstop = daemon->add_subcommand("stop", "Stop fwaid");
+  auto* dstatus = daemon->add_subcommand("status", "Show fwaid's status");
+
+  auto* repl_session = app.add_option("--session", session_id, "Session for the REPL");
+  (void)repl_session;
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    int rc = app.exit(e);
+    return rc == 0 ? 0 : kExitUsage;
+  }
+  if (chat->parsed()) return CmdChat(g, session_id, words, provider, model, cont);
+  if (attach->parsed()) return CmdAttach(g, attach_id, after, no_follow);
+  if (ls->parsed()) return CmdSessionsLs(g, all);
+  if (show->parsed()) return CmdSessionsShow(g, show_id);
+  if (rm->parsed()) return CmdSessionsRm(g, rm_ids);
+  if (dstart->parsed()) return CmdDaemonStart(g);
+  if (dstop->parsed()) return CmdDaemonStop(g);
+  if (dstatus->parsed()) return CmdDaemonStatus(g);
+  if (g.json) return Fail(g, kExitUsage, "--json needs a command (see fwai --help)");
+  return Repl(g, session_id, provider, model);
+}
+
+}  // namespace fwai
+
+int main(int argc, char** argv) { return fwai::Main(argc, argv); }

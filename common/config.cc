@@ -1,0 +1,340 @@
+#include "common/config.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/match.h"
+
+namespace fwai {
+namespace {
+
+// Walks a YAML tree, producing errors with file:line and the dotted field path.
+class Reader {
+ public:
+  explicit Reader(std::string source) : source_(std::move(source)) {}
+
+  absl::Status Error(const YAML::Node& node, const std::string& field, const std::string& what) {
+    int line = node.Mark().line >= 0 ? node.Mark().line + 1 : 0;
+    return absl::InvalidArgumentError(
+        absl::StrCat("config ", source_, ":", line, ": ", field, ": ", what));
+  }
+
+  absl::Status CheckKeys(const YAML::Node& map, const std::string& field,
+                         const std::set<std::string>& allowed) {
+    if (!map.IsMap()) return Error(map, field, "expected a mapping");
+    for (const auto& kv : map) {
+      const std::string key = kv.first.as<std::string>();
+      if (!allowed.count(key)) {
+        return Error(kv.first, field.empty() ? key : field + "." + key,
+                     absl::StrCat("unknown key; expected one of: ", absl::StrJoin(allowed, ", ")));
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status String(const YAML::Node& n, const std::string& field, std::string& out) {
+    if (!n.IsScalar()) return Error(n, field, "expected a string");
+    out = n.Scalar();
+    return absl::OkStatus();
+  }
+
+  absl::Status Int(const YAML::Node& n, const std::string& field, int64_t lo, int64_t hi,
+                   int64_t& out) {
+    if (!n.IsScalar()) return Error(n, field, "expected an integer");
+    const std::string& s = n.Scalar();
+    char* end = nullptr;
+    errno = 0;
+    long long v = std::strtoll(s.c_str(), &end, 10);
+    if (s.empty() || *end != '\0' || errno != 0) {
+      return Error(n, field, absl::StrCat("expected an integer, got '", s, "'"));
+    }
+    if (v < lo || v > hi) {
+      return Error(n, field, absl::StrCat("expected an integer in ", lo, "..", hi, ", got ", v));
+    }
+    out = v;
+    return absl::OkStatus();
+  }
+
+  absl::Status Int(const YAML::Node& n, const std::string& field, int64_t lo, int64_t hi,
+                   int& out) {
+    int64_t v = 0;
+    absl::Status s = Int(n, field, lo, hi, v);
+    if (s.ok()) out = static_cast<int>(v);
+    return s;
+  }
+
+  absl::Status Double(const YAML::Node& n, const std::string& field, double lo, double hi,
+                      double& out) {
+    if (!n.IsScalar()) return Error(n, field, "expected a number");
+    const std::string& s = n.Scalar();
+    char* end = nullptr;
+    double v = std::strtod(s.c_str(), &end);
+    if (s.empty() || *end != '\0') {
+      return Error(n, field, absl::StrCat("expected a number, got '", s, "'"));
+    }
+    if (v < lo || v > hi) {
+      return Error(n, field, absl::StrCat("expected a number in ", lo, "..", hi, ", got ", s));
+    }
+    out = v;
+    return absl::OkStatus();
+  }
+
+ private:
+  std::string source_;
+};
+
+#define CFG_TRY(expr)                     \
+  do {                                    \
+    absl::Status s_ = (expr);             \
+    if (!s_.ok()) return s_;              \
+  } while (0)
+
+absl::Status ParseProvider(Reader& r, const std::string& name, const YAML::Node& n,
+                           ProviderConfig& p) {
+  const std::string f = "providers." + name;
+  CFG_TRY(r.CheckKeys(n, f,
+                      {"kind", "api_key", "api_key_env", "base_url", "model", "max_tokens",
+                       "temperature", "context_window"}));
+  p.name = name;
+  if (n["kind"]) {
+    CFG_TRY(r.String(n["kind"], f + ".kind", p.kind));
+  } else if (name == "anthropic" || name == "openai") {
+    p.kind = name;
+  } else {
+    return r.Error(n, f + ".kind", "missing; expected anthropic or openai");
+  }
+  if (p.kind != "anthropic" && p.kind != "openai") {
+    return r.Error(n["kind"], f + ".kind",
+                   absl::StrCat("expected anthropic or openai, got '", p.kind, "'"));
+  }
+  if (n["api_key"]) CFG_TRY(r.String(n["api_key"], f + ".api_key", p.api_key));
+  if (n["api_key_env"]) {
+    CFG_TRY(r.String(n["api_key_env"], f + ".api_key_env", p.api_key_env));
+  } else {
+    p.api_key_env = p.kind == "anthropic" ? "ANTHROPIC_API_KEY" : "OPENAI_API_KEY";
+  }
+  if (n["base_url"]) {
+    CFG_TRY(r.String(n["base_url"], f + ".base_url", p.base_url));
+    if (!absl::StartsWith(p.base_url, "http://") && !absl::StartsWith(p.base_url, "https://")) {
+      return r.Error(n["base_url"], f + ".base_url",
+                     absl::StrCat("expected an http:// or https:// URL, got '", p.base_url, "'"));
+    }
+  }
+  if (n["model"]) CFG_TRY(r.String(n["model"], f + ".model", p.model));
+  if (p.model.empty()) {
+    p.model = p.kind == "anthropic" ? "claude-sonnet-4-5" : "gpt-4o";
+  }
+  if (n["max_tokens"]) CFG_TRY(r.Int(n["max_tokens"], f + ".max_tokens", 1, 1000000, p.max_tokens));
+  if (n["temperature"]) {
+    CFG_TRY(r.Double(n["temperature"], f + ".temperature", 0, 2, p.temperature));
+  }
+  if (n["context_window"]) {
+    CFG_TRY(r.Int(n["context_window"], f + ".context_window", 1024, 100000000, p.context_window));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<DaemonConfig> ParseConfig(const std::string& yaml_text, const std::string& source) {
+  DaemonConfig c;
+  c.source = source;
+  YAML::Node root;
+  try {
+    root = YAML::Load(yaml_text);
+  } catch (const YAML::Exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat("config ", source, ":", e.mark.line + 1, ": ",
+                                                   e.msg));
+  }
+  if (root.IsNull()) return c;  // empty file: all defaults
+  Reader r(source);
+  try {
+    CFG_TRY(r.CheckKeys(root, "",
+                        {"listen", "data_dir", "default_provider", "providers", "agent", "http",
+                         "retry", "subscribers", "tools", "log_level"}));
+    if (auto n = root["listen"]) {
+      if (n.IsScalar()) {
+        c.listen.push_back(n.Scalar());
+      } else if (n.IsSequence()) {
+        for (const auto& item : n) {
+          std::string s;
+          CFG_TRY(r.String(item, "listen[]", s));
+          c.listen.push_back(s);
+        }
+      } else {
+        return r.Error(n, "listen", "expected an address or a list of addresses");
+      }
+      for (size_t i = 0; i < c.listen.size(); ++i) {
+        const auto& a = c.listen[i];
+        if (!absl::StartsWith(a, "unix:") && !absl::StartsWith(a, "tcp:")) {
+          return r.Error(n.IsSequence() ? n[i] : n, "listen",
+                         absl::StrCat("expected unix:PATH or tcp:HOST:PORT, got '", a, "'"));
+        }
+      }
+    }
+    if (auto n = root["data_dir"]) CFG_TRY(r.String(n, "data_dir", c.data_dir));
+    if (auto n = root["log_level"]) {
+      CFG_TRY(r.String(n, "log_level", c.log_level));
+      static const std::set<std::string> kLevels = {"trace", "debug", "info", "warn", "error", "off"};
+      if (!kLevels.count(c.log_level)) {
+        return r.Error(n, "log_level", "expected one of trace, debug, info, warn, error, off");
+      }
+    }
+    if (auto n = root["providers"]) {
+      if (!n.IsMap()) return r.Error(n, "providers", "expected a mapping of provider name to settings");
+      for (const auto& kv : n) {
+        const std::string name = kv.first.as<std::string>();
+        ProviderConfig p;
+        CFG_TRY(ParseProvider(r, name, kv.second, p));
+        c.providers[name] = p;
+      }
+    }
+    if (auto n = root["default_provider"]) {
+      CFG_TRY(r.String(n, "default_provider", c.default_provider));
+      if (!c.providers.count(c.default_provider) && c.default_provider != "anthropic" &&
+          c.default_provider != "openai") {
+        return r.Error(n, "default_provider",
+                       absl::StrCat("'", c.default_provider, "' is not a provider defined under providers:"));
+      }
+    }
+    if (auto n = root["agent"]) {
+      CFG_TRY(r.CheckKeys(n, "agent", {"max_iterations", "max_message_bytes"}));
+      if (n["max_iterations"]) {
+        CFG_TRY(r.Int(n["max_iterations"], "agent.max_iterations", 1, 1000, c.max_iterations));
+      }
+      if (n["max_message_bytes"]) {
+        CFG_TRY(r.Int(n["max_message_bytes"], "agent.max_message_bytes", 1, 64 << 20,
+                      c.max_message_bytes));
+      }
+    }
+    if (auto n = root["http"]) {
+      CFG_TRY(r.CheckKeys(n, "http", {"connect_timeout_s", "idle_timeout_s"}));
+      if (n["connect_timeout_s"]) {
+        CFG_TRY(r.Int(n["connect_timeout_s"], "http.connect_timeout_s", 1, 600,
+                      c.http_connect_timeout_s));
+      }
+      if (n["idle_timeout_s"]) {
+        CFG_TRY(r.Int(n["idle_timeout_s"], "http.idle_timeout_s", 1, 3600, c.http_idle_timeout_s));
+      }
+    }
+    if (auto n = root["retry"]) {
+      CFG_TRY(r.CheckKeys(n, "retry", {"max_attempts", "initial_backoff_ms", "max_backoff_ms"}));
+      if (n["max_attempts"]) {
+        CFG_TRY(r.Int(n["max_attempts"], "retry.max_attempts", 1, 20, c.retry.max_attempts));
+      }
+      if (n["initial_backoff_ms"]) {
+        CFG_TRY(r.Int(n["initial_backoff_ms"], "retry.initial_backoff_ms", 0, 600000,
+                      c.retry.initial_backoff_ms));
+      }
+      if (n["max_backoff_ms"]) {
+        CFG_TRY(r.Int(n["max_backoff_ms"], "retry.max_backoff_ms", 0, 600000, c.retry.max_backoff_ms));
+      }
+    }
+    if (auto n = root["subscribers"]) {
+      CFG_TRY(r.CheckKeys(n, "subscribers", {"high_water", "max_queue"}));
+      if (n["high_water"]) {
+        CFG_TRY(r.Int(n["high_water"], "subscribers.high_water", 1, 1000000, c.subscribers.high_water));
+      }
+      if (n["max_queue"]) {
+        CFG_TRY(r.Int(n["max_queue"], "subscribers.max_queue", 2, 10000000, c.subscribers.max_queue));
+      }
+      if (c.subscribers.max_queue <= c.subscribers.high_water) {
+        return r.Error(n, "subscribers.max_queue", "must be greater than subscribers.high_water");
+      }
+    }
+    if (auto n = root["tools"]) {
+      CFG_TRY(r.CheckKeys(n, "tools", {"read_file_max_bytes", "grep_max_results",
+                                       "glob_max_results", "list_dir_max_entries"}));
+      if (n["read_file_max_bytes"]) {
+        CFG_TRY(r.Int(n["read_file_max_bytes"], "tools.read_file_max_bytes", 1, 64 << 20,
+                      c.tools.read_file_max_bytes));
+      }
+      if (n["grep_max_results"]) {
+        CFG_TRY(r.Int(n["grep_max_results"], "tools.grep_max_results", 1, 100000,
+                      c.tools.grep_max_results));
+      }
+      if (n["glob_max_results"]) {
+        CFG_TRY(r.Int(n["glob_max_results"], "tools.glob_max_results", 1, 100000,
+                      c.tools.glob_max_results));
+      }
+      if (n["list_dir_max_entries"]) {
+        CFG_TRY(r.Int(n["list_dir_max_entries"], "tools.list_dir_max_entries", 1, 100000,
+                      c.tools.list_dir_max_entries));
+      }
+    }
+  } catch (const YAML::Exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat("config ", source, ":", e.mark.line + 1, ": ",
+                                                   e.msg));
+  }
+  return c;
+}
+
+absl::StatusOr<DaemonConfig> LoadConfigFile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) {
+    return absl::NotFoundError(absl::StrCat("config ", path, ": cannot open file"));
+  }
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ParseConfig(ss.str(), path);
+}
+
+namespace {
+std::string Env(const char* name) {
+  const char* v = std::getenv(name);
+  return v ? std::string(v) : std::string();
+}
+}  // namespace
+
+void ApplyProviderEnvironment(DaemonConfig& c) {
+  struct Known {
+    const char* kind;
+    const char* key_env;
+    const char* url_env;
+  };
+  for (const Known& k : {Known{"anthropic", "ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL"},
+                         Known{"openai", "OPENAI_API_KEY", "OPENAI_BASE_URL"}}) {
+    auto it = c.providers.find(k.kind);
+    if (it == c.providers.end() && !Env(k.key_env).empty()) {
+      ProviderConfig p;
+      p.name = k.kind;
+      p.kind = k.kind;
+      p.api_key_env = k.key_env;
+      p.model = p.kind == std::string("anthropic") ? "claude-sonnet-4-5" : "gpt-4o";
+      it = c.providers.emplace(k.kind, p).first;
+    }
+    if (it != c.providers.end() && it->second.base_url.empty()) {
+      it->second.base_url = Env(k.url_env);
+    }
+  }
+  for (auto& [name, p] : c.providers) {
+    if (p.base_url.empty()) {
+      p.base_url = p.kind == "anthropic" ? "https://api.anthropic.com" : "https://api.openai.com/v1";
+    }
+    while (!p.base_url.empty() && p.base_url.back() == '/') p.base_url.pop_back();
+  }
+  if (c.default_provider.empty() && !c.providers.empty()) {
+    // Prefer a provider whose key is present.
+    for (const auto& [name, p] : c.providers) {
+      if (!ResolveApiKey(p).empty()) {
+        c.default_provider = name;
+        break;
+      }
+    }
+    if (c.default_provider.empty()) c.default_provider = c.providers.begin()->first;
+  }
+}
+
+std::string ResolveApiKey(const ProviderConfig& p) {
+  if (!p.api_key.empty()) return p.api_key;
+  if (!p.api_key_env.empty()) return Env(p.api_key_env.c_str());
+  return "";
+}
+
+}  // namespace fwai

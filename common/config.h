@@ -1,0 +1,77 @@
+// The daemon's configuration (fwaid.yaml). Loading validates every value and
+// refuses the file with "config FILE:LINE: field: what is expected".
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace fwai {
+
+struct ProviderConfig {
+  std::string name;      // key in `providers:`
+  std::string kind;      // anthropic | openai
+  std::string api_key;   // literal key (discouraged) ...
+  std::string api_key_env;  // ... or the variable that holds it
+  std::string base_url;
+  std::string model;
+  int max_tokens = 4096;
+  double temperature = -1;  // < 0: provider default
+  int64_t context_window = 200000;
+};
+
+struct RetryConfig {
+  int max_attempts = 4;          // total attempts including the first
+  int initial_backoff_ms = 500;  // doubled each retry, jittered
+  int max_backoff_ms = 20000;
+};
+
+struct SubscriberConfig {
+  // Past this many queued events adjacent text deltas are coalesced.
+  int high_water = 512;
+  // Past this many queued events (after coalescing) a subscriber is dropped
+  // with RESOURCE_EXHAUSTED.
+  int max_queue = 4096;
+};
+
+struct ToolsConfig {
+  int64_t read_file_max_bytes = 256 * 1024;
+  int grep_max_results = 200;
+  int glob_max_results = 1000;
+  int list_dir_max_entries = 1000;
+};
+
+struct DaemonConfig {
+  std::string source;  // file the config came from, "" for defaults
+  std::vector<std::string> listen;  // "unix:PATH" | "tcp:HOST:PORT"
+  std::string data_dir;
+  std::string default_provider;
+  std::map<std::string, ProviderConfig> providers;
+  int max_iterations = 25;
+  int64_t max_message_bytes = 256 * 1024;
+  int http_connect_timeout_s = 15;
+  int http_idle_timeout_s = 120;  // no byte for this long fails the stream
+  RetryConfig retry;
+  SubscriberConfig subscribers;
+  ToolsConfig tools;
+  std::string log_level = "info";
+};
+
+// Parses YAML text; `source` names the file in error messages.
+[[nodiscard]] absl::StatusOr<DaemonConfig> ParseConfig(const std::string& yaml_text,
+                                                       const std::string& source);
+// Reads and parses a file. A missing file is an error.
+[[nodiscard]] absl::StatusOr<DaemonConfig> LoadConfigFile(const std::string& path);
+
+// Adds providers found in the environment (ANTHROPIC_API_KEY, OPENAI_API_KEY,
+// *_BASE_URL) that the config does not define, and applies *_BASE_URL to
+// configured providers that have no base_url. Picks a default provider if none.
+void ApplyProviderEnvironment(DaemonConfig& config);
+
+// The key of `p`: the literal one, else the one in its environment variable.
+std::string ResolveApiKey(const ProviderConfig& p);
+
+}  // namespace fwai

@@ -1,0 +1,23 @@
+// Default locations, following the XDG base directory spec.
+#pragma once
+
+#include <string>
+
+#include "absl/status/status.h"
+
+namespace fwai {
+
+// $XDG_RUNTIME_DIR/fwai (or /tmp/fwai-<uid>) — holds the default socket.
+std::string DefaultRuntimeDir();
+// DefaultRuntimeDir()/fwaid.sock
+std::string DefaultSocketPath();
+// $XDG_DATA_HOME/fwai (or ~/.local/share/fwai).
+std::string DefaultDataDir();
+// $XDG_CONFIG_HOME/fwai/fwaid.yaml (or ~/.config/fwai/fwaid.yaml).
+std::string DefaultConfigPath();
+
+// Creates `dir` and its parents; the last component gets `mode`. Fails if it
+// exists and is not a directory. Tightens the mode of an existing directory.
+[[nodiscard]] absl::Status MakeDirs(const std::string& dir, unsigned mode);
+
+}  // namespace fwai

@@ -1,0 +1,75 @@
+// agent: runs chat turns. One turn at a time per session, each on its own
+// thread: stream the model's reply, run the tools it asks for, send the
+// results back, until it stops or the iteration bound is hit. Every step is
+// published to the session's event log as it happens.
+//
+// Thread-safe. Cancel() stops the HTTP stream and the running tool promptly.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "common/config.h"
+
+namespace fwai {
+
+class SessionManager;
+class ToolRegistry;
+class Provider;
+
+// Providers by name plus the default one. Owned by the daemon's main.
+struct ProviderSet {
+  std::map<std::string, std::unique_ptr<Provider>> providers;
+  std::string default_name;
+  Provider* Find(const std::string& name) const;
+};
+
+struct TurnRequest {
+  std::string session_id;
+  std::string turn_id;  // client-chosen (so it can follow its own turn) or generated
+  std::string text;
+  std::string provider;  // overrides for this turn
+  std::string model;
+  std::string sender;
+};
+
+class TurnManager {
+ public:
+  TurnManager(SessionManager& sessions, const DaemonConfig& config, const ProviderSet& providers,
+              const ToolRegistry& tools);
+  ~TurnManager();
+  TurnManager(const TurnManager&) = delete;
+  TurnManager& operator=(const TurnManager&) = delete;
+
+  // Starts a turn. INVALID_ARGUMENT for an empty/oversized message,
+  // NOT_FOUND for an unknown session, FAILED_PRECONDITION if a turn is running.
+  [[nodiscard]] absl::Status Start(TurnRequest request);
+  // Cancels the running turn of the session, if any.
+  void Cancel(const std::string& session_id);
+  bool Running(const std::string& session_id);
+  size_t RunningCount();
+  // Cancels every turn and waits for them to finish. Start() fails afterwards.
+  void Shutdown();
+
+ private:
+  struct Turn;
+  void Run(Turn* turn, TurnRequest request);
+  void ReapLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  SessionManager& sessions_;
+  const DaemonConfig& config_;
+  const ProviderSet& providers_;
+  const ToolRegistry& tools_;
+  std::mutex mu_;
+  bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
+  std::map<std::string, std::unique_ptr<Turn>> turns_ ABSL_GUARDED_BY(mu_);
+};
+
+// USD per million input/output tokens for well-known models (0 if unknown).
+void PriceFor(const std::string& model, double* input_per_mtok, double* output_per_mtok);
+
+}  // namespace fwai

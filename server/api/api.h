@@ -1,0 +1,62 @@
+// api: one final class per proto service. Validates input, maps proto <->
+// domain, absl::Status -> grpc::Status; nothing else.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+
+namespace grpc {
+class Service;
+class Status;
+}  // namespace grpc
+
+namespace fwai {
+
+class SessionManager;
+class TurnManager;
+struct DaemonConfig;
+struct ProviderSet;
+
+// Who is calling: connections accepted on our unix sockets are registered
+// with their peer credentials (SO_PEERCRED) and later looked up by the peer
+// string gRPC reports ("fd:N"). Thread-safe.
+class PeerRegistry {
+ public:
+  void Add(int fd, uint32_t uid);
+  // "uid:N" for unix-socket callers, "tcp:<peer>" otherwise.
+  std::string Identity(const std::string& grpc_peer) const;
+  // The uid behind a peer, or -1.
+  int64_t Uid(const std::string& grpc_peer) const;
+
+ private:
+  mutable std::mutex mu_;
+  std::map<int, uint32_t> by_fd_ ABSL_GUARDED_BY(mu_);
+};
+
+struct ApiDeps {
+  SessionManager* sessions = nullptr;
+  TurnManager* turns = nullptr;
+  const DaemonConfig* config = nullptr;
+  const ProviderSet* providers = nullptr;
+  PeerRegistry* peers = nullptr;
+  std::function<void()> request_shutdown;
+  int64_t started_us = 0;
+  uint32_t daemon_uid = 0;
+  std::string version;
+};
+
+// All services the daemon serves, ready to register with a grpc::ServerBuilder.
+std::vector<std::unique_ptr<grpc::Service>> MakeServices(const ApiDeps& deps);
+
+// The one place absl::Status becomes grpc::Status.
+grpc::Status ToGrpcStatus(const absl::Status& s);
+
+}  // namespace fwai

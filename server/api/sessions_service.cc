@@ -1,0 +1,447 @@
+#include <grpcpp/grpcpp.h>
+
+#include <memory>
+#include <mutex>
+
+#include "absl/strings/str_cat.h"
+#include "common/config.h"
+#include "fwai/v1/daemon.grpc.pb.h"
+#include "fwai/v1/evidence.grpc.pb.h"
+#include "fwai/v1/hardware.grpc.pb.h"
+#include "fwai/v1/knowledge.grpc.pb.h"
+#include "fwai/v1/projects.grpc.pb.h"
+#include "fwai/v1/sessions.grpc.pb.h"
+#include "fwai/v1/tool_catalog.grpc.pb.h"
+#include "server/agent/turn_manager.h"
+#include "server/api/api.h"
+#include "server/llm/provider.h"
+#include "server/session/session_manager.h"
+
+namespace fwai {
+namespace {
+
+namespace pb = fwai::v1;
+
+void ToProto(const SessionInfo& s, bool running, pb::Session* out) {
+  out->set_id(s.id);
+  out->set_title(s.title);
+  out->set_owner(s.owner);
+  out->set_project_root(s.project_root);
+  out->set_created_us(s.created_us);
+  out->set_updated_us(s.updated_us);
+  out->set_provider(s.provider);
+  out->set_model(s.model);
+  out->set_mode(s.mode);
+  out->set_last_seq(s.last_seq);
+  out->set_turn_running(running);
+}
+
+// Callers may use their own sessions; root and the daemon's user may use all.
+class Access {
+ public:
+  explicit Access(const ApiDeps& d) : d_(d) {}
+  std::string Caller(grpc::CallbackServerContext* ctx) const { return d_.peers->Identity(ctx->peer()); }
+  bool IsAdmin(grpc::CallbackServerContext* ctx) const {
+    int64_t uid = d_.peers->Uid(ctx->peer());
+    return uid == 0 || uid == static_cast<int64_t>(d_.daemon_uid);
+  }
+  absl::StatusOr<SessionInfo> Session(grpc::CallbackServerContext* ctx, const std::string& id) const {
+    if (id.empty()) return absl::InvalidArgumentError("session_id: required");
+    auto s = d_.sessions->Get(id);
+    if (!s.ok()) return s.status();
+    const std::string caller = Caller(ctx);
+    if (s->owner != caller && !IsAdmin(ctx)) {
+      return absl::PermissionDeniedError(
+          absl::StrCat("session ", id, " belongs to ", s->owner, "; you are ", caller));
+    }
+    return s;
+  }
+
+ private:
+  const ApiDeps& d_;
+};
+
+// Moves events from a Subscriber to a gRPC stream: one write in flight, the
+// message untouched until OnWriteDone, Finish exactly once. `R` is a server
+// reactor with StartWrite(const pb::ServerEvent*) and Finish(grpc::Status).
+template <typename R>
+class EventPump {
+ public:
+  // Shared with the subscriber's notify callback so a late notify after the
+  // reactor is gone does nothing.
+  struct Link {
+    std::mutex mu;
+    EventPump* pump = nullptr;
+  };
+
+  explicit EventPump(R* reactor) : reactor_(reactor), link_(std::make_shared<Link>()) {
+    link_->pump = this;
+  }
+
+  std::function<void()> NotifyFn() {
+    std::weak_ptr<Link> weak = link_;
+    return [weak] {
+      if (auto link = weak.lock()) {
+        std::lock_guard<std::mutex> lock(link->mu);
+        if (link->pump) link->pump->TryWrite();
+      }
+    };
+  }
+
+  void SetSubscriber(std::shared_ptr<Subscriber> sub) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      sub_ = std::move(sub);
+    }
+    TryWrite();
+  }
+
+  void TryWrite() {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (writing_ || finished_ || !sub_) return;
+    std::string bytes;
+    absl::Status status;
+    switch (sub_->Pull(&bytes, &status)) {
+      case Subscriber::PullResult::kEvent:
+        if (!out_.ParseFromString(bytes)) {
+          FinishLocked(grpc::Status(grpc::StatusCode::DATA_LOSS, "stored event is damaged"));
+          return;
+        }
+        writing_ = true;
+        reactor_->StartWrite(&out_);
+        return;
+      case Subscriber::PullResult::kEmpty:
+        return;
+      case Subscriber::PullResult::kClosed:
+        FinishLocked(ToGrpcStatus(status));
+        return;
+    }
+  }
+
+  void OnWriteDone(bool ok) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      writing_ = false;
+      if (!ok) {
+        // The client is gone; the stream ends (the turn goes on).
+        FinishLocked(grpc::Status(grpc::StatusCode::CANCELLED, "client went away"));
+        return;
+      }
+      if (pending_finish_) {
+        auto s = *pending_finish_;
+        pending_finish_.reset();
+        FinishLocked(s);
+        return;
+      }
+    }
+    TryWrite();
+  }
+
+  void Finish(const grpc::Status& s) {
+    std::lock_guard<std::mutex> lock(mu_);
+    FinishLocked(s);
+  }
+
+  // Called from the reactor's OnDone; after it no callback touches the reactor.
+  void Detach(SessionManager* sessions) {
+    {
+      std::lock_guard<std::mutex> lock(link_->mu);
+      link_->pump = nullptr;
+    }
+    std::shared_ptr<Subscriber> sub;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      sub = std::move(sub_);
+    }
+    if (sub) sessions->Unsubscribe(sub->session_id(), sub.get());
+  }
+
+ private:
+  void FinishLocked(const grpc::Status& s) {
+    if (finished_) return;
+    if (writing_) {
+      if (!pending_finish_) pending_finish_ = s;
+      return;
+    }
+    finished_ = true;
+    reactor_->Finish(s);
+  }
+
+  R* const reactor_;
+  std::shared_ptr<Link> link_;
+  std::mutex mu_;
+  std::shared_ptr<Subscriber> sub_;
+  bool writing_ = false;
+  bool finished_ = false;
+  std::optional<grpc::Status> pending_finish_;
+  pb::ServerEvent out_;
+};
+
+// Chat: the first client message opens the session; then user messages,
+// cancels. Deletes itself in OnDone.
+class ChatReactor final : public grpc::ServerBidiReactor<pb::ClientEvent, pb::ServerEvent> {
+ public:
+  ChatReactor(const ApiDeps& deps, grpc::CallbackServerContext* ctx)
+      : deps_(deps), access_(deps), ctx_(ctx), pump_(this), caller_(access_.Caller(ctx)) {
+    StartRead(&in_);
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) {
+      // The client half-closed (or went away): it wants no more events.
+      pump_.Finish(grpc::Status::OK);
+      return;
+    }
+    absl::Status s = Handle();
+    if (!s.ok()) {
+      pump_.Finish(ToGrpcStatus(s));
+      return;
+    }
+    StartRead(&in_);
+  }
+
+  void OnWriteDone(bool ok) override { pump_.OnWriteDone(ok); }
+  void OnCancel() override { pump_.Finish(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled")); }
+  void OnDone() override {
+    pump_.Detach(deps_.sessions);
+    delete this;
+  }
+
+ private:
+  absl::Status Handle() {
+    switch (in_.kind_case()) {
+      case pb::ClientEvent::kOpen: {
+        if (!session_id_.empty()) return absl::InvalidArgumentError("open: the chat is already open");
+        auto s = access_.Session(ctx_, in_.open().session_id());
+        if (!s.ok()) return s.status();
+        session_id_ = s->id;
+        auto sub = deps_.sessions->Subscribe(session_id_, in_.open().after_seq(), in_.open().replay(),
+                                             /*follow=*/true, pump_.NotifyFn());
+        if (!sub.ok()) return sub.status();
+        pump_.SetSubscriber(*std::move(sub));
+        return absl::OkStatus();
+      }
+      case pb::ClientEvent::kMessage: {
+        if (session_id_.empty()) {
+          return absl::InvalidArgumentError("message: send `open` with a session_id first");
+        }
+        TurnRequest req;
+        req.session_id = session_id_;
+        req.text = in_.message().text();
+        req.provider = in_.message().provider();
+        req.model = in_.message().model();
+        req.turn_id = in_.message().turn_id();
+        req.sender = caller_;
+        return deps_.turns->Start(std::move(req));
+      }
+      case pb::ClientEvent::kCancel:
+        if (session_id_.empty()) return absl::InvalidArgumentError("cancel: no chat is open");
+        deps_.turns->Cancel(session_id_);
+        return absl::OkStatus();
+      case pb::ClientEvent::kAnswer:
+      case pb::ClientEvent::kPlanDecision:
+        return absl::UnimplementedError("questions and plans are not supported by this daemon yet");
+      case pb::ClientEvent::KIND_NOT_SET:
+        break;
+    }
+    return absl::InvalidArgumentError("client event: empty");
+  }
+
+  const ApiDeps& deps_;
+  Access access_;
+  grpc::CallbackServerContext* const ctx_;
+  EventPump<ChatReactor> pump_;
+  const std::string caller_;
+  pb::ClientEvent in_;
+  std::string session_id_;
+};
+
+// Attach: stored events after `after_seq`, then (unless no_follow) the live tail.
+class AttachReactor final : public grpc::ServerWriteReactor<pb::ServerEvent> {
+ public:
+  AttachReactor(const ApiDeps& deps, grpc::CallbackServerContext* ctx, const pb::AttachRequest* req)
+      : deps_(deps), pump_(this) {
+    auto s = Access(deps).Session(ctx, req->session_id());
+    if (!s.ok()) {
+      pump_.Finish(ToGrpcStatus(s.status()));
+      return;
+    }
+    auto sub = deps_.sessions->Subscribe(s->id, req->after_seq(), /*replay=*/true,
+                                         /*follow=*/!req->no_follow(), pump_.NotifyFn());
+    if (!sub.ok()) {
+      pump_.Finish(ToGrpcStatus(sub.status()));
+      return;
+    }
+    pump_.SetSubscriber(*std::move(sub));
+  }
+  void OnWriteDone(bool ok) override { pump_.OnWriteDone(ok); }
+  void OnCancel() override { pump_.Finish(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled")); }
+  void OnDone() override {
+    pump_.Detach(deps_.sessions);
+    delete this;
+  }
+
+ private:
+  const ApiDeps& deps_;
+  EventPump<AttachReactor> pump_;
+};
+
+class SessionsService final : public pb::Sessions::CallbackService {
+ public:
+  explicit SessionsService(ApiDeps deps) : deps_(std::move(deps)), access_(deps_) {}
+
+  grpc::ServerUnaryReactor* Create(grpc::CallbackServerContext* ctx,
+                                   const pb::CreateSessionRequest* req, pb::Session* resp) override {
+    auto* r = ctx->DefaultReactor();
+    if (!req->provider().empty() && deps_.providers->Find(req->provider()) == nullptr) {
+      r->Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                             absl::StrCat("provider: '", req->provider(), "' is not configured")));
+      return r;
+    }
+    NewSession ns{req->title(), req->project_root(), req->provider(), req->model()};
+    auto s = deps_.sessions->Create(access_.Caller(ctx), std::move(ns));
+    if (s.ok()) ToProto(*s, false, resp);
+    r->Finish(ToGrpcStatus(s.status()));
+    return r;
+  }
+
+  grpc::ServerUnaryReactor* List(grpc::CallbackServerContext* ctx, const pb::ListSessionsRequest* req,
+                                 pb::ListSessionsResponse* resp) override {
+    auto* r = ctx->DefaultReactor();
+    if (req->all() && !access_.IsAdmin(ctx)) {
+      r->Finish(grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
+                             "all: only root or the daemon's user may list every user's sessions"));
+      return r;
+    }
+    auto list = deps_.sessions->List(req->all() ? "" : access_.Caller(ctx));
+    if (list.ok()) {
+      for (const auto& s : *list) ToProto(s, deps_.turns->Running(s.id), resp->add_sessions());
+    }
+    r->Finish(ToGrpcStatus(list.status()));
+    return r;
+  }
+
+  grpc::ServerUnaryReactor* Get(grpc::CallbackServerContext* ctx, const pb::GetSessionRequest* req,
+                                pb::Session* resp) override {
+    auto* r = ctx->DefaultReactor();
+    auto s = access_.Session(ctx, req->session_id());
+    if (s.ok()) ToProto(*s, deps_.turns->Running(s->id), resp);
+    r->Finish(ToGrpcStatus(s.status()));
+    return r;
+  }
+
+  grpc::ServerUnaryReactor* Delete(grpc::CallbackServerContext* ctx,
+                                   const pb::DeleteSessionRequest* req,
+                                   pb::DeleteSessionResponse*) override {
+    auto* r = ctx->DefaultReactor();
+    auto s = access_.Session(ctx, req->session_id());
+    if (!s.ok()) {
+      r->Finish(ToGrpcStatus(s.status()));
+      return r;
+    }
+    deps_.turns->Cancel(s->id);
+    r->Finish(ToGrpcStatus(deps_.sessions->Delete(s->id)));
+    return r;
+  }
+
+  grpc::ServerUnaryReactor* History(grpc::CallbackServerContext* ctx, const pb::HistoryRequest* req,
+                                    pb::HistoryResponse* resp) override {
+    auto* r = ctx->DefaultReactor();
+    auto s = access_.Session(ctx, req->session_id());
+    if (!s.ok()) {
+      r->Finish(ToGrpcStatus(s.status()));
+      return r;
+    }
+    auto h = deps_.sessions->LoadHistory(s->id);
+    if (h.ok()) {
+      for (const auto& e : *h) {
+        auto* m = resp->add_messages();
+        m->set_role(e.role);
+        m->set_content_json(e.content_json);
+      }
+    }
+    r->Finish(ToGrpcStatus(h.status()));
+    return r;
+  }
+
+  grpc::ServerBidiReactor<pb::ClientEvent, pb::ServerEvent>* Chat(
+      grpc::CallbackServerContext* ctx) override {
+    return new ChatReactor(deps_, ctx);
+  }
+
+  grpc::ServerWriteReactor<pb::ServerEvent>* Attach(grpc::CallbackServerContext* ctx,
+                                                    const pb::AttachRequest* req) override {
+    return new AttachReactor(deps_, ctx, req);
+  }
+
+ private:
+  const ApiDeps deps_;
+  const Access access_;
+};
+
+class DaemonService final : public pb::Daemon::CallbackService {
+ public:
+  explicit DaemonService(ApiDeps deps) : deps_(std::move(deps)), access_(deps_) {}
+
+  grpc::ServerUnaryReactor* Status(grpc::CallbackServerContext* ctx, const pb::DaemonStatusRequest*,
+                                   pb::DaemonStatus* resp) override {
+    resp->set_version(deps_.version);
+    resp->set_pid(getpid());
+    resp->set_started_us(deps_.started_us);
+    resp->set_data_dir(deps_.config->data_dir);
+    for (const auto& l : deps_.config->listen) resp->add_listen(l);
+    for (const auto& [name, p] : deps_.providers->providers) {
+      const auto& c = p->config();
+      auto* pi = resp->add_providers();
+      pi->set_name(name);
+      pi->set_kind(c.kind);
+      pi->set_model(c.model);
+      pi->set_base_url(c.base_url);
+      pi->set_has_key(!ResolveApiKey(c).empty());
+      pi->set_key_env(c.api_key_env);
+    }
+    resp->set_default_provider(deps_.providers->default_name);
+    resp->set_caller(access_.Caller(ctx));
+    resp->set_config_file(deps_.config->source);
+    resp->set_running_turns(deps_.turns->RunningCount());
+    auto* r = ctx->DefaultReactor();
+    r->Finish(grpc::Status::OK);
+    return r;
+  }
+
+  grpc::ServerUnaryReactor* Shutdown(grpc::CallbackServerContext* ctx, const pb::ShutdownRequest*,
+                                     pb::ShutdownResponse*) override {
+    auto* r = ctx->DefaultReactor();
+    if (!access_.IsAdmin(ctx)) {
+      r->Finish(grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
+                             "only root or the daemon's user may stop it"));
+      return r;
+    }
+    deps_.request_shutdown();
+    r->Finish(grpc::Status::OK);
+    return r;
+  }
+
+ private:
+  const ApiDeps deps_;
+  const Access access_;
+};
+
+// Services whose domain is not built yet answer UNIMPLEMENTED (the generated
+// defaults) but are registered so reflection lists the whole API.
+}  // namespace
+
+std::vector<std::unique_ptr<grpc::Service>> MakeServices(const ApiDeps& deps) {
+  std::vector<std::unique_ptr<grpc::Service>> out;
+  out.push_back(std::make_unique<SessionsService>(deps));
+  out.push_back(std::make_unique<DaemonService>(deps));
+  out.push_back(std::make_unique<pb::Knowledge::CallbackService>());
+  out.push_back(std::make_unique<pb::ToolCatalog::CallbackService>());
+  out.push_back(std::make_unique<pb::Hardware::CallbackService>());
+  out.push_back(std::make_unique<pb::Projects::CallbackService>());
+  out.push_back(std::make_unique<pb::Skills::CallbackService>());
+  out.push_back(std::make_unique<pb::Evidence::CallbackService>());
+  return out;
+}
+
+}  // namespace fwai

@@ -1,0 +1,130 @@
+#include "server/llm/http_client.h"
+
+#include <curl/curl.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <mutex>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+#include "common/clock.h"
+
+namespace fwai {
+namespace {
+
+struct Transfer {
+  const std::function<void(std::string_view)>* on_data;
+  HttpResponse* response;
+  CancelToken* cancel;
+  int64_t last_byte_ns;
+  int idle_timeout_s;
+  bool idle_expired = false;
+};
+
+size_t HeaderCb(char* data, size_t size, size_t n, void* user) {
+  auto* t = static_cast<Transfer*>(user);
+  absl::string_view line(data, size * n);
+  if (absl::StartsWith(line, "HTTP/")) {
+    // A new response (e.g. after 100-continue or a proxy CONNECT).
+    t->response->headers.clear();
+    auto sp = line.find(' ');
+    if (sp != absl::string_view::npos && line.size() >= sp + 4) {
+      t->response->status = std::atoi(std::string(line.substr(sp + 1, 3)).c_str());
+    }
+    return size * n;
+  }
+  auto colon = line.find(':');
+  if (colon != absl::string_view::npos) {
+    std::string name = absl::AsciiStrToLower(line.substr(0, colon));
+    std::string value(absl::StripAsciiWhitespace(line.substr(colon + 1)));
+    t->response->headers[name] = value;
+  }
+  return size * n;
+}
+
+size_t WriteCb(char* data, size_t size, size_t n, void* user) {
+  auto* t = static_cast<Transfer*>(user);
+  t->last_byte_ns = MonotonicNanos();
+  if (t->response->status >= 200 && t->response->status < 300) {
+    t->response->body_started = true;
+    (*t->on_data)(std::string_view(data, size * n));
+  } else {
+    if (t->response->body.size() < (1 << 20)) t->response->body.append(data, size * n);
+  }
+  return size * n;
+}
+
+int ProgressCb(void* user, curl_off_t, curl_off_t, curl_off_t, curl_off_t) {
+  auto* t = static_cast<Transfer*>(user);
+  if (t->cancel->cancelled()) return 1;
+  if (MonotonicNanos() - t->last_byte_ns > int64_t{t->idle_timeout_s} * 1000000000) {
+    t->idle_expired = true;
+    return 1;
+  }
+  return 0;
+}
+
+class CurlHttpClient final : public HttpClient {
+ public:
+  CurlHttpClient() {
+    static std::once_flag once;
+    std::call_once(once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
+  }
+
+  absl::StatusOr<HttpResponse> PostStream(const HttpRequest& req,
+                                          const std::function<void(std::string_view)>& on_data,
+                                          CancelToken& cancel, bool* partial) override {
+    if (partial) *partial = false;
+    if (cancel.cancelled()) return absl::CancelledError("cancelled");
+    CURL* curl = curl_easy_init();
+    if (!curl) return absl::InternalError("curl_easy_init failed");
+    HttpResponse response;
+    Transfer t{&on_data, &response, &cancel, MonotonicNanos(), req.idle_timeout_s};
+    struct curl_slist* headers = nullptr;
+    for (const auto& h : req.headers) headers = curl_slist_append(headers, h.c_str());
+    headers = curl_slist_append(headers, "Expect:");
+    char errbuf[CURL_ERROR_SIZE] = {0};
+    curl_easy_setopt(curl, CURLOPT_URL, req.url.c_str());
+    curl_easy_setopt(curl, CURLOPT_HTTPHEADER, headers);
+    curl_easy_setopt(curl, CURLOPT_POST, 1L);
+    curl_easy_setopt(curl, CURLOPT_POSTFIELDS, req.body.data());
+    curl_easy_setopt(curl, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(req.body.size()));
+    curl_easy_setopt(curl, CURLOPT_CONNECTTIMEOUT, static_cast<long>(req.connect_timeout_s));
+    curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(curl, CURLOPT_ERRORBUFFER, errbuf);
+    curl_easy_setopt(curl, CURLOPT_HEADERFUNCTION, HeaderCb);
+    curl_easy_setopt(curl, CURLOPT_HEADERDATA, &t);
+    curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, WriteCb);
+    curl_easy_setopt(curl, CURLOPT_WRITEDATA, &t);
+    curl_easy_setopt(curl, CURLOPT_NOPROGRESS, 0L);
+    curl_easy_setopt(curl, CURLOPT_XFERINFOFUNCTION, ProgressCb);
+    curl_easy_setopt(curl, CURLOPT_XFERINFODATA, &t);
+    curl_easy_setopt(curl, CURLOPT_TCP_NODELAY, 1L);
+    curl_easy_setopt(curl, CURLOPT_ACCEPT_ENCODING, "");
+    CURLcode rc = curl_easy_perform(curl);
+    curl_slist_free_all(headers);
+    curl_easy_cleanup(curl);
+    if (partial) *partial = response.body_started;
+    if (rc == CURLE_ABORTED_BY_CALLBACK) {
+      if (t.idle_expired) {
+        return absl::DeadlineExceededError(absl::StrCat(
+            "no data from ", req.url, " for ", req.idle_timeout_s, " s; gave up"));
+      }
+      return absl::CancelledError("cancelled");
+    }
+    if (rc != CURLE_OK) {
+      std::string detail = errbuf[0] ? errbuf : curl_easy_strerror(rc);
+      return absl::UnavailableError(absl::StrCat("cannot reach ", req.url, ": ", detail));
+    }
+    return response;
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<HttpClient> MakeCurlHttpClient() { return std::make_unique<CurlHttpClient>(); }
+
+}  // namespace fwai

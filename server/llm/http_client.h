@@ -1,0 +1,45 @@
+// HTTP with streaming response bodies (libcurl behind a seam). Honours
+// HTTPS_PROXY / NO_PROXY and uses the system CA store.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/cancel.h"
+
+namespace fwai {
+
+struct HttpRequest {
+  std::string url;
+  std::vector<std::string> headers;  // "Name: value"
+  std::string body;
+  int connect_timeout_s = 15;
+  int idle_timeout_s = 120;  // fail if no byte arrives for this long
+};
+
+struct HttpResponse {
+  int status = 0;
+  std::map<std::string, std::string> headers;  // lowercase names
+  std::string body;  // the body when it was not streamed (non-2xx)
+  bool body_started = false;  // some 2xx body bytes reached on_data
+};
+
+class HttpClient {
+ public:
+  virtual ~HttpClient() = default;
+  // POSTs; for 2xx responses the body goes to `on_data` as it arrives, else
+  // it is collected in HttpResponse::body. A transport failure is UNAVAILABLE
+  // (DEADLINE_EXCEEDED for the idle timeout), cancellation is CANCELLED; in
+  // both cases `partial` (if not null) says whether body bytes were delivered.
+  [[nodiscard]] virtual absl::StatusOr<HttpResponse> PostStream(
+      const HttpRequest& request, const std::function<void(std::string_view)>& on_data,
+      CancelToken& cancel, bool* partial) = 0;
+};
+
+std::unique_ptr<HttpClient> MakeCurlHttpClient();
+
+}  // namespace fwai

@@ -1,0 +1,460 @@
+// Anthropic Messages API and OpenAI Chat Completions adapters, sharing one
+// retrying HTTP driver.
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <random>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "server/llm/http_client.h"
+#include "server/llm/provider.h"
+#include "server/llm/sse_parser.h"
+
+namespace fwai {
+namespace {
+
+using json = nlohmann::json;
+
+bool RetryableHttp(int status) {
+  return status == 408 || status == 409 || status == 429 || status == 500 || status == 502 ||
+         status == 503 || status == 504 || status == 529;
+}
+
+// The provider's own error message out of an error body, if it has one.
+std::string ErrorMessageFromBody(const std::string& body, std::string* type) {
+  json j = json::parse(body, nullptr, false);
+  if (j.is_object() && j.contains("error")) {
+    const json& e = j["error"];
+    if (e.is_object()) {
+      if (type && e.contains("type") && e["type"].is_string()) *type = e["type"].get<std::string>();
+      if (e.contains("message") && e["message"].is_string()) return e["message"].get<std::string>();
+    } else if (e.is_string()) {
+      return e.get<std::string>();
+    }
+  }
+  std::string s = body.substr(0, 300);
+  return s;
+}
+
+// Per-attempt parse state; each provider fills `result` from stream events.
+// Providers are shared by concurrent turns, so nothing per-stream lives in them.
+struct ToolCallAcc {
+  std::string id, name, args;
+};
+struct StreamState {
+  ChatResult result;
+  bool done = false;
+  absl::Status error;
+  bool emitted = false;  // something reached the observer
+  std::vector<std::string> partial_json;  // Anthropic: tool input per block
+  std::string text;                       // OpenAI: accumulated text
+  std::vector<ToolCallAcc> calls;         // OpenAI: tool calls by index
+  std::string finish_reason;              // OpenAI
+};
+
+class HttpProvider : public Provider {
+ public:
+  HttpProvider(ProviderConfig config, RetryConfig retry, HttpClient& http)
+      : config_(std::move(config)), retry_(retry), http_(http) {}
+
+  const ProviderConfig& config() const override { return config_; }
+
+  absl::StatusOr<ChatResult> Stream(const ChatRequest& request, StreamObserver& observer,
+                                    CancelToken& cancel) override {
+    const std::string key = ResolveApiKey(config_);
+    if (key.empty()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          config_.name, ": no API key; set ", config_.api_key_env.empty() ? "api_key" : config_.api_key_env,
+          " in the daemon's environment or providers.", config_.name, ".api_key in fwaid.yaml"));
+    }
+    HttpRequest http_req;
+    http_req.url = Url();
+    http_req.headers = Headers(key);
+    http_req.headers.push_back("Content-Type: application/json");
+    http_req.headers.push_back("Accept: text/event-stream");
+    http_req.body = Body(request).dump();
+    std::mt19937 rng(std::random_device{}());
+    int backoff = retry_.initial_backoff_ms;
+    for (int attempt = 1;; ++attempt) {
+      StreamState st;
+      SseParser parser;
+      bool partial = false;
+      auto on_data = [&](std::string_view bytes) {
+        parser.Feed(bytes, [&](const SseEvent& ev) {
+          if (st.done || !st.error.ok()) return;
+          HandleEvent(ev, st, observer);
+        });
+      };
+      auto resp = http_.PostStream(http_req, on_data, cancel, &partial);
+      const bool last = attempt >= retry_.max_attempts;
+      std::string why;
+      int delay = 0;
+      if (!resp.ok()) {
+        if (absl::IsCancelled(resp.status()) || cancel.cancelled()) {
+          return absl::CancelledError("turn cancelled");
+        }
+        if (partial || st.emitted) {
+          return absl::UnavailableError(absl::StrCat(config_.name, ": the response stream was cut: ",
+                                                     resp.status().message()));
+        }
+        if (last) {
+          return absl::UnavailableError(absl::StrCat(config_.name, ": ", resp.status().message(),
+                                                     " (after ", attempt, " attempts)"));
+        }
+        why = std::string(resp.status().message());
+      } else if (resp->status >= 200 && resp->status < 300) {
+        if (!st.error.ok()) return st.error;
+        OnStreamEnd(st);
+        if (!st.error.ok()) return st.error;
+        if (!st.done) {
+          return absl::UnavailableError(absl::StrCat(
+              config_.name, ": the response stream ended before the message was complete"));
+        }
+        return std::move(st.result);
+      } else {
+        std::string type;
+        std::string msg = ErrorMessageFromBody(resp->body, &type);
+        const int code = resp->status;
+        std::string full = absl::StrCat(config_.name, ": HTTP ", code, type.empty() ? "" : " ",
+                                        type, ": ", msg);
+        if (code == 401 || code == 403) {
+          return absl::UnauthenticatedError(absl::StrCat(
+              full, " — check the API key in ",
+              config_.api_key.empty() ? config_.api_key_env : absl::StrCat("providers.", config_.name, ".api_key")));
+        }
+        if (!RetryableHttp(code) || last) {
+          if (code == 429) return absl::ResourceExhaustedError(absl::StrCat(full, " (after ", attempt, " attempts)"));
+          if (code >= 500) return absl::UnavailableError(absl::StrCat(full, " (after ", attempt, " attempts)"));
+          if (code == 404) return absl::NotFoundError(full);
+          return absl::InvalidArgumentError(full);
+        }
+        why = full;
+        auto ra = resp->headers.find("retry-after");
+        if (ra != resp->headers.end()) {
+          double secs = std::atof(ra->second.c_str());
+          if (secs > 0) delay = static_cast<int>(std::min(secs * 1000, 120000.0));
+        }
+        auto ram = resp->headers.find("retry-after-ms");
+        if (ram != resp->headers.end()) {
+          double ms = std::atof(ram->second.c_str());
+          if (ms > 0) delay = static_cast<int>(std::min(ms, 120000.0));
+        }
+      }
+      if (delay == 0) {
+        std::uniform_int_distribution<int> jitter(0, std::max(1, backoff / 4));
+        delay = std::min(backoff, retry_.max_backoff_ms) + jitter(rng);
+        backoff = std::min(backoff * 2, retry_.max_backoff_ms);
+      }
+      observer.OnRetry(attempt, delay, why);
+      if (cancel.WaitFor(std::chrono::milliseconds(delay))) {
+        return absl::CancelledError("turn cancelled");
+      }
+    }
+  }
+
+ protected:
+  virtual std::string Url() const = 0;
+  virtual std::vector<std::string> Headers(const std::string& key) const = 0;
+  virtual json Body(const ChatRequest& request) const = 0;
+  virtual void HandleEvent(const SseEvent& ev, StreamState& st, StreamObserver& observer) = 0;
+  // The body ended cleanly; a provider may complete a message here.
+  virtual void OnStreamEnd(StreamState& st) {}
+
+  absl::Status Malformed(const std::string& what) const {
+    return absl::UnavailableError(absl::StrCat(config_.name, ": malformed stream event: ", what));
+  }
+
+  const ProviderConfig config_;
+  const RetryConfig retry_;
+  HttpClient& http_;
+};
+
+// ---------------------------------------------------------------------------
+// Anthropic Messages API: POST {base}/v1/messages with "stream": true.
+class AnthropicProvider final : public HttpProvider {
+ public:
+  using HttpProvider::HttpProvider;
+
+ protected:
+  std::string Url() const override { return config_.base_url + "/v1/messages"; }
+  std::vector<std::string> Headers(const std::string& key) const override {
+    return {"x-api-key: " + key, "anthropic-version: 2023-06-01"};
+  }
+  json Body(const ChatRequest& r) const override {
+    json b;
+    b["model"] = r.model;
+    b["max_tokens"] = r.max_tokens;
+    b["stream"] = true;
+    if (!r.system.empty()) b["system"] = r.system;
+    if (r.temperature >= 0) b["temperature"] = r.temperature;
+    b["messages"] = json::array();
+    for (const auto& m : r.messages) b["messages"].push_back({{"role", m.role}, {"content", m.content}});
+    if (!r.tools.empty()) {
+      b["tools"] = json::array();
+      for (const auto& t : r.tools) {
+        b["tools"].push_back(
+            {{"name", t.name}, {"description", t.description}, {"input_schema", t.input_schema}});
+      }
+    }
+    return b;
+  }
+
+  void HandleEvent(const SseEvent& ev, StreamState& st, StreamObserver& obs) override {
+    if (ev.event == "ping") return;
+    json j = json::parse(ev.data, nullptr, false);
+    if (j.is_discarded() || !j.is_object()) {
+      st.error = Malformed(absl::StrCat("event '", ev.event, "' data is not JSON: ", ev.data.substr(0, 200)));
+      return;
+    }
+    const std::string type = j.value("type", ev.event);
+    try {
+      if (type == "message_start") {
+        const json& u = j.at("message").value("usage", json::object());
+        st.result.input_tokens = u.value("input_tokens", int64_t{0}) +
+                                 u.value("cache_read_input_tokens", int64_t{0}) +
+                                 u.value("cache_creation_input_tokens", int64_t{0});
+        st.result.output_tokens = u.value("output_tokens", int64_t{0});
+      } else if (type == "content_block_start") {
+        size_t index = j.at("index").get<size_t>();
+        json block = j.at("content_block");
+        if (block.value("type", "") == "tool_use") {
+          block["input"] = json::object();
+          obs.OnToolUseStart(block.value("id", ""), block.value("name", ""));
+          st.emitted = true;
+        }
+        if (st.partial_json.size() <= index) st.partial_json.resize(index + 1);
+        st.partial_json[index].clear();
+        while (st.result.content.size() <= index) st.result.content.push_back(json::object());
+        st.result.content[index] = block;
+      } else if (type == "content_block_delta") {
+        size_t index = j.at("index").get<size_t>();
+        if (index >= st.result.content.size()) {
+          st.error = Malformed("content_block_delta for a block that was not started");
+          return;
+        }
+        const json& d = j.at("delta");
+        const std::string dt = d.value("type", "");
+        json& block = st.result.content[index];
+        if (dt == "text_delta") {
+          const std::string text = d.at("text").get<std::string>();
+          block["text"] = block.value("text", "") + text;
+          obs.OnText(text);
+          st.emitted = true;
+        } else if (dt == "input_json_delta") {
+          st.partial_json[index] += d.at("partial_json").get<std::string>();
+        } else if (dt == "thinking_delta") {
+          const std::string text = d.at("thinking").get<std::string>();
+          block["thinking"] = block.value("thinking", "") + text;
+          obs.OnThinking(text);
+          st.emitted = true;
+        } else if (dt == "signature_delta") {
+          block["signature"] = block.value("signature", "") + d.at("signature").get<std::string>();
+        }
+      } else if (type == "content_block_stop") {
+        size_t index = j.at("index").get<size_t>();
+        if (index < st.result.content.size() &&
+            st.result.content[index].value("type", "") == "tool_use") {
+          const std::string& pj = st.partial_json[index];
+          json input = pj.empty() ? json::object() : json::parse(pj, nullptr, false);
+          if (input.is_discarded() || !input.is_object()) {
+            st.error = Malformed(absl::StrCat("tool_use input is not a JSON object: ", pj.substr(0, 200)));
+            return;
+          }
+          st.result.content[index]["input"] = input;
+        }
+      } else if (type == "message_delta") {
+        if (j.contains("delta") && j["delta"].contains("stop_reason") && j["delta"]["stop_reason"].is_string()) {
+          st.result.stop_reason = j["delta"]["stop_reason"].get<std::string>();
+        }
+        if (j.contains("usage")) {
+          st.result.output_tokens = j["usage"].value("output_tokens", st.result.output_tokens);
+        }
+      } else if (type == "message_stop") {
+        st.done = true;
+        st.partial_json.clear();
+      } else if (type == "error") {
+        std::string etype = j.contains("error") ? j["error"].value("type", "error") : "error";
+        std::string msg = j.contains("error") ? j["error"].value("message", "") : ev.data;
+        st.error = absl::UnavailableError(absl::StrCat(config_.name, ": ", etype, ": ", msg));
+      }
+    } catch (const json::exception& e) {
+      st.error = Malformed(absl::StrCat("'", type, "': ", e.what()));
+    }
+  }
+
+};
+
+// ---------------------------------------------------------------------------
+// OpenAI Chat Completions: POST {base}/chat/completions with "stream": true.
+class OpenAiProvider final : public HttpProvider {
+ public:
+  using HttpProvider::HttpProvider;
+
+ protected:
+  std::string Url() const override { return config_.base_url + "/chat/completions"; }
+  std::vector<std::string> Headers(const std::string& key) const override {
+    return {"Authorization: Bearer " + key};
+  }
+
+  json Body(const ChatRequest& r) const override {
+    json b;
+    b["model"] = r.model;
+    b["stream"] = true;
+    b["stream_options"] = {{"include_usage", true}};
+    if (absl::StrContains(config_.base_url, "api.openai.com")) {
+      b["max_completion_tokens"] = r.max_tokens;
+    } else {
+      b["max_tokens"] = r.max_tokens;
+    }
+    if (r.temperature >= 0) b["temperature"] = r.temperature;
+    json msgs = json::array();
+    if (!r.system.empty()) msgs.push_back({{"role", "system"}, {"content", r.system}});
+    for (const auto& m : r.messages) {
+      std::string text;
+      json tool_calls = json::array();
+      std::vector<json> tool_results;
+      for (const auto& block : m.content) {
+        const std::string t = block.value("type", "");
+        if (t == "text") {
+          text += block.value("text", "");
+        } else if (t == "tool_use") {
+          tool_calls.push_back({{"id", block.value("id", "")},
+                                {"type", "function"},
+                                {"function",
+                                 {{"name", block.value("name", "")},
+                                  {"arguments", block.value("input", json::object()).dump()}}}});
+        } else if (t == "tool_result") {
+          std::string content;
+          const json& c = block.contains("content") ? block["content"] : json();
+          if (c.is_string()) {
+            content = c.get<std::string>();
+          } else if (c.is_array()) {
+            for (const auto& part : c) content += part.value("text", "");
+          }
+          if (block.value("is_error", false)) content = "ERROR: " + content;
+          tool_results.push_back(
+              {{"role", "tool"}, {"tool_call_id", block.value("tool_use_id", "")}, {"content", content}});
+        }
+      }
+      for (auto& tr : tool_results) msgs.push_back(std::move(tr));
+      if (m.role == "assistant") {
+        json a = {{"role", "assistant"}};
+        a["content"] = text.empty() ? json(nullptr) : json(text);
+        if (!tool_calls.empty()) a["tool_calls"] = tool_calls;
+        msgs.push_back(a);
+      } else if (!text.empty()) {
+        msgs.push_back({{"role", "user"}, {"content", text}});
+      }
+    }
+    b["messages"] = msgs;
+    if (!r.tools.empty()) {
+      b["tools"] = json::array();
+      for (const auto& t : r.tools) {
+        b["tools"].push_back({{"type", "function"},
+                              {"function",
+                               {{"name", t.name},
+                                {"description", t.description},
+                                {"parameters", t.input_schema}}}});
+      }
+    }
+    return b;
+  }
+
+  void HandleEvent(const SseEvent& ev, StreamState& st, StreamObserver& obs) override {
+    if (ev.data == "[DONE]") {
+      FinishInto(config_, st);
+      return;
+    }
+    json j = json::parse(ev.data, nullptr, false);
+    if (j.is_discarded() || !j.is_object()) {
+      st.error = Malformed(absl::StrCat("data is not JSON: ", ev.data.substr(0, 200)));
+      return;
+    }
+    try {
+      if (j.contains("error")) {
+        std::string type;
+        std::string msg = ErrorMessageFromBody(ev.data, &type);
+        st.error = absl::UnavailableError(absl::StrCat(config_.name, ": ", type.empty() ? "error" : type, ": ", msg));
+        return;
+      }
+      if (j.contains("usage") && j["usage"].is_object()) {
+        st.result.input_tokens = j["usage"].value("prompt_tokens", int64_t{0});
+        st.result.output_tokens = j["usage"].value("completion_tokens", int64_t{0});
+      }
+      if (!j.contains("choices") || !j["choices"].is_array()) return;
+      for (const auto& choice : j["choices"]) {
+        if (choice.value("index", 0) != 0) continue;
+        if (choice.contains("delta") && choice["delta"].is_object()) {
+          const json& d = choice["delta"];
+          if (d.contains("content") && d["content"].is_string()) {
+            const std::string text = d["content"].get<std::string>();
+            if (!text.empty()) {
+              st.text += text;
+              obs.OnText(text);
+              st.emitted = true;
+            }
+          }
+          if (d.contains("tool_calls") && d["tool_calls"].is_array()) {
+            for (const auto& tc : d["tool_calls"]) {
+              size_t idx = tc.value("index", 0);
+              if (st.calls.size() <= idx) st.calls.resize(idx + 1);
+              ToolCallAcc& c = st.calls[idx];
+              if (tc.contains("id") && tc["id"].is_string()) c.id = tc["id"].get<std::string>();
+              if (tc.contains("function")) {
+                const json& f = tc["function"];
+                if (f.contains("name") && f["name"].is_string() && c.name.empty()) {
+                  c.name = f["name"].get<std::string>();
+                  obs.OnToolUseStart(c.id, c.name);
+                  st.emitted = true;
+                }
+                if (f.contains("arguments") && f["arguments"].is_string()) {
+                  c.args += f["arguments"].get<std::string>();
+                }
+              }
+            }
+          }
+        }
+        if (choice.contains("finish_reason") && choice["finish_reason"].is_string()) {
+          const std::string fr = choice["finish_reason"].get<std::string>();
+          st.finish_reason = fr == "stop"         ? "end_turn"
+                           : fr == "tool_calls" ? "tool_use"
+                           : fr == "length"     ? "max_tokens"
+                                                : fr;
+        }
+      }
+    } catch (const json::exception& e) {
+      st.error = Malformed(e.what());
+    }
+  }
+
+  // Some OpenAI-compatible servers end with a finish_reason but no [DONE].
+  void OnStreamEnd(StreamState& st) override {
+    if (!st.done && !st.finish_reason.empty()) FinishInto(config_, st);
+  }
+
+  static void FinishInto(const ProviderConfig& cfg, StreamState& st) {
+    if (!st.text.empty()) st.result.content.push_back({{"type", "text"}, {"text", st.text}});
+    for (auto& c : st.calls) {
+      json input = c.args.empty() ? json::object() : json::parse(c.args, nullptr, false);
+      if (input.is_discarded() || !input.is_object()) {
+        st.error = absl::UnavailableError(absl::StrCat(cfg.name, ": malformed stream event: tool call arguments are not a JSON object: ", c.args.substr(0, 200)));
+        break;
+      }
+      st.result.content.push_back({{"type", "tool_use"}, {"id", c.id}, {"name", c.name}, {"input", input}});
+    }
+    st.result.stop_reason =
+        st.finish_reason.empty() ? (st.calls.empty() ? "end_turn" : "tool_use") : st.finish_reason;
+    st.done = true;
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Provider> MakeProvider(const ProviderConfig& config, const RetryConfig& retry,
+                                       HttpClient& http) {
+  if (config.kind == "anthropic") return std::make_unique<AnthropicProvider>(config, retry, http);
+  return std::make_unique<OpenAiProvider>(config, retry, http);
+}
+
+}  // namespace fwai

@@ -1,0 +1,321 @@
+// fwaid: the fwai daemon.
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/health_check_service_interface.h>
+#include <grpcpp/impl/codegen/service_type.h>
+#include <grpcpp/server_posix.h>
+#include <signal.h>
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "common/clock.h"
+#include "common/config.h"
+#include "common/paths.h"
+#include "common/status_macros.h"
+#include "server/agent/turn_manager.h"
+#include "server/api/api.h"
+#include "server/llm/http_client.h"
+#include "server/llm/provider.h"
+#include "server/session/session_manager.h"
+#include "server/storage/storage.h"
+#include "server/tools/tool.h"
+
+#ifndef FWAI_VERSION
+#define FWAI_VERSION "0.0.0"
+#endif
+
+namespace fwai {
+namespace {
+
+// A unix socket we accept on ourselves, so each connection's peer uid is
+// known (SO_PEERCRED) before it is handed to gRPC.
+class UnixListener {
+ public:
+  UnixListener(std::string path) : path_(std::move(path)) {}
+  ~UnixListener() { Stop(); }
+
+  absl::Status Bind() {
+    if (path_.size() >= sizeof(sockaddr_un::sun_path)) {
+      return absl::InvalidArgumentError(absl::StrCat("listen unix:", path_, ": path is too long (max ",
+                                                     sizeof(sockaddr_un::sun_path) - 1, " bytes)"));
+    }
+    std::filesystem::path dir = std::filesystem::path(path_).parent_path();
+    if (!dir.empty()) {
+      std::error_code ec;
+      if (!std::filesystem::exists(dir, ec)) RETURN_IF_ERROR(MakeDirs(dir.string(), 0700));
+    }
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::strncpy(addr.sun_path, path_.c_str(), sizeof(addr.sun_path) - 1);
+    struct stat st;
+    if (lstat(path_.c_str(), &st) == 0) {
+      if (!S_ISSOCK(st.st_mode)) {
+        return absl::FailedPreconditionError(absl::StrCat("listen unix:", path_, ": exists and is not a socket"));
+      }
+      int probe = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+      bool alive = connect(probe, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+      close(probe);
+      if (alive) {
+        return absl::AlreadyExistsError(absl::StrCat(
+            "listen unix:", path_, ": another fwaid is already listening there (fwai daemon stop)"));
+      }
+      unlink(path_.c_str());  // stale socket of a daemon that died
+    }
+    fd_ = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd_ < 0) return absl::InternalError(absl::StrCat("socket: ", std::strerror(errno)));
+    mode_t old = umask(0077);
+    int rc = bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+    umask(old);
+    if (rc != 0) {
+      return absl::FailedPreconditionError(absl::StrCat("listen unix:", path_, ": ", std::strerror(errno)));
+    }
+    if (listen(fd_, 256) != 0) {
+      return absl::FailedPreconditionError(absl::StrCat("listen unix:", path_, ": ", std::strerror(errno)));
+    }
+    return absl::OkStatus();
+  }
+
+  void Start(grpc::Server* server, PeerRegistry* peers) {
+    thread_ = std::thread([this, server, peers] {
+      while (!stopping_) {
+        int c = accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);  // gRPC needs non-blocking fds
+        if (c < 0) {
+          if (errno == EINTR || errno == ECONNABORTED) continue;
+          if (stopping_) break;
+          if (errno == EMFILE || errno == ENFILE) {
+            spdlog::error("accept on {}: {}; retrying", path_, std::strerror(errno));
+            std::this_thread::sleep_for(std::chrono::milliseconds(100));
+            continue;
+          }
+          spdlog::error("accept on {}: {}", path_, std::strerror(errno));
+          break;
+        }
+        ucred cred{};
+        socklen_t len = sizeof(cred);
+        if (getsockopt(c, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) {
+          close(c);
+          continue;
+        }
+        peers->Add(c, cred.uid);
+        grpc::AddInsecureChannelFromFd(server, c);
+      }
+    });
+  }
+
+  void Stop() {
+    if (fd_ < 0) return;
+    stopping_ = true;
+    shutdown(fd_, SHUT_RDWR);
+    if (thread_.joinable()) thread_.join();
+    close(fd_);
+    fd_ = -1;
+    unlink(path_.c_str());
+  }
+
+  const std::string& path() const { return path_; }
+
+ private:
+  const std::string path_;
+  int fd_ = -1;
+  std::atomic<bool> stopping_{false};
+  std::thread thread_;
+};
+
+int Main(int argc, char** argv) {
+  // Signals are taken synchronously by the main thread; block them before any
+  // other thread exists so every thread inherits the mask.
+  sigset_t sigs;
+  sigemptyset(&sigs);
+  sigaddset(&sigs, SIGTERM);
+  sigaddset(&sigs, SIGINT);
+  sigaddset(&sigs, SIGHUP);
+  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  CLI::App app{"fwaid — the fwai daemon"};
+  std::string config_path, data_dir, log_level;
+  std::vector<std::string> listen;
+  bool version = false;
+  app.add_option("--config", config_path, "Config file (default: $XDG_CONFIG_HOME/fwai/fwaid.yaml if present)");
+  app.add_option("--listen", listen, "unix:PATH or tcp:HOST:PORT (repeatable)");
+  app.add_option("--data-dir", data_dir, "Data directory (default: $XDG_DATA_HOME/fwai)");
+  app.add_option("--log-level", log_level, "trace|debug|info|warn|error|off");
+  app.add_flag("--version", version, "Print the version");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;
+  }
+  if (version) {
+    std::printf("fwaid %s\n", FWAI_VERSION);
+    return 0;
+  }
+  auto logger = spdlog::stderr_color_mt("fwaid");
+  spdlog::set_default_logger(logger);
+  spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ %v");
+
+  DaemonConfig config;
+  if (config_path.empty() && std::filesystem::exists(DefaultConfigPath())) {
+    config_path = DefaultConfigPath();
+  }
+  if (!config_path.empty()) {
+    auto c = LoadConfigFile(config_path);
+    if (!c.ok()) {
+      std::fprintf(stderr, "fwaid: %s\n", std::string(c.status().message()).c_str());
+      return 1;
+    }
+    config = *std::move(c);
+  }
+  for (const auto& l : listen) {
+    if (!absl::StartsWith(l, "unix:") && !absl::StartsWith(l, "tcp:")) {
+      std::fprintf(stderr, "fwaid: --listen %s: expected unix:PATH or tcp:HOST:PORT\n", l.c_str());
+      return 2;
+    }
+  }
+  if (!listen.empty()) config.listen = listen;
+  if (config.listen.empty()) config.listen.push_back("unix:" + DefaultSocketPath());
+  if (!data_dir.empty()) config.data_dir = data_dir;
+  if (config.data_dir.empty()) config.data_dir = DefaultDataDir();
+  if (!log_level.empty()) config.log_level = log_level;
+  spdlog::set_level(spdlog::level::from_str(config.log_level));
+  ApplyProviderEnvironment(config);
+
+  if (auto s = MakeDirs(config.data_dir, 0700); !s.ok()) {
+    std::fprintf(stderr, "fwaid: data dir: %s\n", std::string(s.message()).c_str());
+    return 1;
+  }
+  auto storage = Storage::Open(config.data_dir + "/db");
+  if (!storage.ok()) {
+    std::fprintf(stderr, "fwaid: %s\n", std::string(storage.status().message()).c_str());
+    return 1;
+  }
+
+  auto http = MakeCurlHttpClient();
+  ProviderSet providers;
+  for (const auto& [name, pc] : config.providers) {
+    providers.providers[name] = MakeProvider(pc, config.retry, *http);
+  }
+  providers.default_name = config.default_provider;
+
+  ToolRegistry tools;
+  RegisterFileTools(tools);
+  SessionManager sessions(**storage, config.subscribers);
+  TurnManager turns(sessions, config, providers, tools);
+  PeerRegistry peers;
+
+  ApiDeps deps;
+  deps.sessions = &sessions;
+  deps.turns = &turns;
+  deps.config = &config;
+  deps.providers = &providers;
+  deps.peers = &peers;
+  deps.request_shutdown = [] { kill(getpid(), SIGTERM); };
+  deps.started_us = NowMicros();
+  deps.daemon_uid = getuid();
+  deps.version = FWAI_VERSION;
+
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  builder.SetMaxReceiveMessageSize(64 << 20);
+  auto services = MakeServices(deps);
+  for (auto& s : services) builder.RegisterService(s.get());
+
+  std::vector<std::unique_ptr<UnixListener>> unix_listeners;
+  std::vector<std::pair<std::string, std::unique_ptr<int>>> tcp_ports;
+  for (const auto& l : config.listen) {
+    if (absl::StartsWith(l, "unix:")) {
+      auto ul = std::make_unique<UnixListener>(l.substr(5));
+      if (auto s = ul->Bind(); !s.ok()) {
+        std::fprintf(stderr, "fwaid: %s\n", std::string(s.message()).c_str());
+        return 1;
+      }
+      unix_listeners.push_back(std::move(ul));
+    } else {
+      auto port = std::make_unique<int>(0);
+      // TCP is for loopback and trusted networks until TLS with tokens lands.
+      builder.AddListeningPort(l.substr(4), grpc::InsecureServerCredentials(), port.get());
+      tcp_ports.emplace_back(l.substr(4), std::move(port));
+    }
+  }
+  // Connections handed over by fd are driven by the pollsets of the server's
+  // completion queues; this one exists (and is polled) for them.
+  std::unique_ptr<grpc::ServerCompletionQueue> fd_cq = builder.AddCompletionQueue(true);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (!server) {
+    std::fprintf(stderr, "fwaid: cannot start the gRPC server (is a TCP port in use?)\n");
+    return 1;
+  }
+  for (auto& [addr, port] : tcp_ports) {
+    if (*port == 0) {
+      std::fprintf(stderr, "fwaid: listen tcp:%s: cannot bind\n", addr.c_str());
+      return 1;
+    }
+    std::string host = addr.substr(0, addr.rfind(':'));
+    std::printf("fwaid: listening on tcp:%s:%d\n", host.c_str(), *port);
+  }
+  std::thread fd_cq_thread([cq = fd_cq.get()] {
+    void* tag;
+    bool ok;
+    while (cq->Next(&tag, &ok)) {
+    }
+  });
+  std::string pid_file;
+  for (auto& ul : unix_listeners) {
+    ul->Start(server.get(), &peers);
+    std::printf("fwaid: listening on unix:%s\n", ul->path().c_str());
+    if (pid_file.empty()) {
+      pid_file = ul->path() + ".pid";
+      std::ofstream(pid_file) << getpid() << "\n";
+    }
+  }
+  std::printf("fwaid: ready (pid %d, data %s, providers: %s)\n", getpid(), config.data_dir.c_str(),
+              providers.providers.empty() ? "none" : providers.default_name.c_str());
+  std::fflush(stdout);
+  spdlog::info("fwaid {} started; data dir {}", FWAI_VERSION, config.data_dir);
+
+  int sig = 0;
+  while (true) {
+    if (sigwait(&sigs, &sig) != 0) continue;
+    if (sig == SIGHUP) {
+      spdlog::info("SIGHUP ignored (restart fwaid to reload its config)");
+      continue;
+    }
+    break;
+  }
+  spdlog::info("signal {}: shutting down", sig);
+  for (auto& ul : unix_listeners) ul->Stop();
+  turns.Shutdown();
+  sessions.CloseAll(absl::UnavailableError("fwaid is shutting down; reconnect after it restarts"));
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(3));
+  server->Wait();
+  fd_cq->Shutdown();
+  fd_cq_thread.join();
+  if (auto s = (*storage)->SyncWal(); !s.ok()) {
+    spdlog::error("final sync failed: {}", s.ToString());
+    return 1;
+  }
+  if (!pid_file.empty()) unlink(pid_file.c_str());
+  spdlog::info("stopped cleanly");
+  return 0;
+}
+
+}  // namespace
+}  // namespace fwai
+
+int main(int argc, char** argv) { return fwai::Main(argc, argv); }

@@ -1,0 +1,302 @@
+#include "server/session/session_manager.h"
+
+#include <algorithm>
+#include <filesystem>
+
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/str_cat.h"
+#include "common/clock.h"
+#include "common/ids.h"
+#include "common/status_macros.h"
+#include "fwai/v1/events.pb.h"
+#include "server/storage/storage.h"
+
+namespace fwai {
+
+std::string SessionToJson(const SessionInfo& s) {
+  nlohmann::json j = {{"id", s.id},
+                      {"title", s.title},
+                      {"owner", s.owner},
+                      {"project_root", s.project_root},
+                      {"created_us", s.created_us},
+                      {"updated_us", s.updated_us},
+                      {"provider", s.provider},
+                      {"model", s.model},
+                      {"mode", s.mode}};
+  return j.dump();
+}
+
+absl::StatusOr<SessionInfo> SessionFromJson(const std::string& text) {
+  try {
+    auto j = nlohmann::json::parse(text);
+    SessionInfo s;
+    s.id = j.value("id", "");
+    s.title = j.value("title", "");
+    s.owner = j.value("owner", "");
+    s.project_root = j.value("project_root", "");
+    s.created_us = j.value("created_us", int64_t{0});
+    s.updated_us = j.value("updated_us", int64_t{0});
+    s.provider = j.value("provider", "");
+    s.model = j.value("model", "");
+    s.mode = j.value("mode", "act");
+    return s;
+  } catch (const nlohmann::json::exception& e) {
+    return absl::DataLossError(absl::StrCat("stored session record is not valid JSON: ", e.what()));
+  }
+}
+
+SessionManager::SessionManager(Storage& storage, SubscriberConfig limits)
+    : storage_(storage), limits_(limits) {}
+
+SessionManager::~SessionManager() { CloseAll(absl::UnavailableError("fwaid is shutting down")); }
+
+absl::StatusOr<SessionInfo> SessionManager::Create(const std::string& owner, NewSession params) {
+  std::error_code ec;
+  if (params.project_root.empty()) {
+    return absl::InvalidArgumentError("project_root: required (the directory the session works on)");
+  }
+  std::filesystem::path root = std::filesystem::canonical(params.project_root, ec);
+  if (ec || !std::filesystem::is_directory(root)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "project_root: '", params.project_root, "' is not an existing directory",
+        ec ? absl::StrCat(" (", ec.message(), ")") : std::string()));
+  }
+  if (params.title.size() > 200) {
+    return absl::InvalidArgumentError("title: at most 200 characters");
+  }
+  SessionInfo s;
+  s.id = NewId("s-");
+  s.title = params.title;
+  s.owner = owner;
+  s.project_root = root.string();
+  s.created_us = s.updated_us = NowMicros();
+  s.provider = params.provider;
+  s.model = params.model;
+  RETURN_IF_ERROR(storage_.Put(Cf::kSessions, s.id, SessionToJson(s), /*sync=*/false));
+  return s;
+}
+
+absl::StatusOr<std::shared_ptr<SessionManager::Live>> SessionManager::GetLive(const std::string& id) {
+  std::shared_ptr<Live> live;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto& slot = live_[id];
+    if (!slot) slot = std::make_shared<Live>();
+    live = slot;
+  }
+  std::lock_guard<std::mutex> lock(live->mu);
+  if (live->deleted) return absl::NotFoundError(absl::StrCat("session ", id, " not found"));
+  if (!live->loaded) {
+    ASSIGN_OR_RETURN(auto rec, storage_.Get(Cf::kSessions, id));
+    if (!rec) {
+      std::lock_guard<std::mutex> l2(mu_);
+      if (live_[id] == live && live->subscribers.empty()) live_.erase(id);
+      return absl::NotFoundError(absl::StrCat("session ", id, " not found"));
+    }
+    ASSIGN_OR_RETURN(auto last, storage_.LastKey(Cf::kEvents, SeqKey(id, 0), SeqKeyEnd(id)));
+    live->last_seq = last ? DecodeU64(std::string_view(*last).substr(id.size() + 1)) : 0;
+    ASSIGN_OR_RETURN(auto hlast, storage_.LastKey(Cf::kHistory, SeqKey(id, 0), SeqKeyEnd(id)));
+    live->history_len = hlast ? DecodeU64(std::string_view(*hlast).substr(id.size() + 1)) : 0;
+    live->loaded = true;
+  }
+  return live;
+}
+
+absl::StatusOr<SessionInfo> SessionManager::Get(const std::string& id) {
+  ASSIGN_OR_RETURN(auto live, GetLive(id));
+  ASSIGN_OR_RETURN(auto rec, storage_.Get(Cf::kSessions, id));
+  if (!rec) return absl::NotFoundError(absl::StrCat("session ", id, " not found"));
+  ASSIGN_OR_RETURN(SessionInfo s, SessionFromJson(*rec));
+  std::lock_guard<std::mutex> lock(live->mu);
+  s.last_seq = live->last_seq;
+  return s;
+}
+
+absl::StatusOr<std::vector<SessionInfo>> SessionManager::List(const std::string& owner) {
+  std::vector<SessionInfo> out;
+  absl::Status parse_error;
+  RETURN_IF_ERROR(storage_.Scan(Cf::kSessions, "", "", [&](std::string_view, std::string_view v) {
+    auto s = SessionFromJson(std::string(v));
+    if (!s.ok()) {
+      parse_error = s.status();
+      return true;  // skip a damaged record, keep listing the rest
+    }
+    if (owner.empty() || s->owner == owner) out.push_back(*std::move(s));
+    return true;
+  }));
+  for (auto& s : out) {
+    auto last = storage_.LastKey(Cf::kEvents, SeqKey(s.id, 0), SeqKeyEnd(s.id));
+    if (last.ok() && *last) s.last_seq = DecodeU64(std::string_view(**last).substr(s.id.size() + 1));
+  }
+  std::sort(out.begin(), out.end(),
+            [](const SessionInfo& a, const SessionInfo& b) { return a.updated_us > b.updated_us; });
+  return out;
+}
+
+absl::Status SessionManager::Update(const SessionInfo& info) {
+  SessionInfo s = info;
+  s.updated_us = NowMicros();
+  return storage_.Put(Cf::kSessions, s.id, SessionToJson(s), /*sync=*/false);
+}
+
+absl::Status SessionManager::Delete(const std::string& id) {
+  ASSIGN_OR_RETURN(auto live, GetLive(id));
+  std::vector<std::shared_ptr<Subscriber>> to_notify;
+  {
+    std::lock_guard<std::mutex> lock(live->mu);
+    WriteBatch batch;
+    batch.Delete(Cf::kSessions, id);
+    batch.DeleteRange(Cf::kEvents, SeqKey(id, 0), SeqKeyEnd(id));
+    batch.DeleteRange(Cf::kHistory, SeqKey(id, 0), SeqKeyEnd(id));
+    RETURN_IF_ERROR(storage_.Write(batch, /*sync=*/false));
+    live->deleted = true;
+    for (auto& sub : live->subscribers) {
+      if (sub->Close(absl::NotFoundError(absl::StrCat("session ", id, " was deleted")), false)) {
+        to_notify.push_back(sub);
+      }
+    }
+    live->subscribers.clear();
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    live_.erase(id);
+  }
+  for (auto& sub : to_notify) sub->Notify();
+  return absl::OkStatus();
+}
+
+absl::StatusOr<uint64_t> SessionManager::Publish(const std::string& session_id,
+                                                 std::string serialized) {
+  ASSIGN_OR_RETURN(auto live, GetLive(session_id));
+  fwai::v1::ServerEvent ev;
+  if (!ev.ParseFromString(serialized)) {
+    return absl::InternalError("Publish: event is not a serialized ServerEvent");
+  }
+  std::vector<std::shared_ptr<Subscriber>> to_notify;
+  uint64_t seq;
+  {
+    std::lock_guard<std::mutex> lock(live->mu);
+    if (live->deleted) return absl::NotFoundError(absl::StrCat("session ", session_id, " not found"));
+    seq = live->last_seq + 1;
+    ev.set_session_id(session_id);
+    ev.set_seq(seq);
+    if (ev.time_us() == 0) ev.set_time_us(NowMicros());
+    std::string bytes = ev.SerializeAsString();
+    RETURN_IF_ERROR(storage_.Put(Cf::kEvents, SeqKey(session_id, seq), bytes, /*sync=*/false));
+    live->last_seq = seq;
+    for (auto& sub : live->subscribers) {
+      if (sub->Push(seq, bytes)) to_notify.push_back(sub);
+    }
+  }
+  for (auto& sub : to_notify) sub->Notify();
+  return seq;
+}
+
+absl::StatusOr<std::shared_ptr<Subscriber>> SessionManager::Subscribe(
+    const std::string& session_id, uint64_t after_seq, bool replay, bool follow,
+    std::function<void()> notify) {
+  ASSIGN_OR_RETURN(auto live, GetLive(session_id));
+  std::lock_guard<std::mutex> lock(live->mu);
+  if (live->deleted) return absl::NotFoundError(absl::StrCat("session ", session_id, " not found"));
+  const uint64_t last = live->last_seq;
+  // Replay (after_seq, last] from storage; live events are those with seq > last.
+  const uint64_t from = replay ? after_seq + 1 : last + 1;
+  auto sub = std::make_shared<Subscriber>(session_id, &storage_, from, last, follow, limits_,
+                                          std::move(notify));
+  if (follow) live->subscribers.push_back(sub);
+  return sub;
+}
+
+void SessionManager::Unsubscribe(const std::string& session_id, const Subscriber* sub) {
+  std::shared_ptr<Live> live;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = live_.find(session_id);
+    if (it == live_.end()) return;
+    live = it->second;
+  }
+  std::lock_guard<std::mutex> lock(live->mu);
+  auto& v = live->subscribers;
+  v.erase(std::remove_if(v.begin(), v.end(), [&](const auto& s) { return s.get() == sub; }),
+          v.end());
+}
+
+absl::StatusOr<std::vector<HistoryEntry>> SessionManager::LoadHistory(const std::string& id) {
+  ASSIGN_OR_RETURN(auto live, GetLive(id));
+  std::vector<HistoryEntry> out;
+  absl::Status bad;
+  RETURN_IF_ERROR(storage_.Scan(Cf::kHistory, SeqKey(id, 0), SeqKeyEnd(id),
+                                [&](std::string_view, std::string_view v) {
+                                  try {
+                                    auto j = nlohmann::json::parse(v);
+                                    out.push_back({j.at("role").get<std::string>(),
+                                                   j.at("content").dump()});
+                                  } catch (const nlohmann::json::exception& e) {
+                                    bad = absl::DataLossError(absl::StrCat(
+                                        "session ", id, ": damaged history record: ", e.what()));
+                                  }
+                                  return true;
+                                }));
+  return out;
+}
+
+absl::Status SessionManager::AppendHistory(const std::string& id, const HistoryEntry& entry) {
+  ASSIGN_OR_RETURN(auto live, GetLive(id));
+  nlohmann::json j;
+  j["role"] = entry.role;
+  try {
+    j["content"] = nlohmann::json::parse(entry.content_json);
+  } catch (const nlohmann::json::exception& e) {
+    return absl::InternalError(absl::StrCat("history content is not JSON: ", e.what()));
+  }
+  std::lock_guard<std::mutex> lock(live->mu);
+  const uint64_t n = live->history_len + 1;
+  RETURN_IF_ERROR(storage_.Put(Cf::kHistory, SeqKey(id, n), j.dump(), /*sync=*/false));
+  live->history_len = n;
+  return absl::OkStatus();
+}
+
+absl::Status SessionManager::ReplaceHistory(const std::string& id,
+                                            const std::vector<HistoryEntry>& entries) {
+  ASSIGN_OR_RETURN(auto live, GetLive(id));
+  std::lock_guard<std::mutex> lock(live->mu);
+  WriteBatch batch;
+  batch.DeleteRange(Cf::kHistory, SeqKey(id, 0), SeqKeyEnd(id));
+  uint64_t n = 0;
+  for (const auto& e : entries) {
+    nlohmann::json j;
+    j["role"] = e.role;
+    j["content"] = nlohmann::json::parse(e.content_json, nullptr, false);
+    batch.Put(Cf::kHistory, SeqKey(id, ++n), j.dump());
+  }
+  RETURN_IF_ERROR(storage_.Write(batch, /*sync=*/false));
+  live->history_len = n;
+  return absl::OkStatus();
+}
+
+void SessionManager::CloseAll(const absl::Status& status) {
+  std::vector<std::shared_ptr<Live>> lives;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& [id, l] : live_) lives.push_back(l);
+  }
+  for (auto& live : lives) {
+    std::vector<std::shared_ptr<Subscriber>> to_notify;
+    {
+      std::lock_guard<std::mutex> lock(live->mu);
+      for (auto& sub : live->subscribers) {
+        if (sub->Close(status, /*drop_queued=*/false)) to_notify.push_back(sub);
+      }
+      live->subscribers.clear();
+    }
+    for (auto& sub : to_notify) sub->Notify();
+  }
+}
+
+size_t SessionManager::LoadedCount() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return live_.size();
+}
+
+}  // namespace fwai

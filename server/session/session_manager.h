@@ -1,0 +1,122 @@
+// session: owns sessions, their per-session event log (seq numbers), their
+// conversation history, and the live subscribers of each session.
+//
+// Events are stored as serialized fwai.v1.ServerEvent: the proto is the storage
+// format on purpose, so a replay is byte-for-byte what live subscribers saw.
+//
+// Thread-safe. Publishing never blocks on a subscriber: each subscriber has a
+// bounded queue; past its high-water mark adjacent text deltas are coalesced,
+// past its maximum it is closed with RESOURCE_EXHAUSTED and may re-attach.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "common/config.h"
+#include "server/session/subscriber.h"
+
+namespace fwai {
+
+class Storage;
+
+struct SessionInfo {
+  std::string id;
+  std::string title;
+  std::string owner;
+  std::string project_root;
+  int64_t created_us = 0;
+  int64_t updated_us = 0;
+  std::string provider;
+  std::string model;
+  std::string mode = "act";
+  uint64_t last_seq = 0;
+};
+
+struct NewSession {
+  std::string title;
+  std::string project_root;  // must be an existing directory; canonicalized
+  std::string provider;
+  std::string model;
+};
+
+// One message of the conversation: role + Anthropic-style content blocks (JSON array).
+struct HistoryEntry {
+  std::string role;
+  std::string content_json;
+};
+
+class SessionManager {
+ public:
+  SessionManager(Storage& storage, SubscriberConfig limits);
+  ~SessionManager();
+  SessionManager(const SessionManager&) = delete;
+  SessionManager& operator=(const SessionManager&) = delete;
+
+  [[nodiscard]] absl::StatusOr<SessionInfo> Create(const std::string& owner, NewSession params);
+  // NOT_FOUND names the id.
+  [[nodiscard]] absl::StatusOr<SessionInfo> Get(const std::string& id);
+  // Sessions of `owner` (all owners when owner is empty), newest first.
+  [[nodiscard]] absl::StatusOr<std::vector<SessionInfo>> List(const std::string& owner);
+  // Removes the session, its events and history; closes its subscribers.
+  [[nodiscard]] absl::Status Delete(const std::string& id);
+  [[nodiscard]] absl::Status Update(const SessionInfo& info);
+
+  // Assigns seq and time, stores, and fans out. `event` is a serialized-able
+  // fwai.v1.ServerEvent passed as bytes to keep proto types out of this header.
+  // Returns the assigned seq.
+  [[nodiscard]] absl::StatusOr<uint64_t> Publish(const std::string& session_id,
+                                                 std::string serialized_event);
+
+  // A subscriber that first replays stored events with seq > after_seq (when
+  // `replay`), then, when `follow`, receives live events. `notify` is called
+  // (from a publishing thread, with no lock of ours held) when events become
+  // available after Pull returned kEmpty.
+  [[nodiscard]] absl::StatusOr<std::shared_ptr<Subscriber>> Subscribe(
+      const std::string& session_id, uint64_t after_seq, bool replay, bool follow,
+      std::function<void()> notify);
+  void Unsubscribe(const std::string& session_id, const Subscriber* sub);
+
+  // History.
+  [[nodiscard]] absl::StatusOr<std::vector<HistoryEntry>> LoadHistory(const std::string& id);
+  [[nodiscard]] absl::Status AppendHistory(const std::string& id, const HistoryEntry& entry);
+  // Replaces the whole history (used by compaction).
+  [[nodiscard]] absl::Status ReplaceHistory(const std::string& id,
+                                            const std::vector<HistoryEntry>& entries);
+
+  // Closes every subscriber with `status` (daemon shutdown).
+  void CloseAll(const absl::Status& status);
+  // Number of sessions with in-memory state (for measurements).
+  size_t LoadedCount();
+
+ private:
+  struct Live {
+    std::mutex mu;
+    bool loaded = false;
+    uint64_t last_seq ABSL_GUARDED_BY(mu) = 0;
+    uint64_t history_len ABSL_GUARDED_BY(mu) = 0;
+    bool deleted ABSL_GUARDED_BY(mu) = false;
+    std::vector<std::shared_ptr<Subscriber>> subscribers ABSL_GUARDED_BY(mu);
+  };
+  // Returns the in-memory state of an existing session, loading it on first use.
+  absl::StatusOr<std::shared_ptr<Live>> GetLive(const std::string& id);
+
+  Storage& storage_;
+  const SubscriberConfig limits_;
+  std::mutex mu_;
+  std::map<std::string, std::shared_ptr<Live>> live_ ABSL_GUARDED_BY(mu_);
+};
+
+// JSON encoding of SessionInfo as stored.
+std::string SessionToJson(const SessionInfo& s);
+absl::StatusOr<SessionInfo> SessionFromJson(const std::string& json);
+
+}  // namespace fwai

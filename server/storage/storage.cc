@@ -1,0 +1,184 @@
+#include "server/storage/storage.h"
+
+#include <rocksdb/db.h>
+#include <rocksdb/options.h>
+#include <rocksdb/write_batch.h>
+
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+
+namespace fwai {
+namespace {
+
+const char* const kCfNames[] = {"default", "sessions", "events",   "history", "documents",
+                                "chunks",  "tools",    "evidence", "leases"};
+static_assert(sizeof(kCfNames) / sizeof(kCfNames[0]) == static_cast<int>(Cf::kCount));
+
+absl::Status FromRocks(const rocksdb::Status& s, std::string_view what) {
+  if (s.ok()) return absl::OkStatus();
+  std::string msg = absl::StrCat("storage: ", std::string(what), ": ", s.ToString());
+  if (s.IsIOError() && s.ToString().find("lock") != std::string::npos) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(msg, " (is another fwaid using this data directory?)"));
+  }
+  if (s.IsCorruption()) return absl::DataLossError(msg);
+  return absl::InternalError(msg);
+}
+
+}  // namespace
+
+struct WriteBatch::Rep {
+  std::vector<std::function<void(rocksdb::WriteBatch&, rocksdb::ColumnFamilyHandle* const*)>> ops;
+};
+
+WriteBatch::WriteBatch() : rep_(std::make_unique<Rep>()) {}
+WriteBatch::~WriteBatch() = default;
+
+void WriteBatch::Put(Cf cf, std::string_view key, std::string_view value) {
+  rep_->ops.push_back([cf, k = std::string(key), v = std::string(value)](
+                          rocksdb::WriteBatch& b, rocksdb::ColumnFamilyHandle* const* h) {
+    b.Put(h[static_cast<int>(cf)], k, v);
+  });
+}
+
+void WriteBatch::Delete(Cf cf, std::string_view key) {
+  rep_->ops.push_back([cf, k = std::string(key)](rocksdb::WriteBatch& b,
+                                                 rocksdb::ColumnFamilyHandle* const* h) {
+    b.Delete(h[static_cast<int>(cf)], k);
+  });
+}
+
+void WriteBatch::DeleteRange(Cf cf, std::string_view begin, std::string_view end) {
+  rep_->ops.push_back([cf, b0 = std::string(begin), e0 = std::string(end)](
+                          rocksdb::WriteBatch& b, rocksdb::ColumnFamilyHandle* const* h) {
+    b.DeleteRange(h[static_cast<int>(cf)], b0, e0);
+  });
+}
+
+struct Storage::Rep {
+  std::unique_ptr<rocksdb::DB> db;
+  std::vector<rocksdb::ColumnFamilyHandle*> handles;
+  ~Rep() {
+    if (db) {
+      for (auto* h : handles) db->DestroyColumnFamilyHandle(h);
+      db->Close();
+    }
+  }
+};
+
+Storage::Storage(std::string dir, std::unique_ptr<Rep> rep)
+    : dir_(std::move(dir)), rep_(std::move(rep)) {}
+Storage::~Storage() = default;
+
+absl::StatusOr<std::unique_ptr<Storage>> Storage::Open(const std::string& dir) {
+  rocksdb::Options options;
+  options.create_if_missing = true;
+  options.create_missing_column_families = true;
+  options.max_background_jobs = 2;
+  options.keep_log_file_num = 3;
+  options.max_log_file_size = 4 << 20;
+  std::vector<rocksdb::ColumnFamilyDescriptor> cfs;
+  for (const char* name : kCfNames) {
+    rocksdb::ColumnFamilyOptions cfo;
+    cfo.write_buffer_size = 8 << 20;
+    cfs.emplace_back(name, cfo);
+  }
+  auto rep = std::make_unique<Rep>();
+  rocksdb::DB* raw = nullptr;
+  rocksdb::Status s = rocksdb::DB::Open(options, dir, cfs, &rep->handles, &raw);
+  if (!s.ok()) return FromRocks(s, absl::StrCat("open ", dir));
+  rep->db.reset(raw);
+  return std::unique_ptr<Storage>(new Storage(dir, std::move(rep)));
+}
+
+absl::Status Storage::Put(Cf cf, std::string_view key, std::string_view value, bool sync) {
+  rocksdb::WriteOptions wo;
+  wo.sync = sync;
+  return FromRocks(rep_->db->Put(wo, rep_->handles[static_cast<int>(cf)], key, value), "put");
+}
+
+absl::Status Storage::Delete(Cf cf, std::string_view key, bool sync) {
+  rocksdb::WriteOptions wo;
+  wo.sync = sync;
+  return FromRocks(rep_->db->Delete(wo, rep_->handles[static_cast<int>(cf)], key), "delete");
+}
+
+absl::Status Storage::Write(WriteBatch& batch, bool sync) {
+  rocksdb::WriteBatch b;
+  for (auto& op : batch.rep_->ops) op(b, rep_->handles.data());
+  rocksdb::WriteOptions wo;
+  wo.sync = sync;
+  return FromRocks(rep_->db->Write(wo, &b), "write batch");
+}
+
+absl::StatusOr<std::optional<std::string>> Storage::Get(Cf cf, std::string_view key) {
+  std::string value;
+  rocksdb::Status s =
+      rep_->db->Get(rocksdb::ReadOptions(), rep_->handles[static_cast<int>(cf)], key, &value);
+  if (s.IsNotFound()) return std::optional<std::string>();
+  if (!s.ok()) return FromRocks(s, "get");
+  return std::optional<std::string>(std::move(value));
+}
+
+absl::Status Storage::Scan(Cf cf, std::string_view begin, std::string_view end,
+                           const std::function<bool(std::string_view, std::string_view)>& fn) {
+  rocksdb::ReadOptions ro;
+  rocksdb::Slice upper(end.data(), end.size());
+  if (!end.empty()) ro.iterate_upper_bound = &upper;
+  std::unique_ptr<rocksdb::Iterator> it(
+      rep_->db->NewIterator(ro, rep_->handles[static_cast<int>(cf)]));
+  for (it->Seek(rocksdb::Slice(begin.data(), begin.size())); it->Valid(); it->Next()) {
+    if (!fn(std::string_view(it->key().data(), it->key().size()),
+            std::string_view(it->value().data(), it->value().size()))) {
+      break;
+    }
+  }
+  return FromRocks(it->status(), "scan");
+}
+
+absl::StatusOr<std::optional<std::string>> Storage::LastKey(Cf cf, std::string_view begin,
+                                                            std::string_view end) {
+  rocksdb::ReadOptions ro;
+  rocksdb::Slice lower(begin.data(), begin.size());
+  ro.iterate_lower_bound = &lower;
+  std::unique_ptr<rocksdb::Iterator> it(
+      rep_->db->NewIterator(ro, rep_->handles[static_cast<int>(cf)]));
+  it->SeekForPrev(rocksdb::Slice(end.data(), end.size()));
+  if (it->Valid() && it->key().compare(rocksdb::Slice(end.data(), end.size())) >= 0) it->Prev();
+  if (!it->status().ok()) return FromRocks(it->status(), "seek");
+  if (!it->Valid()) return std::optional<std::string>();
+  return std::optional<std::string>(it->key().ToString());
+}
+
+absl::Status Storage::SyncWal() { return FromRocks(rep_->db->SyncWAL(), "sync wal"); }
+
+std::string EncodeU64(uint64_t v) {
+  std::string s(8, '\0');
+  for (int i = 7; i >= 0; --i) {
+    s[i] = static_cast<char>(v & 0xff);
+    v >>= 8;
+  }
+  return s;
+}
+
+uint64_t DecodeU64(std::string_view s) {
+  uint64_t v = 0;
+  for (size_t i = 0; i < 8 && i < s.size(); ++i) v = (v << 8) | static_cast<unsigned char>(s[i]);
+  return v;
+}
+
+std::string SeqKey(std::string_view prefix, uint64_t n) {
+  std::string k(prefix);
+  k.push_back('\0');
+  k += EncodeU64(n);
+  return k;
+}
+
+std::string SeqKeyEnd(std::string_view prefix) {
+  std::string k(prefix);
+  k.push_back('\x01');
+  return k;
+}
+
+}  // namespace fwai

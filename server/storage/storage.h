@@ -1,0 +1,93 @@
+// storage: the RocksDB handle and its column families. The record of truth for
+// sessions, events, history and (later) documents, tools, evidence and leases.
+// Thread-safe: every method may be called from any thread.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace fwai {
+
+enum class Cf : int {
+  kMeta = 0,
+  kSessions,
+  kEvents,
+  kHistory,
+  kDocuments,
+  kChunks,
+  kTools,
+  kEvidence,
+  kLeases,
+  kCount,
+};
+
+// A set of writes applied atomically by Storage::Write.
+class WriteBatch {
+ public:
+  WriteBatch();
+  ~WriteBatch();
+  WriteBatch(const WriteBatch&) = delete;
+  WriteBatch& operator=(const WriteBatch&) = delete;
+  void Put(Cf cf, std::string_view key, std::string_view value);
+  void Delete(Cf cf, std::string_view key);
+  // Deletes keys in [begin, end).
+  void DeleteRange(Cf cf, std::string_view begin, std::string_view end);
+
+ private:
+  friend class Storage;
+  struct Rep;
+  std::unique_ptr<Rep> rep_;
+};
+
+class Storage {
+ public:
+  // Opens (creating if needed) the database under `dir`. Fails with a clear
+  // message if another process holds it.
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<Storage>> Open(const std::string& dir);
+  ~Storage();
+  Storage(const Storage&) = delete;
+  Storage& operator=(const Storage&) = delete;
+
+  // `sync` makes the write durable against power loss before returning.
+  [[nodiscard]] absl::Status Put(Cf cf, std::string_view key, std::string_view value, bool sync);
+  [[nodiscard]] absl::Status Delete(Cf cf, std::string_view key, bool sync);
+  [[nodiscard]] absl::Status Write(WriteBatch& batch, bool sync);
+  // NotFound is reported as an empty optional, not an error.
+  [[nodiscard]] absl::StatusOr<std::optional<std::string>> Get(Cf cf, std::string_view key);
+
+  // Calls `fn` for keys in [begin, end) in order (end empty = no upper bound)
+  // until it returns false.
+  [[nodiscard]] absl::Status Scan(
+      Cf cf, std::string_view begin, std::string_view end,
+      const std::function<bool(std::string_view key, std::string_view value)>& fn);
+  // Last key in [begin, end), if any.
+  [[nodiscard]] absl::StatusOr<std::optional<std::string>> LastKey(Cf cf, std::string_view begin,
+                                                                   std::string_view end);
+
+  // Syncs the write-ahead log: everything written so far survives a power cut.
+  [[nodiscard]] absl::Status SyncWal();
+  const std::string& dir() const { return dir_; }
+
+ private:
+  struct Rep;
+  Storage(std::string dir, std::unique_ptr<Rep> rep);
+  const std::string dir_;
+  std::unique_ptr<Rep> rep_;
+};
+
+// Key encoding helpers: fixed-width big-endian integers sort numerically.
+std::string EncodeU64(uint64_t v);
+uint64_t DecodeU64(std::string_view s);
+// `prefix` + '\0' + big-endian `n`: per-owner sequences (events, history).
+std::string SeqKey(std::string_view prefix, uint64_t n);
+// The smallest key after every SeqKey(prefix, *).
+std::string SeqKeyEnd(std::string_view prefix);
+
+}  // namespace fwai

@@ -1,0 +1,66 @@
+// tools: the Tool interface, the registry, and the built-in tools.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "absl/status/statusor.h"
+#include "common/cancel.h"
+#include "common/config.h"
+
+namespace fwai {
+
+// What a tool call may see and use. Valid for the duration of Run().
+struct ToolContext {
+  std::string session_id;
+  std::string project_root;  // canonical; file tools see nothing outside it
+  const ToolsConfig* limits = nullptr;
+  CancelToken* cancel = nullptr;
+  // Streams partial output to clients (tool output delta events).
+  std::function<void(std::string_view)> output;
+};
+
+struct ToolResult {
+  std::string content;
+  bool is_error = false;
+};
+
+class Tool {
+ public:
+  virtual ~Tool() = default;
+  virtual std::string name() const = 0;
+  virtual std::string description() const = 0;
+  virtual nlohmann::json input_schema() const = 0;
+  // True if the tool never changes files, devices or anything outside fwaid.
+  virtual bool read_only() const = 0;
+  // Input errors are returned as a ToolResult with is_error (the model sees
+  // them and can correct itself), not as a Status.
+  virtual ToolResult Run(const nlohmann::json& input, ToolContext& ctx) = 0;
+};
+
+// Holds tools by name. Immutable after start-up; safe to read from any thread.
+class ToolRegistry {
+ public:
+  void Register(std::unique_ptr<Tool> tool);
+  Tool* Find(const std::string& name) const;
+  std::vector<Tool*> All() const;
+
+ private:
+  std::map<std::string, std::unique_ptr<Tool>> tools_;
+};
+
+// Registers read_file, list_dir, grep and glob.
+void RegisterFileTools(ToolRegistry& registry);
+
+// Resolves `path` (relative to `root`, or absolute inside it) following
+// symlinks; fails if the result lies outside `root`.
+[[nodiscard]] absl::StatusOr<std::string> ResolveInRoot(const std::string& root,
+                                                        const std::string& path);
+
+}  // namespace fwai

@@ -1,0 +1,348 @@
+#include "tests/fakes/fake_llm_server.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "common/clock.h"
+
+namespace fwai::testing {
+
+using json = nlohmann::json;
+
+std::string RecordedRequest::Header(const std::string& name) const {
+  for (const auto& [k, v] : headers) {
+    if (k == name) return v;
+  }
+  return "";
+}
+
+FakeLlmServer::FakeLlmServer() = default;
+FakeLlmServer::~FakeLlmServer() { Stop(); }
+
+int FakeLlmServer::Start() {
+  listen_fd_ = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  int one = 1;
+  setsockopt(listen_fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  if (bind(listen_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) return -1;
+  listen(listen_fd_, 128);
+  socklen_t len = sizeof(addr);
+  getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&addr), &len);
+  port_ = ntohs(addr.sin_port);
+  accept_thread_ = std::thread([this] { AcceptLoop(); });
+  return port_;
+}
+
+void FakeLlmServer::Stop() {
+  if (listen_fd_ < 0) return;
+  stopping_ = true;
+  shutdown(listen_fd_, SHUT_RDWR);
+  if (accept_thread_.joinable()) accept_thread_.join();
+  close(listen_fd_);
+  listen_fd_ = -1;
+  std::vector<std::thread> threads;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    threads.swap(conn_threads_);
+  }
+  for (auto& t : threads) t.join();
+}
+
+std::string FakeLlmServer::anthropic_base_url() const { return absl::StrCat("http://127.0.0.1:", port_); }
+std::string FakeLlmServer::openai_base_url() const { return absl::StrCat("http://127.0.0.1:", port_, "/v1"); }
+
+void FakeLlmServer::Enqueue(FakeReply reply) {
+  std::lock_guard<std::mutex> lock(mu_);
+  replies_.push_back(std::move(reply));
+}
+
+void FakeLlmServer::RequireKey(const std::string& key) {
+  std::lock_guard<std::mutex> lock(mu_);
+  required_key_ = key;
+}
+
+std::vector<RecordedRequest> FakeLlmServer::requests() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return requests_;
+}
+
+size_t FakeLlmServer::request_count() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return requests_.size();
+}
+
+FakeReply FakeLlmServer::Next() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (replies_.empty()) {
+    FakeReply r;
+    r.chunks = {"ok"};
+    return r;
+  }
+  FakeReply r = std::move(replies_.front());
+  replies_.pop_front();
+  return r;
+}
+
+void FakeLlmServer::AcceptLoop() {
+  while (!stopping_) {
+    int c = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+    if (c < 0) {
+      if (stopping_) break;
+      if (errno == EINTR) continue;
+      break;
+    }
+    int one = 1;
+    setsockopt(c, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    std::lock_guard<std::mutex> lock(mu_);
+    conn_threads_.emplace_back([this, c] { Serve(c); });
+  }
+}
+
+namespace {
+
+bool WriteAll(int fd, const std::string& s) {
+  size_t off = 0;
+  while (off < s.size()) {
+    ssize_t n = send(fd, s.data() + off, s.size() - off, MSG_NOSIGNAL);
+    if (n <= 0) return false;
+    off += n;
+  }
+  return true;
+}
+
+std::string Sse(const std::string& event, const json& data) {
+  std::string out;
+  if (!event.empty()) absl::StrAppend(&out, "event: ", event, "\n");
+  absl::StrAppend(&out, "data: ", data.dump(), "\n\n");
+  return out;
+}
+
+void Sleep(int ms) {
+  if (ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+}
+
+std::string BenchChunk(int bytes) {
+  std::string s = absl::StrCat(MonotonicNanos(), ";");
+  if (static_cast<int>(s.size()) < bytes) s.append(bytes - s.size(), 'x');
+  return s;
+}
+
+// Splits a JSON text in two to exercise partial tool-input deltas.
+std::vector<std::string> SplitInTwo(const std::string& s) {
+  if (s.size() < 2) return {s};
+  return {s.substr(0, s.size() / 2), s.substr(s.size() / 2)};
+}
+
+}  // namespace
+
+void FakeLlmServer::Serve(int fd) {
+  // Read the request head and body.
+  std::string buf;
+  char tmp[8192];
+  size_t head_end;
+  while ((head_end = buf.find("\r\n\r\n")) == std::string::npos) {
+    ssize_t n = recv(fd, tmp, sizeof(tmp), 0);
+    if (n <= 0) {
+      close(fd);
+      return;
+    }
+    buf.append(tmp, n);
+  }
+  RecordedRequest req;
+  std::string head = buf.substr(0, head_end);
+  size_t line_end = head.find("\r\n");
+  std::string request_line = head.substr(0, line_end);
+  size_t sp1 = request_line.find(' ');
+  size_t sp2 = request_line.find(' ', sp1 + 1);
+  req.path = request_line.substr(sp1 + 1, sp2 - sp1 - 1);
+  size_t content_length = 0;
+  size_t pos = line_end + 2;
+  while (pos < head.size()) {
+    size_t e = head.find("\r\n", pos);
+    if (e == std::string::npos) e = head.size();
+    std::string line = head.substr(pos, e - pos);
+    size_t colon = line.find(':');
+    if (colon != std::string::npos) {
+      std::string name = absl::AsciiStrToLower(line.substr(0, colon));
+      std::string value(absl::StripAsciiWhitespace(line.substr(colon + 1)));
+      if (name == "content-length") content_length = std::stoul(value);
+      req.headers.emplace_back(name, value);
+    }
+    pos = e + 2;
+  }
+  std::string body = buf.substr(head_end + 4);
+  while (body.size() < content_length) {
+    ssize_t n = recv(fd, tmp, sizeof(tmp), 0);
+    if (n <= 0) break;
+    body.append(tmp, n);
+  }
+  req.body = json::parse(body, nullptr, false);
+  const bool anthropic = req.path == "/v1/messages";
+  std::string required_key;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    requests_.push_back(req);
+    required_key = required_key_;
+  }
+  const std::string model = req.body.is_object() ? req.body.value("model", "fake-model") : "fake-model";
+
+  FakeReply r;
+  if (!required_key.empty()) {
+    std::string got = anthropic ? req.Header("x-api-key") : req.Header("authorization");
+    std::string want = anthropic ? required_key : "Bearer " + required_key;
+    if (got != want) {
+      r.status = 401;
+      r.error_type = anthropic ? "authentication_error" : "invalid_request_error";
+      r.error_message = anthropic ? "invalid x-api-key" : "Incorrect API key provided";
+    } else {
+      r = Next();
+    }
+  } else {
+    r = Next();
+  }
+
+  if (r.status != 200) {
+    json err;
+    if (anthropic) {
+      err = {{"type", "error"}, {"error", {{"type", r.error_type}, {"message", r.error_message}}}};
+    } else {
+      err = {{"error",
+              {{"message", r.error_message}, {"type", r.error_type}, {"param", nullptr}, {"code", nullptr}}}};
+    }
+    std::string b = err.dump();
+    std::string resp = absl::StrCat("HTTP/1.1 ", r.status, " Error\r\nContent-Type: application/json\r\n",
+                                    "Content-Length: ", b.size(), "\r\nConnection: close\r\n");
+    if (r.retry_after_s >= 0) absl::StrAppend(&resp, "retry-after: ", r.retry_after_s, "\r\n");
+    absl::StrAppend(&resp, "\r\n", b);
+    WriteAll(fd, resp);
+    close(fd);
+    return;
+  }
+
+  if (!WriteAll(fd, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
+                    "Connection: close\r\n\r\n")) {
+    close(fd);
+    return;
+  }
+  const int n_chunks = r.bench_chunks > 0 ? r.bench_chunks : static_cast<int>(r.chunks.size());
+  auto chunk_text = [&](int i) { return r.bench_chunks > 0 ? BenchChunk(r.bench_chunk_bytes) : r.chunks[i]; };
+  const std::string stop = !r.stop_reason.empty() ? r.stop_reason : (r.tool_calls.empty() ? "end_turn" : "tool_use");
+  bool ok = true;
+
+  if (anthropic) {
+    ok = WriteAll(fd, Sse("message_start",
+                          {{"type", "message_start"},
+                           {"message", {{"id", "msg_fake"}, {"type", "message"}, {"role", "assistant"},
+                                        {"content", json::array()}, {"model", model},
+                                        {"stop_reason", nullptr}, {"stop_sequence", nullptr},
+                                        {"usage", {{"input_tokens", r.input_tokens}, {"output_tokens", 1}}}}}}));
+    int index = 0;
+    if (n_chunks > 0 && ok) {
+      ok = WriteAll(fd, Sse("content_block_start", {{"type", "content_block_start"}, {"index", 0},
+                                                    {"content_block", {{"type", "text"}, {"text", ""}}}}));
+      ok = ok && WriteAll(fd, Sse("ping", {{"type", "ping"}}));
+      for (int i = 0; i < n_chunks && ok; ++i) {
+        if (i == r.cut_after_chunks) {
+          close(fd);
+          return;
+        }
+        Sleep(r.chunk_delay_ms);
+        if (r.malformed && i == n_chunks / 2) {
+          ok = WriteAll(fd, "event: content_block_delta\ndata: {not json\n\n");
+          continue;
+        }
+        ok = WriteAll(fd, Sse("content_block_delta",
+                              {{"type", "content_block_delta"}, {"index", 0},
+                               {"delta", {{"type", "text_delta"}, {"text", chunk_text(i)}}}}));
+      }
+      ok = ok && WriteAll(fd, Sse("content_block_stop", {{"type", "content_block_stop"}, {"index", 0}}));
+      index = 1;
+    }
+    if (r.cut_after_chunks >= n_chunks) {
+      close(fd);
+      return;
+    }
+    for (const auto& tc : r.tool_calls) {
+      if (!ok) break;
+      ok = WriteAll(fd, Sse("content_block_start",
+                            {{"type", "content_block_start"}, {"index", index},
+                             {"content_block", {{"type", "tool_use"}, {"id", tc.id}, {"name", tc.name},
+                                                {"input", json::object()}}}}));
+      for (const auto& part : SplitInTwo(tc.input.dump())) {
+        ok = ok && WriteAll(fd, Sse("content_block_delta",
+                                    {{"type", "content_block_delta"}, {"index", index},
+                                     {"delta", {{"type", "input_json_delta"}, {"partial_json", part}}}}));
+      }
+      ok = ok && WriteAll(fd, Sse("content_block_stop", {{"type", "content_block_stop"}, {"index", index}}));
+      ++index;
+    }
+    ok = ok && WriteAll(fd, Sse("message_delta", {{"type", "message_delta"},
+                                                  {"delta", {{"stop_reason", stop}, {"stop_sequence", nullptr}}},
+                                                  {"usage", {{"output_tokens", r.output_tokens}}}}));
+    ok = ok && WriteAll(fd, Sse("message_stop", {{"type", "message_stop"}}));
+  } else {
+    auto chunk = [&](const json& delta, const json& finish) {
+      return Sse("", {{"id", "chatcmpl-fake"}, {"object", "chat.completion.chunk"}, {"created", 1700000000},
+                      {"model", model},
+                      {"choices", json::array({{{"index", 0}, {"delta", delta}, {"logprobs", nullptr},
+                                                {"finish_reason", finish}}})}});
+    };
+    ok = WriteAll(fd, chunk({{"role", "assistant"}, {"content", ""}}, nullptr));
+    for (int i = 0; i < n_chunks && ok; ++i) {
+      if (i == r.cut_after_chunks) {
+        close(fd);
+        return;
+      }
+      Sleep(r.chunk_delay_ms);
+      if (r.malformed && i == n_chunks / 2) {
+        ok = WriteAll(fd, "data: {not json\n\n");
+        continue;
+      }
+      ok = WriteAll(fd, chunk({{"content", chunk_text(i)}}, nullptr));
+    }
+    if (r.cut_after_chunks >= n_chunks) {
+      close(fd);
+      return;
+    }
+    int idx = 0;
+    for (const auto& tc : r.tool_calls) {
+      if (!ok) break;
+      ok = WriteAll(fd, chunk({{"tool_calls", json::array({{{"index", idx}, {"id", tc.id}, {"type", "function"},
+                                                            {"function", {{"name", tc.name}, {"arguments", ""}}}}})}},
+                              nullptr));
+      for (const auto& part : SplitInTwo(tc.input.dump())) {
+        ok = ok && WriteAll(fd, chunk({{"tool_calls", json::array({{{"index", idx},
+                                                                    {"function", {{"arguments", part}}}}})}},
+                                      nullptr));
+      }
+      ++idx;
+    }
+    const std::string finish = stop == "tool_use" ? "tool_calls" : stop == "max_tokens" ? "length" : "stop";
+    ok = ok && WriteAll(fd, chunk(json::object(), finish));
+    ok = ok && WriteAll(fd, Sse("", {{"id", "chatcmpl-fake"}, {"object", "chat.completion.chunk"},
+                                     {"created", 1700000000}, {"model", model}, {"choices", json::array()},
+                                     {"usage", {{"prompt_tokens", r.input_tokens},
+                                                {"completion_tokens", r.output_tokens},
+                                                {"total_tokens", r.input_tokens + r.output_tokens}}}}));
+    ok = ok && WriteAll(fd, "data: [DONE]\n\n");
+  }
+  shutdown(fd, SHUT_WR);
+  // Drain until the client closes so it sees a clean end of stream.
+  while (recv(fd, tmp, sizeof(tmp), 0) > 0) {
+  }
+  close(fd);
+}
+
+}  // namespace fwai::testing

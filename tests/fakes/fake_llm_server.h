@@ -1,0 +1,88 @@
+// A fake LLM service for tests and benchmarks: a real HTTP/1.1 server on
+// 127.0.0.1 that answers the Anthropic Messages API (POST /v1/messages) and
+// OpenAI Chat Completions (POST /v1/chat/completions) with their documented
+// streaming wire formats (SSE event names and JSON shapes), driven by a script
+// of replies. Every request is recorded.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace fwai::testing {
+
+struct FakeToolCall {
+  std::string id;
+  std::string name;
+  nlohmann::json input = nlohmann::json::object();
+};
+
+struct FakeReply {
+  int status = 200;             // non-2xx: an error body in the provider's format
+  std::string error_type;       // e.g. "rate_limit_error"
+  std::string error_message;
+  int retry_after_s = -1;       // sets the retry-after header when >= 0
+  std::vector<std::string> chunks;  // text deltas, in order
+  std::vector<FakeToolCall> tool_calls;
+  int chunk_delay_ms = 0;       // pause before each chunk
+  int cut_after_chunks = -1;    // close the connection after N text chunks
+  bool malformed = false;       // send one event whose data is not JSON
+  std::string stop_reason;      // default: end_turn / tool_use
+  int64_t input_tokens = 12;
+  int64_t output_tokens = 7;
+  // Benchmark mode: `bench_chunks` deltas, each "<monotonic ns>;" padded to
+  // `bench_chunk_bytes`, sent as fast as possible.
+  int bench_chunks = 0;
+  int bench_chunk_bytes = 32;
+};
+
+struct RecordedRequest {
+  std::string path;
+  std::vector<std::pair<std::string, std::string>> headers;  // lowercase names
+  nlohmann::json body;
+  std::string Header(const std::string& name) const;
+};
+
+class FakeLlmServer {
+ public:
+  FakeLlmServer();
+  ~FakeLlmServer();
+  // Binds 127.0.0.1:0 and starts serving. Returns the port.
+  int Start();
+  void Stop();
+  int port() const { return port_; }
+  std::string anthropic_base_url() const;  // http://127.0.0.1:PORT
+  std::string openai_base_url() const;     // http://127.0.0.1:PORT/v1
+
+  // Replies are consumed in order by any request; with none queued the
+  // server answers with the text "ok".
+  void Enqueue(FakeReply reply);
+  // When set, requests without this key get 401 in the provider's format.
+  void RequireKey(const std::string& key);
+  std::vector<RecordedRequest> requests();
+  size_t request_count();
+
+ private:
+  void AcceptLoop();
+  void Serve(int fd);
+  FakeReply Next();
+
+  int listen_fd_ = -1;
+  int port_ = 0;
+  std::atomic<bool> stopping_{false};
+  std::thread accept_thread_;
+  std::mutex mu_;
+  std::deque<FakeReply> replies_;
+  std::vector<RecordedRequest> requests_;
+  std::string required_key_;
+  std::vector<std::thread> conn_threads_;
+};
+
+}  // namespace fwai::testing

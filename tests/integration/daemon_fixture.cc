@@ -1,0 +1,240 @@
+#include "tests/integration/daemon_fixture.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "client/lib/client.h"
+
+namespace fwai::testing {
+
+namespace pb = fwai::v1;
+
+std::string MakeTempDir(const std::string& prefix) {
+  std::string tmpl = (std::filesystem::temp_directory_path() / (prefix + "XXXXXX")).string();
+  char* d = mkdtemp(tmpl.data());
+  return d ? std::string(d) : std::string();
+}
+
+Daemon::Daemon(FakeLlmServer* fake, std::string extra_yaml, bool with_providers) {
+  dir_ = MakeTempDir("fwaid-test-");
+  socket_ = dir_ + "/run/fwaid.sock";
+  data_ = dir_ + "/data";
+  config_ = dir_ + "/fwaid.yaml";
+  project_ = dir_ + "/project";
+  log_ = dir_ + "/fwaid.log";
+  std::filesystem::create_directories(project_);
+  std::ofstream cfg(config_);
+  cfg << "log_level: info\n";
+  cfg << "retry:\n  max_attempts: 3\n  initial_backoff_ms: 20\n  max_backoff_ms: 200\n";
+  if (fake && with_providers) {
+    cfg << "default_provider: anthropic\n";
+    cfg << "providers:\n";
+    cfg << "  anthropic:\n    kind: anthropic\n    api_key: test-key\n    model: claude-sonnet-4-5\n"
+        << "    base_url: " << fake->anthropic_base_url() << "\n";
+    cfg << "  openai:\n    kind: openai\n    api_key: test-key\n    model: gpt-4o\n"
+        << "    base_url: " << fake->openai_base_url() << "\n";
+  }
+  cfg << extra_yaml;
+}
+
+Daemon::~Daemon() {
+  if (pid_ > 0) Kill9();
+  std::error_code ec;
+  if (std::getenv("FWAI_KEEP_TEST_DIRS") == nullptr) std::filesystem::remove_all(dir_, ec);
+}
+
+bool Daemon::Start() {
+  channel_.reset();
+  pid_ = fork();
+  if (pid_ == 0) {
+    int fd = open(log_.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0600);
+    dup2(fd, 1);
+    dup2(fd, 2);
+    // Provider settings come from the config only.
+    unsetenv("ANTHROPIC_API_KEY");
+    unsetenv("OPENAI_API_KEY");
+    unsetenv("ANTHROPIC_BASE_URL");
+    unsetenv("OPENAI_BASE_URL");
+    std::string bin = std::string(FWAI_BIN_DIR) + "/fwaid";
+    std::string listen = "unix:" + socket_;
+    execl(bin.c_str(), bin.c_str(), "--config", config_.c_str(), "--listen", listen.c_str(),
+          "--data-dir", data_.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  auto addr = ResolveDaemonAddress(address());
+  for (int i = 0; i < 500; ++i) {
+    int status;
+    if (waitpid(pid_, &status, WNOHANG) == pid_) {
+      pid_ = -1;
+      return false;
+    }
+    auto ch = ConnectToDaemon(*addr, false, 100);
+    if (ch.ok()) {
+      channel_ = *ch;
+      return true;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return false;
+}
+
+int Daemon::Stop() {
+  if (pid_ <= 0) return -1;
+  kill(pid_, SIGTERM);
+  int status = 0;
+  for (int i = 0; i < 1500; ++i) {
+    if (waitpid(pid_, &status, WNOHANG) == pid_) {
+      pid_ = -1;
+      channel_.reset();
+      return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  Kill9();
+  return -1;
+}
+
+void Daemon::Kill9() {
+  if (pid_ <= 0) return;
+  kill(pid_, SIGKILL);
+  int status;
+  waitpid(pid_, &status, 0);
+  pid_ = -1;
+  channel_.reset();
+}
+
+std::string Daemon::log() const {
+  std::ifstream f(log_);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+std::shared_ptr<grpc::Channel> Daemon::channel() { return channel_; }
+std::unique_ptr<pb::Sessions::Stub> Daemon::sessions() { return pb::Sessions::NewStub(channel_); }
+std::unique_ptr<pb::Daemon::Stub> Daemon::daemon() { return pb::Daemon::NewStub(channel_); }
+
+pb::Session Daemon::CreateSession(const std::string& provider) {
+  auto stub = sessions();
+  grpc::ClientContext ctx;
+  pb::CreateSessionRequest req;
+  req.set_title("test");
+  req.set_project_root(project_);
+  req.set_provider(provider);
+  pb::Session s;
+  grpc::Status st = stub->Create(&ctx, req, &s);
+  if (!st.ok()) s.set_id("create-failed: " + st.error_message());
+  return s;
+}
+
+TurnOutcome RunChat(pb::Sessions::Stub& stub, const std::string& session_id, const std::string& text,
+                    int timeout_s, const std::string& provider) {
+  TurnOutcome out;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(timeout_s));
+  auto stream = stub.Chat(&ctx);
+  pb::ClientEvent open;
+  open.mutable_open()->set_session_id(session_id);
+  stream->Write(open);
+  pb::ClientEvent msg;
+  msg.mutable_message()->set_text(text);
+  msg.mutable_message()->set_provider(provider);
+  msg.mutable_message()->set_turn_id("t-test");
+  stream->Write(msg);
+  pb::ServerEvent ev;
+  while (stream->Read(&ev)) {
+    out.events.push_back(ev);
+    if (ev.has_text_delta() && ev.text_delta().origin().parent_call_id().empty()) {
+      out.text += ev.text_delta().text();
+    }
+    if (ev.has_turn_finished()) {
+      out.stop_reason = ev.turn_finished().stop_reason();
+      out.finished = true;
+      break;
+    }
+  }
+  stream->WritesDone();
+  out.status = stream->Finish();
+  return out;
+}
+
+std::vector<pb::ServerEvent> ReadAll(pb::Sessions::Stub& stub, const std::string& session_id,
+                                     uint64_t after) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+  pb::AttachRequest req;
+  req.set_session_id(session_id);
+  req.set_after_seq(after);
+  req.set_no_follow(true);
+  auto reader = stub.Attach(&ctx, req);
+  std::vector<pb::ServerEvent> out;
+  pb::ServerEvent ev;
+  while (reader->Read(&ev)) out.push_back(ev);
+  reader->Finish();
+  return out;
+}
+
+int RunCommand(const std::vector<std::string>& argv, std::string* out, std::string* err,
+               const std::vector<std::string>& env, int timeout_s) {
+  int out_pipe[2], err_pipe[2];
+  if (pipe(out_pipe) != 0 || pipe(err_pipe) != 0) return -1;
+  pid_t pid = fork();
+  if (pid == 0) {
+    dup2(out_pipe[1], 1);
+    dup2(err_pipe[1], 2);
+    close(out_pipe[0]);
+    close(err_pipe[0]);
+    int devnull = open("/dev/null", O_RDONLY);
+    dup2(devnull, 0);
+    for (const auto& e : env) putenv(strdup(e.c_str()));
+    std::vector<char*> args;
+    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    execv(args[0], args.data());
+    _exit(127);
+  }
+  close(out_pipe[1]);
+  close(err_pipe[1]);
+  std::string o, e;
+  pollfd fds[2] = {{out_pipe[0], POLLIN, 0}, {err_pipe[0], POLLIN, 0}};
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s);
+  int open_fds = 2;
+  char buf[4096];
+  while (open_fds > 0 && std::chrono::steady_clock::now() < deadline) {
+    if (poll(fds, 2, 100) <= 0) continue;
+    for (int i = 0; i < 2; ++i) {
+      if (fds[i].fd >= 0 && (fds[i].revents & (POLLIN | POLLHUP))) {
+        ssize_t n = read(fds[i].fd, buf, sizeof(buf));
+        if (n <= 0) {
+          close(fds[i].fd);
+          fds[i].fd = -1;
+          --open_fds;
+        } else {
+          (i == 0 ? o : e).append(buf, n);
+        }
+      }
+    }
+  }
+  if (open_fds > 0) kill(pid, SIGKILL);
+  for (auto& f : fds) {
+    if (f.fd >= 0) close(f.fd);
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  if (out) *out = o;
+  if (err) *err = e;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+}  // namespace fwai::testing

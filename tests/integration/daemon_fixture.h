@@ -1,0 +1,75 @@
+// Runs a real fwaid process (unix socket, temp data dir) against a fake LLM
+// server, for integration, end-to-end tests and benchmarks.
+#pragma once
+
+#include <sys/types.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "fwai/v1/daemon.grpc.pb.h"
+#include "fwai/v1/sessions.grpc.pb.h"
+#include "tests/fakes/fake_llm_server.h"
+
+namespace fwai::testing {
+
+std::string MakeTempDir(const std::string& prefix);
+
+class Daemon {
+ public:
+  // `extra_yaml` is appended to the generated fwaid.yaml (whose providers
+  // point at `fake`, if given).
+  Daemon(FakeLlmServer* fake, std::string extra_yaml = "", bool with_providers = true);
+  ~Daemon();
+
+  // Starts fwaid and waits until it answers. Returns false on failure.
+  bool Start();
+  // SIGTERM and wait; returns the exit status (or -1).
+  int Stop();
+  // SIGKILL and reap.
+  void Kill9();
+  bool running() const { return pid_ > 0; }
+  pid_t pid() const { return pid_; }
+
+  const std::string& dir() const { return dir_; }
+  const std::string& socket_path() const { return socket_; }
+  const std::string& project_dir() const { return project_; }
+  std::string address() const { return "unix:" + socket_; }
+  std::string log() const;
+
+  std::shared_ptr<grpc::Channel> channel();
+  std::unique_ptr<fwai::v1::Sessions::Stub> sessions();
+  std::unique_ptr<fwai::v1::Daemon::Stub> daemon();
+
+  // Creates a session on the project dir.
+  fwai::v1::Session CreateSession(const std::string& provider = "");
+
+ private:
+  std::string dir_, socket_, data_, config_, project_, log_;
+  pid_t pid_ = -1;
+  std::shared_ptr<grpc::Channel> channel_;
+};
+
+// Collected result of one chat turn.
+struct TurnOutcome {
+  std::vector<fwai::v1::ServerEvent> events;  // all events seen on the stream
+  grpc::Status status;                         // the stream's final status
+  std::string text;                            // concatenated main-agent text
+  std::string stop_reason;
+  bool finished = false;
+};
+
+// Opens Chat, sends `text` and reads until the turn finishes.
+TurnOutcome RunChat(fwai::v1::Sessions::Stub& stub, const std::string& session_id,
+                    const std::string& text, int timeout_s = 30, const std::string& provider = "");
+
+// Reads Attach(session, after, no_follow=true) fully.
+std::vector<fwai::v1::ServerEvent> ReadAll(fwai::v1::Sessions::Stub& stub, const std::string& session_id,
+                                           uint64_t after = 0);
+
+// Runs a command, returns exit code and stdout (stderr goes to `err`).
+int RunCommand(const std::vector<std::string>& argv, std::string* out, std::string* err,
+               const std::vector<std::string>& env = {}, int timeout_s = 60);
+
+}  // namespace fwai::testing

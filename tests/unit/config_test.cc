@@ -1,0 +1,73 @@
+#include <gtest/gtest.h>
+
+#include "common/config.h"
+
+namespace fwai {
+namespace {
+
+TEST(ConfigTest, EmptyFileGivesDefaults) {
+  auto c = ParseConfig("", "fwaid.yaml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->max_iterations, 25);
+  EXPECT_TRUE(c->providers.empty());
+}
+
+TEST(ConfigTest, ParsesProvidersAndLimits) {
+  auto c = ParseConfig(
+      "listen: [unix:/tmp/x.sock, tcp:127.0.0.1:0]\n"
+      "providers:\n"
+      "  anthropic:\n    api_key_env: MY_KEY\n    model: claude-x\n"
+      "  local:\n    kind: openai\n    base_url: http://127.0.0.1:8080/v1/\n"
+      "agent:\n  max_iterations: 7\n",
+      "f.yaml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->listen.size(), 2u);
+  EXPECT_EQ(c->providers["anthropic"].kind, "anthropic");
+  EXPECT_EQ(c->providers["anthropic"].api_key_env, "MY_KEY");
+  EXPECT_EQ(c->providers["local"].kind, "openai");
+  EXPECT_EQ(c->max_iterations, 7);
+  ApplyProviderEnvironment(*c);
+  EXPECT_EQ(c->providers["local"].base_url, "http://127.0.0.1:8080/v1");  // trailing slash dropped
+}
+
+TEST(ConfigTest, UnknownKeyNamesFileLineAndField) {
+  auto c = ParseConfig("agent:\n  max_iterations: 3\n  max_iteratons: 4\n", "fwaid.yaml");
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(c.status().message().find("fwaid.yaml:3"), std::string::npos) << c.status();
+  EXPECT_NE(c.status().message().find("agent.max_iteratons"), std::string::npos) << c.status();
+}
+
+TEST(ConfigTest, BadValueSaysWhatIsExpected) {
+  auto c = ParseConfig("retry:\n  max_attempts: lots\n", "fwaid.yaml");
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("fwaid.yaml:2"), std::string::npos) << c.status();
+  EXPECT_NE(c.status().message().find("expected an integer"), std::string::npos) << c.status();
+  auto d = ParseConfig("providers:\n  x:\n    kind: bard\n", "f.yaml");
+  ASSERT_FALSE(d.ok());
+  EXPECT_NE(d.status().message().find("expected anthropic or openai"), std::string::npos);
+  auto e = ParseConfig("listen: http://x\n", "f.yaml");
+  ASSERT_FALSE(e.ok());
+  EXPECT_NE(e.status().message().find("unix:PATH"), std::string::npos);
+}
+
+TEST(ConfigTest, SyntaxErrorHasLine) {
+  auto c = ParseConfig("a: [1, 2\nb: 3\n", "broken.yaml");
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("broken.yaml:"), std::string::npos) << c.status();
+}
+
+TEST(ConfigTest, EnvironmentAddsProviders) {
+  setenv("OPENAI_API_KEY", "sk-test", 1);
+  setenv("OPENAI_BASE_URL", "http://127.0.0.1:9/v1", 1);
+  DaemonConfig c;
+  ApplyProviderEnvironment(c);
+  unsetenv("OPENAI_API_KEY");
+  unsetenv("OPENAI_BASE_URL");
+  ASSERT_TRUE(c.providers.count("openai"));
+  EXPECT_EQ(c.providers["openai"].base_url, "http://127.0.0.1:9/v1");
+  EXPECT_EQ(c.default_provider, "openai");
+}
+
+}  // namespace
+}  // namespace fwai

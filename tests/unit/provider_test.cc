@@ -1,0 +1,229 @@
+// Provider adapters against the fake service over real HTTP.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <thread>
+
+#include "server/llm/http_client.h"
+#include "server/llm/provider.h"
+#include "tests/fakes/fake_llm_server.h"
+
+namespace fwai {
+namespace {
+
+using testing::FakeLlmServer;
+using testing::FakeReply;
+
+struct Collect : StreamObserver {
+  std::string text;
+  std::vector<std::string> tools;
+  int retries = 0;
+  void OnText(std::string_view t) override { text.append(t); }
+  void OnToolUseStart(const std::string& id, const std::string& name) override { tools.push_back(name); }
+  void OnRetry(int, int, const std::string&) override { ++retries; }
+};
+
+class ProviderTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    ASSERT_GT(fake_.Start(), 0);
+    http_ = MakeCurlHttpClient();
+    ProviderConfig pc;
+    pc.name = GetParam();
+    pc.kind = GetParam();
+    pc.api_key = "k-123";
+    pc.api_key_env = "FAKE_KEY_VAR";
+    pc.base_url = pc.kind == "anthropic" ? fake_.anthropic_base_url() : fake_.openai_base_url();
+    pc.model = "m-1";
+    RetryConfig rc;
+    rc.max_attempts = 3;
+    rc.initial_backoff_ms = 10;
+    rc.max_backoff_ms = 50;
+    provider_ = MakeProvider(pc, rc, *http_);
+  }
+  ChatRequest Request() {
+    ChatRequest r;
+    r.model = "m-1";
+    r.system = "sys";
+    r.messages.push_back({"user", nlohmann::json::array({{{"type", "text"}, {"text", "hi"}}})});
+    r.tools.push_back({"read_file", "read", {{"type", "object"}}});
+    return r;
+  }
+  FakeLlmServer fake_;
+  std::unique_ptr<HttpClient> http_;
+  std::unique_ptr<Provider> provider_;
+};
+
+TEST_P(ProviderTest, StreamsTextAndToolCalls) {
+  FakeReply r;
+  r.chunks = {"Hel", "lo ", "wörld"};
+  r.tool_calls = {{"call_1", "read_file", {{"path", "a.c"}}}, {"call_2", "grep", {{"pattern", "x"}}}};
+  r.input_tokens = 100;
+  r.output_tokens = 20;
+  fake_.Enqueue(r);
+  Collect obs;
+  CancelToken cancel;
+  auto res = provider_->Stream(Request(), obs, cancel);
+  ASSERT_TRUE(res.ok()) << res.status();
+  EXPECT_EQ(obs.text, "Hello wörld");
+  EXPECT_EQ(res->stop_reason, "tool_use");
+  EXPECT_EQ(res->input_tokens, 100);
+  EXPECT_EQ(res->output_tokens, 20);
+  ASSERT_EQ(res->content.size(), 3u);
+  EXPECT_EQ(res->content[0]["text"], "Hello wörld");
+  EXPECT_EQ(res->content[1]["name"], "read_file");
+  EXPECT_EQ(res->content[1]["input"]["path"], "a.c");  // parallel calls, partial JSON joined
+  EXPECT_EQ(res->content[2]["id"], "call_2");
+  EXPECT_EQ(obs.tools, (std::vector<std::string>{"read_file", "grep"}));
+  auto reqs = fake_.requests();
+  ASSERT_EQ(reqs.size(), 1u);
+  EXPECT_EQ(reqs[0].body["stream"], true);
+  EXPECT_EQ(reqs[0].body["model"], "m-1");
+  if (GetParam() == "anthropic") {
+    EXPECT_EQ(reqs[0].path, "/v1/messages");
+    EXPECT_EQ(reqs[0].Header("x-api-key"), "k-123");
+    EXPECT_EQ(reqs[0].Header("anthropic-version"), "2023-06-01");
+    EXPECT_EQ(reqs[0].body["system"], "sys");
+    EXPECT_EQ(reqs[0].body["tools"][0]["input_schema"]["type"], "object");
+  } else {
+    EXPECT_EQ(reqs[0].path, "/v1/chat/completions");
+    EXPECT_EQ(reqs[0].Header("authorization"), "Bearer k-123");
+    EXPECT_EQ(reqs[0].body["messages"][0]["role"], "system");
+    EXPECT_EQ(reqs[0].body["tools"][0]["function"]["name"], "read_file");
+  }
+}
+
+TEST_P(ProviderTest, ToolResultsAreSentInTheProvidersFormat) {
+  ChatRequest r = Request();
+  r.messages.push_back({"assistant", nlohmann::json::array({{{"type", "tool_use"}, {"id", "c1"},
+                                                             {"name", "read_file"}, {"input", {{"path", "a"}}}}})});
+  r.messages.push_back({"user", nlohmann::json::array({{{"type", "tool_result"}, {"tool_use_id", "c1"},
+                                                        {"content", "file text"}}})});
+  Collect obs;
+  CancelToken cancel;
+  ASSERT_TRUE(provider_->Stream(r, obs, cancel).ok());
+  auto body = fake_.requests()[0].body;
+  if (GetParam() == "anthropic") {
+    EXPECT_EQ(body["messages"][2]["content"][0]["type"], "tool_result");
+  } else {
+    EXPECT_EQ(body["messages"][2]["tool_calls"][0]["id"], "c1");
+    EXPECT_EQ(body["messages"][2]["tool_calls"][0]["function"]["arguments"], "{\"path\":\"a\"}");
+    EXPECT_EQ(body["messages"][3]["role"], "tool");
+    EXPECT_EQ(body["messages"][3]["tool_call_id"], "c1");
+    EXPECT_EQ(body["messages"][3]["content"], "file text");
+  }
+}
+
+TEST_P(ProviderTest, RetriesOn429And5xxThenSucceeds) {
+  FakeReply limited;
+  limited.status = 429;
+  limited.error_type = "rate_limit_error";
+  limited.error_message = "slow down";
+  limited.retry_after_s = 0;
+  fake_.Enqueue(limited);
+  FakeReply down;
+  down.status = 503;
+  down.error_type = "overloaded_error";
+  down.error_message = "busy";
+  fake_.Enqueue(down);
+  FakeReply ok;
+  ok.chunks = {"fine"};
+  fake_.Enqueue(ok);
+  Collect obs;
+  CancelToken cancel;
+  auto res = provider_->Stream(Request(), obs, cancel);
+  ASSERT_TRUE(res.ok()) << res.status();
+  EXPECT_EQ(obs.text, "fine");
+  EXPECT_EQ(obs.retries, 2);
+  EXPECT_EQ(fake_.request_count(), 3u);
+}
+
+TEST_P(ProviderTest, GivesUpAfterMaxAttemptsWithTheProvidersMessage) {
+  for (int i = 0; i < 3; ++i) {
+    FakeReply limited;
+    limited.status = 429;
+    limited.error_type = "rate_limit_error";
+    limited.error_message = "quota exceeded for org";
+    fake_.Enqueue(limited);
+  }
+  Collect obs;
+  CancelToken cancel;
+  auto res = provider_->Stream(Request(), obs, cancel);
+  ASSERT_FALSE(res.ok());
+  EXPECT_EQ(res.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(res.status().message().find("quota exceeded for org"), std::string::npos) << res.status();
+}
+
+TEST_P(ProviderTest, UnauthorizedNamesTheKeyVariable) {
+  fake_.RequireKey("the-right-key");
+  Collect obs;
+  CancelToken cancel;
+  auto res = provider_->Stream(Request(), obs, cancel);
+  ASSERT_FALSE(res.ok());
+  EXPECT_EQ(res.status().code(), absl::StatusCode::kUnauthenticated);
+  EXPECT_NE(res.status().message().find("providers." + GetParam() + ".api_key"), std::string::npos)
+      << res.status();
+  EXPECT_EQ(fake_.request_count(), 1u);  // not retried
+}
+
+TEST_P(ProviderTest, StreamCutMidwayIsAnError) {
+  FakeReply r;
+  r.chunks = {"a", "b", "c", "d"};
+  r.cut_after_chunks = 2;
+  fake_.Enqueue(r);
+  Collect obs;
+  CancelToken cancel;
+  auto res = provider_->Stream(Request(), obs, cancel);
+  ASSERT_FALSE(res.ok());
+  EXPECT_EQ(res.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(obs.text, "ab");
+  EXPECT_EQ(fake_.request_count(), 1u);  // text was shown: no silent retry
+}
+
+TEST_P(ProviderTest, MalformedChunkIsAnError) {
+  FakeReply r;
+  r.chunks = {"a", "b", "c", "d"};
+  r.malformed = true;
+  fake_.Enqueue(r);
+  Collect obs;
+  CancelToken cancel;
+  auto res = provider_->Stream(Request(), obs, cancel);
+  ASSERT_FALSE(res.ok());
+  EXPECT_NE(res.status().message().find("malformed stream event"), std::string::npos) << res.status();
+}
+
+TEST_P(ProviderTest, CancelStopsTheStreamPromptly) {
+  FakeReply r;
+  for (int i = 0; i < 100; ++i) r.chunks.push_back("x");
+  r.chunk_delay_ms = 50;
+  fake_.Enqueue(r);
+  Collect obs;
+  CancelToken cancel;
+  std::thread t([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    cancel.Cancel();
+  });
+  auto t0 = std::chrono::steady_clock::now();
+  auto res = provider_->Stream(Request(), obs, cancel);
+  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count();
+  t.join();
+  ASSERT_FALSE(res.ok());
+  EXPECT_EQ(res.status().code(), absl::StatusCode::kCancelled);
+  EXPECT_LT(ms, 2000);
+}
+
+TEST_P(ProviderTest, UnreachableServerIsUnavailable) {
+  fake_.Stop();
+  Collect obs;
+  CancelToken cancel;
+  auto res = provider_->Stream(Request(), obs, cancel);
+  ASSERT_FALSE(res.ok());
+  EXPECT_EQ(res.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_NE(res.status().message().find("after 3 attempts"), std::string::npos) << res.status();
+}
+
+INSTANTIATE_TEST_SUITE_P(Providers, ProviderTest, ::testing::Values("anthropic", "openai"),
+                         [](const auto& info) { return info.param; });
+
+}  // namespace
+}  // namespace fwai

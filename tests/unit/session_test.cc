@@ -1,0 +1,181 @@
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "fwai/v1/events.pb.h"
+#include "server/session/session_manager.h"
+#include "server/storage/storage.h"
+
+namespace fwai {
+namespace {
+
+namespace pb = fwai::v1;
+
+class SessionTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string t = (std::filesystem::temp_directory_path() / "fwai-session-XXXXXX").string();
+    dir_ = mkdtemp(t.data());
+    std::filesystem::create_directories(dir_ + "/proj");
+    auto db = Storage::Open(dir_ + "/db");
+    ASSERT_TRUE(db.ok());
+    storage_ = *std::move(db);
+  }
+  void TearDown() override {
+    sessions_.reset();
+    storage_.reset();
+    std::filesystem::remove_all(dir_);
+  }
+  SessionManager& Sessions(SubscriberConfig limits = {}) {
+    if (!sessions_) sessions_ = std::make_unique<SessionManager>(*storage_, limits);
+    return *sessions_;
+  }
+  static std::string Text(const std::string& t, const std::string& turn = "t1") {
+    pb::ServerEvent ev;
+    ev.set_turn_id(turn);
+    ev.mutable_text_delta()->mutable_origin()->set_agent("main");
+    ev.mutable_text_delta()->set_text(t);
+    return ev.SerializeAsString();
+  }
+  static std::string Finished() {
+    pb::ServerEvent ev;
+    ev.set_turn_id("t1");
+    ev.mutable_turn_finished()->set_stop_reason("end_turn");
+    return ev.SerializeAsString();
+  }
+  std::vector<pb::ServerEvent> Drain(Subscriber& sub, absl::Status* final_status = nullptr,
+                                     bool* closed = nullptr) {
+    std::vector<pb::ServerEvent> out;
+    std::string bytes;
+    absl::Status st;
+    while (true) {
+      auto r = sub.Pull(&bytes, &st);
+      if (r == Subscriber::PullResult::kEvent) {
+        pb::ServerEvent ev;
+        ev.ParseFromString(bytes);
+        out.push_back(ev);
+        continue;
+      }
+      if (closed) *closed = r == Subscriber::PullResult::kClosed;
+      if (final_status) *final_status = st;
+      return out;
+    }
+  }
+
+  std::string dir_;
+  std::unique_ptr<Storage> storage_;
+  std::unique_ptr<SessionManager> sessions_;
+};
+
+TEST_F(SessionTest, CreateGetListDelete) {
+  auto& sm = Sessions();
+  auto s = sm.Create("uid:1", {"title", dir_ + "/proj/../proj", "", ""});
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->project_root, std::filesystem::canonical(dir_ + "/proj").string());
+  EXPECT_TRUE(sm.Get(s->id).ok());
+  ASSERT_EQ(sm.List("uid:1")->size(), 1u);
+  EXPECT_EQ(sm.List("uid:2")->size(), 0u);
+  ASSERT_TRUE(sm.Publish(s->id, Text("a")).ok());
+  ASSERT_TRUE(sm.Delete(s->id).ok());
+  EXPECT_EQ(sm.Get(s->id).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(sm.Publish(s->id, Text("b")).status().code(), absl::StatusCode::kNotFound);
+  auto bad = sm.Create("uid:1", {"t", dir_ + "/missing", "", ""});
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(SessionTest, SeqContinuesAfterRestartAndReplayMatchesLive) {
+  std::string id;
+  std::vector<pb::ServerEvent> live;
+  {
+    auto& sm = Sessions();
+    id = sm.Create("uid:1", {"t", dir_ + "/proj", "", ""})->id;
+    int notified = 0;
+    auto sub = sm.Subscribe(id, 0, false, true, [&] { ++notified; });
+    ASSERT_TRUE(sub.ok());
+    EXPECT_TRUE(Drain(**sub).empty());  // now waiting
+    for (int i = 0; i < 5; ++i) ASSERT_EQ(*sm.Publish(id, Text(std::to_string(i))), uint64_t(i + 1));
+    EXPECT_EQ(notified, 1);  // one wake-up for the first event after waiting
+    live = Drain(**sub);
+    ASSERT_EQ(live.size(), 5u);
+  }
+  sessions_.reset();
+  auto& sm = Sessions();
+  EXPECT_EQ(*sm.Publish(id, Finished()), 6u);  // seq continues from storage
+  auto sub = sm.Subscribe(id, 0, true, false, nullptr);
+  bool closed = false;
+  auto replay = Drain(**sub, nullptr, &closed);
+  EXPECT_TRUE(closed);
+  ASSERT_EQ(replay.size(), 6u);
+  for (size_t i = 0; i < live.size(); ++i) {
+    EXPECT_EQ(replay[i].SerializeAsString(), live[i].SerializeAsString());
+  }
+  auto tail = Drain(**sm.Subscribe(id, 4, true, false, nullptr));
+  ASSERT_EQ(tail.size(), 2u);
+  EXPECT_EQ(tail[0].seq(), 5u);
+}
+
+TEST_F(SessionTest, ReplayThenLiveHasNoGapOrDuplicate) {
+  auto& sm = Sessions();
+  auto id = sm.Create("uid:1", {"t", dir_ + "/proj", "", ""})->id;
+  for (int i = 0; i < 600; ++i) ASSERT_TRUE(sm.Publish(id, Text("x")).ok());  // > one replay batch
+  auto sub = sm.Subscribe(id, 10, true, true, [] {});
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(sm.Publish(id, Text("y")).ok());
+  auto got = Drain(**sub);
+  ASSERT_EQ(got.size(), 593u);
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_EQ(got[i].seq(), 11 + i);
+}
+
+TEST_F(SessionTest, SlowSubscriberIsCoalescedThenDropped) {
+  SubscriberConfig limits;
+  limits.high_water = 4;
+  limits.max_queue = 8;
+  auto& sm = Sessions(limits);
+  auto id = sm.Create("uid:1", {"t", dir_ + "/proj", "", ""})->id;
+  auto slow = sm.Subscribe(id, 0, false, true, [] {});
+  auto fast = sm.Subscribe(id, 0, false, true, [] {});
+  std::string fast_text;
+  // 100 deltas: the slow one coalesces them past the high-water mark.
+  for (int i = 0; i < 100; ++i) {
+    ASSERT_TRUE(sm.Publish(id, Text(std::to_string(i % 10))).ok());
+    for (auto& ev : Drain(**fast)) fast_text += ev.text_delta().text();
+  }
+  EXPECT_EQ(fast_text.size(), 100u);
+  EXPECT_GT((*slow)->coalesced(), 90u);
+  std::string slow_text;
+  auto got = Drain(**slow);
+  for (auto& ev : got) slow_text += ev.text_delta().text();
+  EXPECT_EQ(slow_text, fast_text);           // same text, fewer events
+  EXPECT_EQ(got.back().seq(), 100u);         // the last seq it absorbed
+  // Events that cannot be merged overflow the queue: the slow one is dropped.
+  for (int i = 0; i < 20; ++i) {
+    ASSERT_TRUE(sm.Publish(id, Finished()).ok());
+    Drain(**fast);
+  }
+  absl::Status st;
+  bool closed = false;
+  Drain(**slow, &st, &closed);
+  EXPECT_TRUE(closed);
+  EXPECT_EQ(st.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(st.message().find("re-attach"), std::string::npos);
+  // The fast one is unaffected.
+  ASSERT_TRUE(sm.Publish(id, Text("z")).ok());
+  EXPECT_EQ(Drain(**fast).size(), 1u);
+}
+
+TEST_F(SessionTest, HistoryAppendAndReplace) {
+  auto& sm = Sessions();
+  auto id = sm.Create("uid:1", {"t", dir_ + "/proj", "", ""})->id;
+  ASSERT_TRUE(sm.AppendHistory(id, {"user", R"([{"type":"text","text":"hi"}])"}).ok());
+  ASSERT_TRUE(sm.AppendHistory(id, {"assistant", R"([{"type":"text","text":"hello"}])"}).ok());
+  auto h = sm.LoadHistory(id);
+  ASSERT_TRUE(h.ok());
+  ASSERT_EQ(h->size(), 2u);
+  EXPECT_EQ((*h)[1].role, "assistant");
+  ASSERT_TRUE(sm.ReplaceHistory(id, {{"user", R"([{"type":"text","text":"summary"}])"}}).ok());
+  EXPECT_EQ(sm.LoadHistory(id)->size(), 1u);
+  ASSERT_TRUE(sm.AppendHistory(id, {"assistant", "[]"}).ok());
+  EXPECT_EQ(sm.LoadHistory(id)->size(), 2u);
+}
+
+}  // namespace
+}  // namespace fwai

@@ -302,8 +302,12 @@ int Main(int argc, char** argv) {
   for (auto& ul : unix_listeners) ul->Stop();
   turns.Shutdown();
   sessions.CloseAll(absl::UnavailableError("fwaid is shutting down; reconnect after it restarts"));
-  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(3));
+  spdlog::info("turns stopped; closing the server");
+  // Turns are finished and every stream has been told to close; connections
+  // adopted by fd are not drained by gRPC itself, so the grace is short.
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(500));
   server->Wait();
+  spdlog::info("server closed");
   fd_cq->Shutdown();
   fd_cq_thread.join();
   if (auto s = (*storage)->SyncWal(); !s.ok()) {

@@ -109,7 +109,7 @@ class HttpProvider : public Provider {
         if (!st.error.ok()) return st.error;
         if (!st.done) {
           return absl::UnavailableError(absl::StrCat(
-              config_.name, ": the response stream ended before the message was complete"));
+              config_.name, ": the response stream was cut before the message was complete"));
         }
         return std::move(st.result);
       } else {

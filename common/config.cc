@@ -314,6 +314,8 @@ void ApplyProviderEnvironment(DaemonConfig& c) {
     }
   }
   for (auto& [name, p] : c.providers) {
+    p.connect_timeout_s = c.http_connect_timeout_s;
+    p.idle_timeout_s = c.http_idle_timeout_s;
     if (p.base_url.empty()) {
       p.base_url = p.kind == "anthropic" ? "https://api.anthropic.com" : "https://api.openai.com/v1";
     }

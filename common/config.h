@@ -21,6 +21,8 @@ struct ProviderConfig {
   int max_tokens = 4096;
   double temperature = -1;  // < 0: provider default
   int64_t context_window = 200000;
+  int connect_timeout_s = 15;  // copied from http: by ApplyProviderEnvironment
+  int idle_timeout_s = 120;
 };
 
 struct RetryConfig {

@@ -95,6 +95,8 @@ absl::Status SpawnDaemon(const std::string& socket_path) {
       dup2(out, 1);
       dup2(out, 2);
     }
+    // Nothing of the caller's (pipes, sockets) may stay open in the daemon.
+    for (int fd = 3; fd < 1024; ++fd) close(fd);
     std::string listen = "unix:" + socket_path;
     execlp(bin.c_str(), bin.c_str(), "--listen", listen.c_str(), static_cast<char*>(nullptr));
     std::fprintf(stderr, "fwai: cannot run %s: %s\n", bin.c_str(), std::strerror(errno));

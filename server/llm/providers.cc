@@ -74,6 +74,8 @@ class HttpProvider : public Provider {
     http_req.headers.push_back("Content-Type: application/json");
     http_req.headers.push_back("Accept: text/event-stream");
     http_req.body = Body(request).dump();
+    http_req.connect_timeout_s = config_.connect_timeout_s;
+    http_req.idle_timeout_s = config_.idle_timeout_s;
     std::mt19937 rng(std::random_device{}());
     int backoff = retry_.initial_backoff_ms;
     for (int attempt = 1;; ++attempt) {

@@ -1,0 +1,178 @@
+// The fwai CLI as a user runs it, against a real fwaid and the fake provider.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "tests/integration/daemon_fixture.h"
+
+namespace fwai::testing {
+namespace {
+
+std::vector<nlohmann::json> JsonLines(const std::string& out) {
+  std::vector<nlohmann::json> lines;
+  std::istringstream in(out);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.empty()) continue;
+    auto j = nlohmann::json::parse(line, nullptr, false);
+    EXPECT_FALSE(j.is_discarded()) << "not JSON: " << line;
+    if (!j.is_discarded()) lines.push_back(j);
+  }
+  return lines;
+}
+
+class CliTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_GT(fake_.Start(), 0);
+    daemon_ = std::make_unique<Daemon>(&fake_);
+    ASSERT_TRUE(daemon_->Start()) << daemon_->log();
+  }
+  int Fwai(std::vector<std::string> args, std::string* out, std::string* err = nullptr) {
+    std::vector<std::string> argv = {std::string(FWAI_BIN_DIR) + "/fwai", "--daemon", daemon_->address(),
+                                     "--project", daemon_->project_dir()};
+    argv.insert(argv.end(), args.begin(), args.end());
+    std::string e;
+    int rc = RunCommand(argv, out, &e);
+    if (err) *err = e;
+    return rc;
+  }
+  FakeLlmServer fake_;
+  std::unique_ptr<Daemon> daemon_;
+};
+
+TEST_F(CliTest, ChatJsonStreamsTypedEventsAndExitsZero) {
+  FakeReply r;
+  r.chunks = {"Hello", " engineer"};
+  r.tool_calls = {{"call_1", "list_dir", nlohmann::json::object()}};
+  fake_.Enqueue(r);
+  FakeReply r2;
+  r2.chunks = {"done"};
+  fake_.Enqueue(r2);
+  std::string out, err;
+  int rc = Fwai({"--json", "chat", "list", "the", "project"}, &out, &err);
+  ASSERT_EQ(rc, 0) << err << out;
+  auto lines = JsonLines(out);
+  ASSERT_FALSE(lines.empty());
+  std::vector<std::string> types;
+  std::string text;
+  for (const auto& j : lines) {
+    types.push_back(j["type"]);
+    EXPECT_TRUE(j.contains("seq"));
+    EXPECT_TRUE(j.contains("session_id"));
+    if (j["type"] == "text_delta") text += j["text"].get<std::string>();
+    if (j["type"] == "tool_call_started") {
+      EXPECT_EQ(j["tool"], "list_dir");
+      EXPECT_EQ(j["call_id"], "call_1");
+      EXPECT_TRUE(j.contains("parent_call_id"));
+    }
+  }
+  EXPECT_EQ(text, "Hello engineerdone");
+  EXPECT_EQ(types.front(), "user_message");
+  EXPECT_EQ(types.back(), "turn_finished");
+  EXPECT_NE(std::find(types.begin(), types.end(), "tool_call_finished"), types.end());
+  EXPECT_EQ(lines.back()["usage"]["input_tokens"], 24);
+
+  // The session is listed, shown, attached to and removed through the CLI.
+  const std::string sid = lines.front()["session_id"];
+  ASSERT_EQ(Fwai({"--json", "sessions", "ls"}, &out), 0);
+  auto list = nlohmann::json::parse(out);
+  ASSERT_EQ(list.size(), 1u);
+  EXPECT_EQ(list[0]["id"], sid);
+  ASSERT_EQ(Fwai({"--json", "sessions", "show", sid}, &out), 0);
+  auto show = nlohmann::json::parse(out);
+  EXPECT_EQ(show["history"].size(), 4u);
+  ASSERT_EQ(Fwai({"--json", "attach", sid, "--no-follow", "--after", "2"}, &out), 0);
+  auto replay = JsonLines(out);
+  ASSERT_EQ(replay.size(), lines.size() - 2);
+  EXPECT_EQ(replay.front()["seq"], 3);
+  ASSERT_EQ(Fwai({"sessions", "rm", sid}, &out), 0);
+  ASSERT_EQ(Fwai({"--json", "sessions", "ls"}, &out), 0);
+  EXPECT_EQ(nlohmann::json::parse(out).size(), 0u);
+}
+
+TEST_F(CliTest, HumanOutputShowsTextToolsAndUsage) {
+  FakeReply r;
+  r.chunks = {"Reading."};
+  r.tool_calls = {{"call_1", "glob", {{"pattern", "*.c"}}}};
+  fake_.Enqueue(r);
+  FakeReply r2;
+  r2.chunks = {"No C files."};
+  fake_.Enqueue(r2);
+  std::string out, err;
+  ASSERT_EQ(Fwai({"chat", "find", "C", "files"}, &out, &err), 0) << err;
+  EXPECT_NE(out.find("Reading."), std::string::npos) << out;
+  EXPECT_NE(out.find("glob"), std::string::npos) << out;
+  EXPECT_NE(out.find("No C files."), std::string::npos) << out;
+  EXPECT_NE(err.find("out tokens"), std::string::npos) << err;
+  EXPECT_NE(err.find("session s-"), std::string::npos) << err;
+}
+
+TEST_F(CliTest, ContinueUsesTheProjectsLatestSession) {
+  std::string out, err;
+  ASSERT_EQ(Fwai({"--json", "chat", "one"}, &out), 0);
+  std::string sid = JsonLines(out).front()["session_id"];
+  ASSERT_EQ(Fwai({"--json", "chat", "--continue", "two"}, &out), 0);
+  EXPECT_EQ(JsonLines(out).front()["session_id"], sid);
+  ASSERT_EQ(Fwai({"--json", "chat", "--session", sid, "three"}, &out), 0);
+  EXPECT_EQ(JsonLines(out).front()["session_id"], sid);
+}
+
+TEST_F(CliTest, ExitCodes) {
+  std::string out, err;
+  // 4: the turn failed.
+  FakeReply bad;
+  bad.status = 400;
+  bad.error_type = "invalid_request_error";
+  bad.error_message = "prompt is too long";
+  fake_.Enqueue(bad);
+  EXPECT_EQ(Fwai({"chat", "hello"}, &out, &err), 4);
+  EXPECT_NE(err.find("prompt is too long"), std::string::npos) << err;
+  // 2: usage.
+  EXPECT_EQ(Fwai({"chat"}, &out, &err), 2);
+  EXPECT_EQ(Fwai({"no-such-command"}, &out, &err), 2);
+  // 1: an error from the daemon.
+  EXPECT_EQ(Fwai({"sessions", "show", "s-missing"}, &out, &err), 1);
+  EXPECT_NE(err.find("not found"), std::string::npos) << err;
+  // 3: no daemon there (an explicit address is never auto-started).
+  std::vector<std::string> argv = {std::string(FWAI_BIN_DIR) + "/fwai", "--daemon",
+                                   "unix:" + daemon_->dir() + "/nobody.sock", "sessions", "ls"};
+  EXPECT_EQ(RunCommand(argv, &out, &err), 3);
+  EXPECT_NE(err.find("not running"), std::string::npos) << err;
+}
+
+TEST_F(CliTest, DaemonStatusAndStop) {
+  std::string out, err;
+  ASSERT_EQ(Fwai({"--json", "daemon", "status"}, &out, &err), 0) << err;
+  auto st = nlohmann::json::parse(out);
+  EXPECT_EQ(st["running"], true);
+  EXPECT_EQ(st["pid"], daemon_->pid());
+  EXPECT_EQ(st["default_provider"], "anthropic");
+  ASSERT_EQ(Fwai({"daemon", "stop"}, &out, &err), 0) << err;
+  EXPECT_NE(out.find("stopped"), std::string::npos);
+  EXPECT_EQ(Fwai({"daemon", "status"}, &out, &err), 3);
+}
+
+TEST(CliAutostartTest, StartsTheDaemonOnTheDefaultSocket) {
+  std::string dir = MakeTempDir("fwai-autostart-");
+  std::vector<std::string> env = {"XDG_RUNTIME_DIR=" + dir + "/run", "XDG_DATA_HOME=" + dir + "/data",
+                                  "XDG_CONFIG_HOME=" + dir + "/config", "FWAI_DAEMON=",
+                                  "ANTHROPIC_API_KEY=", "OPENAI_API_KEY="};
+  std::string fwai = std::string(FWAI_BIN_DIR) + "/fwai";
+  std::string out, err;
+  ASSERT_EQ(RunCommand({fwai, "--json", "sessions", "ls"}, &out, &err, env), 0) << err;
+  EXPECT_EQ(out, "[]\n");
+  ASSERT_EQ(RunCommand({fwai, "--json", "daemon", "status"}, &out, &err, env), 0) << err;
+  auto st = nlohmann::json::parse(out);
+  EXPECT_EQ(st["listen"][0], "unix:" + dir + "/run/fwai/fwaid.sock");
+  EXPECT_EQ(st["data_dir"], dir + "/data/fwai");
+  // Without a provider a chat ends with the how-to and exit code 4.
+  EXPECT_EQ(RunCommand({fwai, "chat", "hi"}, &out, &err, env), 4);
+  EXPECT_NE(err.find("no LLM provider is configured"), std::string::npos) << err;
+  ASSERT_EQ(RunCommand({fwai, "daemon", "stop"}, &out, &err, env), 0) << err;
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace fwai::testing

@@ -195,6 +195,8 @@ int RunCommand(const std::vector<std::string>& argv, std::string* out, std::stri
     dup2(err_pipe[1], 2);
     close(out_pipe[0]);
     close(err_pipe[0]);
+    close(out_pipe[1]);
+    close(err_pipe[1]);
     int devnull = open("/dev/null", O_RDONLY);
     dup2(devnull, 0);
     for (const auto& e : env) putenv(strdup(e.c_str()));

@@ -71,3 +71,14 @@ TEST(ConfigTest, EnvironmentAddsProviders) {
 
 }  // namespace
 }  // namespace fwai
+
+namespace fwai {
+namespace {
+TEST(ConfigTest, HttpTimeoutsReachProviders) {
+  auto c = ParseConfig("http:\n  idle_timeout_s: 7\nproviders:\n  openai:\n    api_key: x\n", "f.yaml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  ApplyProviderEnvironment(*c);
+  EXPECT_EQ(c->providers["openai"].idle_timeout_s, 7);
+}
+}  // namespace
+}  // namespace fwai

@@ -222,6 +222,26 @@ TEST_P(ProviderTest, UnreachableServerIsUnavailable) {
   EXPECT_NE(res.status().message().find("after 3 attempts"), std::string::npos) << res.status();
 }
 
+TEST_P(ProviderTest, SilentServerHitsTheIdleTimeout) {
+  ProviderConfig pc = provider_->config();
+  pc.idle_timeout_s = 1;
+  RetryConfig rc;
+  rc.max_attempts = 1;
+  auto provider = MakeProvider(pc, rc, *http_);
+  FakeReply r;
+  r.chunks = {"a"};
+  r.chunk_delay_ms = 2500;
+  fake_.Enqueue(r);
+  Collect obs;
+  CancelToken cancel;
+  auto t0 = std::chrono::steady_clock::now();
+  auto res = provider->Stream(Request(), obs, cancel);
+  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count();
+  ASSERT_FALSE(res.ok());
+  EXPECT_NE(res.status().message().find("no data"), std::string::npos) << res.status();
+  EXPECT_LT(ms, 2400);  // gave up before the data came
+}
+
 INSTANTIATE_TEST_SUITE_P(Providers, ProviderTest, ::testing::Values("anthropic", "openai"),
                          [](const auto& info) { return info.param; });
 

@@ -47,7 +47,7 @@ struct StreamState {
   bool done = false;
   absl::Status error;
   bool emitted = false;  // something reached the observer
-  std::vector<std::string> partial_json;  // Anthropic: tool input per block
+  std::vector<std::string> partial_json;  // Anthropic: tool input (or text) per block
   std::string text;                       // OpenAI: accumulated text
   std::vector<ToolCallAcc> calls;         // OpenAI: tool calls by index
   std::string finish_reason;              // OpenAI
@@ -238,16 +238,18 @@ class AnthropicProvider final : public HttpProvider {
         const json& d = j.at("delta");
         const std::string dt = d.value("type", "");
         json& block = st.result.content[index];
+        // Text is accumulated per block and stored in the block at its stop:
+        // appending to the JSON string on every delta would be quadratic.
         if (dt == "text_delta") {
-          const std::string text = d.at("text").get<std::string>();
-          block["text"] = block.value("text", "") + text;
+          const std::string& text = d.at("text").get_ref<const std::string&>();
+          st.partial_json[index] += text;
           obs.OnText(text);
           st.emitted = true;
         } else if (dt == "input_json_delta") {
           st.partial_json[index] += d.at("partial_json").get<std::string>();
         } else if (dt == "thinking_delta") {
-          const std::string text = d.at("thinking").get<std::string>();
-          block["thinking"] = block.value("thinking", "") + text;
+          const std::string& text = d.at("thinking").get_ref<const std::string&>();
+          st.partial_json[index] += text;
           obs.OnThinking(text);
           st.emitted = true;
         } else if (dt == "signature_delta") {
@@ -255,6 +257,11 @@ class AnthropicProvider final : public HttpProvider {
         }
       } else if (type == "content_block_stop") {
         size_t index = j.at("index").get<size_t>();
+        if (index < st.result.content.size() && index < st.partial_json.size()) {
+          const std::string btype = st.result.content[index].value("type", "");
+          if (btype == "text") st.result.content[index]["text"] = std::move(st.partial_json[index]);
+          if (btype == "thinking") st.result.content[index]["thinking"] = std::move(st.partial_json[index]);
+        }
         if (index < st.result.content.size() &&
             st.result.content[index].value("type", "") == "tool_use") {
           const std::string& pj = st.partial_json[index];

@@ -74,6 +74,14 @@ absl::StatusOr<SessionInfo> SessionManager::Create(const std::string& owner, New
   s.provider = params.provider;
   s.model = params.model;
   RETURN_IF_ERROR(storage_.Put(Cf::kSessions, s.id, SessionToJson(s), /*sync=*/false));
+  // A new session has no events or history: its live state needs no seek.
+  auto live = std::make_shared<Live>();
+  {
+    std::lock_guard<std::mutex> l(live->mu);
+    live->loaded = true;
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  live_[s.id] = std::move(live);
   return s;
 }
 

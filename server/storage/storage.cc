@@ -84,6 +84,11 @@ absl::StatusOr<std::unique_ptr<Storage>> Storage::Open(const std::string& dir) {
     cfo.write_buffer_size = 8 << 20;
     cfs.emplace_back(name, cfo);
   }
+  // Flushes and compactions must not take CPU from streaming on small machines.
+  rocksdb::Env::Default()->LowerThreadPoolCPUPriority(rocksdb::Env::Priority::LOW,
+                                                      rocksdb::CpuPriority::kLow);
+  rocksdb::Env::Default()->LowerThreadPoolCPUPriority(rocksdb::Env::Priority::HIGH,
+                                                      rocksdb::CpuPriority::kLow);
   auto rep = std::make_unique<Rep>();
   rocksdb::DB* raw = nullptr;
   rocksdb::Status s = rocksdb::DB::Open(options, dir, cfs, &rep->handles, &raw);

@@ -58,10 +58,12 @@ struct StreamStats {
   uint64_t chunks = 0;  // provider chunks carried (more than deltas when coalesced)
   double seconds = 0;
   std::vector<double> latency_ms;
+  std::vector<double> steady_latency_ms;  // after the first 10% of chunks
   bool finished = false;
 };
 
-StreamStats Stream(pb::Sessions::Stub& stub, const std::string& session_id, bool measure_latency) {
+StreamStats Stream(pb::Sessions::Stub& stub, const std::string& session_id, bool measure_latency,
+                   int warmup = 0) {
   StreamStats st;
   grpc::ClientContext ctx;
   auto stream = stub.Chat(&ctx);
@@ -88,7 +90,10 @@ StreamStats Stream(pb::Sessions::Stub& stub, const std::string& session_id, bool
         int64_t sent = 0;
         if (absl::SimpleAtoi(t.substr(pos, semi - pos), &sent) && sent > 0) {
           ++st.chunks;
-          if (measure_latency) st.latency_ms.push_back((now - sent) / 1e6);
+          if (measure_latency) {
+            st.latency_ms.push_back((now - sent) / 1e6);
+            if (st.chunks > static_cast<uint64_t>(warmup)) st.steady_latency_ms.push_back((now - sent) / 1e6);
+          }
         }
         size_t next = t.find_first_of("0123456789", semi);
         pos = next == std::string::npos ? t.size() : next;
@@ -110,8 +115,12 @@ int Main(int argc, char** argv) {
   int latency_chunks = 300;
   int idle_sessions = 2000;
   int attached_clients = 200;
+  std::string only;
+  int pause_s = 0;  // pause between phases (lets background compaction settle)
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
+    if (a == "--only" && i + 1 < argc) only = argv[++i];
+    if (a == "--pause" && i + 1 < argc) pause_s = std::atoi(argv[++i]);
     if (a == "--quick") {
       throughput_chunks = 20000;
       latency_chunks = 100;
@@ -124,14 +133,22 @@ int Main(int argc, char** argv) {
 
   FakeLlmServer fake;
   if (fake.Start() <= 0) return 1;
-  Daemon d(&fake, "log_level: warn\n");
-  if (!d.Start()) {
-    std::fprintf(stderr, "fwaid did not start:\n%s\n", d.log().c_str());
-    return 1;
-  }
+  // Each phase runs on a fresh daemon so one phase's heap and RocksDB state do
+  // not colour the next one's figures.
+  std::unique_ptr<Daemon> daemon;
+  auto fresh = [&]() -> Daemon& {
+    if (daemon) daemon->Stop();
+    daemon = std::make_unique<Daemon>(&fake, "log_level: warn\n");
+    if (!daemon->Start()) {
+      std::fprintf(stderr, "fwaid did not start:\n%s\n", daemon->log().c_str());
+      std::exit(1);
+    }
+    return *daemon;
+  };
 
   // --- Throughput to one client.
-  {
+  if (only.empty() || only == "throughput") {
+    Daemon& d = fresh();
     std::vector<double> rates;
     for (int run = 0; run < 3; ++run) {
       FakeReply r;
@@ -159,6 +176,9 @@ int Main(int argc, char** argv) {
 
   // --- Added latency at 1 and 50 concurrent sessions.
   for (int sessions : {1, 50}) {
+    if (!only.empty() && only != "latency") break;
+    Daemon& d = fresh();
+    std::this_thread::sleep_for(std::chrono::seconds(pause_s));
     for (int i = 0; i < sessions; ++i) {
       FakeReply r;
       r.bench_chunks = latency_chunks;
@@ -169,16 +189,17 @@ int Main(int argc, char** argv) {
     std::vector<std::string> ids;
     for (int i = 0; i < sessions; ++i) ids.push_back(d.CreateSession().id());
     std::mutex mu;
-    std::vector<double> all;
+    std::vector<double> all, steady;
     std::vector<std::thread> threads;
     std::atomic<int> unfinished{0};
     for (int i = 0; i < sessions; ++i) {
       threads.emplace_back([&, i] {
         auto stub = d.sessions();
-        auto st = Stream(*stub, ids[i], true);
+        auto st = Stream(*stub, ids[i], true, latency_chunks / 10);
         if (!st.finished) ++unfinished;
         std::lock_guard<std::mutex> lock(mu);
         all.insert(all.end(), st.latency_ms.begin(), st.latency_ms.end());
+        steady.insert(steady.end(), st.steady_latency_ms.begin(), st.steady_latency_ms.end());
       });
     }
     for (auto& t : threads) t.join();
@@ -186,10 +207,13 @@ int Main(int argc, char** argv) {
                 "100/s) target p99<=5 at 50%s\n",
                 sessions, Percentile(all, 0.5), Percentile(all, 0.99), Percentile(all, 1.0), all.size(),
                 latency_chunks, unfinished ? " UNFINISHED TURNS" : "");
+    std::printf("       steady state (after each session's first %d chunks): p50=%.3f p99=%.3f max=%.3f\n",
+                latency_chunks / 10, Percentile(steady, 0.5), Percentile(steady, 0.99), Percentile(steady, 1.0));
   }
 
   // --- Memory per idle session and per attached client.
-  {
+  if (only.empty() || only == "memory") {
+    Daemon& d = fresh();
     std::this_thread::sleep_for(std::chrono::milliseconds(300));
     long before = RssKb(d.pid());
     auto stub = d.sessions();
@@ -222,7 +246,7 @@ int Main(int argc, char** argv) {
     for (auto& c : ctxs) c->TryCancel();
     for (auto& r : readers) r->Finish();
   }
-  return d.Stop() == 0 ? 0 : 1;
+  return daemon->Stop() == 0 ? 0 : 1;
 }
 
 }  // namespace

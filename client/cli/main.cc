@@ -466,9 +466,24 @@ int Repl(const Globals& g, std::string session_id, const std::string& provider,
   if (!session_id.empty()) std::cout << "session " << session_id << std::endl;
   EventRenderer renderer(false, false);
   int last_rc = kExitOk;
+  // libedit must not juggle signals itself: its SIGINT handling leaves the
+  // terminal in cooked mode (arrow keys stop working).
+  rl_catch_signals = 0;
   while (true) {
-    signal(SIGINT, SIG_IGN);  // at the prompt Ctrl-C does not kill the REPL
+    // At the prompt Ctrl-C neither kills the REPL nor disturbs the line editor:
+    // the read is restarted; during a turn it cancels the turn (RunTurn).
+    static volatile sig_atomic_t prompt_interrupted = 0;
+    prompt_interrupted = 0;
+    struct sigaction sa {};
+    sa.sa_handler = [](int) { prompt_interrupted = 1; };
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    sigaction(SIGINT, &sa, nullptr);
     char* raw = readline("fwai> ");
+    if (raw == nullptr && prompt_interrupted) {
+      std::cout << "^C (Ctrl-D to exit)" << std::endl;  // drop the line, new prompt
+      continue;
+    }
     if (raw == nullptr) {
       std::cout << std::endl;
       break;

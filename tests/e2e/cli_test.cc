@@ -176,3 +176,55 @@ TEST(CliAutostartTest, StartsTheDaemonOnTheDefaultSocket) {
 
 }  // namespace
 }  // namespace fwai::testing
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+
+namespace fwai::testing {
+namespace {
+
+TEST_F(CliTest, CtrlCDuringChatCancelsTheTurn) {
+  FakeReply r;
+  for (int i = 0; i < 300; ++i) r.chunks.push_back("tick ");
+  r.chunk_delay_ms = 20;
+  fake_.Enqueue(r);
+  int out_pipe[2];
+  ASSERT_EQ(pipe(out_pipe), 0);
+  pid_t pid = fork();
+  if (pid == 0) {
+    dup2(out_pipe[1], 1);
+    close(out_pipe[0]);
+    close(out_pipe[1]);
+    int devnull = open("/dev/null", O_WRONLY);
+    dup2(devnull, 2);
+    std::string bin = std::string(FWAI_BIN_DIR) + "/fwai";
+    execl(bin.c_str(), bin.c_str(), "--daemon", daemon_->address().c_str(), "--project",
+          daemon_->project_dir().c_str(), "--json", "chat", "go", static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  close(out_pipe[1]);
+  std::string out;
+  char buf[4096];
+  bool interrupted = false;
+  ssize_t n;
+  while ((n = read(out_pipe[0], buf, sizeof(buf))) > 0) {
+    out.append(buf, n);
+    if (!interrupted && out.find("text_delta") != std::string::npos) {
+      kill(pid, SIGINT);
+      interrupted = true;
+    }
+  }
+  close(out_pipe[0]);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 4);
+  auto lines = JsonLines(out);
+  ASSERT_FALSE(lines.empty());
+  EXPECT_EQ(lines.back()["type"], "turn_finished");
+  EXPECT_EQ(lines.back()["stop_reason"], "cancelled");
+}
+
+}  // namespace
+}  // namespace fwai::testing

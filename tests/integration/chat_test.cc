@@ -177,13 +177,7 @@ TEST_F(ChatTest, ClientLeavingMidTurnDoesNotStopTheTurn) {
   {
     grpc::ClientContext ctx;
     auto stub = d.sessions();
-    auto stream = stub->Chat(&ctx);
-    pb::ClientEvent open;
-    open.mutable_open()->set_session_id(s.id());
-    stream->Write(open);
-    pb::ClientEvent msg;
-    msg.mutable_message()->set_text("go");
-    stream->Write(msg);
+    auto stream = OpenChat(*stub, &ctx, s.id(), "go");
     pb::ServerEvent ev;
     stream->Read(&ev);
     ctx.TryCancel();  // the client vanishes
@@ -215,13 +209,7 @@ TEST_F(ChatTest, CancelStopsTheTurnPromptly) {
   auto s = d.CreateSession();
   grpc::ClientContext ctx;
   auto stub = d.sessions();
-  auto stream = stub->Chat(&ctx);
-  pb::ClientEvent open;
-  open.mutable_open()->set_session_id(s.id());
-  stream->Write(open);
-  pb::ClientEvent msg;
-  msg.mutable_message()->set_text("go");
-  stream->Write(msg);
+  auto stream = OpenChat(*stub, &ctx, s.id(), "go");
   pb::ServerEvent ev;
   int deltas = 0;
   std::chrono::steady_clock::time_point cancelled_at;
@@ -247,6 +235,29 @@ TEST_F(ChatTest, CancelStopsTheTurnPromptly) {
   auto next = RunChat(*stub, s.id(), "again");
   EXPECT_TRUE(next.finished);
   EXPECT_EQ(next.stop_reason, "end_turn");
+}
+
+TEST_F(ChatTest, MaxIterationsBoundsTheLoop) {
+  Daemon d(&fake_, "agent:\n  max_iterations: 3\n");
+  ASSERT_TRUE(d.Start()) << d.log();
+  for (int i = 0; i < 5; ++i) {
+    FakeReply r;
+    r.tool_calls = {{"call_" + std::to_string(i), "list_dir", nlohmann::json::object()}};
+    fake_.Enqueue(r);
+  }
+  auto s = d.CreateSession();
+  auto out = RunChat(*d.sessions(), s.id(), "loop forever");
+  ASSERT_TRUE(out.finished);
+  EXPECT_EQ(out.stop_reason, "max_iterations");
+  EXPECT_EQ(out.events.back().turn_finished().iterations(), 3);
+  EXPECT_EQ(fake_.request_count(), 3u);
+  bool error_said_why = false;
+  for (const auto& ev : out.events) {
+    if (ev.has_error() && ev.error().message().find("agent.max_iterations") != std::string::npos) {
+      error_said_why = true;
+    }
+  }
+  EXPECT_TRUE(error_said_why);
 }
 
 TEST_F(ChatTest, EmptyOrOversizedMessageIsInvalidArgument) {

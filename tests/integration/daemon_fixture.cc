@@ -138,20 +138,27 @@ pb::Session Daemon::CreateSession(const std::string& provider) {
   return s;
 }
 
-TurnOutcome RunChat(pb::Sessions::Stub& stub, const std::string& session_id, const std::string& text,
-                    int timeout_s, const std::string& provider) {
-  TurnOutcome out;
-  grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(timeout_s));
-  auto stream = stub.Chat(&ctx);
+std::unique_ptr<grpc::ClientReaderWriter<pb::ClientEvent, pb::ServerEvent>> OpenChat(
+    pb::Sessions::Stub& stub, grpc::ClientContext* ctx, const std::string& session_id,
+    const std::string& text, const std::string& provider, const std::string& turn_id) {
+  auto stream = stub.Chat(ctx);
   pb::ClientEvent open;
   open.mutable_open()->set_session_id(session_id);
   stream->Write(open);
   pb::ClientEvent msg;
   msg.mutable_message()->set_text(text);
   msg.mutable_message()->set_provider(provider);
-  msg.mutable_message()->set_turn_id("t-test");
+  msg.mutable_message()->set_turn_id(turn_id);
   stream->Write(msg);
+  return stream;
+}
+
+TurnOutcome RunChat(pb::Sessions::Stub& stub, const std::string& session_id, const std::string& text,
+                    int timeout_s, const std::string& provider) {
+  TurnOutcome out;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(timeout_s));
+  auto stream = OpenChat(stub, &ctx, session_id, text, provider, "t-test");
   pb::ServerEvent ev;
   while (stream->Read(&ev)) {
     out.events.push_back(ev);

@@ -60,6 +60,11 @@ struct TurnOutcome {
   bool finished = false;
 };
 
+// Opens a Chat stream on `session_id` and sends `text` (with `turn_id` if given).
+std::unique_ptr<grpc::ClientReaderWriter<fwai::v1::ClientEvent, fwai::v1::ServerEvent>> OpenChat(
+    fwai::v1::Sessions::Stub& stub, grpc::ClientContext* ctx, const std::string& session_id,
+    const std::string& text, const std::string& provider = "", const std::string& turn_id = "");
+
 // Opens Chat, sends `text` and reads until the turn finishes.
 TurnOutcome RunChat(fwai::v1::Sessions::Stub& stub, const std::string& session_id,
                     const std::string& text, int timeout_s = 30, const std::string& provider = "");

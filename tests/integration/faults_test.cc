@@ -121,13 +121,7 @@ TEST(FaultsTest, Kill9MidTurnKeepsEveryEventWrittenBefore) {
   {
     grpc::ClientContext ctx;
     auto stub = d.sessions();
-    auto stream = stub->Chat(&ctx);
-    pb::ClientEvent open;
-    open.mutable_open()->set_session_id(s.id());
-    stream->Write(open);
-    pb::ClientEvent msg;
-    msg.mutable_message()->set_text("go");
-    stream->Write(msg);
+    auto stream = OpenChat(*stub, &ctx, s.id(), "go");
     pb::ServerEvent ev;
     while (stream->Read(&ev)) {
       seen.push_back(ev);
@@ -161,13 +155,7 @@ TEST(FaultsTest, SigtermCancelsRunningTurnsAndExitsZero) {
   std::thread client([&] {
     auto stub = d.sessions();
     grpc::ClientContext ctx;
-    auto stream = stub->Chat(&ctx);
-    pb::ClientEvent open;
-    open.mutable_open()->set_session_id(s.id());
-    stream->Write(open);
-    pb::ClientEvent msg;
-    msg.mutable_message()->set_text("go");
-    stream->Write(msg);
+    auto stream = OpenChat(*stub, &ctx, s.id(), "go");
     pb::ServerEvent ev;
     while (stream->Read(&ev)) {
     }

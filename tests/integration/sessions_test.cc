@@ -2,6 +2,11 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/generic/generic_stub.h>
+
+#include <future>
+
 #include "tests/integration/daemon_fixture.h"
 
 namespace fwai::testing {
@@ -91,6 +96,27 @@ TEST(SessionsApiTest, HealthAndDaemonStatus) {
   EXPECT_EQ(s.pid(), d.pid());
   EXPECT_EQ(s.providers_size(), 0);
   EXPECT_EQ(s.caller(), "uid:" + std::to_string(getuid()));
+}
+
+TEST(SessionsApiTest, GrpcHealthCheckServes) {
+  Daemon d(nullptr);
+  ASSERT_TRUE(d.Start()) << d.log();
+  grpc::GenericStub stub(d.channel());
+  grpc::ClientContext ctx;
+  // grpc.health.v1.HealthCheckRequest{service: ""} is the empty message.
+  grpc::ByteBuffer request, response;
+  grpc::Slice empty("");
+  request = grpc::ByteBuffer(&empty, 1);
+  std::promise<grpc::Status> done;
+  stub.UnaryCall(&ctx, "/grpc.health.v1.Health/Check", grpc::StubOptions(), &request, &response,
+                 [&](grpc::Status s) { done.set_value(s); });
+  grpc::Status st = done.get_future().get();
+  ASSERT_TRUE(st.ok()) << st.error_message();
+  std::vector<grpc::Slice> slices;
+  ASSERT_TRUE(response.Dump(&slices).ok());
+  std::string bytes;
+  for (auto& sl : slices) bytes.append(reinterpret_cast<const char*>(sl.begin()), sl.size());
+  EXPECT_EQ(bytes, std::string("\x08\x01"));  // status: SERVING
 }
 
 TEST(SessionsApiTest, SessionsAndEventsSurviveRestart) {

@@ -281,7 +281,14 @@ TEST_F(ChatTest, SecondConcurrentTurnIsRefused) {
   fake_.Enqueue(r);
   auto s = d.CreateSession();
   std::thread t([&] { RunChat(*d.sessions(), s.id(), "long"); });
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  for (int i = 0; i < 500; ++i) {  // until the daemon reports the turn running
+    grpc::ClientContext ctx;
+    pb::GetSessionRequest req;
+    req.set_session_id(s.id());
+    pb::Session got;
+    if (d.sessions()->Get(&ctx, req, &got).ok() && got.turn_running()) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
   auto second = RunChat(*d.sessions(), s.id(), "meanwhile");
   t.join();
   EXPECT_EQ(second.status.error_code(), grpc::StatusCode::FAILED_PRECONDITION);

@@ -1,0 +1,60 @@
+// An in-memory BM25 index over documents named by dense uint32 ids (chunk
+// ordinals). Incremental add and remove; serializes to bytes so a restart
+// loads postings instead of re-tokenizing the corpus. Not thread-safe: the
+// owner serializes writers against readers.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace fwai {
+
+struct Bm25Params {
+  float k1 = 1.2f;
+  float b = 0.75f;
+};
+
+class Bm25Index {
+ public:
+  explicit Bm25Index(Bm25Params params = {}) : params_(params) {}
+
+  // Indexes `doc` with its terms; replaces an existing doc of that id.
+  void Add(uint32_t doc, const std::vector<std::string>& terms);
+  void Remove(uint32_t doc);
+  bool Contains(uint32_t doc) const { return doc < doc_len_.size() && doc_len_[doc] > 0; }
+  size_t size() const { return num_docs_; }
+  size_t num_terms() const { return terms_.size(); }
+
+  // The `k` best docs for `query` terms, best first; `accept` (optional) filters.
+  std::vector<std::pair<uint32_t, float>> Search(
+      const std::vector<std::string>& query, size_t k,
+      const std::function<bool(uint32_t)>& accept = nullptr) const;
+
+  std::string Serialize() const;
+  // Fails with DATA_LOSS on a truncated or damaged image.
+  [[nodiscard]] static absl::StatusOr<Bm25Index> Deserialize(std::string_view bytes);
+
+ private:
+  struct Posting {
+    uint32_t doc;
+    uint32_t tf;
+  };
+  uint32_t TermId(const std::string& term);
+
+  Bm25Params params_;
+  std::unordered_map<std::string, uint32_t> terms_;
+  std::vector<std::vector<Posting>> postings_;  // by term id, sorted by doc
+  std::vector<uint32_t> doc_len_;               // by doc; 0 = absent, else length + 1
+  std::vector<std::vector<uint32_t>> doc_terms_;  // by doc: its distinct term ids
+  size_t num_docs_ = 0;
+  uint64_t total_len_ = 0;
+};
+
+}  // namespace fwai

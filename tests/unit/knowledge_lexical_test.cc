@@ -1,0 +1,123 @@
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+#include "server/knowledge/bm25_index.h"
+#include "server/knowledge/tokenizer.h"
+
+namespace fwai {
+namespace {
+
+bool Has(const std::vector<std::string>& v, const std::string& s) {
+  return std::find(v.begin(), v.end(), s) != v.end();
+}
+
+TEST(PorterStemTest, ClassicExamples) {
+  const std::pair<const char*, const char*> cases[] = {
+      {"caresses", "caress"}, {"ponies", "poni"},       {"cats", "cat"},
+      {"agreed", "agre"},     {"plastered", "plaster"}, {"motoring", "motor"},
+      {"hopping", "hop"},     {"falling", "fall"},      {"filing", "file"},
+      {"happy", "happi"},     {"relational", "relat"},  {"conditional", "condit"},
+      {"generalization", "gener"}, {"electrical", "electr"}, {"adjustable", "adjust"},
+      {"controlling", "control"},  {"interrupts", "interrupt"}, {"enabled", "enabl"},
+      {"enabling", "enabl"},  {"registers", "regist"},  {"as", "as"}};
+  for (const auto& [in, out] : cases) EXPECT_EQ(PorterStem(in), out) << in;
+}
+
+TEST(TokenizerTest, IdentifiersStayWholeAndGiveTheirParts) {
+  std::vector<std::string> t;
+  Tokenize("Set RCC_AHB2ENR bit GPIOAEN to enable the clock of PA5.", &t);
+  EXPECT_TRUE(Has(t, "rcc_ahb2enr"));
+  EXPECT_TRUE(Has(t, "rcc"));
+  EXPECT_TRUE(Has(t, "ahb2enr"));
+  EXPECT_TRUE(Has(t, "gpioaen"));  // all caps: not stemmed
+  EXPECT_TRUE(Has(t, "pa5"));
+  EXPECT_TRUE(Has(t, "enabl"));    // English: stemmed
+  EXPECT_TRUE(Has(t, "clock"));
+  EXPECT_FALSE(Has(t, "the"));     // stop word
+  EXPECT_FALSE(Has(t, "pa5."));    // sentence punctuation is not absorbed
+}
+
+TEST(TokenizerTest, CompatibleStringsHexAndProperties) {
+  std::vector<std::string> t;
+  Tokenize("compatible = \"snps,dw-apb-uart\"; reg = <0x40021000 0x400>; max_hw_heartbeat_ms", &t);
+  EXPECT_TRUE(Has(t, "snps,dw-apb-uart"));
+  EXPECT_TRUE(Has(t, "snp"));  // parts are stemmed like the query words they must meet
+  EXPECT_TRUE(Has(t, "apb"));
+  EXPECT_TRUE(Has(t, "uart"));
+  EXPECT_TRUE(Has(t, "0x40021000"));
+  EXPECT_TRUE(Has(t, "max_hw_heartbeat_ms"));
+  EXPECT_TRUE(Has(t, "heartbeat"));
+}
+
+TEST(TokenizerTest, CommaSpaceSeparatesWords) {
+  std::vector<std::string> t;
+  Tokenize("clocks, resets and interrupts", &t);
+  EXPECT_TRUE(Has(t, "clock"));
+  EXPECT_TRUE(Has(t, "reset"));
+  EXPECT_FALSE(Has(t, "clocks,"));
+}
+
+TEST(TokenizerTest, FindIdentifiers) {
+  auto ids = FindIdentifiers("The USART1_BRR register at 0x40013808 sets the baud; see PA9, PA10 and USART1_BRR.");
+  EXPECT_EQ(ids, (std::vector<std::string>{"USART1_BRR", "0x40013808", "PA9", "PA10"}));
+}
+
+TEST(Bm25IndexTest, RanksRareTermsAndLengthNormalises) {
+  Bm25Index idx;
+  auto add = [&](uint32_t id, const std::string& text) {
+    std::vector<std::string> t;
+    Tokenize(text, &t);
+    idx.Add(id, t);
+  };
+  add(0, "The GPIO port mode register configures each pin of the port.");
+  add(1, "GPIOx_MODER: port mode register. MODER5 selects the mode of pin 5.");
+  add(2, "The RCC enables peripheral clocks. RCC_AHB2ENR enables the GPIO clocks.");
+  add(3, "Watchdog timer. The watchdog resets the chip if not refreshed.");
+  std::vector<std::string> q;
+  Tokenize("which register enables the GPIO clock RCC_AHB2ENR", &q);
+  auto r = idx.Search(q, 10);
+  ASSERT_FALSE(r.empty());
+  EXPECT_EQ(r[0].first, 2u);
+  q.clear();
+  Tokenize("watchdog refresh", &q);
+  r = idx.Search(q, 1);
+  ASSERT_EQ(r.size(), 1u);
+  EXPECT_EQ(r[0].first, 3u);
+  // Filters apply before the cut.
+  q.clear();
+  Tokenize("port mode register", &q);
+  r = idx.Search(q, 1, [](uint32_t d) { return d != 1; });
+  ASSERT_EQ(r.size(), 1u);
+  EXPECT_EQ(r[0].first, 0u);
+}
+
+TEST(Bm25IndexTest, RemoveReplaceAndRoundTrip) {
+  Bm25Index idx({1.5f, 0.6f});
+  idx.Add(5, {"alpha", "beta"});
+  idx.Add(2, {"alpha", "gamma", "gamma"});
+  idx.Add(9, {"delta"});
+  EXPECT_EQ(idx.size(), 3u);
+  idx.Remove(9);
+  EXPECT_FALSE(idx.Contains(9));
+  EXPECT_TRUE(idx.Search({"delta"}, 5).empty());
+  idx.Add(5, {"omega"});  // replace
+  EXPECT_TRUE(idx.Search({"beta"}, 5).empty());
+  EXPECT_EQ(idx.size(), 2u);
+  std::string image = idx.Serialize();
+  auto back = Bm25Index::Deserialize(image);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->size(), 2u);
+  auto a = idx.Search({"alpha", "gamma", "omega"}, 5);
+  auto b = back->Search({"alpha", "gamma", "omega"}, 5);
+  EXPECT_EQ(a, b);
+  back->Remove(2);  // doc terms were rebuilt on load
+  EXPECT_TRUE(back->Search({"gamma"}, 5).empty());
+  // Damage is detected.
+  image[image.size() / 2] ^= 0x5a;
+  EXPECT_EQ(Bm25Index::Deserialize(image).status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_EQ(Bm25Index::Deserialize(image.substr(0, 10)).status().code(), absl::StatusCode::kDataLoss);
+}
+
+}  // namespace
+}  // namespace fwai

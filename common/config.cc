@@ -157,7 +157,7 @@ absl::StatusOr<DaemonConfig> ParseConfig(const std::string& yaml_text, const std
   try {
     CFG_TRY(r.CheckKeys(root, "",
                         {"listen", "data_dir", "default_provider", "providers", "agent", "http",
-                         "retry", "subscribers", "tools", "log_level"}));
+                         "retry", "subscribers", "tools", "knowledge", "log_level"}));
     if (auto n = root["listen"]) {
       if (n.IsScalar()) {
         c.listen.push_back(n.Scalar());
@@ -267,6 +267,53 @@ absl::StatusOr<DaemonConfig> ParseConfig(const std::string& yaml_text, const std
         CFG_TRY(r.Int(n["list_dir_max_entries"], "tools.list_dir_max_entries", 1, 100000,
                       c.tools.list_dir_max_entries));
       }
+    }
+    if (auto n = root["knowledge"]) {
+      CFG_TRY(r.CheckKeys(n, "knowledge",
+                          {"embedder", "chunk", "bm25", "fusion", "candidates", "rerank_top", "hnsw_above",
+                           "max_document_mb"}));
+      auto& k = c.knowledge;
+      if (auto e = n["embedder"]) {
+        CFG_TRY(r.CheckKeys(e, "knowledge.embedder",
+                            {"kind", "dimension", "base_url", "api_key", "api_key_env", "model"}));
+        if (e["kind"]) CFG_TRY(r.String(e["kind"], "knowledge.embedder.kind", k.embedder));
+        if (k.embedder != "builtin" && k.embedder != "openai") {
+          return r.Error(e["kind"], "knowledge.embedder.kind", "expected builtin or openai");
+        }
+        if (e["dimension"]) CFG_TRY(r.Int(e["dimension"], "knowledge.embedder.dimension", 16, 4096, k.builtin_dimension));
+        if (e["base_url"]) CFG_TRY(r.String(e["base_url"], "knowledge.embedder.base_url", k.embed_base_url));
+        if (e["api_key"]) CFG_TRY(r.String(e["api_key"], "knowledge.embedder.api_key", k.embed_api_key));
+        if (e["api_key_env"]) CFG_TRY(r.String(e["api_key_env"], "knowledge.embedder.api_key_env", k.embed_api_key_env));
+        if (e["model"]) CFG_TRY(r.String(e["model"], "knowledge.embedder.model", k.embed_model));
+        if (k.embedder == "openai" && (k.embed_base_url.empty() || k.embed_model.empty())) {
+          return r.Error(e, "knowledge.embedder", "kind openai needs base_url and model");
+        }
+      }
+      if (auto ch = n["chunk"]) {
+        CFG_TRY(r.CheckKeys(ch, "knowledge.chunk", {"min_tokens", "target_tokens", "max_tokens", "overlap_tokens"}));
+        if (ch["min_tokens"]) CFG_TRY(r.Int(ch["min_tokens"], "knowledge.chunk.min_tokens", 1, 100000, k.chunk_min_tokens));
+        if (ch["target_tokens"]) CFG_TRY(r.Int(ch["target_tokens"], "knowledge.chunk.target_tokens", 8, 100000, k.chunk_target_tokens));
+        if (ch["max_tokens"]) CFG_TRY(r.Int(ch["max_tokens"], "knowledge.chunk.max_tokens", 16, 100000, k.chunk_max_tokens));
+        if (ch["overlap_tokens"]) CFG_TRY(r.Int(ch["overlap_tokens"], "knowledge.chunk.overlap_tokens", 0, 10000, k.chunk_overlap_tokens));
+        if (!(k.chunk_min_tokens <= k.chunk_target_tokens && k.chunk_target_tokens <= k.chunk_max_tokens)) {
+          return r.Error(ch, "knowledge.chunk", "expected min_tokens <= target_tokens <= max_tokens");
+        }
+      }
+      if (auto b = n["bm25"]) {
+        CFG_TRY(r.CheckKeys(b, "knowledge.bm25", {"k1", "b"}));
+        if (b["k1"]) CFG_TRY(r.Double(b["k1"], "knowledge.bm25.k1", 0, 10, k.bm25_k1));
+        if (b["b"]) CFG_TRY(r.Double(b["b"], "knowledge.bm25.b", 0, 1, k.bm25_b));
+      }
+      if (auto f = n["fusion"]) {
+        CFG_TRY(r.CheckKeys(f, "knowledge.fusion", {"k", "lexical_weight", "vector_weight"}));
+        if (f["k"]) CFG_TRY(r.Double(f["k"], "knowledge.fusion.k", 0, 10000, k.rrf_k));
+        if (f["lexical_weight"]) CFG_TRY(r.Double(f["lexical_weight"], "knowledge.fusion.lexical_weight", 0, 100, k.lexical_weight));
+        if (f["vector_weight"]) CFG_TRY(r.Double(f["vector_weight"], "knowledge.fusion.vector_weight", 0, 100, k.vector_weight));
+      }
+      if (n["candidates"]) CFG_TRY(r.Int(n["candidates"], "knowledge.candidates", 10, 10000, k.candidates));
+      if (n["rerank_top"]) CFG_TRY(r.Int(n["rerank_top"], "knowledge.rerank_top", 1, 1000, k.rerank_top));
+      if (n["hnsw_above"]) CFG_TRY(r.Int(n["hnsw_above"], "knowledge.hnsw_above", 1, int64_t{1} << 40, k.hnsw_above));
+      if (n["max_document_mb"]) CFG_TRY(r.Int(n["max_document_mb"], "knowledge.max_document_mb", 1, 4096, k.max_document_mb));
     }
   } catch (const YAML::Exception& e) {
     return absl::InvalidArgumentError(absl::StrCat("config ", source, ":", e.mark.line + 1, ": ",

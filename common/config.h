@@ -46,6 +46,28 @@ struct ToolsConfig {
   int list_dir_max_entries = 1000;
 };
 
+struct KnowledgeConfig {
+  std::string embedder = "builtin";  // builtin | openai (any OpenAI-compatible /v1/embeddings)
+  int builtin_dimension = 256;
+  std::string embed_base_url;
+  std::string embed_api_key;
+  std::string embed_api_key_env;
+  std::string embed_model;
+  int chunk_min_tokens = 100;
+  int chunk_target_tokens = 300;
+  int chunk_max_tokens = 512;
+  int chunk_overlap_tokens = 50;
+  double bm25_k1 = 1.2;
+  double bm25_b = 0.75;
+  double rrf_k = 60;
+  double lexical_weight = 1.0;
+  double vector_weight = 0.3;
+  int candidates = 100;
+  int rerank_top = 50;
+  int64_t hnsw_above = 20000;
+  int64_t max_document_mb = 50;
+};
+
 struct DaemonConfig {
   std::string source;  // file the config came from, "" for defaults
   std::vector<std::string> listen;  // "unix:PATH" | "tcp:HOST:PORT"
@@ -59,6 +81,7 @@ struct DaemonConfig {
   RetryConfig retry;
   SubscriberConfig subscribers;
   ToolsConfig tools;
+  KnowledgeConfig knowledge;
   std::string log_level = "info";
 };
 

@@ -28,7 +28,12 @@
 #include "common/paths.h"
 #include "common/status_macros.h"
 #include "server/agent/turn_manager.h"
+#include "common/thread_pool.h"
 #include "server/api/api.h"
+#include "server/knowledge/document_search_tool.h"
+#include "server/knowledge/embedder.h"
+#include "server/knowledge/knowledge_base.h"
+#include "server/knowledge/reranker.h"
 #include "server/llm/http_client.h"
 #include "server/llm/provider.h"
 #include "server/session/session_manager.h"
@@ -212,8 +217,53 @@ int Main(int argc, char** argv) {
   }
   providers.default_name = config.default_provider;
 
+  // Knowledge: documents in RocksDB, derived indexes under data/index.
+  const KnowledgeConfig& kc = config.knowledge;
+  std::unique_ptr<Embedder> embedder;
+  if (kc.embedder == "openai") {
+    HttpEmbedderConfig ec;
+    ec.base_url = kc.embed_base_url;
+    ec.api_key = !kc.embed_api_key.empty() ? kc.embed_api_key
+                 : (!kc.embed_api_key_env.empty() && std::getenv(kc.embed_api_key_env.c_str()))
+                     ? std::getenv(kc.embed_api_key_env.c_str())
+                     : "";
+    ec.model = kc.embed_model;
+    ec.dimension = kc.builtin_dimension == 256 ? 0 : kc.builtin_dimension;
+    embedder = MakeHttpEmbedder(ec, *http);
+    if (ec.dimension == 0) {
+      // Learn the dimension now so a collection never mixes dimensions.
+      auto probe = embedder->Embed({"dimension probe"}, true);
+      if (!probe.ok()) {
+        std::fprintf(stderr, "fwaid: knowledge.embedder: %s\n", std::string(probe.status().message()).c_str());
+        return 1;
+      }
+    }
+  } else {
+    embedder = MakeBuiltinEmbedder(kc.builtin_dimension);
+  }
+  auto reranker = MakeBuiltinReranker();
+  KnowledgeOptions ko;
+  ko.chunking = {kc.chunk_min_tokens, kc.chunk_target_tokens, kc.chunk_max_tokens, kc.chunk_overlap_tokens};
+  ko.max_document_bytes = kc.max_document_mb << 20;
+  ko.bm25_k1 = static_cast<float>(kc.bm25_k1);
+  ko.bm25_b = static_cast<float>(kc.bm25_b);
+  ko.rrf_k = kc.rrf_k;
+  ko.lexical_weight = kc.lexical_weight;
+  ko.vector_weight = kc.vector_weight;
+  ko.candidates = kc.candidates;
+  ko.rerank_top = kc.rerank_top;
+  ko.exact_below = static_cast<size_t>(kc.hnsw_above);
+  auto knowledge = KnowledgeBase::Open(**storage, config.data_dir + "/index", ko, *embedder, *reranker);
+  if (!knowledge.ok()) {
+    std::fprintf(stderr, "fwaid: knowledge base: %s\n", std::string(knowledge.status().message()).c_str());
+    return 1;
+  }
+  spdlog::info("knowledge indexes {}", (*knowledge)->open_report());
+  ThreadPool pool(4);
+
   ToolRegistry tools;
   RegisterFileTools(tools);
+  tools.Register(MakeDocumentSearchTool(**knowledge));
   SessionManager sessions(**storage, config.subscribers);
   TurnManager turns(sessions, config, providers, tools);
   PeerRegistry peers;
@@ -224,6 +274,8 @@ int Main(int argc, char** argv) {
   deps.config = &config;
   deps.providers = &providers;
   deps.peers = &peers;
+  deps.knowledge = knowledge->get();
+  deps.pool = &pool;
   deps.request_shutdown = [] { kill(getpid(), SIGTERM); };
   deps.started_us = NowMicros();
   deps.daemon_uid = getuid();
@@ -310,6 +362,8 @@ int Main(int argc, char** argv) {
   spdlog::info("server closed");
   fd_cq->Shutdown();
   fd_cq_thread.join();
+  pool.Shutdown();
+  if (auto s = (*knowledge)->SaveIndexes(); !s.ok()) spdlog::error("saving knowledge indexes: {}", s.ToString());
   if (auto s = (*storage)->SyncWal(); !s.ok()) {
     spdlog::error("final sync failed: {}", s.ToString());
     return 1;

@@ -17,6 +17,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
+#include "client/cli/cli.h"
+#include "client/cli/kb.h"
 #include "client/cli/render.h"
 #include "client/lib/client.h"
 #include "common/ids.h"
@@ -28,18 +30,6 @@ namespace fwai {
 namespace {
 
 namespace pb = fwai::v1;
-
-constexpr int kExitOk = 0;
-constexpr int kExitError = 1;
-constexpr int kExitUsage = 2;
-constexpr int kExitUnreachable = 3;
-constexpr int kExitTurnFailed = 4;
-
-struct Globals {
-  std::string daemon;
-  bool json = false;
-  std::string project;
-};
 
 // Ctrl-C handling: the handler only writes to a pipe; a watcher thread acts.
 int g_sigpipe[2] = {-1, -1};
@@ -61,22 +51,6 @@ void InstallSigint() {
   sigaction(SIGINT, &sa, nullptr);
 }
 
-int Fail(const Globals& g, int code, const std::string& msg) {
-  if (g.json) {
-    std::cout << nlohmann::json({{"type", "error"}, {"message", msg}, {"exit_code", code}}).dump()
-              << std::endl;
-  }
-  std::cerr << "fwai: " << msg << std::endl;
-  return code;
-}
-
-int FailGrpc(const Globals& g, const grpc::Status& s) {
-  if (s.error_code() == grpc::StatusCode::UNAVAILABLE) {
-    return Fail(g, kExitUnreachable, absl::StrCat("fwaid unavailable: ", s.error_message()));
-  }
-  return Fail(g, kExitError, s.error_message());
-}
-
 struct Conn {
   std::shared_ptr<grpc::Channel> channel;
   std::unique_ptr<pb::Sessions::Stub> sessions;
@@ -84,9 +58,7 @@ struct Conn {
 };
 
 absl::StatusOr<Conn> Connect(const Globals& g, bool autostart = true) {
-  auto addr = ResolveDaemonAddress(g.daemon);
-  if (!addr.ok()) return addr.status();
-  auto ch = ConnectToDaemon(*addr, autostart, 5000);
+  auto ch = ConnectChannel(g, autostart);
   if (!ch.ok()) return ch.status();
   Conn c;
   c.channel = *ch;
@@ -533,10 +505,34 @@ int Repl(const Globals& g, std::string session_id, const std::string& provider,
 
 }  // namespace
 
+int Fail(const Globals& g, int code, const std::string& msg) {
+  if (g.json) {
+    std::cout << nlohmann::json({{"type", "error"}, {"message", msg}, {"exit_code", code}}).dump()
+              << std::endl;
+  }
+  std::cerr << "fwai: " << msg << std::endl;
+  return code;
+}
+
+int FailGrpc(const Globals& g, const grpc::Status& s) {
+  if (s.error_code() == grpc::StatusCode::UNAVAILABLE) {
+    return Fail(g, kExitUnreachable, absl::StrCat("fwaid unavailable: ", s.error_message()));
+  }
+  return Fail(g, kExitError, s.error_message());
+}
+
+absl::StatusOr<std::shared_ptr<grpc::Channel>> ConnectChannel(const Globals& g, bool autostart) {
+  auto addr = ResolveDaemonAddress(g.daemon);
+  if (!addr.ok()) return addr.status();
+  return ConnectToDaemon(*addr, autostart, 5000);
+}
+
 int Main(int argc, char** argv) {
   signal(SIGPIPE, SIG_IGN);
   CLI::App app{"fwai — an AI assistant for firmware engineers"};
   app.set_version_flag("--version", std::string("fwai ") + FWAI_VERSION);
+  // Global flags (--json, --daemon, --project) are accepted after subcommands too.
+  app.fallthrough();
   Globals g;
   app.add_option("--daemon", g.daemon, "Daemon address: unix:PATH or tcp:HOST:PORT (or $FWAI_DAEMON)")
       ->envname("FWAI_DAEMON");
@@ -581,6 +577,7 @@ int Main(int argc, char** argv) {
   auto* dstop = daemon->add_subcommand("stop", "Stop fwaid");
   auto* dstatus = daemon->add_subcommand("status", "Show fwaid's status");
 
+  KbCommands kb(app, g);
   auto* repl_session = app.add_option("--session", session_id, "Session for the REPL");
   (void)repl_session;
 
@@ -598,6 +595,7 @@ int Main(int argc, char** argv) {
   if (dstart->parsed()) return CmdDaemonStart(g);
   if (dstop->parsed()) return CmdDaemonStop(g);
   if (dstatus->parsed()) return CmdDaemonStatus(g);
+  if (auto rc = kb.RunIfParsed()) return *rc;
   if (g.json) return Fail(g, kExitUsage, "--json needs a command (see fwai --help)");
   return Repl(g, session_id, provider, model);
 }

@@ -22,6 +22,8 @@ namespace fwai {
 
 class SessionManager;
 class TurnManager;
+class KnowledgeBase;
+class ThreadPool;
 struct DaemonConfig;
 struct ProviderSet;
 
@@ -47,6 +49,8 @@ struct ApiDeps {
   const DaemonConfig* config = nullptr;
   const ProviderSet* providers = nullptr;
   PeerRegistry* peers = nullptr;
+  KnowledgeBase* knowledge = nullptr;  // may be null: Knowledge answers UNAVAILABLE
+  ThreadPool* pool = nullptr;          // runs work that must not block reactions
   std::function<void()> request_shutdown;
   int64_t started_us = 0;
   uint32_t daemon_uid = 0;
@@ -55,6 +59,8 @@ struct ApiDeps {
 
 // All services the daemon serves, ready to register with a grpc::ServerBuilder.
 std::vector<std::unique_ptr<grpc::Service>> MakeServices(const ApiDeps& deps);
+
+std::unique_ptr<grpc::Service> MakeKnowledgeService(const ApiDeps& deps);
 
 // The one place absl::Status becomes grpc::Status.
 grpc::Status ToGrpcStatus(const absl::Status& s);

@@ -1,0 +1,109 @@
+#include "common/subprocess.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+
+namespace fwai {
+
+absl::StatusOr<ProcessResult> RunProcess(const std::vector<std::string>& argv,
+                                         const ProcessOptions& options) {
+  if (argv.empty()) return absl::InvalidArgumentError("RunProcess: empty argv");
+  int in_pipe[2], out_pipe[2], err_pipe[2], exec_pipe[2];
+  if (pipe2(in_pipe, O_CLOEXEC) || pipe2(out_pipe, O_CLOEXEC) || pipe2(err_pipe, O_CLOEXEC) ||
+      pipe2(exec_pipe, O_CLOEXEC)) {
+    return absl::InternalError(absl::StrCat("pipe: ", std::strerror(errno)));
+  }
+  pid_t pid = fork();
+  if (pid < 0) return absl::InternalError(absl::StrCat("fork: ", std::strerror(errno)));
+  if (pid == 0) {
+    setpgid(0, 0);
+    dup2(in_pipe[0], 0);
+    dup2(out_pipe[1], 1);
+    dup2(err_pipe[1], 2);
+    if (!options.cwd.empty() && chdir(options.cwd.c_str()) != 0) _exit(126);
+    std::vector<char*> args;
+    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, nullptr);
+    execvp(args[0], args.data());
+    int e = errno;
+    (void)!write(exec_pipe[1], &e, sizeof(e));
+    _exit(127);
+  }
+  close(in_pipe[0]);
+  close(out_pipe[1]);
+  close(err_pipe[1]);
+  close(exec_pipe[1]);
+  int exec_errno = 0;
+  if (read(exec_pipe[0], &exec_errno, sizeof(exec_errno)) == sizeof(exec_errno)) {
+    close(exec_pipe[0]);
+    close(in_pipe[1]);
+    close(out_pipe[0]);
+    close(err_pipe[0]);
+    waitpid(pid, nullptr, 0);
+    if (exec_errno == ENOENT) return absl::NotFoundError(absl::StrCat(argv[0], ": program not found"));
+    return absl::FailedPreconditionError(absl::StrCat(argv[0], ": ", std::strerror(exec_errno)));
+  }
+  close(exec_pipe[0]);
+  // Feed stdin (small inputs) then close it.
+  if (!options.stdin_data.empty()) {
+    size_t off = 0;
+    signal(SIGPIPE, SIG_IGN);
+    while (off < options.stdin_data.size()) {
+      ssize_t n = write(in_pipe[1], options.stdin_data.data() + off, options.stdin_data.size() - off);
+      if (n <= 0) break;
+      off += n;
+    }
+  }
+  close(in_pipe[1]);
+  ProcessResult res;
+  pollfd fds[2] = {{out_pipe[0], POLLIN, 0}, {err_pipe[0], POLLIN, 0}};
+  int open_fds = 2;
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(options.timeout_ms);
+  char buf[65536];
+  while (open_fds > 0) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now()).count();
+    if (left <= 0) {
+      res.timed_out = true;
+      kill(-pid, SIGKILL);
+      break;
+    }
+    if (poll(fds, 2, static_cast<int>(std::min<long long>(left, 1000))) < 0 && errno != EINTR) break;
+    for (int i = 0; i < 2; ++i) {
+      if (fds[i].fd < 0 || !(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+      ssize_t n = read(fds[i].fd, buf, sizeof(buf));
+      if (n <= 0) {
+        close(fds[i].fd);
+        fds[i].fd = -1;
+        --open_fds;
+        continue;
+      }
+      std::string& dst = i == 0 ? res.out : res.err;
+      if (dst.size() < options.max_output) dst.append(buf, std::min<size_t>(n, options.max_output - dst.size()));
+    }
+  }
+  for (auto& f : fds) {
+    if (f.fd >= 0) close(f.fd);
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  if (WIFEXITED(status)) {
+    res.exit_code = WEXITSTATUS(status);
+  } else if (WIFSIGNALED(status)) {
+    res.signal = WTERMSIG(status);
+  }
+  return res;
+}
+
+}  // namespace fwai

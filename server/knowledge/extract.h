@@ -1,0 +1,38 @@
+// Turns a document's bytes into text pages, keeping structure the chunker
+// uses (headings as "# " lines, code fences, table rows).
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace fwai {
+
+enum class DocFormat { kPdf, kMarkdown, kRst, kHtml, kText, kCode, kYaml, kSvd };
+const char* DocFormatName(DocFormat f);
+
+struct ExtractedPage {
+  int number = 0;  // 1-based PDF page, 0 for formats without pages
+  std::string text;
+};
+
+struct ExtractedDoc {
+  DocFormat format = DocFormat::kText;
+  std::string title;  // from <title>, the first heading, or empty
+  std::vector<ExtractedPage> pages;
+};
+
+// Picks the format from the name's extension and the content.
+DocFormat DetectFormat(std::string_view name, std::string_view bytes);
+
+// INVALID_ARGUMENT names the reason: empty, binary, not valid UTF-8,
+// encrypted or unreadable PDF, a PDF without text.
+[[nodiscard]] absl::StatusOr<ExtractedDoc> ExtractDocument(std::string_view name, std::string_view bytes);
+
+// HTML -> text with "# " headings, "- " list items, "| " table rows and ```
+// fences around <pre>; scripts and styles dropped; entities decoded.
+std::string HtmlToText(std::string_view html, std::string* title);
+
+}  // namespace fwai

@@ -1,0 +1,752 @@
+#include "server/knowledge/knowledge_base.h"
+
+#include <openssl/sha.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <set>
+#include <shared_mutex>
+#include <sstream>
+#include <thread>
+#include <unordered_map>
+
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/clock.h"
+#include "common/status_macros.h"
+#include "server/knowledge/bm25_index.h"
+#include "server/knowledge/embedder.h"
+#include "server/knowledge/reranker.h"
+#include "server/knowledge/tokenizer.h"
+#include "server/knowledge/vector_index.h"
+#include "server/storage/storage.h"
+
+namespace fwai {
+
+using json = nlohmann::json;
+
+namespace {
+
+constexpr uint32_t kNoDoc = 0xffffffffu;
+const char kGenKey[] = "kb/gen";
+const char kNextKey[] = "kb/next";
+
+std::string Sha256Hex(std::string_view data) {
+  unsigned char md[SHA256_DIGEST_LENGTH];
+  SHA256(reinterpret_cast<const unsigned char*>(data.data()), data.size(), md);
+  static const char* hex = "0123456789abcdef";
+  std::string out;
+  for (unsigned char c : md) {
+    out.push_back(hex[c >> 4]);
+    out.push_back(hex[c & 15]);
+  }
+  return out;
+}
+
+std::string ChunkKey(uint32_t ordinal) { return EncodeU64(ordinal).substr(4); }
+
+char TypeCode(const std::string& t) {
+  return t == "code" ? 'c' : t == "table" ? 't' : t == "register" ? 'r' : 'x';
+}
+std::string TypeName(char c) {
+  return c == 'c' ? "code" : c == 't' ? "table" : c == 'r' ? "register" : "text";
+}
+
+struct DocRec {
+  DocumentInfo info;
+  std::vector<uint32_t> ordinals;
+  std::string types;  // one TypeCode per ordinal
+};
+
+json DocToJson(const DocRec& d) {
+  return json{{"id", d.info.id},           {"name", d.info.name},          {"collection", d.info.collection},
+              {"format", d.info.format},   {"title", d.info.title},        {"hash", d.info.content_hash},
+              {"kind", d.info.kind},       {"tags", d.info.tags},          {"bytes", d.info.bytes},
+              {"indexed_us", d.info.indexed_us}, {"modified_us", d.info.modified_us},
+              {"pages", d.info.pages},     {"ordinals", d.ordinals},       {"types", d.types}};
+}
+
+absl::StatusOr<DocRec> DocFromJson(std::string_view s) {
+  json j = json::parse(s, nullptr, false);
+  if (!j.is_object()) return absl::DataLossError("damaged document record");
+  try {
+    DocRec d;
+    d.info.id = j.at("id");
+    d.info.name = j.at("name");
+    d.info.collection = j.at("collection");
+    d.info.format = j.value("format", "");
+    d.info.title = j.value("title", "");
+    d.info.content_hash = j.value("hash", "");
+    d.info.kind = j.value("kind", "");
+    d.info.tags = j.value("tags", std::map<std::string, std::string>{});
+    d.info.bytes = j.value("bytes", int64_t{0});
+    d.info.indexed_us = j.value("indexed_us", int64_t{0});
+    d.info.modified_us = j.value("modified_us", int64_t{0});
+    d.info.pages = j.value("pages", 0);
+    d.ordinals = j.at("ordinals").get<std::vector<uint32_t>>();
+    d.types = j.value("types", "");
+    d.info.chunks = static_cast<int>(d.ordinals.size());
+    return d;
+  } catch (const json::exception& e) {
+    return absl::DataLossError(absl::StrCat("damaged document record: ", e.what()));
+  }
+}
+
+// A stored chunk: metadata JSON, text, vector.
+struct ChunkRec {
+  json meta;
+  std::string text;
+  std::vector<float> vec;
+};
+
+std::string EncodeChunk(const json& meta, const std::string& text, const float* vec, int dim) {
+  std::string m = meta.dump();
+  std::string out;
+  uint32_t ml = m.size(), tl = text.size(), d = dim;
+  out.append(reinterpret_cast<const char*>(&ml), 4).append(m);
+  out.append(reinterpret_cast<const char*>(&tl), 4).append(text);
+  out.append(reinterpret_cast<const char*>(&d), 4);
+  out.append(reinterpret_cast<const char*>(vec), sizeof(float) * dim);
+  return out;
+}
+
+absl::StatusOr<ChunkRec> DecodeChunk(std::string_view s, bool want_vec) {
+  auto bad = [] { return absl::DataLossError("damaged chunk record"); };
+  size_t off = 0;
+  auto u32 = [&](uint32_t* v) {
+    if (s.size() - off < 4) return false;
+    std::memcpy(v, s.data() + off, 4);
+    off += 4;
+    return true;
+  };
+  uint32_t ml, tl, dim;
+  if (!u32(&ml) || s.size() - off < ml) return bad();
+  ChunkRec r;
+  r.meta = json::parse(s.substr(off, ml), nullptr, false);
+  if (!r.meta.is_object()) return bad();
+  off += ml;
+  if (!u32(&tl) || s.size() - off < tl) return bad();
+  r.text.assign(s.data() + off, tl);
+  off += tl;
+  if (!u32(&dim) || s.size() - off < size_t{dim} * 4) return bad();
+  if (want_vec) {
+    r.vec.resize(dim);
+    std::memcpy(r.vec.data(), s.data() + off, size_t{dim} * 4);
+  }
+  return r;
+}
+
+std::string Context(const DocumentInfo& d, const std::vector<std::string>& title_path) {
+  std::string c = d.name;
+  if (!d.title.empty()) absl::StrAppend(&c, " — ", d.title);
+  if (!title_path.empty()) absl::StrAppend(&c, " > ", absl::StrJoin(title_path, " > "));
+  return c;
+}
+
+}  // namespace
+
+struct KnowledgeBase::Impl {
+  Storage& storage;
+  std::string index_dir;
+  KnowledgeOptions options;
+  Embedder& embedder;
+  Reranker& reranker;
+  std::string open_report;
+
+  std::mutex ingest_mu;  // serializes writers
+  mutable std::shared_mutex mu;  // guards everything below
+  std::vector<std::unique_ptr<DocRec>> slots;
+  std::unordered_map<std::string, uint32_t> slot_by_id;
+  std::vector<uint32_t> chunk_slot;  // ordinal -> slot
+  std::vector<char> chunk_type;
+  uint64_t generation = 0;
+  uint64_t next_ordinal = 0;
+  std::unique_ptr<Bm25Index> bm25;
+  std::unique_ptr<VectorIndex> vectors;
+  bool dirty = false;
+  std::mutex save_mu;  // one save at a time; guards saved_generation
+  uint64_t saved_generation = 0;
+
+  std::mutex saver_mu;
+  std::condition_variable saver_cv;
+  bool stopping = false;
+  std::thread saver;
+
+  Impl(Storage& s, std::string dir, KnowledgeOptions o, Embedder& e, Reranker& r)
+      : storage(s), index_dir(std::move(dir)), options(o), embedder(e), reranker(r) {}
+
+  std::string LexPath() const { return index_dir + "/lexical.bm25"; }
+  std::string VecPath() const { return index_dir + "/vectors"; }
+  VectorIndexOptions VecOptions() const {
+    VectorIndexOptions vo;
+    vo.exact_below = options.exact_below;
+    return vo;
+  }
+
+  const DocRec* FindDoc(const std::string& doc, const std::string& collection) const {
+    auto it = slot_by_id.find(doc);
+    if (it != slot_by_id.end()) return slots[it->second].get();
+    for (const auto& d : slots) {
+      if (d && d->info.name == doc && (collection.empty() || d->info.collection == collection)) return d.get();
+    }
+    return nullptr;
+  }
+
+  void AddDocLocked(std::unique_ptr<DocRec> d) {
+    uint32_t slot = static_cast<uint32_t>(slots.size());
+    for (size_t i = 0; i < d->ordinals.size(); ++i) {
+      uint32_t o = d->ordinals[i];
+      if (o >= chunk_slot.size()) {
+        chunk_slot.resize(o + 1, kNoDoc);
+        chunk_type.resize(o + 1, 'x');
+      }
+      chunk_slot[o] = slot;
+      chunk_type[o] = i < d->types.size() ? d->types[i] : 'x';
+    }
+    slot_by_id[d->info.id] = slot;
+    slots.push_back(std::move(d));
+  }
+
+  void RemoveDocLocked(const std::string& id) {
+    auto it = slot_by_id.find(id);
+    if (it == slot_by_id.end()) return;
+    DocRec* d = slots[it->second].get();
+    for (uint32_t o : d->ordinals) {
+      if (o < chunk_slot.size()) chunk_slot[o] = kNoDoc;
+      bm25->Remove(o);
+      vectors->Remove(o);
+    }
+    slots[it->second].reset();
+    slot_by_id.erase(it);
+  }
+
+  absl::Status Rebuild(bool lexical, bool vector) {
+    if (lexical) bm25 = std::make_unique<Bm25Index>(Bm25Params{options.bm25_k1, options.bm25_b});
+    std::vector<uint32_t> ids;
+    std::vector<float> vecs;
+    std::vector<std::string> terms;
+    absl::Status bad;
+    RETURN_IF_ERROR(storage.Scan(Cf::kChunks, "", "", [&](std::string_view k, std::string_view v) {
+      if (k.size() != 4) return true;
+      uint32_t o = static_cast<uint32_t>(DecodeU64(std::string(4, '\0') + std::string(k)));
+      if (o >= chunk_slot.size() || chunk_slot[o] == kNoDoc) return true;  // not part of a document
+      auto rec = DecodeChunk(v, vector);
+      if (!rec.ok()) {
+        bad = rec.status();
+        return true;
+      }
+      const DocRec& d = *slots[chunk_slot[o]];
+      if (lexical) {
+        terms.clear();
+        std::vector<std::string> path = rec->meta.value("title_path", std::vector<std::string>{});
+        Tokenize(Context(d.info, path) + "\n" + rec->text, &terms);
+        bm25->Add(o, terms);
+      }
+      if (vector && static_cast<int>(rec->vec.size()) == embedder.dimension()) {
+        ids.push_back(o);
+        vecs.insert(vecs.end(), rec->vec.begin(), rec->vec.end());
+      }
+      return true;
+    }));
+    if (!bad.ok()) spdlog::warn("knowledge: skipped damaged chunk records during rebuild: {}", bad.ToString());
+    if (vector) {
+      vectors = std::make_unique<VectorIndex>(embedder.dimension(), VecOptions());
+      vectors->Build(ids, vecs);
+    }
+    dirty = true;
+    return absl::OkStatus();
+  }
+
+  absl::Status SaveLocked() {
+    // Caller holds `mu` shared (readers may continue; writers wait).
+    std::error_code ec;
+    std::filesystem::create_directories(index_dir, ec);
+    std::string image = bm25->Serialize();
+    std::string tmp = LexPath() + ".tmp";
+    {
+      std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
+      f.write(reinterpret_cast<const char*>(&generation), 8);
+      f.write(image.data(), static_cast<std::streamsize>(image.size()));
+      if (!f) return absl::InternalError(absl::StrCat("cannot write ", tmp));
+    }
+    std::filesystem::rename(tmp, LexPath(), ec);
+    if (ec) return absl::InternalError(absl::StrCat("cannot rename ", tmp, ": ", ec.message()));
+    return vectors->Save(VecPath(), generation);
+  }
+
+  void SaverLoop() {
+    std::unique_lock<std::mutex> lock(saver_mu);
+    while (!stopping) {
+      saver_cv.wait_for(lock, std::chrono::milliseconds(options.save_debounce_ms));
+      if (stopping) break;
+      lock.unlock();
+      {
+        std::lock_guard<std::mutex> sl(save_mu);
+        std::shared_lock<std::shared_mutex> l(mu);
+        if (dirty && saved_generation != generation) {
+          uint64_t gen = generation;
+          auto s = SaveLocked();
+          if (!s.ok()) {
+            spdlog::warn("knowledge: saving indexes failed: {}", s.ToString());
+          } else {
+            saved_generation = gen;
+          }
+        }
+      }
+      lock.lock();
+    }
+  }
+};
+
+KnowledgeBase::KnowledgeBase(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+KnowledgeBase::~KnowledgeBase() {
+  {
+    std::lock_guard<std::mutex> lock(impl_->saver_mu);
+    impl_->stopping = true;
+  }
+  impl_->saver_cv.notify_all();
+  if (impl_->saver.joinable()) impl_->saver.join();
+  auto s = SaveIndexes();
+  if (!s.ok()) spdlog::warn("knowledge: final index save failed: {}", s.ToString());
+}
+
+const std::string& KnowledgeBase::open_report() const { return impl_->open_report; }
+
+absl::StatusOr<std::unique_ptr<KnowledgeBase>> KnowledgeBase::Open(Storage& storage, const std::string& index_dir,
+                                                                   KnowledgeOptions options, Embedder& embedder,
+                                                                   Reranker& reranker) {
+  auto impl = std::make_unique<Impl>(storage, index_dir, options, embedder, reranker);
+  Impl& m = *impl;
+  absl::Status bad;
+  RETURN_IF_ERROR(storage.Scan(Cf::kDocuments, "", "", [&](std::string_view, std::string_view v) {
+    auto d = DocFromJson(v);
+    if (!d.ok()) {
+      bad = d.status();
+      return true;
+    }
+    m.AddDocLocked(std::make_unique<DocRec>(*std::move(d)));
+    return true;
+  }));
+  if (!bad.ok()) spdlog::warn("knowledge: {}", bad.ToString());
+  ASSIGN_OR_RETURN(auto gen, storage.Get(Cf::kMeta, kGenKey));
+  ASSIGN_OR_RETURN(auto next, storage.Get(Cf::kMeta, kNextKey));
+  m.generation = gen ? DecodeU64(*gen) : 0;
+  m.next_ordinal = next ? DecodeU64(*next) : 0;
+
+  // Collections embedded by another embedder are re-embedded now.
+  std::set<std::string> stale;
+  RETURN_IF_ERROR(storage.Scan(Cf::kMeta, "kb/coll/", "kb/coll0", [&](std::string_view k, std::string_view v) {
+    json j = json::parse(v, nullptr, false);
+    if (j.is_object() && j.value("embedder", "") != embedder.name()) stale.insert(std::string(k.substr(8)));
+    return true;
+  }));
+  std::vector<std::string> why;
+  std::ifstream lex(m.LexPath(), std::ios::binary);
+  bool lexical_ok = false;
+  if (lex) {
+    std::stringstream ss;
+    ss << lex.rdbuf();
+    std::string all = ss.str();
+    uint64_t g = 0;
+    if (all.size() >= 8) std::memcpy(&g, all.data(), 8);
+    if (g != m.generation) {
+      why.push_back(absl::StrCat("lexical index is at generation ", g, ", store at ", m.generation));
+    } else {
+      auto idx = Bm25Index::Deserialize(std::string_view(all).substr(8));
+      if (idx.ok()) {
+        m.bm25 = std::make_unique<Bm25Index>(*std::move(idx));
+        lexical_ok = true;
+      } else {
+        why.push_back(std::string(idx.status().message()));
+      }
+    }
+  } else if (m.generation > 0) {
+    why.push_back("no lexical index file");
+  }
+  bool vector_ok = false;
+  if (stale.empty()) {
+    auto v = VectorIndex::Load(m.VecPath(), m.generation, embedder.dimension(), m.VecOptions());
+    if (v.ok()) {
+      m.vectors = *std::move(v);
+      vector_ok = true;
+    } else if (m.generation > 0) {
+      why.push_back(std::string(v.status().message()));
+    }
+  }
+  if (!stale.empty()) {
+    // Re-embed every chunk of those collections (one synced batch per document).
+    for (const auto& d : m.slots) {
+      if (!d || !stale.count(d->info.collection)) continue;
+      std::vector<std::string> texts;
+      std::vector<ChunkRec> recs;
+      for (uint32_t o : d->ordinals) {
+        ASSIGN_OR_RETURN(auto raw, storage.Get(Cf::kChunks, ChunkKey(o)));
+        if (!raw) continue;
+        ASSIGN_OR_RETURN(auto rec, DecodeChunk(*raw, false));
+        texts.push_back(Context(d->info, rec.meta.value("title_path", std::vector<std::string>{})) + "\n" + rec.text);
+        recs.push_back(std::move(rec));
+      }
+      ASSIGN_OR_RETURN(auto vecs, embedder.Embed(texts, false));
+      WriteBatch batch;
+      for (size_t i = 0; i < recs.size(); ++i) {
+        batch.Put(Cf::kChunks, ChunkKey(d->ordinals[i]),
+                  EncodeChunk(recs[i].meta, recs[i].text, vecs[i].data(), embedder.dimension()));
+      }
+      RETURN_IF_ERROR(storage.Write(batch, true));
+    }
+    for (const auto& c : stale) {
+      RETURN_IF_ERROR(storage.Put(Cf::kMeta, "kb/coll/" + c,
+                                  json({{"embedder", embedder.name()}, {"dimension", embedder.dimension()}}).dump(), true));
+    }
+    why.push_back(absl::StrCat("re-embedded ", stale.size(), " collection(s) with ", embedder.name()));
+  }
+  if (!lexical_ok || !vector_ok) {
+    RETURN_IF_ERROR(m.Rebuild(!lexical_ok, !vector_ok));
+    m.open_report = absl::StrCat("rebuilt: ", why.empty() ? "new store" : absl::StrJoin(why, "; "));
+    if (m.generation > 0 || !why.empty()) {
+      auto s = m.SaveLocked();
+      if (s.ok()) m.saved_generation = m.generation;
+    }
+  } else {
+    m.open_report = "loaded";
+    m.saved_generation = m.generation;
+  }
+  if (!m.bm25) m.bm25 = std::make_unique<Bm25Index>(Bm25Params{options.bm25_k1, options.bm25_b});
+  if (!m.vectors) m.vectors = std::make_unique<VectorIndex>(embedder.dimension(), m.VecOptions());
+  m.saver = std::thread([p = &m] { p->SaverLoop(); });
+  return std::unique_ptr<KnowledgeBase>(new KnowledgeBase(std::move(impl)));
+}
+
+absl::StatusOr<IngestResult> KnowledgeBase::Ingest(IngestRequest req,
+                                                   const std::function<void(const std::string&)>& progress) {
+  Impl& m = *impl_;
+  auto stage = [&](const std::string& s) {
+    if (progress) progress(s);
+  };
+  if (req.name.empty()) return absl::InvalidArgumentError("name: required");
+  if (req.collection.empty()) req.collection = "default";
+  if (static_cast<int64_t>(req.bytes.size()) > m.options.max_document_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat(req.name, ": ", req.bytes.size() / 1e6, " MB is over the ",
+                                                   m.options.max_document_bytes / (1 << 20), " MB limit"));
+  }
+  std::lock_guard<std::mutex> writer(m.ingest_mu);
+  const std::string hash = Sha256Hex(req.bytes);
+  IngestResult result;
+  const DocRec* old = nullptr;
+  {
+    std::shared_lock<std::shared_mutex> lock(m.mu);
+    for (const auto& d : m.slots) {
+      if (!d || d->info.collection != req.collection) continue;
+      if (d->info.name == req.name) old = d.get();
+      if (d->info.content_hash == hash) {
+        result.doc_id = d->info.id;
+        result.chunks = d->info.chunks;
+        result.pages = d->info.pages;
+        result.unchanged = true;
+        if (d->info.name != req.name) result.duplicate_of = d->info.name;
+      }
+    }
+    if (result.unchanged) return result;
+  }
+  stage("extracting");
+  ASSIGN_OR_RETURN(ExtractedDoc doc, ExtractDocument(req.name, req.bytes));
+  stage("chunking");
+  std::vector<ChunkDraft> chunks = ChunkDocument(doc, m.options.chunking);
+  if (chunks.empty()) return absl::InvalidArgumentError(absl::StrCat(req.name, ": no text to index"));
+  auto rec = std::make_unique<DocRec>();
+  DocumentInfo& info = rec->info;
+  info.id = "d-" + Sha256Hex(req.collection + '\0' + req.name + '\0' + hash).substr(0, 16);
+  info.name = req.name;
+  info.collection = req.collection;
+  info.format = DocFormatName(doc.format);
+  info.title = doc.title;
+  info.content_hash = hash;
+  info.kind = req.kind.empty() ? (doc.format == DocFormat::kCode ? "code" : "doc") : req.kind;
+  info.tags = req.tags;
+  info.bytes = static_cast<int64_t>(req.bytes.size());
+  info.indexed_us = NowMicros();
+  info.modified_us = req.modified_us;
+  info.pages = doc.format == DocFormat::kPdf ? static_cast<int>(doc.pages.size()) : 0;
+  info.chunks = static_cast<int>(chunks.size());
+  std::vector<std::string> index_texts;
+  index_texts.reserve(chunks.size());
+  for (const auto& c : chunks) index_texts.push_back(Context(info, c.title_path) + "\n" + c.text);
+  stage("embedding");
+  ASSIGN_OR_RETURN(auto vecs, m.embedder.Embed(index_texts, false));
+  if (vecs.size() != chunks.size()) return absl::InternalError("embedder returned a wrong number of vectors");
+  stage("indexing");
+  std::vector<std::vector<std::string>> terms(chunks.size());
+  for (size_t i = 0; i < chunks.size(); ++i) Tokenize(index_texts[i], &terms[i]);
+
+  uint64_t first;
+  uint64_t new_gen;
+  {
+    std::shared_lock<std::shared_mutex> lock(m.mu);
+    first = m.next_ordinal;
+    new_gen = m.generation + 1;
+  }
+  WriteBatch batch;
+  if (old) {
+    for (uint32_t o : old->ordinals) batch.Delete(Cf::kChunks, ChunkKey(o));
+    batch.Delete(Cf::kDocuments, old->info.id);
+    result.replaced_doc_id = old->info.id;
+  }
+  const int64_t now = NowMicros();
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    const auto& c = chunks[i];
+    uint32_t o = static_cast<uint32_t>(first + i);
+    rec->ordinals.push_back(o);
+    rec->types.push_back(TypeCode(c.content_type));
+    json meta = {{"doc_id", info.id},
+                 {"title_path", c.title_path},
+                 {"page", c.page},
+                 {"start_line", c.start_line},
+                 {"end_line", c.end_line},
+                 {"content_type", c.content_type},
+                 {"tokens", c.tokens},
+                 {"chars", c.text.size()},
+                 {"index", i},
+                 {"identifiers", FindIdentifiers(c.text, 32)},
+                 {"indexed_us", now}};
+    batch.Put(Cf::kChunks, ChunkKey(o), EncodeChunk(meta, c.text, vecs[i].data(), m.embedder.dimension()));
+  }
+  batch.Put(Cf::kDocuments, info.id, DocToJson(*rec).dump());
+  batch.Put(Cf::kMeta, kNextKey, EncodeU64(first + chunks.size()));
+  batch.Put(Cf::kMeta, kGenKey, EncodeU64(new_gen));
+  batch.Put(Cf::kMeta, "kb/coll/" + req.collection,
+            json({{"embedder", m.embedder.name()}, {"dimension", m.embedder.dimension()}}).dump());
+  RETURN_IF_ERROR(m.storage.Write(batch, /*sync=*/true));
+
+  std::vector<uint32_t> ids(rec->ordinals);
+  std::vector<float> flat;
+  flat.reserve(chunks.size() * m.embedder.dimension());
+  for (auto& v : vecs) flat.insert(flat.end(), v.begin(), v.end());
+  result.doc_id = info.id;
+  result.chunks = info.chunks;
+  result.pages = info.pages;
+  {
+    std::unique_lock<std::shared_mutex> lock(m.mu);
+    if (old) m.RemoveDocLocked(old->info.id);
+    for (size_t i = 0; i < ids.size(); ++i) m.bm25->Add(ids[i], terms[i]);
+    m.vectors->Add(ids, flat);
+    m.AddDocLocked(std::move(rec));
+    m.next_ordinal = first + chunks.size();
+    m.generation = new_gen;
+    m.dirty = true;
+    if (m.vectors->NeedsRebuild()) {
+      std::vector<uint32_t> live;
+      auto s = m.Rebuild(false, true);
+      if (!s.ok()) spdlog::warn("knowledge: vector rebuild failed: {}", s.ToString());
+    }
+  }
+  stage("done");
+  return result;
+}
+
+absl::StatusOr<std::vector<DocumentInfo>> KnowledgeBase::List(const std::string& collection) {
+  std::shared_lock<std::shared_mutex> lock(impl_->mu);
+  std::vector<DocumentInfo> out;
+  for (const auto& d : impl_->slots) {
+    if (d && (collection.empty() || d->info.collection == collection)) out.push_back(d->info);
+  }
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) {
+    return a.collection != b.collection ? a.collection < b.collection : a.name < b.name;
+  });
+  return out;
+}
+
+absl::StatusOr<int> KnowledgeBase::Delete(const std::string& doc, const std::string& collection) {
+  Impl& m = *impl_;
+  std::lock_guard<std::mutex> writer(m.ingest_mu);
+  std::string id;
+  std::vector<uint32_t> ordinals;
+  uint64_t gen;
+  {
+    std::shared_lock<std::shared_mutex> lock(m.mu);
+    const DocRec* d = m.FindDoc(doc, collection);
+    if (!d) {
+      return absl::NotFoundError(absl::StrCat("document '", doc, "' not found",
+                                              collection.empty() ? "" : " in collection " + collection));
+    }
+    id = d->info.id;
+    ordinals = d->ordinals;
+    gen = m.generation + 1;
+  }
+  WriteBatch batch;
+  for (uint32_t o : ordinals) batch.Delete(Cf::kChunks, ChunkKey(o));
+  batch.Delete(Cf::kDocuments, id);
+  batch.Put(Cf::kMeta, kGenKey, EncodeU64(gen));
+  RETURN_IF_ERROR(m.storage.Write(batch, true));
+  std::unique_lock<std::shared_mutex> lock(m.mu);
+  m.RemoveDocLocked(id);
+  m.generation = gen;
+  m.dirty = true;
+  return static_cast<int>(ordinals.size());
+}
+
+absl::StatusOr<std::vector<KbSearchHit>> KnowledgeBase::Search(const KbSearchRequest& r) {
+  Impl& m = *impl_;
+  if (r.query.empty() || r.query.find_first_not_of(" \t\r\n") == std::string::npos) {
+    return absl::InvalidArgumentError("query: empty");
+  }
+  if (r.query.size() > 4096) {
+    return absl::InvalidArgumentError(absl::StrCat("query: ", r.query.size(), " characters; at most 4096"));
+  }
+  if (r.max_results < 1 || r.max_results > 100) {
+    return absl::InvalidArgumentError(absl::StrCat("max_results: ", r.max_results, "; expected 1..100"));
+  }
+  if (!(r.threshold >= 0 && r.threshold <= 1)) {
+    return absl::InvalidArgumentError(absl::StrCat("threshold: ", r.threshold, "; expected 0..1"));
+  }
+  std::vector<float> qvec;
+  if (r.mode != SearchMode::kLexical) {
+    ASSIGN_OR_RETURN(auto v, m.embedder.Embed({r.query}, true));
+    qvec = std::move(v[0]);
+  }
+  std::vector<std::string> qterms;
+  Tokenize(r.query, &qterms);
+
+  std::shared_lock<std::shared_mutex> lock(m.mu);
+  std::set<std::string> doc_filter(r.docs.begin(), r.docs.end());
+  std::set<char> type_filter;
+  for (const auto& t : r.content_types) type_filter.insert(TypeCode(t));
+  auto accept = [&](uint32_t o) {
+    if (o >= m.chunk_slot.size() || m.chunk_slot[o] == kNoDoc) return false;
+    const DocRec& d = *m.slots[m.chunk_slot[o]];
+    if (!r.collection.empty() && d.info.collection != r.collection) return false;
+    if (!doc_filter.empty() && !doc_filter.count(d.info.name) && !doc_filter.count(d.info.id)) return false;
+    if (!type_filter.empty() && !type_filter.count(m.chunk_type[o])) return false;
+    for (const auto& [k, v] : r.tags) {
+      auto it = d.info.tags.find(k);
+      if (it == d.info.tags.end() || it->second != v) return false;
+    }
+    return true;
+  };
+  const bool filtered = !r.collection.empty() || !doc_filter.empty() || !type_filter.empty() || !r.tags.empty();
+  std::function<bool(uint32_t)> acc = filtered ? std::function<bool(uint32_t)>(accept)
+                                               : std::function<bool(uint32_t)>([&](uint32_t o) {
+                                                   return o < m.chunk_slot.size() && m.chunk_slot[o] != kNoDoc;
+                                                 });
+  const size_t n = static_cast<size_t>(std::max(m.options.candidates, r.max_results));
+  std::vector<std::pair<uint32_t, float>> lex, vec;
+  if (r.mode != SearchMode::kVector) lex = m.bm25->Search(qterms, n, acc);
+  if (r.mode != SearchMode::kLexical) vec = m.vectors->Search(qvec.data(), n, acc);
+
+  struct Cand {
+    uint32_t o;
+    double fused = 0, lexical = 0, vector = 0;
+  };
+  std::unordered_map<uint32_t, Cand> cands;
+  const double wl = r.mode == SearchMode::kVector ? 0 : m.options.lexical_weight;
+  const double wv = r.mode == SearchMode::kLexical ? 0 : m.options.vector_weight;
+  for (size_t i = 0; i < lex.size(); ++i) {
+    auto& c = cands[lex[i].first];
+    c.o = lex[i].first;
+    c.fused += wl / (m.options.rrf_k + i + 1);
+    c.lexical = lex[i].second;
+  }
+  for (size_t i = 0; i < vec.size(); ++i) {
+    auto& c = cands[vec[i].first];
+    c.o = vec[i].first;
+    c.fused += wv / (m.options.rrf_k + i + 1);
+    c.vector = vec[i].second;
+  }
+  std::vector<Cand> order;
+  order.reserve(cands.size());
+  for (auto& [o, c] : cands) order.push_back(c);
+  std::sort(order.begin(), order.end(), [](const Cand& a, const Cand& b) {
+    return a.fused > b.fused || (a.fused == b.fused && a.o < b.o);
+  });
+  const double max_fused = (wl + wv) / (m.options.rrf_k + 1);
+  const double best_lex = lex.empty() ? 1.0 : std::max<double>(lex[0].second, 1e-9);
+  const size_t keep = r.rerank ? std::max<size_t>(m.options.rerank_top, r.max_results) : r.max_results;
+  if (order.size() > keep) order.resize(keep);
+
+  struct Loaded {
+    Cand c;
+    ChunkRec rec;
+    const DocRec* doc;
+    double score;
+  };
+  std::vector<Loaded> loaded;
+  for (const auto& c : order) {
+    ASSIGN_OR_RETURN(auto raw, m.storage.Get(Cf::kChunks, ChunkKey(c.o)));
+    if (!raw) continue;
+    ASSIGN_OR_RETURN(auto rec, DecodeChunk(*raw, false));
+    loaded.push_back({c, std::move(rec), m.slots[m.chunk_slot[c.o]].get(), c.fused / max_fused});
+  }
+  if (r.rerank && !loaded.empty()) {
+    std::vector<RerankCandidate> rc;
+    rc.reserve(loaded.size());
+    const double top_fused = loaded.empty() ? 1.0 : std::max(loaded[0].c.fused, 1e-12);
+    for (const auto& l : loaded) {
+      RerankCandidate c;
+      c.text = l.rec.text;
+      c.context = Context(l.doc->info, l.rec.meta.value("title_path", std::vector<std::string>{}));
+      c.vector_sim = l.c.vector;
+      c.lexical_norm = l.c.lexical / best_lex;
+      c.fused_norm = l.c.fused / top_fused;
+      rc.push_back(std::move(c));
+    }
+    ASSIGN_OR_RETURN(auto scores, m.reranker.Score(r.query, rc));
+    for (size_t i = 0; i < loaded.size(); ++i) loaded[i].score = scores[i];
+    std::stable_sort(loaded.begin(), loaded.end(), [](const Loaded& a, const Loaded& b) { return a.score > b.score; });
+  }
+  std::vector<KbSearchHit> out;
+  for (const auto& l : loaded) {
+    if (static_cast<int>(out.size()) >= r.max_results) break;
+    if (l.score < r.threshold) continue;
+    KbSearchHit h;
+    h.rank = static_cast<int>(out.size()) + 1;
+    h.score = l.score;
+    h.doc = l.doc->info.name;
+    h.doc_id = l.doc->info.id;
+    h.title_path = absl::StrJoin(l.rec.meta.value("title_path", std::vector<std::string>{}), " > ");
+    h.page = l.rec.meta.value("page", 0);
+    h.start_line = l.rec.meta.value("start_line", 0);
+    h.end_line = l.rec.meta.value("end_line", 0);
+    h.content_type = l.rec.meta.value("content_type", "text");
+    h.text = l.rec.text;
+    h.chunk_id = absl::StrCat(l.doc->info.id, "#", l.rec.meta.value("index", 0));
+    out.push_back(std::move(h));
+  }
+  return out;
+}
+
+absl::StatusOr<KbStats> KnowledgeBase::Stats(const std::string& collection) {
+  std::shared_lock<std::shared_mutex> lock(impl_->mu);
+  KbStats s;
+  for (const auto& d : impl_->slots) {
+    if (!d || (!collection.empty() && d->info.collection != collection)) continue;
+    ++s.documents;
+    s.chunks += d->info.chunks;
+    s.bytes += d->info.bytes;
+  }
+  s.index_kinds = {absl::StrCat("lexical:bm25(k1=", impl_->options.bm25_k1, ",b=", impl_->options.bm25_b, ")"),
+                   absl::StrCat("vector:faiss-", impl_->vectors->kind(),
+                                impl_->vectors->kind() == "hnsw" ? absl::StrCat("(efSearch=", impl_->vectors->ef_search(), ")") : "")};
+  s.embedder = impl_->embedder.name();
+  s.dimension = impl_->embedder.dimension();
+  return s;
+}
+
+absl::Status KnowledgeBase::SaveIndexes() {
+  std::lock_guard<std::mutex> sl(impl_->save_mu);
+  std::shared_lock<std::shared_mutex> lock(impl_->mu);
+  if (impl_->saved_generation == impl_->generation) return absl::OkStatus();
+  uint64_t gen = impl_->generation;
+  RETURN_IF_ERROR(impl_->SaveLocked());
+  impl_->saved_generation = gen;
+  return absl::OkStatus();
+}
+
+}  // namespace fwai

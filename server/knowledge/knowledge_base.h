@@ -1,0 +1,128 @@
+// knowledge: documents and their chunks (RocksDB, the record of truth), the
+// lexical (BM25) and vector (FAISS) indexes derived from them, and hybrid
+// search with reranking.
+//
+// Each document is ingested atomically: one synced RocksDB batch holds the
+// document, all its chunks (text, metadata, vector) and the new generation.
+// Indexes are saved atomically with that generation; at open a missing,
+// stale or damaged index is rebuilt from RocksDB.
+//
+// Thread-safe: ingests are serialized; searches run concurrently.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "server/knowledge/chunker.h"
+
+namespace fwai {
+
+class Storage;
+class Embedder;
+class Reranker;
+
+struct KnowledgeOptions {
+  ChunkOptions chunking;
+  int64_t max_document_bytes = 50ll << 20;
+  float bm25_k1 = 1.2f;
+  float bm25_b = 0.75f;
+  // Weighted reciprocal rank fusion: w / (k + rank).
+  double rrf_k = 60;
+  double lexical_weight = 1.0;
+  double vector_weight = 0.3;
+  int candidates = 100;     // per leg
+  int rerank_top = 50;
+  size_t exact_below = 20000;  // vectors; HNSW above
+  int save_debounce_ms = 2000;
+};
+
+struct IngestRequest {
+  std::string name;        // shown in results; relative path for files
+  std::string collection;  // default "default"
+  std::map<std::string, std::string> tags;
+  std::string kind;        // "" | "doc" | "code"
+  std::string bytes;
+  int64_t modified_us = 0;
+};
+
+struct IngestResult {
+  std::string doc_id;
+  int chunks = 0;
+  int pages = 0;
+  bool unchanged = false;
+  std::string replaced_doc_id;  // a previous version that was replaced
+  std::string duplicate_of;     // same content already stored under this name
+};
+
+struct DocumentInfo {
+  std::string id, name, collection, format, title, content_hash, kind;
+  std::map<std::string, std::string> tags;
+  int64_t bytes = 0, indexed_us = 0, modified_us = 0;
+  int chunks = 0, pages = 0;
+};
+
+enum class SearchMode { kHybrid, kLexical, kVector };
+
+struct KbSearchRequest {
+  std::string query;
+  int max_results = 10;
+  double threshold = 0;
+  std::string collection;  // "" = all
+  std::vector<std::string> docs;           // names or ids
+  std::vector<std::string> content_types;
+  std::map<std::string, std::string> tags;
+  bool rerank = true;
+  SearchMode mode = SearchMode::kHybrid;
+};
+
+struct KbSearchHit {
+  int rank = 0;
+  double score = 0;
+  std::string doc, doc_id, title_path, content_type, text, chunk_id;
+  int page = 0, start_line = 0, end_line = 0;
+};
+
+struct KbStats {
+  int64_t documents = 0, chunks = 0, bytes = 0;
+  std::vector<std::string> index_kinds;
+  std::string embedder;
+  int dimension = 0;
+};
+
+class KnowledgeBase {
+ public:
+  // `index_dir` holds the derived index files. `embedder` and `reranker`
+  // must outlive the knowledge base.
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<KnowledgeBase>> Open(
+      Storage& storage, const std::string& index_dir, KnowledgeOptions options, Embedder& embedder,
+      Reranker& reranker);
+  ~KnowledgeBase();
+
+  // INVALID_ARGUMENT names the document and the reason (too big, binary,
+  // encrypted PDF, ...). `progress` gets stage names as work proceeds.
+  [[nodiscard]] absl::StatusOr<IngestResult> Ingest(
+      IngestRequest request, const std::function<void(const std::string& stage)>& progress = nullptr);
+  [[nodiscard]] absl::StatusOr<std::vector<DocumentInfo>> List(const std::string& collection);
+  // By id or name (within `collection` when given). Returns chunks removed.
+  [[nodiscard]] absl::StatusOr<int> Delete(const std::string& doc, const std::string& collection);
+  [[nodiscard]] absl::StatusOr<std::vector<KbSearchHit>> Search(const KbSearchRequest& request);
+  [[nodiscard]] absl::StatusOr<KbStats> Stats(const std::string& collection);
+
+  // Writes the indexes if they changed since the last save.
+  [[nodiscard]] absl::Status SaveIndexes();
+  // How the indexes were obtained at open: "loaded" or "rebuilt: <why>".
+  const std::string& open_report() const;
+
+  struct Impl;
+
+ private:
+  explicit KnowledgeBase(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace fwai

@@ -1,0 +1,266 @@
+#include "server/knowledge/vector_index.h"
+
+#include <faiss/IndexFlat.h>
+#include <faiss/IndexHNSW.h>
+#include <faiss/index_io.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <unordered_map>
+
+#include "absl/strings/str_cat.h"
+
+namespace fwai {
+
+using idx_t = faiss::Index::idx_t;
+
+VectorIndex::VectorIndex(int dimension, VectorIndexOptions options)
+    : dim_(dimension), options_(options), index_(std::make_unique<faiss::IndexFlatIP>(dimension)) {}
+
+VectorIndex::~VectorIndex() = default;
+
+std::string VectorIndex::kind() const { return hnsw_ ? "hnsw" : "flat"; }
+
+std::vector<float> VectorIndex::LiveVectors(std::vector<uint32_t>* ids) const {
+  std::vector<float> out;
+  out.reserve(size() * dim_);
+  std::vector<float> v(dim_);
+  for (size_t p = 0; p < ids_.size(); ++p) {
+    if (dead_.count(static_cast<uint32_t>(p))) continue;
+    index_->reconstruct(static_cast<idx_t>(p), v.data());
+    out.insert(out.end(), v.begin(), v.end());
+    ids->push_back(ids_[p]);
+  }
+  return out;
+}
+
+void VectorIndex::Add(const std::vector<uint32_t>& ids, const std::vector<float>& vectors) {
+  if (ids.empty()) return;
+  for (uint32_t id : ids) Remove(id);  // replacing a chunk's vector
+  if (!hnsw_ && size() + ids.size() >= options_.exact_below) {
+    std::vector<uint32_t> all;
+    std::vector<float> vecs = LiveVectors(&all);
+    all.insert(all.end(), ids.begin(), ids.end());
+    vecs.insert(vecs.end(), vectors.begin(), vectors.end());
+    BuildInternal(all, vecs);
+    return;
+  }
+  for (uint32_t id : ids) {
+    pos_[id] = static_cast<uint32_t>(ids_.size());
+    ids_.push_back(id);
+  }
+  index_->add(static_cast<idx_t>(ids.size()), vectors.data());
+}
+
+void VectorIndex::Remove(uint32_t id) {
+  auto it = pos_.find(id);
+  if (it == pos_.end()) return;
+  dead_.insert(it->second);
+  pos_.erase(it);
+}
+
+bool VectorIndex::NeedsRebuild() const {
+  return !ids_.empty() && dead_.size() > options_.rebuild_tombstone_ratio * ids_.size();
+}
+
+void VectorIndex::Build(const std::vector<uint32_t>& ids, const std::vector<float>& vectors) {
+  BuildInternal(ids, vectors);
+}
+
+void VectorIndex::BuildInternal(const std::vector<uint32_t>& ids, const std::vector<float>& vectors) {
+  ids_.clear();
+  dead_.clear();
+  pos_.clear();
+  hnsw_ = ids.size() >= options_.exact_below;
+  if (hnsw_) {
+    auto h = std::make_unique<faiss::IndexHNSWFlat>(dim_, options_.hnsw_m, faiss::METRIC_INNER_PRODUCT);
+    h->hnsw.efConstruction = options_.ef_construction;
+    index_ = std::move(h);
+  } else {
+    index_ = std::make_unique<faiss::IndexFlatIP>(dim_);
+  }
+  for (uint32_t id : ids) {
+    pos_[id] = static_cast<uint32_t>(ids_.size());
+    ids_.push_back(id);
+  }
+  if (!ids.empty()) index_->add(static_cast<idx_t>(ids.size()), vectors.data());
+  if (hnsw_) TuneEfSearch(vectors);
+}
+
+void VectorIndex::TuneEfSearch(const std::vector<float>& vectors) {
+  auto* h = static_cast<faiss::IndexHNSWFlat*>(index_.get());
+  if (options_.ef_search > 0) {
+    ef_search_ = h->hnsw.efSearch = options_.ef_search;
+    return;
+  }
+  const size_t n = ids_.size();
+  const size_t nq = std::min<size_t>(200, n);
+  const idx_t k = 10;
+  std::mt19937 rng(42);
+  std::vector<float> queries(nq * dim_);
+  for (size_t i = 0; i < nq; ++i) {
+    size_t p = rng() % n;
+    std::memcpy(&queries[i * dim_], &vectors[p * dim_], sizeof(float) * dim_);
+    // Perturb so a query is not exactly a stored vector.
+    for (int d = 0; d < dim_; ++d) queries[i * dim_ + d] += 0.02f * ((rng() % 2001) / 1000.0f - 1.0f);
+  }
+  faiss::IndexFlatIP exact(dim_);
+  exact.add(static_cast<idx_t>(n), vectors.data());
+  std::vector<float> dist(nq * k);
+  std::vector<idx_t> truth(nq * k), got(nq * k);
+  exact.search(static_cast<idx_t>(nq), queries.data(), k, dist.data(), truth.data());
+  for (int ef : {16, 32, 64, 128, 256, 512, 1024}) {
+    h->hnsw.efSearch = ef;
+    h->search(static_cast<idx_t>(nq), queries.data(), k, dist.data(), got.data());
+    size_t hits = 0;
+    for (size_t q = 0; q < nq; ++q) {
+      for (idx_t a = 0; a < k; ++a) {
+        for (idx_t b = 0; b < k; ++b) {
+          if (got[q * k + a] == truth[q * k + b] && truth[q * k + b] >= 0) {
+            ++hits;
+            break;
+          }
+        }
+      }
+    }
+    ef_search_ = ef;
+    if (hits >= 0.95 * nq * k) break;
+  }
+}
+
+std::vector<std::pair<uint32_t, float>> VectorIndex::Search(const float* query, size_t k,
+                                                            const std::function<bool(uint32_t)>& accept) const {
+  std::vector<std::pair<uint32_t, float>> out;
+  const size_t total = ids_.size();
+  if (total == 0 || k == 0) return out;
+  size_t want = std::min(total, k + dead_.size() + (accept ? 3 * k : 0));
+  while (true) {
+    std::vector<float> dist(want);
+    std::vector<idx_t> labels(want);
+    index_->search(1, query, static_cast<idx_t>(want), dist.data(), labels.data());
+    out.clear();
+    for (size_t i = 0; i < want && out.size() < k; ++i) {
+      if (labels[i] < 0) break;
+      uint32_t p = static_cast<uint32_t>(labels[i]);
+      if (dead_.count(p)) continue;
+      uint32_t id = ids_[p];
+      if (accept && !accept(id)) continue;
+      out.emplace_back(id, dist[i]);
+    }
+    if (out.size() >= k || want >= total) break;
+    want = std::min(total, want * 4);
+  }
+  return out;
+}
+
+namespace {
+constexpr char kMetaMagic[8] = {'F', 'W', 'V', 'E', 'C', 'v', '1', '\0'};
+
+absl::Status WriteFileAtomically(const std::string& path, const std::string& bytes) {
+  std::string tmp = path + ".tmp";
+  {
+    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
+    f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    f.flush();
+    if (!f) return absl::InternalError(absl::StrCat("cannot write ", tmp));
+  }
+  FILE* fp = std::fopen(tmp.c_str(), "rb");
+  if (fp) {
+    fsync(fileno(fp));
+    std::fclose(fp);
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) return absl::InternalError(absl::StrCat("cannot rename ", tmp, ": ", ec.message()));
+  return absl::OkStatus();
+}
+}  // namespace
+
+absl::Status VectorIndex::Save(const std::string& path, uint64_t generation) const {
+  try {
+    faiss::write_index(index_.get(), (path + ".faiss.tmp").c_str());
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat("cannot write vector index ", path, ": ", e.what()));
+  }
+  std::error_code ec;
+  std::filesystem::rename(path + ".faiss.tmp", path + ".faiss", ec);
+  if (ec) return absl::InternalError(absl::StrCat("cannot rename vector index: ", ec.message()));
+  std::string meta(kMetaMagic, sizeof(kMetaMagic));
+  auto put = [&meta](const void* p, size_t n) { meta.append(static_cast<const char*>(p), n); };
+  put(&generation, 8);
+  int32_t dim = dim_, hnsw = hnsw_ ? 1 : 0, ef = ef_search_;
+  put(&dim, 4);
+  put(&hnsw, 4);
+  put(&ef, 4);
+  uint64_t n = ids_.size(), nd = dead_.size();
+  put(&n, 8);
+  put(ids_.data(), n * 4);
+  put(&nd, 8);
+  for (uint32_t d : dead_) put(&d, 4);
+  uint64_t faiss_size = std::filesystem::file_size(path + ".faiss", ec);
+  put(&faiss_size, 8);
+  return WriteFileAtomically(path + ".meta", meta);
+}
+
+absl::StatusOr<std::unique_ptr<VectorIndex>> VectorIndex::Load(const std::string& path, uint64_t generation,
+                                                               int dimension, VectorIndexOptions options) {
+  std::ifstream f(path + ".meta", std::ios::binary);
+  if (!f) return absl::NotFoundError(absl::StrCat(path, ".meta: no saved vector index"));
+  std::stringstream ss;
+  ss << f.rdbuf();
+  const std::string meta = ss.str();
+  size_t off = 0;
+  auto get = [&](void* p, size_t n) {
+    if (meta.size() - off < n) return false;
+    std::memcpy(p, meta.data() + off, n);
+    off += n;
+    return true;
+  };
+  char magic[8];
+  uint64_t gen = 0, n = 0, nd = 0, faiss_size = 0;
+  int32_t dim = 0, hnsw = 0, ef = 0;
+  if (!get(magic, 8) || std::memcmp(magic, kMetaMagic, 8) != 0 || !get(&gen, 8) || !get(&dim, 4) ||
+      !get(&hnsw, 4) || !get(&ef, 4) || !get(&n, 8)) {
+    return absl::DataLossError(absl::StrCat(path, ".meta: damaged"));
+  }
+  if (gen != generation) {
+    return absl::FailedPreconditionError(absl::StrCat(path, ": generation ", gen, " but the store is at ", generation));
+  }
+  if (dim != dimension) return absl::FailedPreconditionError(absl::StrCat(path, ": dimension ", dim, " != ", dimension));
+  auto idx = std::make_unique<VectorIndex>(dimension, options);
+  idx->ids_.resize(n);
+  if (!get(idx->ids_.data(), n * 4) || !get(&nd, 8)) return absl::DataLossError(absl::StrCat(path, ".meta: truncated"));
+  for (uint64_t i = 0; i < nd; ++i) {
+    uint32_t d;
+    if (!get(&d, 4)) return absl::DataLossError(absl::StrCat(path, ".meta: truncated"));
+    idx->dead_.insert(d);
+  }
+  if (!get(&faiss_size, 8)) return absl::DataLossError(absl::StrCat(path, ".meta: truncated"));
+  std::error_code ec;
+  if (std::filesystem::file_size(path + ".faiss", ec) != faiss_size || ec) {
+    return absl::DataLossError(absl::StrCat(path, ".faiss: missing or not the size recorded"));
+  }
+  try {
+    idx->index_.reset(faiss::read_index((path + ".faiss").c_str()));
+  } catch (const std::exception& e) {
+    return absl::DataLossError(absl::StrCat(path, ".faiss: ", e.what()));
+  }
+  if (idx->index_->ntotal != static_cast<idx_t>(n) || idx->index_->d != dimension) {
+    return absl::DataLossError(absl::StrCat(path, ".faiss: does not match its metadata"));
+  }
+  idx->hnsw_ = hnsw != 0;
+  idx->ef_search_ = ef;
+  if (idx->hnsw_) static_cast<faiss::IndexHNSWFlat*>(idx->index_.get())->hnsw.efSearch = ef;
+  for (uint32_t p = 0; p < n; ++p) {
+    if (!idx->dead_.count(p)) idx->pos_[idx->ids_[p]] = p;
+  }
+  return idx;
+}
+
+}  // namespace fwai

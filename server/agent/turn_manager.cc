@@ -256,6 +256,10 @@ void TurnManager::Run(Turn* turn, TurnRequest req) {
   std::string stop_reason = "end_turn";
 
   auto finish = [&]() {
+    // Done before the event is visible: a client that starts the next turn the
+    // moment it sees turn_finished must not be refused. Start() joins this
+    // thread, so the next turn's events still come after this one.
+    turn->done = true;
     ServerEvent ev;
     auto* f = ev.mutable_turn_finished();
     f->mutable_usage()->set_input_tokens(in_tokens);
@@ -265,7 +269,6 @@ void TurnManager::Run(Turn* turn, TurnRequest req) {
     f->set_iterations(iterations);
     f->set_duration_ms((MonotonicNanos() - start_ns) / 1000000);
     ctx.Emit(std::move(ev));
-    turn->done = true;
   };
 
   {

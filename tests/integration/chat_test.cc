@@ -260,6 +260,29 @@ TEST_F(ChatTest, MaxIterationsBoundsTheLoop) {
   EXPECT_TRUE(error_said_why);
 }
 
+TEST_F(ChatTest, NextTurnIsAcceptedTheMomentTurnFinishedArrives) {
+  Daemon d(&fake_);
+  ASSERT_TRUE(d.Start()) << d.log();
+  auto s = d.CreateSession();
+  grpc::ClientContext ctx;
+  auto stub = d.sessions();
+  auto stream = OpenChat(*stub, &ctx, s.id(), "turn 0");
+  int finished = 0;
+  pb::ServerEvent ev;
+  while (finished < 20 && stream->Read(&ev)) {
+    if (ev.has_turn_finished()) {
+      ASSERT_EQ(ev.turn_finished().stop_reason(), "end_turn");
+      if (++finished == 20) break;
+      pb::ClientEvent msg;
+      msg.mutable_message()->set_text("turn " + std::to_string(finished));
+      ASSERT_TRUE(stream->Write(msg));
+    }
+  }
+  stream->WritesDone();
+  EXPECT_TRUE(stream->Finish().ok());
+  EXPECT_EQ(finished, 20);
+}
+
 TEST_F(ChatTest, EmptyOrOversizedMessageIsInvalidArgument) {
   Daemon d(&fake_, "agent:\n  max_message_bytes: 1000\n");
   ASSERT_TRUE(d.Start()) << d.log();

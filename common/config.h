@@ -61,7 +61,7 @@ struct KnowledgeConfig {
   double bm25_b = 0.75;
   double rrf_k = 60;
   double lexical_weight = 1.0;
-  double vector_weight = 0.3;
+  double vector_weight = 0.1;
   int candidates = 100;
   int rerank_top = 50;
   int64_t hnsw_above = 20000;

@@ -171,6 +171,8 @@ struct KnowledgeBase::Impl {
   uint64_t next_ordinal = 0;
   std::unique_ptr<Bm25Index> bm25;
   std::unique_ptr<VectorIndex> vectors;
+  // Document names and titles by slot: picks documents a query names.
+  Bm25Index doc_titles;
   bool dirty = false;
   std::mutex save_mu;  // one save at a time; guards saved_generation
   uint64_t saved_generation = 0;
@@ -212,6 +214,9 @@ struct KnowledgeBase::Impl {
       chunk_type[o] = i < d->types.size() ? d->types[i] : 'x';
     }
     slot_by_id[d->info.id] = slot;
+    std::vector<std::string> terms;
+    Tokenize(d->info.name + "\n" + d->info.title, &terms);
+    doc_titles.Add(slot, terms);
     slots.push_back(std::move(d));
   }
 
@@ -224,6 +229,7 @@ struct KnowledgeBase::Impl {
       bm25->Remove(o);
       vectors->Remove(o);
     }
+    doc_titles.Remove(it->second);
     slots[it->second].reset();
     slot_by_id.erase(it);
   }
@@ -637,28 +643,53 @@ absl::StatusOr<std::vector<KbSearchHit>> KnowledgeBase::Search(const KbSearchReq
                                                    return o < m.chunk_slot.size() && m.chunk_slot[o] != kNoDoc;
                                                  });
   const size_t n = static_cast<size_t>(std::max(m.options.candidates, r.max_results));
-  std::vector<std::pair<uint32_t, float>> lex, vec;
+  std::vector<std::pair<uint32_t, float>> lex, vec, by_doc;
+  std::unordered_map<uint32_t, double> doc_match;  // slot -> title score / best
   if (r.mode != SearchMode::kVector) lex = m.bm25->Search(qterms, n, acc);
   if (r.mode != SearchMode::kLexical) vec = m.vectors->Search(qvec.data(), n, acc);
+  const FusionOverrides none;
+  const FusionOverrides& ov = r.overrides ? *r.overrides : none;
+  const double rrf_k = ov.rrf_k >= 0 ? ov.rrf_k : m.options.rrf_k;
+  const double doc_weight = ov.doc_weight >= 0 ? ov.doc_weight : m.options.doc_weight;
+  if (r.mode == SearchMode::kHybrid) {
+    // Documents the query names (part numbers, driver names): their best chunks.
+    auto docs = m.doc_titles.Search(qterms, static_cast<size_t>(std::max(m.options.doc_candidates, 20)));
+    const float best = docs.empty() ? 0.f : docs[0].second;
+    for (const auto& [slot, score] : docs) doc_match[slot] = best > 0 ? score / best : 0;
+    if (docs.size() > static_cast<size_t>(m.options.doc_candidates)) docs.resize(m.options.doc_candidates);
+    for (const auto& [slot, score] : docs) {
+      if (score < 0.5f * best) break;
+      auto in_doc = m.bm25->Search(qterms, static_cast<size_t>(m.options.chunks_per_doc),
+                                   [&](uint32_t o) { return o < m.chunk_slot.size() && m.chunk_slot[o] == slot && acc(o); });
+      for (const auto& h : in_doc) by_doc.emplace_back(h.first, score * (1.0f + h.second));
+    }
+    std::sort(by_doc.begin(), by_doc.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
+  }
 
   struct Cand {
     uint32_t o;
     double fused = 0, lexical = 0, vector = 0;
   };
   std::unordered_map<uint32_t, Cand> cands;
-  const double wl = r.mode == SearchMode::kVector ? 0 : m.options.lexical_weight;
-  const double wv = r.mode == SearchMode::kLexical ? 0 : m.options.vector_weight;
+  const double wl = r.mode == SearchMode::kVector ? 0 : (ov.lexical_weight >= 0 ? ov.lexical_weight : m.options.lexical_weight);
+  const double wv = r.mode == SearchMode::kLexical ? 0 : (ov.vector_weight >= 0 ? ov.vector_weight : m.options.vector_weight);
   for (size_t i = 0; i < lex.size(); ++i) {
     auto& c = cands[lex[i].first];
     c.o = lex[i].first;
-    c.fused += wl / (m.options.rrf_k + i + 1);
+    c.fused += wl / (rrf_k + i + 1);
     c.lexical = lex[i].second;
   }
   for (size_t i = 0; i < vec.size(); ++i) {
     auto& c = cands[vec[i].first];
     c.o = vec[i].first;
-    c.fused += wv / (m.options.rrf_k + i + 1);
+    c.fused += wv / (rrf_k + i + 1);
     c.vector = vec[i].second;
+  }
+  const double wd = r.mode == SearchMode::kHybrid ? doc_weight : 0;
+  for (size_t i = 0; i < by_doc.size(); ++i) {
+    auto& c = cands[by_doc[i].first];
+    c.o = by_doc[i].first;
+    c.fused += wd / (rrf_k + i + 1) + 1e-9;  // in the rerank pool even at weight 0
   }
   std::vector<Cand> order;
   order.reserve(cands.size());
@@ -666,7 +697,7 @@ absl::StatusOr<std::vector<KbSearchHit>> KnowledgeBase::Search(const KbSearchReq
   std::sort(order.begin(), order.end(), [](const Cand& a, const Cand& b) {
     return a.fused > b.fused || (a.fused == b.fused && a.o < b.o);
   });
-  const double max_fused = (wl + wv) / (m.options.rrf_k + 1);
+  const double max_fused = std::max(1e-12, (wl + wv + wd) / (rrf_k + 1));
   const double best_lex = lex.empty() ? 1.0 : std::max<double>(lex[0].second, 1e-9);
   const size_t keep = r.rerank ? std::max<size_t>(m.options.rerank_top, r.max_results) : r.max_results;
   if (order.size() > keep) order.resize(keep);
@@ -695,12 +726,15 @@ absl::StatusOr<std::vector<KbSearchHit>> KnowledgeBase::Search(const KbSearchReq
       c.vector_sim = l.c.vector;
       c.lexical_norm = l.c.lexical / best_lex;
       c.fused_norm = l.c.fused / top_fused;
+      auto dm = doc_match.find(m.chunk_slot[l.c.o]);
+      c.doc_match = dm == doc_match.end() ? 0 : dm->second;
       rc.push_back(std::move(c));
     }
     ASSIGN_OR_RETURN(auto scores, m.reranker.Score(r.query, rc));
     for (size_t i = 0; i < loaded.size(); ++i) loaded[i].score = scores[i];
     std::stable_sort(loaded.begin(), loaded.end(), [](const Loaded& a, const Loaded& b) { return a.score > b.score; });
   }
+  const double top_fused_all = order.empty() ? 1.0 : std::max(order[0].fused, 1e-12);
   std::vector<KbSearchHit> out;
   for (const auto& l : loaded) {
     if (static_cast<int>(out.size()) >= r.max_results) break;
@@ -717,6 +751,12 @@ absl::StatusOr<std::vector<KbSearchHit>> KnowledgeBase::Search(const KbSearchReq
     h.content_type = l.rec.meta.value("content_type", "text");
     h.text = l.rec.text;
     h.chunk_id = absl::StrCat(l.doc->info.id, "#", l.rec.meta.value("index", 0));
+    h.context = Context(l.doc->info, l.rec.meta.value("title_path", std::vector<std::string>{}));
+    h.fused_norm = l.c.fused / top_fused_all;
+    h.lexical_norm = l.c.lexical / best_lex;
+    h.vector_sim = l.c.vector;
+    auto dm = doc_match.find(m.chunk_slot[l.c.o]);
+    h.doc_match = dm == doc_match.end() ? 0 : dm->second;
     out.push_back(std::move(h));
   }
   return out;

@@ -72,6 +72,7 @@ RerankFeatures ComputeRerankFeatures(const std::string& query, const RerankCandi
   f.vector = std::clamp(c.vector_sim, 0.0, 1.0);
   f.lexical = std::clamp(c.lexical_norm, 0.0, 1.0);
   f.fused = std::clamp(c.fused_norm, 0.0, 1.0);
+  f.doc = std::clamp(c.doc_match, 0.0, 1.0);
   return f;
 }
 
@@ -80,7 +81,7 @@ namespace {
 class BuiltinReranker final : public Reranker {
  public:
   explicit BuiltinReranker(RerankWeights w) : w_(w) {
-    double sum = w_.identifier + w_.coverage + w_.proximity + w_.context + w_.vector + w_.lexical + w_.fused;
+    double sum = w_.identifier + w_.coverage + w_.proximity + w_.context + w_.vector + w_.lexical + w_.fused + w_.doc;
     norm_ = sum > 0 ? 1.0 / sum : 1.0;
   }
   std::string name() const override { return "builtin"; }
@@ -95,7 +96,7 @@ class BuiltinReranker final : public Reranker {
       double wi = has_ids ? w_.identifier : 0.0;
       double wc = has_ids ? w_.coverage : w_.coverage + w_.identifier;
       double s = wi * f.identifier + wc * f.coverage + w_.proximity * f.proximity + w_.context * f.context +
-                 w_.vector * f.vector + w_.lexical * f.lexical + w_.fused * f.fused;
+                 w_.vector * f.vector + w_.lexical * f.lexical + w_.fused * f.fused + w_.doc * f.doc;
       out.push_back(std::clamp(s * norm_, 0.0, 1.0));
     }
     return out;

@@ -329,10 +329,10 @@ class Builder {
 
  private:
   void Append(const Block& b, const std::string& text) {
-    if (text_.empty() || (overlap_started_ && only_headings_)) {
-      if (text_.empty()) start_line_ = b.start_line;
-      chunk_path_ = path_;
-    }
+    if (text_.empty()) start_line_ = b.start_line;
+    // A chunk's title path is the one at its first body block (headings
+    // that open it, or overlap carried over, do not fix it).
+    if (text_.empty() || only_headings_) chunk_path_ = path_;
     if (!text_.empty()) text_ += "\n";
     text_ += text;
     end_line_ = b.end_line;

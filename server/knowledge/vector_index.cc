@@ -10,6 +10,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <cmath>
 #include <random>
 #include <sstream>
 #include <unordered_map>
@@ -104,11 +105,23 @@ void VectorIndex::TuneEfSearch(const std::vector<float>& vectors) {
   const idx_t k = 10;
   std::mt19937 rng(42);
   std::vector<float> queries(nq * dim_);
+  // Queries: stored vectors with noise, mixtures of two stored vectors, and
+  // random directions, so the tuned efSearch also holds for queries that are
+  // far from any stored vector.
+  std::normal_distribution<float> gauss;
   for (size_t i = 0; i < nq; ++i) {
-    size_t p = rng() % n;
-    std::memcpy(&queries[i * dim_], &vectors[p * dim_], sizeof(float) * dim_);
-    // Perturb so a query is not exactly a stored vector.
-    for (int d = 0; d < dim_; ++d) queries[i * dim_ + d] += 0.02f * ((rng() % 2001) / 1000.0f - 1.0f);
+    float* q = &queries[i * dim_];
+    const size_t a = rng() % n, b = rng() % n;
+    for (int d = 0; d < dim_; ++d) {
+      switch (i % 3) {
+        case 0: q[d] = vectors[a * dim_ + d] + 0.05f * gauss(rng); break;
+        case 1: q[d] = vectors[a * dim_ + d] + vectors[b * dim_ + d]; break;
+        default: q[d] = gauss(rng); break;
+      }
+    }
+    double norm = 0;
+    for (int d = 0; d < dim_; ++d) norm += double(q[d]) * q[d];
+    for (int d = 0; d < dim_; ++d) q[d] = static_cast<float>(q[d] / std::sqrt(norm));
   }
   faiss::IndexFlatIP exact(dim_);
   exact.add(static_cast<idx_t>(n), vectors.data());
@@ -130,7 +143,7 @@ void VectorIndex::TuneEfSearch(const std::vector<float>& vectors) {
       }
     }
     ef_search_ = ef;
-    if (hits >= 0.95 * nq * k) break;
+    if (hits >= 0.97 * nq * k) break;  // margin over the 0.95 promise
   }
 }
 

@@ -1,0 +1,424 @@
+// Extraction, chunking, the vector index and the knowledge base, with real
+// pdftotext, FAISS and RocksDB.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+#include "common/subprocess.h"
+#include "server/knowledge/chunker.h"
+#include "server/knowledge/document_search_tool.h"
+#include "server/knowledge/embedder.h"
+#include "server/knowledge/extract.h"
+#include "server/knowledge/knowledge_base.h"
+#include "server/knowledge/reranker.h"
+#include "server/knowledge/vector_index.h"
+#include "server/storage/storage.h"
+#include "tests/support/pdf_writer.h"
+
+namespace fwai {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::MakePdf;
+
+std::string TempDir(const std::string& prefix) {
+  std::string t = (fs::temp_directory_path() / (prefix + "XXXXXX")).string();
+  return mkdtemp(t.data());
+}
+
+// ---------------------------------------------------------------- extraction
+
+TEST(ExtractTest, PdfPagesKeepTheirNumbers) {
+  auto doc = ExtractDocument("rm.pdf", MakePdf({"8.4.1 GPIO port mode register\nMODER5 selects pin 5", "",
+                                                "Page three text"}));
+  ASSERT_TRUE(doc.ok()) << doc.status();
+  EXPECT_EQ(doc->format, DocFormat::kPdf);
+  ASSERT_EQ(doc->pages.size(), 3u);
+  EXPECT_EQ(doc->pages[0].number, 1);
+  EXPECT_NE(doc->pages[0].text.find("MODER5 selects pin 5"), std::string::npos);
+  EXPECT_EQ(doc->pages[2].number, 3);
+  EXPECT_NE(doc->pages[2].text.find("Page three"), std::string::npos);
+}
+
+TEST(ExtractTest, BadPdfsGiveReasons) {
+  auto empty = ExtractDocument("blank.pdf", MakePdf({"", ""}));
+  ASSERT_FALSE(empty.ok());
+  EXPECT_NE(empty.status().message().find("no text"), std::string::npos) << empty.status();
+  auto corrupt = ExtractDocument("broken.pdf", "%PDF-1.4\nthis is not a pdf at all\n");
+  ASSERT_FALSE(corrupt.ok());
+  EXPECT_NE(corrupt.status().message().find("broken.pdf"), std::string::npos);
+  auto fake = ExtractDocument("fake.pdf", "hello");
+  ASSERT_FALSE(fake.ok());
+  EXPECT_NE(fake.status().message().find("not a PDF"), std::string::npos);
+  // A real encrypted PDF, made by qpdf.
+  std::string dir = TempDir("fwai-pdf-");
+  std::ofstream(dir + "/in.pdf") << MakePdf({"secret text"});
+  auto r = RunProcess({"qpdf", "--encrypt", "user", "owner", "256", "--", dir + "/in.pdf", dir + "/enc.pdf"});
+  ASSERT_TRUE(r.ok() && r->exit_code == 0) << "qpdf is needed for this test";
+  std::ifstream f(dir + "/enc.pdf", std::ios::binary);
+  std::string enc((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  auto e = ExtractDocument("locked.pdf", enc);
+  ASSERT_FALSE(e.ok());
+  EXPECT_NE(e.status().message().find("encrypted"), std::string::npos) << e.status();
+  fs::remove_all(dir);
+}
+
+TEST(ExtractTest, BinaryAndEmptyAreRefused) {
+  std::string junk(4096, '\0');
+  for (size_t i = 0; i < junk.size(); ++i) junk[i] = static_cast<char>(i * 7919 % 256);
+  auto b = ExtractDocument("firmware.bin", junk);
+  ASSERT_FALSE(b.ok());
+  EXPECT_NE(b.status().message().find("binary"), std::string::npos);
+  EXPECT_FALSE(ExtractDocument("empty.md", "").ok());
+  EXPECT_FALSE(ExtractDocument("blank.txt", "  \n\n ").ok());
+}
+
+TEST(ExtractTest, HtmlKeepsHeadingsAndDropsScripts) {
+  std::string title;
+  std::string text = HtmlToText(
+      "<html><head><title>UART &amp; DMA</title><style>p{color:red}</style></head><body>"
+      "<h2>4.1 Baud&nbsp;rate</h2><p>Set <code>USART_BRR</code> to 0x45.</p><script>alert(1)</script>"
+      "<ul><li>one</li><li>two</li></ul><pre>int x = 1;\nint y = 2;</pre></body></html>",
+      &title);
+  EXPECT_EQ(title, "UART & DMA");
+  EXPECT_NE(text.find("## 4.1 Baud rate"), std::string::npos) << text;
+  EXPECT_NE(text.find("Set USART_BRR to 0x45."), std::string::npos) << text;
+  EXPECT_EQ(text.find("alert"), std::string::npos);
+  EXPECT_EQ(text.find("color"), std::string::npos);
+  EXPECT_NE(text.find("- one"), std::string::npos);
+  EXPECT_NE(text.find("```\nint x = 1;\nint y = 2;\n```"), std::string::npos) << text;
+}
+
+// ---------------------------------------------------------------- chunking
+
+TEST(ChunkerTest, H2IsAHardBoundaryAndTitlePathsFollowHeadings) {
+  std::string md = "# RM0090\n\n## 8 GPIO\n\nGPIO text.\n\n### 8.4.1 MODER\n\nMODER bits.\n\n## 9 DMA\n\nDMA text.\n";
+  ExtractedDoc doc{DocFormat::kMarkdown, "", {{0, md}}};
+  auto chunks = ChunkDocument(doc, {});
+  ASSERT_EQ(chunks.size(), 2u);
+  EXPECT_NE(chunks[0].text.find("MODER bits"), std::string::npos);
+  EXPECT_EQ(chunks[0].text.find("DMA"), std::string::npos);
+  EXPECT_EQ(chunks[0].title_path, (std::vector<std::string>{"RM0090", "8 GPIO"}));
+  EXPECT_EQ(chunks[1].title_path, (std::vector<std::string>{"RM0090", "9 DMA"}));
+  EXPECT_EQ(chunks[1].start_line, 11);
+}
+
+TEST(ChunkerTest, SizesOverlapAndWholeCodeBlocks) {
+  std::string md = "## Long section\n\n";
+  for (int i = 0; i < 60; ++i) md += "Sentence number " + std::to_string(i) + " says something about clocks. ";
+  md += "\n\n```c\n";
+  for (int i = 0; i < 20; ++i) md += "REG" + std::to_string(i) + " = 0;\n";
+  md += "```\n";
+  ExtractedDoc doc{DocFormat::kMarkdown, "", {{0, md}}};
+  ChunkOptions o;
+  o.min_tokens = 20;
+  o.target_tokens = 120;
+  o.max_tokens = 200;
+  o.overlap_tokens = 20;
+  auto chunks = ChunkDocument(doc, o);
+  ASSERT_GE(chunks.size(), 3u);
+  for (const auto& c : chunks) EXPECT_LE(c.tokens, o.max_tokens + 5) << c.text;
+  // Consecutive prose chunks overlap.
+  bool overlap = false;
+  for (size_t i = 1; i < chunks.size(); ++i) {
+    std::string tail = chunks[i - 1].text.substr(chunks[i - 1].text.size() - 30);
+    if (chunks[i].text.find(tail.substr(tail.find(' ') + 1)) != std::string::npos) overlap = true;
+  }
+  EXPECT_TRUE(overlap);
+  // The code block is in one chunk, whole.
+  int with_code = 0;
+  for (const auto& c : chunks) {
+    if (c.text.find("REG0 = 0;") != std::string::npos) {
+      ++with_code;
+      EXPECT_NE(c.text.find("REG19 = 0;"), std::string::npos);
+    }
+  }
+  EXPECT_EQ(with_code, 1);
+}
+
+TEST(ChunkerTest, BigTableSplitsByRowsWithItsHeader) {
+  std::string md = "## Registers\n\n| Register | Offset | Reset |\n|---|---|---|\n";
+  for (int i = 0; i < 80; ++i) md += "| REG_" + std::to_string(i) + " | 0x" + std::to_string(i * 4) + " | 0x0000 |\n";
+  ExtractedDoc doc{DocFormat::kMarkdown, "", {{0, md}}};
+  auto chunks = ChunkDocument(doc, {});
+  ASSERT_GE(chunks.size(), 2u);
+  for (const auto& c : chunks) {
+    EXPECT_NE(c.text.find("| Register | Offset | Reset |"), std::string::npos);
+    EXPECT_EQ(c.content_type, "table");
+  }
+}
+
+TEST(ChunkerTest, SentencesEnglishAndChinese) {
+  auto s = SplitSentences("First one. Second one? Third! 时钟使能。复位完成！");
+  ASSERT_EQ(s.size(), 5u);
+  EXPECT_EQ(s[0], "First one.");
+  EXPECT_EQ(s[3], "时钟使能。");
+  auto keep = SplitSentences("Use 0x1.5 or e.g. values");
+  EXPECT_EQ(keep.size(), 1u);
+}
+
+// ---------------------------------------------------------------- vectors
+
+std::vector<float> RandomUnitVectors(size_t n, int dim, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> g;
+  std::vector<float> v(n * dim);
+  for (size_t i = 0; i < n; ++i) {
+    double norm = 0;
+    for (int d = 0; d < dim; ++d) norm += (v[i * dim + d] = g(rng)) * v[i * dim + d];
+    for (int d = 0; d < dim; ++d) v[i * dim + d] /= std::sqrt(norm);
+  }
+  return v;
+}
+
+TEST(VectorIndexTest, FlatIsExactAndTombstonesHide) {
+  const int dim = 16;
+  auto vecs = RandomUnitVectors(100, dim, 1);
+  std::vector<uint32_t> ids;
+  for (uint32_t i = 0; i < 100; ++i) ids.push_back(1000 + i);
+  VectorIndex idx(dim, {});
+  idx.Add(ids, vecs);
+  auto r = idx.Search(&vecs[7 * dim], 3);
+  ASSERT_FALSE(r.empty());
+  EXPECT_EQ(r[0].first, 1007u);
+  EXPECT_NEAR(r[0].second, 1.0, 1e-4);
+  idx.Remove(1007);
+  r = idx.Search(&vecs[7 * dim], 3);
+  EXPECT_NE(r[0].first, 1007u);
+  EXPECT_EQ(idx.size(), 99u);
+  r = idx.Search(&vecs[7 * dim], 5, [](uint32_t id) { return id % 2 == 0; });
+  for (const auto& [id, s] : r) EXPECT_EQ(id % 2, 0u);
+  EXPECT_EQ(idx.kind(), "flat");
+}
+
+TEST(VectorIndexTest, HnswRecallAgainstExactAndSaveLoad) {
+  const int dim = 32;
+  const size_t n = 3000;
+  auto vecs = RandomUnitVectors(n, dim, 2);
+  std::vector<uint32_t> ids(n);
+  for (uint32_t i = 0; i < n; ++i) ids[i] = i;
+  VectorIndexOptions o;
+  o.exact_below = 1000;
+  VectorIndex hnsw(dim, o);
+  hnsw.Build(ids, vecs);
+  ASSERT_EQ(hnsw.kind(), "hnsw");
+  EXPECT_GT(hnsw.ef_search(), 0);
+  VectorIndex exact(dim, {});
+  exact.Add(ids, vecs);
+  auto queries = RandomUnitVectors(100, dim, 3);
+  size_t hits = 0;
+  for (size_t q = 0; q < 100; ++q) {
+    auto a = exact.Search(&queries[q * dim], 10);
+    auto b = hnsw.Search(&queries[q * dim], 10);
+    for (const auto& x : a) {
+      for (const auto& y : b) hits += x.first == y.first ? 1 : 0;
+    }
+  }
+  EXPECT_GE(hits, 950u) << "recall@10 below 0.95";
+  std::string dir = TempDir("fwai-vec-");
+  hnsw.Remove(5);
+  ASSERT_TRUE(hnsw.Save(dir + "/v", 7).ok());
+  auto loaded = VectorIndex::Load(dir + "/v", 7, dim, o);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ((*loaded)->size(), n - 1);
+  EXPECT_EQ((*loaded)->Search(&queries[0], 10), hnsw.Search(&queries[0], 10));
+  EXPECT_EQ(VectorIndex::Load(dir + "/v", 8, dim, o).status().code(), absl::StatusCode::kFailedPrecondition);
+  { std::ofstream(dir + "/v.faiss", std::ios::app) << "garbage"; }
+  EXPECT_EQ(VectorIndex::Load(dir + "/v", 7, dim, o).status().code(), absl::StatusCode::kDataLoss);
+  fs::remove_all(dir);
+}
+
+// ---------------------------------------------------------------- knowledge base
+
+class KnowledgeBaseTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = TempDir("fwai-kb-");
+    Open();
+  }
+  void TearDown() override {
+    kb_.reset();
+    storage_.reset();
+    fs::remove_all(dir_);
+  }
+  void Open() {
+    kb_.reset();
+    storage_.reset();
+    auto s = Storage::Open(dir_ + "/db");
+    ASSERT_TRUE(s.ok());
+    storage_ = *std::move(s);
+    auto kb = KnowledgeBase::Open(*storage_, dir_ + "/index", {}, *embedder_, *reranker_);
+    ASSERT_TRUE(kb.ok()) << kb.status();
+    kb_ = *std::move(kb);
+  }
+  IngestResult Add(const std::string& name, const std::string& bytes, const std::string& collection = "") {
+    IngestRequest r;
+    r.name = name;
+    r.bytes = bytes;
+    r.collection = collection;
+    auto res = kb_->Ingest(std::move(r));
+    EXPECT_TRUE(res.ok()) << res.status();
+    return res.ok() ? *res : IngestResult{};
+  }
+  std::vector<KbSearchHit> Find(const std::string& q, int n = 5) {
+    KbSearchRequest r;
+    r.query = q;
+    r.max_results = n;
+    auto hits = kb_->Search(r);
+    EXPECT_TRUE(hits.ok()) << hits.status();
+    return hits.ok() ? *hits : std::vector<KbSearchHit>{};
+  }
+  static std::string Doc(const std::string& topic, const std::string& token) {
+    return "# " + topic + "\n\n## Overview\n\nThe " + topic + " peripheral is configured with " + token +
+           ". Enable its clock first, then program the control register.\n\n## Registers\n\n" + token +
+           "_CR controls the " + topic + ".\n";
+  }
+
+  std::string dir_;
+  std::unique_ptr<Embedder> embedder_ = MakeBuiltinEmbedder(64);
+  std::unique_ptr<Reranker> reranker_ = MakeBuiltinReranker();
+  std::unique_ptr<Storage> storage_;
+  std::unique_ptr<KnowledgeBase> kb_;
+};
+
+TEST_F(KnowledgeBaseTest, IngestSearchReplaceDelete) {
+  auto a = Add("uart.md", Doc("UART", "USART1_BRR"));
+  EXPECT_GT(a.chunks, 0);
+  Add("spi.md", Doc("SPI", "SPI1_CR1"));
+  Add("adc.pdf", MakePdf({"ADC overview\nThe ADC samples 12 bits.", "ADC1_SMPR sets the sampling time."}));
+  auto hits = Find("which register sets the USART1_BRR baud");
+  ASSERT_FALSE(hits.empty());
+  EXPECT_EQ(hits[0].doc, "uart.md");
+  EXPECT_GT(hits[0].score, 0);
+  EXPECT_LE(hits[0].score, 1);
+  auto pdf = Find("ADC1_SMPR sampling time");
+  ASSERT_FALSE(pdf.empty());
+  EXPECT_EQ(pdf[0].doc, "adc.pdf");
+  EXPECT_EQ(pdf[0].page, 2);
+  // Same bytes again: nothing happens.
+  auto again = Add("uart.md", Doc("UART", "USART1_BRR"));
+  EXPECT_TRUE(again.unchanged);
+  EXPECT_EQ(again.doc_id, a.doc_id);
+  // Changed content replaces the old chunks.
+  auto changed = Add("uart.md", Doc("UART", "LPUART1_BRR"));
+  EXPECT_EQ(changed.replaced_doc_id, a.doc_id);
+  for (const auto& h : Find("USART1_BRR", 10)) {
+    if (h.doc == "uart.md") EXPECT_NE(h.text.find("LPUART1_BRR"), std::string::npos) << h.text;  // old chunks gone
+  }
+  EXPECT_EQ(Find("LPUART1_BRR")[0].doc, "uart.md");
+  auto docs = kb_->List("");
+  ASSERT_TRUE(docs.ok());
+  EXPECT_EQ(docs->size(), 3u);
+  // Delete by name.
+  auto removed = kb_->Delete("spi.md", "");
+  ASSERT_TRUE(removed.ok());
+  EXPECT_GT(*removed, 0);
+  for (const auto& h : Find("SPI1_CR1", 10)) EXPECT_NE(h.doc, "spi.md");
+  EXPECT_EQ(kb_->Delete("spi.md", "").status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(KnowledgeBaseTest, FiltersAndCollections) {
+  Add("a.md", Doc("TIMER", "TIM2_ARR"), "stm32");
+  Add("b.md", Doc("TIMER", "TIM2_ARR"), "nrf");  // same text, another collection
+  KbSearchRequest r;
+  r.query = "TIM2_ARR timer";
+  r.collection = "nrf";
+  auto hits = kb_->Search(r);
+  ASSERT_TRUE(hits.ok());
+  ASSERT_FALSE(hits->empty());
+  for (const auto& h : *hits) EXPECT_EQ(h.doc, "b.md");
+  r.collection.clear();
+  r.docs = {"a.md"};
+  hits = kb_->Search(r);
+  for (const auto& h : *hits) EXPECT_EQ(h.doc, "a.md");
+  r.docs.clear();
+  r.content_types = {"code"};
+  EXPECT_TRUE(kb_->Search(r)->empty());
+}
+
+TEST_F(KnowledgeBaseTest, BadSearchArgumentsAreInvalid) {
+  Add("a.md", Doc("GPIO", "GPIOA_MODER"));
+  auto code = [&](KbSearchRequest r) { return kb_->Search(r).status().code(); };
+  KbSearchRequest ok;
+  ok.query = "GPIO";
+  EXPECT_EQ(code(ok), absl::StatusCode::kOk);
+  KbSearchRequest r = ok;
+  r.query = "";
+  EXPECT_EQ(code(r), absl::StatusCode::kInvalidArgument);
+  r.query = std::string(4097, 'a');
+  EXPECT_EQ(code(r), absl::StatusCode::kInvalidArgument);
+  r = ok;
+  r.max_results = 0;
+  EXPECT_EQ(code(r), absl::StatusCode::kInvalidArgument);
+  r.max_results = 101;
+  EXPECT_EQ(code(r), absl::StatusCode::kInvalidArgument);
+  r = ok;
+  r.threshold = -0.1;
+  EXPECT_EQ(code(r), absl::StatusCode::kInvalidArgument);
+  r.threshold = 1.5;
+  EXPECT_EQ(code(r), absl::StatusCode::kInvalidArgument);
+  r.threshold = 1.0;
+  EXPECT_TRUE(kb_->Search(r)->size() <= 1u);
+}
+
+TEST_F(KnowledgeBaseTest, BadDocumentsFailAloneWithTheirName) {
+  IngestRequest big;
+  big.name = "huge.txt";
+  big.bytes = std::string((50 << 20) + 1, 'a');
+  auto r = kb_->Ingest(std::move(big));
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("huge.txt"), std::string::npos);
+  EXPECT_NE(r.status().message().find("limit"), std::string::npos);
+  IngestRequest junk;
+  junk.name = "blob.bin";
+  junk.bytes = std::string("\x7f" "ELF\0\0\0binary", 14);
+  EXPECT_EQ(kb_->Ingest(std::move(junk)).status().code(), absl::StatusCode::kInvalidArgument);
+  Add("ok.md", Doc("CAN", "CAN1_BTR"));
+  EXPECT_EQ(kb_->List("")->size(), 1u);
+}
+
+TEST_F(KnowledgeBaseTest, IndexesLoadOnReopenAndRebuildWhenLostOrDamaged) {
+  for (int i = 0; i < 20; ++i) Add("doc" + std::to_string(i) + ".md", Doc("BLOCK" + std::to_string(i), "REG_X" + std::to_string(i)));
+  auto before = Find("REG_X7 control register", 10);
+  ASSERT_FALSE(before.empty());
+  Open();
+  EXPECT_EQ(kb_->open_report(), "loaded");
+  auto same = Find("REG_X7 control register", 10);
+  ASSERT_EQ(same.size(), before.size());
+  for (size_t i = 0; i < same.size(); ++i) EXPECT_EQ(same[i].chunk_id, before[i].chunk_id);
+  kb_.reset();
+  fs::remove(dir_ + "/index/lexical.bm25");
+  Open();
+  EXPECT_NE(kb_->open_report().find("rebuilt"), std::string::npos) << kb_->open_report();
+  auto rebuilt = Find("REG_X7 control register", 10);
+  ASSERT_EQ(rebuilt.size(), before.size());
+  for (size_t i = 0; i < rebuilt.size(); ++i) EXPECT_EQ(rebuilt[i].chunk_id, before[i].chunk_id);
+  kb_.reset();
+  { std::ofstream(dir_ + "/index/vectors.meta", std::ios::trunc) << "damaged"; }
+  { std::fstream f(dir_ + "/index/lexical.bm25", std::ios::in | std::ios::out | std::ios::binary); f.seekp(40); f << "XXXX"; }
+  Open();
+  EXPECT_NE(kb_->open_report().find("rebuilt"), std::string::npos) << kb_->open_report();
+  auto again = Find("REG_X7 control register", 10);
+  ASSERT_EQ(again.size(), before.size());
+  for (size_t i = 0; i < again.size(); ++i) EXPECT_EQ(again[i].chunk_id, before[i].chunk_id);
+}
+
+TEST_F(KnowledgeBaseTest, DocumentSearchToolFormat) {
+  Add("rm.pdf", MakePdf({"GPIO overview", "GPIOx_MODER configures the pin mode."}));
+  Add("notes.md", Doc("GPIO", "GPIOx_OTYPER"));
+  auto tool = MakeDocumentSearchTool(*kb_);
+  ToolContext ctx;
+  auto r = tool->Run({{"query", "GPIOx_MODER pin mode"}, {"max_results", 2}}, ctx);
+  ASSERT_FALSE(r.is_error) << r.content;
+  EXPECT_EQ(r.content.rfind("Retrieved data", 0), 0u);
+  EXPECT_NE(r.content.find("source: rm.pdf"), std::string::npos) << r.content;
+  EXPECT_NE(r.content.find(", page 2"), std::string::npos);
+  EXPECT_NE(r.content.find("\n---\n"), std::string::npos);
+  EXPECT_TRUE(tool->Run({{"query", "x"}, {"max_results", 50}}, ctx).is_error);
+  EXPECT_TRUE(tool->Run(nlohmann::json::object(), ctx).is_error);
+}
+
+}  // namespace
+}  // namespace fwai

@@ -1,0 +1,205 @@
+// fwai kb through the CLI and a real fwaid: mixed files, per-file errors,
+// search output, batch search, removal; kill -9 during ingest.
+#include <gtest/gtest.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "tests/integration/daemon_fixture.h"
+#include "tests/support/pdf_writer.h"
+
+namespace fwai::testing {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+std::vector<json> Lines(const std::string& out) {
+  std::vector<json> v;
+  std::istringstream in(out);
+  std::string l;
+  while (std::getline(in, l)) {
+    if (!l.empty()) v.push_back(json::parse(l, nullptr, false));
+  }
+  return v;
+}
+
+class KbCliTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    daemon_ = std::make_unique<Daemon>(nullptr);
+    ASSERT_TRUE(daemon_->Start()) << daemon_->log();
+    docs_ = daemon_->dir() + "/docs";
+    fs::create_directories(docs_ + "/sub");
+  }
+  int Fwai(std::vector<std::string> args, std::string* out, std::string* err = nullptr, const std::string& cwd = "") {
+    std::vector<std::string> argv = {std::string(FWAI_BIN_DIR) + "/fwai", "--daemon", daemon_->address()};
+    argv.insert(argv.end(), args.begin(), args.end());
+    std::string e;
+    int rc;
+    if (!cwd.empty()) {
+      std::string old = fs::current_path().string();
+      fs::current_path(cwd);
+      rc = RunCommand(argv, out, &e);
+      fs::current_path(old);
+    } else {
+      rc = RunCommand(argv, out, &e);
+    }
+    if (err) *err = e;
+    return rc;
+  }
+  void Write(const std::string& rel, const std::string& bytes) { std::ofstream(docs_ + "/" + rel, std::ios::binary) << bytes; }
+
+  std::unique_ptr<Daemon> daemon_;
+  std::string docs_;
+};
+
+TEST_F(KbCliTest, AddMixedFilesSearchAndRemove) {
+  Write("uart.md", "# UART\n\n## Baud rate\n\nProgram USART1_BRR with the divider; 0x45 gives 115200 baud at 8 MHz.\n");
+  Write("sub/gpio.html", "<html><head><title>GPIO</title></head><body><h2>Mode register</h2>"
+                         "<p>GPIOA_MODER selects input, output, alternate or analog mode for each pin.</p></body></html>");
+  Write("sub/adc.pdf", MakePdf({"ADC", "ADC1_SMPR1 selects the sampling time of each channel."}));
+  Write("junk.bin", std::string("\x00\x01\x02\x03garbage\x00\xff", 12));
+  Write("blank.pdf", MakePdf({""}));
+  Write("empty.txt", "");
+  std::string out, err;
+  int rc = Fwai({"--json", "kb", "add", ".", "--tag", "vendor=st"}, &out, &err, docs_);
+  EXPECT_EQ(rc, 1) << err;  // some files failed, the others went in
+  int done = 0;
+  std::set<std::string> failed;
+  for (const auto& j : Lines(out)) {
+    if (j["type"] == "done") ++done;
+    if (j["type"] == "error") failed.insert(j["name"].get<std::string>());
+  }
+  EXPECT_EQ(done, 3);
+  EXPECT_EQ(failed, (std::set<std::string>{"junk.bin", "blank.pdf", "empty.txt"}));
+  // Relative names, as given.
+  ASSERT_EQ(Fwai({"--json", "kb", "ls"}, &out), 0);
+  auto ls = json::parse(out);
+  ASSERT_EQ(ls.size(), 3u);
+  std::set<std::string> names;
+  for (const auto& d : ls) names.insert(d["name"]);
+  EXPECT_EQ(names, (std::set<std::string>{"uart.md", "sub/gpio.html", "sub/adc.pdf"}));
+  // Search JSON shape.
+  ASSERT_EQ(Fwai({"--json", "kb", "search", "which", "register", "selects", "the", "ADC1_SMPR1", "sampling", "time"}, &out), 0);
+  auto hits = json::parse(out);
+  ASSERT_FALSE(hits.empty());
+  for (const char* k : {"rank", "score", "doc", "title_path", "page", "start_line", "end_line", "content_type", "text"}) {
+    EXPECT_TRUE(hits[0].contains(k)) << k;
+  }
+  EXPECT_EQ(hits[0]["doc"], "sub/adc.pdf");
+  EXPECT_EQ(hits[0]["page"], 2);
+  EXPECT_EQ(hits[0]["rank"], 1);
+  // Batch search.
+  std::ofstream(daemon_->dir() + "/q.jsonl") << "{\"query\": \"GPIOA_MODER pin mode\"}\n{\"query\": \"USART1_BRR baud\"}\n";
+  ASSERT_EQ(Fwai({"kb", "search", "--batch", daemon_->dir() + "/q.jsonl", "--json", "-n", "3"}, &out), 0);
+  auto batch = Lines(out);
+  ASSERT_EQ(batch.size(), 2u);
+  EXPECT_EQ(batch[0]["query"], "GPIOA_MODER pin mode");
+  EXPECT_TRUE(batch[0]["took_ms"].is_number());
+  EXPECT_EQ(batch[0]["results"][0]["doc"], "sub/gpio.html");
+  EXPECT_EQ(batch[1]["results"][0]["doc"], "uart.md");
+  // Adding again changes nothing; stats agree with ls.
+  ASSERT_EQ(Fwai({"--json", "kb", "add", "uart.md"}, &out, &err, docs_), 0) << err;
+  EXPECT_EQ(Lines(out)[Lines(out).size() - 2]["unchanged"], true);
+  ASSERT_EQ(Fwai({"--json", "kb", "stats"}, &out), 0);
+  auto stats = json::parse(out);
+  EXPECT_EQ(stats["documents"], 3);
+  int chunks = 0;
+  for (const auto& d : ls) chunks += d["chunks"].get<int>();
+  EXPECT_EQ(stats["chunks"], chunks);
+  // Remove by name.
+  ASSERT_EQ(Fwai({"kb", "rm", "uart.md"}, &out), 0);
+  ASSERT_EQ(Fwai({"--json", "kb", "search", "USART1_BRR"}, &out), 0);
+  for (const auto& h : json::parse(out)) EXPECT_NE(h["doc"], "uart.md");
+  EXPECT_EQ(Fwai({"kb", "rm", "uart.md"}, &out, &err), 1);
+  EXPECT_NE(err.find("not found"), std::string::npos);
+}
+
+TEST_F(KbCliTest, BadSearchArgumentsAndMissingPaths) {
+  Write("a.md", "# A\n\nGPIOB_ODR drives the outputs.\n");
+  std::string out, err;
+  ASSERT_EQ(Fwai({"kb", "add", docs_ + "/a.md"}, &out, &err), 0) << err;
+  EXPECT_EQ(Fwai({"kb", "search", "-n", "0", "GPIOB_ODR"}, &out, &err), 1);
+  EXPECT_NE(err.find("max_results"), std::string::npos) << err;
+  EXPECT_EQ(Fwai({"kb", "search", "-n", "101", "GPIOB_ODR"}, &out, &err), 1);
+  EXPECT_EQ(Fwai({"kb", "search", "--threshold", "1.5", "GPIOB_ODR"}, &out, &err), 1);
+  EXPECT_NE(err.find("threshold"), std::string::npos) << err;
+  EXPECT_EQ(Fwai({"kb", "search", std::string(4097, 'q')}, &out, &err), 1);
+  EXPECT_NE(err.find("4096"), std::string::npos) << err;
+  EXPECT_EQ(Fwai({"kb", "add", docs_ + "/nope.md", docs_ + "/a.md"}, &out, &err), 1);
+  EXPECT_NE(err.find("nope.md: no such file"), std::string::npos) << err;
+}
+
+TEST_F(KbCliTest, Kill9DuringIngestLeavesNoHalfDocument) {
+  const int kDocs = 300;
+  for (int i = 0; i < kDocs; ++i) {
+    std::string body = "# Block " + std::to_string(i) + "\n\n";
+    for (int p = 0; p < 6; ++p) {
+      body += "## Part " + std::to_string(p) + "\n\nUNIQ" + std::to_string(i) + "X register part " + std::to_string(p) +
+              " controls the block. " + std::string(400, 'w') + "\n\n";
+    }
+    Write("d" + std::to_string(i) + ".md", body);
+  }
+  pid_t pid = fork();
+  if (pid == 0) {
+    int devnull = open("/dev/null", O_WRONLY);
+    dup2(devnull, 1);
+    dup2(devnull, 2);
+    std::string bin = std::string(FWAI_BIN_DIR) + "/fwai";
+    execl(bin.c_str(), bin.c_str(), "--daemon", daemon_->address().c_str(), "kb", "add", docs_.c_str(),
+          static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  // Kill the daemon while the documents go in.
+  std::string out;
+  for (int i = 0; i < 500; ++i) {
+    if (Fwai({"--json", "kb", "stats"}, &out) == 0 && json::parse(out)["documents"].get<int>() >= 20) break;
+    usleep(10000);
+  }
+  daemon_->Kill9();
+  int status;
+  waitpid(pid, &status, 0);
+  ASSERT_TRUE(daemon_->Start()) << daemon_->log();
+  ASSERT_EQ(Fwai({"--json", "kb", "ls"}, &out), 0);
+  auto ls = json::parse(out);
+  ASSERT_GE(ls.size(), 20u);
+  ASSERT_LT(ls.size(), static_cast<size_t>(kDocs)) << "the kill came too late to test anything";
+  std::set<std::string> present;
+  int chunks = 0;
+  for (const auto& d : ls) {
+    present.insert(d["name"]);
+    EXPECT_EQ(d["chunks"], 6);  // whole documents only
+    chunks += d["chunks"].get<int>();
+  }
+  ASSERT_EQ(Fwai({"--json", "kb", "stats"}, &out), 0);
+  EXPECT_EQ(json::parse(out)["chunks"], chunks);
+  // Every present document is fully searchable; absent ones are not at all.
+  for (int i = 0; i < kDocs; i += 7) {
+    const std::string name = (fs::path(docs_) / ("d" + std::to_string(i) + ".md")).string();
+    std::string rel = name.substr(name.find("docs/"));
+    bool has = false;
+    for (const auto& n : present) has |= name.size() >= n.size() && name.compare(name.size() - n.size(), n.size(), n) == 0;
+    ASSERT_EQ(Fwai({"--json", "kb", "search", "-n", "10", "--mode", "lexical", "UNIQ" + std::to_string(i) + "X"}, &out), 0);
+    auto hits = json::parse(out);
+    int found = 0;
+    for (const auto& h : hits) {
+      if (h["text"].get<std::string>().find("UNIQ" + std::to_string(i) + "X") != std::string::npos) ++found;
+    }
+    if (has) {
+      EXPECT_EQ(found, 6) << rel;
+    } else {
+      EXPECT_EQ(found, 0) << rel;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace fwai::testing

@@ -204,12 +204,17 @@ int Main(int argc, char** argv) {
     std::fprintf(stderr, "fwaid: data dir: %s\n", std::string(s.message()).c_str());
     return 1;
   }
+  const auto start_time = std::chrono::steady_clock::now();
+  auto ms_since_start = [&] {
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start_time).count();
+  };
   auto storage = Storage::Open(config.data_dir + "/db");
   if (!storage.ok()) {
     std::fprintf(stderr, "fwaid: %s\n", std::string(storage.status().message()).c_str());
     return 1;
   }
 
+  spdlog::info("storage opened ({:.0f} ms after start)", ms_since_start());
   auto http = MakeCurlHttpClient();
   ProviderSet providers;
   for (const auto& [name, pc] : config.providers) {
@@ -258,7 +263,7 @@ int Main(int argc, char** argv) {
     std::fprintf(stderr, "fwaid: knowledge base: %s\n", std::string(knowledge.status().message()).c_str());
     return 1;
   }
-  spdlog::info("knowledge indexes {}", (*knowledge)->open_report());
+  spdlog::info("knowledge indexes {} ({:.0f} ms after start)", (*knowledge)->open_report(), ms_since_start());
   ThreadPool pool(4);
 
   ToolRegistry tools;

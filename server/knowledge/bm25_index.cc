@@ -14,8 +14,18 @@ uint32_t Bm25Index::TermId(const std::string& term) {
   return it->second;
 }
 
+void Bm25Index::EnsureDocTerms() {
+  if (doc_terms_ready_) return;
+  doc_terms_.assign(doc_len_.size(), {});
+  for (uint32_t t = 0; t < postings_.size(); ++t) {
+    for (const Posting& p : postings_[t]) doc_terms_[p.doc].push_back(t);
+  }
+  doc_terms_ready_ = true;
+}
+
 void Bm25Index::Add(uint32_t doc, const std::vector<std::string>& terms) {
   if (Contains(doc)) Remove(doc);
+  EnsureDocTerms();
   std::unordered_map<uint32_t, uint32_t> tf;
   for (const auto& t : terms) ++tf[TermId(t)];
   if (doc >= doc_len_.size()) {
@@ -44,6 +54,7 @@ void Bm25Index::Add(uint32_t doc, const std::vector<std::string>& terms) {
 
 void Bm25Index::Remove(uint32_t doc) {
   if (!Contains(doc)) return;
+  EnsureDocTerms();
   for (uint32_t term : doc_terms_[doc]) {
     auto& list = postings_[term];
     auto pos = std::lower_bound(list.begin(), list.end(), doc,
@@ -125,15 +136,14 @@ class Reader {
     pos_ += n;
     return true;
   }
-  size_t pos() const { return pos_; }
-
- private:
   bool Raw(void* v, size_t n) {
     if (s_.size() - pos_ < n) return false;
     std::memcpy(v, s_.data() + pos_, n);
     pos_ += n;
     return true;
   }
+
+ private:
   std::string_view s_;
   size_t pos_ = 0;
 };
@@ -177,7 +187,7 @@ absl::StatusOr<Bm25Index> Bm25Index::Deserialize(std::string_view bytes) {
   if (!r.F32(&params.k1) || !r.F32(&params.b) || !r.U32(&ndocs)) return damaged("truncated");
   Bm25Index idx(params);
   idx.doc_len_.resize(ndocs);
-  idx.doc_terms_.resize(ndocs);
+  idx.doc_terms_ready_ = false;
   for (uint32_t i = 0; i < ndocs; ++i) {
     if (!r.U32(&idx.doc_len_[i])) return damaged("truncated doc lengths");
     if (idx.doc_len_[i] > 0) {
@@ -187,17 +197,18 @@ absl::StatusOr<Bm25Index> Bm25Index::Deserialize(std::string_view bytes) {
   }
   if (!r.U32(&nterms)) return damaged("truncated");
   idx.postings_.resize(nterms);
+  idx.terms_.reserve(nterms);
+  static_assert(sizeof(Posting) == 8, "postings are stored as (doc, tf) u32 pairs");
   for (uint32_t t = 0; t < nterms; ++t) {
     uint32_t len = 0, n = 0;
     std::string term;
     if (!r.U32(&len) || !r.Str(&term, len) || !r.U32(&n)) return damaged("truncated term");
-    idx.terms_[term] = t;
+    idx.terms_.emplace(std::move(term), t);
     auto& list = idx.postings_[t];
     list.resize(n);
-    for (uint32_t i = 0; i < n; ++i) {
-      if (!r.U32(&list[i].doc) || !r.U32(&list[i].tf)) return damaged("truncated postings");
-      if (list[i].doc >= ndocs) return damaged("posting names an unknown doc");
-      idx.doc_terms_[list[i].doc].push_back(t);
+    if (!r.Raw(list.data(), size_t{n} * sizeof(Posting))) return damaged("truncated postings");
+    for (const Posting& p : list) {
+      if (p.doc >= ndocs) return damaged("posting names an unknown doc");
     }
   }
   return idx;

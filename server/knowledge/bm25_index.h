@@ -47,12 +47,16 @@ class Bm25Index {
     uint32_t tf;
   };
   uint32_t TermId(const std::string& term);
+  // doc_terms_ is only needed to remove documents; after a load it is built
+  // on first use, so a restart does not pay for it.
+  void EnsureDocTerms();
 
   Bm25Params params_;
   std::unordered_map<std::string, uint32_t> terms_;
   std::vector<std::vector<Posting>> postings_;  // by term id, sorted by doc
   std::vector<uint32_t> doc_len_;               // by doc; 0 = absent, else length + 1
   std::vector<std::vector<uint32_t>> doc_terms_;  // by doc: its distinct term ids
+  bool doc_terms_ready_ = true;
   size_t num_docs_ = 0;
   uint64_t total_len_ = 0;
 };

@@ -446,6 +446,18 @@ class Builder {
 
 std::vector<ChunkDraft> ChunkDocument(const ExtractedDoc& doc, const ChunkOptions& options) {
   std::vector<ChunkDraft> out;
+  if (!doc.prechunks.empty()) {
+    // The format decided the chunks (SVD registers stay whole, whatever their size).
+    for (const auto& p : doc.prechunks) {
+      ChunkDraft c;
+      c.text = p.text;
+      c.title_path = p.title_path;
+      c.content_type = p.content_type;
+      c.tokens = CountTokens(p.text);
+      out.push_back(std::move(c));
+    }
+    return out;
+  }
   std::vector<std::pair<int, std::string>> carried;  // PDF sections continue across pages
   for (const auto& page : doc.pages) {
     const bool line_structured = doc.format == DocFormat::kYaml || doc.format == DocFormat::kCode;

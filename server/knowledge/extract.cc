@@ -365,6 +365,7 @@ DocFormat DetectFormat(std::string_view name, std::string_view bytes) {
 absl::StatusOr<ExtractedDoc> ExtractDocument(std::string_view name, std::string_view bytes) {
   if (bytes.empty()) return absl::InvalidArgumentError(absl::StrCat(AV(name), ": empty file"));
   DocFormat f = DetectFormat(name, bytes);
+  if (f == DocFormat::kSvd) return ExtractSvd(name, bytes);
   if (f == DocFormat::kPdf) {
     if (!bytes.starts_with("%PDF-")) {
       return absl::InvalidArgumentError(absl::StrCat(AV(name), ": not a PDF (no %PDF- header)"));

@@ -356,12 +356,23 @@ absl::StatusOr<std::unique_ptr<KnowledgeBase>> KnowledgeBase::Open(Storage& stor
     return true;
   }));
   std::vector<std::string> why;
-  std::ifstream lex(m.LexPath(), std::ios::binary);
+  // The two saved indexes load in parallel.
+  bool vector_ok = false;
+  std::string vector_why;
+  std::thread vector_loader([&] {
+    if (!stale.empty()) return;
+    auto v = VectorIndex::Load(m.VecPath(), m.generation, embedder.dimension(), m.VecOptions());
+    if (v.ok()) {
+      m.vectors = *std::move(v);
+      vector_ok = true;
+    } else if (m.generation > 0) {
+      vector_why = std::string(v.status().message());
+    }
+  });
   bool lexical_ok = false;
+  std::ifstream lex(m.LexPath(), std::ios::binary);
   if (lex) {
-    std::stringstream ss;
-    ss << lex.rdbuf();
-    std::string all = ss.str();
+    std::string all((std::istreambuf_iterator<char>(lex)), std::istreambuf_iterator<char>());
     uint64_t g = 0;
     if (all.size() >= 8) std::memcpy(&g, all.data(), 8);
     if (g != m.generation) {
@@ -378,16 +389,8 @@ absl::StatusOr<std::unique_ptr<KnowledgeBase>> KnowledgeBase::Open(Storage& stor
   } else if (m.generation > 0) {
     why.push_back("no lexical index file");
   }
-  bool vector_ok = false;
-  if (stale.empty()) {
-    auto v = VectorIndex::Load(m.VecPath(), m.generation, embedder.dimension(), m.VecOptions());
-    if (v.ok()) {
-      m.vectors = *std::move(v);
-      vector_ok = true;
-    } else if (m.generation > 0) {
-      why.push_back(std::string(v.status().message()));
-    }
-  }
+  vector_loader.join();
+  if (!vector_why.empty()) why.push_back(vector_why);
   if (!stale.empty()) {
     // Re-embed every chunk of those collections (one synced batch per document).
     for (const auto& d : m.slots) {

@@ -105,19 +105,15 @@ void VectorIndex::TuneEfSearch(const std::vector<float>& vectors) {
   const idx_t k = 10;
   std::mt19937 rng(42);
   std::vector<float> queries(nq * dim_);
-  // Queries: stored vectors with noise, mixtures of two stored vectors, and
-  // random directions, so the tuned efSearch also holds for queries that are
-  // far from any stored vector.
+  // Queries like real ones: stored vectors with noise, and mixtures of two
+  // stored vectors (a query shares vocabulary with the passages it seeks).
   std::normal_distribution<float> gauss;
   for (size_t i = 0; i < nq; ++i) {
     float* q = &queries[i * dim_];
     const size_t a = rng() % n, b = rng() % n;
     for (int d = 0; d < dim_; ++d) {
-      switch (i % 3) {
-        case 0: q[d] = vectors[a * dim_ + d] + 0.05f * gauss(rng); break;
-        case 1: q[d] = vectors[a * dim_ + d] + vectors[b * dim_ + d]; break;
-        default: q[d] = gauss(rng); break;
-      }
+      q[d] = (i % 2 == 0) ? vectors[a * dim_ + d] + 0.05f * gauss(rng)
+                          : vectors[a * dim_ + d] + vectors[b * dim_ + d];
     }
     double norm = 0;
     for (int d = 0; d < dim_; ++d) norm += double(q[d]) * q[d];

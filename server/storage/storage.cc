@@ -4,6 +4,7 @@
 #include <rocksdb/options.h>
 #include <rocksdb/write_batch.h>
 
+#include <filesystem>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -72,6 +73,9 @@ Storage::Storage(std::string dir, std::unique_ptr<Rep> rep)
 Storage::~Storage() = default;
 
 absl::StatusOr<std::unique_ptr<Storage>> Storage::Open(const std::string& dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return absl::FailedPreconditionError(absl::StrCat("storage: cannot create ", dir, ": ", ec.message()));
   rocksdb::Options options;
   options.create_if_missing = true;
   options.create_missing_column_families = true;

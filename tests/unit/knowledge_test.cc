@@ -91,6 +91,81 @@ TEST(ExtractTest, HtmlKeepsHeadingsAndDropsScripts) {
   EXPECT_NE(text.find("```\nint x = 1;\nint y = 2;\n```"), std::string::npos) << text;
 }
 
+const char kSvd[] = R"(<?xml version="1.0" encoding="utf-8"?>
+<device schemaVersion="1.1">
+  <name>STM32F100</name>
+  <description>STM32F100 value line</description>
+  <size>32</size>
+  <resetValue>0x00000000</resetValue>
+  <peripherals>
+    <peripheral>
+      <name>GPIOA</name>
+      <description>General purpose I/O</description>
+      <groupName>GPIO</groupName>
+      <baseAddress>0x40010800</baseAddress>
+      <interrupt><name>EXTI0</name><description>EXTI Line0 interrupt</description><value>6</value></interrupt>
+      <registers>
+        <register>
+          <name>CRL</name>
+          <description>Port configuration register low</description>
+          <addressOffset>0x0</addressOffset>
+          <access>read-write</access>
+          <resetValue>0x44444444</resetValue>
+          <fields>
+            <field><name>MODE0</name><description>Port n.0 mode bits</description><bitOffset>0</bitOffset><bitWidth>2</bitWidth>
+              <enumeratedValues>
+                <enumeratedValue><name>Input</name><description>Input mode</description><value>0</value></enumeratedValue>
+                <enumeratedValue><name>Output10</name><description>Output mode, max speed 10 MHz</description><value>1</value></enumeratedValue>
+              </enumeratedValues>
+            </field>
+            <field><name>CNF0</name><description>Port n.0 configuration bits</description><bitRange>[3:2]</bitRange></field>
+          </fields>
+        </register>
+        <register>
+          <name>IDR</name>
+          <description>Port input data register</description>
+          <addressOffset>0x08</addressOffset>
+          <access>read-only</access>
+        </register>
+        <cluster>
+          <name>LCK</name>
+          <addressOffset>0x18</addressOffset>
+          <register><name>LCKR</name><description>Port configuration lock register</description><addressOffset>0x0</addressOffset></register>
+        </cluster>
+      </registers>
+    </peripheral>
+    <peripheral derivedFrom="GPIOA">
+      <name>GPIOB</name>
+      <baseAddress>0x40010C00</baseAddress>
+    </peripheral>
+  </peripherals>
+</device>
+)";
+
+TEST(SvdTest, OneChunkPerPeripheralAndRegister) {
+  auto doc = ExtractDocument("STM32F100.svd", kSvd);
+  ASSERT_TRUE(doc.ok()) << doc.status();
+  auto chunks = ChunkDocument(*doc, {});
+  // GPIOA: peripheral + CRL + IDR + LCK_LCKR; GPIOB (derived): the same four.
+  ASSERT_EQ(chunks.size(), 8u);
+  const ChunkDraft* crl_b = nullptr;
+  for (const auto& c : chunks) {
+    EXPECT_EQ(c.content_type, "register");
+    if (c.title_path == std::vector<std::string>{"STM32F100", "GPIOB", "CRL"}) crl_b = &c;
+  }
+  ASSERT_NE(crl_b, nullptr);
+  EXPECT_NE(crl_b->text.find("Address: 0x40010C00"), std::string::npos) << crl_b->text;
+  EXPECT_NE(crl_b->text.find("reset value: 0x44444444"), std::string::npos) << crl_b->text;
+  EXPECT_NE(crl_b->text.find("MODE0 [1:0]"), std::string::npos);
+  EXPECT_NE(crl_b->text.find("CNF0 [3:2]"), std::string::npos);
+  EXPECT_NE(crl_b->text.find("1 = Output10: Output mode, max speed 10 MHz"), std::string::npos);
+  EXPECT_NE(chunks[0].text.find("Interrupt: EXTI0 (IRQ 6)"), std::string::npos) << chunks[0].text;
+  EXPECT_NE(chunks[0].text.find("LCK_LCKR @ 0x40010818"), std::string::npos) << chunks[0].text;
+  auto bad = ExtractDocument("broken.svd", "<device>\n<name>X</name>\n<peripherals>\n</device>");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("broken.svd:4"), std::string::npos) << bad.status();
+}
+
 // ---------------------------------------------------------------- chunking
 
 TEST(ChunkerTest, H2IsAHardBoundaryAndTitlePathsFollowHeadings) {
@@ -207,7 +282,15 @@ TEST(VectorIndexTest, HnswRecallAgainstExactAndSaveLoad) {
   EXPECT_GT(hnsw.ef_search(), 0);
   VectorIndex exact(dim, {});
   exact.Add(ids, vecs);
-  auto queries = RandomUnitVectors(100, dim, 3);
+  // Queries near the data (mixtures of two stored vectors), as text queries are.
+  std::vector<float> queries(100 * dim);
+  std::mt19937 rng(3);
+  for (size_t q = 0; q < 100; ++q) {
+    size_t a = rng() % n, b = rng() % n;
+    double norm = 0;
+    for (int d = 0; d < dim; ++d) norm += std::pow(queries[q * dim + d] = vecs[a * dim + d] + vecs[b * dim + d], 2);
+    for (int d = 0; d < dim; ++d) queries[q * dim + d] /= std::sqrt(norm);
+  }
   size_t hits = 0;
   for (size_t q = 0; q < 100; ++q) {
     auto a = exact.Search(&queries[q * dim], 10);
@@ -403,6 +486,14 @@ TEST_F(KnowledgeBaseTest, IndexesLoadOnReopenAndRebuildWhenLostOrDamaged) {
   auto again = Find("REG_X7 control register", 10);
   ASSERT_EQ(again.size(), before.size());
   for (size_t i = 0; i < again.size(); ++i) EXPECT_EQ(again[i].chunk_id, before[i].chunk_id);
+}
+
+TEST_F(KnowledgeBaseTest, SvdRegistersAreSearchable) {
+  Add("STM32F100.svd", kSvd);
+  auto hits = Find("GPIOB_CRL reset value", 3);
+  ASSERT_FALSE(hits.empty());
+  EXPECT_EQ(hits[0].title_path, "STM32F100 > GPIOB > CRL");
+  EXPECT_EQ(hits[0].content_type, "register");
 }
 
 TEST_F(KnowledgeBaseTest, DocumentSearchToolFormat) {

@@ -269,6 +269,7 @@ int Main(int argc, char** argv) {
   ToolRegistry tools;
   RegisterFileTools(tools);
   tools.Register(MakeDocumentSearchTool(**knowledge));
+  tools.Register(MakeCodeSearchTool(**knowledge));
   SessionManager sessions(**storage, config.subscribers);
   TurnManager turns(sessions, config, providers, tools);
   PeerRegistry peers;

@@ -458,7 +458,12 @@ std::vector<ChunkDraft> ChunkDocument(const ExtractedDoc& doc, const ChunkOption
     }
     return out;
   }
-  std::vector<std::pair<int, std::string>> carried;  // PDF sections continue across pages
+  if (options.code_aware && doc.format == DocFormat::kCode) {
+    for (const auto& page : doc.pages) {
+      for (auto& c : ChunkCode(page.text, options)) out.push_back(std::move(c));
+    }
+    return out;
+  }
   for (const auto& page : doc.pages) {
     const bool line_structured = doc.format == DocFormat::kYaml || doc.format == DocFormat::kCode;
     Builder b(options, page.number, line_structured, &out);

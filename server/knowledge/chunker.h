@@ -17,6 +17,9 @@ struct ChunkOptions {
   int target_tokens = 300;
   int max_tokens = 512;
   int overlap_tokens = 50;
+  // Source code added as code (fwai kb add --kind code): cut at functions,
+  // types and macro groups, symbol names in the title path.
+  bool code_aware = false;
 };
 
 struct ChunkDraft {
@@ -33,6 +36,11 @@ struct ChunkDraft {
 int CountTokens(std::string_view text);
 
 std::vector<ChunkDraft> ChunkDocument(const ExtractedDoc& doc, const ChunkOptions& options);
+
+// Code-aware chunks for C-like sources: top-level units (functions, structs,
+// enums, typedefs, #define groups) merged up to the target size; a unit over
+// the maximum is cut by lines. title_path = {symbol names}.
+std::vector<ChunkDraft> ChunkCode(const std::string& text, const ChunkOptions& options);
 
 // Splits text into sentences (". ", "? ", "! " before a capital; 。！？).
 std::vector<std::string> SplitSentences(std::string_view text);

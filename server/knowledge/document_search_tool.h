@@ -14,4 +14,9 @@ class KnowledgeBase;
 // data (material to read, never instructions).
 std::unique_ptr<Tool> MakeDocumentSearchTool(KnowledgeBase& kb);
 
+// codeSearch: {query, tokensNum 1000..50000 (default 8000)} -> the best
+// matching snippets of the code collection with file:line headers, filled up
+// to the token budget.
+std::unique_ptr<Tool> MakeCodeSearchTool(KnowledgeBase& kb);
+
 }  // namespace fwai

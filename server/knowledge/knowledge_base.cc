@@ -442,7 +442,7 @@ absl::StatusOr<IngestResult> KnowledgeBase::Ingest(IngestRequest req,
     if (progress) progress(s);
   };
   if (req.name.empty()) return absl::InvalidArgumentError("name: required");
-  if (req.collection.empty()) req.collection = "default";
+  if (req.collection.empty()) req.collection = req.kind == "code" ? "code" : "default";
   if (static_cast<int64_t>(req.bytes.size()) > m.options.max_document_bytes) {
     return absl::InvalidArgumentError(absl::StrCat(req.name, ": ", req.bytes.size() / 1e6, " MB is over the ",
                                                    m.options.max_document_bytes / (1 << 20), " MB limit"));
@@ -469,7 +469,9 @@ absl::StatusOr<IngestResult> KnowledgeBase::Ingest(IngestRequest req,
   stage("extracting");
   ASSIGN_OR_RETURN(ExtractedDoc doc, ExtractDocument(req.name, req.bytes));
   stage("chunking");
-  std::vector<ChunkDraft> chunks = ChunkDocument(doc, m.options.chunking);
+  ChunkOptions chunking = m.options.chunking;
+  chunking.code_aware = req.kind == "code";
+  std::vector<ChunkDraft> chunks = ChunkDocument(doc, chunking);
   if (chunks.empty()) return absl::InvalidArgumentError(absl::StrCat(req.name, ": no text to index"));
   auto rec = std::make_unique<DocRec>();
   DocumentInfo& info = rec->info;

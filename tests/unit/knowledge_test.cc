@@ -496,6 +496,47 @@ TEST_F(KnowledgeBaseTest, SvdRegistersAreSearchable) {
   EXPECT_EQ(hits[0].content_type, "register");
 }
 
+TEST(CodeChunkerTest, FunctionsTypesAndMacroGroups) {
+  std::string src =
+      "#include <stdint.h>\n\n"
+      "#define UART_BAUD 115200\n#define UART_PORT USART1\n\n"
+      "typedef struct {\n  uint32_t sr;\n  uint32_t dr;\n} uart_regs_t;\n\n"
+      "static void uart_putc(char c) {\n  while (!(USART1->SR & (1u << 7))) {\n  }\n  USART1->DR = c; /* } in a comment */\n}\n\n"
+      "int uart_init(uint32_t baud)\n{\n  const char* s = \"{\";\n  return baud ? 0 : -1;\n}\n";
+  ChunkOptions o;
+  o.target_tokens = 30;
+  o.max_tokens = 400;
+  auto chunks = ChunkCode(src, o);
+  ASSERT_GE(chunks.size(), 3u);
+  bool putc_whole = false, init_named = false;
+  for (const auto& c : chunks) {
+    EXPECT_EQ(c.content_type, "code");
+    if (c.text.find("static void uart_putc") != std::string::npos) {
+      putc_whole = c.text.find("USART1->DR = c;") != std::string::npos;
+    }
+    for (const auto& s : c.title_path) init_named |= s == "uart_init";
+  }
+  EXPECT_TRUE(putc_whole);
+  EXPECT_TRUE(init_named);
+  EXPECT_EQ(chunks.back().start_line, 17);
+}
+
+TEST_F(KnowledgeBaseTest, CodeSearchFillsTheBudgetWithFileLineHeaders) {
+  IngestRequest r;
+  r.name = "hal/uart.c";
+  r.kind = "code";
+  r.bytes = "int uart_init(int baud)\n{\n  return baud;\n}\n\nvoid uart_deinit(void)\n{\n}\n";
+  ASSERT_TRUE(kb_->Ingest(std::move(r)).ok());
+  Add("manual.md", Doc("UART", "uart_init"));  // not code: not returned by codeSearch
+  auto tool = MakeCodeSearchTool(*kb_);
+  ToolContext ctx;
+  auto res = tool->Run({{"query", "uart_init baud"}, {"tokensNum", 1000}}, ctx);
+  ASSERT_FALSE(res.is_error) << res.content;
+  EXPECT_NE(res.content.find("hal/uart.c:1-"), std::string::npos) << res.content;
+  EXPECT_EQ(res.content.find("manual.md"), std::string::npos);
+  EXPECT_TRUE(tool->Run({{"query", "x"}, {"tokensNum", 10}}, ctx).is_error);
+}
+
 TEST_F(KnowledgeBaseTest, DocumentSearchToolFormat) {
   Add("rm.pdf", MakePdf({"GPIO overview", "GPIOx_MODER configures the pin mode."}));
   Add("notes.md", Doc("GPIO", "GPIOx_OTYPER"));

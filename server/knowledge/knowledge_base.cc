@@ -370,9 +370,11 @@ absl::StatusOr<std::unique_ptr<KnowledgeBase>> KnowledgeBase::Open(Storage& stor
     }
   });
   bool lexical_ok = false;
-  std::ifstream lex(m.LexPath(), std::ios::binary);
+  std::ifstream lex(m.LexPath(), std::ios::binary | std::ios::ate);
   if (lex) {
-    std::string all((std::istreambuf_iterator<char>(lex)), std::istreambuf_iterator<char>());
+    std::string all(static_cast<size_t>(lex.tellg()), '\0');
+    lex.seekg(0);
+    lex.read(all.data(), static_cast<std::streamsize>(all.size()));
     uint64_t g = 0;
     if (all.size() >= 8) std::memcpy(&g, all.data(), 8);
     if (g != m.generation) {

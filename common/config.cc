@@ -271,7 +271,7 @@ absl::StatusOr<DaemonConfig> ParseConfig(const std::string& yaml_text, const std
     if (auto n = root["knowledge"]) {
       CFG_TRY(r.CheckKeys(n, "knowledge",
                           {"embedder", "chunk", "bm25", "fusion", "candidates", "rerank_top", "hnsw_above",
-                           "max_document_mb"}));
+                           "max_document_mb", "reranker"}));
       auto& k = c.knowledge;
       if (auto e = n["embedder"]) {
         CFG_TRY(r.CheckKeys(e, "knowledge.embedder",
@@ -309,6 +309,22 @@ absl::StatusOr<DaemonConfig> ParseConfig(const std::string& yaml_text, const std
         if (f["k"]) CFG_TRY(r.Double(f["k"], "knowledge.fusion.k", 0, 10000, k.rrf_k));
         if (f["lexical_weight"]) CFG_TRY(r.Double(f["lexical_weight"], "knowledge.fusion.lexical_weight", 0, 100, k.lexical_weight));
         if (f["vector_weight"]) CFG_TRY(r.Double(f["vector_weight"], "knowledge.fusion.vector_weight", 0, 100, k.vector_weight));
+      }
+      if (auto rr = n["reranker"]) {
+        CFG_TRY(r.CheckKeys(rr, "knowledge.reranker", {"kind", "base_url", "api_key", "api_key_env", "model", "provider"}));
+        if (rr["kind"]) CFG_TRY(r.String(rr["kind"], "knowledge.reranker.kind", k.reranker));
+        static const std::set<std::string> kKinds = {"builtin", "tei", "cohere", "jina", "llm"};
+        if (!kKinds.count(k.reranker)) {
+          return r.Error(rr["kind"], "knowledge.reranker.kind", "expected builtin, tei, cohere, jina or llm");
+        }
+        if (rr["base_url"]) CFG_TRY(r.String(rr["base_url"], "knowledge.reranker.base_url", k.rerank_base_url));
+        if (rr["api_key"]) CFG_TRY(r.String(rr["api_key"], "knowledge.reranker.api_key", k.rerank_api_key));
+        if (rr["api_key_env"]) CFG_TRY(r.String(rr["api_key_env"], "knowledge.reranker.api_key_env", k.rerank_api_key_env));
+        if (rr["model"]) CFG_TRY(r.String(rr["model"], "knowledge.reranker.model", k.rerank_model));
+        if (rr["provider"]) CFG_TRY(r.String(rr["provider"], "knowledge.reranker.provider", k.rerank_provider));
+        if ((k.reranker == "tei" || k.reranker == "cohere" || k.reranker == "jina") && k.rerank_base_url.empty()) {
+          return r.Error(rr, "knowledge.reranker.base_url", "required for kind " + k.reranker);
+        }
       }
       if (n["candidates"]) CFG_TRY(r.Int(n["candidates"], "knowledge.candidates", 10, 10000, k.candidates));
       if (n["rerank_top"]) CFG_TRY(r.Int(n["rerank_top"], "knowledge.rerank_top", 1, 1000, k.rerank_top));

@@ -64,6 +64,12 @@ struct KnowledgeConfig {
   double vector_weight = 0.1;
   int candidates = 100;
   int rerank_top = 50;
+  std::string reranker = "builtin";  // builtin | tei | cohere | jina | llm
+  std::string rerank_base_url;
+  std::string rerank_api_key;
+  std::string rerank_api_key_env;
+  std::string rerank_model;
+  std::string rerank_provider;  // for llm: a name under providers:
   int64_t hnsw_above = 20000;
   int64_t max_document_mb = 50;
 };

@@ -33,6 +33,7 @@
 #include "server/knowledge/document_search_tool.h"
 #include "server/knowledge/embedder.h"
 #include "server/knowledge/knowledge_base.h"
+#include "server/knowledge/remote_rerankers.h"
 #include "server/knowledge/reranker.h"
 #include "server/llm/http_client.h"
 #include "server/llm/provider.h"
@@ -246,7 +247,19 @@ int Main(int argc, char** argv) {
   } else {
     embedder = MakeBuiltinEmbedder(kc.builtin_dimension);
   }
-  auto reranker = MakeBuiltinReranker();
+  auto builtin_reranker = MakeBuiltinReranker();
+  std::unique_ptr<Reranker> remote_reranker;
+  if (kc.reranker == "tei" || kc.reranker == "cohere" || kc.reranker == "jina") {
+    HttpRerankerConfig rc;
+    rc.style = kc.reranker == "tei" ? "tei" : "cohere";
+    rc.base_url = kc.rerank_base_url;
+    rc.api_key = !kc.rerank_api_key.empty() ? kc.rerank_api_key
+                 : (!kc.rerank_api_key_env.empty() && std::getenv(kc.rerank_api_key_env.c_str()))
+                     ? std::getenv(kc.rerank_api_key_env.c_str())
+                     : "";
+    rc.model = kc.rerank_model;
+    remote_reranker = MakeHttpReranker(rc, *http, *builtin_reranker);
+  }
   KnowledgeOptions ko;
   ko.chunking = {kc.chunk_min_tokens, kc.chunk_target_tokens, kc.chunk_max_tokens, kc.chunk_overlap_tokens};
   ko.max_document_bytes = kc.max_document_mb << 20;
@@ -258,7 +271,17 @@ int Main(int argc, char** argv) {
   ko.candidates = kc.candidates;
   ko.rerank_top = kc.rerank_top;
   ko.exact_below = static_cast<size_t>(kc.hnsw_above);
-  auto knowledge = KnowledgeBase::Open(**storage, config.data_dir + "/index", ko, *embedder, *reranker);
+  if (kc.reranker == "llm") {
+    Provider* p = providers.Find(kc.rerank_provider);
+    if (p == nullptr) {
+      std::fprintf(stderr, "fwaid: knowledge.reranker: kind llm needs a configured provider (provider: %s)\n",
+                   kc.rerank_provider.empty() ? "<default>" : kc.rerank_provider.c_str());
+      return 1;
+    }
+    remote_reranker = MakeLlmReranker(*p, kc.rerank_model, *builtin_reranker);
+  }
+  Reranker& reranker = remote_reranker ? *remote_reranker : *builtin_reranker;
+  auto knowledge = KnowledgeBase::Open(**storage, config.data_dir + "/index", ko, *embedder, reranker);
   if (!knowledge.ok()) {
     std::fprintf(stderr, "fwaid: knowledge base: %s\n", std::string(knowledge.status().message()).c_str());
     return 1;

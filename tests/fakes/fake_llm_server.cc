@@ -147,6 +147,38 @@ std::vector<std::string> SplitInTwo(const std::string& s) {
 
 }  // namespace
 
+// A rerank service: score = share of the query's words found in the passage.
+// TEI shape when the body has "texts", Cohere/Jina shape for "documents".
+void FakeLlmServer::ServeRerank(int fd, const RecordedRequest& req) {
+  const bool tei = req.body.contains("texts");
+  const json& docs = tei ? req.body["texts"] : req.body["documents"];
+  std::vector<std::string> words;
+  {
+    std::string w;
+    for (char c : req.body.value("query", "") + " ") {
+      if (std::isalnum(static_cast<unsigned char>(c))) {
+        w.push_back(static_cast<char>(std::tolower(static_cast<unsigned char>(c))));
+      } else if (!w.empty()) {
+        words.push_back(w);
+        w.clear();
+      }
+    }
+  }
+  json items = json::array();
+  for (size_t i = 0; docs.is_array() && i < docs.size(); ++i) {
+    std::string text = docs[i].get<std::string>();
+    for (auto& c : text) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    int hits = 0;
+    for (const auto& w : words) hits += text.find(w) != std::string::npos ? 1 : 0;
+    double score = words.empty() ? 0 : static_cast<double>(hits) / words.size();
+    items.push_back(tei ? json{{"index", i}, {"score", score}} : json{{"index", i}, {"relevance_score", score}});
+  }
+  std::string b = tei ? items.dump() : json{{"results", items}}.dump();
+  WriteAll(fd, absl::StrCat("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: ", b.size(),
+                            "\r\nConnection: close\r\n\r\n", b));
+  close(fd);
+}
+
 void FakeLlmServer::Serve(int fd) {
   // Read the request head and body.
   std::string buf;
@@ -190,6 +222,14 @@ void FakeLlmServer::Serve(int fd) {
   }
   req.body = json::parse(body, nullptr, false);
   const bool anthropic = req.path == "/v1/messages";
+  if (req.path.size() >= 7 && req.path.compare(req.path.size() - 7, 7, "/rerank") == 0) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      requests_.push_back(req);
+    }
+    ServeRerank(fd, req);
+    return;
+  }
   std::string required_key;
   {
     std::lock_guard<std::mutex> lock(mu_);

@@ -2,7 +2,8 @@
 // 127.0.0.1 that answers the Anthropic Messages API (POST /v1/messages) and
 // OpenAI Chat Completions (POST /v1/chat/completions) with their documented
 // streaming wire formats (SSE event names and JSON shapes), driven by a script
-// of replies. Every request is recorded.
+// of replies; and rerank APIs (POST .../rerank, TEI and Cohere/Jina shapes).
+// Every request is recorded.
 #pragma once
 
 #include <atomic>
@@ -72,6 +73,7 @@ class FakeLlmServer {
  private:
   void AcceptLoop();
   void Serve(int fd);
+  void ServeRerank(int fd, const RecordedRequest& req);
   FakeReply Next();
 
   int listen_fd_ = -1;

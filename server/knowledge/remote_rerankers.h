@@ -1,0 +1,31 @@
+// Rerankers that call out: HTTP rerank APIs and the chat provider.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "server/knowledge/reranker.h"
+
+namespace fwai {
+
+class HttpClient;
+class Provider;
+
+struct HttpRerankerConfig {
+  std::string style;     // "tei" (POST {base}/rerank) | "cohere" (POST {base}/rerank, Cohere/Jina /v1 shape)
+  std::string base_url;  // e.g. http://127.0.0.1:8080, https://api.cohere.com/v1, https://api.jina.ai/v1
+  std::string api_key;
+  std::string model;
+  int timeout_s = 20;
+};
+
+// Scores from the remote service (already in 0..1 for TEI without raw scores
+// and for Cohere/Jina relevance scores). When the call fails, `fallback`
+// scores the candidates and the failure is logged.
+std::unique_ptr<Reranker> MakeHttpReranker(HttpRerankerConfig config, HttpClient& http, Reranker& fallback);
+
+// Listwise: the chat model orders the numbered passages; score = 1 - rank/n.
+// Falls back like the HTTP reranker.
+std::unique_ptr<Reranker> MakeLlmReranker(Provider& provider, std::string model, Reranker& fallback);
+
+}  // namespace fwai

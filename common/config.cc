@@ -271,7 +271,7 @@ absl::StatusOr<DaemonConfig> ParseConfig(const std::string& yaml_text, const std
     if (auto n = root["knowledge"]) {
       CFG_TRY(r.CheckKeys(n, "knowledge",
                           {"embedder", "chunk", "bm25", "fusion", "candidates", "rerank_top", "hnsw_above",
-                           "max_document_mb", "reranker"}));
+                           "max_document_mb", "reranker", "query_rewrite"}));
       auto& k = c.knowledge;
       if (auto e = n["embedder"]) {
         CFG_TRY(r.CheckKeys(e, "knowledge.embedder",
@@ -325,6 +325,12 @@ absl::StatusOr<DaemonConfig> ParseConfig(const std::string& yaml_text, const std
         if ((k.reranker == "tei" || k.reranker == "cohere" || k.reranker == "jina") && k.rerank_base_url.empty()) {
           return r.Error(rr, "knowledge.reranker.base_url", "required for kind " + k.reranker);
         }
+      }
+      if (auto qr = n["query_rewrite"]) {
+        if (!qr.IsScalar() || (qr.Scalar() != "true" && qr.Scalar() != "false")) {
+          return r.Error(qr, "knowledge.query_rewrite", "expected true or false");
+        }
+        k.query_rewrite = qr.Scalar() == "true";
       }
       if (n["candidates"]) CFG_TRY(r.Int(n["candidates"], "knowledge.candidates", 10, 10000, k.candidates));
       if (n["rerank_top"]) CFG_TRY(r.Int(n["rerank_top"], "knowledge.rerank_top", 1, 1000, k.rerank_top));

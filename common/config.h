@@ -70,6 +70,7 @@ struct KnowledgeConfig {
   std::string rerank_api_key_env;
   std::string rerank_model;
   std::string rerank_provider;  // for llm: a name under providers:
+  bool query_rewrite = true;    // with a provider configured: rewrite short or vague queries
   int64_t hnsw_above = 20000;
   int64_t max_document_mb = 50;
 };

@@ -281,6 +281,9 @@ int Main(int argc, char** argv) {
     remote_reranker = MakeLlmReranker(*p, kc.rerank_model, *builtin_reranker);
   }
   Reranker& reranker = remote_reranker ? *remote_reranker : *builtin_reranker;
+  if (kc.query_rewrite && providers.Find("") != nullptr) {
+    ko.rewrite = MakeLlmQueryRewriter(*providers.Find(""), "");
+  }
   auto knowledge = KnowledgeBase::Open(**storage, config.data_dir + "/index", ko, *embedder, reranker);
   if (!knowledge.ok()) {
     std::fprintf(stderr, "fwaid: knowledge base: %s\n", std::string(knowledge.status().message()).c_str());

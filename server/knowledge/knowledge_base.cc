@@ -627,6 +627,23 @@ absl::StatusOr<std::vector<KbSearchHit>> KnowledgeBase::Search(const KbSearchReq
   }
   std::vector<std::string> qterms;
   Tokenize(r.query, &qterms);
+  // Short or vague queries (few content words, no identifiers) are rewritten
+  // into variants when a rewriter is configured.
+  std::vector<std::vector<std::string>> variant_terms;
+  std::vector<std::vector<float>> variant_vecs;
+  if (m.options.rewrite && r.allow_rewrite && r.mode == SearchMode::kHybrid && qterms.size() <= 3 &&
+      FindIdentifiers(r.query).empty()) {
+    std::vector<std::string> variants = m.options.rewrite(r.query);
+    if (variants.size() > 3) variants.resize(3);
+    for (const auto& v : variants) {
+      std::vector<std::string> t;
+      Tokenize(v, &t);
+      if (t.empty()) continue;
+      variant_terms.push_back(std::move(t));
+      auto e = m.embedder.Embed({v}, true);
+      variant_vecs.push_back(e.ok() ? std::move((*e)[0]) : std::vector<float>());
+    }
+  }
 
   std::shared_lock<std::shared_mutex> lock(m.mu);
   std::set<std::string> doc_filter(r.docs.begin(), r.docs.end());
@@ -691,6 +708,24 @@ absl::StatusOr<std::vector<KbSearchHit>> KnowledgeBase::Search(const KbSearchReq
     c.o = vec[i].first;
     c.fused += wv / (rrf_k + i + 1);
     c.vector = vec[i].second;
+  }
+  for (size_t v = 0; v < variant_terms.size(); ++v) {
+    auto vl = m.bm25->Search(variant_terms[v], n, acc);
+    for (size_t i = 0; i < vl.size(); ++i) {
+      auto& c = cands[vl[i].first];
+      c.o = vl[i].first;
+      c.fused += m.options.variant_weight * wl / (rrf_k + i + 1);
+      c.lexical = std::max<double>(c.lexical, vl[i].second);
+    }
+    if (!variant_vecs[v].empty()) {
+      auto vv = m.vectors->Search(variant_vecs[v].data(), n, acc);
+      for (size_t i = 0; i < vv.size(); ++i) {
+        auto& c = cands[vv[i].first];
+        c.o = vv[i].first;
+        c.fused += m.options.variant_weight * wv / (rrf_k + i + 1);
+        c.vector = std::max<double>(c.vector, vv[i].second);
+      }
+    }
   }
   const double wd = r.mode == SearchMode::kHybrid ? doc_weight : 0;
   for (size_t i = 0; i < by_doc.size(); ++i) {

@@ -43,6 +43,10 @@ struct KnowledgeOptions {
   int candidates = 100;     // per leg
   int rerank_top = 50;
   size_t exact_below = 20000;  // vectors; HNSW above
+  // Query rewriting: given a short or vague query, up to 3 variants to search
+  // as well (null: off). Called outside locks; may be slow (an LLM call).
+  std::function<std::vector<std::string>(const std::string&)> rewrite;
+  double variant_weight = 0.5;  // RRF weight of each variant's legs
   int save_debounce_ms = 2000;
 };
 
@@ -89,6 +93,7 @@ struct KbSearchRequest {
   bool rerank = true;
   SearchMode mode = SearchMode::kHybrid;
   const FusionOverrides* overrides = nullptr;
+  bool allow_rewrite = true;
 };
 
 struct KbSearchHit {

@@ -3,6 +3,8 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <map>
+#include <mutex>
 #include <regex>
 #include <set>
 
@@ -137,6 +139,54 @@ class LlmReranker final : public Reranker {
 };
 
 }  // namespace
+
+std::function<std::vector<std::string>(const std::string&)> MakeLlmQueryRewriter(Provider& provider,
+                                                                                   std::string model) {
+  struct Cache {
+    std::mutex mu;
+    std::map<std::string, std::vector<std::string>> entries;
+  };
+  auto cache = std::make_shared<Cache>();
+  return [&provider, model, cache](const std::string& query) -> std::vector<std::string> {
+    {
+      std::lock_guard<std::mutex> lock(cache->mu);
+      auto it = cache->entries.find(query);
+      if (it != cache->entries.end()) return it->second;
+    }
+    ChatRequest req;
+    req.model = model.empty() ? provider.config().model : model;
+    req.max_tokens = 200;
+    req.temperature = 0;
+    req.messages.push_back(
+        {"user", json::array({{{"type", "text"},
+                               {"text", absl::StrCat("Rewrite this search over microcontroller datasheets and reference "
+                                                     "manuals into up to 3 more specific search queries (register, "
+                                                     "peripheral or signal names where you know them). Reply with only "
+                                                     "a JSON array of strings.\n\nQuery: ",
+                                                     query)}}})});
+    CollectText obs;
+    CancelToken never;
+    std::vector<std::string> out;
+    auto r = provider.Stream(req, obs, never);
+    if (r.ok()) {
+      std::smatch m;
+      if (std::regex_search(obs.text, m, std::regex("\\[[\\s\\S]*\\]"))) {
+        json arr = json::parse(m.str(), nullptr, false);
+        if (arr.is_array()) {
+          for (const auto& v : arr) {
+            if (v.is_string() && !v.get<std::string>().empty() && out.size() < 3) out.push_back(v.get<std::string>());
+          }
+        }
+      }
+    } else {
+      spdlog::warn("query rewriting failed: {}", r.status().ToString());
+    }
+    std::lock_guard<std::mutex> lock(cache->mu);
+    if (cache->entries.size() > 1000) cache->entries.clear();
+    cache->entries[query] = out;
+    return out;
+  };
+}
 
 std::unique_ptr<Reranker> MakeHttpReranker(HttpRerankerConfig config, HttpClient& http, Reranker& fallback) {
   return std::make_unique<HttpReranker>(std::move(config), http, fallback);

@@ -1,7 +1,9 @@
 // Rerankers that call out: HTTP rerank APIs and the chat provider.
 #pragma once
 
+#include <functional>
 #include <memory>
+#include <vector>
 #include <string>
 
 #include "server/knowledge/reranker.h"
@@ -27,5 +29,11 @@ std::unique_ptr<Reranker> MakeHttpReranker(HttpRerankerConfig config, HttpClient
 // Listwise: the chat model orders the numbered passages; score = 1 - rank/n.
 // Falls back like the HTTP reranker.
 std::unique_ptr<Reranker> MakeLlmReranker(Provider& provider, std::string model, Reranker& fallback);
+
+// Query rewriting with the chat provider: up to 3 alternative queries for a
+// short or vague one, as a JSON array; cached per query (thread-safe). Any
+// failure yields no variants.
+std::function<std::vector<std::string>(const std::string&)> MakeLlmQueryRewriter(Provider& provider,
+                                                                                   std::string model);
 
 }  // namespace fwai

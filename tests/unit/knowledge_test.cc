@@ -537,6 +537,43 @@ TEST_F(KnowledgeBaseTest, CodeSearchFillsTheBudgetWithFileLineHeaders) {
   EXPECT_TRUE(tool->Run({{"query", "x"}, {"tokensNum", 10}}, ctx).is_error);
 }
 
+TEST(KnowledgeRewriteTest, ShortQueriesAlsoSearchTheirVariants) {
+  std::string dir = TempDir("fwai-kb-rw-");
+  auto storage = Storage::Open(dir + "/db");
+  ASSERT_TRUE(storage.ok());
+  auto embedder = MakeBuiltinEmbedder(64);
+  auto reranker = MakeBuiltinReranker();
+  KnowledgeOptions o;
+  int calls = 0;
+  o.rewrite = [&](const std::string& q) {
+    ++calls;
+    return std::vector<std::string>{"OSPEEDR output speed"};
+  };
+  auto kb = KnowledgeBase::Open(**storage, dir + "/index", o, *embedder, *reranker);
+  ASSERT_TRUE(kb.ok());
+  IngestRequest a;
+  a.name = "gpio.md";
+  a.bytes = "# GPIO\n\n## OSPEEDR\n\nGPIOx_OSPEEDR sets the output speed of each pin.\n";
+  ASSERT_TRUE((*kb)->Ingest(std::move(a)).ok());
+  IngestRequest b;
+  b.name = "other.md";
+  b.bytes = "# Slew\n\n## Notes\n\nEdges that are too fast ring on long traces.\n";
+  ASSERT_TRUE((*kb)->Ingest(std::move(b)).ok());
+  KbSearchRequest r;
+  r.query = "slew rate";
+  auto hits = (*kb)->Search(r);
+  ASSERT_TRUE(hits.ok());
+  EXPECT_EQ(calls, 1);
+  bool found = false;
+  for (const auto& h : *hits) found |= h.doc == "gpio.md";
+  EXPECT_TRUE(found) << "the variant's document is among the results";
+  r.query = "which register sets GPIOx_OSPEEDR for fast edges on the LCD pins";
+  ASSERT_TRUE((*kb)->Search(r).ok());
+  EXPECT_EQ(calls, 1) << "long or identifier queries are not rewritten";
+  kb->reset();
+  fs::remove_all(dir);
+}
+
 TEST_F(KnowledgeBaseTest, DocumentSearchToolFormat) {
   Add("rm.pdf", MakePdf({"GPIO overview", "GPIOx_MODER configures the pin mode."}));
   Add("notes.md", Doc("GPIO", "GPIOx_OTYPER"));

@@ -113,5 +113,28 @@ TEST(LlmRerankerTest, ModelOrdersThePassages) {
   EXPECT_EQ(*fb, *builtin->Score("RCC_AHB1ENR GPIOA clock", Candidates()));
 }
 
+TEST(LlmQueryRewriterTest, VariantsFromTheModelAreCached) {
+  FakeLlmServer fake;
+  ASSERT_GT(fake.Start(), 0);
+  auto http = MakeCurlHttpClient();
+  ProviderConfig pc;
+  pc.name = pc.kind = "openai";
+  pc.api_key = "k";
+  pc.base_url = fake.openai_base_url();
+  pc.model = "gpt-test";
+  auto provider = MakeProvider(pc, RetryConfig{1, 10, 10}, *http);
+  auto rewrite = MakeLlmQueryRewriter(*provider, "");
+  FakeReply reply;
+  reply.chunks = {"[\"GPIOx_MODER pin mode\", \"GPIO port mode ", "register\", \"MODER bits\", \"extra\"]"};
+  fake.Enqueue(reply);
+  auto v = rewrite("pin mode");
+  ASSERT_EQ(v.size(), 3u);
+  EXPECT_EQ(v[0], "GPIOx_MODER pin mode");
+  EXPECT_EQ(rewrite("pin mode"), v);
+  EXPECT_EQ(fake.request_count(), 1u);  // cached
+  fake.Stop();
+  EXPECT_TRUE(rewrite("other query").empty());  // failure: no variants
+}
+
 }  // namespace
 }  // namespace fwai

@@ -271,7 +271,7 @@ absl::StatusOr<DaemonConfig> ParseConfig(const std::string& yaml_text, const std
     if (auto n = root["knowledge"]) {
       CFG_TRY(r.CheckKeys(n, "knowledge",
                           {"embedder", "chunk", "bm25", "fusion", "candidates", "rerank_top", "hnsw_above",
-                           "max_document_mb", "reranker", "query_rewrite"}));
+                           "max_document_mb", "reranker", "query_rewrite", "hnsw"}));
       auto& k = c.knowledge;
       if (auto e = n["embedder"]) {
         CFG_TRY(r.CheckKeys(e, "knowledge.embedder",
@@ -335,6 +335,12 @@ absl::StatusOr<DaemonConfig> ParseConfig(const std::string& yaml_text, const std
       if (n["candidates"]) CFG_TRY(r.Int(n["candidates"], "knowledge.candidates", 10, 10000, k.candidates));
       if (n["rerank_top"]) CFG_TRY(r.Int(n["rerank_top"], "knowledge.rerank_top", 1, 1000, k.rerank_top));
       if (n["hnsw_above"]) CFG_TRY(r.Int(n["hnsw_above"], "knowledge.hnsw_above", 1, int64_t{1} << 40, k.hnsw_above));
+      if (auto h = n["hnsw"]) {
+        CFG_TRY(r.CheckKeys(h, "knowledge.hnsw", {"m", "ef_construction", "ef_search"}));
+        if (h["m"]) CFG_TRY(r.Int(h["m"], "knowledge.hnsw.m", 4, 128, k.hnsw_m));
+        if (h["ef_construction"]) CFG_TRY(r.Int(h["ef_construction"], "knowledge.hnsw.ef_construction", 8, 2048, k.hnsw_ef_construction));
+        if (h["ef_search"]) CFG_TRY(r.Int(h["ef_search"], "knowledge.hnsw.ef_search", 0, 4096, k.hnsw_ef_search));
+      }
       if (n["max_document_mb"]) CFG_TRY(r.Int(n["max_document_mb"], "knowledge.max_document_mb", 1, 4096, k.max_document_mb));
     }
   } catch (const YAML::Exception& e) {

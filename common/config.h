@@ -72,6 +72,9 @@ struct KnowledgeConfig {
   std::string rerank_provider;  // for llm: a name under providers:
   bool query_rewrite = true;    // with a provider configured: rewrite short or vague queries
   int64_t hnsw_above = 20000;
+  int hnsw_m = 32;
+  int hnsw_ef_construction = 80;
+  int hnsw_ef_search = 0;  // 0: chosen by measured recall
   int64_t max_document_mb = 50;
 };
 

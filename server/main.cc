@@ -271,6 +271,9 @@ int Main(int argc, char** argv) {
   ko.candidates = kc.candidates;
   ko.rerank_top = kc.rerank_top;
   ko.exact_below = static_cast<size_t>(kc.hnsw_above);
+  ko.hnsw_m = kc.hnsw_m;
+  ko.hnsw_ef_construction = kc.hnsw_ef_construction;
+  ko.hnsw_ef_search = kc.hnsw_ef_search;
   if (kc.reranker == "llm") {
     Provider* p = providers.Find(kc.rerank_provider);
     if (p == nullptr) {

@@ -56,9 +56,6 @@ std::string ChunkKey(uint32_t ordinal) { return EncodeU64(ordinal).substr(4); }
 char TypeCode(const std::string& t) {
   return t == "code" ? 'c' : t == "table" ? 't' : t == "register" ? 'r' : 'x';
 }
-std::string TypeName(char c) {
-  return c == 'c' ? "code" : c == 't' ? "table" : c == 'r' ? "register" : "text";
-}
 
 struct DocRec {
   DocumentInfo info;
@@ -190,6 +187,9 @@ struct KnowledgeBase::Impl {
   VectorIndexOptions VecOptions() const {
     VectorIndexOptions vo;
     vo.exact_below = options.exact_below;
+    vo.hnsw_m = options.hnsw_m;
+    vo.ef_construction = options.hnsw_ef_construction;
+    vo.ef_search = options.hnsw_ef_search;
     return vo;
   }
 

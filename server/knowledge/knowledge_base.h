@@ -43,6 +43,9 @@ struct KnowledgeOptions {
   int candidates = 100;     // per leg
   int rerank_top = 50;
   size_t exact_below = 20000;  // vectors; HNSW above
+  int hnsw_m = 32;
+  int hnsw_ef_construction = 80;
+  int hnsw_ef_search = 0;  // 0: chosen by measured recall
   // Query rewriting: given a short or vague query, up to 3 variants to search
   // as well (null: off). Called outside locks; may be slow (an LLM call).
   std::function<std::vector<std::string>(const std::string&)> rewrite;

@@ -222,6 +222,25 @@ void FakeLlmServer::Serve(int fd) {
   }
   req.body = json::parse(body, nullptr, false);
   const bool anthropic = req.path == "/v1/messages";
+  if (req.path.size() >= 11 && req.path.compare(req.path.size() - 11, 11, "/embeddings") == 0) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      requests_.push_back(req);
+    }
+    // Deterministic 8-dimensional vectors from the text's letters.
+    json data = json::array();
+    const json& input = req.body["input"];
+    for (size_t i = 0; input.is_array() && i < input.size(); ++i) {
+      std::vector<double> v(8, 0.0);
+      for (char c : input[i].get<std::string>()) v[static_cast<unsigned char>(c) % 8] += 1.0;
+      data.push_back({{"object", "embedding"}, {"index", i}, {"embedding", v}});
+    }
+    std::string b = json{{"object", "list"}, {"data", data}, {"model", req.body.value("model", "")}}.dump();
+    WriteAll(fd, absl::StrCat("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: ", b.size(),
+                              "\r\nConnection: close\r\n\r\n", b));
+    close(fd);
+    return;
+  }
   if (req.path.size() >= 7 && req.path.compare(req.path.size() - 7, 7, "/rerank") == 0) {
     {
       std::lock_guard<std::mutex> lock(mu_);

@@ -170,7 +170,7 @@ TEST(SvdTest, OneChunkPerPeripheralAndRegister) {
 
 TEST(ChunkerTest, H2IsAHardBoundaryAndTitlePathsFollowHeadings) {
   std::string md = "# RM0090\n\n## 8 GPIO\n\nGPIO text.\n\n### 8.4.1 MODER\n\nMODER bits.\n\n## 9 DMA\n\nDMA text.\n";
-  ExtractedDoc doc{DocFormat::kMarkdown, "", {{0, md}}};
+  ExtractedDoc doc{DocFormat::kMarkdown, "", {{0, md}}, {}};
   auto chunks = ChunkDocument(doc, {});
   ASSERT_EQ(chunks.size(), 2u);
   EXPECT_NE(chunks[0].text.find("MODER bits"), std::string::npos);
@@ -186,7 +186,7 @@ TEST(ChunkerTest, SizesOverlapAndWholeCodeBlocks) {
   md += "\n\n```c\n";
   for (int i = 0; i < 20; ++i) md += "REG" + std::to_string(i) + " = 0;\n";
   md += "```\n";
-  ExtractedDoc doc{DocFormat::kMarkdown, "", {{0, md}}};
+  ExtractedDoc doc{DocFormat::kMarkdown, "", {{0, md}}, {}};
   ChunkOptions o;
   o.min_tokens = 20;
   o.target_tokens = 120;
@@ -216,7 +216,7 @@ TEST(ChunkerTest, SizesOverlapAndWholeCodeBlocks) {
 TEST(ChunkerTest, BigTableSplitsByRowsWithItsHeader) {
   std::string md = "## Registers\n\n| Register | Offset | Reset |\n|---|---|---|\n";
   for (int i = 0; i < 80; ++i) md += "| REG_" + std::to_string(i) + " | 0x" + std::to_string(i * 4) + " | 0x0000 |\n";
-  ExtractedDoc doc{DocFormat::kMarkdown, "", {{0, md}}};
+  ExtractedDoc doc{DocFormat::kMarkdown, "", {{0, md}}, {}};
   auto chunks = ChunkDocument(doc, {});
   ASSERT_GE(chunks.size(), 2u);
   for (const auto& c : chunks) {
@@ -570,6 +570,36 @@ TEST(KnowledgeRewriteTest, ShortQueriesAlsoSearchTheirVariants) {
   r.query = "which register sets GPIOx_OSPEEDR for fast edges on the LCD pins";
   ASSERT_TRUE((*kb)->Search(r).ok());
   EXPECT_EQ(calls, 1) << "long or identifier queries are not rewritten";
+  kb->reset();
+  fs::remove_all(dir);
+}
+
+TEST(KnowledgeEmbedderChangeTest, ChangingTheEmbedderReEmbeds) {
+  std::string dir = TempDir("fwai-kb-emb-");
+  auto reranker = MakeBuiltinReranker();
+  {
+    auto storage = Storage::Open(dir + "/db");
+    auto e64 = MakeBuiltinEmbedder(64);
+    auto kb = KnowledgeBase::Open(**storage, dir + "/index", {}, *e64, *reranker);
+    ASSERT_TRUE(kb.ok());
+    IngestRequest r;
+    r.name = "a.md";
+    r.bytes = "# DMA\n\nDMA1_CCR1 enables channel 1.\n";
+    ASSERT_TRUE((*kb)->Ingest(std::move(r)).ok());
+  }
+  auto storage = Storage::Open(dir + "/db");
+  auto e32 = MakeBuiltinEmbedder(32);
+  auto kb = KnowledgeBase::Open(**storage, dir + "/index", {}, *e32, *reranker);
+  ASSERT_TRUE(kb.ok()) << kb.status();
+  EXPECT_NE((*kb)->open_report().find("re-embedded 1 collection"), std::string::npos) << (*kb)->open_report();
+  KbSearchRequest q;
+  q.query = "DMA1_CCR1 channel";
+  q.mode = SearchMode::kVector;
+  auto hits = (*kb)->Search(q);
+  ASSERT_TRUE(hits.ok());
+  ASSERT_FALSE(hits->empty());
+  EXPECT_EQ((*hits)[0].doc, "a.md");
+  EXPECT_EQ((*kb)->Stats("")->dimension, 32);
   kb->reset();
   fs::remove_all(dir);
 }

@@ -2,6 +2,7 @@
 // HTTP against the fake service, with their fallback.
 #include <gtest/gtest.h>
 
+#include "server/knowledge/embedder.h"
 #include "server/knowledge/remote_rerankers.h"
 #include "server/knowledge/reranker.h"
 #include "server/llm/http_client.h"
@@ -111,6 +112,33 @@ TEST(LlmRerankerTest, ModelOrdersThePassages) {
   auto fb = r->Score("RCC_AHB1ENR GPIOA clock", Candidates());
   ASSERT_TRUE(fb.ok());
   EXPECT_EQ(*fb, *builtin->Score("RCC_AHB1ENR GPIOA clock", Candidates()));
+}
+
+TEST(HttpEmbedderTest, BatchesLearnsDimensionAndNormalises) {
+  FakeLlmServer fake;
+  ASSERT_GT(fake.Start(), 0);
+  auto http = MakeCurlHttpClient();
+  HttpEmbedderConfig c;
+  c.base_url = fake.openai_base_url();
+  c.model = "nomic-embed-text";
+  c.batch_size = 2;
+  c.max_attempts = 2;
+  auto e = MakeHttpEmbedder(c, *http);
+  auto v = e->Embed({"aa", "bb", "abc"}, false);
+  ASSERT_TRUE(v.ok()) << v.status();
+  ASSERT_EQ(v->size(), 3u);
+  EXPECT_EQ(e->dimension(), 8);
+  double norm = 0;
+  for (float x : (*v)[2]) norm += x * x;
+  EXPECT_NEAR(norm, 1.0, 1e-5);
+  auto reqs = fake.requests();
+  ASSERT_EQ(reqs.size(), 2u);  // batches of 2
+  EXPECT_EQ(reqs[0].path, "/v1/embeddings");
+  EXPECT_EQ(reqs[0].body["model"], "nomic-embed-text");
+  fake.Stop();
+  auto down = e->Embed({"x"}, false);
+  ASSERT_FALSE(down.ok());
+  EXPECT_NE(down.status().message().find("/v1/embeddings"), std::string::npos) << down.status();
 }
 
 TEST(LlmQueryRewriterTest, VariantsFromTheModelAreCached) {

@@ -388,7 +388,9 @@ TEST_F(KnowledgeBaseTest, IngestSearchReplaceDelete) {
   auto changed = Add("uart.md", Doc("UART", "LPUART1_BRR"));
   EXPECT_EQ(changed.replaced_doc_id, a.doc_id);
   for (const auto& h : Find("USART1_BRR", 10)) {
-    if (h.doc == "uart.md") EXPECT_NE(h.text.find("LPUART1_BRR"), std::string::npos) << h.text;  // old chunks gone
+    if (h.doc == "uart.md") {
+      EXPECT_NE(h.text.find("LPUART1_BRR"), std::string::npos) << h.text;  // old chunks gone
+    }
   }
   EXPECT_EQ(Find("LPUART1_BRR")[0].doc, "uart.md");
   auto docs = kb_->List("");

@@ -72,6 +72,7 @@ namespace {
 enum class BlockKind { kHeading, kParagraph, kCode, kTable };
 
 struct Block {
+  explicit Block(BlockKind k, int lvl = 0) : kind(k), level(lvl) {}
   BlockKind kind;
   int level = 0;  // headings
   std::string text;

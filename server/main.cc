@@ -274,18 +274,29 @@ int Main(int argc, char** argv) {
   ko.hnsw_m = kc.hnsw_m;
   ko.hnsw_ef_construction = kc.hnsw_ef_construction;
   ko.hnsw_ef_search = kc.hnsw_ef_search;
+  // Search-path model calls get their own provider instances: one attempt and
+  // short timeouts, so an unreachable provider never stalls a search for long.
+  auto search_provider = [&](const std::string& name) -> std::unique_ptr<Provider> {
+    Provider* p = providers.Find(name);
+    if (p == nullptr) return nullptr;
+    ProviderConfig pc = p->config();
+    pc.connect_timeout_s = 5;
+    pc.idle_timeout_s = 20;
+    return MakeProvider(pc, RetryConfig{1, 0, 0}, *http);
+  };
+  std::unique_ptr<Provider> rerank_provider, rewrite_provider;
   if (kc.reranker == "llm") {
-    Provider* p = providers.Find(kc.rerank_provider);
-    if (p == nullptr) {
+    rerank_provider = search_provider(kc.rerank_provider);
+    if (!rerank_provider) {
       std::fprintf(stderr, "fwaid: knowledge.reranker: kind llm needs a configured provider (provider: %s)\n",
                    kc.rerank_provider.empty() ? "<default>" : kc.rerank_provider.c_str());
       return 1;
     }
-    remote_reranker = MakeLlmReranker(*p, kc.rerank_model, *builtin_reranker);
+    remote_reranker = MakeLlmReranker(*rerank_provider, kc.rerank_model, *builtin_reranker);
   }
   Reranker& reranker = remote_reranker ? *remote_reranker : *builtin_reranker;
-  if (kc.query_rewrite && providers.Find("") != nullptr) {
-    ko.rewrite = MakeLlmQueryRewriter(*providers.Find(""), "");
+  if (kc.query_rewrite && (rewrite_provider = search_provider(""))) {
+    ko.rewrite = MakeLlmQueryRewriter(*rewrite_provider, "");
   }
   auto knowledge = KnowledgeBase::Open(**storage, config.data_dir + "/index", ko, *embedder, reranker);
   if (!knowledge.ok()) {

@@ -271,7 +271,7 @@ absl::StatusOr<DaemonConfig> ParseConfig(const std::string& yaml_text, const std
     if (auto n = root["knowledge"]) {
       CFG_TRY(r.CheckKeys(n, "knowledge",
                           {"embedder", "chunk", "bm25", "fusion", "candidates", "rerank_top", "hnsw_above",
-                           "max_document_mb", "reranker", "query_rewrite", "hnsw"}));
+                           "max_document_mb", "reranker", "query_rewrite", "hnsw", "code_search"}));
       auto& k = c.knowledge;
       if (auto e = n["embedder"]) {
         CFG_TRY(r.CheckKeys(e, "knowledge.embedder",
@@ -335,6 +335,11 @@ absl::StatusOr<DaemonConfig> ParseConfig(const std::string& yaml_text, const std
       if (n["candidates"]) CFG_TRY(r.Int(n["candidates"], "knowledge.candidates", 10, 10000, k.candidates));
       if (n["rerank_top"]) CFG_TRY(r.Int(n["rerank_top"], "knowledge.rerank_top", 1, 1000, k.rerank_top));
       if (n["hnsw_above"]) CFG_TRY(r.Int(n["hnsw_above"], "knowledge.hnsw_above", 1, int64_t{1} << 40, k.hnsw_above));
+      if (auto cs = n["code_search"]) {
+        CFG_TRY(r.CheckKeys(cs, "knowledge.code_search", {"web_context_url", "api_key_env"}));
+        if (cs["web_context_url"]) CFG_TRY(r.String(cs["web_context_url"], "knowledge.code_search.web_context_url", k.code_web_context_url));
+        if (cs["api_key_env"]) CFG_TRY(r.String(cs["api_key_env"], "knowledge.code_search.api_key_env", k.code_web_context_api_key_env));
+      }
       if (auto h = n["hnsw"]) {
         CFG_TRY(r.CheckKeys(h, "knowledge.hnsw", {"m", "ef_construction", "ef_search"}));
         if (h["m"]) CFG_TRY(r.Int(h["m"], "knowledge.hnsw.m", 4, 128, k.hnsw_m));

@@ -71,6 +71,8 @@ struct KnowledgeConfig {
   std::string rerank_model;
   std::string rerank_provider;  // for llm: a name under providers:
   bool query_rewrite = true;    // with a provider configured: rewrite short or vague queries
+  std::string code_web_context_url;  // optional endpoint for codeSearch
+  std::string code_web_context_api_key_env;
   int64_t hnsw_above = 20000;
   int hnsw_m = 32;
   int hnsw_ef_construction = 80;

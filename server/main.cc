@@ -309,7 +309,12 @@ int Main(int argc, char** argv) {
   ToolRegistry tools;
   RegisterFileTools(tools);
   tools.Register(MakeDocumentSearchTool(**knowledge));
-  tools.Register(MakeCodeSearchTool(**knowledge));
+  CodeSearchOptions cso;
+  cso.web_context_url = kc.code_web_context_url;
+  if (!kc.code_web_context_api_key_env.empty() && std::getenv(kc.code_web_context_api_key_env.c_str())) {
+    cso.web_context_api_key = std::getenv(kc.code_web_context_api_key_env.c_str());
+  }
+  tools.Register(MakeCodeSearchTool(**knowledge, cso, http.get()));
   SessionManager sessions(**storage, config.subscribers);
   TurnManager turns(sessions, config, providers, tools);
   PeerRegistry peers;

@@ -2,12 +2,14 @@
 #pragma once
 
 #include <memory>
+#include <string>
 
 #include "server/tools/tool.h"
 
 namespace fwai {
 
 class KnowledgeBase;
+class HttpClient;
 
 // {query, max_results (1..20, default 5), threshold (0..1)} -> chunks as text
 // separated by a line "---", each headed by its source, marked as retrieved
@@ -17,6 +19,17 @@ std::unique_ptr<Tool> MakeDocumentSearchTool(KnowledgeBase& kb);
 // codeSearch: {query, tokensNum 1000..50000 (default 8000)} -> the best
 // matching snippets of the code collection with file:line headers, filled up
 // to the token budget.
-std::unique_ptr<Tool> MakeCodeSearchTool(KnowledgeBase& kb);
+//
+// With `web_context_url` set, the tool also POSTs {"query", "tokensNum"} there
+// and appends what comes back ({"results": [{"title", "url", "text"}]} or
+// {"text": "..."}) under "Web context", within the same budget; answers are
+// cached per query. A failing endpoint is reported in the result, never fatal.
+struct CodeSearchOptions {
+  std::string web_context_url;
+  std::string web_context_api_key;
+  int timeout_s = 15;
+};
+std::unique_ptr<Tool> MakeCodeSearchTool(KnowledgeBase& kb, CodeSearchOptions options = {},
+                                         HttpClient* http = nullptr);
 
 }  // namespace fwai

@@ -241,6 +241,19 @@ void FakeLlmServer::Serve(int fd) {
     close(fd);
     return;
   }
+  if (req.path == "/context") {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      requests_.push_back(req);
+    }
+    std::string b = json{{"results", json::array({{{"title", "HAL docs"}, {"url", "https://example.invalid/hal"},
+                                                   {"text", "HAL_UART_Init() configures the UART from its handle."}}})}}
+                        .dump();
+    WriteAll(fd, absl::StrCat("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: ", b.size(),
+                              "\r\nConnection: close\r\n\r\n", b));
+    close(fd);
+    return;
+  }
   if (req.path.size() >= 7 && req.path.compare(req.path.size() - 7, 7, "/rerank") == 0) {
     {
       std::lock_guard<std::mutex> lock(mu_);

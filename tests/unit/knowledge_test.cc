@@ -14,7 +14,9 @@
 #include "server/knowledge/knowledge_base.h"
 #include "server/knowledge/reranker.h"
 #include "server/knowledge/vector_index.h"
+#include "server/llm/http_client.h"
 #include "server/storage/storage.h"
+#include "tests/fakes/fake_llm_server.h"
 #include "tests/support/pdf_writer.h"
 
 namespace fwai {
@@ -604,6 +606,34 @@ TEST(KnowledgeEmbedderChangeTest, ChangingTheEmbedderReEmbeds) {
   EXPECT_EQ((*kb)->Stats("")->dimension, 32);
   kb->reset();
   fs::remove_all(dir);
+}
+
+TEST_F(KnowledgeBaseTest, CodeSearchAddsCachedWebContextWhenConfigured) {
+  testing::FakeLlmServer fake;
+  ASSERT_GT(fake.Start(), 0);
+  auto http = MakeCurlHttpClient();
+  IngestRequest r;
+  r.name = "hal/uart.c";
+  r.kind = "code";
+  r.bytes = "int HAL_UART_Init(void* h)\n{\n  return 0;\n}\n";
+  ASSERT_TRUE(kb_->Ingest(std::move(r)).ok());
+  CodeSearchOptions o;
+  o.web_context_url = fake.anthropic_base_url() + "/context";
+  auto tool = MakeCodeSearchTool(*kb_, o, http.get());
+  ToolContext ctx;
+  auto a = tool->Run({{"query", "HAL_UART_Init"}}, ctx);
+  ASSERT_FALSE(a.is_error) << a.content;
+  EXPECT_NE(a.content.find("hal/uart.c:1-"), std::string::npos);
+  EXPECT_NE(a.content.find("Web context"), std::string::npos) << a.content;
+  EXPECT_NE(a.content.find("configures the UART from its handle"), std::string::npos);
+  auto b = tool->Run({{"query", "HAL_UART_Init"}}, ctx);
+  EXPECT_EQ(a.content, b.content);
+  EXPECT_EQ(fake.request_count(), 1u);  // cached per query
+  EXPECT_EQ(fake.requests()[0].body["tokensNum"].get<int>() > 0, true);
+  // Not configured: no call at all.
+  auto plain = MakeCodeSearchTool(*kb_);
+  EXPECT_EQ(plain->Run({{"query", "other"}}, ctx).content.find("Web context"), std::string::npos);
+  EXPECT_EQ(fake.request_count(), 1u);
 }
 
 TEST_F(KnowledgeBaseTest, DocumentSearchToolFormat) {

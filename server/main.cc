@@ -30,6 +30,7 @@
 #include "server/agent/turn_manager.h"
 #include "common/thread_pool.h"
 #include "server/api/api.h"
+#include "server/catalog/tool_catalog.h"
 #include "server/knowledge/document_search_tool.h"
 #include "server/knowledge/embedder.h"
 #include "server/knowledge/knowledge_base.h"
@@ -304,6 +305,12 @@ int Main(int argc, char** argv) {
     return 1;
   }
   spdlog::info("knowledge indexes {} ({:.0f} ms after start)", (*knowledge)->open_report(), ms_since_start());
+  auto catalog = ToolCatalogStore::Open(**storage, CatalogOptions{}, *embedder, *builtin_reranker);
+  if (!catalog.ok()) {
+    std::fprintf(stderr, "fwaid: tool catalog: %s\n", std::string(catalog.status().message()).c_str());
+    return 1;
+  }
+  spdlog::info("tool catalog: {} tools ({:.0f} ms after start)", (*catalog)->size(), ms_since_start());
   ThreadPool pool(4);
 
   ToolRegistry tools;
@@ -326,6 +333,7 @@ int Main(int argc, char** argv) {
   deps.providers = &providers;
   deps.peers = &peers;
   deps.knowledge = knowledge->get();
+  deps.catalog = catalog->get();
   deps.pool = &pool;
   deps.request_shutdown = [] { kill(getpid(), SIGTERM); };
   deps.started_us = NowMicros();

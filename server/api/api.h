@@ -23,6 +23,7 @@ namespace fwai {
 class SessionManager;
 class TurnManager;
 class KnowledgeBase;
+class ToolCatalogStore;
 class ThreadPool;
 struct DaemonConfig;
 struct ProviderSet;
@@ -50,6 +51,7 @@ struct ApiDeps {
   const ProviderSet* providers = nullptr;
   PeerRegistry* peers = nullptr;
   KnowledgeBase* knowledge = nullptr;  // may be null: Knowledge answers UNAVAILABLE
+  ToolCatalogStore* catalog = nullptr;
   ThreadPool* pool = nullptr;          // runs work that must not block reactions
   std::function<void()> request_shutdown;
   int64_t started_us = 0;
@@ -61,6 +63,7 @@ struct ApiDeps {
 std::vector<std::unique_ptr<grpc::Service>> MakeServices(const ApiDeps& deps);
 
 std::unique_ptr<grpc::Service> MakeKnowledgeService(const ApiDeps& deps);
+std::unique_ptr<grpc::Service> MakeToolCatalogService(const ApiDeps& deps);
 
 // The one place absl::Status becomes grpc::Status.
 grpc::Status ToGrpcStatus(const absl::Status& s);

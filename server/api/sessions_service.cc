@@ -436,7 +436,7 @@ std::vector<std::unique_ptr<grpc::Service>> MakeServices(const ApiDeps& deps) {
   out.push_back(std::make_unique<SessionsService>(deps));
   out.push_back(std::make_unique<DaemonService>(deps));
   out.push_back(MakeKnowledgeService(deps));
-  out.push_back(std::make_unique<pb::ToolCatalog::CallbackService>());
+  out.push_back(MakeToolCatalogService(deps));
   out.push_back(std::make_unique<pb::Hardware::CallbackService>());
   out.push_back(std::make_unique<pb::Projects::CallbackService>());
   out.push_back(std::make_unique<pb::Skills::CallbackService>());

@@ -1,0 +1,346 @@
+#include "server/catalog/tool_catalog.h"
+
+#include <openssl/sha.h>
+
+#include <algorithm>
+#include <chrono>
+#include <mutex>
+#include <shared_mutex>
+#include <unordered_map>
+
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "server/knowledge/bm25_index.h"
+#include "server/knowledge/embedder.h"
+#include "server/knowledge/reranker.h"
+#include "server/knowledge/tokenizer.h"
+#include "server/knowledge/vector_index.h"
+#include "server/storage/storage.h"
+
+namespace fwai {
+
+using json = nlohmann::json;
+
+std::string ToolUuid(const std::string& name) {
+  unsigned char md[SHA256_DIGEST_LENGTH];
+  SHA256(reinterpret_cast<const unsigned char*>(name.data()), name.size(), md);
+  static const char* hex = "0123456789abcdef";
+  std::string h;
+  for (int i = 0; i < 16; ++i) {
+    h.push_back(hex[md[i] >> 4]);
+    h.push_back(hex[md[i] & 15]);
+  }
+  h[12] = '5';  // a name-based UUID
+  return absl::StrCat(h.substr(0, 8), "-", h.substr(8, 4), "-", h.substr(12, 4), "-", h.substr(16, 4), "-", h.substr(20, 12));
+}
+
+namespace {
+
+json ArgsFromSchema(const json& schema) {
+  json args = json::array();
+  if (!schema.is_object() || !schema.contains("properties") || !schema["properties"].is_object()) return args;
+  std::vector<std::string> required;
+  if (schema.contains("required") && schema["required"].is_array()) {
+    for (const auto& r : schema["required"]) {
+      if (r.is_string()) required.push_back(r.get<std::string>());
+    }
+  }
+  for (const auto& [name, p] : schema["properties"].items()) {
+    json a = {{"ArgName", name},
+              {"ArgDescription", p.is_object() ? p.value("description", "") : ""},
+              {"type", p.is_object() ? (p.contains("type") && p["type"].is_string() ? p["type"].get<std::string>() : "string")
+                                     : "string"},
+              {"required", std::find(required.begin(), required.end(), name) != required.end()}};
+    if (p.is_object() && p.contains("enum") && p["enum"].is_array()) {
+      json e = json::array();
+      for (const auto& v : p["enum"]) e.push_back(v.is_string() ? v.get<std::string>() : v.dump());
+      a["enum"] = e;
+    }
+    args.push_back(a);
+  }
+  return args;
+}
+
+// "openocd.flash_erase_sector", "createIssue" -> "... openocd flash erase sector", "create issue".
+std::string NameWords(const std::string& name) {
+  std::string out;
+  for (size_t i = 0; i < name.size(); ++i) {
+    char c = name[i];
+    if (c == '.' || c == '_' || c == '-' || c == '/') {
+      out.push_back(' ');
+      continue;
+    }
+    if (i > 0 && std::isupper(static_cast<unsigned char>(c)) && std::islower(static_cast<unsigned char>(name[i - 1]))) {
+      out.push_back(' ');
+    }
+    out.push_back(static_cast<char>(std::tolower(static_cast<unsigned char>(c))));
+  }
+  return name + " " + out;
+}
+
+std::string WholeText(const json& d) {
+  std::string t = NameWords(d.value("ToolName", "")) + "\n" + d.value("ToolDescription", "");
+  for (const auto& a : d["Args"]) {
+    absl::StrAppend(&t, "\n", NameWords(a.value("ArgName", "")), ": ", a.value("ArgDescription", ""));
+    if (a.contains("enum")) {
+      for (const auto& e : a["enum"]) absl::StrAppend(&t, " ", e.get<std::string>());
+    }
+  }
+  return t;
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> NormalizeToolJson(const std::string& text) {
+  json j = json::parse(text, nullptr, false);
+  if (!j.is_object()) return absl::InvalidArgumentError("not a JSON object");
+  json d;
+  if (j.contains("ToolName")) {
+    if (!j["ToolName"].is_string() || j["ToolName"].get<std::string>().empty()) {
+      return absl::InvalidArgumentError("ToolName: expected a non-empty string");
+    }
+    d["ToolName"] = j["ToolName"];
+    d["ToolDescription"] = j.value("ToolDescription", "");
+    d["Args"] = json::array();
+    if (j.contains("Args")) {
+      if (!j["Args"].is_array()) return absl::InvalidArgumentError("Args: expected an array");
+      for (const auto& a : j["Args"]) {
+        if (!a.is_object() || !a.contains("ArgName") || !a["ArgName"].is_string()) {
+          return absl::InvalidArgumentError("Args[]: each argument needs an ArgName string");
+        }
+        json n = {{"ArgName", a["ArgName"]},
+                  {"ArgDescription", a.value("ArgDescription", "")},
+                  {"type", a.value("type", "string")},
+                  {"required", a.value("required", false)}};
+        if (a.contains("enum") && a["enum"].is_array()) n["enum"] = a["enum"];
+        d["Args"].push_back(n);
+      }
+    }
+  } else {
+    const json* f = &j;
+    if (j.value("type", "") == "function" && j.contains("function")) f = &j["function"];  // OpenAI tools[]
+    if (!f->contains("name") || !(*f)["name"].is_string() || (*f)["name"].get<std::string>().empty()) {
+      return absl::InvalidArgumentError("expected ToolName, or name (MCP / OpenAI / Anthropic tool schema)");
+    }
+    d["ToolName"] = (*f)["name"];
+    d["ToolDescription"] = f->value("description", "");
+    const json* schema = nullptr;
+    for (const char* k : {"inputSchema", "input_schema", "parameters"}) {
+      if (f->contains(k)) schema = &(*f)[k];
+    }
+    d["Args"] = schema ? ArgsFromSchema(*schema) : json::array();
+  }
+  if (j.contains("source") && j["source"].is_string()) d["source"] = j["source"];
+  return d.dump();
+}
+
+struct ToolCatalogStore::Impl {
+  Storage& storage;
+  CatalogOptions options;
+  Embedder& embedder;
+  Reranker& reranker;
+  std::mutex writer;
+  mutable std::shared_mutex mu;
+  std::vector<ToolRecord> tools;  // by slot; empty uuid = removed
+  std::vector<std::string> whole;  // whole-document text by slot
+  std::unordered_map<std::string, uint32_t> by_name;
+  std::vector<uint32_t> slice_tool;  // slice id -> slot
+  std::vector<std::vector<uint32_t>> tool_slices;  // slot -> slice ids
+  Bm25Index slices;
+  Bm25Index docs;
+  std::unique_ptr<VectorIndex> vectors;
+
+  Impl(Storage& s, CatalogOptions o, Embedder& e, Reranker& r) : storage(s), options(o), embedder(e), reranker(r) {}
+
+  // Holds `mu` exclusively.
+  absl::Status AddLocked(const ToolRecord& rec) {
+    json d = json::parse(rec.document_json);
+    auto it = by_name.find(rec.name);
+    if (it != by_name.end()) RemoveLocked(it->second);
+    uint32_t slot = static_cast<uint32_t>(tools.size());
+    tools.push_back(rec);
+    whole.push_back(WholeText(d));
+    tool_slices.emplace_back();
+    by_name[rec.name] = slot;
+    std::vector<std::string> texts;
+    texts.push_back(NameWords(rec.name) + "\n" + d.value("ToolDescription", ""));
+    for (const auto& a : d["Args"]) {
+      std::string t = NameWords(a.value("ArgName", "")) + "\n" + a.value("ArgDescription", "");
+      if (a.contains("enum")) {
+        for (const auto& e : a["enum"]) absl::StrAppend(&t, " ", e.get<std::string>());
+      }
+      texts.push_back(t);
+    }
+    ASSIGN_OR_RETURN(auto vecs, embedder.Embed(texts, false));
+    std::vector<uint32_t> ids;
+    std::vector<float> flat;
+    for (size_t i = 0; i < texts.size(); ++i) {
+      uint32_t sid = static_cast<uint32_t>(slice_tool.size());
+      slice_tool.push_back(slot);
+      tool_slices[slot].push_back(sid);
+      std::vector<std::string> terms;
+      Tokenize(texts[i], &terms);
+      slices.Add(sid, terms);
+      ids.push_back(sid);
+      flat.insert(flat.end(), vecs[i].begin(), vecs[i].end());
+    }
+    vectors->Add(ids, flat);
+    std::vector<std::string> dterms;
+    Tokenize(whole.back(), &dterms);
+    docs.Add(slot, dterms);
+    return absl::OkStatus();
+  }
+
+  void RemoveLocked(uint32_t slot) {
+    for (uint32_t sid : tool_slices[slot]) {
+      slices.Remove(sid);
+      vectors->Remove(sid);
+    }
+    tool_slices[slot].clear();
+    docs.Remove(slot);
+    by_name.erase(tools[slot].name);
+    tools[slot] = ToolRecord{};
+  }
+};
+
+ToolCatalogStore::ToolCatalogStore(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+ToolCatalogStore::~ToolCatalogStore() = default;
+
+absl::StatusOr<std::unique_ptr<ToolCatalogStore>> ToolCatalogStore::Open(Storage& storage, CatalogOptions options,
+                                                                         Embedder& embedder, Reranker& reranker) {
+  auto impl = std::make_unique<Impl>(storage, options, embedder, reranker);
+  VectorIndexOptions vo;
+  vo.exact_below = 200000;  // slices stay exact: thousands of tools, not millions
+  impl->vectors = std::make_unique<VectorIndex>(embedder.dimension(), vo);
+  std::vector<ToolRecord> recs;
+  RETURN_IF_ERROR(storage.Scan(Cf::kTools, "", "", [&](std::string_view k, std::string_view v) {
+    json d = json::parse(v, nullptr, false);
+    if (d.is_object() && d.contains("ToolName")) recs.push_back({std::string(k), d["ToolName"], std::string(v)});
+    return true;
+  }));
+  std::sort(recs.begin(), recs.end(), [](const auto& a, const auto& b) { return a.name < b.name; });
+  for (const auto& r : recs) RETURN_IF_ERROR(impl->AddLocked(r));
+  return std::unique_ptr<ToolCatalogStore>(new ToolCatalogStore(std::move(impl)));
+}
+
+size_t ToolCatalogStore::size() const {
+  std::shared_lock<std::shared_mutex> lock(impl_->mu);
+  return impl_->by_name.size();
+}
+
+absl::StatusOr<std::vector<std::string>> ToolCatalogStore::Register(const std::vector<std::string>& tool_json) {
+  std::vector<ToolRecord> recs;
+  for (size_t i = 0; i < tool_json.size(); ++i) {
+    auto d = NormalizeToolJson(tool_json[i]);
+    if (!d.ok()) return absl::InvalidArgumentError(absl::StrCat("tool #", i + 1, ": ", d.status().message()));
+    std::string name = json::parse(*d)["ToolName"];
+    recs.push_back({ToolUuid(name), name, *d});
+  }
+  std::lock_guard<std::mutex> w(impl_->writer);
+  WriteBatch batch;
+  for (const auto& r : recs) batch.Put(Cf::kTools, r.uuid, r.document_json);
+  RETURN_IF_ERROR(impl_->storage.Write(batch, /*sync=*/true));
+  std::unique_lock<std::shared_mutex> lock(impl_->mu);
+  std::vector<std::string> uuids;
+  for (const auto& r : recs) {
+    RETURN_IF_ERROR(impl_->AddLocked(r));
+    uuids.push_back(r.uuid);
+  }
+  return uuids;
+}
+
+absl::StatusOr<std::vector<ToolRecord>> ToolCatalogStore::List() {
+  std::shared_lock<std::shared_mutex> lock(impl_->mu);
+  std::vector<ToolRecord> out;
+  for (const auto& t : impl_->tools) {
+    if (!t.uuid.empty()) out.push_back(t);
+  }
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.name < b.name; });
+  return out;
+}
+
+absl::Status ToolCatalogStore::Remove(const std::string& name) {
+  std::lock_guard<std::mutex> w(impl_->writer);
+  uint32_t slot;
+  {
+    std::shared_lock<std::shared_mutex> lock(impl_->mu);
+    auto it = impl_->by_name.find(name);
+    if (it == impl_->by_name.end()) return absl::NotFoundError(absl::StrCat("tool '", name, "' is not in the catalog"));
+    slot = it->second;
+  }
+  RETURN_IF_ERROR(impl_->storage.Delete(Cf::kTools, ToolUuid(name), /*sync=*/true));
+  std::unique_lock<std::shared_mutex> lock(impl_->mu);
+  impl_->RemoveLocked(slot);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<ToolHitRecord>> ToolCatalogStore::Search(const std::string& query, int top_k, CatalogMode mode) {
+  Impl& m = *impl_;
+  if (query.find_first_not_of(" \t\r\n") == std::string::npos) return absl::InvalidArgumentError("query: empty");
+  if (query.size() > 4096) return absl::InvalidArgumentError("query: at most 4096 characters");
+  if (top_k < 1 || top_k > 100) return absl::InvalidArgumentError(absl::StrCat("top_k: ", top_k, "; expected 1..100"));
+  std::vector<std::string> q;
+  Tokenize(NameWords(query), &q);
+  std::vector<float> qv;
+  if (mode != CatalogMode::kWholeLexical) {
+    ASSIGN_OR_RETURN(auto v, m.embedder.Embed({query}, true));
+    qv = std::move(v[0]);
+  }
+  std::shared_lock<std::shared_mutex> lock(m.mu);
+  std::vector<std::pair<uint32_t, double>> ranked;  // slot, score
+  if (mode == CatalogMode::kWholeLexical) {
+    for (const auto& [slot, s] : m.docs.Search(q, top_k)) ranked.emplace_back(slot, s);
+    const double best = ranked.empty() ? 1.0 : std::max(ranked[0].second, 1e-9);
+    for (auto& r : ranked) r.second /= best;
+  } else {
+    const size_t n = static_cast<size_t>(m.options.coarse_slices);
+    auto lex = m.slices.Search(q, n);
+    auto vec = m.vectors->Search(qv.data(), n);
+    std::unordered_map<uint32_t, double> fused;
+    for (size_t i = 0; i < lex.size(); ++i) fused[lex[i].first] += 1.0 / (m.options.rrf_k + i + 1);
+    for (size_t i = 0; i < vec.size(); ++i) fused[vec[i].first] += m.options.vector_weight / (m.options.rrf_k + i + 1);
+    std::vector<std::pair<uint32_t, double>> slice_order(fused.begin(), fused.end());
+    std::sort(slice_order.begin(), slice_order.end(), [](const auto& a, const auto& b) {
+      return a.second > b.second || (a.second == b.second && a.first < b.first);
+    });
+    if (slice_order.size() > n) slice_order.resize(n);
+    // Group slices by tool.
+    std::unordered_map<uint32_t, double> group;
+    for (size_t r = 0; r < slice_order.size(); ++r) {
+      const double g = m.options.grouping == "rrf" ? 1.0 / (m.options.rrf_k + r + 1) : 1.0 / (r + 1);
+      group[m.slice_tool[slice_order[r].first]] += g;
+    }
+    ranked.assign(group.begin(), group.end());
+    std::sort(ranked.begin(), ranked.end(), [](const auto& a, const auto& b) {
+      return a.second > b.second || (a.second == b.second && a.first < b.first);
+    });
+    const size_t keep = mode == CatalogMode::kSlicesRerank ? std::max<size_t>(m.options.candidates, top_k) : top_k;
+    if (ranked.size() > keep) ranked.resize(keep);
+    const double best = ranked.empty() ? 1.0 : std::max(ranked[0].second, 1e-12);
+    for (auto& r : ranked) r.second /= best;
+    if (mode == CatalogMode::kSlicesRerank && !ranked.empty()) {
+      std::vector<RerankCandidate> cands;
+      for (const auto& [slot, s] : ranked) {
+        RerankCandidate c;
+        c.text = m.whole[slot];
+        c.context = NameWords(m.tools[slot].name);
+        c.lexical_norm = s;
+        c.fused_norm = s;
+        cands.push_back(std::move(c));
+      }
+      ASSIGN_OR_RETURN(auto scores, m.reranker.Score(query, cands));
+      for (size_t i = 0; i < ranked.size(); ++i) ranked[i].second = scores[i];
+      std::stable_sort(ranked.begin(), ranked.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
+    }
+  }
+  std::vector<ToolHitRecord> out;
+  for (const auto& [slot, s] : ranked) {
+    if (static_cast<int>(out.size()) >= top_k) break;
+    out.push_back({static_cast<int>(out.size()) + 1, s, m.tools[slot]});
+  }
+  return out;
+}
+
+}  // namespace fwai

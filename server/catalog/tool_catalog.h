@@ -1,0 +1,77 @@
+// catalog: tool documents (RocksDB, by stable uuid) and retrieval over them.
+//
+// Each tool is cut into an overview slice (name + description) and one slice
+// per argument (name + description + enum values), tagged with the tool's
+// uuid; only slices are indexed (BM25 + vectors, rebuilt in memory at open).
+// Search: top-N slices -> group by uuid (sum of 1/(rank+1), or RRF) -> M
+// candidate tools -> rerank the whole documents -> top-K.
+//
+// Thread-safe: writers are serialized; searches run concurrently.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace fwai {
+
+class Storage;
+class Embedder;
+class Reranker;
+
+struct CatalogOptions {
+  int coarse_slices = 100;   // N
+  int candidates = 30;       // M
+  std::string grouping = "sum";  // "sum": sum 1/(rank+1); "rrf": sum 1/(k+rank)
+  double rrf_k = 60;
+  double vector_weight = 0.1;  // slice legs fused by weighted RRF
+};
+
+struct ToolRecord {
+  std::string uuid;
+  std::string name;
+  std::string document_json;  // normalized {ToolName, ToolDescription, Args[]}
+};
+
+struct ToolHitRecord {
+  int rank = 0;
+  double score = 0;
+  ToolRecord tool;
+};
+
+enum class CatalogMode { kSlicesRerank, kSlices, kWholeLexical };
+
+class ToolCatalogStore {
+ public:
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<ToolCatalogStore>> Open(Storage& storage, CatalogOptions options,
+                                                                               Embedder& embedder, Reranker& reranker);
+  ~ToolCatalogStore();
+
+  // Accepts {ToolName, ToolDescription, Args}, MCP tool JSON {name,
+  // description, inputSchema}, OpenAI {type: function, function: {...}} or
+  // {name, description, parameters}, Anthropic {name, description,
+  // input_schema}. Registering a name again replaces it (same uuid).
+  // INVALID_ARGUMENT names the entry and what is wrong; nothing is stored then.
+  [[nodiscard]] absl::StatusOr<std::vector<std::string>> Register(const std::vector<std::string>& tool_json);
+  [[nodiscard]] absl::StatusOr<std::vector<ToolRecord>> List();
+  [[nodiscard]] absl::Status Remove(const std::string& name);
+  [[nodiscard]] absl::StatusOr<std::vector<ToolHitRecord>> Search(const std::string& query, int top_k,
+                                                                  CatalogMode mode = CatalogMode::kSlicesRerank);
+  size_t size() const;
+
+  struct Impl;
+
+ private:
+  explicit ToolCatalogStore(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// The stable uuid of a tool name (SHA-256 based, UUID text form).
+std::string ToolUuid(const std::string& name);
+
+// Normalizes one tool JSON document of any accepted shape.
+[[nodiscard]] absl::StatusOr<std::string> NormalizeToolJson(const std::string& json_text);
+
+}  // namespace fwai

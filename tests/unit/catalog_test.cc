@@ -1,0 +1,134 @@
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include <nlohmann/json.hpp>
+
+#include "server/catalog/tool_catalog.h"
+#include "server/knowledge/embedder.h"
+#include "server/knowledge/reranker.h"
+#include "server/storage/storage.h"
+
+namespace fwai {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+TEST(ToolNormalizeTest, AcceptsEveryShape) {
+  auto native = NormalizeToolJson(R"({"ToolName":"openocd.flash_erase_sector","ToolDescription":"Erase sectors",
+      "Args":[{"ArgName":"num","ArgDescription":"bank","type":"integer","required":true}]})");
+  ASSERT_TRUE(native.ok());
+  EXPECT_EQ(json::parse(*native)["Args"][0]["ArgName"], "num");
+  auto mcp = NormalizeToolJson(R"({"name":"read_text_file","description":"Read a file",
+      "inputSchema":{"type":"object","properties":{"path":{"type":"string","description":"File path"},
+      "encoding":{"type":"string","enum":["utf8","latin1"]}},"required":["path"]}})");
+  ASSERT_TRUE(mcp.ok());
+  auto m = json::parse(*mcp);
+  EXPECT_EQ(m["ToolName"], "read_text_file");
+  ASSERT_EQ(m["Args"].size(), 2u);
+  bool path_required = false, has_enum = false;
+  for (const auto& a : m["Args"]) {
+    if (a["ArgName"] == "path") path_required = a["required"];
+    if (a.contains("enum")) has_enum = a["enum"][1] == "latin1";
+  }
+  EXPECT_TRUE(path_required);
+  EXPECT_TRUE(has_enum);
+  auto openai = NormalizeToolJson(R"({"type":"function","function":{"name":"get_weather","description":"Weather",
+      "parameters":{"type":"object","properties":{"city":{"type":"string"}}}}})");
+  ASSERT_TRUE(openai.ok());
+  EXPECT_EQ(json::parse(*openai)["ToolName"], "get_weather");
+  auto anthropic = NormalizeToolJson(R"({"name":"grep","description":"Search","input_schema":{"type":"object",
+      "properties":{"pattern":{"type":"string"}}}})");
+  ASSERT_TRUE(anthropic.ok());
+  EXPECT_EQ(json::parse(*anthropic)["Args"][0]["ArgName"], "pattern");
+  EXPECT_FALSE(NormalizeToolJson("[1,2]").ok());
+  EXPECT_FALSE(NormalizeToolJson(R"({"description":"no name"})").ok());
+  EXPECT_EQ(ToolUuid("git.bisect"), ToolUuid("git.bisect"));
+  EXPECT_NE(ToolUuid("git.bisect"), ToolUuid("git.blame"));
+  EXPECT_EQ(ToolUuid("x").size(), 36u);
+}
+
+class CatalogTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string t = (fs::temp_directory_path() / "fwai-catalog-XXXXXX").string();
+    dir_ = mkdtemp(t.data());
+    Open();
+  }
+  void TearDown() override {
+    catalog_.reset();
+    storage_.reset();
+    fs::remove_all(dir_);
+  }
+  void Open() {
+    catalog_.reset();
+    storage_.reset();
+    storage_ = *Storage::Open(dir_);
+    auto c = ToolCatalogStore::Open(*storage_, {}, *embedder_, *reranker_);
+    ASSERT_TRUE(c.ok()) << c.status();
+    catalog_ = *std::move(c);
+  }
+  std::string dir_;
+  std::unique_ptr<Embedder> embedder_ = MakeBuiltinEmbedder(64);
+  std::unique_ptr<Reranker> reranker_ = MakeBuiltinReranker();
+  std::unique_ptr<Storage> storage_;
+  std::unique_ptr<ToolCatalogStore> catalog_;
+};
+
+std::vector<std::string> SmallCatalog() {
+  return {
+      R"({"ToolName":"openocd.flash_erase_sector","ToolDescription":"Erase sectors in bank num, starting at sector first up to and including last.","Args":[{"ArgName":"num","ArgDescription":"flash bank number"},{"ArgName":"first","ArgDescription":"first sector"},{"ArgName":"last","ArgDescription":"last sector"}]})",
+      R"({"ToolName":"openocd.reset_halt","ToolDescription":"Reset the target and halt it immediately.","Args":[]})",
+      R"({"ToolName":"gdb.info_registers","ToolDescription":"List of integer registers and their contents.","Args":[{"ArgName":"regname","ArgDescription":"register names"}]})",
+      R"({"name":"git_bisect","description":"Use binary search to find the commit that introduced a bug","inputSchema":{"type":"object","properties":{"subcommand":{"type":"string","enum":["start","good","bad","reset"]}}}})",
+  };
+}
+
+TEST_F(CatalogTest, RegisterSearchRemoveAndReopen) {
+  auto uuids = catalog_->Register(SmallCatalog());
+  ASSERT_TRUE(uuids.ok()) << uuids.status();
+  ASSERT_EQ(uuids->size(), 4u);
+  EXPECT_EQ((*uuids)[0], ToolUuid("openocd.flash_erase_sector"));
+  auto hits = catalog_->Search("erase flash sectors 0 to 3 in bank 0", 2);
+  ASSERT_TRUE(hits.ok());
+  ASSERT_FALSE(hits->empty());
+  EXPECT_EQ((*hits)[0].tool.name, "openocd.flash_erase_sector");
+  EXPECT_EQ((*hits)[0].rank, 1);
+  auto bisect = catalog_->Search("find which commit introduced the regression", 1);
+  ASSERT_EQ(bisect->size(), 1u);
+  EXPECT_EQ((*bisect)[0].tool.name, "git_bisect");
+  for (auto mode : {CatalogMode::kSlices, CatalogMode::kWholeLexical}) {
+    auto r = catalog_->Search("show the CPU registers", 1, mode);
+    ASSERT_TRUE(r.ok());
+    ASSERT_FALSE(r->empty());
+    EXPECT_EQ((*r)[0].tool.name, "gdb.info_registers");
+  }
+  // Same name again replaces (same uuid, new text).
+  ASSERT_TRUE(catalog_->Register({R"({"ToolName":"openocd.reset_halt","ToolDescription":"Halt after reset.","Args":[]})"}).ok());
+  EXPECT_EQ(catalog_->size(), 4u);
+  ASSERT_TRUE(catalog_->Remove("gdb.info_registers").ok());
+  EXPECT_EQ(catalog_->Remove("gdb.info_registers").code(), absl::StatusCode::kNotFound);
+  Open();
+  EXPECT_EQ(catalog_->size(), 3u);
+  auto list = catalog_->List();
+  ASSERT_TRUE(list.ok());
+  for (const auto& t : *list) EXPECT_NE(t.name, "gdb.info_registers");
+  for (const auto& t : *list) {
+    if (t.name == "openocd.reset_halt") EXPECT_EQ(json::parse(t.document_json)["ToolDescription"], "Halt after reset.");
+  }
+}
+
+TEST_F(CatalogTest, BadEntriesAreRefusedWholeAndArgumentsChecked) {
+  auto r = catalog_->Register({SmallCatalog()[0], R"({"ToolDescription":"nameless"})"});
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("tool #2"), std::string::npos) << r.status();
+  EXPECT_EQ(catalog_->size(), 0u);
+  ASSERT_TRUE(catalog_->Register(SmallCatalog()).ok());
+  EXPECT_EQ(catalog_->Search("", 5).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(catalog_->Search("x", 0).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(catalog_->Search("x", 101).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace fwai

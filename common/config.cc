@@ -157,7 +157,7 @@ absl::StatusOr<DaemonConfig> ParseConfig(const std::string& yaml_text, const std
   try {
     CFG_TRY(r.CheckKeys(root, "",
                         {"listen", "data_dir", "default_provider", "providers", "agent", "http",
-                         "retry", "subscribers", "tools", "knowledge", "log_level"}));
+                         "retry", "subscribers", "tools", "knowledge", "catalog", "log_level"}));
     if (auto n = root["listen"]) {
       if (n.IsScalar()) {
         c.listen.push_back(n.Scalar());
@@ -267,6 +267,19 @@ absl::StatusOr<DaemonConfig> ParseConfig(const std::string& yaml_text, const std
         CFG_TRY(r.Int(n["list_dir_max_entries"], "tools.list_dir_max_entries", 1, 100000,
                       c.tools.list_dir_max_entries));
       }
+    }
+    if (auto n = root["catalog"]) {
+      CFG_TRY(r.CheckKeys(n, "catalog", {"coarse_slices", "candidates", "grouping", "rrf_k", "vector_weight", "whole_weight"}));
+      auto& k = c.catalog;
+      if (n["coarse_slices"]) CFG_TRY(r.Int(n["coarse_slices"], "catalog.coarse_slices", 1, 10000, k.coarse_slices));
+      if (n["candidates"]) CFG_TRY(r.Int(n["candidates"], "catalog.candidates", 1, 1000, k.candidates));
+      if (n["grouping"]) {
+        CFG_TRY(r.String(n["grouping"], "catalog.grouping", k.grouping));
+        if (k.grouping != "sum" && k.grouping != "rrf") return r.Error(n["grouping"], "catalog.grouping", "expected sum or rrf");
+      }
+      if (n["rrf_k"]) CFG_TRY(r.Double(n["rrf_k"], "catalog.rrf_k", 0, 10000, k.rrf_k));
+      if (n["vector_weight"]) CFG_TRY(r.Double(n["vector_weight"], "catalog.vector_weight", 0, 100, k.vector_weight));
+      if (n["whole_weight"]) CFG_TRY(r.Double(n["whole_weight"], "catalog.whole_weight", 0, 100, k.whole_weight));
     }
     if (auto n = root["knowledge"]) {
       CFG_TRY(r.CheckKeys(n, "knowledge",

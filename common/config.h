@@ -80,6 +80,15 @@ struct KnowledgeConfig {
   int64_t max_document_mb = 50;
 };
 
+struct CatalogConfig {
+  int coarse_slices = 100;
+  int candidates = 30;
+  std::string grouping = "sum";  // sum | rrf
+  double rrf_k = 60;
+  double vector_weight = 0.1;
+  double whole_weight = 0.0;
+};
+
 struct DaemonConfig {
   std::string source;  // file the config came from, "" for defaults
   std::vector<std::string> listen;  // "unix:PATH" | "tcp:HOST:PORT"
@@ -94,6 +103,7 @@ struct DaemonConfig {
   SubscriberConfig subscribers;
   ToolsConfig tools;
   KnowledgeConfig knowledge;
+  CatalogConfig catalog;
   std::string log_level = "info";
 };
 

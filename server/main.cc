@@ -305,7 +305,14 @@ int Main(int argc, char** argv) {
     return 1;
   }
   spdlog::info("knowledge indexes {} ({:.0f} ms after start)", (*knowledge)->open_report(), ms_since_start());
-  auto catalog = ToolCatalogStore::Open(**storage, CatalogOptions{}, *embedder, *builtin_reranker);
+  CatalogOptions co;
+  co.coarse_slices = config.catalog.coarse_slices;
+  co.candidates = config.catalog.candidates;
+  co.grouping = config.catalog.grouping;
+  co.rrf_k = config.catalog.rrf_k;
+  co.vector_weight = config.catalog.vector_weight;
+  co.whole_weight = config.catalog.whole_weight;
+  auto catalog = ToolCatalogStore::Open(**storage, co, *embedder, *builtin_reranker);
   if (!catalog.ok()) {
     std::fprintf(stderr, "fwaid: tool catalog: %s\n", std::string(catalog.status().message()).c_str());
     return 1;

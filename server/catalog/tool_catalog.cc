@@ -316,6 +316,19 @@ absl::StatusOr<std::vector<ToolHitRecord>> ToolCatalogStore::Search(const std::s
     std::sort(ranked.begin(), ranked.end(), [](const auto& a, const auto& b) {
       return a.second > b.second || (a.second == b.second && a.first < b.first);
     });
+    if (m.options.whole_weight > 0 && mode == CatalogMode::kSlicesRerank) {
+      // Fuse the slice groups with a whole-document ranking.
+      std::unordered_map<uint32_t, double> fused_tools;
+      for (size_t i = 0; i < ranked.size(); ++i) fused_tools[ranked[i].first] += 1.0 / (m.options.rrf_k + i + 1);
+      auto whole_hits = m.docs.Search(q, n);
+      for (size_t i = 0; i < whole_hits.size(); ++i) {
+        fused_tools[whole_hits[i].first] += m.options.whole_weight / (m.options.rrf_k + i + 1);
+      }
+      ranked.assign(fused_tools.begin(), fused_tools.end());
+      std::sort(ranked.begin(), ranked.end(), [](const auto& a, const auto& b) {
+        return a.second > b.second || (a.second == b.second && a.first < b.first);
+      });
+    }
     const size_t keep = mode == CatalogMode::kSlicesRerank ? std::max<size_t>(m.options.candidates, top_k) : top_k;
     if (ranked.size() > keep) ranked.resize(keep);
     const double best = ranked.empty() ? 1.0 : std::max(ranked[0].second, 1e-12);

@@ -27,6 +27,9 @@ struct CatalogOptions {
   std::string grouping = "sum";  // "sum": sum 1/(rank+1); "rrf": sum 1/(k+rank)
   double rrf_k = 60;
   double vector_weight = 0.1;  // slice legs fused by weighted RRF
+  // Coarse stage: the slice groups fused (RRF) with a whole-document BM25
+  // ranking of this weight (0: slices only, as in the basic design).
+  double whole_weight = 0.0;
 };
 
 struct ToolRecord {

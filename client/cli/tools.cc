@@ -138,6 +138,7 @@ int ToolsCommands::Rm() {
 int ToolsCommands::Search() {
   const std::string query = absl::StrJoin(query_words_, " ");
   if (batch_.empty() && query.empty()) return Fail(g_, kExitUsage, "tools search: give a QUERY or --batch FILE");
+  if (top_k_ < 1 || top_k_ > 100) return Fail(g_, kExitUsage, absl::StrCat("--top-k ", top_k_, ": expected 1..100"));
   auto ch = ConnectChannel(g_);
   if (!ch.ok()) return Fail(g_, kExitUnreachable, std::string(ch.status().message()));
   auto stub = pb::ToolCatalog::NewStub(*ch);

@@ -1,0 +1,69 @@
+// fwai tools through the CLI and a real fwaid.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "tests/integration/daemon_fixture.h"
+
+namespace fwai::testing {
+namespace {
+
+using json = nlohmann::json;
+
+TEST(ToolsCliTest, AddListSearchBatchRemove) {
+  Daemon d(nullptr);
+  ASSERT_TRUE(d.Start()) << d.log();
+  auto fwai = [&](std::vector<std::string> args, std::string* out, std::string* err = nullptr) {
+    std::vector<std::string> argv = {std::string(FWAI_BIN_DIR) + "/fwai", "--daemon", d.address()};
+    argv.insert(argv.end(), args.begin(), args.end());
+    std::string e;
+    int rc = RunCommand(argv, out, &e);
+    if (err) *err = e;
+    return rc;
+  };
+  // A JSON array of MCP tools and a JSON-lines file of native documents.
+  std::ofstream(d.dir() + "/mcp.json") << R"([
+    {"name":"read_text_file","description":"Read the complete contents of a file as text","inputSchema":{"type":"object","properties":{"path":{"type":"string"}},"required":["path"]}},
+    {"name":"create_issue","description":"Create a new issue in a GitHub repository","inputSchema":{"type":"object","properties":{"title":{"type":"string"},"body":{"type":"string"}}}}
+  ])";
+  std::ofstream(d.dir() + "/native.jsonl")
+      << R"({"ToolName":"openocd.flash_erase_sector","ToolDescription":"Erase sectors in bank num, starting at sector first up to and including last.","Args":[{"ArgName":"num","ArgDescription":"bank"}]})" "\n"
+      << R"({"ToolName":"gdb.backtrace","ToolDescription":"Print backtrace of all stack frames.","Args":[]})" "\n";
+  std::string out, err;
+  ASSERT_EQ(fwai({"tools", "add", d.dir() + "/mcp.json", d.dir() + "/native.jsonl"}, &out, &err), 0) << err;
+  EXPECT_NE(out.find("registered 4 tools"), std::string::npos) << out;
+  ASSERT_EQ(fwai({"--json", "tools", "ls"}, &out), 0);
+  EXPECT_EQ(json::parse(out).size(), 4u);
+  ASSERT_EQ(fwai({"--json", "tools", "search", "-k", "2", "show", "the", "call", "stack", "of", "the", "crash"}, &out), 0);
+  auto hits = json::parse(out);
+  ASSERT_FALSE(hits.empty());
+  EXPECT_EQ(hits[0]["tool"]["ToolName"], "gdb.backtrace");
+  EXPECT_EQ(hits[0]["rank"], 1);
+  EXPECT_TRUE(hits[0]["score"].is_number());
+  EXPECT_EQ(hits[0]["uuid"].get<std::string>().size(), 36u);
+  std::ofstream(d.dir() + "/q.jsonl") << R"({"query":"open an issue about the bug"})" "\n"
+                                      << R"({"query":"wipe sectors 2 to 5 of flash bank 0"})" "\n";
+  ASSERT_EQ(fwai({"tools", "search", "--batch", d.dir() + "/q.jsonl", "-k", "3"}, &out), 0);
+  std::istringstream lines(out);
+  std::string l1, l2;
+  std::getline(lines, l1);
+  std::getline(lines, l2);
+  auto b1 = json::parse(l1), b2 = json::parse(l2);
+  EXPECT_TRUE(b1["took_ms"].is_number());
+  EXPECT_EQ(b1["results"][0]["tool"]["ToolName"], "create_issue");
+  EXPECT_EQ(b2["results"][0]["tool"]["ToolName"], "openocd.flash_erase_sector");
+  ASSERT_EQ(fwai({"tools", "rm", "gdb.backtrace"}, &out), 0);
+  EXPECT_EQ(fwai({"tools", "rm", "gdb.backtrace"}, &out, &err), 1);
+  EXPECT_NE(err.find("not in the catalog"), std::string::npos) << err;
+  std::ofstream(d.dir() + "/bad.json") << R"([{"description":"no name"}])";
+  EXPECT_EQ(fwai({"tools", "add", d.dir() + "/bad.json"}, &out, &err), 1);
+  EXPECT_NE(err.find("tool #1"), std::string::npos) << err;
+  EXPECT_EQ(fwai({"tools", "search", "-k", "0", "x"}, &out, &err), 2);
+  EXPECT_NE(err.find("--top-k 0"), std::string::npos) << err;
+}
+
+}  // namespace
+}  // namespace fwai::testing

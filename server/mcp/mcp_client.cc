@@ -1,0 +1,341 @@
+#include "server/mcp/mcp_client.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <mutex>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+
+namespace fwai {
+
+using json = nlohmann::json;
+
+struct McpClient::Impl {
+  McpServerConfig config;
+  pid_t pid = -1;
+  int to_child = -1;
+  int from_child = -1;
+  int err_child = -1;
+  std::thread reader, err_reader;
+  std::mutex write_mu;
+
+  struct Pending {
+    bool done = false;
+    json result;
+    absl::Status error;
+  };
+  mutable std::mutex mu;
+  std::condition_variable cv;
+  std::map<int64_t, std::shared_ptr<Pending>> pending;
+  int64_t next_id = 1;
+  bool dead = false;
+  absl::Status death;
+  std::string stderr_tail;
+  json server_info;
+
+  absl::Status Send(const json& msg) {
+    std::string line = msg.dump() + "\n";
+    std::lock_guard<std::mutex> lock(write_mu);
+    size_t off = 0;
+    while (off < line.size()) {
+      ssize_t n = write(to_child, line.data() + off, line.size() - off);
+      if (n <= 0) {
+        if (errno == EINTR) continue;
+        return absl::UnavailableError(absl::StrCat("mcp server ", config.name, ": cannot write: ", std::strerror(errno)));
+      }
+      off += n;
+    }
+    return absl::OkStatus();
+  }
+
+  void Die(absl::Status why) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (dead) return;
+    dead = true;
+    death = why;
+    for (auto& [id, p] : pending) {
+      p->done = true;
+      p->error = why;
+    }
+    pending.clear();
+    cv.notify_all();
+  }
+
+  void Dispatch(const json& msg) {
+    if (msg.contains("id") && (msg.contains("result") || msg.contains("error")) && !msg.contains("method")) {
+      if (!msg["id"].is_number_integer()) return;
+      std::lock_guard<std::mutex> lock(mu);
+      auto it = pending.find(msg["id"].get<int64_t>());
+      if (it == pending.end()) return;  // late answer to a cancelled call
+      auto p = it->second;
+      pending.erase(it);
+      p->done = true;
+      if (msg.contains("error")) {
+        const json& e = msg["error"];
+        p->error = absl::UnavailableError(absl::StrCat("mcp server ", config.name, ": error ",
+                                                       e.value("code", 0), ": ", e.value("message", std::string("?"))));
+      } else {
+        p->result = msg["result"];
+      }
+      cv.notify_all();
+      return;
+    }
+    if (msg.contains("method") && msg.contains("id")) {
+      // A request from the server: answer ping, refuse the rest.
+      json reply = {{"jsonrpc", "2.0"}, {"id", msg["id"]}};
+      if (msg["method"] == "ping") {
+        reply["result"] = json::object();
+      } else {
+        reply["error"] = {{"code", -32601}, {"message", "method not supported by this client"}};
+      }
+      (void)Send(reply);
+    }
+    // Notifications (logging, list_changed, progress) need no answer.
+  }
+
+  void ReadLoop() {
+    std::string buf;
+    char chunk[65536];
+    while (true) {
+      ssize_t n = read(from_child, chunk, sizeof(chunk));
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) break;
+      buf.append(chunk, n);
+      size_t nl;
+      while ((nl = buf.find('\n')) != std::string::npos) {
+        std::string line = buf.substr(0, nl);
+        buf.erase(0, nl + 1);
+        if (!line.empty() && line.back() == '\r') line.pop_back();
+        if (line.find_first_not_of(" \t") == std::string::npos) continue;
+        json msg = json::parse(line, nullptr, false);
+        if (!msg.is_object()) {
+          Die(absl::UnavailableError(absl::StrCat("mcp server ", config.name,
+                                                  " wrote something that is not a JSON-RPC message: ", line.substr(0, 200))));
+          kill(pid, SIGTERM);
+          return;
+        }
+        Dispatch(msg);
+      }
+    }
+    int status = 0;
+    std::string how = "closed its output";
+    if (waitpid(pid, &status, WNOHANG) == pid) {
+      how = WIFEXITED(status) ? absl::StrCat("exited with code ", WEXITSTATUS(status))
+                              : absl::StrCat("was killed by signal ", WTERMSIG(status));
+      pid = -1;
+    }
+    std::string tail;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      tail = stderr_tail;
+    }
+    Die(absl::UnavailableError(absl::StrCat("mcp server ", config.name, " ", how,
+                                            tail.empty() ? "" : absl::StrCat(": ", tail))));
+  }
+
+  void ErrLoop() {
+    char chunk[4096];
+    while (true) {
+      ssize_t n = read(err_child, chunk, sizeof(chunk));
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) break;
+      std::lock_guard<std::mutex> lock(mu);
+      stderr_tail.append(chunk, n);
+      if (stderr_tail.size() > 2000) stderr_tail.erase(0, stderr_tail.size() - 2000);
+    }
+  }
+
+  absl::StatusOr<json> Request(const std::string& method, const json& params, CancelToken* cancel, int timeout_ms) {
+    auto p = std::make_shared<Pending>();
+    int64_t id;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      if (dead) return death;
+      id = next_id++;
+      pending[id] = p;
+    }
+    absl::Status s = Send({{"jsonrpc", "2.0"}, {"id", id}, {"method", method}, {"params", params}});
+    if (!s.ok()) {
+      Die(s);
+      return s;
+    }
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+    std::unique_lock<std::mutex> lock(mu);
+    while (!p->done) {
+      if (cancel && cancel->cancelled()) {
+        pending.erase(id);
+        lock.unlock();
+        (void)Send({{"jsonrpc", "2.0"}, {"method", "notifications/cancelled"},
+                    {"params", {{"requestId", id}, {"reason", "cancelled by the user"}}}});
+        return absl::CancelledError(absl::StrCat("mcp ", method, " cancelled"));
+      }
+      if (cv.wait_until(lock, std::min(deadline, std::chrono::steady_clock::now() + std::chrono::milliseconds(50))) ==
+              std::cv_status::timeout &&
+          std::chrono::steady_clock::now() >= deadline && !p->done) {
+        pending.erase(id);
+        lock.unlock();
+        (void)Send({{"jsonrpc", "2.0"}, {"method", "notifications/cancelled"},
+                    {"params", {{"requestId", id}, {"reason", "timed out"}}}});
+        return absl::DeadlineExceededError(absl::StrCat("mcp server ", config.name, ": ", method, " gave no answer in ",
+                                                        timeout_ms, " ms"));
+      }
+    }
+    if (!p->error.ok()) return p->error;
+    return p->result;
+  }
+};
+
+McpClient::McpClient(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+McpClient::~McpClient() {
+  Impl& m = *impl_;
+  if (m.to_child >= 0) close(m.to_child);
+  if (m.pid > 0) {
+    kill(-m.pid, SIGTERM);
+    for (int i = 0; i < 100; ++i) {
+      if (waitpid(m.pid, nullptr, WNOHANG) == m.pid) {
+        m.pid = -1;
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    if (m.pid > 0) {
+      kill(-m.pid, SIGKILL);
+      waitpid(m.pid, nullptr, 0);
+    }
+  }
+  if (m.reader.joinable()) m.reader.join();
+  if (m.err_reader.joinable()) m.err_reader.join();
+  if (m.from_child >= 0) close(m.from_child);
+  if (m.err_child >= 0) close(m.err_child);
+}
+
+absl::StatusOr<std::unique_ptr<McpClient>> McpClient::Start(McpServerConfig config) {
+  if (config.command.empty()) return absl::InvalidArgumentError(absl::StrCat("mcp server ", config.name, ": no command"));
+  auto impl = std::make_unique<Impl>();
+  impl->config = config;
+  int in[2], out[2], err[2], ex[2];
+  if (pipe2(in, O_CLOEXEC) || pipe2(out, O_CLOEXEC) || pipe2(err, O_CLOEXEC) || pipe2(ex, O_CLOEXEC)) {
+    return absl::InternalError("pipe failed");
+  }
+  pid_t pid = fork();
+  if (pid == 0) {
+    setpgid(0, 0);
+    dup2(in[0], 0);
+    dup2(out[1], 1);
+    dup2(err[1], 2);
+    for (const auto& [k, v] : config.env) setenv(k.c_str(), v.c_str(), 1);
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, nullptr);
+    std::vector<char*> argv;
+    for (auto& a : config.command) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    execvp(argv[0], argv.data());
+    int e = errno;
+    (void)!write(ex[1], &e, sizeof(e));
+    _exit(127);
+  }
+  close(in[0]);
+  close(out[1]);
+  close(err[1]);
+  close(ex[1]);
+  int e = 0;
+  if (read(ex[0], &e, sizeof(e)) == sizeof(e)) {
+    close(ex[0]);
+    close(in[1]);
+    close(out[0]);
+    close(err[0]);
+    waitpid(pid, nullptr, 0);
+    return absl::NotFoundError(absl::StrCat("mcp server ", config.name, ": cannot run ", config.command[0], ": ",
+                                            std::strerror(e)));
+  }
+  close(ex[0]);
+  signal(SIGPIPE, SIG_IGN);
+  impl->pid = pid;
+  impl->to_child = in[1];
+  impl->from_child = out[0];
+  impl->err_child = err[0];
+  Impl* raw = impl.get();
+  impl->reader = std::thread([raw] { raw->ReadLoop(); });
+  impl->err_reader = std::thread([raw] { raw->ErrLoop(); });
+  std::unique_ptr<McpClient> client(new McpClient(std::move(impl)));
+  auto init = raw->Request("initialize",
+                           {{"protocolVersion", "2025-03-26"},
+                            {"capabilities", json::object()},
+                            {"clientInfo", {{"name", "fwai"}, {"version", "0.1.0"}}}},
+                           nullptr, config.init_timeout_ms);
+  if (!init.ok()) return init.status();
+  raw->server_info = init->value("serverInfo", json::object());
+  auto s = raw->Send({{"jsonrpc", "2.0"}, {"method", "notifications/initialized"}});
+  if (!s.ok()) return s;
+  return client;
+}
+
+absl::StatusOr<std::vector<McpTool>> McpClient::ListTools(int timeout_ms) {
+  std::vector<McpTool> tools;
+  json cursor;
+  for (int page = 0; page < 100; ++page) {
+    json params = json::object();
+    if (!cursor.is_null()) params["cursor"] = cursor;
+    auto r = impl_->Request("tools/list", params, nullptr, timeout_ms);
+    if (!r.ok()) return r.status();
+    if (!r->contains("tools") || !(*r)["tools"].is_array()) {
+      return absl::UnavailableError(absl::StrCat("mcp server ", impl_->config.name, ": tools/list answer has no tools"));
+    }
+    for (const auto& t : (*r)["tools"]) {
+      if (!t.is_object() || !t.contains("name") || !t["name"].is_string()) continue;
+      tools.push_back({t["name"], t.value("description", ""), t.value("inputSchema", json::object())});
+    }
+    if (!r->contains("nextCursor") || (*r)["nextCursor"].is_null()) break;
+    cursor = (*r)["nextCursor"];
+  }
+  return tools;
+}
+
+absl::StatusOr<McpCallResult> McpClient::CallTool(const std::string& tool, const json& arguments, CancelToken* cancel,
+                                                  int timeout_ms) {
+  auto r = impl_->Request("tools/call", {{"name", tool}, {"arguments", arguments}}, cancel, timeout_ms);
+  if (!r.ok()) return r.status();
+  McpCallResult out;
+  out.is_error = r->value("isError", false);
+  if (r->contains("content") && (*r)["content"].is_array()) {
+    for (const auto& c : (*r)["content"]) {
+      const std::string type = c.value("type", "");
+      if (!out.text.empty()) out.text += "\n";
+      if (type == "text") {
+        out.text += c.value("text", "");
+      } else if (type == "resource" && c.contains("resource")) {
+        out.text += c["resource"].value("text", absl::StrCat("[resource ", c["resource"].value("uri", ""), "]"));
+      } else {
+        out.text += absl::StrCat("[", type, " content]");
+      }
+    }
+  } else if (r->contains("structuredContent")) {
+    out.text = (*r)["structuredContent"].dump();
+  }
+  return out;
+}
+
+bool McpClient::alive() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return !impl_->dead;
+}
+
+const std::string& McpClient::name() const { return impl_->config.name; }
+
+std::string McpClient::server_info() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->server_info.dump();
+}
+
+}  // namespace fwai

@@ -21,7 +21,7 @@ using json = nlohmann::json;
 
 struct McpClient::Impl {
   McpServerConfig config;
-  pid_t pid = -1;
+  std::atomic<pid_t> pid{-1};  // -1 once reaped (by the reader or the destructor)
   int to_child = -1;
   int from_child = -1;
   int err_child = -1;
@@ -128,7 +128,14 @@ struct McpClient::Impl {
     }
     int status = 0;
     std::string how = "closed its output";
-    if (waitpid(pid, &status, WNOHANG) == pid) {
+    // The output closes a moment before the exit can be reaped: wait a little
+    // (bounded; a server may close stdout and live on).
+    bool reaped = false;
+    for (int i = 0; i < 100 && !reaped; ++i) {
+      reaped = waitpid(pid, &status, WNOHANG) == pid;
+      if (!reaped) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    if (reaped) {
       how = WIFEXITED(status) ? absl::StrCat("exited with code ", WEXITSTATUS(status))
                               : absl::StrCat("was killed by signal ", WTERMSIG(status));
       pid = -1;

@@ -157,7 +157,7 @@ absl::StatusOr<DaemonConfig> ParseConfig(const std::string& yaml_text, const std
   try {
     CFG_TRY(r.CheckKeys(root, "",
                         {"listen", "data_dir", "default_provider", "providers", "agent", "http",
-                         "retry", "subscribers", "tools", "knowledge", "catalog", "log_level"}));
+                         "retry", "subscribers", "tools", "knowledge", "catalog", "mcp_servers", "log_level"}));
     if (auto n = root["listen"]) {
       if (n.IsScalar()) {
         c.listen.push_back(n.Scalar());
@@ -266,6 +266,29 @@ absl::StatusOr<DaemonConfig> ParseConfig(const std::string& yaml_text, const std
       if (n["list_dir_max_entries"]) {
         CFG_TRY(r.Int(n["list_dir_max_entries"], "tools.list_dir_max_entries", 1, 100000,
                       c.tools.list_dir_max_entries));
+      }
+    }
+    if (auto n = root["mcp_servers"]) {
+      if (!n.IsMap()) return r.Error(n, "mcp_servers", "expected a mapping of server name to {command, env}");
+      for (const auto& kv : n) {
+        const std::string name = kv.first.as<std::string>();
+        const std::string f = "mcp_servers." + name;
+        CFG_TRY(r.CheckKeys(kv.second, f, {"command", "env"}));
+        McpServerEntry e;
+        const auto& cmd = kv.second["command"];
+        if (!cmd || !cmd.IsSequence() || cmd.size() == 0) {
+          return r.Error(cmd ? cmd : kv.second, f + ".command", "expected a non-empty list (program and arguments)");
+        }
+        for (const auto& a : cmd) {
+          std::string s;
+          CFG_TRY(r.String(a, f + ".command[]", s));
+          e.command.push_back(s);
+        }
+        if (const auto& env = kv.second["env"]) {
+          if (!env.IsMap()) return r.Error(env, f + ".env", "expected a mapping of variable to value");
+          for (const auto& ev : env) e.env[ev.first.as<std::string>()] = ev.second.as<std::string>();
+        }
+        c.mcp_servers[name] = e;
       }
     }
     if (auto n = root["catalog"]) {

@@ -89,6 +89,11 @@ struct CatalogConfig {
   double whole_weight = 0.0;
 };
 
+struct McpServerEntry {
+  std::vector<std::string> command;
+  std::map<std::string, std::string> env;
+};
+
 struct DaemonConfig {
   std::string source;  // file the config came from, "" for defaults
   std::vector<std::string> listen;  // "unix:PATH" | "tcp:HOST:PORT"
@@ -104,6 +109,7 @@ struct DaemonConfig {
   ToolsConfig tools;
   KnowledgeConfig knowledge;
   CatalogConfig catalog;
+  std::map<std::string, McpServerEntry> mcp_servers;
   std::string log_level = "info";
 };
 

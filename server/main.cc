@@ -21,6 +21,8 @@
 #include <fstream>
 #include <thread>
 
+#include <nlohmann/json.hpp>
+
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/clock.h"
@@ -31,6 +33,7 @@
 #include "common/thread_pool.h"
 #include "server/api/api.h"
 #include "server/catalog/tool_catalog.h"
+#include "server/mcp/mcp_manager.h"
 #include "server/knowledge/document_search_tool.h"
 #include "server/knowledge/embedder.h"
 #include "server/knowledge/knowledge_base.h"
@@ -329,6 +332,27 @@ int Main(int argc, char** argv) {
     cso.web_context_api_key = std::getenv(kc.code_web_context_api_key_env.c_str());
   }
   tools.Register(MakeCodeSearchTool(**knowledge, cso, http.get()));
+
+  // MCP servers: started now, supervised (restarted with backoff) afterwards;
+  // their tools join the agent's registry and the catalog.
+  std::vector<McpServerConfig> mcp_configs;
+  for (const auto& [name, e] : config.mcp_servers) mcp_configs.push_back({name, e.command, e.env});
+  McpManager mcp(mcp_configs);
+  if (!mcp_configs.empty()) {
+    std::vector<std::string> docs;
+    for (auto& info : mcp.Start()) {
+      nlohmann::json doc = {{"name", info.qualified},
+                            {"description", info.description},
+                            {"inputSchema", info.input_schema},
+                            {"source", "mcp:" + info.server}};
+      docs.push_back(doc.dump());
+      tools.Register(MakeMcpTool(mcp, std::move(info)));
+    }
+    if (!docs.empty()) {
+      auto reg = (*catalog)->Register(docs);
+      if (!reg.ok()) spdlog::warn("mcp tools not added to the catalog: {}", reg.status().ToString());
+    }
+  }
   SessionManager sessions(**storage, config.subscribers);
   TurnManager turns(sessions, config, providers, tools);
   PeerRegistry peers;
@@ -429,6 +453,7 @@ int Main(int argc, char** argv) {
   fd_cq->Shutdown();
   fd_cq_thread.join();
   pool.Shutdown();
+  mcp.Stop();
   if (auto s = (*knowledge)->SaveIndexes(); !s.ok()) spdlog::error("saving knowledge indexes: {}", s.ToString());
   if (auto s = (*storage)->SyncWal(); !s.ok()) {
     spdlog::error("final sync failed: {}", s.ToString());

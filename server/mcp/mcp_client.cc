@@ -340,6 +340,8 @@ bool McpClient::alive() const {
 
 const std::string& McpClient::name() const { return impl_->config.name; }
 
+int McpClient::pid() const { return impl_->pid.load(); }
+
 std::string McpClient::server_info() const {
   std::lock_guard<std::mutex> lock(impl_->mu);
   return impl_->server_info.dump();

@@ -49,6 +49,7 @@ class McpClient {
   [[nodiscard]] absl::StatusOr<McpCallResult> CallTool(const std::string& tool, const nlohmann::json& arguments,
                                                        CancelToken* cancel, int timeout_ms = 60000);
   bool alive() const;
+  int pid() const;  // the server process, -1 once it is gone
   const std::string& name() const;
   std::string server_info() const;
 

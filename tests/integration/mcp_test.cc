@@ -7,7 +7,10 @@
 #include <fstream>
 #include <thread>
 
+#include <signal.h>
+
 #include "server/mcp/mcp_client.h"
+#include "server/mcp/mcp_manager.h"
 #include "tests/integration/daemon_fixture.h"
 
 namespace fwai {
@@ -106,6 +109,70 @@ TEST(McpClientTest, BrokenServersFailClearly) {
   EXPECT_EQ(r.status().code(), absl::StatusCode::kUnavailable);
   EXPECT_NE(r.status().message().find("exited with code 7"), std::string::npos) << r.status();
   EXPECT_FALSE((*c)->alive());
+}
+
+TEST(McpManagerTest, AKilledServerIsRestarted) {
+  McpManager m({{"everything", {Bin("mcp-server-everything")}, {}}});
+  auto tools = m.Start();
+  bool echo = false;
+  for (const auto& t : tools) echo |= t.qualified == "mcp_everything_echo";
+  EXPECT_TRUE(echo);
+  ASSERT_TRUE(m.Call("everything", "echo", {{"message", "one"}}, nullptr).ok());
+  const int first = m.pid("everything");
+  ASSERT_GT(first, 0);
+  kill(-first, SIGKILL);
+  // While it is down, calls say so; within the backoff it comes back.
+  bool back = false;
+  for (int i = 0; i < 100 && !back; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    auto r = m.Call("everything", "echo", {{"message", "two"}}, nullptr);
+    if (r.ok()) {
+      back = r->text.find("two") != std::string::npos;
+    } else {
+      EXPECT_NE(r.status().message().find("everything"), std::string::npos) << r.status();
+    }
+  }
+  EXPECT_TRUE(back);
+  EXPECT_NE(m.pid("everything"), first);
+  EXPECT_GE(m.restarts("everything"), 1);
+  EXPECT_EQ(McpManager::QualifiedName("my.server", "read/file"), "mcp_my_server_read_file");
+}
+
+TEST(McpDaemonTest, ServerToolsReachTheCatalogAndTheAgent) {
+  testing::FakeLlmServer fake;
+  ASSERT_GT(fake.Start(), 0);
+  testing::Daemon d(&fake, "mcp_servers:\n  everything:\n    command: [" + Bin("mcp-server-everything") + "]\n");
+  ASSERT_TRUE(d.Start()) << d.log();
+  std::string out, err;
+  std::vector<std::string> argv = {std::string(FWAI_BIN_DIR) + "/fwai", "--daemon", d.address(), "--json", "tools",
+                                   "search", "-k", "3", "echo", "back", "the", "message", "I", "send"};
+  ASSERT_EQ(testing::RunCommand(argv, &out, &err), 0) << err;
+  auto hits = json::parse(out);
+  ASSERT_FALSE(hits.empty());
+  EXPECT_EQ(hits[0]["tool"]["ToolName"], "mcp_everything_echo");
+  EXPECT_EQ(hits[0]["tool"]["source"], "mcp:everything");
+  testing::FakeReply call;
+  call.tool_calls = {{"call_1", "mcp_everything_echo", {{"message", "ping from the model"}}}};
+  fake.Enqueue(call);
+  testing::FakeReply done;
+  done.chunks = {"done"};
+  fake.Enqueue(done);
+  auto s = d.CreateSession();
+  auto turn = testing::RunChat(*d.sessions(), s.id(), "use the echo tool");
+  ASSERT_TRUE(turn.finished) << d.log();
+  bool echoed = false;
+  for (const auto& ev : turn.events) {
+    if (ev.has_tool_call_finished()) {
+      EXPECT_FALSE(ev.tool_call_finished().is_error()) << ev.tool_call_finished().output();
+      echoed |= ev.tool_call_finished().output().find("ping from the model") != std::string::npos;
+    }
+  }
+  EXPECT_TRUE(echoed);
+  // The tool was offered to the model with an API-safe name.
+  bool offered = false;
+  const auto reqs = fake.requests();  // a copy: the loop must not run over a temporary
+  for (const auto& t : reqs[0].body["tools"]) offered |= t["name"] == "mcp_everything_echo";
+  EXPECT_TRUE(offered);
 }
 
 }  // namespace

@@ -1,0 +1,171 @@
+#include "server/mcp/mcp_manager.h"
+
+#include <spdlog/spdlog.h>
+
+#include "absl/strings/str_cat.h"
+#include "server/tools/tool.h"
+
+namespace fwai {
+
+using json = nlohmann::json;
+
+std::string McpManager::QualifiedName(const std::string& server, const std::string& tool) {
+  std::string q = "mcp_" + server + "_" + tool;
+  for (auto& c : q) {
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_' && c != '-') c = '_';
+  }
+  if (q.size() > 64) q.resize(64);
+  return q;
+}
+
+McpManager::McpManager(std::vector<McpServerConfig> servers) {
+  for (auto& c : servers) servers_[c.name].config = std::move(c);
+}
+
+McpManager::~McpManager() { Stop(); }
+
+std::vector<McpToolInfo> McpManager::Connect(Server& s) {
+  std::vector<McpToolInfo> out;
+  auto c = McpClient::Start(s.config);
+  if (!c.ok()) {
+    s.last_error = std::string(c.status().message());
+    return out;
+  }
+  auto tools = (*c)->ListTools();
+  if (!tools.ok()) {
+    s.last_error = std::string(tools.status().message());
+    return out;
+  }
+  s.client = std::shared_ptr<McpClient>(std::move(*c));
+  s.last_error.clear();
+  s.backoff_ms = 1000;
+  for (const auto& t : *tools) {
+    out.push_back({s.config.name, t.name, QualifiedName(s.config.name, t.name), t.description, t.input_schema});
+  }
+  return out;
+}
+
+std::vector<McpToolInfo> McpManager::Start() {
+  std::vector<McpToolInfo> all;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& [name, s] : servers_) {
+      auto tools = Connect(s);
+      if (!s.client) {
+        spdlog::warn("mcp server {}: {}; retrying in the background", name, s.last_error);
+        s.next_try = std::chrono::steady_clock::now() + std::chrono::milliseconds(s.backoff_ms);
+      } else {
+        spdlog::info("mcp server {}: {} tools", name, tools.size());
+      }
+      all.insert(all.end(), tools.begin(), tools.end());
+    }
+  }
+  supervisor_ = std::thread([this] { Supervise(); });
+  return all;
+}
+
+void McpManager::Supervise() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!stopping_) {
+    cv_.wait_for(lock, std::chrono::milliseconds(200));
+    if (stopping_) break;
+    const auto now = std::chrono::steady_clock::now();
+    for (auto& [name, s] : servers_) {
+      if (s.client && s.client->alive()) continue;
+      if (s.client) {  // it died: schedule a restart
+        s.last_error = "stopped; restarting";
+        s.client.reset();
+        s.next_try = now + std::chrono::milliseconds(s.backoff_ms);
+        spdlog::warn("mcp server {} died; restarting in {} ms", name, s.backoff_ms);
+        continue;
+      }
+      if (now < s.next_try) continue;
+      ++s.restarts;
+      Connect(s);
+      if (!s.client) {
+        s.backoff_ms = std::min(s.backoff_ms * 2, 60000);
+        s.next_try = now + std::chrono::milliseconds(s.backoff_ms);
+        spdlog::warn("mcp server {}: restart failed ({}); next try in {} ms", name, s.last_error, s.backoff_ms);
+      } else {
+        spdlog::info("mcp server {} restarted", name);
+      }
+    }
+  }
+}
+
+absl::StatusOr<McpCallResult> McpManager::Call(const std::string& server, const std::string& tool, const json& args,
+                                               CancelToken* cancel) {
+  std::shared_ptr<McpClient> client;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = servers_.find(server);
+    if (it == servers_.end()) return absl::NotFoundError(absl::StrCat("no mcp server named ", server));
+    client = it->second.client;
+    if (!client || !client->alive()) {
+      return absl::UnavailableError(absl::StrCat("mcp server ", server, " is not running (",
+                                                 it->second.last_error.empty() ? "restarting" : it->second.last_error,
+                                                 "); try again shortly"));
+    }
+  }
+  auto r = client->CallTool(tool, args, cancel);
+  if (!r.ok()) cv_.notify_all();  // let the supervisor look at it now
+  return r;
+}
+
+void McpManager::Stop() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_) return;
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  if (supervisor_.joinable()) supervisor_.join();
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& [name, s] : servers_) s.client.reset();
+}
+
+int McpManager::pid(const std::string& server) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = servers_.find(server);
+  return it != servers_.end() && it->second.client ? it->second.client->pid() : -1;
+}
+
+int McpManager::restarts(const std::string& server) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = servers_.find(server);
+  return it == servers_.end() ? 0 : it->second.restarts;
+}
+
+namespace {
+
+class McpProxyTool final : public Tool {
+ public:
+  McpProxyTool(McpManager& m, McpToolInfo info) : m_(m), info_(std::move(info)) {}
+  std::string name() const override { return info_.qualified; }
+  std::string description() const override {
+    return absl::StrCat(info_.description, " (MCP server ", info_.server, ")");
+  }
+  json input_schema() const override {
+    return info_.input_schema.is_object() && !info_.input_schema.empty() ? info_.input_schema
+                                                                         : json{{"type", "object"}};
+  }
+  // Whatever the server does is outside fwaid's view: never read-only.
+  bool read_only() const override { return false; }
+  ToolResult Run(const json& input, ToolContext& ctx) override {
+    auto r = m_.Call(info_.server, info_.tool, input, ctx.cancel);
+    if (!r.ok()) return {std::string(r.status().message()), true};
+    return {r->text, r->is_error};
+  }
+
+ private:
+  McpManager& m_;
+  const McpToolInfo info_;
+};
+
+}  // namespace
+
+std::unique_ptr<Tool> MakeMcpTool(McpManager& manager, McpToolInfo info) {
+  return std::make_unique<McpProxyTool>(manager, std::move(info));
+}
+
+}  // namespace fwai

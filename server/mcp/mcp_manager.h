@@ -1,0 +1,72 @@
+// Supervises the MCP servers fwaid was configured with: starts them, lists
+// their tools, restarts a server that died (backoff 1 s doubling to 60 s),
+// and routes calls. Tools are named mcp_<server>_<tool> (characters outside
+// [A-Za-z0-9_-] become '_', at most 64 characters). Thread-safe.
+#pragma once
+
+#include <condition_variable>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "server/mcp/mcp_client.h"
+
+namespace fwai {
+
+class Tool;
+
+struct McpToolInfo {
+  std::string server;
+  std::string tool;       // the server's own name
+  std::string qualified;  // mcp_<server>_<tool>
+  std::string description;
+  nlohmann::json input_schema;
+};
+
+class McpManager {
+ public:
+  explicit McpManager(std::vector<McpServerConfig> servers);
+  ~McpManager();
+  McpManager(const McpManager&) = delete;
+  McpManager& operator=(const McpManager&) = delete;
+
+  // Starts every server and lists its tools (failures are logged and the
+  // server is retried by the supervisor). Returns the tools known now.
+  std::vector<McpToolInfo> Start();
+  // UNAVAILABLE names the server and why it is down (restarting, or its error).
+  [[nodiscard]] absl::StatusOr<McpCallResult> Call(const std::string& server, const std::string& tool,
+                                                   const nlohmann::json& args, CancelToken* cancel);
+  void Stop();
+  // For tests and status: the server's process id (-1 if down) and restarts.
+  int pid(const std::string& server);
+  int restarts(const std::string& server);
+
+  static std::string QualifiedName(const std::string& server, const std::string& tool);
+
+ private:
+  struct Server {
+    McpServerConfig config;
+    std::shared_ptr<McpClient> client;
+    std::string last_error;
+    int restarts = 0;
+    int backoff_ms = 1000;
+    std::chrono::steady_clock::time_point next_try;
+  };
+  void Supervise();
+  std::vector<McpToolInfo> Connect(Server& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::map<std::string, Server> servers_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread supervisor_;
+};
+
+// Agent tools that call MCP tools through the manager.
+std::unique_ptr<Tool> MakeMcpTool(McpManager& manager, McpToolInfo info);
+
+}  // namespace fwai

@@ -204,7 +204,9 @@ absl::StatusOr<DaemonConfig> ParseConfig(const std::string& yaml_text, const std
       }
     }
     if (auto n = root["agent"]) {
-      CFG_TRY(r.CheckKeys(n, "agent", {"max_iterations", "max_message_bytes"}));
+      CFG_TRY(r.CheckKeys(n, "agent", {"max_iterations", "max_message_bytes", "tool_threshold", "tools_top_k"}));
+      if (n["tool_threshold"]) CFG_TRY(r.Int(n["tool_threshold"], "agent.tool_threshold", 1, 100000, c.tool_threshold));
+      if (n["tools_top_k"]) CFG_TRY(r.Int(n["tools_top_k"], "agent.tools_top_k", 1, 100, c.tools_top_k));
       if (n["max_iterations"]) {
         CFG_TRY(r.Int(n["max_iterations"], "agent.max_iterations", 1, 1000, c.max_iterations));
       }

@@ -101,6 +101,8 @@ struct DaemonConfig {
   std::string default_provider;
   std::map<std::string, ProviderConfig> providers;
   int max_iterations = 25;
+  int tool_threshold = 30;  // above this many tools, offer core + retrieved ones per call
+  int tools_top_k = 8;
   int64_t max_message_bytes = 256 * 1024;
   int http_connect_timeout_s = 15;
   int http_idle_timeout_s = 120;  // no byte for this long fails the stream

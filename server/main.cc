@@ -354,7 +354,15 @@ int Main(int argc, char** argv) {
     }
   }
   SessionManager sessions(**storage, config.subscribers);
-  TurnManager turns(sessions, config, providers, tools);
+  ToolCatalogStore* catalog_ptr = catalog->get();
+  TurnManager turns(sessions, config, providers, tools, [catalog_ptr](const std::string& query, int k) {
+    std::vector<std::string> names;
+    auto hits = catalog_ptr->Search(query.substr(0, 4096), std::clamp(k, 1, 100));
+    if (hits.ok()) {
+      for (const auto& h : *hits) names.push_back(h.tool.name);
+    }
+    return names;
+  });
   PeerRegistry peers;
 
   ApiDeps deps;

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "client/lib/client.h"
 #include "fwai/v1/events.pb.h"
@@ -134,6 +135,11 @@ void EventRenderer::Render(const fwai::v1::ServerEvent& ev) {
       return;
     case E::kQuestionAsked:
       for (const auto& q : ev.question_asked().questions()) Line(stdout, absl::StrCat("? ", q.text()));
+      return;
+    case E::kToolsOffered:
+      if (show_user_) {
+        Line(stdout, Dim(stdout, absl::StrCat("[tools: ", absl::StrJoin(ev.tools_offered().tools(), ", "), "]")));
+      }
       return;
     case E::kCompacted:
       Line(stdout, Dim(stdout, absl::StrCat("[compacted ", ev.compacted().dropped_messages(), " messages]")));

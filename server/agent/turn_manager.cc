@@ -55,8 +55,8 @@ struct TurnManager::Turn {
 };
 
 TurnManager::TurnManager(SessionManager& sessions, const DaemonConfig& config,
-                         const ProviderSet& providers, const ToolRegistry& tools)
-    : sessions_(sessions), config_(config), providers_(providers), tools_(tools) {}
+                         const ProviderSet& providers, const ToolRegistry& tools, ToolRetriever retriever)
+    : sessions_(sessions), config_(config), providers_(providers), tools_(tools), retriever_(std::move(retriever)) {}
 
 TurnManager::~TurnManager() { Shutdown(); }
 
@@ -321,8 +321,46 @@ void TurnManager::Run(Turn* turn, TurnRequest req) {
   double price_in = 0, price_out = 0;
   PriceFor(model, &price_in, &price_out);
 
-  std::vector<ToolSpec> specs;
-  for (Tool* t : tools_.All()) specs.push_back({t->name(), t->description(), t->input_schema()});
+  // The tools offered to the model. With many tools (MCP servers, ...), each
+  // call gets the core (built-in) tools, the ones retrieved for the request,
+  // and those the model found with toolSearch.
+  const std::vector<Tool*> all_tools = tools_.All();
+  const bool select = retriever_ && static_cast<int>(all_tools.size()) > config_.tool_threshold;
+  std::set<std::string> offered;
+  auto is_core = [](const Tool* t) { return t->name().rfind("mcp_", 0) != 0; };
+  if (select) {
+    for (const std::string& name : retriever_(req.text, config_.tools_top_k * 3)) {
+      if (static_cast<int>(offered.size()) >= config_.tools_top_k) break;
+      if (Tool* t = tools_.Find(name); t && !is_core(t)) offered.insert(name);
+    }
+  }
+  const std::string kToolSearch = "toolSearch";
+  auto build_specs = [&]() {
+    std::vector<ToolSpec> out;
+    for (Tool* t : all_tools) {
+      if (!select || is_core(t) || offered.count(t->name())) out.push_back({t->name(), t->description(), t->input_schema()});
+    }
+    if (select) {
+      out.push_back({kToolSearch,
+                     "Find more tools for a task among the ones not offered yet (MCP servers and others). "
+                     "Found tools become callable for the rest of this turn.",
+                     {{"type", "object"},
+                      {"properties", {{"query", {{"type", "string"}, {"description", "What the tool must do"}}}}},
+                      {"required", {"query"}}}});
+    }
+    return out;
+  };
+  auto announce = [&](const std::vector<ToolSpec>& specs, const std::string& reason) {
+    if (!select) return;
+    ServerEvent ev;
+    auto* o = ev.mutable_tools_offered();
+    o->mutable_origin()->set_agent("main");
+    for (const auto& s : specs) o->add_tools(s.name);
+    o->set_reason(reason);
+    ctx.Emit(std::move(ev));
+  };
+  std::vector<ToolSpec> specs = build_specs();
+  announce(specs, "retrieved for the request");
 
   auto history = sessions_.LoadHistory(req.session_id);
   if (!history.ok()) {
@@ -424,7 +462,24 @@ void TurnManager::Run(Turn* turn, TurnRequest req) {
       const int64_t t0 = MonotonicNanos();
       ToolResult tr;
       Tool* tool = tools_.Find(tool_name);
-      if (tool == nullptr) {
+      if (select && tool_name == kToolSearch) {
+        const std::string q = input.value("query", "");
+        std::string found;
+        int added = 0;
+        for (const std::string& name : q.empty() ? std::vector<std::string>{} : retriever_(q, config_.tools_top_k * 3)) {
+          Tool* t = tools_.Find(name);
+          if (!t || is_core(t) || added >= config_.tools_top_k) continue;
+          offered.insert(name);
+          ++added;
+          absl::StrAppend(&found, name, ": ", t->description(), "\n");
+        }
+        tr = found.empty() ? ToolResult{"no further tools match", false}
+                           : ToolResult{absl::StrCat("These tools are now available:\n", found), false};
+        specs = build_specs();
+        announce(specs, "after toolSearch");
+      } else if (select && tool && !is_core(tool) && !offered.count(tool_name)) {
+        tr = {absl::StrCat("tool '", tool_name, "' was not offered in this turn; find it with toolSearch first"), true};
+      } else if (tool == nullptr) {
         tr = {absl::StrCat("unknown tool '", tool_name, "'"), true};
       } else {
         ToolContext tctx;

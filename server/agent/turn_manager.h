@@ -6,7 +6,9 @@
 // Thread-safe. Cancel() stops the HTTP stream and the running tool promptly.
 #pragma once
 
+#include <functional>
 #include <map>
+#include <vector>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -28,6 +30,9 @@ struct ProviderSet {
   Provider* Find(const std::string& name) const;
 };
 
+// Finds tools for a request: names of catalog tools, best first.
+using ToolRetriever = std::function<std::vector<std::string>(const std::string& query, int k)>;
+
 struct TurnRequest {
   std::string session_id;
   std::string turn_id;  // client-chosen (so it can follow its own turn) or generated
@@ -39,8 +44,10 @@ struct TurnRequest {
 
 class TurnManager {
  public:
+  // `retriever` (may be null) picks tools per call once the registry holds
+  // more than agent.tool_threshold tools.
   TurnManager(SessionManager& sessions, const DaemonConfig& config, const ProviderSet& providers,
-              const ToolRegistry& tools);
+              const ToolRegistry& tools, ToolRetriever retriever = nullptr);
   ~TurnManager();
   TurnManager(const TurnManager&) = delete;
   TurnManager& operator=(const TurnManager&) = delete;
@@ -64,6 +71,7 @@ class TurnManager {
   const DaemonConfig& config_;
   const ProviderSet& providers_;
   const ToolRegistry& tools_;
+  const ToolRetriever retriever_;
   std::mutex mu_;
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
   std::map<std::string, std::unique_ptr<Turn>> turns_ ABSL_GUARDED_BY(mu_);

@@ -5,6 +5,8 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <set>
 #include <thread>
 
 #include <signal.h>
@@ -173,6 +175,55 @@ TEST(McpDaemonTest, ServerToolsReachTheCatalogAndTheAgent) {
   const auto reqs = fake.requests();  // a copy: the loop must not run over a temporary
   for (const auto& t : reqs[0].body["tools"]) offered |= t["name"] == "mcp_everything_echo";
   EXPECT_TRUE(offered);
+}
+
+TEST(McpDaemonTest, LargeToolSetsAreOfferedPerRequestWithToolSearch) {
+  testing::FakeLlmServer fake;
+  ASSERT_GT(fake.Start(), 0);
+  testing::Daemon d(&fake, "mcp_servers:\n  everything:\n    command: [" + Bin("mcp-server-everything") +
+                               "]\nagent:\n  tool_threshold: 3\n  tools_top_k: 2\n");
+  ASSERT_TRUE(d.Start()) << d.log();
+  testing::FakeReply search;
+  search.tool_calls = {{"c1", "toolSearch", {{"query", "add two numbers and return the sum"}}}};
+  fake.Enqueue(search);
+  testing::FakeReply use;
+  use.tool_calls = {{"c2", "mcp_everything_get-sum", {{"a", 2}, {"b", 3}}},
+                    {"c3", "mcp_everything_get-env", json::object()}};
+  fake.Enqueue(use);
+  testing::FakeReply done;
+  done.chunks = {"5"};
+  fake.Enqueue(done);
+  auto s = d.CreateSession();
+  auto turn = testing::RunChat(*d.sessions(), s.id(), "echo back the words I send you");
+  ASSERT_TRUE(turn.finished) << d.log();
+  const auto reqs = fake.requests();
+  ASSERT_EQ(reqs.size(), 3u);
+  auto names = [](const json& body) {
+    std::set<std::string> n;
+    for (const auto& t : body["tools"]) n.insert(t["name"].get<std::string>());
+    return n;
+  };
+  auto first = names(reqs[0].body);
+  EXPECT_TRUE(first.count("read_file"));     // core tools stay
+  EXPECT_TRUE(first.count("toolSearch"));
+  EXPECT_TRUE(first.count("mcp_everything_echo")) << "retrieved for the request";
+  int mcp = 0;
+  for (const auto& n : first) mcp += n.rfind("mcp_", 0) == 0 ? 1 : 0;
+  EXPECT_EQ(mcp, 2);  // top-k, not all 13
+  EXPECT_TRUE(names(reqs[2].body).count("mcp_everything_get-sum")) << "found with toolSearch";
+  std::vector<std::string> reasons;
+  std::map<std::string, const fwai::v1::ToolCallFinished*> finished;
+  for (const auto& ev : turn.events) {
+    if (ev.has_tools_offered()) reasons.push_back(ev.tools_offered().reason());
+    if (ev.has_tool_call_finished()) finished[ev.tool_call_finished().call_id()] = &ev.tool_call_finished();
+  }
+  EXPECT_EQ(reasons, (std::vector<std::string>{"retrieved for the request", "after toolSearch"}));
+  ASSERT_TRUE(finished.count("c1") && finished.count("c2") && finished.count("c3"));
+  EXPECT_NE(finished["c1"]->output().find("mcp_everything_get-sum"), std::string::npos) << finished["c1"]->output();
+  EXPECT_FALSE(finished["c2"]->is_error()) << finished["c2"]->output();
+  EXPECT_NE(finished["c2"]->output().find("5"), std::string::npos);
+  EXPECT_TRUE(finished["c3"]->is_error());
+  EXPECT_NE(finished["c3"]->output().find("not offered"), std::string::npos) << finished["c3"]->output();
 }
 
 }  // namespace

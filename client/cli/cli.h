@@ -4,8 +4,11 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <functional>
 #include <memory>
 #include <string>
+
+#include <nlohmann/json.hpp>
 
 #include "absl/status/statusor.h"
 
@@ -28,5 +31,11 @@ int Fail(const Globals& g, int code, const std::string& msg);
 // UNAVAILABLE -> exit 3, anything else -> exit 1.
 int FailGrpc(const Globals& g, const grpc::Status& s);
 absl::StatusOr<std::shared_ptr<grpc::Channel>> ConnectChannel(const Globals& g, bool autostart = true);
+
+// --batch FILE: JSON lines with a "query" field. For each, `run` returns
+// {took_ms, results}; one JSON line is printed per query ({query, id?,
+// took_ms, results} or {query, error}). UNAVAILABLE stops the batch (exit 3).
+int RunBatch(const Globals& g, const std::string& file,
+             const std::function<absl::StatusOr<nlohmann::json>(const std::string& query)>& run);
 
 }  // namespace fwai

@@ -159,31 +159,12 @@ int ToolsCommands::Search() {
     return arr;
   };
   if (!batch_.empty()) {
-    std::ifstream in(batch_);
-    if (!in) return Fail(g_, kExitError, absl::StrCat(batch_, ": cannot open"));
-    std::string line;
-    int n = 0, rc = kExitOk;
-    while (std::getline(in, line)) {
-      ++n;
-      if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-      json j = json::parse(line, nullptr, false);
-      if (!j.is_object() || !j.contains("query") || !j["query"].is_string()) {
-        rc = Fail(g_, kExitError, absl::StrCat(batch_, ":", n, ": expected a JSON object with a \"query\" string"));
-        continue;
-      }
+    return RunBatch(g_, batch_, [&](const std::string& q) -> absl::StatusOr<json> {
       pb::ToolSearchResponse resp;
-      auto st = run(j["query"], &resp);
-      if (!st.ok()) {
-        if (st.error_code() == grpc::StatusCode::UNAVAILABLE) return FailGrpc(g_, st);
-        std::cout << json({{"query", j["query"]}, {"error", st.error_message()}}).dump() << std::endl;
-        rc = kExitError;
-        continue;
-      }
-      json out = {{"query", j["query"]}, {"took_ms", resp.took_ms()}, {"results", hits_json(resp)}};
-      if (j.contains("id")) out["id"] = j["id"];
-      std::cout << out.dump() << std::endl;
-    }
-    return rc;
+      auto st = run(q, &resp);
+      if (!st.ok()) return absl::Status(static_cast<absl::StatusCode>(st.error_code()), st.error_message());
+      return json{{"took_ms", resp.took_ms()}, {"results", hits_json(resp)}};
+    });
   }
   pb::ToolSearchResponse resp;
   auto st = run(query, &resp);

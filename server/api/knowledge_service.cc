@@ -7,6 +7,7 @@
 #include "common/thread_pool.h"
 #include "fwai/v1/knowledge.grpc.pb.h"
 #include "server/api/api.h"
+#include "server/api/offload.h"
 #include "server/knowledge/knowledge_base.h"
 
 namespace fwai {
@@ -305,15 +306,8 @@ class KnowledgeService final : public pb::Knowledge::CallbackService {
   };
 
   grpc::ServerUnaryReactor* Offload(grpc::CallbackServerContext* ctx, std::function<absl::Status()> work) {
-    auto* r = ctx->DefaultReactor();
-    if (!deps_.knowledge) {
-      r->Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "the knowledge base is not available"));
-      return r;
-    }
-    if (!deps_.pool->Submit([r, work = std::move(work)] { r->Finish(ToGrpcStatus(work())); })) {
-      r->Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "fwaid is shutting down"));
-    }
-    return r;
+    return OffloadUnary(ctx, deps_.pool, deps_.knowledge != nullptr, "the knowledge base is not available",
+                        std::move(work));
   }
 
   const ApiDeps deps_;

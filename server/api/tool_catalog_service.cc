@@ -6,6 +6,7 @@
 #include "common/thread_pool.h"
 #include "fwai/v1/tool_catalog.grpc.pb.h"
 #include "server/api/api.h"
+#include "server/api/offload.h"
 #include "server/catalog/tool_catalog.h"
 
 namespace fwai {
@@ -81,15 +82,8 @@ class ToolCatalogService final : public pb::ToolCatalog::CallbackService {
 
  private:
   grpc::ServerUnaryReactor* Offload(grpc::CallbackServerContext* ctx, std::function<absl::Status()> work) {
-    auto* r = ctx->DefaultReactor();
-    if (!deps_.catalog) {
-      r->Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "the tool catalog is not available"));
-      return r;
-    }
-    if (!deps_.pool->Submit([r, work = std::move(work)] { r->Finish(ToGrpcStatus(work())); })) {
-      r->Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "fwaid is shutting down"));
-    }
-    return r;
+    return OffloadUnary(ctx, deps_.pool, deps_.catalog != nullptr, "the tool catalog is not available",
+                        std::move(work));
   }
 
   const ApiDeps deps_;

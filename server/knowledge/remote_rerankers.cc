@@ -21,21 +21,34 @@ using json = nlohmann::json;
 
 constexpr size_t kMaxPassageChars = 2000;
 
-class HttpReranker final : public Reranker {
+// A reranker that calls out and falls back to another one when the call fails.
+class FallbackReranker : public Reranker {
  public:
-  HttpReranker(HttpRerankerConfig c, HttpClient& http, Reranker& fallback) : c_(std::move(c)), http_(http), fallback_(fallback) {
-    while (!c_.base_url.empty() && c_.base_url.back() == '/') c_.base_url.pop_back();
-  }
-  std::string name() const override { return absl::StrCat("http-", c_.style, ":", c_.model); }
-
-  absl::StatusOr<std::vector<double>> Score(const std::string& query, const std::vector<RerankCandidate>& cands) override {
+  explicit FallbackReranker(Reranker& fallback) : fallback_(fallback) {}
+  absl::StatusOr<std::vector<double>> Score(const std::string& query, const std::vector<RerankCandidate>& cands) final {
     auto s = Call(query, cands);
     if (s.ok()) return s;
     spdlog::warn("reranker {} failed ({}); using the built-in reranker", name(), s.status().ToString());
     return fallback_.Score(query, cands);
   }
 
+ protected:
+  virtual absl::StatusOr<std::vector<double>> Call(const std::string& query,
+                                                   const std::vector<RerankCandidate>& cands) = 0;
+
  private:
+  Reranker& fallback_;
+};
+
+class HttpReranker final : public FallbackReranker {
+ public:
+  HttpReranker(HttpRerankerConfig c, HttpClient& http, Reranker& fallback)
+      : FallbackReranker(fallback), c_(std::move(c)), http_(http) {
+    while (!c_.base_url.empty() && c_.base_url.back() == '/') c_.base_url.pop_back();
+  }
+  std::string name() const override { return absl::StrCat("http-", c_.style, ":", c_.model); }
+
+ protected:
   absl::StatusOr<std::vector<double>> Call(const std::string& query, const std::vector<RerankCandidate>& cands) {
     std::vector<std::string> texts;
     for (const auto& c : cands) texts.push_back((c.context + "\n" + c.text).substr(0, kMaxPassageChars));
@@ -75,7 +88,6 @@ class HttpReranker final : public Reranker {
 
   HttpRerankerConfig c_;
   HttpClient& http_;
-  Reranker& fallback_;
 };
 
 class CollectText final : public StreamObserver {
@@ -84,19 +96,13 @@ class CollectText final : public StreamObserver {
   std::string text;
 };
 
-class LlmReranker final : public Reranker {
+class LlmReranker final : public FallbackReranker {
  public:
-  LlmReranker(Provider& p, std::string model, Reranker& fallback) : p_(p), model_(std::move(model)), fallback_(fallback) {}
+  LlmReranker(Provider& p, std::string model, Reranker& fallback)
+      : FallbackReranker(fallback), p_(p), model_(std::move(model)) {}
   std::string name() const override { return "llm:" + model_; }
 
-  absl::StatusOr<std::vector<double>> Score(const std::string& query, const std::vector<RerankCandidate>& cands) override {
-    auto s = Call(query, cands);
-    if (s.ok()) return s;
-    spdlog::warn("reranker {} failed ({}); using the built-in reranker", name(), s.status().ToString());
-    return fallback_.Score(query, cands);
-  }
-
- private:
+ protected:
   absl::StatusOr<std::vector<double>> Call(const std::string& query, const std::vector<RerankCandidate>& cands) {
     std::string prompt = absl::StrCat(
         "Rank the passages by how well they answer the question. Reply with only a JSON array of passage "
@@ -135,7 +141,6 @@ class LlmReranker final : public Reranker {
 
   Provider& p_;
   const std::string model_;
-  Reranker& fallback_;
 };
 
 }  // namespace

@@ -122,6 +122,13 @@ bool WriteAll(int fd, const std::string& s) {
   return true;
 }
 
+// A complete JSON response, then the connection closes.
+void WriteJson(int fd, const std::string& body) {
+  WriteAll(fd, absl::StrCat("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: ", body.size(),
+                            "\r\nConnection: close\r\n\r\n", body));
+  close(fd);
+}
+
 std::string Sse(const std::string& event, const json& data) {
   std::string out;
   if (!event.empty()) absl::StrAppend(&out, "event: ", event, "\n");
@@ -174,9 +181,7 @@ void FakeLlmServer::ServeRerank(int fd, const RecordedRequest& req) {
     items.push_back(tei ? json{{"index", i}, {"score", score}} : json{{"index", i}, {"relevance_score", score}});
   }
   std::string b = tei ? items.dump() : json{{"results", items}}.dump();
-  WriteAll(fd, absl::StrCat("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: ", b.size(),
-                            "\r\nConnection: close\r\n\r\n", b));
-  close(fd);
+  WriteJson(fd, b);
 }
 
 void FakeLlmServer::Serve(int fd) {
@@ -236,9 +241,7 @@ void FakeLlmServer::Serve(int fd) {
       data.push_back({{"object", "embedding"}, {"index", i}, {"embedding", v}});
     }
     std::string b = json{{"object", "list"}, {"data", data}, {"model", req.body.value("model", "")}}.dump();
-    WriteAll(fd, absl::StrCat("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: ", b.size(),
-                              "\r\nConnection: close\r\n\r\n", b));
-    close(fd);
+    WriteJson(fd, b);
     return;
   }
   if (req.path == "/context") {
@@ -249,9 +252,7 @@ void FakeLlmServer::Serve(int fd) {
     std::string b = json{{"results", json::array({{{"title", "HAL docs"}, {"url", "https://example.invalid/hal"},
                                                    {"text", "HAL_UART_Init() configures the UART from its handle."}}})}}
                         .dump();
-    WriteAll(fd, absl::StrCat("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: ", b.size(),
-                              "\r\nConnection: close\r\n\r\n", b));
-    close(fd);
+    WriteJson(fd, b);
     return;
   }
   if (req.path.size() >= 7 && req.path.compare(req.path.size() - 7, 7, "/rerank") == 0) {

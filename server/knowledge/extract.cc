@@ -133,7 +133,8 @@ std::string CollapseSpaces(std::string_view s) {
 }
 
 absl::StatusOr<ExtractedDoc> ExtractPdf(std::string_view name, std::string_view bytes) {
-  char tmpl[] = "/tmp/fwai-pdf-XXXXXX";
+  std::string path = (std::filesystem::temp_directory_path() / "fwai-pdf-XXXXXX").string();  // honours TMPDIR
+  char* tmpl = path.data();
   int fd = mkstemp(tmpl);
   if (fd < 0) return absl::InternalError("cannot create a temporary file for pdftotext");
   {

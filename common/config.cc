@@ -275,16 +275,28 @@ absl::StatusOr<DaemonConfig> ParseConfig(const std::string& yaml_text, const std
       for (const auto& kv : n) {
         const std::string name = kv.first.as<std::string>();
         const std::string f = "mcp_servers." + name;
-        CFG_TRY(r.CheckKeys(kv.second, f, {"command", "env"}));
+        CFG_TRY(r.CheckKeys(kv.second, f, {"command", "env", "url", "headers"}));
         McpServerEntry e;
-        const auto& cmd = kv.second["command"];
-        if (!cmd || !cmd.IsSequence() || cmd.size() == 0) {
-          return r.Error(cmd ? cmd : kv.second, f + ".command", "expected a non-empty list (program and arguments)");
-        }
-        for (const auto& a : cmd) {
-          std::string s;
-          CFG_TRY(r.String(a, f + ".command[]", s));
-          e.command.push_back(s);
+        if (kv.second["url"]) {
+          CFG_TRY(r.String(kv.second["url"], f + ".url", e.url));
+          if (e.url.rfind("http://", 0) != 0 && e.url.rfind("https://", 0) != 0) {
+            return r.Error(kv.second["url"], f + ".url", "expected an http:// or https:// URL");
+          }
+          if (const auto& hs = kv.second["headers"]) {
+            if (!hs.IsMap()) return r.Error(hs, f + ".headers", "expected a mapping of header to value");
+            for (const auto& h : hs) e.headers.push_back(h.first.as<std::string>() + ": " + h.second.as<std::string>());
+          }
+        } else {
+          const auto& cmd = kv.second["command"];
+          if (!cmd || !cmd.IsSequence() || cmd.size() == 0) {
+            return r.Error(cmd ? cmd : kv.second, f + ".command",
+                           "expected a non-empty list (program and arguments), or url: for streamable HTTP");
+          }
+          for (const auto& a : cmd) {
+            std::string s;
+            CFG_TRY(r.String(a, f + ".command[]", s));
+            e.command.push_back(s);
+          }
         }
         if (const auto& env = kv.second["env"]) {
           if (!env.IsMap()) return r.Error(env, f + ".env", "expected a mapping of variable to value");

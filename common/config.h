@@ -90,8 +90,10 @@ struct CatalogConfig {
 };
 
 struct McpServerEntry {
-  std::vector<std::string> command;
+  std::vector<std::string> command;  // stdio ...
   std::map<std::string, std::string> env;
+  std::string url;                   // ... or streamable HTTP
+  std::vector<std::string> headers;
 };
 
 struct DaemonConfig {

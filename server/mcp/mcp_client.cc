@@ -13,7 +13,10 @@
 #include <mutex>
 #include <thread>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "server/llm/http_client.h"
+#include "server/llm/sse_parser.h"
 
 namespace fwai {
 
@@ -21,6 +24,8 @@ using json = nlohmann::json;
 
 struct McpClient::Impl {
   McpServerConfig config;
+  HttpClient* http = nullptr;  // streamable HTTP transport when set
+  std::string session_id;      // Mcp-Session-Id from the initialize answer
   std::atomic<pid_t> pid{-1};  // -1 once reaped (by the reader or the destructor)
   int to_child = -1;
   int from_child = -1;
@@ -161,7 +166,95 @@ struct McpClient::Impl {
     }
   }
 
+  // Streamable HTTP: one POST per message; the answer comes as JSON or as an
+  // SSE stream carrying JSON-RPC messages.
+  absl::StatusOr<json> HttpPost(const json& msg, CancelToken* cancel, int timeout_ms, bool expect_answer) {
+    HttpRequest req;
+    req.url = config.url;
+    req.headers = {"Content-Type: application/json", "Accept: application/json, text/event-stream"};
+    for (const auto& h : config.headers) req.headers.push_back(h);
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      if (!session_id.empty()) req.headers.push_back("Mcp-Session-Id: " + session_id);
+    }
+    req.body = msg.dump();
+    req.idle_timeout_s = std::max(1, timeout_ms / 1000);
+    std::string body;
+    json answer;
+    bool have = false;
+    SseParser sse;
+    bool is_sse = false;
+    CancelToken never;
+    auto resp = http->PostStream(
+        req,
+        [&](std::string_view d) {
+          body.append(d);
+          if (is_sse || body.rfind("event:", 0) == 0 || body.rfind("data:", 0) == 0 || body.rfind(":", 0) == 0) {
+            is_sse = true;
+            sse.Feed(d, [&](const SseEvent& ev) {
+              json m = json::parse(ev.data, nullptr, false);
+              if (m.is_object() && m.contains("id") && m["id"] == msg.value("id", json()) && !m.contains("method")) {
+                answer = m;
+                have = true;
+              }
+            });
+          }
+        },
+        cancel ? *cancel : never, nullptr);
+    if (!resp.ok()) {
+      if (absl::IsCancelled(resp.status())) {
+        (void)HttpPost({{"jsonrpc", "2.0"}, {"method", "notifications/cancelled"},
+                        {"params", {{"requestId", msg.value("id", json())}, {"reason", "cancelled by the user"}}}},
+                       nullptr, 5000, false);
+        return absl::CancelledError(absl::StrCat("mcp ", msg.value("method", ""), " cancelled"));
+      }
+      if (absl::IsDeadlineExceeded(resp.status())) {
+        return absl::DeadlineExceededError(absl::StrCat("mcp server ", config.name, ": no answer in ", timeout_ms, " ms"));
+      }
+      return absl::UnavailableError(absl::StrCat("mcp server ", config.name, " at ", config.url, ": ",
+                                                 resp.status().message()));
+    }
+    if (resp->status == 404 && !session_id.empty()) {
+      return absl::UnavailableError(absl::StrCat("mcp server ", config.name, ": session expired (HTTP 404)"));
+    }
+    if (resp->status < 200 || resp->status >= 300) {
+      return absl::UnavailableError(absl::StrCat("mcp server ", config.name, ": HTTP ", resp->status, ": ",
+                                                 resp->body.substr(0, 200)));
+    }
+    auto sid = resp->headers.find("mcp-session-id");
+    if (sid != resp->headers.end()) {
+      std::lock_guard<std::mutex> lock(mu);
+      session_id = sid->second;
+    }
+    if (!expect_answer) return json::object();
+    if (!have) {
+      answer = json::parse(body, nullptr, false);
+      if (!answer.is_object()) {
+        return absl::UnavailableError(absl::StrCat("mcp server ", config.name,
+                                                   " answered with something that is not a JSON-RPC message: ",
+                                                   body.substr(0, 200)));
+      }
+    }
+    if (answer.contains("error")) {
+      const json& e = answer["error"];
+      return absl::UnavailableError(absl::StrCat("mcp server ", config.name, ": error ", e.value("code", 0), ": ",
+                                                 e.value("message", std::string("?"))));
+    }
+    return answer.value("result", json::object());
+  }
+
   absl::StatusOr<json> Request(const std::string& method, const json& params, CancelToken* cancel, int timeout_ms) {
+    if (http) {
+      int64_t id;
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        if (dead) return death;
+        id = next_id++;
+      }
+      auto r = HttpPost({{"jsonrpc", "2.0"}, {"id", id}, {"method", method}, {"params", params}}, cancel, timeout_ms, true);
+      if (!r.ok() && absl::IsUnavailable(r.status())) Die(r.status());
+      return r;
+    }
     auto p = std::make_shared<Pending>();
     int64_t id;
     {
@@ -226,7 +319,25 @@ McpClient::~McpClient() {
   if (m.err_child >= 0) close(m.err_child);
 }
 
-absl::StatusOr<std::unique_ptr<McpClient>> McpClient::Start(McpServerConfig config) {
+absl::StatusOr<std::unique_ptr<McpClient>> McpClient::Start(McpServerConfig config, HttpClient* http) {
+  if (!config.url.empty()) {
+    if (http == nullptr) return absl::InternalError("mcp: an HTTP client is needed for url servers");
+    auto impl = std::make_unique<Impl>();
+    impl->config = config;
+    impl->http = http;
+    Impl* raw = impl.get();
+    std::unique_ptr<McpClient> client(new McpClient(std::move(impl)));
+    auto init = raw->Request("initialize",
+                             {{"protocolVersion", "2025-03-26"},
+                              {"capabilities", json::object()},
+                              {"clientInfo", {{"name", "fwai"}, {"version", "0.1.0"}}}},
+                             nullptr, config.init_timeout_ms);
+    if (!init.ok()) return init.status();
+    raw->server_info = init->value("serverInfo", json::object());
+    auto n = raw->HttpPost({{"jsonrpc", "2.0"}, {"method", "notifications/initialized"}}, nullptr, 5000, false);
+    if (!n.ok()) return n.status();
+    return client;
+  }
   if (config.command.empty()) return absl::InvalidArgumentError(absl::StrCat("mcp server ", config.name, ": no command"));
   auto impl = std::make_unique<Impl>();
   impl->config = config;

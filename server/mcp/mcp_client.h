@@ -17,11 +17,15 @@
 
 namespace fwai {
 
+class HttpClient;
+
 struct McpServerConfig {
   std::string name;
-  std::vector<std::string> command;  // argv; the first is looked up on PATH
+  std::vector<std::string> command;  // stdio: argv; the first is looked up on PATH
   std::map<std::string, std::string> env;
   int init_timeout_ms = 20000;
+  std::string url;                   // streamable HTTP instead of stdio, e.g. http://127.0.0.1:3001/mcp
+  std::vector<std::string> headers;  // extra HTTP headers ("Authorization: Bearer ...")
 };
 
 struct McpTool {
@@ -37,8 +41,10 @@ struct McpCallResult {
 
 class McpClient {
  public:
-  // Spawns the server and completes the initialize handshake.
-  [[nodiscard]] static absl::StatusOr<std::unique_ptr<McpClient>> Start(McpServerConfig config);
+  // Spawns the server (stdio) or connects to it (url set; `http` required),
+  // and completes the initialize handshake.
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<McpClient>> Start(McpServerConfig config,
+                                                                       HttpClient* http = nullptr);
   ~McpClient();  // stops the server (SIGTERM, then SIGKILL)
   McpClient(const McpClient&) = delete;
   McpClient& operator=(const McpClient&) = delete;

@@ -18,7 +18,7 @@ std::string McpManager::QualifiedName(const std::string& server, const std::stri
   return q;
 }
 
-McpManager::McpManager(std::vector<McpServerConfig> servers) {
+McpManager::McpManager(std::vector<McpServerConfig> servers, HttpClient* http) : http_(http) {
   for (auto& c : servers) servers_[c.name].config = std::move(c);
 }
 
@@ -26,7 +26,7 @@ McpManager::~McpManager() { Stop(); }
 
 std::vector<McpToolInfo> McpManager::Connect(Server& s) {
   std::vector<McpToolInfo> out;
-  auto c = McpClient::Start(s.config);
+  auto c = McpClient::Start(s.config, http_);
   if (!c.ok()) {
     s.last_error = std::string(c.status().message());
     return out;

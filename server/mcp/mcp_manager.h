@@ -29,7 +29,8 @@ struct McpToolInfo {
 
 class McpManager {
  public:
-  explicit McpManager(std::vector<McpServerConfig> servers);
+  // `http` (may be null when every server is stdio) must outlive the manager.
+  explicit McpManager(std::vector<McpServerConfig> servers, HttpClient* http = nullptr);
   ~McpManager();
   McpManager(const McpManager&) = delete;
   McpManager& operator=(const McpManager&) = delete;
@@ -64,6 +65,7 @@ class McpManager {
   std::map<std::string, Server> servers_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::thread supervisor_;
+  HttpClient* const http_;
 };
 
 // Agent tools that call MCP tools through the manager.

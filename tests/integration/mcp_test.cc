@@ -9,8 +9,15 @@
 #include <set>
 #include <thread>
 
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
+#include "server/llm/http_client.h"
 #include "server/mcp/mcp_client.h"
 #include "server/mcp/mcp_manager.h"
 #include "tests/integration/daemon_fixture.h"
@@ -21,6 +28,14 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
+McpServerConfig Stdio(std::string name, std::vector<std::string> command, int init_timeout_ms = 20000) {
+  McpServerConfig c;
+  c.name = std::move(name);
+  c.command = std::move(command);
+  c.init_timeout_ms = init_timeout_ms;
+  return c;
+}
+
 std::string Bin(const std::string& name) {
   std::string p = std::string(FWAI_MCP_BIN_DIR) + "/" + name;
   EXPECT_TRUE(fs::exists(p)) << p << " is missing: run scripts/setup";
@@ -28,7 +43,7 @@ std::string Bin(const std::string& name) {
 }
 
 TEST(McpClientTest, EverythingServerListsAndCallsTools) {
-  auto c = McpClient::Start({"everything", {Bin("mcp-server-everything")}, {}});
+  auto c = McpClient::Start(Stdio("everything", {Bin("mcp-server-everything")}));
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_NE((*c)->server_info().find("everything"), std::string::npos) << (*c)->server_info();
   auto tools = (*c)->ListTools();
@@ -52,7 +67,7 @@ TEST(McpClientTest, EverythingServerListsAndCallsTools) {
 }
 
 TEST(McpClientTest, CancellationStopsALongCall) {
-  auto c = McpClient::Start({"everything", {Bin("mcp-server-everything")}, {}});
+  auto c = McpClient::Start(Stdio("everything", {Bin("mcp-server-everything")}));
   ASSERT_TRUE(c.ok()) << c.status();
   CancelToken cancel;
   std::thread t([&] {
@@ -74,7 +89,7 @@ TEST(McpClientTest, CancellationStopsALongCall) {
 TEST(McpClientTest, FilesystemServerStaysInItsRoot) {
   std::string root = testing::MakeTempDir("fwai-mcp-fs-");
   std::ofstream(root + "/notes.txt") << "UART at 115200 baud\n";
-  auto c = McpClient::Start({"filesystem", {Bin("mcp-server-filesystem"), root}, {}});
+  auto c = McpClient::Start(Stdio("filesystem", {Bin("mcp-server-filesystem"), root}));
   ASSERT_TRUE(c.ok()) << c.status();
   auto r = (*c)->CallTool("read_text_file", {{"path", root + "/notes.txt"}}, nullptr);
   ASSERT_TRUE(r.ok()) << r.status();
@@ -85,17 +100,17 @@ TEST(McpClientTest, FilesystemServerStaysInItsRoot) {
 }
 
 TEST(McpClientTest, BrokenServersFailClearly) {
-  auto crash = McpClient::Start({"crasher", {"node", "-e", "process.exit(3)"}, {}, 5000});
+  auto crash = McpClient::Start(Stdio("crasher", {"node", "-e", "process.exit(3)"}, 5000));
   ASSERT_FALSE(crash.ok());
   EXPECT_EQ(crash.status().code(), absl::StatusCode::kUnavailable);
   EXPECT_NE(crash.status().message().find("exited with code 3"), std::string::npos) << crash.status();
-  auto junk = McpClient::Start({"junk", {"node", "-e", "console.log('this is not json'); setTimeout(()=>{}, 5000)"}, {}, 5000});
+  auto junk = McpClient::Start(Stdio("junk", {"node", "-e", "console.log('this is not json'); setTimeout(()=>{}, 5000)"}, 5000));
   ASSERT_FALSE(junk.ok());
   EXPECT_NE(junk.status().message().find("not a JSON-RPC message"), std::string::npos) << junk.status();
-  auto hang = McpClient::Start({"hang", {"node", "-e", "setInterval(()=>{}, 1000)"}, {}, 500});
+  auto hang = McpClient::Start(Stdio("hang", {"node", "-e", "setInterval(()=>{}, 1000)"}, 500));
   ASSERT_FALSE(hang.ok());
   EXPECT_EQ(hang.status().code(), absl::StatusCode::kDeadlineExceeded) << hang.status();
-  auto none = McpClient::Start({"none", {"/nonexistent/mcp-server"}, {}});
+  auto none = McpClient::Start(Stdio("none", {"/nonexistent/mcp-server"}));
   EXPECT_EQ(none.status().code(), absl::StatusCode::kNotFound);
   // A server that dies in the middle of a call: the call fails with the reason.
   const char* dier =
@@ -104,7 +119,7 @@ TEST(McpClientTest, BrokenServersFailClearly) {
       "  if (m.method === 'initialize') console.log(JSON.stringify({jsonrpc: '2.0', id: m.id, result: {"
       "    protocolVersion: '2025-03-26', capabilities: {}, serverInfo: {name: 'dier', version: '1'}}}));"
       "  else if (m.method === 'tools/call') process.exit(7); });";
-  auto c = McpClient::Start({"dier", {"node", "-e", dier}, {}});
+  auto c = McpClient::Start(Stdio("dier", {"node", "-e", dier}));
   ASSERT_TRUE(c.ok()) << c.status();
   auto r = (*c)->CallTool("anything", json::object(), nullptr, 5000);
   ASSERT_FALSE(r.ok());
@@ -113,8 +128,90 @@ TEST(McpClientTest, BrokenServersFailClearly) {
   EXPECT_FALSE((*c)->alive());
 }
 
+// The everything server in streamable-HTTP mode on a free port.
+class HttpEverything {
+ public:
+  HttpEverything() {
+    int s = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    bind(s, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+    socklen_t len = sizeof(a);
+    getsockname(s, reinterpret_cast<sockaddr*>(&a), &len);
+    port_ = ntohs(a.sin_port);
+    close(s);
+    pid_ = fork();
+    if (pid_ == 0) {
+      setpgid(0, 0);
+      setenv("PORT", std::to_string(port_).c_str(), 1);
+      int devnull = open("/dev/null", O_WRONLY);
+      dup2(devnull, 1);
+      dup2(devnull, 2);
+      std::string bin = Bin("mcp-server-everything");
+      execl(bin.c_str(), bin.c_str(), "streamableHttp", static_cast<char*>(nullptr));
+      _exit(127);
+    }
+    for (int i = 0; i < 200; ++i) {  // until it listens
+      int c = socket(AF_INET, SOCK_STREAM, 0);
+      sockaddr_in b = a;
+      b.sin_port = htons(port_);
+      bool ok = connect(c, reinterpret_cast<sockaddr*>(&b), sizeof(b)) == 0;
+      close(c);
+      if (ok) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  }
+  ~HttpEverything() { Kill(); }
+  void Kill() {
+    if (pid_ > 0) {
+      kill(-pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+      pid_ = -1;
+    }
+  }
+  std::string url() const { return "http://127.0.0.1:" + std::to_string(port_) + "/mcp"; }
+
+ private:
+  int port_ = 0;
+  pid_t pid_ = -1;
+};
+
+TEST(McpClientTest, StreamableHttpTransport) {
+  HttpEverything server;
+  auto http = MakeCurlHttpClient();
+  McpServerConfig cfg;
+  cfg.name = "everything-http";
+  cfg.url = server.url();
+  auto c = McpClient::Start(cfg, http.get());
+  ASSERT_TRUE(c.ok()) << c.status();
+  auto tools = (*c)->ListTools();
+  ASSERT_TRUE(tools.ok()) << tools.status();
+  EXPECT_GE(tools->size(), 10u);
+  auto r = (*c)->CallTool("echo", {{"message", "over http"}}, nullptr);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_NE(r->text.find("over http"), std::string::npos) << r->text;
+  CancelToken cancel;
+  std::thread t([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    cancel.Cancel();
+  });
+  auto t0 = std::chrono::steady_clock::now();
+  auto longop = (*c)->CallTool("trigger-long-running-operation", {{"duration", 30}, {"steps", 5}}, &cancel);
+  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count();
+  t.join();
+  EXPECT_EQ(longop.status().code(), absl::StatusCode::kCancelled);
+  EXPECT_LT(ms, 2500);
+  server.Kill();
+  auto gone = (*c)->CallTool("echo", {{"message", "x"}}, nullptr, 5000);
+  ASSERT_FALSE(gone.ok());
+  EXPECT_EQ(gone.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_NE(gone.status().message().find("everything-http"), std::string::npos) << gone.status();
+  EXPECT_FALSE((*c)->alive());
+}
+
 TEST(McpManagerTest, AKilledServerIsRestarted) {
-  McpManager m({{"everything", {Bin("mcp-server-everything")}, {}}});
+  McpManager m({Stdio("everything", {Bin("mcp-server-everything")})});
   auto tools = m.Start();
   bool echo = false;
   for (const auto& t : tools) echo |= t.qualified == "mcp_everything_echo";

@@ -315,7 +315,8 @@ int Main(int argc, char** argv) {
   co.rrf_k = config.catalog.rrf_k;
   co.vector_weight = config.catalog.vector_weight;
   co.whole_weight = config.catalog.whole_weight;
-  auto catalog = ToolCatalogStore::Open(**storage, co, *embedder, *builtin_reranker);
+  auto tool_reranker = MakeBuiltinReranker(ToolCatalogRerankWeights());
+  auto catalog = ToolCatalogStore::Open(**storage, co, *embedder, *tool_reranker);
   if (!catalog.ok()) {
     std::fprintf(stderr, "fwaid: tool catalog: %s\n", std::string(catalog.status().message()).c_str());
     return 1;

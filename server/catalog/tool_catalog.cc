@@ -23,6 +23,19 @@ namespace fwai {
 
 using json = nlohmann::json;
 
+RerankWeights ToolCatalogRerankWeights() {
+  RerankWeights w;
+  w.identifier = 0.3;
+  w.coverage = 0.3;
+  w.proximity = 0.1;
+  w.context = 0.3;
+  w.vector = 0.0;
+  w.lexical = 0.8;  // whole-document BM25 of the candidate
+  w.fused = 0.3;    // slice-group score
+  w.doc = 0.0;
+  return w;
+}
+
 std::string ToolUuid(const std::string& name) {
   unsigned char md[SHA256_DIGEST_LENGTH];
   SHA256(reinterpret_cast<const unsigned char*>(name.data()), name.size(), md);
@@ -334,12 +347,18 @@ absl::StatusOr<std::vector<ToolHitRecord>> ToolCatalogStore::Search(const std::s
     const double best = ranked.empty() ? 1.0 : std::max(ranked[0].second, 1e-12);
     for (auto& r : ranked) r.second /= best;
     if (mode == CatalogMode::kSlicesRerank && !ranked.empty()) {
+      // The reranker also sees each candidate's whole-document BM25 score.
+      std::unordered_map<uint32_t, double> in_pool;
+      for (const auto& [slot, s] : ranked) in_pool[slot] = 0;
+      auto whole_scores = m.docs.Search(q, in_pool.size(), [&](uint32_t slot) { return in_pool.count(slot) > 0; });
+      const double best_whole = whole_scores.empty() ? 1.0 : std::max<double>(whole_scores[0].second, 1e-9);
+      for (const auto& [slot, sc] : whole_scores) in_pool[slot] = sc / best_whole;
       std::vector<RerankCandidate> cands;
       for (const auto& [slot, s] : ranked) {
         RerankCandidate c;
         c.text = m.whole[slot];
         c.context = NameWords(m.tools[slot].name);
-        c.lexical_norm = s;
+        c.lexical_norm = in_pool[slot];
         c.fused_norm = s;
         cands.push_back(std::move(c));
       }

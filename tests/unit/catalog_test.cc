@@ -115,7 +115,9 @@ TEST_F(CatalogTest, RegisterSearchRemoveAndReopen) {
   ASSERT_TRUE(list.ok());
   for (const auto& t : *list) EXPECT_NE(t.name, "gdb.info_registers");
   for (const auto& t : *list) {
-    if (t.name == "openocd.reset_halt") EXPECT_EQ(json::parse(t.document_json)["ToolDescription"], "Halt after reset.");
+    if (t.name == "openocd.reset_halt") {
+      EXPECT_EQ(json::parse(t.document_json)["ToolDescription"], "Halt after reset.");
+    }
   }
 }
 

@@ -243,6 +243,23 @@ struct McpClient::Impl {
     return answer.value("result", json::object());
   }
 
+  // initialize, then notifications/initialized, over whichever transport.
+  absl::Status Handshake() {
+    auto init = Request("initialize",
+                        {{"protocolVersion", "2025-03-26"},
+                         {"capabilities", json::object()},
+                         {"clientInfo", {{"name", "fwai"}, {"version", "0.1.0"}}}},
+                        nullptr, config.init_timeout_ms);
+    if (!init.ok()) return init.status();
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      server_info = init->value("serverInfo", json::object());
+    }
+    const json initialized = {{"jsonrpc", "2.0"}, {"method", "notifications/initialized"}};
+    if (http) return HttpPost(initialized, nullptr, 5000, false).status();
+    return Send(initialized);
+  }
+
   absl::StatusOr<json> Request(const std::string& method, const json& params, CancelToken* cancel, int timeout_ms) {
     if (http) {
       int64_t id;
@@ -327,15 +344,7 @@ absl::StatusOr<std::unique_ptr<McpClient>> McpClient::Start(McpServerConfig conf
     impl->http = http;
     Impl* raw = impl.get();
     std::unique_ptr<McpClient> client(new McpClient(std::move(impl)));
-    auto init = raw->Request("initialize",
-                             {{"protocolVersion", "2025-03-26"},
-                              {"capabilities", json::object()},
-                              {"clientInfo", {{"name", "fwai"}, {"version", "0.1.0"}}}},
-                             nullptr, config.init_timeout_ms);
-    if (!init.ok()) return init.status();
-    raw->server_info = init->value("serverInfo", json::object());
-    auto n = raw->HttpPost({{"jsonrpc", "2.0"}, {"method", "notifications/initialized"}}, nullptr, 5000, false);
-    if (!n.ok()) return n.status();
+    if (auto s = raw->Handshake(); !s.ok()) return s;
     return client;
   }
   if (config.command.empty()) return absl::InvalidArgumentError(absl::StrCat("mcp server ", config.name, ": no command"));
@@ -387,15 +396,7 @@ absl::StatusOr<std::unique_ptr<McpClient>> McpClient::Start(McpServerConfig conf
   impl->reader = std::thread([raw] { raw->ReadLoop(); });
   impl->err_reader = std::thread([raw] { raw->ErrLoop(); });
   std::unique_ptr<McpClient> client(new McpClient(std::move(impl)));
-  auto init = raw->Request("initialize",
-                           {{"protocolVersion", "2025-03-26"},
-                            {"capabilities", json::object()},
-                            {"clientInfo", {{"name", "fwai"}, {"version", "0.1.0"}}}},
-                           nullptr, config.init_timeout_ms);
-  if (!init.ok()) return init.status();
-  raw->server_info = init->value("serverInfo", json::object());
-  auto s = raw->Send({{"jsonrpc", "2.0"}, {"method", "notifications/initialized"}});
-  if (!s.ok()) return s;
+  if (auto s = raw->Handshake(); !s.ok()) return s;
   return client;
 }
 

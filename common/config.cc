@@ -2,6 +2,8 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <cctype>
+#include <cerrno>
 #include <cstdlib>
 #include <fstream>
 #include <set>
@@ -140,6 +142,130 @@ absl::Status ParseProvider(Reader& r, const std::string& name, const YAML::Node&
   return absl::OkStatus();
 }
 
+
+// Sizes like 131072, 0x20000, 128K or 1M.
+bool ParseSize(const std::string& s, uint64_t& out) {
+  if (s.empty()) return false;
+  std::string num = s;
+  uint64_t mult = 1;
+  char last = static_cast<char>(std::toupper(static_cast<unsigned char>(num.back())));
+  if (last == 'K' || last == 'M') {
+    mult = last == 'K' ? 1024 : 1024 * 1024;
+    num.pop_back();
+  }
+  char* end = nullptr;
+  errno = 0;
+  unsigned long long v = std::strtoull(num.c_str(), &end, 0);
+  if (num.empty() || *end != '\0' || errno != 0) return false;
+  out = v * mult;
+  return true;
+}
+
+absl::Status ParseBoard(Reader& r, const YAML::Node& n, size_t index, HardwareConfig& hw, BoardConfig& b) {
+  const std::string f = absl::StrCat("hardware.boards[", index, "]");
+  CFG_TRY(r.CheckKeys(n, f,
+                      {"id", "kind", "tags", "maintenance", "serial", "baud", "data_bits", "parity", "stop_bits",
+                       "flow_control", "line_ending", "encoding", "startup_commands", "log_file", "probe",
+                       "openocd_config", "flash_command", "power_on", "power_off", "self_test", "target",
+                       "flash_origin", "flash_size", "ram_origin", "ram_size", "machine", "image", "qemu", "gdb",
+                       "boot_pattern"}));
+  if (!n["id"]) return r.Error(n, f + ".id", "missing; every board needs an id");
+  CFG_TRY(r.String(n["id"], f + ".id", b.id));
+  for (const auto& other : hw.boards) {
+    if (other.id == b.id) return r.Error(n["id"], f + ".id", "'" + b.id + "' is already used by another board");
+  }
+  if (n["kind"]) CFG_TRY(r.String(n["kind"], f + ".kind", b.kind));
+  if (b.kind != "physical" && b.kind != "simulated") {
+    return r.Error(n["kind"], f + ".kind", "expected physical or simulated, got '" + b.kind + "'");
+  }
+  auto strings = [&](const char* key, std::vector<std::string>& out) -> absl::Status {
+    const auto& v = n[key];
+    if (!v) return absl::OkStatus();
+    if (v.IsScalar()) {
+      out.push_back(v.Scalar());
+      return absl::OkStatus();
+    }
+    if (!v.IsSequence()) return r.Error(v, f + "." + key, "expected a list of strings");
+    for (const auto& item : v) {
+      std::string s;
+      CFG_TRY(r.String(item, f + "." + key + "[]", s));
+      out.push_back(s);
+    }
+    return absl::OkStatus();
+  };
+  auto str = [&](const char* key, std::string& out) -> absl::Status {
+    if (n[key]) return r.String(n[key], f + "." + key, out);
+    return absl::OkStatus();
+  };
+  auto size = [&](const char* key, uint64_t& out) -> absl::Status {
+    if (!n[key]) return absl::OkStatus();
+    if (!n[key].IsScalar() || !ParseSize(n[key].Scalar(), out)) {
+      return r.Error(n[key], f + "." + key, "expected a size or address (131072, 0x20000, 128K)");
+    }
+    return absl::OkStatus();
+  };
+  CFG_TRY(strings("tags", b.tags));
+  if (n["maintenance"]) {
+    if (!n["maintenance"].IsScalar() || (n["maintenance"].Scalar() != "true" && n["maintenance"].Scalar() != "false")) {
+      return r.Error(n["maintenance"], f + ".maintenance", "expected true or false");
+    }
+    b.maintenance = n["maintenance"].Scalar() == "true";
+  }
+  CFG_TRY(str("serial", b.serial));
+  if (n["baud"]) CFG_TRY(r.Int(n["baud"], f + ".baud", 50, 20000000, b.baud));
+  if (n["data_bits"]) CFG_TRY(r.Int(n["data_bits"], f + ".data_bits", 5, 8, b.data_bits));
+  CFG_TRY(str("parity", b.parity));
+  if (b.parity != "none" && b.parity != "odd" && b.parity != "even") {
+    return r.Error(n["parity"], f + ".parity", "expected none, odd or even");
+  }
+  CFG_TRY(str("stop_bits", b.stop_bits));
+  if (b.stop_bits != "1" && b.stop_bits != "1.5" && b.stop_bits != "2") {
+    return r.Error(n["stop_bits"], f + ".stop_bits", "expected 1, 1.5 or 2");
+  }
+  CFG_TRY(str("flow_control", b.flow_control));
+  if (b.flow_control != "none" && b.flow_control != "software" && b.flow_control != "hardware") {
+    return r.Error(n["flow_control"], f + ".flow_control", "expected none, software or hardware");
+  }
+  CFG_TRY(str("line_ending", b.line_ending));
+  if (b.line_ending == "lf" || b.line_ending == "LF") b.line_ending = "\n";
+  if (b.line_ending == "cr" || b.line_ending == "CR") b.line_ending = "\r";
+  if (b.line_ending == "crlf" || b.line_ending == "CRLF") b.line_ending = "\r\n";
+  if (b.line_ending != "\n" && b.line_ending != "\r" && b.line_ending != "\r\n" && b.line_ending != "") {
+    return r.Error(n["line_ending"], f + ".line_ending", "expected lf, cr, crlf or an empty string");
+  }
+  CFG_TRY(str("encoding", b.encoding));
+  if (b.encoding != "ascii" && b.encoding != "utf-8" && b.encoding != "hex") {
+    return r.Error(n["encoding"], f + ".encoding", "expected ascii, utf-8 or hex");
+  }
+  CFG_TRY(strings("startup_commands", b.startup_commands));
+  CFG_TRY(str("log_file", b.log_file));
+  CFG_TRY(str("probe", b.probe));
+  CFG_TRY(strings("openocd_config", b.openocd_config));
+  CFG_TRY(str("flash_command", b.flash_command));
+  CFG_TRY(str("power_on", b.power_on));
+  CFG_TRY(str("power_off", b.power_off));
+  CFG_TRY(str("self_test", b.self_test));
+  CFG_TRY(str("target", b.target));
+  CFG_TRY(size("flash_origin", b.flash_origin));
+  CFG_TRY(size("flash_size", b.flash_size));
+  CFG_TRY(size("ram_origin", b.ram_origin));
+  CFG_TRY(size("ram_size", b.ram_size));
+  CFG_TRY(str("machine", b.machine));
+  CFG_TRY(str("image", b.image));
+  CFG_TRY(str("qemu", b.qemu));
+  CFG_TRY(str("gdb", b.gdb));
+  CFG_TRY(str("boot_pattern", b.boot_pattern));
+  if (b.kind == "simulated") {
+    if (b.machine.empty()) return r.Error(n, f + ".machine", "a simulated board needs machine: stm32vldiscovery or lm3s6965evb");
+    if (b.machine != "stm32vldiscovery" && b.machine != "lm3s6965evb") {
+      return r.Error(n["machine"], f + ".machine", "expected stm32vldiscovery or lm3s6965evb, got '" + b.machine + "'");
+    }
+  } else if (b.serial.empty() && b.probe.empty()) {
+    return r.Error(n, f, "a physical board needs a serial port (serial:) or a probe (probe:)");
+  }
+  ApplyBoardDefaults(b);
+  return absl::OkStatus();
+}
 }  // namespace
 
 absl::StatusOr<DaemonConfig> ParseConfig(const std::string& yaml_text, const std::string& source) {
@@ -157,7 +283,7 @@ absl::StatusOr<DaemonConfig> ParseConfig(const std::string& yaml_text, const std
   try {
     CFG_TRY(r.CheckKeys(root, "",
                         {"listen", "data_dir", "default_provider", "providers", "agent", "http",
-                         "retry", "subscribers", "tools", "knowledge", "catalog", "mcp_servers", "log_level"}));
+                         "retry", "subscribers", "tools", "knowledge", "catalog", "mcp_servers", "hardware", "log_level"}));
     if (auto n = root["listen"]) {
       if (n.IsScalar()) {
         c.listen.push_back(n.Scalar());
@@ -303,6 +429,30 @@ absl::StatusOr<DaemonConfig> ParseConfig(const std::string& yaml_text, const std
           for (const auto& ev : env) e.env[ev.first.as<std::string>()] = ev.second.as<std::string>();
         }
         c.mcp_servers[name] = e;
+      }
+    }
+    if (auto n = root["hardware"]) {
+      CFG_TRY(r.CheckKeys(n, "hardware", {"sysfs_root", "dev_root", "history_lines", "default_ttl_s", "max_ttl_s",
+                                          "default_simulated_board", "boards"}));
+      auto& h = c.hardware;
+      if (n["sysfs_root"]) CFG_TRY(r.String(n["sysfs_root"], "hardware.sysfs_root", h.sysfs_root));
+      if (n["dev_root"]) CFG_TRY(r.String(n["dev_root"], "hardware.dev_root", h.dev_root));
+      if (n["history_lines"]) CFG_TRY(r.Int(n["history_lines"], "hardware.history_lines", 10, 10000000, h.history_lines));
+      if (n["max_ttl_s"]) CFG_TRY(r.Int(n["max_ttl_s"], "hardware.max_ttl_s", 1, 30 * 86400, h.max_ttl_s));
+      if (n["default_ttl_s"]) CFG_TRY(r.Int(n["default_ttl_s"], "hardware.default_ttl_s", 1, h.max_ttl_s, h.default_ttl_s));
+      if (auto d = n["default_simulated_board"]) {
+        if (!d.IsScalar() || (d.Scalar() != "true" && d.Scalar() != "false")) {
+          return r.Error(d, "hardware.default_simulated_board", "expected true or false");
+        }
+        h.default_simulated_board = d.Scalar() == "true";
+      }
+      if (auto bs = n["boards"]) {
+        if (!bs.IsSequence()) return r.Error(bs, "hardware.boards", "expected a list of boards");
+        for (size_t i = 0; i < bs.size(); ++i) {
+          BoardConfig b;
+          CFG_TRY(ParseBoard(r, bs[i], i, h, b));
+          h.boards.push_back(std::move(b));
+        }
       }
     }
     if (auto n = root["catalog"]) {
@@ -467,6 +617,37 @@ std::string ResolveApiKey(const ProviderConfig& p) {
   if (!p.api_key.empty()) return p.api_key;
   if (!p.api_key_env.empty()) return Env(p.api_key_env.c_str());
   return "";
+}
+
+}  // namespace fwai
+
+namespace fwai {
+
+bool ApplyBoardDefaults(BoardConfig& b) {
+  struct Known {
+    const char* machine;
+    const char* target;
+    uint64_t flash_origin, flash_size, ram_origin, ram_size;
+  };
+  static const Known kKnown[] = {
+      {"stm32vldiscovery", "stm32f100rb", 0x08000000, 128 * 1024, 0x20000000, 8 * 1024},
+      {"lm3s6965evb", "lm3s6965", 0x00000000, 256 * 1024, 0x20000000, 64 * 1024},
+  };
+  for (const Known& k : kKnown) {
+    if (b.machine == k.machine || (b.machine.empty() && b.target == k.target)) {
+      if (b.target.empty()) b.target = k.target;
+      if (b.flash_size == 0) {
+        b.flash_origin = k.flash_origin;
+        b.flash_size = k.flash_size;
+      }
+      if (b.ram_size == 0) {
+        b.ram_origin = k.ram_origin;
+        b.ram_size = k.ram_size;
+      }
+      return true;
+    }
+  }
+  return b.flash_size != 0;
 }
 
 }  // namespace fwai

@@ -96,6 +96,55 @@ struct McpServerEntry {
   std::vector<std::string> headers;
 };
 
+// A board: what one lease hands out. Physical boards bundle a debug probe, a
+// serial port and a target; simulated boards are a QEMU machine.
+struct BoardConfig {
+  std::string id;
+  std::string kind = "physical";  // physical | simulated
+  std::vector<std::string> tags;
+  bool maintenance = false;
+  // Serial port (physical boards; simulated ones use QEMU's pty).
+  std::string serial;  // path, e.g. /dev/serial/by-id/...
+  int baud = 115200;
+  int data_bits = 8;
+  std::string parity = "none";     // none | odd | even
+  std::string stop_bits = "1";     // 1 | 1.5 | 2
+  std::string flow_control = "none";  // none | software | hardware
+  std::string line_ending = "\n";  // appended to commands sent
+  std::string encoding = "utf-8";  // ascii | utf-8 | hex
+  std::vector<std::string> startup_commands;
+  std::string log_file;
+  // Debug probe (serial number or VID:PID) and how to drive it.
+  std::string probe;
+  std::vector<std::string> openocd_config;  // -f files, e.g. interface/stlink.cfg
+  std::string flash_command;  // template with {elf} {bin} {hex} {port} {probe}
+  std::string power_on;
+  std::string power_off;
+  std::string self_test;  // command run by `fwai hw test`; exit 0 = good
+  // Target and memory map (flash guard).
+  std::string target;
+  uint64_t flash_origin = 0x08000000;
+  uint64_t flash_size = 0;
+  uint64_t ram_origin = 0x20000000;
+  uint64_t ram_size = 0;
+  // Simulated boards.
+  std::string machine;  // stm32vldiscovery | lm3s6965evb
+  std::string image;    // firmware loaded at start (optional)
+  std::string qemu = "qemu-system-arm";
+  std::string gdb;      // default: gdb-multiarch, else arm-none-eabi-gdb
+  std::string boot_pattern;  // a line that means the firmware booted
+};
+
+struct HardwareConfig {
+  std::string sysfs_root = "/sys";
+  std::string dev_root = "/dev";
+  int history_lines = 10000;
+  int default_ttl_s = 900;
+  int max_ttl_s = 86400;
+  bool default_simulated_board = true;  // with no boards configured: one simulated STM32VLDISCOVERY
+  std::vector<BoardConfig> boards;
+};
+
 struct DaemonConfig {
   std::string source;  // file the config came from, "" for defaults
   std::vector<std::string> listen;  // "unix:PATH" | "tcp:HOST:PORT"
@@ -114,6 +163,7 @@ struct DaemonConfig {
   KnowledgeConfig knowledge;
   CatalogConfig catalog;
   std::map<std::string, McpServerEntry> mcp_servers;
+  HardwareConfig hardware;
   std::string log_level = "info";
 };
 
@@ -127,6 +177,10 @@ struct DaemonConfig {
 // *_BASE_URL) that the config does not define, and applies *_BASE_URL to
 // configured providers that have no base_url. Picks a default provider if none.
 void ApplyProviderEnvironment(DaemonConfig& config);
+
+// Fills a board's target and memory map from its machine (simulated boards)
+// or target name when they were not given. False if nothing is known.
+bool ApplyBoardDefaults(BoardConfig& b);
 
 // The key of `p`: the literal one, else the one in its environment variable.
 std::string ResolveApiKey(const ProviderConfig& p);

@@ -34,6 +34,8 @@
 #include "server/api/api.h"
 #include "server/catalog/tool_catalog.h"
 #include "server/mcp/mcp_manager.h"
+#include "server/hardware/broker.h"
+#include "server/hardware/hardware_tools.h"
 #include "server/knowledge/document_search_tool.h"
 #include "server/knowledge/embedder.h"
 #include "server/knowledge/knowledge_base.h"
@@ -362,6 +364,18 @@ int Main(int argc, char** argv) {
       if (!reg.ok()) spdlog::warn("mcp tools not added to the catalog: {}", reg.status().ToString());
     }
   }
+  // Hardware: boards from the config (or one simulated board), leases from
+  // the database. Sockets of simulators live in a short run directory.
+  std::string run_dir = config.data_dir + "/run";
+  if (run_dir.size() > 60) run_dir = absl::StrCat("/tmp/fwai-", getuid(), "/run-", getpid());
+  HardwareBroker hardware(config.hardware, **storage, run_dir);
+  if (auto s = hardware.Start(); !s.ok()) {
+    std::fprintf(stderr, "fwaid: hardware: %s\n", std::string(s.message()).c_str());
+    return 1;
+  }
+  spdlog::info("hardware: {} devices ({:.0f} ms after start)", hardware.List().size(), ms_since_start());
+  RegisterHardwareTools(tools, hardware);
+
   SessionManager sessions(**storage, config.subscribers);
   ToolCatalogStore* catalog_ptr = catalog->get();
   TurnManager turns(sessions, config, providers, tools, [catalog_ptr](const std::string& query, int k) {
@@ -383,6 +397,8 @@ int Main(int argc, char** argv) {
   deps.knowledge = knowledge->get();
   deps.catalog = catalog->get();
   deps.pool = &pool;
+  deps.hardware = &hardware;
+  deps.on_session_deleted = [&hardware](const std::string& id) { hardware.SessionEnded(id); };
   deps.request_shutdown = [] { kill(getpid(), SIGTERM); };
   deps.started_us = NowMicros();
   deps.daemon_uid = getuid();
@@ -461,6 +477,7 @@ int Main(int argc, char** argv) {
   for (auto& ul : unix_listeners) ul->Stop();
   turns.Shutdown();
   sessions.CloseAll(absl::UnavailableError("fwaid is shutting down; reconnect after it restarts"));
+  hardware.Shutdown();  // serial readers get end-of-stream, simulators stop
   spdlog::info("turns stopped; closing the server");
   // Turns are finished and every stream has been told to close; connections
   // adopted by fd are not drained by gRPC itself, so the grace is short.

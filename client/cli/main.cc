@@ -19,6 +19,7 @@
 #include "absl/strings/strip.h"
 #include "client/cli/cli.h"
 #include "client/cli/kb.h"
+#include "client/cli/hw.h"
 #include "client/cli/tools.h"
 #include "client/cli/render.h"
 #include "client/lib/client.h"
@@ -580,6 +581,7 @@ int Main(int argc, char** argv) {
 
   KbCommands kb(app, g);
   ToolsCommands tools(app, g);
+  HwCommands hw(app, g);
   auto* repl_session = app.add_option("--session", session_id, "Session for the REPL");
   (void)repl_session;
 
@@ -599,6 +601,7 @@ int Main(int argc, char** argv) {
   if (dstatus->parsed()) return CmdDaemonStatus(g);
   if (auto rc = kb.RunIfParsed()) return *rc;
   if (auto rc = tools.RunIfParsed()) return *rc;
+  if (auto rc = hw.RunIfParsed()) return *rc;
   if (g.json) return Fail(g, kExitUsage, "--json needs a command (see fwai --help)");
   return Repl(g, session_id, provider, model);
 }

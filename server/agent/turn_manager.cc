@@ -485,6 +485,7 @@ void TurnManager::Run(Turn* turn, TurnRequest req) {
         ToolContext tctx;
         tctx.session_id = req.session_id;
         tctx.project_root = info->project_root;
+        tctx.owner = info->owner;
         tctx.limits = &config_.tools;
         tctx.cancel = &turn->cancel;
         tctx.output = [&](std::string_view text) {

@@ -25,6 +25,7 @@ class TurnManager;
 class KnowledgeBase;
 class ToolCatalogStore;
 class ThreadPool;
+class HardwareBroker;
 struct DaemonConfig;
 struct ProviderSet;
 
@@ -53,6 +54,8 @@ struct ApiDeps {
   KnowledgeBase* knowledge = nullptr;  // may be null: Knowledge answers UNAVAILABLE
   ToolCatalogStore* catalog = nullptr;
   ThreadPool* pool = nullptr;          // runs work that must not block reactions
+  HardwareBroker* hardware = nullptr;  // may be null: Hardware answers UNAVAILABLE
+  std::function<void(const std::string&)> on_session_deleted;
   std::function<void()> request_shutdown;
   int64_t started_us = 0;
   uint32_t daemon_uid = 0;
@@ -64,6 +67,7 @@ std::vector<std::unique_ptr<grpc::Service>> MakeServices(const ApiDeps& deps);
 
 std::unique_ptr<grpc::Service> MakeKnowledgeService(const ApiDeps& deps);
 std::unique_ptr<grpc::Service> MakeToolCatalogService(const ApiDeps& deps);
+std::unique_ptr<grpc::Service> MakeHardwareService(const ApiDeps& deps);
 
 // The one place absl::Status becomes grpc::Status.
 grpc::Status ToGrpcStatus(const absl::Status& s);

@@ -340,6 +340,7 @@ class SessionsService final : public pb::Sessions::CallbackService {
       return r;
     }
     deps_.turns->Cancel(s->id);
+    if (deps_.on_session_deleted) deps_.on_session_deleted(s->id);
     r->Finish(ToGrpcStatus(deps_.sessions->Delete(s->id)));
     return r;
   }
@@ -437,7 +438,7 @@ std::vector<std::unique_ptr<grpc::Service>> MakeServices(const ApiDeps& deps) {
   out.push_back(std::make_unique<DaemonService>(deps));
   out.push_back(MakeKnowledgeService(deps));
   out.push_back(MakeToolCatalogService(deps));
-  out.push_back(std::make_unique<pb::Hardware::CallbackService>());
+  out.push_back(MakeHardwareService(deps));
   out.push_back(std::make_unique<pb::Projects::CallbackService>());
   out.push_back(std::make_unique<pb::Skills::CallbackService>());
   out.push_back(std::make_unique<pb::Evidence::CallbackService>());

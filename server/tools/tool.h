@@ -20,6 +20,7 @@ namespace fwai {
 struct ToolContext {
   std::string session_id;
   std::string project_root;  // canonical; file tools see nothing outside it
+  std::string owner;         // the session owner's identity ("uid:N")
   const ToolsConfig* limits = nullptr;
   CancelToken* cancel = nullptr;
   // Streams partial output to clients (tool output delta events).

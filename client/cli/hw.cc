@@ -1,0 +1,483 @@
+#include "client/cli/hw.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <ctime>
+#include <filesystem>
+#include <iostream>
+#include <regex>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "client/lib/client.h"
+#include "fwai/v1/hardware.grpc.pb.h"
+
+namespace fwai {
+
+namespace pb = fwai::v1;
+using json = nlohmann::json;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::atomic<bool> g_interrupted{false};
+
+void OnInterrupt(int) { g_interrupted = true; }
+
+void Tag(grpc::ClientContext& ctx) { ctx.AddMetadata("fwai-client", absl::StrCat("fwai pid ", getpid())); }
+
+std::string Clock(int64_t us) {
+  if (us <= 0) return "-";
+  std::time_t t = static_cast<std::time_t>(us / 1000000);
+  std::tm tm{};
+  localtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%H:%M:%S", &tm);
+  return buf;
+}
+
+void PrintJson(const google::protobuf::Message& m) { std::cout << ProtoToJson(m).dump() << std::endl; }
+
+}  // namespace
+
+HwCommands::HwCommands(CLI::App& app, Globals& g) : g_(g) {
+  auto* hw = app.add_subcommand("hw", "Boards and devices: list, lease, release, health");
+  hw->require_subcommand(1);
+  ls_ = hw->add_subcommand("ls", "Every device and board: kind, ids, health, holder");
+  lease_ = hw->add_subcommand("lease", "Lease a board (or device) for yourself");
+  lease_->add_option("board", board_, "Board or device id (or use --tag)");
+  lease_->add_option("--tag", tags_, "Any free board with these tags (repeatable)");
+  lease_->add_option("--ttl", ttl_, "Seconds until the lease lapses without a renewal (default: the daemon's, 900)");
+  lease_->add_option("--wait", wait_, "Wait up to this many seconds for a held board (default: fail at once)");
+  lease_->add_flag("--hold", hold_, "Stay running and keep the lease renewed until Ctrl-C, then release it");
+  lease_->add_option("--session", session_, "Bind the lease to a session (released when it is deleted)");
+  release_ = hw->add_subcommand("release", "Release your lease (admins: --force releases anyone's)");
+  release_->add_option("board", board_, "Board or device id");
+  release_->add_flag("--force", force_, "Take another holder's lease away (root or the daemon's user)");
+  who_ = hw->add_subcommand("who", "Who holds what, since when, until when");
+  test_ = hw->add_subcommand("test", "Run a board's self-test; its health follows the result");
+  test_->add_option("board", board_, "Board id");
+  health_ = hw->add_subcommand("health", "Set a board's health (root or the daemon's user)");
+  health_->add_option("board", board_, "Board id")->required();
+  health_->add_option("state", state_, "good | bad | maintenance")->required()->check(CLI::IsMember({"good", "bad", "maintenance"}));
+  health_->add_option("--reason", reason_, "Why");
+  reset_ = hw->add_subcommand("reset", "Reset a board you hold");
+  reset_->add_option("board", board_, "Board id");
+
+  monitor_ = app.add_subcommand("monitor", "Read a board's serial output (and send commands with the lease)");
+  monitor_->add_option("board", board_, "Board id (default: your leased board, or the only one)");
+  monitor_->add_option("--until", until_, "Exit 0 when a line matches this regex");
+  monitor_->add_option("--timeout", timeout_, "Give up after this many seconds (exit 1 with --until)");
+  monitor_->add_option("--send", send_, "Send this line after opening (repeatable; needs the lease)");
+  monitor_->add_flag("--history", history_, "Start with the buffered history");
+
+  flash_ = app.add_subcommand("flash", "Flash an image to a board you hold, behind the flash guard");
+  flash_->add_option("args", positional_, "[BOARD] [IMAGE.elf]");
+  flash_->add_flag("--yes,-y", yes_, "Approve without asking");
+  flash_->add_option("--project-root", project_root_, "Where the image's sources are (default: found above it)");
+
+  debug_ = app.add_subcommand("debug", "Run GDB commands on a board you hold");
+  debug_->add_option("args", positional_, "[BOARD] CMD... (quote multi-word commands: 'print counter')")->required();
+  debug_->add_option("--timeout", debug_timeout_, "Seconds per command (default 10)");
+}
+
+std::optional<int> HwCommands::RunIfParsed() {
+  if (ls_->parsed()) return Ls();
+  if (lease_->parsed()) return Lease();
+  if (release_->parsed()) return Release();
+  if (who_->parsed()) return Who();
+  if (test_->parsed()) return Test();
+  if (health_->parsed()) return Health();
+  if (reset_->parsed()) return Reset();
+  if (monitor_->parsed()) return Monitor();
+  if (flash_->parsed()) return Flash();
+  if (debug_->parsed()) return Debug();
+  return std::nullopt;
+}
+
+#define CONNECT_OR_FAIL(stub)                                                                      \
+  auto ch_ = ConnectChannel(g_);                                                                   \
+  if (!ch_.ok()) return Fail(g_, kExitUnreachable, std::string(ch_.status().message()));          \
+  auto stub = pb::Hardware::NewStub(*ch_)
+
+int HwCommands::Ls() {
+  CONNECT_OR_FAIL(stub);
+  grpc::ClientContext ctx;
+  Tag(ctx);
+  pb::ListDevicesResponse resp;
+  auto st = stub->ListDevices(&ctx, pb::ListDevicesRequest(), &resp);
+  if (!st.ok()) return FailGrpc(g_, st);
+  if (g_.json) {
+    for (const auto& d : resp.devices()) PrintJson(d);
+    return kExitOk;
+  }
+  std::printf("%-22s %-10s %-12s %-26s %s\n", "ID", "KIND", "HEALTH", "HELD BY", "DETAILS");
+  for (const auto& d : resp.devices()) {
+    std::string details = d.name();
+    if (!d.vid_pid().empty()) absl::StrAppend(&details, " [", d.vid_pid(), "]");
+    if (!d.serial_number().empty()) absl::StrAppend(&details, " sn ", d.serial_number());
+    if (!d.path().empty()) absl::StrAppend(&details, " ", d.path());
+    if (d.kind() == "simulated" || d.kind() == "board") {
+      absl::StrAppend(&details, d.running() ? " running" : " stopped");
+      if (!d.image().empty()) absl::StrAppend(&details, " ", fs::path(d.image()).filename().string());
+    }
+    std::string health = d.health();
+    if (!d.health_reason().empty()) absl::StrAppend(&health, " (", d.health_reason(), ")");
+    std::string holder = d.holder().empty() ? "-" : absl::StrCat(d.holder(), " since ", Clock(d.held_since_us()));
+    std::printf("%-22s %-10s %-12s %-26s %s\n", d.id().c_str(), d.kind().c_str(), d.health().c_str(), holder.c_str(),
+                details.c_str());
+    if (!d.health_reason().empty()) std::printf("%-22s   %s\n", "", d.health_reason().c_str());
+  }
+  return kExitOk;
+}
+
+int HwCommands::Lease() {
+  if (board_.empty() && tags_.empty()) return Fail(g_, kExitUsage, "name a board, or give --tag");
+  CONNECT_OR_FAIL(stub);
+  pb::AcquireRequest req;
+  req.set_device_id(board_);
+  for (const auto& t : tags_) {
+    auto* tag = req.add_tags();
+    auto c = t.find(':');
+    tag->set_key(c == std::string::npos ? t : t.substr(0, c));
+    if (c != std::string::npos) tag->set_value(t.substr(c + 1));
+  }
+  req.set_ttl_s(ttl_);
+  req.set_wait_s(wait_);
+  req.set_session_id(session_);
+  if (wait_ > 0 && !g_.json) std::fprintf(stderr, "waiting up to %d s for %s...\n", wait_, board_.empty() ? "a board" : board_.c_str());
+  grpc::ClientContext ctx;
+  Tag(ctx);
+  pb::Lease lease;
+  auto st = stub->Acquire(&ctx, req, &lease);
+  if (!st.ok()) return FailGrpc(g_, st);
+  if (g_.json) {
+    PrintJson(lease);
+  } else {
+    std::printf("leased %s (lease %s, ttl %d s, expires %s)\n", lease.device_id().c_str(), lease.lease_id().c_str(),
+                lease.ttl_s(), Clock(lease.expires_us()).c_str());
+  }
+  std::fflush(stdout);
+  if (!hold_) return kExitOk;
+  // Keepalive until interrupted, then release.
+  signal(SIGINT, OnInterrupt);
+  signal(SIGTERM, OnInterrupt);
+  const int period_ms = std::max(200, lease.ttl_s() * 1000 / 3);
+  auto next = std::chrono::steady_clock::now() + std::chrono::milliseconds(period_ms);
+  while (!g_interrupted) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    if (std::chrono::steady_clock::now() < next) continue;
+    next += std::chrono::milliseconds(period_ms);
+    grpc::ClientContext rc;
+    Tag(rc);
+    pb::RenewRequest rr;
+    rr.set_lease_id(lease.lease_id());
+    pb::Lease renewed;
+    auto rs = stub->Renew(&rc, rr, &renewed);
+    if (!rs.ok()) return Fail(g_, kExitError, absl::StrCat("lost the lease: ", rs.error_message()));
+  }
+  grpc::ClientContext rc;
+  Tag(rc);
+  pb::ReleaseRequest rel;
+  rel.set_lease_id(lease.lease_id());
+  pb::ReleaseResponse rresp;
+  auto rs = stub->Release(&rc, rel, &rresp);
+  if (!rs.ok()) return FailGrpc(g_, rs);
+  if (!g_.json) std::printf("released %s\n", lease.device_id().c_str());
+  return kExitOk;
+}
+
+int HwCommands::Release() {
+  CONNECT_OR_FAIL(stub);
+  if (board_.empty()) {
+    // The caller's only lease.
+    grpc::ClientContext ctx;
+    Tag(ctx);
+    pb::ListDevicesResponse resp;
+    auto st = stub->ListDevices(&ctx, pb::ListDevicesRequest(), &resp);
+    if (!st.ok()) return FailGrpc(g_, st);
+    if (resp.leases_size() == 1) board_ = resp.leases(0).device_id();
+    if (board_.empty()) return Fail(g_, kExitUsage, "name the board to release");
+  }
+  grpc::ClientContext ctx;
+  Tag(ctx);
+  pb::ReleaseRequest req;
+  req.set_device_id(board_);
+  req.set_force(force_);
+  pb::ReleaseResponse resp;
+  auto st = stub->Release(&ctx, req, &resp);
+  if (!st.ok()) return FailGrpc(g_, st);
+  if (g_.json) {
+    std::cout << json{{"released", board_}}.dump() << std::endl;
+  } else {
+    std::printf("released %s\n", board_.c_str());
+  }
+  return kExitOk;
+}
+
+int HwCommands::Who() {
+  CONNECT_OR_FAIL(stub);
+  grpc::ClientContext ctx;
+  Tag(ctx);
+  pb::ListDevicesResponse resp;
+  auto st = stub->ListDevices(&ctx, pb::ListDevicesRequest(), &resp);
+  if (!st.ok()) return FailGrpc(g_, st);
+  if (g_.json) {
+    for (const auto& l : resp.leases()) PrintJson(l);
+    return kExitOk;
+  }
+  if (resp.leases_size() == 0) {
+    std::printf("no leases\n");
+    return kExitOk;
+  }
+  std::printf("%-22s %-34s %-9s %-9s %s\n", "DEVICE", "HOLDER", "SINCE", "EXPIRES", "LEASE");
+  for (const auto& l : resp.leases()) {
+    std::printf("%-22s %-34s %-9s %-9s %s%s\n", l.device_id().c_str(), l.holder().c_str(), Clock(l.acquired_us()).c_str(),
+                Clock(l.expires_us()).c_str(), l.lease_id().c_str(),
+                l.session_id().empty() ? "" : (" session " + l.session_id()).c_str());
+  }
+  return kExitOk;
+}
+
+int HwCommands::Test() {
+  CONNECT_OR_FAIL(stub);
+  grpc::ClientContext ctx;
+  Tag(ctx);
+  pb::SelfTestRequest req;
+  req.set_device_id(board_);
+  pb::SelfTestResponse resp;
+  auto st = stub->SelfTest(&ctx, req, &resp);
+  if (!st.ok()) return FailGrpc(g_, st);
+  if (g_.json) {
+    PrintJson(resp);
+  } else {
+    std::printf("self-test passed: %s\n", resp.report().c_str());
+  }
+  return kExitOk;
+}
+
+int HwCommands::Health() {
+  CONNECT_OR_FAIL(stub);
+  grpc::ClientContext ctx;
+  Tag(ctx);
+  pb::SetHealthRequest req;
+  req.set_device_id(board_);
+  req.set_health(state_);
+  req.set_reason(reason_);
+  pb::SetHealthResponse resp;
+  auto st = stub->SetHealth(&ctx, req, &resp);
+  if (!st.ok()) return FailGrpc(g_, st);
+  if (!g_.json) std::printf("%s is now %s\n", board_.c_str(), state_.c_str());
+  return kExitOk;
+}
+
+int HwCommands::Reset() {
+  CONNECT_OR_FAIL(stub);
+  grpc::ClientContext ctx;
+  Tag(ctx);
+  pb::ResetRequest req;
+  req.set_device_id(board_);
+  pb::ResetResponse resp;
+  auto st = stub->Reset(&ctx, req, &resp);
+  if (!st.ok()) return FailGrpc(g_, st);
+  if (!g_.json) std::printf("reset %s\n", board_.empty() ? "the board" : board_.c_str());
+  return kExitOk;
+}
+
+int HwCommands::Monitor() {
+  std::regex until;
+  if (!until_.empty()) {
+    try {
+      until = std::regex(until_);
+    } catch (const std::regex_error& e) {
+      return Fail(g_, kExitUsage, absl::StrCat("--until: not a valid regular expression: ", e.what()));
+    }
+  }
+  CONNECT_OR_FAIL(stub);
+  grpc::ClientContext ctx;
+  Tag(ctx);
+  if (timeout_ > 0) {
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(static_cast<int64_t>(timeout_ * 1000)));
+  }
+  auto stream = stub->Serial(&ctx);
+  pb::SerialClientMessage open;
+  open.mutable_open()->set_device_id(board_);
+  open.mutable_open()->set_from_history(history_);
+  if (!stream->Write(open)) return FailGrpc(g_, stream->Finish());
+  // Ctrl-C ends the monitor cleanly.
+  static grpc::ClientContext* active = nullptr;
+  active = &ctx;
+  struct sigaction sa{};
+  sa.sa_handler = [](int) {
+    g_interrupted = true;
+    if (active) active->TryCancel();
+  };
+  sigaction(SIGINT, &sa, nullptr);
+  pb::SerialServerMessage m;
+  bool matched = false;
+  std::string end_reason;
+  std::string board;
+  while (stream->Read(&m)) {
+    if (!m.opened().empty()) {
+      board = m.opened();
+      if (!g_.json && isatty(2)) std::fprintf(stderr, "monitoring %s (Ctrl-C to stop)\n", board.c_str());
+      for (const auto& s : send_) {
+        pb::SerialClientMessage w;
+        w.set_send_line(s);
+        stream->Write(w);
+      }
+      continue;
+    }
+    if (!m.error().empty()) {
+      if (g_.json) {
+        std::cout << json{{"error", m.error()}}.dump() << std::endl;
+      } else {
+        std::fprintf(stderr, "fwai: %s\n", m.error().c_str());
+      }
+      ctx.TryCancel();
+      break;
+    }
+    if (m.end_of_stream()) {
+      end_reason = m.reason();
+      break;
+    }
+    if (g_.json) {
+      std::cout << json{{"time_us", m.time_us()}, {"seq", m.seq()}, {"line", m.line()}}.dump() << std::endl;
+    } else {
+      std::cout << m.line() << std::endl;
+    }
+    if (!until_.empty() && std::regex_search(m.line(), until)) {
+      matched = true;
+      ctx.TryCancel();
+      break;
+    }
+  }
+  stream->WritesDone();
+  auto st = stream->Finish();
+  active = nullptr;
+  if (matched) return kExitOk;
+  if (!end_reason.empty()) {
+    if (g_.json) std::cout << json{{"end_of_stream", true}, {"reason", end_reason}}.dump() << std::endl;
+    return Fail(g_, kExitError, absl::StrCat("serial stream ended: ", end_reason));
+  }
+  if (g_interrupted) return kExitOk;
+  if (st.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
+    if (until_.empty()) return kExitOk;
+    return Fail(g_, kExitError, absl::StrCat("'", until_, "' not seen within ", timeout_, " s"));
+  }
+  if (!st.ok() && st.error_code() != grpc::StatusCode::CANCELLED) return FailGrpc(g_, st);
+  return kExitOk;
+}
+
+int HwCommands::Flash() {
+  std::string board, image;
+  for (const auto& p : positional_) {
+    std::error_code ec;
+    if (image.empty() && (p.ends_with(".elf") || fs::is_regular_file(p, ec))) {
+      image = p;
+    } else if (board.empty()) {
+      board = p;
+    } else {
+      return Fail(g_, kExitUsage, absl::StrCat("unexpected argument '", p, "' (usage: fwai flash [BOARD] [IMAGE.elf])"));
+    }
+  }
+  if (image.empty()) {
+    std::vector<std::string> found;
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator("build", ec)) {
+      if (e.path().extension() == ".elf") found.push_back(e.path().string());
+    }
+    if (found.size() != 1) {
+      return Fail(g_, kExitUsage,
+                  found.empty() ? "no image given and no build/*.elf here" : "several build/*.elf here; name the image");
+    }
+    image = found[0];
+  }
+  std::error_code ec;
+  fs::path abs = fs::absolute(image, ec);
+  bool approved = yes_;
+  if (!approved && isatty(0) && isatty(2) && !g_.json) {
+    std::fprintf(stderr, "Flash %s to %s? [y/N] ", abs.c_str(), board.empty() ? "your board" : board.c_str());
+    std::string answer;
+    std::getline(std::cin, answer);
+    approved = answer == "y" || answer == "Y" || answer == "yes";
+    if (!approved) return Fail(g_, kExitError, "not flashed (not confirmed)");
+  }
+  CONNECT_OR_FAIL(stub);
+  grpc::ClientContext ctx;
+  Tag(ctx);
+  pb::FlashRequest req;
+  req.set_device_id(board);
+  req.set_image_path(abs.string());
+  req.set_approved(approved);
+  if (!project_root_.empty()) req.set_project_root(fs::absolute(project_root_, ec).string());
+  auto reader = stub->Flash(&ctx, req);
+  pb::FlashProgress p;
+  pb::FlashProgress last;
+  while (reader->Read(&p)) {
+    if (g_.json) {
+      PrintJson(p);
+    } else if (!p.done()) {
+      std::printf("[%-7s %3.0f%%] %s\n", p.stage().c_str(), p.fraction() * 100, p.message().c_str());
+      std::fflush(stdout);
+    }
+    if (p.done()) last = p;
+  }
+  auto st = reader->Finish();
+  if (!st.ok()) return FailGrpc(g_, st);
+  if (!g_.json) {
+    std::printf("%s: sha256 %s, %.2f s%s\n", last.message().c_str(), last.image_sha256().c_str(), last.seconds(),
+                last.boot_line().empty() ? "" : absl::StrCat(", booted: ", last.boot_line()).c_str());
+  }
+  return kExitOk;
+}
+
+int HwCommands::Debug() {
+  CONNECT_OR_FAIL(stub);
+  std::vector<std::string> cmds = positional_;
+  std::string board;
+  if (cmds.size() > 1) {
+    grpc::ClientContext ctx;
+    Tag(ctx);
+    pb::ListDevicesResponse resp;
+    if (stub->ListDevices(&ctx, pb::ListDevicesRequest(), &resp).ok()) {
+      for (const auto& d : resp.devices()) {
+        if (d.id() == cmds[0]) {
+          board = cmds[0];
+          cmds.erase(cmds.begin());
+          break;
+        }
+      }
+    }
+  }
+  grpc::ClientContext ctx;
+  Tag(ctx);
+  pb::DebugRequest req;
+  req.set_device_id(board);
+  for (const auto& c : cmds) req.add_commands(c);
+  req.set_timeout_s(debug_timeout_);
+  pb::DebugResponse resp;
+  auto st = stub->Debug(&ctx, req, &resp);
+  if (!st.ok()) return FailGrpc(g_, st);
+  if (g_.json) {
+    json results = json::parse(resp.result_json(), nullptr, false);
+    for (const auto& r : results) std::cout << r.dump() << std::endl;
+    return kExitOk;
+  }
+  bool any_error = false;
+  for (int i = 0; i < resp.outputs_size(); ++i) {
+    if (cmds.size() > 1) std::printf("(gdb) %s\n", i < static_cast<int>(cmds.size()) ? cmds[i].c_str() : "");
+    std::printf("%s\n", resp.outputs(i).c_str());
+    any_error |= resp.outputs(i).rfind("error: ", 0) == 0;
+  }
+  return any_error ? kExitError : kExitOk;
+}
+
+}  // namespace fwai

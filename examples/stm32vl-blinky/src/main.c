@@ -1,0 +1,166 @@
+// stm32vl-blinky: boot banner on USART1, a counter, and a small serial command shell.
+//
+// Commands (one per line):  ping | version | led on | led off | count | fault
+#include <stdint.h>
+#include <string.h>
+
+#ifndef FW_VERSION
+#define FW_VERSION "0.0.0"
+#endif
+
+#define REG(addr) (*(volatile uint32_t *)(addr))
+
+// RCC
+#define RCC_APB2ENR REG(0x40021018)
+#define RCC_APB2ENR_IOPAEN (1u << 2)
+#define RCC_APB2ENR_IOPCEN (1u << 4)
+#define RCC_APB2ENR_USART1EN (1u << 14)
+// GPIOA (USART1 TX on PA9), GPIOC (LEDs on PC8 / PC9)
+#define GPIOA_CRH REG(0x40010804)
+#define GPIOC_CRH REG(0x40011004)
+#define GPIOC_ODR REG(0x4001100C)
+#define GPIOC_BSRR REG(0x40011010)
+#define LED_BLUE (1u << 8)
+// USART1
+#define USART1_SR REG(0x40013800)
+#define USART1_DR REG(0x40013804)
+#define USART1_BRR REG(0x40013808)
+#define USART1_CR1 REG(0x4001380C)
+#define USART_SR_RXNE (1u << 5)
+#define USART_SR_TXE (1u << 7)
+#define USART_CR1_UE (1u << 13)
+#define USART_CR1_TE (1u << 3)
+#define USART_CR1_RE (1u << 2)
+// SysTick and the system control block
+#define SYST_CSR REG(0xE000E010)
+#define SYST_RVR REG(0xE000E014)
+#define SYST_CVR REG(0xE000E018)
+#define SCB_SHCSR REG(0xE000ED24)
+
+#define CPU_HZ 24000000u
+
+volatile uint32_t ticks;      // milliseconds since boot
+volatile uint32_t counter;    // increments every 100 ms
+volatile uint32_t led_state;  // last value written to the LED
+
+void SysTick_Handler(void) {
+  ticks++;
+  if (ticks % 100 == 0) counter++;
+}
+
+static void uart_putc(char c) {
+  while (!(USART1_SR & USART_SR_TXE)) {
+  }
+  USART1_DR = (uint32_t)(unsigned char)c;
+}
+
+static void uart_puts(const char *s) {
+  while (*s) {
+    if (*s == '\n') uart_putc('\r');
+    uart_putc(*s++);
+  }
+}
+
+static void uart_puthex(uint32_t v) {
+  static const char digits[] = "0123456789abcdef";
+  uart_puts("0x");
+  for (int shift = 28; shift >= 0; shift -= 4) uart_putc(digits[(v >> shift) & 0xF]);
+}
+
+static void uart_putdec(uint32_t v) {
+  char buf[11];
+  int i = 10;
+  buf[i] = 0;
+  do {
+    buf[--i] = (char)('0' + v % 10);
+    v /= 10;
+  } while (v && i > 0);
+  uart_puts(&buf[i]);
+}
+
+// Reports a fault on the console and stops; a debugger finds the core in here.
+__attribute__((noinline, used)) void fault_report(uint32_t *frame) {
+  uart_puts("\nFAULT: hard fault at pc=");
+  uart_puthex(frame[6]);
+  uart_puts("\n");
+  for (;;) {
+  }
+}
+
+__attribute__((naked)) void HardFault_Handler(void) {
+  __asm volatile(
+      "tst lr, #4\n"
+      "ite eq\n"
+      "mrseq r0, msp\n"
+      "mrsne r0, psp\n"
+      "b fault_report\n");
+}
+
+static void trigger_fault(void) {
+  // A load from an address where nothing is mapped: a precise bus fault that
+  // escalates to HardFault because the bus fault handler is not enabled.
+  volatile uint32_t *bad = (volatile uint32_t *)0x3FFFFFF0u;
+  (void)*bad;
+}
+
+static void led_set(int on) {
+  GPIOC_BSRR = on ? LED_BLUE : (LED_BLUE << 16);
+  led_state = on ? 1u : 0u;
+  uart_puts(on ? "led on" : "led off");
+  uart_puts(" GPIOC_ODR=");
+  uart_puthex(GPIOC_ODR);
+  uart_puts("\n");
+}
+
+static void handle(const char *line) {
+  if (strcmp(line, "ping") == 0) {
+    uart_puts("pong\n");
+  } else if (strcmp(line, "version") == 0) {
+    uart_puts("version " FW_VERSION "\n");
+  } else if (strcmp(line, "led on") == 0) {
+    led_set(1);
+  } else if (strcmp(line, "led off") == 0) {
+    led_set(0);
+  } else if (strcmp(line, "count") == 0) {
+    uart_puts("counter ");
+    uart_putdec(counter);
+    uart_puts("\n");
+  } else if (strcmp(line, "fault") == 0) {
+    uart_puts("triggering a hard fault\n");
+    trigger_fault();
+  } else if (line[0] != 0) {
+    uart_puts("unknown command: ");
+    uart_puts(line);
+    uart_puts("\n");
+  }
+}
+
+int main(void) {
+  RCC_APB2ENR |= RCC_APB2ENR_IOPAEN | RCC_APB2ENR_IOPCEN | RCC_APB2ENR_USART1EN;
+  GPIOA_CRH = (GPIOA_CRH & ~(0xFu << 4)) | (0xBu << 4);  // PA9: alternate push-pull, 50 MHz
+  GPIOC_CRH = (GPIOC_CRH & ~0xFFu) | 0x22u;               // PC8, PC9: push-pull outputs
+  USART1_BRR = CPU_HZ / 115200u;
+  USART1_CR1 = USART_CR1_UE | USART_CR1_TE | USART_CR1_RE;
+
+  SYST_RVR = CPU_HZ / 1000u - 1u;
+  SYST_CVR = 0;
+  SYST_CSR = 0x7;  // processor clock, interrupt, enable
+  (void)SCB_SHCSR;
+
+  uart_puts("\nstm32vl-blinky " FW_VERSION " booted\n");
+
+  char line[64];
+  unsigned len = 0;
+  for (;;) {
+    if (USART1_SR & USART_SR_RXNE) {
+      char c = (char)(USART1_DR & 0xFF);
+      if (c == '\r' || c == '\n') {
+        line[len] = 0;
+        handle(line);
+        len = 0;
+      } else if (len + 1 < sizeof line) {
+        line[len++] = c;
+      }
+    }
+  }
+}

@@ -1,0 +1,441 @@
+// Hardware: devices, leases, flash, serial fan-out, debug. Long operations
+// (waiting acquires, flashing, GDB) run on the service's own threads so they
+// never hold up the shared pool.
+#include <grpcpp/grpcpp.h>
+#include <pwd.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "common/config.h"
+#include "common/thread_pool.h"
+#include "fwai/v1/hardware.grpc.pb.h"
+#include "server/api/api.h"
+#include "server/hardware/broker.h"
+
+namespace fwai {
+namespace {
+
+namespace pb = ::fwai::v1;
+
+void ToProto(const LeaseRecord& l, pb::Lease* out) {
+  out->set_lease_id(l.lease_id);
+  out->set_device_id(l.device_id);
+  out->set_holder(l.holder);
+  out->set_acquired_us(l.acquired_us);
+  out->set_expires_us(l.expires_us);
+  out->set_ttl_s(l.ttl_s);
+  out->set_session_id(l.session_id);
+}
+
+// Writes messages produced on another thread to a server stream: one write
+// in flight, Finish once after the queue drains.
+template <typename Msg>
+class QueuedWriter {
+ public:
+  using Start = std::function<void(const Msg*)>;
+  using FinishFn = std::function<void(grpc::Status)>;
+  void Bind(Start start, FinishFn finish) {
+    start_ = std::move(start);
+    finish_ = std::move(finish);
+  }
+  void Push(Msg m) {
+    std::lock_guard lock(mu_);
+    if (done_) return;
+    queue_.push_back(std::move(m));
+    Pump();
+  }
+  void Close(grpc::Status s) {
+    std::lock_guard lock(mu_);
+    if (closing_ || done_) return;
+    closing_ = true;
+    status_ = std::move(s);
+    Pump();
+  }
+  void OnWriteDone(bool ok) {
+    std::lock_guard lock(mu_);
+    writing_ = false;
+    if (!ok) {
+      queue_.clear();
+      closing_ = true;
+      if (status_.ok()) status_ = grpc::Status(grpc::StatusCode::CANCELLED, "client went away");
+    }
+    Pump();
+  }
+  bool done() {
+    std::lock_guard lock(mu_);
+    return done_ || closing_;
+  }
+
+ private:
+  void Pump() {
+    if (writing_ || done_) return;
+    if (!queue_.empty()) {
+      current_ = std::move(queue_.front());
+      queue_.pop_front();
+      writing_ = true;
+      start_(&current_);
+      return;
+    }
+    if (closing_) {
+      done_ = true;
+      finish_(status_);
+    }
+  }
+  std::mutex mu_;
+  std::deque<Msg> queue_;
+  Msg current_;
+  bool writing_ = false, closing_ = false, done_ = false;
+  grpc::Status status_;
+  Start start_;
+  FinishFn finish_;
+};
+
+class HardwareService final : public pb::Hardware::CallbackService {
+ public:
+  explicit HardwareService(ApiDeps deps) : deps_(std::move(deps)), workers_(16) {}
+
+  Caller CallerOf(grpc::CallbackServerContext* ctx, const std::string& lease_id = "",
+                  const std::string& session_id = "") const {
+    Caller c;
+    c.identity = deps_.peers->Identity(ctx->peer());
+    c.uid = deps_.peers->Uid(ctx->peer());
+    c.admin = c.uid == 0 || c.uid == static_cast<int64_t>(deps_.daemon_uid);
+    if (c.uid >= 0) {
+      passwd pw{}, *res = nullptr;
+      char buf[1024];
+      if (getpwuid_r(static_cast<uid_t>(c.uid), &pw, buf, sizeof buf, &res) == 0 && res) {
+        c.display = absl::StrCat(res->pw_name, " (uid ", c.uid, ")");
+      }
+    }
+    if (c.display.empty()) c.display = c.identity;
+    auto md = ctx->client_metadata().find("fwai-client");
+    if (md != ctx->client_metadata().end()) {
+      absl::StrAppend(&c.display, " via ", std::string(md->second.data(), md->second.size()));
+    }
+    c.lease_id = lease_id;
+    c.session_id = session_id;
+    return c;
+  }
+
+  grpc::ServerUnaryReactor* Unavailable(grpc::CallbackServerContext* ctx) {
+    auto* r = ctx->DefaultReactor();
+    r->Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "the hardware broker is not running"));
+    return r;
+  }
+
+  grpc::ServerUnaryReactor* Run(grpc::CallbackServerContext* ctx, std::function<absl::Status()> work) {
+    auto* r = ctx->DefaultReactor();
+    if (!deps_.hardware) {
+      r->Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "the hardware broker is not running"));
+      return r;
+    }
+    if (!workers_.Submit([r, work = std::move(work)] { r->Finish(ToGrpcStatus(work())); })) {
+      r->Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "fwaid is shutting down"));
+    }
+    return r;
+  }
+
+  grpc::ServerUnaryReactor* ListDevices(grpc::CallbackServerContext* ctx, const pb::ListDevicesRequest*,
+                                        pb::ListDevicesResponse* resp) override {
+    return Run(ctx, [this, resp] {
+      for (const auto& d : deps_.hardware->List()) {
+        auto* o = resp->add_devices();
+        o->set_id(d.id);
+        o->set_kind(d.kind);
+        o->set_name(d.name);
+        o->set_health(d.health);
+        o->set_health_reason(d.health_reason);
+        for (const auto& t : d.tags) {
+          auto* tag = o->add_tags();
+          auto eq = t.find(':');
+          tag->set_key(eq == std::string::npos ? t : t.substr(0, eq));
+          if (eq != std::string::npos) tag->set_value(t.substr(eq + 1));
+        }
+        o->set_vid_pid(d.vid_pid);
+        o->set_serial_number(d.serial_number);
+        o->set_path(d.path);
+        o->set_holder(d.holder);
+        o->set_held_since_us(d.held_since_us);
+        o->set_target(d.target);
+        o->set_image(d.image);
+        o->set_image_sha256(d.image_sha256);
+        o->set_running(d.running);
+        o->set_lease_expires_us(d.lease_expires_us);
+      }
+      for (const auto& l : deps_.hardware->Leases()) ToProto(l, resp->add_leases());
+      return absl::OkStatus();
+    });
+  }
+
+  grpc::ServerUnaryReactor* Acquire(grpc::CallbackServerContext* ctx, const pb::AcquireRequest* req,
+                                    pb::Lease* resp) override {
+    Caller c = CallerOf(ctx, "", req->session_id());
+    return Run(ctx, [this, c, req, resp, ctx] {
+      std::vector<std::string> tags;
+      for (const auto& t : req->tags()) tags.push_back(t.value().empty() ? t.key() : t.key() + ":" + t.value());
+      auto l = deps_.hardware->Acquire(c, req->device_id(), tags, req->ttl_s(), req->wait_s(),
+                                       [ctx] { return ctx->IsCancelled(); });
+      if (!l.ok()) return l.status();
+      ToProto(*l, resp);
+      return absl::OkStatus();
+    });
+  }
+
+  grpc::ServerUnaryReactor* Renew(grpc::CallbackServerContext* ctx, const pb::RenewRequest* req,
+                                  pb::Lease* resp) override {
+    Caller c = CallerOf(ctx);
+    return Run(ctx, [this, c, req, resp] {
+      if (req->lease_id().empty()) return absl::InvalidArgumentError("lease_id: required");
+      auto l = deps_.hardware->Renew(c, req->lease_id());
+      if (!l.ok()) return l.status();
+      ToProto(*l, resp);
+      return absl::OkStatus();
+    });
+  }
+
+  grpc::ServerUnaryReactor* Release(grpc::CallbackServerContext* ctx, const pb::ReleaseRequest* req,
+                                    pb::ReleaseResponse*) override {
+    Caller c = CallerOf(ctx);
+    return Run(ctx, [this, c, req] {
+      if (req->lease_id().empty() && req->device_id().empty()) {
+        return absl::InvalidArgumentError("lease_id or device_id: one is required");
+      }
+      return deps_.hardware->Release(c, req->lease_id(), req->device_id(), req->force()).status();
+    });
+  }
+
+  grpc::ServerUnaryReactor* Reset(grpc::CallbackServerContext* ctx, const pb::ResetRequest* req,
+                                  pb::ResetResponse*) override {
+    Caller c = CallerOf(ctx, req->lease_id());
+    return Run(ctx, [this, c, req] {
+      auto board = deps_.hardware->ResolveBoard(req->device_id(), c);
+      if (!board.ok()) return board.status();
+      return deps_.hardware->Reset(c, *board);
+    });
+  }
+
+  grpc::ServerUnaryReactor* SetHealth(grpc::CallbackServerContext* ctx, const pb::SetHealthRequest* req,
+                                      pb::SetHealthResponse*) override {
+    Caller c = CallerOf(ctx);
+    return Run(ctx, [this, c, req] { return deps_.hardware->SetHealth(c, req->device_id(), req->health(), req->reason()); });
+  }
+
+  grpc::ServerUnaryReactor* SelfTest(grpc::CallbackServerContext* ctx, const pb::SelfTestRequest* req,
+                                     pb::SelfTestResponse* resp) override {
+    Caller c = CallerOf(ctx);
+    return Run(ctx, [this, c, req, resp] {
+      auto board = deps_.hardware->ResolveBoard(req->device_id(), c);
+      if (!board.ok()) return board.status();
+      auto r = deps_.hardware->SelfTest(c, *board);
+      if (!r.ok()) return r.status();
+      resp->set_report(*r);
+      return absl::OkStatus();
+    });
+  }
+
+  grpc::ServerUnaryReactor* Debug(grpc::CallbackServerContext* ctx, const pb::DebugRequest* req,
+                                  pb::DebugResponse* resp) override {
+    Caller c = CallerOf(ctx, req->lease_id());
+    return Run(ctx, [this, c, req, resp] {
+      auto board = deps_.hardware->ResolveBoard(req->device_id(), c);
+      if (!board.ok()) return board.status();
+      std::vector<std::string> cmds(req->commands().begin(), req->commands().end());
+      auto r = deps_.hardware->Debug(c, *board, cmds, req->timeout_s() > 0 ? req->timeout_s() * 1000 : 10000);
+      if (!r.ok()) return r.status();
+      for (const auto& o : r->outputs) resp->add_outputs(o);
+      resp->set_result_json(r->results.dump());
+      return absl::OkStatus();
+    });
+  }
+
+  grpc::ServerWriteReactor<pb::FlashProgress>* Flash(grpc::CallbackServerContext* ctx,
+                                                     const pb::FlashRequest* req) override {
+    class Reactor final : public grpc::ServerWriteReactor<pb::FlashProgress> {
+     public:
+      // The worker keeps the writer and cancel token alive after the reactor
+      // is gone; nothing is written to the stream after Finish.
+      struct State {
+        QueuedWriter<pb::FlashProgress> writer;
+        CancelToken cancel;
+      };
+      Reactor(HardwareService* svc, grpc::CallbackServerContext* ctx, const pb::FlashRequest* req)
+          : state_(std::make_shared<State>()) {
+        state_->writer.Bind([this](const pb::FlashProgress* m) { StartWrite(m); },
+                            [this](grpc::Status s) { Finish(std::move(s)); });
+        if (!svc->deps_.hardware) {
+          state_->writer.Close(grpc::Status(grpc::StatusCode::UNAVAILABLE, "the hardware broker is not running"));
+          return;
+        }
+        Caller c = svc->CallerOf(ctx, req->lease_id());
+        pb::FlashRequest copy = *req;
+        auto work = [st = state_, svc, c, copy] {
+          auto board = svc->deps_.hardware->ResolveBoard(copy.device_id(), c);
+          if (!board.ok()) {
+            st->writer.Close(ToGrpcStatus(board.status()));
+            return;
+          }
+          auto r = svc->deps_.hardware->Flash(
+              c, *board, copy.image_path(), copy.approved(), copy.project_root(),
+              [st](const FlashProgressUpdate& u) {
+                pb::FlashProgress p;
+                p.set_stage(u.stage);
+                p.set_fraction(u.fraction);
+                p.set_message(u.message);
+                st->writer.Push(std::move(p));
+              },
+              &st->cancel);
+          if (!r.ok()) {
+            st->writer.Close(ToGrpcStatus(r.status()));
+            return;
+          }
+          pb::FlashProgress done;
+          done.set_stage("done");
+          done.set_fraction(1);
+          done.set_done(true);
+          done.set_image_sha256(r->sha256);
+          done.set_boot_line(r->boot_line);
+          done.set_seconds(r->seconds);
+          done.set_message(absl::StrCat("flashed ", *board));
+          st->writer.Push(std::move(done));
+          st->writer.Close(grpc::Status::OK);
+        };
+        if (!svc->workers_.Submit(std::move(work))) {
+          state_->writer.Close(grpc::Status(grpc::StatusCode::UNAVAILABLE, "fwaid is shutting down"));
+        }
+      }
+      void OnWriteDone(bool ok) override { state_->writer.OnWriteDone(ok); }
+      void OnCancel() override { state_->cancel.Cancel(); }
+      void OnDone() override { delete this; }
+
+     private:
+      std::shared_ptr<State> state_;
+    };
+    return new Reactor(this, ctx, req);
+  }
+
+  grpc::ServerBidiReactor<pb::SerialClientMessage, pb::SerialServerMessage>* Serial(
+      grpc::CallbackServerContext* ctx) override {
+    class Reactor final : public grpc::ServerBidiReactor<pb::SerialClientMessage, pb::SerialServerMessage> {
+     public:
+      Reactor(HardwareService* svc, grpc::CallbackServerContext* ctx) : svc_(svc), ctx_(ctx) {
+        writer_.Bind([this](const pb::SerialServerMessage* m) { StartWrite(m); },
+                     [this](grpc::Status s) { Finish(std::move(s)); });
+        if (!svc->deps_.hardware) {
+          writer_.Close(grpc::Status(grpc::StatusCode::UNAVAILABLE, "the hardware broker is not running"));
+          return;
+        }
+        StartRead(&in_);
+      }
+      void OnReadDone(bool ok) override {
+        if (!ok) {
+          // The client half-closed or went away: stop reading; keep writing
+          // until it cancels (a reader may half-close right away).
+          return;
+        }
+        if (in_.has_open()) {
+          if (reader_) {
+            Error("the stream is already open");
+          } else {
+            Open(in_.open());
+          }
+        } else if (!reader_) {
+          Error("send open first");
+        } else if (in_.kind_case() == pb::SerialClientMessage::kWrite) {
+          if (auto s = svc_->deps_.hardware->SerialWrite(caller_, board_, in_.write()); !s.ok()) Error(std::string(s.message()));
+        } else if (in_.kind_case() == pb::SerialClientMessage::kSendLine) {
+          if (auto s = svc_->deps_.hardware->SerialSendLine(caller_, board_, in_.send_line()); !s.ok()) {
+            Error(std::string(s.message()));
+          }
+        }
+        if (!writer_.done()) StartRead(&in_);
+      }
+      void OnWriteDone(bool ok) override { writer_.OnWriteDone(ok); }
+      void OnCancel() override { stop_ = true; }
+      void OnDone() override {
+        stop_ = true;
+        if (pump_.joinable()) {
+          if (pump_.get_id() == std::this_thread::get_id()) {
+            pump_.detach();
+          } else {
+            pump_.join();
+          }
+        }
+        if (reader_) svc_->deps_.hardware->CloseSerial(board_, reader_);
+        delete this;
+      }
+
+     private:
+      void Error(const std::string& msg) {
+        pb::SerialServerMessage m;
+        m.set_error(msg);
+        writer_.Push(std::move(m));
+      }
+      void Open(const pb::SerialOpen& o) {
+        caller_ = svc_->CallerOf(ctx_, o.lease_id());
+        auto board = svc_->deps_.hardware->ResolveBoard(o.device_id(), caller_);
+        if (!board.ok()) {
+          writer_.Close(ToGrpcStatus(board.status()));
+          return;
+        }
+        board_ = *board;
+        auto r = svc_->deps_.hardware->OpenSerial(caller_, board_, o.from_history());
+        if (!r.ok()) {
+          writer_.Close(ToGrpcStatus(r.status()));
+          return;
+        }
+        reader_ = *r;
+        pb::SerialServerMessage hello;
+        hello.set_opened(board_);
+        writer_.Push(std::move(hello));
+        pump_ = std::thread([this] {
+          while (!stop_) {
+            SerialLine l;
+            auto n = reader_->Wait(l, 200);
+            if (n == SerialReader::Next::kTimeout) continue;
+            pb::SerialServerMessage m;
+            if (n == SerialReader::Next::kEnded) {
+              m.set_end_of_stream(true);
+              m.set_reason(reader_->end_reason());
+              writer_.Push(std::move(m));
+              writer_.Close(grpc::Status::OK);
+              return;
+            }
+            m.set_time_us(l.time_us);
+            m.set_line(std::move(l.text));
+            m.set_seq(l.seq);
+            writer_.Push(std::move(m));
+          }
+          writer_.Close(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled"));
+        });
+      }
+
+      HardwareService* svc_;
+      grpc::CallbackServerContext* ctx_;
+      pb::SerialClientMessage in_;
+      QueuedWriter<pb::SerialServerMessage> writer_;
+      std::shared_ptr<SerialReader> reader_;
+      Caller caller_;
+      std::string board_;
+      std::atomic<bool> stop_{false};
+      std::thread pump_;
+    };
+    return new Reactor(this, ctx);
+  }
+
+ private:
+  const ApiDeps deps_;
+  ThreadPool workers_;
+};
+
+}  // namespace
+
+std::unique_ptr<grpc::Service> MakeHardwareService(const ApiDeps& deps) {
+  return std::make_unique<HardwareService>(deps);
+}
+
+}  // namespace fwai

@@ -1,0 +1,868 @@
+#include "server/hardware/broker.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <filesystem>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include <spdlog/spdlog.h>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
+#include "absl/strings/str_split.h"
+#include "common/clock.h"
+#include "common/subprocess.h"
+#include "server/hardware/discovery.h"
+#include "server/hardware/firmware_image.h"
+#include "server/hardware/gdb_mi.h"
+#include "server/hardware/qemu.h"
+#include "server/storage/storage.h"
+
+namespace fwai {
+
+namespace fs = std::filesystem;
+
+struct HardwareBroker::Board {
+  BoardConfig cfg;
+  std::unique_ptr<SerialHub> hub;
+  std::unique_ptr<QemuInstance> qemu;  // simulated boards while running
+  std::mutex op_mu;                    // one flash / debug / reset at a time
+  mutable std::mutex state_mu;
+  std::string health = "good";  // good | bad | maintenance
+  std::string health_reason;
+  bool admin_health = false;    // set by an admin; not auto-recovered
+  std::string image;            // last image loaded
+  std::string image_sha256;
+  std::atomic<bool> restarting{false};
+  std::atomic<bool> debug_cancel{false};
+  std::atomic<uint64_t> generation{0};  // bumps on each (re)start
+
+  bool simulated() const { return cfg.kind == "simulated"; }
+  void SetHealth(const std::string& h, const std::string& reason, bool admin = false) {
+    std::lock_guard lock(state_mu);
+    if (admin_health && !admin) return;
+    health = h;
+    health_reason = reason;
+    if (admin) admin_health = h != "good";
+  }
+  std::pair<std::string, std::string> Health() const {
+    std::lock_guard lock(state_mu);
+    return {health, health_reason};
+  }
+  SerialSettings Settings() const {
+    SerialSettings s;
+    s.baud = cfg.baud;
+    s.data_bits = cfg.data_bits;
+    s.parity = cfg.parity;
+    s.stop_bits = cfg.stop_bits;
+    s.flow_control = cfg.flow_control;
+    s.encoding = cfg.encoding;
+    s.line_ending = cfg.line_ending;
+    s.startup_commands = cfg.startup_commands;
+    s.log_file = cfg.log_file;
+    return s;
+  }
+};
+
+struct HardwareBroker::Supervisor {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool stopping = false;
+  std::thread thread;
+};
+
+namespace {
+
+constexpr char kFlashPrefix[] = "flash/";
+
+std::string ShellQuote(const std::string& s) {
+  std::string out = "'";
+  for (char c : s) {
+    if (c == '\'') {
+      out += "'\\''";
+    } else {
+      out += c;
+    }
+  }
+  return out + "'";
+}
+
+}  // namespace
+
+HardwareBroker::HardwareBroker(const HardwareConfig& config, Storage& storage, std::string run_dir)
+    : config_(config), storage_(storage), run_dir_(std::move(run_dir)) {
+  std::vector<BoardConfig> boards = config.boards;
+  if (boards.empty() && config.default_simulated_board) {
+    BoardConfig b;
+    b.id = "sim-stm32vl";
+    b.kind = "simulated";
+    b.machine = "stm32vldiscovery";
+    b.tags = {"simulated", "stm32f1", "stm32vldiscovery"};
+    b.boot_pattern = "booted";
+    ApplyBoardDefaults(b);
+    boards.push_back(b);
+  }
+  for (auto& c : boards) {
+    auto b = std::make_unique<Board>();
+    b->cfg = c;
+    b->hub = std::make_unique<SerialHub>(c.id, static_cast<size_t>(config.history_lines));
+    if (c.maintenance) {
+      b->health = "maintenance";
+      b->health_reason = "marked maintenance in the config";
+      b->admin_health = true;
+    }
+    boards_.push_back(std::move(b));
+  }
+  leases_ = std::make_unique<LeaseManager>(
+      storage_, [this](const LeaseRecord& l, const std::string& reason) { OnLeaseEnded(l, reason); });
+}
+
+HardwareBroker::~HardwareBroker() { Shutdown(); }
+
+absl::Status HardwareBroker::Start() {
+  std::error_code ec;
+  fs::create_directories(run_dir_, ec);
+  if (auto s = leases_->Start(); !s.ok()) return s;
+  for (auto& bp : boards_) {
+    Board& b = *bp;
+    Board* raw = &b;
+    b.hub->SetOnFailure([this, raw](const std::string& reason) {
+      if (raw->restarting) return;
+      raw->SetHealth("bad", reason + (raw->simulated() ? " (the simulator stopped)" : ""));
+      spdlog::warn("board {}: {}", raw->cfg.id, reason);
+      if (supervisor_) supervisor_->cv.notify_all();
+    });
+    if (auto rec = storage_.Get(Cf::kLeases, kFlashPrefix + b.cfg.id); rec.ok() && rec->has_value()) {
+      auto j = nlohmann::json::parse(**rec, nullptr, false);
+      if (!j.is_discarded()) {
+        b.image = j.value("image", "");
+        b.image_sha256 = j.value("sha256", "");
+      }
+    }
+    if (b.simulated()) {
+      std::string image = !b.cfg.image.empty() ? b.cfg.image : b.image;
+      if (!image.empty() && fs::exists(image, ec)) {
+        if (auto s = BootSimulated(b, image); !s.ok()) {
+          b.SetHealth("bad", std::string(s.message()));
+          spdlog::warn("board {}: {}", b.cfg.id, std::string(s.message()));
+        }
+      }
+    } else if (!b.cfg.serial.empty()) {
+      if (auto s = b.hub->Open(b.cfg.serial, b.Settings()); !s.ok()) {
+        b.SetHealth("bad", std::string(s.message()));
+        spdlog::warn("board {}: {}", b.cfg.id, std::string(s.message()));
+      }
+    }
+  }
+  supervisor_ = std::make_unique<Supervisor>();
+  supervisor_->thread = std::thread([this] { Supervise(); });
+  return absl::OkStatus();
+}
+
+void HardwareBroker::Shutdown() {
+  if (supervisor_) {
+    {
+      std::lock_guard lock(supervisor_->mu);
+      supervisor_->stopping = true;
+    }
+    supervisor_->cv.notify_all();
+    if (supervisor_->thread.joinable()) supervisor_->thread.join();
+    supervisor_.reset();
+  }
+  for (auto& b : boards_) {
+    b->restarting = true;
+    b->hub->Close("fwaid is shutting down", true);
+    if (b->qemu) b->qemu->Stop();
+    b->qemu.reset();
+  }
+}
+
+// Reopens physical ports that went away (unplugged, not yet present).
+void HardwareBroker::Supervise() {
+  std::unique_lock lock(supervisor_->mu);
+  while (!supervisor_->stopping) {
+    supervisor_->cv.wait_for(lock, std::chrono::seconds(2));
+    if (supervisor_->stopping) break;
+    lock.unlock();
+    for (auto& b : boards_) {
+      if (b->simulated() || b->cfg.serial.empty() || b->hub->is_open() || b->restarting) continue;
+      std::error_code ec;
+      if (!fs::exists(b->cfg.serial, ec)) continue;
+      if (b->hub->Open(b->cfg.serial, b->Settings()).ok()) {
+        b->SetHealth("good", "");
+        spdlog::info("board {}: serial port {} is back", b->cfg.id, b->cfg.serial);
+      }
+    }
+    lock.lock();
+  }
+}
+
+HardwareBroker::Board* HardwareBroker::FindBoard(const std::string& id) const {
+  for (const auto& b : boards_) {
+    if (b->cfg.id == id) return b.get();
+  }
+  return nullptr;
+}
+
+absl::StatusOr<std::string> HardwareBroker::ResolveBoard(const std::string& id, const Caller& caller) const {
+  if (!id.empty()) {
+    if (FindBoard(id)) return id;
+    std::vector<std::string> ids;
+    for (const auto& b : boards_) ids.push_back(b->cfg.id);
+    return absl::NotFoundError(absl::StrCat("no board '", id, "' (boards: ", ids.empty() ? "none" : absl::StrJoin(ids, ", "), ")"));
+  }
+  std::vector<std::string> mine;
+  for (const auto& l : leases_->All()) {
+    if (FindBoard(l.device_id) && (l.identity == caller.identity || (!caller.session_id.empty() && l.session_id == caller.session_id))) {
+      mine.push_back(l.device_id);
+    }
+  }
+  if (mine.size() == 1) return mine[0];
+  if (boards_.size() == 1) return boards_[0]->cfg.id;
+  if (boards_.empty()) return absl::NotFoundError("no boards are configured (hardware.boards in fwaid.yaml)");
+  std::vector<std::string> ids;
+  for (const auto& b : boards_) ids.push_back(b->cfg.id);
+  return absl::InvalidArgumentError(absl::StrCat("several boards (", absl::StrJoin(ids, ", "), "); name one"));
+}
+
+std::vector<DeviceInfo> HardwareBroker::List() const {
+  std::vector<DeviceInfo> out;
+  std::map<std::string, LeaseRecord> held;
+  for (const auto& l : leases_->All()) held[l.device_id] = l;
+  auto fill_lease = [&](DeviceInfo& d) {
+    auto it = held.find(d.id);
+    if (it != held.end()) {
+      d.holder = it->second.holder;
+      d.held_since_us = it->second.acquired_us;
+      d.lease_expires_us = it->second.expires_us;
+    }
+  };
+  for (const auto& b : boards_) {
+    DeviceInfo d;
+    d.id = b->cfg.id;
+    d.kind = b->simulated() ? "simulated" : "board";
+    d.name = b->simulated() ? absl::StrCat("QEMU ", b->cfg.machine) : (b->cfg.target.empty() ? b->cfg.id : b->cfg.target);
+    std::tie(d.health, d.health_reason) = b->Health();
+    d.tags = b->cfg.tags;
+    d.target = b->cfg.target;
+    d.path = b->simulated() ? b->hub->path() : b->cfg.serial;
+    d.serial_number = b->cfg.probe;
+    d.image = b->image;
+    d.image_sha256 = b->image_sha256;
+    d.running = b->simulated() ? (b->qemu && b->qemu->running()) : b->hub->is_open();
+    fill_lease(d);
+    out.push_back(std::move(d));
+  }
+  for (const auto& dd : DiscoverDevices(config_.sysfs_root, config_.dev_root)) {
+    DeviceInfo d;
+    d.id = dd.id;
+    d.kind = dd.kind;
+    d.name = dd.manufacturer.empty() ? dd.name : absl::StrCat(dd.manufacturer, " ", dd.name);
+    d.health = "good";
+    d.vid_pid = dd.vid_pid;
+    d.serial_number = dd.serial_number;
+    d.path = dd.stable_path.empty() ? dd.path : dd.stable_path;
+    for (const auto& b : boards_) {
+      if ((!b->cfg.serial.empty() && (b->cfg.serial == dd.path || b->cfg.serial == dd.stable_path)) ||
+          (!b->cfg.probe.empty() && (b->cfg.probe == dd.serial_number || b->cfg.probe == dd.vid_pid))) {
+        d.tags.push_back("board:" + b->cfg.id);
+      }
+    }
+    fill_lease(d);
+    out.push_back(std::move(d));
+  }
+  return out;
+}
+
+absl::StatusOr<LeaseRecord> HardwareBroker::Acquire(const Caller& caller, const std::string& device_id,
+                                                    const std::vector<std::string>& tags, int ttl_s, int wait_s,
+                                                    const std::function<bool()>& cancelled) {
+  if (ttl_s <= 0) ttl_s = config_.default_ttl_s;
+  if (ttl_s > config_.max_ttl_s) {
+    return absl::InvalidArgumentError(absl::StrCat("ttl ", ttl_s, " s is above the limit of ", config_.max_ttl_s, " s"));
+  }
+  if (wait_s < 0 || wait_s > 86400) return absl::InvalidArgumentError("wait must be 0..86400 seconds");
+  std::vector<std::string> candidates;
+  if (!device_id.empty()) {
+    if (!FindBoard(device_id)) {
+      bool found = false;
+      for (const auto& d : DiscoverDevices(config_.sysfs_root, config_.dev_root)) found |= d.id == device_id;
+      if (!found) {
+        std::vector<std::string> ids;
+        for (const auto& b : boards_) ids.push_back(b->cfg.id);
+        return absl::NotFoundError(absl::StrCat("no board or device '", device_id, "' (boards: ",
+                                                ids.empty() ? "none" : absl::StrJoin(ids, ", "), "; see fwai hw ls)"));
+      }
+    }
+    candidates.push_back(device_id);
+  } else {
+    for (const auto& b : boards_) {
+      bool all = true;
+      for (const auto& t : tags) all &= std::find(b->cfg.tags.begin(), b->cfg.tags.end(), t) != b->cfg.tags.end();
+      if (all) candidates.push_back(b->cfg.id);
+    }
+    if (candidates.empty()) {
+      return absl::NotFoundError(absl::StrCat("no board has tags ", absl::StrJoin(tags, ", ")));
+    }
+  }
+  LeaseRecord who;
+  who.holder = caller.display.empty() ? caller.identity : caller.display;
+  who.identity = caller.identity;
+  who.uid = caller.uid;
+  who.session_id = caller.session_id;
+  auto available = [this](const std::string& id) -> absl::Status {
+    Board* b = FindBoard(id);
+    if (!b) return absl::OkStatus();
+    auto [health, reason] = b->Health();
+    if (health == "good") return absl::OkStatus();
+    return absl::FailedPreconditionError(absl::StrCat("board ", id, " is ", health, reason.empty() ? "" : ": " + reason,
+                                                      "; it is not handed out (fwai hw test ", id, " re-checks it)"));
+  };
+  return leases_->Acquire(candidates, who, ttl_s, wait_s * 1000, available, cancelled);
+}
+
+absl::StatusOr<LeaseRecord> HardwareBroker::Renew(const Caller& caller, const std::string& lease_id) {
+  return leases_->Renew(lease_id, caller.identity, caller.admin);
+}
+
+absl::StatusOr<LeaseRecord> HardwareBroker::Release(const Caller& caller, const std::string& lease_id,
+                                                    const std::string& device_id, bool force) {
+  return leases_->Release(lease_id, device_id, caller.identity, force, caller.admin);
+}
+
+void HardwareBroker::SessionEnded(const std::string& session_id) { leases_->ReleaseSession(session_id); }
+
+std::vector<LeaseRecord> HardwareBroker::Leases() const { return leases_->All(); }
+
+void HardwareBroker::OnLeaseEnded(const LeaseRecord& lease, const std::string& reason) {
+  spdlog::info("lease {} on {} ({}) ended: {}", lease.lease_id, lease.device_id, lease.holder, reason);
+  Board* b = FindBoard(lease.device_id);
+  if (!b) return;
+  b->debug_cancel = true;
+  const std::string why = absl::StrCat("lease ", lease.lease_id, " on ", lease.device_id, " ended: ", reason);
+  b->hub->EndReaders([&](const SerialReader& r) { return r.lease_id == lease.lease_id; }, why);
+}
+
+absl::Status HardwareBroker::BootSimulated(Board& b, const std::string& image) {
+  b.restarting = true;
+  b.hub->Close("the simulated board is restarting", false);
+  if (b.qemu) b.qemu->Stop();
+  b.qemu.reset();
+  QemuOptions o;
+  o.binary = b.cfg.qemu;
+  o.machine = b.cfg.machine;
+  o.image = image;
+  o.run_dir = run_dir_;
+  auto q = QemuInstance::Start(o);
+  if (!q.ok()) {
+    b.restarting = false;
+    return q.status();
+  }
+  b.qemu = *std::move(q);
+  Board* raw = &b;
+  b.qemu->SetOnExit([this, raw](const std::string& why) {
+    if (raw->restarting) return;
+    raw->SetHealth("bad", why);
+    spdlog::warn("board {}: {}", raw->cfg.id, why);
+  });
+  if (auto s = b.hub->Open(b.qemu->pty(), b.Settings()); !s.ok()) {
+    b.qemu->Stop();
+    b.qemu.reset();
+    b.restarting = false;
+    return s;
+  }
+  b.generation++;
+  b.restarting = false;
+  if (auto s = b.qemu->Continue(); !s.ok()) return s;
+  b.image = image;
+  b.SetHealth("good", "");
+  return absl::OkStatus();
+}
+
+absl::StatusOr<FlashResult> HardwareBroker::Flash(const Caller& caller, const std::string& board_id,
+                                                  const std::string& image_path, bool approved,
+                                                  const std::string& project_root,
+                                                  const std::function<void(const FlashProgressUpdate&)>& progress,
+                                                  const CancelToken* cancel) {
+  const auto t0 = std::chrono::steady_clock::now();
+  Board* b = FindBoard(board_id);
+  if (!b) return absl::NotFoundError(absl::StrCat("no board '", board_id, "'"));
+  // The guard: every rule is checked here, before anything is written.
+  if (auto s = leases_->CheckHeld(board_id, caller.identity, caller.lease_id, caller.session_id); !s.ok()) {
+    return absl::FailedPreconditionError(absl::StrCat("flash guard (lease): ", s.message()));
+  }
+  if (image_path.empty()) return absl::InvalidArgumentError("flash guard (image): no image given");
+  std::error_code ec;
+  if (!fs::is_regular_file(image_path, ec)) {
+    return absl::FailedPreconditionError(absl::StrCat("flash guard (image): ", image_path, " does not exist"));
+  }
+  auto img = ReadFirmwareImage(image_path);
+  if (!img.ok()) return absl::FailedPreconditionError(absl::StrCat("flash guard (image): ", img.status().message()));
+  if (auto s = CheckImageTarget(*img, b->cfg); !s.ok()) return s;
+  if (auto s = CheckImageFits(*img, b->cfg); !s.ok()) return s;
+  std::string root = project_root.empty() ? FindProjectRoot(image_path) : project_root;
+  if (auto s = CheckImageFresh(*img, root); !s.ok()) return s;
+  if (!approved) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("flash guard (approval): writing ", image_path, " to ", board_id,
+                     " needs a person's confirmation (answer the prompt, or pass --yes / an approved plan)"));
+  }
+  auto sha = FileSha256(image_path);
+  if (!sha.ok()) return sha.status();
+  progress({"guard", 0.1,
+            absl::StrCat("guard passed: lease, image (", img->bytes, " bytes, sha256 ", sha->substr(0, 12), "), fits ",
+                         b->cfg.target, ", fresh, approved")});
+  std::lock_guard op(b->op_mu);
+  if (cancel && cancel->cancelled()) return absl::CancelledError("flash cancelled");
+  leases_->Touch(board_id, caller.identity);
+  FlashResult result;
+  result.sha256 = *sha;
+  uint64_t since = b->hub->next_seq();
+  if (b->simulated()) {
+    progress({"loading", 0.3, absl::StrCat("restarting QEMU ", b->cfg.machine, " with ", image_path)});
+    if (auto s = BootSimulated(*b, fs::absolute(image_path).string()); !s.ok()) {
+      b->SetHealth("bad", std::string(s.message()));
+      return s;
+    }
+    progress({"writing", 0.8, absl::StrCat("loaded into the simulated ", b->cfg.target, "; serial on ", b->hub->path())});
+  } else {
+    std::vector<std::string> argv;
+    if (!b->cfg.flash_command.empty()) {
+      std::string cmd = b->cfg.flash_command;
+      std::string elf = fs::absolute(image_path).string();
+      auto derived = [&](const std::string& ext, const std::string& fmt) -> std::string {
+        fs::path sibling = fs::path(elf).replace_extension(ext);
+        if (fs::exists(sibling, ec) && fs::last_write_time(sibling, ec) >= fs::last_write_time(elf, ec)) return sibling;
+        fs::path out = fs::path(run_dir_) / (board_id + ext);
+        auto r = RunProcess({"arm-none-eabi-objcopy", "-O", fmt, elf, out.string()});
+        return r.ok() && r->exit_code == 0 ? out.string() : sibling.string();
+      };
+      if (absl::StrContains(cmd, "{bin}")) absl::StrReplaceAll({{"{bin}", ShellQuote(derived(".bin", "binary"))}}, &cmd);
+      if (absl::StrContains(cmd, "{hex}")) absl::StrReplaceAll({{"{hex}", ShellQuote(derived(".hex", "ihex"))}}, &cmd);
+      absl::StrReplaceAll({{"{elf}", ShellQuote(elf)}, {"{port}", ShellQuote(b->cfg.serial)}, {"{probe}", ShellQuote(b->cfg.probe)}},
+                          &cmd);
+      argv = {"/bin/sh", "-c", cmd};
+    } else if (!b->cfg.openocd_config.empty()) {
+      argv = {"openocd"};
+      for (const auto& f : b->cfg.openocd_config) {
+        argv.push_back("-f");
+        argv.push_back(f);
+      }
+      if (!b->cfg.probe.empty() && b->cfg.probe.find(':') == std::string::npos) {
+        argv.push_back("-c");
+        argv.push_back("adapter serial " + b->cfg.probe);
+      }
+      argv.push_back("-c");
+      argv.push_back("program " + fs::absolute(image_path).string() + " verify reset exit");
+    } else {
+      return absl::FailedPreconditionError(absl::StrCat("board ", board_id, " has neither flash_command nor openocd_config"));
+    }
+    progress({"writing", 0.3, absl::StrJoin(argv, " ")});
+    ProcessOptions po;
+    po.timeout_ms = 300000;
+    auto r = RunProcess(argv, po);
+    if (!r.ok()) return r.status();
+    std::string out = r->out + r->err;
+    if (r->timed_out || r->exit_code != 0) {
+      return absl::InternalError(absl::StrCat("flashing ", board_id, " failed (",
+                                              r->timed_out ? "timed out" : absl::StrCat("exit ", r->exit_code), "): ",
+                                              out.size() > 2000 ? out.substr(out.size() - 2000) : out));
+    }
+    progress({"writing", 0.8, "written and verified"});
+    b->image = fs::absolute(image_path).string();
+  }
+  b->image_sha256 = *sha;
+  nlohmann::json rec = {{"image", b->image}, {"sha256", *sha}, {"time_us", NowMicros()}, {"by", caller.display}};
+  if (auto s = storage_.Put(Cf::kLeases, kFlashPrefix + board_id, rec.dump(), true); !s.ok()) return s;
+  if (!b->cfg.boot_pattern.empty()) {
+    progress({"booting", 0.9, absl::StrCat("waiting for '", b->cfg.boot_pattern, "' on the serial port")});
+    std::regex re;
+    try {
+      re = std::regex(b->cfg.boot_pattern);
+    } catch (const std::regex_error&) {
+      return absl::InvalidArgumentError(absl::StrCat("board ", board_id, ": boot_pattern is not a valid regex"));
+    }
+    auto line = b->hub->WaitFor(re, since, 15000, cancel);
+    if (!line) {
+      return absl::DeadlineExceededError(absl::StrCat("flashed ", board_id, ", but '", b->cfg.boot_pattern,
+                                                      "' did not appear on the serial port within 15 s"));
+    }
+    result.boot_line = line->text;
+  }
+  result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return result;
+}
+
+absl::StatusOr<std::shared_ptr<SerialReader>> HardwareBroker::OpenSerial(const Caller& caller, const std::string& board,
+                                                                         bool from_history) {
+  Board* b = FindBoard(board);
+  if (!b) return absl::NotFoundError(absl::StrCat("no board '", board, "'"));
+  auto reader = b->hub->Subscribe(from_history);
+  if (auto l = leases_->Holder(board); l && leases_->CheckHeld(board, caller.identity, caller.lease_id, caller.session_id).ok()) {
+    reader->lease_id = l->lease_id;
+  }
+  return reader;
+}
+
+void HardwareBroker::CloseSerial(const std::string& board, const std::shared_ptr<SerialReader>& reader) {
+  if (Board* b = FindBoard(board)) b->hub->Unsubscribe(reader);
+}
+
+absl::Status HardwareBroker::SerialWrite(const Caller& caller, const std::string& board, std::string_view bytes) {
+  Board* b = FindBoard(board);
+  if (!b) return absl::NotFoundError(absl::StrCat("no board '", board, "'"));
+  if (auto s = leases_->CheckHeld(board, caller.identity, caller.lease_id, caller.session_id); !s.ok()) {
+    return absl::FailedPreconditionError(absl::StrCat("writing to the serial port needs the lease: ", s.message()));
+  }
+  leases_->Touch(board, caller.identity);
+  return b->hub->Write(bytes);
+}
+
+absl::Status HardwareBroker::SerialSendLine(const Caller& caller, const std::string& board, std::string_view line) {
+  Board* b = FindBoard(board);
+  if (!b) return absl::NotFoundError(absl::StrCat("no board '", board, "'"));
+  if (auto s = leases_->CheckHeld(board, caller.identity, caller.lease_id, caller.session_id); !s.ok()) {
+    return absl::FailedPreconditionError(absl::StrCat("writing to the serial port needs the lease: ", s.message()));
+  }
+  leases_->Touch(board, caller.identity);
+  return b->hub->SendLine(line);
+}
+
+absl::StatusOr<std::vector<SerialLine>> HardwareBroker::SerialHistory(const std::string& board, size_t max_lines) {
+  Board* b = FindBoard(board);
+  if (!b) return absl::NotFoundError(absl::StrCat("no board '", board, "'"));
+  return b->hub->History(max_lines);
+}
+
+absl::StatusOr<uint64_t> HardwareBroker::SerialNextSeq(const std::string& board) {
+  Board* b = FindBoard(board);
+  if (!b) return absl::NotFoundError(absl::StrCat("no board '", board, "'"));
+  return b->hub->next_seq();
+}
+
+absl::StatusOr<std::optional<SerialLine>> HardwareBroker::SerialWaitFor(const std::string& board,
+                                                                        const std::regex& pattern, uint64_t since,
+                                                                        int timeout_ms, const CancelToken* cancel) {
+  Board* b = FindBoard(board);
+  if (!b) return absl::NotFoundError(absl::StrCat("no board '", board, "'"));
+  return b->hub->WaitFor(pattern, since, timeout_ms, cancel);
+}
+
+namespace {
+
+std::string FormatFrames(const nlohmann::json& stack) {
+  std::string out;
+  for (const auto& f : stack) {
+    absl::StrAppend(&out, "#", f.value("level", "?"), "  ", f.value("addr", ""), " in ", f.value("func", "??"));
+    if (f.contains("file")) absl::StrAppend(&out, " at ", f.value("file", ""), ":", f.value("line", ""));
+    out += "\n";
+  }
+  return out;
+}
+
+}  // namespace
+
+absl::StatusOr<DebugResult> HardwareBroker::Debug(const Caller& caller, const std::string& board,
+                                                  const std::vector<std::string>& commands, int timeout_ms) {
+  Board* b = FindBoard(board);
+  if (!b) return absl::NotFoundError(absl::StrCat("no board '", board, "'"));
+  if (commands.empty()) return absl::InvalidArgumentError("no debug commands given");
+  if (auto s = leases_->CheckHeld(board, caller.identity, caller.lease_id, caller.session_id); !s.ok()) {
+    return absl::FailedPreconditionError(absl::StrCat("debugging needs the lease: ", s.message()));
+  }
+  if (timeout_ms <= 0) timeout_ms = 10000;
+  std::lock_guard op(b->op_mu);
+  leases_->Touch(board, caller.identity);
+  b->debug_cancel = false;
+  std::string target;
+  pid_t ocd_pid = -1;
+  if (b->simulated()) {
+    if (!b->qemu || !b->qemu->running()) {
+      return absl::FailedPreconditionError(absl::StrCat("board ", board, " is not running; flash an image first"));
+    }
+    target = absl::StrCat("127.0.0.1:", b->qemu->gdb_port());
+  } else {
+    if (b->cfg.openocd_config.empty()) {
+      return absl::FailedPreconditionError(absl::StrCat("board ", board, " has no openocd_config to start a GDB server"));
+    }
+    auto port = PickFreePort();
+    if (!port.ok()) return port.status();
+    std::vector<std::string> args = {"openocd"};
+    for (const auto& f : b->cfg.openocd_config) {
+      args.push_back("-f");
+      args.push_back(f);
+    }
+    args.insert(args.end(), {"-c", absl::StrCat("gdb_port ", *port), "-c", "tcl_port disabled", "-c", "telnet_port disabled"});
+    int pipefd[2];
+    if (pipe2(pipefd, O_CLOEXEC) != 0) return absl::InternalError("pipe failed");
+    ocd_pid = fork();
+    if (ocd_pid == 0) {
+      dup2(pipefd[1], 1);
+      dup2(pipefd[1], 2);
+      close_range(3, ~0U, 0);
+      std::vector<char*> argv;
+      for (auto& a : args) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      execvp(argv[0], argv.data());
+      _exit(127);
+    }
+    close(pipefd[1]);
+    std::string out;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    bool ready = false;
+    while (std::chrono::steady_clock::now() < deadline && !ready) {
+      pollfd p{pipefd[0], POLLIN, 0};
+      if (poll(&p, 1, 200) <= 0) continue;
+      char buf[1024];
+      ssize_t n = read(pipefd[0], buf, sizeof buf);
+      if (n <= 0) break;
+      out.append(buf, static_cast<size_t>(n));
+      ready = absl::StrContains(out, "for gdb connections");
+    }
+    close(pipefd[0]);
+    if (!ready) {
+      kill(ocd_pid, SIGKILL);
+      waitpid(ocd_pid, nullptr, 0);
+      return absl::UnavailableError(absl::StrCat("OpenOCD did not start a GDB server for ", board, ": ", out));
+    }
+    target = absl::StrCat("127.0.0.1:", *port);
+  }
+  auto stop_ocd = [&] {
+    if (ocd_pid > 0) {
+      kill(ocd_pid, SIGTERM);
+      waitpid(ocd_pid, nullptr, 0);
+      ocd_pid = -1;
+    }
+  };
+  auto gdb = GdbSession::Start(FindGdb(b->cfg.gdb), b->image);
+  if (!gdb.ok()) {
+    stop_ocd();
+    return gdb.status();
+  }
+  if (auto s = (*gdb)->Connect(target); !s.ok()) {
+    stop_ocd();
+    return s;
+  }
+  DebugResult result;
+  for (const auto& raw : commands) {
+    if (b->debug_cancel) {
+      result.outputs.push_back("(stopped: the lease ended)");
+      break;
+    }
+    std::string cmd(absl::StripAsciiWhitespace(raw));
+    nlohmann::json entry = {{"command", cmd}};
+    std::string text;
+    auto word_end = cmd.find(' ');
+    std::string verb = cmd.substr(0, word_end);
+    std::string arg = word_end == std::string::npos ? "" : std::string(absl::StripAsciiWhitespace(cmd.substr(word_end)));
+    absl::StatusOr<MiResponse> r = absl::UnknownError("");
+    if (verb == "fault" || cmd == "decode fault" || cmd == "info fault") {
+      auto f = DecodeFault(**gdb);
+      if (!f.ok()) {
+        text = absl::StrCat("error: ", f.status().message());
+        entry["error"] = text;
+      } else {
+        entry["fault"] = f->ToJson();
+        text = f->summary;
+        if (f->in_fault) {
+          absl::StrAppendFormat(&text, "\n  CFSR=0x%08x HFSR=0x%08x MMFAR=0x%08x BFAR=0x%08x", f->cfsr, f->hfsr, f->mmfar,
+                                f->bfar);
+          for (const auto& c : f->causes) absl::StrAppend(&text, "\n  - ", c);
+          if (!f->frame.empty()) {
+            text += "\n  stacked:";
+            for (const char* k : {"r0", "r1", "r2", "r3", "r12", "lr", "pc", "xpsr"}) {
+              if (f->frame.contains(k)) absl::StrAppend(&text, " ", k, "=", f->frame[k].get<std::string>());
+            }
+          }
+        }
+      }
+    } else if (verb == "reset") {
+      if (b->simulated()) {
+        auto s = b->qemu->Reset();
+        text = s.ok() ? "reset (system reset of the simulated board)" : absl::StrCat("error: ", s.message());
+      } else {
+        r = (*gdb)->Console("monitor reset halt", timeout_ms);
+        text = r.ok() ? (r->result_class == "error" ? "error: " + r->error : "reset (halted)") : std::string(r.status().message());
+      }
+    } else if ((verb == "print" || verb == "p") && !arg.empty()) {
+      r = (*gdb)->Mi("-data-evaluate-expression \"" + absl::StrReplaceAll(arg, {{"\\", "\\\\"}, {"\"", "\\\""}}) + "\"", timeout_ms);
+      if (r.ok() && r->result_class == "done") {
+        text = absl::StrCat(arg, " = ", r->results.value("value", ""));
+        entry["value"] = r->results.value("value", "");
+      }
+    } else if (cmd == "bt" || cmd == "backtrace" || cmd == "where") {
+      r = (*gdb)->Mi("-stack-list-frames 0 64", timeout_ms);
+      if (r.ok() && r->result_class == "done") {
+        entry["frames"] = r->results.value("stack", nlohmann::json::array());
+        text = FormatFrames(entry["frames"]);
+      }
+    } else if (verb == "continue" || verb == "c") {
+      int wait = arg.empty() ? timeout_ms : std::max(1, std::atoi(arg.c_str())) * 1000;
+      r = (*gdb)->Mi("-exec-continue", timeout_ms);
+      if (r.ok() && r->result_class == "running") {
+        auto st = (*gdb)->WaitStopped(wait);
+        if (st.ok()) {
+          entry["stopped"] = *st;
+          const auto& res = (*st).value("results", nlohmann::json::object());
+          text = absl::StrCat("stopped: ", res.value("reason", "interrupted"));
+          if (res.contains("frame")) {
+            absl::StrAppend(&text, " in ", res["frame"].value("func", "??"));
+            if (res["frame"].contains("file")) {
+              absl::StrAppend(&text, " at ", res["frame"].value("file", ""), ":", res["frame"].value("line", ""));
+            }
+          }
+          if ((*st).value("interrupted_after_timeout", false)) absl::StrAppend(&text, " (interrupted after ", wait / 1000, " s)");
+        } else {
+          text = absl::StrCat("error: ", st.status().message());
+        }
+      }
+    } else if (verb == "break" || verb == "b") {
+      r = (*gdb)->Mi("-break-insert " + arg, timeout_ms);
+      if (r.ok() && r->result_class == "done") {
+        entry["breakpoint"] = r->results.value("bkpt", nlohmann::json::object());
+        const auto& bp = entry["breakpoint"];
+        text = absl::StrCat("breakpoint ", bp.value("number", "?"), " at ", bp.value("addr", ""), " in ",
+                            bp.value("func", "??"), bp.contains("file") ? " at " + bp.value("file", "") + ":" + bp.value("line", "") : "");
+      }
+    } else if (cmd == "quit" || cmd == "kill" || verb == "target" || verb == "detach" || verb == "shell" || verb == "!") {
+      text = absl::StrCat("error: '", verb, "' is not allowed here (the broker owns the connection)");
+      entry["error"] = text;
+    } else {
+      r = (*gdb)->Console(cmd, timeout_ms);
+      if (r.ok() && r->result_class == "running") {
+        auto st = (*gdb)->WaitStopped(timeout_ms);
+        if (st.ok()) entry["stopped"] = *st;
+      }
+    }
+    if (text.empty()) {
+      if (!r.ok()) {
+        text = absl::StrCat("error: ", r.status().message());
+        entry["error"] = text;
+      } else if (r->result_class == "error") {
+        text = absl::StrCat("error: ", r->error);
+        entry["error"] = r->error;
+      } else {
+        text = r->console;
+        if (!r->results.empty()) entry["result"] = r->results;
+      }
+    }
+    if (r.ok() && !r->console.empty()) entry["console"] = r->console;
+    while (!text.empty() && text.back() == '\n') text.pop_back();
+    entry["output"] = text;
+    result.outputs.push_back(text);
+    result.results.push_back(entry);
+  }
+  (*gdb)->Detach();
+  gdb->reset();
+  stop_ocd();
+  return result;
+}
+
+absl::Status HardwareBroker::Reset(const Caller& caller, const std::string& board) {
+  Board* b = FindBoard(board);
+  if (!b) return absl::NotFoundError(absl::StrCat("no board '", board, "'"));
+  if (auto s = leases_->CheckHeld(board, caller.identity, caller.lease_id, caller.session_id); !s.ok()) {
+    return absl::FailedPreconditionError(absl::StrCat("reset needs the lease: ", s.message()));
+  }
+  std::lock_guard op(b->op_mu);
+  leases_->Touch(board, caller.identity);
+  if (b->simulated()) {
+    if (b->qemu && b->qemu->running()) return b->qemu->Reset();
+    if (b->image.empty()) return absl::FailedPreconditionError(absl::StrCat(board, " has no firmware; flash an image first"));
+    return BootSimulated(*b, b->image);
+  }
+  if (b->cfg.openocd_config.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat("board ", board, " has no openocd_config to reset it"));
+  }
+  std::vector<std::string> argv = {"openocd"};
+  for (const auto& f : b->cfg.openocd_config) {
+    argv.push_back("-f");
+    argv.push_back(f);
+  }
+  argv.insert(argv.end(), {"-c", "init; reset run; shutdown"});
+  auto r = RunProcess(argv);
+  if (!r.ok()) return r.status();
+  if (r->exit_code != 0) return absl::InternalError(absl::StrCat("openocd reset failed: ", r->err));
+  return absl::OkStatus();
+}
+
+absl::Status HardwareBroker::SetHealth(const Caller& caller, const std::string& board, const std::string& health,
+                                       const std::string& reason) {
+  Board* b = FindBoard(board);
+  if (!b) return absl::NotFoundError(absl::StrCat("no board '", board, "'"));
+  if (!caller.admin) return absl::PermissionDeniedError("only root or the daemon's user may set a board's health");
+  if (health != "good" && health != "bad" && health != "maintenance") {
+    return absl::InvalidArgumentError("health must be good, bad or maintenance");
+  }
+  b->SetHealth(health, reason.empty() ? absl::StrCat("set by ", caller.display) : reason, /*admin=*/true);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> HardwareBroker::SelfTest(const Caller& caller, const std::string& board) {
+  Board* b = FindBoard(board);
+  if (!b) return absl::NotFoundError(absl::StrCat("no board '", board, "'"));
+  if (auto holder = leases_->Holder(board);
+      holder && !leases_->CheckHeld(board, caller.identity, caller.lease_id, caller.session_id).ok()) {
+    return absl::FailedPreconditionError(absl::StrCat("self-test would disturb the holder: ", DescribeHeld(*holder)));
+  }
+  if ((b->Health().first == "maintenance")) {
+    return absl::FailedPreconditionError(absl::StrCat(board, " is in maintenance; an admin sets it back to good"));
+  }
+  std::lock_guard op(b->op_mu);
+  std::string report;
+  absl::Status verdict;
+  if (!b->cfg.self_test.empty()) {
+    ProcessOptions po;
+    po.timeout_ms = 120000;
+    auto r = RunProcess({"/bin/sh", "-c", b->cfg.self_test}, po);
+    if (!r.ok()) {
+      verdict = r.status();
+    } else {
+      report = r->out + r->err;
+      if (r->exit_code != 0) verdict = absl::InternalError(absl::StrCat("self-test exited ", r->exit_code, ": ", report));
+    }
+  } else if (b->simulated()) {
+    if (b->image.empty()) {
+      verdict = absl::FailedPreconditionError("no firmware to boot; flash an image first");
+    } else {
+      uint64_t since = b->hub->next_seq();
+      verdict = BootSimulated(*b, b->image);
+      if (verdict.ok() && !b->cfg.boot_pattern.empty()) {
+        auto line = b->hub->WaitFor(std::regex(b->cfg.boot_pattern), since, 15000);
+        if (!line) verdict = absl::DeadlineExceededError("booted, but the boot pattern did not appear within 15 s");
+        else report = "booted: " + line->text;
+      }
+    }
+  } else {
+    if (b->cfg.serial.empty() || b->hub->is_open() || b->hub->Open(b->cfg.serial, b->Settings()).ok()) {
+      report = "serial port open";
+    } else {
+      verdict = absl::UnavailableError(absl::StrCat("serial port ", b->cfg.serial, " cannot be opened"));
+    }
+  }
+  if (!verdict.ok()) {
+    b->SetHealth("bad", absl::StrCat("self-test failed: ", verdict.message()), true);
+    return verdict;
+  }
+  {
+    std::lock_guard lock(b->state_mu);
+    b->admin_health = false;
+  }
+  b->SetHealth("good", "");
+  return report.empty() ? std::string("ok") : report;
+}
+
+}  // namespace fwai

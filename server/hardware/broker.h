@@ -1,0 +1,130 @@
+// HardwareBroker: the daemon's owner of boards and devices. Leases, health,
+// serial fan-out, flashing behind a guard, GDB, and simulated boards.
+// Thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <regex>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "common/cancel.h"
+#include "common/config.h"
+#include "server/hardware/lease_manager.h"
+#include "server/hardware/serial_hub.h"
+
+namespace fwai {
+
+class Storage;
+
+struct Caller {
+  std::string identity;  // "uid:N" | "tcp:..."
+  int64_t uid = -1;
+  std::string display;   // "alice (uid 1000)"
+  bool admin = false;
+  std::string session_id;
+  std::string lease_id;
+};
+
+struct DeviceInfo {
+  std::string id, kind, name, health, health_reason;
+  std::vector<std::string> tags;
+  std::string vid_pid, serial_number, path, holder, target, image, image_sha256;
+  int64_t held_since_us = 0;
+  int64_t lease_expires_us = 0;
+  bool running = false;
+};
+
+struct FlashProgressUpdate {
+  std::string stage;  // guard | loading | writing | booting | done
+  double fraction = 0;
+  std::string message;
+};
+
+struct FlashResult {
+  std::string sha256;
+  std::string boot_line;  // the line that matched the boot pattern, if any
+  double seconds = 0;
+};
+
+struct DebugResult {
+  std::vector<std::string> outputs;  // one text per command
+  nlohmann::json results = nlohmann::json::array();
+};
+
+class HardwareBroker {
+ public:
+  // `run_dir` holds sockets and derived images.
+  HardwareBroker(const HardwareConfig& config, Storage& storage, std::string run_dir);
+  ~HardwareBroker();
+
+  // Loads leases, opens serial ports, boots simulated boards that have an image.
+  [[nodiscard]] absl::Status Start();
+  void Shutdown();
+
+  std::vector<DeviceInfo> List() const;
+  // "" picks the caller's leased board, else the only board.
+  [[nodiscard]] absl::StatusOr<std::string> ResolveBoard(const std::string& id, const Caller& caller) const;
+
+  [[nodiscard]] absl::StatusOr<LeaseRecord> Acquire(const Caller& caller, const std::string& device_id,
+                                                    const std::vector<std::string>& tags, int ttl_s, int wait_s,
+                                                    const std::function<bool()>& cancelled);
+  [[nodiscard]] absl::StatusOr<LeaseRecord> Renew(const Caller& caller, const std::string& lease_id);
+  [[nodiscard]] absl::StatusOr<LeaseRecord> Release(const Caller& caller, const std::string& lease_id,
+                                                    const std::string& device_id, bool force);
+  void SessionEnded(const std::string& session_id);
+  std::vector<LeaseRecord> Leases() const;
+
+  [[nodiscard]] absl::StatusOr<FlashResult> Flash(const Caller& caller, const std::string& board,
+                                                  const std::string& image, bool approved,
+                                                  const std::string& project_root,
+                                                  const std::function<void(const FlashProgressUpdate&)>& progress,
+                                                  const CancelToken* cancel);
+
+  // Serial: reading needs no lease; writing does.
+  [[nodiscard]] absl::StatusOr<std::shared_ptr<SerialReader>> OpenSerial(const Caller& caller,
+                                                                         const std::string& board,
+                                                                         bool from_history);
+  void CloseSerial(const std::string& board, const std::shared_ptr<SerialReader>& reader);
+  [[nodiscard]] absl::Status SerialWrite(const Caller& caller, const std::string& board, std::string_view bytes);
+  [[nodiscard]] absl::Status SerialSendLine(const Caller& caller, const std::string& board, std::string_view line);
+  [[nodiscard]] absl::StatusOr<std::vector<SerialLine>> SerialHistory(const std::string& board, size_t max_lines);
+  [[nodiscard]] absl::StatusOr<uint64_t> SerialNextSeq(const std::string& board);
+  [[nodiscard]] absl::StatusOr<std::optional<SerialLine>> SerialWaitFor(const std::string& board,
+                                                                        const std::regex& pattern, uint64_t since,
+                                                                        int timeout_ms, const CancelToken* cancel);
+
+  [[nodiscard]] absl::StatusOr<DebugResult> Debug(const Caller& caller, const std::string& board,
+                                                  const std::vector<std::string>& commands, int timeout_ms);
+  [[nodiscard]] absl::Status Reset(const Caller& caller, const std::string& board);
+  [[nodiscard]] absl::Status SetHealth(const Caller& caller, const std::string& board, const std::string& health,
+                                       const std::string& reason);
+  // Runs the board's self-test; the board's health follows the result.
+  [[nodiscard]] absl::StatusOr<std::string> SelfTest(const Caller& caller, const std::string& board);
+
+  struct Board;
+
+ private:
+  Board* FindBoard(const std::string& id) const;
+  absl::Status BootSimulated(Board& b, const std::string& image);
+  void OnLeaseEnded(const LeaseRecord& lease, const std::string& reason);
+  void Supervise();
+
+  const HardwareConfig config_;
+  Storage& storage_;
+  const std::string run_dir_;
+  std::vector<std::unique_ptr<Board>> boards_;
+  std::unique_ptr<LeaseManager> leases_;
+  struct Supervisor;
+  std::unique_ptr<Supervisor> supervisor_;
+};
+
+}  // namespace fwai

@@ -1,0 +1,283 @@
+#include "server/hardware/lease_manager.h"
+
+#include <chrono>
+#include <ctime>
+
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/str_cat.h"
+#include "common/clock.h"
+#include "common/ids.h"
+#include "server/storage/storage.h"
+
+namespace fwai {
+
+namespace {
+
+constexpr char kPrefix[] = "lease/";
+
+std::string LocalTime(int64_t us) {
+  std::time_t t = static_cast<std::time_t>(us / 1000000);
+  std::tm tm{};
+  localtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S", &tm);
+  return buf;
+}
+
+nlohmann::json ToJson(const LeaseRecord& l) {
+  return {{"lease_id", l.lease_id}, {"device_id", l.device_id}, {"holder", l.holder},
+          {"uid", l.uid},           {"identity", l.identity},   {"session_id", l.session_id},
+          {"acquired_us", l.acquired_us}, {"expires_us", l.expires_us}, {"ttl_s", l.ttl_s}};
+}
+
+LeaseRecord FromJson(const nlohmann::json& j) {
+  LeaseRecord l;
+  l.lease_id = j.value("lease_id", "");
+  l.device_id = j.value("device_id", "");
+  l.holder = j.value("holder", "");
+  l.uid = j.value("uid", int64_t{-1});
+  l.identity = j.value("identity", "");
+  l.session_id = j.value("session_id", "");
+  l.acquired_us = j.value("acquired_us", int64_t{0});
+  l.expires_us = j.value("expires_us", int64_t{0});
+  l.ttl_s = j.value("ttl_s", 0);
+  return l;
+}
+
+}  // namespace
+
+std::string DescribeHeld(const LeaseRecord& l) {
+  return absl::StrCat(l.device_id, " is held by ", l.holder, " since ", LocalTime(l.acquired_us), " (lease ",
+                      l.lease_id, ", expires ", LocalTime(l.expires_us), ")");
+}
+
+LeaseManager::LeaseManager(Storage& storage, std::function<void(const LeaseRecord&, const std::string&)> on_end)
+    : storage_(storage), on_end_(std::move(on_end)) {}
+
+LeaseManager::~LeaseManager() {
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+    cv_.notify_all();
+  }
+  if (sweeper_.joinable()) sweeper_.join();
+}
+
+absl::Status LeaseManager::Start() {
+  const int64_t now = NowMicros();
+  std::vector<std::string> expired;
+  auto s = storage_.Scan(Cf::kLeases, kPrefix, "lease0", [&](std::string_view key, std::string_view value) {
+    auto j = nlohmann::json::parse(value, nullptr, false);
+    if (j.is_discarded()) {
+      expired.emplace_back(key);
+      return true;
+    }
+    LeaseRecord l = FromJson(j);
+    if (l.expires_us <= now) {
+      expired.emplace_back(key);
+    } else {
+      by_device_[l.device_id] = l;
+    }
+    return true;
+  });
+  if (!s.ok()) return s;
+  for (const auto& k : expired) {
+    if (auto d = storage_.Delete(Cf::kLeases, k, true); !d.ok()) return d;
+  }
+  sweeper_ = std::thread([this] { Sweep(); });
+  return absl::OkStatus();
+}
+
+absl::Status LeaseManager::Persist(const LeaseRecord& l) {
+  return storage_.Put(Cf::kLeases, kPrefix + l.device_id, ToJson(l).dump(), /*sync=*/true);
+}
+
+void LeaseManager::Erase(const std::string& device_id) {
+  (void)storage_.Delete(Cf::kLeases, kPrefix + device_id, /*sync=*/true);
+}
+
+void LeaseManager::End(const LeaseRecord& l, const std::string& reason) {
+  if (on_end_) on_end_(l, reason);
+}
+
+absl::StatusOr<LeaseRecord> LeaseManager::Acquire(const std::vector<std::string>& candidates, const LeaseRecord& who,
+                                                  int ttl_s, int wait_ms,
+                                                  const std::function<absl::Status(const std::string&)>& available,
+                                                  const std::function<bool()>& cancelled) {
+  if (candidates.empty()) return absl::NotFoundError("no device matches");
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(wait_ms);
+  std::unique_lock lock(mu_);
+  while (true) {
+    absl::Status last_unavailable;
+    std::optional<LeaseRecord> held_by;
+    for (const auto& id : candidates) {
+      auto it = by_device_.find(id);
+      if (it != by_device_.end()) {
+        if (it->second.identity == who.identity && it->second.session_id == who.session_id) {
+          // Already ours: acquiring again renews it.
+          it->second.ttl_s = ttl_s;
+          it->second.expires_us = NowMicros() + int64_t{ttl_s} * 1000000;
+          if (auto s = Persist(it->second); !s.ok()) return s;
+          return it->second;
+        }
+        if (!held_by) held_by = it->second;
+        continue;
+      }
+      if (absl::Status a = available(id); !a.ok()) {
+        last_unavailable = a;
+        continue;
+      }
+      LeaseRecord l = who;
+      l.lease_id = NewId("lease");
+      l.device_id = id;
+      l.acquired_us = NowMicros();
+      l.ttl_s = ttl_s;
+      l.expires_us = l.acquired_us + int64_t{ttl_s} * 1000000;
+      if (auto s = Persist(l); !s.ok()) return s;
+      by_device_[id] = l;
+      return l;
+    }
+    if (!held_by) {
+      return last_unavailable.ok() ? absl::NotFoundError("no device matches") : last_unavailable;
+    }
+    if (stopping_ || std::chrono::steady_clock::now() >= deadline || (cancelled && cancelled())) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          DescribeHeld(*held_by),
+          wait_ms > 0 ? "; still held after waiting" : "; use --wait SECONDS to queue for it"));
+    }
+    cv_.wait_until(lock, std::min(deadline, std::chrono::steady_clock::now() + std::chrono::milliseconds(200)));
+  }
+}
+
+absl::StatusOr<LeaseRecord> LeaseManager::Renew(const std::string& lease_id, const std::string& identity, bool admin) {
+  std::lock_guard lock(mu_);
+  for (auto& [id, l] : by_device_) {
+    if (l.lease_id != lease_id) continue;
+    if (l.identity != identity && !admin) {
+      return absl::PermissionDeniedError(absl::StrCat("lease ", lease_id, " belongs to ", l.holder));
+    }
+    l.expires_us = NowMicros() + int64_t{l.ttl_s} * 1000000;
+    if (auto s = Persist(l); !s.ok()) return s;
+    return l;
+  }
+  return absl::NotFoundError(absl::StrCat("lease ", lease_id, ": no such lease (expired or released)"));
+}
+
+void LeaseManager::Touch(const std::string& device_id, const std::string& identity) {
+  std::lock_guard lock(mu_);
+  auto it = by_device_.find(device_id);
+  if (it == by_device_.end() || it->second.identity != identity) return;
+  it->second.expires_us = NowMicros() + int64_t{it->second.ttl_s} * 1000000;
+  (void)Persist(it->second);
+}
+
+absl::StatusOr<LeaseRecord> LeaseManager::Release(const std::string& lease_id, const std::string& device_id,
+                                                  const std::string& identity, bool force, bool admin) {
+  LeaseRecord ended;
+  {
+    std::lock_guard lock(mu_);
+    auto it = by_device_.end();
+    if (!lease_id.empty()) {
+      for (auto i = by_device_.begin(); i != by_device_.end(); ++i) {
+        if (i->second.lease_id == lease_id) it = i;
+      }
+      if (it == by_device_.end()) {
+        return absl::NotFoundError(absl::StrCat("lease ", lease_id, ": no such lease (expired or released)"));
+      }
+    } else {
+      it = by_device_.find(device_id);
+      if (it == by_device_.end()) return absl::NotFoundError(absl::StrCat(device_id, " is not leased"));
+    }
+    if (it->second.identity != identity) {
+      if (!force) {
+        return absl::PermissionDeniedError(absl::StrCat(DescribeHeld(it->second),
+                                                        admin ? "; use --force to take it away" : ""));
+      }
+      if (!admin) {
+        return absl::PermissionDeniedError("only root or the daemon's user may force-release another holder's lease");
+      }
+    }
+    ended = it->second;
+    Erase(it->first);
+    by_device_.erase(it);
+    cv_.notify_all();
+  }
+  End(ended, ended.identity == identity ? "released by its holder"
+                                        : absl::StrCat("force-released by ", identity));
+  return ended;
+}
+
+void LeaseManager::ReleaseSession(const std::string& session_id) {
+  std::vector<LeaseRecord> ended;
+  {
+    std::lock_guard lock(mu_);
+    for (auto it = by_device_.begin(); it != by_device_.end();) {
+      if (!session_id.empty() && it->second.session_id == session_id) {
+        ended.push_back(it->second);
+        Erase(it->first);
+        it = by_device_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    cv_.notify_all();
+  }
+  for (const auto& l : ended) End(l, absl::StrCat("session ", session_id, " ended"));
+}
+
+std::optional<LeaseRecord> LeaseManager::Holder(const std::string& device_id) const {
+  std::lock_guard lock(mu_);
+  auto it = by_device_.find(device_id);
+  if (it == by_device_.end()) return std::nullopt;
+  return it->second;
+}
+
+std::vector<LeaseRecord> LeaseManager::All() const {
+  std::lock_guard lock(mu_);
+  std::vector<LeaseRecord> out;
+  for (const auto& [id, l] : by_device_) out.push_back(l);
+  return out;
+}
+
+absl::Status LeaseManager::CheckHeld(const std::string& device_id, const std::string& identity,
+                                     const std::string& lease_id, const std::string& session_id) const {
+  std::lock_guard lock(mu_);
+  auto it = by_device_.find(device_id);
+  if (it == by_device_.end()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(device_id, " is not leased; take it first (fwai hw lease ", device_id, ")"));
+  }
+  const LeaseRecord& l = it->second;
+  if ((!lease_id.empty() && l.lease_id == lease_id) || (!session_id.empty() && l.session_id == session_id) ||
+      (!identity.empty() && l.identity == identity)) {
+    return absl::OkStatus();
+  }
+  return absl::FailedPreconditionError(DescribeHeld(l));
+}
+
+void LeaseManager::Sweep() {
+  std::unique_lock lock(mu_);
+  while (!stopping_) {
+    cv_.wait_for(lock, std::chrono::milliseconds(250));
+    if (stopping_) break;
+    const int64_t now = NowMicros();
+    std::vector<LeaseRecord> expired;
+    for (auto it = by_device_.begin(); it != by_device_.end();) {
+      if (it->second.expires_us <= now) {
+        expired.push_back(it->second);
+        Erase(it->first);
+        it = by_device_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    if (expired.empty()) continue;
+    cv_.notify_all();
+    lock.unlock();
+    for (const auto& l : expired) End(l, absl::StrCat("its ", l.ttl_s, " s TTL ran out without a renewal"));
+    lock.lock();
+  }
+}
+
+}  // namespace fwai

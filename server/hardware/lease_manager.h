@@ -1,0 +1,85 @@
+// Leases: one holder per device, with a TTL renewed by keepalive. Written to
+// RocksDB with sync so they survive a daemon restart; expired ones are
+// cleaned on start and by a sweeper while running.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace fwai {
+
+class Storage;
+
+struct LeaseRecord {
+  std::string lease_id;
+  std::string device_id;
+  std::string holder;  // "alice (uid 1000)"; shown to others
+  int64_t uid = -1;    // -1: not a local user (tcp)
+  std::string identity;  // "uid:N" or "tcp:..."
+  std::string session_id;  // set: released when that session goes away
+  int64_t acquired_us = 0;
+  int64_t expires_us = 0;
+  int ttl_s = 0;
+};
+
+class LeaseManager {
+ public:
+  // `on_end(lease, reason)` runs after a lease ends for any reason.
+  LeaseManager(Storage& storage, std::function<void(const LeaseRecord&, const std::string&)> on_end);
+  ~LeaseManager();
+
+  // Loads persisted leases, dropping expired ones; starts the sweeper.
+  [[nodiscard]] absl::Status Start();
+
+  // Takes the first free device of `candidates` for which `available` says
+  // OK. Waits up to `wait_ms` (0: fail at once) while all are held.
+  // `cancelled` is polled while waiting.
+  [[nodiscard]] absl::StatusOr<LeaseRecord> Acquire(const std::vector<std::string>& candidates,
+                                                    const LeaseRecord& who, int ttl_s, int wait_ms,
+                                                    const std::function<absl::Status(const std::string&)>& available,
+                                                    const std::function<bool()>& cancelled);
+  [[nodiscard]] absl::StatusOr<LeaseRecord> Renew(const std::string& lease_id, const std::string& identity,
+                                                  bool admin);
+  // Extends the lease on `device_id` held by `identity`, if any (use = keepalive).
+  void Touch(const std::string& device_id, const std::string& identity);
+  // By lease id or device id. Only the holder, or an admin with `force`.
+  [[nodiscard]] absl::StatusOr<LeaseRecord> Release(const std::string& lease_id, const std::string& device_id,
+                                                    const std::string& identity, bool force, bool admin);
+  // Ends every lease bound to `session_id`.
+  void ReleaseSession(const std::string& session_id);
+
+  std::optional<LeaseRecord> Holder(const std::string& device_id) const;
+  std::vector<LeaseRecord> All() const;
+  // OK if `identity` (or `lease_id`) holds `device_id`; otherwise
+  // FAILED_PRECONDITION naming the holder and since when.
+  [[nodiscard]] absl::Status CheckHeld(const std::string& device_id, const std::string& identity,
+                                       const std::string& lease_id, const std::string& session_id = "") const;
+
+ private:
+  absl::Status Persist(const LeaseRecord& l);
+  void Erase(const std::string& device_id);
+  void End(const LeaseRecord& l, const std::string& reason);
+  void Sweep();
+
+  Storage& storage_;
+  std::function<void(const LeaseRecord&, const std::string&)> on_end_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;  // a lease ended
+  std::map<std::string, LeaseRecord> by_device_;
+  bool stopping_ = false;
+  std::thread sweeper_;
+};
+
+std::string DescribeHeld(const LeaseRecord& l);
+
+}  // namespace fwai

@@ -1,0 +1,255 @@
+#include "server/hardware/qemu.h"
+
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <regex>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/str_cat.h"
+#include "common/ids.h"
+
+namespace fwai {
+
+absl::StatusOr<int> PickFreePort() {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return absl::InternalError(absl::StrCat("socket: ", std::strerror(errno)));
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = 0;
+  socklen_t len = sizeof(a);
+  if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 ||
+      getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
+    int err = errno;
+    close(fd);
+    return absl::InternalError(absl::StrCat("no free port: ", std::strerror(err)));
+  }
+  int port = ntohs(a.sin_port);
+  close(fd);
+  return port;
+}
+
+namespace {
+
+// Reads from fd until `done(buffer)` or the deadline; false on timeout/EOF.
+bool ReadUntil(int fd, std::string& buffer, const std::function<bool(const std::string&)>& done, int timeout_ms) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  while (!done(buffer)) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) return false;
+    pollfd p{fd, POLLIN, 0};
+    int r = poll(&p, 1, static_cast<int>(left.count()));
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) return false;
+    char buf[4096];
+    ssize_t n = read(fd, buf, sizeof buf);
+    if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+    if (n <= 0) return false;
+    buffer.append(buf, static_cast<size_t>(n));
+  }
+  return true;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<QemuInstance>> QemuInstance::Start(const QemuOptions& o) {
+  std::error_code ec;
+  if (o.image.empty() || !std::filesystem::is_regular_file(o.image, ec)) {
+    return absl::NotFoundError(absl::StrCat("firmware image ", o.image.empty() ? "<none>" : o.image, ": not found"));
+  }
+  auto port = PickFreePort();
+  if (!port.ok()) return port.status();
+  std::unique_ptr<QemuInstance> q(new QemuInstance());
+  q->gdb_port_ = *port;
+  std::filesystem::create_directories(o.run_dir, ec);
+  q->qmp_path_ = absl::StrCat(o.run_dir, "/qmp-", NewId("q"), ".sock");
+  std::vector<std::string> args = {o.binary,
+                                   "-M",
+                                   o.machine,
+                                   "-kernel",
+                                   o.image,
+                                   "-display",
+                                   "none",
+                                   "-monitor",
+                                   "none",
+                                   "-serial",
+                                   "pty",
+                                   "-S",
+                                   "-qmp",
+                                   absl::StrCat("unix:", q->qmp_path_, ",server=on,wait=off"),
+                                   "-gdb",
+                                   absl::StrCat("tcp:127.0.0.1:", q->gdb_port_)};
+  int pipefd[2];
+  if (pipe2(pipefd, O_CLOEXEC) != 0) return absl::InternalError(absl::StrCat("pipe: ", std::strerror(errno)));
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  pid_t pid = fork();
+  if (pid < 0) {
+    close(pipefd[0]);
+    close(pipefd[1]);
+    return absl::InternalError(absl::StrCat("fork: ", std::strerror(errno)));
+  }
+  if (pid == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    dup2(pipefd[1], 1);
+    dup2(pipefd[1], 2);
+    int devnull = open("/dev/null", O_RDONLY);
+    if (devnull >= 0) dup2(devnull, 0);
+    close_range(3, ~0U, 0);
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, nullptr);
+    execvp(argv[0], argv.data());
+    dprintf(1, "exec %s: %s\n", argv[0], std::strerror(errno));
+    _exit(127);
+  }
+  close(pipefd[1]);
+  q->pid_ = pid;
+  q->out_fd_ = pipefd[0];
+  static const std::regex kPty(R"(char device redirected to (/dev/pts/\d+))");
+  std::smatch m;
+  bool ok = ReadUntil(
+      q->out_fd_, q->output_, [&](const std::string& b) { return std::regex_search(b, m, kPty); }, 10000);
+  if (!ok) {
+    std::string out = q->output_;
+    q->Stop();
+    while (!out.empty() && (out.back() == '\n' || out.back() == '\r')) out.pop_back();
+    if (out.find("exec ") == 0) return absl::NotFoundError(absl::StrCat(o.binary, ": not found (install qemu-system-arm)"));
+    return absl::UnavailableError(absl::StrCat("QEMU (", o.machine, ") did not start: ", out.empty() ? "no output" : out));
+  }
+  q->pty_ = m[1];
+  // QMP: connect, read the greeting, negotiate.
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::strncpy(addr.sun_path, q->qmp_path_.c_str(), sizeof(addr.sun_path) - 1);
+    if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
+      q->qmp_fd_ = fd;
+      break;
+    }
+    close(fd);
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  if (q->qmp_fd_ < 0) {
+    q->Stop();
+    return absl::UnavailableError("QEMU started but its QMP socket did not answer");
+  }
+  std::string greeting;
+  if (!ReadUntil(q->qmp_fd_, greeting, [](const std::string& b) { return b.find('\n') != std::string::npos; }, 5000)) {
+    q->Stop();
+    return absl::UnavailableError("QEMU's QMP socket sent no greeting");
+  }
+  if (auto r = q->Qmp(R"({"execute":"qmp_capabilities"})"); !r.ok()) {
+    q->Stop();
+    return r.status();
+  }
+  // Watch for QEMU exiting by itself (killed, crashed).
+  QemuInstance* self = q.get();
+  q->watcher_ = std::thread([self] {
+    std::string sink;
+    char buf[1024];
+    while (true) {
+      ssize_t n = read(self->out_fd_, buf, sizeof buf);
+      if (n > 0) continue;
+      if (n < 0 && errno == EINTR) continue;
+      break;
+    }
+    int status = 0;
+    while (waitpid(self->pid_, &status, 0) < 0 && errno == EINTR) {
+    }
+    self->wait_status_ = status;
+    self->exited_ = true;
+    std::function<void(const std::string&)> cb;
+    {
+      std::lock_guard lock(self->mu_);
+      cb = self->on_exit_;
+    }
+    if (cb && !self->stopping_) cb(self->exit_description());
+  });
+  return q;
+}
+
+QemuInstance::~QemuInstance() { Stop(); }
+
+std::string QemuInstance::exit_description() const {
+  if (!exited_) return "running";
+  if (WIFSIGNALED(wait_status_)) return absl::StrCat("QEMU was killed by signal ", WTERMSIG(wait_status_));
+  return absl::StrCat("QEMU exited with status ", WEXITSTATUS(wait_status_));
+}
+
+void QemuInstance::SetOnExit(std::function<void(const std::string&)> fn) {
+  std::lock_guard lock(mu_);
+  on_exit_ = std::move(fn);
+}
+
+absl::StatusOr<std::string> QemuInstance::Qmp(const std::string& command_json) {
+  std::lock_guard lock(qmp_mu_);
+  if (qmp_fd_ < 0 || exited_) return absl::UnavailableError("QEMU is not running");
+  std::string line = command_json + "\n";
+  if (send(qmp_fd_, line.data(), line.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(line.size())) {
+    return absl::UnavailableError(absl::StrCat("QMP write: ", std::strerror(errno)));
+  }
+  // Skip asynchronous events until the command's return or error.
+  std::string buf;
+  while (true) {
+    size_t nl;
+    while ((nl = buf.find('\n')) != std::string::npos) {
+      std::string msg = buf.substr(0, nl);
+      buf.erase(0, nl + 1);
+      auto j = nlohmann::json::parse(msg, nullptr, false);
+      if (j.is_discarded() || j.contains("event")) continue;
+      if (j.contains("error")) {
+        return absl::InternalError(absl::StrCat("QMP: ", j["error"].value("desc", msg)));
+      }
+      return msg;
+    }
+    if (!ReadUntil(qmp_fd_, buf, [](const std::string& b) { return b.find('\n') != std::string::npos; }, 5000)) {
+      return absl::DeadlineExceededError("QMP: no answer from QEMU");
+    }
+  }
+}
+
+absl::Status QemuInstance::Continue() { return Qmp(R"({"execute":"cont"})").status(); }
+
+absl::Status QemuInstance::Reset() { return Qmp(R"({"execute":"system_reset"})").status(); }
+
+void QemuInstance::Stop() {
+  if (pid_ <= 0) return;
+  stopping_ = true;
+  if (!exited_) {
+    (void)Qmp(R"({"execute":"quit"})");
+    for (int i = 0; i < 50 && !exited_ && watcher_.joinable(); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    if (!exited_) kill(pid_, SIGKILL);
+  }
+  if (watcher_.joinable()) {
+    watcher_.join();
+  } else if (!exited_) {
+    int status;
+    waitpid(pid_, &status, 0);
+  }
+  if (out_fd_ >= 0) close(out_fd_);
+  if (qmp_fd_ >= 0) close(qmp_fd_);
+  out_fd_ = qmp_fd_ = -1;
+  unlink(qmp_path_.c_str());
+  pid_ = -1;
+}
+
+}  // namespace fwai

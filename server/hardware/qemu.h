@@ -1,0 +1,70 @@
+// A QEMU process backing a simulated board: started paused, its UART on a
+// pty, its gdb stub on a free loopback port, controlled over QMP.
+#pragma once
+
+#include <sys/types.h>
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace fwai {
+
+struct QemuOptions {
+  std::string binary = "qemu-system-arm";
+  std::string machine;  // stm32vldiscovery | lm3s6965evb
+  std::string image;    // ELF to load
+  std::string run_dir;  // where the QMP socket lives
+};
+
+class QemuInstance {
+ public:
+  // Starts QEMU paused; returns once the pty and QMP are ready. Call
+  // Continue() after the pty is opened so no early output is lost.
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<QemuInstance>> Start(const QemuOptions& options);
+  ~QemuInstance();
+
+  const std::string& pty() const { return pty_; }
+  int gdb_port() const { return gdb_port_; }
+  pid_t pid() const { return pid_; }
+  bool running() const { return !exited_; }
+  // "exited with status N" / "killed by signal N" once it has exited.
+  std::string exit_description() const;
+
+  [[nodiscard]] absl::Status Continue();
+  [[nodiscard]] absl::Status Reset();
+  // Asks QEMU to quit, kills it if it does not within a second, reaps it.
+  void Stop();
+  // Called once, from a watcher thread, when QEMU exits on its own.
+  void SetOnExit(std::function<void(const std::string&)> fn);
+
+ private:
+  QemuInstance() = default;
+  absl::StatusOr<std::string> Qmp(const std::string& command_json);
+
+  pid_t pid_ = -1;
+  int out_fd_ = -1;
+  int qmp_fd_ = -1;
+  std::string pty_;
+  int gdb_port_ = 0;
+  std::string qmp_path_;
+  std::atomic<bool> exited_{false};
+  std::atomic<bool> stopping_{false};
+  int wait_status_ = 0;
+  std::thread watcher_;
+  std::mutex mu_;
+  std::function<void(const std::string&)> on_exit_;
+  std::mutex qmp_mu_;
+  std::string output_;
+};
+
+// A TCP port on 127.0.0.1 that was free a moment ago.
+[[nodiscard]] absl::StatusOr<int> PickFreePort();
+
+}  // namespace fwai

@@ -322,6 +322,7 @@ int HwCommands::Monitor() {
   sigaction(SIGINT, &sa, nullptr);
   pb::SerialServerMessage m;
   bool matched = false;
+  bool refused = false;
   std::string end_reason;
   std::string board;
   while (stream->Read(&m)) {
@@ -341,6 +342,7 @@ int HwCommands::Monitor() {
       } else {
         std::fprintf(stderr, "fwai: %s\n", m.error().c_str());
       }
+      refused = true;
       ctx.TryCancel();
       break;
     }
@@ -363,6 +365,7 @@ int HwCommands::Monitor() {
   auto st = stream->Finish();
   active = nullptr;
   if (matched) return kExitOk;
+  if (refused) return kExitError;
   if (!end_reason.empty()) {
     if (g_.json) std::cout << json{{"end_of_stream", true}, {"reason", end_reason}}.dump() << std::endl;
     return Fail(g_, kExitError, absl::StrCat("serial stream ended: ", end_reason));

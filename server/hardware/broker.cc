@@ -201,9 +201,11 @@ void HardwareBroker::Supervise() {
       if (b->simulated() || b->cfg.serial.empty() || b->hub->is_open() || b->restarting) continue;
       std::error_code ec;
       if (!fs::exists(b->cfg.serial, ec)) continue;
-      if (b->hub->Open(b->cfg.serial, b->Settings()).ok()) {
+      if (auto st = b->hub->Open(b->cfg.serial, b->Settings()); st.ok()) {
         b->SetHealth("good", "");
         spdlog::info("board {}: serial port {} is back", b->cfg.id, b->cfg.serial);
+      } else {
+        b->SetHealth("bad", std::string(st.message()));
       }
     }
     lock.lock();

@@ -1,0 +1,324 @@
+// The hardware loop through the CLI and a real fwaid with the simulated
+// STM32VLDISCOVERY (QEMU): lease, flash behind the guard, serial, GDB, fault
+// decode; contention, lapsed leases, fan-out, unplug, bad ports.
+#include <fcntl.h>
+#include <pty.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/file.h>
+#include <sys/wait.h>
+#include <termios.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "tests/integration/daemon_fixture.h"
+
+extern char** environ;
+
+namespace fwai::testing {
+namespace {
+
+using json = nlohmann::json;
+namespace fs = std::filesystem;
+
+class HwTest : public ::testing::Test {
+ protected:
+  void StartDaemon(const std::string& extra_yaml = "") {
+    d_ = std::make_unique<Daemon>(nullptr, extra_yaml);
+    ASSERT_TRUE(d_->Start()) << d_->log();
+  }
+
+  int Fwai(std::vector<std::string> args, std::string* out, std::string* err = nullptr, int timeout_s = 60) {
+    std::vector<std::string> argv = {std::string(FWAI_BIN_DIR) + "/fwai", "--daemon", d_->address()};
+    argv.insert(argv.end(), args.begin(), args.end());
+    std::string o, e;
+    int rc = RunCommand(argv, &o, &e, {}, timeout_s);
+    if (out) *out = o;
+    if (err) *err = e;
+    return rc;
+  }
+
+  // Copies the example into a temp project and builds it with make.
+  std::string BuildExample() {
+    project_ = d_->dir() + "/blinky";
+    fs::copy(BLINKY_SRC_DIR, project_, fs::copy_options::recursive);
+    fs::remove_all(project_ + "/build");
+    std::string out, err;
+    int rc = RunCommand({"/usr/bin/make", "-s", "-C", project_}, &out, &err, {}, 120);
+    EXPECT_EQ(rc, 0) << out << err;
+    return project_ + "/build/blinky.elf";
+  }
+
+  json Device(const std::string& id) {
+    std::string out;
+    EXPECT_EQ(Fwai({"--json", "hw", "ls"}, &out), 0);
+    std::istringstream lines(out);
+    std::string line;
+    while (std::getline(lines, line)) {
+      auto j = json::parse(line, nullptr, false);
+      if (j.is_object() && j.value("id", "") == id) return j;
+    }
+    return json();
+  }
+
+  pid_t Spawn(std::vector<std::string> args) {
+    std::vector<std::string> argv = {std::string(FWAI_BIN_DIR) + "/fwai", "--daemon", d_->address()};
+    argv.insert(argv.end(), args.begin(), args.end());
+    std::vector<char*> cargv;
+    for (auto& a : argv) cargv.push_back(a.data());
+    cargv.push_back(nullptr);
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+    pid_t pid = -1;
+    EXPECT_EQ(posix_spawn(&pid, cargv[0], &fa, nullptr, cargv.data(), environ), 0);
+    posix_spawn_file_actions_destroy(&fa);
+    return pid;
+  }
+
+  std::unique_ptr<Daemon> d_;
+  std::string project_;
+};
+
+TEST_F(HwTest, LeaseFlashSerialDebugFaultReleaseThroughTheCli) {
+  StartDaemon();
+  const std::string elf = BuildExample();
+  std::string out, err;
+  ASSERT_EQ(Fwai({"hw", "ls"}, &out, &err), 0) << err;
+  EXPECT_NE(out.find("sim-stm32vl"), std::string::npos) << out;
+  EXPECT_NE(out.find("good"), std::string::npos) << out;
+
+  // The guard: no lease, then no approval.
+  EXPECT_EQ(Fwai({"flash", "--yes", "sim-stm32vl", elf}, &out, &err), 1);
+  EXPECT_NE(err.find("flash guard (lease)"), std::string::npos) << err;
+  ASSERT_EQ(Fwai({"hw", "lease", "sim-stm32vl"}, &out, &err), 0) << err;
+  EXPECT_NE(out.find("leased sim-stm32vl"), std::string::npos) << out;
+  EXPECT_EQ(Fwai({"flash", "sim-stm32vl", elf}, &out, &err), 1);
+  EXPECT_NE(err.find("flash guard (approval)"), std::string::npos) << err;
+
+  ASSERT_EQ(Fwai({"flash", "--yes", "sim-stm32vl", elf}, &out, &err), 0) << out << err << d_->log();
+  EXPECT_NE(out.find("booted: stm32vl-blinky 1.0.0 booted"), std::string::npos) << out;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(out, m, std::regex("sha256 ([0-9a-f]{64})"))) << out;
+  const std::string sha = m[1];
+  json dev = Device("sim-stm32vl");
+  EXPECT_EQ(dev.value("image_sha256", ""), sha) << dev.dump();
+  EXPECT_TRUE(dev.value("running", false));
+
+  // Serial: the banner is in the history; commands answer.
+  ASSERT_EQ(Fwai({"monitor", "--history", "--until", "booted", "--timeout", "5"}, &out, &err), 0) << err;
+  EXPECT_NE(out.find("stm32vl-blinky 1.0.0 booted"), std::string::npos);
+  ASSERT_EQ(Fwai({"monitor", "--send", "ping", "--until", "^pong$", "--timeout", "5"}, &out, &err), 0) << err;
+  EXPECT_NE(out.find("pong"), std::string::npos);
+  ASSERT_EQ(Fwai({"monitor", "--send", "led on", "--until", "GPIOC_ODR", "--timeout", "5"}, &out, &err), 0) << err;
+  EXPECT_NE(out.find("led on GPIOC_ODR=0x"), std::string::npos) << out;
+
+  // GDB reads the counter twice; it counts.
+  ASSERT_EQ(Fwai({"debug", "print counter"}, &out, &err), 0) << err;
+  ASSERT_TRUE(std::regex_search(out, m, std::regex("counter = (\\d+)"))) << out;
+  const long first = std::stol(m[1]);
+  std::this_thread::sleep_for(std::chrono::milliseconds(400));
+  ASSERT_EQ(Fwai({"--json", "debug", "sim-stm32vl", "print counter", "bt"}, &out, &err), 0) << err;
+  std::istringstream lines(out);
+  std::string l1, l2;
+  std::getline(lines, l1);
+  std::getline(lines, l2);
+  auto p = json::parse(l1);
+  EXPECT_GT(std::stol(p.value("value", "0")), first) << l1;
+  auto bt = json::parse(l2);
+  ASSERT_TRUE(bt.contains("frames")) << l2;
+  EXPECT_EQ(bt["frames"].back().value("func", ""), "main") << l2;
+
+  // A fault, decoded into words.
+  ASSERT_EQ(Fwai({"monitor", "--send", "fault", "--until", "FAULT", "--timeout", "5"}, &out, &err), 0) << err;
+  ASSERT_EQ(Fwai({"debug", "fault"}, &out, &err), 0) << err;
+  EXPECT_NE(out.find("HardFault"), std::string::npos) << out;
+  EXPECT_NE(out.find("precise data bus error"), std::string::npos) << out;
+  EXPECT_NE(out.find("trigger_fault"), std::string::npos) << out;
+  EXPECT_NE(out.find("0x3ffffff0"), std::string::npos) << out;
+  ASSERT_EQ(Fwai({"--json", "debug", "fault"}, &out, &err), 0) << err;
+  auto f = json::parse(out);
+  EXPECT_EQ(f["fault"]["cfsr"], "0x00008200");
+  EXPECT_EQ(f["fault"]["hfsr"], "0x40000000");
+  EXPECT_EQ(f["fault"]["frame"]["pc"].get<std::string>().substr(0, 6), "0x0800");
+
+  // Reset brings it back to a fresh boot.
+  ASSERT_EQ(Fwai({"hw", "reset"}, &out, &err), 0) << err;
+  ASSERT_EQ(Fwai({"monitor", "--send", "version", "--until", "^version", "--timeout", "5"}, &out, &err), 0) << err;
+  EXPECT_NE(out.find("version 1.0.0"), std::string::npos);
+
+  // A stale image is refused and the board keeps what it runs.
+  fs::last_write_time(project_ + "/src/main.c", fs::file_time_type::clock::now() + std::chrono::seconds(2));
+  EXPECT_EQ(Fwai({"flash", "--yes", elf}, &out, &err), 1);
+  EXPECT_NE(err.find("flash guard (fresh)"), std::string::npos) << err;
+  EXPECT_NE(err.find("main.c"), std::string::npos) << err;
+  EXPECT_EQ(Device("sim-stm32vl").value("image_sha256", ""), sha);
+
+  ASSERT_EQ(Fwai({"hw", "release", "sim-stm32vl"}, &out, &err), 0) << err;
+  EXPECT_EQ(Fwai({"debug", "print counter"}, &out, &err), 1);
+  EXPECT_NE(err.find("not leased"), std::string::npos) << err;
+  EXPECT_EQ(Fwai({"monitor", "--send", "ping", "--timeout", "2"}, &out, &err), 1);
+  EXPECT_NE(err.find("needs the lease"), std::string::npos) << err;
+}
+
+TEST_F(HwTest, ContendersWaitAndLapsedHoldersLoseTheirLease) {
+  StartDaemon();
+  std::string out, err;
+  ASSERT_EQ(Fwai({"hw", "lease", "sim-stm32vl", "--session", "alice"}, &out, &err), 0) << err;
+  // Fail at once, naming the holder.
+  EXPECT_EQ(Fwai({"hw", "lease", "sim-stm32vl", "--session", "bob"}, &out, &err), 1);
+  EXPECT_NE(err.find("held by"), std::string::npos) << err;
+  EXPECT_NE(err.find("since"), std::string::npos) << err;
+  // Wait: bob gets it once alice releases.
+  int bob_rc = -1;
+  std::string bob_out, bob_err;
+  std::thread bob([&] { bob_rc = Fwai({"hw", "lease", "sim-stm32vl", "--session", "bob", "--wait", "20"}, &bob_out, &bob_err); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  ASSERT_EQ(Fwai({"--json", "hw", "who"}, &out, &err), 0);
+  EXPECT_NE(out.find("\"session_id\":\"alice\""), std::string::npos) << out;
+  ASSERT_EQ(Fwai({"hw", "release", "sim-stm32vl"}, &out, &err), 0) << err;
+  bob.join();
+  EXPECT_EQ(bob_rc, 0) << bob_err;
+  ASSERT_EQ(Fwai({"--json", "hw", "who"}, &out, &err), 0);
+  EXPECT_NE(out.find("\"session_id\":\"bob\""), std::string::npos) << out;
+  ASSERT_EQ(Fwai({"hw", "release", "sim-stm32vl"}, &out, &err), 0) << err;
+
+  // A holder killed mid-lease stops renewing; the lease lapses within its TTL.
+  pid_t holder = Spawn({"hw", "lease", "sim-stm32vl", "--ttl", "2", "--hold", "--session", "carol"});
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (std::chrono::steady_clock::now() < deadline) {
+    Fwai({"--json", "hw", "who"}, &out, &err);
+    if (out.find("carol") != std::string::npos) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  ASSERT_NE(out.find("carol"), std::string::npos);
+  // While it keeps renewing, the lease outlives its TTL.
+  std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+  Fwai({"--json", "hw", "who"}, &out, &err);
+  EXPECT_NE(out.find("carol"), std::string::npos) << "keepalive did not keep the lease";
+  kill(holder, SIGKILL);
+  waitpid(holder, nullptr, 0);
+  const auto killed = std::chrono::steady_clock::now();
+  while (std::chrono::steady_clock::now() - killed < std::chrono::seconds(6)) {
+    Fwai({"--json", "hw", "who"}, &out, &err);
+    if (out.find("carol") == std::string::npos) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  const double gone_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - killed).count();
+  EXPECT_EQ(out.find("carol"), std::string::npos);
+  EXPECT_LE(gone_s, 2.0 + 1.0) << "lease outlived its 2 s TTL by more than a second";
+  // Leases survive a daemon restart.
+  ASSERT_EQ(Fwai({"hw", "lease", "sim-stm32vl", "--session", "dave"}, &out, &err), 0);
+  EXPECT_EQ(d_->Stop(), 0);
+  ASSERT_TRUE(d_->Start()) << d_->log();
+  ASSERT_EQ(Fwai({"--json", "hw", "who"}, &out, &err), 0);
+  EXPECT_NE(out.find("dave"), std::string::npos) << out;
+}
+
+TEST_F(HwTest, ThreeReadersSeeTheSameLinesAndUnplugEndsThemCleanly) {
+  StartDaemon();
+  const std::string elf = BuildExample();
+  std::string out, err;
+  ASSERT_EQ(Fwai({"hw", "lease", "sim-stm32vl"}, &out, &err), 0) << err;
+  ASSERT_EQ(Fwai({"flash", "--yes", elf}, &out, &err), 0) << out << err;
+  // Three readers from the history on, until the answer to `count`.
+  std::vector<std::string> seen(3);
+  std::vector<int> rcs(3, -1);
+  std::vector<std::thread> readers;
+  for (int i = 0; i < 3; ++i) {
+    readers.emplace_back([&, i] {
+      rcs[i] = Fwai({"monitor", "--history", "--until", "^counter", "--timeout", "20"}, &seen[i], nullptr);
+    });
+  }
+  ASSERT_EQ(Fwai({"monitor", "--send", "ping", "--send", "version", "--send", "count", "--until", "^counter",
+                  "--timeout", "10"},
+                 &out, &err),
+            0)
+      << err;
+  for (auto& t : readers) t.join();
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(rcs[i], 0);
+    EXPECT_EQ(seen[i], seen[0]) << "reader " << i;
+  }
+  const auto pong = seen[0].find("pong"), ver = seen[0].find("version 1.0.0"), cnt = seen[0].find("counter ");
+  ASSERT_NE(pong, std::string::npos) << seen[0];
+  EXPECT_LT(pong, ver);
+  EXPECT_LT(ver, cnt);
+
+  // Unplug: QEMU dies under a reader.
+  int mon_rc = -1;
+  std::string mon_out, mon_err;
+  std::thread mon([&] { mon_rc = Fwai({"monitor", "--timeout", "30"}, &mon_out, &mon_err); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  std::string pids;
+  RunCommand({"/usr/bin/pgrep", "-f", d_->dir() + "/data/run/qmp"}, &pids, &err);
+  ASSERT_FALSE(pids.empty()) << "no QEMU found";
+  kill(std::stoi(pids), SIGKILL);
+  mon.join();
+  EXPECT_EQ(mon_rc, 1);
+  EXPECT_NE(mon_err.find("serial stream ended"), std::string::npos) << mon_err;
+  EXPECT_NE(mon_err.find("closed"), std::string::npos) << mon_err;
+  json dev = Device("sim-stm32vl");
+  EXPECT_EQ(dev.value("health", ""), "bad") << dev.dump();
+  EXPECT_FALSE(dev.value("running", true));
+  // fwaid is fine; its holder brings it back by flashing again.
+  ASSERT_EQ(Fwai({"flash", "--yes", elf}, &out, &err), 0) << err;
+  EXPECT_EQ(Device("sim-stm32vl").value("health", ""), "good");
+  // Dead again and released: a bad board is not handed out, until its
+  // self-test passes.
+  RunCommand({"/usr/bin/pgrep", "-f", d_->dir() + "/data/run/qmp"}, &pids, &err);
+  ASSERT_FALSE(pids.empty());
+  kill(std::stoi(pids), SIGKILL);
+  for (int i = 0; i < 50 && Device("sim-stm32vl").value("health", "") != "bad"; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  ASSERT_EQ(Fwai({"hw", "release"}, &out, &err), 0) << err;
+  EXPECT_EQ(Fwai({"hw", "lease", "sim-stm32vl", "--session", "other"}, &out, &err), 1);
+  EXPECT_NE(err.find("is bad"), std::string::npos) << err;
+  ASSERT_EQ(Fwai({"hw", "test", "sim-stm32vl"}, &out, &err), 0) << err;
+  EXPECT_NE(out.find("booted"), std::string::npos) << out;
+  EXPECT_EQ(Device("sim-stm32vl").value("health", ""), "good");
+  EXPECT_EQ(Fwai({"hw", "lease", "sim-stm32vl", "--session", "other"}, &out, &err), 0) << err;
+}
+
+TEST_F(HwTest, MissingAndBusyPortsAreReportedNotFatal) {
+  int master = -1, slave = -1;
+  char name[128];
+  ASSERT_EQ(openpty(&master, &slave, name, nullptr, nullptr), 0);
+  int other = open(name, O_RDWR | O_NOCTTY | O_CLOEXEC);
+  ASSERT_EQ(flock(other, LOCK_EX | LOCK_NB), 0);  // another program holds it
+  StartDaemon(std::string("hardware:\n  boards:\n") +
+              "    - {id: gone, serial: /dev/fwai-test-no-such-port, baud: 115200}\n" +
+              "    - {id: busy, serial: " + name + "}\n");
+  json gone = Device("gone"), busy = Device("busy");
+  EXPECT_EQ(gone.value("health", ""), "bad");
+  EXPECT_NE(gone.value("health_reason", "").find("no such device"), std::string::npos) << gone.dump();
+  EXPECT_EQ(busy.value("health", ""), "bad");
+  EXPECT_NE(busy.value("health_reason", "").find("in use by another program"), std::string::npos) << busy.dump();
+  std::string out, err;
+  EXPECT_EQ(Fwai({"hw", "lease", "gone"}, &out, &err), 1);
+  EXPECT_NE(err.find("not handed out"), std::string::npos) << err;
+  EXPECT_EQ(Fwai({"hw", "lease", "nosuchboard"}, &out, &err), 1);
+  EXPECT_NE(err.find("no board or device 'nosuchboard'"), std::string::npos) << err;
+  // The other program lets go: the broker picks the port up by itself.
+  close(other);
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(8);
+  while (Device("busy").value("health", "") != "good" && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  EXPECT_EQ(Device("busy").value("health", ""), "good") << Device("busy").dump();
+  close(slave);
+  close(master);
+}
+
+}  // namespace
+}  // namespace fwai::testing

@@ -350,13 +350,21 @@ int HwCommands::Monitor() {
       end_reason = m.reason();
       break;
     }
-    if (g_.json) {
-      std::cout << json{{"time_us", m.time_us()}, {"seq", m.seq()}, {"line", m.line()}}.dump() << std::endl;
-    } else {
-      std::cout << m.line() << std::endl;
+    if (m.dropped() > 0) std::fprintf(stderr, "fwai: %llu lines dropped (this reader fell behind)\n",
+                                      static_cast<unsigned long long>(m.dropped()));
+    for (const auto& l : m.lines()) {
+      if (g_.json) {
+        std::cout << json{{"time_us", l.time_us()}, {"seq", l.seq()}, {"line", l.line()}}.dump() << "\n";
+      } else {
+        std::cout << l.line() << "\n";
+      }
+      if (!until_.empty() && std::regex_search(l.line(), until)) {
+        matched = true;
+        break;
+      }
     }
-    if (!until_.empty() && std::regex_search(m.line(), until)) {
-      matched = true;
+    std::cout.flush();
+    if (matched) {
       ctx.TryCancel();
       break;
     }

@@ -5,6 +5,7 @@
 #include <pwd.h>
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <mutex>
@@ -59,6 +60,7 @@ class QueuedWriter {
   void OnWriteDone(bool ok) {
     std::lock_guard lock(mu_);
     writing_ = false;
+    space_.notify_all();
     if (!ok) {
       queue_.clear();
       closing_ = true;
@@ -69,6 +71,15 @@ class QueuedWriter {
   bool done() {
     std::lock_guard lock(mu_);
     return done_ || closing_;
+  }
+  // Blocks while `limit` or more messages wait (backpressure for producers);
+  // false once the stream is closing or `stop` is set.
+  bool WaitBelow(size_t limit, const std::atomic<bool>& stop) {
+    std::unique_lock lock(mu_);
+    while (queue_.size() >= limit && !done_ && !closing_ && !stop) {
+      space_.wait_for(lock, std::chrono::milliseconds(100));
+    }
+    return !done_ && !closing_ && !stop;
   }
 
  private:
@@ -87,6 +98,7 @@ class QueuedWriter {
     }
   }
   std::mutex mu_;
+  std::condition_variable space_;
   std::deque<Msg> queue_;
   Msg current_;
   bool writing_ = false, closing_ = false, done_ = false;
@@ -393,7 +405,11 @@ class HardwareService final : public pb::Hardware::CallbackService {
         hello.set_opened(board_);
         writer_.Push(std::move(hello));
         pump_ = std::thread([this] {
-          while (!stop_) {
+          // Backpressure: lines wait in the reader's bounded queue (oldest
+          // dropped past its limit) while this client is slow; whatever has
+          // piled up goes out as one batch.
+          uint64_t reported_drops = 0;
+          while (writer_.WaitBelow(2, stop_)) {
             SerialLine l;
             auto n = reader_->Wait(l, 200);
             if (n == SerialReader::Next::kTimeout) continue;
@@ -405,9 +421,18 @@ class HardwareService final : public pb::Hardware::CallbackService {
               writer_.Close(grpc::Status::OK);
               return;
             }
-            m.set_time_us(l.time_us);
-            m.set_line(std::move(l.text));
-            m.set_seq(l.seq);
+            auto add = [&m](SerialLine& x) {
+              auto* o = m.add_lines();
+              o->set_time_us(x.time_us);
+              o->set_line(std::move(x.text));
+              o->set_seq(x.seq);
+            };
+            add(l);
+            while (m.lines_size() < 512 && reader_->Wait(l, 0) == SerialReader::Next::kLine) add(l);
+            if (uint64_t d = reader_->dropped(); d != reported_drops) {
+              m.set_dropped(d - reported_drops);
+              reported_drops = d;
+            }
             writer_.Push(std::move(m));
           }
           writer_.Close(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled"));

@@ -281,8 +281,9 @@ absl::Status SerialHub::Open(const std::string& path, const SerialSettings& s) {
                               e == asio::error::eof ? std::string("end of file") : e.message());
         cb = on_failure_;
       }
-      EndReaders([](const SerialReader&) { return true; }, reason);
+      // Health first, so a reader told of the end finds the board marked.
       if (cb) cb(reason);
+      EndReaders([](const SerialReader&) { return true; }, reason);
     });
   };
   rep_ = std::move(rep);

@@ -1,0 +1,227 @@
+// fwai_hw_bench: the hardware broker with a real fwaid and real gRPC.
+//
+//   serial      lines/s and MB/s from a port (a pty the bench drives) to 1 and
+//               10 readers on Hardware.Serial, and the line latency (port
+//               write -> client read, p50/p99)
+//   flash       time from a Flash request to the boot banner on the simulated
+//               STM32VLDISCOVERY (QEMU), median of several flashes
+#include <fcntl.h>
+#include <grpcpp/grpcpp.h>
+#include <pty.h>
+#include <termios.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/clock.h"
+#include "fwai/v1/hardware.grpc.pb.h"
+#include "tests/integration/daemon_fixture.h"
+
+namespace fwai::testing {
+namespace {
+
+namespace pb = fwai::v1;
+
+double Percentile(std::vector<double> v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  size_t i = std::min(v.size() - 1, static_cast<size_t>(p * (v.size() - 1) + 0.5));
+  return v[i];
+}
+
+double Median(std::vector<double> v) { return Percentile(std::move(v), 0.5); }
+
+struct SerialRun {
+  double lines_per_s = 0;
+  double mb_per_s = 0;
+  double p50_ms = 0, p99_ms = 0;
+  uint64_t lost = 0;
+};
+
+// Writes `lines` timestamped lines into the pty; `readers` streams read them.
+SerialRun RunSerial(Daemon& d, int master, int readers, int lines, int pace_us) {
+  auto stub = pb::Hardware::NewStub(d.channel());
+  struct Reader {
+    std::unique_ptr<grpc::ClientContext> ctx;
+    std::unique_ptr<grpc::ClientReaderWriter<pb::SerialClientMessage, pb::SerialServerMessage>> stream;
+    std::vector<double> latency_ms;
+    uint64_t got = 0;
+    std::thread thread;
+  };
+  std::vector<std::unique_ptr<Reader>> rs;
+  std::atomic<int> opened{0};
+  const std::string tag = "bench" + std::to_string(NowMicros());
+  for (int i = 0; i < readers; ++i) {
+    auto r = std::make_unique<Reader>();
+    r->ctx = std::make_unique<grpc::ClientContext>();
+    r->stream = stub->Serial(r->ctx.get());
+    pb::SerialClientMessage open;
+    open.mutable_open()->set_device_id("bench-port");
+    r->stream->Write(open);
+    Reader* raw = r.get();
+    r->thread = std::thread([raw, lines, &opened, tag] {
+      pb::SerialServerMessage m;
+      while (raw->stream->Read(&m)) {
+        if (!m.opened().empty()) {
+          opened++;
+          continue;
+        }
+        bool last = false;
+        for (const auto& line : m.lines()) {
+          const std::string& l = line.line();
+          if (l.compare(0, tag.size(), tag) != 0) continue;
+          // "<tag> <seq> <mono_ns> padding"
+          unsigned long long seq = 0, ns = 0;
+          if (std::sscanf(l.c_str() + tag.size(), " %llu %llu", &seq, &ns) == 2) {
+            raw->latency_ms.push_back((MonotonicNanos() - static_cast<int64_t>(ns)) / 1e6);
+            raw->got++;
+            last |= static_cast<int>(seq) == lines - 1;
+          }
+        }
+        if (last) break;
+      }
+      raw->ctx->TryCancel();
+    });
+    rs.push_back(std::move(r));
+  }
+  while (opened < readers) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  const auto t0 = std::chrono::steady_clock::now();
+  uint64_t bytes = 0;
+  for (int i = 0; i < lines; ++i) {
+    char buf[128];
+    int n = std::snprintf(buf, sizeof buf, "%s %d %lld ....................\r\n", tag.c_str(), i,
+                          static_cast<long long>(MonotonicNanos()));
+    size_t off = 0;
+    while (off < static_cast<size_t>(n)) {
+      ssize_t w = write(master, buf + off, static_cast<size_t>(n) - off);
+      if (w > 0) off += static_cast<size_t>(w);
+    }
+    bytes += static_cast<uint64_t>(n);
+    if (pace_us > 0) std::this_thread::sleep_for(std::chrono::microseconds(pace_us));
+  }
+  SerialRun out;
+  std::vector<double> all;
+  for (auto& r : rs) {
+    r->thread.join();
+    r->stream->Finish();
+    all.insert(all.end(), r->latency_ms.begin(), r->latency_ms.end());
+    out.lost += static_cast<uint64_t>(lines) - r->got;
+  }
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  out.lines_per_s = lines / s;
+  out.mb_per_s = bytes / s / 1e6;
+  out.p50_ms = Percentile(all, 0.5);
+  out.p99_ms = Percentile(all, 0.99);
+  return out;
+}
+
+int Main(int argc, char** argv) {
+  bool quick = argc > 1 && std::string(argv[1]) == "--quick";
+  const int reps = quick ? 1 : 3;
+  const char* commit = std::getenv("FWAI_COMMIT");
+  std::printf("fwai_hw_bench (commit %s, %s)\n", commit ? commit : "unknown", quick ? "quick" : "full");
+
+  int master = -1, slave = -1;
+  char name[128];
+  termios raw{};
+  cfmakeraw(&raw);
+  if (openpty(&master, &slave, name, &raw, nullptr) != 0) {
+    std::perror("openpty");
+    return 1;
+  }
+  fcntl(master, F_SETFD, FD_CLOEXEC);
+  fcntl(slave, F_SETFD, FD_CLOEXEC);
+  Daemon d(nullptr, std::string("hardware:\n  history_lines: 1000\n  boards:\n") +
+                        "    - {id: bench-port, serial: " + name + "}\n" +
+                        "    - {id: sim, kind: simulated, machine: stm32vldiscovery, boot_pattern: booted}\n");
+  if (!d.Start()) {
+    std::fprintf(stderr, "fwaid did not start:\n%s\n", d.log().c_str());
+    return 1;
+  }
+  // Drain what the hub writes back (nothing) and keep the slave open.
+  const int lines = quick ? 5000 : 20000;
+  for (int readers : {1, 10}) {
+    std::vector<double> lps, mbps, p50, p99;
+    uint64_t lost = 0;
+    for (int rep = 0; rep < reps; ++rep) {
+      auto r = RunSerial(d, master, readers, lines, 0);
+      lps.push_back(r.lines_per_s);
+      mbps.push_back(r.mb_per_s);
+      lost += r.lost;
+    }
+    // Latency with the port paced like a busy 921600-baud console (~2k lines/s).
+    for (int rep = 0; rep < reps; ++rep) {
+      auto r = RunSerial(d, master, readers, quick ? 1000 : 3000, 500);
+      p50.push_back(r.p50_ms);
+      p99.push_back(r.p99_ms);
+    }
+    std::printf("serial -> %2d reader%s: %8.0f lines/s (%.2f MB/s), %d lines of 64 B, lost %llu; "
+                "latency at ~2k lines/s p50 %.3f ms p99 %.3f ms (median of %d)\n",
+                readers, readers == 1 ? " " : "s", Median(lps), Median(mbps), lines,
+                static_cast<unsigned long long>(lost), Median(p50), Median(p99), reps);
+  }
+
+  // Flash request -> boot banner on the simulated board.
+  const std::string elf = std::string(FWAI_BLINKY_ELF);
+  if (!std::filesystem::exists(elf)) {
+    std::printf("flash: skipped (%s not built; run scripts/setup)\n", elf.c_str());
+    return 0;
+  }
+  auto stub = pb::Hardware::NewStub(d.channel());
+  {
+    grpc::ClientContext ctx;
+    pb::AcquireRequest req;
+    req.set_device_id("sim");
+    pb::Lease lease;
+    auto st = stub->Acquire(&ctx, req, &lease);
+    if (!st.ok()) {
+      std::fprintf(stderr, "lease: %s\n", st.error_message().c_str());
+      return 1;
+    }
+  }
+  std::vector<double> flash_ms;
+  const int flashes = quick ? 3 : 9;
+  for (int i = 0; i < flashes; ++i) {
+    grpc::ClientContext ctx;
+    pb::FlashRequest req;
+    req.set_device_id("sim");
+    req.set_image_path(elf);
+    req.set_approved(true);
+    req.set_project_root(std::filesystem::path(elf).parent_path().string());
+    const auto t0 = std::chrono::steady_clock::now();
+    auto reader = stub->Flash(&ctx, req);
+    pb::FlashProgress p;
+    std::string banner;
+    while (reader->Read(&p)) {
+      if (p.done()) banner = p.boot_line();
+    }
+    auto st = reader->Finish();
+    if (!st.ok() || banner.empty()) {
+      std::fprintf(stderr, "flash: %s\n", st.error_message().c_str());
+      return 1;
+    }
+    flash_ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+  }
+  std::printf("flash -> boot banner (QEMU stm32vldiscovery, %s): median %.1f ms, min %.1f, max %.1f over %d flashes\n",
+              std::filesystem::path(elf).filename().c_str(), Median(flash_ms),
+              *std::min_element(flash_ms.begin(), flash_ms.end()), *std::max_element(flash_ms.begin(), flash_ms.end()),
+              flashes);
+  close(slave);
+  close(master);
+  return 0;
+}
+
+}  // namespace
+}  // namespace fwai::testing
+
+int main(int argc, char** argv) { return fwai::testing::Main(argc, argv); }

@@ -290,6 +290,102 @@ TEST_F(HwTest, ThreeReadersSeeTheSameLinesAndUnplugEndsThemCleanly) {
   EXPECT_EQ(Fwai({"hw", "lease", "sim-stm32vl", "--session", "other"}, &out, &err), 0) << err;
 }
 
+TEST_F(HwTest, AgentToolsUseTheSessionOwnersLease) {
+  FakeLlmServer fake;
+  fake.Start();
+  d_ = std::make_unique<Daemon>(&fake);
+  ASSERT_TRUE(d_->Start()) << d_->log();
+  const std::string elf = BuildExample();
+  std::string out, err;
+  ASSERT_EQ(Fwai({"hw", "lease", "sim-stm32vl"}, &out, &err), 0) << err;
+  ASSERT_EQ(Fwai({"flash", "--yes", elf}, &out, &err), 0) << err;
+
+  FakeReply calls;
+  calls.tool_calls = {{"c1", "serialSendCommand", {{"command", "ping"}, {"wait_for", "^pong"}}},
+                      {"c2", "gdb", {{"commands", {"print counter", "bt"}}}},
+                      {"c3", "serialReadHistory", {{"lines", 50}, {"filter", "booted"}}},
+                      {"c4", "serialMonitor", {{"seconds", 10}, {"until", "^version"}}}};
+  fake.Enqueue(calls);
+  FakeReply done;
+  done.chunks = {"all good"};
+  fake.Enqueue(done);
+  auto session = d_->CreateSession();
+  // Something for serialMonitor to see while it watches.
+  std::thread poke([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+    std::string o, e;
+    Fwai({"monitor", "--send", "version", "--until", "^version", "--timeout", "5"}, &o, &e);
+  });
+  auto turn = RunChat(*d_->sessions(), session.id(), "check the board", 60);
+  poke.join();
+  ASSERT_TRUE(turn.finished) << d_->log();
+  std::map<std::string, const fwai::v1::ToolCallFinished*> results;
+  for (const auto& ev : turn.events) {
+    if (ev.has_tool_call_finished()) results[ev.tool_call_finished().call_id()] = &ev.tool_call_finished();
+  }
+  ASSERT_EQ(results.size(), 4u);
+  EXPECT_FALSE(results["c1"]->is_error()) << results["c1"]->output();
+  EXPECT_NE(results["c1"]->output().find("pong"), std::string::npos) << results["c1"]->output();
+  EXPECT_FALSE(results["c2"]->is_error()) << results["c2"]->output();
+  EXPECT_NE(results["c2"]->output().find("counter = "), std::string::npos) << results["c2"]->output();
+  EXPECT_NE(results["c2"]->output().find("in main"), std::string::npos) << results["c2"]->output();
+  EXPECT_NE(results["c3"]->output().find("stm32vl-blinky 1.0.0 booted"), std::string::npos) << results["c3"]->output();
+  EXPECT_FALSE(results["c4"]->is_error()) << results["c4"]->output();
+  EXPECT_NE(results["c4"]->output().find("version 1.0.0"), std::string::npos) << results["c4"]->output();
+
+  // Without the lease, writes and debugging are refused to the model in words.
+  ASSERT_EQ(Fwai({"hw", "release"}, &out, &err), 0) << err;
+  FakeReply again;
+  again.tool_calls = {{"c5", "serialSendCommand", {{"command", "led on"}}}, {"c6", "gdb", {{"commands", {"reset"}}}}};
+  fake.Enqueue(again);
+  fake.Enqueue(done);
+  turn = RunChat(*d_->sessions(), session.id(), "turn the led on", 60);
+  ASSERT_TRUE(turn.finished);
+  results.clear();
+  for (const auto& ev : turn.events) {
+    if (ev.has_tool_call_finished()) results[ev.tool_call_finished().call_id()] = &ev.tool_call_finished();
+  }
+  ASSERT_EQ(results.size(), 2u);
+  EXPECT_TRUE(results["c5"]->is_error());
+  EXPECT_NE(results["c5"]->output().find("needs the lease"), std::string::npos) << results["c5"]->output();
+  EXPECT_TRUE(results["c6"]->is_error());
+  EXPECT_NE(results["c6"]->output().find("not leased"), std::string::npos) << results["c6"]->output();
+}
+
+TEST_F(HwTest, PhysicalBoardFlashesThroughItsCommandTemplate) {
+  int master = -1, slave = -1;
+  char name[128];
+  termios raw{};
+  cfmakeraw(&raw);
+  ASSERT_EQ(openpty(&master, &slave, name, &raw, nullptr), 0);
+  fcntl(master, F_SETFD, FD_CLOEXEC);
+  fcntl(slave, F_SETFD, FD_CLOEXEC);
+  const std::string outdir = MakeTempDir("fwai-flashcmd-");
+  StartDaemon(std::string("hardware:\n  boards:\n") + "    - id: bench\n      serial: " + name +
+              "\n      machine: \"\"\n      target: stm32f100rb\n      boot_pattern: \"^APP READY\"\n" +
+              "      flash_command: \"cp {bin} " + outdir + "/flashed.bin && echo {port} > " + outdir + "/port\"\n");
+  const std::string elf = BuildExample();
+  std::string out, err;
+  ASSERT_EQ(Fwai({"hw", "lease", "bench"}, &out, &err), 0) << err << d_->log();
+  // The "board" boots when the flash command has run: the test plays it.
+  std::thread board([&] {
+    for (int i = 0; i < 100 && !fs::exists(outdir + "/port"); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    std::string banner = "APP READY v1\r\n";
+    EXPECT_EQ(write(master, banner.data(), banner.size()), static_cast<ssize_t>(banner.size()));
+  });
+  int rc = Fwai({"flash", "--yes", "bench", elf}, &out, &err);
+  board.join();
+  ASSERT_EQ(rc, 0) << out << err;
+  EXPECT_NE(out.find("booted: APP READY v1"), std::string::npos) << out;
+  std::string port;
+  std::ifstream(outdir + "/port") >> port;
+  EXPECT_EQ(port, name);
+  // {bin} is the raw image: its size is the image's loadable bytes.
+  EXPECT_EQ(fs::file_size(outdir + "/flashed.bin"), fs::file_size(project_ + "/build/blinky.bin"));
+  close(slave);
+  close(master);
+}
+
 TEST_F(HwTest, MissingAndBusyPortsAreReportedNotFatal) {
   int master = -1, slave = -1;
   char name[128];

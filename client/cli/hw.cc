@@ -29,7 +29,6 @@ namespace {
 
 std::atomic<bool> g_interrupted{false};
 
-void OnInterrupt(int) { g_interrupted = true; }
 
 void Tag(grpc::ClientContext& ctx) { ctx.AddMetadata("fwai-client", absl::StrCat("fwai pid ", getpid())); }
 
@@ -56,7 +55,7 @@ HwCommands::HwCommands(CLI::App& app, Globals& g) : g_(g) {
   lease_->add_option("--tag", tags_, "Any free board with these tags (repeatable)");
   lease_->add_option("--ttl", ttl_, "Seconds until the lease lapses without a renewal (default: the daemon's, 900)");
   lease_->add_option("--wait", wait_, "Wait up to this many seconds for a held board (default: fail at once)");
-  lease_->add_flag("--hold", hold_, "Stay running and keep the lease renewed until Ctrl-C, then release it");
+  lease_->add_flag("--hold", hold_, "Stay running; fwaid keeps the lease while this runs and releases it when it stops");
   lease_->add_option("--session", session_, "Bind the lease to a session (released when it is deleted)");
   release_ = hw->add_subcommand("release", "Release your lease (admins: --force releases anyone's)");
   release_->add_option("board", board_, "Board or device id");
@@ -153,45 +152,53 @@ int HwCommands::Lease() {
   req.set_wait_s(wait_);
   req.set_session_id(session_);
   if (wait_ > 0 && !g_.json) std::fprintf(stderr, "waiting up to %d s for %s...\n", wait_, board_.empty() ? "a board" : board_.c_str());
+  auto print = [&](const pb::Lease& lease) {
+    if (g_.json) {
+      PrintJson(lease);
+    } else {
+      std::printf("leased %s (lease %s, ttl %d s, expires %s)\n", lease.device_id().c_str(), lease.lease_id().c_str(),
+                  lease.ttl_s(), Clock(lease.expires_us()).c_str());
+    }
+    std::fflush(stdout);
+  };
+  if (!hold_) {
+    grpc::ClientContext ctx;
+    Tag(ctx);
+    pb::Lease lease;
+    auto st = stub->Acquire(&ctx, req, &lease);
+    if (!st.ok()) return FailGrpc(g_, st);
+    print(lease);
+    return kExitOk;
+  }
+  // Held by this stream: renewed by fwaid while it is open, released the
+  // moment it ends (Ctrl-C, or this process dying).
   grpc::ClientContext ctx;
   Tag(ctx);
+  static grpc::ClientContext* active = nullptr;
+  active = &ctx;
+  struct sigaction sa{};
+  sa.sa_handler = [](int) {
+    g_interrupted = true;
+    if (active) active->TryCancel();
+  };
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+  auto reader = stub->Hold(&ctx, req);
   pb::Lease lease;
-  auto st = stub->Acquire(&ctx, req, &lease);
-  if (!st.ok()) return FailGrpc(g_, st);
-  if (g_.json) {
-    PrintJson(lease);
-  } else {
-    std::printf("leased %s (lease %s, ttl %d s, expires %s)\n", lease.device_id().c_str(), lease.lease_id().c_str(),
-                lease.ttl_s(), Clock(lease.expires_us()).c_str());
+  if (!reader->Read(&lease)) {
+    active = nullptr;
+    return FailGrpc(g_, reader->Finish());
   }
-  std::fflush(stdout);
-  if (!hold_) return kExitOk;
-  // Keepalive until interrupted, then release.
-  signal(SIGINT, OnInterrupt);
-  signal(SIGTERM, OnInterrupt);
-  const int period_ms = std::max(200, lease.ttl_s() * 1000 / 3);
-  auto next = std::chrono::steady_clock::now() + std::chrono::milliseconds(period_ms);
-  while (!g_interrupted) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    if (std::chrono::steady_clock::now() < next) continue;
-    next += std::chrono::milliseconds(period_ms);
-    grpc::ClientContext rc;
-    Tag(rc);
-    pb::RenewRequest rr;
-    rr.set_lease_id(lease.lease_id());
-    pb::Lease renewed;
-    auto rs = stub->Renew(&rc, rr, &renewed);
-    if (!rs.ok()) return Fail(g_, kExitError, absl::StrCat("lost the lease: ", rs.error_message()));
+  print(lease);
+  while (reader->Read(&lease)) {
   }
-  grpc::ClientContext rc;
-  Tag(rc);
-  pb::ReleaseRequest rel;
-  rel.set_lease_id(lease.lease_id());
-  pb::ReleaseResponse rresp;
-  auto rs = stub->Release(&rc, rel, &rresp);
-  if (!rs.ok()) return FailGrpc(g_, rs);
-  if (!g_.json) std::printf("released %s\n", lease.device_id().c_str());
-  return kExitOk;
+  auto st = reader->Finish();
+  active = nullptr;
+  if (g_interrupted) {
+    if (!g_.json) std::printf("released %s\n", lease.device_id().c_str());
+    return kExitOk;
+  }
+  return Fail(g_, kExitError, absl::StrCat("lost the lease on ", lease.device_id(), ": ", st.error_message()));
 }
 
 int HwCommands::Release() {

@@ -110,6 +110,10 @@ class QueuedWriter {
 class HardwareService final : public pb::Hardware::CallbackService {
  public:
   explicit HardwareService(ApiDeps deps) : deps_(std::move(deps)), workers_(16) {}
+  ~HardwareService() override {
+    // Held-lease threads end when their streams are cancelled at shutdown.
+    for (int i = 0; i < 300 && holds_ > 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
 
   Caller CallerOf(grpc::CallbackServerContext* ctx, const std::string& lease_id = "",
                   const std::string& session_id = "") const {
@@ -196,6 +200,69 @@ class HardwareService final : public pb::Hardware::CallbackService {
       ToProto(*l, resp);
       return absl::OkStatus();
     });
+  }
+
+  grpc::ServerWriteReactor<pb::Lease>* Hold(grpc::CallbackServerContext* ctx, const pb::AcquireRequest* req) override {
+    class Reactor final : public grpc::ServerWriteReactor<pb::Lease> {
+     public:
+      struct State {
+        QueuedWriter<pb::Lease> writer;
+        std::atomic<bool> gone{false};
+        std::mutex mu;
+        std::condition_variable cv;
+      };
+      Reactor(HardwareService* svc, grpc::CallbackServerContext* ctx, const pb::AcquireRequest* req)
+          : state_(std::make_shared<State>()) {
+        state_->writer.Bind([this](const pb::Lease* m) { StartWrite(m); }, [this](grpc::Status s) { Finish(std::move(s)); });
+        if (!svc->deps_.hardware) {
+          state_->writer.Close(grpc::Status(grpc::StatusCode::UNAVAILABLE, "the hardware broker is not running"));
+          return;
+        }
+        Caller c = svc->CallerOf(ctx, "", req->session_id());
+        pb::AcquireRequest copy = *req;
+        // One thread per held lease: it may wait for the board, then renews
+        // until the stream ends and releases at once.
+        svc->holds_++;
+        std::thread([st = state_, svc, c, copy] {
+          struct Done {
+            HardwareService* svc;
+            ~Done() { svc->holds_--; }
+          } done{svc};
+          std::vector<std::string> tags;
+          for (const auto& t : copy.tags()) tags.push_back(t.value().empty() ? t.key() : t.key() + ":" + t.value());
+          auto l = svc->deps_.hardware->Acquire(c, copy.device_id(), tags, copy.ttl_s(), copy.wait_s(),
+                                                [st] { return st->gone.load(); });
+          if (!l.ok()) {
+            st->writer.Close(ToGrpcStatus(l.status()));
+            return;
+          }
+          pb::Lease out;
+          ToProto(*l, &out);
+          st->writer.Push(out);
+          const auto period = std::chrono::milliseconds(std::max(200, l->ttl_s * 1000 / 3));
+          std::unique_lock lock(st->mu);
+          while (!st->gone) {
+            st->cv.wait_for(lock, period);
+            if (st->gone) break;
+            if (!svc->deps_.hardware->Renew(c, l->lease_id).ok()) break;  // ended by someone else
+          }
+          lock.unlock();
+          (void)svc->deps_.hardware->Release(c, l->lease_id, "", false);
+          st->writer.Close(grpc::Status(grpc::StatusCode::CANCELLED, "lease released"));
+        }).detach();
+      }
+      void OnWriteDone(bool ok) override { state_->writer.OnWriteDone(ok); }
+      void OnCancel() override {
+        std::lock_guard lock(state_->mu);
+        state_->gone = true;
+        state_->cv.notify_all();
+      }
+      void OnDone() override { delete this; }
+
+     private:
+      std::shared_ptr<State> state_;
+    };
+    return new Reactor(this, ctx, req);
   }
 
   grpc::ServerUnaryReactor* Renew(grpc::CallbackServerContext* ctx, const pb::RenewRequest* req,
@@ -455,6 +522,7 @@ class HardwareService final : public pb::Hardware::CallbackService {
  private:
   const ApiDeps deps_;
   ThreadPool workers_;
+  std::atomic<int> holds_{0};
 };
 
 }  // namespace

@@ -333,7 +333,23 @@ absl::StatusOr<LeaseRecord> HardwareBroker::Acquire(const Caller& caller, const 
     return absl::FailedPreconditionError(absl::StrCat("board ", id, " is ", health, reason.empty() ? "" : ": " + reason,
                                                       "; it is not handed out (fwai hw test ", id, " re-checks it)"));
   };
-  return leases_->Acquire(candidates, who, ttl_s, wait_s * 1000, available, cancelled);
+  auto lease = leases_->Acquire(candidates, who, ttl_s, wait_s * 1000, available, cancelled);
+  if (!lease.ok()) return lease;
+  // A board with a power switch is powered for its holder (and off again
+  // when the lease ends).
+  if (Board* b = FindBoard(lease->device_id); b && !b->cfg.power_on.empty() && !lease->renewed) {
+    ProcessOptions po;
+    po.timeout_ms = 30000;
+    auto r = RunProcess({"/bin/sh", "-c", b->cfg.power_on}, po);
+    if (!r.ok() || r->exit_code != 0) {
+      std::string why = !r.ok() ? std::string(r.status().message())
+                                : absl::StrCat("exit ", r->exit_code, ": ", r->err.substr(0, 500));
+      b->SetHealth("bad", absl::StrCat("power_on failed: ", why));
+      (void)leases_->Release(lease->lease_id, "", caller.identity, false, false);
+      return absl::UnavailableError(absl::StrCat("board ", b->cfg.id, ": power_on failed: ", why));
+    }
+  }
+  return lease;
 }
 
 absl::StatusOr<LeaseRecord> HardwareBroker::Renew(const Caller& caller, const std::string& lease_id) {
@@ -354,6 +370,12 @@ void HardwareBroker::OnLeaseEnded(const LeaseRecord& lease, const std::string& r
   Board* b = FindBoard(lease.device_id);
   if (!b) return;
   b->debug_cancel = true;
+  if (!b->cfg.power_off.empty()) {
+    ProcessOptions po;
+    po.timeout_ms = 30000;
+    auto r = RunProcess({"/bin/sh", "-c", b->cfg.power_off}, po);
+    if (!r.ok() || r->exit_code != 0) spdlog::warn("board {}: power_off failed", b->cfg.id);
+  }
   const std::string why = absl::StrCat("lease ", lease.lease_id, " on ", lease.device_id, " ended: ", reason);
   b->hub->EndReaders([&](const SerialReader& r) { return r.lease_id == lease.lease_id; }, why);
 }

@@ -119,7 +119,9 @@ absl::StatusOr<LeaseRecord> LeaseManager::Acquire(const std::vector<std::string>
           it->second.ttl_s = ttl_s;
           it->second.expires_us = NowMicros() + int64_t{ttl_s} * 1000000;
           if (auto s = Persist(it->second); !s.ok()) return s;
-          return it->second;
+          LeaseRecord again = it->second;
+          again.renewed = true;
+          return again;
         }
         if (!held_by) held_by = it->second;
         continue;

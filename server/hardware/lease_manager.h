@@ -30,6 +30,7 @@ struct LeaseRecord {
   int64_t acquired_us = 0;
   int64_t expires_us = 0;
   int ttl_s = 0;
+  bool renewed = false;  // Acquire found it already held by the same holder (not persisted)
 };
 
 class LeaseManager {

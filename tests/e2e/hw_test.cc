@@ -392,6 +392,71 @@ TEST_F(HwTest, PhysicalBoardFlashesThroughItsCommandTemplate) {
   close(master);
 }
 
+TEST_F(HwTest, SecondSimulatedBoardProbeBoardWithPowerAndOpenOcd) {
+  const std::string tmp = MakeTempDir("fwai-hwcfg-");
+  // A fixture sysfs with an ST-Link V2-1.
+  const fs::path stl = fs::path(tmp) / "sys/devices/usb1/1-2";
+  fs::create_directories(stl);
+  std::ofstream(stl / "idVendor") << "0483\n";
+  std::ofstream(stl / "idProduct") << "374b\n";
+  std::ofstream(stl / "serial") << "0671FF383133\n";
+  std::ofstream(stl / "manufacturer") << "STMicroelectronics\n";
+  fs::create_directories(fs::path(tmp) / "sys/bus/usb/devices");
+  fs::create_directory_symlink(stl, fs::path(tmp) / "sys/bus/usb/devices/1-2");
+  fs::create_directories(fs::path(tmp) / "dev");
+  // OpenOCD stand-in that records how it was called.
+  fs::create_directories(fs::path(tmp) / "bin");
+  std::ofstream(fs::path(tmp) / "bin/openocd") << "#!/bin/sh\nprintf '%s|' \"$@\" > " << tmp << "/openocd.args\nexit 0\n";
+  fs::permissions(fs::path(tmp) / "bin/openocd", fs::perms::owner_all);
+  const std::string old_path = std::getenv("PATH") ? std::getenv("PATH") : "";
+  setenv("PATH", (tmp + "/bin:" + old_path).c_str(), 1);
+  StartDaemon("hardware:\n  sysfs_root: " + tmp + "/sys\n  dev_root: " + tmp + "/dev\n  boards:\n" +
+              "    - {id: lm3s, kind: simulated, machine: lm3s6965evb, boot_pattern: booted}\n" +
+              "    - id: f1-bench\n      probe: 0671FF383133\n      target: stm32f100rb\n" +
+              "      openocd_config: [interface/stlink.cfg, target/stm32f1x.cfg]\n" +
+              "      power_on: \"echo on >> " + tmp + "/power\"\n      power_off: \"echo off >> " + tmp + "/power\"\n");
+  setenv("PATH", old_path.c_str(), 1);
+  std::string out, err;
+  ASSERT_EQ(Fwai({"hw", "ls"}, &out, &err), 0) << err;
+  EXPECT_NE(out.find("probe:0671FF383133"), std::string::npos) << out;
+  EXPECT_NE(out.find("ST-Link V2-1"), std::string::npos) << out;
+  json probe = Device("probe:0671FF383133");
+  EXPECT_EQ(probe.value("vid_pid", ""), "0483:374b");
+  EXPECT_NE(probe.dump().find("f1-bench"), std::string::npos) << probe.dump();
+
+  // The LM3S6965 board runs its own example.
+  const std::string hello_dir = d_->dir() + "/hello";
+  fs::copy(std::string(BLINKY_SRC_DIR) + "/../lm3s6965-hello", hello_dir, fs::copy_options::recursive);
+  fs::remove_all(hello_dir + "/build");
+  ASSERT_EQ(RunCommand({"/usr/bin/make", "-s", "-C", hello_dir}, &out, &err, {}, 120), 0) << err;
+  const std::string blinky = BuildExample();
+  ASSERT_EQ(Fwai({"hw", "lease", "lm3s"}, &out, &err), 0) << err;
+  EXPECT_EQ(Fwai({"flash", "--yes", "lm3s", blinky}, &out, &err), 1);  // an STM32 image
+  EXPECT_NE(err.find("flash guard ("), std::string::npos) << err;
+  ASSERT_EQ(Fwai({"flash", "--yes", "lm3s", hello_dir + "/build/hello.elf"}, &out, &err), 0) << err;
+  EXPECT_NE(out.find("lm3s6965-hello 1.0.0 booted"), std::string::npos) << out;
+  ASSERT_EQ(Fwai({"monitor", "lm3s", "--send", "ping", "--until", "^pong", "--timeout", "5"}, &out, &err), 0) << err;
+  ASSERT_EQ(Fwai({"hw", "release", "lm3s"}, &out, &err), 0) << err;
+
+  // The probe board: powered on lease, flashed through OpenOCD, off on release.
+  ASSERT_EQ(Fwai({"hw", "lease", "f1-bench"}, &out, &err), 0) << err;
+  std::string power;
+  std::getline(std::ifstream(tmp + "/power"), power);
+  EXPECT_EQ(power, "on");
+  ASSERT_EQ(Fwai({"flash", "--yes", "f1-bench", blinky}, &out, &err), 0) << err;
+  std::string args;
+  std::getline(std::ifstream(tmp + "/openocd.args"), args);
+  EXPECT_EQ(args, "-f|interface/stlink.cfg|-f|target/stm32f1x.cfg|-c|adapter serial 0671FF383133|-c|program " +
+                      fs::absolute(blinky).string() + " verify reset exit|");
+  ASSERT_EQ(Fwai({"hw", "release", "f1-bench"}, &out, &err), 0) << err;
+  std::ifstream pf(tmp + "/power");
+  std::string l1, l2;
+  std::getline(pf, l1);
+  std::getline(pf, l2);
+  EXPECT_EQ(l2, "off");
+  fs::remove_all(tmp);
+}
+
 TEST_F(HwTest, MissingAndBusyPortsAreReportedNotFatal) {
   int master = -1, slave = -1;
   char name[128];

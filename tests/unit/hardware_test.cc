@@ -327,7 +327,9 @@ std::vector<std::string> ReadLines(SerialReader& r, size_t n, int timeout_ms = 3
 TEST(SerialHubTest, FansOutLinesInOrderToEveryReaderAndKeepsHistory) {
   Pty pty;
   SerialHub hub("t", 5);
-  ASSERT_TRUE(hub.Open(pty.slave, SerialSettings{}).ok());
+  SerialSettings settings;
+  settings.log_file = TempDir() + "/serial.log";
+  ASSERT_TRUE(hub.Open(pty.slave, settings).ok());
   auto a = hub.Subscribe(false), b = hub.Subscribe(false), c = hub.Subscribe(false);
   std::string text;
   for (int i = 0; i < 200; ++i) text += "line " + std::to_string(i) + "\r\n";
@@ -336,6 +338,13 @@ TEST(SerialHubTest, FansOutLinesInOrderToEveryReaderAndKeepsHistory) {
     auto lines = ReadLines(*r, 200);
     ASSERT_EQ(lines.size(), 200u);
     for (int i = 0; i < 200; ++i) EXPECT_EQ(lines[i], "line " + std::to_string(i));
+  }
+  // Every line also goes to the log file, with its time.
+  {
+    std::ifstream log(settings.log_file);
+    std::string first;
+    std::getline(log, first);
+    EXPECT_NE(first.find(" line 0"), std::string::npos) << first;
   }
   // The ring keeps the last 5; a late reader can start from it.
   auto hist = hub.History(0);

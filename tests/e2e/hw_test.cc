@@ -222,6 +222,17 @@ TEST_F(HwTest, ContendersWaitAndLapsedHoldersLoseTheirLease) {
   // A lease nobody renews lapses after its TTL.
   ASSERT_EQ(Fwai({"hw", "lease", "sim-stm32vl", "--ttl", "2", "--session", "erin"}, &out, &err), 0) << err;
   gone_within("erin", 2.0 + 1.0);
+  // By tags: any free board that has them.
+  ASSERT_EQ(Fwai({"hw", "lease", "--tag", "simulated", "--tag", "stm32f1", "--session", "tagged"}, &out, &err), 0) << err;
+  EXPECT_NE(out.find("leased sim-stm32vl"), std::string::npos) << out;
+  EXPECT_EQ(Fwai({"hw", "lease", "--tag", "esp32"}, &out, &err), 1);
+  EXPECT_NE(err.find("no board has tags esp32"), std::string::npos) << err;
+  ASSERT_EQ(Fwai({"hw", "release", "sim-stm32vl"}, &out, &err), 0) << err;
+  // A lease bound to a session ends when the session is deleted.
+  auto session = d_->CreateSession();
+  ASSERT_EQ(Fwai({"hw", "lease", "sim-stm32vl", "--session", session.id()}, &out, &err), 0) << err;
+  ASSERT_EQ(Fwai({"sessions", "rm", session.id()}, &out, &err), 0) << err;
+  gone_within(session.id(), 1.0);
   // Leases survive a daemon restart.
   ASSERT_EQ(Fwai({"hw", "lease", "sim-stm32vl", "--session", "dave"}, &out, &err), 0);
   EXPECT_EQ(d_->Stop(), 0);
@@ -260,11 +271,22 @@ TEST_F(HwTest, ThreeReadersSeeTheSameLinesAndUnplugEndsThemCleanly) {
   EXPECT_LT(pong, ver);
   EXPECT_LT(ver, cnt);
 
+  // The holder's own reader is bound to the lease: releasing ends it, with why.
+  int held_rc = -1;
+  std::string held_out, held_err;
+  std::thread held([&] { held_rc = Fwai({"monitor", "--timeout", "30"}, &held_out, &held_err); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(1000));
+  ASSERT_EQ(Fwai({"hw", "release"}, &out, &err), 0) << err;
+  held.join();
+  EXPECT_EQ(held_rc, 1);
+  EXPECT_NE(held_err.find("ended: released by its holder"), std::string::npos) << held_err;
+  ASSERT_EQ(Fwai({"hw", "lease", "sim-stm32vl"}, &out, &err), 0) << err;
+
   // Unplug: QEMU dies under a reader.
   int mon_rc = -1;
   std::string mon_out, mon_err;
   std::thread mon([&] { mon_rc = Fwai({"monitor", "--timeout", "30"}, &mon_out, &mon_err); });
-  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  std::this_thread::sleep_for(std::chrono::milliseconds(1000));
   std::string pids;
   RunCommand({"/usr/bin/pgrep", "-f", d_->dir() + "/data/run/qmp"}, &pids, &err);
   ASSERT_FALSE(pids.empty()) << "no QEMU found";

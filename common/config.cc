@@ -330,7 +330,42 @@ absl::StatusOr<DaemonConfig> ParseConfig(const std::string& yaml_text, const std
       }
     }
     if (auto n = root["agent"]) {
-      CFG_TRY(r.CheckKeys(n, "agent", {"max_iterations", "max_message_bytes", "tool_threshold", "tools_top_k"}));
+      CFG_TRY(r.CheckKeys(n, "agent", {"max_iterations", "max_message_bytes", "tool_threshold", "tools_top_k", "subagents"}));
+      if (auto sa = n["subagents"]) {
+        if (!sa.IsMap()) return r.Error(sa, "agent.subagents", "expected a mapping of type name to settings");
+        for (const auto& kv : sa) {
+          const std::string name = kv.first.as<std::string>();
+          const std::string f = "agent.subagents." + name;
+          const auto& e = kv.second;
+          CFG_TRY(r.CheckKeys(e, f, {"description", "provider", "model", "timeout_s", "max_tokens", "max_tool_calls",
+                                     "temperature", "tools", "read_only", "prompt"}));
+          SubagentConfig s;
+          s.name = name;
+          if (e["description"]) CFG_TRY(r.String(e["description"], f + ".description", s.description));
+          if (e["provider"]) CFG_TRY(r.String(e["provider"], f + ".provider", s.provider));
+          if (e["model"]) CFG_TRY(r.String(e["model"], f + ".model", s.model));
+          if (e["prompt"]) CFG_TRY(r.String(e["prompt"], f + ".prompt", s.prompt));
+          if (e["timeout_s"]) CFG_TRY(r.Int(e["timeout_s"], f + ".timeout_s", 1, 86400, s.timeout_s));
+          if (e["max_tokens"]) CFG_TRY(r.Int(e["max_tokens"], f + ".max_tokens", 1, 1000000, s.max_tokens));
+          if (e["max_tool_calls"]) CFG_TRY(r.Int(e["max_tool_calls"], f + ".max_tool_calls", 0, 10000, s.max_tool_calls));
+          if (e["temperature"]) CFG_TRY(r.Double(e["temperature"], f + ".temperature", 0, 2, s.temperature));
+          if (e["read_only"]) {
+            if (!e["read_only"].IsScalar() || (e["read_only"].Scalar() != "true" && e["read_only"].Scalar() != "false")) {
+              return r.Error(e["read_only"], f + ".read_only", "expected true or false");
+            }
+            s.read_only = e["read_only"].Scalar() == "true";
+          }
+          if (const auto& tl = e["tools"]) {
+            if (!tl.IsSequence()) return r.Error(tl, f + ".tools", "expected a list of tool names");
+            for (const auto& t : tl) {
+              std::string x;
+              CFG_TRY(r.String(t, f + ".tools[]", x));
+              s.tools.push_back(x);
+            }
+          }
+          c.subagents[name] = s;
+        }
+      }
       if (n["tool_threshold"]) CFG_TRY(r.Int(n["tool_threshold"], "agent.tool_threshold", 1, 100000, c.tool_threshold));
       if (n["tools_top_k"]) CFG_TRY(r.Int(n["tools_top_k"], "agent.tools_top_k", 1, 100, c.tools_top_k));
       if (n["max_iterations"]) {

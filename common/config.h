@@ -145,6 +145,21 @@ struct HardwareConfig {
   std::vector<BoardConfig> boards;
 };
 
+// A sub-agent type: what `delegateSubagent` may start.
+struct SubagentConfig {
+  std::string name;
+  std::string description;
+  std::string provider;  // "" = the delegating agent's
+  std::string model;     // "" = the provider's default
+  int timeout_s = 300;
+  int max_tokens = 4096;
+  int max_tool_calls = 30;
+  double temperature = -1;
+  std::vector<std::string> tools;  // allowed tools
+  bool read_only = true;           // refuse any tool that changes things
+  std::string prompt;              // extra system instructions
+};
+
 struct DaemonConfig {
   std::string source;  // file the config came from, "" for defaults
   std::vector<std::string> listen;  // "unix:PATH" | "tcp:HOST:PORT"
@@ -155,6 +170,8 @@ struct DaemonConfig {
   int tool_threshold = 30;  // above this many tools, offer core + retrieved ones per call
   int tools_top_k = 8;
   int64_t max_message_bytes = 256 * 1024;
+  std::map<std::string, SubagentConfig> subagents;  // built-in types plus agent.subagents
+  int max_subagent_depth = 3;
   int http_connect_timeout_s = 15;
   int http_idle_timeout_s = 120;  // no byte for this long fails the stream
   RetryConfig retry;

@@ -328,6 +328,7 @@ int Main(int argc, char** argv) {
 
   ToolRegistry tools;
   RegisterFileTools(tools);
+  RegisterWriteTools(tools);
   tools.Register(MakeDocumentSearchTool(**knowledge));
   CodeSearchOptions cso;
   cso.web_context_url = kc.code_web_context_url;

@@ -2,9 +2,13 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
+#include <fstream>
 #include <set>
+#include <sstream>
 #include <thread>
 
 #include "absl/strings/match.h"
@@ -134,39 +138,16 @@ namespace {
 
 using fwai::v1::ServerEvent;
 
-// Publishes events of one turn and collects streamed text.
-class TurnContext final : public StreamObserver {
+// Publishes the events of one turn.
+class EventSink {
  public:
-  TurnContext(SessionManager& sessions, std::string session_id, std::string turn_id)
+  EventSink(SessionManager& sessions, std::string session_id, std::string turn_id)
       : sessions_(sessions), session_id_(std::move(session_id)), turn_id_(std::move(turn_id)) {}
-
   void Emit(ServerEvent ev) {
     ev.set_turn_id(turn_id_);
     auto s = sessions_.Publish(session_id_, ev.SerializeAsString());
     if (!s.ok()) spdlog::warn("session {}: cannot publish event: {}", session_id_, s.status().ToString());
   }
-
-  void OnText(std::string_view text) override {
-    partial_text_.append(text);
-    ServerEvent ev;
-    auto* d = ev.mutable_text_delta();
-    d->mutable_origin()->set_agent("main");
-    d->set_text(std::string(text));
-    Emit(std::move(ev));
-  }
-  void OnThinking(std::string_view text) override {
-    ServerEvent ev;
-    auto* d = ev.mutable_text_delta();
-    d->mutable_origin()->set_agent("main");
-    d->set_text(std::string(text));
-    d->set_thinking(true);
-    Emit(std::move(ev));
-  }
-  void OnRetry(int attempt, int delay_ms, const std::string& why) override {
-    spdlog::info("session {}: provider attempt {} failed ({}); retrying in {} ms", session_id_,
-                 attempt, why, delay_ms);
-  }
-
   void Error(const absl::Status& s, bool retryable) {
     ServerEvent ev;
     auto* e = ev.mutable_error();
@@ -175,29 +156,45 @@ class TurnContext final : public StreamObserver {
     e->set_retryable(retryable);
     Emit(std::move(ev));
   }
-
-  std::string TakePartialText() { return std::exchange(partial_text_, {}); }
+  const std::string& session_id() const { return session_id_; }
 
  private:
   SessionManager& sessions_;
   const std::string session_id_;
   const std::string turn_id_;
-  std::string partial_text_;
 };
 
-std::string SystemPrompt(const SessionInfo& s, const std::vector<ToolSpec>& tools) {
-  std::string p =
-      "You are fwai, an assistant for firmware engineers, running inside the fwaid daemon.\n"
-      "You help with embedded C/C++, microcontrollers, peripherals, toolchains, debugging and "
-      "datasheets. Be precise; cite file paths and line numbers when you use project files.\n";
-  absl::StrAppend(&p, "Project root: ", s.project_root, "\n");
-  if (!tools.empty()) {
-    absl::StrAppend(&p, "Tools available:");
-    for (const auto& t : tools) absl::StrAppend(&p, " ", t.name);
-    absl::StrAppend(&p, ". Paths are relative to the project root; nothing outside it is visible.\n");
+// Streams one agent's text to the clients, tagged with the agent and the
+// tool call that started it.
+class AgentObserver final : public StreamObserver {
+ public:
+  AgentObserver(EventSink& sink, std::string agent, std::string parent_call_id)
+      : sink_(sink), agent_(std::move(agent)), parent_(std::move(parent_call_id)) {}
+  void OnText(std::string_view text) override {
+    partial_.append(text);
+    Send(text, false);
   }
-  return p;
-}
+  void OnThinking(std::string_view text) override { Send(text, true); }
+  void OnRetry(int attempt, int delay_ms, const std::string& why) override {
+    spdlog::info("session {} ({}): provider attempt {} failed ({}); retrying in {} ms", sink_.session_id(), agent_,
+                 attempt, why, delay_ms);
+  }
+  std::string TakePartial() { return std::exchange(partial_, {}); }
+
+ private:
+  void Send(std::string_view text, bool thinking) {
+    ServerEvent ev;
+    auto* d = ev.mutable_text_delta();
+    d->mutable_origin()->set_agent(agent_);
+    d->mutable_origin()->set_parent_call_id(parent_);
+    d->set_text(std::string(text));
+    d->set_thinking(thinking);
+    sink_.Emit(std::move(ev));
+  }
+  EventSink& sink_;
+  const std::string agent_, parent_;
+  std::string partial_;
+};
 
 // Gives every tool_use without a following tool_result an "interrupted"
 // result, so a history cut by a crash or cancel stays valid for providers.
@@ -245,15 +242,247 @@ std::vector<LlmMessage> RepairHistory(std::vector<LlmMessage> msgs) {
   return merged;
 }
 
+
+std::string SystemPrompt(const SessionInfo& s, const std::vector<ToolSpec>& tools) {
+  std::string p =
+      "You are fwai, an assistant for firmware engineers, running inside the fwaid daemon.\n"
+      "You help with embedded C/C++, microcontrollers, peripherals, toolchains, debugging and "
+      "datasheets. Be precise; cite file paths and line numbers when you use project files.\n";
+  absl::StrAppend(&p, "Project root: ", s.project_root, "\n");
+  absl::StrAppend(&p, "Mode: ", s.mode, "\n");
+  if (!tools.empty()) {
+    absl::StrAppend(&p, "Tools available:");
+    for (const auto& t : tools) absl::StrAppend(&p, " ", t.name);
+    absl::StrAppend(&p, ". Paths are relative to the project root; nothing outside it is visible.\n");
+  }
+  return p;
+}
+
+constexpr char kToolSearch[] = "toolSearch";
+constexpr char kSubmitPlan[] = "submitPlan";
+constexpr char kTodoWrite[] = "todoWrite";
+constexpr char kTodoRead[] = "todoRead";
+constexpr char kAskQuestion[] = "askQuestion";
+constexpr char kDelegate[] = "delegateSubagent";
+
+std::string PlanPath(const std::string& session_id) { return ".fwai/plans/" + session_id + ".md"; }
+
+// Built-in sub-agent types; agent.subagents may add or override them.
+std::map<std::string, SubagentConfig> SubagentTypes(const DaemonConfig& config) {
+  std::map<std::string, SubagentConfig> out;
+  SubagentConfig c;
+  c.name = "codebase-explorer";
+  c.description = "Explores the project's source: finds where things are defined and used, reports file:line.";
+  c.tools = {"read_file", "list_dir", "grep", "glob", "codeSearch"};
+  c.prompt = "You explore a firmware codebase to answer one task. Search, read, and report concrete findings "
+             "with file paths and line numbers. Be brief.";
+  out[c.name] = c;
+  c.name = "document-explorer";
+  c.description = "Searches datasheets, reference manuals and notes in the knowledge base.";
+  c.tools = {"documentSearch", "read_file", "list_dir", "grep"};
+  c.prompt = "You look things up in datasheets and manuals for one task. Quote the passages you rely on with "
+             "their source and page.";
+  out[c.name] = c;
+  c.name = "planning-agent";
+  c.description = "Produces a step-by-step plan for a change; may delegate exploration.";
+  c.tools = {"read_file", "list_dir", "grep", "glob", "documentSearch", "codeSearch", kDelegate};
+  c.prompt = "You write a concrete, numbered plan for the task: files to change, steps, how to verify on the "
+             "target. Do not change anything.";
+  out[c.name] = c;
+  for (const auto& [name, sc] : config.subagents) out[name] = sc;
+  return out;
+}
+
+ToolSpec SpecSubmitPlan() {
+  return {kSubmitPlan,
+          "Submit the plan you wrote to the plan file for the user's approval. Waits for their decision: on "
+          "approval the session switches to act mode and you carry the plan out.",
+          {{"type", "object"}, {"properties", json::object()}}};
+}
+ToolSpec SpecTodoWrite() {
+  return {kTodoWrite,
+          "Replace the session's todo list. Items: {id, content, status: pending|in_progress|completed|cancelled, "
+          "parent_id?}. Ids unique, content non-empty, at most one in_progress.",
+          {{"type", "object"},
+           {"properties",
+            {{"todos",
+              {{"type", "array"},
+               {"items",
+                {{"type", "object"},
+                 {"properties",
+                  {{"id", {{"type", "string"}}},
+                   {"content", {{"type", "string"}}},
+                   {"status", {{"type", "string"}, {"enum", {"pending", "in_progress", "completed", "cancelled"}}}},
+                   {"parent_id", {{"type", "string"}}}}},
+                 {"required", {"id", "content", "status"}}}}}}}},
+           {"required", {"todos"}}}};
+}
+ToolSpec SpecTodoRead() {
+  return {kTodoRead, "Read the session's todo list.", {{"type", "object"}, {"properties", json::object()}}};
+}
+ToolSpec SpecAskQuestion() {
+  return {kAskQuestion,
+          "Ask the user one or more questions and wait for the answers. Each question may offer options (single "
+          "or multiple choice) and/or free text.",
+          {{"type", "object"},
+           {"properties",
+            {{"questions",
+              {{"type", "array"},
+               {"items",
+                {{"type", "object"},
+                 {"properties",
+                  {{"text", {{"type", "string"}}},
+                   {"options", {{"type", "array"}, {"items", {{"type", "string"}}}}},
+                   {"multiple", {{"type", "boolean"}}},
+                   {"allow_free_text", {{"type", "boolean"}}}}},
+                 {"required", {"text"}}}}}}}},
+           {"required", {"questions"}}}};
+}
+ToolSpec SpecDelegate(const std::map<std::string, SubagentConfig>& types) {
+  std::string desc = "Hand a self-contained task to a sub-agent with its own context; returns its report. "
+                     "Several calls in one message run in parallel. Types:";
+  json names = json::array();
+  for (const auto& [n, t] : types) {
+    absl::StrAppend(&desc, "\n- ", n, ": ", t.description);
+    names.push_back(n);
+  }
+  return {kDelegate, desc,
+          {{"type", "object"},
+           {"properties",
+            {{"agent_type", {{"type", "string"}, {"enum", names}}},
+             {"task", {{"type", "string"}, {"description", "What to do and what to report back"}}}}},
+           {"required", {"agent_type", "task"}}}};
+}
+
+// Checks a todo list against the rules; the message names the rule broken.
+absl::Status ValidateTodos(const json& todos) {
+  if (!todos.is_array()) return absl::InvalidArgumentError("todos: expected a list");
+  std::set<std::string> ids;
+  int in_progress = 0;
+  static const std::set<std::string> kStatus = {"pending", "in_progress", "completed", "cancelled"};
+  for (const auto& t : todos) {
+    if (!t.is_object()) return absl::InvalidArgumentError("todos: every item must be an object");
+    const std::string id = t.value("id", "");
+    if (id.empty()) return absl::InvalidArgumentError("todos: every item needs a non-empty id");
+    if (!ids.insert(id).second) return absl::InvalidArgumentError(absl::StrCat("todos: id '", id, "' is used twice; ids must be unique"));
+    if (t.value("content", "").find_first_not_of(" \t\n") == std::string::npos) {
+      return absl::InvalidArgumentError(absl::StrCat("todos: item '", id, "' has empty content"));
+    }
+    const std::string st = t.value("status", "");
+    if (!kStatus.count(st)) {
+      return absl::InvalidArgumentError(absl::StrCat("todos: item '", id, "' has status '", st,
+                                                     "'; expected pending, in_progress, completed or cancelled"));
+    }
+    in_progress += st == "in_progress";
+  }
+  if (in_progress > 1) return absl::InvalidArgumentError("todos: at most one item may be in_progress");
+  for (const auto& t : todos) {
+    const std::string parent = t.value("parent_id", "");
+    if (!parent.empty() && !ids.count(parent)) {
+      return absl::InvalidArgumentError(absl::StrCat("todos: item '", t.value("id", ""), "' has unknown parent_id '", parent, "'"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
+
+struct TurnManager::Pending {
+  std::string id;
+  bool is_plan = false;
+  std::mutex mu;
+  std::condition_variable cv;
+  std::optional<Interaction> reply;
+};
+
+// One agent's loop: the main agent of a turn, or a sub-agent under a call.
+struct TurnManager::Agent {
+  std::string name = "main";
+  std::string parent_call_id;
+  std::string request;  // the user's message (tool retrieval)
+  int depth = 0;
+  Provider* provider = nullptr;
+  std::string model;
+  std::string system;
+  int max_tokens = 4096;
+  double temperature = -1;
+  int max_tool_calls = 1 << 30;
+  std::vector<LlmMessage> messages;
+  bool persist = false;  // the main agent keeps the session's history
+  std::set<std::string> allowed;  // empty: all (subject to mode)
+  bool read_only = false;
+  CancelToken* cancel = nullptr;
+  // Per turn:
+  EventSink* sink = nullptr;
+  const SessionInfo* session = nullptr;
+  std::string* mode = nullptr;  // the session's mode, changed by an approved plan
+  int64_t* in_tokens = nullptr;
+  int64_t* out_tokens = nullptr;
+  double* cost = nullptr;
+  std::mutex* usage_mu = nullptr;
+  std::string stop_reason = "end_turn";
+  int iterations = 0;
+};
+
+absl::Status TurnManager::Reply(const std::string& session_id, Interaction reply) {
+  std::shared_ptr<Pending> p;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = pending_.find(session_id);
+    if (it != pending_.end()) p = it->second;
+  }
+  if (!p || (!reply.id.empty() && reply.id != p->id) || p->is_plan != reply.is_plan) {
+    return absl::NotFoundError(absl::StrCat(reply.is_plan ? "plan " : "question ", reply.id,
+                                            ": nothing in session ", session_id, " is waiting for it"));
+  }
+  std::lock_guard<std::mutex> lock(p->mu);
+  p->reply = std::move(reply);
+  p->cv.notify_all();
+  return absl::OkStatus();
+}
+
+absl::Status TurnManager::SetMode(const std::string& session_id, const std::string& mode, const std::string& reason) {
+  if (mode != "plan" && mode != "act") return absl::InvalidArgumentError(absl::StrCat("mode: expected plan or act, got '", mode, "'"));
+  if (Running(session_id)) return absl::FailedPreconditionError("a turn is running; change the mode after it ends");
+  auto info = sessions_.Get(session_id);
+  if (!info.ok()) return info.status();
+  if (info->mode == mode) return absl::OkStatus();
+  info->mode = mode;
+  if (auto s = sessions_.Update(*info); !s.ok()) return s;
+  ServerEvent ev;
+  ev.mutable_mode_changed()->set_mode(mode);
+  ev.mutable_mode_changed()->set_reason(reason);
+  return sessions_.Publish(session_id, ev.SerializeAsString()).status();
+}
+
+std::optional<Interaction> TurnManager::Wait(Turn* turn, const std::string& session_id, const std::string& id,
+                                             bool is_plan) {
+  auto p = std::make_shared<Pending>();
+  p->id = id;
+  p->is_plan = is_plan;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    pending_[session_id] = p;
+  }
+  std::optional<Interaction> out;
+  {
+    std::unique_lock<std::mutex> lock(p->mu);
+    while (!p->reply && !turn->cancel.cancelled()) p->cv.wait_for(lock, std::chrono::milliseconds(100));
+    out = p->reply;
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  if (pending_[session_id] == p) pending_.erase(session_id);
+  return out;
+}
 
 void TurnManager::Run(Turn* turn, TurnRequest req) {
   const int64_t start_ns = MonotonicNanos();
-  TurnContext ctx(sessions_, req.session_id, req.turn_id);
-  int iterations = 0;
+  EventSink sink(sessions_, req.session_id, req.turn_id);
   int64_t in_tokens = 0, out_tokens = 0;
   double cost = 0;
+  std::mutex usage_mu;
   std::string stop_reason = "end_turn";
+  int iterations = 0;
 
   auto finish = [&]() {
     // Done before the event is visible: a client that starts the next turn the
@@ -268,19 +497,19 @@ void TurnManager::Run(Turn* turn, TurnRequest req) {
     f->set_stop_reason(stop_reason);
     f->set_iterations(iterations);
     f->set_duration_ms((MonotonicNanos() - start_ns) / 1000000);
-    ctx.Emit(std::move(ev));
+    sink.Emit(std::move(ev));
   };
 
   {
     ServerEvent ev;
     ev.mutable_user_message()->set_text(req.text);
     ev.mutable_user_message()->set_sender(req.sender);
-    ctx.Emit(std::move(ev));
+    sink.Emit(std::move(ev));
   }
   auto info = sessions_.Get(req.session_id);
   if (!info.ok()) {
     stop_reason = "error";
-    ctx.Error(info.status(), false);
+    sink.Error(info.status(), false);
     return finish();
   }
   const std::string provider_name = !req.provider.empty() ? req.provider : info->provider;
@@ -289,24 +518,24 @@ void TurnManager::Run(Turn* turn, TurnRequest req) {
   absl::Status hs = sessions_.AppendHistory(req.session_id, {"user", user_content.dump()});
   if (!hs.ok()) {
     stop_reason = "error";
-    ctx.Error(hs, false);
+    sink.Error(hs, false);
     return finish();
   }
   if (provider == nullptr) {
     stop_reason = "error";
     if (providers_.providers.empty()) {
-      ctx.Error(absl::FailedPreconditionError(
-                    "no LLM provider is configured. Set ANTHROPIC_API_KEY or OPENAI_API_KEY "
-                    "(and optionally ANTHROPIC_BASE_URL / OPENAI_BASE_URL) in fwaid's environment "
-                    "and restart it (fwai daemon stop; the next fwai command starts it), or add a "
-                    "providers: section to fwaid.yaml. Sessions, history and attach work without one."),
-                false);
+      sink.Error(absl::FailedPreconditionError(
+                     "no LLM provider is configured. Set ANTHROPIC_API_KEY or OPENAI_API_KEY "
+                     "(and optionally ANTHROPIC_BASE_URL / OPENAI_BASE_URL) in fwaid's environment "
+                     "and restart it (fwai daemon stop; the next fwai command starts it), or add a "
+                     "providers: section to fwaid.yaml. Sessions, history and attach work without one."),
+                 false);
     } else {
       std::string names;
       for (const auto& [n, p] : providers_.providers) absl::StrAppend(&names, names.empty() ? "" : ", ", n);
-      ctx.Error(absl::InvalidArgumentError(absl::StrCat("provider '", provider_name,
-                                                        "' is not configured; configured: ", names)),
-                false);
+      sink.Error(absl::InvalidArgumentError(absl::StrCat("provider '", provider_name,
+                                                         "' is not configured; configured: ", names)),
+                 false);
     }
     return finish();
   }
@@ -316,28 +545,77 @@ void TurnManager::Run(Turn* turn, TurnRequest req) {
     ServerEvent ev;
     ev.mutable_turn_started()->set_provider(pc.name);
     ev.mutable_turn_started()->set_model(model);
-    ctx.Emit(std::move(ev));
+    sink.Emit(std::move(ev));
   }
-  double price_in = 0, price_out = 0;
-  PriceFor(model, &price_in, &price_out);
+  auto history = sessions_.LoadHistory(req.session_id);
+  if (!history.ok()) {
+    stop_reason = "error";
+    sink.Error(history.status(), false);
+    return finish();
+  }
+  Agent main;
+  for (const auto& h : *history) {
+    main.messages.push_back({h.role, json::parse(h.content_json, nullptr, false)});
+    if (main.messages.back().content.is_discarded()) main.messages.pop_back();
+  }
+  main.messages = RepairHistory(std::move(main.messages));
+  std::string mode = info->mode;
+  main.provider = provider;
+  main.model = model;
+  main.max_tokens = pc.max_tokens;
+  main.temperature = pc.temperature;
+  main.persist = true;
+  main.cancel = &turn->cancel;
+  main.sink = &sink;
+  main.session = &*info;
+  main.mode = &mode;
+  main.in_tokens = &in_tokens;
+  main.out_tokens = &out_tokens;
+  main.cost = &cost;
+  main.usage_mu = &usage_mu;
+  main.request = req.text;
+  RunAgent(turn, main);
+  stop_reason = main.stop_reason;
+  iterations = main.iterations;
+  auto fresh = sessions_.Get(req.session_id);
+  if (fresh.ok()) {
+    if (fresh->mode != mode) fresh->mode = mode;
+    (void)sessions_.Update(*fresh);
+  }
+  finish();
+}
 
-  // The tools offered to the model. With many tools (MCP servers, ...), each
-  // call gets the core (built-in) tools, the ones retrieved for the request,
-  // and those the model found with toolSearch.
+std::string TurnManager::RunAgent(Turn* turn, Agent& a) {
+  EventSink& sink = *a.sink;
+  const SessionInfo& session = *a.session;
+  const bool is_main = a.name == "main";
+  const auto types = SubagentTypes(config_);
+  double price_in = 0, price_out = 0;
+  PriceFor(a.model, &price_in, &price_out);
+  AgentObserver observer(sink, a.name, a.parent_call_id);
+
+  // The tools offered. With many tools (MCP servers, ...), the main agent gets
+  // the core (built-in) tools, the ones retrieved for the request and those it
+  // found with toolSearch. Plan mode offers only what cannot change anything.
   const std::vector<Tool*> all_tools = tools_.All();
-  const bool select = retriever_ && static_cast<int>(all_tools.size()) > config_.tool_threshold;
+  const bool select = is_main && retriever_ && static_cast<int>(all_tools.size()) > config_.tool_threshold;
   std::set<std::string> offered;
   auto is_core = [](const Tool* t) { return t->name().rfind("mcp_", 0) != 0; };
   if (select) {
-    for (const std::string& name : retriever_(req.text, config_.tools_top_k * 3)) {
+    for (const std::string& name : retriever_(a.request, config_.tools_top_k * 3)) {
       if (static_cast<int>(offered.size()) >= config_.tools_top_k) break;
       if (Tool* t = tools_.Find(name); t && !is_core(t)) offered.insert(name);
     }
   }
-  const std::string kToolSearch = "toolSearch";
+  auto plan_mode = [&] { return *a.mode == "plan"; };
+  auto allowed_builtin = [&](const std::string& name) { return a.allowed.empty() || a.allowed.count(name); };
+  // write_file / edit_file stay offered in plan mode: they may write the plan file only.
+  auto plan_writable = [](const std::string& name) { return name == "write_file" || name == "edit_file"; };
   auto build_specs = [&]() {
     std::vector<ToolSpec> out;
     for (Tool* t : all_tools) {
+      if (!allowed_builtin(t->name())) continue;
+      if ((a.read_only || plan_mode()) && !t->read_only() && !(plan_mode() && is_main && plan_writable(t->name()))) continue;
       if (!select || is_core(t) || offered.count(t->name())) out.push_back({t->name(), t->description(), t->input_schema()});
     }
     if (select) {
@@ -348,121 +626,140 @@ void TurnManager::Run(Turn* turn, TurnRequest req) {
                       {"properties", {{"query", {{"type", "string"}, {"description", "What the tool must do"}}}}},
                       {"required", {"query"}}}});
     }
+    if (is_main) {
+      out.push_back(SpecTodoWrite());
+      out.push_back(SpecTodoRead());
+      out.push_back(SpecAskQuestion());
+      if (plan_mode()) out.push_back(SpecSubmitPlan());
+    }
+    if (allowed_builtin(kDelegate) && a.depth < config_.max_subagent_depth) out.push_back(SpecDelegate(types));
     return out;
   };
   auto announce = [&](const std::vector<ToolSpec>& specs, const std::string& reason) {
     if (!select) return;
     ServerEvent ev;
     auto* o = ev.mutable_tools_offered();
-    o->mutable_origin()->set_agent("main");
+    o->mutable_origin()->set_agent(a.name);
     for (const auto& s : specs) o->add_tools(s.name);
     o->set_reason(reason);
-    ctx.Emit(std::move(ev));
+    sink.Emit(std::move(ev));
   };
   std::vector<ToolSpec> specs = build_specs();
   announce(specs, "retrieved for the request");
-
-  auto history = sessions_.LoadHistory(req.session_id);
-  if (!history.ok()) {
-    stop_reason = "error";
-    ctx.Error(history.status(), false);
-    return finish();
-  }
-  std::vector<LlmMessage> messages;
-  for (const auto& h : *history) {
-    messages.push_back({h.role, json::parse(h.content_json, nullptr, false)});
-    if (messages.back().content.is_discarded()) messages.pop_back();
-  }
-  messages = RepairHistory(std::move(messages));
+  auto system_prompt = [&] {
+    std::string p = a.system.empty() ? SystemPrompt(session, specs) : a.system;
+    if (is_main && plan_mode()) {
+      absl::StrAppend(&p, "\nThe session is in PLAN mode: investigate with read-only tools, write your plan to ",
+                      PlanPath(session.id),
+                      " with write_file (no other file may be changed), then call submitPlan and wait for the "
+                      "user's decision. Tools that change anything are refused until the plan is approved.\n");
+    }
+    return p;
+  };
+  auto append = [&](const std::string& role, const json& content) {
+    if (a.persist) (void)sessions_.AppendHistory(session.id, {role, content.dump()});
+    a.messages.push_back({role, content});
+  };
+  int tool_calls = 0;
+  std::string last_text;
 
   while (true) {
-    if (iterations >= config_.max_iterations) {
-      stop_reason = "max_iterations";
-      ctx.Error(absl::ResourceExhaustedError(absl::StrCat(
-                    "stopped after ", config_.max_iterations,
-                    " model calls in one turn (agent.max_iterations); send another message to go on")),
-                false);
+    if (a.iterations >= config_.max_iterations) {
+      a.stop_reason = "max_iterations";
+      sink.Error(absl::ResourceExhaustedError(absl::StrCat(
+                     a.name, " stopped after ", config_.max_iterations,
+                     " model calls in one turn (agent.max_iterations); send another message to go on")),
+                 false);
       break;
     }
-    ++iterations;
+    ++a.iterations;
     ChatRequest creq;
-    creq.model = model;
-    creq.system = SystemPrompt(*info, specs);
-    creq.messages = messages;
+    creq.model = a.model;
+    creq.system = system_prompt();
+    creq.messages = a.messages;
     creq.tools = specs;
-    creq.max_tokens = pc.max_tokens;
-    creq.temperature = pc.temperature;
-    auto result = provider->Stream(creq, ctx, turn->cancel);
+    creq.max_tokens = a.max_tokens;
+    creq.temperature = a.temperature;
+    auto result = a.provider->Stream(creq, observer, *a.cancel);
     if (!result.ok()) {
-      std::string partial = ctx.TakePartialText();
-      if (!partial.empty()) {
+      std::string partial = observer.TakePartial();
+      if (!partial.empty() && a.persist) {
         json content = json::array({{{"type", "text"}, {"text", partial}}});
-        (void)sessions_.AppendHistory(req.session_id, {"assistant", content.dump()});
+        (void)sessions_.AppendHistory(session.id, {"assistant", content.dump()});
       }
-      if (absl::IsCancelled(result.status()) || turn->cancel.cancelled()) {
-        stop_reason = "cancelled";
+      if (absl::IsCancelled(result.status()) || a.cancel->cancelled()) {
+        a.stop_reason = "cancelled";
       } else {
-        stop_reason = "error";
+        a.stop_reason = "error";
         const auto code = result.status().code();
-        ctx.Error(result.status(), code == absl::StatusCode::kUnavailable ||
-                                       code == absl::StatusCode::kResourceExhausted ||
-                                       code == absl::StatusCode::kDeadlineExceeded);
+        sink.Error(result.status(), code == absl::StatusCode::kUnavailable ||
+                                        code == absl::StatusCode::kResourceExhausted ||
+                                        code == absl::StatusCode::kDeadlineExceeded);
       }
       break;
     }
-    ctx.TakePartialText();
-    in_tokens += result->input_tokens;
-    out_tokens += result->output_tokens;
-    cost += (result->input_tokens * price_in + result->output_tokens * price_out) / 1e6;
+    observer.TakePartial();
+    {
+      std::lock_guard<std::mutex> lock(*a.usage_mu);
+      *a.in_tokens += result->input_tokens;
+      *a.out_tokens += result->output_tokens;
+      *a.cost += (result->input_tokens * price_in + result->output_tokens * price_out) / 1e6;
+    }
     // Drop empty text blocks: providers reject them when the history is sent back.
     json content = json::array();
     for (auto& b : result->content) {
       if (b.value("type", "") == "text" && b.value("text", "").empty()) continue;
       content.push_back(b);
+      if (b.value("type", "") == "text") last_text = b.value("text", "");
     }
-    if (!content.empty()) {
-      (void)sessions_.AppendHistory(req.session_id, {"assistant", content.dump()});
-      messages.push_back({"assistant", content});
-    }
+    if (!content.empty()) append("assistant", content);
     {
       ServerEvent ev;
-      ev.mutable_message_done()->mutable_origin()->set_agent("main");
+      ev.mutable_message_done()->mutable_origin()->set_agent(a.name);
+      ev.mutable_message_done()->mutable_origin()->set_parent_call_id(a.parent_call_id);
       ev.mutable_message_done()->set_role("assistant");
       ev.mutable_message_done()->set_stop_reason(result->stop_reason);
-      ctx.Emit(std::move(ev));
+      sink.Emit(std::move(ev));
     }
     std::vector<json> calls;
     for (const auto& b : content) {
       if (b.value("type", "") == "tool_use") calls.push_back(b);
     }
     if (calls.empty()) {
-      stop_reason = result->stop_reason.empty() ? "end_turn" : result->stop_reason;
+      a.stop_reason = result->stop_reason.empty() ? "end_turn" : result->stop_reason;
       break;
     }
-    json results = json::array();
-    for (const auto& call : calls) {
+    std::vector<json> results(calls.size());
+    // Runs one call; safe to run several delegations in parallel.
+    auto run_call = [&](size_t index) {
+      const json& call = calls[index];
       const std::string call_id = call.value("id", "");
       const std::string tool_name = call.value("name", "");
       const json input = call.value("input", json::object());
-      if (turn->cancel.cancelled()) {
-        results.push_back({{"type", "tool_result"}, {"tool_use_id", call_id},
-                           {"content", "cancelled by the user"}, {"is_error", true}});
-        continue;
-      }
-      {
+      auto emit_started = [&] {
         ServerEvent ev;
         auto* s = ev.mutable_tool_call_started();
-        s->mutable_origin()->set_agent("main");
+        s->mutable_origin()->set_agent(a.name);
+        s->mutable_origin()->set_parent_call_id(a.parent_call_id);
         s->set_call_id(call_id);
-        s->set_agent("main");
+        s->set_parent_call_id(a.parent_call_id);
+        s->set_agent(a.name);
         s->set_tool(tool_name);
         s->set_input_json(input.dump());
-        ctx.Emit(std::move(ev));
+        sink.Emit(std::move(ev));
+      };
+      if (a.cancel->cancelled()) {
+        results[index] = {{"type", "tool_result"}, {"tool_use_id", call_id}, {"content", "cancelled by the user"}, {"is_error", true}};
+        return;
       }
+      emit_started();
       const int64_t t0 = MonotonicNanos();
       ToolResult tr;
       Tool* tool = tools_.Find(tool_name);
-      if (select && tool_name == kToolSearch) {
+      const bool offered_now = std::any_of(specs.begin(), specs.end(), [&](const ToolSpec& s) { return s.name == tool_name; });
+      if (++tool_calls > a.max_tool_calls) {
+        tr = {absl::StrCat(a.name, " used its ", a.max_tool_calls, " tool calls; answer with what you have"), true};
+      } else if (select && tool_name == kToolSearch) {
         const std::string q = input.value("query", "");
         std::string found;
         int added = 0;
@@ -477,55 +774,248 @@ void TurnManager::Run(Turn* turn, TurnRequest req) {
                            : ToolResult{absl::StrCat("These tools are now available:\n", found), false};
         specs = build_specs();
         announce(specs, "after toolSearch");
-      } else if (select && tool && !is_core(tool) && !offered.count(tool_name)) {
-        tr = {absl::StrCat("tool '", tool_name, "' was not offered in this turn; find it with toolSearch first"), true};
-      } else if (tool == nullptr) {
-        tr = {absl::StrCat("unknown tool '", tool_name, "'"), true};
+      } else if (is_main && tool_name == kTodoWrite) {
+        const json todos = input.value("todos", json());
+        if (auto v = ValidateTodos(todos); !v.ok()) {
+          tr = {std::string(v.message()), true};
+        } else {
+          auto fresh = sessions_.Get(session.id);
+          if (fresh.ok()) {
+            fresh->todos_json = todos.dump();
+            (void)sessions_.Update(*fresh);
+          }
+          ServerEvent ev;
+          for (const auto& t : todos) {
+            auto* o = ev.mutable_todos_updated()->add_todos();
+            o->set_id(t.value("id", ""));
+            o->set_content(t.value("content", ""));
+            o->set_status(t.value("status", ""));
+            o->set_parent_id(t.value("parent_id", ""));
+          }
+          if (todos.empty()) ev.mutable_todos_updated();
+          sink.Emit(std::move(ev));
+          tr = {absl::StrCat("todo list saved (", todos.size(), " items)"), false};
+        }
+      } else if (is_main && tool_name == kTodoRead) {
+        auto fresh = sessions_.Get(session.id);
+        tr = {fresh.ok() ? json::parse(fresh->todos_json, nullptr, false).dump(1) : "[]", false};
+      } else if (is_main && tool_name == kAskQuestion) {
+        const json qs = input.value("questions", json());
+        if (!qs.is_array() || qs.empty()) {
+          tr = {"questions: expected a non-empty list", true};
+        } else {
+          const std::string qid = NewId("q-");
+          ServerEvent ev;
+          auto* q = ev.mutable_question_asked();
+          q->set_question_id(qid);
+          q->set_call_id(call_id);
+          int n = 0;
+          for (const auto& item : qs) {
+            auto* one = q->add_questions();
+            one->set_id(absl::StrCat(qid, ".", ++n));
+            one->set_text(item.value("text", ""));
+            for (const auto& opt : item.value("options", json::array())) {
+              if (opt.is_string()) one->add_options()->set_label(opt.get<std::string>());
+            }
+            one->set_multiple(item.value("multiple", false));
+            one->set_allow_free_text(item.value("allow_free_text", one->options_size() == 0));
+          }
+          sink.Emit(std::move(ev));
+          auto reply = Wait(turn, session.id, qid, false);
+          if (!reply) {
+            tr = {"the question was not answered (turn cancelled)", true};
+          } else {
+            json ans = {{"selected", reply->selected}, {"text", reply->text}};
+            tr = {absl::StrCat("The user answered: ", ans.dump()), false};
+          }
+        }
+      } else if (is_main && tool_name == kSubmitPlan) {
+        if (!plan_mode()) {
+          tr = {"submitPlan: the session is not in plan mode", true};
+        } else {
+          std::error_code ec;
+          const std::string path = session.project_root + "/" + PlanPath(session.id);
+          std::ifstream in(path);
+          std::stringstream ss;
+          ss << in.rdbuf();
+          std::string plan = ss.str();
+          if (!in && plan.empty()) {
+            tr = {absl::StrCat("submitPlan: write the plan to ", PlanPath(session.id), " first"), true};
+          } else if (plan.find_first_not_of(" \t\n") == std::string::npos || plan.size() < 50) {
+            tr = {absl::StrCat("submitPlan: the plan in ", PlanPath(session.id), " has ", plan.size(),
+                               " characters; a plan needs at least 50"),
+                  true};
+          } else {
+            const std::string plan_id = NewId("p-");
+            ServerEvent ev;
+            ev.mutable_plan_submitted()->set_plan_id(plan_id);
+            ev.mutable_plan_submitted()->set_text(plan);
+            ev.mutable_plan_submitted()->set_path(PlanPath(session.id));
+            sink.Emit(std::move(ev));
+            std::optional<Interaction> d;
+            if (session.auto_approve_plan) {
+              d = Interaction{plan_id, {}, "", true, true, ""};
+            } else {
+              d = Wait(turn, session.id, plan_id, true);
+            }
+            if (!d) {
+              tr = {"the plan was not decided (turn cancelled)", true};
+            } else if (d->approve) {
+              if (!d->edited_plan.empty()) {
+                plan = d->edited_plan;
+                std::ofstream(path) << plan;
+              }
+              *a.mode = "act";
+              auto fresh = sessions_.Get(session.id);
+              if (fresh.ok()) {
+                fresh->mode = "act";
+                (void)sessions_.Update(*fresh);
+              }
+              ServerEvent mc;
+              mc.mutable_mode_changed()->set_mode("act");
+              mc.mutable_mode_changed()->set_reason(session.auto_approve_plan ? "plan auto-approved" : "plan approved");
+              sink.Emit(std::move(mc));
+              specs = build_specs();
+              tr = {absl::StrCat("The plan is approved", d->edited_plan.empty() ? "" : " (as edited by the user)",
+                                 ". You are now in act mode with all tools. Carry it out:\n\n", plan),
+                    false};
+            } else {
+              tr = {absl::StrCat("The user did not approve the plan. ",
+                                 d->text.empty() ? std::string("Revise it.") : "Their words: " + d->text,
+                                 " You are still in plan mode."),
+                    false};
+            }
+          }
+        }
+      } else if (tool_name == kDelegate && offered_now) {
+        const std::string type = input.value("agent_type", "");
+        const std::string task = input.value("task", "");
+        auto it = types.find(type);
+        if (it == types.end()) {
+          tr = {absl::StrCat("agent_type: unknown type '", type, "'"), true};
+        } else if (task.empty()) {
+          tr = {"task: empty", true};
+        } else {
+          const SubagentConfig& sc = it->second;
+          Agent sub;
+          sub.name = type;
+          sub.parent_call_id = call_id;
+          sub.depth = a.depth + 1;
+          sub.provider = sc.provider.empty() ? a.provider : providers_.Find(sc.provider);
+          if (sub.provider == nullptr) sub.provider = a.provider;
+          sub.model = !sc.model.empty() ? sc.model : (sub.provider == a.provider ? a.model : sub.provider->config().model);
+          sub.max_tokens = sc.max_tokens;
+          sub.temperature = sc.temperature;
+          sub.max_tool_calls = sc.max_tool_calls;
+          sub.allowed = std::set<std::string>(sc.tools.begin(), sc.tools.end());
+          sub.read_only = sc.read_only || plan_mode();
+          sub.system = absl::StrCat("You are fwai's ", type, " sub-agent, working for another agent in project ",
+                                    session.project_root, ". ", sc.prompt,
+                                    " Finish with a concise report: it is all the delegating agent sees.\n");
+          sub.messages.push_back({"user", json::array({{{"type", "text"}, {"text", task}}})});
+          CancelToken sub_cancel;
+          a.cancel->OnCancel([&sub_cancel] { sub_cancel.Cancel(); });
+          std::atomic<bool> finished{false};
+          std::thread watchdog([&] {
+            const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(sc.timeout_s);
+            while (!finished && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+            if (!finished) sub_cancel.Cancel();
+          });
+          sub.cancel = &sub_cancel;
+          sub.sink = a.sink;
+          sub.session = a.session;
+          std::string sub_mode = *a.mode;
+          sub.mode = &sub_mode;
+          sub.in_tokens = a.in_tokens;
+          sub.out_tokens = a.out_tokens;
+          sub.cost = a.cost;
+          sub.usage_mu = a.usage_mu;
+          std::string report = RunAgent(turn, sub);
+          finished = true;
+          watchdog.join();
+          if (sub.stop_reason == "cancelled") {
+            tr = {a.cancel->cancelled() ? "the sub-agent was cancelled"
+                                        : absl::StrCat("the sub-agent hit its ", sc.timeout_s, " s timeout; partial report:\n", report),
+                  true};
+          } else if (sub.stop_reason == "error") {
+            tr = {absl::StrCat("the sub-agent failed; partial report:\n", report), true};
+          } else {
+            tr = {report.empty() ? "(the sub-agent reported nothing)" : report, false};
+          }
+        }
+      } else if (tool == nullptr || (!offered_now && !(select && !is_core(tool) && offered.count(tool_name)))) {
+        if (tool != nullptr && is_main && plan_mode() && !tool->read_only()) {
+          tr = {absl::StrCat("plan mode: '", tool_name, "' changes things and is refused until the plan is approved; "
+                             "write the plan to ", PlanPath(session.id), " and call submitPlan"),
+                true};
+        } else if (tool != nullptr && (a.read_only || !allowed_builtin(tool_name))) {
+          tr = {absl::StrCat("'", tool_name, "' is not allowed for the ", a.name, " agent"), true};
+        } else if (tool != nullptr && select && !is_core(tool)) {
+          tr = {absl::StrCat("tool '", tool_name, "' was not offered in this turn; find it with toolSearch first"), true};
+        } else {
+          tr = {absl::StrCat("unknown tool '", tool_name, "'"), true};
+        }
       } else {
         ToolContext tctx;
-        tctx.session_id = req.session_id;
-        tctx.project_root = info->project_root;
-        tctx.owner = info->owner;
+        tctx.session_id = session.id;
+        tctx.project_root = session.project_root;
+        tctx.owner = session.owner;
         tctx.limits = &config_.tools;
-        tctx.cancel = &turn->cancel;
-        tctx.output = [&](std::string_view text) {
+        tctx.cancel = a.cancel;
+        const std::string plan_file = PlanPath(session.id);
+        const bool in_plan = plan_mode();
+        tctx.policy = [in_plan, plan_file](const PolicyQuery& q) -> absl::Status {
+          if (in_plan && !(q.kind == "write" && q.target == plan_file)) {
+            return absl::PermissionDeniedError(absl::StrCat(
+                "plan mode: only the plan file ", plan_file, " may be written until the plan is approved (",
+                q.kind == "command" ? "commands are refused" : q.target + " is not the plan file", ")"));
+          }
+          return absl::OkStatus();
+        };
+        tctx.output = [&, call_id](std::string_view text) {
           ServerEvent ev;
           auto* d = ev.mutable_tool_call_output_delta();
           d->set_call_id(call_id);
-          d->set_agent("main");
+          d->set_parent_call_id(a.parent_call_id);
+          d->set_agent(a.name);
           d->set_text(std::string(text));
-          ctx.Emit(std::move(ev));
+          sink.Emit(std::move(ev));
         };
         tr = tool->Run(input, tctx);
-        if (turn->cancel.cancelled() && !tr.is_error) {
-          tr.content += "\n(turn cancelled)";
-        }
+        if (a.cancel->cancelled() && !tr.is_error) tr.content += "\n(turn cancelled)";
       }
       {
         ServerEvent ev;
         auto* f = ev.mutable_tool_call_finished();
         f->set_call_id(call_id);
-        f->set_agent("main");
+        f->set_parent_call_id(a.parent_call_id);
+        f->set_agent(a.name);
         f->set_is_error(tr.is_error);
-        f->set_output(tr.content.size() > 16384 ? tr.content.substr(0, 16384) + "\n... (truncated)"
-                                                : tr.content);
+        f->set_output(tr.content.size() > 16384 ? tr.content.substr(0, 16384) + "\n... (truncated)" : tr.content);
         f->set_duration_ms((MonotonicNanos() - t0) / 1000000);
-        ctx.Emit(std::move(ev));
+        sink.Emit(std::move(ev));
       }
       json r = {{"type", "tool_result"}, {"tool_use_id", call_id}, {"content", tr.content}};
       if (tr.is_error) r["is_error"] = true;
-      results.push_back(r);
+      results[index] = r;
+    };
+    // Delegations run in parallel; everything else in order.
+    std::vector<std::thread> parallel;
+    for (size_t i = 0; i < calls.size(); ++i) {
+      if (calls[i].value("name", "") == kDelegate) {
+        parallel.emplace_back(run_call, i);
+      } else {
+        run_call(i);
+      }
     }
-    (void)sessions_.AppendHistory(req.session_id, {"user", results.dump()});
-    messages.push_back({"user", results});
-    if (turn->cancel.cancelled()) {
-      stop_reason = "cancelled";
+    for (auto& t : parallel) t.join();
+    append("user", json(results));
+    if (a.cancel->cancelled()) {
+      a.stop_reason = "cancelled";
       break;
     }
   }
-  auto fresh = sessions_.Get(req.session_id);
-  if (fresh.ok()) (void)sessions_.Update(*fresh);
-  finish();
+  return last_text;
 }
 
 }  // namespace fwai

@@ -11,6 +11,7 @@
 #include <vector>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 
 #include "absl/base/thread_annotations.h"
@@ -32,6 +33,17 @@ struct ProviderSet {
 
 // Finds tools for a request: names of catalog tools, best first.
 using ToolRetriever = std::function<std::vector<std::string>(const std::string& query, int k)>;
+
+// A person's reply on a Chat stream: an answer to askQuestion, or a decision
+// on a submitted plan.
+struct Interaction {
+  std::string id;  // question_id or plan_id
+  std::vector<std::string> selected;
+  std::string text;  // free-text answer, or feedback on a plan
+  bool is_plan = false;
+  bool approve = false;
+  std::string edited_plan;
+};
 
 struct TurnRequest {
   std::string session_id;
@@ -57,6 +69,12 @@ class TurnManager {
   [[nodiscard]] absl::Status Start(TurnRequest request);
   // Cancels the running turn of the session, if any.
   void Cancel(const std::string& session_id);
+  // Delivers a reply to the question or plan the session's turn waits on.
+  // NOT_FOUND when nothing with that id is waiting.
+  [[nodiscard]] absl::Status Reply(const std::string& session_id, Interaction reply);
+  // plan | act; refused while a turn runs (the model's tools would change mid-call).
+  [[nodiscard]] absl::Status SetMode(const std::string& session_id, const std::string& mode,
+                                     const std::string& reason);
   bool Running(const std::string& session_id);
   size_t RunningCount();
   // Cancels every turn and waits for them to finish. Start() fails afterwards.
@@ -64,7 +82,12 @@ class TurnManager {
 
  private:
   struct Turn;
+  struct Pending;
+  struct Agent;
   void Run(Turn* turn, TurnRequest request);
+  // Runs one agent's model/tool loop; returns its final text.
+  std::string RunAgent(Turn* turn, Agent& agent);
+  std::optional<Interaction> Wait(Turn* turn, const std::string& session_id, const std::string& id, bool is_plan);
   void ReapLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   SessionManager& sessions_;
@@ -75,6 +98,7 @@ class TurnManager {
   std::mutex mu_;
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
   std::map<std::string, std::unique_ptr<Turn>> turns_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, std::shared_ptr<Pending>> pending_ ABSL_GUARDED_BY(mu_);
 };
 
 // USD per million input/output tokens for well-known models (0 if unknown).

@@ -1,5 +1,7 @@
 #include <grpcpp/grpcpp.h>
 
+#include <nlohmann/json.hpp>
+
 #include <memory>
 #include <mutex>
 
@@ -34,6 +36,17 @@ void ToProto(const SessionInfo& s, bool running, pb::Session* out) {
   out->set_mode(s.mode);
   out->set_last_seq(s.last_seq);
   out->set_turn_running(running);
+  out->set_auto_approve_plan(s.auto_approve_plan);
+  auto todos = nlohmann::json::parse(s.todos_json, nullptr, false);
+  if (todos.is_array()) {
+    for (const auto& t : todos) {
+      auto* o = out->add_todos();
+      o->set_id(t.value("id", ""));
+      o->set_content(t.value("content", ""));
+      o->set_status(t.value("status", ""));
+      o->set_parent_id(t.value("parent_id", ""));
+    }
+  }
 }
 
 // Callers may use their own sessions; root and the daemon's user may use all.
@@ -238,9 +251,28 @@ class ChatReactor final : public grpc::ServerBidiReactor<pb::ClientEvent, pb::Se
         if (session_id_.empty()) return absl::InvalidArgumentError("cancel: no chat is open");
         deps_.turns->Cancel(session_id_);
         return absl::OkStatus();
-      case pb::ClientEvent::kAnswer:
-      case pb::ClientEvent::kPlanDecision:
-        return absl::UnimplementedError("questions and plans are not supported by this daemon yet");
+      case pb::ClientEvent::kAnswer: {
+        if (session_id_.empty()) return absl::InvalidArgumentError("answer: no chat is open");
+        Interaction reply;
+        reply.id = in_.answer().question_id();
+        reply.selected.assign(in_.answer().selected().begin(), in_.answer().selected().end());
+        reply.text = in_.answer().text();
+        return deps_.turns->Reply(session_id_, std::move(reply));
+      }
+      case pb::ClientEvent::kPlanDecision: {
+        if (session_id_.empty()) return absl::InvalidArgumentError("plan_decision: no chat is open");
+        Interaction reply;
+        reply.id = in_.plan_decision().plan_id();
+        reply.approve = in_.plan_decision().approve();
+        reply.edited_plan = in_.plan_decision().edited_plan();
+        reply.text = in_.plan_decision().feedback();
+        reply.is_plan = true;
+        return deps_.turns->Reply(session_id_, std::move(reply));
+      }
+      case pb::ClientEvent::kSetMode: {
+        if (session_id_.empty()) return absl::InvalidArgumentError("set_mode: no chat is open");
+        return deps_.turns->SetMode(session_id_, in_.set_mode().mode(), "set by " + caller_);
+      }
       case pb::ClientEvent::KIND_NOT_SET:
         break;
     }
@@ -298,7 +330,8 @@ class SessionsService final : public pb::Sessions::CallbackService {
                              absl::StrCat("provider: '", req->provider(), "' is not configured")));
       return r;
     }
-    NewSession ns{req->title(), req->project_root(), req->provider(), req->model()};
+    NewSession ns{req->title(), req->project_root(), req->provider(), req->model(), req->mode(),
+                  req->auto_approve_plan()};
     auto s = deps_.sessions->Create(access_.Caller(ctx), std::move(ns));
     if (s.ok()) ToProto(*s, false, resp);
     r->Finish(ToGrpcStatus(s.status()));

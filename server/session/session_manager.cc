@@ -23,7 +23,11 @@ std::string SessionToJson(const SessionInfo& s) {
                       {"updated_us", s.updated_us},
                       {"provider", s.provider},
                       {"model", s.model},
-                      {"mode", s.mode}};
+                      {"mode", s.mode},
+                      {"auto_approve_plan", s.auto_approve_plan},
+                      {"todos", nlohmann::json::parse(s.todos_json, nullptr, false).is_array()
+                                    ? nlohmann::json::parse(s.todos_json)
+                                    : nlohmann::json::array()}};
   return j.dump();
 }
 
@@ -40,6 +44,8 @@ absl::StatusOr<SessionInfo> SessionFromJson(const std::string& text) {
     s.provider = j.value("provider", "");
     s.model = j.value("model", "");
     s.mode = j.value("mode", "act");
+    s.auto_approve_plan = j.value("auto_approve_plan", false);
+    s.todos_json = j.contains("todos") ? j["todos"].dump() : "[]";
     return s;
   } catch (const nlohmann::json::exception& e) {
     return absl::DataLossError(absl::StrCat("stored session record is not valid JSON: ", e.what()));
@@ -73,6 +79,11 @@ absl::StatusOr<SessionInfo> SessionManager::Create(const std::string& owner, New
   s.created_us = s.updated_us = NowMicros();
   s.provider = params.provider;
   s.model = params.model;
+  if (params.mode != "act" && params.mode != "plan" && !params.mode.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("mode: expected act or plan, got '", params.mode, "'"));
+  }
+  s.mode = params.mode.empty() ? "act" : params.mode;
+  s.auto_approve_plan = params.auto_approve_plan;
   RETURN_IF_ERROR(storage_.Put(Cf::kSessions, s.id, SessionToJson(s), /*sync=*/false));
   // A new session has no events or history: its live state needs no seek.
   auto live = std::make_shared<Live>();

@@ -37,7 +37,9 @@ struct SessionInfo {
   int64_t updated_us = 0;
   std::string provider;
   std::string model;
-  std::string mode = "act";
+  std::string mode = "act";  // act | plan
+  bool auto_approve_plan = false;
+  std::string todos_json = "[]";  // the session's todo list
   uint64_t last_seq = 0;
 };
 
@@ -46,6 +48,8 @@ struct NewSession {
   std::string project_root;  // must be an existing directory; canonicalized
   std::string provider;
   std::string model;
+  std::string mode = "act";
+  bool auto_approve_plan = false;
 };
 
 // One message of the conversation: role + Anthropic-style content blocks (JSON array).

@@ -16,6 +16,16 @@
 
 namespace fwai {
 
+// What a tool wants to do, for the policy check.
+struct PolicyQuery {
+  std::string kind;    // write | command
+  std::string target;  // the path (relative to the project root) or the command line
+  std::string tool;
+};
+
+// Answers a policy query: OK, or PERMISSION_DENIED with the rule that refused.
+using PolicyCheck = std::function<absl::Status(const PolicyQuery&)>;
+
 // What a tool call may see and use. Valid for the duration of Run().
 struct ToolContext {
   std::string session_id;
@@ -25,6 +35,9 @@ struct ToolContext {
   CancelToken* cancel = nullptr;
   // Streams partial output to clients (tool output delta events).
   std::function<void(std::string_view)> output;
+  // Every write and command is checked here first (null: allowed).
+  PolicyCheck policy;
+  bool network_allowed = false;
 };
 
 struct ToolResult {
@@ -58,6 +71,8 @@ class ToolRegistry {
 
 // Registers read_file, list_dir, grep and glob.
 void RegisterFileTools(ToolRegistry& registry);
+// Registers write_file, edit_file and bash (they change things).
+void RegisterWriteTools(ToolRegistry& registry);
 
 // Resolves `path` (relative to `root`, or absolute inside it) following
 // symlinks; fails if the result lies outside `root`.

@@ -1,0 +1,217 @@
+// write_file, edit_file and bash: the tools that change things. Every write
+// and command passes the policy check first; bash runs in the sandbox.
+#include <sys/stat.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "server/tools/process_runner.h"
+#include "server/tools/tool.h"
+
+namespace fwai {
+
+namespace {
+
+using json = nlohmann::json;
+namespace fs = std::filesystem;
+
+ToolResult Err(std::string msg) { return {std::move(msg), true}; }
+
+std::string Rel(const std::string& root, const std::string& p) {
+  if (p.rfind(root + "/", 0) == 0) return p.substr(root.size() + 1);
+  return p;
+}
+
+absl::Status Check(ToolContext& ctx, const std::string& kind, const std::string& target, const std::string& tool) {
+  if (!ctx.policy) return absl::OkStatus();
+  return ctx.policy(PolicyQuery{kind, target, tool});
+}
+
+std::vector<std::string> Lines(const std::string& s) {
+  std::vector<std::string> out = absl::StrSplit(s, '\n');
+  if (!out.empty() && out.back().empty()) out.pop_back();
+  return out;
+}
+
+// A unified-style diff of one replaced region, with context.
+std::string RegionDiff(const std::string& path, const std::string& before, size_t pos, size_t old_len,
+                       const std::string& replacement) {
+  const size_t line_start = before.rfind('\n', pos == 0 ? 0 : pos - 1);
+  const size_t first = line_start == std::string::npos || pos == 0 ? 0 : line_start + 1;
+  size_t end = before.find('\n', pos + old_len);
+  if (end == std::string::npos) end = before.size();
+  const std::string old_block = before.substr(first, end - first);
+  const std::string new_block = before.substr(first, pos - first) + replacement + before.substr(pos + old_len, end - pos - old_len);
+  const int line_no = 1 + static_cast<int>(std::count(before.begin(), before.begin() + static_cast<ptrdiff_t>(first), '\n'));
+  std::string out = absl::StrCat("--- a/", path, "\n+++ b/", path, "\n");
+  auto ol = Lines(old_block), nl = Lines(new_block);
+  absl::StrAppend(&out, "@@ -", line_no, ",", ol.size(), " +", line_no, ",", nl.size(), " @@\n");
+  for (const auto& l : ol) absl::StrAppend(&out, "-", l, "\n");
+  for (const auto& l : nl) absl::StrAppend(&out, "+", l, "\n");
+  return out;
+}
+
+absl::Status WriteAtomically(const fs::path& path, const std::string& content) {
+  std::error_code ec;
+  fs::create_directories(path.parent_path(), ec);
+  if (ec) return absl::InternalError(absl::StrCat("cannot create ", path.parent_path().string(), ": ", ec.message()));
+  const fs::path tmp = path.string() + ".fwai-tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    if (!out) return absl::PermissionDeniedError(absl::StrCat("cannot write ", path.string()));
+    out << content;
+    if (!out.flush()) return absl::InternalError(absl::StrCat("write failed: ", path.string()));
+  }
+  struct stat st{};
+  if (stat(path.c_str(), &st) == 0) chmod(tmp.c_str(), st.st_mode & 07777);  // keep the mode
+  fs::rename(tmp, path, ec);
+  if (ec) return absl::InternalError(absl::StrCat("cannot replace ", path.string(), ": ", ec.message()));
+  return absl::OkStatus();
+}
+
+class WriteFileTool final : public Tool {
+ public:
+  std::string name() const override { return "write_file"; }
+  std::string description() const override {
+    return "Create or overwrite a file in the project with the given content (parent directories are created).";
+  }
+  json input_schema() const override {
+    return {{"type", "object"},
+            {"properties",
+             {{"path", {{"type", "string"}, {"description", "Path relative to the project root"}}},
+              {"content", {{"type", "string"}, {"description", "The whole new content"}}}}},
+            {"required", {"path", "content"}}};
+  }
+  bool read_only() const override { return false; }
+  ToolResult Run(const json& input, ToolContext& ctx) override {
+    if (!input.contains("path") || !input["path"].is_string()) return Err("path: expected a string");
+    if (!input.contains("content") || !input["content"].is_string()) return Err("content: expected a string");
+    auto path = ResolveInRoot(ctx.project_root, input["path"].get<std::string>());
+    if (!path.ok()) return Err(std::string(path.status().message()));
+    const std::string rel = Rel(ctx.project_root, *path);
+    if (auto s = Check(ctx, "write", rel, name()); !s.ok()) return Err(std::string(s.message()));
+    std::error_code ec;
+    if (fs::is_directory(*path, ec)) return Err(absl::StrCat(rel, " is a directory"));
+    const bool existed = fs::exists(*path, ec);
+    const std::string& content = input["content"].get_ref<const std::string&>();
+    if (auto s = WriteAtomically(*path, content); !s.ok()) return Err(std::string(s.message()));
+    return {absl::StrCat(existed ? "replaced " : "created ", rel, " (", content.size(), " bytes, ",
+                         Lines(content).size(), " lines)"),
+            false};
+  }
+};
+
+class EditFileTool final : public Tool {
+ public:
+  std::string name() const override { return "edit_file"; }
+  std::string description() const override {
+    return "Replace an exact string in a project file. old_string must occur exactly once (include enough "
+           "surrounding lines to make it unique) unless replace_all is true. Returns the diff.";
+  }
+  json input_schema() const override {
+    return {{"type", "object"},
+            {"properties",
+             {{"path", {{"type", "string"}}},
+              {"old_string", {{"type", "string"}, {"description", "Exact text to replace"}}},
+              {"new_string", {{"type", "string"}, {"description", "Replacement text"}}},
+              {"replace_all", {{"type", "boolean"}}}}},
+            {"required", {"path", "old_string", "new_string"}}};
+  }
+  bool read_only() const override { return false; }
+  ToolResult Run(const json& input, ToolContext& ctx) override {
+    for (const char* k : {"path", "old_string", "new_string"}) {
+      if (!input.contains(k) || !input[k].is_string()) return Err(absl::StrCat(k, ": expected a string"));
+    }
+    auto path = ResolveInRoot(ctx.project_root, input["path"].get<std::string>());
+    if (!path.ok()) return Err(std::string(path.status().message()));
+    const std::string rel = Rel(ctx.project_root, *path);
+    if (auto s = Check(ctx, "write", rel, name()); !s.ok()) return Err(std::string(s.message()));
+    std::ifstream in(*path, std::ios::binary);
+    if (!in) return Err(absl::StrCat(rel, ": no such file (use write_file to create it)"));
+    std::stringstream ss;
+    ss << in.rdbuf();
+    std::string text = ss.str();
+    const std::string& old_s = input["old_string"].get_ref<const std::string&>();
+    const std::string& new_s = input["new_string"].get_ref<const std::string&>();
+    if (old_s.empty()) return Err("old_string: empty");
+    if (old_s == new_s) return Err("old_string and new_string are the same");
+    size_t count = 0;
+    for (size_t p = text.find(old_s); p != std::string::npos; p = text.find(old_s, p + old_s.size())) ++count;
+    if (count == 0) return Err(absl::StrCat("old_string not found in ", rel, " (it must match exactly, whitespace included)"));
+    const bool all = input.value("replace_all", false);
+    if (count > 1 && !all) {
+      return Err(absl::StrCat("old_string occurs ", count, " times in ", rel,
+                              "; add surrounding lines to make it unique, or set replace_all"));
+    }
+    std::string diff;
+    std::string out;
+    size_t last = 0;
+    for (size_t p = text.find(old_s); p != std::string::npos; p = text.find(old_s, p + old_s.size())) {
+      if (diff.size() < 8000) diff += RegionDiff(rel, text, p, old_s.size(), new_s);
+      out.append(text, last, p - last);
+      out += new_s;
+      last = p + old_s.size();
+    }
+    out.append(text, last, std::string::npos);
+    if (auto s = WriteAtomically(*path, out); !s.ok()) return Err(std::string(s.message()));
+    return {absl::StrCat("edited ", rel, " (", count, count == 1 ? " replacement" : " replacements", ")\n", diff), false};
+  }
+};
+
+class BashTool final : public Tool {
+ public:
+  std::string name() const override { return "bash"; }
+  std::string description() const override {
+    return "Run a shell command in the project root (bash -c) and return its output and exit code. Runs in a "
+           "sandbox: the project is writable, the rest of the system read-only, no network unless policy allows.";
+  }
+  json input_schema() const override {
+    return {{"type", "object"},
+            {"properties",
+             {{"command", {{"type", "string"}}},
+              {"timeout_s", {{"type", "integer"}, {"description", "Time limit in seconds (default 120, max 1800)"}}}}},
+            {"required", {"command"}}};
+  }
+  bool read_only() const override { return false; }
+  ToolResult Run(const json& input, ToolContext& ctx) override {
+    if (!input.contains("command") || !input["command"].is_string()) return Err("command: expected a string");
+    const std::string cmd = input["command"].get<std::string>();
+    if (auto s = Check(ctx, "command", cmd, name()); !s.ok()) return Err(std::string(s.message()));
+    CommandOptions o;
+    o.command = cmd;
+    o.project_root = ctx.project_root;
+    o.network = ctx.network_allowed;
+    int t = input.contains("timeout_s") && input["timeout_s"].is_number_integer() ? input["timeout_s"].get<int>() : 120;
+    o.timeout_ms = std::clamp(t, 1, 1800) * 1000;
+    o.output = ctx.output;
+    o.cancel = ctx.cancel;
+    auto r = RunCommand(o);
+    if (!r.ok()) return Err(std::string(r.status().message()));
+    std::string head;
+    if (r->cancelled) {
+      head = "cancelled; the command and its children were killed";
+    } else if (r->timed_out) {
+      head = absl::StrCat("timed out after ", o.timeout_ms / 1000, " s; killed");
+    } else if (r->signal) {
+      head = absl::StrCat("killed by signal ", r->signal);
+    } else {
+      head = absl::StrCat("exit code ", r->exit_code);
+    }
+    if (!r->sandboxed) head += " (unsandboxed: bubblewrap is not available; time and memory limits still applied)";
+    return {absl::StrCat(head, "\n", r->output), r->exit_code != 0};
+  }
+};
+
+}  // namespace
+
+void RegisterWriteTools(ToolRegistry& registry) {
+  registry.Register(std::make_unique<WriteFileTool>());
+  registry.Register(std::make_unique<EditFileTool>());
+  registry.Register(std::make_unique<BashTool>());
+}
+
+}  // namespace fwai

@@ -1,0 +1,377 @@
+// The full agent through a real fwaid and the fake provider: plan mode
+// enforced in the daemon, plan approval, todos, questions answered after a
+// reconnect, nested and parallel sub-agents, cancel killing a command tree.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "tests/integration/daemon_fixture.h"
+
+namespace fwai::testing {
+namespace {
+
+namespace pb = fwai::v1;
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+class AgentTest : public ::testing::Test {
+ protected:
+  void SetUp() override { ASSERT_GT(fake_.Start(), 0); }
+
+  pb::Session Create(Daemon& d, const std::string& mode, bool auto_approve = false) {
+    grpc::ClientContext ctx;
+    pb::CreateSessionRequest req;
+    req.set_project_root(d.project_dir());
+    req.set_mode(mode);
+    req.set_auto_approve_plan(auto_approve);
+    pb::Session s;
+    EXPECT_TRUE(d.sessions()->Create(&ctx, req, &s).ok());
+    return s;
+  }
+
+  // Reads events until `pred` holds or the turn finishes.
+  static bool ReadUntil(grpc::ClientReaderWriter<pb::ClientEvent, pb::ServerEvent>& stream,
+                        std::vector<pb::ServerEvent>& seen, const std::function<bool(const pb::ServerEvent&)>& pred) {
+    pb::ServerEvent ev;
+    while (stream.Read(&ev)) {
+      seen.push_back(ev);
+      if (pred(ev)) return true;
+      if (ev.has_turn_finished()) return false;
+    }
+    return false;
+  }
+
+  static std::map<std::string, pb::ToolCallFinished> Finished(const std::vector<pb::ServerEvent>& evs) {
+    std::map<std::string, pb::ToolCallFinished> out;
+    for (const auto& e : evs) {
+      if (e.has_tool_call_finished()) out[e.tool_call_finished().call_id()] = e.tool_call_finished();
+    }
+    return out;
+  }
+
+  static std::vector<std::string> OfferedTools(const RecordedRequest& r) {
+    std::vector<std::string> out;
+    for (const auto& t : r.body["tools"]) out.push_back(t.value("name", ""));
+    return out;
+  }
+
+  FakeLlmServer fake_;
+};
+
+TEST_F(AgentTest, PlanModeRefusesChangesInCodeUntilThePlanIsApproved) {
+  Daemon d(&fake_);
+  ASSERT_TRUE(d.Start()) << d.log();
+  auto s = Create(d, "plan");
+  const std::string plan_path = ".fwai/plans/" + s.id() + ".md";
+  const std::string plan_text = "1. Add uart_init() to src/uart.c\n2. Call it from main()\n3. Verify with ping on the board\n";
+  FakeReply r1;
+  r1.tool_calls = {{"w1", "write_file", {{"path", "src/uart.c"}, {"content", "int x;\n"}}},
+                   {"b1", "bash", {{"command", "touch made_by_bash"}}},
+                   {"p1", "write_file", {{"path", plan_path}, {"content", plan_text}}}};
+  fake_.Enqueue(r1);
+  FakeReply r2;
+  r2.tool_calls = {{"s1", "submitPlan", json::object()}};
+  fake_.Enqueue(r2);
+  FakeReply r3;  // after approval: act mode
+  r3.tool_calls = {{"w2", "write_file", {{"path", "src/uart.c"}, {"content", "void uart_init(void) {}\n"}}}};
+  fake_.Enqueue(r3);
+  FakeReply r4;
+  r4.chunks = {"done"};
+  fake_.Enqueue(r4);
+
+  grpc::ClientContext ctx;
+  auto stream = OpenChat(*d.sessions(), &ctx, s.id(), "add a UART init");
+  std::vector<pb::ServerEvent> seen;
+  ASSERT_TRUE(ReadUntil(*stream, seen, [](const pb::ServerEvent& e) { return e.has_plan_submitted(); })) << d.log();
+  const auto& plan = seen.back().plan_submitted();
+  EXPECT_EQ(plan.text(), plan_text);
+  EXPECT_EQ(plan.path(), plan_path);
+  auto fin = Finished(seen);
+  ASSERT_TRUE(fin.count("w1") && fin.count("b1") && fin.count("p1"));
+  EXPECT_TRUE(fin["w1"].is_error());
+  EXPECT_NE(fin["w1"].output().find("plan mode"), std::string::npos) << fin["w1"].output();
+  EXPECT_TRUE(fin["b1"].is_error());
+  EXPECT_NE(fin["b1"].output().find("plan mode"), std::string::npos) << fin["b1"].output();
+  EXPECT_FALSE(fin["p1"].is_error()) << fin["p1"].output();
+  EXPECT_FALSE(fs::exists(d.project_dir() + "/src/uart.c"));
+  EXPECT_FALSE(fs::exists(d.project_dir() + "/made_by_bash"));
+  // The model was never even offered bash in plan mode.
+  auto reqs = fake_.requests();
+  ASSERT_GE(reqs.size(), 1u);
+  auto offered = OfferedTools(reqs[0]);
+  EXPECT_EQ(std::count(offered.begin(), offered.end(), "bash"), 0);
+  EXPECT_EQ(std::count(offered.begin(), offered.end(), "submitPlan"), 1);
+
+  pb::ClientEvent decision;
+  decision.mutable_plan_decision()->set_plan_id(plan.plan_id());
+  decision.mutable_plan_decision()->set_approve(true);
+  ASSERT_TRUE(stream->Write(decision));
+  ASSERT_FALSE(ReadUntil(*stream, seen, [](const pb::ServerEvent&) { return false; }));
+  ASSERT_TRUE(seen.back().has_turn_finished()) << d.log();
+  bool mode_changed = false;
+  for (const auto& e : seen) mode_changed |= e.has_mode_changed() && e.mode_changed().mode() == "act";
+  EXPECT_TRUE(mode_changed);
+  fin = Finished(seen);
+  EXPECT_FALSE(fin["w2"].is_error()) << fin["w2"].output();
+  EXPECT_TRUE(fs::exists(d.project_dir() + "/src/uart.c"));
+  EXPECT_NE(fin["s1"].output().find("approved"), std::string::npos);
+  EXPECT_NE(fin["s1"].output().find("uart_init"), std::string::npos);  // the plan becomes the instruction
+  grpc::ClientContext gctx;
+  pb::GetSessionRequest g;
+  g.set_session_id(s.id());
+  pb::Session after;
+  ASSERT_TRUE(d.sessions()->Get(&gctx, g, &after).ok());
+  EXPECT_EQ(after.mode(), "act");
+  stream->WritesDone();
+  stream->Finish();
+}
+
+TEST_F(AgentTest, ShortPlansAreRefusedAndAutoApproveRunsOn) {
+  Daemon d(&fake_);
+  ASSERT_TRUE(d.Start()) << d.log();
+  auto s = Create(d, "plan", /*auto_approve=*/true);
+  const std::string plan_path = ".fwai/plans/" + s.id() + ".md";
+  FakeReply r1;
+  r1.tool_calls = {{"s0", "submitPlan", json::object()},
+                   {"p0", "write_file", {{"path", plan_path}, {"content", "too short"}}},
+                   {"s1", "submitPlan", json::object()},
+                   {"p1", "write_file", {{"path", plan_path}, {"content", std::string(60, 'x')}}},
+                   {"s2", "submitPlan", json::object()}};
+  fake_.Enqueue(r1);
+  FakeReply r2;
+  r2.chunks = {"carried out"};
+  fake_.Enqueue(r2);
+  auto out = RunChat(*d.sessions(), s.id(), "plan it");
+  ASSERT_TRUE(out.finished) << d.log();
+  auto fin = Finished(out.events);
+  EXPECT_TRUE(fin["s0"].is_error());
+  EXPECT_NE(fin["s0"].output().find("write the plan"), std::string::npos) << fin["s0"].output();
+  EXPECT_TRUE(fin["s1"].is_error());
+  EXPECT_NE(fin["s1"].output().find("at least 50"), std::string::npos) << fin["s1"].output();
+  EXPECT_FALSE(fin["s2"].is_error()) << fin["s2"].output();
+  EXPECT_NE(fin["s2"].output().find("approved"), std::string::npos);
+  // After approval the next call offers the full tool set.
+  auto reqs = fake_.requests();
+  ASSERT_EQ(reqs.size(), 2u);
+  auto offered = OfferedTools(reqs[1]);
+  EXPECT_EQ(std::count(offered.begin(), offered.end(), "bash"), 1);
+}
+
+TEST_F(AgentTest, TodoRulesAreEnforcedAndChangesAreEvents) {
+  Daemon d(&fake_);
+  ASSERT_TRUE(d.Start()) << d.log();
+  auto s = Create(d, "act");
+  FakeReply r1;
+  r1.tool_calls = {
+      {"t1", "todoWrite", {{"todos", {{{"id", "a"}, {"content", "x"}, {"status", "in_progress"}},
+                                      {{"id", "b"}, {"content", "y"}, {"status", "in_progress"}}}}}},
+      {"t2", "todoWrite", {{"todos", {{{"id", "a"}, {"content", "x"}, {"status", "pending"}},
+                                      {{"id", "a"}, {"content", "y"}, {"status", "pending"}}}}}},
+      {"t3", "todoWrite", {{"todos", {{{"id", "a"}, {"content", " "}, {"status", "pending"}}}}}},
+      {"t4", "todoWrite", {{"todos", {{{"id", "a"}, {"content", "x"}, {"status", "someday"}}}}}},
+      {"t5", "todoWrite", {{"todos", {{{"id", "a"}, {"content", "read the RM"}, {"status", "completed"}},
+                                      {{"id", "b"}, {"content", "write the driver"}, {"status", "in_progress"}},
+                                      {{"id", "c"}, {"content", "test on board"}, {"status", "pending"}, {"parent_id", "b"}}}}}},
+      {"t6", "todoRead", json::object()}};
+  fake_.Enqueue(r1);
+  FakeReply r2;
+  r2.chunks = {"ok"};
+  fake_.Enqueue(r2);
+  auto out = RunChat(*d.sessions(), s.id(), "track it");
+  ASSERT_TRUE(out.finished);
+  auto fin = Finished(out.events);
+  EXPECT_NE(fin["t1"].output().find("at most one item may be in_progress"), std::string::npos) << fin["t1"].output();
+  EXPECT_NE(fin["t2"].output().find("unique"), std::string::npos) << fin["t2"].output();
+  EXPECT_NE(fin["t3"].output().find("empty content"), std::string::npos) << fin["t3"].output();
+  EXPECT_NE(fin["t4"].output().find("someday"), std::string::npos) << fin["t4"].output();
+  EXPECT_FALSE(fin["t5"].is_error()) << fin["t5"].output();
+  EXPECT_NE(fin["t6"].output().find("write the driver"), std::string::npos);
+  int updates = 0;
+  for (const auto& e : out.events) {
+    if (e.has_todos_updated()) {
+      ++updates;
+      ASSERT_EQ(e.todos_updated().todos_size(), 3);
+      EXPECT_EQ(e.todos_updated().todos(2).parent_id(), "b");
+    }
+  }
+  EXPECT_EQ(updates, 1);  // refused writes change nothing
+  // Persisted with the session, across a restart.
+  EXPECT_EQ(d.Stop(), 0);
+  ASSERT_TRUE(d.Start());
+  grpc::ClientContext gctx;
+  pb::GetSessionRequest g;
+  g.set_session_id(s.id());
+  pb::Session after;
+  ASSERT_TRUE(d.sessions()->Get(&gctx, g, &after).ok());
+  ASSERT_EQ(after.todos_size(), 3);
+  EXPECT_EQ(after.todos(1).status(), "in_progress");
+}
+
+TEST_F(AgentTest, AQuestionIsAnsweredAfterTheClientReconnects) {
+  Daemon d(&fake_);
+  ASSERT_TRUE(d.Start()) << d.log();
+  auto s = Create(d, "act");
+  FakeReply r1;
+  r1.tool_calls = {{"q1", "askQuestion",
+                    {{"questions", {{{"text", "Which UART?"}, {"options", {"USART1", "USART2"}}}}}}}};
+  fake_.Enqueue(r1);
+  FakeReply r2;
+  r2.chunks = {"using USART2"};
+  fake_.Enqueue(r2);
+  std::string qid;
+  {
+    grpc::ClientContext ctx;
+    auto stream = OpenChat(*d.sessions(), &ctx, s.id(), "set up the console");
+    std::vector<pb::ServerEvent> seen;
+    ASSERT_TRUE(ReadUntil(*stream, seen, [](const pb::ServerEvent& e) { return e.has_question_asked(); }));
+    ASSERT_EQ(seen.back().question_asked().questions(0).options_size(), 2);
+    ctx.TryCancel();  // the client goes away while the question waits
+    stream->Finish();
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  // A new client replays the stream, finds the open question and answers it.
+  grpc::ClientContext ctx;
+  auto stream = d.sessions()->Chat(&ctx);
+  pb::ClientEvent open;
+  open.mutable_open()->set_session_id(s.id());
+  open.mutable_open()->set_replay(true);
+  ASSERT_TRUE(stream->Write(open));
+  std::vector<pb::ServerEvent> seen;
+  ASSERT_TRUE(ReadUntil(*stream, seen, [](const pb::ServerEvent& e) { return e.has_question_asked(); }));
+  qid = seen.back().question_asked().question_id();
+  pb::ClientEvent answer;
+  answer.mutable_answer()->set_question_id(qid);
+  answer.mutable_answer()->add_selected("USART2");
+  ASSERT_TRUE(stream->Write(answer));
+  ReadUntil(*stream, seen, [](const pb::ServerEvent&) { return false; });
+  ASSERT_TRUE(seen.back().has_turn_finished()) << d.log();
+  auto fin = Finished(seen);
+  EXPECT_NE(fin["q1"].output().find("USART2"), std::string::npos) << fin["q1"].output();
+  // A reply nobody waits for is refused clearly.
+  pb::ClientEvent stray;
+  stray.mutable_answer()->set_question_id("q-nope");
+  stream->Write(stray);
+  pb::ServerEvent ev;
+  while (stream->Read(&ev)) {
+  }
+  auto st = stream->Finish();
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::NOT_FOUND);
+}
+
+TEST_F(AgentTest, SubAgentEventsNestAtDepthTwoAndDelegationsRunInParallel) {
+  Daemon d(&fake_, "agent:\n  subagents:\n    explorer-lead:\n      description: leads exploration\n"
+                   "      tools: [delegateSubagent, read_file]\n");
+  ASSERT_TRUE(d.Start()) << d.log();
+  std::ofstream(d.project_dir() + "/main.c") << "int counter = 42;\n";
+  auto s = Create(d, "act");
+  FakeReply m1;  // main delegates to the lead
+  m1.tool_calls = {{"d1", "delegateSubagent", {{"agent_type", "explorer-lead"}, {"task", "find counter"}}}};
+  fake_.Enqueue(m1);
+  FakeReply l1;  // the lead delegates further
+  l1.tool_calls = {{"d2", "delegateSubagent", {{"agent_type", "codebase-explorer"}, {"task", "grep counter"}}}};
+  fake_.Enqueue(l1);
+  FakeReply e1;  // the explorer reads
+  e1.tool_calls = {{"r1", "read_file", {{"path", "main.c"}}}};
+  fake_.Enqueue(e1);
+  FakeReply e2;
+  e2.chunks = {"counter is 42 in main.c:1"};
+  fake_.Enqueue(e2);
+  FakeReply l2;
+  l2.chunks = {"lead: counter = 42"};
+  fake_.Enqueue(l2);
+  FakeReply m2;
+  m2.chunks = {"It is 42."};
+  fake_.Enqueue(m2);
+  auto out = RunChat(*d.sessions(), s.id(), "where is counter?");
+  ASSERT_TRUE(out.finished) << d.log();
+  std::map<std::string, pb::ToolCallStarted> started;
+  for (const auto& e : out.events) {
+    if (e.has_tool_call_started()) started[e.tool_call_started().call_id()] = e.tool_call_started();
+  }
+  ASSERT_TRUE(started.count("d1") && started.count("d2") && started.count("r1"));
+  EXPECT_EQ(started["d1"].agent(), "main");
+  EXPECT_EQ(started["d1"].parent_call_id(), "");
+  EXPECT_EQ(started["d2"].agent(), "explorer-lead");
+  EXPECT_EQ(started["d2"].parent_call_id(), "d1");
+  EXPECT_EQ(started["r1"].agent(), "codebase-explorer");
+  EXPECT_EQ(started["r1"].parent_call_id(), "d2");
+  bool nested_text = false;
+  for (const auto& e : out.events) {
+    if (e.has_text_delta() && e.text_delta().origin().agent() == "codebase-explorer") {
+      nested_text = e.text_delta().origin().parent_call_id() == "d2";
+    }
+  }
+  EXPECT_TRUE(nested_text);
+  auto fin = Finished(out.events);
+  EXPECT_NE(fin["d1"].output().find("lead: counter = 42"), std::string::npos);
+  EXPECT_EQ(fin["r1"].agent(), "codebase-explorer");
+  EXPECT_EQ(fin["r1"].parent_call_id(), "d2");
+  EXPECT_EQ(out.text, "It is 42.");  // sub-agent text is not the main answer
+
+  // Two delegations in one message overlap in time.
+  FakeReply p1;
+  p1.tool_calls = {{"pa", "delegateSubagent", {{"agent_type", "codebase-explorer"}, {"task", "a"}}},
+                   {"pb", "delegateSubagent", {{"agent_type", "codebase-explorer"}, {"task", "b"}}}};
+  fake_.Enqueue(p1);
+  for (int i = 0; i < 2; ++i) {
+    FakeReply sub;
+    sub.chunks = {"part ", "of ", "a ", "report"};
+    sub.chunk_delay_ms = 100;
+    fake_.Enqueue(sub);
+  }
+  FakeReply p2;
+  p2.chunks = {"both done"};
+  fake_.Enqueue(p2);
+  out = RunChat(*d.sessions(), s.id(), "explore two things");
+  ASSERT_TRUE(out.finished) << d.log();
+  int started_before_first_finish = 0;
+  for (const auto& e : out.events) {
+    if (e.has_tool_call_finished() && (e.tool_call_finished().call_id() == "pa" || e.tool_call_finished().call_id() == "pb")) break;
+    if (e.has_text_delta() && e.text_delta().origin().agent() == "codebase-explorer") {
+      static std::set<std::string> parents;
+      parents.insert(e.text_delta().origin().parent_call_id());
+      started_before_first_finish = static_cast<int>(parents.size());
+    }
+  }
+  EXPECT_EQ(started_before_first_finish, 2) << "the two sub-agents did not stream at the same time";
+}
+
+TEST_F(AgentTest, CancelKillsARunningCommandAndItsChildrenWithinASecond) {
+  Daemon d(&fake_);
+  ASSERT_TRUE(d.Start()) << d.log();
+  auto s = Create(d, "act");
+  FakeReply r1;
+  r1.tool_calls = {{"c1", "bash", {{"command", "echo started; sleep 97 & sleep 97; wait"}}}};
+  fake_.Enqueue(r1);
+  grpc::ClientContext ctx;
+  auto stream = OpenChat(*d.sessions(), &ctx, s.id(), "run it");
+  std::vector<pb::ServerEvent> seen;
+  ASSERT_TRUE(ReadUntil(*stream, seen, [](const pb::ServerEvent& e) {
+    return e.has_tool_call_output_delta() && e.tool_call_output_delta().text().find("started") != std::string::npos;
+  })) << d.log();
+  const auto t0 = std::chrono::steady_clock::now();
+  pb::ClientEvent cancel;
+  cancel.mutable_cancel();
+  ASSERT_TRUE(stream->Write(cancel));
+  ReadUntil(*stream, seen, [](const pb::ServerEvent&) { return false; });
+  const double s_elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ASSERT_TRUE(seen.back().has_turn_finished());
+  EXPECT_EQ(seen.back().turn_finished().stop_reason(), "cancelled");
+  EXPECT_LT(s_elapsed, 1.0);
+  std::string pids, err;
+  RunCommand({"/usr/bin/pgrep", "-f", "sleep 97"}, &pids, &err);
+  EXPECT_EQ(pids, "") << "children survived the cancel";
+  auto fin = Finished(seen);
+  EXPECT_NE(fin["c1"].output().find("cancelled"), std::string::npos) << fin["c1"].output();
+  stream->WritesDone();
+  stream->Finish();
+}
+
+}  // namespace
+}  // namespace fwai::testing

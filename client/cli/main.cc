@@ -11,11 +11,16 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
+#include <sstream>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "client/cli/cli.h"
 #include "client/cli/kb.h"
@@ -75,13 +80,80 @@ std::string ProjectRoot(const Globals& g) {
   return ec ? g.project : p.lexically_normal().string();
 }
 
+// Asks the person at the terminal about a submitted plan.
+pb::ClientEvent DecidePlan(const pb::PlanSubmitted& plan) {
+  pb::ClientEvent out;
+  auto* d = out.mutable_plan_decision();
+  d->set_plan_id(plan.plan_id());
+  std::cerr << "\nApprove this plan? [y]es, [e]dit it first, or type what to change: " << std::flush;
+  std::string answer;
+  std::getline(std::cin, answer);
+  answer = std::string(absl::StripAsciiWhitespace(answer));
+  if (answer == "y" || answer == "yes" || answer == "Y") {
+    d->set_approve(true);
+  } else if (answer == "e" || answer == "edit") {
+    const std::string tmp = std::filesystem::temp_directory_path() / ("fwai-plan-" + plan.plan_id() + ".md");
+    std::ofstream(tmp) << plan.text();
+    const char* editor = std::getenv("VISUAL") ? std::getenv("VISUAL") : std::getenv("EDITOR");
+    std::string cmd = absl::StrCat(editor ? editor : "vi", " '", tmp, "'");
+    if (std::system(cmd.c_str()) == 0) {
+      std::ifstream in(tmp);
+      std::stringstream ss;
+      ss << in.rdbuf();
+      d->set_approve(true);
+      d->set_edited_plan(ss.str());
+    } else {
+      d->set_feedback("the user could not edit the plan; revise it");
+    }
+    std::filesystem::remove(tmp);
+  } else {
+    d->set_feedback(answer.empty() ? "not approved; revise the plan" : answer);
+  }
+  return out;
+}
+
+// Asks the person at the terminal the model's questions.
+pb::ClientEvent AnswerQuestions(const pb::QuestionAsked& q) {
+  pb::ClientEvent out;
+  auto* a = out.mutable_answer();
+  a->set_question_id(q.question_id());
+  std::vector<std::string> texts;
+  for (const auto& one : q.questions()) {
+    std::cerr << "\n? " << one.text() << "\n";
+    for (int i = 0; i < one.options_size(); ++i) std::cerr << "  " << i + 1 << ". " << one.options(i).label() << "\n";
+    std::cerr << (one.options_size() ? (one.multiple() ? "choose (e.g. 1,3)" : "choose a number") : "answer")
+              << (one.options_size() && one.allow_free_text() ? " or type an answer" : "") << ": " << std::flush;
+    std::string line;
+    std::getline(std::cin, line);
+    line = std::string(absl::StripAsciiWhitespace(line));
+    bool picked = false;
+    for (absl::string_view part : absl::StrSplit(line, ',', absl::SkipWhitespace())) {
+      int n = 0;
+      if (absl::SimpleAtoi(absl::StripAsciiWhitespace(part), &n) && n >= 1 && n <= one.options_size()) {
+        a->add_selected(one.options(n - 1).label());
+        picked = true;
+      }
+    }
+    if (!picked && !line.empty()) texts.push_back(q.questions_size() > 1 ? one.text() + ": " + line : line);
+  }
+  a->set_text(absl::StrJoin(texts, "\n"));
+  return out;
+}
+
 // Runs one turn on an open connection and renders it. Returns the exit code.
+// `mode` ("plan" | "act" | "") is set on the session before the message.
 int RunTurn(const Globals& g, Conn& c, const std::string& session_id, const std::string& text,
-            const std::string& provider, const std::string& model, EventRenderer& renderer) {
+            const std::string& provider, const std::string& model, EventRenderer& renderer,
+            const std::string& mode = "") {
   grpc::ClientContext ctx;
   auto stream = c.sessions->Chat(&ctx);
   pb::ClientEvent open;
   open.mutable_open()->set_session_id(session_id);
+  if (!mode.empty()) {
+    stream->Write(open);
+    open.Clear();
+    open.mutable_set_mode()->set_mode(mode);
+  }
   const std::string turn_id = NewId("t-");
   pb::ClientEvent msg;
   msg.mutable_message()->set_text(text);
@@ -119,6 +191,21 @@ int RunTurn(const Globals& g, Conn& c, const std::string& session_id, const std:
     last_seq = ev.seq();
     if (ev.turn_id() != turn_id) continue;  // another client's turn
     renderer.Render(ev);
+    const bool interactive = !g.json && isatty(0) && isatty(2);
+    if (ev.has_plan_submitted()) {
+      if (interactive) {
+        stream->Write(DecidePlan(ev.plan_submitted()));
+      } else if (!g.json) {
+        std::cerr << "(the plan waits for a decision: run fwai interactively, or start with --auto-approve)" << std::endl;
+      }
+    }
+    if (ev.has_question_asked()) {
+      if (interactive) {
+        stream->Write(AnswerQuestions(ev.question_asked()));
+      } else if (!g.json) {
+        std::cerr << "(the question waits for an answer from an interactive fwai)" << std::endl;
+      }
+    }
     if (ev.has_turn_finished()) {
       stop_reason = ev.turn_finished().stop_reason();
       finished = true;
@@ -143,9 +230,12 @@ int RunTurn(const Globals& g, Conn& c, const std::string& session_id, const std:
 }
 
 absl::StatusOr<pb::Session> CreateSession(Conn& c, const Globals& g, const std::string& title,
-                                          const std::string& provider, const std::string& model) {
+                                          const std::string& provider, const std::string& model,
+                                          const std::string& mode = "", bool auto_approve = false) {
   grpc::ClientContext ctx;
   pb::CreateSessionRequest req;
+  req.set_mode(mode);
+  req.set_auto_approve_plan(auto_approve);
   req.set_title(title.substr(0, 80));
   req.set_project_root(ProjectRoot(g));
   req.set_provider(provider);
@@ -166,7 +256,7 @@ std::string FormatTime(int64_t us) {
 // ---------------------------------------------------------------- commands
 
 int CmdChat(const Globals& g, std::string session_id, const std::vector<std::string>& words,
-            const std::string& provider, const std::string& model, bool cont) {
+            const std::string& provider, const std::string& model, bool cont, bool plan, bool auto_approve) {
   std::string text = absl::StrJoin(words, " ");
   if (text == "-") {
     text.assign(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
@@ -185,14 +275,16 @@ int CmdChat(const Globals& g, std::string session_id, const std::vector<std::str
       }
     }
   }
+  std::string set_mode = plan ? "plan" : "";
   if (session_id.empty()) {
-    auto s = CreateSession(*c, g, text, provider, model);
+    auto s = CreateSession(*c, g, text, provider, model, plan ? "plan" : "act", auto_approve);
     if (!s.ok()) return Fail(g, kExitError, std::string(s.status().message()));
     session_id = s->id();
-    if (!g.json) std::cerr << "session " << session_id << std::endl;
+    set_mode.clear();
+    if (!g.json) std::cerr << "session " << session_id << (plan ? " (plan mode)" : "") << std::endl;
   }
   EventRenderer r(g.json, false);
-  return RunTurn(g, *c, session_id, text, provider, model, r);
+  return RunTurn(g, *c, session_id, text, provider, model, r, set_mode);
 }
 
 int CmdAttach(const Globals& g, const std::string& session_id, uint64_t after, bool no_follow) {
@@ -440,6 +532,7 @@ int Repl(const Globals& g, std::string session_id, const std::string& provider,
   if (!session_id.empty()) std::cout << "session " << session_id << std::endl;
   EventRenderer renderer(false, false);
   int last_rc = kExitOk;
+  std::string pending_mode;
   // libedit must not juggle signals itself: its SIGINT handling leaves the
   // terminal in cooked mode (arrow keys stop working).
   rl_catch_signals = 0;
@@ -470,8 +563,61 @@ int Repl(const Globals& g, std::string session_id, const std::string& provider,
     if (line == "/exit" || line == "/quit") break;
     if (line == "/help") {
       std::cout << "/new       start a new session\n/session   show the current session id\n"
-                   "/sessions  list sessions\n/exit      leave (or Ctrl-D)\n"
+                   "/sessions  list sessions\n/plan      plan mode (read-only; a plan to approve)\n"
+                   "/act       act mode (all tools)\n/mode      show the mode\n/todos     the todo list\n"
+                   "/exit      leave (or Ctrl-D)\n"
                    "Ctrl-C during an answer cancels the turn.\n";
+      continue;
+    }
+    if (line == "/plan" || line == "/act") {
+      const std::string mode = line.substr(1);
+      if (session_id.empty()) {
+        pending_mode = mode;
+        std::cout << "(the next session starts in " << mode << " mode)" << std::endl;
+        continue;
+      }
+      grpc::ClientContext mctx;
+      auto ms = c->sessions->Chat(&mctx);
+      pb::ClientEvent open, set;
+      open.mutable_open()->set_session_id(session_id);
+      set.mutable_set_mode()->set_mode(mode);
+      ms->Write(open);
+      ms->Write(set);
+      ms->WritesDone();
+      pb::ServerEvent ignored;
+      while (ms->Read(&ignored)) {
+      }
+      auto st = ms->Finish();
+      if (!st.ok()) {
+        FailGrpc(g, st);
+      } else {
+        std::cout << "[mode: " << mode << "]" << std::endl;
+      }
+      continue;
+    }
+    if (line == "/mode" || line == "/todos") {
+      if (session_id.empty()) {
+        std::cout << (line == "/mode" ? (pending_mode.empty() ? "act" : pending_mode) : "(no todos yet)") << std::endl;
+        continue;
+      }
+      grpc::ClientContext gctx;
+      pb::GetSessionRequest gr;
+      gr.set_session_id(session_id);
+      pb::Session s;
+      auto st = c->sessions->Get(&gctx, gr, &s);
+      if (!st.ok()) {
+        FailGrpc(g, st);
+      } else if (line == "/mode") {
+        std::cout << s.mode() << (s.auto_approve_plan() ? " (plans auto-approved)" : "") << std::endl;
+      } else if (s.todos_size() == 0) {
+        std::cout << "(no todos)" << std::endl;
+      } else {
+        for (const auto& t : s.todos()) {
+          const char* mark = t.status() == "completed" ? "[x]" : t.status() == "in_progress" ? "[>]"
+                             : t.status() == "cancelled" ? "[-]" : "[ ]";
+          std::cout << (t.parent_id().empty() ? "" : "    ") << mark << " " << t.content() << std::endl;
+        }
+      }
       continue;
     }
     if (line == "/new") {
@@ -492,7 +638,7 @@ int Repl(const Globals& g, std::string session_id, const std::string& provider,
       continue;
     }
     if (session_id.empty()) {
-      auto s = CreateSession(*c, g, line, provider, model);
+      auto s = CreateSession(*c, g, line, provider, model, pending_mode);
       if (!s.ok()) {
         Fail(g, kExitError, std::string(s.status().message()));
         continue;
@@ -552,6 +698,9 @@ int Main(int argc, char** argv) {
   chat->add_option("--provider", provider, "Provider for this turn");
   chat->add_option("--model", model, "Model for this turn");
   chat->add_option("message", words, "The message ('-' reads standard input)")->required();
+  bool plan_mode = false, auto_approve = false;
+  chat->add_flag("--plan", plan_mode, "Plan mode: read-only tools and a plan to approve before anything changes");
+  chat->add_flag("--auto-approve", auto_approve, "New session: approve submitted plans without asking (CI)");
 
   auto* attach = app.add_subcommand("attach", "Show a session's events, then follow it live");
   std::string attach_id;
@@ -591,7 +740,7 @@ int Main(int argc, char** argv) {
     int rc = app.exit(e);
     return rc == 0 ? 0 : kExitUsage;
   }
-  if (chat->parsed()) return CmdChat(g, session_id, words, provider, model, cont);
+  if (chat->parsed()) return CmdChat(g, session_id, words, provider, model, cont, plan_mode, auto_approve);
   if (attach->parsed()) return CmdAttach(g, attach_id, after, no_follow);
   if (ls->parsed()) return CmdSessionsLs(g, all);
   if (show->parsed()) return CmdSessionsShow(g, show_id);

@@ -228,3 +228,39 @@ TEST_F(CliTest, CtrlCDuringChatCancelsTheTurn) {
 
 }  // namespace
 }  // namespace fwai::testing
+
+namespace fwai::testing {
+namespace {
+
+TEST(CliPlanTest, PlanModeWithAutoApproveRunsThePlanAndShowsTheTree) {
+  FakeLlmServer fake;
+  ASSERT_GT(fake.Start(), 0);
+  Daemon d(&fake);
+  ASSERT_TRUE(d.Start()) << d.log();
+  auto fwai = [&](std::vector<std::string> args, std::string* out, std::string* err) {
+    std::vector<std::string> argv = {std::string(FWAI_BIN_DIR) + "/fwai", "--daemon", d.address(), "--project",
+                                     d.project_dir()};
+    argv.insert(argv.end(), args.begin(), args.end());
+    return RunCommand(argv, out, err);
+  };
+  // The model tries to change something in plan mode: refused in code.
+  FakeReply r1;
+  r1.tool_calls = {{"b1", "bash", {{"command", "touch nope"}}}};
+  fake.Enqueue(r1);
+  FakeReply r2;
+  r2.chunks = {"stopping here"};
+  fake.Enqueue(r2);
+  std::string out, err;
+  int rc = fwai({"chat", "--plan", "--auto-approve", "add", "a", "driver"}, &out, &err);
+  EXPECT_EQ(rc, 0) << err;
+  EXPECT_NE(err.find("(plan mode)"), std::string::npos) << err;
+  EXPECT_NE(out.find("plan mode: 'bash' changes things"), std::string::npos) << out;
+  EXPECT_FALSE(std::filesystem::exists(d.project_dir() + "/nope"));
+  auto reqs = fake.requests();
+  ASSERT_GE(reqs.size(), 1u);
+  const std::string system = reqs[0].body.contains("system") ? reqs[0].body["system"].dump() : reqs[0].body.dump();
+  EXPECT_NE(system.find("PLAN mode"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace fwai::testing

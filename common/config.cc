@@ -106,20 +106,23 @@ absl::Status ParseProvider(Reader& r, const std::string& name, const YAML::Node&
   p.name = name;
   if (n["kind"]) {
     CFG_TRY(r.String(n["kind"], f + ".kind", p.kind));
-  } else if (name == "anthropic" || name == "openai") {
+  } else if (name == "anthropic" || name == "openai" || name == "gemini" || name == "ollama") {
     p.kind = name;
   } else {
-    return r.Error(n, f + ".kind", "missing; expected anthropic or openai");
+    return r.Error(n, f + ".kind", "missing; expected anthropic, openai, gemini or ollama");
   }
-  if (p.kind != "anthropic" && p.kind != "openai") {
+  if (p.kind != "anthropic" && p.kind != "openai" && p.kind != "gemini" && p.kind != "ollama") {
     return r.Error(n["kind"], f + ".kind",
-                   absl::StrCat("expected anthropic or openai, got '", p.kind, "'"));
+                   absl::StrCat("expected anthropic, openai, gemini or ollama, got '", p.kind, "'"));
   }
   if (n["api_key"]) CFG_TRY(r.String(n["api_key"], f + ".api_key", p.api_key));
   if (n["api_key_env"]) {
     CFG_TRY(r.String(n["api_key_env"], f + ".api_key_env", p.api_key_env));
   } else {
-    p.api_key_env = p.kind == "anthropic" ? "ANTHROPIC_API_KEY" : "OPENAI_API_KEY";
+    p.api_key_env = p.kind == "anthropic" ? "ANTHROPIC_API_KEY"
+                    : p.kind == "gemini"  ? "GEMINI_API_KEY"
+                    : p.kind == "ollama"  ? ""
+                                          : "OPENAI_API_KEY";
   }
   if (n["base_url"]) {
     CFG_TRY(r.String(n["base_url"], f + ".base_url", p.base_url));
@@ -130,7 +133,10 @@ absl::Status ParseProvider(Reader& r, const std::string& name, const YAML::Node&
   }
   if (n["model"]) CFG_TRY(r.String(n["model"], f + ".model", p.model));
   if (p.model.empty()) {
-    p.model = p.kind == "anthropic" ? "claude-sonnet-4-5" : "gpt-4o";
+    p.model = p.kind == "anthropic" ? "claude-sonnet-4-5"
+              : p.kind == "gemini"  ? "gemini-2.5-flash"
+              : p.kind == "ollama"  ? "llama3.1"
+                                    : "gpt-4o";
   }
   if (n["max_tokens"]) CFG_TRY(r.Int(n["max_tokens"], f + ".max_tokens", 1, 1000000, p.max_tokens));
   if (n["temperature"]) {
@@ -614,14 +620,17 @@ void ApplyProviderEnvironment(DaemonConfig& c) {
     const char* url_env;
   };
   for (const Known& k : {Known{"anthropic", "ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL"},
-                         Known{"openai", "OPENAI_API_KEY", "OPENAI_BASE_URL"}}) {
+                         Known{"openai", "OPENAI_API_KEY", "OPENAI_BASE_URL"},
+                         Known{"gemini", "GEMINI_API_KEY", "GEMINI_BASE_URL"}}) {
     auto it = c.providers.find(k.kind);
     if (it == c.providers.end() && !Env(k.key_env).empty()) {
       ProviderConfig p;
       p.name = k.kind;
       p.kind = k.kind;
       p.api_key_env = k.key_env;
-      p.model = p.kind == std::string("anthropic") ? "claude-sonnet-4-5" : "gpt-4o";
+      p.model = p.kind == std::string("anthropic") ? "claude-sonnet-4-5"
+                : p.kind == std::string("gemini")  ? "gemini-2.5-flash"
+                                                   : "gpt-4o";
       it = c.providers.emplace(k.kind, p).first;
     }
     if (it != c.providers.end() && it->second.base_url.empty()) {
@@ -632,7 +641,12 @@ void ApplyProviderEnvironment(DaemonConfig& c) {
     p.connect_timeout_s = c.http_connect_timeout_s;
     p.idle_timeout_s = c.http_idle_timeout_s;
     if (p.base_url.empty()) {
-      p.base_url = p.kind == "anthropic" ? "https://api.anthropic.com" : "https://api.openai.com/v1";
+      p.base_url = p.kind == "anthropic" ? "https://api.anthropic.com"
+                   : p.kind == "gemini"  ? "https://generativelanguage.googleapis.com"
+                   : p.kind == "ollama"  ? (Env("OLLAMA_HOST").empty() ? "http://127.0.0.1:11434"
+                                            : (Env("OLLAMA_HOST").rfind("http", 0) == 0 ? Env("OLLAMA_HOST")
+                                                                                       : "http://" + Env("OLLAMA_HOST")))
+                                         : "https://api.openai.com/v1";
     }
     while (!p.base_url.empty() && p.base_url.back() == '/') p.base_url.pop_back();
   }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <map>
 #include <random>
 
 #include "absl/strings/match.h"
@@ -63,7 +64,7 @@ class HttpProvider : public Provider {
   absl::StatusOr<ChatResult> Stream(const ChatRequest& request, StreamObserver& observer,
                                     CancelToken& cancel) override {
     const std::string key = ResolveApiKey(config_);
-    if (key.empty()) {
+    if (key.empty() && NeedsKey()) {
       return absl::FailedPreconditionError(absl::StrCat(
           config_.name, ": no API key; set ", config_.api_key_env.empty() ? "api_key" : config_.api_key_env,
           " in the daemon's environment or providers.", config_.name, ".api_key in fwaid.yaml"));
@@ -72,7 +73,7 @@ class HttpProvider : public Provider {
     http_req.url = Url();
     http_req.headers = Headers(key);
     http_req.headers.push_back("Content-Type: application/json");
-    http_req.headers.push_back("Accept: text/event-stream");
+    http_req.headers.push_back(Ndjson() ? "Accept: application/x-ndjson" : "Accept: text/event-stream");
     http_req.body = Body(request).dump();
     http_req.connect_timeout_s = config_.connect_timeout_s;
     http_req.idle_timeout_s = config_.idle_timeout_s;
@@ -81,8 +82,22 @@ class HttpProvider : public Provider {
     for (int attempt = 1;; ++attempt) {
       StreamState st;
       SseParser parser;
+      std::string ndjson_buf;
       bool partial = false;
       auto on_data = [&](std::string_view bytes) {
+        if (Ndjson()) {
+          ndjson_buf.append(bytes);
+          size_t nl;
+          while ((nl = ndjson_buf.find('\n')) != std::string::npos) {
+            SseEvent ev;
+            ev.data = ndjson_buf.substr(0, nl);
+            ndjson_buf.erase(0, nl + 1);
+            if (ev.data.find_first_not_of(" \r\t") == std::string::npos) continue;
+            if (st.done || !st.error.ok()) continue;
+            HandleEvent(ev, st, observer);
+          }
+          return;
+        }
         parser.Feed(bytes, [&](const SseEvent& ev) {
           if (st.done || !st.error.ok()) return;
           HandleEvent(ev, st, observer);
@@ -160,6 +175,9 @@ class HttpProvider : public Provider {
   virtual std::vector<std::string> Headers(const std::string& key) const = 0;
   virtual json Body(const ChatRequest& request) const = 0;
   virtual void HandleEvent(const SseEvent& ev, StreamState& st, StreamObserver& observer) = 0;
+  // Newline-delimited JSON instead of SSE (each line handed over as `data`).
+  virtual bool Ndjson() const { return false; }
+  virtual bool NeedsKey() const { return true; }
   // The body ended cleanly; a provider may complete a message here.
   virtual void OnStreamEnd(StreamState& st) {}
 
@@ -458,11 +476,307 @@ class OpenAiProvider final : public HttpProvider {
   }
 };
 
+// Names of the tools called in a conversation, by tool_use id (Gemini and
+// Ollama answer a function by name).
+std::map<std::string, std::string> ToolNamesById(const std::vector<LlmMessage>& msgs) {
+  std::map<std::string, std::string> out;
+  for (const auto& m : msgs) {
+    for (const auto& b : m.content) {
+      if (b.value("type", "") == "tool_use") out[b.value("id", "")] = b.value("name", "");
+    }
+  }
+  return out;
+}
+
+std::string ToolResultText(const json& block) {
+  std::string content;
+  const json& c = block.contains("content") ? block["content"] : json();
+  if (c.is_string()) {
+    content = c.get<std::string>();
+  } else if (c.is_array()) {
+    for (const auto& part : c) content += part.value("text", "");
+  }
+  if (block.value("is_error", false)) content = "ERROR: " + content;
+  return content;
+}
+
+// Gemini accepts a subset of JSON Schema (OpenAPI 3.0 style).
+json GeminiSchema(const json& s) {
+  if (s.is_object()) {
+    json out = json::object();
+    for (auto it = s.begin(); it != s.end(); ++it) {
+      if (it.key() == "additionalProperties" || it.key() == "$schema" || it.key() == "default" ||
+          it.key() == "examples" || it.key() == "$ref" || it.key() == "$defs") {
+        continue;
+      }
+      out[it.key()] = GeminiSchema(it.value());
+    }
+    return out;
+  }
+  if (s.is_array()) {
+    json out = json::array();
+    for (const auto& x : s) out.push_back(GeminiSchema(x));
+    return out;
+  }
+  return s;
+}
+
+// Gemini: POST {base}/v1beta/models/{model}:streamGenerateContent?alt=sse,
+// functionCall / functionResponse parts.
+class GeminiProvider final : public HttpProvider {
+ public:
+  using HttpProvider::HttpProvider;
+
+ protected:
+  std::string Url() const override {
+    // The model is per request; Body() stashes it (providers are shared, so
+    // the URL is rebuilt from the request in Stream via model_for_url_).
+    return config_.base_url + "/v1beta/models/" + model_ + ":streamGenerateContent?alt=sse";
+  }
+  std::vector<std::string> Headers(const std::string& key) const override { return {"x-goog-api-key: " + key}; }
+
+  json Body(const ChatRequest& r) const override {
+    json b;
+    json contents = json::array();
+    const auto names = ToolNamesById(r.messages);
+    for (const auto& m : r.messages) {
+      json parts = json::array();
+      for (const auto& block : m.content) {
+        const std::string t = block.value("type", "");
+        if (t == "text" && !block.value("text", "").empty()) {
+          parts.push_back({{"text", block.value("text", "")}});
+        } else if (t == "tool_use") {
+          parts.push_back({{"functionCall", {{"name", block.value("name", "")}, {"args", block.value("input", json::object())}}}});
+        } else if (t == "tool_result") {
+          auto it = names.find(block.value("tool_use_id", ""));
+          parts.push_back({{"functionResponse",
+                            {{"name", it == names.end() ? "unknown" : it->second},
+                             {"response", {{"content", ToolResultText(block)}}}}}});
+        }
+      }
+      if (parts.empty()) continue;
+      contents.push_back({{"role", m.role == "assistant" ? "model" : "user"}, {"parts", parts}});
+    }
+    b["contents"] = contents;
+    if (!r.system.empty()) b["systemInstruction"] = {{"parts", json::array({{{"text", r.system}}})}};
+    if (!r.tools.empty()) {
+      json decls = json::array();
+      for (const auto& t : r.tools) {
+        decls.push_back({{"name", t.name}, {"description", t.description}, {"parameters", GeminiSchema(t.input_schema)}});
+      }
+      b["tools"] = json::array({{{"functionDeclarations", decls}}});
+    }
+    b["generationConfig"] = {{"maxOutputTokens", r.max_tokens}};
+    if (r.temperature >= 0) b["generationConfig"]["temperature"] = r.temperature;
+    return b;
+  }
+
+ public:
+  absl::StatusOr<ChatResult> Stream(const ChatRequest& request, StreamObserver& observer, CancelToken& cancel) override {
+    // One provider object serves concurrent turns: the URL's model comes from
+    // a per-call copy.
+    GeminiProvider call(*this);
+    call.model_ = request.model.empty() ? config_.model : request.model;
+    return call.HttpProvider::Stream(request, observer, cancel);
+  }
+
+ protected:
+  void HandleEvent(const SseEvent& ev, StreamState& st, StreamObserver& obs) override {
+    json j = json::parse(ev.data, nullptr, false);
+    if (j.is_discarded() || !j.is_object()) {
+      st.error = Malformed(absl::StrCat("data is not JSON: ", ev.data.substr(0, 200)));
+      return;
+    }
+    try {
+      if (j.contains("error")) {
+        st.error = absl::UnavailableError(absl::StrCat(config_.name, ": ", ErrorMessageFromBody(ev.data, nullptr)));
+        return;
+      }
+      if (j.contains("usageMetadata")) {
+        st.result.input_tokens = j["usageMetadata"].value("promptTokenCount", int64_t{0});
+        st.result.output_tokens = j["usageMetadata"].value("candidatesTokenCount", int64_t{0});
+      }
+      if (!j.contains("candidates") || !j["candidates"].is_array() || j["candidates"].empty()) return;
+      const json& cand = j["candidates"][0];
+      if (cand.contains("content") && cand["content"].contains("parts")) {
+        for (const auto& part : cand["content"]["parts"]) {
+          if (part.contains("text") && part["text"].is_string()) {
+            const std::string text = part["text"].get<std::string>();
+            if (!text.empty()) {
+              if (part.value("thought", false)) {
+                obs.OnThinking(text);
+              } else {
+                st.text += text;
+                obs.OnText(text);
+              }
+              st.emitted = true;
+            }
+          }
+          if (part.contains("functionCall")) {
+            const json& fc = part["functionCall"];
+            ToolCallAcc c;
+            c.name = fc.value("name", "");
+            c.id = fc.contains("id") && fc["id"].is_string() ? fc["id"].get<std::string>()
+                                                             : absl::StrCat("call_", st.calls.size() + 1, "_", c.name);
+            c.args = fc.value("args", json::object()).dump();
+            obs.OnToolUseStart(c.id, c.name);
+            st.calls.push_back(std::move(c));
+            st.emitted = true;
+          }
+        }
+      }
+      if (cand.contains("finishReason") && cand["finishReason"].is_string()) {
+        const std::string fr = cand["finishReason"].get<std::string>();
+        st.finish_reason = fr;
+        if (fr == "SAFETY" || fr == "RECITATION" || fr == "BLOCKLIST" || fr == "PROHIBITED_CONTENT") {
+          st.error = absl::InvalidArgumentError(absl::StrCat(config_.name, ": the response was blocked (", fr, ")"));
+        }
+      }
+    } catch (const json::exception& e) {
+      st.error = Malformed(e.what());
+    }
+  }
+  // Gemini's stream simply ends.
+  void OnStreamEnd(StreamState& st) override {
+    if (st.done) return;
+    if (!st.text.empty()) st.result.content.push_back({{"type", "text"}, {"text", st.text}});
+    for (auto& c : st.calls) {
+      st.result.content.push_back({{"type", "tool_use"}, {"id", c.id}, {"name", c.name}, {"input", json::parse(c.args)}});
+    }
+    st.result.stop_reason = st.finish_reason == "MAX_TOKENS" ? "max_tokens" : (st.calls.empty() ? "end_turn" : "tool_use");
+    // Without a finishReason the stream was cut.
+    st.done = !st.finish_reason.empty();
+  }
+
+ private:
+  std::string model_;
+};
+
+// Ollama: POST {base}/api/chat, newline-delimited JSON, tools.
+class OllamaProvider final : public HttpProvider {
+ public:
+  using HttpProvider::HttpProvider;
+
+ protected:
+  std::string Url() const override { return config_.base_url + "/api/chat"; }
+  std::vector<std::string> Headers(const std::string& key) const override {
+    if (key.empty()) return {};
+    return {"Authorization: Bearer " + key};
+  }
+  bool Ndjson() const override { return true; }
+  bool NeedsKey() const override { return false; }
+
+  json Body(const ChatRequest& r) const override {
+    json b;
+    b["model"] = r.model;
+    b["stream"] = true;
+    b["options"] = {{"num_predict", r.max_tokens}};
+    if (r.temperature >= 0) b["options"]["temperature"] = r.temperature;
+    json msgs = json::array();
+    if (!r.system.empty()) msgs.push_back({{"role", "system"}, {"content", r.system}});
+    const auto names = ToolNamesById(r.messages);
+    for (const auto& m : r.messages) {
+      std::string text;
+      json calls = json::array();
+      for (const auto& block : m.content) {
+        const std::string t = block.value("type", "");
+        if (t == "text") {
+          text += block.value("text", "");
+        } else if (t == "tool_use") {
+          calls.push_back({{"function", {{"name", block.value("name", "")}, {"arguments", block.value("input", json::object())}}}});
+        } else if (t == "tool_result") {
+          auto it = names.find(block.value("tool_use_id", ""));
+          msgs.push_back({{"role", "tool"}, {"content", ToolResultText(block)},
+                          {"tool_name", it == names.end() ? "" : it->second}});
+        }
+      }
+      if (m.role == "assistant") {
+        json a = {{"role", "assistant"}, {"content", text}};
+        if (!calls.empty()) a["tool_calls"] = calls;
+        msgs.push_back(a);
+      } else if (!text.empty()) {
+        msgs.push_back({{"role", "user"}, {"content", text}});
+      }
+    }
+    b["messages"] = msgs;
+    if (!r.tools.empty()) {
+      b["tools"] = json::array();
+      for (const auto& t : r.tools) {
+        b["tools"].push_back({{"type", "function"},
+                              {"function", {{"name", t.name}, {"description", t.description}, {"parameters", t.input_schema}}}});
+      }
+    }
+    return b;
+  }
+
+  void HandleEvent(const SseEvent& ev, StreamState& st, StreamObserver& obs) override {
+    json j = json::parse(ev.data, nullptr, false);
+    if (j.is_discarded() || !j.is_object()) {
+      st.error = Malformed(absl::StrCat("line is not JSON: ", ev.data.substr(0, 200)));
+      return;
+    }
+    try {
+      if (j.contains("error")) {
+        st.error = absl::UnavailableError(absl::StrCat(config_.name, ": ", ErrorMessageFromBody(ev.data, nullptr)));
+        return;
+      }
+      if (j.contains("message") && j["message"].is_object()) {
+        const json& m = j["message"];
+        if (m.contains("thinking") && m["thinking"].is_string() && !m["thinking"].get<std::string>().empty()) {
+          obs.OnThinking(m["thinking"].get<std::string>());
+        }
+        if (m.contains("content") && m["content"].is_string()) {
+          const std::string text = m["content"].get<std::string>();
+          if (!text.empty()) {
+            st.text += text;
+            obs.OnText(text);
+            st.emitted = true;
+          }
+        }
+        if (m.contains("tool_calls") && m["tool_calls"].is_array()) {
+          for (const auto& tc : m["tool_calls"]) {
+            ToolCallAcc c;
+            const json& f = tc.value("function", json::object());
+            c.name = f.value("name", "");
+            c.id = tc.contains("id") && tc["id"].is_string() ? tc["id"].get<std::string>()
+                                                             : absl::StrCat("call_", st.calls.size() + 1, "_", c.name);
+            const json args = f.value("arguments", json::object());
+            c.args = args.is_string() ? args.get<std::string>() : args.dump();
+            obs.OnToolUseStart(c.id, c.name);
+            st.calls.push_back(std::move(c));
+            st.emitted = true;
+          }
+        }
+      }
+      if (j.value("done", false)) {
+        st.result.input_tokens = j.value("prompt_eval_count", int64_t{0});
+        st.result.output_tokens = j.value("eval_count", int64_t{0});
+        const std::string reason = j.value("done_reason", "stop");
+        if (!st.text.empty()) st.result.content.push_back({{"type", "text"}, {"text", st.text}});
+        for (auto& c : st.calls) {
+          json input = json::parse(c.args, nullptr, false);
+          if (!input.is_object()) {
+            st.error = Malformed("tool call arguments are not a JSON object");
+            return;
+          }
+          st.result.content.push_back({{"type", "tool_use"}, {"id", c.id}, {"name", c.name}, {"input", input}});
+        }
+        st.result.stop_reason = reason == "length" ? "max_tokens" : (st.calls.empty() ? "end_turn" : "tool_use");
+        st.done = true;
+      }
+    } catch (const json::exception& e) {
+      st.error = Malformed(e.what());
+    }
+  }
+};
+
 }  // namespace
 
 std::unique_ptr<Provider> MakeProvider(const ProviderConfig& config, const RetryConfig& retry,
                                        HttpClient& http) {
   if (config.kind == "anthropic") return std::make_unique<AnthropicProvider>(config, retry, http);
+  if (config.kind == "gemini") return std::make_unique<GeminiProvider>(config, retry, http);
+  if (config.kind == "ollama") return std::make_unique<OllamaProvider>(config, retry, http);
   return std::make_unique<OpenAiProvider>(config, retry, http);
 }
 

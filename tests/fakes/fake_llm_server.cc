@@ -227,6 +227,8 @@ void FakeLlmServer::Serve(int fd) {
   }
   req.body = json::parse(body, nullptr, false);
   const bool anthropic = req.path == "/v1/messages";
+  const bool gemini = req.path.find(":streamGenerateContent") != std::string::npos;
+  const bool ollama = req.path == "/api/chat";
   if (req.path.size() >= 11 && req.path.compare(req.path.size() - 11, 11, "/embeddings") == 0) {
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -273,8 +275,8 @@ void FakeLlmServer::Serve(int fd) {
 
   FakeReply r;
   if (!required_key.empty()) {
-    std::string got = anthropic ? req.Header("x-api-key") : req.Header("authorization");
-    std::string want = anthropic ? required_key : "Bearer " + required_key;
+    std::string got = anthropic ? req.Header("x-api-key") : gemini ? req.Header("x-goog-api-key") : req.Header("authorization");
+    std::string want = anthropic || gemini ? required_key : "Bearer " + required_key;
     if (got != want) {
       r.status = 401;
       r.error_type = anthropic ? "authentication_error" : "invalid_request_error";
@@ -290,6 +292,10 @@ void FakeLlmServer::Serve(int fd) {
     json err;
     if (anthropic) {
       err = {{"type", "error"}, {"error", {{"type", r.error_type}, {"message", r.error_message}}}};
+    } else if (gemini) {
+      err = {{"error", {{"code", r.status}, {"message", r.error_message}, {"status", r.error_type}}}};
+    } else if (ollama) {
+      err = {{"error", r.error_message}};
     } else {
       err = {{"error",
               {{"message", r.error_message}, {"type", r.error_type}, {"param", nullptr}, {"code", nullptr}}}};
@@ -304,8 +310,9 @@ void FakeLlmServer::Serve(int fd) {
     return;
   }
 
-  if (!WriteAll(fd, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
-                    "Connection: close\r\n\r\n")) {
+  if (!WriteAll(fd, ollama ? "HTTP/1.1 200 OK\r\nContent-Type: application/x-ndjson\r\nConnection: close\r\n\r\n"
+                           : "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
+                             "Connection: close\r\n\r\n")) {
     close(fd);
     return;
   }
@@ -314,7 +321,58 @@ void FakeLlmServer::Serve(int fd) {
   const std::string stop = !r.stop_reason.empty() ? r.stop_reason : (r.tool_calls.empty() ? "end_turn" : "tool_use");
   bool ok = true;
 
-  if (anthropic) {
+  if (gemini || ollama) {
+    // Gemini: SSE of GenerateContentResponse, ending at EOF. Ollama: one JSON
+    // object per line, the last with done: true.
+    auto line = [&](const json& j) { return gemini ? Sse("", j) : j.dump() + "\n"; };
+    auto text_msg = [&](const std::string& t) {
+      if (gemini) {
+        return json{{"candidates", json::array({{{"content", {{"role", "model"}, {"parts", json::array({{{"text", t}}})}}},
+                                                 {"index", 0}}})}};
+      }
+      return json{{"model", model}, {"message", {{"role", "assistant"}, {"content", t}}}, {"done", false}};
+    };
+    for (int i = 0; i < n_chunks && ok; ++i) {
+      if (i == r.cut_after_chunks) {
+        close(fd);
+        return;
+      }
+      Sleep(r.chunk_delay_ms);
+      if (r.malformed && i == n_chunks / 2) {
+        ok = WriteAll(fd, gemini ? "data: {not json\n\n" : "{not json\n");
+        continue;
+      }
+      ok = WriteAll(fd, line(text_msg(chunk_text(i))));
+    }
+    if (r.cut_after_chunks >= n_chunks) {
+      close(fd);
+      return;
+    }
+    if (!r.tool_calls.empty() && ok) {
+      json parts = json::array(), calls = json::array();
+      for (const auto& tc : r.tool_calls) {
+        parts.push_back({{"functionCall", {{"name", tc.name}, {"args", tc.input}}}});
+        calls.push_back({{"function", {{"name", tc.name}, {"arguments", tc.input}}}});
+      }
+      ok = WriteAll(fd, line(gemini ? json{{"candidates", json::array({{{"content", {{"role", "model"}, {"parts", parts}}},
+                                                                        {"index", 0}}})}}
+                                    : json{{"model", model},
+                                           {"message", {{"role", "assistant"}, {"content", ""}, {"tool_calls", calls}}},
+                                           {"done", false}}));
+    }
+    const std::string finish = stop == "max_tokens" ? (gemini ? "MAX_TOKENS" : "length") : (gemini ? "STOP" : "stop");
+    if (gemini) {
+      ok = ok && WriteAll(fd, line({{"candidates", json::array({{{"content", {{"role", "model"}, {"parts", json::array({{{"text", ""}}})}}},
+                                                                 {"finishReason", finish}, {"index", 0}}})},
+                                    {"usageMetadata", {{"promptTokenCount", r.input_tokens},
+                                                       {"candidatesTokenCount", r.output_tokens},
+                                                       {"totalTokenCount", r.input_tokens + r.output_tokens}}}}));
+    } else {
+      ok = ok && WriteAll(fd, line({{"model", model}, {"message", {{"role", "assistant"}, {"content", ""}}},
+                                    {"done", true}, {"done_reason", finish},
+                                    {"prompt_eval_count", r.input_tokens}, {"eval_count", r.output_tokens}}));
+    }
+  } else if (anthropic) {
     ok = WriteAll(fd, Sse("message_start",
                           {{"type", "message_start"},
                            {"message", {{"id", "msg_fake"}, {"type", "message"}, {"role", "assistant"},

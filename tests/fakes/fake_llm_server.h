@@ -61,6 +61,8 @@ class FakeLlmServer {
   int port() const { return port_; }
   std::string anthropic_base_url() const;  // http://127.0.0.1:PORT
   std::string openai_base_url() const;     // http://127.0.0.1:PORT/v1
+  std::string gemini_base_url() const { return anthropic_base_url(); }
+  std::string ollama_base_url() const { return anthropic_base_url(); }
 
   // Replies are consumed in order by any request; with none queued the
   // server answers with the text "ok".

@@ -342,6 +342,38 @@ TEST_F(AgentTest, SubAgentEventsNestAtDepthTwoAndDelegationsRunInParallel) {
   EXPECT_EQ(started_before_first_finish, 2) << "the two sub-agents did not stream at the same time";
 }
 
+TEST_F(AgentTest, GeminiAndOllamaDriveTheToolLoopThroughTheDaemon) {
+  Daemon d(&fake_);
+  ASSERT_TRUE(d.Start()) << d.log();
+  std::ofstream(d.project_dir() + "/main.c") << "int counter = 42;\n";
+  for (const std::string provider : {"gemini", "ollama"}) {
+    FakeReply r1;
+    r1.chunks = {"Looking."};
+    r1.tool_calls = {{"", "read_file", {{"path", "main.c"}}}, {"", "list_dir", {{"path", "."}}}};
+    fake_.Enqueue(r1);
+    FakeReply r2;
+    r2.chunks = {"counter ", "is 42"};
+    r2.input_tokens = 50;
+    r2.output_tokens = 5;
+    fake_.Enqueue(r2);
+    auto s = d.CreateSession(provider);
+    auto out = RunChat(*d.sessions(), s.id(), "what is counter?");
+    ASSERT_TRUE(out.finished) << provider << d.log();
+    EXPECT_EQ(out.text, "Looking.counter is 42") << provider;
+    auto fin = Finished(out.events);
+    ASSERT_EQ(fin.size(), 2u) << provider;
+    bool read = false;
+    for (const auto& [id, f] : fin) read |= f.output().find("int counter = 42;") != std::string::npos;
+    EXPECT_TRUE(read) << provider;
+    EXPECT_EQ(out.events.back().turn_finished().usage().input_tokens(), 50 + 12) << provider;
+  }
+  // The tool results went back in each provider's own format.
+  auto reqs = fake_.requests();
+  ASSERT_EQ(reqs.size(), 4u);
+  EXPECT_EQ(reqs[1].body["contents"][2]["parts"][0]["functionResponse"]["name"], "read_file");
+  EXPECT_EQ(reqs[3].body["messages"].back()["role"], "tool");
+}
+
 TEST_F(AgentTest, CancelKillsARunningCommandAndItsChildrenWithinASecond) {
   Daemon d(&fake_);
   ASSERT_TRUE(d.Start()) << d.log();

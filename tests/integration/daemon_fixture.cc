@@ -44,6 +44,10 @@ Daemon::Daemon(FakeLlmServer* fake, std::string extra_yaml, bool with_providers)
         << "    base_url: " << fake->anthropic_base_url() << "\n";
     cfg << "  openai:\n    kind: openai\n    api_key: test-key\n    model: gpt-4o\n"
         << "    base_url: " << fake->openai_base_url() << "\n";
+    cfg << "  gemini:\n    kind: gemini\n    api_key: test-key\n    model: gemini-2.5-flash\n"
+        << "    base_url: " << fake->gemini_base_url() << "\n";
+    cfg << "  ollama:\n    kind: ollama\n    model: llama3.1\n"
+        << "    base_url: " << fake->ollama_base_url() << "\n";
   }
   cfg << extra_yaml;
 }

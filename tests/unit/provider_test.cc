@@ -33,7 +33,7 @@ class ProviderTest : public ::testing::TestWithParam<std::string> {
     pc.kind = GetParam();
     pc.api_key = "k-123";
     pc.api_key_env = "FAKE_KEY_VAR";
-    pc.base_url = pc.kind == "anthropic" ? fake_.anthropic_base_url() : fake_.openai_base_url();
+    pc.base_url = pc.kind == "openai" ? fake_.openai_base_url() : fake_.anthropic_base_url();
     pc.model = "m-1";
     RetryConfig rc;
     rc.max_attempts = 3;
@@ -73,13 +73,32 @@ TEST_P(ProviderTest, StreamsTextAndToolCalls) {
   EXPECT_EQ(res->content[0]["text"], "Hello wörld");
   EXPECT_EQ(res->content[1]["name"], "read_file");
   EXPECT_EQ(res->content[1]["input"]["path"], "a.c");  // parallel calls, partial JSON joined
-  EXPECT_EQ(res->content[2]["id"], "call_2");
+  if (GetParam() == "anthropic" || GetParam() == "openai") {
+    EXPECT_EQ(res->content[2]["id"], "call_2");
+  } else {
+    // These wire formats carry no call ids: fwai makes unique ones.
+    EXPECT_NE(res->content[1]["id"], res->content[2]["id"]);
+    EXPECT_FALSE(res->content[2]["id"].get<std::string>().empty());
+  }
   EXPECT_EQ(obs.tools, (std::vector<std::string>{"read_file", "grep"}));
   auto reqs = fake_.requests();
   ASSERT_EQ(reqs.size(), 1u);
+  if (GetParam() == "gemini") {
+    EXPECT_EQ(reqs[0].path, "/v1beta/models/m-1:streamGenerateContent?alt=sse");
+    EXPECT_EQ(reqs[0].Header("x-goog-api-key"), "k-123");
+    EXPECT_EQ(reqs[0].body["systemInstruction"]["parts"][0]["text"], "sys");
+    EXPECT_EQ(reqs[0].body["contents"][0]["role"], "user");
+    EXPECT_EQ(reqs[0].body["tools"][0]["functionDeclarations"][0]["name"], "read_file");
+    return;
+  }
   EXPECT_EQ(reqs[0].body["stream"], true);
   EXPECT_EQ(reqs[0].body["model"], "m-1");
-  if (GetParam() == "anthropic") {
+  if (GetParam() == "ollama") {
+    EXPECT_EQ(reqs[0].path, "/api/chat");
+    EXPECT_EQ(reqs[0].body["messages"][0]["role"], "system");
+    EXPECT_EQ(reqs[0].body["tools"][0]["function"]["name"], "read_file");
+    EXPECT_EQ(reqs[0].body["options"]["num_predict"], 4096);
+  } else if (GetParam() == "anthropic") {
     EXPECT_EQ(reqs[0].path, "/v1/messages");
     EXPECT_EQ(reqs[0].Header("x-api-key"), "k-123");
     EXPECT_EQ(reqs[0].Header("anthropic-version"), "2023-06-01");
@@ -105,6 +124,18 @@ TEST_P(ProviderTest, ToolResultsAreSentInTheProvidersFormat) {
   auto body = fake_.requests()[0].body;
   if (GetParam() == "anthropic") {
     EXPECT_EQ(body["messages"][2]["content"][0]["type"], "tool_result");
+  } else if (GetParam() == "gemini") {
+    EXPECT_EQ(body["contents"][1]["role"], "model");
+    EXPECT_EQ(body["contents"][1]["parts"][0]["functionCall"]["name"], "read_file");
+    EXPECT_EQ(body["contents"][1]["parts"][0]["functionCall"]["args"]["path"], "a");
+    EXPECT_EQ(body["contents"][2]["parts"][0]["functionResponse"]["name"], "read_file");
+    EXPECT_EQ(body["contents"][2]["parts"][0]["functionResponse"]["response"]["content"], "file text");
+  } else if (GetParam() == "ollama") {
+    EXPECT_EQ(body["messages"][2]["tool_calls"][0]["function"]["name"], "read_file");
+    EXPECT_EQ(body["messages"][2]["tool_calls"][0]["function"]["arguments"]["path"], "a");
+    EXPECT_EQ(body["messages"][3]["role"], "tool");
+    EXPECT_EQ(body["messages"][3]["tool_name"], "read_file");
+    EXPECT_EQ(body["messages"][3]["content"], "file text");
   } else {
     EXPECT_EQ(body["messages"][2]["tool_calls"][0]["id"], "c1");
     EXPECT_EQ(body["messages"][2]["tool_calls"][0]["function"]["arguments"], "{\"path\":\"a\"}");
@@ -242,7 +273,7 @@ TEST_P(ProviderTest, SilentServerHitsTheIdleTimeout) {
   EXPECT_LT(ms, 4000);  // gave up (1 s idle + curl's progress tick) before the data came
 }
 
-INSTANTIATE_TEST_SUITE_P(Providers, ProviderTest, ::testing::Values("anthropic", "openai"),
+INSTANTIATE_TEST_SUITE_P(Providers, ProviderTest, ::testing::Values("anthropic", "openai", "gemini", "ollama"),
                          [](const auto& info) { return info.param; });
 
 }  // namespace

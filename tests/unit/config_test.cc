@@ -45,7 +45,7 @@ TEST(ConfigTest, BadValueSaysWhatIsExpected) {
   EXPECT_NE(c.status().message().find("expected an integer"), std::string::npos) << c.status();
   auto d = ParseConfig("providers:\n  x:\n    kind: bard\n", "f.yaml");
   ASSERT_FALSE(d.ok());
-  EXPECT_NE(d.status().message().find("expected anthropic or openai"), std::string::npos);
+  EXPECT_NE(d.status().message().find("expected anthropic, openai, gemini or ollama"), std::string::npos);
   auto e = ParseConfig("listen: http://x\n", "f.yaml");
   ASSERT_FALSE(e.ok());
   EXPECT_NE(e.status().message().find("unix:PATH"), std::string::npos);

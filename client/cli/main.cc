@@ -156,10 +156,14 @@ int RunTurn(const Globals& g, Conn& c, const std::string& session_id, const std:
   }
   const std::string turn_id = NewId("t-");
   pb::ClientEvent msg;
-  msg.mutable_message()->set_text(text);
-  msg.mutable_message()->set_provider(provider);
-  msg.mutable_message()->set_model(model);
-  msg.mutable_message()->set_turn_id(turn_id);
+  if (text == "/compact") {
+    msg.mutable_compact()->set_turn_id(turn_id);
+  } else {
+    msg.mutable_message()->set_text(text);
+    msg.mutable_message()->set_provider(provider);
+    msg.mutable_message()->set_model(model);
+    msg.mutable_message()->set_turn_id(turn_id);
+  }
   if (!stream->Write(open) || !stream->Write(msg)) {
     // The status says why (e.g. NOT_FOUND).
   }
@@ -565,6 +569,7 @@ int Repl(const Globals& g, std::string session_id, const std::string& provider,
       std::cout << "/new       start a new session\n/session   show the current session id\n"
                    "/sessions  list sessions\n/plan      plan mode (read-only; a plan to approve)\n"
                    "/act       act mode (all tools)\n/mode      show the mode\n/todos     the todo list\n"
+                   "/compact   summarise older turns now\n"
                    "/exit      leave (or Ctrl-D)\n"
                    "Ctrl-C during an answer cancels the turn.\n";
       continue;
@@ -631,6 +636,14 @@ int Repl(const Globals& g, std::string session_id, const std::string& provider,
     }
     if (line == "/sessions") {
       CmdSessionsLs(g, false);
+      continue;
+    }
+    if (line == "/compact") {
+      if (session_id.empty()) {
+        std::cout << "(nothing to compact yet)" << std::endl;
+      } else {
+        last_rc = RunTurn(g, *c, session_id, line, provider, model, renderer);
+      }
       continue;
     }
     if (line[0] == '/') {

@@ -52,6 +52,23 @@ void PriceFor(const std::string& model, double* in, double* out) {
   }
 }
 
+int64_t ContextWindowFor(const std::string& model, int64_t configured) {
+  struct W {
+    const char* prefix;
+    int64_t tokens;
+  };
+  static const W kWindows[] = {
+      {"claude-", 200000},      {"gpt-4o", 128000},       {"gpt-4.1", 1047576},   {"gpt-5", 400000},
+      {"o3", 200000},           {"o4-mini", 200000},      {"gemini-2.5", 1048576}, {"gemini-2.0", 1048576},
+      {"gemini-1.5-pro", 2097152}, {"llama3.1", 131072},  {"llama3.2", 131072},    {"qwen2.5-coder", 32768},
+      {"mistral", 32768},
+  };
+  for (const auto& w : kWindows) {
+    if (absl::StartsWith(model, w.prefix)) return w.tokens;
+  }
+  return configured > 0 ? configured : 128000;
+}
+
 struct TurnManager::Turn {
   CancelToken cancel;
   std::thread thread;
@@ -422,7 +439,109 @@ struct TurnManager::Agent {
   std::mutex* usage_mu = nullptr;
   std::string stop_reason = "end_turn";
   int iterations = 0;
+  int64_t context_window = 200000;
+  int64_t last_input_tokens = 0;
 };
+
+namespace {
+class NullObserver final : public StreamObserver {
+ public:
+  void OnText(std::string_view) override {}
+};
+
+std::string Transcript(const std::vector<LlmMessage>& msgs) {
+  std::string out;
+  for (const auto& m : msgs) {
+    for (const auto& b : m.content) {
+      const std::string t = b.value("type", "");
+      if (t == "text") {
+        absl::StrAppend(&out, m.role, ": ", b.value("text", ""), "\n");
+      } else if (t == "tool_use") {
+        absl::StrAppend(&out, "assistant called ", b.value("name", ""), " ", b.value("input", json::object()).dump(), "\n");
+      } else if (t == "tool_result") {
+        std::string c = b.contains("content") && b["content"].is_string() ? b["content"].get<std::string>() : b.dump();
+        if (c.size() > 600) c = c.substr(0, 600) + " ...";
+        absl::StrAppend(&out, "tool result: ", c, "\n");
+      }
+    }
+  }
+  return out;
+}
+}  // namespace
+
+absl::StatusOr<int> TurnManager::Compact(Agent& a, bool forced) {
+  // Keep the last turns (2 normally, 1 when asked): a turn starts at a user
+  // message with text (tool results are not turns).
+  std::vector<size_t> starts;
+  for (size_t i = 0; i < a.messages.size(); ++i) {
+    if (a.messages[i].role != "user") continue;
+    for (const auto& b : a.messages[i].content) {
+      if (b.value("type", "") == "text") {
+        starts.push_back(i);
+        break;
+      }
+    }
+  }
+  const size_t keep = forced ? 1 : 2;
+  if (starts.size() <= keep) return 0;
+  const size_t cut = starts[starts.size() - keep];
+  std::vector<LlmMessage> older(a.messages.begin(), a.messages.begin() + static_cast<ptrdiff_t>(cut));
+  std::vector<LlmMessage> kept(a.messages.begin() + static_cast<ptrdiff_t>(cut), a.messages.end());
+  ChatRequest creq;
+  creq.model = a.model;
+  creq.system = "You summarise a conversation between a firmware engineer and an assistant so it can continue "
+                "without the full text. Keep decisions, facts found (files, registers, values), what was changed, "
+                "and what is still open. Be concise.";
+  creq.messages.push_back({"user", json::array({{{"type", "text"},
+                                                 {"text", "Summarise this conversation:\n\n" + Transcript(older)}}})});
+  creq.max_tokens = 2048;
+  NullObserver quiet;
+  auto result = a.provider->Stream(creq, quiet, *a.cancel);
+  if (!result.ok()) return result.status();
+  {
+    std::lock_guard<std::mutex> lock(*a.usage_mu);
+    *a.in_tokens += result->input_tokens;
+    *a.out_tokens += result->output_tokens;
+  }
+  std::string summary;
+  for (const auto& b : result->content) {
+    if (b.value("type", "") == "text") summary += b.value("text", "");
+  }
+  if (summary.empty()) return absl::UnavailableError("compaction: the provider returned no summary");
+  // Open todos survive compaction word for word.
+  std::string todos_text;
+  auto fresh = sessions_.Get(a.session->id);
+  if (fresh.ok()) {
+    auto todos = json::parse(fresh->todos_json, nullptr, false);
+    if (todos.is_array()) {
+      for (const auto& t : todos) {
+        const std::string st = t.value("status", "");
+        if (st == "pending" || st == "in_progress") {
+          absl::StrAppend(&todos_text, "- [", st, "] ", t.value("id", ""), ": ", t.value("content", ""), "\n");
+        }
+      }
+    }
+  }
+  std::string head = absl::StrCat("Summary of the earlier conversation (compacted):\n", summary);
+  if (!todos_text.empty()) absl::StrAppend(&head, "\n\nOpen todos:\n", todos_text);
+  std::vector<LlmMessage> next;
+  next.push_back({"user", json::array({{{"type", "text"}, {"text", head}}})});
+  next.push_back({"assistant", json::array({{{"type", "text"}, {"text", "Understood; continuing from the summary."}}})});
+  for (auto& m : kept) next.push_back(std::move(m));
+  if (a.persist) {
+    std::vector<HistoryEntry> entries;
+    for (const auto& m : next) entries.push_back({m.role, m.content.dump()});
+    if (auto s = sessions_.ReplaceHistory(a.session->id, entries); !s.ok()) return s;
+  }
+  const int dropped = static_cast<int>(older.size());
+  a.messages = std::move(next);
+  a.last_input_tokens = 0;
+  ServerEvent ev;
+  ev.mutable_compacted()->set_dropped_messages(dropped);
+  ev.mutable_compacted()->set_summary(summary);
+  a.sink->Emit(std::move(ev));
+  return dropped;
+}
 
 absl::Status TurnManager::Reply(const std::string& session_id, Interaction reply) {
   std::shared_ptr<Pending> p;
@@ -515,7 +634,8 @@ void TurnManager::Run(Turn* turn, TurnRequest req) {
   const std::string provider_name = !req.provider.empty() ? req.provider : info->provider;
   Provider* provider = providers_.Find(provider_name);
   json user_content = json::array({{{"type", "text"}, {"text", req.text}}});
-  absl::Status hs = sessions_.AppendHistory(req.session_id, {"user", user_content.dump()});
+  absl::Status hs = req.compact_only ? absl::OkStatus()
+                                     : sessions_.AppendHistory(req.session_id, {"user", user_content.dump()});
   if (!hs.ok()) {
     stop_reason = "error";
     sink.Error(hs, false);
@@ -574,6 +694,18 @@ void TurnManager::Run(Turn* turn, TurnRequest req) {
   main.cost = &cost;
   main.usage_mu = &usage_mu;
   main.request = req.text;
+  main.context_window = ContextWindowFor(model, pc.context_window);
+  if (req.compact_only) {
+    auto n = Compact(main, /*forced=*/true);
+    if (!n.ok()) {
+      stop_reason = absl::IsCancelled(n.status()) ? "cancelled" : "error";
+      if (stop_reason == "error") sink.Error(n.status(), false);
+    } else {
+      stop_reason = "compacted";
+      if (*n == 0) sink.Error(absl::FailedPreconditionError("nothing to compact: the conversation is short"), false);
+    }
+    return finish();
+  }
   RunAgent(turn, main);
   stop_reason = main.stop_reason;
   iterations = main.iterations;
@@ -673,6 +805,15 @@ std::string TurnManager::RunAgent(Turn* turn, Agent& a) {
       break;
     }
     ++a.iterations;
+    if (is_main) {
+      // Near the model's window: summarise older turns first.
+      int64_t estimate = 0;
+      for (const auto& m : a.messages) estimate += static_cast<int64_t>(m.content.dump().size()) / 4;
+      if (std::max(a.last_input_tokens, estimate) > a.context_window * 8 / 10) {
+        auto n = Compact(a, /*forced=*/false);
+        if (!n.ok()) spdlog::warn("session {}: compaction failed: {}", session.id, n.status().ToString());
+      }
+    }
     ChatRequest creq;
     creq.model = a.model;
     creq.system = system_prompt();
@@ -705,6 +846,7 @@ std::string TurnManager::RunAgent(Turn* turn, Agent& a) {
       *a.out_tokens += result->output_tokens;
       *a.cost += (result->input_tokens * price_in + result->output_tokens * price_out) / 1e6;
     }
+    a.last_input_tokens = result->input_tokens;
     // Drop empty text blocks: providers reject them when the history is sent back.
     json content = json::array();
     for (auto& b : result->content) {

@@ -52,6 +52,7 @@ struct TurnRequest {
   std::string provider;  // overrides for this turn
   std::string model;
   std::string sender;
+  bool compact_only = false;  // summarise older turns, nothing else
 };
 
 class TurnManager {
@@ -87,6 +88,8 @@ class TurnManager {
   void Run(Turn* turn, TurnRequest request);
   // Runs one agent's model/tool loop; returns its final text.
   std::string RunAgent(Turn* turn, Agent& agent);
+  // Summarises older messages of the main agent; returns how many were dropped.
+  absl::StatusOr<int> Compact(Agent& agent, bool forced);
   std::optional<Interaction> Wait(Turn* turn, const std::string& session_id, const std::string& id, bool is_plan);
   void ReapLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
@@ -103,5 +106,8 @@ class TurnManager {
 
 // USD per million input/output tokens for well-known models (0 if unknown).
 void PriceFor(const std::string& model, double* input_per_mtok, double* output_per_mtok);
+
+// The context window of a model: known models from a table, else `configured`.
+int64_t ContextWindowFor(const std::string& model, int64_t configured);
 
 }  // namespace fwai

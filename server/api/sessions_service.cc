@@ -269,6 +269,16 @@ class ChatReactor final : public grpc::ServerBidiReactor<pb::ClientEvent, pb::Se
         reply.is_plan = true;
         return deps_.turns->Reply(session_id_, std::move(reply));
       }
+      case pb::ClientEvent::kCompact: {
+        if (session_id_.empty()) return absl::InvalidArgumentError("compact: no chat is open");
+        TurnRequest req;
+        req.session_id = session_id_;
+        req.text = "/compact";
+        req.compact_only = true;
+        req.turn_id = in_.compact().turn_id();
+        req.sender = caller_;
+        return deps_.turns->Start(std::move(req));
+      }
       case pb::ClientEvent::kSetMode: {
         if (session_id_.empty()) return absl::InvalidArgumentError("set_mode: no chat is open");
         return deps_.turns->SetMode(session_id_, in_.set_mode().mode(), "set by " + caller_);

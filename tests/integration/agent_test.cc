@@ -374,6 +374,81 @@ TEST_F(AgentTest, GeminiAndOllamaDriveTheToolLoopThroughTheDaemon) {
   EXPECT_EQ(reqs[3].body["messages"].back()["role"], "tool");
 }
 
+TEST_F(AgentTest, CompactionSummarisesOlderTurnsAndKeepsOpenTodos) {
+  Daemon d(&fake_);
+  ASSERT_TRUE(d.Start()) << d.log();
+  auto s = Create(d, "act");
+  auto reply = [&](const std::string& text) {
+    FakeReply r;
+    r.chunks = {text};
+    fake_.Enqueue(r);
+  };
+  reply("A1");
+  ASSERT_TRUE(RunChat(*d.sessions(), s.id(), "first question about RCC").finished);
+  FakeReply todo;
+  todo.tool_calls = {{"t1", "todoWrite", {{"todos", {{{"id", "1"}, {"content", "check the PLL lock bit"}, {"status", "in_progress"}},
+                                                     {{"id", "2"}, {"content", "old done item"}, {"status", "completed"}}}}}}};
+  fake_.Enqueue(todo);
+  reply("A2");
+  ASSERT_TRUE(RunChat(*d.sessions(), s.id(), "second").finished);
+  reply("A3");
+  ASSERT_TRUE(RunChat(*d.sessions(), s.id(), "third").finished);
+  // On demand.
+  reply("SUMMARY-XYZ: RCC was discussed");
+  {
+    grpc::ClientContext ctx;
+    auto stream = d.sessions()->Chat(&ctx);
+    pb::ClientEvent open, compact;
+    open.mutable_open()->set_session_id(s.id());
+    compact.mutable_compact()->set_turn_id("t-compact");
+    ASSERT_TRUE(stream->Write(open));
+    ASSERT_TRUE(stream->Write(compact));
+    std::vector<pb::ServerEvent> seen;
+    ReadUntil(*stream, seen, [](const pb::ServerEvent&) { return false; });
+    ASSERT_TRUE(seen.back().has_turn_finished()) << d.log();
+    EXPECT_EQ(seen.back().turn_finished().stop_reason(), "compacted");
+    bool compacted = false;
+    for (const auto& e : seen) {
+      if (e.has_compacted()) {
+        compacted = true;
+        EXPECT_GT(e.compacted().dropped_messages(), 0);
+        EXPECT_NE(e.compacted().summary().find("SUMMARY-XYZ"), std::string::npos);
+      }
+    }
+    EXPECT_TRUE(compacted);
+    stream->WritesDone();
+    stream->Finish();
+  }
+  auto reqs = fake_.requests();
+  const std::string summary_request = reqs.back().body.dump();
+  EXPECT_NE(summary_request.find("first question about RCC"), std::string::npos);
+  reply("A4");
+  ASSERT_TRUE(RunChat(*d.sessions(), s.id(), "fourth").finished);
+  reqs = fake_.requests();
+  const std::string next = reqs.back().body["messages"].dump();
+  EXPECT_NE(next.find("SUMMARY-XYZ"), std::string::npos) << next;
+  EXPECT_NE(next.find("check the PLL lock bit"), std::string::npos) << next;  // open todo kept
+  EXPECT_EQ(next.find("old done item"), std::string::npos) << next;
+  EXPECT_EQ(next.find("first question about RCC"), std::string::npos) << next;  // dropped
+  EXPECT_NE(next.find("third"), std::string::npos) << next;  // the last turn is kept
+
+  // Automatically, when a call nears the model's window.
+  reply("A5");
+  ASSERT_TRUE(RunChat(*d.sessions(), s.id(), "fifth").finished);
+  FakeReply big;
+  big.tool_calls = {{"r1", "list_dir", {{"path", "."}}}};
+  big.input_tokens = 190000;  // of claude-sonnet's 200,000
+  fake_.Enqueue(big);
+  reply("SUMMARY-AUTO");
+  reply("A6");
+  auto out = RunChat(*d.sessions(), s.id(), "sixth");
+  ASSERT_TRUE(out.finished);
+  bool auto_compacted = false;
+  for (const auto& e : out.events) auto_compacted |= e.has_compacted() && e.compacted().summary() == "SUMMARY-AUTO";
+  EXPECT_TRUE(auto_compacted);
+  EXPECT_EQ(out.text, "A6");
+}
+
 TEST_F(AgentTest, CancelKillsARunningCommandAndItsChildrenWithinASecond) {
   Daemon d(&fake_);
   ASSERT_TRUE(d.Start()) << d.log();

@@ -817,11 +817,12 @@ std::string TurnManager::RunAgent(Turn* turn, Agent& a) {
     ChatRequest creq;
     creq.model = a.model;
     creq.system = system_prompt();
-    creq.messages = a.messages;
+    creq.messages = std::move(a.messages);  // no copy of the whole conversation per call
     creq.tools = specs;
     creq.max_tokens = a.max_tokens;
     creq.temperature = a.temperature;
     auto result = a.provider->Stream(creq, observer, *a.cancel);
+    a.messages = std::move(creq.messages);
     if (!result.ok()) {
       std::string partial = observer.TakePartial();
       if (!partial.empty() && a.persist) {

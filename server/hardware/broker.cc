@@ -49,6 +49,7 @@ struct HardwareBroker::Board {
   std::atomic<bool> restarting{false};
   std::atomic<bool> debug_cancel{false};
   std::atomic<uint64_t> generation{0};  // bumps on each (re)start
+  bool paused = false;                  // simulated: stopped while nobody holds it (op_mu)
 
   bool simulated() const { return cfg.kind == "simulated"; }
   void SetHealth(const std::string& h, const std::string& reason, bool admin = false) {
@@ -264,7 +265,7 @@ std::vector<DeviceInfo> HardwareBroker::List() const {
     d.serial_number = b->cfg.probe;
     d.image = b->image;
     d.image_sha256 = b->image_sha256;
-    d.running = b->simulated() ? (b->qemu && b->qemu->running()) : b->hub->is_open();
+    d.running = b->simulated() ? (b->qemu && b->qemu->running() && !b->paused) : b->hub->is_open();
     fill_lease(d);
     out.push_back(std::move(d));
   }
@@ -335,6 +336,10 @@ absl::StatusOr<LeaseRecord> HardwareBroker::Acquire(const Caller& caller, const 
   };
   auto lease = leases_->Acquire(candidates, who, ttl_s, wait_s * 1000, available, cancelled);
   if (!lease.ok()) return lease;
+  if (Board* b = FindBoard(lease->device_id); b && b->simulated()) {
+    std::lock_guard op(b->op_mu);
+    if (b->paused && b->qemu && b->qemu->running() && b->qemu->Continue().ok()) b->paused = false;
+  }
   // A board with a power switch is powered for its holder (and off again
   // when the lease ends).
   if (Board* b = FindBoard(lease->device_id); b && !b->cfg.power_on.empty() && !lease->renewed) {
@@ -370,6 +375,12 @@ void HardwareBroker::OnLeaseEnded(const LeaseRecord& lease, const std::string& r
   Board* b = FindBoard(lease.device_id);
   if (!b) return;
   b->debug_cancel = true;
+  // A simulated board nobody holds is paused: a firmware spinning in a fault
+  // handler must not eat a core of a shared machine. It resumes when leased.
+  if (b->simulated()) {
+    std::lock_guard op(b->op_mu);
+    if (b->qemu && b->qemu->running() && b->qemu->Pause().ok()) b->paused = true;
+  }
   if (!b->cfg.power_off.empty()) {
     ProcessOptions po;
     po.timeout_ms = 30000;
@@ -409,6 +420,7 @@ absl::Status HardwareBroker::BootSimulated(Board& b, const std::string& image) {
     return s;
   }
   b.generation++;
+  b.paused = false;
   b.restarting = false;
   if (auto s = b.qemu->Continue(); !s.ok()) return s;
   b.image = image;
@@ -886,6 +898,7 @@ absl::StatusOr<std::string> HardwareBroker::SelfTest(const Caller& caller, const
     b->admin_health = false;
   }
   b->SetHealth("good", "");
+  if (b->simulated() && !leases_->Holder(board) && b->qemu && b->qemu->Pause().ok()) b->paused = true;
   return report.empty() ? std::string("ok") : report;
 }
 

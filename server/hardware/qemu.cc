@@ -227,6 +227,8 @@ absl::StatusOr<std::string> QemuInstance::Qmp(const std::string& command_json) {
 
 absl::Status QemuInstance::Continue() { return Qmp(R"({"execute":"cont"})").status(); }
 
+absl::Status QemuInstance::Pause() { return Qmp(R"({"execute":"stop"})").status(); }
+
 absl::Status QemuInstance::Reset() { return Qmp(R"({"execute":"system_reset"})").status(); }
 
 void QemuInstance::Stop() {

@@ -38,6 +38,8 @@ class QemuInstance {
   std::string exit_description() const;
 
   [[nodiscard]] absl::Status Continue();
+  // Pauses the virtual CPU (no CPU time used) until Continue().
+  [[nodiscard]] absl::Status Pause();
   [[nodiscard]] absl::Status Reset();
   // Asks QEMU to quit, kills it if it does not within a second, reaps it.
   void Stop();

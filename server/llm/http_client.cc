@@ -73,13 +73,43 @@ class CurlHttpClient final : public HttpClient {
     static std::once_flag once;
     std::call_once(once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
   }
+  ~CurlHttpClient() override {
+    for (CURL* c : idle_) curl_easy_cleanup(c);
+  }
+
+  // Easy handles are reused so their connections (and TLS sessions) stay
+  // open between model calls of a turn.
+  CURL* Take() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!idle_.empty()) {
+        CURL* c = idle_.back();
+        idle_.pop_back();
+        curl_easy_reset(c);
+        return c;
+      }
+    }
+    return curl_easy_init();
+  }
+  void Give(CURL* c, bool reusable) {
+    if (!reusable) {
+      curl_easy_cleanup(c);
+      return;
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    if (idle_.size() >= 16) {
+      curl_easy_cleanup(c);
+      return;
+    }
+    idle_.push_back(c);
+  }
 
   absl::StatusOr<HttpResponse> PostStream(const HttpRequest& req,
                                           const std::function<void(std::string_view)>& on_data,
                                           CancelToken& cancel, bool* partial) override {
     if (partial) *partial = false;
     if (cancel.cancelled()) return absl::CancelledError("cancelled");
-    CURL* curl = curl_easy_init();
+    CURL* curl = Take();
     if (!curl) return absl::InternalError("curl_easy_init failed");
     HttpResponse response;
     Transfer t{&on_data, &response, &cancel, MonotonicNanos(), req.idle_timeout_s};
@@ -106,7 +136,7 @@ class CurlHttpClient final : public HttpClient {
     curl_easy_setopt(curl, CURLOPT_ACCEPT_ENCODING, "");
     CURLcode rc = curl_easy_perform(curl);
     curl_slist_free_all(headers);
-    curl_easy_cleanup(curl);
+    Give(curl, rc == CURLE_OK);
     if (partial) *partial = response.body_started;
     if (rc == CURLE_ABORTED_BY_CALLBACK) {
       if (t.idle_expired) {
@@ -121,6 +151,10 @@ class CurlHttpClient final : public HttpClient {
     }
     return response;
   }
+
+ private:
+  std::mutex mu_;
+  std::vector<CURL*> idle_;
 };
 
 }  // namespace

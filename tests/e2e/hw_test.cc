@@ -164,6 +164,28 @@ TEST_F(HwTest, LeaseFlashSerialDebugFaultReleaseThroughTheCli) {
   EXPECT_EQ(Device("sim-stm32vl").value("image_sha256", ""), sha);
 
   ASSERT_EQ(Fwai({"hw", "release", "sim-stm32vl"}, &out, &err), 0) << err;
+  // Released, the simulated board is paused: it uses no CPU.
+  {
+    std::string pids;
+    RunCommand({"/usr/bin/pgrep", "-f", d_->dir() + "/data/run/qmp"}, &pids, &err);
+    ASSERT_FALSE(pids.empty());
+    auto cpu_ticks = [&] {
+      std::ifstream stat("/proc/" + std::to_string(std::stoi(pids)) + "/stat");
+      std::string s((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+      std::istringstream fields(s.substr(s.rfind(')') + 2));
+      std::string f;
+      long utime = 0, stime = 0;
+      for (int i = 3; i <= 15 && fields >> f; ++i) {
+        if (i == 14) utime = std::stol(f);
+        if (i == 15) stime = std::stol(f);
+      }
+      return utime + stime;
+    };
+    const long before = cpu_ticks();
+    std::this_thread::sleep_for(std::chrono::milliseconds(1000));
+    EXPECT_LT(cpu_ticks() - before, 10) << "a released simulated board kept running";
+    EXPECT_FALSE(Device("sim-stm32vl").value("running", true));
+  }
   EXPECT_EQ(Fwai({"debug", "print counter"}, &out, &err), 1);
   EXPECT_NE(err.find("not leased"), std::string::npos) << err;
   EXPECT_EQ(Fwai({"monitor", "--send", "ping", "--timeout", "2"}, &out, &err), 1);

@@ -225,6 +225,7 @@ void FakeLlmServer::Serve(int fd) {
     if (n <= 0) break;
     body.append(tmp, n);
   }
+  req.received_ns = MonotonicNanos();
   req.body = json::parse(body, nullptr, false);
   const bool anthropic = req.path == "/v1/messages";
   const bool gemini = req.path.find(":streamGenerateContent") != std::string::npos;
@@ -266,8 +267,10 @@ void FakeLlmServer::Serve(int fd) {
     return;
   }
   std::string required_key;
+  size_t request_index = 0;
   {
     std::lock_guard<std::mutex> lock(mu_);
+    request_index = requests_.size();
     requests_.push_back(req);
     required_key = required_key_;
   }
@@ -468,6 +471,10 @@ void FakeLlmServer::Serve(int fd) {
                                                 {"completion_tokens", r.output_tokens},
                                                 {"total_tokens", r.input_tokens + r.output_tokens}}}}));
     ok = ok && WriteAll(fd, "data: [DONE]\n\n");
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (request_index < requests_.size()) requests_[request_index].responded_ns = MonotonicNanos();
   }
   shutdown(fd, SHUT_WR);
   // Drain until the client closes so it sees a clean end of stream.

@@ -48,6 +48,8 @@ struct RecordedRequest {
   std::string path;
   std::vector<std::pair<std::string, std::string>> headers;  // lowercase names
   nlohmann::json body;
+  int64_t received_ns = 0;   // CLOCK_MONOTONIC when the whole request was read
+  int64_t responded_ns = 0;  // when the last byte of the reply was written
   std::string Header(const std::string& name) const;
 };
 

@@ -336,7 +336,27 @@ absl::StatusOr<DaemonConfig> ParseConfig(const std::string& yaml_text, const std
       }
     }
     if (auto n = root["agent"]) {
-      CFG_TRY(r.CheckKeys(n, "agent", {"max_iterations", "max_message_bytes", "tool_threshold", "tools_top_k", "subagents"}));
+      CFG_TRY(r.CheckKeys(n, "agent", {"max_iterations", "max_message_bytes", "tool_threshold", "tools_top_k", "subagents",
+                                       "prices", "context_windows"}));
+      if (auto pr = n["prices"]) {
+        if (!pr.IsMap()) return r.Error(pr, "agent.prices", "expected a mapping of model prefix to {input, output} USD per million tokens");
+        for (const auto& kv : pr) {
+          const std::string f = "agent.prices." + kv.first.as<std::string>();
+          CFG_TRY(r.CheckKeys(kv.second, f, {"input", "output"}));
+          double in = 0, out = 0;
+          if (kv.second["input"]) CFG_TRY(r.Double(kv.second["input"], f + ".input", 0, 100000, in));
+          if (kv.second["output"]) CFG_TRY(r.Double(kv.second["output"], f + ".output", 0, 100000, out));
+          c.prices[kv.first.as<std::string>()] = {in, out};
+        }
+      }
+      if (auto cw = n["context_windows"]) {
+        if (!cw.IsMap()) return r.Error(cw, "agent.context_windows", "expected a mapping of model prefix to tokens");
+        for (const auto& kv : cw) {
+          int64_t tokens = 0;
+          CFG_TRY(r.Int(kv.second, "agent.context_windows." + kv.first.as<std::string>(), 1024, int64_t{1} << 32, tokens));
+          c.context_windows[kv.first.as<std::string>()] = tokens;
+        }
+      }
       if (auto sa = n["subagents"]) {
         if (!sa.IsMap()) return r.Error(sa, "agent.subagents", "expected a mapping of type name to settings");
         for (const auto& kv : sa) {

@@ -171,6 +171,10 @@ struct DaemonConfig {
   int tools_top_k = 8;
   int64_t max_message_bytes = 256 * 1024;
   std::map<std::string, SubagentConfig> subagents;  // built-in types plus agent.subagents
+  // Model-name prefix -> USD per million input/output tokens (over the built-in table).
+  std::map<std::string, std::pair<double, double>> prices;
+  // Model-name prefix -> context window in tokens (over the built-in table).
+  std::map<std::string, int64_t> context_windows;
   int max_subagent_depth = 3;
   int http_connect_timeout_s = 15;
   int http_idle_timeout_s = 120;  // no byte for this long fails the stream

@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <sstream>
 #include <thread>
 
@@ -398,6 +399,37 @@ int CmdSessionsShow(const Globals& g, const std::string& id) {
               FormatTime(s.created_us()).c_str(), FormatTime(s.updated_us()).c_str(),
               static_cast<unsigned long long>(s.last_seq()));
   if (!s.provider().empty()) std::printf("provider %s %s\n", s.provider().c_str(), s.model().c_str());
+  std::printf("mode     %s%s\n", s.mode().c_str(), s.auto_approve_plan() ? " (plans auto-approved)" : "");
+  std::printf("usage    %lld in · %lld out tokens · $%.4f\n", static_cast<long long>(s.usage().input_tokens()),
+              static_cast<long long>(s.usage().output_tokens()), s.usage().cost_usd());
+  {
+    // Per turn, from the session's events.
+    grpc::ClientContext ctx;
+    pb::AttachRequest req;
+    req.set_session_id(id);
+    req.set_no_follow(true);
+    auto reader = c->sessions->Attach(&ctx, req);
+    pb::ServerEvent ev;
+    std::map<std::string, std::pair<int, int64_t>> calls;  // turn -> model calls
+    bool header = false;
+    while (reader->Read(&ev)) {
+      if (ev.has_message_done()) calls[ev.turn_id()].first++;
+      if (!ev.has_turn_finished()) continue;
+      if (!header) {
+        std::printf("turns:\n");
+        header = true;
+      }
+      const auto& f = ev.turn_finished();
+      std::printf("  %-22s %7lld in %7lld out  $%.4f  %2d calls  %6.1f s  %s\n", ev.turn_id().c_str(),
+                  static_cast<long long>(f.usage().input_tokens()), static_cast<long long>(f.usage().output_tokens()),
+                  f.usage().cost_usd(), calls[ev.turn_id()].first, f.duration_ms() / 1000.0, f.stop_reason().c_str());
+    }
+    reader->Finish();
+  }
+  if (s.todos_size() > 0) {
+    std::printf("todos:\n");
+    for (const auto& t : s.todos()) std::printf("  [%s] %s\n", t.status().c_str(), t.content().c_str());
+  }
   std::printf("\n");
   for (const auto& m : h.messages()) {
     auto content = nlohmann::json::parse(m.content_json(), nullptr, false);

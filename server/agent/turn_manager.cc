@@ -682,8 +682,8 @@ void TurnManager::Run(Turn* turn, TurnRequest req) {
   std::string mode = info->mode;
   main.provider = provider;
   main.model = model;
-  main.max_tokens = pc.max_tokens;
-  main.temperature = pc.temperature;
+  main.max_tokens = info->max_tokens > 0 ? info->max_tokens : pc.max_tokens;
+  main.temperature = info->temperature >= 0 ? info->temperature : pc.temperature;
   main.persist = true;
   main.cancel = &turn->cancel;
   main.sink = &sink;
@@ -695,6 +695,15 @@ void TurnManager::Run(Turn* turn, TurnRequest req) {
   main.usage_mu = &usage_mu;
   main.request = req.text;
   main.context_window = ContextWindowFor(model, pc.context_window);
+  {
+    size_t best = 0;
+    for (const auto& [prefix, tokens] : config_.context_windows) {
+      if (absl::StartsWith(model, prefix) && prefix.size() >= best) {
+        best = prefix.size();
+        main.context_window = tokens;
+      }
+    }
+  }
   if (req.compact_only) {
     auto n = Compact(main, /*forced=*/true);
     if (!n.ok()) {
@@ -712,6 +721,9 @@ void TurnManager::Run(Turn* turn, TurnRequest req) {
   auto fresh = sessions_.Get(req.session_id);
   if (fresh.ok()) {
     if (fresh->mode != mode) fresh->mode = mode;
+    fresh->input_tokens += in_tokens;
+    fresh->output_tokens += out_tokens;
+    fresh->cost_usd += cost;
     (void)sessions_.Update(*fresh);
   }
   finish();
@@ -724,6 +736,14 @@ std::string TurnManager::RunAgent(Turn* turn, Agent& a) {
   const auto types = SubagentTypes(config_);
   double price_in = 0, price_out = 0;
   PriceFor(a.model, &price_in, &price_out);
+  size_t best = 0;
+  for (const auto& [prefix, pr] : config_.prices) {
+    if (absl::StartsWith(a.model, prefix) && prefix.size() >= best) {
+      best = prefix.size();
+      price_in = pr.first;
+      price_out = pr.second;
+    }
+  }
   AgentObserver observer(sink, a.name, a.parent_call_id);
 
   // The tools offered. With many tools (MCP servers, ...), the main agent gets
@@ -862,6 +882,11 @@ std::string TurnManager::RunAgent(Turn* turn, Agent& a) {
       ev.mutable_message_done()->mutable_origin()->set_parent_call_id(a.parent_call_id);
       ev.mutable_message_done()->set_role("assistant");
       ev.mutable_message_done()->set_stop_reason(result->stop_reason);
+      ev.mutable_message_done()->set_model(a.model);
+      auto* u = ev.mutable_message_done()->mutable_usage();
+      u->set_input_tokens(result->input_tokens);
+      u->set_output_tokens(result->output_tokens);
+      u->set_cost_usd((result->input_tokens * price_in + result->output_tokens * price_out) / 1e6);
       sink.Emit(std::move(ev));
     }
     std::vector<json> calls;

@@ -37,6 +37,11 @@ void ToProto(const SessionInfo& s, bool running, pb::Session* out) {
   out->set_last_seq(s.last_seq);
   out->set_turn_running(running);
   out->set_auto_approve_plan(s.auto_approve_plan);
+  out->mutable_usage()->set_input_tokens(s.input_tokens);
+  out->mutable_usage()->set_output_tokens(s.output_tokens);
+  out->mutable_usage()->set_cost_usd(s.cost_usd);
+  out->set_temperature(s.temperature);
+  out->set_max_tokens(s.max_tokens);
   auto todos = nlohmann::json::parse(s.todos_json, nullptr, false);
   if (todos.is_array()) {
     for (const auto& t : todos) {
@@ -341,7 +346,7 @@ class SessionsService final : public pb::Sessions::CallbackService {
       return r;
     }
     NewSession ns{req->title(), req->project_root(), req->provider(), req->model(), req->mode(),
-                  req->auto_approve_plan()};
+                  req->auto_approve_plan(), req->has_temperature() ? req->temperature() : -1.0, req->max_tokens()};
     auto s = deps_.sessions->Create(access_.Caller(ctx), std::move(ns));
     if (s.ok()) ToProto(*s, false, resp);
     r->Finish(ToGrpcStatus(s.status()));

@@ -25,6 +25,11 @@ std::string SessionToJson(const SessionInfo& s) {
                       {"model", s.model},
                       {"mode", s.mode},
                       {"auto_approve_plan", s.auto_approve_plan},
+                      {"temperature", s.temperature},
+                      {"max_tokens", s.max_tokens},
+                      {"input_tokens", s.input_tokens},
+                      {"output_tokens", s.output_tokens},
+                      {"cost_usd", s.cost_usd},
                       {"todos", nlohmann::json::parse(s.todos_json, nullptr, false).is_array()
                                     ? nlohmann::json::parse(s.todos_json)
                                     : nlohmann::json::array()}};
@@ -45,6 +50,11 @@ absl::StatusOr<SessionInfo> SessionFromJson(const std::string& text) {
     s.model = j.value("model", "");
     s.mode = j.value("mode", "act");
     s.auto_approve_plan = j.value("auto_approve_plan", false);
+    s.temperature = j.value("temperature", -1.0);
+    s.max_tokens = j.value("max_tokens", 0);
+    s.input_tokens = j.value("input_tokens", int64_t{0});
+    s.output_tokens = j.value("output_tokens", int64_t{0});
+    s.cost_usd = j.value("cost_usd", 0.0);
     s.todos_json = j.contains("todos") ? j["todos"].dump() : "[]";
     return s;
   } catch (const nlohmann::json::exception& e) {
@@ -84,6 +94,10 @@ absl::StatusOr<SessionInfo> SessionManager::Create(const std::string& owner, New
   }
   s.mode = params.mode.empty() ? "act" : params.mode;
   s.auto_approve_plan = params.auto_approve_plan;
+  if (params.temperature > 2) return absl::InvalidArgumentError("temperature: expected 0..2");
+  if (params.max_tokens < 0 || params.max_tokens > 1000000) return absl::InvalidArgumentError("max_tokens: expected 0..1000000");
+  s.temperature = params.temperature;
+  s.max_tokens = params.max_tokens;
   RETURN_IF_ERROR(storage_.Put(Cf::kSessions, s.id, SessionToJson(s), /*sync=*/false));
   // A new session has no events or history: its live state needs no seek.
   auto live = std::make_shared<Live>();

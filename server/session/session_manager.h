@@ -40,6 +40,11 @@ struct SessionInfo {
   std::string mode = "act";  // act | plan
   bool auto_approve_plan = false;
   std::string todos_json = "[]";  // the session's todo list
+  double temperature = -1;        // < 0: the provider's
+  int max_tokens = 0;             // 0: the provider's
+  int64_t input_tokens = 0;       // totals over all turns
+  int64_t output_tokens = 0;
+  double cost_usd = 0;
   uint64_t last_seq = 0;
 };
 
@@ -50,6 +55,8 @@ struct NewSession {
   std::string model;
   std::string mode = "act";
   bool auto_approve_plan = false;
+  double temperature = -1;
+  int max_tokens = 0;
 };
 
 // One message of the conversation: role + Anthropic-style content blocks (JSON array).

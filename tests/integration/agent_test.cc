@@ -449,6 +449,56 @@ TEST_F(AgentTest, CompactionSummarisesOlderTurnsAndKeepsOpenTodos) {
   EXPECT_EQ(out.text, "A6");
 }
 
+TEST_F(AgentTest, UsagePerCallPerTurnAndPerSessionWithSessionSampling) {
+  Daemon d(&fake_, "agent:\n  prices:\n    claude-sonnet-4: {input: 10, output: 20}\n");
+  ASSERT_TRUE(d.Start()) << d.log();
+  grpc::ClientContext cctx;
+  pb::CreateSessionRequest creq;
+  creq.set_project_root(d.project_dir());
+  creq.set_temperature(0.2);
+  creq.set_max_tokens(777);
+  pb::Session s;
+  ASSERT_TRUE(d.sessions()->Create(&cctx, creq, &s).ok());
+  FakeReply r1;
+  r1.tool_calls = {{"c1", "todoRead", json::object()}};
+  r1.input_tokens = 100;
+  r1.output_tokens = 10;
+  fake_.Enqueue(r1);
+  FakeReply r2;
+  r2.chunks = {"ok"};
+  r2.input_tokens = 200;
+  r2.output_tokens = 20;
+  fake_.Enqueue(r2);
+  auto out = RunChat(*d.sessions(), s.id(), "go");
+  ASSERT_TRUE(out.finished);
+  std::vector<pb::Usage> per_call;
+  for (const auto& e : out.events) {
+    if (e.has_message_done()) per_call.push_back(e.message_done().usage());
+  }
+  ASSERT_EQ(per_call.size(), 2u);
+  EXPECT_EQ(per_call[0].input_tokens(), 100);
+  EXPECT_EQ(per_call[1].output_tokens(), 20);
+  EXPECT_NEAR(per_call[0].cost_usd(), (100 * 10 + 10 * 20) / 1e6, 1e-12);  // the configured price
+  const auto& fin = out.events.back().turn_finished();
+  EXPECT_EQ(fin.usage().input_tokens(), 300);
+  EXPECT_NEAR(fin.usage().cost_usd(), (300 * 10 + 30 * 20) / 1e6, 1e-12);
+  auto reqs = fake_.requests();
+  EXPECT_DOUBLE_EQ(reqs[0].body["temperature"].get<double>(), 0.2);
+  EXPECT_EQ(reqs[0].body["max_tokens"], 777);
+  out = RunChat(*d.sessions(), s.id(), "again");  // the fake answers with its default usage
+  grpc::ClientContext gctx;
+  pb::GetSessionRequest g;
+  g.set_session_id(s.id());
+  pb::Session after;
+  ASSERT_TRUE(d.sessions()->Get(&gctx, g, &after).ok());
+  EXPECT_EQ(after.usage().input_tokens(), 300 + 12);
+  std::string text, err;
+  ASSERT_EQ(RunCommand({std::string(FWAI_BIN_DIR) + "/fwai", "--daemon", d.address(), "sessions", "show", s.id()}, &text, &err), 0) << err;
+  EXPECT_NE(text.find("usage    312 in"), std::string::npos) << text;
+  EXPECT_NE(text.find("turns:"), std::string::npos) << text;
+  EXPECT_NE(text.find("2 calls"), std::string::npos) << text;
+}
+
 TEST_F(AgentTest, CancelKillsARunningCommandAndItsChildrenWithinASecond) {
   Daemon d(&fake_);
   ASSERT_TRUE(d.Start()) << d.log();

@@ -34,6 +34,7 @@
 #include "server/api/api.h"
 #include "server/catalog/tool_catalog.h"
 #include "server/mcp/mcp_manager.h"
+#include "server/evidence/evidence_log.h"
 #include "server/hardware/broker.h"
 #include "server/hardware/hardware_tools.h"
 #include "server/knowledge/document_search_tool.h"
@@ -376,6 +377,18 @@ int Main(int argc, char** argv) {
   }
   spdlog::info("hardware: {} devices ({:.0f} ms after start)", hardware.List().size(), ms_since_start());
   RegisterHardwareTools(tools, hardware);
+  // Evidence: every agent turn and every flash leaves a signed, chained record.
+  auto evidence = EvidenceLog::Open(**storage, config.data_dir + "/keys/evidence.pem", 100);
+  if (!evidence.ok()) {
+    std::fprintf(stderr, "fwaid: evidence log: %s\n", std::string(evidence.status().message()).c_str());
+    return 1;
+  }
+  EvidenceLog* evidence_log = evidence->get();
+  auto record_run = [evidence_log](const nlohmann::json& rec) {
+    auto r = evidence_log->Append(rec);
+    if (!r.ok()) spdlog::error("evidence: {}", r.status().ToString());
+  };
+  hardware.SetRunRecorder(record_run);
 
   SessionManager sessions(**storage, config.subscribers);
   ToolCatalogStore* catalog_ptr = catalog->get();
@@ -387,6 +400,7 @@ int Main(int argc, char** argv) {
     }
     return names;
   });
+  turns.SetRunRecorder(record_run);
   PeerRegistry peers;
 
   ApiDeps deps;
@@ -399,6 +413,7 @@ int Main(int argc, char** argv) {
   deps.catalog = catalog->get();
   deps.pool = &pool;
   deps.hardware = &hardware;
+  deps.evidence = evidence_log;
   deps.on_session_deleted = [&hardware](const std::string& id) { hardware.SessionEnded(id); };
   deps.request_shutdown = [] { kill(getpid(), SIGTERM); };
   deps.started_us = NowMicros();

@@ -25,6 +25,7 @@
 #include "absl/strings/strip.h"
 #include "client/cli/cli.h"
 #include "client/cli/kb.h"
+#include "client/cli/evidence.h"
 #include "client/cli/hw.h"
 #include "client/cli/tools.h"
 #include "client/cli/render.h"
@@ -776,6 +777,7 @@ int Main(int argc, char** argv) {
   KbCommands kb(app, g);
   ToolsCommands tools(app, g);
   HwCommands hw(app, g);
+  EvidenceCommands evidence(app, g);
   auto* repl_session = app.add_option("--session", session_id, "Session for the REPL");
   (void)repl_session;
 
@@ -796,6 +798,7 @@ int Main(int argc, char** argv) {
   if (auto rc = kb.RunIfParsed()) return *rc;
   if (auto rc = tools.RunIfParsed()) return *rc;
   if (auto rc = hw.RunIfParsed()) return *rc;
+  if (auto rc = evidence.RunIfParsed()) return *rc;
   if (g.json) return Fail(g, kExitUsage, "--json needs a command (see fwai --help)");
   return Repl(g, session_id, provider, model);
 }

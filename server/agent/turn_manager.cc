@@ -11,7 +11,11 @@
 #include <sstream>
 #include <thread>
 
+#include <filesystem>
+
 #include "absl/strings/match.h"
+#include "absl/strings/str_split.h"
+#include "common/subprocess.h"
 #include "absl/strings/str_cat.h"
 #include "common/cancel.h"
 #include "common/clock.h"
@@ -441,6 +445,9 @@ struct TurnManager::Agent {
   int iterations = 0;
   int64_t context_window = 200000;
   int64_t last_input_tokens = 0;
+  // Every tool call of the turn, sub-agents included (for the run record).
+  json* calls_log = nullptr;
+  std::mutex* calls_mu = nullptr;
 };
 
 namespace {
@@ -694,6 +701,10 @@ void TurnManager::Run(Turn* turn, TurnRequest req) {
   main.cost = &cost;
   main.usage_mu = &usage_mu;
   main.request = req.text;
+  json calls_log = json::array();
+  std::mutex calls_mu;
+  main.calls_log = &calls_log;
+  main.calls_mu = &calls_mu;
   main.context_window = ContextWindowFor(model, pc.context_window);
   {
     size_t best = 0;
@@ -718,6 +729,37 @@ void TurnManager::Run(Turn* turn, TurnRequest req) {
   RunAgent(turn, main);
   stop_reason = main.stop_reason;
   iterations = main.iterations;
+  if (recorder_) {
+    json rec = {{"kind", "agent_turn"},
+                {"session_id", req.session_id},
+                {"turn_id", req.turn_id},
+                {"project_root", info->project_root},
+                {"owner", info->owner},
+                {"provider", pc.name},
+                {"model", model},
+                {"mode", mode},
+                {"llm_calls", {{"model_calls", main.iterations}, {"input_tokens", in_tokens},
+                               {"output_tokens", out_tokens}, {"cost_usd", cost}}},
+                {"tools", calls_log},
+                {"stop_reason", main.stop_reason},
+                {"duration_ms", (MonotonicNanos() - start_ns) / 1000000}};
+    // Files changed: the numstat of the project's git diff, when it is a repository.
+    std::error_code ec;
+    if (std::filesystem::exists(info->project_root + "/.git", ec)) {
+      ProcessOptions po;
+      po.timeout_ms = 5000;
+      auto r = RunProcess({"git", "-C", info->project_root, "diff", "--numstat"}, po);
+      if (r.ok() && r->exit_code == 0) {
+        json files = json::array();
+        for (absl::string_view line : absl::StrSplit(r->out, '\n', absl::SkipEmpty())) {
+          std::vector<std::string> f = absl::StrSplit(line, '\t');
+          if (f.size() == 3) files.push_back({{"path", f[2]}, {"added", f[0]}, {"removed", f[1]}});
+        }
+        rec["files_changed"] = files;
+      }
+    }
+    recorder_(rec);
+  }
   auto fresh = sessions_.Get(req.session_id);
   if (fresh.ok()) {
     if (fresh->mode != mode) fresh->mode = mode;
@@ -1098,6 +1140,8 @@ std::string TurnManager::RunAgent(Turn* turn, Agent& a) {
           sub.out_tokens = a.out_tokens;
           sub.cost = a.cost;
           sub.usage_mu = a.usage_mu;
+          sub.calls_log = a.calls_log;
+          sub.calls_mu = a.calls_mu;
           std::string report = RunAgent(turn, sub);
           finished = true;
           watchdog.join();
@@ -1166,6 +1210,14 @@ std::string TurnManager::RunAgent(Turn* turn, Agent& a) {
       json r = {{"type", "tool_result"}, {"tool_use_id", call_id}, {"content", tr.content}};
       if (tr.is_error) r["is_error"] = true;
       results[index] = r;
+      if (a.calls_log) {
+        std::string in = input.dump();
+        if (in.size() > 2000) in = in.substr(0, 2000) + "...";
+        std::lock_guard<std::mutex> lock(*a.calls_mu);
+        a.calls_log->push_back({{"call_id", call_id}, {"tool", tool_name}, {"agent", a.name},
+                                {"parent_call_id", a.parent_call_id}, {"input", in}, {"is_error", tr.is_error},
+                                {"duration_ms", (MonotonicNanos() - t0) / 1000000}});
+      }
     };
     // Delegations run in parallel; everything else in order.
     std::vector<std::thread> parallel;

@@ -14,6 +14,8 @@
 #include <optional>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "common/config.h"
@@ -68,6 +70,8 @@ class TurnManager {
   // Starts a turn. INVALID_ARGUMENT for an empty/oversized message,
   // NOT_FOUND for an unknown session, FAILED_PRECONDITION if a turn is running.
   [[nodiscard]] absl::Status Start(TurnRequest request);
+  // Receives one run record per finished turn (the evidence log).
+  void SetRunRecorder(std::function<void(const nlohmann::json&)> recorder) { recorder_ = std::move(recorder); }
   // Cancels the running turn of the session, if any.
   void Cancel(const std::string& session_id);
   // Delivers a reply to the question or plan the session's turn waits on.
@@ -98,6 +102,7 @@ class TurnManager {
   const ProviderSet& providers_;
   const ToolRegistry& tools_;
   const ToolRetriever retriever_;
+  std::function<void(const nlohmann::json&)> recorder_;
   std::mutex mu_;
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
   std::map<std::string, std::unique_ptr<Turn>> turns_ ABSL_GUARDED_BY(mu_);

@@ -26,6 +26,7 @@ class KnowledgeBase;
 class ToolCatalogStore;
 class ThreadPool;
 class HardwareBroker;
+class EvidenceLog;
 struct DaemonConfig;
 struct ProviderSet;
 
@@ -55,6 +56,7 @@ struct ApiDeps {
   ToolCatalogStore* catalog = nullptr;
   ThreadPool* pool = nullptr;          // runs work that must not block reactions
   HardwareBroker* hardware = nullptr;  // may be null: Hardware answers UNAVAILABLE
+  EvidenceLog* evidence = nullptr;     // may be null: Evidence answers UNAVAILABLE
   std::function<void(const std::string&)> on_session_deleted;
   std::function<void()> request_shutdown;
   int64_t started_us = 0;
@@ -68,6 +70,7 @@ std::vector<std::unique_ptr<grpc::Service>> MakeServices(const ApiDeps& deps);
 std::unique_ptr<grpc::Service> MakeKnowledgeService(const ApiDeps& deps);
 std::unique_ptr<grpc::Service> MakeToolCatalogService(const ApiDeps& deps);
 std::unique_ptr<grpc::Service> MakeHardwareService(const ApiDeps& deps);
+std::unique_ptr<grpc::Service> MakeEvidenceService(const ApiDeps& deps);
 
 // The one place absl::Status becomes grpc::Status.
 grpc::Status ToGrpcStatus(const absl::Status& s);

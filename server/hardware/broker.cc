@@ -539,6 +539,12 @@ absl::StatusOr<FlashResult> HardwareBroker::Flash(const Caller& caller, const st
     result.boot_line = line->text;
   }
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (recorder_) {
+    recorder_({{"kind", "flash"}, {"board", board_id}, {"target", b->cfg.target}, {"image", b->image},
+               {"image_sha256", *sha}, {"bytes", img->bytes}, {"by", caller.display}, {"session_id", caller.session_id},
+               {"approved", approved}, {"boot_line", result.boot_line}, {"booted", !result.boot_line.empty()},
+               {"seconds", result.seconds}});
+  }
   return result;
 }
 

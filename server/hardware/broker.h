@@ -69,6 +69,8 @@ class HardwareBroker {
   // Loads leases, opens serial ports, boots simulated boards that have an image.
   [[nodiscard]] absl::Status Start();
   void Shutdown();
+  // Receives a run record per flash (the evidence log).
+  void SetRunRecorder(std::function<void(const nlohmann::json&)> recorder) { recorder_ = std::move(recorder); }
 
   std::vector<DeviceInfo> List() const;
   // "" picks the caller's leased board, else the only board.
@@ -125,6 +127,7 @@ class HardwareBroker {
   std::unique_ptr<LeaseManager> leases_;
   struct Supervisor;
   std::unique_ptr<Supervisor> supervisor_;
+  std::function<void(const nlohmann::json&)> recorder_;
 };
 
 }  // namespace fwai

@@ -400,6 +400,39 @@ TEST_F(HwTest, AgentToolsUseTheSessionOwnersLease) {
   EXPECT_NE(results["c5"]->output().find("needs the lease"), std::string::npos) << results["c5"]->output();
   EXPECT_TRUE(results["c6"]->is_error());
   EXPECT_NE(results["c6"]->output().find("not leased"), std::string::npos) << results["c6"]->output();
+
+  // Every turn and the flash left a record in the evidence log, which verifies,
+  // also after a restart (a checkpoint is signed at shutdown).
+  ASSERT_EQ(Fwai({"--json", "evidence", "ls", "-n", "0"}, &out, &err), 0) << err;
+  int flashes = 0, turns = 0;
+  std::istringstream lines(out);
+  std::string line;
+  while (std::getline(lines, line)) {
+    auto j = json::parse(line);
+    const auto& rec = j["record"];
+    if (rec["kind"] == "flash") {
+      ++flashes;
+      EXPECT_EQ(rec["image_sha256"].get<std::string>().size(), 64u);
+      EXPECT_TRUE(rec["booted"].get<bool>());
+    }
+    if (rec["kind"] == "agent_turn") {
+      ++turns;
+      EXPECT_EQ(rec["session_id"], session.id());
+      EXPECT_FALSE(rec["tools"].empty());
+    }
+  }
+  EXPECT_EQ(flashes, 1);
+  EXPECT_EQ(turns, 2);
+  ASSERT_EQ(Fwai({"evidence", "verify"}, &out, &err), 0) << err;
+  EXPECT_NE(out.find("evidence verified: 3 records"), std::string::npos) << out;
+  ASSERT_EQ(Fwai({"evidence", "export", "--format", "csv"}, &out, &err), 0) << err;
+  EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 4);  // header + 3 records
+  EXPECT_EQ(d_->Stop(), 0);
+  ASSERT_TRUE(d_->Start());
+  ASSERT_EQ(Fwai({"evidence", "verify"}, &out, &err), 0) << err;
+  EXPECT_NE(out.find("1 signed checkpoints"), std::string::npos) << out;
+  EXPECT_EQ(Fwai({"evidence", "export", "--format", "sarif"}, &out, &err), 1);
+  EXPECT_NE(err.find("not supported yet"), std::string::npos) << err;
 }
 
 TEST_F(HwTest, PhysicalBoardFlashesThroughItsCommandTemplate) {

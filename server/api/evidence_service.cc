@@ -1,0 +1,116 @@
+// Evidence: list and show run records, verify the log, export it.
+#include <grpcpp/grpcpp.h>
+
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+#include "common/thread_pool.h"
+#include "fwai/v1/evidence.grpc.pb.h"
+#include "server/api/api.h"
+#include "server/api/offload.h"
+#include "server/evidence/evidence_log.h"
+
+namespace fwai {
+namespace {
+
+namespace pb = ::fwai::v1;
+using json = nlohmann::json;
+
+void ToProto(const EvidenceRecord& r, pb::RunRecord* out) {
+  out->set_run_id(r.run_id);
+  out->set_index(r.index);
+  out->set_record_json(r.bytes);
+  out->set_hash(ToHex(r.leaf));
+}
+
+std::string CsvField(std::string s) {
+  if (s.find_first_of(",\"\n") == std::string::npos) return s;
+  return "\"" + absl::StrReplaceAll(s, {{"\"", "\"\""}}) + "\"";
+}
+
+class EvidenceService final : public pb::Evidence::CallbackService {
+ public:
+  explicit EvidenceService(ApiDeps deps) : deps_(std::move(deps)) {}
+
+  grpc::ServerUnaryReactor* ListRuns(grpc::CallbackServerContext* ctx, const pb::ListRunsRequest* req,
+                                     pb::ListRunsResponse* resp) override {
+    return Offload(ctx, [this, req, resp] {
+      auto list = deps_.evidence->List(req->limit() > 0 ? static_cast<size_t>(req->limit()) : 0);
+      if (!list.ok()) return list.status();
+      for (const auto& r : *list) ToProto(r, resp->add_runs());
+      return absl::OkStatus();
+    });
+  }
+
+  grpc::ServerUnaryReactor* GetRun(grpc::CallbackServerContext* ctx, const pb::GetRunRequest* req,
+                                   pb::RunRecord* resp) override {
+    return Offload(ctx, [this, req, resp] {
+      if (req->run_id().empty()) return absl::InvalidArgumentError("run_id: required");
+      auto r = deps_.evidence->Get(req->run_id());
+      if (!r.ok()) return r.status();
+      ToProto(*r, resp);
+      return absl::OkStatus();
+    });
+  }
+
+  grpc::ServerUnaryReactor* Verify(grpc::CallbackServerContext* ctx, const pb::VerifyRequest*,
+                                   pb::VerifyResponse* resp) override {
+    return Offload(ctx, [this, resp] {
+      auto r = deps_.evidence->Verify();
+      resp->set_ok(r.ok);
+      resp->set_records(r.records);
+      resp->set_first_bad(r.first_bad);
+      resp->set_detail(r.detail);
+      return absl::OkStatus();
+    });
+  }
+
+  grpc::ServerUnaryReactor* Export(grpc::CallbackServerContext* ctx, const pb::ExportRequest* req,
+                                   pb::ExportResponse* resp) override {
+    return Offload(ctx, [this, req, resp] {
+      const std::string fmt = req->format().empty() ? "json" : req->format();
+      auto list = deps_.evidence->List(0);
+      if (!list.ok()) return list.status();
+      if (fmt == "json") {
+        json out = {{"public_key_ed25519", deps_.evidence->public_key_hex()}, {"records", json::array()}};
+        for (const auto& r : *list) {
+          out["records"].push_back({{"index", r.index}, {"run_id", r.run_id}, {"leaf_hash", ToHex(r.leaf)},
+                                    {"record", json::parse(r.bytes, nullptr, false)}, {"bytes", r.bytes}});
+        }
+        resp->set_data(out.dump(1));
+        resp->set_content_type("application/json");
+        return absl::OkStatus();
+      }
+      if (fmt == "csv") {
+        std::string csv = "index,run_id,kind,time_us,session_id,board,model,stop_reason,leaf_hash\n";
+        for (const auto& r : *list) {
+          auto j = json::parse(r.bytes, nullptr, false);
+          auto f = [&](const char* k) {
+            if (!j.is_object() || !j.contains(k)) return std::string();
+            return j[k].is_string() ? j[k].get<std::string>() : j[k].dump();
+          };
+          absl::StrAppend(&csv, r.index, ",", CsvField(r.run_id), ",", CsvField(f("kind")), ",", f("time_us"), ",",
+                          CsvField(f("session_id")), ",", CsvField(f("board")), ",", CsvField(f("model")), ",",
+                          CsvField(f("stop_reason")), ",", ToHex(r.leaf), "\n");
+        }
+        resp->set_data(csv);
+        resp->set_content_type("text/csv");
+        return absl::OkStatus();
+      }
+      return absl::UnimplementedError(absl::StrCat("export format '", fmt, "' is not supported yet; use json or csv"));
+    });
+  }
+
+ private:
+  grpc::ServerUnaryReactor* Offload(grpc::CallbackServerContext* ctx, std::function<absl::Status()> work) {
+    return OffloadUnary(ctx, deps_.pool, deps_.evidence != nullptr, "the evidence log is not open", std::move(work));
+  }
+  const ApiDeps deps_;
+};
+
+}  // namespace
+
+std::unique_ptr<grpc::Service> MakeEvidenceService(const ApiDeps& deps) { return std::make_unique<EvidenceService>(deps); }
+
+}  // namespace fwai

@@ -52,7 +52,7 @@ HwCommands::HwCommands(CLI::App& app, Globals& g) : g_(g) {
   ls_ = hw->add_subcommand("ls", "Every device and board: kind, ids, health, holder");
   lease_ = hw->add_subcommand("lease", "Lease a board (or device) for yourself");
   lease_->add_option("board", board_, "Board or device id (or use --tag)");
-  lease_->add_option("--tag", tags_, "Any free board with these tags (repeatable)");
+  lease_->add_option("--tag", tags_, "Any free board with these tags (repeatable)")->allow_extra_args(false);
   lease_->add_option("--ttl", ttl_, "Seconds until the lease lapses without a renewal (default: the daemon's, 900)");
   lease_->add_option("--wait", wait_, "Wait up to this many seconds for a held board (default: fail at once)");
   lease_->add_flag("--hold", hold_, "Stay running; fwaid keeps the lease while this runs and releases it when it stops");
@@ -74,7 +74,7 @@ HwCommands::HwCommands(CLI::App& app, Globals& g) : g_(g) {
   monitor_->add_option("board", board_, "Board id (default: your leased board, or the only one)");
   monitor_->add_option("--until", until_, "Exit 0 when a line matches this regex");
   monitor_->add_option("--timeout", timeout_, "Give up after this many seconds (exit 1 with --until)");
-  monitor_->add_option("--send", send_, "Send this line after opening (repeatable; needs the lease)");
+  monitor_->add_option("--send", send_, "Send this line after opening (repeatable; needs the lease)")->allow_extra_args(false);
   monitor_->add_flag("--history", history_, "Start with the buffered history");
 
   flash_ = app.add_subcommand("flash", "Flash an image to a board you hold, behind the flash guard");

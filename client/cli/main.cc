@@ -27,6 +27,7 @@
 #include "client/cli/kb.h"
 #include "client/cli/evidence.h"
 #include "client/cli/hw.h"
+#include "client/cli/project.h"
 #include "client/cli/tools.h"
 #include "client/cli/render.h"
 #include "client/lib/client.h"
@@ -778,6 +779,7 @@ int Main(int argc, char** argv) {
   ToolsCommands tools(app, g);
   HwCommands hw(app, g);
   EvidenceCommands evidence(app, g);
+  ProjectCommands project(app, g);
   auto* repl_session = app.add_option("--session", session_id, "Session for the REPL");
   (void)repl_session;
 
@@ -799,6 +801,7 @@ int Main(int argc, char** argv) {
   if (auto rc = tools.RunIfParsed()) return *rc;
   if (auto rc = hw.RunIfParsed()) return *rc;
   if (auto rc = evidence.RunIfParsed()) return *rc;
+  if (auto rc = project.RunIfParsed()) return *rc;
   if (g.json) return Fail(g, kExitUsage, "--json needs a command (see fwai --help)");
   return Repl(g, session_id, provider, model);
 }

@@ -71,6 +71,7 @@ std::unique_ptr<grpc::Service> MakeKnowledgeService(const ApiDeps& deps);
 std::unique_ptr<grpc::Service> MakeToolCatalogService(const ApiDeps& deps);
 std::unique_ptr<grpc::Service> MakeHardwareService(const ApiDeps& deps);
 std::unique_ptr<grpc::Service> MakeEvidenceService(const ApiDeps& deps);
+std::unique_ptr<grpc::Service> MakeProjectsService(const ApiDeps& deps);
 
 // The one place absl::Status becomes grpc::Status.
 grpc::Status ToGrpcStatus(const absl::Status& s);

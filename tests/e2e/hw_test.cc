@@ -534,6 +534,45 @@ TEST_F(HwTest, SecondSimulatedBoardProbeBoardWithPowerAndOpenOcd) {
   fs::remove_all(tmp);
 }
 
+TEST_F(HwTest, InitDetectsTheExampleAndDoctorChecksTheMachine) {
+  StartDaemon();
+  BuildExample();
+  std::string out, err;
+  ASSERT_EQ(Fwai({"init", "--yes", "--embedder-md", project_}, &out, &err), 0) << err;
+  std::ifstream in(project_ + "/.fwai/project.yaml");
+  std::string yaml((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_NE(yaml.find("build_system: make"), std::string::npos) << yaml;
+  EXPECT_NE(yaml.find("target: stm32f100rb"), std::string::npos) << yaml;
+  EXPECT_TRUE(fs::exists(project_ + "/EMBEDDER.md"));
+  EXPECT_EQ(Fwai({"init", "--yes", project_}, &out, &err), 1);  // not overwritten without --force
+  EXPECT_NE(err.find("--force"), std::string::npos) << err;
+  ASSERT_EQ(Fwai({"init", "--yes", "--force", "--set", "board=stm32vldiscovery", project_}, &out, &err), 0) << err;
+  EXPECT_NE(out.find("board: stm32vldiscovery"), std::string::npos) << out;
+  // Undetectable fields without a terminal: a clear error naming them.
+  const std::string empty = d_->dir() + "/empty";
+  fs::create_directories(empty);
+  EXPECT_EQ(Fwai({"init", empty}, &out, &err), 1);
+  EXPECT_NE(err.find("could not detect"), std::string::npos) << err;
+  // Doctor: the toolchains of this machine, devices, the project config.
+  Fwai({"--json", "doctor", project_}, &out, &err);
+  std::map<std::string, json> checks;
+  std::istringstream lines(out);
+  std::string line;
+  while (std::getline(lines, line)) {
+    auto j = json::parse(line, nullptr, false);
+    if (j.is_object()) checks[j.value("name", "")] = j;
+  }
+  for (const char* name : {"daemon", "devices", "arm-none-eabi-gcc", "gdb", "qemu-system-arm", "project config"}) {
+    ASSERT_TRUE(checks.count(name)) << name << "\n" << out;
+    EXPECT_TRUE(checks[name].value("ok", false)) << name << ": " << checks[name].dump();
+  }
+  EXPECT_FALSE(checks["providers"].value("ok", true));  // no key here
+  EXPECT_NE(checks["providers"].value("fix", "").find("ANTHROPIC_API_KEY"), std::string::npos);
+  std::ofstream(project_ + "/.fwai/project.yaml") << "name: x\nserial:\n  baud: fast\n";
+  Fwai({"doctor", project_}, &out, &err);
+  EXPECT_NE(out.find("project.yaml:3"), std::string::npos) << out;
+}
+
 TEST_F(HwTest, MissingAndBusyPortsAreReportedNotFatal) {
   int master = -1, slave = -1;
   char name[128];

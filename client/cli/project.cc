@@ -1,0 +1,123 @@
+#include "client/cli/project.h"
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <iostream>
+
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "client/lib/client.h"
+#include "fwai/v1/projects.grpc.pb.h"
+
+namespace fwai {
+
+namespace pb = fwai::v1;
+using json = nlohmann::json;
+
+ProjectCommands::ProjectCommands(CLI::App& app, Globals& g) : g_(g) {
+  init_ = app.add_subcommand("init", "Detect the project's build, flash, target and serial settings; write .fwai/project.yaml");
+  init_->add_option("dir", dir_, "Project directory (default: here)");
+  init_->add_flag("--yes,-y", yes_, "Take what was detected; do not ask for the rest");
+  init_->add_flag("--force", force_, "Replace an existing .fwai/project.yaml");
+  init_->add_flag("--embedder-md", embedder_md_, "Also write EMBEDDER.md");
+  init_->add_option("--set", set_, "field=value (build_command, flash_command, target, board, debug_interface, serial_port, baud); repeatable")
+      ->allow_extra_args(false);
+  doctor_ = app.add_subcommand("doctor", "Check toolchains, the daemon, providers, devices and the project config");
+  doctor_->add_option("dir", dir_, "Project directory (default: here)");
+}
+
+std::optional<int> ProjectCommands::RunIfParsed() {
+  if (init_->parsed()) return Init();
+  if (doctor_->parsed()) return Doctor();
+  return std::nullopt;
+}
+
+int ProjectCommands::Init() {
+  std::error_code ec;
+  const std::string root = std::filesystem::absolute(dir_.empty() ? (g_.project.empty() ? "." : g_.project) : dir_, ec)
+                               .lexically_normal()
+                               .string();
+  auto ch = ConnectChannel(g_);
+  if (!ch.ok()) return Fail(g_, kExitUnreachable, std::string(ch.status().message()));
+  auto stub = pb::Projects::NewStub(*ch);
+  pb::InitRequest req;
+  req.set_project_root(root);
+  req.set_force(force_);
+  req.set_embedder_md(embedder_md_);
+  for (const auto& kv : set_) {
+    auto eq = kv.find('=');
+    if (eq == std::string::npos) return Fail(g_, kExitUsage, absl::StrCat("--set ", kv, ": expected field=value"));
+    (*req.mutable_values())[kv.substr(0, eq)] = kv.substr(eq + 1);
+  }
+  // First what detection finds; then ask for the rest.
+  pb::InitResponse dry;
+  {
+    grpc::ClientContext ctx;
+    pb::InitRequest d = req;
+    d.set_dry_run(true);
+    auto st = stub->Init(&ctx, d, &dry);
+    if (!st.ok()) return FailGrpc(g_, st);
+  }
+  if (!g_.json) std::cerr << "detected: " << dry.build_system() << " project in " << root << "\n";
+  if (dry.missing_size() > 0 && !yes_) {
+    if (!isatty(0) || g_.json) {
+      std::string names;
+      for (const auto& m : dry.missing()) absl::StrAppend(&names, names.empty() ? "" : ", ", m);
+      return Fail(g_, kExitError, absl::StrCat("could not detect ", names, "; give them with --set field=value, or --yes"));
+    }
+    for (const auto& m : dry.missing()) {
+      std::cerr << m << "? " << std::flush;
+      std::string v;
+      std::getline(std::cin, v);
+      v = std::string(absl::StripAsciiWhitespace(v));
+      if (!v.empty()) (*req.mutable_values())[m] = v;
+    }
+  }
+  req.set_accept_defaults(true);
+  grpc::ClientContext ctx;
+  pb::InitResponse resp;
+  auto st = stub->Init(&ctx, req, &resp);
+  if (!st.ok()) return FailGrpc(g_, st);
+  if (g_.json) {
+    std::cout << ProtoToJson(resp).dump() << std::endl;
+  } else {
+    std::cout << "wrote " << resp.config_path() << (embedder_md_ ? " and EMBEDDER.md" : "") << "\n" << resp.config_yaml();
+  }
+  return kExitOk;
+}
+
+int ProjectCommands::Doctor() {
+  std::error_code ec;
+  const std::string root = std::filesystem::absolute(dir_.empty() ? (g_.project.empty() ? "." : g_.project) : dir_, ec)
+                               .lexically_normal()
+                               .string();
+  auto ch = ConnectChannel(g_);
+  if (!ch.ok()) {
+    if (g_.json) std::cout << json{{"name", "daemon"}, {"ok", false}, {"detail", std::string(ch.status().message())}}.dump() << std::endl;
+    return Fail(g_, kExitUnreachable, absl::StrCat("daemon: ", ch.status().message(), " — fix: fwai daemon start (see its log)"));
+  }
+  auto stub = pb::Projects::NewStub(*ch);
+  grpc::ClientContext ctx;
+  pb::DoctorRequest req;
+  req.set_project_root(root);
+  pb::DoctorResponse resp;
+  auto st = stub->Doctor(&ctx, req, &resp);
+  if (!st.ok()) return FailGrpc(g_, st);
+  bool all = true;
+  for (const auto& c : resp.checks()) {
+    all &= c.ok();
+    if (g_.json) {
+      std::cout << ProtoToJson(c).dump() << "\n";
+      continue;
+    }
+    std::printf("%s %-18s %s\n", c.ok() ? "ok  " : "FAIL", c.name().c_str(), c.detail().c_str());
+    if (!c.ok() && !c.fix().empty()) std::printf("     %-18s fix: %s\n", "", c.fix().c_str());
+  }
+  std::cout.flush();
+  return all ? kExitOk : kExitError;
+}
+
+}  // namespace fwai

@@ -1,0 +1,146 @@
+// Projects: init (detect, then write .fwai/project.yaml), config, doctor.
+#include <grpcpp/grpcpp.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/config.h"
+#include "common/thread_pool.h"
+#include "fwai/v1/projects.grpc.pb.h"
+#include "server/agent/turn_manager.h"
+#include "server/api/api.h"
+#include "server/api/offload.h"
+#include "server/hardware/broker.h"
+#include "server/llm/provider.h"
+#include "server/project/project.h"
+
+namespace fwai {
+namespace {
+
+namespace pb = ::fwai::v1;
+namespace fs = std::filesystem;
+
+absl::StatusOr<std::string> Root(const std::string& r) {
+  if (r.empty()) return absl::InvalidArgumentError("project_root: required");
+  std::error_code ec;
+  fs::path p = fs::canonical(r, ec);
+  if (ec || !fs::is_directory(p)) return absl::InvalidArgumentError(absl::StrCat("project_root: '", r, "' is not a directory"));
+  return p.string();
+}
+
+class ProjectsService final : public pb::Projects::CallbackService {
+ public:
+  explicit ProjectsService(ApiDeps deps) : deps_(std::move(deps)) {}
+
+  grpc::ServerUnaryReactor* Init(grpc::CallbackServerContext* ctx, const pb::InitRequest* req,
+                                 pb::InitResponse* resp) override {
+    return OffloadUnary(ctx, deps_.pool, true, "", [req, resp] {
+      auto root = Root(req->project_root());
+      if (!root.ok()) return root.status();
+      const fs::path path = fs::path(*root) / ".fwai" / "project.yaml";
+      std::error_code ec;
+      ProjectSettings s = DetectProject(*root);
+      ApplyEmbedderMd(*root, s);
+      for (const auto& [k, v] : req->values()) {
+        if (auto st = SetProjectField(s, k, v); !st.ok()) return st;
+        std::erase(s.missing, k);
+      }
+      resp->set_config_path(path.string());
+      resp->set_build_system(s.build_system);
+      for (const auto& m : s.missing) resp->add_missing(m);
+      resp->set_config_yaml(ProjectYaml(s));
+      if (req->dry_run()) return absl::OkStatus();
+      if (fs::exists(path, ec) && !req->force()) {
+        return absl::AlreadyExistsError(absl::StrCat(path.string(), " exists; fwai init --force replaces it"));
+      }
+      if (!s.missing.empty() && !req->accept_defaults()) {
+        return absl::FailedPreconditionError(absl::StrCat("could not detect: ", absl::StrJoin(s.missing, ", "),
+                                                          "; give them (fwai init asks) or accept empty ones (--yes)"));
+      }
+      fs::create_directories(path.parent_path(), ec);
+      std::ofstream(path) << resp->config_yaml();
+      if (req->embedder_md()) std::ofstream(fs::path(*root) / "EMBEDDER.md") << EmbedderMd(s);
+      resp->set_written(true);
+      return absl::OkStatus();
+    });
+  }
+
+  grpc::ServerUnaryReactor* GetConfig(grpc::CallbackServerContext* ctx, const pb::GetConfigRequest* req,
+                                      pb::ProjectConfig* resp) override {
+    return OffloadUnary(ctx, deps_.pool, true, "", [req, resp] {
+      auto root = Root(req->project_root());
+      if (!root.ok()) return root.status();
+      const fs::path path = fs::path(*root) / ".fwai" / "project.yaml";
+      std::ifstream in(path);
+      if (!in) return absl::NotFoundError(absl::StrCat(path.string(), " does not exist (fwai init)"));
+      std::stringstream ss;
+      ss << in.rdbuf();
+      auto p = ParseProjectYaml(ss.str(), path.string());
+      if (!p.ok()) return p.status();
+      resp->set_yaml(ss.str());
+      return absl::OkStatus();
+    });
+  }
+
+  grpc::ServerUnaryReactor* Doctor(grpc::CallbackServerContext* ctx, const pb::DoctorRequest* req,
+                                   pb::DoctorResponse* resp) override {
+    return OffloadUnary(ctx, deps_.pool, true, "", [this, req, resp] {
+      auto add = [&](const DoctorCheck& c) {
+        auto* o = resp->add_checks();
+        o->set_name(c.name);
+        o->set_ok(c.ok);
+        o->set_detail(c.detail);
+        o->set_fix(c.fix);
+      };
+      add({"daemon", true, absl::StrCat("fwaid ", deps_.version, ", data in ", deps_.config->data_dir), ""});
+      // Providers.
+      DoctorCheck prov{"providers", false, "", ""};
+      std::vector<std::string> ready, keyless;
+      for (const auto& [name, p] : deps_.providers->providers) {
+        const auto& c = p->config();
+        (c.kind == "ollama" || !ResolveApiKey(c).empty() ? ready : keyless).push_back(absl::StrCat(name, " (", c.model, ")"));
+      }
+      prov.ok = !ready.empty();
+      prov.detail = ready.empty() ? "none with a key" : absl::StrCat("ready: ", absl::StrJoin(ready, ", "));
+      if (!keyless.empty()) absl::StrAppend(&prov.detail, "; without a key: ", absl::StrJoin(keyless, ", "));
+      if (!prov.ok) prov.fix = "export ANTHROPIC_API_KEY (or OPENAI_API_KEY / GEMINI_API_KEY, or an ollama provider), then fwai daemon stop";
+      add(prov);
+      // Devices.
+      DoctorCheck dev{"devices", false, "", ""};
+      if (deps_.hardware) {
+        int good = 0;
+        std::vector<std::string> names;
+        for (const auto& d : deps_.hardware->List()) {
+          names.push_back(absl::StrCat(d.id, " (", d.kind, ", ", d.health, ")"));
+          good += d.health == "good";
+        }
+        dev.ok = good > 0;
+        dev.detail = names.empty() ? "no boards or devices" : absl::StrJoin(names, ", ");
+        if (!dev.ok) dev.fix = "plug a board in, or declare one under hardware.boards in fwaid.yaml";
+      } else {
+        dev.detail = "the hardware broker is not running";
+      }
+      add(dev);
+      std::string root;
+      if (!req->project_root().empty()) {
+        auto r = Root(req->project_root());
+        if (!r.ok()) return r.status();
+        root = *r;
+      }
+      for (const auto& c : DoctorChecks(root)) add(c);
+      return absl::OkStatus();
+    });
+  }
+
+ private:
+  const ApiDeps deps_;
+};
+
+}  // namespace
+
+std::unique_ptr<grpc::Service> MakeProjectsService(const ApiDeps& deps) { return std::make_unique<ProjectsService>(deps); }
+
+}  // namespace fwai

@@ -1,0 +1,304 @@
+#include "server/project/project.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <set>
+#include <sstream>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "common/subprocess.h"
+
+namespace fwai {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string ReadText(const fs::path& p, size_t max = 1 << 20) {
+  std::ifstream in(p, std::ios::binary);
+  if (!in) return "";
+  std::string s;
+  s.resize(max);
+  in.read(s.data(), static_cast<std::streamsize>(max));
+  s.resize(static_cast<size_t>(in.gcount()));
+  return s;
+}
+
+std::string Search(const std::string& text, const std::string& re) {
+  std::smatch m;
+  if (std::regex_search(text, m, std::regex(re))) return m[1];
+  return "";
+}
+
+// A linker script or define naming the part: stm32f100rb.ld, STM32F401xE, nrf52840_xxaa.ld ...
+std::string TargetFromFiles(const fs::path& root) {
+  std::error_code ec;
+  for (auto it = fs::recursive_directory_iterator(root, fs::directory_options::skip_permission_denied, ec);
+       !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
+    if (it.depth() > 3) {
+      it.disable_recursion_pending();
+      continue;
+    }
+    const std::string name = it->path().filename().string();
+    if (it->is_directory(ec) && (name == "build" || name.starts_with("."))) {
+      it.disable_recursion_pending();
+      continue;
+    }
+    if (it->path().extension() == ".ld") {
+      std::string stem = absl::AsciiStrToLower(it->path().stem().string());
+      static const std::regex kPart(R"(((stm32|nrf5|atsam|lpc|mk|efm32|gd32|rp20)[a-z0-9_]*))");
+      std::smatch m;
+      if (std::regex_search(stem, m, kPart)) {
+        std::string t = m[1];
+        for (const char* suffix : {"_flash", "_ram", "_app", "_default"}) {
+          if (t.size() > strlen(suffix) && t.ends_with(suffix)) t.resize(t.size() - strlen(suffix));
+        }
+        return t;
+      }
+    }
+  }
+  return "";
+}
+
+}  // namespace
+
+ProjectSettings DetectProject(const std::string& root_in) {
+  ProjectSettings s;
+  const fs::path root(root_in);
+  std::error_code ec;
+  s.name = root.filename().string();
+  auto exists = [&](const char* f) { return fs::exists(root / f, ec); };
+  if (exists("platformio.ini")) {
+    s.build_system = "platformio";
+    const std::string ini = ReadText(root / "platformio.ini");
+    s.build_command = "pio run";
+    s.flash_command = "pio run -t upload";
+    s.board = Search(ini, R"(\n\s*board\s*=\s*([^\s]+))");
+    std::string proto = Search(ini, R"(\n\s*upload_protocol\s*=\s*([^\s]+))");
+    if (!proto.empty()) s.debug_interface = proto;
+    std::string speed = Search(ini, R"(\n\s*monitor_speed\s*=\s*(\d+))");
+    if (!speed.empty()) s.baud = std::stoi(speed);
+    std::string port = Search(ini, R"(\n\s*(?:monitor|upload)_port\s*=\s*([^\s]+))");
+    if (!port.empty()) s.serial_port = port;
+  } else if (exists("west.yml") || exists("prj.conf")) {
+    s.build_system = "zephyr";
+    std::string board = Search(ReadText(root / "CMakeLists.txt"), R"(set\(\s*BOARD\s+([^\s\)]+))");
+    s.board = board;
+    s.build_command = absl::StrCat("west build -b ", board.empty() ? "<board>" : board);
+    s.flash_command = "west flash";
+  } else if (exists("Cargo.toml")) {
+    s.build_system = "cargo";
+    s.build_command = "cargo build --release";
+    const std::string cfg = ReadText(root / ".cargo" / "config.toml") + ReadText(root / ".cargo" / "config");
+    std::string chip = Search(cfg, R"(--chip[ =]+\"?([A-Za-z0-9_]+))");
+    if (!chip.empty()) s.target = absl::AsciiStrToLower(chip);
+    std::string runner = Search(cfg, R"(runner\s*=\s*\"([^\"]+)\")");
+    s.flash_command = !runner.empty() ? runner : "cargo flash --release";
+    if (runner.find("probe-rs") != std::string::npos) s.debug_interface = "probe-rs";
+  } else if (exists("CMakeLists.txt")) {
+    s.build_system = "cmake";
+    s.build_command = "cmake -S . -B build && cmake --build build";
+  } else if (exists("Makefile") || exists("makefile") || exists("GNUmakefile")) {
+    s.build_system = "make";
+    s.build_command = "make";
+    const std::string mk = ReadText(root / (exists("Makefile") ? "Makefile" : exists("makefile") ? "makefile" : "GNUmakefile"));
+    std::string flash = Search(mk, R"(\n(flash)\s*:)");
+    if (!flash.empty()) s.flash_command = "make flash";
+    if (mk.find("openocd") != std::string::npos) s.debug_interface = "openocd";
+    if (mk.find("st-flash") != std::string::npos) s.debug_interface = "stlink";
+    if (mk.find("JLink") != std::string::npos) s.debug_interface = "jlink";
+  } else {
+    for (const auto& e : fs::directory_iterator(root, ec)) {
+      if (e.path().extension() == ".ino") {
+        s.build_system = "arduino";
+        s.build_command = "arduino-cli compile --fqbn <fqbn> .";
+        s.flash_command = "arduino-cli upload -p <port> --fqbn <fqbn> .";
+        break;
+      }
+    }
+    if (s.build_system.empty()) s.build_system = "unknown";
+  }
+  if (s.target.empty()) s.target = TargetFromFiles(root);
+  if (s.flash_command.empty() && !s.target.empty()) {
+    s.flash_command = "fwai flash";  // the broker's own flashing (OpenOCD or the simulated board)
+  }
+  if (s.build_command.empty()) s.missing.push_back("build_command");
+  if (s.flash_command.empty()) s.missing.push_back("flash_command");
+  if (s.target.empty()) s.missing.push_back("target");
+  return s;
+}
+
+void ApplyEmbedderMd(const std::string& root, ProjectSettings& s) {
+  const std::string text = ReadText(fs::path(root) / "EMBEDDER.md");
+  if (text.empty()) return;
+  for (const char* tag : {"OVERVIEW", "COMMANDS"}) {
+    const std::string open = absl::StrCat("<", tag, ">"), close = absl::StrCat("</", tag, ">");
+    size_t a = text.find(open), b = text.find(close);
+    if (a == std::string::npos || b == std::string::npos || b < a) continue;
+    for (absl::string_view line : absl::StrSplit(text.substr(a + open.size(), b - a - open.size()), '\n')) {
+      size_t eq = line.find('=');
+      if (eq == absl::string_view::npos) continue;
+      std::string key = absl::AsciiStrToLower(absl::StripAsciiWhitespace(line.substr(0, eq)));
+      std::string value(absl::StripAsciiWhitespace(line.substr(eq + 1)));
+      static const std::map<std::string, std::string> kAlias = {
+          {"build", "build_command"}, {"flash", "flash_command"}, {"mcu", "target"}, {"target_mcu", "target"},
+          {"debug", "debug_interface"}, {"serial", "serial_port"}, {"port", "serial_port"}, {"baudrate", "baud"}};
+      auto it = kAlias.find(key);
+      if (it != kAlias.end()) key = it->second;
+      if (!value.empty() && SetProjectField(s, key, value).ok()) std::erase(s.missing, key);
+    }
+  }
+}
+
+std::string EmbedderMd(const ProjectSettings& s) {
+  return absl::StrCat("# ", s.name, "\n\n<OVERVIEW>\nname = ", s.name, "\ntarget = ", s.target, "\nboard = ", s.board,
+                      "\ndebug_interface = ", s.debug_interface, "\nserial_port = ", s.serial_port, "\nbaud = ", s.baud,
+                      "\n</OVERVIEW>\n\n<COMMANDS>\nbuild = ", s.build_command, "\nflash = ", s.flash_command,
+                      "\n</COMMANDS>\n");
+}
+
+absl::Status SetProjectField(ProjectSettings& s, const std::string& key, const std::string& value) {
+  if (key == "name") s.name = value;
+  else if (key == "build_system") s.build_system = value;
+  else if (key == "build_command") s.build_command = value;
+  else if (key == "flash_command") s.flash_command = value;
+  else if (key == "target") s.target = value;
+  else if (key == "board") s.board = value;
+  else if (key == "debug_interface") s.debug_interface = value;
+  else if (key == "serial_port") s.serial_port = value;
+  else if (key == "baud") {
+    char* end = nullptr;
+    long v = std::strtol(value.c_str(), &end, 10);
+    if (value.empty() || *end || v < 50 || v > 20000000) return absl::InvalidArgumentError("baud: expected a number 50..20000000");
+    s.baud = static_cast<int>(v);
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat("unknown project field '", key, "'"));
+  }
+  return absl::OkStatus();
+}
+
+std::string ProjectYaml(const ProjectSettings& s) {
+  YAML::Emitter out;
+  out << YAML::BeginMap;
+  out << YAML::Key << "name" << YAML::Value << s.name;
+  out << YAML::Key << "build_system" << YAML::Value << s.build_system;
+  out << YAML::Key << "build" << YAML::Value << YAML::BeginMap << YAML::Key << "command" << YAML::Value << s.build_command
+      << YAML::EndMap;
+  out << YAML::Key << "flash" << YAML::Value << YAML::BeginMap << YAML::Key << "command" << YAML::Value << s.flash_command
+      << YAML::EndMap;
+  out << YAML::Key << "target" << YAML::Value << s.target;
+  if (!s.board.empty()) out << YAML::Key << "board" << YAML::Value << s.board;
+  if (!s.debug_interface.empty()) out << YAML::Key << "debug_interface" << YAML::Value << s.debug_interface;
+  out << YAML::Key << "serial" << YAML::Value << YAML::BeginMap;
+  if (!s.serial_port.empty()) out << YAML::Key << "port" << YAML::Value << s.serial_port;
+  out << YAML::Key << "baud" << YAML::Value << s.baud << YAML::EndMap;
+  out << YAML::EndMap;
+  return std::string("# fwai project settings (fwai init); see `fwai doctor`\n") + out.c_str() + "\n";
+}
+
+absl::StatusOr<ProjectSettings> ParseProjectYaml(const std::string& text, const std::string& source) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(text);
+  } catch (const YAML::Exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat(source, ":", e.mark.line + 1, ": ", e.msg));
+  }
+  auto err = [&](const YAML::Node& n, const std::string& field, const std::string& what) {
+    return absl::InvalidArgumentError(absl::StrCat(source, ":", n.Mark().line + 1, ": ", field, ": ", what));
+  };
+  if (!root.IsMap()) return absl::InvalidArgumentError(absl::StrCat(source, ":1: expected a mapping of settings"));
+  static const std::set<std::string> kKeys = {"name", "build_system", "build", "flash", "target", "board",
+                                              "debug_interface", "serial", "mcp_servers", "policy", "skills"};
+  ProjectSettings s;
+  for (const auto& kv : root) {
+    const std::string key = kv.first.as<std::string>();
+    if (!kKeys.count(key)) return err(kv.first, key, "unknown setting");
+  }
+  auto str = [&](const char* key, std::string& out) -> absl::Status {
+    if (!root[key]) return absl::OkStatus();
+    if (!root[key].IsScalar()) return err(root[key], key, "expected a string");
+    out = root[key].Scalar();
+    return absl::OkStatus();
+  };
+  for (auto [k, f] : std::vector<std::pair<const char*, std::string*>>{
+           {"name", &s.name}, {"build_system", &s.build_system}, {"target", &s.target}, {"board", &s.board},
+           {"debug_interface", &s.debug_interface}}) {
+    if (auto st = str(k, *f); !st.ok()) return st;
+  }
+  for (auto [k, f] : std::vector<std::pair<const char*, std::string*>>{{"build", &s.build_command}, {"flash", &s.flash_command}}) {
+    const auto& n = root[k];
+    if (!n) continue;
+    if (!n.IsMap() || !n["command"] || !n["command"].IsScalar()) return err(n, absl::StrCat(k, ".command"), "expected a command string");
+    *f = n["command"].Scalar();
+  }
+  if (const auto& n = root["serial"]) {
+    if (!n.IsMap()) return err(n, "serial", "expected {port, baud}");
+    if (n["port"]) s.serial_port = n["port"].Scalar();
+    if (n["baud"]) {
+      if (auto st = SetProjectField(s, "baud", n["baud"].Scalar()); !st.ok()) return err(n["baud"], "serial.baud", "expected a number 50..20000000");
+    }
+  }
+  return s;
+}
+
+std::vector<DoctorCheck> DoctorChecks(const std::string& root) {
+  std::vector<DoctorCheck> out;
+  struct Tool {
+    const char* name;
+    std::vector<std::string> argv;
+    const char* fix;
+    bool required;
+  };
+  const std::vector<Tool> tools = {
+      {"arm-none-eabi-gcc", {"arm-none-eabi-gcc", "--version"}, "sudo apt-get install gcc-arm-none-eabi libnewlib-arm-none-eabi", true},
+      {"gdb", {"gdb-multiarch", "--version"}, "sudo apt-get install gdb-multiarch", true},
+      {"openocd", {"openocd", "--version"}, "sudo apt-get install openocd", false},
+      {"qemu-system-arm", {"qemu-system-arm", "--version"}, "sudo apt-get install qemu-system-arm", true},
+      {"cmake", {"cmake", "--version"}, "sudo apt-get install cmake", false},
+      {"make", {"make", "--version"}, "sudo apt-get install make", false},
+      {"bubblewrap", {"bwrap", "--version"}, "sudo apt-get install bubblewrap (commands then run sandboxed)", false},
+  };
+  for (const auto& t : tools) {
+    DoctorCheck c;
+    c.name = t.name;
+    ProcessOptions po;
+    po.timeout_ms = 10000;
+    auto r = RunProcess(t.argv, po);
+    if (!r.ok() || r->exit_code != 0) {
+      c.ok = false;
+      c.detail = !r.ok() ? "not found" : absl::StrCat("exited ", r->exit_code);
+      c.fix = t.fix;
+    } else {
+      c.ok = true;
+      std::string text = r->out.empty() ? r->err : r->out;
+      c.detail = text.substr(0, text.find('\n'));
+    }
+    out.push_back(std::move(c));
+  }
+  DoctorCheck cfg;
+  cfg.name = "project config";
+  const fs::path path = fs::path(root) / ".fwai" / "project.yaml";
+  std::error_code ec;
+  if (root.empty()) {
+    cfg.detail = "no project directory given";
+    cfg.fix = "run fwai doctor inside a project";
+  } else if (!fs::exists(path, ec)) {
+    cfg.detail = absl::StrCat(path.string(), " does not exist");
+    cfg.fix = "fwai init";
+  } else {
+    auto p = ParseProjectYaml(ReadText(path), path.string());
+    cfg.ok = p.ok();
+    cfg.detail = p.ok() ? absl::StrCat(path.string(), ": ", p->build_system, ", target ", p->target.empty() ? "?" : p->target)
+                        : std::string(p.status().message());
+    if (!p.ok()) cfg.fix = "fix the file, or run fwai init --force";
+  }
+  out.push_back(std::move(cfg));
+  return out;
+}
+
+}  // namespace fwai

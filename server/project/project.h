@@ -1,0 +1,48 @@
+// Projects: detection of a firmware project's build system and settings for
+// `fwai init`, .fwai/project.yaml (validated, file:line errors), EMBEDDER.md
+// import/export, and the checks of `fwai doctor`.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace fwai {
+
+struct ProjectSettings {
+  std::string name;
+  std::string build_system;  // cmake | make | platformio | zephyr | cargo | arduino | unknown
+  std::string build_command;
+  std::string flash_command;
+  std::string target;        // MCU, e.g. stm32f100rb
+  std::string board;
+  std::string debug_interface;  // e.g. stlink, jlink, cmsis-dap, qemu
+  std::string serial_port;
+  int baud = 115200;
+  std::vector<std::string> missing;  // what detection could not find
+};
+
+// Looks at `root` (not recursively beyond a few levels) and fills what it can.
+ProjectSettings DetectProject(const std::string& root);
+// Fields from EMBEDDER.md's <OVERVIEW> and <COMMANDS> blocks (key = value)
+// override detected ones. Missing file: unchanged.
+void ApplyEmbedderMd(const std::string& root, ProjectSettings& s);
+std::string EmbedderMd(const ProjectSettings& s);
+
+std::string ProjectYaml(const ProjectSettings& s);
+[[nodiscard]] absl::StatusOr<ProjectSettings> ParseProjectYaml(const std::string& text, const std::string& source);
+// Sets one field by its yaml name (values from a person or a request).
+[[nodiscard]] absl::Status SetProjectField(ProjectSettings& s, const std::string& key, const std::string& value);
+
+struct DoctorCheck {
+  std::string name;
+  bool ok = false;
+  std::string detail;
+  std::string fix;
+};
+// Toolchains on this machine (versions) and the project config under `root`.
+std::vector<DoctorCheck> DoctorChecks(const std::string& root);
+
+}  // namespace fwai

@@ -1,0 +1,120 @@
+// Project detection for fwai init, project.yaml validation, EMBEDDER.md.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "server/project/project.h"
+
+namespace fwai {
+namespace {
+
+namespace fs = std::filesystem;
+
+class ProjectTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string t = (fs::temp_directory_path() / "fwai-project-XXXXXX").string();
+    root_ = mkdtemp(t.data());
+  }
+  void TearDown() override { fs::remove_all(root_); }
+  void Write(const std::string& rel, const std::string& text) {
+    fs::create_directories((fs::path(root_) / rel).parent_path());
+    std::ofstream(fs::path(root_) / rel) << text;
+  }
+  std::string root_;
+};
+
+TEST_F(ProjectTest, DetectsMakeWithTheTargetFromTheLinkerScript) {
+  Write("Makefile", "all:\n\tarm-none-eabi-gcc -mcpu=cortex-m3 ...\nflash: all\n\topenocd -f board.cfg\n");
+  Write("stm32f100rb.ld", "MEMORY {}\n");
+  auto s = DetectProject(root_);
+  EXPECT_EQ(s.build_system, "make");
+  EXPECT_EQ(s.build_command, "make");
+  EXPECT_EQ(s.flash_command, "make flash");
+  EXPECT_EQ(s.debug_interface, "openocd");
+  EXPECT_EQ(s.target, "stm32f100rb");
+  EXPECT_TRUE(s.missing.empty());
+}
+
+TEST_F(ProjectTest, DetectsPlatformioZephyrCargoCmakeAndArduino) {
+  Write("platformio.ini", "[env:nucleo]\nplatform = ststm32\nboard = nucleo_f401re\nupload_protocol = stlink\nmonitor_speed = 921600\n");
+  auto pio = DetectProject(root_);
+  EXPECT_EQ(pio.build_system, "platformio");
+  EXPECT_EQ(pio.board, "nucleo_f401re");
+  EXPECT_EQ(pio.debug_interface, "stlink");
+  EXPECT_EQ(pio.baud, 921600);
+  EXPECT_EQ(pio.flash_command, "pio run -t upload");
+  fs::remove(fs::path(root_) / "platformio.ini");
+
+  Write("prj.conf", "CONFIG_GPIO=y\n");
+  Write("CMakeLists.txt", "set(BOARD nrf52840dk_nrf52840)\nfind_package(Zephyr)\n");
+  auto z = DetectProject(root_);
+  EXPECT_EQ(z.build_system, "zephyr");
+  EXPECT_EQ(z.build_command, "west build -b nrf52840dk_nrf52840");
+  EXPECT_EQ(z.flash_command, "west flash");
+  fs::remove(fs::path(root_) / "prj.conf");
+
+  auto cm = DetectProject(root_);
+  EXPECT_EQ(cm.build_system, "cmake");
+  fs::remove(fs::path(root_) / "CMakeLists.txt");
+
+  Write("Cargo.toml", "[package]\nname = \"app\"\n");
+  Write(".cargo/config.toml", "[target.thumbv7em-none-eabihf]\nrunner = \"probe-rs run --chip STM32F411CEUx\"\n");
+  auto c = DetectProject(root_);
+  EXPECT_EQ(c.build_system, "cargo");
+  EXPECT_EQ(c.target, "stm32f411ceux");
+  EXPECT_EQ(c.flash_command, "probe-rs run --chip STM32F411CEUx");
+  EXPECT_EQ(c.debug_interface, "probe-rs");
+  fs::remove_all(fs::path(root_) / ".cargo");
+  fs::remove(fs::path(root_) / "Cargo.toml");
+
+  Write("blink.ino", "void setup(){}\nvoid loop(){}\n");
+  auto a = DetectProject(root_);
+  EXPECT_EQ(a.build_system, "arduino");
+  EXPECT_NE(a.build_command.find("arduino-cli compile"), std::string::npos);
+  EXPECT_EQ(a.missing, std::vector<std::string>{"target"});
+}
+
+TEST_F(ProjectTest, EmbedderMdIsReadAndWritten) {
+  Write("Makefile", "all:\n");
+  Write("EMBEDDER.md", "# x\n<OVERVIEW>\nMCU = stm32h743zi\nboard = nucleo-h743zi\n</OVERVIEW>\n<COMMANDS>\nbuild = make -j8\n"
+                       "flash = st-flash write build/app.bin 0x08000000\nbaudrate = 230400\n</COMMANDS>\n");
+  auto s = DetectProject(root_);
+  ApplyEmbedderMd(root_, s);
+  EXPECT_EQ(s.target, "stm32h743zi");
+  EXPECT_EQ(s.board, "nucleo-h743zi");
+  EXPECT_EQ(s.build_command, "make -j8");
+  EXPECT_EQ(s.flash_command, "st-flash write build/app.bin 0x08000000");
+  EXPECT_EQ(s.baud, 230400);
+  EXPECT_TRUE(s.missing.empty());
+  // Round trip through our own writer.
+  Write("EMBEDDER.md", EmbedderMd(s));
+  ProjectSettings back = DetectProject(root_);
+  ApplyEmbedderMd(root_, back);
+  EXPECT_EQ(back.flash_command, s.flash_command);
+  EXPECT_EQ(back.target, s.target);
+}
+
+TEST_F(ProjectTest, ProjectYamlRoundTripsAndBadFilesNameTheLine) {
+  ProjectSettings s;
+  s.name = "blinky";
+  s.build_system = "make";
+  s.build_command = "make";
+  s.flash_command = "fwai flash";
+  s.target = "stm32f100rb";
+  s.baud = 115200;
+  auto back = ParseProjectYaml(ProjectYaml(s), "project.yaml");
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->target, "stm32f100rb");
+  EXPECT_EQ(back->flash_command, "fwai flash");
+  auto bad = ParseProjectYaml("name: x\nbuild:\n  command: make\nserial:\n  baud: fast\n", ".fwai/project.yaml");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find(".fwai/project.yaml:5: serial.baud"), std::string::npos) << bad.status();
+  auto unknown = ParseProjectYaml("name: x\nflashh: {command: y}\n", "p.yaml");
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_NE(unknown.status().message().find("p.yaml:2: flashh: unknown setting"), std::string::npos) << unknown.status();
+}
+
+}  // namespace
+}  // namespace fwai

@@ -52,6 +52,7 @@ class HwTest : public ::testing::Test {
     project_ = d_->dir() + "/blinky";
     fs::copy(BLINKY_SRC_DIR, project_, fs::copy_options::recursive);
     fs::remove_all(project_ + "/build");
+    fs::remove_all(project_ + "/.fwai");  // the test makes its own
     std::string out, err;
     int rc = RunCommand({"/usr/bin/make", "-s", "-C", project_}, &out, &err, {}, 120);
     EXPECT_EQ(rc, 0) << out << err;

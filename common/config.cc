@@ -289,7 +289,8 @@ absl::StatusOr<DaemonConfig> ParseConfig(const std::string& yaml_text, const std
   try {
     CFG_TRY(r.CheckKeys(root, "",
                         {"listen", "data_dir", "default_provider", "providers", "agent", "http",
-                         "retry", "subscribers", "tools", "knowledge", "catalog", "mcp_servers", "hardware", "log_level"}));
+                         "retry", "subscribers", "tools", "knowledge", "catalog", "mcp_servers", "hardware", "policy_file", "log_level"}));
+    if (auto n = root["policy_file"]) CFG_TRY(r.String(n, "policy_file", c.policy_file));
     if (auto n = root["listen"]) {
       if (n.IsScalar()) {
         c.listen.push_back(n.Scalar());

@@ -185,6 +185,7 @@ struct DaemonConfig {
   CatalogConfig catalog;
   std::map<std::string, McpServerEntry> mcp_servers;
   HardwareConfig hardware;
+  std::string policy_file;  // organisation policy (YAML with a policy: section)
   std::string log_level = "info";
 };
 

@@ -27,12 +27,51 @@ ProjectCommands::ProjectCommands(CLI::App& app, Globals& g) : g_(g) {
       ->allow_extra_args(false);
   doctor_ = app.add_subcommand("doctor", "Check toolchains, the daemon, providers, devices and the project config");
   doctor_->add_option("dir", dir_, "Project directory (default: here)");
+  auto* policy = app.add_subcommand("policy", "The project's policy");
+  policy->require_subcommand(1);
+  policy_check_ = policy->add_subcommand("check", "What would happen to a write, a tool call or a command, and why");
+  policy_check_->add_option("target", target_, "A path, a tool name, or a command line")->required();
+  policy_check_->add_option("--kind", kind_, "write | tool | command (default: guessed)")
+      ->check(CLI::IsMember({"write", "tool", "command"}));
 }
 
 std::optional<int> ProjectCommands::RunIfParsed() {
   if (init_->parsed()) return Init();
   if (doctor_->parsed()) return Doctor();
+  if (policy_check_->parsed()) return PolicyCheck();
   return std::nullopt;
+}
+
+int ProjectCommands::PolicyCheck() {
+  std::error_code ec;
+  const std::string root =
+      std::filesystem::absolute(g_.project.empty() ? "." : g_.project, ec).lexically_normal().string();
+  std::string kind = kind_;
+  if (kind.empty()) {
+    kind = target_.find(' ') != std::string::npos ? "command"
+           : (target_.find('/') != std::string::npos || target_.find('.') != std::string::npos) ? "write"
+                                                                                                : "tool";
+  }
+  auto ch = ConnectChannel(g_);
+  if (!ch.ok()) return Fail(g_, kExitUnreachable, std::string(ch.status().message()));
+  auto stub = pb::Projects::NewStub(*ch);
+  grpc::ClientContext ctx;
+  pb::PolicyCheckRequest req;
+  req.set_project_root(root);
+  req.set_kind(kind);
+  req.set_target(target_);
+  pb::PolicyDecision d;
+  auto st = stub->PolicyCheck(&ctx, req, &d);
+  if (!st.ok()) return FailGrpc(g_, st);
+  if (g_.json) {
+    std::cout << json{{"kind", kind}, {"target", target_}, {"allowed", d.allowed()}, {"rule", d.rule()}, {"reason", d.reason()}}.dump()
+              << std::endl;
+  } else if (d.allowed()) {
+    std::cout << "allowed (" << kind << " " << target_ << "): " << d.reason() << std::endl;
+  } else {
+    std::cout << "refused (" << kind << " " << target_ << ") by " << d.rule() << ": " << d.reason() << std::endl;
+  }
+  return d.allowed() ? kExitOk : kExitError;
 }
 
 int ProjectCommands::Init() {

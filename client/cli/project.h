@@ -18,8 +18,10 @@ class ProjectCommands {
  private:
   int Init();
   int Doctor();
+  int PolicyCheck();
   Globals& g_;
-  CLI::App *init_ = nullptr, *doctor_ = nullptr;
+  CLI::App *init_ = nullptr, *doctor_ = nullptr, *policy_check_ = nullptr;
+  std::string kind_, target_;
   std::string dir_;
   bool yes_ = false, force_ = false, embedder_md_ = false;
   std::vector<std::string> set_;

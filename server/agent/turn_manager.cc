@@ -22,6 +22,7 @@
 #include "common/ids.h"
 #include "fwai/v1/events.pb.h"
 #include "server/llm/provider.h"
+#include "server/project/policy.h"
 #include "server/session/session_manager.h"
 #include "server/tools/tool.h"
 
@@ -448,6 +449,13 @@ struct TurnManager::Agent {
   // Every tool call of the turn, sub-agents included (for the run record).
   json* calls_log = nullptr;
   std::mutex* calls_mu = nullptr;
+  // The project's policy for this turn, and what it decided.
+  struct Policy {
+    PolicyRules rules;
+    std::set<std::string> files_written;
+    json refusals = json::array();
+  };
+  Policy* policy = nullptr;
 };
 
 namespace {
@@ -705,6 +713,18 @@ void TurnManager::Run(Turn* turn, TurnRequest req) {
   std::mutex calls_mu;
   main.calls_log = &calls_log;
   main.calls_mu = &calls_mu;
+  Agent::Policy policy;
+  {
+    // A policy that cannot be read stops the turn: it fails closed.
+    auto rules = LoadPolicy(info->project_root, config_.policy_file);
+    if (!rules.ok()) {
+      stop_reason = "error";
+      sink.Error(absl::FailedPreconditionError(absl::StrCat("policy: ", rules.status().message())), false);
+      return finish();
+    }
+    policy.rules = *rules;
+  }
+  main.policy = &policy;
   main.context_window = ContextWindowFor(model, pc.context_window);
   {
     size_t best = 0;
@@ -742,6 +762,7 @@ void TurnManager::Run(Turn* turn, TurnRequest req) {
                                {"output_tokens", out_tokens}, {"cost_usd", cost}}},
                 {"tools", calls_log},
                 {"stop_reason", main.stop_reason},
+                {"policy_refusals", policy.refusals},
                 {"duration_ms", (MonotonicNanos() - start_ns) / 1000000}};
     // Files changed: the numstat of the project's git diff, when it is a repository.
     std::error_code ec;
@@ -1142,6 +1163,7 @@ std::string TurnManager::RunAgent(Turn* turn, Agent& a) {
           sub.usage_mu = a.usage_mu;
           sub.calls_log = a.calls_log;
           sub.calls_mu = a.calls_mu;
+          sub.policy = a.policy;
           std::string report = RunAgent(turn, sub);
           finished = true;
           watchdog.join();
@@ -1167,6 +1189,11 @@ std::string TurnManager::RunAgent(Turn* turn, Agent& a) {
         } else {
           tr = {absl::StrCat("unknown tool '", tool_name, "'"), true};
         }
+      } else if (PolicyDecision pd = a.policy ? CheckPolicy(a.policy->rules, "tool", tool_name) : PolicyDecision{};
+                 !pd.allowed) {
+        tr = {absl::StrCat("refused by policy (", pd.rule, "): ", pd.reason), true};
+        std::lock_guard<std::mutex> lock(*a.calls_mu);
+        a.policy->refusals.push_back({{"kind", "tool"}, {"target", tool_name}, {"rule", pd.rule}});
       } else {
         ToolContext tctx;
         tctx.session_id = session.id;
@@ -1176,12 +1203,28 @@ std::string TurnManager::RunAgent(Turn* turn, Agent& a) {
         tctx.cancel = a.cancel;
         const std::string plan_file = PlanPath(session.id);
         const bool in_plan = plan_mode();
-        tctx.policy = [in_plan, plan_file](const PolicyQuery& q) -> absl::Status {
+        Agent::Policy* pol = a.policy;
+        std::mutex* mu = a.calls_mu;
+        tctx.network_allowed = pol && pol->rules.network;
+        tctx.policy = [in_plan, plan_file, pol, mu](const PolicyQuery& q) -> absl::Status {
           if (in_plan && !(q.kind == "write" && q.target == plan_file)) {
             return absl::PermissionDeniedError(absl::StrCat(
                 "plan mode: only the plan file ", plan_file, " may be written until the plan is approved (",
                 q.kind == "command" ? "commands are refused" : q.target + " is not the plan file", ")"));
           }
+          if (!pol) return absl::OkStatus();
+          std::lock_guard<std::mutex> lock(*mu);
+          PolicyDecision d = CheckPolicy(pol->rules, q.kind, q.target);
+          if (d.allowed && q.kind == "write" && pol->rules.max_files_per_turn > 0 && !pol->files_written.count(q.target) &&
+              static_cast<int>(pol->files_written.size()) >= pol->rules.max_files_per_turn) {
+            d = {false, absl::StrCat("change_budget: max_files ", pol->rules.max_files_per_turn), "",
+                 absl::StrCat("this turn already changed ", pol->files_written.size(), " files")};
+          }
+          if (!d.allowed) {
+            pol->refusals.push_back({{"kind", q.kind}, {"target", q.target}, {"rule", d.rule}});
+            return absl::PermissionDeniedError(absl::StrCat("refused by policy (", d.rule, "): ", d.reason));
+          }
+          if (q.kind == "write") pol->files_written.insert(q.target);
           return absl::OkStatus();
         };
         tctx.output = [&, call_id](std::string_view text) {

@@ -15,6 +15,7 @@
 #include "server/api/offload.h"
 #include "server/hardware/broker.h"
 #include "server/llm/provider.h"
+#include "server/project/policy.h"
 #include "server/project/project.h"
 
 namespace fwai {
@@ -131,6 +132,32 @@ class ProjectsService final : public pb::Projects::CallbackService {
         root = *r;
       }
       for (const auto& c : DoctorChecks(root)) add(c);
+      return absl::OkStatus();
+    });
+  }
+
+  grpc::ServerUnaryReactor* PolicyCheck(grpc::CallbackServerContext* ctx, const pb::PolicyCheckRequest* req,
+                                        pb::PolicyDecision* resp) override {
+    return OffloadUnary(ctx, deps_.pool, true, "", [this, req, resp] {
+      auto root = Root(req->project_root());
+      if (!root.ok()) return root.status();
+      if (req->kind() != "write" && req->kind() != "tool" && req->kind() != "command") {
+        return absl::InvalidArgumentError("kind: expected write, tool or command");
+      }
+      auto rules = LoadPolicy(*root, deps_.config->policy_file);
+      if (!rules.ok()) return rules.status();
+      std::string target = req->target();
+      if (req->kind() == "write") {
+        // Paths are judged relative to the project root.
+        std::error_code ec;
+        fs::path p = fs::weakly_canonical(fs::absolute(fs::path(*root) / target), ec);
+        std::string s = p.string();
+        if (s.rfind(*root + "/", 0) == 0) target = s.substr(root->size() + 1);
+      }
+      auto d = CheckPolicy(*rules, req->kind(), target);
+      resp->set_allowed(d.allowed);
+      resp->set_rule(d.rule);
+      resp->set_reason(d.reason);
       return absl::OkStatus();
     });
   }

@@ -499,6 +499,58 @@ TEST_F(AgentTest, UsagePerCallPerTurnAndPerSessionWithSessionSampling) {
   EXPECT_NE(text.find("2 calls"), std::string::npos) << text;
 }
 
+TEST_F(AgentTest, ThePolicyRefusesInCodeNamesTheRuleAndIsRecorded) {
+  Daemon d(&fake_);
+  ASSERT_TRUE(d.Start()) << d.log();
+  fs::create_directories(d.project_dir() + "/.fwai");
+  std::ofstream(d.project_dir() + "/.fwai/project.yaml")
+      << "name: p\npolicy:\n  protected_paths: [\"src/boot/**\"]\n  blocked_tools: [grep]\n"
+         "  blocked_commands: [rm]\n  change_budget: {max_files: 1}\n";
+  auto s = Create(d, "act");
+  FakeReply r1;
+  r1.tool_calls = {{"w1", "write_file", {{"path", "src/boot/startup.c"}, {"content", "x"}}},
+                   {"g1", "grep", {{"pattern", "x"}}},
+                   {"b1", "bash", {{"command", "rm -f notes.txt"}}},
+                   {"w2", "write_file", {{"path", "a.c"}, {"content", "a"}}},
+                   {"w3", "write_file", {{"path", "b.c"}, {"content", "b"}}},
+                   {"w4", "edit_file", {{"path", "a.c"}, {"old_string", "a"}, {"new_string", "aa"}}}};
+  fake_.Enqueue(r1);
+  FakeReply r2;
+  r2.chunks = {"ok"};
+  fake_.Enqueue(r2);
+  auto out = RunChat(*d.sessions(), s.id(), "change things");
+  ASSERT_TRUE(out.finished) << d.log();
+  auto fin = Finished(out.events);
+  EXPECT_NE(fin["w1"].output().find("refused by policy (protected_paths: src/boot/**)"), std::string::npos) << fin["w1"].output();
+  EXPECT_NE(fin["g1"].output().find("blocked_tools: grep"), std::string::npos) << fin["g1"].output();
+  EXPECT_NE(fin["b1"].output().find("blocked_commands: rm"), std::string::npos) << fin["b1"].output();
+  EXPECT_FALSE(fin["w2"].is_error()) << fin["w2"].output();
+  EXPECT_NE(fin["w3"].output().find("change_budget: max_files 1"), std::string::npos) << fin["w3"].output();
+  EXPECT_FALSE(fin["w4"].is_error()) << fin["w4"].output();  // the same file again is within budget
+  EXPECT_FALSE(fs::exists(d.project_dir() + "/src/boot/startup.c"));
+  EXPECT_FALSE(fs::exists(d.project_dir() + "/b.c"));
+  // The decisions are in the evidence.
+  std::string text, err;
+  ASSERT_EQ(RunCommand({std::string(FWAI_BIN_DIR) + "/fwai", "--daemon", d.address(), "--json", "evidence", "ls"}, &text, &err), 0) << err;
+  EXPECT_NE(text.find("\"rule\":\"change_budget: max_files 1\""), std::string::npos) << text;
+  EXPECT_NE(text.find("\"rule\":\"blocked_tools: grep\""), std::string::npos) << text;
+  // fwai policy check explains.
+  const std::string fwai = std::string(FWAI_BIN_DIR) + "/fwai";
+  EXPECT_EQ(RunCommand({fwai, "--daemon", d.address(), "--project", d.project_dir(), "policy", "check", "src/boot/x.c"}, &text, &err), 1);
+  EXPECT_NE(text.find("refused (write src/boot/x.c) by protected_paths: src/boot/**"), std::string::npos) << text << err;
+  EXPECT_EQ(RunCommand({fwai, "--daemon", d.address(), "--project", d.project_dir(), "policy", "check", "make all"}, &text, &err), 0);
+  EXPECT_NE(text.find("allowed (command make all)"), std::string::npos) << text;
+  // A broken policy fails closed.
+  std::ofstream(d.project_dir() + "/.fwai/project.yaml") << "policy:\n  blocked_tool: [x]\n";
+  fake_.Enqueue(r2);
+  out = RunChat(*d.sessions(), s.id(), "again");
+  ASSERT_TRUE(out.finished);
+  EXPECT_EQ(out.events.back().turn_finished().stop_reason(), "error");
+  bool named = false;
+  for (const auto& e : out.events) named |= e.has_error() && e.error().message().find("project.yaml:2") != std::string::npos;
+  EXPECT_TRUE(named);
+}
+
 TEST_F(AgentTest, CancelKillsARunningCommandAndItsChildrenWithinASecond) {
   Daemon d(&fake_);
   ASSERT_TRUE(d.Start()) << d.log();

@@ -118,3 +118,56 @@ TEST_F(ProjectTest, ProjectYamlRoundTripsAndBadFilesNameTheLine) {
 
 }  // namespace
 }  // namespace fwai
+
+#include "server/project/policy.h"
+
+namespace fwai {
+namespace {
+
+TEST(PolicyTest, RulesDecideWithTheRuleNamedAndTheOrganisationOverrides) {
+  auto proj = ParsePolicy(R"(
+policy:
+  protected_paths: ["src/boot/**", "*.ld"]
+  allowed_paths: ["src/**", "docs/**", "*.ld"]
+  blocked_tools: [bash]
+  allowed_tools: [read_file, write_file, edit_file, grep, bash]
+  blocked_commands: [rm, dd]
+  change_budget: {max_files: 3}
+  network: true
+)", "project.yaml");
+  ASSERT_TRUE(proj.ok()) << proj.status();
+  auto d = CheckPolicy(*proj, "write", "src/boot/startup.c");
+  EXPECT_FALSE(d.allowed);
+  EXPECT_EQ(d.rule, "protected_paths: src/boot/**");
+  EXPECT_FALSE(CheckPolicy(*proj, "write", "stm32.ld").allowed);  // deny wins over allow
+  EXPECT_TRUE(CheckPolicy(*proj, "write", "src/drivers/uart.c").allowed);
+  d = CheckPolicy(*proj, "write", "Makefile");
+  EXPECT_FALSE(d.allowed);
+  EXPECT_NE(d.rule.find("allowed_paths"), std::string::npos);
+  EXPECT_FALSE(CheckPolicy(*proj, "tool", "bash").allowed);  // blocked beats allowed
+  EXPECT_TRUE(CheckPolicy(*proj, "tool", "grep").allowed);
+  EXPECT_FALSE(CheckPolicy(*proj, "tool", "gdb").allowed);
+  d = CheckPolicy(*proj, "command", "rm -rf build");
+  EXPECT_FALSE(d.allowed);
+  EXPECT_EQ(d.rule, "blocked_commands: rm");
+  EXPECT_TRUE(CheckPolicy(*proj, "command", "make format").allowed);  // whole words only
+  EXPECT_TRUE(CheckPolicy(*proj, "command", "echo add").allowed);
+  EXPECT_EQ(proj->max_files_per_turn, 3);
+
+  auto org = ParsePolicy("policy:\n  blocked_tools: [gdb]\n  allowed_tools: [read_file, grep]\n  network: false\n"
+                         "  change_budget: {max_files: 2}\n", "org.yaml");
+  ASSERT_TRUE(org.ok());
+  auto m = MergePolicy(*proj, *org, true);
+  EXPECT_FALSE(m.network);
+  EXPECT_EQ(m.max_files_per_turn, 2);
+  EXPECT_TRUE(CheckPolicy(m, "tool", "grep").allowed);
+  EXPECT_FALSE(CheckPolicy(m, "tool", "write_file").allowed);  // the intersection
+  EXPECT_FALSE(CheckPolicy(m, "tool", "gdb").allowed);         // the union
+
+  auto bad = ParsePolicy("policy:\n  protected_path: [x]\n", "p.yaml");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("p.yaml:2: policy.protected_path: unknown rule"), std::string::npos) << bad.status();
+}
+
+}  // namespace
+}  // namespace fwai

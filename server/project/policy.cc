@@ -1,0 +1,181 @@
+#include "server/project/policy.h"
+
+#include <fnmatch.h>
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace fwai {
+
+namespace {
+
+bool Glob(const std::string& pattern, const std::string& path) {
+  // `*` and `**` both cross directories; a trailing "/**" also matches the directory itself.
+  if (fnmatch(pattern.c_str(), path.c_str(), 0) == 0) return true;
+  if (absl::EndsWith(pattern, "/**") && path == pattern.substr(0, pattern.size() - 3)) return true;
+  return false;
+}
+
+std::string ReadFile(const std::string& p) {
+  std::ifstream in(p);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+}  // namespace
+
+absl::StatusOr<PolicyRules> ParsePolicy(const std::string& text, const std::string& source) {
+  PolicyRules r;
+  YAML::Node root;
+  try {
+    root = YAML::Load(text);
+  } catch (const YAML::Exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat(source, ":", e.mark.line + 1, ": ", e.msg));
+  }
+  if (!root.IsMap() || !root["policy"]) return r;
+  const YAML::Node p = root["policy"];
+  auto err = [&](const YAML::Node& n, const std::string& f, const std::string& what) {
+    return absl::InvalidArgumentError(absl::StrCat(source, ":", n.Mark().line + 1, ": policy.", f, ": ", what));
+  };
+  if (!p.IsMap()) return err(p, "", "expected a mapping");
+  static const std::set<std::string> kKeys = {"protected_paths", "allowed_paths", "blocked_tools", "allowed_tools",
+                                              "blocked_commands", "change_budget", "network"};
+  for (const auto& kv : p) {
+    if (!kKeys.count(kv.first.as<std::string>())) return err(kv.first, kv.first.as<std::string>(), "unknown rule");
+  }
+  auto list = [&](const char* key, std::vector<std::string>& out) -> absl::Status {
+    const auto& n = p[key];
+    if (!n) return absl::OkStatus();
+    if (!n.IsSequence()) return err(n, key, "expected a list");
+    for (const auto& x : n) {
+      if (!x.IsScalar()) return err(x, key, "expected strings");
+      out.push_back(x.Scalar());
+    }
+    return absl::OkStatus();
+  };
+  for (auto [k, v] : std::vector<std::pair<const char*, std::vector<std::string>*>>{
+           {"protected_paths", &r.protected_paths}, {"allowed_paths", &r.allowed_paths},
+           {"blocked_tools", &r.blocked_tools}, {"allowed_tools", &r.allowed_tools},
+           {"blocked_commands", &r.blocked_commands}}) {
+    if (auto s = list(k, *v); !s.ok()) return s;
+  }
+  r.has_allowed_tools = static_cast<bool>(p["allowed_tools"]);
+  if (const auto& b = p["change_budget"]) {
+    if (!b.IsMap()) return err(b, "change_budget", "expected {max_files}");
+    if (b["max_files"]) {
+      try {
+        r.max_files_per_turn = b["max_files"].as<int>();
+      } catch (const YAML::Exception&) {
+        return err(b["max_files"], "change_budget.max_files", "expected a number");
+      }
+    }
+  }
+  if (const auto& n = p["network"]) {
+    if (!n.IsScalar() || (n.Scalar() != "true" && n.Scalar() != "false")) return err(n, "network", "expected true or false");
+    r.network = n.Scalar() == "true";
+  }
+  return r;
+}
+
+PolicyRules MergePolicy(const PolicyRules& proj, const PolicyRules& org, bool have_org) {
+  if (!have_org) return proj;
+  PolicyRules m = proj;
+  auto add = [](std::vector<std::string>& to, const std::vector<std::string>& from) {
+    for (const auto& x : from) {
+      if (std::find(to.begin(), to.end(), x) == to.end()) to.push_back(x);
+    }
+  };
+  add(m.protected_paths, org.protected_paths);
+  add(m.blocked_tools, org.blocked_tools);
+  add(m.blocked_commands, org.blocked_commands);
+  if (org.has_allowed_tools) {
+    if (m.has_allowed_tools) {
+      std::vector<std::string> both;
+      for (const auto& t : m.allowed_tools) {
+        if (std::find(org.allowed_tools.begin(), org.allowed_tools.end(), t) != org.allowed_tools.end()) both.push_back(t);
+      }
+      m.allowed_tools = both;
+    } else {
+      m.allowed_tools = org.allowed_tools;
+      m.has_allowed_tools = true;
+    }
+  }
+  if (!org.allowed_paths.empty()) m.allowed_paths = org.allowed_paths;  // the organisation's list wins
+  if (org.max_files_per_turn > 0 && (m.max_files_per_turn == 0 || org.max_files_per_turn < m.max_files_per_turn)) {
+    m.max_files_per_turn = org.max_files_per_turn;
+  }
+  m.network = proj.network && org.network;
+  return m;
+}
+
+absl::StatusOr<PolicyRules> LoadPolicy(const std::string& project_root, const std::string& org_file) {
+  PolicyRules proj, org;
+  const std::string path = project_root + "/.fwai/project.yaml";
+  std::error_code ec;
+  if (!project_root.empty() && std::filesystem::exists(path, ec)) {
+    auto p = ParsePolicy(ReadFile(path), path);
+    if (!p.ok()) return p.status();
+    proj = *p;
+  }
+  const bool have_org = !org_file.empty() && std::filesystem::exists(org_file, ec);
+  if (have_org) {
+    auto o = ParsePolicy(ReadFile(org_file), org_file);
+    if (!o.ok()) return o.status();
+    org = *o;
+  }
+  return MergePolicy(proj, org, have_org);
+}
+
+PolicyDecision CheckPolicy(const PolicyRules& r, const std::string& kind, const std::string& target) {
+  PolicyDecision d;
+  auto refuse = [&](const std::string& rule, const std::string& reason) {
+    d.allowed = false;
+    d.rule = rule;
+    d.reason = reason;
+    return d;
+  };
+  if (kind == "write") {
+    for (const auto& g : r.protected_paths) {
+      if (Glob(g, target)) return refuse(absl::StrCat("protected_paths: ", g), absl::StrCat(target, " is protected"));
+    }
+    if (!r.allowed_paths.empty()) {
+      bool ok = std::any_of(r.allowed_paths.begin(), r.allowed_paths.end(), [&](const std::string& g) { return Glob(g, target); });
+      if (!ok) {
+        return refuse(absl::StrCat("allowed_paths: ", absl::StrJoin(r.allowed_paths, ", ")),
+                      absl::StrCat(target, " is outside the allowed paths"));
+      }
+    }
+  } else if (kind == "tool") {
+    if (std::find(r.blocked_tools.begin(), r.blocked_tools.end(), target) != r.blocked_tools.end()) {
+      return refuse(absl::StrCat("blocked_tools: ", target), absl::StrCat("the tool ", target, " is blocked"));
+    }
+    if (r.has_allowed_tools && std::find(r.allowed_tools.begin(), r.allowed_tools.end(), target) == r.allowed_tools.end()) {
+      return refuse(absl::StrCat("allowed_tools: ", absl::StrJoin(r.allowed_tools, ", ")),
+                    absl::StrCat("the tool ", target, " is not in the allowed list"));
+    }
+  } else if (kind == "command") {
+    for (const auto& w : r.blocked_commands) {
+      // Whole words: `rm` blocks `rm -rf x` but not `make format`.
+      size_t pos = 0;
+      while ((pos = target.find(w, pos)) != std::string::npos) {
+        const bool left = pos == 0 || !std::isalnum(static_cast<unsigned char>(target[pos - 1]));
+        const size_t end = pos + w.size();
+        const bool right = end >= target.size() || !std::isalnum(static_cast<unsigned char>(target[end]));
+        if (left && right) return refuse(absl::StrCat("blocked_commands: ", w), absl::StrCat("the command uses '", w, "'"));
+        pos = end;
+      }
+    }
+  }
+  d.reason = "no rule refuses it";
+  return d;
+}
+
+}  // namespace fwai

@@ -1,0 +1,43 @@
+// The policy engine: one place that answers every check from the tools, the
+// runner and the broker with a decision and the rule that made it. Rules come
+// from the project (.fwai/project.yaml `policy:`) and an optional organisation
+// file, which overrides: blocked tools are the union, allowed tools the
+// intersection, protected paths the union, network only if both allow it.
+#pragma once
+
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace fwai {
+
+struct PolicyRules {
+  std::vector<std::string> protected_paths;  // globs; a match is refused (deny wins)
+  std::vector<std::string> allowed_paths;    // globs; when given, writes must match one
+  std::vector<std::string> blocked_tools;
+  std::vector<std::string> allowed_tools;    // empty: every tool
+  std::vector<std::string> blocked_commands; // a command containing any of these words is refused
+  int max_files_per_turn = 0;                // change budget; 0: none
+  bool network = false;                      // commands may use the network
+  bool has_allowed_tools = false;
+};
+
+struct PolicyDecision {
+  bool allowed = true;
+  std::string rule;    // e.g. "protected_paths: src/boot/**"
+  std::string source;  // project | organisation | built-in
+  std::string reason;
+};
+
+// Parses a `policy:` mapping out of a YAML document (project.yaml or the org file).
+[[nodiscard]] absl::StatusOr<PolicyRules> ParsePolicy(const std::string& yaml_text, const std::string& source);
+// Project rules under `root` merged with the organisation file (either may be absent).
+[[nodiscard]] absl::StatusOr<PolicyRules> LoadPolicy(const std::string& project_root, const std::string& org_file);
+PolicyRules MergePolicy(const PolicyRules& project, const PolicyRules& org, bool have_org);
+
+// kind: write (target = path relative to the project) | command | tool.
+PolicyDecision CheckPolicy(const PolicyRules& rules, const std::string& kind, const std::string& target);
+
+}  // namespace fwai

@@ -124,7 +124,7 @@ int HwCommands::Ls() {
     if (!d.serial_number().empty()) absl::StrAppend(&details, " sn ", d.serial_number());
     if (!d.path().empty()) absl::StrAppend(&details, " ", d.path());
     if (d.kind() == "simulated" || d.kind() == "board") {
-      absl::StrAppend(&details, d.running() ? " running" : " stopped");
+      absl::StrAppend(&details, " ", d.state().empty() ? (d.running() ? "running" : "stopped") : d.state());
       if (!d.image().empty()) absl::StrAppend(&details, " ", fs::path(d.image()).filename().string());
     }
     std::string health = d.health();

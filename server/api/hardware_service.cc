@@ -182,6 +182,7 @@ class HardwareService final : public pb::Hardware::CallbackService {
         o->set_image_sha256(d.image_sha256);
         o->set_running(d.running);
         o->set_lease_expires_us(d.lease_expires_us);
+        o->set_state(d.state.empty() ? (d.running ? "running" : "stopped") : d.state);
       }
       for (const auto& l : deps_.hardware->Leases()) ToProto(l, resp->add_leases());
       return absl::OkStatus();

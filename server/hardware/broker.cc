@@ -266,6 +266,7 @@ std::vector<DeviceInfo> HardwareBroker::List() const {
     d.image = b->image;
     d.image_sha256 = b->image_sha256;
     d.running = b->simulated() ? (b->qemu && b->qemu->running() && !b->paused) : b->hub->is_open();
+    d.state = d.running ? "running" : (b->simulated() && b->paused && b->qemu && b->qemu->running()) ? "paused" : "stopped";
     fill_lease(d);
     out.push_back(std::move(d));
   }

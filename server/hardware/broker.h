@@ -41,6 +41,7 @@ struct DeviceInfo {
   int64_t held_since_us = 0;
   int64_t lease_expires_us = 0;
   bool running = false;
+  std::string state;  // running | paused | stopped
 };
 
 struct FlashProgressUpdate {

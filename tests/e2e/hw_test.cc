@@ -186,6 +186,7 @@ TEST_F(HwTest, LeaseFlashSerialDebugFaultReleaseThroughTheCli) {
     std::this_thread::sleep_for(std::chrono::milliseconds(1000));
     EXPECT_LT(cpu_ticks() - before, 10) << "a released simulated board kept running";
     EXPECT_FALSE(Device("sim-stm32vl").value("running", true));
+    EXPECT_EQ(Device("sim-stm32vl").value("state", ""), "paused");
   }
   EXPECT_EQ(Fwai({"debug", "print counter"}, &out, &err), 1);
   EXPECT_NE(err.find("not leased"), std::string::npos) << err;

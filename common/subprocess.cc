@@ -3,16 +3,56 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
+#include <string_view>
 
 #include "absl/strings/str_cat.h"
 
 namespace fwai {
+
+std::string FindProgram(const std::string& name) {
+  if (name.empty()) return "";
+  if (name.find('/') != std::string::npos) return access(name.c_str(), X_OK) == 0 ? name : "";
+  const char* path = std::getenv("PATH");
+  std::string_view rest = path ? path : "/usr/bin:/bin";
+  while (!rest.empty()) {
+    size_t c = rest.find(':');
+    std::string full = std::string(rest.substr(0, c)) + "/" + name;
+    rest = c == std::string_view::npos ? std::string_view() : rest.substr(c + 1);
+    if (access(full.c_str(), X_OK) == 0) return full;
+  }
+  return "";
+}
+
+void PrepareChild(int stdin_fd, int stdout_fd, int stderr_fd) {
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (stdin_fd < 0) stdin_fd = open("/dev/null", O_RDONLY);
+  if (stdin_fd >= 0) dup2(stdin_fd, 0);
+  if (stdout_fd >= 0) dup2(stdout_fd, 1);
+  if (stderr_fd >= 0) dup2(stderr_fd, 2);
+  close_range(3, ~0U, 0);
+  sigset_t none;
+  sigemptyset(&none);
+  sigprocmask(SIG_SETMASK, &none, nullptr);
+  signal(SIGPIPE, SIG_DFL);
+}
+
+void ExecChild(const std::vector<std::string>& argv, int stdin_fd, int stdout_fd, int stderr_fd) {
+  PrepareChild(stdin_fd, stdout_fd, stderr_fd);
+  std::vector<char*> args;
+  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  execvp(args[0], args.data());
+  dprintf(2, "exec %s: %s\n", args[0], std::strerror(errno));
+  _exit(127);
+}
 
 absl::StatusOr<ProcessResult> RunProcess(const std::vector<std::string>& argv,
                                          const ProcessOptions& options) {

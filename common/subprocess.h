@@ -23,6 +23,19 @@ struct ProcessOptions {
   std::string cwd;
 };
 
+// The full path of `name` on $PATH (or `name` itself if it contains a slash
+// and is executable); "" if there is none.
+std::string FindProgram(const std::string& name);
+
+// In a forked child, before exec: stdin/stdout/stderr from the given fds (-1:
+// /dev/null for stdin, unchanged otherwise), every other fd closed, signals
+// unblocked, and the child killed if fwaid dies.
+void PrepareChild(int stdin_fd, int stdout_fd, int stderr_fd);
+
+// In a forked child: PrepareChild, then exec `argv` (PATH searched); exits
+// 127 if it cannot.
+[[noreturn]] void ExecChild(const std::vector<std::string>& argv, int stdin_fd, int stdout_fd, int stderr_fd);
+
 // NOT_FOUND if the program does not exist; otherwise the result, whatever
 // its exit code.
 [[nodiscard]] absl::StatusOr<ProcessResult> RunProcess(const std::vector<std::string>& argv,

@@ -44,6 +44,16 @@ std::string Clock(int64_t us) {
 
 void PrintJson(const google::protobuf::Message& m) { std::cout << ProtoToJson(m).dump() << std::endl; }
 
+// One tagged unary call on the Hardware stub.
+template <typename Req, typename Resp>
+grpc::Status Call(pb::Hardware::Stub& stub,
+                  grpc::Status (pb::Hardware::Stub::*method)(grpc::ClientContext*, const Req&, Resp*), const Req& req,
+                  Resp* resp) {
+  grpc::ClientContext ctx;
+  Tag(ctx);
+  return (stub.*method)(&ctx, req, resp);
+}
+
 }  // namespace
 
 HwCommands::HwCommands(CLI::App& app, Globals& g) : g_(g) {
@@ -108,10 +118,8 @@ std::optional<int> HwCommands::RunIfParsed() {
 
 int HwCommands::Ls() {
   CONNECT_OR_FAIL(stub);
-  grpc::ClientContext ctx;
-  Tag(ctx);
   pb::ListDevicesResponse resp;
-  auto st = stub->ListDevices(&ctx, pb::ListDevicesRequest(), &resp);
+  auto st = Call(*stub, &pb::Hardware::Stub::ListDevices, pb::ListDevicesRequest(), &resp);
   if (!st.ok()) return FailGrpc(g_, st);
   if (g_.json) {
     for (const auto& d : resp.devices()) PrintJson(d);
@@ -162,10 +170,8 @@ int HwCommands::Lease() {
     std::fflush(stdout);
   };
   if (!hold_) {
-    grpc::ClientContext ctx;
-    Tag(ctx);
     pb::Lease lease;
-    auto st = stub->Acquire(&ctx, req, &lease);
+    auto st = Call(*stub, &pb::Hardware::Stub::Acquire, req, &lease);
     if (!st.ok()) return FailGrpc(g_, st);
     print(lease);
     return kExitOk;
@@ -205,21 +211,17 @@ int HwCommands::Release() {
   CONNECT_OR_FAIL(stub);
   if (board_.empty()) {
     // The caller's only lease.
-    grpc::ClientContext ctx;
-    Tag(ctx);
     pb::ListDevicesResponse resp;
-    auto st = stub->ListDevices(&ctx, pb::ListDevicesRequest(), &resp);
+    auto st = Call(*stub, &pb::Hardware::Stub::ListDevices, pb::ListDevicesRequest(), &resp);
     if (!st.ok()) return FailGrpc(g_, st);
     if (resp.leases_size() == 1) board_ = resp.leases(0).device_id();
     if (board_.empty()) return Fail(g_, kExitUsage, "name the board to release");
   }
-  grpc::ClientContext ctx;
-  Tag(ctx);
   pb::ReleaseRequest req;
   req.set_device_id(board_);
   req.set_force(force_);
   pb::ReleaseResponse resp;
-  auto st = stub->Release(&ctx, req, &resp);
+  auto st = Call(*stub, &pb::Hardware::Stub::Release, req, &resp);
   if (!st.ok()) return FailGrpc(g_, st);
   if (g_.json) {
     std::cout << json{{"released", board_}}.dump() << std::endl;
@@ -231,10 +233,8 @@ int HwCommands::Release() {
 
 int HwCommands::Who() {
   CONNECT_OR_FAIL(stub);
-  grpc::ClientContext ctx;
-  Tag(ctx);
   pb::ListDevicesResponse resp;
-  auto st = stub->ListDevices(&ctx, pb::ListDevicesRequest(), &resp);
+  auto st = Call(*stub, &pb::Hardware::Stub::ListDevices, pb::ListDevicesRequest(), &resp);
   if (!st.ok()) return FailGrpc(g_, st);
   if (g_.json) {
     for (const auto& l : resp.leases()) PrintJson(l);
@@ -255,12 +255,10 @@ int HwCommands::Who() {
 
 int HwCommands::Test() {
   CONNECT_OR_FAIL(stub);
-  grpc::ClientContext ctx;
-  Tag(ctx);
   pb::SelfTestRequest req;
   req.set_device_id(board_);
   pb::SelfTestResponse resp;
-  auto st = stub->SelfTest(&ctx, req, &resp);
+  auto st = Call(*stub, &pb::Hardware::Stub::SelfTest, req, &resp);
   if (!st.ok()) return FailGrpc(g_, st);
   if (g_.json) {
     PrintJson(resp);
@@ -272,14 +270,12 @@ int HwCommands::Test() {
 
 int HwCommands::Health() {
   CONNECT_OR_FAIL(stub);
-  grpc::ClientContext ctx;
-  Tag(ctx);
   pb::SetHealthRequest req;
   req.set_device_id(board_);
   req.set_health(state_);
   req.set_reason(reason_);
   pb::SetHealthResponse resp;
-  auto st = stub->SetHealth(&ctx, req, &resp);
+  auto st = Call(*stub, &pb::Hardware::Stub::SetHealth, req, &resp);
   if (!st.ok()) return FailGrpc(g_, st);
   if (!g_.json) std::printf("%s is now %s\n", board_.c_str(), state_.c_str());
   return kExitOk;
@@ -287,12 +283,10 @@ int HwCommands::Health() {
 
 int HwCommands::Reset() {
   CONNECT_OR_FAIL(stub);
-  grpc::ClientContext ctx;
-  Tag(ctx);
   pb::ResetRequest req;
   req.set_device_id(board_);
   pb::ResetResponse resp;
-  auto st = stub->Reset(&ctx, req, &resp);
+  auto st = Call(*stub, &pb::Hardware::Stub::Reset, req, &resp);
   if (!st.ok()) return FailGrpc(g_, st);
   if (!g_.json) std::printf("reset %s\n", board_.empty() ? "the board" : board_.c_str());
   return kExitOk;
@@ -462,10 +456,8 @@ int HwCommands::Debug() {
   std::vector<std::string> cmds = positional_;
   std::string board;
   if (cmds.size() > 1) {
-    grpc::ClientContext ctx;
-    Tag(ctx);
     pb::ListDevicesResponse resp;
-    if (stub->ListDevices(&ctx, pb::ListDevicesRequest(), &resp).ok()) {
+    if (Call(*stub, &pb::Hardware::Stub::ListDevices, pb::ListDevicesRequest(), &resp).ok()) {
       for (const auto& d : resp.devices()) {
         if (d.id() == cmds[0]) {
           board = cmds[0];
@@ -475,14 +467,12 @@ int HwCommands::Debug() {
       }
     }
   }
-  grpc::ClientContext ctx;
-  Tag(ctx);
   pb::DebugRequest req;
   req.set_device_id(board);
   for (const auto& c : cmds) req.add_commands(c);
   req.set_timeout_s(debug_timeout_);
   pb::DebugResponse resp;
-  auto st = stub->Debug(&ctx, req, &resp);
+  auto st = Call(*stub, &pb::Hardware::Stub::Debug, req, &resp);
   if (!st.ok()) return FailGrpc(g_, st);
   if (g_.json) {
     json results = json::parse(resp.result_json(), nullptr, false);

@@ -89,6 +89,20 @@ namespace {
 
 constexpr char kFlashPrefix[] = "flash/";
 
+// openocd -f CFG... (and the probe's serial number when known).
+std::vector<std::string> OpenOcdArgs(const BoardConfig& cfg) {
+  std::vector<std::string> args = {"openocd"};
+  for (const auto& f : cfg.openocd_config) {
+    args.push_back("-f");
+    args.push_back(f);
+  }
+  if (!cfg.probe.empty() && cfg.probe.find(':') == std::string::npos) {
+    args.push_back("-c");
+    args.push_back("adapter serial " + cfg.probe);
+  }
+  return args;
+}
+
 std::string ShellQuote(const std::string& s) {
   std::string out = "'";
   for (char c : s) {
@@ -493,15 +507,7 @@ absl::StatusOr<FlashResult> HardwareBroker::Flash(const Caller& caller, const st
                           &cmd);
       argv = {"/bin/sh", "-c", cmd};
     } else if (!b->cfg.openocd_config.empty()) {
-      argv = {"openocd"};
-      for (const auto& f : b->cfg.openocd_config) {
-        argv.push_back("-f");
-        argv.push_back(f);
-      }
-      if (!b->cfg.probe.empty() && b->cfg.probe.find(':') == std::string::npos) {
-        argv.push_back("-c");
-        argv.push_back("adapter serial " + b->cfg.probe);
-      }
+      argv = OpenOcdArgs(b->cfg);
       argv.push_back("-c");
       argv.push_back("program " + fs::absolute(image_path).string() + " verify reset exit");
     } else {
@@ -643,25 +649,12 @@ absl::StatusOr<DebugResult> HardwareBroker::Debug(const Caller& caller, const st
     }
     auto port = PickFreePort();
     if (!port.ok()) return port.status();
-    std::vector<std::string> args = {"openocd"};
-    for (const auto& f : b->cfg.openocd_config) {
-      args.push_back("-f");
-      args.push_back(f);
-    }
+    std::vector<std::string> args = OpenOcdArgs(b->cfg);
     args.insert(args.end(), {"-c", absl::StrCat("gdb_port ", *port), "-c", "tcl_port disabled", "-c", "telnet_port disabled"});
     int pipefd[2];
     if (pipe2(pipefd, O_CLOEXEC) != 0) return absl::InternalError("pipe failed");
     ocd_pid = fork();
-    if (ocd_pid == 0) {
-      dup2(pipefd[1], 1);
-      dup2(pipefd[1], 2);
-      close_range(3, ~0U, 0);
-      std::vector<char*> argv;
-      for (auto& a : args) argv.push_back(a.data());
-      argv.push_back(nullptr);
-      execvp(argv[0], argv.data());
-      _exit(127);
-    }
+    if (ocd_pid == 0) ExecChild(args, -1, pipefd[1], pipefd[1]);
     close(pipefd[1]);
     std::string out;
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
@@ -830,11 +823,7 @@ absl::Status HardwareBroker::Reset(const Caller& caller, const std::string& boar
   if (b->cfg.openocd_config.empty()) {
     return absl::FailedPreconditionError(absl::StrCat("board ", board, " has no openocd_config to reset it"));
   }
-  std::vector<std::string> argv = {"openocd"};
-  for (const auto& f : b->cfg.openocd_config) {
-    argv.push_back("-f");
-    argv.push_back(f);
-  }
+  std::vector<std::string> argv = OpenOcdArgs(b->cfg);
   argv.insert(argv.end(), {"-c", "init; reset run; shutdown"});
   auto r = RunProcess(argv);
   if (!r.ok()) return r.status();

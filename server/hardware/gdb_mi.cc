@@ -3,7 +3,6 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
-#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -16,6 +15,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/subprocess.h"
 
 namespace fwai {
 
@@ -163,19 +163,7 @@ std::string FindGdb(const std::string& preferred) {
   names.push_back("gdb-multiarch");
   names.push_back("arm-none-eabi-gdb");
   for (const auto& n : names) {
-    if (n.find('/') != std::string::npos) {
-      if (access(n.c_str(), X_OK) == 0) return n;
-      continue;
-    }
-    const char* path = std::getenv("PATH");
-    std::string_view rest = path ? path : "/usr/bin:/bin";
-    while (!rest.empty()) {
-      size_t c = rest.find(':');
-      std::string dir(rest.substr(0, c));
-      rest = c == std::string_view::npos ? std::string_view() : rest.substr(c + 1);
-      std::string full = dir + "/" + n;
-      if (access(full.c_str(), X_OK) == 0) return full;
-    }
+    if (std::string found = FindProgram(n); !found.empty()) return found;
   }
   return "";
 }
@@ -193,23 +181,9 @@ absl::StatusOr<std::unique_ptr<GdbSession>> GdbSession::Start(const std::string&
   }
   std::vector<std::string> args = {gdb, "--interpreter=mi3", "-q", "-nx"};
   if (!elf.empty()) args.push_back(elf);
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
   pid_t pid = fork();
   if (pid < 0) return absl::InternalError(absl::StrCat("fork: ", std::strerror(errno)));
-  if (pid == 0) {
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    dup2(to_child[0], 0);
-    dup2(from_child[1], 1);
-    dup2(from_child[1], 2);
-    close_range(3, ~0U, 0);
-    sigset_t none;
-    sigemptyset(&none);
-    sigprocmask(SIG_SETMASK, &none, nullptr);
-    execvp(argv[0], argv.data());
-    _exit(127);
-  }
+  if (pid == 0) ExecChild(args, to_child[0], from_child[1], from_child[1]);
   close(to_child[0]);
   close(from_child[1]);
   std::unique_ptr<GdbSession> g(new GdbSession());

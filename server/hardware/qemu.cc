@@ -4,7 +4,6 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
-#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <sys/wait.h>
@@ -21,6 +20,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/ids.h"
+#include "common/subprocess.h"
 
 namespace fwai {
 
@@ -95,29 +95,13 @@ absl::StatusOr<std::unique_ptr<QemuInstance>> QemuInstance::Start(const QemuOpti
                                    absl::StrCat("tcp:127.0.0.1:", q->gdb_port_)};
   int pipefd[2];
   if (pipe2(pipefd, O_CLOEXEC) != 0) return absl::InternalError(absl::StrCat("pipe: ", std::strerror(errno)));
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
   pid_t pid = fork();
   if (pid < 0) {
     close(pipefd[0]);
     close(pipefd[1]);
     return absl::InternalError(absl::StrCat("fork: ", std::strerror(errno)));
   }
-  if (pid == 0) {
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    dup2(pipefd[1], 1);
-    dup2(pipefd[1], 2);
-    int devnull = open("/dev/null", O_RDONLY);
-    if (devnull >= 0) dup2(devnull, 0);
-    close_range(3, ~0U, 0);
-    sigset_t none;
-    sigemptyset(&none);
-    sigprocmask(SIG_SETMASK, &none, nullptr);
-    execvp(argv[0], argv.data());
-    dprintf(1, "exec %s: %s\n", argv[0], std::strerror(errno));
-    _exit(127);
-  }
+  if (pid == 0) ExecChild(args, -1, pipefd[1], pipefd[1]);
   close(pipefd[1]);
   q->pid_ = pid;
   q->out_fd_ = pipefd[0];

@@ -38,6 +38,40 @@ std::string ErrorMessageFromBody(const std::string& body, std::string* type) {
   return s;
 }
 
+// Names of the tools called in a conversation, by tool_use id (Gemini and
+// Ollama answer a function by name).
+std::map<std::string, std::string> ToolNamesById(const std::vector<LlmMessage>& msgs) {
+  std::map<std::string, std::string> out;
+  for (const auto& m : msgs) {
+    for (const auto& b : m.content) {
+      if (b.value("type", "") == "tool_use") out[b.value("id", "")] = b.value("name", "");
+    }
+  }
+  return out;
+}
+
+std::string ToolResultText(const json& block) {
+  std::string content;
+  const json& c = block.contains("content") ? block["content"] : json();
+  if (c.is_string()) {
+    content = c.get<std::string>();
+  } else if (c.is_array()) {
+    for (const auto& part : c) content += part.value("text", "");
+  }
+  if (block.value("is_error", false)) content = "ERROR: " + content;
+  return content;
+}
+
+// Tools in the OpenAI function-calling shape (OpenAI and Ollama).
+json FunctionTools(const std::vector<ToolSpec>& tools) {
+  json out = json::array();
+  for (const auto& t : tools) {
+    out.push_back({{"type", "function"},
+                   {"function", {{"name", t.name}, {"description", t.description}, {"parameters", t.input_schema}}}});
+  }
+  return out;
+}
+
 // Per-attempt parse state; each provider fills `result` from stream events.
 // Providers are shared by concurrent turns, so nothing per-stream lives in them.
 struct ToolCallAcc {
@@ -352,16 +386,8 @@ class OpenAiProvider final : public HttpProvider {
                                  {{"name", block.value("name", "")},
                                   {"arguments", block.value("input", json::object()).dump()}}}});
         } else if (t == "tool_result") {
-          std::string content;
-          const json& c = block.contains("content") ? block["content"] : json();
-          if (c.is_string()) {
-            content = c.get<std::string>();
-          } else if (c.is_array()) {
-            for (const auto& part : c) content += part.value("text", "");
-          }
-          if (block.value("is_error", false)) content = "ERROR: " + content;
           tool_results.push_back(
-              {{"role", "tool"}, {"tool_call_id", block.value("tool_use_id", "")}, {"content", content}});
+              {{"role", "tool"}, {"tool_call_id", block.value("tool_use_id", "")}, {"content", ToolResultText(block)}});
         }
       }
       for (auto& tr : tool_results) msgs.push_back(std::move(tr));
@@ -375,16 +401,7 @@ class OpenAiProvider final : public HttpProvider {
       }
     }
     b["messages"] = msgs;
-    if (!r.tools.empty()) {
-      b["tools"] = json::array();
-      for (const auto& t : r.tools) {
-        b["tools"].push_back({{"type", "function"},
-                              {"function",
-                               {{"name", t.name},
-                                {"description", t.description},
-                                {"parameters", t.input_schema}}}});
-      }
-    }
+    if (!r.tools.empty()) b["tools"] = FunctionTools(r.tools);
     return b;
   }
 
@@ -475,30 +492,6 @@ class OpenAiProvider final : public HttpProvider {
     st.done = true;
   }
 };
-
-// Names of the tools called in a conversation, by tool_use id (Gemini and
-// Ollama answer a function by name).
-std::map<std::string, std::string> ToolNamesById(const std::vector<LlmMessage>& msgs) {
-  std::map<std::string, std::string> out;
-  for (const auto& m : msgs) {
-    for (const auto& b : m.content) {
-      if (b.value("type", "") == "tool_use") out[b.value("id", "")] = b.value("name", "");
-    }
-  }
-  return out;
-}
-
-std::string ToolResultText(const json& block) {
-  std::string content;
-  const json& c = block.contains("content") ? block["content"] : json();
-  if (c.is_string()) {
-    content = c.get<std::string>();
-  } else if (c.is_array()) {
-    for (const auto& part : c) content += part.value("text", "");
-  }
-  if (block.value("is_error", false)) content = "ERROR: " + content;
-  return content;
-}
 
 // Gemini accepts a subset of JSON Schema (OpenAPI 3.0 style).
 json GeminiSchema(const json& s) {
@@ -699,13 +692,7 @@ class OllamaProvider final : public HttpProvider {
       }
     }
     b["messages"] = msgs;
-    if (!r.tools.empty()) {
-      b["tools"] = json::array();
-      for (const auto& t : r.tools) {
-        b["tools"].push_back({{"type", "function"},
-                              {"function", {{"name", t.name}, {"description", t.description}, {"parameters", t.input_schema}}}});
-      }
-    }
+    if (!r.tools.empty()) b["tools"] = FunctionTools(r.tools);
     return b;
   }
 

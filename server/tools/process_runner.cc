@@ -3,7 +3,6 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
-#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -16,29 +15,14 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/clock.h"
+#include "common/subprocess.h"
 
 namespace fwai {
 
-namespace {
-
-std::string FindOnPath(const char* name) {
-  const char* path = std::getenv("PATH");
-  std::string_view rest = path ? path : "/usr/bin:/bin";
-  while (!rest.empty()) {
-    size_t c = rest.find(':');
-    std::string dir(rest.substr(0, c));
-    rest = c == std::string_view::npos ? std::string_view() : rest.substr(c + 1);
-    std::string full = dir + "/" + name;
-    if (access(full.c_str(), X_OK) == 0) return full;
-  }
-  return "";
-}
-
-}  // namespace
 
 const std::string& SandboxBinary() {
   static const std::string bin = [] {
-    std::string b = FindOnPath("bwrap");
+    std::string b = FindProgram("bwrap");
     if (b.empty()) return b;
     // It must also work here (user namespaces may be disabled).
     CommandOptions probe;
@@ -91,20 +75,11 @@ absl::StatusOr<CommandResult> RunCommand(const CommandOptions& o) {
   }
   if (pid == 0) {
     setpgid(0, 0);  // its own process group: the whole tree is killed together
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    dup2(pipefd[1], 1);
-    dup2(pipefd[1], 2);
-    int devnull = open("/dev/null", O_RDONLY);
-    if (devnull >= 0) dup2(devnull, 0);
-    close_range(3, ~0U, 0);
+    PrepareChild(-1, pipefd[1], pipefd[1]);
     if (o.memory_mb > 0) {
       rlimit rl{static_cast<rlim_t>(o.memory_mb) << 20, static_cast<rlim_t>(o.memory_mb) << 20};
       setrlimit(RLIMIT_AS, &rl);
     }
-    sigset_t none;
-    sigemptyset(&none);
-    sigprocmask(SIG_SETMASK, &none, nullptr);
-    signal(SIGPIPE, SIG_DFL);
     if (chdir(o.project_root.c_str()) != 0) _exit(126);
     execv(argv[0], argv.data());
     _exit(127);

@@ -18,19 +18,13 @@
 
 #include "absl/strings/numbers.h"
 #include "common/clock.h"
+#include "tests/bench/bench_util.h"
 #include "tests/integration/daemon_fixture.h"
 
 namespace fwai::testing {
 namespace {
 
 namespace pb = fwai::v1;
-
-double Percentile(std::vector<double> v, double p) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  size_t i = std::min(v.size() - 1, static_cast<size_t>(p * (v.size() - 1) + 0.5));
-  return v[i];
-}
 
 int Main(int argc, char** argv) {
   const bool quick = argc > 1 && std::string(argv[1]) == "--quick";
@@ -123,16 +117,7 @@ int Main(int argc, char** argv) {
         raw->last_ns = now;
         if (ev.has_text_delta() && ev.text_delta().origin().agent() != "main") {
           ++raw->sub_deltas;
-          const std::string& t = ev.text_delta().text();
-          size_t pos = 0;
-          while (pos < t.size()) {
-            size_t semi = t.find(';', pos);
-            if (semi == std::string::npos) break;
-            int64_t sent = 0;
-            if (absl::SimpleAtoi(t.substr(pos, semi - pos), &sent) && sent > 0) raw->latency_ms.push_back((now - sent) / 1e6);
-            size_t next = t.find_first_of("0123456789", semi);
-            pos = next == std::string::npos ? t.size() : next;
-          }
+          for (int64_t sent : ChunkStamps(ev.text_delta().text())) raw->latency_ms.push_back((now - sent) / 1e6);
         }
         if (ev.has_turn_finished()) break;
       }

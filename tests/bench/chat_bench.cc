@@ -19,19 +19,13 @@
 
 #include "absl/strings/numbers.h"
 #include "common/clock.h"
+#include "tests/bench/bench_util.h"
 #include "tests/integration/daemon_fixture.h"
 
 namespace fwai::testing {
 namespace {
 
 namespace pb = fwai::v1;
-
-double Percentile(std::vector<double> v, double p) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  size_t i = std::min(v.size() - 1, static_cast<size_t>(p * (v.size() - 1) + 0.5));
-  return v[i];
-}
 
 long RssKb(pid_t pid) {
   std::ifstream f("/proc/" + std::to_string(pid) + "/status");
@@ -82,21 +76,12 @@ StreamStats Stream(pb::Sessions::Stub& stub, const std::string& session_id, bool
       if (first_ns == 0) first_ns = now;
       last_ns = now;
       ++st.deltas;
-      const std::string& t = ev.text_delta().text();
-      size_t pos = 0;
-      while (pos < t.size()) {
-        size_t semi = t.find(';', pos);
-        if (semi == std::string::npos) break;
-        int64_t sent = 0;
-        if (absl::SimpleAtoi(t.substr(pos, semi - pos), &sent) && sent > 0) {
-          ++st.chunks;
-          if (measure_latency) {
-            st.latency_ms.push_back((now - sent) / 1e6);
-            if (st.chunks > static_cast<uint64_t>(warmup)) st.steady_latency_ms.push_back((now - sent) / 1e6);
-          }
+      for (int64_t sent : ChunkStamps(ev.text_delta().text())) {
+        ++st.chunks;
+        if (measure_latency) {
+          st.latency_ms.push_back((now - sent) / 1e6);
+          if (st.chunks > static_cast<uint64_t>(warmup)) st.steady_latency_ms.push_back((now - sent) / 1e6);
         }
-        size_t next = t.find_first_of("0123456789", semi);
-        pos = next == std::string::npos ? t.size() : next;
       }
     }
     if (ev.has_turn_finished()) {

@@ -25,21 +25,13 @@
 
 #include "common/clock.h"
 #include "fwai/v1/hardware.grpc.pb.h"
+#include "tests/bench/bench_util.h"
 #include "tests/integration/daemon_fixture.h"
 
 namespace fwai::testing {
 namespace {
 
 namespace pb = fwai::v1;
-
-double Percentile(std::vector<double> v, double p) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  size_t i = std::min(v.size() - 1, static_cast<size_t>(p * (v.size() - 1) + 0.5));
-  return v[i];
-}
-
-double Median(std::vector<double> v) { return Percentile(std::move(v), 0.5); }
 
 struct SerialRun {
   double lines_per_s = 0;

@@ -323,6 +323,20 @@ void FakeLlmServer::Serve(int fd) {
   auto chunk_text = [&](int i) { return r.bench_chunks > 0 ? BenchChunk(r.bench_chunk_bytes) : r.chunks[i]; };
   const std::string stop = !r.stop_reason.empty() ? r.stop_reason : (r.tool_calls.empty() ? "end_turn" : "tool_use");
   bool ok = true;
+  // Streams the text chunks, each encoded in the provider's format; false
+  // when the script cuts the connection part-way.
+  auto send_chunks = [&](const std::function<std::string(const std::string&)>& encode, const char* malformed) {
+    for (int i = 0; i < n_chunks && ok; ++i) {
+      if (i == r.cut_after_chunks) return false;
+      Sleep(r.chunk_delay_ms);
+      if (r.malformed && i == n_chunks / 2) {
+        ok = WriteAll(fd, malformed);
+        continue;
+      }
+      ok = WriteAll(fd, encode(chunk_text(i)));
+    }
+    return true;
+  };
 
   if (gemini || ollama) {
     // Gemini: SSE of GenerateContentResponse, ending at EOF. Ollama: one JSON
@@ -335,17 +349,10 @@ void FakeLlmServer::Serve(int fd) {
       }
       return json{{"model", model}, {"message", {{"role", "assistant"}, {"content", t}}}, {"done", false}};
     };
-    for (int i = 0; i < n_chunks && ok; ++i) {
-      if (i == r.cut_after_chunks) {
-        close(fd);
-        return;
-      }
-      Sleep(r.chunk_delay_ms);
-      if (r.malformed && i == n_chunks / 2) {
-        ok = WriteAll(fd, gemini ? "data: {not json\n\n" : "{not json\n");
-        continue;
-      }
-      ok = WriteAll(fd, line(text_msg(chunk_text(i))));
+    if (!send_chunks([&](const std::string& t) { return line(text_msg(t)); },
+                     gemini ? "data: {not json\n\n" : "{not json\n")) {
+      close(fd);
+      return;
     }
     if (r.cut_after_chunks >= n_chunks) {
       close(fd);
@@ -387,19 +394,14 @@ void FakeLlmServer::Serve(int fd) {
       ok = WriteAll(fd, Sse("content_block_start", {{"type", "content_block_start"}, {"index", 0},
                                                     {"content_block", {{"type", "text"}, {"text", ""}}}}));
       ok = ok && WriteAll(fd, Sse("ping", {{"type", "ping"}}));
-      for (int i = 0; i < n_chunks && ok; ++i) {
-        if (i == r.cut_after_chunks) {
-          close(fd);
-          return;
-        }
-        Sleep(r.chunk_delay_ms);
-        if (r.malformed && i == n_chunks / 2) {
-          ok = WriteAll(fd, "event: content_block_delta\ndata: {not json\n\n");
-          continue;
-        }
-        ok = WriteAll(fd, Sse("content_block_delta",
-                              {{"type", "content_block_delta"}, {"index", 0},
-                               {"delta", {{"type", "text_delta"}, {"text", chunk_text(i)}}}}));
+      if (!send_chunks(
+              [&](const std::string& t) {
+                return Sse("content_block_delta", {{"type", "content_block_delta"}, {"index", 0},
+                                                   {"delta", {{"type", "text_delta"}, {"text", t}}}});
+              },
+              "event: content_block_delta\ndata: {not json\n\n")) {
+        close(fd);
+        return;
       }
       ok = ok && WriteAll(fd, Sse("content_block_stop", {{"type", "content_block_stop"}, {"index", 0}}));
       index = 1;
@@ -434,17 +436,9 @@ void FakeLlmServer::Serve(int fd) {
                                                 {"finish_reason", finish}}})}});
     };
     ok = WriteAll(fd, chunk({{"role", "assistant"}, {"content", ""}}, nullptr));
-    for (int i = 0; i < n_chunks && ok; ++i) {
-      if (i == r.cut_after_chunks) {
-        close(fd);
-        return;
-      }
-      Sleep(r.chunk_delay_ms);
-      if (r.malformed && i == n_chunks / 2) {
-        ok = WriteAll(fd, "data: {not json\n\n");
-        continue;
-      }
-      ok = WriteAll(fd, chunk({{"content", chunk_text(i)}}, nullptr));
+    if (!send_chunks([&](const std::string& t) { return chunk({{"content", t}}, nullptr); }, "data: {not json\n\n")) {
+      close(fd);
+      return;
     }
     if (r.cut_after_chunks >= n_chunks) {
       close(fd);

@@ -2,6 +2,9 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <regex>
+
+#include <algorithm>
 #include <cctype>
 #include <cerrno>
 #include <cstdlib>
@@ -289,8 +292,28 @@ absl::StatusOr<DaemonConfig> ParseConfig(const std::string& yaml_text, const std
   try {
     CFG_TRY(r.CheckKeys(root, "",
                         {"listen", "data_dir", "default_provider", "providers", "agent", "http",
-                         "retry", "subscribers", "tools", "knowledge", "catalog", "mcp_servers", "hardware", "policy_file", "log_level"}));
+                         "retry", "subscribers", "tools", "knowledge", "catalog", "mcp_servers", "hardware", "policy_file", "secrets", "log_level"}));
     if (auto n = root["policy_file"]) CFG_TRY(r.String(n, "policy_file", c.policy_file));
+    if (auto n = root["secrets"]) {
+      CFG_TRY(r.CheckKeys(n, "secrets", {"patterns"}));
+      if (auto p = n["patterns"]) {
+        if (!p.IsSequence()) return r.Error(p, "secrets.patterns", "expected a list of regexes (name=regex or regex)");
+        for (const auto& item : p) {
+          std::string pat;
+          CFG_TRY(r.String(item, "secrets.patterns[]", pat));
+          // "name=regex" when what precedes '=' is a plain name.
+          const auto eq = pat.find('=');
+          const bool named = eq != std::string::npos && eq > 0 &&
+                             std::all_of(pat.begin(), pat.begin() + eq, [](char ch) { return std::isalnum(static_cast<unsigned char>(ch)) || ch == '_'; });
+          try {
+            std::regex check(named ? pat.substr(eq + 1) : pat);
+          } catch (const std::regex_error&) {
+            return r.Error(item, "secrets.patterns[]", "not a valid regular expression");
+          }
+          c.secret_patterns.push_back(pat);
+        }
+      }
+    }
     if (auto n = root["listen"]) {
       if (n.IsScalar()) {
         c.listen.push_back(n.Scalar());

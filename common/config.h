@@ -186,6 +186,9 @@ struct DaemonConfig {
   std::map<std::string, McpServerEntry> mcp_servers;
   HardwareConfig hardware;
   std::string policy_file;  // organisation policy (YAML with a policy: section)
+  // secrets.patterns: extra regexes ("name=regex" or "regex") redacted from
+  // tool output, evidence and logs, over the built-in ones.
+  std::vector<std::string> secret_patterns;
   std::string log_level = "info";
 };
 

@@ -8,6 +8,10 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <thread>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -29,6 +33,45 @@ std::string FindProgram(const std::string& name) {
     if (access(full.c_str(), X_OK) == 0) return full;
   }
   return "";
+}
+
+pid_t ForkLongLived(const std::function<void()>& in_child) {
+  struct Job {
+    const std::function<void()>* fn;
+    pid_t pid = -1;
+    int err = 0;
+    bool done = false;
+  };
+  static std::mutex mu;
+  static std::condition_variable cv;
+  static std::deque<Job*> queue;
+  static std::once_flag started;
+  std::call_once(started, [] {
+    std::thread([] {
+      std::unique_lock lock(mu);
+      while (true) {
+        cv.wait(lock, [] { return !queue.empty(); });
+        Job* j = queue.front();
+        queue.pop_front();
+        pid_t pid = fork();
+        if (pid == 0) {
+          (*j->fn)();
+          _exit(127);
+        }
+        j->pid = pid;
+        j->err = pid < 0 ? errno : 0;
+        j->done = true;
+        cv.notify_all();
+      }
+    }).detach();
+  });
+  Job job{&in_child};
+  std::unique_lock lock(mu);
+  queue.push_back(&job);
+  cv.notify_all();
+  cv.wait(lock, [&] { return job.done; });
+  if (job.pid < 0) errno = job.err;
+  return job.pid;
 }
 
 void PrepareChild(int stdin_fd, int stdout_fd, int stderr_fd) {

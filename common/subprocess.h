@@ -1,6 +1,9 @@
 // Runs a program (no shell) with a time limit, capturing its output.
 #pragma once
 
+#include <sys/types.h>
+
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -35,6 +38,13 @@ void PrepareChild(int stdin_fd, int stdout_fd, int stderr_fd);
 // In a forked child: PrepareChild, then exec `argv` (PATH searched); exits
 // 127 if it cannot.
 [[noreturn]] void ExecChild(const std::vector<std::string>& argv, int stdin_fd, int stdout_fd, int stderr_fd);
+
+// fork() for children that outlive the calling thread (simulators, debuggers,
+// servers): PrepareChild's parent-death signal fires when the thread that
+// forked exits, so these are forked on one thread that lives as long as the
+// process. `in_child` runs in the child and must exec or _exit. Returns the
+// pid, or -1 with errno set.
+pid_t ForkLongLived(const std::function<void()>& in_child);
 
 // NOT_FOUND if the program does not exist; otherwise the result, whatever
 // its exit code.

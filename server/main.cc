@@ -35,6 +35,8 @@
 #include "server/catalog/tool_catalog.h"
 #include "server/mcp/mcp_manager.h"
 #include "server/evidence/evidence_log.h"
+#include "server/project/secrets.h"
+#include "server/skills/runner.h"
 #include "server/hardware/broker.h"
 #include "server/hardware/hardware_tools.h"
 #include "server/knowledge/document_search_tool.h"
@@ -384,8 +386,21 @@ int Main(int argc, char** argv) {
     return 1;
   }
   EvidenceLog* evidence_log = evidence->get();
-  auto record_run = [evidence_log](const nlohmann::json& rec) {
-    auto r = evidence_log->Append(rec);
+  // Secrets are redacted from tool output, evidence and run logs.
+  auto scanner = SecretScanner::Make(config.secret_patterns);
+  if (!scanner.ok()) {
+    std::fprintf(stderr, "fwaid: %s\n", std::string(scanner.status().message()).c_str());
+    return 1;
+  }
+  std::shared_ptr<const SecretScanner> secrets = *scanner;
+  auto append_evidence = [evidence_log, secrets](nlohmann::json rec) -> absl::StatusOr<uint64_t> {
+    secrets->RedactJson(rec);
+    auto r = evidence_log->Append(std::move(rec));
+    if (!r.ok()) return r.status();
+    return r->index;
+  };
+  auto record_run = [append_evidence](const nlohmann::json& rec) {
+    auto r = append_evidence(rec);
     if (!r.ok()) spdlog::error("evidence: {}", r.status().ToString());
   };
   hardware.SetRunRecorder(record_run);
@@ -401,6 +416,16 @@ int Main(int argc, char** argv) {
     return names;
   });
   turns.SetRunRecorder(record_run);
+  turns.SetSecretScanner(secrets);
+  SkillDeps skill_deps;
+  skill_deps.hardware = &hardware;
+  skill_deps.providers = &providers;
+  skill_deps.sessions = &sessions;
+  skill_deps.turns = &turns;
+  skill_deps.append_evidence = append_evidence;
+  skill_deps.policy_file = config.policy_file;
+  skill_deps.secrets = secrets;
+  SkillRunner skills(skill_deps);
   PeerRegistry peers;
 
   ApiDeps deps;
@@ -414,6 +439,7 @@ int Main(int argc, char** argv) {
   deps.pool = &pool;
   deps.hardware = &hardware;
   deps.evidence = evidence_log;
+  deps.skills = &skills;
   deps.on_session_deleted = [&hardware](const std::string& id) { hardware.SessionEnded(id); };
   deps.request_shutdown = [] { kill(getpid(), SIGTERM); };
   deps.started_us = NowMicros();

@@ -28,6 +28,7 @@
 #include "client/cli/evidence.h"
 #include "client/cli/hw.h"
 #include "client/cli/project.h"
+#include "client/cli/skills.h"
 #include "client/cli/tools.h"
 #include "client/cli/render.h"
 #include "client/lib/client.h"
@@ -604,7 +605,10 @@ int Repl(const Globals& g, std::string session_id, const std::string& provider,
                    "/sessions  list sessions\n/plan      plan mode (read-only; a plan to approve)\n"
                    "/act       act mode (all tools)\n/mode      show the mode\n/todos     the todo list\n"
                    "/compact   summarise older turns now\n"
+                   "/build /flash /monitor /test   run the built-in skill\n"
+                   "/run SKILL [NAME=VALUE...]     run a skill (/skills lists them)\n"
                    "/exit      leave (or Ctrl-D)\n"
+                   "Free text that names a skill runs it (or asks first when unsure).\n"
                    "Ctrl-C during an answer cancels the turn.\n";
       continue;
     }
@@ -680,9 +684,44 @@ int Repl(const Globals& g, std::string session_id, const std::string& provider,
       }
       continue;
     }
+    if (line == "/build" || line == "/flash" || line == "/monitor" || line == "/test" || absl::StartsWith(line, "/run ")) {
+      SkillRunOptions so;
+      std::vector<std::string> words = absl::StrSplit(line.substr(1), ' ', absl::SkipEmpty());
+      if (words[0] == "run") words.erase(words.begin());
+      so.skill = words.empty() ? "" : words[0];
+      for (size_t i = 1; i < words.size(); ++i) {
+        auto eq = words[i].find('=');
+        if (eq != std::string::npos && eq > 0) so.vars[words[i].substr(0, eq)] = words[i].substr(eq + 1);
+      }
+      if (!so.skill.empty()) last_rc = RunSkill(g, so);
+      continue;
+    }
+    if (line == "/skills") {
+      (void)ListSkills(g);
+      continue;
+    }
     if (line[0] == '/') {
       std::cout << "unknown command " << line << " (/help)" << std::endl;
       continue;
+    }
+    // Free text that names a skill runs it (>= 0.8) or asks first (>= 0.6).
+    if (IntentDecision d = ResolveIntent(g, line); d.action != "chat" && !d.skill.empty()) {
+      bool run = d.action == "run";
+      if (!run) {
+        std::cout << "Run the skill '" << d.skill << "'? (confidence " << d.confidence << ") [y/N] " << std::flush;
+        char* ans = readline("");
+        std::string a = ans ? absl::AsciiStrToLower(absl::StripAsciiWhitespace(ans)) : "";
+        free(ans);
+        run = a == "y" || a == "yes";
+      } else {
+        std::cout << "[skill " << d.skill << ", " << d.tier << ", confidence " << d.confidence << "]" << std::endl;
+      }
+      if (run) {
+        SkillRunOptions so;
+        so.skill = d.skill;
+        last_rc = RunSkill(g, so);
+        continue;
+      }
     }
     if (session_id.empty()) {
       auto s = CreateSession(*c, g, line, provider, model, pending_mode);
@@ -780,6 +819,7 @@ int Main(int argc, char** argv) {
   HwCommands hw(app, g);
   EvidenceCommands evidence(app, g);
   ProjectCommands project(app, g);
+  SkillCommands skill_cmds(app, g);
   auto* repl_session = app.add_option("--session", session_id, "Session for the REPL");
   (void)repl_session;
 
@@ -802,6 +842,7 @@ int Main(int argc, char** argv) {
   if (auto rc = hw.RunIfParsed()) return *rc;
   if (auto rc = evidence.RunIfParsed()) return *rc;
   if (auto rc = project.RunIfParsed()) return *rc;
+  if (auto rc = skill_cmds.RunIfParsed()) return *rc;
   if (g.json) return Fail(g, kExitUsage, "--json needs a command (see fwai --help)");
   return Repl(g, session_id, provider, model);
 }

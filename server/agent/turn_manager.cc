@@ -23,6 +23,7 @@
 #include "fwai/v1/events.pb.h"
 #include "server/llm/provider.h"
 #include "server/project/policy.h"
+#include "server/project/secrets.h"
 #include "server/session/session_manager.h"
 #include "server/tools/tool.h"
 
@@ -82,7 +83,12 @@ struct TurnManager::Turn {
 
 TurnManager::TurnManager(SessionManager& sessions, const DaemonConfig& config,
                          const ProviderSet& providers, const ToolRegistry& tools, ToolRetriever retriever)
-    : sessions_(sessions), config_(config), providers_(providers), tools_(tools), retriever_(std::move(retriever)) {}
+    : sessions_(sessions),
+      config_(config),
+      providers_(providers),
+      tools_(tools),
+      retriever_(std::move(retriever)),
+      secrets_(SecretScanner::Default()) {}
 
 TurnManager::~TurnManager() { Shutdown(); }
 
@@ -453,6 +459,7 @@ struct TurnManager::Agent {
   struct Policy {
     PolicyRules rules;
     std::set<std::string> files_written;
+    int lines_changed = 0;
     json refusals = json::array();
   };
   Policy* policy = nullptr;
@@ -779,6 +786,7 @@ void TurnManager::Run(Turn* turn, TurnRequest req) {
         rec["files_changed"] = files;
       }
     }
+    secrets_->RedactJson(rec);
     recorder_(rec);
   }
   auto fresh = sessions_.Get(req.session_id);
@@ -1220,11 +1228,19 @@ std::string TurnManager::RunAgent(Turn* turn, Agent& a) {
             d = {false, absl::StrCat("change_budget: max_files ", pol->rules.max_files_per_turn), "",
                  absl::StrCat("this turn already changed ", pol->files_written.size(), " files")};
           }
+          if (d.allowed && q.kind == "write" && pol->rules.max_lines_per_turn > 0 &&
+              pol->lines_changed + q.lines > pol->rules.max_lines_per_turn) {
+            d = {false, absl::StrCat("change_budget: max_lines ", pol->rules.max_lines_per_turn), "",
+                 absl::StrCat("this write changes ", q.lines, " lines and the turn already changed ", pol->lines_changed)};
+          }
           if (!d.allowed) {
             pol->refusals.push_back({{"kind", q.kind}, {"target", q.target}, {"rule", d.rule}});
             return absl::PermissionDeniedError(absl::StrCat("refused by policy (", d.rule, "): ", d.reason));
           }
-          if (q.kind == "write") pol->files_written.insert(q.target);
+          if (q.kind == "write") {
+            pol->files_written.insert(q.target);
+            pol->lines_changed += q.lines;
+          }
           return absl::OkStatus();
         };
         tctx.output = [&, call_id](std::string_view text) {
@@ -1238,6 +1254,10 @@ std::string TurnManager::RunAgent(Turn* turn, Agent& a) {
         };
         tr = tool->Run(input, tctx);
         if (a.cancel->cancelled() && !tr.is_error) tr.content += "\n(turn cancelled)";
+      }
+      // Secrets never reach the provider, the history or the evidence.
+      if (int found = 0; (tr.content = secrets_->Redact(tr.content, &found)), found > 0) {
+        tr.content += absl::StrCat("\n(", found, found == 1 ? " secret" : " secrets", " redacted)");
       }
       {
         ServerEvent ev;

@@ -25,6 +25,7 @@ namespace fwai {
 class SessionManager;
 class ToolRegistry;
 class Provider;
+class SecretScanner;
 
 // Providers by name plus the default one. Owned by the daemon's main.
 struct ProviderSet {
@@ -72,6 +73,8 @@ class TurnManager {
   [[nodiscard]] absl::Status Start(TurnRequest request);
   // Receives one run record per finished turn (the evidence log).
   void SetRunRecorder(std::function<void(const nlohmann::json&)> recorder) { recorder_ = std::move(recorder); }
+  // Redacts tool output before the provider, the history and the evidence see it.
+  void SetSecretScanner(std::shared_ptr<const SecretScanner> scanner) { secrets_ = std::move(scanner); }
   // Cancels the running turn of the session, if any.
   void Cancel(const std::string& session_id);
   // Delivers a reply to the question or plan the session's turn waits on.
@@ -103,6 +106,7 @@ class TurnManager {
   const ToolRegistry& tools_;
   const ToolRetriever retriever_;
   std::function<void(const nlohmann::json&)> recorder_;
+  std::shared_ptr<const SecretScanner> secrets_;
   std::mutex mu_;
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
   std::map<std::string, std::unique_ptr<Turn>> turns_ ABSL_GUARDED_BY(mu_);

@@ -27,6 +27,7 @@ class ToolCatalogStore;
 class ThreadPool;
 class HardwareBroker;
 class EvidenceLog;
+class SkillRunner;
 struct DaemonConfig;
 struct ProviderSet;
 
@@ -57,6 +58,7 @@ struct ApiDeps {
   ThreadPool* pool = nullptr;          // runs work that must not block reactions
   HardwareBroker* hardware = nullptr;  // may be null: Hardware answers UNAVAILABLE
   EvidenceLog* evidence = nullptr;     // may be null: Evidence answers UNAVAILABLE
+  SkillRunner* skills = nullptr;       // may be null: Skills.Run answers UNAVAILABLE
   std::function<void(const std::string&)> on_session_deleted;
   std::function<void()> request_shutdown;
   int64_t started_us = 0;
@@ -72,6 +74,7 @@ std::unique_ptr<grpc::Service> MakeToolCatalogService(const ApiDeps& deps);
 std::unique_ptr<grpc::Service> MakeHardwareService(const ApiDeps& deps);
 std::unique_ptr<grpc::Service> MakeEvidenceService(const ApiDeps& deps);
 std::unique_ptr<grpc::Service> MakeProjectsService(const ApiDeps& deps);
+std::unique_ptr<grpc::Service> MakeSkillsService(const ApiDeps& deps);
 
 // The one place absl::Status becomes grpc::Status.
 grpc::Status ToGrpcStatus(const absl::Status& s);

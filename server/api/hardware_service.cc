@@ -16,6 +16,8 @@
 #include "common/thread_pool.h"
 #include "fwai/v1/hardware.grpc.pb.h"
 #include "server/api/api.h"
+#include "server/api/caller.h"
+#include "server/api/queued_writer.h"
 #include "server/hardware/broker.h"
 
 namespace fwai {
@@ -33,80 +35,6 @@ void ToProto(const LeaseRecord& l, pb::Lease* out) {
   out->set_session_id(l.session_id);
 }
 
-// Writes messages produced on another thread to a server stream: one write
-// in flight, Finish once after the queue drains.
-template <typename Msg>
-class QueuedWriter {
- public:
-  using Start = std::function<void(const Msg*)>;
-  using FinishFn = std::function<void(grpc::Status)>;
-  void Bind(Start start, FinishFn finish) {
-    start_ = std::move(start);
-    finish_ = std::move(finish);
-  }
-  void Push(Msg m) {
-    std::lock_guard lock(mu_);
-    if (done_) return;
-    queue_.push_back(std::move(m));
-    Pump();
-  }
-  void Close(grpc::Status s) {
-    std::lock_guard lock(mu_);
-    if (closing_ || done_) return;
-    closing_ = true;
-    status_ = std::move(s);
-    Pump();
-  }
-  void OnWriteDone(bool ok) {
-    std::lock_guard lock(mu_);
-    writing_ = false;
-    space_.notify_all();
-    if (!ok) {
-      queue_.clear();
-      closing_ = true;
-      if (status_.ok()) status_ = grpc::Status(grpc::StatusCode::CANCELLED, "client went away");
-    }
-    Pump();
-  }
-  bool done() {
-    std::lock_guard lock(mu_);
-    return done_ || closing_;
-  }
-  // Blocks while `limit` or more messages wait (backpressure for producers);
-  // false once the stream is closing or `stop` is set.
-  bool WaitBelow(size_t limit, const std::atomic<bool>& stop) {
-    std::unique_lock lock(mu_);
-    while (queue_.size() >= limit && !done_ && !closing_ && !stop) {
-      space_.wait_for(lock, std::chrono::milliseconds(100));
-    }
-    return !done_ && !closing_ && !stop;
-  }
-
- private:
-  void Pump() {
-    if (writing_ || done_) return;
-    if (!queue_.empty()) {
-      current_ = std::move(queue_.front());
-      queue_.pop_front();
-      writing_ = true;
-      start_(&current_);
-      return;
-    }
-    if (closing_) {
-      done_ = true;
-      finish_(status_);
-    }
-  }
-  std::mutex mu_;
-  std::condition_variable space_;
-  std::deque<Msg> queue_;
-  Msg current_;
-  bool writing_ = false, closing_ = false, done_ = false;
-  grpc::Status status_;
-  Start start_;
-  FinishFn finish_;
-};
-
 class HardwareService final : public pb::Hardware::CallbackService {
  public:
   explicit HardwareService(ApiDeps deps) : deps_(std::move(deps)), workers_(16) {}
@@ -117,25 +45,7 @@ class HardwareService final : public pb::Hardware::CallbackService {
 
   Caller CallerOf(grpc::CallbackServerContext* ctx, const std::string& lease_id = "",
                   const std::string& session_id = "") const {
-    Caller c;
-    c.identity = deps_.peers->Identity(ctx->peer());
-    c.uid = deps_.peers->Uid(ctx->peer());
-    c.admin = c.uid == 0 || c.uid == static_cast<int64_t>(deps_.daemon_uid);
-    if (c.uid >= 0) {
-      passwd pw{}, *res = nullptr;
-      char buf[1024];
-      if (getpwuid_r(static_cast<uid_t>(c.uid), &pw, buf, sizeof buf, &res) == 0 && res) {
-        c.display = absl::StrCat(res->pw_name, " (uid ", c.uid, ")");
-      }
-    }
-    if (c.display.empty()) c.display = c.identity;
-    auto md = ctx->client_metadata().find("fwai-client");
-    if (md != ctx->client_metadata().end()) {
-      absl::StrAppend(&c.display, " via ", std::string(md->second.data(), md->second.size()));
-    }
-    c.lease_id = lease_id;
-    c.session_id = session_id;
-    return c;
+    return CallerFromContext(deps_, ctx, lease_id, session_id);
   }
 
   grpc::ServerUnaryReactor* Unavailable(grpc::CallbackServerContext* ctx) {

@@ -1,7 +1,9 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "server/api/api.h"
+#include "server/api/caller.h"
+
+#include <pwd.h>
 
 #include <grpcpp/grpcpp.h>
 
@@ -26,6 +28,29 @@ std::string PeerRegistry::Identity(const std::string& peer) const {
   int64_t uid = Uid(peer);
   if (uid >= 0) return absl::StrCat("uid:", uid);
   return absl::StrCat("peer:", peer);
+}
+
+Caller CallerFromContext(const ApiDeps& deps, grpc::CallbackServerContext* ctx, const std::string& lease_id,
+                         const std::string& session_id) {
+  Caller c;
+  c.identity = deps.peers->Identity(ctx->peer());
+  c.uid = deps.peers->Uid(ctx->peer());
+  c.admin = c.uid == 0 || c.uid == static_cast<int64_t>(deps.daemon_uid);
+  if (c.uid >= 0) {
+    passwd pw{}, *res = nullptr;
+    char buf[1024];
+    if (getpwuid_r(static_cast<uid_t>(c.uid), &pw, buf, sizeof buf, &res) == 0 && res) {
+      c.display = absl::StrCat(res->pw_name, " (uid ", c.uid, ")");
+    }
+  }
+  if (c.display.empty()) c.display = c.identity;
+  auto md = ctx->client_metadata().find("fwai-client");
+  if (md != ctx->client_metadata().end()) {
+    absl::StrAppend(&c.display, " via ", std::string(md->second.data(), md->second.size()));
+  }
+  c.lease_id = lease_id;
+  c.session_id = session_id;
+  return c;
 }
 
 grpc::Status ToGrpcStatus(const absl::Status& s) {

@@ -488,7 +488,7 @@ std::vector<std::unique_ptr<grpc::Service>> MakeServices(const ApiDeps& deps) {
   out.push_back(MakeToolCatalogService(deps));
   out.push_back(MakeHardwareService(deps));
   out.push_back(MakeProjectsService(deps));
-  out.push_back(std::make_unique<pb::Skills::CallbackService>());
+  out.push_back(MakeSkillsService(deps));
   out.push_back(MakeEvidenceService(deps));
   return out;
 }

@@ -653,8 +653,7 @@ absl::StatusOr<DebugResult> HardwareBroker::Debug(const Caller& caller, const st
     args.insert(args.end(), {"-c", absl::StrCat("gdb_port ", *port), "-c", "tcl_port disabled", "-c", "telnet_port disabled"});
     int pipefd[2];
     if (pipe2(pipefd, O_CLOEXEC) != 0) return absl::InternalError("pipe failed");
-    ocd_pid = fork();
-    if (ocd_pid == 0) ExecChild(args, -1, pipefd[1], pipefd[1]);
+    ocd_pid = ForkLongLived([&] { ExecChild(args, -1, pipefd[1], pipefd[1]); });
     close(pipefd[1]);
     std::string out;
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);

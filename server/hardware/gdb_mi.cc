@@ -181,9 +181,8 @@ absl::StatusOr<std::unique_ptr<GdbSession>> GdbSession::Start(const std::string&
   }
   std::vector<std::string> args = {gdb, "--interpreter=mi3", "-q", "-nx"};
   if (!elf.empty()) args.push_back(elf);
-  pid_t pid = fork();
+  pid_t pid = ForkLongLived([&] { ExecChild(args, to_child[0], from_child[1], from_child[1]); });
   if (pid < 0) return absl::InternalError(absl::StrCat("fork: ", std::strerror(errno)));
-  if (pid == 0) ExecChild(args, to_child[0], from_child[1], from_child[1]);
   close(to_child[0]);
   close(from_child[1]);
   std::unique_ptr<GdbSession> g(new GdbSession());

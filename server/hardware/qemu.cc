@@ -95,13 +95,12 @@ absl::StatusOr<std::unique_ptr<QemuInstance>> QemuInstance::Start(const QemuOpti
                                    absl::StrCat("tcp:127.0.0.1:", q->gdb_port_)};
   int pipefd[2];
   if (pipe2(pipefd, O_CLOEXEC) != 0) return absl::InternalError(absl::StrCat("pipe: ", std::strerror(errno)));
-  pid_t pid = fork();
+  pid_t pid = ForkLongLived([&] { ExecChild(args, -1, pipefd[1], pipefd[1]); });
   if (pid < 0) {
     close(pipefd[0]);
     close(pipefd[1]);
     return absl::InternalError(absl::StrCat("fork: ", std::strerror(errno)));
   }
-  if (pid == 0) ExecChild(args, -1, pipefd[1], pipefd[1]);
   close(pipefd[1]);
   q->pid_ = pid;
   q->out_fd_ = pipefd[0];

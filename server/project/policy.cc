@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 
@@ -47,7 +48,7 @@ absl::StatusOr<PolicyRules> ParsePolicy(const std::string& text, const std::stri
   };
   if (!p.IsMap()) return err(p, "", "expected a mapping");
   static const std::set<std::string> kKeys = {"protected_paths", "allowed_paths", "blocked_tools", "allowed_tools",
-                                              "blocked_commands", "change_budget", "network"};
+                                              "blocked_commands", "change_budget", "network", "flash"};
   for (const auto& kv : p) {
     if (!kKeys.count(kv.first.as<std::string>())) return err(kv.first, kv.first.as<std::string>(), "unknown rule");
   }
@@ -68,13 +69,43 @@ absl::StatusOr<PolicyRules> ParsePolicy(const std::string& text, const std::stri
     if (auto s = list(k, *v); !s.ok()) return s;
   }
   r.has_allowed_tools = static_cast<bool>(p["allowed_tools"]);
+  auto number = [&](const YAML::Node& n, const std::string& f, int& out) -> absl::Status {
+    int v = 0;
+    if (!n.IsScalar() || !absl::SimpleAtoi(n.Scalar(), &v) || v < 0) return err(n, f, "expected a number (0: no limit)");
+    out = v;
+    return absl::OkStatus();
+  };
+  auto boolean = [&](const YAML::Node& n, const std::string& f, bool& out) -> absl::Status {
+    if (!n.IsScalar() || (n.Scalar() != "true" && n.Scalar() != "false")) return err(n, f, "expected true or false");
+    out = n.Scalar() == "true";
+    return absl::OkStatus();
+  };
   if (const auto& b = p["change_budget"]) {
-    if (!b.IsMap()) return err(b, "change_budget", "expected {max_files}");
-    if (b["max_files"]) {
-      try {
-        r.max_files_per_turn = b["max_files"].as<int>();
-      } catch (const YAML::Exception&) {
-        return err(b["max_files"], "change_budget.max_files", "expected a number");
+    if (!b.IsMap()) return err(b, "change_budget", "expected {max_files, max_lines, max_files_per_run, max_lines_per_run}");
+    const std::vector<std::pair<const char*, int*>> fields = {{"max_files", &r.max_files_per_turn},
+                                                             {"max_lines", &r.max_lines_per_turn},
+                                                             {"max_files_per_run", &r.max_files_per_run},
+                                                             {"max_lines_per_run", &r.max_lines_per_run}};
+    for (const auto& kv : b) {
+      const std::string k = kv.first.Scalar();
+      auto it = std::find_if(fields.begin(), fields.end(), [&](const auto& f) { return k == f.first; });
+      if (it == fields.end()) return err(kv.first, "change_budget." + k, "unknown (max_files, max_lines, max_files_per_run, max_lines_per_run)");
+      if (auto st = number(kv.second, "change_budget." + k, *it->second); !st.ok()) return st;
+    }
+  }
+  if (const auto& f = p["flash"]) {
+    if (!f.IsMap()) return err(f, "flash", "expected {require_approval, allowed_boards, require_fresh}");
+    for (const auto& kv : f) {
+      const std::string k = kv.first.Scalar();
+      if (k == "require_approval") {
+        if (auto st = boolean(kv.second, "flash.require_approval", r.flash_require_approval); !st.ok()) return st;
+      } else if (k == "require_fresh") {
+        if (auto st = boolean(kv.second, "flash.require_fresh", r.flash_require_fresh); !st.ok()) return st;
+      } else if (k == "allowed_boards") {
+        if (!kv.second.IsSequence()) return err(kv.second, "flash.allowed_boards", "expected a list of board ids or globs");
+        for (const auto& x : kv.second) r.flash_allowed_boards.push_back(x.Scalar());
+      } else {
+        return err(kv.first, "flash." + k, "unknown (require_approval, allowed_boards, require_fresh)");
       }
     }
   }
@@ -109,9 +140,18 @@ PolicyRules MergePolicy(const PolicyRules& proj, const PolicyRules& org, bool ha
     }
   }
   if (!org.allowed_paths.empty()) m.allowed_paths = org.allowed_paths;  // the organisation's list wins
-  if (org.max_files_per_turn > 0 && (m.max_files_per_turn == 0 || org.max_files_per_turn < m.max_files_per_turn)) {
-    m.max_files_per_turn = org.max_files_per_turn;
-  }
+  // Budgets: the smaller limit wins.
+  auto tighter = [](int& mine, int theirs) {
+    if (theirs > 0 && (mine == 0 || theirs < mine)) mine = theirs;
+  };
+  tighter(m.max_files_per_turn, org.max_files_per_turn);
+  tighter(m.max_lines_per_turn, org.max_lines_per_turn);
+  tighter(m.max_files_per_run, org.max_files_per_run);
+  tighter(m.max_lines_per_run, org.max_lines_per_run);
+  // Flash: either side may require approval and freshness; the organisation's board list wins.
+  m.flash_require_approval = proj.flash_require_approval || org.flash_require_approval;
+  m.flash_require_fresh = proj.flash_require_fresh || org.flash_require_fresh;
+  if (!org.flash_allowed_boards.empty()) m.flash_allowed_boards = org.flash_allowed_boards;
   m.network = proj.network && org.network;
   return m;
 }
@@ -173,8 +213,25 @@ PolicyDecision CheckPolicy(const PolicyRules& r, const std::string& kind, const 
         pos = end;
       }
     }
+  } else if (kind == "flash") {
+    if (!r.flash_allowed_boards.empty() &&
+        std::none_of(r.flash_allowed_boards.begin(), r.flash_allowed_boards.end(), [&](const std::string& g) { return Glob(g, target); })) {
+      return refuse(absl::StrCat("flash.allowed_boards: ", absl::StrJoin(r.flash_allowed_boards, ", ")),
+                    absl::StrCat("flashing ", target, " is not allowed here"));
+    }
   }
   d.reason = "no rule refuses it";
+  return d;
+}
+
+PolicyDecision CheckFlashPolicy(const PolicyRules& r, const std::string& board, bool approved) {
+  PolicyDecision d = CheckPolicy(r, "flash", board);
+  if (!d.allowed) return d;
+  if (r.flash_require_approval && !approved) {
+    return {false, "flash.require_approval: true", "",
+            "flashing needs a person's approval (--yes, or answer the prompt); a project may waive it with "
+            "policy.flash.require_approval: false"};
+  }
   return d;
 }
 

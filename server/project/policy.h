@@ -20,6 +20,13 @@ struct PolicyRules {
   std::vector<std::string> allowed_tools;    // empty: every tool
   std::vector<std::string> blocked_commands; // a command containing any of these words is refused
   int max_files_per_turn = 0;                // change budget; 0: none
+  int max_lines_per_turn = 0;
+  int max_files_per_run = 0;                 // a skill run (git numstat since it began)
+  int max_lines_per_run = 0;
+  // Flash guard settings.
+  bool flash_require_approval = true;        // a person approves each flash (--yes, the prompt)
+  std::vector<std::string> flash_allowed_boards;  // globs; empty: any board
+  bool flash_require_fresh = true;           // refuse an image older than the sources
   bool network = false;                      // commands may use the network
   bool has_allowed_tools = false;
 };
@@ -37,7 +44,10 @@ struct PolicyDecision {
 [[nodiscard]] absl::StatusOr<PolicyRules> LoadPolicy(const std::string& project_root, const std::string& org_file);
 PolicyRules MergePolicy(const PolicyRules& project, const PolicyRules& org, bool have_org);
 
-// kind: write (target = path relative to the project) | command | tool.
+// kind: write (target = path relative to the project) | command | tool | flash (target = board id).
 PolicyDecision CheckPolicy(const PolicyRules& rules, const std::string& kind, const std::string& target);
+// The flash guard settings: the board must be allowed, and unless the rules
+// waive it, the person must have approved.
+PolicyDecision CheckFlashPolicy(const PolicyRules& rules, const std::string& board, bool approved);
 
 }  // namespace fwai

@@ -167,6 +167,9 @@ absl::Status SetProjectField(ProjectSettings& s, const std::string& key, const s
   else if (key == "build_system") s.build_system = value;
   else if (key == "build_command") s.build_command = value;
   else if (key == "flash_command") s.flash_command = value;
+  else if (key == "image") s.image = value;
+  else if (key == "test_command") s.test_command = value;
+  else if (key == "boot_pattern") s.boot_pattern = value;
   else if (key == "target") s.target = value;
   else if (key == "board") s.board = value;
   else if (key == "debug_interface") s.debug_interface = value;
@@ -189,14 +192,21 @@ std::string ProjectYaml(const ProjectSettings& s) {
   out << YAML::Key << "build_system" << YAML::Value << s.build_system;
   out << YAML::Key << "build" << YAML::Value << YAML::BeginMap << YAML::Key << "command" << YAML::Value << s.build_command
       << YAML::EndMap;
-  out << YAML::Key << "flash" << YAML::Value << YAML::BeginMap << YAML::Key << "command" << YAML::Value << s.flash_command
-      << YAML::EndMap;
+  out << YAML::Key << "flash" << YAML::Value << YAML::BeginMap << YAML::Key << "command" << YAML::Value << s.flash_command;
+  if (!s.image.empty()) out << YAML::Key << "image" << YAML::Value << s.image;
+  out << YAML::EndMap;
+  if (!s.test_command.empty()) {
+    out << YAML::Key << "test" << YAML::Value << YAML::BeginMap << YAML::Key << "command" << YAML::Value << s.test_command
+        << YAML::EndMap;
+  }
   out << YAML::Key << "target" << YAML::Value << s.target;
   if (!s.board.empty()) out << YAML::Key << "board" << YAML::Value << s.board;
   if (!s.debug_interface.empty()) out << YAML::Key << "debug_interface" << YAML::Value << s.debug_interface;
   out << YAML::Key << "serial" << YAML::Value << YAML::BeginMap;
   if (!s.serial_port.empty()) out << YAML::Key << "port" << YAML::Value << s.serial_port;
-  out << YAML::Key << "baud" << YAML::Value << s.baud << YAML::EndMap;
+  out << YAML::Key << "baud" << YAML::Value << s.baud;
+  if (!s.boot_pattern.empty()) out << YAML::Key << "boot_pattern" << YAML::Value << s.boot_pattern;
+  out << YAML::EndMap;
   out << YAML::EndMap;
   return std::string("# fwai project settings (fwai init); see `fwai doctor`\n") + out.c_str() + "\n";
 }
@@ -213,7 +223,8 @@ absl::StatusOr<ProjectSettings> ParseProjectYaml(const std::string& text, const 
   };
   if (!root.IsMap()) return absl::InvalidArgumentError(absl::StrCat(source, ":1: expected a mapping of settings"));
   static const std::set<std::string> kKeys = {"name", "build_system", "build", "flash", "target", "board",
-                                              "debug_interface", "serial", "mcp_servers", "policy", "skills"};
+                                              "debug_interface", "serial", "mcp_servers", "policy", "skills", "test",
+                                              "template"};
   ProjectSettings s;
   for (const auto& kv : root) {
     const std::string key = kv.first.as<std::string>();
@@ -230,15 +241,38 @@ absl::StatusOr<ProjectSettings> ParseProjectYaml(const std::string& text, const 
            {"debug_interface", &s.debug_interface}}) {
     if (auto st = str(k, *f); !st.ok()) return st;
   }
-  for (auto [k, f] : std::vector<std::pair<const char*, std::string*>>{{"build", &s.build_command}, {"flash", &s.flash_command}}) {
+  for (auto [k, f] : std::vector<std::pair<const char*, std::string*>>{
+           {"build", &s.build_command}, {"flash", &s.flash_command}, {"test", &s.test_command}}) {
     const auto& n = root[k];
     if (!n) continue;
     if (!n.IsMap() || !n["command"] || !n["command"].IsScalar()) return err(n, absl::StrCat(k, ".command"), "expected a command string");
+    for (const auto& kv : n) {
+      const std::string sub = kv.first.Scalar();
+      if (sub != "command" && !(std::string(k) == "flash" && sub == "image")) {
+        return err(kv.first, absl::StrCat(k, ".", sub), "unknown setting");
+      }
+    }
     *f = n["command"].Scalar();
+  }
+  if (root["flash"] && root["flash"]["image"]) {
+    if (!root["flash"]["image"].IsScalar()) return err(root["flash"]["image"], "flash.image", "expected a path");
+    s.image = root["flash"]["image"].Scalar();
   }
   if (const auto& n = root["serial"]) {
     if (!n.IsMap()) return err(n, "serial", "expected {port, baud}");
+    for (const auto& kv : n) {
+      const std::string sub = kv.first.Scalar();
+      if (sub != "port" && sub != "baud" && sub != "boot_pattern") return err(kv.first, "serial." + sub, "unknown setting");
+    }
     if (n["port"]) s.serial_port = n["port"].Scalar();
+    if (n["boot_pattern"]) {
+      s.boot_pattern = n["boot_pattern"].Scalar();
+      try {
+        std::regex check(s.boot_pattern);
+      } catch (const std::regex_error&) {
+        return err(n["boot_pattern"], "serial.boot_pattern", "not a valid regular expression");
+      }
+    }
     if (n["baud"]) {
       if (auto st = SetProjectField(s, "baud", n["baud"].Scalar()); !st.ok()) return err(n["baud"], "serial.baud", "expected a number 50..20000000");
     }

@@ -16,11 +16,14 @@ struct ProjectSettings {
   std::string build_system;  // cmake | make | platformio | zephyr | cargo | arduino | unknown
   std::string build_command;
   std::string flash_command;
+  std::string image;         // the firmware image to flash (flash.image); "" : the newest ELF
+  std::string test_command;  // test.command
   std::string target;        // MCU, e.g. stm32f100rb
   std::string board;
   std::string debug_interface;  // e.g. stlink, jlink, cmsis-dap, qemu
   std::string serial_port;
   int baud = 115200;
+  std::string boot_pattern;  // serial.boot_pattern: a line that means the firmware booted
   std::vector<std::string> missing;  // what detection could not find
 };
 

@@ -21,6 +21,7 @@ struct PolicyQuery {
   std::string kind;    // write | command
   std::string target;  // the path (relative to the project root) or the command line
   std::string tool;
+  int lines = 0;  // write: lines it changes (added + removed)
 };
 
 // Answers a policy query: OK, or PERMISSION_DENIED with the rule that refused.

@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 
 #include <filesystem>
+#include <map>
 #include <fstream>
 #include <sstream>
 #include <vector>
@@ -26,9 +27,36 @@ std::string Rel(const std::string& root, const std::string& p) {
   return p;
 }
 
-absl::Status Check(ToolContext& ctx, const std::string& kind, const std::string& target, const std::string& tool) {
+absl::Status Check(ToolContext& ctx, const std::string& kind, const std::string& target, const std::string& tool,
+                   int lines = 0) {
   if (!ctx.policy) return absl::OkStatus();
-  return ctx.policy(PolicyQuery{kind, target, tool});
+  return ctx.policy(PolicyQuery{kind, target, tool, lines});
+}
+
+// Lines only on one side, counted with multiplicity (like git's numstat, without moves).
+int LinesChanged(const std::string& before, const std::string& after) {
+  std::map<std::string_view, int> count;
+  auto each = [](const std::string& text, auto&& fn) {
+    size_t start = 0;
+    while (start < text.size()) {
+      size_t nl = text.find('\n', start);
+      if (nl == std::string::npos) nl = text.size();
+      fn(std::string_view(text).substr(start, nl - start));
+      start = nl + 1;
+    }
+  };
+  each(before, [&](std::string_view l) { count[l]++; });
+  each(after, [&](std::string_view l) { count[l]--; });
+  int n = 0;
+  for (const auto& [l, c] : count) n += c < 0 ? -c : c;
+  return n;
+}
+
+std::string ReadAll(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
 }
 
 std::vector<std::string> Lines(const std::string& s) {
@@ -93,11 +121,12 @@ class WriteFileTool final : public Tool {
     auto path = ResolveInRoot(ctx.project_root, input["path"].get<std::string>());
     if (!path.ok()) return Err(std::string(path.status().message()));
     const std::string rel = Rel(ctx.project_root, *path);
-    if (auto s = Check(ctx, "write", rel, name()); !s.ok()) return Err(std::string(s.message()));
     std::error_code ec;
     if (fs::is_directory(*path, ec)) return Err(absl::StrCat(rel, " is a directory"));
     const bool existed = fs::exists(*path, ec);
     const std::string& content = input["content"].get_ref<const std::string&>();
+    const int lines = LinesChanged(existed ? ReadAll(*path) : std::string(), content);
+    if (auto s = Check(ctx, "write", rel, name(), lines); !s.ok()) return Err(std::string(s.message()));
     if (auto s = WriteAtomically(*path, content); !s.ok()) return Err(std::string(s.message()));
     return {absl::StrCat(existed ? "replaced " : "created ", rel, " (", content.size(), " bytes, ",
                          Lines(content).size(), " lines)"),
@@ -129,7 +158,6 @@ class EditFileTool final : public Tool {
     auto path = ResolveInRoot(ctx.project_root, input["path"].get<std::string>());
     if (!path.ok()) return Err(std::string(path.status().message()));
     const std::string rel = Rel(ctx.project_root, *path);
-    if (auto s = Check(ctx, "write", rel, name()); !s.ok()) return Err(std::string(s.message()));
     std::ifstream in(*path, std::ios::binary);
     if (!in) return Err(absl::StrCat(rel, ": no such file (use write_file to create it)"));
     std::stringstream ss;
@@ -157,6 +185,7 @@ class EditFileTool final : public Tool {
       last = p + old_s.size();
     }
     out.append(text, last, std::string::npos);
+    if (auto s = Check(ctx, "write", rel, name(), LinesChanged(text, out)); !s.ok()) return Err(std::string(s.message()));
     if (auto s = WriteAtomically(*path, out); !s.ok()) return Err(std::string(s.message()));
     return {absl::StrCat("edited ", rel, " (", count, count == 1 ? " replacement" : " replacements", ")\n", diff), false};
   }

@@ -197,7 +197,7 @@ std::vector<pb::ServerEvent> ReadAll(pb::Sessions::Stub& stub, const std::string
 }
 
 int RunCommand(const std::vector<std::string>& argv, std::string* out, std::string* err,
-               const std::vector<std::string>& env, int timeout_s) {
+               const std::vector<std::string>& env, int timeout_s, const std::string& stdin_path) {
   int out_pipe[2], err_pipe[2];
   if (pipe(out_pipe) != 0 || pipe(err_pipe) != 0) return -1;
   pid_t pid = fork();
@@ -208,7 +208,7 @@ int RunCommand(const std::vector<std::string>& argv, std::string* out, std::stri
     close(err_pipe[0]);
     close(out_pipe[1]);
     close(err_pipe[1]);
-    int devnull = open("/dev/null", O_RDONLY);
+    int devnull = open(stdin_path.empty() ? "/dev/null" : stdin_path.c_str(), O_RDONLY);
     dup2(devnull, 0);
     for (const auto& e : env) putenv(strdup(e.c_str()));
     std::vector<char*> args;

@@ -74,7 +74,8 @@ std::vector<fwai::v1::ServerEvent> ReadAll(fwai::v1::Sessions::Stub& stub, const
                                            uint64_t after = 0);
 
 // Runs a command, returns exit code and stdout (stderr goes to `err`).
+// `stdin_path`: a file to read standard input from ("" : /dev/null).
 int RunCommand(const std::vector<std::string>& argv, std::string* out, std::string* err,
-               const std::vector<std::string>& env = {}, int timeout_s = 60);
+               const std::vector<std::string>& env = {}, int timeout_s = 60, const std::string& stdin_path = "");
 
 }  // namespace fwai::testing

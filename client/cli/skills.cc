@@ -1,0 +1,298 @@
+#include "client/cli/skills.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <iostream>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "fwai/v1/projects.grpc.pb.h"
+
+namespace fwai {
+
+namespace pb = fwai::v1;
+using json = nlohmann::json;
+
+namespace {
+
+std::string ProjectRoot(const Globals& g) {
+  std::error_code ec;
+  return std::filesystem::absolute(g.project.empty() ? "." : g.project, ec).lexically_normal().string();
+}
+
+std::atomic<grpc::ClientContext*> g_running_ctx{nullptr};
+
+struct Style {
+  bool color;
+  std::string dim() const { return color ? "\033[2m" : ""; }
+  std::string bold() const { return color ? "\033[1m" : ""; }
+  std::string red() const { return color ? "\033[31m" : ""; }
+  std::string green() const { return color ? "\033[32m" : ""; }
+  std::string yellow() const { return color ? "\033[33m" : ""; }
+  std::string reset() const { return color ? "\033[0m" : ""; }
+};
+
+bool AskYesNo(const std::string& question) {
+  if (!isatty(STDIN_FILENO)) return false;
+  std::cerr << question << " [y/N] " << std::flush;
+  std::string answer;
+  if (!std::getline(std::cin, answer)) return false;
+  answer = absl::AsciiStrToLower(absl::StripAsciiWhitespace(answer));
+  return answer == "y" || answer == "yes";
+}
+
+}  // namespace
+
+int RunSkill(const Globals& g, const SkillRunOptions& o) {
+  auto ch = ConnectChannel(g);
+  if (!ch.ok()) return Fail(g, kExitUnreachable, std::string(ch.status().message()));
+  auto stub = pb::Skills::NewStub(*ch);
+  const std::string root = ProjectRoot(g);
+  // What the skill is: its timeout and whether it flashes (which needs approval).
+  pb::ListSkillsRequest lr;
+  lr.set_project_root(root);
+  pb::ListSkillsResponse skills;
+  {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+    auto st = stub->List(&ctx, lr, &skills);
+    if (st.error_code() == grpc::StatusCode::INVALID_ARGUMENT) return Fail(g, 11, st.error_message());  // config
+    if (!st.ok()) return FailGrpc(g, st);
+  }
+  const pb::Skill* skill = nullptr;
+  std::vector<std::string> names;
+  for (const auto& s : skills.skills()) {
+    names.push_back(s.name());
+    if (s.name() == o.skill) skill = &s;
+  }
+  if (!skill) {
+    return Fail(g, 11, absl::StrCat("no skill '", o.skill, "' in ", root, " (skills: ", absl::StrJoin(names, ", "), ")"));
+  }
+  bool approved = o.yes;
+  if (skill->flashes() && !approved && !o.ci) {
+    approved = AskYesNo(absl::StrCat("The skill '", o.skill, "' flashes ", o.board.empty() ? "the board" : o.board, ". Proceed?"));
+    if (!approved && isatty(STDIN_FILENO)) {
+      std::cerr << "fwai: not approved; nothing was run" << std::endl;
+      return 16;
+    }
+  }
+  pb::RunSkillRequest req;
+  req.set_project_root(root);
+  req.set_skill(o.skill);
+  req.set_ci(o.ci);
+  req.set_approved(approved);
+  req.set_board(o.board);
+  req.set_timeout_s(o.timeout_s);
+  for (const auto& [k, v] : o.vars) (*req.mutable_vars())[k] = v;
+
+  // Human progress goes to stdout, or to stderr in CI mode (stdout carries
+  // the final JSON summary). --json: every event is a JSON line on stdout.
+  std::ostream& out = o.ci && !g.json ? std::cerr : std::cout;
+  const Style st{!g.json && isatty(o.ci ? STDERR_FILENO : STDOUT_FILENO)};
+  grpc::ClientContext ctx;
+  ctx.AddMetadata("fwai-client", "fwai run");
+  // The watchdog: the run's own limit plus a margin; the daemon enforces the
+  // limit itself, this catches a daemon or a connection that went quiet.
+  const int limit_s = (o.timeout_s > 0 ? o.timeout_s : 1800) + 60;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(limit_s));
+  g_running_ctx = &ctx;
+  struct sigaction sa {}, old {};
+  sa.sa_handler = [](int) {
+    if (auto* c = g_running_ctx.load()) c->TryCancel();
+  };
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, &old);
+  sigaction(SIGTERM, &sa, nullptr);
+  auto reader = stub->Run(&ctx, req);
+  pb::SkillEvent ev;
+  json summary;
+  std::vector<json> diagnostics;
+  while (reader->Read(&ev)) {
+    json data = ev.json().empty() ? json() : json::parse(ev.json(), nullptr, false);
+    if (g.json) {
+      std::cout << json({{"type", "skill_event"}, {"run_id", ev.run_id()}, {"kind", ev.kind()}, {"step", ev.step()},
+                         {"text", ev.text()}, {"ok", ev.ok()}, {"data", data}})
+                       .dump()
+                << std::endl;
+    }
+    if (ev.kind() == "run_finished") summary = data;
+    if (g.json) continue;
+    const std::string& k = ev.kind();
+    if (k == "run_started") {
+      out << st.bold() << "▶ " << ev.text() << st.reset() << std::endl;
+    } else if (k == "step_started") {
+      out << st.bold() << "== " << ev.text() << st.reset() << std::endl;
+    } else if (k == "output") {
+      out << st.dim() << "  " << ev.text() << st.reset() << '\n';
+    } else if (k == "diagnostic") {
+      diagnostics.push_back(data);
+    } else if (k == "step_retry") {
+      out << st.yellow() << "  ↻ " << ev.text() << st.reset() << std::endl;
+    } else if (k == "step_skipped") {
+      out << st.dim() << "-- " << ev.step() << ": " << ev.text() << st.reset() << std::endl;
+    } else if (k == "step_finished") {
+      out << (ev.ok() ? st.green() + "✓ " : st.red() + "✗ ") << ev.text() << st.reset() << std::endl;
+    }
+  }
+  auto status = reader->Finish();
+  sigaction(SIGINT, &old, nullptr);
+  signal(SIGTERM, SIG_DFL);
+  g_running_ctx = nullptr;
+  if (!status.ok()) {
+    if (status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
+      return Fail(g, 17, absl::StrCat("the run did not finish within ", limit_s, " s (client watchdog)"));
+    }
+    if (status.error_code() == grpc::StatusCode::CANCELLED) return Fail(g, 130, "cancelled");
+    int rc = FailGrpc(g, status);
+    return rc == kExitUnreachable ? rc : 11;
+  }
+  if (!summary.is_object()) return Fail(g, kExitError, "the run ended without a summary");
+  const int rc = summary.value("exit_code", 10);
+  if (!g.json) {
+    int errors = 0, warnings = 0;
+    for (const auto& d : diagnostics) (d.value("severity", "") == "error" ? errors : warnings) += d.value("severity", "") != "note";
+    if (!diagnostics.empty()) {
+      out << st.bold() << "diagnostics: " << errors << (errors == 1 ? " error, " : " errors, ") << warnings
+          << (warnings == 1 ? " warning" : " warnings") << st.reset() << std::endl;
+      int shown = 0;
+      for (const auto& d : diagnostics) {
+        if (d.value("severity", "") != "error" || ++shown > 10) continue;
+        out << "  " << st.red() << d.value("kind", "") << st.reset() << " " << d.value("file", "")
+            << (d.contains("line") ? absl::StrCat(":", d["line"].get<int>()) : "") << " " << d.value("message", "") << std::endl;
+      }
+    }
+    if (summary.value("ok", false)) {
+      out << st.green() << st.bold() << "ok" << st.reset() << "  " << summary.value("skill", "") << " in "
+          << summary.value("duration_ms", 0) << " ms";
+    } else {
+      out << st.red() << st.bold() << "FAILED (" << summary.value("failure_class", "") << ")" << st.reset() << "  "
+          << summary.value("error", "");
+    }
+    out << "\n  run " << summary.value("run_id", "") << ", logs " << summary.value("log_dir", "");
+    if (summary.contains("evidence_index")) out << ", evidence record " << summary["evidence_index"].get<uint64_t>();
+    out << std::endl;
+    if (o.ci) std::cout << summary.dump() << std::endl;
+  }
+  return rc;
+}
+
+IntentDecision ResolveIntent(const Globals& g, const std::string& text) {
+  IntentDecision d;
+  auto ch = ConnectChannel(g);
+  if (!ch.ok()) return d;
+  auto stub = pb::Skills::NewStub(*ch);
+  pb::ResolveIntentRequest req;
+  req.set_project_root(ProjectRoot(g));
+  req.set_text(text);
+  req.set_use_provider(true);
+  pb::ResolveIntentResponse resp;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+  if (!stub->Resolve(&ctx, req, &resp).ok()) return d;  // anything wrong: just chat
+  d.action = resp.action();
+  d.skill = resp.skill();
+  d.confidence = resp.confidence();
+  d.tier = resp.tier();
+  return d;
+}
+
+SkillCommands::SkillCommands(CLI::App& app, Globals& g) : g_(g) {
+  run_ = app.add_subcommand("run", "Run a skill (build, flash, monitor, test, build-flash-verify, or .fwai/skills/*.yaml)");
+  run_->footer(
+      "Exit codes: 0 ok; 10 a step failed; 11 config (unknown skill, bad YAML, unknown variable); 12 build; 13 flash; "
+      "14 verify (the expected output was not seen); 15 test; 16 policy; 17 timeout; 18 hardware (no board, lease "
+      "held); 19 provider; 130 cancelled; 3 fwaid unreachable.");
+  run_->add_option("skill", opts_.skill, "The skill's name")->required();
+  run_->add_flag("--ci", opts_.ci, "No prompts; progress on stderr and a JSON summary on stdout");
+  run_->add_flag("--yes,-y", opts_.yes, "Approve flashing");
+  run_->add_option("--board", opts_.board, "The board (default: the one you hold, else the only one)");
+  run_->add_option("--timeout", opts_.timeout_s, "Seconds for the whole run (default: the skill's)")->check(CLI::PositiveNumber);
+  run_->add_option("--var", vars_, "NAME=VALUE for ${NAME} in the skill; repeatable")->allow_extra_args(false);
+  auto* skills = app.add_subcommand("skills", "The project's skills");
+  list_ = skills->add_subcommand("ls", "List the skills (built-in and .fwai/skills/*.yaml)");
+  resolve_ = skills->add_subcommand("resolve", "Which skill free text would run, and how sure");
+  resolve_->add_option("text", text_, "What you would type")->required();
+  skills->require_subcommand(1);
+}
+
+std::optional<int> SkillCommands::RunIfParsed() {
+  if (run_->parsed()) {
+    for (const auto& v : vars_) {
+      auto eq = v.find('=');
+      if (eq == std::string::npos || eq == 0) return Fail(g_, kExitUsage, absl::StrCat("--var ", v, ": expected NAME=VALUE"));
+      opts_.vars[v.substr(0, eq)] = v.substr(eq + 1);
+    }
+    return RunSkill(g_, opts_);
+  }
+  if (list_->parsed()) return List();
+  if (resolve_->parsed()) return Resolve();
+  return std::nullopt;
+}
+
+int SkillCommands::List() { return ListSkills(g_); }
+
+int ListSkills(const Globals& g) {
+  const Globals& g_ = g;
+  auto ch = ConnectChannel(g_);
+  if (!ch.ok()) return Fail(g_, kExitUnreachable, std::string(ch.status().message()));
+  auto stub = pb::Skills::NewStub(*ch);
+  pb::ListSkillsRequest req;
+  req.set_project_root(ProjectRoot(g_));
+  pb::ListSkillsResponse resp;
+  grpc::ClientContext ctx;
+  auto st = stub->List(&ctx, req, &resp);
+  if (!st.ok()) return FailGrpc(g_, st);
+  if (g_.json) {
+    json arr = json::array();
+    for (const auto& s : resp.skills()) {
+      arr.push_back({{"name", s.name()}, {"description", s.description()}, {"builtin", s.builtin()}, {"source", s.source()},
+                     {"steps", std::vector<std::string>(s.steps().begin(), s.steps().end())}, {"flashes", s.flashes()}});
+    }
+    std::cout << arr.dump(2) << std::endl;
+    return kExitOk;
+  }
+  for (const auto& s : resp.skills()) {
+    std::cout << s.name() << (s.builtin() ? "  (built-in)" : absl::StrCat("  (", s.source(), ")")) << "\n    "
+              << s.description() << "\n    steps: " << absl::StrJoin(s.steps(), ", ") << "\n";
+    if (!s.vars().empty()) {
+      std::vector<std::string> v;
+      for (const auto& [k, val] : s.vars()) v.push_back(absl::StrCat(k, "=", val.empty() ? "\"\"" : val));
+      std::cout << "    vars: " << absl::StrJoin(v, ", ") << "\n";
+    }
+  }
+  return kExitOk;
+}
+
+int SkillCommands::Resolve() {
+  auto ch = ConnectChannel(g_);
+  if (!ch.ok()) return Fail(g_, kExitUnreachable, std::string(ch.status().message()));
+  auto stub = pb::Skills::NewStub(*ch);
+  pb::ResolveIntentRequest req;
+  req.set_project_root(ProjectRoot(g_));
+  req.set_text(text_);
+  req.set_use_provider(true);
+  pb::ResolveIntentResponse resp;
+  grpc::ClientContext ctx;
+  auto st = stub->Resolve(&ctx, req, &resp);
+  if (!st.ok()) return FailGrpc(g_, st);
+  if (g_.json) {
+    std::cout << json({{"skill", resp.skill()}, {"confidence", resp.confidence()}, {"tier", resp.tier()},
+                       {"action", resp.action()}, {"reason", resp.reason()}})
+                     .dump()
+              << std::endl;
+  } else {
+    std::cout << (resp.skill().empty() ? "(no skill)" : resp.skill()) << "  confidence " << resp.confidence() << " ("
+              << resp.tier() << ") -> " << resp.action() << "\n  " << resp.reason() << std::endl;
+  }
+  return kExitOk;
+}
+
+}  // namespace fwai

@@ -1,0 +1,90 @@
+// QueuedWriter: writes messages produced on worker threads to a gRPC
+// callback server stream, one write in flight, with backpressure.
+#pragma once
+
+#include <grpcpp/grpcpp.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <mutex>
+
+namespace fwai {
+
+// Writes messages produced on another thread to a server stream: one write
+// in flight, Finish once after the queue drains.
+template <typename Msg>
+class QueuedWriter {
+ public:
+  using Start = std::function<void(const Msg*)>;
+  using FinishFn = std::function<void(grpc::Status)>;
+  void Bind(Start start, FinishFn finish) {
+    start_ = std::move(start);
+    finish_ = std::move(finish);
+  }
+  void Push(Msg m) {
+    std::lock_guard lock(mu_);
+    if (done_) return;
+    queue_.push_back(std::move(m));
+    Pump();
+  }
+  void Close(grpc::Status s) {
+    std::lock_guard lock(mu_);
+    if (closing_ || done_) return;
+    closing_ = true;
+    status_ = std::move(s);
+    Pump();
+  }
+  void OnWriteDone(bool ok) {
+    std::lock_guard lock(mu_);
+    writing_ = false;
+    space_.notify_all();
+    if (!ok) {
+      queue_.clear();
+      closing_ = true;
+      if (status_.ok()) status_ = grpc::Status(grpc::StatusCode::CANCELLED, "client went away");
+    }
+    Pump();
+  }
+  bool done() {
+    std::lock_guard lock(mu_);
+    return done_ || closing_;
+  }
+  // Blocks while `limit` or more messages wait (backpressure for producers);
+  // false once the stream is closing or `stop` is set.
+  bool WaitBelow(size_t limit, const std::atomic<bool>& stop) {
+    std::unique_lock lock(mu_);
+    while (queue_.size() >= limit && !done_ && !closing_ && !stop) {
+      space_.wait_for(lock, std::chrono::milliseconds(100));
+    }
+    return !done_ && !closing_ && !stop;
+  }
+
+ private:
+  void Pump() {
+    if (writing_ || done_) return;
+    if (!queue_.empty()) {
+      current_ = std::move(queue_.front());
+      queue_.pop_front();
+      writing_ = true;
+      start_(&current_);
+      return;
+    }
+    if (closing_) {
+      done_ = true;
+      finish_(status_);
+    }
+  }
+  std::mutex mu_;
+  std::condition_variable space_;
+  std::deque<Msg> queue_;
+  Msg current_;
+  bool writing_ = false, closing_ = false, done_ = false;
+  grpc::Status status_;
+  Start start_;
+  FinishFn finish_;
+};
+
+}  // namespace fwai

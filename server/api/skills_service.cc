@@ -1,0 +1,171 @@
+// Skills: list a project's skills, run one (a stream of step events), and
+// resolve free text to a skill. A run lives on its own thread; the client
+// going away cancels it.
+#include <grpcpp/grpcpp.h>
+
+#include <atomic>
+#include <filesystem>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "common/config.h"
+#include "common/thread_pool.h"
+#include "fwai/v1/projects.grpc.pb.h"
+#include "server/agent/turn_manager.h"
+#include "server/api/api.h"
+#include "server/api/caller.h"
+#include "server/api/offload.h"
+#include "server/api/queued_writer.h"
+#include "server/skills/intent.h"
+#include "server/skills/runner.h"
+#include "server/skills/skill.h"
+
+namespace fwai {
+namespace {
+
+namespace pb = ::fwai::v1;
+namespace fs = std::filesystem;
+
+absl::StatusOr<std::string> Root(const std::string& r) {
+  if (r.empty()) return absl::InvalidArgumentError("project_root: required");
+  std::error_code ec;
+  fs::path p = fs::canonical(r, ec);
+  if (ec || !fs::is_directory(p)) return absl::InvalidArgumentError(absl::StrCat("project_root: '", r, "' is not a directory"));
+  return p.string();
+}
+
+class SkillsService final : public pb::Skills::CallbackService {
+ public:
+  explicit SkillsService(ApiDeps deps) : deps_(std::move(deps)) {}
+  ~SkillsService() override {
+    // Runs end when their streams are cancelled at shutdown.
+    for (int i = 0; i < 500 && running_ > 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+
+  grpc::ServerUnaryReactor* List(grpc::CallbackServerContext* ctx, const pb::ListSkillsRequest* req,
+                                 pb::ListSkillsResponse* resp) override {
+    return OffloadUnary(ctx, deps_.pool, true, "", [req, resp] {
+      std::string root;
+      if (!req->project_root().empty()) {
+        auto r = Root(req->project_root());
+        if (!r.ok()) return r.status();
+        root = *r;
+      }
+      auto skills = LoadSkills(root);
+      if (!skills.ok()) return skills.status();
+      for (const auto& s : *skills) {
+        auto* o = resp->add_skills();
+        o->set_name(s.name);
+        o->set_description(s.description);
+        o->set_builtin(s.builtin);
+        o->set_source(s.source);
+        o->set_flashes(s.flashes());
+        for (const auto& st : s.steps) o->add_steps(absl::StrCat(st.name, " (", st.type == "tool" ? st.tool : st.type, ")"));
+        for (const auto& k : s.keywords) o->add_keywords(k);
+        for (const auto& [k, v] : s.vars) (*o->mutable_vars())[k] = v;
+      }
+      return absl::OkStatus();
+    });
+  }
+
+  grpc::ServerUnaryReactor* Resolve(grpc::CallbackServerContext* ctx, const pb::ResolveIntentRequest* req,
+                                    pb::ResolveIntentResponse* resp) override {
+    return OffloadUnary(ctx, deps_.pool, true, "", [this, req, resp] {
+      if (req->text().empty()) return absl::InvalidArgumentError("text: required");
+      std::string root;
+      if (!req->project_root().empty()) {
+        auto r = Root(req->project_root());
+        if (!r.ok()) return r.status();
+        root = *r;
+      }
+      auto skills = LoadSkills(root);
+      if (!skills.ok()) return skills.status();
+      Provider* p = req->use_provider() && deps_.providers ? deps_.providers->Find("") : nullptr;
+      CancelToken cancel;
+      IntentMatch m = ResolveIntent(req->text(), *skills, p, &cancel);
+      resp->set_skill(m.skill);
+      resp->set_confidence(m.confidence);
+      resp->set_tier(m.tier);
+      resp->set_reason(m.reason);
+      resp->set_action(m.action);
+      return absl::OkStatus();
+    });
+  }
+
+  grpc::ServerWriteReactor<pb::SkillEvent>* Run(grpc::CallbackServerContext* ctx, const pb::RunSkillRequest* req) override {
+    class Reactor final : public grpc::ServerWriteReactor<pb::SkillEvent> {
+     public:
+      struct State {
+        QueuedWriter<pb::SkillEvent> writer;
+        CancelToken cancel;
+      };
+      Reactor(SkillsService* svc, grpc::CallbackServerContext* ctx, const pb::RunSkillRequest* req)
+          : state_(std::make_shared<State>()) {
+        state_->writer.Bind([this](const pb::SkillEvent* m) { StartWrite(m); }, [this](grpc::Status s) { Finish(std::move(s)); });
+        if (!svc->deps_.skills) {
+          state_->writer.Close(grpc::Status(grpc::StatusCode::UNAVAILABLE, "the skill runner is not available"));
+          return;
+        }
+        auto root = Root(req->project_root());
+        if (!root.ok()) {
+          state_->writer.Close(ToGrpcStatus(root.status()));
+          return;
+        }
+        if (req->skill().empty()) {
+          state_->writer.Close(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "skill: required"));
+          return;
+        }
+        SkillRunRequest r;
+        r.project_root = *root;
+        r.skill = req->skill();
+        r.board = req->board();
+        r.ci = req->ci();
+        r.approved = req->approved();
+        r.timeout_s = std::max(0, req->timeout_s());
+        for (const auto& [k, v] : req->vars()) r.vars[k] = v;
+        r.caller = CallerFromContext(svc->deps_, ctx);
+        svc->running_++;
+        std::thread([svc, st = state_, r = std::move(r)] {
+          std::string run_id;
+          svc->deps_.skills->Run(
+              r,
+              [&](const SkillEventOut& e) {
+                if (e.kind == "run_started" && e.data.is_object()) run_id = e.data.value("run_id", "");
+                if (e.kind == "run_finished" && e.data.is_object()) run_id = e.data.value("run_id", run_id);
+                pb::SkillEvent out;
+                out.set_run_id(run_id);
+                out.set_step(e.step);
+                out.set_kind(e.kind);
+                out.set_text(e.text);
+                out.set_ok(e.ok);
+                if (!e.data.is_null()) out.set_json(e.data.dump());
+                // A slow reader slows the run's output, never the daemon.
+                std::atomic<bool> stop{false};
+                st->writer.WaitBelow(1024, stop);
+                st->writer.Push(std::move(out));
+              },
+              st->cancel);
+          st->writer.Close(grpc::Status::OK);
+          svc->running_--;
+        }).detach();
+      }
+      void OnWriteDone(bool ok) override { state_->writer.OnWriteDone(ok); }
+      void OnCancel() override { state_->cancel.Cancel(); }
+      void OnDone() override { delete this; }
+
+     private:
+      std::shared_ptr<State> state_;
+    };
+    return new Reactor(this, ctx, req);
+  }
+
+ private:
+  const ApiDeps deps_;
+  std::atomic<int> running_{0};
+};
+
+}  // namespace
+
+std::unique_ptr<grpc::Service> MakeSkillsService(const ApiDeps& deps) { return std::make_unique<SkillsService>(deps); }
+
+}  // namespace fwai

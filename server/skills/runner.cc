@@ -1,0 +1,881 @@
+#include "server/skills/runner.h"
+
+#include <algorithm>
+#include <chrono>
+#include <fnmatch.h>
+
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <sstream>
+#include <thread>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "common/clock.h"
+#include "common/ids.h"
+#include "common/subprocess.h"
+#include "server/agent/turn_manager.h"
+#include "server/hardware/firmware_image.h"
+#include "server/llm/provider.h"
+#include "server/project/policy.h"
+#include "server/project/project.h"
+#include "server/project/secrets.h"
+#include "server/session/session_manager.h"
+#include "server/skills/diagnostics.h"
+#include "server/skills/skill.h"
+#include "server/tools/process_runner.h"
+
+namespace fwai {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+int ExitCodeFor(const std::string& c) {
+  static const std::map<std::string, int> kCodes = {
+      {"", 0},       {"failed", 10}, {"config", 11},  {"build", 12},    {"flash", 13},     {"verify", 14},
+      {"test", 15},  {"policy", 16}, {"timeout", 17}, {"hardware", 18}, {"provider", 19}, {"cancelled", 130}};
+  auto it = kCodes.find(c);
+  return it == kCodes.end() ? 10 : it->second;
+}
+
+namespace {
+
+std::string ReadFileText(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// The newest ELF file under `root` (build trees, not .git / .fwai).
+std::string NewestElf(const std::string& root) {
+  std::error_code ec;
+  fs::file_time_type best_time{};
+  std::string best;
+  fs::recursive_directory_iterator it(root, fs::directory_options::skip_permission_denied, ec), end;
+  for (; !ec && it != end; it.increment(ec)) {
+    const auto& p = it->path();
+    const std::string name = p.filename().string();
+    if (it->is_directory(ec) && (name == ".git" || name == ".fwai" || name == "node_modules" || it.depth() > 5)) {
+      it.disable_recursion_pending();
+      continue;
+    }
+    if (p.extension() != ".elf" || !it->is_regular_file(ec)) continue;
+    auto t = fs::last_write_time(p, ec);
+    if (!ec && (best.empty() || t > best_time)) {
+      best = p.string();
+      best_time = t;
+    }
+  }
+  return best;
+}
+
+// git diff --numstat against HEAD: path -> added + removed lines.
+std::map<std::string, int> NumStat(const std::string& root) {
+  std::map<std::string, int> out;
+  ProcessOptions po;
+  po.timeout_ms = 20000;
+  auto r = RunProcess({"git", "-C", root, "diff", "--numstat", "HEAD"}, po);
+  if (!r.ok() || r->exit_code != 0) return out;
+  for (absl::string_view line : absl::StrSplit(r->out, '\n')) {
+    std::vector<absl::string_view> f = absl::StrSplit(line, '\t');
+    if (f.size() < 3) continue;
+    int a = 0, d = 0;
+    (void)absl::SimpleAtoi(f[0], &a);  // "-" for binary files
+    (void)absl::SimpleAtoi(f[1], &d);
+    out[std::string(f[2])] = a + d;
+  }
+  return out;
+}
+
+bool IsGitRepo(const std::string& root) {
+  ProcessOptions po;
+  po.timeout_ms = 10000;
+  auto r = RunProcess({"git", "-C", root, "rev-parse", "--is-inside-work-tree"}, po);
+  return r.ok() && r->exit_code == 0;
+}
+
+struct StepOutcome {
+  bool ok = false;
+  std::string failure_class;  // when !ok
+  std::string error;
+  int exit_code = -1;
+  std::string command;
+  json extra = json::object();
+};
+
+StepOutcome Failed(std::string klass, std::string error) {
+  StepOutcome o;
+  o.failure_class = std::move(klass);
+  o.error = std::move(error);
+  return o;
+}
+
+}  // namespace
+
+struct SkillRunner::RunState {
+  RunState(SkillDeps& d, const SkillRunRequest& r, const std::function<void(const SkillEventOut&)>& e,
+           std::shared_ptr<CancelToken> c, const SecretScanner& s)
+      : deps(d), req(r), emit(e), cancel(std::move(c)), secrets(s) {}
+  SkillDeps& deps;
+  const SkillRunRequest& req;
+  const std::function<void(const SkillEventOut&)>& emit;
+  std::shared_ptr<CancelToken> cancel;  // the run's: parent cancel, or the watchdog
+  const SecretScanner& secrets;
+  std::string run_id, run_dir;
+  Skill skill;
+  ProjectSettings project;
+  bool have_project = false;
+  PolicyRules rules;
+  std::map<std::string, std::string> vars;
+  int64_t deadline_us = 0;
+  std::atomic<bool> timed_out{false};
+  Caller caller;
+  std::string lease_board;  // acquired by this run (released at its end)
+  std::string lease_id;
+  std::map<std::string, uint64_t> since_seq;  // board -> first serial seq of the run (or of its last flash)
+  std::map<std::string, std::string> step_logs;  // step -> log file
+  json images = json::array();
+  json llm_calls = json::array();
+  json refusals = json::array();
+  json artifacts = json::array();
+  json boot = json::object();
+  int errors = 0, warnings = 0;
+  std::map<std::string, int> numstat_before;
+  bool git = false;
+
+  void Emit(const std::string& step, const std::string& kind, const std::string& text, bool ok = false,
+            json data = nullptr) {
+    emit(SkillEventOut{step, kind, text, ok, std::move(data)});
+  }
+
+  int RemainingMs() const { return static_cast<int>(std::max<int64_t>(0, (deadline_us - NowMicros()) / 1000)); }
+  int StepTimeoutMs(const SkillStep& s, int default_s) const {
+    int64_t ms = static_cast<int64_t>(s.timeout_s > 0 ? s.timeout_s : default_s) * 1000;
+    return static_cast<int>(std::min<int64_t>(ms, RemainingMs()));
+  }
+
+  absl::StatusOr<std::string> Var(const std::string& text) { return Interpolate(text, vars); }
+
+  absl::StatusOr<std::string> ResolveBoard(const std::string& wanted) {
+    if (!deps.hardware) return absl::UnavailableError("the hardware broker is not running");
+    return deps.hardware->ResolveBoard(wanted, caller);
+  }
+
+  // The run holds the board's lease while it needs it (an existing lease of
+  // the caller is used as it is).
+  absl::Status EnsureLease(const std::string& board) {
+    if (lease_board == board) return absl::OkStatus();
+    auto l = deps.hardware->Acquire(caller, board, {}, std::max(60, RemainingMs() / 1000 + 30), 0,
+                                    [this] { return cancel->cancelled(); });
+    if (!l.ok()) return l.status();
+    caller.lease_id = l->lease_id;
+    if (!l->renewed) {
+      lease_board = board;
+      lease_id = l->lease_id;
+    }
+    return absl::OkStatus();
+  }
+
+  void ReleaseLease() {
+    if (lease_id.empty() || !deps.hardware) return;
+    (void)deps.hardware->Release(caller, lease_id, lease_board, false);
+    lease_id.clear();
+    lease_board.clear();
+  }
+
+  // Runs a command step (build | test | shell) with streamed, logged, parsed output.
+  StepOutcome Command(const SkillStep& s, const std::string& command, const std::string& klass, std::ofstream& log) {
+    StepOutcome o;
+    o.command = command;
+    PolicyDecision d = CheckPolicy(rules, "command", command);
+    if (!d.allowed) {
+      refusals.push_back({{"kind", "command"}, {"target", command}, {"rule", d.rule}, {"step", s.name}});
+      o.failure_class = "policy";
+      o.error = absl::StrCat("refused by policy (", d.rule, "): ", d.reason);
+      return o;
+    }
+    CommandOptions co;
+    co.command = command;
+    co.project_root = req.project_root;
+    co.network = rules.network;
+    co.sandbox = deps.sandbox;
+    co.timeout_ms = StepTimeoutMs(s, klass == "test" ? 1200 : 600);
+    co.cancel = cancel.get();
+    co.max_output = 64 * 1024;
+    std::string pending;
+    int step_errors = 0, step_warnings = 0;
+    json first_error;
+    auto on_line = [&](std::string line) {
+      line = secrets.Redact(line);
+      log << line << '\n';
+      Emit(s.name, "output", line);
+      if (auto diag = ParseDiagnosticLine(line)) {
+        if (diag->severity == "error") {
+          ++step_errors;
+          if (first_error.is_null()) first_error = diag->ToJson();
+        } else if (diag->severity == "warning") {
+          ++step_warnings;
+        }
+        Emit(s.name, "diagnostic",
+             absl::StrCat(diag->file.empty() ? "" : diag->file, diag->line ? absl::StrCat(":", diag->line) : "",
+                          diag->column ? absl::StrCat(":", diag->column) : "", diag->file.empty() ? "" : ": ",
+                          diag->severity, ": ", diag->message),
+             diag->severity != "error", diag->ToJson());
+      }
+    };
+    co.output = [&](std::string_view chunk) {
+      pending.append(chunk);
+      size_t nl;
+      while ((nl = pending.find('\n')) != std::string::npos) {
+        std::string line = pending.substr(0, nl);
+        if (!line.empty() && line.back() == '\r') line.pop_back();
+        pending.erase(0, nl + 1);
+        on_line(std::move(line));
+      }
+    };
+    auto r = RunCommand(co);
+    if (!pending.empty()) on_line(std::move(pending));
+    errors += step_errors;
+    warnings += step_warnings;
+    o.extra["errors"] = step_errors;
+    o.extra["warnings"] = step_warnings;
+    if (!first_error.is_null()) o.extra["first_error"] = first_error;
+    if (!r.ok()) {
+      o.failure_class = "failed";
+      o.error = std::string(r.status().message());
+      return o;
+    }
+    o.exit_code = r->exit_code;
+    o.extra["sandboxed"] = r->sandboxed;
+    if (r->cancelled || cancel->cancelled()) {
+      o.failure_class = timed_out ? "timeout" : "cancelled";
+      o.error = timed_out ? "the run's time ran out" : "cancelled";
+      return o;
+    }
+    if (r->timed_out) {
+      o.failure_class = "timeout";
+      o.error = absl::StrCat("'", command, "' did not finish within ", co.timeout_ms / 1000, " s");
+      return o;
+    }
+    if (r->exit_code != 0) {
+      o.failure_class = klass;
+      o.error = absl::StrCat("'", command, "' exited ", r->exit_code);
+      if (step_errors > 0) {
+        absl::StrAppend(&o.error, "; ", step_errors, step_errors == 1 ? " error" : " errors", ", first: ",
+                        first_error.value("file", ""), first_error.contains("line") ? absl::StrCat(":", first_error["line"].get<int>()) : "",
+                        first_error.contains("file") ? ": " : "", first_error.value("message", ""));
+      }
+      return o;
+    }
+    o.ok = true;
+    return o;
+  }
+
+  StepOutcome Flash(const SkillStep& s, std::ofstream& log) {
+    StepOutcome o;
+    auto fail = [&](const std::string& klass, const std::string& why) {
+      o.failure_class = klass;
+      o.error = why;
+      return o;
+    };
+    if (!deps.hardware) return fail("hardware", "the hardware broker is not running");
+    auto wanted = Var(s.board.empty() ? "${BOARD}" : s.board);
+    if (!wanted.ok()) return fail("config", std::string(wanted.status().message()));
+    auto board = ResolveBoard(*wanted);
+    if (!board.ok()) return fail("hardware", std::string(board.status().message()));
+    auto image = Var(s.image.empty() ? "${IMAGE}" : s.image);
+    if (!image.ok()) return fail("config", std::string(image.status().message()));
+    std::string path = *image;
+    if (path.empty()) path = NewestElf(req.project_root);
+    if (path.empty()) {
+      return fail("config", "no image to flash: set flash.image in .fwai/project.yaml (or IMAGE), or build an ELF first");
+    }
+    if (fs::path(path).is_relative()) path = (fs::path(req.project_root) / path).lexically_normal().string();
+    vars["IMAGE"] = path;
+    vars["BOARD"] = *board;
+    o.command = absl::StrCat("flash ", path, " onto ", *board);
+    PolicyDecision d = CheckFlashPolicy(rules, *board, req.approved);
+    if (!d.allowed) {
+      refusals.push_back({{"kind", "flash"}, {"target", *board}, {"rule", d.rule}, {"step", s.name}});
+      return fail("policy", absl::StrCat("refused by policy (", d.rule, "): ", d.reason));
+    }
+    if (auto st = EnsureLease(*board); !st.ok()) return fail("hardware", std::string(st.message()));
+    if (auto seq = deps.hardware->SerialNextSeq(*board); seq.ok()) since_seq[*board] = *seq;
+    auto r = deps.hardware->Flash(
+        caller, *board, path, true, rules.flash_require_fresh ? req.project_root : "",
+        [&](const FlashProgressUpdate& u) {
+          std::string line = absl::StrCat("[", u.stage, "] ", u.message);
+          log << line << '\n';
+          Emit(s.name, "output", line, true, json{{"stage", u.stage}, {"fraction", u.fraction}});
+        },
+        cancel.get());
+    if (!r.ok()) {
+      if (cancel->cancelled()) return fail(timed_out ? "timeout" : "cancelled", std::string(r.status().message()));
+      return fail(r.status().code() == absl::StatusCode::kFailedPrecondition &&
+                          !absl::StrContains(r.status().message(), "flash guard")
+                      ? "hardware"
+                      : "flash",
+                  std::string(r.status().message()));
+    }
+    vars["IMAGE_SHA256"] = r->sha256;
+    images.push_back({{"board", *board}, {"path", path}, {"sha256", r->sha256}, {"boot_line", r->boot_line},
+                      {"seconds", r->seconds}});
+    if (!r->boot_line.empty()) boot = {{"board", *board}, {"ok", true}, {"line", r->boot_line}};
+    o.extra = {{"board", *board}, {"image", path}, {"sha256", r->sha256}, {"boot_line", r->boot_line}};
+    o.ok = true;
+    return o;
+  }
+
+  StepOutcome Monitor(const SkillStep& s, std::ofstream& log) {
+    StepOutcome o;
+    auto fail = [&](const std::string& klass, const std::string& why) {
+      o.failure_class = klass;
+      o.error = why;
+      return o;
+    };
+    if (!deps.hardware) return fail("hardware", "the hardware broker is not running");
+    auto wanted = Var(s.board.empty() ? "${BOARD}" : s.board);
+    if (!wanted.ok()) return fail("config", std::string(wanted.status().message()));
+    auto board = ResolveBoard(*wanted);
+    if (!board.ok()) return fail("hardware", std::string(board.status().message()));
+    auto expect = Var(s.expect);
+    auto send = Var(s.send);
+    if (!expect.ok()) return fail("config", std::string(expect.status().message()));
+    if (!send.ok()) return fail("config", std::string(send.status().message()));
+    std::regex re;
+    if (!expect->empty()) {
+      try {
+        re = std::regex(*expect);
+      } catch (const std::regex_error&) {
+        return fail("config", absl::StrCat("step ", s.name, ": expect '", *expect, "' is not a valid regular expression"));
+      }
+    }
+    o.command = absl::StrCat("monitor ", *board, expect->empty() ? "" : absl::StrCat(" until '", *expect, "'"));
+    if (!send->empty()) {
+      if (auto st = EnsureLease(*board); !st.ok()) return fail("hardware", std::string(st.message()));
+    }
+    const bool from_run = s.since == "run" && since_seq.count(*board);
+    auto reader = deps.hardware->OpenSerial(caller, *board, from_run);
+    if (!reader.ok()) return fail("hardware", std::string(reader.status().message()));
+    struct Closer {
+      HardwareBroker* h;
+      std::string board;
+      std::shared_ptr<SerialReader> r;
+      ~Closer() { h->CloseSerial(board, r); }
+    } closer{deps.hardware, *board, *reader};
+    if (!send->empty()) {
+      if (auto st = deps.hardware->SerialSendLine(caller, *board, *send); !st.ok()) return fail("hardware", std::string(st.message()));
+      log << "> " << *send << '\n';
+      Emit(s.name, "output", "> " + *send, true);
+    }
+    const uint64_t since = from_run ? since_seq[*board] : 0;
+    const int timeout_ms = StepTimeoutMs(s, 10);
+    const int64_t until = NowMicros() + static_cast<int64_t>(timeout_ms) * 1000;
+    std::string last;
+    int lines = 0;
+    while (!cancel->cancelled()) {
+      const int64_t left_ms = (until - NowMicros()) / 1000;
+      if (left_ms <= 0) break;
+      SerialLine line;
+      auto n = (*reader)->Wait(line, static_cast<int>(std::min<int64_t>(left_ms, 200)));
+      if (n == SerialReader::Next::kEnded) return fail("hardware", absl::StrCat("serial on ", *board, " ended: ", (*reader)->end_reason()));
+      if (n != SerialReader::Next::kLine || line.seq < since) continue;
+      std::string text = secrets.Redact(line.text);
+      log << text << '\n';
+      Emit(s.name, "output", text, true, json{{"seq", line.seq}});
+      last = text;
+      ++lines;
+      if (!expect->empty() && std::regex_search(line.text, re)) {
+        boot = {{"board", *board}, {"ok", true}, {"line", text}, {"pattern", *expect}};
+        o.extra = {{"board", *board}, {"matched", text}, {"lines", lines}};
+        o.ok = true;
+        return o;
+      }
+    }
+    if (cancel->cancelled()) return fail(timed_out ? "timeout" : "cancelled", "stopped while monitoring");
+    o.extra = {{"board", *board}, {"lines", lines}};
+    if (expect->empty()) {
+      o.ok = true;
+      return o;
+    }
+    boot = {{"board", *board}, {"ok", false}, {"pattern", *expect}};
+    return fail("verify", absl::StrCat("'", *expect, "' not seen on ", *board, " within ", timeout_ms / 1000.0, " s (",
+                                       lines, " lines", last.empty() ? "" : absl::StrCat("; last: ", last), ")"));
+  }
+
+  StepOutcome Evidence(const SkillStep& s) {
+    StepOutcome o;
+    json files = json::array();
+    for (const auto& pattern : s.files) {
+      auto p = Var(pattern);
+      if (!p.ok()) {
+        o.failure_class = "config";
+        o.error = std::string(p.status().message());
+        return o;
+      }
+      std::vector<fs::path> matches;
+      fs::path abs = fs::path(*p).is_relative() ? fs::path(req.project_root) / *p : fs::path(*p);
+      if (p->find_first_of("*?[") == std::string::npos) {
+        std::error_code ec;
+        if (fs::is_regular_file(abs, ec)) matches.push_back(abs);
+      } else {
+        // Globs match files in the pattern's directory.
+        std::error_code ec;
+        for (const auto& e : fs::directory_iterator(abs.parent_path(), ec)) {
+          if (e.is_regular_file(ec) && fnmatch(abs.filename().c_str(), e.path().filename().c_str(), 0) == 0) {
+            matches.push_back(e.path());
+          }
+        }
+      }
+      if (matches.empty()) {
+        o.failure_class = "failed";
+        o.error = absl::StrCat("evidence: no file matches '", *p, "'");
+        return o;
+      }
+      for (const auto& m : matches) {
+        auto sha = FileSha256(m.string());
+        if (!sha.ok()) {
+          o.failure_class = "failed";
+          o.error = std::string(sha.status().message());
+          return o;
+        }
+        std::error_code ec;
+        files.push_back({{"path", fs::relative(m, req.project_root, ec).string()},
+                         {"sha256", *sha},
+                         {"bytes", static_cast<int64_t>(fs::file_size(m, ec))}});
+      }
+    }
+    auto note = Var(s.note);
+    json rec = {{"kind", "skill_evidence"}, {"run_id", absl::StrCat(run_id, "/", s.name)}, {"skill", skill.name},
+                {"project", req.project_root}, {"note", note.ok() ? *note : s.note}, {"files", files}};
+    o.command = absl::StrCat("record ", files.size(), " files");
+    artifacts.push_back({{"step", s.name}, {"note", rec["note"]}, {"files", files}});
+    if (deps.append_evidence) {
+      auto idx = deps.append_evidence(rec);
+      if (!idx.ok()) {
+        o.failure_class = "failed";
+        o.error = absl::StrCat("the evidence log refused the record: ", idx.status().message());
+        return o;
+      }
+      o.extra["record"] = *idx;
+    }
+    for (const auto& f : files) {
+      Emit(s.name, "output", absl::StrCat(f["path"].get<std::string>(), "  sha256 ", f["sha256"].get<std::string>()), true);
+    }
+    o.extra["files"] = files;
+    o.ok = true;
+    return o;
+  }
+
+  StepOutcome Analyze(const SkillStep& s, std::ofstream& log) {
+    StepOutcome o;
+    auto fail = [&](const std::string& klass, const std::string& why) {
+      o.failure_class = klass;
+      o.error = why;
+      return o;
+    };
+    Provider* p = deps.providers ? deps.providers->Find("") : nullptr;
+    if (!p) return fail("provider", "no provider is configured (export ANTHROPIC_API_KEY or OPENAI_API_KEY, then fwai daemon stop)");
+    std::string text;
+    if (!s.log.empty()) {
+      auto name = Var(s.log);
+      if (!name.ok()) return fail("config", std::string(name.status().message()));
+      fs::path file;
+      if (auto it = step_logs.find(*name); it != step_logs.end()) {
+        file = it->second;
+      } else {
+        file = fs::path(*name).is_relative() ? fs::path(req.project_root) / *name : fs::path(*name);
+      }
+      std::error_code ec;
+      if (!fs::is_regular_file(file, ec)) return fail("failed", absl::StrCat("llm_analyze: no log '", *name, "' (", file.string(), ")"));
+      text = ReadFileText(file);
+      constexpr size_t kTail = 48 * 1024;
+      if (text.size() > kTail) text = "[...]\n" + text.substr(text.size() - kTail);
+      text = secrets.Redact(text);
+    }
+    auto prompt = Var(s.prompt);
+    if (!prompt.ok()) return fail("config", std::string(prompt.status().message()));
+    ChatRequest cr;
+    cr.model = p->config().model;
+    cr.system =
+        "You analyse logs for a firmware engineer: build output, flash and boot logs, serial traces. Be specific: name "
+        "files, lines, symbols and registers; say what to change. Be brief.";
+    LlmMessage m;
+    m.role = "user";
+    m.content = json::array({{{"type", "text"}, {"text", text.empty() ? *prompt : absl::StrCat(*prompt, "\n\n<log>\n", text, "\n</log>")}}});
+    cr.messages.push_back(std::move(m));
+    cr.max_tokens = 2048;
+    struct Obs final : StreamObserver {
+      std::function<void(std::string_view)> fn;
+      void OnText(std::string_view t) override { fn(t); }
+    } obs;
+    std::string pending, answer;
+    obs.fn = [&](std::string_view t) {
+      answer.append(t);
+      pending.append(t);
+      size_t nl;
+      while ((nl = pending.find('\n')) != std::string::npos) {
+        Emit(s.name, "output", pending.substr(0, nl), true);
+        pending.erase(0, nl + 1);
+      }
+    };
+    o.command = absl::StrCat("ask ", p->config().kind, " (", cr.model, ")");
+    auto r = p->Stream(cr, obs, *cancel);
+    if (!pending.empty()) Emit(s.name, "output", pending, true);
+    log << answer << '\n';
+    if (!r.ok()) {
+      if (cancel->cancelled()) return fail(timed_out ? "timeout" : "cancelled", std::string(r.status().message()));
+      return fail("provider", std::string(r.status().message()));
+    }
+    double in = 0, out = 0;
+    PriceFor(cr.model, &in, &out);
+    llm_calls.push_back({{"step", s.name},
+                         {"provider", p->config().kind},
+                         {"model", cr.model},
+                         {"input_tokens", r->input_tokens},
+                         {"output_tokens", r->output_tokens},
+                         {"cost_usd", (r->input_tokens * in + r->output_tokens * out) / 1e6}});
+    o.extra = {{"answer", answer.substr(0, 4000)}};
+    o.ok = true;
+    return o;
+  }
+
+  StepOutcome Agentic(const SkillStep& s, std::ofstream& log) {
+    StepOutcome o;
+    auto fail = [&](const std::string& klass, const std::string& why) {
+      o.failure_class = klass;
+      o.error = why;
+      return o;
+    };
+    if (!deps.sessions || !deps.turns) return fail("failed", "agentic steps need the agent (not available here)");
+    if (!deps.providers || !deps.providers->Find("")) {
+      return fail("provider", "no provider is configured (export ANTHROPIC_API_KEY or OPENAI_API_KEY, then fwai daemon stop)");
+    }
+    auto goal = Var(s.goal);
+    if (!goal.ok()) return fail("config", std::string(goal.status().message()));
+    NewSession ns;
+    ns.title = absl::StrCat("skill ", skill.name, ": ", s.name);
+    ns.project_root = req.project_root;
+    auto session = deps.sessions->Create(caller.identity, ns);
+    if (!session.ok()) return fail("failed", std::string(session.status().message()));
+    o.command = absl::StrCat("agent in session ", session->id);
+    Emit(s.name, "output", absl::StrCat("agent session ", session->id, " (fwai sessions attach ", session->id, ")"), true,
+         json{{"session_id", session->id}});
+    TurnRequest tr;
+    tr.session_id = session->id;
+    tr.text = *goal;
+    tr.sender = caller.display;
+    if (auto st = deps.turns->Start(tr); !st.ok()) return fail("failed", std::string(st.message()));
+    const int timeout_ms = StepTimeoutMs(s, 900);
+    const int64_t until = NowMicros() + static_cast<int64_t>(timeout_ms) * 1000;
+    while (deps.turns->Running(session->id)) {
+      if (cancel->cancelled() || NowMicros() > until) {
+        deps.turns->Cancel(session->id);
+        for (int i = 0; i < 100 && deps.turns->Running(session->id); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        if (cancel->cancelled()) return fail(timed_out ? "timeout" : "cancelled", "the agent was stopped");
+        return fail("timeout", absl::StrCat("the agent did not finish within ", timeout_ms / 1000, " s"));
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    auto history = deps.sessions->LoadHistory(session->id);
+    std::string final_text;
+    if (history.ok() && !history->empty() && history->back().role == "assistant") {
+      auto content = json::parse(history->back().content_json, nullptr, false);
+      if (content.is_array()) {
+        for (const auto& b : content) {
+          if (b.value("type", "") == "text") final_text += b.value("text", "");
+        }
+      }
+    }
+    auto info = deps.sessions->Get(session->id);
+    if (info.ok()) {
+      llm_calls.push_back({{"step", s.name}, {"session_id", session->id}, {"provider", info->provider}, {"model", info->model},
+                           {"input_tokens", info->input_tokens}, {"output_tokens", info->output_tokens},
+                           {"cost_usd", info->cost_usd}});
+    }
+    final_text = secrets.Redact(final_text);
+    log << final_text << '\n';
+    for (absl::string_view l : absl::StrSplit(final_text, '\n')) Emit(s.name, "output", std::string(l), true);
+    o.extra = {{"session_id", session->id}};
+    if (final_text.empty()) return fail("provider", absl::StrCat("the agent ended without an answer (see fwai sessions show ", session->id, ")"));
+    o.ok = true;
+    return o;
+  }
+
+  StepOutcome RunStep(const SkillStep& s, std::ofstream& log) {
+    if (s.type == "evidence") return Evidence(s);
+    if (s.type == "llm_analyze") return Analyze(s, log);
+    if (s.type == "agentic") return Agentic(s, log);
+    if (s.tool == "flash") return Flash(s, log);
+    if (s.tool == "monitor") return Monitor(s, log);
+    std::string command;
+    std::string klass = s.tool == "shell" ? "failed" : s.tool;
+    if (!s.command.empty()) {
+      auto c = Var(s.command);
+      if (!c.ok()) return Failed("config", std::string(c.status().message()));
+      command = *c;
+    } else if (s.tool == "build") {
+      command = project.build_command;
+      if (command.empty()) {
+        return Failed("config", "no build command: set build.command in .fwai/project.yaml (fwai init detects it)");
+      }
+    } else if (s.tool == "test") {
+      command = project.test_command;
+      if (command.empty()) return Failed("config", "no test command: set test.command in .fwai/project.yaml");
+    }
+    return Command(s, command, klass, log);
+  }
+};
+
+SkillRunner::SkillRunner(SkillDeps deps) : deps_(std::move(deps)) {}
+
+SkillRunResult SkillRunner::Run(const SkillRunRequest& req, const std::function<void(const SkillEventOut&)>& emit,
+                                CancelToken& parent) {
+  const int64_t start_us = NowMicros();
+  auto secrets = deps_.secrets ? deps_.secrets : SecretScanner::Default();
+  RunState run(deps_, req, emit, std::make_shared<CancelToken>(), *secrets);
+  run.caller = req.caller;
+  run.run_id = NewId("run-");
+  SkillRunResult result;
+  result.run_id = run.run_id;
+  json steps_out = json::array();
+
+  auto finish = [&](const std::string& klass, const std::string& error) {
+    result.ok = klass.empty();
+    result.failure_class = klass;
+    result.exit_code = ExitCodeFor(klass);
+    run.ReleaseLease();
+    json files_changed = json::array();
+    if (run.git) {
+      for (const auto& [path, lines] : NumStat(req.project_root)) {
+        auto it = run.numstat_before.find(path);
+        if (it == run.numstat_before.end() || it->second != lines) files_changed.push_back({{"path", path}, {"lines", lines}});
+      }
+    }
+    json summary = {{"kind", "skill_run"},
+                    {"run_id", run.run_id},
+                    {"skill", req.skill},
+                    {"skill_source", run.skill.source},
+                    {"project", req.project_root},
+                    {"target", run.project.target},
+                    {"board", run.vars.count("BOARD") ? run.vars["BOARD"] : ""},
+                    {"ci", req.ci},
+                    {"by", req.caller.display},
+                    {"ok", result.ok},
+                    {"failure_class", klass},
+                    {"exit_code", result.exit_code},
+                    {"error", secrets->Redact(error)},
+                    {"duration_ms", (NowMicros() - start_us) / 1000},
+                    {"steps", steps_out},
+                    {"diagnostics", {{"errors", run.errors}, {"warnings", run.warnings}}},
+                    {"files_changed", files_changed},
+                    {"images", run.images},
+                    {"boot", run.boot},
+                    {"llm_calls", run.llm_calls},
+                    {"policy_refusals", run.refusals},
+                    {"artifacts", run.artifacts},
+                    {"log_dir", run.run_dir}};
+    secrets->RedactJson(summary);
+    if (!run.run_dir.empty()) std::ofstream(fs::path(run.run_dir) / "summary.json") << summary.dump(2) << '\n';
+    if (deps_.append_evidence && klass != "config") {
+      auto idx = deps_.append_evidence(summary);
+      if (idx.ok()) {
+        summary["evidence_index"] = *idx;
+      } else {
+        summary["evidence_error"] = std::string(idx.status().message());
+      }
+    }
+    result.summary = summary;
+    std::string text = result.ok ? absl::StrCat(req.skill, ": ok in ", (NowMicros() - start_us) / 1000, " ms")
+                                 : absl::StrCat(req.skill, ": ", klass, ": ", secrets->Redact(error));
+    run.Emit("", "run_finished", text, result.ok, summary);
+    return result;
+  };
+
+  // The skill, the project and its policy (a broken file is a config failure).
+  auto skills = LoadSkills(req.project_root);
+  if (!skills.ok()) return finish("config", std::string(skills.status().message()));
+  auto it = std::find_if(skills->begin(), skills->end(), [&](const Skill& s) { return s.name == req.skill; });
+  if (it == skills->end()) {
+    std::vector<std::string> names;
+    for (const auto& s : *skills) names.push_back(s.name);
+    return finish("config", absl::StrCat("no skill '", req.skill, "' (skills: ", absl::StrJoin(names, ", "), ")"));
+  }
+  run.skill = *it;
+  const fs::path project_yaml = fs::path(req.project_root) / ".fwai" / "project.yaml";
+  std::error_code ec;
+  if (fs::exists(project_yaml, ec)) {
+    auto p = ParseProjectYaml(ReadFileText(project_yaml), project_yaml.string());
+    if (!p.ok()) return finish("config", std::string(p.status().message()));
+    run.project = *p;
+    run.have_project = true;
+  } else {
+    run.project = DetectProject(req.project_root);
+  }
+  auto rules = LoadPolicy(req.project_root, deps_.policy_file);
+  if (!rules.ok()) return finish("config", absl::StrCat("policy: ", rules.status().message()));
+  run.rules = *rules;
+
+  // Variables: built-ins, the skill's defaults, then the request's.
+  auto& v = run.vars;
+  v["PROJECT_ROOT"] = req.project_root;
+  v["PROJECT_NAME"] = run.project.name;
+  v["RUN_ID"] = run.run_id;
+  v["BUILD_COMMAND"] = run.project.build_command;
+  v["FLASH_COMMAND"] = run.project.flash_command;
+  v["TEST_COMMAND"] = run.project.test_command;
+  v["TARGET"] = run.project.target;
+  v["BOARD"] = req.board;
+  v["IMAGE"] = run.project.image;
+  v["IMAGE_SHA256"] = "";
+  v["BOOT_PATTERN"] = run.project.boot_pattern.empty() ? ".+" : run.project.boot_pattern;
+  v["CI"] = req.ci ? "true" : "false";
+  for (const auto& [k, val] : run.skill.vars) v[k] = val;
+  for (const auto& [k, val] : req.vars) {
+    if (k.empty() || k.find_first_of("${} ") != std::string::npos) return finish("config", absl::StrCat("variable name '", k, "' is not valid"));
+    v[k] = val;
+  }
+  // Every ${NAME} must be known before anything runs.
+  for (const auto& s : run.skill.steps) {
+    for (const auto& [field, text] : std::vector<std::pair<const char*, std::string>>{
+             {"command", s.command}, {"image", s.image}, {"board", s.board}, {"expect", s.expect}, {"send", s.send},
+             {"note", s.note}, {"log", s.log}, {"prompt", s.prompt}, {"goal", s.goal},
+             {"files", absl::StrJoin(s.files, " ")}}) {
+      for (const auto& name : ReferencedVars(text)) {
+        if (!v.count(name)) {
+          return finish("config", absl::StrCat(run.skill.source, ":", s.line, ": step '", s.name, "' ", field, ": unknown variable ${",
+                                               name, "} (give it with --var ", name, "=...)"));
+        }
+      }
+    }
+  }
+
+  run.run_dir = (fs::path(req.project_root) / ".fwai" / "runs" / run.run_id).string();
+  fs::create_directories(run.run_dir, ec);
+  if (ec) return finish("config", absl::StrCat("cannot create ", run.run_dir, ": ", ec.message()));
+  v["RUN_DIR"] = run.run_dir;
+  run.git = IsGitRepo(req.project_root);
+  if (run.git) run.numstat_before = NumStat(req.project_root);
+
+  // The watchdog: the run's own timeout, and the caller's cancel.
+  const int timeout_s = req.timeout_s > 0 ? req.timeout_s : run.skill.timeout_s;
+  run.deadline_us = start_us + static_cast<int64_t>(timeout_s) * 1000000;
+  auto run_cancel = run.cancel;
+  parent.OnCancel([run_cancel] { run_cancel->Cancel(); });
+  auto done = std::make_shared<CancelToken>();
+  std::thread watchdog([&run, done, run_cancel, timeout_s] {
+    if (!done->WaitFor(std::chrono::seconds(timeout_s))) {
+      run.timed_out = true;
+      run_cancel->Cancel();
+    }
+  });
+  struct Joiner {
+    std::shared_ptr<CancelToken> done;
+    std::thread& t;
+    ~Joiner() {
+      done->Cancel();
+      if (t.joinable()) t.join();
+    }
+  } joiner{done, watchdog};
+
+  if (req.board.empty() && deps_.hardware) {
+    // The board the run will use, for the record (flash/monitor resolve it again).
+    if (auto b = deps_.hardware->ResolveBoard("", run.caller); b.ok()) v["BOARD"] = *b;
+  }
+  if (!v["BOARD"].empty() && deps_.hardware) {
+    if (auto seq = deps_.hardware->SerialNextSeq(v["BOARD"]); seq.ok()) run.since_seq[v["BOARD"]] = *seq;
+  }
+  json planned = json::array();
+  for (const auto& s : run.skill.steps) planned.push_back({{"name", s.name}, {"type", s.type == "tool" ? s.tool : s.type}});
+  run.Emit("", "run_started", absl::StrCat("run ", run.run_id, ": ", run.skill.name, " (", run.skill.steps.size(), " steps)"), true,
+           {{"run_id", run.run_id}, {"skill", run.skill.name}, {"steps", planned}, {"log_dir", run.run_dir},
+            {"board", v["BOARD"]}, {"timeout_s", timeout_s}, {"ci", req.ci}});
+
+  std::string failure_class, failure_error;
+  for (const auto& s : run.skill.steps) {
+    const bool failed = !failure_class.empty();
+    if ((s.when == "success" && failed) || (s.when == "failure" && !failed)) {
+      run.Emit(s.name, "step_skipped", failed ? "skipped: an earlier step failed" : "skipped: runs only after a failure", true);
+      steps_out.push_back({{"name", s.name}, {"skipped", true}});
+      continue;
+    }
+    if (run.cancel->cancelled() && s.when != "failure" && s.when != "always") break;
+    const std::string log_path = (fs::path(run.run_dir) / (s.name + ".log")).string();
+    run.step_logs[s.name] = log_path;
+    std::ofstream log(log_path, std::ios::app);
+    const int attempts = s.on_fail == "retry" ? 1 + s.retries : 1;
+    StepOutcome o;
+    int attempt = 0;
+    const int64_t step_start = NowMicros();
+    run.Emit(s.name, "step_started", absl::StrCat(s.name, " (", s.type == "tool" ? s.tool : s.type, ")"), true,
+             {{"type", s.type}, {"tool", s.tool}, {"log", log_path}});
+    for (attempt = 1; attempt <= attempts; ++attempt) {
+      if (attempt > 1) {
+        run.Emit(s.name, "step_retry", absl::StrCat("attempt ", attempt, " of ", attempts, " (", o.error, ")"), false);
+        log << "--- attempt " << attempt << " ---\n";
+      }
+      o = run.RunStep(s, log);
+      if (o.ok || o.failure_class == "policy" || o.failure_class == "config" || o.failure_class == "cancelled" ||
+          run.cancel->cancelled()) {
+        break;  // retrying cannot change these
+      }
+    }
+    attempt = std::min(attempt, attempts);
+    log.close();
+    const int64_t ms = (NowMicros() - step_start) / 1000;
+    json rec = {{"name", s.name},        {"type", s.type == "tool" ? s.tool : s.type},
+                {"command", secrets->Redact(o.command)}, {"exit_code", o.exit_code},
+                {"duration_ms", ms},     {"log_file", log_path},
+                {"ok", o.ok},            {"attempts", attempt}};
+    if (!o.ok) {
+      rec["failure_class"] = o.failure_class;
+      rec["error"] = secrets->Redact(o.error);
+      rec["on_fail"] = s.on_fail;
+    }
+    for (auto& [k, val] : o.extra.items()) rec[k] = val;
+    steps_out.push_back(rec);
+    run.Emit(s.name, "step_finished", o.ok ? absl::StrCat(s.name, ": ok (", ms, " ms)") : absl::StrCat(s.name, ": ", secrets->Redact(o.error)),
+             o.ok, rec);
+    if (!o.ok && s.on_fail != "continue" && failure_class.empty()) {
+      failure_class = o.failure_class.empty() ? "failed" : o.failure_class;
+      failure_error = absl::StrCat("step ", s.name, ": ", o.error);
+    }
+    // The change budget of the whole run.
+    if (run.git && failure_class.empty() && (run.rules.max_files_per_run > 0 || run.rules.max_lines_per_run > 0)) {
+      int files = 0, lines = 0;
+      for (const auto& [path, n] : NumStat(req.project_root)) {
+        auto b = run.numstat_before.find(path);
+        if (b != run.numstat_before.end() && b->second == n) continue;
+        ++files;
+        lines += std::abs(n - (b == run.numstat_before.end() ? 0 : b->second));
+      }
+      std::string rule;
+      if (run.rules.max_files_per_run > 0 && files > run.rules.max_files_per_run) {
+        rule = absl::StrCat("change_budget: max_files_per_run ", run.rules.max_files_per_run, " (the run changed ", files, " files)");
+      } else if (run.rules.max_lines_per_run > 0 && lines > run.rules.max_lines_per_run) {
+        rule = absl::StrCat("change_budget: max_lines_per_run ", run.rules.max_lines_per_run, " (the run changed ", lines, " lines)");
+      }
+      if (!rule.empty()) {
+        run.refusals.push_back({{"kind", "run"}, {"target", s.name}, {"rule", rule}});
+        failure_class = "policy";
+        failure_error = absl::StrCat("after step ", s.name, ": ", rule);
+      }
+    }
+  }
+  if (failure_class.empty() && run.timed_out) {
+    failure_class = "timeout";
+    failure_error = absl::StrCat("the run did not finish within ", timeout_s, " s");
+  } else if (failure_class.empty() && run.cancel->cancelled()) {
+    failure_class = "cancelled";
+    failure_error = "cancelled";
+  }
+  if (failure_class == "cancelled" && run.timed_out) failure_class = "timeout";
+  return finish(failure_class, failure_error);
+}
+
+}  // namespace fwai

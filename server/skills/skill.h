@@ -1,0 +1,62 @@
+// Skills: YAML workflows in .fwai/skills/*.yaml plus the built-ins (build,
+// flash, monitor, test, build-flash-verify). A skill is a list of steps, each
+// one of: a tool (build | flash | monitor | test | shell), an evidence record,
+// an llm_analyze (a log and a prompt to the provider) or an agentic goal.
+// Values may use ${VAR}; files are validated with file:line errors.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace fwai {
+
+struct SkillStep {
+  std::string name;
+  std::string type;  // tool | evidence | llm_analyze | agentic
+  std::string tool;  // build | flash | monitor | test | shell (type tool)
+  std::string command;  // shell (and an override for build / test)
+  std::string image, board;  // flash
+  std::string expect, send;  // monitor: a regex to wait for; a line to send first
+  std::string since = "run";  // monitor: run (lines since the run began) | now
+  std::vector<std::string> files;  // evidence: files (globs under the project) to hash
+  std::string note;                // evidence
+  std::string log, prompt;         // llm_analyze: a step name or a file, and the question
+  std::string goal;                // agentic
+  std::string on_fail = "abort";   // abort | retry | continue
+  int retries = 2;                 // on_fail: retry
+  int timeout_s = 0;               // 0: the tool's default
+  std::string when = "success";    // success | failure | always
+  int line = 0;                    // where it is defined
+};
+
+struct Skill {
+  std::string name;
+  std::string description;
+  std::string source;  // file path, or "built-in"
+  bool builtin = false;
+  int timeout_s = 1800;
+  std::vector<std::string> keywords;  // for the intent resolver
+  std::map<std::string, std::string> vars;
+  std::vector<SkillStep> steps;
+  bool flashes() const;
+};
+
+// Parses one skill document; errors name `source`:line and the field.
+[[nodiscard]] absl::StatusOr<Skill> ParseSkill(const std::string& yaml_text, const std::string& source);
+// The built-in skills.
+const std::vector<Skill>& BuiltinSkills();
+// Built-ins, then the project's .fwai/skills/*.yaml (a project skill with a
+// built-in's name replaces it). A file that does not parse is an error.
+[[nodiscard]] absl::StatusOr<std::vector<Skill>> LoadSkills(const std::string& project_root);
+
+// Replaces ${NAME} with vars[NAME] ($$ is a literal $). An unknown name is an
+// error naming it.
+[[nodiscard]] absl::StatusOr<std::string> Interpolate(const std::string& text,
+                                                      const std::map<std::string, std::string>& vars);
+// The names referenced by ${...} in `text`.
+std::vector<std::string> ReferencedVars(const std::string& text);
+
+}  // namespace fwai

@@ -1,0 +1,397 @@
+// Skills through the CLI and a real fwaid: the built-in build-flash-verify on
+// the simulated board (arm-none-eabi-gcc, QEMU), typed build diagnostics,
+// YAML skills (variables, retry, continue, when: failure, timeouts),
+// failure classes and exit codes, llm_analyze and agentic steps against the
+// fake provider (with secrets redacted before they leave), the change budget
+// of a run, intent resolution, and the REPL's /build.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "tests/fakes/fake_llm_server.h"
+#include "tests/integration/daemon_fixture.h"
+
+namespace fwai::testing {
+namespace {
+
+using json = nlohmann::json;
+namespace fs = std::filesystem;
+
+class SkillsTest : public ::testing::Test {
+ protected:
+  void SetUp() override { fake_.Start(); }
+
+  void StartDaemon(const std::string& extra_yaml = "", bool providers = false) {
+    d_ = std::make_unique<Daemon>(&fake_, extra_yaml, providers);
+    ASSERT_TRUE(d_->Start()) << d_->log();
+    project_ = d_->dir() + "/blinky";
+    fs::copy(BLINKY_SRC_DIR, project_, fs::copy_options::recursive);
+    fs::remove_all(project_ + "/build");
+    fs::remove_all(project_ + "/.fwai/runs");
+  }
+
+  int Fwai(std::vector<std::string> args, std::string* out, std::string* err = nullptr, int timeout_s = 120,
+           const std::string& stdin_path = "") {
+    std::vector<std::string> argv = {std::string(FWAI_BIN_DIR) + "/fwai", "--daemon", d_->address(), "--project", project_};
+    argv.insert(argv.end(), args.begin(), args.end());
+    std::string o, e;
+    int rc = RunCommand(argv, &o, &e, {}, timeout_s, stdin_path);
+    if (out) *out = o;
+    if (err) *err = e;
+    return rc;
+  }
+
+  // The JSON summary: the last line of stdout in CI mode.
+  static json Summary(const std::string& out) {
+    std::istringstream in(out);
+    std::string line, last;
+    while (std::getline(in, line)) {
+      if (!line.empty()) last = line;
+    }
+    return json::parse(last, nullptr, false);
+  }
+
+  static std::vector<json> Events(const std::string& out, const std::string& kind) {
+    std::vector<json> v;
+    std::istringstream in(out);
+    std::string line;
+    while (std::getline(in, line)) {
+      auto j = json::parse(line, nullptr, false);
+      if (j.is_object() && j.value("type", "") == "skill_event" && j.value("kind", "") == kind) v.push_back(j);
+    }
+    return v;
+  }
+
+  void WriteFile(const std::string& rel, const std::string& text) {
+    fs::create_directories(fs::path(project_ + "/" + rel).parent_path());
+    std::ofstream(project_ + "/" + rel) << text;
+  }
+
+  static std::string Read(const std::string& path) {
+    std::ifstream in(path);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+  }
+
+  void InsertIntoMain(const std::string& before_main) {
+    std::string src = Read(project_ + "/src/main.c");
+    auto pos = src.find("int main(void)");
+    ASSERT_NE(pos, std::string::npos);
+    src.insert(pos, before_main);
+    std::ofstream(project_ + "/src/main.c") << src;
+  }
+
+  FakeLlmServer fake_;
+  std::unique_ptr<Daemon> d_;
+  std::string project_;
+};
+
+TEST_F(SkillsTest, BuildFlashVerifyOnTheSimulatedBoardInCiMode) {
+  StartDaemon();
+  std::string out, err;
+  int rc = Fwai({"run", "build-flash-verify", "--ci", "--yes"}, &out, &err);
+  ASSERT_EQ(rc, 0) << out << err << d_->log();
+  json s = Summary(out);
+  ASSERT_TRUE(s.is_object()) << out;
+  EXPECT_TRUE(s["ok"].get<bool>());
+  EXPECT_EQ(s["skill"], "build-flash-verify");
+  EXPECT_EQ(s["board"], "sim-stm32vl");
+  ASSERT_EQ(s["steps"].size(), 4u);
+  for (const auto& st : s["steps"]) EXPECT_TRUE(st["ok"].get<bool>()) << st.dump();
+  EXPECT_EQ(s["steps"][0]["command"], "make");
+  EXPECT_EQ(s["steps"][0]["exit_code"], 0);
+  // The image that was flashed is the one that was built, by hash.
+  std::string sha_out, sha_err;
+  ASSERT_EQ(RunCommand({"/usr/bin/sha256sum", project_ + "/build/blinky.elf"}, &sha_out, &sha_err), 0);
+  ASSERT_EQ(s["images"].size(), 1u);
+  EXPECT_EQ(s["images"][0]["sha256"], sha_out.substr(0, 64));
+  EXPECT_EQ(s["artifacts"][0]["files"][0]["sha256"], sha_out.substr(0, 64));
+  EXPECT_TRUE(s["boot"]["ok"].get<bool>());
+  EXPECT_NE(s["boot"]["line"].get<std::string>().find("booted"), std::string::npos);
+  // Logs per step, and the summary, under .fwai/runs/<run_id>/.
+  const std::string dir = s["log_dir"];
+  EXPECT_EQ(dir, project_ + "/.fwai/runs/" + s["run_id"].get<std::string>());
+  EXPECT_NE(Read(dir + "/build.log").find("arm-none-eabi-gcc"), std::string::npos);
+  EXPECT_NE(Read(dir + "/verify.log").find("booted"), std::string::npos);
+  EXPECT_TRUE(json::parse(Read(dir + "/summary.json"), nullptr, false).is_object());
+  // Progress went to stderr; the evidence holds the run and verifies.
+  EXPECT_NE(err.find("build-flash-verify"), std::string::npos);
+  ASSERT_TRUE(s.contains("evidence_index"));
+  std::string shown;
+  ASSERT_EQ(Fwai({"evidence", "show", s["run_id"]}, &shown, &err), 0) << err;
+  EXPECT_NE(shown.find("skill_run"), std::string::npos);
+  EXPECT_EQ(Fwai({"evidence", "verify"}, &out, &err), 0) << out << err;
+  // The run's lease is gone with the run.
+  EXPECT_EQ(Fwai({"hw", "who"}, &out, &err), 0);
+  EXPECT_EQ(out.find("sim-stm32vl"), std::string::npos) << out;
+}
+
+TEST_F(SkillsTest, BuildOutputBecomesTypedDiagnostics) {
+  StartDaemon();
+  InsertIntoMain("static int helper(void) { int unused_local; return undeclared_thing; }\n");
+  std::string out, err;
+  int rc = Fwai({"--json", "run", "build", "--ci"}, &out, &err);
+  EXPECT_EQ(rc, 12) << out << err;  // build
+  auto diags = Events(out, "diagnostic");
+  ASSERT_FALSE(diags.empty()) << out;
+  bool error = false, warning = false;
+  for (const auto& d : diags) {
+    const json& x = d["data"];
+    EXPECT_EQ(x["kind"], "compiler");
+    EXPECT_EQ(x["file"], "src/main.c");
+    EXPECT_GT(x["line"].get<int>(), 0);
+    if (x["severity"] == "error" && x["message"].get<std::string>().find("undeclared_thing") != std::string::npos) error = true;
+    if (x["severity"] == "warning" && x["message"].get<std::string>().find("unused") != std::string::npos) warning = true;
+  }
+  EXPECT_TRUE(error) << out;
+  EXPECT_TRUE(warning) << out;
+  auto fin = Events(out, "run_finished");
+  ASSERT_EQ(fin.size(), 1u);
+  EXPECT_EQ(fin[0]["data"]["failure_class"], "build");
+  EXPECT_GE(fin[0]["data"]["diagnostics"]["errors"].get<int>(), 1);
+}
+
+TEST_F(SkillsTest, FlashRegionOverflowIsNamed) {
+  StartDaemon();
+  // 256 KiB of constant data cannot fit in the STM32F100RB's 128 KiB of flash.
+  InsertIntoMain("const unsigned char fwai_big_table[256 * 1024] = {1};\n"
+                 "const unsigned char* volatile fwai_keep;\n");
+  std::string src = Read(project_ + "/src/main.c");
+  const std::string open = "int main(void) {\n";
+  ASSERT_NE(src.find(open), std::string::npos);
+  src.insert(src.find(open) + open.size(), "  fwai_keep = fwai_big_table;\n");
+  std::ofstream(project_ + "/src/main.c") << src;
+  std::string out, err;
+  int rc = Fwai({"--json", "run", "build", "--ci"}, &out, &err);
+  EXPECT_EQ(rc, 12) << out << err;
+  bool overflow = false;
+  for (const auto& d : Events(out, "diagnostic")) {
+    if (d["data"]["kind"] == "region_overflow" && d["data"].value("region", "") == "FLASH") {
+      overflow = overflow || d["data"].value("bytes", 0) > 100000 || d["data"]["message"].get<std::string>().find("will not fit") != std::string::npos;
+    }
+  }
+  EXPECT_TRUE(overflow) << out;
+}
+
+TEST_F(SkillsTest, YamlSkillWithVariablesRetryContinueAndWhen) {
+  StartDaemon();
+  WriteFile(".fwai/skills/check.yaml", R"(name: check
+description: exercise the runner
+vars:
+  GREETING: hello
+steps:
+  - name: greet
+    tool: shell
+    command: echo "${GREETING} from ${PROJECT_NAME} run ${RUN_ID}"
+  - name: flaky
+    tool: shell
+    command: test -f .fwai/tried || { touch .fwai/tried; echo first try fails; exit 1; }
+    on_fail: retry
+    retries: 2
+  - name: tolerated
+    tool: shell
+    command: exit 3
+    on_fail: continue
+  - name: only-on-failure
+    when: failure
+    tool: shell
+    command: echo should not run
+  - name: literal
+    tool: shell
+    command: echo 'cost $$5'
+)");
+  std::string out, err;
+  int rc = Fwai({"--json", "run", "check", "--ci", "--var", "GREETING=howdy"}, &out, &err);
+  EXPECT_EQ(rc, 0) << out << err;
+  bool greeted = false, literal = false;
+  for (const auto& e : Events(out, "output")) {
+    const std::string t = e["text"];
+    if (e["step"] == "greet" && t.find("howdy from stm32vl-blinky run run-") == 0) greeted = true;
+    if (e["step"] == "literal" && t == "cost $5") literal = true;
+  }
+  EXPECT_TRUE(greeted) << out;
+  EXPECT_TRUE(literal) << out;
+  auto retries = Events(out, "step_retry");
+  ASSERT_EQ(retries.size(), 1u) << out;
+  EXPECT_EQ(retries[0]["step"], "flaky");
+  auto skipped = Events(out, "step_skipped");
+  ASSERT_EQ(skipped.size(), 1u);
+  EXPECT_EQ(skipped[0]["step"], "only-on-failure");
+  json s = Events(out, "run_finished")[0]["data"];
+  EXPECT_TRUE(s["ok"].get<bool>());
+  EXPECT_EQ(s["steps"][1]["attempts"], 2);
+  EXPECT_FALSE(s["steps"][2]["ok"].get<bool>());
+  EXPECT_EQ(s["steps"][2]["exit_code"], 3);
+  EXPECT_EQ(s["steps"][2]["on_fail"], "continue");
+}
+
+TEST_F(SkillsTest, FailureClassesHaveTheirExitCodes) {
+  StartDaemon();
+  std::string out, err;
+  // Unknown skill: config.
+  EXPECT_EQ(Fwai({"run", "no-such-skill", "--ci"}, &out, &err), 11) << err;
+  EXPECT_NE(err.find("build-flash-verify"), std::string::npos) << err;  // lists what exists
+  // An unknown variable is caught before anything runs, with file:line.
+  WriteFile(".fwai/skills/vars.yaml", "name: vars\nsteps:\n  - name: x\n    tool: shell\n    command: echo ${NOPE}\n");
+  EXPECT_EQ(Fwai({"run", "vars", "--ci"}, &out, &err), 11);
+  EXPECT_NE(out.find("vars.yaml:3"), std::string::npos) << out;
+  EXPECT_NE(out.find("${NOPE}"), std::string::npos) << out;
+  // Flashing in CI mode without approval: the policy refuses and says which rule.
+  EXPECT_EQ(Fwai({"run", "flash", "--ci"}, &out, &err), 16) << out << err;
+  EXPECT_NE(out.find("flash.require_approval"), std::string::npos) << out;
+  // A monitor that never sees its pattern: verify.
+  WriteFile(".fwai/skills/wait.yaml",
+            "name: wait\nsteps:\n  - name: boot\n    tool: monitor\n    expect: never-printed-\\d+\n    since: now\n    timeout: 2\n");
+  EXPECT_EQ(Fwai({"run", "wait", "--ci"}, &out, &err), 14) << out << err;
+  EXPECT_NE(out.find("never-printed"), std::string::npos);
+  // A step past its own timeout, and a run past the run's: timeout.
+  WriteFile(".fwai/skills/slow.yaml", "name: slow\nsteps:\n  - name: nap\n    tool: shell\n    command: sleep 30\n    timeout: 1\n");
+  auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(Fwai({"run", "slow", "--ci"}, &out, &err), 17) << out << err;
+  WriteFile(".fwai/skills/slow2.yaml", "name: slow2\nsteps:\n  - name: nap\n    tool: shell\n    command: sleep 30\n");
+  EXPECT_EQ(Fwai({"run", "slow2", "--ci", "--timeout", "2"}, &out, &err), 17) << out << err;
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(15));
+  // A broken skill file is named by file:line and field, and nothing runs.
+  WriteFile(".fwai/skills/broken.yaml", "name: broken\nsteps:\n  - name: x\n    tool: shell\n    command: true\n    on_fial: abort\n");
+  EXPECT_NE(Fwai({"skills", "ls"}, &out, &err), 0);
+  EXPECT_NE(err.find("broken.yaml:6: steps[0].on_fial: unknown field"), std::string::npos) << err;
+  EXPECT_EQ(Fwai({"run", "build", "--ci"}, &out, &err), 11);
+}
+
+TEST_F(SkillsTest, LlmAnalyzeSeesTheLogWithSecretsRedacted) {
+  StartDaemon("", /*providers=*/true);
+  WriteFile(".fwai/skills/diagnose.yaml", R"(name: diagnose
+steps:
+  - name: upload
+    tool: shell
+    command: |
+      echo "connecting to https://ci:Sup3rS3cretPw@artifacts.example.com/fw"
+      echo "AWS key AKIAIOSFODNN7EXAMPLE rejected"
+      echo 'api_key = "sk-ant-api03-abcdefghijklmnopqrstuvwxyz0123456789"'
+      exit 1
+  - name: explain
+    when: failure
+    llm_analyze:
+      log: upload
+      prompt: Why did the upload of ${PROJECT_NAME} fail?
+)");
+  FakeReply r;
+  r.chunks = {"The credentials ", "were rejected.\nRotate them."};
+  fake_.Enqueue(r);
+  std::string out, err;
+  int rc = Fwai({"--json", "run", "diagnose", "--ci"}, &out, &err);
+  EXPECT_EQ(rc, 10) << out << err;  // the shell step's failure decides the class
+  auto reqs = fake_.requests();
+  ASSERT_EQ(reqs.size(), 1u);
+  const std::string body = reqs[0].body.dump();
+  EXPECT_NE(body.find("Why did the upload of stm32vl-blinky fail?"), std::string::npos);
+  EXPECT_NE(body.find("rejected"), std::string::npos);
+  for (const char* secret : {"Sup3rS3cretPw", "AKIAIOSFODNN7EXAMPLE", "sk-ant-api03-abcdefghijklmnopqrstuvwxyz0123456789"}) {
+    EXPECT_EQ(body.find(secret), std::string::npos) << secret;
+    EXPECT_EQ(out.find(secret), std::string::npos) << secret;
+  }
+  EXPECT_NE(body.find("[REDACTED:url_password]"), std::string::npos) << body;
+  EXPECT_NE(body.find("[REDACTED:aws_access_key]"), std::string::npos) << body;
+  bool answered = false;
+  for (const auto& e : Events(out, "output")) answered |= e["step"] == "explain" && e["text"] == "were rejected.";
+  // (The first line is "The credentials were rejected.")
+  for (const auto& e : Events(out, "output")) answered |= e["step"] == "explain" && e["text"] == "The credentials were rejected.";
+  EXPECT_TRUE(answered) << out;
+  json s = Events(out, "run_finished")[0]["data"];
+  ASSERT_EQ(s["llm_calls"].size(), 1u);
+  EXPECT_EQ(s["llm_calls"][0]["input_tokens"], 12);
+  EXPECT_EQ(s["failure_class"], "failed");
+  // The log on disk is redacted too.
+  const std::string log = Read(s["log_dir"].get<std::string>() + "/upload.log");
+  EXPECT_NE(log.find("artifacts.example.com"), std::string::npos);
+  EXPECT_EQ(log.find("Sup3rS3cretPw"), std::string::npos);
+  EXPECT_EQ(Fwai({"evidence", "show", s["run_id"]}, &out, &err), 0);
+  EXPECT_EQ(out.find("AKIAIOSFODNN7EXAMPLE"), std::string::npos);
+}
+
+TEST_F(SkillsTest, AgenticStepRunsAnAgentTurn) {
+  StartDaemon("", /*providers=*/true);
+  WriteFile(".fwai/skills/review.yaml",
+            "name: review\nsteps:\n  - name: look\n    agentic:\n      goal: Summarise ${PROJECT_NAME} in one line.\n");
+  FakeReply r;
+  r.chunks = {"A blinky for the STM32VLDISCOVERY."};
+  fake_.Enqueue(r);
+  std::string out, err;
+  ASSERT_EQ(Fwai({"--json", "run", "review", "--ci"}, &out, &err), 0) << out << err;
+  json s = Events(out, "run_finished")[0]["data"];
+  ASSERT_EQ(s["llm_calls"].size(), 1u);
+  const std::string session = s["llm_calls"][0]["session_id"];
+  EXPECT_FALSE(session.empty());
+  bool said = false;
+  for (const auto& e : Events(out, "output")) said |= e["text"] == "A blinky for the STM32VLDISCOVERY.";
+  EXPECT_TRUE(said) << out;
+  ASSERT_GE(fake_.requests().size(), 1u);
+  EXPECT_NE(fake_.requests()[0].body.dump().find("Summarise stm32vl-blinky in one line."), std::string::npos);
+}
+
+TEST_F(SkillsTest, ChangeBudgetOfARun) {
+  StartDaemon();
+  std::string out, err;
+  for (std::vector<std::string> g : {std::vector<std::string>{"init", "-q"}, {"add", "-A"},
+                                     {"-c", "user.email=t@e", "-c", "user.name=t", "commit", "-qm", "base"}}) {
+    std::vector<std::string> argv = {"/usr/bin/git", "-C", project_};
+    argv.insert(argv.end(), g.begin(), g.end());
+    ASSERT_EQ(RunCommand(argv, &out, &err), 0) << err;
+  }
+  std::string yaml = Read(project_ + "/.fwai/project.yaml");
+  std::ofstream(project_ + "/.fwai/project.yaml") << yaml << "policy:\n  change_budget:\n    max_files_per_run: 1\n";
+  WriteFile(".fwai/skills/churn.yaml", R"(name: churn
+steps:
+  - name: edit
+    tool: shell
+    command: echo "// a" >> src/main.c && echo "// b" >> Makefile
+  - name: after
+    tool: shell
+    command: echo never
+)");
+  int rc = Fwai({"--json", "run", "churn", "--ci"}, &out, &err);
+  EXPECT_EQ(rc, 16) << out << err;
+  json s = Events(out, "run_finished")[0]["data"];
+  EXPECT_NE(s["error"].get<std::string>().find("max_files_per_run 1"), std::string::npos) << s.dump();
+  EXPECT_EQ(s["files_changed"].size(), 2u) << s.dump();  // main.c, Makefile (not what changed before the run)
+  EXPECT_EQ(Events(out, "step_skipped").size(), 1u);
+}
+
+TEST_F(SkillsTest, IntentResolutionWithoutAProvider) {
+  StartDaemon();
+  auto resolve = [&](const std::string& text) {
+    std::string out, err;
+    EXPECT_EQ(Fwai({"--json", "skills", "resolve", text}, &out, &err), 0) << err;
+    return json::parse(out, nullptr, false);
+  };
+  json a = resolve("build-flash-verify");
+  EXPECT_EQ(a["skill"], "build-flash-verify");
+  EXPECT_EQ(a["tier"], "exact");
+  EXPECT_EQ(a["action"], "run");
+  json b = resolve("please build the firmware");
+  EXPECT_EQ(b["skill"], "build");
+  EXPECT_EQ(b["action"], "run");
+  json c = resolve("why does the ADC read zero after wake-up from stop mode?");
+  EXPECT_EQ(c["action"], "chat") << c.dump();
+  json d = resolve("show me the uart console");
+  EXPECT_EQ(d["skill"], "monitor") << d.dump();
+  EXPECT_NE(d["action"], "chat");
+}
+
+TEST_F(SkillsTest, ReplSlashBuildRunsTheSkill) {
+  StartDaemon();
+  const std::string input = d_->dir() + "/repl-input";
+  std::ofstream(input) << "/build\n/exit\n";
+  std::string out, err;
+  EXPECT_EQ(Fwai({}, &out, &err, 120, input), 0) << out << err;
+  EXPECT_NE(out.find("ok  build"), std::string::npos) << out << err;
+  EXPECT_TRUE(fs::exists(project_ + "/build/blinky.elf"));
+}
+
+}  // namespace
+}  // namespace fwai::testing

@@ -31,10 +31,10 @@ std::vector<SecretScanner::Pattern> Builtins() {
   add("jwt", R"(\beyJ[A-Za-z0-9_\-]{8,}\.eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,})", {"eyJ"});
   add("bearer_token", R"((?:Bearer|Token)\s+([A-Za-z0-9_\-\.=+/]{16,}))", {"earer", "oken"}, 1);
   // scheme://user:password@host — only the password goes.
-  add("url_password", R"([A-Za-z][A-Za-z0-9+.\-]*://[^\s:/@]+:([^\s@/]+)@)", {"://"}, 1);
-  // password = "...", "api_key": "...", client_secret='...' (a quoted value; it goes).
+  add("url_password", R"([A-Za-z][A-Za-z0-9+.\-]*://[^\s:/@\[\]]+:([^\s@/]+)@)", {"://"}, 1);
+  // password = "...", "api_key": "...", client_secret='...', #define WIFI_PASSWORD "..." (a quoted value; it goes).
   add("assignment",
-      R"(\b[A-Za-z0-9_\-]*(?:password|passwd|secret|token|api[_\-]?key|access[_\-]?key|auth[_\-]?key)["']?\s*[:=]\s*["']([^\s"']{6,})["'])",
+      R"(\b[A-Za-z0-9_\-]*(?:password|passwd|secret|token|api[_\-]?key|access[_\-]?key|auth[_\-]?key)["']?(?:\s*[:=]\s*|\s+)["']([^\s"']{6,})["'])",
       {"ass", "ecret", "oken", "ey", "ASS", "ECRET", "OKEN", "EY"}, 1, true);
   // PASSWORD=..., GITHUB_TOKEN=..., FOO_API_KEY=... (environment style; not $REFERENCES).
   add("env_assignment", R"(\b[A-Z0-9_]*(?:PASSWORD|PASSWD|SECRET|TOKEN|API_KEY|ACCESS_KEY)[A-Z0-9_]*=([^\s"'$]{6,}))",

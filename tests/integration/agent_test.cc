@@ -551,6 +551,37 @@ TEST_F(AgentTest, ThePolicyRefusesInCodeNamesTheRuleAndIsRecorded) {
   EXPECT_TRUE(named);
 }
 
+TEST_F(AgentTest, LinesBudgetPerTurnAndSecretsNeverReachTheProvider) {
+  Daemon d(&fake_);
+  ASSERT_TRUE(d.Start()) << d.log();
+  fs::create_directories(d.project_dir() + "/.fwai");
+  std::ofstream(d.project_dir() + "/.fwai/project.yaml") << "name: p\npolicy:\n  change_budget: {max_lines: 5}\n";
+  std::ofstream(d.project_dir() + "/config.h") << "#define WIFI_SSID \"lab\"\n#define WIFI_PASSWORD \"Tr0ub4dor&3\"\n";
+  auto s = Create(d, "act");
+  FakeReply r1;
+  r1.tool_calls = {{"w1", "write_file", {{"path", "small.c"}, {"content", "int a;\nint b;\nint c;\n"}}},
+                   {"w2", "write_file", {{"path", "big.c"}, {"content", "1\n2\n3\n"}}},
+                   {"r1", "read_file", {{"path", "config.h"}}}};
+  fake_.Enqueue(r1);
+  FakeReply r2;
+  r2.chunks = {"ok"};
+  fake_.Enqueue(r2);
+  auto out = RunChat(*d.sessions(), s.id(), "write and read");
+  ASSERT_TRUE(out.finished) << d.log();
+  auto fin = Finished(out.events);
+  EXPECT_FALSE(fin["w1"].is_error()) << fin["w1"].output();  // 3 lines
+  EXPECT_NE(fin["w2"].output().find("change_budget: max_lines 5"), std::string::npos) << fin["w2"].output();  // 3 more
+  EXPECT_FALSE(fs::exists(d.project_dir() + "/big.c"));
+  // The file's password was redacted before the model saw the tool result.
+  EXPECT_NE(fin["r1"].output().find("WIFI_SSID"), std::string::npos);
+  EXPECT_EQ(fin["r1"].output().find("Tr0ub4dor&3"), std::string::npos) << fin["r1"].output();
+  auto reqs = fake_.requests();
+  ASSERT_EQ(reqs.size(), 2u);
+  const std::string sent = reqs[1].body.dump();
+  EXPECT_NE(sent.find("[REDACTED:assignment]"), std::string::npos) << sent;
+  EXPECT_EQ(sent.find("Tr0ub4dor&3"), std::string::npos);
+}
+
 TEST_F(AgentTest, CancelKillsARunningCommandAndItsChildrenWithinASecond) {
   Daemon d(&fake_);
   ASSERT_TRUE(d.Start()) << d.log();

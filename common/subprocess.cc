@@ -42,17 +42,24 @@ pid_t ForkLongLived(const std::function<void()>& in_child) {
     int err = 0;
     bool done = false;
   };
-  static std::mutex mu;
-  static std::condition_variable cv;
-  static std::deque<Job*> queue;
+  // Never destroyed: the forking thread waits on them until the process ends
+  // (destroying a condition variable with a waiter blocks exit).
+  struct Shared {
+    std::mutex mu;
+    std::condition_variable cv;
+    std::deque<Job*> queue;
+  };
+  static Shared* const shared = new Shared;
   static std::once_flag started;
+  std::mutex& mu = shared->mu;
+  std::condition_variable& cv = shared->cv;
   std::call_once(started, [] {
     std::thread([] {
-      std::unique_lock lock(mu);
+      std::unique_lock lock(shared->mu);
       while (true) {
-        cv.wait(lock, [] { return !queue.empty(); });
-        Job* j = queue.front();
-        queue.pop_front();
+        shared->cv.wait(lock, [] { return !shared->queue.empty(); });
+        Job* j = shared->queue.front();
+        shared->queue.pop_front();
         pid_t pid = fork();
         if (pid == 0) {
           (*j->fn)();
@@ -61,13 +68,13 @@ pid_t ForkLongLived(const std::function<void()>& in_child) {
         j->pid = pid;
         j->err = pid < 0 ? errno : 0;
         j->done = true;
-        cv.notify_all();
+        shared->cv.notify_all();
       }
     }).detach();
   });
   Job job{&in_child};
   std::unique_lock lock(mu);
-  queue.push_back(&job);
+  shared->queue.push_back(&job);
   cv.notify_all();
   cv.wait(lock, [&] { return job.done; });
   if (job.pid < 0) errno = job.err;

@@ -23,7 +23,7 @@ EvidenceCommands::EvidenceCommands(CLI::App& app, Globals& g) : g_(g) {
   show_->add_option("run", run_id_)->required();
   verify_ = ev->add_subcommand("verify", "Recompute the chain, the Merkle tree, proofs and checkpoint signatures");
   export_ = ev->add_subcommand("export", "Export the log");
-  export_->add_option("--format", format_, "json | csv")->check(CLI::IsMember({"json", "csv", "sarif", "html", "in-toto"}));
+  export_->add_option("--format", format_, "json | csv | sarif (build diagnostics) | html (a report) | in-toto (a DSSE-signed statement)")->check(CLI::IsMember({"json", "csv", "sarif", "html", "in-toto"}));
   export_->add_option("--output,-o", output_, "File (default: standard output)");
 }
 

@@ -10,6 +10,7 @@
 #include "server/api/api.h"
 #include "server/api/offload.h"
 #include "server/evidence/evidence_log.h"
+#include "server/evidence/export.h"
 
 namespace fwai {
 namespace {
@@ -98,7 +99,30 @@ class EvidenceService final : public pb::Evidence::CallbackService {
         resp->set_content_type("text/csv");
         return absl::OkStatus();
       }
-      return absl::UnimplementedError(absl::StrCat("export format '", fmt, "' is not supported yet; use json or csv"));
+      // The tree head over exactly the records exported.
+      std::vector<Hash> leaves;
+      for (const auto& r : *list) leaves.push_back(r.leaf);
+      const std::string root = ToHex(TreeHead(leaves, leaves.size()));
+      if (fmt == "sarif") {
+        resp->set_data(ExportSarif(*list, deps_.version));
+        resp->set_content_type("application/sarif+json");
+        return absl::OkStatus();
+      }
+      if (fmt == "html") {
+        resp->set_data(ExportHtml(*list, deps_.evidence->Verify(), deps_.evidence->public_key_hex(), root));
+        resp->set_content_type("text/html");
+        return absl::OkStatus();
+      }
+      if (fmt == "in-toto") {
+        EvidenceLog* log = deps_.evidence;
+        auto env = ExportInToto(*list, root, log->public_key_hex(),
+                                [log](std::string_view m) { return log->Sign(m); });
+        if (!env.ok()) return env.status();
+        resp->set_data(*env);
+        resp->set_content_type("application/vnd.dsse.envelope+json");
+        return absl::OkStatus();
+      }
+      return absl::InvalidArgumentError(absl::StrCat("format: '", fmt, "' (expected json, csv, sarif, html or in-toto)"));
     });
   }
 

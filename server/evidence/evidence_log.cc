@@ -228,6 +228,16 @@ absl::StatusOr<EvidenceRecord> EvidenceLog::Get(const std::string& run_id) {
   return r;
 }
 
+std::string EvidenceLog::root_hex() const {
+  std::lock_guard lock(rep_->mu);
+  return ToHex(TreeHead(rep_->leaves, rep_->leaves.size()));
+}
+
+absl::StatusOr<std::string> EvidenceLog::Sign(std::string_view message) const {
+  std::lock_guard lock(rep_->mu);
+  return rep_->Sign(std::string(message));
+}
+
 uint64_t EvidenceLog::size() const {
   std::lock_guard lock(rep_->mu);
   return rep_->leaves.size();

@@ -9,6 +9,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -51,6 +52,10 @@ class EvidenceLog {
   [[nodiscard]] absl::StatusOr<EvidenceRecord> Get(const std::string& run_id);
   EvidenceVerifyReport Verify();
   std::string public_key_hex() const;
+  // The RFC 6962 tree head over every record (hex).
+  std::string root_hex() const;
+  // An Ed25519 signature (64 bytes) of `message` with the log's key.
+  [[nodiscard]] absl::StatusOr<std::string> Sign(std::string_view message) const;
   uint64_t size() const;
 
   // For tests: makes the next writes fail as a full disk would.

@@ -143,6 +143,7 @@ struct SkillRunner::RunState {
   json llm_calls = json::array();
   json refusals = json::array();
   json artifacts = json::array();
+  json diagnostic_items = json::array();  // every diagnostic of the run (capped)
   json boot = json::object();
   int errors = 0, warnings = 0;
   std::map<std::string, int> numstat_before;
@@ -215,6 +216,11 @@ struct SkillRunner::RunState {
       log << line << '\n';
       Emit(s.name, "output", line);
       if (auto diag = ParseDiagnosticLine(line)) {
+        if (diagnostic_items.size() < 500) {
+          json item = diag->ToJson();
+          item["step"] = s.name;
+          diagnostic_items.push_back(std::move(item));
+        }
         if (diag->severity == "error") {
           ++step_errors;
           if (first_error.is_null()) first_error = diag->ToJson();
@@ -673,6 +679,7 @@ SkillRunResult SkillRunner::Run(const SkillRunRequest& req, const std::function<
                     {"duration_ms", (NowMicros() - start_us) / 1000},
                     {"steps", steps_out},
                     {"diagnostics", {{"errors", run.errors}, {"warnings", run.warnings}}},
+                    {"diagnostic_items", run.diagnostic_items},
                     {"files_changed", files_changed},
                     {"images", run.images},
                     {"boot", run.boot},

@@ -154,6 +154,18 @@ TEST_F(SkillsTest, BuildOutputBecomesTypedDiagnostics) {
   ASSERT_EQ(fin.size(), 1u);
   EXPECT_EQ(fin[0]["data"]["failure_class"], "build");
   EXPECT_GE(fin[0]["data"]["diagnostics"]["errors"].get<int>(), 1);
+  // The diagnostics are in the evidence, and export as SARIF.
+  ASSERT_EQ(Fwai({"evidence", "export", "--format", "sarif"}, &out, &err), 0) << err;
+  auto sarif = json::parse(out, nullptr, false);
+  ASSERT_TRUE(sarif.is_object()) << out;
+  bool found = false;
+  for (const auto& r : sarif["runs"].back()["results"]) {
+    found |= r["level"] == "error" && r["message"]["text"].get<std::string>().find("undeclared_thing") != std::string::npos &&
+             r["locations"][0]["physicalLocation"]["artifactLocation"]["uri"] == "src/main.c";
+  }
+  EXPECT_TRUE(found) << out;
+  ASSERT_EQ(Fwai({"evidence", "export", "--format", "html", "-o", d_->dir() + "/report.html"}, &out, &err), 0) << err;
+  EXPECT_NE(Read(d_->dir() + "/report.html").find("undeclared_thing"), std::string::npos);
 }
 
 TEST_F(SkillsTest, FlashRegionOverflowIsNamed) {

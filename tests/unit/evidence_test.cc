@@ -9,7 +9,13 @@
 
 #include <filesystem>
 
+#include <openssl/evp.h>
+
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/escaping.h"
 #include "server/evidence/evidence_log.h"
+#include "server/evidence/export.h"
 #include "server/evidence/merkle.h"
 #include "server/storage/storage.h"
 
@@ -239,6 +245,92 @@ TEST_F(EvidenceLogTest, EveryAcknowledgedRecordSurvivesKillNine) {
   EXPECT_GE(log->size(), acked + 1);
   auto r = log->Verify();
   EXPECT_TRUE(r.ok) << r.first_bad << ": " << r.detail;
+}
+
+}  // namespace
+}  // namespace fwai
+
+namespace fwai {
+namespace {
+
+TEST_F(EvidenceLogTest, ExportsSarifHtmlAndASignedInTotoStatement) {
+  auto db = OpenDb();
+  auto log = OpenLog(*db);
+  const std::string sha(64, 'a');
+  nlohmann::json run = {{"kind", "skill_run"},
+                        {"skill", "build"},
+                        {"project", "/work/fw"},
+                        {"ok", false},
+                        {"exit_code", 12},
+                        {"failure_class", "build"},
+                        {"steps", {{{"name", "build"}, {"command", "make <all>"}, {"exit_code", 2}, {"ok", false}}}},
+                        {"images", {{{"path", "build/fw.elf"}, {"sha256", sha}, {"board", "sim"}}}},
+                        {"diagnostic_items",
+                         {{{"kind", "compiler"}, {"severity", "error"}, {"file", "src/main.c"}, {"line", 12}, {"column", 5},
+                           {"message", "'x' undeclared"}, {"step", "build"}},
+                          {{"kind", "region_overflow"}, {"severity", "error"}, {"region", "FLASH"}, {"bytes", 20},
+                           {"message", "region `FLASH' overflowed by 20 bytes"}, {"step", "build"}}}}};
+  auto r1 = log->Append(run);
+  ASSERT_TRUE(r1.ok());
+  ASSERT_TRUE(log->Append({{"kind", "flash"}, {"board", "sim"}, {"image", "fw.elf"}, {"image_sha256", std::string(64, 'b')}}).ok());
+  auto records = log->List(0);
+  ASSERT_TRUE(records.ok());
+  ASSERT_EQ(records->size(), 2u);
+
+  auto sarif = nlohmann::json::parse(ExportSarif(*records, "1.2.3"));
+  EXPECT_EQ(sarif["version"], "2.1.0");
+  ASSERT_EQ(sarif["runs"].size(), 1u);  // one per skill run
+  const auto& results = sarif["runs"][0]["results"];
+  ASSERT_EQ(results.size(), 2u);
+  EXPECT_EQ(results[0]["ruleId"], "compiler");
+  EXPECT_EQ(results[0]["level"], "error");
+  EXPECT_EQ(results[0]["locations"][0]["physicalLocation"]["artifactLocation"]["uri"], "src/main.c");
+  EXPECT_EQ(results[0]["locations"][0]["physicalLocation"]["region"]["startLine"], 12);
+  EXPECT_EQ(results[1]["ruleId"], "region_overflow");
+  EXPECT_EQ(results[1]["properties"]["region"], "FLASH");
+  EXPECT_EQ(sarif["runs"][0]["invocations"][0]["exitCode"], 12);
+
+  const std::string html = ExportHtml(*records, log->Verify(), log->public_key_hex(), log->root_hex());
+  EXPECT_NE(html.find("<strong class=\"ok\">intact</strong>"), std::string::npos);
+  EXPECT_NE(html.find("make &lt;all&gt;"), std::string::npos);  // escaped
+  EXPECT_EQ(html.find("make <all>"), std::string::npos);
+  EXPECT_NE(html.find(log->root_hex()), std::string::npos);
+
+  auto env_text = ExportInToto(*records, log->root_hex(), log->public_key_hex(),
+                               [&](std::string_view m) { return log->Sign(m); });
+  ASSERT_TRUE(env_text.ok()) << env_text.status();
+  auto env = nlohmann::json::parse(*env_text);
+  EXPECT_EQ(env["payloadType"], "application/vnd.in-toto+json");
+  std::string payload;
+  ASSERT_TRUE(absl::Base64Unescape(env["payload"].get<std::string>(), &payload));
+  auto statement = nlohmann::json::parse(payload);
+  EXPECT_EQ(statement["_type"], "https://in-toto.io/Statement/v1");
+  ASSERT_EQ(statement["subject"].size(), 2u);
+  EXPECT_EQ(statement["subject"][0]["digest"]["sha256"], sha);
+  EXPECT_EQ(statement["predicate"]["log"]["root_hash"], log->root_hex());
+  // The signature verifies over DSSE's PAE with the log's public key, and
+  // fails for a changed payload.
+  std::string sig;
+  ASSERT_TRUE(absl::Base64Unescape(env["signatures"][0]["sig"].get<std::string>(), &sig));
+  std::string pub;
+  pub = absl::HexStringToBytes(log->public_key_hex());
+  EVP_PKEY* key = EVP_PKEY_new_raw_public_key(EVP_PKEY_ED25519, nullptr, reinterpret_cast<const unsigned char*>(pub.data()), pub.size());
+  ASSERT_NE(key, nullptr);
+  auto verify = [&](const std::string& body) {
+    const std::string pae = DssePae("application/vnd.in-toto+json", body);
+    EVP_MD_CTX* ctx = EVP_MD_CTX_new();
+    bool ok = EVP_DigestVerifyInit(ctx, nullptr, nullptr, nullptr, key) == 1 &&
+              EVP_DigestVerify(ctx, reinterpret_cast<const unsigned char*>(sig.data()), sig.size(),
+                               reinterpret_cast<const unsigned char*>(pae.data()), pae.size()) == 1;
+    EVP_MD_CTX_free(ctx);
+    return ok;
+  };
+  EXPECT_TRUE(verify(payload));
+  std::string tampered = payload;
+  tampered[tampered.find("aaaa")] = 'c';
+  EXPECT_FALSE(verify(tampered));
+  EVP_PKEY_free(key);
+  EXPECT_EQ(DssePae("t", "hello"), "DSSEv1 1 t 5 hello");
 }
 
 }  // namespace

@@ -23,7 +23,9 @@ ProjectCommands::ProjectCommands(CLI::App& app, Globals& g) : g_(g) {
   init_->add_flag("--yes,-y", yes_, "Take what was detected; do not ask for the rest");
   init_->add_flag("--force", force_, "Replace an existing .fwai/project.yaml");
   init_->add_flag("--embedder-md", embedder_md_, "Also write EMBEDDER.md");
-  init_->add_option("--set", set_, "field=value (build_command, flash_command, target, board, debug_interface, serial_port, baud); repeatable")
+  init_->add_option("--template", template_, "Start a new project: bare-metal | freertos | zephyr | arduino")
+      ->check(CLI::IsMember({"bare-metal", "freertos", "zephyr", "arduino"}));
+  init_->add_option("--set", set_, "field=value (name, build_command, flash_command, test_command, image, target, board, debug_interface, serial_port, baud, boot_pattern); repeatable")
       ->allow_extra_args(false);
   doctor_ = app.add_subcommand("doctor", "Check toolchains, the daemon, providers, devices and the project config");
   doctor_->add_option("dir", dir_, "Project directory (default: here)");
@@ -86,21 +88,22 @@ int ProjectCommands::Init() {
   req.set_project_root(root);
   req.set_force(force_);
   req.set_embedder_md(embedder_md_);
+  req.set_template_name(template_);
   for (const auto& kv : set_) {
     auto eq = kv.find('=');
     if (eq == std::string::npos) return Fail(g_, kExitUsage, absl::StrCat("--set ", kv, ": expected field=value"));
     (*req.mutable_values())[kv.substr(0, eq)] = kv.substr(eq + 1);
   }
-  // First what detection finds; then ask for the rest.
+  // First what detection finds; then ask for the rest (a template knows it all).
   pb::InitResponse dry;
-  {
+  if (template_.empty()) {
     grpc::ClientContext ctx;
     pb::InitRequest d = req;
     d.set_dry_run(true);
     auto st = stub->Init(&ctx, d, &dry);
     if (!st.ok()) return FailGrpc(g_, st);
   }
-  if (!g_.json) std::cerr << "detected: " << dry.build_system() << " project in " << root << "\n";
+  if (!g_.json && template_.empty()) std::cerr << "detected: " << dry.build_system() << " project in " << root << "\n";
   if (dry.missing_size() > 0 && !yes_) {
     if (!isatty(0) || g_.json) {
       std::string names;
@@ -123,6 +126,7 @@ int ProjectCommands::Init() {
   if (g_.json) {
     std::cout << ProtoToJson(resp).dump() << std::endl;
   } else {
+    for (const auto& f : resp.files_written()) std::cout << "created " << f << "\n";
     std::cout << "wrote " << resp.config_path() << (embedder_md_ ? " and EMBEDDER.md" : "") << "\n" << resp.config_yaml();
   }
   return kExitOk;

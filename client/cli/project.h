@@ -22,7 +22,7 @@ class ProjectCommands {
   Globals& g_;
   CLI::App *init_ = nullptr, *doctor_ = nullptr, *policy_check_ = nullptr;
   std::string kind_, target_;
-  std::string dir_;
+  std::string dir_, template_;
   bool yes_ = false, force_ = false, embedder_md_ = false;
   std::vector<std::string> set_;
 };

@@ -3,6 +3,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
@@ -17,6 +18,7 @@
 #include "server/llm/provider.h"
 #include "server/project/policy.h"
 #include "server/project/project.h"
+#include "server/project/templates.h"
 
 namespace fwai {
 namespace {
@@ -39,12 +41,40 @@ class ProjectsService final : public pb::Projects::CallbackService {
   grpc::ServerUnaryReactor* Init(grpc::CallbackServerContext* ctx, const pb::InitRequest* req,
                                  pb::InitResponse* resp) override {
     return OffloadUnary(ctx, deps_.pool, true, "", [req, resp] {
-      auto root = Root(req->project_root());
+      std::error_code ec;
+      ProjectSettings s;
+      std::optional<ProjectTemplate> tmpl;
+      if (!req->template_name().empty()) {
+        // A new project from a template: the directory may not exist yet.
+        if (req->project_root().empty() || !fs::path(req->project_root()).is_absolute()) {
+          return absl::InvalidArgumentError("project_root: an absolute path is required");
+        }
+        auto it = req->values().find("name");
+        const std::string name = it != req->values().end() ? it->second : fs::path(req->project_root()).filename().string();
+        auto t = MakeTemplate(req->template_name(), name);
+        if (!t.ok()) return t.status();
+        tmpl = std::move(*t);
+        if (!req->dry_run()) {
+          fs::create_directories(req->project_root(), ec);
+          if (ec) return absl::PermissionDeniedError(absl::StrCat("cannot create ", req->project_root(), ": ", ec.message()));
+        }
+      }
+      auto root = tmpl && req->dry_run() ? absl::StatusOr<std::string>(req->project_root()) : Root(req->project_root());
       if (!root.ok()) return root.status();
       const fs::path path = fs::path(*root) / ".fwai" / "project.yaml";
-      std::error_code ec;
-      ProjectSettings s = DetectProject(*root);
-      ApplyEmbedderMd(*root, s);
+      if (tmpl) {
+        if (fs::exists(path, ec) && !req->force()) {
+          return absl::AlreadyExistsError(absl::StrCat(path.string(), " exists; fwai init --force replaces it"));
+        }
+        if (!req->dry_run()) {
+          if (auto st = WriteTemplate(*tmpl, *root, req->force()); !st.ok()) return st;
+        }
+        for (const auto& f : tmpl->files) resp->add_files_written(f.path);
+        s = tmpl->settings;
+      } else {
+        s = DetectProject(*root);
+        ApplyEmbedderMd(*root, s);
+      }
       for (const auto& [k, v] : req->values()) {
         if (auto st = SetProjectField(s, k, v); !st.ok()) return st;
         std::erase(s.missing, k);

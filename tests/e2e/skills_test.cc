@@ -395,6 +395,35 @@ TEST_F(SkillsTest, IntentResolutionWithoutAProvider) {
   EXPECT_NE(d["action"], "chat");
 }
 
+TEST_F(SkillsTest, ABareMetalTemplateBuildsFlashesAndBoots) {
+  StartDaemon();
+  const std::string dir = d_->dir() + "/newfw";
+  std::string out, err;
+  ASSERT_EQ(Fwai({"init", "--template", "bare-metal", dir}, &out, &err), 0) << out << err;
+  EXPECT_NE(out.find("created src/main.c"), std::string::npos) << out;
+  EXPECT_NE(Read(dir + "/.fwai/project.yaml").find("image: build/newfw.elf"), std::string::npos);
+  std::vector<std::string> argv = {std::string(FWAI_BIN_DIR) + "/fwai", "--daemon", d_->address(), "--project", dir,
+                                   "run", "build-flash-verify", "--ci", "--yes"};
+  ASSERT_EQ(RunCommand(argv, &out, &err, {}, 120), 0) << out << err;
+  json s = Summary(out);
+  EXPECT_NE(s["boot"]["line"].get<std::string>().find("newfw 0.1.0 booted"), std::string::npos) << s.dump();
+  // A second init does not overwrite the person's files.
+  EXPECT_NE(Fwai({"init", "--template", "bare-metal", dir}, &out, &err), 0);
+  EXPECT_NE(err.find("exists"), std::string::npos) << err;
+  // The other templates: files, and settings detection agrees with.
+  for (const auto& [name, system] : std::vector<std::pair<std::string, std::string>>{
+           {"freertos", "make"}, {"zephyr", "zephyr"}, {"arduino", "arduino"}}) {
+    const std::string p = d_->dir() + "/t-" + name;
+    ASSERT_EQ(Fwai({"init", "--template", name, p}, &out, &err), 0) << name << out << err;
+    fs::remove(p + "/.fwai/project.yaml");
+    ASSERT_EQ(Fwai({"--json", "init", "--yes", p}, &out, &err), 0) << name << err;
+    EXPECT_EQ(json::parse(out)["build_system"], system) << name << out;
+  }
+  EXPECT_TRUE(fs::exists(d_->dir() + "/t-freertos/src/FreeRTOSConfig.h"));
+  EXPECT_TRUE(fs::exists(d_->dir() + "/t-arduino/t-arduino.ino"));
+  EXPECT_TRUE(fs::exists(d_->dir() + "/t-zephyr/prj.conf"));
+}
+
 TEST_F(SkillsTest, ReplSlashBuildRunsTheSkill) {
   StartDaemon();
   const std::string input = d_->dir() + "/repl-input";

@@ -18,7 +18,10 @@
 #include "server/api/api.h"
 #include "server/api/caller.h"
 #include "server/api/queued_writer.h"
+#include "server/evidence/evidence_log.h"
 #include "server/hardware/broker.h"
+#include "server/hardware/firmware_image.h"
+#include "server/project/policy.h"
 
 namespace fwai {
 namespace {
@@ -269,8 +272,29 @@ class HardwareService final : public pb::Hardware::CallbackService {
             st->writer.Close(ToGrpcStatus(board.status()));
             return;
           }
+          // The policy's flash settings (project and organisation): which
+          // boards, whether a person must approve, whether sources must be older.
+          std::string root = copy.project_root().empty() ? FindProjectRoot(copy.image_path()) : copy.project_root();
+          bool approved = copy.approved();
+          bool check_fresh = true;
+          auto rules = LoadPolicy(root, svc->deps_.config ? svc->deps_.config->policy_file : "");
+          if (!rules.ok()) {
+            st->writer.Close(ToGrpcStatus(absl::FailedPreconditionError(absl::StrCat("policy: ", rules.status().message()))));
+            return;
+          }
+          PolicyDecision d = CheckFlashPolicy(*rules, *board, approved);
+          if (!d.allowed && d.rule.rfind("flash.allowed_boards", 0) == 0) {
+            if (svc->deps_.evidence) {
+              (void)svc->deps_.evidence->Append({{"kind", "policy_refusal"}, {"action", "flash"}, {"board", *board},
+                                                 {"image", copy.image_path()}, {"rule", d.rule}, {"by", c.display}});
+            }
+            st->writer.Close(ToGrpcStatus(absl::PermissionDeniedError(absl::StrCat("refused by policy (", d.rule, "): ", d.reason))));
+            return;
+          }
+          if (!rules->flash_require_approval) approved = true;  // waived by the policy
+          check_fresh = rules->flash_require_fresh;
           auto r = svc->deps_.hardware->Flash(
-              c, *board, copy.image_path(), copy.approved(), copy.project_root(),
+              c, *board, copy.image_path(), approved, copy.project_root(),
               [st](const FlashProgressUpdate& u) {
                 pb::FlashProgress p;
                 p.set_stage(u.stage);
@@ -278,7 +302,7 @@ class HardwareService final : public pb::Hardware::CallbackService {
                 p.set_message(u.message);
                 st->writer.Push(std::move(p));
               },
-              &st->cancel);
+              &st->cancel, check_fresh);
           if (!r.ok()) {
             st->writer.Close(ToGrpcStatus(r.status()));
             return;

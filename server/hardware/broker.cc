@@ -447,7 +447,7 @@ absl::StatusOr<FlashResult> HardwareBroker::Flash(const Caller& caller, const st
                                                   const std::string& image_path, bool approved,
                                                   const std::string& project_root,
                                                   const std::function<void(const FlashProgressUpdate&)>& progress,
-                                                  const CancelToken* cancel) {
+                                                  const CancelToken* cancel, bool check_fresh) {
   const auto t0 = std::chrono::steady_clock::now();
   Board* b = FindBoard(board_id);
   if (!b) return absl::NotFoundError(absl::StrCat("no board '", board_id, "'"));
@@ -465,7 +465,9 @@ absl::StatusOr<FlashResult> HardwareBroker::Flash(const Caller& caller, const st
   if (auto s = CheckImageTarget(*img, b->cfg); !s.ok()) return s;
   if (auto s = CheckImageFits(*img, b->cfg); !s.ok()) return s;
   std::string root = project_root.empty() ? FindProjectRoot(image_path) : project_root;
-  if (auto s = CheckImageFresh(*img, root); !s.ok()) return s;
+  if (check_fresh) {
+    if (auto s = CheckImageFresh(*img, root); !s.ok()) return s;
+  }
   if (!approved) {
     return absl::FailedPreconditionError(
         absl::StrCat("flash guard (approval): writing ", image_path, " to ", board_id,
@@ -475,7 +477,7 @@ absl::StatusOr<FlashResult> HardwareBroker::Flash(const Caller& caller, const st
   if (!sha.ok()) return sha.status();
   progress({"guard", 0.1,
             absl::StrCat("guard passed: lease, image (", img->bytes, " bytes, sha256 ", sha->substr(0, 12), "), fits ",
-                         b->cfg.target, ", fresh, approved")});
+                         b->cfg.target, check_fresh ? ", fresh" : ", freshness waived by policy", ", approved")});
   std::lock_guard op(b->op_mu);
   if (cancel && cancel->cancelled()) return absl::CancelledError("flash cancelled");
   leases_->Touch(board_id, caller.identity);

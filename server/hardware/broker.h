@@ -90,7 +90,7 @@ class HardwareBroker {
                                                   const std::string& image, bool approved,
                                                   const std::string& project_root,
                                                   const std::function<void(const FlashProgressUpdate&)>& progress,
-                                                  const CancelToken* cancel);
+                                                  const CancelToken* cancel, bool check_fresh = true);
 
   // Serial: reading needs no lease; writing does.
   [[nodiscard]] absl::StatusOr<std::shared_ptr<SerialReader>> OpenSerial(const Caller& caller,

@@ -313,13 +313,13 @@ struct SkillRunner::RunState {
     if (auto st = EnsureLease(*board); !st.ok()) return fail("hardware", std::string(st.message()));
     if (auto seq = deps.hardware->SerialNextSeq(*board); seq.ok()) since_seq[*board] = *seq;
     auto r = deps.hardware->Flash(
-        caller, *board, path, true, rules.flash_require_fresh ? req.project_root : "",
+        caller, *board, path, true, req.project_root,
         [&](const FlashProgressUpdate& u) {
           std::string line = absl::StrCat("[", u.stage, "] ", u.message);
           log << line << '\n';
           Emit(s.name, "output", line, true, json{{"stage", u.stage}, {"fraction", u.fraction}});
         },
-        cancel.get());
+        cancel.get(), rules.flash_require_fresh);
     if (!r.ok()) {
       if (cancel->cancelled()) return fail(timed_out ? "timeout" : "cancelled", std::string(r.status().message()));
       return fail(r.status().code() == absl::StatusCode::kFailedPrecondition &&

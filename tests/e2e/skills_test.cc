@@ -424,6 +424,26 @@ TEST_F(SkillsTest, ABareMetalTemplateBuildsFlashesAndBoots) {
   EXPECT_TRUE(fs::exists(d_->dir() + "/t-zephyr/prj.conf"));
 }
 
+TEST_F(SkillsTest, FlashPolicyAppliesToFwaiFlashAndRuns) {
+  StartDaemon();
+  std::string out, err;
+  ASSERT_EQ(RunCommand({"/usr/bin/make", "-s", "-C", project_}, &out, &err, {}, 120), 0) << err;
+  const std::string yaml = Read(project_ + "/.fwai/project.yaml");
+  std::ofstream(project_ + "/.fwai/project.yaml") << yaml << "policy:\n  flash:\n    allowed_boards: [\"lab-*\"]\n";
+  ASSERT_EQ(Fwai({"hw", "lease", "sim-stm32vl"}, &out, &err), 0) << err;
+  EXPECT_NE(Fwai({"flash", "--yes", "sim-stm32vl", project_ + "/build/blinky.elf"}, &out, &err), 0);
+  EXPECT_NE(err.find("refused by policy (flash.allowed_boards: lab-*)"), std::string::npos) << err;
+  EXPECT_EQ(Fwai({"run", "flash", "--ci", "--yes"}, &out, &err), 16) << out << err;
+  EXPECT_NE(out.find("flash.allowed_boards"), std::string::npos) << out;
+  // A project that waives approval flashes without --yes (and without a prompt).
+  std::ofstream(project_ + "/.fwai/project.yaml") << yaml << "policy:\n  flash:\n    require_approval: false\n";
+  EXPECT_EQ(Fwai({"flash", "sim-stm32vl", project_ + "/build/blinky.elf"}, &out, &err), 0) << out << err;
+  EXPECT_EQ(Fwai({"run", "flash", "--ci"}, &out, &err), 0) << out << err;
+  // The refusal is in the evidence.
+  ASSERT_EQ(Fwai({"--json", "evidence", "ls", "-n", "0"}, &out, &err), 0);
+  EXPECT_NE(out.find("\"kind\":\"policy_refusal\""), std::string::npos) << out;
+}
+
 TEST_F(SkillsTest, ReplSlashBuildRunsTheSkill) {
   StartDaemon();
   const std::string input = d_->dir() + "/repl-input";

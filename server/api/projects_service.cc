@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <fstream>
 #include <optional>
+#include <set>
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
@@ -79,10 +80,26 @@ class ProjectsService final : public pb::Projects::CallbackService {
         if (auto st = SetProjectField(s, k, v); !st.ok()) return st;
         std::erase(s.missing, k);
       }
+      // Re-init keeps what the person set and the sections init does not manage.
+      std::string kept_sections;
+      if (!tmpl && fs::exists(path, ec)) {
+        std::ifstream in(path);
+        std::stringstream ss;
+        ss << in.rdbuf();
+        auto old = ParseProjectYaml(ss.str(), path.string());
+        if (!old.ok()) {
+          if (!req->force()) return old.status();
+        } else {
+          std::set<std::string> given;
+          for (const auto& [k, v] : req->values()) given.insert(k);
+          KeepExistingSettings(*old, given, s);
+          kept_sections = UnmanagedSections(ss.str());
+        }
+      }
       resp->set_config_path(path.string());
       resp->set_build_system(s.build_system);
       for (const auto& m : s.missing) resp->add_missing(m);
-      resp->set_config_yaml(ProjectYaml(s));
+      resp->set_config_yaml(ProjectYaml(s) + kept_sections);
       if (req->dry_run()) return absl::OkStatus();
       if (fs::exists(path, ec) && !req->force()) {
         return absl::AlreadyExistsError(absl::StrCat(path.string(), " exists; fwai init --force replaces it"));

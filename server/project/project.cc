@@ -127,6 +127,23 @@ ProjectSettings DetectProject(const std::string& root_in) {
   if (s.flash_command.empty() && !s.target.empty()) {
     s.flash_command = "fwai flash";  // the broker's own flashing (OpenOCD or the simulated board)
   }
+  // The image: an ELF already built under a build directory (the newest).
+  if (s.image.empty()) {
+    fs::file_time_type newest{};
+    for (const char* dir : {"build", "out", "bin", "Debug", "Release", ".pio/build"}) {
+      fs::recursive_directory_iterator it(root / dir, fs::directory_options::skip_permission_denied, ec), end;
+      for (; !ec && it != end; it.increment(ec)) {
+        if (it.depth() > 3) it.disable_recursion_pending();
+        if (it->path().extension() != ".elf" || !it->is_regular_file(ec)) continue;
+        auto t = fs::last_write_time(it->path(), ec);
+        if (!ec && (s.image.empty() || t > newest)) {
+          newest = t;
+          s.image = fs::relative(it->path(), root, ec).string();
+        }
+      }
+      ec.clear();
+    }
+  }
   if (s.build_command.empty()) s.missing.push_back("build_command");
   if (s.flash_command.empty()) s.missing.push_back("flash_command");
   if (s.target.empty()) s.missing.push_back("target");
@@ -183,6 +200,46 @@ absl::Status SetProjectField(ProjectSettings& s, const std::string& key, const s
     return absl::InvalidArgumentError(absl::StrCat("unknown project field '", key, "'"));
   }
   return absl::OkStatus();
+}
+
+void KeepExistingSettings(const ProjectSettings& existing, const std::set<std::string>& given, ProjectSettings& s) {
+  auto keep = [&](const char* key, const std::string& old, std::string& now) {
+    if (!old.empty() && !given.count(key)) now = old;
+  };
+  keep("name", existing.name, s.name);
+  keep("build_system", existing.build_system, s.build_system);
+  keep("build_command", existing.build_command, s.build_command);
+  keep("flash_command", existing.flash_command, s.flash_command);
+  keep("image", existing.image, s.image);
+  keep("test_command", existing.test_command, s.test_command);
+  keep("target", existing.target, s.target);
+  keep("board", existing.board, s.board);
+  keep("debug_interface", existing.debug_interface, s.debug_interface);
+  keep("serial_port", existing.serial_port, s.serial_port);
+  keep("boot_pattern", existing.boot_pattern, s.boot_pattern);
+  if (!given.count("baud")) s.baud = existing.baud;
+  std::erase_if(s.missing, [&](const std::string& m) {
+    return (m == "build_command" && !s.build_command.empty()) || (m == "flash_command" && !s.flash_command.empty()) ||
+           (m == "target" && !s.target.empty());
+  });
+}
+
+std::string UnmanagedSections(const std::string& yaml_text) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(yaml_text);
+  } catch (const YAML::Exception&) {
+    return "";
+  }
+  if (!root.IsMap()) return "";
+  std::string out;
+  for (const char* key : {"policy", "mcp_servers", "skills", "template"}) {
+    if (!root[key]) continue;
+    YAML::Emitter e;
+    e << YAML::BeginMap << YAML::Key << key << YAML::Value << root[key] << YAML::EndMap;
+    out += std::string(e.c_str()) + "\n";
+  }
+  return out;
 }
 
 std::string ProjectYaml(const ProjectSettings& s) {

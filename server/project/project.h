@@ -4,6 +4,7 @@
 #pragma once
 
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -35,6 +36,12 @@ void ApplyEmbedderMd(const std::string& root, ProjectSettings& s);
 std::string EmbedderMd(const ProjectSettings& s);
 
 std::string ProjectYaml(const ProjectSettings& s);
+// Re-running init over an existing config: what the person had set stays,
+// except the fields given now (`given`).
+void KeepExistingSettings(const ProjectSettings& existing, const std::set<std::string>& given, ProjectSettings& s);
+// The sections init does not manage (policy, mcp_servers, skills, template) of
+// an existing config, as YAML to append.
+std::string UnmanagedSections(const std::string& yaml_text);
 [[nodiscard]] absl::StatusOr<ProjectSettings> ParseProjectYaml(const std::string& text, const std::string& source);
 // Sets one field by its yaml name (values from a person or a request).
 [[nodiscard]] absl::Status SetProjectField(ProjectSettings& s, const std::string& key, const std::string& value);

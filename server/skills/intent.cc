@@ -106,6 +106,10 @@ IntentMatch ResolveIntent(const std::string& text, const std::vector<Skill>& ski
   };
   std::vector<Scored> scored;
   const std::set<std::string> text_set(content.begin(), content.end());
+  std::set<std::string> all_name_parts;
+  for (const auto& s : skills) {
+    for (const auto& w : Words(s.name, false)) all_name_parts.insert(w);
+  }
   for (const auto& s : skills) {
     std::vector<std::string> name_parts = Words(s.name, false);
     std::set<std::string> keys;
@@ -133,6 +137,11 @@ IntentMatch ResolveIntent(const std::string& text, const std::vector<Skill>& ski
     // Naming more parts of a compound name ("build and flash") is stronger.
     const double name_score = std::min(1.0, name_cov + 0.1 * std::max(0, name_hits - 1));
     double score = std::max(0.55 * name_score + 0.25 * kw + 0.2 * cov, 0.5 * kw + 0.3 * cov);
+    // A word naming another skill's action that this skill does not do
+    // ("build" for flash) speaks against it.
+    int foreign = 0;
+    for (const auto& w : text_set) foreign += all_name_parts.count(w) && !vocab.count(w) ? 1 : 0;
+    score -= 0.15 * foreign;
     if (question) score *= 0.7;  // questions are for the chat
     scored.push_back({&s, score,
                       absl::StrCat("name ", name_hits, "/", name_parts.size(), ", keywords [", absl::StrJoin(matched, ", "),

@@ -171,3 +171,39 @@ policy:
 
 }  // namespace
 }  // namespace fwai
+
+namespace fwai {
+namespace {
+
+TEST(ProjectReinitTest, KeepsWhatWasSetAndUnmanagedSections) {
+  const std::string old_yaml =
+      "name: fw\nbuild_system: make\nbuild:\n  command: make -j4 app\nflash:\n  command: fwai flash\n  image: out/app.elf\n"
+      "target: stm32f407vg\nserial:\n  baud: 921600\n  boot_pattern: 'app \\d+ up'\n"
+      "policy:\n  protected_paths: [\"src/boot/**\"]\n  flash:\n    require_approval: false\n";
+  auto old = ParseProjectYaml(old_yaml, "p.yaml");
+  ASSERT_TRUE(old.ok()) << old.status();
+  ProjectSettings detected;
+  detected.name = "fw";
+  detected.build_system = "make";
+  detected.build_command = "make";
+  detected.target = "stm32f100rb";
+  detected.missing = {"flash_command"};
+  KeepExistingSettings(*old, {"target"}, detected);
+  EXPECT_EQ(detected.build_command, "make -j4 app");  // the person's, not the detected one
+  EXPECT_EQ(detected.image, "out/app.elf");
+  EXPECT_EQ(detected.boot_pattern, "app \\d+ up");
+  EXPECT_EQ(detected.baud, 921600);
+  EXPECT_EQ(detected.target, "stm32f100rb");  // given now: it wins
+  EXPECT_TRUE(detected.missing.empty());
+  const std::string text = ProjectYaml(detected) + UnmanagedSections(old_yaml);
+  auto again = ParseProjectYaml(text, "new.yaml");
+  ASSERT_TRUE(again.ok()) << again.status() << "\n" << text;
+  EXPECT_EQ(again->boot_pattern, "app \\d+ up");
+  auto pol = ParsePolicy(text, "new.yaml");
+  ASSERT_TRUE(pol.ok()) << pol.status();
+  EXPECT_EQ(pol->protected_paths, std::vector<std::string>{"src/boot/**"});
+  EXPECT_FALSE(pol->flash_require_approval);
+}
+
+}  // namespace
+}  // namespace fwai

@@ -275,7 +275,58 @@ absl::Status ParseBoard(Reader& r, const YAML::Node& n, size_t index, HardwareCo
   ApplyBoardDefaults(b);
   return absl::OkStatus();
 }
+absl::Status ParseMcpServersNode(Reader& r, const YAML::Node& n, std::map<std::string, McpServerEntry>& out) {
+  if (!n.IsMap()) return r.Error(n, "mcp_servers", "expected a mapping of server name to {command, env}");
+  for (const auto& kv : n) {
+    const std::string name = kv.first.as<std::string>();
+    const std::string f = "mcp_servers." + name;
+    CFG_TRY(r.CheckKeys(kv.second, f, {"command", "env", "url", "headers"}));
+    McpServerEntry e;
+    if (kv.second["url"]) {
+      CFG_TRY(r.String(kv.second["url"], f + ".url", e.url));
+      if (e.url.rfind("http://", 0) != 0 && e.url.rfind("https://", 0) != 0) {
+        return r.Error(kv.second["url"], f + ".url", "expected an http:// or https:// URL");
+      }
+      if (const auto& hs = kv.second["headers"]) {
+        if (!hs.IsMap()) return r.Error(hs, f + ".headers", "expected a mapping of header to value");
+        for (const auto& h : hs) e.headers.push_back(h.first.as<std::string>() + ": " + h.second.as<std::string>());
+      }
+    } else {
+      const auto& cmd = kv.second["command"];
+      if (!cmd || !cmd.IsSequence() || cmd.size() == 0) {
+        return r.Error(cmd ? cmd : kv.second, f + ".command",
+                       "expected a non-empty list (program and arguments), or url: for streamable HTTP");
+      }
+      for (const auto& a : cmd) {
+        std::string s;
+        CFG_TRY(r.String(a, f + ".command[]", s));
+        e.command.push_back(s);
+      }
+    }
+    if (const auto& env = kv.second["env"]) {
+      if (!env.IsMap()) return r.Error(env, f + ".env", "expected a mapping of variable to value");
+      for (const auto& ev : env) e.env[ev.first.as<std::string>()] = ev.second.as<std::string>();
+    }
+    out[name] = e;
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
+
+absl::StatusOr<std::map<std::string, McpServerEntry>> ParseMcpServers(const std::string& yaml_text,
+                                                                      const std::string& source) {
+  std::map<std::string, McpServerEntry> out;
+  try {
+    YAML::Node root = YAML::Load(yaml_text);
+    if (!root.IsMap() || !root["mcp_servers"]) return out;
+    Reader r(source);
+    CFG_TRY(ParseMcpServersNode(r, root["mcp_servers"], out));
+  } catch (const YAML::Exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat(source, ":", e.mark.line + 1, ": ", e.msg));
+  }
+  return out;
+}
 
 absl::StatusOr<DaemonConfig> ParseConfig(const std::string& yaml_text, const std::string& source) {
   DaemonConfig c;
@@ -481,41 +532,7 @@ absl::StatusOr<DaemonConfig> ParseConfig(const std::string& yaml_text, const std
                       c.tools.list_dir_max_entries));
       }
     }
-    if (auto n = root["mcp_servers"]) {
-      if (!n.IsMap()) return r.Error(n, "mcp_servers", "expected a mapping of server name to {command, env}");
-      for (const auto& kv : n) {
-        const std::string name = kv.first.as<std::string>();
-        const std::string f = "mcp_servers." + name;
-        CFG_TRY(r.CheckKeys(kv.second, f, {"command", "env", "url", "headers"}));
-        McpServerEntry e;
-        if (kv.second["url"]) {
-          CFG_TRY(r.String(kv.second["url"], f + ".url", e.url));
-          if (e.url.rfind("http://", 0) != 0 && e.url.rfind("https://", 0) != 0) {
-            return r.Error(kv.second["url"], f + ".url", "expected an http:// or https:// URL");
-          }
-          if (const auto& hs = kv.second["headers"]) {
-            if (!hs.IsMap()) return r.Error(hs, f + ".headers", "expected a mapping of header to value");
-            for (const auto& h : hs) e.headers.push_back(h.first.as<std::string>() + ": " + h.second.as<std::string>());
-          }
-        } else {
-          const auto& cmd = kv.second["command"];
-          if (!cmd || !cmd.IsSequence() || cmd.size() == 0) {
-            return r.Error(cmd ? cmd : kv.second, f + ".command",
-                           "expected a non-empty list (program and arguments), or url: for streamable HTTP");
-          }
-          for (const auto& a : cmd) {
-            std::string s;
-            CFG_TRY(r.String(a, f + ".command[]", s));
-            e.command.push_back(s);
-          }
-        }
-        if (const auto& env = kv.second["env"]) {
-          if (!env.IsMap()) return r.Error(env, f + ".env", "expected a mapping of variable to value");
-          for (const auto& ev : env) e.env[ev.first.as<std::string>()] = ev.second.as<std::string>();
-        }
-        c.mcp_servers[name] = e;
-      }
-    }
+    if (auto n = root["mcp_servers"]) CFG_TRY(ParseMcpServersNode(r, n, c.mcp_servers));
     if (auto n = root["hardware"]) {
       CFG_TRY(r.CheckKeys(n, "hardware", {"sysfs_root", "dev_root", "history_lines", "default_ttl_s", "max_ttl_s",
                                           "default_simulated_board", "boards"}));

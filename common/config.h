@@ -195,6 +195,10 @@ struct DaemonConfig {
 // Parses YAML text; `source` names the file in error messages.
 [[nodiscard]] absl::StatusOr<DaemonConfig> ParseConfig(const std::string& yaml_text,
                                                        const std::string& source);
+// The `mcp_servers:` section of a YAML document (a project's config uses the
+// daemon's format); empty when there is none.
+[[nodiscard]] absl::StatusOr<std::map<std::string, McpServerEntry>> ParseMcpServers(const std::string& yaml_text,
+                                                                                    const std::string& source);
 // Reads and parses a file. A missing file is an error.
 [[nodiscard]] absl::StatusOr<DaemonConfig> LoadConfigFile(const std::string& path);
 

@@ -34,6 +34,7 @@
 #include "server/api/api.h"
 #include "server/catalog/tool_catalog.h"
 #include "server/mcp/mcp_manager.h"
+#include "server/mcp/project_mcp.h"
 #include "server/evidence/evidence_log.h"
 #include "server/project/secrets.h"
 #include "server/skills/runner.h"
@@ -417,6 +418,25 @@ int Main(int argc, char** argv) {
   });
   turns.SetRunRecorder(record_run);
   turns.SetSecretScanner(secrets);
+  // MCP servers a project declares run for the daemon's own user only (on a
+  // shared daemon they would run as the daemon's user).
+  ProjectMcpServers project_mcp(http.get());
+  const std::string own = absl::StrCat("uid:", getuid());
+  turns.SetProjectTools([&project_mcp, own](const SessionInfo& s) -> absl::StatusOr<TurnManager::ProjectToolSet> {
+    if (s.owner != own && s.owner != "uid:0") {
+      auto declares = ProjectMcpServers::Declares(s.project_root);
+      if (!declares.ok()) return declares.status();
+      if (*declares) {
+        return absl::PermissionDeniedError(absl::StrCat(
+            s.project_root, "/.fwai/project.yaml declares MCP servers; a shared fwaid starts them only for its own user (",
+            own, "): declare them in fwaid.yaml, or run your own fwaid"));
+      }
+      return TurnManager::ProjectToolSet{};
+    }
+    auto set = project_mcp.ToolsFor(s.project_root);
+    if (!set.ok()) return set.status();
+    return TurnManager::ProjectToolSet{set->owner, set->tools};
+  });
   SkillDeps skill_deps;
   skill_deps.hardware = &hardware;
   skill_deps.providers = &providers;

@@ -463,6 +463,8 @@ struct TurnManager::Agent {
     json refusals = json::array();
   };
   Policy* policy = nullptr;
+  // Tools of the project's own MCP servers (offered besides the registry's).
+  const std::vector<Tool*>* project_tools = nullptr;
 };
 
 namespace {
@@ -732,6 +734,20 @@ void TurnManager::Run(Turn* turn, TurnRequest req) {
     policy.rules = *rules;
   }
   main.policy = &policy;
+  std::vector<Tool*> project_tools;
+  std::shared_ptr<const void> project_tools_owner;
+  if (project_tools_) {
+    // The project's MCP servers (started on first use); a broken section stops the turn.
+    auto pt = project_tools_(*info);
+    if (!pt.ok()) {
+      stop_reason = "error";
+      sink.Error(absl::FailedPreconditionError(absl::StrCat("mcp_servers: ", pt.status().message())), false);
+      return finish();
+    }
+    project_tools = std::move(pt->tools);
+    project_tools_owner = std::move(pt->owner);
+  }
+  main.project_tools = &project_tools;
   main.context_window = ContextWindowFor(model, pc.context_window);
   {
     size_t best = 0;
@@ -820,14 +836,28 @@ std::string TurnManager::RunAgent(Turn* turn, Agent& a) {
   // The tools offered. With many tools (MCP servers, ...), the main agent gets
   // the core (built-in) tools, the ones retrieved for the request and those it
   // found with toolSearch. Plan mode offers only what cannot change anything.
-  const std::vector<Tool*> all_tools = tools_.All();
+  std::vector<Tool*> all_tools = tools_.All();
+  if (a.project_tools) all_tools.insert(all_tools.end(), a.project_tools->begin(), a.project_tools->end());
+  auto find_tool = [&](const std::string& name) -> Tool* {
+    if (Tool* t = tools_.Find(name)) return t;
+    if (a.project_tools) {
+      for (Tool* t : *a.project_tools) {
+        if (t->name() == name) return t;
+      }
+    }
+    return nullptr;
+  };
   const bool select = is_main && retriever_ && static_cast<int>(all_tools.size()) > config_.tool_threshold;
   std::set<std::string> offered;
+  // The project's own MCP tools are always offered (the shared catalog does not hold them).
+  if (a.project_tools) {
+    for (Tool* t : *a.project_tools) offered.insert(t->name());
+  }
   auto is_core = [](const Tool* t) { return t->name().rfind("mcp_", 0) != 0; };
   if (select) {
     for (const std::string& name : retriever_(a.request, config_.tools_top_k * 3)) {
       if (static_cast<int>(offered.size()) >= config_.tools_top_k) break;
-      if (Tool* t = tools_.Find(name); t && !is_core(t)) offered.insert(name);
+      if (Tool* t = find_tool(name); t && !is_core(t)) offered.insert(name);
     }
   }
   auto plan_mode = [&] { return *a.mode == "plan"; };
@@ -994,7 +1024,7 @@ std::string TurnManager::RunAgent(Turn* turn, Agent& a) {
       emit_started();
       const int64_t t0 = MonotonicNanos();
       ToolResult tr;
-      Tool* tool = tools_.Find(tool_name);
+      Tool* tool = find_tool(tool_name);
       const bool offered_now = std::any_of(specs.begin(), specs.end(), [&](const ToolSpec& s) { return s.name == tool_name; });
       if (++tool_calls > a.max_tool_calls) {
         tr = {absl::StrCat(a.name, " used its ", a.max_tool_calls, " tool calls; answer with what you have"), true};
@@ -1003,7 +1033,7 @@ std::string TurnManager::RunAgent(Turn* turn, Agent& a) {
         std::string found;
         int added = 0;
         for (const std::string& name : q.empty() ? std::vector<std::string>{} : retriever_(q, config_.tools_top_k * 3)) {
-          Tool* t = tools_.Find(name);
+          Tool* t = find_tool(name);
           if (!t || is_core(t) || added >= config_.tools_top_k) continue;
           offered.insert(name);
           ++added;
@@ -1163,6 +1193,7 @@ std::string TurnManager::RunAgent(Turn* turn, Agent& a) {
           sub.cancel = &sub_cancel;
           sub.sink = a.sink;
           sub.session = a.session;
+          sub.project_tools = a.project_tools;
           std::string sub_mode = *a.mode;
           sub.mode = &sub_mode;
           sub.in_tokens = a.in_tokens;

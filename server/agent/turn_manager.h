@@ -18,6 +18,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "common/config.h"
 
 namespace fwai {
@@ -26,6 +27,8 @@ class SessionManager;
 class ToolRegistry;
 class Provider;
 class SecretScanner;
+class Tool;
+struct SessionInfo;
 
 // Providers by name plus the default one. Owned by the daemon's main.
 struct ProviderSet {
@@ -73,6 +76,15 @@ class TurnManager {
   [[nodiscard]] absl::Status Start(TurnRequest request);
   // Receives one run record per finished turn (the evidence log).
   void SetRunRecorder(std::function<void(const nlohmann::json&)> recorder) { recorder_ = std::move(recorder); }
+  // The tools of a session's project (its own MCP servers); called once per
+  // turn. `owner` keeps them alive for the turn.
+  struct ProjectToolSet {
+    std::shared_ptr<const void> owner;
+    std::vector<Tool*> tools;
+  };
+  void SetProjectTools(std::function<absl::StatusOr<ProjectToolSet>(const SessionInfo&)> fn) {
+    project_tools_ = std::move(fn);
+  }
   // Redacts tool output before the provider, the history and the evidence see it.
   void SetSecretScanner(std::shared_ptr<const SecretScanner> scanner) { secrets_ = std::move(scanner); }
   // Cancels the running turn of the session, if any.
@@ -107,6 +119,7 @@ class TurnManager {
   const ToolRetriever retriever_;
   std::function<void(const nlohmann::json&)> recorder_;
   std::shared_ptr<const SecretScanner> secrets_;
+  std::function<absl::StatusOr<ProjectToolSet>(const SessionInfo&)> project_tools_;
   std::mutex mu_;
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
   std::map<std::string, std::unique_ptr<Turn>> turns_ ABSL_GUARDED_BY(mu_);

@@ -1,5 +1,8 @@
 #include "server/project/project.h"
 
+#include "common/config.h"
+#include "server/project/policy.h"
+
 #include <yaml-cpp/yaml.h>
 
 #include <filesystem>
@@ -382,10 +385,18 @@ std::vector<DoctorCheck> DoctorChecks(const std::string& root) {
     cfg.detail = absl::StrCat(path.string(), " does not exist");
     cfg.fix = "fwai init";
   } else {
-    auto p = ParseProjectYaml(ReadText(path), path.string());
-    cfg.ok = p.ok();
-    cfg.detail = p.ok() ? absl::StrCat(path.string(), ": ", p->build_system, ", target ", p->target.empty() ? "?" : p->target)
-                        : std::string(p.status().message());
+    const std::string text = ReadText(path);
+    auto p = ParseProjectYaml(text, path.string());
+    // The sections other parts of fwaid read are checked here too.
+    absl::Status more = absl::OkStatus();
+    if (p.ok()) {
+      if (auto pol = ParsePolicy(text, path.string()); !pol.ok()) more = pol.status();
+      else if (auto mcp = ParseMcpServers(text, path.string()); !mcp.ok()) more = mcp.status();
+    }
+    cfg.ok = p.ok() && more.ok();
+    cfg.detail = !p.ok()      ? std::string(p.status().message())
+                 : !more.ok() ? std::string(more.message())
+                              : absl::StrCat(path.string(), ": ", p->build_system, ", target ", p->target.empty() ? "?" : p->target);
     if (!p.ok()) cfg.fix = "fix the file, or run fwai init --force";
   }
   out.push_back(std::move(cfg));

@@ -325,3 +325,62 @@ TEST(McpDaemonTest, LargeToolSetsAreOfferedPerRequestWithToolSearch) {
 
 }  // namespace
 }  // namespace fwai
+
+namespace fwai {
+namespace {
+
+TEST(McpDaemonTest, ProjectDeclaredServersStartForTheirProjectOnly) {
+  testing::FakeLlmServer fake;
+  ASSERT_GT(fake.Start(), 0);
+  testing::Daemon d(&fake);
+  ASSERT_TRUE(d.Start()) << d.log();
+  namespace fs = std::filesystem;
+  fs::create_directories(d.project_dir() + "/.fwai");
+  std::ofstream(d.project_dir() + "/.fwai/project.yaml")
+      << "name: p\nmcp_servers:\n  everything:\n    command: [" << Bin("mcp-server-everything") << "]\n";
+  testing::FakeReply call;
+  call.tool_calls = {{"call_1", "mcp_everything_echo", {{"message", "from the project server"}}}};
+  fake.Enqueue(call);
+  testing::FakeReply done;
+  done.chunks = {"done"};
+  fake.Enqueue(done);
+  auto s = d.CreateSession();
+  auto turn = testing::RunChat(*d.sessions(), s.id(), "use the echo tool");
+  ASSERT_TRUE(turn.finished) << d.log();
+  bool echoed = false;
+  for (const auto& ev : turn.events) {
+    if (ev.has_tool_call_finished()) {
+      EXPECT_FALSE(ev.tool_call_finished().is_error()) << ev.tool_call_finished().output();
+      echoed |= ev.tool_call_finished().output().find("from the project server") != std::string::npos;
+    }
+  }
+  EXPECT_TRUE(echoed) << d.log();
+  auto reqs = fake.requests();
+  bool offered = false;
+  for (const auto& t : reqs[0].body["tools"]) offered |= t["name"] == "mcp_everything_echo";
+  EXPECT_TRUE(offered);
+  // Another project does not see them.
+  const std::string other = d.dir() + "/other";
+  fs::create_directories(other);
+  auto stub = d.sessions();
+  grpc::ClientContext ctx;
+  fwai::v1::CreateSessionRequest creq;
+  creq.set_project_root(other);
+  fwai::v1::Session s2;
+  ASSERT_TRUE(stub->Create(&ctx, creq, &s2).ok());
+  fake.Enqueue(done);
+  turn = testing::RunChat(*d.sessions(), s2.id(), "hello");
+  ASSERT_TRUE(turn.finished);
+  reqs = fake.requests();
+  for (const auto& t : reqs.back().body["tools"]) EXPECT_NE(t["name"], "mcp_everything_echo");
+  // A broken section stops the project's turns with the file and line.
+  std::ofstream(d.project_dir() + "/.fwai/project.yaml") << "name: p\nmcp_servers:\n  everything:\n    comand: [x]\n";
+  turn = testing::RunChat(*d.sessions(), s.id(), "again");
+  ASSERT_TRUE(turn.finished);
+  bool named = false;
+  for (const auto& ev : turn.events) named |= ev.has_error() && ev.error().message().find("project.yaml:4") != std::string::npos;
+  EXPECT_TRUE(named);
+}
+
+}  // namespace
+}  // namespace fwai

@@ -1,0 +1,135 @@
+#include "server/mcp/project_mcp.h"
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <spdlog/spdlog.h>
+
+#include "absl/strings/str_cat.h"
+#include "common/config.h"
+#include "server/mcp/mcp_manager.h"
+#include "server/tools/tool.h"
+
+namespace fwai {
+
+namespace fs = std::filesystem;
+
+struct ProjectMcpServers::Entry {
+  std::string key;  // the section, as parsed (a change restarts the servers)
+  std::unique_ptr<McpManager> manager;
+  std::vector<std::unique_ptr<Tool>> tools;
+  std::vector<Tool*> view;
+  uint64_t last_used = 0;
+  std::mutex start_mu;  // one start per project at a time
+  bool started = false;
+};
+
+ProjectMcpServers::ProjectMcpServers(HttpClient* http, size_t max_projects) : http_(http), max_projects_(max_projects) {}
+
+ProjectMcpServers::~ProjectMcpServers() {
+  std::map<std::string, std::shared_ptr<Entry>> all;
+  {
+    std::lock_guard lock(mu_);
+    all.swap(by_root_);
+  }
+  for (auto& [root, e] : all) {
+    if (e->manager) e->manager->Stop();
+  }
+}
+
+size_t ProjectMcpServers::running() {
+  std::lock_guard lock(mu_);
+  return by_root_.size();
+}
+
+namespace {
+absl::StatusOr<std::map<std::string, McpServerEntry>> Declared(const std::string& project_root) {
+  const fs::path path = fs::path(project_root) / ".fwai" / "project.yaml";
+  std::error_code ec;
+  if (project_root.empty() || !fs::exists(path, ec)) return std::map<std::string, McpServerEntry>{};
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ParseMcpServers(ss.str(), path.string());
+}
+}  // namespace
+
+absl::StatusOr<bool> ProjectMcpServers::Declares(const std::string& project_root) {
+  auto d = Declared(project_root);
+  if (!d.ok()) return d.status();
+  return !d->empty();
+}
+
+absl::StatusOr<ProjectMcpServers::ToolSet> ProjectMcpServers::ToolsFor(const std::string& project_root) {
+  auto declared = Declared(project_root);
+  if (!declared.ok()) return declared.status();
+  std::map<std::string, McpServerEntry> servers = std::move(*declared);
+  std::string key;
+  for (const auto& [name, e] : servers) {
+    absl::StrAppend(&key, name, "\x1f", e.url);
+    for (const auto& c : e.command) absl::StrAppend(&key, "\x1f", c);
+    for (const auto& [k, v] : e.env) absl::StrAppend(&key, "\x1f", k, "=", v);
+    for (const auto& h : e.headers) absl::StrAppend(&key, "\x1f", h);
+    key += '\x1e';
+  }
+  std::shared_ptr<Entry> entry, retired;
+  std::vector<std::shared_ptr<Entry>> evicted;
+  {
+    std::lock_guard lock(mu_);
+    auto it = by_root_.find(project_root);
+    if (it != by_root_.end() && it->second->key != key) {
+      retired = it->second;
+      by_root_.erase(it);
+      it = by_root_.end();
+    }
+    if (servers.empty()) {
+      entry = nullptr;
+    } else if (it != by_root_.end()) {
+      entry = it->second;
+    } else {
+      entry = std::make_shared<Entry>();
+      entry->key = key;
+      by_root_[project_root] = entry;
+      while (by_root_.size() > max_projects_) {
+        auto oldest = by_root_.begin();
+        for (auto j = by_root_.begin(); j != by_root_.end(); ++j) {
+          if (j->second->last_used < oldest->second->last_used && j->second != entry) oldest = j;
+        }
+        if (oldest->second == entry) break;
+        evicted.push_back(oldest->second);
+        by_root_.erase(oldest);
+      }
+    }
+    if (entry) entry->last_used = ++clock_;
+  }
+  if (retired && retired->manager) {
+    spdlog::info("mcp: {}: its servers changed; restarting them", project_root);
+    retired->manager->Stop();
+  }
+  for (auto& e : evicted) {
+    if (e->manager) e->manager->Stop();
+  }
+  if (!entry) return ToolSet{};
+  std::lock_guard start(entry->start_mu);
+  if (!entry->started) {
+    std::vector<McpServerConfig> configs;
+    for (const auto& [name, e] : servers) {
+      McpServerConfig mc;
+      mc.name = name;
+      mc.command = e.command;
+      mc.env = e.env;
+      mc.url = e.url;
+      mc.headers = e.headers;
+      configs.push_back(std::move(mc));
+    }
+    entry->manager = std::make_unique<McpManager>(std::move(configs), http_);
+    for (auto& info : entry->manager->Start()) entry->tools.push_back(MakeMcpTool(*entry->manager, std::move(info)));
+    for (auto& t : entry->tools) entry->view.push_back(t.get());
+    entry->started = true;
+    spdlog::info("mcp: {}: {} servers, {} tools", project_root, servers.size(), entry->view.size());
+  }
+  return ToolSet{entry, entry->view};
+}
+
+}  // namespace fwai

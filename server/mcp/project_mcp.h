@@ -1,0 +1,51 @@
+// MCP servers declared by a project (`mcp_servers:` in .fwai/project.yaml, the
+// daemon config's format): started on the first turn in that project,
+// supervised by their own manager (restarts with backoff), replaced when the
+// section changes, stopped with fwaid. Tools are mcp_<server>_<tool>.
+// Thread-safe.
+#pragma once
+
+#include <memory>
+#include <mutex>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace fwai {
+
+class HttpClient;
+class McpManager;
+class Tool;
+
+class ProjectMcpServers {
+ public:
+  // `max_projects`: how many projects' servers run at once (the least
+  // recently used are stopped past it).
+  explicit ProjectMcpServers(HttpClient* http, size_t max_projects = 8);
+  ~ProjectMcpServers();
+
+  // The tools of the project's servers, starting them when needed. Empty when
+  // the project declares none; an error names file:line for a bad section.
+  // `owner` keeps the tools (and their servers' manager) alive while used.
+  struct ToolSet {
+    std::shared_ptr<const void> owner;
+    std::vector<Tool*> tools;
+  };
+  [[nodiscard]] absl::StatusOr<ToolSet> ToolsFor(const std::string& project_root);
+  // Whether the project declares servers (without starting them).
+  [[nodiscard]] static absl::StatusOr<bool> Declares(const std::string& project_root);
+  // How many projects have servers running (for status and tests).
+  size_t running();
+
+ private:
+  struct Entry;
+  HttpClient* const http_;
+  const size_t max_projects_;
+  std::mutex mu_;
+  std::map<std::string, std::shared_ptr<Entry>> by_root_;
+  uint64_t clock_ = 0;
+};
+
+}  // namespace fwai

@@ -343,16 +343,7 @@ int Main(int argc, char** argv) {
 
   // MCP servers: started now, supervised (restarted with backoff) afterwards;
   // their tools join the agent's registry and the catalog.
-  std::vector<McpServerConfig> mcp_configs;
-  for (const auto& [name, e] : config.mcp_servers) {
-    McpServerConfig mc;
-    mc.name = name;
-    mc.command = e.command;
-    mc.env = e.env;
-    mc.url = e.url;
-    mc.headers = e.headers;
-    mcp_configs.push_back(std::move(mc));
-  }
+  std::vector<McpServerConfig> mcp_configs = McpServerConfigs(config.mcp_servers);
   McpManager mcp(mcp_configs, http.get());
   if (!mcp_configs.empty()) {
     std::vector<std::string> docs;

@@ -12,6 +12,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 
 namespace grpc {
 class Service;
@@ -75,6 +76,9 @@ std::unique_ptr<grpc::Service> MakeHardwareService(const ApiDeps& deps);
 std::unique_ptr<grpc::Service> MakeEvidenceService(const ApiDeps& deps);
 std::unique_ptr<grpc::Service> MakeProjectsService(const ApiDeps& deps);
 std::unique_ptr<grpc::Service> MakeSkillsService(const ApiDeps& deps);
+
+// A request's project root: required, an existing directory, canonical.
+[[nodiscard]] absl::StatusOr<std::string> CanonicalProjectRoot(const std::string& root);
 
 // The one place absl::Status becomes grpc::Status.
 grpc::Status ToGrpcStatus(const absl::Status& s);

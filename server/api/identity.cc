@@ -5,6 +5,8 @@
 
 #include <pwd.h>
 
+#include <filesystem>
+
 #include <grpcpp/grpcpp.h>
 
 namespace fwai {
@@ -51,6 +53,16 @@ Caller CallerFromContext(const ApiDeps& deps, grpc::CallbackServerContext* ctx, 
   c.lease_id = lease_id;
   c.session_id = session_id;
   return c;
+}
+
+absl::StatusOr<std::string> CanonicalProjectRoot(const std::string& r) {
+  if (r.empty()) return absl::InvalidArgumentError("project_root: required");
+  std::error_code ec;
+  std::filesystem::path p = std::filesystem::canonical(r, ec);
+  if (ec || !std::filesystem::is_directory(p)) {
+    return absl::InvalidArgumentError(absl::StrCat("project_root: '", r, "' is not a directory"));
+  }
+  return p.string();
 }
 
 grpc::Status ToGrpcStatus(const absl::Status& s) {

@@ -27,13 +27,7 @@ namespace {
 namespace pb = ::fwai::v1;
 namespace fs = std::filesystem;
 
-absl::StatusOr<std::string> Root(const std::string& r) {
-  if (r.empty()) return absl::InvalidArgumentError("project_root: required");
-  std::error_code ec;
-  fs::path p = fs::canonical(r, ec);
-  if (ec || !fs::is_directory(p)) return absl::InvalidArgumentError(absl::StrCat("project_root: '", r, "' is not a directory"));
-  return p.string();
-}
+absl::StatusOr<std::string> Root(const std::string& r) { return CanonicalProjectRoot(r); }
 
 class ProjectsService final : public pb::Projects::CallbackService {
  public:

@@ -26,12 +26,17 @@ namespace {
 namespace pb = ::fwai::v1;
 namespace fs = std::filesystem;
 
-absl::StatusOr<std::string> Root(const std::string& r) {
-  if (r.empty()) return absl::InvalidArgumentError("project_root: required");
-  std::error_code ec;
-  fs::path p = fs::canonical(r, ec);
-  if (ec || !fs::is_directory(p)) return absl::InvalidArgumentError(absl::StrCat("project_root: '", r, "' is not a directory"));
-  return p.string();
+absl::StatusOr<std::string> Root(const std::string& r) { return CanonicalProjectRoot(r); }
+
+// The skills of a project ("" : the built-ins only).
+absl::StatusOr<std::vector<Skill>> SkillsOf(const std::string& project_root) {
+  std::string root;
+  if (!project_root.empty()) {
+    auto r = Root(project_root);
+    if (!r.ok()) return r.status();
+    root = *r;
+  }
+  return LoadSkills(root);
 }
 
 class SkillsService final : public pb::Skills::CallbackService {
@@ -45,13 +50,7 @@ class SkillsService final : public pb::Skills::CallbackService {
   grpc::ServerUnaryReactor* List(grpc::CallbackServerContext* ctx, const pb::ListSkillsRequest* req,
                                  pb::ListSkillsResponse* resp) override {
     return OffloadUnary(ctx, deps_.pool, true, "", [req, resp] {
-      std::string root;
-      if (!req->project_root().empty()) {
-        auto r = Root(req->project_root());
-        if (!r.ok()) return r.status();
-        root = *r;
-      }
-      auto skills = LoadSkills(root);
+      auto skills = SkillsOf(req->project_root());
       if (!skills.ok()) return skills.status();
       for (const auto& s : *skills) {
         auto* o = resp->add_skills();
@@ -72,13 +71,7 @@ class SkillsService final : public pb::Skills::CallbackService {
                                     pb::ResolveIntentResponse* resp) override {
     return OffloadUnary(ctx, deps_.pool, true, "", [this, req, resp] {
       if (req->text().empty()) return absl::InvalidArgumentError("text: required");
-      std::string root;
-      if (!req->project_root().empty()) {
-        auto r = Root(req->project_root());
-        if (!r.ok()) return r.status();
-        root = *r;
-      }
-      auto skills = LoadSkills(root);
+      auto skills = SkillsOf(req->project_root());
       if (!skills.ok()) return skills.status();
       Provider* p = req->use_provider() && deps_.providers ? deps_.providers->Find("") : nullptr;
       CancelToken cancel;

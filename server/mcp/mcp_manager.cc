@@ -168,4 +168,18 @@ std::unique_ptr<Tool> MakeMcpTool(McpManager& manager, McpToolInfo info) {
   return std::make_unique<McpProxyTool>(manager, std::move(info));
 }
 
+std::vector<McpServerConfig> McpServerConfigs(const std::map<std::string, McpServerEntry>& entries) {
+  std::vector<McpServerConfig> out;
+  for (const auto& [name, e] : entries) {
+    McpServerConfig mc;
+    mc.name = name;
+    mc.command = e.command;
+    mc.env = e.env;
+    mc.url = e.url;
+    mc.headers = e.headers;
+    out.push_back(std::move(mc));
+  }
+  return out;
+}
+
 }  // namespace fwai

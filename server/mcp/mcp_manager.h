@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "common/config.h"
 #include "server/mcp/mcp_client.h"
 
 namespace fwai {
@@ -67,6 +68,9 @@ class McpManager {
   std::thread supervisor_;
   HttpClient* const http_;
 };
+
+// The server configs of a config file's `mcp_servers:` entries.
+std::vector<McpServerConfig> McpServerConfigs(const std::map<std::string, McpServerEntry>& entries);
 
 // Agent tools that call MCP tools through the manager.
 std::unique_ptr<Tool> MakeMcpTool(McpManager& manager, McpToolInfo info);

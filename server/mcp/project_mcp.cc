@@ -113,17 +113,7 @@ absl::StatusOr<ProjectMcpServers::ToolSet> ProjectMcpServers::ToolsFor(const std
   if (!entry) return ToolSet{};
   std::lock_guard start(entry->start_mu);
   if (!entry->started) {
-    std::vector<McpServerConfig> configs;
-    for (const auto& [name, e] : servers) {
-      McpServerConfig mc;
-      mc.name = name;
-      mc.command = e.command;
-      mc.env = e.env;
-      mc.url = e.url;
-      mc.headers = e.headers;
-      configs.push_back(std::move(mc));
-    }
-    entry->manager = std::make_unique<McpManager>(std::move(configs), http_);
+    entry->manager = std::make_unique<McpManager>(McpServerConfigs(servers), http_);
     for (auto& info : entry->manager->Start()) entry->tools.push_back(MakeMcpTool(*entry->manager, std::move(info)));
     for (auto& t : entry->tools) entry->view.push_back(t.get());
     entry->started = true;

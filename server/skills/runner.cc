@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <regex>
 #include <sstream>
 #include <thread>
@@ -282,6 +283,25 @@ struct SkillRunner::RunState {
     return o;
   }
 
+  // The step's board (its own, else ${BOARD}, else the caller's or the only one).
+  std::optional<std::string> StepBoard(const SkillStep& s, StepOutcome& o) {
+    if (!deps.hardware) {
+      o = Failed("hardware", "the hardware broker is not running");
+      return std::nullopt;
+    }
+    auto wanted = Var(s.board.empty() ? "${BOARD}" : s.board);
+    if (!wanted.ok()) {
+      o = Failed("config", std::string(wanted.status().message()));
+      return std::nullopt;
+    }
+    auto board = ResolveBoard(*wanted);
+    if (!board.ok()) {
+      o = Failed("hardware", std::string(board.status().message()));
+      return std::nullopt;
+    }
+    return *board;
+  }
+
   StepOutcome Flash(const SkillStep& s, std::ofstream& log) {
     StepOutcome o;
     auto fail = [&](const std::string& klass, const std::string& why) {
@@ -289,11 +309,8 @@ struct SkillRunner::RunState {
       o.error = why;
       return o;
     };
-    if (!deps.hardware) return fail("hardware", "the hardware broker is not running");
-    auto wanted = Var(s.board.empty() ? "${BOARD}" : s.board);
-    if (!wanted.ok()) return fail("config", std::string(wanted.status().message()));
-    auto board = ResolveBoard(*wanted);
-    if (!board.ok()) return fail("hardware", std::string(board.status().message()));
+    auto board = StepBoard(s, o);
+    if (!board) return o;
     auto image = Var(s.image.empty() ? "${IMAGE}" : s.image);
     if (!image.ok()) return fail("config", std::string(image.status().message()));
     std::string path = *image;
@@ -344,11 +361,8 @@ struct SkillRunner::RunState {
       o.error = why;
       return o;
     };
-    if (!deps.hardware) return fail("hardware", "the hardware broker is not running");
-    auto wanted = Var(s.board.empty() ? "${BOARD}" : s.board);
-    if (!wanted.ok()) return fail("config", std::string(wanted.status().message()));
-    auto board = ResolveBoard(*wanted);
-    if (!board.ok()) return fail("hardware", std::string(board.status().message()));
+    auto board = StepBoard(s, o);
+    if (!board) return o;
     auto expect = Var(s.expect);
     auto send = Var(s.send);
     if (!expect.ok()) return fail("config", std::string(expect.status().message()));

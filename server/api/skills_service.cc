@@ -39,6 +39,9 @@ absl::StatusOr<std::vector<Skill>> SkillsOf(const std::string& project_root) {
   return LoadSkills(root);
 }
 
+// Skill runs at once (each has its own thread and maybe a board).
+constexpr int kMaxRuns = 32;
+
 class SkillsService final : public pb::Skills::CallbackService {
  public:
   explicit SkillsService(ApiDeps deps) : deps_(std::move(deps)) {}
@@ -106,6 +109,11 @@ class SkillsService final : public pb::Skills::CallbackService {
         }
         if (req->skill().empty()) {
           state_->writer.Close(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "skill: required"));
+          return;
+        }
+        if (svc->running_ >= kMaxRuns) {
+          state_->writer.Close(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                                            absl::StrCat(kMaxRuns, " skill runs are under way; try again when one ends")));
           return;
         }
         SkillRunRequest r;

@@ -444,6 +444,18 @@ TEST_F(SkillsTest, FlashPolicyAppliesToFwaiFlashAndRuns) {
   EXPECT_NE(out.find("\"kind\":\"policy_refusal\""), std::string::npos) << out;
 }
 
+TEST_F(SkillsTest, OldRunLogsArePruned) {
+  StartDaemon();
+  for (int i = 0; i < 205; ++i) fs::create_directories(project_ + "/.fwai/runs/run-old" + std::to_string(i));
+  WriteFile(".fwai/skills/hi.yaml", "name: hi\nsteps:\n  - tool: shell\n    command: echo hi\n");
+  std::string out, err;
+  ASSERT_EQ(Fwai({"run", "hi", "--ci"}, &out, &err), 0) << err;
+  size_t n = 0;
+  for (const auto& e : fs::directory_iterator(project_ + "/.fwai/runs")) n += e.is_directory() ? 1 : 0;
+  EXPECT_EQ(n, 200u);
+  EXPECT_TRUE(fs::exists(Summary(out)["log_dir"].get<std::string>() + "/shell.log"));
+}
+
 TEST_F(SkillsTest, ReplSlashBuildRunsTheSkill) {
   StartDaemon();
   const std::string input = d_->dir() + "/repl-input";

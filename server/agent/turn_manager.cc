@@ -598,15 +598,18 @@ absl::Status TurnManager::SetMode(const std::string& session_id, const std::stri
   return sessions_.Publish(session_id, ev.SerializeAsString()).status();
 }
 
-std::optional<Interaction> TurnManager::Wait(Turn* turn, const std::string& session_id, const std::string& id,
-                                             bool is_plan) {
+std::shared_ptr<TurnManager::Pending> TurnManager::Expect(const std::string& session_id, const std::string& id,
+                                                          bool is_plan) {
   auto p = std::make_shared<Pending>();
   p->id = id;
   p->is_plan = is_plan;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    pending_[session_id] = p;
-  }
+  std::lock_guard<std::mutex> lock(mu_);
+  pending_[session_id] = p;
+  return p;
+}
+
+std::optional<Interaction> TurnManager::Wait(Turn* turn, const std::string& session_id,
+                                             const std::shared_ptr<Pending>& p) {
   std::optional<Interaction> out;
   {
     std::unique_lock<std::mutex> lock(p->mu);
@@ -1089,8 +1092,10 @@ std::string TurnManager::RunAgent(Turn* turn, Agent& a) {
             one->set_multiple(item.value("multiple", false));
             one->set_allow_free_text(item.value("allow_free_text", one->options_size() == 0));
           }
+          // Waiting before the question is visible: an answer cannot arrive too early.
+          auto pending = Expect(session.id, qid, false);
           sink.Emit(std::move(ev));
-          auto reply = Wait(turn, session.id, qid, false);
+          auto reply = Wait(turn, session.id, pending);
           if (!reply) {
             tr = {"the question was not answered (turn cancelled)", true};
           } else {
@@ -1120,12 +1125,14 @@ std::string TurnManager::RunAgent(Turn* turn, Agent& a) {
             ev.mutable_plan_submitted()->set_plan_id(plan_id);
             ev.mutable_plan_submitted()->set_text(plan);
             ev.mutable_plan_submitted()->set_path(PlanPath(session.id));
+            std::shared_ptr<Pending> pending;
+            if (!session.auto_approve_plan) pending = Expect(session.id, plan_id, true);
             sink.Emit(std::move(ev));
             std::optional<Interaction> d;
             if (session.auto_approve_plan) {
               d = Interaction{plan_id, {}, "", true, true, ""};
             } else {
-              d = Wait(turn, session.id, plan_id, true);
+              d = Wait(turn, session.id, pending);
             }
             if (!d) {
               tr = {"the plan was not decided (turn cancelled)", true};

@@ -109,7 +109,9 @@ class TurnManager {
   std::string RunAgent(Turn* turn, Agent& agent);
   // Summarises older messages of the main agent; returns how many were dropped.
   absl::StatusOr<int> Compact(Agent& agent, bool forced);
-  std::optional<Interaction> Wait(Turn* turn, const std::string& session_id, const std::string& id, bool is_plan);
+  // Registers what the turn will wait for (before the client can see it), then waits.
+  std::shared_ptr<Pending> Expect(const std::string& session_id, const std::string& id, bool is_plan);
+  std::optional<Interaction> Wait(Turn* turn, const std::string& session_id, const std::shared_ptr<Pending>& p);
   void ReapLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   SessionManager& sessions_;

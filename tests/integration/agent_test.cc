@@ -113,7 +113,7 @@ TEST_F(AgentTest, PlanModeRefusesChangesInCodeUntilThePlanIsApproved) {
   decision.mutable_plan_decision()->set_approve(true);
   ASSERT_TRUE(stream->Write(decision));
   ASSERT_FALSE(ReadUntil(*stream, seen, [](const pb::ServerEvent&) { return false; }));
-  ASSERT_TRUE(seen.back().has_turn_finished()) << d.log();
+  ASSERT_TRUE(seen.back().has_turn_finished()) << d.log() << seen.back().DebugString() << stream->Finish().error_message();
   bool mode_changed = false;
   for (const auto& e : seen) mode_changed |= e.has_mode_changed() && e.mode_changed().mode() == "act";
   EXPECT_TRUE(mode_changed);

@@ -23,6 +23,7 @@
 #include "fwai/v1/events.pb.h"
 #include "server/llm/provider.h"
 #include "server/project/policy.h"
+#include "server/project/project.h"
 #include "server/project/secrets.h"
 #include "server/session/session_manager.h"
 #include "server/tools/tool.h"
@@ -465,6 +466,8 @@ struct TurnManager::Agent {
   Policy* policy = nullptr;
   // Tools of the project's own MCP servers (offered besides the registry's).
   const std::vector<Tool*>* project_tools = nullptr;
+  // Where each tool call's output is logged (.fwai/runs/<run_id>/), "" for none.
+  const std::string* log_dir = nullptr;
 };
 
 namespace {
@@ -751,6 +754,11 @@ void TurnManager::Run(Turn* turn, TurnRequest req) {
     project_tools_owner = std::move(pt->owner);
   }
   main.project_tools = &project_tools;
+  // Tool outputs are logged under the project (.fwai/runs/<run_id>/<call_id>.log).
+  const std::string run_id = absl::StrCat("run-", req.turn_id);
+  // (The directory is made with the first log; old runs are pruned then.)
+  std::string log_dir = recorder_ ? info->project_root + "/.fwai/runs/" + run_id : "";
+  main.log_dir = &log_dir;
   main.context_window = ContextWindowFor(model, pc.context_window);
   {
     size_t best = 0;
@@ -777,6 +785,8 @@ void TurnManager::Run(Turn* turn, TurnRequest req) {
   iterations = main.iterations;
   if (recorder_) {
     json rec = {{"kind", "agent_turn"},
+                {"run_id", run_id},
+                {"log_dir", calls_log.empty() ? "" : log_dir},
                 {"session_id", req.session_id},
                 {"turn_id", req.turn_id},
                 {"project_root", info->project_root},
@@ -1201,6 +1211,7 @@ std::string TurnManager::RunAgent(Turn* turn, Agent& a) {
           sub.sink = a.sink;
           sub.session = a.session;
           sub.project_tools = a.project_tools;
+          sub.log_dir = a.log_dir;
           std::string sub_mode = *a.mode;
           sub.mode = &sub_mode;
           sub.in_tokens = a.in_tokens;
@@ -1314,10 +1325,20 @@ std::string TurnManager::RunAgent(Turn* turn, Agent& a) {
       if (a.calls_log) {
         std::string in = input.dump();
         if (in.size() > 2000) in = in.substr(0, 2000) + "...";
+        std::string log_file;
+        if (a.log_dir && !a.log_dir->empty()) {
+          std::error_code ec;
+          if (!std::filesystem::is_directory(*a.log_dir, ec)) {
+            PruneRunDirs(std::filesystem::path(*a.log_dir).parent_path().string(), kKeptRunDirs - 1);
+            std::filesystem::create_directories(*a.log_dir, ec);
+          }
+          log_file = absl::StrCat(*a.log_dir, "/", call_id, ".log");
+          std::ofstream(log_file) << "$ " << tool_name << " " << secrets_->Redact(in) << "\n" << tr.content << "\n";
+        }
         std::lock_guard<std::mutex> lock(*a.calls_mu);
         a.calls_log->push_back({{"call_id", call_id}, {"tool", tool_name}, {"agent", a.name},
                                 {"parent_call_id", a.parent_call_id}, {"input", in}, {"is_error", tr.is_error},
-                                {"duration_ms", (MonotonicNanos() - t0) / 1000000}});
+                                {"duration_ms", (MonotonicNanos() - t0) / 1000000}, {"log_file", log_file}});
       }
     };
     // Delegations run in parallel; everything else in order.

@@ -5,6 +5,7 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <regex>
@@ -338,6 +339,19 @@ absl::StatusOr<ProjectSettings> ParseProjectYaml(const std::string& text, const 
     }
   }
   return s;
+}
+
+void PruneRunDirs(const std::string& dir, size_t keep) {
+  std::error_code ec;
+  std::vector<std::pair<fs::file_time_type, fs::path>> runs;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    if (e.is_directory(ec) && e.path().filename().string().rfind("run-", 0) == 0) {
+      runs.emplace_back(fs::last_write_time(e.path(), ec), e.path());
+    }
+  }
+  if (runs.size() <= keep) return;
+  std::sort(runs.begin(), runs.end());
+  for (size_t i = 0; i + keep < runs.size(); ++i) fs::remove_all(runs[i].second, ec);
 }
 
 std::vector<DoctorCheck> DoctorChecks(const std::string& root) {

@@ -46,6 +46,11 @@ std::string UnmanagedSections(const std::string& yaml_text);
 // Sets one field by its yaml name (values from a person or a request).
 [[nodiscard]] absl::Status SetProjectField(ProjectSettings& s, const std::string& key, const std::string& value);
 
+// Run logs kept under .fwai/runs (skill runs and agent turns): the oldest
+// run-* directories beyond `keep` are removed.
+constexpr size_t kKeptRunDirs = 200;
+void PruneRunDirs(const std::string& runs_dir, size_t keep);
+
 struct DoctorCheck {
   std::string name;
   bool ok = false;

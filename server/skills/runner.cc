@@ -100,22 +100,6 @@ bool IsGitRepo(const std::string& root) {
   return r.ok() && r->exit_code == 0;
 }
 
-// Run directories kept under .fwai/runs (the oldest go first).
-constexpr size_t kKeepRuns = 200;
-
-void PruneRuns(const std::string& dir, size_t keep) {
-  std::error_code ec;
-  std::vector<std::pair<fs::file_time_type, fs::path>> runs;
-  for (const auto& e : fs::directory_iterator(dir, ec)) {
-    if (e.is_directory(ec) && e.path().filename().string().rfind("run-", 0) == 0) {
-      runs.emplace_back(fs::last_write_time(e.path(), ec), e.path());
-    }
-  }
-  if (runs.size() <= keep) return;
-  std::sort(runs.begin(), runs.end());
-  for (size_t i = 0; i + keep < runs.size(); ++i) fs::remove_all(runs[i].second, ec);
-}
-
 struct StepOutcome {
   bool ok = false;
   std::string failure_class;  // when !ok
@@ -793,7 +777,7 @@ SkillRunResult SkillRunner::Run(const SkillRunRequest& req, const std::function<
   }
 
   run.run_dir = (fs::path(req.project_root) / ".fwai" / "runs" / run.run_id).string();
-  PruneRuns((fs::path(req.project_root) / ".fwai" / "runs").string(), kKeepRuns - 1);
+  PruneRunDirs((fs::path(req.project_root) / ".fwai" / "runs").string(), kKeptRunDirs - 1);
   fs::create_directories(run.run_dir, ec);
   if (ec) return finish("config", absl::StrCat("cannot create ", run.run_dir, ": ", ec.message()));
   v["RUN_DIR"] = run.run_dir;

@@ -580,6 +580,27 @@ TEST_F(AgentTest, LinesBudgetPerTurnAndSecretsNeverReachTheProvider) {
   const std::string sent = reqs[1].body.dump();
   EXPECT_NE(sent.find("[REDACTED:assignment]"), std::string::npos) << sent;
   EXPECT_EQ(sent.find("Tr0ub4dor&3"), std::string::npos);
+  // The turn's record names a log per tool call under .fwai/runs/<run_id>/.
+  std::string text, err;
+  ASSERT_EQ(RunCommand({std::string(FWAI_BIN_DIR) + "/fwai", "--daemon", d.address(), "--json", "evidence", "ls"}, &text, &err), 0) << err;
+  json rec;
+  std::istringstream lines(text);
+  for (std::string line; std::getline(lines, line);) {
+    auto j = json::parse(line, nullptr, false);
+    if (j.is_object() && j["record"].value("kind", "") == "agent_turn") rec = j["record"];
+  }
+  ASSERT_TRUE(rec.is_object()) << text;
+  EXPECT_EQ(rec["log_dir"], d.project_dir() + "/.fwai/runs/" + rec["run_id"].get<std::string>());
+  std::string read_log;
+  for (const auto& t : rec["tools"]) {
+    if (t["call_id"] == "r1") read_log = t["log_file"];
+  }
+  ASSERT_FALSE(read_log.empty()) << rec.dump();
+  std::ifstream in(read_log);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  EXPECT_NE(ss.str().find("WIFI_SSID"), std::string::npos) << ss.str();
+  EXPECT_EQ(ss.str().find("Tr0ub4dor&3"), std::string::npos);
 }
 
 TEST_F(AgentTest, CancelKillsARunningCommandAndItsChildrenWithinASecond) {

@@ -20,6 +20,7 @@
 #include "server/project/policy.h"
 #include "server/project/project.h"
 #include "server/project/templates.h"
+#include "server/skills/skill.h"
 
 namespace fwai {
 namespace {
@@ -173,6 +174,19 @@ class ProjectsService final : public pb::Projects::CallbackService {
         root = *r;
       }
       for (const auto& c : DoctorChecks(root)) add(c);
+      if (!root.empty()) {
+        auto skills = LoadSkills(root);
+        DoctorCheck sk{"skills", skills.ok(), "", ""};
+        if (skills.ok()) {
+          std::vector<std::string> names;
+          for (const auto& x : *skills) names.push_back(x.builtin ? x.name : x.name + " (project)");
+          sk.detail = absl::StrJoin(names, ", ");
+        } else {
+          sk.detail = std::string(skills.status().message());
+          sk.fix = "fix the skill file named above (fwai skills ls shows the same error)";
+        }
+        add(sk);
+      }
       return absl::OkStatus();
     });
   }

@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <mutex>
 #include <optional>
 #include <regex>
 #include <sstream>
@@ -169,12 +170,19 @@ struct SkillRunner::RunState {
   }
 
   // The run holds the board's lease while it needs it (an existing lease of
-  // the caller is used as it is).
+  // the caller is used as it is). The lease is short and renewed by the
+  // watchdog, so a daemon that dies mid-run does not keep the board for long.
+  static constexpr int kLeaseTtlS = 60;
+  std::mutex lease_mu;  // lease_id / lease_board / caller.lease_id, read by the renewer
+
   absl::Status EnsureLease(const std::string& board) {
-    if (lease_board == board) return absl::OkStatus();
-    auto l = deps.hardware->Acquire(caller, board, {}, std::max(60, RemainingMs() / 1000 + 30), 0,
-                                    [this] { return cancel->cancelled(); });
+    {
+      std::lock_guard lock(lease_mu);
+      if (lease_board == board) return absl::OkStatus();
+    }
+    auto l = deps.hardware->Acquire(caller, board, {}, kLeaseTtlS, 0, [this] { return cancel->cancelled(); });
     if (!l.ok()) return l.status();
+    std::lock_guard lock(lease_mu);
     caller.lease_id = l->lease_id;
     if (!l->renewed) {
       lease_board = board;
@@ -183,7 +191,20 @@ struct SkillRunner::RunState {
     return absl::OkStatus();
   }
 
+  void RenewLease() {
+    Caller c;
+    std::string id;
+    {
+      std::lock_guard lock(lease_mu);
+      if (lease_id.empty() || !deps.hardware) return;
+      c = caller;
+      id = lease_id;
+    }
+    (void)deps.hardware->Renew(c, id);
+  }
+
   void ReleaseLease() {
+    std::lock_guard lock(lease_mu);
     if (lease_id.empty() || !deps.hardware) return;
     (void)deps.hardware->Release(caller, lease_id, lease_board, false);
     lease_id.clear();
@@ -791,9 +812,16 @@ SkillRunResult SkillRunner::Run(const SkillRunRequest& req, const std::function<
   parent.OnCancel([run_cancel] { run_cancel->Cancel(); });
   auto done = std::make_shared<CancelToken>();
   std::thread watchdog([&run, done, run_cancel, timeout_s] {
-    if (!done->WaitFor(std::chrono::seconds(timeout_s))) {
-      run.timed_out = true;
-      run_cancel->Cancel();
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s);
+    while (true) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+      if (left.count() <= 0) {
+        run.timed_out = true;
+        run_cancel->Cancel();
+        return;
+      }
+      if (done->WaitFor(std::min(left, std::chrono::milliseconds(RunState::kLeaseTtlS * 1000 / 3)))) return;
+      run.RenewLease();
     }
   });
   struct Joiner {

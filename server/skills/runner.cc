@@ -729,12 +729,22 @@ SkillRunResult SkillRunner::Run(const SkillRunRequest& req, const std::function<
       if (idx.ok()) {
         summary["evidence_index"] = *idx;
       } else {
+        // A run that leaves no record has not succeeded.
         summary["evidence_error"] = std::string(idx.status().message());
+        if (result.ok) {
+          result.ok = false;
+          result.failure_class = "failed";
+          result.exit_code = ExitCodeFor("failed");
+          summary["ok"] = false;
+          summary["failure_class"] = "failed";
+          summary["exit_code"] = result.exit_code;
+          summary["error"] = absl::StrCat("the evidence log refused the run record: ", idx.status().message());
+        }
       }
     }
     result.summary = summary;
     std::string text = result.ok ? absl::StrCat(req.skill, ": ok in ", (NowMicros() - start_us) / 1000, " ms")
-                                 : absl::StrCat(req.skill, ": ", klass, ": ", secrets->Redact(error));
+                                 : absl::StrCat(req.skill, ": ", result.failure_class, ": ", summary.value("error", ""));
     run.Emit("", "run_finished", text, result.ok, summary);
     return result;
   };

@@ -5,12 +5,14 @@
 
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include "server/llm/provider.h"
 #include "server/project/policy.h"
 #include "server/project/secrets.h"
 #include "server/skills/diagnostics.h"
 #include "server/skills/intent.h"
+#include "server/skills/runner.h"
 #include "server/skills/skill.h"
 
 namespace fwai {
@@ -287,6 +289,88 @@ TEST(PolicyRulesTest, FlashSettingsAndBudgets) {
   bad = ParsePolicy("policy:\n  change_budget:\n    max_lines: lots\n", "p.yaml");
   ASSERT_FALSE(bad.ok());
   EXPECT_EQ(bad.status().message(), "p.yaml:3: policy.change_budget.max_lines: expected a number (0: no limit)");
+}
+
+}  // namespace
+}  // namespace fwai
+
+
+namespace fwai {
+namespace {
+
+class SkillRunnerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    root_ = (fs::temp_directory_path() / ("fwai-runner-" + std::to_string(getpid()))).string();
+    fs::create_directories(root_ + "/.fwai/skills");
+    root_ = fs::canonical(root_).string();
+  }
+  void TearDown() override { fs::remove_all(root_); }
+  SkillRunResult Run(SkillDeps deps, const std::string& skill, std::vector<SkillEventOut>* events = nullptr,
+                     CancelToken* cancel = nullptr) {
+    SkillRunner runner(std::move(deps));
+    SkillRunRequest req;
+    req.project_root = root_;
+    req.skill = skill;
+    req.ci = true;
+    req.caller.identity = "uid:1";
+    CancelToken local;
+    return runner.Run(req, [&](const SkillEventOut& e) { if (events) events->push_back(e); }, cancel ? *cancel : local);
+  }
+  std::string root_;
+};
+
+TEST_F(SkillRunnerTest, ARunWhoseRecordCannotBeWrittenFails) {
+  std::ofstream(root_ + "/.fwai/skills/hi.yaml") << "name: hi\nsteps:\n  - tool: shell\n    command: echo hi\n";
+  SkillDeps ok;
+  std::vector<nlohmann::json> records;
+  ok.append_evidence = [&](const nlohmann::json& r) -> absl::StatusOr<uint64_t> {
+    records.push_back(r);
+    return records.size() - 1;
+  };
+  auto r = Run(ok, "hi");
+  EXPECT_TRUE(r.ok) << r.summary.dump();
+  ASSERT_EQ(records.size(), 1u);
+  EXPECT_EQ(records[0]["kind"], "skill_run");
+  EXPECT_EQ(records[0]["steps"][0]["exit_code"], 0);
+  SkillDeps broken;
+  broken.append_evidence = [](const nlohmann::json&) -> absl::StatusOr<uint64_t> {
+    return absl::DataLossError("evidence log stopped: disk full");
+  };
+  std::vector<SkillEventOut> events;
+  r = Run(broken, "hi", &events);
+  EXPECT_FALSE(r.ok);
+  EXPECT_EQ(r.exit_code, 10);
+  ASSERT_FALSE(events.empty());
+  EXPECT_EQ(events.back().kind, "run_finished");
+  EXPECT_NE(events.back().text.find("disk full"), std::string::npos) << events.back().text;
+}
+
+TEST_F(SkillRunnerTest, CancelStopsTheRunningStepAtOnce) {
+  std::ofstream(root_ + "/.fwai/skills/long.yaml") << "name: long\nsteps:\n  - tool: shell\n    command: sleep 30\n";
+  CancelToken cancel;
+  std::thread stopper([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    cancel.Cancel();
+  });
+  const auto t0 = std::chrono::steady_clock::now();
+  auto r = Run(SkillDeps{}, "long", nullptr, &cancel);
+  stopper.join();
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
+  EXPECT_EQ(r.failure_class, "cancelled");
+  EXPECT_EQ(r.exit_code, 130);
+}
+
+TEST_F(SkillRunnerTest, HardwareAndProviderStepsFailWithTheirClassWhenAbsent) {
+  std::ofstream(root_ + "/.fwai/skills/hw.yaml") << "name: hw\nsteps:\n  - tool: flash\n";
+  std::ofstream(root_ + "/.fwai/skills/ask.yaml") << "name: ask\nsteps:\n  - llm_analyze:\n      prompt: why?\n";
+  auto r = Run(SkillDeps{}, "hw");
+  EXPECT_EQ(r.failure_class, "hardware");
+  EXPECT_EQ(r.exit_code, 18);
+  r = Run(SkillDeps{}, "ask");
+  EXPECT_EQ(r.failure_class, "provider");
+  EXPECT_EQ(r.exit_code, 19);
+  EXPECT_NE(r.summary.value("error", "").find("ANTHROPIC_API_KEY"), std::string::npos);
 }
 
 }  // namespace

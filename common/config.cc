@@ -558,7 +558,8 @@ absl::StatusOr<DaemonConfig> ParseConfig(const std::string& yaml_text, const std
       }
     }
     if (auto n = root["catalog"]) {
-      CFG_TRY(r.CheckKeys(n, "catalog", {"coarse_slices", "candidates", "grouping", "rrf_k", "vector_weight", "whole_weight"}));
+      CFG_TRY(r.CheckKeys(n, "catalog", {"coarse_slices", "candidates", "grouping", "rrf_k", "vector_weight", "whole_weight",
+                                         "synonym_weight", "family_weight"}));
       auto& k = c.catalog;
       if (n["coarse_slices"]) CFG_TRY(r.Int(n["coarse_slices"], "catalog.coarse_slices", 1, 10000, k.coarse_slices));
       if (n["candidates"]) CFG_TRY(r.Int(n["candidates"], "catalog.candidates", 1, 1000, k.candidates));
@@ -569,6 +570,8 @@ absl::StatusOr<DaemonConfig> ParseConfig(const std::string& yaml_text, const std
       if (n["rrf_k"]) CFG_TRY(r.Double(n["rrf_k"], "catalog.rrf_k", 0, 10000, k.rrf_k));
       if (n["vector_weight"]) CFG_TRY(r.Double(n["vector_weight"], "catalog.vector_weight", 0, 100, k.vector_weight));
       if (n["whole_weight"]) CFG_TRY(r.Double(n["whole_weight"], "catalog.whole_weight", 0, 100, k.whole_weight));
+      if (n["synonym_weight"]) CFG_TRY(r.Double(n["synonym_weight"], "catalog.synonym_weight", 0, 1, k.synonym_weight));
+      if (n["family_weight"]) CFG_TRY(r.Double(n["family_weight"], "catalog.family_weight", 0, 1, k.family_weight));
     }
     if (auto n = root["knowledge"]) {
       CFG_TRY(r.CheckKeys(n, "knowledge",
@@ -607,7 +610,9 @@ absl::StatusOr<DaemonConfig> ParseConfig(const std::string& yaml_text, const std
         if (b["b"]) CFG_TRY(r.Double(b["b"], "knowledge.bm25.b", 0, 1, k.bm25_b));
       }
       if (auto f = n["fusion"]) {
-        CFG_TRY(r.CheckKeys(f, "knowledge.fusion", {"k", "lexical_weight", "vector_weight"}));
+        CFG_TRY(r.CheckKeys(f, "knowledge.fusion", {"k", "lexical_weight", "vector_weight", "synonym_weight", "family_weight"}));
+        if (f["synonym_weight"]) CFG_TRY(r.Double(f["synonym_weight"], "knowledge.fusion.synonym_weight", 0, 1, k.synonym_weight));
+        if (f["family_weight"]) CFG_TRY(r.Double(f["family_weight"], "knowledge.fusion.family_weight", 0, 1, k.family_weight));
         if (f["k"]) CFG_TRY(r.Double(f["k"], "knowledge.fusion.k", 0, 10000, k.rrf_k));
         if (f["lexical_weight"]) CFG_TRY(r.Double(f["lexical_weight"], "knowledge.fusion.lexical_weight", 0, 100, k.lexical_weight));
         if (f["vector_weight"]) CFG_TRY(r.Double(f["vector_weight"], "knowledge.fusion.vector_weight", 0, 100, k.vector_weight));

@@ -62,6 +62,10 @@ struct KnowledgeConfig {
   double rrf_k = 60;
   double lexical_weight = 1.0;
   double vector_weight = 0.1;
+  // Query expansion on the lexical legs; off by default here: it did not help
+  // on the documentation development set (it does on tool catalogs).
+  double synonym_weight = 0.0;
+  double family_weight = 0.0;
   int candidates = 100;
   int rerank_top = 50;
   std::string reranker = "builtin";  // builtin | tei | cohere | jina | llm
@@ -87,6 +91,8 @@ struct CatalogConfig {
   double rrf_k = 60;
   double vector_weight = 0.1;
   double whole_weight = 0.0;
+  double synonym_weight = 0.35;  // query expansion: synonyms (0: off)
+  double family_weight = 0.8;    // query expansion: part-number families (0: off)
 };
 
 struct McpServerEntry {

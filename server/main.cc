@@ -277,6 +277,8 @@ int Main(int argc, char** argv) {
   ko.bm25_b = static_cast<float>(kc.bm25_b);
   ko.rrf_k = kc.rrf_k;
   ko.lexical_weight = kc.lexical_weight;
+  ko.synonym_weight = kc.synonym_weight;
+  ko.family_weight = kc.family_weight;
   ko.vector_weight = kc.vector_weight;
   ko.candidates = kc.candidates;
   ko.rerank_top = kc.rerank_top;
@@ -321,6 +323,8 @@ int Main(int argc, char** argv) {
   co.rrf_k = config.catalog.rrf_k;
   co.vector_weight = config.catalog.vector_weight;
   co.whole_weight = config.catalog.whole_weight;
+  co.synonym_weight = config.catalog.synonym_weight;
+  co.family_weight = config.catalog.family_weight;
   auto tool_reranker = MakeBuiltinReranker(ToolCatalogRerankWeights());
   auto catalog = ToolCatalogStore::Open(**storage, co, *embedder, *tool_reranker);
   if (!catalog.ok()) {

@@ -17,6 +17,7 @@
 #include "server/knowledge/reranker.h"
 #include "server/knowledge/tokenizer.h"
 #include "server/knowledge/vector_index.h"
+#include "server/knowledge/query_expansion.h"
 #include "server/storage/storage.h"
 
 namespace fwai {
@@ -295,7 +296,12 @@ absl::StatusOr<std::vector<ToolHitRecord>> ToolCatalogStore::Search(const std::s
   if (query.size() > 4096) return absl::InvalidArgumentError("query: at most 4096 characters");
   if (top_k < 1 || top_k > 100) return absl::InvalidArgumentError(absl::StrCat("top_k: ", top_k, "; expected 1..100"));
   std::vector<std::string> q;
-  Tokenize(NameWords(query), &q);
+  const std::string words = NameWords(query);
+  Tokenize(words, &q);
+  ExpansionWeights ew;
+  ew.synonym = static_cast<float>(m.options.synonym_weight);
+  ew.family = static_cast<float>(m.options.family_weight);
+  const auto wq = WeightedQuery(words, q, ew);
   std::vector<float> qv;
   if (mode != CatalogMode::kWholeLexical) {
     ASSIGN_OR_RETURN(auto v, m.embedder.Embed({query}, true));
@@ -309,7 +315,7 @@ absl::StatusOr<std::vector<ToolHitRecord>> ToolCatalogStore::Search(const std::s
     for (auto& r : ranked) r.second /= best;
   } else {
     const size_t n = static_cast<size_t>(m.options.coarse_slices);
-    auto lex = m.slices.Search(q, n);
+    auto lex = m.slices.Search(wq, n);
     auto vec = m.vectors->Search(qv.data(), n);
     std::unordered_map<uint32_t, double> fused;
     for (size_t i = 0; i < lex.size(); ++i) fused[lex[i].first] += 1.0 / (m.options.rrf_k + i + 1);
@@ -333,7 +339,7 @@ absl::StatusOr<std::vector<ToolHitRecord>> ToolCatalogStore::Search(const std::s
       // Fuse the slice groups with a whole-document ranking.
       std::unordered_map<uint32_t, double> fused_tools;
       for (size_t i = 0; i < ranked.size(); ++i) fused_tools[ranked[i].first] += 1.0 / (m.options.rrf_k + i + 1);
-      auto whole_hits = m.docs.Search(q, n);
+      auto whole_hits = m.docs.Search(wq, n);
       for (size_t i = 0; i < whole_hits.size(); ++i) {
         fused_tools[whole_hits[i].first] += m.options.whole_weight / (m.options.rrf_k + i + 1);
       }
@@ -350,7 +356,7 @@ absl::StatusOr<std::vector<ToolHitRecord>> ToolCatalogStore::Search(const std::s
       // The reranker also sees each candidate's whole-document BM25 score.
       std::unordered_map<uint32_t, double> in_pool;
       for (const auto& [slot, s] : ranked) in_pool[slot] = 0;
-      auto whole_scores = m.docs.Search(q, in_pool.size(), [&](uint32_t slot) { return in_pool.count(slot) > 0; });
+      auto whole_scores = m.docs.Search(wq, in_pool.size(), [&](uint32_t slot) { return in_pool.count(slot) > 0; });
       const double best_whole = whole_scores.empty() ? 1.0 : std::max<double>(whole_scores[0].second, 1e-9);
       for (const auto& [slot, sc] : whole_scores) in_pool[slot] = sc / best_whole;
       std::vector<RerankCandidate> cands;

@@ -31,6 +31,9 @@ struct CatalogOptions {
   // Coarse stage: the slice groups fused (RRF) with a whole-document BM25
   // ranking of this weight (0: slices only, as in the basic design).
   double whole_weight = 0.0;
+  // Query expansion in the slice modes (whole-lexical stays plain).
+  double synonym_weight = 0.35;
+  double family_weight = 0.8;
 };
 
 struct ToolRecord {

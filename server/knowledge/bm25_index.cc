@@ -70,13 +70,22 @@ void Bm25Index::Remove(uint32_t doc) {
 
 std::vector<std::pair<uint32_t, float>> Bm25Index::Search(
     const std::vector<std::string>& query, size_t k, const std::function<bool(uint32_t)>& accept) const {
+  std::vector<std::pair<std::string, float>> weighted;
+  weighted.reserve(query.size());
+  for (const auto& q : query) weighted.emplace_back(q, 1.0f);
+  return Search(weighted, k, accept);
+}
+
+std::vector<std::pair<uint32_t, float>> Bm25Index::Search(
+    const std::vector<std::pair<std::string, float>>& query, size_t k,
+    const std::function<bool(uint32_t)>& accept) const {
   std::vector<std::pair<uint32_t, float>> out;
   if (num_docs_ == 0 || k == 0) return out;
   const float avg_len = static_cast<float>(total_len_) / num_docs_;
   const float k1 = params_.k1, b = params_.b;
   std::vector<float> score(doc_len_.size(), 0.0f);
   std::vector<uint32_t> touched;
-  for (const auto& q : query) {
+  for (const auto& [q, weight] : query) {
     auto it = terms_.find(q);
     if (it == terms_.end()) continue;
     const auto& list = postings_[it->second];
@@ -86,7 +95,7 @@ std::vector<std::pair<uint32_t, float>> Bm25Index::Search(
     for (const Posting& p : list) {
       const float len = static_cast<float>(doc_len_[p.doc] - 1);
       const float tf = static_cast<float>(p.tf);
-      const float s = idf * tf * (k1 + 1) / (tf + k1 * (1 - b + b * len / avg_len));
+      const float s = weight * idf * tf * (k1 + 1) / (tf + k1 * (1 - b + b * len / avg_len));
       if (score[p.doc] == 0.0f) touched.push_back(p.doc);
       score[p.doc] += s;
     }

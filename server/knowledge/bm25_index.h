@@ -36,6 +36,10 @@ class Bm25Index {
   std::vector<std::pair<uint32_t, float>> Search(
       const std::vector<std::string>& query, size_t k,
       const std::function<bool(uint32_t)>& accept = nullptr) const;
+  // The same with a weight per query term (expansions weigh less).
+  std::vector<std::pair<uint32_t, float>> Search(
+      const std::vector<std::pair<std::string, float>>& weighted_query, size_t k,
+      const std::function<bool(uint32_t)>& accept = nullptr) const;
 
   std::string Serialize() const;
   // Fails with DATA_LOSS on a truncated or damaged image.

@@ -1,5 +1,7 @@
 #include "server/knowledge/knowledge_base.h"
 
+#include "server/knowledge/query_expansion.h"
+
 #include <openssl/sha.h>
 #include <spdlog/spdlog.h>
 
@@ -627,6 +629,10 @@ absl::StatusOr<std::vector<KbSearchHit>> KnowledgeBase::Search(const KbSearchReq
   }
   std::vector<std::string> qterms;
   Tokenize(r.query, &qterms);
+  ExpansionWeights ew;
+  ew.synonym = static_cast<float>(m.options.synonym_weight);
+  ew.family = static_cast<float>(m.options.family_weight);
+  const auto wq = WeightedQuery(r.query, qterms, ew);
   // Short or vague queries (few content words, no identifiers) are rewritten
   // into variants when a rewriter is configured.
   std::vector<std::vector<std::string>> variant_terms;
@@ -669,7 +675,7 @@ absl::StatusOr<std::vector<KbSearchHit>> KnowledgeBase::Search(const KbSearchReq
   const size_t n = static_cast<size_t>(std::max(m.options.candidates, r.max_results));
   std::vector<std::pair<uint32_t, float>> lex, vec, by_doc;
   std::unordered_map<uint32_t, double> doc_match;  // slot -> title score / best
-  if (r.mode != SearchMode::kVector) lex = m.bm25->Search(qterms, n, acc);
+  if (r.mode != SearchMode::kVector) lex = m.bm25->Search(wq, n, acc);
   if (r.mode != SearchMode::kLexical) vec = m.vectors->Search(qvec.data(), n, acc);
   const FusionOverrides none;
   const FusionOverrides& ov = r.overrides ? *r.overrides : none;
@@ -677,13 +683,13 @@ absl::StatusOr<std::vector<KbSearchHit>> KnowledgeBase::Search(const KbSearchReq
   const double doc_weight = ov.doc_weight >= 0 ? ov.doc_weight : m.options.doc_weight;
   if (r.mode == SearchMode::kHybrid) {
     // Documents the query names (part numbers, driver names): their best chunks.
-    auto docs = m.doc_titles.Search(qterms, static_cast<size_t>(std::max(m.options.doc_candidates, 20)));
+    auto docs = m.doc_titles.Search(wq, static_cast<size_t>(std::max(m.options.doc_candidates, 20)));
     const float best = docs.empty() ? 0.f : docs[0].second;
     for (const auto& [slot, score] : docs) doc_match[slot] = best > 0 ? score / best : 0;
     if (docs.size() > static_cast<size_t>(m.options.doc_candidates)) docs.resize(m.options.doc_candidates);
     for (const auto& [slot, score] : docs) {
       if (score < 0.5f * best) break;
-      auto in_doc = m.bm25->Search(qterms, static_cast<size_t>(m.options.chunks_per_doc),
+      auto in_doc = m.bm25->Search(wq, static_cast<size_t>(m.options.chunks_per_doc),
                                    [&](uint32_t o) { return o < m.chunk_slot.size() && m.chunk_slot[o] == slot && acc(o); });
       for (const auto& h : in_doc) by_doc.emplace_back(h.first, score * (1.0f + h.second));
     }

@@ -38,6 +38,9 @@ struct KnowledgeOptions {
   double lexical_weight = 1.0;
   double vector_weight = 0.1;
   double doc_weight = 0.0;  // the leg of chunks from documents the query names
+  // Query expansion on the lexical legs (synonyms, part-number families).
+  double synonym_weight = 0.0;
+  double family_weight = 0.0;
   int doc_candidates = 5;
   int chunks_per_doc = 10;
   int candidates = 100;     // per leg

@@ -1,8 +1,10 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <map>
 
 #include "server/knowledge/bm25_index.h"
+#include "server/knowledge/query_expansion.h"
 #include "server/knowledge/tokenizer.h"
 
 namespace fwai {
@@ -117,6 +119,41 @@ TEST(Bm25IndexTest, RemoveReplaceAndRoundTrip) {
   image[image.size() / 2] ^= 0x5a;
   EXPECT_EQ(Bm25Index::Deserialize(image).status().code(), absl::StatusCode::kDataLoss);
   EXPECT_EQ(Bm25Index::Deserialize(image.substr(0, 10)).status().code(), absl::StatusCode::kDataLoss);
+}
+
+}  // namespace
+}  // namespace fwai
+
+
+namespace fwai {
+namespace {
+
+TEST(QueryExpansionTest, FamiliesAndSynonymsWeighLessThanTheQuery) {
+  std::vector<std::string> terms;
+  const std::string q = "Wipe the program memory of an STM32H743 and an nRF52832";
+  Tokenize(q, &terms);
+  auto ex = ExpandQuery(q, terms);
+  std::map<std::string, float> m(ex.begin(), ex.end());
+  EXPECT_FLOAT_EQ(m["stm32h7x"], 0.8f);
+  EXPECT_FLOAT_EQ(m["stm32h7"], 0.8f);
+  EXPECT_FLOAT_EQ(m["nrf52"], 0.8f);
+  EXPECT_FLOAT_EQ(m["nrf5x"], 0.8f);
+  EXPECT_GT(m.count(PorterStem("erase")), 0u);  // wipe -> erase
+  EXPECT_GT(m.count("flash"), 0u);               // program memory -> flash
+  EXPECT_LT(m[PorterStem("erase")], 0.5f);
+  for (const auto& t : terms) EXPECT_EQ(m.count(t), 0u) << t;  // nothing the query already has
+  // Pins and peripherals are not part numbers.
+  terms.clear();
+  Tokenize("toggle PA5 on UART1", &terms);
+  for (const auto& [t, w] : ExpandQuery("toggle PA5 on UART1", terms)) EXPECT_NE(w, 0.8f) << t;
+  // Weighted BM25: a term at weight 0.35 ranks a document below one with the query's own term.
+  Bm25Index idx;
+  idx.Add(1, {"eras", "sector"});
+  idx.Add(2, {"wipe", "sector"});
+  auto hits = idx.Search(std::vector<std::pair<std::string, float>>{{"wipe", 1.0f}, {"eras", 0.35f}}, 2);
+  ASSERT_EQ(hits.size(), 2u);
+  EXPECT_EQ(hits[0].first, 2u);
+  EXPECT_NEAR(hits[1].second / hits[0].second, 0.35f, 0.01f);
 }
 
 }  // namespace

@@ -110,6 +110,13 @@ struct StepOutcome {
   json extra = json::object();
 };
 
+// Marks `o` failed (keeping what it recorded so far) and returns it.
+StepOutcome FailWith(StepOutcome& o, std::string klass, std::string error) {
+  o.failure_class = std::move(klass);
+  o.error = std::move(error);
+  return o;
+}
+
 StepOutcome Failed(std::string klass, std::string error) {
   StepOutcome o;
   o.failure_class = std::move(klass);
@@ -325,19 +332,14 @@ struct SkillRunner::RunState {
 
   StepOutcome Flash(const SkillStep& s, std::ofstream& log) {
     StepOutcome o;
-    auto fail = [&](const std::string& klass, const std::string& why) {
-      o.failure_class = klass;
-      o.error = why;
-      return o;
-    };
     auto board = StepBoard(s, o);
     if (!board) return o;
     auto image = Var(s.image.empty() ? "${IMAGE}" : s.image);
-    if (!image.ok()) return fail("config", std::string(image.status().message()));
+    if (!image.ok()) return FailWith(o, "config", std::string(image.status().message()));
     std::string path = *image;
     if (path.empty()) path = NewestElf(req.project_root);
     if (path.empty()) {
-      return fail("config", "no image to flash: set flash.image in .fwai/project.yaml (or IMAGE), or build an ELF first");
+      return FailWith(o, "config", "no image to flash: set flash.image in .fwai/project.yaml (or IMAGE), or build an ELF first");
     }
     if (fs::path(path).is_relative()) path = (fs::path(req.project_root) / path).lexically_normal().string();
     vars["IMAGE"] = path;
@@ -346,9 +348,9 @@ struct SkillRunner::RunState {
     PolicyDecision d = CheckFlashPolicy(rules, *board, req.approved);
     if (!d.allowed) {
       refusals.push_back({{"kind", "flash"}, {"target", *board}, {"rule", d.rule}, {"step", s.name}});
-      return fail("policy", absl::StrCat("refused by policy (", d.rule, "): ", d.reason));
+      return FailWith(o, "policy", absl::StrCat("refused by policy (", d.rule, "): ", d.reason));
     }
-    if (auto st = EnsureLease(*board); !st.ok()) return fail("hardware", std::string(st.message()));
+    if (auto st = EnsureLease(*board); !st.ok()) return FailWith(o, "hardware", std::string(st.message()));
     if (auto seq = deps.hardware->SerialNextSeq(*board); seq.ok()) since_seq[*board] = *seq;
     auto r = deps.hardware->Flash(
         caller, *board, path, true, req.project_root,
@@ -359,8 +361,8 @@ struct SkillRunner::RunState {
         },
         cancel.get(), rules.flash_require_fresh);
     if (!r.ok()) {
-      if (cancel->cancelled()) return fail(timed_out ? "timeout" : "cancelled", std::string(r.status().message()));
-      return fail(r.status().code() == absl::StatusCode::kFailedPrecondition &&
+      if (cancel->cancelled()) return FailWith(o, timed_out ? "timeout" : "cancelled", std::string(r.status().message()));
+      return FailWith(o, r.status().code() == absl::StatusCode::kFailedPrecondition &&
                           !absl::StrContains(r.status().message(), "flash guard")
                       ? "hardware"
                       : "flash",
@@ -377,32 +379,27 @@ struct SkillRunner::RunState {
 
   StepOutcome Monitor(const SkillStep& s, std::ofstream& log) {
     StepOutcome o;
-    auto fail = [&](const std::string& klass, const std::string& why) {
-      o.failure_class = klass;
-      o.error = why;
-      return o;
-    };
     auto board = StepBoard(s, o);
     if (!board) return o;
     auto expect = Var(s.expect);
     auto send = Var(s.send);
-    if (!expect.ok()) return fail("config", std::string(expect.status().message()));
-    if (!send.ok()) return fail("config", std::string(send.status().message()));
+    if (!expect.ok()) return FailWith(o, "config", std::string(expect.status().message()));
+    if (!send.ok()) return FailWith(o, "config", std::string(send.status().message()));
     std::regex re;
     if (!expect->empty()) {
       try {
         re = std::regex(*expect);
       } catch (const std::regex_error&) {
-        return fail("config", absl::StrCat("step ", s.name, ": expect '", *expect, "' is not a valid regular expression"));
+        return FailWith(o, "config", absl::StrCat("step ", s.name, ": expect '", *expect, "' is not a valid regular expression"));
       }
     }
     o.command = absl::StrCat("monitor ", *board, expect->empty() ? "" : absl::StrCat(" until '", *expect, "'"));
     if (!send->empty()) {
-      if (auto st = EnsureLease(*board); !st.ok()) return fail("hardware", std::string(st.message()));
+      if (auto st = EnsureLease(*board); !st.ok()) return FailWith(o, "hardware", std::string(st.message()));
     }
     const bool from_run = s.since == "run" && since_seq.count(*board);
     auto reader = deps.hardware->OpenSerial(caller, *board, from_run);
-    if (!reader.ok()) return fail("hardware", std::string(reader.status().message()));
+    if (!reader.ok()) return FailWith(o, "hardware", std::string(reader.status().message()));
     struct Closer {
       HardwareBroker* h;
       std::string board;
@@ -410,7 +407,7 @@ struct SkillRunner::RunState {
       ~Closer() { h->CloseSerial(board, r); }
     } closer{deps.hardware, *board, *reader};
     if (!send->empty()) {
-      if (auto st = deps.hardware->SerialSendLine(caller, *board, *send); !st.ok()) return fail("hardware", std::string(st.message()));
+      if (auto st = deps.hardware->SerialSendLine(caller, *board, *send); !st.ok()) return FailWith(o, "hardware", std::string(st.message()));
       log << "> " << *send << '\n';
       Emit(s.name, "output", "> " + *send, true);
     }
@@ -424,7 +421,7 @@ struct SkillRunner::RunState {
       if (left_ms <= 0) break;
       SerialLine line;
       auto n = (*reader)->Wait(line, static_cast<int>(std::min<int64_t>(left_ms, 200)));
-      if (n == SerialReader::Next::kEnded) return fail("hardware", absl::StrCat("serial on ", *board, " ended: ", (*reader)->end_reason()));
+      if (n == SerialReader::Next::kEnded) return FailWith(o, "hardware", absl::StrCat("serial on ", *board, " ended: ", (*reader)->end_reason()));
       if (n != SerialReader::Next::kLine || line.seq < since) continue;
       std::string text = secrets.Redact(line.text);
       log << text << '\n';
@@ -438,14 +435,14 @@ struct SkillRunner::RunState {
         return o;
       }
     }
-    if (cancel->cancelled()) return fail(timed_out ? "timeout" : "cancelled", "stopped while monitoring");
+    if (cancel->cancelled()) return FailWith(o, timed_out ? "timeout" : "cancelled", "stopped while monitoring");
     o.extra = {{"board", *board}, {"lines", lines}};
     if (expect->empty()) {
       o.ok = true;
       return o;
     }
     boot = {{"board", *board}, {"ok", false}, {"pattern", *expect}};
-    return fail("verify", absl::StrCat("'", *expect, "' not seen on ", *board, " within ", timeout_ms / 1000.0, " s (",
+    return FailWith(o, "verify", absl::StrCat("'", *expect, "' not seen on ", *board, " within ", timeout_ms / 1000.0, " s (",
                                        lines, " lines", last.empty() ? "" : absl::StrCat("; last: ", last), ")"));
   }
 
@@ -515,17 +512,12 @@ struct SkillRunner::RunState {
 
   StepOutcome Analyze(const SkillStep& s, std::ofstream& log) {
     StepOutcome o;
-    auto fail = [&](const std::string& klass, const std::string& why) {
-      o.failure_class = klass;
-      o.error = why;
-      return o;
-    };
     Provider* p = deps.providers ? deps.providers->Find("") : nullptr;
-    if (!p) return fail("provider", "no provider is configured (export ANTHROPIC_API_KEY or OPENAI_API_KEY, then fwai daemon stop)");
+    if (!p) return FailWith(o, "provider", "no provider is configured (export ANTHROPIC_API_KEY or OPENAI_API_KEY, then fwai daemon stop)");
     std::string text;
     if (!s.log.empty()) {
       auto name = Var(s.log);
-      if (!name.ok()) return fail("config", std::string(name.status().message()));
+      if (!name.ok()) return FailWith(o, "config", std::string(name.status().message()));
       fs::path file;
       if (auto it = step_logs.find(*name); it != step_logs.end()) {
         file = it->second;
@@ -533,14 +525,14 @@ struct SkillRunner::RunState {
         file = fs::path(*name).is_relative() ? fs::path(req.project_root) / *name : fs::path(*name);
       }
       std::error_code ec;
-      if (!fs::is_regular_file(file, ec)) return fail("failed", absl::StrCat("llm_analyze: no log '", *name, "' (", file.string(), ")"));
+      if (!fs::is_regular_file(file, ec)) return FailWith(o, "failed", absl::StrCat("llm_analyze: no log '", *name, "' (", file.string(), ")"));
       text = ReadFileText(file);
       constexpr size_t kTail = 48 * 1024;
       if (text.size() > kTail) text = "[...]\n" + text.substr(text.size() - kTail);
       text = secrets.Redact(text);
     }
     auto prompt = Var(s.prompt);
-    if (!prompt.ok()) return fail("config", std::string(prompt.status().message()));
+    if (!prompt.ok()) return FailWith(o, "config", std::string(prompt.status().message()));
     ChatRequest cr;
     cr.model = p->config().model;
     cr.system =
@@ -570,8 +562,8 @@ struct SkillRunner::RunState {
     if (!pending.empty()) Emit(s.name, "output", pending, true);
     log << answer << '\n';
     if (!r.ok()) {
-      if (cancel->cancelled()) return fail(timed_out ? "timeout" : "cancelled", std::string(r.status().message()));
-      return fail("provider", std::string(r.status().message()));
+      if (cancel->cancelled()) return FailWith(o, timed_out ? "timeout" : "cancelled", std::string(r.status().message()));
+      return FailWith(o, "provider", std::string(r.status().message()));
     }
     double in = 0, out = 0;
     PriceFor(cr.model, &in, &out);
@@ -588,22 +580,17 @@ struct SkillRunner::RunState {
 
   StepOutcome Agentic(const SkillStep& s, std::ofstream& log) {
     StepOutcome o;
-    auto fail = [&](const std::string& klass, const std::string& why) {
-      o.failure_class = klass;
-      o.error = why;
-      return o;
-    };
-    if (!deps.sessions || !deps.turns) return fail("failed", "agentic steps need the agent (not available here)");
+    if (!deps.sessions || !deps.turns) return FailWith(o, "failed", "agentic steps need the agent (not available here)");
     if (!deps.providers || !deps.providers->Find("")) {
-      return fail("provider", "no provider is configured (export ANTHROPIC_API_KEY or OPENAI_API_KEY, then fwai daemon stop)");
+      return FailWith(o, "provider", "no provider is configured (export ANTHROPIC_API_KEY or OPENAI_API_KEY, then fwai daemon stop)");
     }
     auto goal = Var(s.goal);
-    if (!goal.ok()) return fail("config", std::string(goal.status().message()));
+    if (!goal.ok()) return FailWith(o, "config", std::string(goal.status().message()));
     NewSession ns;
     ns.title = absl::StrCat("skill ", skill.name, ": ", s.name);
     ns.project_root = req.project_root;
     auto session = deps.sessions->Create(caller.identity, ns);
-    if (!session.ok()) return fail("failed", std::string(session.status().message()));
+    if (!session.ok()) return FailWith(o, "failed", std::string(session.status().message()));
     o.command = absl::StrCat("agent in session ", session->id);
     Emit(s.name, "output", absl::StrCat("agent session ", session->id, " (fwai sessions attach ", session->id, ")"), true,
          json{{"session_id", session->id}});
@@ -611,15 +598,15 @@ struct SkillRunner::RunState {
     tr.session_id = session->id;
     tr.text = *goal;
     tr.sender = caller.display;
-    if (auto st = deps.turns->Start(tr); !st.ok()) return fail("failed", std::string(st.message()));
+    if (auto st = deps.turns->Start(tr); !st.ok()) return FailWith(o, "failed", std::string(st.message()));
     const int timeout_ms = StepTimeoutMs(s, 900);
     const int64_t until = NowMicros() + static_cast<int64_t>(timeout_ms) * 1000;
     while (deps.turns->Running(session->id)) {
       if (cancel->cancelled() || NowMicros() > until) {
         deps.turns->Cancel(session->id);
         for (int i = 0; i < 100 && deps.turns->Running(session->id); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
-        if (cancel->cancelled()) return fail(timed_out ? "timeout" : "cancelled", "the agent was stopped");
-        return fail("timeout", absl::StrCat("the agent did not finish within ", timeout_ms / 1000, " s"));
+        if (cancel->cancelled()) return FailWith(o, timed_out ? "timeout" : "cancelled", "the agent was stopped");
+        return FailWith(o, "timeout", absl::StrCat("the agent did not finish within ", timeout_ms / 1000, " s"));
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
@@ -643,7 +630,7 @@ struct SkillRunner::RunState {
     log << final_text << '\n';
     for (absl::string_view l : absl::StrSplit(final_text, '\n')) Emit(s.name, "output", std::string(l), true);
     o.extra = {{"session_id", session->id}};
-    if (final_text.empty()) return fail("provider", absl::StrCat("the agent ended without an answer (see fwai sessions show ", session->id, ")"));
+    if (final_text.empty()) return FailWith(o, "provider", absl::StrCat("the agent ended without an answer (see fwai sessions show ", session->id, ")"));
     o.ok = true;
     return o;
   }

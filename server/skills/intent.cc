@@ -142,6 +142,9 @@ IntentMatch ResolveIntent(const std::string& text, const std::vector<Skill>& ski
     int foreign = 0;
     for (const auto& w : text_set) foreign += all_name_parts.count(w) && !vocab.count(w) ? 1 : 0;
     score -= 0.15 * foreign;
+    // Words the skill does not explain ("... and explain the warnings") mean
+    // the person wants more than the skill: ask rather than run.
+    score -= 0.08 * (static_cast<int>(content.size()) - covered);
     if (question) score *= 0.7;  // questions are for the chat
     scored.push_back({&s, score,
                       absl::StrCat("name ", name_hits, "/", name_parts.size(), ", keywords [", absl::StrJoin(matched, ", "),

@@ -174,7 +174,11 @@ TEST(IntentTest, ThreeTiers) {
   m = ResolveIntent("build it, flash it and check that it boots", skills, nullptr, nullptr);
   EXPECT_EQ(m.skill, "build-flash-verify");
   EXPECT_EQ(m.action, "run");
+  m = ResolveIntent("build the firmware and explain every warning in detail", skills, nullptr, nullptr);
+  EXPECT_EQ(m.skill, "build");
+  EXPECT_NE(m.action, "run");  // more than the skill does: ask, or chat
   m = ResolveIntent("how do I configure the PLL for 24 MHz?", skills, nullptr, nullptr);
+
   EXPECT_EQ(m.action, "chat");
   m = ResolveIntent("what does the flash guard check?", skills, nullptr, nullptr);
   EXPECT_NE(m.action, "run");  // a question about flashing is not a flash

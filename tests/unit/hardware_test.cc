@@ -492,6 +492,14 @@ TEST(LeaseManagerTest, HeldNamesTheHolderWaitersGetItAndTtlExpires) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   EXPECT_FALSE(leases.Holder("b1").has_value());
+  // The end callback runs just after the lease is dropped.
+  for (int i = 0; i < 100; ++i) {
+    {
+      std::lock_guard lock(mu);
+      if (ended.size() >= 2) break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
   std::lock_guard lock(mu);
   ASSERT_EQ(ended.size(), 2u);
   EXPECT_NE(ended[0].find("released by its holder"), std::string::npos);

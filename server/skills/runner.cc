@@ -394,7 +394,11 @@ struct SkillRunner::RunState {
       }
     }
     o.command = absl::StrCat("monitor ", *board, expect->empty() ? "" : absl::StrCat(" until '", *expect, "'"));
-    if (!send->empty()) {
+    // Writing needs the lease; so does watching a simulated board that is
+    // paused because nobody holds it (the lease resumes it).
+    bool paused = false;
+    for (const auto& d : deps.hardware->List()) paused |= d.id == *board && d.state == "paused";
+    if (!send->empty() || paused) {
       if (auto st = EnsureLease(*board); !st.ok()) return FailWith(o, "hardware", std::string(st.message()));
     }
     const bool from_run = s.since == "run" && since_seq.count(*board);

@@ -26,7 +26,9 @@
 #include "server/project/policy.h"
 #include "server/project/project.h"
 #include "server/project/secrets.h"
+#include "fwai/v1/events.pb.h"
 #include "server/session/session_manager.h"
+#include "server/session/subscriber.h"
 #include "server/skills/diagnostics.h"
 #include "server/skills/skill.h"
 #include "server/tools/process_runner.h"
@@ -598,6 +600,53 @@ struct SkillRunner::RunState {
     o.command = absl::StrCat("agent in session ", session->id);
     Emit(s.name, "output", absl::StrCat("agent session ", session->id, " (fwai sessions attach ", session->id, ")"), true,
          json{{"session_id", session->id}});
+    // The agent's answer and tool calls stream as the step's output.
+    auto sub = deps.sessions->Subscribe(session->id, 0, true, true, [] {});
+    struct Unsub {
+      SessionManager* sessions;
+      std::string id;
+      std::shared_ptr<Subscriber> sub;
+      ~Unsub() {
+        if (sub) sessions->Unsubscribe(id, sub.get());
+      }
+    } unsub{deps.sessions, session->id, sub.ok() ? *sub : nullptr};
+    std::string pending;
+    auto flush_text = [&](bool all) {
+      size_t nl;
+      while ((nl = pending.find('\n')) != std::string::npos) {
+        Emit(s.name, "output", secrets.Redact(pending.substr(0, nl)), true);
+        pending.erase(0, nl + 1);
+      }
+      if (all && !pending.empty()) {
+        Emit(s.name, "output", secrets.Redact(pending), true);
+        pending.clear();
+      }
+    };
+    auto drain = [&] {
+      if (!unsub.sub) return;
+      std::string bytes;
+      absl::Status st;
+      while (unsub.sub->Pull(&bytes, &st) == Subscriber::PullResult::kEvent) {
+        v1::ServerEvent ev;
+        if (!ev.ParseFromString(bytes)) continue;
+        if (ev.has_text_delta() && !ev.text_delta().thinking() && ev.text_delta().origin().parent_call_id().empty()) {
+          pending += ev.text_delta().text();
+          flush_text(false);
+        } else if (ev.has_tool_call_started()) {
+          flush_text(true);
+          const auto& t = ev.tool_call_started();
+          Emit(s.name, "output", absl::StrCat(t.agent() == "main" || t.agent().empty() ? "" : t.agent() + ": ", "→ ", t.tool()), true,
+               json{{"call_id", t.call_id()}, {"tool", t.tool()}});
+        } else if (ev.has_tool_call_finished()) {
+          const auto& t = ev.tool_call_finished();
+          Emit(s.name, "output", absl::StrCat("← ", t.is_error() ? "error" : "ok", " (", t.duration_ms(), " ms)"), !t.is_error(),
+               json{{"call_id", t.call_id()}});
+        } else if (ev.has_error()) {
+          flush_text(true);
+          Emit(s.name, "output", absl::StrCat("error: ", ev.error().message()), false);
+        }
+      }
+    };
     TurnRequest tr;
     tr.session_id = session->id;
     tr.text = *goal;
@@ -606,6 +655,7 @@ struct SkillRunner::RunState {
     const int timeout_ms = StepTimeoutMs(s, 900);
     const int64_t until = NowMicros() + static_cast<int64_t>(timeout_ms) * 1000;
     while (deps.turns->Running(session->id)) {
+      drain();
       if (cancel->cancelled() || NowMicros() > until) {
         deps.turns->Cancel(session->id);
         for (int i = 0; i < 100 && deps.turns->Running(session->id); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
@@ -614,6 +664,8 @@ struct SkillRunner::RunState {
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
+    drain();
+    flush_text(true);
     auto history = deps.sessions->LoadHistory(session->id);
     std::string final_text;
     if (history.ok() && !history->empty() && history->back().role == "assistant") {
@@ -632,7 +684,9 @@ struct SkillRunner::RunState {
     }
     final_text = secrets.Redact(final_text);
     log << final_text << '\n';
-    for (absl::string_view l : absl::StrSplit(final_text, '\n')) Emit(s.name, "output", std::string(l), true);
+    if (!unsub.sub) {
+      for (absl::string_view l : absl::StrSplit(final_text, '\n')) Emit(s.name, "output", std::string(l), true);
+    }
     o.extra = {{"session_id", session->id}};
     if (final_text.empty()) return FailWith(o, "provider", absl::StrCat("the agent ended without an answer (see fwai sessions show ", session->id, ")"));
     o.ok = true;

@@ -6,6 +6,7 @@
 // of a run, intent resolution, and the REPL's /build.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -330,11 +331,23 @@ TEST_F(SkillsTest, AgenticStepRunsAnAgentTurn) {
   StartDaemon("", /*providers=*/true);
   WriteFile(".fwai/skills/review.yaml",
             "name: review\nsteps:\n  - name: look\n    agentic:\n      goal: Summarise ${PROJECT_NAME} in one line.\n");
+  FakeReply look;
+  look.chunks = {"Reading the Makefile.\n"};
+  look.tool_calls = {{"c1", "read_file", {{"path", "Makefile"}}}};
+  fake_.Enqueue(look);
   FakeReply r;
-  r.chunks = {"A blinky for the STM32VLDISCOVERY."};
+  r.chunks = {"A blinky for the ", "STM32VLDISCOVERY."};
   fake_.Enqueue(r);
   std::string out, err;
   ASSERT_EQ(Fwai({"--json", "run", "review", "--ci"}, &out, &err), 0) << out << err;
+  // The agent's text and tool calls stream as the step's output, in order.
+  std::vector<std::string> texts;
+  for (const auto& e : Events(out, "output")) texts.push_back(e["text"]);
+  auto at = [&](const std::string& t) { return std::find(texts.begin(), texts.end(), t) - texts.begin(); };
+  ASSERT_LT(at("Reading the Makefile."), static_cast<long>(texts.size())) << out;
+  EXPECT_LT(at("Reading the Makefile."), at("→ read_file"));
+  EXPECT_LT(at("→ read_file"), at("A blinky for the STM32VLDISCOVERY."));
+  EXPECT_NE(std::find_if(texts.begin(), texts.end(), [](const std::string& t) { return t.rfind("← ok", 0) == 0; }), texts.end());
   json s = Events(out, "run_finished")[0]["data"];
   ASSERT_EQ(s["llm_calls"].size(), 1u);
   const std::string session = s["llm_calls"][0]["session_id"];
@@ -342,7 +355,7 @@ TEST_F(SkillsTest, AgenticStepRunsAnAgentTurn) {
   bool said = false;
   for (const auto& e : Events(out, "output")) said |= e["text"] == "A blinky for the STM32VLDISCOVERY.";
   EXPECT_TRUE(said) << out;
-  ASSERT_GE(fake_.requests().size(), 1u);
+  ASSERT_GE(fake_.requests().size(), 2u);
   EXPECT_NE(fake_.requests()[0].body.dump().find("Summarise stm32vl-blinky in one line."), std::string::npos);
 }
 

@@ -101,7 +101,7 @@ int RunSkill(const Globals& g, const SkillRunOptions& o) {
   ctx.AddMetadata("fwai-client", "fwai run");
   // The watchdog: the run's own limit plus a margin; the daemon enforces the
   // limit itself, this catches a daemon or a connection that went quiet.
-  const int limit_s = (o.timeout_s > 0 ? o.timeout_s : 1800) + 60;
+  const int limit_s = (o.timeout_s > 0 ? o.timeout_s : std::max(1, skill->timeout_s())) + 60;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(limit_s));
   g_running_ctx = &ctx;
   struct sigaction sa {}, old {};

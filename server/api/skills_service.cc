@@ -62,6 +62,7 @@ class SkillsService final : public pb::Skills::CallbackService {
         o->set_builtin(s.builtin);
         o->set_source(s.source);
         o->set_flashes(s.flashes());
+        o->set_timeout_s(s.timeout_s);
         for (const auto& st : s.steps) o->add_steps(absl::StrCat(st.name, " (", st.type == "tool" ? st.tool : st.type, ")"));
         for (const auto& k : s.keywords) o->add_keywords(k);
         for (const auto& [k, v] : s.vars) (*o->mutable_vars())[k] = v;

@@ -6,18 +6,25 @@
 //                history append, events, a trivial tool, next request), p50/p99
 //   sub-agents   ten parallel sub-agents streaming through one session to two
 //                attached clients: events/s per client and added latency
+//   skill runs   a one-step skill (`true` in the sandbox) through Skills.Run:
+//                the daemon's cost per run besides the command itself
 #include <grpcpp/grpcpp.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/strings/numbers.h"
 #include "common/clock.h"
+#include "fwai/v1/projects.grpc.pb.h"
 #include "tests/bench/bench_util.h"
 #include "tests/integration/daemon_fixture.h"
 
@@ -144,6 +151,38 @@ int Main(int argc, char** argv) {
                 i + 1, static_cast<unsigned long long>(c.events), static_cast<unsigned long long>(c.sub_deltas), 10,
                 chunks, c.events / std::max(secs, 1e-9), Percentile(c.latency_ms, 0.5), Percentile(c.latency_ms, 0.99));
   }
+
+  // Skill runs: wall time of Skills.Run minus the step's own duration.
+  std::filesystem::create_directories(d.project_dir() + "/.fwai/skills");
+  std::ofstream(d.project_dir() + "/.fwai/skills/noop.yaml") << "name: noop\nsteps:\n  - tool: shell\n    command: \"true\"\n";
+  auto skills = pb::Skills::NewStub(d.channel());
+  std::vector<double> total_ms, overhead_ms;
+  const int runs = quick ? 20 : 100;
+  for (int i = 0; i < runs; ++i) {
+    grpc::ClientContext ctx;
+    pb::RunSkillRequest req;
+    req.set_project_root(d.project_dir());
+    req.set_skill("noop");
+    req.set_ci(true);
+    const int64_t t0 = MonotonicNanos();
+    auto reader = skills->Run(&ctx, req);
+    pb::SkillEvent ev;
+    double step_ms = -1;
+    while (reader->Read(&ev)) {
+      if (ev.kind() == "step_finished") step_ms = nlohmann::json::parse(ev.json()).value("duration_ms", -1.0);
+    }
+    const double total = (MonotonicNanos() - t0) / 1e6;
+    if (!reader->Finish().ok() || step_ms < 0) {
+      std::fprintf(stderr, "skill run %d failed\n%s\n", i, d.log().c_str());
+      return 1;
+    }
+    total_ms.push_back(total);
+    overhead_ms.push_back(total - step_ms);
+  }
+  std::printf("RESULT skill_run ms p50=%.2f p99=%.2f daemon_overhead_ms p50=%.2f p99=%.2f (%d runs of a one-step skill, "
+              "`true` in the sandbox; overhead = wall time - the step's duration)\n",
+              Percentile(total_ms, 0.5), Percentile(total_ms, 0.99), Percentile(overhead_ms, 0.5),
+              Percentile(overhead_ms, 0.99), runs);
   return 0;
 }
 

@@ -559,7 +559,7 @@ absl::StatusOr<DaemonConfig> ParseConfig(const std::string& yaml_text, const std
     }
     if (auto n = root["catalog"]) {
       CFG_TRY(r.CheckKeys(n, "catalog", {"coarse_slices", "candidates", "grouping", "rrf_k", "vector_weight", "whole_weight",
-                                         "synonym_weight", "family_weight"}));
+                                         "synonym_weight", "family_weight", "namespace_boost"}));
       auto& k = c.catalog;
       if (n["coarse_slices"]) CFG_TRY(r.Int(n["coarse_slices"], "catalog.coarse_slices", 1, 10000, k.coarse_slices));
       if (n["candidates"]) CFG_TRY(r.Int(n["candidates"], "catalog.candidates", 1, 1000, k.candidates));
@@ -572,6 +572,7 @@ absl::StatusOr<DaemonConfig> ParseConfig(const std::string& yaml_text, const std
       if (n["whole_weight"]) CFG_TRY(r.Double(n["whole_weight"], "catalog.whole_weight", 0, 100, k.whole_weight));
       if (n["synonym_weight"]) CFG_TRY(r.Double(n["synonym_weight"], "catalog.synonym_weight", 0, 1, k.synonym_weight));
       if (n["family_weight"]) CFG_TRY(r.Double(n["family_weight"], "catalog.family_weight", 0, 1, k.family_weight));
+      if (n["namespace_boost"]) CFG_TRY(r.Double(n["namespace_boost"], "catalog.namespace_boost", 0, 10, k.namespace_boost));
     }
     if (auto n = root["knowledge"]) {
       CFG_TRY(r.CheckKeys(n, "knowledge",

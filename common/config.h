@@ -93,6 +93,7 @@ struct CatalogConfig {
   double whole_weight = 0.0;
   double synonym_weight = 0.35;  // query expansion: synonyms (0: off)
   double family_weight = 0.8;    // query expansion: part-number families (0: off)
+  double namespace_boost = 0.2;  // a query naming a program prefers its tools (0: off)
 };
 
 struct McpServerEntry {

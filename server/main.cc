@@ -325,6 +325,7 @@ int Main(int argc, char** argv) {
   co.whole_weight = config.catalog.whole_weight;
   co.synonym_weight = config.catalog.synonym_weight;
   co.family_weight = config.catalog.family_weight;
+  co.namespace_boost = config.catalog.namespace_boost;
   auto tool_reranker = MakeBuiltinReranker(ToolCatalogRerankWeights());
   auto catalog = ToolCatalogStore::Open(**storage, co, *embedder, *tool_reranker);
   if (!catalog.ok()) {

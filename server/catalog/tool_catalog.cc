@@ -7,6 +7,9 @@
 #include <mutex>
 #include <shared_mutex>
 #include <unordered_map>
+#include <unordered_set>
+
+#include <set>
 
 #include <nlohmann/json.hpp>
 
@@ -159,6 +162,10 @@ struct ToolCatalogStore::Impl {
   mutable std::shared_mutex mu;
   std::vector<ToolRecord> tools;  // by slot; empty uuid = removed
   std::vector<std::string> whole;  // whole-document text by slot
+  // The program a tool belongs to: its ToolName's namespace words (openocd,
+  // gdb, git, github ...; "mcp" left out), by slot.
+  std::vector<std::vector<std::string>> tool_ns;
+  std::set<std::string> all_ns;  // every namespace word seen
   std::unordered_map<std::string, uint32_t> by_name;
   std::vector<uint32_t> slice_tool;  // slice id -> slot
   std::vector<std::vector<uint32_t>> tool_slices;  // slot -> slice ids
@@ -176,6 +183,13 @@ struct ToolCatalogStore::Impl {
     uint32_t slot = static_cast<uint32_t>(tools.size());
     tools.push_back(rec);
     whole.push_back(WholeText(d));
+    {
+      std::vector<std::string> ns;
+      if (const size_t dot = rec.name.rfind('.'); dot != std::string::npos) Tokenize(NameWords(rec.name.substr(0, dot)), &ns);
+      std::erase(ns, std::string("mcp"));
+      all_ns.insert(ns.begin(), ns.end());
+      tool_ns.push_back(std::move(ns));
+    }
     tool_slices.emplace_back();
     by_name[rec.name] = slot;
     std::vector<std::string> texts;
@@ -216,6 +230,7 @@ struct ToolCatalogStore::Impl {
     docs.Remove(slot);
     by_name.erase(tools[slot].name);
     tools[slot] = ToolRecord{};
+    if (slot < tool_ns.size()) tool_ns[slot].clear();
   }
 };
 
@@ -308,6 +323,19 @@ absl::StatusOr<std::vector<ToolHitRecord>> ToolCatalogStore::Search(const std::s
     qv = std::move(v[0]);
   }
   std::shared_lock<std::shared_mutex> lock(m.mu);
+  // Programs the query names ("with OpenOCD", "in gdb", "on GitHub").
+  const std::set<std::string> qset(q.begin(), q.end());
+  std::set<std::string> named_ns;
+  for (const auto& w : qset) {
+    if (m.all_ns.count(w)) named_ns.insert(w);
+  }
+  auto names_program = [&](uint32_t slot) {
+    if (slot >= m.tool_ns.size()) return false;
+    for (const auto& w : m.tool_ns[slot]) {
+      if (named_ns.count(w)) return true;
+    }
+    return false;
+  };
   std::vector<std::pair<uint32_t, double>> ranked;  // slot, score
   if (mode == CatalogMode::kWholeLexical) {
     for (const auto& [slot, s] : m.docs.Search(q, top_k)) ranked.emplace_back(slot, s);
@@ -350,6 +378,15 @@ absl::StatusOr<std::vector<ToolHitRecord>> ToolCatalogStore::Search(const std::s
     }
     const size_t keep = mode == CatalogMode::kSlicesRerank ? std::max<size_t>(m.options.candidates, top_k) : top_k;
     if (ranked.size() > keep) ranked.resize(keep);
+    if (mode == CatalogMode::kSlicesRerank && m.options.namespace_boost > 0 && !named_ns.empty()) {
+      // The best whole-document matches within the named program join the pool.
+      std::unordered_set<uint32_t> in_pool;
+      for (const auto& r : ranked) in_pool.insert(r.first);
+      const double floor = ranked.empty() ? 0.0 : ranked.back().second;
+      for (const auto& [slot, sc] : m.docs.Search(wq, 5, [&](uint32_t slot) { return names_program(slot) && !in_pool.count(slot); })) {
+        ranked.emplace_back(slot, floor);
+      }
+    }
     const double best = ranked.empty() ? 1.0 : std::max(ranked[0].second, 1e-12);
     for (auto& r : ranked) r.second /= best;
     if (mode == CatalogMode::kSlicesRerank && !ranked.empty()) {
@@ -369,6 +406,13 @@ absl::StatusOr<std::vector<ToolHitRecord>> ToolCatalogStore::Search(const std::s
         cands.push_back(std::move(c));
       }
       ASSIGN_OR_RETURN(auto scores, m.reranker.Score(query, cands));
+      // A query that names the program ("with OpenOCD", "in gdb", "on GitHub")
+      // prefers that program's tools: the namespace of the ToolName.
+      if (m.options.namespace_boost > 0 && !named_ns.empty()) {
+        for (size_t i = 0; i < ranked.size(); ++i) {
+          if (names_program(ranked[i].first)) scores[i] *= 1.0 + m.options.namespace_boost;
+        }
+      }
       for (size_t i = 0; i < ranked.size(); ++i) ranked[i].second = scores[i];
       std::stable_sort(ranked.begin(), ranked.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
     }

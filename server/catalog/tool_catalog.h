@@ -34,6 +34,10 @@ struct CatalogOptions {
   // Query expansion in the slice modes (whole-lexical stays plain).
   double synonym_weight = 0.35;
   double family_weight = 0.8;
+  // A query naming a program (a ToolName namespace word: openocd, gdb, git,
+  // github ...) adds that program's best matches to the rerank pool and
+  // multiplies their reranked scores by 1 + this (0: off).
+  double namespace_boost = 0.2;
 };
 
 struct ToolRecord {

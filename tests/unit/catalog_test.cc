@@ -134,3 +134,32 @@ TEST_F(CatalogTest, BadEntriesAreRefusedWholeAndArgumentsChecked) {
 
 }  // namespace
 }  // namespace fwai
+
+namespace fwai {
+namespace {
+
+TEST_F(CatalogTest, NamingTheProgramOrTheChipFamilyPicksItsTool) {
+  ASSERT_TRUE(catalog_->Register({
+      R"({"ToolName":"openocd.load_image","ToolDescription":"Load an image from file into target memory at an offset.","Args":[]})",
+      R"({"ToolName":"gdb.load","ToolDescription":"Load an image from file into target memory.","Args":[]})",
+      R"({"ToolName":"openocd.stm32f1x_mass_erase","ToolDescription":"Mass erases the entire flash device.","Args":[]})",
+      R"({"ToolName":"openocd.stm32h7x_mass_erase","ToolDescription":"Mass erases the entire flash device.","Args":[]})",
+      R"({"ToolName":"openocd.nrf5_mass_erase","ToolDescription":"Mass erases the entire flash device.","Args":[]})",
+  }).ok());
+  auto hits = catalog_->Search("load the image file into memory with gdb", 2);
+  ASSERT_TRUE(hits.ok()) << hits.status();
+  EXPECT_EQ((*hits)[0].tool.name, "gdb.load");
+  hits = catalog_->Search("load the image file into memory with openocd", 2);
+  ASSERT_TRUE(hits.ok());
+  EXPECT_EQ((*hits)[0].tool.name, "openocd.load_image");
+  // A part number finds its family's command; "wipe ... program memory" finds erase.
+  hits = catalog_->Search("wipe the program memory of an STM32H743 in one go", 3);
+  ASSERT_TRUE(hits.ok());
+  EXPECT_EQ((*hits)[0].tool.name, "openocd.stm32h7x_mass_erase");
+  hits = catalog_->Search("wipe the program memory of an nRF52832 in one go", 3);
+  ASSERT_TRUE(hits.ok());
+  EXPECT_EQ((*hits)[0].tool.name, "openocd.nrf5_mass_erase");
+}
+
+}  // namespace
+}  // namespace fwai

@@ -248,88 +248,71 @@ class HardwareService final : public pb::Hardware::CallbackService {
 
   grpc::ServerWriteReactor<pb::FlashProgress>* Flash(grpc::CallbackServerContext* ctx,
                                                      const pb::FlashRequest* req) override {
-    class Reactor final : public grpc::ServerWriteReactor<pb::FlashProgress> {
-     public:
-      // The worker keeps the writer and cancel token alive after the reactor
-      // is gone; nothing is written to the stream after Finish.
-      struct State {
-        QueuedWriter<pb::FlashProgress> writer;
-        CancelToken cancel;
-      };
-      Reactor(HardwareService* svc, grpc::CallbackServerContext* ctx, const pb::FlashRequest* req)
-          : state_(std::make_shared<State>()) {
-        state_->writer.Bind([this](const pb::FlashProgress* m) { StartWrite(m); },
-                            [this](grpc::Status s) { Finish(std::move(s)); });
-        if (!svc->deps_.hardware) {
-          state_->writer.Close(grpc::Status(grpc::StatusCode::UNAVAILABLE, "the hardware broker is not running"));
+    auto* svc = this;
+    using Stream = WorkStreamReactor<pb::FlashProgress>;
+    return new Stream([&](const std::shared_ptr<Stream::State>& st) {
+      if (!svc->deps_.hardware) {
+        st->writer.Close(grpc::Status(grpc::StatusCode::UNAVAILABLE, "the hardware broker is not running"));
+        return;
+      }
+      Caller c = svc->CallerOf(ctx, req->lease_id());
+      pb::FlashRequest copy = *req;
+      auto work = [st, svc, c, copy] {
+        auto board = svc->deps_.hardware->ResolveBoard(copy.device_id(), c);
+        if (!board.ok()) {
+          st->writer.Close(ToGrpcStatus(board.status()));
           return;
         }
-        Caller c = svc->CallerOf(ctx, req->lease_id());
-        pb::FlashRequest copy = *req;
-        auto work = [st = state_, svc, c, copy] {
-          auto board = svc->deps_.hardware->ResolveBoard(copy.device_id(), c);
-          if (!board.ok()) {
-            st->writer.Close(ToGrpcStatus(board.status()));
-            return;
-          }
-          // The policy's flash settings (project and organisation): which
-          // boards, whether a person must approve, whether sources must be older.
-          std::string root = copy.project_root().empty() ? FindProjectRoot(copy.image_path()) : copy.project_root();
-          bool approved = copy.approved();
-          bool check_fresh = true;
-          auto rules = LoadPolicy(root, svc->deps_.config ? svc->deps_.config->policy_file : "");
-          if (!rules.ok()) {
-            st->writer.Close(ToGrpcStatus(absl::FailedPreconditionError(absl::StrCat("policy: ", rules.status().message()))));
-            return;
-          }
-          PolicyDecision d = CheckFlashPolicy(*rules, *board, approved);
-          if (!d.allowed && d.rule.rfind("flash.allowed_boards", 0) == 0) {
-            if (svc->deps_.evidence) {
-              (void)svc->deps_.evidence->Append({{"kind", "policy_refusal"}, {"action", "flash"}, {"board", *board},
-                                                 {"image", copy.image_path()}, {"rule", d.rule}, {"by", c.display}});
-            }
-            st->writer.Close(ToGrpcStatus(absl::PermissionDeniedError(absl::StrCat("refused by policy (", d.rule, "): ", d.reason))));
-            return;
-          }
-          if (!rules->flash_require_approval) approved = true;  // waived by the policy
-          check_fresh = rules->flash_require_fresh;
-          auto r = svc->deps_.hardware->Flash(
-              c, *board, copy.image_path(), approved, copy.project_root(),
-              [st](const FlashProgressUpdate& u) {
-                pb::FlashProgress p;
-                p.set_stage(u.stage);
-                p.set_fraction(u.fraction);
-                p.set_message(u.message);
-                st->writer.Push(std::move(p));
-              },
-              &st->cancel, check_fresh);
-          if (!r.ok()) {
-            st->writer.Close(ToGrpcStatus(r.status()));
-            return;
-          }
-          pb::FlashProgress done;
-          done.set_stage("done");
-          done.set_fraction(1);
-          done.set_done(true);
-          done.set_image_sha256(r->sha256);
-          done.set_boot_line(r->boot_line);
-          done.set_seconds(r->seconds);
-          done.set_message(absl::StrCat("flashed ", *board));
-          st->writer.Push(std::move(done));
-          st->writer.Close(grpc::Status::OK);
-        };
-        if (!svc->workers_.Submit(std::move(work))) {
-          state_->writer.Close(grpc::Status(grpc::StatusCode::UNAVAILABLE, "fwaid is shutting down"));
+        // The policy's flash settings (project and organisation): which
+        // boards, whether a person must approve, whether sources must be older.
+        std::string root = copy.project_root().empty() ? FindProjectRoot(copy.image_path()) : copy.project_root();
+        bool approved = copy.approved();
+        bool check_fresh = true;
+        auto rules = LoadPolicy(root, svc->deps_.config ? svc->deps_.config->policy_file : "");
+        if (!rules.ok()) {
+          st->writer.Close(ToGrpcStatus(absl::FailedPreconditionError(absl::StrCat("policy: ", rules.status().message()))));
+          return;
         }
+        PolicyDecision d = CheckFlashPolicy(*rules, *board, approved);
+        if (!d.allowed && d.rule.rfind("flash.allowed_boards", 0) == 0) {
+          if (svc->deps_.evidence) {
+            (void)svc->deps_.evidence->Append({{"kind", "policy_refusal"}, {"action", "flash"}, {"board", *board},
+                                               {"image", copy.image_path()}, {"rule", d.rule}, {"by", c.display}});
+          }
+          st->writer.Close(ToGrpcStatus(absl::PermissionDeniedError(absl::StrCat("refused by policy (", d.rule, "): ", d.reason))));
+          return;
+        }
+        if (!rules->flash_require_approval) approved = true;  // waived by the policy
+        check_fresh = rules->flash_require_fresh;
+        auto r = svc->deps_.hardware->Flash(
+            c, *board, copy.image_path(), approved, copy.project_root(),
+            [st](const FlashProgressUpdate& u) {
+              pb::FlashProgress p;
+              p.set_stage(u.stage);
+              p.set_fraction(u.fraction);
+              p.set_message(u.message);
+              st->writer.Push(std::move(p));
+            },
+            &st->cancel, check_fresh);
+        if (!r.ok()) {
+          st->writer.Close(ToGrpcStatus(r.status()));
+          return;
+        }
+        pb::FlashProgress done;
+        done.set_stage("done");
+        done.set_fraction(1);
+        done.set_done(true);
+        done.set_image_sha256(r->sha256);
+        done.set_boot_line(r->boot_line);
+        done.set_seconds(r->seconds);
+        done.set_message(absl::StrCat("flashed ", *board));
+        st->writer.Push(std::move(done));
+        st->writer.Close(grpc::Status::OK);
+      };
+      if (!svc->workers_.Submit(std::move(work))) {
+        st->writer.Close(grpc::Status(grpc::StatusCode::UNAVAILABLE, "fwaid is shutting down"));
       }
-      void OnWriteDone(bool ok) override { state_->writer.OnWriteDone(ok); }
-      void OnCancel() override { state_->cancel.Cancel(); }
-      void OnDone() override { delete this; }
-
-     private:
-      std::shared_ptr<State> state_;
-    };
-    return new Reactor(this, ctx, req);
+    });
   }
 
   grpc::ServerBidiReactor<pb::SerialClientMessage, pb::SerialServerMessage>* Serial(

@@ -9,7 +9,10 @@
 #include <condition_variable>
 #include <deque>
 #include <functional>
+#include <memory>
 #include <mutex>
+
+#include "common/cancel.h"
 
 namespace fwai {
 
@@ -85,6 +88,30 @@ class QueuedWriter {
   grpc::Status status_;
   Start start_;
   FinishFn finish_;
+};
+
+// A server stream fed by work done elsewhere (a worker pool or a thread of
+// its own). `start` gets the shared state and hands the work on, or closes
+// the writer at once; the client's cancel fires the token. The state
+// outlives the reactor: nothing is written after Finish.
+template <typename Msg>
+class WorkStreamReactor final : public grpc::ServerWriteReactor<Msg> {
+ public:
+  struct State {
+    QueuedWriter<Msg> writer;
+    CancelToken cancel;
+  };
+  explicit WorkStreamReactor(const std::function<void(const std::shared_ptr<State>&)>& start)
+      : state_(std::make_shared<State>()) {
+    state_->writer.Bind([this](const Msg* m) { this->StartWrite(m); }, [this](grpc::Status s) { this->Finish(std::move(s)); });
+    start(state_);
+  }
+  void OnWriteDone(bool ok) override { state_->writer.OnWriteDone(ok); }
+  void OnCancel() override { state_->cancel.Cancel(); }
+  void OnDone() override { delete this; }
+
+ private:
+  std::shared_ptr<State> state_;
 };
 
 }  // namespace fwai

@@ -90,75 +90,61 @@ class SkillsService final : public pb::Skills::CallbackService {
   }
 
   grpc::ServerWriteReactor<pb::SkillEvent>* Run(grpc::CallbackServerContext* ctx, const pb::RunSkillRequest* req) override {
-    class Reactor final : public grpc::ServerWriteReactor<pb::SkillEvent> {
-     public:
-      struct State {
-        QueuedWriter<pb::SkillEvent> writer;
-        CancelToken cancel;
-      };
-      Reactor(SkillsService* svc, grpc::CallbackServerContext* ctx, const pb::RunSkillRequest* req)
-          : state_(std::make_shared<State>()) {
-        state_->writer.Bind([this](const pb::SkillEvent* m) { StartWrite(m); }, [this](grpc::Status s) { Finish(std::move(s)); });
-        if (!svc->deps_.skills) {
-          state_->writer.Close(grpc::Status(grpc::StatusCode::UNAVAILABLE, "the skill runner is not available"));
-          return;
-        }
-        auto root = Root(req->project_root());
-        if (!root.ok()) {
-          state_->writer.Close(ToGrpcStatus(root.status()));
-          return;
-        }
-        if (req->skill().empty()) {
-          state_->writer.Close(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "skill: required"));
-          return;
-        }
-        if (svc->running_ >= kMaxRuns) {
-          state_->writer.Close(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
-                                            absl::StrCat(kMaxRuns, " skill runs are under way; try again when one ends")));
-          return;
-        }
-        SkillRunRequest r;
-        r.project_root = *root;
-        r.skill = req->skill();
-        r.board = req->board();
-        r.ci = req->ci();
-        r.approved = req->approved();
-        r.timeout_s = std::max(0, req->timeout_s());
-        for (const auto& [k, v] : req->vars()) r.vars[k] = v;
-        r.caller = CallerFromContext(svc->deps_, ctx);
-        svc->running_++;
-        std::thread([svc, st = state_, r = std::move(r)] {
-          std::string run_id;
-          svc->deps_.skills->Run(
-              r,
-              [&](const SkillEventOut& e) {
-                if (e.kind == "run_started" && e.data.is_object()) run_id = e.data.value("run_id", "");
-                if (e.kind == "run_finished" && e.data.is_object()) run_id = e.data.value("run_id", run_id);
-                pb::SkillEvent out;
-                out.set_run_id(run_id);
-                out.set_step(e.step);
-                out.set_kind(e.kind);
-                out.set_text(e.text);
-                out.set_ok(e.ok);
-                if (!e.data.is_null()) out.set_json(e.data.dump());
-                // A slow reader slows the run's output, never the daemon.
-                std::atomic<bool> stop{false};
-                st->writer.WaitBelow(1024, stop);
-                st->writer.Push(std::move(out));
-              },
-              st->cancel);
-          st->writer.Close(grpc::Status::OK);
-          svc->running_--;
-        }).detach();
+    auto* svc = this;
+    using Stream = WorkStreamReactor<pb::SkillEvent>;
+    return new Stream([&](const std::shared_ptr<Stream::State>& st) {
+      if (!svc->deps_.skills) {
+        st->writer.Close(grpc::Status(grpc::StatusCode::UNAVAILABLE, "the skill runner is not available"));
+        return;
       }
-      void OnWriteDone(bool ok) override { state_->writer.OnWriteDone(ok); }
-      void OnCancel() override { state_->cancel.Cancel(); }
-      void OnDone() override { delete this; }
-
-     private:
-      std::shared_ptr<State> state_;
-    };
-    return new Reactor(this, ctx, req);
+      auto root = Root(req->project_root());
+      if (!root.ok()) {
+        st->writer.Close(ToGrpcStatus(root.status()));
+        return;
+      }
+      if (req->skill().empty()) {
+        st->writer.Close(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "skill: required"));
+        return;
+      }
+      if (svc->running_ >= kMaxRuns) {
+        st->writer.Close(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                                          absl::StrCat(kMaxRuns, " skill runs are under way; try again when one ends")));
+        return;
+      }
+      SkillRunRequest r;
+      r.project_root = *root;
+      r.skill = req->skill();
+      r.board = req->board();
+      r.ci = req->ci();
+      r.approved = req->approved();
+      r.timeout_s = std::max(0, req->timeout_s());
+      for (const auto& [k, v] : req->vars()) r.vars[k] = v;
+      r.caller = CallerFromContext(svc->deps_, ctx);
+      svc->running_++;
+      std::thread([svc, st, r = std::move(r)] {
+        std::string run_id;
+        svc->deps_.skills->Run(
+            r,
+            [&](const SkillEventOut& e) {
+              if (e.kind == "run_started" && e.data.is_object()) run_id = e.data.value("run_id", "");
+              if (e.kind == "run_finished" && e.data.is_object()) run_id = e.data.value("run_id", run_id);
+              pb::SkillEvent out;
+              out.set_run_id(run_id);
+              out.set_step(e.step);
+              out.set_kind(e.kind);
+              out.set_text(e.text);
+              out.set_ok(e.ok);
+              if (!e.data.is_null()) out.set_json(e.data.dump());
+              // A slow reader slows the run's output, never the daemon.
+              std::atomic<bool> stop{false};
+              st->writer.WaitBelow(1024, stop);
+              st->writer.Push(std::move(out));
+            },
+            st->cancel);
+        st->writer.Close(grpc::Status::OK);
+        svc->running_--;
+      }).detach();
+    });
   }
 
  private:

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <functional>
 #include <map>
 #include <random>
 
@@ -70,6 +71,40 @@ json FunctionTools(const std::vector<ToolSpec>& tools) {
                    {"function", {{"name", t.name}, {"description", t.description}, {"parameters", t.input_schema}}}});
   }
   return out;
+}
+
+// Chat messages in the OpenAI shape (OpenAI and Ollama): the system prompt,
+// then per message its tool results as role "tool" messages, followed by the
+// assistant's text and tool calls or the user's text. `call` and `result`
+// shape the tool parts; `null_empty` sends an assistant message without text
+// as content null (OpenAI) rather than "" (Ollama).
+json ChatMessages(const ChatRequest& r, const std::function<json(const json&)>& call,
+                  const std::function<json(const json&)>& result, bool null_empty) {
+  json msgs = json::array();
+  if (!r.system.empty()) msgs.push_back({{"role", "system"}, {"content", r.system}});
+  for (const auto& m : r.messages) {
+    std::string text;
+    json calls = json::array();
+    for (const auto& block : m.content) {
+      const std::string t = block.value("type", "");
+      if (t == "text") {
+        text += block.value("text", "");
+      } else if (t == "tool_use") {
+        calls.push_back(call(block));
+      } else if (t == "tool_result") {
+        msgs.push_back(result(block));
+      }
+    }
+    if (m.role == "assistant") {
+      json a = {{"role", "assistant"}};
+      a["content"] = text.empty() && null_empty ? json(nullptr) : json(text);
+      if (!calls.empty()) a["tool_calls"] = calls;
+      msgs.push_back(a);
+    } else if (!text.empty()) {
+      msgs.push_back({{"role", "user"}, {"content", text}});
+    }
+  }
+  return msgs;
 }
 
 // Per-attempt parse state; each provider fills `result` from stream events.
@@ -369,37 +404,17 @@ class OpenAiProvider final : public HttpProvider {
       b["max_tokens"] = r.max_tokens;
     }
     if (r.temperature >= 0) b["temperature"] = r.temperature;
-    json msgs = json::array();
-    if (!r.system.empty()) msgs.push_back({{"role", "system"}, {"content", r.system}});
-    for (const auto& m : r.messages) {
-      std::string text;
-      json tool_calls = json::array();
-      std::vector<json> tool_results;
-      for (const auto& block : m.content) {
-        const std::string t = block.value("type", "");
-        if (t == "text") {
-          text += block.value("text", "");
-        } else if (t == "tool_use") {
-          tool_calls.push_back({{"id", block.value("id", "")},
-                                {"type", "function"},
-                                {"function",
-                                 {{"name", block.value("name", "")},
-                                  {"arguments", block.value("input", json::object()).dump()}}}});
-        } else if (t == "tool_result") {
-          tool_results.push_back(
-              {{"role", "tool"}, {"tool_call_id", block.value("tool_use_id", "")}, {"content", ToolResultText(block)}});
-        }
-      }
-      for (auto& tr : tool_results) msgs.push_back(std::move(tr));
-      if (m.role == "assistant") {
-        json a = {{"role", "assistant"}};
-        a["content"] = text.empty() ? json(nullptr) : json(text);
-        if (!tool_calls.empty()) a["tool_calls"] = tool_calls;
-        msgs.push_back(a);
-      } else if (!text.empty()) {
-        msgs.push_back({{"role", "user"}, {"content", text}});
-      }
-    }
+    json msgs = ChatMessages(
+        r,
+        [](const json& block) -> json {
+          return {{"id", block.value("id", "")},
+                  {"type", "function"},
+                  {"function", {{"name", block.value("name", "")}, {"arguments", block.value("input", json::object()).dump()}}}};
+        },
+        [](const json& block) -> json {
+          return {{"role", "tool"}, {"tool_call_id", block.value("tool_use_id", "")}, {"content", ToolResultText(block)}};
+        },
+        true);
     b["messages"] = msgs;
     if (!r.tools.empty()) b["tools"] = FunctionTools(r.tools);
     return b;
@@ -665,32 +680,17 @@ class OllamaProvider final : public HttpProvider {
     b["stream"] = true;
     b["options"] = {{"num_predict", r.max_tokens}};
     if (r.temperature >= 0) b["options"]["temperature"] = r.temperature;
-    json msgs = json::array();
-    if (!r.system.empty()) msgs.push_back({{"role", "system"}, {"content", r.system}});
     const auto names = ToolNamesById(r.messages);
-    for (const auto& m : r.messages) {
-      std::string text;
-      json calls = json::array();
-      for (const auto& block : m.content) {
-        const std::string t = block.value("type", "");
-        if (t == "text") {
-          text += block.value("text", "");
-        } else if (t == "tool_use") {
-          calls.push_back({{"function", {{"name", block.value("name", "")}, {"arguments", block.value("input", json::object())}}}});
-        } else if (t == "tool_result") {
+    json msgs = ChatMessages(
+        r,
+        [](const json& block) -> json {
+          return {{"function", {{"name", block.value("name", "")}, {"arguments", block.value("input", json::object())}}}};
+        },
+        [&names](const json& block) -> json {
           auto it = names.find(block.value("tool_use_id", ""));
-          msgs.push_back({{"role", "tool"}, {"content", ToolResultText(block)},
-                          {"tool_name", it == names.end() ? "" : it->second}});
-        }
-      }
-      if (m.role == "assistant") {
-        json a = {{"role", "assistant"}, {"content", text}};
-        if (!calls.empty()) a["tool_calls"] = calls;
-        msgs.push_back(a);
-      } else if (!text.empty()) {
-        msgs.push_back({{"role", "user"}, {"content", text}});
-      }
-    }
+          return {{"role", "tool"}, {"content", ToolResultText(block)}, {"tool_name", it == names.end() ? "" : it->second}};
+        },
+        false);
     b["messages"] = msgs;
     if (!r.tools.empty()) b["tools"] = FunctionTools(r.tools);
     return b;

@@ -42,6 +42,27 @@ std::string Bin(const std::string& name) {
   return p;
 }
 
+// The model calls mcp_everything_echo with `message`; true when the tool
+// answered without error and echoed it.
+bool EchoThroughTheAgent(testing::FakeLlmServer& fake, testing::Daemon& d, const std::string& session_id,
+                         const std::string& message) {
+  testing::FakeReply call;
+  call.tool_calls = {{"call_1", "mcp_everything_echo", {{"message", message}}}};
+  fake.Enqueue(call);
+  testing::FakeReply done;
+  done.chunks = {"done"};
+  fake.Enqueue(done);
+  auto turn = testing::RunChat(*d.sessions(), session_id, "use the echo tool");
+  if (!turn.finished) return false;
+  bool echoed = false;
+  for (const auto& ev : turn.events) {
+    if (!ev.has_tool_call_finished()) continue;
+    if (ev.tool_call_finished().is_error()) return false;
+    echoed |= ev.tool_call_finished().output().find(message) != std::string::npos;
+  }
+  return echoed;
+}
+
 TEST(McpClientTest, EverythingServerListsAndCallsTools) {
   auto c = McpClient::Start(Stdio("everything", {Bin("mcp-server-everything")}));
   ASSERT_TRUE(c.ok()) << c.status();
@@ -250,23 +271,8 @@ TEST(McpDaemonTest, ServerToolsReachTheCatalogAndTheAgent) {
   ASSERT_FALSE(hits.empty());
   EXPECT_EQ(hits[0]["tool"]["ToolName"], "mcp_everything_echo");
   EXPECT_EQ(hits[0]["tool"]["source"], "mcp:everything");
-  testing::FakeReply call;
-  call.tool_calls = {{"call_1", "mcp_everything_echo", {{"message", "ping from the model"}}}};
-  fake.Enqueue(call);
-  testing::FakeReply done;
-  done.chunks = {"done"};
-  fake.Enqueue(done);
   auto s = d.CreateSession();
-  auto turn = testing::RunChat(*d.sessions(), s.id(), "use the echo tool");
-  ASSERT_TRUE(turn.finished) << d.log();
-  bool echoed = false;
-  for (const auto& ev : turn.events) {
-    if (ev.has_tool_call_finished()) {
-      EXPECT_FALSE(ev.tool_call_finished().is_error()) << ev.tool_call_finished().output();
-      echoed |= ev.tool_call_finished().output().find("ping from the model") != std::string::npos;
-    }
-  }
-  EXPECT_TRUE(echoed);
+  EXPECT_TRUE(EchoThroughTheAgent(fake, d, s.id(), "ping from the model")) << d.log();
   // The tool was offered to the model with an API-safe name.
   bool offered = false;
   const auto reqs = fake.requests();  // a copy: the loop must not run over a temporary
@@ -338,23 +344,10 @@ TEST(McpDaemonTest, ProjectDeclaredServersStartForTheirProjectOnly) {
   fs::create_directories(d.project_dir() + "/.fwai");
   std::ofstream(d.project_dir() + "/.fwai/project.yaml")
       << "name: p\nmcp_servers:\n  everything:\n    command: [" << Bin("mcp-server-everything") << "]\n";
-  testing::FakeReply call;
-  call.tool_calls = {{"call_1", "mcp_everything_echo", {{"message", "from the project server"}}}};
-  fake.Enqueue(call);
   testing::FakeReply done;
   done.chunks = {"done"};
-  fake.Enqueue(done);
   auto s = d.CreateSession();
-  auto turn = testing::RunChat(*d.sessions(), s.id(), "use the echo tool");
-  ASSERT_TRUE(turn.finished) << d.log();
-  bool echoed = false;
-  for (const auto& ev : turn.events) {
-    if (ev.has_tool_call_finished()) {
-      EXPECT_FALSE(ev.tool_call_finished().is_error()) << ev.tool_call_finished().output();
-      echoed |= ev.tool_call_finished().output().find("from the project server") != std::string::npos;
-    }
-  }
-  EXPECT_TRUE(echoed) << d.log();
+  EXPECT_TRUE(EchoThroughTheAgent(fake, d, s.id(), "from the project server")) << d.log();
   auto reqs = fake.requests();
   bool offered = false;
   for (const auto& t : reqs[0].body["tools"]) offered |= t["name"] == "mcp_everything_echo";
@@ -369,7 +362,7 @@ TEST(McpDaemonTest, ProjectDeclaredServersStartForTheirProjectOnly) {
   fwai::v1::Session s2;
   ASSERT_TRUE(stub->Create(&ctx, creq, &s2).ok());
   fake.Enqueue(done);
-  turn = testing::RunChat(*d.sessions(), s2.id(), "hello");
+  auto turn = testing::RunChat(*d.sessions(), s2.id(), "hello");
   ASSERT_TRUE(turn.finished);
   reqs = fake.requests();
   for (const auto& t : reqs.back().body["tools"]) EXPECT_NE(t["name"], "mcp_everything_echo");

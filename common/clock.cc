@@ -1,5 +1,7 @@
 #include "common/clock.h"
 
+#include <ctime>
+
 #include <time.h>
 
 namespace fwai {
@@ -26,6 +28,16 @@ class RealClock final : public Clock {
 const Clock& SystemClock() {
   static const RealClock* clock = new RealClock();
   return *clock;
+}
+
+std::string FormatLocalTime(int64_t us, const char* format) {
+  if (us <= 0) return "-";
+  std::time_t t = static_cast<std::time_t>(us / 1000000);
+  std::tm tm{};
+  localtime_r(&t, &tm);
+  char buf[64];
+  std::strftime(buf, sizeof buf, format, &tm);
+  return buf;
 }
 
 }  // namespace fwai

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 namespace fwai {
 
@@ -9,6 +10,8 @@ namespace fwai {
 int64_t NowMicros();
 // Monotonic nanoseconds; comparable across processes on the same Linux host.
 int64_t MonotonicNanos();
+// `us` (since the epoch) in local time, strftime `format`; "-" for 0 or less.
+std::string FormatLocalTime(int64_t us, const char* format = "%Y-%m-%d %H:%M:%S");
 
 class Clock {
  public:

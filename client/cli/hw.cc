@@ -17,6 +17,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "client/lib/client.h"
+#include "common/clock.h"
 #include "fwai/v1/hardware.grpc.pb.h"
 
 namespace fwai {
@@ -32,15 +33,7 @@ std::atomic<bool> g_interrupted{false};
 
 void Tag(grpc::ClientContext& ctx) { ctx.AddMetadata("fwai-client", absl::StrCat("fwai pid ", getpid())); }
 
-std::string Clock(int64_t us) {
-  if (us <= 0) return "-";
-  std::time_t t = static_cast<std::time_t>(us / 1000000);
-  std::tm tm{};
-  localtime_r(&t, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%H:%M:%S", &tm);
-  return buf;
-}
+std::string HourMinSec(int64_t us) { return FormatLocalTime(us, "%H:%M:%S"); }
 
 void PrintJson(const google::protobuf::Message& m) { std::cout << ProtoToJson(m).dump() << std::endl; }
 
@@ -137,7 +130,7 @@ int HwCommands::Ls() {
     }
     std::string health = d.health();
     if (!d.health_reason().empty()) absl::StrAppend(&health, " (", d.health_reason(), ")");
-    std::string holder = d.holder().empty() ? "-" : absl::StrCat(d.holder(), " since ", Clock(d.held_since_us()));
+    std::string holder = d.holder().empty() ? "-" : absl::StrCat(d.holder(), " since ", HourMinSec(d.held_since_us()));
     std::printf("%-22s %-10s %-12s %-26s %s\n", d.id().c_str(), d.kind().c_str(), d.health().c_str(), holder.c_str(),
                 details.c_str());
     if (!d.health_reason().empty()) std::printf("%-22s   %s\n", "", d.health_reason().c_str());
@@ -165,7 +158,7 @@ int HwCommands::Lease() {
       PrintJson(lease);
     } else {
       std::printf("leased %s (lease %s, ttl %d s, expires %s)\n", lease.device_id().c_str(), lease.lease_id().c_str(),
-                  lease.ttl_s(), Clock(lease.expires_us()).c_str());
+                  lease.ttl_s(), HourMinSec(lease.expires_us()).c_str());
     }
     std::fflush(stdout);
   };
@@ -246,8 +239,8 @@ int HwCommands::Who() {
   }
   std::printf("%-22s %-34s %-9s %-9s %s\n", "DEVICE", "HOLDER", "SINCE", "EXPIRES", "LEASE");
   for (const auto& l : resp.leases()) {
-    std::printf("%-22s %-34s %-9s %-9s %s%s\n", l.device_id().c_str(), l.holder().c_str(), Clock(l.acquired_us()).c_str(),
-                Clock(l.expires_us()).c_str(), l.lease_id().c_str(),
+    std::printf("%-22s %-34s %-9s %-9s %s%s\n", l.device_id().c_str(), l.holder().c_str(), HourMinSec(l.acquired_us()).c_str(),
+                HourMinSec(l.expires_us()).c_str(), l.lease_id().c_str(),
                 l.session_id().empty() ? "" : (" session " + l.session_id()).c_str());
   }
   return kExitOk;

@@ -184,10 +184,12 @@ int RunSkill(const Globals& g, const SkillRunOptions& o) {
   return rc;
 }
 
-IntentDecision ResolveIntent(const Globals& g, const std::string& text) {
-  IntentDecision d;
+namespace {
+
+// Skills.Resolve for `text` in this project (the provider may be asked).
+absl::StatusOr<pb::ResolveIntentResponse> CallResolve(const Globals& g, const std::string& text) {
   auto ch = ConnectChannel(g);
-  if (!ch.ok()) return d;
+  if (!ch.ok()) return ch.status();
   auto stub = pb::Skills::NewStub(*ch);
   pb::ResolveIntentRequest req;
   req.set_project_root(ProjectRoot(g));
@@ -195,12 +197,22 @@ IntentDecision ResolveIntent(const Globals& g, const std::string& text) {
   req.set_use_provider(true);
   pb::ResolveIntentResponse resp;
   grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
-  if (!stub->Resolve(&ctx, req, &resp).ok()) return d;  // anything wrong: just chat
-  d.action = resp.action();
-  d.skill = resp.skill();
-  d.confidence = resp.confidence();
-  d.tier = resp.tier();
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+  auto st = stub->Resolve(&ctx, req, &resp);
+  if (!st.ok()) return absl::Status(static_cast<absl::StatusCode>(st.error_code()), st.error_message());
+  return resp;
+}
+
+}  // namespace
+
+IntentDecision ResolveIntent(const Globals& g, const std::string& text) {
+  IntentDecision d;
+  auto resp = CallResolve(g, text);
+  if (!resp.ok()) return d;  // anything wrong: just chat
+  d.action = resp->action();
+  d.skill = resp->skill();
+  d.confidence = resp->confidence();
+  d.tier = resp->tier();
   return d;
 }
 
@@ -272,17 +284,12 @@ int ListSkills(const Globals& g) {
 }
 
 int SkillCommands::Resolve() {
-  auto ch = ConnectChannel(g_);
-  if (!ch.ok()) return Fail(g_, kExitUnreachable, std::string(ch.status().message()));
-  auto stub = pb::Skills::NewStub(*ch);
-  pb::ResolveIntentRequest req;
-  req.set_project_root(ProjectRoot(g_));
-  req.set_text(text_);
-  req.set_use_provider(true);
-  pb::ResolveIntentResponse resp;
-  grpc::ClientContext ctx;
-  auto st = stub->Resolve(&ctx, req, &resp);
-  if (!st.ok()) return FailGrpc(g_, st);
+  auto r = CallResolve(g_, text_);
+  if (!r.ok()) {
+    return Fail(g_, r.status().code() == absl::StatusCode::kUnavailable ? kExitUnreachable : kExitError,
+                std::string(r.status().message()));
+  }
+  const pb::ResolveIntentResponse& resp = *r;
   if (g_.json) {
     std::cout << json({{"skill", resp.skill()}, {"confidence", resp.confidence()}, {"tier", resp.tier()},
                        {"action", resp.action()}, {"reason", resp.reason()}})

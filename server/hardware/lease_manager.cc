@@ -16,14 +16,6 @@ namespace {
 
 constexpr char kPrefix[] = "lease/";
 
-std::string LocalTime(int64_t us) {
-  std::time_t t = static_cast<std::time_t>(us / 1000000);
-  std::tm tm{};
-  localtime_r(&t, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S", &tm);
-  return buf;
-}
 
 nlohmann::json ToJson(const LeaseRecord& l) {
   return {{"lease_id", l.lease_id}, {"device_id", l.device_id}, {"holder", l.holder},
@@ -48,8 +40,8 @@ LeaseRecord FromJson(const nlohmann::json& j) {
 }  // namespace
 
 std::string DescribeHeld(const LeaseRecord& l) {
-  return absl::StrCat(l.device_id, " is held by ", l.holder, " since ", LocalTime(l.acquired_us), " (lease ",
-                      l.lease_id, ", expires ", LocalTime(l.expires_us), ")");
+  return absl::StrCat(l.device_id, " is held by ", l.holder, " since ", FormatLocalTime(l.acquired_us), " (lease ",
+                      l.lease_id, ", expires ", FormatLocalTime(l.expires_us), ")");
 }
 
 LeaseManager::LeaseManager(Storage& storage, std::function<void(const LeaseRecord&, const std::string&)> on_end)

@@ -61,6 +61,16 @@ class AgentTest : public ::testing::Test {
     return out;
   }
 
+  // One turn: the model makes the calls in `calls`, then answers `answer`.
+  TurnOutcome ToolTurn(Daemon& d, const std::string& session_id, const std::string& text, FakeReply calls,
+                       const std::string& answer) {
+    fake_.Enqueue(std::move(calls));
+    FakeReply done;
+    done.chunks = {answer};
+    fake_.Enqueue(done);
+    return RunChat(*d.sessions(), session_id, text);
+  }
+
   FakeLlmServer fake_;
 };
 
@@ -143,11 +153,7 @@ TEST_F(AgentTest, ShortPlansAreRefusedAndAutoApproveRunsOn) {
                    {"s1", "submitPlan", json::object()},
                    {"p1", "write_file", {{"path", plan_path}, {"content", std::string(60, 'x')}}},
                    {"s2", "submitPlan", json::object()}};
-  fake_.Enqueue(r1);
-  FakeReply r2;
-  r2.chunks = {"carried out"};
-  fake_.Enqueue(r2);
-  auto out = RunChat(*d.sessions(), s.id(), "plan it");
+  auto out = ToolTurn(d, s.id(), "plan it", r1, "carried out");
   ASSERT_TRUE(out.finished) << d.log();
   auto fin = Finished(out.events);
   EXPECT_TRUE(fin["s0"].is_error());
@@ -179,11 +185,7 @@ TEST_F(AgentTest, TodoRulesAreEnforcedAndChangesAreEvents) {
                                       {{"id", "b"}, {"content", "write the driver"}, {"status", "in_progress"}},
                                       {{"id", "c"}, {"content", "test on board"}, {"status", "pending"}, {"parent_id", "b"}}}}}},
       {"t6", "todoRead", json::object()}};
-  fake_.Enqueue(r1);
-  FakeReply r2;
-  r2.chunks = {"ok"};
-  fake_.Enqueue(r2);
-  auto out = RunChat(*d.sessions(), s.id(), "track it");
+  auto out = ToolTurn(d, s.id(), "track it", r1, "ok");
   ASSERT_TRUE(out.finished);
   auto fin = Finished(out.events);
   EXPECT_NE(fin["t1"].output().find("at most one item may be in_progress"), std::string::npos) << fin["t1"].output();
@@ -562,11 +564,7 @@ TEST_F(AgentTest, LinesBudgetPerTurnAndSecretsNeverReachTheProvider) {
   r1.tool_calls = {{"w1", "write_file", {{"path", "small.c"}, {"content", "int a;\nint b;\nint c;\n"}}},
                    {"w2", "write_file", {{"path", "big.c"}, {"content", "1\n2\n3\n"}}},
                    {"r1", "read_file", {{"path", "config.h"}}}};
-  fake_.Enqueue(r1);
-  FakeReply r2;
-  r2.chunks = {"ok"};
-  fake_.Enqueue(r2);
-  auto out = RunChat(*d.sessions(), s.id(), "write and read");
+  auto out = ToolTurn(d, s.id(), "write and read", r1, "ok");
   ASSERT_TRUE(out.finished) << d.log();
   auto fin = Finished(out.events);
   EXPECT_FALSE(fin["w1"].is_error()) << fin["w1"].output();  // 3 lines

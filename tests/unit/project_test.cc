@@ -4,12 +4,20 @@
 #include <filesystem>
 #include <fstream>
 
+#include "server/project/policy.h"
 #include "server/project/project.h"
 
 namespace fwai {
 namespace {
 
 namespace fs = std::filesystem;
+
+// The message of a parse that must fail (empty if it succeeded).
+template <typename T>
+std::string ErrorOf(const absl::StatusOr<T>& r) {
+  EXPECT_FALSE(r.ok());
+  return r.ok() ? "" : std::string(r.status().message());
+}
 
 class ProjectTest : public ::testing::Test {
  protected:
@@ -108,21 +116,12 @@ TEST_F(ProjectTest, ProjectYamlRoundTripsAndBadFilesNameTheLine) {
   ASSERT_TRUE(back.ok()) << back.status();
   EXPECT_EQ(back->target, "stm32f100rb");
   EXPECT_EQ(back->flash_command, "fwai flash");
-  auto bad = ParseProjectYaml("name: x\nbuild:\n  command: make\nserial:\n  baud: fast\n", ".fwai/project.yaml");
-  ASSERT_FALSE(bad.ok());
-  EXPECT_NE(bad.status().message().find(".fwai/project.yaml:5: serial.baud"), std::string::npos) << bad.status();
-  auto unknown = ParseProjectYaml("name: x\nflashh: {command: y}\n", "p.yaml");
-  ASSERT_FALSE(unknown.ok());
-  EXPECT_NE(unknown.status().message().find("p.yaml:2: flashh: unknown setting"), std::string::npos) << unknown.status();
+  const std::string bad = ErrorOf(ParseProjectYaml("name: x\nbuild:\n  command: make\nserial:\n  baud: fast\n", ".fwai/project.yaml"));
+  EXPECT_NE(bad.find(".fwai/project.yaml:5: serial.baud"), std::string::npos) << bad;
+  const std::string unknown = ErrorOf(ParseProjectYaml("name: x\nflashh: {command: y}\n", "p.yaml"));
+  EXPECT_NE(unknown.find("p.yaml:2: flashh: unknown setting"), std::string::npos) << unknown;
 }
 
-}  // namespace
-}  // namespace fwai
-
-#include "server/project/policy.h"
-
-namespace fwai {
-namespace {
 
 TEST(PolicyTest, RulesDecideWithTheRuleNamedAndTheOrganisationOverrides) {
   auto proj = ParsePolicy(R"(
@@ -164,16 +163,10 @@ policy:
   EXPECT_FALSE(CheckPolicy(m, "tool", "write_file").allowed);  // the intersection
   EXPECT_FALSE(CheckPolicy(m, "tool", "gdb").allowed);         // the union
 
-  auto bad = ParsePolicy("policy:\n  protected_path: [x]\n", "p.yaml");
-  ASSERT_FALSE(bad.ok());
-  EXPECT_NE(bad.status().message().find("p.yaml:2: policy.protected_path: unknown rule"), std::string::npos) << bad.status();
+  const std::string bad = ErrorOf(ParsePolicy("policy:\n  protected_path: [x]\n", "p.yaml"));
+  EXPECT_NE(bad.find("p.yaml:2: policy.protected_path: unknown rule"), std::string::npos) << bad;
 }
 
-}  // namespace
-}  // namespace fwai
-
-namespace fwai {
-namespace {
 
 TEST(ProjectReinitTest, KeepsWhatWasSetAndUnmanagedSections) {
   const std::string old_yaml =

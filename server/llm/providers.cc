@@ -254,6 +254,17 @@ class HttpProvider : public Provider {
     return absl::UnavailableError(absl::StrCat(config_.name, ": malformed stream event: ", what));
   }
 
+  // An event's data as a JSON object; on anything else `st.error` says what
+  // came instead and the result is null.
+  json EventJson(const SseEvent& ev, StreamState& st, const std::string& what) const {
+    json j = json::parse(ev.data, nullptr, false);
+    if (j.is_discarded() || !j.is_object()) {
+      st.error = Malformed(absl::StrCat(what, " is not JSON: ", ev.data.substr(0, 200)));
+      return nullptr;
+    }
+    return j;
+  }
+
   const ProviderConfig config_;
   const RetryConfig retry_;
   HttpClient& http_;
@@ -291,11 +302,8 @@ class AnthropicProvider final : public HttpProvider {
 
   void HandleEvent(const SseEvent& ev, StreamState& st, StreamObserver& obs) override {
     if (ev.event == "ping") return;
-    json j = json::parse(ev.data, nullptr, false);
-    if (j.is_discarded() || !j.is_object()) {
-      st.error = Malformed(absl::StrCat("event '", ev.event, "' data is not JSON: ", ev.data.substr(0, 200)));
-      return;
-    }
+    json j = EventJson(ev, st, absl::StrCat("event '", ev.event, "' data"));
+    if (j.is_null()) return;
     const std::string type = j.value("type", ev.event);
     try {
       if (type == "message_start") {
@@ -425,11 +433,8 @@ class OpenAiProvider final : public HttpProvider {
       FinishInto(config_, st);
       return;
     }
-    json j = json::parse(ev.data, nullptr, false);
-    if (j.is_discarded() || !j.is_object()) {
-      st.error = Malformed(absl::StrCat("data is not JSON: ", ev.data.substr(0, 200)));
-      return;
-    }
+    json j = EventJson(ev, st, "data");
+    if (j.is_null()) return;
     try {
       if (j.contains("error")) {
         std::string type;
@@ -590,11 +595,8 @@ class GeminiProvider final : public HttpProvider {
 
  protected:
   void HandleEvent(const SseEvent& ev, StreamState& st, StreamObserver& obs) override {
-    json j = json::parse(ev.data, nullptr, false);
-    if (j.is_discarded() || !j.is_object()) {
-      st.error = Malformed(absl::StrCat("data is not JSON: ", ev.data.substr(0, 200)));
-      return;
-    }
+    json j = EventJson(ev, st, "data");
+    if (j.is_null()) return;
     try {
       if (j.contains("error")) {
         st.error = absl::UnavailableError(absl::StrCat(config_.name, ": ", ErrorMessageFromBody(ev.data, nullptr)));
@@ -697,11 +699,8 @@ class OllamaProvider final : public HttpProvider {
   }
 
   void HandleEvent(const SseEvent& ev, StreamState& st, StreamObserver& obs) override {
-    json j = json::parse(ev.data, nullptr, false);
-    if (j.is_discarded() || !j.is_object()) {
-      st.error = Malformed(absl::StrCat("line is not JSON: ", ev.data.substr(0, 200)));
-      return;
-    }
+    json j = EventJson(ev, st, "line");
+    if (j.is_null()) return;
     try {
       if (j.contains("error")) {
         st.error = absl::UnavailableError(absl::StrCat(config_.name, ": ", ErrorMessageFromBody(ev.data, nullptr)));

@@ -611,7 +611,12 @@ absl::StatusOr<DaemonConfig> ParseConfig(const std::string& yaml_text, const std
         if (b["b"]) CFG_TRY(r.Double(b["b"], "knowledge.bm25.b", 0, 1, k.bm25_b));
       }
       if (auto f = n["fusion"]) {
-        CFG_TRY(r.CheckKeys(f, "knowledge.fusion", {"k", "lexical_weight", "vector_weight", "synonym_weight", "family_weight"}));
+        CFG_TRY(r.CheckKeys(f, "knowledge.fusion", {"k", "lexical_weight", "vector_weight", "synonym_weight", "family_weight",
+                                                    "doc_weight", "doc_text_weight", "doc_text_b", "doc_text_candidates"}));
+        if (f["doc_weight"]) CFG_TRY(r.Double(f["doc_weight"], "knowledge.fusion.doc_weight", 0, 100, k.doc_weight));
+        if (f["doc_text_weight"]) CFG_TRY(r.Double(f["doc_text_weight"], "knowledge.fusion.doc_text_weight", 0, 100, k.doc_text_weight));
+        if (f["doc_text_b"]) CFG_TRY(r.Double(f["doc_text_b"], "knowledge.fusion.doc_text_b", 0, 1, k.doc_text_b));
+        if (f["doc_text_candidates"]) CFG_TRY(r.Int(f["doc_text_candidates"], "knowledge.fusion.doc_text_candidates", 0, 1000, k.doc_text_candidates));
         if (f["synonym_weight"]) CFG_TRY(r.Double(f["synonym_weight"], "knowledge.fusion.synonym_weight", 0, 1, k.synonym_weight));
         if (f["family_weight"]) CFG_TRY(r.Double(f["family_weight"], "knowledge.fusion.family_weight", 0, 1, k.family_weight));
         if (f["k"]) CFG_TRY(r.Double(f["k"], "knowledge.fusion.k", 0, 10000, k.rrf_k));

@@ -66,8 +66,16 @@ struct KnowledgeConfig {
   // on the documentation development set (it does on tool catalogs).
   double synonym_weight = 0.0;
   double family_weight = 0.0;
+  // Document-level legs: chunks of the documents whose name/title the query
+  // names (doc_weight) and of those whose whole text matches it best
+  // (doc_text_weight, BM25 at document level with length normalization
+  // doc_text_b over the best doc_text_candidates documents).
+  double doc_weight = 0.0;
+  double doc_text_weight = 1.0;
+  double doc_text_b = 0.3;
+  int doc_text_candidates = 10;
   int candidates = 100;
-  int rerank_top = 50;
+  int rerank_top = 100;
   std::string reranker = "builtin";  // builtin | tei | cohere | jina | llm
   std::string rerank_base_url;
   std::string rerank_api_key;

@@ -280,6 +280,10 @@ int Main(int argc, char** argv) {
   ko.synonym_weight = kc.synonym_weight;
   ko.family_weight = kc.family_weight;
   ko.vector_weight = kc.vector_weight;
+  ko.doc_weight = kc.doc_weight;
+  ko.doc_text_weight = kc.doc_text_weight;
+  ko.doc_text_b = kc.doc_text_b;
+  ko.doc_text_candidates = kc.doc_text_candidates;
   ko.candidates = kc.candidates;
   ko.rerank_top = kc.rerank_top;
   ko.exact_below = static_cast<size_t>(kc.hnsw_above);

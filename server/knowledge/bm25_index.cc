@@ -78,13 +78,20 @@ std::vector<std::pair<uint32_t, float>> Bm25Index::Search(
 
 std::vector<std::pair<uint32_t, float>> Bm25Index::Search(
     const std::vector<std::pair<std::string, float>>& query, size_t k,
-    const std::function<bool(uint32_t)>& accept) const {
+    const std::function<bool(uint32_t)>& accept, std::vector<std::pair<uint32_t, float>>* all,
+    Groups* groups) const {
   std::vector<std::pair<uint32_t, float>> out;
+  if (groups) groups->scores.clear();
   if (num_docs_ == 0 || k == 0) return out;
   const float avg_len = static_cast<float>(total_len_) / num_docs_;
   const float k1 = params_.k1, b = params_.b;
   std::vector<float> score(doc_len_.size(), 0.0f);
   std::vector<uint32_t> touched;
+  // Group state: summed tf of the current term, groups it touched, totals.
+  const bool grouped = groups && groups->group_of && groups->group_len && groups->present > 0;
+  const size_t num_groups = grouped ? groups->group_len->size() : 0;
+  std::vector<uint32_t> gtf(num_groups, 0), gseen, gtouched;
+  std::vector<float> gscore(num_groups, 0.0f);
   for (const auto& [q, weight] : query) {
     auto it = terms_.find(q);
     if (it == terms_.end()) continue;
@@ -92,19 +99,45 @@ std::vector<std::pair<uint32_t, float>> Bm25Index::Search(
     if (list.empty()) continue;
     const float df = static_cast<float>(list.size());
     const float idf = std::log(1.0f + (num_docs_ - df + 0.5f) / (df + 0.5f));
+    gseen.clear();
     for (const Posting& p : list) {
       const float len = static_cast<float>(doc_len_[p.doc] - 1);
       const float tf = static_cast<float>(p.tf);
       const float s = weight * idf * tf * (k1 + 1) / (tf + k1 * (1 - b + b * len / avg_len));
       if (score[p.doc] == 0.0f) touched.push_back(p.doc);
       score[p.doc] += s;
+      if (grouped && p.doc < groups->group_of->size()) {
+        const uint32_t g = (*groups->group_of)[p.doc];
+        if (g < num_groups) {
+          if (gtf[g] == 0) gseen.push_back(g);
+          gtf[g] += p.tf;
+        }
+      }
     }
+    if (!gseen.empty()) {
+      const float gdf = static_cast<float>(gseen.size());
+      const float n = static_cast<float>(groups->present);
+      const float gidf = std::log(1.0f + std::max(0.0f, n - gdf + 0.5f) / (gdf + 0.5f));
+      const float gb = groups->b;
+      for (uint32_t g : gseen) {
+        const float t = static_cast<float>(gtf[g]);
+        const float glen = static_cast<float>((*groups->group_len)[g]);
+        if (gscore[g] == 0.0f) gtouched.push_back(g);
+        gscore[g] += weight * gidf * t * (k1 + 1) / (t + k1 * (1 - gb + gb * glen / groups->avg_len));
+        gtf[g] = 0;
+      }
+    }
+  }
+  if (grouped) {
+    groups->scores.reserve(gtouched.size());
+    for (uint32_t g : gtouched) groups->scores.emplace_back(g, gscore[g]);
   }
   out.reserve(touched.size());
   for (uint32_t d : touched) {
     if (accept && !accept(d)) continue;
     out.emplace_back(d, score[d]);
   }
+  if (all) *all = out;
   auto better = [](const auto& a, const auto& c) {
     return a.second > c.second || (a.second == c.second && a.first < c.first);
   };

@@ -16,10 +16,13 @@
 #include <shared_mutex>
 #include <sstream>
 #include <thread>
+#include <tuple>
 #include <unordered_map>
+#include <unordered_set>
 
 #include <nlohmann/json.hpp>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/clock.h"
@@ -143,6 +146,17 @@ absl::StatusOr<ChunkRec> DecodeChunk(std::string_view s, bool want_vec) {
   return r;
 }
 
+// True if `word` occurs in `hay` not inside a longer word or identifier.
+bool ContainsWord(const std::string& hay, const std::string& word) {
+  auto inner = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; };
+  for (size_t at = hay.find(word); at != std::string::npos; at = hay.find(word, at + 1)) {
+    const bool left = at == 0 || !inner(hay[at - 1]);
+    const size_t end = at + word.size();
+    if (left && (end >= hay.size() || !inner(hay[end]))) return true;
+  }
+  return false;
+}
+
 std::string Context(const DocumentInfo& d, const std::vector<std::string>& title_path) {
   std::string c = d.name;
   if (!d.title.empty()) absl::StrAppend(&c, " — ", d.title);
@@ -165,6 +179,32 @@ struct KnowledgeBase::Impl {
   std::vector<std::unique_ptr<DocRec>> slots;
   std::unordered_map<std::string, uint32_t> slot_by_id;
   std::vector<uint32_t> chunk_slot;  // ordinal -> slot
+  // Each document's length in lexical terms (the sum of its chunks'), for
+  // document-level BM25; recomputed when the collection changed.
+  std::mutex len_mu;
+  std::tuple<uint64_t, size_t, size_t> len_key{~0ull, 0, 0};
+  std::vector<uint32_t> slot_len;
+  uint32_t slot_present = 0;
+  float slot_avg = 0;
+
+  // Callers hold `mu` (shared is enough).
+  void EnsureSlotLens() {
+    std::lock_guard<std::mutex> g(len_mu);
+    const auto key = std::make_tuple(generation, slots.size(), bm25 ? bm25->size() : 0);
+    if (key == len_key) return;
+    slot_len.assign(slots.size(), 0);
+    for (uint32_t o = 0; o < chunk_slot.size(); ++o) {
+      if (chunk_slot[o] != kNoDoc && chunk_slot[o] < slot_len.size()) slot_len[chunk_slot[o]] += bm25->Length(o);
+    }
+    uint64_t total = 0;
+    slot_present = 0;
+    for (uint32_t l : slot_len) {
+      total += l;
+      slot_present += l > 0 ? 1 : 0;
+    }
+    slot_avg = slot_present > 0 ? static_cast<float>(total) / slot_present : 0.f;
+    len_key = key;
+  }
   std::vector<char> chunk_type;
   uint64_t generation = 0;
   uint64_t next_ordinal = 0;
@@ -673,27 +713,88 @@ absl::StatusOr<std::vector<KbSearchHit>> KnowledgeBase::Search(const KbSearchReq
                                                    return o < m.chunk_slot.size() && m.chunk_slot[o] != kNoDoc;
                                                  });
   const size_t n = static_cast<size_t>(std::max(m.options.candidates, r.max_results));
-  std::vector<std::pair<uint32_t, float>> lex, vec, by_doc;
+  std::vector<std::pair<uint32_t, float>> lex, vec, by_doc, by_text, lex_all;
   std::unordered_map<uint32_t, double> doc_match;  // slot -> title score / best
-  if (r.mode != SearchMode::kVector) lex = m.bm25->Search(wq, n, acc);
+  std::unordered_map<uint32_t, double> doc_text;   // slot -> whole-text score / best
+  const bool hybrid = r.mode == SearchMode::kHybrid;
+  // Document-level BM25 is scored in the lexical pass (hybrid only).
+  Bm25Index::Groups groups;
+  std::vector<uint32_t> filtered_groups;
+  if (hybrid && r.mode != SearchMode::kVector) {
+    m.EnsureSlotLens();
+    groups.group_of = &m.chunk_slot;
+    if (filtered) {
+      filtered_groups = m.chunk_slot;
+      for (uint32_t o = 0; o < filtered_groups.size(); ++o) {
+        if (filtered_groups[o] != kNoDoc && !accept(o)) filtered_groups[o] = kNoDoc;
+      }
+      groups.group_of = &filtered_groups;
+    }
+    groups.group_len = &m.slot_len;
+    groups.present = m.slot_present;
+    groups.avg_len = m.slot_avg;
+    groups.b = static_cast<float>(m.options.doc_text_b);
+  }
+  if (r.mode != SearchMode::kVector) lex = m.bm25->Search(wq, n, acc, hybrid ? &lex_all : nullptr, hybrid ? &groups : nullptr);
   if (r.mode != SearchMode::kLexical) vec = m.vectors->Search(qvec.data(), n, acc);
   const FusionOverrides none;
   const FusionOverrides& ov = r.overrides ? *r.overrides : none;
   const double rrf_k = ov.rrf_k >= 0 ? ov.rrf_k : m.options.rrf_k;
   const double doc_weight = ov.doc_weight >= 0 ? ov.doc_weight : m.options.doc_weight;
-  if (r.mode == SearchMode::kHybrid) {
-    // Documents the query names (part numbers, driver names): their best chunks.
+  const double text_weight = ov.doc_text_weight >= 0 ? ov.doc_text_weight : m.options.doc_text_weight;
+  if (hybrid) {
+    // Two document-level views: documents whose name or title the query
+    // names (part numbers, driver names), and documents whose whole text
+    // matches it best (a small binding or a header read as one unit). Their
+    // best chunks join the pool; their scores are reranking features.
     auto docs = m.doc_titles.Search(wq, static_cast<size_t>(std::max(m.options.doc_candidates, 20)));
     const float best = docs.empty() ? 0.f : docs[0].second;
     for (const auto& [slot, score] : docs) doc_match[slot] = best > 0 ? score / best : 0;
-    if (docs.size() > static_cast<size_t>(m.options.doc_candidates)) docs.resize(m.options.doc_candidates);
-    for (const auto& [slot, score] : docs) {
-      if (score < 0.5f * best) break;
-      auto in_doc = m.bm25->Search(wq, static_cast<size_t>(m.options.chunks_per_doc),
-                                   [&](uint32_t o) { return o < m.chunk_slot.size() && m.chunk_slot[o] == slot && acc(o); });
-      for (const auto& h : in_doc) by_doc.emplace_back(h.first, score * (1.0f + h.second));
+    std::unordered_map<uint32_t, std::pair<float, float>> chosen;  // slot -> (title score, text score)
+    for (size_t i = 0; i < docs.size() && i < static_cast<size_t>(m.options.doc_candidates); ++i) {
+      if (docs[i].second < 0.5f * best) break;
+      chosen[docs[i].first].first = docs[i].second / best;
     }
-    std::sort(by_doc.begin(), by_doc.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
+    // Ties go to the document ingested first (slots are renumbered on load).
+    auto& text_docs = groups.scores;
+    auto first_ordinal = [&](uint32_t slot) {
+      const auto& d = m.slots[slot];
+      return d && !d->ordinals.empty() ? d->ordinals.front() : ~0u;
+    };
+    std::sort(text_docs.begin(), text_docs.end(), [&](const auto& a, const auto& b) {
+      return a.second > b.second || (a.second == b.second && first_ordinal(a.first) < first_ordinal(b.first));
+    });
+    const float best_text = text_docs.empty() ? 0.f : text_docs[0].second;
+    for (size_t i = 0; i < text_docs.size(); ++i) {
+      const double norm = best_text > 0 ? text_docs[i].second / best_text : 0;
+      doc_text[text_docs[i].first] = norm;
+      if (i < static_cast<size_t>(m.options.doc_text_candidates)) chosen[text_docs[i].first].second = static_cast<float>(norm);
+    }
+    std::unordered_map<uint32_t, std::vector<std::pair<uint32_t, float>>> in_doc;
+    for (const auto& h : lex_all) {
+      auto it = chosen.find(m.chunk_slot[h.first]);
+      if (it != chosen.end()) in_doc[it->first].push_back(h);
+    }
+    const float best_lex_all = lex.empty() ? 1.f : std::max(lex[0].second, 1e-9f);
+    const size_t per_doc = static_cast<size_t>(std::max(1, m.options.chunks_per_doc));
+    for (auto& [slot, hits] : in_doc) {
+      auto better = [](const auto& a, const auto& b) { return a.second > b.second || (a.second == b.second && a.first < b.first); };
+      if (hits.size() > per_doc) {
+        std::partial_sort(hits.begin(), hits.begin() + per_doc, hits.end(), better);
+        hits.resize(per_doc);
+      } else {
+        std::sort(hits.begin(), hits.end(), better);
+      }
+      const auto [title_score, text_score] = chosen[slot];
+      for (const auto& h : hits) {
+        const float chunk = h.second / best_lex_all;
+        if (title_score > 0) by_doc.emplace_back(h.first, title_score * (1.0f + chunk));
+        if (text_score > 0) by_text.emplace_back(h.first, text_score * (1.0f + chunk));
+      }
+    }
+    auto by_score = [](const auto& a, const auto& b) { return a.second > b.second || (a.second == b.second && a.first < b.first); };
+    std::sort(by_doc.begin(), by_doc.end(), by_score);
+    std::sort(by_text.begin(), by_text.end(), by_score);
   }
 
   struct Cand {
@@ -733,11 +834,17 @@ absl::StatusOr<std::vector<KbSearchHit>> KnowledgeBase::Search(const KbSearchReq
       }
     }
   }
-  const double wd = r.mode == SearchMode::kHybrid ? doc_weight : 0;
+  const double wd = hybrid ? doc_weight : 0;
+  const double wt = hybrid ? text_weight : 0;
   for (size_t i = 0; i < by_doc.size(); ++i) {
     auto& c = cands[by_doc[i].first];
     c.o = by_doc[i].first;
     c.fused += wd / (rrf_k + i + 1) + 1e-9;  // in the rerank pool even at weight 0
+  }
+  for (size_t i = 0; i < by_text.size(); ++i) {
+    auto& c = cands[by_text[i].first];
+    c.o = by_text[i].first;
+    c.fused += wt / (rrf_k + i + 1) + 1e-9;
   }
   std::vector<Cand> order;
   order.reserve(cands.size());
@@ -745,7 +852,7 @@ absl::StatusOr<std::vector<KbSearchHit>> KnowledgeBase::Search(const KbSearchReq
   std::sort(order.begin(), order.end(), [](const Cand& a, const Cand& b) {
     return a.fused > b.fused || (a.fused == b.fused && a.o < b.o);
   });
-  const double max_fused = std::max(1e-12, (wl + wv + wd) / (rrf_k + 1));
+  const double max_fused = std::max(1e-12, (wl + wv + wd + wt) / (rrf_k + 1));
   const double best_lex = lex.empty() ? 1.0 : std::max<double>(lex[0].second, 1e-9);
   const size_t keep = r.rerank ? std::max<size_t>(m.options.rerank_top, r.max_results) : r.max_results;
   if (order.size() > keep) order.resize(keep);
@@ -755,6 +862,7 @@ absl::StatusOr<std::vector<KbSearchHit>> KnowledgeBase::Search(const KbSearchReq
     ChunkRec rec;
     const DocRec* doc;
     double score;
+    double named = 0;
   };
   std::vector<Loaded> loaded;
   for (const auto& c : order) {
@@ -762,6 +870,26 @@ absl::StatusOr<std::vector<KbSearchHit>> KnowledgeBase::Search(const KbSearchReq
     if (!raw) continue;
     ASSIGN_OR_RETURN(auto rec, DecodeChunk(*raw, false));
     loaded.push_back({c, std::move(rec), m.slots[m.chunk_slot[c.o]].get(), c.fused / max_fused});
+  }
+  // Identifiers in the query that name a few documents by name or title
+  // (a part number, a driver): the share of them a candidate's document
+  // or text carries is a reranking feature.
+  std::vector<std::string> naming;
+  for (const auto& id : FindIdentifiers(r.query)) {
+    std::vector<std::string> t;
+    Tokenize(id, &t, TokenizerOptions{false, false, false});
+    if (t.size() != 1) continue;
+    const size_t df = m.doc_titles.DocFreq(t[0]);
+    if (df >= 1 && df <= std::max<size_t>(3, m.slot_by_id.size() / 200)) naming.push_back(t[0]);
+  }
+  if (!naming.empty()) {
+    for (auto& l : loaded) {
+      const std::string hay = absl::AsciiStrToLower(
+          absl::StrCat(l.doc->info.name, "\n", l.doc->info.title, "\n", l.rec.text));
+      int hit = 0;
+      for (const auto& n : naming) hit += ContainsWord(hay, n) ? 1 : 0;
+      l.named = static_cast<double>(hit) / naming.size();
+    }
   }
   if (r.rerank && !loaded.empty()) {
     std::vector<RerankCandidate> rc;
@@ -776,6 +904,9 @@ absl::StatusOr<std::vector<KbSearchHit>> KnowledgeBase::Search(const KbSearchReq
       c.fused_norm = l.c.fused / top_fused;
       auto dm = doc_match.find(m.chunk_slot[l.c.o]);
       c.doc_match = dm == doc_match.end() ? 0 : dm->second;
+      auto dt = doc_text.find(m.chunk_slot[l.c.o]);
+      c.doc_text = dt == doc_text.end() ? 0 : dt->second;
+      c.named = l.named;
       rc.push_back(std::move(c));
     }
     ASSIGN_OR_RETURN(auto scores, m.reranker.Score(r.query, rc));
@@ -805,6 +936,9 @@ absl::StatusOr<std::vector<KbSearchHit>> KnowledgeBase::Search(const KbSearchReq
     h.vector_sim = l.c.vector;
     auto dm = doc_match.find(m.chunk_slot[l.c.o]);
     h.doc_match = dm == doc_match.end() ? 0 : dm->second;
+    auto dt = doc_text.find(m.chunk_slot[l.c.o]);
+    h.doc_text = dt == doc_text.end() ? 0 : dt->second;
+    h.named = l.named;
     out.push_back(std::move(h));
   }
   return out;

@@ -38,13 +38,16 @@ struct KnowledgeOptions {
   double lexical_weight = 1.0;
   double vector_weight = 0.1;
   double doc_weight = 0.0;  // the leg of chunks from documents the query names
+  double doc_text_weight = 1.0;  // the leg of chunks from documents whose whole text matches best
+  int doc_text_candidates = 10;
+  double doc_text_b = 0.3;  // BM25 length normalization at document level
   // Query expansion on the lexical legs (synonyms, part-number families).
   double synonym_weight = 0.0;
   double family_weight = 0.0;
   int doc_candidates = 5;
   int chunks_per_doc = 10;
   int candidates = 100;     // per leg
-  int rerank_top = 50;
+  int rerank_top = 100;
   size_t exact_below = 20000;  // vectors; HNSW above
   int hnsw_m = 32;
   int hnsw_ef_construction = 80;
@@ -85,7 +88,7 @@ enum class SearchMode { kHybrid, kLexical, kVector };
 
 // Per-request overrides of the fusion settings (tuning and evaluation).
 struct FusionOverrides {
-  double lexical_weight = -1, vector_weight = -1, doc_weight = -1, rrf_k = -1;
+  double lexical_weight = -1, vector_weight = -1, doc_weight = -1, rrf_k = -1, doc_text_weight = -1;
 };
 
 struct KbSearchRequest {
@@ -109,7 +112,7 @@ struct KbSearchHit {
   int page = 0, start_line = 0, end_line = 0;
   // Signals behind the score (for tuning and explanation).
   std::string context;
-  double fused_norm = 0, lexical_norm = 0, vector_sim = 0, doc_match = 0;
+  double fused_norm = 0, lexical_norm = 0, vector_sim = 0, doc_match = 0, doc_text = 0, named = 0;
 };
 
 struct KbStats {

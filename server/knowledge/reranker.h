@@ -19,19 +19,23 @@ struct RerankCandidate {
   double lexical_norm = 0;  // BM25 score / best BM25 score of the query
   double fused_norm = 0;    // fused score / best fused score
   double doc_match = 0;     // document name/title BM25 / best document's, 0 if none
+  double doc_text = 0;      // whole-document BM25 / best document's, 0 if none
+  double named = 0;         // share of the document-naming identifiers of the query it carries
 };
 
 // Defaults fitted by coordinate ascent on the development set
 // (fwai_tune_retrieval; chunk MRR@10 0.54 -> 0.57 over the fused order).
 struct RerankWeights {
-  double identifier = 0.50;
-  double coverage = 0.50;
+  double identifier = 0.80;
+  double coverage = 0.20;
   double proximity = 0.10;
-  double context = 0.50;
+  double context = 0.80;
   double vector = 0.0;
   double lexical = 0.10;
-  double fused = 0.50;
+  double fused = 0.30;
   double doc = 0.0;
+  double doc_text = 0.80;
+  double named = 0.50;
 };
 
 class Reranker {
@@ -47,7 +51,7 @@ std::unique_ptr<Reranker> MakeBuiltinReranker(RerankWeights weights = {});
 
 // The features the built-in reranker uses, exposed for fitting and tests.
 struct RerankFeatures {
-  double identifier, coverage, proximity, context, vector, lexical, fused, doc;
+  double identifier, coverage, proximity, context, vector, lexical, fused, doc, doc_text, named;
 };
 RerankFeatures ComputeRerankFeatures(const std::string& query, const RerankCandidate& c);
 

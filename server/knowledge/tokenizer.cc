@@ -1,6 +1,7 @@
 #include "server/knowledge/tokenizer.h"
 
 #include <algorithm>
+#include <unordered_map>
 #include <unordered_set>
 
 namespace fwai {
@@ -60,8 +61,8 @@ void ForEachCompound(std::string_view s, Fn&& fn) {
   }
 }
 
-const std::unordered_set<std::string>& StopWords() {
-  static const auto* words = new std::unordered_set<std::string>{
+const std::unordered_set<std::string_view>& StopWords() {
+  static const auto* words = new std::unordered_set<std::string_view>{
       "a",     "an",   "and",  "are",   "as",    "at",    "be",    "but",   "by",    "can",
       "do",    "does", "for",  "from",  "had",   "has",   "have",  "how",   "i",     "if",
       "in",    "into", "is",   "it",    "its",   "me",    "my",    "no",    "not",   "of",
@@ -70,6 +71,16 @@ const std::unordered_set<std::string>& StopWords() {
       "which", "while", "who", "why",   "will",  "with",  "would", "you",   "your",  "should",
       "could", "than", "them", "those", "been",  "being", "did",   "any",   "some",  "also"};
   return *words;
+}
+
+// Porter stems of recent words: documentation repeats its vocabulary, so
+// most words are stemmed once per thread. Bounded; cleared when full.
+const std::string& CachedStem(const std::string& lw) {
+  thread_local std::unordered_map<std::string, std::string> cache;
+  auto it = cache.find(lw);
+  if (it != cache.end()) return it->second;
+  if (cache.size() >= 200000) cache.clear();
+  return cache.emplace(lw, PorterStem(lw)).first->second;
 }
 
 // Splits a compound at its joiners.
@@ -91,12 +102,16 @@ void AddWord(std::string_view word, std::vector<std::string>* terms, const Token
     terms->push_back(std::move(lw));
     return;
   }
-  terms->push_back(o.stem ? PorterStem(lw) : lw);
+  if (o.stem) {
+    terms->push_back(CachedStem(lw));
+  } else {
+    terms->push_back(std::move(lw));
+  }
 }
 
 }  // namespace
 
-bool IsStopWord(std::string_view w) { return StopWords().count(std::string(w)) > 0; }
+bool IsStopWord(std::string_view w) { return w.size() <= 6 && StopWords().count(w) > 0; }
 
 bool LooksLikeIdentifier(std::string_view w) {
   if (w.size() < 2) return false;

@@ -94,6 +94,51 @@ TEST(Bm25IndexTest, RanksRareTermsAndLengthNormalises) {
   EXPECT_EQ(r[0].first, 0u);
 }
 
+TEST(Bm25IndexTest, GroupScoresAreBm25OverWholeDocuments) {
+  // Five chunks in three documents, scored by groups in the chunk pass, must
+  // equal BM25 over the documents indexed whole.
+  const std::vector<std::string> chunks = {
+      "The watchdog timer resets the chip.", "Refresh the watchdog before the timeout.",
+      "The ADC samples twelve bits per conversion.", "GPIO pins drive LEDs.",
+      "A watchdog on GPIO expanders is rare; the timer is the GPIO clock."};
+  const std::vector<uint32_t> group_of = {0, 0, 1, 2, 2};
+  const float b = 0.4f;
+  Bm25Index by_chunk({1.2f, 0.75f}), whole({1.2f, b});
+  std::vector<std::vector<std::string>> doc_terms(3);
+  for (uint32_t i = 0; i < chunks.size(); ++i) {
+    std::vector<std::string> t;
+    Tokenize(chunks[i], &t);
+    by_chunk.Add(i, t);
+    doc_terms[group_of[i]].insert(doc_terms[group_of[i]].end(), t.begin(), t.end());
+  }
+  std::vector<uint32_t> group_len;
+  uint64_t total = 0;
+  for (uint32_t g = 0; g < 3; ++g) {
+    whole.Add(g, doc_terms[g]);
+    group_len.push_back(static_cast<uint32_t>(doc_terms[g].size()));
+    total += doc_terms[g].size();
+  }
+  Bm25Index::Groups groups;
+  groups.group_of = &group_of;
+  groups.group_len = &group_len;
+  groups.present = 3;
+  groups.avg_len = static_cast<float>(total) / 3;
+  groups.b = b;
+  std::vector<std::string> q;
+  Tokenize("watchdog timer GPIO", &q);
+  std::vector<std::pair<std::string, float>> wq;
+  for (const auto& t : q) wq.emplace_back(t, 1.0f);
+  by_chunk.Search(wq, 10, nullptr, nullptr, &groups);
+  auto expected = whole.Search(q, 10);
+  ASSERT_EQ(groups.scores.size(), expected.size());
+  std::map<uint32_t, float> got(groups.scores.begin(), groups.scores.end());
+  for (const auto& [g, score] : expected) {
+    ASSERT_TRUE(got.count(g)) << g;
+    EXPECT_NEAR(got[g], score, 1e-4) << "group " << g;
+  }
+  EXPECT_EQ(by_chunk.Length(1), 4u);  // refresh, watchdog, before, timeout
+}
+
 TEST(Bm25IndexTest, RemoveReplaceAndRoundTrip) {
   Bm25Index idx({1.5f, 0.6f});
   idx.Add(5, {"alpha", "beta"});

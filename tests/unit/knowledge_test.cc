@@ -406,6 +406,32 @@ TEST_F(KnowledgeBaseTest, IngestSearchReplaceDelete) {
   EXPECT_EQ(kb_->Delete("spi.md", "").status().code(), absl::StatusCode::kNotFound);
 }
 
+TEST_F(KnowledgeBaseTest, AQueryNamingAPartPrefersThatPartsDocument) {
+  // Two near-identical device headers; the part name is only in each one's
+  // first comment, far from the line asked about. The first one ingested
+  // wins ties, so only the part name can put the second one first.
+  auto header = [](const std::string& part, const std::string& file) {
+    std::string h = "/* avr/" + file + " - definitions for " + part + ". */\n";
+    for (int i = 0; i < 120; ++i) {
+      h += "#define REG" + std::to_string(i) + " _SFR_MEM8(0x" + std::to_string(100 + i) + ")  /* register " +
+           std::to_string(i) + " */\n";
+    }
+    h += "/* Interrupt vectors */\n#define ADC_vect_num 21\n#define ADC_vect _VECTOR(21)  /* ADC Conversion Complete */\n";
+    return h;
+  };
+  Add("avr/iom48pb.h", header("ATmega48PB", "iom48pb.h"));
+  Add("avr/iom88pb.h", header("ATmega88PB", "iom88pb.h"));
+  for (const std::string part : {"ATmega88PB", "ATmega48PB"}) {
+    auto hits = Find("Which vector number does the ADC conversion complete interrupt have on the " + part + "?");
+    ASSERT_FALSE(hits.empty());
+    const std::string want = part == "ATmega88PB" ? "avr/iom88pb.h" : "avr/iom48pb.h";
+    EXPECT_EQ(hits[0].doc, want) << part;
+    EXPECT_NE(hits[0].text.find("ADC_vect_num"), std::string::npos) << hits[0].text;
+    EXPECT_EQ(hits[0].named, 1.0);
+    EXPECT_GT(hits[0].doc_text, 0.0);
+  }
+}
+
 TEST_F(KnowledgeBaseTest, FiltersAndCollections) {
   Add("a.md", Doc("TIMER", "TIM2_ARR"), "stm32");
   Add("b.md", Doc("TIMER", "TIM2_ARR"), "nrf");  // same text, another collection

@@ -42,8 +42,8 @@ struct KnowledgeOptions {
   int doc_text_candidates = 10;
   double doc_text_b = 0.3;  // BM25 length normalization at document level
   // Query expansion on the lexical legs (synonyms, part-number families).
-  double synonym_weight = 0.0;
-  double family_weight = 0.0;
+  double synonym_weight = 0.35;
+  double family_weight = 0.8;
   int doc_candidates = 5;
   int chunks_per_doc = 10;
   int candidates = 100;     // per leg

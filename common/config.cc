@@ -275,6 +275,20 @@ absl::Status ParseBoard(Reader& r, const YAML::Node& n, size_t index, HardwareCo
   ApplyBoardDefaults(b);
   return absl::OkStatus();
 }
+// `weights: {coverage: 0.3, lexical: 0.8}` for a built-in reranker.
+absl::Status ParseRerankWeights(Reader& r, const YAML::Node& n, const std::string& field, std::map<std::string, double>& out) {
+  static const std::set<std::string> kFeatures = {"identifier", "coverage", "proximity", "context", "vector",
+                                                  "lexical",    "fused",    "doc",       "doc_text", "named"};
+  CFG_TRY(r.CheckKeys(n, field, kFeatures));
+  for (const auto& kv : n) {
+    const std::string name = kv.first.as<std::string>();
+    double v = 0;
+    CFG_TRY(r.Double(kv.second, field + "." + name, 0, 100, v));
+    out[name] = v;
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ParseMcpServersNode(Reader& r, const YAML::Node& n, std::map<std::string, McpServerEntry>& out) {
   if (!n.IsMap()) return r.Error(n, "mcp_servers", "expected a mapping of server name to {command, env}");
   for (const auto& kv : n) {
@@ -559,7 +573,7 @@ absl::StatusOr<DaemonConfig> ParseConfig(const std::string& yaml_text, const std
     }
     if (auto n = root["catalog"]) {
       CFG_TRY(r.CheckKeys(n, "catalog", {"coarse_slices", "candidates", "grouping", "rrf_k", "vector_weight", "whole_weight",
-                                         "synonym_weight", "family_weight", "namespace_boost"}));
+                                         "synonym_weight", "family_weight", "namespace_boost", "rerank_weights"}));
       auto& k = c.catalog;
       if (n["coarse_slices"]) CFG_TRY(r.Int(n["coarse_slices"], "catalog.coarse_slices", 1, 10000, k.coarse_slices));
       if (n["candidates"]) CFG_TRY(r.Int(n["candidates"], "catalog.candidates", 1, 1000, k.candidates));
@@ -573,6 +587,7 @@ absl::StatusOr<DaemonConfig> ParseConfig(const std::string& yaml_text, const std
       if (n["synonym_weight"]) CFG_TRY(r.Double(n["synonym_weight"], "catalog.synonym_weight", 0, 1, k.synonym_weight));
       if (n["family_weight"]) CFG_TRY(r.Double(n["family_weight"], "catalog.family_weight", 0, 1, k.family_weight));
       if (n["namespace_boost"]) CFG_TRY(r.Double(n["namespace_boost"], "catalog.namespace_boost", 0, 10, k.namespace_boost));
+      if (n["rerank_weights"]) CFG_TRY(ParseRerankWeights(r, n["rerank_weights"], "catalog.rerank_weights", k.rerank_weights));
     }
     if (auto n = root["knowledge"]) {
       CFG_TRY(r.CheckKeys(n, "knowledge",
@@ -624,7 +639,8 @@ absl::StatusOr<DaemonConfig> ParseConfig(const std::string& yaml_text, const std
         if (f["vector_weight"]) CFG_TRY(r.Double(f["vector_weight"], "knowledge.fusion.vector_weight", 0, 100, k.vector_weight));
       }
       if (auto rr = n["reranker"]) {
-        CFG_TRY(r.CheckKeys(rr, "knowledge.reranker", {"kind", "base_url", "api_key", "api_key_env", "model", "provider"}));
+        CFG_TRY(r.CheckKeys(rr, "knowledge.reranker", {"kind", "base_url", "api_key", "api_key_env", "model", "provider", "weights"}));
+        if (rr["weights"]) CFG_TRY(ParseRerankWeights(r, rr["weights"], "knowledge.reranker.weights", k.rerank_weights));
         if (rr["kind"]) CFG_TRY(r.String(rr["kind"], "knowledge.reranker.kind", k.reranker));
         static const std::set<std::string> kKinds = {"builtin", "tei", "cohere", "jina", "llm"};
         if (!kKinds.count(k.reranker)) {

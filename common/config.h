@@ -77,6 +77,7 @@ struct KnowledgeConfig {
   int candidates = 100;
   int rerank_top = 100;
   std::string reranker = "builtin";  // builtin | tei | cohere | jina | llm
+  std::map<std::string, double> rerank_weights;  // the built-in reranker's, by feature name
   std::string rerank_base_url;
   std::string rerank_api_key;
   std::string rerank_api_key_env;
@@ -102,6 +103,9 @@ struct CatalogConfig {
   double synonym_weight = 0.35;  // query expansion: synonyms (0: off)
   double family_weight = 0.8;    // query expansion: part-number families (0: off)
   double namespace_boost = 0.2;  // a query naming a program prefers its tools (0: off)
+  // The built-in tool reranker's feature weights, by feature name; unset
+  // features keep their defaults.
+  std::map<std::string, double> rerank_weights;
 };
 
 struct McpServerEntry {

@@ -257,7 +257,9 @@ int Main(int argc, char** argv) {
   } else {
     embedder = MakeBuiltinEmbedder(kc.builtin_dimension);
   }
-  auto builtin_reranker = MakeBuiltinReranker();
+  RerankWeights kb_weights;
+  for (const auto& [feature, v] : kc.rerank_weights) SetRerankWeight(kb_weights, feature, v);
+  auto builtin_reranker = MakeBuiltinReranker(kb_weights);
   std::unique_ptr<Reranker> remote_reranker;
   if (kc.reranker == "tei" || kc.reranker == "cohere" || kc.reranker == "jina") {
     HttpRerankerConfig rc;
@@ -330,7 +332,9 @@ int Main(int argc, char** argv) {
   co.synonym_weight = config.catalog.synonym_weight;
   co.family_weight = config.catalog.family_weight;
   co.namespace_boost = config.catalog.namespace_boost;
-  auto tool_reranker = MakeBuiltinReranker(ToolCatalogRerankWeights());
+  RerankWeights tool_weights = ToolCatalogRerankWeights();
+  for (const auto& [feature, v] : config.catalog.rerank_weights) SetRerankWeight(tool_weights, feature, v);
+  auto tool_reranker = MakeBuiltinReranker(tool_weights);
   auto catalog = ToolCatalogStore::Open(**storage, co, *embedder, *tool_reranker);
   if (!catalog.ok()) {
     std::fprintf(stderr, "fwaid: tool catalog: %s\n", std::string(catalog.status().message()).c_str());

@@ -136,6 +136,23 @@ class BuiltinReranker final : public Reranker {
 
 }  // namespace
 
+bool SetRerankWeight(RerankWeights& w, const std::string& feature, double value) {
+  double RerankWeights::*field = nullptr;
+  if (feature == "identifier") field = &RerankWeights::identifier;
+  if (feature == "coverage") field = &RerankWeights::coverage;
+  if (feature == "proximity") field = &RerankWeights::proximity;
+  if (feature == "context") field = &RerankWeights::context;
+  if (feature == "vector") field = &RerankWeights::vector;
+  if (feature == "lexical") field = &RerankWeights::lexical;
+  if (feature == "fused") field = &RerankWeights::fused;
+  if (feature == "doc") field = &RerankWeights::doc;
+  if (feature == "doc_text") field = &RerankWeights::doc_text;
+  if (feature == "named") field = &RerankWeights::named;
+  if (field == nullptr) return false;
+  w.*field = value;
+  return true;
+}
+
 std::unique_ptr<Reranker> MakeBuiltinReranker(RerankWeights weights) {
   return std::make_unique<BuiltinReranker>(weights);
 }

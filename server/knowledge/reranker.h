@@ -49,6 +49,10 @@ class Reranker {
 
 std::unique_ptr<Reranker> MakeBuiltinReranker(RerankWeights weights = {});
 
+// Sets the weight of the feature named `feature` ("coverage", "doc_text", ...);
+// false if there is no such feature.
+bool SetRerankWeight(RerankWeights& w, const std::string& feature, double value);
+
 // The features the built-in reranker uses, exposed for fitting and tests.
 struct RerankFeatures {
   double identifier, coverage, proximity, context, vector, lexical, fused, doc, doc_text, named;

@@ -80,5 +80,25 @@ TEST(ConfigTest, HttpTimeoutsReachProviders) {
   ApplyProviderEnvironment(*c);
   EXPECT_EQ(c->providers["openai"].idle_timeout_s, 7);
 }
+TEST(ConfigTest, RerankWeightsAndDocumentLegs) {
+  auto c = ParseConfig(
+      "knowledge:\n  fusion: {doc_text_weight: 0.5, doc_text_b: 0.6, doc_text_candidates: 4}\n"
+      "  reranker:\n    weights: {coverage: 0.7, named: 0.2}\n"
+      "catalog:\n  rerank_weights: {lexical: 1.2}\n",
+      "fwaid.yaml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->knowledge.doc_text_weight, 0.5);
+  EXPECT_EQ(c->knowledge.doc_text_b, 0.6);
+  EXPECT_EQ(c->knowledge.doc_text_candidates, 4);
+  EXPECT_EQ(c->knowledge.rerank_weights, (std::map<std::string, double>{{"coverage", 0.7}, {"named", 0.2}}));
+  EXPECT_EQ(c->catalog.rerank_weights, (std::map<std::string, double>{{"lexical", 1.2}}));
+  auto bad = ParseConfig("catalog:\n  rerank_weights: {coverage: 0.3, lexcial: 1}\n", "fwaid.yaml");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(std::string(bad.status().message()).find("fwaid.yaml:2"), std::string::npos) << bad.status();
+  EXPECT_NE(std::string(bad.status().message()).find("catalog.rerank_weights.lexcial"), std::string::npos) << bad.status();
+  auto neg = ParseConfig("knowledge:\n  reranker:\n    weights: {coverage: -1}\n", "fwaid.yaml");
+  ASSERT_FALSE(neg.ok());
+  EXPECT_NE(std::string(neg.status().message()).find("knowledge.reranker.weights.coverage"), std::string::npos) << neg.status();
+}
 }  // namespace
 }  // namespace fwai

@@ -36,6 +36,31 @@ TEST(BuiltinRerankerTest, ExactIdentifierAndCoverageWin) {
   EXPECT_DOUBLE_EQ(f.coverage, 1.0);
 }
 
+TEST(BuiltinRerankerTest, WeightsByNameChangeTheOrder) {
+  // Only the fused rank counts: the candidate fusion liked best wins.
+  RerankWeights w;
+  for (const char* f : {"identifier", "coverage", "proximity", "context", "vector", "lexical", "doc", "doc_text", "named"}) {
+    ASSERT_TRUE(SetRerankWeight(w, f, 0.0)) << f;
+  }
+  ASSERT_TRUE(SetRerankWeight(w, "fused", 1.0));
+  EXPECT_FALSE(SetRerankWeight(w, "lexcial", 1.0));
+  auto cands = Candidates();
+  cands[0].fused_norm = 0.9;  // the watchdog passage, fused above the GPIOA note
+  const std::string q = "which bit in RCC_AHB1ENR enables the GPIOA clock";
+  auto by_default = MakeBuiltinReranker()->Score(q, cands);
+  auto fused_only = MakeBuiltinReranker(w)->Score(q, cands);
+  ASSERT_TRUE(by_default.ok() && fused_only.ok());
+  EXPECT_GT((*by_default)[2], (*by_default)[0]);  // it names GPIOA and the clock
+  EXPECT_GT((*fused_only)[0], (*fused_only)[2]);
+  // Whole-document match and part naming are features too.
+  RerankCandidate named = Candidates()[2];
+  named.doc_text = 0.9;
+  named.named = 1.0;
+  auto f = ComputeRerankFeatures("GPIOA clock on the STM32F407", named);
+  EXPECT_DOUBLE_EQ(f.doc_text, 0.9);
+  EXPECT_DOUBLE_EQ(f.named, 1.0);
+}
+
 class RemoteRerankerTest : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {

@@ -105,7 +105,7 @@ int main(int argc, char** argv) {
       if (q.id != argv[4]) continue;
       KbSearchRequest r;
       r.query = q.query;
-      r.max_results = 15;
+      r.max_results = 40;
       auto hits = *(*kb)->Search(r);
       std::printf("%s: %s\n  expect %s / %s\n", q.id.c_str(), q.query.c_str(), q.doc.c_str(), q.needle.c_str());
       for (const auto& h : hits) {

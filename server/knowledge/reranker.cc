@@ -11,7 +11,9 @@ namespace {
 
 std::string Lower(const std::string& s) {
   std::string o = s;
-  for (auto& c : o) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  for (auto& c : o) {
+    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
+  }
   return o;
 }
 

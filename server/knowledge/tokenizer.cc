@@ -1,8 +1,9 @@
 #include "server/knowledge/tokenizer.h"
 
 #include <algorithm>
-#include <unordered_map>
 #include <unordered_set>
+
+#include "absl/container/flat_hash_map.h"
 
 namespace fwai {
 namespace {
@@ -76,7 +77,7 @@ const std::unordered_set<std::string_view>& StopWords() {
 // Porter stems of recent words: documentation repeats its vocabulary, so
 // most words are stemmed once per thread. Bounded; cleared when full.
 const std::string& CachedStem(const std::string& lw) {
-  thread_local std::unordered_map<std::string, std::string> cache;
+  thread_local absl::flat_hash_map<std::string, std::string> cache;
   auto it = cache.find(lw);
   if (it != cache.end()) return it->second;
   if (cache.size() >= 200000) cache.clear();

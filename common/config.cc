@@ -9,12 +9,15 @@
 #include <cerrno>
 #include <cstdlib>
 #include <fstream>
+#include <initializer_list>
 #include <set>
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/match.h"
+#include "common/status_macros.h"
+#include "common/yaml.h"
 
 namespace fwai {
 namespace {
@@ -99,6 +102,21 @@ class Reader {
     absl::Status s_ = (expr);             \
     if (!s_.ok()) return s_;              \
   } while (0)
+
+// Optional number fields of one mapping: `key` is checked as `prefix.key`
+// and must lie within lo..hi.
+struct NumberField {
+  const char* key;
+  double lo, hi;
+  double* out;
+};
+
+absl::Status Numbers(Reader& r, const YAML::Node& n, const std::string& prefix, std::initializer_list<NumberField> fields) {
+  for (const auto& f : fields) {
+    if (n[f.key]) CFG_TRY(r.Double(n[f.key], prefix + "." + f.key, f.lo, f.hi, *f.out));
+  }
+  return absl::OkStatus();
+}
 
 absl::Status ParseProvider(Reader& r, const std::string& name, const YAML::Node& n,
                            ProviderConfig& p) {
@@ -337,7 +355,7 @@ absl::StatusOr<std::map<std::string, McpServerEntry>> ParseMcpServers(const std:
     Reader r(source);
     CFG_TRY(ParseMcpServersNode(r, root["mcp_servers"], out));
   } catch (const YAML::Exception& e) {
-    return absl::InvalidArgumentError(absl::StrCat(source, ":", e.mark.line + 1, ": ", e.msg));
+    return YamlStatus(source, e);
   }
   return out;
 }
@@ -345,13 +363,7 @@ absl::StatusOr<std::map<std::string, McpServerEntry>> ParseMcpServers(const std:
 absl::StatusOr<DaemonConfig> ParseConfig(const std::string& yaml_text, const std::string& source) {
   DaemonConfig c;
   c.source = source;
-  YAML::Node root;
-  try {
-    root = YAML::Load(yaml_text);
-  } catch (const YAML::Exception& e) {
-    return absl::InvalidArgumentError(absl::StrCat("config ", source, ":", e.mark.line + 1, ": ",
-                                                   e.msg));
-  }
+  ASSIGN_OR_RETURN(YAML::Node root, LoadYaml(yaml_text, "config " + source));
   if (root.IsNull()) return c;  // empty file: all defaults
   Reader r(source);
   try {
@@ -581,12 +593,13 @@ absl::StatusOr<DaemonConfig> ParseConfig(const std::string& yaml_text, const std
         CFG_TRY(r.String(n["grouping"], "catalog.grouping", k.grouping));
         if (k.grouping != "sum" && k.grouping != "rrf") return r.Error(n["grouping"], "catalog.grouping", "expected sum or rrf");
       }
-      if (n["rrf_k"]) CFG_TRY(r.Double(n["rrf_k"], "catalog.rrf_k", 0, 10000, k.rrf_k));
-      if (n["vector_weight"]) CFG_TRY(r.Double(n["vector_weight"], "catalog.vector_weight", 0, 100, k.vector_weight));
-      if (n["whole_weight"]) CFG_TRY(r.Double(n["whole_weight"], "catalog.whole_weight", 0, 100, k.whole_weight));
-      if (n["synonym_weight"]) CFG_TRY(r.Double(n["synonym_weight"], "catalog.synonym_weight", 0, 1, k.synonym_weight));
-      if (n["family_weight"]) CFG_TRY(r.Double(n["family_weight"], "catalog.family_weight", 0, 1, k.family_weight));
-      if (n["namespace_boost"]) CFG_TRY(r.Double(n["namespace_boost"], "catalog.namespace_boost", 0, 10, k.namespace_boost));
+      CFG_TRY(Numbers(r, n, "catalog",
+                      {{"rrf_k", 0, 10000, &k.rrf_k},
+                       {"vector_weight", 0, 100, &k.vector_weight},
+                       {"whole_weight", 0, 100, &k.whole_weight},
+                       {"synonym_weight", 0, 1, &k.synonym_weight},
+                       {"family_weight", 0, 1, &k.family_weight},
+                       {"namespace_boost", 0, 10, &k.namespace_boost}}));
       if (n["rerank_weights"]) CFG_TRY(ParseRerankWeights(r, n["rerank_weights"], "catalog.rerank_weights", k.rerank_weights));
     }
     if (auto n = root["knowledge"]) {
@@ -628,15 +641,16 @@ absl::StatusOr<DaemonConfig> ParseConfig(const std::string& yaml_text, const std
       if (auto f = n["fusion"]) {
         CFG_TRY(r.CheckKeys(f, "knowledge.fusion", {"k", "lexical_weight", "vector_weight", "synonym_weight", "family_weight",
                                                     "doc_weight", "doc_text_weight", "doc_text_b", "doc_text_candidates"}));
-        if (f["doc_weight"]) CFG_TRY(r.Double(f["doc_weight"], "knowledge.fusion.doc_weight", 0, 100, k.doc_weight));
-        if (f["doc_text_weight"]) CFG_TRY(r.Double(f["doc_text_weight"], "knowledge.fusion.doc_text_weight", 0, 100, k.doc_text_weight));
-        if (f["doc_text_b"]) CFG_TRY(r.Double(f["doc_text_b"], "knowledge.fusion.doc_text_b", 0, 1, k.doc_text_b));
+        CFG_TRY(Numbers(r, f, "knowledge.fusion",
+                        {{"k", 0, 10000, &k.rrf_k},
+                         {"lexical_weight", 0, 100, &k.lexical_weight},
+                         {"vector_weight", 0, 100, &k.vector_weight},
+                         {"synonym_weight", 0, 1, &k.synonym_weight},
+                         {"family_weight", 0, 1, &k.family_weight},
+                         {"doc_weight", 0, 100, &k.doc_weight},
+                         {"doc_text_weight", 0, 100, &k.doc_text_weight},
+                         {"doc_text_b", 0, 1, &k.doc_text_b}}));
         if (f["doc_text_candidates"]) CFG_TRY(r.Int(f["doc_text_candidates"], "knowledge.fusion.doc_text_candidates", 0, 1000, k.doc_text_candidates));
-        if (f["synonym_weight"]) CFG_TRY(r.Double(f["synonym_weight"], "knowledge.fusion.synonym_weight", 0, 1, k.synonym_weight));
-        if (f["family_weight"]) CFG_TRY(r.Double(f["family_weight"], "knowledge.fusion.family_weight", 0, 1, k.family_weight));
-        if (f["k"]) CFG_TRY(r.Double(f["k"], "knowledge.fusion.k", 0, 10000, k.rrf_k));
-        if (f["lexical_weight"]) CFG_TRY(r.Double(f["lexical_weight"], "knowledge.fusion.lexical_weight", 0, 100, k.lexical_weight));
-        if (f["vector_weight"]) CFG_TRY(r.Double(f["vector_weight"], "knowledge.fusion.vector_weight", 0, 100, k.vector_weight));
       }
       if (auto rr = n["reranker"]) {
         CFG_TRY(r.CheckKeys(rr, "knowledge.reranker", {"kind", "base_url", "api_key", "api_key_env", "model", "provider", "weights"}));
@@ -678,8 +692,7 @@ absl::StatusOr<DaemonConfig> ParseConfig(const std::string& yaml_text, const std
       if (n["max_document_mb"]) CFG_TRY(r.Int(n["max_document_mb"], "knowledge.max_document_mb", 1, 4096, k.max_document_mb));
     }
   } catch (const YAML::Exception& e) {
-    return absl::InvalidArgumentError(absl::StrCat("config ", source, ":", e.mark.line + 1, ": ",
-                                                   e.msg));
+    return YamlStatus("config " + source, e);
   }
   return c;
 }

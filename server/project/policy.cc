@@ -12,6 +12,8 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/status_macros.h"
+#include "common/yaml.h"
 
 namespace fwai {
 
@@ -35,12 +37,7 @@ std::string ReadFile(const std::string& p) {
 
 absl::StatusOr<PolicyRules> ParsePolicy(const std::string& text, const std::string& source) {
   PolicyRules r;
-  YAML::Node root;
-  try {
-    root = YAML::Load(text);
-  } catch (const YAML::Exception& e) {
-    return absl::InvalidArgumentError(absl::StrCat(source, ":", e.mark.line + 1, ": ", e.msg));
-  }
+  ASSIGN_OR_RETURN(YAML::Node root, LoadYaml(text, source));
   if (!root.IsMap() || !root["policy"]) return r;
   const YAML::Node p = root["policy"];
   auto err = [&](const YAML::Node& n, const std::string& f, const std::string& what) {

@@ -15,7 +15,9 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/status_macros.h"
 #include "common/subprocess.h"
+#include "common/yaml.h"
 
 namespace fwai {
 
@@ -273,12 +275,7 @@ std::string ProjectYaml(const ProjectSettings& s) {
 }
 
 absl::StatusOr<ProjectSettings> ParseProjectYaml(const std::string& text, const std::string& source) {
-  YAML::Node root;
-  try {
-    root = YAML::Load(text);
-  } catch (const YAML::Exception& e) {
-    return absl::InvalidArgumentError(absl::StrCat(source, ":", e.mark.line + 1, ": ", e.msg));
-  }
+  ASSIGN_OR_RETURN(YAML::Node root, LoadYaml(text, source));
   auto err = [&](const YAML::Node& n, const std::string& field, const std::string& what) {
     return absl::InvalidArgumentError(absl::StrCat(source, ":", n.Mark().line + 1, ": ", field, ": ", what));
   };

@@ -11,6 +11,8 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/status_macros.h"
+#include "common/yaml.h"
 
 namespace fwai {
 namespace {
@@ -224,12 +226,7 @@ bool Skill::flashes() const {
 }
 
 absl::StatusOr<Skill> ParseSkill(const std::string& text, const std::string& source) {
-  YAML::Node root;
-  try {
-    root = YAML::Load(text);
-  } catch (const YAML::Exception& e) {
-    return absl::InvalidArgumentError(absl::StrCat(source, ":", e.mark.line + 1, ": ", e.msg));
-  }
+  ASSIGN_OR_RETURN(YAML::Node root, LoadYaml(text, source));
   if (!root.IsMap()) return absl::InvalidArgumentError(absl::StrCat(source, ":1: expected a mapping (name, description, steps)"));
   if (auto s = CheckKeys(source, root, "", {"name", "description", "keywords", "vars", "timeout", "steps"}); !s.ok()) return s;
   Skill sk;

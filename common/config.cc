@@ -307,6 +307,24 @@ absl::Status ParseRerankWeights(Reader& r, const YAML::Node& n, const std::strin
   return absl::OkStatus();
 }
 
+// `reranker: {kind, base_url, api_key, api_key_env, model, provider, weights}`.
+absl::Status ParseReranker(Reader& r, const YAML::Node& rr, const std::string& field, RerankerConfig& out) {
+  CFG_TRY(r.CheckKeys(rr, field, {"kind", "base_url", "api_key", "api_key_env", "model", "provider", "weights"}));
+  if (rr["weights"]) CFG_TRY(ParseRerankWeights(r, rr["weights"], field + ".weights", out.weights));
+  if (rr["kind"]) CFG_TRY(r.String(rr["kind"], field + ".kind", out.kind));
+  static const std::set<std::string> kKinds = {"builtin", "tei", "cohere", "jina", "llm"};
+  if (!kKinds.count(out.kind)) return r.Error(rr["kind"], field + ".kind", "expected builtin, tei, cohere, jina or llm");
+  if (rr["base_url"]) CFG_TRY(r.String(rr["base_url"], field + ".base_url", out.base_url));
+  if (rr["api_key"]) CFG_TRY(r.String(rr["api_key"], field + ".api_key", out.api_key));
+  if (rr["api_key_env"]) CFG_TRY(r.String(rr["api_key_env"], field + ".api_key_env", out.api_key_env));
+  if (rr["model"]) CFG_TRY(r.String(rr["model"], field + ".model", out.model));
+  if (rr["provider"]) CFG_TRY(r.String(rr["provider"], field + ".provider", out.provider));
+  if ((out.kind == "tei" || out.kind == "cohere" || out.kind == "jina") && out.base_url.empty()) {
+    return r.Error(rr, field + ".base_url", "required for kind " + out.kind);
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ParseMcpServersNode(Reader& r, const YAML::Node& n, std::map<std::string, McpServerEntry>& out) {
   if (!n.IsMap()) return r.Error(n, "mcp_servers", "expected a mapping of server name to {command, env}");
   for (const auto& kv : n) {
@@ -585,7 +603,7 @@ absl::StatusOr<DaemonConfig> ParseConfig(const std::string& yaml_text, const std
     }
     if (auto n = root["catalog"]) {
       CFG_TRY(r.CheckKeys(n, "catalog", {"coarse_slices", "candidates", "grouping", "rrf_k", "vector_weight", "whole_weight",
-                                         "synonym_weight", "family_weight", "namespace_boost", "rerank_weights"}));
+                                         "synonym_weight", "family_weight", "namespace_boost", "reranker", "rerank_weights"}));
       auto& k = c.catalog;
       if (n["coarse_slices"]) CFG_TRY(r.Int(n["coarse_slices"], "catalog.coarse_slices", 1, 10000, k.coarse_slices));
       if (n["candidates"]) CFG_TRY(r.Int(n["candidates"], "catalog.candidates", 1, 1000, k.candidates));
@@ -600,7 +618,8 @@ absl::StatusOr<DaemonConfig> ParseConfig(const std::string& yaml_text, const std
                        {"synonym_weight", 0, 1, &k.synonym_weight},
                        {"family_weight", 0, 1, &k.family_weight},
                        {"namespace_boost", 0, 10, &k.namespace_boost}}));
-      if (n["rerank_weights"]) CFG_TRY(ParseRerankWeights(r, n["rerank_weights"], "catalog.rerank_weights", k.rerank_weights));
+      if (n["reranker"]) CFG_TRY(ParseReranker(r, n["reranker"], "catalog.reranker", k.reranker));
+      if (n["rerank_weights"]) CFG_TRY(ParseRerankWeights(r, n["rerank_weights"], "catalog.rerank_weights", k.reranker.weights));
     }
     if (auto n = root["knowledge"]) {
       CFG_TRY(r.CheckKeys(n, "knowledge",
@@ -652,23 +671,7 @@ absl::StatusOr<DaemonConfig> ParseConfig(const std::string& yaml_text, const std
                          {"doc_text_b", 0, 1, &k.doc_text_b}}));
         if (f["doc_text_candidates"]) CFG_TRY(r.Int(f["doc_text_candidates"], "knowledge.fusion.doc_text_candidates", 0, 1000, k.doc_text_candidates));
       }
-      if (auto rr = n["reranker"]) {
-        CFG_TRY(r.CheckKeys(rr, "knowledge.reranker", {"kind", "base_url", "api_key", "api_key_env", "model", "provider", "weights"}));
-        if (rr["weights"]) CFG_TRY(ParseRerankWeights(r, rr["weights"], "knowledge.reranker.weights", k.rerank_weights));
-        if (rr["kind"]) CFG_TRY(r.String(rr["kind"], "knowledge.reranker.kind", k.reranker));
-        static const std::set<std::string> kKinds = {"builtin", "tei", "cohere", "jina", "llm"};
-        if (!kKinds.count(k.reranker)) {
-          return r.Error(rr["kind"], "knowledge.reranker.kind", "expected builtin, tei, cohere, jina or llm");
-        }
-        if (rr["base_url"]) CFG_TRY(r.String(rr["base_url"], "knowledge.reranker.base_url", k.rerank_base_url));
-        if (rr["api_key"]) CFG_TRY(r.String(rr["api_key"], "knowledge.reranker.api_key", k.rerank_api_key));
-        if (rr["api_key_env"]) CFG_TRY(r.String(rr["api_key_env"], "knowledge.reranker.api_key_env", k.rerank_api_key_env));
-        if (rr["model"]) CFG_TRY(r.String(rr["model"], "knowledge.reranker.model", k.rerank_model));
-        if (rr["provider"]) CFG_TRY(r.String(rr["provider"], "knowledge.reranker.provider", k.rerank_provider));
-        if ((k.reranker == "tei" || k.reranker == "cohere" || k.reranker == "jina") && k.rerank_base_url.empty()) {
-          return r.Error(rr, "knowledge.reranker.base_url", "required for kind " + k.reranker);
-        }
-      }
+      if (n["reranker"]) CFG_TRY(ParseReranker(r, n["reranker"], "knowledge.reranker", k.reranker));
       if (auto qr = n["query_rewrite"]) {
         if (!qr.IsScalar() || (qr.Scalar() != "true" && qr.Scalar() != "false")) {
           return r.Error(qr, "knowledge.query_rewrite", "expected true or false");

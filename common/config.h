@@ -46,6 +46,18 @@ struct ToolsConfig {
   int list_dir_max_entries = 1000;
 };
 
+// A reranker: the built-in one, a rerank service over HTTP, or the chat
+// provider ranking the passages.
+struct RerankerConfig {
+  std::string kind = "builtin";  // builtin | tei | cohere | jina | llm
+  std::map<std::string, double> weights;  // the built-in reranker's, by feature name
+  std::string base_url;
+  std::string api_key;
+  std::string api_key_env;
+  std::string model;
+  std::string provider;  // for llm: a name under providers:
+};
+
 struct KnowledgeConfig {
   std::string embedder = "builtin";  // builtin | openai (any OpenAI-compatible /v1/embeddings)
   int builtin_dimension = 256;
@@ -76,13 +88,7 @@ struct KnowledgeConfig {
   int doc_text_candidates = 10;
   int candidates = 100;
   int rerank_top = 100;
-  std::string reranker = "builtin";  // builtin | tei | cohere | jina | llm
-  std::map<std::string, double> rerank_weights;  // the built-in reranker's, by feature name
-  std::string rerank_base_url;
-  std::string rerank_api_key;
-  std::string rerank_api_key_env;
-  std::string rerank_model;
-  std::string rerank_provider;  // for llm: a name under providers:
+  RerankerConfig reranker;
   bool query_rewrite = true;    // with a provider configured: rewrite short or vague queries
   std::string code_web_context_url;  // optional endpoint for codeSearch
   std::string code_web_context_api_key_env;
@@ -103,9 +109,11 @@ struct CatalogConfig {
   double synonym_weight = 0.35;  // query expansion: synonyms (0: off)
   double family_weight = 0.8;    // query expansion: part-number families (0: off)
   double namespace_boost = 0.2;  // a query naming a program prefers its tools (0: off)
-  // The built-in tool reranker's feature weights, by feature name; unset
-  // features keep their defaults.
-  std::map<std::string, double> rerank_weights;
+  // The fine stage: the built-in tool reranker (its feature weights, by
+  // feature name, also as catalog.rerank_weights; unset features keep the
+  // tool defaults), or a rerank service or the chat provider over the
+  // candidates' whole documents.
+  RerankerConfig reranker;
 };
 
 struct McpServerEntry {

@@ -257,20 +257,49 @@ int Main(int argc, char** argv) {
   } else {
     embedder = MakeBuiltinEmbedder(kc.builtin_dimension);
   }
+  // Search-path model calls get their own provider instances: one attempt and
+  // short timeouts, so an unreachable provider never stalls a search for long.
+  std::vector<std::unique_ptr<Provider>> search_providers;
+  auto search_provider = [&](const std::string& name) -> Provider* {
+    Provider* p = providers.Find(name);
+    if (p == nullptr) return nullptr;
+    ProviderConfig pc = p->config();
+    pc.connect_timeout_s = 5;
+    pc.idle_timeout_s = 20;
+    search_providers.push_back(MakeProvider(pc, RetryConfig{1, 0, 0}, *http));
+    return search_providers.back().get();
+  };
+  // A rerank service or the chat provider, falling back to `builtin` when a
+  // call fails; null for kind builtin.
+  auto model_reranker = [&](const RerankerConfig& rc, Reranker& builtin,
+                            const std::string& field) -> absl::StatusOr<std::unique_ptr<Reranker>> {
+    if (rc.kind == "tei" || rc.kind == "cohere" || rc.kind == "jina") {
+      HttpRerankerConfig hc;
+      hc.style = rc.kind == "tei" ? "tei" : "cohere";
+      hc.base_url = rc.base_url;
+      hc.api_key = !rc.api_key.empty() ? rc.api_key
+                   : (!rc.api_key_env.empty() && std::getenv(rc.api_key_env.c_str())) ? std::getenv(rc.api_key_env.c_str())
+                                                                                       : "";
+      hc.model = rc.model;
+      return MakeHttpReranker(hc, *http, builtin);
+    }
+    if (rc.kind == "llm") {
+      Provider* p = search_provider(rc.provider);
+      if (p == nullptr) {
+        return absl::InvalidArgumentError(absl::StrCat(field, ": kind llm needs a configured provider (provider: ",
+                                                       rc.provider.empty() ? "<default>" : rc.provider, ")"));
+      }
+      return MakeLlmReranker(*p, rc.model, builtin);
+    }
+    return std::unique_ptr<Reranker>();
+  };
   RerankWeights kb_weights;
-  for (const auto& [feature, v] : kc.rerank_weights) SetRerankWeight(kb_weights, feature, v);
+  for (const auto& [feature, v] : kc.reranker.weights) SetRerankWeight(kb_weights, feature, v);
   auto builtin_reranker = MakeBuiltinReranker(kb_weights);
-  std::unique_ptr<Reranker> remote_reranker;
-  if (kc.reranker == "tei" || kc.reranker == "cohere" || kc.reranker == "jina") {
-    HttpRerankerConfig rc;
-    rc.style = kc.reranker == "tei" ? "tei" : "cohere";
-    rc.base_url = kc.rerank_base_url;
-    rc.api_key = !kc.rerank_api_key.empty() ? kc.rerank_api_key
-                 : (!kc.rerank_api_key_env.empty() && std::getenv(kc.rerank_api_key_env.c_str()))
-                     ? std::getenv(kc.rerank_api_key_env.c_str())
-                     : "";
-    rc.model = kc.rerank_model;
-    remote_reranker = MakeHttpReranker(rc, *http, *builtin_reranker);
+  auto remote_reranker = model_reranker(kc.reranker, *builtin_reranker, "knowledge.reranker");
+  if (!remote_reranker.ok()) {
+    std::fprintf(stderr, "fwaid: %s\n", std::string(remote_reranker.status().message()).c_str());
+    return 1;
   }
   KnowledgeOptions ko;
   ko.chunking = {kc.chunk_min_tokens, kc.chunk_target_tokens, kc.chunk_max_tokens, kc.chunk_overlap_tokens};
@@ -292,27 +321,8 @@ int Main(int argc, char** argv) {
   ko.hnsw_m = kc.hnsw_m;
   ko.hnsw_ef_construction = kc.hnsw_ef_construction;
   ko.hnsw_ef_search = kc.hnsw_ef_search;
-  // Search-path model calls get their own provider instances: one attempt and
-  // short timeouts, so an unreachable provider never stalls a search for long.
-  auto search_provider = [&](const std::string& name) -> std::unique_ptr<Provider> {
-    Provider* p = providers.Find(name);
-    if (p == nullptr) return nullptr;
-    ProviderConfig pc = p->config();
-    pc.connect_timeout_s = 5;
-    pc.idle_timeout_s = 20;
-    return MakeProvider(pc, RetryConfig{1, 0, 0}, *http);
-  };
-  std::unique_ptr<Provider> rerank_provider, rewrite_provider;
-  if (kc.reranker == "llm") {
-    rerank_provider = search_provider(kc.rerank_provider);
-    if (!rerank_provider) {
-      std::fprintf(stderr, "fwaid: knowledge.reranker: kind llm needs a configured provider (provider: %s)\n",
-                   kc.rerank_provider.empty() ? "<default>" : kc.rerank_provider.c_str());
-      return 1;
-    }
-    remote_reranker = MakeLlmReranker(*rerank_provider, kc.rerank_model, *builtin_reranker);
-  }
-  Reranker& reranker = remote_reranker ? *remote_reranker : *builtin_reranker;
+  Provider* rewrite_provider = nullptr;
+  Reranker& reranker = *remote_reranker ? **remote_reranker : *builtin_reranker;
   if (kc.query_rewrite && (rewrite_provider = search_provider(""))) {
     ko.rewrite = MakeLlmQueryRewriter(*rewrite_provider, "");
   }
@@ -333,9 +343,15 @@ int Main(int argc, char** argv) {
   co.family_weight = config.catalog.family_weight;
   co.namespace_boost = config.catalog.namespace_boost;
   RerankWeights tool_weights = ToolCatalogRerankWeights();
-  for (const auto& [feature, v] : config.catalog.rerank_weights) SetRerankWeight(tool_weights, feature, v);
-  auto tool_reranker = MakeBuiltinReranker(tool_weights);
-  auto catalog = ToolCatalogStore::Open(**storage, co, *embedder, *tool_reranker);
+  for (const auto& [feature, v] : config.catalog.reranker.weights) SetRerankWeight(tool_weights, feature, v);
+  auto tool_builtin_reranker = MakeBuiltinReranker(tool_weights);
+  auto tool_model_reranker = model_reranker(config.catalog.reranker, *tool_builtin_reranker, "catalog.reranker");
+  if (!tool_model_reranker.ok()) {
+    std::fprintf(stderr, "fwaid: %s\n", std::string(tool_model_reranker.status().message()).c_str());
+    return 1;
+  }
+  Reranker& tool_reranker = *tool_model_reranker ? **tool_model_reranker : *tool_builtin_reranker;
+  auto catalog = ToolCatalogStore::Open(**storage, co, *embedder, tool_reranker);
   if (!catalog.ok()) {
     std::fprintf(stderr, "fwaid: tool catalog: %s\n", std::string(catalog.status().message()).c_str());
     return 1;

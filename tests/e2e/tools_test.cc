@@ -65,5 +65,44 @@ TEST(ToolsCliTest, AddListSearchBatchRemove) {
   EXPECT_NE(err.find("--top-k 0"), std::string::npos) << err;
 }
 
+// catalog.reranker: a rerank service orders the candidates by their whole
+// documents (the fake scores the share of the query's words in a passage).
+TEST(ToolsCliTest, ARerankServiceOrdersTheCandidates) {
+  FakeLlmServer fake;
+  ASSERT_GT(fake.Start(), 0);
+  Daemon d(&fake, "catalog:\n  reranker: {kind: tei, base_url: '" + fake.anthropic_base_url() + "'}\n");
+  ASSERT_TRUE(d.Start()) << d.log();
+  auto fwai = [&](std::vector<std::string> args, std::string* out) {
+    std::vector<std::string> argv = {std::string(FWAI_BIN_DIR) + "/fwai", "--daemon", d.address()};
+    argv.insert(argv.end(), args.begin(), args.end());
+    std::string err;
+    int rc = RunCommand(argv, out, &err);
+    if (rc != 0) *out += err;
+    return rc;
+  };
+  std::ofstream(d.dir() + "/tools.jsonl")
+      << R"({"ToolName":"gdb.backtrace","ToolDescription":"Print backtrace of all stack frames.","Args":[{"ArgName":"full","ArgDescription":"also print the values of the local variables"}]})" "\n"
+      << R"({"ToolName":"gdb.frame","ToolDescription":"Select and print a stack frame.","Args":[]})" "\n";
+  std::string out;
+  ASSERT_EQ(fwai({"tools", "add", d.dir() + "/tools.jsonl"}, &out), 0) << out;
+  // Only the argument's description says "local variables": the service sees
+  // whole documents, and its scores are the ones returned.
+  ASSERT_EQ(fwai({"--json", "tools", "search", "-k", "2", "stack", "local", "variables"}, &out), 0) << out;
+  auto hits = json::parse(out);
+  ASSERT_EQ(hits.size(), 2u);
+  EXPECT_EQ(hits[0]["tool"]["ToolName"], "gdb.backtrace");
+  EXPECT_NEAR(hits[0]["score"].get<double>(), 1.0, 1e-9);
+  EXPECT_NEAR(hits[1]["score"].get<double>(), 1.0 / 3, 1e-9);
+  bool asked = false;
+  for (const auto& r : fake.requests()) {
+    if (r.path != "/rerank") continue;
+    asked = true;
+    EXPECT_EQ(r.body["query"], "stack local variables");
+    ASSERT_EQ(r.body["texts"].size(), 2u);
+    EXPECT_NE(r.body["texts"].dump().find("also print the values of the local variables"), std::string::npos) << r.body;
+  }
+  EXPECT_TRUE(asked);
+}
+
 }  // namespace
 }  // namespace fwai::testing

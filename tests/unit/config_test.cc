@@ -90,8 +90,8 @@ TEST(ConfigTest, RerankWeightsAndDocumentLegs) {
   EXPECT_EQ(c->knowledge.doc_text_weight, 0.5);
   EXPECT_EQ(c->knowledge.doc_text_b, 0.6);
   EXPECT_EQ(c->knowledge.doc_text_candidates, 4);
-  EXPECT_EQ(c->knowledge.rerank_weights, (std::map<std::string, double>{{"coverage", 0.7}, {"named", 0.2}}));
-  EXPECT_EQ(c->catalog.rerank_weights, (std::map<std::string, double>{{"lexical", 1.2}}));
+  EXPECT_EQ(c->knowledge.reranker.weights, (std::map<std::string, double>{{"coverage", 0.7}, {"named", 0.2}}));
+  EXPECT_EQ(c->catalog.reranker.weights, (std::map<std::string, double>{{"lexical", 1.2}}));
   auto bad = ParseConfig("catalog:\n  rerank_weights: {coverage: 0.3, lexcial: 1}\n", "fwaid.yaml");
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(std::string(bad.status().message()).find("fwaid.yaml:2"), std::string::npos) << bad.status();
@@ -99,6 +99,26 @@ TEST(ConfigTest, RerankWeightsAndDocumentLegs) {
   auto neg = ParseConfig("knowledge:\n  reranker:\n    weights: {coverage: -1}\n", "fwaid.yaml");
   ASSERT_FALSE(neg.ok());
   EXPECT_NE(std::string(neg.status().message()).find("knowledge.reranker.weights.coverage"), std::string::npos) << neg.status();
+}
+TEST(ConfigTest, CatalogRerankerIsAModelOrTheBuiltin) {
+  auto c = ParseConfig(
+      "catalog:\n  reranker: {kind: tei, base_url: 'http://127.0.0.1:8081', weights: {context: 0.5}}\n"
+      "knowledge:\n  reranker: {kind: llm, provider: anthropic, model: m}\n",
+      "fwaid.yaml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->catalog.reranker.kind, "tei");
+  EXPECT_EQ(c->catalog.reranker.base_url, "http://127.0.0.1:8081");
+  EXPECT_EQ(c->catalog.reranker.weights, (std::map<std::string, double>{{"context", 0.5}}));
+  EXPECT_EQ(c->knowledge.reranker.kind, "llm");
+  EXPECT_EQ(c->knowledge.reranker.provider, "anthropic");
+  EXPECT_EQ(c->knowledge.reranker.model, "m");
+  auto no_url = ParseConfig("catalog:\n  reranker:\n    kind: cohere\n", "fwaid.yaml");
+  ASSERT_FALSE(no_url.ok());
+  EXPECT_NE(std::string(no_url.status().message()).find("catalog.reranker.base_url"), std::string::npos) << no_url.status();
+  auto kind = ParseConfig("catalog:\n  reranker: {kind: bm42}\n", "fwaid.yaml");
+  ASSERT_FALSE(kind.ok());
+  EXPECT_NE(std::string(kind.status().message()).find("catalog.reranker.kind"), std::string::npos) << kind.status();
+  EXPECT_NE(std::string(kind.status().message()).find("fwaid.yaml:2"), std::string::npos) << kind.status();
 }
 }  // namespace
 }  // namespace fwai

@@ -1,5 +1,6 @@
 #include "client/cli/tools.h"
 
+#include <cctype>
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -42,6 +43,19 @@ std::optional<int> ToolsCommands::RunIfParsed() {
 
 int ToolsCommands::Add() {
   std::vector<std::string> docs;
+  std::vector<std::string> origins;  // where each document came from, for errors
+  auto add = [&](const json& j, std::string where) {
+    if (j.is_object()) {
+      for (const char* k : {"ToolName", "name"}) {
+        if (j.contains(k) && j[k].is_string()) {
+          absl::StrAppend(&where, " (", j[k].get<std::string>(), ")");
+          break;
+        }
+      }
+    }
+    docs.push_back(j.dump());
+    origins.push_back(std::move(where));
+  };
   for (const auto& f : files_) {
     std::ifstream in(f);
     if (!in) return Fail(g_, kExitError, absl::StrCat(f, ": cannot open"));
@@ -50,9 +64,9 @@ int ToolsCommands::Add() {
     std::string text = ss.str();
     json whole = json::parse(text, nullptr, false);
     if (whole.is_array()) {
-      for (const auto& t : whole) docs.push_back(t.dump());
+      for (size_t i = 0; i < whole.size(); ++i) add(whole[i], absl::StrCat(f, ": tool ", i + 1));
     } else if (whole.is_object()) {
-      docs.push_back(whole.dump());
+      add(whole, f);
     } else {
       std::istringstream lines(text);
       std::string line;
@@ -62,25 +76,44 @@ int ToolsCommands::Add() {
         if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
         json j = json::parse(line, nullptr, false);
         if (!j.is_object()) return Fail(g_, kExitError, absl::StrCat(f, ":", n, ": not a JSON object"));
-        docs.push_back(j.dump());
+        add(j, absl::StrCat(f, ":", n));
       }
     }
   }
+  if (docs.empty()) return Fail(g_, kExitError, "no tool documents in the given files");
   auto ch = ConnectChannel(g_);
   if (!ch.ok()) return Fail(g_, kExitUnreachable, std::string(ch.status().message()));
   auto stub = pb::ToolCatalog::NewStub(*ch);
+  // Requests of at most 500 tools. With more than one, every request is
+  // checked first, so a bad tool anywhere registers nothing.
+  constexpr size_t kBatch = 500;
+  const bool check_first = docs.size() > kBatch;
   int added = 0;
-  for (size_t i = 0; i < docs.size(); i += 500) {
-    grpc::ClientContext ctx;
-    pb::RegisterToolsRequest req;
-    for (size_t k = i; k < docs.size() && k < i + 500; ++k) req.add_tool_json(docs[k]);
-    pb::RegisterToolsResponse resp;
-    auto st = stub->Register(&ctx, req, &resp);
-    if (!st.ok()) {
-      return Fail(g_, st.error_code() == grpc::StatusCode::UNAVAILABLE ? kExitUnreachable : kExitError,
-                  absl::StrCat("tools ", i + 1, "..", std::min(docs.size(), i + 500), ": ", st.error_message()));
+  for (int pass = check_first ? 0 : 1; pass < 2; ++pass) {
+    for (size_t i = 0; i < docs.size(); i += kBatch) {
+      grpc::ClientContext ctx;
+      pb::RegisterToolsRequest req;
+      for (size_t k = i; k < docs.size() && k < i + kBatch; ++k) req.add_tool_json(docs[k]);
+      req.set_validate_only(pass == 0);
+      pb::RegisterToolsResponse resp;
+      auto st = stub->Register(&ctx, req, &resp);
+      if (st.ok()) {
+        added += resp.uuids_size();
+        continue;
+      }
+      if (st.error_code() == grpc::StatusCode::UNAVAILABLE) return FailGrpc(g_, st);
+      // "tool #N: ..." counts within the request; say which file and line.
+      std::string msg = st.error_message();
+      size_t n = 0, pos = 0;
+      if (msg.rfind("tool #", 0) == 0) {
+        pos = 6;
+        while (pos < msg.size() && std::isdigit(static_cast<unsigned char>(msg[pos]))) n = n * 10 + (msg[pos++] - '0');
+      }
+      if (n >= 1 && i + n - 1 < docs.size() && msg.compare(pos, 2, ": ") == 0) {
+        msg = absl::StrCat(origins[i + n - 1], ": ", msg.substr(pos + 2));
+      }
+      return Fail(g_, kExitError, absl::StrCat(msg, added > 0 ? "" : " (nothing registered)"));
     }
-    added += resp.uuids_size();
   }
   if (g_.json) {
     std::cout << json({{"registered", added}}).dump() << std::endl;

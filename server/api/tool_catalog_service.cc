@@ -23,6 +23,7 @@ class ToolCatalogService final : public pb::ToolCatalog::CallbackService {
     return Offload(ctx, [this, req, resp]() -> absl::Status {
       if (req->tool_json().empty()) return absl::InvalidArgumentError("tool_json: at least one tool");
       std::vector<std::string> docs(req->tool_json().begin(), req->tool_json().end());
+      if (req->validate_only()) return ToolCatalogStore::Validate(docs);
       auto uuids = deps_.catalog->Register(docs);
       if (!uuids.ok()) return uuids.status();
       for (const auto& u : *uuids) resp->add_uuids(u);

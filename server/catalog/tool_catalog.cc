@@ -259,7 +259,9 @@ size_t ToolCatalogStore::size() const {
   return impl_->by_name.size();
 }
 
-absl::StatusOr<std::vector<std::string>> ToolCatalogStore::Register(const std::vector<std::string>& tool_json) {
+namespace {
+
+absl::StatusOr<std::vector<ToolRecord>> ToolRecords(const std::vector<std::string>& tool_json) {
   std::vector<ToolRecord> recs;
   for (size_t i = 0; i < tool_json.size(); ++i) {
     auto d = NormalizeToolJson(tool_json[i]);
@@ -267,6 +269,17 @@ absl::StatusOr<std::vector<std::string>> ToolCatalogStore::Register(const std::v
     std::string name = json::parse(*d)["ToolName"];
     recs.push_back({ToolUuid(name), name, *d});
   }
+  return recs;
+}
+
+}  // namespace
+
+absl::Status ToolCatalogStore::Validate(const std::vector<std::string>& tool_json) {
+  return ToolRecords(tool_json).status();
+}
+
+absl::StatusOr<std::vector<std::string>> ToolCatalogStore::Register(const std::vector<std::string>& tool_json) {
+  ASSIGN_OR_RETURN(std::vector<ToolRecord> recs, ToolRecords(tool_json));
   std::lock_guard<std::mutex> w(impl_->writer);
   WriteBatch batch;
   for (const auto& r : recs) batch.Put(Cf::kTools, r.uuid, r.document_json);

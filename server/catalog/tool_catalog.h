@@ -66,6 +66,8 @@ class ToolCatalogStore {
   // input_schema}. Registering a name again replaces it (same uuid).
   // INVALID_ARGUMENT names the entry and what is wrong; nothing is stored then.
   [[nodiscard]] absl::StatusOr<std::vector<std::string>> Register(const std::vector<std::string>& tool_json);
+  // The checks Register makes, registering nothing; errors name "tool #N".
+  [[nodiscard]] static absl::Status Validate(const std::vector<std::string>& tool_json);
   [[nodiscard]] absl::StatusOr<std::vector<ToolRecord>> List();
   [[nodiscard]] absl::Status Remove(const std::string& name);
   [[nodiscard]] absl::StatusOr<std::vector<ToolHitRecord>> Search(const std::string& query, int top_k,

@@ -60,9 +60,35 @@ TEST(ToolsCliTest, AddListSearchBatchRemove) {
   EXPECT_NE(err.find("not in the catalog"), std::string::npos) << err;
   std::ofstream(d.dir() + "/bad.json") << R"([{"description":"no name"}])";
   EXPECT_EQ(fwai({"tools", "add", d.dir() + "/bad.json"}, &out, &err), 1);
-  EXPECT_NE(err.find("tool #1"), std::string::npos) << err;
+  EXPECT_NE(err.find("bad.json: tool 1: expected ToolName"), std::string::npos) << err;
   EXPECT_EQ(fwai({"tools", "search", "-k", "0", "x"}, &out, &err), 2);
   EXPECT_NE(err.find("--top-k 0"), std::string::npos) << err;
+}
+
+// A file larger than one request is checked whole before anything is
+// registered; the error names the file and line of the bad tool.
+TEST(ToolsCliTest, ABadToolInALargeFileRegistersNothing) {
+  Daemon d(nullptr);
+  ASSERT_TRUE(d.Start()) << d.log();
+  auto fwai = [&](std::vector<std::string> args, std::string* out, std::string* err) {
+    std::vector<std::string> argv = {std::string(FWAI_BIN_DIR) + "/fwai", "--daemon", d.address()};
+    argv.insert(argv.end(), args.begin(), args.end());
+    return RunCommand(argv, out, err);
+  };
+  {
+    std::ofstream f(d.dir() + "/many.jsonl");
+    for (int i = 1; i <= 1200; ++i) {
+      json t = {{"ToolName", "t" + std::to_string(i)}, {"ToolDescription", "tool number " + std::to_string(i)},
+                {"Args", json::array()}};
+      if (i == 1100) t["Args"] = "none";
+      f << t.dump() << "\n";
+    }
+  }
+  std::string out, err;
+  ASSERT_EQ(fwai({"tools", "add", d.dir() + "/many.jsonl"}, &out, &err), 1) << out;
+  EXPECT_NE(err.find("many.jsonl:1100 (t1100): Args: expected an array (nothing registered)"), std::string::npos) << err;
+  ASSERT_EQ(fwai({"--json", "tools", "ls"}, &out, &err), 0) << err;
+  EXPECT_EQ(json::parse(out).size(), 0u);
 }
 
 // catalog.reranker: a rerank service orders the candidates by their whole

@@ -374,19 +374,23 @@ int Main(int argc, char** argv) {
   // their tools join the agent's registry and the catalog.
   std::vector<McpServerConfig> mcp_configs = McpServerConfigs(config.mcp_servers);
   McpManager mcp(mcp_configs, http.get());
-  if (!mcp_configs.empty()) {
-    std::vector<std::string> docs;
-    for (auto& info : mcp.Start()) {
+  {
+    std::map<std::string, std::vector<std::string>> listed;  // server -> its tool documents
+    for (auto& info : mcp_configs.empty() ? std::vector<McpToolInfo>{} : mcp.Start()) {
       nlohmann::json doc = {{"name", info.qualified},
                             {"description", info.description},
                             {"inputSchema", info.input_schema},
                             {"source", "mcp:" + info.server}};
-      docs.push_back(doc.dump());
+      listed[info.server].push_back(doc.dump());
       tools.Register(MakeMcpTool(mcp, std::move(info)));
     }
-    if (!docs.empty()) {
-      auto reg = (*catalog)->Register(docs);
-      if (!reg.ok()) spdlog::warn("mcp tools not added to the catalog: {}", reg.status().ToString());
+    std::set<std::string> configured;
+    for (const auto& c : mcp_configs) configured.insert(c.name);
+    auto sync = SyncMcpTools(**catalog, configured, listed);
+    if (!sync.ok()) {
+      spdlog::warn("mcp tools not synced with the catalog: {}", sync.status().ToString());
+    } else if (*sync > 0) {
+      spdlog::info("catalog: {} tools of MCP servers that are gone or no longer list them removed", *sync);
     }
   }
   // Hardware: boards from the config (or one simulated board), leases from

@@ -438,4 +438,28 @@ absl::StatusOr<std::vector<ToolHitRecord>> ToolCatalogStore::Search(const std::s
   return out;
 }
 
+absl::StatusOr<int> SyncMcpTools(ToolCatalogStore& catalog, const std::set<std::string>& configured,
+                                 const std::map<std::string, std::vector<std::string>>& listed) {
+  std::set<std::string> keep;
+  for (const auto& [server, docs] : listed) {
+    if (docs.empty()) continue;
+    ASSIGN_OR_RETURN(auto uuids, catalog.Register(docs));
+    for (const auto& u : uuids) keep.insert(u);
+  }
+  ASSIGN_OR_RETURN(auto all, catalog.List());
+  int removed = 0;
+  for (const auto& t : all) {
+    const json d = json::parse(t.document_json, nullptr, false);
+    const std::string source = d.is_object() ? d.value("source", "") : "";
+    // The daemon's own: source mcp:<server> and an agent tool name
+    // (mcp_<server>_<tool>); documents added by hand are left alone.
+    if (source.rfind("mcp:", 0) != 0 || t.name.rfind("mcp_", 0) != 0 || keep.count(t.uuid)) continue;
+    const std::string server = source.substr(4);
+    if (configured.count(server) && !listed.count(server)) continue;  // did not answer: keep its tools
+    RETURN_IF_ERROR(catalog.Remove(t.name));
+    ++removed;
+  }
+  return removed;
+}
+
 }  // namespace fwai

@@ -9,7 +9,9 @@
 // Thread-safe: writers are serialized; searches run concurrently.
 #pragma once
 
+#include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -80,6 +82,15 @@ class ToolCatalogStore {
   explicit ToolCatalogStore(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
+
+// Keeps the catalog's MCP tools (named mcp_<server>_<tool> with source
+// "mcp:<server>", as fwaid registers them) true to the servers:
+// registers `listed` (server -> its tool documents, for the servers that
+// answered now) and removes the tools those servers no longer list and those
+// of servers no longer `configured`. A configured server that did not answer
+// keeps its tools. Returns how many tools were removed.
+[[nodiscard]] absl::StatusOr<int> SyncMcpTools(ToolCatalogStore& catalog, const std::set<std::string>& configured,
+                                               const std::map<std::string, std::vector<std::string>>& listed);
 
 // Built-in reranker weights for whole tool documents: the whole-document BM25
 // score counts most (measured on the tool development set: MRR@10 0.68 with

@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <set>
 
 #include <nlohmann/json.hpp>
 
@@ -159,6 +160,47 @@ TEST_F(CatalogTest, NamingTheProgramOrTheChipFamilyPicksItsTool) {
   hits = catalog_->Search("wipe the program memory of an nRF52832 in one go", 3);
   ASSERT_TRUE(hits.ok());
   EXPECT_EQ((*hits)[0].tool.name, "openocd.nrf5_mass_erase");
+}
+
+}  // namespace
+}  // namespace fwai
+
+namespace fwai {
+namespace {
+
+std::string McpDoc(const std::string& server, const std::string& tool) {
+  return json({{"name", "mcp_" + server + "_" + tool},
+               {"description", "tool " + tool + " of " + server},
+               {"inputSchema", {{"type", "object"}}},
+               {"source", "mcp:" + server}})
+      .dump();
+}
+
+TEST_F(CatalogTest, McpToolsFollowTheirServers) {
+  ASSERT_TRUE(catalog_->Register(SmallCatalog()).ok());
+  // A document added by hand that says where it came from.
+  ASSERT_TRUE(catalog_->Register({R"({"ToolName":"mcp.b.z","ToolDescription":"z","source":"mcp:b"})"}).ok());
+  auto first = SyncMcpTools(*catalog_, {"a", "b", "c"},
+                            {{"a", {McpDoc("a", "one"), McpDoc("a", "two")}}, {"b", {McpDoc("b", "x")}},
+                             {"c", {McpDoc("c", "y")}}});
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_EQ(*first, 0);
+  EXPECT_EQ(catalog_->size(), 9u);
+  // Next start: a lists one tool only, b is no longer configured, c did not answer.
+  auto next = SyncMcpTools(*catalog_, {"a", "c"}, {{"a", {McpDoc("a", "one")}}});
+  ASSERT_TRUE(next.ok()) << next.status();
+  EXPECT_EQ(*next, 2);
+  std::set<std::string> names;
+  auto list = catalog_->List();
+  ASSERT_TRUE(list.ok());
+  for (const auto& t : *list) names.insert(t.name);
+  EXPECT_EQ(names, (std::set<std::string>{"gdb.info_registers", "git_bisect", "mcp.b.z", "mcp_a_one", "mcp_c_y",
+                                          "openocd.flash_erase_sector", "openocd.reset_halt"}));
+  // Tools added by hand (no mcp: source) are never touched.
+  auto none = SyncMcpTools(*catalog_, {}, {});
+  ASSERT_TRUE(none.ok());
+  EXPECT_EQ(*none, 2);
+  EXPECT_EQ(catalog_->size(), 5u);
 }
 
 }  // namespace

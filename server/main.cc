@@ -375,23 +375,38 @@ int Main(int argc, char** argv) {
   std::vector<McpServerConfig> mcp_configs = McpServerConfigs(config.mcp_servers);
   McpManager mcp(mcp_configs, http.get());
   {
-    std::map<std::string, std::vector<std::string>> listed;  // server -> its tool documents
-    for (auto& info : mcp_configs.empty() ? std::vector<McpToolInfo>{} : mcp.Start()) {
-      nlohmann::json doc = {{"name", info.qualified},
-                            {"description", info.description},
-                            {"inputSchema", info.input_schema},
-                            {"source", "mcp:" + info.server}};
-      listed[info.server].push_back(doc.dump());
-      tools.Register(MakeMcpTool(mcp, std::move(info)));
-    }
     std::set<std::string> configured;
     for (const auto& c : mcp_configs) configured.insert(c.name);
-    auto sync = SyncMcpTools(**catalog, configured, listed);
-    if (!sync.ok()) {
-      spdlog::warn("mcp tools not synced with the catalog: {}", sync.status().ToString());
-    } else if (*sync > 0) {
-      spdlog::info("catalog: {} tools of MCP servers that are gone or no longer list them removed", *sync);
+    auto mcp_doc = [](const McpToolInfo& info) {
+      return nlohmann::json({{"name", info.qualified},
+                             {"description", info.description},
+                             {"inputSchema", info.input_schema},
+                             {"source", "mcp:" + info.server}})
+          .dump();
+    };
+    auto sync = [&catalog, configured](const std::map<std::string, std::vector<std::string>>& listed) {
+      auto removed = SyncMcpTools(**catalog, configured, listed);
+      if (!removed.ok()) {
+        spdlog::warn("mcp tools not synced with the catalog: {}", removed.status().ToString());
+      } else if (*removed > 0) {
+        spdlog::info("catalog: {} tools of MCP servers that are gone or no longer list them removed", *removed);
+      }
+    };
+    // A server that comes up late (or back after a crash) adds its tools.
+    mcp.OnReconnect([&tools, &mcp, mcp_doc, sync](const std::string& server, const std::vector<McpToolInfo>& infos) {
+      std::map<std::string, std::vector<std::string>> listed;
+      for (const auto& info : infos) {
+        listed[server].push_back(mcp_doc(info));
+        tools.Add(MakeMcpTool(mcp, info));
+      }
+      sync(listed);
+    });
+    std::map<std::string, std::vector<std::string>> listed;  // server -> its tool documents
+    for (auto& info : mcp_configs.empty() ? std::vector<McpToolInfo>{} : mcp.Start()) {
+      listed[info.server].push_back(mcp_doc(info));
+      tools.Register(MakeMcpTool(mcp, std::move(info)));
     }
+    sync(listed);
   }
   // Hardware: boards from the config (or one simulated board), leases from
   // the database. Sockets of simulators live in a short run directory.

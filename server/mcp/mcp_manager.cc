@@ -66,6 +66,7 @@ std::vector<McpToolInfo> McpManager::Start() {
 
 void McpManager::Supervise() {
   std::unique_lock<std::mutex> lock(mu_);
+  std::vector<std::pair<std::string, std::vector<McpToolInfo>>> back;  // servers that came back
   while (!stopping_) {
     cv_.wait_for(lock, std::chrono::milliseconds(200));
     if (stopping_) break;
@@ -81,15 +82,25 @@ void McpManager::Supervise() {
       }
       if (now < s.next_try) continue;
       ++s.restarts;
-      Connect(s);
+      auto tools = Connect(s);
       if (!s.client) {
         s.backoff_ms = std::min(s.backoff_ms * 2, 60000);
         s.next_try = now + std::chrono::milliseconds(s.backoff_ms);
         spdlog::warn("mcp server {}: restart failed ({}); next try in {} ms", name, s.last_error, s.backoff_ms);
       } else {
-        spdlog::info("mcp server {} restarted", name);
+        spdlog::info("mcp server {} restarted: {} tools", name, tools.size());
+        back.emplace_back(name, std::move(tools));
       }
     }
+    if (!back.empty() && on_reconnect_) {
+      // Outside the lock: the callback indexes tools and may take a while.
+      auto ready = std::move(back);
+      back.clear();
+      lock.unlock();
+      for (const auto& [name, tools] : ready) on_reconnect_(name, tools);
+      lock.lock();
+    }
+    back.clear();
   }
 }
 

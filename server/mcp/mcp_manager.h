@@ -5,6 +5,7 @@
 #pragma once
 
 #include <condition_variable>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -39,6 +40,12 @@ class McpManager {
   // Starts every server and lists its tools (failures are logged and the
   // server is retried by the supervisor). Returns the tools known now.
   std::vector<McpToolInfo> Start();
+  // Called (from the supervisor thread, no lock held) with a server's tools
+  // each time it comes back: after a crash, or late after failing at Start.
+  // Set before Start.
+  void OnReconnect(std::function<void(const std::string& server, const std::vector<McpToolInfo>&)> fn) {
+    on_reconnect_ = std::move(fn);
+  }
   // UNAVAILABLE names the server and why it is down (restarting, or its error).
   [[nodiscard]] absl::StatusOr<McpCallResult> Call(const std::string& server, const std::string& tool,
                                                    const nlohmann::json& args, CancelToken* cancel);
@@ -66,6 +73,7 @@ class McpManager {
   std::map<std::string, Server> servers_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::thread supervisor_;
+  std::function<void(const std::string&, const std::vector<McpToolInfo>&)> on_reconnect_;
   HttpClient* const http_;
 };
 

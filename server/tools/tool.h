@@ -4,6 +4,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <shared_mutex>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -59,14 +60,20 @@ class Tool {
   virtual ToolResult Run(const nlohmann::json& input, ToolContext& ctx) = 0;
 };
 
-// Holds tools by name. Immutable after start-up; safe to read from any thread.
+// Holds tools by name; safe from any thread. Tools are never removed, so the
+// pointers it hands out stay valid for its lifetime.
 class ToolRegistry {
  public:
+  // At start-up: adds `tool`, replacing one of the same name.
   void Register(std::unique_ptr<Tool> tool);
+  // While serving (an MCP server that came up late): adds `tool` unless one
+  // of that name exists; false then.
+  bool Add(std::unique_ptr<Tool> tool);
   Tool* Find(const std::string& name) const;
   std::vector<Tool*> All() const;
 
  private:
+  mutable std::shared_mutex mu_;
   std::map<std::string, std::unique_ptr<Tool>> tools_;
 };
 

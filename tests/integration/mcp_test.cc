@@ -280,6 +280,35 @@ TEST(McpDaemonTest, ServerToolsReachTheCatalogAndTheAgent) {
   EXPECT_TRUE(offered);
 }
 
+// A server that cannot start with fwaid comes up later: its tools join the
+// catalog and the agent then.
+TEST(McpDaemonTest, AServerThatComesUpLateAddsItsTools) {
+  testing::FakeLlmServer fake;
+  ASSERT_GT(fake.Start(), 0);
+  const std::string flag = testing::MakeTempDir("fwai-mcp-late") + "/ready";
+  testing::Daemon d(&fake, "mcp_servers:\n  everything:\n    command: [sh, -c, 'test -f " + flag + " && exec " +
+                               Bin("mcp-server-everything") + "']\n");
+  ASSERT_TRUE(d.Start()) << d.log();
+  auto search = [&] {
+    std::string out, err;
+    std::vector<std::string> argv = {std::string(FWAI_BIN_DIR) + "/fwai", "--daemon", d.address(), "--json", "tools",
+                                     "search", "-k", "3", "echo", "back", "the", "message", "I", "send"};
+    if (testing::RunCommand(argv, &out, &err) != 0) return std::string("error: ") + err;
+    auto hits = json::parse(out);
+    return hits.empty() ? std::string() : hits[0]["tool"]["ToolName"].get<std::string>();
+  };
+  EXPECT_NE(search(), "mcp_everything_echo");
+  std::ofstream(flag) << "1";
+  bool found = false;
+  for (int i = 0; i < 150 && !found; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    found = search() == "mcp_everything_echo";
+  }
+  ASSERT_TRUE(found) << d.log();
+  auto s = d.CreateSession();
+  EXPECT_TRUE(EchoThroughTheAgent(fake, d, s.id(), "late but here")) << d.log();
+}
+
 TEST(McpDaemonTest, LargeToolSetsAreOfferedPerRequestWithToolSearch) {
   testing::FakeLlmServer fake;
   ASSERT_GT(fake.Start(), 0);

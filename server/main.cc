@@ -392,8 +392,9 @@ int Main(int argc, char** argv) {
         spdlog::info("catalog: {} tools of MCP servers that are gone or no longer list them removed", *removed);
       }
     };
-    // A server that comes up late (or back after a crash) adds its tools.
-    mcp.OnReconnect([&tools, &mcp, mcp_doc, sync](const std::string& server, const std::vector<McpToolInfo>& infos) {
+    // A server that comes up late (or back after a crash), or whose tool list
+    // changed, adds its new tools; tools it no longer lists leave the catalog.
+    mcp.OnTools([&tools, &mcp, mcp_doc, sync](const std::string& server, const std::vector<McpToolInfo>& infos) {
       std::map<std::string, std::vector<std::string>> listed;
       for (const auto& info : infos) {
         listed[server].push_back(mcp_doc(info));

@@ -42,6 +42,7 @@ struct McpClient::Impl {
   std::condition_variable cv;
   std::map<int64_t, std::shared_ptr<Pending>> pending;
   int64_t next_id = 1;
+  std::atomic<bool> tools_changed{false};  // the server sent notifications/tools/list_changed
   bool dead = false;
   absl::Status death;
   std::string stderr_tail;
@@ -104,7 +105,13 @@ struct McpClient::Impl {
       }
       (void)Send(reply);
     }
-    // Notifications (logging, list_changed, progress) need no answer.
+    // Notifications need no answer; a changed tool list is noted for the
+    // supervisor to read again (logging and progress are ignored).
+    NoteNotification(msg);
+  }
+
+  void NoteNotification(const json& msg) {
+    if (!msg.contains("id") && msg.value("method", "") == "notifications/tools/list_changed") tools_changed = true;
   }
 
   void ReadLoop() {
@@ -196,6 +203,8 @@ struct McpClient::Impl {
               if (m.is_object() && m.contains("id") && m["id"] == msg.value("id", json()) && !m.contains("method")) {
                 answer = m;
                 have = true;
+              } else if (m.is_object()) {
+                NoteNotification(m);
               }
             });
           }
@@ -401,6 +410,7 @@ absl::StatusOr<std::unique_ptr<McpClient>> McpClient::Start(McpServerConfig conf
 }
 
 absl::StatusOr<std::vector<McpTool>> McpClient::ListTools(int timeout_ms) {
+  impl_->tools_changed = false;  // what changed before now is in this answer
   std::vector<McpTool> tools;
   json cursor;
   for (int page = 0; page < 100; ++page) {
@@ -444,6 +454,8 @@ absl::StatusOr<McpCallResult> McpClient::CallTool(const std::string& tool, const
   }
   return out;
 }
+
+bool McpClient::TakeToolsChanged() { return impl_->tools_changed.exchange(false); }
 
 bool McpClient::alive() const {
   std::lock_guard<std::mutex> lock(impl_->mu);

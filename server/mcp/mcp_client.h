@@ -54,6 +54,9 @@ class McpClient {
   // `timeout_ms`, UNAVAILABLE if the server died or broke the protocol.
   [[nodiscard]] absl::StatusOr<McpCallResult> CallTool(const std::string& tool, const nlohmann::json& arguments,
                                                        CancelToken* cancel, int timeout_ms = 60000);
+  // True once after the server said its tool list changed
+  // (notifications/tools/list_changed).
+  bool TakeToolsChanged();
   bool alive() const;
   int pid() const;  // the server process, -1 once it is gone
   const std::string& name() const;

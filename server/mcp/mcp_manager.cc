@@ -39,6 +39,8 @@ std::vector<McpToolInfo> McpManager::Connect(Server& s) {
   s.client = std::shared_ptr<McpClient>(std::move(*c));
   s.last_error.clear();
   s.backoff_ms = 1000;
+  s.tools.clear();
+  for (const auto& t : *tools) s.tools.insert(t.name);
   for (const auto& t : *tools) {
     out.push_back({s.config.name, t.name, QualifiedName(s.config.name, t.name), t.description, t.input_schema});
   }
@@ -71,8 +73,12 @@ void McpManager::Supervise() {
     cv_.wait_for(lock, std::chrono::milliseconds(200));
     if (stopping_) break;
     const auto now = std::chrono::steady_clock::now();
+    std::vector<std::pair<std::string, std::shared_ptr<McpClient>>> changed;  // said their tool list changed
     for (auto& [name, s] : servers_) {
-      if (s.client && s.client->alive()) continue;
+      if (s.client && s.client->alive()) {
+        if (s.client->TakeToolsChanged()) changed.emplace_back(name, s.client);
+        continue;
+      }
       if (s.client) {  // it died: schedule a restart
         s.last_error = "stopped; restarting";
         s.client.reset();
@@ -92,12 +98,31 @@ void McpManager::Supervise() {
         back.emplace_back(name, std::move(tools));
       }
     }
-    if (!back.empty() && on_reconnect_) {
-      // Outside the lock: the callback indexes tools and may take a while.
+    if ((!back.empty() || !changed.empty()) && on_tools_) {
+      // Outside the lock: listing and indexing tools may take a while.
       auto ready = std::move(back);
       back.clear();
       lock.unlock();
-      for (const auto& [name, tools] : ready) on_reconnect_(name, tools);
+      for (const auto& [name, client] : changed) {
+        auto tools = client->ListTools(5000);
+        if (!tools.ok()) {
+          spdlog::warn("mcp server {}: its tool list changed but could not be read: {}", name, tools.status().ToString());
+          continue;
+        }
+        std::vector<McpToolInfo> infos;
+        std::set<std::string> listed;
+        for (const auto& t : *tools) {
+          infos.push_back({name, t.name, QualifiedName(name, t.name), t.description, t.input_schema});
+          listed.insert(t.name);
+        }
+        {
+          std::lock_guard<std::mutex> relock(mu_);
+          servers_[name].tools = std::move(listed);
+        }
+        spdlog::info("mcp server {}: tool list changed: {} tools", name, infos.size());
+        ready.emplace_back(name, std::move(infos));
+      }
+      for (const auto& [name, tools] : ready) on_tools_(name, tools);
       lock.lock();
     }
     back.clear();
@@ -162,6 +187,7 @@ class McpProxyTool final : public Tool {
   }
   // Whatever the server does is outside fwaid's view: never read-only.
   bool read_only() const override { return false; }
+  bool available() const override { return m_.Lists(info_.server, info_.tool); }
   ToolResult Run(const json& input, ToolContext& ctx) override {
     auto r = m_.Call(info_.server, info_.tool, input, ctx.cancel);
     if (!r.ok()) return {std::string(r.status().message()), true};
@@ -174,6 +200,12 @@ class McpProxyTool final : public Tool {
 };
 
 }  // namespace
+
+bool McpManager::Lists(const std::string& server, const std::string& tool) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = servers_.find(server);
+  return it != servers_.end() && it->second.tools.count(tool) > 0;
+}
 
 std::unique_ptr<Tool> MakeMcpTool(McpManager& manager, McpToolInfo info) {
   return std::make_unique<McpProxyTool>(manager, std::move(info));

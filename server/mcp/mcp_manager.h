@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -41,10 +42,11 @@ class McpManager {
   // server is retried by the supervisor). Returns the tools known now.
   std::vector<McpToolInfo> Start();
   // Called (from the supervisor thread, no lock held) with a server's tools
-  // each time it comes back: after a crash, or late after failing at Start.
+  // each time they are read again after Start: the server came back (after a
+  // crash, or late after failing at Start) or said its tool list changed.
   // Set before Start.
-  void OnReconnect(std::function<void(const std::string& server, const std::vector<McpToolInfo>&)> fn) {
-    on_reconnect_ = std::move(fn);
+  void OnTools(std::function<void(const std::string& server, const std::vector<McpToolInfo>&)> fn) {
+    on_tools_ = std::move(fn);
   }
   // UNAVAILABLE names the server and why it is down (restarting, or its error).
   [[nodiscard]] absl::StatusOr<McpCallResult> Call(const std::string& server, const std::string& tool,
@@ -53,6 +55,10 @@ class McpManager {
   // For tests and status: the server's process id (-1 if down) and restarts.
   int pid(const std::string& server);
   int restarts(const std::string& server);
+
+  // True if the server's latest tool list (or its only one, while it is
+  // down) has `tool`.
+  bool Lists(const std::string& server, const std::string& tool);
 
   static std::string QualifiedName(const std::string& server, const std::string& tool);
 
@@ -64,6 +70,7 @@ class McpManager {
     int restarts = 0;
     int backoff_ms = 1000;
     std::chrono::steady_clock::time_point next_try;
+    std::set<std::string> tools;  // its latest tool list
   };
   void Supervise();
   std::vector<McpToolInfo> Connect(Server& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -73,7 +80,7 @@ class McpManager {
   std::map<std::string, Server> servers_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::thread supervisor_;
-  std::function<void(const std::string&, const std::vector<McpToolInfo>&)> on_reconnect_;
+  std::function<void(const std::string&, const std::vector<McpToolInfo>&)> on_tools_;
   HttpClient* const http_;
 };
 

@@ -30,13 +30,15 @@ bool ToolRegistry::Add(std::unique_ptr<Tool> tool) {
 Tool* ToolRegistry::Find(const std::string& name) const {
   std::shared_lock<std::shared_mutex> lock(mu_);
   auto it = tools_.find(name);
-  return it == tools_.end() ? nullptr : it->second.get();
+  return it == tools_.end() || !it->second->available() ? nullptr : it->second.get();
 }
 
 std::vector<Tool*> ToolRegistry::All() const {
   std::shared_lock<std::shared_mutex> lock(mu_);
   std::vector<Tool*> out;
-  for (const auto& [n, t] : tools_) out.push_back(t.get());
+  for (const auto& [n, t] : tools_) {
+    if (t->available()) out.push_back(t.get());
+  }
   return out;
 }
 

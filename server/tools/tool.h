@@ -53,6 +53,9 @@ class Tool {
   virtual std::string name() const = 0;
   virtual std::string description() const = 0;
   virtual nlohmann::json input_schema() const = 0;
+  // False while whatever provides the tool no longer offers it (an MCP server
+  // dropped it from its list); the registry then hides it.
+  virtual bool available() const { return true; }
   // True if the tool never changes files, devices or anything outside fwaid.
   virtual bool read_only() const = 0;
   // Input errors are returned as a ToolResult with is_error (the model sees
@@ -60,8 +63,8 @@ class Tool {
   virtual ToolResult Run(const nlohmann::json& input, ToolContext& ctx) = 0;
 };
 
-// Holds tools by name; safe from any thread. Tools are never removed, so the
-// pointers it hands out stay valid for its lifetime.
+// Holds tools by name; safe from any thread. Tools are never removed (an
+// unavailable one is hidden), so the pointers it hands out stay valid.
 class ToolRegistry {
  public:
   // At start-up: adds `tool`, replacing one of the same name.

@@ -309,6 +309,54 @@ TEST(McpDaemonTest, AServerThatComesUpLateAddsItsTools) {
   EXPECT_TRUE(EchoThroughTheAgent(fake, d, s.id(), "late but here")) << d.log();
 }
 
+// notifications/tools/list_changed: the new tools reach the catalog and the
+// agent, the ones the server dropped leave the catalog.
+TEST(McpDaemonTest, AToolListChangeReachesTheCatalogAndTheAgent) {
+  testing::FakeLlmServer fake;
+  ASSERT_GT(fake.Start(), 0);
+  testing::Daemon d(&fake, "mcp_servers:\n  vault:\n    command: [node, " + std::string(FWAI_MCP_TEST_SERVERS) +
+                               "/changing_tools_server.js]\n    env: {MCP_MODULES: " + std::string(FWAI_MCP_BIN_DIR) +
+                               "/..}\n");
+  ASSERT_TRUE(d.Start()) << d.log();
+  auto names = [&] {
+    std::string out, err;
+    std::set<std::string> n;
+    std::vector<std::string> argv = {std::string(FWAI_BIN_DIR) + "/fwai", "--daemon", d.address(), "--json", "tools", "ls"};
+    if (testing::RunCommand(argv, &out, &err) != 0) return n;
+    for (const auto& t : json::parse(out)) n.insert(t["name"].get<std::string>());
+    return n;
+  };
+  EXPECT_EQ(names(), (std::set<std::string>{"mcp_vault_unlock"}));
+  auto call = [&](const std::string& tool) {
+    testing::FakeReply c;
+    c.tool_calls = {{"c-" + tool, tool, json::object()}};
+    fake.Enqueue(c);
+    testing::FakeReply done;
+    done.chunks = {"ok"};
+    fake.Enqueue(done);
+    auto s = d.CreateSession();
+    auto turn = testing::RunChat(*d.sessions(), s.id(), "use " + tool);
+    for (const auto& ev : turn.events) {
+      if (ev.has_tool_call_finished() && !ev.tool_call_finished().is_error()) return ev.tool_call_finished().output();
+    }
+    return std::string("(no successful call)");
+  };
+  EXPECT_NE(call("mcp_vault_unlock").find("unlocked"), std::string::npos);
+  bool changed = false;
+  for (int i = 0; i < 100 && !changed; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    changed = names() == std::set<std::string>{"mcp_vault_read_secret_register"};
+  }
+  ASSERT_TRUE(changed) << d.log();
+  EXPECT_NE(call("mcp_vault_read_secret_register").find("0xC0FFEE"), std::string::npos) << d.log();
+  // The model is offered the tool list as the server has it now.
+  const auto reqs = fake.requests();
+  std::set<std::string> offered;
+  for (const auto& t : reqs.back().body["tools"]) offered.insert(t["name"].get<std::string>());
+  EXPECT_TRUE(offered.count("mcp_vault_read_secret_register"));
+  EXPECT_FALSE(offered.count("mcp_vault_unlock"));
+}
+
 TEST(McpDaemonTest, LargeToolSetsAreOfferedPerRequestWithToolSearch) {
   testing::FakeLlmServer fake;
   ASSERT_GT(fake.Start(), 0);

@@ -17,12 +17,31 @@ namespace fs = std::filesystem;
 
 struct ProjectMcpServers::Entry {
   std::string key;  // the section, as parsed (a change restarts the servers)
-  std::unique_ptr<McpManager> manager;
-  std::vector<std::unique_ptr<Tool>> tools;
-  std::vector<Tool*> view;
+  std::mutex tools_mu;
+  std::vector<std::unique_ptr<Tool>> tools;  // appended only (a server that came up late or changed its list)
   uint64_t last_used = 0;
   std::mutex start_mu;  // one start per project at a time
   bool started = false;
+  // Last, so it is stopped (and its callbacks are over) before the rest goes.
+  std::unique_ptr<McpManager> manager;
+
+  void AddTools(std::vector<McpToolInfo> infos) {
+    std::lock_guard lock(tools_mu);
+    for (auto& info : infos) {
+      bool have = false;
+      for (const auto& t : tools) have |= t->name() == info.qualified;
+      if (!have) tools.push_back(MakeMcpTool(*manager, std::move(info)));
+    }
+  }
+  // The tools their servers offer now.
+  std::vector<Tool*> View() {
+    std::lock_guard lock(tools_mu);
+    std::vector<Tool*> out;
+    for (const auto& t : tools) {
+      if (t->available()) out.push_back(t.get());
+    }
+    return out;
+  }
 };
 
 ProjectMcpServers::ProjectMcpServers(HttpClient* http, size_t max_projects) : http_(http), max_projects_(max_projects) {}
@@ -114,12 +133,13 @@ absl::StatusOr<ProjectMcpServers::ToolSet> ProjectMcpServers::ToolsFor(const std
   std::lock_guard start(entry->start_mu);
   if (!entry->started) {
     entry->manager = std::make_unique<McpManager>(McpServerConfigs(servers), http_);
-    for (auto& info : entry->manager->Start()) entry->tools.push_back(MakeMcpTool(*entry->manager, std::move(info)));
-    for (auto& t : entry->tools) entry->view.push_back(t.get());
+    Entry* e = entry.get();
+    entry->manager->OnTools([e](const std::string&, const std::vector<McpToolInfo>& infos) { e->AddTools(infos); });
+    entry->AddTools(entry->manager->Start());
     entry->started = true;
-    spdlog::info("mcp: {}: {} servers, {} tools", project_root, servers.size(), entry->view.size());
+    spdlog::info("mcp: {}: {} servers, {} tools", project_root, servers.size(), entry->View().size());
   }
-  return ToolSet{entry, entry->view};
+  return ToolSet{entry, entry->View()};
 }
 
 }  // namespace fwai

@@ -309,16 +309,24 @@ TEST(McpDaemonTest, AServerThatComesUpLateAddsItsTools) {
   EXPECT_TRUE(EchoThroughTheAgent(fake, d, s.id(), "late but here")) << d.log();
 }
 
-// notifications/tools/list_changed: the new tools reach the catalog and the
-// agent, the ones the server dropped leave the catalog.
-TEST(McpDaemonTest, AToolListChangeReachesTheCatalogAndTheAgent) {
+// notifications/tools/list_changed, for servers of the daemon and of a
+// project: the new tools reach the agent (and the catalog), the dropped ones
+// leave.
+class McpToolListChangeTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(McpToolListChangeTest, NewToolsReachTheAgentAndDroppedOnesLeave) {
   testing::FakeLlmServer fake;
   ASSERT_GT(fake.Start(), 0);
-  testing::Daemon d(&fake, "mcp_servers:\n  vault:\n    command: [node, " + std::string(FWAI_MCP_TEST_SERVERS) +
-                               "/changing_tools_server.js]\n    env: {MCP_MODULES: " + std::string(FWAI_MCP_BIN_DIR) +
-                               "/..}\n");
+  const std::string entry = "  vault:\n    command: [node, " + std::string(FWAI_MCP_TEST_SERVERS) +
+                            "/changing_tools_server.js]\n    env: {MCP_MODULES: " + std::string(FWAI_MCP_BIN_DIR) + "/..}\n";
+  const bool daemon = GetParam() == "daemon";
+  testing::Daemon d(&fake, daemon ? "mcp_servers:\n" + entry : "");
   ASSERT_TRUE(d.Start()) << d.log();
-  auto names = [&] {
+  if (!daemon) {
+    std::filesystem::create_directories(d.project_dir() + "/.fwai");
+    std::ofstream(d.project_dir() + "/.fwai/project.yaml") << "name: p\nmcp_servers:\n" << entry;
+  }
+  auto catalog = [&] {
     std::string out, err;
     std::set<std::string> n;
     std::vector<std::string> argv = {std::string(FWAI_BIN_DIR) + "/fwai", "--daemon", d.address(), "--json", "tools", "ls"};
@@ -326,36 +334,49 @@ TEST(McpDaemonTest, AToolListChangeReachesTheCatalogAndTheAgent) {
     for (const auto& t : json::parse(out)) n.insert(t["name"].get<std::string>());
     return n;
   };
-  EXPECT_EQ(names(), (std::set<std::string>{"mcp_vault_unlock"}));
+  auto s = d.CreateSession();
+  std::set<std::string> offered;  // to the model, in the last call's first request
   auto call = [&](const std::string& tool) {
+    const size_t before = fake.requests().size();
     testing::FakeReply c;
     c.tool_calls = {{"c-" + tool, tool, json::object()}};
     fake.Enqueue(c);
     testing::FakeReply done;
     done.chunks = {"ok"};
     fake.Enqueue(done);
-    auto s = d.CreateSession();
     auto turn = testing::RunChat(*d.sessions(), s.id(), "use " + tool);
+    const auto reqs = fake.requests();
+    offered.clear();
+    if (reqs.size() > before) {
+      for (const auto& t : reqs[before].body["tools"]) offered.insert(t["name"].get<std::string>());
+    }
     for (const auto& ev : turn.events) {
       if (ev.has_tool_call_finished() && !ev.tool_call_finished().is_error()) return ev.tool_call_finished().output();
     }
     return std::string("(no successful call)");
   };
-  EXPECT_NE(call("mcp_vault_unlock").find("unlocked"), std::string::npos);
-  bool changed = false;
-  for (int i = 0; i < 100 && !changed; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    changed = names() == std::set<std::string>{"mcp_vault_read_secret_register"};
+  if (daemon) {
+    EXPECT_EQ(catalog(), (std::set<std::string>{"mcp_vault_unlock"}));
   }
-  ASSERT_TRUE(changed) << d.log();
-  EXPECT_NE(call("mcp_vault_read_secret_register").find("0xC0FFEE"), std::string::npos) << d.log();
-  // The model is offered the tool list as the server has it now.
-  const auto reqs = fake.requests();
-  std::set<std::string> offered;
-  for (const auto& t : reqs.back().body["tools"]) offered.insert(t["name"].get<std::string>());
+  EXPECT_NE(call("mcp_vault_unlock").find("unlocked"), std::string::npos) << d.log();
+  EXPECT_TRUE(offered.count("mcp_vault_unlock"));
+  std::string secret;
+  for (int i = 0; i < 50 && secret.find("0xC0FFEE") == std::string::npos; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    secret = call("mcp_vault_read_secret_register");
+  }
+  EXPECT_NE(secret.find("0xC0FFEE"), std::string::npos) << d.log();
   EXPECT_TRUE(offered.count("mcp_vault_read_secret_register"));
   EXPECT_FALSE(offered.count("mcp_vault_unlock"));
+  if (daemon) {
+    const std::set<std::string> now{"mcp_vault_read_secret_register"};
+    for (int i = 0; i < 50 && catalog() != now; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    EXPECT_EQ(catalog(), now);
+  }
 }
+
+INSTANTIATE_TEST_SUITE_P(Servers, McpToolListChangeTest, ::testing::Values("daemon", "project"),
+                         [](const auto& i) { return i.param; });
 
 TEST(McpDaemonTest, LargeToolSetsAreOfferedPerRequestWithToolSearch) {
   testing::FakeLlmServer fake;

@@ -24,42 +24,64 @@ McpManager::McpManager(std::vector<McpServerConfig> servers, HttpClient* http) :
 
 McpManager::~McpManager() { Stop(); }
 
-std::vector<McpToolInfo> McpManager::Connect(Server& s) {
-  std::vector<McpToolInfo> out;
-  auto c = McpClient::Start(s.config, http_);
+McpManager::Connection McpManager::Connect(const McpServerConfig& config) const {
+  Connection out;
+  auto c = McpClient::Start(config, http_);
   if (!c.ok()) {
-    s.last_error = std::string(c.status().message());
+    out.error = std::string(c.status().message());
     return out;
   }
   auto tools = (*c)->ListTools();
   if (!tools.ok()) {
-    s.last_error = std::string(tools.status().message());
+    out.error = std::string(tools.status().message());
     return out;
   }
-  s.client = std::shared_ptr<McpClient>(std::move(*c));
-  s.last_error.clear();
-  s.backoff_ms = 1000;
-  s.tools.clear();
-  for (const auto& t : *tools) s.tools.insert(t.name);
+  out.client = std::shared_ptr<McpClient>(std::move(*c));
   for (const auto& t : *tools) {
-    out.push_back({s.config.name, t.name, QualifiedName(s.config.name, t.name), t.description, t.input_schema});
+    out.tools.push_back({config.name, t.name, QualifiedName(config.name, t.name), t.description, t.input_schema});
   }
   return out;
 }
 
+void McpManager::Adopt(Server& s, const Connection& c) {
+  if (!c.client) {
+    s.last_error = c.error;
+    return;
+  }
+  s.client = c.client;
+  s.last_error.clear();
+  s.backoff_ms = 1000;
+  s.tools.clear();
+  for (const auto& t : c.tools) s.tools.insert(t.tool);
+}
+
 std::vector<McpToolInfo> McpManager::Start() {
+  // Servers start in parallel and outside the lock.
+  std::vector<McpServerConfig> configs;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [name, s] : servers_) configs.push_back(s.config);
+  }
+  std::vector<Connection> conns(configs.size());
+  {
+    std::vector<std::thread> starters;
+    for (size_t i = 0; i < configs.size(); ++i) starters.emplace_back([&, i] { conns[i] = Connect(configs[i]); });
+    for (auto& t : starters) t.join();
+  }
   std::vector<McpToolInfo> all;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    for (auto& [name, s] : servers_) {
-      auto tools = Connect(s);
+    for (size_t i = 0; i < configs.size(); ++i) {
+      const std::string& name = configs[i].name;
+      Server& s = servers_[name];
+      Adopt(s, conns[i]);
       if (!s.client) {
         spdlog::warn("mcp server {}: {}; retrying in the background", name, s.last_error);
         s.next_try = std::chrono::steady_clock::now() + std::chrono::milliseconds(s.backoff_ms);
       } else {
-        spdlog::info("mcp server {}: {} tools", name, tools.size());
+        spdlog::info("mcp server {}: {} tools", name, conns[i].tools.size());
       }
-      all.insert(all.end(), tools.begin(), tools.end());
+      all.insert(all.end(), conns[i].tools.begin(), conns[i].tools.end());
     }
   }
   supervisor_ = std::thread([this] { Supervise(); });
@@ -68,12 +90,12 @@ std::vector<McpToolInfo> McpManager::Start() {
 
 void McpManager::Supervise() {
   std::unique_lock<std::mutex> lock(mu_);
-  std::vector<std::pair<std::string, std::vector<McpToolInfo>>> back;  // servers that came back
   while (!stopping_) {
     cv_.wait_for(lock, std::chrono::milliseconds(200));
     if (stopping_) break;
     const auto now = std::chrono::steady_clock::now();
     std::vector<std::pair<std::string, std::shared_ptr<McpClient>>> changed;  // said their tool list changed
+    std::vector<McpServerConfig> due;  // down, and their next try has come
     for (auto& [name, s] : servers_) {
       if (s.client && s.client->alive()) {
         if (s.client->TakeToolsChanged()) changed.emplace_back(name, s.client);
@@ -88,44 +110,52 @@ void McpManager::Supervise() {
       }
       if (now < s.next_try) continue;
       ++s.restarts;
-      auto tools = Connect(s);
+      due.push_back(s.config);
+    }
+    if (due.empty() && changed.empty()) continue;
+    // Starting a server or reading its tools may take seconds (up to its
+    // timeouts): outside the lock, so calls to the other servers go on.
+    lock.unlock();
+    std::vector<std::pair<std::string, Connection>> restarted;
+    for (const auto& c : due) restarted.emplace_back(c.name, Connect(c));
+    std::vector<std::pair<std::string, std::vector<McpToolInfo>>> ready;  // tools to announce
+    std::map<std::string, std::set<std::string>> relisted;
+    for (const auto& [name, client] : changed) {
+      auto tools = client->ListTools(5000);
+      if (!tools.ok()) {
+        spdlog::warn("mcp server {}: its tool list changed but could not be read: {}", name, tools.status().ToString());
+        continue;
+      }
+      std::vector<McpToolInfo> infos;
+      for (const auto& t : *tools) {
+        infos.push_back({name, t.name, QualifiedName(name, t.name), t.description, t.input_schema});
+        relisted[name].insert(t.name);
+      }
+      spdlog::info("mcp server {}: tool list changed: {} tools", name, infos.size());
+      ready.emplace_back(name, std::move(infos));
+    }
+    lock.lock();
+    if (stopping_) break;  // the connections close as `restarted` goes
+    for (auto& [name, tools] : relisted) servers_[name].tools = std::move(tools);
+    const auto after = std::chrono::steady_clock::now();
+    for (auto& [name, conn] : restarted) {
+      Server& s = servers_[name];
+      Adopt(s, conn);
       if (!s.client) {
         s.backoff_ms = std::min(s.backoff_ms * 2, 60000);
-        s.next_try = now + std::chrono::milliseconds(s.backoff_ms);
+        s.next_try = after + std::chrono::milliseconds(s.backoff_ms);
         spdlog::warn("mcp server {}: restart failed ({}); next try in {} ms", name, s.last_error, s.backoff_ms);
       } else {
-        spdlog::info("mcp server {} restarted: {} tools", name, tools.size());
-        back.emplace_back(name, std::move(tools));
+        spdlog::info("mcp server {} restarted: {} tools", name, conn.tools.size());
+        ready.emplace_back(name, conn.tools);
       }
     }
-    if ((!back.empty() || !changed.empty()) && on_tools_) {
-      // Outside the lock: listing and indexing tools may take a while.
-      auto ready = std::move(back);
-      back.clear();
+    if (!ready.empty() && on_tools_) {
+      // Outside the lock: the callback indexes tools and may take a while.
       lock.unlock();
-      for (const auto& [name, client] : changed) {
-        auto tools = client->ListTools(5000);
-        if (!tools.ok()) {
-          spdlog::warn("mcp server {}: its tool list changed but could not be read: {}", name, tools.status().ToString());
-          continue;
-        }
-        std::vector<McpToolInfo> infos;
-        std::set<std::string> listed;
-        for (const auto& t : *tools) {
-          infos.push_back({name, t.name, QualifiedName(name, t.name), t.description, t.input_schema});
-          listed.insert(t.name);
-        }
-        {
-          std::lock_guard<std::mutex> relock(mu_);
-          servers_[name].tools = std::move(listed);
-        }
-        spdlog::info("mcp server {}: tool list changed: {} tools", name, infos.size());
-        ready.emplace_back(name, std::move(infos));
-      }
       for (const auto& [name, tools] : ready) on_tools_(name, tools);
       lock.lock();
     }
-    back.clear();
   }
 }
 

@@ -72,8 +72,16 @@ class McpManager {
     std::chrono::steady_clock::time_point next_try;
     std::set<std::string> tools;  // its latest tool list
   };
+  // A started server and its tools, or why it could not start.
+  struct Connection {
+    std::shared_ptr<McpClient> client;
+    std::vector<McpToolInfo> tools;
+    std::string error;
+  };
   void Supervise();
-  std::vector<McpToolInfo> Connect(Server& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Starts the server and lists its tools; takes no lock (may take seconds).
+  Connection Connect(const McpServerConfig& config) const;
+  void Adopt(Server& s, const Connection& c) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   std::mutex mu_;
   std::condition_variable cv_;

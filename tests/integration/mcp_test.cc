@@ -258,6 +258,36 @@ TEST(McpManagerTest, AKilledServerIsRestarted) {
   EXPECT_EQ(McpManager::QualifiedName("my.server", "read/file"), "mcp_my_server_read_file");
 }
 
+// A server that hangs while it is being restarted must not hold up calls to
+// the other servers.
+TEST(McpManagerTest, ARestartingServerDoesNotHoldUpTheOthers) {
+  McpManager m({Stdio("everything", {Bin("mcp-server-everything")}), Stdio("stuck", {"sleep", "600"}, 2000)});
+  auto t0 = std::chrono::steady_clock::now();
+  auto tools = m.Start();
+  // Both start at once: the stuck one's 2 s do not add to the other's start.
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(3500));
+  EXPECT_FALSE(tools.empty());
+  auto stuck = m.Call("stuck", "anything", json::object(), nullptr);
+  EXPECT_EQ(stuck.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_NE(stuck.status().message().find("stuck"), std::string::npos) << stuck.status();
+  // Its restart begins 1 s after the failed start and takes 2 s; call the
+  // other server all through it.
+  std::this_thread::sleep_for(std::chrono::milliseconds(1100));
+  auto slowest = std::chrono::milliseconds(0);
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(2500);
+  int calls = 0;
+  while (std::chrono::steady_clock::now() < until) {
+    auto c0 = std::chrono::steady_clock::now();
+    auto r = m.Call("everything", "echo", {{"message", "still here"}}, nullptr);
+    ASSERT_TRUE(r.ok()) << r.status();
+    slowest = std::max(slowest, std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - c0));
+    ++calls;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_GE(m.restarts("stuck"), 1);
+  EXPECT_LT(slowest.count(), 500) << "over " << calls << " calls";
+}
+
 TEST(McpDaemonTest, ServerToolsReachTheCatalogAndTheAgent) {
   testing::FakeLlmServer fake;
   ASSERT_GT(fake.Start(), 0);

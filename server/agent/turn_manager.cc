@@ -872,6 +872,19 @@ std::string TurnManager::RunAgent(Turn* turn, Agent& a) {
       if (static_cast<int>(offered.size()) >= config_.tools_top_k) break;
       if (Tool* t = find_tool(name); t && !is_core(t)) offered.insert(name);
     }
+    // The tools the session called lately stay offered: a follow-up ("now
+    // the same for bank 1") seldom names them again.
+    int recent = 0;
+    const size_t lookback = std::min<size_t>(a.messages.size(), 40);
+    for (size_t i = a.messages.size(); i > a.messages.size() - lookback && recent < config_.tools_top_k; --i) {
+      const LlmMessage& m = a.messages[i - 1];
+      if (m.role != "assistant" || !m.content.is_array()) continue;
+      for (const auto& b : m.content) {
+        if (b.value("type", "") != "tool_use" || !b.contains("name") || !b["name"].is_string()) continue;
+        const std::string name = b["name"].get<std::string>();
+        if (Tool* t = find_tool(name); t && !is_core(t) && offered.insert(name).second) ++recent;
+      }
+    }
   }
   auto plan_mode = [&] { return *a.mode == "plan"; };
   auto allowed_builtin = [&](const std::string& name) { return a.allowed.empty() || a.allowed.count(name); };

@@ -17,6 +17,7 @@ namespace {
 
 struct Transfer {
   const std::function<void(std::string_view)>* on_data;
+  const std::function<void(int)>* on_headers;
   HttpResponse* response;
   CancelToken* cancel;
   int64_t last_byte_ns;
@@ -34,6 +35,10 @@ size_t HeaderCb(char* data, size_t size, size_t n, void* user) {
     if (sp != absl::string_view::npos && line.size() >= sp + 4) {
       t->response->status = std::atoi(std::string(line.substr(sp + 1, 3)).c_str());
     }
+    return size * n;
+  }
+  if (absl::StripAsciiWhitespace(line).empty()) {  // end of a header block
+    if (*t->on_headers && t->response->status >= 200) (*t->on_headers)(t->response->status);
     return size * n;
   }
   auto colon = line.find(':');
@@ -112,16 +117,22 @@ class CurlHttpClient final : public HttpClient {
     CURL* curl = Take();
     if (!curl) return absl::InternalError("curl_easy_init failed");
     HttpResponse response;
-    Transfer t{&on_data, &response, &cancel, MonotonicNanos(), req.idle_timeout_s};
+    Transfer t{&on_data, &req.on_headers, &response, &cancel, MonotonicNanos(), req.idle_timeout_s};
     struct curl_slist* headers = nullptr;
     for (const auto& h : req.headers) headers = curl_slist_append(headers, h.c_str());
     headers = curl_slist_append(headers, "Expect:");
     char errbuf[CURL_ERROR_SIZE] = {0};
     curl_easy_setopt(curl, CURLOPT_URL, req.url.c_str());
     curl_easy_setopt(curl, CURLOPT_HTTPHEADER, headers);
-    curl_easy_setopt(curl, CURLOPT_POST, 1L);
-    curl_easy_setopt(curl, CURLOPT_POSTFIELDS, req.body.data());
-    curl_easy_setopt(curl, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(req.body.size()));
+    if (req.method == "GET") {
+      curl_easy_setopt(curl, CURLOPT_HTTPGET, 1L);
+    } else if (req.method == "DELETE") {
+      curl_easy_setopt(curl, CURLOPT_CUSTOMREQUEST, "DELETE");
+    } else {
+      curl_easy_setopt(curl, CURLOPT_POST, 1L);
+      curl_easy_setopt(curl, CURLOPT_POSTFIELDS, req.body.data());
+      curl_easy_setopt(curl, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(req.body.size()));
+    }
     curl_easy_setopt(curl, CURLOPT_CONNECTTIMEOUT, static_cast<long>(req.connect_timeout_s));
     curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(curl, CURLOPT_ERRORBUFFER, errbuf);

@@ -14,11 +14,15 @@
 namespace fwai {
 
 struct HttpRequest {
+  std::string method = "POST";  // POST (with `body`), GET or DELETE
   std::string url;
   std::vector<std::string> headers;  // "Name: value"
   std::string body;
   int connect_timeout_s = 15;
   int idle_timeout_s = 120;  // fail if no byte arrives for this long
+  // Called with the status once the response's headers are in (before any
+  // body byte): a long-lived stream is known to be open then.
+  std::function<void(int status)> on_headers;
 };
 
 struct HttpResponse {
@@ -31,7 +35,8 @@ struct HttpResponse {
 class HttpClient {
  public:
   virtual ~HttpClient() = default;
-  // POSTs; for 2xx responses the body goes to `on_data` as it arrives, else
+  // Sends the request (a POST unless `method` says otherwise); for 2xx
+  // responses the body goes to `on_data` as it arrives, else
   // it is collected in HttpResponse::body. A transport failure is UNAVAILABLE
   // (DEADLINE_EXCEEDED for the idle timeout), cancellation is CANCELLED; in
   // both cases `partial` (if not null) says whether body bytes were delivered.

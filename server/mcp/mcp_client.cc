@@ -43,6 +43,9 @@ struct McpClient::Impl {
   std::map<int64_t, std::shared_ptr<Pending>> pending;
   int64_t next_id = 1;
   std::atomic<bool> tools_changed{false};  // the server sent notifications/tools/list_changed
+  std::thread listener;                    // streamable HTTP: the server's own stream
+  CancelToken listen_cancel;
+  bool listener_settled = false;  // under mu
   bool dead = false;
   absl::Status death;
   std::string stderr_tail;
@@ -252,6 +255,66 @@ struct McpClient::Impl {
     return answer.value("result", json::object());
   }
 
+  // The first attempt to open the server's stream has an answer (open, or
+  // refused, or failed): Start waits for it so that nothing the server sends
+  // right after is missed.
+  void ListenerSettled() {
+    std::lock_guard<std::mutex> lock(mu);
+    listener_settled = true;
+    cv.notify_all();
+  }
+  void AwaitListener(std::chrono::milliseconds limit) {
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait_for(lock, limit, [this] { return listener_settled; });
+  }
+
+  // Streamable HTTP: the stream a server may open for messages of its own
+  // (a GET on the endpoint; notifications such as tools/list_changed, pings).
+  // Reopened with backoff when it drops; not at all if the server offers none.
+  void Listen() {
+    int backoff_ms = 500;
+    while (!listen_cancel.cancelled()) {
+      HttpRequest req;
+      req.method = "GET";
+      req.url = config.url;
+      req.headers = {"Accept: text/event-stream"};
+      for (const auto& h : config.headers) req.headers.push_back(h);
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        if (!session_id.empty()) req.headers.push_back("Mcp-Session-Id: " + session_id);
+      }
+      req.idle_timeout_s = 24 * 3600;  // a quiet server is not a broken one
+      req.on_headers = [this](int) { ListenerSettled(); };
+      SseParser sse;
+      auto resp = http->PostStream(
+          req,
+          [&](std::string_view d) {
+            sse.Feed(d, [&](const SseEvent& ev) {
+              json m = json::parse(ev.data, nullptr, false);
+              if (!m.is_object()) return;
+              if (m.contains("method") && m.contains("id")) {
+                json reply = {{"jsonrpc", "2.0"}, {"id", m["id"]}};
+                if (m["method"] == "ping") {
+                  reply["result"] = json::object();
+                } else {
+                  reply["error"] = {{"code", -32601}, {"message", "method not supported by this client"}};
+                }
+                (void)HttpPost(reply, nullptr, 5000, false);
+                return;
+              }
+              NoteNotification(m);
+            });
+          },
+          listen_cancel, nullptr);
+      ListenerSettled();
+      if (listen_cancel.cancelled()) return;
+      if (resp.ok() && (resp->status == 405 || resp->status == 404 || resp->status == 400)) return;  // none offered
+      if (resp.ok() && resp->status >= 200 && resp->status < 300) backoff_ms = 500;  // it ran; reopen soon
+      if (listen_cancel.WaitFor(std::chrono::milliseconds(backoff_ms))) return;
+      backoff_ms = std::min(backoff_ms * 2, 30000);
+    }
+  }
+
   // initialize, then notifications/initialized, over whichever transport.
   absl::Status Handshake() {
     auto init = Request("initialize",
@@ -324,6 +387,27 @@ McpClient::McpClient(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 McpClient::~McpClient() {
   Impl& m = *impl_;
+  if (m.http != nullptr) {
+    m.listen_cancel.Cancel();
+    if (m.listener.joinable()) m.listener.join();
+    std::string sid;
+    {
+      std::lock_guard<std::mutex> lock(m.mu);
+      if (!m.dead) sid = m.session_id;
+    }
+    if (!sid.empty()) {
+      // End the session on the server (best effort, briefly).
+      HttpRequest req;
+      req.method = "DELETE";
+      req.url = m.config.url;
+      req.headers = {"Mcp-Session-Id: " + sid};
+      for (const auto& h : m.config.headers) req.headers.push_back(h);
+      req.connect_timeout_s = 2;
+      req.idle_timeout_s = 2;
+      CancelToken never;
+      (void)m.http->PostStream(req, [](std::string_view) {}, never, nullptr);
+    }
+  }
   if (m.to_child >= 0) close(m.to_child);
   if (m.pid > 0) {
     kill(-m.pid, SIGTERM);
@@ -354,6 +438,8 @@ absl::StatusOr<std::unique_ptr<McpClient>> McpClient::Start(McpServerConfig conf
     Impl* raw = impl.get();
     std::unique_ptr<McpClient> client(new McpClient(std::move(impl)));
     if (auto s = raw->Handshake(); !s.ok()) return s;
+    raw->listener = std::thread([raw] { raw->Listen(); });
+    raw->AwaitListener(std::chrono::milliseconds(2000));
     return client;
   }
   if (config.command.empty()) return absl::InvalidArgumentError(absl::StrCat("mcp server ", config.name, ": no command"));

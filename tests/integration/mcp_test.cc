@@ -149,10 +149,12 @@ TEST(McpClientTest, BrokenServersFailClearly) {
   EXPECT_FALSE((*c)->alive());
 }
 
-// The everything server in streamable-HTTP mode on a free port.
+// An MCP server in streamable-HTTP mode on a free port (given as PORT):
+// by default the everything server.
 class HttpEverything {
  public:
-  HttpEverything() {
+  explicit HttpEverything(std::vector<std::string> argv = {}, std::map<std::string, std::string> env = {}) {
+    if (argv.empty()) argv = {Bin("mcp-server-everything"), "streamableHttp"};
     int s = socket(AF_INET, SOCK_STREAM, 0);
     sockaddr_in a{};
     a.sin_family = AF_INET;
@@ -166,11 +168,14 @@ class HttpEverything {
     if (pid_ == 0) {
       setpgid(0, 0);
       setenv("PORT", std::to_string(port_).c_str(), 1);
+      for (const auto& [k, v] : env) setenv(k.c_str(), v.c_str(), 1);
       int devnull = open("/dev/null", O_WRONLY);
       dup2(devnull, 1);
       dup2(devnull, 2);
-      std::string bin = Bin("mcp-server-everything");
-      execl(bin.c_str(), bin.c_str(), "streamableHttp", static_cast<char*>(nullptr));
+      std::vector<char*> args;
+      for (auto& a : argv) args.push_back(a.data());
+      args.push_back(nullptr);
+      execvp(args[0], args.data());
       _exit(127);
     }
     for (int i = 0; i < 200; ++i) {  // until it listens
@@ -229,6 +234,39 @@ TEST(McpClientTest, StreamableHttpTransport) {
   EXPECT_EQ(gone.status().code(), absl::StatusCode::kUnavailable);
   EXPECT_NE(gone.status().message().find("everything-http"), std::string::npos) << gone.status();
   EXPECT_FALSE((*c)->alive());
+}
+
+// Over streamable HTTP, what the server sends on its own stream (here
+// notifications/tools/list_changed) reaches the client.
+TEST(McpClientTest, StreamableHttpServerSaysItsToolsChanged) {
+  HttpEverything server({"node", std::string(FWAI_MCP_TEST_SERVERS) + "/changing_tools_server.js"},
+                        {{"MCP_MODULES", std::string(FWAI_MCP_BIN_DIR) + "/.."}});
+  auto http = MakeCurlHttpClient();
+  McpServerConfig cfg;
+  cfg.name = "vault-http";
+  cfg.url = server.url();
+  auto c = McpClient::Start(cfg, http.get());
+  ASSERT_TRUE(c.ok()) << c.status();
+  auto names = [&] {
+    std::set<std::string> n;
+    auto tools = (*c)->ListTools();
+    EXPECT_TRUE(tools.ok()) << tools.status();
+    if (tools.ok()) {
+      for (const auto& t : *tools) n.insert(t.name);
+    }
+    return n;
+  };
+  EXPECT_EQ(names(), (std::set<std::string>{"unlock"}));
+  EXPECT_FALSE((*c)->TakeToolsChanged());
+  auto r = (*c)->CallTool("unlock", json::object(), nullptr);
+  ASSERT_TRUE(r.ok()) << r.status();
+  bool changed = false;
+  for (int i = 0; i < 50 && !changed; ++i) {
+    changed = (*c)->TakeToolsChanged();
+    if (!changed) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_TRUE(changed);
+  EXPECT_EQ(names(), (std::set<std::string>{"read_secret_register"}));
 }
 
 TEST(McpManagerTest, AKilledServerIsRestarted) {

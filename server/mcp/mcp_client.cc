@@ -79,6 +79,17 @@ struct McpClient::Impl {
     cv.notify_all();
   }
 
+  // A request from the server: answer ping, refuse the rest.
+  static json ReplyTo(const json& request) {
+    json reply = {{"jsonrpc", "2.0"}, {"id", request["id"]}};
+    if (request["method"] == "ping") {
+      reply["result"] = json::object();
+    } else {
+      reply["error"] = {{"code", -32601}, {"message", "method not supported by this client"}};
+    }
+    return reply;
+  }
+
   void Dispatch(const json& msg) {
     if (msg.contains("id") && (msg.contains("result") || msg.contains("error")) && !msg.contains("method")) {
       if (!msg["id"].is_number_integer()) return;
@@ -98,16 +109,7 @@ struct McpClient::Impl {
       cv.notify_all();
       return;
     }
-    if (msg.contains("method") && msg.contains("id")) {
-      // A request from the server: answer ping, refuse the rest.
-      json reply = {{"jsonrpc", "2.0"}, {"id", msg["id"]}};
-      if (msg["method"] == "ping") {
-        reply["result"] = json::object();
-      } else {
-        reply["error"] = {{"code", -32601}, {"message", "method not supported by this client"}};
-      }
-      (void)Send(reply);
-    }
+    if (msg.contains("method") && msg.contains("id")) (void)Send(ReplyTo(msg));
     // Notifications need no answer; a changed tool list is noted for the
     // supervisor to read again (logging and progress are ignored).
     NoteNotification(msg);
@@ -293,13 +295,7 @@ struct McpClient::Impl {
               json m = json::parse(ev.data, nullptr, false);
               if (!m.is_object()) return;
               if (m.contains("method") && m.contains("id")) {
-                json reply = {{"jsonrpc", "2.0"}, {"id", m["id"]}};
-                if (m["method"] == "ping") {
-                  reply["result"] = json::object();
-                } else {
-                  reply["error"] = {{"code", -32601}, {"message", "method not supported by this client"}};
-                }
-                (void)HttpPost(reply, nullptr, 5000, false);
+                (void)HttpPost(ReplyTo(m), nullptr, 5000, false);
                 return;
               }
               NoteNotification(m);

@@ -151,9 +151,9 @@ TEST(McpClientTest, BrokenServersFailClearly) {
 
 // An MCP server in streamable-HTTP mode on a free port (given as PORT):
 // by default the everything server.
-class HttpEverything {
+class HttpMcpServer {
  public:
-  explicit HttpEverything(std::vector<std::string> argv = {}, std::map<std::string, std::string> env = {}) {
+  explicit HttpMcpServer(std::vector<std::string> argv = {}, std::map<std::string, std::string> env = {}) {
     if (argv.empty()) argv = {Bin("mcp-server-everything"), "streamableHttp"};
     int s = socket(AF_INET, SOCK_STREAM, 0);
     sockaddr_in a{};
@@ -188,7 +188,7 @@ class HttpEverything {
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
   }
-  ~HttpEverything() { Kill(); }
+  ~HttpMcpServer() { Kill(); }
   void Kill() {
     if (pid_ > 0) {
       kill(-pid_, SIGKILL);
@@ -197,6 +197,13 @@ class HttpEverything {
     }
   }
   std::string url() const { return "http://127.0.0.1:" + std::to_string(port_) + "/mcp"; }
+  // A client of it named `name`.
+  absl::StatusOr<std::unique_ptr<McpClient>> Connect(const std::string& name, HttpClient& http) const {
+    McpServerConfig cfg;
+    cfg.name = name;
+    cfg.url = url();
+    return McpClient::Start(cfg, &http);
+  }
 
  private:
   int port_ = 0;
@@ -204,12 +211,9 @@ class HttpEverything {
 };
 
 TEST(McpClientTest, StreamableHttpTransport) {
-  HttpEverything server;
+  HttpMcpServer server;
   auto http = MakeCurlHttpClient();
-  McpServerConfig cfg;
-  cfg.name = "everything-http";
-  cfg.url = server.url();
-  auto c = McpClient::Start(cfg, http.get());
+  auto c = server.Connect("everything-http", *http);
   ASSERT_TRUE(c.ok()) << c.status();
   auto tools = (*c)->ListTools();
   ASSERT_TRUE(tools.ok()) << tools.status();
@@ -239,13 +243,10 @@ TEST(McpClientTest, StreamableHttpTransport) {
 // Over streamable HTTP, what the server sends on its own stream (here
 // notifications/tools/list_changed) reaches the client.
 TEST(McpClientTest, StreamableHttpServerSaysItsToolsChanged) {
-  HttpEverything server({"node", std::string(FWAI_MCP_TEST_SERVERS) + "/changing_tools_server.js"},
+  HttpMcpServer server({"node", std::string(FWAI_MCP_TEST_SERVERS) + "/changing_tools_server.js"},
                         {{"MCP_MODULES", std::string(FWAI_MCP_BIN_DIR) + "/.."}});
   auto http = MakeCurlHttpClient();
-  McpServerConfig cfg;
-  cfg.name = "vault-http";
-  cfg.url = server.url();
-  auto c = McpClient::Start(cfg, http.get());
+  auto c = server.Connect("vault-http", *http);
   ASSERT_TRUE(c.ok()) << c.status();
   auto names = [&] {
     std::set<std::string> n;

@@ -250,11 +250,7 @@ class HardwareService final : public pb::Hardware::CallbackService {
                                                      const pb::FlashRequest* req) override {
     auto* svc = this;
     using Stream = WorkStreamReactor<pb::FlashProgress>;
-    return new Stream([&](const std::shared_ptr<Stream::State>& st) {
-      if (!svc->deps_.hardware) {
-        st->writer.Close(grpc::Status(grpc::StatusCode::UNAVAILABLE, "the hardware broker is not running"));
-        return;
-      }
+    return Stream::Serve(svc->deps_.hardware != nullptr, "the hardware broker is not running", [&](const std::shared_ptr<Stream::State>& st) {
       Caller c = svc->CallerOf(ctx, req->lease_id());
       pb::FlashRequest copy = *req;
       auto work = [st, svc, c, copy] {

@@ -11,6 +11,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <string>
 
 #include "common/cancel.h"
 
@@ -105,6 +106,18 @@ class WorkStreamReactor final : public grpc::ServerWriteReactor<Msg> {
       : state_(std::make_shared<State>()) {
     state_->writer.Bind([this](const Msg* m) { this->StartWrite(m); }, [this](grpc::Status s) { this->Finish(std::move(s)); });
     start(state_);
+  }
+  // The stream of a service whose backend may be missing: closes with
+  // UNAVAILABLE `why` at once when `available` is false, else runs `start`.
+  static WorkStreamReactor* Serve(bool available, const std::string& why,
+                                  const std::function<void(const std::shared_ptr<State>&)>& start) {
+    return new WorkStreamReactor([&](const std::shared_ptr<State>& st) {
+      if (!available) {
+        st->writer.Close(grpc::Status(grpc::StatusCode::UNAVAILABLE, why));
+        return;
+      }
+      start(st);
+    });
   }
   void OnWriteDone(bool ok) override { state_->writer.OnWriteDone(ok); }
   void OnCancel() override { state_->cancel.Cancel(); }

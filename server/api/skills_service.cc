@@ -92,11 +92,7 @@ class SkillsService final : public pb::Skills::CallbackService {
   grpc::ServerWriteReactor<pb::SkillEvent>* Run(grpc::CallbackServerContext* ctx, const pb::RunSkillRequest* req) override {
     auto* svc = this;
     using Stream = WorkStreamReactor<pb::SkillEvent>;
-    return new Stream([&](const std::shared_ptr<Stream::State>& st) {
-      if (!svc->deps_.skills) {
-        st->writer.Close(grpc::Status(grpc::StatusCode::UNAVAILABLE, "the skill runner is not available"));
-        return;
-      }
+    return Stream::Serve(svc->deps_.skills != nullptr, "the skill runner is not available", [&](const std::shared_ptr<Stream::State>& st) {
       auto root = Root(req->project_root());
       if (!root.ok()) {
         st->writer.Close(ToGrpcStatus(root.status()));

@@ -3,6 +3,7 @@
 #include <faiss/IndexFlat.h>
 #include <faiss/IndexHNSW.h>
 #include <faiss/index_io.h>
+#include <omp.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -90,7 +91,12 @@ void VectorIndex::BuildInternal(const std::vector<uint32_t>& ids, const std::vec
     pos_[id] = static_cast<uint32_t>(ids_.size());
     ids_.push_back(id);
   }
-  if (!ids.empty()) index_->add(static_cast<idx_t>(ids.size()), vectors.data());
+  if (!ids.empty()) {
+    const int threads = omp_get_max_threads();
+    if (options_.build_threads > 0) omp_set_num_threads(options_.build_threads);
+    index_->add(static_cast<idx_t>(ids.size()), vectors.data());
+    omp_set_num_threads(threads);
+  }
   if (hnsw_) TuneEfSearch(vectors);
 }
 
@@ -101,7 +107,7 @@ void VectorIndex::TuneEfSearch(const std::vector<float>& vectors) {
     return;
   }
   const size_t n = ids_.size();
-  const size_t nq = std::min<size_t>(200, n);
+  const size_t nq = std::min<size_t>(400, n);
   const idx_t k = 10;
   std::mt19937 rng(42);
   std::vector<float> queries(nq * dim_);
@@ -124,22 +130,26 @@ void VectorIndex::TuneEfSearch(const std::vector<float>& vectors) {
   std::vector<float> dist(nq * k);
   std::vector<idx_t> truth(nq * k), got(nq * k);
   exact.search(static_cast<idx_t>(nq), queries.data(), k, dist.data(), truth.data());
+  // Each kind of query must reach the bar on its own: mixtures are harder than
+  // noisy copies, and an average over both hid a recall below 0.95 on them.
   for (int ef : {16, 32, 64, 128, 256, 512, 1024}) {
     h->hnsw.efSearch = ef;
     h->search(static_cast<idx_t>(nq), queries.data(), k, dist.data(), got.data());
-    size_t hits = 0;
+    size_t hits[2] = {0, 0}, asked[2] = {0, 0};
     for (size_t q = 0; q < nq; ++q) {
+      asked[q % 2] += k;
       for (idx_t a = 0; a < k; ++a) {
         for (idx_t b = 0; b < k; ++b) {
           if (got[q * k + a] == truth[q * k + b] && truth[q * k + b] >= 0) {
-            ++hits;
+            ++hits[q % 2];
             break;
           }
         }
       }
     }
     ef_search_ = ef;
-    if (hits >= 0.97 * nq * k) break;  // margin over the 0.95 promise
+    // A margin over the 0.95 promise: the sample is not the queries to come.
+    if (hits[0] >= 0.98 * asked[0] && hits[1] >= 0.98 * asked[1]) break;
   }
 }
 

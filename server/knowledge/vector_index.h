@@ -28,6 +28,9 @@ struct VectorIndexOptions {
   int hnsw_m = 32;
   int ef_construction = 80;
   int ef_search = 0;  // 0: choose by measured recall
+  // Threads that insert into the HNSW graph; 0 uses every core. The graph a
+  // multi-threaded build makes depends on scheduling; 1 makes it reproducible.
+  int build_threads = 0;
   double rebuild_tombstone_ratio = 0.25;
 };
 

@@ -278,6 +278,7 @@ TEST(VectorIndexTest, HnswRecallAgainstExactAndSaveLoad) {
   for (uint32_t i = 0; i < n; ++i) ids[i] = i;
   VectorIndexOptions o;
   o.exact_below = 1000;
+  o.build_threads = 1;  // one graph, whatever the machine's load: the recall below is reproducible
   VectorIndex hnsw(dim, o);
   hnsw.Build(ids, vecs);
   ASSERT_EQ(hnsw.kind(), "hnsw");
@@ -301,7 +302,10 @@ TEST(VectorIndexTest, HnswRecallAgainstExactAndSaveLoad) {
       for (const auto& y : b) hits += x.first == y.first ? 1 : 0;
     }
   }
-  EXPECT_GE(hits, 950u) << "recall@10 below 0.95";
+  // Queries unlike the tuning sample (another seed, mixtures only): the
+  // promise holds on queries efSearch was not chosen on.
+  EXPECT_GE(hits, 950u) << "recall@10 below 0.95 at efSearch " << hnsw.ef_search();
+  RecordProperty("recall_hits", static_cast<int>(hits));
   std::string dir = TempDir("fwai-vec-");
   hnsw.Remove(5);
   ASSERT_TRUE(hnsw.Save(dir + "/v", 7).ok());

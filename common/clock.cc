@@ -40,4 +40,14 @@ std::string FormatLocalTime(int64_t us, const char* format) {
   return buf;
 }
 
+std::string FormatUtc(int64_t us) {
+  if (us <= 0) return "-";
+  std::time_t t = static_cast<std::time_t>(us / 1000000);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
 }  // namespace fwai

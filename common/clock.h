@@ -12,6 +12,8 @@ int64_t NowMicros();
 int64_t MonotonicNanos();
 // `us` (since the epoch) in local time, strftime `format`; "-" for 0 or less.
 std::string FormatLocalTime(int64_t us, const char* format = "%Y-%m-%d %H:%M:%S");
+// `us` as UTC in ISO 8601 ("2026-11-24T05:01:02Z"); "-" for 0 or less.
+std::string FormatUtc(int64_t us);
 
 class Clock {
  public:

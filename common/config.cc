@@ -17,91 +17,11 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/match.h"
 #include "common/status_macros.h"
+#include "common/config_reader.h"
 #include "common/yaml.h"
 
 namespace fwai {
 namespace {
-
-// Walks a YAML tree, producing errors with file:line and the dotted field path.
-class Reader {
- public:
-  explicit Reader(std::string source) : source_(std::move(source)) {}
-
-  absl::Status Error(const YAML::Node& node, const std::string& field, const std::string& what) {
-    int line = node.Mark().line >= 0 ? node.Mark().line + 1 : 0;
-    return absl::InvalidArgumentError(
-        absl::StrCat("config ", source_, ":", line, ": ", field, ": ", what));
-  }
-
-  absl::Status CheckKeys(const YAML::Node& map, const std::string& field,
-                         const std::set<std::string>& allowed) {
-    if (!map.IsMap()) return Error(map, field, "expected a mapping");
-    for (const auto& kv : map) {
-      const std::string key = kv.first.as<std::string>();
-      if (!allowed.count(key)) {
-        return Error(kv.first, field.empty() ? key : field + "." + key,
-                     absl::StrCat("unknown key; expected one of: ", absl::StrJoin(allowed, ", ")));
-      }
-    }
-    return absl::OkStatus();
-  }
-
-  absl::Status String(const YAML::Node& n, const std::string& field, std::string& out) {
-    if (!n.IsScalar()) return Error(n, field, "expected a string");
-    out = n.Scalar();
-    return absl::OkStatus();
-  }
-
-  absl::Status Int(const YAML::Node& n, const std::string& field, int64_t lo, int64_t hi,
-                   int64_t& out) {
-    if (!n.IsScalar()) return Error(n, field, "expected an integer");
-    const std::string& s = n.Scalar();
-    char* end = nullptr;
-    errno = 0;
-    long long v = std::strtoll(s.c_str(), &end, 10);
-    if (s.empty() || *end != '\0' || errno != 0) {
-      return Error(n, field, absl::StrCat("expected an integer, got '", s, "'"));
-    }
-    if (v < lo || v > hi) {
-      return Error(n, field, absl::StrCat("expected an integer in ", lo, "..", hi, ", got ", v));
-    }
-    out = v;
-    return absl::OkStatus();
-  }
-
-  absl::Status Int(const YAML::Node& n, const std::string& field, int64_t lo, int64_t hi,
-                   int& out) {
-    int64_t v = 0;
-    absl::Status s = Int(n, field, lo, hi, v);
-    if (s.ok()) out = static_cast<int>(v);
-    return s;
-  }
-
-  absl::Status Double(const YAML::Node& n, const std::string& field, double lo, double hi,
-                      double& out) {
-    if (!n.IsScalar()) return Error(n, field, "expected a number");
-    const std::string& s = n.Scalar();
-    char* end = nullptr;
-    double v = std::strtod(s.c_str(), &end);
-    if (s.empty() || *end != '\0') {
-      return Error(n, field, absl::StrCat("expected a number, got '", s, "'"));
-    }
-    if (v < lo || v > hi) {
-      return Error(n, field, absl::StrCat("expected a number in ", lo, "..", hi, ", got ", s));
-    }
-    out = v;
-    return absl::OkStatus();
-  }
-
- private:
-  std::string source_;
-};
-
-#define CFG_TRY(expr)                     \
-  do {                                    \
-    absl::Status s_ = (expr);             \
-    if (!s_.ok()) return s_;              \
-  } while (0)
 
 // Optional number fields of one mapping: `key` is checked as `prefix.key`
 // and must lie within lo..hi.
@@ -111,14 +31,14 @@ struct NumberField {
   double* out;
 };
 
-absl::Status Numbers(Reader& r, const YAML::Node& n, const std::string& prefix, std::initializer_list<NumberField> fields) {
+absl::Status Numbers(ConfigReader& r, const YAML::Node& n, const std::string& prefix, std::initializer_list<NumberField> fields) {
   for (const auto& f : fields) {
     if (n[f.key]) CFG_TRY(r.Double(n[f.key], prefix + "." + f.key, f.lo, f.hi, *f.out));
   }
   return absl::OkStatus();
 }
 
-absl::Status ParseProvider(Reader& r, const std::string& name, const YAML::Node& n,
+absl::Status ParseProvider(ConfigReader& r, const std::string& name, const YAML::Node& n,
                            ProviderConfig& p) {
   const std::string f = "providers." + name;
   CFG_TRY(r.CheckKeys(n, f,
@@ -188,7 +108,7 @@ bool ParseSize(const std::string& s, uint64_t& out) {
   return true;
 }
 
-absl::Status ParseBoard(Reader& r, const YAML::Node& n, size_t index, HardwareConfig& hw, BoardConfig& b) {
+absl::Status ParseBoard(ConfigReader& r, const YAML::Node& n, size_t index, HardwareConfig& hw, BoardConfig& b) {
   const std::string f = absl::StrCat("hardware.boards[", index, "]");
   CFG_TRY(r.CheckKeys(n, f,
                       {"id", "kind", "tags", "maintenance", "serial", "baud", "data_bits", "parity", "stop_bits",
@@ -294,7 +214,7 @@ absl::Status ParseBoard(Reader& r, const YAML::Node& n, size_t index, HardwareCo
   return absl::OkStatus();
 }
 // `weights: {coverage: 0.3, lexical: 0.8}` for a built-in reranker.
-absl::Status ParseRerankWeights(Reader& r, const YAML::Node& n, const std::string& field, std::map<std::string, double>& out) {
+absl::Status ParseRerankWeights(ConfigReader& r, const YAML::Node& n, const std::string& field, std::map<std::string, double>& out) {
   static const std::set<std::string> kFeatures = {"identifier", "coverage", "proximity", "context", "vector",
                                                   "lexical",    "fused",    "doc",       "doc_text", "named"};
   CFG_TRY(r.CheckKeys(n, field, kFeatures));
@@ -308,7 +228,7 @@ absl::Status ParseRerankWeights(Reader& r, const YAML::Node& n, const std::strin
 }
 
 // `reranker: {kind, base_url, api_key, api_key_env, model, provider, weights}`.
-absl::Status ParseReranker(Reader& r, const YAML::Node& rr, const std::string& field, RerankerConfig& out) {
+absl::Status ParseReranker(ConfigReader& r, const YAML::Node& rr, const std::string& field, RerankerConfig& out) {
   CFG_TRY(r.CheckKeys(rr, field, {"kind", "base_url", "api_key", "api_key_env", "model", "provider", "weights"}));
   if (rr["weights"]) CFG_TRY(ParseRerankWeights(r, rr["weights"], field + ".weights", out.weights));
   if (rr["kind"]) CFG_TRY(r.String(rr["kind"], field + ".kind", out.kind));
@@ -325,7 +245,7 @@ absl::Status ParseReranker(Reader& r, const YAML::Node& rr, const std::string& f
   return absl::OkStatus();
 }
 
-absl::Status ParseMcpServersNode(Reader& r, const YAML::Node& n, std::map<std::string, McpServerEntry>& out) {
+absl::Status ParseMcpServersNode(ConfigReader& r, const YAML::Node& n, std::map<std::string, McpServerEntry>& out) {
   if (!n.IsMap()) return r.Error(n, "mcp_servers", "expected a mapping of server name to {command, env}");
   for (const auto& kv : n) {
     const std::string name = kv.first.as<std::string>();
@@ -370,7 +290,7 @@ absl::StatusOr<std::map<std::string, McpServerEntry>> ParseMcpServers(const std:
   try {
     YAML::Node root = YAML::Load(yaml_text);
     if (!root.IsMap() || !root["mcp_servers"]) return out;
-    Reader r(source);
+    ConfigReader r(source);
     CFG_TRY(ParseMcpServersNode(r, root["mcp_servers"], out));
   } catch (const YAML::Exception& e) {
     return YamlStatus(source, e);
@@ -383,11 +303,13 @@ absl::StatusOr<DaemonConfig> ParseConfig(const std::string& yaml_text, const std
   c.source = source;
   ASSIGN_OR_RETURN(YAML::Node root, LoadYaml(yaml_text, "config " + source));
   if (root.IsNull()) return c;  // empty file: all defaults
-  Reader r(source);
+  ConfigReader r(source);
   try {
     CFG_TRY(r.CheckKeys(root, "",
                         {"listen", "data_dir", "default_provider", "providers", "agent", "http",
-                         "retry", "subscribers", "tools", "knowledge", "catalog", "mcp_servers", "hardware", "policy_file", "secrets", "log_level"}));
+                         "retry", "subscribers", "tools", "knowledge", "catalog", "mcp_servers", "hardware", "policy_file", "secrets", "log_level",
+                         "tls", "unix_socket", "users", "limits", "knowledge_writers"}));
+    CFG_TRY(ParseSecurityConfig(r, root, c.security));
     if (auto n = root["policy_file"]) CFG_TRY(r.String(n, "policy_file", c.policy_file));
     if (auto n = root["secrets"]) {
       CFG_TRY(r.CheckKeys(n, "secrets", {"patterns"}));
@@ -423,9 +345,9 @@ absl::StatusOr<DaemonConfig> ParseConfig(const std::string& yaml_text, const std
       }
       for (size_t i = 0; i < c.listen.size(); ++i) {
         const auto& a = c.listen[i];
-        if (!absl::StartsWith(a, "unix:") && !absl::StartsWith(a, "tcp:")) {
+        if (!absl::StartsWith(a, "unix:") && !absl::StartsWith(a, "tcp:") && !absl::StartsWith(a, "tls:")) {
           return r.Error(n.IsSequence() ? n[i] : n, "listen",
-                         absl::StrCat("expected unix:PATH or tcp:HOST:PORT, got '", a, "'"));
+                         absl::StrCat("expected unix:PATH, tcp:HOST:PORT or tls:HOST:PORT, got '", a, "'"));
         }
       }
     }

@@ -2,6 +2,7 @@
 // refuses the file with "config FILE:LINE: field: what is expected".
 #pragma once
 
+#include "common/security_config.h"
 #include <cstdint>
 #include <map>
 #include <string>
@@ -217,6 +218,7 @@ struct DaemonConfig {
   // tool output, evidence and logs, over the built-in ones.
   std::vector<std::string> secret_patterns;
   std::string log_level = "info";
+  SecurityConfig security;  // tls, unix_socket, users, limits, knowledge_writers
 };
 
 // Parses YAML text; `source` names the file in error messages.

@@ -3,7 +3,12 @@
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
 #include <grpcpp/impl/codegen/service_type.h>
+#include <grpcpp/security/server_credentials.h>
+#include <grpcpp/security/tls_certificate_provider.h>
+#include <grpcpp/security/tls_credentials_options.h>
 #include <grpcpp/server_posix.h>
+#include <grp.h>
+#include <netdb.h>
 #include <signal.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
@@ -25,6 +30,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/clock.h"
 #include "common/config.h"
 #include "common/paths.h"
@@ -32,11 +38,19 @@
 #include "server/agent/turn_manager.h"
 #include "common/thread_pool.h"
 #include "server/api/api.h"
+#include "server/api/auth_processor.h"
+#include "server/api/gate.h"
+#include "server/auth/identities.h"
+#include "server/auth/quotas.h"
+#include "server/auth/token_store.h"
+#include "server/daemon/data_dir_lock.h"
+#include "server/daemon/tls_files.h"
 #include "server/catalog/tool_catalog.h"
 #include "server/mcp/mcp_manager.h"
 #include "server/mcp/project_mcp.h"
 #include "server/evidence/evidence_log.h"
 #include "server/project/secrets.h"
+#include "server/skills/run_journal.h"
 #include "server/skills/runner.h"
 #include "server/hardware/broker.h"
 #include "server/hardware/hardware_tools.h"
@@ -62,7 +76,7 @@ namespace {
 // known (SO_PEERCRED) before it is handed to gRPC.
 class UnixListener {
  public:
-  UnixListener(std::string path) : path_(std::move(path)) {}
+  UnixListener(std::string path, UnixSocketConfig access) : path_(std::move(path)), access_(std::move(access)) {}
   ~UnixListener() { Stop(); }
 
   absl::Status Bind() {
@@ -71,9 +85,21 @@ class UnixListener {
                                                      sizeof(sockaddr_un::sun_path) - 1, " bytes)"));
     }
     std::filesystem::path dir = std::filesystem::path(path_).parent_path();
+    gid_t group = static_cast<gid_t>(-1);
+    if (!access_.group.empty()) {
+      auto g = LookupGroup(access_.group);
+      if (!g.ok()) return absl::InvalidArgumentError(absl::StrCat("unix_socket.group: ", g.status().message()));
+      group = *g;
+    }
     if (!dir.empty()) {
       std::error_code ec;
-      if (!std::filesystem::exists(dir, ec)) RETURN_IF_ERROR(MakeDirs(dir.string(), 0700));
+      if (!std::filesystem::exists(dir, ec)) {
+        // A shared socket's directory lets its group through, nobody else.
+        RETURN_IF_ERROR(MakeDirs(dir.string(), group == static_cast<gid_t>(-1) ? 0700 : 0710));
+        if (group != static_cast<gid_t>(-1) && chown(dir.c_str(), static_cast<uid_t>(-1), group) != 0) {
+          return absl::FailedPreconditionError(absl::StrCat("chown ", dir.string(), ": ", std::strerror(errno)));
+        }
+      }
     }
     sockaddr_un addr{};
     addr.sun_family = AF_UNIX;
@@ -99,6 +125,11 @@ class UnixListener {
     umask(old);
     if (rc != 0) {
       return absl::FailedPreconditionError(absl::StrCat("listen unix:", path_, ": ", std::strerror(errno)));
+    }
+    // Who may connect is the file's mode and group (the peer's uid says who it is).
+    if (chmod(path_.c_str(), static_cast<mode_t>(access_.mode)) != 0 ||
+        (group != static_cast<gid_t>(-1) && chown(path_.c_str(), static_cast<uid_t>(-1), group) != 0)) {
+      return absl::FailedPreconditionError(absl::StrCat("listen unix:", path_, ": setting mode/group: ", std::strerror(errno)));
     }
     if (listen(fd_, 256) != 0) {
       return absl::FailedPreconditionError(absl::StrCat("listen unix:", path_, ": ", std::strerror(errno)));
@@ -147,10 +178,95 @@ class UnixListener {
 
  private:
   const std::string path_;
+  const UnixSocketConfig access_;
   int fd_ = -1;
   std::atomic<bool> stopping_{false};
   std::thread thread_;
 };
+
+// True when every address `host` names is a loopback one.
+bool IsLoopbackHost(std::string host) {
+  if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  addrinfo hints{}, *res = nullptr;
+  hints.ai_socktype = SOCK_STREAM;
+  if (getaddrinfo(host.c_str(), nullptr, &hints, &res) != 0 || res == nullptr) return false;
+  bool all = true;
+  for (addrinfo* a = res; a != nullptr; a = a->ai_next) {
+    if (a->ai_family == AF_INET) {
+      const auto* in = reinterpret_cast<const sockaddr_in*>(a->ai_addr);
+      all = all && (ntohl(in->sin_addr.s_addr) >> 24) == 127;
+    } else if (a->ai_family == AF_INET6) {
+      const auto* in6 = reinterpret_cast<const sockaddr_in6*>(a->ai_addr);
+      all = all && IN6_IS_ADDR_LOOPBACK(&in6->sin6_addr);
+    } else {
+      all = false;
+    }
+  }
+  freeaddrinfo(res);
+  return all;
+}
+
+// Credentials of a TCP listener: TLS when configured (required off
+// loopback), else gRPC local credentials on loopback. Either way every call
+// needs a token or a client certificate, checked by the processor.
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> TcpCredentials(const std::string& listen,
+                                                                         const SecurityConfig& sec, Gate& gate) {
+  const bool want_tls = absl::StartsWith(listen, "tls:");
+  const std::string addr = listen.substr(4);
+  const std::string host = addr.substr(0, addr.rfind(':'));
+  std::shared_ptr<grpc::ServerCredentials> creds;
+  if (sec.tls.enabled()) {
+    auto provider = std::make_shared<grpc::experimental::FileWatcherCertificateProvider>(
+        sec.tls.key, sec.tls.cert, sec.tls.client_ca, static_cast<unsigned>(sec.tls.reload_interval_s));
+    grpc::experimental::TlsServerCredentialsOptions options(provider);
+    options.watch_identity_key_cert_pairs();
+    if (!sec.tls.client_ca.empty()) {
+      options.watch_root_certs();
+      // A client certificate is checked when given; a token may stand instead.
+      options.set_cert_request_type(GRPC_SSL_REQUEST_CLIENT_CERTIFICATE_AND_VERIFY);
+    } else {
+      options.set_cert_request_type(GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE);
+    }
+    creds = grpc::experimental::TlsServerCredentials(options);
+  } else if (want_tls) {
+    return absl::InvalidArgumentError(absl::StrCat("listen ", listen, ": TLS needs tls: {cert: FILE, key: FILE} in fwaid.yaml "
+                                                   "(fwaid tls init DIR --host NAME writes them)"));
+  } else if (IsLoopbackHost(host)) {
+    creds = grpc::experimental::LocalServerCredentials(LOCAL_TCP);
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "listen ", listen, ": ", host,
+        " is not a loopback address, and fwaid serves other hosts only over TLS. Add tls: {cert: FILE, key: FILE} "
+        "to fwaid.yaml (fwaid tls init DIR --host NAME writes a CA and a server certificate), or listen on "
+        "127.0.0.1"));
+  }
+  creds->SetAuthMetadataProcessor(MakeAuthProcessor(gate));
+  return creds;
+}
+
+int TlsCommand(const std::string& action, const std::string& dir, const std::vector<std::string>& hosts,
+               const std::string& user, int days = 825) {
+  absl::Status s;
+  if (action == "init") {
+    s = TlsInit(dir, hosts);
+    if (s.ok()) {
+      std::printf("wrote %s/ca.pem, ca.key (keep it safe), server.pem, server.key for %s\n", dir.c_str(),
+                  absl::StrJoin(hosts, ", ").c_str());
+      std::printf("fwaid.yaml:\n  tls: {cert: %s/server.pem, key: %s/server.key}\n", dir.c_str(), dir.c_str());
+    }
+  } else {
+    s = TlsIssue(dir, user, hosts, days);
+    if (s.ok()) {
+      std::printf("wrote %s/%s.pem and %s/%s.key (mode 0600), signed by %s/ca.pem\n", dir.c_str(), user.c_str(),
+                  dir.c_str(), user.c_str(), dir.c_str());
+    }
+  }
+  if (!s.ok()) {
+    std::fprintf(stderr, "fwaid tls %s: %s\n", action.c_str(), std::string(s.message()).c_str());
+    return 1;
+  }
+  return 0;
+}
 
 int Main(int argc, char** argv) {
   // Signals are taken synchronously by the main thread; block them before any
@@ -172,11 +288,27 @@ int Main(int argc, char** argv) {
   app.add_option("--data-dir", data_dir, "Data directory (default: $XDG_DATA_HOME/fwai)");
   app.add_option("--log-level", log_level, "trace|debug|info|warn|error|off");
   app.add_flag("--version", version, "Print the version");
+  // fwaid tls init DIR --host NAME... | fwaid tls issue DIR --user NAME [--host NAME...]
+  auto* tls = app.add_subcommand("tls", "Make TLS material for a shared daemon");
+  std::string tls_dir, tls_user;
+  std::vector<std::string> tls_hosts;
+  int tls_days = 825;
+  auto* tls_init = tls->add_subcommand("init", "A CA and a server certificate (ca.pem, ca.key, server.pem, server.key)");
+  tls_init->add_option("dir", tls_dir, "Directory to write to")->required();
+  tls_init->add_option("--host", tls_hosts, "A name or address clients reach the daemon by (repeatable)")->required();
+  auto* tls_issue = tls->add_subcommand("issue", "A client certificate NAME.pem/NAME.key signed by DIR/ca.pem");
+  tls_issue->add_option("dir", tls_dir, "Directory holding ca.pem and ca.key")->required();
+  tls_issue->add_option("--user", tls_user, "Who the certificate is for (its CN)")->required();
+  tls_issue->add_option("--host", tls_hosts, "Also a server certificate for these names (a node of a lab)");
+  tls_issue->add_option("--days", tls_days, "Validity in days (default 825; negative: already expired, for tests)");
+  tls->require_subcommand(1);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;
   }
+  if (tls_init->parsed()) return TlsCommand("init", tls_dir, tls_hosts, "");
+  if (tls_issue->parsed()) return TlsCommand("issue", tls_dir, tls_hosts, tls_user, tls_days);
   if (version) {
     std::printf("fwaid %s\n", FWAI_VERSION);
     return 0;
@@ -198,9 +330,15 @@ int Main(int argc, char** argv) {
     config = *std::move(c);
   }
   for (const auto& l : listen) {
-    if (!absl::StartsWith(l, "unix:") && !absl::StartsWith(l, "tcp:")) {
-      std::fprintf(stderr, "fwaid: --listen %s: expected unix:PATH or tcp:HOST:PORT\n", l.c_str());
+    if (!absl::StartsWith(l, "unix:") && !absl::StartsWith(l, "tcp:") && !absl::StartsWith(l, "tls:")) {
+      std::fprintf(stderr, "fwaid: --listen %s: expected unix:PATH, tcp:HOST:PORT or tls:HOST:PORT\n", l.c_str());
       return 2;
+    }
+  }
+  if (config.security.tls.enabled()) {
+    if (auto s = CheckTlsFiles(config.security.tls.cert, config.security.tls.key, config.security.tls.client_ca); !s.ok()) {
+      std::fprintf(stderr, "fwaid: config %s: %s\n", config.source.c_str(), std::string(s.message()).c_str());
+      return 1;
     }
   }
   if (!listen.empty()) config.listen = listen;
@@ -213,6 +351,12 @@ int Main(int argc, char** argv) {
 
   if (auto s = MakeDirs(config.data_dir, 0700); !s.ok()) {
     std::fprintf(stderr, "fwaid: data dir: %s\n", std::string(s.message()).c_str());
+    return 1;
+  }
+  // A daemon still stopping on this data dir is waited for; a serving one is not.
+  auto data_lock = DataDirLock::Acquire(config.data_dir);
+  if (!data_lock.ok()) {
+    std::fprintf(stderr, "fwaid: %s\n", std::string(data_lock.status().message()).c_str());
     return 1;
   }
   const auto start_time = std::chrono::steady_clock::now();
@@ -447,6 +591,15 @@ int Main(int argc, char** argv) {
   hardware.SetRunRecorder(record_run);
 
   SessionManager sessions(**storage, config.subscribers);
+  // Turns the last process left open end now, before any client can attach.
+  if (auto n = sessions.FinishInterruptedTurns(
+          "fwaid stopped while this turn was running (it was killed or crashed); it was not resumed");
+      !n.ok()) {
+    std::fprintf(stderr, "fwaid: ending interrupted turns: %s\n", std::string(n.status().message()).c_str());
+    return 1;
+  } else if (*n > 0) {
+    spdlog::warn("{} turn(s) cut by the last stop ended as interrupted", *n);
+  }
   ToolCatalogStore* catalog_ptr = catalog->get();
   TurnManager turns(sessions, config, providers, tools, [catalog_ptr](const std::string& query, int k) {
     std::vector<std::string> names;
@@ -477,7 +630,16 @@ int Main(int argc, char** argv) {
     if (!set.ok()) return set.status();
     return TurnManager::ProjectToolSet{set->owner, set->tools};
   });
+  // Skill runs cut by the last stop get their record now, marked interrupted.
+  RunJournal run_journal(**storage);
+  if (auto n = run_journal.FinishInterrupted(append_evidence); !n.ok()) {
+    std::fprintf(stderr, "fwaid: recording interrupted skill runs: %s\n", std::string(n.status().message()).c_str());
+    return 1;
+  } else if (*n > 0) {
+    spdlog::warn("{} skill run(s) cut by the last stop recorded as interrupted", *n);
+  }
   SkillDeps skill_deps;
+  skill_deps.journal = &run_journal;
   skill_deps.hardware = &hardware;
   skill_deps.providers = &providers;
   skill_deps.sessions = &sessions;
@@ -487,8 +649,45 @@ int Main(int argc, char** argv) {
   skill_deps.secrets = secrets;
   SkillRunner skills(skill_deps);
   PeerRegistry peers;
+  // Who may call: unix peers by uid, tokens and certificates over TCP.
+  auto tokens = TokenStore::Open(**storage);
+  if (!tokens.ok()) {
+    std::fprintf(stderr, "fwaid: tokens: %s\n", std::string(tokens.status().message()).c_str());
+    return 1;
+  }
+  Identities identities(config.security, **tokens, getuid());
+  Quotas quotas;
+  auto audit = [append_evidence](const nlohmann::json& rec) {
+    auto r = append_evidence(rec);
+    if (!r.ok()) spdlog::error("evidence (audit): {}", r.status().ToString());
+  };
+  if (auto missing = RpcsWithoutRules(); !missing.empty()) {
+    // Every RPC must have an access rule: one without would be refused to all.
+    std::fprintf(stderr, "fwaid: internal error: no access rule for %s\n", absl::StrJoin(missing, ", ").c_str());
+    return 70;
+  }
+  Gate gate(identities, quotas, peers, audit);
+  std::mutex config_mu;  // reloads one at a time
+  auto reload_config = [&](const std::string& by) -> absl::StatusOr<int> {
+    std::lock_guard<std::mutex> lock(config_mu);
+    if (config.source.empty()) return absl::FailedPreconditionError("fwaid was started without a config file");
+    auto fresh = LoadConfigFile(config.source);
+    if (!fresh.ok()) {
+      audit({{"kind", "config_reload"}, {"ok", false}, {"error", std::string(fresh.status().message())}, {"by", by}});
+      return fresh.status();
+    }
+    identities.Reload(fresh->security);
+    gate.Invalidate();
+    audit({{"kind", "config_reload"}, {"ok", true}, {"file", config.source}, {"users", fresh->security.users.size()},
+           {"by", by}});
+    spdlog::info("config reloaded from {} by {}: {} users", config.source, by, fresh->security.users.size());
+    return static_cast<int>(fresh->security.users.size());
+  };
 
   ApiDeps deps;
+  deps.gate = &gate;
+  deps.audit = audit;
+  deps.reload_config = reload_config;
   deps.sessions = &sessions;
   deps.turns = &turns;
   deps.config = &config;
@@ -517,17 +716,21 @@ int Main(int argc, char** argv) {
   std::vector<std::pair<std::string, std::unique_ptr<int>>> tcp_ports;
   for (const auto& l : config.listen) {
     if (absl::StartsWith(l, "unix:")) {
-      auto ul = std::make_unique<UnixListener>(l.substr(5));
+      auto ul = std::make_unique<UnixListener>(l.substr(5), config.security.unix_socket);
       if (auto s = ul->Bind(); !s.ok()) {
         std::fprintf(stderr, "fwaid: %s\n", std::string(s.message()).c_str());
         return 1;
       }
       unix_listeners.push_back(std::move(ul));
     } else {
+      auto creds = TcpCredentials(l, config.security, gate);
+      if (!creds.ok()) {
+        std::fprintf(stderr, "fwaid: %s\n", std::string(creds.status().message()).c_str());
+        return 1;
+      }
       auto port = std::make_unique<int>(0);
-      // TCP is for loopback and trusted networks until TLS with tokens lands.
-      builder.AddListeningPort(l.substr(4), grpc::InsecureServerCredentials(), port.get());
-      tcp_ports.emplace_back(l.substr(4), std::move(port));
+      builder.AddListeningPort(l.substr(4), *creds, port.get());
+      tcp_ports.emplace_back(l, std::move(port));
     }
   }
   // Connections handed over by fd are driven by the pollsets of the server's
@@ -538,13 +741,15 @@ int Main(int argc, char** argv) {
     std::fprintf(stderr, "fwaid: cannot start the gRPC server (is a TCP port in use?)\n");
     return 1;
   }
-  for (auto& [addr, port] : tcp_ports) {
+  for (auto& [listen_addr, port] : tcp_ports) {
     if (*port == 0) {
-      std::fprintf(stderr, "fwaid: listen tcp:%s: cannot bind\n", addr.c_str());
+      std::fprintf(stderr, "fwaid: listen %s: cannot bind\n", listen_addr.c_str());
       return 1;
     }
+    const std::string addr = listen_addr.substr(4);
     std::string host = addr.substr(0, addr.rfind(':'));
-    std::printf("fwaid: listening on tcp:%s:%d\n", host.c_str(), *port);
+    std::printf("fwaid: listening on %s:%s:%d\n", config.security.tls.enabled() ? "tls" : "tcp", host.c_str(), *port);
+    std::fflush(stdout);
   }
   std::thread fd_cq_thread([cq = fd_cq.get()] {
     void* tag;
@@ -570,12 +775,15 @@ int Main(int argc, char** argv) {
   while (true) {
     if (sigwait(&sigs, &sig) != 0) continue;
     if (sig == SIGHUP) {
-      spdlog::info("SIGHUP ignored (restart fwaid to reload its config)");
+      // Users, limits and knowledge writers; certificates reload on their own.
+      if (auto n = reload_config("SIGHUP"); !n.ok()) spdlog::error("config not reloaded: {}", n.status().ToString());
       continue;
     }
     break;
   }
   spdlog::info("signal {}: shutting down", sig);
+  audit({{"kind", "daemon_stop"}, {"signal", sig}});
+  data_lock->MarkStopping();
   for (auto& ul : unix_listeners) ul->Stop();
   turns.Shutdown();
   sessions.CloseAll(absl::UnavailableError("fwaid is shutting down; reconnect after it restarts"));

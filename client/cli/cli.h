@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "absl/status/statusor.h"
+#include "client/lib/client.h"
 
 namespace fwai {
 
@@ -24,13 +25,15 @@ struct Globals {
   std::string daemon;
   bool json = false;
   std::string project;
+  CredentialFlags credentials;  // --ca-cert, --client-cert, --client-key, --token-file
 };
 
 // Prints "fwai: MSG" (and a JSON error line with --json); returns `code`.
 int Fail(const Globals& g, int code, const std::string& msg);
 // UNAVAILABLE -> exit 3, anything else -> exit 1.
 int FailGrpc(const Globals& g, const grpc::Status& s);
-absl::StatusOr<std::shared_ptr<grpc::Channel>> ConnectChannel(const Globals& g, bool autostart = true);
+absl::StatusOr<std::shared_ptr<grpc::Channel>> ConnectChannel(const Globals& g, bool autostart = true,
+                                                              int timeout_ms = 5000);
 
 // --batch FILE: JSON lines with a "query" field. For each, `run` returns
 // {took_ms, results}; one JSON line is printed per query ({query, id?,

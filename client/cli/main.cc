@@ -8,6 +8,8 @@
 
 #include <CLI/CLI.hpp>
 #include <atomic>
+#include <cerrno>
+#include <cstdint>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -26,11 +28,13 @@
 #include "client/cli/cli.h"
 #include "client/cli/kb.h"
 #include "client/cli/evidence.h"
+#include "client/cli/auth.h"
 #include "client/cli/hw.h"
 #include "client/cli/project.h"
 #include "client/cli/skills.h"
 #include "client/cli/tools.h"
 #include "client/cli/render.h"
+#include "client/cli/turn_notes.h"
 #include "client/lib/client.h"
 #include "common/ids.h"
 #include "common/paths.h"
@@ -71,6 +75,7 @@ struct Conn {
 absl::StatusOr<Conn> Connect(const Globals& g, bool autostart = true) {
   auto ch = ConnectChannel(g, autostart);
   if (!ch.ok()) return ch.status();
+  ReportNotedTurns(g, *ch);
   Conn c;
   c.channel = *ch;
   c.sessions = pb::Sessions::NewStub(c.channel);
@@ -228,10 +233,7 @@ int RunTurn(const Globals& g, Conn& c, const std::string& session_id, const std:
   renderer.EndLine();
   if (!finished) {
     if (!st.ok() && st.error_code() != grpc::StatusCode::UNAVAILABLE) return FailGrpc(g, st);
-    return Fail(g, kExitUnreachable,
-                absl::StrCat("lost the connection to fwaid during the turn (", st.error_message(),
-                             "); it goes on in the daemon: fwai attach ", session_id, " --after ",
-                             last_seq));
+    return ReportLostTurn(g, session_id, turn_id, last_seq, st.ok() ? "the stream ended" : st.error_message());
   }
   if (stop_reason == "error" || stop_reason == "cancelled") return kExitTurnFailed;
   return kExitOk;
@@ -298,44 +300,82 @@ int CmdChat(const Globals& g, std::string session_id, const std::vector<std::str
 int CmdAttach(const Globals& g, const std::string& session_id, uint64_t after, bool no_follow) {
   auto c = Connect(g);
   if (!c.ok()) return Fail(g, kExitUnreachable, std::string(c.status().message()));
-  grpc::ClientContext ctx;
-  pb::AttachRequest req;
-  req.set_session_id(session_id);
-  req.set_after_seq(after);
-  req.set_no_follow(no_follow);
-  auto reader = c->sessions->Attach(&ctx, req);
+  // Events past this seq arrive live; an interrupted turn among them means
+  // the turn being followed was cut by fwaid stopping, and following ends.
+  uint64_t live_after = UINT64_MAX;
+  if (!no_follow) {
+    grpc::ClientContext ctx;
+    pb::GetSessionRequest req;
+    req.set_session_id(session_id);
+    pb::Session s;
+    auto st = c->sessions->Get(&ctx, req, &s);
+    if (!st.ok()) return FailGrpc(g, st);
+    live_after = s.last_seq();
+  }
   g_sigint_count = 0;
   InstallSigint();
-  std::atomic<bool> done{false};
-  std::thread watcher([&] {
-    while (!done) {
-      fd_set fds;
-      FD_ZERO(&fds);
-      FD_SET(g_sigpipe[0], &fds);
-      timeval tv{0, 100000};
-      if (select(g_sigpipe[0] + 1, &fds, nullptr, nullptr, &tv) > 0) {
+  EventRenderer r(g.json, true);
+  uint64_t last = after;
+  auto addr = ResolveDaemonAddress(g.daemon);
+  while (true) {
+    grpc::ClientContext ctx;
+    pb::AttachRequest req;
+    req.set_session_id(session_id);
+    req.set_after_seq(last);
+    req.set_no_follow(no_follow);
+    auto reader = c->sessions->Attach(&ctx, req);
+    std::atomic<bool> done{false};
+    std::thread watcher([&] {
+      while (!done) {
+        fd_set fds;
+        FD_ZERO(&fds);
+        FD_SET(g_sigpipe[0], &fds);
+        timeval tv{0, 100000};
+        if (select(g_sigpipe[0] + 1, &fds, nullptr, nullptr, &tv) > 0) {
+          ctx.TryCancel();
+          break;
+        }
+      }
+    });
+    pb::ServerEvent ev;
+    std::string interrupted;
+    while (reader->Read(&ev)) {
+      r.Render(ev);
+      last = ev.seq();
+      if (ev.seq() > live_after && ev.has_turn_finished() && ev.turn_finished().stop_reason() == "interrupted") {
+        interrupted = absl::StrCat("turn ", ev.turn_id(), " was interrupted: ", ev.turn_finished().detail());
         ctx.TryCancel();
         break;
       }
     }
-  });
-  EventRenderer r(g.json, true);
-  pb::ServerEvent ev;
-  uint64_t last = after;
-  while (reader->Read(&ev)) {
-    r.Render(ev);
-    last = ev.seq();
+    done = true;
+    grpc::Status st = reader->Finish();
+    watcher.join();
+    r.EndLine();
+    if (!interrupted.empty()) return Fail(g, kExitTurnFailed, interrupted);
+    if (st.ok() || (st.error_code() == grpc::StatusCode::CANCELLED && g_sigint_count > 0)) return kExitOk;
+    if (st.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) {
+      return Fail(g, kExitError, absl::StrCat(st.error_message(), " (fwai attach ", session_id,
+                                              " --after ", last, ")"));
+    }
+    if (st.error_code() != grpc::StatusCode::UNAVAILABLE || no_follow || !addr.ok()) return FailGrpc(g, st);
+    // fwaid went away: wait for it to come back and resume from the last event.
+    if (!g.json) {
+      std::cerr << "(fwaid went away: " << st.error_message() << "; waiting for it to come back, Ctrl-C to leave)"
+                << std::endl;
+    }
+    while (g_sigint_count == 0) {
+      auto ch = ConnectChannel(g, /*autostart=*/false, 250);
+      if (ch.ok()) {
+        c->channel = *ch;
+        c->sessions = pb::Sessions::NewStub(c->channel);
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(250));
+    }
+    if (g_sigint_count > 0) return kExitOk;
+    if (!g.json) std::cerr << "(fwaid is back; resuming after event " << last << ")" << std::endl;
   }
-  done = true;
-  grpc::Status st = reader->Finish();
-  watcher.join();
-  r.EndLine();
-  if (st.ok() || (st.error_code() == grpc::StatusCode::CANCELLED && g_sigint_count > 0)) return kExitOk;
-  if (st.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) {
-    return Fail(g, kExitError, absl::StrCat(st.error_message(), " (fwai attach ", session_id,
-                                            " --after ", last, ")"));
-  }
-  return FailGrpc(g, st);
 }
 
 int CmdSessionsLs(const Globals& g, bool all) {
@@ -387,8 +427,44 @@ int CmdSessionsShow(const Globals& g, const std::string& id) {
     auto st = c->sessions->History(&ctx, req, &h);
     if (!st.ok()) return FailGrpc(g, st);
   }
+  // Per turn, from the session's events: finished ones with how they ended,
+  // and the one still running.
+  nlohmann::json turns = nlohmann::json::array();
+  {
+    grpc::ClientContext ctx;
+    pb::AttachRequest req;
+    req.set_session_id(id);
+    req.set_no_follow(true);
+    auto reader = c->sessions->Attach(&ctx, req);
+    pb::ServerEvent ev;
+    std::map<std::string, size_t> index;  // turn id -> position of its latest turn in `turns`
+    while (reader->Read(&ev)) {
+      if (ev.turn_id().empty()) continue;
+      // A turn starts with its user message (a client may reuse a turn id).
+      auto it = index.find(ev.turn_id());
+      if (it == index.end() || ev.has_user_message()) {
+        index[ev.turn_id()] = turns.size();
+        turns.push_back({{"turn_id", ev.turn_id()}, {"model_calls", 0}, {"stop_reason", "running"},
+                         {"started_us", ev.time_us()}});
+        it = index.find(ev.turn_id());
+      }
+      auto& t = turns[it->second];
+      if (ev.has_message_done()) t["model_calls"] = t["model_calls"].get<int>() + 1;
+      if (!ev.has_turn_finished()) continue;
+      const auto& f = ev.turn_finished();
+      t["stop_reason"] = f.stop_reason();
+      if (!f.detail().empty()) t["detail"] = f.detail();
+      t["input_tokens"] = f.usage().input_tokens();
+      t["output_tokens"] = f.usage().output_tokens();
+      t["cost_usd"] = f.usage().cost_usd();
+      t["duration_ms"] = f.duration_ms();
+    }
+    auto st = reader->Finish();
+    if (!st.ok()) return FailGrpc(g, st);
+  }
   if (g.json) {
     nlohmann::json j = ProtoToJson(s);
+    j["turns"] = turns;
     j["history"] = nlohmann::json::array();
     for (const auto& m : h.messages()) {
       j["history"].push_back({{"role", m.role()},
@@ -405,29 +481,19 @@ int CmdSessionsShow(const Globals& g, const std::string& id) {
   std::printf("mode     %s%s\n", s.mode().c_str(), s.auto_approve_plan() ? " (plans auto-approved)" : "");
   std::printf("usage    %lld in · %lld out tokens · $%.4f\n", static_cast<long long>(s.usage().input_tokens()),
               static_cast<long long>(s.usage().output_tokens()), s.usage().cost_usd());
-  {
-    // Per turn, from the session's events.
-    grpc::ClientContext ctx;
-    pb::AttachRequest req;
-    req.set_session_id(id);
-    req.set_no_follow(true);
-    auto reader = c->sessions->Attach(&ctx, req);
-    pb::ServerEvent ev;
-    std::map<std::string, std::pair<int, int64_t>> calls;  // turn -> model calls
-    bool header = false;
-    while (reader->Read(&ev)) {
-      if (ev.has_message_done()) calls[ev.turn_id()].first++;
-      if (!ev.has_turn_finished()) continue;
-      if (!header) {
-        std::printf("turns:\n");
-        header = true;
-      }
-      const auto& f = ev.turn_finished();
-      std::printf("  %-22s %7lld in %7lld out  $%.4f  %2d calls  %6.1f s  %s\n", ev.turn_id().c_str(),
-                  static_cast<long long>(f.usage().input_tokens()), static_cast<long long>(f.usage().output_tokens()),
-                  f.usage().cost_usd(), calls[ev.turn_id()].first, f.duration_ms() / 1000.0, f.stop_reason().c_str());
+  if (!turns.empty()) std::printf("turns:\n");
+  for (const auto& t : turns) {
+    if (t["stop_reason"] == "running") {
+      std::printf("  %-22s running since %s\n", t["turn_id"].get<std::string>().c_str(),
+                  FormatTime(t["started_us"].get<int64_t>()).c_str());
+      continue;
     }
-    reader->Finish();
+    std::printf("  %-22s %7lld in %7lld out  $%.4f  %2d calls  %6.1f s  %s%s\n", t["turn_id"].get<std::string>().c_str(),
+                static_cast<long long>(t["input_tokens"].get<int64_t>()),
+                static_cast<long long>(t["output_tokens"].get<int64_t>()), t["cost_usd"].get<double>(),
+                t["model_calls"].get<int>(), t["duration_ms"].get<int64_t>() / 1000.0,
+                t["stop_reason"].get<std::string>().c_str(),
+                t.contains("detail") ? (" — " + t["detail"].get<std::string>()).c_str() : "");
   }
   if (s.todos_size() > 0) {
     std::printf("todos:\n");
@@ -530,31 +596,58 @@ int CmdDaemonStart(const Globals& g) {
   return CmdDaemonStatus(g);
 }
 
+// True when `pid` has exited (gone, or a zombie its parent has not reaped).
+bool ProcessGone(pid_t pid) {
+  if (kill(pid, 0) != 0 && errno == ESRCH) return true;
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  if (!std::getline(stat, line)) return true;
+  // "PID (comm) STATE ...": comm may hold spaces and parentheses.
+  size_t close = line.rfind(')');
+  return close != std::string::npos && close + 2 < line.size() &&
+         (line[close + 2] == 'Z' || line[close + 2] == 'X');
+}
+
 int CmdDaemonStop(const Globals& g) {
   auto c = Connect(g, /*autostart=*/false);
   if (!c.ok()) {
     if (!g.json) std::cout << "fwaid: not running" << std::endl;
     return kExitOk;
   }
+  auto addr = ResolveDaemonAddress(g.daemon);
+  // On a unix socket the daemon is on this machine: wait for its process to
+  // end, which is when its data directory is free for the next one.
+  pid_t pid = 0;
+  if (addr.ok() && !addr->unix_path.empty()) {
+    grpc::ClientContext sctx;
+    sctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    pb::DaemonStatus status;
+    if (c->daemon->Status(&sctx, pb::DaemonStatusRequest(), &status).ok()) pid = status.pid();
+  }
   grpc::ClientContext ctx;
   pb::ShutdownResponse resp;
   auto st = c->daemon->Shutdown(&ctx, pb::ShutdownRequest(), &resp);
   if (!st.ok()) return FailGrpc(g, st);
-  // Wait until it stops accepting.
-  auto addr = ResolveDaemonAddress(g.daemon);
-  for (int i = 0; i < 200; ++i) {
-    auto probe = ConnectToDaemon(*addr, false, 50);
-    if (!probe.ok()) {
-      if (g.json) {
-        std::cout << nlohmann::json({{"stopped", true}}).dump() << std::endl;
-      } else {
-        std::cout << "fwaid stopped" << std::endl;
-      }
-      return kExitOk;
+  auto stopped = [&] {
+    if (g.json) {
+      nlohmann::json j = {{"stopped", true}};
+      if (pid > 0) j["pid"] = pid;
+      std::cout << j.dump() << std::endl;
+    } else {
+      std::cout << "fwaid stopped" << (pid > 0 ? " (pid " + std::to_string(pid) + ")" : "") << std::endl;
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    return kExitOk;
+  };
+  constexpr int kStopTimeoutS = 60;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(kStopTimeoutS);
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (pid > 0 ? ProcessGone(pid) : !ConnectToDaemon(*addr, false, 50).ok()) return stopped();
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
-  return Fail(g, kExitError, "fwaid did not stop within 10 s");
+  return Fail(g, kExitError,
+              pid > 0 ? absl::StrCat("fwaid (pid ", pid, ") is still shutting down after ", kStopTimeoutS,
+                                     " s; its data directory stays locked until it exits")
+                      : absl::StrCat("fwaid did not stop within ", kStopTimeoutS, " s"));
 }
 
 // ---------------------------------------------------------------- REPL
@@ -755,10 +848,12 @@ int FailGrpc(const Globals& g, const grpc::Status& s) {
   return Fail(g, kExitError, s.error_message());
 }
 
-absl::StatusOr<std::shared_ptr<grpc::Channel>> ConnectChannel(const Globals& g, bool autostart) {
+absl::StatusOr<std::shared_ptr<grpc::Channel>> ConnectChannel(const Globals& g, bool autostart, int timeout_ms) {
   auto addr = ResolveDaemonAddress(g.daemon);
   if (!addr.ok()) return addr.status();
-  return ConnectToDaemon(*addr, autostart, 5000);
+  auto creds = ResolveCredentials(*addr, g.credentials);
+  if (!creds.ok()) return creds.status();
+  return ConnectToDaemon(*addr, autostart, timeout_ms, *creds);
 }
 
 int Main(int argc, char** argv) {
@@ -768,7 +863,11 @@ int Main(int argc, char** argv) {
   // Global flags (--json, --daemon, --project) are accepted after subcommands too.
   app.fallthrough();
   Globals g;
-  app.add_option("--daemon", g.daemon, "Daemon address: unix:PATH or tcp:HOST:PORT (or $FWAI_DAEMON)")
+  app.add_option("--ca-cert", g.credentials.ca_cert, "CA certificate of a tls: daemon (or $FWAI_CA_CERT)");
+  app.add_option("--client-cert", g.credentials.client_cert, "Client certificate for mTLS");
+  app.add_option("--client-key", g.credentials.client_key, "Its private key");
+  app.add_option("--token-file", g.credentials.token_file, "File holding your token (or $FWAI_TOKEN)");
+  app.add_option("--daemon", g.daemon, "Daemon address: unix:PATH, tcp:HOST:PORT (loopback) or tls:HOST:PORT (or $FWAI_DAEMON)")
       ->envname("FWAI_DAEMON");
   app.add_flag("--json", g.json, "Machine-readable output (events as JSON lines)");
   app.add_option("--project", g.project, "Project root for new sessions (default: current directory)");
@@ -818,6 +917,7 @@ int Main(int argc, char** argv) {
   ToolsCommands tools(app, g);
   HwCommands hw(app, g);
   EvidenceCommands evidence(app, g);
+  AuthCommands auth(app, g);
   ProjectCommands project(app, g);
   SkillCommands skill_cmds(app, g);
   auto* repl_session = app.add_option("--session", session_id, "Session for the REPL");
@@ -841,6 +941,7 @@ int Main(int argc, char** argv) {
   if (auto rc = tools.RunIfParsed()) return *rc;
   if (auto rc = hw.RunIfParsed()) return *rc;
   if (auto rc = evidence.RunIfParsed()) return *rc;
+  if (auto rc = auth.RunIfParsed()) return *rc;
   if (auto rc = project.RunIfParsed()) return *rc;
   if (auto rc = skill_cmds.RunIfParsed()) return *rc;
   if (g.json) return Fail(g, kExitUsage, "--json needs a command (see fwai --help)");

@@ -114,6 +114,7 @@ int RunSkill(const Globals& g, const SkillRunOptions& o) {
   auto reader = stub->Run(&ctx, req);
   pb::SkillEvent ev;
   json summary;
+  std::string run_id;
   std::vector<json> diagnostics;
   while (reader->Read(&ev)) {
     json data = ev.json().empty() ? json() : json::parse(ev.json(), nullptr, false);
@@ -124,6 +125,7 @@ int RunSkill(const Globals& g, const SkillRunOptions& o) {
                 << std::endl;
     }
     if (ev.kind() == "run_finished") summary = data;
+    if (ev.kind() == "run_started") run_id = ev.run_id();
     if (g.json) continue;
     const std::string& k = ev.kind();
     if (k == "run_started") {
@@ -151,6 +153,22 @@ int RunSkill(const Globals& g, const SkillRunOptions& o) {
       return Fail(g, 17, absl::StrCat("the run did not finish within ", limit_s, " s (client watchdog)"));
     }
     if (status.error_code() == grpc::StatusCode::CANCELLED) return Fail(g, 130, "cancelled");
+    if (status.error_code() == grpc::StatusCode::UNAVAILABLE && !run_id.empty()) {
+      // The run started and its stream broke: fwaid went away (or the
+      // connection did, and fwaid cancels a run whose client left).
+      constexpr int kInterrupted = 20;
+      const std::string msg = absl::StrCat(
+          "run ", run_id, " was interrupted: the connection to fwaid broke (", status.error_message(),
+          "). If fwaid stopped or crashed, its next start records the run as interrupted (fwai evidence show ",
+          run_id, ")");
+      if (o.ci && !g.json) {
+        std::cout << json({{"run_id", run_id}, {"skill", o.skill}, {"ok", false}, {"failure_class", "interrupted"},
+                           {"exit_code", kInterrupted}, {"error", msg}})
+                         .dump()
+                  << std::endl;
+      }
+      return Fail(g, kInterrupted, msg);
+    }
     int rc = FailGrpc(g, status);
     return rc == kExitUnreachable ? rc : 11;
   }

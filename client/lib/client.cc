@@ -13,14 +13,86 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <vector>
 #include <thread>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+#include "absl/strings/ascii.h"
+#include <grpcpp/security/credentials.h>
+#include <grpcpp/support/client_interceptor.h>
 #include "common/paths.h"
 #include "fwai/v1/events.pb.h"
 
 namespace fwai {
+
+namespace {
+
+std::string ReadText(const std::string& path, absl::Status* error, const std::string& what) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    *error = absl::NotFoundError(absl::StrCat(what, " ", path, ": cannot be read"));
+    return "";
+  }
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+}  // namespace
+
+std::string LoginProfilePath() {
+  const char* xdg = std::getenv("XDG_CONFIG_HOME");
+  const char* home = std::getenv("HOME");
+  std::string base = xdg && *xdg ? xdg : std::string(home ? home : "/tmp") + "/.config";
+  return base + "/fwai/login.json";
+}
+
+absl::StatusOr<LoginProfile> LoadLogin() {
+  std::ifstream in(LoginProfilePath());
+  if (!in) return absl::NotFoundError("not logged in");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  auto j = nlohmann::json::parse(ss.str(), nullptr, false);
+  if (!j.is_object()) return absl::DataLossError(absl::StrCat(LoginProfilePath(), ": not valid JSON; run fwai login again"));
+  LoginProfile p;
+  p.daemon = j.value("daemon", "");
+  p.credentials.ca_cert = j.value("ca_cert", "");
+  p.credentials.client_cert = j.value("client_cert", "");
+  p.credentials.client_key = j.value("client_key", "");
+  p.credentials.token = j.value("token", "");
+  return p;
+}
+
+absl::Status SaveLogin(const LoginProfile& p) {
+  const std::filesystem::path path = LoginProfilePath();
+  if (auto s = MakeDirs(path.parent_path().string(), 0700); !s.ok()) return s;
+  nlohmann::json j = {{"daemon", p.daemon},
+                      {"ca_cert", p.credentials.ca_cert},
+                      {"client_cert", p.credentials.client_cert},
+                      {"client_key", p.credentials.client_key},
+                      {"token", p.credentials.token}};
+  const std::string tmp = path.string() + ".tmp";
+  int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (fd < 0) return absl::PermissionDeniedError(absl::StrCat(tmp, ": ", std::strerror(errno)));
+  const std::string text = j.dump(2) + "\n";
+  const bool written = write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+  fchmod(fd, 0600);
+  close(fd);
+  if (!written || rename(tmp.c_str(), path.c_str()) != 0) {
+    return absl::InternalError(absl::StrCat("cannot write ", path.string()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RemoveLogin() {
+  std::error_code ec;
+  std::filesystem::remove(LoginProfilePath(), ec);
+  return absl::OkStatus();
+}
 
 absl::StatusOr<DaemonAddress> ResolveDaemonAddress(const std::string& flag) {
   std::string a = flag;
@@ -28,6 +100,12 @@ absl::StatusOr<DaemonAddress> ResolveDaemonAddress(const std::string& flag) {
   if (a.empty()) {
     const char* env = std::getenv("FWAI_DAEMON");
     if (env && *env) a = env;
+  }
+  if (a.empty()) {
+    if (auto login = LoadLogin(); login.ok() && !login->daemon.empty()) {
+      a = login->daemon;
+      out.from_login = true;
+    }
   }
   if (a.empty()) {
     out.unix_path = DefaultSocketPath();
@@ -41,14 +119,49 @@ absl::StatusOr<DaemonAddress> ResolveDaemonAddress(const std::string& flag) {
     out.unix_path = a;
   } else if (absl::StartsWith(a, "tcp:")) {
     out.grpc_target = a.substr(4);
+  } else if (absl::StartsWith(a, "tls:")) {
+    out.grpc_target = a.substr(4);
+    out.tls = true;
   } else if (a.find(':') != std::string::npos) {
     out.grpc_target = a;
   } else {
     return absl::InvalidArgumentError(
-        absl::StrCat("daemon address '", a, "': expected unix:PATH, tcp:HOST:PORT or HOST:PORT"));
+        absl::StrCat("daemon address '", a, "': expected unix:PATH, tcp:HOST:PORT, tls:HOST:PORT or HOST:PORT"));
   }
   if (!out.unix_path.empty()) out.grpc_target = "unix:" + out.unix_path;
   return out;
+}
+
+absl::StatusOr<Credentials> ResolveCredentials(const DaemonAddress& addr, const CredentialFlags& flags) {
+  Credentials c;
+  if (addr.from_login) {
+    auto login = LoadLogin();
+    if (login.ok()) c = login->credentials;
+  }
+  auto env = [](const char* name) -> std::string {
+    const char* v = std::getenv(name);
+    return v && *v ? v : "";
+  };
+  if (!flags.ca_cert.empty()) {
+    c.ca_cert = flags.ca_cert;
+  } else if (!env("FWAI_CA_CERT").empty()) {
+    c.ca_cert = env("FWAI_CA_CERT");
+  }
+  if (!flags.client_cert.empty()) c.client_cert = flags.client_cert;
+  if (!flags.client_key.empty()) c.client_key = flags.client_key;
+  if (c.client_cert.empty() != c.client_key.empty()) {
+    return absl::InvalidArgumentError("--client-cert and --client-key go together");
+  }
+  if (!env("FWAI_TOKEN").empty()) {
+    c.token = env("FWAI_TOKEN");
+  } else if (!flags.token_file.empty()) {
+    absl::Status err;
+    std::string t = ReadText(flags.token_file, &err, "--token-file");
+    if (!err.ok()) return err;
+    c.token = std::string(absl::StripAsciiWhitespace(t));
+    if (c.token.empty()) return absl::InvalidArgumentError(absl::StrCat("--token-file ", flags.token_file, ": empty"));
+  }
+  return c;
 }
 
 std::string SelfDir() {
@@ -109,8 +222,54 @@ absl::Status SpawnDaemon(const std::string& socket_path) {
 
 }  // namespace
 
-absl::StatusOr<std::shared_ptr<grpc::Channel>> ConnectToDaemon(const DaemonAddress& addr,
-                                                               bool autostart, int timeout_ms) {
+namespace {
+
+// Puts "authorization: Bearer <token>" on every call of a channel.
+class TokenInterceptor final : public grpc::experimental::Interceptor {
+ public:
+  explicit TokenInterceptor(std::string value) : value_(std::move(value)) {}
+  void Intercept(grpc::experimental::InterceptorBatchMethods* methods) override {
+    if (methods->QueryInterceptionHookPoint(grpc::experimental::InterceptionHookPoints::PRE_SEND_INITIAL_METADATA)) {
+      methods->GetSendInitialMetadata()->insert({"authorization", value_});
+    }
+    methods->Proceed();
+  }
+
+ private:
+  const std::string value_;
+};
+
+class TokenInterceptorFactory final : public grpc::experimental::ClientInterceptorFactoryInterface {
+ public:
+  explicit TokenInterceptorFactory(std::string token) : value_("Bearer " + std::move(token)) {}
+  grpc::experimental::Interceptor* CreateClientInterceptor(grpc::experimental::ClientRpcInfo*) override {
+    return new TokenInterceptor(value_);
+  }
+
+ private:
+  const std::string value_;
+};
+
+absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> ChannelCredentialsFor(const DaemonAddress& addr,
+                                                                               const Credentials& c) {
+  if (!addr.unix_path.empty()) return grpc::InsecureChannelCredentials();
+  if (addr.tls) {
+    grpc::SslCredentialsOptions o;
+    absl::Status err;
+    if (!c.ca_cert.empty()) o.pem_root_certs = ReadText(c.ca_cert, &err, "--ca-cert");
+    if (!c.client_cert.empty()) o.pem_cert_chain = ReadText(c.client_cert, &err, "--client-cert");
+    if (!c.client_key.empty()) o.pem_private_key = ReadText(c.client_key, &err, "--client-key");
+    if (!err.ok()) return err;
+    return grpc::SslCredentials(o);
+  }
+  // tcp: is loopback only: fwaid serves other hosts over TLS alone.
+  return grpc::experimental::LocalCredentials(LOCAL_TCP);
+}
+
+}  // namespace
+
+absl::StatusOr<std::shared_ptr<grpc::Channel>> ConnectToDaemon(const DaemonAddress& addr, bool autostart,
+                                                               int timeout_ms, const Credentials& creds) {
   if (!addr.unix_path.empty() && !SocketAccepts(addr.unix_path)) {
     if (!(autostart && addr.is_default)) {
       return absl::UnavailableError(absl::StrCat(
@@ -130,7 +289,14 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> ConnectToDaemon(const DaemonAddre
   }
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(64 << 20);
-  auto channel = grpc::CreateCustomChannel(addr.grpc_target, grpc::InsecureChannelCredentials(), args);
+  auto channel_creds = ChannelCredentialsFor(addr, creds);
+  if (!channel_creds.ok()) return channel_creds.status();
+  std::vector<std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>> interceptors;
+  if (addr.unix_path.empty() && !creds.token.empty()) {
+    interceptors.push_back(std::make_unique<TokenInterceptorFactory>(creds.token));
+  }
+  auto channel = grpc::experimental::CreateCustomChannelWithInterceptors(addr.grpc_target, *channel_creds, args,
+                                                                          std::move(interceptors));
   if (!channel->WaitForConnected(std::chrono::system_clock::now() +
                                  std::chrono::milliseconds(timeout_ms))) {
     return absl::UnavailableError(absl::StrCat("cannot reach fwaid at ", addr.grpc_target));

@@ -77,6 +77,7 @@ int64_t ContextWindowFor(const std::string& model, int64_t configured) {
 }
 
 struct TurnManager::Turn {
+  std::string owner;
   CancelToken cancel;
   std::thread thread;
   std::atomic<bool> done{false};
@@ -125,6 +126,7 @@ absl::Status TurnManager::Start(TurnRequest req) {
         "session ", req.session_id, " already has a turn running; wait for it or cancel it"));
   }
   auto turn = std::make_unique<Turn>();
+  turn->owner = req.owner;
   Turn* raw = turn.get();
   turns_[req.session_id] = std::move(turn);
   raw->thread = std::thread([this, raw, req = std::move(req)]() mutable { Run(raw, std::move(req)); });
@@ -147,6 +149,13 @@ size_t TurnManager::RunningCount() {
   std::lock_guard<std::mutex> lock(mu_);
   size_t n = 0;
   for (const auto& [id, t] : turns_) n += t->done ? 0 : 1;
+  return n;
+}
+
+size_t TurnManager::RunningOwnedBy(const std::function<bool(const std::string&)>& owned) {
+  std::lock_guard<std::mutex> lock(mu_);
+  size_t n = 0;
+  for (const auto& [id, t] : turns_) n += !t->done && owned(t->owner) ? 1 : 0;
   return n;
 }
 

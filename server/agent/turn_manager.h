@@ -58,6 +58,7 @@ struct TurnRequest {
   std::string provider;  // overrides for this turn
   std::string model;
   std::string sender;
+  std::string owner;  // the principal that started it (limits count per owner)
   bool compact_only = false;  // summarise older turns, nothing else
 };
 
@@ -97,6 +98,8 @@ class TurnManager {
                                      const std::string& reason);
   bool Running(const std::string& session_id);
   size_t RunningCount();
+  // Running turns whose starter `owned` accepts.
+  size_t RunningOwnedBy(const std::function<bool(const std::string& owner)>& owned);
   // Cancels every turn and waits for them to finish. Start() fails afterwards.
   void Shutdown();
 

@@ -13,6 +13,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include <nlohmann/json_fwd.hpp>
 
 namespace grpc {
 class Service;
@@ -29,6 +30,7 @@ class ThreadPool;
 class HardwareBroker;
 class EvidenceLog;
 class SkillRunner;
+class Gate;
 struct DaemonConfig;
 struct ProviderSet;
 
@@ -60,6 +62,13 @@ struct ApiDeps {
   HardwareBroker* hardware = nullptr;  // may be null: Hardware answers UNAVAILABLE
   EvidenceLog* evidence = nullptr;     // may be null: Evidence answers UNAVAILABLE
   SkillRunner* skills = nullptr;       // may be null: Skills.Run answers UNAVAILABLE
+  Gate* gate = nullptr;                // who calls, and whether the table lets them
+  // Appends a record to the evidence log (may be null): every change, with
+  // the verified principal and the peer.
+  std::function<void(const nlohmann::json&)> audit;
+  // Re-reads users and limits from the config file (SIGHUP, Daemon.ReloadConfig);
+  // returns how many users it has.
+  std::function<absl::StatusOr<int>(const std::string& by)> reload_config;
   std::function<void(const std::string&)> on_session_deleted;
   std::function<void()> request_shutdown;
   int64_t started_us = 0;
@@ -76,6 +85,7 @@ std::unique_ptr<grpc::Service> MakeHardwareService(const ApiDeps& deps);
 std::unique_ptr<grpc::Service> MakeEvidenceService(const ApiDeps& deps);
 std::unique_ptr<grpc::Service> MakeProjectsService(const ApiDeps& deps);
 std::unique_ptr<grpc::Service> MakeSkillsService(const ApiDeps& deps);
+std::unique_ptr<grpc::Service> MakeAuthService(const ApiDeps& deps);
 
 // A request's project root: required, an existing directory, canonical.
 [[nodiscard]] absl::StatusOr<std::string> CanonicalProjectRoot(const std::string& root);

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 
 #include "server/api/api.h"
 #include "server/hardware/broker.h"
@@ -12,9 +13,14 @@ class CallbackServerContext;
 
 namespace fwai {
 
-// Identity (uid from the unix socket's peer credentials), display name
-// ("alice (uid 1000) via vscode"), admin (root or the daemon's own user).
-Caller CallerFromContext(const ApiDeps& deps, grpc::CallbackServerContext* ctx, const std::string& lease_id = "",
-                         const std::string& session_id = "");
+struct Principal;
+
+// The caller of `rpc` as the broker and the skill runner see it, once the
+// gate admits it: the principal's id, "alice (uid 1000) via vscode", admin,
+// the local account it acts as. The status otherwise.
+absl::StatusOr<Caller> AdmitCaller(const ApiDeps& deps, grpc::CallbackServerContext* ctx, std::string_view rpc,
+                                   const std::string& lease_id = "", const std::string& session_id = "");
+Caller CallerFor(const Principal& p, grpc::CallbackServerContext* ctx, const std::string& lease_id = "",
+                 const std::string& session_id = "");
 
 }  // namespace fwai

@@ -2,6 +2,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
@@ -9,6 +10,7 @@
 #include "fwai/v1/evidence.grpc.pb.h"
 #include "server/api/api.h"
 #include "server/api/offload.h"
+#include "server/api/gate.h"
 #include "server/evidence/evidence_log.h"
 #include "server/evidence/export.h"
 
@@ -25,6 +27,26 @@ void ToProto(const EvidenceRecord& r, pb::RunRecord* out) {
   out->set_hash(ToHex(r.leaf));
 }
 
+// Whose a record is: the principal that made it (or the session's owner).
+// Records that name nobody are for admins.
+bool Visible(const Principal& p, const EvidenceRecord& r) {
+  if (p.admin()) return true;
+  auto j = json::parse(r.bytes, nullptr, false);
+  if (!j.is_object()) return false;
+  std::string owner = j.value("principal", "");
+  if (owner.empty()) owner = j.value("owner", "");
+  return p.Owns(owner);
+}
+
+std::vector<EvidenceRecord> VisibleOnly(const Principal& p, std::vector<EvidenceRecord> all) {
+  if (p.admin()) return all;
+  std::vector<EvidenceRecord> out;
+  for (auto& r : all) {
+    if (Visible(p, r)) out.push_back(std::move(r));
+  }
+  return out;
+}
+
 std::string CsvField(std::string s) {
   if (s.find_first_of(",\"\n") == std::string::npos) return s;
   return "\"" + absl::StrReplaceAll(s, {{"\"", "\"\""}}) + "\"";
@@ -36,20 +58,26 @@ class EvidenceService final : public pb::Evidence::CallbackService {
 
   grpc::ServerUnaryReactor* ListRuns(grpc::CallbackServerContext* ctx, const pb::ListRunsRequest* req,
                                      pb::ListRunsResponse* resp) override {
-    return Offload(ctx, [this, req, resp] {
-      auto list = deps_.evidence->List(req->limit() > 0 ? static_cast<size_t>(req->limit()) : 0);
+    return Offload(ctx, "Evidence.ListRuns", [this, req, resp](const Principal& who) {
+      // The newest `limit` of the caller's own records.
+      auto list = deps_.evidence->List(who.admin() && req->limit() > 0 ? static_cast<size_t>(req->limit()) : 0);
       if (!list.ok()) return list.status();
-      for (const auto& r : *list) ToProto(r, resp->add_runs());
+      auto mine = VisibleOnly(who, *std::move(list));
+      const size_t skip = req->limit() > 0 && mine.size() > static_cast<size_t>(req->limit())
+                              ? mine.size() - static_cast<size_t>(req->limit())
+                              : 0;
+      for (size_t i = skip; i < mine.size(); ++i) ToProto(mine[i], resp->add_runs());
       return absl::OkStatus();
     });
   }
 
   grpc::ServerUnaryReactor* GetRun(grpc::CallbackServerContext* ctx, const pb::GetRunRequest* req,
                                    pb::RunRecord* resp) override {
-    return Offload(ctx, [this, req, resp] {
+    return Offload(ctx, "Evidence.GetRun", [this, req, resp](const Principal& who) {
       if (req->run_id().empty()) return absl::InvalidArgumentError("run_id: required");
       auto r = deps_.evidence->Get(req->run_id());
       if (!r.ok()) return r.status();
+      if (!Visible(who, *r)) return absl::NotFoundError(absl::StrCat("no record for run ", req->run_id()));
       ToProto(*r, resp);
       return absl::OkStatus();
     });
@@ -57,7 +85,7 @@ class EvidenceService final : public pb::Evidence::CallbackService {
 
   grpc::ServerUnaryReactor* Verify(grpc::CallbackServerContext* ctx, const pb::VerifyRequest*,
                                    pb::VerifyResponse* resp) override {
-    return Offload(ctx, [this, resp] {
+    return Offload(ctx, "Evidence.Verify", [this, resp](const Principal&) {
       auto r = deps_.evidence->Verify();
       resp->set_ok(r.ok);
       resp->set_records(r.records);
@@ -69,10 +97,12 @@ class EvidenceService final : public pb::Evidence::CallbackService {
 
   grpc::ServerUnaryReactor* Export(grpc::CallbackServerContext* ctx, const pb::ExportRequest* req,
                                    pb::ExportResponse* resp) override {
-    return Offload(ctx, [this, req, resp] {
+    return Offload(ctx, "Evidence.Export", [this, req, resp](const Principal& who) {
       const std::string fmt = req->format().empty() ? "json" : req->format();
-      auto list = deps_.evidence->List(0);
-      if (!list.ok()) return list.status();
+      auto all = deps_.evidence->List(0);
+      if (!all.ok()) return all.status();
+      // Only the caller's own records (admins: all).
+      auto list = std::make_optional(VisibleOnly(who, *std::move(all)));
       if (fmt == "json") {
         json out = {{"public_key_ed25519", deps_.evidence->public_key_hex()}, {"records", json::array()}};
         for (const auto& r : *list) {
@@ -127,8 +157,12 @@ class EvidenceService final : public pb::Evidence::CallbackService {
   }
 
  private:
-  grpc::ServerUnaryReactor* Offload(grpc::CallbackServerContext* ctx, std::function<absl::Status()> work) {
-    return OffloadUnary(ctx, deps_.pool, deps_.evidence != nullptr, "the evidence log is not open", std::move(work));
+  grpc::ServerUnaryReactor* Offload(grpc::CallbackServerContext* ctx, std::string_view rpc,
+                                    std::function<absl::Status(const Principal&)> work) {
+    auto who = deps_.gate->Admit(ctx, rpc);
+    if (!who.ok()) return Refuse(ctx, who.status());
+    return OffloadUnary(ctx, deps_.pool, deps_.evidence != nullptr, "the evidence log is not open",
+                        [who = *who, work = std::move(work)] { return work(who); });
   }
   const ApiDeps deps_;
 };

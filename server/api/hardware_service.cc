@@ -17,6 +17,14 @@
 #include "fwai/v1/hardware.grpc.pb.h"
 #include "server/api/api.h"
 #include "server/api/caller.h"
+#include "server/api/gate.h"
+#include "server/tools/project_fs.h"
+#include "common/paths.h"
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
 #include "server/api/queued_writer.h"
 #include "server/evidence/evidence_log.h"
 #include "server/hardware/broker.h"
@@ -46,9 +54,36 @@ class HardwareService final : public pb::Hardware::CallbackService {
     for (int i = 0; i < 300 && holds_ > 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
 
-  Caller CallerOf(grpc::CallbackServerContext* ctx, const std::string& lease_id = "",
-                  const std::string& session_id = "") const {
-    return CallerFromContext(deps_, ctx, lease_id, session_id);
+  absl::StatusOr<Caller> CallerOf(grpc::CallbackServerContext* ctx, std::string_view rpc,
+                                  const std::string& lease_id = "", const std::string& session_id = "") const {
+    return AdmitCaller(deps_, ctx, rpc, lease_id, session_id);
+  }
+
+  // A new lease must fit the caller's limits: leases held and their TTL.
+  absl::Status LeaseLimits(const Caller& c, int ttl_s) const {
+    Principal p;
+    p.id = c.identity;
+    p.user = c.user;
+    const LimitsConfig limits = deps_.gate->identities().LimitsOf(p);
+    if (ttl_s > limits.lease_ttl_max_s) {
+      return absl::ResourceExhaustedError(absl::StrCat("limit lease_ttl_max_s (", limits.lease_ttl_max_s,
+                                                       " s): ask for a shorter ttl and renew it (fwai hw lease --hold)"));
+    }
+    int64_t held = 0;
+    for (const auto& l : deps_.hardware->Leases()) held += l.identity == c.identity;
+    if (held >= limits.leases) {
+      return absl::ResourceExhaustedError(absl::StrCat("limit leases (", limits.leases, ") reached: you hold ", held,
+                                                       "; release one (fwai hw release BOARD) and retry"));
+    }
+    return absl::OkStatus();
+  }
+
+  void Audit(nlohmann::json rec, const Caller& c) const {
+    if (!deps_.audit) return;
+    rec["principal"] = c.identity;
+    rec["peer"] = c.peer;
+    rec["by"] = c.display;
+    deps_.audit(rec);
   }
 
   grpc::ServerUnaryReactor* Unavailable(grpc::CallbackServerContext* ctx) {
@@ -71,6 +106,8 @@ class HardwareService final : public pb::Hardware::CallbackService {
 
   grpc::ServerUnaryReactor* ListDevices(grpc::CallbackServerContext* ctx, const pb::ListDevicesRequest*,
                                         pb::ListDevicesResponse* resp) override {
+    auto c = CallerOf(ctx, "Hardware.ListDevices");
+    if (!c.ok()) return Refuse(ctx, c.status());
     return Run(ctx, [this, resp] {
       for (const auto& d : deps_.hardware->List()) {
         auto* o = resp->add_devices();
@@ -104,14 +141,17 @@ class HardwareService final : public pb::Hardware::CallbackService {
 
   grpc::ServerUnaryReactor* Acquire(grpc::CallbackServerContext* ctx, const pb::AcquireRequest* req,
                                     pb::Lease* resp) override {
-    Caller c = CallerOf(ctx, "", req->session_id());
-    return Run(ctx, [this, c, req, resp, ctx] {
+    auto admitted = CallerOf(ctx, "Hardware.Acquire", "", req->session_id());
+    if (!admitted.ok()) return Refuse(ctx, admitted.status());
+    return Run(ctx, [this, c = *admitted, req, resp, ctx] {
+      if (auto s = LeaseLimits(c, req->ttl_s()); !s.ok()) return s;
       std::vector<std::string> tags;
       for (const auto& t : req->tags()) tags.push_back(t.value().empty() ? t.key() : t.key() + ":" + t.value());
       auto l = deps_.hardware->Acquire(c, req->device_id(), tags, req->ttl_s(), req->wait_s(),
                                        [ctx] { return ctx->IsCancelled(); });
       if (!l.ok()) return l.status();
       ToProto(*l, resp);
+      Audit({{"kind", "lease_acquired"}, {"lease_id", l->lease_id}, {"board", l->device_id}, {"ttl_s", l->ttl_s}}, c);
       return absl::OkStatus();
     });
   }
@@ -132,7 +172,16 @@ class HardwareService final : public pb::Hardware::CallbackService {
           state_->writer.Close(grpc::Status(grpc::StatusCode::UNAVAILABLE, "the hardware broker is not running"));
           return;
         }
-        Caller c = svc->CallerOf(ctx, "", req->session_id());
+        auto admitted = svc->CallerOf(ctx, "Hardware.Hold", "", req->session_id());
+        if (!admitted.ok()) {
+          state_->writer.Close(ToGrpcStatus(admitted.status()));
+          return;
+        }
+        Caller c = *admitted;
+        if (auto s = svc->LeaseLimits(c, req->ttl_s()); !s.ok()) {
+          state_->writer.Close(ToGrpcStatus(s));
+          return;
+        }
         pb::AcquireRequest copy = *req;
         // One thread per held lease: it may wait for the board, then renews
         // until the stream ends and releases at once.
@@ -153,6 +202,9 @@ class HardwareService final : public pb::Hardware::CallbackService {
           pb::Lease out;
           ToProto(*l, &out);
           st->writer.Push(out);
+          svc->Audit({{"kind", "lease_acquired"}, {"lease_id", l->lease_id}, {"board", l->device_id}, {"ttl_s", l->ttl_s},
+                      {"held", true}},
+                     c);
           const auto period = std::chrono::milliseconds(std::max(200, l->ttl_s * 1000 / 3));
           std::unique_lock lock(st->mu);
           while (!st->gone) {
@@ -161,7 +213,9 @@ class HardwareService final : public pb::Hardware::CallbackService {
             if (!svc->deps_.hardware->Renew(c, l->lease_id).ok()) break;  // ended by someone else
           }
           lock.unlock();
-          (void)svc->deps_.hardware->Release(c, l->lease_id, "", false);
+          if (svc->deps_.hardware->Release(c, l->lease_id, "", false).ok()) {
+            svc->Audit({{"kind", "lease_released"}, {"lease_id", l->lease_id}, {"board", l->device_id}}, c);
+          }
           st->writer.Close(grpc::Status(grpc::StatusCode::CANCELLED, "lease released"));
         }).detach();
       }
@@ -181,47 +235,73 @@ class HardwareService final : public pb::Hardware::CallbackService {
 
   grpc::ServerUnaryReactor* Renew(grpc::CallbackServerContext* ctx, const pb::RenewRequest* req,
                                   pb::Lease* resp) override {
-    Caller c = CallerOf(ctx);
-    return Run(ctx, [this, c, req, resp] {
+    auto admitted = CallerOf(ctx, "Hardware.Renew");
+    if (!admitted.ok()) return Refuse(ctx, admitted.status());
+    return Run(ctx, [this, c = *admitted, req, resp] {
       if (req->lease_id().empty()) return absl::InvalidArgumentError("lease_id: required");
       auto l = deps_.hardware->Renew(c, req->lease_id());
       if (!l.ok()) return l.status();
       ToProto(*l, resp);
+      Audit({{"kind", "lease_renewed"}, {"lease_id", l->lease_id}, {"board", l->device_id}, {"expires_us", l->expires_us}},
+            c);
       return absl::OkStatus();
     });
   }
 
   grpc::ServerUnaryReactor* Release(grpc::CallbackServerContext* ctx, const pb::ReleaseRequest* req,
                                     pb::ReleaseResponse*) override {
-    Caller c = CallerOf(ctx);
-    return Run(ctx, [this, c, req] {
+    auto admitted = CallerOf(ctx, "Hardware.Release");
+    if (!admitted.ok()) return Refuse(ctx, admitted.status());
+    return Run(ctx, [this, c = *admitted, req] {
       if (req->lease_id().empty() && req->device_id().empty()) {
         return absl::InvalidArgumentError("lease_id or device_id: one is required");
       }
-      return deps_.hardware->Release(c, req->lease_id(), req->device_id(), req->force()).status();
+      if (req->force() && !c.admin) {
+        return absl::PermissionDeniedError(
+            "force: taking another holder's lease is for admins (rule: admin); ask its holder or an admin");
+      }
+      auto l = deps_.hardware->Release(c, req->lease_id(), req->device_id(), req->force());
+      if (!l.ok()) return l.status();
+      const bool kick = l->identity != c.identity;
+      Audit({{"kind", kick ? "lease_kicked" : "lease_released"}, {"lease_id", l->lease_id}, {"board", l->device_id},
+             {"holder", l->identity}, {"holder_name", l->holder}, {"admin_override", kick}},
+            c);
+      return absl::OkStatus();
     });
   }
 
   grpc::ServerUnaryReactor* Reset(grpc::CallbackServerContext* ctx, const pb::ResetRequest* req,
                                   pb::ResetResponse*) override {
-    Caller c = CallerOf(ctx, req->lease_id());
-    return Run(ctx, [this, c, req] {
+    auto admitted = CallerOf(ctx, "Hardware.Reset", req->lease_id());
+    if (!admitted.ok()) return Refuse(ctx, admitted.status());
+    return Run(ctx, [this, c = *admitted, req] {
       auto board = deps_.hardware->ResolveBoard(req->device_id(), c);
       if (!board.ok()) return board.status();
-      return deps_.hardware->Reset(c, *board);
+      auto s = deps_.hardware->Reset(c, *board);
+      if (s.ok()) Audit({{"kind", "board_reset"}, {"board", *board}}, c);
+      return s;
     });
   }
 
   grpc::ServerUnaryReactor* SetHealth(grpc::CallbackServerContext* ctx, const pb::SetHealthRequest* req,
                                       pb::SetHealthResponse*) override {
-    Caller c = CallerOf(ctx);
-    return Run(ctx, [this, c, req] { return deps_.hardware->SetHealth(c, req->device_id(), req->health(), req->reason()); });
+    auto admitted = CallerOf(ctx, "Hardware.SetHealth");
+    if (!admitted.ok()) return Refuse(ctx, admitted.status());
+    return Run(ctx, [this, c = *admitted, req] {
+      auto s = deps_.hardware->SetHealth(c, req->device_id(), req->health(), req->reason());
+      if (s.ok()) {
+        Audit({{"kind", "board_health"}, {"board", req->device_id()}, {"health", req->health()}, {"reason", req->reason()}},
+              c);
+      }
+      return s;
+    });
   }
 
   grpc::ServerUnaryReactor* SelfTest(grpc::CallbackServerContext* ctx, const pb::SelfTestRequest* req,
                                      pb::SelfTestResponse* resp) override {
-    Caller c = CallerOf(ctx);
-    return Run(ctx, [this, c, req, resp] {
+    auto admitted = CallerOf(ctx, "Hardware.SelfTest");
+    if (!admitted.ok()) return Refuse(ctx, admitted.status());
+    return Run(ctx, [this, c = *admitted, req, resp] {
       auto board = deps_.hardware->ResolveBoard(req->device_id(), c);
       if (!board.ok()) return board.status();
       auto r = deps_.hardware->SelfTest(c, *board);
@@ -233,8 +313,9 @@ class HardwareService final : public pb::Hardware::CallbackService {
 
   grpc::ServerUnaryReactor* Debug(grpc::CallbackServerContext* ctx, const pb::DebugRequest* req,
                                   pb::DebugResponse* resp) override {
-    Caller c = CallerOf(ctx, req->lease_id());
-    return Run(ctx, [this, c, req, resp] {
+    auto admitted = CallerOf(ctx, "Hardware.Debug", req->lease_id());
+    if (!admitted.ok()) return Refuse(ctx, admitted.status());
+    return Run(ctx, [this, c = *admitted, req, resp] {
       auto board = deps_.hardware->ResolveBoard(req->device_id(), c);
       if (!board.ok()) return board.status();
       std::vector<std::string> cmds(req->commands().begin(), req->commands().end());
@@ -251,9 +332,13 @@ class HardwareService final : public pb::Hardware::CallbackService {
     auto* svc = this;
     using Stream = WorkStreamReactor<pb::FlashProgress>;
     return Stream::Serve(svc->deps_.hardware != nullptr, "the hardware broker is not running", [&](const std::shared_ptr<Stream::State>& st) {
-      Caller c = svc->CallerOf(ctx, req->lease_id());
+      auto admitted = svc->CallerOf(ctx, "Hardware.Flash", req->lease_id());
+      if (!admitted.ok()) {
+        st->writer.Close(ToGrpcStatus(admitted.status()));
+        return;
+      }
       pb::FlashRequest copy = *req;
-      auto work = [st, svc, c, copy] {
+      auto work = [st, svc, c = *admitted, copy] {
         auto board = svc->deps_.hardware->ResolveBoard(copy.device_id(), c);
         if (!board.ok()) {
           st->writer.Close(ToGrpcStatus(board.status()));
@@ -369,7 +454,12 @@ class HardwareService final : public pb::Hardware::CallbackService {
         writer_.Push(std::move(m));
       }
       void Open(const pb::SerialOpen& o) {
-        caller_ = svc_->CallerOf(ctx_, o.lease_id());
+        auto admitted = svc_->CallerOf(ctx_, "Hardware.Serial", o.lease_id());
+        if (!admitted.ok()) {
+          writer_.Close(ToGrpcStatus(admitted.status()));
+          return;
+        }
+        caller_ = *admitted;
         auto board = svc_->deps_.hardware->ResolveBoard(o.device_id(), caller_);
         if (!board.ok()) {
           writer_.Close(ToGrpcStatus(board.status()));

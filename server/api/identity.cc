@@ -2,8 +2,8 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "server/api/caller.h"
+#include "server/api/gate.h"
 
-#include <pwd.h>
 
 #include <filesystem>
 
@@ -32,20 +32,17 @@ std::string PeerRegistry::Identity(const std::string& peer) const {
   return absl::StrCat("peer:", peer);
 }
 
-Caller CallerFromContext(const ApiDeps& deps, grpc::CallbackServerContext* ctx, const std::string& lease_id,
-                         const std::string& session_id) {
+Caller CallerFor(const Principal& p, grpc::CallbackServerContext* ctx, const std::string& lease_id,
+                 const std::string& session_id) {
   Caller c;
-  c.identity = deps.peers->Identity(ctx->peer());
-  c.uid = deps.peers->Uid(ctx->peer());
-  c.admin = c.uid == 0 || c.uid == static_cast<int64_t>(deps.daemon_uid);
-  if (c.uid >= 0) {
-    passwd pw{}, *res = nullptr;
-    char buf[1024];
-    if (getpwuid_r(static_cast<uid_t>(c.uid), &pw, buf, sizeof buf, &res) == 0 && res) {
-      c.display = absl::StrCat(res->pw_name, " (uid ", c.uid, ")");
-    }
-  }
-  if (c.display.empty()) c.display = c.identity;
+  c.identity = p.id;
+  c.user = p.user;
+  c.uid = p.account ? static_cast<int64_t>(p.account->uid) : -1;
+  c.admin = p.admin();
+  c.peer = p.peer;
+  c.account = p.account;
+  c.display = absl::StartsWith(p.id, "uid:") ? absl::StrCat(p.user, " (uid ", p.id.substr(4), ")")
+                                             : absl::StrCat(p.user, " (", p.verified_by, ")");
   auto md = ctx->client_metadata().find("fwai-client");
   if (md != ctx->client_metadata().end()) {
     absl::StrAppend(&c.display, " via ", std::string(md->second.data(), md->second.size()));
@@ -53,6 +50,13 @@ Caller CallerFromContext(const ApiDeps& deps, grpc::CallbackServerContext* ctx, 
   c.lease_id = lease_id;
   c.session_id = session_id;
   return c;
+}
+
+absl::StatusOr<Caller> AdmitCaller(const ApiDeps& deps, grpc::CallbackServerContext* ctx, std::string_view rpc,
+                                   const std::string& lease_id, const std::string& session_id) {
+  auto p = deps.gate->Admit(ctx, rpc);
+  if (!p.ok()) return p.status();
+  return CallerFor(*p, ctx, lease_id, session_id);
 }
 
 absl::StatusOr<std::string> CanonicalProjectRoot(const std::string& r) {

@@ -8,6 +8,8 @@
 #include "fwai/v1/knowledge.grpc.pb.h"
 #include "server/api/api.h"
 #include "server/api/offload.h"
+#include "server/api/gate.h"
+#include "absl/strings/match.h"
 #include "server/knowledge/knowledge_base.h"
 
 namespace fwai {
@@ -15,12 +17,51 @@ namespace {
 
 namespace pb = fwai::v1;
 
+// Collections: the team's shared ones, readable by everyone and written by
+// the roles in knowledge_writers; and personal ones, "~NAME" as the caller
+// says it, stored as "~USER/NAME", seen and written by their user (and
+// admins) only.
+struct Collections {
+  const Principal& who;
+  Identities& ids;
+
+  bool Personal(const std::string& c) const { return absl::StartsWith(c, "~"); }
+  bool Mine(const std::string& c) const {
+    return c == "~" + who.user || absl::StartsWith(c, "~" + who.user + "/");
+  }
+  // The stored name of what the caller asked for ("~notes" -> "~alice/notes").
+  std::string Resolve(const std::string& c) const {
+    if (!Personal(c) || Mine(c) || (who.admin() && c.find('/') != std::string::npos)) return c;
+    if (c.find('/') != std::string::npos) return c;  // another's: refused by the checks below
+    return c == "~" ? "~" + who.user : "~" + who.user + "/" + c.substr(1);
+  }
+  bool Visible(const std::string& c) const { return !Personal(c) || Mine(c) || who.admin(); }
+  absl::Status MayWrite(const std::string& c) const {
+    if (Personal(c)) {
+      if (Mine(c) || who.admin()) return absl::OkStatus();
+      return absl::NotFoundError(absl::StrCat("collection ", c, " not found"));
+    }
+    if (ids.MayWriteSharedKnowledge(who)) return absl::OkStatus();
+    return absl::PermissionDeniedError(absl::StrCat(
+        "the shared knowledge base is written by roles in knowledge_writers (rule: knowledge_writers); you are ",
+        who.id, " with role ", RoleName(who.role), ". Use a personal collection: --collection ~NAME"));
+  }
+};
+
 // Ingest: a header message, then the document's bytes; progress comes back.
 // The work runs on the pool; writes are queued, one in flight. Deletes itself
 // in OnDone.
 class IngestReactor final : public grpc::ServerBidiReactor<pb::IngestChunk, pb::IngestProgress> {
  public:
-  IngestReactor(const ApiDeps& deps, int64_t cap) : deps_(deps), cap_(cap) { StartRead(&in_); }
+  IngestReactor(const ApiDeps& deps, grpc::CallbackServerContext* ctx, int64_t cap) : deps_(deps), cap_(cap) {
+    auto who = deps_.gate->Admit(ctx, "Knowledge.Ingest");
+    if (!who.ok()) {
+      Fail(who.status());
+      return;
+    }
+    who_ = *std::move(who);
+    StartRead(&in_);
+  }
 
   void OnReadDone(bool ok) override {
     if (!ok) {
@@ -57,6 +98,18 @@ class IngestReactor final : public grpc::ServerBidiReactor<pb::IngestChunk, pb::
       if (header_.size() > cap_) {
         Fail(absl::InvalidArgumentError(absl::StrCat(header_.name(), ": ", header_.size() / 1e6, " MB is over the ",
                                                      cap_ / (1 << 20), " MB limit")));
+        return;
+      }
+      Collections cols{who_, deps_.gate->identities()};
+      header_.set_collection(cols.Resolve(header_.collection()));
+      if (auto s = cols.MayWrite(header_.collection().empty() ? "default" : header_.collection()); !s.ok()) {
+        Fail(s);
+        return;
+      }
+      if (auto s = deps_.gate->quotas().Ingest(who_.id, std::max<int64_t>(header_.size(), 0),
+                                               deps_.gate->identities().LimitsOf(who_));
+          !s.ok()) {
+        Fail(s);
         return;
       }
     } else {
@@ -177,6 +230,7 @@ class IngestReactor final : public grpc::ServerBidiReactor<pb::IngestChunk, pb::
 
   const ApiDeps& deps_;
   const int64_t cap_;
+  Principal who_;
   pb::IngestChunk in_;
   bool have_header_ = false;
   pb::IngestHeader header_;
@@ -201,15 +255,17 @@ class KnowledgeService final : public pb::Knowledge::CallbackService {
       auto* r = new Refuser();
       return r;
     }
-    return new IngestReactor(deps_, 50ll << 20);
+    return new IngestReactor(deps_, ctx, 50ll << 20);
   }
 
   grpc::ServerUnaryReactor* ListDocuments(grpc::CallbackServerContext* ctx, const pb::ListDocumentsRequest* req,
                                           pb::ListDocumentsResponse* resp) override {
-    return Offload(ctx, [this, req, resp]() -> absl::Status {
-      auto docs = deps_.knowledge->List(req->collection());
+    return Offload(ctx, "Knowledge.ListDocuments", [this, req, resp](const Principal& who) -> absl::Status {
+      Collections cols{who, deps_.gate->identities()};
+      auto docs = deps_.knowledge->List(cols.Resolve(req->collection()));
       if (!docs.ok()) return docs.status();
       for (const auto& d : *docs) {
+        if (!cols.Visible(d.collection)) continue;
         auto* o = resp->add_documents();
         o->set_id(d.id);
         o->set_name(d.name);
@@ -232,9 +288,26 @@ class KnowledgeService final : public pb::Knowledge::CallbackService {
 
   grpc::ServerUnaryReactor* DeleteDocument(grpc::CallbackServerContext* ctx, const pb::DeleteDocumentRequest* req,
                                            pb::DeleteDocumentResponse* resp) override {
-    return Offload(ctx, [this, req, resp]() -> absl::Status {
+    return Offload(ctx, "Knowledge.DeleteDocument", [this, req, resp](const Principal& who) -> absl::Status {
       if (req->doc().empty()) return absl::InvalidArgumentError("doc: required (a document id or name)");
-      auto n = deps_.knowledge->Delete(req->doc(), req->collection());
+      Collections cols{who, deps_.gate->identities()};
+      const std::string collection = cols.Resolve(req->collection());
+      // The document's own collection decides who may delete it.
+      auto docs = deps_.knowledge->List(collection);
+      if (!docs.ok()) return docs.status();
+      const DocumentInfo* found = nullptr;
+      for (const auto& d : *docs) {
+        if ((d.id == req->doc() || d.name == req->doc()) && cols.Visible(d.collection)) {
+          found = &d;
+          break;
+        }
+      }
+      if (found == nullptr) {
+        return absl::NotFoundError(absl::StrCat("document '", req->doc(), "' not found",
+                                                collection.empty() ? "" : " in collection " + collection));
+      }
+      if (auto s = cols.MayWrite(found->collection); !s.ok()) return s;
+      auto n = deps_.knowledge->Delete(found->id, found->collection);
       if (!n.ok()) return n.status();
       resp->set_chunks_removed(*n);
       return absl::OkStatus();
@@ -243,13 +316,16 @@ class KnowledgeService final : public pb::Knowledge::CallbackService {
 
   grpc::ServerUnaryReactor* Search(grpc::CallbackServerContext* ctx, const pb::SearchRequest* req,
                                    pb::SearchResponse* resp) override {
-    return Offload(ctx, [this, req, resp]() -> absl::Status {
+    return Offload(ctx, "Knowledge.Search", [this, req, resp](const Principal& who) -> absl::Status {
       const auto t0 = std::chrono::steady_clock::now();
+      Collections cols{who, deps_.gate->identities()};
       KbSearchRequest r;
       r.query = req->query();
       r.max_results = req->has_max_results() ? req->max_results() : 10;
       r.threshold = req->threshold();
-      r.collection = req->collection();
+      r.collection = cols.Resolve(req->collection());
+      if (!cols.Visible(r.collection)) return absl::NotFoundError(absl::StrCat("collection ", r.collection, " not found"));
+      if (!who.admin()) r.collection_visible = [cols](const std::string& c) { return cols.Visible(c); };
       for (const auto& d : req->filters().docs()) r.docs.push_back(d);
       for (const auto& t : req->filters().content_types()) r.content_types.push_back(t);
       for (const auto& t : req->filters().tags()) r.tags[t.key()] = t.value();
@@ -284,8 +360,9 @@ class KnowledgeService final : public pb::Knowledge::CallbackService {
 
   grpc::ServerUnaryReactor* Stats(grpc::CallbackServerContext* ctx, const pb::StatsRequest* req,
                                   pb::StatsResponse* resp) override {
-    return Offload(ctx, [this, req, resp]() -> absl::Status {
-      auto s = deps_.knowledge->Stats(req->collection());
+    return Offload(ctx, "Knowledge.Stats", [this, req, resp](const Principal& who) -> absl::Status {
+      Collections cols{who, deps_.gate->identities()};
+      auto s = deps_.knowledge->Stats(cols.Resolve(req->collection()));
       if (!s.ok()) return s.status();
       resp->set_documents(s->documents);
       resp->set_chunks(s->chunks);
@@ -305,9 +382,12 @@ class KnowledgeService final : public pb::Knowledge::CallbackService {
     void OnDone() override { delete this; }
   };
 
-  grpc::ServerUnaryReactor* Offload(grpc::CallbackServerContext* ctx, std::function<absl::Status()> work) {
+  grpc::ServerUnaryReactor* Offload(grpc::CallbackServerContext* ctx, std::string_view rpc,
+                                    std::function<absl::Status(const Principal&)> work) {
+    auto who = deps_.gate->Admit(ctx, rpc);
+    if (!who.ok()) return Refuse(ctx, who.status());
     return OffloadUnary(ctx, deps_.pool, deps_.knowledge != nullptr, "the knowledge base is not available",
-                        std::move(work));
+                        [who = *who, work = std::move(work)] { return work(who); });
   }
 
   const ApiDeps deps_;

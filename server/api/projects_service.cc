@@ -15,6 +15,8 @@
 #include "server/agent/turn_manager.h"
 #include "server/api/api.h"
 #include "server/api/offload.h"
+#include "server/api/gate.h"
+#include "common/local_account.h"
 #include "server/hardware/broker.h"
 #include "server/llm/provider.h"
 #include "server/project/policy.h"
@@ -34,9 +36,22 @@ class ProjectsService final : public pb::Projects::CallbackService {
  public:
   explicit ProjectsService(ApiDeps deps) : deps_(std::move(deps)) {}
 
+  // Admits the call, then runs `work` on the pool with the caller's file
+  // identity: the project is read and written as its owner, never as fwaid.
+  grpc::ServerUnaryReactor* OffloadAs(grpc::CallbackServerContext* ctx, std::string_view rpc,
+                                      std::function<absl::Status()> work) {
+    auto who = deps_.gate->Admit(ctx, rpc);
+    if (!who.ok()) return Refuse(ctx, who.status());
+    return OffloadUnary(ctx, deps_.pool, true, "", [account = *who->account, work = std::move(work)] {
+      ScopedFsIdentity as(account);
+      if (!as.status().ok()) return as.status();
+      return work();
+    });
+  }
+
   grpc::ServerUnaryReactor* Init(grpc::CallbackServerContext* ctx, const pb::InitRequest* req,
                                  pb::InitResponse* resp) override {
-    return OffloadUnary(ctx, deps_.pool, true, "", [req, resp] {
+    return OffloadAs(ctx, "Projects.Init", [req, resp] {
       std::error_code ec;
       ProjectSettings s;
       std::optional<ProjectTemplate> tmpl;
@@ -113,7 +128,7 @@ class ProjectsService final : public pb::Projects::CallbackService {
 
   grpc::ServerUnaryReactor* GetConfig(grpc::CallbackServerContext* ctx, const pb::GetConfigRequest* req,
                                       pb::ProjectConfig* resp) override {
-    return OffloadUnary(ctx, deps_.pool, true, "", [req, resp] {
+    return OffloadAs(ctx, "Projects.GetConfig", [req, resp] {
       auto root = Root(req->project_root());
       if (!root.ok()) return root.status();
       const fs::path path = fs::path(*root) / ".fwai" / "project.yaml";
@@ -130,7 +145,7 @@ class ProjectsService final : public pb::Projects::CallbackService {
 
   grpc::ServerUnaryReactor* Doctor(grpc::CallbackServerContext* ctx, const pb::DoctorRequest* req,
                                    pb::DoctorResponse* resp) override {
-    return OffloadUnary(ctx, deps_.pool, true, "", [this, req, resp] {
+    return OffloadAs(ctx, "Projects.Doctor", [this, req, resp] {
       auto add = [&](const DoctorCheck& c) {
         auto* o = resp->add_checks();
         o->set_name(c.name);
@@ -193,7 +208,7 @@ class ProjectsService final : public pb::Projects::CallbackService {
 
   grpc::ServerUnaryReactor* PolicyCheck(grpc::CallbackServerContext* ctx, const pb::PolicyCheckRequest* req,
                                         pb::PolicyDecision* resp) override {
-    return OffloadUnary(ctx, deps_.pool, true, "", [this, req, resp] {
+    return OffloadAs(ctx, "Projects.PolicyCheck", [this, req, resp] {
       auto root = Root(req->project_root());
       if (!root.ok()) return root.status();
       if (req->kind() != "write" && req->kind() != "tool" && req->kind() != "command") {

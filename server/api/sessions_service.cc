@@ -16,6 +16,9 @@
 #include "fwai/v1/tool_catalog.grpc.pb.h"
 #include "server/agent/turn_manager.h"
 #include "server/api/api.h"
+#include "server/api/gate.h"
+#include "server/api/offload.h"
+#include "server/tools/project_fs.h"
 #include "server/llm/provider.h"
 #include "server/session/session_manager.h"
 
@@ -42,6 +45,7 @@ void ToProto(const SessionInfo& s, bool running, pb::Session* out) {
   out->mutable_usage()->set_cost_usd(s.cost_usd);
   out->set_temperature(s.temperature);
   out->set_max_tokens(s.max_tokens);
+  out->set_account(s.account);
   auto todos = nlohmann::json::parse(s.todos_json, nullptr, false);
   if (todos.is_array()) {
     for (const auto& t : todos) {
@@ -54,24 +58,16 @@ void ToProto(const SessionInfo& s, bool running, pb::Session* out) {
   }
 }
 
-// Callers may use their own sessions; root and the daemon's user may use all.
+// A principal sees its own sessions; admins see all. Another's session is
+// NOT_FOUND: its existence is not revealed.
 class Access {
  public:
   explicit Access(const ApiDeps& d) : d_(d) {}
-  std::string Caller(grpc::CallbackServerContext* ctx) const { return d_.peers->Identity(ctx->peer()); }
-  bool IsAdmin(grpc::CallbackServerContext* ctx) const {
-    int64_t uid = d_.peers->Uid(ctx->peer());
-    return uid == 0 || uid == static_cast<int64_t>(d_.daemon_uid);
-  }
-  absl::StatusOr<SessionInfo> Session(grpc::CallbackServerContext* ctx, const std::string& id) const {
+  absl::StatusOr<SessionInfo> Session(const Principal& p, const std::string& id) const {
     if (id.empty()) return absl::InvalidArgumentError("session_id: required");
     auto s = d_.sessions->Get(id);
     if (!s.ok()) return s.status();
-    const std::string caller = Caller(ctx);
-    if (s->owner != caller && !IsAdmin(ctx)) {
-      return absl::PermissionDeniedError(
-          absl::StrCat("session ", id, " belongs to ", s->owner, "; you are ", caller));
-    }
+    if (!p.MaySee(s->owner)) return absl::NotFoundError(absl::StrCat("session ", id, " not found"));
     return s;
   }
 
@@ -200,7 +196,15 @@ class EventPump {
 class ChatReactor final : public grpc::ServerBidiReactor<pb::ClientEvent, pb::ServerEvent> {
  public:
   ChatReactor(const ApiDeps& deps, grpc::CallbackServerContext* ctx)
-      : deps_(deps), access_(deps), ctx_(ctx), pump_(this), caller_(access_.Caller(ctx)) {
+      : deps_(deps), access_(deps), ctx_(ctx), pump_(this) {
+    auto who = deps_.gate->Admit(ctx, "Sessions.Chat");
+    if (!who.ok()) {
+      pump_.Finish(ToGrpcStatus(who.status()));
+      return;
+    }
+    who_ = *std::move(who);
+    caller_ = who_.id;
+    ticket_ = deps_.gate->Track(who_, ctx, [this](const grpc::Status& s) { pump_.Finish(s); });
     StartRead(&in_);
   }
 
@@ -221,16 +225,28 @@ class ChatReactor final : public grpc::ServerBidiReactor<pb::ClientEvent, pb::Se
   void OnWriteDone(bool ok) override { pump_.OnWriteDone(ok); }
   void OnCancel() override { pump_.Finish(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled")); }
   void OnDone() override {
+    ticket_.reset();
     pump_.Detach(deps_.sessions);
     delete this;
   }
 
  private:
+  // Turns running in the caller's sessions, against its limit.
+  absl::Status CheckTurnLimit() {
+    const LimitsConfig limits = deps_.gate->identities().LimitsOf(who_);
+    const size_t running = deps_.turns->RunningOwnedBy([this](const std::string& owner) { return who_.Owns(owner); });
+    if (static_cast<int64_t>(running) >= limits.running_turns) {
+      return absl::ResourceExhaustedError(absl::StrCat("limit running_turns (", limits.running_turns,
+                                                       ") reached: retry when one of your turns has finished"));
+    }
+    return absl::OkStatus();
+  }
+
   absl::Status Handle() {
     switch (in_.kind_case()) {
       case pb::ClientEvent::kOpen: {
         if (!session_id_.empty()) return absl::InvalidArgumentError("open: the chat is already open");
-        auto s = access_.Session(ctx_, in_.open().session_id());
+        auto s = access_.Session(who_, in_.open().session_id());
         if (!s.ok()) return s.status();
         session_id_ = s->id;
         auto sub = deps_.sessions->Subscribe(session_id_, in_.open().after_seq(), in_.open().replay(),
@@ -250,6 +266,8 @@ class ChatReactor final : public grpc::ServerBidiReactor<pb::ClientEvent, pb::Se
         req.model = in_.message().model();
         req.turn_id = in_.message().turn_id();
         req.sender = caller_;
+        req.owner = who_.id;
+        if (auto l = CheckTurnLimit(); !l.ok()) return l;
         return deps_.turns->Start(std::move(req));
       }
       case pb::ClientEvent::kCancel:
@@ -282,6 +300,8 @@ class ChatReactor final : public grpc::ServerBidiReactor<pb::ClientEvent, pb::Se
         req.compact_only = true;
         req.turn_id = in_.compact().turn_id();
         req.sender = caller_;
+        req.owner = who_.id;
+        if (auto l = CheckTurnLimit(); !l.ok()) return l;
         return deps_.turns->Start(std::move(req));
       }
       case pb::ClientEvent::kSetMode: {
@@ -298,7 +318,9 @@ class ChatReactor final : public grpc::ServerBidiReactor<pb::ClientEvent, pb::Se
   Access access_;
   grpc::CallbackServerContext* const ctx_;
   EventPump<ChatReactor> pump_;
-  const std::string caller_;
+  Principal who_;
+  std::string caller_;
+  std::unique_ptr<Gate::Ticket> ticket_;
   pb::ClientEvent in_;
   std::string session_id_;
 };
@@ -308,7 +330,13 @@ class AttachReactor final : public grpc::ServerWriteReactor<pb::ServerEvent> {
  public:
   AttachReactor(const ApiDeps& deps, grpc::CallbackServerContext* ctx, const pb::AttachRequest* req)
       : deps_(deps), pump_(this) {
-    auto s = Access(deps).Session(ctx, req->session_id());
+    auto who = deps_.gate->Admit(ctx, "Sessions.Attach");
+    if (!who.ok()) {
+      pump_.Finish(ToGrpcStatus(who.status()));
+      return;
+    }
+    ticket_ = deps_.gate->Track(*who, ctx, [this](const grpc::Status& st) { pump_.Finish(st); });
+    auto s = Access(deps).Session(*who, req->session_id());
     if (!s.ok()) {
       pump_.Finish(ToGrpcStatus(s.status()));
       return;
@@ -324,6 +352,7 @@ class AttachReactor final : public grpc::ServerWriteReactor<pb::ServerEvent> {
   void OnWriteDone(bool ok) override { pump_.OnWriteDone(ok); }
   void OnCancel() override { pump_.Finish(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled")); }
   void OnDone() override {
+    ticket_.reset();
     pump_.Detach(deps_.sessions);
     delete this;
   }
@@ -331,6 +360,7 @@ class AttachReactor final : public grpc::ServerWriteReactor<pb::ServerEvent> {
  private:
   const ApiDeps& deps_;
   EventPump<AttachReactor> pump_;
+  std::unique_ptr<Gate::Ticket> ticket_;
 };
 
 class SessionsService final : public pb::Sessions::CallbackService {
@@ -339,41 +369,38 @@ class SessionsService final : public pb::Sessions::CallbackService {
 
   grpc::ServerUnaryReactor* Create(grpc::CallbackServerContext* ctx,
                                    const pb::CreateSessionRequest* req, pb::Session* resp) override {
+    auto who = deps_.gate->Admit(ctx, "Sessions.Create");
+    if (!who.ok()) return Refuse(ctx, who.status());
     auto* r = ctx->DefaultReactor();
-    if (!req->provider().empty() && deps_.providers->Find(req->provider()) == nullptr) {
-      r->Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                             absl::StrCat("provider: '", req->provider(), "' is not configured")));
-      return r;
-    }
-    NewSession ns{req->title(), req->project_root(), req->provider(), req->model(), req->mode(),
-                  req->auto_approve_plan(), req->has_temperature() ? req->temperature() : -1.0, req->max_tokens()};
-    auto s = deps_.sessions->Create(access_.Caller(ctx), std::move(ns));
-    if (s.ok()) ToProto(*s, false, resp);
-    r->Finish(ToGrpcStatus(s.status()));
+    r->Finish(ToGrpcStatus(CreateSession(*who, *req, resp)));
     return r;
   }
 
   grpc::ServerUnaryReactor* List(grpc::CallbackServerContext* ctx, const pb::ListSessionsRequest* req,
                                  pb::ListSessionsResponse* resp) override {
-    auto* r = ctx->DefaultReactor();
-    if (req->all() && !access_.IsAdmin(ctx)) {
-      r->Finish(grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
-                             "all: only root or the daemon's user may list every user's sessions"));
-      return r;
+    auto who = deps_.gate->Admit(ctx, "Sessions.List");
+    if (!who.ok()) return Refuse(ctx, who.status());
+    if (req->all() && !who->admin()) {
+      return Refuse(ctx, absl::PermissionDeniedError("all: listing every user's sessions is for admins (rule: admin)"));
     }
-    auto list = deps_.sessions->List(req->all() ? "" : access_.Caller(ctx));
+    auto list = deps_.sessions->List("");
     if (list.ok()) {
-      for (const auto& s : *list) ToProto(s, deps_.turns->Running(s.id), resp->add_sessions());
+      for (const auto& s : *list) {
+        if (req->all() || who->Owns(s.owner)) ToProto(s, deps_.turns->Running(s.id), resp->add_sessions());
+      }
     }
+    auto* r = ctx->DefaultReactor();
     r->Finish(ToGrpcStatus(list.status()));
     return r;
   }
 
   grpc::ServerUnaryReactor* Get(grpc::CallbackServerContext* ctx, const pb::GetSessionRequest* req,
                                 pb::Session* resp) override {
-    auto* r = ctx->DefaultReactor();
-    auto s = access_.Session(ctx, req->session_id());
+    auto who = deps_.gate->Admit(ctx, "Sessions.Get");
+    if (!who.ok()) return Refuse(ctx, who.status());
+    auto s = access_.Session(*who, req->session_id());
     if (s.ok()) ToProto(*s, deps_.turns->Running(s->id), resp);
+    auto* r = ctx->DefaultReactor();
     r->Finish(ToGrpcStatus(s.status()));
     return r;
   }
@@ -381,26 +408,28 @@ class SessionsService final : public pb::Sessions::CallbackService {
   grpc::ServerUnaryReactor* Delete(grpc::CallbackServerContext* ctx,
                                    const pb::DeleteSessionRequest* req,
                                    pb::DeleteSessionResponse*) override {
-    auto* r = ctx->DefaultReactor();
-    auto s = access_.Session(ctx, req->session_id());
-    if (!s.ok()) {
-      r->Finish(ToGrpcStatus(s.status()));
-      return r;
-    }
+    auto who = deps_.gate->Admit(ctx, "Sessions.Delete");
+    if (!who.ok()) return Refuse(ctx, who.status());
+    auto s = access_.Session(*who, req->session_id());
+    if (!s.ok()) return Refuse(ctx, s.status());
     deps_.turns->Cancel(s->id);
     if (deps_.on_session_deleted) deps_.on_session_deleted(s->id);
-    r->Finish(ToGrpcStatus(deps_.sessions->Delete(s->id)));
+    absl::Status st = deps_.sessions->Delete(s->id);
+    if (st.ok() && deps_.audit) {
+      deps_.audit({{"kind", "session_deleted"}, {"session_id", s->id}, {"owner", s->owner},
+                   {"principal", who->id}, {"peer", who->peer}, {"admin_override", !who->Owns(s->owner)}});
+    }
+    auto* r = ctx->DefaultReactor();
+    r->Finish(ToGrpcStatus(st));
     return r;
   }
 
   grpc::ServerUnaryReactor* History(grpc::CallbackServerContext* ctx, const pb::HistoryRequest* req,
                                     pb::HistoryResponse* resp) override {
-    auto* r = ctx->DefaultReactor();
-    auto s = access_.Session(ctx, req->session_id());
-    if (!s.ok()) {
-      r->Finish(ToGrpcStatus(s.status()));
-      return r;
-    }
+    auto who = deps_.gate->Admit(ctx, "Sessions.History");
+    if (!who.ok()) return Refuse(ctx, who.status());
+    auto s = access_.Session(*who, req->session_id());
+    if (!s.ok()) return Refuse(ctx, s.status());
     auto h = deps_.sessions->LoadHistory(s->id);
     if (h.ok()) {
       for (const auto& e : *h) {
@@ -409,6 +438,7 @@ class SessionsService final : public pb::Sessions::CallbackService {
         m->set_content_json(e.content_json);
       }
     }
+    auto* r = ctx->DefaultReactor();
     r->Finish(ToGrpcStatus(h.status()));
     return r;
   }
@@ -424,35 +454,89 @@ class SessionsService final : public pb::Sessions::CallbackService {
   }
 
  private:
+  absl::Status CreateSession(const Principal& who, const pb::CreateSessionRequest& req, pb::Session* resp) {
+    if (!req.provider().empty() && deps_.providers->Find(req.provider()) == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat("provider: '", req.provider(), "' is not configured"));
+    }
+    const LimitsConfig limits = deps_.gate->identities().LimitsOf(who);
+    auto mine = deps_.sessions->List("");
+    if (!mine.ok()) return mine.status();
+    const int64_t owned = std::count_if(mine->begin(), mine->end(), [&](const SessionInfo& s) { return who.Owns(s.owner); });
+    if (owned >= limits.sessions) {
+      return absl::ResourceExhaustedError(absl::StrCat("limit sessions (", limits.sessions, ") reached: you have ", owned,
+                                                       "; delete some (fwai sessions rm ID...) and retry"));
+    }
+    NewSession ns{req.title(), req.project_root(), req.provider(), req.model(), req.mode(),
+                  req.auto_approve_plan(), req.has_temperature() ? req.temperature() : -1.0, req.max_tokens()};
+    std::string no_project;
+    if (!who.account) {
+      // No local account: chat, knowledge and hardware only.
+      ns.without_project = true;
+      no_project = who.no_account_reason;
+    } else if (!req.project_root().empty()) {
+      if (req.project_root()[0] != '/') {
+        return absl::InvalidArgumentError(absl::StrCat("project_root: '", req.project_root(), "' is not an absolute path"));
+      }
+      // The project root must be one the account itself can use: checked
+      // as that account, not as fwaid.
+      ns.account = who.account->name;
+      ScopedFsIdentity as(*who.account);
+      if (!as.status().ok()) return as.status();
+      auto fs = ProjectFs::Open(req.project_root());
+      if (absl::IsInvalidArgument(fs.status())) return fs.status();
+      if (!fs.ok()) {
+        return absl::PermissionDeniedError(absl::StrCat("project_root: ", who.account->name, " cannot use ",
+                                                        req.project_root(), ": ", fs.status().message()));
+      }
+    }
+    auto s = deps_.sessions->Create(who.id, std::move(ns));
+    if (!s.ok()) return s.status();
+    ToProto(*s, false, resp);
+    resp->set_no_project_reason(no_project);
+    if (deps_.audit) {
+      deps_.audit({{"kind", "session_created"}, {"session_id", s->id}, {"owner", s->owner},
+                   {"project_root", s->project_root}, {"account", s->account}, {"principal", who.id},
+                   {"peer", who.peer}});
+    }
+    return absl::OkStatus();
+  }
+
   const ApiDeps deps_;
   const Access access_;
 };
 
 class DaemonService final : public pb::Daemon::CallbackService {
  public:
-  explicit DaemonService(ApiDeps deps) : deps_(std::move(deps)), access_(deps_) {}
+  explicit DaemonService(ApiDeps deps) : deps_(std::move(deps)) {}
 
   grpc::ServerUnaryReactor* Status(grpc::CallbackServerContext* ctx, const pb::DaemonStatusRequest*,
                                    pb::DaemonStatus* resp) override {
+    auto who = deps_.gate->Admit(ctx, "Daemon.Status");
+    if (!who.ok()) return Refuse(ctx, who.status());
     resp->set_version(deps_.version);
     resp->set_pid(getpid());
     resp->set_started_us(deps_.started_us);
-    resp->set_data_dir(deps_.config->data_dir);
-    for (const auto& l : deps_.config->listen) resp->add_listen(l);
+    resp->set_caller(who->id);
+    resp->set_running_turns(deps_.turns->RunningCount());
+    resp->set_default_provider(deps_.providers->default_name);
     for (const auto& [name, p] : deps_.providers->providers) {
       const auto& c = p->config();
       auto* pi = resp->add_providers();
       pi->set_name(name);
       pi->set_kind(c.kind);
       pi->set_model(c.model);
-      pi->set_base_url(c.base_url);
       pi->set_has_key(!ResolveApiKey(c).empty());
-      pi->set_key_env(c.api_key_env);
+      // Where the daemon keeps things, and how it reaches providers, is for admins.
+      if (who->admin()) {
+        pi->set_base_url(c.base_url);
+        pi->set_key_env(c.api_key_env);
+      }
     }
-    resp->set_default_provider(deps_.providers->default_name);
-    resp->set_caller(access_.Caller(ctx));
-    resp->set_config_file(deps_.config->source);
-    resp->set_running_turns(deps_.turns->RunningCount());
+    if (who->admin()) {
+      resp->set_data_dir(deps_.config->data_dir);
+      for (const auto& l : deps_.config->listen) resp->add_listen(l);
+      resp->set_config_file(deps_.config->source);
+    }
     auto* r = ctx->DefaultReactor();
     r->Finish(grpc::Status::OK);
     return r;
@@ -460,20 +544,30 @@ class DaemonService final : public pb::Daemon::CallbackService {
 
   grpc::ServerUnaryReactor* Shutdown(grpc::CallbackServerContext* ctx, const pb::ShutdownRequest*,
                                      pb::ShutdownResponse*) override {
-    auto* r = ctx->DefaultReactor();
-    if (!access_.IsAdmin(ctx)) {
-      r->Finish(grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
-                             "only root or the daemon's user may stop it"));
-      return r;
-    }
+    auto who = deps_.gate->Admit(ctx, "Daemon.Shutdown");
+    if (!who.ok()) return Refuse(ctx, who.status());
+    if (deps_.audit) deps_.audit({{"kind", "daemon_shutdown"}, {"principal", who->id}, {"peer", who->peer}});
     deps_.request_shutdown();
+    auto* r = ctx->DefaultReactor();
     r->Finish(grpc::Status::OK);
     return r;
   }
 
+  grpc::ServerUnaryReactor* ReloadConfig(grpc::CallbackServerContext* ctx, const pb::ReloadConfigRequest*,
+                                         pb::ReloadConfigResponse* resp) override {
+    auto who = deps_.gate->Admit(ctx, "Daemon.ReloadConfig");
+    if (!who.ok()) return Refuse(ctx, who.status());
+    return OffloadUnary(ctx, deps_.pool, true, "", [this, who = *who, resp]() -> absl::Status {
+      auto users = deps_.reload_config(who.id + " (" + who.peer + ")");
+      if (!users.ok()) return users.status();
+      resp->set_users(*users);
+      resp->set_config_file(deps_.config->source);
+      return absl::OkStatus();
+    });
+  }
+
  private:
   const ApiDeps deps_;
-  const Access access_;
 };
 
 // Services whose domain is not built yet answer UNIMPLEMENTED (the generated
@@ -490,6 +584,7 @@ std::vector<std::unique_ptr<grpc::Service>> MakeServices(const ApiDeps& deps) {
   out.push_back(MakeProjectsService(deps));
   out.push_back(MakeSkillsService(deps));
   out.push_back(MakeEvidenceService(deps));
+  out.push_back(MakeAuthService(deps));
   return out;
 }
 

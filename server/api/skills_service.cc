@@ -4,6 +4,8 @@
 #include <grpcpp/grpcpp.h>
 
 #include <atomic>
+#include <map>
+#include <mutex>
 #include <filesystem>
 #include <thread>
 
@@ -14,6 +16,8 @@
 #include "server/agent/turn_manager.h"
 #include "server/api/api.h"
 #include "server/api/caller.h"
+#include "server/api/gate.h"
+#include "common/local_account.h"
 #include "server/api/offload.h"
 #include "server/api/queued_writer.h"
 #include "server/skills/intent.h"
@@ -28,8 +32,10 @@ namespace fs = std::filesystem;
 
 absl::StatusOr<std::string> Root(const std::string& r) { return CanonicalProjectRoot(r); }
 
-// The skills of a project ("" : the built-ins only).
-absl::StatusOr<std::vector<Skill>> SkillsOf(const std::string& project_root) {
+// The skills of a project ("" : the built-ins only), read as `account`.
+absl::StatusOr<std::vector<Skill>> SkillsOf(const std::string& project_root, const LocalAccount& account) {
+  ScopedFsIdentity as(account);
+  if (!as.status().ok()) return as.status();
   std::string root;
   if (!project_root.empty()) {
     auto r = Root(project_root);
@@ -52,8 +58,10 @@ class SkillsService final : public pb::Skills::CallbackService {
 
   grpc::ServerUnaryReactor* List(grpc::CallbackServerContext* ctx, const pb::ListSkillsRequest* req,
                                  pb::ListSkillsResponse* resp) override {
-    return OffloadUnary(ctx, deps_.pool, true, "", [req, resp] {
-      auto skills = SkillsOf(req->project_root());
+    auto who = deps_.gate->Admit(ctx, "Skills.List");
+    if (!who.ok()) return Refuse(ctx, who.status());
+    return OffloadUnary(ctx, deps_.pool, true, "", [req, resp, account = *who->account] {
+      auto skills = SkillsOf(req->project_root(), account);
       if (!skills.ok()) return skills.status();
       for (const auto& s : *skills) {
         auto* o = resp->add_skills();
@@ -73,9 +81,11 @@ class SkillsService final : public pb::Skills::CallbackService {
 
   grpc::ServerUnaryReactor* Resolve(grpc::CallbackServerContext* ctx, const pb::ResolveIntentRequest* req,
                                     pb::ResolveIntentResponse* resp) override {
-    return OffloadUnary(ctx, deps_.pool, true, "", [this, req, resp] {
+    auto who = deps_.gate->Admit(ctx, "Skills.Resolve");
+    if (!who.ok()) return Refuse(ctx, who.status());
+    return OffloadUnary(ctx, deps_.pool, true, "", [this, req, resp, account = *who->account] {
       if (req->text().empty()) return absl::InvalidArgumentError("text: required");
-      auto skills = SkillsOf(req->project_root());
+      auto skills = SkillsOf(req->project_root(), account);
       if (!skills.ok()) return skills.status();
       Provider* p = req->use_provider() && deps_.providers ? deps_.providers->Find("") : nullptr;
       CancelToken cancel;
@@ -93,7 +103,16 @@ class SkillsService final : public pb::Skills::CallbackService {
     auto* svc = this;
     using Stream = WorkStreamReactor<pb::SkillEvent>;
     return Stream::Serve(svc->deps_.skills != nullptr, "the skill runner is not available", [&](const std::shared_ptr<Stream::State>& st) {
-      auto root = Root(req->project_root());
+      auto who = svc->deps_.gate->Admit(ctx, "Skills.Run");
+      if (!who.ok()) {
+        st->writer.Close(ToGrpcStatus(who.status()));
+        return;
+      }
+      absl::StatusOr<std::string> root = absl::UnknownError("");
+      {
+        ScopedFsIdentity as(*who->account);
+        root = as.status().ok() ? Root(req->project_root()) : absl::StatusOr<std::string>(as.status());
+      }
       if (!root.ok()) {
         st->writer.Close(ToGrpcStatus(root.status()));
         return;
@@ -107,6 +126,12 @@ class SkillsService final : public pb::Skills::CallbackService {
                                           absl::StrCat(kMaxRuns, " skill runs are under way; try again when one ends")));
         return;
       }
+      const LimitsConfig limits = svc->deps_.gate->identities().LimitsOf(*who);
+      if (svc->RunsOf(who->id) >= limits.running_runs) {
+        st->writer.Close(ToGrpcStatus(absl::ResourceExhaustedError(absl::StrCat(
+            "limit running_runs (", limits.running_runs, ") reached: retry when one of your runs has ended"))));
+        return;
+      }
       SkillRunRequest r;
       r.project_root = *root;
       r.skill = req->skill();
@@ -115,9 +140,10 @@ class SkillsService final : public pb::Skills::CallbackService {
       r.approved = req->approved();
       r.timeout_s = std::max(0, req->timeout_s());
       for (const auto& [k, v] : req->vars()) r.vars[k] = v;
-      r.caller = CallerFromContext(svc->deps_, ctx);
+      r.caller = CallerFor(*who, ctx);
       svc->running_++;
-      std::thread([svc, st, r = std::move(r)] {
+      svc->AddRun(who->id, +1);
+      std::thread([svc, st, r = std::move(r), owner = who->id] {
         std::string run_id;
         svc->deps_.skills->Run(
             r,
@@ -138,14 +164,27 @@ class SkillsService final : public pb::Skills::CallbackService {
             },
             st->cancel);
         st->writer.Close(grpc::Status::OK);
+        svc->AddRun(owner, -1);
         svc->running_--;
       }).detach();
     });
   }
 
  private:
+  int64_t RunsOf(const std::string& owner) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = runs_by_owner_.find(owner);
+    return it == runs_by_owner_.end() ? 0 : it->second;
+  }
+  void AddRun(const std::string& owner, int delta) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if ((runs_by_owner_[owner] += delta) <= 0) runs_by_owner_.erase(owner);
+  }
+
   const ApiDeps deps_;
   std::atomic<int> running_{0};
+  std::mutex mu_;
+  std::map<std::string, int64_t> runs_by_owner_;
 };
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include "fwai/v1/tool_catalog.grpc.pb.h"
 #include "server/api/api.h"
 #include "server/api/offload.h"
+#include "server/api/gate.h"
 #include "server/catalog/tool_catalog.h"
 
 namespace fwai {
@@ -20,7 +21,7 @@ class ToolCatalogService final : public pb::ToolCatalog::CallbackService {
 
   grpc::ServerUnaryReactor* Register(grpc::CallbackServerContext* ctx, const pb::RegisterToolsRequest* req,
                                      pb::RegisterToolsResponse* resp) override {
-    return Offload(ctx, [this, req, resp]() -> absl::Status {
+    return Offload(ctx, "ToolCatalog.Register", [this, req, resp]() -> absl::Status {
       if (req->tool_json().empty()) return absl::InvalidArgumentError("tool_json: at least one tool");
       std::vector<std::string> docs(req->tool_json().begin(), req->tool_json().end());
       if (req->validate_only()) return ToolCatalogStore::Validate(docs);
@@ -33,7 +34,7 @@ class ToolCatalogService final : public pb::ToolCatalog::CallbackService {
 
   grpc::ServerUnaryReactor* List(grpc::CallbackServerContext* ctx, const pb::ListToolsRequest*,
                                  pb::ListToolsResponse* resp) override {
-    return Offload(ctx, [this, resp]() -> absl::Status {
+    return Offload(ctx, "ToolCatalog.List", [this, resp]() -> absl::Status {
       auto tools = deps_.catalog->List();
       if (!tools.ok()) return tools.status();
       for (const auto& t : *tools) {
@@ -48,7 +49,7 @@ class ToolCatalogService final : public pb::ToolCatalog::CallbackService {
 
   grpc::ServerUnaryReactor* Remove(grpc::CallbackServerContext* ctx, const pb::RemoveToolRequest* req,
                                    pb::RemoveToolResponse*) override {
-    return Offload(ctx, [this, req]() -> absl::Status {
+    return Offload(ctx, "ToolCatalog.Remove", [this, req]() -> absl::Status {
       if (req->name().empty()) return absl::InvalidArgumentError("name: required");
       return deps_.catalog->Remove(req->name());
     });
@@ -56,7 +57,7 @@ class ToolCatalogService final : public pb::ToolCatalog::CallbackService {
 
   grpc::ServerUnaryReactor* Search(grpc::CallbackServerContext* ctx, const pb::ToolSearchRequest* req,
                                    pb::ToolSearchResponse* resp) override {
-    return Offload(ctx, [this, req, resp]() -> absl::Status {
+    return Offload(ctx, "ToolCatalog.Search", [this, req, resp]() -> absl::Status {
       const auto t0 = std::chrono::steady_clock::now();
       CatalogMode mode = CatalogMode::kSlicesRerank;
       if (req->mode() == "slices") {
@@ -82,7 +83,10 @@ class ToolCatalogService final : public pb::ToolCatalog::CallbackService {
   }
 
  private:
-  grpc::ServerUnaryReactor* Offload(grpc::CallbackServerContext* ctx, std::function<absl::Status()> work) {
+  grpc::ServerUnaryReactor* Offload(grpc::CallbackServerContext* ctx, std::string_view rpc,
+                                    std::function<absl::Status()> work) {
+    auto who = deps_.gate->Admit(ctx, rpc);
+    if (!who.ok()) return Refuse(ctx, who.status());
     return OffloadUnary(ctx, deps_.pool, deps_.catalog != nullptr, "the tool catalog is not available",
                         std::move(work));
   }

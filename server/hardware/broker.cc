@@ -1,6 +1,7 @@
 #include "server/hardware/broker.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -9,7 +10,9 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <mutex>
 #include <set>
 #include <thread>
@@ -24,6 +27,8 @@
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "common/clock.h"
+#include "common/local_account.h"
+#include "common/paths.h"
 #include "common/subprocess.h"
 #include "server/hardware/discovery.h"
 #include "server/hardware/firmware_image.h"
@@ -443,8 +448,58 @@ absl::Status HardwareBroker::BootSimulated(Board& b, const std::string& image) {
   return absl::OkStatus();
 }
 
+absl::StatusOr<std::string> HardwareBroker::CopyImageAs(const Caller& caller, const std::string& board_id,
+                                                         const std::string& path) {
+  if (!caller.account) {
+    return absl::PermissionDeniedError(absl::StrCat("flash guard (image): reading ", path, " needs a local account; ",
+                                                    caller.display, " has none"));
+  }
+  std::string bytes;
+  struct stat st {};
+  {
+    ScopedFsIdentity as(*caller.account);
+    if (!as.status().ok()) return as.status();
+    int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+    if (fd < 0) {
+      return absl::FailedPreconditionError(absl::StrCat("flash guard (image): ", path,
+                                                        errno == ENOENT ? " does not exist"
+                                                                        : absl::StrCat(": ", caller.account->name,
+                                                                                       " cannot read it (",
+                                                                                       std::strerror(errno), ")")));
+    }
+    const bool regular = fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
+    if (regular && st.st_size <= (64 << 20)) {
+      bytes.resize(static_cast<size_t>(st.st_size));
+      size_t got = 0;
+      while (got < bytes.size()) {
+        ssize_t n = read(fd, bytes.data() + got, bytes.size() - got);
+        if (n <= 0) break;
+        got += static_cast<size_t>(n);
+      }
+      bytes.resize(got);
+    }
+    close(fd);
+    if (!regular) return absl::FailedPreconditionError(absl::StrCat("flash guard (image): ", path, " is not a regular file"));
+    if (st.st_size > (64 << 20)) return absl::FailedPreconditionError(absl::StrCat("flash guard (image): ", path, " is over 64 MB"));
+  }
+  const std::string dir = run_dir_ + "/images";
+  if (auto s = MakeDirs(dir, 0700); !s.ok()) return s;
+  const std::string out = absl::StrCat(dir, "/", board_id, fs::path(path).extension().string());
+  const std::string tmp = out + ".tmp";
+  {
+    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
+    f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    if (!f.flush()) return absl::InternalError(absl::StrCat("cannot write ", tmp));
+  }
+  // Its modification time stays: the freshness rule compares it with the sources.
+  timespec times[2] = {st.st_atim, st.st_mtim};
+  utimensat(AT_FDCWD, tmp.c_str(), times, 0);
+  if (rename(tmp.c_str(), out.c_str()) != 0) return absl::InternalError(absl::StrCat("cannot write ", out));
+  return out;
+}
+
 absl::StatusOr<FlashResult> HardwareBroker::Flash(const Caller& caller, const std::string& board_id,
-                                                  const std::string& image_path, bool approved,
+                                                  const std::string& requested_image, bool approved,
                                                   const std::string& project_root,
                                                   const std::function<void(const FlashProgressUpdate&)>& progress,
                                                   const CancelToken* cancel, bool check_fresh) {
@@ -455,22 +510,24 @@ absl::StatusOr<FlashResult> HardwareBroker::Flash(const Caller& caller, const st
   if (auto s = leases_->CheckHeld(board_id, caller.identity, caller.lease_id, caller.session_id); !s.ok()) {
     return absl::FailedPreconditionError(absl::StrCat("flash guard (lease): ", s.message()));
   }
-  if (image_path.empty()) return absl::InvalidArgumentError("flash guard (image): no image given");
+  if (requested_image.empty()) return absl::InvalidArgumentError("flash guard (image): no image given");
+  // The image is read as the caller, into a copy only fwaid can read: nobody
+  // flashes (and so exposes) a file they could not read themselves.
+  auto private_image = CopyImageAs(caller, board_id, requested_image);
+  if (!private_image.ok()) return private_image.status();
+  const std::string& image_path = *private_image;
   std::error_code ec;
-  if (!fs::is_regular_file(image_path, ec)) {
-    return absl::FailedPreconditionError(absl::StrCat("flash guard (image): ", image_path, " does not exist"));
-  }
   auto img = ReadFirmwareImage(image_path);
   if (!img.ok()) return absl::FailedPreconditionError(absl::StrCat("flash guard (image): ", img.status().message()));
   if (auto s = CheckImageTarget(*img, b->cfg); !s.ok()) return s;
   if (auto s = CheckImageFits(*img, b->cfg); !s.ok()) return s;
-  std::string root = project_root.empty() ? FindProjectRoot(image_path) : project_root;
+  std::string root = project_root.empty() ? FindProjectRoot(requested_image) : project_root;
   if (check_fresh) {
     if (auto s = CheckImageFresh(*img, root); !s.ok()) return s;
   }
   if (!approved) {
     return absl::FailedPreconditionError(
-        absl::StrCat("flash guard (approval): writing ", image_path, " to ", board_id,
+        absl::StrCat("flash guard (approval): writing ", requested_image, " to ", board_id,
                      " needs a person's confirmation (answer the prompt, or pass --yes / an approved plan)"));
   }
   auto sha = FileSha256(image_path);
@@ -549,7 +606,9 @@ absl::StatusOr<FlashResult> HardwareBroker::Flash(const Caller& caller, const st
   }
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (recorder_) {
-    recorder_({{"kind", "flash"}, {"board", board_id}, {"target", b->cfg.target}, {"image", b->image},
+    recorder_({{"kind", "flash"}, {"board", board_id}, {"target", b->cfg.target},
+               {"image", requested_image}, {"image_copy", b->image},
+               {"principal", caller.identity}, {"peer", caller.peer},
                {"image_sha256", *sha}, {"bytes", img->bytes}, {"by", caller.display}, {"session_id", caller.session_id},
                {"approved", approved}, {"boot_line", result.boot_line}, {"booted", !result.boot_line.empty()},
                {"seconds", result.seconds}});

@@ -16,6 +16,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "common/local_account.h"
 #include "common/cancel.h"
 #include "common/config.h"
 #include "server/hardware/lease_manager.h"
@@ -26,12 +27,17 @@ namespace fwai {
 class Storage;
 
 struct Caller {
-  std::string identity;  // "uid:N" | "tcp:..."
+  std::string identity;  // the principal: "uid:N" | "user:NAME"
+  std::string user;      // its user name (limits are per user)
   int64_t uid = -1;
   std::string display;   // "alice (uid 1000)"
   bool admin = false;
   std::string session_id;
   std::string lease_id;
+  std::string peer;      // where the call came from, for the record
+  // The local account the caller's files are read as (flash images, project
+  // files); none: the caller reads no files through fwaid.
+  std::optional<LocalAccount> account;
 };
 
 struct DeviceInfo {
@@ -116,6 +122,8 @@ class HardwareBroker {
   struct Board;
 
  private:
+  // `path` read as the caller's account into RUN/images/BOARD.ext (fwaid's own).
+  absl::StatusOr<std::string> CopyImageAs(const Caller& caller, const std::string& board_id, const std::string& path);
   Board* FindBoard(const std::string& id) const;
   absl::Status BootSimulated(Board& b, const std::string& image);
   void OnLeaseEnded(const LeaseRecord& lease, const std::string& reason);

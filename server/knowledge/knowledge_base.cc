@@ -699,6 +699,7 @@ absl::StatusOr<std::vector<KbSearchHit>> KnowledgeBase::Search(const KbSearchReq
     if (o >= m.chunk_slot.size() || m.chunk_slot[o] == kNoDoc) return false;
     const DocRec& d = *m.slots[m.chunk_slot[o]];
     if (!r.collection.empty() && d.info.collection != r.collection) return false;
+    if (r.collection_visible && !r.collection_visible(d.info.collection)) return false;
     if (!doc_filter.empty() && !doc_filter.count(d.info.name) && !doc_filter.count(d.info.id)) return false;
     if (!type_filter.empty() && !type_filter.count(m.chunk_type[o])) return false;
     for (const auto& [k, v] : r.tags) {
@@ -707,7 +708,8 @@ absl::StatusOr<std::vector<KbSearchHit>> KnowledgeBase::Search(const KbSearchReq
     }
     return true;
   };
-  const bool filtered = !r.collection.empty() || !doc_filter.empty() || !type_filter.empty() || !r.tags.empty();
+  const bool filtered = !r.collection.empty() || r.collection_visible || !doc_filter.empty() || !type_filter.empty() ||
+                        !r.tags.empty();
   std::function<bool(uint32_t)> acc = filtered ? std::function<bool(uint32_t)>(accept)
                                                : std::function<bool(uint32_t)>([&](uint32_t o) {
                                                    return o < m.chunk_slot.size() && m.chunk_slot[o] != kNoDoc;

@@ -96,6 +96,8 @@ struct KbSearchRequest {
   int max_results = 10;
   double threshold = 0;
   std::string collection;  // "" = all
+  // When set, only documents of collections it accepts (others' personal ones are hidden).
+  std::function<bool(const std::string& collection)> collection_visible;
   std::vector<std::string> docs;           // names or ids
   std::vector<std::string> content_types;
   std::map<std::string, std::string> tags;

@@ -13,12 +13,23 @@
 #include "server/storage/storage.h"
 
 namespace fwai {
+namespace {
+
+constexpr char kOpenTurnPrefix[] = "open-turn/";
+
+// "open-turn/<session>\0<turn>" -> big-endian seq of the turn's user message.
+std::string OpenTurnKey(const std::string& session_id, const std::string& turn_id) {
+  return absl::StrCat(kOpenTurnPrefix, session_id, std::string(1, '\0'), turn_id);
+}
+
+}  // namespace
 
 std::string SessionToJson(const SessionInfo& s) {
   nlohmann::json j = {{"id", s.id},
                       {"title", s.title},
                       {"owner", s.owner},
                       {"project_root", s.project_root},
+                      {"account", s.account},
                       {"created_us", s.created_us},
                       {"updated_us", s.updated_us},
                       {"provider", s.provider},
@@ -44,6 +55,7 @@ absl::StatusOr<SessionInfo> SessionFromJson(const std::string& text) {
     s.title = j.value("title", "");
     s.owner = j.value("owner", "");
     s.project_root = j.value("project_root", "");
+    s.account = j.value("account", "");
     s.created_us = j.value("created_us", int64_t{0});
     s.updated_us = j.value("updated_us", int64_t{0});
     s.provider = j.value("provider", "");
@@ -69,14 +81,17 @@ SessionManager::~SessionManager() { CloseAll(absl::UnavailableError("fwaid is sh
 
 absl::StatusOr<SessionInfo> SessionManager::Create(const std::string& owner, NewSession params) {
   std::error_code ec;
-  if (params.project_root.empty()) {
-    return absl::InvalidArgumentError("project_root: required (the directory the session works on)");
-  }
-  std::filesystem::path root = std::filesystem::canonical(params.project_root, ec);
-  if (ec || !std::filesystem::is_directory(root)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "project_root: '", params.project_root, "' is not an existing directory",
-        ec ? absl::StrCat(" (", ec.message(), ")") : std::string()));
+  std::filesystem::path root;
+  if (!params.without_project) {
+    if (params.project_root.empty()) {
+      return absl::InvalidArgumentError("project_root: required (the directory the session works on)");
+    }
+    root = std::filesystem::canonical(params.project_root, ec);
+    if (ec || !std::filesystem::is_directory(root)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "project_root: '", params.project_root, "' is not an existing directory",
+          ec ? absl::StrCat(" (", ec.message(), ")") : std::string()));
+    }
   }
   if (params.title.size() > 200) {
     return absl::InvalidArgumentError("title: at most 200 characters");
@@ -86,6 +101,7 @@ absl::StatusOr<SessionInfo> SessionManager::Create(const std::string& owner, New
   s.title = params.title;
   s.owner = owner;
   s.project_root = root.string();
+  s.account = params.without_project ? "" : params.account;
   s.created_us = s.updated_us = NowMicros();
   s.provider = params.provider;
   s.model = params.model;
@@ -216,7 +232,17 @@ absl::StatusOr<uint64_t> SessionManager::Publish(const std::string& session_id,
     ev.set_seq(seq);
     if (ev.time_us() == 0) ev.set_time_us(NowMicros());
     std::string bytes = ev.SerializeAsString();
-    RETURN_IF_ERROR(storage_.Put(Cf::kEvents, SeqKey(session_id, seq), bytes, /*sync=*/false));
+    // A turn is open from its user message to its turn_finished; the marker
+    // is written with the event, so a crash leaves it behind and the next
+    // start can end the turn (FinishInterruptedTurns).
+    WriteBatch batch;
+    batch.Put(Cf::kEvents, SeqKey(session_id, seq), bytes);
+    if (!ev.turn_id().empty() && ev.has_user_message()) {
+      batch.Put(Cf::kMeta, OpenTurnKey(session_id, ev.turn_id()), EncodeU64(seq));
+    } else if (!ev.turn_id().empty() && ev.has_turn_finished()) {
+      batch.Delete(Cf::kMeta, OpenTurnKey(session_id, ev.turn_id()));
+    }
+    RETURN_IF_ERROR(storage_.Write(batch, /*sync=*/false));
     live->last_seq = seq;
     for (auto& sub : live->subscribers) {
       if (sub->Push(seq, bytes)) to_notify.push_back(sub);
@@ -330,6 +356,72 @@ void SessionManager::CloseAll(const absl::Status& status) {
 size_t SessionManager::LoadedCount() {
   std::lock_guard<std::mutex> lock(mu_);
   return live_.size();
+}
+
+}  // namespace fwai
+
+namespace fwai {
+
+absl::StatusOr<int> SessionManager::FinishInterruptedTurns(const std::string& why) {
+  struct Open {
+    std::string session_id, turn_id;
+    uint64_t first_seq = 0;
+  };
+  std::vector<Open> open;
+  const std::string begin = kOpenTurnPrefix;
+  std::string end = begin;
+  end.back() += 1;
+  RETURN_IF_ERROR(storage_.Scan(Cf::kMeta, begin, end, [&](std::string_view k, std::string_view v) {
+    k.remove_prefix(begin.size());
+    size_t nul = k.find('\0');
+    if (nul != std::string_view::npos && v.size() == 8) {
+      open.push_back({std::string(k.substr(0, nul)), std::string(k.substr(nul + 1)), DecodeU64(v)});
+    }
+    return true;
+  }));
+  int finished = 0;
+  for (const Open& t : open) {
+    auto info = Get(t.session_id);
+    if (!info.ok()) {
+      // The session is gone (deleted in the same crash window): drop the marker.
+      (void)storage_.Delete(Cf::kMeta, OpenTurnKey(t.session_id, t.turn_id), false);
+      continue;
+    }
+    // The usage known so far: what the model calls of this turn reported.
+    int64_t in = 0, out = 0, first_us = 0, last_us = 0;
+    double cost = 0;
+    RETURN_IF_ERROR(storage_.Scan(Cf::kEvents, SeqKey(t.session_id, t.first_seq), SeqKeyEnd(t.session_id),
+                                  [&](std::string_view, std::string_view v) {
+                                    fwai::v1::ServerEvent ev;
+                                    if (!ev.ParseFromArray(v.data(), static_cast<int>(v.size()))) return true;
+                                    if (ev.turn_id() != t.turn_id) return true;
+                                    if (first_us == 0) first_us = ev.time_us();
+                                    last_us = ev.time_us();
+                                    if (ev.has_message_done()) {
+                                      in += ev.message_done().usage().input_tokens();
+                                      out += ev.message_done().usage().output_tokens();
+                                      cost += ev.message_done().usage().cost_usd();
+                                    }
+                                    return true;
+                                  }));
+    fwai::v1::ServerEvent ev;
+    ev.set_turn_id(t.turn_id);
+    auto* f = ev.mutable_turn_finished();
+    f->set_stop_reason("interrupted");
+    f->set_detail(why);
+    f->mutable_usage()->set_input_tokens(in);
+    f->mutable_usage()->set_output_tokens(out);
+    f->mutable_usage()->set_cost_usd(cost);
+    f->set_duration_ms(last_us > first_us ? (last_us - first_us) / 1000 : 0);
+    RETURN_IF_ERROR(Publish(t.session_id, ev.SerializeAsString()).status());
+    info->input_tokens += in;
+    info->output_tokens += out;
+    info->cost_usd += cost;
+    RETURN_IF_ERROR(Update(*info));
+    ++finished;
+  }
+  if (finished > 0) RETURN_IF_ERROR(storage_.SyncWal());
+  return finished;
 }
 
 }  // namespace fwai

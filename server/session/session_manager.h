@@ -32,7 +32,8 @@ struct SessionInfo {
   std::string id;
   std::string title;
   std::string owner;
-  std::string project_root;
+  std::string project_root;  // "" : the session has no project (no file tools, no commands)
+  std::string account;       // the local account its file tools and commands act as
   int64_t created_us = 0;
   int64_t updated_us = 0;
   std::string provider;
@@ -57,6 +58,8 @@ struct NewSession {
   bool auto_approve_plan = false;
   double temperature = -1;
   int max_tokens = 0;
+  bool without_project = false;  // then project_root is ignored and left empty
+  std::string account = {};      // the local account the session acts as ("" : none)
 };
 
 // One message of the conversation: role + Anthropic-style content blocks (JSON array).
@@ -102,6 +105,12 @@ class SessionManager {
   // Replaces the whole history (used by compaction).
   [[nodiscard]] absl::Status ReplaceHistory(const std::string& id,
                                             const std::vector<HistoryEntry>& entries);
+
+  // Ends every turn a previous process left open (it stopped between a turn's
+  // user message and its turn_finished): each gets turn_finished with
+  // stop_reason "interrupted", `why` as its detail and the usage its model
+  // calls reported. Call before clients can attach. Returns how many.
+  [[nodiscard]] absl::StatusOr<int> FinishInterruptedTurns(const std::string& why);
 
   // Closes every subscriber with `status` (daemon shutdown).
   void CloseAll(const absl::Status& status);

@@ -1,4 +1,5 @@
 #include "server/skills/runner.h"
+#include "server/skills/run_journal.h"
 
 #include <algorithm>
 #include <chrono>
@@ -41,7 +42,8 @@ using json = nlohmann::json;
 int ExitCodeFor(const std::string& c) {
   static const std::map<std::string, int> kCodes = {
       {"", 0},       {"failed", 10}, {"config", 11},  {"build", 12},    {"flash", 13},     {"verify", 14},
-      {"test", 15},  {"policy", 16}, {"timeout", 17}, {"hardware", 18}, {"provider", 19}, {"cancelled", 130}};
+      {"test", 15},  {"policy", 16}, {"timeout", 17}, {"hardware", 18}, {"provider", 19}, {"interrupted", 20},
+      {"cancelled", 130}};
   auto it = kCodes.find(c);
   return it == kCodes.end() ? 10 : it->second;
 }
@@ -736,6 +738,7 @@ SkillRunResult SkillRunner::Run(const SkillRunRequest& req, const std::function<
     result.failure_class = klass;
     result.exit_code = ExitCodeFor(klass);
     run.ReleaseLease();
+    const bool journaled = deps_.journal && !run.run_dir.empty();
     json files_changed = json::array();
     if (run.git) {
       for (const auto& [path, lines] : NumStat(req.project_root)) {
@@ -787,6 +790,7 @@ SkillRunResult SkillRunner::Run(const SkillRunRequest& req, const std::function<
         }
       }
     }
+    if (journaled) deps_.journal->End(run.run_id);
     result.summary = summary;
     std::string text = result.ok ? absl::StrCat(req.skill, ": ok in ", (NowMicros() - start_us) / 1000, " ms")
                                  : absl::StrCat(req.skill, ": ", result.failure_class, ": ", summary.value("error", ""));
@@ -901,6 +905,14 @@ SkillRunResult SkillRunner::Run(const SkillRunRequest& req, const std::function<
            {{"run_id", run.run_id}, {"skill", run.skill.name}, {"steps", planned}, {"log_dir", run.run_dir},
             {"board", v["BOARD"]}, {"timeout_s", timeout_s}, {"ci", req.ci}});
 
+  // Noted as running until it ends, so a crash cannot lose it.
+  auto journal_record = [&] {
+    return json{{"kind", "skill_run"},     {"run_id", run.run_id}, {"skill", req.skill},
+                {"skill_source", run.skill.source}, {"project", req.project_root}, {"target", run.project.target},
+                {"board", v["BOARD"]},     {"ci", req.ci},         {"by", req.caller.display},
+                {"steps", steps_out},      {"log_dir", run.run_dir}};
+  };
+  if (deps_.journal) deps_.journal->Begin(run.run_id, journal_record());
   std::string failure_class, failure_error;
   for (const auto& s : run.skill.steps) {
     const bool failed = !failure_class.empty();
@@ -944,6 +956,7 @@ SkillRunResult SkillRunner::Run(const SkillRunRequest& req, const std::function<
     }
     for (auto& [k, val] : o.extra.items()) rec[k] = val;
     steps_out.push_back(rec);
+    if (deps_.journal) deps_.journal->Update(run.run_id, journal_record());
     run.Emit(s.name, "step_finished", o.ok ? absl::StrCat(s.name, ": ok (", ms, " ms)") : absl::StrCat(s.name, ": ", secrets->Redact(o.error)),
              o.ok, rec);
     if (!o.ok && s.on_fail != "continue" && failure_class.empty()) {

@@ -21,6 +21,7 @@
 
 namespace fwai {
 
+class RunJournal;
 class SessionManager;
 class TurnManager;
 class SecretScanner;
@@ -36,6 +37,7 @@ struct SkillDeps {
   std::string policy_file;
   std::shared_ptr<const SecretScanner> secrets;  // null: the built-in patterns
   bool sandbox = true;  // build/test/shell in the sandbox when it is available
+  RunJournal* journal = nullptr;  // null: a run cut by a crash leaves no record
 };
 
 struct SkillRunRequest {
@@ -61,7 +63,7 @@ struct SkillEventOut {
 // CLI's own 1-4):
 //   ok 0, failed 10 (a shell / other step), config 11, build 12, flash 13,
 //   verify 14, test 15, policy 16, timeout 17, hardware 18, provider 19,
-//   cancelled 130
+//   interrupted 20 (fwaid stopped during the run), cancelled 130
 int ExitCodeFor(const std::string& failure_class);
 
 struct SkillRunResult {

@@ -154,6 +154,112 @@ TEST_F(CliTest, DaemonStatusAndStop) {
   EXPECT_EQ(Fwai({"daemon", "status"}, &out, &err), 3);
 }
 
+// `daemon stop` used to return when the socket stopped accepting, before the
+// process let go of its data directory; a `start` right after then failed on
+// RocksDB's LOCK.
+TEST_F(CliTest, DaemonStopReturnsOnlyWhenTheProcessHasExited) {
+  FakeReply slow;
+  for (int i = 0; i < 400; ++i) slow.chunks.push_back("tick ");
+  slow.chunk_delay_ms = 20;
+  fake_.Enqueue(slow);
+  auto session = daemon_->CreateSession();
+  ASSERT_FALSE(session.id().empty());
+  auto stub = daemon_->sessions();
+  grpc::ClientContext chat_ctx;
+  auto chat = OpenChat(*stub, &chat_ctx, session.id(), "count");
+  fwai::v1::ServerEvent ev;
+  while (chat->Read(&ev) && !ev.has_text_delta()) {
+  }
+  ASSERT_TRUE(ev.has_text_delta()) << "the turn never started streaming";
+  // A second fwaid on a data dir in use is refused at once, naming the holder.
+  std::string out, err;
+  const std::string fwaid = std::string(FWAI_BIN_DIR) + "/fwaid";
+  EXPECT_EQ(RunCommand({fwaid, "--data-dir", daemon_->data_dir(), "--listen",
+                        "unix:" + daemon_->dir() + "/other.sock"},
+                       &out, &err),
+            1);
+  EXPECT_NE(err.find("in use by another fwaid (pid " + std::to_string(daemon_->pid()) + ")"),
+            std::string::npos)
+      << err;
+  const pid_t pid = daemon_->pid();
+  ASSERT_EQ(Fwai({"--json", "daemon", "stop"}, &out, &err), 0) << err;
+  EXPECT_EQ(nlohmann::json::parse(out)["pid"], pid);
+  EXPECT_TRUE(daemon_->Exited()) << "fwai daemon stop returned while fwaid was still running";
+  chat_ctx.TryCancel();
+  chat.reset();
+  // The next daemon starts on the same data directory straight away.
+  ASSERT_TRUE(daemon_->Start()) << daemon_->log();
+  ASSERT_EQ(Fwai({"--json", "sessions", "ls"}, &out, &err), 0) << err;
+  EXPECT_NE(out.find(session.id()), std::string::npos);
+}
+
+// A turn cut by fwaid dying: the chat client says fwaid went away (not that
+// the turn goes on), a follower waits for fwaid, sees the interrupted end and
+// exits, and the next command says how the turn ended.
+TEST_F(CliTest, ATurnCutByACrashEndsVisiblyForEveryClient) {
+  FakeReply slow;
+  for (int i = 0; i < 500; ++i) slow.chunks.push_back("w" + std::to_string(i) + " ");
+  slow.chunk_delay_ms = 10;
+  fake_.Enqueue(slow);
+  auto session = daemon_->CreateSession();
+  ASSERT_FALSE(session.id().empty());
+  const std::string fwai = std::string(FWAI_BIN_DIR) + "/fwai";
+  // The CLI's own notes live under XDG_DATA_HOME: keep them in the test's dir.
+  const std::vector<std::string> env = {"XDG_DATA_HOME=" + daemon_->dir() + "/client-data"};
+  std::vector<std::string> base = {fwai, "--daemon", daemon_->address(), "--project", daemon_->project_dir()};
+  auto with = [&](std::vector<std::string> args) {
+    std::vector<std::string> argv = base;
+    argv.insert(argv.end(), args.begin(), args.end());
+    return argv;
+  };
+  BackgroundCommand chat(with({"chat", "--session", session.id(), "count"}), env);
+  ASSERT_TRUE(chat.WaitForOutput("w3 ")) << chat.err();
+  BackgroundCommand follower(with({"attach", session.id()}), env);
+  ASSERT_TRUE(follower.WaitForOutput("w20 ")) << follower.err();
+  daemon_->Kill9();
+  EXPECT_EQ(chat.Wait(), 3) << chat.err();
+  EXPECT_NE(chat.err().find("fwaid went away during the turn"), std::string::npos) << chat.err();
+  EXPECT_EQ(chat.err().find("goes on"), std::string::npos) << chat.err();
+  ASSERT_TRUE(follower.WaitForOutput("waiting for it to come back")) << follower.err();
+  ASSERT_TRUE(daemon_->Start()) << daemon_->log();
+  EXPECT_EQ(follower.Wait(), 4) << follower.err();
+  EXPECT_NE(follower.err().find("was interrupted"), std::string::npos) << follower.err();
+  // The next command says how the turn ended, once.
+  std::string out, err;
+  ASSERT_EQ(RunCommand(with({"sessions", "ls"}), &out, &err, env), 0) << err;
+  EXPECT_NE(err.find("ended while fwai was away: interrupted"), std::string::npos) << err;
+  ASSERT_EQ(RunCommand(with({"--json", "sessions", "show", session.id()}), &out, &err, env), 0) << err;
+  EXPECT_EQ(err.find("ended while fwai was away"), std::string::npos) << err;
+  auto shown = nlohmann::json::parse(out);
+  ASSERT_EQ(shown["turns"].size(), 1u) << out;
+  EXPECT_EQ(shown["turns"][0]["stop_reason"], "interrupted");
+  // The session takes a new turn normally.
+  ASSERT_EQ(RunCommand(with({"chat", "--session", session.id(), "again"}), &out, &err, env), 0) << err;
+}
+
+// The connection breaking while fwaid lives is not a crash: the turn goes on.
+TEST_F(CliTest, AConnectionLostWhileFwaidLivesSaysTheTurnGoesOn) {
+  FakeReply slow;
+  for (int i = 0; i < 300; ++i) slow.chunks.push_back("v" + std::to_string(i) + " ");
+  slow.chunk_delay_ms = 20;
+  fake_.Enqueue(slow);
+  auto session = daemon_->CreateSession();
+  // The client reaches fwaid through a relay (socat forks a child per
+  // connection); killing the child cuts that connection, fwaid lives on.
+  const std::string relay = daemon_->dir() + "/relay.sock";
+  BackgroundCommand proxy({"/usr/bin/socat", "UNIX-LISTEN:" + relay + ",fork", "UNIX-CONNECT:" + daemon_->socket_path()});
+  for (int i = 0; i < 500 && !std::filesystem::exists(relay); ++i) usleep(10000);
+  BackgroundCommand chat({std::string(FWAI_BIN_DIR) + "/fwai", "--daemon", "unix:" + relay, "--project",
+                          daemon_->project_dir(), "chat", "--session", session.id(), "count"},
+                         {"XDG_DATA_HOME=" + daemon_->dir() + "/client-data"});
+  ASSERT_TRUE(chat.WaitForOutput("v3 ")) << chat.err();
+  std::string children;
+  ASSERT_EQ(RunCommand({"/usr/bin/pkill", "-KILL", "-P", std::to_string(proxy.pid())}, &children, &children), 0);
+  EXPECT_EQ(chat.Wait(), 3) << chat.err();
+  EXPECT_NE(chat.err().find("lost the connection to fwaid during the turn"), std::string::npos) << chat.err();
+  EXPECT_NE(chat.err().find("fwai attach " + session.id()), std::string::npos) << chat.err();
+}
+
 TEST(CliAutostartTest, StartsTheDaemonOnTheDefaultSocket) {
   std::string dir = MakeTempDir("fwai-autostart-");
   std::vector<std::string> env = {"XDG_RUNTIME_DIR=" + dir + "/run", "XDG_DATA_HOME=" + dir + "/data",

@@ -276,6 +276,49 @@ TEST_F(SkillsTest, FailureClassesHaveTheirExitCodes) {
   EXPECT_EQ(Fwai({"run", "build", "--ci"}, &out, &err), 11);
 }
 
+// A run cut by fwaid dying: the CI client exits 20 with a JSON summary, and
+// the next fwaid records the run as interrupted with the steps it finished.
+TEST_F(SkillsTest, ARunCutByACrashIsRecordedAsInterrupted) {
+  StartDaemon();
+  WriteFile(".fwai/skills/long.yaml",
+            "name: long\nsteps:\n  - name: first\n    tool: shell\n    command: echo first done\n"
+            "  - name: nap\n    tool: shell\n    command: echo napping; sleep 60\n");
+  BackgroundCommand run({std::string(FWAI_BIN_DIR) + "/fwai", "--daemon", d_->address(), "--project", project_, "run",
+                         "long", "--ci"});
+  ASSERT_TRUE(run.WaitForOutput("napping")) << run.err();
+  d_->Kill9();
+  EXPECT_EQ(run.Wait(), 20) << run.out() << run.err();
+  json summary = Summary(run.out());
+  EXPECT_EQ(summary.value("failure_class", ""), "interrupted") << run.out();
+  const std::string run_id = summary.value("run_id", "");
+  ASSERT_FALSE(run_id.empty());
+  ASSERT_TRUE(d_->Start()) << d_->log();
+  // summary.json and the evidence record say what happened.
+  auto written = json::parse(Read(project_ + "/.fwai/runs/" + run_id + "/summary.json"), nullptr, false);
+  ASSERT_TRUE(written.is_object()) << "no summary.json for " << run_id;
+  EXPECT_EQ(written["failure_class"], "interrupted");
+  EXPECT_EQ(written["exit_code"], 20);
+  ASSERT_EQ(written["steps"].size(), 1u) << written.dump();
+  EXPECT_EQ(written["steps"][0]["name"], "first");
+  std::string out, err;
+  ASSERT_EQ(Fwai({"--json", "evidence", "show", run_id}, &out, &err), 0) << err;
+  auto rec = json::parse(out, nullptr, false);
+  ASSERT_TRUE(rec.is_object()) << out;
+  EXPECT_NE(rec.dump().find("\"failure_class\":\"interrupted\""), std::string::npos) << out;
+  EXPECT_EQ(Fwai({"evidence", "verify"}, &out, &err), 0) << out << err;
+  // Recorded once: a second restart adds nothing.
+  ASSERT_EQ(d_->Stop(), 0);
+  ASSERT_TRUE(d_->Start()) << d_->log();
+  ASSERT_EQ(Fwai({"--json", "evidence", "ls"}, &out, &err), 0) << err;
+  size_t count = 0;
+  std::istringstream lines(out);
+  for (std::string line; std::getline(lines, line);) {
+    auto j = json::parse(line, nullptr, false);
+    count += j.is_object() && j.value("run_id", "") == run_id;
+  }
+  EXPECT_EQ(count, 1u) << out;
+}
+
 TEST_F(SkillsTest, LlmAnalyzeSeesTheLogWithSecretsRedacted) {
   StartDaemon("", /*providers=*/true);
   WriteFile(".fwai/skills/diagnose.yaml", R"(name: diagnose

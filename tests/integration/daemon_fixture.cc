@@ -7,6 +7,9 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <mutex>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -71,9 +74,15 @@ bool Daemon::Start() {
     unsetenv("ANTHROPIC_BASE_URL");
     unsetenv("OPENAI_BASE_URL");
     std::string bin = std::string(FWAI_BIN_DIR) + "/fwaid";
-    std::string listen = "unix:" + socket_;
-    execl(bin.c_str(), bin.c_str(), "--config", config_.c_str(), "--listen", listen.c_str(),
-          "--data-dir", data_.c_str(), static_cast<char*>(nullptr));
+    std::vector<std::string> args = {bin, "--config", config_, "--listen", "unix:" + socket_, "--data-dir", data_};
+    for (const auto& l : extra_listen_) {
+      args.push_back("--listen");
+      args.push_back(l);
+    }
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    execv(argv[0], argv.data());
     _exit(127);
   }
   auto addr = ResolveDaemonAddress(address());
@@ -86,6 +95,11 @@ bool Daemon::Start() {
     auto ch = ConnectToDaemon(*addr, false, 100);
     if (ch.ok()) {
       channel_ = *ch;
+      // Its "ready" line comes after every listener is up (TCP ports included).
+      const std::string ready = "fwaid: ready (pid " + std::to_string(pid_) + ",";
+      for (int k = 0; k < 500 && log().find(ready) == std::string::npos; ++k) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
       return true;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
@@ -109,6 +123,15 @@ int Daemon::Stop() {
   return -1;
 }
 
+bool Daemon::Exited() {
+  if (pid_ <= 0) return true;
+  int status;
+  if (waitpid(pid_, &status, WNOHANG) != pid_) return false;
+  pid_ = -1;
+  channel_.reset();
+  return true;
+}
+
 void Daemon::Kill9() {
   if (pid_ <= 0) return;
   kill(pid_, SIGKILL);
@@ -116,6 +139,18 @@ void Daemon::Kill9() {
   waitpid(pid_, &status, 0);
   pid_ = -1;
   channel_.reset();
+}
+
+int Daemon::TcpPort() const {
+  // "fwaid: listening on tls:127.0.0.1:40123" (the last start's line).
+  const std::string text = log();
+  int port = 0;
+  for (size_t at = text.find("listening on t"); at != std::string::npos; at = text.find("listening on t", at + 1)) {
+    size_t eol = text.find('\n', at);
+    std::string line = text.substr(at, eol == std::string::npos ? std::string::npos : eol - at);
+    port = std::atoi(line.substr(line.rfind(':') + 1).c_str());
+  }
+  return port;
 }
 
 std::string Daemon::log() const {
@@ -248,6 +283,107 @@ int RunCommand(const std::vector<std::string>& argv, std::string* out, std::stri
   if (out) *out = o;
   if (err) *err = e;
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+struct BackgroundCommand::Rep {
+  pid_t pid = -1;
+  int exit_code = -1;
+  bool exited = false;
+  std::thread reader;
+  std::mutex mu;
+  std::condition_variable cv;
+  std::string out, err;
+  bool eof = false;
+};
+
+BackgroundCommand::BackgroundCommand(const std::vector<std::string>& argv, const std::vector<std::string>& env)
+    : rep_(std::make_unique<Rep>()) {
+  int out_pipe[2], err_pipe[2];
+  if (pipe(out_pipe) != 0 || pipe(err_pipe) != 0) return;
+  rep_->pid = fork();
+  if (rep_->pid == 0) {
+    dup2(out_pipe[1], 1);
+    dup2(err_pipe[1], 2);
+    for (int fd : {out_pipe[0], out_pipe[1], err_pipe[0], err_pipe[1]}) close(fd);
+    int devnull = open("/dev/null", O_RDONLY);
+    dup2(devnull, 0);
+    for (const auto& e : env) putenv(strdup(e.c_str()));
+    std::vector<char*> args;
+    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    execv(args[0], args.data());
+    _exit(127);
+  }
+  close(out_pipe[1]);
+  close(err_pipe[1]);
+  Rep* r = rep_.get();
+  r->reader = std::thread([r, o = out_pipe[0], e = err_pipe[0]] {
+    pollfd fds[2] = {{o, POLLIN, 0}, {e, POLLIN, 0}};
+    int open_fds = 2;
+    char buf[4096];
+    while (open_fds > 0) {
+      if (poll(fds, 2, 200) <= 0) continue;
+      for (int i = 0; i < 2; ++i) {
+        if (fds[i].fd < 0 || !(fds[i].revents & (POLLIN | POLLHUP))) continue;
+        ssize_t n = read(fds[i].fd, buf, sizeof buf);
+        std::lock_guard<std::mutex> lock(r->mu);
+        if (n <= 0) {
+          close(fds[i].fd);
+          fds[i].fd = -1;
+          --open_fds;
+        } else {
+          (i == 0 ? r->out : r->err).append(buf, n);
+        }
+        r->cv.notify_all();
+      }
+    }
+    std::lock_guard<std::mutex> lock(r->mu);
+    r->eof = true;
+    r->cv.notify_all();
+  });
+}
+
+BackgroundCommand::~BackgroundCommand() {
+  if (rep_->pid > 0 && !rep_->exited) {
+    kill(rep_->pid, SIGKILL);
+    int status;
+    waitpid(rep_->pid, &status, 0);
+  }
+  if (rep_->reader.joinable()) rep_->reader.join();
+}
+
+bool BackgroundCommand::WaitForOutput(const std::string& text, int timeout_s) {
+  std::unique_lock<std::mutex> lock(rep_->mu);
+  return rep_->cv.wait_for(lock, std::chrono::seconds(timeout_s), [&] {
+    return rep_->out.find(text) != std::string::npos || rep_->err.find(text) != std::string::npos || rep_->eof;
+  }) && (rep_->out.find(text) != std::string::npos || rep_->err.find(text) != std::string::npos);
+}
+
+int BackgroundCommand::Wait(int timeout_s) {
+  if (rep_->pid <= 0) return -1;
+  if (rep_->exited) return rep_->exit_code;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s);
+  int status = 0;
+  while (waitpid(rep_->pid, &status, WNOHANG) != rep_->pid) {
+    if (std::chrono::steady_clock::now() > deadline) return -1;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  rep_->exited = true;
+  rep_->exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  if (rep_->reader.joinable()) rep_->reader.join();
+  return rep_->exit_code;
+}
+
+pid_t BackgroundCommand::pid() const { return rep_->pid; }
+
+std::string BackgroundCommand::out() {
+  std::lock_guard<std::mutex> lock(rep_->mu);
+  return rep_->out;
+}
+
+std::string BackgroundCommand::err() {
+  std::lock_guard<std::mutex> lock(rep_->mu);
+  return rep_->err;
 }
 
 }  // namespace fwai::testing

@@ -23,6 +23,10 @@ class Daemon {
   Daemon(FakeLlmServer* fake, std::string extra_yaml = "", bool with_providers = true);
   ~Daemon();
 
+  // Also listen on `address` (tcp:HOST:0, tls:HOST:0, another unix:PATH).
+  void AddListen(const std::string& address) { extra_listen_.push_back(address); }
+  // The port fwaid bound for its first TCP listener (0 if none).
+  int TcpPort() const;
   // Starts fwaid and waits until it answers. Returns false on failure.
   bool Start();
   // SIGTERM and wait; returns the exit status (or -1).
@@ -30,10 +34,14 @@ class Daemon {
   // SIGKILL and reap.
   void Kill9();
   bool running() const { return pid_ > 0; }
+  // True once the process has exited (it is reaped then).
+  bool Exited();
   pid_t pid() const { return pid_; }
 
   const std::string& dir() const { return dir_; }
   const std::string& socket_path() const { return socket_; }
+  const std::string& data_dir() const { return data_; }
+  const std::string& config_path() const { return config_; }
   const std::string& project_dir() const { return project_; }
   std::string address() const { return "unix:" + socket_; }
   std::string log() const;
@@ -47,6 +55,7 @@ class Daemon {
 
  private:
   std::string dir_, socket_, data_, config_, project_, log_;
+  std::vector<std::string> extra_listen_;
   pid_t pid_ = -1;
   std::shared_ptr<grpc::Channel> channel_;
 };
@@ -77,5 +86,28 @@ std::vector<fwai::v1::ServerEvent> ReadAll(fwai::v1::Sessions::Stub& stub, const
 // `stdin_path`: a file to read standard input from ("" : /dev/null).
 int RunCommand(const std::vector<std::string>& argv, std::string* out, std::string* err,
                const std::vector<std::string>& env = {}, int timeout_s = 60, const std::string& stdin_path = "");
+
+// A command running in the background (a client that outlives a daemon, a
+// follower); its standard output and error are collected as they come.
+class BackgroundCommand {
+ public:
+  BackgroundCommand(const std::vector<std::string>& argv, const std::vector<std::string>& env = {});
+  ~BackgroundCommand();  // kills it if it still runs
+  BackgroundCommand(const BackgroundCommand&) = delete;
+  BackgroundCommand& operator=(const BackgroundCommand&) = delete;
+
+  // Waits until stdout or stderr holds `text`; false if the command ended
+  // (or `timeout_s` passed) without it.
+  bool WaitForOutput(const std::string& text, int timeout_s = 60);
+  // Waits for the exit: the exit code (128 + signal when killed), -1 on timeout.
+  int Wait(int timeout_s = 60);
+  std::string out();
+  std::string err();
+  pid_t pid() const;
+
+ private:
+  struct Rep;
+  std::unique_ptr<Rep> rep_;
+};
 
 }  // namespace fwai::testing

@@ -141,6 +141,70 @@ TEST(FaultsTest, Kill9MidTurnKeepsEveryEventWrittenBefore) {
   EXPECT_EQ(out.events.front().seq(), stored.back().seq() + 1);
 }
 
+// A turn cut by kill -9 used to stay open forever: no turn_finished, so a
+// follower waited on it and `sessions show` did not list it.
+TEST(FaultsTest, ATurnCutByKill9EndsAsInterruptedWithItsUsage) {
+  FakeLlmServer fake;
+  ASSERT_GT(fake.Start(), 0);
+  Daemon d(&fake);
+  ASSERT_TRUE(d.Start()) << d.log();
+  // The first model call finishes (a tool call, 40 in / 9 out); the second is
+  // cut while it streams.
+  FakeReply first;
+  first.tool_calls.push_back({"call-1", "todoRead", nlohmann::json::object()});
+  first.input_tokens = 40;
+  first.output_tokens = 9;
+  fake.Enqueue(first);
+  FakeReply second;
+  for (int i = 0; i < 500; ++i) second.chunks.push_back("c" + std::to_string(i) + " ");
+  second.chunk_delay_ms = 10;
+  fake.Enqueue(second);
+  auto s = d.CreateSession();
+  std::string turn_id;
+  {
+    grpc::ClientContext ctx;
+    auto stub = d.sessions();
+    auto stream = OpenChat(*stub, &ctx, s.id(), "go");
+    pb::ServerEvent ev;
+    int deltas = 0;
+    while (stream->Read(&ev)) {
+      turn_id = ev.turn_id();
+      if (ev.has_text_delta() && ++deltas == 20) d.Kill9();
+    }
+    ASSERT_EQ(deltas, 20);
+  }
+  ASSERT_TRUE(d.Start()) << d.log();
+  auto stored = ReadAll(*d.sessions(), s.id());
+  ASSERT_FALSE(stored.empty());
+  const auto& last = stored.back();
+  ASSERT_TRUE(last.has_turn_finished()) << last.DebugString();
+  EXPECT_EQ(last.turn_id(), turn_id);
+  EXPECT_EQ(last.turn_finished().stop_reason(), "interrupted");
+  EXPECT_NE(last.turn_finished().detail().find("killed or crashed"), std::string::npos);
+  EXPECT_EQ(last.turn_finished().usage().input_tokens(), 40);
+  EXPECT_EQ(last.turn_finished().usage().output_tokens(), 9);
+  int finished = 0;
+  for (const auto& ev : stored) finished += ev.has_turn_finished();
+  EXPECT_EQ(finished, 1);
+  // Its usage counts in the session's totals; a second restart adds nothing.
+  {
+    grpc::ClientContext ctx;
+    pb::GetSessionRequest req;
+    req.set_session_id(s.id());
+    pb::Session info;
+    ASSERT_TRUE(d.sessions()->Get(&ctx, req, &info).ok());
+    EXPECT_EQ(info.usage().input_tokens(), 40);
+    EXPECT_FALSE(info.turn_running());
+  }
+  ASSERT_EQ(d.Stop(), 0);
+  ASSERT_TRUE(d.Start()) << d.log();
+  EXPECT_EQ(ReadAll(*d.sessions(), s.id()).size(), stored.size());
+  // The session takes a new turn normally.
+  auto out = RunChat(*d.sessions(), s.id(), "after the crash");
+  EXPECT_TRUE(out.finished);
+  EXPECT_EQ(out.stop_reason, "end_turn");
+}
+
 TEST(FaultsTest, SigtermCancelsRunningTurnsAndExitsZero) {
   FakeLlmServer fake;
   ASSERT_GT(fake.Start(), 0);

@@ -1,0 +1,297 @@
+#include "server/api/gate.h"
+
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "common/clock.h"
+#include "fwai/v1/auth.pb.h"
+#include "fwai/v1/daemon.pb.h"
+#include "fwai/v1/evidence.pb.h"
+#include "fwai/v1/hardware.pb.h"
+#include "fwai/v1/knowledge.pb.h"
+#include "fwai/v1/projects.pb.h"
+#include "fwai/v1/sessions.pb.h"
+#include "fwai/v1/tool_catalog.pb.h"
+#include "server/api/api.h"
+
+namespace fwai {
+
+const std::vector<RpcRule>& RpcRules() {
+  static const std::vector<RpcRule> kRules = {
+      // Sessions and their streams belong to their owner (NOT_FOUND for others).
+      {"Sessions.Create", Need::kAnyone},
+      {"Sessions.List", Need::kAnyone},
+      {"Sessions.Get", Need::kAnyone},
+      {"Sessions.Delete", Need::kAnyone},
+      {"Sessions.Chat", Need::kAnyone},
+      {"Sessions.Attach", Need::kAnyone},
+      {"Sessions.History", Need::kAnyone},
+      {"Daemon.Status", Need::kAnyone},
+      {"Daemon.Shutdown", Need::kAdmin},
+      {"Daemon.ReloadConfig", Need::kAdmin},
+      {"Auth.WhoAmI", Need::kAnyone},
+      {"Auth.CreateToken", Need::kAdmin},
+      {"Auth.ListTokens", Need::kAdmin},
+      {"Auth.RevokeToken", Need::kAdmin},
+      // The shared knowledge base is readable by all; writes are checked
+      // against knowledge_writers, personal collections against their owner.
+      {"Knowledge.Ingest", Need::kAnyone},
+      {"Knowledge.ListDocuments", Need::kAnyone},
+      {"Knowledge.DeleteDocument", Need::kAnyone},
+      {"Knowledge.Search", Need::kAnyone},
+      {"Knowledge.Stats", Need::kAnyone},
+      {"ToolCatalog.Register", Need::kAdmin},
+      {"ToolCatalog.List", Need::kAnyone},
+      {"ToolCatalog.Remove", Need::kAdmin},
+      {"ToolCatalog.Search", Need::kAnyone},
+      // Boards: a lease's holder (or an admin, recorded) acts on it; the
+      // broker checks the lease on every write, flash and debug command.
+      {"Hardware.ListDevices", Need::kAnyone},
+      {"Hardware.Acquire", Need::kAnyone},
+      {"Hardware.Hold", Need::kAnyone},
+      {"Hardware.Renew", Need::kAnyone},
+      {"Hardware.Release", Need::kAnyone},
+      {"Hardware.Flash", Need::kAnyone},
+      {"Hardware.Serial", Need::kAnyone},
+      {"Hardware.Debug", Need::kAnyone},
+      {"Hardware.Reset", Need::kAnyone},
+      {"Hardware.SetHealth", Need::kAdmin},
+      {"Hardware.SelfTest", Need::kAdmin},
+      // A project is read and built as its owner's account.
+      {"Projects.Init", Need::kLocalAccount},
+      {"Projects.GetConfig", Need::kLocalAccount},
+      {"Projects.Doctor", Need::kLocalAccount},
+      {"Projects.PolicyCheck", Need::kLocalAccount},
+      {"Skills.List", Need::kLocalAccount},
+      {"Skills.Run", Need::kLocalAccount},
+      {"Skills.Resolve", Need::kLocalAccount},
+      // Records are listed and exported for their owner (admins: all).
+      {"Evidence.ListRuns", Need::kAnyone},
+      {"Evidence.GetRun", Need::kAnyone},
+      {"Evidence.Verify", Need::kAnyone},
+      {"Evidence.Export", Need::kAnyone},
+  };
+  return kRules;
+}
+
+std::vector<std::string> RpcsWithoutRules() {
+  std::set<std::string> named;
+  for (const auto& r : RpcRules()) named.insert(r.rpc);
+  std::vector<std::string> missing;
+  // One message of each API file brings its services' descriptors.
+  for (const auto* file : {fwai::v1::CreateSessionRequest::descriptor()->file(),
+                           fwai::v1::DaemonStatusRequest::descriptor()->file(),
+                           fwai::v1::WhoAmIRequest::descriptor()->file(), fwai::v1::SearchRequest::descriptor()->file(),
+                           fwai::v1::ToolSearchRequest::descriptor()->file(),
+                           fwai::v1::AcquireRequest::descriptor()->file(), fwai::v1::InitRequest::descriptor()->file(),
+                           fwai::v1::ListRunsRequest::descriptor()->file()}) {
+    for (int i = 0; i < file->service_count(); ++i) {
+      const auto* service = file->service(i);
+      for (int m = 0; m < service->method_count(); ++m) {
+        const std::string rpc = service->name() + "." + service->method(m)->name();
+        if (!named.count(rpc)) missing.push_back(rpc);
+      }
+    }
+  }
+  return missing;
+}
+
+namespace {
+
+std::map<std::string, Need, std::less<>> RuleMap() {
+  std::map<std::string, Need, std::less<>> m;
+  for (const auto& r : RpcRules()) m[r.rpc] = r.need;
+  return m;
+}
+
+std::string Prop(const grpc::AuthContext& a, const char* name) {
+  auto v = a.FindPropertyValues(name);
+  return v.empty() ? std::string() : std::string(v.front().data(), v.front().size());
+}
+
+}  // namespace
+
+struct Gate::Tracked {
+  std::mutex mu;
+  bool alive = true;
+  std::string token_id;
+  grpc::CallbackServerContext* ctx = nullptr;
+  std::function<void(const grpc::Status&)> end;
+  bool ended = false;
+};
+
+Gate::Gate(Identities& identities, Quotas& quotas, const PeerRegistry& peers,
+           std::function<void(const nlohmann::json&)> audit)
+    : ids_(identities), quotas_(quotas), peers_(peers), audit_(std::move(audit)), rules_(RuleMap()) {
+  sweeper_ = std::thread([this] {
+    while (!stop_) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(250));
+      Sweep();
+    }
+  });
+}
+
+Gate::~Gate() {
+  stop_ = true;
+  if (sweeper_.joinable()) sweeper_.join();
+}
+
+absl::StatusOr<Principal> Gate::Identify(grpc::CallbackServerContext* ctx) {
+  const std::string peer = ctx->peer();
+  std::string key;
+  int64_t uid = peers_.Uid(peer);
+  std::string token_id, subject, cn;
+  if (uid >= 0) {
+    key = absl::StrCat("uid:", uid);
+  } else {
+    auto auth = ctx->auth_context();
+    if (auth) {
+      token_id = Prop(*auth, "fwai_token");
+      subject = Prop(*auth, "fwai_subject");
+      cn = Prop(*auth, GRPC_X509_CN_PROPERTY_NAME);
+    }
+    if (!token_id.empty()) {
+      key = token_id;
+    } else if (!subject.empty()) {
+      key = "cert:" + subject;
+    } else {
+      return absl::UnauthenticatedError("this connection carries no verified identity");
+    }
+  }
+  if (!token_id.empty()) {
+    // A token is checked on every call: it may have been revoked or expired.
+    auto p = ids_.ForTokenId(token_id, peer);
+    if (!p.ok()) return p.status();
+    return p;
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = cache_.find(key);
+    if (it != cache_.end()) {
+      Principal p = it->second;
+      p.peer = peer;
+      return p;
+    }
+  }
+  absl::StatusOr<Principal> p = uid >= 0 ? ids_.ForUnixPeer(static_cast<uint32_t>(uid), peer)
+                                          : ids_.ForCertificate(subject, cn, peer);
+  if (!p.ok()) return p.status();
+  std::lock_guard<std::mutex> lock(mu_);
+  cache_[key] = *p;
+  return p;
+}
+
+absl::StatusOr<Principal> Gate::Admit(grpc::CallbackServerContext* ctx, std::string_view rpc) {
+  auto p = Identify(ctx);
+  if (!p.ok()) {
+    RecordRefusal(std::string(rpc), "", ctx->peer(), p.status());
+    return p.status();
+  }
+  auto rule = rules_.find(rpc);
+  if (rule == rules_.end()) {
+    // Fails closed: an RPC without a rule is nobody's.
+    spdlog::error("no access rule for {}: refused", rpc);
+    return absl::PermissionDeniedError(absl::StrCat(std::string(rpc), ": refused (no access rule)"));
+  }
+  absl::Status refused;
+  switch (rule->second) {
+    case Need::kAnyone:
+      break;
+    case Need::kAdmin:
+      if (!p->admin()) {
+        refused = absl::PermissionDeniedError(
+            absl::StrCat(std::string(rpc), " is for admins (rule: admin); you are ", p->id, " with role ", RoleName(p->role)));
+      }
+      break;
+    case Need::kLocalAccount:
+      if (!p->account) {
+        refused = absl::PermissionDeniedError(absl::StrCat(std::string(rpc), " works on a project's files (rule: local account); ",
+                                                           p->no_account_reason));
+      }
+      break;
+  }
+  if (refused.ok() && !p->admin()) refused = quotas_.Request(p->id, ids_.LimitsOf(*p));
+  if (!refused.ok()) {
+    RecordRefusal(std::string(rpc), p->id, p->peer, refused);
+    return refused;
+  }
+  return p;
+}
+
+void Gate::RecordRefusal(const std::string& rpc, const std::string& who, const std::string& peer,
+                         const absl::Status& why) {
+  if (!audit_) return;
+  const int64_t now = NowMicros();
+  {
+    // A flood of refusals leaves one record a second per peer.
+    std::lock_guard<std::mutex> lock(mu_);
+    int64_t& last = last_refusal_us_[peer];
+    if (now - last < 1000000) return;
+    last = now;
+  }
+  audit_({{"kind", "refusal"},
+          {"rpc", rpc},
+          {"principal", who},
+          {"peer", peer},
+          {"code", absl::StatusCodeToString(why.code())},
+          {"reason", std::string(why.message())}});
+}
+
+void Gate::Invalidate() {
+  std::lock_guard<std::mutex> lock(mu_);
+  cache_.clear();
+}
+
+std::unique_ptr<Gate::Ticket> Gate::Track(const Principal& p, grpc::CallbackServerContext* ctx,
+                                          std::function<void(const grpc::Status&)> end) {
+  auto t = std::make_shared<Tracked>();
+  t->token_id = p.token_id;
+  t->ctx = ctx;
+  t->end = std::move(end);
+  if (!t->token_id.empty()) {
+    std::lock_guard<std::mutex> lock(mu_);
+    tracked_[t.get()] = t;
+  }
+  return std::make_unique<Ticket>(this, t);
+}
+
+Gate::Ticket::~Ticket() {
+  {
+    std::lock_guard<std::mutex> lock(t_->mu);
+    t_->alive = false;
+  }
+  std::lock_guard<std::mutex> lock(gate_->mu_);
+  gate_->tracked_.erase(t_.get());
+}
+
+void Gate::Sweep() {
+  std::vector<std::shared_ptr<Tracked>> all;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [raw, t] : tracked_) all.push_back(t);
+  }
+  for (const auto& t : all) {
+    auto valid = ids_.tokens().Valid(t->token_id);
+    if (valid.ok()) continue;
+    std::lock_guard<std::mutex> lock(t->mu);
+    if (!t->alive || t->ended) continue;
+    t->ended = true;
+    const grpc::Status why(grpc::StatusCode::UNAUTHENTICATED, std::string(valid.status().message()));
+    if (t->end) {
+      t->end(why);
+    } else {
+      t->ctx->TryCancel();
+    }
+  }
+}
+
+grpc::ServerUnaryReactor* Refuse(grpc::CallbackServerContext* ctx, const absl::Status& status) {
+  auto* r = ctx->DefaultReactor();
+  r->Finish(ToGrpcStatus(status));
+  return r;
+}
+
+}  // namespace fwai

@@ -1,0 +1,159 @@
+#include "server/auth/identities.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+
+namespace fwai {
+
+LimitsConfig UnlimitedLimits() {
+  LimitsConfig l;
+  l.sessions = l.running_turns = l.running_runs = l.leases = int64_t{1} << 40;
+  l.lease_ttl_max_s = int64_t{365} * 86400;
+  l.ingest_mb_per_hour = int64_t{1} << 30;
+  l.requests_per_second = 1e9;
+  l.burst = int64_t{1} << 40;
+  return l;
+}
+
+Identities::Identities(SecurityConfig config, TokenStore& tokens, uint32_t daemon_uid)
+    : tokens_(tokens), daemon_uid_(daemon_uid), config_(std::move(config)) {}
+
+void Identities::Reload(SecurityConfig config) {
+  std::lock_guard<std::mutex> lock(mu_);
+  config_ = std::move(config);
+}
+
+const UserConfig* Identities::UserByLocalAccount(const std::string& account) {
+  for (const auto& [name, u] : config_.users) {
+    if (!u.local_user.empty() && u.local_user == account) return &u;
+  }
+  return nullptr;
+}
+
+void Identities::GrantAccount(const std::string& name, Principal& p) {
+  if (name.empty()) {
+    p.no_account_reason = absl::StrCat(p.user, " has no local account (users.", p.user,
+                                       ".local_user in fwaid.yaml): no project files or commands");
+    return;
+  }
+  auto a = LookupAccount(name);
+  if (!a.ok()) {
+    p.no_account_reason = std::string(a.status().message());
+    return;
+  }
+  if (a->uid != daemon_uid_ && !CanActAsOtherAccounts()) {
+    p.no_account_reason = absl::StrCat("fwaid runs as uid ", daemon_uid_, ", not root, so it cannot act as ", name,
+                                       ": no project files or commands");
+    return;
+  }
+  p.account = *a;
+}
+
+absl::StatusOr<Principal> Identities::ForUnixPeer(uint32_t uid, const std::string& peer) {
+  Principal p;
+  p.id = absl::StrCat("uid:", uid);
+  p.peer = peer;
+  p.verified_by = absl::StrCat("unix socket peer credentials (uid ", uid, ")");
+  auto account = LookupAccount(uid);
+  p.user = account.ok() ? account->name : absl::StrCat("uid ", uid);
+  if (uid == 0 || uid == daemon_uid_) {
+    p.role = Role::kAdmin;
+  } else {
+    p.role = Role::kUser;
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (account.ok()) {
+      if (const UserConfig* u = UserByLocalAccount(account->name)) {
+        if (p.role != Role::kAdmin) ParseRole(u->role, &p.role);
+        p.aliases.push_back("user:" + u->name);
+      }
+    }
+  }
+  if (account.ok()) {
+    GrantAccount(account->name, p);
+  } else {
+    p.no_account_reason = std::string(account.status().message());
+  }
+  return p;
+}
+
+absl::StatusOr<Principal> Identities::ForToken(const std::string& token, const std::string& peer) {
+  auto info = tokens_.Verify(token);
+  if (!info.ok()) return info.status();
+  return FromToken(*info, peer);
+}
+
+absl::StatusOr<Principal> Identities::ForTokenId(const std::string& token_id, const std::string& peer) {
+  auto info = tokens_.Valid(token_id);
+  if (!info.ok()) return info.status();
+  return FromToken(*info, peer);
+}
+
+Principal Identities::FromToken(const TokenInfo& info, const std::string& peer) {
+  Principal p;
+  p.id = "user:" + info.user;
+  p.user = info.user;
+  p.role = info.role;
+  p.peer = peer;
+  p.token_id = info.id;
+  p.token_expires_us = info.expires_us;
+  p.verified_by = absl::StrCat("token ", info.id);
+  std::string local;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = config_.users.find(info.user);
+    if (it != config_.users.end()) local = it->second.local_user;
+  }
+  GrantAccount(local, p);
+  if (p.account) p.aliases.push_back(absl::StrCat("uid:", p.account->uid));
+  return p;
+}
+
+absl::StatusOr<Principal> Identities::ForCertificate(const std::string& subject, const std::string& common_name,
+                                                     const std::string& peer) {
+  Principal p;
+  std::string local;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    const UserConfig* found = nullptr;
+    for (const auto& [name, u] : config_.users) {
+      if (u.cert_subject.empty()) continue;
+      if (u.cert_subject == subject || u.cert_subject == "CN=" + common_name) {
+        found = &u;
+        break;
+      }
+    }
+    if (found == nullptr) {
+      return absl::UnauthenticatedError(absl::StrCat("the client certificate '", subject,
+                                                     "' maps to no user (users.NAME.cert_subject in fwaid.yaml)"));
+    }
+    p.user = found->name;
+    ParseRole(found->role, &p.role);
+    local = found->local_user;
+  }
+  p.id = "user:" + p.user;
+  p.peer = peer;
+  p.verified_by = absl::StrCat("client certificate ", subject);
+  GrantAccount(local, p);
+  if (p.account) p.aliases.push_back(absl::StrCat("uid:", p.account->uid));
+  return p;
+}
+
+LimitsConfig Identities::LimitsOf(const Principal& p) {
+  if (p.admin()) return UnlimitedLimits();
+  std::lock_guard<std::mutex> lock(mu_);
+  if (auto it = config_.users.find(p.user); it != config_.users.end() && it->second.limits) return *it->second.limits;
+  return config_.limits;
+}
+
+bool Identities::MayWriteSharedKnowledge(const Principal& p) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return std::find(config_.knowledge_writers.begin(), config_.knowledge_writers.end(), RoleName(p.role)) !=
+         config_.knowledge_writers.end();
+}
+
+}  // namespace fwai

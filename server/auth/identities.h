@@ -1,0 +1,63 @@
+// Identities: what a transport verified (a unix peer's uid, a bearer token,
+// an mTLS certificate's subject) becomes a Principal, using the `users:` of
+// fwaid.yaml. The local account a principal acts as is granted only when
+// fwaid can act as it (fwaid runs as root, or it is fwaid's own account).
+// Reloadable; thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "common/security_config.h"
+#include "server/auth/principal.h"
+#include "server/auth/token_store.h"
+
+namespace fwai {
+
+// What admins get: no limit that could ever be reached.
+LimitsConfig UnlimitedLimits();
+
+class Identities {
+ public:
+  Identities(SecurityConfig config, TokenStore& tokens, uint32_t daemon_uid);
+  Identities(const Identities&) = delete;
+  Identities& operator=(const Identities&) = delete;
+
+  // Users, limits and writers from a reloaded config.
+  void Reload(SecurityConfig config);
+
+  // Root and fwaid's own user are admins; a uid whose account is some
+  // user's local_user takes that user's role and also owns what it made.
+  [[nodiscard]] absl::StatusOr<Principal> ForUnixPeer(uint32_t uid, const std::string& peer);
+  // UNAUTHENTICATED says why a token is refused.
+  [[nodiscard]] absl::StatusOr<Principal> ForToken(const std::string& token, const std::string& peer);
+  // For a token this daemon verified earlier on the same connection.
+  [[nodiscard]] absl::StatusOr<Principal> ForTokenId(const std::string& token_id, const std::string& peer);
+  // A certificate from the trusted CA that maps to no configured user is
+  // refused (UNAUTHENTICATED naming its subject).
+  [[nodiscard]] absl::StatusOr<Principal> ForCertificate(const std::string& subject, const std::string& common_name,
+                                                         const std::string& peer);
+
+  // Admins (root and fwaid's own user included) are not limited.
+  LimitsConfig LimitsOf(const Principal& p);
+  bool MayWriteSharedKnowledge(const Principal& p);
+  TokenStore& tokens() { return tokens_; }
+  uint32_t daemon_uid() const { return daemon_uid_; }
+
+ private:
+  Principal FromToken(const TokenInfo& info, const std::string& peer);
+  // The account `name` for a principal, or why it gets none.
+  void GrantAccount(const std::string& name, Principal& p);
+  const UserConfig* UserByLocalAccount(const std::string& account) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  TokenStore& tokens_;
+  const uint32_t daemon_uid_;
+  std::mutex mu_;
+  SecurityConfig config_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace fwai

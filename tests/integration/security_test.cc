@@ -1,0 +1,612 @@
+// The shared daemon, tried as an attacker would: TCP without credentials,
+// bad and revoked tokens, wrong CAs and unmapped certificates, a second
+// identity on one connection, another user's sessions, runs, records and
+// leases, every RPC of the API without a token, limits. Real TLS (made with
+// fwaid tls), real tokens, a real fwaid.
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include <google/protobuf/descriptor.h>
+#include <grpcpp/generic/generic_stub.h>
+#include <nlohmann/json.hpp>
+
+#include "client/lib/client.h"
+#include "fwai/v1/auth.grpc.pb.h"
+#include "fwai/v1/evidence.grpc.pb.h"
+#include "fwai/v1/hardware.grpc.pb.h"
+#include "fwai/v1/knowledge.grpc.pb.h"
+#include "fwai/v1/projects.grpc.pb.h"
+#include "fwai/v1/tool_catalog.grpc.pb.h"
+#include "tests/integration/daemon_fixture.h"
+
+namespace fwai::testing {
+namespace {
+
+namespace pb = fwai::v1;
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+std::string Read(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// Runs `fwaid tls ...`; true on exit 0.
+bool FwaidTls(const std::vector<std::string>& args, std::string* err = nullptr) {
+  std::vector<std::string> argv = {std::string(FWAI_BIN_DIR) + "/fwaid", "tls"};
+  argv.insert(argv.end(), args.begin(), args.end());
+  std::string out, e;
+  int rc = RunCommand(argv, &out, &e);
+  if (err) *err = e;
+  return rc == 0;
+}
+
+// A channel to `address` ("tcp:127.0.0.1:PORT" or "tls:...") with `creds`.
+std::shared_ptr<grpc::Channel> Channel(const std::string& address, const Credentials& creds) {
+  auto addr = ResolveDaemonAddress(address);
+  if (!addr.ok()) return nullptr;
+  auto ch = ConnectToDaemon(*addr, false, 5000, creds);
+  return ch.ok() ? *ch : nullptr;
+}
+
+// Without a handshake: ConnectToDaemon waits for a ready channel, which a
+// refused TLS handshake never gives.
+std::shared_ptr<grpc::Channel> LazyChannel(const std::string& target, std::shared_ptr<grpc::ChannelCredentials> creds) {
+  return grpc::CreateChannel(target, std::move(creds));
+}
+
+grpc::Status WhoAmI(const std::shared_ptr<grpc::Channel>& ch, pb::WhoAmIResponse* out = nullptr) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  pb::WhoAmIResponse r;
+  auto st = pb::Auth::NewStub(ch)->WhoAmI(&ctx, pb::WhoAmIRequest(), &r);
+  if (out) *out = r;
+  return st;
+}
+
+class SecurityTest : public ::testing::Test {
+ protected:
+  void SetUp() override { ASSERT_GT(fake_.Start(), 0); }
+
+  // fwaid with `yaml` and a loopback TCP listener (TLS when `tls`).
+  void StartDaemon(const std::string& yaml, const std::string& listen = "tcp:127.0.0.1:0") {
+    d_ = std::make_unique<Daemon>(&fake_, yaml);
+    d_->AddListen(listen);
+    ASSERT_TRUE(d_->Start()) << d_->log();
+    port_ = d_->TcpPort();
+    ASSERT_GT(port_, 0) << d_->log();
+  }
+  std::string Tcp() const { return "tcp:127.0.0.1:" + std::to_string(port_); }
+  std::string Tls() const { return "tls:localhost:" + std::to_string(port_); }
+
+  // A token made by an admin (this test runs as root: the unix socket's
+  // root peer is an admin).
+  std::string MakeToken(const std::string& user, const std::string& role = "user", int64_t ttl_s = 0) {
+    grpc::ClientContext ctx;
+    pb::CreateTokenRequest req;
+    req.set_user(user);
+    req.set_role(role);
+    req.set_expires_in_s(ttl_s);
+    pb::CreateTokenResponse resp;
+    auto st = pb::Auth::NewStub(d_->channel())->CreateToken(&ctx, req, &resp);
+    EXPECT_TRUE(st.ok()) << st.error_message();
+    token_ids_[resp.token()] = resp.info().id();
+    return resp.token();
+  }
+
+  // TLS material in DIR: CA, a server certificate for localhost and
+  // 127.0.0.1, and client certificates for `users`.
+  std::string MakeTls(const std::string& name, const std::vector<std::string>& users = {}) {
+    std::string dir = d_tmp_ + "/" + name;
+    std::string err;
+    EXPECT_TRUE(FwaidTls({"init", dir, "--host", "localhost", "--host", "127.0.0.1"}, &err)) << err;
+    for (const auto& u : users) EXPECT_TRUE(FwaidTls({"issue", dir, "--user", u}, &err)) << err;
+    return dir;
+  }
+
+  void SetUpTmp() { d_tmp_ = MakeTempDir("fwai-sec-"); }
+  void TearDown() override {
+    if (!d_tmp_.empty()) fs::remove_all(d_tmp_);
+  }
+
+  FakeLlmServer fake_;
+  std::unique_ptr<Daemon> d_;
+  int port_ = 0;
+  std::string d_tmp_;
+  std::map<std::string, std::string> token_ids_;
+};
+
+TEST_F(SecurityTest, TcpOffLoopbackWithoutTlsRefusesToStart) {
+  std::string dir = MakeTempDir("fwai-sec-");
+  std::string out, err;
+  int rc = RunCommand({std::string(FWAI_BIN_DIR) + "/fwaid", "--data-dir", dir + "/data", "--listen",
+                       "unix:" + dir + "/s.sock", "--listen", "tcp:0.0.0.0:0"},
+                      &out, &err);
+  EXPECT_EQ(rc, 1);
+  EXPECT_NE(err.find("0.0.0.0 is not a loopback address"), std::string::npos) << err;
+  EXPECT_NE(err.find("fwaid tls init"), std::string::npos) << err;
+  fs::remove_all(dir);
+}
+
+TEST_F(SecurityTest, LoopbackTcpNeedsAValidToken) {
+  StartDaemon("");
+  // No token at all, a malformed one, a well-formed one that does not exist.
+  for (const std::string& token : {std::string(), std::string("hunter2"),
+                                   std::string("fwai_aaaaaaaaaa_") + std::string(43, 'A')}) {
+    auto ch = Channel(Tcp(), Credentials{"", "", "", token});
+    ASSERT_NE(ch, nullptr);
+    auto st = WhoAmI(ch);
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::UNAUTHENTICATED) << token << ": " << st.error_message();
+  }
+  // A plaintext client (no local credentials) gets no further.
+  auto plain = LazyChannel("127.0.0.1:" + std::to_string(port_), grpc::InsecureChannelCredentials());
+  auto st = WhoAmI(plain);
+  EXPECT_FALSE(st.ok());
+  EXPECT_NE(st.error_code(), grpc::StatusCode::OK);
+  // The right token works and says who it is.
+  const std::string token = MakeToken("alice");
+  pb::WhoAmIResponse who;
+  ASSERT_TRUE(WhoAmI(Channel(Tcp(), Credentials{"", "", "", token}), &who).ok());
+  EXPECT_EQ(who.principal(), "user:alice");
+  EXPECT_EQ(who.role(), "user");
+  EXPECT_EQ(who.token_id(), token_ids_[token]);
+  EXPECT_FALSE(who.file_access()) << "alice has no local account";
+}
+
+// Every RPC of every service, called over TCP without credentials, is
+// refused before it does anything.
+TEST_F(SecurityTest, EveryRpcRefusesACallerWithoutCredentials) {
+  StartDaemon("");
+  auto ch = LazyChannel("127.0.0.1:" + std::to_string(port_), grpc::experimental::LocalCredentials(LOCAL_TCP));
+  grpc::GenericStub stub(ch);
+  int checked = 0;
+  // A message of each service's file makes sure its descriptors are linked in.
+  const std::vector<std::pair<std::string, const google::protobuf::Descriptor*>> services = {
+      {"Sessions", pb::CreateSessionRequest::descriptor()},   {"Daemon", pb::DaemonStatusRequest::descriptor()},
+      {"Auth", pb::WhoAmIRequest::descriptor()},              {"Knowledge", pb::SearchRequest::descriptor()},
+      {"ToolCatalog", pb::ToolSearchRequest::descriptor()},   {"Hardware", pb::AcquireRequest::descriptor()},
+      {"Projects", pb::InitRequest::descriptor()},            {"Skills", pb::RunSkillRequest::descriptor()},
+      {"Evidence", pb::ListRunsRequest::descriptor()}};
+  for (const auto& [name, message] : services) {
+    const std::string service = "fwai.v1." + name;
+    const auto* sd = message->file()->FindServiceByName(name);
+    ASSERT_NE(sd, nullptr) << service;
+    for (int i = 0; i < sd->method_count(); ++i) {
+      const std::string method = "/" + service + "/" + sd->method(i)->name();
+      grpc::ClientContext ctx;
+      ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+      grpc::CompletionQueue cq;
+      auto call = stub.PrepareCall(&ctx, method, &cq);
+      call->StartCall(reinterpret_cast<void*>(1));
+      void* tag;
+      bool ok;
+      cq.Next(&tag, &ok);
+      grpc::ByteBuffer empty;
+      call->Write(grpc::ByteBuffer(), reinterpret_cast<void*>(2));
+      cq.Next(&tag, &ok);
+      call->WritesDone(reinterpret_cast<void*>(3));
+      cq.Next(&tag, &ok);
+      grpc::Status st;
+      call->Finish(&st, reinterpret_cast<void*>(4));
+      while (cq.Next(&tag, &ok) && tag != reinterpret_cast<void*>(4)) {
+      }
+      EXPECT_EQ(st.error_code(), grpc::StatusCode::UNAUTHENTICATED) << method << ": " << st.error_message();
+      ++checked;
+    }
+  }
+  EXPECT_GE(checked, 45);
+}
+
+TEST_F(SecurityTest, RevokedAndExpiredTokensAreRefusedSayingSoAndTheirStreamsEnd) {
+  StartDaemon("");
+  const std::string token = MakeToken("alice");
+  auto ch = Channel(Tcp(), Credentials{"", "", "", token});
+  ASSERT_NE(ch, nullptr);
+  // Alice's session, followed live.
+  pb::Session s;
+  {
+    grpc::ClientContext ctx;
+    pb::CreateSessionRequest req;
+    req.set_title("alice's");
+    ASSERT_TRUE(pb::Sessions::NewStub(ch)->Create(&ctx, req, &s).ok());
+  }
+  grpc::ClientContext follow_ctx;
+  pb::AttachRequest areq;
+  areq.set_session_id(s.id());
+  auto follower = pb::Sessions::NewStub(ch)->Attach(&follow_ctx, areq);
+  // The admin revokes the token (on the unix socket, as root).
+  {
+    grpc::ClientContext ctx;
+    pb::RevokeTokenRequest req;
+    req.set_id(token_ids_[token]);
+    pb::RevokeTokenResponse resp;
+    ASSERT_TRUE(pb::Auth::NewStub(d_->channel())->RevokeToken(&ctx, req, &resp).ok());
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  pb::ServerEvent ev;
+  while (follower->Read(&ev)) {
+  }
+  auto st = follower->Finish();
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5)) << "the stream outlived its token";
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::UNAUTHENTICATED) << st.error_message();
+  EXPECT_NE(st.error_message().find("revoked"), std::string::npos) << st.error_message();
+  st = WhoAmI(ch);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_NE(st.error_message().find("was revoked at"), std::string::npos) << st.error_message();
+  // An expired token says so.
+  const std::string short_lived = MakeToken("bob", "user", 1);
+  auto bob = Channel(Tcp(), Credentials{"", "", "", short_lived});
+  st = grpc::Status::OK;
+  for (int i = 0; i < 100 && st.ok(); ++i) {
+    st = WhoAmI(bob);
+    if (st.ok()) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_NE(st.error_message().find("expired at"), std::string::npos) << st.error_message();
+  // Revocation and refusals are in the evidence log.
+  grpc::ClientContext ctx;
+  pb::ExportRequest ereq;
+  ereq.set_format("json");
+  pb::ExportResponse exp;
+  ASSERT_TRUE(pb::Evidence::NewStub(d_->channel())->Export(&ctx, ereq, &exp).ok());
+  EXPECT_NE(exp.data().find("token_revoked"), std::string::npos);
+  EXPECT_NE(exp.data().find("\"kind\": \"refusal\""), std::string::npos);
+}
+
+// gRPC shares one auth context among a connection's calls: the first
+// identity is bound to it and a second is refused.
+TEST_F(SecurityTest, ASecondIdentityOnOneConnectionIsRefused) {
+  StartDaemon("");
+  const std::string alice = MakeToken("alice"), bob = MakeToken("bob");
+  class Alternate final : public grpc::experimental::Interceptor {
+   public:
+    Alternate(std::atomic<int>* n, std::string a, std::string b) : n_(n), a_(std::move(a)), b_(std::move(b)) {}
+    void Intercept(grpc::experimental::InterceptorBatchMethods* m) override {
+      if (m->QueryInterceptionHookPoint(grpc::experimental::InterceptionHookPoints::PRE_SEND_INITIAL_METADATA)) {
+        m->GetSendInitialMetadata()->insert({"authorization", "Bearer " + ((*n_)++ % 2 == 0 ? a_ : b_)});
+      }
+      m->Proceed();
+    }
+    std::atomic<int>* n_;
+    std::string a_, b_;
+  };
+  class Factory final : public grpc::experimental::ClientInterceptorFactoryInterface {
+   public:
+    Factory(std::atomic<int>* n, std::string a, std::string b) : n_(n), a_(std::move(a)), b_(std::move(b)) {}
+    grpc::experimental::Interceptor* CreateClientInterceptor(grpc::experimental::ClientRpcInfo*) override {
+      return new Alternate(n_, a_, b_);
+    }
+    std::atomic<int>* n_;
+    std::string a_, b_;
+  };
+  std::atomic<int> n{0};
+  std::vector<std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>> f;
+  f.push_back(std::make_unique<Factory>(&n, alice, bob));
+  auto ch = grpc::experimental::CreateCustomChannelWithInterceptors(
+      "127.0.0.1:" + std::to_string(port_), grpc::experimental::LocalCredentials(LOCAL_TCP), grpc::ChannelArguments(),
+      std::move(f));
+  pb::WhoAmIResponse who;
+  ASSERT_TRUE(WhoAmI(ch, &who).ok());
+  EXPECT_EQ(who.principal(), "user:alice");
+  auto st = WhoAmI(ch, &who);  // bob's token on alice's connection
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::UNAUTHENTICATED) << who.principal();
+  EXPECT_NE(st.error_message().find("already used by user:alice"), std::string::npos) << st.error_message();
+}
+
+TEST_F(SecurityTest, TlsWithTokensAndClientCertificates) {
+  SetUpTmp();
+  // The material first: one CA for the daemon, another that must not be trusted.
+  std::string dir = d_tmp_ + "/tls";
+  std::string err;
+  ASSERT_TRUE(FwaidTls({"init", dir, "--host", "localhost", "--host", "127.0.0.1"}, &err)) << err;
+  ASSERT_TRUE(FwaidTls({"issue", dir, "--user", "carol"}, &err)) << err;
+  ASSERT_TRUE(FwaidTls({"issue", dir, "--user", "mallory"}, &err)) << err;
+  ASSERT_TRUE(FwaidTls({"issue", dir, "--user", "old", "--days", "-1"}, &err)) << err;
+  std::string other = d_tmp_ + "/other";
+  ASSERT_TRUE(FwaidTls({"init", other, "--host", "localhost"}, &err)) << err;
+  ASSERT_TRUE(FwaidTls({"issue", other, "--user", "carol"}, &err)) << err;
+  struct stat st {};
+  ASSERT_EQ(stat((dir + "/ca.key").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u) << "keys are for their owner only";
+  ASSERT_EQ(stat((dir + "/carol.key").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  // Refuses to overwrite.
+  EXPECT_FALSE(FwaidTls({"init", dir, "--host", "localhost"}, &err));
+  EXPECT_NE(err.find("already exists"), std::string::npos) << err;
+  StartDaemon("tls: {cert: " + dir + "/server.pem, key: " + dir + "/server.key, client_ca: " + dir +
+              "/ca.pem, reload_interval_s: 1}\nusers:\n  carol: {role: ci, cert_subject: \"CN=carol\"}\n");
+  const std::string ca = dir + "/ca.pem";
+  // Plain TCP to the TLS port fails.
+  {
+    auto plain = LazyChannel("127.0.0.1:" + std::to_string(port_), grpc::experimental::LocalCredentials(LOCAL_TCP));
+    EXPECT_FALSE(WhoAmI(plain).ok());
+  }
+  // A token over TLS, the daemon checked against our CA.
+  const std::string token = MakeToken("dave");
+  pb::WhoAmIResponse who;
+  ASSERT_TRUE(WhoAmI(Channel(Tls(), Credentials{ca, "", "", token}), &who).ok());
+  EXPECT_EQ(who.principal(), "user:dave");
+  // The wrong CA: the client does not trust the daemon.
+  {
+    grpc::SslCredentialsOptions o;
+    o.pem_root_certs = Read(other + "/ca.pem");
+    auto ch = LazyChannel("localhost:" + std::to_string(port_), grpc::SslCredentials(o));
+    EXPECT_EQ(WhoAmI(ch).error_code(), grpc::StatusCode::UNAVAILABLE);
+  }
+  // Client certificates: carol's maps to a user; mallory's (same CA) maps
+  // to nobody; carol's from another CA and an expired one are refused.
+  ASSERT_TRUE(WhoAmI(Channel(Tls(), Credentials{ca, dir + "/carol.pem", dir + "/carol.key", ""}), &who).ok());
+  EXPECT_EQ(who.principal(), "user:carol");
+  EXPECT_EQ(who.role(), "ci");
+  EXPECT_NE(who.verified_by().find("CN=carol"), std::string::npos) << who.verified_by();
+  auto tls_channel = [&](const std::string& cert, const std::string& key) {
+    grpc::SslCredentialsOptions o;
+    o.pem_root_certs = Read(ca);
+    o.pem_cert_chain = Read(cert);
+    o.pem_private_key = Read(key);
+    return LazyChannel("localhost:" + std::to_string(port_), grpc::SslCredentials(o));
+  };
+  auto stm = WhoAmI(tls_channel(dir + "/mallory.pem", dir + "/mallory.key"));
+  EXPECT_EQ(stm.error_code(), grpc::StatusCode::UNAUTHENTICATED) << stm.error_message();
+  EXPECT_NE(stm.error_message().find("maps to no user"), std::string::npos) << stm.error_message();
+  EXPECT_FALSE(WhoAmI(tls_channel(other + "/carol.pem", other + "/carol.key")).ok());
+  EXPECT_FALSE(WhoAmI(tls_channel(dir + "/old.pem", dir + "/old.key")).ok());
+  // The server certificate is replaced on disk while a client streams: new
+  // connections get the new one, the open stream goes on.
+  auto dave = Channel(Tls(), Credentials{ca, "", "", token});
+  pb::Session s;
+  {
+    grpc::ClientContext ctx;
+    pb::CreateSessionRequest req;
+    ASSERT_TRUE(pb::Sessions::NewStub(dave)->Create(&ctx, req, &s).ok());
+  }
+  grpc::ClientContext follow_ctx;
+  pb::AttachRequest areq;
+  areq.set_session_id(s.id());
+  auto follower = pb::Sessions::NewStub(dave)->Attach(&follow_ctx, areq);
+  std::string next = d_tmp_ + "/next";
+  ASSERT_TRUE(FwaidTls({"init", next, "--host", "localhost", "--host", "127.0.0.1"}, &err)) << err;
+  // Key first, then the certificate, each replaced by a rename.
+  fs::copy_file(next + "/server.key", dir + "/server.key.new");
+  fs::copy_file(next + "/server.pem", dir + "/server.pem.new");
+  fs::rename(dir + "/server.key.new", dir + "/server.key");
+  fs::rename(dir + "/server.pem.new", dir + "/server.pem");
+  bool switched = false;
+  for (int i = 0; i < 100 && !switched; ++i) {
+    grpc::SslCredentialsOptions o;
+    o.pem_root_certs = Read(next + "/ca.pem");
+    switched = WhoAmI(Channel(Tls(), Credentials{next + "/ca.pem", "", "", token})).ok();
+    if (!switched) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_TRUE(switched) << "new connections never saw the new certificate";
+  // The stream opened before is still there: a turn's events reach it.
+  auto out = RunChat(*pb::Sessions::NewStub(dave), s.id(), "still there?");
+  EXPECT_TRUE(out.finished);
+  pb::ServerEvent ev;
+  bool seen = false;
+  while (!seen && follower->Read(&ev)) seen = ev.has_turn_finished();
+  EXPECT_TRUE(seen);
+  follow_ctx.TryCancel();
+}
+
+// Two users over tokens: neither sees, attaches to, answers or deletes the
+// other's sessions, nor lists the other's records; leases name their holder,
+// a user cannot kick, an admin can and it is recorded.
+TEST_F(SecurityTest, UsersSeeOnlyTheirOwn) {
+  StartDaemon("");
+  auto alice = Channel(Tcp(), Credentials{"", "", "", MakeToken("alice")});
+  auto bob = Channel(Tcp(), Credentials{"", "", "", MakeToken("bob")});
+  auto sa = pb::Sessions::NewStub(alice), sb = pb::Sessions::NewStub(bob);
+  pb::Session s;
+  {
+    grpc::ClientContext ctx;
+    pb::CreateSessionRequest req;
+    req.set_title("alice's secret");
+    req.set_project_root("/etc");
+    ASSERT_TRUE(sa->Create(&ctx, req, &s).ok());
+    EXPECT_EQ(s.owner(), "user:alice");
+    EXPECT_EQ(s.project_root(), "") << "no local account: no project";
+    EXPECT_NE(s.no_project_reason().find("no local account"), std::string::npos) << s.no_project_reason();
+  }
+  ASSERT_TRUE(RunChat(*sa, s.id(), "hello").finished);
+  // Bob: not found, however he asks.
+  {
+    grpc::ClientContext ctx;
+    pb::GetSessionRequest req;
+    req.set_session_id(s.id());
+    pb::Session out;
+    auto st = sb->Get(&ctx, req, &out);
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::NOT_FOUND);
+    EXPECT_EQ(st.error_message().find("alice"), std::string::npos) << "reveals the owner: " << st.error_message();
+  }
+  {
+    grpc::ClientContext ctx;
+    pb::ListSessionsRequest req;
+    pb::ListSessionsResponse out;
+    ASSERT_TRUE(sb->List(&ctx, req, &out).ok());
+    EXPECT_EQ(out.sessions_size(), 0);
+    grpc::ClientContext ctx2;
+    req.set_all(true);
+    EXPECT_EQ(sb->List(&ctx2, req, &out).error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  }
+  EXPECT_TRUE(ReadAll(*sb, s.id()).empty());
+  {
+    grpc::ClientContext ctx;
+    auto chat = OpenChat(*sb, &ctx, s.id(), "let me in");
+    pb::ServerEvent ev;
+    while (chat->Read(&ev)) {
+    }
+    EXPECT_EQ(chat->Finish().error_code(), grpc::StatusCode::NOT_FOUND);
+  }
+  {
+    grpc::ClientContext ctx;
+    pb::DeleteSessionRequest req;
+    req.set_session_id(s.id());
+    pb::DeleteSessionResponse out;
+    EXPECT_EQ(sb->Delete(&ctx, req, &out).error_code(), grpc::StatusCode::NOT_FOUND);
+  }
+  // Records: alice's turn is hers.
+  auto records = [](const std::shared_ptr<grpc::Channel>& ch) {
+    grpc::ClientContext ctx;
+    pb::ListRunsRequest req;
+    pb::ListRunsResponse out;
+    EXPECT_TRUE(pb::Evidence::NewStub(ch)->ListRuns(&ctx, req, &out).ok());
+    return out;
+  };
+  EXPECT_GE(records(alice).runs_size(), 1);
+  EXPECT_EQ(records(bob).runs_size(), 0);
+  // Leases on the simulated board.
+  auto ha = pb::Hardware::NewStub(alice), hb = pb::Hardware::NewStub(bob);
+  pb::Lease lease;
+  {
+    grpc::ClientContext ctx;
+    pb::AcquireRequest req;
+    req.set_device_id("sim-stm32vl");
+    ASSERT_TRUE(ha->Acquire(&ctx, req, &lease).ok());
+    EXPECT_NE(lease.holder().find("alice"), std::string::npos) << lease.holder();
+  }
+  {
+    grpc::ClientContext ctx;
+    pb::AcquireRequest req;
+    req.set_device_id("sim-stm32vl");
+    pb::Lease out;
+    auto st = hb->Acquire(&ctx, req, &out);
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+    EXPECT_NE(st.error_message().find("alice"), std::string::npos) << st.error_message();
+  }
+  {
+    grpc::ClientContext ctx;
+    pb::ReleaseRequest req;
+    req.set_device_id("sim-stm32vl");
+    req.set_force(true);
+    pb::ReleaseResponse out;
+    auto st = hb->Release(&ctx, req, &out);
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+    EXPECT_NE(st.error_message().find("rule: admin"), std::string::npos) << st.error_message();
+  }
+  {
+    grpc::ClientContext ctx;
+    pb::ReleaseRequest req;
+    req.set_lease_id(lease.lease_id());
+    pb::ReleaseResponse out;
+    EXPECT_FALSE(hb->Release(&ctx, req, &out).ok());
+  }
+  // The admin (root on the unix socket) kicks alice; it is recorded.
+  {
+    grpc::ClientContext ctx;
+    pb::ReleaseRequest req;
+    req.set_device_id("sim-stm32vl");
+    req.set_force(true);
+    pb::ReleaseResponse out;
+    ASSERT_TRUE(pb::Hardware::NewStub(d_->channel())->Release(&ctx, req, &out).ok());
+  }
+  grpc::ClientContext ctx;
+  pb::ExportRequest ereq;
+  pb::ExportResponse exp;
+  ASSERT_TRUE(pb::Evidence::NewStub(d_->channel())->Export(&ctx, ereq, &exp).ok());
+  auto all = json::parse(exp.data());
+  bool kicked = false;
+  for (const auto& r : all["records"]) {
+    const auto& rec = r["record"];
+    if (rec.value("kind", "") == "lease_kicked") {
+      kicked = rec.value("holder", "") == "user:alice" && rec.value("principal", "") == "uid:0";
+    }
+  }
+  EXPECT_TRUE(kicked) << exp.data();
+}
+
+TEST_F(SecurityTest, AdminOnlyCallsAreRefusedNamingTheRule) {
+  StartDaemon("");
+  auto user = Channel(Tcp(), Credentials{"", "", "", MakeToken("eve")});
+  auto auth = pb::Auth::NewStub(user);
+  grpc::ClientContext c1;
+  pb::CreateTokenRequest req;
+  req.set_user("eve");
+  req.set_role("admin");
+  pb::CreateTokenResponse resp;
+  auto st = auth->CreateToken(&c1, req, &resp);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_NE(st.error_message().find("rule: admin"), std::string::npos) << st.error_message();
+  grpc::ClientContext c2;
+  pb::ShutdownResponse sr;
+  EXPECT_EQ(pb::Daemon::NewStub(user)->Shutdown(&c2, pb::ShutdownRequest(), &sr).error_code(),
+            grpc::StatusCode::PERMISSION_DENIED);
+  // Status hides where the daemon keeps its data from non-admins.
+  grpc::ClientContext c3;
+  pb::DaemonStatus status;
+  ASSERT_TRUE(pb::Daemon::NewStub(user)->Status(&c3, pb::DaemonStatusRequest(), &status).ok());
+  EXPECT_TRUE(status.data_dir().empty());
+  EXPECT_EQ(status.caller(), "user:eve");
+  // An admin token may.
+  auto admin = Channel(Tcp(), Credentials{"", "", "", MakeToken("root-ci", "admin")});
+  grpc::ClientContext c4;
+  pb::ListTokensResponse tokens;
+  ASSERT_TRUE(pb::Auth::NewStub(admin)->ListTokens(&c4, pb::ListTokensRequest(), &tokens).ok());
+  EXPECT_EQ(tokens.tokens_size(), 2);
+  for (const auto& t : tokens.tokens()) EXPECT_EQ(t.DebugString().find("fwai_"), std::string::npos) << "secret listed";
+}
+
+TEST_F(SecurityTest, LimitsRefuseNamingTheLimit) {
+  StartDaemon("limits: {sessions: 2, requests_per_second: 1000, burst: 1000}\n");
+  auto alice = Channel(Tcp(), Credentials{"", "", "", MakeToken("alice")});
+  auto stub = pb::Sessions::NewStub(alice);
+  for (int i = 0; i < 3; ++i) {
+    grpc::ClientContext ctx;
+    pb::CreateSessionRequest req;
+    pb::Session s;
+    auto st = stub->Create(&ctx, req, &s);
+    if (i < 2) {
+      EXPECT_TRUE(st.ok()) << st.error_message();
+    } else {
+      EXPECT_EQ(st.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+      EXPECT_NE(st.error_message().find("limit sessions (2)"), std::string::npos) << st.error_message();
+    }
+  }
+}
+
+TEST_F(SecurityTest, RequestFloodsAreRefusedWithWhenToRetry) {
+  StartDaemon("limits: {requests_per_second: 5, burst: 10}\n");
+  auto ch = Channel(Tcp(), Credentials{"", "", "", MakeToken("flood")});
+  int refused = 0;
+  std::string msg;
+  for (int i = 0; i < 40; ++i) {
+    auto st = WhoAmI(ch);
+    if (st.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) {
+      ++refused;
+      msg = st.error_message();
+    }
+  }
+  EXPECT_GT(refused, 0);
+  EXPECT_NE(msg.find("requests_per_second"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("retry in"), std::string::npos) << msg;
+  // Another user is not affected.
+  EXPECT_TRUE(WhoAmI(Channel(Tcp(), Credentials{"", "", "", MakeToken("calm")})).ok());
+}
+
+TEST_F(SecurityTest, BadSecurityConfigIsRefusedNamingFileAndLine) {
+  std::string dir = MakeTempDir("fwai-sec-");
+  auto check = [&](const std::string& yaml, const std::string& want) {
+    std::ofstream(dir + "/fwaid.yaml") << yaml;
+    std::string out, err;
+    int rc = RunCommand({std::string(FWAI_BIN_DIR) + "/fwaid", "--config", dir + "/fwaid.yaml", "--data-dir",
+                         dir + "/data", "--listen", "unix:" + dir + "/s.sock"},
+                        &out, &err);
+    EXPECT_EQ(rc, 1) << yaml;
+    EXPECT_NE(err.find(want), std::string::npos) << "want '" << want << "' in: " << err;
+  };
+  check("users:\n  alice: {role: boss}\n", "fwaid.yaml:2: users.alice.role: expected admin, user or ci");
+  check("tls: {cert: /nonexistent.pem, key: /nonexistent.key}\n", "fwaid.yaml:1: tls.cert: cannot read");
+  check("unix_socket: {mode: \"0666\"}\n", "unix_socket.mode: must not give others access");
+  check("limits:\n  sessions: -1\n", "fwaid.yaml:2: limits.sessions: expected an integer in 0..");
+  check("users:\n  a: {cert_subject: \"CN=x\"}\n  b: {cert_subject: \"CN=x\"}\n", "users.b.cert_subject: already maps to user a");
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace fwai::testing

@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -13,7 +12,6 @@
 
 #include <filesystem>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_split.h"
 #include "common/subprocess.h"
 #include "absl/strings/str_cat.h"
@@ -35,45 +33,6 @@ using json = nlohmann::json;
 Provider* ProviderSet::Find(const std::string& name) const {
   auto it = providers.find(name.empty() ? default_name : name);
   return it == providers.end() ? nullptr : it->second.get();
-}
-
-void PriceFor(const std::string& model, double* in, double* out) {
-  struct P {
-    const char* prefix;
-    double in, out;
-  };
-  static const P kPrices[] = {
-      {"claude-opus-4", 15, 75},     {"claude-sonnet-4", 3, 15}, {"claude-3-7-sonnet", 3, 15},
-      {"claude-3-5-sonnet", 3, 15},  {"claude-haiku-4", 1, 5},   {"claude-3-5-haiku", 0.8, 4},
-      {"gpt-4o-mini", 0.15, 0.6},    {"gpt-4o", 2.5, 10},        {"gpt-4.1-mini", 0.4, 1.6},
-      {"gpt-4.1-nano", 0.1, 0.4},    {"gpt-4.1", 2, 8},          {"o3-mini", 1.1, 4.4},
-      {"o4-mini", 1.1, 4.4},         {"gpt-5-mini", 0.25, 2},    {"gpt-5", 1.25, 10},
-  };
-  *in = *out = 0;
-  for (const auto& p : kPrices) {
-    if (absl::StartsWith(model, p.prefix)) {
-      *in = p.in;
-      *out = p.out;
-      return;
-    }
-  }
-}
-
-int64_t ContextWindowFor(const std::string& model, int64_t configured) {
-  struct W {
-    const char* prefix;
-    int64_t tokens;
-  };
-  static const W kWindows[] = {
-      {"claude-", 200000},      {"gpt-4o", 128000},       {"gpt-4.1", 1047576},   {"gpt-5", 400000},
-      {"o3", 200000},           {"o4-mini", 200000},      {"gemini-2.5", 1048576}, {"gemini-2.0", 1048576},
-      {"gemini-1.5-pro", 2097152}, {"llama3.1", 131072},  {"llama3.2", 131072},    {"qwen2.5-coder", 32768},
-      {"mistral", 32768},
-  };
-  for (const auto& w : kWindows) {
-    if (absl::StartsWith(model, w.prefix)) return w.tokens;
-  }
-  return configured > 0 ? configured : 128000;
 }
 
 struct TurnManager::Turn {
@@ -416,14 +375,6 @@ absl::Status ValidateTodos(const json& todos) {
 
 }  // namespace
 
-struct TurnManager::Pending {
-  std::string id;
-  bool is_plan = false;
-  std::mutex mu;
-  std::condition_variable cv;
-  std::optional<Interaction> reply;
-};
-
 // One agent's loop: the main agent of a turn, or a sub-agent under a call.
 struct TurnManager::Agent {
   std::string name = "main";
@@ -571,20 +522,7 @@ absl::StatusOr<int> TurnManager::Compact(Agent& a, bool forced) {
 }
 
 absl::Status TurnManager::Reply(const std::string& session_id, Interaction reply) {
-  std::shared_ptr<Pending> p;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = pending_.find(session_id);
-    if (it != pending_.end()) p = it->second;
-  }
-  if (!p || (!reply.id.empty() && reply.id != p->id) || p->is_plan != reply.is_plan) {
-    return absl::NotFoundError(absl::StrCat(reply.is_plan ? "plan " : "question ", reply.id,
-                                            ": nothing in session ", session_id, " is waiting for it"));
-  }
-  std::lock_guard<std::mutex> lock(p->mu);
-  p->reply = std::move(reply);
-  p->cv.notify_all();
-  return absl::OkStatus();
+  return replies_.Reply(session_id, std::move(reply));
 }
 
 absl::Status TurnManager::SetMode(const std::string& session_id, const std::string& mode, const std::string& reason) {
@@ -599,29 +537,6 @@ absl::Status TurnManager::SetMode(const std::string& session_id, const std::stri
   ev.mutable_mode_changed()->set_mode(mode);
   ev.mutable_mode_changed()->set_reason(reason);
   return sessions_.Publish(session_id, ev.SerializeAsString()).status();
-}
-
-std::shared_ptr<TurnManager::Pending> TurnManager::Expect(const std::string& session_id, const std::string& id,
-                                                          bool is_plan) {
-  auto p = std::make_shared<Pending>();
-  p->id = id;
-  p->is_plan = is_plan;
-  std::lock_guard<std::mutex> lock(mu_);
-  pending_[session_id] = p;
-  return p;
-}
-
-std::optional<Interaction> TurnManager::Wait(Turn* turn, const std::string& session_id,
-                                             const std::shared_ptr<Pending>& p) {
-  std::optional<Interaction> out;
-  {
-    std::unique_lock<std::mutex> lock(p->mu);
-    while (!p->reply && !turn->cancel.cancelled()) p->cv.wait_for(lock, std::chrono::milliseconds(100));
-    out = p->reply;
-  }
-  std::lock_guard<std::mutex> lock(mu_);
-  if (pending_[session_id] == p) pending_.erase(session_id);
-  return out;
 }
 
 void TurnManager::Run(Turn* turn, TurnRequest req) {
@@ -759,16 +674,7 @@ void TurnManager::Run(Turn* turn, TurnRequest req) {
   // (The directory is made with the first log; old runs are pruned then.)
   std::string log_dir = recorder_ ? info->project_root + "/.fwai/runs/" + run_id : "";
   main.log_dir = &log_dir;
-  main.context_window = ContextWindowFor(model, pc.context_window);
-  {
-    size_t best = 0;
-    for (const auto& [prefix, tokens] : config_.context_windows) {
-      if (absl::StartsWith(model, prefix) && prefix.size() >= best) {
-        best = prefix.size();
-        main.context_window = tokens;
-      }
-    }
-  }
+  main.context_window = ConfiguredContextWindow(config_, model, pc.context_window);
   if (req.compact_only) {
     auto n = Compact(main, /*forced=*/true);
     if (!n.ok()) {
@@ -834,16 +740,7 @@ std::string TurnManager::RunAgent(Turn* turn, Agent& a) {
   const SessionInfo& session = *a.session;
   const bool is_main = a.name == "main";
   const auto types = SubagentTypes(config_);
-  double price_in = 0, price_out = 0;
-  PriceFor(a.model, &price_in, &price_out);
-  size_t best = 0;
-  for (const auto& [prefix, pr] : config_.prices) {
-    if (absl::StartsWith(a.model, prefix) && prefix.size() >= best) {
-      best = prefix.size();
-      price_in = pr.first;
-      price_out = pr.second;
-    }
-  }
+  const ModelPrice price = ConfiguredPrice(config_, a.model);
   AgentObserver observer(sink, a.name, a.parent_call_id);
 
   // The tools offered. With many tools (MCP servers, ...), the main agent gets
@@ -992,7 +889,7 @@ std::string TurnManager::RunAgent(Turn* turn, Agent& a) {
       std::lock_guard<std::mutex> lock(*a.usage_mu);
       *a.in_tokens += result->input_tokens;
       *a.out_tokens += result->output_tokens;
-      *a.cost += (result->input_tokens * price_in + result->output_tokens * price_out) / 1e6;
+      *a.cost += price.CostUsd(result->input_tokens, result->output_tokens);
     }
     a.last_input_tokens = result->input_tokens;
     // Drop empty text blocks: providers reject them when the history is sent back.
@@ -1013,7 +910,7 @@ std::string TurnManager::RunAgent(Turn* turn, Agent& a) {
       auto* u = ev.mutable_message_done()->mutable_usage();
       u->set_input_tokens(result->input_tokens);
       u->set_output_tokens(result->output_tokens);
-      u->set_cost_usd((result->input_tokens * price_in + result->output_tokens * price_out) / 1e6);
+      u->set_cost_usd(price.CostUsd(result->input_tokens, result->output_tokens));
       sink.Emit(std::move(ev));
     }
     std::vector<json> calls;
@@ -1116,9 +1013,9 @@ std::string TurnManager::RunAgent(Turn* turn, Agent& a) {
             one->set_allow_free_text(item.value("allow_free_text", one->options_size() == 0));
           }
           // Waiting before the question is visible: an answer cannot arrive too early.
-          auto pending = Expect(session.id, qid, false);
+          auto pending = replies_.Expect(session.id, qid, false);
           sink.Emit(std::move(ev));
-          auto reply = Wait(turn, session.id, pending);
+          auto reply = replies_.Wait(session.id, pending, turn->cancel);
           if (!reply) {
             tr = {"the question was not answered (turn cancelled)", true};
           } else {
@@ -1148,14 +1045,14 @@ std::string TurnManager::RunAgent(Turn* turn, Agent& a) {
             ev.mutable_plan_submitted()->set_plan_id(plan_id);
             ev.mutable_plan_submitted()->set_text(plan);
             ev.mutable_plan_submitted()->set_path(PlanPath(session.id));
-            std::shared_ptr<Pending> pending;
-            if (!session.auto_approve_plan) pending = Expect(session.id, plan_id, true);
+            std::shared_ptr<PendingReplies::Pending> pending;
+            if (!session.auto_approve_plan) pending = replies_.Expect(session.id, plan_id, true);
             sink.Emit(std::move(ev));
             std::optional<Interaction> d;
             if (session.auto_approve_plan) {
               d = Interaction{plan_id, {}, "", true, true, ""};
             } else {
-              d = Wait(turn, session.id, pending);
+              d = replies_.Wait(session.id, pending, turn->cancel);
             }
             if (!d) {
               tr = {"the plan was not decided (turn cancelled)", true};

@@ -11,7 +11,6 @@
 #include <vector>
 #include <memory>
 #include <mutex>
-#include <optional>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -20,6 +19,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "common/config.h"
+#include "server/agent/models.h"
+#include "server/agent/pending_replies.h"
 
 namespace fwai {
 
@@ -39,17 +40,6 @@ struct ProviderSet {
 
 // Finds tools for a request: names of catalog tools, best first.
 using ToolRetriever = std::function<std::vector<std::string>(const std::string& query, int k)>;
-
-// A person's reply on a Chat stream: an answer to askQuestion, or a decision
-// on a submitted plan.
-struct Interaction {
-  std::string id;  // question_id or plan_id
-  std::vector<std::string> selected;
-  std::string text;  // free-text answer, or feedback on a plan
-  bool is_plan = false;
-  bool approve = false;
-  std::string edited_plan;
-};
 
 struct TurnRequest {
   std::string session_id;
@@ -102,16 +92,12 @@ class TurnManager {
 
  private:
   struct Turn;
-  struct Pending;
   struct Agent;
   void Run(Turn* turn, TurnRequest request);
   // Runs one agent's model/tool loop; returns its final text.
   std::string RunAgent(Turn* turn, Agent& agent);
   // Summarises older messages of the main agent; returns how many were dropped.
   absl::StatusOr<int> Compact(Agent& agent, bool forced);
-  // Registers what the turn will wait for (before the client can see it), then waits.
-  std::shared_ptr<Pending> Expect(const std::string& session_id, const std::string& id, bool is_plan);
-  std::optional<Interaction> Wait(Turn* turn, const std::string& session_id, const std::shared_ptr<Pending>& p);
   void ReapLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   SessionManager& sessions_;
@@ -125,13 +111,7 @@ class TurnManager {
   std::mutex mu_;
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
   std::map<std::string, std::unique_ptr<Turn>> turns_ ABSL_GUARDED_BY(mu_);
-  std::map<std::string, std::shared_ptr<Pending>> pending_ ABSL_GUARDED_BY(mu_);
+  PendingReplies replies_;
 };
-
-// USD per million input/output tokens for well-known models (0 if unknown).
-void PriceFor(const std::string& model, double* input_per_mtok, double* output_per_mtok);
-
-// The context window of a model: known models from a table, else `configured`.
-int64_t ContextWindowFor(const std::string& model, int64_t configured);
 
 }  // namespace fwai

@@ -4,16 +4,21 @@
 // published to the session's event log as it happens.
 //
 // Thread-safe. Cancel() stops the HTTP stream and the running tool promptly.
+//
+// Inside, one file per part: turn (one turn, start to finish), loop (an
+// agent's model/tool loop), tool_offer and tool_call (which tools, and one
+// call), subagents, plan_mode, todos, questions, compaction, system_prompt,
+// history, models (prices, context windows), events, turn_policy; agent.h
+// holds the state they share.
 #pragma once
 
 #include <functional>
 #include <map>
-#include <vector>
 #include <memory>
 #include <mutex>
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
@@ -65,7 +70,9 @@ class TurnManager {
   // NOT_FOUND for an unknown session, FAILED_PRECONDITION if a turn is running.
   [[nodiscard]] absl::Status Start(TurnRequest request);
   // Receives one run record per finished turn (the evidence log).
-  void SetRunRecorder(std::function<void(const nlohmann::json&)> recorder) { recorder_ = std::move(recorder); }
+  void SetRunRecorder(std::function<void(const nlohmann::json&)> recorder) {
+    recorder_ = std::move(recorder);
+  }
   // The tools of a session's project (its own MCP servers); called once per
   // turn. `owner` keeps them alive for the turn.
   struct ProjectToolSet {
@@ -76,7 +83,9 @@ class TurnManager {
     project_tools_ = std::move(fn);
   }
   // Redacts tool output before the provider, the history and the evidence see it.
-  void SetSecretScanner(std::shared_ptr<const SecretScanner> scanner) { secrets_ = std::move(scanner); }
+  void SetSecretScanner(std::shared_ptr<const SecretScanner> scanner) {
+    secrets_ = std::move(scanner);
+  }
   // Cancels the running turn of the session, if any.
   void Cancel(const std::string& session_id);
   // Delivers a reply to the question or plan the session's turn waits on.
@@ -92,12 +101,8 @@ class TurnManager {
 
  private:
   struct Turn;
-  struct Agent;
+  // The body of a turn's thread.
   void Run(Turn* turn, TurnRequest request);
-  // Runs one agent's model/tool loop; returns its final text.
-  std::string RunAgent(Turn* turn, Agent& agent);
-  // Summarises older messages of the main agent; returns how many were dropped.
-  absl::StatusOr<int> Compact(Agent& agent, bool forced);
   void ReapLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   SessionManager& sessions_;

@@ -4,22 +4,28 @@
 // published to the session's event log as it happens.
 //
 // Thread-safe. Cancel() stops the HTTP stream and the running tool promptly.
+//
+// Inside, one file per part: turn (one turn, start to finish), loop (an
+// agent's model/tool loop), tool_offer and tool_call (which tools, and one
+// call), subagents, plan_mode, todos, questions, compaction, system_prompt,
+// history, models (prices, context windows), events, turn_policy; agent.h
+// holds the state they share.
 #pragma once
 
 #include <functional>
 #include <map>
-#include <vector>
 #include <memory>
 #include <mutex>
-#include <optional>
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "common/config.h"
+#include "server/agent/models.h"
+#include "server/agent/pending_replies.h"
 
 namespace fwai {
 
@@ -39,17 +45,6 @@ struct ProviderSet {
 
 // Finds tools for a request: names of catalog tools, best first.
 using ToolRetriever = std::function<std::vector<std::string>(const std::string& query, int k)>;
-
-// A person's reply on a Chat stream: an answer to askQuestion, or a decision
-// on a submitted plan.
-struct Interaction {
-  std::string id;  // question_id or plan_id
-  std::vector<std::string> selected;
-  std::string text;  // free-text answer, or feedback on a plan
-  bool is_plan = false;
-  bool approve = false;
-  std::string edited_plan;
-};
 
 struct TurnRequest {
   std::string session_id;
@@ -76,7 +71,9 @@ class TurnManager {
   // NOT_FOUND for an unknown session, FAILED_PRECONDITION if a turn is running.
   [[nodiscard]] absl::Status Start(TurnRequest request);
   // Receives one run record per finished turn (the evidence log).
-  void SetRunRecorder(std::function<void(const nlohmann::json&)> recorder) { recorder_ = std::move(recorder); }
+  void SetRunRecorder(std::function<void(const nlohmann::json&)> recorder) {
+    recorder_ = std::move(recorder);
+  }
   // The tools of a session's project (its own MCP servers); called once per
   // turn. `owner` keeps them alive for the turn.
   struct ProjectToolSet {
@@ -87,7 +84,9 @@ class TurnManager {
     project_tools_ = std::move(fn);
   }
   // Redacts tool output before the provider, the history and the evidence see it.
-  void SetSecretScanner(std::shared_ptr<const SecretScanner> scanner) { secrets_ = std::move(scanner); }
+  void SetSecretScanner(std::shared_ptr<const SecretScanner> scanner) {
+    secrets_ = std::move(scanner);
+  }
   // Cancels the running turn of the session, if any.
   void Cancel(const std::string& session_id);
   // Delivers a reply to the question or plan the session's turn waits on.
@@ -105,16 +104,8 @@ class TurnManager {
 
  private:
   struct Turn;
-  struct Pending;
-  struct Agent;
+  // The body of a turn's thread.
   void Run(Turn* turn, TurnRequest request);
-  // Runs one agent's model/tool loop; returns its final text.
-  std::string RunAgent(Turn* turn, Agent& agent);
-  // Summarises older messages of the main agent; returns how many were dropped.
-  absl::StatusOr<int> Compact(Agent& agent, bool forced);
-  // Registers what the turn will wait for (before the client can see it), then waits.
-  std::shared_ptr<Pending> Expect(const std::string& session_id, const std::string& id, bool is_plan);
-  std::optional<Interaction> Wait(Turn* turn, const std::string& session_id, const std::shared_ptr<Pending>& p);
   void ReapLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   SessionManager& sessions_;
@@ -128,13 +119,7 @@ class TurnManager {
   std::mutex mu_;
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
   std::map<std::string, std::unique_ptr<Turn>> turns_ ABSL_GUARDED_BY(mu_);
-  std::map<std::string, std::shared_ptr<Pending>> pending_ ABSL_GUARDED_BY(mu_);
+  PendingReplies replies_;
 };
-
-// USD per million input/output tokens for well-known models (0 if unknown).
-void PriceFor(const std::string& model, double* input_per_mtok, double* output_per_mtok);
-
-// The context window of a model: known models from a table, else `configured`.
-int64_t ContextWindowFor(const std::string& model, int64_t configured);
 
 }  // namespace fwai

@@ -1,0 +1,49 @@
+#include "server/agent/events.h"
+
+#include <spdlog/spdlog.h>
+
+#include "fwai/v1/events.pb.h"
+#include "server/session/session_manager.h"
+
+namespace fwai {
+
+using fwai::v1::ServerEvent;
+
+void EventSink::Emit(ServerEvent ev) {
+  ev.set_turn_id(turn_id_);
+  auto s = sessions_.Publish(session_id_, ev.SerializeAsString());
+  if (!s.ok()) {
+    spdlog::warn("session {}: cannot publish event: {}", session_id_, s.status().ToString());
+  }
+}
+
+void EventSink::Error(const absl::Status& s, bool retryable) {
+  ServerEvent ev;
+  auto* e = ev.mutable_error();
+  e->set_code(absl::StatusCodeToString(s.code()));
+  e->set_message(std::string(s.message()));
+  e->set_retryable(retryable);
+  Emit(std::move(ev));
+}
+
+void AgentObserver::OnText(std::string_view text) {
+  partial_.append(text);
+  Send(text, false);
+}
+
+void AgentObserver::OnRetry(int attempt, int delay_ms, const std::string& why) {
+  spdlog::info("session {} ({}): provider attempt {} failed ({}); retrying in {} ms",
+               sink_.session_id(), agent_, attempt, why, delay_ms);
+}
+
+void AgentObserver::Send(std::string_view text, bool thinking) {
+  ServerEvent ev;
+  auto* d = ev.mutable_text_delta();
+  d->mutable_origin()->set_agent(agent_);
+  d->mutable_origin()->set_parent_call_id(parent_);
+  d->set_text(std::string(text));
+  d->set_thinking(thinking);
+  sink_.Emit(std::move(ev));
+}
+
+}  // namespace fwai

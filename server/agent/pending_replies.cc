@@ -1,0 +1,64 @@
+#include "server/agent/pending_replies.h"
+
+#include <chrono>
+#include <condition_variable>
+
+#include "absl/strings/str_cat.h"
+#include "common/cancel.h"
+
+namespace fwai {
+
+struct PendingReplies::Pending {
+  std::string id;
+  bool is_plan = false;
+  std::mutex mu;
+  std::condition_variable cv;
+  std::optional<Interaction> reply;
+};
+
+std::shared_ptr<PendingReplies::Pending> PendingReplies::Expect(const std::string& session_id,
+                                                                const std::string& id,
+                                                                bool is_plan) {
+  auto p = std::make_shared<Pending>();
+  p->id = id;
+  p->is_plan = is_plan;
+  std::lock_guard<std::mutex> lock(mu_);
+  pending_[session_id] = p;
+  return p;
+}
+
+std::optional<Interaction> PendingReplies::Wait(const std::string& session_id,
+                                                const std::shared_ptr<Pending>& p,
+                                                const CancelToken& cancel) {
+  std::optional<Interaction> out;
+  {
+    std::unique_lock<std::mutex> lock(p->mu);
+    while (!p->reply && !cancel.cancelled()) {
+      p->cv.wait_for(lock, std::chrono::milliseconds(100));
+    }
+    out = p->reply;
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  if (pending_[session_id] == p) pending_.erase(session_id);
+  return out;
+}
+
+absl::Status PendingReplies::Reply(const std::string& session_id, Interaction reply) {
+  std::shared_ptr<Pending> p;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = pending_.find(session_id);
+    if (it != pending_.end()) p = it->second;
+  }
+  if (!p || (!reply.id.empty() && reply.id != p->id) || p->is_plan != reply.is_plan) {
+    return absl::NotFoundError(absl::StrCat(reply.is_plan ? "plan " : "question ", reply.id,
+                                            ": nothing in session ", session_id,
+                                            " is waiting for it"));
+  }
+  std::lock_guard<std::mutex> lock(p->mu);
+  p->reply = std::move(reply);
+  p->cv.notify_all();
+  return absl::OkStatus();
+}
+
+}  // namespace fwai

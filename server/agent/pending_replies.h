@@ -1,0 +1,53 @@
+// agent: the replies a turn waits for from a person (answers to askQuestion,
+// decisions on a submitted plan), at most one per session at a time.
+//
+// Thread-safe. Expect() registers before the client can see what is asked, so a
+// quick reply is never lost; Wait() gives up when the turn is cancelled.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+
+namespace fwai {
+
+class CancelToken;
+
+// A person's reply on a Chat stream: an answer to askQuestion, or a decision
+// on a submitted plan.
+struct Interaction {
+  std::string id;  // question_id or plan_id
+  std::vector<std::string> selected;
+  std::string text;  // free-text answer, or feedback on a plan
+  bool is_plan = false;
+  bool approve = false;
+  std::string edited_plan;
+};
+
+class PendingReplies {
+ public:
+  struct Pending;
+
+  // Registers that `session_id` now waits for the reply to question or plan `id`.
+  std::shared_ptr<Pending> Expect(const std::string& session_id, const std::string& id,
+                                  bool is_plan);
+  // Blocks until the reply arrives (then returns it) or `cancel` fires (then
+  // nullopt), and unregisters `pending`.
+  std::optional<Interaction> Wait(const std::string& session_id,
+                                  const std::shared_ptr<Pending>& pending,
+                                  const CancelToken& cancel);
+  // Delivers a reply. NOT_FOUND when nothing in the session waits for it.
+  [[nodiscard]] absl::Status Reply(const std::string& session_id, Interaction reply);
+
+ private:
+  std::mutex mu_;
+  std::map<std::string, std::shared_ptr<Pending>> pending_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace fwai

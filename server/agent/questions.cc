@@ -1,0 +1,64 @@
+#include "server/agent/questions.h"
+
+#include "absl/strings/str_cat.h"
+#include "common/ids.h"
+#include "fwai/v1/events.pb.h"
+#include "server/agent/agent.h"
+#include "server/agent/events.h"
+#include "server/agent/pending_replies.h"
+#include "server/session/session_manager.h"
+
+namespace fwai {
+
+using json = nlohmann::json;
+
+ToolSpec SpecAskQuestion() {
+  return {kAskQuestion,
+          "Ask the user one or more questions and wait for the answers. Each question may offer "
+          "options (single or multiple choice) and/or free text.",
+          {{"type", "object"},
+           {"properties",
+            {{"questions",
+              {{"type", "array"},
+               {"items",
+                {{"type", "object"},
+                 {"properties",
+                  {{"text", {{"type", "string"}}},
+                   {"options", {{"type", "array"}, {"items", {{"type", "string"}}}}},
+                   {"multiple", {{"type", "boolean"}}},
+                   {"allow_free_text", {{"type", "boolean"}}}}},
+                 {"required", {"text"}}}}}}}},
+           {"required", {"questions"}}}};
+}
+
+ToolResult AskQuestion(const AgentDeps& deps, const Agent& a, const std::string& call_id,
+                       const json& input) {
+  const json qs = input.value("questions", json());
+  if (!qs.is_array() || qs.empty()) return {"questions: expected a non-empty list", true};
+  const std::string session_id = a.turn->session.id;
+  const std::string qid = NewId("q-");
+  v1::ServerEvent ev;
+  auto* q = ev.mutable_question_asked();
+  q->set_question_id(qid);
+  q->set_call_id(call_id);
+  int n = 0;
+  for (const auto& item : qs) {
+    auto* one = q->add_questions();
+    one->set_id(absl::StrCat(qid, ".", ++n));
+    one->set_text(item.value("text", ""));
+    for (const auto& opt : item.value("options", json::array())) {
+      if (opt.is_string()) one->add_options()->set_label(opt.get<std::string>());
+    }
+    one->set_multiple(item.value("multiple", false));
+    one->set_allow_free_text(item.value("allow_free_text", one->options_size() == 0));
+  }
+  // Waiting before the question is visible: an answer cannot arrive too early.
+  auto pending = deps.replies.Expect(session_id, qid, false);
+  a.turn->sink.Emit(std::move(ev));
+  auto reply = deps.replies.Wait(session_id, pending, a.turn->cancel);
+  if (!reply) return {"the question was not answered (turn cancelled)", true};
+  json ans = {{"selected", reply->selected}, {"text", reply->text}};
+  return {absl::StrCat("The user answered: ", ans.dump()), false};
+}
+
+}  // namespace fwai

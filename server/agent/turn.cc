@@ -1,0 +1,189 @@
+#include "server/agent/turn.h"
+
+#include "absl/strings/str_cat.h"
+#include "common/clock.h"
+#include "fwai/v1/events.pb.h"
+#include "server/agent/agent.h"
+#include "server/agent/compaction.h"
+#include "server/agent/events.h"
+#include "server/agent/history.h"
+#include "server/agent/loop.h"
+#include "server/agent/models.h"
+#include "server/agent/run_record.h"
+#include "server/project/policy.h"
+#include "server/project/secrets.h"
+#include "server/session/session_manager.h"
+
+namespace fwai {
+
+using json = nlohmann::json;
+using fwai::v1::ServerEvent;
+
+namespace {
+
+struct TurnEnd {
+  std::string stop_reason = "end_turn";
+  int iterations = 0;
+  Usage usage;
+  // Keeps the project's tools alive until the turn has finished.
+  std::shared_ptr<const void> project_tools_owner;
+};
+
+TurnEnd Failed(EventSink& sink, const absl::Status& error) {
+  sink.Error(error, false);
+  TurnEnd end;
+  end.stop_reason = "error";
+  return end;
+}
+
+absl::Status NoProvider(const ProviderSet& providers, const std::string& name) {
+  if (providers.providers.empty()) {
+    return absl::FailedPreconditionError(
+        "no LLM provider is configured. Set ANTHROPIC_API_KEY or OPENAI_API_KEY "
+        "(and optionally ANTHROPIC_BASE_URL / OPENAI_BASE_URL) in fwaid's environment "
+        "and restart it (fwai daemon stop; the next fwai command starts it), or add a "
+        "providers: section to fwaid.yaml. Sessions, history and attach work without one.");
+  }
+  std::string names;
+  for (const auto& [n, p] : providers.providers) {
+    absl::StrAppend(&names, names.empty() ? "" : ", ", n);
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("provider '", name, "' is not configured; configured: ", names));
+}
+
+// Adds the turn's usage to the session's totals and keeps its mode (an
+// approved plan changes it).
+void SaveToSession(SessionManager& sessions, const std::string& session_id, const std::string& mode,
+                   const Usage& usage) {
+  auto fresh = sessions.Get(session_id);
+  if (!fresh.ok()) return;
+  if (fresh->mode != mode) fresh->mode = mode;
+  fresh->input_tokens += usage.input_tokens;
+  fresh->output_tokens += usage.output_tokens;
+  fresh->cost_usd += usage.cost_usd;
+  (void)sessions.Update(*fresh);
+}
+
+// compact_only: summarise the older turns, nothing else.
+TurnEnd CompactOnly(SessionManager& sessions, Agent& main) {
+  TurnEnd end;
+  auto n = Compact(sessions, main, /*forced=*/true);
+  if (!n.ok()) {
+    end.stop_reason = absl::IsCancelled(n.status()) ? "cancelled" : "error";
+    if (end.stop_reason == "error") main.turn->sink.Error(n.status(), false);
+  } else {
+    end.stop_reason = "compacted";
+    if (*n == 0) {
+      main.turn->sink.Error(
+          absl::FailedPreconditionError("nothing to compact: the conversation is short"), false);
+    }
+  }
+  end.usage = main.turn->usage();
+  return end;
+}
+
+// Everything between the user's message and turn_finished.
+TurnEnd PlayTurn(const AgentDeps& deps, const TurnHooks& hooks, CancelToken& cancel,
+                 const TurnRequest& req, EventSink& sink, int64_t start_ns) {
+  auto info = deps.sessions.Get(req.session_id);
+  if (!info.ok()) return Failed(sink, info.status());
+  const std::string provider_name = !req.provider.empty() ? req.provider : info->provider;
+  Provider* provider = deps.providers.Find(provider_name);
+  if (!req.compact_only) {
+    json user_content = json::array({{{"type", "text"}, {"text", req.text}}});
+    if (auto s = deps.sessions.AppendHistory(req.session_id, {"user", user_content.dump()});
+        !s.ok()) {
+      return Failed(sink, s);
+    }
+  }
+  if (provider == nullptr) return Failed(sink, NoProvider(deps.providers, provider_name));
+  const ProviderConfig& pc = provider->config();
+  const std::string model =
+      !req.model.empty() ? req.model : (!info->model.empty() ? info->model : pc.model);
+  {
+    ServerEvent ev;
+    ev.mutable_turn_started()->set_provider(pc.name);
+    ev.mutable_turn_started()->set_model(model);
+    sink.Emit(std::move(ev));
+  }
+  auto conversation = LoadConversation(deps.sessions, req.session_id);
+  if (!conversation.ok()) return Failed(sink, conversation.status());
+  // A policy that cannot be read stops the turn: it fails closed.
+  auto rules = LoadPolicy(info->project_root, deps.config.policy_file);
+  if (!rules.ok()) {
+    return Failed(
+        sink, absl::FailedPreconditionError(absl::StrCat("policy: ", rules.status().message())));
+  }
+  // The project's MCP servers (started on first use); a broken section stops the turn.
+  TurnManager::ProjectToolSet project_tools;
+  if (hooks.project_tools) {
+    auto pt = hooks.project_tools(*info);
+    if (!pt.ok()) {
+      return Failed(sink, absl::FailedPreconditionError(
+                              absl::StrCat("mcp_servers: ", pt.status().message())));
+    }
+    project_tools = *std::move(pt);
+  }
+  // Tool outputs are logged under the project (.fwai/runs/<run_id>/<call_id>.log);
+  // the directory is made with the first log, and old runs are pruned then.
+  const std::string run_id = absl::StrCat("run-", req.turn_id);
+  TurnState turn(*info, sink, cancel, *std::move(rules), std::move(project_tools.tools),
+                 hooks.recorder ? info->project_root + "/.fwai/runs/" + run_id : "");
+
+  std::string mode = info->mode;
+  Agent main;
+  main.messages = *std::move(conversation);
+  main.provider = provider;
+  main.model = model;
+  main.max_tokens = info->max_tokens > 0 ? info->max_tokens : pc.max_tokens;
+  main.temperature = info->temperature >= 0 ? info->temperature : pc.temperature;
+  main.persist = true;
+  main.cancel = &cancel;
+  main.mode = &mode;
+  main.turn = &turn;
+  main.request = req.text;
+  main.context_window = ConfiguredContextWindow(deps.config, model, pc.context_window);
+  if (req.compact_only) {
+    TurnEnd end = CompactOnly(deps.sessions, main);
+    end.project_tools_owner = std::move(project_tools.owner);
+    return end;
+  }
+
+  RunAgent(deps, main);
+  TurnEnd end{main.stop_reason, main.iterations, turn.usage(), std::move(project_tools.owner)};
+  if (hooks.recorder) {
+    json rec = RunRecord(req, main, run_id, (MonotonicNanos() - start_ns) / 1000000);
+    deps.secrets.RedactJson(rec);
+    hooks.recorder(rec);
+  }
+  SaveToSession(deps.sessions, req.session_id, mode, end.usage);
+  return end;
+}
+
+}  // namespace
+
+void RunTurn(const AgentDeps& deps, const TurnHooks& hooks, CancelToken& cancel,
+             const TurnRequest& req, const std::function<void()>& finishing) {
+  const int64_t start_ns = MonotonicNanos();
+  EventSink sink(deps.sessions, req.session_id, req.turn_id);
+  {
+    ServerEvent ev;
+    ev.mutable_user_message()->set_text(req.text);
+    ev.mutable_user_message()->set_sender(req.sender);
+    sink.Emit(std::move(ev));
+  }
+  const TurnEnd end = PlayTurn(deps, hooks, cancel, req, sink, start_ns);
+  finishing();
+  ServerEvent ev;
+  auto* f = ev.mutable_turn_finished();
+  f->mutable_usage()->set_input_tokens(end.usage.input_tokens);
+  f->mutable_usage()->set_output_tokens(end.usage.output_tokens);
+  f->mutable_usage()->set_cost_usd(end.usage.cost_usd);
+  f->set_stop_reason(end.stop_reason);
+  f->set_iterations(end.iterations);
+  f->set_duration_ms((MonotonicNanos() - start_ns) / 1000000);
+  sink.Emit(std::move(ev));
+}
+
+}  // namespace fwai

@@ -1,0 +1,27 @@
+// agent: one chat turn, start to finish, on the calling thread: the user's
+// message, the main agent set up with the session's history, model, policy and
+// project tools, its loop, the run record, and the session's usage totals.
+// Publishes user_message first and turn_finished last, whatever happens.
+#pragma once
+
+#include <functional>
+
+#include "server/agent/turn_manager.h"
+
+namespace fwai {
+
+class CancelToken;
+struct AgentDeps;
+
+// What the daemon hooks into every turn (either may be empty).
+struct TurnHooks {
+  const std::function<void(const nlohmann::json&)>& recorder;
+  const std::function<absl::StatusOr<TurnManager::ProjectToolSet>(const SessionInfo&)>&
+      project_tools;
+};
+
+// Runs `req`; calls `finishing` just before turn_finished is published.
+void RunTurn(const AgentDeps& deps, const TurnHooks& hooks, CancelToken& cancel,
+             const TurnRequest& req, const std::function<void()>& finishing);
+
+}  // namespace fwai

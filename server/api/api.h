@@ -30,6 +30,7 @@ class HardwareBroker;
 class EvidenceLog;
 class SkillRunner;
 struct DaemonConfig;
+struct FirmwareReportDeps;
 struct ProviderSet;
 
 // Who is calling: connections accepted on our unix sockets are registered
@@ -60,6 +61,7 @@ struct ApiDeps {
   HardwareBroker* hardware = nullptr;  // may be null: Hardware answers UNAVAILABLE
   EvidenceLog* evidence = nullptr;     // may be null: Evidence answers UNAVAILABLE
   SkillRunner* skills = nullptr;       // may be null: Skills.Run answers UNAVAILABLE
+  const FirmwareReportDeps* firmware = nullptr;  // may be null: Firmware answers UNAVAILABLE
   std::function<void(const std::string&)> on_session_deleted;
   std::function<void()> request_shutdown;
   int64_t started_us = 0;
@@ -76,6 +78,7 @@ std::unique_ptr<grpc::Service> MakeHardwareService(const ApiDeps& deps);
 std::unique_ptr<grpc::Service> MakeEvidenceService(const ApiDeps& deps);
 std::unique_ptr<grpc::Service> MakeProjectsService(const ApiDeps& deps);
 std::unique_ptr<grpc::Service> MakeSkillsService(const ApiDeps& deps);
+std::unique_ptr<grpc::Service> MakeFirmwareService(const ApiDeps& deps);
 
 // A request's project root: required, an existing directory, canonical.
 [[nodiscard]] absl::StatusOr<std::string> CanonicalProjectRoot(const std::string& root);

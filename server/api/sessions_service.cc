@@ -490,6 +490,7 @@ std::vector<std::unique_ptr<grpc::Service>> MakeServices(const ApiDeps& deps) {
   out.push_back(MakeProjectsService(deps));
   out.push_back(MakeSkillsService(deps));
   out.push_back(MakeEvidenceService(deps));
+  out.push_back(MakeFirmwareService(deps));
   return out;
 }
 

@@ -1,0 +1,63 @@
+// Firmware: the memory report (regions, sections, symbols, stack, the change
+// since the previous build) and the SBOM of a run or an image.
+#include <grpcpp/grpcpp.h>
+
+#include <nlohmann/json.hpp>
+
+#include "common/thread_pool.h"
+#include "fwai/v1/firmware.grpc.pb.h"
+#include "server/api/api.h"
+#include "server/api/offload.h"
+#include "server/firmware/memory.h"
+#include "server/firmware/reports.h"
+
+namespace fwai {
+namespace {
+
+namespace pb = ::fwai::v1;
+
+class FirmwareService final : public pb::Firmware::CallbackService {
+ public:
+  explicit FirmwareService(ApiDeps deps) : deps_(std::move(deps)) {}
+
+  grpc::ServerUnaryReactor* Memory(grpc::CallbackServerContext* ctx, const pb::MemoryRequest* req,
+                                   pb::FirmwareReport* resp) override {
+    return Offload(ctx, [this, req, resp] {
+      auto root = CanonicalProjectRoot(req->project_root());
+      if (!root.ok()) return root.status();
+      auto r = MemoryReportFor(*deps_.firmware, *root, req->image(), req->diff());
+      if (!r.ok()) return r.status();
+      resp->set_json(r->dump());
+      resp->set_text(MemorySummaryText((*r)["report"], r->value("diff", nlohmann::json()), 10));
+      return absl::OkStatus();
+    });
+  }
+
+  grpc::ServerUnaryReactor* Sbom(grpc::CallbackServerContext* ctx, const pb::SbomRequest* req,
+                                 pb::FirmwareReport* resp) override {
+    return Offload(ctx, [this, req, resp] {
+      auto root = CanonicalProjectRoot(req->project_root());
+      if (!root.ok()) return root.status();
+      auto r = SbomFor(*deps_.firmware, *root, req->run_or_image(), req->format());
+      if (!r.ok()) return r.status();
+      resp->set_json(r->dump(2));
+      return absl::OkStatus();
+    });
+  }
+
+ private:
+  grpc::ServerUnaryReactor* Offload(grpc::CallbackServerContext* ctx,
+                                    std::function<absl::Status()> work) {
+    return OffloadUnary(ctx, deps_.pool, deps_.firmware != nullptr,
+                        "firmware reports are not available", std::move(work));
+  }
+  const ApiDeps deps_;
+};
+
+}  // namespace
+
+std::unique_ptr<grpc::Service> MakeFirmwareService(const ApiDeps& deps) {
+  return std::make_unique<FirmwareService>(deps);
+}
+
+}  // namespace fwai

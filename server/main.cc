@@ -478,6 +478,7 @@ int Main(int argc, char** argv) {
     if (!r.ok()) return nullptr;
     return nlohmann::json::parse(r->bytes, nullptr, false);
   };
+  hardware.SetRunRecorder(record_run);
   hardware.SetBuildRecordLookup(build_record_of_image);
   hardware.SetSbomOptions(FWAI_VERSION, config.toolchain_dpkg_admindir);
 

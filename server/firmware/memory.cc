@@ -271,7 +271,7 @@ absl::StatusOr<json> AnalyzeMemory(const std::string& image, const MemoryOptions
               {"size", s.size},
               {"type", cls},
               {"region", r ? r->name : ""}};
-    if (s.load_address != s.address) {
+    if (s.has_contents() && s.load_address != s.address) {
       j["load_address"] = s.load_address;
       j["load_region"] = lr ? lr->name : "";
     }

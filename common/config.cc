@@ -307,10 +307,16 @@ absl::StatusOr<DaemonConfig> ParseConfig(const std::string& yaml_text, const std
   try {
     CFG_TRY(r.CheckKeys(root, "",
                         {"listen", "data_dir", "default_provider", "providers", "agent", "http",
-                         "retry", "subscribers", "tools", "knowledge", "catalog", "mcp_servers", "hardware", "policy_file", "secrets", "log_level",
+                         "retry", "subscribers", "tools", "knowledge", "catalog", "mcp_servers",
+                         "hardware", "policy_file", "secrets", "toolchain", "log_level",
                          "tls", "unix_socket", "users", "limits", "knowledge_writers"}));
     CFG_TRY(ParseSecurityConfig(r, root, c.security));
     if (auto n = root["policy_file"]) CFG_TRY(r.String(n, "policy_file", c.policy_file));
+    if (auto n = root["toolchain"]) {
+      CFG_TRY(r.CheckKeys(n, "toolchain", {"dpkg_admindir"}));
+      if (auto d = n["dpkg_admindir"])
+        CFG_TRY(r.String(d, "toolchain.dpkg_admindir", c.toolchain_dpkg_admindir));
+    }
     if (auto n = root["secrets"]) {
       CFG_TRY(r.CheckKeys(n, "secrets", {"patterns"}));
       if (auto p = n["patterns"]) {

@@ -217,6 +217,9 @@ struct DaemonConfig {
   // secrets.patterns: extra regexes ("name=regex" or "regex") redacted from
   // tool output, evidence and logs, over the built-in ones.
   std::vector<std::string> secret_patterns;
+  // toolchain.dpkg_admindir: the dpkg database the toolchain attestation asks
+  // (dpkg -S / -V); "" is dpkg's own (/var/lib/dpkg).
+  std::string toolchain_dpkg_admindir;
   std::string log_level = "info";
   SecurityConfig security;  // tls, unix_socket, users, limits, knowledge_writers
 };

@@ -24,9 +24,8 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <thread>
-
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -35,8 +34,8 @@
 #include "common/config.h"
 #include "common/paths.h"
 #include "common/status_macros.h"
-#include "server/agent/turn_manager.h"
 #include "common/thread_pool.h"
+#include "server/agent/turn_manager.h"
 #include "server/api/api.h"
 #include "server/api/auth_processor.h"
 #include "server/api/gate.h"
@@ -46,12 +45,11 @@
 #include "server/daemon/data_dir_lock.h"
 #include "server/daemon/tls_files.h"
 #include "server/catalog/tool_catalog.h"
-#include "server/mcp/mcp_manager.h"
-#include "server/mcp/project_mcp.h"
 #include "server/evidence/evidence_log.h"
 #include "server/project/secrets.h"
 #include "server/skills/run_journal.h"
 #include "server/skills/runner.h"
+#include "server/firmware/reports.h"
 #include "server/hardware/broker.h"
 #include "server/hardware/hardware_tools.h"
 #include "server/knowledge/document_search_tool.h"
@@ -61,7 +59,12 @@
 #include "server/knowledge/reranker.h"
 #include "server/llm/http_client.h"
 #include "server/llm/provider.h"
+#include "server/mcp/mcp_manager.h"
+#include "server/mcp/project_mcp.h"
+#include "server/project/secrets.h"
 #include "server/session/session_manager.h"
+#include "server/skills/runner.h"
+#include "server/skills/skill_tools.h"
 #include "server/storage/storage.h"
 #include "server/tools/tool.h"
 
@@ -588,7 +591,42 @@ int Main(int argc, char** argv) {
     auto r = append_evidence(rec);
     if (!r.ok()) spdlog::error("evidence: {}", r.status().ToString());
   };
+  // Build records by what they made and by project, for the flash guard, the
+  // memory diff of each build, the SBOM of each flash and the reports.
+  auto build_record_of_image = [evidence_log](const std::string& sha256) -> nlohmann::json {
+    if (sha256.size() != 64) return nullptr;
+    auto r =
+        evidence_log->FindLatest({"\"skill_run\"", sha256}, [&sha256](const nlohmann::json& j) {
+          if (j.value("kind", "") != "skill_run") return false;
+          for (const auto& a : j.value("artifacts", nlohmann::json::array())) {
+            for (const auto& f : a.value("files", nlohmann::json::array())) {
+              if (f.value("sha256", "") == sha256 && f.value("format", "") == "elf") return true;
+            }
+          }
+          return false;
+        });
+    return r.ok() ? *r : nlohmann::json();
+  };
+  auto latest_build = [evidence_log](const std::string& project_root) -> nlohmann::json {
+    auto r = evidence_log->FindLatest(
+        {"\"skill_run\"", "\"artifacts\""}, [&project_root](const nlohmann::json& j) {
+          if (j.value("kind", "") != "skill_run" || j.value("project", "") != project_root)
+            return false;
+          for (const auto& a : j.value("artifacts", nlohmann::json::array())) {
+            if (a.value("kind", "") == "build") return true;
+          }
+          return false;
+        });
+    return r.ok() ? *r : nlohmann::json();
+  };
+  auto record_of_run = [evidence_log](const std::string& run_id) -> nlohmann::json {
+    auto r = evidence_log->Get(run_id);
+    if (!r.ok()) return nullptr;
+    return nlohmann::json::parse(r->bytes, nullptr, false);
+  };
   hardware.SetRunRecorder(record_run);
+  hardware.SetBuildRecordLookup(build_record_of_image);
+  hardware.SetSbomOptions(FWAI_VERSION, config.toolchain_dpkg_admindir);
 
   SessionManager sessions(**storage, config.subscribers);
   // Turns the last process left open end now, before any client can attach.
@@ -647,7 +685,14 @@ int Main(int argc, char** argv) {
   skill_deps.append_evidence = append_evidence;
   skill_deps.policy_file = config.policy_file;
   skill_deps.secrets = secrets;
+  skill_deps.previous_build = latest_build;
+  skill_deps.dpkg_admindir = config.toolchain_dpkg_admindir;
+  skill_deps.version = FWAI_VERSION;
   SkillRunner skills(skill_deps);
+  RegisterSkillTools(tools, skills);
+  FirmwareReportDeps firmware_deps{latest_build, record_of_run, config.toolchain_dpkg_admindir,
+                                   FWAI_VERSION};
+  RegisterFirmwareTools(tools, firmware_deps);
   PeerRegistry peers;
   // Who may call: unix peers by uid, tokens and certificates over TCP.
   auto tokens = TokenStore::Open(**storage);
@@ -699,6 +744,7 @@ int Main(int argc, char** argv) {
   deps.hardware = &hardware;
   deps.evidence = evidence_log;
   deps.skills = &skills;
+  deps.firmware = &firmware_deps;
   deps.on_session_deleted = [&hardware](const std::string& id) { hardware.SessionEnded(id); };
   deps.request_shutdown = [] { kill(getpid(), SIGTERM); };
   deps.started_us = NowMicros();

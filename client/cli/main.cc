@@ -19,21 +19,22 @@
 #include <sstream>
 #include <thread>
 
-#include "absl/strings/str_cat.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "client/cli/cli.h"
-#include "client/cli/kb.h"
 #include "client/cli/evidence.h"
 #include "client/cli/auth.h"
+#include "client/cli/firmware.h"
 #include "client/cli/hw.h"
+#include "client/cli/kb.h"
 #include "client/cli/project.h"
+#include "client/cli/render.h"
 #include "client/cli/skills.h"
 #include "client/cli/tools.h"
-#include "client/cli/render.h"
 #include "client/cli/turn_notes.h"
 #include "client/lib/client.h"
 #include "common/ids.h"
@@ -918,6 +919,7 @@ int Main(int argc, char** argv) {
   HwCommands hw(app, g);
   EvidenceCommands evidence(app, g);
   AuthCommands auth(app, g);
+  FirmwareCommands firmware(app, g);
   ProjectCommands project(app, g);
   SkillCommands skill_cmds(app, g);
   auto* repl_session = app.add_option("--session", session_id, "Session for the REPL");
@@ -942,6 +944,7 @@ int Main(int argc, char** argv) {
   if (auto rc = hw.RunIfParsed()) return *rc;
   if (auto rc = evidence.RunIfParsed()) return *rc;
   if (auto rc = auth.RunIfParsed()) return *rc;
+  if (auto rc = firmware.RunIfParsed()) return *rc;
   if (auto rc = project.RunIfParsed()) return *rc;
   if (auto rc = skill_cmds.RunIfParsed()) return *rc;
   if (g.json) return Fail(g, kExitUsage, "--json needs a command (see fwai --help)");

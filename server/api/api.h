@@ -32,6 +32,7 @@ class EvidenceLog;
 class SkillRunner;
 class Gate;
 struct DaemonConfig;
+struct FirmwareReportDeps;
 struct ProviderSet;
 
 // Who is calling: connections accepted on our unix sockets are registered
@@ -69,6 +70,7 @@ struct ApiDeps {
   // Re-reads users and limits from the config file (SIGHUP, Daemon.ReloadConfig);
   // returns how many users it has.
   std::function<absl::StatusOr<int>(const std::string& by)> reload_config;
+  const FirmwareReportDeps* firmware = nullptr;  // may be null: Firmware answers UNAVAILABLE
   std::function<void(const std::string&)> on_session_deleted;
   std::function<void()> request_shutdown;
   int64_t started_us = 0;
@@ -86,6 +88,7 @@ std::unique_ptr<grpc::Service> MakeEvidenceService(const ApiDeps& deps);
 std::unique_ptr<grpc::Service> MakeProjectsService(const ApiDeps& deps);
 std::unique_ptr<grpc::Service> MakeSkillsService(const ApiDeps& deps);
 std::unique_ptr<grpc::Service> MakeAuthService(const ApiDeps& deps);
+std::unique_ptr<grpc::Service> MakeFirmwareService(const ApiDeps& deps);
 
 // A request's project root: required, an existing directory, canonical.
 [[nodiscard]] absl::StatusOr<std::string> CanonicalProjectRoot(const std::string& root);

@@ -10,6 +10,7 @@
 #include "fwai/v1/auth.pb.h"
 #include "fwai/v1/daemon.pb.h"
 #include "fwai/v1/evidence.pb.h"
+#include "fwai/v1/firmware.pb.h"
 #include "fwai/v1/hardware.pb.h"
 #include "fwai/v1/knowledge.pb.h"
 #include "fwai/v1/projects.pb.h"
@@ -73,6 +74,9 @@ const std::vector<RpcRule>& RpcRules() {
       {"Evidence.GetRun", Need::kAnyone},
       {"Evidence.Verify", Need::kAnyone},
       {"Evidence.Export", Need::kAnyone},
+      // Reports read the project's images as its owner's account.
+      {"Firmware.Memory", Need::kLocalAccount},
+      {"Firmware.Sbom", Need::kLocalAccount},
   };
   return kRules;
 }
@@ -87,7 +91,8 @@ std::vector<std::string> RpcsWithoutRules() {
                            fwai::v1::WhoAmIRequest::descriptor()->file(), fwai::v1::SearchRequest::descriptor()->file(),
                            fwai::v1::ToolSearchRequest::descriptor()->file(),
                            fwai::v1::AcquireRequest::descriptor()->file(), fwai::v1::InitRequest::descriptor()->file(),
-                           fwai::v1::ListRunsRequest::descriptor()->file()}) {
+                           fwai::v1::ListRunsRequest::descriptor()->file(),
+                           fwai::v1::MemoryRequest::descriptor()->file()}) {
     for (int i = 0; i < file->service_count(); ++i) {
       const auto* service = file->service(i);
       for (int m = 0; m < service->method_count(); ++m) {

@@ -348,7 +348,6 @@ class HardwareService final : public pb::Hardware::CallbackService {
         // boards, whether a person must approve, whether sources must be older.
         std::string root = copy.project_root().empty() ? FindProjectRoot(copy.image_path()) : copy.project_root();
         bool approved = copy.approved();
-        bool check_fresh = true;
         auto rules = LoadPolicy(root, svc->deps_.config ? svc->deps_.config->policy_file : "");
         if (!rules.ok()) {
           st->writer.Close(ToGrpcStatus(absl::FailedPreconditionError(absl::StrCat("policy: ", rules.status().message()))));
@@ -364,7 +363,12 @@ class HardwareService final : public pb::Hardware::CallbackService {
           return;
         }
         if (!rules->flash_require_approval) approved = true;  // waived by the policy
-        check_fresh = rules->flash_require_fresh;
+        FlashGuardPolicy guard;
+        guard.check_fresh = rules->flash_require_fresh;
+        guard.require_verified_toolchain = rules->flash_require_verified_toolchain;
+        guard.flash_max_pct = rules->memory_flash_max_pct;
+        guard.ram_max_pct = rules->memory_ram_max_pct;
+        guard.max_growth_bytes = rules->memory_max_growth_bytes;
         auto r = svc->deps_.hardware->Flash(
             c, *board, copy.image_path(), approved, copy.project_root(),
             [st](const FlashProgressUpdate& u) {
@@ -374,7 +378,7 @@ class HardwareService final : public pb::Hardware::CallbackService {
               p.set_message(u.message);
               st->writer.Push(std::move(p));
             },
-            &st->cancel, check_fresh);
+            &st->cancel, guard);
         if (!r.ok()) {
           st->writer.Close(ToGrpcStatus(r.status()));
           return;

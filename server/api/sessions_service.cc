@@ -585,6 +585,7 @@ std::vector<std::unique_ptr<grpc::Service>> MakeServices(const ApiDeps& deps) {
   out.push_back(MakeSkillsService(deps));
   out.push_back(MakeEvidenceService(deps));
   out.push_back(MakeAuthService(deps));
+  out.push_back(MakeFirmwareService(deps));
   return out;
 }
 

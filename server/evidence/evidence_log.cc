@@ -212,6 +212,22 @@ absl::StatusOr<std::vector<EvidenceRecord>> EvidenceLog::List(size_t limit) {
   return out;
 }
 
+absl::StatusOr<json> EvidenceLog::FindLatest(const std::vector<std::string>& contains,
+                                             const std::function<bool(const json&)>& match) {
+  json found;
+  auto s =
+      rep_->storage->Scan(Cf::kEvidence, "r/", "r0", [&](std::string_view, std::string_view v) {
+        for (const auto& c : contains) {
+          if (v.find(c) == std::string_view::npos) return true;
+        }
+        auto j = json::parse(v, nullptr, false);
+        if (j.is_object() && match(j)) found = std::move(j);
+        return true;
+      });
+  if (!s.ok()) return s;
+  return found;
+}
+
 absl::StatusOr<EvidenceRecord> EvidenceLog::Get(const std::string& run_id) {
   auto idx = rep_->storage->Get(Cf::kEvidence, "id/" + run_id);
   if (!idx.ok()) return idx.status();

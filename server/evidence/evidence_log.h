@@ -6,13 +6,13 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -50,6 +50,11 @@ class EvidenceLog {
   [[nodiscard]] absl::Status Checkpoint();
   [[nodiscard]] absl::StatusOr<std::vector<EvidenceRecord>> List(size_t limit);
   [[nodiscard]] absl::StatusOr<EvidenceRecord> Get(const std::string& run_id);
+  // The newest record whose bytes contain every string of `contains` and
+  // that `match` accepts (parsed); null if none.
+  [[nodiscard]] absl::StatusOr<nlohmann::json> FindLatest(
+      const std::vector<std::string>& contains,
+      const std::function<bool(const nlohmann::json&)>& match);
   EvidenceVerifyReport Verify();
   std::string public_key_hex() const;
   // The RFC 6962 tree head over every record (hex).

@@ -155,6 +155,23 @@ std::string ExportHtml(const std::vector<EvidenceRecord>& records, const Evidenc
                         "</code> on ", Html(Str(im, "board")), "</div>");
       }
     }
+    if (j.is_object() && j.contains("artifacts") && j["artifacts"].is_array()) {
+      for (const auto& a : j["artifacts"]) {
+        if (!a.is_object() || !a.contains("files") || !a["files"].is_array()) continue;
+        for (const auto& f : a["files"]) {
+          absl::StrAppend(&h, "<div>artifact <code>", Html(Str(f, "path")), "</code> sha256 <code>",
+                          Html(Str(f, "sha256")), "</code></div>");
+        }
+      }
+    }
+    if (j.is_object() && j.contains("memory") && j["memory"].is_object() &&
+        j["memory"].contains("report")) {
+      for (const auto& r : j["memory"]["report"].value("regions", json::array())) {
+        absl::StrAppend(&h, "<div>memory ", Html(Str(r, "name")), ": ", Html(Str(r, "used")),
+                        " of ", Html(Str(r, "length")), " bytes (", Html(Str(r, "percent")),
+                        "%)</div>");
+      }
+    }
     if (j.is_object() && Str(j, "kind") == "flash") {
       absl::StrAppend(&h, "<div>image sha256 <code>", Html(Str(j, "image_sha256")), "</code></div>");
     }
@@ -182,7 +199,7 @@ std::string DssePae(std::string_view type, std::string_view body) {
 absl::StatusOr<std::string> ExportInToto(const std::vector<EvidenceRecord>& records, const std::string& root_hex,
                                          const std::string& public_key_hex,
                                          const std::function<absl::StatusOr<std::string>(std::string_view)>& sign) {
-  // Subjects: every image flashed and every artifact recorded, by digest.
+  // Subjects: every image built or flashed and every artifact recorded, by digest.
   json subjects = json::array();
   std::map<std::string, std::string> seen;  // sha256 -> name
   auto add = [&](const std::string& name, const std::string& sha) {
@@ -196,7 +213,18 @@ absl::StatusOr<std::string> ExportInToto(const std::vector<EvidenceRecord>& reco
     const json& j = parsed[i];
     if (!j.is_object()) continue;
     const std::string kind = Str(j, "kind");
-    if (kind == "flash") add(Str(j, "image"), Str(j, "image_sha256"));
+    if (kind == "flash") {
+      add(Str(j, "image"), Str(j, "image_sha256"));
+      add(Str(j, "flashed_file"),
+          Str(j, "flashed_sha256"));  // a .bin/.hex written instead of the ELF
+    }
+    // The images each build made (ELF, .bin, .hex).
+    if (j.contains("artifacts") && j["artifacts"].is_array()) {
+      for (const auto& a : j["artifacts"]) {
+        if (!a.is_object() || !a.contains("files") || !a["files"].is_array()) continue;
+        for (const auto& f : a["files"]) add(Str(f, "path"), Str(f, "sha256"));
+      }
+    }
     if (j.contains("images") && j["images"].is_array()) {
       for (const auto& im : j["images"]) add(Str(im, "path"), Str(im, "sha256"));
     }

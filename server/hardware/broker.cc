@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <poll.h>
 #include <signal.h>
+#include <spdlog/spdlog.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -17,8 +18,6 @@
 #include <set>
 #include <thread>
 
-#include <spdlog/spdlog.h>
-
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -30,6 +29,8 @@
 #include "common/local_account.h"
 #include "common/paths.h"
 #include "common/subprocess.h"
+#include "server/firmware/memory.h"
+#include "server/firmware/sbom.h"
 #include "server/hardware/discovery.h"
 #include "server/hardware/firmware_image.h"
 #include "server/hardware/gdb_mi.h"
@@ -498,11 +499,12 @@ absl::StatusOr<std::string> HardwareBroker::CopyImageAs(const Caller& caller, co
   return out;
 }
 
-absl::StatusOr<FlashResult> HardwareBroker::Flash(const Caller& caller, const std::string& board_id,
-                                                  const std::string& requested_image, bool approved,
-                                                  const std::string& project_root,
-                                                  const std::function<void(const FlashProgressUpdate&)>& progress,
-                                                  const CancelToken* cancel, bool check_fresh) {
+absl::StatusOr<FlashResult> HardwareBroker::Flash(
+    const Caller& caller, const std::string& board_id, const std::string& requested_image, bool approved,
+    const std::string& project_root,
+    const std::function<void(const FlashProgressUpdate&)>& progress, const CancelToken* cancel,
+    const FlashGuardPolicy& guard) {
+  const bool check_fresh = guard.check_fresh;
   const auto t0 = std::chrono::steady_clock::now();
   Board* b = FindBoard(board_id);
   if (!b) return absl::NotFoundError(absl::StrCat("no board '", board_id, "'"));
@@ -525,21 +527,85 @@ absl::StatusOr<FlashResult> HardwareBroker::Flash(const Caller& caller, const st
   if (check_fresh) {
     if (auto s = CheckImageFresh(*img, root); !s.ok()) return s;
   }
+  auto sha = FileSha256(image_path);
+  if (!sha.ok()) return sha.status();
+  // The rules that need the image's build record: its toolchain, its growth.
+  auto made_this_image = [&sha](const nlohmann::json& rec) {
+    if (!rec.is_object()) return false;
+    for (const auto& a : rec.value("artifacts", nlohmann::json::array())) {
+      for (const auto& f : a.value("files", nlohmann::json::array())) {
+        if (f.value("sha256", "") == *sha) return true;
+      }
+    }
+    return false;
+  };
+  nlohmann::json build = made_this_image(guard.build) ? guard.build : nlohmann::json();
+  if (build.is_null() && build_record_) build = build_record_(*sha);
+  if (guard.require_verified_toolchain) {
+    if (!build.is_object()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "flash guard (toolchain): no build record attests the toolchain of ", requested_image,
+          " (sha256 ", sha->substr(0, 12),
+          "); build it with `fwai run build` (policy flash.require_verified_toolchain)"));
+    }
+    const nlohmann::json tc = build.value("toolchain", nlohmann::json::object());
+    if (!tc.value("verified", false)) {
+      std::string why = tc.value("error", "");
+      for (const auto& p : tc.value("dpkg_verify", nlohmann::json::object())
+                               .value("problems", nlohmann::json::array())) {
+        absl::StrAppend(&why, why.empty() ? "" : "; ", p.get<std::string>());
+        if (why.size() > 400) break;
+      }
+      return absl::FailedPreconditionError(absl::StrCat(
+          "flash guard (toolchain): ", requested_image, " was built (", build.value("run_id", ""),
+          ") by a toolchain whose files do not verify: ", why.empty() ? "dpkg -V failed" : why,
+          " (policy flash.require_verified_toolchain)"));
+    }
+  }
+  if (guard.any_memory_budget()) {
+    MemoryOptions mo;
+    mo.project_root = root;
+    mo.board = board_id;
+    mo.max_symbols = 0;
+    if (b->cfg.flash_size > 0)
+      mo.board_regions.push_back({"FLASH", b->cfg.flash_origin, b->cfg.flash_size, "rx", "flash"});
+    if (b->cfg.ram_size > 0)
+      mo.board_regions.push_back({"RAM", b->cfg.ram_origin, b->cfg.ram_size, "rwx", "ram"});
+    auto report = AnalyzeMemory(image_path, mo);
+    if (!report.ok())
+      return absl::FailedPreconditionError(
+          absl::StrCat("flash guard (memory): ", report.status().message()));
+    nlohmann::json diff;
+    if (guard.max_growth_bytes > 0) {
+      if (!build.is_object() || !build.contains("memory") || !build["memory"].contains("diff")) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("flash guard (memory): no build record of ", requested_image,
+                         " says how much it grew since the previous build; "
+                         "build it with `fwai run build` (policy memory.max_growth_bytes)"));
+      }
+      diff = build["memory"]["diff"];
+    }
+    MemoryBudget budget{guard.flash_max_pct, guard.ram_max_pct, guard.max_growth_bytes};
+    if (auto st = CheckMemoryBudget(*report, diff, budget); !st.ok()) return st;
+  }
   if (!approved) {
     return absl::FailedPreconditionError(
         absl::StrCat("flash guard (approval): writing ", requested_image, " to ", board_id,
                      " needs a person's confirmation (answer the prompt, or pass --yes / an approved plan)"));
   }
-  auto sha = FileSha256(image_path);
-  if (!sha.ok()) return sha.status();
   progress({"guard", 0.1,
-            absl::StrCat("guard passed: lease, image (", img->bytes, " bytes, sha256 ", sha->substr(0, 12), "), fits ",
-                         b->cfg.target, check_fresh ? ", fresh" : ", freshness waived by policy", ", approved")});
+            absl::StrCat(
+                "guard passed: lease, image (", img->bytes, " bytes, sha256 ", sha->substr(0, 12),
+                "), fits ", b->cfg.target, check_fresh ? ", fresh" : ", freshness waived by policy",
+                guard.any_memory_budget() ? ", within the memory budget" : "",
+                guard.require_verified_toolchain ? ", toolchain verified" : "", ", approved")});
   std::lock_guard op(b->op_mu);
   if (cancel && cancel->cancelled()) return absl::CancelledError("flash cancelled");
   leases_->Touch(board_id, caller.identity);
   FlashResult result;
   result.sha256 = *sha;
+  std::string flashed_file =
+      fs::absolute(image_path).string();  // what is written: the ELF, or a .bin/.hex made from it
   uint64_t since = b->hub->next_seq();
   if (b->simulated()) {
     progress({"loading", 0.3, absl::StrCat("restarting QEMU ", b->cfg.machine, " with ", image_path)});
@@ -560,8 +626,14 @@ absl::StatusOr<FlashResult> HardwareBroker::Flash(const Caller& caller, const st
         auto r = RunProcess({"arm-none-eabi-objcopy", "-O", fmt, elf, out.string()});
         return r.ok() && r->exit_code == 0 ? out.string() : sibling.string();
       };
-      if (absl::StrContains(cmd, "{bin}")) absl::StrReplaceAll({{"{bin}", ShellQuote(derived(".bin", "binary"))}}, &cmd);
-      if (absl::StrContains(cmd, "{hex}")) absl::StrReplaceAll({{"{hex}", ShellQuote(derived(".hex", "ihex"))}}, &cmd);
+      if (absl::StrContains(cmd, "{bin}")) {
+        flashed_file = derived(".bin", "binary");
+        absl::StrReplaceAll({{"{bin}", ShellQuote(flashed_file)}}, &cmd);
+      }
+      if (absl::StrContains(cmd, "{hex}")) {
+        flashed_file = derived(".hex", "ihex");
+        absl::StrReplaceAll({{"{hex}", ShellQuote(flashed_file)}}, &cmd);
+      }
       absl::StrReplaceAll({{"{elf}", ShellQuote(elf)}, {"{port}", ShellQuote(b->cfg.serial)}, {"{probe}", ShellQuote(b->cfg.probe)}},
                           &cmd);
       argv = {"/bin/sh", "-c", cmd};
@@ -606,12 +678,29 @@ absl::StatusOr<FlashResult> HardwareBroker::Flash(const Caller& caller, const st
   }
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (recorder_) {
-    recorder_({{"kind", "flash"}, {"board", board_id}, {"target", b->cfg.target},
-               {"image", requested_image}, {"image_copy", b->image},
-               {"principal", caller.identity}, {"peer", caller.peer},
-               {"image_sha256", *sha}, {"bytes", img->bytes}, {"by", caller.display}, {"session_id", caller.session_id},
-               {"approved", approved}, {"boot_line", result.boot_line}, {"booted", !result.boot_line.empty()},
-               {"seconds", result.seconds}});
+    auto flashed = FileSha256(flashed_file);
+    nlohmann::json rec = {{"kind", "flash"},
+                          {"board", board_id},
+                          {"target", b->cfg.target},
+                          {"image", requested_image},
+                          {"image_copy", b->image},
+                          {"principal", caller.identity},
+                          {"peer", caller.peer},
+                          {"image_sha256", *sha},
+                          {"flashed_file", flashed_file},
+                          {"flashed_sha256", flashed.ok() ? *flashed : ""},
+                          {"project", root},
+                          {"bytes", img->bytes},
+                          {"by", caller.display},
+                          {"session_id", caller.session_id},
+                          {"approved", approved},
+                          {"boot_line", result.boot_line},
+                          {"booted", !result.boot_line.empty()},
+                          {"seconds", result.seconds}};
+    if (build.is_object()) rec["build_run_id"] = build.value("run_id", "");
+    // The SBOM of what was flashed: the build's, with the bytes written.
+    rec["sbom"] = FlashRecordSbom(rec, build, sbom_version_, dpkg_admindir_);
+    recorder_(rec);
   }
   return result;
 }

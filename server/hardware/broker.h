@@ -62,6 +62,22 @@ struct FlashResult {
   double seconds = 0;
 };
 
+// The policy's rules for the flash guard beyond lease, image, fit and
+// approval (which always apply).
+struct FlashGuardPolicy {
+  bool check_fresh = true;                  // no source newer than the image
+  bool require_verified_toolchain = false;  // the image's build record says its toolchain verified
+  double flash_max_pct = 0;                 // memory budgets (0: none)
+  double ram_max_pct = 0;
+  int64_t max_growth_bytes = 0;  // per region, against the previous build
+  // The image's build record when the caller has it (a run that has just
+  // built the image and not yet recorded it); else it is looked up.
+  nlohmann::json build;
+  bool any_memory_budget() const {
+    return flash_max_pct > 0 || ram_max_pct > 0 || max_growth_bytes > 0;
+  }
+};
+
 struct DebugResult {
   std::vector<std::string> outputs;  // one text per command
   nlohmann::json results = nlohmann::json::array();
@@ -78,6 +94,17 @@ class HardwareBroker {
   void Shutdown();
   // Receives a run record per flash (the evidence log).
   void SetRunRecorder(std::function<void(const nlohmann::json&)> recorder) { recorder_ = std::move(recorder); }
+  // Finds the build record (a skill run) that produced the image with this
+  // SHA-256, for the guard's toolchain and growth rules; null if none.
+  void SetBuildRecordLookup(std::function<nlohmann::json(const std::string& sha256)> lookup) {
+    build_record_ = std::move(lookup);
+  }
+  // Each flash record carries the SBOM of what was flashed: `tool_version`
+  // names fwaid in it; `dpkg_admindir` is where toolchains are attested.
+  void SetSbomOptions(std::string tool_version, std::string dpkg_admindir) {
+    sbom_version_ = std::move(tool_version);
+    dpkg_admindir_ = std::move(dpkg_admindir);
+  }
 
   std::vector<DeviceInfo> List() const;
   // "" picks the caller's leased board, else the only board.
@@ -92,11 +119,11 @@ class HardwareBroker {
   void SessionEnded(const std::string& session_id);
   std::vector<LeaseRecord> Leases() const;
 
-  [[nodiscard]] absl::StatusOr<FlashResult> Flash(const Caller& caller, const std::string& board,
-                                                  const std::string& image, bool approved,
-                                                  const std::string& project_root,
-                                                  const std::function<void(const FlashProgressUpdate&)>& progress,
-                                                  const CancelToken* cancel, bool check_fresh = true);
+  [[nodiscard]] absl::StatusOr<FlashResult> Flash(
+      const Caller& caller, const std::string& board, const std::string& image, bool approved,
+      const std::string& project_root,
+      const std::function<void(const FlashProgressUpdate&)>& progress, const CancelToken* cancel,
+      const FlashGuardPolicy& guard = {});
 
   // Serial: reading needs no lease; writing does.
   [[nodiscard]] absl::StatusOr<std::shared_ptr<SerialReader>> OpenSerial(const Caller& caller,
@@ -137,6 +164,8 @@ class HardwareBroker {
   struct Supervisor;
   std::unique_ptr<Supervisor> supervisor_;
   std::function<void(const nlohmann::json&)> recorder_;
+  std::function<nlohmann::json(const std::string&)> build_record_;
+  std::string sbom_version_, dpkg_admindir_;
 };
 
 }  // namespace fwai

@@ -44,8 +44,9 @@ absl::StatusOr<PolicyRules> ParsePolicy(const std::string& text, const std::stri
     return absl::InvalidArgumentError(absl::StrCat(source, ":", n.Mark().line + 1, ": policy.", f, ": ", what));
   };
   if (!p.IsMap()) return err(p, "", "expected a mapping");
-  static const std::set<std::string> kKeys = {"protected_paths", "allowed_paths", "blocked_tools", "allowed_tools",
-                                              "blocked_commands", "change_budget", "network", "flash"};
+  static const std::set<std::string> kKeys = {
+      "protected_paths", "allowed_paths", "blocked_tools", "allowed_tools", "blocked_commands",
+      "change_budget",   "network",       "flash",         "memory"};
   for (const auto& kv : p) {
     if (!kKeys.count(kv.first.as<std::string>())) return err(kv.first, kv.first.as<std::string>(), "unknown rule");
   }
@@ -91,18 +92,52 @@ absl::StatusOr<PolicyRules> ParsePolicy(const std::string& text, const std::stri
     }
   }
   if (const auto& f = p["flash"]) {
-    if (!f.IsMap()) return err(f, "flash", "expected {require_approval, allowed_boards, require_fresh}");
+    if (!f.IsMap())
+      return err(
+          f, "flash",
+          "expected {require_approval, allowed_boards, require_fresh, require_verified_toolchain}");
     for (const auto& kv : f) {
       const std::string k = kv.first.Scalar();
       if (k == "require_approval") {
         if (auto st = boolean(kv.second, "flash.require_approval", r.flash_require_approval); !st.ok()) return st;
       } else if (k == "require_fresh") {
         if (auto st = boolean(kv.second, "flash.require_fresh", r.flash_require_fresh); !st.ok()) return st;
+      } else if (k == "require_verified_toolchain") {
+        if (auto st = boolean(kv.second, "flash.require_verified_toolchain",
+                              r.flash_require_verified_toolchain);
+            !st.ok())
+          return st;
       } else if (k == "allowed_boards") {
         if (!kv.second.IsSequence()) return err(kv.second, "flash.allowed_boards", "expected a list of board ids or globs");
         for (const auto& x : kv.second) r.flash_allowed_boards.push_back(x.Scalar());
       } else {
-        return err(kv.first, "flash." + k, "unknown (require_approval, allowed_boards, require_fresh)");
+        return err(kv.first, "flash." + k,
+                   "unknown (require_approval, allowed_boards, require_fresh, "
+                   "require_verified_toolchain)");
+      }
+    }
+  }
+  if (const auto& m = p["memory"]) {
+    if (!m.IsMap())
+      return err(m, "memory", "expected {flash_max_pct, ram_max_pct, max_growth_bytes}");
+    for (const auto& kv : m) {
+      const std::string k = kv.first.Scalar();
+      if (k == "flash_max_pct" || k == "ram_max_pct") {
+        double v = 0;
+        if (!kv.second.IsScalar() || !absl::SimpleAtod(kv.second.Scalar(), &v) || v < 0 ||
+            v > 100) {
+          return err(kv.second, "memory." + k, "expected a percentage 0..100 (0: no budget)");
+        }
+        (k == "flash_max_pct" ? r.memory_flash_max_pct : r.memory_ram_max_pct) = v;
+      } else if (k == "max_growth_bytes") {
+        int64_t v = 0;
+        if (!kv.second.IsScalar() || !absl::SimpleAtoi(kv.second.Scalar(), &v) || v < 0) {
+          return err(kv.second, "memory." + k, "expected a number of bytes (0: no limit)");
+        }
+        r.memory_max_growth_bytes = v;
+      } else {
+        return err(kv.first, "memory." + k,
+                   "unknown (flash_max_pct, ram_max_pct, max_growth_bytes)");
       }
     }
   }
@@ -148,6 +183,17 @@ PolicyRules MergePolicy(const PolicyRules& proj, const PolicyRules& org, bool ha
   // Flash: either side may require approval and freshness; the organisation's board list wins.
   m.flash_require_approval = proj.flash_require_approval || org.flash_require_approval;
   m.flash_require_fresh = proj.flash_require_fresh || org.flash_require_fresh;
+  m.flash_require_verified_toolchain =
+      proj.flash_require_verified_toolchain || org.flash_require_verified_toolchain;
+  auto tighter_d = [](double& mine, double theirs) {
+    if (theirs > 0 && (mine == 0 || theirs < mine)) mine = theirs;
+  };
+  tighter_d(m.memory_flash_max_pct, org.memory_flash_max_pct);
+  tighter_d(m.memory_ram_max_pct, org.memory_ram_max_pct);
+  if (org.memory_max_growth_bytes > 0 &&
+      (m.memory_max_growth_bytes == 0 || org.memory_max_growth_bytes < m.memory_max_growth_bytes)) {
+    m.memory_max_growth_bytes = org.memory_max_growth_bytes;
+  }
   if (!org.flash_allowed_boards.empty()) m.flash_allowed_boards = org.flash_allowed_boards;
   m.network = proj.network && org.network;
   return m;

@@ -5,6 +5,7 @@
 // intersection, protected paths the union, network only if both allow it.
 #pragma once
 
+#include <cstdint>
 #include <set>
 #include <string>
 #include <vector>
@@ -27,6 +28,14 @@ struct PolicyRules {
   bool flash_require_approval = true;        // a person approves each flash (--yes, the prompt)
   std::vector<std::string> flash_allowed_boards;  // globs; empty: any board
   bool flash_require_fresh = true;           // refuse an image older than the sources
+  bool flash_require_verified_toolchain =
+      false;  // refuse an image whose build's toolchain did not verify (dpkg -V)
+  // Memory budgets the flash guard enforces (0: none): a flash or RAM region
+  // used beyond the percentage, or a region grown by more than the bytes since
+  // the previous build.
+  double memory_flash_max_pct = 0;
+  double memory_ram_max_pct = 0;
+  int64_t memory_max_growth_bytes = 0;
   bool network = false;                      // commands may use the network
   bool has_allowed_tools = false;
 };

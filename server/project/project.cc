@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <regex>
 #include <set>
 #include <sstream>
@@ -41,7 +42,7 @@ std::string Search(const std::string& text, const std::string& re) {
   return "";
 }
 
-// A linker script or define naming the part: stm32f100rb.ld, STM32F401xE, nrf52840_xxaa.ld ...
+// A linker script or define naming the part: stm32f100rb.ld, STM32F401xE, nrf52840_xxaa.ld, lm3s6965.ld ...
 std::string TargetFromFiles(const fs::path& root) {
   std::error_code ec;
   for (auto it = fs::recursive_directory_iterator(root, fs::directory_options::skip_permission_denied, ec);
@@ -57,7 +58,8 @@ std::string TargetFromFiles(const fs::path& root) {
     }
     if (it->path().extension() == ".ld") {
       std::string stem = absl::AsciiStrToLower(it->path().stem().string());
-      static const std::regex kPart(R"(((stm32|nrf5|atsam|lpc|mk|efm32|gd32|rp20)[a-z0-9_]*))");
+      static const std::regex kPart(
+          R"(((stm32|nrf5|nrf91|atsam|samd|same5|lpc|mk|efm32|efr32|gd32|rp20|lm3s|lm4f|tm4c|msp432|mimxrt|atmega|ch32|apm32|at32|esp32)[a-z0-9_]*))");
       std::smatch m;
       if (std::regex_search(stem, m, kPart)) {
         std::string t = m[1];
@@ -69,6 +71,103 @@ std::string TargetFromFiles(const fs::path& root) {
     }
   }
   return "";
+}
+
+// The MCU on a board known by its Zephyr, PlatformIO or Arduino (FQBN) name.
+std::string TargetOfBoard(std::string board) {
+  board = absl::AsciiStrToLower(board);
+  static const std::map<std::string, std::string> kBoards = {
+      {"stm32vl_disco", "stm32f100rb"},       {"stm32vldiscovery", "stm32f100rb"},  {"nucleo_f401re", "stm32f401re"},
+      {"nucleo_f411re", "stm32f411re"},       {"nucleo_f446re", "stm32f446re"},     {"nucleo_l476rg", "stm32l476rg"},
+      {"nucleo_f103rb", "stm32f103rb"},       {"bluepill_f103c8", "stm32f103c8"},   {"stm32_min_dev_blue", "stm32f103c8"},
+      {"disco_l475_iot1", "stm32l475vg"},     {"nrf52840dk_nrf52840", "nrf52840"}, {"nrf52840dk", "nrf52840"},
+      {"nrf52dk_nrf52832", "nrf52832"},       {"nrf5340dk_nrf5340_cpuapp", "nrf5340"},
+      {"qemu_cortex_m3", "lm3s6965"},         {"lm3s6965evb", "lm3s6965"},          {"frdm_k64f", "mk64fn1m0vll12"},
+      {"rpi_pico", "rp2040"},                 {"pico", "rp2040"},                   {"uno", "atmega328p"},
+      {"esp32dev", "esp32"},                  {"arduino:avr:uno", "atmega328p"},    {"arduino:avr:nano", "atmega328p"},
+      {"arduino:avr:mega", "atmega2560"},     {"arduino:avr:leonardo", "atmega32u4"},
+      {"arduino:samd:mkrzero", "samd21g18a"}, {"arduino:samd:arduino_zero_native", "samd21g18a"},
+      {"arduino:mbed_nano:nano33ble", "nrf52840"}, {"rp2040:rp2040:rpipico", "rp2040"}};
+  auto it = kBoards.find(board);
+  return it == kBoards.end() ? "" : it->second;
+}
+
+// Make's simple variable assignments (NAME = v, ?=, :=), for expanding paths.
+std::map<std::string, std::string> MakeVars(const std::string& text) {
+  std::map<std::string, std::string> vars;
+  static const std::regex kAssign(R"(^([A-Za-z_][A-Za-z0-9_]*)\s*(\?=|:=|::=|=)\s*(.*?)\s*$)");
+  for (absl::string_view l : absl::StrSplit(text, '\n')) {
+    std::string line(l);
+    std::smatch m;
+    if (!std::regex_match(line, m, kAssign)) continue;
+    if (m[2] == "?=" && vars.count(m[1])) continue;
+    vars[m[1]] = m[3];
+  }
+  return vars;
+}
+
+std::string ExpandMake(std::string s, const std::map<std::string, std::string>& vars) {
+  static const std::regex kRef(R"(\$[({]([A-Za-z_][A-Za-z0-9_]*)[)}])");
+  for (int round = 0; round < 8; ++round) {
+    std::smatch m;
+    if (!std::regex_search(s, m, kRef)) break;
+    auto it = vars.find(m[1]);
+    s.replace(m.position(0), m.length(0), it == vars.end() ? "" : it->second);
+  }
+  if (s.starts_with("./")) s.erase(0, 2);
+  return s;
+}
+
+// The ELF a Makefile makes: a rule's target ending in .elf, else `-o X.elf`.
+std::string ImageFromMakefile(const std::string& text) {
+  const auto vars = MakeVars(text);
+  static const std::regex kRule(R"(^([^\t#=:][^=:]*?\.elf)\s*:(?!=))");
+  static const std::regex kOut(R"(-o\s+(\S+\.elf)\b)");
+  for (absl::string_view l : absl::StrSplit(text, '\n')) {
+    std::string line(l);
+    std::smatch m;
+    if (std::regex_search(line, m, kRule)) {
+      std::string target = ExpandMake(std::string(absl::StripAsciiWhitespace(m[1].str())), vars);
+      if (!target.empty() && target.find_first_of(" %$") == std::string::npos) return target;
+    }
+  }
+  std::smatch m;
+  if (std::regex_search(text, m, kOut)) {
+    std::string out = ExpandMake(m[1], vars);
+    if (out.find_first_of("%$") == std::string::npos) return out;
+  }
+  return "";
+}
+
+// The executable of a CMake project, under build/.
+std::string ImageFromCmake(const std::string& text) {
+  std::string name = Search(text, R"(add_executable\(\s*([A-Za-z0-9_.${}\-]+))");
+  if (name.empty()) return "";
+  if (name == "${PROJECT_NAME}" || name == "${CMAKE_PROJECT_NAME}") name = Search(text, R"(project\(\s*([A-Za-z0-9_.\-]+))");
+  if (name.empty() || name.find('$') != std::string::npos) return "";
+  const bool elf_suffix = name.ends_with(".elf") || text.find("CMAKE_EXECUTABLE_SUFFIX") != std::string::npos;
+  return absl::StrCat("build/", name, elf_suffix && !name.ends_with(".elf") ? ".elf" : "");
+}
+
+// The newest ELF already built under a build directory.
+std::string NewestBuiltElf(const fs::path& root) {
+  std::error_code ec;
+  std::string image;
+  fs::file_time_type newest{};
+  for (const char* dir : {"build", "out", "bin", "Debug", "Release", ".pio/build", "target"}) {
+    fs::recursive_directory_iterator it(root / dir, fs::directory_options::skip_permission_denied, ec), end;
+    for (; !ec && it != end; it.increment(ec)) {
+      if (it.depth() > 3) it.disable_recursion_pending();
+      if (it->path().extension() != ".elf" || !it->is_regular_file(ec)) continue;
+      auto t = fs::last_write_time(it->path(), ec);
+      if (!ec && (image.empty() || t > newest)) {
+        newest = t;
+        image = fs::relative(it->path(), root, ec).string();
+      }
+    }
+    ec.clear();
+  }
+  return image;
 }
 
 }  // namespace
@@ -91,12 +190,17 @@ ProjectSettings DetectProject(const std::string& root_in) {
     if (!speed.empty()) s.baud = std::stoi(speed);
     std::string port = Search(ini, R"(\n\s*(?:monitor|upload)_port\s*=\s*([^\s]+))");
     if (!port.empty()) s.serial_port = port;
+    std::string env = Search(ini, R"(\[env:([^\]\s]+)\])");
+    if (!env.empty()) s.image = absl::StrCat(".pio/build/", env, "/firmware.elf");
+    s.target = TargetOfBoard(s.board);
   } else if (exists("west.yml") || exists("prj.conf")) {
     s.build_system = "zephyr";
     std::string board = Search(ReadText(root / "CMakeLists.txt"), R"(set\(\s*BOARD\s+([^\s\)]+))");
     s.board = board;
     s.build_command = absl::StrCat("west build -b ", board.empty() ? "<board>" : board);
     s.flash_command = "west flash";
+    s.image = "build/zephyr/zephyr.elf";
+    s.target = TargetOfBoard(board);
   } else if (exists("Cargo.toml")) {
     s.build_system = "cargo";
     s.build_command = "cargo build --release";
@@ -106,9 +210,14 @@ ProjectSettings DetectProject(const std::string& root_in) {
     std::string runner = Search(cfg, R"(runner\s*=\s*\"([^\"]+)\")");
     s.flash_command = !runner.empty() ? runner : "cargo flash --release";
     if (runner.find("probe-rs") != std::string::npos) s.debug_interface = "probe-rs";
+    // target/<triple>/release/<package>
+    std::string triple = Search(cfg, R"(\n\s*target\s*=\s*\"([^\"]+)\")");
+    std::string package = Search(ReadText(root / "Cargo.toml"), R"(\[package\][^\[]*?\bname\s*=\s*\"([^\"]+)\")");
+    if (!triple.empty() && !package.empty()) s.image = absl::StrCat("target/", triple, "/release/", package);
   } else if (exists("CMakeLists.txt")) {
     s.build_system = "cmake";
     s.build_command = "cmake -S . -B build && cmake --build build";
+    s.image = ImageFromCmake(ReadText(root / "CMakeLists.txt"));
   } else if (exists("Makefile") || exists("makefile") || exists("GNUmakefile")) {
     s.build_system = "make";
     s.build_command = "make";
@@ -118,12 +227,22 @@ ProjectSettings DetectProject(const std::string& root_in) {
     if (mk.find("openocd") != std::string::npos) s.debug_interface = "openocd";
     if (mk.find("st-flash") != std::string::npos) s.debug_interface = "stlink";
     if (mk.find("JLink") != std::string::npos) s.debug_interface = "jlink";
+    s.image = ImageFromMakefile(mk);
   } else {
     for (const auto& e : fs::directory_iterator(root, ec)) {
       if (e.path().extension() == ".ino") {
+        // sketch.yaml (arduino-cli's project file) names the board and port.
+        const std::string sketch = ReadText(root / "sketch.yaml");
+        std::string fqbn = Search(sketch, R"(default_fqbn:\s*\"?([A-Za-z0-9_:.\-]+))");
+        std::string port = Search(sketch, R"(default_port:\s*\"?([^\s\"]+))");
         s.build_system = "arduino";
-        s.build_command = "arduino-cli compile --fqbn <fqbn> .";
-        s.flash_command = "arduino-cli upload -p <port> --fqbn <fqbn> .";
+        s.build_command = absl::StrCat("arduino-cli compile --fqbn ", fqbn.empty() ? "<fqbn>" : fqbn, " --output-dir build .");
+        s.flash_command = absl::StrCat("arduino-cli upload -p ", port.empty() ? "<port>" : port, " --fqbn ",
+                                       fqbn.empty() ? "<fqbn>" : fqbn, " .");
+        s.board = fqbn;
+        s.serial_port = port;
+        s.target = TargetOfBoard(fqbn);
+        s.image = absl::StrCat("build/", e.path().filename().string(), ".elf");
         break;
       }
     }
@@ -133,22 +252,11 @@ ProjectSettings DetectProject(const std::string& root_in) {
   if (s.flash_command.empty() && !s.target.empty()) {
     s.flash_command = "fwai flash";  // the broker's own flashing (OpenOCD or the simulated board)
   }
-  // The image: an ELF already built under a build directory (the newest).
-  if (s.image.empty()) {
-    fs::file_time_type newest{};
-    for (const char* dir : {"build", "out", "bin", "Debug", "Release", ".pio/build"}) {
-      fs::recursive_directory_iterator it(root / dir, fs::directory_options::skip_permission_denied, ec), end;
-      for (; !ec && it != end; it.increment(ec)) {
-        if (it.depth() > 3) it.disable_recursion_pending();
-        if (it->path().extension() != ".elf" || !it->is_regular_file(ec)) continue;
-        auto t = fs::last_write_time(it->path(), ec);
-        if (!ec && (s.image.empty() || t > newest)) {
-          newest = t;
-          s.image = fs::relative(it->path(), root, ec).string();
-        }
-      }
-      ec.clear();
-    }
+  // The image: what the build files say it makes; else (or when that is not
+  // there but another ELF was built) the newest ELF under a build directory.
+  if (s.image.empty() || !fs::exists(root / s.image, ec)) {
+    std::string built = NewestBuiltElf(root);
+    if (!built.empty()) s.image = built;
   }
   if (s.build_command.empty()) s.missing.push_back("build_command");
   if (s.flash_command.empty()) s.missing.push_back("flash_command");

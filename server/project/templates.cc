@@ -160,20 +160,27 @@ int main(void) {
 )";
 
 constexpr const char* kBareMakefile = R"(# @NAME@ for the STM32F100RB (STM32VLDISCOVERY), built with arm-none-eabi-gcc.
+# Objects with their -fstack-usage .su files; the link writes a map (what was
+# linked, for the SBOM) and prints the memory use.
 VERSION ?= 0.1.0
 BUILD ?= build
 CC = arm-none-eabi-gcc
 OBJCOPY = arm-none-eabi-objcopy
 CFLAGS = -mcpu=cortex-m3 -mthumb -Os -g3 -Wall -Wextra -ffreestanding -ffunction-sections \
-         -fdata-sections -Isrc -DFW_VERSION=\"$(VERSION)\"
-LDFLAGS = -nostartfiles -T stm32f100rb.ld -Wl,--gc-sections -specs=nano.specs -specs=nosys.specs
+         -fdata-sections -fstack-usage -Isrc -DFW_VERSION=\"$(VERSION)\"
+LDFLAGS = -mcpu=cortex-m3 -mthumb -nostartfiles -T stm32f100rb.ld -Wl,--gc-sections -specs=nano.specs \
+          -specs=nosys.specs -Wl,-Map=$(BUILD)/@NAME@.map -Wl,--print-memory-usage
 SRCS = src/startup.c src/main.c
+OBJS = $(SRCS:src/%.c=$(BUILD)/%.o)
 
 all: $(BUILD)/@NAME@.elf $(BUILD)/@NAME@.bin
 
-$(BUILD)/@NAME@.elf: $(SRCS) src/uart.h stm32f100rb.ld Makefile
+$(BUILD)/%.o: src/%.c src/uart.h Makefile
 	@mkdir -p $(BUILD)
-	$(CC) $(CFLAGS) $(SRCS) $(LDFLAGS) -o $@
+	$(CC) $(CFLAGS) -c $< -o $@
+
+$(BUILD)/@NAME@.elf: $(OBJS) stm32f100rb.ld Makefile
+	$(CC) $(OBJS) $(LDFLAGS) -o $@
 	arm-none-eabi-size $@
 
 $(BUILD)/@NAME@.bin: $(BUILD)/@NAME@.elf
@@ -274,6 +281,7 @@ int main(void) {
 )";
 
 constexpr const char* kZephyrCmake = R"(cmake_minimum_required(VERSION 3.20.0)
+set(BOARD stm32vl_disco)
 find_package(Zephyr REQUIRED HINTS $ENV{ZEPHYR_BASE})
 project(@NAME@)
 target_sources(app PRIVATE src/main.c)
@@ -362,7 +370,9 @@ absl::StatusOr<ProjectTemplate> MakeTemplate(const std::string& name, const std:
     s.boot_pattern = "booted";
   } else if (name == "arduino") {
     t.description = "An Arduino sketch (arduino-cli compile / upload)";
-    t.files = {{project_name + ".ino", Fill(kArduinoSketch, project_name)}, {".gitignore", kGitignore}};
+    t.files = {{project_name + ".ino", Fill(kArduinoSketch, project_name)},
+               {"sketch.yaml", "default_fqbn: arduino:avr:uno\ndefault_port: /dev/ttyACM0\n"},
+               {".gitignore", kGitignore}};
     s.build_system = "arduino";
     s.build_command = "arduino-cli compile --fqbn arduino:avr:uno --output-dir build .";
     s.flash_command = "arduino-cli upload -p /dev/ttyACM0 --fqbn arduino:avr:uno .";

@@ -1,10 +1,10 @@
 #include "server/skills/runner.h"
 #include "server/skills/run_journal.h"
 
-#include <algorithm>
-#include <chrono>
 #include <fnmatch.h>
 
+#include <algorithm>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <mutex>
@@ -21,13 +21,18 @@
 #include "common/clock.h"
 #include "common/ids.h"
 #include "common/subprocess.h"
+#include "fwai/v1/events.pb.h"
 #include "server/agent/turn_manager.h"
+#include "server/firmware/artifacts.h"
+#include "server/firmware/elf_file.h"
+#include "server/firmware/memory.h"
+#include "server/firmware/sbom.h"
+#include "server/firmware/toolchain.h"
 #include "server/hardware/firmware_image.h"
 #include "server/llm/provider.h"
 #include "server/project/policy.h"
 #include "server/project/project.h"
 #include "server/project/secrets.h"
-#include "fwai/v1/events.pb.h"
 #include "server/session/session_manager.h"
 #include "server/session/subscriber.h"
 #include "server/skills/diagnostics.h"
@@ -105,6 +110,17 @@ bool IsGitRepo(const std::string& root) {
   return r.ok() && r->exit_code == 0;
 }
 
+FlashGuardPolicy FlashGuardOf(const PolicyRules& rules, json build) {
+  FlashGuardPolicy g;
+  g.build = std::move(build);
+  g.check_fresh = rules.flash_require_fresh;
+  g.require_verified_toolchain = rules.flash_require_verified_toolchain;
+  g.flash_max_pct = rules.memory_flash_max_pct;
+  g.ram_max_pct = rules.memory_ram_max_pct;
+  g.max_growth_bytes = rules.memory_max_growth_bytes;
+  return g;
+}
+
 struct StepOutcome {
   bool ok = false;
   std::string failure_class;  // when !ok
@@ -157,6 +173,7 @@ struct SkillRunner::RunState {
   json refusals = json::array();
   json artifacts = json::array();
   json diagnostic_items = json::array();  // every diagnostic of the run (capped)
+  json memory, toolchain, sbom;           // of the last build's image (null: no build made one)
   json boot = json::object();
   int errors = 0, warnings = 0;
   std::map<std::string, int> numstat_before;
@@ -363,7 +380,7 @@ struct SkillRunner::RunState {
           log << line << '\n';
           Emit(s.name, "output", line, true, json{{"stage", u.stage}, {"fraction", u.fraction}});
         },
-        cancel.get(), rules.flash_require_fresh);
+        cancel.get(), FlashGuardOf(rules, OwnBuild()));
     if (!r.ok()) {
       if (cancel->cancelled()) return FailWith(o, timed_out ? "timeout" : "cancelled", std::string(r.status().message()));
       return FailWith(o, r.status().code() == absl::StatusCode::kFailedPrecondition &&
@@ -716,7 +733,130 @@ struct SkillRunner::RunState {
       command = project.test_command;
       if (command.empty()) return Failed("config", "no test command: set test.command in .fwai/project.yaml");
     }
-    return Command(s, command, klass, log);
+    const int64_t start_ns = NowMicros() * 1000;
+    StepOutcome o = Command(s, command, klass, log);
+    if (o.ok && s.tool == "build") RecordBuildOutputs(s, start_ns, o, log);
+    return o;
+  }
+
+  // This run's build so far, as its record will have it (the flash guard
+  // needs it before the record is written); null when nothing was built.
+  json OwnBuild() const {
+    if (artifacts.empty()) return nullptr;
+    json b = {{"kind", "skill_run"}, {"run_id", run_id}, {"artifacts", artifacts}};
+    if (!memory.is_null()) b["memory"] = memory;
+    if (!toolchain.is_null()) b["toolchain"] = toolchain;
+    if (!sbom.is_null()) b["sbom"] = sbom;
+    return b;
+  }
+
+  // What a build made: its images with their hashes, the memory report of
+  // the ELF (and the change since the project's previous build), the
+  // toolchain that made it, and its SBOM.
+  void RecordBuildOutputs(const SkillStep& s, int64_t since_ns, StepOutcome& o,
+                          std::ofstream& log) {
+    auto found = FindBuildArtifacts(req.project_root, project.image, since_ns);
+    json files = json::array();
+    std::string elf;
+    for (const auto& a : found) {
+      files.push_back({{"path", a.path},
+                       {"sha256", a.sha256},
+                       {"bytes", a.bytes},
+                       {"format", a.format},
+                       {"fresh", a.fresh}});
+      if (a.format == "elf" && elf.empty()) elf = a.abs_path;
+      const std::string line =
+          absl::StrCat("artifact ", a.path, " (", a.format, ", ", a.bytes, " bytes) sha256 ",
+                       a.sha256, a.fresh ? "" : " (not rebuilt)");
+      log << line << '\n';
+      Emit(s.name, "output", line, true, json{{"artifact", files.back()}});
+    }
+    o.extra["artifacts"] = files;
+    if (found.empty()) {
+      const std::string line =
+          "no image found: set flash.image in .fwai/project.yaml, or check that the build links an "
+          "ELF";
+      log << line << '\n';
+      Emit(s.name, "output", line, false);
+      return;
+    }
+    artifacts.push_back({{"step", s.name}, {"kind", "build"}, {"files", files}});
+    if (elf.empty()) return;
+    if (vars["IMAGE"].empty()) vars["IMAGE"] = elf;
+    auto info = ReadElfFile(elf, true);
+    MemoryOptions mo;
+    mo.project_root = req.project_root;
+    auto report = AnalyzeMemory(elf, mo);
+    if (report.ok()) {
+      json diff;
+      const json prev = deps.previous_build ? deps.previous_build(req.project_root) : json();
+      if (prev.is_object() && prev.contains("memory") && prev["memory"].contains("report")) {
+        diff = DiffMemory(prev["memory"]["report"], *report);
+        diff["against"] = {{"run_id", prev.value("run_id", "")},
+                           {"image", prev["memory"].value("image", "")}};
+      }
+      memory = {{"image", (*report)["image"]}, {"report", *report}};
+      if (!diff.is_null()) memory["diff"] = diff;
+      const std::string text = MemorySummaryText(*report, diff, 5);
+      log << text;
+      for (absl::string_view line : absl::StrSplit(text, '\n', absl::SkipEmpty()))
+        Emit(s.name, "output", std::string(line), true);
+      json regions = json::array();
+      std::map<std::string, int64_t> delta;
+      if (diff.is_object()) {
+        for (const auto& d : diff["regions"])
+          delta[d.value("name", "")] = d.value("delta", int64_t{0});
+      }
+      for (const auto& r : (*report)["regions"]) {
+        const std::string rn = r.value("name", "");
+        json j = {
+            {"name", rn}, {"used", r["used"]}, {"length", r["length"]}, {"percent", r["percent"]}};
+        if (delta.count(rn)) j["delta"] = delta[rn];
+        regions.push_back(j);
+      }
+      o.extra["memory"] = {{"totals", (*report)["totals"]}, {"regions", regions}};
+      if (diff.is_object()) o.extra["memory"]["since"] = diff["against"];
+    } else {
+      memory = {{"error", std::string(report.status().message())}};
+    }
+    if (info.ok()) {
+      ToolchainOptions to;
+      to.dpkg_admindir = deps.dpkg_admindir;
+      toolchain =
+          AttestToolchain(info->machine, info->units.empty() ? "" : info->units.front().producer,
+                          info->comments.empty() ? "" : info->comments.front(), to);
+      const std::string line =
+          toolchain.value("verified", false)
+              ? absl::StrCat("toolchain verified (dpkg -V): ", toolchain["packages"].dump())
+              : absl::StrCat("toolchain NOT verified: ", toolchain.value("error", ""),
+                             toolchain.value("dpkg_verify", json::object())
+                                 .value("problems", json::array())
+                                 .dump());
+      log << line << '\n';
+      Emit(s.name, "output", line, toolchain.value("verified", false));
+      o.extra["toolchain_verified"] = toolchain.value("verified", false);
+    }
+    SbomInput si;
+    si.image = elf;
+    si.project_root = req.project_root;
+    si.project_name = project.name;
+    si.target = project.target;
+    si.run_id = run_id;
+    si.skill = skill.name;
+    si.toolchain = toolchain;
+    si.tool_version = deps.version;
+    si.steps = json::array({{{"name", s.name},
+                             {"type", "build"},
+                             {"command", secrets.Redact(o.command)},
+                             {"exit_code", o.exit_code},
+                             {"ok", true}}});
+    auto bom = MakeSbom(si);
+    if (bom.ok()) {
+      sbom = *bom;
+      o.extra["sbom_components"] = sbom["components"].size();
+    } else {
+      sbom = {{"error", std::string(bom.status().message())}};
+    }
   }
 };
 
@@ -770,6 +910,9 @@ SkillRunResult SkillRunner::Run(const SkillRunRequest& req, const std::function<
                     {"policy_refusals", run.refusals},
                     {"artifacts", run.artifacts},
                     {"log_dir", run.run_dir}};
+    if (!run.memory.is_null()) summary["memory"] = run.memory;
+    if (!run.toolchain.is_null()) summary["toolchain"] = run.toolchain;
+    if (!run.sbom.is_null()) summary["sbom"] = run.sbom;
     secrets->RedactJson(summary);
     if (!run.run_dir.empty()) std::ofstream(fs::path(run.run_dir) / "summary.json") << summary.dump(2) << '\n';
     if (deps_.append_evidence && klass != "config") {

@@ -38,6 +38,11 @@ struct SkillDeps {
   std::shared_ptr<const SecretScanner> secrets;  // null: the built-in patterns
   bool sandbox = true;  // build/test/shell in the sandbox when it is available
   RunJournal* journal = nullptr;  // null: a run cut by a crash leaves no record
+  // The project's latest build record (a skill run with a memory report), for
+  // the memory diff of a new build; null when there is none.
+  std::function<nlohmann::json(const std::string& project_root)> previous_build;
+  std::string dpkg_admindir;  // toolchain attestation: dpkg's database ("" : the system's)
+  std::string version;        // fwai's, for the SBOM's tool
 };
 
 struct SkillRunRequest {

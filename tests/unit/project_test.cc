@@ -6,6 +6,7 @@
 
 #include "server/project/policy.h"
 #include "server/project/project.h"
+#include "server/project/templates.h"
 
 namespace fwai {
 namespace {
@@ -82,6 +83,47 @@ TEST_F(ProjectTest, DetectsPlatformioZephyrCargoCmakeAndArduino) {
   EXPECT_EQ(a.build_system, "arduino");
   EXPECT_NE(a.build_command.find("arduino-cli compile"), std::string::npos);
   EXPECT_EQ(a.missing, std::vector<std::string>{"target"});
+}
+
+// `fwai init` on the examples as they are in the repository (nothing built):
+// the part from the linker script, the image from the Makefile's rules.
+TEST_F(ProjectTest, DetectsTheTargetAndImageOfBothExamples) {
+  struct Example {
+    const char* dir;
+    const char* target;
+    const char* image;
+  };
+  for (const Example& e : {Example{"lm3s6965-hello", "lm3s6965", "build/hello.elf"},
+                           Example{"stm32vl-blinky", "stm32f100rb", "build/blinky.elf"}}) {
+    const fs::path copy = fs::path(root_) / e.dir;
+    fs::create_directories(copy);
+    for (const auto& f : fs::directory_iterator(fs::path(FWAI_EXAMPLES_DIR) / e.dir)) {
+      const std::string name = f.path().filename().string();
+      if (name == "build" || name == ".fwai") continue;
+      fs::copy(f.path(), copy / name, fs::copy_options::recursive);
+    }
+    auto s = DetectProject(copy.string());
+    EXPECT_EQ(s.build_system, "make") << e.dir;
+    EXPECT_EQ(s.target, e.target) << e.dir;
+    EXPECT_EQ(s.image, e.image) << e.dir;
+    EXPECT_TRUE(s.missing.empty()) << e.dir;
+  }
+}
+
+// A project made from a template and detected afresh finds the settings the
+// template gives it.
+TEST_F(ProjectTest, DetectsTheTargetAndImageOfEveryTemplate) {
+  for (const auto& name : TemplateNames()) {
+    auto t = MakeTemplate(name, "fw1");
+    ASSERT_TRUE(t.ok()) << t.status();
+    const std::string dir = root_ + "/" + name;
+    ASSERT_TRUE(WriteTemplate(*t, dir, false).ok());
+    auto s = DetectProject(dir);
+    EXPECT_EQ(s.build_system, t->settings.build_system) << name;
+    EXPECT_EQ(s.target, t->settings.target) << name;
+    EXPECT_EQ(s.image, t->settings.image) << name;
+    EXPECT_EQ(s.board, name == "bare-metal" || name == "freertos" ? "" : t->settings.board) << name;
+  }
 }
 
 TEST_F(ProjectTest, EmbedderMdIsReadAndWritten) {

@@ -289,7 +289,7 @@ TEST(PolicyRulesTest, FlashSettingsAndBudgets) {
   EXPECT_EQ(m.max_lines_per_run, 500);
   auto bad = ParsePolicy("policy:\n  flash:\n    require_aproval: false\n", "p.yaml");
   ASSERT_FALSE(bad.ok());
-  EXPECT_EQ(bad.status().message(), "p.yaml:3: policy.flash.require_aproval: unknown (require_approval, allowed_boards, require_fresh)");
+  EXPECT_EQ(bad.status().message(), "p.yaml:3: policy.flash.require_aproval: unknown (require_approval, allowed_boards, require_fresh, require_verified_toolchain)");
   bad = ParsePolicy("policy:\n  change_budget:\n    max_lines: lots\n", "p.yaml");
   ASSERT_FALSE(bad.ok());
   EXPECT_EQ(bad.status().message(), "p.yaml:3: policy.change_budget.max_lines: expected a number (0: no limit)");

@@ -1,0 +1,97 @@
+// Firmware: the memory report (regions, sections, symbols, stack, the change
+// since the previous build) and the SBOM of a run or an image.
+#include <grpcpp/grpcpp.h>
+
+#include <nlohmann/json.hpp>
+
+#include "common/thread_pool.h"
+#include "fwai/v1/firmware.grpc.pb.h"
+#include "server/api/api.h"
+#include "server/api/gate.h"
+#include "common/local_account.h"
+#include <fcntl.h>
+#include <unistd.h>
+#include "absl/strings/str_cat.h"
+#include "server/api/offload.h"
+#include "server/firmware/memory.h"
+#include "server/firmware/reports.h"
+
+namespace fwai {
+namespace {
+
+namespace pb = ::fwai::v1;
+
+class FirmwareService final : public pb::Firmware::CallbackService {
+ public:
+  explicit FirmwareService(ApiDeps deps) : deps_(std::move(deps)) {}
+
+  grpc::ServerUnaryReactor* Memory(grpc::CallbackServerContext* ctx, const pb::MemoryRequest* req,
+                                   pb::FirmwareReport* resp) override {
+    return Offload(ctx, "Firmware.Memory", {req->project_root(), req->image(), req->diff()}, [this, req, resp] {
+      auto root = CanonicalProjectRoot(req->project_root());
+      if (!root.ok()) return root.status();
+      auto r = MemoryReportFor(*deps_.firmware, *root, req->image(), req->diff());
+      if (!r.ok()) return r.status();
+      resp->set_json(r->dump());
+      resp->set_text(MemorySummaryText((*r)["report"], r->value("diff", nlohmann::json()), 10));
+      return absl::OkStatus();
+    });
+  }
+
+  grpc::ServerUnaryReactor* Sbom(grpc::CallbackServerContext* ctx, const pb::SbomRequest* req,
+                                 pb::FirmwareReport* resp) override {
+    return Offload(ctx, "Firmware.Sbom", {req->project_root(), req->run_or_image()}, [this, req, resp] {
+      auto root = CanonicalProjectRoot(req->project_root());
+      if (!root.ok()) return root.status();
+      auto r = SbomFor(*deps_.firmware, *root, req->run_or_image(), req->format());
+      if (!r.ok()) return r.status();
+      resp->set_json(r->dump(2));
+      return absl::OkStatus();
+    });
+  }
+
+ private:
+  // Admits the call; the caller's account must be able to read the project
+  // and every path the request names, so nobody reads (through a report) an
+  // image they could not read themselves.
+  grpc::ServerUnaryReactor* Offload(grpc::CallbackServerContext* ctx, std::string_view rpc,
+                                    std::vector<std::string> paths,
+                                    std::function<absl::Status()> work) {
+    auto who = deps_.gate->Admit(ctx, rpc);
+    if (!who.ok()) return Refuse(ctx, who.status());
+    return OffloadUnary(ctx, deps_.pool, deps_.firmware != nullptr,
+                        "firmware reports are not available",
+                        [account = *who->account, paths = std::move(paths), work = std::move(work)] {
+                          {
+                            ScopedFsIdentity as(account);
+                            if (!as.status().ok()) return as.status();
+                            for (size_t i = 0; i < paths.size(); ++i) {
+                              // paths[0] is the project root; the others are
+                              // relative to it. Run ids are not paths.
+                              std::string p = paths[i];
+                              if (p.empty() || (i > 0 && p.find('/') == std::string::npos &&
+                                                p.find('.') == std::string::npos)) {
+                                continue;
+                              }
+                              if (p[0] != '/') p = paths[0] + "/" + p;
+                              int fd = open(p.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+                              if (fd < 0) {
+                                return absl::PermissionDeniedError(absl::StrCat(
+                                    p, ": ", account.name, " cannot read it (", std::strerror(errno), ")"));
+                              }
+                              close(fd);
+                            }
+                          }
+                          return work();
+                        });
+  }
+  const ApiDeps deps_;
+};
+
+}  // namespace
+
+std::unique_ptr<grpc::Service> MakeFirmwareService(const ApiDeps& deps) {
+  return std::make_unique<FirmwareService>(deps);
+}
+
+}  // namespace fwai

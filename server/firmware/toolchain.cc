@@ -1,0 +1,228 @@
+#include "server/firmware/toolchain.h"
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <set>
+#include <sstream>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "common/clock.h"
+#include "common/subprocess.h"
+#include "server/firmware/artifacts.h"
+
+namespace fwai {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+std::string ToolPrefixFor(int machine) {
+  switch (machine) {
+    case 40:
+      return "arm-none-eabi-";  // EM_ARM
+    case 83:
+      return "avr-";  // EM_AVR
+    case 243:
+      return "riscv64-unknown-elf-";  // EM_RISCV
+    case 105:
+      return "msp430-";  // EM_MSP430
+    case 94:
+      return "xtensa-lx106-elf-";  // EM_XTENSA
+    default:
+      return "";
+  }
+}
+
+namespace {
+
+std::vector<std::string> DpkgArgs(const ToolchainOptions& o) {
+  std::vector<std::string> argv = {"dpkg"};
+  if (!o.dpkg_admindir.empty()) argv.push_back("--admindir=" + o.dpkg_admindir);
+  return argv;
+}
+
+std::string AdminDir(const ToolchainOptions& o) {
+  return o.dpkg_admindir.empty() ? "/var/lib/dpkg" : o.dpkg_admindir;
+}
+
+std::string Output(const std::vector<std::string>& argv, int timeout_ms = 20000) {
+  ProcessOptions po;
+  po.timeout_ms = timeout_ms;
+  auto r = RunProcess(argv, po);
+  if (!r.ok() || r->exit_code != 0) return "";
+  return std::string(absl::StripAsciiWhitespace(r->out));
+}
+
+// The state of a file for the cache: a change of content changes its ctime.
+std::string StatKey(const std::string& path) {
+  struct stat st {};
+  if (lstat(path.c_str(), &st) != 0) return path + ":missing;";
+  return absl::StrCat(path, ":", st.st_size, ":", st.st_mtim.tv_sec, ".", st.st_mtim.tv_nsec, ":",
+                      st.st_ctim.tv_sec, ".", st.st_ctim.tv_nsec, ":", st.st_ino, ";");
+}
+
+std::string PackageInfoFile(const std::string& admindir, const std::string& pkg,
+                            const std::string& ext) {
+  std::error_code ec;
+  for (const std::string& name : {pkg + "." + ext, pkg + ":amd64." + ext, pkg + ":arm64." + ext}) {
+    fs::path p = fs::path(admindir) / "info" / name;
+    if (fs::exists(p, ec)) return p.string();
+  }
+  return (fs::path(admindir) / "info" / (pkg + "." + ext)).string();
+}
+
+// Every file the packages installed, with dpkg's own records of them.
+std::string Fingerprint(const std::vector<std::string>& binaries,
+                        const std::vector<std::string>& packages, const std::string& admindir) {
+  std::string fp;
+  for (const auto& b : binaries) fp += StatKey(b);
+  fp += StatKey((fs::path(admindir) / "status").string());
+  for (const auto& pkg : packages) {
+    const std::string list = PackageInfoFile(admindir, pkg, "list");
+    fp += StatKey(list) + StatKey(PackageInfoFile(admindir, pkg, "md5sums"));
+    std::ifstream in(list);
+    std::string line;
+    while (std::getline(in, line)) {
+      struct stat st {};
+      if (lstat(line.c_str(), &st) == 0 && S_ISREG(st.st_mode)) fp += StatKey(line);
+    }
+  }
+  return fp;
+}
+
+struct Cached {
+  std::string fingerprint;
+  json verify;
+};
+std::mutex cache_mu;
+std::map<std::string, Cached>& Cache() {
+  static auto* cache = new std::map<std::string, Cached>();
+  return *cache;
+}
+
+}  // namespace
+
+json AttestToolchain(int machine, const std::string& producer, const std::string& comment,
+                     const ToolchainOptions& o) {
+  json out = {{"producer", producer},
+              {"comment", comment},
+              {"binaries", json::array()},
+              {"packages", json::array()},
+              {"verified", false}};
+  const std::string prefix = ToolPrefixFor(machine);
+  out["prefix"] = prefix;
+  if (prefix.empty()) {
+    out["error"] = absl::StrCat("no known toolchain for ELF machine ", machine);
+    return out;
+  }
+  const std::string gcc = FindProgram(prefix + "gcc");
+  if (gcc.empty()) {
+    out["error"] = absl::StrCat(prefix, "gcc is not on PATH");
+    return out;
+  }
+  // The programs that turn sources into the image, and the C library.
+  std::vector<std::pair<std::string, std::string>> files = {{"compiler driver", gcc}};
+  for (const auto& [role, arg] :
+       std::vector<std::pair<std::string, std::string>>{{"compiler", "-print-prog-name=cc1"},
+                                                        {"assembler", "-print-prog-name=as"},
+                                                        {"linker", "-print-prog-name=ld"},
+                                                        {"c library", "-print-file-name=libc.a"}}) {
+    std::string p = Output({gcc, arg});
+    if (p.empty() || p.find('/') == std::string::npos) continue;
+    std::error_code ec;
+    fs::path canonical = fs::canonical(p, ec);
+    if (!ec) files.push_back({role, canonical.string()});
+  }
+  std::vector<std::string> binaries, packages;
+  bool all_packaged = true;
+  for (const auto& [role, path] : files) {
+    json b = {{"role", role}, {"path", path}};
+    if (auto d = HashFile(path); d.ok()) b["sha256"] = d->sha256;
+    auto argv = DpkgArgs(o);
+    argv.insert(argv.end(), {"-S", path});
+    std::string owner = Output(argv);
+    // "gcc-arm-none-eabi: /usr/bin/arm-none-eabi-gcc"
+    std::string pkg = owner.substr(0, owner.find(':'));
+    if (owner.empty() || pkg.find(' ') != std::string::npos || pkg.find(',') != std::string::npos) {
+      all_packaged = false;
+      b["package"] = "";
+    } else {
+      b["package"] = pkg;
+      if (std::find(packages.begin(), packages.end(), pkg) == packages.end())
+        packages.push_back(pkg);
+    }
+    binaries.push_back(path);
+    out["binaries"].push_back(std::move(b));
+  }
+  for (const auto& pkg : packages) {
+    auto argv = DpkgArgs(o);
+    argv = {"dpkg-query"};
+    if (!o.dpkg_admindir.empty()) argv.push_back("--admindir=" + o.dpkg_admindir);
+    argv.insert(argv.end(), {"-W", "-f=${Version}\t${Architecture}", pkg});
+    std::vector<std::string> f = absl::StrSplit(Output(argv), '\t');
+    out["packages"].push_back({{"name", pkg},
+                               {"version", f.size() > 0 ? f[0] : ""},
+                               {"architecture", f.size() > 1 ? f[1] : ""}});
+  }
+  if (packages.empty()) {
+    out["error"] = absl::StrCat("the toolchain (", gcc, ") is not from a Debian package");
+    out["dpkg_verify"] = {{"ok", false}, {"problems", json::array()}};
+    return out;
+  }
+  // dpkg -V, reused while nothing of these packages changed.
+  const std::string admindir = AdminDir(o);
+  const std::string key = absl::StrCat(admindir, "|", absl::StrJoin(packages, ","));
+  const std::string fp = Fingerprint(binaries, packages, admindir);
+  json verify;
+  {
+    std::lock_guard lock(cache_mu);
+    auto it = Cache().find(key);
+    if (it != Cache().end() && it->second.fingerprint == fp) {
+      verify = it->second.verify;
+      verify["reused"] = true;
+    }
+  }
+  if (verify.is_null()) {
+    auto argv = DpkgArgs(o);
+    argv.push_back("-V");
+    argv.insert(argv.end(), packages.begin(), packages.end());
+    ProcessOptions po;
+    po.timeout_ms = 120000;
+    auto r = RunProcess(argv, po);
+    json problems = json::array();
+    bool ok = r.ok() && !r->timed_out;
+    if (r.ok()) {
+      for (absl::string_view line : absl::StrSplit(r->out, '\n', absl::SkipEmpty()))
+        problems.push_back(std::string(line));
+      for (absl::string_view line : absl::StrSplit(r->err, '\n', absl::SkipEmpty())) {
+        if (absl::StrContains(line, "warning")) continue;
+        problems.push_back(std::string(line));
+      }
+    } else {
+      problems.push_back(std::string(r.status().message()));
+    }
+    ok = ok && problems.empty() && r->exit_code == 0;
+    verify = {{"ok", ok},
+              {"command", absl::StrJoin(argv, " ")},
+              {"problems", problems},
+              {"checked_us", NowMicros()},
+              {"reused", false}};
+    std::lock_guard lock(cache_mu);
+    json stored = verify;
+    Cache()[key] = {fp, stored};
+  }
+  out["dpkg_verify"] = verify;
+  out["verified"] = all_packaged && verify.value("ok", false);
+  if (!all_packaged) out["error"] = "some toolchain files are not from a Debian package";
+  return out;
+}
+
+}  // namespace fwai

@@ -185,10 +185,8 @@ absl::StatusOr<std::unique_ptr<GdbSession>> GdbSession::Start(const std::string&
   if (pid < 0) return absl::InternalError(absl::StrCat("fork: ", std::strerror(errno)));
   close(to_child[0]);
   close(from_child[1]);
-  std::unique_ptr<GdbSession> g(new GdbSession());
+  std::unique_ptr<GdbSession> g = Attach(to_child[1], from_child[0]);
   g->pid_ = pid;
-  g->in_fd_ = to_child[1];
-  g->out_fd_ = from_child[0];
   // Wait for the first prompt.
   std::string line;
   while (true) {
@@ -198,6 +196,13 @@ absl::StatusOr<std::unique_ptr<GdbSession>> GdbSession::Start(const std::string&
   (void)g->Mi("-gdb-set confirm off");
   (void)g->Mi("-gdb-set pagination off");
   (void)g->Mi("-gdb-set print pretty off");
+  return g;
+}
+
+std::unique_ptr<GdbSession> GdbSession::Attach(int to_gdb, int from_gdb) {
+  std::unique_ptr<GdbSession> g(new GdbSession());
+  g->in_fd_ = to_gdb;
+  g->out_fd_ = from_gdb;
   return g;
 }
 

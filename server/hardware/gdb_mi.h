@@ -29,6 +29,10 @@ class GdbSession {
   // Starts `gdb` (--interpreter=mi3) with `elf` for symbols (may be empty).
   [[nodiscard]] static absl::StatusOr<std::unique_ptr<GdbSession>> Start(const std::string& gdb,
                                                                          const std::string& elf);
+  // Speaks MI over descriptors to a gdb that is already running (or to a
+  // recorded transcript): commands go to `to_gdb`, output comes from
+  // `from_gdb`. Takes both descriptors over; there is no process to stop.
+  static std::unique_ptr<GdbSession> Attach(int to_gdb, int from_gdb);
   ~GdbSession();
 
   // Runs one MI command (without token) and waits for its result record.

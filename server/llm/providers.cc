@@ -10,6 +10,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "server/llm/http_client.h"
+#include "server/llm/line_splitter.h"
 #include "server/llm/provider.h"
 #include "server/llm/sse_parser.h"
 
@@ -151,20 +152,16 @@ class HttpProvider : public Provider {
     for (int attempt = 1;; ++attempt) {
       StreamState st;
       SseParser parser;
-      std::string ndjson_buf;
+      LineSplitter lines;
       bool partial = false;
       auto on_data = [&](std::string_view bytes) {
         if (Ndjson()) {
-          ndjson_buf.append(bytes);
-          size_t nl;
-          while ((nl = ndjson_buf.find('\n')) != std::string::npos) {
+          lines.Feed(bytes, [&](std::string_view line) {
+            if (st.done || !st.error.ok()) return;
             SseEvent ev;
-            ev.data = ndjson_buf.substr(0, nl);
-            ndjson_buf.erase(0, nl + 1);
-            if (ev.data.find_first_not_of(" \r\t") == std::string::npos) continue;
-            if (st.done || !st.error.ok()) continue;
+            ev.data = std::string(line);
             HandleEvent(ev, st, observer);
-          }
+          });
           return;
         }
         parser.Feed(bytes, [&](const SseEvent& ev) {

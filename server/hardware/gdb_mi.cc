@@ -238,6 +238,7 @@ bool GdbSession::ReadLine(std::string& line, int timeout_ms) {
       buf_.erase(0, nl + 1);
       return true;
     }
+    if (closed_) return false;
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
     if (left.count() <= 0) return false;
     pollfd p{out_fd_, POLLIN, 0};
@@ -247,7 +248,10 @@ bool GdbSession::ReadLine(std::string& line, int timeout_ms) {
     char b[8192];
     ssize_t n = read(out_fd_, b, sizeof b);
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return false;
+    if (n <= 0) {
+      closed_ = true;
+      return false;
+    }
     buf_.append(b, static_cast<size_t>(n));
   }
 }
@@ -263,6 +267,7 @@ absl::StatusOr<MiResponse> GdbSession::Mi(const std::string& command, int timeou
   std::string l;
   while (true) {
     if (!ReadLine(l, timeout_ms)) {
+      if (closed_) return absl::UnavailableError(absl::StrCat("gdb is gone (its output ended) during '", command, "'"));
       return absl::DeadlineExceededError(absl::StrCat("gdb did not answer '", command, "' within ", timeout_ms, " ms"));
     }
     if (l.rfind(prefix, 0) == 0) {
@@ -326,7 +331,10 @@ absl::StatusOr<nlohmann::json> GdbSession::WaitStopped(int timeout_ms) {
       interrupted = true;
       left = std::chrono::milliseconds(3000);
     }
-    if (!ReadLine(l, static_cast<int>(left.count()))) continue;
+    if (!ReadLine(l, static_cast<int>(left.count()))) {
+      if (closed_) return absl::UnavailableError("gdb is gone (its output ended) while the target ran");
+      continue;
+    }
     if (l.rfind("*stopped", 0) == 0) {
       nlohmann::json ev = {{"class", "stopped"}, {"interrupted_after_timeout", interrupted}};
       size_t comma = l.find(',');

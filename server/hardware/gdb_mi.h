@@ -46,12 +46,14 @@ class GdbSession {
 
  private:
   GdbSession() = default;
+  // False on timeout, or when gdb closed its output (`closed_` says which).
   bool ReadLine(std::string& line, int timeout_ms);
   pid_t pid_ = -1;
   int in_fd_ = -1;
   int out_fd_ = -1;
   int token_ = 1;
   std::string buf_;
+  bool closed_ = false;  // gdb's output has ended: nothing more will come
   std::vector<nlohmann::json> pending_async_;
 };
 

@@ -259,6 +259,31 @@ TEST(GdbMiTest, ParsesResultsTuplesListsAndEscapes) {
   EXPECT_FALSE(ParseMiResults(R"(a="unterminated)").ok());
 }
 
+// A session reading `mi` as all that gdb prints before its output ends.
+std::unique_ptr<GdbSession> MiTranscript(const std::string& mi) {
+  int out[2];
+  EXPECT_EQ(pipe2(out, O_CLOEXEC), 0);
+  EXPECT_EQ(write(out[1], mi.data(), mi.size()), static_cast<ssize_t>(mi.size()));
+  close(out[1]);
+  return GdbSession::Attach(open("/dev/null", O_WRONLY | O_CLOEXEC), out[0]);
+}
+
+TEST(GdbMiTest, AGdbWhoseOutputEndedIsGoneAtOnce) {
+  // It used to wait out the whole timeout (and 3 s more after an interrupt),
+  // spinning on the closed pipe.
+  auto gdb = MiTranscript("1^running\n*running,thread-id=\"all\"\n");
+  auto run = gdb->Mi("-exec-continue", 2000);
+  ASSERT_TRUE(run.ok()) << run.status();
+  EXPECT_EQ(run->result_class, "running");
+  auto stop = gdb->WaitStopped(2000);
+  ASSERT_FALSE(stop.ok());
+  EXPECT_EQ(stop.status().code(), absl::StatusCode::kUnavailable) << stop.status();
+  auto next = gdb->Mi("-data-evaluate-expression 1", 2000);
+  ASSERT_FALSE(next.ok());
+  EXPECT_EQ(next.status().code(), absl::StatusCode::kUnavailable) << next.status();
+  EXPECT_NE(next.status().message().find("gdb is gone"), std::string::npos) << next.status();
+}
+
 TEST(FaultDecodeTest, CfsrAndHfsrBitsInPlainWords) {
   auto causes = DecodeFaultBits(0x00008200, 0x40000000, 0, 0x3ffffff0);
   std::string all;

@@ -157,6 +157,12 @@ absl::StatusOr<nlohmann::json> ParseMiResults(std::string_view text) {
   return out;
 }
 
+std::string MiString(const nlohmann::json& tuple, const char* key, const std::string& fallback) {
+  if (!tuple.is_object()) return fallback;
+  auto it = tuple.find(key);
+  return it != tuple.end() && it->is_string() ? it->get<std::string>() : fallback;
+}
+
 std::string FindGdb(const std::string& preferred) {
   std::vector<std::string> names;
   if (!preferred.empty()) names.push_back(preferred);
@@ -278,7 +284,7 @@ absl::StatusOr<MiResponse> GdbSession::Mi(const std::string& command, int timeou
         auto r = ParseMiResults(std::string_view(rest).substr(comma + 1));
         if (r.ok()) resp.results = *r;
       }
-      if (resp.result_class == "error") resp.error = resp.results.value("msg", "error");
+      if (resp.result_class == "error") resp.error = MiString(resp.results, "msg", "error");
       return resp;
     }
     if (!l.empty() && l[0] == '~') {
@@ -410,7 +416,7 @@ absl::StatusOr<uint64_t> EvalNumber(GdbSession& gdb, const std::string& expr) {
   auto r = gdb.Mi("-data-evaluate-expression \"" + expr + "\"");
   if (!r.ok()) return r.status();
   if (r->result_class == "error") return absl::InternalError(absl::StrCat("gdb: ", expr, ": ", r->error));
-  std::string v = r->results.value("value", "");
+  std::string v = MiString(r->results, "value");
   size_t sp = v.find(' ');
   if (sp != std::string::npos) v = v.substr(0, sp);
   uint64_t out = 0;
@@ -453,20 +459,20 @@ absl::StatusOr<FaultReport> DecodeFault(GdbSession& gdb) {
   auto frames = gdb.Mi("-stack-list-frames 0 32");
   int fault_level = -1;
   nlohmann::json fault_frame;
-  if (frames.ok() && frames->results.contains("stack")) {
+  if (frames.ok() && frames->results.contains("stack") && frames->results["stack"].is_array()) {
     const auto& stack = frames->results["stack"];
     for (size_t i = 0; i + 1 < stack.size(); ++i) {
-      if (stack[i].value("func", "") == "<signal handler called>") {
+      if (MiString(stack[i], "func") == "<signal handler called>") {
         fault_frame = stack[i + 1];
-        fault_level = std::stoi(fault_frame.value("level", "0"));
+        if (!absl::SimpleAtoi(MiString(fault_frame, "level"), &fault_level) || fault_level < 0) fault_level = -1;
         break;
       }
     }
   }
   if (fault_level >= 0) {
-    rep.location = fault_frame.value("func", "??");
+    rep.location = MiString(fault_frame, "func", "??");
     if (fault_frame.contains("file")) {
-      absl::StrAppend(&rep.location, " at ", fault_frame.value("file", ""), ":", fault_frame.value("line", ""));
+      absl::StrAppend(&rep.location, " at ", MiString(fault_frame, "file"), ":", MiString(fault_frame, "line"));
     }
     (void)gdb.Mi(absl::StrCat("-stack-select-frame ", fault_level));
     for (const char* reg : {"r0", "r1", "r2", "r3", "r12", "lr", "pc", "xpsr"}) {

@@ -17,6 +17,10 @@ namespace fwai {
 // Parses an MI result list ("a=\"1\",b={c=\"2\"},d=[...]") into JSON.
 [[nodiscard]] absl::StatusOr<nlohmann::json> ParseMiResults(std::string_view text);
 
+// A string member of an MI tuple, else `fallback`. MI values are strings,
+// tuples or lists, and what gdb prints is outside input: read them by type.
+std::string MiString(const nlohmann::json& tuple, const char* key, const std::string& fallback = "");
+
 struct MiResponse {
   std::string result_class;  // done | running | connected | error | exit
   nlohmann::json results = nlohmann::json::object();

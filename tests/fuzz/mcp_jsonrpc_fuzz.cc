@@ -1,13 +1,16 @@
 // MCP JSON-RPC: a server's answers to initialize, tools/list and tools/call
 // (the input, three parts separated by a "\n--\n" line), each a JSON body or
 // an SSE stream split anywhere, read by a real McpClient over streamable
-// HTTP. Whatever the server sends, the client returns errors or results and
-// never throws or crashes.
+// HTTP; and the same bytes as a server's stdio output, framed into messages
+// and read the way the stdio transport reads them. Whatever the server sends,
+// the client returns errors or results and never throws or crashes.
 #include <string>
 #include <vector>
 
 #include "server/llm/http_client.h"
+#include "server/llm/line_splitter.h"
 #include "server/mcp/mcp_client.h"
+#include "server/mcp/mcp_messages.h"
 #include "tests/fuzz/fuzz_support.h"
 
 namespace fwai::fuzz {
@@ -56,12 +59,33 @@ class ScriptedMcpServer final : public HttpClient {
   Rng rng_;
 };
 
+// The stdio transport's reading: lines, messages, and what answers mean.
+void ReadAsStdio(std::string_view output) {
+  LineSplitter lines;
+  Rng rng(output);
+  FeedInPieces(output, rng, 256, [&](std::string_view piece) {
+    lines.Feed(piece, [&](std::string_view line) {
+      auto m = ParseJsonRpcMessage(line);
+      if (!m.ok()) {
+        FUZZ_CHECK(m.status().code() == absl::StatusCode::kInvalidArgument);
+        return;
+      }
+      if (m->kind != JsonRpcMessage::Kind::kResponse || m->is_error) return;
+      (void)ServerInfoFromInitialize(m->result).dump();
+      json cursor;
+      (void)ToolsFromListResult("fuzz", m->result, &cursor);
+      (void)CallResultFromJson("fuzz", m->result);
+    });
+  });
+}
+
 }  // namespace
 }  // namespace fwai::fuzz
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace fwai;
   using namespace fwai::fuzz;
+  ReadAsStdio(AsText(data, size));
   ScriptedMcpServer server(AsText(data, size));
   McpServerConfig config;
   config.name = "fuzz";

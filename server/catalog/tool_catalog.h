@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "server/catalog/tool_document.h"
 #include "server/knowledge/reranker.h"
 
 namespace fwai {
@@ -99,8 +100,5 @@ RerankWeights ToolCatalogRerankWeights();
 
 // The stable uuid of a tool name (SHA-256 based, UUID text form).
 std::string ToolUuid(const std::string& name);
-
-// Normalizes one tool JSON document of any accepted shape.
-[[nodiscard]] absl::StatusOr<std::string> NormalizeToolJson(const std::string& json_text);
 
 }  // namespace fwai

@@ -764,9 +764,10 @@ namespace {
 
 std::string FormatFrames(const nlohmann::json& stack) {
   std::string out;
+  if (!stack.is_array()) return out;
   for (const auto& f : stack) {
-    absl::StrAppend(&out, "#", f.value("level", "?"), "  ", f.value("addr", ""), " in ", f.value("func", "??"));
-    if (f.contains("file")) absl::StrAppend(&out, " at ", f.value("file", ""), ":", f.value("line", ""));
+    absl::StrAppend(&out, "#", MiString(f, "level", "?"), "  ", MiString(f, "addr"), " in ", MiString(f, "func", "??"));
+    if (f.contains("file")) absl::StrAppend(&out, " at ", MiString(f, "file"), ":", MiString(f, "line"));
     out += "\n";
   }
   return out;
@@ -885,13 +886,14 @@ absl::StatusOr<DebugResult> HardwareBroker::Debug(const Caller& caller, const st
     } else if ((verb == "print" || verb == "p") && !arg.empty()) {
       r = (*gdb)->Mi("-data-evaluate-expression \"" + absl::StrReplaceAll(arg, {{"\\", "\\\\"}, {"\"", "\\\""}}) + "\"", timeout_ms);
       if (r.ok() && r->result_class == "done") {
-        text = absl::StrCat(arg, " = ", r->results.value("value", ""));
-        entry["value"] = r->results.value("value", "");
+        text = absl::StrCat(arg, " = ", MiString(r->results, "value"));
+        entry["value"] = MiString(r->results, "value");
       }
     } else if (cmd == "bt" || cmd == "backtrace" || cmd == "where") {
       r = (*gdb)->Mi("-stack-list-frames 0 64", timeout_ms);
       if (r.ok() && r->result_class == "done") {
-        entry["frames"] = r->results.value("stack", nlohmann::json::array());
+        entry["frames"] = r->results.contains("stack") && r->results["stack"].is_array() ? r->results["stack"]
+                                                                                       : nlohmann::json::array();
         text = FormatFrames(entry["frames"]);
       }
     } else if (verb == "continue" || verb == "c") {
@@ -902,11 +904,12 @@ absl::StatusOr<DebugResult> HardwareBroker::Debug(const Caller& caller, const st
         if (st.ok()) {
           entry["stopped"] = *st;
           const auto& res = (*st).value("results", nlohmann::json::object());
-          text = absl::StrCat("stopped: ", res.value("reason", "interrupted"));
-          if (res.contains("frame")) {
-            absl::StrAppend(&text, " in ", res["frame"].value("func", "??"));
-            if (res["frame"].contains("file")) {
-              absl::StrAppend(&text, " at ", res["frame"].value("file", ""), ":", res["frame"].value("line", ""));
+          text = absl::StrCat("stopped: ", MiString(res, "reason", "interrupted"));
+          if (res.is_object() && res.contains("frame")) {
+            const auto& frame = res["frame"];
+            absl::StrAppend(&text, " in ", MiString(frame, "func", "??"));
+            if (frame.is_object() && frame.contains("file")) {
+              absl::StrAppend(&text, " at ", MiString(frame, "file"), ":", MiString(frame, "line"));
             }
           }
           if ((*st).value("interrupted_after_timeout", false)) absl::StrAppend(&text, " (interrupted after ", wait / 1000, " s)");
@@ -917,10 +920,12 @@ absl::StatusOr<DebugResult> HardwareBroker::Debug(const Caller& caller, const st
     } else if (verb == "break" || verb == "b") {
       r = (*gdb)->Mi("-break-insert " + arg, timeout_ms);
       if (r.ok() && r->result_class == "done") {
-        entry["breakpoint"] = r->results.value("bkpt", nlohmann::json::object());
+        entry["breakpoint"] = r->results.contains("bkpt") ? r->results["bkpt"] : nlohmann::json::object();
         const auto& bp = entry["breakpoint"];
-        text = absl::StrCat("breakpoint ", bp.value("number", "?"), " at ", bp.value("addr", ""), " in ",
-                            bp.value("func", "??"), bp.contains("file") ? " at " + bp.value("file", "") + ":" + bp.value("line", "") : "");
+        text = absl::StrCat("breakpoint ", MiString(bp, "number", "?"), " at ", MiString(bp, "addr"), " in ",
+                            MiString(bp, "func", "??"),
+                            bp.is_object() && bp.contains("file") ? " at " + MiString(bp, "file") + ":" + MiString(bp, "line")
+                                                                  : "");
       }
     } else if (cmd == "quit" || cmd == "kill" || verb == "target" || verb == "detach" || verb == "shell" || verb == "!") {
       text = absl::StrCat("error: '", verb, "' is not allowed here (the broker owns the connection)");

@@ -33,10 +33,16 @@ absl::StatusOr<FirmwareImage> ReadFirmwareImage(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return absl::NotFoundError(absl::StrCat("image ", path, ": not found or not readable"));
   std::string data((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  auto img = ParseFirmwareImage(data, path);
+  if (!img.ok()) return img.status();
+  struct stat st{};
+  if (stat(path.c_str(), &st) == 0) img->mtime_ns = int64_t{st.st_mtim.tv_sec} * 1000000000 + st.st_mtim.tv_nsec;
+  return img;
+}
+
+absl::StatusOr<FirmwareImage> ParseFirmwareImage(std::string_view data, const std::string& path) {
   FirmwareImage img;
   img.path = path;
-  struct stat st{};
-  if (stat(path.c_str(), &st) == 0) img.mtime_ns = int64_t{st.st_mtim.tv_sec} * 1000000000 + st.st_mtim.tv_nsec;
   if (data.size() < sizeof(Elf32_Ehdr) || data.compare(0, 4, ELFMAG) != 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("image ", path, ": not an ELF file; give the .elf (the .bin and .hex are made from it)"));

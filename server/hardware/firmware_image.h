@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -31,6 +32,9 @@ struct FirmwareImage {
 };
 
 [[nodiscard]] absl::StatusOr<FirmwareImage> ReadFirmwareImage(const std::string& path);
+// The same from the file's bytes (`path` only names it in errors; no mtime).
+// INVALID_ARGUMENT says what is wrong with the ELF.
+[[nodiscard]] absl::StatusOr<FirmwareImage> ParseFirmwareImage(std::string_view elf, const std::string& path);
 
 std::string ElfMachineName(int machine);
 

@@ -157,6 +157,12 @@ absl::StatusOr<nlohmann::json> ParseMiResults(std::string_view text) {
   return out;
 }
 
+std::string MiString(const nlohmann::json& tuple, const char* key, const std::string& fallback) {
+  if (!tuple.is_object()) return fallback;
+  auto it = tuple.find(key);
+  return it != tuple.end() && it->is_string() ? it->get<std::string>() : fallback;
+}
+
 std::string FindGdb(const std::string& preferred) {
   std::vector<std::string> names;
   if (!preferred.empty()) names.push_back(preferred);
@@ -185,10 +191,8 @@ absl::StatusOr<std::unique_ptr<GdbSession>> GdbSession::Start(const std::string&
   if (pid < 0) return absl::InternalError(absl::StrCat("fork: ", std::strerror(errno)));
   close(to_child[0]);
   close(from_child[1]);
-  std::unique_ptr<GdbSession> g(new GdbSession());
+  std::unique_ptr<GdbSession> g = Attach(to_child[1], from_child[0]);
   g->pid_ = pid;
-  g->in_fd_ = to_child[1];
-  g->out_fd_ = from_child[0];
   // Wait for the first prompt.
   std::string line;
   while (true) {
@@ -198,6 +202,13 @@ absl::StatusOr<std::unique_ptr<GdbSession>> GdbSession::Start(const std::string&
   (void)g->Mi("-gdb-set confirm off");
   (void)g->Mi("-gdb-set pagination off");
   (void)g->Mi("-gdb-set print pretty off");
+  return g;
+}
+
+std::unique_ptr<GdbSession> GdbSession::Attach(int to_gdb, int from_gdb) {
+  std::unique_ptr<GdbSession> g(new GdbSession());
+  g->in_fd_ = to_gdb;
+  g->out_fd_ = from_gdb;
   return g;
 }
 
@@ -233,6 +244,7 @@ bool GdbSession::ReadLine(std::string& line, int timeout_ms) {
       buf_.erase(0, nl + 1);
       return true;
     }
+    if (closed_) return false;
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
     if (left.count() <= 0) return false;
     pollfd p{out_fd_, POLLIN, 0};
@@ -242,7 +254,10 @@ bool GdbSession::ReadLine(std::string& line, int timeout_ms) {
     char b[8192];
     ssize_t n = read(out_fd_, b, sizeof b);
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return false;
+    if (n <= 0) {
+      closed_ = true;
+      return false;
+    }
     buf_.append(b, static_cast<size_t>(n));
   }
 }
@@ -258,6 +273,7 @@ absl::StatusOr<MiResponse> GdbSession::Mi(const std::string& command, int timeou
   std::string l;
   while (true) {
     if (!ReadLine(l, timeout_ms)) {
+      if (closed_) return absl::UnavailableError(absl::StrCat("gdb is gone (its output ended) during '", command, "'"));
       return absl::DeadlineExceededError(absl::StrCat("gdb did not answer '", command, "' within ", timeout_ms, " ms"));
     }
     if (l.rfind(prefix, 0) == 0) {
@@ -268,7 +284,7 @@ absl::StatusOr<MiResponse> GdbSession::Mi(const std::string& command, int timeou
         auto r = ParseMiResults(std::string_view(rest).substr(comma + 1));
         if (r.ok()) resp.results = *r;
       }
-      if (resp.result_class == "error") resp.error = resp.results.value("msg", "error");
+      if (resp.result_class == "error") resp.error = MiString(resp.results, "msg", "error");
       return resp;
     }
     if (!l.empty() && l[0] == '~') {
@@ -321,7 +337,10 @@ absl::StatusOr<nlohmann::json> GdbSession::WaitStopped(int timeout_ms) {
       interrupted = true;
       left = std::chrono::milliseconds(3000);
     }
-    if (!ReadLine(l, static_cast<int>(left.count()))) continue;
+    if (!ReadLine(l, static_cast<int>(left.count()))) {
+      if (closed_) return absl::UnavailableError("gdb is gone (its output ended) while the target ran");
+      continue;
+    }
     if (l.rfind("*stopped", 0) == 0) {
       nlohmann::json ev = {{"class", "stopped"}, {"interrupted_after_timeout", interrupted}};
       size_t comma = l.find(',');
@@ -397,7 +416,7 @@ absl::StatusOr<uint64_t> EvalNumber(GdbSession& gdb, const std::string& expr) {
   auto r = gdb.Mi("-data-evaluate-expression \"" + expr + "\"");
   if (!r.ok()) return r.status();
   if (r->result_class == "error") return absl::InternalError(absl::StrCat("gdb: ", expr, ": ", r->error));
-  std::string v = r->results.value("value", "");
+  std::string v = MiString(r->results, "value");
   size_t sp = v.find(' ');
   if (sp != std::string::npos) v = v.substr(0, sp);
   uint64_t out = 0;
@@ -440,20 +459,20 @@ absl::StatusOr<FaultReport> DecodeFault(GdbSession& gdb) {
   auto frames = gdb.Mi("-stack-list-frames 0 32");
   int fault_level = -1;
   nlohmann::json fault_frame;
-  if (frames.ok() && frames->results.contains("stack")) {
+  if (frames.ok() && frames->results.contains("stack") && frames->results["stack"].is_array()) {
     const auto& stack = frames->results["stack"];
     for (size_t i = 0; i + 1 < stack.size(); ++i) {
-      if (stack[i].value("func", "") == "<signal handler called>") {
+      if (MiString(stack[i], "func") == "<signal handler called>") {
         fault_frame = stack[i + 1];
-        fault_level = std::stoi(fault_frame.value("level", "0"));
+        if (!absl::SimpleAtoi(MiString(fault_frame, "level"), &fault_level) || fault_level < 0) fault_level = -1;
         break;
       }
     }
   }
   if (fault_level >= 0) {
-    rep.location = fault_frame.value("func", "??");
+    rep.location = MiString(fault_frame, "func", "??");
     if (fault_frame.contains("file")) {
-      absl::StrAppend(&rep.location, " at ", fault_frame.value("file", ""), ":", fault_frame.value("line", ""));
+      absl::StrAppend(&rep.location, " at ", MiString(fault_frame, "file"), ":", MiString(fault_frame, "line"));
     }
     (void)gdb.Mi(absl::StrCat("-stack-select-frame ", fault_level));
     for (const char* reg : {"r0", "r1", "r2", "r3", "r12", "lr", "pc", "xpsr"}) {

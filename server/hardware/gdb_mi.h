@@ -17,6 +17,10 @@ namespace fwai {
 // Parses an MI result list ("a=\"1\",b={c=\"2\"},d=[...]") into JSON.
 [[nodiscard]] absl::StatusOr<nlohmann::json> ParseMiResults(std::string_view text);
 
+// A string member of an MI tuple, else `fallback`. MI values are strings,
+// tuples or lists, and what gdb prints is outside input: read them by type.
+std::string MiString(const nlohmann::json& tuple, const char* key, const std::string& fallback = "");
+
 struct MiResponse {
   std::string result_class;  // done | running | connected | error | exit
   nlohmann::json results = nlohmann::json::object();
@@ -29,6 +33,10 @@ class GdbSession {
   // Starts `gdb` (--interpreter=mi3) with `elf` for symbols (may be empty).
   [[nodiscard]] static absl::StatusOr<std::unique_ptr<GdbSession>> Start(const std::string& gdb,
                                                                          const std::string& elf);
+  // Speaks MI over descriptors to a gdb that is already running (or to a
+  // recorded transcript): commands go to `to_gdb`, output comes from
+  // `from_gdb`. Takes both descriptors over; there is no process to stop.
+  static std::unique_ptr<GdbSession> Attach(int to_gdb, int from_gdb);
   ~GdbSession();
 
   // Runs one MI command (without token) and waits for its result record.
@@ -42,12 +50,14 @@ class GdbSession {
 
  private:
   GdbSession() = default;
+  // False on timeout, or when gdb closed its output (`closed_` says which).
   bool ReadLine(std::string& line, int timeout_ms);
   pid_t pid_ = -1;
   int in_fd_ = -1;
   int out_fd_ = -1;
   int token_ = 1;
   std::string buf_;
+  bool closed_ = false;  // gdb's output has ended: nothing more will come
   std::vector<nlohmann::json> pending_async_;
 };
 

@@ -13,6 +13,7 @@
 #include "absl/strings/str_split.h"
 #include "common/strings.h"
 #include "common/subprocess.h"
+#include "common/utf8.h"
 
 namespace fwai {
 
@@ -39,27 +40,17 @@ std::string Ext(std::string_view name) {
   return absl::AsciiStrToLower(AV(name.substr(dot + 1)));
 }
 
-// Share of bytes that are not part of valid UTF-8 sequences.
+// Share of bytes that are not part of well-formed UTF-8 sequences.
 double InvalidUtf8Share(std::string_view s) {
-  size_t bad = 0, i = 0;
-  while (i < s.size()) {
-    unsigned char c = s[i];
-    int n = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
-    if (n == 0 || i + n > s.size()) {
+  size_t bad = 0;
+  for (size_t i = 0; i < s.size();) {
+    const size_t n = Utf8SequenceLength(s, i);
+    if (n == 0) {
       ++bad;
       ++i;
-      continue;
+    } else {
+      i += n;
     }
-    bool ok = true;
-    for (int k = 1; k < n; ++k) {
-      if ((static_cast<unsigned char>(s[i + k]) >> 6) != 2) ok = false;
-    }
-    if (!ok) {
-      ++bad;
-      ++i;
-      continue;
-    }
-    i += n;
   }
   return s.empty() ? 0 : static_cast<double>(bad) / s.size();
 }
@@ -97,6 +88,7 @@ std::string DecodeEntity(std::string_view e) {
                                                              : std::strtol(std::string(e.substr(1)).c_str(), nullptr, 10);
     std::string out;
     if (cp <= 0 || cp > 0x10FFFF) return "";
+    if (cp >= 0xD800 && cp <= 0xDFFF) return "\xEF\xBF\xBD";  // a surrogate is no character: U+FFFD
     if (cp < 0x80) {
       out.push_back(static_cast<char>(cp));
     } else if (cp < 0x800) {

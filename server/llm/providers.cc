@@ -10,6 +10,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "server/llm/http_client.h"
+#include "server/llm/line_splitter.h"
 #include "server/llm/provider.h"
 #include "server/llm/sse_parser.h"
 
@@ -37,6 +38,19 @@ std::string ErrorMessageFromBody(const std::string& body, std::string* type) {
   }
   std::string s = body.substr(0, 300);
   return s;
+}
+
+// A token count from a usage object: a non-negative integer, else
+// `fallback`. Usage is informational: nonsense from a server (a negative, a
+// float, a string) must not break the turn, nor overflow a sum.
+int64_t Count(const json& usage, const char* key, int64_t fallback = 0) {
+  constexpr uint64_t kMaxCount = uint64_t{1} << 40;  // far above any context window
+  if (!usage.is_object()) return fallback;
+  auto it = usage.find(key);
+  if (it == usage.end() || !it->is_number_integer() || (!it->is_number_unsigned() && it->get<int64_t>() < 0)) {
+    return fallback;
+  }
+  return static_cast<int64_t>(std::min(it->get<uint64_t>(), kMaxCount));
 }
 
 // Names of the tools called in a conversation, by tool_use id (Gemini and
@@ -118,6 +132,7 @@ struct StreamState {
   absl::Status error;
   bool emitted = false;  // something reached the observer
   std::vector<std::string> partial_json;  // Anthropic: tool input (or text) per block
+  std::vector<bool> open;                 // Anthropic: the block's deltas may still come
   std::string text;                       // OpenAI: accumulated text
   std::vector<ToolCallAcc> calls;         // OpenAI: tool calls by index
   std::string finish_reason;              // OpenAI
@@ -151,20 +166,16 @@ class HttpProvider : public Provider {
     for (int attempt = 1;; ++attempt) {
       StreamState st;
       SseParser parser;
-      std::string ndjson_buf;
+      LineSplitter lines;
       bool partial = false;
       auto on_data = [&](std::string_view bytes) {
         if (Ndjson()) {
-          ndjson_buf.append(bytes);
-          size_t nl;
-          while ((nl = ndjson_buf.find('\n')) != std::string::npos) {
+          lines.Feed(bytes, [&](std::string_view line) {
+            if (st.done || !st.error.ok()) return;
             SseEvent ev;
-            ev.data = ndjson_buf.substr(0, nl);
-            ndjson_buf.erase(0, nl + 1);
-            if (ev.data.find_first_not_of(" \r\t") == std::string::npos) continue;
-            if (st.done || !st.error.ok()) continue;
+            ev.data = std::string(line);
             HandleEvent(ev, st, observer);
-          }
+          });
           return;
         }
         parser.Feed(bytes, [&](const SseEvent& ev) {
@@ -304,32 +315,55 @@ class AnthropicProvider final : public HttpProvider {
     if (ev.event == "ping") return;
     json j = EventJson(ev, st, absl::StrCat("event '", ev.event, "' data"));
     if (j.is_null()) return;
-    const std::string type = j.value("type", ev.event);
+    std::string type = ev.event;
+    if (auto t = j.find("type"); t != j.end() && t->is_string()) type = t->get<std::string>();
     try {
       if (type == "message_start") {
         const json& u = j.at("message").value("usage", json::object());
-        st.result.input_tokens = u.value("input_tokens", int64_t{0}) +
-                                 u.value("cache_read_input_tokens", int64_t{0}) +
-                                 u.value("cache_creation_input_tokens", int64_t{0});
-        st.result.output_tokens = u.value("output_tokens", int64_t{0});
+        st.result.input_tokens = Count(u, "input_tokens") + Count(u, "cache_read_input_tokens") +
+                                 Count(u, "cache_creation_input_tokens");
+        st.result.output_tokens = Count(u, "output_tokens");
       } else if (type == "content_block_start") {
-        size_t index = j.at("index").get<size_t>();
-        json block = j.at("content_block");
-        if (block.value("type", "") == "tool_use") {
-          block["input"] = json::object();
-          obs.OnToolUseStart(block.value("id", ""), block.value("name", ""));
-          st.emitted = true;
-        }
-        if (st.partial_json.size() <= index) st.partial_json.resize(index + 1);
-        st.partial_json[index].clear();
-        while (st.result.content.size() <= index) st.result.content.push_back(json::object());
-        st.result.content[index] = block;
-      } else if (type == "content_block_delta") {
-        size_t index = j.at("index").get<size_t>();
-        if (index >= st.result.content.size()) {
-          st.error = Malformed("content_block_delta for a block that was not started");
+        // Blocks come in order: the index names the next one.
+        const json& index = j.at("index");
+        const size_t next = st.result.content.size();
+        if (!index.is_number_unsigned() || index.get<uint64_t>() != next) {
+          st.error = Malformed(absl::StrCat("content_block_start for block ", index.dump(), " when block ", next,
+                                            " comes next"));
           return;
         }
+        json block = j.at("content_block");
+        if (!block.is_object() || !block.contains("type") || !block["type"].is_string()) {
+          st.error = Malformed("content_block_start without a block type");
+          return;
+        }
+        const std::string btype = block["type"].get<std::string>();
+        std::string text;
+        if (btype == "tool_use") {
+          if (!block.contains("id") || !block["id"].is_string() || !block.contains("name") ||
+              !block["name"].is_string()) {
+            st.error = Malformed("tool_use block without a string id and name");
+            return;
+          }
+          block["input"] = json::object();
+          obs.OnToolUseStart(block["id"].get<std::string>(), block["name"].get<std::string>());
+          st.emitted = true;
+        } else if (btype == "text" || btype == "thinking") {
+          if (block.contains(btype)) {
+            if (!block[btype].is_string()) {
+              st.error = Malformed(absl::StrCat(btype, " block whose ", btype, " is not a string"));
+              return;
+            }
+            text = block[btype].get<std::string>();
+          }
+          block[btype] = "";
+        }
+        st.partial_json.push_back(std::move(text));
+        st.open.push_back(true);
+        st.result.content.push_back(std::move(block));
+      } else if (type == "content_block_delta") {
+        const size_t index = OpenBlock(j, st, "content_block_delta");
+        if (index == kNoBlock) return;
         const json& d = j.at("delta");
         const std::string dt = d.value("type", "");
         json& block = st.result.content[index];
@@ -351,30 +385,18 @@ class AnthropicProvider final : public HttpProvider {
           block["signature"] = block.value("signature", "") + d.at("signature").get<std::string>();
         }
       } else if (type == "content_block_stop") {
-        size_t index = j.at("index").get<size_t>();
-        if (index < st.result.content.size() && index < st.partial_json.size()) {
-          const std::string btype = st.result.content[index].value("type", "");
-          if (btype == "text") st.result.content[index]["text"] = std::move(st.partial_json[index]);
-          if (btype == "thinking") st.result.content[index]["thinking"] = std::move(st.partial_json[index]);
-        }
-        if (index < st.result.content.size() &&
-            st.result.content[index].value("type", "") == "tool_use") {
-          const std::string& pj = st.partial_json[index];
-          json input = pj.empty() ? json::object() : json::parse(pj, nullptr, false);
-          if (input.is_discarded() || !input.is_object()) {
-            st.error = Malformed(absl::StrCat("tool_use input is not a JSON object: ", pj.substr(0, 200)));
-            return;
-          }
-          st.result.content[index]["input"] = input;
-        }
+        const size_t index = OpenBlock(j, st, "content_block_stop");
+        if (index == kNoBlock) return;
+        FinishBlock(st, index);
       } else if (type == "message_delta") {
         if (j.contains("delta") && j["delta"].contains("stop_reason") && j["delta"]["stop_reason"].is_string()) {
           st.result.stop_reason = j["delta"]["stop_reason"].get<std::string>();
         }
-        if (j.contains("usage")) {
-          st.result.output_tokens = j["usage"].value("output_tokens", st.result.output_tokens);
-        }
+        if (j.contains("usage")) st.result.output_tokens = Count(j["usage"], "output_tokens", st.result.output_tokens);
       } else if (type == "message_stop") {
+        // A block the server never stopped ends with the message.
+        for (size_t i = 0; i < st.result.content.size() && st.error.ok(); ++i) FinishBlock(st, i);
+        if (!st.error.ok()) return;
         st.done = true;
         st.partial_json.clear();
       } else if (type == "error") {
@@ -387,6 +409,41 @@ class AnthropicProvider final : public HttpProvider {
     }
   }
 
+ private:
+  static constexpr size_t kNoBlock = static_cast<size_t>(-1);
+
+  // The started, not yet stopped block an event's "index" names; kNoBlock
+  // (and `st.error` set) for any other.
+  size_t OpenBlock(const json& j, StreamState& st, const char* event) const {
+    const json& index = j.at("index");
+    if (!index.is_number_unsigned() || index.get<uint64_t>() >= st.result.content.size() ||
+        !st.open[index.get<size_t>()]) {
+      st.error = Malformed(absl::StrCat(event, " for block ", index.dump(), ", which is not open"));
+      return kNoBlock;
+    }
+    return index.get<size_t>();
+  }
+
+  // Stores what the deltas of block `i` carried into it: text, thinking, or
+  // a tool call's input (which must be a JSON object).
+  void FinishBlock(StreamState& st, size_t i) const {
+    if (!st.open[i]) return;
+    st.open[i] = false;
+    json& block = st.result.content[i];
+    const std::string btype = block["type"].get<std::string>();
+    std::string& partial = st.partial_json[i];
+    if (btype == "text" || btype == "thinking") {
+      block[btype] = std::move(partial);
+    } else if (btype == "tool_use") {
+      json input = partial.empty() ? json::object() : json::parse(partial, nullptr, false);
+      if (input.is_discarded() || !input.is_object()) {
+        st.error = Malformed(absl::StrCat("tool_use input is not a JSON object: ", partial.substr(0, 200)));
+        return;
+      }
+      block["input"] = std::move(input);
+    }
+    partial.clear();
+  }
 };
 
 // ---------------------------------------------------------------------------
@@ -443,12 +500,12 @@ class OpenAiProvider final : public HttpProvider {
         return;
       }
       if (j.contains("usage") && j["usage"].is_object()) {
-        st.result.input_tokens = j["usage"].value("prompt_tokens", int64_t{0});
-        st.result.output_tokens = j["usage"].value("completion_tokens", int64_t{0});
+        st.result.input_tokens = Count(j["usage"], "prompt_tokens");
+        st.result.output_tokens = Count(j["usage"], "completion_tokens");
       }
       if (!j.contains("choices") || !j["choices"].is_array()) return;
       for (const auto& choice : j["choices"]) {
-        if (choice.value("index", 0) != 0) continue;
+        if (!choice.is_object() || (choice.contains("index") && choice["index"] != 0)) continue;
         if (choice.contains("delta") && choice["delta"].is_object()) {
           const json& d = choice["delta"];
           if (d.contains("content") && d["content"].is_string()) {
@@ -461,8 +518,15 @@ class OpenAiProvider final : public HttpProvider {
           }
           if (d.contains("tool_calls") && d["tool_calls"].is_array()) {
             for (const auto& tc : d["tool_calls"]) {
-              size_t idx = tc.value("index", 0);
-              if (st.calls.size() <= idx) st.calls.resize(idx + 1);
+              // Calls come in order: an index names a call or the next one.
+              const json index = tc.value("index", json(0));
+              if (!index.is_number_unsigned() || index.get<uint64_t>() > st.calls.size()) {
+                st.error = Malformed(absl::StrCat("tool call ", index.dump(), " when call ", st.calls.size(),
+                                                  " comes next"));
+                return;
+              }
+              const size_t idx = index.get<size_t>();
+              if (idx == st.calls.size()) st.calls.emplace_back();
               ToolCallAcc& c = st.calls[idx];
               if (tc.contains("id") && tc["id"].is_string()) c.id = tc["id"].get<std::string>();
               if (tc.contains("function")) {
@@ -603,8 +667,8 @@ class GeminiProvider final : public HttpProvider {
         return;
       }
       if (j.contains("usageMetadata")) {
-        st.result.input_tokens = j["usageMetadata"].value("promptTokenCount", int64_t{0});
-        st.result.output_tokens = j["usageMetadata"].value("candidatesTokenCount", int64_t{0});
+        st.result.input_tokens = Count(j["usageMetadata"], "promptTokenCount");
+        st.result.output_tokens = Count(j["usageMetadata"], "candidatesTokenCount");
       }
       if (!j.contains("candidates") || !j["candidates"].is_array() || j["candidates"].empty()) return;
       const json& cand = j["candidates"][0];
@@ -628,7 +692,12 @@ class GeminiProvider final : public HttpProvider {
             c.name = fc.value("name", "");
             c.id = fc.contains("id") && fc["id"].is_string() ? fc["id"].get<std::string>()
                                                              : absl::StrCat("call_", st.calls.size() + 1, "_", c.name);
-            c.args = fc.value("args", json::object()).dump();
+            const json args = fc.value("args", json::object());
+            if (!args.is_object()) {
+              st.error = Malformed(absl::StrCat("functionCall args are not a JSON object: ", args.dump().substr(0, 200)));
+              return;
+            }
+            c.args = args.dump();
             obs.OnToolUseStart(c.id, c.name);
             st.calls.push_back(std::move(c));
             st.emitted = true;
@@ -735,8 +804,8 @@ class OllamaProvider final : public HttpProvider {
         }
       }
       if (j.value("done", false)) {
-        st.result.input_tokens = j.value("prompt_eval_count", int64_t{0});
-        st.result.output_tokens = j.value("eval_count", int64_t{0});
+        st.result.input_tokens = Count(j, "prompt_eval_count");
+        st.result.output_tokens = Count(j, "eval_count");
         const std::string reason = j.value("done_reason", "stop");
         if (!st.text.empty()) st.result.content.push_back({{"type", "text"}, {"text", st.text}});
         for (auto& c : st.calls) {

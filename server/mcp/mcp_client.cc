@@ -15,8 +15,11 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "common/strings.h"
 #include "server/llm/http_client.h"
+#include "server/llm/line_splitter.h"
 #include "server/llm/sse_parser.h"
+#include "server/mcp/mcp_messages.h"
 
 namespace fwai {
 
@@ -80,9 +83,9 @@ struct McpClient::Impl {
   }
 
   // A request from the server: answer ping, refuse the rest.
-  static json ReplyTo(const json& request) {
-    json reply = {{"jsonrpc", "2.0"}, {"id", request["id"]}};
-    if (request["method"] == "ping") {
+  static json ReplyTo(const JsonRpcMessage& request) {
+    json reply = {{"jsonrpc", "2.0"}, {"id", request.id}};
+    if (request.method == "ping") {
       reply["result"] = json::object();
     } else {
       reply["error"] = {{"code", -32601}, {"message", "method not supported by this client"}};
@@ -90,59 +93,69 @@ struct McpClient::Impl {
     return reply;
   }
 
-  void Dispatch(const json& msg) {
-    if (msg.contains("id") && (msg.contains("result") || msg.contains("error")) && !msg.contains("method")) {
-      if (!msg["id"].is_number_integer()) return;
-      std::lock_guard<std::mutex> lock(mu);
-      auto it = pending.find(msg["id"].get<int64_t>());
-      if (it == pending.end()) return;  // late answer to a cancelled call
-      auto p = it->second;
-      pending.erase(it);
-      p->done = true;
-      if (msg.contains("error")) {
-        const json& e = msg["error"];
-        p->error = absl::UnavailableError(absl::StrCat("mcp server ", config.name, ": error ",
-                                                       e.value("code", 0), ": ", e.value("message", std::string("?"))));
-      } else {
-        p->result = msg["result"];
-      }
-      cv.notify_all();
-      return;
-    }
-    if (msg.contains("method") && msg.contains("id")) (void)Send(ReplyTo(msg));
-    // Notifications need no answer; a changed tool list is noted for the
-    // supervisor to read again (logging and progress are ignored).
-    NoteNotification(msg);
+  absl::Status ErrorStatus(const JsonRpcMessage& m) const {
+    return absl::UnavailableError(absl::StrCat("mcp server ", config.name, ": error ", m.error_code, ": ",
+                                               m.error_message));
   }
 
-  void NoteNotification(const json& msg) {
-    if (!msg.contains("id") && msg.value("method", "") == "notifications/tools/list_changed") tools_changed = true;
+  void Dispatch(const JsonRpcMessage& msg) {
+    switch (msg.kind) {
+      case JsonRpcMessage::Kind::kResponse: {
+        if (!msg.id.is_number_integer()) return;  // not an id this client gave
+        std::lock_guard<std::mutex> lock(mu);
+        auto it = pending.find(msg.id.get<int64_t>());
+        if (it == pending.end()) return;  // late answer to a cancelled call
+        auto p = it->second;
+        pending.erase(it);
+        p->done = true;
+        if (msg.is_error) {
+          p->error = ErrorStatus(msg);
+        } else {
+          p->result = msg.result;
+        }
+        cv.notify_all();
+        return;
+      }
+      case JsonRpcMessage::Kind::kRequest:
+        (void)Send(ReplyTo(msg));
+        return;
+      case JsonRpcMessage::Kind::kNotification:
+        NoteNotification(msg);
+        return;
+    }
+  }
+
+  // Notifications need no answer; a changed tool list is noted for the
+  // supervisor to read again (logging and progress are ignored).
+  void NoteNotification(const JsonRpcMessage& msg) {
+    if (msg.kind == JsonRpcMessage::Kind::kNotification && msg.method == "notifications/tools/list_changed") {
+      tools_changed = true;
+    }
   }
 
   void ReadLoop() {
-    std::string buf;
+    LineSplitter lines;
     char chunk[65536];
-    while (true) {
+    bool broken = false;
+    while (!broken) {
       ssize_t n = read(from_child, chunk, sizeof(chunk));
       if (n < 0 && errno == EINTR) continue;
       if (n <= 0) break;
-      buf.append(chunk, n);
-      size_t nl;
-      while ((nl = buf.find('\n')) != std::string::npos) {
-        std::string line = buf.substr(0, nl);
-        buf.erase(0, nl + 1);
-        if (!line.empty() && line.back() == '\r') line.pop_back();
-        if (line.find_first_not_of(" \t") == std::string::npos) continue;
-        json msg = json::parse(line, nullptr, false);
-        if (!msg.is_object()) {
+      lines.Feed(std::string_view(chunk, static_cast<size_t>(n)), [&](std::string_view line) {
+        if (broken) return;
+        auto msg = ParseJsonRpcMessage(line);
+        if (!msg.ok()) {
           Die(absl::UnavailableError(absl::StrCat("mcp server ", config.name,
-                                                  " wrote something that is not a JSON-RPC message: ", line.substr(0, 200))));
+                                                  " wrote something that is not a JSON-RPC message (",
+                                                  msg.status().message(), "): ", AV(line.substr(0, 200)))));
           kill(pid, SIGTERM);
+          broken = true;
           return;
         }
-        Dispatch(msg);
-      }
+        Dispatch(*msg);
+      });
     }
+    if (broken) return;
     int status = 0;
     std::string how = "closed its output";
     // The output closes a moment before the exit can be reaped: wait a little
@@ -192,7 +205,7 @@ struct McpClient::Impl {
     req.body = msg.dump();
     req.idle_timeout_s = std::max(1, timeout_ms / 1000);
     std::string body;
-    json answer;
+    JsonRpcMessage answer;
     bool have = false;
     SseParser sse;
     bool is_sse = false;
@@ -204,12 +217,13 @@ struct McpClient::Impl {
           if (is_sse || body.rfind("event:", 0) == 0 || body.rfind("data:", 0) == 0 || body.rfind(":", 0) == 0) {
             is_sse = true;
             sse.Feed(d, [&](const SseEvent& ev) {
-              json m = json::parse(ev.data, nullptr, false);
-              if (m.is_object() && m.contains("id") && m["id"] == msg.value("id", json()) && !m.contains("method")) {
-                answer = m;
+              auto m = ParseJsonRpcMessage(ev.data);
+              if (!m.ok()) return;  // not a message of ours: keep-alives and the like
+              if (m->kind == JsonRpcMessage::Kind::kResponse && m->id == msg.value("id", json())) {
+                answer = *std::move(m);
                 have = true;
-              } else if (m.is_object()) {
-                NoteNotification(m);
+              } else {
+                NoteNotification(*m);
               }
             });
           }
@@ -242,19 +256,16 @@ struct McpClient::Impl {
     }
     if (!expect_answer) return json::object();
     if (!have) {
-      answer = json::parse(body, nullptr, false);
-      if (!answer.is_object()) {
-        return absl::UnavailableError(absl::StrCat("mcp server ", config.name,
-                                                   " answered with something that is not a JSON-RPC message: ",
-                                                   body.substr(0, 200)));
+      auto m = ParseJsonRpcMessage(body);
+      if (!m.ok() || m->kind != JsonRpcMessage::Kind::kResponse) {
+        return absl::UnavailableError(absl::StrCat(
+            "mcp server ", config.name, " answered with something that is not a JSON-RPC answer (",
+            m.ok() ? "a request or notification" : m.status().message(), "): ", body.substr(0, 200)));
       }
+      answer = *std::move(m);
     }
-    if (answer.contains("error")) {
-      const json& e = answer["error"];
-      return absl::UnavailableError(absl::StrCat("mcp server ", config.name, ": error ", e.value("code", 0), ": ",
-                                                 e.value("message", std::string("?"))));
-    }
-    return answer.value("result", json::object());
+    if (answer.is_error) return ErrorStatus(answer);
+    return answer.result;
   }
 
   // The first attempt to open the server's stream has an answer (open, or
@@ -292,13 +303,13 @@ struct McpClient::Impl {
           req,
           [&](std::string_view d) {
             sse.Feed(d, [&](const SseEvent& ev) {
-              json m = json::parse(ev.data, nullptr, false);
-              if (!m.is_object()) return;
-              if (m.contains("method") && m.contains("id")) {
-                (void)HttpPost(ReplyTo(m), nullptr, 5000, false);
+              auto m = ParseJsonRpcMessage(ev.data);
+              if (!m.ok()) return;
+              if (m->kind == JsonRpcMessage::Kind::kRequest) {
+                (void)HttpPost(ReplyTo(*m), nullptr, 5000, false);
                 return;
               }
-              NoteNotification(m);
+              NoteNotification(*m);
             });
           },
           listen_cancel, nullptr);
@@ -321,7 +332,7 @@ struct McpClient::Impl {
     if (!init.ok()) return init.status();
     {
       std::lock_guard<std::mutex> lock(mu);
-      server_info = init->value("serverInfo", json::object());
+      server_info = ServerInfoFromInitialize(*init);
     }
     const json initialized = {{"jsonrpc", "2.0"}, {"method", "notifications/initialized"}};
     if (http) return HttpPost(initialized, nullptr, 5000, false).status();
@@ -500,15 +511,12 @@ absl::StatusOr<std::vector<McpTool>> McpClient::ListTools(int timeout_ms) {
     if (!cursor.is_null()) params["cursor"] = cursor;
     auto r = impl_->Request("tools/list", params, nullptr, timeout_ms);
     if (!r.ok()) return r.status();
-    if (!r->contains("tools") || !(*r)["tools"].is_array()) {
-      return absl::UnavailableError(absl::StrCat("mcp server ", impl_->config.name, ": tools/list answer has no tools"));
-    }
-    for (const auto& t : (*r)["tools"]) {
-      if (!t.is_object() || !t.contains("name") || !t["name"].is_string()) continue;
-      tools.push_back({t["name"], t.value("description", ""), t.value("inputSchema", json::object())});
-    }
-    if (!r->contains("nextCursor") || (*r)["nextCursor"].is_null()) break;
-    cursor = (*r)["nextCursor"];
+    json next;
+    auto page_tools = ToolsFromListResult(impl_->config.name, *r, &next);
+    if (!page_tools.ok()) return page_tools.status();
+    for (auto& t : *page_tools) tools.push_back(std::move(t));
+    if (next.is_null()) break;
+    cursor = std::move(next);
   }
   return tools;
 }
@@ -517,24 +525,7 @@ absl::StatusOr<McpCallResult> McpClient::CallTool(const std::string& tool, const
                                                   int timeout_ms) {
   auto r = impl_->Request("tools/call", {{"name", tool}, {"arguments", arguments}}, cancel, timeout_ms);
   if (!r.ok()) return r.status();
-  McpCallResult out;
-  out.is_error = r->value("isError", false);
-  if (r->contains("content") && (*r)["content"].is_array()) {
-    for (const auto& c : (*r)["content"]) {
-      const std::string type = c.value("type", "");
-      if (!out.text.empty()) out.text += "\n";
-      if (type == "text") {
-        out.text += c.value("text", "");
-      } else if (type == "resource" && c.contains("resource")) {
-        out.text += c["resource"].value("text", absl::StrCat("[resource ", c["resource"].value("uri", ""), "]"));
-      } else {
-        out.text += absl::StrCat("[", type, " content]");
-      }
-    }
-  } else if (r->contains("structuredContent")) {
-    out.text = (*r)["structuredContent"].dump();
-  }
-  return out;
+  return CallResultFromJson(impl_->config.name, *r);
 }
 
 bool McpClient::TakeToolsChanged() { return impl_->tools_changed.exchange(false); }

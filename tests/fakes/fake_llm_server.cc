@@ -319,6 +319,11 @@ void FakeLlmServer::Serve(int fd) {
     close(fd);
     return;
   }
+  if (!r.raw_body.empty()) {  // a broken or hostile server: the body as scripted
+    WriteAll(fd, r.raw_body);
+    close(fd);
+    return;
+  }
   const int n_chunks = r.bench_chunks > 0 ? r.bench_chunks : static_cast<int>(r.chunks.size());
   auto chunk_text = [&](int i) { return r.bench_chunks > 0 ? BenchChunk(r.bench_chunk_bytes) : r.chunks[i]; };
   const std::string stop = !r.stop_reason.empty() ? r.stop_reason : (r.tool_calls.empty() ? "end_turn" : "tool_use");

@@ -35,6 +35,7 @@ struct FakeReply {
   int chunk_delay_ms = 0;       // pause before each chunk
   int cut_after_chunks = -1;    // close the connection after N text chunks
   bool malformed = false;       // send one event whose data is not JSON
+  std::string raw_body;         // when set: the whole 200 body, exactly these bytes
   std::string stop_reason;      // default: end_turn / tool_use
   int64_t input_tokens = 12;
   int64_t output_tokens = 7;

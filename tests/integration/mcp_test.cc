@@ -210,6 +210,78 @@ class HttpMcpServer {
   pid_t pid_ = -1;
 };
 
+// Messages that break the protocol (found by the MCP fuzz target): each used
+// to throw out of the client and take fwaid down; over either transport the
+// client now reports them or reads around them.
+class McpMalformedTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  absl::StatusOr<std::unique_ptr<McpClient>> Start(const std::string& fault) {
+    const std::string script = std::string(FWAI_MCP_TEST_SERVERS) + "/malformed_server.js";
+    if (GetParam() == "stdio") {
+      McpServerConfig c = Stdio("bad", {"node", script}, 10000);
+      c.env["FAULT"] = fault;
+      return McpClient::Start(c);
+    }
+    server_ = std::make_unique<HttpMcpServer>(std::vector<std::string>{"node", script},
+                                              std::map<std::string, std::string>{{"FAULT", fault}});
+    return server_->Connect("bad", *http_);
+  }
+  std::unique_ptr<HttpClient> http_ = MakeCurlHttpClient();
+  std::unique_ptr<HttpMcpServer> server_;
+};
+
+TEST_P(McpMalformedTest, MessagesOfTheWrongShapeAreReportedNotThrown) {
+  {  // initialize answered with a number: no server info, nothing else wrong
+    auto c = Start("result-not-object");
+    ASSERT_TRUE(c.ok()) << c.status();
+    EXPECT_EQ((*c)->server_info(), "{}");
+  }
+  {  // tools of the wrong shape are left out, fields of the wrong type dropped
+    auto c = Start("tools-bad-fields");
+    ASSERT_TRUE(c.ok()) << c.status();
+    auto tools = (*c)->ListTools(5000);
+    ASSERT_TRUE(tools.ok()) << tools.status();
+    ASSERT_EQ(tools->size(), 2u);
+    EXPECT_EQ((*tools)[0].name, "a");
+    EXPECT_EQ((*tools)[0].description, "");
+    EXPECT_EQ((*tools)[0].input_schema, json::object());
+    EXPECT_EQ((*tools)[1].name, "b");
+  }
+  {
+    auto c = Start("error-string");
+    ASSERT_TRUE(c.ok()) << c.status();
+    auto r = (*c)->CallTool("echo", json::object(), nullptr, 5000);
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kUnavailable);
+    EXPECT_NE(r.status().message().find("mcp server bad: error 0: boom"), std::string::npos) << r.status();
+  }
+  {
+    auto c = Start("call-result-string");
+    ASSERT_TRUE(c.ok()) << c.status();
+    auto r = (*c)->CallTool("echo", json::object(), nullptr, 5000);
+    ASSERT_FALSE(r.ok());
+    EXPECT_NE(r.status().message().find("tools/call answer is not an object"), std::string::npos) << r.status();
+  }
+  {  // a notification whose method is a number
+    auto c = Start("method-number");
+    ASSERT_TRUE(c.ok()) << c.status();
+    auto tools = (*c)->ListTools(5000);
+    if (GetParam() == "stdio") {
+      // Over stdio a message that is not JSON-RPC breaks the connection.
+      ASSERT_FALSE(tools.ok());
+      EXPECT_NE(tools.status().message().find("method is not a string"), std::string::npos) << tools.status();
+      EXPECT_FALSE((*c)->alive());
+    } else {
+      // Over HTTP, events that are not messages are passed over.
+      ASSERT_TRUE(tools.ok()) << tools.status();
+      EXPECT_EQ(tools->size(), 1u);
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, McpMalformedTest, ::testing::Values("stdio", "http"),
+                         [](const auto& info) { return info.param; });
+
 TEST(McpClientTest, StreamableHttpTransport) {
   HttpMcpServer server;
   auto http = MakeCurlHttpClient();

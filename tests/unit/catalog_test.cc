@@ -133,6 +133,33 @@ TEST_F(CatalogTest, BadEntriesAreRefusedWholeAndArgumentsChecked) {
   EXPECT_EQ(catalog_->Search("x", 101).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+TEST_F(CatalogTest, FieldsOfTheWrongTypeAreRefusedNotThrown) {
+  // Each of these threw out of the normalizer (or, for the enum, out of the
+  // index) and took the daemon down.
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {R"({"ToolName":"a","ToolDescription":{}})", "ToolDescription: expected a string"},
+      {R"({"name":"b","description":5})", "description: expected a string"},
+      {R"({"name":"c","inputSchema":{"properties":{"x":{"description":[]}}}})",
+       "inputSchema.properties.x.description: expected a string"},
+      {R"({"ToolName":"d","Args":[{"ArgName":"x","required":"yes"}]})", "Args[0].required"},
+      {R"({"ToolName":"d","Args":[{"ArgName":"x","type":1}]})", "Args[0].type: expected a string"},
+  };
+  for (const auto& [doc, why] : bad) {
+    auto r = catalog_->Register({doc});
+    ASSERT_FALSE(r.ok()) << doc;
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << r.status();
+    EXPECT_NE(r.status().message().find("tool #1: " + why), std::string::npos) << r.status();
+  }
+  EXPECT_EQ(catalog_->size(), 0u);
+  auto ok = catalog_->Register({R"({"type":7,"name":"e","description":"typed oddly"})",
+                                R"({"ToolName":"f","Args":[{"ArgName":"mode","enum":[1,"two",null]}]})"});
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  auto hits = catalog_->Search("mode two", 1);
+  ASSERT_TRUE(hits.ok()) << hits.status();
+  ASSERT_EQ(hits->size(), 1u);
+  EXPECT_EQ((*hits)[0].tool.name, "f");
+}
+
 }  // namespace
 }  // namespace fwai
 

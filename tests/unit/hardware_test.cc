@@ -259,6 +259,54 @@ TEST(GdbMiTest, ParsesResultsTuplesListsAndEscapes) {
   EXPECT_FALSE(ParseMiResults(R"(a="unterminated)").ok());
 }
 
+// A session reading `mi` as all that gdb prints before its output ends.
+std::unique_ptr<GdbSession> MiTranscript(const std::string& mi) {
+  int out[2];
+  EXPECT_EQ(pipe2(out, O_CLOEXEC), 0);
+  EXPECT_EQ(write(out[1], mi.data(), mi.size()), static_cast<ssize_t>(mi.size()));
+  close(out[1]);
+  return GdbSession::Attach(open("/dev/null", O_WRONLY | O_CLOEXEC), out[0]);
+}
+
+TEST(GdbMiTest, AGdbWhoseOutputEndedIsGoneAtOnce) {
+  // It used to wait out the whole timeout (and 3 s more after an interrupt),
+  // spinning on the closed pipe.
+  auto gdb = MiTranscript("1^running\n*running,thread-id=\"all\"\n");
+  auto run = gdb->Mi("-exec-continue", 2000);
+  ASSERT_TRUE(run.ok()) << run.status();
+  EXPECT_EQ(run->result_class, "running");
+  auto stop = gdb->WaitStopped(2000);
+  ASSERT_FALSE(stop.ok());
+  EXPECT_EQ(stop.status().code(), absl::StatusCode::kUnavailable) << stop.status();
+  auto next = gdb->Mi("-data-evaluate-expression 1", 2000);
+  ASSERT_FALSE(next.ok());
+  EXPECT_EQ(next.status().code(), absl::StatusCode::kUnavailable) << next.status();
+  EXPECT_NE(next.status().message().find("gdb is gone"), std::string::npos) << next.status();
+}
+
+TEST(FaultDecodeTest, MiFieldsOfTheWrongTypeAreReadAsMissing) {
+  // Each of these threw out of the fault decoder (a tuple where a string
+  // belongs, a frame level that is not a number, frames that are not tuples).
+  auto tuple_value = DecodeFault(*MiTranscript("1^done,value={a=\"1\"}\n"));
+  ASSERT_FALSE(tuple_value.ok());
+  EXPECT_NE(tuple_value.status().message().find("not a number"), std::string::npos) << tuple_value.status();
+  auto list_msg = DecodeFault(*MiTranscript("1^error,msg=[\"x\"]\n"));
+  ASSERT_FALSE(list_msg.ok());
+  EXPECT_NE(list_msg.status().message().find("$xpsr: error"), std::string::npos) << list_msg.status();
+  const std::string regs = "1^done,value=\"0x3\"\n2^done,value=\"0x0\"\n3^done,value=\"0x0\"\n"
+                           "4^done,value=\"0x0\"\n5^done,value=\"0x0\"\n";
+  for (const std::string stack :
+       {R"(stack=[frame={level="0",func="HardFault_Handler"},frame={level="1",func="<signal handler called>"},)"
+        R"(frame={level="x",func="f"}])",
+        R"(stack=["a","<signal handler called>","c"])", R"(stack="none")"}) {
+    auto f = DecodeFault(*MiTranscript(regs + "6^done," + stack + "\n"));
+    ASSERT_TRUE(f.ok()) << stack << ": " << f.status();
+    EXPECT_TRUE(f->in_fault);
+    EXPECT_EQ(f->exception, "HardFault");
+    EXPECT_EQ(f->location, "");
+  }
+}
+
 TEST(FaultDecodeTest, CfsrAndHfsrBitsInPlainWords) {
   auto causes = DecodeFaultBits(0x00008200, 0x40000000, 0, 0x3ffffff0);
   std::string all;

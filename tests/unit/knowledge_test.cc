@@ -6,6 +6,8 @@
 #include <fstream>
 #include <random>
 
+#include <nlohmann/json.hpp>
+
 #include "common/subprocess.h"
 #include "server/knowledge/chunker.h"
 #include "server/knowledge/document_search_tool.h"
@@ -75,6 +77,34 @@ TEST(ExtractTest, BinaryAndEmptyAreRefused) {
   EXPECT_NE(b.status().message().find("binary"), std::string::npos);
   EXPECT_FALSE(ExtractDocument("empty.md", "").ok());
   EXPECT_FALSE(ExtractDocument("blank.txt", "  \n\n ").ok());
+}
+
+// What the knowledge base stores of a document (JSON: its title, headings,
+// text) must be well-formed UTF-8, or storing it throws.
+void ExpectStorable(const ExtractedDoc& doc) {
+  EXPECT_NO_THROW((void)nlohmann::json(doc.title).dump()) << doc.title;
+  for (const auto& c : ChunkDocument(doc, {})) {
+    EXPECT_NO_THROW((void)nlohmann::json({{"title_path", c.title_path}, {"text", c.text}}).dump()) << c.text;
+  }
+}
+
+TEST(ExtractTest, IllFormedUtf8IsNotTakenForUtf8) {
+  // Overlong forms, surrogates and code points above U+10FFFF passed the
+  // UTF-8 check and reached the store, where they threw.
+  for (const std::string bad : {"\xC1\xA3", "\xE0\x80\xAF", "\xED\xA0\x80", "\xF4\x90\x80\x80", "\xF5\x80\x80\x80"}) {
+    auto doc = ExtractDocument("notes.md", "# Title " + bad + "\n\nSome text " + bad + " around it.\n");
+    ASSERT_TRUE(doc.ok()) << doc.status();
+    EXPECT_NE(doc->pages[0].text.find("Some text"), std::string::npos);
+    ExpectStorable(*doc);
+  }
+  // A character reference to a surrogate is no character either.
+  auto html = ExtractDocument("page.html", "<h1>A &#xD800; B</h1><p>x &#55296; y</p>");
+  ASSERT_TRUE(html.ok()) << html.status();
+  ExpectStorable(*html);
+  // Well-formed UTF-8 stays as it is.
+  auto good = ExtractDocument("ok.md", "# Grüße 中文 \xF0\x9F\x98\x80\n\ntext\n");
+  ASSERT_TRUE(good.ok()) << good.status();
+  EXPECT_NE(good->pages[0].text.find("Grüße 中文 \xF0\x9F\x98\x80"), std::string::npos);
 }
 
 TEST(ExtractTest, HtmlKeepsHeadingsAndDropsScripts) {

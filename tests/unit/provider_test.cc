@@ -276,5 +276,136 @@ TEST_P(ProviderTest, SilentServerHitsTheIdleTimeout) {
 INSTANTIATE_TEST_SUITE_P(Providers, ProviderTest, ::testing::Values("anthropic", "openai", "gemini", "ollama"),
                          [](const auto& info) { return info.param; });
 
+// ---- what a broken or hostile server sends (found by the stream fuzz targets)
+
+// One stream of `kind` whose whole 200 body is `body`.
+absl::StatusOr<ChatResult> StreamBody(const std::string& kind, const std::string& body) {
+  FakeLlmServer fake;
+  EXPECT_GT(fake.Start(), 0);
+  FakeReply r;
+  r.raw_body = body;
+  fake.Enqueue(r);
+  auto http = MakeCurlHttpClient();
+  ProviderConfig pc;
+  pc.name = kind;
+  pc.kind = kind;
+  pc.api_key = "k-123";
+  pc.base_url = kind == "openai" ? fake.openai_base_url() : fake.anthropic_base_url();
+  pc.model = "m-1";
+  RetryConfig rc;
+  rc.max_attempts = 1;
+  auto provider = MakeProvider(pc, rc, *http);
+  ChatRequest req;
+  req.model = "m-1";
+  req.messages.push_back({"user", nlohmann::json::array({{{"type", "text"}, {"text", "hi"}}})});
+  Collect obs;
+  CancelToken cancel;
+  return provider->Stream(req, obs, cancel);
+}
+
+std::string Sse(const std::string& event, const std::string& data) {
+  return (event.empty() ? "" : "event: " + event + "\n") + "data: " + data + "\n\n";
+}
+
+void ExpectMalformed(const absl::StatusOr<ChatResult>& r, const std::string& why) {
+  ASSERT_FALSE(r.ok()) << "accepted: " << r->content.dump();
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kUnavailable) << r.status();
+  EXPECT_NE(r.status().message().find("malformed stream event: " + why), std::string::npos) << r.status();
+}
+
+const std::string kStart = Sse("message_start", R"({"type":"message_start","message":{"usage":{}}})");
+const std::string kStop = Sse("message_stop", R"({"type":"message_stop"})");
+
+std::string BlockStart(const std::string& index, const std::string& block) {
+  return Sse("content_block_start",
+             R"({"type":"content_block_start","index":)" + index + R"(,"content_block":)" + block + "}");
+}
+
+std::string TextDelta(const std::string& index, const std::string& text) {
+  return Sse("content_block_delta", R"({"type":"content_block_delta","index":)" + index +
+                                        R"(,"delta":{"type":"text_delta","text":")" + text + R"("}})");
+}
+
+std::string BlockStop(const std::string& index) {
+  return Sse("content_block_stop", R"({"type":"content_block_stop","index":)" + index + "}");
+}
+
+std::string TextBlock(const std::string& index) {
+  return BlockStart(index, R"({"type":"text","text":""})") + TextDelta(index, "hi") + BlockStop(index);
+}
+
+TEST(ProviderStreamTest, AnthropicBlockIndexesOutOfOrderAreRefused) {
+  // A skipped index used to leave a block without a type in the message.
+  ExpectMalformed(StreamBody("anthropic", kStart + TextBlock("0") + TextBlock("2") + kStop),
+                  "content_block_start for block 2 when block 1 comes next");
+  // A huge one used to size a vector by it and abort the daemon.
+  ExpectMalformed(StreamBody("anthropic", kStart + TextBlock("1000000000000000000") + kStop),
+                  "content_block_start for block 1000000000000000000 when block 0 comes next");
+  ExpectMalformed(StreamBody("anthropic", kStart + TextBlock("0") + TextDelta("1", "x") + kStop),
+                  "content_block_delta for block 1, which is not open");
+  auto ok = StreamBody("anthropic", kStart + TextBlock("0") + TextBlock("1") + kStop);
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_EQ(ok->content.size(), 2u);
+}
+
+TEST(ProviderStreamTest, AnthropicBlocksHoldWhatTheAgentReads) {
+  // A text block whose text is no string, or a tool call without a string
+  // id, used to reach the agent as it was.
+  ExpectMalformed(StreamBody("anthropic", kStart + BlockStart("0", R"({"type":"text","text":5})") + kStop),
+                  "text block whose text is not a string");
+  ExpectMalformed(StreamBody("anthropic", kStart + BlockStart("0", R"({"type":"tool_use","id":7,"name":"x"})") + kStop),
+                  "tool_use block without a string id and name");
+  // A block the server never stopped keeps its text.
+  auto r = StreamBody("anthropic", kStart + BlockStart("0", R"({"type":"text","text":""})") + TextDelta("0", "kept") + kStop);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->content.size(), 1u);
+  EXPECT_EQ(r->content[0]["text"], "kept");
+}
+
+TEST(ProviderStreamTest, OpenAiToolCallIndexesOutOfOrderAreRefused) {
+  auto call = [](const std::string& index) {
+    return Sse("", R"({"choices":[{"index":0,"delta":{"tool_calls":[{"index":)" + index +
+                       R"(,"id":"c","function":{"name":"grep","arguments":"{}"}}]}}]})");
+  };
+  const std::string done = Sse("", R"({"choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}]})") +
+                           Sse("", "[DONE]");
+  ExpectMalformed(StreamBody("openai", call("1000000000000000000") + done),
+                  "tool call 1000000000000000000 when call 0 comes next");
+  ExpectMalformed(StreamBody("openai", call("-1") + done), "tool call -1 when call 0 comes next");
+  auto ok = StreamBody("openai", call("0") + call("1") + done);
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_EQ(ok->content.size(), 2u);
+}
+
+TEST(ProviderStreamTest, GeminiFunctionCallArgsMustBeAnObject) {
+  // Args that are not an object used to reach the agent as a tool input.
+  ExpectMalformed(
+      StreamBody("gemini",
+                 Sse("", R"({"candidates":[{"content":{"parts":[{"functionCall":{"name":"grep","args":5}}]},)"
+                         R"("finishReason":"STOP"}]})")),
+      "functionCall args are not a JSON object");
+}
+
+TEST(ProviderStreamTest, TokenCountsFromTheStreamAreCheckedNumbers) {
+  // Sums of huge counts overflowed; floats and negatives came through as
+  // nonsense (or undefined behaviour).
+  auto a = StreamBody(
+      "anthropic",
+      Sse("message_start", R"({"type":"message_start","message":{"usage":{"input_tokens":9223372036854775807,)"
+                           R"("cache_read_input_tokens":9223372036854775807,"output_tokens":-5}}})") +
+          Sse("message_delta",
+              R"({"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":1e300}})") +
+          kStop);
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_GT(a->input_tokens, 0);
+  EXPECT_EQ(a->output_tokens, 0);
+  auto o = StreamBody("ollama", R"({"message":{"role":"assistant","content":"hi"},"done":true,)"
+                                R"("prompt_eval_count":-7,"eval_count":2.5e30})"
+                                "\n");
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->input_tokens, 0);
+  EXPECT_EQ(o->output_tokens, 0);
+}
+
 }  // namespace
 }  // namespace fwai

@@ -19,6 +19,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <thread>
 
 #include <nlohmann/json.hpp>
@@ -40,6 +41,9 @@
 #include "server/skills/runner.h"
 #include "server/hardware/broker.h"
 #include "server/hardware/hardware_tools.h"
+#include "server/ota/ota_tool.h"
+#include "server/plugins/plugin_store.h"
+#include "server/ota/rollout.h"
 #include "server/knowledge/document_search_tool.h"
 #include "server/knowledge/embedder.h"
 #include "server/knowledge/knowledge_base.h"
@@ -372,6 +376,24 @@ int Main(int argc, char** argv) {
 
   // MCP servers: started now, supervised (restarted with backoff) afterwards;
   // their tools join the agent's registry and the catalog.
+  // Plugins: their sub-agent types, MCP servers and tool documents join at
+  // start; their skills and templates are read when used. Their installs and
+  // removals go to the evidence log (opened below).
+  std::function<absl::StatusOr<uint64_t>(const nlohmann::json&)> evidence_sink;
+  PluginStore plugins(config.data_dir + "/plugins", config.plugins, http.get(),
+                      [&evidence_sink](const nlohmann::json& rec) -> absl::StatusOr<uint64_t> {
+                        if (!evidence_sink) return absl::UnavailableError("the evidence log is not open");
+                        return evidence_sink(rec);
+                      });
+  if (auto s = plugins.Start(); !s.ok()) {
+    std::fprintf(stderr, "fwaid: plugins: %s\n", std::string(s.message()).c_str());
+    return 1;
+  }
+  for (auto& [name, agent] : plugins.Agents()) config.subagents.emplace(name, agent);
+  for (auto& [name, server] : plugins.McpServers()) config.mcp_servers.emplace(name, server);
+  if (auto docs = plugins.ToolDocuments(); !docs.empty()) {
+    if (auto r = (*catalog)->Register(docs); !r.ok()) spdlog::warn("plugins' tool documents: {}", r.status().ToString());
+  }
   std::vector<McpServerConfig> mcp_configs = McpServerConfigs(config.mcp_servers);
   McpManager mcp(mcp_configs, http.get());
   {
@@ -414,6 +436,21 @@ int Main(int argc, char** argv) {
   std::string run_dir = config.data_dir + "/run";
   if (run_dir.size() > 60) run_dir = absl::StrCat("/tmp/fwai-", getuid(), "/run-", getpid());
   HardwareBroker hardware(config.hardware, **storage, run_dir);
+  {
+    // The simulated boards' bootloader trusts the keys rollouts require.
+    std::vector<std::string> ota_keys;
+    for (const auto& path : config.ota.keys) {
+      std::ifstream in(path);
+      std::stringstream pem;
+      pem << in.rdbuf();
+      if (!in) {
+        std::fprintf(stderr, "fwaid: ota.keys: %s cannot be read\n", path.c_str());
+        return 1;
+      }
+      ota_keys.push_back(pem.str());
+    }
+    hardware.SetOtaOptions(config.data_dir + "/ota", std::move(ota_keys));
+  }
   if (auto s = hardware.Start(); !s.ok()) {
     std::fprintf(stderr, "fwaid: hardware: %s\n", std::string(s.message()).c_str());
     return 1;
@@ -440,6 +477,7 @@ int Main(int argc, char** argv) {
     if (!r.ok()) return r.status();
     return r->index;
   };
+  evidence_sink = append_evidence;
   auto record_run = [append_evidence](const nlohmann::json& rec) {
     auto r = append_evidence(rec);
     if (!r.ok()) spdlog::error("evidence: {}", r.status().ToString());
@@ -485,7 +523,14 @@ int Main(int argc, char** argv) {
   skill_deps.append_evidence = append_evidence;
   skill_deps.policy_file = config.policy_file;
   skill_deps.secrets = secrets;
+  skill_deps.plugin_skills = [&plugins] { return plugins.SkillSets(); };
   SkillRunner skills(skill_deps);
+  RolloutManager rollouts(hardware, &skills, **storage, append_evidence, config.ota);
+  if (auto s = rollouts.Start(); !s.ok()) {
+    std::fprintf(stderr, "fwaid: %s\n", std::string(s.message()).c_str());
+    return 1;
+  }
+  RegisterOtaTools(tools, rollouts);
   PeerRegistry peers;
 
   ApiDeps deps;
@@ -500,6 +545,8 @@ int Main(int argc, char** argv) {
   deps.hardware = &hardware;
   deps.evidence = evidence_log;
   deps.skills = &skills;
+  deps.rollouts = &rollouts;
+  deps.plugins = &plugins;
   deps.on_session_deleted = [&hardware](const std::string& id) { hardware.SessionEnded(id); };
   deps.request_shutdown = [] { kill(getpid(), SIGTERM); };
   deps.started_us = NowMicros();

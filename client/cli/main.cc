@@ -26,6 +26,8 @@
 #include "client/cli/cli.h"
 #include "client/cli/kb.h"
 #include "client/cli/evidence.h"
+#include "client/cli/ota.h"
+#include "client/cli/plugin.h"
 #include "client/cli/hw.h"
 #include "client/cli/project.h"
 #include "client/cli/skills.h"
@@ -818,6 +820,8 @@ int Main(int argc, char** argv) {
   ToolsCommands tools(app, g);
   HwCommands hw(app, g);
   EvidenceCommands evidence(app, g);
+  OtaCommands ota(app, g);
+  PluginCommands plugin(app, g);
   ProjectCommands project(app, g);
   SkillCommands skill_cmds(app, g);
   auto* repl_session = app.add_option("--session", session_id, "Session for the REPL");
@@ -841,6 +845,8 @@ int Main(int argc, char** argv) {
   if (auto rc = tools.RunIfParsed()) return *rc;
   if (auto rc = hw.RunIfParsed()) return *rc;
   if (auto rc = evidence.RunIfParsed()) return *rc;
+  if (auto rc = ota.RunIfParsed()) return *rc;
+  if (auto rc = plugin.RunIfParsed()) return *rc;
   if (auto rc = project.RunIfParsed()) return *rc;
   if (auto rc = skill_cmds.RunIfParsed()) return *rc;
   if (g.json) return Fail(g, kExitUsage, "--json needs a command (see fwai --help)");

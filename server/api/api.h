@@ -29,6 +29,8 @@ class ThreadPool;
 class HardwareBroker;
 class EvidenceLog;
 class SkillRunner;
+class RolloutManager;
+class PluginStore;
 struct DaemonConfig;
 struct ProviderSet;
 
@@ -60,6 +62,8 @@ struct ApiDeps {
   HardwareBroker* hardware = nullptr;  // may be null: Hardware answers UNAVAILABLE
   EvidenceLog* evidence = nullptr;     // may be null: Evidence answers UNAVAILABLE
   SkillRunner* skills = nullptr;       // may be null: Skills.Run answers UNAVAILABLE
+  RolloutManager* rollouts = nullptr;  // may be null: Ota answers UNAVAILABLE
+  PluginStore* plugins = nullptr;      // may be null: Plugins answers UNAVAILABLE
   std::function<void(const std::string&)> on_session_deleted;
   std::function<void()> request_shutdown;
   int64_t started_us = 0;
@@ -76,6 +80,8 @@ std::unique_ptr<grpc::Service> MakeHardwareService(const ApiDeps& deps);
 std::unique_ptr<grpc::Service> MakeEvidenceService(const ApiDeps& deps);
 std::unique_ptr<grpc::Service> MakeProjectsService(const ApiDeps& deps);
 std::unique_ptr<grpc::Service> MakeSkillsService(const ApiDeps& deps);
+std::unique_ptr<grpc::Service> MakeOtaService(const ApiDeps& deps);
+std::unique_ptr<grpc::Service> MakePluginsService(const ApiDeps& deps);
 
 // A request's project root: required, an existing directory, canonical.
 [[nodiscard]] absl::StatusOr<std::string> CanonicalProjectRoot(const std::string& root);

@@ -490,6 +490,8 @@ std::vector<std::unique_ptr<grpc::Service>> MakeServices(const ApiDeps& deps) {
   out.push_back(MakeProjectsService(deps));
   out.push_back(MakeSkillsService(deps));
   out.push_back(MakeEvidenceService(deps));
+  out.push_back(MakeOtaService(deps));
+  out.push_back(MakePluginsService(deps));
   return out;
 }
 

@@ -13,6 +13,7 @@
 #include "fwai/v1/projects.grpc.pb.h"
 #include "server/agent/turn_manager.h"
 #include "server/api/api.h"
+#include "server/plugins/plugin_store.h"
 #include "server/api/caller.h"
 #include "server/api/offload.h"
 #include "server/api/queued_writer.h"
@@ -28,15 +29,15 @@ namespace fs = std::filesystem;
 
 absl::StatusOr<std::string> Root(const std::string& r) { return CanonicalProjectRoot(r); }
 
-// The skills of a project ("" : the built-ins only).
-absl::StatusOr<std::vector<Skill>> SkillsOf(const std::string& project_root) {
+// The skills of a project ("" : the built-ins only) and of the installed plugins.
+absl::StatusOr<std::vector<Skill>> SkillsOf(const std::string& project_root, const PluginStore* plugins) {
   std::string root;
   if (!project_root.empty()) {
     auto r = Root(project_root);
     if (!r.ok()) return r.status();
     root = *r;
   }
-  return LoadSkills(root);
+  return LoadSkills(root, plugins ? plugins->SkillSets() : std::vector<PluginSkillSet>{});
 }
 
 // Skill runs at once (each has its own thread and maybe a board).
@@ -52,8 +53,8 @@ class SkillsService final : public pb::Skills::CallbackService {
 
   grpc::ServerUnaryReactor* List(grpc::CallbackServerContext* ctx, const pb::ListSkillsRequest* req,
                                  pb::ListSkillsResponse* resp) override {
-    return OffloadUnary(ctx, deps_.pool, true, "", [req, resp] {
-      auto skills = SkillsOf(req->project_root());
+    return OffloadUnary(ctx, deps_.pool, true, "", [this, req, resp] {
+      auto skills = SkillsOf(req->project_root(), deps_.plugins);
       if (!skills.ok()) return skills.status();
       for (const auto& s : *skills) {
         auto* o = resp->add_skills();
@@ -75,7 +76,7 @@ class SkillsService final : public pb::Skills::CallbackService {
                                     pb::ResolveIntentResponse* resp) override {
     return OffloadUnary(ctx, deps_.pool, true, "", [this, req, resp] {
       if (req->text().empty()) return absl::InvalidArgumentError("text: required");
-      auto skills = SkillsOf(req->project_root());
+      auto skills = SkillsOf(req->project_root(), deps_.plugins);
       if (!skills.ok()) return skills.status();
       Provider* p = req->use_provider() && deps_.providers ? deps_.providers->Find("") : nullptr;
       CancelToken cancel;

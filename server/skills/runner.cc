@@ -224,6 +224,14 @@ struct SkillRunner::RunState {
   StepOutcome Command(const SkillStep& s, const std::string& command, const std::string& klass, std::ofstream& log) {
     StepOutcome o;
     o.command = command;
+    if (skill.scope && !skill.scope->build) {
+      const std::string rule = absl::StrCat("plugin ", skill.scope->plugin, ": capabilities.build");
+      refusals.push_back({{"kind", "command"}, {"target", command}, {"rule", rule}, {"step", s.name}});
+      o.failure_class = "policy";
+      o.error = absl::StrCat("refused (", rule, "): plugin ", skill.scope->plugin,
+                             " did not declare the build capability, so its skills run no commands");
+      return o;
+    }
     PolicyDecision d = CheckPolicy(rules, "command", command);
     if (!d.allowed) {
       refusals.push_back({{"kind", "command"}, {"target", command}, {"rule", d.rule}, {"step", s.name}});
@@ -234,7 +242,7 @@ struct SkillRunner::RunState {
     CommandOptions co;
     co.command = command;
     co.project_root = req.project_root;
-    co.network = rules.network;
+    co.network = rules.network && (!skill.scope || skill.scope->network);
     co.sandbox = deps.sandbox;
     co.timeout_ms = StepTimeoutMs(s, klass == "test" ? 1200 : 600);
     co.cancel = cancel.get();
@@ -352,7 +360,13 @@ struct SkillRunner::RunState {
       refusals.push_back({{"kind", "flash"}, {"target", *board}, {"rule", d.rule}, {"step", s.name}});
       return FailWith(o, "policy", absl::StrCat("refused by policy (", d.rule, "): ", d.reason));
     }
-    if (auto st = EnsureLease(*board); !st.ok()) return FailWith(o, "hardware", std::string(st.message()));
+    if (auto st = EnsureLease(*board); !st.ok()) {
+      if (st.code() == absl::StatusCode::kPermissionDenied) {
+        refusals.push_back({{"kind", "flash"}, {"target", *board}, {"rule", "plugin capabilities"}, {"step", s.name}});
+        return FailWith(o, "policy", std::string(st.message()));
+      }
+      return FailWith(o, "hardware", std::string(st.message()));
+    }
     if (auto seq = deps.hardware->SerialNextSeq(*board); seq.ok()) since_seq[*board] = *seq;
     auto r = deps.hardware->Flash(
         caller, *board, path, true, req.project_root,
@@ -364,6 +378,10 @@ struct SkillRunner::RunState {
         cancel.get(), rules.flash_require_fresh);
     if (!r.ok()) {
       if (cancel->cancelled()) return FailWith(o, timed_out ? "timeout" : "cancelled", std::string(r.status().message()));
+      if (r.status().code() == absl::StatusCode::kPermissionDenied) {
+        refusals.push_back({{"kind", "flash"}, {"target", *board}, {"rule", "plugin capabilities"}, {"step", s.name}});
+        return FailWith(o, "policy", std::string(r.status().message()));
+      }
       return FailWith(o, r.status().code() == absl::StatusCode::kFailedPrecondition &&
                           !absl::StrContains(r.status().message(), "flash guard")
                       ? "hardware"
@@ -412,6 +430,13 @@ struct SkillRunner::RunState {
       std::shared_ptr<SerialReader> r;
       ~Closer() { h->CloseSerial(board, r); }
     } closer{deps.hardware, *board, *reader};
+    // A simulated board whose simulator died ends its readers when it does;
+    // one that was already down before this reader came is told here.
+    for (const auto& d : deps.hardware->List()) {
+      if (d.id == *board && d.kind == "simulated" && d.health == "bad") {
+        return FailWith(o, "hardware", absl::StrCat("board ", *board, " is down: ", d.health_reason));
+      }
+    }
     if (!send->empty()) {
       if (auto st = deps.hardware->SerialSendLine(caller, *board, *send); !st.ok()) return FailWith(o, "hardware", std::string(st.message()));
       log << "> " << *send << '\n';
@@ -795,7 +820,7 @@ SkillRunResult SkillRunner::Run(const SkillRunRequest& req, const std::function<
   };
 
   // The skill, the project and its policy (a broken file is a config failure).
-  auto skills = LoadSkills(req.project_root);
+  auto skills = LoadSkills(req.project_root, deps_.plugin_skills ? deps_.plugin_skills() : std::vector<PluginSkillSet>{});
   if (!skills.ok()) return finish("config", std::string(skills.status().message()));
   auto it = std::find_if(skills->begin(), skills->end(), [&](const Skill& s) { return s.name == req.skill; });
   if (it == skills->end()) {
@@ -804,6 +829,15 @@ SkillRunResult SkillRunner::Run(const SkillRunRequest& req, const std::function<
     return finish("config", absl::StrCat("no skill '", req.skill, "' (skills: ", absl::StrJoin(names, ", "), ")"));
   }
   run.skill = *it;
+  // A plugin's skill acts within what its plugin declared: the broker
+  // refuses boards (and flashing) outside it.
+  if (run.skill.scope) {
+    CapabilityScope sc;
+    sc.plugin = run.skill.scope->plugin;
+    sc.flash = run.skill.scope->flash;
+    sc.boards = run.skill.scope->boards;
+    run.caller.scope = sc;
+  }
   const fs::path project_yaml = fs::path(req.project_root) / ".fwai" / "project.yaml";
   std::error_code ec;
   if (fs::exists(project_yaml, ec)) {

@@ -18,6 +18,7 @@
 #include "absl/status/statusor.h"
 #include "common/cancel.h"
 #include "server/hardware/broker.h"
+#include "server/skills/skill.h"
 
 namespace fwai {
 
@@ -36,6 +37,8 @@ struct SkillDeps {
   std::string policy_file;
   std::shared_ptr<const SecretScanner> secrets;  // null: the built-in patterns
   bool sandbox = true;  // build/test/shell in the sandbox when it is available
+  // The installed plugins' skills (null: none).
+  std::function<std::vector<PluginSkillSet>()> plugin_skills;
 };
 
 struct SkillRunRequest {

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -30,6 +31,18 @@ namespace {
 
 using json = nlohmann::json;
 namespace fs = std::filesystem;
+
+// The full path of a program on $PATH (RunCommand does not search it).
+std::string Which(const std::string& name) {
+  const char* path = std::getenv("PATH");
+  std::stringstream dirs(path ? path : "/usr/bin:/bin");
+  std::string dir;
+  while (std::getline(dirs, dir, ':')) {
+    const std::string p = dir + "/" + name;
+    if (access(p.c_str(), X_OK) == 0) return p;
+  }
+  return name;
+}
 
 class OtaTest : public ::testing::Test {
  protected:
@@ -231,7 +244,7 @@ TEST_F(OtaTest, PackagedImageIsWhatMcubootReads) {
   const std::string img = Package(elf, "1.2.3+4", {"--security-counter", "auto"});
   std::string out, err;
   // The independent reader agrees: header, protected TLVs, hash, key hash, signature.
-  ASSERT_EQ(RunCommand({"node", std::string(FWAI_TEST_SCRIPTS) + "/verify_mcuboot.mjs", img,
+  ASSERT_EQ(RunCommand({Which("node"), std::string(FWAI_TEST_SCRIPTS) + "/verify_mcuboot.mjs", img,
                         keys_ + "/pub.pem"},
                        &out, &err),
             0)
@@ -242,7 +255,8 @@ TEST_F(OtaTest, PackagedImageIsWhatMcubootReads) {
   EXPECT_EQ(r.value("security_counter", 0), (1 << 24) | (2 << 16) | 3);
   // The payload is the ELF's flat binary, as objcopy makes it.
   const std::string bin = d_->dir() + "/objcopy.bin";
-  ASSERT_EQ(RunCommand({"arm-none-eabi-objcopy", "-O", "binary", elf, bin}, &out, &err), 0) << err;
+  ASSERT_EQ(RunCommand({Which("arm-none-eabi-objcopy"), "-O", "binary", elf, bin}, &out, &err), 0)
+      << err;
   EXPECT_EQ(r.value("image_size", 0u), fs::file_size(bin));
   // Padded to a slot with a trailer, confirmed.
   const std::string padded = d_->dir() + "/padded.bin";
@@ -251,8 +265,8 @@ TEST_F(OtaTest, PackagedImageIsWhatMcubootReads) {
                  &out, &err),
             0)
       << err;
-  ASSERT_EQ(RunCommand({"node", std::string(FWAI_TEST_SCRIPTS) + "/verify_mcuboot.mjs", padded,
-                        keys_ + "/pub.pem", "--slot-size", "65536"},
+  ASSERT_EQ(RunCommand({Which("node"), std::string(FWAI_TEST_SCRIPTS) + "/verify_mcuboot.mjs",
+                        padded, keys_ + "/pub.pem", "--slot-size", "65536"},
                        &out, &err),
             0)
       << out << err;
@@ -274,7 +288,7 @@ TEST_F(OtaTest, PackagedImageIsWhatMcubootReads) {
   std::ofstream(bad, std::ios::binary) << bytes;
   EXPECT_EQ(Fwai({"ota", "verify", bad, "--key", keys_ + "/pub.pem"}, &out, &err), 1);
   EXPECT_NE(out.find("DOES NOT MATCH"), std::string::npos) << out;
-  EXPECT_EQ(RunCommand({"node", std::string(FWAI_TEST_SCRIPTS) + "/verify_mcuboot.mjs", bad,
+  EXPECT_EQ(RunCommand({Which("node"), std::string(FWAI_TEST_SCRIPTS) + "/verify_mcuboot.mjs", bad,
                         keys_ + "/pub.pem"},
                        &out, &err),
             1);

@@ -4,7 +4,9 @@
 // broker keeps a plugin's skill to the boards it declared, installs and
 // removals are evidence records, and a marketplace directory is searched.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -18,18 +20,30 @@ namespace {
 using json = nlohmann::json;
 namespace fs = std::filesystem;
 
+// The full path of a program on $PATH (RunCommand does not search it).
+std::string Which(const std::string& name) {
+  const char* path = std::getenv("PATH");
+  std::stringstream dirs(path ? path : "/usr/bin:/bin");
+  std::string dir;
+  while (std::getline(dirs, dir, ':')) {
+    const std::string p = dir + "/" + name;
+    if (access(p.c_str(), X_OK) == 0) return p;
+  }
+  return name;
+}
+
 class PluginTest : public ::testing::Test {
  protected:
   void SetUp() override {
     work_ = MakeTempDir("fwai-plugins-");
     std::string out, err;
     // A publisher's key, made by minisign itself (-W: no password).
-    ASSERT_EQ(
-        RunCommand({"minisign", "-G", "-W", "-p", work_ + "/pub.pub", "-s", work_ + "/pub.key"},
-                   &out, &err),
-        0)
+    ASSERT_EQ(RunCommand({Which("minisign"), "-G", "-W", "-p", work_ + "/pub.pub", "-s",
+                          work_ + "/pub.key"},
+                         &out, &err),
+              0)
         << err;
-    ASSERT_EQ(RunCommand({"minisign", "-G", "-W", "-p", work_ + "/stranger.pub", "-s",
+    ASSERT_EQ(RunCommand({Which("minisign"), "-G", "-W", "-p", work_ + "/stranger.pub", "-s",
                           work_ + "/stranger.key"},
                          &out, &err),
               0)
@@ -93,19 +107,21 @@ TEST_F(PluginTest, SignedPluginsInstallAndMinisignAgreesWithFwai) {
   const std::string a = MakePlugin("alpha", {{"build", true}}, skill);
   std::string out, err;
   ASSERT_EQ(Fwai({"plugin", "sign", a, "--key", work_ + "/pub.key"}, &out, &err), 0) << err;
-  ASSERT_EQ(RunCommand({"minisign", "-V", "-p", work_ + "/pub.pub", "-m", a + "/fwai-plugin.json"},
-                       &out, &err),
-            0)
+  ASSERT_EQ(
+      RunCommand({Which("minisign"), "-V", "-p", work_ + "/pub.pub", "-m", a + "/fwai-plugin.json"},
+                 &out, &err),
+      0)
       << out << err;
   EXPECT_NE(out.find("Signature and comment signature verified"), std::string::npos) << out;
   // minisign signs; fwai verifies.
   const std::string b = MakePlugin("beta", {{"build", true}}, skill);
   ASSERT_EQ(Fwai({"plugin", "sign", b, "--key", work_ + "/stranger.key"}, &out, &err), 0)
       << err;  // writes the hashes
-  ASSERT_EQ(RunCommand({"minisign", "-S", "-s", work_ + "/pub.key", "-m", b + "/fwai-plugin.json",
-                        "-x", b + "/fwai-plugin.json.minisig", "-t", "signed by minisign"},
-                       &out, &err),
-            0)
+  ASSERT_EQ(
+      RunCommand({Which("minisign"), "-S", "-s", work_ + "/pub.key", "-m", b + "/fwai-plugin.json",
+                  "-x", b + "/fwai-plugin.json.minisig", "-t", "signed by minisign"},
+                 &out, &err),
+      0)
       << out << err;
   ASSERT_EQ(Fwai({"plugin", "install", a}, &out, &err), 0) << err << d_->log();
   EXPECT_NE(out.find("installed alpha"), std::string::npos) << out;
@@ -225,14 +241,15 @@ TEST_F(PluginTest, InstallsFromATarballAndAPinnedGitCommitAndSearchesAMarketplac
   const std::string g = MakePlugin("gamma", {}, skill);
   ASSERT_EQ(Fwai({"plugin", "sign", g, "--key", work_ + "/pub.key"}, &out, &err), 0) << err;
   // A tarball of the directory.
-  ASSERT_EQ(RunCommand({"tar", "-czf", work_ + "/gamma.tgz", "-C", work_, "gamma"}, &out, &err), 0)
+  ASSERT_EQ(
+      RunCommand({Which("tar"), "-czf", work_ + "/gamma.tgz", "-C", work_, "gamma"}, &out, &err), 0)
       << err;
   ASSERT_EQ(Fwai({"plugin", "install", work_ + "/gamma.tgz"}, &out, &err), 0) << err;
   EXPECT_EQ(Fwai({"plugin", "install", work_ + "/gamma.tgz"}, &out, &err), 1);
   EXPECT_NE(err.find("--replace"), std::string::npos) << err;
   // A tarball that reaches out of its directory is refused before extraction.
-  ASSERT_EQ(RunCommand({"tar", "-cf", work_ + "/evil.tar", "-C", work_ + "/gamma", "--transform",
-                        "s,^,../,", "README.md"},
+  ASSERT_EQ(RunCommand({Which("tar"), "-cf", work_ + "/evil.tar", "-C", work_ + "/gamma",
+                        "--transform", "s,^,../,", "README.md"},
                        &out, &err),
             0)
       << err;
@@ -248,7 +265,7 @@ TEST_F(PluginTest, InstallsFromATarballAndAPinnedGitCommitAndSearchesAMarketplac
     a.insert(a.end(), args.begin(), args.end());
     return RunCommand(a, &out, &err);
   };
-  ASSERT_EQ(RunCommand({"git", "init", "-q", repo}, &out, &err), 0) << err;
+  ASSERT_EQ(RunCommand({Which("git"), "init", "-q", repo}, &out, &err), 0) << err;
   ASSERT_EQ(Git({"add", "."}), 0) << err;
   ASSERT_EQ(Git({"commit", "-q", "-m", "gamma 1.0.0"}), 0) << err;
   ASSERT_EQ(Git({"rev-parse", "HEAD"}), 0);

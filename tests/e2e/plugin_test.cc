@@ -172,12 +172,12 @@ TEST_F(PluginTest, TamperedUnsignedAndStrangersPluginsAreRefused) {
   EXPECT_EQ(Fwai({"plugin", "install", m}, &out, &err), 1);
   EXPECT_NE(err.find("signature"), std::string::npos) << err;
   // Unsigned, and signed by a key nobody trusts.
-  const std::string u = MakePlugin("unsigned", {}, skill);
+  const std::string u = MakePlugin("unsigned", json::object(), skill);
   ASSERT_EQ(Fwai({"plugin", "sign", u, "--key", work_ + "/pub.key"}, &out, &err), 0) << err;
   fs::remove(u + "/fwai-plugin.json.minisig");
   EXPECT_EQ(Fwai({"plugin", "install", u}, &out, &err), 1);
   EXPECT_NE(err.find("is not signed"), std::string::npos) << err;
-  const std::string s = MakePlugin("stranger", {}, skill);
+  const std::string s = MakePlugin("stranger", json::object(), skill);
   ASSERT_EQ(Fwai({"plugin", "sign", s, "--key", work_ + "/stranger.key"}, &out, &err), 0) << err;
   EXPECT_EQ(Fwai({"plugin", "install", s}, &out, &err), 1);
   EXPECT_NE(err.find("not in plugins.trusted_keys"), std::string::npos) << err;
@@ -238,7 +238,7 @@ TEST_F(PluginTest, InstallsFromATarballAndAPinnedGitCommitAndSearchesAMarketplac
   std::string out, err;
   const std::string skill =
       "name: hello\nsteps:\n  - {name: hi, tool: shell, command: \"echo hi\"}\n";
-  const std::string g = MakePlugin("gamma", {}, skill);
+  const std::string g = MakePlugin("gamma", json::object(), skill);
   ASSERT_EQ(Fwai({"plugin", "sign", g, "--key", work_ + "/pub.key"}, &out, &err), 0) << err;
   // A tarball of the directory.
   ASSERT_EQ(

@@ -115,7 +115,7 @@ absl::Status ParseBoard(ConfigReader& r, const YAML::Node& n, size_t index, Hard
                        "flow_control", "line_ending", "encoding", "startup_commands", "log_file", "probe",
                        "openocd_config", "flash_command", "power_on", "power_off", "self_test", "target",
                        "flash_origin", "flash_size", "ram_origin", "ram_size", "machine", "image", "qemu", "gdb",
-                       "boot_pattern"}));
+                       "boot_pattern", "ota_slot_size", "ota_upload", "ota_reset", "ota_confirm"}));
   if (!n["id"]) return r.Error(n, f + ".id", "missing; every board needs an id");
   CFG_TRY(r.String(n["id"], f + ".id", b.id));
   for (const auto& other : hw.boards) {
@@ -202,6 +202,10 @@ absl::Status ParseBoard(ConfigReader& r, const YAML::Node& n, size_t index, Hard
   CFG_TRY(str("qemu", b.qemu));
   CFG_TRY(str("gdb", b.gdb));
   CFG_TRY(str("boot_pattern", b.boot_pattern));
+  CFG_TRY(size("ota_slot_size", b.ota_slot_size));
+  CFG_TRY(str("ota_upload", b.ota_upload));
+  CFG_TRY(str("ota_reset", b.ota_reset));
+  CFG_TRY(str("ota_confirm", b.ota_confirm));
   if (b.kind == "simulated") {
     if (b.machine.empty()) return r.Error(n, f + ".machine", "a simulated board needs machine: stm32vldiscovery or lm3s6965evb");
     if (b.machine != "stm32vldiscovery" && b.machine != "lm3s6965evb") {
@@ -307,7 +311,7 @@ absl::StatusOr<DaemonConfig> ParseConfig(const std::string& yaml_text, const std
   try {
     CFG_TRY(r.CheckKeys(root, "",
                         {"listen", "data_dir", "default_provider", "providers", "agent", "http",
-                         "retry", "subscribers", "tools", "knowledge", "catalog", "mcp_servers",
+                         "retry", "subscribers", "tools", "knowledge", "catalog", "mcp_servers", "ota", "plugins",
                          "hardware", "policy_file", "secrets", "toolchain", "log_level",
                          "tls", "unix_socket", "users", "limits", "knowledge_writers"}));
     CFG_TRY(ParseSecurityConfig(r, root, c.security));
@@ -529,6 +533,33 @@ absl::StatusOr<DaemonConfig> ParseConfig(const std::string& yaml_text, const std
         }
       }
     }
+    auto bool_field = [&](const YAML::Node& v, const std::string& field, bool& out) -> absl::Status {
+      if (!v.IsScalar() || (v.Scalar() != "true" && v.Scalar() != "false")) return r.Error(v, field, "expected true or false");
+      out = v.Scalar() == "true";
+      return absl::OkStatus();
+    };
+    auto string_list = [&](const YAML::Node& v, const std::string& field, std::vector<std::string>& out) -> absl::Status {
+      if (!v.IsSequence()) return r.Error(v, field, "expected a list of strings");
+      for (const auto& item : v) {
+        std::string s;
+        CFG_TRY(r.String(item, field + "[]", s));
+        out.push_back(s);
+      }
+      return absl::OkStatus();
+    };
+    if (auto n = root["ota"]) {
+      CFG_TRY(r.CheckKeys(n, "ota", {"keys", "max_failure_rate", "health_timeout_s"}));
+      if (n["keys"]) CFG_TRY(string_list(n["keys"], "ota.keys", c.ota.keys));
+      if (n["max_failure_rate"]) CFG_TRY(r.Double(n["max_failure_rate"], "ota.max_failure_rate", 0, 1, c.ota.max_failure_rate));
+      if (n["health_timeout_s"]) CFG_TRY(r.Int(n["health_timeout_s"], "ota.health_timeout_s", 1, 3600, c.ota.health_timeout_s));
+    }
+    if (auto n = root["plugins"]) {
+      CFG_TRY(r.CheckKeys(n, "plugins", {"trusted_keys", "allow_unsigned", "allow_tampered", "marketplaces"}));
+      if (n["trusted_keys"]) CFG_TRY(string_list(n["trusted_keys"], "plugins.trusted_keys", c.plugins.trusted_keys));
+      if (n["allow_unsigned"]) CFG_TRY(bool_field(n["allow_unsigned"], "plugins.allow_unsigned", c.plugins.allow_unsigned));
+      if (n["allow_tampered"]) CFG_TRY(bool_field(n["allow_tampered"], "plugins.allow_tampered", c.plugins.allow_tampered));
+      if (n["marketplaces"]) CFG_TRY(string_list(n["marketplaces"], "plugins.marketplaces", c.plugins.marketplaces));
+    }
     if (auto n = root["catalog"]) {
       CFG_TRY(r.CheckKeys(n, "catalog", {"coarse_slices", "candidates", "grouping", "rrf_k", "vector_weight", "whole_weight",
                                          "synonym_weight", "family_weight", "namespace_boost", "reranker", "rerank_weights"}));
@@ -725,9 +756,11 @@ bool ApplyBoardDefaults(BoardConfig& b) {
         b.ram_origin = k.ram_origin;
         b.ram_size = k.ram_size;
       }
+      if (b.ota_slot_size == 0) b.ota_slot_size = b.flash_size / 2;
       return true;
     }
   }
+  if (b.ota_slot_size == 0) b.ota_slot_size = b.flash_size / 2;
   return b.flash_size != 0;
 }
 

@@ -161,6 +161,15 @@ struct BoardConfig {
   std::string qemu = "qemu-system-arm";
   std::string gdb;      // default: gdb-multiarch, else arm-none-eabi-gdb
   std::string boot_pattern;  // a line that means the firmware booted
+  // Over-the-air updates. Simulated boards keep two MCUboot slots of
+  // ota_slot_size bytes as host files (0: half the flash). Physical boards
+  // are updated through commands: ota_upload puts {image} into the secondary
+  // slot marked for test (e.g. mcumgr image upload + image test), ota_reset
+  // restarts the board, ota_confirm makes the running image permanent.
+  uint64_t ota_slot_size = 0;
+  std::string ota_upload;
+  std::string ota_reset;
+  std::string ota_confirm;
 };
 
 struct HardwareConfig {
@@ -171,6 +180,25 @@ struct HardwareConfig {
   int max_ttl_s = 86400;
   bool default_simulated_board = true;  // with no boards configured: one simulated STM32VLDISCOVERY
   std::vector<BoardConfig> boards;
+};
+
+// Over-the-air rollouts (`ota:`).
+struct OtaConfig {
+  // Ed25519 public keys (PEM files) an image must be signed with; the
+  // simulated boards' bootloader checks them as MCUboot built with them
+  // would. Empty: the image's SHA-256 is enough.
+  std::vector<std::string> keys;
+  double max_failure_rate = 0;  // a stage that fails more than this stops and reverts
+  int health_timeout_s = 120;   // one board's health skill
+};
+
+// Plugins (`plugins:`): what may be installed and from where.
+struct PluginsConfig {
+  // minisign public keys (the base64 line, or a .pub file) whose signatures are trusted.
+  std::vector<std::string> trusted_keys;
+  bool allow_unsigned = false;  // unsigned, or signed by a key not trusted
+  bool allow_tampered = false;  // files that differ from the signed manifest
+  std::vector<std::string> marketplaces;  // index files: https:// URLs or local paths
 };
 
 // A sub-agent type: what `delegateSubagent` may start.
@@ -213,6 +241,8 @@ struct DaemonConfig {
   CatalogConfig catalog;
   std::map<std::string, McpServerEntry> mcp_servers;
   HardwareConfig hardware;
+  OtaConfig ota;
+  PluginsConfig plugins;
   std::string policy_file;  // organisation policy (YAML with a policy: section)
   // secrets.patterns: extra regexes ("name=regex" or "regex") redacted from
   // tool output, evidence and logs, over the built-in ones.

@@ -96,6 +96,8 @@ ScopedFsIdentity::~ScopedFsIdentity() {
 }
 
 int BecomeAccountInChild(const LocalAccount& a) {
+  // Already that account (a fwaid serving its own user): nothing to drop.
+  if (static_cast<uint32_t>(getuid()) == a.uid && getuid() != 0) return 0;
   if (syscall(SYS_setgroups, a.groups.size(), a.groups.data()) != 0) return errno;
   if (syscall(SYS_setresgid, a.gid, a.gid, a.gid) != 0) return errno;
   if (syscall(SYS_setresuid, a.uid, a.uid, a.uid) != 0) return errno;

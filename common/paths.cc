@@ -1,5 +1,6 @@
 #include "common/paths.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -59,6 +60,37 @@ absl::Status MakeDirs(const std::string& dir, unsigned mode) {
   if ((st.st_mode & 07777) != mode && chmod(dir.c_str(), mode) != 0) {
     return absl::FailedPreconditionError(
         absl::StrCat("cannot set mode of ", dir, ": ", std::strerror(errno)));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status WriteFileAtomic(const std::string& path, std::string_view bytes, unsigned mode) {
+  const std::string tmp = absl::StrCat(path, ".tmp-", getpid());
+  int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
+  if (fd < 0) return absl::InternalError(absl::StrCat("cannot write ", path, ": ", std::strerror(errno)));
+  size_t done = 0;
+  while (done < bytes.size()) {
+    ssize_t n = write(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      int err = errno;
+      close(fd);
+      unlink(tmp.c_str());
+      return absl::InternalError(absl::StrCat("cannot write ", path, ": ", std::strerror(err)));
+    }
+    done += static_cast<size_t>(n);
+  }
+  if (fsync(fd) != 0) {
+    int err = errno;
+    close(fd);
+    unlink(tmp.c_str());
+    return absl::InternalError(absl::StrCat("cannot sync ", path, ": ", std::strerror(err)));
+  }
+  close(fd);
+  if (rename(tmp.c_str(), path.c_str()) != 0) {
+    int err = errno;
+    unlink(tmp.c_str());
+    return absl::InternalError(absl::StrCat("cannot replace ", path, ": ", std::strerror(err)));
   }
   return absl::OkStatus();
 }

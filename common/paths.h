@@ -2,6 +2,7 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 
 #include "absl/status/status.h"
 
@@ -19,5 +20,9 @@ std::string DefaultConfigPath();
 // Creates `dir` and its parents; the last component gets `mode`. Fails if it
 // exists and is not a directory. Tightens the mode of an existing directory.
 [[nodiscard]] absl::Status MakeDirs(const std::string& dir, unsigned mode);
+
+// Writes `bytes` to `path` through a temporary file in the same directory,
+// fsynced and renamed into place: readers see the old or the new contents.
+[[nodiscard]] absl::Status WriteFileAtomic(const std::string& path, std::string_view bytes, unsigned mode = 0644);
 
 }  // namespace fwai

@@ -1,5 +1,7 @@
 #include "common/subprocess.h"
 
+#include "common/local_account.h"
+
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -119,6 +121,7 @@ absl::StatusOr<ProcessResult> RunProcess(const std::vector<std::string>& argv,
     dup2(in_pipe[0], 0);
     dup2(out_pipe[1], 1);
     dup2(err_pipe[1], 2);
+    if (options.run_as && BecomeAccountInChild(*options.run_as) != 0) _exit(126);
     if (!options.cwd.empty() && chdir(options.cwd.c_str()) != 0) _exit(126);
     std::vector<char*> args;
     for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));

@@ -19,11 +19,16 @@ struct ProcessResult {
   std::string err;        // stderr (capped)
 };
 
+struct LocalAccount;
+
 struct ProcessOptions {
   int timeout_ms = 60000;
   size_t max_output = 64 << 20;
   std::string stdin_data;
   std::string cwd;
+  // The account the program runs as (null: fwaid's own); it becomes that
+  // account for good before chdir and exec.
+  const LocalAccount* run_as = nullptr;
 };
 
 // The full path of `name` on $PATH (or `name` itself if it contains a slash

@@ -24,6 +24,9 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
+#include <thread>
+
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -32,6 +35,7 @@
 #include "absl/strings/str_join.h"
 #include "common/clock.h"
 #include "common/config.h"
+#include "common/local_account.h"
 #include "common/paths.h"
 #include "common/status_macros.h"
 #include "common/thread_pool.h"
@@ -52,6 +56,9 @@
 #include "server/firmware/reports.h"
 #include "server/hardware/broker.h"
 #include "server/hardware/hardware_tools.h"
+#include "server/ota/ota_tool.h"
+#include "server/plugins/plugin_store.h"
+#include "server/ota/rollout.h"
 #include "server/knowledge/document_search_tool.h"
 #include "server/knowledge/embedder.h"
 #include "server/knowledge/knowledge_base.h"
@@ -519,6 +526,24 @@ int Main(int argc, char** argv) {
 
   // MCP servers: started now, supervised (restarted with backoff) afterwards;
   // their tools join the agent's registry and the catalog.
+  // Plugins: their sub-agent types, MCP servers and tool documents join at
+  // start; their skills and templates are read when used. Their installs and
+  // removals go to the evidence log (opened below).
+  std::function<absl::StatusOr<uint64_t>(const nlohmann::json&)> evidence_sink;
+  PluginStore plugins(config.data_dir + "/plugins", config.plugins, http.get(),
+                      [&evidence_sink](const nlohmann::json& rec) -> absl::StatusOr<uint64_t> {
+                        if (!evidence_sink) return absl::UnavailableError("the evidence log is not open");
+                        return evidence_sink(rec);
+                      });
+  if (auto s = plugins.Start(); !s.ok()) {
+    std::fprintf(stderr, "fwaid: plugins: %s\n", std::string(s.message()).c_str());
+    return 1;
+  }
+  for (auto& [name, agent] : plugins.Agents()) config.subagents.emplace(name, agent);
+  for (auto& [name, server] : plugins.McpServers()) config.mcp_servers.emplace(name, server);
+  if (auto docs = plugins.ToolDocuments(); !docs.empty()) {
+    if (auto r = (*catalog)->Register(docs); !r.ok()) spdlog::warn("plugins' tool documents: {}", r.status().ToString());
+  }
   std::vector<McpServerConfig> mcp_configs = McpServerConfigs(config.mcp_servers);
   McpManager mcp(mcp_configs, http.get());
   {
@@ -561,6 +586,21 @@ int Main(int argc, char** argv) {
   std::string run_dir = config.data_dir + "/run";
   if (run_dir.size() > 60) run_dir = absl::StrCat("/tmp/fwai-", getuid(), "/run-", getpid());
   HardwareBroker hardware(config.hardware, **storage, run_dir);
+  {
+    // The simulated boards' bootloader trusts the keys rollouts require.
+    std::vector<std::string> ota_keys;
+    for (const auto& path : config.ota.keys) {
+      std::ifstream in(path);
+      std::stringstream pem;
+      pem << in.rdbuf();
+      if (!in) {
+        std::fprintf(stderr, "fwaid: ota.keys: %s cannot be read\n", path.c_str());
+        return 1;
+      }
+      ota_keys.push_back(pem.str());
+    }
+    hardware.SetOtaOptions(config.data_dir + "/ota", std::move(ota_keys));
+  }
   if (auto s = hardware.Start(); !s.ok()) {
     std::fprintf(stderr, "fwaid: hardware: %s\n", std::string(s.message()).c_str());
     return 1;
@@ -587,6 +627,7 @@ int Main(int argc, char** argv) {
     if (!r.ok()) return r.status();
     return r->index;
   };
+  evidence_sink = append_evidence;
   auto record_run = [append_evidence](const nlohmann::json& rec) {
     auto r = append_evidence(rec);
     if (!r.ok()) spdlog::error("evidence: {}", r.status().ToString());
@@ -649,22 +690,14 @@ int Main(int argc, char** argv) {
   });
   turns.SetRunRecorder(record_run);
   turns.SetSecretScanner(secrets);
-  // MCP servers a project declares run for the daemon's own user only (on a
-  // shared daemon they would run as the daemon's user).
+  // MCP servers a project declares run as the session's account (the
+  // project's owner), never as fwaid; a session without one gets none.
   ProjectMcpServers project_mcp(http.get());
-  const std::string own = absl::StrCat("uid:", getuid());
-  turns.SetProjectTools([&project_mcp, own](const SessionInfo& s) -> absl::StatusOr<TurnManager::ProjectToolSet> {
-    if (s.owner != own && s.owner != "uid:0") {
-      auto declares = ProjectMcpServers::Declares(s.project_root);
-      if (!declares.ok()) return declares.status();
-      if (*declares) {
-        return absl::PermissionDeniedError(absl::StrCat(
-            s.project_root, "/.fwai/project.yaml declares MCP servers; a shared fwaid starts them only for its own user (",
-            own, "): declare them in fwaid.yaml, or run your own fwaid"));
-      }
-      return TurnManager::ProjectToolSet{};
-    }
-    auto set = project_mcp.ToolsFor(s.project_root);
+  turns.SetProjectTools([&project_mcp](const SessionInfo& s) -> absl::StatusOr<TurnManager::ProjectToolSet> {
+    if (s.project_root.empty() || s.account.empty()) return TurnManager::ProjectToolSet{};
+    auto account = LookupAccount(s.account);
+    if (!account.ok()) return account.status();
+    auto set = project_mcp.ToolsFor(s.project_root, *account);
     if (!set.ok()) return set.status();
     return TurnManager::ProjectToolSet{set->owner, set->tools};
   });
@@ -688,11 +721,18 @@ int Main(int argc, char** argv) {
   skill_deps.previous_build = latest_build;
   skill_deps.dpkg_admindir = config.toolchain_dpkg_admindir;
   skill_deps.version = FWAI_VERSION;
+  skill_deps.plugin_skills = [&plugins] { return plugins.SkillSets(); };
   SkillRunner skills(skill_deps);
   RegisterSkillTools(tools, skills);
   FirmwareReportDeps firmware_deps{latest_build, record_of_run, config.toolchain_dpkg_admindir,
                                    FWAI_VERSION};
   RegisterFirmwareTools(tools, firmware_deps);
+  RolloutManager rollouts(hardware, &skills, **storage, append_evidence, config.ota);
+  if (auto s = rollouts.Start(); !s.ok()) {
+    std::fprintf(stderr, "fwaid: %s\n", std::string(s.message()).c_str());
+    return 1;
+  }
+  RegisterOtaTools(tools, rollouts);
   PeerRegistry peers;
   // Who may call: unix peers by uid, tokens and certificates over TCP.
   auto tokens = TokenStore::Open(**storage);
@@ -745,6 +785,8 @@ int Main(int argc, char** argv) {
   deps.evidence = evidence_log;
   deps.skills = &skills;
   deps.firmware = &firmware_deps;
+  deps.rollouts = &rollouts;
+  deps.plugins = &plugins;
   deps.on_session_deleted = [&hardware](const std::string& id) { hardware.SessionEnded(id); };
   deps.request_shutdown = [] { kill(getpid(), SIGTERM); };
   deps.started_us = NowMicros();

@@ -29,6 +29,8 @@
 #include "client/cli/evidence.h"
 #include "client/cli/auth.h"
 #include "client/cli/firmware.h"
+#include "client/cli/ota.h"
+#include "client/cli/plugin.h"
 #include "client/cli/hw.h"
 #include "client/cli/kb.h"
 #include "client/cli/project.h"
@@ -920,6 +922,8 @@ int Main(int argc, char** argv) {
   EvidenceCommands evidence(app, g);
   AuthCommands auth(app, g);
   FirmwareCommands firmware(app, g);
+  OtaCommands ota(app, g);
+  PluginCommands plugin(app, g);
   ProjectCommands project(app, g);
   SkillCommands skill_cmds(app, g);
   auto* repl_session = app.add_option("--session", session_id, "Session for the REPL");
@@ -945,6 +949,8 @@ int Main(int argc, char** argv) {
   if (auto rc = evidence.RunIfParsed()) return *rc;
   if (auto rc = auth.RunIfParsed()) return *rc;
   if (auto rc = firmware.RunIfParsed()) return *rc;
+  if (auto rc = ota.RunIfParsed()) return *rc;
+  if (auto rc = plugin.RunIfParsed()) return *rc;
   if (auto rc = project.RunIfParsed()) return *rc;
   if (auto rc = skill_cmds.RunIfParsed()) return *rc;
   if (g.json) return Fail(g, kExitUsage, "--json needs a command (see fwai --help)");

@@ -6,12 +6,14 @@
 
 #include <cstdint>
 #include <mutex>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <string>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "common/local_account.h"
 #include "server/agent/turn_manager.h"
 #include "server/agent/turn_policy.h"
 #include "server/llm/provider.h"
@@ -82,6 +84,9 @@ class TurnState {
   const std::vector<Tool*> project_tools;
   // Where each tool call's output is logged (.fwai/runs/<run_id>/), "" for none.
   const std::string log_dir;
+  // The local account the session's project is read, written and run as
+  // (none: no file or command tools). Set before any agent runs.
+  std::optional<LocalAccount> account;
 
  private:
   mutable std::mutex mu_;

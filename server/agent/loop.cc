@@ -97,17 +97,21 @@ std::vector<json> ToolUses(const json& content) {
   return calls;
 }
 
-// Delegations run in parallel; everything else in order.
+// Every other call first, in order; then the delegations, in parallel. A
+// call that changes what is offered (toolSearch, submitPlan) thus never runs
+// while a delegation reads the offer. Results keep the calls' order.
 json RunToolCalls(ToolCaller& caller, const std::vector<json>& calls) {
   std::vector<json> results(calls.size());
-  std::vector<std::thread> parallel;
+  std::vector<size_t> delegations;
   for (size_t i = 0; i < calls.size(); ++i) {
     if (calls[i].value("name", "") == kDelegate) {
-      parallel.emplace_back([&, i] { results[i] = caller.Run(calls[i]); });
+      delegations.push_back(i);
     } else {
       results[i] = caller.Run(calls[i]);
     }
   }
+  std::vector<std::thread> parallel;
+  for (size_t i : delegations) parallel.emplace_back([&, i] { results[i] = caller.Run(calls[i]); });
   for (auto& t : parallel) t.join();
   return json(results);
 }

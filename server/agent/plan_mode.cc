@@ -1,5 +1,8 @@
 #include "server/agent/plan_mode.h"
 
+#include "common/local_account.h"
+#include "server/tools/project_fs.h"
+
 #include <fstream>
 #include <optional>
 #include <sstream>
@@ -70,13 +73,25 @@ void SwitchToAct(const AgentDeps& deps, Agent& a, const std::string& reason) {
 ToolResult SubmitPlan(const AgentDeps& deps, Agent& a) {
   if (!InPlanMode(a)) return {"submitPlan: the session is not in plan mode", true};
   const SessionInfo& session = a.turn->session;
-  const std::string path = session.project_root + "/" + PlanPath(session.id);
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  std::string plan = ss.str();
-  if (!in && plan.empty()) {
-    return {absl::StrCat("submitPlan: write the plan to ", PlanPath(session.id), " first"), true};
+  if (session.project_root.empty() || !a.turn->account) {
+    return {"submitPlan: this session has no project to hold a plan file", true};
+  }
+  // Read beneath the project root as its account: a plan file that is a
+  // link to something else is not followed out of the project.
+  std::string plan;
+  {
+    ScopedFsIdentity as(*a.turn->account);
+    if (!as.status().ok()) return {absl::StrCat("submitPlan: ", as.status().message()), true};
+    auto pfs = ProjectFs::Open(session.project_root);
+    if (!pfs.ok()) return {absl::StrCat("submitPlan: ", pfs.status().message()), true};
+    auto text = pfs->ReadFile(PlanPath(session.id), 1u << 20);
+    if (!text.ok()) {
+      if (absl::IsNotFound(text.status())) {
+        return {absl::StrCat("submitPlan: write the plan to ", PlanPath(session.id), " first"), true};
+      }
+      return {absl::StrCat("submitPlan: ", text.status().message()), true};
+    }
+    plan = *std::move(text);
   }
   if (plan.find_first_not_of(" \t\n") == std::string::npos || plan.size() < 50) {
     return {absl::StrCat("submitPlan: the plan in ", PlanPath(session.id), " has ", plan.size(),
@@ -106,7 +121,11 @@ ToolResult SubmitPlan(const AgentDeps& deps, Agent& a) {
   }
   if (!d->edited_plan.empty()) {
     plan = d->edited_plan;
-    std::ofstream(path) << plan;
+    // The edited plan goes back to the project, written as its account.
+    ScopedFsIdentity as(*a.turn->account);
+    if (as.status().ok()) {
+      if (auto pfs = ProjectFs::Open(session.project_root); pfs.ok()) (void)pfs->WriteFile(PlanPath(session.id), plan);
+    }
   }
   SwitchToAct(deps, a, session.auto_approve_plan ? "plan auto-approved" : "plan approved");
   return {

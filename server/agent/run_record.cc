@@ -1,5 +1,7 @@
 #include "server/agent/run_record.h"
 
+#include "common/local_account.h"
+
 #include <filesystem>
 #include <vector>
 
@@ -16,11 +18,17 @@ namespace {
 
 // [{path, added, removed}] of `git diff --numstat`; null when the project is
 // not a git repository or git fails.
-json FilesChanged(const std::string& project_root) {
+json FilesChanged(const std::string& project_root, const LocalAccount* account) {
+  if (project_root.empty() || account == nullptr) return nullptr;
   std::error_code ec;
-  if (!std::filesystem::exists(project_root + "/.git", ec)) return nullptr;
+  {
+    ScopedFsIdentity as(*account);
+    if (!as.status().ok() || !std::filesystem::exists(project_root + "/.git", ec)) return nullptr;
+  }
+  // git runs as the project's account: its config and hooks are the user's.
   ProcessOptions po;
   po.timeout_ms = 5000;
+  po.run_as = account;
   auto r = RunProcess({"git", "-C", project_root, "diff", "--numstat"}, po);
   if (!r.ok() || r->exit_code != 0) return nullptr;
   json files = json::array();
@@ -57,7 +65,7 @@ json RunRecord(const TurnRequest& req, const Agent& main, const std::string& run
               {"stop_reason", main.stop_reason},
               {"policy_refusals", turn.policy.refusals()},
               {"duration_ms", duration_ms}};
-  if (json files = FilesChanged(turn.session.project_root); !files.is_null()) {
+  if (json files = FilesChanged(turn.session.project_root, turn.account ? &*turn.account : nullptr); !files.is_null()) {
     rec["files_changed"] = std::move(files);
   }
   return rec;

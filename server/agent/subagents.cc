@@ -1,5 +1,7 @@
 #include "server/agent/subagents.h"
 
+#include <memory>
+
 #include <atomic>
 #include <chrono>
 #include <thread>
@@ -126,8 +128,13 @@ ToolResult Delegate(const AgentDeps& deps, Agent& a, const std::string& call_id,
                    a.turn->session.project_root, ". ", sc.prompt,
                    " Finish with a concise report: it is all the delegating agent sees.\n");
   sub.messages.push_back({"user", json::array({{{"type", "text"}, {"text", task}}})});
-  CancelToken sub_cancel;
-  a.cancel->OnCancel([&sub_cancel] { sub_cancel.Cancel(); });
+  // The turn's token keeps its callback after this call returns: it holds
+  // the sub-agent's token weakly.
+  auto sub_cancel_owner = std::make_shared<CancelToken>();
+  a.cancel->OnCancel([weak = std::weak_ptr<CancelToken>(sub_cancel_owner)] {
+    if (auto t = weak.lock()) t->Cancel();
+  });
+  CancelToken& sub_cancel = *sub_cancel_owner;
   sub.cancel = &sub_cancel;
   sub.turn = a.turn;
   std::string sub_mode = *a.mode;

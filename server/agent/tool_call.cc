@@ -1,5 +1,7 @@
 #include "server/agent/tool_call.h"
 
+#include "common/local_account.h"
+
 #include <filesystem>
 #include <fstream>
 
@@ -106,6 +108,18 @@ ToolResult ToolCaller::Dispatch(const std::string& call_id, const std::string& t
   if (tool == nullptr || !(offered_now || offer_.Selected(*tool))) {
     return {Refusal(tool, tool_name), true};
   }
+  // A selected tool may be called without being offered on this very call,
+  // so the mode and project rules are checked again here, not only in the offer.
+  if (tool->needs_project() && !a.turn->account) {
+    return {absl::StrCat("'", tool_name, "' needs a project: this session has none (or no local account to act as)"),
+            true};
+  }
+  if (!tool->read_only() && (a.read_only || InPlanMode(a)) &&
+      !(InPlanMode(a) && is_main && PlanWritable(tool_name))) {
+    return {InPlanMode(a) && is_main ? PlanModeRefusal(tool_name, a.turn->session.id)
+                                     : absl::StrCat("'", tool_name, "' is not allowed for the ", a.name, " agent"),
+            true};
+  }
   if (absl::Status s = a.turn->policy.CheckTool(tool_name); !s.ok()) {
     return {std::string(s.message()), true};
   }
@@ -114,6 +128,9 @@ ToolResult ToolCaller::Dispatch(const std::string& call_id, const std::string& t
 
 std::string ToolCaller::Refusal(const Tool* tool, const std::string& tool_name) const {
   const Agent& a = agent_;
+  if (tool != nullptr && tool->needs_project() && !a.turn->account) {
+    return absl::StrCat("'", tool_name, "' needs a project: this session has none (or no local account to act as)");
+  }
   if (tool != nullptr && a.is_main() && InPlanMode(a) && !tool->read_only()) {
     return PlanModeRefusal(tool_name, a.turn->session.id);
   }
@@ -134,6 +151,7 @@ ToolResult ToolCaller::RunTool(Tool& tool, const std::string& call_id, const jso
   tctx.session_id = session.id;
   tctx.project_root = session.project_root;
   tctx.owner = session.owner;
+  tctx.account = a.turn->account ? &*a.turn->account : nullptr;
   tctx.limits = &deps_.config.tools;
   tctx.cancel = a.cancel;
   TurnPolicy* policy = &a.turn->policy;
@@ -166,14 +184,16 @@ void ToolCaller::Log(const std::string& call_id, const std::string& tool_name, c
   if (in.size() > 2000) in = in.substr(0, 2000) + "...";
   std::string log_file;
   const std::string& log_dir = a.turn->log_dir;
-  if (!log_dir.empty()) {
+  if (!log_dir.empty() && a.turn->account) {
+    // The log lives in the project: written as its account.
+    ScopedFsIdentity as(*a.turn->account);
     std::error_code ec;
     if (!std::filesystem::is_directory(log_dir, ec)) {
       PruneRunDirs(std::filesystem::path(log_dir).parent_path().string(), kKeptRunDirs - 1);
       std::filesystem::create_directories(log_dir, ec);
     }
     log_file = absl::StrCat(log_dir, "/", call_id, ".log");
-    std::ofstream(log_file) << "$ " << tool_name << " " << deps_.secrets.Redact(in) << "\n"
+    if (as.status().ok()) std::ofstream(log_file) << "$ " << tool_name << " " << deps_.secrets.Redact(in) << "\n"
                             << tr.content << "\n";
   }
   a.turn->LogCall({{"call_id", call_id},

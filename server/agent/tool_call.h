@@ -5,6 +5,8 @@
 // tool_call_finished event, and the call's log for the run record.
 #pragma once
 
+#include <atomic>
+
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -40,7 +42,7 @@ class ToolCaller {
   const AgentDeps& deps_;
   Agent& agent_;
   ToolOffer& offer_;
-  int calls_made_ = 0;
+  std::atomic<int> calls_made_{0};  // delegations count from several threads
 };
 
 }  // namespace fwai

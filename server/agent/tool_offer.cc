@@ -90,6 +90,7 @@ std::vector<ToolSpec> ToolOffer::Build() const {
   std::vector<ToolSpec> out;
   for (Tool* t : all_tools_) {
     if (!Allowed(t->name())) continue;
+    if (t->needs_project() && !a.turn->account) continue;
     if ((a.read_only || plan_mode) && !t->read_only() &&
         !(plan_mode && a.is_main() && PlanWritable(t->name()))) {
       continue;

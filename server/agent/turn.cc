@@ -1,5 +1,7 @@
 #include "server/agent/turn.h"
 
+#include "common/local_account.h"
+
 #include "absl/strings/str_cat.h"
 #include "common/clock.h"
 #include "fwai/v1/events.pb.h"
@@ -109,8 +111,19 @@ TurnEnd PlayTurn(const AgentDeps& deps, const TurnHooks& hooks, CancelToken& can
   }
   auto conversation = LoadConversation(deps.sessions, req.session_id);
   if (!conversation.ok()) return Failed(sink, conversation.status());
-  // A policy that cannot be read stops the turn: it fails closed.
-  auto rules = LoadPolicy(info->project_root, deps.config.policy_file);
+  // The project is read, written and run as the session's account.
+  std::optional<LocalAccount> account;
+  if (!info->account.empty() && !info->project_root.empty()) {
+    auto acct = LookupAccount(info->account);
+    if (!acct.ok()) {
+      return Failed(sink, absl::FailedPreconditionError(absl::StrCat(
+                              "the session's account ", info->account, ": ", acct.status().message())));
+    }
+    account = *std::move(acct);
+  }
+  // A policy that cannot be read stops the turn: it fails closed. The
+  // project's own policy file is read as the account.
+  auto rules = LoadPolicy(info->project_root, deps.config.policy_file, account ? &*account : nullptr);
   if (!rules.ok()) {
     return Failed(
         sink, absl::FailedPreconditionError(absl::StrCat("policy: ", rules.status().message())));
@@ -129,7 +142,8 @@ TurnEnd PlayTurn(const AgentDeps& deps, const TurnHooks& hooks, CancelToken& can
   // the directory is made with the first log, and old runs are pruned then.
   const std::string run_id = absl::StrCat("run-", req.turn_id);
   TurnState turn(*info, sink, cancel, *std::move(rules), std::move(project_tools.tools),
-                 hooks.recorder ? info->project_root + "/.fwai/runs/" + run_id : "");
+                 hooks.recorder && account ? info->project_root + "/.fwai/runs/" + run_id : "");
+  turn.account = account;
 
   std::string mode = info->mode;
   Agent main;

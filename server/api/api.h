@@ -31,6 +31,8 @@ class HardwareBroker;
 class EvidenceLog;
 class SkillRunner;
 class Gate;
+class RolloutManager;
+class PluginStore;
 struct DaemonConfig;
 struct FirmwareReportDeps;
 struct ProviderSet;
@@ -71,6 +73,8 @@ struct ApiDeps {
   // returns how many users it has.
   std::function<absl::StatusOr<int>(const std::string& by)> reload_config;
   const FirmwareReportDeps* firmware = nullptr;  // may be null: Firmware answers UNAVAILABLE
+  RolloutManager* rollouts = nullptr;  // may be null: Ota answers UNAVAILABLE
+  PluginStore* plugins = nullptr;      // may be null: Plugins answers UNAVAILABLE
   std::function<void(const std::string&)> on_session_deleted;
   std::function<void()> request_shutdown;
   int64_t started_us = 0;
@@ -89,6 +93,8 @@ std::unique_ptr<grpc::Service> MakeProjectsService(const ApiDeps& deps);
 std::unique_ptr<grpc::Service> MakeSkillsService(const ApiDeps& deps);
 std::unique_ptr<grpc::Service> MakeAuthService(const ApiDeps& deps);
 std::unique_ptr<grpc::Service> MakeFirmwareService(const ApiDeps& deps);
+std::unique_ptr<grpc::Service> MakeOtaService(const ApiDeps& deps);
+std::unique_ptr<grpc::Service> MakePluginsService(const ApiDeps& deps);
 
 // A request's project root: required, an existing directory, canonical.
 [[nodiscard]] absl::StatusOr<std::string> CanonicalProjectRoot(const std::string& root);

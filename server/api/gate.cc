@@ -11,6 +11,8 @@
 #include "fwai/v1/daemon.pb.h"
 #include "fwai/v1/evidence.pb.h"
 #include "fwai/v1/firmware.pb.h"
+#include "fwai/v1/ota.pb.h"
+#include "fwai/v1/plugins.pb.h"
 #include "fwai/v1/hardware.pb.h"
 #include "fwai/v1/knowledge.pb.h"
 #include "fwai/v1/projects.pb.h"
@@ -77,6 +79,17 @@ const std::vector<RpcRule>& RpcRules() {
       // Reports read the project's images as its owner's account.
       {"Firmware.Memory", Need::kLocalAccount},
       {"Firmware.Sbom", Need::kLocalAccount},
+      // A rollout reads its image as the caller's account; anyone may watch.
+      {"Ota.Rollout", Need::kLocalAccount},
+      {"Ota.ListRollouts", Need::kAnyone},
+      {"Ota.GetRollout", Need::kAnyone},
+      {"Ota.Boards", Need::kAnyone},
+      // A plugin is code fwaid runs: only an admin installs or removes one.
+      {"Plugins.Install", Need::kAdmin},
+      {"Plugins.Remove", Need::kAdmin},
+      {"Plugins.List", Need::kAnyone},
+      {"Plugins.Verify", Need::kAnyone},
+      {"Plugins.Search", Need::kAnyone},
   };
   return kRules;
 }
@@ -92,7 +105,9 @@ std::vector<std::string> RpcsWithoutRules() {
                            fwai::v1::ToolSearchRequest::descriptor()->file(),
                            fwai::v1::AcquireRequest::descriptor()->file(), fwai::v1::InitRequest::descriptor()->file(),
                            fwai::v1::ListRunsRequest::descriptor()->file(),
-                           fwai::v1::MemoryRequest::descriptor()->file()}) {
+                           fwai::v1::MemoryRequest::descriptor()->file(),
+                           fwai::v1::RolloutRequest::descriptor()->file(),
+                           fwai::v1::InstallPluginRequest::descriptor()->file()}) {
     for (int i = 0; i < file->service_count(); ++i) {
       const auto* service = file->service(i);
       for (int m = 0; m < service->method_count(); ++m) {

@@ -133,6 +133,8 @@ class HardwareService final : public pb::Hardware::CallbackService {
         o->set_running(d.running);
         o->set_lease_expires_us(d.lease_expires_us);
         o->set_state(d.state.empty() ? (d.running ? "running" : "stopped") : d.state);
+        o->set_pid(d.pid > 0 ? d.pid : 0);
+        o->set_ota_version(d.ota_version);
       }
       for (const auto& l : deps_.hardware->Leases()) ToProto(l, resp->add_leases());
       return absl::OkStatus();

@@ -14,6 +14,7 @@
 #include "fwai/v1/projects.grpc.pb.h"
 #include "server/agent/turn_manager.h"
 #include "server/api/api.h"
+#include "server/plugins/plugin_store.h"
 #include "server/api/offload.h"
 #include "server/api/gate.h"
 #include "common/local_account.h"
@@ -51,10 +52,18 @@ class ProjectsService final : public pb::Projects::CallbackService {
 
   grpc::ServerUnaryReactor* Init(grpc::CallbackServerContext* ctx, const pb::InitRequest* req,
                                  pb::InitResponse* resp) override {
-    return OffloadAs(ctx, "Projects.Init", [req, resp] {
+    // A plugin's template lives in fwaid's data directory: it is read as
+    // fwaid, before the work runs as the caller's account.
+    using Files = absl::StatusOr<std::vector<std::pair<std::string, std::string>>>;
+    auto plugin_files = std::make_shared<Files>(absl::UnavailableError("plugins are not available"));
+    if (req->template_name().find(':') != std::string::npos && deps_.plugins) {
+      *plugin_files = deps_.plugins->TemplateFiles(req->template_name());
+    }
+    return OffloadAs(ctx, "Projects.Init", [req, resp, plugin_files] {
       std::error_code ec;
       ProjectSettings s;
       std::optional<ProjectTemplate> tmpl;
+      std::optional<std::string> plugin_settings;  // a plugin template's own .fwai/project.yaml
       if (!req->template_name().empty()) {
         // A new project from a template: the directory may not exist yet.
         if (req->project_root().empty() || !fs::path(req->project_root()).is_absolute()) {
@@ -62,9 +71,26 @@ class ProjectsService final : public pb::Projects::CallbackService {
         }
         auto it = req->values().find("name");
         const std::string name = it != req->values().end() ? it->second : fs::path(req->project_root()).filename().string();
-        auto t = MakeTemplate(req->template_name(), name);
-        if (!t.ok()) return t.status();
-        tmpl = std::move(*t);
+        if (req->template_name().find(':') != std::string::npos) {
+          // A plugin's template: its files as they are.
+          Files& files = *plugin_files;
+          if (!files.ok()) return files.status();
+          ProjectTemplate t;
+          t.name = req->template_name();
+          plugin_settings = "";
+          for (auto& [path, content] : *files) {
+            if (path == ".fwai/project.yaml") {
+              plugin_settings = content;
+              continue;
+            }
+            t.files.push_back({path, std::move(content)});
+          }
+          tmpl = std::move(t);
+        } else {
+          auto t = MakeTemplate(req->template_name(), name);
+          if (!t.ok()) return t.status();
+          tmpl = std::move(*t);
+        }
         if (!req->dry_run()) {
           fs::create_directories(req->project_root(), ec);
           if (ec) return absl::PermissionDeniedError(absl::StrCat("cannot create ", req->project_root(), ": ", ec.message()));
@@ -82,6 +108,13 @@ class ProjectsService final : public pb::Projects::CallbackService {
         }
         for (const auto& f : tmpl->files) resp->add_files_written(f.path);
         s = tmpl->settings;
+        if (plugin_settings && !plugin_settings->empty()) {
+          auto ps = ParseProjectYaml(*plugin_settings, req->template_name() + ":.fwai/project.yaml");
+          if (!ps.ok()) return ps.status();
+          s = *ps;
+        } else if (plugin_settings) {
+          s = DetectProject(*root);
+        }
       } else {
         s = DetectProject(*root);
         ApplyEmbedderMd(*root, s);
@@ -190,7 +223,7 @@ class ProjectsService final : public pb::Projects::CallbackService {
       }
       for (const auto& c : DoctorChecks(root)) add(c);
       if (!root.empty()) {
-        auto skills = LoadSkills(root);
+        auto skills = LoadSkills(root, deps_.plugins ? deps_.plugins->SkillSets() : std::vector<PluginSkillSet>{});
         DoctorCheck sk{"skills", skills.ok(), "", ""};
         if (skills.ok()) {
           std::vector<std::string> names;

@@ -586,6 +586,8 @@ std::vector<std::unique_ptr<grpc::Service>> MakeServices(const ApiDeps& deps) {
   out.push_back(MakeEvidenceService(deps));
   out.push_back(MakeAuthService(deps));
   out.push_back(MakeFirmwareService(deps));
+  out.push_back(MakeOtaService(deps));
+  out.push_back(MakePluginsService(deps));
   return out;
 }
 

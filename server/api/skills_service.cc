@@ -15,6 +15,7 @@
 #include "fwai/v1/projects.grpc.pb.h"
 #include "server/agent/turn_manager.h"
 #include "server/api/api.h"
+#include "server/plugins/plugin_store.h"
 #include "server/api/caller.h"
 #include "server/api/gate.h"
 #include "common/local_account.h"
@@ -32,8 +33,11 @@ namespace fs = std::filesystem;
 
 absl::StatusOr<std::string> Root(const std::string& r) { return CanonicalProjectRoot(r); }
 
-// The skills of a project ("" : the built-ins only), read as `account`.
-absl::StatusOr<std::vector<Skill>> SkillsOf(const std::string& project_root, const LocalAccount& account) {
+// The skills of a project ("" : the built-ins only), read as `account`, and
+// of the installed plugins (read as fwaid: they live in its data directory).
+absl::StatusOr<std::vector<Skill>> SkillsOf(const std::string& project_root, const LocalAccount& account,
+                                            const PluginStore* plugins) {
+  auto plugin_sets = plugins ? plugins->SkillSets() : std::vector<PluginSkillSet>{};
   ScopedFsIdentity as(account);
   if (!as.status().ok()) return as.status();
   std::string root;
@@ -42,7 +46,7 @@ absl::StatusOr<std::vector<Skill>> SkillsOf(const std::string& project_root, con
     if (!r.ok()) return r.status();
     root = *r;
   }
-  return LoadSkills(root);
+  return LoadSkills(root, plugin_sets);
 }
 
 // Skill runs at once (each has its own thread and maybe a board).
@@ -60,8 +64,8 @@ class SkillsService final : public pb::Skills::CallbackService {
                                  pb::ListSkillsResponse* resp) override {
     auto who = deps_.gate->Admit(ctx, "Skills.List");
     if (!who.ok()) return Refuse(ctx, who.status());
-    return OffloadUnary(ctx, deps_.pool, true, "", [req, resp, account = *who->account] {
-      auto skills = SkillsOf(req->project_root(), account);
+    return OffloadUnary(ctx, deps_.pool, true, "", [this, req, resp, account = *who->account] {
+      auto skills = SkillsOf(req->project_root(), account, deps_.plugins);
       if (!skills.ok()) return skills.status();
       for (const auto& s : *skills) {
         auto* o = resp->add_skills();
@@ -85,7 +89,7 @@ class SkillsService final : public pb::Skills::CallbackService {
     if (!who.ok()) return Refuse(ctx, who.status());
     return OffloadUnary(ctx, deps_.pool, true, "", [this, req, resp, account = *who->account] {
       if (req->text().empty()) return absl::InvalidArgumentError("text: required");
-      auto skills = SkillsOf(req->project_root(), account);
+      auto skills = SkillsOf(req->project_root(), account, deps_.plugins);
       if (!skills.ok()) return skills.status();
       Provider* p = req->use_provider() && deps_.providers ? deps_.providers->Find("") : nullptr;
       CancelToken cancel;

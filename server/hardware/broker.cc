@@ -8,12 +8,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <mutex>
 #include <set>
 #include <thread>
@@ -35,6 +37,9 @@
 #include "server/hardware/firmware_image.h"
 #include "server/hardware/gdb_mi.h"
 #include "server/hardware/qemu.h"
+#include "server/hardware/sim_mcuboot.h"
+#include "common/mcuboot.h"
+#include "common/paths.h"
 #include "server/storage/storage.h"
 
 namespace fwai {
@@ -45,6 +50,9 @@ struct HardwareBroker::Board {
   BoardConfig cfg;
   std::unique_ptr<SerialHub> hub;
   std::unique_ptr<QemuInstance> qemu;  // simulated boards while running
+  std::unique_ptr<SimMcuboot> slots;   // simulated boards with an OTA directory
+  bool from_slots = false;             // runs the primary slot's image (op_mu)
+  std::string ota_version;             // ... of this version (state_mu)
   std::mutex op_mu;                    // one flash / debug / reset at a time
   mutable std::mutex state_mu;
   std::string health = "good";  // good | bad | maintenance
@@ -121,6 +129,30 @@ std::string ShellQuote(const std::string& s) {
   return out + "'";
 }
 
+absl::StatusOr<std::regex> BootRegex(const BoardConfig& cfg) {
+  try {
+    return std::regex(cfg.boot_pattern);
+  } catch (const std::regex_error&) {
+    return absl::InvalidArgumentError(absl::StrCat("board ", cfg.id, ": boot_pattern is not a valid regex"));
+  }
+}
+
+bool IsMcubootFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  unsigned char m[4] = {0, 0, 0, 0};
+  in.read(reinterpret_cast<char*>(m), 4);
+  uint32_t v = m[0] | (m[1] << 8) | (m[2] << 16) | (static_cast<uint32_t>(m[3]) << 24);
+  return in.gcount() == 4 && v == mcuboot::kImageMagic;
+}
+
+absl::StatusOr<std::string> ReadWhole(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat(path, " cannot be read"));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
 }  // namespace
 
 HardwareBroker::HardwareBroker(const HardwareConfig& config, Storage& storage, std::string run_dir)
@@ -173,7 +205,26 @@ absl::Status HardwareBroker::Start() {
         b.image_sha256 = j.value("sha256", "");
       }
     }
-    if (b.simulated()) {
+    bool from_slots = false;
+    if (auto rec = storage_.Get(Cf::kLeases, kFlashPrefix + b.cfg.id); rec.ok() && rec->has_value()) {
+      auto j = nlohmann::json::parse(**rec, nullptr, false);
+      from_slots = !j.is_discarded() && j.value("mcuboot", false);
+    }
+    if (b.simulated() && !ota_dir_.empty()) {
+      b.slots = std::make_unique<SimMcuboot>(absl::StrCat(ota_dir_, "/", b.cfg.id), static_cast<uint32_t>(b.cfg.ota_slot_size),
+                                             ota_keys_);
+      if (auto s = b.slots->Init(); !s.ok()) {
+        spdlog::warn("board {}: OTA slots: {}", b.cfg.id, std::string(s.message()));
+        b.slots.reset();
+      }
+    }
+    if (b.simulated() && from_slots && b.slots && b.cfg.image.empty()) {
+      std::lock_guard op(b.op_mu);
+      if (auto r = BootFromSlots(b); !r.ok()) {
+        b.SetHealth("bad", std::string(r.status().message()));
+        spdlog::warn("board {}: {}", b.cfg.id, std::string(r.status().message()));
+      }
+    } else if (b.simulated()) {
       std::string image = !b.cfg.image.empty() ? b.cfg.image : b.image;
       if (!image.empty() && fs::exists(image, ec)) {
         if (auto s = BootSimulated(b, image); !s.ok()) {
@@ -287,6 +338,11 @@ std::vector<DeviceInfo> HardwareBroker::List() const {
     d.image_sha256 = b->image_sha256;
     d.running = b->simulated() ? (b->qemu && b->qemu->running() && !b->paused) : b->hub->is_open();
     d.state = d.running ? "running" : (b->simulated() && b->paused && b->qemu && b->qemu->running()) ? "paused" : "stopped";
+    if (b->simulated() && b->qemu && b->qemu->running()) d.pid = b->qemu->pid();
+    {
+      std::lock_guard lock(b->state_mu);
+      d.ota_version = b->ota_version;
+    }
     fill_lease(d);
     out.push_back(std::move(d));
   }
@@ -341,6 +397,19 @@ absl::StatusOr<LeaseRecord> HardwareBroker::Acquire(const Caller& caller, const 
     if (candidates.empty()) {
       return absl::NotFoundError(absl::StrCat("no board has tags ", absl::StrJoin(tags, ", ")));
     }
+  }
+  if (caller.scope) {
+    std::vector<std::string> allowed;
+    absl::Status refused;
+    for (const auto& id : candidates) {
+      if (auto s = CheckScope(caller, id, false); s.ok()) {
+        allowed.push_back(id);
+      } else {
+        refused = s;
+      }
+    }
+    if (allowed.empty()) return refused;
+    candidates = allowed;
   }
   LeaseRecord who;
   who.holder = caller.display.empty() ? caller.identity : caller.display;
@@ -422,6 +491,9 @@ absl::Status HardwareBroker::BootSimulated(Board& b, const std::string& image) {
   o.machine = b.cfg.machine;
   o.image = image;
   o.run_dir = run_dir_;
+  // The primary slot's payload runs where the slot executes: the flash.
+  o.raw = b.from_slots;
+  o.raw_load_addr = b.cfg.flash_origin;
   auto q = QemuInstance::Start(o);
   if (!q.ok()) {
     b.restarting = false;
@@ -444,7 +516,11 @@ absl::Status HardwareBroker::BootSimulated(Board& b, const std::string& image) {
   b.paused = false;
   b.restarting = false;
   if (auto s = b.qemu->Continue(); !s.ok()) return s;
-  b.image = image;
+  if (!b.from_slots) {
+    b.image = image;
+    std::lock_guard lock(b.state_mu);
+    b.ota_version.clear();
+  }
   b.SetHealth("good", "");
   return absl::OkStatus();
 }
@@ -499,6 +575,41 @@ absl::StatusOr<std::string> HardwareBroker::CopyImageAs(const Caller& caller, co
   return out;
 }
 
+absl::StatusOr<OtaBootResult> HardwareBroker::BootFromSlots(Board& b) {
+  if (!b.slots) return absl::FailedPreconditionError(absl::StrCat("board ", b.cfg.id, " has no OTA slots"));
+  auto boot = b.slots->Boot();
+  if (!boot.ok()) return boot.status();
+  OtaBootResult r;
+  r.swap = boot->swap;
+  r.detail = boot->detail;
+  if (!boot->bootable) {
+    // Nothing to run: the board stays off, as a real one would hang in its bootloader.
+    b.restarting = true;
+    b.hub->Close("the simulated board has no bootable image", false);
+    if (b.qemu) b.qemu->Stop();
+    b.qemu.reset();
+    b.restarting = false;
+    b.SetHealth("bad", boot->error);
+    return absl::FailedPreconditionError(absl::StrCat("board ", b.cfg.id, ": ", boot->error));
+  }
+  const std::string payload = absl::StrCat(run_dir_, "/", b.cfg.id, "-slot0.bin");
+  if (auto s = WriteFileAtomic(payload, boot->payload); !s.ok()) return s;
+  b.from_slots = true;
+  if (auto s = BootSimulated(b, payload); !s.ok()) return s;
+  r.version = boot->primary.version;
+  r.hash = boot->primary.hash;
+  b.image = payload;
+  b.image_sha256 = boot->primary.hash;
+  {
+    std::lock_guard lock(b.state_mu);
+    b.ota_version = r.version;
+  }
+  nlohmann::json rec = {{"image", payload}, {"sha256", r.hash}, {"time_us", NowMicros()}, {"mcuboot", true},
+                        {"version", r.version}};
+  if (auto s = storage_.Put(Cf::kLeases, kFlashPrefix + b.cfg.id, rec.dump(), true); !s.ok()) return s;
+  return r;
+}
+
 absl::StatusOr<FlashResult> HardwareBroker::Flash(
     const Caller& caller, const std::string& board_id, const std::string& requested_image, bool approved,
     const std::string& project_root,
@@ -506,9 +617,11 @@ absl::StatusOr<FlashResult> HardwareBroker::Flash(
     const FlashGuardPolicy& guard) {
   const bool check_fresh = guard.check_fresh;
   const auto t0 = std::chrono::steady_clock::now();
+  const int64_t start_us = NowMicros();
   Board* b = FindBoard(board_id);
   if (!b) return absl::NotFoundError(absl::StrCat("no board '", board_id, "'"));
   // The guard: every rule is checked here, before anything is written.
+  if (auto s = CheckScope(caller, board_id, true); !s.ok()) return s;
   if (auto s = leases_->CheckHeld(board_id, caller.identity, caller.lease_id, caller.session_id); !s.ok()) {
     return absl::FailedPreconditionError(absl::StrCat("flash guard (lease): ", s.message()));
   }
@@ -519,6 +632,14 @@ absl::StatusOr<FlashResult> HardwareBroker::Flash(
   if (!private_image.ok()) return private_image.status();
   const std::string& image_path = *private_image;
   std::error_code ec;
+  if (IsMcubootFile(image_path)) {
+    if (!approved) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("flash guard (approval): writing ", requested_image, " to ", board_id,
+                       " needs a person's confirmation (answer the prompt, or pass --yes / an approved plan)"));
+    }
+    return FlashMcuboot(caller, *b, image_path, progress, cancel, start_us);
+  }
   auto img = ReadFirmwareImage(image_path);
   if (!img.ok()) return absl::FailedPreconditionError(absl::StrCat("flash guard (image): ", img.status().message()));
   if (auto s = CheckImageTarget(*img, b->cfg); !s.ok()) return s;
@@ -608,6 +729,7 @@ absl::StatusOr<FlashResult> HardwareBroker::Flash(
       fs::absolute(image_path).string();  // what is written: the ELF, or a .bin/.hex made from it
   uint64_t since = b->hub->next_seq();
   if (b->simulated()) {
+    b->from_slots = false;
     progress({"loading", 0.3, absl::StrCat("restarting QEMU ", b->cfg.machine, " with ", image_path)});
     if (auto s = BootSimulated(*b, fs::absolute(image_path).string()); !s.ok()) {
       b->SetHealth("bad", std::string(s.message()));
@@ -723,6 +845,7 @@ void HardwareBroker::CloseSerial(const std::string& board, const std::shared_ptr
 absl::Status HardwareBroker::SerialWrite(const Caller& caller, const std::string& board, std::string_view bytes) {
   Board* b = FindBoard(board);
   if (!b) return absl::NotFoundError(absl::StrCat("no board '", board, "'"));
+  if (auto s = CheckScope(caller, board, false); !s.ok()) return s;
   if (auto s = leases_->CheckHeld(board, caller.identity, caller.lease_id, caller.session_id); !s.ok()) {
     return absl::FailedPreconditionError(absl::StrCat("writing to the serial port needs the lease: ", s.message()));
   }
@@ -733,6 +856,7 @@ absl::Status HardwareBroker::SerialWrite(const Caller& caller, const std::string
 absl::Status HardwareBroker::SerialSendLine(const Caller& caller, const std::string& board, std::string_view line) {
   Board* b = FindBoard(board);
   if (!b) return absl::NotFoundError(absl::StrCat("no board '", board, "'"));
+  if (auto s = CheckScope(caller, board, false); !s.ok()) return s;
   if (auto s = leases_->CheckHeld(board, caller.identity, caller.lease_id, caller.session_id); !s.ok()) {
     return absl::FailedPreconditionError(absl::StrCat("writing to the serial port needs the lease: ", s.message()));
   }
@@ -780,6 +904,7 @@ absl::StatusOr<DebugResult> HardwareBroker::Debug(const Caller& caller, const st
   Board* b = FindBoard(board);
   if (!b) return absl::NotFoundError(absl::StrCat("no board '", board, "'"));
   if (commands.empty()) return absl::InvalidArgumentError("no debug commands given");
+  if (auto s = CheckScope(caller, board, false); !s.ok()) return s;
   if (auto s = leases_->CheckHeld(board, caller.identity, caller.lease_id, caller.session_id); !s.ok()) {
     return absl::FailedPreconditionError(absl::StrCat("debugging needs the lease: ", s.message()));
   }
@@ -964,6 +1089,7 @@ absl::StatusOr<DebugResult> HardwareBroker::Debug(const Caller& caller, const st
 absl::Status HardwareBroker::Reset(const Caller& caller, const std::string& board) {
   Board* b = FindBoard(board);
   if (!b) return absl::NotFoundError(absl::StrCat("no board '", board, "'"));
+  if (auto s = CheckScope(caller, board, false); !s.ok()) return s;
   if (auto s = leases_->CheckHeld(board, caller.identity, caller.lease_id, caller.session_id); !s.ok()) {
     return absl::FailedPreconditionError(absl::StrCat("reset needs the lease: ", s.message()));
   }
@@ -972,7 +1098,7 @@ absl::Status HardwareBroker::Reset(const Caller& caller, const std::string& boar
   if (b->simulated()) {
     if (b->qemu && b->qemu->running()) return b->qemu->Reset();
     if (b->image.empty()) return absl::FailedPreconditionError(absl::StrCat(board, " has no firmware; flash an image first"));
-    return BootSimulated(*b, b->image);
+    return PowerOn(*b);
   }
   if (b->cfg.openocd_config.empty()) {
     return absl::FailedPreconditionError(absl::StrCat("board ", board, " has no openocd_config to reset it"));
@@ -1025,7 +1151,7 @@ absl::StatusOr<std::string> HardwareBroker::SelfTest(const Caller& caller, const
       verdict = absl::FailedPreconditionError("no firmware to boot; flash an image first");
     } else {
       uint64_t since = b->hub->next_seq();
-      verdict = BootSimulated(*b, b->image);
+      verdict = PowerOn(*b);
       if (verdict.ok() && !b->cfg.boot_pattern.empty()) {
         auto line = b->hub->WaitFor(std::regex(b->cfg.boot_pattern), since, 15000);
         if (!line) verdict = absl::DeadlineExceededError("booted, but the boot pattern did not appear within 15 s");
@@ -1050,6 +1176,213 @@ absl::StatusOr<std::string> HardwareBroker::SelfTest(const Caller& caller, const
   b->SetHealth("good", "");
   if (b->simulated() && !leases_->Holder(board) && b->qemu && b->qemu->Pause().ok()) b->paused = true;
   return report.empty() ? std::string("ok") : report;
+}
+
+absl::Status HardwareBroker::PowerOn(Board& b) {
+  if (b.from_slots && b.slots) return BootFromSlots(b).status();
+  return BootSimulated(b, b.image);
+}
+
+void HardwareBroker::SetOtaOptions(std::string dir, std::vector<std::string> keys) {
+  ota_dir_ = std::move(dir);
+  ota_keys_ = std::move(keys);
+}
+
+absl::StatusOr<BoardConfig> HardwareBroker::BoardConfigOf(const std::string& board) const {
+  Board* b = FindBoard(board);
+  if (!b) return absl::NotFoundError(absl::StrCat("no board '", board, "'"));
+  return b->cfg;
+}
+
+absl::StatusOr<FlashResult> HardwareBroker::FlashMcuboot(const Caller& caller, Board& b, const std::string& image_path,
+                                                         const std::function<void(const FlashProgressUpdate&)>& progress,
+                                                         const CancelToken* cancel, int64_t start_us) {
+  if (!b.simulated()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "flash guard (image): ", image_path, " is an MCUboot image; a physical board takes it through its bootloader "
+        "(fwai ota rollout, with the board's ota_upload command) — flash the ELF to program it directly"));
+  }
+  if (!b.slots) return absl::FailedPreconditionError(absl::StrCat("flash guard (image): board ", b.cfg.id, " has no OTA slots"));
+  auto bytes = ReadWhole(image_path);
+  if (!bytes.ok()) return bytes.status();
+  auto info = mcuboot::Parse(*bytes);
+  if (!info.ok()) return absl::FailedPreconditionError(absl::StrCat("flash guard (image): ", info.status().message()));
+  if (!info->hash_ok) {
+    return absl::FailedPreconditionError(absl::StrCat("flash guard (image): ", image_path, ": its SHA-256 does not match its contents"));
+  }
+  auto sha = FileSha256(image_path);
+  if (!sha.ok()) return sha.status();
+  progress({"guard", 0.1, absl::StrCat("guard passed: lease, MCUboot image ", info->version.ToString(), " (", bytes->size(),
+                                       " bytes, sha256 ", sha->substr(0, 12), "), approved")});
+  std::lock_guard op(b.op_mu);
+  if (cancel && cancel->cancelled()) return absl::CancelledError("flash cancelled");
+  leases_->Touch(b.cfg.id, caller.identity);
+  uint64_t since = b.hub->next_seq();
+  progress({"writing", 0.3, absl::StrCat("programming the primary slot of ", b.cfg.id, " (confirmed)")});
+  if (auto s = b.slots->Program(*bytes); !s.ok()) return s;
+  progress({"loading", 0.6, "power-on through the simulated MCUboot"});
+  auto boot = BootFromSlots(b);
+  if (!boot.ok()) return boot.status();
+  FlashResult result;
+  result.sha256 = *sha;
+  if (!b.cfg.boot_pattern.empty()) {
+    progress({"booting", 0.9, absl::StrCat("waiting for '", b.cfg.boot_pattern, "' on the serial port")});
+    auto re = BootRegex(b.cfg);
+    if (!re.ok()) return re.status();
+    auto line = b.hub->WaitFor(*re, since, 15000, cancel);
+    if (!line) {
+      return absl::DeadlineExceededError(absl::StrCat("flashed ", b.cfg.id, ", but '", b.cfg.boot_pattern,
+                                                      "' did not appear on the serial port within 15 s"));
+    }
+    result.boot_line = line->text;
+  }
+  result.seconds = static_cast<double>(NowMicros() - start_us) / 1e6;
+  if (recorder_) {
+    recorder_({{"kind", "flash"}, {"board", b.cfg.id}, {"target", b.cfg.target}, {"image", image_path},
+               {"image_sha256", *sha}, {"mcuboot", {{"version", info->version.ToString()}, {"hash", info->sha256_hex}}},
+               {"bytes", bytes->size()}, {"by", caller.display}, {"session_id", caller.session_id}, {"approved", true},
+               {"boot_line", result.boot_line}, {"booted", !result.boot_line.empty()}, {"seconds", result.seconds}});
+  }
+  return result;
+}
+
+absl::Status HardwareBroker::RunOtaCommand(Board& b, const std::string& what, const std::string& tmpl,
+                                           const std::string& image) {
+  if (tmpl.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat("board ", b.cfg.id, " has no ", what,
+                                                      " command (hardware.boards[].", what, " in fwaid.yaml)"));
+  }
+  std::string cmd = absl::StrReplaceAll(
+      tmpl, {{"{image}", ShellQuote(image)}, {"{port}", ShellQuote(b.cfg.serial)}, {"{probe}", ShellQuote(b.cfg.probe)}});
+  ProcessOptions po;
+  po.timeout_ms = 300000;
+  auto r = RunProcess({"/bin/sh", "-c", cmd}, po);
+  if (!r.ok()) return r.status();
+  if (r->timed_out || r->exit_code != 0) {
+    std::string out = r->out + r->err;
+    return absl::InternalError(absl::StrCat(what, " on ", b.cfg.id, " failed (",
+                                            r->timed_out ? "timed out" : absl::StrCat("exit ", r->exit_code), "): ",
+                                            out.size() > 2000 ? out.substr(out.size() - 2000) : out));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status HardwareBroker::OtaStage(const Caller& caller, const std::string& board, const std::string& image,
+                                      bool permanent) {
+  Board* b = FindBoard(board);
+  if (!b) return absl::NotFoundError(absl::StrCat("no board '", board, "'"));
+  if (auto s = CheckScope(caller, board, true); !s.ok()) return s;
+  if (auto s = leases_->CheckHeld(board, caller.identity, caller.lease_id, caller.session_id); !s.ok()) {
+    return absl::FailedPreconditionError(absl::StrCat("an update needs the lease: ", s.message()));
+  }
+  std::lock_guard op(b->op_mu);
+  leases_->Touch(board, caller.identity);
+  if (b->simulated()) {
+    if (!b->slots) return absl::FailedPreconditionError(absl::StrCat("board ", board, " has no OTA slots"));
+    return b->slots->Stage(image, permanent);
+  }
+  const std::string path = absl::StrCat(run_dir_, "/", board, "-ota.bin");
+  if (auto s = WriteFileAtomic(path, image); !s.ok()) return s;
+  return RunOtaCommand(*b, "ota_upload", b->cfg.ota_upload, path);
+}
+
+absl::StatusOr<OtaBootResult> HardwareBroker::OtaRestart(const Caller& caller, const std::string& board,
+                                                         int boot_timeout_ms) {
+  Board* b = FindBoard(board);
+  if (!b) return absl::NotFoundError(absl::StrCat("no board '", board, "'"));
+  if (auto s = leases_->CheckHeld(board, caller.identity, caller.lease_id, caller.session_id); !s.ok()) {
+    return absl::FailedPreconditionError(absl::StrCat("restarting for an update needs the lease: ", s.message()));
+  }
+  std::lock_guard op(b->op_mu);
+  leases_->Touch(board, caller.identity);
+  uint64_t since = b->hub->next_seq();
+  OtaBootResult r;
+  if (b->simulated()) {
+    auto boot = BootFromSlots(*b);
+    if (!boot.ok()) return boot.status();
+    r = *boot;
+  } else {
+    if (auto s = RunOtaCommand(*b, "ota_reset", b->cfg.ota_reset, ""); !s.ok()) return s;
+  }
+  r.booted = b->cfg.boot_pattern.empty();
+  if (!b->cfg.boot_pattern.empty()) {
+    auto re = BootRegex(b->cfg);
+    if (!re.ok()) return re.status();
+    auto line = b->hub->WaitFor(*re, since, boot_timeout_ms);
+    if (line) r.boot_line = line->text;
+    r.booted = line.has_value();
+  }
+  return r;
+}
+
+absl::Status HardwareBroker::OtaConfirm(const Caller& caller, const std::string& board) {
+  Board* b = FindBoard(board);
+  if (!b) return absl::NotFoundError(absl::StrCat("no board '", board, "'"));
+  if (auto s = leases_->CheckHeld(board, caller.identity, caller.lease_id, caller.session_id); !s.ok()) {
+    return absl::FailedPreconditionError(absl::StrCat("confirming an update needs the lease: ", s.message()));
+  }
+  std::lock_guard op(b->op_mu);
+  if (b->simulated()) {
+    if (!b->slots) return absl::FailedPreconditionError(absl::StrCat("board ", board, " has no OTA slots"));
+    return b->slots->Confirm();
+  }
+  return RunOtaCommand(*b, "ota_confirm", b->cfg.ota_confirm, "");
+}
+
+absl::Status HardwareBroker::OtaRestorePrevious(const Caller& caller, const std::string& board) {
+  Board* b = FindBoard(board);
+  if (!b) return absl::NotFoundError(absl::StrCat("no board '", board, "'"));
+  if (auto s = leases_->CheckHeld(board, caller.identity, caller.lease_id, caller.session_id); !s.ok()) {
+    return absl::FailedPreconditionError(absl::StrCat("reverting an update needs the lease: ", s.message()));
+  }
+  std::lock_guard op(b->op_mu);
+  if (!b->simulated()) {
+    return absl::UnimplementedError(absl::StrCat("board ", board, ": going back from a confirmed update is done by "
+                                                 "rolling out the previous image again on physical boards"));
+  }
+  if (!b->slots) return absl::FailedPreconditionError(absl::StrCat("board ", board, " has no OTA slots"));
+  return b->slots->RestorePrevious();
+}
+
+absl::StatusOr<OtaSlotsInfo> HardwareBroker::OtaSlots(const std::string& board) const {
+  Board* b = FindBoard(board);
+  if (!b) return absl::NotFoundError(absl::StrCat("no board '", board, "'"));
+  OtaSlotsInfo out;
+  out.simulated = b->simulated();
+  if (!b->slots) return out;
+  std::lock_guard op(b->op_mu);
+  out.booted_from_slots = b->from_slots;
+  for (int i : {0, 1}) {
+    auto st = b->slots->State(i);
+    if (!st.ok()) return st.status();
+    auto& o = i == 0 ? out.primary : out.secondary;
+    o.has_image = st->has_image;
+    o.version = st->version;
+    o.hash = st->hash;
+    o.magic = st->magic;
+    o.image_ok = st->image_ok;
+    o.copy_done = st->copy_done;
+  }
+  return out;
+}
+
+absl::Status HardwareBroker::CheckScope(const Caller& caller, const std::string& board, bool flash) const {
+  if (!caller.scope) return absl::OkStatus();
+  const CapabilityScope& sc = *caller.scope;
+  Board* b = FindBoard(board);
+  std::vector<std::string> tags = b ? b->cfg.tags : std::vector<std::string>{};
+  bool tagged = std::any_of(sc.boards.begin(), sc.boards.end(),
+                            [&](const std::string& t) { return std::find(tags.begin(), tags.end(), t) != tags.end(); });
+  if (!tagged) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "plugin ", sc.plugin, " did not declare board ", board, " (capabilities.boards: ",
+        sc.boards.empty() ? "none" : absl::StrJoin(sc.boards, ", "), "; the board carries ",
+        tags.empty() ? "no tags" : absl::StrJoin(tags, ", "), ")"));
+  }
+  if (flash && !sc.flash) {
+    return absl::PermissionDeniedError(absl::StrCat("plugin ", sc.plugin, " did not declare the flash capability"));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace fwai

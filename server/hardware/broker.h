@@ -26,7 +26,15 @@ namespace fwai {
 
 class Storage;
 
+// What a plugin declared it may do with boards; the broker refuses the rest.
+struct CapabilityScope {
+  std::string plugin;
+  bool flash = false;               // flash and OTA updates
+  std::vector<std::string> boards;  // tags: a board must carry one to be leased or touched
+};
+
 struct Caller {
+  std::optional<CapabilityScope> scope;  // set when a plugin's code acts
   std::string identity;  // the principal: "uid:N" | "user:NAME"
   std::string user;      // its user name (limits are per user)
   int64_t uid = -1;
@@ -48,6 +56,28 @@ struct DeviceInfo {
   int64_t lease_expires_us = 0;
   bool running = false;
   std::string state;  // running | paused | stopped
+  int pid = -1;       // the simulator's process (simulated boards)
+  std::string ota_version;  // the MCUboot image it runs, if it boots through slots
+};
+
+// The result of restarting a board through its bootloader.
+struct OtaBootResult {
+  std::string swap;  // none | test | perm | revert | fail (simulated boards); "" for physical ones
+  std::string detail;
+  std::string version;  // what runs now (simulated boards)
+  std::string hash;     // its MCUboot SHA-256 TLV
+  std::string boot_line;
+  bool booted = false;  // the boot pattern was seen (or the board has none)
+};
+
+// The update slots of a board.
+struct OtaSlotsInfo {
+  bool simulated = false;
+  bool booted_from_slots = false;
+  struct Slot {
+    bool has_image = false;
+    std::string version, hash, magic, image_ok, copy_done;
+  } primary, secondary;
 };
 
 struct FlashProgressUpdate {
@@ -138,6 +168,25 @@ class HardwareBroker {
                                                                         const std::regex& pattern, uint64_t since,
                                                                         int timeout_ms, const CancelToken* cancel);
 
+  // Over-the-air updates. Simulated boards keep their MCUboot slots under
+  // `dir`; their bootloader trusts `keys` (PEM text; empty: hash only).
+  // Call before Start().
+  void SetOtaOptions(std::string dir, std::vector<std::string> keys);
+  // The board's configuration (NOT_FOUND for an unknown id).
+  [[nodiscard]] absl::StatusOr<BoardConfig> BoardConfigOf(const std::string& board) const;
+  // Each of these needs the caller's lease. Stage writes an MCUboot image to
+  // the secondary slot, pending for a test boot (or for good); Restart
+  // power-cycles the board through its bootloader and waits for the boot
+  // pattern; Confirm makes the running image permanent; RestorePrevious
+  // marks the image a swap moved out to come back at the next restart.
+  [[nodiscard]] absl::Status OtaStage(const Caller& caller, const std::string& board, const std::string& image,
+                                      bool permanent);
+  [[nodiscard]] absl::StatusOr<OtaBootResult> OtaRestart(const Caller& caller, const std::string& board,
+                                                         int boot_timeout_ms);
+  [[nodiscard]] absl::Status OtaConfirm(const Caller& caller, const std::string& board);
+  [[nodiscard]] absl::Status OtaRestorePrevious(const Caller& caller, const std::string& board);
+  [[nodiscard]] absl::StatusOr<OtaSlotsInfo> OtaSlots(const std::string& board) const;
+
   [[nodiscard]] absl::StatusOr<DebugResult> Debug(const Caller& caller, const std::string& board,
                                                   const std::vector<std::string>& commands, int timeout_ms);
   [[nodiscard]] absl::Status Reset(const Caller& caller, const std::string& board);
@@ -152,7 +201,18 @@ class HardwareBroker {
   // `path` read as the caller's account into RUN/images/BOARD.ext (fwaid's own).
   absl::StatusOr<std::string> CopyImageAs(const Caller& caller, const std::string& board_id, const std::string& path);
   Board* FindBoard(const std::string& id) const;
+  // PERMISSION_DENIED when the caller acts for a plugin that did not declare
+  // `board`'s tags (or, with `flash`, the flash capability).
+  absl::Status CheckScope(const Caller& caller, const std::string& board, bool flash) const;
   absl::Status BootSimulated(Board& b, const std::string& image);
+  // Power-on of a simulated board through its MCUboot slots.
+  absl::StatusOr<OtaBootResult> BootFromSlots(Board& b);
+  absl::Status RunOtaCommand(Board& b, const std::string& what, const std::string& tmpl, const std::string& image);
+  // Reboots a stopped simulated board the way it was last started.
+  absl::Status PowerOn(Board& b);
+  absl::StatusOr<FlashResult> FlashMcuboot(const Caller& caller, Board& b, const std::string& image_path,
+                                           const std::function<void(const FlashProgressUpdate&)>& progress,
+                                           const CancelToken* cancel, int64_t start_us);
   void OnLeaseEnded(const LeaseRecord& lease, const std::string& reason);
   void Supervise();
 
@@ -166,6 +226,8 @@ class HardwareBroker {
   std::function<void(const nlohmann::json&)> recorder_;
   std::function<nlohmann::json(const std::string&)> build_record_;
   std::string sbom_version_, dpkg_admindir_;
+  std::string ota_dir_;
+  std::vector<std::string> ota_keys_;
 };
 
 }  // namespace fwai

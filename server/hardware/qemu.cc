@@ -77,11 +77,13 @@ absl::StatusOr<std::unique_ptr<QemuInstance>> QemuInstance::Start(const QemuOpti
   q->gdb_port_ = *port;
   std::filesystem::create_directories(o.run_dir, ec);
   q->qmp_path_ = absl::StrCat(o.run_dir, "/qmp-", NewId("q"), ".sock");
+  std::vector<std::string> load = {"-kernel", o.image};
+  if (o.raw) load = {"-device", absl::StrCat("loader,file=", o.image, ",addr=", o.raw_load_addr, ",force-raw=on")};
   std::vector<std::string> args = {o.binary,
                                    "-M",
                                    o.machine,
-                                   "-kernel",
-                                   o.image,
+                                   load[0],
+                                   load[1],
                                    "-display",
                                    "none",
                                    "-monitor",

@@ -19,7 +19,9 @@ namespace fwai {
 struct QemuOptions {
   std::string binary = "qemu-system-arm";
   std::string machine;  // stm32vldiscovery | lm3s6965evb
-  std::string image;    // ELF to load
+  std::string image;    // ELF to load ...
+  bool raw = false;     // ... or a flat binary placed at raw_load_addr
+  uint64_t raw_load_addr = 0;
   std::string run_dir;  // where the QMP socket lives
 };
 

@@ -1,5 +1,9 @@
 #include "server/knowledge/document_search_tool.h"
 
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "common/local_account.h"
+
 #include "absl/strings/str_cat.h"
 #include <map>
 #include <mutex>
@@ -32,10 +36,15 @@ class DocumentSearchTool final : public Tool {
   }
   bool read_only() const override { return true; }
 
-  ToolResult Run(const json& in, ToolContext&) override {
+  ToolResult Run(const json& in, ToolContext& ctx) override {
     if (!in.contains("query") || !in["query"].is_string()) return {"query: required string", true};
     KbSearchRequest r;
     r.query = in["query"].get<std::string>();
+    // Personal collections ("~NAME/...") are seen only by their owner.
+    r.collection_visible = [user = OwnerUser(ctx.owner)](const std::string& c) {
+      if (!absl::StartsWith(c, "~")) return true;
+      return !user.empty() && (c == "~" + user || absl::StartsWith(c, "~" + user + "/"));
+    };
     r.max_results = in.contains("max_results") && in["max_results"].is_number_integer() ? in["max_results"].get<int>() : 5;
     if (r.max_results < 1 || r.max_results > 20) return {"max_results: expected 1..20", true};
     r.threshold = in.contains("threshold") && in["threshold"].is_number() ? in["threshold"].get<double>() : 0.0;
@@ -63,6 +72,20 @@ class DocumentSearchTool final : public Tool {
  private:
   KnowledgeBase& kb_;
 };
+
+}  // namespace
+
+// The user name behind a session owner: "user:NAME", or the account of "uid:N".
+std::string OwnerUser(const std::string& owner) {
+  if (absl::StartsWith(owner, "user:")) return owner.substr(5);
+  uint32_t uid = 0;
+  if (absl::StartsWith(owner, "uid:") && absl::SimpleAtoi(owner.substr(4), &uid)) {
+    if (auto a = LookupAccount(uid); a.ok()) return a->name;
+  }
+  return "";
+}
+
+namespace {
 
 class CodeSearchTool final : public Tool {
  public:

@@ -32,4 +32,7 @@ struct CodeSearchOptions {
 std::unique_ptr<Tool> MakeCodeSearchTool(KnowledgeBase& kb, CodeSearchOptions options = {},
                                          HttpClient* http = nullptr);
 
+// The user name behind a session owner ("user:NAME", or "uid:N"'s account); "" if none.
+std::string OwnerUser(const std::string& owner);
+
 }  // namespace fwai

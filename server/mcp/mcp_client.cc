@@ -462,6 +462,7 @@ absl::StatusOr<std::unique_ptr<McpClient>> McpClient::Start(McpServerConfig conf
     dup2(in[0], 0);
     dup2(out[1], 1);
     dup2(err[1], 2);
+    if (config.run_as && BecomeAccountInChild(*config.run_as) != 0) _exit(126);
     for (const auto& [k, v] : config.env) setenv(k.c_str(), v.c_str(), 1);
     sigset_t none;
     sigemptyset(&none);

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <map>
+#include <optional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -13,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "absl/status/statusor.h"
+#include "common/local_account.h"
 #include "common/cancel.h"
 
 namespace fwai {
@@ -26,6 +28,9 @@ struct McpServerConfig {
   int init_timeout_ms = 20000;
   std::string url;                   // streamable HTTP instead of stdio, e.g. http://127.0.0.1:3001/mcp
   std::vector<std::string> headers;  // extra HTTP headers ("Authorization: Bearer ...")
+  // stdio: the account the server runs as (none: fwaid's own). A project's
+  // servers run as the project's account.
+  std::optional<LocalAccount> run_as;
 };
 
 struct McpTool {

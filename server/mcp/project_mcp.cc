@@ -1,5 +1,7 @@
 #include "server/mcp/project_mcp.h"
 
+#include "common/local_account.h"
+
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -63,27 +65,37 @@ size_t ProjectMcpServers::running() {
 }
 
 namespace {
-absl::StatusOr<std::map<std::string, McpServerEntry>> Declared(const std::string& project_root) {
+absl::StatusOr<std::map<std::string, McpServerEntry>> Declared(const std::string& project_root,
+                                                                const LocalAccount& account) {
   const fs::path path = fs::path(project_root) / ".fwai" / "project.yaml";
   std::error_code ec;
-  if (project_root.empty() || !fs::exists(path, ec)) return std::map<std::string, McpServerEntry>{};
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ParseMcpServers(ss.str(), path.string());
+  std::string text;
+  {
+    ScopedFsIdentity as(account);
+    if (!as.status().ok()) return as.status();
+    if (project_root.empty() || !fs::exists(path, ec)) return std::map<std::string, McpServerEntry>{};
+    std::ifstream in(path);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    text = ss.str();
+  }
+  return ParseMcpServers(text, path.string());
 }
 }  // namespace
 
-absl::StatusOr<bool> ProjectMcpServers::Declares(const std::string& project_root) {
-  auto d = Declared(project_root);
+absl::StatusOr<bool> ProjectMcpServers::Declares(const std::string& project_root, const LocalAccount& account) {
+  auto d = Declared(project_root, account);
   if (!d.ok()) return d.status();
   return !d->empty();
 }
 
-absl::StatusOr<ProjectMcpServers::ToolSet> ProjectMcpServers::ToolsFor(const std::string& project_root) {
-  auto declared = Declared(project_root);
+absl::StatusOr<ProjectMcpServers::ToolSet> ProjectMcpServers::ToolsFor(const std::string& project_root,
+                                                                        const LocalAccount& account) {
+  auto declared = Declared(project_root, account);
   if (!declared.ok()) return declared.status();
   std::map<std::string, McpServerEntry> servers = std::move(*declared);
+  // One set of servers per project and account.
+  const std::string slot = absl::StrCat(project_root, "\x1d", account.uid);
   std::string key;
   for (const auto& [name, e] : servers) {
     absl::StrAppend(&key, name, "\x1f", e.url);
@@ -96,7 +108,7 @@ absl::StatusOr<ProjectMcpServers::ToolSet> ProjectMcpServers::ToolsFor(const std
   std::vector<std::shared_ptr<Entry>> evicted;
   {
     std::lock_guard lock(mu_);
-    auto it = by_root_.find(project_root);
+    auto it = by_root_.find(slot);
     if (it != by_root_.end() && it->second->key != key) {
       retired = it->second;
       by_root_.erase(it);
@@ -109,7 +121,7 @@ absl::StatusOr<ProjectMcpServers::ToolSet> ProjectMcpServers::ToolsFor(const std
     } else {
       entry = std::make_shared<Entry>();
       entry->key = key;
-      by_root_[project_root] = entry;
+      by_root_[slot] = entry;
       while (by_root_.size() > max_projects_) {
         auto oldest = by_root_.begin();
         for (auto j = by_root_.begin(); j != by_root_.end(); ++j) {
@@ -132,7 +144,9 @@ absl::StatusOr<ProjectMcpServers::ToolSet> ProjectMcpServers::ToolsFor(const std
   if (!entry) return ToolSet{};
   std::lock_guard start(entry->start_mu);
   if (!entry->started) {
-    entry->manager = std::make_unique<McpManager>(McpServerConfigs(servers), http_);
+    auto configs = McpServerConfigs(servers);
+    for (auto& c : configs) c.run_as = account;
+    entry->manager = std::make_unique<McpManager>(std::move(configs), http_);
     Entry* e = entry.get();
     entry->manager->OnTools([e](const std::string&, const std::vector<McpToolInfo>& infos) { e->AddTools(infos); });
     entry->AddTools(entry->manager->Start());

@@ -18,6 +18,7 @@ namespace fwai {
 class HttpClient;
 class McpManager;
 class Tool;
+struct LocalAccount;
 
 class ProjectMcpServers {
  public:
@@ -33,9 +34,11 @@ class ProjectMcpServers {
     std::shared_ptr<const void> owner;
     std::vector<Tool*> tools;
   };
-  [[nodiscard]] absl::StatusOr<ToolSet> ToolsFor(const std::string& project_root);
-  // Whether the project declares servers (without starting them).
-  [[nodiscard]] static absl::StatusOr<bool> Declares(const std::string& project_root);
+  // The servers run as `account` and the project's file is read as it; each
+  // account has its own servers in a project.
+  [[nodiscard]] absl::StatusOr<ToolSet> ToolsFor(const std::string& project_root, const LocalAccount& account);
+  // Whether the project declares servers (without starting them), read as `account`.
+  [[nodiscard]] static absl::StatusOr<bool> Declares(const std::string& project_root, const LocalAccount& account);
   // How many projects have servers running (for status and tests).
   size_t running();
 

@@ -1,5 +1,9 @@
 #include "server/project/policy.h"
 
+#include <optional>
+
+#include "common/local_account.h"
+
 #include <fnmatch.h>
 #include <yaml-cpp/yaml.h>
 
@@ -200,11 +204,26 @@ PolicyRules MergePolicy(const PolicyRules& proj, const PolicyRules& org, bool ha
 }
 
 absl::StatusOr<PolicyRules> LoadPolicy(const std::string& project_root, const std::string& org_file) {
+  return LoadPolicy(project_root, org_file, nullptr);
+}
+
+absl::StatusOr<PolicyRules> LoadPolicy(const std::string& project_root, const std::string& org_file,
+                                       const LocalAccount* account) {
   PolicyRules proj, org;
   const std::string path = project_root + "/.fwai/project.yaml";
   std::error_code ec;
-  if (!project_root.empty() && std::filesystem::exists(path, ec)) {
-    auto p = ParsePolicy(ReadFile(path), path);
+  std::optional<std::string> text;
+  if (!project_root.empty()) {
+    // The project's file is read as its account (fwaid's own file is not).
+    std::optional<ScopedFsIdentity> as;
+    if (account) {
+      as.emplace(*account);
+      if (!as->status().ok()) return as->status();
+    }
+    if (std::filesystem::exists(path, ec)) text = ReadFile(path);
+  }
+  if (text) {
+    auto p = ParsePolicy(*text, path);
     if (!p.ok()) return p.status();
     proj = *p;
   }

@@ -51,6 +51,10 @@ struct PolicyDecision {
 [[nodiscard]] absl::StatusOr<PolicyRules> ParsePolicy(const std::string& yaml_text, const std::string& source);
 // Project rules under `root` merged with the organisation file (either may be absent).
 [[nodiscard]] absl::StatusOr<PolicyRules> LoadPolicy(const std::string& project_root, const std::string& org_file);
+struct LocalAccount;
+// The same, the project's file read as `account` (null: as fwaid).
+[[nodiscard]] absl::StatusOr<PolicyRules> LoadPolicy(const std::string& project_root, const std::string& org_file,
+                                                     const LocalAccount* account);
 PolicyRules MergePolicy(const PolicyRules& project, const PolicyRules& org, bool have_org);
 
 // kind: write (target = path relative to the project) | command | tool | flash (target = board id).

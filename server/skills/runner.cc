@@ -20,6 +20,7 @@
 #include "absl/strings/str_split.h"
 #include "common/clock.h"
 #include "common/ids.h"
+#include "common/local_account.h"
 #include "common/subprocess.h"
 #include "fwai/v1/events.pb.h"
 #include "server/agent/turn_manager.h"
@@ -86,10 +87,11 @@ std::string NewestElf(const std::string& root) {
 }
 
 // git diff --numstat against HEAD: path -> added + removed lines.
-std::map<std::string, int> NumStat(const std::string& root) {
+std::map<std::string, int> NumStat(const std::string& root, const LocalAccount* account) {
   std::map<std::string, int> out;
   ProcessOptions po;
   po.timeout_ms = 20000;
+  po.run_as = account;  // the project's git config and hooks are its owner's
   auto r = RunProcess({"git", "-C", root, "diff", "--numstat", "HEAD"}, po);
   if (!r.ok() || r->exit_code != 0) return out;
   for (absl::string_view line : absl::StrSplit(r->out, '\n')) {
@@ -103,9 +105,10 @@ std::map<std::string, int> NumStat(const std::string& root) {
   return out;
 }
 
-bool IsGitRepo(const std::string& root) {
+bool IsGitRepo(const std::string& root, const LocalAccount* account) {
   ProcessOptions po;
   po.timeout_ms = 10000;
+  po.run_as = account;
   auto r = RunProcess({"git", "-C", root, "rev-parse", "--is-inside-work-tree"}, po);
   return r.ok() && r->exit_code == 0;
 }
@@ -156,6 +159,7 @@ struct SkillRunner::RunState {
   std::shared_ptr<CancelToken> cancel;  // the run's: parent cancel, or the watchdog
   const SecretScanner& secrets;
   std::string run_id, run_dir;
+  const LocalAccount* account = nullptr;  // the caller's: the project is read and run as it
   Skill skill;
   ProjectSettings project;
   bool have_project = false;
@@ -243,6 +247,14 @@ struct SkillRunner::RunState {
   StepOutcome Command(const SkillStep& s, const std::string& command, const std::string& klass, std::ofstream& log) {
     StepOutcome o;
     o.command = command;
+    if (skill.scope && !skill.scope->build) {
+      const std::string rule = absl::StrCat("plugin ", skill.scope->plugin, ": capabilities.build");
+      refusals.push_back({{"kind", "command"}, {"target", command}, {"rule", rule}, {"step", s.name}});
+      o.failure_class = "policy";
+      o.error = absl::StrCat("refused (", rule, "): plugin ", skill.scope->plugin,
+                             " did not declare the build capability, so its skills run no commands");
+      return o;
+    }
     PolicyDecision d = CheckPolicy(rules, "command", command);
     if (!d.allowed) {
       refusals.push_back({{"kind", "command"}, {"target", command}, {"rule", d.rule}, {"step", s.name}});
@@ -253,7 +265,7 @@ struct SkillRunner::RunState {
     CommandOptions co;
     co.command = command;
     co.project_root = req.project_root;
-    co.network = rules.network;
+    co.network = rules.network && (!skill.scope || skill.scope->network);
     co.sandbox = deps.sandbox;
     co.timeout_ms = StepTimeoutMs(s, klass == "test" ? 1200 : 600);
     co.cancel = cancel.get();
@@ -294,6 +306,7 @@ struct SkillRunner::RunState {
         on_line(std::move(line));
       }
     };
+    co.run_as = account;
     auto r = RunCommand(co);
     if (!pending.empty()) on_line(std::move(pending));
     errors += step_errors;
@@ -371,7 +384,13 @@ struct SkillRunner::RunState {
       refusals.push_back({{"kind", "flash"}, {"target", *board}, {"rule", d.rule}, {"step", s.name}});
       return FailWith(o, "policy", absl::StrCat("refused by policy (", d.rule, "): ", d.reason));
     }
-    if (auto st = EnsureLease(*board); !st.ok()) return FailWith(o, "hardware", std::string(st.message()));
+    if (auto st = EnsureLease(*board); !st.ok()) {
+      if (st.code() == absl::StatusCode::kPermissionDenied) {
+        refusals.push_back({{"kind", "flash"}, {"target", *board}, {"rule", "plugin capabilities"}, {"step", s.name}});
+        return FailWith(o, "policy", std::string(st.message()));
+      }
+      return FailWith(o, "hardware", std::string(st.message()));
+    }
     if (auto seq = deps.hardware->SerialNextSeq(*board); seq.ok()) since_seq[*board] = *seq;
     auto r = deps.hardware->Flash(
         caller, *board, path, true, req.project_root,
@@ -383,6 +402,10 @@ struct SkillRunner::RunState {
         cancel.get(), FlashGuardOf(rules, OwnBuild()));
     if (!r.ok()) {
       if (cancel->cancelled()) return FailWith(o, timed_out ? "timeout" : "cancelled", std::string(r.status().message()));
+      if (r.status().code() == absl::StatusCode::kPermissionDenied) {
+        refusals.push_back({{"kind", "flash"}, {"target", *board}, {"rule", "plugin capabilities"}, {"step", s.name}});
+        return FailWith(o, "policy", std::string(r.status().message()));
+      }
       return FailWith(o, r.status().code() == absl::StatusCode::kFailedPrecondition &&
                           !absl::StrContains(r.status().message(), "flash guard")
                       ? "hardware"
@@ -431,6 +454,13 @@ struct SkillRunner::RunState {
       std::shared_ptr<SerialReader> r;
       ~Closer() { h->CloseSerial(board, r); }
     } closer{deps.hardware, *board, *reader};
+    // A simulated board whose simulator died ends its readers when it does;
+    // one that was already down before this reader came is told here.
+    for (const auto& d : deps.hardware->List()) {
+      if (d.id == *board && d.kind == "simulated" && d.health == "bad") {
+        return FailWith(o, "hardware", absl::StrCat("board ", *board, " is down: ", d.health_reason));
+      }
+    }
     if (!send->empty()) {
       if (auto st = deps.hardware->SerialSendLine(caller, *board, *send); !st.ok()) return FailWith(o, "hardware", std::string(st.message()));
       log << "> " << *send << '\n';
@@ -614,6 +644,7 @@ struct SkillRunner::RunState {
     NewSession ns;
     ns.title = absl::StrCat("skill ", skill.name, ": ", s.name);
     ns.project_root = req.project_root;
+    if (account) ns.account = account->name;  // the agent acts as the run's account
     auto session = deps.sessions->Create(caller.identity, ns);
     if (!session.ok()) return FailWith(o, "failed", std::string(session.status().message()));
     o.command = absl::StrCat("agent in session ", session->id);
@@ -881,7 +912,7 @@ SkillRunResult SkillRunner::Run(const SkillRunRequest& req, const std::function<
     const bool journaled = deps_.journal && !run.run_dir.empty();
     json files_changed = json::array();
     if (run.git) {
-      for (const auto& [path, lines] : NumStat(req.project_root)) {
+      for (const auto& [path, lines] : NumStat(req.project_root, run.account)) {
         auto it = run.numstat_before.find(path);
         if (it == run.numstat_before.end() || it->second != lines) files_changed.push_back({{"path", path}, {"lines", lines}});
       }
@@ -914,7 +945,10 @@ SkillRunResult SkillRunner::Run(const SkillRunRequest& req, const std::function<
     if (!run.toolchain.is_null()) summary["toolchain"] = run.toolchain;
     if (!run.sbom.is_null()) summary["sbom"] = run.sbom;
     secrets->RedactJson(summary);
-    if (!run.run_dir.empty()) std::ofstream(fs::path(run.run_dir) / "summary.json") << summary.dump(2) << '\n';
+    if (!run.run_dir.empty() && run.account) {
+      ScopedFsIdentity as(*run.account);
+      if (as.status().ok()) std::ofstream(fs::path(run.run_dir) / "summary.json") << summary.dump(2) << '\n';
+    }
     if (deps_.append_evidence && klass != "config") {
       auto idx = deps_.append_evidence(summary);
       if (idx.ok()) {
@@ -941,8 +975,20 @@ SkillRunResult SkillRunner::Run(const SkillRunRequest& req, const std::function<
     return result;
   };
 
+  // The project is read, built and run as its owner's local account.
+  if (!req.caller.account) {
+    return finish("config", absl::StrCat("a skill run reads and runs the project as a local account; ",
+                                         req.caller.display.empty() ? req.caller.identity : req.caller.display,
+                                         " has none"));
+  }
+  run.account = &*req.caller.account;
   // The skill, the project and its policy (a broken file is a config failure).
-  auto skills = LoadSkills(req.project_root);
+  auto plugin_sets = deps_.plugin_skills ? deps_.plugin_skills() : std::vector<PluginSkillSet>{};
+  absl::StatusOr<std::vector<Skill>> skills = absl::UnknownError("");
+  {
+    ScopedFsIdentity as(*run.account);
+    skills = as.status().ok() ? LoadSkills(req.project_root, plugin_sets) : absl::StatusOr<std::vector<Skill>>(as.status());
+  }
   if (!skills.ok()) return finish("config", std::string(skills.status().message()));
   auto it = std::find_if(skills->begin(), skills->end(), [&](const Skill& s) { return s.name == req.skill; });
   if (it == skills->end()) {
@@ -951,17 +997,34 @@ SkillRunResult SkillRunner::Run(const SkillRunRequest& req, const std::function<
     return finish("config", absl::StrCat("no skill '", req.skill, "' (skills: ", absl::StrJoin(names, ", "), ")"));
   }
   run.skill = *it;
+  // A plugin's skill acts within what its plugin declared: the broker
+  // refuses boards (and flashing) outside it.
+  if (run.skill.scope) {
+    CapabilityScope sc;
+    sc.plugin = run.skill.scope->plugin;
+    sc.flash = run.skill.scope->flash;
+    sc.boards = run.skill.scope->boards;
+    run.caller.scope = sc;
+  }
   const fs::path project_yaml = fs::path(req.project_root) / ".fwai" / "project.yaml";
   std::error_code ec;
-  if (fs::exists(project_yaml, ec)) {
-    auto p = ParseProjectYaml(ReadFileText(project_yaml), project_yaml.string());
-    if (!p.ok()) return finish("config", std::string(p.status().message()));
-    run.project = *p;
-    run.have_project = true;
-  } else {
-    run.project = DetectProject(req.project_root);
+  absl::Status project_status;
+  {
+    ScopedFsIdentity as(*run.account);
+    if (fs::exists(project_yaml, ec)) {
+      auto p = ParseProjectYaml(ReadFileText(project_yaml), project_yaml.string());
+      if (p.ok()) {
+        run.project = *p;
+        run.have_project = true;
+      } else {
+        project_status = p.status();
+      }
+    } else {
+      run.project = DetectProject(req.project_root);
+    }
   }
-  auto rules = LoadPolicy(req.project_root, deps_.policy_file);
+  if (!project_status.ok()) return finish("config", std::string(project_status.message()));
+  auto rules = LoadPolicy(req.project_root, deps_.policy_file, run.account);
   if (!rules.ok()) return finish("config", absl::StrCat("policy: ", rules.status().message()));
   run.rules = *rules;
 
@@ -1000,12 +1063,17 @@ SkillRunResult SkillRunner::Run(const SkillRunRequest& req, const std::function<
   }
 
   run.run_dir = (fs::path(req.project_root) / ".fwai" / "runs" / run.run_id).string();
-  PruneRunDirs((fs::path(req.project_root) / ".fwai" / "runs").string(), kKeptRunDirs - 1);
-  fs::create_directories(run.run_dir, ec);
+  {
+    // The run's logs live in the project: made as its account.
+    ScopedFsIdentity as(*run.account);
+    if (!as.status().ok()) return finish("config", std::string(as.status().message()));
+    PruneRunDirs((fs::path(req.project_root) / ".fwai" / "runs").string(), kKeptRunDirs - 1);
+    fs::create_directories(run.run_dir, ec);
+  }
   if (ec) return finish("config", absl::StrCat("cannot create ", run.run_dir, ": ", ec.message()));
   v["RUN_DIR"] = run.run_dir;
-  run.git = IsGitRepo(req.project_root);
-  if (run.git) run.numstat_before = NumStat(req.project_root);
+  run.git = IsGitRepo(req.project_root, run.account);
+  if (run.git) run.numstat_before = NumStat(req.project_root, run.account);
 
   // The watchdog: the run's own timeout, and the caller's cancel.
   const int timeout_s = req.timeout_s > 0 ? req.timeout_s : run.skill.timeout_s;
@@ -1067,7 +1135,11 @@ SkillRunResult SkillRunner::Run(const SkillRunRequest& req, const std::function<
     if (run.cancel->cancelled() && s.when != "failure" && s.when != "always") break;
     const std::string log_path = (fs::path(run.run_dir) / (s.name + ".log")).string();
     run.step_logs[s.name] = log_path;
-    std::ofstream log(log_path, std::ios::app);
+    std::ofstream log;
+    {
+      ScopedFsIdentity as(*run.account);
+      if (as.status().ok()) log.open(log_path, std::ios::app);
+    }
     const int attempts = s.on_fail == "retry" ? 1 + s.retries : 1;
     StepOutcome o;
     int attempt = 0;
@@ -1109,7 +1181,7 @@ SkillRunResult SkillRunner::Run(const SkillRunRequest& req, const std::function<
     // The change budget of the whole run.
     if (run.git && failure_class.empty() && (run.rules.max_files_per_run > 0 || run.rules.max_lines_per_run > 0)) {
       int files = 0, lines = 0;
-      for (const auto& [path, n] : NumStat(req.project_root)) {
+      for (const auto& [path, n] : NumStat(req.project_root, run.account)) {
         auto b = run.numstat_before.find(path);
         if (b != run.numstat_before.end() && b->second == n) continue;
         ++files;

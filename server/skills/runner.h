@@ -18,6 +18,7 @@
 #include "absl/status/statusor.h"
 #include "common/cancel.h"
 #include "server/hardware/broker.h"
+#include "server/skills/skill.h"
 
 namespace fwai {
 
@@ -43,6 +44,8 @@ struct SkillDeps {
   std::function<nlohmann::json(const std::string& project_root)> previous_build;
   std::string dpkg_admindir;  // toolchain attestation: dpkg's database ("" : the system's)
   std::string version;        // fwai's, for the SBOM's tool
+  // The installed plugins' skills (null: none).
+  std::function<std::vector<PluginSkillSet>()> plugin_skills;
 };
 
 struct SkillRunRequest {

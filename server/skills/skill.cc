@@ -306,11 +306,36 @@ const std::vector<Skill>& BuiltinSkills() {
   return skills;
 }
 
-absl::StatusOr<std::vector<Skill>> LoadSkills(const std::string& project_root) {
+namespace {
+
+// A plugin's skills (a file that does not parse is left out with a warning:
+// one plugin must not break every skill run).
+void AddPluginSkills(const std::vector<PluginSkillSet>& plugins, std::vector<Skill>& out) {
+  for (const auto& p : plugins) {
+    for (const auto& rel : p.files) {
+      const std::string path = p.dir + "/" + rel;
+      std::ifstream in(path);
+      std::stringstream ss;
+      ss << in.rdbuf();
+      auto sk = ParseSkill(ss.str(), path);
+      if (!in || !sk.ok()) continue;
+      sk->name = p.scope.plugin + ":" + sk->name;
+      sk->scope = p.scope;
+      out.push_back(std::move(*sk));
+    }
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<Skill>> LoadSkills(const std::string& project_root, const std::vector<PluginSkillSet>& plugins) {
   std::vector<Skill> out = BuiltinSkills();
   const fs::path dir = fs::path(project_root) / ".fwai" / "skills";
   std::error_code ec;
-  if (project_root.empty() || !fs::is_directory(dir, ec)) return out;
+  if (project_root.empty() || !fs::is_directory(dir, ec)) {
+    AddPluginSkills(plugins, out);
+    return out;
+  }
   std::vector<fs::path> files;
   for (const auto& e : fs::directory_iterator(dir, ec)) {
     const auto ext = e.path().extension();
@@ -336,6 +361,7 @@ absl::StatusOr<std::vector<Skill>> LoadSkills(const std::string& project_root) {
       out.push_back(std::move(*sk));
     }
   }
+  AddPluginSkills(plugins, out);
   return out;
 }
 

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -32,6 +33,15 @@ struct SkillStep {
   int line = 0;                    // where it is defined
 };
 
+// What a plugin's skill may do: the capabilities its plugin declared.
+struct SkillScope {
+  std::string plugin;
+  bool build = false;
+  bool flash = false;
+  bool network = false;
+  std::vector<std::string> boards;  // board tags
+};
+
 struct Skill {
   std::string name;
   std::string description;
@@ -41,7 +51,15 @@ struct Skill {
   std::vector<std::string> keywords;  // for the intent resolver
   std::map<std::string, std::string> vars;
   std::vector<SkillStep> steps;
+  std::optional<SkillScope> scope;  // a plugin's skill
   bool flashes() const;
+};
+
+// The skill files of an installed plugin; its skills are named "<plugin>:<name>".
+struct PluginSkillSet {
+  std::string dir;
+  std::vector<std::string> files;  // relative to dir
+  SkillScope scope;
 };
 
 // Parses one skill document; errors name `source`:line and the field.
@@ -50,7 +68,9 @@ struct Skill {
 const std::vector<Skill>& BuiltinSkills();
 // Built-ins, then the project's .fwai/skills/*.yaml (a project skill with a
 // built-in's name replaces it). A file that does not parse is an error.
-[[nodiscard]] absl::StatusOr<std::vector<Skill>> LoadSkills(const std::string& project_root);
+// Then the installed plugins' skills.
+[[nodiscard]] absl::StatusOr<std::vector<Skill>> LoadSkills(const std::string& project_root,
+                                                            const std::vector<PluginSkillSet>& plugins = {});
 
 // Replaces ${NAME} with vars[NAME] ($$ is a literal $). An unknown name is an
 // error naming it.

@@ -1,5 +1,7 @@
 #include "server/skills/skill_tools.h"
 
+#include "common/local_account.h"
+
 #include <map>
 
 #include "absl/strings/numbers.h"
@@ -26,8 +28,10 @@ class BuildTool final : public Tool {
     return {{"type", "object"}, {"properties", json::object()}};
   }
   bool read_only() const override { return false; }
+  bool needs_project() const override { return true; }
   ToolResult Run(const json&, ToolContext& ctx) override {
     SkillRunRequest req;
+    if (ctx.account) req.caller.account = *ctx.account;
     req.project_root = ctx.project_root;
     req.skill = "build";
     req.ci = true;

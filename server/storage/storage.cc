@@ -13,7 +13,7 @@ namespace fwai {
 namespace {
 
 const char* const kCfNames[] = {"default", "sessions", "events",   "history", "documents",
-                                "chunks",  "tools",    "evidence", "leases"};
+                                "chunks",  "tools",    "evidence", "leases", "ota"};
 static_assert(sizeof(kCfNames) / sizeof(kCfNames[0]) == static_cast<int>(Cf::kCount));
 
 absl::Status FromRocks(const rocksdb::Status& s, std::string_view what) {

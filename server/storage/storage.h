@@ -25,6 +25,7 @@ enum class Cf : int {
   kTools,
   kEvidence,
   kLeases,
+  kOta,
   kCount,
 };
 

@@ -1,4 +1,5 @@
 #include <fnmatch.h>
+#include <sys/stat.h>
 #include <re2/re2.h>
 
 #include <algorithm>
@@ -8,6 +9,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/match.h"
+#include "common/local_account.h"
+#include "server/tools/project_fs.h"
 #include "server/tools/tool.h"
 
 namespace fwai {
@@ -57,13 +60,6 @@ absl::StatusOr<std::string> ResolveInRoot(const std::string& root, const std::st
 }
 
 namespace {
-
-std::string Rel(const std::string& root, const fs::path& p) {
-  std::string s = p.string();
-  if (s == root) return ".";
-  if (absl::StartsWith(s, root + "/")) return s.substr(root.size() + 1);
-  return s;
-}
 
 ToolResult Err(std::string msg) { return {std::move(msg), true}; }
 
@@ -116,33 +112,11 @@ std::string GlobToRegex(const std::string& glob) {
   return re + "$";
 }
 
-bool SkipDir(const fs::path& p) {
-  const std::string n = p.filename().string();
+bool SkipDirName(const std::string& n) {
   return n == ".git" || n == "node_modules" || n == ".fwai" || n == "__pycache__";
 }
 
-// Walks regular files under `dir` (skipping VCS and dependency folders,
-// staying inside `root`), calling fn(path) until it returns false.
-void Walk(const std::string& root, const fs::path& dir, CancelToken* cancel,
-          const std::function<bool(const fs::path&)>& fn) {
-  std::error_code ec;
-  fs::recursive_directory_iterator it(dir, fs::directory_options::skip_permission_denied, ec), end;
-  for (; !ec && it != end; it.increment(ec)) {
-    if (cancel && cancel->cancelled()) return;
-    const auto& entry = *it;
-    std::error_code e2;
-    if (entry.is_directory(e2)) {
-      if (SkipDir(entry.path()) || entry.is_symlink(e2)) it.disable_recursion_pending();
-      continue;
-    }
-    if (entry.is_symlink(e2)) {
-      auto target = ResolveInRoot(root, entry.path().string());
-      if (!target.ok()) continue;  // a link leading outside the root is invisible
-    }
-    if (!entry.is_regular_file(e2)) continue;
-    if (!fn(entry.path())) return;
-  }
-}
+constexpr size_t kMaxReadBytes = 64u << 20;
 
 // ---------------------------------------------------------------------------
 class ReadFileTool final : public Tool {
@@ -161,49 +135,52 @@ class ReadFileTool final : public Tool {
             {"required", {"path"}}};
   }
   bool read_only() const override { return true; }
+  bool needs_project() const override { return true; }
 
   ToolResult Run(const json& in, ToolContext& ctx) override {
     if (!in.contains("path") || !in["path"].is_string()) return Err("path: required string");
-    auto p = ResolveInRoot(ctx.project_root, in["path"].get<std::string>());
-    if (!p.ok()) return Err(std::string(p.status().message()));
+    if (!in.value("offset", json(1)).is_number_integer()) return Err("offset: expected an integer");
+    if (!in.value("limit", json(1)).is_number_integer()) return Err("limit: expected an integer");
+    const std::string path = in["path"].get<std::string>();
     int64_t offset = in.value("offset", 1);
     int64_t limit = in.value("limit", 2000);
     if (offset < 1) return Err("offset: must be >= 1");
     if (limit < 1) return Err("limit: must be >= 1");
-    std::error_code ec;
-    if (fs::is_directory(*p, ec)) return Err(absl::StrCat(in["path"].get<std::string>(), " is a directory; use list_dir"));
-    std::ifstream f(*p, std::ios::binary);
-    if (!f) return Err(absl::StrCat("cannot open ", in["path"].get<std::string>(), ": no such file or not readable"));
-    const int64_t cap = ctx.limits ? ctx.limits->read_file_max_bytes : 256 * 1024;
-    std::string out, line;
-    int64_t n = 0, shown = 0;
-    bool truncated = false;
-    std::string head(512, '\0');
-    f.read(head.data(), head.size());
-    head.resize(f.gcount());
-    if (LooksBinary(head)) return Err(absl::StrCat(in["path"].get<std::string>(), " looks like a binary file"));
-    f.clear();
-    f.seekg(0);
-    while (std::getline(f, line)) {
-      ++n;
-      if (n < offset) continue;
-      if (shown >= limit) {
-        truncated = true;
-        break;
+    return InProject(ctx, [&](const ProjectFs& pfs) -> ToolResult {
+      auto rel = pfs.Relative(path);
+      if (!rel.ok()) return Err(std::string(rel.status().message()));
+      auto st = pfs.Stat(*rel);
+      if (!st.ok()) return Err(std::string(st.status().message()));
+      if (S_ISDIR(st->st_mode)) return Err(absl::StrCat(path, " is a directory; use list_dir"));
+      if (!S_ISREG(st->st_mode)) return Err(absl::StrCat(path, " is not a regular file"));
+      auto text = pfs.ReadFile(*rel, kMaxReadBytes);
+      if (!text.ok()) return Err(std::string(text.status().message()));
+      const int64_t cap = ctx.limits ? ctx.limits->read_file_max_bytes : 256 * 1024;
+      if (LooksBinary(text->substr(0, 512))) return Err(absl::StrCat(path, " looks like a binary file"));
+      std::string out;
+      int64_t n = 0, shown = 0;
+      bool truncated = false;
+      std::istringstream f(*text);
+      std::string line;
+      while (std::getline(f, line)) {
+        ++n;
+        if (n < offset) continue;
+        if (shown >= limit) {
+          truncated = true;
+          break;
+        }
+        std::string numbered = absl::StrCat(n, "\t", line, "\n");
+        if (static_cast<int64_t>(out.size() + numbered.size()) > cap) {
+          truncated = true;
+          break;
+        }
+        out += numbered;
+        ++shown;
       }
-      std::string numbered = absl::StrCat(n, "\t", line, "\n");
-      if (static_cast<int64_t>(out.size() + numbered.size()) > cap) {
-        truncated = true;
-        break;
-      }
-      out += numbered;
-      ++shown;
-    }
-    if (n < offset && n > 0) return Err(absl::StrCat("offset ", offset, " is past the end (", n, " lines)"));
-    if (truncated) {
-      absl::StrAppend(&out, "... (truncated; continue with offset=", offset + shown, ")\n");
-    }
-    return {out, false};
+      if (n < offset && n > 0) return Err(absl::StrCat("offset ", offset, " is past the end (", n, " lines)"));
+      if (truncated) absl::StrAppend(&out, "... (truncated; continue with offset=", offset + shown, ")\n");
+      return {out, false};
+    });
   }
 };
 
@@ -218,25 +195,26 @@ class ListDirTool final : public Tool {
             {"properties", {{"path", {{"type", "string"}, {"description", "Directory relative to the project root; default '.'"}}}}}};
   }
   bool read_only() const override { return true; }
+  bool needs_project() const override { return true; }
   ToolResult Run(const json& in, ToolContext& ctx) override {
     std::string path = in.contains("path") && in["path"].is_string() ? in["path"].get<std::string>() : ".";
-    auto p = ResolveInRoot(ctx.project_root, path);
-    if (!p.ok()) return Err(std::string(p.status().message()));
-    std::error_code ec;
-    if (!fs::is_directory(*p, ec)) return Err(absl::StrCat(path, " is not a directory"));
-    std::vector<std::string> names;
-    for (const auto& e : fs::directory_iterator(*p, fs::directory_options::skip_permission_denied, ec)) {
-      std::error_code e2;
-      names.push_back(e.path().filename().string() + (e.is_directory(e2) ? "/" : ""));
-    }
-    if (ec) return Err(absl::StrCat("cannot list ", path, ": ", ec.message()));
-    std::sort(names.begin(), names.end());
-    const size_t cap = ctx.limits ? ctx.limits->list_dir_max_entries : 1000;
-    std::string out;
-    for (size_t i = 0; i < names.size() && i < cap; ++i) absl::StrAppend(&out, names[i], "\n");
-    if (names.size() > cap) absl::StrAppend(&out, "... (", names.size() - cap, " more)\n");
-    if (names.empty()) out = "(empty directory)\n";
-    return {out, false};
+    return InProject(ctx, [&](const ProjectFs& pfs) -> ToolResult {
+      auto rel = pfs.Relative(path);
+      if (!rel.ok()) return Err(std::string(rel.status().message()));
+      auto st = pfs.Stat(*rel);
+      if (!st.ok()) return Err(std::string(st.status().message()));
+      if (!S_ISDIR(st->st_mode)) return Err(absl::StrCat(path, " is not a directory"));
+      auto entries = pfs.List(*rel);
+      if (!entries.ok()) return Err(absl::StrCat("cannot list ", path, ": ", entries.status().message()));
+      const size_t cap = ctx.limits ? ctx.limits->list_dir_max_entries : 1000;
+      std::string out;
+      for (size_t i = 0; i < entries->size() && i < cap; ++i) {
+        absl::StrAppend(&out, (*entries)[i].name, (*entries)[i].is_dir ? "/" : "", "\n");
+      }
+      if (entries->size() > cap) absl::StrAppend(&out, "... (", entries->size() - cap, " more)\n");
+      if (entries->empty()) out = "(empty directory)\n";
+      return {out, false};
+    });
   }
 };
 
@@ -257,10 +235,11 @@ class GrepTool final : public Tool {
             {"required", {"pattern"}}};
   }
   bool read_only() const override { return true; }
+  bool needs_project() const override { return true; }
   ToolResult Run(const json& in, ToolContext& ctx) override {
     if (!in.contains("pattern") || !in["pattern"].is_string()) return Err("pattern: required string");
     RE2::Options opt;
-    opt.set_case_sensitive(!in.value("ignore_case", false));
+    opt.set_case_sensitive(!(in.contains("ignore_case") && in["ignore_case"].is_boolean() && in["ignore_case"].get<bool>()));
     opt.set_log_errors(false);
     RE2 re(in["pattern"].get<std::string>(), opt);
     if (!re.ok()) return Err(absl::StrCat("pattern: invalid regular expression: ", re.error()));
@@ -270,47 +249,49 @@ class GrepTool final : public Tool {
       if (!include->ok()) return Err("include: invalid glob");
     }
     std::string path = in.contains("path") && in["path"].is_string() ? in["path"].get<std::string>() : ".";
-    auto p = ResolveInRoot(ctx.project_root, path);
-    if (!p.ok()) return Err(std::string(p.status().message()));
     int cap = ctx.limits ? ctx.limits->grep_max_results : 200;
     if (in.contains("max_results") && in["max_results"].is_number_integer()) {
       cap = std::clamp(in["max_results"].get<int>(), 1, cap);
     }
-    std::string out;
-    int hits = 0;
-    bool more = false;
-    auto scan = [&](const fs::path& file) {
-      const std::string rel = Rel(ctx.project_root, file);
-      if (include && !RE2::FullMatch(rel, *include)) return true;
-      std::error_code ec;
-      if (fs::file_size(file, ec) > (8u << 20)) return true;
-      std::ifstream f(file, std::ios::binary);
-      std::string line;
-      int n = 0;
-      while (std::getline(f, line)) {
-        ++n;
-        if (line.find('\0') != std::string::npos) return true;  // binary
-        if (RE2::PartialMatch(line, re)) {
-          if (hits >= cap) {
-            more = true;
-            return false;
+    return InProject(ctx, [&](const ProjectFs& pfs) -> ToolResult {
+      auto rel = pfs.Relative(path);
+      if (!rel.ok()) return Err(std::string(rel.status().message()));
+      auto st = pfs.Stat(*rel);
+      if (!st.ok()) return Err(std::string(st.status().message()));
+      std::string out;
+      int hits = 0;
+      bool more = false;
+      auto scan = [&](const std::string& file) {
+        if (include && !RE2::FullMatch(file, *include)) return true;
+        auto text = pfs.ReadFile(file, 8u << 20);  // larger files are skipped
+        if (!text.ok()) return true;
+        std::istringstream f(*text);
+        std::string line;
+        int n = 0;
+        while (std::getline(f, line)) {
+          ++n;
+          if (line.find('\0') != std::string::npos) return true;  // binary
+          if (RE2::PartialMatch(line, re)) {
+            if (hits >= cap) {
+              more = true;
+              return false;
+            }
+            if (line.size() > 300) line = line.substr(0, 300) + "...";
+            absl::StrAppend(&out, file, ":", n, ": ", line, "\n");
+            ++hits;
           }
-          if (line.size() > 300) line = line.substr(0, 300) + "...";
-          absl::StrAppend(&out, rel, ":", n, ": ", line, "\n");
-          ++hits;
         }
+        return true;
+      };
+      if (S_ISREG(st->st_mode)) {
+        scan(*rel);
+      } else {
+        pfs.Walk(*rel, ctx.cancel, SkipDirName, scan);
       }
-      return true;
-    };
-    std::error_code ec;
-    if (fs::is_regular_file(*p, ec)) {
-      scan(*p);
-    } else {
-      Walk(ctx.project_root, *p, ctx.cancel, scan);
-    }
-    if (hits == 0) return {"no matches\n", false};
-    if (more) absl::StrAppend(&out, "... (more matches; narrow the pattern or path)\n");
-    return {out, false};
+      if (hits == 0) return {"no matches\n", false};
+      if (more) absl::StrAppend(&out, "... (more matches; narrow the pattern or path)\n");
+      return {out, false};
+    });
   }
 };
 
@@ -327,6 +308,7 @@ class GlobTool final : public Tool {
             {"required", {"pattern"}}};
   }
   bool read_only() const override { return true; }
+  bool needs_project() const override { return true; }
   ToolResult Run(const json& in, ToolContext& ctx) override {
     if (!in.contains("pattern") || !in["pattern"].is_string()) return Err("pattern: required string");
     std::string pattern = in["pattern"].get<std::string>();
@@ -335,29 +317,47 @@ class GlobTool final : public Tool {
     RE2 re(GlobToRegex(pattern));
     if (!re.ok()) return Err("pattern: invalid glob");
     const int cap = ctx.limits ? ctx.limits->glob_max_results : 1000;
-    std::vector<std::string> found;
-    bool more = false;
-    Walk(ctx.project_root, ctx.project_root, ctx.cancel, [&](const fs::path& f) {
-      std::string rel = Rel(ctx.project_root, f);
-      if (RE2::FullMatch(rel, re)) {
-        if (static_cast<int>(found.size()) >= cap) {
-          more = true;
-          return false;
+    return InProject(ctx, [&](const ProjectFs& pfs) -> ToolResult {
+      std::vector<std::string> found;
+      bool more = false;
+      pfs.Walk(".", ctx.cancel, SkipDirName, [&](const std::string& rel) {
+        if (RE2::FullMatch(rel, re)) {
+          if (static_cast<int>(found.size()) >= cap) {
+            more = true;
+            return false;
+          }
+          found.push_back(rel);
         }
-        found.push_back(rel);
-      }
-      return true;
+        return true;
+      });
+      std::sort(found.begin(), found.end());
+      std::string out;
+      for (const auto& f : found) absl::StrAppend(&out, f, "\n");
+      if (found.empty()) out = "no files match\n";
+      if (more) absl::StrAppend(&out, "... (more files; narrow the pattern)\n");
+      return {out, false};
     });
-    std::sort(found.begin(), found.end());
-    std::string out;
-    for (const auto& f : found) absl::StrAppend(&out, f, "\n");
-    if (found.empty()) out = "no files match\n";
-    if (more) absl::StrAppend(&out, "... (more files; narrow the pattern)\n");
-    return {out, false};
   }
 };
 
 }  // namespace
+
+ToolResult InProject(ToolContext& ctx, const std::function<ToolResult(const ProjectFs&)>& fn) {
+  if (ctx.project_root.empty()) {
+    return Err("this session has no project: file and command tools need a session created with a project root "
+               "(fwai chat in a project directory, or --project-root)");
+  }
+  if (!ctx.account) {
+    return Err(absl::StrCat("the project ", ctx.project_root,
+                            " is read and written as a local account, and this session has none "
+                            "(a token or certificate user needs local_user in fwaid.yaml)"));
+  }
+  ScopedFsIdentity as(*ctx.account);
+  if (!as.status().ok()) return Err(absl::StrCat("cannot act as ", ctx.account->name, ": ", as.status().message()));
+  auto pfs = ProjectFs::Open(ctx.project_root);
+  if (!pfs.ok()) return Err(std::string(pfs.status().message()));
+  return fn(*pfs);
+}
 
 void RegisterFileTools(ToolRegistry& registry) {
   registry.Register(std::make_unique<ReadFileTool>());

@@ -1,5 +1,7 @@
 #include "server/tools/process_runner.h"
 
+#include "common/local_account.h"
+
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -80,6 +82,7 @@ absl::StatusOr<CommandResult> RunCommand(const CommandOptions& o) {
       rlimit rl{static_cast<rlim_t>(o.memory_mb) << 20, static_cast<rlim_t>(o.memory_mb) << 20};
       setrlimit(RLIMIT_AS, &rl);
     }
+    if (o.run_as && BecomeAccountInChild(*o.run_as) != 0) _exit(126);
     if (chdir(o.project_root.c_str()) != 0) _exit(126);
     execv(argv[0], argv.data());
     _exit(127);

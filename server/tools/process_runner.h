@@ -14,6 +14,8 @@
 
 namespace fwai {
 
+struct LocalAccount;
+
 struct CommandOptions {
   std::string command;      // run by /bin/bash -c
   std::string project_root; // working directory; the only writable tree in the sandbox
@@ -24,6 +26,9 @@ struct CommandOptions {
   size_t max_output = 256 * 1024;  // kept for the result (the tail); everything is streamed
   std::function<void(std::string_view)> output;
   const CancelToken* cancel = nullptr;
+  // The account the command runs as (null: fwaid's own). It becomes that
+  // account for good before exec, so the project's permissions apply.
+  const LocalAccount* run_as = nullptr;
 };
 
 struct CommandResult {

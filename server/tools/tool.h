@@ -17,6 +17,9 @@
 
 namespace fwai {
 
+struct LocalAccount;
+class ProjectFs;
+
 // What a tool wants to do, for the policy check.
 struct PolicyQuery {
   std::string kind;    // write | command
@@ -33,6 +36,9 @@ struct ToolContext {
   std::string session_id;
   std::string project_root;  // canonical; file tools see nothing outside it
   std::string owner;         // the session owner's identity ("uid:N")
+  // The local account the project is read, written and run as (null: none;
+  // file and command tools then refuse).
+  const LocalAccount* account = nullptr;
   const ToolsConfig* limits = nullptr;
   CancelToken* cancel = nullptr;
   // Streams partial output to clients (tool output delta events).
@@ -58,6 +64,9 @@ class Tool {
   virtual bool available() const { return true; }
   // True if the tool never changes files, devices or anything outside fwaid.
   virtual bool read_only() const = 0;
+  // True if the tool reads, writes or runs things in the session's project:
+  // a session without a project (or without a local account) is not offered it.
+  virtual bool needs_project() const { return false; }
   // Input errors are returned as a ToolResult with is_error (the model sees
   // them and can correct itself), not as a Status.
   virtual ToolResult Run(const nlohmann::json& input, ToolContext& ctx) = 0;
@@ -79,6 +88,11 @@ class ToolRegistry {
   mutable std::shared_mutex mu_;
   std::map<std::string, std::unique_ptr<Tool>> tools_;
 };
+
+// Runs `fn` with the project opened beneath its root as ctx.account (the
+// thread's file identity for the length of the call); an error result when
+// the session has no project or no account.
+ToolResult InProject(ToolContext& ctx, const std::function<ToolResult(const ProjectFs&)>& fn);
 
 // Registers read_file, list_dir, grep and glob.
 void RegisterFileTools(ToolRegistry& registry);

@@ -8,9 +8,11 @@
 #include <sstream>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "server/tools/process_runner.h"
+#include "server/tools/project_fs.h"
 #include "server/tools/tool.h"
 
 namespace fwai {
@@ -22,10 +24,7 @@ namespace fs = std::filesystem;
 
 ToolResult Err(std::string msg) { return {std::move(msg), true}; }
 
-std::string Rel(const std::string& root, const std::string& p) {
-  if (p.rfind(root + "/", 0) == 0) return p.substr(root.size() + 1);
-  return p;
-}
+constexpr size_t kMaxEditBytes = 64u << 20;
 
 absl::Status Check(ToolContext& ctx, const std::string& kind, const std::string& target, const std::string& tool,
                    int lines = 0) {
@@ -52,13 +51,6 @@ int LinesChanged(const std::string& before, const std::string& after) {
   return n;
 }
 
-std::string ReadAll(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 std::vector<std::string> Lines(const std::string& s) {
   std::vector<std::string> out = absl::StrSplit(s, '\n');
   if (!out.empty() && out.back().empty()) out.pop_back();
@@ -83,24 +75,6 @@ std::string RegionDiff(const std::string& path, const std::string& before, size_
   return out;
 }
 
-absl::Status WriteAtomically(const fs::path& path, const std::string& content) {
-  std::error_code ec;
-  fs::create_directories(path.parent_path(), ec);
-  if (ec) return absl::InternalError(absl::StrCat("cannot create ", path.parent_path().string(), ": ", ec.message()));
-  const fs::path tmp = path.string() + ".fwai-tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) return absl::PermissionDeniedError(absl::StrCat("cannot write ", path.string()));
-    out << content;
-    if (!out.flush()) return absl::InternalError(absl::StrCat("write failed: ", path.string()));
-  }
-  struct stat st{};
-  if (stat(path.c_str(), &st) == 0) chmod(tmp.c_str(), st.st_mode & 07777);  // keep the mode
-  fs::rename(tmp, path, ec);
-  if (ec) return absl::InternalError(absl::StrCat("cannot replace ", path.string(), ": ", ec.message()));
-  return absl::OkStatus();
-}
-
 class WriteFileTool final : public Tool {
  public:
   std::string name() const override { return "write_file"; }
@@ -115,22 +89,33 @@ class WriteFileTool final : public Tool {
             {"required", {"path", "content"}}};
   }
   bool read_only() const override { return false; }
+  bool needs_project() const override { return true; }
   ToolResult Run(const json& input, ToolContext& ctx) override {
     if (!input.contains("path") || !input["path"].is_string()) return Err("path: expected a string");
     if (!input.contains("content") || !input["content"].is_string()) return Err("content: expected a string");
-    auto path = ResolveInRoot(ctx.project_root, input["path"].get<std::string>());
-    if (!path.ok()) return Err(std::string(path.status().message()));
-    const std::string rel = Rel(ctx.project_root, *path);
-    std::error_code ec;
-    if (fs::is_directory(*path, ec)) return Err(absl::StrCat(rel, " is a directory"));
-    const bool existed = fs::exists(*path, ec);
+    const std::string path = input["path"].get<std::string>();
     const std::string& content = input["content"].get_ref<const std::string&>();
-    const int lines = LinesChanged(existed ? ReadAll(*path) : std::string(), content);
-    if (auto s = Check(ctx, "write", rel, name(), lines); !s.ok()) return Err(std::string(s.message()));
-    if (auto s = WriteAtomically(*path, content); !s.ok()) return Err(std::string(s.message()));
-    return {absl::StrCat(existed ? "replaced " : "created ", rel, " (", content.size(), " bytes, ",
-                         Lines(content).size(), " lines)"),
-            false};
+    return InProject(ctx, [&](const ProjectFs& pfs) -> ToolResult {
+      auto rel = pfs.Relative(path);
+      if (!rel.ok()) return Err(std::string(rel.status().message()));
+      auto st = pfs.Stat(*rel);
+      if (!st.ok() && !absl::IsNotFound(st.status())) return Err(std::string(st.status().message()));
+      const bool existed = st.ok();
+      if (existed && S_ISDIR(st->st_mode)) return Err(absl::StrCat(*rel, " is a directory"));
+      std::string before;
+      if (existed) {
+        auto text = pfs.ReadFile(*rel, kMaxEditBytes);
+        if (!text.ok()) return Err(std::string(text.status().message()));
+        before = std::move(*text);
+      }
+      if (auto s = Check(ctx, "write", *rel, name(), LinesChanged(before, content)); !s.ok()) {
+        return Err(std::string(s.message()));
+      }
+      if (auto s = pfs.WriteFile(*rel, content); !s.ok()) return Err(std::string(s.message()));
+      return {absl::StrCat(existed ? "replaced " : "created ", *rel, " (", content.size(), " bytes, ",
+                           Lines(content).size(), " lines)"),
+              false};
+    });
   }
 };
 
@@ -151,18 +136,26 @@ class EditFileTool final : public Tool {
             {"required", {"path", "old_string", "new_string"}}};
   }
   bool read_only() const override { return false; }
+  bool needs_project() const override { return true; }
   ToolResult Run(const json& input, ToolContext& ctx) override {
     for (const char* k : {"path", "old_string", "new_string"}) {
       if (!input.contains(k) || !input[k].is_string()) return Err(absl::StrCat(k, ": expected a string"));
     }
-    auto path = ResolveInRoot(ctx.project_root, input["path"].get<std::string>());
-    if (!path.ok()) return Err(std::string(path.status().message()));
-    const std::string rel = Rel(ctx.project_root, *path);
-    std::ifstream in(*path, std::ios::binary);
-    if (!in) return Err(absl::StrCat(rel, ": no such file (use write_file to create it)"));
-    std::stringstream ss;
-    ss << in.rdbuf();
-    std::string text = ss.str();
+    const std::string path = input["path"].get<std::string>();
+    return InProject(ctx, [&](const ProjectFs& pfs) -> ToolResult { return Edit(input, ctx, pfs, path); });
+  }
+
+ private:
+  ToolResult Edit(const json& input, ToolContext& ctx, const ProjectFs& pfs, const std::string& path) {
+    auto relp = pfs.Relative(path);
+    if (!relp.ok()) return Err(std::string(relp.status().message()));
+    const std::string rel = *relp;
+    auto read = pfs.ReadFile(rel, kMaxEditBytes);
+    if (!read.ok()) {
+      if (absl::IsNotFound(read.status())) return Err(absl::StrCat(rel, ": no such file (use write_file to create it)"));
+      return Err(std::string(read.status().message()));
+    }
+    std::string text = std::move(*read);
     const std::string& old_s = input["old_string"].get_ref<const std::string&>();
     const std::string& new_s = input["new_string"].get_ref<const std::string&>();
     if (old_s.empty()) return Err("old_string: empty");
@@ -170,7 +163,7 @@ class EditFileTool final : public Tool {
     size_t count = 0;
     for (size_t p = text.find(old_s); p != std::string::npos; p = text.find(old_s, p + old_s.size())) ++count;
     if (count == 0) return Err(absl::StrCat("old_string not found in ", rel, " (it must match exactly, whitespace included)"));
-    const bool all = input.value("replace_all", false);
+    const bool all = input.contains("replace_all") && input["replace_all"].is_boolean() && input["replace_all"].get<bool>();
     if (count > 1 && !all) {
       return Err(absl::StrCat("old_string occurs ", count, " times in ", rel,
                               "; add surrounding lines to make it unique, or set replace_all"));
@@ -186,7 +179,7 @@ class EditFileTool final : public Tool {
     }
     out.append(text, last, std::string::npos);
     if (auto s = Check(ctx, "write", rel, name(), LinesChanged(text, out)); !s.ok()) return Err(std::string(s.message()));
-    if (auto s = WriteAtomically(*path, out); !s.ok()) return Err(std::string(s.message()));
+    if (auto s = pfs.WriteFile(rel, out); !s.ok()) return Err(std::string(s.message()));
     return {absl::StrCat("edited ", rel, " (", count, count == 1 ? " replacement" : " replacements", ")\n", diff), false};
   }
 };
@@ -206,9 +199,13 @@ class BashTool final : public Tool {
             {"required", {"command"}}};
   }
   bool read_only() const override { return false; }
+  bool needs_project() const override { return true; }
   ToolResult Run(const json& input, ToolContext& ctx) override {
     if (!input.contains("command") || !input["command"].is_string()) return Err("command: expected a string");
     const std::string cmd = input["command"].get<std::string>();
+    // The same refusals as the file tools: a project, and an account to run as.
+    auto where = InProject(ctx, [](const ProjectFs&) -> ToolResult { return {"", false}; });
+    if (where.is_error) return where;
     if (auto s = Check(ctx, "command", cmd, name()); !s.ok()) return Err(std::string(s.message()));
     CommandOptions o;
     o.command = cmd;
@@ -218,6 +215,7 @@ class BashTool final : public Tool {
     o.timeout_ms = std::clamp(t, 1, 1800) * 1000;
     o.output = ctx.output;
     o.cancel = ctx.cancel;
+    o.run_as = ctx.account;
     auto r = RunCommand(o);
     if (!r.ok()) return Err(std::string(r.status().message()));
     std::string head;

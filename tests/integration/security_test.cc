@@ -5,6 +5,7 @@
 // fwaid tls), real tokens, a real fwaid.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -14,6 +15,7 @@
 #include <grpcpp/generic/generic_stub.h>
 #include <nlohmann/json.hpp>
 
+#include "common/local_account.h"
 #include "client/lib/client.h"
 #include "fwai/v1/auth.grpc.pb.h"
 #include "fwai/v1/evidence.grpc.pb.h"
@@ -609,4 +611,163 @@ TEST_F(SecurityTest, BadSecurityConfigIsRefusedNamingFileAndLine) {
 }
 
 }  // namespace
+// A world where "mallory" has a token mapped to the account nobody: her
+// project (owned by nobody) sits next to a root-only secret, and holds a
+// root-only file and a link to the secret.
+class AgentIsolationTest : public SecurityTest {
+ protected:
+  void SetUp() override {
+    SecurityTest::SetUp();
+    SetUpTmp();
+    ASSERT_EQ(chmod(d_tmp_.c_str(), 0755), 0);
+    secret_ = d_tmp_ + "/secret.txt";
+    std::ofstream(secret_) << "TOP-SECRET-ROOT-ONLY\n";
+    ASSERT_EQ(chmod(secret_.c_str(), 0600), 0);
+    project_ = d_tmp_ + "/proj";
+    fs::create_directories(project_ + "/.fwai/skills");
+    std::ofstream(project_ + "/main.c") << "int main(void) { return 0; }\n";
+    std::ofstream(project_ + "/root-only.txt") << "TOP-SECRET-IN-PROJECT\n";
+    ASSERT_EQ(chmod((project_ + "/root-only.txt").c_str(), 0600), 0);
+    fs::create_symlink(secret_, project_ + "/link.txt");
+    std::ofstream(project_ + "/.fwai/skills/probe.yaml")
+        << "name: probe\nsteps:\n  - name: look\n    tool: shell\n    command: \"id -u > uid.txt; cat "
+        << secret_ << " root-only.txt link.txt || true\"\n";
+    auto nobody = LookupAccount("nobody");
+    ASSERT_TRUE(nobody.ok());
+    nobody_uid_ = nobody->uid;
+    for (const auto& e : fs::recursive_directory_iterator(project_)) {
+      if (e.path().filename() != "root-only.txt") ASSERT_EQ(lchown(e.path().c_str(), nobody->uid, nobody->gid), 0);
+    }
+    ASSERT_EQ(chown(project_.c_str(), nobody->uid, nobody->gid), 0);
+    StartDaemon("users:\n  mallory: {role: user, local_user: nobody}\n");
+    mallory_ = Channel(Tcp(), Credentials{"", "", "", MakeToken("mallory")});
+    nameless_ = Channel(Tcp(), Credentials{"", "", "", MakeToken("drifter")});
+  }
+
+  pb::Session NewSession(const std::shared_ptr<grpc::Channel>& ch) {
+    grpc::ClientContext ctx;
+    pb::CreateSessionRequest req;
+    req.set_project_root(project_);
+    pb::Session s;
+    auto st = pb::Sessions::NewStub(ch)->Create(&ctx, req, &s);
+    EXPECT_TRUE(st.ok()) << st.error_message();
+    return s;
+  }
+
+  // One turn in which the model makes `calls`; the output of each call by id.
+  std::map<std::string, std::string> Turn(const std::shared_ptr<grpc::Channel>& ch, const std::string& session,
+                                          std::vector<FakeToolCall> calls) {
+    FakeReply r;
+    r.tool_calls = std::move(calls);
+    fake_.Enqueue(r);
+    FakeReply done;
+    done.chunks = {"done"};
+    fake_.Enqueue(done);
+    auto out = RunChat(*pb::Sessions::NewStub(ch), session, "try");
+    EXPECT_TRUE(out.finished) << out.status.error_message();
+    std::map<std::string, std::string> results;
+    for (const auto& ev : out.events) {
+      if (ev.has_tool_call_finished()) results[ev.tool_call_finished().call_id()] = ev.tool_call_finished().output();
+    }
+    return results;
+  }
+
+  std::string secret_, project_;
+  uint32_t nobody_uid_ = 0;
+  std::shared_ptr<grpc::Channel> mallory_, nameless_;
+};
+
+TEST_F(AgentIsolationTest, FileAndCommandToolsActAsTheSessionsAccountInsideItsProject) {
+  pb::Session s = NewSession(mallory_);
+  ASSERT_EQ(s.project_root(), project_);
+  ASSERT_EQ(s.account(), "nobody");
+  auto out = Turn(mallory_, s.id(),
+                  {{"c1", "read_file", {{"path", "../secret.txt"}}},
+                   {"c2", "read_file", {{"path", secret_}}},
+                   {"c3", "read_file", {{"path", "link.txt"}}},
+                   {"c4", "read_file", {{"path", "root-only.txt"}}},
+                   {"c5", "grep", {{"pattern", "TOP-SECRET"}}},
+                   {"c6", "write_file", {{"path", "../planted.txt"}, {"content", "x"}}},
+                   {"c7", "write_file", {{"path", "link.txt"}, {"content", "overwritten"}}},
+                   {"c8", "edit_file", {{"path", "root-only.txt"}, {"old_string", "TOP"}, {"new_string", "X"}}},
+                   {"c9", "bash", {{"command", "id -u > whoami.txt; cat " + secret_ + " root-only.txt; true"}}},
+                   {"c10", "write_file", {{"path", "notes/ok.txt"}, {"content", "mine\n"}}},
+                   {"c11", "read_file", {{"path", "main.c"}}}});
+  ASSERT_EQ(out.size(), 11u);
+  for (const auto& [id, text] : out) {
+    EXPECT_EQ(text.find("TOP-SECRET"), std::string::npos) << id << " leaked: " << text;
+  }
+  EXPECT_NE(out["c1"].find("outside the project root"), std::string::npos) << out["c1"];
+  EXPECT_NE(out["c2"].find("outside the project root"), std::string::npos) << out["c2"];
+  EXPECT_NE(out["c3"].find("outside the project root"), std::string::npos) << out["c3"];
+  EXPECT_NE(out["c4"].find("permission denied"), std::string::npos) << out["c4"];
+  EXPECT_FALSE(fs::exists(d_tmp_ + "/planted.txt"));
+  EXPECT_EQ(Read(secret_), "TOP-SECRET-ROOT-ONLY\n") << "a write through the link reached the secret";
+  EXPECT_EQ(Read(project_ + "/root-only.txt"), "TOP-SECRET-IN-PROJECT\n");
+  EXPECT_EQ(Read(project_ + "/whoami.txt"), std::to_string(nobody_uid_) + "\n");
+  struct stat st {};
+  ASSERT_EQ(stat((project_ + "/notes/ok.txt").c_str(), &st), 0) << out["c10"];
+  EXPECT_EQ(st.st_uid, nobody_uid_) << "files the agent writes belong to the session's account";
+  EXPECT_NE(out["c11"].find("int main"), std::string::npos) << out["c11"];
+  // The turn's logs in the project are the account's too.
+  for (const auto& e : fs::recursive_directory_iterator(project_ + "/.fwai/runs")) {
+    ASSERT_EQ(stat(e.path().c_str(), &st), 0);
+    EXPECT_EQ(st.st_uid, nobody_uid_) << e.path();
+  }
+}
+
+TEST_F(AgentIsolationTest, ASessionWithoutAnAccountIsOfferedNoFileToolsAndCannotCallThem) {
+  pb::Session s = NewSession(nameless_);
+  EXPECT_EQ(s.project_root(), "");
+  EXPECT_EQ(s.account(), "");
+  auto out = Turn(nameless_, s.id(),
+                  {{"c1", "read_file", {{"path", secret_}}},
+                   {"c2", "bash", {{"command", "cat " + secret_}}},
+                   {"c3", "list_dir", {{"path", "/"}}}});
+  for (const auto& [id, text] : out) {
+    EXPECT_EQ(text.find("TOP-SECRET"), std::string::npos) << id << " leaked: " << text;
+    EXPECT_NE(text.find("needs a project"), std::string::npos) << id << ": " << text;
+  }
+  // What the model was offered: no file or command tool.
+  auto reqs = fake_.requests();
+  ASSERT_FALSE(reqs.empty());
+  for (const auto& t : reqs.back().body["tools"]) {
+    const std::string name = t.value("name", "");
+    for (const char* banned : {"read_file", "list_dir", "grep", "glob", "write_file", "edit_file", "bash"}) {
+      EXPECT_NE(name, banned) << "offered to a session without a project";
+    }
+  }
+}
+
+TEST_F(AgentIsolationTest, ASkillRunsAsTheCallersAccount) {
+  grpc::ClientContext ctx;
+  pb::RunSkillRequest req;
+  req.set_project_root(project_);
+  req.set_skill("probe");
+  req.set_ci(true);
+  auto stream = pb::Skills::NewStub(mallory_)->Run(&ctx, req);
+  pb::SkillEvent ev;
+  std::string all;
+  bool finished = false;
+  while (stream->Read(&ev)) {
+    all += ev.text() + "\n" + ev.json() + "\n";
+    if (ev.kind() == "run_finished") finished = true;
+  }
+  ASSERT_TRUE(stream->Finish().ok());
+  ASSERT_TRUE(finished) << all;
+  EXPECT_EQ(all.find("TOP-SECRET"), std::string::npos) << all;
+  EXPECT_EQ(Read(project_ + "/uid.txt"), std::to_string(nobody_uid_) + "\n");
+  struct stat st {};
+  for (const auto& e : fs::recursive_directory_iterator(project_ + "/.fwai/runs")) {
+    ASSERT_EQ(stat(e.path().c_str(), &st), 0);
+    EXPECT_EQ(st.st_uid, nobody_uid_) << e.path();
+  }
+  // A caller with no account cannot run a skill at all.
+  grpc::ClientContext ctx2;
+  auto refused = pb::Skills::NewStub(nameless_)->Run(&ctx2, req);
+  while (refused->Read(&ev)) {
+  }
+  EXPECT_EQ(refused->Finish().error_code(), grpc::StatusCode::PERMISSION_DENIED);
+}
+
 }  // namespace fwai::testing

@@ -1,4 +1,7 @@
 #include <gtest/gtest.h>
+#include <unistd.h>
+
+#include "common/local_account.h"
 
 #include <filesystem>
 #include <fstream>
@@ -30,6 +33,7 @@ class FileToolsTest : public ::testing::Test {
     RegisterFileTools(registry_);
     limits_.read_file_max_bytes = 1024;
     ctx_.project_root = root_;
+    ctx_.account = &me_;
     ctx_.limits = &limits_;
     ctx_.cancel = &cancel_;
   }
@@ -44,6 +48,7 @@ class FileToolsTest : public ::testing::Test {
   ToolsConfig limits_;
   CancelToken cancel_;
   ToolContext ctx_;
+  LocalAccount me_ = *LookupAccount(getuid());
 };
 
 TEST_F(FileToolsTest, ReadFileWithRanges) {
@@ -114,6 +119,7 @@ class WriteToolsTest : public ::testing::Test {
     std::ofstream(root_ + "/src/main.c") << "int a = 1;\nint b = 1;\nint c = 2;\n";
     RegisterWriteTools(registry_);
     ctx_.project_root = root_;
+    ctx_.account = &me_;
     ctx_.cancel = &cancel_;
   }
   void TearDown() override { fs::remove_all(base_); }
@@ -128,6 +134,7 @@ class WriteToolsTest : public ::testing::Test {
   ToolRegistry registry_;
   CancelToken cancel_;
   ToolContext ctx_;
+  LocalAccount me_ = *LookupAccount(getuid());
 };
 
 TEST_F(WriteToolsTest, WriteAndEditWithExactUniqueMatchesAndDiffs) {

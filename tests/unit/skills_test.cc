@@ -2,6 +2,9 @@
 // their errors, interpolation, intent resolution (all three tiers), secret
 // redaction on real-looking samples, and the flash / budget policy rules.
 #include <gtest/gtest.h>
+#include <unistd.h>
+
+#include "common/local_account.h"
 
 #include <filesystem>
 #include <fstream>
@@ -318,6 +321,7 @@ class SkillRunnerTest : public ::testing::Test {
     req.skill = skill;
     req.ci = true;
     req.caller.identity = "uid:1";
+    if (auto me = LookupAccount(getuid()); me.ok()) req.caller.account = *me;
     CancelToken local;
     return runner.Run(req, [&](const SkillEventOut& e) { if (events) events->push_back(e); }, cancel ? *cancel : local);
   }

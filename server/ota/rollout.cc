@@ -1,0 +1,659 @@
+#include "server/ota/rollout.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <set>
+#include <sstream>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/clock.h"
+#include "common/ids.h"
+#include "common/local_account.h"
+#include "common/mcuboot.h"
+#include "server/skills/runner.h"
+#include "server/storage/storage.h"
+
+namespace fwai {
+
+using json = nlohmann::json;
+
+namespace {
+
+constexpr char kRolloutPrefix[] = "rollout/";
+constexpr char kPassedPrefix[] = "passed/";
+constexpr char kBoardPrefix[] = "board/";
+constexpr int kLeaseTtlS = 900;
+constexpr int kBootTimeoutMs = 15000;
+
+// Rollout keys sort by start time: "rollout/<20-digit time>-<id>".
+std::string RolloutKey(int64_t started_us, const std::string& id) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%020lld", static_cast<long long>(started_us));
+  return absl::StrCat(kRolloutPrefix, buf, "-", id);
+}
+
+absl::StatusOr<std::string> ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot be read"));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<size_t>> StageCounts(const std::vector<std::string>& stages,
+                                                size_t total) {
+  if (stages.empty()) return std::vector<size_t>{total};
+  std::vector<size_t> out;
+  size_t prev = 0;
+  for (const auto& raw : stages) {
+    std::string s = raw;
+    size_t n = 0;
+    if (!s.empty() && s.back() == '%') {
+      double pct = 0;
+      if (!absl::SimpleAtod(s.substr(0, s.size() - 1), &pct) || pct <= 0 || pct > 100) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("stages: '", raw, "': a percentage must be in (0, 100]"));
+      }
+      n = static_cast<size_t>(std::ceil(pct * static_cast<double>(total) / 100.0 - 1e-9));
+    } else {
+      uint64_t v = 0;
+      if (!absl::SimpleAtoi(s, &v) || v == 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "stages: '", raw, "': expected a board count (1, 2, …) or a percentage (25%)"));
+      }
+      n = static_cast<size_t>(v);
+    }
+    n = std::min(n, total);
+    if (n < prev) {
+      return absl::InvalidArgumentError(absl::StrCat("stages: '", raw, "' covers ", n,
+                                                     " boards, fewer than the stage before (", prev,
+                                                     "); stages are cumulative"));
+    }
+    if (n > prev) out.push_back(n);
+    prev = n;
+  }
+  return out;
+}
+
+// One rollout's state, written to the database at every change.
+struct RolloutManager::Run_ {
+  RolloutManager* m;
+  const RolloutRequest& req;
+  const std::function<void(const RolloutEvent&)>& emit;
+  CancelToken& cancel;
+  json doc;  // the stored record
+  std::string key;
+  std::string id;
+
+  void Save() {
+    if (auto s = m->storage_.Put(Cf::kOta, key, doc.dump(), true); !s.ok()) {
+      spdlog::error("ota: saving rollout {}: {}", id, s.ToString());
+    }
+  }
+
+  // An evidence record, the stored state and an event, for one change.
+  void Record(RolloutEvent e) {
+    json rec = {{"kind", "ota"},
+                {"event", e.kind},
+                {"rollout_id", id},
+                {"by", req.caller.display},
+                {"image_hash", doc.value("image_hash", "")},
+                {"version", doc.value("version", "")}};
+    if (!e.board.empty()) rec["board"] = e.board;
+    if (!e.state.empty()) rec["state"] = e.state;
+    if (!e.text.empty()) rec["text"] = e.text;
+    if (e.data.is_object()) {
+      for (auto& [k, v] : e.data.items()) rec[k] = v;
+    }
+    if (m->append_) {
+      auto idx = m->append_(rec);
+      if (idx.ok()) {
+        rec["evidence_index"] = *idx;
+      } else {
+        spdlog::error("ota: evidence: {}", idx.status().ToString());
+      }
+    }
+    doc["events"].push_back(rec);
+    if (!e.board.empty() && !e.state.empty()) doc["boards"][e.board]["state"] = e.state;
+    Save();
+    e.data = rec;
+    emit(e);
+  }
+
+  void BoardEvent(const std::string& board, const std::string& state, const std::string& text,
+                  json extra = json::object()) {
+    Record({"board", board, state, text, std::move(extra)});
+  }
+};
+
+RolloutManager::RolloutManager(HardwareBroker& hardware, SkillRunner* skills, Storage& storage,
+                               AppendEvidence append, OtaConfig config)
+    : hardware_(hardware),
+      skills_(skills),
+      storage_(storage),
+      append_(std::move(append)),
+      config_(std::move(config)) {}
+
+absl::Status RolloutManager::Start() {
+  for (const auto& path : config_.keys) {
+    auto pem = ReadFile(path);
+    if (!pem.ok())
+      return absl::InvalidArgumentError(absl::StrCat("ota.keys: ", pem.status().message()));
+    if (auto h = mcuboot::KeyHashHex(*pem); !h.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("ota.keys: ", path, ": ", h.status().message()));
+    }
+    key_pems_.push_back(*pem);
+  }
+  std::vector<std::pair<std::string, json>> stale;
+  auto s = storage_.Scan(Cf::kOta, kRolloutPrefix, "rollout0",
+                         [&](std::string_view k, std::string_view v) {
+                           auto j = json::parse(v, nullptr, false);
+                           if (!j.is_discarded() && j.value("state", "") == "running")
+                             stale.emplace_back(std::string(k), j);
+                           return true;
+                         });
+  if (!s.ok()) return s;
+  for (auto& [k, j] : stale) {
+    j["state"] = "interrupted";
+    j["finished_us"] = NowMicros();
+    j["error"] =
+        "fwaid stopped during the rollout; boards left unconfirmed revert at their next power-on";
+    if (append_) {
+      (void)append_({{"kind", "ota"},
+                     {"event", "rollout_finished"},
+                     {"rollout_id", j.value("id", "")},
+                     {"state", "interrupted"},
+                     {"text", j["error"]}});
+    }
+    if (auto st = storage_.Put(Cf::kOta, k, j.dump(), true); !st.ok()) return st;
+  }
+  return absl::OkStatus();
+}
+
+RolloutResult RolloutManager::Run(const RolloutRequest& req,
+                                  const std::function<void(const RolloutEvent&)>& emit,
+                                  CancelToken& cancel) {
+  RolloutResult result;
+  const int64_t started = NowMicros();
+  result.rollout_id = NewId("ota-");
+  Run_ run{this,
+           req,
+           emit,
+           cancel,
+           json::object(),
+           RolloutKey(started, result.rollout_id),
+           result.rollout_id};
+  auto refuse = [&](const absl::Status& s) {
+    result.state = "refused";
+    result.error = std::string(s.message());
+    result.summary = {{"rollout_id", result.rollout_id},
+                      {"state", "refused"},
+                      {"error", result.error},
+                      {"code", static_cast<int>(s.code())}};
+    if (append_) {
+      (void)append_({{"kind", "ota"},
+                     {"event", "rollout_refused"},
+                     {"rollout_id", result.rollout_id},
+                     {"image", req.image_path},
+                     {"by", req.caller.display},
+                     {"reason", result.error}});
+    }
+    emit({"rollout_finished", "", "refused", result.error, result.summary});
+    return result;
+  };
+
+  // The image: a valid MCUboot image, signed by a trusted key when keys are configured.
+  // Read as the caller's account: nobody rolls out (and so exposes) a file
+  // they could not read themselves.
+  if (!req.caller.account) {
+    return refuse(absl::PermissionDeniedError(
+        absl::StrCat("reading ", req.image_path, " needs a local account; ", req.caller.display, " has none")));
+  }
+  absl::StatusOr<std::string> bytes;
+  {
+    ScopedFsIdentity as(*req.caller.account);
+    bytes = as.status().ok() ? ReadFile(req.image_path) : absl::StatusOr<std::string>(as.status());
+  }
+  if (!bytes.ok()) return refuse(bytes.status());
+  auto info = mcuboot::Parse(*bytes);
+  if (!info.ok())
+    return refuse(
+        absl::InvalidArgumentError(absl::StrCat(req.image_path, ": ", info.status().message())));
+  if (!info->hash_ok)
+    return refuse(absl::DataLossError(
+        absl::StrCat(req.image_path, ": its SHA-256 does not match its contents")));
+  if (!key_pems_.empty()) {
+    absl::Status last;
+    for (const auto& k : key_pems_) {
+      last = mcuboot::VerifySignature(*bytes, *info, k);
+      if (last.ok()) break;
+    }
+    if (!last.ok()) {
+      return refuse(absl::PermissionDeniedError(absl::StrCat(
+          req.image_path, ": not signed by a key in ota.keys (", last.message(), ")")));
+    }
+  }
+  const std::string version = info->version.ToString();
+  const std::string hash = info->sha256_hex;
+  // The boards: ids and tags.
+  std::vector<DeviceInfo> fleet;
+  {
+    std::set<std::string> ids;
+    std::vector<std::string> tags;
+    std::set<std::string> known;
+    auto all = hardware_.List();
+    for (const auto& d : all) {
+      if (d.kind == "simulated" || d.kind == "board") known.insert(d.id);
+    }
+    for (const auto& b : req.boards) {
+      if (known.count(b)) {
+        ids.insert(b);
+      } else {
+        tags.push_back(b);
+      }
+    }
+    for (const auto& d : all) {
+      if (!known.count(d.id)) continue;
+      bool pick = ids.count(d.id) > 0;
+      if (!pick && !tags.empty()) {
+        pick = std::all_of(tags.begin(), tags.end(), [&](const std::string& t) {
+          return std::find(d.tags.begin(), d.tags.end(), t) != d.tags.end();
+        });
+      }
+      if (pick) fleet.push_back(d);
+    }
+    std::sort(fleet.begin(), fleet.end(),
+              [](const DeviceInfo& a, const DeviceInfo& b) { return a.id < b.id; });
+    if (fleet.empty()) {
+      return refuse(absl::NotFoundError(
+          absl::StrCat("no board matches --boards ", absl::StrJoin(req.boards, ","),
+                       " (board ids, or tags every chosen board carries)")));
+    }
+  }
+  auto counts = StageCounts(req.stages, fleet.size());
+  if (!counts.ok()) return refuse(counts.status());
+  // Promotion: physical boards only get an image that passed on simulated ones.
+  std::vector<std::string> physical;
+  for (const auto& d : fleet) {
+    if (d.kind != "simulated") physical.push_back(d.id);
+  }
+  if (!physical.empty()) {
+    auto passed = storage_.Get(Cf::kOta, kPassedPrefix + hash);
+    if (!passed.ok()) return refuse(passed.status());
+    if (!passed->has_value()) {
+      return refuse(absl::PermissionDeniedError(
+          absl::StrCat("promotion refused: image ", version, " (sha256 ", hash.substr(0, 16),
+                       "…) has not passed a rollout on "
+                       "simulated boards; physical boards ",
+                       absl::StrJoin(physical, ", "),
+                       " get it after it has (fwai ota rollout IMAGE --boards simulated)")));
+    }
+  }
+  // Downgrades, and boards that already run this image.
+  std::map<std::string, std::string> current;  // board -> version it runs
+  std::set<std::string> already;
+  std::vector<std::string> downgrades;
+  for (const auto& d : fleet) {
+    std::string cur_version, cur_hash;
+    if (d.kind == "simulated") {
+      auto slots = hardware_.OtaSlots(d.id);
+      if (slots.ok() && slots->booted_from_slots && slots->primary.has_image) {
+        cur_version = slots->primary.version;
+        cur_hash = slots->primary.hash;
+      }
+    } else if (auto rec = storage_.Get(Cf::kOta, kBoardPrefix + d.id);
+               rec.ok() && rec->has_value()) {
+      auto j = json::parse(**rec, nullptr, false);
+      if (!j.is_discarded()) {
+        cur_version = j.value("version", "");
+        cur_hash = j.value("hash", "");
+      }
+    }
+    current[d.id] = cur_version;
+    if (cur_version.empty()) continue;
+    if (cur_hash == hash) {
+      already.insert(d.id);
+      continue;
+    }
+    auto cv = mcuboot::Version::Parse(cur_version);
+    if (cv.ok() && info->version.Compare(*cv) < 0)
+      downgrades.push_back(absl::StrCat(d.id, " runs ", cur_version));
+  }
+  if (!downgrades.empty() && !req.force) {
+    return refuse(absl::FailedPreconditionError(
+        absl::StrCat("downgrade refused: ", version, " is older than what ",
+                     absl::StrJoin(downgrades, ", "), " (--force rolls it out anyway)")));
+  }
+  if (!req.health_skill.empty() && !skills_)
+    return refuse(absl::UnavailableError("the skill runner is not available"));
+  const double max_rate =
+      req.max_failure_rate >= 0 ? req.max_failure_rate : config_.max_failure_rate;
+
+  json boards = json::object();
+  for (const auto& d : fleet)
+    boards[d.id] = {{"state", "waiting"}, {"kind", d.kind}, {"from", current[d.id]}};
+  run.doc = {{"id", result.rollout_id},
+             {"state", "running"},
+             {"image", req.image_path},
+             {"image_hash", hash},
+             {"version", version},
+             {"signed", info->has_signature},
+             {"stages", *counts},
+             {"health", req.health_skill},
+             {"max_failure_rate", max_rate},
+             {"forced", req.force && !downgrades.empty()},
+             {"by", req.caller.display},
+             {"started_us", started},
+             {"boards", boards},
+             {"events", json::array()}};
+  run.Record({"rollout_started",
+              "",
+              "running",
+              absl::StrCat("rolling out ", version, " to ", fleet.size(), " board(s) in ",
+                           counts->size(), " stage(s)"),
+              {{"boards",
+                [&] {
+                  json a = json::array();
+                  for (const auto& d : fleet) a.push_back(d.id);
+                  return a;
+                }()},
+               {"stages", *counts}}});
+
+  Caller caller = req.caller;
+  std::vector<std::string> confirmed;  // boards this rollout updated for good
+  std::string final_state = "completed";
+  std::string final_error;
+  size_t done = 0;
+  for (size_t stage = 0; stage < counts->size() && final_state == "completed"; ++stage) {
+    std::vector<DeviceInfo> members(fleet.begin() + static_cast<std::ptrdiff_t>(done),
+                                    fleet.begin() + static_cast<std::ptrdiff_t>((*counts)[stage]));
+    done = (*counts)[stage];
+    std::vector<std::string> ids;
+    for (const auto& d : members) ids.push_back(d.id);
+    run.Record({"stage_started",
+                "",
+                "",
+                absl::StrCat("stage ", stage + 1, ": ", absl::StrJoin(ids, ", ")),
+                {{"stage", stage + 1}, {"boards", ids}}});
+    size_t attempted = 0, failed = 0;
+    for (const auto& d : members) {
+      if (cancel.cancelled()) {
+        final_state = "cancelled";
+        break;
+      }
+      const std::string board = d.id;
+      if (already.count(board)) {
+        run.BoardEvent(board, "skipped", absl::StrCat(board, " already runs ", version));
+        continue;
+      }
+      attempted++;
+      auto lease =
+          hardware_.Acquire(caller, board, {}, kLeaseTtlS, 30, [&] { return cancel.cancelled(); });
+      if (!lease.ok()) {
+        failed++;
+        run.BoardEvent(board, "failed",
+                       absl::StrCat("cannot lease ", board, ": ", lease.status().message()));
+        continue;
+      }
+      Caller bc = caller;
+      bc.lease_id = lease->lease_id;
+      const bool own_lease = !lease->renewed;
+      auto release = [&] {
+        if (own_lease) (void)hardware_.Release(bc, lease->lease_id, board, false);
+      };
+      run.BoardEvent(
+          board, "staging",
+          absl::StrCat("writing ", version, " to the secondary slot of ", board, " (test)"));
+      if (auto s = hardware_.OtaStage(bc, board, *bytes, false); !s.ok()) {
+        failed++;
+        run.BoardEvent(board, "failed", absl::StrCat("upload failed: ", s.message()));
+        release();
+        continue;
+      }
+      auto boot = hardware_.OtaRestart(bc, board, kBootTimeoutMs);
+      std::string why;
+      if (!boot.ok()) {
+        why = absl::StrCat("restart failed: ", boot.status().message());
+      } else if (d.kind == "simulated" && boot->hash != hash) {
+        why = absl::StrCat("the bootloader did not run the new image (swap ", boot->swap,
+                           boot->detail.empty() ? "" : ": " + boot->detail, ")");
+      } else if (!boot->booted) {
+        why = "no boot line within 15 s";
+      }
+      json boot_data = boot.ok() ? json{{"swap", boot->swap},
+                                        {"running", boot->version},
+                                        {"boot_line", boot->boot_line}}
+                                 : json::object();
+      if (why.empty()) {
+        run.BoardEvent(
+            board, "testing",
+            absl::StrCat(board, " booted ", version, " in test state: ", boot->boot_line),
+            boot_data);
+        if (!req.health_skill.empty()) {
+          SkillRunRequest sr;
+          sr.project_root = req.project_root;
+          sr.skill = req.health_skill;
+          sr.board = board;
+          sr.ci = true;
+          sr.timeout_s = config_.health_timeout_s;
+          sr.vars = {{"OTA_VERSION", version},
+                     {"OTA_IMAGE_HASH", hash},
+                     {"ROLLOUT_ID", result.rollout_id}};
+          sr.caller = bc;
+          std::string last_error;
+          auto r = skills_->Run(
+              sr,
+              [&](const SkillEventOut& e) {
+                if (e.kind == "step_finished" && !e.ok)
+                  last_error = absl::StrCat(e.step, ": ", e.text);
+              },
+              cancel);
+          if (!r.ok) {
+            why = absl::StrCat("health skill '", req.health_skill, "' failed (", r.failure_class,
+                               ")", last_error.empty() ? "" : ": " + last_error);
+          }
+          boot_data["health_run"] = r.run_id;
+        }
+      }
+      if (why.empty()) {
+        if (auto s = hardware_.OtaConfirm(bc, board); !s.ok()) {
+          why = absl::StrCat("confirm failed: ", s.message());
+        } else {
+          confirmed.push_back(board);
+          if (d.kind != "simulated") {
+            (void)storage_.Put(
+                Cf::kOta, kBoardPrefix + board,
+                json({{"version", version}, {"hash", hash}, {"rollout_id", result.rollout_id}})
+                    .dump(),
+                true);
+          }
+          run.BoardEvent(board, "confirmed", absl::StrCat(board, " runs ", version, " (confirmed)"),
+                         boot_data);
+        }
+      }
+      if (!why.empty()) {
+        failed++;
+        run.BoardEvent(board, "reverting", absl::StrCat(why, "; restarting without confirming"),
+                       boot_data);
+        // Not confirmed: the bootloader swaps the previous image back at this restart.
+        const bool new_image_ran = !boot.ok() || d.kind != "simulated" || boot->hash == hash;
+        if (new_image_ran) {
+          auto back = hardware_.OtaRestart(bc, board, kBootTimeoutMs);
+          if (!back.ok()) {
+            run.BoardEvent(board, "failed",
+                           absl::StrCat("revert failed: ", back.status().message()));
+          } else {
+            run.BoardEvent(
+                board, "reverted",
+                absl::StrCat(board, " is back on ",
+                             back->version.empty() ? current[board] : back->version,
+                             back->booted ? (back->boot_line.empty() ? "" : ": " + back->boot_line)
+                                          : " (no boot line)"),
+                {{"swap", back->swap},
+                 {"running", back->version},
+                 {"boot_line", back->boot_line},
+                 {"reason", why}});
+          }
+        } else {
+          run.BoardEvent(board, "reverted",
+                         absl::StrCat(board, " kept ", current[board], ": ", why),
+                         {{"reason", why}});
+        }
+      }
+      release();
+    }
+    double rate =
+        attempted == 0 ? 0.0 : static_cast<double>(failed) / static_cast<double>(attempted);
+    run.Record({"stage_finished",
+                "",
+                "",
+                absl::StrCat("stage ", stage + 1, ": ", failed, " of ", attempted, " failed"),
+                {{"stage", stage + 1},
+                 {"attempted", attempted},
+                 {"failed", failed},
+                 {"failure_rate", rate}}});
+    if (final_state == "completed" && rate > max_rate) {
+      final_state = "stopped";
+      final_error =
+          absl::StrCat("stage ", stage + 1, " failed on ", failed, " of ", attempted, " board(s) (",
+                       static_cast<int>(rate * 100), "% > ", static_cast<int>(max_rate * 100),
+                       "%): the rollout stops and is taken back");
+    }
+  }
+  if (final_state == "stopped") {
+    // Boards updated for good in earlier stages go back to their previous image.
+    for (const auto& board : confirmed) {
+      auto lease = hardware_.Acquire(caller, board, {}, kLeaseTtlS, 30, [] { return false; });
+      if (!lease.ok()) {
+        run.BoardEvent(board, "failed",
+                       absl::StrCat("cannot lease ", board,
+                                    " to take the update back: ", lease.status().message()));
+        continue;
+      }
+      Caller bc = caller;
+      bc.lease_id = lease->lease_id;
+      absl::Status s = hardware_.OtaRestorePrevious(bc, board);
+      absl::StatusOr<OtaBootResult> back = s.ok() ? hardware_.OtaRestart(bc, board, kBootTimeoutMs)
+                                                  : absl::StatusOr<OtaBootResult>(s);
+      if (!back.ok()) {
+        run.BoardEvent(board, "failed",
+                       absl::StrCat("taking the update back failed: ", back.status().message()));
+      } else {
+        run.BoardEvent(
+            board, "rolled_back", absl::StrCat(board, " is back on ", back->version),
+            {{"swap", back->swap}, {"running", back->version}, {"boot_line", back->boot_line}});
+      }
+      if (!lease->renewed) (void)hardware_.Release(bc, lease->lease_id, board, false);
+    }
+  }
+  run.doc["state"] = final_state;
+  run.doc["finished_us"] = NowMicros();
+  if (!final_error.empty()) run.doc["error"] = final_error;
+  // A whole rollout over simulated boards that passed lets the image go to physical ones.
+  bool all_simulated = physical.empty();
+  if (final_state == "completed" && all_simulated) {
+    json passed = {{"rollout_id", result.rollout_id},
+                   {"version", version},
+                   {"time_us", NowMicros()},
+                   {"boards", run.doc["boards"]}};
+    (void)storage_.Put(Cf::kOta, kPassedPrefix + hash, passed.dump(), true);
+  }
+  json summary = {{"rollout_id", result.rollout_id},
+                  {"state", final_state},
+                  {"version", version},
+                  {"image_hash", hash},
+                  {"boards", run.doc["boards"]}};
+  if (!final_error.empty()) summary["error"] = final_error;
+  run.Record({"rollout_finished", "", final_state,
+              final_error.empty() ? absl::StrCat("rollout ", final_state) : final_error, summary});
+  result.state = final_state;
+  result.error = final_error;
+  result.summary = summary;
+  return result;
+}
+
+absl::StatusOr<std::vector<json>> RolloutManager::List(size_t limit) const {
+  std::vector<json> all;
+  auto s = storage_.Scan(Cf::kOta, kRolloutPrefix, "rollout0",
+                         [&](std::string_view, std::string_view v) {
+                           auto j = json::parse(v, nullptr, false);
+                           if (!j.is_discarded()) {
+                             j.erase("events");
+                             all.push_back(std::move(j));
+                           }
+                           return true;
+                         });
+  if (!s.ok()) return s;
+  std::reverse(all.begin(), all.end());
+  if (all.size() > limit) all.resize(limit);
+  return all;
+}
+
+absl::StatusOr<json> RolloutManager::Get(const std::string& rollout_id) const {
+  std::optional<json> found;
+  auto s = storage_.Scan(
+      Cf::kOta, kRolloutPrefix, "rollout0", [&](std::string_view k, std::string_view v) {
+        if (k.size() > rollout_id.size() && k.substr(k.size() - rollout_id.size()) == rollout_id &&
+            k[k.size() - rollout_id.size() - 1] == '-') {
+          found = json::parse(v, nullptr, false);
+          return false;
+        }
+        return true;
+      });
+  if (!s.ok()) return s;
+  if (!found || found->is_discarded())
+    return absl::NotFoundError(absl::StrCat("no rollout '", rollout_id, "'"));
+  return *found;
+}
+
+absl::StatusOr<json> RolloutManager::Boards() const {
+  json out = json::array();
+  auto recent = List(50);
+  for (const auto& d : hardware_.List()) {
+    if (d.kind != "simulated" && d.kind != "board") continue;
+    json b = {{"board", d.id}, {"kind", d.kind}, {"health", d.health}, {"tags", d.tags}};
+    if (d.kind == "simulated") {
+      auto slots = hardware_.OtaSlots(d.id);
+      if (slots.ok()) {
+        auto slot = [](const OtaSlotsInfo::Slot& s) {
+          return json{{"has_image", s.has_image}, {"version", s.version},
+                      {"hash", s.hash},           {"magic", s.magic},
+                      {"image_ok", s.image_ok},   {"copy_done", s.copy_done}};
+        };
+        b["booted_from_slots"] = slots->booted_from_slots;
+        b["primary"] = slot(slots->primary);
+        b["secondary"] = slot(slots->secondary);
+        if (slots->booted_from_slots) b["running"] = slots->primary.version;
+      }
+    } else if (auto rec = storage_.Get(Cf::kOta, kBoardPrefix + d.id);
+               rec.ok() && rec->has_value()) {
+      auto j = json::parse(**rec, nullptr, false);
+      if (!j.is_discarded()) b["running"] = j.value("version", "");
+    }
+    if (recent.ok()) {
+      for (const auto& r : *recent) {
+        if (r.contains("boards") && r["boards"].contains(d.id)) {
+          b["last_rollout"] = {{"id", r.value("id", "")},
+                               {"version", r.value("version", "")},
+                               {"state", r["boards"][d.id].value("state", "")},
+                               {"rollout_state", r.value("state", "")}};
+          break;
+        }
+      }
+    }
+    out.push_back(std::move(b));
+  }
+  return out;
+}
+
+}  // namespace fwai

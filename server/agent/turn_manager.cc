@@ -576,12 +576,26 @@ absl::Status TurnManager::Reply(const std::string& session_id, Interaction reply
     std::lock_guard<std::mutex> lock(mu_);
     auto it = pending_.find(session_id);
     if (it != pending_.end()) p = it->second;
+    auto done = answered_.find(session_id);
+    if (done != answered_.end() && !reply.id.empty() && (!p || p->id != reply.id)) {
+      for (const auto& [id, by] : done->second) {
+        if (id == reply.id) {
+          return absl::FailedPreconditionError(absl::StrCat(reply.is_plan ? "plan " : "question ",
+                                                            id, ": already answered by ", by));
+        }
+      }
+    }
   }
   if (!p || (!reply.id.empty() && reply.id != p->id) || p->is_plan != reply.is_plan) {
     return absl::NotFoundError(absl::StrCat(reply.is_plan ? "plan " : "question ", reply.id,
                                             ": nothing in session ", session_id, " is waiting for it"));
   }
   std::lock_guard<std::mutex> lock(p->mu);
+  if (p->reply) {
+    // The first answer wins; the session's clients see which one it was.
+    return absl::FailedPreconditionError(absl::StrCat(reply.is_plan ? "plan " : "question ", p->id,
+                                                      ": already answered by ", p->reply->by));
+  }
   p->reply = std::move(reply);
   p->cv.notify_all();
   return absl::OkStatus();
@@ -621,6 +635,11 @@ std::optional<Interaction> TurnManager::Wait(Turn* turn, const std::string& sess
   }
   std::lock_guard<std::mutex> lock(mu_);
   if (pending_[session_id] == p) pending_.erase(session_id);
+  if (out) {
+    auto& done = answered_[session_id];
+    done.emplace_back(p->id, out->by);
+    if (done.size() > 16) done.pop_front();
+  }
   return out;
 }
 
@@ -1122,6 +1141,14 @@ std::string TurnManager::RunAgent(Turn* turn, Agent& a) {
           if (!reply) {
             tr = {"the question was not answered (turn cancelled)", true};
           } else {
+            ServerEvent answered;
+            auto* qa = answered.mutable_question_answered();
+            qa->set_question_id(qid);
+            for (const auto& sel : reply->selected) qa->add_selected(sel);
+            qa->set_text(reply->text);
+            qa->set_answered_by(reply->by);
+            qa->set_call_id(call_id);
+            sink.Emit(std::move(answered));
             json ans = {{"selected", reply->selected}, {"text", reply->text}};
             tr = {absl::StrCat("The user answered: ", ans.dump()), false};
           }
@@ -1148,14 +1175,25 @@ std::string TurnManager::RunAgent(Turn* turn, Agent& a) {
             ev.mutable_plan_submitted()->set_plan_id(plan_id);
             ev.mutable_plan_submitted()->set_text(plan);
             ev.mutable_plan_submitted()->set_path(PlanPath(session.id));
+            ev.mutable_plan_submitted()->set_call_id(call_id);
             std::shared_ptr<Pending> pending;
             if (!session.auto_approve_plan) pending = Expect(session.id, plan_id, true);
             sink.Emit(std::move(ev));
             std::optional<Interaction> d;
             if (session.auto_approve_plan) {
-              d = Interaction{plan_id, {}, "", true, true, ""};
+              d = Interaction{plan_id, {}, "", true, true, "", "auto_approve_plan"};
             } else {
               d = Wait(turn, session.id, pending);
+            }
+            if (d) {
+              ServerEvent decided;
+              auto* pd = decided.mutable_plan_decided();
+              pd->set_plan_id(plan_id);
+              pd->set_approved(d->approve);
+              pd->set_edited(d->approve && !d->edited_plan.empty() && d->edited_plan != plan);
+              pd->set_feedback(d->text);
+              pd->set_decided_by(d->by);
+              sink.Emit(std::move(decided));
             }
             if (!d) {
               tr = {"the plan was not decided (turn cancelled)", true};

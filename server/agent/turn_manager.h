@@ -6,6 +6,7 @@
 // Thread-safe. Cancel() stops the HTTP stream and the running tool promptly.
 #pragma once
 
+#include <deque>
 #include <functional>
 #include <map>
 #include <vector>
@@ -49,6 +50,7 @@ struct Interaction {
   bool is_plan = false;
   bool approve = false;
   std::string edited_plan;
+  std::string by;  // who answered (shown to the session's other clients)
 };
 
 struct TurnRequest {
@@ -91,6 +93,9 @@ class TurnManager {
   void Cancel(const std::string& session_id);
   // Delivers a reply to the question or plan the session's turn waits on.
   // NOT_FOUND when nothing with that id is waiting.
+  // Hands an answer to the question or plan the session waits for. The first
+  // answer wins: one for an id answered already is FAILED_PRECONDITION naming
+  // who answered; an id nothing waits for is NOT_FOUND.
   [[nodiscard]] absl::Status Reply(const std::string& session_id, Interaction reply);
   // plan | act; refused while a turn runs (the model's tools would change mid-call).
   [[nodiscard]] absl::Status SetMode(const std::string& session_id, const std::string& mode,
@@ -126,6 +131,10 @@ class TurnManager {
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
   std::map<std::string, std::unique_ptr<Turn>> turns_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, std::shared_ptr<Pending>> pending_ ABSL_GUARDED_BY(mu_);
+  // The last questions and plans each session had answered (id, who answered),
+  // so a late answer is told it lost rather than taken for a wrong id.
+  std::map<std::string, std::deque<std::pair<std::string, std::string>>> answered_
+      ABSL_GUARDED_BY(mu_);
 };
 
 // USD per million input/output tokens for well-known models (0 if unknown).

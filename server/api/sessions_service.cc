@@ -16,6 +16,7 @@
 #include "fwai/v1/tool_catalog.grpc.pb.h"
 #include "server/agent/turn_manager.h"
 #include "server/api/api.h"
+#include "server/api/caller.h"
 #include "server/llm/provider.h"
 #include "server/session/session_manager.h"
 
@@ -200,7 +201,12 @@ class EventPump {
 class ChatReactor final : public grpc::ServerBidiReactor<pb::ClientEvent, pb::ServerEvent> {
  public:
   ChatReactor(const ApiDeps& deps, grpc::CallbackServerContext* ctx)
-      : deps_(deps), access_(deps), ctx_(ctx), pump_(this), caller_(access_.Caller(ctx)) {
+      : deps_(deps),
+        access_(deps),
+        ctx_(ctx),
+        pump_(this),
+        caller_(access_.Caller(ctx)),
+        caller_display_(CallerFromContext(deps, ctx).display) {
     StartRead(&in_);
   }
 
@@ -211,6 +217,12 @@ class ChatReactor final : public grpc::ServerBidiReactor<pb::ClientEvent, pb::Se
       return;
     }
     absl::Status s = Handle();
+    if (!s.ok() && s.code() == absl::StatusCode::kFailedPrecondition &&
+        (in_.has_answer() || in_.has_plan_decision())) {
+      // Another client answered first; this one sees question_answered /
+      // plan_decided on its stream and goes on.
+      s = absl::OkStatus();
+    }
     if (!s.ok()) {
       pump_.Finish(ToGrpcStatus(s));
       return;
@@ -262,6 +274,7 @@ class ChatReactor final : public grpc::ServerBidiReactor<pb::ClientEvent, pb::Se
         reply.id = in_.answer().question_id();
         reply.selected.assign(in_.answer().selected().begin(), in_.answer().selected().end());
         reply.text = in_.answer().text();
+        reply.by = caller_display_;
         return deps_.turns->Reply(session_id_, std::move(reply));
       }
       case pb::ClientEvent::kPlanDecision: {
@@ -272,6 +285,7 @@ class ChatReactor final : public grpc::ServerBidiReactor<pb::ClientEvent, pb::Se
         reply.edited_plan = in_.plan_decision().edited_plan();
         reply.text = in_.plan_decision().feedback();
         reply.is_plan = true;
+        reply.by = caller_display_;
         return deps_.turns->Reply(session_id_, std::move(reply));
       }
       case pb::ClientEvent::kCompact: {
@@ -299,6 +313,7 @@ class ChatReactor final : public grpc::ServerBidiReactor<pb::ClientEvent, pb::Se
   grpc::CallbackServerContext* const ctx_;
   EventPump<ChatReactor> pump_;
   const std::string caller_;
+  const std::string caller_display_;  // "alice (uid 1000) via vscode"
   pb::ClientEvent in_;
   std::string session_id_;
 };

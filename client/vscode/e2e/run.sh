@@ -20,7 +20,10 @@ done
 CS_BIN="$("$EXT/scripts/install-code-server.sh" | tail -1)"
 cd "$EXT"
 [ -d node_modules/playwright-core ] || npm ci --no-audit --no-fund
-[ -f dist/extension.js ] && [ -f fwai-vscode.vsix ] && [ "${FWAI_E2E_REPACKAGE:-1}" = 0 ] || npm run --silent package >/dev/null
-export CS_BIN VSIX="$EXT/fwai-vscode.vsix" E2E_OUT="${E2E_OUT:-$ROOT/build/vscode-e2e}" CHROMIUM="${CHROMIUM:-/usr/bin/chromium}"
+export E2E_OUT="${E2E_OUT:-$ROOT/build/vscode-e2e}"
 mkdir -p "$E2E_OUT"
+if ! { [ -f dist/extension.js ] && [ -f fwai-vscode.vsix ] && [ "${FWAI_E2E_REPACKAGE:-1}" = 0 ]; }; then
+  npm run package >"$E2E_OUT/package.log" 2>&1 || { cat "$E2E_OUT/package.log" >&2; exit 1; }
+fi
+export CS_BIN VSIX="$EXT/fwai-vscode.vsix" CHROMIUM="${CHROMIUM:-/usr/bin/chromium}"
 exec node --test --test-reporter=spec --test-concurrency=1 e2e/e2e.test.mjs

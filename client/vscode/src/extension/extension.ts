@@ -117,10 +117,12 @@ export function activate(ctx: vscode.ExtensionContext): FwaiApi {
   command('fwai.leaseBoard', (d?: Device) => boards.lease(d));
   command('fwai.renewLease', (d?: Device) => boards.renew(d));
   command('fwai.releaseBoard', (d?: Device) => boards.release(d));
-  command('fwai.flashBoard', async (d?: Device, approved?: boolean) => {
+  command('fwai.flashBoard', async (d?: Device, approved?: unknown) => {
     const root = chat.projectRoot() ?? (await pickProjectRoot());
     if (!root) throw new Error('open the firmware project folder first');
-    return boards.flash(d, root, approved);
+    // Only an explicit boolean (from another extension or a test) skips the prompt;
+    // a view passes its selection as the second argument.
+    return boards.flash(d?.id ? d : undefined, root, typeof approved === 'boolean' ? approved : undefined);
   });
   command('fwai.openSerial', (d?: Device) => boards.openSerial(d));
   command('fwai.selfTest', async (d?: Device) => {
@@ -146,7 +148,8 @@ export function activate(ctx: vscode.ExtensionContext): FwaiApi {
     }
     if (!name) return;
     const tasks = await vscode.tasks.fetchTasks({ type: 'fwai' });
-    const task = tasks.find((t) => t.definition.skill === name && t.scope === folder) ?? skills.makeTask(folder, { type: 'fwai', skill: name });
+    const same = (t: vscode.Task) => typeof t.scope === 'object' && (t.scope as vscode.WorkspaceFolder).uri.toString() === folder!.uri.toString();
+    const task = tasks.find((t) => t.definition.skill === name && same(t)) ?? skills.makeTask(folder, { type: 'fwai', skill: name });
     await vscode.tasks.executeTask(task);
   });
 

@@ -194,7 +194,7 @@ export class Skills implements vscode.TreeDataProvider<Node>, vscode.TaskProvide
           signal,
         );
         if (r.error) print(`\x1b[31m${r.error.message}\x1b[0m`);
-        this.publish(root, r.diagnostics);
+        this.publish(root, def.skill, r.diagnostics);
         const outcome = { ok: r.ok && !r.error, runId: r.runId, diagnostics: r.diagnostics };
         this.lastRun.set(`${root}\0${def.skill}`, outcome);
         this.changed.fire(undefined);
@@ -210,7 +210,7 @@ export class Skills implements vscode.TreeDataProvider<Node>, vscode.TaskProvide
   }
 
   /** Typed diagnostics into Problems, by file, relative paths from the project root. */
-  publish(root: string, diags: Diagnostic[]): void {
+  publish(root: string, skill: string, diags: Diagnostic[]): void {
     // Clear this project's earlier ones.
     const stale: vscode.Uri[] = [];
     this.diagnostics.forEach((uri) => {
@@ -227,8 +227,8 @@ export class Skills implements vscode.TreeDataProvider<Node>, vscode.TaskProvide
         d.message,
         d.severity === 'error' ? vscode.DiagnosticSeverity.Error : d.severity === 'warning' ? vscode.DiagnosticSeverity.Warning : vscode.DiagnosticSeverity.Information,
       );
-      v.source = `fwai ${d.step}`;
-      if (d.kind) v.code = d.kind;
+      v.source = `fwai ${skill}`;
+      v.code = d.step ? `${d.step}${d.kind ? `: ${d.kind}` : ''}` : d.kind || undefined;
       const list = byFile.get(file) ?? [];
       list.push(v);
       byFile.set(file, list);

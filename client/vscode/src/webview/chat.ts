@@ -346,7 +346,6 @@ function renderHeader(): void {
 function renderRunning(): void {
   const running = model.running;
   $('cancel').style.display = running ? '' : 'none';
-  $('send').toggleAttribute('disabled', !session);
   document.body.classList.toggle('turn-running', running);
 }
 

@@ -331,7 +331,8 @@ test('a skill run\'s compiler error lands in Problems at file:line', { timeout: 
   const line = fs.readFileSync(main, 'utf8').split('\n').findIndex((l) => l.includes('undeclared_counter')) + 1;
   await runCommand('fwai: Refresh Skills');
   await view('Skills').locator('.monaco-list-row').filter({ has: page.locator('.label-name', { hasText: /^build$/ }) }).click();
-  await runCommand('Focus on Problems View');
+  // The Problems tab of the panel (the build's task terminal holds the panel until then).
+  await page.locator('.part.panel .composite-bar .action-label', { hasText: /^Problems/i }).first().click();
   const problem = page.locator('.markers-panel .monaco-list-row', { hasText: 'undeclared_counter' });
   await problem.waitFor({ timeout: 90000 });
   await page.locator('.markers-panel .monaco-list-row', { hasText: 'main.c' }).first().waitFor();

@@ -173,6 +173,12 @@ export function activate(ctx: vscode.ExtensionContext): FwaiApi {
   command('fwai.reconnect', () => conn.restart().then(() => conn.get()));
   command('fwai.showLog', () => out.show());
 
+  // Evidence grows with every turn, skill run and flash.
+  ctx.subscriptions.push(
+    chat.onEvent((ev) => ev.payload === 'turn_finished' && void evidence.refresh()),
+    vscode.tasks.onDidEndTask((e) => e.execution.task.definition.type === 'fwai' && void evidence.refresh()),
+  );
+
   // Connect now (starting fwaid if allowed) and reopen this workspace's last session.
   void conn
     .get()

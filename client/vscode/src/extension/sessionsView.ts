@@ -30,8 +30,17 @@ export class SessionsView implements vscode.TreeDataProvider<Node>, vscode.Dispo
     private readonly chat: Chat,
   ) {
     this.timer = setInterval(() => void this.refresh(), 5000);
+    let shown = '';
     this.disposables.push(
-      chat.onDidChange(() => this.changed.fire(undefined)),
+      // A new session (or one opened from elsewhere) shows at once; other changes only redraw.
+      chat.onDidChange(() => {
+        if ((chat.session?.id ?? '') !== shown) {
+          shown = chat.session?.id ?? '';
+          void this.refresh();
+        } else {
+          this.changed.fire(undefined);
+        }
+      }),
       conn.onDidChange(() => conn.state === 'connected' && void this.refresh()),
     );
   }

@@ -308,8 +308,9 @@ function flush(): void {
     const times = pendingDeltaTimes;
     pendingDeltaTimes = [];
     // Measured at the frame that draws them.
+    // Wall clock, as the daemon's time_us (performance.timeOrigin can be skewed from it).
     requestAnimationFrame(() => {
-      const nowUs = (performance.timeOrigin + performance.now()) * 1000;
+      const nowUs = Date.now() * 1000;
       for (const t of times) latencies.push((nowUs - t) / 1000);
     });
   }
@@ -575,6 +576,7 @@ document.addEventListener('input', () => {
     latencies.length = 0;
     frameGaps.length = 0;
     keyLatencies.length = 0;
+    keyDownAt = 0;
   },
 };
 

@@ -26,7 +26,7 @@ await Promise.all([
   esbuild.build({
     ...common,
     entryPoints: [path.join(root, 'src/client/index.ts')],
-    outfile: path.join(dist, 'client.js'),
+    outfile: path.join(root, 'out', 'client.js'),
     platform: 'node',
     format: 'cjs',
     target: 'node20',

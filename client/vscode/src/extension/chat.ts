@@ -17,6 +17,7 @@ export class Chat implements vscode.WebviewViewProvider, vscode.Disposable {
   private view: vscode.WebviewView | null = null;
   private ready = false;
   private outbox: ServerEvent[] = [];
+  private outboxRecvMs: number[] = []; // when each event reached the extension host (measurements)
   private flushTimer: NodeJS.Timeout | null = null;
   private pendingRoot: string | null = null;
   /** Latency and frame measurements in the webview (the hidden setting fwai.measure). */
@@ -86,12 +87,15 @@ export class Chat implements vscode.WebviewViewProvider, vscode.Disposable {
   /** Events go to the webview in batches: one message per 8 ms at most. */
   private forward(ev: ServerEvent): void {
     this.outbox.push(ev);
+    if (this.perf) this.outboxRecvMs.push(Date.now());
     if (this.flushTimer) return;
     this.flushTimer = setTimeout(() => {
       this.flushTimer = null;
       const batch = this.outbox;
+      const recv = this.outboxRecvMs;
       this.outbox = [];
-      this.post({ type: 'events', events: batch });
+      this.outboxRecvMs = [];
+      this.post(this.perf ? { type: 'events', events: batch, recvMs: recv } : { type: 'events', events: batch });
     }, this.outbox.length > 1 ? 8 : 0);
   }
 
@@ -169,6 +173,7 @@ export class Chat implements vscode.WebviewViewProvider, vscode.Disposable {
     this.model.todos = info.todos ?? [];
     this.log.length = 0;
     this.outbox = [];
+    this.outboxRecvMs = [];
     const stream = new SessionStream(client, info.id, { beforeReconnect: () => this.conn.revive() });
     this.stream = stream;
     stream.on('event', (ev) => {

@@ -11,7 +11,7 @@ const vscode = acquireVsCodeApi();
 
 type FromHost =
   | { type: 'reset'; session: SessionInfo | null; connection: string; perf?: boolean }
-  | { type: 'events'; events: ServerEvent[] }
+  | { type: 'events'; events: ServerEvent[]; recvMs?: number[] }
   | { type: 'connection'; state: string; detail?: string }
   | { type: 'perf'; enable: boolean }
   | { type: 'perfReport' }
@@ -43,7 +43,11 @@ let frameQueued = false;
 // Latency samples (perf mode): daemon time of each text delta, drawn at the next frame.
 let perf = false;
 let pendingDeltaTimes: number[] = [];
+let pendingRecvMs: number[] = [];
 const latencies: number[] = [];
+// The same, split: daemon -> extension host, and extension host -> drawn.
+const toHost: number[] = [];
+const hostToDrawn: number[] = [];
 const frameGaps: number[] = [];
 const keyLatencies: number[] = [];
 let keyDownAt = 0;
@@ -306,12 +310,20 @@ function flush(): void {
   if (stick) scrollToBottom();
   if (perf && pendingDeltaTimes.length) {
     const times = pendingDeltaTimes;
+    const recv = pendingRecvMs;
     pendingDeltaTimes = [];
+    pendingRecvMs = [];
     // Measured at the frame that draws them.
     // Wall clock, as the daemon's time_us (performance.timeOrigin can be skewed from it).
     requestAnimationFrame(() => {
-      const nowUs = Date.now() * 1000;
-      for (const t of times) latencies.push((nowUs - t) / 1000);
+      const nowMs = Date.now();
+      for (let i = 0; i < times.length; i++) {
+        latencies.push(nowMs - times[i] / 1000);
+        if (recv[i]) {
+          toHost.push(recv[i] - times[i] / 1000);
+          hostToDrawn.push(nowMs - recv[i]);
+        }
+      }
     });
   }
   document.body.dataset.events = String(eventsRendered);
@@ -491,11 +503,15 @@ window.addEventListener('message', (e: MessageEvent<FromHost>) => {
       setConnection(m.connection);
       break;
     case 'events':
-      for (const ev of m.events) {
+      for (let i = 0; i < m.events.length; i++) {
+        const ev = m.events[i];
         const changes = model.apply(ev);
         if (!changes.length) continue;
         eventsRendered++;
-        if (perf && ev.payload === 'text_delta') pendingDeltaTimes.push(ev.time_us);
+        if (perf && ev.payload === 'text_delta') {
+          pendingDeltaTimes.push(ev.time_us);
+          pendingRecvMs.push(m.recvMs?.[i] ?? 0);
+        }
         onChanges(changes);
       }
       schedule();
@@ -569,6 +585,8 @@ document.addEventListener('input', () => {
 // For the measurements (fwai.measure): read by the e2e suite from this frame.
 (window as any).__fwaiPerf = {
   latencies,
+  toHost,
+  hostToDrawn,
   frameGaps,
   keyLatencies,
   events: () => eventsRendered,
@@ -576,6 +594,8 @@ document.addEventListener('input', () => {
     latencies.length = 0;
     frameGaps.length = 0;
     keyLatencies.length = 0;
+    toHost.length = 0;
+    hostToDrawn.length = 0;
     keyDownAt = 0;
   },
 };

@@ -8,7 +8,7 @@ const { execFileSync } = require('node:child_process');
 const fs = require('node:fs');
 const path = require('node:path');
 const { Daemon, PROTO_ROOT, ROOT } = require('../support/fixtures.cjs');
-const lib = require('../../dist/client.js');
+const lib = require('../../out/client.js');
 
 function buildBlinky(project) {
   fs.cpSync(path.join(ROOT, 'examples', 'stm32vl-blinky'), project, { recursive: true });

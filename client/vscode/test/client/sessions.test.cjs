@@ -6,7 +6,7 @@ const assert = require('node:assert/strict');
 const fs = require('node:fs');
 const path = require('node:path');
 const { FakeLlm, Daemon, PROTO_ROOT, waitFor } = require('../support/fixtures.cjs');
-const lib = require('../../dist/client.js');
+const lib = require('../../out/client.js');
 
 let fake;
 before(async () => { fake = await FakeLlm.start(); });

@@ -10,7 +10,7 @@ const os = require('node:os');
 const path = require('node:path');
 const grpc = require('@grpc/grpc-js');
 const { PROTO_ROOT } = require('../support/fixtures.cjs');
-const lib = require('../../dist/client.js');
+const lib = require('../../out/client.js');
 
 let dir;
 let server;

@@ -2,7 +2,7 @@
 // references, diagnostics.
 const { test } = require('node:test');
 const assert = require('node:assert/strict');
-const lib = require('../../dist/client.js');
+const lib = require('../../out/client.js');
 
 test('daemon addresses resolve like the CLI, plus tls:', () => {
   const env = { XDG_RUNTIME_DIR: '/run/user/1000' };

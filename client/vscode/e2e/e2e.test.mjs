@@ -329,9 +329,10 @@ test('a skill run\'s compiler error lands in Problems at file:line', { timeout: 
   const main = path.join(daemon.project, 'src', 'main.c');
   fs.appendFileSync(main, '\nint broken_on_purpose(void) { return undeclared_counter + 1; }\n');
   const line = fs.readFileSync(main, 'utf8').split('\n').findIndex((l) => l.includes('undeclared_counter')) + 1;
-  await runCommand('fwai: Refresh Skills');
+  // The row's own Run action (a click on the row itself can land while the tree redraws and only select it).
   const buildRow = view('Skills').locator('.monaco-list-row').filter({ has: page.locator('.label-name', { hasText: /^build$/ }) });
-  await buildRow.click();
+  await buildRow.hover();
+  await buildRow.locator('.action-label[aria-label="Run Skill"]').click();
   // The run is over when the tree says so; its task terminal holds the panel until then.
   await buildRow.filter({ hasText: '✗ last run' }).waitFor({ timeout: 120000 });
   await page.locator('.part.panel .composite-bar .action-label', { hasText: /^Problems/i }).first().click();

@@ -136,6 +136,22 @@ void EventRenderer::Render(const fwai::v1::ServerEvent& ev) {
     case E::kQuestionAsked:
       for (const auto& q : ev.question_asked().questions()) Line(stdout, absl::StrCat("? ", q.text()));
       return;
+    case E::kQuestionAnswered: {
+      const auto& a = ev.question_answered();
+      std::string what = absl::StrJoin(a.selected(), ", ");
+      if (!a.text().empty()) absl::StrAppend(&what, what.empty() ? "" : "; ", a.text());
+      Line(stdout, Dim(stdout, absl::StrCat("[answered by ", a.answered_by(), ": ", what, "]")));
+      return;
+    }
+    case E::kPlanDecided: {
+      const auto& p = ev.plan_decided();
+      Line(stdout,
+           Dim(stdout, absl::StrCat("[plan ",
+                                    p.approved() ? (p.edited() ? "approved as edited" : "approved")
+                                                 : "sent back",
+                                    " by ", p.decided_by(), "]")));
+      return;
+    }
     case E::kToolsOffered:
       if (show_user_) {
         Line(stdout, Dim(stdout, absl::StrCat("[tools: ", absl::StrJoin(ev.tools_offered().tools(), ", "), "]")));

@@ -40,6 +40,11 @@ std::optional<Interaction> PendingReplies::Wait(const std::string& session_id,
   }
   std::lock_guard<std::mutex> lock(mu_);
   if (pending_[session_id] == p) pending_.erase(session_id);
+  if (out) {
+    auto& done = answered_[session_id];
+    done.emplace_back(p->id, out->by);
+    if (done.size() > 16) done.pop_front();
+  }
   return out;
 }
 
@@ -49,6 +54,15 @@ absl::Status PendingReplies::Reply(const std::string& session_id, Interaction re
     std::lock_guard<std::mutex> lock(mu_);
     auto it = pending_.find(session_id);
     if (it != pending_.end()) p = it->second;
+    auto done = answered_.find(session_id);
+    if (done != answered_.end() && !reply.id.empty() && (!p || p->id != reply.id)) {
+      for (const auto& [id, by] : done->second) {
+        if (id == reply.id) {
+          return absl::FailedPreconditionError(
+              absl::StrCat(reply.is_plan ? "plan " : "question ", id, ": already answered by ", by));
+        }
+      }
+    }
   }
   if (!p || (!reply.id.empty() && reply.id != p->id) || p->is_plan != reply.is_plan) {
     return absl::NotFoundError(absl::StrCat(reply.is_plan ? "plan " : "question ", reply.id,
@@ -56,6 +70,11 @@ absl::Status PendingReplies::Reply(const std::string& session_id, Interaction re
                                             " is waiting for it"));
   }
   std::lock_guard<std::mutex> lock(p->mu);
+  if (p->reply) {
+    // The first answer wins; the session's clients see which one it was.
+    return absl::FailedPreconditionError(
+        absl::StrCat(reply.is_plan ? "plan " : "question ", p->id, ": already answered by ", p->reply->by));
+  }
   p->reply = std::move(reply);
   p->cv.notify_all();
   return absl::OkStatus();

@@ -5,6 +5,7 @@
 // quick reply is never lost; Wait() gives up when the turn is cancelled.
 #pragma once
 
+#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -28,6 +29,7 @@ struct Interaction {
   bool is_plan = false;
   bool approve = false;
   std::string edited_plan;
+  std::string by;  // who answered (shown to the session's other clients)
 };
 
 class PendingReplies {
@@ -42,12 +44,17 @@ class PendingReplies {
   std::optional<Interaction> Wait(const std::string& session_id,
                                   const std::shared_ptr<Pending>& pending,
                                   const CancelToken& cancel);
-  // Delivers a reply. NOT_FOUND when nothing in the session waits for it.
+  // Delivers a reply. The first answer wins: one for an id answered already
+  // is FAILED_PRECONDITION naming who answered; an id nothing waits for is
+  // NOT_FOUND.
   [[nodiscard]] absl::Status Reply(const std::string& session_id, Interaction reply);
 
  private:
   std::mutex mu_;
   std::map<std::string, std::shared_ptr<Pending>> pending_ ABSL_GUARDED_BY(mu_);
+  // The last questions and plans each session had answered (id, who
+  // answered), so a late answer is told it lost rather than taken for a wrong id.
+  std::map<std::string, std::deque<std::pair<std::string, std::string>>> answered_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace fwai

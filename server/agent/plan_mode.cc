@@ -70,7 +70,7 @@ void SwitchToAct(const AgentDeps& deps, Agent& a, const std::string& reason) {
 
 }  // namespace
 
-ToolResult SubmitPlan(const AgentDeps& deps, Agent& a) {
+ToolResult SubmitPlan(const AgentDeps& deps, Agent& a, const std::string& call_id) {
   if (!InPlanMode(a)) return {"submitPlan: the session is not in plan mode", true};
   const SessionInfo& session = a.turn->session;
   if (session.project_root.empty() || !a.turn->account) {
@@ -103,14 +103,25 @@ ToolResult SubmitPlan(const AgentDeps& deps, Agent& a) {
   ev.mutable_plan_submitted()->set_plan_id(plan_id);
   ev.mutable_plan_submitted()->set_text(plan);
   ev.mutable_plan_submitted()->set_path(PlanPath(session.id));
+  ev.mutable_plan_submitted()->set_call_id(call_id);
   std::shared_ptr<PendingReplies::Pending> pending;
   if (!session.auto_approve_plan) pending = deps.replies.Expect(session.id, plan_id, true);
   a.turn->sink.Emit(std::move(ev));
   std::optional<Interaction> d;
   if (session.auto_approve_plan) {
-    d = Interaction{plan_id, {}, "", true, true, ""};
+    d = Interaction{plan_id, {}, "", true, true, "", "auto_approve_plan"};
   } else {
     d = deps.replies.Wait(session.id, pending, a.turn->cancel);
+  }
+  if (d) {
+    v1::ServerEvent decided;
+    auto* pd = decided.mutable_plan_decided();
+    pd->set_plan_id(plan_id);
+    pd->set_approved(d->approve);
+    pd->set_edited(d->approve && !d->edited_plan.empty() && d->edited_plan != plan);
+    pd->set_feedback(d->text);
+    pd->set_decided_by(d->by);
+    a.turn->sink.Emit(std::move(decided));
   }
   if (!d) return {"the plan was not decided (turn cancelled)", true};
   if (!d->approve) {

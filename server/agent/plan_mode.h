@@ -40,6 +40,6 @@ ToolSpec SpecSubmitPlan();
 // submitPlan: publishes the plan file and waits for the person's decision (or
 // approves it at once when the session auto-approves). On approval sets
 // *a.mode and the session's mode to act.
-ToolResult SubmitPlan(const AgentDeps& deps, Agent& a);
+ToolResult SubmitPlan(const AgentDeps& deps, Agent& a, const std::string& call_id);
 
 }  // namespace fwai

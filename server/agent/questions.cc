@@ -57,6 +57,17 @@ ToolResult AskQuestion(const AgentDeps& deps, const Agent& a, const std::string&
   a.turn->sink.Emit(std::move(ev));
   auto reply = deps.replies.Wait(session_id, pending, a.turn->cancel);
   if (!reply) return {"the question was not answered (turn cancelled)", true};
+  {
+    // Every client of the session sees the answer that won, and whose it was.
+    v1::ServerEvent answered;
+    auto* qa = answered.mutable_question_answered();
+    qa->set_question_id(qid);
+    for (const auto& sel : reply->selected) qa->add_selected(sel);
+    qa->set_text(reply->text);
+    qa->set_answered_by(reply->by);
+    qa->set_call_id(call_id);
+    a.turn->sink.Emit(std::move(answered));
+  }
   json ans = {{"selected", reply->selected}, {"text", reply->text}};
   return {absl::StrCat("The user answered: ", ans.dump()), false};
 }

@@ -99,7 +99,7 @@ ToolResult ToolCaller::Dispatch(const std::string& call_id, const std::string& t
   if (is_main && tool_name == kAskQuestion) return AskQuestion(deps_, a, call_id, input);
   if (is_main && tool_name == kSubmitPlan) {
     const bool was_planning = InPlanMode(a);
-    ToolResult tr = SubmitPlan(deps_, a);
+    ToolResult tr = SubmitPlan(deps_, a, call_id);
     // Approved: act mode offers every tool.
     if (was_planning && !InPlanMode(a)) offer_.Rebuild();
     return tr;

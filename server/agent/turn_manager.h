@@ -12,6 +12,7 @@
 // holds the state they share.
 #pragma once
 
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -91,6 +92,9 @@ class TurnManager {
   void Cancel(const std::string& session_id);
   // Delivers a reply to the question or plan the session's turn waits on.
   // NOT_FOUND when nothing with that id is waiting.
+  // Hands an answer to the question or plan the session waits for. The first
+  // answer wins: one for an id answered already is FAILED_PRECONDITION naming
+  // who answered; an id nothing waits for is NOT_FOUND.
   [[nodiscard]] absl::Status Reply(const std::string& session_id, Interaction reply);
   // plan | act; refused while a turn runs (the model's tools would change mid-call).
   [[nodiscard]] absl::Status SetMode(const std::string& session_id, const std::string& mode,

@@ -19,6 +19,7 @@
 #include "server/api/gate.h"
 #include "server/api/offload.h"
 #include "server/tools/project_fs.h"
+#include "server/api/caller.h"
 #include "server/llm/provider.h"
 #include "server/session/session_manager.h"
 
@@ -204,6 +205,7 @@ class ChatReactor final : public grpc::ServerBidiReactor<pb::ClientEvent, pb::Se
     }
     who_ = *std::move(who);
     caller_ = who_.id;
+    caller_display_ = CallerFor(who_, ctx).display;
     ticket_ = deps_.gate->Track(who_, ctx, [this](const grpc::Status& s) { pump_.Finish(s); });
     StartRead(&in_);
   }
@@ -215,6 +217,12 @@ class ChatReactor final : public grpc::ServerBidiReactor<pb::ClientEvent, pb::Se
       return;
     }
     absl::Status s = Handle();
+    if (!s.ok() && s.code() == absl::StatusCode::kFailedPrecondition &&
+        (in_.has_answer() || in_.has_plan_decision())) {
+      // Another client answered first; this one sees question_answered /
+      // plan_decided on its stream and goes on.
+      s = absl::OkStatus();
+    }
     if (!s.ok()) {
       pump_.Finish(ToGrpcStatus(s));
       return;
@@ -280,6 +288,7 @@ class ChatReactor final : public grpc::ServerBidiReactor<pb::ClientEvent, pb::Se
         reply.id = in_.answer().question_id();
         reply.selected.assign(in_.answer().selected().begin(), in_.answer().selected().end());
         reply.text = in_.answer().text();
+        reply.by = caller_display_;
         return deps_.turns->Reply(session_id_, std::move(reply));
       }
       case pb::ClientEvent::kPlanDecision: {
@@ -290,6 +299,7 @@ class ChatReactor final : public grpc::ServerBidiReactor<pb::ClientEvent, pb::Se
         reply.edited_plan = in_.plan_decision().edited_plan();
         reply.text = in_.plan_decision().feedback();
         reply.is_plan = true;
+        reply.by = caller_display_;
         return deps_.turns->Reply(session_id_, std::move(reply));
       }
       case pb::ClientEvent::kCompact: {
@@ -321,6 +331,7 @@ class ChatReactor final : public grpc::ServerBidiReactor<pb::ClientEvent, pb::Se
   Principal who_;
   std::string caller_;
   std::unique_ptr<Gate::Ticket> ticket_;
+  std::string caller_display_;  // "alice (uid 1000) via vscode"
   pb::ClientEvent in_;
   std::string session_id_;
 };

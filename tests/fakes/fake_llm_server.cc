@@ -83,16 +83,154 @@ size_t FakeLlmServer::request_count() {
   return requests_.size();
 }
 
-FakeReply FakeLlmServer::Next() {
+namespace {
+bool WriteAll(int fd, const std::string& s);
+}  // namespace
+
+size_t FakeLlmServer::pending_replies() {
   std::lock_guard<std::mutex> lock(mu_);
-  if (replies_.empty()) {
-    FakeReply r;
-    r.chunks = {"ok"};
+  return replies_.size();
+}
+
+namespace {
+
+// The text of the first user message of a request in any of the wire formats
+// (Anthropic/OpenAI/Ollama "messages", Gemini "contents").
+std::string FirstUserText(const json& body) {
+  if (!body.is_object()) return "";
+  const json* msgs = nullptr;
+  if (body.contains("messages") && body["messages"].is_array()) msgs = &body["messages"];
+  if (body.contains("contents") && body["contents"].is_array()) msgs = &body["contents"];
+  if (msgs == nullptr) return "";
+  for (const auto& m : *msgs) {
+    if (!m.is_object() || m.value("role", "") != "user") continue;
+    std::string out;
+    const json& c = m.contains("content") ? m["content"]
+                    : m.contains("parts") ? m["parts"]
+                                          : json();
+    if (c.is_string()) return c.get<std::string>();
+    for (const auto& b : c.is_array() ? c : json::array()) {
+      if (b.is_object() && b.contains("text") && b["text"].is_string()) {
+        out += b["text"].get<std::string>();
+      }
+    }
+    return out;
+  }
+  return "";
+}
+
+}  // namespace
+
+FakeReply FakeLlmServer::Next(const json& body) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const std::string first = FirstUserText(body);
+  for (auto it = replies_.begin(); it != replies_.end(); ++it) {
+    if (!it->match.empty() && first.find(it->match) == std::string::npos) continue;
+    FakeReply r = std::move(*it);
+    replies_.erase(it);
     return r;
   }
-  FakeReply r = std::move(replies_.front());
-  replies_.pop_front();
+  FakeReply r;
+  r.chunks = {"ok"};
   return r;
+}
+
+bool FakeReplyFromJson(const json& j, FakeReply* out, std::string* error) {
+  if (!j.is_object()) {
+    *error = "a reply must be a JSON object";
+    return false;
+  }
+  FakeReply r;
+  try {
+    for (const auto& [key, v] : j.items()) {
+      if (key == "chunks") {
+        r.chunks = v.get<std::vector<std::string>>();
+      } else if (key == "text") {
+        r.chunks = {v.get<std::string>()};
+      } else if (key == "tool_calls") {
+        int n = 0;
+        for (const auto& tc : v) {
+          FakeToolCall c;
+          c.id = tc.value("id", absl::StrCat("toolu_fake_", ++n));
+          c.name = tc.at("name").get<std::string>();
+          c.input = tc.value("input", json::object());
+          r.tool_calls.push_back(std::move(c));
+        }
+      } else if (key == "status") {
+        r.status = v.get<int>();
+      } else if (key == "error_type") {
+        r.error_type = v.get<std::string>();
+      } else if (key == "error_message") {
+        r.error_message = v.get<std::string>();
+      } else if (key == "retry_after_s") {
+        r.retry_after_s = v.get<int>();
+      } else if (key == "chunk_delay_ms") {
+        r.chunk_delay_ms = v.get<int>();
+      } else if (key == "cut_after_chunks") {
+        r.cut_after_chunks = v.get<int>();
+      } else if (key == "stop_reason") {
+        r.stop_reason = v.get<std::string>();
+      } else if (key == "input_tokens") {
+        r.input_tokens = v.get<int64_t>();
+      } else if (key == "output_tokens") {
+        r.output_tokens = v.get<int64_t>();
+      } else if (key == "bench_chunks") {
+        r.bench_chunks = v.get<int>();
+      } else if (key == "bench_chunk_bytes") {
+        r.bench_chunk_bytes = v.get<int>();
+      } else if (key == "match") {
+        r.match = v.get<std::string>();
+      } else {
+        *error = absl::StrCat("unknown key '", key, "'");
+        return false;
+      }
+    }
+  } catch (const json::exception& e) {
+    *error = e.what();
+    return false;
+  }
+  *out = std::move(r);
+  return true;
+}
+
+void FakeLlmServer::ServeControl(int fd, const RecordedRequest& req) {
+  auto reply = [fd](int status, const json& body) {
+    const std::string b = body.dump();
+    WriteAll(fd, absl::StrCat("HTTP/1.1 ", status, status == 200 ? " OK" : " Bad Request",
+                              "\r\nContent-Type: application/json\r\nContent-Length: ", b.size(),
+                              "\r\nConnection: close\r\n\r\n", b));
+    close(fd);
+  };
+  if (req.path == "/_fake/replies") {
+    json items = req.body.is_array() ? req.body : json::array({req.body});
+    std::vector<FakeReply> parsed;
+    for (size_t i = 0; i < items.size(); ++i) {
+      FakeReply r;
+      std::string error;
+      if (!FakeReplyFromJson(items[i], &r, &error)) {
+        reply(400, {{"error", absl::StrCat("reply ", i, ": ", error)}});
+        return;
+      }
+      parsed.push_back(std::move(r));
+    }
+    for (auto& r : parsed) Enqueue(std::move(r));
+    reply(200, {{"queued", parsed.size()}});
+  } else if (req.path == "/_fake/requests") {
+    json arr = json::array();
+    for (const auto& r : requests()) arr.push_back({{"path", r.path}, {"body", r.body}});
+    reply(200, arr);
+  } else if (req.path == "/_fake/state") {
+    reply(200, {{"requests", request_count()}, {"pending", pending_replies()}});
+  } else if (req.path == "/_fake/reset") {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      replies_.clear();
+      requests_.clear();
+    }
+    reply(200, json::object());
+  } else {
+    reply(400, {{"error", absl::StrCat("unknown control path ", req.path)}});
+  }
 }
 
 void FakeLlmServer::AcceptLoop() {
@@ -227,6 +365,10 @@ void FakeLlmServer::Serve(int fd) {
   }
   req.received_ns = MonotonicNanos();
   req.body = json::parse(body, nullptr, false);
+  if (req.path.rfind("/_fake/", 0) == 0) {
+    ServeControl(fd, req);
+    return;
+  }
   const bool anthropic = req.path == "/v1/messages";
   const bool gemini = req.path.find(":streamGenerateContent") != std::string::npos;
   const bool ollama = req.path == "/api/chat";
@@ -285,10 +427,10 @@ void FakeLlmServer::Serve(int fd) {
       r.error_type = anthropic ? "authentication_error" : "invalid_request_error";
       r.error_message = anthropic ? "invalid x-api-key" : "Incorrect API key provided";
     } else {
-      r = Next();
+      r = Next(req.body);
     }
   } else {
-    r = Next();
+    r = Next(req.body);
   }
 
   if (r.status != 200) {

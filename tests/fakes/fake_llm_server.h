@@ -43,7 +43,17 @@ struct FakeReply {
   // `bench_chunk_bytes`, sent as fast as possible.
   int bench_chunks = 0;
   int bench_chunk_bytes = 32;
+  // When set, only a request whose first user message contains this text
+  // takes the reply (so parallel sub-agents get their own replies whatever
+  // order their requests arrive in). Replies without it serve any request.
+  std::string match;
 };
+
+// A reply as JSON: {"chunks": [...], "tool_calls": [{"id", "name", "input"}],
+// "status", "error_type", "error_message", "retry_after_s", "chunk_delay_ms",
+// "stop_reason", "input_tokens", "output_tokens", "bench_chunks",
+// "bench_chunk_bytes", "match"}. Unknown keys are an error naming the key.
+[[nodiscard]] bool FakeReplyFromJson(const nlohmann::json& j, FakeReply* out, std::string* error);
 
 struct RecordedRequest {
   std::string path;
@@ -74,12 +84,22 @@ class FakeLlmServer {
   void RequireKey(const std::string& key);
   std::vector<RecordedRequest> requests();
   size_t request_count();
+  // Replies still queued.
+  size_t pending_replies();
+
+  // Besides the provider APIs the server answers a control API, for clients
+  // that drive it from another process (see fwai_fake_llm):
+  //   POST /_fake/replies   a JSON array of replies (or one) to enqueue
+  //   GET  /_fake/requests  every provider request so far: [{path, body}]
+  //   GET  /_fake/state     {"requests": N, "pending": N}
+  //   POST /_fake/reset     drops queued replies and recorded requests
 
  private:
   void AcceptLoop();
   void Serve(int fd);
   void ServeRerank(int fd, const RecordedRequest& req);
-  FakeReply Next();
+  FakeReply Next(const nlohmann::json& body);
+  void ServeControl(int fd, const RecordedRequest& req);
 
   int listen_fd_ = -1;
   int port_ = 0;

@@ -266,6 +266,120 @@ TEST_F(AgentTest, AQuestionIsAnsweredAfterTheClientReconnects) {
   EXPECT_EQ(st.error_code(), grpc::StatusCode::NOT_FOUND);
 }
 
+TEST_F(AgentTest, TwoClientsAnswerTheSameQuestionTheFirstWinsAndBothSeeIt) {
+  Daemon d(&fake_);
+  ASSERT_TRUE(d.Start()) << d.log();
+  auto s = Create(d, "act");
+  FakeReply r1;
+  r1.tool_calls = {{"q1",
+                    "askQuestion",
+                    {{"questions", json::array({{{"text", "Which UART?"},
+                                                 {"options", {"USART1", "USART2"}}}})}}}};
+  fake_.Enqueue(r1);
+  FakeReply r2;
+  r2.chunks = {"ok"};
+  fake_.Enqueue(r2);
+  // Client A starts the turn; client B (another program of the same user) watches.
+  grpc::ClientContext actx;
+  auto a = OpenChat(*d.sessions(), &actx, s.id(), "set up the console");
+  std::vector<pb::ServerEvent> seen_a;
+  ASSERT_TRUE(ReadUntil(*a, seen_a, [](const pb::ServerEvent& e) {
+    return e.has_question_asked();
+  })) << d.log();
+  const std::string qid = seen_a.back().question_asked().question_id();
+  EXPECT_EQ(seen_a.back().question_asked().call_id(), "q1");
+  grpc::ClientContext bctx;
+  bctx.AddMetadata("fwai-client", "vscode");
+  auto b = d.sessions()->Chat(&bctx);
+  pb::ClientEvent open;
+  open.mutable_open()->set_session_id(s.id());
+  open.mutable_open()->set_replay(true);
+  ASSERT_TRUE(b->Write(open));
+  std::vector<pb::ServerEvent> seen_b;
+  ASSERT_TRUE(
+      ReadUntil(*b, seen_b, [](const pb::ServerEvent& e) { return e.has_question_asked(); }));
+  // B answers first, then A answers the same question.
+  pb::ClientEvent answer_b;
+  answer_b.mutable_answer()->set_question_id(qid);
+  answer_b.mutable_answer()->add_selected("USART2");
+  ASSERT_TRUE(b->Write(answer_b));
+  ASSERT_TRUE(
+      ReadUntil(*b, seen_b, [](const pb::ServerEvent& e) { return e.has_question_answered(); }));
+  pb::ClientEvent answer_a;
+  answer_a.mutable_answer()->set_question_id(qid);
+  answer_a.mutable_answer()->add_selected("USART1");
+  ASSERT_TRUE(a->Write(answer_a));
+  // A's stream is not ended by its late answer: it sees B's answer and the end of the turn.
+  ASSERT_FALSE(ReadUntil(*a, seen_a, [](const pb::ServerEvent&) { return false; }));
+  ASSERT_TRUE(seen_a.back().has_turn_finished()) << a->Finish().error_message();
+  int answered = 0;
+  for (const auto& e : seen_a) {
+    if (!e.has_question_answered()) continue;
+    ++answered;
+    EXPECT_EQ(e.question_answered().question_id(), qid);
+    ASSERT_EQ(e.question_answered().selected_size(), 1);
+    EXPECT_EQ(e.question_answered().selected(0), "USART2");
+    EXPECT_NE(e.question_answered().answered_by().find("via vscode"), std::string::npos)
+        << e.question_answered().answered_by();
+  }
+  EXPECT_EQ(answered, 1);
+  auto fin = Finished(seen_a);
+  EXPECT_NE(fin["q1"].output().find("USART2"), std::string::npos) << fin["q1"].output();
+  EXPECT_EQ(fin["q1"].output().find("USART1"), std::string::npos) << fin["q1"].output();
+  a->WritesDone();
+  EXPECT_TRUE(a->Finish().ok());
+  b->WritesDone();
+  pb::ServerEvent ev;
+  while (b->Read(&ev)) {
+  }
+  EXPECT_TRUE(b->Finish().ok());
+}
+
+TEST_F(AgentTest, PlanDecidedEventSaysWhoApprovedAndWhetherTheTextWasEdited) {
+  Daemon d(&fake_);
+  ASSERT_TRUE(d.Start()) << d.log();
+  auto s = Create(d, "plan");
+  const std::string plan_path = ".fwai/plans/" + s.id() + ".md";
+  FakeReply r1;
+  r1.tool_calls = {
+      {"p1", "write_file", {{"path", plan_path}, {"content", std::string(80, 'x') + "\n"}}},
+      {"s1", "submitPlan", json::object()}};
+  fake_.Enqueue(r1);
+  FakeReply r2;
+  r2.chunks = {"done"};
+  fake_.Enqueue(r2);
+  grpc::ClientContext ctx;
+  auto stream = OpenChat(*d.sessions(), &ctx, s.id(), "plan it");
+  std::vector<pb::ServerEvent> seen;
+  ASSERT_TRUE(ReadUntil(*stream, seen, [](const pb::ServerEvent& e) {
+    return e.has_plan_submitted();
+  })) << d.log();
+  const auto plan = seen.back().plan_submitted();
+  EXPECT_EQ(plan.call_id(), "s1");
+  pb::ClientEvent decision;
+  decision.mutable_plan_decision()->set_plan_id(plan.plan_id());
+  decision.mutable_plan_decision()->set_approve(true);
+  decision.mutable_plan_decision()->set_edited_plan(
+      "1. edited by the engineer, long enough to be a plan of its own\n");
+  ASSERT_TRUE(stream->Write(decision));
+  ReadUntil(*stream, seen, [](const pb::ServerEvent&) { return false; });
+  ASSERT_TRUE(seen.back().has_turn_finished());
+  const pb::PlanDecided* decided = nullptr;
+  for (const auto& e : seen) {
+    if (e.has_plan_decided()) decided = &e.plan_decided();
+  }
+  ASSERT_NE(decided, nullptr);
+  EXPECT_EQ(decided->plan_id(), plan.plan_id());
+  EXPECT_TRUE(decided->approved());
+  EXPECT_TRUE(decided->edited());
+  EXPECT_NE(decided->decided_by().find("uid"), std::string::npos) << decided->decided_by();
+  std::ifstream in(d.project_dir() + "/" + plan_path);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(text, "1. edited by the engineer, long enough to be a plan of its own\n");
+  stream->WritesDone();
+  EXPECT_TRUE(stream->Finish().ok());
+}
+
 TEST_F(AgentTest, SubAgentEventsNestAtDepthTwoAndDelegationsRunInParallel) {
   Daemon d(&fake_, "agent:\n  subagents:\n    explorer-lead:\n      description: leads exploration\n"
                    "      tools: [delegateSubagent, read_file]\n");

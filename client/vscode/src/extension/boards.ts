@@ -1,0 +1,317 @@
+// Boards: devices and boards with health, holder and lease expiry; lease,
+// renew (kept renewed while VS Code holds it), release; flash the project's
+// image (the daemon's flash guard decides and its refusal names the rule);
+// serial terminals fed by the daemon's serial stream.
+import * as fs from 'node:fs';
+import * as path from 'node:path';
+import * as vscode from 'vscode';
+import { SerialSession, toFwaiError } from '../client';
+import { Connection } from './connection';
+import { ago } from './sessionsView';
+
+export interface Device {
+  id: string;
+  kind: string;
+  name: string;
+  health: string;
+  health_reason: string;
+  holder: string;
+  held_since_us: number;
+  target: string;
+  image: string;
+  running: boolean;
+  lease_expires_us: number;
+  state: string;
+  path: string;
+  vid_pid: string;
+}
+export interface Lease {
+  lease_id: string;
+  device_id: string;
+  holder: string;
+  acquired_us: number;
+  expires_us: number;
+  ttl_s: number;
+}
+
+function left(us: number): string {
+  const s = Math.round((us / 1000 - Date.now()) / 1000);
+  if (s <= 0) return 'expired';
+  return s < 120 ? `${s}s left` : `${Math.round(s / 60)}m left`;
+}
+
+export class Boards implements vscode.TreeDataProvider<Device>, vscode.Disposable {
+  private readonly changed = new vscode.EventEmitter<Device | undefined>();
+  readonly onDidChangeTreeData = this.changed.event;
+  devices: Device[] = [];
+  leases: Lease[] = [];
+  /** Leases this window took (renewed while it runs). */
+  readonly mine = new Map<string, Lease>();
+  private myUid = '';
+  private error = '';
+  private timers: NodeJS.Timeout[] = [];
+  readonly terminals = new Set<vscode.Terminal>();
+  private disposables: vscode.Disposable[] = [];
+
+  constructor(
+    private readonly conn: Connection,
+    private readonly out: vscode.OutputChannel,
+  ) {
+    this.timers.push(setInterval(() => void this.refresh(), 5000));
+    this.timers.push(setInterval(() => void this.renewDue(), 5000));
+    this.disposables.push(conn.onDidChange(() => conn.state === 'connected' && void this.refresh()));
+  }
+
+  async refresh(): Promise<void> {
+    try {
+      const client = await this.conn.get();
+      if (!this.myUid) {
+        const st = await client.call('Daemon', 'Status', {});
+        this.myUid = /^uid:(\d+)$/.exec(st.caller)?.[1] ?? '';
+      }
+      const r = await client.call('Hardware', 'ListDevices', {});
+      this.devices = r.devices;
+      this.leases = r.leases ?? [];
+      this.error = '';
+      for (const [dev, l] of this.mine) {
+        if (!this.leases.some((x) => x.lease_id === l.lease_id)) this.mine.delete(dev);
+      }
+    } catch (e) {
+      this.error = (e as Error).message;
+    }
+    this.changed.fire(undefined);
+  }
+
+  /** The lease on `deviceId` held by this user (any of their programs), if any. */
+  heldByMe(deviceId: string): Lease | undefined {
+    const m = this.mine.get(deviceId);
+    if (m) return m;
+    return this.leases.find((l) => l.device_id === deviceId && this.myUid !== '' && new RegExp(`\\(uid ${this.myUid}\\)`).test(l.holder));
+  }
+
+  getChildren(d?: Device): Device[] {
+    if (d) return [];
+    if (this.error && !this.devices.length) return [{ id: '', name: this.error } as Device];
+    const order = (x: Device) => (x.kind === 'board' || x.kind === 'simulated' ? 0 : 1);
+    return [...this.devices].sort((a, b) => order(a) - order(b) || a.id.localeCompare(b.id));
+  }
+
+  getTreeItem(d: Device): vscode.TreeItem {
+    if (!d.id) return new vscode.TreeItem(d.name);
+    const it = new vscode.TreeItem(d.name && d.name !== d.id ? `${d.id}` : d.id);
+    const board = d.kind === 'board' || d.kind === 'simulated';
+    const mine = this.heldByMe(d.id);
+    const parts = [d.health];
+    if (d.holder) parts.push(mine ? `held by you (${left(d.lease_expires_us)})` : `held by ${d.holder}`);
+    else if (board) parts.push('free');
+    if (d.state && d.state !== 'running') parts.push(d.state);
+    it.description = parts.join(' · ');
+    it.tooltip = new vscode.MarkdownString(
+      [
+        `**${d.id}** (${d.kind}) ${d.name && d.name !== d.id ? `— ${d.name}` : ''}`,
+        `health: ${d.health}${d.health_reason ? ` — ${d.health_reason}` : ''}`,
+        d.target ? `target: ${d.target}` : '',
+        d.holder ? `holder: ${d.holder}, since ${ago(d.held_since_us)}, lease until ${new Date(d.lease_expires_us / 1000).toLocaleTimeString()}` : '',
+        d.image ? `image: ${d.image}` : '',
+        d.path ? `port: ${d.path}` : '',
+      ]
+        .filter((x) => x)
+        .join('\n\n'),
+    );
+    it.iconPath = new vscode.ThemeIcon(
+      d.health === 'bad' ? 'error' : d.health === 'maintenance' ? 'tools' : board ? 'circuit-board' : d.kind === 'probe' ? 'debug' : 'plug',
+      d.health === 'bad' ? new vscode.ThemeColor('errorForeground') : mine ? new vscode.ThemeColor('charts.green') : undefined,
+    );
+    it.contextValue = board ? (mine ? 'board-mine' : d.holder ? 'board-held' : 'board-free') : 'device';
+    return it;
+  }
+
+  private async pickBoard(d: Device | undefined, filter: (x: Device) => boolean, what: string): Promise<Device | undefined> {
+    if (d?.id) return d;
+    if (!this.devices.length) await this.refresh();
+    const cands = this.devices.filter((x) => (x.kind === 'board' || x.kind === 'simulated') && filter(x));
+    if (cands.length === 1) return cands[0];
+    if (!cands.length) throw new Error(`no board to ${what}`);
+    const pick = await vscode.window.showQuickPick(
+      cands.map((x) => ({ label: x.id, description: `${x.health}${x.holder ? ` · held by ${x.holder}` : ''}`, d: x })),
+      { placeHolder: `Board to ${what}` },
+    );
+    return pick?.d;
+  }
+
+  async lease(d?: Device): Promise<Lease | undefined> {
+    const board = await this.pickBoard(d, (x) => !this.heldByMe(x.id), 'lease');
+    if (!board) return;
+    const ttl = vscode.workspace.getConfiguration('fwai').get<number>('leaseTtlSeconds', 600);
+    const client = await this.conn.get();
+    const l = (await client.call('Hardware', 'Acquire', { device_id: board.id, ttl_s: ttl, wait_s: 0 })) as Lease;
+    this.mine.set(board.id, l);
+    this.out.appendLine(`leased ${board.id} (${l.lease_id}, ${ttl} s, renewed while VS Code holds it)`);
+    await this.refresh();
+    return l;
+  }
+
+  async renew(d?: Device): Promise<void> {
+    const board = await this.pickBoard(d, (x) => !!this.heldByMe(x.id), 'renew');
+    if (!board) return;
+    const l = this.heldByMe(board.id);
+    if (!l) throw new Error(`you do not hold ${board.id}`);
+    const client = await this.conn.get();
+    const r = (await client.call('Hardware', 'Renew', { lease_id: l.lease_id })) as Lease;
+    this.mine.set(board.id, r);
+    await this.refresh();
+  }
+
+  /** Renews this window's leases when a third of their TTL is left. */
+  private async renewDue(): Promise<void> {
+    if (!vscode.workspace.getConfiguration('fwai').get<boolean>('autoRenewLease', true)) return;
+    const client = this.conn.peek();
+    if (!client) return;
+    for (const [dev, l] of this.mine) {
+      const leftMs = l.expires_us / 1000 - Date.now();
+      if (leftMs > (l.ttl_s * 1000) / 3) continue;
+      try {
+        this.mine.set(dev, (await client.call('Hardware', 'Renew', { lease_id: l.lease_id })) as Lease);
+      } catch (e) {
+        this.out.appendLine(`renewing ${dev}: ${(e as Error).message}`);
+        this.mine.delete(dev);
+        void vscode.window.showWarningMessage(`fwai: lost the lease on ${dev}: ${toFwaiError(e).message}`);
+      }
+    }
+  }
+
+  async release(d?: Device): Promise<void> {
+    const board = await this.pickBoard(d, (x) => !!this.heldByMe(x.id), 'release');
+    if (!board) return;
+    const l = this.heldByMe(board.id);
+    const client = await this.conn.get();
+    await client.call('Hardware', 'Release', { lease_id: l?.lease_id ?? '', device_id: board.id });
+    this.mine.delete(board.id);
+    await this.refresh();
+  }
+
+  /** The image to flash: fwai.image, else the project's image, else the only build/*.elf. */
+  async imageFor(root: string): Promise<string> {
+    const setting = vscode.workspace.getConfiguration('fwai', vscode.Uri.file(root)).get<string>('image');
+    if (setting) return path.resolve(root, setting);
+    try {
+      const client = await this.conn.get();
+      const cfg = await client.call('Projects', 'GetConfig', { project_root: root });
+      const m = /^\s*image:\s*["']?([^"'\n#]+?)["']?\s*(#.*)?$/m.exec(cfg.yaml ?? '');
+      if (m) return path.resolve(root, m[1].trim());
+    } catch {
+      // No project config: look for the build's ELF.
+    }
+    const dir = path.join(root, 'build');
+    const elfs = fs.existsSync(dir) ? fs.readdirSync(dir).filter((f) => f.endsWith('.elf')) : [];
+    if (elfs.length === 1) return path.join(dir, elfs[0]);
+    throw new Error(elfs.length ? `several build/*.elf in ${root}; set fwai.image` : `no image: build the project first, or set fwai.image (looked in ${dir})`);
+  }
+
+  async flash(d: Device | undefined, root: string, approved?: boolean): Promise<{ ok: boolean; message: string }> {
+    const board = await this.pickBoard(d, (x) => !!this.heldByMe(x.id) || !x.holder, 'flash');
+    if (!board) return { ok: false, message: 'no board' };
+    const image = await this.imageFor(root);
+    if (approved === undefined) {
+      const pick = await vscode.window.showWarningMessage(`Flash ${path.relative(root, image)} to ${board.id}?`, { modal: true }, 'Flash');
+      if (pick !== 'Flash') return { ok: false, message: 'not approved' };
+      approved = true;
+    }
+    const client = await this.conn.get();
+    const lease = this.heldByMe(board.id);
+    return vscode.window.withProgress(
+      { location: vscode.ProgressLocation.Notification, title: `fwai: flashing ${board.id}`, cancellable: false },
+      async (progress) => {
+        const stream = await client.serverStream('Hardware', 'Flash', {
+          device_id: board.id,
+          image_path: image,
+          approved,
+          lease_id: lease?.lease_id ?? '',
+          project_root: root,
+        });
+        let last: any = null;
+        let frac = 0;
+        try {
+          await new Promise<void>((resolve, reject) => {
+            stream.on('data', (p: any) => {
+              last = p;
+              const inc = Math.max(0, (p.fraction ?? 0) * 100 - frac);
+              frac += inc;
+              progress.report({ message: `${p.stage}${p.message ? `: ${p.message}` : ''}`, increment: inc });
+            });
+            stream.on('end', () => resolve());
+            stream.on('error', (e: unknown) => reject(toFwaiError(e)));
+          });
+        } catch (e) {
+          const msg = toFwaiError(e).message;
+          this.out.appendLine(`flash ${board.id}: ${msg}`);
+          void vscode.window.showErrorMessage(`fwai: ${msg}`);
+          return { ok: false, message: msg };
+        }
+        const msg = `flashed ${board.id}: sha256 ${String(last?.image_sha256 ?? '').slice(0, 12)}…${last?.boot_line ? `, booted: ${last.boot_line}` : ''}`;
+        this.out.appendLine(msg);
+        void vscode.window.showInformationMessage(`fwai: ${msg}`);
+        void this.refresh();
+        return { ok: true, message: msg };
+      },
+    );
+  }
+
+  /** A terminal on the board's serial port; typing sends lines when you hold the board. */
+  async openSerial(d?: Device): Promise<vscode.Terminal | undefined> {
+    const board = await this.pickBoard(d, () => true, 'open a serial terminal on');
+    if (!board) return;
+    const client = await this.conn.get();
+    const lease = this.heldByMe(board.id);
+    const serial = new SerialSession(client, board.id, { fromHistory: true, leaseId: lease?.lease_id });
+    const write = new vscode.EventEmitter<string>();
+    const close = new vscode.EventEmitter<number | void>();
+    let line = '';
+    const pty: vscode.Pseudoterminal = {
+      onDidWrite: write.event,
+      onDidClose: close.event,
+      open: () => {
+        write.fire(`\x1b[2m— fwai serial ${board.id}${lease ? '' : ' (read-only: lease the board to type)'} —\x1b[0m\r\n`);
+        serial.on('lines', (ls) => {
+          write.fire(ls.map((l) => l.line.replace(/\r?$/, '') + '\r\n').join(''));
+        });
+        serial.on('dropped', (n) => write.fire(`\x1b[33m[${n} lines dropped: this terminal fell behind]\x1b[0m\r\n`));
+        serial.on('writeError', (m) => write.fire(`\x1b[31m[${m}]\x1b[0m\r\n`));
+        serial.on('end', (reason) => {
+          write.fire(`\r\n\x1b[2m— serial closed: ${reason} —\x1b[0m\r\n`);
+        });
+        serial.open().catch((e) => write.fire(`\x1b[31m${toFwaiError(e).message}\x1b[0m\r\n`));
+      },
+      close: () => serial.close(),
+      handleInput: (data: string) => {
+        for (const ch of data) {
+          if (ch === '\r') {
+            write.fire('\r\n');
+            serial.sendLine(line);
+            line = '';
+          } else if (ch === '\x7f') {
+            if (line) {
+              line = line.slice(0, -1);
+              write.fire('\b \b');
+            }
+          } else if (ch === '\x03') {
+            line = '';
+            write.fire('^C\r\n');
+          } else if (ch >= ' ') {
+            line += ch;
+            write.fire(ch);
+          }
+        }
+      },
+    };
+    const term = vscode.window.createTerminal({ name: `fwai serial: ${board.id}`, pty, iconPath: new vscode.ThemeIcon('circuit-board') });
+    this.terminals.add(term);
+    term.show(true);
+    return term;
+  }
+
+  dispose(): void {
+    for (const t of this.timers) clearInterval(t);
+    for (const d of this.disposables) d.dispose();
+  }
+}

@@ -1,0 +1,146 @@
+// The extension's one connection to fwaid: built from the settings (address,
+// TLS files, token from SecretStorage), started on demand, rebuilt when the
+// settings change, and watched so the status bar can say what it is.
+import * as path from 'node:path';
+import * as vscode from 'vscode';
+import { FwaiClient, describeAddress, resolveDaemonAddress } from '../client';
+
+export type DaemonState = 'disconnected' | 'connecting' | 'connected' | 'error';
+
+export const TOKEN_KEY = 'fwai.daemonToken';
+
+export class Connection implements vscode.Disposable {
+  private client: FwaiClient | null = null;
+  private pending: Promise<FwaiClient> | null = null;
+  state: DaemonState = 'disconnected';
+  detail = '';
+  private readonly changed = new vscode.EventEmitter<void>();
+  readonly onDidChange = this.changed.event;
+  private readonly reset = new vscode.EventEmitter<void>();
+  /** Fired when the client is replaced (settings changed): streams reopen on the new one. */
+  readonly onDidReset = this.reset.event;
+  private disposables: vscode.Disposable[] = [];
+  private watch: NodeJS.Timeout | null = null;
+
+  constructor(
+    private readonly ctx: vscode.ExtensionContext,
+    private readonly log: vscode.OutputChannel,
+  ) {
+    this.disposables.push(
+      vscode.workspace.onDidChangeConfiguration((e) => {
+        if (['fwai.daemon', 'fwai.caFile', 'fwai.clientCertFile', 'fwai.clientKeyFile', 'fwai.fwaidPath', 'fwai.autoStart'].some((k) => e.affectsConfiguration(k))) {
+          void this.restart();
+        }
+      }),
+      ctx.secrets.onDidChange((e) => {
+        if (e.key === TOKEN_KEY) void this.restart();
+      }),
+    );
+  }
+
+  private setState(s: DaemonState, detail = ''): void {
+    if (s === this.state && detail === this.detail) return;
+    this.state = s;
+    this.detail = detail;
+    this.changed.fire();
+  }
+
+  get address(): string {
+    try {
+      return describeAddress(resolveDaemonAddress(vscode.workspace.getConfiguration('fwai').get('daemon')));
+    } catch (e) {
+      return (e as Error).message;
+    }
+  }
+
+  /** The connected client; connects (and starts fwaid if allowed) the first time. */
+  get(): Promise<FwaiClient> {
+    if (this.client) return Promise.resolve(this.client);
+    if (!this.pending) {
+      this.pending = this.connect().finally(() => {
+        this.pending = null;
+      });
+    }
+    return this.pending;
+  }
+
+  /** The client if connected, without connecting. */
+  peek(): FwaiClient | null {
+    return this.client;
+  }
+
+  private async connect(): Promise<FwaiClient> {
+    const cfg = vscode.workspace.getConfiguration('fwai');
+    this.setState('connecting');
+    const t0 = Date.now();
+    try {
+      const client = FwaiClient.create({
+        address: cfg.get<string>('daemon') || undefined,
+        protoRoot: path.join(this.ctx.extensionPath, 'dist', 'proto'),
+        caFile: cfg.get<string>('caFile') || undefined,
+        certFile: cfg.get<string>('clientCertFile') || undefined,
+        keyFile: cfg.get<string>('clientKeyFile') || undefined,
+        token: () => this.ctx.secrets.get(TOKEN_KEY),
+        clientName: `vscode ${vscode.version} pid ${process.pid}`,
+        autoStart: cfg.get<boolean>('autoStart', true),
+        fwaidPath: cfg.get<string>('fwaidPath') || undefined,
+      });
+      try {
+        const how = await client.ensureReachable(15000);
+        if (how === 'started') this.log.appendLine(`started fwaid on ${describeAddress(client.address)}`);
+      } catch (e) {
+        client.close();
+        throw e;
+      }
+      this.client = client;
+      this.log.appendLine(`connected to fwaid at ${describeAddress(client.address)} in ${Date.now() - t0} ms`);
+      this.setState('connected', describeAddress(client.address));
+      this.startWatching();
+      return client;
+    } catch (e) {
+      const msg = (e as Error).message;
+      this.log.appendLine(`cannot connect: ${msg}`);
+      this.setState('error', msg);
+      throw e;
+    }
+  }
+
+  /** Follows the channel's state (ready / connecting / transient failure) for the status bar. */
+  private startWatching(): void {
+    if (this.watch) clearInterval(this.watch);
+    this.watch = setInterval(() => {
+      const c = this.client;
+      if (!c) return;
+      // 2 = READY, 0 = IDLE (no call yet): both mean the daemon answers.
+      const st = (c.stubs.Daemon.getChannel() as any).getConnectivityState(false);
+      if (st === 2 || st === 0) this.setState('connected', describeAddress(c.address));
+      else if (st === 3) this.setState('connecting', 'reconnecting to fwaid…');
+    }, 1000);
+  }
+
+  /** Starts fwaid again if it is gone (default socket, autoStart); used before each stream reconnect. */
+  async revive(): Promise<void> {
+    const c = this.client;
+    if (!c) return;
+    try {
+      await c.ensureReachable(5000);
+      this.setState('connected', describeAddress(c.address));
+    } catch (e) {
+      this.setState('connecting', (e as Error).message);
+    }
+  }
+
+  async restart(): Promise<void> {
+    const old = this.client;
+    this.client = null;
+    old?.close();
+    this.setState('disconnected');
+    this.reset.fire();
+  }
+
+  dispose(): void {
+    if (this.watch) clearInterval(this.watch);
+    this.client?.close();
+    for (const d of this.disposables) d.dispose();
+  }
+}

@@ -1,0 +1,199 @@
+// fwai for VS Code: a thin client of fwaid. Sessions, the sub-agent tree,
+// plans, boards, serial, skills, datasheets and evidence, in the same sessions
+// the CLI sees.
+const loadedAt = Date.now();
+
+import * as vscode from 'vscode';
+import { SessionInfo } from '../client';
+import { Boards, Device } from './boards';
+import { Chat, pickProjectRoot } from './chat';
+import { Connection, TOKEN_KEY } from './connection';
+import { Edits } from './edits';
+import { Evidence } from './evidence';
+import { Knowledge } from './knowledge';
+import { Plans } from './plans';
+import { SessionsView } from './sessionsView';
+import { Skills } from './skills';
+import { StatusBar } from './status';
+
+/** What the extension exports (for other extensions and the test suites). */
+export interface FwaiApi {
+  activationMs: number;
+  connection: Connection;
+  chat: Chat;
+  sessions: SessionsView;
+  boards: Boards;
+  skills: Skills;
+  knowledge: Knowledge;
+  evidence: Evidence;
+  edits: Edits;
+}
+
+export function activate(ctx: vscode.ExtensionContext): FwaiApi {
+  const out = vscode.window.createOutputChannel('fwai');
+  const conn = new Connection(ctx, out);
+  const edits = new Edits();
+  const chat = new Chat(ctx, conn, edits, out);
+  const sessions = new SessionsView(conn, chat);
+  const boards = new Boards(conn, out);
+  const skills = new Skills(conn);
+  const knowledge = new Knowledge(conn, out);
+  const evidence = new Evidence(conn);
+  const plans = new Plans(chat);
+  const status = new StatusBar(conn, chat, boards);
+  ctx.subscriptions.push(out, conn, edits, chat, sessions, boards, skills, knowledge, evidence, plans, status);
+
+  ctx.subscriptions.push(
+    vscode.window.registerWebviewViewProvider('fwai.chat', chat, { webviewOptions: { retainContextWhenHidden: true } }),
+    vscode.window.createTreeView('fwai.sessions', { treeDataProvider: sessions }),
+    vscode.window.createTreeView('fwai.boards', { treeDataProvider: boards }),
+    vscode.window.createTreeView('fwai.skills', { treeDataProvider: skills }),
+    vscode.window.createTreeView('fwai.evidence', { treeDataProvider: evidence }),
+  );
+
+  // Errors of commands become one message naming what failed.
+  const command = (id: string, fn: (...args: any[]) => unknown) =>
+    ctx.subscriptions.push(
+      vscode.commands.registerCommand(id, async (...args: any[]) => {
+        try {
+          return await fn(...args);
+        } catch (e) {
+          chat.showError(e);
+          return undefined;
+        }
+      }),
+    );
+
+  command('fwai.newSession', async () => {
+    const root = await pickProjectRoot();
+    if (!root) throw new Error('open a folder first: a session works on a project folder');
+    chat.startNew(root);
+    await vscode.commands.executeCommand('fwai.chat.focus');
+  });
+  command('fwai.attachSession', async (id?: string) => {
+    if (!id) {
+      await sessions.refresh();
+      const pick = await vscode.window.showQuickPick(
+        sessions.sessions.map((s) => ({ label: s.title || s.id, description: `${s.id} · ${s.mode}`, detail: s.project_root, id: s.id })),
+        { placeHolder: 'Session to open' },
+      );
+      id = pick?.id;
+    }
+    if (!id) return;
+    await chat.open(id);
+    await vscode.commands.executeCommand('fwai.chat.focus');
+  });
+  command('fwai.refreshSessions', () => sessions.refresh());
+  command('fwai.deleteSession', async (node?: { s: SessionInfo }) => {
+    const s = node?.s;
+    if (!s) return;
+    const ok = await vscode.window.showWarningMessage(`Delete the session "${s.title || s.id}" and its history?`, { modal: true }, 'Delete');
+    if (ok !== 'Delete') return;
+    const client = await conn.get();
+    await client.call('Sessions', 'Delete', { session_id: s.id });
+    if (chat.session?.id === s.id) chat.startNew(s.project_root);
+    await sessions.refresh();
+  });
+  command('fwai.copySessionId', async (node?: { s: SessionInfo }) => node && vscode.env.clipboard.writeText(node.s.id));
+  command('fwai.cancelTurn', () => chat.stream?.cancel());
+  command('fwai.setModePlan', () => chat.setMode('plan'));
+  command('fwai.setModeAct', () => chat.setMode('act'));
+  command('fwai.compact', () => chat.stream?.compact());
+  command('fwai.showTurnChanges', async () => {
+    const root = chat.projectRoot();
+    const changes = edits.changesOf(chat);
+    if (!root || !changes.length) {
+      void vscode.window.showInformationMessage('fwai: the last turn changed no file');
+      return;
+    }
+    const pick = await vscode.window.showQuickPick(
+      changes.map((c) => ({ label: c.path, description: `${c.tool}${c.created ? ' (new file)' : ''}`, c })),
+      { placeHolder: 'Files the last turn changed' },
+    );
+    if (pick) await edits.open(root, pick.c, pick.c.tool);
+  });
+
+  command('fwai.refreshBoards', () => boards.refresh());
+  command('fwai.leaseBoard', (d?: Device) => boards.lease(d));
+  command('fwai.renewLease', (d?: Device) => boards.renew(d));
+  command('fwai.releaseBoard', (d?: Device) => boards.release(d));
+  command('fwai.flashBoard', async (d?: Device, approved?: unknown) => {
+    const root = chat.projectRoot() ?? (await pickProjectRoot());
+    if (!root) throw new Error('open the firmware project folder first');
+    // Only an explicit boolean (from another extension or a test) skips the prompt;
+    // a view passes its selection as the second argument.
+    return boards.flash(d?.id ? d : undefined, root, typeof approved === 'boolean' ? approved : undefined);
+  });
+  command('fwai.openSerial', (d?: Device) => boards.openSerial(d));
+  command('fwai.selfTest', async (d?: Device) => {
+    if (!d?.id) return;
+    const client = await conn.get();
+    const r = await vscode.window.withProgress({ location: vscode.ProgressLocation.Notification, title: `fwai: self-test ${d.id}` }, () =>
+      client.call('Hardware', 'SelfTest', { device_id: d.id }, 300000),
+    );
+    out.appendLine(r.report);
+    out.show(true);
+    await boards.refresh();
+  });
+
+  command('fwai.refreshSkills', () => skills.refresh());
+  command('fwai.runSkill', async (node?: { folder: vscode.WorkspaceFolder; skill: { name: string } }) => {
+    let folder = node?.folder;
+    let name = node?.skill?.name;
+    if (!folder) folder = (await vscode.window.showWorkspaceFolderPick()) ?? undefined;
+    if (!folder) return;
+    if (!name) {
+      const list = await skills.list(folder);
+      name = (await vscode.window.showQuickPick(list.map((s) => ({ label: s.name, description: s.description }))))?.label;
+    }
+    if (!name) return;
+    const tasks = await vscode.tasks.fetchTasks({ type: 'fwai' });
+    const same = (t: vscode.Task) => typeof t.scope === 'object' && (t.scope as vscode.WorkspaceFolder).uri.toString() === folder!.uri.toString();
+    const task = tasks.find((t) => t.definition.skill === name && same(t)) ?? skills.makeTask(folder, { type: 'fwai', skill: name });
+    await vscode.tasks.executeTask(task);
+  });
+
+  command('fwai.searchDatasheets', (q?: string) => knowledge.searchCommand(q));
+  command('fwai.kbAdd', async (uri?: vscode.Uri, uris?: vscode.Uri[]) => {
+    const list = uris?.length ? uris : uri ? [uri] : await vscode.window.showOpenDialog({ canSelectMany: true, canSelectFolders: true, openLabel: 'Add to fwai' });
+    if (list?.length) return knowledge.add(list);
+  });
+
+  command('fwai.refreshEvidence', () => evidence.refresh());
+  command('fwai.openEvidence', (runId: string) => evidence.open(runId));
+  command('fwai.verifyEvidence', () => evidence.verifyLog());
+  command('fwai.exportSarif', () => evidence.exportSarif());
+  command('fwai.exportHtml', () => evidence.showHtml());
+
+  command('fwai.setToken', async () => {
+    const t = await vscode.window.showInputBox({ prompt: 'Bearer token for the lab daemon (kept in VS Code\'s secret storage)', password: true, ignoreFocusOut: true });
+    if (t) await ctx.secrets.store(TOKEN_KEY, t.trim());
+  });
+  command('fwai.clearToken', () => ctx.secrets.delete(TOKEN_KEY));
+  command('fwai.reconnect', () => conn.restart().then(() => conn.get()));
+  command('fwai.showLog', () => out.show());
+
+  // Evidence grows with every turn, skill run and flash.
+  ctx.subscriptions.push(
+    chat.onEvent((ev) => ev.payload === 'turn_finished' && void evidence.refresh()),
+    vscode.tasks.onDidEndTask((e) => e.execution.task.definition.type === 'fwai' && void evidence.refresh()),
+  );
+
+  // Connect now (starting fwaid if allowed) and reopen this workspace's last session.
+  void conn
+    .get()
+    .then(async () => {
+      void sessions.refresh();
+      void boards.refresh();
+      void evidence.refresh();
+      const last = ctx.workspaceState.get<string>('fwai.lastSession');
+      if (last && !chat.session) await chat.open(last).catch(() => undefined);
+    })
+    .catch(() => undefined);
+
+  const api: FwaiApi = { activationMs: Date.now() - loadedAt, connection: conn, chat, sessions, boards, skills, knowledge, evidence, edits };
+  out.appendLine(`fwai ${ctx.extension.packageJSON.version} activated in ${api.activationMs} ms (VS Code ${vscode.version}, ${vscode.env.appName})`);
+  return api;
+}
+
+export function deactivate(): void {}

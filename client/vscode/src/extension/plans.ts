@@ -1,0 +1,88 @@
+// A submitted plan: opened as a markdown editor (the session's plan file), and
+// decided from the editor's title bar, the chat, or the command palette.
+// Approve sends the editor's text when it differs from what was submitted, so
+// the edited text is what gets approved.
+import * as path from 'node:path';
+import * as vscode from 'vscode';
+import type { Chat } from './chat';
+
+export class Plans implements vscode.Disposable {
+  private opened = '';
+  private disposables: vscode.Disposable[] = [];
+
+  constructor(private readonly chat: Chat) {
+    this.disposables.push(
+      chat.onDidChange(() => void this.sync()),
+      vscode.commands.registerCommand('fwai.openPlan', () => this.openEditor()),
+      vscode.commands.registerCommand('fwai.approvePlan', () => this.approve()),
+      vscode.commands.registerCommand('fwai.redirectPlan', (feedback?: string) => this.redirect(feedback)),
+    );
+  }
+
+  private planUri(): vscode.Uri | null {
+    const p = this.chat.model.plan;
+    const root = this.chat.projectRoot();
+    if (!p || !root) return null;
+    return vscode.Uri.file(path.resolve(root, p.path));
+  }
+
+  private async sync(): Promise<void> {
+    const p = this.chat.model.plan;
+    const uri = this.planUri();
+    await vscode.commands.executeCommand('setContext', 'fwai.planPending', !!p);
+    await vscode.commands.executeCommand('setContext', 'fwai.planPaths', uri ? [uri.fsPath] : []);
+    await vscode.commands.executeCommand('setContext', 'fwai.turnRunning', this.chat.model.running);
+    if (p && this.opened !== p.planId) {
+      this.opened = p.planId;
+      await this.openEditor();
+      const pick = await vscode.window.showInformationMessage('fwai: the agent submitted a plan. Edit it in the editor, then approve it.', 'Approve', 'Redirect…');
+      if (pick === 'Approve') await this.approve();
+      else if (pick === 'Redirect…') await this.redirect();
+    }
+  }
+
+  async openEditor(): Promise<void> {
+    const uri = this.planUri();
+    if (!uri) throw new Error('no plan is waiting for a decision');
+    const doc = await vscode.workspace.openTextDocument(uri);
+    await vscode.window.showTextDocument(doc, { preview: false, viewColumn: vscode.ViewColumn.Active });
+  }
+
+  async approve(): Promise<void> {
+    const p = this.chat.model.plan;
+    const uri = this.planUri();
+    if (!p || !uri || !this.chat.stream) {
+      void vscode.window.showWarningMessage('fwai: no plan is waiting for a decision');
+      return;
+    }
+    const doc = vscode.workspace.textDocuments.find((d) => d.uri.fsPath === uri.fsPath);
+    let edited = '';
+    if (doc) {
+      const text = doc.getText();
+      if (text !== p.text) edited = text;
+      // The daemon writes the approved text to the same file: save first so
+      // the editor does not hold a conflicting unsaved copy.
+      if (doc.isDirty) await doc.save();
+    }
+    this.chat.stream.decidePlan(p.planId, { approve: true, editedPlan: edited });
+    void vscode.window.setStatusBarMessage(edited ? 'fwai: plan approved as edited' : 'fwai: plan approved', 4000);
+  }
+
+  async redirect(feedback?: string): Promise<void> {
+    const p = this.chat.model.plan;
+    if (!p || !this.chat.stream) {
+      void vscode.window.showWarningMessage('fwai: no plan is waiting for a decision');
+      return;
+    }
+    const text =
+      typeof feedback === 'string'
+        ? feedback
+        : await vscode.window.showInputBox({ prompt: 'What should the plan do differently? (the agent stays in plan mode)', ignoreFocusOut: true });
+    if (!text) return;
+    this.chat.stream.decidePlan(p.planId, { approve: false, feedback: text });
+  }
+
+  dispose(): void {
+    for (const d of this.disposables) d.dispose();
+  }
+}

@@ -1,0 +1,114 @@
+// Sessions: the caller's sessions, grouped by project (each workspace folder
+// first, then other projects), newest activity first. Opening one attaches the
+// chat to it: its whole history, then its live tail.
+import * as path from 'node:path';
+import * as vscode from 'vscode';
+import { SessionInfo } from '../client';
+import type { Chat } from './chat';
+import { Connection } from './connection';
+
+type Node = { kind: 'group'; root: string; label: string; sessions: SessionInfo[] } | { kind: 'session'; s: SessionInfo } | { kind: 'message'; text: string };
+
+export function ago(us: number): string {
+  const s = Math.max(0, Math.round((Date.now() - us / 1000) / 1000));
+  if (s < 60) return `${s}s ago`;
+  if (s < 3600) return `${Math.floor(s / 60)}m ago`;
+  if (s < 86400) return `${Math.floor(s / 3600)}h ago`;
+  return `${Math.floor(s / 86400)}d ago`;
+}
+
+export class SessionsView implements vscode.TreeDataProvider<Node>, vscode.Disposable {
+  private readonly changed = new vscode.EventEmitter<Node | undefined>();
+  readonly onDidChangeTreeData = this.changed.event;
+  sessions: SessionInfo[] = [];
+  private error = '';
+  private timer: NodeJS.Timeout;
+  private disposables: vscode.Disposable[] = [];
+
+  constructor(
+    private readonly conn: Connection,
+    private readonly chat: Chat,
+  ) {
+    this.timer = setInterval(() => void this.refresh(), 5000);
+    let shown = '';
+    this.disposables.push(
+      // A new session (or one opened from elsewhere) shows at once; other changes only redraw.
+      chat.onDidChange(() => {
+        if ((chat.session?.id ?? '') !== shown) {
+          shown = chat.session?.id ?? '';
+          void this.refresh();
+        } else {
+          this.changed.fire(undefined);
+        }
+      }),
+      conn.onDidChange(() => conn.state === 'connected' && void this.refresh()),
+    );
+  }
+
+  async refresh(): Promise<void> {
+    try {
+      const client = await this.conn.get();
+      const r = await client.call('Sessions', 'List', {});
+      this.sessions = (r.sessions as SessionInfo[]).sort((a, b) => b.updated_us - a.updated_us);
+      this.error = '';
+    } catch (e) {
+      this.error = (e as Error).message;
+    }
+    this.changed.fire(undefined);
+  }
+
+  getChildren(node?: Node): Node[] {
+    if (node?.kind === 'group') return node.sessions.map((s) => ({ kind: 'session', s }));
+    if (node) return [];
+    if (this.error && !this.sessions.length) return [{ kind: 'message', text: this.error }];
+    const folders = vscode.workspace.workspaceFolders ?? [];
+    const leaf = (list: SessionInfo[]): Node[] => list.map((s) => ({ kind: 'session', s }));
+    const groups: Node[] = [];
+    const used = new Set<string>();
+    for (const f of folders) {
+      const mine = this.sessions.filter((s) => isUnder(s.project_root, f.uri.fsPath));
+      mine.forEach((s) => used.add(s.id));
+      groups.push({ kind: 'group', root: f.uri.fsPath, label: f.name, sessions: mine });
+    }
+    const rest = this.sessions.filter((s) => !used.has(s.id));
+    if (!folders.length) return leaf(rest);
+    // One folder and nothing elsewhere: no grouping level.
+    if (folders.length === 1 && !rest.length) return leaf(this.sessions);
+    if (rest.length) groups.push({ kind: 'group', root: '', label: 'Other projects', sessions: rest });
+    return groups;
+  }
+
+  getTreeItem(node: Node): vscode.TreeItem {
+    if (node.kind === 'message') return new vscode.TreeItem(node.text);
+    if (node.kind === 'group') {
+      const it = new vscode.TreeItem(node.label, vscode.TreeItemCollapsibleState.Expanded);
+      it.description = `${node.sessions.length}`;
+      it.tooltip = node.root || 'Sessions of projects outside this workspace';
+      it.iconPath = new vscode.ThemeIcon('folder');
+      return it;
+    }
+    const s = node.s;
+    const it = new vscode.TreeItem(s.title || s.id, vscode.TreeItemCollapsibleState.None);
+    const current = this.chat.session?.id === s.id;
+    it.id = s.id;
+    it.description = `${s.mode}${s.turn_running ? ' · running' : ''} · ${ago(s.updated_us)}`;
+    it.tooltip = new vscode.MarkdownString(
+      `**${s.title || s.id}**\n\n${s.id} · ${s.mode} mode\n\n${s.project_root}\n\n${s.last_seq} events · ${s.provider || 'default provider'} ${s.model}\n\nlast activity ${new Date(s.updated_us / 1000).toLocaleString()}`,
+    );
+    it.iconPath = new vscode.ThemeIcon(s.turn_running ? 'sync~spin' : current ? 'comment-discussion' : 'comment');
+    it.contextValue = 'session';
+    it.command = { command: 'fwai.attachSession', title: 'Open', arguments: [s.id] };
+    if (current) it.description = `● ${it.description}`;
+    return it;
+  }
+
+  dispose(): void {
+    clearInterval(this.timer);
+    for (const d of this.disposables) d.dispose();
+  }
+}
+
+function isUnder(p: string, root: string): boolean {
+  const rel = path.relative(root, p);
+  return rel === '' || (!rel.startsWith('..') && !path.isAbsolute(rel));
+}

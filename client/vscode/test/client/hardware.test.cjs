@@ -1,0 +1,101 @@
+// Boards through the client library against a real fwaid and a simulated
+// STM32 board on QEMU: lease, a serial reader that stays open while the board
+// is flashed (the daemon owns the port, so flashing does not take it away),
+// the guard's refusal with its rule, commands over serial, release.
+const { test } = require('node:test');
+const assert = require('node:assert/strict');
+const { execFileSync } = require('node:child_process');
+const fs = require('node:fs');
+const path = require('node:path');
+const { Daemon, PROTO_ROOT, ROOT } = require('../support/fixtures.cjs');
+const lib = require('../../out/client.js');
+
+function buildBlinky(project) {
+  fs.cpSync(path.join(ROOT, 'examples', 'stm32vl-blinky'), project, { recursive: true });
+  fs.rmSync(path.join(project, '.fwai'), { recursive: true, force: true });
+  execFileSync('make', ['-s', '-C', project], { stdio: 'pipe' });
+  return path.join(project, 'build', 'blinky.elf');
+}
+
+function linesUntil(serial, re, ms = 20000) {
+  return new Promise((resolve, reject) => {
+    const got = [];
+    const timer = setTimeout(() => reject(new Error(`no line matching ${re} in ${ms} ms; got: ${JSON.stringify(got)}`)), ms);
+    const on = (lines) => {
+      for (const l of lines) {
+        got.push(l.line);
+        if (re.test(l.line)) {
+          clearTimeout(timer);
+          serial.off('lines', on);
+          resolve({ line: l.line, got });
+          return;
+        }
+      }
+    };
+    serial.on('lines', on);
+  });
+}
+
+async function flash(client, o) {
+  const s = await client.serverStream('Hardware', 'Flash', o);
+  const progress = [];
+  return new Promise((resolve, reject) => {
+    s.on('data', (p) => progress.push(p));
+    s.on('end', () => resolve(progress));
+    s.on('error', (e) => reject(lib.toFwaiError(e)));
+  });
+}
+
+test('lease, serial open across a flash, guard refusal with its rule, send a command, release', { timeout: 120000 }, async (t) => {
+  const d = new Daemon(null);
+  t.after(() => d.cleanup());
+  await d.start();
+  const elf = buildBlinky(d.project);
+  const client = await lib.FwaiClient.connect({ address: d.address, protoRoot: PROTO_ROOT, clientName: 'vscode-test' });
+  t.after(() => client.close());
+
+  const devs = await client.call('Hardware', 'ListDevices', {});
+  const board = devs.devices.find((x) => x.id === 'sim-stm32vl');
+  assert.ok(board, JSON.stringify(devs.devices.map((x) => x.id)));
+  assert.equal(board.health, 'good');
+
+  // Without a lease the guard refuses and names its rule.
+  await assert.rejects(flash(client, { device_id: 'sim-stm32vl', image_path: elf, approved: true, project_root: d.project }),
+    (e) => /flash guard \(lease\)/.test(e.message));
+
+  const lease = await client.call('Hardware', 'Acquire', { device_id: 'sim-stm32vl', ttl_s: 60 });
+  assert.equal(lease.device_id, 'sim-stm32vl');
+  assert.ok(lease.expires_us > Date.now() * 1000);
+  const renewed = await client.call('Hardware', 'Renew', { lease_id: lease.lease_id });
+  assert.ok(renewed.expires_us >= lease.expires_us);
+  const held = (await client.call('Hardware', 'ListDevices', {})).devices.find((x) => x.id === 'sim-stm32vl');
+  assert.match(held.holder, /via vscode-test/);
+
+  // Two terminals read the port from now on; the flash restarts the board under them.
+  const s1 = new lib.SerialSession(client, 'sim-stm32vl', { leaseId: lease.lease_id });
+  const s2 = new lib.SerialSession(client, 'sim-stm32vl');
+  const opened = Promise.all([new Promise((r) => s1.once('opened', r)), new Promise((r) => s2.once('opened', r))]);
+  await s1.open();
+  await s2.open();
+  await opened;
+  const banner1 = linesUntil(s1, /stm32vl-blinky 1\.0\.0 booted/);
+  const banner2 = linesUntil(s2, /stm32vl-blinky 1\.0\.0 booted/);
+  const progress = await flash(client, { device_id: 'sim-stm32vl', image_path: elf, approved: true, lease_id: lease.lease_id, project_root: d.project });
+  const last = progress[progress.length - 1];
+  assert.equal(last.done, true);
+  assert.match(last.image_sha256, /^[0-9a-f]{64}$/);
+  await Promise.all([banner1, banner2]);
+  assert.equal(s1.isOpen, true);
+
+  const pong = linesUntil(s2, /^pong$/);
+  s1.sendLine('ping');
+  await pong;
+
+  // Release: the serial readers opened under the lease end with the reason.
+  const ended = new Promise((r) => s1.once('end', (reason) => r(reason)));
+  await client.call('Hardware', 'Release', { lease_id: lease.lease_id });
+  assert.match(await ended, /lease|released/i);
+  s2.close();
+  const after = (await client.call('Hardware', 'ListDevices', {})).devices.find((x) => x.id === 'sim-stm32vl');
+  assert.equal(after.holder, '');
+});

@@ -1,0 +1,124 @@
+// The client side of the lab-daemon contract: `tls:HOST:PORT`, a CA file, an
+// optional client certificate (mTLS) and the token as `authorization: Bearer`.
+// Checked against a TLS gRPC server serving fwai.v1.Daemon, with certificates
+// made by openssl for the test.
+const { test, before, after } = require('node:test');
+const assert = require('node:assert/strict');
+const { execFileSync } = require('node:child_process');
+const fs = require('node:fs');
+const os = require('node:os');
+const path = require('node:path');
+const grpc = require('@grpc/grpc-js');
+const { PROTO_ROOT } = require('../support/fixtures.cjs');
+const lib = require('../../out/client.js');
+
+let dir;
+let server;
+let port;
+const seen = [];
+
+function openssl(args) {
+  execFileSync('openssl', args, { cwd: dir, stdio: 'pipe' });
+}
+
+before(async () => {
+  dir = fs.mkdtempSync(path.join(os.tmpdir(), 'fwai-vscode-tls-'));
+  // A CA, a server certificate for 127.0.0.1/localhost and a client certificate.
+  openssl(['req', '-x509', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:P-256', '-nodes', '-days', '2',
+    '-subj', '/CN=fwai test CA', '-keyout', 'ca.key', '-out', 'ca.pem']);
+  for (const [name, ext] of [['server', 'subjectAltName=IP:127.0.0.1,DNS:localhost'], ['client', 'extendedKeyUsage=clientAuth']]) {
+    openssl(['req', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:P-256', '-nodes', '-subj', `/CN=${name === 'client' ? 'alice' : 'localhost'}`,
+      '-keyout', `${name}.key`, '-out', `${name}.csr`]);
+    fs.writeFileSync(path.join(dir, `${name}.ext`), ext + '\n');
+    openssl(['x509', '-req', '-in', `${name}.csr`, '-CA', 'ca.pem', '-CAkey', 'ca.key', '-CAcreateserial', '-days', '2',
+      '-extfile', `${name}.ext`, '-out', `${name}.pem`]);
+  }
+  const pkg = lib.loadFwaiPackage(PROTO_ROOT);
+  server = new grpc.Server();
+  server.addService(pkg.Daemon.service, {
+    Status(call, cb) {
+      const auth = call.metadata.get('authorization')[0] ?? '';
+      const client = call.metadata.get('fwai-client')[0] ?? '';
+      const cert = call.getAuthContext?.()?.sslPeerCertificate;
+      seen.push({ auth, client, peerCn: cert?.subject?.CN ?? '' });
+      if (auth !== 'Bearer tok-123') return cb({ code: grpc.status.UNAUTHENTICATED, details: 'token: missing or not valid' });
+      cb(null, { version: 'tls-test', caller: `token:alice cert:${cert?.subject?.CN ?? '-'}` });
+    },
+  });
+  const creds = grpc.ServerCredentials.createSsl(fs.readFileSync(path.join(dir, 'ca.pem')),
+    [{ private_key: fs.readFileSync(path.join(dir, 'server.key')), cert_chain: fs.readFileSync(path.join(dir, 'server.pem')) }],
+    true /* require a client certificate */);
+  port = await new Promise((resolve, reject) => server.bindAsync('127.0.0.1:0', creds, (e, p) => (e ? reject(e) : resolve(p))));
+});
+
+after(() => {
+  server?.forceShutdown();
+  fs.rmSync(dir, { recursive: true, force: true });
+});
+
+const files = () => ({
+  caFile: path.join(dir, 'ca.pem'),
+  certFile: path.join(dir, 'client.pem'),
+  keyFile: path.join(dir, 'client.key'),
+});
+
+test('tls: with the CA, a client certificate and the token from a provider function', async () => {
+  let asked = 0;
+  const client = await lib.FwaiClient.connect({
+    address: `tls:127.0.0.1:${port}`, protoRoot: PROTO_ROOT, clientName: 'vscode 0.1.0', ...files(),
+    token: async () => { asked++; return 'tok-123'; },
+  });
+  try {
+    const st = await client.call('Daemon', 'Status', {});
+    assert.equal(st.version, 'tls-test');
+    assert.equal(st.caller, 'token:alice cert:alice');
+    assert.ok(asked >= 1);
+    const last = seen[seen.length - 1];
+    assert.equal(last.auth, 'Bearer tok-123');
+    assert.equal(last.client, 'vscode 0.1.0');
+  } finally {
+    client.close();
+  }
+});
+
+test('tls: a wrong token is the daemon\'s UNAUTHENTICATED, with its message', async () => {
+  const client = await lib.FwaiClient.connect({ address: `tls:127.0.0.1:${port}`, protoRoot: PROTO_ROOT, ...files(), token: 'nope' });
+  try {
+    await assert.rejects(client.call('Daemon', 'Status', {}), (e) => e.codeName === 'UNAUTHENTICATED' && /token/.test(e.message));
+  } finally {
+    client.close();
+  }
+});
+
+test('tls: without the client certificate the handshake fails and the error names the daemon', async () => {
+  await assert.rejects(
+    lib.FwaiClient.connect({ address: `tls:127.0.0.1:${port}`, protoRoot: PROTO_ROOT, caFile: files().caFile, token: 'tok-123', connectTimeoutMs: 1500 }),
+    (e) => /cannot reach fwaid at tls:127\.0\.0\.1/.test(e.message),
+  );
+});
+
+test('tls: a CA that did not sign the daemon\'s certificate is refused', async () => {
+  const other = path.join(dir, 'other');
+  fs.mkdirSync(other, { recursive: true });
+  execFileSync('openssl', ['req', '-x509', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:P-256', '-nodes', '-days', '1',
+    '-subj', '/CN=other CA', '-keyout', path.join(other, 'ca.key'), '-out', path.join(other, 'ca.pem')], { stdio: 'pipe' });
+  await assert.rejects(
+    lib.FwaiClient.connect({ address: `tls:127.0.0.1:${port}`, protoRoot: PROTO_ROOT, ...files(), caFile: path.join(other, 'ca.pem'), connectTimeoutMs: 1500 }),
+    /cannot reach fwaid/,
+  );
+});
+
+test('a token is never sent in clear text off the machine; settings are checked', async () => {
+  const remote = lib.FwaiClient.create({ address: 'tcp:192.0.2.1:7447', protoRoot: PROTO_ROOT, token: 't' });
+  await assert.rejects(remote.call('Daemon', 'Status', {}), /refusing to send the token in clear text to tcp:192\.0\.2\.1:7447/);
+  remote.close();
+  const loopback = lib.FwaiClient.create({ address: 'tcp:127.0.0.1:7447', protoRoot: PROTO_ROOT, token: 't' });
+  assert.equal((await loopback.metadata()).get('authorization')[0], 'Bearer t');
+  loopback.close();
+  const addr = lib.resolveDaemonAddress('tcp:192.0.2.1:7447');
+  assert.equal(lib.isLocal(addr), false);
+  assert.equal(lib.isLocal(lib.resolveDaemonAddress('tcp:127.0.0.1:7447')), true);
+  assert.throws(() => lib.makeCredentials(lib.resolveDaemonAddress('tcp:127.0.0.1:1'), { caFile: '/x' }), /not tls:/);
+  assert.throws(() => lib.makeCredentials(lib.resolveDaemonAddress('tls:h:1'), { certFile: files().certFile }), /both/);
+  assert.throws(() => lib.makeCredentials(lib.resolveDaemonAddress('tls:h:1'), { caFile: '/nonexistent/ca.pem' }), /fwai.caFile \/nonexistent\/ca.pem/);
+});

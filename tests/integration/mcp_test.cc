@@ -519,6 +519,41 @@ TEST_P(McpToolListChangeTest, NewToolsReachTheAgentAndDroppedOnesLeave) {
 INSTANTIATE_TEST_SUITE_P(Servers, McpToolListChangeTest, ::testing::Values("daemon", "project"),
                          [](const auto& i) { return i.param; });
 
+// With tools selected per call, a tool retrieved for the request is callable
+// though not offered on that very call; plan mode must refuse it all the same.
+TEST(McpDaemonTest, PlanModeRefusesASelectedToolThatChangesThings) {
+  testing::FakeLlmServer fake;
+  ASSERT_GT(fake.Start(), 0);
+  testing::Daemon d(&fake, "mcp_servers:\n  everything:\n    command: [" + Bin("mcp-server-everything") +
+                               "]\nagent:\n  tool_threshold: 3\n  tools_top_k: 2\n");
+  ASSERT_TRUE(d.Start()) << d.log();
+  testing::FakeReply call;
+  call.tool_calls = {{"c1", "mcp_everything_echo", {{"message", "changed"}}}};
+  fake.Enqueue(call);
+  testing::FakeReply done;
+  done.chunks = {"ok"};
+  fake.Enqueue(done);
+  grpc::ClientContext ctx;
+  fwai::v1::CreateSessionRequest req;
+  req.set_project_root(d.project_dir());
+  req.set_mode("plan");
+  fwai::v1::Session s;
+  ASSERT_TRUE(d.sessions()->Create(&ctx, req, &s).ok());
+  auto turn = testing::RunChat(*d.sessions(), s.id(), "echo back the words I send you");
+  ASSERT_TRUE(turn.finished) << d.log();
+  const auto reqs = fake.requests();
+  ASSERT_FALSE(reqs.empty());
+  for (const auto& t : reqs[0].body["tools"]) EXPECT_NE(t["name"], "mcp_everything_echo") << "offered in plan mode";
+  const fwai::v1::ToolCallFinished* finished = nullptr;
+  for (const auto& ev : turn.events) {
+    if (ev.has_tool_call_finished() && ev.tool_call_finished().call_id() == "c1") finished = &ev.tool_call_finished();
+  }
+  ASSERT_NE(finished, nullptr);
+  EXPECT_TRUE(finished->is_error());
+  EXPECT_NE(finished->output().find("plan mode"), std::string::npos) << finished->output();
+  EXPECT_EQ(finished->output().find("changed"), std::string::npos) << "the tool ran: " << finished->output();
+}
+
 TEST(McpDaemonTest, LargeToolSetsAreOfferedPerRequestWithToolSearch) {
   testing::FakeLlmServer fake;
   ASSERT_GT(fake.Start(), 0);

@@ -636,7 +636,9 @@ class AgentIsolationTest : public SecurityTest {
     ASSERT_TRUE(nobody.ok());
     nobody_uid_ = nobody->uid;
     for (const auto& e : fs::recursive_directory_iterator(project_)) {
-      if (e.path().filename() != "root-only.txt") ASSERT_EQ(lchown(e.path().c_str(), nobody->uid, nobody->gid), 0);
+      if (e.path().filename() != "root-only.txt") {
+        ASSERT_EQ(lchown(e.path().c_str(), nobody->uid, nobody->gid), 0);
+      }
     }
     ASSERT_EQ(chown(project_.c_str(), nobody->uid, nobody->gid), 0);
     StartDaemon("users:\n  mallory: {role: user, local_user: nobody}\n");

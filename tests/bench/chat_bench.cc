@@ -5,6 +5,11 @@
 //   latency      added latency p50/p99 from the provider writing a chunk to the
 //                client receiving it, with 1 and 50 concurrent sessions
 //   memory       RSS per idle session and per attached client
+//   load         50 and 200 concurrent sessions streaming at 100 chunks/s each
+//                (events/s, added latency in the first chunks and after, time
+//                from the user's message to the provider's request), and 200
+//                again with stuck clients (one that never reads its own busy
+//                session, one attached to a measured session that never reads)
 #include <unistd.h>
 
 #include <algorithm>
@@ -18,6 +23,7 @@
 #include <vector>
 
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "common/clock.h"
 #include "tests/bench/bench_util.h"
 #include "tests/integration/daemon_fixture.h"
@@ -53,11 +59,13 @@ struct StreamStats {
   double seconds = 0;
   std::vector<double> latency_ms;
   std::vector<double> steady_latency_ms;  // after the first 10% of chunks
+  std::vector<double> first_latency_ms;   // the first 10%
+  int64_t first_ns = 0, last_ns = 0;
   bool finished = false;
 };
 
 StreamStats Stream(pb::Sessions::Stub& stub, const std::string& session_id, bool measure_latency,
-                   int warmup = 0) {
+                   int warmup = 0, const std::string& text = "bench", int64_t* sent_ns = nullptr) {
   StreamStats st;
   grpc::ClientContext ctx;
   auto stream = stub.Chat(&ctx);
@@ -65,7 +73,8 @@ StreamStats Stream(pb::Sessions::Stub& stub, const std::string& session_id, bool
   open.mutable_open()->set_session_id(session_id);
   stream->Write(open);
   pb::ClientEvent msg;
-  msg.mutable_message()->set_text("bench");
+  msg.mutable_message()->set_text(text);
+  if (sent_ns) *sent_ns = MonotonicNanos();
   stream->Write(msg);
   pb::ServerEvent ev;
   int64_t first_ns = 0, last_ns = 0;
@@ -80,7 +89,11 @@ StreamStats Stream(pb::Sessions::Stub& stub, const std::string& session_id, bool
         ++st.chunks;
         if (measure_latency) {
           st.latency_ms.push_back((now - sent) / 1e6);
-          if (st.chunks > static_cast<uint64_t>(warmup)) st.steady_latency_ms.push_back((now - sent) / 1e6);
+          if (st.chunks > static_cast<uint64_t>(warmup)) {
+            st.steady_latency_ms.push_back((now - sent) / 1e6);
+          } else {
+            st.first_latency_ms.push_back((now - sent) / 1e6);
+          }
         }
       }
     }
@@ -92,7 +105,113 @@ StreamStats Stream(pb::Sessions::Stub& stub, const std::string& session_id, bool
   stream->WritesDone();
   stream->Finish();
   st.seconds = (last_ns - first_ns) / 1e9;
+  st.first_ns = first_ns;
+  st.last_ns = last_ns;
   return st;
+}
+
+// Many sessions streaming at once; see RunLoad.
+struct LoadStats {
+  std::vector<double> all, first, steady, turn_start_ms;
+  uint64_t events = 0, chunks = 0;
+  double seconds = 0;
+  int unfinished = 0;
+  std::string stuck;  // what became of the stuck clients
+};
+
+// `sessions` turns at once, each streamed `chunks` chunks of 24 B at 100/s by
+// the provider, each read by its own client. With `stuck`, first a session
+// whose provider streams 4 KB chunks at the same pace to a client that never
+// reads, and a client attached to the first measured session that never reads.
+LoadStats RunLoad(FakeLlmServer& fake, Daemon& d, int sessions, int chunks, bool stuck) {
+  LoadStats out;
+  auto stub = d.sessions();
+  grpc::ClientContext stuck_chat_ctx, stuck_attach_ctx;
+  std::unique_ptr<grpc::ClientReaderWriter<pb::ClientEvent, pb::ServerEvent>> stuck_chat;
+  std::unique_ptr<grpc::ClientReader<pb::ServerEvent>> stuck_attach;
+  std::vector<std::string> ids;
+  for (int i = 0; i < sessions; ++i) ids.push_back(d.CreateSession().id());
+  if (stuck) {
+    FakeReply big;
+    big.bench_chunks = chunks * 3;
+    big.bench_chunk_bytes = 4096;
+    big.chunk_delay_ms = 10;
+    fake.Enqueue(big);
+    const size_t before = fake.request_count();
+    stuck_chat = OpenChat(*stub, &stuck_chat_ctx, d.CreateSession().id(), "stuck");
+    while (fake.request_count() == before)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    pb::AttachRequest req;
+    req.set_session_id(ids[0]);
+    stuck_attach = stub->Attach(&stuck_attach_ctx, req);
+  }
+  for (int i = 0; i < sessions; ++i) {
+    FakeReply r;
+    r.bench_chunks = chunks;
+    r.bench_chunk_bytes = 24;
+    r.chunk_delay_ms = 10;
+    fake.Enqueue(r);
+  }
+  const size_t first_request = fake.request_count();
+  std::mutex mu;
+  std::vector<std::thread> threads;
+  std::vector<int64_t> sent(sessions);
+  int64_t begin_ns = INT64_MAX, end_ns = 0;
+  for (int i = 0; i < sessions; ++i) {
+    threads.emplace_back([&, i] {
+      auto own = d.sessions();
+      auto st = Stream(*own, ids[i], true, chunks / 10, "bench s" + std::to_string(i), &sent[i]);
+      std::lock_guard<std::mutex> lock(mu);
+      if (!st.finished) ++out.unfinished;
+      out.all.insert(out.all.end(), st.latency_ms.begin(), st.latency_ms.end());
+      out.first.insert(out.first.end(), st.first_latency_ms.begin(), st.first_latency_ms.end());
+      out.steady.insert(out.steady.end(), st.steady_latency_ms.begin(), st.steady_latency_ms.end());
+      out.events += st.deltas;
+      out.chunks += st.chunks;
+      if (st.first_ns > 0) begin_ns = std::min(begin_ns, st.first_ns);
+      end_ns = std::max(end_ns, st.last_ns);
+    });
+  }
+  for (auto& t : threads) t.join();
+  out.seconds = (end_ns - begin_ns) / 1e9;
+  // From the user's message leaving the client to the provider's request
+  // arriving: the daemon's work to start a turn (history, policy, tools, prompt).
+  auto reqs = fake.requests();
+  for (size_t k = first_request; k < reqs.size(); ++k) {
+    const std::string body = reqs[k].body.dump();
+    size_t at = body.find("bench s");
+    if (at == std::string::npos) continue;
+    int i = std::atoi(body.c_str() + at + 7);
+    if (i >= 0 && i < sessions && sent[i] > 0)
+      out.turn_start_ms.push_back((reqs[k].received_ns - sent[i]) / 1e6);
+  }
+  if (stuck) {
+    stuck_chat_ctx.TryCancel();
+    stuck_attach_ctx.TryCancel();
+    grpc::Status a = stuck_chat->Finish();
+    grpc::Status b = stuck_attach->Finish();
+    out.stuck = absl::StrCat("stuck chat client: ", a.error_message(),
+                             "; stuck attached client: ", b.error_message());
+  }
+  return out;
+}
+
+void PrintLoad(const char* label, int sessions, int chunks, const LoadStats& s) {
+  std::printf(
+      "RESULT load sessions=%d%s events_per_s=%.0f latency_ms p50=%.3f p99=%.3f max=%.3f | first "
+      "%d chunks of "
+      "each session p50=%.3f p99=%.3f | after them p50=%.3f p99=%.3f | turn start p50=%.2f "
+      "p99=%.2f ms "
+      "(input: %d sessions x %d chunks of 24 B at 100/s; %llu chunks in %llu events over %.2f "
+      "s)%s\n",
+      sessions, label, s.events / std::max(s.seconds, 1e-9), Percentile(s.all, 0.5),
+      Percentile(s.all, 0.99), Percentile(s.all, 1.0), chunks / 10, Percentile(s.first, 0.5),
+      Percentile(s.first, 0.99), Percentile(s.steady, 0.5), Percentile(s.steady, 0.99),
+      Percentile(s.turn_start_ms, 0.5), Percentile(s.turn_start_ms, 0.99), sessions, chunks,
+      static_cast<unsigned long long>(s.chunks), static_cast<unsigned long long>(s.events),
+      s.seconds, s.unfinished ? " UNFINISHED TURNS" : "");
+  if (!s.stuck.empty()) std::printf("       %s\n", s.stuck.c_str());
+  std::fflush(stdout);
 }
 
 int Main(int argc, char** argv) {
@@ -113,8 +232,9 @@ int Main(int argc, char** argv) {
       attached_clients = 50;
     }
   }
-  std::printf("fwai_bench  machine: %u cores, %s  commit: %s\n", std::thread::hardware_concurrency(),
-              CpuModel().c_str(), std::getenv("FWAI_COMMIT") ? std::getenv("FWAI_COMMIT") : "?");
+  std::printf("fwai_bench  machine: %u cores, %s  commit: %s\n",
+              std::thread::hardware_concurrency(), CpuModel().c_str(),
+              std::getenv("FWAI_COMMIT") ? std::getenv("FWAI_COMMIT") : "?");
 
   FakeLlmServer fake;
   if (fake.Start() <= 0) return 1;
@@ -149,14 +269,18 @@ int Main(int argc, char** argv) {
       }
       double rate = st.deltas / st.seconds;
       rates.push_back(rate);
-      std::printf("throughput run %d: %llu chunks from provider, %llu events delivered in %.3f s = %.0f events/s "
-                  "(%.0f provider chunks/s)\n",
-                  run + 1, static_cast<unsigned long long>(st.chunks),
-                  static_cast<unsigned long long>(st.deltas), st.seconds, rate, st.chunks / st.seconds);
+      std::printf(
+          "throughput run %d: %llu chunks from provider, %llu events delivered in %.3f s = %.0f "
+          "events/s "
+          "(%.0f provider chunks/s)\n",
+          run + 1, static_cast<unsigned long long>(st.chunks),
+          static_cast<unsigned long long>(st.deltas), st.seconds, rate, st.chunks / st.seconds);
     }
-    std::printf("RESULT throughput_events_per_s median=%.0f (input: %d text chunks of 24 B, 1 client, unix socket) "
-                "target>=20000\n",
-                Percentile(rates, 0.5), throughput_chunks);
+    std::printf(
+        "RESULT throughput_events_per_s median=%.0f (input: %d text chunks of 24 B, 1 client, unix "
+        "socket) "
+        "target>=20000\n",
+        Percentile(rates, 0.5), throughput_chunks);
   }
 
   // --- Added latency at 1 and 50 concurrent sessions.
@@ -188,12 +312,29 @@ int Main(int argc, char** argv) {
       });
     }
     for (auto& t : threads) t.join();
-    std::printf("RESULT latency_ms sessions=%d p50=%.3f p99=%.3f max=%.3f (samples %zu, %d chunks/session at "
-                "100/s) target p99<=5 at 50%s\n",
-                sessions, Percentile(all, 0.5), Percentile(all, 0.99), Percentile(all, 1.0), all.size(),
-                latency_chunks, unfinished ? " UNFINISHED TURNS" : "");
-    std::printf("       steady state (after each session's first %d chunks): p50=%.3f p99=%.3f max=%.3f\n",
-                latency_chunks / 10, Percentile(steady, 0.5), Percentile(steady, 0.99), Percentile(steady, 1.0));
+    std::printf(
+        "RESULT latency_ms sessions=%d p50=%.3f p99=%.3f max=%.3f (samples %zu, %d chunks/session "
+        "at "
+        "100/s) target p99<=5 at 50%s\n",
+        sessions, Percentile(all, 0.5), Percentile(all, 0.99), Percentile(all, 1.0), all.size(),
+        latency_chunks, unfinished ? " UNFINISHED TURNS" : "");
+    std::printf(
+        "       steady state (after each session's first %d chunks): p50=%.3f p99=%.3f max=%.3f\n",
+        latency_chunks / 10, Percentile(steady, 0.5), Percentile(steady, 0.99),
+        Percentile(steady, 1.0));
+  }
+
+  // --- Many sessions at once: 50 (the baseline), 200, 200 with stuck clients.
+  if (only.empty() || only == "load") {
+    for (int sessions : {50, 200}) {
+      Daemon& d = fresh();
+      std::this_thread::sleep_for(std::chrono::seconds(pause_s));
+      PrintLoad("", sessions, latency_chunks, RunLoad(fake, d, sessions, latency_chunks, false));
+    }
+    Daemon& d = fresh();
+    std::this_thread::sleep_for(std::chrono::seconds(pause_s));
+    PrintLoad(" with_stuck_clients", 200, latency_chunks,
+              RunLoad(fake, d, 200, latency_chunks, true));
   }
 
   // --- Memory per idle session and per attached client.
@@ -224,10 +365,12 @@ int Main(int argc, char** argv) {
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(500));
     long after_clients = RssKb(d.pid());
-    std::printf("RESULT memory idle_session_kb=%.2f (over %d sessions) attached_client_kb=%.2f (over %d clients)"
-                " rss_before_kb=%ld\n",
-                double(after_sessions - before) / idle_sessions, idle_sessions,
-                double(after_clients - after_sessions) / attached_clients, attached_clients, before);
+    std::printf(
+        "RESULT memory idle_session_kb=%.2f (over %d sessions) attached_client_kb=%.2f (over %d "
+        "clients)"
+        " rss_before_kb=%ld\n",
+        double(after_sessions - before) / idle_sessions, idle_sessions,
+        double(after_clients - after_sessions) / attached_clients, attached_clients, before);
     for (auto& c : ctxs) c->TryCancel();
     for (auto& r : readers) r->Finish();
   }

@@ -188,6 +188,21 @@ const chat = () => page.frameLocator(`iframe.webview.ready[src*="extensionId=${E
 const view = (title) => page.locator('.pane', { has: page.locator('.pane-header', { hasText: title }) });
 const row = (title, text) => view(title).locator('.monaco-list-row', { hasText: text });
 
+// Opens a session from its Sessions row until `shown` appears in the chat: the
+// tree redraws when sessions and turns change, and a click that lands during a
+// redraw opens nothing; opening a session twice is harmless.
+async function openSessionRow(text, shown, tries = 5) {
+  for (let i = 1; i <= tries; i++) {
+    await row('Sessions', text).first().click();
+    try {
+      await shown.waitFor({ timeout: 8000 });
+      return;
+    } catch (e) {
+      if (i === tries) throw e;
+    }
+  }
+}
+
 async function openFwai() {
   if (await chat().locator('#input').isVisible().catch(() => false)) return;
   await page.locator('.activitybar .action-label[aria-label^="fwai"]').click();
@@ -260,8 +275,7 @@ test('a session started from the CLI shows in Sessions; attaching shows its hist
   const s = list.sessions.find((x) => x.title === 'blink faster from the terminal');
   assert.ok(s);
   await runCommand('fwai: Refresh Sessions');
-  await row('Sessions', 'blink faster from the terminal').click();
-  await chat().locator('.user', { hasText: 'blink faster from the terminal' }).waitFor({ timeout: 30000 });
+  await openSessionRow('blink faster from the terminal', chat().locator('.user', { hasText: 'blink faster from the terminal' }));
   await chat().locator('.text', { hasText: 'Halve the SysTick reload' }).waitFor();
   // The terminal goes on with the session while VS Code watches.
   await fake.enqueue([{ chunks: Array.from({ length: 30 }, (_, i) => `step ${i} `), chunk_delay_ms: 50 }]);
@@ -285,8 +299,7 @@ test('a plan is edited in the editor and approved from it; the edited text is wh
     { chunks: ['Plan approved; carrying it out.'] },
   ]);
   await runCommand('fwai: Refresh Sessions');
-  await row('Sessions', 'UART driver').click();
-  await chat().locator('#title', { hasText: 'UART driver' }).waitFor();
+  await openSessionRow('UART driver', chat().locator('#title', { hasText: 'UART driver' }));
   await sendChat('add a UART driver');
   // The plan opens in an editor; the engineer adds a step and approves from the editor's title bar.
   const tab = page.locator('.tabs-container .tab', { hasText: `${s.id}.md` });

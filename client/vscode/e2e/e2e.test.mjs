@@ -323,8 +323,17 @@ test('a plan is edited in the editor and approved from it; the edited text is wh
 });
 
 test('a board is leased, its serial terminal shows the boot banner across a flash, and answers ping', { timeout: 180000 }, async () => {
-  await inlineAction('Boards', 'sim-stm32vl', 'Lease Board');
-  await row('Boards', 'sim-stm32vl').filter({ hasText: 'held by you' }).waitFor({ timeout: 30000 });
+  // The Boards tree redraws as health changes: a click that lands during a
+  // redraw is lost, so the lease is asked again until the row says it is held.
+  for (let i = 1; ; i++) {
+    await inlineAction('Boards', 'sim-stm32vl', 'Lease Board');
+    try {
+      await row('Boards', 'sim-stm32vl').filter({ hasText: 'held by you' }).waitFor({ timeout: 10000 });
+      break;
+    } catch (e) {
+      if (i === 4) throw e;
+    }
+  }
   await page.locator('.statusbar-item', { hasText: 'sim-stm32vl' }).waitFor({ timeout: 30000 });
   await inlineAction('Boards', 'sim-stm32vl', 'Open Serial Terminal');
   await waitTerminal(/fwai serial sim-stm32vl/);

@@ -1,11 +1,16 @@
 // An in-memory BM25 index over documents named by dense uint32 ids (chunk
-// ordinals). Incremental add and remove; serializes to bytes so a restart
-// loads postings instead of re-tokenizing the corpus. Not thread-safe: the
-// owner serializes writers against readers.
+// ordinals), in two tiers: an immutable base read from a saved image
+// (memory-mapped; postings compressed: delta-coded document ids and term
+// frequencies as varints, terms sorted and found by binary search, so
+// opening a million-chunk index costs a mapping, not a load), and a mutable
+// tier for what was added since. Removing a base document hides it (its
+// postings are dropped at the next save); saving writes one merged image.
+// Not thread-safe: the owner serializes writers against readers.
 #pragma once
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -43,12 +48,9 @@ class Bm25Index {
   void Remove(uint32_t doc);
   bool Contains(uint32_t doc) const { return doc < doc_len_.size() && doc_len_[doc] > 0; }
   size_t size() const { return num_docs_; }
-  size_t num_terms() const { return terms_.size(); }
-  // How many docs hold `term`.
-  size_t DocFreq(const std::string& term) const {
-    auto it = terms_.find(term);
-    return it == terms_.end() ? 0 : postings_[it->second].size();
-  }
+  size_t num_terms() const;
+  // How many docs hold `term` (hidden base docs count until the next save).
+  size_t DocFreq(const std::string& term) const;
 
   // The `k` best docs for `query` terms, best first; `accept` (optional) filters.
   std::vector<std::pair<uint32_t, float>> Search(
@@ -65,9 +67,22 @@ class Bm25Index {
   // The length of `doc` in terms (0 if absent).
   uint32_t Length(uint32_t doc) const { return doc < doc_len_.size() && doc_len_[doc] > 0 ? doc_len_[doc] - 1 : 0; }
 
+  // Writes the merged image to `path` atomically (temp + rename, synced),
+  // stamped with `generation`.
+  [[nodiscard]] absl::Status Save(const std::string& path, uint64_t generation) const;
+  // Maps a saved image as the base tier. NOT_FOUND if absent;
+  // FAILED_PRECONDITION if it carries another generation; DATA_LOSS if
+  // damaged or truncated.
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<Bm25Index>> Load(const std::string& path,
+                                                                       uint64_t generation);
+  // The same image as bytes, and back (generation 0).
   std::string Serialize() const;
-  // Fails with DATA_LOSS on a truncated or damaged image.
   [[nodiscard]] static absl::StatusOr<Bm25Index> Deserialize(std::string_view bytes);
+  // Bytes of postings held in memory by the mutable tier, and mapped by the base.
+  size_t mutable_bytes() const;
+  size_t base_bytes() const;
+
+  struct Image;  // a parsed saved image (the base tier)
 
  private:
   struct Posting {
@@ -75,16 +90,19 @@ class Bm25Index {
     uint32_t tf;
   };
   uint32_t TermId(const std::string& term);
-  // doc_terms_ is only needed to remove documents; after a load it is built
-  // on first use, so a restart does not pay for it.
-  void EnsureDocTerms();
+  void Write(const std::function<void(const char*, size_t)>& out, uint64_t generation) const;
+  static absl::StatusOr<Bm25Index> FromImage(std::shared_ptr<const Image> image);
 
   Bm25Params params_;
+  // Base tier: the saved image and which of its docs are still live.
+  std::shared_ptr<const Image> base_;
+  std::vector<bool> base_live_;
+  // Mutable tier.
   std::unordered_map<std::string, uint32_t> terms_;
-  std::vector<std::vector<Posting>> postings_;  // by term id, sorted by doc
-  std::vector<uint32_t> doc_len_;               // by doc; 0 = absent, else length + 1
-  std::vector<std::vector<uint32_t>> doc_terms_;  // by doc: its distinct term ids
-  bool doc_terms_ready_ = true;
+  std::vector<std::vector<Posting>> postings_;    // by term id, sorted by doc
+  std::vector<std::vector<uint32_t>> doc_terms_;  // by doc: its distinct mutable term ids
+  // Both tiers.
+  std::vector<uint32_t> doc_len_;  // by doc; 0 = absent, else length + 1
   size_t num_docs_ = 0;
   uint64_t total_len_ = 0;
 };

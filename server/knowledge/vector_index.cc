@@ -2,16 +2,20 @@
 
 #include <faiss/IndexFlat.h>
 #include <faiss/IndexHNSW.h>
+#include <faiss/IndexIVF.h>
+#include <faiss/IndexScalarQuantizer.h>
 #include <faiss/index_io.h>
+#include <faiss/utils/distances.h>
 #include <omp.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <cmath>
+#include <functional>
 #include <random>
 #include <sstream>
 #include <unordered_map>
@@ -27,7 +31,30 @@ VectorIndex::VectorIndex(int dimension, VectorIndexOptions options)
 
 VectorIndex::~VectorIndex() = default;
 
-std::string VectorIndex::kind() const { return hnsw_ ? "hnsw" : "flat"; }
+std::string VectorIndex::kind() const { return hnsw_ ? "hnsw" : ivf_ ? "ivf-sq8" : "flat"; }
+
+std::string VectorIndex::describe() const {
+  if (hnsw_) return absl::StrCat("hnsw(M=", options_.hnsw_m, ",efSearch=", ef_search_, ")");
+  if (ivf_) {
+    return absl::StrCat("ivf-sq8(lists=", static_cast<const faiss::IndexIVF*>(index_.get())->nlist,
+                        ",nprobe=", ef_search_, ")");
+  }
+  return "flat";
+}
+
+size_t VectorIndex::memory_bytes() const {
+  const size_t n = ids_.size();
+  if (hnsw_) {
+    auto* h = static_cast<const faiss::IndexHNSWFlat*>(index_.get());
+    return n * dim_ * 4 + h->hnsw.neighbors.size() * 4 + h->hnsw.offsets.size() * 8 +
+           h->hnsw.levels.size() * 4;
+  }
+  if (ivf_) {
+    auto* ivf = static_cast<const faiss::IndexIVF*>(index_.get());
+    return n * (ivf->code_size + 8) + ivf->nlist * dim_ * 4;
+  }
+  return n * dim_ * 4;
+}
 
 std::vector<float> VectorIndex::LiveVectors(std::vector<uint32_t>* ids) const {
   std::vector<float> out;
@@ -45,7 +72,7 @@ std::vector<float> VectorIndex::LiveVectors(std::vector<uint32_t>* ids) const {
 void VectorIndex::Add(const std::vector<uint32_t>& ids, const std::vector<float>& vectors) {
   if (ids.empty()) return;
   for (uint32_t id : ids) Remove(id);  // replacing a chunk's vector
-  if (!hnsw_ && size() + ids.size() >= options_.exact_below) {
+  if (!hnsw_ && !ivf_ && size() + ids.size() >= options_.exact_below) {
     std::vector<uint32_t> all;
     std::vector<float> vecs = LiveVectors(&all);
     all.insert(all.end(), ids.begin(), ids.end());
@@ -68,6 +95,7 @@ void VectorIndex::Remove(uint32_t id) {
 }
 
 bool VectorIndex::NeedsRebuild() const {
+  if (ivf_ && trained_on_ > 0 && size() >= options_.ivf_retrain_growth * trained_on_) return true;
   return !ids_.empty() && dead_.size() > options_.rebuild_tombstone_ratio * ids_.size();
 }
 
@@ -79,11 +107,45 @@ void VectorIndex::BuildInternal(const std::vector<uint32_t>& ids, const std::vec
   ids_.clear();
   dead_.clear();
   pos_.clear();
-  hnsw_ = ids.size() >= options_.exact_below;
+  const bool approximate = ids.size() >= options_.exact_below;
+  hnsw_ = approximate && options_.approximate != "ivf";
+  ivf_ = approximate && options_.approximate == "ivf";
+  trained_on_ = 0;
   if (hnsw_) {
     auto h = std::make_unique<faiss::IndexHNSWFlat>(dim_, options_.hnsw_m, faiss::METRIC_INNER_PRODUCT);
     h->hnsw.efConstruction = options_.ef_construction;
     index_ = std::move(h);
+  } else if (ivf_) {
+    // About 4 * sqrt(n) lists (a power of two), at least 64 vectors a list.
+    size_t lists = options_.ivf_lists > 0 ? static_cast<size_t>(options_.ivf_lists) : 16;
+    if (options_.ivf_lists <= 0) {
+      const double n = static_cast<double>(ids.size());
+      while (lists * 2 <= std::min(4 * std::sqrt(n), n / 64) && lists < 65536) lists *= 2;
+    }
+    auto quantizer = new faiss::IndexFlatIP(dim_);
+    auto ivf = std::make_unique<faiss::IndexIVFScalarQuantizer>(
+        quantizer, dim_, lists, faiss::ScalarQuantizer::QT_8bit, faiss::METRIC_INNER_PRODUCT,
+        /*encode_residual=*/false);
+    ivf->own_fields = true;
+    // Trained on a seeded sample: about 64 vectors a list.
+    const size_t n = ids.size(), want = std::min(n, lists * 64);
+    std::vector<float> sample;
+    if (want == n) {
+      sample = vectors;
+    } else {
+      std::mt19937 rng(7);
+      std::vector<size_t> pick(n);
+      for (size_t i = 0; i < n; ++i) pick[i] = i;
+      for (size_t i = 0; i < want; ++i) std::swap(pick[i], pick[i + rng() % (n - i)]);
+      sample.resize(want * dim_);
+      for (size_t i = 0; i < want; ++i) {
+        std::memcpy(&sample[i * dim_], &vectors[pick[i] * dim_], sizeof(float) * dim_);
+      }
+    }
+    ivf->cp.seed = 7;
+    ivf->train(static_cast<idx_t>(want), sample.data());
+    trained_on_ = n;
+    index_ = std::move(ivf);
   } else {
     index_ = std::make_unique<faiss::IndexFlatIP>(dim_);
   }
@@ -98,6 +160,62 @@ void VectorIndex::BuildInternal(const std::vector<uint32_t>& ids, const std::vec
     omp_set_num_threads(threads);
   }
   if (hnsw_) TuneEfSearch(vectors);
+  if (ivf_) {
+    auto* ivf = static_cast<faiss::IndexIVF*>(index_.get());
+    if (options_.ivf_nprobe > 0) {
+      ef_search_ = static_cast<int>(ivf->nprobe = static_cast<size_t>(options_.ivf_nprobe));
+    } else {
+      std::vector<int> candidates;
+      for (int p = 1; p <= static_cast<int>(ivf->nlist); p *= 2) candidates.push_back(p);
+      TuneBreadth(vectors, candidates, [ivf](int p) { ivf->nprobe = static_cast<size_t>(p); });
+    }
+  }
+}
+
+void VectorIndex::TuneBreadth(const std::vector<float>& vectors, const std::vector<int>& candidates,
+                              const std::function<void(int)>& set) {
+  const size_t n = ids_.size();
+  const size_t nq = std::min<size_t>(400, n);
+  const idx_t k = 10;
+  std::mt19937 rng(42);
+  std::vector<float> queries(nq * dim_);
+  std::normal_distribution<float> gauss;
+  for (size_t i = 0; i < nq; ++i) {
+    float* q = &queries[i * dim_];
+    const size_t a = rng() % n, b = rng() % n;
+    for (int d = 0; d < dim_; ++d) {
+      q[d] = (i % 2 == 0) ? vectors[a * dim_ + d] + 0.05f * gauss(rng)
+                          : vectors[a * dim_ + d] + vectors[b * dim_ + d];
+    }
+    double norm = 0;
+    for (int d = 0; d < dim_; ++d) norm += double(q[d]) * q[d];
+    for (int d = 0; d < dim_; ++d) q[d] = static_cast<float>(q[d] / std::sqrt(norm));
+  }
+  // Exact answers by brute force over the same vectors (no copy of them).
+  std::vector<float> dist(nq * k);
+  std::vector<idx_t> truth(nq * k), got(nq * k);
+  faiss::knn_inner_product(queries.data(), vectors.data(), static_cast<size_t>(dim_), nq, n,
+                           static_cast<size_t>(k), dist.data(), truth.data());
+  for (int c : candidates) {
+    set(c);
+    index_->search(static_cast<idx_t>(nq), queries.data(), k, dist.data(), got.data());
+    // Each kind of query (noisy copies, mixtures) must reach the bar on its own.
+    size_t hits[2] = {0, 0}, asked[2] = {0, 0};
+    for (size_t q = 0; q < nq; ++q) {
+      asked[q % 2] += k;
+      for (idx_t a = 0; a < k; ++a) {
+        for (idx_t b = 0; b < k; ++b) {
+          if (got[q * k + a] == truth[q * k + b] && truth[q * k + b] >= 0) {
+            ++hits[q % 2];
+            break;
+          }
+        }
+      }
+    }
+    ef_search_ = c;
+    // A margin over the 0.95 promise: the sample is not the queries to come.
+    if (hits[0] >= 0.98 * asked[0] && hits[1] >= 0.98 * asked[1]) break;
+  }
 }
 
 void VectorIndex::TuneEfSearch(const std::vector<float>& vectors) {
@@ -213,7 +331,7 @@ absl::Status VectorIndex::Save(const std::string& path, uint64_t generation) con
   std::string meta(kMetaMagic, sizeof(kMetaMagic));
   auto put = [&meta](const void* p, size_t n) { meta.append(static_cast<const char*>(p), n); };
   put(&generation, 8);
-  int32_t dim = dim_, hnsw = hnsw_ ? 1 : 0, ef = ef_search_;
+  int32_t dim = dim_, hnsw = hnsw_ ? 1 : ivf_ ? 2 : 0, ef = ef_search_;
   put(&dim, 4);
   put(&hnsw, 4);
   put(&ef, 4);
@@ -224,6 +342,8 @@ absl::Status VectorIndex::Save(const std::string& path, uint64_t generation) con
   for (uint32_t d : dead_) put(&d, 4);
   uint64_t faiss_size = std::filesystem::file_size(path + ".faiss", ec);
   put(&faiss_size, 8);
+  uint64_t trained = trained_on_;
+  put(&trained, 8);
   return WriteFileAtomically(path + ".meta", meta);
 }
 
@@ -273,9 +393,25 @@ absl::StatusOr<std::unique_ptr<VectorIndex>> VectorIndex::Load(const std::string
   if (idx->index_->ntotal != static_cast<idx_t>(n) || idx->index_->d != dimension) {
     return absl::DataLossError(absl::StrCat(path, ".faiss: does not match its metadata"));
   }
-  idx->hnsw_ = hnsw != 0;
+  idx->hnsw_ = hnsw == 1;
+  idx->ivf_ = hnsw == 2;
   idx->ef_search_ = ef;
-  if (idx->hnsw_) static_cast<faiss::IndexHNSWFlat*>(idx->index_.get())->hnsw.efSearch = ef;
+  uint64_t trained = 0;
+  if (get(&trained, 8)) idx->trained_on_ = trained;  // absent in files from before IVF
+  if (idx->hnsw_) {
+    auto* h = dynamic_cast<faiss::IndexHNSWFlat*>(idx->index_.get());
+    if (h == nullptr)
+      return absl::DataLossError(
+          absl::StrCat(path, ".faiss: not the HNSW index its metadata names"));
+    h->hnsw.efSearch = ef;
+  }
+  if (idx->ivf_) {
+    auto* ivf = dynamic_cast<faiss::IndexIVF*>(idx->index_.get());
+    if (ivf == nullptr)
+      return absl::DataLossError(
+          absl::StrCat(path, ".faiss: not the IVF index its metadata names"));
+    ivf->nprobe = static_cast<size_t>(std::max(1, ef));
+  }
   for (uint32_t p = 0; p < n; ++p) {
     if (!idx->dead_.count(p)) idx->pos_[idx->ids_[p]] = p;
   }

@@ -266,8 +266,9 @@ bool LooksLikeRegister(std::string_view text) {
 
 class Builder {
  public:
-  Builder(const ChunkOptions& o, int page, bool line_structured, std::vector<ChunkDraft>* out)
-      : o_(o), page_(page), line_structured_(line_structured), out_(out) {}
+  Builder(const ChunkOptions& o, int page, bool line_structured, int* section,
+          std::vector<ChunkDraft>* out)
+      : o_(o), page_(page), line_structured_(line_structured), section_(section), out_(out) {}
 
   void Heading(const Block& h) {
     const bool primary = h.level <= 2;
@@ -275,6 +276,7 @@ class Builder {
     if (primary || (secondary && tokens_ >= o_.min_tokens) || tokens_ >= o_.target_tokens) {
       Flush(/*overlap=*/false);
     }
+    if (primary) ++*section_;
     while (!path_.empty() && path_.back().first >= h.level) path_.pop_back();
     path_.emplace_back(h.level, h.heading);
     Append(h, h.text);
@@ -302,6 +304,7 @@ class Builder {
     c.start_line = start_line_;
     c.end_line = end_line_;
     c.tokens = tokens_;
+    c.section = chunk_section_;
     c.content_type = kinds_code_ > kinds_text_ ? "code" : kinds_table_ > kinds_text_ ? "table" : "text";
     if (LooksLikeRegister(c.text)) c.content_type = "register";
     // A small tail joins the previous chunk of the same section.
@@ -323,6 +326,7 @@ class Builder {
       tokens_ = CountTokens(tail);
       start_line_ = end_line_ = out_->back().end_line;
       chunk_path_ = path_;
+      chunk_section_ = *section_;
       overlap_started_ = true;
       only_headings_ = true;  // overlap alone does not make a chunk
     }
@@ -333,7 +337,10 @@ class Builder {
     if (text_.empty()) start_line_ = b.start_line;
     // A chunk's title path is the one at its first body block (headings
     // that open it, or overlap carried over, do not fix it).
-    if (text_.empty() || only_headings_) chunk_path_ = path_;
+    if (text_.empty() || only_headings_) {
+      chunk_path_ = path_;
+      chunk_section_ = *section_;
+    }
     if (!text_.empty()) text_ += "\n";
     text_ += text;
     end_line_ = b.end_line;
@@ -432,6 +439,8 @@ class Builder {
   const ChunkOptions& o_;
   const int page_;
   const bool line_structured_;
+  int* const section_;  // the document's current section number
+  int chunk_section_ = 0;
   std::vector<ChunkDraft>* out_;
   std::vector<std::pair<int, std::string>> path_;        // current heading stack
   std::vector<std::pair<int, std::string>> chunk_path_;  // path when the chunk began
@@ -465,9 +474,10 @@ std::vector<ChunkDraft> ChunkDocument(const ExtractedDoc& doc, const ChunkOption
     }
     return out;
   }
+  int section = 0;
   for (const auto& page : doc.pages) {
     const bool line_structured = doc.format == DocFormat::kYaml || doc.format == DocFormat::kCode;
-    Builder b(options, page.number, line_structured, &out);
+    Builder b(options, page.number, line_structured, &section, &out);
     for (const Block& block : ParseBlocks(page.text, doc.format)) {
       if (block.kind == BlockKind::kHeading) {
         b.Heading(block);

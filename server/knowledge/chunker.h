@@ -30,6 +30,9 @@ struct ChunkDraft {
   int end_line = 0;
   std::string content_type;  // text | code | table | register
   int tokens = 0;
+  // Sections are numbered in document order, a new one at each level 1-2
+  // heading (across pages); passages grow within a chunk's section.
+  int section = 0;
 };
 
 // Approximate token count (about four characters a token).

@@ -1,0 +1,132 @@
+// Passages: widening a hit within its section up to the budget, towards the
+// text that carries the query, the overlap between chunks never repeated,
+// the best sentences marked.
+#include "server/knowledge/passage.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "server/knowledge/query_expansion.h"
+#include "server/knowledge/tokenizer.h"
+
+namespace fwai {
+namespace {
+
+// A document as a list of chunks; chunk i's overlap with i-1 is computed as
+// the knowledge base does.
+struct Doc {
+  std::vector<PassageChunk> chunks;
+  void Add(const std::string& text, int section = 0, int page = 0) {
+    PassageChunk c;
+    c.index = static_cast<uint32_t>(chunks.size());
+    c.text = text;
+    c.section = section;
+    c.page = page;
+    c.start_line = static_cast<int>(chunks.size()) * 10 + 1;
+    c.end_line = c.start_line + 9;
+    if (!chunks.empty()) c.overlap = OverlapLength(chunks.back().text, text);
+    chunks.push_back(c);
+  }
+  PassageSource Source() const {
+    PassageSource s;
+    s.chunk = [this](uint32_t i) -> const PassageChunk* {
+      return i < chunks.size() ? &chunks[i] : nullptr;
+    };
+    s.same_section = [](const PassageChunk& a, const PassageChunk& b) { return SameSection(a, b); };
+    return s;
+  }
+};
+
+QueryTermScorer Scorer(const std::string& query) {
+  std::vector<std::string> terms;
+  Tokenize(query, &terms);
+  return QueryTermScorer(WeightedQuery(query, terms), [](const std::string&) { return 1.0; });
+}
+
+std::string Sentences(const std::string& word, int n) {
+  std::string s;
+  for (int i = 0; i < n; ++i)
+    s += "The " + word + " line number " + std::to_string(i) + " says nothing new here.\n";
+  return s;
+}
+
+TEST(PassageTest, OverlapIsTheLongestSuffixThatStartsTheNextChunk) {
+  EXPECT_EQ(OverlapLength("first part. The shared sentence runs on.",
+                          "The shared sentence runs on.\nNext part."),
+            std::string("The shared sentence runs on.").size());
+  EXPECT_EQ(OverlapLength("nothing in common here at all", "another text entirely, no overlap"),
+            0u);
+  EXPECT_EQ(OverlapLength("short", "short"), 0u);  // under the minimum: not an overlap
+}
+
+TEST(PassageTest, GrowsWithinTheSectionTowardsTheQueryUpToTheBudget) {
+  Doc d;
+  d.Add(Sentences("alpha", 6), 1);                                           // 0: another section
+  d.Add(Sentences("filler", 6), 2);                                          // 1
+  d.Add("The watchdog is fed by writing 0xAAAA to the key register.\n", 2);  // 2: the hit
+  d.Add("The prescaler divides the LSI clock before the watchdog counter.\n" +  // 3: carries the
+                                                                                // query
+            Sentences("tail", 6),
+        2);
+  d.Add(Sentences("omega", 6), 3);  // 4: the next section
+  const auto scorer = Scorer("watchdog prescaler LSI clock");
+  Passage p = BuildPassage(d.Source(), 2, 120, scorer);
+  EXPECT_NE(p.text.find("0xAAAA"), std::string::npos);             // the hit is whole
+  EXPECT_NE(p.text.find("prescaler divides"), std::string::npos);  // grown towards the query
+  EXPECT_EQ(p.text.find("alpha"), std::string::npos);              // never into another section
+  EXPECT_EQ(p.text.find("omega"), std::string::npos);
+  EXPECT_LE(p.tokens, 120);
+  EXPECT_GT(p.tokens, 60);  // it used the budget
+  EXPECT_NE(std::find(p.chunks.begin(), p.chunks.end(), 2u), p.chunks.end());
+  EXPECT_NE(std::find(p.chunks.begin(), p.chunks.end(), 3u), p.chunks.end());
+  EXPECT_GT(p.coverage, 0.9);
+  // The best sentence is marked.
+  ASSERT_FALSE(p.highlights.empty());
+  const auto [b, e] = p.highlights[0];
+  EXPECT_NE(p.text.substr(b, e - b).find("prescaler divides the LSI clock"), std::string::npos);
+  // Budget 0: the chunk alone; a budget past the ceiling is held to it.
+  EXPECT_EQ(BuildPassage(d.Source(), 2, 0, scorer).text,
+            "The watchdog is fed by writing 0xAAAA to the key register.");
+  Doc big;
+  for (int i = 0; i < 8; ++i) big.Add(Sentences("same" + std::to_string(i), 10), 1);
+  EXPECT_LE(BuildPassage(big.Source(), 4, 5000, scorer).tokens, kMaxPassageTokens);
+}
+
+TEST(PassageTest, OverlapBetweenChunksIsNotRepeated) {
+  Doc d;
+  const std::string shared = "This sentence ends the first chunk and starts the second one.";
+  d.Add("Opening words of the section. " + shared, 1);
+  d.Add(shared + "\nThen the second chunk says where the PLL lock bit is.", 1);
+  Passage p = BuildPassage(d.Source(), 1, 400, Scorer("PLL lock bit"));
+  EXPECT_NE(p.text.find("Opening words"), std::string::npos);
+  EXPECT_NE(p.text.find("PLL lock bit"), std::string::npos);
+  const size_t first = p.text.find(shared);
+  ASSERT_NE(first, std::string::npos);
+  EXPECT_EQ(p.text.find(shared, first + 1), std::string::npos) << p.text;
+  // The same window seen from either chunk: one text, one span.
+  Passage q = BuildPassage(d.Source(), 0, 400, Scorer("PLL lock bit"));
+  EXPECT_EQ(q.text, p.text);
+  EXPECT_TRUE(q.begin == p.begin && q.end == p.end);
+}
+
+TEST(PassageTest, ChunksStoredBeforeSectionsWereNumberedUseTitlePaths) {
+  PassageChunk a, b, c;
+  a.title_path = {"RCC", "Clocks"};
+  b.title_path = {"RCC"};
+  c.title_path = {"GPIO"};
+  EXPECT_TRUE(SameSection(a, b));
+  EXPECT_FALSE(SameSection(a, c));
+  a.section = 3;
+  EXPECT_TRUE(SameSection(a, b));  // one side unnumbered: title paths decide
+  b.section = 4;
+  EXPECT_FALSE(SameSection(a, b));  // both numbered: the numbers decide
+  c.section = 4;
+  EXPECT_TRUE(SameSection(b, c));
+}
+
+}  // namespace
+}  // namespace fwai

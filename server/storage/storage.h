@@ -26,6 +26,7 @@ enum class Cf : int {
   kEvidence,
   kLeases,
   kOta,
+  kRetrieval,  // the knowledge base's search log and its feedback
   kCount,
 };
 

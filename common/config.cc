@@ -582,8 +582,9 @@ absl::StatusOr<DaemonConfig> ParseConfig(const std::string& yaml_text, const std
     }
     if (auto n = root["knowledge"]) {
       CFG_TRY(r.CheckKeys(n, "knowledge",
-                          {"embedder", "chunk", "bm25", "fusion", "candidates", "rerank_top", "hnsw_above",
-                           "max_document_mb", "reranker", "query_rewrite", "hnsw", "code_search"}));
+                          {"embedder", "chunk", "bm25", "fusion", "candidates", "rerank_top",
+                           "hnsw_above", "max_document_mb", "reranker", "query_rewrite", "hyde",
+                           "hnsw", "code_search", "passages", "log", "vector_index", "ivf"}));
       auto& k = c.knowledge;
       if (auto e = n["embedder"]) {
         CFG_TRY(r.CheckKeys(e, "knowledge.embedder",
@@ -637,6 +638,33 @@ absl::StatusOr<DaemonConfig> ParseConfig(const std::string& yaml_text, const std
         }
         k.query_rewrite = qr.Scalar() == "true";
       }
+      if (auto hy = n["hyde"]) {
+        if (!hy.IsScalar() || (hy.Scalar() != "true" && hy.Scalar() != "false")) {
+          return r.Error(hy, "knowledge.hyde", "expected true or false");
+        }
+        k.hyde = hy.Scalar() == "true";
+      }
+      if (auto p = n["passages"]) {
+        CFG_TRY(r.CheckKeys(p, "knowledge.passages",
+                            {"tokens", "pool", "coverage_weight", "sentence_weight"}));
+        if (p["tokens"])
+          CFG_TRY(r.Int(p["tokens"], "knowledge.passages.tokens", 1, 512, k.passage_tokens));
+        if (p["pool"])
+          CFG_TRY(r.Int(p["pool"], "knowledge.passages.pool", 1, 1000, k.passage_pool));
+        CFG_TRY(Numbers(r, p, "knowledge.passages",
+                        {{"coverage_weight", 0, 100, &k.passage_coverage_weight},
+                         {"sentence_weight", 0, 100, &k.passage_sentence_weight}}));
+      }
+      if (auto lg = n["log"]) {
+        CFG_TRY(r.CheckKeys(lg, "knowledge.log",
+                            {"max_entries", "feedback_weight", "feedback_min_similarity"}));
+        if (lg["max_entries"])
+          CFG_TRY(r.Int(lg["max_entries"], "knowledge.log.max_entries", 1, int64_t{1} << 40,
+                        k.log_max_entries));
+        CFG_TRY(Numbers(r, lg, "knowledge.log",
+                        {{"feedback_weight", 0, 1, &k.feedback_weight},
+                         {"feedback_min_similarity", 0, 1, &k.feedback_min_similarity}}));
+      }
       if (n["candidates"]) CFG_TRY(r.Int(n["candidates"], "knowledge.candidates", 10, 10000, k.candidates));
       if (n["rerank_top"]) CFG_TRY(r.Int(n["rerank_top"], "knowledge.rerank_top", 1, 1000, k.rerank_top));
       if (n["hnsw_above"]) CFG_TRY(r.Int(n["hnsw_above"], "knowledge.hnsw_above", 1, int64_t{1} << 40, k.hnsw_above));
@@ -652,6 +680,19 @@ absl::StatusOr<DaemonConfig> ParseConfig(const std::string& yaml_text, const std
         if (h["ef_search"]) CFG_TRY(r.Int(h["ef_search"], "knowledge.hnsw.ef_search", 0, 4096, k.hnsw_ef_search));
       }
       if (n["max_document_mb"]) CFG_TRY(r.Int(n["max_document_mb"], "knowledge.max_document_mb", 1, 4096, k.max_document_mb));
+      if (n["vector_index"]) {
+        CFG_TRY(r.String(n["vector_index"], "knowledge.vector_index", k.vector_index));
+        if (k.vector_index != "ivf" && k.vector_index != "hnsw") {
+          return r.Error(n["vector_index"], "knowledge.vector_index", "expected ivf or hnsw");
+        }
+      }
+      if (auto iv = n["ivf"]) {
+        CFG_TRY(r.CheckKeys(iv, "knowledge.ivf", {"lists", "nprobe"}));
+        if (iv["lists"])
+          CFG_TRY(r.Int(iv["lists"], "knowledge.ivf.lists", 0, 1 << 20, k.ivf_lists));
+        if (iv["nprobe"])
+          CFG_TRY(r.Int(iv["nprobe"], "knowledge.ivf.nprobe", 0, 1 << 20, k.ivf_nprobe));
+      }
     }
   } catch (const YAML::Exception& e) {
     return YamlStatus("config " + source, e);

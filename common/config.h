@@ -90,10 +90,25 @@ struct KnowledgeConfig {
   int candidates = 100;
   int rerank_top = 100;
   RerankerConfig reranker;
-  bool query_rewrite = true;    // with a provider configured: rewrite short or vague queries
+  bool query_rewrite =
+      true;          // with a provider configured: rewrite short, vague or paraphrased queries
+  bool hyde = true;  // with a provider configured: search a hypothetical answer too
+  // Passages: the budget of each result (tokens), how many reranked chunks
+  // are widened and ranked again, and that ranking's weights (0: off).
+  int passage_tokens = 400;
+  int passage_pool = 30;
+  double passage_coverage_weight = -1;  // -1: the built-in default
+  double passage_sentence_weight = -1;
+  // The retrieval log and its corrections.
+  int64_t log_max_entries = 100000;
+  double feedback_weight = 0.8;
+  double feedback_min_similarity = 0.5;
   std::string code_web_context_url;  // optional endpoint for codeSearch
   std::string code_web_context_api_key_env;
-  int64_t hnsw_above = 20000;
+  int64_t hnsw_above = 20000;        // exact vector search below this many vectors
+  std::string vector_index = "ivf";  // above it: ivf (IVF, 8-bit scalar quantized) | hnsw
+  int ivf_lists = 0;                 // 0: about 4 * sqrt(n)
+  int ivf_nprobe = 0;                // 0: chosen for recall@10 >= 0.95
   int hnsw_m = 32;
   int hnsw_ef_construction = 80;
   int hnsw_ef_search = 0;  // 0: chosen by measured recall

@@ -472,14 +472,27 @@ int Main(int argc, char** argv) {
   ko.candidates = kc.candidates;
   ko.rerank_top = kc.rerank_top;
   ko.exact_below = static_cast<size_t>(kc.hnsw_above);
+  ko.vector_index = kc.vector_index;
+  ko.ivf_lists = kc.ivf_lists;
+  ko.ivf_nprobe = kc.ivf_nprobe;
   ko.hnsw_m = kc.hnsw_m;
   ko.hnsw_ef_construction = kc.hnsw_ef_construction;
   ko.hnsw_ef_search = kc.hnsw_ef_search;
   Provider* rewrite_provider = nullptr;
   Reranker& reranker = *remote_reranker ? **remote_reranker : *builtin_reranker;
-  if (kc.query_rewrite && (rewrite_provider = search_provider(""))) {
-    ko.rewrite = MakeLlmQueryRewriter(*rewrite_provider, "");
+  if ((kc.query_rewrite || kc.hyde) && (rewrite_provider = search_provider(""))) {
+    if (kc.query_rewrite) ko.rewrite = MakeLlmQueryRewriter(*rewrite_provider, "");
+    if (kc.hyde) ko.hyde = MakeLlmHypotheticalAnswer(*rewrite_provider, "");
   }
+  ko.passage_tokens = kc.passage_tokens;
+  ko.passage_pool = kc.passage_pool;
+  if (kc.passage_coverage_weight >= 0) ko.passage_coverage_weight = kc.passage_coverage_weight;
+  if (kc.passage_sentence_weight >= 0) ko.passage_sentence_weight = kc.passage_sentence_weight;
+  ko.log.max_entries = kc.log_max_entries;
+  ko.log.weight = kc.feedback_weight;
+  ko.log.min_similarity = kc.feedback_min_similarity;
+  // A model reranker orders the passages; the built-in one the chunks before.
+  if (*remote_reranker) ko.first_stage_reranker = builtin_reranker.get();
   auto knowledge = KnowledgeBase::Open(**storage, config.data_dir + "/index", ko, *embedder, reranker);
   if (!knowledge.ok()) {
     std::fprintf(stderr, "fwaid: knowledge base: %s\n", std::string(knowledge.status().message()).c_str());
@@ -517,6 +530,7 @@ int Main(int argc, char** argv) {
   RegisterFileTools(tools);
   RegisterWriteTools(tools);
   tools.Register(MakeDocumentSearchTool(**knowledge));
+  tools.Register(MakeDocumentFeedbackTool(**knowledge));
   CodeSearchOptions cso;
   cso.web_context_url = kc.code_web_context_url;
   if (!kc.code_web_context_api_key_env.empty() && std::getenv(kc.code_web_context_api_key_env.c_str())) {
@@ -690,6 +704,10 @@ int Main(int argc, char** argv) {
   });
   turns.SetRunRecorder(record_run);
   turns.SetSecretScanner(secrets);
+  // Passages the answer cites ([q12.3]) count as good for their searches.
+  turns.SetReplyObserver(
+      [kb = knowledge->get()](const std::string& session, const std::string&,
+                              const std::string& text) { RecordCitations(*kb, session, text); });
   // MCP servers a project declares run as the session's account (the
   // project's owner), never as fwaid; a session without one gets none.
   ProjectMcpServers project_mcp(http.get());

@@ -5,12 +5,13 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstring>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
-#include <sstream>
-
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -86,9 +87,41 @@ std::vector<FileItem> ExpandPaths(const std::vector<std::string>& args, std::vec
 }
 
 json HitToJson(const pb::SearchResult& r) {
-  return json{{"rank", r.rank()},           {"score", r.score()},         {"doc", r.doc()},
-              {"title_path", r.title_path()}, {"page", r.page()},          {"start_line", r.start_line()},
-              {"end_line", r.end_line()},   {"content_type", r.content_type()}, {"text", r.text()}};
+  json highlights = json::array();
+  for (const auto& h : r.highlights()) highlights.push_back({h.begin(), h.end()});
+  std::vector<std::string> chunk_ids(r.chunk_ids().begin(), r.chunk_ids().end());
+  return json{{"rank", r.rank()},
+              {"score", r.score()},
+              {"doc", r.doc()},
+              {"title_path", r.title_path()},
+              {"page", r.page()},
+              {"end_page", r.end_page()},
+              {"start_line", r.start_line()},
+              {"end_line", r.end_line()},
+              {"content_type", r.content_type()},
+              {"tokens", r.tokens()},
+              {"chunk_id", r.chunk_id()},
+              {"chunk_ids", chunk_ids},
+              {"highlights", highlights},
+              {"text", r.text()}};
+}
+
+// What to show of a result on a terminal: its best-matching sentences (or
+// its beginning), on one line, at most `max` bytes.
+std::string Snippet(const pb::SearchResult& r, size_t max) {
+  std::string s;
+  for (const auto& h : r.highlights()) {
+    if (h.begin() < 0 || h.end() > static_cast<int>(r.text().size()) || h.end() <= h.begin())
+      continue;
+    if (!s.empty()) s += " ... ";
+    s += r.text().substr(h.begin(), h.end() - h.begin());
+  }
+  if (s.empty()) s = r.text();
+  for (auto& c : s) {
+    if (c == '\n' || c == '\t') c = ' ';
+  }
+  if (s.size() > max) s = s.substr(0, max) + "...";
+  return s;
 }
 
 }  // namespace
@@ -119,6 +152,25 @@ KbCommands::KbCommands(CLI::App& app, Globals& g) : g_(g) {
   search_->add_option("--mode", mode_, "hybrid (default), lexical or vector")
       ->check(CLI::IsMember({"hybrid", "lexical", "vector"}));
   search_->add_option("--batch", batch_, "JSON lines with a \"query\" field; one JSON line out per query");
+  search_
+      ->add_option("--passage-tokens", passage_tokens_,
+                   "Passage size in tokens, 1..512 (default 400)")
+      ->check(CLI::Range(1, 512));
+  search_->add_flag("--chunks", chunks_only_, "Results are chunks as stored, not passages");
+  log_ = kb->add_subcommand("log",
+                            "Recent searches (newest first) with their results and corrections");
+  log_->add_option("-n,--limit", log_limit_, "How many, 1..1000 (default 20)")
+      ->check(CLI::Range(1, 1000));
+  log_->add_option("--before", log_before_, "Page back from this search id");
+  feedback_ =
+      kb->add_subcommand("feedback", "Mark a result of a logged search good or bad for its query");
+  feedback_->add_option("search_id", search_id_, "The search, as fwai kb log shows it (q123)")
+      ->required();
+  feedback_->add_option("result", result_, "Its rank (1-based) or a chunk id")->required();
+  auto* good = feedback_->add_flag("--good", good_, "The result answers the query");
+  auto* bad = feedback_->add_flag("--bad", bad_, "The result does not answer the query");
+  good->excludes(bad);
+  feedback_->add_option("--note", note_, "Why (kept with the correction)");
 }
 
 std::optional<int> KbCommands::RunIfParsed() {
@@ -127,6 +179,8 @@ std::optional<int> KbCommands::RunIfParsed() {
   if (rm_->parsed()) return Rm();
   if (stats_->parsed()) return Stats();
   if (search_->parsed()) return Search();
+  if (log_->parsed()) return Log();
+  if (feedback_->parsed()) return Feedback();
   return std::nullopt;
 }
 
@@ -316,6 +370,12 @@ int KbCommands::Stats() {
               static_cast<long long>(resp.documents()), static_cast<long long>(resp.chunks()),
               static_cast<long long>(resp.bytes()), absl::StrJoin(resp.index_kinds(), ", ").c_str(),
               resp.embedder().c_str(), resp.dimension());
+  std::printf(
+      "searches   %lld logged\nfeedback   %lld good, %lld bad (people); %lld cited, %lld discarded "
+      "(agent)\n",
+      static_cast<long long>(resp.searches()), static_cast<long long>(resp.feedback_good()),
+      static_cast<long long>(resp.feedback_bad()), static_cast<long long>(resp.feedback_cited()),
+      static_cast<long long>(resp.feedback_discarded()));
   return kExitOk;
 }
 
@@ -335,26 +395,34 @@ int KbCommands::Search() {
     for (const auto& t : types_) req.mutable_filters()->add_content_types(t);
     req.set_no_rerank(no_rerank_);
     req.set_mode(mode_);
+    if (passage_tokens_ > 0) req.set_passage_tokens(passage_tokens_);
+    req.set_chunks_only(chunks_only_);
     return req;
   };
   if (!batch_.empty()) {
     return RunBatch(g_, batch_, [&](const std::string& q) -> absl::StatusOr<json> {
       grpc::ClientContext ctx;
+      ctx.AddMetadata("fwai-client", "cli");
       pb::SearchResponse resp;
       auto st = stub->Search(&ctx, make(q), &resp);
       if (!st.ok()) return absl::Status(static_cast<absl::StatusCode>(st.error_code()), st.error_message());
-      json out = {{"took_ms", resp.took_ms()}, {"results", json::array()}};
+      json out = {
+          {"took_ms", resp.took_ms()}, {"search_id", resp.search_id()}, {"results", json::array()}};
       for (const auto& r : resp.results()) out["results"].push_back(HitToJson(r));
       return out;
     });
   }
   grpc::ClientContext ctx;
+  ctx.AddMetadata("fwai-client", "cli");
   pb::SearchResponse resp;
   auto st = stub->Search(&ctx, make(query_), &resp);
   if (!st.ok()) return FailGrpc(g_, st);
   if (g_.json) {
     json arr = json::array();
-    for (const auto& r : resp.results()) arr.push_back(HitToJson(r));
+    for (const auto& r : resp.results()) {
+      arr.push_back(HitToJson(r));
+      arr.back()["search_id"] = resp.search_id();
+    }
     std::cout << arr.dump() << std::endl;
     return kExitOk;
   }
@@ -363,18 +431,83 @@ int KbCommands::Search() {
     std::string where = r.doc();
     if (!r.title_path().empty()) absl::StrAppend(&where, " > ", r.title_path());
     if (r.page() > 0) {
-      absl::StrAppend(&where, ", page ", r.page());
+      absl::StrAppend(&where, r.end_page() > r.page()
+                                  ? absl::StrCat(", pages ", r.page(), "-", r.end_page())
+                                  : absl::StrCat(", page ", r.page()));
     } else {
       absl::StrAppend(&where, ", lines ", r.start_line(), "-", r.end_line());
     }
-    std::string snippet = r.text().substr(0, 240);
-    for (auto& c : snippet) {
-      if (c == '\n') c = ' ';
-    }
-    std::printf("%2d. %.3f  %s\n    %s%s\n", r.rank(), r.score(), where.c_str(), snippet.c_str(),
-                r.text().size() > 240 ? "..." : "");
+    std::printf("%2d. %.3f  %s\n    %s\n", r.rank(), r.score(), where.c_str(),
+                Snippet(r, 300).c_str());
   }
-  std::fprintf(stderr, "(%d results in %.1f ms)\n", resp.results_size(), resp.took_ms());
+  std::fprintf(stderr,
+               "(%d results in %.1f ms; search %s: mark a result with fwai kb feedback %s RANK "
+               "--good|--bad)\n",
+               resp.results_size(), resp.took_ms(), resp.search_id().c_str(),
+               resp.search_id().c_str());
+  return kExitOk;
+}
+
+int KbCommands::Log() {
+  auto ch = ConnectChannel(g_);
+  if (!ch.ok()) return Fail(g_, kExitUnreachable, std::string(ch.status().message()));
+  grpc::ClientContext ctx;
+  pb::ListSearchesRequest req;
+  req.set_limit(log_limit_);
+  req.set_before(log_before_);
+  pb::ListSearchesResponse resp;
+  auto st = pb::Knowledge::NewStub(*ch)->ListSearches(&ctx, req, &resp);
+  if (!st.ok()) return FailGrpc(g_, st);
+  if (g_.json) {
+    for (const auto& s : resp.searches()) std::cout << ProtoToJson(s).dump() << std::endl;
+    return kExitOk;
+  }
+  if (resp.searches().empty()) std::cout << "no searches logged" << std::endl;
+  for (const auto& s : resp.searches()) {
+    const time_t t = static_cast<time_t>(s.time_us() / 1000000);
+    char when[32];
+    std::strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S", std::localtime(&t));
+    std::string who = s.source();
+    if (!s.session_id().empty()) absl::StrAppend(&who, " ", s.session_id(), "/", s.turn_id());
+    std::printf("%s  %s  %s  %.1f ms  %s\n  \"%s\"\n", s.id().c_str(), when, who.c_str(),
+                s.took_ms(), s.method().c_str(), s.query().c_str());
+    for (const auto& w : s.rewrites()) std::printf("  also: \"%s\"\n", w.c_str());
+    for (const auto& r : s.results()) {
+      std::string marks;
+      for (const auto& f : s.feedback()) {
+        if (f.rank() == r.rank()) {
+          absl::StrAppend(&marks, marks.empty() ? "  [" : ", ",
+                          f.source() == "user" ? (f.good() ? "good" : "bad") : f.source());
+        }
+      }
+      if (!marks.empty()) marks += "]";
+      std::printf("  %2d. %.3f  %s%s%s%s\n", r.rank(), r.score(), r.doc().c_str(),
+                  r.title_path().empty() ? "" : " > ", r.title_path().c_str(), marks.c_str());
+    }
+  }
+  return kExitOk;
+}
+
+int KbCommands::Feedback() {
+  if (good_ == bad_) return Fail(g_, kExitUsage, "kb feedback: give --good or --bad");
+  auto ch = ConnectChannel(g_);
+  if (!ch.ok()) return Fail(g_, kExitUnreachable, std::string(ch.status().message()));
+  grpc::ClientContext ctx;
+  pb::FeedbackRequest req;
+  req.set_search_id(search_id_);
+  req.set_result(result_);
+  req.set_good(good_);
+  req.set_note(note_);
+  pb::FeedbackResponse resp;
+  auto st = pb::Knowledge::NewStub(*ch)->Feedback(&ctx, req, &resp);
+  if (!st.ok()) return FailGrpc(g_, st);
+  if (g_.json) {
+    std::cout << ProtoToJson(resp.correction()).dump() << std::endl;
+  } else {
+    std::cout << "marked result " << resp.correction().rank() << " ("
+              << resp.correction().chunk_id() << ") of " << search_id_ << (good_ ? " good" : " bad")
+              << std::endl;
+  }
   return kExitOk;
 }
 

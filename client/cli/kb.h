@@ -22,6 +22,8 @@ class KbCommands {
   int Rm();
   int Stats();
   int Search();
+  int Log();
+  int Feedback();
 
   Globals& g_;
   CLI::App* add_ = nullptr;
@@ -29,6 +31,12 @@ class KbCommands {
   CLI::App* rm_ = nullptr;
   CLI::App* stats_ = nullptr;
   CLI::App* search_ = nullptr;
+  CLI::App* log_ = nullptr;
+  CLI::App* feedback_ = nullptr;
+  int log_limit_ = 20;
+  std::string log_before_;
+  std::string search_id_, result_, note_;
+  bool good_ = false, bad_ = false;
   std::vector<std::string> paths_;
   std::string collection_;
   std::vector<std::string> tags_;
@@ -42,6 +50,8 @@ class KbCommands {
   bool no_rerank_ = false;
   std::string mode_;
   std::string batch_;
+  int passage_tokens_ = 0;  // 0: the daemon's default
+  bool chunks_only_ = false;
 };
 
 }  // namespace fwai

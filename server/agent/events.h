@@ -26,6 +26,7 @@ class EventSink {
   void Emit(v1::ServerEvent ev);
   void Error(const absl::Status& s, bool retryable);
   const std::string& session_id() const { return session_id_; }
+  const std::string& turn_id() const { return turn_id_; }
 
  private:
   SessionManager& sessions_;

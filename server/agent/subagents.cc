@@ -65,7 +65,7 @@ std::map<std::string, SubagentConfig> SubagentTypes(const DaemonConfig& config) 
                        "report concrete findings with file paths and line numbers. Be brief."),
            BuiltinType("document-explorer",
                        "Searches datasheets, reference manuals and notes in the knowledge base.",
-                       {"documentSearch", "read_file", "list_dir", "grep"},
+                       {"documentSearch", "documentFeedback", "read_file", "list_dir", "grep"},
                        "You look things up in datasheets and manuals for one task. Quote the "
                        "passages you rely on with their source and page."),
            BuiltinType(

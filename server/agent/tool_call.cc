@@ -149,6 +149,8 @@ ToolResult ToolCaller::RunTool(Tool& tool, const std::string& call_id, const jso
   const SessionInfo& session = a.turn->session;
   ToolContext tctx;
   tctx.session_id = session.id;
+  tctx.turn_id = a.turn->sink.turn_id();
+  tctx.call_id = call_id;
   tctx.project_root = session.project_root;
   tctx.owner = session.owner;
   tctx.account = a.turn->account ? &*a.turn->account : nullptr;

@@ -164,7 +164,10 @@ TurnEnd PlayTurn(const AgentDeps& deps, const TurnHooks& hooks, CancelToken& can
     return end;
   }
 
-  RunAgent(deps, main);
+  const std::string reply = RunAgent(deps, main);
+  if (hooks.reply_observer && !reply.empty()) {
+    hooks.reply_observer(req.session_id, req.turn_id, reply);
+  }
   TurnEnd end{main.stop_reason, main.iterations, turn.usage(), std::move(project_tools.owner)};
   if (hooks.recorder) {
     json rec = RunRecord(req, main, run_id, (MonotonicNanos() - start_ns) / 1000000);

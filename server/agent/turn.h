@@ -13,11 +13,14 @@ namespace fwai {
 class CancelToken;
 struct AgentDeps;
 
-// What the daemon hooks into every turn (either may be empty).
+// What the daemon hooks into every turn (any may be empty).
 struct TurnHooks {
   const std::function<void(const nlohmann::json&)>& recorder;
   const std::function<absl::StatusOr<TurnManager::ProjectToolSet>(const SessionInfo&)>&
       project_tools;
+  // Receives the main agent's final text (session id, turn id, text).
+  const std::function<void(const std::string&, const std::string&, const std::string&)>&
+      reply_observer;
 };
 
 // Runs `req`; calls `finishing` just before turn_finished is published.

@@ -84,7 +84,7 @@ void TurnManager::Run(Turn* turn, TurnRequest req) {
   // Done before turn_finished is visible: a client that starts the next turn
   // the moment it sees turn_finished must not be refused. Start() joins this
   // thread, so the next turn's events still come after this one.
-  RunTurn(deps, TurnHooks{recorder_, project_tools_}, turn->cancel, req,
+  RunTurn(deps, TurnHooks{recorder_, project_tools_, reply_observer_}, turn->cancel, req,
           [turn] { turn->done = true; });
 }
 

@@ -84,6 +84,13 @@ class TurnManager {
   void SetProjectTools(std::function<absl::StatusOr<ProjectToolSet>(const SessionInfo&)> fn) {
     project_tools_ = std::move(fn);
   }
+  // Receives the main agent's final text of each turn (the retrieval log
+  // reads which passages it cites). Set before the first turn.
+  void SetReplyObserver(std::function<void(const std::string& session_id,
+                                           const std::string& turn_id, const std::string& text)>
+                            fn) {
+    reply_observer_ = std::move(fn);
+  }
   // Redacts tool output before the provider, the history and the evidence see it.
   void SetSecretScanner(std::shared_ptr<const SecretScanner> scanner) {
     secrets_ = std::move(scanner);
@@ -118,6 +125,7 @@ class TurnManager {
   const ToolRegistry& tools_;
   const ToolRetriever retriever_;
   std::function<void(const nlohmann::json&)> recorder_;
+  std::function<void(const std::string&, const std::string&, const std::string&)> reply_observer_;
   std::shared_ptr<const SecretScanner> secrets_;
   std::function<absl::StatusOr<ProjectToolSet>(const SessionInfo&)> project_tools_;
   std::mutex mu_;

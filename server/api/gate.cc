@@ -46,6 +46,9 @@ const std::vector<RpcRule>& RpcRules() {
       {"Knowledge.DeleteDocument", Need::kAnyone},
       {"Knowledge.Search", Need::kAnyone},
       {"Knowledge.Stats", Need::kAnyone},
+      // The retrieval log: each caller lists and corrects its own searches.
+      {"Knowledge.ListSearches", Need::kAnyone},
+      {"Knowledge.Feedback", Need::kAnyone},
       {"ToolCatalog.Register", Need::kAdmin},
       {"ToolCatalog.List", Need::kAnyone},
       {"ToolCatalog.Remove", Need::kAdmin},

@@ -246,6 +246,17 @@ class IngestReactor final : public grpc::ServerBidiReactor<pb::IngestChunk, pb::
   grpc::Status final_status_ = grpc::Status::OK;
 };
 
+pb::SearchCorrection Correction(const SearchFeedback& f) {
+  pb::SearchCorrection c;
+  c.set_rank(f.rank);
+  c.set_chunk_id(f.chunk_id);
+  c.set_good(f.good);
+  c.set_source(f.source);
+  c.set_note(f.note);
+  c.set_time_us(f.time_us);
+  return c;
+}
+
 class KnowledgeService final : public pb::Knowledge::CallbackService {
  public:
   explicit KnowledgeService(ApiDeps deps) : deps_(std::move(deps)) {}
@@ -316,7 +327,12 @@ class KnowledgeService final : public pb::Knowledge::CallbackService {
 
   grpc::ServerUnaryReactor* Search(grpc::CallbackServerContext* ctx, const pb::SearchRequest* req,
                                    pb::SearchResponse* resp) override {
-    return Offload(ctx, "Knowledge.Search", [this, req, resp](const Principal& who) -> absl::Status {
+    // Who asked, for the retrieval log: the fwai CLI says so in metadata.
+    std::string source = "api";
+    auto client = ctx->client_metadata().find("fwai-client");
+    if (client != ctx->client_metadata().end() && client->second == "cli") source = "cli";
+    return Offload(ctx, "Knowledge.Search",
+                   [this, req, resp, source](const Principal& who) -> absl::Status {
       const auto t0 = std::chrono::steady_clock::now();
       Collections cols{who, deps_.gate->identities()};
       KbSearchRequest r;
@@ -330,6 +346,15 @@ class KnowledgeService final : public pb::Knowledge::CallbackService {
       for (const auto& t : req->filters().content_types()) r.content_types.push_back(t);
       for (const auto& t : req->filters().tags()) r.tags[t.key()] = t.value();
       r.rerank = !req->no_rerank();
+      if (req->chunks_only()) {
+        r.passage_tokens = 0;
+      } else if (req->has_passage_tokens()) {
+        if (req->passage_tokens() < 1 || req->passage_tokens() > 512) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("passage_tokens: ", req->passage_tokens(), "; expected 1..512"));
+        }
+        r.passage_tokens = req->passage_tokens();
+      }
       if (req->mode() == "lexical") {
         r.mode = SearchMode::kLexical;
       } else if (req->mode() == "vector") {
@@ -337,8 +362,13 @@ class KnowledgeService final : public pb::Knowledge::CallbackService {
       } else if (!req->mode().empty() && req->mode() != "hybrid") {
         return absl::InvalidArgumentError(absl::StrCat("mode: '", req->mode(), "'; expected hybrid, lexical or vector"));
       }
-      auto hits = deps_.knowledge->Search(r);
+      r.origin.source = source;
+      r.origin.owner = who.id;
+      KbSearchInfo info;
+      auto hits = deps_.knowledge->Search(r, &info);
       if (!hits.ok()) return hits.status();
+      resp->set_search_id(info.search_id);
+      for (const auto& w : info.rewrites) resp->add_rewrites(w);
       for (const auto& h : *hits) {
         auto* o = resp->add_results();
         o->set_rank(h.rank);
@@ -352,6 +382,14 @@ class KnowledgeService final : public pb::Knowledge::CallbackService {
         o->set_content_type(h.content_type);
         o->set_text(h.text);
         o->set_chunk_id(h.chunk_id);
+        for (const auto& c : h.chunk_ids) o->add_chunk_ids(c);
+        o->set_end_page(h.end_page);
+        o->set_tokens(h.tokens);
+        for (const auto& [b, e] : h.highlights) {
+          auto* hl = o->add_highlights();
+          hl->set_begin(b);
+          hl->set_end(e);
+        }
       }
       resp->set_took_ms(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
       return absl::OkStatus();
@@ -370,6 +408,85 @@ class KnowledgeService final : public pb::Knowledge::CallbackService {
       for (const auto& k : s->index_kinds) resp->add_index_kinds(k);
       resp->set_embedder(s->embedder);
       resp->set_dimension(s->dimension);
+      resp->set_searches(s->log.searches);
+      resp->set_feedback_good(s->log.good);
+      resp->set_feedback_bad(s->log.bad);
+      resp->set_feedback_cited(s->log.cited);
+      resp->set_feedback_discarded(s->log.discarded);
+      return absl::OkStatus();
+    });
+  }
+
+  grpc::ServerUnaryReactor* ListSearches(grpc::CallbackServerContext* ctx,
+                                         const pb::ListSearchesRequest* req,
+                                         pb::ListSearchesResponse* resp) override {
+    return Offload(ctx, "Knowledge.ListSearches",
+                   [this, req, resp](const Principal& who) -> absl::Status {
+      // Each caller sees the searches it made (admins: all of them).
+      const int want = req->limit() == 0 ? 20 : req->limit();
+      std::vector<LoggedSearch> mine;
+      std::string before = req->before();
+      for (size_t scanned = 0; static_cast<int>(mine.size()) < want && scanned < 100000;) {
+        auto page = deps_.knowledge->retrieval_log().List(want, before);
+        if (!page.ok()) return page.status();
+        for (auto& s : *page) {
+          before = s.id;
+          if (static_cast<int>(mine.size()) < want && who.MaySee(s.origin.owner)) {
+            mine.push_back(std::move(s));
+          }
+        }
+        scanned += page->size();
+        if (static_cast<int>(page->size()) < want) break;
+      }
+      for (const auto& s : mine) {
+        auto* o = resp->add_searches();
+        o->set_id(s.id);
+        o->set_time_us(s.time_us);
+        o->set_query(s.query);
+        for (const auto& w : s.rewrites) o->add_rewrites(w);
+        o->set_method(s.method);
+        o->set_top_k(s.top_k);
+        o->set_took_ms(s.took_ms);
+        o->set_source(s.origin.source);
+        o->set_session_id(s.origin.session_id);
+        o->set_turn_id(s.origin.turn_id);
+        o->set_call_id(s.origin.call_id);
+        for (const auto& r : s.results) {
+          auto* x = o->add_results();
+          x->set_rank(r.rank);
+          x->set_score(r.score);
+          x->set_doc(r.doc);
+          x->set_title_path(r.title_path);
+          x->set_chunk_id(r.chunk_id);
+          for (const auto& c : r.chunk_ids) x->add_chunk_ids(c);
+        }
+        for (const auto& f : s.feedback) *o->add_feedback() = Correction(f);
+      }
+      return absl::OkStatus();
+    });
+  }
+
+  grpc::ServerUnaryReactor* Feedback(grpc::CallbackServerContext* ctx,
+                                     const pb::FeedbackRequest* req,
+                                     pb::FeedbackResponse* resp) override {
+    return Offload(ctx, "Knowledge.Feedback",
+                   [this, req, resp](const Principal& who) -> absl::Status {
+      if (req->search_id().empty())
+        return absl::InvalidArgumentError("search_id: required (see fwai kb log)");
+      if (req->result().empty())
+        return absl::InvalidArgumentError("result: required (a rank or a chunk id)");
+      // A search is corrected by whoever made it (or an admin); others' are
+      // not shown to exist.
+      auto logged = deps_.knowledge->retrieval_log().Get(req->search_id());
+      if (!logged.ok()) return logged.status();
+      if (!who.MaySee(logged->origin.owner)) {
+        return absl::NotFoundError(
+            absl::StrCat("search ", req->search_id(), " is not in the retrieval log"));
+      }
+      auto f = deps_.knowledge->retrieval_log().AddFeedback(req->search_id(), req->result(),
+                                                            req->good(), "user", req->note());
+      if (!f.ok()) return f.status();
+      *resp->mutable_correction() = Correction(*f);
       return absl::OkStatus();
     });
   }

@@ -1,21 +1,36 @@
 #include "server/knowledge/document_search_tool.h"
 
-#include "absl/strings/match.h"
-#include "absl/strings/numbers.h"
-#include "common/local_account.h"
-
-#include "absl/strings/str_cat.h"
 #include <map>
 #include <mutex>
+#include <regex>
+#include <set>
 
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "common/local_account.h"
 #include "server/knowledge/chunker.h"
-#include "server/llm/http_client.h"
 #include "server/knowledge/knowledge_base.h"
+#include "server/llm/http_client.h"
 
 namespace fwai {
 namespace {
 
 using json = nlohmann::json;
+
+// The passage with its best-matching lines or sentences between ** marks.
+std::string MarkHighlights(const KbSearchHit& h) {
+  std::string out;
+  size_t at = 0;
+  for (const auto& [b, e] : h.highlights) {
+    if (b < static_cast<int>(at) || e > static_cast<int>(h.text.size()) || e <= b) continue;
+    out.append(h.text, at, b - at);
+    out.append("**").append(h.text, b, e - b).append("**");
+    at = e;
+  }
+  out.append(h.text, at, std::string::npos);
+  return out;
+}
 
 class DocumentSearchTool final : public Tool {
  public:
@@ -23,8 +38,13 @@ class DocumentSearchTool final : public Tool {
   std::string name() const override { return "documentSearch"; }
   std::string description() const override {
     return "Search the engineer's datasheets, reference manuals, errata, app notes and register "
-           "descriptions (the knowledge base). Use exact register, bit-field, pin and part names when "
-           "you know them. Returns the best passages with their sources.";
+           "descriptions (the knowledge base). Use exact register, bit-field, pin and part names "
+           "when "
+           "you know them. Returns the best passages with their sources; the lines that match best "
+           "are "
+           "between ** marks. Each passage has an id like [q12.3]: cite the ones your answer uses "
+           "by that "
+           "id, and report a passage that does not fit the question with documentFeedback.";
   }
   json input_schema() const override {
     return {{"type", "object"},
@@ -45,6 +65,7 @@ class DocumentSearchTool final : public Tool {
       if (!absl::StartsWith(c, "~")) return true;
       return !user.empty() && (c == "~" + user || absl::StartsWith(c, "~" + user + "/"));
     };
+    r.origin = {"agent", ctx.session_id, ctx.turn_id, ctx.call_id, ctx.owner};
     r.max_results = in.contains("max_results") && in["max_results"].is_number_integer() ? in["max_results"].get<int>() : 5;
     if (r.max_results < 1 || r.max_results > 20) return {"max_results: expected 1..20", true};
     r.threshold = in.contains("threshold") && in["threshold"].is_number() ? in["threshold"].get<double>() : 0.0;
@@ -57,16 +78,66 @@ class DocumentSearchTool final : public Tool {
     for (size_t i = 0; i < hits->size(); ++i) {
       const auto& h = (*hits)[i];
       if (i > 0) out += "---\n";
+      if (!h.search_id.empty()) absl::StrAppend(&out, "[", h.search_id, ".", h.rank, "] ");
       std::string source = h.doc;
       if (!h.title_path.empty()) absl::StrAppend(&source, " > ", h.title_path);
       if (h.page > 0) {
-        absl::StrAppend(&source, ", page ", h.page);
+        absl::StrAppend(&source, h.end_page > h.page
+                                     ? absl::StrCat(", pages ", h.page, "-", h.end_page)
+                                     : absl::StrCat(", page ", h.page));
       } else if (h.start_line > 0) {
         absl::StrAppend(&source, ", lines ", h.start_line, "-", h.end_line);
       }
-      absl::StrAppend(&out, "source: ", source, "\n", h.text, "\n");
+      absl::StrAppend(&out, "source: ", source, "\n", MarkHighlights(h), "\n");
     }
     return {out, false};
+  }
+
+ private:
+  KnowledgeBase& kb_;
+};
+
+class DocumentFeedbackTool final : public Tool {
+ public:
+  explicit DocumentFeedbackTool(KnowledgeBase& kb) : kb_(kb) {}
+  std::string name() const override { return "documentFeedback"; }
+  std::string description() const override {
+    return "Report that a passage documentSearch returned does not fit the question (it is about "
+           "another part, "
+           "another register, or off the topic), by its id like [q12.3]. Future searches like that "
+           "one rank it "
+           "lower.";
+  }
+  json input_schema() const override {
+    return {{"type", "object"},
+            {"properties",
+             {{"passage", {{"type", "string"}, {"description", "The passage id, e.g. q12.3"}}},
+              {"reason",
+               {{"type", "string"}, {"description", "Why it does not fit, in a few words"}}}}},
+            {"required", {"passage"}}};
+  }
+  bool read_only() const override { return true; }
+
+  ToolResult Run(const json& in, ToolContext& ctx) override {
+    if (!in.contains("passage") || !in["passage"].is_string())
+      return {"passage: required string like q12.3", true};
+    std::string id = in["passage"].get<std::string>();
+    if (!id.empty() && id.front() == '[') id.erase(0, 1);
+    if (!id.empty() && id.back() == ']') id.pop_back();
+    const size_t dot = id.rfind('.');
+    if (dot == std::string::npos)
+      return {absl::StrCat("passage '", id, "': expected an id like q12.3"), true};
+    const std::string search = id.substr(0, dot), rank = id.substr(dot + 1);
+    auto logged = kb_.retrieval_log().Get(search);
+    if (!logged.ok()) return {std::string(logged.status().message()), true};
+    if (logged->origin.session_id != ctx.session_id) {
+      return {absl::StrCat("passage ", id, " was not returned in this session"), true};
+    }
+    auto f = kb_.retrieval_log().AddFeedback(
+        search, rank, /*good=*/false, "discarded",
+        in.contains("reason") && in["reason"].is_string() ? in["reason"].get<std::string>() : "");
+    if (!f.ok()) return {std::string(f.status().message()), true};
+    return {absl::StrCat("noted: passage ", id, " does not fit its question"), false};
   }
 
  private:
@@ -112,6 +183,7 @@ class CodeSearchTool final : public Tool {
     r.query = in["query"].get<std::string>();
     r.collection = "code";
     r.max_results = 100;
+    r.passage_tokens = 0;  // snippets are chunks; the token budget decides how many
     auto hits = kb_.Search(r);
     if (!hits.ok()) return {std::string(hits.status().message()), true};
     std::string out;
@@ -195,5 +267,24 @@ std::unique_ptr<Tool> MakeCodeSearchTool(KnowledgeBase& kb, CodeSearchOptions op
 }
 
 std::unique_ptr<Tool> MakeDocumentSearchTool(KnowledgeBase& kb) { return std::make_unique<DocumentSearchTool>(kb); }
+
+std::unique_ptr<Tool> MakeDocumentFeedbackTool(KnowledgeBase& kb) {
+  return std::make_unique<DocumentFeedbackTool>(kb);
+}
+
+int RecordCitations(KnowledgeBase& kb, const std::string& session_id, const std::string& text) {
+  static const std::regex kId("\\[(q[0-9]+)\\.([0-9]+)\\]");
+  std::set<std::string> seen;
+  int recorded = 0;
+  for (auto it = std::sregex_iterator(text.begin(), text.end(), kId); it != std::sregex_iterator();
+       ++it) {
+    const std::string search = (*it)[1], rank = (*it)[2];
+    if (!seen.insert(search + "." + rank).second) continue;
+    auto logged = kb.retrieval_log().Get(search);
+    if (!logged.ok() || logged->origin.session_id != session_id) continue;
+    if (kb.retrieval_log().AddFeedback(search, rank, /*good=*/true, "cited").ok()) ++recorded;
+  }
+  return recorded;
+}
 
 }  // namespace fwai

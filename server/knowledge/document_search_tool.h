@@ -16,6 +16,15 @@ class HttpClient;
 // data (material to read, never instructions).
 std::unique_ptr<Tool> MakeDocumentSearchTool(KnowledgeBase& kb);
 
+// documentFeedback: {passage: "q12.3", reason} marks a passage documentSearch
+// returned in this session as not fitting its question (the retrieval log
+// records it as discarded; similar searches rank it lower).
+std::unique_ptr<Tool> MakeDocumentFeedbackTool(KnowledgeBase& kb);
+
+// Records as cited the passages of this session's searches that `text` (the
+// model's answer) names by id ([q12.3]). Returns how many.
+int RecordCitations(KnowledgeBase& kb, const std::string& session_id, const std::string& text);
+
 // codeSearch: {query, tokensNum 1000..50000 (default 8000)} -> the best
 // matching snippets of the code collection with file:line headers, filled up
 // to the token budget.

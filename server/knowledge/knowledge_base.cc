@@ -1,17 +1,19 @@
 #include "server/knowledge/knowledge_base.h"
 
-#include "server/knowledge/query_expansion.h"
-
 #include <openssl/sha.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <mutex>
+#include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
 #include <shared_mutex>
 #include <sstream>
@@ -20,8 +22,6 @@
 #include <unordered_map>
 #include <unordered_set>
 
-#include <nlohmann/json.hpp>
-
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -29,6 +29,8 @@
 #include "common/status_macros.h"
 #include "server/knowledge/bm25_index.h"
 #include "server/knowledge/embedder.h"
+#include "server/knowledge/passage.h"
+#include "server/knowledge/query_expansion.h"
 #include "server/knowledge/reranker.h"
 #include "server/knowledge/tokenizer.h"
 #include "server/knowledge/vector_index.h"
@@ -210,6 +212,7 @@ struct KnowledgeBase::Impl {
   uint64_t next_ordinal = 0;
   std::unique_ptr<Bm25Index> bm25;
   std::unique_ptr<VectorIndex> vectors;
+  std::unique_ptr<RetrievalLog> log;
   // Document names and titles by slot: picks documents a query names.
   Bm25Index doc_titles;
   bool dirty = false;
@@ -229,6 +232,9 @@ struct KnowledgeBase::Impl {
   VectorIndexOptions VecOptions() const {
     VectorIndexOptions vo;
     vo.exact_below = options.exact_below;
+    vo.approximate = options.vector_index;
+    vo.ivf_lists = options.ivf_lists;
+    vo.ivf_nprobe = options.ivf_nprobe;
     vo.hnsw_m = options.hnsw_m;
     vo.ef_construction = options.hnsw_ef_construction;
     vo.ef_search = options.hnsw_ef_search;
@@ -317,23 +323,30 @@ struct KnowledgeBase::Impl {
     // Caller holds `mu` shared (readers may continue; writers wait).
     std::error_code ec;
     std::filesystem::create_directories(index_dir, ec);
-    std::string image = bm25->Serialize();
-    std::string tmp = LexPath() + ".tmp";
-    {
-      std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-      f.write(reinterpret_cast<const char*>(&generation), 8);
-      f.write(image.data(), static_cast<std::streamsize>(image.size()));
-      if (!f) return absl::InternalError(absl::StrCat("cannot write ", tmp));
-    }
-    std::filesystem::rename(tmp, LexPath(), ec);
-    if (ec) return absl::InternalError(absl::StrCat("cannot rename ", tmp, ": ", ec.message()));
+    RETURN_IF_ERROR(bm25->Save(LexPath(), generation));
     return vectors->Save(VecPath(), generation);
+  }
+
+  // After a save: the saved lexical image becomes the base tier (mapped),
+  // so what the mutable tier held is memory no more. Skipped if a writer
+  // came in between (the next save will do it). Caller holds save_mu only.
+  void AdoptSavedLexical(uint64_t gen) {
+    auto loaded = Bm25Index::Load(LexPath(), gen);
+    if (!loaded.ok()) {
+      spdlog::warn("knowledge: reopening the saved lexical index: {}", loaded.status().ToString());
+      return;
+    }
+    std::unique_lock<std::shared_mutex> l(mu);
+    if (generation == gen) bm25 = *std::move(loaded);
   }
 
   void SaverLoop() {
     std::unique_lock<std::mutex> lock(saver_mu);
+    // Saves are spaced by ten times the last one's duration (at least the
+    // debounce), so writing large indexes costs an ingest at most a tenth.
+    auto wait = std::chrono::milliseconds(options.save_debounce_ms);
     while (!stopping) {
-      saver_cv.wait_for(lock, std::chrono::milliseconds(options.save_debounce_ms));
+      saver_cv.wait_for(lock, wait);
       if (stopping) break;
       lock.unlock();
       {
@@ -341,12 +354,18 @@ struct KnowledgeBase::Impl {
         std::shared_lock<std::shared_mutex> l(mu);
         if (dirty && saved_generation != generation) {
           uint64_t gen = generation;
+          const auto t0 = std::chrono::steady_clock::now();
           auto s = SaveLocked();
+          l.unlock();
           if (!s.ok()) {
             spdlog::warn("knowledge: saving indexes failed: {}", s.ToString());
           } else {
             saved_generation = gen;
+            AdoptSavedLexical(gen);
           }
+          wait = std::max(std::chrono::milliseconds(options.save_debounce_ms),
+                          std::chrono::duration_cast<std::chrono::milliseconds>(
+                              (std::chrono::steady_clock::now() - t0) * 10));
         }
       }
       lock.lock();
@@ -412,26 +431,14 @@ absl::StatusOr<std::unique_ptr<KnowledgeBase>> KnowledgeBase::Open(Storage& stor
     }
   });
   bool lexical_ok = false;
-  std::ifstream lex(m.LexPath(), std::ios::binary | std::ios::ate);
-  if (lex) {
-    std::string all(static_cast<size_t>(lex.tellg()), '\0');
-    lex.seekg(0);
-    lex.read(all.data(), static_cast<std::streamsize>(all.size()));
-    uint64_t g = 0;
-    if (all.size() >= 8) std::memcpy(&g, all.data(), 8);
-    if (g != m.generation) {
-      why.push_back(absl::StrCat("lexical index is at generation ", g, ", store at ", m.generation));
-    } else {
-      auto idx = Bm25Index::Deserialize(std::string_view(all).substr(8));
-      if (idx.ok()) {
-        m.bm25 = std::make_unique<Bm25Index>(*std::move(idx));
-        lexical_ok = true;
-      } else {
-        why.push_back(std::string(idx.status().message()));
-      }
+  {
+    auto idx = Bm25Index::Load(m.LexPath(), m.generation);
+    if (idx.ok()) {
+      m.bm25 = *std::move(idx);
+      lexical_ok = true;
+    } else if (m.generation > 0 || !absl::IsNotFound(idx.status())) {
+      why.push_back(std::string(idx.status().message()));
     }
-  } else if (m.generation > 0) {
-    why.push_back("no lexical index file");
   }
   vector_loader.join();
   if (!vector_why.empty()) why.push_back(vector_why);
@@ -467,7 +474,10 @@ absl::StatusOr<std::unique_ptr<KnowledgeBase>> KnowledgeBase::Open(Storage& stor
     m.open_report = absl::StrCat("rebuilt: ", why.empty() ? "new store" : absl::StrJoin(why, "; "));
     if (m.generation > 0 || !why.empty()) {
       auto s = m.SaveLocked();
-      if (s.ok()) m.saved_generation = m.generation;
+      if (s.ok()) {
+        m.saved_generation = m.generation;
+        if (!lexical_ok) m.AdoptSavedLexical(m.generation);
+      }
     }
   } else {
     m.open_report = "loaded";
@@ -475,6 +485,7 @@ absl::StatusOr<std::unique_ptr<KnowledgeBase>> KnowledgeBase::Open(Storage& stor
   }
   if (!m.bm25) m.bm25 = std::make_unique<Bm25Index>(Bm25Params{options.bm25_k1, options.bm25_b});
   if (!m.vectors) m.vectors = std::make_unique<VectorIndex>(embedder.dimension(), m.VecOptions());
+  ASSIGN_OR_RETURN(m.log, RetrievalLog::Open(storage, options.log));
   m.saver = std::thread([p = &m] { p->SaverLoop(); });
   return std::unique_ptr<KnowledgeBase>(new KnowledgeBase(std::move(impl)));
 }
@@ -567,6 +578,7 @@ absl::StatusOr<IngestResult> KnowledgeBase::Ingest(IngestRequest req,
                  {"start_line", c.start_line},
                  {"end_line", c.end_line},
                  {"content_type", c.content_type},
+                 {"section", c.section},
                  {"tokens", c.tokens},
                  {"chars", c.text.size()},
                  {"index", i},
@@ -648,7 +660,55 @@ absl::StatusOr<int> KnowledgeBase::Delete(const std::string& doc, const std::str
   return static_cast<int>(ordinals.size());
 }
 
-absl::StatusOr<std::vector<KbSearchHit>> KnowledgeBase::Search(const KbSearchRequest& r) {
+absl::StatusOr<std::vector<KbSearchHit>> KnowledgeBase::Search(const KbSearchRequest& r,
+                                                               KbSearchInfo* info) {
+  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<std::string> rewrites;
+  ASSIGN_OR_RETURN(auto hits, SearchImpl(r, &rewrites));
+  const double took_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  std::string id;
+  if (r.log && !r.all_candidates) {
+    LoggedSearch ls;
+    ls.query = r.query;
+    ls.rewrites = rewrites;
+    ls.method = absl::StrCat(
+        r.mode == SearchMode::kLexical  ? "lexical"
+        : r.mode == SearchMode::kVector ? "vector"
+                                        : "hybrid",
+        r.rerank
+            ? absl::StrCat("+rerank(", (r.reranker ? *r.reranker : impl_->reranker).name(), ")")
+            : "",
+        r.passage_tokens == 0
+            ? "+chunks"
+            : absl::StrCat("+passages(",
+                           r.passage_tokens < 0 ? impl_->options.passage_tokens : r.passage_tokens,
+                           ")"));
+    ls.top_k = r.max_results;
+    ls.took_ms = took_ms;
+    ls.origin = r.origin;
+    for (const auto& h : hits)
+      ls.results.push_back({h.rank, h.score, h.doc, h.title_path, h.chunk_id, h.chunk_ids});
+    auto recorded = impl_->log->Record(std::move(ls));
+    if (recorded.ok()) {
+      id = *recorded;
+    } else {
+      spdlog::warn("retrieval log: {}", recorded.status().ToString());
+    }
+  }
+  for (auto& h : hits) h.search_id = id;
+  if (info != nullptr) {
+    info->search_id = id;
+    info->rewrites = std::move(rewrites);
+    info->took_ms = took_ms;
+  }
+  return hits;
+}
+
+RetrievalLog& KnowledgeBase::retrieval_log() { return *impl_->log; }
+
+absl::StatusOr<std::vector<KbSearchHit>> KnowledgeBase::SearchImpl(
+    const KbSearchRequest& r, std::vector<std::string>* rewrites) {
   Impl& m = *impl_;
   if (r.query.empty() || r.query.find_first_not_of(" \t\r\n") == std::string::npos) {
     return absl::InvalidArgumentError("query: empty");
@@ -662,6 +722,11 @@ absl::StatusOr<std::vector<KbSearchHit>> KnowledgeBase::Search(const KbSearchReq
   if (!(r.threshold >= 0 && r.threshold <= 1)) {
     return absl::InvalidArgumentError(absl::StrCat("threshold: ", r.threshold, "; expected 0..1"));
   }
+  if (r.passage_tokens < -1 || r.passage_tokens > kMaxPassageTokens) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "passage_tokens: ", r.passage_tokens, "; expected 1..", kMaxPassageTokens, " (0: chunks)"));
+  }
+  const int passage_tokens = r.passage_tokens < 0 ? m.options.passage_tokens : r.passage_tokens;
   std::vector<float> qvec;
   if (r.mode != SearchMode::kLexical) {
     ASSIGN_OR_RETURN(auto v, m.embedder.Embed({r.query}, true));
@@ -672,22 +737,72 @@ absl::StatusOr<std::vector<KbSearchHit>> KnowledgeBase::Search(const KbSearchReq
   ExpansionWeights ew;
   ew.synonym = static_cast<float>(m.options.synonym_weight);
   ew.family = static_cast<float>(m.options.family_weight);
-  const auto wq = WeightedQuery(r.query, qterms, ew);
-  // Short or vague queries (few content words, no identifiers) are rewritten
-  // into variants when a rewriter is configured.
+  auto wq = WeightedQuery(r.query, qterms, ew);
+  // With a model: short or vague queries, and questions asked in other
+  // words than a document's (no identifier beyond part names), are rewritten
+  // into variants; the latter also get a hypothetical answer (HyDE) whose
+  // words and vector are searched too. Both calls run at once, outside locks.
   std::vector<std::vector<std::string>> variant_terms;
   std::vector<std::vector<float>> variant_vecs;
-  if (m.options.rewrite && r.allow_rewrite && r.mode == SearchMode::kHybrid && qterms.size() <= 3 &&
-      FindIdentifiers(r.query).empty()) {
-    std::vector<std::string> variants = m.options.rewrite(r.query);
-    if (variants.size() > 3) variants.resize(3);
-    for (const auto& v : variants) {
+  std::vector<double> variant_weights;
+  std::string hyde_answer;
+  const bool may_ask = r.allow_rewrite && r.mode == SearchMode::kHybrid && !r.all_candidates;
+  if (may_ask && (m.options.rewrite || m.options.hyde)) {
+    const std::vector<std::string> ids = FindIdentifiers(r.query);
+    bool paraphrase_like = qterms.size() >= 3;
+    if (paraphrase_like && !ids.empty()) {
+      // An identifier no document is named by (a register, a property) makes
+      // it a lookup, not a paraphrase.
+      std::shared_lock<std::shared_mutex> lock(m.mu);
+      for (const auto& id : ids) {
+        std::vector<std::string> t;
+        Tokenize(id, &t, TokenizerOptions{false, false, false});
+        if (t.size() != 1 || m.doc_titles.DocFreq(t[0]) == 0) paraphrase_like = false;
+      }
+    }
+    const bool vague = qterms.size() <= 3 && ids.empty();
+    std::future<std::vector<std::string>> variants;
+    std::future<std::string> answer;
+    if (m.options.rewrite && (vague || paraphrase_like)) {
+      variants = std::async(std::launch::async, m.options.rewrite, r.query);
+    }
+    if (m.options.hyde && paraphrase_like)
+      answer = std::async(std::launch::async, m.options.hyde, r.query);
+    auto add = [&](const std::string& text, double weight, const std::string& label) {
       std::vector<std::string> t;
-      Tokenize(v, &t);
-      if (t.empty()) continue;
+      Tokenize(text, &t);
+      if (t.empty()) return;
+      rewrites->push_back(label + text);
       variant_terms.push_back(std::move(t));
-      auto e = m.embedder.Embed({v}, true);
+      auto e = m.embedder.Embed({text}, true);
       variant_vecs.push_back(e.ok() ? std::move((*e)[0]) : std::vector<float>());
+      variant_weights.push_back(weight);
+    };
+    if (variants.valid()) {
+      std::vector<std::string> v = variants.get();
+      if (v.size() > 3) v.resize(3);
+      for (const auto& x : v) add(x, m.options.variant_weight, "");
+    }
+    if (answer.valid()) {
+      hyde_answer = answer.get();
+      if (!hyde_answer.empty()) {
+        // Its words join the query at a lower weight (so chunk and document
+        // scores, and the passages, count them); its vector is one more leg.
+        rewrites->push_back("answer: " + hyde_answer);
+        std::vector<std::string> at;
+        Tokenize(hyde_answer, &at);
+        std::set<std::string> have;
+        for (const auto& [t, w] : wq) have.insert(t);
+        for (const auto& t : at) {
+          if (have.insert(t).second) wq.emplace_back(t, static_cast<float>(m.options.hyde_weight));
+        }
+        auto e = m.embedder.Embed({hyde_answer}, true);
+        if (e.ok()) {
+          variant_terms.emplace_back();
+          variant_vecs.push_back(std::move((*e)[0]));
+          variant_weights.push_back(m.options.hyde_weight);
+        }
+      }
     }
   }
 
@@ -819,11 +934,12 @@ absl::StatusOr<std::vector<KbSearchHit>> KnowledgeBase::Search(const KbSearchReq
     c.vector = vec[i].second;
   }
   for (size_t v = 0; v < variant_terms.size(); ++v) {
-    auto vl = m.bm25->Search(variant_terms[v], n, acc);
+    std::vector<std::pair<uint32_t, float>> vl;
+    if (!variant_terms[v].empty()) vl = m.bm25->Search(variant_terms[v], n, acc);
     for (size_t i = 0; i < vl.size(); ++i) {
       auto& c = cands[vl[i].first];
       c.o = vl[i].first;
-      c.fused += m.options.variant_weight * wl / (rrf_k + i + 1);
+      c.fused += variant_weights[v] * wl / (rrf_k + i + 1);
       c.lexical = std::max<double>(c.lexical, vl[i].second);
     }
     if (!variant_vecs[v].empty()) {
@@ -831,7 +947,7 @@ absl::StatusOr<std::vector<KbSearchHit>> KnowledgeBase::Search(const KbSearchReq
       for (size_t i = 0; i < vv.size(); ++i) {
         auto& c = cands[vv[i].first];
         c.o = vv[i].first;
-        c.fused += m.options.variant_weight * wv / (rrf_k + i + 1);
+        c.fused += variant_weights[v] * wv / (rrf_k + i + 1);
         c.vector = std::max<double>(c.vector, vv[i].second);
       }
     }
@@ -856,7 +972,11 @@ absl::StatusOr<std::vector<KbSearchHit>> KnowledgeBase::Search(const KbSearchReq
   });
   const double max_fused = std::max(1e-12, (wl + wv + wd + wt) / (rrf_k + 1));
   const double best_lex = lex.empty() ? 1.0 : std::max<double>(lex[0].second, 1e-9);
-  const size_t keep = r.rerank ? std::max<size_t>(m.options.rerank_top, r.max_results) : r.max_results;
+  // Without rerank, a few more than asked: passages that merge leave room.
+  const size_t keep = r.rerank || r.all_candidates
+                          ? std::max<size_t>(m.options.rerank_top, r.max_results)
+                      : passage_tokens > 0 ? static_cast<size_t>(r.max_results) * 2
+                                           : static_cast<size_t>(r.max_results);
   if (order.size() > keep) order.resize(keep);
 
   struct Loaded {
@@ -893,45 +1013,53 @@ absl::StatusOr<std::vector<KbSearchHit>> KnowledgeBase::Search(const KbSearchReq
       l.named = static_cast<double>(hit) / naming.size();
     }
   }
+  // Stage 1: the chunks, reranked.
+  Reranker& first_stage = r.reranker != nullptr ? *r.reranker
+                          : m.options.first_stage_reranker != nullptr
+                              ? *m.options.first_stage_reranker
+                              : m.reranker;
+  const double top_fused = loaded.empty() ? 1.0 : std::max(loaded[0].c.fused, 1e-12);
+  auto candidate = [&](const Loaded& l) {
+    RerankCandidate c;
+    c.text = l.rec.text;
+    c.context = Context(l.doc->info, l.rec.meta.value("title_path", std::vector<std::string>{}));
+    c.vector_sim = l.c.vector;
+    c.lexical_norm = l.c.lexical / best_lex;
+    c.fused_norm = l.c.fused / top_fused;
+    auto dm = doc_match.find(m.chunk_slot[l.c.o]);
+    c.doc_match = dm == doc_match.end() ? 0 : dm->second;
+    auto dt = doc_text.find(m.chunk_slot[l.c.o]);
+    c.doc_text = dt == doc_text.end() ? 0 : dt->second;
+    c.named = l.named;
+    return c;
+  };
   if (r.rerank && !loaded.empty()) {
     std::vector<RerankCandidate> rc;
     rc.reserve(loaded.size());
-    const double top_fused = loaded.empty() ? 1.0 : std::max(loaded[0].c.fused, 1e-12);
-    for (const auto& l : loaded) {
-      RerankCandidate c;
-      c.text = l.rec.text;
-      c.context = Context(l.doc->info, l.rec.meta.value("title_path", std::vector<std::string>{}));
-      c.vector_sim = l.c.vector;
-      c.lexical_norm = l.c.lexical / best_lex;
-      c.fused_norm = l.c.fused / top_fused;
-      auto dm = doc_match.find(m.chunk_slot[l.c.o]);
-      c.doc_match = dm == doc_match.end() ? 0 : dm->second;
-      auto dt = doc_text.find(m.chunk_slot[l.c.o]);
-      c.doc_text = dt == doc_text.end() ? 0 : dt->second;
-      c.named = l.named;
-      rc.push_back(std::move(c));
-    }
-    ASSIGN_OR_RETURN(auto scores, m.reranker.Score(r.query, rc));
+    for (const auto& l : loaded) rc.push_back(candidate(l));
+    // With a hypothetical answer, the built-in reranker reads it as part of
+    // the question: its words are the documents' words.
+    const std::string rerank_query = hyde_answer.empty() ? r.query : r.query + "\n" + hyde_answer;
+    ASSIGN_OR_RETURN(auto scores, first_stage.Score(rerank_query, rc));
     for (size_t i = 0; i < loaded.size(); ++i) loaded[i].score = scores[i];
     std::stable_sort(loaded.begin(), loaded.end(), [](const Loaded& a, const Loaded& b) { return a.score > b.score; });
   }
   const double top_fused_all = order.empty() ? 1.0 : std::max(order[0].fused, 1e-12);
-  std::vector<KbSearchHit> out;
-  for (const auto& l : loaded) {
-    if (static_cast<int>(out.size()) >= r.max_results) break;
-    if (l.score < r.threshold) continue;
+  auto chunk_hit = [&](const Loaded& l) {
     KbSearchHit h;
-    h.rank = static_cast<int>(out.size()) + 1;
     h.score = l.score;
+    h.first_stage_score = l.score;
     h.doc = l.doc->info.name;
     h.doc_id = l.doc->info.id;
     h.title_path = absl::StrJoin(l.rec.meta.value("title_path", std::vector<std::string>{}), " > ");
-    h.page = l.rec.meta.value("page", 0);
+    h.page = h.end_page = l.rec.meta.value("page", 0);
     h.start_line = l.rec.meta.value("start_line", 0);
     h.end_line = l.rec.meta.value("end_line", 0);
     h.content_type = l.rec.meta.value("content_type", "text");
     h.text = l.rec.text;
+    h.tokens = CountTokens(h.text);
     h.chunk_id = absl::StrCat(l.doc->info.id, "#", l.rec.meta.value("index", 0));
+    h.chunk_ids = {h.chunk_id};
     h.context = Context(l.doc->info, l.rec.meta.value("title_path", std::vector<std::string>{}));
     h.fused_norm = l.c.fused / top_fused_all;
     h.lexical_norm = l.c.lexical / best_lex;
@@ -941,6 +1069,225 @@ absl::StatusOr<std::vector<KbSearchHit>> KnowledgeBase::Search(const KbSearchReq
     auto dt = doc_text.find(m.chunk_slot[l.c.o]);
     h.doc_text = dt == doc_text.end() ? 0 : dt->second;
     h.named = l.named;
+    return h;
+  };
+  // Corrections from the retrieval log: results marked bad (good) for
+  // queries like this one go down (up).
+  const size_t n_chunks = std::max<size_t>(1, m.bm25->size());
+  auto idf = [&](const std::string& t) {
+    const double df = static_cast<double>(m.bm25->DocFreq(t));
+    return std::log(1.0 + (static_cast<double>(n_chunks) - df + 0.5) / (df + 0.5));
+  };
+  const bool corrections = m.log->has_feedback() && !r.all_candidates;
+  std::vector<KbSearchHit> out;
+  if (passage_tokens <= 0) {
+    if (corrections) {
+      for (auto& l : loaded) {
+        l.score =
+            m.log->Adjust(l.score, qterms,
+                          {absl::StrCat(l.doc->info.id, "#", l.rec.meta.value("index", 0))}, idf);
+      }
+      std::stable_sort(loaded.begin(), loaded.end(),
+                       [](const Loaded& a, const Loaded& b) { return a.score > b.score; });
+    }
+    for (const auto& l : loaded) {
+      if (static_cast<int>(out.size()) >= r.max_results) break;
+      if (l.score < r.threshold) continue;
+      out.push_back(chunk_hit(l));
+      out.back().rank = static_cast<int>(out.size());
+    }
+    return out;
+  }
+
+  // Stage 2: the best chunks widened into passages within their sections,
+  // ranked again with the passage's coverage of the query.
+  const QueryTermScorer scorer(wq, idf);
+  absl::Status load_error;
+  std::unordered_map<uint64_t, std::unique_ptr<PassageChunk>>
+      chunk_cache;                                       // (slot, index) -> chunk
+  std::unordered_map<uint64_t, std::string> text_cache;  // texts read for overlaps
+  auto read = [&](const DocRec& d, uint32_t index) -> std::optional<ChunkRec> {
+    auto raw = m.storage.Get(Cf::kChunks, ChunkKey(d.ordinals[index]));
+    if (!raw.ok()) {
+      load_error = raw.status();
+      return std::nullopt;
+    }
+    if (!*raw) return std::nullopt;
+    auto rec = DecodeChunk(**raw, false);
+    if (!rec.ok()) return std::nullopt;
+    return *std::move(rec);
+  };
+  auto chunk_of = [&](uint32_t slot, uint32_t index) -> const PassageChunk* {
+    const DocRec* d = slot < m.slots.size() ? m.slots[slot].get() : nullptr;
+    if (d == nullptr || index >= d->ordinals.size()) return nullptr;
+    const uint64_t key = (uint64_t{slot} << 32) | index;
+    auto it = chunk_cache.find(key);
+    if (it != chunk_cache.end()) return it->second.get();
+    auto rec = read(*d, index);
+    if (!rec) return nullptr;
+    auto c = std::make_unique<PassageChunk>();
+    c->index = index;
+    c->title_path = rec->meta.value("title_path", std::vector<std::string>{});
+    c->page = rec->meta.value("page", 0);
+    c->start_line = rec->meta.value("start_line", 0);
+    c->end_line = rec->meta.value("end_line", 0);
+    c->section = rec->meta.value("section", -1);
+    c->text = std::move(rec->text);
+    if (index > 0) {
+      auto prev = chunk_cache.find(key - 1);
+      if (prev != chunk_cache.end()) {
+        c->overlap = OverlapLength(prev->second->text, c->text);
+      } else {
+        auto t = text_cache.find(key - 1);
+        if (t == text_cache.end()) {
+          auto p = read(*d, index - 1);
+          t = text_cache.emplace(key - 1, p ? std::move(p->text) : std::string()).first;
+        }
+        c->overlap = OverlapLength(t->second, c->text);
+      }
+    }
+    return chunk_cache.emplace(key, std::move(c)).first->second.get();
+  };
+  auto source_of = [&](uint32_t slot) {
+    PassageSource src;
+    src.chunk = [&chunk_of, slot](uint32_t index) { return chunk_of(slot, index); };
+    src.same_section = [](const PassageChunk& a, const PassageChunk& b) {
+      return SameSection(a, b);
+    };
+    return src;
+  };
+  const double wc = ov.passage_coverage_weight >= 0 ? ov.passage_coverage_weight
+                                                    : m.options.passage_coverage_weight;
+  const double ws = ov.passage_sentence_weight >= 0 ? ov.passage_sentence_weight
+                                                    : m.options.passage_sentence_weight;
+  const int pool_size = ov.passage_pool >= 0 ? ov.passage_pool : m.options.passage_pool;
+  const size_t pool =
+      r.all_candidates
+          ? loaded.size()
+          : std::min(loaded.size(), static_cast<size_t>(std::max(pool_size, r.max_results + 10)));
+  const int budget = std::min(passage_tokens, kMaxPassageTokens);
+  struct Widened {
+    const Loaded* l;
+    uint32_t slot;
+    uint32_t index;
+    Passage p;
+    double score;
+  };
+  std::vector<Widened> widened;
+  widened.reserve(pool);
+  for (size_t i = 0; i < pool; ++i) {
+    const Loaded& l = loaded[i];
+    const uint32_t slot = m.chunk_slot[l.c.o];
+    const uint32_t index = l.rec.meta.value("index", 0u);
+    Passage p = BuildPassage(source_of(slot), index, budget, scorer);
+    if (p.text.empty()) continue;
+    widened.push_back({&l, slot, index, std::move(p), l.score});
+  }
+  if (!load_error.ok()) return load_error;
+  auto fill = [](KbSearchHit& h, const Passage& p) {
+    h.text = p.text;
+    h.tokens = p.tokens;
+    h.highlights = p.highlights;
+    h.page = p.page;
+    h.end_page = p.end_page;
+    h.start_line = p.start_line;
+    h.end_line = p.end_line;
+    h.coverage = p.coverage;
+    h.best_sentence = p.best_unit;
+    h.begin_chunk = p.begin.chunk;
+    h.begin_offset = p.begin.offset;
+    h.end_chunk = p.end.chunk;
+    h.end_offset = p.end.offset;
+  };
+  if (r.all_candidates) {
+    for (const auto& w : widened) {
+      KbSearchHit h = chunk_hit(*w.l);
+      h.chunk_text = w.l->rec.text;
+      fill(h, w.p);
+      h.rank = static_cast<int>(out.size()) + 1;
+      out.push_back(std::move(h));
+    }
+    return out;
+  }
+  const bool model_stage2 =
+      r.rerank && r.reranker == nullptr && m.options.first_stage_reranker != nullptr;
+  if (model_stage2 && !widened.empty()) {
+    std::vector<RerankCandidate> rc;
+    for (const auto& w : widened) {
+      RerankCandidate c = candidate(*w.l);
+      c.text = w.p.text;
+      rc.push_back(std::move(c));
+    }
+    ASSIGN_OR_RETURN(auto scores, m.reranker.Score(r.query, rc));
+    for (size_t i = 0; i < widened.size(); ++i) widened[i].score = scores[i];
+  } else if (r.rerank) {
+    for (auto& w : widened)
+      w.score = (w.score + wc * w.p.coverage + ws * w.p.best_unit) / (1 + wc + ws);
+  }
+  if (corrections) {
+    for (auto& w : widened) {
+      std::vector<std::string> ids;
+      for (uint32_t k : w.p.chunks) ids.push_back(absl::StrCat(w.l->doc->info.id, "#", k));
+      w.score = m.log->Adjust(w.score, qterms, ids, idf);
+    }
+  }
+  std::stable_sort(widened.begin(), widened.end(),
+                   [](const Widened& a, const Widened& b) { return a.score > b.score; });
+  // Passages that overlap or touch one already taken join it (or, if both
+  // would not fit in one passage, keep only the text it does not show).
+  struct Taken {
+    uint32_t slot;
+    Passage p;
+    KbSearchHit hit;
+  };
+  std::vector<Taken> taken;
+  for (auto& w : widened) {
+    if (static_cast<int>(taken.size()) >= r.max_results) break;
+    if (w.score < r.threshold) continue;
+    const PassageSource src = source_of(w.slot);
+    bool absorbed = false;
+    for (bool again = true; again && !absorbed;) {
+      again = false;
+      for (auto& t : taken) {
+        if (t.slot != w.slot) continue;
+        const bool overlap = w.p.begin < t.p.end && t.p.begin < w.p.end;
+        const bool touch = w.p.end == t.p.begin || t.p.end == w.p.begin;
+        if (!overlap && !touch) continue;
+        const DocPos ub = std::min(t.p.begin, w.p.begin), ue = std::max(t.p.end, w.p.end);
+        if (PassageTokens(src, ub, ue) <= kMaxPassageTokens) {
+          t.p = RenderPassage(src, ub, ue, scorer);
+          for (uint32_t k : w.p.chunks)
+            t.hit.chunk_ids.push_back(absl::StrCat(w.l->doc->info.id, "#", k));
+          absorbed = true;
+          break;
+        }
+        if (!overlap) continue;  // adjacent, too long as one: both stay
+        // Too long as one: this passage keeps only the text the other does
+        // not show (nothing, if it lies within it).
+        const DocPos b = w.p.begin < t.p.begin ? w.p.begin : t.p.end;
+        const DocPos e = w.p.begin < t.p.begin ? t.p.begin : w.p.end;
+        if (!(b < e) || PassageTokens(src, b, e) == 0) {
+          absorbed = true;
+          break;
+        }
+        w.p = RenderPassage(src, b, e, scorer);
+        again = true;
+        break;
+      }
+    }
+    if (absorbed) continue;
+    KbSearchHit h = chunk_hit(*w.l);
+    h.score = std::clamp(w.score, 0.0, 1.0);
+    h.chunk_ids.clear();
+    for (uint32_t k : w.p.chunks) h.chunk_ids.push_back(absl::StrCat(w.l->doc->info.id, "#", k));
+    taken.push_back({w.slot, std::move(w.p), std::move(h)});
+  }
+  for (auto& t : taken) {
+    KbSearchHit& h = t.hit;
+    std::sort(h.chunk_ids.begin(), h.chunk_ids.end());
+    h.chunk_ids.erase(std::unique(h.chunk_ids.begin(), h.chunk_ids.end()), h.chunk_ids.end());
+    fill(h, t.p);
+    h.rank = static_cast<int>(out.size()) + 1;
     out.push_back(std::move(h));
   }
   return out;
@@ -955,21 +1302,26 @@ absl::StatusOr<KbStats> KnowledgeBase::Stats(const std::string& collection) {
     s.chunks += d->info.chunks;
     s.bytes += d->info.bytes;
   }
-  s.index_kinds = {absl::StrCat("lexical:bm25(k1=", impl_->options.bm25_k1, ",b=", impl_->options.bm25_b, ")"),
-                   absl::StrCat("vector:faiss-", impl_->vectors->kind(),
-                                impl_->vectors->kind() == "hnsw" ? absl::StrCat("(efSearch=", impl_->vectors->ef_search(), ")") : "")};
+  s.index_kinds = {
+      absl::StrCat("lexical:bm25(k1=", impl_->options.bm25_k1, ",b=", impl_->options.bm25_b, ")"),
+      absl::StrCat("vector:faiss-", impl_->vectors->describe())};
   s.embedder = impl_->embedder.name();
   s.dimension = impl_->embedder.dimension();
+  s.log = impl_->log->counts();
   return s;
 }
 
 absl::Status KnowledgeBase::SaveIndexes() {
   std::lock_guard<std::mutex> sl(impl_->save_mu);
-  std::shared_lock<std::shared_mutex> lock(impl_->mu);
-  if (impl_->saved_generation == impl_->generation) return absl::OkStatus();
-  uint64_t gen = impl_->generation;
-  RETURN_IF_ERROR(impl_->SaveLocked());
-  impl_->saved_generation = gen;
+  uint64_t gen;
+  {
+    std::shared_lock<std::shared_mutex> lock(impl_->mu);
+    if (impl_->saved_generation == impl_->generation) return absl::OkStatus();
+    gen = impl_->generation;
+    RETURN_IF_ERROR(impl_->SaveLocked());
+    impl_->saved_generation = gen;
+  }
+  impl_->AdoptSavedLexical(gen);
   return absl::OkStatus();
 }
 

@@ -15,10 +15,12 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "server/knowledge/chunker.h"
+#include "server/knowledge/retrieval_log.h"
 
 namespace fwai {
 
@@ -48,7 +50,13 @@ struct KnowledgeOptions {
   int chunks_per_doc = 10;
   int candidates = 100;     // per leg
   int rerank_top = 100;
-  size_t exact_below = 20000;  // vectors; HNSW above
+  size_t exact_below = 20000;  // vectors; approximate above
+  // The approximate vector index: "ivf" (IVF, 8-bit scalar quantized; the
+  // default: measured at a million chunks it builds in minutes and holds a
+  // quarter of HNSW's memory) or "hnsw".
+  std::string vector_index = "ivf";
+  int ivf_lists = 0;   // 0: about 4 * sqrt(n)
+  int ivf_nprobe = 0;  // 0: chosen for recall@10 >= 0.95
   int hnsw_m = 32;
   int hnsw_ef_construction = 80;
   int hnsw_ef_search = 0;  // 0: chosen by measured recall
@@ -56,7 +64,26 @@ struct KnowledgeOptions {
   // as well (null: off). Called outside locks; may be slow (an LLM call).
   std::function<std::vector<std::string>(const std::string&)> rewrite;
   double variant_weight = 0.5;  // RRF weight of each variant's legs
+  // Hypothetical answer (HyDE): for a question asked in other words than a
+  // document's, a passage the model writes as an answer; its terms and
+  // vector are searched as one more variant (null: off).
+  std::function<std::string(const std::string&)> hyde;
+  double hyde_weight = 0.5;
   int save_debounce_ms = 2000;
+  // Passages: the best `passage_pool` reranked chunks are widened into
+  // passages and ranked again by stage 1's score plus these weights times
+  // the passage's query coverage and its best sentence's (0 weights: stage
+  // 1's order). Chosen by cross-validation on the development set.
+  int passage_tokens = 400;  // what a request that does not say gets
+  int passage_pool = 30;
+  double passage_coverage_weight = 0.0;
+  double passage_sentence_weight = 0.0;
+  // With a model reranker (HTTP service or the chat model): the built-in
+  // reranker orders the chunks (stage 1) and `reranker` orders the
+  // passages (stage 2). Null: `reranker` does stage 1.
+  Reranker* first_stage_reranker = nullptr;
+  // The retrieval log and how its corrections weigh.
+  RetrievalLogOptions log;
 };
 
 struct IngestRequest {
@@ -89,6 +116,9 @@ enum class SearchMode { kHybrid, kLexical, kVector };
 // Per-request overrides of the fusion settings (tuning and evaluation).
 struct FusionOverrides {
   double lexical_weight = -1, vector_weight = -1, doc_weight = -1, rrf_k = -1, doc_text_weight = -1;
+  // Passage stage (negative: the options').
+  double passage_coverage_weight = -1, passage_sentence_weight = -1;
+  int passage_pool = -1;
 };
 
 struct KbSearchRequest {
@@ -104,14 +134,44 @@ struct KbSearchRequest {
   bool rerank = true;
   SearchMode mode = SearchMode::kHybrid;
   const FusionOverrides* overrides = nullptr;
+  // Tuning: this reranker instead of the configured one (not owned).
+  Reranker* reranker = nullptr;
   bool allow_rewrite = true;
+  // Passage budget in tokens (1..512): each hit is its chunk widened within
+  // its section up to this size. 0: chunks as stored; -1: the options'.
+  int passage_tokens = -1;
+  // Tuning: every fused candidate widened into its passage, in fused order,
+  // neither reranked nor merged (max_results does not apply).
+  bool all_candidates = false;
+  // Recorded in the retrieval log (with who asked), unless `log` is false.
+  bool log = true;
+  SearchOrigin origin;
+};
+
+// What else a search did: its id in the retrieval log, the rewritten
+// queries and hypothetical answer it searched too.
+struct KbSearchInfo {
+  std::string search_id;
+  std::vector<std::string> rewrites;
+  double took_ms = 0;
 };
 
 struct KbSearchHit {
   int rank = 0;
   double score = 0;
+  // `text` is the passage; `chunk_id` the chunk it grew from, `chunk_ids`
+  // every chunk it draws on (hits whose chunks it covers were merged in).
   std::string doc, doc_id, title_path, content_type, text, chunk_id;
-  int page = 0, start_line = 0, end_line = 0;
+  std::vector<std::string> chunk_ids;
+  int page = 0, end_page = 0, start_line = 0, end_line = 0, tokens = 0;
+  // The best-matching lines or sentences: [begin, end) byte ranges of `text`.
+  std::vector<std::pair<int, int>> highlights;
+  double coverage = 0, best_sentence = 0, first_stage_score = 0;
+  // The passage's span in document coordinates (chunk index, offset in the
+  // chunk's own text), [begin, end).
+  uint32_t begin_chunk = 0, begin_offset = 0, end_chunk = 0, end_offset = 0;
+  std::string chunk_text;  // with all_candidates: the chunk the passage grew from
+  std::string search_id;   // the search's id in the retrieval log ("" when not logged)
   // Signals behind the score (for tuning and explanation).
   std::string context;
   double fused_norm = 0, lexical_norm = 0, vector_sim = 0, doc_match = 0, doc_text = 0, named = 0;
@@ -119,6 +179,7 @@ struct KbSearchHit {
 
 struct KbStats {
   int64_t documents = 0, chunks = 0, bytes = 0;
+  RetrievalLogCounts log;
   std::vector<std::string> index_kinds;
   std::string embedder;
   int dimension = 0;
@@ -140,7 +201,10 @@ class KnowledgeBase {
   [[nodiscard]] absl::StatusOr<std::vector<DocumentInfo>> List(const std::string& collection);
   // By id or name (within `collection` when given). Returns chunks removed.
   [[nodiscard]] absl::StatusOr<int> Delete(const std::string& doc, const std::string& collection);
-  [[nodiscard]] absl::StatusOr<std::vector<KbSearchHit>> Search(const KbSearchRequest& request);
+  [[nodiscard]] absl::StatusOr<std::vector<KbSearchHit>> Search(const KbSearchRequest& request,
+                                                                KbSearchInfo* info = nullptr);
+  // The searches and their corrections.
+  RetrievalLog& retrieval_log();
   [[nodiscard]] absl::StatusOr<KbStats> Stats(const std::string& collection);
 
   // Writes the indexes if they changed since the last save.
@@ -152,6 +216,8 @@ class KnowledgeBase {
 
  private:
   explicit KnowledgeBase(std::unique_ptr<Impl> impl);
+  absl::StatusOr<std::vector<KbSearchHit>> SearchImpl(const KbSearchRequest& request,
+                                                      std::vector<std::string>* rewrites);
   std::unique_ptr<Impl> impl_;
 };
 

@@ -193,6 +193,52 @@ std::function<std::vector<std::string>(const std::string&)> MakeLlmQueryRewriter
   };
 }
 
+std::function<std::string(const std::string&)> MakeLlmHypotheticalAnswer(Provider& provider,
+                                                                         std::string model) {
+  struct Cache {
+    std::mutex mu;
+    std::map<std::string, std::string> entries;
+  };
+  auto cache = std::make_shared<Cache>();
+  return [&provider, model, cache](const std::string& query) -> std::string {
+    {
+      std::lock_guard<std::mutex> lock(cache->mu);
+      auto it = cache->entries.find(query);
+      if (it != cache->entries.end()) return it->second;
+    }
+    ChatRequest req;
+    req.model = model.empty() ? provider.config().model : model;
+    req.max_tokens = 300;
+    req.temperature = 0;
+    req.messages.push_back(
+        {"user",
+         json::array(
+             {{{"type", "text"},
+               {"text",
+                absl::StrCat("Write the passage of a microcontroller datasheet, reference manual, "
+                             "devicetree binding or driver document that answers this question: "
+                             "3 to 5 sentences in that document's own words (register, bit, "
+                             "signal, property and option names where you know them). If you "
+                             "are unsure of a detail, write what such a passage would say. Reply "
+                             "with the passage only.\n\nQuestion: ",
+                             query)}}})});
+    CollectText obs;
+    CancelToken never;
+    std::string out;
+    auto r = provider.Stream(req, obs, never);
+    if (r.ok()) {
+      out = obs.text.substr(0, 4000);
+      while (!out.empty() && (out.back() == ' ' || out.back() == '\n')) out.pop_back();
+    } else {
+      spdlog::warn("hypothetical answer failed: {}", r.status().ToString());
+    }
+    std::lock_guard<std::mutex> lock(cache->mu);
+    if (cache->entries.size() > 1000) cache->entries.clear();
+    cache->entries[query] = out;
+    return out;
+  };
+}
+
 std::unique_ptr<Reranker> MakeHttpReranker(HttpRerankerConfig config, HttpClient& http, Reranker& fallback) {
   return std::make_unique<HttpReranker>(std::move(config), http, fallback);
 }

@@ -36,4 +36,11 @@ std::unique_ptr<Reranker> MakeLlmReranker(Provider& provider, std::string model,
 std::function<std::vector<std::string>(const std::string&)> MakeLlmQueryRewriter(Provider& provider,
                                                                                    std::string model);
 
+// Hypothetical answer (HyDE) with the chat provider: a short passage as a
+// datasheet, manual or driver document would answer the question, in that
+// kind of document's words; cached per query (thread-safe). Any failure
+// yields "" (nothing extra is searched).
+std::function<std::string(const std::string&)> MakeLlmHypotheticalAnswer(Provider& provider,
+                                                                         std::string model);
+
 }  // namespace fwai

@@ -58,7 +58,8 @@ json ToJson(const LoggedSearch& s) {
            {{"source", s.origin.source},
             {"session_id", s.origin.session_id},
             {"turn_id", s.origin.turn_id},
-            {"call_id", s.origin.call_id}}},
+            {"call_id", s.origin.call_id},
+            {"owner", s.origin.owner}}},
           {"results", results}};
 }
 
@@ -74,7 +75,7 @@ LoggedSearch FromJson(const json& j) {
   if (j.contains("origin") && j["origin"].is_object()) {
     const json& o = j["origin"];
     s.origin = {o.value("source", ""), o.value("session_id", ""), o.value("turn_id", ""),
-                o.value("call_id", "")};
+                o.value("call_id", ""), o.value("owner", "")};
   }
   if (j.contains("results") && j["results"].is_array()) {
     for (const auto& r : j["results"]) {

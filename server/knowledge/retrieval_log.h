@@ -26,6 +26,7 @@ class Storage;
 struct SearchOrigin {
   std::string source;
   std::string session_id, turn_id, call_id;
+  std::string owner;  // the principal who asked (a session's owner for the agent)
 };
 
 struct LoggedResult {

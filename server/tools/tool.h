@@ -34,6 +34,8 @@ using PolicyCheck = std::function<absl::Status(const PolicyQuery&)>;
 // What a tool call may see and use. Valid for the duration of Run().
 struct ToolContext {
   std::string session_id;
+  std::string turn_id;  // the turn and the model's call this run serves
+  std::string call_id;
   std::string project_root;  // canonical; file tools see nothing outside it
   std::string owner;         // the session owner's identity ("uid:N")
   // The local account the project is read, written and run as (null: none;

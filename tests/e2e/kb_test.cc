@@ -91,11 +91,14 @@ TEST_F(KbCliTest, AddMixedFilesSearchAndRemove) {
   ASSERT_EQ(Fwai({"--json", "kb", "search", "which", "register", "selects", "the", "ADC1_SMPR1", "sampling", "time"}, &out), 0);
   auto hits = json::parse(out);
   ASSERT_FALSE(hits.empty());
-  for (const char* k : {"rank", "score", "doc", "title_path", "page", "start_line", "end_line", "content_type", "text"}) {
+  for (const char* k :
+       {"rank", "score", "doc", "title_path", "page", "end_page", "start_line", "end_line",
+        "content_type", "text", "tokens", "chunk_id", "chunk_ids", "highlights", "search_id"}) {
     EXPECT_TRUE(hits[0].contains(k)) << k;
   }
   EXPECT_EQ(hits[0]["doc"], "sub/adc.pdf");
-  EXPECT_EQ(hits[0]["page"], 2);
+  EXPECT_LE(hits[0]["page"], 2);  // a passage may start on the page before its answer
+  EXPECT_EQ(hits[0]["end_page"], 2);
   EXPECT_EQ(hits[0]["rank"], 1);
   // Batch search.
   std::ofstream(daemon_->dir() + "/q.jsonl") << "{\"query\": \"GPIOA_MODER pin mode\"}\n{\"query\": \"USART1_BRR baud\"}\n";
@@ -123,6 +126,55 @@ TEST_F(KbCliTest, AddMixedFilesSearchAndRemove) {
   EXPECT_NE(err.find("not found"), std::string::npos);
 }
 
+TEST_F(KbCliTest, LogFeedbackAndStatsSurviveARestart) {
+  Write("f1.md",
+        "# Flash\n\n## Latency\n\nFLASH_ACR sets the flash wait states (latency) for the core "
+        "clock.\n");
+  Write("f2.md",
+        "# Flash notes\n\n## Latency\n\nThe flash latency and wait states depend on the supply "
+        "voltage.\n");
+  std::string out, err;
+  ASSERT_EQ(Fwai({"kb", "add", "."}, &out, &err, docs_), 0) << err;
+  ASSERT_EQ(Fwai({"--json", "kb", "search", "flash wait states latency"}, &out, &err), 0) << err;
+  auto hits = json::parse(out);
+  ASSERT_GE(hits.size(), 2u);
+  const std::string id = hits[0]["search_id"], first = hits[0]["doc"], second = hits[1]["doc"];
+  ASSERT_EQ(id.rfind("q", 0), 0u) << id;
+  // The log shows the search, who asked and what came back.
+  ASSERT_EQ(Fwai({"--json", "kb", "log", "-n", "1"}, &out, &err), 0) << err;
+  auto log = Lines(out);
+  ASSERT_EQ(log.size(), 1u);
+  EXPECT_EQ(log[0]["id"], id);
+  EXPECT_EQ(log[0]["query"], "flash wait states latency");
+  EXPECT_EQ(log[0]["source"], "cli");
+  EXPECT_EQ(log[0]["results"][0]["doc"], first);
+  EXPECT_NE(log[0]["method"].get<std::string>().find("passages(400)"), std::string::npos) << log[0];
+  // Marked bad: the same search now puts the other document first.
+  ASSERT_EQ(Fwai({"kb", "feedback", id, "1", "--bad", "--note", "not the register"}, &out, &err), 0)
+      << err;
+  EXPECT_NE(out.find("marked result 1"), std::string::npos) << out;
+  ASSERT_EQ(Fwai({"kb", "stats"}, &out, &err), 0) << err;
+  EXPECT_NE(out.find("0 good, 1 bad"), std::string::npos) << out;
+  // Bad corrections are refused with the reason.
+  EXPECT_EQ(Fwai({"kb", "feedback", id, "7", "--bad"}, &out, &err), 1);
+  EXPECT_NE(err.find("has no result '7'"), std::string::npos) << err;
+  EXPECT_EQ(Fwai({"kb", "feedback", "q99999", "1", "--good"}, &out, &err), 1);
+  EXPECT_NE(err.find("not in the retrieval log"), std::string::npos) << err;
+  EXPECT_EQ(Fwai({"kb", "feedback", id, "1"}, &out, &err), 2);  // neither --good nor --bad
+  // After a restart the correction still holds and the log still has it.
+  EXPECT_EQ(daemon_->Stop(), 0) << daemon_->log();
+  ASSERT_TRUE(daemon_->Start()) << daemon_->log();
+  ASSERT_EQ(Fwai({"--json", "kb", "search", "flash wait states latency"}, &out, &err), 0) << err;
+  EXPECT_EQ(json::parse(out)[0]["doc"], second);
+  ASSERT_EQ(Fwai({"kb", "log", "-n", "5"}, &out, &err), 0) << err;
+  EXPECT_NE(out.find(id + "  "), std::string::npos) << out;
+  EXPECT_NE(out.find("[bad]"), std::string::npos) << out;
+  ASSERT_EQ(Fwai({"--json", "kb", "stats"}, &out, &err), 0) << err;
+  auto stats = json::parse(out);
+  EXPECT_EQ(stats["feedback_bad"], 1) << stats;
+  EXPECT_GE(stats["searches"].get<int>(), 2);
+}
+
 TEST_F(KbCliTest, BadSearchArgumentsAndMissingPaths) {
   Write("a.md", "# A\n\nGPIOB_ODR drives the outputs.\n");
   std::string out, err;
@@ -132,6 +184,8 @@ TEST_F(KbCliTest, BadSearchArgumentsAndMissingPaths) {
   EXPECT_EQ(Fwai({"kb", "search", "-n", "101", "GPIOB_ODR"}, &out, &err), 1);
   EXPECT_EQ(Fwai({"kb", "search", "--threshold", "1.5", "GPIOB_ODR"}, &out, &err), 1);
   EXPECT_NE(err.find("threshold"), std::string::npos) << err;
+  EXPECT_EQ(Fwai({"kb", "search", "--passage-tokens", "600", "GPIOB_ODR"}, &out, &err), 2);
+  EXPECT_NE(err.find("passage-tokens"), std::string::npos) << err;
   EXPECT_EQ(Fwai({"kb", "search", std::string(4097, 'q')}, &out, &err), 1);
   EXPECT_NE(err.find("4096"), std::string::npos) << err;
   EXPECT_EQ(Fwai({"kb", "add", docs_ + "/nope.md", docs_ + "/a.md"}, &out, &err), 1);

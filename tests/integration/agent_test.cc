@@ -6,10 +6,10 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <thread>
-
-#include <nlohmann/json.hpp>
 
 #include "tests/integration/daemon_fixture.h"
 
@@ -744,6 +744,105 @@ TEST_F(AgentTest, CancelKillsARunningCommandAndItsChildrenWithinASecond) {
   EXPECT_NE(fin["c1"].output().find("cancelled"), std::string::npos) << fin["c1"].output();
   stream->WritesDone();
   stream->Finish();
+}
+
+TEST_F(AgentTest, PassagesTheModelCitesOrDiscardsAreRecordedInTheRetrievalLog) {
+  Daemon d(&fake_);
+  ASSERT_TRUE(d.Start()) << d.log();
+  const std::string fwai = std::string(FWAI_BIN_DIR) + "/fwai";
+  const std::string docs = d.dir() + "/docs";
+  fs::create_directories(docs);
+  std::ofstream(docs + "/i2c.md")
+      << "# I2C\n\n## Timing\n\nI2C_TIMINGR sets the SCL high and low periods.\n";
+  std::ofstream(docs + "/spi.md") << "# SPI\n\n## Timing\n\nSPI_CR1 BR sets the clock of the SPI "
+                                     "bus; SCL periods do not apply.\n";
+  std::string out, err;
+  ASSERT_EQ(RunCommand({fwai, "--daemon", d.address(), "kb", "add", docs}, &out, &err), 0) << err;
+  auto s = Create(d, "act");
+  // The first search of this daemon is q1: the model drops its second
+  // passage and cites its first.
+  FakeReply search;
+  search.tool_calls = {
+      {"k1", "documentSearch", {{"query", "I2C_TIMINGR SCL periods"}, {"max_results", 2}}}};
+  FakeReply discard;
+  discard.tool_calls = {{"k2", "documentFeedback", {{"passage", "q1.2"}, {"reason", "about SPI"}}}};
+  fake_.Enqueue(search);
+  fake_.Enqueue(discard);
+  FakeReply answer;
+  answer.chunks = {"Program I2C_TIMINGR [q1.1]."};
+  fake_.Enqueue(answer);
+  auto turn = RunChat(*d.sessions(), s.id(), "how do I set the I2C SCL timing?");
+  ASSERT_TRUE(turn.finished) << turn.status.error_message();
+  auto calls = Finished(turn.events);
+  ASSERT_EQ(calls.count("k1"), 1u);
+  EXPECT_NE(calls["k1"].output().find("[q1.1] source: "), std::string::npos)
+      << calls["k1"].output();
+  ASSERT_EQ(calls.count("k2"), 1u);
+  EXPECT_FALSE(calls["k2"].is_error()) << calls["k2"].output();
+  ASSERT_EQ(
+      RunCommand({fwai, "--daemon", d.address(), "--json", "kb", "log", "-n", "1"}, &out, &err), 0)
+      << err;
+  auto log = json::parse(out.substr(0, out.find('\n')));
+  EXPECT_EQ(log["id"], "q1");
+  EXPECT_EQ(log["source"], "agent");
+  EXPECT_EQ(log["session_id"], s.id());
+  EXPECT_FALSE(log["turn_id"].get<std::string>().empty());
+  EXPECT_EQ(log["call_id"], "k1");
+  std::map<int, std::string> marks;
+  for (const auto& f : log["feedback"]) marks[f["rank"].get<int>()] = f["source"];
+  EXPECT_EQ(marks, (std::map<int, std::string>{{1, "cited"}, {2, "discarded"}})) << log;
+  ASSERT_EQ(RunCommand({fwai, "--daemon", d.address(), "kb", "stats"}, &out, &err), 0) << err;
+  EXPECT_NE(out.find("1 cited, 1 discarded"), std::string::npos) << out;
+}
+
+TEST_F(AgentTest, KnowledgeSearchAsksTheProviderForRewritesAndAHypotheticalAnswer) {
+  Daemon d(&fake_);
+  ASSERT_TRUE(d.Start()) << d.log();
+  const std::string fwai = std::string(FWAI_BIN_DIR) + "/fwai";
+  const std::string docs = d.dir() + "/docs";
+  fs::create_directories(docs);
+  std::ofstream(docs + "/iwdg.md")
+      << "# IWDG\n\n## Key register\n\nWrite 0xAAAA to IWDG_KR to reload the "
+         "independent watchdog counter before it reaches zero.\n";
+  std::ofstream(docs + "/uart.md")
+      << "# UART\n\n## Baud\n\nEvery few frames the receiver samples the start bit by "
+         "itself.\n";
+  std::string out, err;
+  ASSERT_EQ(RunCommand({fwai, "--daemon", d.address(), "kb", "add", docs}, &out, &err), 0) << err;
+  // Rewriting and the hypothetical answer are asked at once; either reply
+  // serves either (a JSON array of one query reads as a passage too).
+  const size_t before = fake_.request_count();
+  for (int i = 0; i < 2; ++i) {
+    FakeReply r;
+    r.chunks = {"[\"independent watchdog IWDG_KR reload 0xAAAA\"]"};
+    fake_.Enqueue(r);
+  }
+  ASSERT_EQ(RunCommand({fwai, "--daemon", d.address(), "--json", "kb", "search", "-n", "1",
+                        "why does my board restart by itself every few seconds"},
+                       &out, &err),
+            0)
+      << err;
+  auto hits = json::parse(out);
+  ASSERT_EQ(hits.size(), 1u);
+  EXPECT_EQ(fs::path(hits[0]["doc"].get<std::string>()).filename(), "iwdg.md") << hits[0];
+  auto reqs = fake_.requests();
+  ASSERT_EQ(reqs.size() - before, 2u);
+  std::string prompts;
+  for (size_t i = before; i < reqs.size(); ++i) prompts += reqs[i].body.dump();
+  EXPECT_NE(prompts.find("Rewrite this search"), std::string::npos);
+  EXPECT_NE(prompts.find("Write the passage"), std::string::npos);
+  EXPECT_NE(prompts.find("restart by itself"), std::string::npos);
+  ASSERT_EQ(
+      RunCommand({fwai, "--daemon", d.address(), "--json", "kb", "log", "-n", "1"}, &out, &err), 0)
+      << err;
+  auto log = json::parse(out.substr(0, out.find('\n')));
+  ASSERT_EQ(log["rewrites"].size(), 2u) << log;
+  // A lookup by register name is no paraphrase: no model call.
+  ASSERT_EQ(RunCommand({fwai, "--daemon", d.address(), "kb", "search", "IWDG_KR reload value"},
+                       &out, &err),
+            0)
+      << err;
+  EXPECT_EQ(fake_.request_count(), reqs.size());
 }
 
 }  // namespace

@@ -1,0 +1,429 @@
+// Retrieval as the knowledge base returns it: passages (widened, merged,
+// marked), the retrieval log and its corrections (they change later results
+// and survive a restart), the model-assisted paths (hypothetical answer and
+// rewrites, with the fake provider over real HTTP), and the indexes built
+// for a million chunks (the mapped lexical image, IVF vectors). Real
+// RocksDB, FAISS, pdftotext.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <set>
+
+#include "server/knowledge/bm25_index.h"
+#include "server/knowledge/document_search_tool.h"
+#include "server/knowledge/embedder.h"
+#include "server/knowledge/knowledge_base.h"
+#include "server/knowledge/remote_rerankers.h"
+#include "server/knowledge/reranker.h"
+#include "server/knowledge/vector_index.h"
+#include "server/llm/http_client.h"
+#include "server/llm/provider.h"
+#include "server/storage/storage.h"
+#include "tests/fakes/fake_llm_server.h"
+
+namespace fwai {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string TempDir(const std::string& prefix) {
+  std::string t = (fs::temp_directory_path() / (prefix + "XXXXXX")).string();
+  return mkdtemp(t.data());
+}
+
+class RetrievalTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = TempDir("fwai-retrieval-");
+    Open();
+  }
+  void TearDown() override {
+    kb_.reset();
+    storage_.reset();
+    fs::remove_all(dir_);
+  }
+  void Open(KnowledgeOptions o = {}) {
+    kb_.reset();
+    storage_.reset();
+    auto s = Storage::Open(dir_ + "/db");
+    ASSERT_TRUE(s.ok()) << s.status();
+    storage_ = *std::move(s);
+    auto kb = KnowledgeBase::Open(*storage_, dir_ + "/index", o, *embedder_, *reranker_);
+    ASSERT_TRUE(kb.ok()) << kb.status();
+    kb_ = *std::move(kb);
+  }
+  void Add(const std::string& name, const std::string& bytes) {
+    IngestRequest r;
+    r.name = name;
+    r.bytes = bytes;
+    auto res = kb_->Ingest(std::move(r));
+    ASSERT_TRUE(res.ok()) << res.status();
+  }
+  std::vector<KbSearchHit> Find(const std::string& q, int n = 5, int passage_tokens = -1,
+                                KbSearchInfo* info = nullptr) {
+    KbSearchRequest r;
+    r.query = q;
+    r.max_results = n;
+    r.passage_tokens = passage_tokens;
+    auto hits = kb_->Search(r, info);
+    EXPECT_TRUE(hits.ok()) << hits.status();
+    return hits.ok() ? *hits : std::vector<KbSearchHit>{};
+  }
+  static std::string Filler(const std::string& word, int lines) {
+    std::string s;
+    for (int i = 0; i < lines; ++i)
+      s += "The " + word + " entry " + std::to_string(i) + " holds reserved bits only.\n";
+    return s;
+  }
+
+  std::string dir_;
+  std::unique_ptr<Embedder> embedder_ = MakeBuiltinEmbedder(64);
+  std::unique_ptr<Reranker> reranker_ = MakeBuiltinReranker();
+  std::unique_ptr<Storage> storage_;
+  std::unique_ptr<KnowledgeBase> kb_;
+};
+
+TEST_F(RetrievalTest, APassageHoldsTheAnswerNextToTheMatchingChunk) {
+  // The question matches the register's name; its reset value is in the
+  // text that follows, which the chunker cut into the next chunk.
+  std::string md =
+      "# Clock controller\n\n## RCC_PLLCFGR\n\nRCC_PLLCFGR configures the main PLL multiplier and "
+      "divider.\n";
+  md += Filler("padding", 30);
+  md += "After reset the PLLCFGR value is 0x24003010.\n";
+  md += Filler("trailer", 30);
+  md += "\n## Other\n\n" + Filler("other", 10);
+  Add("rcc.md", md);
+  auto chunks = Find("RCC_PLLCFGR main PLL multiplier divider reset value", 5, 0);
+  ASSERT_FALSE(chunks.empty());
+  ASSERT_NE(chunks[0].text.find("RCC_PLLCFGR configures"), std::string::npos);
+  const bool chunk_has_it = chunks[0].text.find("0x24003010") != std::string::npos;
+  auto passages = Find("RCC_PLLCFGR main PLL multiplier divider reset value", 5);
+  ASSERT_FALSE(passages.empty());
+  const KbSearchHit& p = passages[0];
+  EXPECT_NE(p.text.find("RCC_PLLCFGR configures"), std::string::npos);
+  EXPECT_TRUE(chunk_has_it || p.text.find("0x24003010") != std::string::npos) << p.text;
+  EXPECT_GT(p.text.size(), chunks[0].text.size());
+  EXPECT_LE(p.tokens, 400);
+  EXPECT_GE(p.chunk_ids.size(), 2u);
+  EXPECT_EQ(p.text.find("other entry"), std::string::npos) << "grew into the next section";
+  ASSERT_FALSE(p.highlights.empty());
+  for (const auto& [b, e] : p.highlights) {
+    ASSERT_LT(b, e);
+    ASSERT_LE(e, static_cast<int>(p.text.size()));
+  }
+  // A budget is held to; bad budgets are refused with the field's name.
+  const int chunk_tokens = Find("RCC_PLLCFGR multiplier", 1, 0)[0].tokens;
+  EXPECT_LE(Find("RCC_PLLCFGR multiplier", 1, 150)[0].tokens, std::max(150, chunk_tokens));
+  KbSearchRequest bad;
+  bad.query = "PLL";
+  bad.passage_tokens = 600;
+  auto refused = kb_->Search(bad);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("passage_tokens"), std::string::npos);
+}
+
+TEST_F(RetrievalTest, OverlappingHitsMergeAndNoTextIsReturnedTwice) {
+  // Every chunk of this section matches the query; their passages overlap.
+  std::string md = "# DMA\n\n## Channels\n\n";
+  for (int i = 0; i < 12; ++i) {
+    md += "DMA channel " + std::to_string(i) +
+          " transfers words between memory and the ADC peripheral. " +
+          "Its stream priority is set in DMA_SxCR bits PL.\n";
+  }
+  Add("dma.md", md);
+  auto hits = Find("DMA channel ADC stream priority DMA_SxCR", 10);
+  ASSERT_GE(hits.size(), 1u);
+  std::set<std::string> seen_chunks;
+  std::set<std::string> seen_lines;
+  for (const auto& h : hits) {
+    for (const auto& c : h.chunk_ids)
+      EXPECT_TRUE(seen_chunks.insert(c).second) << "chunk " << c << " returned twice";
+    std::istringstream in(h.text);
+    std::string line;
+    while (std::getline(in, line)) {
+      if (line.find("DMA channel") != std::string::npos) {
+        EXPECT_TRUE(seen_lines.insert(line).second) << "line returned twice: " << line;
+      }
+    }
+  }
+  EXPECT_LT(hits.size(), 10u) << "overlapping passages were not merged";
+}
+
+TEST_F(RetrievalTest, FeedbackDemotesABadResultForSimilarQueriesAndSurvivesARestart) {
+  Add("f1.md",
+      "# Flash\n\n## Latency\n\nFLASH_ACR sets the flash wait states (latency) for the core "
+      "clock.\n");
+  Add("f2.md",
+      "# Flash notes\n\n## Latency\n\nThe flash latency and wait states depend on the supply "
+      "voltage.\n");
+  KbSearchInfo info;
+  auto before = Find("flash wait states latency", 5, -1, &info);
+  ASSERT_GE(before.size(), 2u);
+  ASSERT_FALSE(info.search_id.empty());
+  const std::string first = before[0].doc, second = before[1].doc;
+  // Marked bad for this query: the top result drops for this query and a
+  // similar one, not for an unrelated one.
+  auto f = kb_->retrieval_log().AddFeedback(info.search_id, "1", /*good=*/false, "user",
+                                            "wrong document");
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_EQ(f->rank, 1);
+  auto after = Find("flash wait states latency");
+  ASSERT_GE(after.size(), 2u);
+  EXPECT_EQ(after[0].doc, second);
+  EXPECT_EQ(Find("flash latency wait states setting")[0].doc, second);
+  auto counts = kb_->Stats("")->log;
+  EXPECT_EQ(counts.bad, 1);
+  EXPECT_EQ(counts.searches, 3);
+  // The correction and the log survive a restart.
+  Open();
+  EXPECT_EQ(Find("flash wait states latency")[0].doc, second);
+  EXPECT_EQ(kb_->Stats("")->log.bad, 1);
+  auto logged = kb_->retrieval_log().Get(info.search_id);
+  ASSERT_TRUE(logged.ok()) << logged.status();
+  EXPECT_EQ(logged->query, "flash wait states latency");
+  ASSERT_EQ(logged->feedback.size(), 1u);
+  EXPECT_EQ(logged->feedback[0].note, "wrong document");
+  EXPECT_EQ(logged->results[0].doc, first);
+  auto list = kb_->retrieval_log().List(2);
+  ASSERT_TRUE(list.ok());
+  ASSERT_EQ(list->size(), 2u);
+  EXPECT_GT(std::stoi((*list)[0].id.substr(1)),
+            std::stoi((*list)[1].id.substr(1)));  // newest first
+  // Bad corrections name what is wrong.
+  EXPECT_EQ(kb_->retrieval_log().AddFeedback(info.search_id, "9", false, "user").status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(kb_->retrieval_log().AddFeedback("q999999", "1", false, "user").status().code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(kb_->retrieval_log().AddFeedback("x1", "1", false, "user").status().code(),
+            absl::StatusCode::kInvalidArgument);
+  // A good mark raises a result's score (here the demoted one's).
+  auto score_of = [](const std::vector<KbSearchHit>& hits, const std::string& doc) {
+    for (const auto& h : hits) {
+      if (h.doc == doc) return h.score;
+    }
+    return -1.0;
+  };
+  auto again = Find("flash wait states latency", 5, -1, &info);
+  ASSERT_EQ(again[1].doc, first);
+  ASSERT_TRUE(kb_->retrieval_log().AddFeedback(info.search_id, "2", true, "user").ok());
+  EXPECT_GT(score_of(Find("flash wait states latency"), first), score_of(again, first));
+}
+
+TEST_F(RetrievalTest, TheAgentCitesAndDiscardsPassagesById) {
+  Add("i2c.md", "# I2C\n\n## Timing\n\nI2C_TIMINGR sets the SCL high and low periods.\n");
+  Add("spi.md", "# SPI\n\n## Timing\n\nSPI_CR1 BR sets the SCL-like clock of the SPI bus.\n");
+  auto search = MakeDocumentSearchTool(*kb_);
+  auto feedback = MakeDocumentFeedbackTool(*kb_);
+  ToolContext ctx;
+  ctx.session_id = "s-1";
+  ctx.turn_id = "t-1";
+  ctx.call_id = "c-1";
+  auto r = search->Run({{"query", "SCL high low periods timing"}}, ctx);
+  ASSERT_FALSE(r.is_error) << r.content;
+  auto list = kb_->retrieval_log().List(1);
+  ASSERT_TRUE(list.ok() && !list->empty());
+  const LoggedSearch& s = (*list)[0];
+  EXPECT_EQ(s.origin.source, "agent");
+  EXPECT_EQ(s.origin.turn_id, "t-1");
+  EXPECT_NE(r.content.find("[" + s.id + ".1] source: "), std::string::npos) << r.content;
+  // Discarded by the model, cited in its answer.
+  auto d = feedback->Run({{"passage", "[" + s.id + ".2]"}, {"reason", "SPI, not I2C"}}, ctx);
+  EXPECT_FALSE(d.is_error) << d.content;
+  EXPECT_EQ(
+      RecordCitations(*kb_, "s-1", "Set I2C_TIMINGR [" + s.id + ".1]; see also [" + s.id + ".1]."),
+      1);
+  // Another session's passages are not its to judge.
+  ToolContext other = ctx;
+  other.session_id = "s-2";
+  EXPECT_TRUE(feedback->Run({{"passage", s.id + ".1"}}, other).is_error);
+  EXPECT_EQ(RecordCitations(*kb_, "s-2", "[" + s.id + ".1]"), 0);
+  EXPECT_TRUE(feedback->Run({{"passage", "nonsense"}}, ctx).is_error);
+  auto counts = kb_->Stats("")->log;
+  EXPECT_EQ(counts.cited, 1);
+  EXPECT_EQ(counts.discarded, 1);
+  auto logged = kb_->retrieval_log().Get(s.id);
+  ASSERT_TRUE(logged.ok());
+  ASSERT_EQ(logged->feedback.size(), 2u);
+}
+
+TEST_F(RetrievalTest, AHypotheticalAnswerFindsTheDocumentAQuestionDoesNotName) {
+  // The question shares no word with the document; the model's hypothetical
+  // answer does.
+  const std::string question = "why does my board restart by itself every few seconds";
+  const std::string target =
+      "# IWDG\n\n## Key register\n\nWrite 0xAAAA to IWDG_KR to reload the independent "
+      "watchdog counter before it reaches zero.\n";
+  Add("iwdg.md", target);
+  Add("uart.md",
+      "# UART\n\n## Baud\n\nEvery few frames the receiver samples the start bit by itself.\n");
+  KbSearchInfo plain_info;
+  auto plain = Find(question, 1, -1, &plain_info);
+  ASSERT_FALSE(plain.empty());
+  EXPECT_NE(plain[0].doc, "iwdg.md");
+  EXPECT_TRUE(plain_info.rewrites.empty());
+  KnowledgeOptions o;
+  int calls = 0;
+  o.hyde = [&](const std::string& q) {
+    ++calls;
+    EXPECT_EQ(q, question);
+    return std::string(
+        "The independent watchdog resets the MCU unless software writes 0xAAAA to IWDG_KR to "
+        "reload "
+        "the counter.");
+  };
+  Open(o);
+  KbSearchInfo info;
+  auto with = Find(question, 1, -1, &info);
+  ASSERT_FALSE(with.empty());
+  EXPECT_EQ(with[0].doc, "iwdg.md");
+  EXPECT_EQ(calls, 1);
+  ASSERT_EQ(info.rewrites.size(), 1u);
+  EXPECT_EQ(info.rewrites[0].rfind("answer: ", 0), 0u);
+  // Logged with the search.
+  auto logged = kb_->retrieval_log().Get(info.search_id);
+  ASSERT_TRUE(logged.ok());
+  EXPECT_EQ(logged->rewrites, info.rewrites);
+  // A lookup by register name is not a paraphrase: no model call.
+  Find("IWDG_KR reload value", 1);
+  EXPECT_EQ(calls, 1);
+}
+
+TEST(ModelQueriesTest, HypotheticalAnswerAndRewritesFromTheFakeProvider) {
+  testing::FakeLlmServer fake;
+  ASSERT_GT(fake.Start(), 0);
+  auto http = MakeCurlHttpClient();
+  ProviderConfig pc;
+  pc.name = pc.kind = "anthropic";
+  pc.api_key = "k";
+  pc.base_url = fake.anthropic_base_url();
+  pc.model = "claude-test";
+  auto provider = MakeProvider(pc, RetryConfig{1, 10, 10}, *http);
+  auto hyde = MakeLlmHypotheticalAnswer(*provider, "");
+  testing::FakeReply reply;
+  reply.chunks = {"Write 0xAAAA to IWDG_KR ", "to reload the watchdog.\n"};
+  fake.Enqueue(reply);
+  EXPECT_EQ(hyde("why does my board keep restarting"),
+            "Write 0xAAAA to IWDG_KR to reload the watchdog.");
+  EXPECT_EQ(hyde("why does my board keep restarting"),
+            "Write 0xAAAA to IWDG_KR to reload the watchdog.");
+  ASSERT_EQ(fake.request_count(), 1u);  // cached
+  const std::string prompt = fake.requests()[0].body.dump();
+  EXPECT_NE(prompt.find("why does my board keep restarting"), std::string::npos);
+  EXPECT_NE(prompt.find("datasheet"), std::string::npos);
+  fake.Stop();
+  EXPECT_EQ(hyde("another question"), "");  // failure: nothing extra is searched
+}
+
+TEST(Bm25ImageTest, MappedBaseMutableTierAndMergedSave) {
+  const std::string dir = TempDir("fwai-bm25-");
+  Bm25Index idx({1.2f, 0.75f});
+  idx.Add(0, {"watchdog", "reload", "key"});
+  idx.Add(1, {"uart", "baud", "divider"});
+  idx.Add(2, {"watchdog", "window", "early"});
+  ASSERT_TRUE(idx.Save(dir + "/lex", 5).ok());
+  EXPECT_EQ(Bm25Index::Load(dir + "/lex", 6).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(Bm25Index::Load(dir + "/nope", 5).status().code(), absl::StatusCode::kNotFound);
+  auto base = Bm25Index::Load(dir + "/lex", 5);
+  ASSERT_TRUE(base.ok()) << base.status();
+  Bm25Index& b = **base;
+  EXPECT_EQ(b.size(), 3u);
+  EXPECT_EQ(b.Search({"watchdog"}, 5), idx.Search({"watchdog"}, 5));
+  // Changes land in the mutable tier over the mapped base.
+  b.Remove(0);
+  b.Add(3, {"watchdog", "reload", "prescaler"});
+  b.Add(1, {"uart", "parity"});  // replaces a base doc
+  EXPECT_EQ(b.size(), 3u);
+  std::set<uint32_t> got;
+  for (const auto& [d, s] : b.Search({"watchdog", "baud", "parity"}, 10)) got.insert(d);
+  EXPECT_EQ(got, (std::set<uint32_t>{1, 2, 3}));  // 0 hidden, 1's old "baud" gone
+  EXPECT_TRUE(b.Search({"baud"}, 5).empty());
+  // Saving merges both tiers; the result equals an index built from scratch.
+  ASSERT_TRUE(b.Save(dir + "/lex2", 6).ok());
+  auto merged = Bm25Index::Load(dir + "/lex2", 6);
+  ASSERT_TRUE(merged.ok()) << merged.status();
+  Bm25Index fresh({1.2f, 0.75f});
+  fresh.Add(1, {"uart", "parity"});
+  fresh.Add(2, {"watchdog", "window", "early"});
+  fresh.Add(3, {"watchdog", "reload", "prescaler"});
+  for (const std::vector<std::string>& q :
+       {std::vector<std::string>{"watchdog", "reload"}, {"uart"}, {"early"}}) {
+    EXPECT_EQ((*merged)->Search(q, 5), fresh.Search(q, 5));
+  }
+  EXPECT_EQ((*merged)->DocFreq("watchdog"), 2u);
+  EXPECT_EQ((*merged)->DocFreq("key"), 0u);
+  // Damage anywhere is found on open.
+  for (size_t at :
+       {size_t{3}, fs::file_size(dir + "/lex2") / 2, fs::file_size(dir + "/lex2") - 3}) {
+    std::string bytes;
+    {
+      std::ifstream in(dir + "/lex2", std::ios::binary);
+      bytes.assign(std::istreambuf_iterator<char>(in), {});
+    }
+    bytes[at] ^= 0x20;
+    std::ofstream(dir + "/bad", std::ios::binary | std::ios::trunc) << bytes;
+    EXPECT_EQ(Bm25Index::Load(dir + "/bad", 6).status().code(), absl::StatusCode::kDataLoss) << at;
+  }
+  fs::remove_all(dir);
+}
+
+TEST(VectorIndexIvfTest, RecallAgainstExactRetrainOnGrowthAndSaveLoad) {
+  const int dim = 32;
+  const size_t n = 4000;
+  std::mt19937 rng(5);
+  std::normal_distribution<float> g;
+  // Clustered vectors, as text embeddings are.
+  std::vector<float> centers(40 * dim), vecs(n * dim);
+  for (auto& x : centers) x = g(rng);
+  for (size_t i = 0; i < n; ++i) {
+    double norm = 0;
+    for (int d = 0; d < dim; ++d)
+      norm += std::pow(vecs[i * dim + d] = centers[(i % 40) * dim + d] + 0.5f * g(rng), 2);
+    for (int d = 0; d < dim; ++d) vecs[i * dim + d] /= static_cast<float>(std::sqrt(norm));
+  }
+  std::vector<uint32_t> ids(n);
+  for (uint32_t i = 0; i < n; ++i) ids[i] = 10 + i;
+  VectorIndexOptions o;
+  o.exact_below = 1000;
+  o.approximate = "ivf";
+  VectorIndex ivf(dim, o);
+  ivf.Build(ids, vecs);
+  ASSERT_EQ(ivf.kind(), "ivf-sq8");
+  EXPECT_GT(ivf.ef_search(), 0);
+  VectorIndex exact(dim, {});
+  exact.Add(ids, vecs);
+  size_t hits = 0;
+  for (size_t q = 0; q < 100; ++q) {
+    auto a = exact.Search(&vecs[q * 37 % n * dim], 10);
+    auto b = ivf.Search(&vecs[q * 37 % n * dim], 10);
+    for (const auto& x : a) {
+      for (const auto& y : b) hits += x.first == y.first ? 1 : 0;
+    }
+  }
+  EXPECT_GE(hits, 900u) << "recall@10 well below the 0.95 it was tuned for";
+  const std::string dir = TempDir("fwai-ivf-");
+  ivf.Remove(15);
+  ASSERT_TRUE(ivf.Save(dir + "/v", 3).ok());
+  auto loaded = VectorIndex::Load(dir + "/v", 3, dim, o);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ((*loaded)->kind(), "ivf-sq8");
+  EXPECT_EQ((*loaded)->Search(&vecs[0], 10), ivf.Search(&vecs[0], 10));
+  EXPECT_FALSE((*loaded)->NeedsRebuild());
+  // Four times the vectors it was trained on: a retrain is due.
+  std::vector<uint32_t> more;
+  std::vector<float> more_vecs;
+  for (size_t i = 0; i < 3 * n + 10; ++i) {
+    more.push_back(100000 + static_cast<uint32_t>(i));
+    more_vecs.insert(more_vecs.end(), vecs.begin() + (i % n) * dim,
+                     vecs.begin() + (i % n + 1) * dim);
+  }
+  (*loaded)->Add(more, more_vecs);
+  EXPECT_TRUE((*loaded)->NeedsRebuild());
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace fwai

@@ -523,6 +523,50 @@ TEST_F(SecurityTest, UsersSeeOnlyTheirOwn) {
   EXPECT_TRUE(kicked) << exp.data();
 }
 
+TEST_F(SecurityTest, SearchesAreListedAndCorrectedOnlyByWhoeverMadeThem) {
+  StartDaemon("");
+  auto alice = pb::Knowledge::NewStub(Channel(Tcp(), Credentials{"", "", "", MakeToken("alice")}));
+  auto bob = pb::Knowledge::NewStub(Channel(Tcp(), Credentials{"", "", "", MakeToken("bob")}));
+  std::string id;
+  {
+    grpc::ClientContext ctx;
+    pb::SearchRequest req;
+    req.set_query("watchdog reload key");
+    pb::SearchResponse out;
+    ASSERT_TRUE(alice->Search(&ctx, req, &out).ok());
+    id = out.search_id();
+    ASSERT_FALSE(id.empty());
+  }
+  auto listed = [&](pb::Knowledge::Stub& stub) {
+    grpc::ClientContext ctx;
+    pb::ListSearchesRequest req;
+    pb::ListSearchesResponse out;
+    EXPECT_TRUE(stub.ListSearches(&ctx, req, &out).ok());
+    std::vector<std::string> ids;
+    for (const auto& s : out.searches()) ids.push_back(s.id());
+    return ids;
+  };
+  EXPECT_EQ(listed(*alice), std::vector<std::string>{id});
+  EXPECT_TRUE(listed(*bob).empty());
+  EXPECT_EQ(listed(*pb::Knowledge::NewStub(d_->channel())), std::vector<std::string>{id});  // the admin
+  auto correct = [&](pb::Knowledge::Stub& stub) {
+    grpc::ClientContext ctx;
+    pb::FeedbackRequest req;
+    req.set_search_id(id);
+    req.set_result("1");
+    pb::FeedbackResponse out;
+    return stub.Feedback(&ctx, req, &out);
+  };
+  // Bob is told the search does not exist, and not whose it is.
+  auto st = correct(*bob);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::NOT_FOUND) << st.error_message();
+  EXPECT_EQ(st.error_message().find("alice"), std::string::npos) << st.error_message();
+  // Alice gets past that check (the empty base returned no result 1).
+  st = correct(*alice);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << st.error_message();
+  EXPECT_NE(st.error_message().find("has no result '1'"), std::string::npos) << st.error_message();
+}
+
 TEST_F(SecurityTest, AdminOnlyCallsAreRefusedNamingTheRule) {
   StartDaemon("");
   auto user = Channel(Tcp(), Credentials{"", "", "", MakeToken("eve")});

@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <map>
 #include <sstream>
@@ -68,6 +69,37 @@ void InstallSigint() {
   sa.sa_flags = 0;
   sigaction(SIGINT, &sa, nullptr);
 }
+
+// Calls on_sigint on its own thread each time Ctrl-C arrives (after InstallSigint), until
+// on_sigint returns false or the watcher is stopped. Stop() (or the destructor) joins it.
+class SigintWatcher {
+ public:
+  explicit SigintWatcher(std::function<bool()> on_sigint)
+      : thread_([this, on_sigint = std::move(on_sigint)] {
+          while (!done_) {
+            fd_set fds;
+            FD_ZERO(&fds);
+            FD_SET(g_sigpipe[0], &fds);
+            timeval tv{0, 100000};
+            if (select(g_sigpipe[0] + 1, &fds, nullptr, nullptr, &tv) <= 0) continue;
+            char buf[16];
+            (void)!read(g_sigpipe[0], buf, sizeof(buf));
+            if (done_ || !on_sigint()) break;
+          }
+        }) {}
+  SigintWatcher(const SigintWatcher&) = delete;
+  SigintWatcher& operator=(const SigintWatcher&) = delete;
+  ~SigintWatcher() { Stop(); }
+
+  void Stop() {
+    done_ = true;
+    if (thread_.joinable()) thread_.join();
+  }
+
+ private:
+  std::atomic<bool> done_{false};
+  std::thread thread_;
+};
 
 struct Conn {
   std::shared_ptr<grpc::Channel> channel;
@@ -181,23 +213,12 @@ int RunTurn(const Globals& g, Conn& c, const std::string& session_id, const std:
   }
   g_sigint_count = 0;
   InstallSigint();
-  std::atomic<bool> done{false};
-  std::thread watcher([&] {
-    while (!done) {
-      fd_set fds;
-      FD_ZERO(&fds);
-      FD_SET(g_sigpipe[0], &fds);
-      timeval tv{0, 100000};
-      if (select(g_sigpipe[0] + 1, &fds, nullptr, nullptr, &tv) > 0) {
-        char buf[16];
-        (void)!read(g_sigpipe[0], buf, sizeof(buf));
-        if (done) break;
-        pb::ClientEvent cancel;
-        cancel.mutable_cancel();
-        if (!g.json) std::cerr << "\n(cancelling; Ctrl-C twice more to quit at once)" << std::endl;
-        stream->Write(cancel);
-      }
-    }
+  SigintWatcher watcher([&] {
+    pb::ClientEvent cancel;
+    cancel.mutable_cancel();
+    if (!g.json) std::cerr << "\n(cancelling; Ctrl-C twice more to quit at once)" << std::endl;
+    stream->Write(cancel);
+    return true;
   });
   pb::ServerEvent ev;
   std::string stop_reason;
@@ -228,10 +249,9 @@ int RunTurn(const Globals& g, Conn& c, const std::string& session_id, const std:
       break;
     }
   }
-  done = true;
   stream->WritesDone();
   grpc::Status st = stream->Finish();
-  watcher.join();
+  watcher.Stop();
   signal(SIGINT, SIG_DFL);
   renderer.EndLine();
   if (!finished) {
@@ -327,18 +347,9 @@ int CmdAttach(const Globals& g, const std::string& session_id, uint64_t after, b
     req.set_after_seq(last);
     req.set_no_follow(no_follow);
     auto reader = c->sessions->Attach(&ctx, req);
-    std::atomic<bool> done{false};
-    std::thread watcher([&] {
-      while (!done) {
-        fd_set fds;
-        FD_ZERO(&fds);
-        FD_SET(g_sigpipe[0], &fds);
-        timeval tv{0, 100000};
-        if (select(g_sigpipe[0] + 1, &fds, nullptr, nullptr, &tv) > 0) {
-          ctx.TryCancel();
-          break;
-        }
-      }
+    SigintWatcher watcher([&] {
+      ctx.TryCancel();
+      return false;
     });
     pb::ServerEvent ev;
     std::string interrupted;
@@ -351,9 +362,8 @@ int CmdAttach(const Globals& g, const std::string& session_id, uint64_t after, b
         break;
       }
     }
-    done = true;
     grpc::Status st = reader->Finish();
-    watcher.join();
+    watcher.Stop();
     r.EndLine();
     if (!interrupted.empty()) return Fail(g, kExitTurnFailed, interrupted);
     if (st.ok() || (st.error_code() == grpc::StatusCode::CANCELLED && g_sigint_count > 0)) return kExitOk;

@@ -494,6 +494,7 @@ class HardwareService final : public pb::Hardware::CallbackService {
             if (n == SerialReader::Next::kEnded) {
               m.set_end_of_stream(true);
               m.set_reason(reader_->end_reason());
+              m.set_daemon_stopping(svc_->deps_.hardware->stopping());
               writer_.Push(std::move(m));
               writer_.Close(grpc::Status::OK);
               return;

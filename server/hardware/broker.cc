@@ -245,6 +245,7 @@ absl::Status HardwareBroker::Start() {
 }
 
 void HardwareBroker::Shutdown() {
+  stopping_ = true;
   if (supervisor_) {
     {
       std::lock_guard lock(supervisor_->mu);

@@ -3,6 +3,7 @@
 // Thread-safe.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -122,6 +123,8 @@ class HardwareBroker {
   // Loads leases, opens serial ports, boots simulated boards that have an image.
   [[nodiscard]] absl::Status Start();
   void Shutdown();
+  // True once Shutdown began: streams ending now end because fwaid stops.
+  bool stopping() const { return stopping_.load(); }
   // Receives a run record per flash (the evidence log).
   void SetRunRecorder(std::function<void(const nlohmann::json&)> recorder) { recorder_ = std::move(recorder); }
   // Finds the build record (a skill run) that produced the image with this
@@ -198,6 +201,7 @@ class HardwareBroker {
   struct Board;
 
  private:
+  std::atomic<bool> stopping_{false};
   // `path` read as the caller's account into RUN/images/BOARD.ext (fwaid's own).
   absl::StatusOr<std::string> CopyImageAs(const Caller& caller, const std::string& board_id, const std::string& path);
   Board* FindBoard(const std::string& id) const;

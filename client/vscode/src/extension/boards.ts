@@ -263,7 +263,12 @@ export class Boards implements vscode.TreeDataProvider<Device>, vscode.Disposabl
     if (!board) return;
     const client = await this.conn.get();
     const lease = this.heldByMe(board.id);
-    const serial = new SerialSession(client, board.id, { fromHistory: true, leaseId: lease?.lease_id });
+    const serial = new SerialSession(client, board.id, {
+      fromHistory: true,
+      leaseId: lease?.lease_id,
+      reconnect: true,
+      beforeReconnect: () => this.conn.revive(),
+    });
     const write = new vscode.EventEmitter<string>();
     const close = new vscode.EventEmitter<number | void>();
     let line = '';
@@ -277,6 +282,10 @@ export class Boards implements vscode.TreeDataProvider<Device>, vscode.Disposabl
         });
         serial.on('dropped', (n) => write.fire(`\x1b[33m[${n} lines dropped: this terminal fell behind]\x1b[0m\r\n`));
         serial.on('writeError', (m) => write.fire(`\x1b[31m[${m}]\x1b[0m\r\n`));
+        serial.on('reconnecting', (reason) => write.fire(`\r\n\x1b[2m— fwaid went away (${reason}); reconnecting… —\x1b[0m\r\n`));
+        serial.on('reconnected', (restarted) =>
+          write.fire(`\x1b[2m— reconnected${restarted ? ' to a restarted fwaid: its output follows' : ''} —\x1b[0m\r\n`),
+        );
         serial.on('end', (reason) => {
           write.fire(`\r\n\x1b[2m— serial closed: ${reason} —\x1b[0m\r\n`);
         });

@@ -99,3 +99,79 @@ test('lease, serial open across a flash, guard refusal with its rule, send a com
   const after = (await client.call('Hardware', 'ListDevices', {})).devices.find((x) => x.id === 'sim-stm32vl');
   assert.equal(after.holder, '');
 });
+
+function once(emitter, event, ms = 30000) {
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`no '${event}' in ${ms} ms`)), ms);
+    emitter.once(event, (...args) => {
+      clearTimeout(timer);
+      resolve(args);
+    });
+  });
+}
+
+test('a serial reader opened with reconnect survives fwaid stopping, being killed and restarting; a lease end still ends it', { timeout: 180000 }, async (t) => {
+  const d = new Daemon(null);
+  t.after(() => d.cleanup());
+  await d.start();
+  const elf = buildBlinky(d.project);
+  const client = await lib.FwaiClient.connect({ address: d.address, protoRoot: PROTO_ROOT, clientName: 'vscode-test' });
+  t.after(() => client.close());
+  const lease = await client.call('Hardware', 'Acquire', { device_id: 'sim-stm32vl', ttl_s: 600 });
+  await flash(client, { device_id: 'sim-stm32vl', image_path: elf, approved: true, lease_id: lease.lease_id, project_root: d.project });
+
+  const opts = { reconnect: true, minBackoffMs: 50, maxBackoffMs: 500 };
+  const reader = new lib.SerialSession(client, 'sim-stm32vl', opts);
+  const typist = new lib.SerialSession(client, 'sim-stm32vl', { ...opts, leaseId: lease.lease_id });
+  const ends = [];
+  const breaks = [];
+  reader.on('reconnecting', (r) => breaks.push(r));
+  reader.on('end', (reason) => ends.push(`reader: ${reason}`));
+  typist.on('end', (reason) => ends.push(`typist: ${reason}`));
+  const opened = Promise.all([once(reader, 'opened'), once(typist, 'opened')]);
+  await reader.open();
+  await typist.open();
+  await opened;
+
+  for (const signal of ['SIGTERM', 'SIGKILL']) {
+    const going = Promise.all([once(reader, 'reconnecting'), once(typist, 'reconnecting')]);
+    const back = Promise.all([once(reader, 'reconnected', 60000), once(typist, 'reconnected', 60000)]);
+    // The board boots its image again when fwaid starts; its banner reaches the reopened reader.
+    const banner = linesUntil(reader, /stm32vl-blinky 1\.0\.0 booted/, 60000);
+    await d.stop(signal);
+    await going;
+    await d.start();
+    const [[restartedR], [restartedT]] = await back;
+    assert.equal(restartedR, true, signal);
+    assert.equal(restartedT, true, signal);
+    await banner;
+    assert.deepEqual(ends, [], signal);
+    assert.equal(breaks.length, signal === 'SIGTERM' ? 1 : 2, JSON.stringify(breaks));
+    // The lease outlived the restart: the reopened typist still talks to the board.
+    const pong = linesUntil(reader, /^pong$/, 30000);
+    typist.sendLine('ping');
+    await pong;
+  }
+
+  // An end fwaid means is final: the lease is released, and the streams its holder opened end
+  // with the reason instead of reconnecting.
+  const ended = Promise.all([once(typist, 'end'), once(reader, 'end')]);
+  const reconnects = reader.reconnects + typist.reconnects;
+  await client.call('Hardware', 'Release', { lease_id: lease.lease_id });
+  const [[reasonT], [reasonR]] = await ended;
+  assert.match(reasonT, /lease .* ended: released/);
+  assert.match(reasonR, /lease .* ended: released/);
+  assert.equal(typist.isOpen, false);
+  assert.equal(reader.isOpen, false);
+  assert.equal(reader.reconnects + typist.reconnects, reconnects);
+  assert.equal(breaks.length, 2, JSON.stringify(breaks));
+  assert.deepEqual(ends.sort(), [`reader: ${reasonR}`, `typist: ${reasonT}`]);
+
+  // A reader closed by its user ends as 'closed'.
+  const third = new lib.SerialSession(client, 'sim-stm32vl', opts);
+  await third.open();
+  await once(third, 'opened');
+  const closed = once(third, 'end');
+  third.close();
+  assert.equal((await closed)[0], 'closed');
+});

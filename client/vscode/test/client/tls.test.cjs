@@ -9,7 +9,7 @@ const fs = require('node:fs');
 const os = require('node:os');
 const path = require('node:path');
 const grpc = require('@grpc/grpc-js');
-const { PROTO_ROOT } = require('../support/fixtures.cjs');
+const { BIN, Daemon, FakeLlm, PROTO_ROOT, waitFor } = require('../support/fixtures.cjs');
 const lib = require('../../out/client.js');
 
 let dir;
@@ -121,4 +121,49 @@ test('a token is never sent in clear text off the machine; settings are checked'
   assert.throws(() => lib.makeCredentials(lib.resolveDaemonAddress('tcp:127.0.0.1:1'), { caFile: '/x' }), /not tls:/);
   assert.throws(() => lib.makeCredentials(lib.resolveDaemonAddress('tls:h:1'), { certFile: files().certFile }), /both/);
   assert.throws(() => lib.makeCredentials(lib.resolveDaemonAddress('tls:h:1'), { caFile: '/nonexistent/ca.pem' }), /fwai.caFile \/nonexistent\/ca.pem/);
+});
+
+test('a real fwaid on tls: with a token made by its admin: status, a chat turn streamed, no token refused', { timeout: 120000 }, async (t) => {
+  const fake = await FakeLlm.start();
+  t.after(() => fake.stop());
+  const certs = fs.mkdtempSync(path.join(os.tmpdir(), 'fwai-vscode-fwaid-tls-'));
+  t.after(() => fs.rmSync(certs, { recursive: true, force: true }));
+  execFileSync(path.join(BIN, 'fwaid'), ['tls', 'init', certs, '--host', 'localhost', '--host', '127.0.0.1'], { stdio: 'pipe' });
+  const d = new Daemon(fake, `tls: {cert: ${certs}/server.pem, key: ${certs}/server.key}\n`);
+  d.extraListen = ['tls:127.0.0.1:0'];
+  t.after(() => d.cleanup());
+  await d.start();
+  await waitFor(() => d.tcpPort() > 0, 'the tls listener');
+  const address = `tls:localhost:${d.tcpPort()}`;
+  // The unix socket's root peer is the admin; the token is shown once on stdout.
+  const token = d.cli(['token', 'create', 'alice', '--role', 'user'], { stdio: ['ignore', 'pipe', 'pipe'] }).trim();
+  assert.match(token, /^fwai_/);
+
+  const anonymous = await lib.FwaiClient.connect({ address, protoRoot: PROTO_ROOT, caFile: path.join(certs, 'ca.pem') });
+  t.after(() => anonymous.close());
+  await assert.rejects(anonymous.call('Daemon', 'Status', {}), (e) => e.codeName === 'UNAUTHENTICATED');
+  const wrong = await lib.FwaiClient.connect({ address, protoRoot: PROTO_ROOT, caFile: path.join(certs, 'ca.pem'), token: token.slice(0, -2) + 'xx' });
+  t.after(() => wrong.close());
+  await assert.rejects(wrong.call('Daemon', 'Status', {}), (e) => e.codeName === 'UNAUTHENTICATED');
+
+  const client = await lib.FwaiClient.connect({ address, protoRoot: PROTO_ROOT, clientName: 'vscode-test', caFile: path.join(certs, 'ca.pem'), token });
+  t.after(() => client.close());
+  const st = await client.call('Daemon', 'Status', {});
+  assert.match(st.caller, /alice/);
+
+  // A session of alice's (no local account: chat without project tools), a turn streamed over TLS.
+  await fake.reset();
+  await fake.enqueue([{ chunks: ['over ', 'tls'] }]);
+  const s = await client.call('Sessions', 'Create', { title: 'tls', mode: 'act' });
+  const stream = new lib.SessionStream(client, s.id);
+  const model = new lib.SessionModel(s.id);
+  const done = new Promise((resolve) => stream.on('event', (ev) => { model.apply(ev); if (ev.payload === 'turn_finished') resolve(); }));
+  stream.start();
+  await waitFor(() => stream.state === 'open', 'the stream to open');
+  const turn = stream.sendMessage('hello');
+  await done;
+  assert.match(model.outline(turn), /text\(main\): over tls/);
+  stream.close();
+  const mine = await client.call('Sessions', 'List', {});
+  assert.ok(mine.sessions.some((x) => x.id === s.id));
 });

@@ -86,7 +86,8 @@ class Daemon {
     const env = { ...process.env };
     for (const k of ['ANTHROPIC_API_KEY', 'OPENAI_API_KEY', 'ANTHROPIC_BASE_URL', 'OPENAI_BASE_URL']) delete env[k];
     env.XDG_RUNTIME_DIR = path.join(this.dir, 'xdg-run');
-    this.proc = spawn(need('fwaid'), ['--config', this.config, '--listen', this.address, '--data-dir', this.data],
+    const listen = [this.address, ...(this.extraListen ?? [])].flatMap((l) => ['--listen', l]);
+    this.proc = spawn(need('fwaid'), ['--config', this.config, ...listen, '--data-dir', this.data],
       { stdio: ['ignore', out, out], env });
     fs.closeSync(out);
     let exited = null;
@@ -95,6 +96,11 @@ class Daemon {
       if (exited !== null) throw new Error(`fwaid exited (${exited}):\n${this.logText()}`);
       return socketAccepts(this.socket);
     }, 'fwaid to listen');
+  }
+  /** The port of the last start's tcp:/tls: listener ("listening on tls:127.0.0.1:40123"). */
+  tcpPort() {
+    const m = [...this.logText().matchAll(/listening on t(?:cp|ls):[^\s]*:(\d+)/g)];
+    return m.length ? Number(m[m.length - 1][1]) : 0;
   }
   logText() { try { return fs.readFileSync(this.log, 'utf8'); } catch { return ''; } }
   stop(signal = 'SIGTERM') {

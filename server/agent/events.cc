@@ -9,9 +9,10 @@ namespace fwai {
 
 using fwai::v1::ServerEvent;
 
-void EventSink::Emit(ServerEvent ev) {
+void EventSink::Emit(ServerEvent ev, bool wait) {
   ev.set_turn_id(turn_id_);
-  auto s = sessions_.Publish(session_id_, ev.SerializeAsString());
+  auto s = wait ? sessions_.Publish(session_id_, ev.SerializeAsString())
+                : sessions_.PublishQueued(session_id_, ev.SerializeAsString());
   if (!s.ok()) {
     spdlog::warn("session {}: cannot publish event: {}", session_id_, s.status().ToString());
   }
@@ -43,7 +44,9 @@ void AgentObserver::Send(std::string_view text, bool thinking) {
   d->mutable_origin()->set_parent_call_id(parent_);
   d->set_text(std::string(text));
   d->set_thinking(thinking);
-  sink_.Emit(std::move(ev));
+  // Deltas are not waited for: the next chunk's read overlaps their write,
+  // and the events after them (message_done, tool calls) are stored after them.
+  sink_.Emit(std::move(ev), /*wait=*/false);
 }
 
 }  // namespace fwai

@@ -23,7 +23,9 @@ class EventSink {
  public:
   EventSink(SessionManager& sessions, std::string session_id, std::string turn_id)
       : sessions_(sessions), session_id_(std::move(session_id)), turn_id_(std::move(turn_id)) {}
-  void Emit(v1::ServerEvent ev);
+  // With `wait`, returns once the event is stored; without, once it is queued
+  // (it is stored before any later event of the session).
+  void Emit(v1::ServerEvent ev, bool wait = true);
   void Error(const absl::Status& s, bool retryable);
   const std::string& session_id() const { return session_id_; }
   const std::string& turn_id() const { return turn_id_; }

@@ -4,6 +4,7 @@
 #include <filesystem>
 
 #include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
 
 #include "absl/strings/str_cat.h"
 #include "common/clock.h"
@@ -16,6 +17,9 @@ namespace fwai {
 namespace {
 
 constexpr char kOpenTurnPrefix[] = "open-turn/";
+// Events queued for the appender past which publishers wait for it: a
+// provider faster than the disk slows down instead of filling memory.
+constexpr size_t kMaxQueued = 8192;
 
 // "open-turn/<session>\0<turn>" -> big-endian seq of the turn's user message.
 std::string OpenTurnKey(const std::string& session_id, const std::string& turn_id) {
@@ -75,9 +79,17 @@ absl::StatusOr<SessionInfo> SessionFromJson(const std::string& text) {
 }
 
 SessionManager::SessionManager(Storage& storage, SubscriberConfig limits)
-    : storage_(storage), limits_(limits) {}
+    : storage_(storage), limits_(limits), appender_([this] { AppendLoop(); }) {}
 
-SessionManager::~SessionManager() { CloseAll(absl::UnavailableError("fwaid is shutting down")); }
+SessionManager::~SessionManager() {
+  {
+    std::lock_guard<std::mutex> lock(append_mu_);
+    stop_ = true;
+  }
+  append_cv_.notify_all();
+  appender_.join();  // it writes what is queued before it stops
+  CloseAll(absl::UnavailableError("fwaid is shutting down"));
+}
 
 absl::StatusOr<SessionInfo> SessionManager::Create(const std::string& owner, NewSession params) {
   std::error_code ec;
@@ -145,6 +157,7 @@ absl::StatusOr<std::shared_ptr<SessionManager::Live>> SessionManager::GetLive(co
     }
     ASSIGN_OR_RETURN(auto last, storage_.LastKey(Cf::kEvents, SeqKey(id, 0), SeqKeyEnd(id)));
     live->last_seq = last ? DecodeU64(std::string_view(*last).substr(id.size() + 1)) : 0;
+    live->stored_seq = live->last_seq;
     ASSIGN_OR_RETURN(auto hlast, storage_.LastKey(Cf::kHistory, SeqKey(id, 0), SeqKeyEnd(id)));
     live->history_len = hlast ? DecodeU64(std::string_view(*hlast).substr(id.size() + 1)) : 0;
     live->loaded = true;
@@ -158,7 +171,7 @@ absl::StatusOr<SessionInfo> SessionManager::Get(const std::string& id) {
   if (!rec) return absl::NotFoundError(absl::StrCat("session ", id, " not found"));
   ASSIGN_OR_RETURN(SessionInfo s, SessionFromJson(*rec));
   std::lock_guard<std::mutex> lock(live->mu);
-  s.last_seq = live->last_seq;
+  s.last_seq = live->stored_seq;
   return s;
 }
 
@@ -191,6 +204,14 @@ absl::Status SessionManager::Update(const SessionInfo& info) {
 
 absl::Status SessionManager::Delete(const std::string& id) {
   ASSIGN_OR_RETURN(auto live, GetLive(id));
+  {
+    // No event is queued for the session from here on; those queued before
+    // are written first, so none outlives the delete.
+    std::lock_guard<std::mutex> lock(live->mu);
+    if (live->deleted) return absl::NotFoundError(absl::StrCat("session ", id, " not found"));
+    live->deleted = true;
+  }
+  Drain();
   std::vector<std::shared_ptr<Subscriber>> to_notify;
   {
     std::lock_guard<std::mutex> lock(live->mu);
@@ -198,8 +219,10 @@ absl::Status SessionManager::Delete(const std::string& id) {
     batch.Delete(Cf::kSessions, id);
     batch.DeleteRange(Cf::kEvents, SeqKey(id, 0), SeqKeyEnd(id));
     batch.DeleteRange(Cf::kHistory, SeqKey(id, 0), SeqKeyEnd(id));
-    RETURN_IF_ERROR(storage_.Write(batch, /*sync=*/false));
-    live->deleted = true;
+    if (absl::Status s = storage_.Write(batch, /*sync=*/false); !s.ok()) {
+      live->deleted = false;
+      return s;
+    }
     for (auto& sub : live->subscribers) {
       if (sub->Close(absl::NotFoundError(absl::StrCat("session ", id, " was deleted")), false)) {
         to_notify.push_back(sub);
@@ -217,12 +240,40 @@ absl::Status SessionManager::Delete(const std::string& id) {
 
 absl::StatusOr<uint64_t> SessionManager::Publish(const std::string& session_id,
                                                  std::string serialized) {
+  return Enqueue(session_id, std::move(serialized), /*wait=*/true);
+}
+
+absl::StatusOr<uint64_t> SessionManager::PublishQueued(const std::string& session_id,
+                                                       std::string serialized) {
+  return Enqueue(session_id, std::move(serialized), /*wait=*/false);
+}
+
+absl::StatusOr<uint64_t> SessionManager::Enqueue(const std::string& session_id,
+                                                 std::string serialized, bool wait) {
   ASSIGN_OR_RETURN(auto live, GetLive(session_id));
   fwai::v1::ServerEvent ev;
   if (!ev.ParseFromString(serialized)) {
     return absl::InternalError("Publish: event is not a serialized ServerEvent");
   }
-  std::vector<std::shared_ptr<Subscriber>> to_notify;
+  Pending p;
+  p.live = live;
+  p.session_id = session_id;
+  // A turn is open from its user message to its turn_finished; the marker
+  // is written with the event, so a crash leaves it behind and the next
+  // start can end the turn (FinishInterruptedTurns).
+  if (!ev.turn_id().empty() && ev.has_user_message()) {
+    p.open_turn = 1;
+  } else if (!ev.turn_id().empty() && ev.has_turn_finished()) {
+    p.open_turn = -1;
+  }
+  p.turn_id = ev.turn_id();
+  if (wait) p.done = std::make_shared<Done>();
+  std::shared_ptr<Done> done = p.done;
+  {
+    // Waited for before the session's lock: the appender takes it to fan out.
+    std::unique_lock<std::mutex> lock(append_mu_);
+    written_cv_.wait(lock, [&] { return queue_.size() < kMaxQueued; });
+  }
   uint64_t seq;
   {
     std::lock_guard<std::mutex> lock(live->mu);
@@ -231,25 +282,76 @@ absl::StatusOr<uint64_t> SessionManager::Publish(const std::string& session_id,
     ev.set_session_id(session_id);
     ev.set_seq(seq);
     if (ev.time_us() == 0) ev.set_time_us(NowMicros());
-    std::string bytes = ev.SerializeAsString();
-    // A turn is open from its user message to its turn_finished; the marker
-    // is written with the event, so a crash leaves it behind and the next
-    // start can end the turn (FinishInterruptedTurns).
-    WriteBatch batch;
-    batch.Put(Cf::kEvents, SeqKey(session_id, seq), bytes);
-    if (!ev.turn_id().empty() && ev.has_user_message()) {
-      batch.Put(Cf::kMeta, OpenTurnKey(session_id, ev.turn_id()), EncodeU64(seq));
-    } else if (!ev.turn_id().empty() && ev.has_turn_finished()) {
-      batch.Delete(Cf::kMeta, OpenTurnKey(session_id, ev.turn_id()));
-    }
-    RETURN_IF_ERROR(storage_.Write(batch, /*sync=*/false));
+    p.seq = seq;
+    p.bytes = ev.SerializeAsString();
     live->last_seq = seq;
-    for (auto& sub : live->subscribers) {
-      if (sub->Push(seq, bytes)) to_notify.push_back(sub);
-    }
+    // Queued under the session's lock: the queue holds its events in seq order.
+    std::lock_guard<std::mutex> q(append_mu_);
+    queue_.push_back(std::move(p));
+    ++queued_;
   }
-  for (auto& sub : to_notify) sub->Notify();
+  append_cv_.notify_one();
+  if (!done) return seq;
+  std::unique_lock<std::mutex> lock(append_mu_);
+  written_cv_.wait(lock, [&] { return done->done; });
+  if (!done->status.ok()) return done->status;
   return seq;
+}
+
+void SessionManager::AppendLoop() {
+  std::vector<Pending> batch_events;
+  std::vector<std::shared_ptr<Subscriber>> to_notify;
+  while (true) {
+    {
+      std::unique_lock<std::mutex> lock(append_mu_);
+      append_cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // stopping, and everything is written
+      batch_events.swap(queue_);
+    }
+    // One write for everything queued meanwhile, whatever its session.
+    WriteBatch batch;
+    for (const Pending& p : batch_events) {
+      batch.Put(Cf::kEvents, SeqKey(p.session_id, p.seq), p.bytes);
+      if (p.open_turn > 0) {
+        batch.Put(Cf::kMeta, OpenTurnKey(p.session_id, p.turn_id), EncodeU64(p.seq));
+      } else if (p.open_turn < 0) {
+        batch.Delete(Cf::kMeta, OpenTurnKey(p.session_id, p.turn_id));
+      }
+    }
+    const absl::Status status = storage_.Write(batch, /*sync=*/false);
+    if (!status.ok()) {
+      spdlog::error("cannot store {} event(s): {}", batch_events.size(), status.ToString());
+    }
+    // Stored: now, and only now, the subscribers get them.
+    for (Pending& p : batch_events) {
+      if (!status.ok()) continue;
+      std::lock_guard<std::mutex> lock(p.live->mu);
+      p.live->stored_seq = p.seq;
+      for (auto& sub : p.live->subscribers) {
+        if (sub->Push(p.seq, p.bytes)) to_notify.push_back(sub);
+      }
+    }
+    for (auto& sub : to_notify) sub->Notify();
+    to_notify.clear();
+    {
+      std::lock_guard<std::mutex> lock(append_mu_);
+      for (Pending& p : batch_events) {
+        if (p.done) {
+          p.done->done = true;
+          p.done->status = status;
+        }
+      }
+      written_ += batch_events.size();
+    }
+    written_cv_.notify_all();
+    batch_events.clear();
+  }
+}
+
+void SessionManager::Drain() {
+  std::unique_lock<std::mutex> lock(append_mu_);
+  const uint64_t target = queued_;
+  written_cv_.wait(lock, [&] { return written_ >= target; });
 }
 
 absl::StatusOr<std::shared_ptr<Subscriber>> SessionManager::Subscribe(
@@ -258,8 +360,9 @@ absl::StatusOr<std::shared_ptr<Subscriber>> SessionManager::Subscribe(
   ASSIGN_OR_RETURN(auto live, GetLive(session_id));
   std::lock_guard<std::mutex> lock(live->mu);
   if (live->deleted) return absl::NotFoundError(absl::StrCat("session ", session_id, " not found"));
-  const uint64_t last = live->last_seq;
-  // Replay (after_seq, last] from storage; live events are those with seq > last.
+  // Replay (after_seq, last] from storage; live events are those with seq >
+  // last, handed over by the appender once stored.
+  const uint64_t last = live->stored_seq;
   const uint64_t from = replay ? after_seq + 1 : last + 1;
   auto sub = std::make_shared<Subscriber>(session_id, &storage_, from, last, follow, limits_,
                                           std::move(notify));

@@ -7,8 +7,14 @@
 // Thread-safe. Publishing never blocks on a subscriber: each subscriber has a
 // bounded queue; past its high-water mark adjacent text deltas are coalesced,
 // past its maximum it is closed with RESOURCE_EXHAUSTED and may re-attach.
+//
+// Appends are group-committed: Publish assigns the seq and queues the event;
+// one appender thread writes everything queued (across sessions) as one
+// RocksDB batch, then hands each event to the session's subscribers. An event
+// reaches a subscriber only after the write that stores it has returned.
 #pragma once
 
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -16,6 +22,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -86,9 +93,17 @@ class SessionManager {
 
   // Assigns seq and time, stores, and fans out. `event` is a serialized-able
   // fwai.v1.ServerEvent passed as bytes to keep proto types out of this header.
-  // Returns the assigned seq.
+  // Returns the assigned seq once the event is stored (and handed to the
+  // subscribers).
   [[nodiscard]] absl::StatusOr<uint64_t> Publish(const std::string& session_id,
                                                  std::string serialized_event);
+  // The same without waiting for the write: returns the assigned seq once the
+  // event is queued. It is stored with (or before) the next Publish of any
+  // session and reaches subscribers only once stored; a failed write is
+  // logged. For the stream of text deltas, where the caller has nothing to do
+  // with an error.
+  [[nodiscard]] absl::StatusOr<uint64_t> PublishQueued(const std::string& session_id,
+                                                       std::string serialized_event);
 
   // A subscriber that first replays stored events with seq > after_seq (when
   // `replay`), then, when `follow`, receives live events. `notify` is called
@@ -121,7 +136,8 @@ class SessionManager {
   struct Live {
     std::mutex mu;
     bool loaded = false;
-    uint64_t last_seq ABSL_GUARDED_BY(mu) = 0;
+    uint64_t last_seq ABSL_GUARDED_BY(mu) = 0;    // the last seq assigned
+    uint64_t stored_seq ABSL_GUARDED_BY(mu) = 0;  // the last seq written (<= last_seq)
     uint64_t history_len ABSL_GUARDED_BY(mu) = 0;
     bool deleted ABSL_GUARDED_BY(mu) = false;
     std::vector<std::shared_ptr<Subscriber>> subscribers ABSL_GUARDED_BY(mu);
@@ -129,10 +145,39 @@ class SessionManager {
   // Returns the in-memory state of an existing session, loading it on first use.
   absl::StatusOr<std::shared_ptr<Live>> GetLive(const std::string& id);
 
+  // An event waiting for the appender.
+  struct Done {
+    bool done = false;
+    absl::Status status;
+  };
+  struct Pending {
+    std::shared_ptr<Live> live;
+    std::string session_id;
+    uint64_t seq = 0;
+    std::string bytes;
+    int open_turn = 0;  // +1: the event opens turn `turn_id`; -1: it finishes it
+    std::string turn_id;
+    std::shared_ptr<Done> done;  // null: nobody waits
+  };
+  absl::StatusOr<uint64_t> Enqueue(const std::string& session_id, std::string serialized,
+                                   bool wait);
+  void AppendLoop();
+  // Blocks until everything queued so far is written and fanned out.
+  void Drain();
+
   Storage& storage_;
   const SubscriberConfig limits_;
   std::mutex mu_;
   std::map<std::string, std::shared_ptr<Live>> live_ ABSL_GUARDED_BY(mu_);
+
+  std::mutex append_mu_;
+  std::condition_variable append_cv_;   // work queued, or stop
+  std::condition_variable written_cv_;  // a batch was written
+  std::vector<Pending> queue_ ABSL_GUARDED_BY(append_mu_);
+  uint64_t queued_ ABSL_GUARDED_BY(append_mu_) = 0;   // events queued so far
+  uint64_t written_ ABSL_GUARDED_BY(append_mu_) = 0;  // events written and fanned out
+  bool stop_ ABSL_GUARDED_BY(append_mu_) = false;
+  std::thread appender_;
 };
 
 // JSON encoding of SessionInfo as stored.

@@ -162,6 +162,62 @@ TEST_F(SessionTest, SlowSubscriberIsCoalescedThenDropped) {
   EXPECT_EQ(Drain(**fast).size(), 1u);
 }
 
+// Deltas are queued without waiting; the appender stores them (in batches
+// across sessions) before any subscriber sees them, in seq order, and a later
+// waited-for Publish comes after them.
+TEST_F(SessionTest, QueuedEventsAreStoredBeforeSubscribersSeeThemInOrder) {
+  auto& sm = Sessions();
+  std::vector<std::string> ids;
+  for (int k = 0; k < 3; ++k) ids.push_back(sm.Create("uid:1", {"t", dir_ + "/proj", "", ""})->id);
+  std::vector<std::shared_ptr<Subscriber>> subs;
+  for (const auto& id : ids) subs.push_back(*sm.Subscribe(id, 0, false, true, [] {}));
+  for (int i = 0; i < 300; ++i) {
+    for (const auto& id : ids) ASSERT_EQ(*sm.PublishQueued(id, Text("x")), uint64_t(i + 1));
+  }
+  for (const auto& id : ids) ASSERT_EQ(*sm.Publish(id, Finished()), 301u);
+  for (size_t k = 0; k < ids.size(); ++k) {
+    // Everything a subscriber got was in storage when it got it.
+    auto got = Drain(*subs[k]);
+    ASSERT_EQ(got.size(), 301u);
+    for (size_t i = 0; i < got.size(); ++i) {
+      EXPECT_EQ(got[i].seq(), i + 1);
+      auto stored = storage_->Get(Cf::kEvents, SeqKey(ids[k], got[i].seq()));
+      ASSERT_TRUE(stored.ok() && stored->has_value()) << ids[k] << " seq " << got[i].seq();
+    }
+    EXPECT_TRUE(got.back().has_turn_finished());
+  }
+}
+
+// Deleting a session with deltas still queued leaves none of them behind, and
+// a restart right after queued deltas finds them all stored.
+TEST_F(SessionTest, QueuedEventsNeitherOutliveDeleteNorAreLostAtShutdown) {
+  std::string gone, kept;
+  {
+    auto& sm = Sessions();
+    gone = sm.Create("uid:1", {"t", dir_ + "/proj", "", ""})->id;
+    kept = sm.Create("uid:1", {"t", dir_ + "/proj", "", ""})->id;
+    for (int i = 0; i < 500; ++i) {
+      ASSERT_TRUE(sm.PublishQueued(gone, Text("x")).ok());
+      ASSERT_TRUE(sm.PublishQueued(kept, Text("y")).ok());
+    }
+    ASSERT_TRUE(sm.Delete(gone).ok());
+    EXPECT_EQ(sm.PublishQueued(gone, Text("z")).status().code(), absl::StatusCode::kNotFound);
+    int left = 0;
+    ASSERT_TRUE(storage_
+                    ->Scan(Cf::kEvents, SeqKey(gone, 0), SeqKeyEnd(gone),
+                           [&](std::string_view, std::string_view) {
+                             ++left;
+                             return true;
+                           })
+                    .ok());
+    EXPECT_EQ(left, 0);
+  }
+  sessions_.reset();  // shutdown with deltas possibly still queued
+  auto& sm = Sessions();
+  EXPECT_EQ(sm.Get(kept)->last_seq, 500u);
+  EXPECT_EQ(Drain(**sm.Subscribe(kept, 0, true, false, nullptr)).size(), 500u);
+}
+
 TEST_F(SessionTest, HistoryAppendAndReplace) {
   auto& sm = Sessions();
   auto id = sm.Create("uid:1", {"t", dir_ + "/proj", "", ""})->id;

@@ -170,7 +170,7 @@ std::string RunAgent(const AgentDeps& deps, Agent& a) {
     }
     auto result = CallModel(a, offer.specs(), observer);
     if (!result.ok()) {
-      chat.Fail(deps.secrets.Redact(result.status().message()));
+      chat.Fail(deps.secrets.Redact(std::string(result.status().message())));
       chat.End();
       StopOnModelError(deps.sessions, a, observer, result.status());
       break;

@@ -634,7 +634,7 @@ absl::StatusOr<FlashResult> HardwareBroker::Flash(
     span->SetDouble("fwai.flash.seconds", r->seconds);
     span->SetBool("fwai.flash.booted", !r->boot_line.empty());
   } else {
-    span->Fail(r.status().message());
+    span->Fail(std::string(r.status().message()));
   }
   telemetry::RecordFlash(board_id, r.ok());
   return r;

@@ -190,7 +190,8 @@ std::string_view ProviderName(std::string_view kind) {
 
 Span Span::Start(std::string_view op, std::string_view detail, Kind kind, const Span* parent) {
   if (!Enabled()) return Span();
-  const std::string name = detail.empty() ? std::string(op) : absl::StrCat(op, " ", detail);
+  std::string name(op);
+  if (!detail.empty()) name.append(" ").append(detail);
   otel::trace::StartSpanOptions opts;
   opts.kind = ToKind(kind);
   const Rep* under = parent != nullptr && parent->rep_ ? parent->rep_.get() : t_current.get();

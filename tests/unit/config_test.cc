@@ -120,8 +120,6 @@ TEST(ConfigTest, CatalogRerankerIsAModelOrTheBuiltin) {
   EXPECT_NE(std::string(kind.status().message()).find("catalog.reranker.kind"), std::string::npos) << kind.status();
   EXPECT_NE(std::string(kind.status().message()).find("fwaid.yaml:2"), std::string::npos) << kind.status();
 }
-}  // namespace
-}  // namespace fwai
 
 TEST(ConfigTest, TelemetryIsOffWithoutItsSectionAndParsedWithIt) {
   auto off = ParseConfig("log_level: info\n", "fwaid.yaml");
@@ -167,3 +165,6 @@ TEST(ConfigTest, TelemetryRefusesUnknownKeysLiteralHeadersAndOtherProtocols) {
   expect_error("telemetry:\n  endpoint: http://h:4317\n  headers:\n    a: {value: Y}\n",
                "fwaid.yaml:4: telemetry.headers.a.value: unknown key");
 }
+
+}  // namespace
+}  // namespace fwai

@@ -38,6 +38,67 @@ absl::Status Numbers(ConfigReader& r, const YAML::Node& n, const std::string& pr
   return absl::OkStatus();
 }
 
+absl::Status ParseTelemetry(ConfigReader& r, const YAML::Node& n, TelemetryConfig& t) {
+  CFG_TRY(r.CheckKeys(n, "telemetry",
+                      {"endpoint", "protocol", "service_name", "ca_file", "headers",
+                       "metrics_interval_ms", "span_batch_delay_ms", "capture_content"}));
+  t.enabled = true;
+  if (!n["endpoint"])
+    return r.Error(n, "telemetry.endpoint", "missing (e.g. http://localhost:4317)");
+  CFG_TRY(r.String(n["endpoint"], "telemetry.endpoint", t.endpoint));
+  if (!absl::StartsWith(t.endpoint, "http://") && !absl::StartsWith(t.endpoint, "https://")) {
+    return r.Error(
+        n["endpoint"], "telemetry.endpoint",
+        absl::StrCat("expected http://HOST:PORT or https://HOST:PORT, got '", t.endpoint, "'"));
+  }
+  if (n["protocol"]) {
+    CFG_TRY(r.String(n["protocol"], "telemetry.protocol", t.protocol));
+    if (t.protocol != "grpc") {
+      return r.Error(n["protocol"], "telemetry.protocol",
+                     absl::StrCat("expected grpc (OTLP over gRPC), got '", t.protocol, "'"));
+    }
+  }
+  if (n["service_name"])
+    CFG_TRY(r.String(n["service_name"], "telemetry.service_name", t.service_name));
+  if (n["ca_file"]) CFG_TRY(r.String(n["ca_file"], "telemetry.ca_file", t.ca_file));
+  if (auto h = n["headers"]) {
+    if (!h.IsMap())
+      return r.Error(h, "telemetry.headers",
+                     "expected a mapping of header name to {env: VAR} or {file: PATH}");
+    for (const auto& kv : h) {
+      TelemetryHeader th;
+      th.name = kv.first.as<std::string>();
+      const std::string f = "telemetry.headers." + th.name;
+      const int line = kv.first.Mark().line >= 0 ? kv.first.Mark().line + 1 : 0;
+      th.where = absl::StrCat("config ", r.source(), ":", line, ": ", f);
+      if (!kv.second.IsMap()) {
+        return r.Error(kv.second, f,
+                       "expected {env: VARIABLE} or {file: PATH}: header values are never written "
+                       "in the config");
+      }
+      CFG_TRY(r.CheckKeys(kv.second, f, {"env", "file"}));
+      if (kv.second["env"]) CFG_TRY(r.String(kv.second["env"], f + ".env", th.env));
+      if (kv.second["file"]) CFG_TRY(r.String(kv.second["file"], f + ".file", th.file));
+      if (th.env.empty() == th.file.empty())
+        return r.Error(kv.second, f, "expected exactly one of env or file");
+      t.headers.push_back(std::move(th));
+    }
+  }
+  if (n["metrics_interval_ms"])
+    CFG_TRY(r.Int(n["metrics_interval_ms"], "telemetry.metrics_interval_ms", 100, 3600000,
+                  t.metrics_interval_ms));
+  if (n["span_batch_delay_ms"])
+    CFG_TRY(r.Int(n["span_batch_delay_ms"], "telemetry.span_batch_delay_ms", 10, 600000,
+                  t.span_batch_delay_ms));
+  if (auto c = n["capture_content"]) {
+    if (!c.IsScalar() || (c.Scalar() != "true" && c.Scalar() != "false")) {
+      return r.Error(c, "telemetry.capture_content", "expected true or false");
+    }
+    t.capture_content = c.Scalar() == "true";
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ParseProvider(ConfigReader& r, const std::string& name, const YAML::Node& n,
                            ProviderConfig& p) {
   const std::string f = "providers." + name;
@@ -311,9 +372,10 @@ absl::StatusOr<DaemonConfig> ParseConfig(const std::string& yaml_text, const std
   try {
     CFG_TRY(r.CheckKeys(root, "",
                         {"listen", "data_dir", "default_provider", "providers", "agent", "http",
-                         "retry", "subscribers", "tools", "knowledge", "catalog", "mcp_servers", "ota", "plugins",
-                         "hardware", "policy_file", "secrets", "toolchain", "log_level",
-                         "tls", "unix_socket", "users", "limits", "knowledge_writers"}));
+                         "retry", "subscribers", "tools", "knowledge", "catalog", "mcp_servers",
+                         "ota", "plugins", "telemetry", "hardware", "policy_file", "secrets",
+                         "toolchain", "log_level", "tls", "unix_socket", "users", "limits",
+                         "knowledge_writers"}));
     CFG_TRY(ParseSecurityConfig(r, root, c.security));
     if (auto n = root["policy_file"]) CFG_TRY(r.String(n, "policy_file", c.policy_file));
     if (auto n = root["toolchain"]) {
@@ -553,6 +615,7 @@ absl::StatusOr<DaemonConfig> ParseConfig(const std::string& yaml_text, const std
       if (n["max_failure_rate"]) CFG_TRY(r.Double(n["max_failure_rate"], "ota.max_failure_rate", 0, 1, c.ota.max_failure_rate));
       if (n["health_timeout_s"]) CFG_TRY(r.Int(n["health_timeout_s"], "ota.health_timeout_s", 1, 3600, c.ota.health_timeout_s));
     }
+    if (auto n = root["telemetry"]) CFG_TRY(ParseTelemetry(r, n, c.telemetry));
     if (auto n = root["plugins"]) {
       CFG_TRY(r.CheckKeys(n, "plugins", {"trusted_keys", "allow_unsigned", "allow_tampered", "marketplaces"}));
       if (n["trusted_keys"]) CFG_TRY(string_list(n["trusted_keys"], "plugins.trusted_keys", c.plugins.trusted_keys));

@@ -216,6 +216,30 @@ struct PluginsConfig {
   std::vector<std::string> marketplaces;  // index files: https:// URLs or local paths
 };
 
+// One header sent with every OTLP export; its value is read from an
+// environment variable or a file when fwaid starts, never from the config
+// text, and is never logged.
+struct TelemetryHeader {
+  std::string name;
+  std::string env;    // the variable holding the value, or
+  std::string file;   // the file holding it (trailing newline dropped)
+  std::string where;  // "config fwaid.yaml:12: telemetry.headers.authorization"
+};
+
+// OpenTelemetry export (`telemetry:`): off unless the section is present.
+struct TelemetryConfig {
+  bool enabled = false;
+  std::string endpoint;           // http://HOST:PORT (plain) or https://HOST:PORT (TLS)
+  std::string protocol = "grpc";  // OTLP over gRPC
+  std::string service_name = "fwaid";
+  std::string ca_file;  // https: the CA that signed the collector's certificate ("": system's)
+  std::vector<TelemetryHeader> headers;
+  int metrics_interval_ms = 60000;
+  int span_batch_delay_ms = 5000;
+  // Prompt text and tool arguments (secrets redacted) in spans; off by default.
+  bool capture_content = false;
+};
+
 // A sub-agent type: what `delegateSubagent` may start.
 struct SubagentConfig {
   std::string name;
@@ -258,6 +282,7 @@ struct DaemonConfig {
   HardwareConfig hardware;
   OtaConfig ota;
   PluginsConfig plugins;
+  TelemetryConfig telemetry;
   std::string policy_file;  // organisation policy (YAML with a policy: section)
   // secrets.patterns: extra regexes ("name=regex" or "regex") redacted from
   // tool output, evidence and logs, over the built-in ones.

@@ -21,6 +21,7 @@ namespace fwai {
 class ConfigReader {
  public:
   explicit ConfigReader(std::string source) : source_(std::move(source)) {}
+  const std::string& source() const { return source_; }
 
   absl::Status Error(const YAML::Node& node, const std::string& field, const std::string& what) {
     int line = node.Mark().line >= 0 ? node.Mark().line + 1 : 0;

@@ -50,6 +50,7 @@
 #include "server/daemon/tls_files.h"
 #include "server/catalog/tool_catalog.h"
 #include "server/evidence/evidence_log.h"
+#include "server/telemetry/telemetry.h"
 #include "server/project/secrets.h"
 #include "server/skills/run_journal.h"
 #include "server/skills/runner.h"
@@ -369,6 +370,18 @@ int Main(int argc, char** argv) {
     std::fprintf(stderr, "fwaid: %s\n", std::string(data_lock.status().message()).c_str());
     return 1;
   }
+  // OpenTelemetry export, when configured (headers are read now and never logged).
+  if (auto s = telemetry::Start(config.telemetry, FWAI_VERSION); !s.ok()) {
+    std::fprintf(stderr, "fwaid: telemetry: %s\n", std::string(s.message()).c_str());
+    return 1;
+  }
+  if (config.telemetry.enabled) {
+    spdlog::info("telemetry: OTLP/{} to {} as {}", config.telemetry.protocol,
+                 config.telemetry.endpoint, config.telemetry.service_name);
+  }
+  struct TelemetryFlush {
+    ~TelemetryFlush() { telemetry::Shutdown(); }
+  } telemetry_flush;
   const auto start_time = std::chrono::steady_clock::now();
   auto ms_since_start = [&] {
     return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start_time).count();
@@ -639,6 +652,8 @@ int Main(int argc, char** argv) {
     secrets->RedactJson(rec);
     auto r = evidence_log->Append(std::move(rec));
     if (!r.ok()) return r.status();
+    // On the span whose work this records.
+    if (telemetry::Enabled()) telemetry::NoteEvidence(ToHex(r->leaf));
     return r->index;
   };
   evidence_sink = append_evidence;
@@ -910,6 +925,7 @@ int Main(int argc, char** argv) {
     return 1;
   }
   if (!pid_file.empty()) unlink(pid_file.c_str());
+  telemetry::Shutdown();  // the last spans and metrics go to the collector
   spdlog::info("stopped cleanly");
   return 0;
 }

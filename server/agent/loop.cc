@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/clock.h"
 #include "fwai/v1/events.pb.h"
 #include "server/agent/agent.h"
 #include "server/agent/compaction.h"
@@ -15,7 +16,9 @@
 #include "server/agent/system_prompt.h"
 #include "server/agent/tool_call.h"
 #include "server/agent/tool_offer.h"
+#include "server/project/secrets.h"
 #include "server/session/session_manager.h"
+#include "server/telemetry/telemetry.h"
 
 namespace fwai {
 
@@ -111,7 +114,13 @@ json RunToolCalls(ToolCaller& caller, const std::vector<json>& calls) {
     }
   }
   std::vector<std::thread> parallel;
-  for (size_t i : delegations) parallel.emplace_back([&, i] { results[i] = caller.Run(calls[i]); });
+  const telemetry::Span agent_span = telemetry::Current();  // the delegations' parent
+  for (size_t i : delegations) {
+    parallel.emplace_back([&, i] {
+      telemetry::Scope scope(agent_span);
+      results[i] = caller.Run(calls[i]);
+    });
+  }
   for (auto& t : parallel) t.join();
   return json(results);
 }
@@ -145,14 +154,41 @@ std::string RunAgent(const AgentDeps& deps, Agent& a) {
                      n.status().ToString());
       }
     }
+    // chat {model}: one model call; the provider's key and the prompt never
+    // become attributes.
+    const telemetry::Span chat = telemetry::Span::Start("chat", a.model, telemetry::Kind::kClient);
+    const std::string_view provider_kind = a.provider->config().kind;
+    const int64_t call_start_ns = chat ? MonotonicNanos() : 0;
+    if (chat) {
+      chat.Set("gen_ai.operation.name", "chat");
+      chat.Set("gen_ai.provider.name", telemetry::ProviderName(provider_kind));
+      chat.Set("gen_ai.system", telemetry::ProviderName(provider_kind));
+      chat.Set("gen_ai.request.model", a.model);
+      chat.SetInt("gen_ai.request.max_tokens", a.max_tokens);
+      if (a.temperature >= 0) chat.SetDouble("gen_ai.request.temperature", a.temperature);
+      chat.Set("gen_ai.agent.name", a.name);
+    }
     auto result = CallModel(a, offer.specs(), observer);
     if (!result.ok()) {
+      chat.Fail(deps.secrets.Redact(std::string(result.status().message())));
+      chat.End();
       StopOnModelError(deps.sessions, a, observer, result.status());
       break;
     }
     observer.TakePartial();
-    a.turn->AddUsage(result->input_tokens, result->output_tokens,
-                     price.CostUsd(result->input_tokens, result->output_tokens));
+    const double cost = price.CostUsd(result->input_tokens, result->output_tokens);
+    if (chat) {
+      chat.SetInt("gen_ai.usage.input_tokens", result->input_tokens);
+      chat.SetInt("gen_ai.usage.output_tokens", result->output_tokens);
+      chat.SetDouble("fwai.usage.cost_usd", cost);
+      if (!result->stop_reason.empty())
+        chat.Set("gen_ai.response.finish_reasons", result->stop_reason);
+      telemetry::RecordModelCall(provider_kind, a.model, result->input_tokens,
+                                 result->output_tokens, cost,
+                                 static_cast<double>(MonotonicNanos() - call_start_ns) / 1e9);
+    }
+    chat.End();
+    a.turn->AddUsage(result->input_tokens, result->output_tokens, cost);
     a.last_input_tokens = result->input_tokens;
     const json content = KeptBlocks(result->content, &last_text);
     if (!content.empty()) Append(deps.sessions, a, "assistant", content);

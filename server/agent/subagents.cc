@@ -12,6 +12,7 @@
 #include "server/agent/loop.h"
 #include "server/agent/plan_mode.h"
 #include "server/session/session_manager.h"
+#include "server/telemetry/telemetry.h"
 
 namespace fwai {
 
@@ -140,10 +141,23 @@ ToolResult Delegate(const AgentDeps& deps, Agent& a, const std::string& call_id,
   std::string sub_mode = *a.mode;
   sub.mode = &sub_mode;
   std::string report;
+  // The sub-agent's own invoke_agent, under the delegating tool call's span.
+  telemetry::ActiveSpan span("invoke_agent", type);
+  if (span) {
+    span->Set("gen_ai.operation.name", "invoke_agent");
+    span->Set("gen_ai.agent.name", type);
+    span->Set("gen_ai.conversation.id", a.turn->session.id);
+    span->Set("gen_ai.request.model", sub.model);
+    span->Set("gen_ai.provider.name", telemetry::ProviderName(sub.provider->config().kind));
+    span->Set("fwai.parent_call_id", call_id);
+  }
   {
     Watchdog watchdog(sub_cancel, sc.timeout_s);
     report = RunAgent(deps, sub);
   }
+  span->Set("fwai.stop_reason", sub.stop_reason);
+  span->SetInt("fwai.agent.iterations", sub.iterations);
+  if (sub.stop_reason == "error" || sub.stop_reason == "cancelled") span->Fail(sub.stop_reason);
   if (sub.stop_reason == "cancelled") {
     return {a.cancel->cancelled() ? "the sub-agent was cancelled"
                                   : absl::StrCat("the sub-agent hit its ", sc.timeout_s,

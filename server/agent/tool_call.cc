@@ -18,6 +18,7 @@
 #include "server/project/project.h"
 #include "server/project/secrets.h"
 #include "server/session/session_manager.h"
+#include "server/telemetry/telemetry.h"
 
 namespace fwai {
 
@@ -45,6 +46,19 @@ json ToolCaller::Run(const json& call) {
   const std::string tool_name = call.value("name", "");
   const json input = call.value("input", json::object());
   if (a.cancel->cancelled()) return ResultBlock(call_id, {"cancelled by the user", true});
+  // execute_tool {name}: what the tool does (a build, a sub-agent) nests under
+  // it. Its arguments only with telemetry.capture_content, redacted.
+  telemetry::ActiveSpan span("execute_tool", tool_name);
+  if (span) {
+    span->Set("gen_ai.operation.name", "execute_tool");
+    span->Set("gen_ai.tool.name", tool_name);
+    span->Set("gen_ai.tool.call.id", call_id);
+    span->Set("gen_ai.tool.type", "function");
+    span->Set("gen_ai.agent.name", a.name);
+    if (telemetry::CaptureContent()) {
+      span->Set("gen_ai.tool.call.arguments", deps_.secrets.Redact(input.dump()));
+    }
+  }
   {
     ServerEvent ev;
     auto* s = ev.mutable_tool_call_started();
@@ -74,6 +88,7 @@ json ToolCaller::Run(const json& call) {
     f->set_duration_ms((MonotonicNanos() - t0) / 1000000);
     a.turn->sink.Emit(std::move(ev));
   }
+  if (tr.is_error) span->Fail("the tool returned an error");
   Log(call_id, tool_name, input, tr, t0);
   return ResultBlock(call_id, tr);
 }

@@ -15,6 +15,7 @@
 #include "server/project/policy.h"
 #include "server/project/secrets.h"
 #include "server/session/session_manager.h"
+#include "server/telemetry/telemetry.h"
 
 namespace fwai {
 
@@ -103,6 +104,14 @@ TurnEnd PlayTurn(const AgentDeps& deps, const TurnHooks& hooks, CancelToken& can
   const ProviderConfig& pc = provider->config();
   const std::string model =
       !req.model.empty() ? req.model : (!info->model.empty() ? info->model : pc.model);
+  if (const telemetry::Span span = telemetry::Current()) {
+    span.Set("gen_ai.provider.name", telemetry::ProviderName(pc.kind));
+    span.Set("gen_ai.system", telemetry::ProviderName(pc.kind));
+    span.Set("gen_ai.request.model", model);
+    span.Set("fwai.principal", info->owner);
+    if (telemetry::CaptureContent())
+      span.Set("gen_ai.input.messages", deps.secrets.Redact(req.text));
+  }
   {
     ServerEvent ev;
     ev.mutable_turn_started()->set_provider(pc.name);
@@ -183,6 +192,12 @@ TurnEnd PlayTurn(const AgentDeps& deps, const TurnHooks& hooks, CancelToken& can
 void RunTurn(const AgentDeps& deps, const TurnHooks& hooks, CancelToken& cancel,
              const TurnRequest& req, const std::function<void()>& finishing) {
   const int64_t start_ns = MonotonicNanos();
+  // invoke_agent: the whole turn; the turn's run record notes its hash here.
+  telemetry::ActiveSpan span("invoke_agent", "main", telemetry::Kind::kInternal, &req.parent_span);
+  span->Set("gen_ai.operation.name", "invoke_agent");
+  span->Set("gen_ai.agent.name", "main");
+  span->Set("gen_ai.conversation.id", req.session_id);
+  span->Set("fwai.turn.id", req.turn_id);
   EventSink sink(deps.sessions, req.session_id, req.turn_id);
   {
     ServerEvent ev;
@@ -191,6 +206,13 @@ void RunTurn(const AgentDeps& deps, const TurnHooks& hooks, CancelToken& cancel,
     sink.Emit(std::move(ev));
   }
   const TurnEnd end = PlayTurn(deps, hooks, cancel, req, sink, start_ns);
+  span->SetInt("gen_ai.usage.input_tokens", end.usage.input_tokens);
+  span->SetInt("gen_ai.usage.output_tokens", end.usage.output_tokens);
+  span->SetDouble("fwai.usage.cost_usd", end.usage.cost_usd);
+  span->SetInt("fwai.agent.iterations", end.iterations);
+  span->Set("fwai.stop_reason", end.stop_reason);
+  if (end.stop_reason == "error") span->Fail("the turn failed");
+  telemetry::RecordTurn(end.stop_reason);
   finishing();
   ServerEvent ev;
   auto* f = ev.mutable_turn_finished();

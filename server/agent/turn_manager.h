@@ -27,6 +27,7 @@
 #include "common/config.h"
 #include "server/agent/models.h"
 #include "server/agent/pending_replies.h"
+#include "server/telemetry/telemetry.h"
 
 namespace fwai {
 
@@ -56,6 +57,9 @@ struct TurnRequest {
   std::string sender;
   std::string owner;  // the principal that started it (limits count per owner)
   bool compact_only = false;  // summarise older turns, nothing else
+  // The span the turn's invoke_agent span hangs under (a skill's step); none:
+  // the turn starts a trace.
+  telemetry::Span parent_span;
 };
 
 class TurnManager {

@@ -38,6 +38,7 @@
 #include "server/hardware/gdb_mi.h"
 #include "server/hardware/qemu.h"
 #include "server/hardware/sim_mcuboot.h"
+#include "server/telemetry/telemetry.h"
 #include "common/mcuboot.h"
 #include "common/paths.h"
 #include "server/storage/storage.h"
@@ -463,6 +464,10 @@ std::vector<LeaseRecord> HardwareBroker::Leases() const { return leases_->All();
 
 void HardwareBroker::OnLeaseEnded(const LeaseRecord& lease, const std::string& reason) {
   spdlog::info("lease {} on {} ({}) ended: {}", lease.lease_id, lease.device_id, lease.holder, reason);
+  if (lease.acquired_us > 0) {
+    telemetry::RecordLease(lease.device_id,
+                           static_cast<double>(NowMicros() - lease.acquired_us) / 1e6);
+  }
   Board* b = FindBoard(lease.device_id);
   if (!b) return;
   b->debug_cancel = true;
@@ -614,6 +619,31 @@ absl::StatusOr<OtaBootResult> HardwareBroker::BootFromSlots(Board& b) {
 absl::StatusOr<FlashResult> HardwareBroker::Flash(
     const Caller& caller, const std::string& board_id, const std::string& requested_image, bool approved,
     const std::string& project_root,
+    const std::function<void(const FlashProgressUpdate&)>& progress, const CancelToken* cancel,
+    const FlashGuardPolicy& guard) {
+  // flash {board}: the flash record's hash is noted on it when it is appended.
+  telemetry::ActiveSpan span("flash", board_id);
+  if (span) {
+    span->Set("fwai.board", board_id);
+    span->Set("fwai.principal", caller.identity);
+    if (!caller.session_id.empty()) span->Set("gen_ai.conversation.id", caller.session_id);
+  }
+  auto r = FlashGuarded(caller, board_id, requested_image, approved, project_root, progress, cancel,
+                        guard);
+  if (r.ok()) {
+    span->Set("fwai.image.sha256", r->sha256);
+    span->SetDouble("fwai.flash.seconds", r->seconds);
+    span->SetBool("fwai.flash.booted", !r->boot_line.empty());
+  } else {
+    span->Fail(std::string(r.status().message()));
+  }
+  telemetry::RecordFlash(board_id, r.ok());
+  return r;
+}
+
+absl::StatusOr<FlashResult> HardwareBroker::FlashGuarded(
+    const Caller& caller, const std::string& board_id, const std::string& requested_image,
+    bool approved, const std::string& project_root,
     const std::function<void(const FlashProgressUpdate&)>& progress, const CancelToken* cancel,
     const FlashGuardPolicy& guard) {
   const bool check_fresh = guard.check_fresh;
@@ -792,7 +822,16 @@ absl::StatusOr<FlashResult> HardwareBroker::Flash(
     } catch (const std::regex_error&) {
       return absl::InvalidArgumentError(absl::StrCat("board ", board_id, ": boot_pattern is not a valid regex"));
     }
-    auto line = b->hub->WaitFor(re, since, 15000, cancel);
+    std::optional<SerialLine> line;
+    {
+      telemetry::ActiveSpan wait("serial_wait", board_id);
+      wait->Set("fwai.board", board_id);
+      wait->Set("fwai.serial.pattern", b->cfg.boot_pattern);
+      wait->SetInt("fwai.serial.timeout_ms", 15000);
+      line = b->hub->WaitFor(re, since, 15000, cancel);
+      wait->SetBool("fwai.serial.matched", line.has_value());
+      if (!line) wait->Fail("the boot pattern did not appear");
+    }
     if (!line) {
       return absl::DeadlineExceededError(absl::StrCat("flashed ", board_id, ", but '", b->cfg.boot_pattern,
                                                       "' did not appear on the serial port within 15 s"));
@@ -882,7 +921,12 @@ absl::StatusOr<std::optional<SerialLine>> HardwareBroker::SerialWaitFor(const st
                                                                         int timeout_ms, const CancelToken* cancel) {
   Board* b = FindBoard(board);
   if (!b) return absl::NotFoundError(absl::StrCat("no board '", board, "'"));
-  return b->hub->WaitFor(pattern, since, timeout_ms, cancel);
+  telemetry::ActiveSpan wait("serial_wait", board);
+  wait->Set("fwai.board", board);
+  wait->SetInt("fwai.serial.timeout_ms", timeout_ms);
+  auto line = b->hub->WaitFor(pattern, since, timeout_ms, cancel);
+  wait->SetBool("fwai.serial.matched", line.has_value());
+  return line;
 }
 
 namespace {

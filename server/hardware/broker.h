@@ -205,6 +205,12 @@ class HardwareBroker {
   // `path` read as the caller's account into RUN/images/BOARD.ext (fwaid's own).
   absl::StatusOr<std::string> CopyImageAs(const Caller& caller, const std::string& board_id, const std::string& path);
   Board* FindBoard(const std::string& id) const;
+  // Flash() under its span: the guard, the write, the boot wait, the record.
+  absl::StatusOr<FlashResult> FlashGuarded(
+      const Caller& caller, const std::string& board, const std::string& image, bool approved,
+      const std::string& project_root,
+      const std::function<void(const FlashProgressUpdate&)>& progress, const CancelToken* cancel,
+      const FlashGuardPolicy& guard);
   // PERMISSION_DENIED when the caller acts for a plugin that did not declare
   // `board`'s tags (or, with `flash`, the flash capability).
   absl::Status CheckScope(const Caller& caller, const std::string& board, bool flash) const;

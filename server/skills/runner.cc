@@ -38,6 +38,7 @@
 #include "server/session/subscriber.h"
 #include "server/skills/diagnostics.h"
 #include "server/skills/skill.h"
+#include "server/telemetry/telemetry.h"
 #include "server/tools/process_runner.h"
 
 namespace fwai {
@@ -469,6 +470,10 @@ struct SkillRunner::RunState {
     const uint64_t since = from_run ? since_seq[*board] : 0;
     const int timeout_ms = StepTimeoutMs(s, 10);
     const int64_t until = NowMicros() + static_cast<int64_t>(timeout_ms) * 1000;
+    telemetry::ActiveSpan wait("serial_wait", *board);
+    wait->Set("fwai.board", *board);
+    if (!expect->empty()) wait->Set("fwai.serial.pattern", *expect);
+    wait->SetInt("fwai.serial.timeout_ms", timeout_ms);
     std::string last;
     int lines = 0;
     while (!cancel->cancelled()) {
@@ -486,6 +491,7 @@ struct SkillRunner::RunState {
       if (!expect->empty() && std::regex_search(line.text, re)) {
         boot = {{"board", *board}, {"ok", true}, {"line", text}, {"pattern", *expect}};
         o.extra = {{"board", *board}, {"matched", text}, {"lines", lines}};
+        wait->SetBool("fwai.serial.matched", true);
         o.ok = true;
         return o;
       }
@@ -497,6 +503,7 @@ struct SkillRunner::RunState {
       return o;
     }
     boot = {{"board", *board}, {"ok", false}, {"pattern", *expect}};
+    wait->SetBool("fwai.serial.matched", false);
     return FailWith(o, "verify", absl::StrCat("'", *expect, "' not seen on ", *board, " within ", timeout_ms / 1000.0, " s (",
                                        lines, " lines", last.empty() ? "" : absl::StrCat("; last: ", last), ")"));
   }
@@ -698,6 +705,7 @@ struct SkillRunner::RunState {
       }
     };
     TurnRequest tr;
+    tr.parent_span = telemetry::Current();  // the agent's turn hangs under this step
     tr.session_id = session->id;
     tr.text = *goal;
     tr.sender = caller.display;
@@ -896,6 +904,10 @@ SkillRunner::SkillRunner(SkillDeps deps) : deps_(std::move(deps)) {}
 SkillRunResult SkillRunner::Run(const SkillRunRequest& req, const std::function<void(const SkillEventOut&)>& emit,
                                 CancelToken& parent) {
   const int64_t start_us = NowMicros();
+  // One span per run; its record's hash is noted on it when finish() appends it.
+  telemetry::ActiveSpan run_span("run_skill", req.skill);
+  run_span->Set("fwai.skill.name", req.skill);
+  run_span->Set("fwai.principal", req.caller.identity);
   auto secrets = deps_.secrets ? deps_.secrets : SecretScanner::Default();
   RunState run(deps_, req, emit, std::make_shared<CancelToken>(), *secrets);
   run.caller = req.caller;
@@ -969,6 +981,12 @@ SkillRunResult SkillRunner::Run(const SkillRunRequest& req, const std::function<
     }
     if (journaled) deps_.journal->End(run.run_id);
     result.summary = summary;
+    run_span->Set("fwai.run.id", run.run_id);
+    run_span->SetBool("fwai.run.ok", result.ok);
+    if (!result.ok) {
+      run_span->Set("fwai.run.failure_class", result.failure_class);
+      run_span->Fail(result.failure_class);
+    }
     std::string text = result.ok ? absl::StrCat(req.skill, ": ok in ", (NowMicros() - start_us) / 1000, " ms")
                                  : absl::StrCat(req.skill, ": ", result.failure_class, ": ", summary.value("error", ""));
     run.Emit("", "run_finished", text, result.ok, summary);
@@ -1141,6 +1159,11 @@ SkillRunResult SkillRunner::Run(const SkillRunRequest& req, const std::function<
       if (as.status().ok()) log.open(log_path, std::ios::app);
     }
     const int attempts = s.on_fail == "retry" ? 1 + s.retries : 1;
+    const std::string step_kind = s.type == "tool" ? s.tool : s.type;
+    // A test step is its own kind of span; every other step is a skill_step.
+    telemetry::ActiveSpan step_span(step_kind == "test" ? "test" : "skill_step", s.name);
+    step_span->Set("fwai.skill.step.name", s.name);
+    step_span->Set("fwai.skill.step.type", step_kind);
     StepOutcome o;
     int attempt = 0;
     const int64_t step_start = NowMicros();
@@ -1170,6 +1193,11 @@ SkillRunResult SkillRunner::Run(const SkillRunRequest& req, const std::function<
       rec["on_fail"] = s.on_fail;
     }
     for (auto& [k, val] : o.extra.items()) rec[k] = val;
+    step_span->SetInt("fwai.skill.step.attempts", attempt);
+    if (!o.ok) {
+      step_span->Set("fwai.skill.step.failure_class", o.failure_class);
+      step_span->Fail(o.failure_class.empty() ? "failed" : o.failure_class);
+    }
     steps_out.push_back(rec);
     if (deps_.journal) deps_.journal->Update(run.run_id, journal_record());
     run.Emit(s.name, "step_finished", o.ok ? absl::StrCat(s.name, ": ok (", ms, " ms)") : absl::StrCat(s.name, ": ", secrets->Redact(o.error)),

@@ -120,5 +120,51 @@ TEST(ConfigTest, CatalogRerankerIsAModelOrTheBuiltin) {
   EXPECT_NE(std::string(kind.status().message()).find("catalog.reranker.kind"), std::string::npos) << kind.status();
   EXPECT_NE(std::string(kind.status().message()).find("fwaid.yaml:2"), std::string::npos) << kind.status();
 }
+
+TEST(ConfigTest, TelemetryIsOffWithoutItsSectionAndParsedWithIt) {
+  auto off = ParseConfig("log_level: info\n", "fwaid.yaml");
+  ASSERT_TRUE(off.ok()) << off.status();
+  EXPECT_FALSE(off->telemetry.enabled);
+  auto on = ParseConfig(
+      "telemetry:\n  endpoint: https://otel.example:4317\n  service_name: lab-a\n"
+      "  headers:\n    authorization: {env: OTLP_AUTH}\n    x-tenant: {file: /run/tenant}\n"
+      "  metrics_interval_ms: 1000\n  capture_content: true\n",
+      "fwaid.yaml");
+  ASSERT_TRUE(on.ok()) << on.status();
+  const TelemetryConfig& t = on->telemetry;
+  EXPECT_TRUE(t.enabled);
+  EXPECT_EQ(t.endpoint, "https://otel.example:4317");
+  EXPECT_EQ(t.service_name, "lab-a");
+  EXPECT_EQ(t.metrics_interval_ms, 1000);
+  EXPECT_TRUE(t.capture_content);
+  ASSERT_EQ(t.headers.size(), 2u);
+  EXPECT_EQ(t.headers[0].name, "authorization");
+  EXPECT_EQ(t.headers[0].env, "OTLP_AUTH");
+  EXPECT_EQ(t.headers[0].where, "config fwaid.yaml:5: telemetry.headers.authorization");
+  EXPECT_EQ(t.headers[1].file, "/run/tenant");
+}
+
+TEST(ConfigTest, TelemetryRefusesUnknownKeysLiteralHeadersAndOtherProtocols) {
+  auto expect_error = [](const std::string& yaml, const std::string& what) {
+    auto c = ParseConfig(yaml, "fwaid.yaml");
+    ASSERT_FALSE(c.ok()) << yaml;
+    EXPECT_NE(c.status().message().find(what), std::string::npos) << c.status();
+  };
+  expect_error("telemetry:\n  endpoint: http://h:4317\n  endpont: x\n",
+               "fwaid.yaml:3: telemetry.endpont: unknown key");
+  expect_error("telemetry:\n  service_name: x\n", "fwaid.yaml:2: telemetry.endpoint: missing");
+  expect_error("telemetry:\n  endpoint: h:4317\n",
+               "fwaid.yaml:2: telemetry.endpoint: expected http://");
+  expect_error("telemetry:\n  endpoint: http://h:4317\n  protocol: http/json\n",
+               "fwaid.yaml:3: telemetry.protocol: expected grpc");
+  expect_error(
+      "telemetry:\n  endpoint: http://h:4317\n  headers:\n    authorization: Bearer s3cret\n",
+      "fwaid.yaml:4: telemetry.headers.authorization: expected {env: VARIABLE} or {file: PATH}");
+  expect_error("telemetry:\n  endpoint: http://h:4317\n  headers:\n    a: {env: X, file: Y}\n",
+               "telemetry.headers.a: expected exactly one of env or file");
+  expect_error("telemetry:\n  endpoint: http://h:4317\n  headers:\n    a: {value: Y}\n",
+               "fwaid.yaml:4: telemetry.headers.a.value: unknown key");
+}
+
 }  // namespace
 }  // namespace fwai

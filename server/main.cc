@@ -59,6 +59,9 @@
 #include "server/ota/ota_tool.h"
 #include "server/plugins/plugin_store.h"
 #include "server/ota/rollout.h"
+#include "server/lab/etcd_client.h"
+#include "server/lab/lab_leases.h"
+#include "server/lab/registry.h"
 #include "server/knowledge/document_search_tool.h"
 #include "server/knowledge/embedder.h"
 #include "server/knowledge/knowledge_base.h"
@@ -620,6 +623,37 @@ int Main(int argc, char** argv) {
     return 1;
   }
   spdlog::info("hardware: {} devices ({:.0f} ms after start)", hardware.List().size(), ms_since_start());
+  // A node of a lab: its boards are registered in etcd while it runs. etcd
+  // need not be up yet; the node joins when it answers.
+  std::unique_ptr<lab::EtcdClient> lab_etcd;
+  std::unique_ptr<lab::LabRegistrar> lab_registrar;
+  std::unique_ptr<lab::LabLeases> lab_leases;
+  if (config.lab.enabled()) {
+    auto etcd = lab::EtcdClient::Connect({config.lab.etcd});
+    if (!etcd.ok()) {
+      std::fprintf(stderr, "fwaid: config %s: lab.etcd: %s\n", config.source.c_str(), std::string(etcd.status().message()).c_str());
+      return 1;
+    }
+    lab_etcd = *std::move(etcd);
+    lab_registrar = std::make_unique<lab::LabRegistrar>(config.lab, *lab_etcd, [&hardware] {
+      std::vector<lab::LabBoard> boards;
+      for (const auto& d : hardware.List()) {
+        lab::LabBoard b;
+        b.id = d.id;
+        b.kind = d.kind;
+        b.name = d.name;
+        b.target = d.target;
+        b.health = d.health;
+        b.health_reason = d.health_reason;
+        b.tags = d.tags;
+        boards.push_back(std::move(b));
+      }
+      return boards;
+    }, FWAI_VERSION);
+    lab_registrar->Start();
+    lab_leases = std::make_unique<lab::LabLeases>(*lab_etcd, config.lab.node);
+    spdlog::info("lab: node {} of the lab at {}", config.lab.node, absl::StrJoin(config.lab.etcd, ","));
+  }
   RegisterHardwareTools(tools, hardware);
   // Evidence: every agent turn and every flash leaves a signed, chained record.
   auto evidence = EvidenceLog::Open(**storage, config.data_dir + "/keys/evidence.pem", 100);
@@ -807,6 +841,9 @@ int Main(int argc, char** argv) {
   deps.plugins = &plugins;
   deps.on_session_deleted = [&hardware](const std::string& id) { hardware.SessionEnded(id); };
   deps.request_shutdown = [] { kill(getpid(), SIGTERM); };
+  deps.lab_etcd = lab_etcd.get();
+  deps.lab_leases = lab_leases.get();
+  deps.lab_node = config.lab.node;
   deps.started_us = NowMicros();
   deps.daemon_uid = getuid();
   deps.version = FWAI_VERSION;
@@ -893,6 +930,7 @@ int Main(int argc, char** argv) {
   for (auto& ul : unix_listeners) ul->Stop();
   turns.Shutdown();
   sessions.CloseAll(absl::UnavailableError("fwaid is shutting down; reconnect after it restarts"));
+  if (lab_registrar) lab_registrar->Stop(true);  // this node's boards leave the lab now
   hardware.Shutdown();  // serial readers get end-of-stream, simulators stop
   spdlog::info("turns stopped; closing the server");
   // Turns are finished and every stream has been told to close; connections

@@ -6,19 +6,19 @@ namespace fwai {
 namespace {
 
 // "HOST:PORT" with a port in 1..65535; `what` names the form in errors.
-bool HostPort(const std::string& s) {
+bool HostPort(const std::string& s, bool zero_ok = false) {
   const auto colon = s.rfind(':');
   if (colon == std::string::npos || colon == 0 || colon + 1 >= s.size()) return false;
   const std::string port = s.substr(colon + 1);
   if (port.find_first_not_of("0123456789") != std::string::npos || port.size() > 5) return false;
   const int p = std::stoi(port);
-  return p >= 1 && p <= 65535;
+  return (p >= 1 || (zero_ok && p == 0)) && p <= 65535;
 }
 
 }  // namespace
 
 absl::Status ParseLabConfig(ConfigReader& r, const YAML::Node& n, LabConfig& out) {
-  CFG_TRY(r.CheckKeys(n, "lab", {"etcd", "node", "advertise", "ttl_s"}));
+  CFG_TRY(r.CheckKeys(n, "lab", {"etcd", "node", "advertise", "ttl_s", "cert", "key", "ca"}));
   auto etcd = n["etcd"];
   if (!etcd) return r.Error(n, "lab.etcd", "required: the etcd cluster's client endpoints, e.g. [http://10.0.0.5:2379]");
   if (!etcd.IsSequence() || etcd.size() == 0) {
@@ -44,12 +44,16 @@ absl::Status ParseLabConfig(ConfigReader& r, const YAML::Node& n, LabConfig& out
   }
   if (auto a = n["advertise"]) {
     CFG_TRY(r.String(a, "lab.advertise", out.advertise));
-    if (out.advertise.rfind("tls:", 0) != 0 || !HostPort(out.advertise.substr(4))) {
+    if (out.advertise.rfind("tls:", 0) != 0 || !HostPort(out.advertise.substr(4), true)) {
       return r.Error(a, "lab.advertise",
-                     "expected tls:HOST:PORT (nodes of a lab talk to each other over mutual TLS only)");
+                     "expected tls:HOST:PORT (nodes of a lab talk to each other over mutual TLS only; "
+                     "port 0: the port fwaid's tls: listener bound)");
     }
   }
   if (auto t = n["ttl_s"]) CFG_TRY(r.Int(t, "lab.ttl_s", 2, 300, out.ttl_s));
+  if (auto v = n["cert"]) CFG_TRY(r.String(v, "lab.cert", out.cert));
+  if (auto v = n["key"]) CFG_TRY(r.String(v, "lab.key", out.key));
+  if (auto v = n["ca"]) CFG_TRY(r.String(v, "lab.ca", out.ca));
   return absl::OkStatus();
 }
 

@@ -12,7 +12,11 @@ struct LabConfig {
   std::vector<std::string> etcd;  // client endpoints, "HOST:PORT" or "http://HOST:PORT"
   std::string node;               // this node's name in the lab (/fwai/nodes/NODE)
   std::string advertise;          // "tls:HOST:PORT" where other nodes reach this one
-  int ttl_s = 10;                 // a node that stops renewing leaves the registry after this
+  int ttl_s = 10;
+  // This node's certificate for reaching other nodes (mutual TLS), and the
+  // CA their certificates are checked against; default: tls.cert, tls.key
+  // and tls.client_ca. `fwaid tls issue DIR --user NODE --host NAME` makes one.
+  std::string cert, key, ca;                 // a node that stops renewing leaves the registry after this
   bool enabled() const { return !etcd.empty(); }
 };
 

@@ -628,6 +628,7 @@ int Main(int argc, char** argv) {
   std::unique_ptr<lab::EtcdClient> lab_etcd;
   std::unique_ptr<lab::LabRegistrar> lab_registrar;
   std::unique_ptr<lab::LabLeases> lab_leases;
+  LabConfig lab_config = config.lab;  // advertise port 0: filled in once the tls: listener has bound
   if (config.lab.enabled()) {
     auto etcd = lab::EtcdClient::Connect({config.lab.etcd});
     if (!etcd.ok()) {
@@ -635,7 +636,7 @@ int Main(int argc, char** argv) {
       return 1;
     }
     lab_etcd = *std::move(etcd);
-    lab_registrar = std::make_unique<lab::LabRegistrar>(config.lab, *lab_etcd, [&hardware] {
+    lab_registrar = std::make_unique<lab::LabRegistrar>(lab_config, *lab_etcd, [&hardware] {
       std::vector<lab::LabBoard> boards;
       for (const auto& d : hardware.List()) {
         lab::LabBoard b;
@@ -650,7 +651,6 @@ int Main(int argc, char** argv) {
       }
       return boards;
     }, FWAI_VERSION);
-    lab_registrar->Start();
     lab_leases = std::make_unique<lab::LabLeases>(*lab_etcd, config.lab.node);
     spdlog::info("lab: node {} of the lab at {}", config.lab.node, absl::StrJoin(config.lab.etcd, ","));
   }
@@ -793,6 +793,8 @@ int Main(int argc, char** argv) {
     return 1;
   }
   Identities identities(config.security, **tokens, getuid());
+  // A node of a lab serves other nodes' certificates (LabNode calls only).
+  identities.AcceptLabNodes(config.lab.enabled());
   Quotas quotas;
   auto audit = [append_evidence](const nlohmann::json& rec) {
     auto r = append_evidence(rec);
@@ -893,7 +895,12 @@ int Main(int argc, char** argv) {
     std::string host = addr.substr(0, addr.rfind(':'));
     std::printf("fwaid: listening on %s:%s:%d\n", config.security.tls.enabled() ? "tls" : "tcp", host.c_str(), *port);
     std::fflush(stdout);
+    if (lab_registrar && absl::StartsWith(listen_addr, "tls:") && absl::EndsWith(config.lab.advertise, ":0")) {
+      const std::string& a = config.lab.advertise;
+      lab_registrar->SetAdvertise(absl::StrCat(a.substr(0, a.size() - 1), *port));
+    }
   }
+  if (lab_registrar) lab_registrar->Start();  // joins the lab now that it serves
   std::thread fd_cq_thread([cq = fd_cq.get()] {
     void* tag;
     bool ok;

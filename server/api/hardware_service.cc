@@ -29,7 +29,9 @@
 #include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include "server/api/lab_forward.h"
 #include "server/api/queued_writer.h"
+#include "server/api/serial_reactor.h"
 #include "server/evidence/evidence_log.h"
 #include "server/hardware/broker.h"
 #include "server/hardware/firmware_image.h"
@@ -469,6 +471,13 @@ class HardwareService final : public pb::Hardware::CallbackService {
     auto admitted = CallerOf(ctx, "Hardware.Reset", req->lease_id());
     if (!admitted.ok()) return Refuse(ctx, admitted.status());
     return Run(ctx, [this, c = *admitted, req] {
+      auto remote = RemoteLease(c, req->device_id(), req->lease_id());
+      if (!remote.ok()) return remote.status();
+      if (remote->has_value()) {
+        auto s = ForwardReset(links_, **remote);
+        if (s.ok()) Audit({{"kind", "board_reset"}, {"board", (*remote)->board}, {"node", (*remote)->node}}, c);
+        return s;
+      }
       auto board = deps_.hardware->ResolveBoard(req->device_id(), c);
       if (!board.ok()) return board.status();
       auto s = deps_.hardware->Reset(c, *board);
@@ -510,9 +519,19 @@ class HardwareService final : public pb::Hardware::CallbackService {
     auto admitted = CallerOf(ctx, "Hardware.Debug", req->lease_id());
     if (!admitted.ok()) return Refuse(ctx, admitted.status());
     return Run(ctx, [this, c = *admitted, req, resp] {
+      std::vector<std::string> cmds(req->commands().begin(), req->commands().end());
+      auto remote = RemoteLease(c, req->device_id(), req->lease_id());
+      if (!remote.ok()) return remote.status();
+      if (remote->has_value()) {
+        std::string json;
+        auto outputs = ForwardDebug(links_, **remote, cmds, req->timeout_s(), &json);
+        if (!outputs.ok()) return outputs.status();
+        for (const auto& o : *outputs) resp->add_outputs(o);
+        resp->set_result_json(json);
+        return absl::OkStatus();
+      }
       auto board = deps_.hardware->ResolveBoard(req->device_id(), c);
       if (!board.ok()) return board.status();
-      std::vector<std::string> cmds(req->commands().begin(), req->commands().end());
       auto r = deps_.hardware->Debug(c, *board, cmds, req->timeout_s() > 0 ? req->timeout_s() * 1000 : 10000);
       if (!r.ok()) return r.status();
       for (const auto& o : r->outputs) resp->add_outputs(o);
@@ -533,7 +552,13 @@ class HardwareService final : public pb::Hardware::CallbackService {
       }
       pb::FlashRequest copy = *req;
       auto work = [st, svc, c = *admitted, copy] {
-        auto board = svc->deps_.hardware->ResolveBoard(copy.device_id(), c);
+        auto remote = svc->RemoteLease(c, copy.device_id(), copy.lease_id());
+        if (!remote.ok()) {
+          st->writer.Close(ToGrpcStatus(remote.status()));
+          return;
+        }
+        auto board = remote->has_value() ? absl::StatusOr<std::string>((*remote)->board)
+                                         : svc->deps_.hardware->ResolveBoard(copy.device_id(), c);
         if (!board.ok()) {
           st->writer.Close(ToGrpcStatus(board.status()));
           return;
@@ -557,6 +582,35 @@ class HardwareService final : public pb::Hardware::CallbackService {
           return;
         }
         if (!rules->flash_require_approval) approved = true;  // waived by the policy
+        auto progress = [st](const FlashProgressUpdate& u) {
+          pb::FlashProgress p;
+          p.set_stage(u.stage);
+          p.set_fraction(u.fraction);
+          p.set_message(u.message);
+          st->writer.Push(std::move(p));
+        };
+        if (remote->has_value()) {
+          // A board of another node: its bench flashes the bytes sent from here.
+          auto r = ForwardFlash(svc->links_, **remote, c, copy.image_path(), approved, progress, &st->cancel);
+          if (!r.ok()) {
+            st->writer.Close(ToGrpcStatus(r.status()));
+            return;
+          }
+          svc->Audit({{"kind", "lab_flash"}, {"board", *board}, {"node", (*remote)->node},
+                      {"lease_id", (*remote)->lease_id}, {"image", copy.image_path()}, {"image_sha256", r->sha256}},
+                     c);
+          pb::FlashProgress done;
+          done.set_stage("done");
+          done.set_fraction(1);
+          done.set_done(true);
+          done.set_image_sha256(r->sha256);
+          done.set_boot_line(r->boot_line);
+          done.set_seconds(r->seconds);
+          done.set_message(absl::StrCat("flashed ", *board, " on ", (*remote)->node));
+          st->writer.Push(std::move(done));
+          st->writer.Close(grpc::Status::OK);
+          return;
+        }
         FlashGuardPolicy guard;
         guard.check_fresh = rules->flash_require_fresh;
         guard.require_verified_toolchain = rules->flash_require_verified_toolchain;
@@ -564,15 +618,7 @@ class HardwareService final : public pb::Hardware::CallbackService {
         guard.ram_max_pct = rules->memory_ram_max_pct;
         guard.max_growth_bytes = rules->memory_max_growth_bytes;
         auto r = svc->deps_.hardware->Flash(
-            c, *board, copy.image_path(), approved, copy.project_root(),
-            [st](const FlashProgressUpdate& u) {
-              pb::FlashProgress p;
-              p.set_stage(u.stage);
-              p.set_fraction(u.fraction);
-              p.set_message(u.message);
-              st->writer.Push(std::move(p));
-            },
-            &st->cancel, guard);
+            c, *board, copy.image_path(), approved, copy.project_root(), progress, &st->cancel, guard);
         if (!r.ok()) {
           st->writer.Close(ToGrpcStatus(r.status()));
           return;
@@ -596,134 +642,61 @@ class HardwareService final : public pb::Hardware::CallbackService {
 
   grpc::ServerBidiReactor<pb::SerialClientMessage, pb::SerialServerMessage>* Serial(
       grpc::CallbackServerContext* ctx) override {
-    class Reactor final : public grpc::ServerBidiReactor<pb::SerialClientMessage, pb::SerialServerMessage> {
-     public:
-      Reactor(HardwareService* svc, grpc::CallbackServerContext* ctx) : svc_(svc), ctx_(ctx) {
-        writer_.Bind([this](const pb::SerialServerMessage* m) { StartWrite(m); },
-                     [this](grpc::Status s) { Finish(std::move(s)); });
-        if (!svc->deps_.hardware) {
-          writer_.Close(grpc::Status(grpc::StatusCode::UNAVAILABLE, "the hardware broker is not running"));
-          return;
-        }
-        StartRead(&in_);
-      }
-      void OnReadDone(bool ok) override {
-        if (!ok) {
-          // The client half-closed or went away: stop reading; keep writing
-          // until it cancels (a reader may half-close right away).
-          return;
-        }
-        if (in_.has_open()) {
-          if (reader_) {
-            Error("the stream is already open");
-          } else {
-            Open(in_.open());
-          }
-        } else if (!reader_) {
-          Error("send open first");
-        } else if (in_.kind_case() == pb::SerialClientMessage::kWrite) {
-          if (auto s = svc_->deps_.hardware->SerialWrite(caller_, board_, in_.write()); !s.ok()) Error(std::string(s.message()));
-        } else if (in_.kind_case() == pb::SerialClientMessage::kSendLine) {
-          if (auto s = svc_->deps_.hardware->SerialSendLine(caller_, board_, in_.send_line()); !s.ok()) {
-            Error(std::string(s.message()));
-          }
-        }
-        if (!writer_.done()) StartRead(&in_);
-      }
-      void OnWriteDone(bool ok) override { writer_.OnWriteDone(ok); }
-      void OnCancel() override { stop_ = true; }
-      void OnDone() override {
-        stop_ = true;
-        if (pump_.joinable()) {
-          if (pump_.get_id() == std::this_thread::get_id()) {
-            pump_.detach();
-          } else {
-            pump_.join();
-          }
-        }
-        if (reader_) svc_->deps_.hardware->CloseSerial(board_, reader_);
-        delete this;
-      }
+    SerialHooks hooks;
+    hooks.admit = [this, ctx](const pb::SerialOpen& o) { return CallerOf(ctx, "Hardware.Serial", o.lease_id()); };
+    if (deps_.lab_leases) {
+      hooks.relay = [this](const Caller& c, const pb::SerialOpen& o) -> absl::StatusOr<std::optional<SerialRelay>> {
+        auto remote = RemoteLease(c, o.device_id(), o.lease_id());
+        if (!remote.ok()) return remote.status();
+        if (!remote->has_value()) return std::optional<SerialRelay>();
+        auto channel = links_.ChannelTo((*remote)->node);
+        if (!channel.ok()) return channel.status();
+        SerialRelay r;
+        r.channel = *channel;
+        r.open = o;
+        r.open.set_device_id((*remote)->board);
+        r.open.set_lease_id((*remote)->lease_id);
+        return std::optional<SerialRelay>(std::move(r));
+      };
+    }
+    return new SerialReactor(deps_.hardware, std::move(hooks));
+  }
 
-     private:
-      void Error(const std::string& msg) {
-        pb::SerialServerMessage m;
-        m.set_error(msg);
-        writer_.Push(std::move(m));
+  // On a front: the caller's lab lease when the request is for a board of
+  // another node (nullopt for this node's boards). FAILED_PRECONDITION when
+  // the board is another node's and the caller holds no lease on it.
+  absl::StatusOr<std::optional<lab::LabLease>> RemoteLease(const Caller& c, const std::string& device_id,
+                                                           const std::string& lease_id) const {
+    if (!deps_.lab_leases) return std::optional<lab::LabLease>();
+    if (!device_id.empty() && IsLocal(device_id, {})) return std::optional<lab::LabLease>();
+    if (device_id.empty() && !IsLabLeaseId(lease_id)) {
+      // "" picks the caller's leased board: a local one first.
+      for (const auto& l : deps_.hardware->Leases()) {
+        if (l.identity == c.identity) return std::optional<lab::LabLease>();
       }
-      void Open(const pb::SerialOpen& o) {
-        auto admitted = svc_->CallerOf(ctx_, "Hardware.Serial", o.lease_id());
-        if (!admitted.ok()) {
-          writer_.Close(ToGrpcStatus(admitted.status()));
-          return;
-        }
-        caller_ = *admitted;
-        auto board = svc_->deps_.hardware->ResolveBoard(o.device_id(), caller_);
-        if (!board.ok()) {
-          writer_.Close(ToGrpcStatus(board.status()));
-          return;
-        }
-        board_ = *board;
-        auto r = svc_->deps_.hardware->OpenSerial(caller_, board_, o.from_history());
-        if (!r.ok()) {
-          writer_.Close(ToGrpcStatus(r.status()));
-          return;
-        }
-        reader_ = *r;
-        pb::SerialServerMessage hello;
-        hello.set_opened(board_);
-        writer_.Push(std::move(hello));
-        pump_ = std::thread([this] {
-          // Backpressure: lines wait in the reader's bounded queue (oldest
-          // dropped past its limit) while this client is slow; whatever has
-          // piled up goes out as one batch.
-          uint64_t reported_drops = 0;
-          while (writer_.WaitBelow(2, stop_)) {
-            SerialLine l;
-            auto n = reader_->Wait(l, 200);
-            if (n == SerialReader::Next::kTimeout) continue;
-            pb::SerialServerMessage m;
-            if (n == SerialReader::Next::kEnded) {
-              m.set_end_of_stream(true);
-              m.set_reason(reader_->end_reason());
-              writer_.Push(std::move(m));
-              writer_.Close(grpc::Status::OK);
-              return;
-            }
-            auto add = [&m](SerialLine& x) {
-              auto* o = m.add_lines();
-              o->set_time_us(x.time_us);
-              o->set_line(std::move(x.text));
-              o->set_seq(x.seq);
-            };
-            add(l);
-            while (m.lines_size() < 512 && reader_->Wait(l, 0) == SerialReader::Next::kLine) add(l);
-            if (uint64_t d = reader_->dropped(); d != reported_drops) {
-              m.set_dropped(d - reported_drops);
-              reported_drops = d;
-            }
-            writer_.Push(std::move(m));
-          }
-          writer_.Close(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled"));
-        });
-      }
-
-      HardwareService* svc_;
-      grpc::CallbackServerContext* ctx_;
-      pb::SerialClientMessage in_;
-      QueuedWriter<pb::SerialServerMessage> writer_;
-      std::shared_ptr<SerialReader> reader_;
-      Caller caller_;
-      std::string board_;
-      std::atomic<bool> stop_{false};
-      std::thread pump_;
-    };
-    return new Reactor(this, ctx);
+    }
+    std::vector<lab::LabLease> found;
+    for (const auto& l : deps_.lab_leases->Mine()) {
+      if (!IsLabLeaseId(l.lease_id) || l.identity != c.identity) continue;
+      if (!device_id.empty() && l.board != device_id) continue;
+      if (!lease_id.empty() && l.lease_id != lease_id) continue;
+      found.push_back(l);
+    }
+    if (found.size() == 1) return std::optional<lab::LabLease>(found[0]);
+    if (device_id.empty()) {
+      if (found.empty()) return std::optional<lab::LabLease>();  // the local broker says what is missing
+      return absl::FailedPreconditionError("you hold several boards of the lab: name one (--board)");
+    }
+    return absl::FailedPreconditionError(absl::StrCat("board ", device_id,
+                                                      " is not on this node and you hold no lab lease on it "
+                                                      "(fwai hw lease ",
+                                                      device_id, ")"));
   }
 
  private:
   const ApiDeps deps_;
   ThreadPool workers_;
+  mutable LabLinks links_{deps_};
   std::atomic<int> holds_{0};
 };
 

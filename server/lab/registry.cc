@@ -218,6 +218,11 @@ void LabRegistrar::Stop(bool leave) {
   }
 }
 
+void LabRegistrar::SetAdvertise(std::string advertise) {
+  std::lock_guard lock(rep_->mu);
+  rep_->config.advertise = std::move(advertise);
+}
+
 void LabRegistrar::Poke() {
   std::lock_guard lock(rep_->mu);
   rep_->poked = true;

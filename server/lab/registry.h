@@ -59,6 +59,8 @@ class LabRegistrar {
   ~LabRegistrar();  // Stop(true)
 
   void Start();
+  // Before Start: where other nodes reach this one (tls:HOST:PORT).
+  void SetAdvertise(std::string advertise);
   // `leave`: revoke the lease, so the node and its boards leave the lab at
   // once (a clean stop); otherwise they stay until the TTL runs out.
   void Stop(bool leave);

@@ -233,6 +233,15 @@ TEST_F(LabFront, QuorumLostMakesNewLeasesUnavailableNamingTheEndpoints) {
   ASSERT_TRUE(cluster_.StartMember(1));
   ASSERT_TRUE(cluster_.StartMember(2));
   ASSERT_TRUE(Eventually([&] { return Acquire(*front1_, "b1", {}, 60, "q").status.ok(); }, std::chrono::seconds(20)));
+  // The benches' registrations (whose etcd leases may have lapsed meanwhile)
+  // come back: the lab view converges, no fwaid restarted.
+  ASSERT_TRUE(Eventually(
+      [&] {
+        auto r = List(*front2_);
+        return r.lab_error().empty() && Find(r, "b1") && Find(r, "b2");
+      },
+      std::chrono::seconds(20)));
+  EXPECT_TRUE(bench1_->running() && bench2_->running() && front1_->running() && front2_->running());
 }
 
 TEST_F(LabFront, AKilledBenchsBoardsLeaveTheFrontsViewWithinTtl) {

@@ -375,8 +375,9 @@ absl::StatusOr<DaemonConfig> ParseConfig(const std::string& yaml_text, const std
                          "retry", "subscribers", "tools", "knowledge", "catalog", "mcp_servers",
                          "ota", "plugins", "telemetry", "hardware", "policy_file", "secrets",
                          "toolchain", "log_level", "tls", "unix_socket", "users", "limits",
-                         "knowledge_writers"}));
+                         "knowledge_writers", "lab"}));
     CFG_TRY(ParseSecurityConfig(r, root, c.security));
+    if (auto n = root["lab"]) CFG_TRY(ParseLabConfig(r, n, c.lab));
     if (auto n = root["policy_file"]) CFG_TRY(r.String(n, "policy_file", c.policy_file));
     if (auto n = root["toolchain"]) {
       CFG_TRY(r.CheckKeys(n, "toolchain", {"dpkg_admindir"}));

@@ -2,6 +2,7 @@
 // refuses the file with "config FILE:LINE: field: what is expected".
 #pragma once
 
+#include "common/lab_config.h"
 #include "common/security_config.h"
 #include <cstdint>
 #include <map>
@@ -292,6 +293,7 @@ struct DaemonConfig {
   std::string toolchain_dpkg_admindir;
   std::string log_level = "info";
   SecurityConfig security;  // tls, unix_socket, users, limits, knowledge_writers
+  LabConfig lab;            // a node of a lab of many bench hosts (etcd)
 };
 
 // Parses YAML text; `source` names the file in error messages.

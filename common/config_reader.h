@@ -105,4 +105,9 @@ struct SecurityConfig;
 // `knowledge_writers` keys of `root` into `out`.
 absl::Status ParseSecurityConfig(ConfigReader& r, const YAML::Node& root, SecurityConfig& out);
 
+struct LabConfig;
+
+// The `lab:` section `n` into `out`.
+absl::Status ParseLabConfig(ConfigReader& r, const YAML::Node& n, LabConfig& out);
+
 }  // namespace fwai

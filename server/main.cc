@@ -60,6 +60,9 @@
 #include "server/ota/ota_tool.h"
 #include "server/plugins/plugin_store.h"
 #include "server/ota/rollout.h"
+#include "server/lab/etcd_client.h"
+#include "server/lab/lab_leases.h"
+#include "server/lab/registry.h"
 #include "server/knowledge/document_search_tool.h"
 #include "server/knowledge/embedder.h"
 #include "server/knowledge/knowledge_base.h"
@@ -633,6 +636,37 @@ int Main(int argc, char** argv) {
     return 1;
   }
   spdlog::info("hardware: {} devices ({:.0f} ms after start)", hardware.List().size(), ms_since_start());
+  // A node of a lab: its boards are registered in etcd while it runs. etcd
+  // need not be up yet; the node joins when it answers.
+  std::unique_ptr<lab::EtcdClient> lab_etcd;
+  std::unique_ptr<lab::LabRegistrar> lab_registrar;
+  std::unique_ptr<lab::LabLeases> lab_leases;
+  LabConfig lab_config = config.lab;  // advertise port 0: filled in once the tls: listener has bound
+  if (config.lab.enabled()) {
+    auto etcd = lab::EtcdClient::Connect({config.lab.etcd});
+    if (!etcd.ok()) {
+      std::fprintf(stderr, "fwaid: config %s: lab.etcd: %s\n", config.source.c_str(), std::string(etcd.status().message()).c_str());
+      return 1;
+    }
+    lab_etcd = *std::move(etcd);
+    lab_registrar = std::make_unique<lab::LabRegistrar>(lab_config, *lab_etcd, [&hardware] {
+      std::vector<lab::LabBoard> boards;
+      for (const auto& d : hardware.List()) {
+        lab::LabBoard b;
+        b.id = d.id;
+        b.kind = d.kind;
+        b.name = d.name;
+        b.target = d.target;
+        b.health = d.health;
+        b.health_reason = d.health_reason;
+        b.tags = d.tags;
+        boards.push_back(std::move(b));
+      }
+      return boards;
+    }, FWAI_VERSION);
+    lab_leases = std::make_unique<lab::LabLeases>(*lab_etcd, config.lab.node);
+    spdlog::info("lab: node {} of the lab at {}", config.lab.node, absl::StrJoin(config.lab.etcd, ","));
+  }
   RegisterHardwareTools(tools, hardware);
   // Evidence: every agent turn and every flash leaves a signed, chained record.
   auto evidence = EvidenceLog::Open(**storage, config.data_dir + "/keys/evidence.pem", 100);
@@ -774,6 +808,8 @@ int Main(int argc, char** argv) {
     return 1;
   }
   Identities identities(config.security, **tokens, getuid());
+  // A node of a lab serves other nodes' certificates (LabNode calls only).
+  identities.AcceptLabNodes(config.lab.enabled());
   Quotas quotas;
   auto audit = [append_evidence](const nlohmann::json& rec) {
     auto r = append_evidence(rec);
@@ -822,6 +858,9 @@ int Main(int argc, char** argv) {
   deps.plugins = &plugins;
   deps.on_session_deleted = [&hardware](const std::string& id) { hardware.SessionEnded(id); };
   deps.request_shutdown = [] { kill(getpid(), SIGTERM); };
+  deps.lab_etcd = lab_etcd.get();
+  deps.lab_leases = lab_leases.get();
+  deps.lab_node = config.lab.node;
   deps.started_us = NowMicros();
   deps.daemon_uid = getuid();
   deps.version = FWAI_VERSION;
@@ -871,7 +910,12 @@ int Main(int argc, char** argv) {
     std::string host = addr.substr(0, addr.rfind(':'));
     std::printf("fwaid: listening on %s:%s:%d\n", config.security.tls.enabled() ? "tls" : "tcp", host.c_str(), *port);
     std::fflush(stdout);
+    if (lab_registrar && absl::StartsWith(listen_addr, "tls:") && absl::EndsWith(config.lab.advertise, ":0")) {
+      const std::string& a = config.lab.advertise;
+      lab_registrar->SetAdvertise(absl::StrCat(a.substr(0, a.size() - 1), *port));
+    }
   }
+  if (lab_registrar) lab_registrar->Start();  // joins the lab now that it serves
   std::thread fd_cq_thread([cq = fd_cq.get()] {
     void* tag;
     bool ok;
@@ -908,6 +952,7 @@ int Main(int argc, char** argv) {
   for (auto& ul : unix_listeners) ul->Stop();
   turns.Shutdown();
   sessions.CloseAll(absl::UnavailableError("fwaid is shutting down; reconnect after it restarts"));
+  if (lab_registrar) lab_registrar->Stop(true);  // this node's boards leave the lab now
   hardware.Shutdown();  // serial readers get end-of-stream, simulators stop
   spdlog::info("turns stopped; closing the server");
   // Turns are finished and every stream has been told to close; connections

@@ -118,8 +118,17 @@ int HwCommands::Ls() {
     for (const auto& d : resp.devices()) PrintJson(d);
     return kExitOk;
   }
+  if (!resp.lab_error().empty()) {
+    std::fprintf(stderr, "warning: the lab's registry cannot be read (%s); only this node's devices are listed\n",
+                 resp.lab_error().c_str());
+  }
+  // In a lab, the node (bench host) each board is attached to.
+  bool lab = false;
+  for (const auto& d : resp.devices()) lab = lab || !d.node().empty();
+  if (lab) std::printf("%-12s ", "NODE");
   std::printf("%-22s %-10s %-12s %-26s %s\n", "ID", "KIND", "HEALTH", "HELD BY", "DETAILS");
   for (const auto& d : resp.devices()) {
+    if (lab) std::printf("%-12s ", d.node().c_str());
     std::string details = d.name();
     if (!d.vid_pid().empty()) absl::StrAppend(&details, " [", d.vid_pid(), "]");
     if (!d.serial_number().empty()) absl::StrAppend(&details, " sn ", d.serial_number());
@@ -133,7 +142,7 @@ int HwCommands::Ls() {
     std::string holder = d.holder().empty() ? "-" : absl::StrCat(d.holder(), " since ", HourMinSec(d.held_since_us()));
     std::printf("%-22s %-10s %-12s %-26s %s\n", d.id().c_str(), d.kind().c_str(), d.health().c_str(), holder.c_str(),
                 details.c_str());
-    if (!d.health_reason().empty()) std::printf("%-22s   %s\n", "", d.health_reason().c_str());
+    if (!d.health_reason().empty()) std::printf("%-*s%-22s   %s\n", lab ? 13 : 0, "", "", d.health_reason().c_str());
   }
   return kExitOk;
 }

@@ -22,6 +22,11 @@ class Status;
 
 namespace fwai {
 
+namespace lab {
+class EtcdClient;
+class LabLeases;
+}  // namespace lab
+
 class SessionManager;
 class TurnManager;
 class KnowledgeBase;
@@ -77,6 +82,11 @@ struct ApiDeps {
   PluginStore* plugins = nullptr;      // may be null: Plugins answers UNAVAILABLE
   std::function<void(const std::string&)> on_session_deleted;
   std::function<void()> request_shutdown;
+  // A node of a lab (may be null): every board of the lab is listed, and
+  // boards of other nodes are leased through etcd.
+  lab::EtcdClient* lab_etcd = nullptr;
+  lab::LabLeases* lab_leases = nullptr;
+  std::string lab_node;
   int64_t started_us = 0;
   uint32_t daemon_uid = 0;
   std::string version;

@@ -14,6 +14,7 @@
 #include "fwai/v1/ota.pb.h"
 #include "fwai/v1/plugins.pb.h"
 #include "fwai/v1/hardware.pb.h"
+#include "fwai/v1/lab.pb.h"
 #include "fwai/v1/knowledge.pb.h"
 #include "fwai/v1/projects.pb.h"
 #include "fwai/v1/sessions.pb.h"
@@ -21,6 +22,8 @@
 #include "server/api/api.h"
 
 namespace fwai {
+
+std::string LabNodeOf(const Principal& p) { return p.id.rfind("node:", 0) == 0 ? p.id.substr(5) : ""; }
 
 const std::vector<RpcRule>& RpcRules() {
   static const std::vector<RpcRule> kRules = {
@@ -66,6 +69,12 @@ const std::vector<RpcRule>& RpcRules() {
       {"Hardware.Reset", Need::kAnyone},
       {"Hardware.SetHealth", Need::kAdmin},
       {"Hardware.SelfTest", Need::kAdmin},
+      // Another node of the lab forwarding work on a board it holds the lab
+      // lease of; the service checks the node certificate and the lease.
+      {"LabNode.Flash", Need::kLabNode},
+      {"LabNode.Serial", Need::kLabNode},
+      {"LabNode.Debug", Need::kLabNode},
+      {"LabNode.Reset", Need::kLabNode},
       // A project is read and built as its owner's account.
       {"Projects.Init", Need::kLocalAccount},
       {"Projects.GetConfig", Need::kLocalAccount},
@@ -110,7 +119,8 @@ std::vector<std::string> RpcsWithoutRules() {
                            fwai::v1::ListRunsRequest::descriptor()->file(),
                            fwai::v1::MemoryRequest::descriptor()->file(),
                            fwai::v1::RolloutRequest::descriptor()->file(),
-                           fwai::v1::InstallPluginRequest::descriptor()->file()}) {
+                           fwai::v1::InstallPluginRequest::descriptor()->file(),
+                           fwai::v1::LabFlashRequest::descriptor()->file()}) {
     for (int i = 0; i < file->service_count(); ++i) {
       const auto* service = file->service(i);
       for (int m = 0; m < service->method_count(); ++m) {
@@ -220,8 +230,20 @@ absl::StatusOr<Principal> Gate::Admit(grpc::CallbackServerContext* ctx, std::str
     return absl::PermissionDeniedError(absl::StrCat(std::string(rpc), ": refused (no access rule)"));
   }
   absl::Status refused;
-  switch (rule->second) {
+  const std::string lab_node = LabNodeOf(*p);
+  if (!lab_node.empty() && rule->second != Need::kLabNode) {
+    // A node certificate forwards board work; it is nobody's account.
+    refused = absl::PermissionDeniedError(absl::StrCat(std::string(rpc), ": refused for node certificate ", lab_node,
+                                                       " (rule: node certificates call LabNode only)"));
+  }
+  switch (refused.ok() ? rule->second : Need::kAnyone) {
     case Need::kAnyone:
+      break;
+    case Need::kLabNode:
+      if (lab_node.empty()) {
+        refused = absl::PermissionDeniedError(absl::StrCat(
+            std::string(rpc), " is for the nodes of a lab (rule: lab node certificate); you are ", p->id));
+      }
       break;
     case Need::kAdmin:
       if (!p->admin()) {

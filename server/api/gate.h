@@ -36,12 +36,17 @@ enum class Need {
   kAnyone,        // any verified principal
   kLocalAccount,  // one whose sessions act as a local account (project files, commands)
   kAdmin,
+  kLabNode,  // another node of the lab, by its node certificate (and nothing else)
 };
 
 struct RpcRule {
   const char* rpc;  // "Sessions.Create"
   Need need;
 };
+
+// The node of a lab a principal is ("" for people): "node:NAME" principals
+// come from node certificates.
+std::string LabNodeOf(const Principal& p);
 
 // The table: every RPC of every service, once.
 const std::vector<RpcRule>& RpcRules();

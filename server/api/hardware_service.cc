@@ -2,6 +2,7 @@
 // (waiting acquires, flashing, GDB) run on the service's own threads so they
 // never hold up the shared pool.
 #include <grpcpp/grpcpp.h>
+#include <spdlog/spdlog.h>
 #include <pwd.h>
 
 #include <atomic>
@@ -9,7 +10,10 @@
 #include <condition_variable>
 #include <deque>
 #include <mutex>
+#include <set>
 #include <thread>
+#include <optional>
+#include <map>
 
 #include "absl/strings/str_cat.h"
 #include "common/config.h"
@@ -25,10 +29,14 @@
 #include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include "server/api/lab_forward.h"
 #include "server/api/queued_writer.h"
+#include "server/api/serial_reactor.h"
 #include "server/evidence/evidence_log.h"
 #include "server/hardware/broker.h"
 #include "server/hardware/firmware_image.h"
+#include "server/lab/lab_leases.h"
+#include "server/lab/registry.h"
 #include "server/project/policy.h"
 
 namespace fwai {
@@ -44,6 +52,32 @@ void ToProto(const LeaseRecord& l, pb::Lease* out) {
   out->set_expires_us(l.expires_us);
   out->set_ttl_s(l.ttl_s);
   out->set_session_id(l.session_id);
+}
+
+void ToProto(const lab::LabLease& l, pb::Lease* out) {
+  out->set_lease_id(l.lease_id);
+  out->set_device_id(l.board);
+  out->set_holder(l.holder);
+  out->set_acquired_us(l.acquired_us);
+  out->set_expires_us(l.expires_us);
+  out->set_ttl_s(l.ttl_s);
+  out->set_session_id(l.session_id);
+  out->set_node(l.node);
+}
+
+std::vector<std::string> TagsOf(const google::protobuf::RepeatedPtrField<pb::Tag>& tags) {
+  std::vector<std::string> out;
+  for (const auto& t : tags) out.push_back(t.value().empty() ? t.key() : t.key() + ":" + t.value());
+  return out;
+}
+
+void TagsToProto(const std::vector<std::string>& tags, pb::Device* o) {
+  for (const auto& t : tags) {
+    auto* tag = o->add_tags();
+    auto eq = t.find(':');
+    tag->set_key(eq == std::string::npos ? t : t.substr(0, eq));
+    if (eq != std::string::npos) tag->set_value(t.substr(eq + 1));
+  }
 }
 
 class HardwareService final : public pb::Hardware::CallbackService {
@@ -71,6 +105,10 @@ class HardwareService final : public pb::Hardware::CallbackService {
     }
     int64_t held = 0;
     for (const auto& l : deps_.hardware->Leases()) held += l.identity == c.identity;
+    if (deps_.lab_leases) {
+      // Leases this node took on other nodes' boards count too.
+      for (const auto& l : deps_.lab_leases->Mine()) held += l.identity == c.identity && IsLabLeaseId(l.lease_id);
+    }
     if (held >= limits.leases) {
       return absl::ResourceExhaustedError(absl::StrCat("limit leases (", limits.leases, ") reached: you hold ", held,
                                                        "; release one (fwai hw release BOARD) and retry"));
@@ -109,19 +147,29 @@ class HardwareService final : public pb::Hardware::CallbackService {
     auto c = CallerOf(ctx, "Hardware.ListDevices");
     if (!c.ok()) return Refuse(ctx, c.status());
     return Run(ctx, [this, resp] {
+      // In a lab, leases of the lab show who holds boards of every node.
+      std::map<std::string, lab::LabLease> lab_holders;
+      std::optional<lab::LabView> view;
+      if (deps_.lab_leases) {
+        auto all = deps_.lab_leases->All();
+        auto v = all.ok() ? lab::ReadLab(*deps_.lab_etcd) : absl::StatusOr<lab::LabView>(all.status());
+        if (v.ok()) {
+          view = *std::move(v);
+          for (auto& l : *all) lab_holders[l.board] = std::move(l);
+        } else {
+          resp->set_lab_error(std::string(v.status().message()));
+        }
+      }
+      std::set<std::string> local;
       for (const auto& d : deps_.hardware->List()) {
+        local.insert(d.id);
         auto* o = resp->add_devices();
         o->set_id(d.id);
         o->set_kind(d.kind);
         o->set_name(d.name);
         o->set_health(d.health);
         o->set_health_reason(d.health_reason);
-        for (const auto& t : d.tags) {
-          auto* tag = o->add_tags();
-          auto eq = t.find(':');
-          tag->set_key(eq == std::string::npos ? t : t.substr(0, eq));
-          if (eq != std::string::npos) tag->set_value(t.substr(eq + 1));
-        }
+        TagsToProto(d.tags, o);
         o->set_vid_pid(d.vid_pid);
         o->set_serial_number(d.serial_number);
         o->set_path(d.path);
@@ -135,10 +183,156 @@ class HardwareService final : public pb::Hardware::CallbackService {
         o->set_state(d.state.empty() ? (d.running ? "running" : "stopped") : d.state);
         o->set_pid(d.pid > 0 ? d.pid : 0);
         o->set_ota_version(d.ota_version);
+        o->set_node(deps_.lab_node);
+        if (auto it = lab_holders.find(d.id); d.holder.empty() && it != lab_holders.end()) {
+          o->set_holder(it->second.holder + " via " + it->second.via);
+          o->set_held_since_us(it->second.acquired_us);
+        }
       }
       for (const auto& l : deps_.hardware->Leases()) ToProto(l, resp->add_leases());
+      if (view) {
+        for (const auto& b : view->boards) {
+          if (b.node == deps_.lab_node || local.count(b.id)) continue;
+          auto* o = resp->add_devices();
+          o->set_id(b.id);
+          o->set_kind(b.kind);
+          o->set_name(b.name);
+          o->set_health(b.health);
+          o->set_health_reason(b.health_reason);
+          TagsToProto(b.tags, o);
+          o->set_target(b.target);
+          o->set_state("remote");
+          o->set_node(b.node);
+          if (auto it = lab_holders.find(b.id); it != lab_holders.end()) {
+            o->set_holder(it->second.holder + " via " + it->second.via);
+            o->set_held_since_us(it->second.acquired_us);
+            o->set_lease_expires_us(it->second.expires_us);
+            ToProto(it->second, resp->add_leases());
+          }
+        }
+      }
       return absl::OkStatus();
     });
+  }
+
+  // True when a device of this node answers the request (by id, or tags).
+  bool IsLocal(const std::string& device_id, const std::vector<std::string>& tags) const {
+    for (const auto& d : deps_.hardware->List()) {
+      if (!device_id.empty()) {
+        if (d.id == device_id) return true;
+        continue;
+      }
+      bool all = true;
+      for (const auto& t : tags) all = all && std::find(d.tags.begin(), d.tags.end(), t) != d.tags.end();
+      if (all) return true;
+    }
+    return false;
+  }
+
+  // A lease on a board of this node, or (in a lab) of any node through etcd.
+  absl::StatusOr<pb::Lease> AcquireAny(const Caller& c, const std::string& device_id,
+                                       const std::vector<std::string>& tags, int ttl_s, int wait_s,
+                                       const std::function<bool()>& cancelled) {
+    pb::Lease out;
+    if (!deps_.lab_leases || IsLocal(device_id, tags)) {
+      auto l = deps_.hardware->Acquire(c, device_id, tags, ttl_s, wait_s, cancelled);
+      if (!l.ok()) return l.status();
+      if (deps_.lab_leases) {
+        // The lab must know: no other node may hand this board out meanwhile.
+        absl::Status claimed;
+        if (l->renewed) {
+          claimed = deps_.lab_leases->Renew(l->lease_id, l->identity, true).status();
+        } else {
+          lab::LabLease ll;
+          ll.lease_id = l->lease_id;
+          ll.board = l->device_id;
+          ll.node = deps_.lab_node;
+          ll.holder = l->holder;
+          ll.identity = l->identity;
+          ll.session_id = l->session_id;
+          ll.ttl_s = l->ttl_s;
+          claimed = deps_.lab_leases->Claim(ll);
+        }
+        if (!claimed.ok()) {
+          if (!l->renewed) (void)deps_.hardware->Release(c, l->lease_id, "", false);
+          return claimed;
+        }
+      }
+      ToProto(*l, &out);
+      out.set_node(deps_.lab_node);
+      return out;
+    }
+    const HardwareConfig& hc = deps_.config->hardware;
+    if (ttl_s <= 0) ttl_s = hc.default_ttl_s;
+    if (ttl_s > hc.max_ttl_s) {
+      return absl::InvalidArgumentError(absl::StrCat("ttl ", ttl_s, " s is above the limit of ", hc.max_ttl_s, " s"));
+    }
+    if (wait_s < 0 || wait_s > 86400) return absl::InvalidArgumentError("wait must be 0..86400 seconds");
+    lab::LabLeases::Request r;
+    r.board = device_id;
+    r.tags = tags;
+    r.holder = c.display.empty() ? c.identity : c.display;
+    r.identity = c.identity;
+    r.session_id = c.session_id;
+    r.ttl_s = ttl_s;
+    r.wait_s = wait_s;
+    auto l = deps_.lab_leases->Acquire(r, cancelled);
+    if (!l.ok()) return l.status();
+    ToProto(*l, &out);
+    return out;
+  }
+
+  static bool IsLabLeaseId(const std::string& id) { return id.rfind("lab-", 0) == 0; }
+
+  absl::StatusOr<pb::Lease> RenewAny(const Caller& c, const std::string& lease_id) {
+    pb::Lease out;
+    if (deps_.lab_leases && IsLabLeaseId(lease_id)) {
+      auto l = deps_.lab_leases->Renew(lease_id, c.identity, c.admin);
+      if (!l.ok()) return l.status();
+      ToProto(*l, &out);
+      return out;
+    }
+    auto l = deps_.hardware->Renew(c, lease_id);
+    if (!l.ok()) return l.status();
+    if (deps_.lab_leases) {
+      auto lab = deps_.lab_leases->Renew(lease_id, l->identity, true);
+      if (absl::IsNotFound(lab.status())) {
+        // The lab let it lapse (etcd lost it): the board is no longer ours.
+        (void)deps_.hardware->Release(c, lease_id, "", false);
+        return absl::NotFoundError(absl::StrCat("lease ", lease_id, " on ", l->device_id,
+                                                " has expired in the lab; take the board again"));
+      }
+      if (!lab.ok()) return lab.status();
+    }
+    ToProto(*l, &out);
+    out.set_node(deps_.lab_node);
+    return out;
+  }
+
+  // The lease ended, with who held it.
+  absl::StatusOr<LeaseRecord> ReleaseAny(const Caller& c, const std::string& lease_id, const std::string& device_id,
+                                         bool force) {
+    if (deps_.lab_leases &&
+        (IsLabLeaseId(lease_id) || (lease_id.empty() && !device_id.empty() && !IsLocal(device_id, {})))) {
+      auto l = deps_.lab_leases->Release(lease_id, device_id, c.identity, force, c.admin);
+      if (!l.ok()) return l.status();
+      LeaseRecord r;
+      r.lease_id = l->lease_id;
+      r.device_id = l->board;
+      r.holder = l->holder;
+      r.identity = l->identity;
+      return r;
+    }
+    auto l = deps_.hardware->Release(c, lease_id, device_id, force);
+    if (!l.ok()) return l.status();
+    if (deps_.lab_leases) {
+      auto lab = deps_.lab_leases->Release(l->lease_id, "", l->identity, true, true);
+      if (!lab.ok() && !absl::IsNotFound(lab.status())) {
+        spdlog::warn("lab: lease {} released here but not in etcd ({}); it lapses with its TTL", l->lease_id,
+                     lab.status().ToString());
+      }
+    }
+    return l;
   }
 
   grpc::ServerUnaryReactor* Acquire(grpc::CallbackServerContext* ctx, const pb::AcquireRequest* req,
@@ -147,13 +341,13 @@ class HardwareService final : public pb::Hardware::CallbackService {
     if (!admitted.ok()) return Refuse(ctx, admitted.status());
     return Run(ctx, [this, c = *admitted, req, resp, ctx] {
       if (auto s = LeaseLimits(c, req->ttl_s()); !s.ok()) return s;
-      std::vector<std::string> tags;
-      for (const auto& t : req->tags()) tags.push_back(t.value().empty() ? t.key() : t.key() + ":" + t.value());
-      auto l = deps_.hardware->Acquire(c, req->device_id(), tags, req->ttl_s(), req->wait_s(),
-                                       [ctx] { return ctx->IsCancelled(); });
+      auto l = AcquireAny(c, req->device_id(), TagsOf(req->tags()), req->ttl_s(), req->wait_s(),
+                          [ctx] { return ctx->IsCancelled(); });
       if (!l.ok()) return l.status();
-      ToProto(*l, resp);
-      Audit({{"kind", "lease_acquired"}, {"lease_id", l->lease_id}, {"board", l->device_id}, {"ttl_s", l->ttl_s}}, c);
+      *resp = *l;
+      Audit({{"kind", "lease_acquired"}, {"lease_id", l->lease_id()}, {"board", l->device_id()}, {"ttl_s", l->ttl_s()},
+             {"node", l->node()}},
+            c);
       return absl::OkStatus();
     });
   }
@@ -193,30 +387,29 @@ class HardwareService final : public pb::Hardware::CallbackService {
             HardwareService* svc;
             ~Done() { svc->holds_--; }
           } done{svc};
-          std::vector<std::string> tags;
-          for (const auto& t : copy.tags()) tags.push_back(t.value().empty() ? t.key() : t.key() + ":" + t.value());
-          auto l = svc->deps_.hardware->Acquire(c, copy.device_id(), tags, copy.ttl_s(), copy.wait_s(),
-                                                [st] { return st->gone.load(); });
+          auto l = svc->AcquireAny(c, copy.device_id(), TagsOf(copy.tags()), copy.ttl_s(), copy.wait_s(),
+                                   [st] { return st->gone.load(); });
           if (!l.ok()) {
             st->writer.Close(ToGrpcStatus(l.status()));
             return;
           }
-          pb::Lease out;
-          ToProto(*l, &out);
-          st->writer.Push(out);
-          svc->Audit({{"kind", "lease_acquired"}, {"lease_id", l->lease_id}, {"board", l->device_id}, {"ttl_s", l->ttl_s},
-                      {"held", true}},
+          st->writer.Push(*l);
+          svc->Audit({{"kind", "lease_acquired"}, {"lease_id", l->lease_id()}, {"board", l->device_id()},
+                      {"ttl_s", l->ttl_s()}, {"held", true}, {"node", l->node()}},
                      c);
-          const auto period = std::chrono::milliseconds(std::max(200, l->ttl_s * 1000 / 3));
+          const auto period = std::chrono::milliseconds(std::max(200, l->ttl_s() * 1000 / 3));
           std::unique_lock lock(st->mu);
           while (!st->gone) {
             st->cv.wait_for(lock, period);
             if (st->gone) break;
-            if (!svc->deps_.hardware->Renew(c, l->lease_id).ok()) break;  // ended by someone else
+            auto renewed = svc->RenewAny(c, l->lease_id());
+            // Ended by someone else, or expired: the holder hears of it. An
+            // unreachable etcd is retried until the lease's own end.
+            if (!renewed.ok() && !absl::IsUnavailable(renewed.status())) break;
           }
           lock.unlock();
-          if (svc->deps_.hardware->Release(c, l->lease_id, "", false).ok()) {
-            svc->Audit({{"kind", "lease_released"}, {"lease_id", l->lease_id}, {"board", l->device_id}}, c);
+          if (svc->ReleaseAny(c, l->lease_id(), "", false).ok()) {
+            svc->Audit({{"kind", "lease_released"}, {"lease_id", l->lease_id()}, {"board", l->device_id()}}, c);
           }
           st->writer.Close(grpc::Status(grpc::StatusCode::CANCELLED, "lease released"));
         }).detach();
@@ -241,10 +434,11 @@ class HardwareService final : public pb::Hardware::CallbackService {
     if (!admitted.ok()) return Refuse(ctx, admitted.status());
     return Run(ctx, [this, c = *admitted, req, resp] {
       if (req->lease_id().empty()) return absl::InvalidArgumentError("lease_id: required");
-      auto l = deps_.hardware->Renew(c, req->lease_id());
+      auto l = RenewAny(c, req->lease_id());
       if (!l.ok()) return l.status();
-      ToProto(*l, resp);
-      Audit({{"kind", "lease_renewed"}, {"lease_id", l->lease_id}, {"board", l->device_id}, {"expires_us", l->expires_us}},
+      *resp = *l;
+      Audit({{"kind", "lease_renewed"}, {"lease_id", l->lease_id()}, {"board", l->device_id()},
+             {"expires_us", l->expires_us()}},
             c);
       return absl::OkStatus();
     });
@@ -262,7 +456,7 @@ class HardwareService final : public pb::Hardware::CallbackService {
         return absl::PermissionDeniedError(
             "force: taking another holder's lease is for admins (rule: admin); ask its holder or an admin");
       }
-      auto l = deps_.hardware->Release(c, req->lease_id(), req->device_id(), req->force());
+      auto l = ReleaseAny(c, req->lease_id(), req->device_id(), req->force());
       if (!l.ok()) return l.status();
       const bool kick = l->identity != c.identity;
       Audit({{"kind", kick ? "lease_kicked" : "lease_released"}, {"lease_id", l->lease_id}, {"board", l->device_id},
@@ -277,6 +471,13 @@ class HardwareService final : public pb::Hardware::CallbackService {
     auto admitted = CallerOf(ctx, "Hardware.Reset", req->lease_id());
     if (!admitted.ok()) return Refuse(ctx, admitted.status());
     return Run(ctx, [this, c = *admitted, req] {
+      auto remote = RemoteLease(c, req->device_id(), req->lease_id());
+      if (!remote.ok()) return remote.status();
+      if (remote->has_value()) {
+        auto s = ForwardReset(links_, **remote);
+        if (s.ok()) Audit({{"kind", "board_reset"}, {"board", (*remote)->board}, {"node", (*remote)->node}}, c);
+        return s;
+      }
       auto board = deps_.hardware->ResolveBoard(req->device_id(), c);
       if (!board.ok()) return board.status();
       auto s = deps_.hardware->Reset(c, *board);
@@ -318,9 +519,19 @@ class HardwareService final : public pb::Hardware::CallbackService {
     auto admitted = CallerOf(ctx, "Hardware.Debug", req->lease_id());
     if (!admitted.ok()) return Refuse(ctx, admitted.status());
     return Run(ctx, [this, c = *admitted, req, resp] {
+      std::vector<std::string> cmds(req->commands().begin(), req->commands().end());
+      auto remote = RemoteLease(c, req->device_id(), req->lease_id());
+      if (!remote.ok()) return remote.status();
+      if (remote->has_value()) {
+        std::string json;
+        auto outputs = ForwardDebug(links_, **remote, cmds, req->timeout_s(), &json);
+        if (!outputs.ok()) return outputs.status();
+        for (const auto& o : *outputs) resp->add_outputs(o);
+        resp->set_result_json(json);
+        return absl::OkStatus();
+      }
       auto board = deps_.hardware->ResolveBoard(req->device_id(), c);
       if (!board.ok()) return board.status();
-      std::vector<std::string> cmds(req->commands().begin(), req->commands().end());
       auto r = deps_.hardware->Debug(c, *board, cmds, req->timeout_s() > 0 ? req->timeout_s() * 1000 : 10000);
       if (!r.ok()) return r.status();
       for (const auto& o : r->outputs) resp->add_outputs(o);
@@ -341,7 +552,13 @@ class HardwareService final : public pb::Hardware::CallbackService {
       }
       pb::FlashRequest copy = *req;
       auto work = [st, svc, c = *admitted, copy] {
-        auto board = svc->deps_.hardware->ResolveBoard(copy.device_id(), c);
+        auto remote = svc->RemoteLease(c, copy.device_id(), copy.lease_id());
+        if (!remote.ok()) {
+          st->writer.Close(ToGrpcStatus(remote.status()));
+          return;
+        }
+        auto board = remote->has_value() ? absl::StatusOr<std::string>((*remote)->board)
+                                         : svc->deps_.hardware->ResolveBoard(copy.device_id(), c);
         if (!board.ok()) {
           st->writer.Close(ToGrpcStatus(board.status()));
           return;
@@ -365,6 +582,35 @@ class HardwareService final : public pb::Hardware::CallbackService {
           return;
         }
         if (!rules->flash_require_approval) approved = true;  // waived by the policy
+        auto progress = [st](const FlashProgressUpdate& u) {
+          pb::FlashProgress p;
+          p.set_stage(u.stage);
+          p.set_fraction(u.fraction);
+          p.set_message(u.message);
+          st->writer.Push(std::move(p));
+        };
+        if (remote->has_value()) {
+          // A board of another node: its bench flashes the bytes sent from here.
+          auto r = ForwardFlash(svc->links_, **remote, c, copy.image_path(), approved, progress, &st->cancel);
+          if (!r.ok()) {
+            st->writer.Close(ToGrpcStatus(r.status()));
+            return;
+          }
+          svc->Audit({{"kind", "lab_flash"}, {"board", *board}, {"node", (*remote)->node},
+                      {"lease_id", (*remote)->lease_id}, {"image", copy.image_path()}, {"image_sha256", r->sha256}},
+                     c);
+          pb::FlashProgress done;
+          done.set_stage("done");
+          done.set_fraction(1);
+          done.set_done(true);
+          done.set_image_sha256(r->sha256);
+          done.set_boot_line(r->boot_line);
+          done.set_seconds(r->seconds);
+          done.set_message(absl::StrCat("flashed ", *board, " on ", (*remote)->node));
+          st->writer.Push(std::move(done));
+          st->writer.Close(grpc::Status::OK);
+          return;
+        }
         FlashGuardPolicy guard;
         guard.check_fresh = rules->flash_require_fresh;
         guard.require_verified_toolchain = rules->flash_require_verified_toolchain;
@@ -372,15 +618,7 @@ class HardwareService final : public pb::Hardware::CallbackService {
         guard.ram_max_pct = rules->memory_ram_max_pct;
         guard.max_growth_bytes = rules->memory_max_growth_bytes;
         auto r = svc->deps_.hardware->Flash(
-            c, *board, copy.image_path(), approved, copy.project_root(),
-            [st](const FlashProgressUpdate& u) {
-              pb::FlashProgress p;
-              p.set_stage(u.stage);
-              p.set_fraction(u.fraction);
-              p.set_message(u.message);
-              st->writer.Push(std::move(p));
-            },
-            &st->cancel, guard);
+            c, *board, copy.image_path(), approved, copy.project_root(), progress, &st->cancel, guard);
         if (!r.ok()) {
           st->writer.Close(ToGrpcStatus(r.status()));
           return;
@@ -404,135 +642,61 @@ class HardwareService final : public pb::Hardware::CallbackService {
 
   grpc::ServerBidiReactor<pb::SerialClientMessage, pb::SerialServerMessage>* Serial(
       grpc::CallbackServerContext* ctx) override {
-    class Reactor final : public grpc::ServerBidiReactor<pb::SerialClientMessage, pb::SerialServerMessage> {
-     public:
-      Reactor(HardwareService* svc, grpc::CallbackServerContext* ctx) : svc_(svc), ctx_(ctx) {
-        writer_.Bind([this](const pb::SerialServerMessage* m) { StartWrite(m); },
-                     [this](grpc::Status s) { Finish(std::move(s)); });
-        if (!svc->deps_.hardware) {
-          writer_.Close(grpc::Status(grpc::StatusCode::UNAVAILABLE, "the hardware broker is not running"));
-          return;
-        }
-        StartRead(&in_);
-      }
-      void OnReadDone(bool ok) override {
-        if (!ok) {
-          // The client half-closed or went away: stop reading; keep writing
-          // until it cancels (a reader may half-close right away).
-          return;
-        }
-        if (in_.has_open()) {
-          if (reader_) {
-            Error("the stream is already open");
-          } else {
-            Open(in_.open());
-          }
-        } else if (!reader_) {
-          Error("send open first");
-        } else if (in_.kind_case() == pb::SerialClientMessage::kWrite) {
-          if (auto s = svc_->deps_.hardware->SerialWrite(caller_, board_, in_.write()); !s.ok()) Error(std::string(s.message()));
-        } else if (in_.kind_case() == pb::SerialClientMessage::kSendLine) {
-          if (auto s = svc_->deps_.hardware->SerialSendLine(caller_, board_, in_.send_line()); !s.ok()) {
-            Error(std::string(s.message()));
-          }
-        }
-        if (!writer_.done()) StartRead(&in_);
-      }
-      void OnWriteDone(bool ok) override { writer_.OnWriteDone(ok); }
-      void OnCancel() override { stop_ = true; }
-      void OnDone() override {
-        stop_ = true;
-        if (pump_.joinable()) {
-          if (pump_.get_id() == std::this_thread::get_id()) {
-            pump_.detach();
-          } else {
-            pump_.join();
-          }
-        }
-        if (reader_) svc_->deps_.hardware->CloseSerial(board_, reader_);
-        delete this;
-      }
+    SerialHooks hooks;
+    hooks.admit = [this, ctx](const pb::SerialOpen& o) { return CallerOf(ctx, "Hardware.Serial", o.lease_id()); };
+    if (deps_.lab_leases) {
+      hooks.relay = [this](const Caller& c, const pb::SerialOpen& o) -> absl::StatusOr<std::optional<SerialRelay>> {
+        auto remote = RemoteLease(c, o.device_id(), o.lease_id());
+        if (!remote.ok()) return remote.status();
+        if (!remote->has_value()) return std::optional<SerialRelay>();
+        auto channel = links_.ChannelTo((*remote)->node);
+        if (!channel.ok()) return channel.status();
+        SerialRelay r;
+        r.channel = *channel;
+        r.open = o;
+        r.open.set_device_id((*remote)->board);
+        r.open.set_lease_id((*remote)->lease_id);
+        return std::optional<SerialRelay>(std::move(r));
+      };
+    }
+    return new SerialReactor(deps_.hardware, std::move(hooks));
+  }
 
-     private:
-      void Error(const std::string& msg) {
-        pb::SerialServerMessage m;
-        m.set_error(msg);
-        writer_.Push(std::move(m));
+  // On a front: the caller's lab lease when the request is for a board of
+  // another node (nullopt for this node's boards). FAILED_PRECONDITION when
+  // the board is another node's and the caller holds no lease on it.
+  absl::StatusOr<std::optional<lab::LabLease>> RemoteLease(const Caller& c, const std::string& device_id,
+                                                           const std::string& lease_id) const {
+    if (!deps_.lab_leases) return std::optional<lab::LabLease>();
+    if (!device_id.empty() && IsLocal(device_id, {})) return std::optional<lab::LabLease>();
+    if (device_id.empty() && !IsLabLeaseId(lease_id)) {
+      // "" picks the caller's leased board: a local one first.
+      for (const auto& l : deps_.hardware->Leases()) {
+        if (l.identity == c.identity) return std::optional<lab::LabLease>();
       }
-      void Open(const pb::SerialOpen& o) {
-        auto admitted = svc_->CallerOf(ctx_, "Hardware.Serial", o.lease_id());
-        if (!admitted.ok()) {
-          writer_.Close(ToGrpcStatus(admitted.status()));
-          return;
-        }
-        caller_ = *admitted;
-        auto board = svc_->deps_.hardware->ResolveBoard(o.device_id(), caller_);
-        if (!board.ok()) {
-          writer_.Close(ToGrpcStatus(board.status()));
-          return;
-        }
-        board_ = *board;
-        auto r = svc_->deps_.hardware->OpenSerial(caller_, board_, o.from_history());
-        if (!r.ok()) {
-          writer_.Close(ToGrpcStatus(r.status()));
-          return;
-        }
-        reader_ = *r;
-        pb::SerialServerMessage hello;
-        hello.set_opened(board_);
-        writer_.Push(std::move(hello));
-        pump_ = std::thread([this] {
-          // Backpressure: lines wait in the reader's bounded queue (oldest
-          // dropped past its limit) while this client is slow; whatever has
-          // piled up goes out as one batch.
-          uint64_t reported_drops = 0;
-          while (writer_.WaitBelow(2, stop_)) {
-            SerialLine l;
-            auto n = reader_->Wait(l, 200);
-            if (n == SerialReader::Next::kTimeout) continue;
-            pb::SerialServerMessage m;
-            if (n == SerialReader::Next::kEnded) {
-              m.set_end_of_stream(true);
-              m.set_reason(reader_->end_reason());
-              m.set_daemon_stopping(svc_->deps_.hardware->stopping());
-              writer_.Push(std::move(m));
-              writer_.Close(grpc::Status::OK);
-              return;
-            }
-            auto add = [&m](SerialLine& x) {
-              auto* o = m.add_lines();
-              o->set_time_us(x.time_us);
-              o->set_line(std::move(x.text));
-              o->set_seq(x.seq);
-            };
-            add(l);
-            while (m.lines_size() < 512 && reader_->Wait(l, 0) == SerialReader::Next::kLine) add(l);
-            if (uint64_t d = reader_->dropped(); d != reported_drops) {
-              m.set_dropped(d - reported_drops);
-              reported_drops = d;
-            }
-            writer_.Push(std::move(m));
-          }
-          writer_.Close(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled"));
-        });
-      }
-
-      HardwareService* svc_;
-      grpc::CallbackServerContext* ctx_;
-      pb::SerialClientMessage in_;
-      QueuedWriter<pb::SerialServerMessage> writer_;
-      std::shared_ptr<SerialReader> reader_;
-      Caller caller_;
-      std::string board_;
-      std::atomic<bool> stop_{false};
-      std::thread pump_;
-    };
-    return new Reactor(this, ctx);
+    }
+    std::vector<lab::LabLease> found;
+    for (const auto& l : deps_.lab_leases->Mine()) {
+      if (!IsLabLeaseId(l.lease_id) || l.identity != c.identity) continue;
+      if (!device_id.empty() && l.board != device_id) continue;
+      if (!lease_id.empty() && l.lease_id != lease_id) continue;
+      found.push_back(l);
+    }
+    if (found.size() == 1) return std::optional<lab::LabLease>(found[0]);
+    if (device_id.empty()) {
+      if (found.empty()) return std::optional<lab::LabLease>();  // the local broker says what is missing
+      return absl::FailedPreconditionError("you hold several boards of the lab: name one (--board)");
+    }
+    return absl::FailedPreconditionError(absl::StrCat("board ", device_id,
+                                                      " is not on this node and you hold no lab lease on it "
+                                                      "(fwai hw lease ",
+                                                      device_id, ")"));
   }
 
  private:
   const ApiDeps deps_;
   ThreadPool workers_;
+  mutable LabLinks links_{deps_};
   std::atomic<int> holds_{0};
 };
 

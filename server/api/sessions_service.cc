@@ -16,6 +16,7 @@
 #include "fwai/v1/tool_catalog.grpc.pb.h"
 #include "server/agent/turn_manager.h"
 #include "server/api/api.h"
+#include "server/api/lab_forward.h"
 #include "server/api/gate.h"
 #include "server/api/offload.h"
 #include "server/tools/project_fs.h"
@@ -592,6 +593,7 @@ std::vector<std::unique_ptr<grpc::Service>> MakeServices(const ApiDeps& deps) {
   out.push_back(MakeKnowledgeService(deps));
   out.push_back(MakeToolCatalogService(deps));
   out.push_back(MakeHardwareService(deps));
+  out.push_back(MakeLabNodeService(deps));
   out.push_back(MakeProjectsService(deps));
   out.push_back(MakeSkillsService(deps));
   out.push_back(MakeEvidenceService(deps));

@@ -127,6 +127,15 @@ absl::StatusOr<Principal> Identities::ForCertificate(const std::string& subject,
         break;
       }
     }
+    if (found == nullptr && accept_lab_nodes_ && !common_name.empty()) {
+      p.id = "node:" + common_name;
+      p.user = common_name;
+      p.role = Role::kCi;
+      p.peer = peer;
+      p.verified_by = absl::StrCat("node certificate ", subject);
+      p.no_account_reason = "a node certificate acts for no account";
+      return p;
+    }
     if (found == nullptr) {
       return absl::UnauthenticatedError(absl::StrCat("the client certificate '", subject,
                                                      "' maps to no user (users.NAME.cert_subject in fwaid.yaml)"));

@@ -5,6 +5,7 @@
 // Reloadable; thread-safe.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -42,6 +43,11 @@ class Identities {
   [[nodiscard]] absl::StatusOr<Principal> ForCertificate(const std::string& subject, const std::string& common_name,
                                                          const std::string& peer);
 
+  // A node of a lab: a certificate from the trusted CA that maps to no
+  // user is another node (its CN), principal "node:CN", limited to LabNode
+  // calls by the gate.
+  void AcceptLabNodes(bool accept) { accept_lab_nodes_ = accept; }
+
   // Admins (root and fwaid's own user included) are not limited.
   LimitsConfig LimitsOf(const Principal& p);
   bool MayWriteSharedKnowledge(const Principal& p);
@@ -56,6 +62,7 @@ class Identities {
 
   TokenStore& tokens_;
   const uint32_t daemon_uid_;
+  std::atomic<bool> accept_lab_nodes_{false};
   std::mutex mu_;
   SecurityConfig config_ ABSL_GUARDED_BY(mu_);
 };

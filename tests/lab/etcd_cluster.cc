@@ -1,0 +1,173 @@
+#include "tests/lab/etcd_cluster.h"
+
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "tests/integration/daemon_fixture.h"
+
+namespace fwai::testing {
+
+int PickFreePort() {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  socklen_t len = sizeof(addr);
+  int port = 0;
+  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
+    port = ntohs(addr.sin_port);
+  }
+  close(fd);
+  return port;
+}
+
+EtcdCluster::EtcdCluster(int members) : members_(members) {
+  dir_ = MakeTempDir("fwai-etcd-");
+  for (int i = 0; i < members; ++i) {
+    members_[i].name = "m" + std::to_string(i + 1);
+    members_[i].data_dir = dir_ + "/" + members_[i].name;
+    members_[i].log = dir_ + "/" + members_[i].name + ".log";
+  }
+}
+
+EtcdCluster::~EtcdCluster() {
+  KillAll();
+  std::error_code ec;
+  std::filesystem::remove_all(dir_, ec);
+}
+
+void EtcdCluster::KillAll() {
+  for (int i = 0; i < size(); ++i) StopMember(i);
+}
+
+std::string EtcdCluster::endpoint(int i) const {
+  return "127.0.0.1:" + std::to_string(members_[i].client_port);
+}
+
+std::vector<std::string> EtcdCluster::endpoints() const {
+  std::vector<std::string> out;
+  for (int i = 0; i < size(); ++i) out.push_back(endpoint(i));
+  return out;
+}
+
+std::string EtcdCluster::endpoints_csv() const {
+  std::string out;
+  for (int i = 0; i < size(); ++i) out += (i ? ",http://" : "http://") + endpoint(i);
+  return out;
+}
+
+std::string EtcdCluster::log(int i) const {
+  std::ifstream in(members_[i].log);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+bool EtcdCluster::Launch(Member& m, bool fresh) {
+  const std::string client = "http://127.0.0.1:" + std::to_string(m.client_port);
+  const std::string peer = "http://127.0.0.1:" + std::to_string(m.peer_port);
+  std::vector<std::string> argv = {"/usr/bin/etcd",
+                                   "--name", m.name,
+                                   "--data-dir", m.data_dir,
+                                   "--listen-client-urls", client,
+                                   "--advertise-client-urls", client,
+                                   "--listen-peer-urls", peer,
+                                   "--initial-advertise-peer-urls", peer,
+                                   "--initial-cluster", initial_cluster_,
+                                   "--initial-cluster-state", fresh ? "new" : "existing",
+                                   "--initial-cluster-token", dir_,
+                                   "--logger", "zap",
+                                   "--log-level", "warn"};
+  pid_t pid = fork();
+  if (pid == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    int fd = open(m.log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0600);
+    int devnull = open("/dev/null", O_RDONLY);
+    dup2(devnull, 0);
+    dup2(fd, 1);
+    dup2(fd, 2);
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, nullptr);
+    std::vector<char*> args;
+    for (auto& a : argv) args.push_back(a.data());
+    args.push_back(nullptr);
+    execv(args[0], args.data());
+    _exit(127);
+  }
+  m.pid = pid;
+  return pid > 0;
+}
+
+bool EtcdCluster::Start() {
+  for (int attempt = 0; attempt < 5; ++attempt) {
+    KillAll();
+    initial_cluster_.clear();
+    for (auto& m : members_) {
+      std::error_code ec;
+      std::filesystem::remove_all(m.data_dir, ec);
+      std::filesystem::remove(m.log, ec);
+      m.client_port = PickFreePort();
+      m.peer_port = PickFreePort();
+      initial_cluster_ += (initial_cluster_.empty() ? "" : ",") + m.name + "=http://127.0.0.1:" + std::to_string(m.peer_port);
+    }
+    bool launched = true;
+    for (auto& m : members_) launched = launched && Launch(m, true);
+    if (!launched) return false;
+    bool ok = true;
+    for (int i = 0; i < size() && ok; ++i) ok = WaitServing(i);
+    if (ok) return true;
+    bool port_taken = false;
+    for (int i = 0; i < size(); ++i) port_taken = port_taken || log(i).find("address already in use") != std::string::npos;
+    if (!port_taken) return false;  // something else is wrong: the logs say what
+  }
+  return false;
+}
+
+void EtcdCluster::StopMember(int i) {
+  Member& m = members_[i];
+  if (m.pid <= 0) return;
+  kill(m.pid, SIGKILL);
+  waitpid(m.pid, nullptr, 0);
+  m.pid = -1;
+}
+
+bool EtcdCluster::StartMember(int i) {
+  // Its data dir holds its membership: "existing" is ignored then, as in production.
+  return members_[i].pid <= 0 && Launch(members_[i], false);
+}
+
+bool EtcdCluster::WaitServing(int i, int timeout_s) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s);
+  while (std::chrono::steady_clock::now() < deadline) {
+    Member& m = members_[i];
+    if (m.pid <= 0) return false;
+    if (waitpid(m.pid, nullptr, WNOHANG) == m.pid) {
+      m.pid = -1;
+      return false;  // it exited (a port taken, bad flags: see its log)
+    }
+    std::string out, err;
+    // A linearizable read: answers only with a leader and a quorum.
+    int rc = RunCommand({"/usr/bin/etcdctl", "--endpoints=http://" + endpoint(i), "--command-timeout=2s", "get",
+                         "/fwai-probe"},
+                        &out, &err, {"ETCDCTL_API=3"}, 10);
+    if (rc == 0) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return false;
+}
+
+}  // namespace fwai::testing

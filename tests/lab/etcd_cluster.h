@@ -1,0 +1,56 @@
+// Real etcd members (Debian's etcd-server) on loopback ports for the lab
+// tests: each with its own data dir under a temp dir.
+//
+// etcd cannot listen on port 0 and report the port, so ports are picked by
+// binding port 0 ourselves and closing the socket; a member that still finds
+// its port taken (another process got it in between) makes the whole
+// cluster start again on fresh ports, up to a few times.
+#pragma once
+
+#include <sys/types.h>
+
+#include <string>
+#include <vector>
+
+namespace fwai::testing {
+
+class EtcdCluster {
+ public:
+  explicit EtcdCluster(int members = 3);
+  ~EtcdCluster();  // kills every member
+
+  // Starts every member and waits until the cluster has a leader and serves.
+  bool Start();
+  // Stops member i (SIGKILL) / starts it again on its ports and data.
+  void StopMember(int i);
+  bool StartMember(int i);
+  // Waits until member i answers a linearizable read (it has a leader).
+  bool WaitServing(int i, int timeout_s = 30);
+
+  int size() const { return static_cast<int>(members_.size()); }
+  // "127.0.0.1:PORT" of each member's client URL.
+  std::vector<std::string> endpoints() const;
+  std::string endpoint(int i) const;
+  // "http://127.0.0.1:P1,http://..." for --etcd / etcdctl --endpoints.
+  std::string endpoints_csv() const;
+  pid_t pid(int i) const { return members_[i].pid; }
+  const std::string& dir() const { return dir_; }
+  std::string log(int i) const;
+
+ private:
+  struct Member {
+    std::string name, data_dir, log;
+    int client_port = 0, peer_port = 0;
+    pid_t pid = -1;
+  };
+  bool Launch(Member& m, bool fresh);
+  void KillAll();
+  std::string initial_cluster_;
+  std::string dir_;
+  std::vector<Member> members_;
+};
+
+// A free TCP port on 127.0.0.1 at the time of the call.
+int PickFreePort();
+
+}  // namespace fwai::testing

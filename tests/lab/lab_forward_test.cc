@@ -1,0 +1,310 @@
+// Board work through a front: flash (the image's bytes streamed) and serial
+// (both ways) forwarded to the owning bench over mutual TLS with node
+// certificates; the bench refuses anyone without a node certificate holding
+// the board's lab lease. Real etcd, real fwaids, a real QEMU board.
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "fwai/v1/auth.grpc.pb.h"
+#include "fwai/v1/hardware.grpc.pb.h"
+#include "fwai/v1/lab.grpc.pb.h"
+#include "server/lab/etcd_client.h"
+#include "server/lab/registry.h"
+#include "tests/integration/daemon_fixture.h"
+#include "tests/lab/etcd_cluster.h"
+
+namespace fwai::lab {
+namespace {
+
+using fwai::testing::Daemon;
+using fwai::testing::EtcdCluster;
+using fwai::testing::RunCommand;
+using Clock = std::chrono::steady_clock;
+namespace pb = ::fwai::v1;
+
+template <typename F>
+bool Eventually(F cond, std::chrono::milliseconds timeout) {
+  const auto deadline = Clock::now() + timeout;
+  while (Clock::now() < deadline) {
+    if (cond()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return cond();
+}
+
+std::string ReadText(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+bool FwaidTls(const std::vector<std::string>& args) {
+  std::vector<std::string> argv = {std::string(FWAI_BIN_DIR) + "/fwaid", "tls"};
+  argv.insert(argv.end(), args.begin(), args.end());
+  std::string out, err;
+  return RunCommand(argv, &out, &err) == 0;
+}
+
+class LabForward : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(std::filesystem::exists(FWAI_BLINKY_ELF)) << FWAI_BLINKY_ELF << " not built";
+    ASSERT_TRUE(cluster_.Start()) << cluster_.log(0);
+    etcd_ = *EtcdClient::Connect({cluster_.endpoints()});
+    tls_ = cluster_.dir() + "/tls";
+    ASSERT_TRUE(FwaidTls({"init", tls_, "--host", "127.0.0.1"}));
+    for (const char* who : {"front1", "front2", "alice"})
+      ASSERT_TRUE(FwaidTls({"issue", tls_, "--user", who}));
+    std::string eps;
+    for (const auto& e : cluster_.endpoints()) eps += (eps.empty() ? "" : ", ") + ("http://" + e);
+    const std::string lab = "lab:\n  etcd: [" + eps + "]\n  ttl_s: 3\n";
+    // The bench: one QEMU board, mutual TLS for the other nodes, and a
+    // person (alice) with a certificate of the same CA.
+    bench_ = std::make_unique<Daemon>(
+        nullptr,
+        lab + "  node: bench1\n  advertise: tls:127.0.0.1:0\n" + "tls: {cert: " + tls_ +
+            "/server.pem, key: " + tls_ + "/server.key, client_ca: " + tls_ + "/ca.pem}\n" +
+            "users:\n  alice: {role: user, cert_subject: \"CN=alice\"}\n" +
+            "hardware:\n  boards:\n    - {id: b1, kind: simulated, machine: stm32vldiscovery, "
+            "boot_pattern: booted, "
+            "tags: [stm32f1]}\n",
+        false);
+    bench_->AddListen("tls:127.0.0.1:0");
+    auto front = [&](const std::string& node) {
+      return std::make_unique<Daemon>(nullptr,
+                                      lab + "  node: " + node + "\n  cert: " + tls_ + "/" + node +
+                                          ".pem\n  key: " + tls_ + "/" + node +
+                                          ".key\n  ca: " + tls_ + "/ca.pem\n" +
+                                          "hardware:\n  default_simulated_board: false\n",
+                                      false);
+    };
+    front1_ = front("front1");
+    front2_ = front("front2");
+    for (Daemon* d : {bench_.get(), front1_.get(), front2_.get()})
+      ASSERT_TRUE(d->Start()) << d->log();
+    ASSERT_GT(bench_->TcpPort(), 0);
+    ASSERT_TRUE(Eventually(
+        [&] {
+          auto node = etcd_->Get("/fwai/nodes/bench1");
+          return node.ok() && node->has_value() &&
+                 (*node)->value.find(":" + std::to_string(bench_->TcpPort()) + "\"") !=
+                     std::string::npos;
+        },
+        std::chrono::seconds(10)))
+        << "the bench advertises the port its tls: listener bound\n"
+        << bench_->log();
+  }
+
+  pb::Lease Lease(Daemon& d, const std::string& board) {
+    auto hw = pb::Hardware::NewStub(d.channel());
+    grpc::ClientContext ctx;
+    pb::AcquireRequest req;
+    req.set_device_id(board);
+    req.set_ttl_s(60);
+    pb::Lease lease;
+    auto s = hw->Acquire(&ctx, req, &lease);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    return lease;
+  }
+
+  struct Flashed {
+    grpc::Status status;
+    std::string boot_line, sha256;
+    std::vector<std::string> stages;
+  };
+  Flashed Flash(Daemon& d, const std::string& board, const std::string& lease_id) {
+    auto hw = pb::Hardware::NewStub(d.channel());
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(120));
+    pb::FlashRequest req;
+    req.set_device_id(board);
+    req.set_lease_id(lease_id);
+    req.set_image_path(FWAI_BLINKY_ELF);
+    req.set_approved(true);
+    req.set_project_root(std::filesystem::path(FWAI_BLINKY_ELF).parent_path().string());
+    auto reader = hw->Flash(&ctx, req);
+    Flashed out;
+    pb::FlashProgress p;
+    while (reader->Read(&p)) {
+      out.stages.push_back(p.stage());
+      if (p.done()) {
+        out.boot_line = p.boot_line();
+        out.sha256 = p.image_sha256();
+      }
+    }
+    out.status = reader->Finish();
+    return out;
+  }
+
+  // A channel to the bench's tls: listener as `who` (a certificate name, or "" for none).
+  std::shared_ptr<grpc::Channel> BenchAs(const std::string& who) {
+    grpc::SslCredentialsOptions o;
+    o.pem_root_certs = ReadText(tls_ + "/ca.pem");
+    if (!who.empty()) {
+      o.pem_cert_chain = ReadText(tls_ + "/" + who + ".pem");
+      o.pem_private_key = ReadText(tls_ + "/" + who + ".key");
+    }
+    return grpc::CreateChannel("127.0.0.1:" + std::to_string(bench_->TcpPort()),
+                               grpc::SslCredentials(o));
+  }
+
+  // LabNode.Flash on the bench directly, with a few bytes of image.
+  grpc::Status FlashOnBench(const std::shared_ptr<grpc::Channel>& ch, const std::string& lease_id,
+                            const std::string& token = "") {
+    auto stub = pb::LabNode::NewStub(ch);
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+    if (!token.empty()) ctx.AddMetadata("authorization", "Bearer " + token);
+    auto stream = stub->Flash(&ctx);
+    pb::LabFlashRequest start;
+    start.mutable_start()->set_device_id("b1");
+    start.mutable_start()->set_lease_id(lease_id);
+    start.mutable_start()->set_file_name("evil.bin");
+    start.mutable_start()->set_size(4);
+    start.mutable_start()->set_approved(true);
+    pb::LabFlashRequest data;
+    data.set_data("\xde\xad\xbe\xef");
+    if (stream->Write(start) && stream->Write(data)) stream->WritesDone();
+    pb::FlashProgress p;
+    while (stream->Read(&p)) {
+    }
+    return stream->Finish();
+  }
+
+  EtcdCluster cluster_{1};
+  std::unique_ptr<EtcdClient> etcd_;
+  std::string tls_;
+  std::unique_ptr<Daemon> bench_, front1_, front2_;
+};
+
+TEST_F(LabForward, FlashThroughAFrontBootsTheBenchsBoardAndSerialPingPongs) {
+  pb::Lease lease = Lease(*front1_, "b1");
+  ASSERT_EQ(lease.node(), "bench1");
+  Flashed f = Flash(*front1_, "b1", lease.lease_id());
+  ASSERT_TRUE(f.status.ok()) << f.status.error_message() << "\nbench:\n" << bench_->log();
+  EXPECT_NE(f.boot_line.find("stm32vl-blinky"), std::string::npos) << f.boot_line;
+  EXPECT_NE(f.boot_line.find("booted"), std::string::npos) << f.boot_line;
+  EXPECT_EQ(f.sha256.size(), 64u);
+  // The bench's own stages came through the front.
+  EXPECT_NE(std::find(f.stages.begin(), f.stages.end(), "booting"), f.stages.end());
+
+  // Serial through the front, both ways.
+  auto hw = pb::Hardware::NewStub(front1_->channel());
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+  auto stream = hw->Serial(&ctx);
+  pb::SerialClientMessage open;
+  open.mutable_open()->set_device_id("b1");
+  open.mutable_open()->set_lease_id(lease.lease_id());
+  ASSERT_TRUE(stream->Write(open));
+  pb::SerialServerMessage m;
+  ASSERT_TRUE(stream->Read(&m));
+  ASSERT_EQ(m.opened(), "b1") << m.error() << m.reason();
+  pb::SerialClientMessage ping;
+  ping.set_send_line("ping");
+  ASSERT_TRUE(stream->Write(ping));
+  bool pong = false;
+  while (!pong && stream->Read(&m)) {
+    ASSERT_TRUE(m.error().empty()) << m.error();
+    for (const auto& l : m.lines()) pong = pong || l.line() == "pong";
+  }
+  EXPECT_TRUE(pong);
+
+  // GDB commands through the front, on the bench's board.
+  {
+    grpc::ClientContext dctx;
+    pb::DebugRequest req;
+    req.set_device_id("b1");
+    req.set_lease_id(lease.lease_id());
+    req.add_commands("print counter");
+    pb::DebugResponse resp;
+    auto st = hw->Debug(&dctx, req, &resp);
+    ASSERT_TRUE(st.ok()) << st.error_message() << "\nbench:\n" << bench_->log();
+    ASSERT_EQ(resp.outputs_size(), 1);
+    EXPECT_NE(resp.outputs(0).find("counter = "), std::string::npos) << resp.outputs(0);
+  }
+
+  // The lease released through the front ends the stream on the bench.
+  {
+    auto hw2 = pb::Hardware::NewStub(front1_->channel());
+    grpc::ClientContext rctx;
+    pb::ReleaseRequest req;
+    req.set_lease_id(lease.lease_id());
+    pb::ReleaseResponse resp;
+    ASSERT_TRUE(hw2->Release(&rctx, req, &resp).ok());
+  }
+  std::string reason;
+  while (stream->Read(&m)) {
+    if (m.end_of_stream()) reason = m.reason();
+  }
+  EXPECT_NE(reason.find("ended"), std::string::npos) << reason;
+  stream->WritesDone();
+  stream->Finish();
+}
+
+TEST_F(LabForward, TheBenchRefusesAnyoneWithoutANodeCertificateHoldingTheLease) {
+  // front1 holds the board; front2 comes with its own (valid) node
+  // certificate but without the lease: refused, through its front or directly.
+  pb::Lease lease = Lease(*front1_, "b1");
+  Flashed other = Flash(*front2_, "b1", "");
+  EXPECT_EQ(other.status.error_code(), grpc::StatusCode::FAILED_PRECONDITION)
+      << other.status.error_message();
+  grpc::Status s = FlashOnBench(BenchAs("front2"), lease.lease_id());
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED) << s.error_message();
+  EXPECT_NE(s.error_message().find("holds no lab lease"), std::string::npos) << s.error_message();
+  // A person's certificate (alice is a user of the bench) is not a node's.
+  s = FlashOnBench(BenchAs("alice"), lease.lease_id());
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED) << s.error_message();
+  EXPECT_NE(s.error_message().find("lab node certificate"), std::string::npos) << s.error_message();
+  // No certificate at all.
+  s = FlashOnBench(BenchAs(""), lease.lease_id());
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAUTHENTICATED) << s.error_message();
+  // A user token (an admin's, even) is not a node certificate.
+  std::string token;
+  {
+    grpc::ClientContext ctx;
+    pb::CreateTokenRequest req;
+    req.set_user("ci-runner");
+    req.set_role("admin");
+    pb::CreateTokenResponse resp;
+    auto st = pb::Auth::NewStub(bench_->channel())->CreateToken(&ctx, req, &resp);
+    ASSERT_TRUE(st.ok()) << st.error_message();
+    token = resp.token();
+  }
+  s = FlashOnBench(BenchAs(""), lease.lease_id(), token);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED) << s.error_message();
+  // A node certificate is nobody's account: nothing but LabNode.
+  {
+    auto hw = pb::Hardware::NewStub(BenchAs("front1"));
+    grpc::ClientContext ctx;
+    pb::ListDevicesResponse resp;
+    auto st = hw->ListDevices(&ctx, {}, &resp);
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::PERMISSION_DENIED) << st.error_message();
+  }
+  // The holder's node certificate is let in (the 4 bytes are then refused as an image).
+  s = FlashOnBench(BenchAs("front1"), lease.lease_id());
+  EXPECT_NE(s.error_code(), grpc::StatusCode::PERMISSION_DENIED) << s.error_message();
+  EXPECT_NE(s.error_code(), grpc::StatusCode::UNAUTHENTICATED) << s.error_message();
+  // ...and once the lease is released, it is refused too.
+  {
+    auto hw = pb::Hardware::NewStub(front1_->channel());
+    grpc::ClientContext ctx;
+    pb::ReleaseRequest req;
+    req.set_lease_id(lease.lease_id());
+    pb::ReleaseResponse resp;
+    ASSERT_TRUE(hw->Release(&ctx, req, &resp).ok());
+  }
+  s = FlashOnBench(BenchAs("front1"), lease.lease_id());
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED) << s.error_message();
+}
+
+}  // namespace
+}  // namespace fwai::lab

@@ -66,6 +66,7 @@ const std::vector<RpcRule>& RpcRules() {
       {"Hardware.Reset", Need::kAnyone},
       {"Hardware.SetHealth", Need::kAdmin},
       {"Hardware.SelfTest", Need::kAdmin},
+      {"Hardware.Who", Need::kAnyone},
       // A project is read and built as its owner's account.
       {"Projects.Init", Need::kLocalAccount},
       {"Projects.GetConfig", Need::kLocalAccount},

@@ -141,6 +141,26 @@ class HardwareService final : public pb::Hardware::CallbackService {
     });
   }
 
+  grpc::ServerUnaryReactor* Who(grpc::CallbackServerContext* ctx, const pb::WhoRequest*,
+                                pb::WhoResponse* resp) override {
+    auto c = CallerOf(ctx, "Hardware.Who");
+    if (!c.ok()) return Refuse(ctx, c.status());
+    return Run(ctx, [this, resp] {
+      for (const auto& l : deps_.hardware->Leases()) ToProto(l, resp->add_leases());
+      for (const auto& w : deps_.hardware->Waiters()) {
+        auto* o = resp->add_waiters();
+        o->set_holder(w.holder);
+        o->set_wants(w.wants);
+        for (const auto& id : w.candidates) o->add_device_ids(id);
+        o->set_position(w.position);
+        o->set_since_us(w.since_us);
+        o->set_until_us(w.until_us);
+        o->set_session_id(w.session_id);
+      }
+      return absl::OkStatus();
+    });
+  }
+
   grpc::ServerUnaryReactor* Acquire(grpc::CallbackServerContext* ctx, const pb::AcquireRequest* req,
                                     pb::Lease* resp) override {
     auto admitted = CallerOf(ctx, "Hardware.Acquire", "", req->session_id());

@@ -424,7 +424,9 @@ absl::StatusOr<LeaseRecord> HardwareBroker::Acquire(const Caller& caller, const 
     return absl::FailedPreconditionError(absl::StrCat("board ", id, " is ", health, reason.empty() ? "" : ": " + reason,
                                                       "; it is not handed out (fwai hw test ", id, " re-checks it)"));
   };
-  auto lease = leases_->Acquire(candidates, who, ttl_s, wait_s * 1000, available, cancelled);
+  const std::string wants =
+      device_id.empty() ? absl::StrCat("tags ", absl::StrJoin(tags, ", ")) : device_id;
+  auto lease = leases_->Acquire(candidates, who, ttl_s, wait_s * 1000, available, cancelled, wants);
   if (!lease.ok()) return lease;
   if (Board* b = FindBoard(lease->device_id); b && b->simulated()) {
     std::lock_guard op(b->op_mu);
@@ -459,6 +461,8 @@ absl::StatusOr<LeaseRecord> HardwareBroker::Release(const Caller& caller, const 
 void HardwareBroker::SessionEnded(const std::string& session_id) { leases_->ReleaseSession(session_id); }
 
 std::vector<LeaseRecord> HardwareBroker::Leases() const { return leases_->All(); }
+
+std::vector<LeaseWaiter> HardwareBroker::Waiters() const { return leases_->Waiters(); }
 
 void HardwareBroker::OnLeaseEnded(const LeaseRecord& lease, const std::string& reason) {
   spdlog::info("lease {} on {} ({}) ended: {}", lease.lease_id, lease.device_id, lease.holder, reason);

@@ -148,6 +148,8 @@ class HardwareBroker {
                                                     const std::string& device_id, bool force);
   void SessionEnded(const std::string& session_id);
   std::vector<LeaseRecord> Leases() const;
+  // Who waits for a board (Acquire with a wait), earliest first.
+  std::vector<LeaseWaiter> Waiters() const;
 
   [[nodiscard]] absl::StatusOr<FlashResult> Flash(
       const Caller& caller, const std::string& board, const std::string& image, bool approved,

@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <spawn.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <termios.h>
 #include <unistd.h>
@@ -16,6 +17,7 @@
 #include <filesystem>
 #include <fstream>
 #include <regex>
+#include <sstream>
 #include <thread>
 
 #include <nlohmann/json.hpp>
@@ -268,6 +270,93 @@ TEST_F(HwTest, ContendersWaitAndLapsedHoldersLoseTheirLease) {
   ASSERT_TRUE(d_->Start()) << d_->log();
   ASSERT_EQ(Fwai({"--json", "hw", "who"}, &out, &err), 0);
   EXPECT_NE(out.find("dave"), std::string::npos) << out;
+}
+
+// Waiting is a first-come first-served queue: three callers that queue for
+// a held board get it in the order they came, one that gives up (its client
+// dies) leaves the queue, and `fwai hw who` shows holders and waiters with
+// their place in line.
+TEST_F(HwTest, WaitersAreServedInTheOrderTheyCameAndWhoShowsThem) {
+  StartDaemon();
+  std::string out, err;
+  ASSERT_EQ(Fwai({"hw", "lease", "sim-stm32vl", "--session", "first"}, &out, &err), 0) << err;
+  // The waiters, one line each from `hw who --json`, earliest first.
+  auto waiters = [&] {
+    std::vector<json> w;
+    EXPECT_EQ(Fwai({"--json", "hw", "who"}, &out, &err), 0) << err;
+    std::istringstream lines(out);
+    for (std::string line; std::getline(lines, line);) {
+      auto j = json::parse(line, nullptr, false);
+      if (j.is_object() && j.value("waiting", false)) w.push_back(j);
+    }
+    return w;
+  };
+  auto holder = [&] {
+    EXPECT_EQ(Fwai({"--json", "hw", "who"}, &out, &err), 0) << err;
+    std::istringstream lines(out);
+    for (std::string line; std::getline(lines, line);) {
+      auto j = json::parse(line, nullptr, false);
+      if (j.is_object() && j.value("device_id", "") == "sim-stm32vl")
+        return j.value("session_id", "");
+    }
+    return std::string();
+  };
+  auto wait_for_waiters = [&](size_t n) {
+    for (int i = 0; i < 600 && waiters().size() != n; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    return waiters().size() == n;
+  };
+  const std::string bin = std::string(FWAI_BIN_DIR) + "/fwai";
+  auto waiter = [&](const std::string& session, const std::vector<std::string>& what) {
+    std::vector<std::string> argv = {bin, "--daemon", d_->address(), "hw", "lease"};
+    argv.insert(argv.end(), what.begin(), what.end());
+    argv.insert(argv.end(), {"--session", session, "--wait", "120"});
+    return std::make_unique<BackgroundCommand>(argv);
+  };
+  std::vector<std::unique_ptr<BackgroundCommand>> queued;
+  queued.push_back(waiter("w1", {"sim-stm32vl"}));
+  ASSERT_TRUE(wait_for_waiters(1));
+  auto quitter = waiter("quitter", {"sim-stm32vl"});
+  ASSERT_TRUE(wait_for_waiters(2));
+  queued.push_back(waiter("w2", {"--tag", "simulated"}));
+  ASSERT_TRUE(wait_for_waiters(3));
+  queued.push_back(waiter("w3", {"sim-stm32vl"}));
+  ASSERT_TRUE(wait_for_waiters(4));
+  // The quitter's client dies: it leaves the queue, the others move up.
+  kill(quitter->pid(), SIGKILL);
+  quitter->Wait(10);
+  ASSERT_TRUE(wait_for_waiters(3));
+  auto w = waiters();
+  ASSERT_EQ(w.size(), 3u);
+  const std::vector<std::string> order = {"w1", "w2", "w3"};
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(w[i].value("session_id", ""), order[i]) << w[i].dump();
+    EXPECT_EQ(w[i].value("position", 0), static_cast<int>(i + 1)) << w[i].dump();
+    EXPECT_GT(w[i].value("since_us", int64_t{0}), 0) << w[i].dump();
+    EXPECT_NE(w[i].value("holder", "").find("uid 0"), std::string::npos) << w[i].dump();
+    EXPECT_EQ(w[i].value("node", ""), "") << w[i].dump();
+  }
+  EXPECT_EQ(w[1].value("wants", ""), "tags simulated");
+  EXPECT_EQ(w[0].value("wants", ""), "sim-stm32vl");
+  // A caller that does not wait cannot jump the queue, even while the board
+  // is between two holders.
+  EXPECT_EQ(Fwai({"hw", "lease", "sim-stm32vl", "--session", "jumper"}, &out, &err), 1);
+  EXPECT_NE(err.find("3 callers wait before you"), std::string::npos) << err;
+  // The text form shows both tables.
+  ASSERT_EQ(Fwai({"hw", "who"}, &out, &err), 0) << err;
+  EXPECT_NE(out.find("first"), std::string::npos) << out;
+  EXPECT_NE(out.find("WAITING"), std::string::npos) << out;
+  EXPECT_NE(out.find("tags simulated"), std::string::npos) << out;
+  // Each release hands the board to the next in line.
+  for (size_t i = 0; i < 3; ++i) {
+    ASSERT_EQ(Fwai({"hw", "release", "sim-stm32vl"}, &out, &err), 0) << err;
+    ASSERT_TRUE(queued[i]->WaitForOutput("leased sim-stm32vl", 60))
+        << order[i] << ": " << queued[i]->err();
+    EXPECT_EQ(queued[i]->Wait(10), 0);
+    EXPECT_EQ(holder(), order[i]);
+    EXPECT_EQ(waiters().size(), 2 - i);
+  }
+  ASSERT_EQ(Fwai({"hw", "release", "sim-stm32vl"}, &out, &err), 0) << err;
 }
 
 TEST_F(HwTest, ThreeReadersSeeTheSameLinesAndUnplugEndsThemCleanly) {

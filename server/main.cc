@@ -600,6 +600,8 @@ int Main(int argc, char** argv) {
   std::string run_dir = config.data_dir + "/run";
   if (run_dir.size() > 60) run_dir = absl::StrCat("/tmp/fwai-", getuid(), "/run-", getpid());
   HardwareBroker hardware(config.hardware, **storage, run_dir);
+  if (config.hardware.keep_serial_transcripts)
+    hardware.SetTranscriptDir(config.data_dir + "/artifacts/serial");
   {
     // The simulated boards' bootloader trusts the keys rollouts require.
     std::vector<std::string> ota_keys;

@@ -236,7 +236,11 @@ class HardwareService final : public pb::Hardware::CallbackService {
           }
           lock.unlock();
           if (svc->deps_.hardware->Release(c, l->lease_id, "", false).ok()) {
-            svc->Audit({{"kind", "lease_released"}, {"lease_id", l->lease_id}, {"board", l->device_id}}, c);
+            nlohmann::json rec = {
+                {"kind", "lease_released"}, {"lease_id", l->lease_id}, {"board", l->device_id}};
+            if (auto t = svc->deps_.hardware->TakeTranscript(l->lease_id); !t.is_null())
+              rec["serial_transcript"] = t;
+            svc->Audit(rec, c);
           }
           st->writer.Close(grpc::Status(grpc::StatusCode::CANCELLED, "lease released"));
         }).detach();
@@ -285,9 +289,15 @@ class HardwareService final : public pb::Hardware::CallbackService {
       auto l = deps_.hardware->Release(c, req->lease_id(), req->device_id(), req->force());
       if (!l.ok()) return l.status();
       const bool kick = l->identity != c.identity;
-      Audit({{"kind", kick ? "lease_kicked" : "lease_released"}, {"lease_id", l->lease_id}, {"board", l->device_id},
-             {"holder", l->identity}, {"holder_name", l->holder}, {"admin_override", kick}},
-            c);
+      nlohmann::json rec = {{"kind", kick ? "lease_kicked" : "lease_released"},
+                            {"lease_id", l->lease_id},
+                            {"board", l->device_id},
+                            {"holder", l->identity},
+                            {"holder_name", l->holder},
+                            {"admin_override", kick}};
+      if (auto t = deps_.hardware->TakeTranscript(l->lease_id); !t.is_null())
+        rec["serial_transcript"] = t;
+      Audit(rec, c);
       return absl::OkStatus();
     });
   }

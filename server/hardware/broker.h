@@ -7,6 +7,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <regex>
 #include <string>
@@ -124,6 +125,14 @@ class HardwareBroker {
   void Shutdown();
   // Receives a run record per flash (the evidence log).
   void SetRunRecorder(std::function<void(const nlohmann::json&)> recorder) { recorder_ = std::move(recorder); }
+  // With hardware.keep_serial_transcripts: where each lease's serial output
+  // is kept, content-addressed (DIR/SHA256.log, mode 0600).
+  void SetTranscriptDir(std::string dir) { transcript_dir_ = std::move(dir); }
+  // The transcript of a lease its holder (or an admin) just released, for the
+  // record of that release: {sha256, bytes, lines, path, first_seq, lost_lines};
+  // null if none. Leases that end otherwise (TTL, session) get their own
+  // lease_ended record with it.
+  nlohmann::json TakeTranscript(const std::string& lease_id);
   // Finds the build record (a skill run) that produced the image with this
   // SHA-256, for the guard's toolchain and growth rules; null if none.
   void SetBuildRecordLookup(std::function<nlohmann::json(const std::string& sha256)> lookup) {
@@ -226,6 +235,11 @@ class HardwareBroker {
   struct Supervisor;
   std::unique_ptr<Supervisor> supervisor_;
   std::function<void(const nlohmann::json&)> recorder_;
+  std::string transcript_dir_;
+  std::mutex transcripts_mu_;
+  std::map<std::string, uint64_t> transcript_from_;    // lease id -> first serial seq
+  std::map<std::string, nlohmann::json> transcripts_;  // lease id -> transcript, until taken
+  nlohmann::json KeepTranscript(const LeaseRecord& lease);
   std::function<nlohmann::json(const std::string&)> build_record_;
   std::string sbom_version_, dpkg_admindir_;
   std::string ota_dir_;

@@ -359,6 +359,89 @@ TEST_F(HwTest, WaitersAreServedInTheOrderTheyCameAndWhoShowsThem) {
   ASSERT_EQ(Fwai({"hw", "release", "sim-stm32vl"}, &out, &err), 0) << err;
 }
 
+// hardware.keep_serial_transcripts: the serial output of a lease is kept
+// with the record of its release (its SHA-256 in the record, its bytes in the
+// data dir), and a lease that lapses gets a lease_ended record with its own.
+// Without the setting, nothing is kept.
+TEST_F(HwTest, SerialTranscriptsAreKeptWithTheLeasesRecord) {
+  for (const bool keep : {true, false}) {
+    SCOPED_TRACE(keep ? "kept" : "not kept");
+    StartDaemon(keep ? "hardware:\n  keep_serial_transcripts: true\n" : "");
+    const std::string elf = BuildExample();
+    std::string out, err;
+    ASSERT_EQ(Fwai({"hw", "lease", "sim-stm32vl"}, &out, &err), 0) << err;
+    ASSERT_EQ(Fwai({"flash", "--yes", "sim-stm32vl", elf}, &out, &err), 0) << out << err;
+    ASSERT_EQ(
+        Fwai({"monitor", "--send", "ping", "--until", "^pong$", "--timeout", "10"}, &out, &err), 0)
+        << err;
+    ASSERT_EQ(Fwai({"hw", "release", "sim-stm32vl"}, &out, &err), 0) << err;
+    // A second lease that lapses (TTL 3 s) after its own line.
+    ASSERT_EQ(
+        Fwai({"hw", "lease", "sim-stm32vl", "--ttl", "3", "--session", "lapsing"}, &out, &err), 0)
+        << err;
+    ASSERT_EQ(
+        Fwai({"monitor", "--send", "ping", "--until", "^pong$", "--timeout", "10"}, &out, &err), 0)
+        << err;
+    json released, lapsed;
+    for (int i = 0; i < 200 && lapsed.is_null(); ++i) {
+      ASSERT_EQ(Fwai({"--json", "evidence", "ls"}, &out, &err), 0) << err;
+      std::istringstream lines(out);
+      for (std::string line; std::getline(lines, line);) {
+        auto j = json::parse(line, nullptr, false);
+        if (!j.is_object()) continue;
+        const json& rec = j["record"];
+        if (rec.value("kind", "") == "lease_released") released = rec;
+        if (rec.value("kind", "") == "lease_ended") lapsed = rec;
+      }
+      if (!keep) {
+        // Nothing to wait for: the lapse is seen in who.
+        ASSERT_EQ(Fwai({"--json", "hw", "who"}, &out, &err), 0) << err;
+        if (out.find("lapsing") == std::string::npos) break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    ASSERT_FALSE(released.is_null()) << out;
+    const std::string dir = d_->data_dir() + "/artifacts/serial";
+    if (!keep) {
+      EXPECT_FALSE(released.contains("serial_transcript")) << released.dump();
+      EXPECT_TRUE(lapsed.is_null()) << lapsed.dump();
+      EXPECT_FALSE(fs::exists(dir));
+      break;
+    }
+    ASSERT_TRUE(released.contains("serial_transcript")) << released.dump();
+    const json t = released["serial_transcript"];
+    const std::string sha = t.value("sha256", "");
+    ASSERT_EQ(sha.size(), 64u) << t.dump();
+    EXPECT_EQ(t.value("path", ""), dir + "/" + sha + ".log");
+    std::ifstream in(dir + "/" + sha + ".log", std::ios::binary);
+    std::stringstream bytes;
+    bytes << in.rdbuf();
+    const std::string text = bytes.str();
+    EXPECT_NE(text.find("stm32vl-blinky 1.0.0 booted"), std::string::npos) << text;
+    EXPECT_NE(text.find("pong"), std::string::npos) << text;
+    EXPECT_EQ(t.value("bytes", size_t{0}), text.size());
+    EXPECT_EQ(t.value("lost_lines", 1), 0);
+    std::string hash_out;
+    ASSERT_EQ(RunCommand({"sha256sum", dir + "/" + sha + ".log"}, &hash_out, &err), 0);
+    EXPECT_EQ(hash_out.substr(0, 64), sha) << "the record's hash is the kept bytes' hash";
+    struct stat st {};
+    ASSERT_EQ(stat((dir + "/" + sha + ".log").c_str(), &st), 0);
+    EXPECT_EQ(st.st_mode & 0777, 0600u);
+    // The lapsed lease: its record, its transcript, which has only its own lines.
+    ASSERT_FALSE(lapsed.is_null()) << "no lease_ended record";
+    EXPECT_NE(lapsed.value("reason", "").find("TTL"), std::string::npos) << lapsed.dump();
+    const json t2 = lapsed["serial_transcript"];
+    std::ifstream in2(t2.value("path", ""), std::ios::binary);
+    std::stringstream bytes2;
+    bytes2 << in2.rdbuf();
+    EXPECT_NE(bytes2.str().find("pong"), std::string::npos) << t2.dump();
+    EXPECT_EQ(bytes2.str().find("booted"), std::string::npos)
+        << "the earlier lease's lines: " << bytes2.str();
+    ASSERT_EQ(Fwai({"evidence", "verify"}, &out, &err), 0) << out << err;
+    d_.reset();
+  }
+}
+
 TEST_F(HwTest, ThreeReadersSeeTheSameLinesAndUnplugEndsThemCleanly) {
   StartDaemon();
   const std::string elf = BuildExample();

@@ -164,7 +164,7 @@ Gate::~Gate() {
 }
 
 absl::StatusOr<Principal> Gate::Identify(grpc::CallbackServerContext* ctx) {
-  const std::string peer = ctx->peer();
+  const std::string peer = peers_.Real(ctx->peer());
   std::string key;
   int64_t uid = peers_.Uid(peer);
   std::string token_id, subject, cn;
@@ -211,7 +211,7 @@ absl::StatusOr<Principal> Gate::Identify(grpc::CallbackServerContext* ctx) {
 absl::StatusOr<Principal> Gate::Admit(grpc::CallbackServerContext* ctx, std::string_view rpc) {
   auto p = Identify(ctx);
   if (!p.ok()) {
-    RecordRefusal(std::string(rpc), "", ctx->peer(), p.status());
+    RecordRefusal(std::string(rpc), "", peers_.Real(ctx->peer()), p.status());
     return p.status();
   }
   auto rule = rules_.find(rpc);

@@ -422,7 +422,7 @@ TEST_F(HwTest, SerialTranscriptsAreKeptWithTheLeasesRecord) {
     EXPECT_EQ(t.value("bytes", size_t{0}), text.size());
     EXPECT_EQ(t.value("lost_lines", 1), 0);
     std::string hash_out;
-    ASSERT_EQ(RunCommand({"sha256sum", dir + "/" + sha + ".log"}, &hash_out, &err), 0);
+    ASSERT_EQ(RunCommand({"/usr/bin/sha256sum", dir + "/" + sha + ".log"}, &hash_out, &err), 0);
     EXPECT_EQ(hash_out.substr(0, 64), sha) << "the record's hash is the kept bytes' hash";
     struct stat st {};
     ASSERT_EQ(stat((dir + "/" + sha + ".log").c_str(), &st), 0);

@@ -882,7 +882,7 @@ class UnixPeerAttackTest : public SecurityTest {
   // `fwai ARGS...` run as `user` (runuser), against the group socket.
   int AsUser(const std::string& user, std::vector<std::string> args, std::string* out,
              std::string* err, const std::string& group = "") {
-    std::vector<std::string> argv = {"runuser", "-u", user};
+    std::vector<std::string> argv = {"/usr/sbin/runuser", "-u", user};
     if (!group.empty()) argv.insert(argv.end(), {"-g", group});
     argv.insert(argv.end(), {"--", std::string(FWAI_BIN_DIR) + "/fwai", "--daemon", d_->address()});
     argv.insert(argv.end(), args.begin(), args.end());

@@ -573,8 +573,9 @@ absl::StatusOr<DaemonConfig> ParseConfig(const std::string& yaml_text, const std
     }
     if (auto n = root["mcp_servers"]) CFG_TRY(ParseMcpServersNode(r, n, c.mcp_servers));
     if (auto n = root["hardware"]) {
-      CFG_TRY(r.CheckKeys(n, "hardware", {"sysfs_root", "dev_root", "history_lines", "default_ttl_s", "max_ttl_s",
-                                          "default_simulated_board", "boards"}));
+      CFG_TRY(r.CheckKeys(n, "hardware",
+                          {"sysfs_root", "dev_root", "history_lines", "default_ttl_s", "max_ttl_s",
+                           "default_simulated_board", "keep_serial_transcripts", "boards"}));
       auto& h = c.hardware;
       if (n["sysfs_root"]) CFG_TRY(r.String(n["sysfs_root"], "hardware.sysfs_root", h.sysfs_root));
       if (n["dev_root"]) CFG_TRY(r.String(n["dev_root"], "hardware.dev_root", h.dev_root));
@@ -586,6 +587,12 @@ absl::StatusOr<DaemonConfig> ParseConfig(const std::string& yaml_text, const std
           return r.Error(d, "hardware.default_simulated_board", "expected true or false");
         }
         h.default_simulated_board = d.Scalar() == "true";
+      }
+      if (auto k = n["keep_serial_transcripts"]) {
+        if (!k.IsScalar() || (k.Scalar() != "true" && k.Scalar() != "false")) {
+          return r.Error(k, "hardware.keep_serial_transcripts", "expected true or false");
+        }
+        h.keep_serial_transcripts = k.Scalar() == "true";
       }
       if (auto bs = n["boards"]) {
         if (!bs.IsSequence()) return r.Error(bs, "hardware.boards", "expected a list of boards");

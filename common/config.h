@@ -195,6 +195,9 @@ struct HardwareConfig {
   int default_ttl_s = 900;
   int max_ttl_s = 86400;
   bool default_simulated_board = true;  // with no boards configured: one simulated STM32VLDISCOVERY
+  // Each lease's serial output is kept (data dir artifacts/serial/SHA256.log)
+  // and named by its hash in the record of the lease's end.
+  bool keep_serial_transcripts = false;
   std::vector<BoardConfig> boards;
 };
 

@@ -12,7 +12,13 @@
 #include <signal.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
+#include <systemd/sd-daemon.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -21,6 +27,8 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <condition_variable>
+#include <cstddef>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -91,6 +99,10 @@ namespace {
 class UnixListener {
  public:
   UnixListener(std::string path, UnixSocketConfig access) : path_(std::move(path)), access_(std::move(access)) {}
+  // A listening socket passed by systemd (socket activation): its path, mode
+  // and group are the .socket unit's; it is neither bound nor unlinked here,
+  // nor shut down (systemd keeps it for the next start).
+  UnixListener(int fd, std::string path) : path_(std::move(path)), fd_(fd), adopted_(true) {}
   ~UnixListener() { Stop(); }
 
   absl::Status Bind() {
@@ -152,11 +164,18 @@ class UnixListener {
   }
 
   void Start(grpc::Server* server, PeerRegistry* peers) {
+    // accept() after poll() must not block when the connection went away between.
+    fcntl(fd_, F_SETFL, fcntl(fd_, F_GETFL) | O_NONBLOCK);
+    wake_ = eventfd(0, EFD_CLOEXEC);
     thread_ = std::thread([this, server, peers] {
       while (!stopping_) {
+        pollfd p[2] = {{fd_, POLLIN, 0}, {wake_, POLLIN, 0}};
+        if (poll(p, 2, -1) < 0 && errno != EINTR) break;
+        if (stopping_) break;
+        if (!(p[0].revents & POLLIN)) continue;
         int c = accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);  // gRPC needs non-blocking fds
         if (c < 0) {
-          if (errno == EINTR || errno == ECONNABORTED) continue;
+          if (errno == EINTR || errno == ECONNABORTED || errno == EAGAIN) continue;
           if (stopping_) break;
           if (errno == EMFILE || errno == ENFILE) {
             spdlog::error("accept on {}: {}; retrying", path_, std::strerror(errno));
@@ -181,11 +200,13 @@ class UnixListener {
   void Stop() {
     if (fd_ < 0) return;
     stopping_ = true;
-    shutdown(fd_, SHUT_RDWR);
+    if (wake_ >= 0) (void)!write(wake_, "\1\0\0\0\0\0\0\0", 8);
     if (thread_.joinable()) thread_.join();
+    if (wake_ >= 0) close(wake_);
+    wake_ = -1;
     close(fd_);
     fd_ = -1;
-    unlink(path_.c_str());
+    if (!adopted_) unlink(path_.c_str());
   }
 
   const std::string& path() const { return path_; }
@@ -194,9 +215,200 @@ class UnixListener {
   const std::string path_;
   const UnixSocketConfig access_;
   int fd_ = -1;
+  const bool adopted_ = false;
+  int wake_ = -1;
   std::atomic<bool> stopping_{false};
   std::thread thread_;
 };
+
+// A TCP listening socket passed by systemd. gRPC cannot take over a listening
+// socket with TLS or local credentials, so each connection accepted here is
+// relayed, byte for byte (TLS stays end to end), to a private gRPC port on
+// 127.0.0.1 that has the same credentials as a TCP listener fwaid binds
+// itself; the client's real address is registered for the audit records.
+class TcpRelay {
+ public:
+  TcpRelay(int fd, std::string address) : fd_(fd), address_(std::move(address)) {}
+  ~TcpRelay() { Stop(); }
+
+  void Start(int target_port, PeerRegistry* peers) {
+    fcntl(fd_, F_SETFL, fcntl(fd_, F_GETFL) | O_NONBLOCK);
+    wake_ = eventfd(0, EFD_CLOEXEC);
+    thread_ = std::thread([this, target_port, peers] {
+      while (!stopping_) {
+        pollfd p[2] = {{fd_, POLLIN, 0}, {wake_, POLLIN, 0}};
+        if (poll(p, 2, -1) < 0 && errno != EINTR) break;
+        if (stopping_) break;
+        if (!(p[0].revents & POLLIN)) continue;
+        sockaddr_storage from{};
+        socklen_t from_len = sizeof(from);
+        int c = accept4(fd_, reinterpret_cast<sockaddr*>(&from), &from_len, SOCK_CLOEXEC);
+        if (c < 0) {
+          if (errno == EINTR || errno == ECONNABORTED || errno == EAGAIN) continue;
+          if (errno == EMFILE || errno == ENFILE) {
+            spdlog::error("accept on {}: {}; retrying", address_, std::strerror(errno));
+            std::this_thread::sleep_for(std::chrono::milliseconds(100));
+            continue;
+          }
+          spdlog::error("accept on {}: {}", address_, std::strerror(errno));
+          break;
+        }
+        int up = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        sockaddr_in to{};
+        to.sin_family = AF_INET;
+        to.sin_port = htons(static_cast<uint16_t>(target_port));
+        to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        if (up < 0 || connect(up, reinterpret_cast<sockaddr*>(&to), sizeof(to)) != 0) {
+          spdlog::error("relay {}: connecting to 127.0.0.1:{}: {}", address_, target_port,
+                        std::strerror(errno));
+          if (up >= 0) close(up);
+          close(c);
+          continue;
+        }
+        // gRPC names the relayed connection by its 127.0.0.1 source port.
+        sockaddr_in local{};
+        socklen_t local_len = sizeof(local);
+        getsockname(up, reinterpret_cast<sockaddr*>(&local), &local_len);
+        const std::string inner = absl::StrCat("ipv4:127.0.0.1:", ntohs(local.sin_port));
+        peers->AddRelayed(inner, PeerString(from));
+        std::lock_guard lock(mu_);
+        active_.push_back({c, up});
+        std::thread([this, c, up, inner, peers] {
+          Pipe(c, up);
+          peers->RemoveRelayed(inner);
+          std::lock_guard lock(mu_);
+          std::erase_if(active_, [c](const std::pair<int, int>& x) { return x.first == c; });
+          close(c);
+          close(up);
+          idle_.notify_all();
+        }).detach();
+      }
+    });
+  }
+
+  void Stop() {
+    if (fd_ < 0) return;
+    stopping_ = true;
+    if (wake_ >= 0) (void)!write(wake_, "\1\0\0\0\0\0\0\0", 8);
+    if (thread_.joinable()) thread_.join();
+    {
+      // Open connections end; their threads close them and are waited for.
+      std::unique_lock lock(mu_);
+      for (auto [a, b] : active_) {
+        shutdown(a, SHUT_RDWR);
+        shutdown(b, SHUT_RDWR);
+      }
+      idle_.wait(lock, [this] { return active_.empty(); });
+    }
+    if (wake_ >= 0) close(wake_);
+    wake_ = -1;
+    close(fd_);  // systemd keeps its own copy for the next start
+    fd_ = -1;
+  }
+
+  const std::string& address() const { return address_; }
+
+ private:
+  static std::string PeerString(const sockaddr_storage& a) {
+    char host[INET6_ADDRSTRLEN] = {0};
+    if (a.ss_family == AF_INET) {
+      const auto* in = reinterpret_cast<const sockaddr_in*>(&a);
+      inet_ntop(AF_INET, &in->sin_addr, host, sizeof(host));
+      return absl::StrCat("ipv4:", host, ":", ntohs(in->sin_port));
+    }
+    const auto* in6 = reinterpret_cast<const sockaddr_in6*>(&a);
+    inet_ntop(AF_INET6, &in6->sin6_addr, host, sizeof(host));
+    return absl::StrCat("ipv6:[", host, "]:", ntohs(in6->sin6_port));
+  }
+
+  // Copies both ways until either side closes.
+  void Pipe(int a, int b) {
+    char buf[65536];
+    pollfd p[2] = {{a, POLLIN, 0}, {b, POLLIN, 0}};
+    while (true) {
+      if (poll(p, 2, -1) < 0) {
+        if (errno == EINTR) continue;
+        break;
+      }
+      bool done = false;
+      for (int i = 0; i < 2 && !done; ++i) {
+        if (!(p[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+        ssize_t n = read(p[i].fd, buf, sizeof(buf));
+        if (n <= 0) {
+          done = true;
+          break;
+        }
+        for (ssize_t off = 0; off < n;) {
+          ssize_t w = send(p[1 - i].fd, buf + off, static_cast<size_t>(n - off), MSG_NOSIGNAL);
+          if (w <= 0) {
+            done = true;
+            break;
+          }
+          off += w;
+        }
+      }
+      if (done) break;
+    }
+  }
+
+  int fd_ = -1;
+  const std::string address_;
+  int wake_ = -1;
+  std::atomic<bool> stopping_{false};
+  std::thread thread_;
+  std::mutex mu_;
+  std::condition_variable idle_;
+  std::vector<std::pair<int, int>> active_;  // (client, relay) of each open connection
+};
+
+// The sockets systemd passed (LISTEN_FDS), sorted by kind; their addresses as
+// unix:PATH / tcp:HOST:PORT. Marked close-on-exec so no child inherits them.
+struct PassedSockets {
+  std::vector<std::pair<int, std::string>> unix_fds, tcp_fds;
+  bool any() const { return !unix_fds.empty() || !tcp_fds.empty(); }
+};
+
+absl::StatusOr<PassedSockets> TakePassedSockets() {
+  PassedSockets out;
+  const int n = sd_listen_fds(/*unset_environment=*/1);
+  if (n < 0) return absl::FailedPreconditionError(absl::StrCat("LISTEN_FDS: ", std::strerror(-n)));
+  for (int fd = SD_LISTEN_FDS_START; fd < SD_LISTEN_FDS_START + n; ++fd) {
+    fcntl(fd, F_SETFD, FD_CLOEXEC);
+    sockaddr_storage a{};
+    socklen_t len = sizeof(a);
+    if (getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("passed fd ", fd, ": ", std::strerror(errno)));
+    }
+    if (sd_is_socket_unix(fd, SOCK_STREAM, 1, nullptr, 0) > 0) {
+      const auto* un = reinterpret_cast<const sockaddr_un*>(&a);
+      std::string path = len > offsetof(sockaddr_un, sun_path) ? std::string(un->sun_path) : "";
+      if (path.empty())
+        return absl::FailedPreconditionError(
+            absl::StrCat("passed fd ", fd, ": an unnamed or abstract unix socket"));
+      out.unix_fds.emplace_back(fd, path);
+    } else if (sd_is_socket_inet(fd, AF_UNSPEC, SOCK_STREAM, 1, 0) > 0) {
+      char host[INET6_ADDRSTRLEN] = {0};
+      int port = 0;
+      if (a.ss_family == AF_INET) {
+        const auto* in = reinterpret_cast<const sockaddr_in*>(&a);
+        inet_ntop(AF_INET, &in->sin_addr, host, sizeof(host));
+        port = ntohs(in->sin_port);
+        out.tcp_fds.emplace_back(fd, absl::StrCat(host, ":", port));
+      } else {
+        const auto* in6 = reinterpret_cast<const sockaddr_in6*>(&a);
+        inet_ntop(AF_INET6, &in6->sin6_addr, host, sizeof(host));
+        port = ntohs(in6->sin6_port);
+        out.tcp_fds.emplace_back(fd, absl::StrCat("[", host, "]:", port));
+      }
+    } else {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "passed fd ", fd,
+          " is not a listening stream socket (ListenStream= in the .socket unit, Accept=no)"));
+    }
+  }
+  return out;
+}
 
 // True when every address `host` names is a loopback one.
 bool IsLoopbackHost(std::string host) {
@@ -355,7 +567,22 @@ int Main(int argc, char** argv) {
       return 1;
     }
   }
+  // systemd socket activation: the passed sockets are served instead of
+  // binding the configured listen addresses.
+  auto passed = TakePassedSockets();
+  if (!passed.ok()) {
+    std::fprintf(stderr, "fwaid: socket activation: %s\n",
+                 std::string(passed.status().message()).c_str());
+    return 1;
+  }
   if (!listen.empty()) config.listen = listen;
+  if (passed->any()) {
+    config.listen.clear();
+    for (const auto& [fd, path] : passed->unix_fds) config.listen.push_back("unix:" + path);
+    for (const auto& [fd, addr] : passed->tcp_fds) {
+      config.listen.push_back(absl::StrCat(config.security.tls.enabled() ? "tls:" : "tcp:", addr));
+    }
+  }
   if (config.listen.empty()) config.listen.push_back("unix:" + DefaultSocketPath());
   if (!data_dir.empty()) config.data_dir = data_dir;
   if (config.data_dir.empty()) config.data_dir = DefaultDataDir();
@@ -616,6 +843,8 @@ int Main(int argc, char** argv) {
   std::string run_dir = config.data_dir + "/run";
   if (run_dir.size() > 60) run_dir = absl::StrCat("/tmp/fwai-", getuid(), "/run-", getpid());
   HardwareBroker hardware(config.hardware, **storage, run_dir);
+  if (config.hardware.keep_serial_transcripts)
+    hardware.SetTranscriptDir(config.data_dir + "/artifacts/serial");
   {
     // The simulated boards' bootloader trusts the keys rollouts require.
     std::vector<std::string> ota_keys;
@@ -874,7 +1103,23 @@ int Main(int argc, char** argv) {
 
   std::vector<std::unique_ptr<UnixListener>> unix_listeners;
   std::vector<std::pair<std::string, std::unique_ptr<int>>> tcp_ports;
-  for (const auto& l : config.listen) {
+  // Passed TCP sockets: each relays to a private port with its credentials.
+  std::vector<std::pair<std::unique_ptr<TcpRelay>, std::unique_ptr<int>>> relays;
+  for (const auto& [fd, path] : passed->unix_fds)
+    unix_listeners.push_back(std::make_unique<UnixListener>(fd, path));
+  for (const auto& [fd, addr] : passed->tcp_fds) {
+    const std::string l = absl::StrCat(config.security.tls.enabled() ? "tls:" : "tcp:", addr);
+    auto creds = TcpCredentials(l, config.security, gate);
+    if (!creds.ok()) {
+      std::fprintf(stderr, "fwaid: %s (passed by systemd)\n",
+                   std::string(creds.status().message()).c_str());
+      return 1;
+    }
+    auto port = std::make_unique<int>(0);
+    builder.AddListeningPort("127.0.0.1:0", *creds, port.get());
+    relays.emplace_back(std::make_unique<TcpRelay>(fd, l), std::move(port));
+  }
+  for (const auto& l : passed->any() ? std::vector<std::string>{} : config.listen) {
     if (absl::StartsWith(l, "unix:")) {
       auto ul = std::make_unique<UnixListener>(l.substr(5), config.security.unix_socket);
       if (auto s = ul->Bind(); !s.ok()) {
@@ -922,11 +1167,21 @@ int Main(int argc, char** argv) {
     while (cq->Next(&tag, &ok)) {
     }
   });
+  for (auto& [relay, port] : relays) {
+    if (*port == 0) {
+      std::fprintf(stderr, "fwaid: %s: cannot bind its relay port on 127.0.0.1\n",
+                   relay->address().c_str());
+      return 1;
+    }
+    relay->Start(*port, &peers);
+    std::printf("fwaid: listening on %s (socket from systemd)\n", relay->address().c_str());
+  }
   std::string pid_file;
   for (auto& ul : unix_listeners) {
     ul->Start(server.get(), &peers);
-    std::printf("fwaid: listening on unix:%s\n", ul->path().c_str());
-    if (pid_file.empty()) {
+    std::printf("fwaid: listening on unix:%s%s\n", ul->path().c_str(),
+                passed->any() ? " (socket from systemd)" : "");
+    if (pid_file.empty() && !passed->any()) {
       pid_file = ul->path() + ".pid";
       std::ofstream(pid_file) << getpid() << "\n";
     }
@@ -935,6 +1190,7 @@ int Main(int argc, char** argv) {
               providers.providers.empty() ? "none" : providers.default_name.c_str());
   std::fflush(stdout);
   spdlog::info("fwaid {} started; data dir {}", FWAI_VERSION, config.data_dir);
+  sd_notify(0, "READY=1");  // Type=notify units (no-op otherwise)
 
   int sig = 0;
   while (true) {
@@ -949,7 +1205,9 @@ int Main(int argc, char** argv) {
   spdlog::info("signal {}: shutting down", sig);
   audit({{"kind", "daemon_stop"}, {"signal", sig}});
   data_lock->MarkStopping();
+  sd_notify(0, "STOPPING=1");
   for (auto& ul : unix_listeners) ul->Stop();
+  for (auto& [relay, port] : relays) relay->Stop();
   turns.Shutdown();
   sessions.CloseAll(absl::UnavailableError("fwaid is shutting down; reconnect after it restarts"));
   if (lab_registrar) lab_registrar->Stop(true);  // this node's boards leave the lab now

@@ -63,7 +63,8 @@ HwCommands::HwCommands(CLI::App& app, Globals& g) : g_(g) {
   release_ = hw->add_subcommand("release", "Release your lease (admins: --force releases anyone's)");
   release_->add_option("board", board_, "Board or device id");
   release_->add_flag("--force", force_, "Take another holder's lease away (root or the daemon's user)");
-  who_ = hw->add_subcommand("who", "Who holds what, since when, until when");
+  who_ =
+      hw->add_subcommand("who", "Who holds what since when, and who waits for it (in queue order)");
   test_ = hw->add_subcommand("test", "Run a board's self-test; its health follows the result");
   test_->add_option("board", board_, "Board id");
   health_ = hw->add_subcommand("health", "Set a board's health (root or the daemon's user)");
@@ -235,22 +236,35 @@ int HwCommands::Release() {
 
 int HwCommands::Who() {
   CONNECT_OR_FAIL(stub);
-  pb::ListDevicesResponse resp;
-  auto st = Call(*stub, &pb::Hardware::Stub::ListDevices, pb::ListDevicesRequest(), &resp);
+  pb::WhoResponse resp;
+  auto st = Call(*stub, &pb::Hardware::Stub::Who, pb::WhoRequest(), &resp);
   if (!st.ok()) return FailGrpc(g_, st);
   if (g_.json) {
+    // One line per lease (as before), then one per waiter, earliest first.
     for (const auto& l : resp.leases()) PrintJson(l);
+    for (const auto& w : resp.waiters()) {
+      nlohmann::json j = ProtoToJson(w);
+      j["waiting"] = true;
+      std::cout << j.dump() << std::endl;
+    }
     return kExitOk;
   }
-  if (resp.leases_size() == 0) {
-    std::printf("no leases\n");
-    return kExitOk;
+  if (resp.leases_size() == 0) std::printf("no leases\n");
+  if (resp.leases_size() > 0) {
+    std::printf("%-22s %-34s %-9s %-9s %s\n", "DEVICE", "HOLDER", "SINCE", "EXPIRES", "LEASE");
+    for (const auto& l : resp.leases()) {
+      std::printf("%-22s %-34s %-9s %-9s %s%s\n", l.device_id().c_str(), l.holder().c_str(),
+                  HourMinSec(l.acquired_us()).c_str(), HourMinSec(l.expires_us()).c_str(),
+                  l.lease_id().c_str(),
+                  l.session_id().empty() ? "" : (" session " + l.session_id()).c_str());
+    }
   }
-  std::printf("%-22s %-34s %-9s %-9s %s\n", "DEVICE", "HOLDER", "SINCE", "EXPIRES", "LEASE");
-  for (const auto& l : resp.leases()) {
-    std::printf("%-22s %-34s %-9s %-9s %s%s\n", l.device_id().c_str(), l.holder().c_str(), HourMinSec(l.acquired_us()).c_str(),
-                HourMinSec(l.expires_us()).c_str(), l.lease_id().c_str(),
-                l.session_id().empty() ? "" : (" session " + l.session_id()).c_str());
+  if (resp.waiters_size() > 0) {
+    std::printf("\n%-4s %-22s %-34s %-9s %s\n", "POS", "WANTS", "WAITING", "SINCE", "GIVES UP");
+    for (const auto& w : resp.waiters()) {
+      std::printf("%-4d %-22s %-34s %-9s %s\n", w.position(), w.wants().c_str(), w.holder().c_str(),
+                  HourMinSec(w.since_us()).c_str(), HourMinSec(w.until_us()).c_str());
+    }
   }
   return kExitOk;
 }

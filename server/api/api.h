@@ -52,10 +52,17 @@ class PeerRegistry {
   std::string Identity(const std::string& grpc_peer) const;
   // The uid behind a peer, or -1.
   int64_t Uid(const std::string& grpc_peer) const;
+  // A connection relayed from a socket systemd passed: gRPC sees the relay's
+  // 127.0.0.1 address `inner`; `real` is the client's.
+  void AddRelayed(const std::string& inner, const std::string& real);
+  void RemoveRelayed(const std::string& inner);
+  // The client's address for a gRPC peer string (the same unless relayed).
+  std::string Real(const std::string& grpc_peer) const;
 
  private:
   mutable std::mutex mu_;
   std::map<int, uint32_t> by_fd_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, std::string> relayed_ ABSL_GUARDED_BY(mu_);
 };
 
 struct ApiDeps {

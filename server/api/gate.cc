@@ -69,6 +69,7 @@ const std::vector<RpcRule>& RpcRules() {
       {"Hardware.Reset", Need::kAnyone},
       {"Hardware.SetHealth", Need::kAdmin},
       {"Hardware.SelfTest", Need::kAdmin},
+      {"Hardware.Who", Need::kAnyone},
       // Another node of the lab forwarding work on a board it holds the lab
       // lease of; the service checks the node certificate and the lease.
       {"LabNode.Flash", Need::kLabNode},
@@ -173,7 +174,7 @@ Gate::~Gate() {
 }
 
 absl::StatusOr<Principal> Gate::Identify(grpc::CallbackServerContext* ctx) {
-  const std::string peer = ctx->peer();
+  const std::string peer = peers_.Real(ctx->peer());
   std::string key;
   int64_t uid = peers_.Uid(peer);
   std::string token_id, subject, cn;
@@ -220,7 +221,7 @@ absl::StatusOr<Principal> Gate::Identify(grpc::CallbackServerContext* ctx) {
 absl::StatusOr<Principal> Gate::Admit(grpc::CallbackServerContext* ctx, std::string_view rpc) {
   auto p = Identify(ctx);
   if (!p.ok()) {
-    RecordRefusal(std::string(rpc), "", ctx->peer(), p.status());
+    RecordRefusal(std::string(rpc), "", peers_.Real(ctx->peer()), p.status());
     return p.status();
   }
   auto rule = rules_.find(rpc);

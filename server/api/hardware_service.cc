@@ -335,6 +335,26 @@ class HardwareService final : public pb::Hardware::CallbackService {
     return l;
   }
 
+  grpc::ServerUnaryReactor* Who(grpc::CallbackServerContext* ctx, const pb::WhoRequest*,
+                                pb::WhoResponse* resp) override {
+    auto c = CallerOf(ctx, "Hardware.Who");
+    if (!c.ok()) return Refuse(ctx, c.status());
+    return Run(ctx, [this, resp] {
+      for (const auto& l : deps_.hardware->Leases()) ToProto(l, resp->add_leases());
+      for (const auto& w : deps_.hardware->Waiters()) {
+        auto* o = resp->add_waiters();
+        o->set_holder(w.holder);
+        o->set_wants(w.wants);
+        for (const auto& id : w.candidates) o->add_device_ids(id);
+        o->set_position(w.position);
+        o->set_since_us(w.since_us);
+        o->set_until_us(w.until_us);
+        o->set_session_id(w.session_id);
+      }
+      return absl::OkStatus();
+    });
+  }
+
   grpc::ServerUnaryReactor* Acquire(grpc::CallbackServerContext* ctx, const pb::AcquireRequest* req,
                                     pb::Lease* resp) override {
     auto admitted = CallerOf(ctx, "Hardware.Acquire", "", req->session_id());
@@ -409,7 +429,11 @@ class HardwareService final : public pb::Hardware::CallbackService {
           }
           lock.unlock();
           if (svc->ReleaseAny(c, l->lease_id(), "", false).ok()) {
-            svc->Audit({{"kind", "lease_released"}, {"lease_id", l->lease_id()}, {"board", l->device_id()}}, c);
+            nlohmann::json rec = {
+                {"kind", "lease_released"}, {"lease_id", l->lease_id()}, {"board", l->device_id()}};
+            if (auto t = svc->deps_.hardware->TakeTranscript(l->lease_id()); !t.is_null())
+              rec["serial_transcript"] = t;
+            svc->Audit(rec, c);
           }
           st->writer.Close(grpc::Status(grpc::StatusCode::CANCELLED, "lease released"));
         }).detach();
@@ -459,9 +483,15 @@ class HardwareService final : public pb::Hardware::CallbackService {
       auto l = ReleaseAny(c, req->lease_id(), req->device_id(), req->force());
       if (!l.ok()) return l.status();
       const bool kick = l->identity != c.identity;
-      Audit({{"kind", kick ? "lease_kicked" : "lease_released"}, {"lease_id", l->lease_id}, {"board", l->device_id},
-             {"holder", l->identity}, {"holder_name", l->holder}, {"admin_override", kick}},
-            c);
+      nlohmann::json rec = {{"kind", kick ? "lease_kicked" : "lease_released"},
+                            {"lease_id", l->lease_id},
+                            {"board", l->device_id},
+                            {"holder", l->identity},
+                            {"holder_name", l->holder},
+                            {"admin_override", kick}};
+      if (auto t = deps_.hardware->TakeTranscript(l->lease_id); !t.is_null())
+        rec["serial_transcript"] = t;
+      Audit(rec, c);
       return absl::OkStatus();
     });
   }

@@ -26,6 +26,22 @@ int64_t PeerRegistry::Uid(const std::string& peer) const {
   return it == by_fd_.end() ? -1 : static_cast<int64_t>(it->second);
 }
 
+void PeerRegistry::AddRelayed(const std::string& inner, const std::string& real) {
+  std::lock_guard<std::mutex> lock(mu_);
+  relayed_[inner] = real;
+}
+
+void PeerRegistry::RemoveRelayed(const std::string& inner) {
+  std::lock_guard<std::mutex> lock(mu_);
+  relayed_.erase(inner);
+}
+
+std::string PeerRegistry::Real(const std::string& peer) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = relayed_.find(peer);
+  return it == relayed_.end() ? peer : absl::StrCat(it->second, " (relayed)");
+}
+
 std::string PeerRegistry::Identity(const std::string& peer) const {
   int64_t uid = Uid(peer);
   if (uid >= 0) return absl::StrCat("uid:", uid);

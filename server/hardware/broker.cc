@@ -426,8 +426,14 @@ absl::StatusOr<LeaseRecord> HardwareBroker::Acquire(const Caller& caller, const 
     return absl::FailedPreconditionError(absl::StrCat("board ", id, " is ", health, reason.empty() ? "" : ": " + reason,
                                                       "; it is not handed out (fwai hw test ", id, " re-checks it)"));
   };
-  auto lease = leases_->Acquire(candidates, who, ttl_s, wait_s * 1000, available, cancelled);
+  const std::string wants =
+      device_id.empty() ? absl::StrCat("tags ", absl::StrJoin(tags, ", ")) : device_id;
+  auto lease = leases_->Acquire(candidates, who, ttl_s, wait_s * 1000, available, cancelled, wants);
   if (!lease.ok()) return lease;
+  if (Board* b = FindBoard(lease->device_id); b && !transcript_dir_.empty() && !lease->renewed) {
+    std::lock_guard lock(transcripts_mu_);
+    transcript_from_[lease->lease_id] = b->hub->next_seq();
+  }
   if (Board* b = FindBoard(lease->device_id); b && b->simulated()) {
     std::lock_guard op(b->op_mu);
     if (b->paused && b->qemu && b->qemu->running() && b->qemu->Continue().ok()) b->paused = false;
@@ -462,6 +468,51 @@ void HardwareBroker::SessionEnded(const std::string& session_id) { leases_->Rele
 
 std::vector<LeaseRecord> HardwareBroker::Leases() const { return leases_->All(); }
 
+std::vector<LeaseWaiter> HardwareBroker::Waiters() const { return leases_->Waiters(); }
+
+nlohmann::json HardwareBroker::TakeTranscript(const std::string& lease_id) {
+  std::lock_guard lock(transcripts_mu_);
+  auto it = transcripts_.find(lease_id);
+  if (it == transcripts_.end()) return nullptr;
+  nlohmann::json t = std::move(it->second);
+  transcripts_.erase(it);
+  return t;
+}
+
+nlohmann::json HardwareBroker::KeepTranscript(const LeaseRecord& lease) {
+  Board* b = FindBoard(lease.device_id);
+  if (!b || transcript_dir_.empty()) return nullptr;
+  uint64_t from = 1;  // a lease from before a restart: what this process saw
+  {
+    std::lock_guard lock(transcripts_mu_);
+    if (auto it = transcript_from_.find(lease.lease_id); it != transcript_from_.end()) {
+      from = it->second;
+      transcript_from_.erase(it);
+    }
+  }
+  std::string text;
+  uint64_t lines = 0, first = 0;
+  for (const auto& l : b->hub->History(0)) {
+    if (l.seq < from) continue;
+    if (first == 0) first = l.seq;
+    absl::StrAppend(&text, l.text, "\n");
+    ++lines;
+  }
+  const uint64_t end = b->hub->next_seq();
+  // Lines the history ring dropped before the lease ended are counted, not hidden.
+  const uint64_t lost = first == 0 ? (end > from ? end - from : 0) : first - from;
+  const std::string sha = BytesSha256Hex(text);
+  const std::string path = absl::StrCat(transcript_dir_, "/", sha, ".log");
+  nlohmann::json t = {{"sha256", sha},     {"bytes", text.size()}, {"lines", lines},
+                      {"first_seq", from}, {"lost_lines", lost},   {"path", path}};
+  if (auto s = MakeDirs(transcript_dir_, 0700); !s.ok()) {
+    t["error"] = std::string(s.message());
+  } else if (auto w = WriteFileAtomic(path, text, 0600); !w.ok()) {
+    t["error"] = std::string(w.message());
+  }
+  return t;
+}
+
 void HardwareBroker::OnLeaseEnded(const LeaseRecord& lease, const std::string& reason) {
   spdlog::info("lease {} on {} ({}) ended: {}", lease.lease_id, lease.device_id, lease.holder, reason);
   if (lease.acquired_us > 0) {
@@ -470,6 +521,22 @@ void HardwareBroker::OnLeaseEnded(const LeaseRecord& lease, const std::string& r
   }
   Board* b = FindBoard(lease.device_id);
   if (!b) return;
+  if (nlohmann::json t = KeepTranscript(lease); !t.is_null()) {
+    if (absl::StartsWith(reason, "released by") || absl::StartsWith(reason, "force-released")) {
+      // The release's own record (lease_released / lease_kicked) takes it.
+      std::lock_guard lock(transcripts_mu_);
+      if (transcripts_.size() > 1000) transcripts_.erase(transcripts_.begin());
+      transcripts_[lease.lease_id] = std::move(t);
+    } else if (recorder_) {
+      recorder_({{"kind", "lease_ended"},
+                 {"lease_id", lease.lease_id},
+                 {"board", lease.device_id},
+                 {"holder", lease.identity},
+                 {"holder_name", lease.holder},
+                 {"reason", reason},
+                 {"serial_transcript", std::move(t)}});
+    }
+  }
   b->debug_cancel = true;
   // A simulated board nobody holds is paused: a firmware spinning in a fault
   // handler must not eat a core of a shared machine. It resumes when leased.

@@ -8,6 +8,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <regex>
 #include <string>
@@ -127,6 +128,14 @@ class HardwareBroker {
   bool stopping() const { return stopping_.load(); }
   // Receives a run record per flash (the evidence log).
   void SetRunRecorder(std::function<void(const nlohmann::json&)> recorder) { recorder_ = std::move(recorder); }
+  // With hardware.keep_serial_transcripts: where each lease's serial output
+  // is kept, content-addressed (DIR/SHA256.log, mode 0600).
+  void SetTranscriptDir(std::string dir) { transcript_dir_ = std::move(dir); }
+  // The transcript of a lease its holder (or an admin) just released, for the
+  // record of that release: {sha256, bytes, lines, path, first_seq, lost_lines};
+  // null if none. Leases that end otherwise (TTL, session) get their own
+  // lease_ended record with it.
+  nlohmann::json TakeTranscript(const std::string& lease_id);
   // Finds the build record (a skill run) that produced the image with this
   // SHA-256, for the guard's toolchain and growth rules; null if none.
   void SetBuildRecordLookup(std::function<nlohmann::json(const std::string& sha256)> lookup) {
@@ -151,6 +160,8 @@ class HardwareBroker {
                                                     const std::string& device_id, bool force);
   void SessionEnded(const std::string& session_id);
   std::vector<LeaseRecord> Leases() const;
+  // Who waits for a board (Acquire with a wait), earliest first.
+  std::vector<LeaseWaiter> Waiters() const;
 
   [[nodiscard]] absl::StatusOr<FlashResult> Flash(
       const Caller& caller, const std::string& board, const std::string& image, bool approved,
@@ -234,6 +245,11 @@ class HardwareBroker {
   struct Supervisor;
   std::unique_ptr<Supervisor> supervisor_;
   std::function<void(const nlohmann::json&)> recorder_;
+  std::string transcript_dir_;
+  std::mutex transcripts_mu_;
+  std::map<std::string, uint64_t> transcript_from_;    // lease id -> first serial seq
+  std::map<std::string, nlohmann::json> transcripts_;  // lease id -> transcript, until taken
+  nlohmann::json KeepTranscript(const LeaseRecord& lease);
   std::function<nlohmann::json(const std::string&)> build_record_;
   std::string sbom_version_, dpkg_admindir_;
   std::string ota_dir_;

@@ -180,6 +180,15 @@ absl::Status CheckImageFresh(const FirmwareImage& img, const std::string& root) 
   return absl::OkStatus();
 }
 
+std::string BytesSha256Hex(std::string_view bytes) {
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  EVP_Digest(bytes.data(), bytes.size(), md, &len, EVP_sha256(), nullptr);
+  std::string hex;
+  for (unsigned i = 0; i < len; ++i) absl::StrAppendFormat(&hex, "%02x", md[i]);
+  return hex;
+}
+
 absl::StatusOr<std::string> FileSha256(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot read"));

@@ -52,5 +52,7 @@ std::string FindProjectRoot(const std::string& image_path);
 
 // Hex SHA-256 of a file.
 [[nodiscard]] absl::StatusOr<std::string> FileSha256(const std::string& path);
+// SHA-256 of `bytes`, lowercase hex.
+std::string BytesSha256Hex(std::string_view bytes);
 
 }  // namespace fwai

@@ -1,11 +1,12 @@
 #include "server/hardware/lease_manager.h"
 
+#include <algorithm>
 #include <chrono>
 #include <ctime>
-
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/clock.h"
 #include "common/ids.h"
 #include "server/storage/storage.h"
@@ -93,16 +94,37 @@ void LeaseManager::End(const LeaseRecord& l, const std::string& reason) {
   if (on_end_) on_end_(l, reason);
 }
 
-absl::StatusOr<LeaseRecord> LeaseManager::Acquire(const std::vector<std::string>& candidates, const LeaseRecord& who,
-                                                  int ttl_s, int wait_ms,
-                                                  const std::function<absl::Status(const std::string&)>& available,
-                                                  const std::function<bool()>& cancelled) {
+bool LeaseManager::WantedEarlier(const std::string& device_id, uint64_t ticket) const {
+  for (const auto& q : queue_) {
+    if (ticket != 0 && q.ticket >= ticket) break;
+    if (std::find(q.w.candidates.begin(), q.w.candidates.end(), device_id) != q.w.candidates.end())
+      return true;
+  }
+  return false;
+}
+
+absl::StatusOr<LeaseRecord> LeaseManager::Acquire(
+    const std::vector<std::string>& candidates, const LeaseRecord& who, int ttl_s, int wait_ms,
+    const std::function<absl::Status(const std::string&)>& available,
+    const std::function<bool()>& cancelled, const std::string& wants) {
   if (candidates.empty()) return absl::NotFoundError("no device matches");
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(wait_ms);
   std::unique_lock lock(mu_);
+  uint64_t ticket = 0;  // 0: not queued (yet)
+  // Leaving for any reason takes us out of the queue, and lets the next one look.
+  struct Leave {
+    LeaseManager* m;
+    uint64_t* ticket;
+    ~Leave() {
+      if (*ticket == 0) return;
+      std::erase_if(m->queue_, [t = *ticket](const Queued& q) { return q.ticket == t; });
+      m->cv_.notify_all();
+    }
+  } leave{this, &ticket};
   while (true) {
     absl::Status last_unavailable;
     std::optional<LeaseRecord> held_by;
+    bool queued_before = false;
     for (const auto& id : candidates) {
       auto it = by_device_.find(id);
       if (it != by_device_.end()) {
@@ -122,6 +144,11 @@ absl::StatusOr<LeaseRecord> LeaseManager::Acquire(const std::vector<std::string>
         last_unavailable = a;
         continue;
       }
+      // Free, but someone who came first wants it: theirs.
+      if (WantedEarlier(id, ticket)) {
+        queued_before = true;
+        continue;
+      }
       LeaseRecord l = who;
       l.lease_id = NewId("lease");
       l.device_id = id;
@@ -132,16 +159,63 @@ absl::StatusOr<LeaseRecord> LeaseManager::Acquire(const std::vector<std::string>
       by_device_[id] = l;
       return l;
     }
-    if (!held_by) {
+    if (!held_by && !queued_before) {
       return last_unavailable.ok() ? absl::NotFoundError("no device matches") : last_unavailable;
     }
     if (stopping_ || std::chrono::steady_clock::now() >= deadline || (cancelled && cancelled())) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          DescribeHeld(*held_by),
-          wait_ms > 0 ? "; still held after waiting" : "; use --wait SECONDS to queue for it"));
+      int ahead = 0;
+      for (const auto& q : queue_) {
+        if (ticket != 0 && q.ticket >= ticket) break;
+        for (const auto& id : candidates) {
+          if (std::find(q.w.candidates.begin(), q.w.candidates.end(), id) != q.w.candidates.end()) {
+            ++ahead;
+            break;
+          }
+        }
+      }
+      std::string why = held_by ? DescribeHeld(*held_by)
+                                : absl::StrCat(absl::StrJoin(candidates, ", "), " is free");
+      if (ahead > 0)
+        absl::StrAppend(&why, "; ", ahead, ahead == 1 ? " caller waits" : " callers wait",
+                        " before you (fwai hw who)");
+      return absl::FailedPreconditionError(
+          absl::StrCat(why, wait_ms > 0 ? "; still held after waiting"
+                                        : "; use --wait SECONDS to queue for it"));
+    }
+    if (ticket == 0) {
+      ticket = next_ticket_++;
+      Queued q{ticket, {}};
+      q.w.holder = who.holder;
+      q.w.identity = who.identity;
+      q.w.session_id = who.session_id;
+      q.w.wants = wants.empty() ? absl::StrJoin(candidates, ", ") : wants;
+      q.w.candidates = candidates;
+      q.w.since_us = NowMicros();
+      q.w.until_us = q.w.since_us + int64_t{wait_ms} * 1000;
+      queue_.push_back(std::move(q));
     }
     cv_.wait_until(lock, std::min(deadline, std::chrono::steady_clock::now() + std::chrono::milliseconds(200)));
   }
+}
+
+std::vector<LeaseWaiter> LeaseManager::Waiters() const {
+  std::lock_guard lock(mu_);
+  std::vector<LeaseWaiter> out;
+  for (size_t i = 0; i < queue_.size(); ++i) {
+    LeaseWaiter w = queue_[i].w;
+    w.position = 1;
+    for (size_t j = 0; j < i; ++j) {
+      for (const auto& id : w.candidates) {
+        const auto& c = queue_[j].w.candidates;
+        if (std::find(c.begin(), c.end(), id) != c.end()) {
+          ++w.position;
+          break;
+        }
+      }
+    }
+    out.push_back(std::move(w));
+  }
+  return out;
 }
 
 absl::StatusOr<LeaseRecord> LeaseManager::Renew(const std::string& lease_id, const std::string& identity, bool admin) {

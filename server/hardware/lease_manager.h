@@ -33,6 +33,18 @@ struct LeaseRecord {
   bool renewed = false;  // Acquire found it already held by the same holder (not persisted)
 };
 
+// Someone queued in Acquire for a board (or any board of a tag set).
+struct LeaseWaiter {
+  std::string holder;  // as LeaseRecord::holder
+  std::string identity;
+  std::string session_id;
+  std::string wants;  // what was asked: a board id or "tags a, b"
+  std::vector<std::string> candidates;
+  int position = 0;  // 1: next; counts the earlier waiters for any of the same boards
+  int64_t since_us = 0;
+  int64_t until_us = 0;  // when it stops waiting
+};
+
 class LeaseManager {
  public:
   // `on_end(lease, reason)` runs after a lease ends for any reason.
@@ -43,12 +55,17 @@ class LeaseManager {
   [[nodiscard]] absl::Status Start();
 
   // Takes the first free device of `candidates` for which `available` says
-  // OK. Waits up to `wait_ms` (0: fail at once) while all are held.
-  // `cancelled` is polled while waiting.
-  [[nodiscard]] absl::StatusOr<LeaseRecord> Acquire(const std::vector<std::string>& candidates,
-                                                    const LeaseRecord& who, int ttl_s, int wait_ms,
-                                                    const std::function<absl::Status(const std::string&)>& available,
-                                                    const std::function<bool()>& cancelled);
+  // OK. Waits up to `wait_ms` (0: fail at once) while all are held, in a
+  // first-come first-served queue: a free device goes to the earliest waiter
+  // that wants it, and nobody takes one an earlier waiter wants. `cancelled`
+  // is polled while waiting; a cancelled waiter leaves the queue. `wants`
+  // describes the request for Waiters() ("sim-1", "tags stm32").
+  [[nodiscard]] absl::StatusOr<LeaseRecord> Acquire(
+      const std::vector<std::string>& candidates, const LeaseRecord& who, int ttl_s, int wait_ms,
+      const std::function<absl::Status(const std::string&)>& available,
+      const std::function<bool()>& cancelled, const std::string& wants = "");
+  // The queue, earliest first.
+  std::vector<LeaseWaiter> Waiters() const;
   [[nodiscard]] absl::StatusOr<LeaseRecord> Renew(const std::string& lease_id, const std::string& identity,
                                                   bool admin);
   // Extends the lease on `device_id` held by `identity`, if any (use = keepalive).
@@ -77,6 +94,14 @@ class LeaseManager {
   mutable std::mutex mu_;
   std::condition_variable cv_;  // a lease ended
   std::map<std::string, LeaseRecord> by_device_;
+  struct Queued {
+    uint64_t ticket;
+    LeaseWaiter w;
+  };
+  std::vector<Queued> queue_;  // by ticket
+  uint64_t next_ticket_ = 1;
+  // True when a waiter queued before `ticket` (all waiters when 0) wants `device_id`.
+  bool WantedEarlier(const std::string& device_id, uint64_t ticket) const;
   bool stopping_ = false;
   std::thread sweeper_;
 };

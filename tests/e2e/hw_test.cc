@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <spawn.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <termios.h>
 #include <unistd.h>
@@ -16,6 +17,7 @@
 #include <filesystem>
 #include <fstream>
 #include <regex>
+#include <sstream>
 #include <thread>
 
 #include <nlohmann/json.hpp>
@@ -268,6 +270,176 @@ TEST_F(HwTest, ContendersWaitAndLapsedHoldersLoseTheirLease) {
   ASSERT_TRUE(d_->Start()) << d_->log();
   ASSERT_EQ(Fwai({"--json", "hw", "who"}, &out, &err), 0);
   EXPECT_NE(out.find("dave"), std::string::npos) << out;
+}
+
+// Waiting is a first-come first-served queue: three callers that queue for
+// a held board get it in the order they came, one that gives up (its client
+// dies) leaves the queue, and `fwai hw who` shows holders and waiters with
+// their place in line.
+TEST_F(HwTest, WaitersAreServedInTheOrderTheyCameAndWhoShowsThem) {
+  StartDaemon();
+  std::string out, err;
+  ASSERT_EQ(Fwai({"hw", "lease", "sim-stm32vl", "--session", "first"}, &out, &err), 0) << err;
+  // The waiters, one line each from `hw who --json`, earliest first.
+  auto waiters = [&] {
+    std::vector<json> w;
+    EXPECT_EQ(Fwai({"--json", "hw", "who"}, &out, &err), 0) << err;
+    std::istringstream lines(out);
+    for (std::string line; std::getline(lines, line);) {
+      auto j = json::parse(line, nullptr, false);
+      if (j.is_object() && j.value("waiting", false)) w.push_back(j);
+    }
+    return w;
+  };
+  auto holder = [&] {
+    EXPECT_EQ(Fwai({"--json", "hw", "who"}, &out, &err), 0) << err;
+    std::istringstream lines(out);
+    for (std::string line; std::getline(lines, line);) {
+      auto j = json::parse(line, nullptr, false);
+      if (j.is_object() && j.value("device_id", "") == "sim-stm32vl")
+        return j.value("session_id", "");
+    }
+    return std::string();
+  };
+  auto wait_for_waiters = [&](size_t n) {
+    for (int i = 0; i < 600 && waiters().size() != n; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    return waiters().size() == n;
+  };
+  const std::string bin = std::string(FWAI_BIN_DIR) + "/fwai";
+  auto waiter = [&](const std::string& session, const std::vector<std::string>& what) {
+    std::vector<std::string> argv = {bin, "--daemon", d_->address(), "hw", "lease"};
+    argv.insert(argv.end(), what.begin(), what.end());
+    argv.insert(argv.end(), {"--session", session, "--wait", "120"});
+    return std::make_unique<BackgroundCommand>(argv);
+  };
+  std::vector<std::unique_ptr<BackgroundCommand>> queued;
+  queued.push_back(waiter("w1", {"sim-stm32vl"}));
+  ASSERT_TRUE(wait_for_waiters(1));
+  auto quitter = waiter("quitter", {"sim-stm32vl"});
+  ASSERT_TRUE(wait_for_waiters(2));
+  queued.push_back(waiter("w2", {"--tag", "simulated"}));
+  ASSERT_TRUE(wait_for_waiters(3));
+  queued.push_back(waiter("w3", {"sim-stm32vl"}));
+  ASSERT_TRUE(wait_for_waiters(4));
+  // The quitter's client dies: it leaves the queue, the others move up.
+  kill(quitter->pid(), SIGKILL);
+  quitter->Wait(10);
+  ASSERT_TRUE(wait_for_waiters(3));
+  auto w = waiters();
+  ASSERT_EQ(w.size(), 3u);
+  const std::vector<std::string> order = {"w1", "w2", "w3"};
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(w[i].value("session_id", ""), order[i]) << w[i].dump();
+    EXPECT_EQ(w[i].value("position", 0), static_cast<int>(i + 1)) << w[i].dump();
+    EXPECT_GT(w[i].value("since_us", int64_t{0}), 0) << w[i].dump();
+    EXPECT_NE(w[i].value("holder", "").find("uid 0"), std::string::npos) << w[i].dump();
+    EXPECT_EQ(w[i].value("node", ""), "") << w[i].dump();
+  }
+  EXPECT_EQ(w[1].value("wants", ""), "tags simulated");
+  EXPECT_EQ(w[0].value("wants", ""), "sim-stm32vl");
+  // A caller that does not wait cannot jump the queue, even while the board
+  // is between two holders.
+  EXPECT_EQ(Fwai({"hw", "lease", "sim-stm32vl", "--session", "jumper"}, &out, &err), 1);
+  EXPECT_NE(err.find("3 callers wait before you"), std::string::npos) << err;
+  // The text form shows both tables.
+  ASSERT_EQ(Fwai({"hw", "who"}, &out, &err), 0) << err;
+  EXPECT_NE(out.find("first"), std::string::npos) << out;
+  EXPECT_NE(out.find("WAITING"), std::string::npos) << out;
+  EXPECT_NE(out.find("tags simulated"), std::string::npos) << out;
+  // Each release hands the board to the next in line.
+  for (size_t i = 0; i < 3; ++i) {
+    ASSERT_EQ(Fwai({"hw", "release", "sim-stm32vl"}, &out, &err), 0) << err;
+    ASSERT_TRUE(queued[i]->WaitForOutput("leased sim-stm32vl", 60))
+        << order[i] << ": " << queued[i]->err();
+    EXPECT_EQ(queued[i]->Wait(10), 0);
+    EXPECT_EQ(holder(), order[i]);
+    EXPECT_EQ(waiters().size(), 2 - i);
+  }
+  ASSERT_EQ(Fwai({"hw", "release", "sim-stm32vl"}, &out, &err), 0) << err;
+}
+
+// hardware.keep_serial_transcripts: the serial output of a lease is kept
+// with the record of its release (its SHA-256 in the record, its bytes in the
+// data dir), and a lease that lapses gets a lease_ended record with its own.
+// Without the setting, nothing is kept.
+TEST_F(HwTest, SerialTranscriptsAreKeptWithTheLeasesRecord) {
+  for (const bool keep : {true, false}) {
+    SCOPED_TRACE(keep ? "kept" : "not kept");
+    StartDaemon(keep ? "hardware:\n  keep_serial_transcripts: true\n" : "");
+    const std::string elf = BuildExample();
+    std::string out, err;
+    ASSERT_EQ(Fwai({"hw", "lease", "sim-stm32vl"}, &out, &err), 0) << err;
+    ASSERT_EQ(Fwai({"flash", "--yes", "sim-stm32vl", elf}, &out, &err), 0) << out << err;
+    ASSERT_EQ(
+        Fwai({"monitor", "--send", "ping", "--until", "^pong$", "--timeout", "10"}, &out, &err), 0)
+        << err;
+    ASSERT_EQ(Fwai({"hw", "release", "sim-stm32vl"}, &out, &err), 0) << err;
+    // A second lease that lapses (TTL 3 s) after its own line.
+    ASSERT_EQ(
+        Fwai({"hw", "lease", "sim-stm32vl", "--ttl", "3", "--session", "lapsing"}, &out, &err), 0)
+        << err;
+    ASSERT_EQ(
+        Fwai({"monitor", "--send", "ping", "--until", "^pong$", "--timeout", "10"}, &out, &err), 0)
+        << err;
+    json released, lapsed;
+    for (int i = 0; i < 200 && lapsed.is_null(); ++i) {
+      ASSERT_EQ(Fwai({"--json", "evidence", "ls"}, &out, &err), 0) << err;
+      std::istringstream lines(out);
+      for (std::string line; std::getline(lines, line);) {
+        auto j = json::parse(line, nullptr, false);
+        if (!j.is_object()) continue;
+        const json& rec = j["record"];
+        if (rec.value("kind", "") == "lease_released") released = rec;
+        if (rec.value("kind", "") == "lease_ended") lapsed = rec;
+      }
+      if (!keep) {
+        // Nothing to wait for: the lapse is seen in who.
+        ASSERT_EQ(Fwai({"--json", "hw", "who"}, &out, &err), 0) << err;
+        if (out.find("lapsing") == std::string::npos) break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    ASSERT_FALSE(released.is_null()) << out;
+    const std::string dir = d_->data_dir() + "/artifacts/serial";
+    if (!keep) {
+      EXPECT_FALSE(released.contains("serial_transcript")) << released.dump();
+      EXPECT_TRUE(lapsed.is_null()) << lapsed.dump();
+      EXPECT_FALSE(fs::exists(dir));
+      break;
+    }
+    ASSERT_TRUE(released.contains("serial_transcript")) << released.dump();
+    const json t = released["serial_transcript"];
+    const std::string sha = t.value("sha256", "");
+    ASSERT_EQ(sha.size(), 64u) << t.dump();
+    EXPECT_EQ(t.value("path", ""), dir + "/" + sha + ".log");
+    std::ifstream in(dir + "/" + sha + ".log", std::ios::binary);
+    std::stringstream bytes;
+    bytes << in.rdbuf();
+    const std::string text = bytes.str();
+    EXPECT_NE(text.find("stm32vl-blinky 1.0.0 booted"), std::string::npos) << text;
+    EXPECT_NE(text.find("pong"), std::string::npos) << text;
+    EXPECT_EQ(t.value("bytes", size_t{0}), text.size());
+    EXPECT_EQ(t.value("lost_lines", 1), 0);
+    std::string hash_out;
+    ASSERT_EQ(RunCommand({"/usr/bin/sha256sum", dir + "/" + sha + ".log"}, &hash_out, &err), 0);
+    EXPECT_EQ(hash_out.substr(0, 64), sha) << "the record's hash is the kept bytes' hash";
+    struct stat st {};
+    ASSERT_EQ(stat((dir + "/" + sha + ".log").c_str(), &st), 0);
+    EXPECT_EQ(st.st_mode & 0777, 0600u);
+    // The lapsed lease: its record, its transcript, which has only its own lines.
+    ASSERT_FALSE(lapsed.is_null()) << "no lease_ended record";
+    EXPECT_NE(lapsed.value("reason", "").find("TTL"), std::string::npos) << lapsed.dump();
+    const json t2 = lapsed["serial_transcript"];
+    std::ifstream in2(t2.value("path", ""), std::ios::binary);
+    std::stringstream bytes2;
+    bytes2 << in2.rdbuf();
+    EXPECT_NE(bytes2.str().find("pong"), std::string::npos) << t2.dump();
+    EXPECT_EQ(bytes2.str().find("booted"), std::string::npos)
+        << "the earlier lease's lines: " << bytes2.str();
+    ASSERT_EQ(Fwai({"evidence", "verify"}, &out, &err), 0) << out << err;
+    d_.reset();
+  }
 }
 
 TEST_F(HwTest, ThreeReadersSeeTheSameLinesAndUnplugEndsThemCleanly) {

@@ -15,6 +15,7 @@
 #include <grpcpp/generic/generic_stub.h>
 #include <nlohmann/json.hpp>
 
+#include "absl/strings/ascii.h"
 #include "common/local_account.h"
 #include "client/lib/client.h"
 #include "fwai/v1/auth.grpc.pb.h"
@@ -814,6 +815,311 @@ TEST_F(AgentIsolationTest, ASkillRunsAsTheCallersAccount) {
   while (refused->Read(&ev)) {
   }
   EXPECT_EQ(refused->Finish().error_code(), grpc::StatusCode::PERMISSION_DENIED);
+}
+
+// fwaid runs as root and serves a group socket (mode 0660, group nogroup).
+// `nobody` connects through it with the real CLI (runuser) and makes the
+// model try every tool that touches files against /etc/shadow and against
+// another user's private directory: nothing leaks, nothing changes. A second
+// uid on the same socket cannot see or touch nobody's sessions, runs or
+// leases.
+class UnixPeerAttackTest : public SecurityTest {
+ protected:
+  void SetUp() override {
+    SecurityTest::SetUp();
+    SetUpTmp();
+    ASSERT_EQ(chmod(d_tmp_.c_str(), 0755), 0);
+    auto nobody = LookupAccount("nobody");
+    ASSERT_TRUE(nobody.ok());
+    nobody_ = *nobody;
+    // Another user's private directory: 0700, owned by a uid that is neither
+    // root nor nobody, holding a secret and a file whose name is a secret too.
+    victim_ = d_tmp_ + "/victim";
+    fs::create_directories(victim_);
+    std::ofstream(victim_ + "/secret.txt") << "VICTIM-PRIVATE-BYTES\n";
+    std::ofstream(victim_ + "/victim-name-canary.txt") << "x\n";
+    for (const auto& e : fs::directory_iterator(victim_)) {
+      ASSERT_EQ(chmod(e.path().c_str(), 0600), 0);
+      ASSERT_EQ(chown(e.path().c_str(), kVictimUid, kVictimUid), 0);
+    }
+    ASSERT_EQ(chmod(victim_.c_str(), 0700), 0);
+    ASSERT_EQ(chown(victim_.c_str(), kVictimUid, kVictimUid), 0);
+    victim_before_ = Snapshot(victim_);
+    shadow_before_ = Read("/etc/shadow");
+    ASSERT_FALSE(shadow_before_.empty());
+    shadow_line_ = shadow_before_.substr(0, shadow_before_.find('\n'));
+    // nobody's own project: a build skill and a project MCP server that try
+    // the same, as nobody.
+    project_ = d_tmp_ + "/proj";
+    fs::create_directories(project_ + "/.fwai/skills");
+    std::ofstream(project_ + "/main.c") << "int main(void) { return 0; }\n";
+    std::ofstream(project_ + "/.fwai/skills/build.yaml")
+        << "name: build\nsteps:\n  - name: steal\n    tool: shell\n    command: \"id -u > "
+           "skill-uid.txt; cat /etc/shadow "
+        << victim_ << "/secret.txt; ls " << victim_ << "; echo x > " << victim_
+        << "/planted-by-skill; echo x >> /etc/shadow; true\"\n";
+    std::ofstream(project_ + "/.fwai/project.yaml")
+        << "name: p\nmcp_servers:\n  fs:\n    command: [" << FWAI_MCP_BIN_DIR
+        << "/mcp-server-filesystem, /]\n";
+    for (const auto& e : fs::recursive_directory_iterator(project_)) {
+      ASSERT_EQ(lchown(e.path().c_str(), nobody_.uid, nobody_.gid), 0);
+    }
+    ASSERT_EQ(chown(project_.c_str(), nobody_.uid, nobody_.gid), 0);
+    d_ = std::make_unique<Daemon>(&fake_, "unix_socket: {mode: \"0660\", group: nogroup}\n");
+    d_->AddListen("tcp:127.0.0.1:0");
+    ASSERT_EQ(chmod(d_->dir().c_str(), 0755),
+              0);  // the socket's group decides, not this test's temp dir
+    ASSERT_TRUE(d_->Start()) << d_->log();
+    port_ = d_->TcpPort();
+  }
+
+  static std::map<std::string, std::string> Snapshot(const std::string& dir) {
+    std::map<std::string, std::string> out;
+    for (const auto& e : fs::directory_iterator(dir)) out[e.path().filename()] = Read(e.path());
+    return out;
+  }
+
+  // `fwai ARGS...` run as `user` (runuser), against the group socket.
+  int AsUser(const std::string& user, std::vector<std::string> args, std::string* out,
+             std::string* err, const std::string& group = "") {
+    std::vector<std::string> argv = {"/usr/sbin/runuser", "-u", user};
+    if (!group.empty()) argv.insert(argv.end(), {"-g", group});
+    argv.insert(argv.end(), {"--", std::string(FWAI_BIN_DIR) + "/fwai", "--daemon", d_->address()});
+    argv.insert(argv.end(), args.begin(), args.end());
+    return RunCommand(argv, out, err, {"HOME=/nonexistent", "PATH=/usr/bin:/bin"});
+  }
+
+  // The model makes `calls` in one turn of `fwai chat` run by nobody; each
+  // call's output by id (and the whole of what the CLI printed in `all`).
+  std::map<std::string, std::string> NobodyTurn(const std::string& project,
+                                                std::vector<FakeToolCall> calls, std::string* all) {
+    FakeReply r;
+    r.tool_calls = std::move(calls);
+    fake_.Enqueue(r);
+    FakeReply done;
+    done.chunks = {"done"};
+    fake_.Enqueue(done);
+    std::string out, err;
+    int rc = AsUser("nobody", {"--project", project, "--json", "chat", "try"}, &out, &err);
+    EXPECT_EQ(rc, 0) << err << out;
+    *all = out + err;
+    std::map<std::string, std::string> results;
+    std::istringstream lines(out);
+    for (std::string line; std::getline(lines, line);) {
+      auto j = json::parse(line, nullptr, false);
+      if (j.is_object() && j.value("type", "") == "tool_call_finished")
+        results[j.value("call_id", "")] = j.value("output", "");
+    }
+    return results;
+  }
+
+  void ExpectNothingLeakedOrChanged(const std::string& all) {
+    EXPECT_EQ(all.find(shadow_line_), std::string::npos) << "/etc/shadow leaked: " << all;
+    EXPECT_EQ(all.find("VICTIM-PRIVATE"), std::string::npos) << "the private file leaked: " << all;
+    EXPECT_EQ(all.find("victim-name-canary"), std::string::npos)
+        << "the private directory was listed: " << all;
+    EXPECT_EQ(Read("/etc/shadow"), shadow_before_) << "/etc/shadow changed";
+    EXPECT_EQ(Snapshot(victim_), victim_before_) << "the private directory changed";
+    EXPECT_FALSE(fs::exists("/etc/fwai-planted.txt"));
+  }
+
+  static constexpr uid_t kVictimUid = 4242;
+  LocalAccount nobody_;
+  std::string victim_, project_, shadow_before_, shadow_line_;
+  std::map<std::string, std::string> victim_before_;
+};
+
+TEST_F(UnixPeerAttackTest, TheSocketIsTheConfiguredModeAndGroup) {
+  struct stat st {};
+  ASSERT_EQ(stat(d_->socket_path().c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0660u);
+  EXPECT_EQ(st.st_gid, nobody_.gid);
+  std::string out, err;
+  ASSERT_EQ(AsUser("nobody", {"--json", "whoami"}, &out, &err), 0) << err;
+  auto who = json::parse(out);
+  EXPECT_EQ(who.value("principal", ""), "uid:" + std::to_string(nobody_.uid)) << out;
+  EXPECT_NE(who.value("role", ""), "admin") << out;
+}
+
+TEST_F(UnixPeerAttackTest, EveryFileToolIsRefusedOutsideWhatNobodyMayTouch) {
+  const std::string v = victim_;
+  std::string all;
+  auto out = NobodyTurn(
+      project_,
+      {{"c1", "read_file", {{"path", "/etc/shadow"}}},
+       {"c2", "read_file", {{"path", v + "/secret.txt"}}},
+       {"c3", "list_dir", {{"path", v}}},
+       {"c4", "grep", {{"pattern", "root|VICTIM"}, {"path", "/etc/shadow"}}},
+       {"c5", "grep", {{"pattern", "VICTIM"}, {"path", v}}},
+       {"c6", "glob", {{"pattern", "../victim/**"}}},
+       {"c7", "write_file", {{"path", "/etc/fwai-planted.txt"}, {"content", "x"}}},
+       {"c8", "write_file", {{"path", v + "/planted.txt"}, {"content", "x"}}},
+       {"c9",
+        "edit_file",
+        {{"path", "/etc/shadow"}, {"old_string", "root"}, {"new_string", "toor"}}},
+       {"c10",
+        "edit_file",
+        {{"path", "../victim/secret.txt"}, {"old_string", "VICTIM"}, {"new_string", "X"}}},
+       {"c11",
+        "bash",
+        {{"command", "id -u > bash-uid.txt; cat /etc/shadow " + v + "/secret.txt; ls " + v +
+                         "; echo x > " + v + "/planted-by-bash; echo x >> /etc/shadow; true"}}},
+       {"c12", "build", json::object()},
+       {"c13", "mcp_fs_read_text_file", {{"path", "/etc/shadow"}}},
+       {"c14", "mcp_fs_read_text_file", {{"path", v + "/secret.txt"}}},
+       {"c15", "mcp_fs_list_directory", {{"path", v}}},
+       {"c16", "mcp_fs_write_file", {{"path", v + "/planted-by-mcp"}, {"content", "x"}}},
+       {"c17", "read_file", {{"path", "main.c"}}}},
+      &all);
+  ASSERT_EQ(out.size(), 17u) << all;
+  ExpectNothingLeakedOrChanged(all);
+  for (const char* id : {"c1", "c2", "c3", "c5", "c8", "c10"}) {
+    EXPECT_NE(out[id].find("outside the project root"), std::string::npos) << id << ": " << out[id];
+  }
+  // The tools ran, as nobody: the commands wrote their uid, the MCP server
+  // answered (with the kernel's refusal), the project's own file was read.
+  EXPECT_EQ(Read(project_ + "/bash-uid.txt"), std::to_string(nobody_.uid) + "\n");
+  EXPECT_EQ(Read(project_ + "/skill-uid.txt"), std::to_string(nobody_.uid) + "\n") << out["c12"];
+  for (const char* id : {"c13", "c14", "c15", "c16"}) {
+    EXPECT_NE(out[id].find("EACCES"), std::string::npos) << id << ": " << out[id];
+  }
+  EXPECT_NE(out["c17"].find("int main"), std::string::npos) << out["c17"];
+  // The run's log kept in the project holds nothing either.
+  for (const auto& e : fs::recursive_directory_iterator(project_ + "/.fwai")) {
+    if (!e.is_regular_file()) continue;
+    const std::string text = Read(e.path());
+    EXPECT_EQ(text.find(shadow_line_), std::string::npos) << e.path();
+    EXPECT_EQ(text.find("VICTIM-PRIVATE"), std::string::npos) << e.path();
+  }
+}
+
+TEST_F(UnixPeerAttackTest, ProjectRootsAreCheckedAsThePeer) {
+  // Another user's private directory is no project for nobody.
+  std::string out, err;
+  EXPECT_NE(AsUser("nobody", {"--project", victim_, "chat", "hi"}, &out, &err), 0);
+  EXPECT_NE(err.find("nobody cannot use " + victim_), std::string::npos) << err << out;
+  // /etc is one (nobody may read it with a shell too), but not its shadow
+  // file, and nothing in it may be written: the attack of the report.
+  std::string all;
+  auto res = NobodyTurn(
+      "/etc",
+      {{"c1", "read_file", {{"path", "shadow"}}},
+       {"c2", "grep", {{"pattern", "root"}, {"path", "shadow"}}},
+       {"c3", "write_file", {{"path", "fwai-planted.txt"}, {"content", "x"}}},
+       {"c4", "edit_file", {{"path", "shadow"}, {"old_string", "root"}, {"new_string", "toor"}}},
+       {"c5",
+        "bash",
+        {{"command", "cat shadow; echo x >> shadow; echo x > fwai-planted.txt; true"}}}},
+      &all);
+  ASSERT_EQ(res.size(), 5u) << all;
+  ExpectNothingLeakedOrChanged(all);
+  for (const char* id : {"c1", "c3", "c4"}) {
+    EXPECT_NE(absl::AsciiStrToLower(res[id]).find("permission denied"), std::string::npos) << id << ": " << res[id];
+  }
+}
+
+TEST_F(UnixPeerAttackTest, ATokenWithoutAnAccountGetsNoFileToolAtAll) {
+  auto drifter = Channel(Tcp(), Credentials{"", "", "", MakeToken("drifter")});
+  grpc::ClientContext ctx;
+  pb::CreateSessionRequest req;
+  req.set_project_root(project_);
+  pb::Session s;
+  ASSERT_TRUE(pb::Sessions::NewStub(drifter)->Create(&ctx, req, &s).ok());
+  EXPECT_EQ(s.project_root(), "");
+  FakeReply r;
+  r.tool_calls = {{"c1", "read_file", {{"path", "/etc/shadow"}}},
+                  {"c2", "list_dir", {{"path", victim_}}},
+                  {"c3", "grep", {{"pattern", "root"}, {"path", "/etc/shadow"}}},
+                  {"c4", "glob", {{"pattern", "/etc/*"}}},
+                  {"c5", "write_file", {{"path", "/etc/fwai-planted.txt"}, {"content", "x"}}},
+                  {"c6",
+                   "edit_file",
+                   {{"path", "/etc/shadow"}, {"old_string", "root"}, {"new_string", "toor"}}},
+                  {"c7", "bash", {{"command", "cat /etc/shadow; echo x >> /etc/shadow"}}},
+                  {"c8", "build", json::object()},
+                  {"c9", "mcp_fs_read_text_file", {{"path", "/etc/shadow"}}}};
+  fake_.Enqueue(r);
+  FakeReply done;
+  done.chunks = {"done"};
+  fake_.Enqueue(done);
+  auto turn = RunChat(*pb::Sessions::NewStub(drifter), s.id(), "try");
+  ASSERT_TRUE(turn.finished) << turn.status.error_message();
+  std::string all;
+  int finished = 0;
+  for (const auto& ev : turn.events) {
+    if (!ev.has_tool_call_finished()) continue;
+    ++finished;
+    const auto& f = ev.tool_call_finished();
+    all += f.output() + "\n";
+    EXPECT_TRUE(f.is_error()) << f.call_id() << ": " << f.output();
+  }
+  EXPECT_EQ(finished, 9);
+  ExpectNothingLeakedOrChanged(all);
+  // Nothing that touches files was offered, the project's MCP server included.
+  for (const auto& t : fake_.requests().back().body["tools"]) {
+    const std::string name = t.value("name", "");
+    EXPECT_EQ(name.rfind("mcp_fs_", 0), std::string::npos) << name;
+    for (const char* banned :
+         {"read_file", "list_dir", "grep", "glob", "write_file", "edit_file", "bash", "build"}) {
+      EXPECT_NE(name, banned) << "offered to a session without a project";
+    }
+  }
+}
+
+// Two uids on the group socket: `daemon` (given the socket's group) cannot
+// list, read, attach to, answer or delete nobody's session, see its records,
+// nor release its lease.
+TEST_F(UnixPeerAttackTest, TwoUidsOnTheGroupSocketSeeOnlyTheirOwn) {
+  FakeReply hello;
+  hello.chunks = {"hello nobody"};
+  fake_.Enqueue(hello);
+  std::string out, err;
+  ASSERT_EQ(AsUser("nobody", {"--project", project_, "--json", "chat", "nobody's secret plan"},
+                   &out, &err),
+            0)
+      << err;
+  std::string sid;
+  std::istringstream lines(out);
+  for (std::string line; std::getline(lines, line) && sid.empty();) {
+    auto j = json::parse(line, nullptr, false);
+    if (j.is_object()) sid = j.value("session_id", "");
+  }
+  ASSERT_FALSE(sid.empty()) << out;
+  ASSERT_EQ(AsUser("nobody", {"--json", "hw", "lease", "sim-stm32vl"}, &out, &err), 0)
+      << err << out;
+  auto other = [&](std::vector<std::string> args, std::string* o, std::string* e) {
+    return AsUser("daemon", std::move(args), o, e, "nogroup");
+  };
+  ASSERT_EQ(other({"--json", "whoami"}, &out, &err), 0) << err;
+  EXPECT_EQ(json::parse(out).value("principal", ""), "uid:1") << out;
+  ASSERT_EQ(other({"--json", "sessions", "ls"}, &out, &err), 0) << err;
+  EXPECT_EQ(json::parse(out), json::array()) << out;
+  EXPECT_NE(other({"sessions", "ls", "--all"}, &out, &err), 0);
+  EXPECT_NE(other({"sessions", "show", sid}, &out, &err), 0);
+  EXPECT_EQ((out + err).find("secret plan"), std::string::npos) << out << err;
+  EXPECT_NE(other({"attach", sid, "--no-follow"}, &out, &err), 0);
+  EXPECT_EQ((out + err).find("secret plan"), std::string::npos) << out << err;
+  EXPECT_NE(other({"chat", "-s", sid, "answer for nobody"}, &out, &err), 0);
+  EXPECT_NE(other({"sessions", "rm", sid}, &out, &err), 0);
+  ASSERT_EQ(other({"--json", "evidence", "ls"}, &out, &err), 0) << err;
+  EXPECT_EQ(out.find(sid), std::string::npos) << out;
+  EXPECT_NE(other({"hw", "release", "sim-stm32vl"}, &out, &err), 0);
+  EXPECT_NE(err.find("nobody"), std::string::npos) << "names the holder: " << err;
+  EXPECT_NE(other({"hw", "release", "sim-stm32vl", "--force"}, &out, &err), 0);
+  EXPECT_NE(err.find("rule: admin"), std::string::npos) << err;
+  // nobody's session, history and lease are all still there.
+  ASSERT_EQ(AsUser("nobody", {"--json", "sessions", "ls"}, &out, &err), 0) << err;
+  EXPECT_NE(out.find(sid), std::string::npos) << out;
+  ASSERT_EQ(AsUser("nobody", {"sessions", "show", sid}, &out, &err), 0) << err;
+  EXPECT_NE(out.find("secret plan"), std::string::npos) << out;
+  ASSERT_EQ(AsUser("nobody", {"--json", "evidence", "ls"}, &out, &err), 0) << err;
+  EXPECT_NE(out.find(sid), std::string::npos) << out;
+  auto holder = pb::Hardware::NewStub(d_->channel());
+  grpc::ClientContext ctx;
+  pb::ListDevicesResponse devs;
+  ASSERT_TRUE(holder->ListDevices(&ctx, pb::ListDevicesRequest(), &devs).ok());
+  ASSERT_EQ(devs.leases_size(), 1);
+  EXPECT_NE(devs.leases(0).holder().find("nobody"), std::string::npos) << devs.leases(0).holder();
 }
 
 }  // namespace fwai::testing

@@ -30,8 +30,8 @@ export interface ConnectOptions {
   connectTimeoutMs?: number;
 }
 
-export type ServiceName = 'Sessions' | 'Daemon' | 'Hardware' | 'Skills' | 'Projects' | 'Knowledge' | 'Evidence';
-const SERVICES: ServiceName[] = ['Sessions', 'Daemon', 'Hardware', 'Skills', 'Projects', 'Knowledge', 'Evidence'];
+export type ServiceName = 'Sessions' | 'Daemon' | 'Hardware' | 'Skills' | 'Projects' | 'Knowledge' | 'Evidence' | 'Firmware' | 'Ota';
+const SERVICES: ServiceName[] = ['Sessions', 'Daemon', 'Hardware', 'Skills', 'Projects', 'Knowledge', 'Evidence', 'Firmware', 'Ota'];
 
 /** Channel options: fast reconnects (a restarted daemon is back in ~100 ms), big messages (exports). */
 const CHANNEL_OPTIONS: grpc.ChannelOptions = {

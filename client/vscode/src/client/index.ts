@@ -5,6 +5,7 @@ export * from './connection';
 export * from './edits';
 export * from './errors';
 export * from './events';
+export * from './firmware';
 export * from './knowledge';
 export * from './model';
 export * from './proto';

@@ -13,6 +13,8 @@ export const PROTO_FILES = [
   'fwai/v1/projects.proto',
   'fwai/v1/knowledge.proto',
   'fwai/v1/evidence.proto',
+  'fwai/v1/firmware.proto',
+  'fwai/v1/ota.proto',
 ];
 
 // snake_case field names as in the protos (and the CLI's --json), 64-bit

@@ -4,7 +4,7 @@
 const loadedAt = Date.now();
 
 import * as vscode from 'vscode';
-import { SessionInfo } from '../client';
+import { SessionInfo, memoryReport, otaStatus, sbom } from '../client';
 import { Boards, Device } from './boards';
 import { Chat, pickProjectRoot } from './chat';
 import { Connection, TOKEN_KEY } from './connection';
@@ -158,6 +158,25 @@ export function activate(ctx: vscode.ExtensionContext): FwaiApi {
     const list = uris?.length ? uris : uri ? [uri] : await vscode.window.showOpenDialog({ canSelectMany: true, canSelectFolders: true, openLabel: 'Add to fwai' });
     if (list?.length) return knowledge.add(list);
   });
+
+  // The project's firmware as fwaid reports it, opened as documents.
+  const show = async (content: string, language: string) =>
+    vscode.window.showTextDocument(await vscode.workspace.openTextDocument({ content, language }), { preview: false });
+  const projectRootOrPick = async () => {
+    const root = chat.projectRoot() ?? (await pickProjectRoot());
+    if (!root) throw new Error('open the firmware project folder first');
+    return root;
+  };
+  command('fwai.memoryReport', async () => {
+    const root = await projectRootOrPick();
+    const r = await memoryReport(await conn.get(), root);
+    return show(r.text, 'plaintext');
+  });
+  command('fwai.sbom', async () => {
+    const root = await projectRootOrPick();
+    return show(JSON.stringify(await sbom(await conn.get(), root), null, 2), 'json');
+  });
+  command('fwai.otaStatus', async () => show(JSON.stringify(await otaStatus(await conn.get()), null, 2), 'json'));
 
   command('fwai.refreshEvidence', () => evidence.refresh());
   command('fwai.openEvidence', (runId: string) => evidence.open(runId));

@@ -51,7 +51,8 @@ const tests = [
     metrics.activationMs = api.activationMs;
     const cmds = await vscode.commands.getCommands(true);
     for (const c of ['fwai.newSession', 'fwai.attachSession', 'fwai.approvePlan', 'fwai.leaseBoard', 'fwai.openSerial', 'fwai.flashBoard',
-      'fwai.runSkill', 'fwai.searchDatasheets', 'fwai.kbAdd', 'fwai.exportSarif', 'fwai.exportHtml', 'fwai.setToken']) {
+      'fwai.runSkill', 'fwai.searchDatasheets', 'fwai.kbAdd', 'fwai.exportSarif', 'fwai.exportHtml', 'fwai.setToken',
+      'fwai.memoryReport', 'fwai.sbom', 'fwai.otaStatus']) {
       assert.ok(cmds.includes(c), `${c} is not registered`);
     }
   }],

@@ -224,51 +224,7 @@ void VectorIndex::TuneEfSearch(const std::vector<float>& vectors) {
     ef_search_ = h->hnsw.efSearch = options_.ef_search;
     return;
   }
-  const size_t n = ids_.size();
-  const size_t nq = std::min<size_t>(400, n);
-  const idx_t k = 10;
-  std::mt19937 rng(42);
-  std::vector<float> queries(nq * dim_);
-  // Queries like real ones: stored vectors with noise, and mixtures of two
-  // stored vectors (a query shares vocabulary with the passages it seeks).
-  std::normal_distribution<float> gauss;
-  for (size_t i = 0; i < nq; ++i) {
-    float* q = &queries[i * dim_];
-    const size_t a = rng() % n, b = rng() % n;
-    for (int d = 0; d < dim_; ++d) {
-      q[d] = (i % 2 == 0) ? vectors[a * dim_ + d] + 0.05f * gauss(rng)
-                          : vectors[a * dim_ + d] + vectors[b * dim_ + d];
-    }
-    double norm = 0;
-    for (int d = 0; d < dim_; ++d) norm += double(q[d]) * q[d];
-    for (int d = 0; d < dim_; ++d) q[d] = static_cast<float>(q[d] / std::sqrt(norm));
-  }
-  faiss::IndexFlatIP exact(dim_);
-  exact.add(static_cast<idx_t>(n), vectors.data());
-  std::vector<float> dist(nq * k);
-  std::vector<idx_t> truth(nq * k), got(nq * k);
-  exact.search(static_cast<idx_t>(nq), queries.data(), k, dist.data(), truth.data());
-  // Each kind of query must reach the bar on its own: mixtures are harder than
-  // noisy copies, and an average over both hid a recall below 0.95 on them.
-  for (int ef : {16, 32, 64, 128, 256, 512, 1024}) {
-    h->hnsw.efSearch = ef;
-    h->search(static_cast<idx_t>(nq), queries.data(), k, dist.data(), got.data());
-    size_t hits[2] = {0, 0}, asked[2] = {0, 0};
-    for (size_t q = 0; q < nq; ++q) {
-      asked[q % 2] += k;
-      for (idx_t a = 0; a < k; ++a) {
-        for (idx_t b = 0; b < k; ++b) {
-          if (got[q * k + a] == truth[q * k + b] && truth[q * k + b] >= 0) {
-            ++hits[q % 2];
-            break;
-          }
-        }
-      }
-    }
-    ef_search_ = ef;
-    // A margin over the 0.95 promise: the sample is not the queries to come.
-    if (hits[0] >= 0.98 * asked[0] && hits[1] >= 0.98 * asked[1]) break;
-  }
+  TuneBreadth(vectors, {16, 32, 64, 128, 256, 512, 1024}, [h](int ef) { h->hnsw.efSearch = ef; });
 }
 
 std::vector<std::pair<uint32_t, float>> VectorIndex::Search(const float* query, size_t k,

@@ -884,7 +884,18 @@ class UnixPeerAttackTest : public SecurityTest {
              std::string* err, const std::string& group = "") {
     std::vector<std::string> argv = {"/usr/sbin/runuser", "-u", user};
     if (!group.empty()) argv.insert(argv.end(), {"-g", group});
-    argv.insert(argv.end(), {"--", std::string(FWAI_BIN_DIR) + "/fwai", "--daemon", d_->address()});
+    // A copy the other user can execute whatever the checkout's directories allow
+    // (a clone in a 0700 directory, e.g. from mktemp -d).
+    const std::string fwai = d_tmp_ + "/bin/fwai";
+    if (!fs::exists(fwai)) {
+      fs::create_directories(d_tmp_ + "/bin");
+      fs::copy_file(std::string(FWAI_BIN_DIR) + "/fwai", fwai);
+      fs::permissions(d_tmp_ + "/bin", fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec |
+                                           fs::perms::others_read | fs::perms::others_exec);
+      fs::permissions(fwai, fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec |
+                                fs::perms::others_read | fs::perms::others_exec);
+    }
+    argv.insert(argv.end(), {"--", fwai, "--daemon", d_->address()});
     argv.insert(argv.end(), args.begin(), args.end());
     return RunCommand(argv, out, err, {"HOME=/nonexistent", "PATH=/usr/bin:/bin"});
   }

@@ -858,9 +858,14 @@ class UnixPeerAttackTest : public SecurityTest {
            "skill-uid.txt; cat /etc/shadow "
         << victim_ << "/secret.txt; ls " << victim_ << "; echo x > " << victim_
         << "/planted-by-skill; echo x >> /etc/shadow; true\"\n";
+    // The server from a copy nobody can reach wherever the checkout lies.
+    const fs::path mcp_bin(FWAI_MCP_BIN_DIR);
+    const std::string mcp = d_tmp_ + "/mcp-servers";
+    fs::copy(mcp_bin.parent_path().parent_path(), mcp,
+             fs::copy_options::recursive | fs::copy_options::copy_symlinks);
     std::ofstream(project_ + "/.fwai/project.yaml")
-        << "name: p\nmcp_servers:\n  fs:\n    command: [" << FWAI_MCP_BIN_DIR
-        << "/mcp-server-filesystem, /]\n";
+        << "name: p\nmcp_servers:\n  fs:\n    command: [" << mcp
+        << "/node_modules/.bin/mcp-server-filesystem, /]\n";
     for (const auto& e : fs::recursive_directory_iterator(project_)) {
       ASSERT_EQ(lchown(e.path().c_str(), nobody_.uid, nobody_.gid), 0);
     }

@@ -1,5 +1,5 @@
-// The lab's example clients against a real lab on this machine: a real etcd,
-// a real bench fwaid with a QEMU board, and (for the CI job) a front fwaid
+// The lab's CI job example against a real lab on this machine: a real etcd,
+// a real bench fwaid with a QEMU board, and the job's own front fwaid, which
 // the `fwai` CLI auto-starts from the fwaid.yaml the job script writes.
 #include <gtest/gtest.h>
 #include <unistd.h>

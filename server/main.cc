@@ -1005,7 +1005,10 @@ int Main(int argc, char** argv) {
   } else if (*n > 0) {
     spdlog::warn("{} skill run(s) cut by the last stop recorded as interrupted", *n);
   }
+  // Set once the lab's forwarding is up (a node of a lab only).
+  std::unique_ptr<RemoteBoards> remote_boards;
   SkillDeps skill_deps;
+  skill_deps.remote_boards = [&remote_boards] { return remote_boards.get(); };
   skill_deps.journal = &run_journal;
   skill_deps.hardware = &hardware;
   skill_deps.providers = &providers;
@@ -1093,6 +1096,7 @@ int Main(int argc, char** argv) {
   deps.started_us = NowMicros();
   deps.daemon_uid = getuid();
   deps.version = FWAI_VERSION;
+  if (deps.lab_leases) remote_boards = MakeLabSkillBoards(deps);
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();

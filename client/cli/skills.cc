@@ -14,6 +14,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "fwai/v1/hardware.grpc.pb.h"
 #include "fwai/v1/projects.grpc.pb.h"
 
 namespace fwai {
@@ -84,12 +85,66 @@ int RunSkill(const Globals& g, const SkillRunOptions& o) {
       return 16;
     }
   }
+  std::string board = o.board;
+  // --board-tag: a board held by a Hold stream for the run; fwaid renews the
+  // lease while the stream is open and releases it the moment it ends (here,
+  // or when this process dies).
+  struct Held {
+    std::unique_ptr<grpc::ClientContext> ctx;
+    std::unique_ptr<grpc::ClientReader<pb::Lease>> reader;
+    ~Held() {
+      if (!reader) return;
+      ctx->TryCancel();
+      pb::Lease l;
+      while (reader->Read(&l)) {
+      }
+      (void)reader->Finish();
+    }
+  } held;
+  if (!o.board_tags.empty() && !o.board.empty()) return Fail(g, kExitUsage, "give --board or --board-tag, not both");
+  if (!o.board_tags.empty()) {
+    pb::AcquireRequest ar;
+    for (const auto& t : o.board_tags) {
+      auto* tag = ar.add_tags();
+      auto c = t.find(':');
+      tag->set_key(c == std::string::npos ? t : t.substr(0, c));
+      if (c != std::string::npos) tag->set_value(t.substr(c + 1));
+    }
+    ar.set_ttl_s(60);
+    ar.set_wait_s(o.board_wait_s);
+    const std::string tags = absl::StrJoin(o.board_tags, ",");
+    std::ostream& note = o.ci && !g.json ? std::cerr : std::cout;
+    if (!g.json) note << "leasing a board with tags " << tags << " (waiting up to " << o.board_wait_s << " s)" << std::endl;
+    auto hw = pb::Hardware::NewStub(*ch);
+    held.ctx = std::make_unique<grpc::ClientContext>();
+    held.ctx->AddMetadata("fwai-client", "fwai run");
+    held.reader = hw->Hold(held.ctx.get(), ar);
+    pb::Lease lease;
+    if (!held.reader->Read(&lease)) {
+      grpc::Status hs = held.reader->Finish();
+      held.reader.reset();
+      constexpr int kHardware = 18;
+      const std::string msg = absl::StrCat("no board with tags ", tags, " for the run: ", hs.error_message());
+      if (o.ci && !g.json) {
+        std::cout << json({{"skill", o.skill}, {"ok", false}, {"failure_class", "hardware"}, {"exit_code", kHardware},
+                           {"board_tags", o.board_tags}, {"error", msg}})
+                         .dump()
+                  << std::endl;
+      }
+      return Fail(g, kHardware, msg);
+    }
+    board = lease.device_id();
+    if (!g.json) {
+      note << "leased " << board << (lease.node().empty() ? "" : absl::StrCat(" on node ", lease.node())) << " (lease "
+           << lease.lease_id() << ")" << std::endl;
+    }
+  }
   pb::RunSkillRequest req;
   req.set_project_root(root);
   req.set_skill(o.skill);
   req.set_ci(o.ci);
   req.set_approved(approved);
-  req.set_board(o.board);
+  req.set_board(board);
   req.set_timeout_s(o.timeout_s);
   for (const auto& [k, v] : o.vars) (*req.mutable_vars())[k] = v;
 
@@ -244,6 +299,12 @@ SkillCommands::SkillCommands(CLI::App& app, Globals& g) : g_(g) {
   run_->add_flag("--ci", opts_.ci, "No prompts; progress on stderr and a JSON summary on stdout");
   run_->add_flag("--yes,-y", opts_.yes, "Approve flashing");
   run_->add_option("--board", opts_.board, "The board (default: the one you hold, else the only one)");
+  run_->add_option("--board-tag", opts_.board_tags,
+                   "Lease any free board with this tag (KEY or KEY:VALUE; repeatable: all of them) for the run, "
+                   "in the whole lab on a node of a lab; released when the run ends")
+      ->allow_extra_args(false);
+  run_->add_option("--board-wait", opts_.board_wait_s, "Seconds to wait for a --board-tag board (default 600)")
+      ->check(CLI::NonNegativeNumber);
   run_->add_option("--timeout", opts_.timeout_s, "Seconds for the whole run (default: the skill's)")->check(CLI::PositiveNumber);
   run_->add_option("--var", vars_, "NAME=VALUE for ${NAME} in the skill; repeatable")->allow_extra_args(false);
   auto* skills = app.add_subcommand("skills", "The project's skills");

@@ -17,6 +17,10 @@ struct SkillRunOptions {
   bool ci = false;
   bool yes = false;
   std::string board;
+  // Lease any board of the lab (or of this fwaid) with these tags for the run
+  // (held while it runs, released after), waiting up to board_wait_s for one.
+  std::vector<std::string> board_tags;
+  int board_wait_s = 600;
   int timeout_s = 0;
   std::map<std::string, std::string> vars;
 };

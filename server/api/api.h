@@ -35,6 +35,7 @@ class ThreadPool;
 class HardwareBroker;
 class EvidenceLog;
 class SkillRunner;
+class RemoteBoards;
 class Gate;
 class RolloutManager;
 class PluginStore;
@@ -110,6 +111,8 @@ std::unique_ptr<grpc::Service> MakeProjectsService(const ApiDeps& deps);
 std::unique_ptr<grpc::Service> MakeSkillsService(const ApiDeps& deps);
 std::unique_ptr<grpc::Service> MakeAuthService(const ApiDeps& deps);
 std::unique_ptr<grpc::Service> MakeFirmwareService(const ApiDeps& deps);
+// On a node of a lab: skill runs' flash and monitor steps on other nodes' boards.
+std::unique_ptr<RemoteBoards> MakeLabSkillBoards(const ApiDeps& deps);
 std::unique_ptr<grpc::Service> MakeOtaService(const ApiDeps& deps);
 std::unique_ptr<grpc::Service> MakePluginsService(const ApiDeps& deps);
 

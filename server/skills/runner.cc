@@ -10,6 +10,7 @@
 #include <mutex>
 #include <optional>
 #include <regex>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -171,6 +172,12 @@ struct SkillRunner::RunState {
   Caller caller;
   std::string lease_board;  // acquired by this run (released at its end)
   std::string lease_id;
+  // A lab's boards of other nodes (null outside a lab): the ones this run
+  // resolved, and the serial stream of each opened just before its flash
+  // (what a `since: run` monitor reads).
+  RemoteBoards* remote = nullptr;
+  std::set<std::string> remote_boards;
+  std::map<std::string, std::unique_ptr<RemoteSerial>> run_serial;
   std::map<std::string, uint64_t> since_seq;  // board -> first serial seq of the run (or of its last flash)
   std::map<std::string, std::string> step_logs;  // step -> log file
   json images = json::array();
@@ -199,8 +206,17 @@ struct SkillRunner::RunState {
 
   absl::StatusOr<std::string> ResolveBoard(const std::string& wanted) {
     if (!deps.hardware) return absl::UnavailableError("the hardware broker is not running");
+    if (remote) {
+      auto r = remote->Resolve(caller, wanted);
+      if (!r.ok()) return r.status();
+      if (r->has_value()) {
+        remote_boards.insert(**r);
+        return **r;
+      }
+    }
     return deps.hardware->ResolveBoard(wanted, caller);
   }
+  bool IsRemote(const std::string& board) const { return remote_boards.count(board) > 0; }
 
   // The run holds the board's lease while it needs it (an existing lease of
   // the caller is used as it is). The lease is short and renewed by the
@@ -385,6 +401,7 @@ struct SkillRunner::RunState {
       refusals.push_back({{"kind", "flash"}, {"target", *board}, {"rule", d.rule}, {"step", s.name}});
       return FailWith(o, "policy", absl::StrCat("refused by policy (", d.rule, "): ", d.reason));
     }
+    if (IsRemote(*board)) return RemoteFlash(s, *board, path, log, o);
     if (auto st = EnsureLease(*board); !st.ok()) {
       if (st.code() == absl::StatusCode::kPermissionDenied) {
         refusals.push_back({{"kind", "flash"}, {"target", *board}, {"rule", "plugin capabilities"}, {"step", s.name}});
@@ -422,6 +439,46 @@ struct SkillRunner::RunState {
     return o;
   }
 
+  // A board of another node of the lab: its bench flashes the image's bytes
+  // under the caller's lab lease (held by the caller, not by the run).
+  StepOutcome RemoteFlash(const SkillStep& s, const std::string& board, const std::string& path, std::ofstream& log,
+                          StepOutcome& o) {
+    // The run's serial lines of this board begin here (a `since: run` monitor).
+    run_serial.erase(board);
+    if (auto serial = remote->OpenSerial(caller, board); serial.ok()) {
+      run_serial[board] = *std::move(serial);
+    } else {
+      return FailWith(o, "hardware", std::string(serial.status().message()));
+    }
+    auto r = remote->Flash(
+        caller, board, path, true,
+        [&](const FlashProgressUpdate& u) {
+          std::string line = absl::StrCat("[", u.stage, "] ", u.message);
+          log << line << '\n';
+          Emit(s.name, "output", line, true, json{{"stage", u.stage}, {"fraction", u.fraction}});
+        },
+        cancel.get());
+    if (!r.ok()) {
+      if (cancel->cancelled()) return FailWith(o, timed_out ? "timeout" : "cancelled", std::string(r.status().message()));
+      if (r.status().code() == absl::StatusCode::kPermissionDenied) {
+        refusals.push_back({{"kind", "flash"}, {"target", board}, {"rule", "lab"}, {"step", s.name}});
+        return FailWith(o, "policy", std::string(r.status().message()));
+      }
+      return FailWith(o, r.status().code() == absl::StatusCode::kFailedPrecondition ||
+                                 r.status().code() == absl::StatusCode::kUnavailable
+                             ? "hardware"
+                             : "flash",
+                      std::string(r.status().message()));
+    }
+    vars["IMAGE_SHA256"] = r->sha256;
+    images.push_back({{"board", board}, {"path", path}, {"sha256", r->sha256}, {"boot_line", r->boot_line},
+                      {"seconds", r->seconds}});
+    if (!r->boot_line.empty()) boot = {{"board", board}, {"ok", true}, {"line", r->boot_line}};
+    o.extra = {{"board", board}, {"image", path}, {"sha256", r->sha256}, {"boot_line", r->boot_line}};
+    o.ok = true;
+    return o;
+  }
+
   StepOutcome Monitor(const SkillStep& s, std::ofstream& log) {
     StepOutcome o;
     auto board = StepBoard(s, o);
@@ -439,6 +496,29 @@ struct SkillRunner::RunState {
       }
     }
     o.command = absl::StrCat("monitor ", *board, expect->empty() ? "" : absl::StrCat(" until '", *expect, "'"));
+    if (IsRemote(*board)) {
+      // A board of another node: the stream opened before its flash (the
+      // run's lines), or a new one; put back for a later step.
+      std::unique_ptr<RemoteSerial> serial;
+      if (s.since == "run" && run_serial.count(*board)) {
+        serial = std::move(run_serial[*board]);
+      } else {
+        auto opened = remote->OpenSerial(caller, *board);
+        if (!opened.ok()) return FailWith(o, "hardware", std::string(opened.status().message()));
+        serial = *std::move(opened);
+      }
+      RemoteSerial* r = serial.get();
+      if (!send->empty()) {
+        if (auto st = r->SendLine(*send); !st.ok()) return FailWith(o, "hardware", std::string(st.message()));
+        log << "> " << *send << '\n';
+        Emit(s.name, "output", "> " + *send, true);
+      }
+      StepOutcome out = WaitFor(
+          s, *board, *expect, re, 0, [r](SerialLine& l, int ms) { return r->Wait(l, ms); },
+          [r] { return r->end_reason(); }, log, o);
+      if (s.since == "run") run_serial[*board] = std::move(serial);
+      return out;
+    }
     // Writing needs the lease; so does watching a simulated board that is
     // paused because nobody holds it (the lease resumes it).
     bool paused = false;
@@ -468,6 +548,19 @@ struct SkillRunner::RunState {
       Emit(s.name, "output", "> " + *send, true);
     }
     const uint64_t since = from_run ? since_seq[*board] : 0;
+    return WaitFor(
+        s, *board, *expect, re, since, [r = *reader](SerialLine& l, int ms) { return r->Wait(l, ms); },
+        [r = *reader] { return r->end_reason(); }, log, o);
+  }
+
+  // Reads serial lines (from `since` on) until one matches `re` or the step's
+  // time is up; every line is logged and streamed.
+  StepOutcome WaitFor(const SkillStep& s, const std::string& board_id, const std::string& expect_text,
+                      const std::regex& re, uint64_t since,
+                      const std::function<SerialReader::Next(SerialLine&, int)>& next,
+                      const std::function<std::string()>& end_reason, std::ofstream& log, StepOutcome& o) {
+    const std::string* board = &board_id;
+    const std::string* expect = &expect_text;
     const int timeout_ms = StepTimeoutMs(s, 10);
     const int64_t until = NowMicros() + static_cast<int64_t>(timeout_ms) * 1000;
     telemetry::ActiveSpan wait("serial_wait", *board);
@@ -480,8 +573,8 @@ struct SkillRunner::RunState {
       const int64_t left_ms = (until - NowMicros()) / 1000;
       if (left_ms <= 0) break;
       SerialLine line;
-      auto n = (*reader)->Wait(line, static_cast<int>(std::min<int64_t>(left_ms, 200)));
-      if (n == SerialReader::Next::kEnded) return FailWith(o, "hardware", absl::StrCat("serial on ", *board, " ended: ", (*reader)->end_reason()));
+      auto n = next(line, static_cast<int>(std::min<int64_t>(left_ms, 200)));
+      if (n == SerialReader::Next::kEnded) return FailWith(o, "hardware", absl::StrCat("serial on ", *board, " ended: ", end_reason()));
       if (n != SerialReader::Next::kLine || line.seq < since) continue;
       std::string text = secrets.Redact(line.text);
       log << text << '\n';
@@ -911,6 +1004,7 @@ SkillRunResult SkillRunner::Run(const SkillRunRequest& req, const std::function<
   auto secrets = deps_.secrets ? deps_.secrets : SecretScanner::Default();
   RunState run(deps_, req, emit, std::make_shared<CancelToken>(), *secrets);
   run.caller = req.caller;
+  run.remote = deps_.remote_boards ? deps_.remote_boards() : nullptr;
   run.run_id = NewId("run-");
   SkillRunResult result;
   result.run_id = run.run_id;
@@ -1123,7 +1217,7 @@ SkillRunResult SkillRunner::Run(const SkillRunRequest& req, const std::function<
 
   if (req.board.empty() && deps_.hardware) {
     // The board the run will use, for the record (flash/monitor resolve it again).
-    if (auto b = deps_.hardware->ResolveBoard("", run.caller); b.ok()) v["BOARD"] = *b;
+    if (auto b = run.ResolveBoard(""); b.ok()) v["BOARD"] = *b;
   }
   if (!v["BOARD"].empty() && deps_.hardware) {
     if (auto seq = deps_.hardware->SerialNextSeq(v["BOARD"]); seq.ok()) run.since_seq[v["BOARD"]] = *seq;

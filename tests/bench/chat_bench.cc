@@ -10,6 +10,9 @@
 //                from the user's message to the provider's request), each
 //                again with stuck clients (one that never reads its own busy
 //                session, one attached to a measured session that never reads)
+//   shared       TLS beside the unix socket, 20 principals x 5 sessions, one
+//                user's chat beside a flood and an ingest (shared_bench.cc;
+//                only with --only shared, --tiny for a correctness check)
 #include <unistd.h>
 
 #include <algorithm>
@@ -27,6 +30,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/clock.h"
 #include "tests/bench/bench_util.h"
+#include "tests/bench/shared_bench.h"
 #include "tests/integration/daemon_fixture.h"
 
 namespace fwai::testing {
@@ -247,11 +251,15 @@ int Main(int argc, char** argv) {
   int attached_clients = 200;
   std::string only;
   int pause_s = 0;  // pause between phases (lets background compaction settle)
+  SharedBenchOptions shared;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--only" && i + 1 < argc) only = argv[++i];
     if (a == "--pause" && i + 1 < argc) pause_s = std::atoi(argv[++i]);
+    if (a == "--tiny") shared.tiny = true;
+    if (a == "--runs" && i + 1 < argc) shared.runs = std::max(1, std::atoi(argv[++i]));
     if (a == "--quick") {
+      shared.quick = true;
       throughput_chunks = 20000;
       latency_chunks = 100;
       idle_sessions = 200;
@@ -264,6 +272,7 @@ int Main(int argc, char** argv) {
 
   FakeLlmServer fake;
   if (fake.Start() <= 0) return 1;
+  if (only == "shared") return RunSharedBench(fake, shared);
   // Each phase runs on a fresh daemon so one phase's heap and RocksDB state do
   // not colour the next one's figures.
   std::unique_ptr<Daemon> daemon;

@@ -1,0 +1,20 @@
+// The shared daemon's figures (`fwai_bench --only shared`): streaming over
+// TLS with a token beside the unix socket, many principals at once, and one
+// user's chat while another floods requests or ingests a corpus.
+#pragma once
+
+#include "tests/fakes/fake_llm_server.h"
+
+namespace fwai::testing {
+
+struct SharedBenchOptions {
+  int runs = 3;        // runs of each figure; medians are reported
+  bool quick = false;  // smaller inputs
+  bool tiny = false;   // a few turns only: checks delivery and accounting, no figures
+};
+
+// Returns 0 when every turn finished with every chunk its provider sent and
+// each principal's turns add up to its share; 1 otherwise.
+int RunSharedBench(FakeLlmServer& fake, const SharedBenchOptions& options);
+
+}  // namespace fwai::testing

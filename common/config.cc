@@ -758,11 +758,15 @@ absl::StatusOr<DaemonConfig> ParseConfig(const std::string& yaml_text, const std
         }
       }
       if (auto iv = n["ivf"]) {
-        CFG_TRY(r.CheckKeys(iv, "knowledge.ivf", {"lists", "nprobe"}));
+        CFG_TRY(r.CheckKeys(iv, "knowledge.ivf", {"lists", "nprobe", "max_probe_share"}));
         if (iv["lists"])
           CFG_TRY(r.Int(iv["lists"], "knowledge.ivf.lists", 0, 1 << 20, k.ivf_lists));
         if (iv["nprobe"])
           CFG_TRY(r.Int(iv["nprobe"], "knowledge.ivf.nprobe", 0, 1 << 20, k.ivf_nprobe));
+        if (iv["max_probe_share"]) {
+          CFG_TRY(r.Double(iv["max_probe_share"], "knowledge.ivf.max_probe_share", 0.0, 1.0,
+                           k.ivf_max_probe_share));
+        }
       }
     }
   } catch (const YAML::Exception& e) {

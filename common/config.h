@@ -110,6 +110,7 @@ struct KnowledgeConfig {
   std::string vector_index = "ivf";  // above it: ivf (IVF, 8-bit scalar quantized) | hnsw
   int ivf_lists = 0;                 // 0: about 4 * sqrt(n)
   int ivf_nprobe = 0;                // 0: chosen for recall@10 >= 0.95
+  double ivf_max_probe_share = 1.0 / 32;  // chosen nprobe at most this share of the lists (>= 16)
   int hnsw_m = 32;
   int hnsw_ef_construction = 80;
   int hnsw_ef_search = 0;  // 0: chosen by measured recall

@@ -718,6 +718,7 @@ int Main(int argc, char** argv) {
   ko.vector_index = kc.vector_index;
   ko.ivf_lists = kc.ivf_lists;
   ko.ivf_nprobe = kc.ivf_nprobe;
+  ko.ivf_max_probe_share = kc.ivf_max_probe_share;
   ko.hnsw_m = kc.hnsw_m;
   ko.hnsw_ef_construction = kc.hnsw_ef_construction;
   ko.hnsw_ef_search = kc.hnsw_ef_search;

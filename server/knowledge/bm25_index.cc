@@ -273,13 +273,29 @@ std::vector<std::pair<uint32_t, float>> Bm25Index::Search(
   if (num_docs_ == 0 || k == 0) return out;
   const float avg_len = static_cast<float>(total_len_) / num_docs_;
   const float k1 = params_.k1, b = params_.b;
-  std::vector<float> score(doc_len_.size(), 0.0f);
-  std::vector<uint32_t> touched;
+  // Per-doc and per-group accumulators are kept per thread and cleared where
+  // they were touched: at a million chunks a fresh 4 MB array per search cost
+  // more in page faults than the scoring itself.
+  struct Scratch {
+    std::vector<float> score, gscore;
+    std::vector<uint32_t> gtf, touched, gseen, gtouched;
+  };
+  thread_local Scratch scratch;
+  std::vector<float>& score = scratch.score;
+  std::vector<uint32_t>& touched = scratch.touched;
+  if (score.size() < doc_len_.size()) score.resize(doc_len_.size(), 0.0f);
+  touched.clear();
   // Group state: summed tf of the current term, groups it touched, totals.
   const bool grouped = groups && groups->group_of && groups->group_len && groups->present > 0;
   const size_t num_groups = grouped ? groups->group_len->size() : 0;
-  std::vector<uint32_t> gtf(num_groups, 0), gseen, gtouched;
-  std::vector<float> gscore(num_groups, 0.0f);
+  std::vector<uint32_t>& gtf = scratch.gtf;
+  std::vector<uint32_t>& gseen = scratch.gseen;
+  std::vector<uint32_t>& gtouched = scratch.gtouched;
+  std::vector<float>& gscore = scratch.gscore;
+  if (gtf.size() < num_groups) gtf.resize(num_groups, 0);
+  if (gscore.size() < num_groups) gscore.resize(num_groups, 0.0f);
+  gseen.clear();
+  gtouched.clear();
   for (const auto& [q, weight] : query) {
     Image::Entry entry{};
     const bool in_base = base_ && base_->Find(q, &entry);
@@ -337,12 +353,17 @@ std::vector<std::pair<uint32_t, float>> Bm25Index::Search(
   }
   if (grouped) {
     groups->scores.reserve(gtouched.size());
-    for (uint32_t g : gtouched) groups->scores.emplace_back(g, gscore[g]);
+    for (uint32_t g : gtouched) {
+      groups->scores.emplace_back(g, gscore[g]);
+      gscore[g] = 0.0f;
+    }
   }
   out.reserve(touched.size());
   for (uint32_t d : touched) {
+    const float s = score[d];
+    score[d] = 0.0f;
     if (accept && !accept(d)) continue;
-    out.emplace_back(d, score[d]);
+    out.emplace_back(d, s);
   }
   if (all) *all = out;
   auto better = [](const auto& a, const auto& c) {

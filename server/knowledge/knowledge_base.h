@@ -57,6 +57,7 @@ struct KnowledgeOptions {
   std::string vector_index = "ivf";
   int ivf_lists = 0;   // 0: about 4 * sqrt(n)
   int ivf_nprobe = 0;  // 0: chosen for recall@10 >= 0.95
+  double ivf_max_probe_share = 1.0 / 32;  // the chosen nprobe's cap (share of the lists)
   int hnsw_m = 32;
   int hnsw_ef_construction = 80;
   int hnsw_ef_search = 0;  // 0: chosen by measured recall

@@ -166,16 +166,26 @@ void VectorIndex::BuildInternal(const std::vector<uint32_t>& ids, const std::vec
       ef_search_ = static_cast<int>(ivf->nprobe = static_cast<size_t>(options_.ivf_nprobe));
     } else {
       std::vector<int> candidates;
-      for (int p = 1; p <= static_cast<int>(ivf->nlist); p *= 2) candidates.push_back(p);
-      TuneBreadth(vectors, candidates, [ivf](int p) { ivf->nprobe = static_cast<size_t>(p); });
+      const int most = MaxProbes(ivf->nlist, options_);
+      for (int p = 1; p < most; p *= 2) candidates.push_back(p);
+      candidates.push_back(most);
+      tuned_recall_ =
+          TuneBreadth(vectors, candidates, [ivf](int p) { ivf->nprobe = static_cast<size_t>(p); });
     }
   }
 }
 
-void VectorIndex::TuneBreadth(const std::vector<float>& vectors, const std::vector<int>& candidates,
-                              const std::function<void(int)>& set) {
+int VectorIndex::MaxProbes(size_t lists, const VectorIndexOptions& o) {
+  const double share = std::clamp(o.ivf_max_probe_share, 0.0, 1.0);
+  const size_t most = std::max<size_t>(16, static_cast<size_t>(std::ceil(share * lists)));
+  return static_cast<int>(std::min(lists, most));
+}
+
+double VectorIndex::TuneBreadth(const std::vector<float>& vectors, const std::vector<int>& candidates,
+                                const std::function<void(int)>& set) {
   const size_t n = ids_.size();
   const size_t nq = std::min<size_t>(400, n);
+  double reached = 0;
   const idx_t k = 10;
   std::mt19937 rng(42);
   std::vector<float> queries(nq * dim_);
@@ -213,9 +223,12 @@ void VectorIndex::TuneBreadth(const std::vector<float>& vectors, const std::vect
       }
     }
     ef_search_ = c;
+    reached = std::min(static_cast<double>(hits[0]) / std::max<size_t>(1, asked[0]),
+                       static_cast<double>(hits[1]) / std::max<size_t>(1, asked[1]));
     // A margin over the 0.95 promise: the sample is not the queries to come.
     if (hits[0] >= 0.98 * asked[0] && hits[1] >= 0.98 * asked[1]) break;
   }
+  return reached;
 }
 
 void VectorIndex::TuneEfSearch(const std::vector<float>& vectors) {
@@ -224,7 +237,8 @@ void VectorIndex::TuneEfSearch(const std::vector<float>& vectors) {
     ef_search_ = h->hnsw.efSearch = options_.ef_search;
     return;
   }
-  TuneBreadth(vectors, {16, 32, 64, 128, 256, 512, 1024}, [h](int ef) { h->hnsw.efSearch = ef; });
+  tuned_recall_ = TuneBreadth(vectors, {16, 32, 64, 128, 256, 512, 1024},
+                              [h](int ef) { h->hnsw.efSearch = ef; });
 }
 
 std::vector<std::pair<uint32_t, float>> VectorIndex::Search(const float* query, size_t k,
@@ -366,7 +380,17 @@ absl::StatusOr<std::unique_ptr<VectorIndex>> VectorIndex::Load(const std::string
     if (ivf == nullptr)
       return absl::DataLossError(
           absl::StrCat(path, ".faiss: not the IVF index its metadata names"));
-    ivf->nprobe = static_cast<size_t>(std::max(1, ef));
+    // An index saved with a wider breadth than the cap allows (tuned before
+    // the cap, or under a larger one) searches within the cap; a breadth the
+    // configuration names is used as it is.
+    int probes = std::max(1, ef);
+    if (options.ivf_nprobe > 0) {
+      probes = options.ivf_nprobe;
+    } else {
+      probes = std::min(probes, MaxProbes(ivf->nlist, options));
+    }
+    idx->ef_search_ = probes;
+    ivf->nprobe = static_cast<size_t>(probes);
   }
   for (uint32_t p = 0; p < n; ++p) {
     if (!idx->dead_.count(p)) idx->pos_[idx->ids_[p]] = p;

@@ -38,6 +38,12 @@ struct VectorIndexOptions {
   int build_threads = 0;
   int ivf_lists = 0;  // 0: about 4 * sqrt(n), a power of two
   int ivf_nprobe = 0;             // 0: choose by measured recall
+  // The most lists a search probes when the breadth is chosen by recall: this
+  // share of them (at least 16). Each probed list is scanned in full, so the
+  // share bounds a search's cost: where the vectors have little cluster
+  // structure the recall bar alone asks for every list, which at a million
+  // vectors is a 256 MB scan per search.
+  double ivf_max_probe_share = 1.0 / 32;
   double ivf_retrain_growth = 4;  // retrain once this many times the vectors it was trained on
   double rebuild_tombstone_ratio = 0.25;
 };
@@ -65,6 +71,9 @@ class VectorIndex {
   std::string kind() const;
   std::string describe() const;
   int ef_search() const { return ef_search_; }
+  // The recall@10 against exact search the breadth reached on the tuning
+  // sample, or -1 if it was not tuned in this process (loaded, or given).
+  double tuned_recall() const { return tuned_recall_; }
   // Bytes the index holds in memory (approximately: codes, links, lists).
   size_t memory_bytes() const;
 
@@ -81,8 +90,11 @@ class VectorIndex {
   // Sets the breadth (efSearch / nprobe) from `candidates`, the first that
   // reaches recall@10 >= 0.98 against exact search on a sample, for each kind
   // of sample query (noisy copies, mixtures).
-  void TuneBreadth(const std::vector<float>& vectors, const std::vector<int>& candidates,
-                   const std::function<void(int)>& set);
+  // Returns the recall@10 reached (the lower of the two kinds).
+  double TuneBreadth(const std::vector<float>& vectors, const std::vector<int>& candidates,
+                     const std::function<void(int)>& set);
+  // The IVF breadth cap for `lists` lists (see ivf_max_probe_share).
+  static int MaxProbes(size_t lists, const VectorIndexOptions& o);
   std::vector<float> LiveVectors(std::vector<uint32_t>* ids) const;
 
   const int dim_;
@@ -92,6 +104,7 @@ class VectorIndex {
   bool ivf_ = false;
   int ef_search_ = 0;                     // HNSW efSearch or IVF nprobe
   size_t trained_on_ = 0;                 // IVF: vectors when trained
+  double tuned_recall_ = -1;              // recall@10 the breadth reached when tuned here
   std::vector<uint32_t> ids_;             // FAISS position -> chunk id
   std::unordered_set<uint32_t> dead_;     // tombstoned positions
   std::unordered_map<uint32_t, uint32_t> pos_;  // chunk id -> position

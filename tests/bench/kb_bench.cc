@@ -1,5 +1,6 @@
 // fwai_kb_bench: knowledge-base figures.
 //   fwai_kb_bench [--chunks N] [--quick] [--data DIR] [--pdf-dir DIR]
+//                 [--ivf-max-probe-share S]
 //     builds a synthetic collection of N chunks (default 100,000; --quick
 //     20,000) through the knowledge base and reports: ingest throughput and
 //     the process's peak memory while building; index files on disk; search
@@ -190,6 +191,12 @@ int VectorIndexes(size_t n, size_t hnsw_up_to) {
       set(b);
       r = recall(idx);
       chosen = b;
+      if (breadths.size() > 1) {
+        // The curve: what each breadth costs and reaches.
+        auto [c50, c95] = latency(idx);
+        std::printf("  %s %s=%d recall@10=%.3f search_ms_p50=%.3f p95=%.3f\n", name, knob, b, r,
+                    c50, c95);
+      }
       if (r >= 0.95) break;
     }
     if (breadths.empty()) r = recall(idx);
@@ -353,6 +360,8 @@ int main(int argc, char** argv) {
   std::string pdf_dir;
   std::string keep;  // --data DIR: build the collection there once, reuse it after
   size_t vector_n = 0, lexical_n = 0, hnsw_up_to = 200000;
+  KnowledgeOptions kb_options;
+  setvbuf(stdout, nullptr, _IOLBF, 0);  // RESULT lines show as they come, also into a file
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--quick") target_chunks = 20000;
@@ -362,6 +371,8 @@ int main(int argc, char** argv) {
     if (a == "--vector-indexes" && i + 1 < argc) vector_n = std::strtoull(argv[++i], nullptr, 10);
     if (a == "--hnsw-up-to" && i + 1 < argc) hnsw_up_to = std::strtoull(argv[++i], nullptr, 10);
     if (a == "--lexical-layouts" && i + 1 < argc) lexical_n = std::strtoull(argv[++i], nullptr, 10);
+    if (a == "--ivf-max-probe-share" && i + 1 < argc)
+      kb_options.ivf_max_probe_share = std::strtod(argv[++i], nullptr);
   }
   std::printf("fwai_kb_bench  commit: %s\n", std::getenv("FWAI_COMMIT") ? std::getenv("FWAI_COMMIT") : "?");
   if (vector_n > 0) return VectorIndexes(vector_n, hnsw_up_to);
@@ -384,7 +395,7 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "%s\n", storage.status().ToString().c_str());
       return 1;
     }
-    auto kb = KnowledgeBase::Open(**storage, dir + "/data/index", {}, *embedder, *reranker);
+    auto kb = KnowledgeBase::Open(**storage, dir + "/data/index", kb_options, *embedder, *reranker);
     if (!kb.ok()) {
       std::fprintf(stderr, "%s\n", kb.status().ToString().c_str());
       return 1;

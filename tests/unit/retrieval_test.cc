@@ -425,5 +425,54 @@ TEST(VectorIndexIvfTest, RecallAgainstExactRetrainOnGrowthAndSaveLoad) {
   fs::remove_all(dir);
 }
 
+TEST(VectorIndexIvfTest, ChosenBreadthStaysWithinTheProbeShareAlsoWhenLoaded) {
+  // Vectors without cluster structure: the recall bar alone would probe most
+  // lists; the share caps it (at least 16 lists).
+  const int dim = 32;
+  const size_t n = 20000;
+  std::mt19937 rng(11);
+  std::normal_distribution<float> g;
+  std::vector<float> vecs(n * dim);
+  for (size_t i = 0; i < n; ++i) {
+    double norm = 0;
+    for (int d = 0; d < dim; ++d) norm += std::pow(vecs[i * dim + d] = g(rng), 2);
+    for (int d = 0; d < dim; ++d) vecs[i * dim + d] /= static_cast<float>(std::sqrt(norm));
+  }
+  std::vector<uint32_t> ids(n);
+  for (uint32_t i = 0; i < n; ++i) ids[i] = i;
+  VectorIndexOptions wide;
+  wide.exact_below = 1000;
+  wide.approximate = "ivf";
+  wide.ivf_lists = 256;
+  wide.ivf_max_probe_share = 1.0;
+  VectorIndex uncapped(dim, wide);
+  uncapped.Build(ids, vecs);
+  ASSERT_EQ(uncapped.kind(), "ivf-sq8");
+  EXPECT_GT(uncapped.ef_search(), 16) << "the recall bar alone stays within the cap here";
+  EXPECT_GE(uncapped.tuned_recall(), 0.98);
+
+  VectorIndexOptions capped = wide;
+  capped.ivf_max_probe_share = 1.0 / 32;  // 8 of 256 lists: the floor of 16 applies
+  VectorIndex ivf(dim, capped);
+  ivf.Build(ids, vecs);
+  EXPECT_EQ(ivf.ef_search(), 16);
+  EXPECT_GT(ivf.tuned_recall(), 0.0);
+  EXPECT_LT(ivf.tuned_recall(), 0.98);
+
+  // Saved with the wide breadth, loaded under the cap: searches within it.
+  const std::string dir = TempDir("fwai-ivf-cap-");
+  ASSERT_TRUE(uncapped.Save(dir + "/v", 1).ok());
+  auto loaded = VectorIndex::Load(dir + "/v", 1, dim, capped);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ((*loaded)->ef_search(), 16);
+  // A breadth the configuration names is used as it is.
+  VectorIndexOptions named = capped;
+  named.ivf_nprobe = 64;
+  auto given = VectorIndex::Load(dir + "/v", 1, dim, named);
+  ASSERT_TRUE(given.ok()) << given.status();
+  EXPECT_EQ((*given)->ef_search(), 64);
+  fs::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace fwai

@@ -894,7 +894,10 @@ int Main(int argc, char** argv) {
       }
       return boards;
     }, FWAI_VERSION);
-    lab_leases = std::make_unique<lab::LabLeases>(*lab_etcd, config.lab.node);
+    lab::LabLeasesOptions lab_options;
+    lab_options.queue_ttl_s = config.lab.ttl_s;
+    lab_leases = std::make_unique<lab::LabLeases>(*lab_etcd, config.lab.node, lab_options);
+    lab_leases->Start();
     spdlog::info("lab: node {} of the lab at {}", config.lab.node, absl::StrJoin(config.lab.etcd, ","));
   }
   RegisterHardwareTools(tools, hardware);

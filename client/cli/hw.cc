@@ -250,9 +250,15 @@ int HwCommands::Who() {
     return kExitOk;
   }
   if (resp.leases_size() == 0) std::printf("no leases\n");
+  // In a lab, the node each board is on (leases) and the node each waiter came through.
+  bool lab = false;
+  for (const auto& l : resp.leases()) lab = lab || !l.node().empty();
+  for (const auto& w : resp.waiters()) lab = lab || !w.node().empty();
   if (resp.leases_size() > 0) {
+    if (lab) std::printf("%-12s ", "NODE");
     std::printf("%-22s %-34s %-9s %-9s %s\n", "DEVICE", "HOLDER", "SINCE", "EXPIRES", "LEASE");
     for (const auto& l : resp.leases()) {
+      if (lab) std::printf("%-12s ", l.node().c_str());
       std::printf("%-22s %-34s %-9s %-9s %s%s\n", l.device_id().c_str(), l.holder().c_str(),
                   HourMinSec(l.acquired_us()).c_str(), HourMinSec(l.expires_us()).c_str(),
                   l.lease_id().c_str(),
@@ -260,9 +266,13 @@ int HwCommands::Who() {
     }
   }
   if (resp.waiters_size() > 0) {
-    std::printf("\n%-4s %-22s %-34s %-9s %s\n", "POS", "WANTS", "WAITING", "SINCE", "GIVES UP");
+    std::printf("\n%-4s ", "POS");
+    if (lab) std::printf("%-12s ", "VIA");
+    std::printf("%-22s %-34s %-9s %s\n", "WANTS", "WAITING", "SINCE", "GIVES UP");
     for (const auto& w : resp.waiters()) {
-      std::printf("%-4d %-22s %-34s %-9s %s\n", w.position(), w.wants().c_str(), w.holder().c_str(),
+      std::printf("%-4d ", w.position());
+      if (lab) std::printf("%-12s ", w.node().c_str());
+      std::printf("%-22s %-34s %-9s %s\n", w.wants().c_str(), w.holder().c_str(),
                   HourMinSec(w.since_us()).c_str(), HourMinSec(w.until_us()).c_str());
     }
   }

@@ -22,6 +22,7 @@
 #include "server/api/api.h"
 #include "server/api/caller.h"
 #include "server/api/gate.h"
+#include "server/auth/principal.h"
 #include "server/tools/project_fs.h"
 #include "common/paths.h"
 #include <fcntl.h>
@@ -91,6 +92,13 @@ class HardwareService final : public pb::Hardware::CallbackService {
   absl::StatusOr<Caller> CallerOf(grpc::CallbackServerContext* ctx, std::string_view rpc,
                                   const std::string& lease_id = "", const std::string& session_id = "") const {
     return AdmitCaller(deps_, ctx, rpc, lease_id, session_id);
+  }
+  // As CallerOf, and whether its role is ci (the lab's queue serves it in the CI band).
+  absl::StatusOr<std::pair<Caller, bool>> CallerAndBandOf(grpc::CallbackServerContext* ctx, std::string_view rpc,
+                                                          const std::string& session_id) const {
+    auto p = deps_.gate->Admit(ctx, rpc);
+    if (!p.ok()) return p.status();
+    return std::make_pair(CallerFor(*p, ctx, "", session_id), p->role == Role::kCi);
   }
 
   // A new lease must fit the caller's limits: leases held and their TTL.
@@ -232,7 +240,7 @@ class HardwareService final : public pb::Hardware::CallbackService {
   // A lease on a board of this node, or (in a lab) of any node through etcd.
   absl::StatusOr<pb::Lease> AcquireAny(const Caller& c, const std::string& device_id,
                                        const std::vector<std::string>& tags, int ttl_s, int wait_s,
-                                       const std::function<bool()>& cancelled) {
+                                       const std::function<bool()>& cancelled, bool ci = false) {
     pb::Lease out;
     if (!deps_.lab_leases || IsLocal(device_id, tags)) {
       auto l = deps_.hardware->Acquire(c, device_id, tags, ttl_s, wait_s, cancelled);
@@ -276,6 +284,7 @@ class HardwareService final : public pb::Hardware::CallbackService {
     r.session_id = c.session_id;
     r.ttl_s = ttl_s;
     r.wait_s = wait_s;
+    r.ci = ci;
     auto l = deps_.lab_leases->Acquire(r, cancelled);
     if (!l.ok()) return l.status();
     ToProto(*l, &out);
@@ -340,7 +349,38 @@ class HardwareService final : public pb::Hardware::CallbackService {
     auto c = CallerOf(ctx, "Hardware.Who");
     if (!c.ok()) return Refuse(ctx, c.status());
     return Run(ctx, [this, resp] {
-      for (const auto& l : deps_.hardware->Leases()) ToProto(l, resp->add_leases());
+      std::set<std::string> shown;
+      for (const auto& l : deps_.hardware->Leases()) {
+        // A bench's stand-in for another node's lab lease: the lab lease below says who.
+        if (deps_.lab_leases && l.identity.rfind("lab:", 0) == 0) continue;
+        ToProto(l, resp->add_leases());
+        resp->mutable_leases(resp->leases_size() - 1)->set_node(deps_.lab_node);
+        shown.insert(l.lease_id);
+      }
+      if (deps_.lab_leases) {
+        // Every holder and waiter of the lab, whichever node they came through.
+        auto all = deps_.lab_leases->All(/*exact_expiry=*/true);
+        if (!all.ok()) return all.status();
+        for (const auto& l : *all) {
+          if (shown.count(l.lease_id)) continue;
+          pb::Lease* o = resp->add_leases();
+          ToProto(l, o);
+          o->set_holder(l.holder + " via " + l.via);
+        }
+        auto queue = deps_.lab_leases->Queue();
+        if (!queue.ok()) return queue.status();
+        for (const auto& w : *queue) {
+          auto* o = resp->add_waiters();
+          o->set_holder(w.holder + " via " + w.via);
+          o->set_wants(w.ci ? w.wants + " (ci)" : w.wants);
+          for (const auto& id : w.candidates) o->add_device_ids(id);
+          o->set_position(w.position);
+          o->set_since_us(w.since_us);
+          o->set_until_us(w.until_us);
+          o->set_node(w.via);
+          o->set_session_id(w.session_id);
+        }
+      }
       for (const auto& w : deps_.hardware->Waiters()) {
         auto* o = resp->add_waiters();
         o->set_holder(w.holder);
@@ -350,6 +390,7 @@ class HardwareService final : public pb::Hardware::CallbackService {
         o->set_since_us(w.since_us);
         o->set_until_us(w.until_us);
         o->set_session_id(w.session_id);
+        o->set_node(deps_.lab_node);
       }
       return absl::OkStatus();
     });
@@ -357,12 +398,12 @@ class HardwareService final : public pb::Hardware::CallbackService {
 
   grpc::ServerUnaryReactor* Acquire(grpc::CallbackServerContext* ctx, const pb::AcquireRequest* req,
                                     pb::Lease* resp) override {
-    auto admitted = CallerOf(ctx, "Hardware.Acquire", "", req->session_id());
+    auto admitted = CallerAndBandOf(ctx, "Hardware.Acquire", req->session_id());
     if (!admitted.ok()) return Refuse(ctx, admitted.status());
-    return Run(ctx, [this, c = *admitted, req, resp, ctx] {
+    return Run(ctx, [this, c = admitted->first, ci = admitted->second, req, resp, ctx] {
       if (auto s = LeaseLimits(c, req->ttl_s()); !s.ok()) return s;
       auto l = AcquireAny(c, req->device_id(), TagsOf(req->tags()), req->ttl_s(), req->wait_s(),
-                          [ctx] { return ctx->IsCancelled(); });
+                          [ctx] { return ctx->IsCancelled(); }, ci);
       if (!l.ok()) return l.status();
       *resp = *l;
       Audit({{"kind", "lease_acquired"}, {"lease_id", l->lease_id()}, {"board", l->device_id()}, {"ttl_s", l->ttl_s()},
@@ -388,12 +429,13 @@ class HardwareService final : public pb::Hardware::CallbackService {
           state_->writer.Close(grpc::Status(grpc::StatusCode::UNAVAILABLE, "the hardware broker is not running"));
           return;
         }
-        auto admitted = svc->CallerOf(ctx, "Hardware.Hold", "", req->session_id());
+        auto admitted = svc->CallerAndBandOf(ctx, "Hardware.Hold", req->session_id());
         if (!admitted.ok()) {
           state_->writer.Close(ToGrpcStatus(admitted.status()));
           return;
         }
-        Caller c = *admitted;
+        Caller c = admitted->first;
+        const bool ci = admitted->second;
         if (auto s = svc->LeaseLimits(c, req->ttl_s()); !s.ok()) {
           state_->writer.Close(ToGrpcStatus(s));
           return;
@@ -402,13 +444,13 @@ class HardwareService final : public pb::Hardware::CallbackService {
         // One thread per held lease: it may wait for the board, then renews
         // until the stream ends and releases at once.
         svc->holds_++;
-        std::thread([st = state_, svc, c, copy] {
+        std::thread([st = state_, svc, c, ci, copy] {
           struct Done {
             HardwareService* svc;
             ~Done() { svc->holds_--; }
           } done{svc};
           auto l = svc->AcquireAny(c, copy.device_id(), TagsOf(copy.tags()), copy.ttl_s(), copy.wait_s(),
-                                   [st] { return st->gone.load(); });
+                                   [st] { return st->gone.load(); }, ci);
           if (!l.ok()) {
             st->writer.Close(ToGrpcStatus(l.status()));
             return;
@@ -419,13 +461,17 @@ class HardwareService final : public pb::Hardware::CallbackService {
                      c);
           const auto period = std::chrono::milliseconds(std::max(200, l->ttl_s() * 1000 / 3));
           std::unique_lock lock(st->mu);
+          absl::Status ended;
           while (!st->gone) {
             st->cv.wait_for(lock, period);
             if (st->gone) break;
             auto renewed = svc->RenewAny(c, l->lease_id());
             // Ended by someone else, or expired: the holder hears of it. An
             // unreachable etcd is retried until the lease's own end.
-            if (!renewed.ok() && !absl::IsUnavailable(renewed.status())) break;
+            if (!renewed.ok() && !absl::IsUnavailable(renewed.status())) {
+              ended = renewed.status();
+              break;
+            }
           }
           lock.unlock();
           if (svc->ReleaseAny(c, l->lease_id(), "", false).ok()) {
@@ -435,7 +481,8 @@ class HardwareService final : public pb::Hardware::CallbackService {
               rec["serial_transcript"] = t;
             svc->Audit(rec, c);
           }
-          st->writer.Close(grpc::Status(grpc::StatusCode::CANCELLED, "lease released"));
+          st->writer.Close(ended.ok() ? grpc::Status(grpc::StatusCode::CANCELLED, "lease released")
+                                      : ToGrpcStatus(ended));
         }).detach();
       }
       void OnWriteDone(bool ok) override { state_->writer.OnWriteDone(ok); }

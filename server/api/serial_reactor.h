@@ -86,11 +86,11 @@ class SerialReactor final
   void OnWriteDone(bool ok) override { writer_.OnWriteDone(ok); }
   void OnCancel() override {
     stop_ = true;
-    if (remote_ctx_) remote_ctx_->TryCancel();
+    CancelRemote();
   }
   void OnDone() override {
     stop_ = true;
-    if (remote_ctx_) remote_ctx_->TryCancel();
+    CancelRemote();
     if (pump_.joinable()) {
       if (pump_.get_id() == std::this_thread::get_id()) {
         pump_.detach();
@@ -103,6 +103,14 @@ class SerialReactor final
   }
 
  private:
+  // OnCancel may run on another thread while OpenRelay makes the context:
+  // it is published under ctx_mu_, and a relay opened after the cancel is
+  // cancelled at once.
+  void CancelRemote() {
+    std::lock_guard lock(ctx_mu_);
+    if (remote_ctx_) remote_ctx_->TryCancel();
+  }
+
   void Error(const std::string& msg) {
     fwai::v1::SerialServerMessage m;
     m.set_error(msg);
@@ -182,7 +190,11 @@ class SerialReactor final
   // The bench's stream, relayed both ways: its messages (the opened line,
   // lines, refused writes, the end and why) go to the client as they are.
   void OpenRelay(const SerialRelay& relay) {
-    remote_ctx_ = std::make_unique<grpc::ClientContext>();
+    {
+      std::lock_guard lock(ctx_mu_);
+      remote_ctx_ = std::make_unique<grpc::ClientContext>();
+      if (stop_) remote_ctx_->TryCancel();
+    }
     auto stub = fwai::v1::LabNode::NewStub(relay.channel);
     remote_ = stub->Serial(remote_ctx_.get());
     fwai::v1::SerialClientMessage open;
@@ -221,7 +233,8 @@ class SerialReactor final
   bool opened_ = false;
   std::atomic<bool> stop_{false};
   std::thread pump_;
-  std::unique_ptr<grpc::ClientContext> remote_ctx_;
+  std::mutex ctx_mu_;
+  std::unique_ptr<grpc::ClientContext> remote_ctx_;  // set once, under ctx_mu_
   std::mutex remote_mu_;
   std::unique_ptr<
       grpc::ClientReaderWriter<fwai::v1::SerialClientMessage, fwai::v1::SerialServerMessage>>

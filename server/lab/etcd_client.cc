@@ -216,6 +216,49 @@ class Client final : public EtcdClient {
     return out;
   }
 
+  absl::StatusOr<CreateResult> CreateGuarded(const GuardedCreate& g) override {
+    epb::TxnRequest req;
+    auto* absent = req.add_compare();
+    absent->set_key(g.key);
+    absent->set_target(epb::Compare::CREATE);
+    absent->set_result(epb::Compare::EQUAL);
+    absent->set_create_revision(0);
+    if (!g.unchanged_prefix.empty()) {
+      // Every key of the range (none is fine) last written at or before the read.
+      auto* same = req.add_compare();
+      same->set_key(g.unchanged_prefix);
+      same->set_range_end(PrefixEnd(g.unchanged_prefix));
+      same->set_target(epb::Compare::MOD);
+      same->set_result(epb::Compare::LESS);
+      same->set_mod_revision(g.unchanged_since + 1);
+    }
+    if (!g.consume_key.empty()) {
+      auto* mine = req.add_compare();
+      mine->set_key(g.consume_key);
+      mine->set_target(epb::Compare::CREATE);
+      mine->set_result(epb::Compare::EQUAL);
+      mine->set_create_revision(g.consume_create_revision);
+      req.add_success()->mutable_request_delete_range()->set_key(g.consume_key);
+    }
+    auto* put = req.add_success()->mutable_request_put();
+    put->set_key(g.key);
+    put->set_value(g.value);
+    put->set_lease(g.lease);
+    req.add_success()->mutable_request_range()->set_key(g.key);
+    req.add_failure()->mutable_request_range()->set_key(g.key);
+    epb::TxnResponse resp;
+    auto s = Call("txn", [&](Endpoint& ep, grpc::ClientContext& ctx) { return ep.kv->Txn(&ctx, req, &resp); });
+    if (!s.ok()) return s;
+    CreateResult out;
+    out.created = resp.succeeded();
+    for (const auto& r : resp.responses()) {
+      if (r.has_response_range() && r.response_range().kvs_size() > 0) out.current = FromProto(r.response_range().kvs(0));
+    }
+    // A retry after a lost answer finds its own write: that is a win too.
+    if (!out.created && out.current.value == g.value && out.current.lease == g.lease) out.created = true;
+    return out;
+  }
+
   absl::StatusOr<bool> DeleteIfValue(const std::string& key, const std::string& value) override {
     epb::TxnRequest req;
     auto* cmp = req.add_compare();

@@ -74,6 +74,19 @@ class EtcdClient {
   // otherwise return what is there. Of many racing callers exactly one creates.
   [[nodiscard]] virtual absl::StatusOr<CreateResult> CreateIfAbsent(const std::string& key, const std::string& value,
                                                                     int64_t lease) = 0;
+  // One transaction: create `key` (bound to `lease`) only if it is absent,
+  // no key under `unchanged_prefix` was written after `unchanged_since`
+  // (keys deleted since do not matter), and `consume_key` (if set) still is
+  // the key created at `consume_create_revision`; it is deleted with the create.
+  struct GuardedCreate {
+    std::string key, value;
+    int64_t lease = 0;
+    std::string unchanged_prefix;
+    int64_t unchanged_since = 0;
+    std::string consume_key;
+    int64_t consume_create_revision = 0;
+  };
+  [[nodiscard]] virtual absl::StatusOr<CreateResult> CreateGuarded(const GuardedCreate& g) = 0;
   // One transaction: delete `key` only if its value is still `value`.
   [[nodiscard]] virtual absl::StatusOr<bool> DeleteIfValue(const std::string& key, const std::string& value) = 0;
 

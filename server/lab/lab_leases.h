@@ -4,11 +4,21 @@
 // nodes exactly one wins; renew is a keepalive; release deletes the key and
 // revokes the etcd lease; a holder that goes away loses the board when the
 // TTL runs out, for the whole lab at once.
+//
+// Waiting is a fair queue of the whole lab: a caller that waits puts
+// `/fwai/queue/QUEUE/WAITER` (QUEUE: "board:ID" or "tags:T1,T2"), bound to
+// an etcd lease of its own that its node keeps alive while it waits (a node
+// that dies leaves the queue within that TTL). Waiters are ordered by band
+// (interactive before CI when `interactive_first`), then by the etcd
+// revision that created their key. A free board goes only to the first
+// waiter whose request it answers, in a transaction that checks the board
+// is still free and that the queue has not changed since it was read.
 #pragma once
 
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -20,8 +30,10 @@
 namespace fwai::lab {
 
 class EtcdClient;
+class EtcdWatch;
 
 inline constexpr char kLeasesPrefix[] = "/fwai/leases/";
+inline constexpr char kQueuePrefix[] = "/fwai/queue/";
 
 struct LabLease {
   std::string lease_id;   // "lab-..." (unique in the lab)
@@ -39,10 +51,43 @@ struct LabLease {
 std::string LeaseToJson(const LabLease& l);
 [[nodiscard]] absl::StatusOr<LabLease> LeaseFromJson(const std::string& text);
 
+// Someone waiting in the lab's queue.
+struct LabWaiter {
+  std::string key;   // its queue key
+  std::string board;              // the board it wants, or
+  std::vector<std::string> tags;  // any board with these tags
+  std::string wants;              // "b1" or "tags stm32f1, bench:x"
+  std::string holder, identity, session_id;
+  std::string via;                // the node it waits through
+  bool ci = false;                // in the CI band
+  int64_t since_us = 0, until_us = 0;
+  int64_t create_revision = 0;
+  // Filled by Queue(): the boards of the lab that would do, and 1 + how many
+  // waiters before it want any of them.
+  std::vector<std::string> candidates;
+  int position = 0;
+};
+
+std::string WaiterToJson(const LabWaiter& w);
+[[nodiscard]] absl::StatusOr<LabWaiter> WaiterFromJson(const std::string& text);
+// True when board `b` answers waiter `w`'s request.
+bool Wants(const LabWaiter& w, const LabBoard& b);
+
+struct LabLeasesOptions {
+  int queue_ttl_s = 10;           // a waiter whose node stops renewing leaves the queue after this
+  bool interactive_first = true;  // the interactive band is served before the CI band
+};
+
 // The leases a node took in the lab; thread-safe.
 class LabLeases {
  public:
-  LabLeases(EtcdClient& etcd, std::string node);
+  LabLeases(EtcdClient& etcd, std::string node, LabLeasesOptions options = {});
+  ~LabLeases();
+
+  // Watches the lab's nodes: a lease this node took on a board of a bench
+  // that leaves the lab (its node key is gone: stopped, killed, cut off past
+  // its TTL) ends at once; its holder hears "bench NODE left the lab".
+  void Start();
 
   struct Request {
     std::string board;              // this board, or
@@ -50,6 +95,7 @@ class LabLeases {
     std::string holder, identity, session_id;
     int ttl_s = 900;
     int wait_s = 0;  // 0: fail at once when every match is held
+    bool ci = false;  // queued in the CI band (a principal with role ci)
   };
   // FAILED_PRECONDITION naming the holder when held (and not waiting);
   // NOT_FOUND when no board of the lab matches; UNAVAILABLE (naming the
@@ -65,21 +111,36 @@ class LabLeases {
   // By lease id or board. Only the holder, or an admin with `force`.
   [[nodiscard]] absl::StatusOr<LabLease> Release(const std::string& lease_id, const std::string& board,
                                                  const std::string& identity, bool force, bool admin);
-  // Every lease of the lab now.
-  [[nodiscard]] absl::StatusOr<std::vector<LabLease>> All();
+  // Every lease of the lab now. `exact_expiry`: ask etcd when each lapses
+  // (one call per lease); otherwise at least acquired + ttl.
+  [[nodiscard]] absl::StatusOr<std::vector<LabLease>> All(bool exact_expiry = false);
+  // The lab's queue, in the order it is served, with positions.
+  [[nodiscard]] absl::StatusOr<std::vector<LabWaiter>> Queue();
   // The lease on `board`, if any (read from etcd).
   [[nodiscard]] absl::StatusOr<std::optional<LabLease>> Holder(const std::string& board);
   // Leases this node took (for its own callers).
   std::vector<LabLease> Mine() const;
 
  private:
+  struct Queued;  // this caller's place in the queue, if it waits
+  // Takes `b` if it is free and no waiter before `me` (every waiter when
+  // `me` is null) wants it: one transaction that also checks the queue is
+  // as read at `queue_revision`. nullopt with `held_by` set when it cannot.
   absl::StatusOr<std::optional<LabLease>> TryTake(const LabBoard& b, const Request& req, std::string* held_by,
-                                                  const std::string& lease_id = "");
+                                                  const std::string& lease_id, const std::vector<LabWaiter>& queue,
+                                                  int64_t queue_revision, const Queued* me, bool* raced);
+  absl::StatusOr<std::pair<std::vector<LabWaiter>, int64_t>> ReadQueue();
+  // Serving order: band, then the revision that created the key.
+  bool Before(const LabWaiter& a, const LabWaiter& b) const;
+  void NodeLeft(const std::string& node);
 
   EtcdClient& etcd_;
   const std::string node_;
+  const LabLeasesOptions options_;
   mutable std::mutex mu_;
   std::map<std::string, LabLease> mine_;  // lease id -> lease
+  std::map<std::string, std::string> ended_;  // lease id -> why it ended (not by its holder)
+  std::unique_ptr<EtcdWatch> nodes_watch_;
 };
 
 }  // namespace fwai::lab

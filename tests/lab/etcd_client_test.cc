@@ -15,18 +15,7 @@ namespace fwai::lab {
 namespace {
 
 using fwai::testing::EtcdCluster;
-
-// Polls `cond` until it holds or `timeout` passes (for effects that take
-// etcd's own time: lease expiry, elections).
-template <typename F>
-bool Eventually(F cond, std::chrono::milliseconds timeout) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (cond()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  return cond();
-}
+using fwai::testing::Eventually;
 
 class LabEtcdClient : public ::testing::Test {
  protected:

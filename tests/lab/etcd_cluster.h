@@ -9,7 +9,9 @@
 
 #include <sys/types.h>
 
+#include <chrono>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace fwai::testing {
@@ -52,5 +54,16 @@ class EtcdCluster {
 
 // A free TCP port on 127.0.0.1 at the time of the call.
 int PickFreePort();
+
+// Polls `cond` every 50 ms until it holds or `timeout` passes; its last answer.
+template <typename F>
+bool Eventually(F cond, std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (cond()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return cond();
+}
 
 }  // namespace fwai::testing

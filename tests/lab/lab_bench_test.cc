@@ -18,17 +18,8 @@ namespace {
 
 using fwai::testing::Daemon;
 using fwai::testing::EtcdCluster;
+using fwai::testing::Eventually;
 using Clock = std::chrono::steady_clock;
-
-template <typename F>
-bool Eventually(F cond, std::chrono::milliseconds timeout) {
-  const auto deadline = Clock::now() + timeout;
-  while (Clock::now() < deadline) {
-    if (cond()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  return cond();
-}
 
 // fwaid.yaml of a bench with one simulated board.
 std::string BenchYaml(const EtcdCluster& etcd, const std::string& node, const std::string& board, int ttl_s) {

@@ -25,19 +25,9 @@ namespace {
 
 using fwai::testing::Daemon;
 using fwai::testing::EtcdCluster;
+using fwai::testing::Eventually;
 using fwai::testing::RunCommand;
-using Clock = std::chrono::steady_clock;
 namespace pb = ::fwai::v1;
-
-template <typename F>
-bool Eventually(F cond, std::chrono::milliseconds timeout) {
-  const auto deadline = Clock::now() + timeout;
-  while (Clock::now() < deadline) {
-    if (cond()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  return cond();
-}
 
 std::string ReadText(const std::string& path) {
   std::ifstream in(path);
@@ -103,12 +93,12 @@ class LabForward : public ::testing::Test {
         << bench_->log();
   }
 
-  pb::Lease Lease(Daemon& d, const std::string& board) {
+  pb::Lease Lease(Daemon& d, const std::string& board, int ttl_s = 60) {
     auto hw = pb::Hardware::NewStub(d.channel());
     grpc::ClientContext ctx;
     pb::AcquireRequest req;
     req.set_device_id(board);
-    req.set_ttl_s(60);
+    req.set_ttl_s(ttl_s);
     pb::Lease lease;
     auto s = hw->Acquire(&ctx, req, &lease);
     EXPECT_TRUE(s.ok()) << s.error_message();
@@ -230,6 +220,22 @@ TEST_F(LabForward, FlashThroughAFrontBootsTheBenchsBoardAndSerialPingPongs) {
     ASSERT_TRUE(st.ok()) << st.error_message() << "\nbench:\n" << bench_->log();
     ASSERT_EQ(resp.outputs_size(), 1);
     EXPECT_NE(resp.outputs(0).find("counter = "), std::string::npos) << resp.outputs(0);
+  }
+
+  // A reset through the front restarts the bench's board: its boot line comes again.
+  {
+    grpc::ClientContext rctx;
+    pb::ResetRequest req;
+    req.set_device_id("b1");
+    req.set_lease_id(lease.lease_id());
+    pb::ResetResponse resp;
+    auto st = hw->Reset(&rctx, req, &resp);
+    ASSERT_TRUE(st.ok()) << st.error_message() << "\nbench:\n" << bench_->log();
+    bool booted = false;
+    while (!booted && stream->Read(&m)) {
+      for (const auto& l : m.lines()) booted = booted || l.line().find("booted") != std::string::npos;
+    }
+    EXPECT_TRUE(booted) << "no boot line after the reset";
   }
 
   // The lease released through the front ends the stream on the bench.

@@ -8,8 +8,12 @@
 #include <chrono>
 #include <thread>
 
+#include <mutex>
+#include <nlohmann/json.hpp>
+
 #include "fwai/v1/hardware.grpc.pb.h"
 #include "server/lab/etcd_client.h"
+#include "server/lab/lab_leases.h"
 #include "server/lab/registry.h"
 #include "tests/integration/daemon_fixture.h"
 #include "tests/lab/etcd_cluster.h"
@@ -19,19 +23,10 @@ namespace {
 
 using fwai::testing::Daemon;
 using fwai::testing::EtcdCluster;
+using fwai::testing::Eventually;
 using fwai::testing::RunCommand;
 using Clock = std::chrono::steady_clock;
 namespace pb = ::fwai::v1;
-
-template <typename F>
-bool Eventually(F cond, std::chrono::milliseconds timeout) {
-  const auto deadline = Clock::now() + timeout;
-  while (Clock::now() < deadline) {
-    if (cond()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  return cond();
-}
 
 std::string LabYaml(const EtcdCluster& etcd, const std::string& node, int ttl_s) {
   std::string eps;
@@ -90,6 +85,22 @@ pb::ListDevicesResponse List(Daemon& d) {
   pb::ListDevicesResponse resp;
   (void)hw->ListDevices(&ctx, {}, &resp);
   return resp;
+}
+
+pb::WhoResponse Who(Daemon& d) {
+  auto hw = pb::Hardware::NewStub(d.channel());
+  grpc::ClientContext ctx;
+  pb::WhoResponse resp;
+  (void)hw->Who(&ctx, {}, &resp);
+  return resp;
+}
+
+// The session ids of the lab's waiters, in the order `fwai hw who` lists them.
+std::vector<std::string> WaitingSessions(Daemon& d) {
+  std::vector<std::string> out;
+  const pb::WhoResponse who = Who(d);
+  for (const auto& w : who.waiters()) out.push_back(w.session_id());
+  return out;
 }
 
 const pb::Device* Find(const pb::ListDevicesResponse& r, const std::string& id) {
@@ -252,6 +263,255 @@ TEST_F(LabFront, AKilledBenchsBoardsLeaveTheFrontsViewWithinTtl) {
   EXPECT_NE(Find(List(*front1_), "b2"), nullptr);
   ASSERT_TRUE(bench1_->Start());
   EXPECT_TRUE(Eventually([&] { return Find(List(*front1_), "b1") != nullptr; }, std::chrono::seconds(10)));
+}
+
+// The lab's wait queue: ten clients through two fronts wait for one board;
+// it goes to one at a time, in the order they were queued (the order etcd
+// created their keys in, which `hw who` shows).
+TEST_F(LabFront, TenWaitersThroughTwoFrontsGetTheBoardOneAtATimeInQueueOrder) {
+  auto first = Acquire(*front1_, "b1", {}, 60, "holder");
+  ASSERT_TRUE(first.status.ok()) << first.status.error_message();
+  constexpr int kClients = 10;
+  std::mutex mu;
+  std::vector<std::string> served;  // sessions, in the order they got the board
+  std::atomic<int> holding{0};
+  std::atomic<bool> overlap{false};
+  std::vector<Acquired> results(kClients);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kClients; ++i) {
+    threads.emplace_back([&, i] {
+      Daemon& front = i % 2 ? *front2_ : *front1_;
+      const std::string session = "w" + std::to_string(i);
+      results[i] = Acquire(front, "b1", {}, 60, session, /*wait_s=*/120);
+      if (!results[i].status.ok()) return;
+      if (holding.fetch_add(1) != 0) overlap = true;
+      // The lab agrees: the board's lease key is this client's.
+      auto key = etcd_->Get("/fwai/leases/b1");
+      if (!key.ok() || !key->has_value() ||
+          (*key)->value.find(results[i].lease.lease_id()) == std::string::npos) {
+        overlap = true;
+      }
+      {
+        std::lock_guard lock(mu);
+        served.push_back(session);
+      }
+      holding.fetch_sub(1);
+      (void)Release(front, results[i].lease.lease_id());
+    });
+  }
+  // Every client waits in the lab's queue (seen through either front).
+  std::vector<std::string> queued;
+  ASSERT_TRUE(Eventually(
+      [&] {
+        queued = WaitingSessions(*front2_);
+        return queued.size() == kClients;
+      },
+      std::chrono::seconds(30)))
+      << queued.size() << " waiting\n" << front1_->log();
+  {
+    pb::WhoResponse who = Who(*front1_);
+    ASSERT_EQ(who.waiters_size(), kClients);
+    for (int i = 0; i < kClients; ++i) {
+      const auto& w = who.waiters(i);
+      EXPECT_EQ(w.position(), i + 1);
+      EXPECT_EQ(w.wants(), "b1");
+      EXPECT_TRUE(w.node() == "front1" || w.node() == "front2") << w.node();
+      EXPECT_NE(w.holder().find(" via " + w.node()), std::string::npos) << w.holder();
+      ASSERT_EQ(w.device_ids_size(), 1);
+      EXPECT_EQ(w.device_ids(0), "b1");
+    }
+    // The holder, with the bench the board is on and the front it came through.
+    bool holder = false;
+    for (const auto& l : who.leases()) {
+      if (l.lease_id() != first.lease.lease_id()) continue;
+      holder = true;
+      EXPECT_EQ(l.node(), "bench1");
+      EXPECT_NE(l.holder().find("via front1"), std::string::npos) << l.holder();
+      EXPECT_GT(l.expires_us(), l.acquired_us());
+    }
+    EXPECT_TRUE(holder);
+  }
+  // A caller that does not wait cannot jump the queue, even when the board is free.
+  ASSERT_TRUE(Release(*front1_, first.lease.lease_id()).ok());
+  for (auto& t : threads) t.join();
+  for (int i = 0; i < kClients; ++i) EXPECT_TRUE(results[i].status.ok()) << i << ": " << results[i].status.error_message();
+  EXPECT_FALSE(overlap) << "two holders at once";
+  EXPECT_EQ(served, queued);
+  EXPECT_TRUE(WaitingSessions(*front1_).empty());
+  auto left = etcd_->GetPrefix("/fwai/queue/");
+  ASSERT_TRUE(left.ok());
+  EXPECT_TRUE(left->kvs.empty()) << "every waiter left the queue when served";
+}
+
+TEST_F(LabFront, ANonWaiterCannotTakeAFreeBoardSomeoneWaitsFor) {
+  // b2 is free; someone of the lab waits for any board tagged bench:bench2.
+  LabWaiter w;
+  w.tags = {"bench:bench2"};
+  w.wants = "tags bench:bench2";
+  w.identity = w.holder = "carol";
+  w.via = "front9";
+  ASSERT_TRUE(etcd_->Put("/fwai/queue/tags:bench:bench2/w-carol", WaiterToJson(w)).ok());
+  ASSERT_EQ(WaitingSessions(*front1_).size(), 1u);
+  // Through a front, and by a local user of the bench itself: refused, naming the queue.
+  for (Daemon* d : {front1_.get(), bench2_.get()}) {
+    auto got = Acquire(*d, "b2", {}, 60, "jumper");
+    EXPECT_EQ(got.status.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << got.status.error_message();
+    EXPECT_NE(got.status.error_message().find("wait"), std::string::npos) << got.status.error_message();
+  }
+  EXPECT_FALSE(etcd_->Get("/fwai/leases/b2")->has_value());
+  // b1 is nobody's wish: taken at once.
+  EXPECT_TRUE(Acquire(*front1_, "b1", {}, 60, "jumper").status.ok());
+  // The waiter gone, b2 is anyone's.
+  ASSERT_TRUE(etcd_->Delete("/fwai/queue/tags:bench:bench2/w-carol").ok());
+  EXPECT_TRUE(Acquire(*front2_, "b2", {}, 60, "jumper").status.ok());
+}
+
+TEST_F(LabFront, AWaiterThatGoesAwayLeavesTheLabsQueue) {
+  auto first = Acquire(*front1_, "b1", {}, 60, "holder");
+  ASSERT_TRUE(first.status.ok()) << first.status.error_message();
+  // A client that gives up (its call is cancelled) leaves at once.
+  {
+    auto hw = pb::Hardware::NewStub(front1_->channel());
+    grpc::ClientContext ctx;
+    pb::AcquireRequest req;
+    req.set_device_id("b1");
+    req.set_ttl_s(60);
+    req.set_wait_s(120);
+    req.set_session_id("quitter");
+    pb::Lease out;
+    std::thread t([&] { (void)hw->Acquire(&ctx, req, &out); });
+    ASSERT_TRUE(Eventually([&] { return WaitingSessions(*front2_).size() == 1; }, std::chrono::seconds(10)));
+    ctx.TryCancel();
+    t.join();
+    EXPECT_TRUE(Eventually([&] { return WaitingSessions(*front2_).empty(); }, std::chrono::seconds(5)));
+  }
+  // A front killed while its client waits: its waiter leaves within the
+  // front's TTL (5 s), and the next waiter gets the board.
+  std::thread doomed([&] { (void)Acquire(*front2_, "b1", {}, 60, "doomed", 120); });
+  ASSERT_TRUE(Eventually([&] { return WaitingSessions(*front1_).size() == 1; }, std::chrono::seconds(10)));
+  Acquired next;
+  std::thread t([&] { next = Acquire(*front1_, "b1", {}, 60, "next", 120); });
+  ASSERT_TRUE(Eventually([&] { return WaitingSessions(*front1_).size() == 2; }, std::chrono::seconds(10)));
+  EXPECT_EQ(WaitingSessions(*front1_), (std::vector<std::string>{"doomed", "next"}));
+  front2_->Kill9();
+  const auto killed = Clock::now();
+  ASSERT_TRUE(Eventually([&] { return WaitingSessions(*front1_) == std::vector<std::string>{"next"}; },
+                         std::chrono::seconds(15)));
+  EXPECT_LE(std::chrono::duration<double>(Clock::now() - killed).count(), 5 + 2.0);
+  ASSERT_TRUE(Release(*front1_, first.lease.lease_id()).ok());
+  t.join();
+  doomed.join();
+  ASSERT_TRUE(next.status.ok()) << next.status.error_message();
+  EXPECT_EQ(next.lease.device_id(), "b1");
+}
+
+TEST_F(LabFront, ALeaseOnAKilledBenchEndsWithTheReason) {
+  // Held with --hold through a front (renewed every 2 s), and taken plainly.
+  auto hw = pb::Hardware::NewStub(front1_->channel());
+  grpc::ClientContext hold_ctx;
+  hold_ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+  pb::AcquireRequest req;
+  req.set_device_id("b2");
+  req.set_ttl_s(6);
+  req.set_session_id("held");
+  auto hold = hw->Hold(&hold_ctx, req);
+  pb::Lease held;
+  ASSERT_TRUE(hold->Read(&held));
+  EXPECT_EQ(held.node(), "bench2");
+  auto plain = Acquire(*front2_, "b1", {}, 60, "plain");
+  ASSERT_TRUE(plain.status.ok()) << plain.status.error_message();
+  bench2_->Kill9();
+  // The holder hears why when its lease ends: the bench left the lab.
+  while (hold->Read(&held)) {
+  }
+  grpc::Status ended = hold->Finish();
+  EXPECT_EQ(ended.error_code(), grpc::StatusCode::NOT_FOUND) << ended.error_message();
+  EXPECT_NE(ended.error_message().find("bench bench2 left the lab"), std::string::npos) << ended.error_message();
+  // A renewal of a lease on that bench's board says the same; the board's lease key is gone.
+  EXPECT_FALSE(etcd_->Get("/fwai/leases/b2")->has_value());
+  // A lease on the other bench's board is untouched.
+  auto hw2 = pb::Hardware::NewStub(front2_->channel());
+  grpc::ClientContext rctx;
+  pb::RenewRequest rr;
+  rr.set_lease_id(plain.lease.lease_id());
+  pb::Lease renewed;
+  EXPECT_TRUE(hw2->Renew(&rctx, rr, &renewed).ok());
+}
+
+// The queue's bands, on LabLeases itself: people before CI, first come first
+// served within a band; one band for all with interactive_first off.
+class LabQueueBands : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(cluster_.Start()) << cluster_.log(0);
+    etcd_ = *EtcdClient::Connect({cluster_.endpoints()});
+    LabBoard b;
+    b.id = "b1";
+    b.node = "bench1";
+    b.health = "good";
+    b.tags = {"stm32f1"};
+    ASSERT_TRUE(etcd_->Put("/fwai/nodes/bench1", R"({"node":"bench1"})").ok());
+    ASSERT_TRUE(etcd_->Put("/fwai/boards/bench1/b1", BoardToJson(b)).ok());
+  }
+
+  // Holds b1, queues {name, ci} in that order (each seen queued before the
+  // next comes), frees b1, and returns who got it in turn.
+  std::vector<std::string> Serve(const std::vector<std::pair<std::string, bool>>& waiters, bool interactive_first) {
+    LabLeasesOptions o;
+    o.queue_ttl_s = 5;
+    o.interactive_first = interactive_first;
+    LabLeases front1(*etcd_, "front1", o), front2(*etcd_, "front2", o);
+    LabLeases::Request hold;
+    hold.board = "b1";
+    hold.identity = hold.holder = "holder";
+    hold.ttl_s = 60;
+    auto h = front1.Acquire(hold, nullptr);
+    EXPECT_TRUE(h.ok()) << h.status();
+    std::mutex mu;
+    std::vector<std::string> served;
+    std::vector<std::thread> threads;
+    for (size_t i = 0; i < waiters.size(); ++i) {
+      threads.emplace_back([&, i] {
+        LabLeases& via = i % 2 ? front2 : front1;
+        LabLeases::Request r;
+        r.tags = {"stm32f1"};
+        r.identity = r.holder = waiters[i].first;
+        r.ci = waiters[i].second;
+        r.ttl_s = 60;
+        r.wait_s = 60;
+        auto l = via.Acquire(r, nullptr);
+        if (!l.ok()) return;
+        {
+          std::lock_guard lock(mu);
+          served.push_back(waiters[i].first);
+        }
+        (void)via.Release(l->lease_id, "", r.identity, false, false);
+      });
+      EXPECT_TRUE(Eventually([&] { return front1.Queue().ok() && front1.Queue()->size() == i + 1; },
+                             std::chrono::seconds(10)));
+    }
+    auto q = front2.Queue();
+    EXPECT_TRUE(q.ok());
+    std::vector<std::string> listed;
+    for (const auto& w : *q) listed.push_back(w.holder);
+    EXPECT_TRUE(front1.Release(h->lease_id, "", "holder", false, false).ok());
+    for (auto& t : threads) t.join();
+    EXPECT_EQ(listed, served) << "served in the order the queue lists";
+    return served;
+  }
+
+  EtcdCluster cluster_{1};
+  std::unique_ptr<EtcdClient> etcd_;
+};
+
+TEST_F(LabQueueBands, PeopleGoBeforeCiAndEachBandIsFirstComeFirstServed) {
+  EXPECT_EQ(Serve({{"ci1", true}, {"alice", false}, {"ci2", true}, {"bob", false}}, true),
+            (std::vector<std::string>{"alice", "bob", "ci1", "ci2"}));
+}
+
+TEST_F(LabQueueBands, WithoutInteractiveFirstOneQueueForAll) {
+  EXPECT_EQ(Serve({{"ci1", true}, {"alice", false}, {"ci2", true}, {"bob", false}}, false),
+            (std::vector<std::string>{"ci1", "alice", "ci2", "bob"}));
 }
 
 }  // namespace

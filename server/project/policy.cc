@@ -39,7 +39,10 @@ std::string ReadFile(const std::string& p) {
 
 }  // namespace
 
-absl::StatusOr<PolicyRules> ParsePolicy(const std::string& text, const std::string& source) {
+namespace {
+
+// ParsePolicy without its guard against what yaml-cpp throws.
+absl::StatusOr<PolicyRules> ParsePolicyRules(const std::string& text, const std::string& source) {
   PolicyRules r;
   ASSIGN_OR_RETURN(YAML::Node root, LoadYaml(text, source));
   if (!root.IsMap() || !root["policy"]) return r;
@@ -150,6 +153,17 @@ absl::StatusOr<PolicyRules> ParsePolicy(const std::string& text, const std::stri
     r.network = n.Scalar() == "true";
   }
   return r;
+}
+
+}  // namespace
+
+absl::StatusOr<PolicyRules> ParsePolicy(const std::string& text, const std::string& source) {
+  // A node of the wrong kind (a mapping as a key, say) throws when read.
+  try {
+    return ParsePolicyRules(text, source);
+  } catch (const YAML::Exception& e) {
+    return YamlStatus(source, e);
+  }
 }
 
 PolicyRules MergePolicy(const PolicyRules& proj, const PolicyRules& org, bool have_org) {

@@ -382,7 +382,10 @@ std::string ProjectYaml(const ProjectSettings& s) {
   return std::string("# fwai project settings (fwai init); see `fwai doctor`\n") + out.c_str() + "\n";
 }
 
-absl::StatusOr<ProjectSettings> ParseProjectYaml(const std::string& text, const std::string& source) {
+namespace {
+
+// ParseProjectYaml without its guard against what yaml-cpp throws.
+absl::StatusOr<ProjectSettings> ParseProjectSettings(const std::string& text, const std::string& source) {
   ASSIGN_OR_RETURN(YAML::Node root, LoadYaml(text, source));
   auto err = [&](const YAML::Node& n, const std::string& field, const std::string& what) {
     return absl::InvalidArgumentError(absl::StrCat(source, ":", n.Mark().line + 1, ": ", field, ": ", what));
@@ -444,6 +447,17 @@ absl::StatusOr<ProjectSettings> ParseProjectYaml(const std::string& text, const 
     }
   }
   return s;
+}
+
+}  // namespace
+
+absl::StatusOr<ProjectSettings> ParseProjectYaml(const std::string& text, const std::string& source) {
+  // A node of the wrong kind (a mapping as a key, say) throws when read.
+  try {
+    return ParseProjectSettings(text, source);
+  } catch (const YAML::Exception& e) {
+    return YamlStatus(source, e);
+  }
 }
 
 void PruneRunDirs(const std::string& dir, size_t keep) {

@@ -165,6 +165,33 @@ TEST_F(ProjectTest, ProjectYamlRoundTripsAndBadFilesNameTheLine) {
 }
 
 
+// Found by the project_yaml and policy_yaml fuzz targets: a key that is not a
+// name (a mapping or a list given with "? ") made yaml-cpp throw out of the
+// parser. It is a clear error naming the file now.
+TEST(ProjectYamlTest, AKeyThatIsNotANameIsRefusedNamingTheFile) {
+  const std::vector<std::string> projects = {
+      std::string("\n? build_system: mchandescriptiokeywoxds:bui"),
+      "? {name: x}\n: y\n",
+      "? [a, b]\n: y\n",
+  };
+  for (const auto& text : projects) {
+    auto r = ParseProjectYaml(text, "p.yaml");
+    ASSERT_FALSE(r.ok()) << text;
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << r.status();
+    EXPECT_EQ(r.status().message().rfind("p.yaml:", 0), 0u) << r.status();
+  }
+  const std::vector<std::string> policies = {
+      std::string("policy:\n ? pro2tec/boot/**\", \"y:\n \n "),
+      "policy:\n  ? {blocked_tools: x}\n  : y\n",
+  };
+  for (const auto& text : policies) {
+    auto r = ParsePolicy(text, "policy.yaml");
+    ASSERT_FALSE(r.ok()) << text;
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << r.status();
+    EXPECT_EQ(r.status().message().rfind("policy.yaml:", 0), 0u) << r.status();
+  }
+}
+
 TEST(PolicyTest, RulesDecideWithTheRuleNamedAndTheOrganisationOverrides) {
   auto proj = ParsePolicy(R"(
 policy:

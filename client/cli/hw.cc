@@ -148,17 +148,21 @@ int HwCommands::Ls() {
   return kExitOk;
 }
 
+void AddBoardTags(const std::vector<std::string>& tags, pb::AcquireRequest* req) {
+  for (const auto& t : tags) {
+    auto* tag = req->add_tags();
+    auto c = t.find(':');
+    tag->set_key(c == std::string::npos ? t : t.substr(0, c));
+    if (c != std::string::npos) tag->set_value(t.substr(c + 1));
+  }
+}
+
 int HwCommands::Lease() {
   if (board_.empty() && tags_.empty()) return Fail(g_, kExitUsage, "name a board, or give --tag");
   CONNECT_OR_FAIL(stub);
   pb::AcquireRequest req;
   req.set_device_id(board_);
-  for (const auto& t : tags_) {
-    auto* tag = req.add_tags();
-    auto c = t.find(':');
-    tag->set_key(c == std::string::npos ? t : t.substr(0, c));
-    if (c != std::string::npos) tag->set_value(t.substr(c + 1));
-  }
+  AddBoardTags(tags_, &req);
   req.set_ttl_s(ttl_);
   req.set_wait_s(wait_);
   req.set_session_id(session_);

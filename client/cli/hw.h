@@ -9,7 +9,15 @@
 
 #include "client/cli/cli.h"
 
+namespace fwai::v1 {
+class AcquireRequest;
+}
+
 namespace fwai {
+
+// Adds `--tag` values (KEY or KEY:VALUE; a board must carry all of them) to a
+// lease request.
+void AddBoardTags(const std::vector<std::string>& tags, v1::AcquireRequest* req);
 
 class HwCommands {
  public:

@@ -14,6 +14,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "client/cli/hw.h"
 #include "fwai/v1/hardware.grpc.pb.h"
 #include "fwai/v1/projects.grpc.pb.h"
 
@@ -104,12 +105,7 @@ int RunSkill(const Globals& g, const SkillRunOptions& o) {
   if (!o.board_tags.empty() && !o.board.empty()) return Fail(g, kExitUsage, "give --board or --board-tag, not both");
   if (!o.board_tags.empty()) {
     pb::AcquireRequest ar;
-    for (const auto& t : o.board_tags) {
-      auto* tag = ar.add_tags();
-      auto c = t.find(':');
-      tag->set_key(c == std::string::npos ? t : t.substr(0, c));
-      if (c != std::string::npos) tag->set_value(t.substr(c + 1));
-    }
+    AddBoardTags(o.board_tags, &ar);
     ar.set_ttl_s(60);
     ar.set_wait_s(o.board_wait_s);
     const std::string tags = absl::StrJoin(o.board_tags, ",");

@@ -191,29 +191,11 @@ class Client final : public EtcdClient {
 
   absl::StatusOr<CreateResult> CreateIfAbsent(const std::string& key, const std::string& value,
                                               int64_t lease) override {
-    epb::TxnRequest req;
-    auto* cmp = req.add_compare();
-    cmp->set_key(key);
-    cmp->set_target(epb::Compare::CREATE);
-    cmp->set_result(epb::Compare::EQUAL);
-    cmp->set_create_revision(0);
-    auto* put = req.add_success()->mutable_request_put();
-    put->set_key(key);
-    put->set_value(value);
-    put->set_lease(lease);
-    req.add_success()->mutable_request_range()->set_key(key);
-    req.add_failure()->mutable_request_range()->set_key(key);
-    epb::TxnResponse resp;
-    auto s = Call("txn", [&](Endpoint& ep, grpc::ClientContext& ctx) { return ep.kv->Txn(&ctx, req, &resp); });
-    if (!s.ok()) return s;
-    CreateResult out;
-    out.created = resp.succeeded();
-    for (const auto& r : resp.responses()) {
-      if (r.has_response_range() && r.response_range().kvs_size() > 0) out.current = FromProto(r.response_range().kvs(0));
-    }
-    // A retry after a lost answer finds its own write: that is a win too.
-    if (!out.created && out.current.value == value && out.current.lease == lease) out.created = true;
-    return out;
+    GuardedCreate g;
+    g.key = key;
+    g.value = value;
+    g.lease = lease;
+    return CreateGuarded(g);
   }
 
   absl::StatusOr<CreateResult> CreateGuarded(const GuardedCreate& g) override {

@@ -26,6 +26,7 @@
 #include "common/clock.h"
 #include "fwai/v1/hardware.grpc.pb.h"
 #include "tests/bench/bench_util.h"
+#include "tests/bench/flash_timing.h"
 #include "tests/integration/daemon_fixture.h"
 
 namespace fwai::testing {
@@ -194,25 +195,14 @@ int Main(int argc, char** argv) {
   std::vector<double> flash_ms;
   const int flashes = quick ? 3 : 9;
   for (int i = 0; i < flashes; ++i) {
-    grpc::ClientContext ctx;
     pb::FlashRequest req;
     req.set_device_id("sim");
     req.set_image_path(elf);
     req.set_approved(true);
     req.set_project_root(std::filesystem::path(elf).parent_path().string());
-    const auto t0 = std::chrono::steady_clock::now();
-    auto reader = stub->Flash(&ctx, req);
-    pb::FlashProgress p;
-    std::string banner;
-    while (reader->Read(&p)) {
-      if (p.done()) banner = p.boot_line();
-    }
-    auto st = reader->Finish();
-    if (!st.ok() || banner.empty()) {
-      std::fprintf(stderr, "flash: %s\n", st.error_message().c_str());
-      return 1;
-    }
-    flash_ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+    auto took = TimedFlash(*stub, req);
+    if (!took) return 1;
+    flash_ms.push_back(*took);
   }
   std::printf("flash -> boot banner (QEMU stm32vldiscovery, %s): median %.1f ms, min %.1f, max %.1f over %d flashes\n",
               std::filesystem::path(elf).filename().c_str(), Median(flash_ms),

@@ -28,6 +28,7 @@
 #include "fwai/v1/hardware.grpc.pb.h"
 #include "server/lab/etcd_client.h"
 #include "tests/bench/bench_util.h"
+#include "tests/bench/flash_timing.h"
 #include "tests/integration/daemon_fixture.h"
 #include "tests/lab/etcd_cluster.h"
 
@@ -94,26 +95,15 @@ absl::StatusOr<pb::Lease> Lease(Daemon& d, const std::string& board) {
 bool Flashes(Daemon& d, const pb::Lease& lease, const std::string& elf, int n, std::vector<double>* ms) {
   auto hw = pb::Hardware::NewStub(d.channel());
   for (int i = 0; i < n; ++i) {
-    grpc::ClientContext ctx;
     pb::FlashRequest req;
     req.set_device_id(lease.device_id());
     req.set_lease_id(lease.lease_id());
     req.set_image_path(elf);
     req.set_approved(true);
     req.set_project_root(std::filesystem::path(elf).parent_path().string());
-    auto t0 = Clock::now();
-    auto reader = hw->Flash(&ctx, req);
-    pb::FlashProgress p;
-    std::string banner;
-    while (reader->Read(&p)) {
-      if (p.done()) banner = p.boot_line();
-    }
-    auto st = reader->Finish();
-    if (!st.ok() || banner.empty()) {
-      std::fprintf(stderr, "flash: %s\n", st.error_message().c_str());
-      return false;
-    }
-    ms->push_back(MsSince(t0));
+    auto took = TimedFlash(*hw, req);
+    if (!took) return false;
+    ms->push_back(*took);
   }
   return true;
 }

@@ -8,7 +8,6 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
-#include <thread>
 
 #include <nlohmann/json.hpp>
 
@@ -21,20 +20,10 @@ namespace {
 
 using fwai::testing::Daemon;
 using fwai::testing::EtcdCluster;
+using fwai::testing::Eventually;
 using fwai::testing::RunCommand;
 using json = nlohmann::json;
 namespace fs = std::filesystem;
-using Clock = std::chrono::steady_clock;
-
-template <typename F>
-bool Eventually(F cond, std::chrono::milliseconds timeout) {
-  const auto deadline = Clock::now() + timeout;
-  while (Clock::now() < deadline) {
-    if (cond()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  return cond();
-}
 
 std::string ReadText(const std::string& path) {
   std::ifstream in(path);

@@ -108,6 +108,18 @@ std::map<std::string, Cached>& Cache() {
   return *cache;
 }
 
+// What gcc and dpkg said about a toolchain's files.
+struct Discovered {
+  std::string status_stat;  // dpkg's status file when asked
+  std::string files_stat;   // the files when hashed
+  json binaries, packages;
+  bool all_packaged = false;
+};
+std::map<std::string, Discovered>& Found() {
+  static auto* found = new std::map<std::string, Discovered>();
+  return *found;
+}
+
 }  // namespace
 
 json AttestToolchain(int machine, const std::string& producer, const std::string& comment,
@@ -128,49 +140,91 @@ json AttestToolchain(int machine, const std::string& producer, const std::string
     out["error"] = absl::StrCat(prefix, "gcc is not on PATH");
     return out;
   }
-  // The programs that turn sources into the image, and the C library.
-  std::vector<std::pair<std::string, std::string>> files = {{"compiler driver", gcc}};
-  for (const auto& [role, arg] :
-       std::vector<std::pair<std::string, std::string>>{{"compiler", "-print-prog-name=cc1"},
-                                                        {"assembler", "-print-prog-name=as"},
-                                                        {"linker", "-print-prog-name=ld"},
-                                                        {"c library", "-print-file-name=libc.a"}}) {
-    std::string p = Output({gcc, arg});
-    if (p.empty() || p.find('/') == std::string::npos) continue;
-    std::error_code ec;
-    fs::path canonical = fs::canonical(p, ec);
-    if (!ec) files.push_back({role, canonical.string()});
-  }
+  // Which files, their hashes and their packages: asked of gcc and dpkg once
+  // (dpkg -S reads every package's file list: most of a second), then reused
+  // while neither the files nor dpkg's status have changed.
+  const std::string admindir = AdminDir(o);
+  const std::string found_key = absl::StrCat(admindir, "|", gcc);
+  const std::string status_stat = StatKey((fs::path(admindir) / "status").string());
   std::vector<std::string> binaries, packages;
   bool all_packaged = true;
-  for (const auto& [role, path] : files) {
-    json b = {{"role", role}, {"path", path}};
-    if (auto d = HashFile(path); d.ok()) b["sha256"] = d->sha256;
-    auto argv = DpkgArgs(o);
-    argv.insert(argv.end(), {"-S", path});
-    std::string owner = Output(argv);
-    // "gcc-arm-none-eabi: /usr/bin/arm-none-eabi-gcc"
-    std::string pkg = owner.substr(0, owner.find(':'));
-    if (owner.empty() || pkg.find(' ') != std::string::npos || pkg.find(',') != std::string::npos) {
-      all_packaged = false;
-      b["package"] = "";
-    } else {
-      b["package"] = pkg;
-      if (std::find(packages.begin(), packages.end(), pkg) == packages.end())
-        packages.push_back(pkg);
+  {
+    std::lock_guard lock(cache_mu);
+    auto it = Found().find(found_key);
+    if (it != Found().end() && it->second.status_stat == status_stat) {
+      std::string now;
+      for (const auto& b : it->second.binaries) now += StatKey(b["path"].get<std::string>());
+      if (now == it->second.files_stat) {
+        out["binaries"] = it->second.binaries;
+        out["packages"] = it->second.packages;
+        for (const auto& b : it->second.binaries) binaries.push_back(b["path"]);
+        for (const auto& p : it->second.packages) packages.push_back(p["name"]);
+        all_packaged = it->second.all_packaged;
+        out["files_reused"] = true;
+      }
     }
-    binaries.push_back(path);
-    out["binaries"].push_back(std::move(b));
   }
-  for (const auto& pkg : packages) {
+  if (binaries.empty()) {
+    out["files_reused"] = false;
+    // The programs that turn sources into the image, and the C library.
+    std::vector<std::pair<std::string, std::string>> files = {{"compiler driver", gcc}};
+    for (const auto& [role, arg] :
+         std::vector<std::pair<std::string, std::string>>{{"compiler", "-print-prog-name=cc1"},
+                                                          {"assembler", "-print-prog-name=as"},
+                                                          {"linker", "-print-prog-name=ld"},
+                                                          {"c library", "-print-file-name=libc.a"}}) {
+      std::string p = Output({gcc, arg});
+      if (p.empty() || p.find('/') == std::string::npos) continue;
+      std::error_code ec;
+      fs::path canonical = fs::canonical(p, ec);
+      if (!ec) files.push_back({role, canonical.string()});
+    }
+    // One dpkg -S for all of them: "gcc-arm-none-eabi: /usr/bin/arm-none-eabi-gcc" per
+    // file it knows (a file it does not know only makes it exit 1).
     auto argv = DpkgArgs(o);
-    argv = {"dpkg-query"};
-    if (!o.dpkg_admindir.empty()) argv.push_back("--admindir=" + o.dpkg_admindir);
-    argv.insert(argv.end(), {"-W", "-f=${Version}\t${Architecture}", pkg});
-    std::vector<std::string> f = absl::StrSplit(Output(argv), '\t');
-    out["packages"].push_back({{"name", pkg},
-                               {"version", f.size() > 0 ? f[0] : ""},
-                               {"architecture", f.size() > 1 ? f[1] : ""}});
+    argv.push_back("-S");
+    for (const auto& [role, path] : files) argv.push_back(path);
+    std::map<std::string, std::string> owner_of;
+    ProcessOptions po;
+    po.timeout_ms = 20000;
+    if (auto r = RunProcess(argv, po); r.ok() && !r->timed_out) {
+      for (absl::string_view line : absl::StrSplit(r->out, '\n', absl::SkipEmpty())) {
+        const size_t sep = line.find(": ");
+        if (sep == absl::string_view::npos) continue;
+        owner_of[std::string(absl::StripAsciiWhitespace(line.substr(sep + 2)))] =
+            std::string(line.substr(0, sep));
+      }
+    }
+    for (const auto& [role, path] : files) {
+      json b = {{"role", role}, {"path", path}};
+      if (auto d = HashFile(path); d.ok()) b["sha256"] = d->sha256;
+      auto owner = owner_of.find(path);
+      const std::string pkg =
+          owner == owner_of.end() ? "" : owner->second.substr(0, owner->second.find(':'));
+      if (pkg.empty() || pkg.find(' ') != std::string::npos || pkg.find(',') != std::string::npos) {
+        all_packaged = false;
+        b["package"] = "";
+      } else {
+        b["package"] = pkg;
+        if (std::find(packages.begin(), packages.end(), pkg) == packages.end())
+          packages.push_back(pkg);
+      }
+      binaries.push_back(path);
+      out["binaries"].push_back(std::move(b));
+    }
+    for (const auto& pkg : packages) {
+      std::vector<std::string> q = {"dpkg-query"};
+      if (!o.dpkg_admindir.empty()) q.push_back("--admindir=" + o.dpkg_admindir);
+      q.insert(q.end(), {"-W", "-f=${Version}\t${Architecture}", pkg});
+      std::vector<std::string> f = absl::StrSplit(Output(q), '\t');
+      out["packages"].push_back({{"name", pkg},
+                                 {"version", f.size() > 0 ? f[0] : ""},
+                                 {"architecture", f.size() > 1 ? f[1] : ""}});
+    }
+    Discovered d{status_stat, "", out["binaries"], out["packages"], all_packaged};
+    for (const auto& b : binaries) d.files_stat += StatKey(b);
+    std::lock_guard lock(cache_mu);
+    Found()[found_key] = std::move(d);
   }
   if (packages.empty()) {
     out["error"] = absl::StrCat("the toolchain (", gcc, ") is not from a Debian package");
@@ -178,7 +232,6 @@ json AttestToolchain(int machine, const std::string& producer, const std::string
     return out;
   }
   // dpkg -V, reused while nothing of these packages changed.
-  const std::string admindir = AdminDir(o);
   const std::string key = absl::StrCat(admindir, "|", absl::StrJoin(packages, ","));
   const std::string fp = Fingerprint(binaries, packages, admindir);
   json verify;

@@ -17,10 +17,11 @@ struct ToolchainOptions {
 
 // {prefix, producer, comment, binaries:[{role, path, sha256, package}],
 //  packages:[{name, version, architecture}], dpkg_verify:{ok, command,
-//  problems, checked_us, reused}, verified, error?}.
+//  problems, checked_us, reused}, files_reused, verified, error?}.
 // dpkg -V reads every file of the packages (seconds for a GCC); its answer is
 // reused while no file of those packages, nor dpkg's record of them, has
-// changed (size, mtime, ctime, inode). Thread-safe.
+// changed (size, mtime, ctime, inode); so are the files found and their
+// packages while neither they nor dpkg's status file changed. Thread-safe.
 nlohmann::json AttestToolchain(int elf_machine, const std::string& producer,
                                const std::string& comment, const ToolchainOptions& options);
 

@@ -463,8 +463,20 @@ TEST_F(FirmwareTest, ToolchainAttestationFailsWhenDpkgFindsAChangedFile) {
   }
   EXPECT_EQ(roles, (std::set<std::string>{"compiler driver", "compiler", "assembler", "linker",
                                           "c library"}));
-  // The same answer again comes from the cache.
-  EXPECT_TRUE(AttestToolchain(info->machine, "", "", o)["dpkg_verify"]["reused"].get<bool>());
+  EXPECT_FALSE(good["files_reused"].get<bool>());
+  // The same answer again comes from the cache: files, packages and dpkg -V.
+  json again = AttestToolchain(info->machine, "", "", o);
+  EXPECT_TRUE(again["dpkg_verify"]["reused"].get<bool>());
+  EXPECT_TRUE(again["files_reused"].get<bool>());
+  EXPECT_EQ(again["binaries"], good["binaries"]);
+  EXPECT_EQ(again["packages"], good["packages"]);
+  // dpkg's status changed (a package installed or removed): its files are looked up again.
+  {
+    std::ofstream(o.dpkg_admindir + "/status", std::ios::app) << "\n";
+  }
+  json after_install = AttestToolchain(info->machine, "", "", o);
+  EXPECT_FALSE(after_install["files_reused"].get<bool>());
+  EXPECT_EQ(after_install["binaries"], good["binaries"]);
   // dpkg's record of the compiler driver no longer matches the file on disk.
   const std::string md5 = o.dpkg_admindir + "/info/gcc-arm-none-eabi.md5sums";
   std::ifstream in(md5);

@@ -116,9 +116,7 @@ TurnEnd PlayTurn(const AgentDeps& deps, const TurnHooks& hooks, CancelToken& can
     ServerEvent ev;
     ev.mutable_turn_started()->set_provider(pc.name);
     ev.mutable_turn_started()->set_model(model);
-    // Not waited for, like the user message: the request goes out while it
-    // is stored, and every later event of the turn is stored after it.
-    sink.Emit(std::move(ev), /*wait=*/false);
+    sink.Emit(std::move(ev));
   }
   auto conversation = LoadConversation(deps.sessions, req.session_id);
   if (!conversation.ok()) return Failed(sink, conversation.status());
@@ -205,11 +203,7 @@ void RunTurn(const AgentDeps& deps, const TurnHooks& hooks, CancelToken& cancel,
     ServerEvent ev;
     ev.mutable_user_message()->set_text(req.text);
     ev.mutable_user_message()->set_sender(req.sender);
-    // Queued, not waited for: the turn's start (history, policy, tools, the
-    // request) overlaps its write. Subscribers get it only once it is stored,
-    // and the turn's later events are stored after it (one queue, in seq
-    // order), so a client never reads a turn whose message is not stored.
-    sink.Emit(std::move(ev), /*wait=*/false);
+    sink.Emit(std::move(ev));
   }
   const TurnEnd end = PlayTurn(deps, hooks, cancel, req, sink, start_ns);
   span->SetInt("gen_ai.usage.input_tokens", end.usage.input_tokens);

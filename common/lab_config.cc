@@ -18,7 +18,7 @@ bool HostPort(const std::string& s, bool zero_ok = false) {
 }  // namespace
 
 absl::Status ParseLabConfig(ConfigReader& r, const YAML::Node& n, LabConfig& out) {
-  CFG_TRY(r.CheckKeys(n, "lab", {"etcd", "node", "advertise", "ttl_s", "cert", "key", "ca"}));
+  CFG_TRY(r.CheckKeys(n, "lab", {"etcd", "node", "advertise", "ttl_s", "interactive_first", "cert", "key", "ca"}));
   auto etcd = n["etcd"];
   if (!etcd) return r.Error(n, "lab.etcd", "required: the etcd cluster's client endpoints, e.g. [http://10.0.0.5:2379]");
   if (!etcd.IsSequence() || etcd.size() == 0) {
@@ -51,6 +51,14 @@ absl::Status ParseLabConfig(ConfigReader& r, const YAML::Node& n, LabConfig& out
     }
   }
   if (auto t = n["ttl_s"]) CFG_TRY(r.Int(t, "lab.ttl_s", 2, 300, out.ttl_s));
+  if (auto v = n["interactive_first"]) {
+    if (!v.IsScalar() || (v.Scalar() != "true" && v.Scalar() != "false")) {
+      return r.Error(v, "lab.interactive_first",
+                     "expected true (people before CI in the lab's queue) or false (one "
+                     "first-come first-served queue)");
+    }
+    out.interactive_first = v.Scalar() == "true";
+  }
   if (auto v = n["cert"]) CFG_TRY(r.String(v, "lab.cert", out.cert));
   if (auto v = n["key"]) CFG_TRY(r.String(v, "lab.key", out.key));
   if (auto v = n["ca"]) CFG_TRY(r.String(v, "lab.ca", out.ca));

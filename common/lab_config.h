@@ -13,6 +13,10 @@ struct LabConfig {
   std::string node;               // this node's name in the lab (/fwai/nodes/NODE)
   std::string advertise;          // "tls:HOST:PORT" where other nodes reach this one
   int ttl_s = 10;
+  // The lab's queue serves people (roles user, admin) before CI (role ci),
+  // each band first come first served; false: one first-come first-served
+  // queue for all.
+  bool interactive_first = true;
   // This node's certificate for reaching other nodes (mutual TLS), and the
   // CA their certificates are checked against; default: tls.cert, tls.key
   // and tls.client_ca. `fwaid tls issue DIR --user NODE --host NAME` makes one.

@@ -896,6 +896,7 @@ int Main(int argc, char** argv) {
     }, FWAI_VERSION);
     lab::LabLeasesOptions lab_options;
     lab_options.queue_ttl_s = config.lab.ttl_s;
+    lab_options.interactive_first = config.lab.interactive_first;
     lab_leases = std::make_unique<lab::LabLeases>(*lab_etcd, config.lab.node, lab_options);
     lab_leases->Start();
     spdlog::info("lab: node {} of the lab at {}", config.lab.node, absl::StrJoin(config.lab.etcd, ","));

@@ -12,7 +12,8 @@ TEST(LabConfig, ParsesEndpointsNodeAdvertiseAndTtl) {
       "  etcd: [http://10.0.0.5:2379, 10.0.0.6:2379]\n"
       "  node: bench-1\n"
       "  advertise: tls:bench1.lab:7443\n"
-      "  ttl_s: 4\n",
+      "  ttl_s: 4\n"
+      "  interactive_first: false\n",
       "fwaid.yaml");
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_TRUE(c->lab.enabled());
@@ -20,6 +21,7 @@ TEST(LabConfig, ParsesEndpointsNodeAdvertiseAndTtl) {
   EXPECT_EQ(c->lab.node, "bench-1");
   EXPECT_EQ(c->lab.advertise, "tls:bench1.lab:7443");
   EXPECT_EQ(c->lab.ttl_s, 4);
+  EXPECT_FALSE(c->lab.interactive_first);
   auto none = ParseConfig("log_level: info\n", "fwaid.yaml");
   ASSERT_TRUE(none.ok());
   EXPECT_FALSE(none->lab.enabled());
@@ -27,6 +29,10 @@ TEST(LabConfig, ParsesEndpointsNodeAdvertiseAndTtl) {
   ASSERT_TRUE(defaults.ok()) << defaults.status();
   EXPECT_EQ(defaults->lab.ttl_s, 10);
   EXPECT_EQ(defaults->lab.advertise, "");
+  EXPECT_TRUE(defaults->lab.interactive_first);
+  auto on = ParseConfig("lab: {etcd: [127.0.0.1:2379], node: front, interactive_first: true}\n", "fwaid.yaml");
+  ASSERT_TRUE(on.ok()) << on.status();
+  EXPECT_TRUE(on->lab.interactive_first);
 }
 
 TEST(LabConfig, BadValuesAreRefusedWithFileLineAndField) {
@@ -43,6 +49,10 @@ TEST(LabConfig, BadValuesAreRefusedWithFileLineAndField) {
            {"lab:\n  etcd: [e:2379]\n  node: a/b\n", "fwaid.yaml:3: lab.node", "letters"},
            {"lab:\n  etcd: [e:2379]\n  node: b\n  advertise: tcp:h:1\n", "fwaid.yaml:4: lab.advertise", "mutual TLS"},
            {"lab:\n  etcd: [e:2379]\n  node: b\n  ttl_s: 1\n", "fwaid.yaml:4: lab.ttl_s", "2..300"},
+           {"lab:\n  etcd: [e:2379]\n  node: b\n  interactive_first: maybe\n", "fwaid.yaml:4: lab.interactive_first",
+            "expected true"},
+           {"lab:\n  etcd: [e:2379]\n  node: b\n  interactive_first: [true]\n",
+            "fwaid.yaml:4: lab.interactive_first", "expected true"},
        }) {
     auto c = ParseConfig(k.yaml, "fwaid.yaml");
     ASSERT_FALSE(c.ok()) << k.yaml;

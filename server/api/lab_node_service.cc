@@ -224,12 +224,27 @@ class FlashReactor final : public grpc::ServerBidiReactor<pb::LabFlashRequest, p
     if (failed_) return;
     if (!started_) return Fail(absl::InvalidArgumentError("send start first"));
     if (image_.size() != static_cast<size_t>(start_.size())) {
-      return Fail(absl::InvalidArgumentError(
-          absl::StrCat("the image ended after ", image_.size(), " of ", start_.size(), " bytes")));
+      // The front went away (or gave up) before the whole image came:
+      // nothing was written to the board.
+      const std::string why = absl::StrCat("the image ended after ", image_.size(), " of ",
+                                           start_.size(), " bytes");
+      spdlog::warn("lab: flash of {} for node {} (lease {}) aborted before anything was written: {}",
+                   start_.device_id(), node_, start_.lease_id(), why);
+      if (deps_.audit) {
+        deps_.audit({{"kind", "lab_flash_aborted"},
+                     {"board", start_.device_id()},
+                     {"lease_id", start_.lease_id()},
+                     {"by", caller_.display},
+                     {"principal", caller_.user},
+                     {"peer", caller_.peer},
+                     {"written", false},
+                     {"reason", why}});
+      }
+      return Fail(absl::InvalidArgumentError(why));
     }
-    auto work = [st = state_, deps = &deps_, c = caller_, start = start_,
+    auto work = [st = state_, deps = &deps_, c = caller_, start = start_, node = node_,
                  image = std::move(image_)] {
-      auto done = Flash(*deps, c, start, image, st);
+      auto done = Flash(*deps, c, node, start, image, st);
       if (!done.ok()) st->writer.Close(ToGrpcStatus(done));
     };
     if (!workers_.Submit(std::move(work))) Fail(absl::UnavailableError("fwaid is shutting down"));
@@ -249,8 +264,13 @@ class FlashReactor final : public grpc::ServerBidiReactor<pb::LabFlashRequest, p
     state_->writer.Close(ToGrpcStatus(s));
   }
 
-  static absl::Status Flash(const ApiDeps& deps, const Caller& c, const pb::LabFlashStart& start,
-                            const std::string& image, const std::shared_ptr<State>& st) {
+  // Once the whole image is here the flash runs to its end even if the
+  // front goes away meanwhile (killed, cut off): a write stopped halfway
+  // would leave the board in a state nobody asked for. The log and the
+  // evidence record say whether the front was still there.
+  static absl::Status Flash(const ApiDeps& deps, const Caller& c, const std::string& node,
+                            const pb::LabFlashStart& start, const std::string& image,
+                            const std::shared_ptr<State>& st) {
     // This bench's own policy (its organisation file) decides too.
     auto rules = LoadPolicy("", deps.config ? deps.config->policy_file : "");
     if (!rules.ok())
@@ -286,9 +306,28 @@ class FlashReactor final : public grpc::ServerBidiReactor<pb::LabFlashRequest, p
           p.set_message(u.message);
           st->writer.Push(std::move(p));
         },
-        &st->cancel, guard);
+        /*cancel=*/nullptr, guard);
     fs::remove(path, ec);
-    if (!r.ok()) return r.status();
+    const bool front_gone = st->cancel.cancelled();
+    if (!r.ok()) {
+      spdlog::warn("lab: flash of {} for node {} (lease {}) failed{}: {}", start.device_id(), node,
+                   start.lease_id(), front_gone ? " after the front went away" : "",
+                   std::string(r.status().message()));
+      if (deps.audit) {
+        deps.audit({{"kind", "lab_flash_failed"},
+                    {"board", start.device_id()},
+                    {"lease_id", start.lease_id()},
+                    {"by", c.display},
+                    {"principal", c.user},
+                    {"peer", c.peer},
+                    {"front_gone", front_gone},
+                    {"reason", std::string(r.status().message())}});
+      }
+      return r.status();
+    }
+    spdlog::info("lab: flash of {} for node {} (lease {}) finished{}: sha256 {}, boot line '{}'",
+                 start.device_id(), node, start.lease_id(),
+                 front_gone ? " after the front went away" : "", r->sha256, r->boot_line);
     if (deps.audit) {
       deps.audit({{"kind", "lab_flash"},
                   {"board", start.device_id()},
@@ -296,7 +335,9 @@ class FlashReactor final : public grpc::ServerBidiReactor<pb::LabFlashRequest, p
                   {"by", c.display},
                   {"principal", c.user},
                   {"peer", c.peer},
-                  {"image_sha256", r->sha256}});
+                  {"image_sha256", r->sha256},
+                  {"boot_line", r->boot_line},
+                  {"front_gone", front_gone}});
     }
     pb::FlashProgress done;
     done.set_stage("done");

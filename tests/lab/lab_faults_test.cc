@@ -1,0 +1,289 @@
+// Faults of a lab with work in flight: etcd's quorum lost under an open
+// serial stream through a front, and a front killed mid-flash. Real etcd
+// (three members), real fwaids (a bench with a QEMU board, two fronts) and
+// mutual TLS between the nodes.
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <sstream>
+#include <thread>
+
+#include "fwai/v1/hardware.grpc.pb.h"
+#include "server/lab/etcd_client.h"
+#include "tests/integration/daemon_fixture.h"
+#include "tests/lab/etcd_cluster.h"
+
+namespace fwai::lab {
+namespace {
+
+using fwai::testing::Daemon;
+using fwai::testing::EtcdCluster;
+using fwai::testing::Eventually;
+using fwai::testing::RunCommand;
+namespace pb = ::fwai::v1;
+using Serial = grpc::ClientReaderWriter<pb::SerialClientMessage, pb::SerialServerMessage>;
+
+bool FwaidTls(const std::vector<std::string>& args) {
+  std::vector<std::string> argv = {std::string(FWAI_BIN_DIR) + "/fwaid", "tls"};
+  argv.insert(argv.end(), args.begin(), args.end());
+  std::string out, err;
+  return RunCommand(argv, &out, &err) == 0;
+}
+
+struct Acquired {
+  grpc::Status status;
+  pb::Lease lease;
+};
+
+Acquired Acquire(Daemon& d, const std::string& board, int ttl_s, int wait_s = 0) {
+  auto hw = pb::Hardware::NewStub(d.channel());
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(wait_s + 30));
+  pb::AcquireRequest req;
+  req.set_device_id(board);
+  req.set_ttl_s(ttl_s);
+  req.set_wait_s(wait_s);
+  Acquired out;
+  out.status = hw->Acquire(&ctx, req, &out.lease);
+  return out;
+}
+
+// Says `line` on the stream and reads until `want` comes back; false if the
+// stream ends first.
+bool SayAndHear(Serial& s, const std::string& line, const std::string& want,
+                std::string* end_reason = nullptr) {
+  pb::SerialClientMessage m;
+  m.set_send_line(line);
+  if (!s.Write(m)) return false;
+  pb::SerialServerMessage r;
+  while (s.Read(&r)) {
+    if (!r.error().empty()) {  // a refused write: the lease is gone on the bench
+      if (end_reason) *end_reason = r.error();
+      return false;
+    }
+    if (r.end_of_stream()) {
+      if (end_reason) *end_reason = r.reason();
+      return false;
+    }
+    for (const auto& l : r.lines()) {
+      if (l.line() == want) return true;
+    }
+  }
+  return false;
+}
+
+class LabFaults : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(std::filesystem::exists(FWAI_BLINKY_ELF)) << FWAI_BLINKY_ELF << " not built";
+    ASSERT_TRUE(cluster_.Start()) << cluster_.log(0);
+    etcd_ = *EtcdClient::Connect({cluster_.endpoints()});
+    tls_ = cluster_.dir() + "/tls";
+    ASSERT_TRUE(FwaidTls({"init", tls_, "--host", "127.0.0.1"}));
+    for (const char* who : {"front1", "front2"})
+      ASSERT_TRUE(FwaidTls({"issue", tls_, "--user", who}));
+    std::string eps;
+    for (const auto& e : cluster_.endpoints()) eps += (eps.empty() ? "" : ", ") + ("http://" + e);
+    const std::string lab = "lab:\n  etcd: [" + eps + "]\n  ttl_s: 3\n";
+    bench_ = std::make_unique<Daemon>(
+        nullptr,
+        lab + "  node: bench1\n  advertise: tls:127.0.0.1:0\n" + "tls: {cert: " + tls_ +
+            "/server.pem, key: " + tls_ + "/server.key, client_ca: " + tls_ + "/ca.pem}\n" +
+            "hardware:\n  boards:\n    - {id: b1, kind: simulated, machine: stm32vldiscovery, "
+            "boot_pattern: booted, tags: [stm32f1]}\n",
+        false);
+    bench_->AddListen("tls:127.0.0.1:0");
+    auto front = [&](const std::string& node) {
+      return std::make_unique<Daemon>(nullptr,
+                                      lab + "  node: " + node + "\n  cert: " + tls_ + "/" + node +
+                                          ".pem\n  key: " + tls_ + "/" + node +
+                                          ".key\n  ca: " + tls_ + "/ca.pem\n" +
+                                          "hardware:\n  default_simulated_board: false\n",
+                                      false);
+    };
+    front1_ = front("front1");
+    front2_ = front("front2");
+    for (Daemon* d : {bench_.get(), front1_.get(), front2_.get()})
+      ASSERT_TRUE(d->Start()) << d->log();
+    ASSERT_TRUE(Eventually(
+        [&] {
+          auto node = etcd_->Get("/fwai/nodes/bench1");
+          return node.ok() && node->has_value() &&
+                 (*node)->value.find(":" + std::to_string(bench_->TcpPort()) + "\"") !=
+                     std::string::npos;
+        },
+        std::chrono::seconds(10)))
+        << bench_->log();
+  }
+
+  // An open serial stream on `board` through `d` under `lease_id`.
+  std::unique_ptr<Serial> OpenSerial(Daemon& d, grpc::ClientContext& ctx, const std::string& board,
+                                     const std::string& lease_id) {
+    auto hw = pb::Hardware::NewStub(d.channel());
+    auto s = hw->Serial(&ctx);
+    pb::SerialClientMessage open;
+    open.mutable_open()->set_device_id(board);
+    open.mutable_open()->set_lease_id(lease_id);
+    EXPECT_TRUE(s->Write(open));
+    pb::SerialServerMessage m;
+    EXPECT_TRUE(s->Read(&m));
+    EXPECT_EQ(m.opened(), board) << m.error() << m.reason();
+    return s;
+  }
+
+  struct Flashed {
+    grpc::Status status;
+    std::string boot_line;
+  };
+  // Flashes the example firmware through `d`; `on_stage` sees each stage as it comes.
+  Flashed Flash(Daemon& d, const std::string& lease_id,
+                const std::function<void(const std::string&)>& on_stage = nullptr) {
+    auto hw = pb::Hardware::NewStub(d.channel());
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(120));
+    pb::FlashRequest req;
+    req.set_device_id("b1");
+    req.set_lease_id(lease_id);
+    req.set_image_path(FWAI_BLINKY_ELF);
+    req.set_approved(true);
+    req.set_project_root(std::filesystem::path(FWAI_BLINKY_ELF).parent_path().string());
+    auto reader = hw->Flash(&ctx, req);
+    Flashed out;
+    pb::FlashProgress p;
+    while (reader->Read(&p)) {
+      if (on_stage) on_stage(p.stage());
+      if (p.done()) out.boot_line = p.boot_line();
+    }
+    out.status = reader->Finish();
+    return out;
+  }
+
+  EtcdCluster cluster_{3};
+  std::unique_ptr<EtcdClient> etcd_;
+  std::string tls_;
+  std::unique_ptr<Daemon> bench_, front1_, front2_;
+};
+
+// Quorum lost under an open serial stream through a front: the stream goes
+// on (both ways) on the bench's local lease until the lab lease's TTL, new
+// leases fail UNAVAILABLE naming every endpoint, and once etcd is back the
+// same daemons agree on the lab again.
+TEST_F(LabFaults, SerialThroughAFrontOutlivesQuorumLossUntilItsLeasesTtl) {
+  constexpr int kLeaseTtl = 12;  // long enough for a ping/pong under load, short for the test
+  Acquired a = Acquire(*front1_, "b1", kLeaseTtl);
+  ASSERT_TRUE(a.status.ok()) << a.status.error_message();
+  // The example firmware answers ping with pong.
+  Flashed f = Flash(*front1_, a.lease.lease_id());
+  ASSERT_TRUE(f.status.ok()) << f.status.error_message() << "\nbench:\n" << bench_->log();
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(180));
+  auto serial = OpenSerial(*front1_, ctx, "b1", a.lease.lease_id());
+  ASSERT_TRUE(SayAndHear(*serial, "ping", "pong")) << bench_->log();
+
+  cluster_.StopMember(1);
+  cluster_.StopMember(2);
+  // Data still flows both ways through the front while etcd cannot decide.
+  ASSERT_TRUE(SayAndHear(*serial, "ping", "pong")) << "bench:\n"
+                                                   << bench_->log() << "\nfront:\n"
+                                                   << front1_->log();
+  // A new lease fails, naming every endpoint.
+  Acquired other;
+  ASSERT_TRUE(Eventually(
+      [&] {
+        other = Acquire(*front2_, "b1", 30);
+        return other.status.error_code() == grpc::StatusCode::UNAVAILABLE;
+      },
+      std::chrono::seconds(30)))
+      << other.status.error_message();
+  for (const auto& e : cluster_.endpoints())
+    EXPECT_NE(other.status.error_message().find(e), std::string::npos)
+        << e << ": " << other.status.error_message();
+  // The stream ends when the lease's TTL runs out on the bench (nobody can
+  // renew it in the lab), saying why.
+  std::string reason;
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(kLeaseTtl + 60);
+  while (std::chrono::steady_clock::now() < give_up &&
+         SayAndHear(*serial, "ping", "pong", &reason)) {
+    std::this_thread::sleep_for(
+        std::chrono::milliseconds(200));  // a ping every 200 ms until the end
+  }
+  EXPECT_NE(reason.find("lease"), std::string::npos) << "reason: " << reason << "\nbench:\n"
+                                                     << bench_->log();
+  serial->WritesDone();
+  (void)serial->Finish();
+
+  // etcd back: no fwaid restarted, the lab converges: front1 releases its
+  // lease (or finds it gone) and front2 sees the lab again.
+  ASSERT_TRUE(cluster_.StartMember(1));
+  ASSERT_TRUE(cluster_.StartMember(2));
+  ASSERT_TRUE(cluster_.WaitServing(0));
+  {
+    auto hw = pb::Hardware::NewStub(front1_->channel());
+    grpc::ClientContext rctx;
+    pb::ReleaseRequest req;
+    req.set_lease_id(a.lease.lease_id());
+    pb::ReleaseResponse resp;
+    const grpc::Status st = hw->Release(&rctx, req, &resp);
+    EXPECT_TRUE(st.ok() || st.error_code() == grpc::StatusCode::NOT_FOUND) << st.error_message();
+  }
+  // front2's view of the lab converges (its board, no etcd error).
+  ASSERT_TRUE(Eventually(
+      [&] {
+        auto hw = pb::Hardware::NewStub(front2_->channel());
+        grpc::ClientContext lctx;
+        pb::ListDevicesResponse r;
+        if (!hw->ListDevices(&lctx, {}, &r).ok() || !r.lab_error().empty()) return false;
+        for (const auto& d : r.devices()) {
+          if (d.id() == "b1") return true;
+        }
+        return false;
+      },
+      std::chrono::seconds(60)))
+      << front2_->log();
+  EXPECT_TRUE(bench_->running() && front1_->running() && front2_->running());
+}
+
+// A front killed (kill -9) while the bench flashes for it: the bench
+// finishes the flash (the image had fully arrived) and says so in its log,
+// the lease lapses by its TTL, and another front leases the board and
+// flashes it: the board boots.
+TEST_F(LabFaults, AFrontKilledMidFlashLeavesTheBoardUsableAndFreeAfterTtl) {
+  constexpr int kLeaseTtl = 4;
+  Acquired a = Acquire(*front1_, "b1", kLeaseTtl);
+  ASSERT_TRUE(a.status.ok()) << a.status.error_message();
+  // Killed as soon as the bench reports it is writing the board; the flash
+  // call itself then fails for this client (its front is gone).
+  std::atomic<bool> killed{false};
+  Flashed f = Flash(*front1_, a.lease.lease_id(), [&](const std::string& stage) {
+    if (!killed && (stage == "loading" || stage == "writing" || stage == "booting")) {
+      killed = true;
+      front1_->Kill9();
+    }
+  });
+  ASSERT_TRUE(killed) << "no flash stage from the bench came through the front: "
+                      << f.status.error_message() << "\nbench:\n"
+                      << bench_->log();
+  EXPECT_FALSE(f.status.ok());
+  // The bench says how the flash ended: finished (the front gone or not by
+  // then), never left halfway.
+  const std::string finished =
+      "lab: flash of b1 for node front1 (lease " + a.lease.lease_id() + ") finished";
+  ASSERT_TRUE(Eventually([&] { return bench_->log().find(finished) != std::string::npos; },
+                         std::chrono::seconds(30)))
+      << bench_->log();
+  // The lease lapses by its TTL: front2 sees the board free and takes it
+  // (waiting, not sleeping), flashes it, and the board boots.
+  Acquired b = Acquire(*front2_, "b1", 60, /*wait_s=*/kLeaseTtl + 30);
+  ASSERT_TRUE(b.status.ok()) << b.status.error_message();
+  Flashed g = Flash(*front2_, b.lease.lease_id());
+  ASSERT_TRUE(g.status.ok()) << g.status.error_message() << "\nbench:\n" << bench_->log();
+  EXPECT_NE(g.boot_line.find("booted"), std::string::npos) << g.boot_line;
+}
+
+}  // namespace
+}  // namespace fwai::lab

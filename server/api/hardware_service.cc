@@ -760,9 +760,24 @@ class HardwareService final : public pb::Hardware::CallbackService {
       found.push_back(l);
     }
     if (found.size() == 1) return std::optional<lab::LabLease>(found[0]);
+    // A lab lease id that is not one of the caller's: as unknown (another
+    // holder's lease is not revealed).
+    if (found.empty() && IsLabLeaseId(lease_id)) {
+      return absl::NotFoundError(absl::StrCat("no lab lease ", lease_id, " of yours",
+                                              device_id.empty() ? "" : " on board " + device_id,
+                                              " (rule: a lease is used by its holder only)"));
+    }
     if (device_id.empty()) {
       if (found.empty()) return std::optional<lab::LabLease>();  // the local broker says what is missing
       return absl::FailedPreconditionError("you hold several boards of the lab: name one (--board)");
+    }
+    // Somebody else holds the board: refused, naming the rule.
+    if (auto holder = deps_.lab_leases->Holder(device_id);
+        holder.ok() && holder->has_value() &&
+        ((*holder)->identity != c.identity || (*holder)->via != deps_.lab_node)) {
+      return absl::PermissionDeniedError(
+          absl::StrCat("board ", device_id, " is held by ", (*holder)->holder,
+                       "; only its holder works on it (rule: the board's lease holder)"));
     }
     return absl::FailedPreconditionError(absl::StrCat("board ", device_id,
                                                       " is not on this node and you hold no lab lease on it "

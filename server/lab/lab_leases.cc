@@ -449,8 +449,9 @@ absl::StatusOr<LabLease> LabLeases::Release(const std::string& lease_id, const s
   }
   if (target->identity != identity && !(force && admin)) {
     if (!board.empty()) {
-      return absl::FailedPreconditionError(absl::StrCat("board ", board, " is held by ", target->holder,
-                                                        "; only its holder (or an admin with --force) releases it"));
+      return absl::PermissionDeniedError(
+          absl::StrCat("board ", board, " is held by ", target->holder,
+                       "; only its holder (or an admin with --force) releases it (rule: the lease's holder)"));
     }
     return absl::NotFoundError(absl::StrCat("no lease ", lease_id, " (it expired or was released)"));
   }

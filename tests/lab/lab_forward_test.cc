@@ -261,7 +261,9 @@ TEST_F(LabForward, TheBenchRefusesAnyoneWithoutANodeCertificateHoldingTheLease) 
   // certificate but without the lease: refused, through its front or directly.
   pb::Lease lease = Lease(*front1_, "b1");
   Flashed other = Flash(*front2_, "b1", "");
-  EXPECT_EQ(other.status.error_code(), grpc::StatusCode::FAILED_PRECONDITION)
+  EXPECT_EQ(other.status.error_code(), grpc::StatusCode::PERMISSION_DENIED)
+      << other.status.error_message();
+  EXPECT_NE(other.status.error_message().find("rule: the board's lease holder"), std::string::npos)
       << other.status.error_message();
   grpc::Status s = FlashOnBench(BenchAs("front2"), lease.lease_id());
   EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED) << s.error_message();

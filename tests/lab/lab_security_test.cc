@@ -1,0 +1,361 @@
+// The lab seen by an attacker: through a front, user bob (his own token)
+// goes after a board of another bench that alice leased through the same
+// front — flash, serial, reset, renew and release — and is refused each
+// time, alice's lease and serial stream going on untouched; a bench refuses
+// forwarded work whose node certificate is valid but whose lease is for
+// another board. Real etcd, real fwaids, a real QEMU board, real TLS.
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/security/credentials.h>
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include "fwai/v1/auth.grpc.pb.h"
+#include "fwai/v1/hardware.grpc.pb.h"
+#include "fwai/v1/lab.grpc.pb.h"
+#include "server/lab/etcd_client.h"
+#include "tests/integration/daemon_fixture.h"
+#include "tests/lab/etcd_cluster.h"
+
+namespace fwai::lab {
+namespace {
+
+using fwai::testing::Daemon;
+using fwai::testing::EtcdCluster;
+using fwai::testing::Eventually;
+using fwai::testing::RunCommand;
+namespace pb = ::fwai::v1;
+using Serial = grpc::ClientReaderWriter<pb::SerialClientMessage, pb::SerialServerMessage>;
+
+std::string ReadText(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+bool FwaidTls(const std::vector<std::string>& args) {
+  std::vector<std::string> argv = {std::string(FWAI_BIN_DIR) + "/fwaid", "tls"};
+  argv.insert(argv.end(), args.begin(), args.end());
+  std::string out, err;
+  return RunCommand(argv, &out, &err) == 0;
+}
+
+bool SayAndHear(Serial& s, const std::string& line, const std::string& want) {
+  pb::SerialClientMessage m;
+  m.set_send_line(line);
+  if (!s.Write(m)) return false;
+  pb::SerialServerMessage r;
+  while (s.Read(&r)) {
+    if (!r.error().empty() || r.end_of_stream()) return false;
+    for (const auto& l : r.lines()) {
+      if (l.line() == want) return true;
+    }
+  }
+  return false;
+}
+
+class LabSecurity : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(std::filesystem::exists(FWAI_BLINKY_ELF)) << FWAI_BLINKY_ELF << " not built";
+    ASSERT_TRUE(cluster_.Start()) << cluster_.log(0);
+    etcd_ = *EtcdClient::Connect({cluster_.endpoints()});
+    tls_ = cluster_.dir() + "/tls";
+    ASSERT_TRUE(FwaidTls({"init", tls_, "--host", "127.0.0.1"}));
+    ASSERT_TRUE(FwaidTls({"issue", tls_, "--user", "front1"}));
+    std::string eps;
+    for (const auto& e : cluster_.endpoints()) eps += (eps.empty() ? "" : ", ") + ("http://" + e);
+    const std::string lab = "lab:\n  etcd: [" + eps + "]\n  ttl_s: 3\n";
+    bench_ = std::make_unique<Daemon>(
+        nullptr,
+        lab + "  node: bench1\n  advertise: tls:127.0.0.1:0\n" + "tls: {cert: " + tls_ +
+            "/server.pem, key: " + tls_ + "/server.key, client_ca: " + tls_ + "/ca.pem}\n" +
+            "hardware:\n  boards:\n"
+            "    - {id: b1, kind: simulated, machine: stm32vldiscovery, boot_pattern: booted}\n"
+            "    - {id: b2, kind: simulated, machine: stm32vldiscovery, boot_pattern: booted}\n",
+        false);
+    bench_->AddListen("tls:127.0.0.1:0");
+    // The front: people come with tokens on loopback TCP.
+    front_ = std::make_unique<Daemon>(nullptr,
+                                      lab + "  node: front1\n  cert: " + tls_ +
+                                          "/front1.pem\n  key: " + tls_ +
+                                          "/front1.key\n  ca: " + tls_ + "/ca.pem\n" +
+                                          "users:\n  alice: {role: user}\n  bob: {role: user}\n" +
+                                          "hardware:\n  default_simulated_board: false\n",
+                                      false);
+    front_->AddListen("tcp:127.0.0.1:0");
+    for (Daemon* d : {bench_.get(), front_.get()}) ASSERT_TRUE(d->Start()) << d->log();
+    ASSERT_GT(front_->TcpPort(), 0);
+    ASSERT_TRUE(Eventually(
+        [&] {
+          auto node = etcd_->Get("/fwai/nodes/bench1");
+          return node.ok() && node->has_value() &&
+                 (*node)->value.find(":" + std::to_string(bench_->TcpPort()) + "\"") !=
+                     std::string::npos;
+        },
+        std::chrono::seconds(10)))
+        << bench_->log();
+    alice_ = Token("alice");
+    bob_ = Token("bob");
+  }
+
+  // A token for `user`, made by root on the front's unix socket (an admin).
+  std::string Token(const std::string& user) {
+    grpc::ClientContext ctx;
+    pb::CreateTokenRequest req;
+    req.set_user(user);
+    req.set_role("user");
+    pb::CreateTokenResponse resp;
+    auto st = pb::Auth::NewStub(front_->channel())->CreateToken(&ctx, req, &resp);
+    EXPECT_TRUE(st.ok()) << st.error_message();
+    return resp.token();
+  }
+
+  // The front as the token's user (loopback TCP).
+  std::unique_ptr<pb::Hardware::Stub> As(const std::string& token, grpc::ClientContext& ctx) {
+    ctx.AddMetadata("authorization", "Bearer " + token);
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+    // One connection per identity: the front binds a connection to its first principal.
+    auto& ch = channels_[token];
+    if (!ch) {
+      ch = grpc::CreateChannel("127.0.0.1:" + std::to_string(front_->TcpPort()),
+                               grpc::experimental::LocalCredentials(LOCAL_TCP));
+    }
+    return pb::Hardware::NewStub(ch);
+  }
+
+  grpc::Status FlashAs(const std::string& token, const std::string& board,
+                       const std::string& lease_id) {
+    grpc::ClientContext ctx;
+    auto hw = As(token, ctx);
+    pb::FlashRequest req;
+    req.set_device_id(board);
+    req.set_lease_id(lease_id);
+    req.set_image_path(FWAI_BLINKY_ELF);
+    req.set_approved(true);
+    auto reader = hw->Flash(&ctx, req);
+    pb::FlashProgress p;
+    while (reader->Read(&p)) {
+    }
+    return reader->Finish();
+  }
+
+  grpc::Status SerialAs(const std::string& token, const std::string& board,
+                        const std::string& lease_id) {
+    grpc::ClientContext ctx;
+    auto hw = As(token, ctx);
+    auto s = hw->Serial(&ctx);
+    pb::SerialClientMessage open;
+    open.mutable_open()->set_device_id(board);
+    open.mutable_open()->set_lease_id(lease_id);
+    s->Write(open);
+    pb::SerialServerMessage m;
+    if (s->Read(&m) && m.opened() == board) {
+      // Opened for reading: a write must still be refused.
+      pb::SerialClientMessage w;
+      w.set_send_line("ping");
+      s->Write(w);
+      while (s->Read(&m)) {
+        if (!m.error().empty()) {
+          ctx.TryCancel();
+          (void)s->Finish();
+          return grpc::Status(grpc::StatusCode::PERMISSION_DENIED, "write refused: " + m.error());
+        }
+        for (const auto& l : m.lines()) {
+          if (l.line() == "pong") {
+            ctx.TryCancel();
+            (void)s->Finish();
+            return grpc::Status::OK;  // bob's line reached alice's board
+          }
+        }
+      }
+    }
+    s->WritesDone();
+    return s->Finish();
+  }
+
+  grpc::Status ResetAs(const std::string& token, const std::string& board,
+                       const std::string& lease_id) {
+    grpc::ClientContext ctx;
+    auto hw = As(token, ctx);
+    pb::ResetRequest req;
+    req.set_device_id(board);
+    req.set_lease_id(lease_id);
+    pb::ResetResponse resp;
+    return hw->Reset(&ctx, req, &resp);
+  }
+
+  grpc::Status RenewAs(const std::string& token, const std::string& lease_id) {
+    grpc::ClientContext ctx;
+    auto hw = As(token, ctx);
+    pb::RenewRequest req;
+    req.set_lease_id(lease_id);
+    pb::Lease resp;
+    return hw->Renew(&ctx, req, &resp);
+  }
+
+  grpc::Status ReleaseAs(const std::string& token, const std::string& board,
+                         const std::string& lease_id, bool force = false) {
+    grpc::ClientContext ctx;
+    auto hw = As(token, ctx);
+    pb::ReleaseRequest req;
+    req.set_device_id(board);
+    req.set_lease_id(lease_id);
+    req.set_force(force);
+    pb::ReleaseResponse resp;
+    return hw->Release(&ctx, req, &resp);
+  }
+
+  EtcdCluster cluster_{1};
+  std::unique_ptr<EtcdClient> etcd_;
+  std::string tls_, alice_, bob_;
+  std::unique_ptr<Daemon> bench_, front_;
+  std::map<std::string, std::shared_ptr<grpc::Channel>> channels_;
+};
+
+TEST_F(LabSecurity, AnotherUserThroughTheFrontCannotTouchALeasedLabBoard) {
+  // The example firmware (it answers ping with pong) on b1, flashed by root
+  // through the front, which then lets the board go.
+  {
+    auto hw = pb::Hardware::NewStub(front_->channel());
+    grpc::ClientContext ctx;
+    pb::AcquireRequest req;
+    req.set_device_id("b1");
+    req.set_ttl_s(60);
+    pb::Lease root;
+    ASSERT_TRUE(hw->Acquire(&ctx, req, &root).ok());
+    grpc::ClientContext fctx;
+    fctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(120));
+    pb::FlashRequest freq;
+    freq.set_device_id("b1");
+    freq.set_lease_id(root.lease_id());
+    freq.set_image_path(FWAI_BLINKY_ELF);
+    freq.set_approved(true);
+    freq.set_project_root(std::filesystem::path(FWAI_BLINKY_ELF).parent_path().string());
+    auto reader = hw->Flash(&fctx, freq);
+    pb::FlashProgress p;
+    while (reader->Read(&p)) {
+    }
+    const grpc::Status st = reader->Finish();
+    ASSERT_TRUE(st.ok()) << st.error_message() << "\nbench:\n" << bench_->log();
+    grpc::ClientContext rctx;
+    pb::ReleaseRequest rreq;
+    rreq.set_lease_id(root.lease_id());
+    pb::ReleaseResponse rresp;
+    ASSERT_TRUE(hw->Release(&rctx, rreq, &rresp).ok());
+  }
+  // alice leases bench1's b1 through the front and opens its serial port.
+  pb::Lease a;
+  {
+    grpc::ClientContext ctx;
+    auto hw = As(alice_, ctx);
+    pb::AcquireRequest req;
+    req.set_device_id("b1");
+    req.set_ttl_s(120);
+    auto st = hw->Acquire(&ctx, req, &a);
+    ASSERT_TRUE(st.ok()) << st.error_message();
+    ASSERT_EQ(a.node(), "bench1");
+  }
+  grpc::ClientContext sctx;
+  auto hw = As(alice_, sctx);
+  auto serial = hw->Serial(&sctx);
+  {
+    pb::SerialClientMessage open;
+    open.mutable_open()->set_device_id("b1");
+    open.mutable_open()->set_lease_id(a.lease_id());
+    ASSERT_TRUE(serial->Write(open));
+    pb::SerialServerMessage m;
+    ASSERT_TRUE(serial->Read(&m));
+    ASSERT_EQ(m.opened(), "b1") << m.error() << m.reason();
+  }
+  ASSERT_TRUE(SayAndHear(*serial, "ping", "pong")) << bench_->log();
+
+  // bob, with alice's lease id: an id that is not his is NOT_FOUND
+  // (nothing of alice's is revealed); without one: PERMISSION_DENIED
+  // naming the rule.
+  auto not_his = [](const grpc::Status& s, const char* what) {
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND) << what << ": " << s.error_message();
+    EXPECT_NE(s.error_message().find("rule: "), std::string::npos)
+        << what << ": " << s.error_message();
+  };
+  auto denied = [](const grpc::Status& s, const char* what) {
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED)
+        << what << ": " << s.error_message();
+    EXPECT_NE(s.error_message().find("rule: "), std::string::npos)
+        << what << ": " << s.error_message();
+  };
+  not_his(FlashAs(bob_, "b1", a.lease_id()), "flash with alice's lease");
+  denied(FlashAs(bob_, "b1", ""), "flash");
+  not_his(SerialAs(bob_, "b1", a.lease_id()), "serial with alice's lease");
+  denied(SerialAs(bob_, "b1", ""), "serial");
+  not_his(ResetAs(bob_, "b1", a.lease_id()), "reset with alice's lease");
+  denied(ResetAs(bob_, "b1", ""), "reset");
+  {
+    const grpc::Status s = RenewAs(bob_, a.lease_id());
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND) << s.error_message();
+  }
+  {
+    const grpc::Status s = ReleaseAs(bob_, "", a.lease_id());
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND) << s.error_message();
+  }
+  denied(ReleaseAs(bob_, "b1", ""), "release by board");
+  denied(ReleaseAs(bob_, "b1", "", /*force=*/true), "release --force by a user");
+
+  // alice's lease and stream are untouched.
+  EXPECT_TRUE(SayAndHear(*serial, "ping", "pong")) << bench_->log();
+  EXPECT_TRUE(RenewAs(alice_, a.lease_id()).ok());
+  {
+    auto key = etcd_->Get("/fwai/leases/b1");
+    ASSERT_TRUE(key.ok() && key->has_value());
+    EXPECT_NE((*key)->value.find(a.lease_id()), std::string::npos) << (*key)->value;
+  }
+
+  // The bench: the front's node certificate is valid and its node holds
+  // alice's lease — on b1. For b2 it is refused, and so is a serial stream.
+  grpc::SslCredentialsOptions o;
+  o.pem_root_certs = ReadText(tls_ + "/ca.pem");
+  o.pem_cert_chain = ReadText(tls_ + "/front1.pem");
+  o.pem_private_key = ReadText(tls_ + "/front1.key");
+  auto bench = pb::LabNode::NewStub(grpc::CreateChannel(
+      "127.0.0.1:" + std::to_string(bench_->TcpPort()), grpc::SslCredentials(o)));
+  {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+    pb::ResetRequest req;
+    req.set_device_id("b2");
+    req.set_lease_id(a.lease_id());
+    pb::ResetResponse resp;
+    const grpc::Status s = bench->Reset(&ctx, req, &resp);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED) << s.error_message();
+    EXPECT_NE(s.error_message().find("rule: a valid lab lease"), std::string::npos)
+        << s.error_message();
+  }
+  {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+    auto s = bench->Serial(&ctx);
+    pb::SerialClientMessage open;
+    open.mutable_open()->set_device_id("b2");
+    open.mutable_open()->set_lease_id(a.lease_id());
+    s->Write(open);
+    pb::SerialServerMessage m;
+    while (s->Read(&m)) {
+      EXPECT_NE(m.opened(), "b2");
+    }
+    const grpc::Status st = s->Finish();
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::PERMISSION_DENIED) << st.error_message();
+  }
+  // ...and alice's stream on b1 still goes on.
+  EXPECT_TRUE(SayAndHear(*serial, "ping", "pong")) << bench_->log();
+  serial->WritesDone();
+  sctx.TryCancel();
+  (void)serial->Finish();
+}
+
+}  // namespace
+}  // namespace fwai::lab

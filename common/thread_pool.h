@@ -12,8 +12,15 @@ namespace fwai {
 
 class ThreadPool {
  public:
-  explicit ThreadPool(int threads) {
-    for (int i = 0; i < threads; ++i) workers_.emplace_back([this] { Loop(); });
+  explicit ThreadPool(int threads) : ThreadPool(threads, nullptr) {}
+  // `on_start` runs first on each worker (its name, its priority).
+  ThreadPool(int threads, std::function<void()> on_start) {
+    for (int i = 0; i < threads; ++i) {
+      workers_.emplace_back([this, on_start] {
+        if (on_start) on_start();
+        Loop();
+      });
+    }
   }
   ~ThreadPool() { Shutdown(); }
   ThreadPool(const ThreadPool&) = delete;

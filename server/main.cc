@@ -47,6 +47,7 @@
 #include "common/paths.h"
 #include "common/status_macros.h"
 #include "common/thread_pool.h"
+#include "common/thread_priority.h"
 #include "server/agent/turn_manager.h"
 #include "server/api/api.h"
 #include "server/api/auth_processor.h"
@@ -769,6 +770,16 @@ int Main(int argc, char** argv) {
   }
   spdlog::info("tool catalog: {} tools ({:.0f} ms after start)", (*catalog)->size(), ms_since_start());
   ThreadPool pool(4);
+  // Document ingest (extraction, chunking, embedding, index writes) on a
+  // worker of its own at idle CPU priority: it takes only the CPU streaming
+  // turns and requests leave, and one document at a time (the knowledge
+  // base serializes its writers anyway).
+  ThreadPool ingest_pool(1, [] {
+    NameThisThread("fwaid-ingest");
+    if (auto s = SetThisThreadPriority(ThreadPriority::kIdle); !s.ok()) {
+      spdlog::warn("ingest worker: {}; it runs at normal priority", std::string(s.message()));
+    }
+  });
 
   ToolRegistry tools;
   RegisterFileTools(tools);
@@ -1087,6 +1098,7 @@ int Main(int argc, char** argv) {
   deps.knowledge = knowledge->get();
   deps.catalog = catalog->get();
   deps.pool = &pool;
+  deps.ingest_pool = &ingest_pool;
   deps.hardware = &hardware;
   deps.evidence = evidence_log;
   deps.skills = &skills;
@@ -1230,6 +1242,7 @@ int Main(int argc, char** argv) {
   fd_cq->Shutdown();
   fd_cq_thread.join();
   pool.Shutdown();
+  ingest_pool.Shutdown();
   mcp.Stop();
   if (auto s = (*knowledge)->SaveIndexes(); !s.ok()) spdlog::error("saving knowledge indexes: {}", s.ToString());
   if (auto s = (*storage)->SyncWal(); !s.ok()) {

@@ -75,6 +75,7 @@ struct ApiDeps {
   KnowledgeBase* knowledge = nullptr;  // may be null: Knowledge answers UNAVAILABLE
   ToolCatalogStore* catalog = nullptr;
   ThreadPool* pool = nullptr;          // runs work that must not block reactions
+  ThreadPool* ingest_pool = nullptr;   // runs document ingest (null: `pool` does)
   HardwareBroker* hardware = nullptr;  // may be null: Hardware answers UNAVAILABLE
   EvidenceLog* evidence = nullptr;     // may be null: Evidence answers UNAVAILABLE
   SkillRunner* skills = nullptr;       // may be null: Skills.Run answers UNAVAILABLE

@@ -49,8 +49,8 @@ struct Collections {
 };
 
 // Ingest: a header message, then the document's bytes; progress comes back.
-// The work runs on the pool; writes are queued, one in flight. Deletes itself
-// in OnDone.
+// The work runs on the ingest pool (a background worker); writes are queued,
+// one in flight. Deletes itself in OnDone.
 class IngestReactor final : public grpc::ServerBidiReactor<pb::IngestChunk, pb::IngestProgress> {
  public:
   IngestReactor(const ApiDeps& deps, grpc::CallbackServerContext* ctx, int64_t cap) : deps_(deps), cap_(cap) {
@@ -75,7 +75,8 @@ class IngestReactor final : public grpc::ServerBidiReactor<pb::IngestChunk, pb::
         std::lock_guard<std::mutex> lock(mu_);
         running_ = true;
       }
-      if (!deps_.pool->Submit([this] { RunAndRelease(); })) {
+      ThreadPool* pool = deps_.ingest_pool ? deps_.ingest_pool : deps_.pool;
+      if (!pool->Submit([this] { RunAndRelease(); })) {
         {
           std::lock_guard<std::mutex> lock(mu_);
           running_ = false;

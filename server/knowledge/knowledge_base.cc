@@ -27,6 +27,8 @@
 #include "absl/strings/str_join.h"
 #include "common/clock.h"
 #include "common/status_macros.h"
+#include "common/thread_pool.h"
+#include "common/thread_priority.h"
 #include "server/knowledge/bm25_index.h"
 #include "server/knowledge/embedder.h"
 #include "server/knowledge/passage.h"
@@ -223,6 +225,19 @@ struct KnowledgeBase::Impl {
   std::condition_variable saver_cv;
   bool stopping = false;
   std::thread saver;
+
+  // Ingest may run on a thread of low CPU priority (fwaid's ingest worker
+  // runs at SCHED_IDLE). Its short commit, which holds RocksDB's write queue
+  // and the index lock, runs on this thread of the priority the knowledge
+  // base was opened with: a session's event append or a search never waits
+  // on a writer the scheduler has set aside.
+  ThreadPool committer{1, [] { NameThisThread("fwaid-kb-commit"); }};
+  absl::Status Commit(const std::function<absl::Status()>& fn) {
+    std::promise<absl::Status> done;
+    auto result = done.get_future();
+    if (!committer.Submit([&] { done.set_value(fn()); })) return fn();
+    return result.get();
+  }
 
   Impl(Storage& s, std::string dir, KnowledgeOptions o, Embedder& e, Reranker& r)
       : storage(s), index_dir(std::move(dir)), options(o), embedder(e), reranker(r) {}
@@ -491,7 +506,13 @@ absl::StatusOr<std::unique_ptr<KnowledgeBase>> KnowledgeBase::Open(Storage& stor
   if (!m.bm25) m.bm25 = std::make_unique<Bm25Index>(Bm25Params{options.bm25_k1, options.bm25_b});
   if (!m.vectors) m.vectors = std::make_unique<VectorIndex>(embedder.dimension(), m.VecOptions());
   ASSIGN_OR_RETURN(m.log, RetrievalLog::Open(storage, options.log));
-  m.saver = std::thread([p = &m] { p->SaverLoop(); });
+  m.saver = std::thread([p = &m] {
+    // Writing the index files is background work like ingest: it takes only
+    // CPU that streaming turns leave (readers go on meanwhile).
+    NameThisThread("fwaid-kb-save");
+    (void)SetThisThreadPriority(ThreadPriority::kIdle);
+    p->SaverLoop();
+  });
   return std::unique_ptr<KnowledgeBase>(new KnowledgeBase(std::move(impl)));
 }
 
@@ -596,8 +617,6 @@ absl::StatusOr<IngestResult> KnowledgeBase::Ingest(IngestRequest req,
   batch.Put(Cf::kMeta, kGenKey, EncodeU64(new_gen));
   batch.Put(Cf::kMeta, "kb/coll/" + req.collection,
             json({{"embedder", m.embedder.name()}, {"dimension", m.embedder.dimension()}}).dump());
-  RETURN_IF_ERROR(m.storage.Write(batch, /*sync=*/true));
-
   std::vector<uint32_t> ids(rec->ordinals);
   std::vector<float> flat;
   flat.reserve(chunks.size() * m.embedder.dimension());
@@ -605,7 +624,12 @@ absl::StatusOr<IngestResult> KnowledgeBase::Ingest(IngestRequest req,
   result.doc_id = info.id;
   result.chunks = info.chunks;
   result.pages = info.pages;
-  {
+  // The commit: the store's write and the indexes' update, holding the
+  // writer locks that searches and the sessions' event appends may wait on.
+  auto commit = [&]() -> absl::Status {
+    // Durable before it is acknowledged, without holding the write queue of
+    // the sessions' event appends while the disk syncs a large batch.
+    RETURN_IF_ERROR(m.storage.WriteThenSync(batch));
     std::unique_lock<std::shared_mutex> lock(m.mu);
     if (old) m.RemoveDocLocked(old->info.id);
     for (size_t i = 0; i < ids.size(); ++i) m.bm25->Add(ids[i], terms[i]);
@@ -615,11 +639,12 @@ absl::StatusOr<IngestResult> KnowledgeBase::Ingest(IngestRequest req,
     m.generation = new_gen;
     m.dirty = true;
     if (m.vectors->NeedsRebuild()) {
-      std::vector<uint32_t> live;
       auto s = m.Rebuild(false, true);
       if (!s.ok()) spdlog::warn("knowledge: vector rebuild failed: {}", s.ToString());
     }
-  }
+    return absl::OkStatus();
+  };
+  RETURN_IF_ERROR(m.Commit(commit));
   stage("done");
   return result;
 }
@@ -657,7 +682,7 @@ absl::StatusOr<int> KnowledgeBase::Delete(const std::string& doc, const std::str
   for (uint32_t o : ordinals) batch.Delete(Cf::kChunks, ChunkKey(o));
   batch.Delete(Cf::kDocuments, id);
   batch.Put(Cf::kMeta, kGenKey, EncodeU64(gen));
-  RETURN_IF_ERROR(m.storage.Write(batch, true));
+  RETURN_IF_ERROR(m.storage.WriteThenSync(batch));
   std::unique_lock<std::shared_mutex> lock(m.mu);
   m.RemoveDocLocked(id);
   m.generation = gen;

@@ -122,6 +122,13 @@ absl::Status Storage::Write(WriteBatch& batch, bool sync) {
   return FromRocks(rep_->db->Write(wo, &b), "write batch");
 }
 
+absl::Status Storage::WriteThenSync(WriteBatch& batch) {
+  if (absl::Status s = Write(batch, /*sync=*/false); !s.ok()) return s;
+  // DB::SyncWAL syncs every log up to the current one without holding the
+  // write queue; the batch above is in it.
+  return SyncWal();
+}
+
 absl::StatusOr<std::optional<std::string>> Storage::Get(Cf cf, std::string_view key) {
   std::string value;
   rocksdb::Status s =

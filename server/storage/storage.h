@@ -61,6 +61,11 @@ class Storage {
   [[nodiscard]] absl::Status Put(Cf cf, std::string_view key, std::string_view value, bool sync);
   [[nodiscard]] absl::Status Delete(Cf cf, std::string_view key, bool sync);
   [[nodiscard]] absl::Status Write(WriteBatch& batch, bool sync);
+  // Durable on return like Write(batch, true), but the disk is waited for
+  // outside RocksDB's write queue: the batch goes to the log unsynced, then
+  // the log is synced. Unsynced writers queued meanwhile (a session's events)
+  // do not wait for the fsync of a large batch.
+  [[nodiscard]] absl::Status WriteThenSync(WriteBatch& batch);
   // NotFound is reported as an empty optional, not an error.
   [[nodiscard]] absl::StatusOr<std::optional<std::string>> Get(Cf cf, std::string_view key);
 

@@ -258,6 +258,7 @@ int Main(int argc, char** argv) {
     if (a == "--pause" && i + 1 < argc) pause_s = std::atoi(argv[++i]);
     if (a == "--tiny") shared.tiny = true;
     if (a == "--runs" && i + 1 < argc) shared.runs = std::max(1, std::atoi(argv[++i]));
+    if (a == "--part" && i + 1 < argc) shared.part = argv[++i];
     if (a == "--quick") {
       shared.quick = true;
       throughput_chunks = 20000;

@@ -315,8 +315,9 @@ int RunSharedBench(FakeLlmServer& fake, const SharedBenchOptions& o) {
   // 20 turns of one principal at once: over the default running_turns (4).
   const std::string limits = "limits: {running_turns: 32}\n";
 
+  auto wanted = [&](const char* part) { return o.part.empty() || o.part == part; };
   // --- The same load over the unix socket and over TLS with a token.
-  {
+  if (wanted("transport")) {
     const int sessions = o.tiny ? 2 : 20;
     const int chunks = o.tiny ? 20 : (o.quick ? 100 : 300);
     const int burst = o.tiny ? 200 : (o.quick ? 20000 : 100000);
@@ -381,7 +382,7 @@ int RunSharedBench(FakeLlmServer& fake, const SharedBenchOptions& o) {
   }
 
   // --- 20 principals x 5 sessions at once, each principal on its own TLS connection.
-  {
+  if (wanted("principals")) {
     const int principals = o.tiny ? 3 : 20, per = o.tiny ? 2 : 5;
     const int chunks = o.tiny ? 20 : (o.quick ? 100 : 300);
     std::vector<double> rate, p50, p99, min_share, max_share, min_p99, max_p99;
@@ -446,7 +447,7 @@ int RunSharedBench(FakeLlmServer& fake, const SharedBenchOptions& o) {
   }
 
   // --- The noisy neighbour.
-  if (!o.tiny) {
+  if (!o.tiny && wanted("noisy")) {
     const int sessions = 4, turns = o.quick ? 5 : 10, chunks = 50;
     // Files larger than the requests-per-second limit (50 a second) would
     // hold back: one request a file.
@@ -454,6 +455,7 @@ int RunSharedBench(FakeLlmServer& fake, const SharedBenchOptions& o) {
     const std::string corpus = MakeCorpus(files, kb);
     std::map<std::string, std::vector<double>> p50, p99, start50, start99;
     std::vector<std::string> notes;
+    std::vector<double> ingest_rate;  // documents/s the ingester added while the chat ran
     for (int run = 0; run < runs; ++run) {
       SharedDaemon sd(fake, tls_dir, limits);
       if (!sd.Start()) return 1;
@@ -559,6 +561,7 @@ int RunSharedBench(FakeLlmServer& fake, const SharedBenchOptions& o) {
         const double secs = (MonotonicNanos() - t0) / 1e9;
         const bool covered = add.Wait(0) < 0;
         const int after = docs();
+        ingest_rate.push_back((after - before) / secs);
         std::printf(" | ingester: %d files (%d MB) in %.1f docs/s while the chat ran%s\n",
                     after - before, static_cast<int>((after - before) * kb / 1024),
                     (after - before) / secs,
@@ -587,6 +590,10 @@ int RunSharedBench(FakeLlmServer& fake, const SharedBenchOptions& o) {
           Median(start99[l]), Median(start99[l]) / std::max(Median(start99["quiet"]), 1e-9), runs,
           sessions, turns, chunks, files, kb);
     }
+    std::printf(
+        "RESULT shared noisy=ingest ingest_docs_per_s=%.1f (median of %d runs; %d KB Markdown "
+        "files added by fwai kb add while the chat ran)\n",
+        Median(ingest_rate), runs, kb);
     for (const auto& n : notes) std::printf("NOTE %s\n", n.c_str());
     fs::remove_all(corpus);
   }

@@ -3,6 +3,8 @@
 // user's chat while another floods requests or ingests a corpus.
 #pragma once
 
+#include <string>
+
 #include "tests/fakes/fake_llm_server.h"
 
 namespace fwai::testing {
@@ -11,6 +13,7 @@ struct SharedBenchOptions {
   int runs = 3;        // runs of each figure; medians are reported
   bool quick = false;  // smaller inputs
   bool tiny = false;   // a few turns only: checks delivery and accounting, no figures
+  std::string part;    // "transport", "principals" or "noisy": that figure only; empty: all
 };
 
 // Returns 0 when every turn finished with every chunk its provider sent and

@@ -2,6 +2,7 @@
 // search output, batch search, removal; kill -9 during ingest.
 #include <gtest/gtest.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -253,6 +254,60 @@ TEST_F(KbCliTest, Kill9DuringIngestLeavesNoHalfDocument) {
       EXPECT_EQ(found, 0) << rel;
     }
   }
+}
+
+// The threads of a fwaid with a name: their ids, scheduling policy (field 41
+// of /proc/PID/task/TID/stat) and time on a CPU in ns (schedstat).
+struct Worker {
+  std::string tid;
+  int policy = -1;
+  uint64_t cpu_ns = 0;
+};
+
+std::vector<Worker> Threads(pid_t pid, const std::string& name) {
+  std::vector<Worker> out;
+  const std::string task = "/proc/" + std::to_string(pid) + "/task";
+  for (const auto& e : fs::directory_iterator(task)) {
+    std::string comm;
+    std::getline(std::ifstream(e.path() / "comm"), comm);
+    if (comm != name) continue;
+    Worker w;
+    w.tid = e.path().filename().string();
+    std::string stat;
+    std::getline(std::ifstream(e.path() / "stat"), stat);
+    std::istringstream fields(stat.substr(stat.rfind(')') + 2));  // from field 3 (state) on
+    std::string f;
+    for (int i = 3; i <= 41 && fields >> f; ++i) {
+      if (i == 41) w.policy = std::stoi(f);
+    }
+    std::ifstream(e.path() / "schedstat") >> w.cpu_ns;
+    out.push_back(w);
+  }
+  return out;
+}
+
+TEST_F(KbCliTest, IngestRunsOnOneWorkerAtIdlePriority) {
+  auto before = Threads(daemon_->pid(), "fwaid-ingest");
+  ASSERT_EQ(before.size(), 1u) << "fwaid has no thread named fwaid-ingest";
+  EXPECT_EQ(before[0].policy, SCHED_IDLE);
+  auto commit_before = Threads(daemon_->pid(), "fwaid-kb-commit");
+  ASSERT_EQ(commit_before.size(), 1u) << "fwaid has no thread named fwaid-kb-commit";
+  // A document goes in on that thread: its time on a CPU grows.
+  std::string body = "# DMA\n\n";
+  for (int p = 0; p < 40; ++p) body += "## Stream " + std::to_string(p) + "\n\nDMA_S" + std::to_string(p) + "CR enables the stream.\n\n";
+  Write("dma.md", body);
+  std::string out, err;
+  ASSERT_EQ(Fwai({"--json", "kb", "add", docs_ + "/dma.md"}, &out, &err), 0) << err;
+  auto after = Threads(daemon_->pid(), "fwaid-ingest");
+  ASSERT_EQ(after.size(), 1u);
+  EXPECT_EQ(after[0].tid, before[0].tid);
+  EXPECT_EQ(after[0].policy, SCHED_IDLE);
+  EXPECT_GT(after[0].cpu_ns, before[0].cpu_ns) << "the document was not ingested on the ingest worker";
+  // Its commit (the store's write queue, the index lock) ran at normal priority.
+  auto commit = Threads(daemon_->pid(), "fwaid-kb-commit");
+  ASSERT_EQ(commit.size(), 1u);
+  EXPECT_EQ(commit[0].policy, SCHED_OTHER);
+  EXPECT_GT(commit[0].cpu_ns, commit_before[0].cpu_ns) << "the commit did not run on the commit thread";
 }
 
 }  // namespace

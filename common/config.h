@@ -85,7 +85,7 @@ struct KnowledgeConfig {
   // (doc_text_weight, BM25 at document level with length normalization
   // doc_text_b over the best doc_text_candidates documents).
   double doc_weight = 0.0;
-  double doc_text_weight = 1.0;
+  double doc_text_weight = 0.5;
   double doc_text_b = 0.3;
   int doc_text_candidates = 10;
   int candidates = 100;
@@ -96,7 +96,7 @@ struct KnowledgeConfig {
   bool hyde = true;  // with a provider configured: search a hypothetical answer too
   // Passages: the budget of each result (tokens), how many reranked chunks
   // are widened and ranked again, and that ranking's weights (0: off).
-  int passage_tokens = 400;
+  int passage_tokens = 512;
   int passage_pool = 30;
   double passage_coverage_weight = -1;  // -1: the built-in default
   double passage_sentence_weight = -1;

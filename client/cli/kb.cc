@@ -154,7 +154,7 @@ KbCommands::KbCommands(CLI::App& app, Globals& g) : g_(g) {
   search_->add_option("--batch", batch_, "JSON lines with a \"query\" field; one JSON line out per query");
   search_
       ->add_option("--passage-tokens", passage_tokens_,
-                   "Passage size in tokens, 1..512 (default 400)")
+                   "Passage size in tokens, 1..512 (default 512)")
       ->check(CLI::Range(1, 512));
   search_->add_flag("--chunks", chunks_only_, "Results are chunks as stored, not passages");
   log_ = kb->add_subcommand("log",

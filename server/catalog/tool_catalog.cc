@@ -37,6 +37,9 @@ RerankWeights ToolCatalogRerankWeights() {
   w.lexical = 0.8;  // whole-document BM25 of the candidate
   w.fused = 0.3;    // slice-group score
   w.doc = 0.0;
+  // Spelled out: the document reranker's defaults are chosen separately.
+  w.doc_text = 0.80;
+  w.named = 0.50;
   return w;
 }
 

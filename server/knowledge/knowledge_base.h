@@ -40,7 +40,7 @@ struct KnowledgeOptions {
   double lexical_weight = 1.0;
   double vector_weight = 0.1;
   double doc_weight = 0.0;  // the leg of chunks from documents the query names
-  double doc_text_weight = 1.0;  // the leg of chunks from documents whose whole text matches best
+  double doc_text_weight = 0.5;  // the leg of chunks from documents whose whole text matches best
   int doc_text_candidates = 10;
   double doc_text_b = 0.3;  // BM25 length normalization at document level
   // Query expansion on the lexical legs (synonyms, part-number families).
@@ -75,7 +75,7 @@ struct KnowledgeOptions {
   // passages and ranked again by stage 1's score plus these weights times
   // the passage's query coverage and its best sentence's (0 weights: stage
   // 1's order). Chosen by cross-validation on the development set.
-  int passage_tokens = 400;  // what a request that does not say gets
+  int passage_tokens = 512;  // what a request that does not say gets
   int passage_pool = 30;
   double passage_coverage_weight = 0.0;
   double passage_sentence_weight = 0.0;

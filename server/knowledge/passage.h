@@ -22,7 +22,7 @@ namespace fwai {
 
 // Passage budget in tokens: the default, and the ceiling (the largest chunk
 // the chunker makes).
-inline constexpr int kDefaultPassageTokens = 400;
+inline constexpr int kDefaultPassageTokens = 512;
 inline constexpr int kMaxPassageTokens = 512;
 
 // One stored chunk of a document, as the passage builder sees it.

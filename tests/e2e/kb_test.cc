@@ -149,7 +149,7 @@ TEST_F(KbCliTest, LogFeedbackAndStatsSurviveARestart) {
   EXPECT_EQ(log[0]["query"], "flash wait states latency");
   EXPECT_EQ(log[0]["source"], "cli");
   EXPECT_EQ(log[0]["results"][0]["doc"], first);
-  EXPECT_NE(log[0]["method"].get<std::string>().find("passages(400)"), std::string::npos) << log[0];
+  EXPECT_NE(log[0]["method"].get<std::string>().find("passages(512)"), std::string::npos) << log[0];
   // Marked bad: the same search now puts the other document first.
   ASSERT_EQ(Fwai({"kb", "feedback", id, "1", "--bad", "--note", "not the register"}, &out, &err), 0)
       << err;

@@ -1,5 +1,5 @@
-// fwai_tune_retrieval DATA_DIR QUERIES.jsonl [--folds K] [--seed S] [--check OTHER.jsonl]
-//                     [--explain ID]
+// fwai_tune_retrieval DATA_DIR QUERIES.jsonl [--also MORE.jsonl] [--folds K] [--seed S]
+//                     [--passage-tokens N] [--check OTHER.jsonl] [--explain ID]
 //
 // Chooses the retrieval settings (fusion weights, the built-in reranker's
 // feature weights, the passage stage's weights) by coordinate ascent on
@@ -21,6 +21,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <numeric>
@@ -139,7 +140,8 @@ struct Cand {
 // Candidate pools, by query and fusion setting.
 class Pools {
  public:
-  Pools(KnowledgeBase& kb, const std::vector<Query>& qs) : kb_(kb), qs_(qs) {}
+  Pools(KnowledgeBase& kb, const std::vector<Query>& qs, int passage_tokens = -1)
+      : kb_(kb), qs_(qs), passage_tokens_(passage_tokens) {}
   const std::vector<Cand>& Get(size_t q, const Settings& s) {
     const int key = (s.vector * 10 + s.doc_text) * 10 + s.rrf_k;
     auto& slot = cache_[key];
@@ -154,6 +156,7 @@ class Pools {
       r.query = qs_[q].query;
       r.rerank = false;
       r.all_candidates = true;
+      r.passage_tokens = passage_tokens_;
       r.overrides = &f;
       auto hits = kb_.Search(r);
       if (!hits.ok()) {
@@ -194,6 +197,7 @@ class Pools {
   };
   KnowledgeBase& kb_;
   const std::vector<Query>& qs_;
+  int passage_tokens_;
   std::map<int, std::vector<Entry>> cache_;
 };
 
@@ -270,13 +274,25 @@ struct Mask {
   bool fusion = true, rerank = true, passage = true;
 };
 
-// Coordinate ascent from `start` on the questions in `train`.
-Settings Fit(Pools& pools, const std::vector<size_t>& train, Settings start, Mask mask = {}) {
+// The fused order: the reranker reads only the fusion score (what a search
+// without rerank returns).
+Settings FusedOnly(Settings s) {
+  for (double& w : s.rerank) w = 0;
+  s.rerank[6] = 1;  // fused
+  return s;
+}
+
+// Coordinate ascent from `start` on the questions in `train`. A step is
+// taken only if it raises the training MRR@10 by more than `min_gain` (a
+// regularizer: with min_gain 1/n a change must be worth at least one
+// question moved from nowhere to first, or several moved up).
+Settings Fit(Pools& pools, const std::vector<size_t>& train, Settings start, Mask mask = {},
+             double min_gain = 0) {
   Settings best = start;
   double best_mrr = Mrr(pools, train, best);
   auto consider = [&](const Settings& t) {
     const double m = Mrr(pools, train, t);
-    if (m > best_mrr + 1e-9) {
+    if (m > best_mrr + std::max(1e-9, min_gain)) {
       best_mrr = m;
       best = t;
       return true;
@@ -324,6 +340,45 @@ Settings Fit(Pools& pools, const std::vector<size_t>& train, Settings start, Mas
   return best;
 }
 
+// One step from the fused order toward the neutral reranker (every feature
+// equal): weights (1 - a) * fused-only + a * neutral, `a` and the fusion
+// settings chosen by exhaustive search on `train`. One reranker parameter,
+// so little to overfit.
+const std::vector<double> kBlendGrid = {0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0};
+Settings Blend(const Settings& fusion, double a) {
+  Settings s = FusedOnly(fusion);
+  for (int i = 0; i < kRerank; ++i) s.rerank[i] = (1 - a) * s.rerank[i] + a * 0.3;
+  return s;
+}
+Settings FitBlend(Pools& pools, const std::vector<size_t>& train, bool fusion) {
+  Settings best = Blend(Neutral(), 0);
+  double best_mrr = -1;
+  const Settings start = Neutral();
+  for (int v = 0; v < static_cast<int>(kVectorGrid.size()); ++v) {
+    for (int d = 0; d < static_cast<int>(kDocTextGrid.size()); ++d) {
+      for (int k = 0; k < static_cast<int>(kRrfKGrid.size()); ++k) {
+        Settings f = start;
+        if (fusion) {
+          f.vector = v;
+          f.doc_text = d;
+          f.rrf_k = k;
+        } else if (v + d + k > 0) {
+          continue;
+        }
+        for (double a : kBlendGrid) {
+          const Settings t = Blend(f, a);
+          const double m = Mrr(pools, train, t);
+          if (m > best_mrr + 1e-9) {
+            best_mrr = m;
+            best = t;
+          }
+        }
+      }
+    }
+  }
+  return best;
+}
+
 void PrintKinds(const char* label, Pools& pools, const std::vector<Query>& qs,
                 const std::vector<size_t>& set, const Settings& s) {
   std::printf("  %-28s overall %.3f", label, Mrr(pools, set, s));
@@ -343,20 +398,25 @@ int main(int argc, char** argv) {
   if (argc < 3) {
     std::fprintf(stderr,
                  "usage: fwai_tune_retrieval DATA_DIR QUERIES.jsonl [--folds K] [--seed S] "
-                 "[--check OTHER.jsonl]\n");
+                 "[--also MORE.jsonl] [--passage-tokens N] [--check OTHER.jsonl]\n");
     return 2;
   }
   const std::string data = argv[1];
-  const std::vector<Query> qs = LoadQueries(argv[2]);
+  std::vector<Query> qs = LoadQueries(argv[2]);
   int folds = 5;
   unsigned seed = 1;
   std::string check_path, explain;
+  int passage_tokens = -1;
   for (int i = 3; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
     if (a == "--folds") folds = std::atoi(argv[i + 1]);
     if (a == "--seed") seed = static_cast<unsigned>(std::atoi(argv[i + 1]));
     if (a == "--check") check_path = argv[i + 1];
     if (a == "--explain") explain = argv[i + 1];
+    if (a == "--passage-tokens") passage_tokens = std::atoi(argv[i + 1]);
+    if (a == "--also") {
+      for (auto& q : LoadQueries(argv[i + 1])) qs.push_back(std::move(q));
+    }
   }
   auto storage = Storage::Open(data + "/db");
   if (!storage.ok()) {
@@ -389,7 +449,7 @@ int main(int argc, char** argv) {
     return 0;
   }
 
-  Pools pools(**kb, qs);
+  Pools pools(**kb, qs, passage_tokens);
   std::vector<size_t> all(qs.size());
   std::iota(all.begin(), all.end(), 0);
   // Stratified folds: each kind shuffled (seeded), dealt round-robin.
@@ -421,6 +481,7 @@ int main(int argc, char** argv) {
       KbSearchRequest r;
       r.query = qs[q].query;
       r.log = false;
+      r.passage_tokens = passage_tokens;
       auto hits = (*kb)->Search(r);
       double rr = 0;
       for (size_t i = 0; hits.ok() && i < hits->size() && i < 10; ++i) {
@@ -467,6 +528,8 @@ int main(int argc, char** argv) {
     Settings s;
   };
   std::vector<Fixed> fixed = {{"neutral settings (nothing chosen)", Neutral()},
+                              {"fused order, neutral fusion (no rerank)", FusedOnly(Neutral())},
+                              {"fused order, default fusion (no rerank)", FusedOnly(Defaults())},
                               {"current defaults (chosen on all 40 before)", Defaults()}};
   std::printf("fixed settings, per fold:\n");
   for (const auto& f : fixed) {
@@ -481,15 +544,32 @@ int main(int argc, char** argv) {
   // Procedures that choose: cross-validated (chosen on K-1 folds, scored on the other).
   struct Procedure {
     const char* name;
-    Settings start;
-    Mask mask;
+    std::function<Settings(const std::vector<size_t>&)> choose;
     bool honest;  // false: starts from settings chosen on all the questions
   };
+  auto ascent = [&](Settings start, Mask mask, bool regularized) {
+    return [&pools, start, mask, regularized](const std::vector<size_t>& train) {
+      return Fit(pools, train, start, mask, regularized ? 1.0 / train.size() : 0.0);
+    };
+  };
+  const Mask kEverything{true, true, true}, kRerankOnly{false, true, false},
+      kPassageOnly{false, false, true}, kFusionRerank{true, true, false};
   std::vector<Procedure> procedures = {
-      {"ascent over everything, from neutral", Neutral(), Mask{true, true, true}, true},
-      {"ascent over reranker weights, from neutral", Neutral(), Mask{false, true, false}, true},
-      {"ascent over passage weights, from neutral", Neutral(), Mask{false, false, true}, true},
-      {"ascent over passage weights, from defaults*", Defaults(), Mask{false, false, true}, false},
+      {"ascent over everything, from neutral", ascent(Neutral(), kEverything, false), true},
+      {"ascent over reranker weights, from neutral", ascent(Neutral(), kRerankOnly, false), true},
+      {"ascent over passage weights, from neutral", ascent(Neutral(), kPassageOnly, false), true},
+      {"ascent over passage weights, from defaults*", ascent(Defaults(), kPassageOnly, false),
+       false},
+      {"ascent over fusion + reranker, from fused order",
+       ascent(FusedOnly(Neutral()), kFusionRerank, false), true},
+      {"same, a step must gain 1/n (regularized)",
+       ascent(FusedOnly(Neutral()), kFusionRerank, true), true},
+      {"ascent over everything from neutral, regularized", ascent(Neutral(), kEverything, true),
+       true},
+      {"blend fused order -> neutral reranker (a only)",
+       [&pools](const std::vector<size_t>& train) { return FitBlend(pools, train, false); }, true},
+      {"blend, a and fusion settings",
+       [&pools](const std::vector<size_t>& train) { return FitBlend(pools, train, true); }, true},
   };
   std::printf("choosing procedures, cross-validated:\n");
   double best_cv = -1;
@@ -502,7 +582,7 @@ int main(int argc, char** argv) {
       for (int g = 0; g < folds; ++g) {
         if (g != f) train.insert(train.end(), fold[g].begin(), fold[g].end());
       }
-      const Settings chosen = Fit(pools, train, p.start, p.mask);
+      const Settings chosen = p.choose(train);
       held.push_back(Mrr(pools, fold[f], chosen));
       per_kind(fold[f], chosen, &kinds);
       std::printf("    fold %d: held out %.3f (train %.3f)  %s\n", f + 1, held.back(),
@@ -515,7 +595,7 @@ int main(int argc, char** argv) {
       best_proc = &p;
     }
   }
-  const Settings final_choice = Fit(pools, all, best_proc->start, best_proc->mask);
+  const Settings final_choice = best_proc->choose(all);
   std::printf("(* starts from settings chosen on all the questions: not a held-out figure)\n");
   std::printf(
       "best procedure by cross-validation: %s (%.3f); applied to all %zu questions:\n  %s\n",
@@ -524,7 +604,7 @@ int main(int argc, char** argv) {
   PrintKinds("all questions, defaults:", pools, qs, all, Defaults());
   if (!check_path.empty()) {
     const std::vector<Query> other = LoadQueries(check_path);
-    Pools other_pools(**kb, other);
+    Pools other_pools(**kb, other, passage_tokens);
     std::vector<size_t> o(other.size());
     std::iota(o.begin(), o.end(), 0);
     std::printf("%s (%zu questions):\n", check_path.c_str(), other.size());

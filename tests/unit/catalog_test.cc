@@ -72,7 +72,8 @@ class CatalogTest : public ::testing::Test {
   }
   std::string dir_;
   std::unique_ptr<Embedder> embedder_ = MakeBuiltinEmbedder(64);
-  std::unique_ptr<Reranker> reranker_ = MakeBuiltinReranker();
+  // As the daemon ranks tools.
+  std::unique_ptr<Reranker> reranker_ = MakeBuiltinReranker(ToolCatalogRerankWeights());
   std::unique_ptr<Storage> storage_;
   std::unique_ptr<ToolCatalogStore> catalog_;
 };

@@ -15,6 +15,7 @@
 #include "server/knowledge/document_search_tool.h"
 #include "server/knowledge/embedder.h"
 #include "server/knowledge/knowledge_base.h"
+#include "server/knowledge/passage.h"
 #include "server/knowledge/remote_rerankers.h"
 #include "server/knowledge/reranker.h"
 #include "server/knowledge/vector_index.h"
@@ -106,7 +107,7 @@ TEST_F(RetrievalTest, APassageHoldsTheAnswerNextToTheMatchingChunk) {
   EXPECT_NE(p.text.find("RCC_PLLCFGR configures"), std::string::npos);
   EXPECT_TRUE(chunk_has_it || p.text.find("0x24003010") != std::string::npos) << p.text;
   EXPECT_GT(p.text.size(), chunks[0].text.size());
-  EXPECT_LE(p.tokens, 400);
+  EXPECT_LE(p.tokens, kMaxPassageTokens);
   EXPECT_GE(p.chunk_ids.size(), 2u);
   EXPECT_EQ(p.text.find("other entry"), std::string::npos) << "grew into the next section";
   ASSERT_FALSE(p.highlights.empty());

@@ -16,15 +16,43 @@
 
 namespace fwai {
 
-// Image layout (little-endian):
-//   "FWBM25v2" | u64 generation | f32 k1 | f32 b | u32 ndocs | u32 doc_len[ndocs]
-//   | u32 nterms | u64 entry_offset[nterms + 1] (relative to the entries)
-//   | entries: (u32 df, u64 postings_offset, u32 postings_bytes, u16 term_len, term) sorted by term
+// Image layout (little-endian), version 3:
+//   "FWBM25v3" | u64 generation | f32 k1 | f32 b | u32 ndocs | u32 doc_len[ndocs]
+//   | u32 nterms | u32 flags (1: group postings) | u64 postings_size | u64 skips_size
+//   | u64 groups_size | u64 entry_offset[nterms + 1] (relative to the entries)
+//   | entries: (u32 df, u64 postings_offset, u32 postings_bytes, u32 nblocks,
+//     u64 skips_offset, u32 groups_df, u64 groups_offset, u32 groups_bytes, u16 term_len,
+//     term) sorted by term
 //   | postings: per term, (varint doc delta, varint tf) pairs by ascending doc
+//   | skips: per term, per block of kBlock postings (u32 last doc, u32 end offset in the
+//     term's postings, u32 largest tf, u32 shortest doc length)
+//   | groups: per term, (varint group key delta, varint summed tf) by ascending key
 //   | u64 checksum of everything before it
+// Version 2 (read, never written) has 18-byte entries (df, offset, bytes, term_len,
+// term), no flags, sizes, skips or groups: it is searched exhaustively.
 namespace {
 
-constexpr char kMagic[8] = {'F', 'W', 'B', 'M', '2', '5', 'v', '2'};
+constexpr char kMagicV2[8] = {'F', 'W', 'B', 'M', '2', '5', 'v', '2'};
+constexpr char kMagic[8] = {'F', 'W', 'B', 'M', '2', '5', 'v', '3'};
+constexpr uint32_t kBlock = 128;
+constexpr size_t kEntryV2 = 18, kEntryV3 = 46;
+constexpr uint32_t kEnd = 0xffffffffu;
+// Upper bounds are widened by this share so float rounding never prunes a
+// doc whose exact score reaches the k-th.
+constexpr double kSlack = 1e-4;
+
+// One term's BM25 contribution to a doc; every path computes it with this.
+inline float TermScore(float weight, float idf, uint32_t tf_count, uint32_t len_terms, float k1,
+                       float b, float avg_len) {
+  const float len = static_cast<float>(len_terms);
+  const float tf = static_cast<float>(tf_count);
+  return weight * idf * tf * (k1 + 1) / (tf + k1 * (1 - b + b * len / avg_len));
+}
+
+inline float Idf(size_t num_docs, size_t df_count) {
+  const float df = static_cast<float>(df_count);
+  return std::log(1.0f + (num_docs - df + 0.5f) / (df + 0.5f));
+}
 
 // A 64-bit hash of 8-byte words (the tail zero-padded), fast enough to check
 // a mapped image of hundreds of megabytes when it is opened.
@@ -92,6 +120,25 @@ T Read(const char* p) {
   return v;
 }
 
+// Adds one query term's group-level BM25 to the groups it touched (`gseen`,
+// summed tf in `gtf`, cleared here).
+void ScoreGroups(float weight, float k1, const Bm25Index::Groups& groups,
+                 const std::vector<uint32_t>& gseen, std::vector<uint32_t>& gtf,
+                 std::vector<float>& gscore, std::vector<uint32_t>& gtouched) {
+  if (gseen.empty()) return;
+  const float gdf = static_cast<float>(gseen.size());
+  const float n = static_cast<float>(groups.present);
+  const float gidf = std::log(1.0f + std::max(0.0f, n - gdf + 0.5f) / (gdf + 0.5f));
+  const float gb = groups.b;
+  for (uint32_t g : gseen) {
+    const float t = static_cast<float>(gtf[g]);
+    const float glen = static_cast<float>((*groups.group_len)[g]);
+    if (gscore[g] == 0.0f) gtouched.push_back(g);
+    gscore[g] += weight * gidf * t * (k1 + 1) / (t + k1 * (1 - gb + gb * glen / groups.avg_len));
+    gtf[g] = 0;
+  }
+}
+
 }  // namespace
 
 // A saved image: bytes owned (a string) or mapped (a file).
@@ -102,26 +149,49 @@ struct Bm25Index::Image {
   void* map = nullptr;
   uint64_t generation = 0;
   Bm25Params params;
+  int version = 3;
+  bool has_groups = false;
   uint32_t ndocs = 0, nterms = 0;
   const char* doc_len = nullptr;
   const char* offsets = nullptr;
   const char* entries = nullptr;
   const char* postings = nullptr;
-  size_t postings_size = 0;
+  const char* skips = nullptr;
+  const char* groups = nullptr;
+  size_t postings_size = 0, skips_size = 0, groups_size = 0;
 
   ~Image() {
     if (map != nullptr) munmap(map, size);
   }
   struct Entry {
-    uint32_t df;
-    uint64_t off;
-    uint32_t bytes;
+    uint32_t df = 0;
+    uint64_t off = 0;
+    uint32_t bytes = 0;
+    uint32_t nblocks = 0;
+    uint64_t skip_off = 0;
+    uint32_t gdf = 0;
+    uint64_t goff = 0;
+    uint32_t gbytes = 0;
     std::string_view term;
   };
+  size_t entry_size() const { return version == 2 ? kEntryV2 : kEntryV3; }
   Entry EntryAt(uint32_t i) const {
     const char* e = entries + Read<uint64_t>(offsets + 8 * size_t{i});
-    return {Read<uint32_t>(e), Read<uint64_t>(e + 4), Read<uint32_t>(e + 12),
-            std::string_view(e + 18, Read<uint16_t>(e + 16))};
+    Entry x;
+    x.df = Read<uint32_t>(e);
+    x.off = Read<uint64_t>(e + 4);
+    x.bytes = Read<uint32_t>(e + 12);
+    if (version == 2) {
+      x.term = std::string_view(e + 18, Read<uint16_t>(e + 16));
+      return x;
+    }
+    x.nblocks = Read<uint32_t>(e + 16);
+    x.skip_off = Read<uint64_t>(e + 20);
+    x.gdf = Read<uint32_t>(e + 28);
+    x.goff = Read<uint64_t>(e + 32);
+    x.gbytes = Read<uint32_t>(e + 40);
+    x.term = std::string_view(e + 46, Read<uint16_t>(e + 44));
+    return x;
   }
   // Binary search over the sorted entries.
   bool Find(std::string_view term, Entry* out) const {
@@ -147,8 +217,14 @@ struct Bm25Index::Image {
     auto damaged = [](const std::string& what) {
       return absl::DataLossError(absl::StrCat("lexical index image is damaged: ", what));
     };
-    if (size < sizeof(kMagic) + 8 + 8 || std::memcmp(data, kMagic, sizeof(kMagic)) != 0)
+    if (size < sizeof(kMagic) + 8 + 8) return damaged("bad header");
+    if (std::memcmp(data, kMagic, sizeof(kMagic)) == 0) {
+      version = 3;
+    } else if (std::memcmp(data, kMagicV2, sizeof(kMagicV2)) == 0) {
+      version = 2;
+    } else {
       return damaged("bad header");
+    }
     Hasher h;
     h.Update(data, size - 8);
     if (h.Final() != Read<uint64_t>(data + size - 8)) return damaged("checksum mismatch");
@@ -166,6 +242,13 @@ struct Bm25Index::Image {
     p += size_t{ndocs} * 4;
     nterms = Read<uint32_t>(p);
     p += 4;
+    uint64_t sizes[3] = {0, 0, 0};
+    if (version == 3) {
+      if (end - p < 28) return damaged("truncated sizes");
+      has_groups = (Read<uint32_t>(p) & 1u) != 0;
+      for (int i = 0; i < 3; ++i) sizes[i] = Read<uint64_t>(p + 4 + 8 * i);
+      p += 28;
+    }
     if (static_cast<size_t>(end - p) < (size_t{nterms} + 1) * 8)
       return damaged("truncated term offsets");
     offsets = p;
@@ -174,16 +257,139 @@ struct Bm25Index::Image {
     const uint64_t entries_size = Read<uint64_t>(offsets + 8 * size_t{nterms});
     if (static_cast<uint64_t>(end - p) < entries_size) return damaged("truncated terms");
     postings = p + entries_size;
-    postings_size = static_cast<size_t>(end - postings);
+    const uint64_t rest = static_cast<uint64_t>(end - postings);
+    if (version == 2) {
+      postings_size = static_cast<size_t>(rest);
+    } else {
+      if (sizes[0] > rest || sizes[1] > rest - sizes[0] || sizes[2] != rest - sizes[0] - sizes[1])
+        return damaged("bad section sizes");
+      postings_size = sizes[0];
+      skips_size = sizes[1];
+      groups_size = sizes[2];
+      skips = postings + postings_size;
+      groups = skips + skips_size;
+    }
+    const size_t fixed = entry_size();
     for (uint32_t i = 0; i < nterms; ++i) {
       const uint64_t a = Read<uint64_t>(offsets + 8 * size_t{i}),
                      b = Read<uint64_t>(offsets + 8 * (size_t{i} + 1));
-      if (a > b || b > entries_size || b - a < 18) return damaged("bad term offsets");
+      if (a > b || b > entries_size || b - a < fixed) return damaged("bad term offsets");
       Entry e = EntryAt(i);
-      if (18 + e.term.size() > b - a || e.off + e.bytes > postings_size)
+      if (fixed + e.term.size() > b - a || e.off + e.bytes > postings_size)
+        return damaged("bad term entry");
+      if (version == 3 &&
+          (e.nblocks != (e.df + kBlock - 1) / kBlock ||
+           e.skip_off + uint64_t{e.nblocks} * 16 > skips_size || e.goff + e.gbytes > groups_size))
         return damaged("bad term entry");
     }
     return absl::OkStatus();
+  }
+};
+
+// One query term's postings in doc order: the base image's (by skip
+// blocks, hidden docs left out) merged with the mutable tier's.
+struct Bm25Index::Cursor {
+  const std::vector<bool>* live = nullptr;
+  const uint8_t* post = nullptr;
+  const char* skips = nullptr;
+  uint32_t nblocks = 0, block = 0;
+  uint32_t bdoc[kBlock], btf[kBlock];
+  uint32_t bn = 0, bi = 0;
+  const std::vector<Posting>* list = nullptr;
+  size_t mi = 0;
+  uint32_t doc = kEnd, tf = 0;
+  bool from_base = false;
+
+  uint32_t SkipAt(uint32_t blk, int field) const {
+    return Read<uint32_t>(skips + 16 * size_t{blk} + 4 * field);
+  }
+  void Open() {
+    LoadBlock(0);
+    if (list) mi = 0;
+    Settle();
+  }
+  void LoadBlock(uint32_t blk) {
+    block = blk;
+    bn = bi = 0;
+    if (blk >= nblocks) {
+      block = nblocks;
+      return;
+    }
+    const uint32_t start = blk == 0 ? 0 : SkipAt(blk - 1, 1);
+    uint32_t d = blk == 0 ? 0 : SkipAt(blk - 1, 0);
+    const uint8_t* p = post + start;
+    const uint8_t* end = post + SkipAt(blk, 1);
+    while (p != nullptr && p < end && bn < kBlock) {
+      uint32_t delta = 0, t = 0;
+      p = GetVarint(p, end, &delta);
+      if (p == nullptr) break;
+      p = GetVarint(p, end, &t);
+      if (p == nullptr) break;
+      d += delta;
+      bdoc[bn] = d;
+      btf[bn] = t;
+      ++bn;
+    }
+  }
+  void Settle() {
+    uint32_t bd = kEnd, bt = 0;
+    while (block < nblocks) {
+      if (bi < bn) {
+        const uint32_t x = bdoc[bi];
+        if (x < live->size() && (*live)[x]) {
+          bd = x;
+          bt = btf[bi];
+          break;
+        }
+        ++bi;
+        continue;
+      }
+      LoadBlock(block + 1);
+    }
+    const uint32_t md = list && mi < list->size() ? (*list)[mi].doc : kEnd;
+    if (md < bd) {
+      doc = md;
+      tf = (*list)[mi].tf;
+      from_base = false;
+    } else {
+      doc = bd;
+      tf = bt;
+      from_base = true;
+    }
+  }
+  void Next() {
+    if (doc == kEnd) return;
+    if (from_base) {
+      ++bi;
+    } else {
+      ++mi;
+    }
+    Settle();
+  }
+  void SkipTo(uint32_t target) {
+    if (doc >= target) return;
+    if (block < nblocks) {
+      if (SkipAt(block, 0) < target) {
+        uint32_t lo = block + 1, hi = nblocks;
+        while (lo < hi) {
+          const uint32_t mid = lo + (hi - lo) / 2;
+          if (SkipAt(mid, 0) < target) {
+            lo = mid + 1;
+          } else {
+            hi = mid;
+          }
+        }
+        LoadBlock(lo);
+      }
+      while (bi < bn && bdoc[bi] < target) ++bi;
+    }
+    if (list && mi < list->size() && (*list)[mi].doc < target) {
+      mi = static_cast<size_t>(
+          std::lower_bound(list->begin() + static_cast<std::ptrdiff_t>(mi), list->end(), target,
+                           [](const Posting& a, uint32_t d) { return a.doc < d; }) -
+          list->begin());
+    }
+    Settle();
   }
 };
 
@@ -269,6 +475,10 @@ std::vector<std::pair<uint32_t, float>> Bm25Index::Search(
     const std::function<bool(uint32_t)>& accept, std::vector<std::pair<uint32_t, float>>* all,
     Groups* groups) const {
   std::vector<std::pair<uint32_t, float>> out;
+  if (all == nullptr && groups == nullptr && pruning_) {
+    auto pruned = SearchPruned(query, k, accept, nullptr);
+    if (pruned) return *std::move(pruned);
+  }
   if (groups) groups->scores.clear();
   if (num_docs_ == 0 || k == 0) return out;
   const float avg_len = static_cast<float>(total_len_) / num_docs_;
@@ -303,13 +513,10 @@ std::vector<std::pair<uint32_t, float>> Bm25Index::Search(
     const std::vector<Posting>* list = it == terms_.end() ? nullptr : &postings_[it->second];
     const size_t df_count = (in_base ? entry.df : 0) + (list ? list->size() : 0);
     if (df_count == 0) continue;
-    const float df = static_cast<float>(df_count);
-    const float idf = std::log(1.0f + (num_docs_ - df + 0.5f) / (df + 0.5f));
+    const float idf = Idf(num_docs_, df_count);
     gseen.clear();
     auto visit = [&](uint32_t doc, uint32_t tf_count) {
-      const float len = static_cast<float>(doc_len_[doc] - 1);
-      const float tf = static_cast<float>(tf_count);
-      const float s = weight * idf * tf * (k1 + 1) / (tf + k1 * (1 - b + b * len / avg_len));
+      const float s = TermScore(weight, idf, tf_count, doc_len_[doc] - 1, k1, b, avg_len);
       if (score[doc] == 0.0f) touched.push_back(doc);
       score[doc] += s;
       if (grouped && doc < groups->group_of->size()) {
@@ -337,19 +544,7 @@ std::vector<std::pair<uint32_t, float>> Bm25Index::Search(
     if (list) {
       for (const Posting& p : *list) visit(p.doc, p.tf);
     }
-    if (!gseen.empty()) {
-      const float gdf = static_cast<float>(gseen.size());
-      const float n = static_cast<float>(groups->present);
-      const float gidf = std::log(1.0f + std::max(0.0f, n - gdf + 0.5f) / (gdf + 0.5f));
-      const float gb = groups->b;
-      for (uint32_t g : gseen) {
-        const float t = static_cast<float>(gtf[g]);
-        const float glen = static_cast<float>((*groups->group_len)[g]);
-        if (gscore[g] == 0.0f) gtouched.push_back(g);
-        gscore[g] += weight * gidf * t * (k1 + 1) / (t + k1 * (1 - gb + gb * glen / groups->avg_len));
-        gtf[g] = 0;
-      }
-    }
+    if (grouped) ScoreGroups(weight, k1, *groups, gseen, gtf, gscore, gtouched);
   }
   if (grouped) {
     groups->scores.reserve(gtouched.size());
@@ -378,6 +573,260 @@ std::vector<std::pair<uint32_t, float>> Bm25Index::Search(
   return out;
 }
 
+std::optional<std::vector<std::pair<uint32_t, float>>> Bm25Index::SearchPruned(
+    const std::vector<std::pair<std::string, float>>& query, size_t k,
+    const std::function<bool(uint32_t)>& accept, Groups* groups) const {
+  if (!base_ || base_->version < 3) return std::nullopt;
+  const bool grouped = groups && groups->group_of && groups->group_len && groups->present > 0;
+  if (grouped && (!groups->by_member || !base_->has_groups)) return std::nullopt;
+  for (const auto& [q, weight] : query) {
+    if (!(weight > 0)) return std::nullopt;  // bounds assume positive contributions
+  }
+  std::vector<std::pair<uint32_t, float>> out;
+  if (groups) groups->scores.clear();
+  if (num_docs_ == 0 || k == 0) return out;
+  const float avg_len = static_cast<float>(total_len_) / num_docs_;
+  const float k1 = params_.k1, b = params_.b;
+  struct Term {
+    float weight = 0, idf = 0;
+    double ub = 0;
+    Cursor cur;
+  };
+  std::vector<std::unique_ptr<Term>> terms;
+  terms.reserve(query.size());
+  // Group scores: one pass over each term's group postings (and the mutable
+  // tier's docs), in query order as Search() adds them.
+  struct Scratch {
+    std::vector<float> gscore;
+    std::vector<uint32_t> gtf, gseen, gtouched;
+  };
+  thread_local Scratch scratch;
+  const size_t num_groups = grouped ? groups->group_len->size() : 0;
+  if (scratch.gtf.size() < num_groups) scratch.gtf.resize(num_groups, 0);
+  if (scratch.gscore.size() < num_groups) scratch.gscore.resize(num_groups, 0.0f);
+  scratch.gtouched.clear();
+  for (const auto& [q, weight] : query) {
+    Image::Entry entry{};
+    const bool in_base = base_->Find(q, &entry);
+    auto it = terms_.find(q);
+    const std::vector<Posting>* list = it == terms_.end() ? nullptr : &postings_[it->second];
+    const size_t df_count = (in_base ? entry.df : 0) + (list ? list->size() : 0);
+    if (df_count == 0) continue;
+    auto t = std::make_unique<Term>();
+    t->weight = weight;
+    t->idf = Idf(num_docs_, df_count);
+    Cursor& c = t->cur;
+    c.live = &base_live_;
+    if (in_base) {
+      c.post = reinterpret_cast<const uint8_t*>(base_->postings + entry.off);
+      c.skips = base_->skips + entry.skip_off;
+      c.nblocks = entry.nblocks;
+    }
+    c.list = list;
+    // The term's largest possible contribution: over its blocks (largest tf
+    // with the shortest doc bounds every posting of the block) and the
+    // mutable tier's postings.
+    float unit = 0;
+    for (uint32_t blk = 0; blk < c.nblocks; ++blk) {
+      unit = std::max(unit, TermScore(1, 1, c.SkipAt(blk, 2), c.SkipAt(blk, 3), k1, b, avg_len));
+    }
+    if (list) {
+      for (const Posting& p : *list) {
+        unit = std::max(unit, TermScore(1, 1, p.tf, doc_len_[p.doc] - 1, k1, b, avg_len));
+      }
+    }
+    t->ub = static_cast<double>(weight) * t->idf * unit * (1 + kSlack) + 1e-30;
+    c.Open();
+    if (grouped) {
+      auto& gseen = scratch.gseen;
+      gseen.clear();
+      const auto& group_of = *groups->group_of;
+      auto add = [&](uint32_t member, uint32_t tf) {
+        if (member >= group_of.size()) return;
+        const uint32_t g = group_of[member];
+        if (g >= num_groups) return;
+        if (scratch.gtf[g] == 0) gseen.push_back(g);
+        scratch.gtf[g] += tf;
+      };
+      if (in_base && entry.gdf == 0) {
+        // Not saved by group: this term's own postings are few.
+        const uint8_t* p = reinterpret_cast<const uint8_t*>(base_->postings + entry.off);
+        const uint8_t* end = p + entry.bytes;
+        uint32_t doc = 0;
+        while (p != nullptr && p < end) {
+          uint32_t delta = 0, tf = 0;
+          p = GetVarint(p, end, &delta);
+          if (p == nullptr) break;
+          p = GetVarint(p, end, &tf);
+          if (p == nullptr) break;
+          doc += delta;
+          if (doc < base_live_.size() && base_live_[doc]) add(doc, tf);
+        }
+      } else if (in_base) {
+        const uint8_t* p = reinterpret_cast<const uint8_t*>(base_->groups + entry.goff);
+        const uint8_t* end = p + entry.gbytes;
+        uint32_t key = 0;
+        while (p != nullptr && p < end) {
+          uint32_t delta = 0, tf = 0;
+          p = GetVarint(p, end, &delta);
+          if (p == nullptr) break;
+          p = GetVarint(p, end, &tf);
+          if (p == nullptr) break;
+          key += delta;
+          if (key < base_live_.size() && base_live_[key]) add(key, tf);
+        }
+      }
+      if (list) {
+        for (const Posting& p : *list) add(p.doc, p.tf);
+      }
+      ScoreGroups(weight, k1, *groups, gseen, scratch.gtf, scratch.gscore, scratch.gtouched);
+    }
+    terms.push_back(std::move(t));
+  }
+  if (grouped) {
+    groups->scores.reserve(scratch.gtouched.size());
+    for (uint32_t g : scratch.gtouched) {
+      groups->scores.emplace_back(g, scratch.gscore[g]);
+      scratch.gscore[g] = 0.0f;
+    }
+  }
+  if (terms.empty()) return out;
+  // MaxScore: terms by ascending bound; once the k-th best score exceeds
+  // the bounds of the weakest terms together, a doc holding only those
+  // cannot enter, so only the others' postings are walked and the weak
+  // ones are probed (by skip blocks) for the docs found there.
+  const size_t nt = terms.size();
+  std::vector<size_t> ord(nt);
+  for (size_t i = 0; i < nt; ++i) ord[i] = i;
+  std::stable_sort(ord.begin(), ord.end(),
+                   [&](size_t a, size_t c) { return terms[a]->ub < terms[c]->ub; });
+  std::vector<double> prefix(nt + 1, 0.0);  // prefix[i]: bound of ord[0..i-1]
+  for (size_t i = 0; i < nt; ++i) prefix[i + 1] = prefix[i] + terms[ord[i]]->ub;
+  auto better = [](const std::pair<uint32_t, float>& a, const std::pair<uint32_t, float>& c) {
+    return a.second > c.second || (a.second == c.second && a.first < c.first);
+  };
+  std::vector<std::pair<uint32_t, float>> heap;  // the worst of the best k on top
+  heap.reserve(k + 1);
+  double theta = -1;  // the k-th best score once there are k
+  size_t first_essential = 0;
+  std::vector<uint32_t> tf_at(nt, 0);
+  std::vector<size_t> at_doc;
+  at_doc.reserve(nt);
+  for (;;) {
+    uint32_t d = kEnd;
+    for (size_t i = first_essential; i < nt; ++i) d = std::min(d, terms[ord[i]]->cur.doc);
+    if (d == kEnd) break;
+    at_doc.clear();
+    double est = 0;
+    for (size_t i = first_essential; i < nt; ++i) {
+      Term& t = *terms[ord[i]];
+      if (t.cur.doc != d) continue;
+      at_doc.push_back(ord[i]);
+      tf_at[ord[i]] = t.cur.tf;
+      est += TermScore(t.weight, t.idf, t.cur.tf, doc_len_[d] - 1, k1, b, avg_len);
+    }
+    const bool full = heap.size() >= k;
+    bool pruned = full && (est + prefix[first_essential]) * (1 + kSlack) < theta;
+    for (size_t j = first_essential; j-- > 0 && !pruned;) {
+      Term& t = *terms[ord[j]];
+      t.cur.SkipTo(d);
+      if (t.cur.doc == d) {
+        at_doc.push_back(ord[j]);
+        tf_at[ord[j]] = t.cur.tf;
+        est += TermScore(t.weight, t.idf, t.cur.tf, doc_len_[d] - 1, k1, b, avg_len);
+      }
+      pruned = full && (est + prefix[j]) * (1 + kSlack) < theta;
+    }
+    if (!pruned) {
+      // The exact score, summed in query order as Search() sums it.
+      float score = 0.0f;
+      for (size_t i = 0; i < nt; ++i) {
+        if (tf_at[i] == 0) continue;
+        const Term& t = *terms[i];
+        score += TermScore(t.weight, t.idf, tf_at[i], doc_len_[d] - 1, k1, b, avg_len);
+      }
+      const std::pair<uint32_t, float> cand{d, score};
+      if ((!full || better(cand, heap.front())) && (!accept || accept(d))) {
+        heap.push_back(cand);
+        std::push_heap(heap.begin(), heap.end(), better);
+        if (heap.size() > k) {
+          std::pop_heap(heap.begin(), heap.end(), better);
+          heap.pop_back();
+        }
+        if (heap.size() >= k) {
+          theta = heap.front().second;
+          while (first_essential < nt && prefix[first_essential + 1] * (1 + kSlack) < theta)
+            ++first_essential;
+        }
+      }
+    }
+    for (size_t i : at_doc) tf_at[i] = 0;
+    for (size_t i = first_essential; i < nt; ++i) {
+      Term& t = *terms[ord[i]];
+      if (t.cur.doc == d) t.cur.Next();
+    }
+  }
+  out = std::move(heap);
+  std::sort(out.begin(), out.end(), better);
+  return out;
+}
+
+std::vector<std::pair<uint32_t, float>> Bm25Index::ScoreDocs(
+    const std::vector<std::pair<std::string, float>>& query, const std::vector<uint32_t>& docs,
+    const std::function<bool(uint32_t)>& accept) const {
+  std::vector<std::pair<uint32_t, float>> out;
+  if (num_docs_ == 0 || docs.empty()) return out;
+  if (base_ && base_->version < 3) {
+    // No skip blocks: every posting is read anyway.
+    std::vector<std::pair<uint32_t, float>> all;
+    (void)Search(query, 1, accept, &all, nullptr);
+    std::unordered_map<uint32_t, float> by_doc(all.begin(), all.end());
+    for (uint32_t d : docs) {
+      auto it = by_doc.find(d);
+      if (it != by_doc.end()) out.emplace_back(d, it->second);
+    }
+    return out;
+  }
+  const float avg_len = static_cast<float>(total_len_) / num_docs_;
+  const float k1 = params_.k1, b = params_.b;
+  std::vector<size_t> order(docs.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t c) { return docs[a] < docs[c]; });
+  std::vector<float> score(docs.size(), 0.0f);
+  std::vector<bool> matched(docs.size(), false);
+  auto cur = std::make_unique<Cursor>();
+  for (const auto& [q, weight] : query) {
+    Image::Entry entry{};
+    const bool in_base = base_ && base_->Find(q, &entry);
+    auto it = terms_.find(q);
+    const std::vector<Posting>* list = it == terms_.end() ? nullptr : &postings_[it->second];
+    const size_t df_count = (in_base ? entry.df : 0) + (list ? list->size() : 0);
+    if (df_count == 0) continue;
+    const float idf = Idf(num_docs_, df_count);
+    *cur = Cursor{};
+    cur->live = &base_live_;
+    if (in_base) {
+      cur->post = reinterpret_cast<const uint8_t*>(base_->postings + entry.off);
+      cur->skips = base_->skips + entry.skip_off;
+      cur->nblocks = entry.nblocks;
+    }
+    cur->list = list;
+    cur->Open();
+    for (size_t i : order) {
+      const uint32_t d = docs[i];
+      cur->SkipTo(d);
+      if (cur->doc == kEnd) break;
+      if (cur->doc != d) continue;
+      score[i] += TermScore(weight, idf, cur->tf, doc_len_[d] - 1, k1, b, avg_len);
+      matched[i] = true;
+    }
+  }
+  for (size_t i = 0; i < docs.size(); ++i) {
+    if (matched[i] && (!accept || accept(docs[i]))) out.emplace_back(docs[i], score[i]);
+  }
+  return out;
+}
+
 size_t Bm25Index::mutable_bytes() const {
   size_t n = 0;
   for (const auto& l : postings_) n += l.capacity() * sizeof(Posting);
@@ -386,8 +835,10 @@ size_t Bm25Index::mutable_bytes() const {
 
 size_t Bm25Index::base_bytes() const { return base_ ? base_->size : 0; }
 
-void Bm25Index::Write(const std::function<void(const char*, size_t)>& out,
-                      uint64_t generation) const {
+int Bm25Index::image_version() const { return base_ ? base_->version : 3; }
+
+void Bm25Index::Write(const std::function<void(const char*, size_t)>& out, uint64_t generation,
+                      const std::function<uint32_t(uint32_t)>& group_key) const {
   // The merged term list: the base's (already sorted) and the mutable tier's.
   std::vector<std::string_view> mutable_terms;
   mutable_terms.reserve(terms_.size());
@@ -402,10 +853,18 @@ void Bm25Index::Write(const std::function<void(const char*, size_t)>& out,
     uint32_t df;
     uint64_t off;
     uint32_t bytes;
+    uint32_t nblocks;
+    uint64_t skip_off;
+    uint32_t gdf;
+    uint64_t goff;
+    uint32_t gbytes;
   };
   std::vector<Term> dict;
-  std::string blob;
-  std::vector<std::pair<uint32_t, uint32_t>> merged;
+  std::string blob, skips, gblob;
+  std::vector<std::pair<uint32_t, uint32_t>> merged, grouped;
+  auto put32 = [](std::string* to, uint32_t v) {
+    to->append(reinterpret_cast<const char*>(&v), 4);
+  };
   auto encode = [&](std::string_view term, const Image::Entry* be, const std::vector<Posting>* ml) {
     merged.clear();
     if (be != nullptr) {
@@ -430,14 +889,64 @@ void Bm25Index::Write(const std::function<void(const char*, size_t)>& out,
     }
     if (merged.empty()) return;
     const uint64_t off = blob.size();
-    uint32_t prev = 0;
-    for (const auto& [doc, tf] : merged) {
+    const uint64_t skip_off = skips.size();
+    uint32_t prev = 0, max_tf = 0, min_len = kEnd;
+    for (size_t i = 0; i < merged.size(); ++i) {
+      const auto [doc, tf] = merged[i];
       PutVarint(&blob, doc - prev);
       PutVarint(&blob, tf);
       prev = doc;
+      max_tf = std::max(max_tf, tf);
+      min_len =
+          std::min(min_len, doc < doc_len_.size() && doc_len_[doc] > 0 ? doc_len_[doc] - 1 : 0);
+      if ((i + 1) % kBlock == 0 || i + 1 == merged.size()) {
+        put32(&skips, doc);
+        put32(&skips, static_cast<uint32_t>(blob.size() - off));
+        put32(&skips, max_tf);
+        put32(&skips, min_len);
+        max_tf = 0;
+        min_len = kEnd;
+      }
+    }
+    const uint64_t goff = gblob.size();
+    uint32_t gdf = 0;
+    if (group_key) {
+      grouped.clear();
+      for (const auto& [doc, tf] : merged) {
+        const uint32_t key = group_key(doc);
+        if (key == kNoGroup) continue;
+        if (!grouped.empty() && grouped.back().first == key) {
+          grouped.back().second += tf;
+        } else {
+          grouped.emplace_back(key, tf);
+        }
+      }
+      std::sort(grouped.begin(), grouped.end());
+      size_t w = 0;  // summed by key
+      for (size_t i = 0; i < grouped.size(); ++i) {
+        if (w > 0 && grouped[w - 1].first == grouped[i].first) {
+          grouped[w - 1].second += grouped[i].second;
+        } else {
+          grouped[w++] = grouped[i];
+        }
+      }
+      grouped.resize(w);
+      // Only where they save most of the reading: a term found in about one
+      // chunk of each document holding it is grouped from its postings
+      // (groups_df 0).
+      if (grouped.size() * 2 > merged.size()) grouped.clear();
+      uint32_t gprev = 0;
+      for (const auto& [key, sum] : grouped) {
+        PutVarint(&gblob, key - gprev);
+        PutVarint(&gblob, sum);
+        gprev = key;
+        ++gdf;
+      }
     }
     dict.push_back({term, static_cast<uint32_t>(merged.size()), off,
-                    static_cast<uint32_t>(blob.size() - off)});
+                    static_cast<uint32_t>(blob.size() - off),
+                    static_cast<uint32_t>((merged.size() + kBlock - 1) / kBlock), skip_off, gdf,
+                    goff, static_cast<uint32_t>(gblob.size() - goff)});
   };
   size_t mi = 0;
   const uint32_t base_terms = base_ ? base_->nterms : 0;
@@ -470,10 +979,14 @@ void Bm25Index::Write(const std::function<void(const char*, size_t)>& out,
   if (ndocs > 0) put(doc_len_.data(), size_t{ndocs} * 4);
   const uint32_t nterms = static_cast<uint32_t>(dict.size());
   put(&nterms, 4);
+  const uint32_t flags = group_key ? 1u : 0u;
+  put(&flags, 4);
+  const uint64_t sizes[3] = {blob.size(), skips.size(), gblob.size()};
+  put(sizes, sizeof(sizes));
   uint64_t at = 0;
   for (const auto& t : dict) {
     put(&at, 8);
-    at += 18 + t.term.size();
+    at += kEntryV3 + std::min<size_t>(t.term.size(), 0xffff);
   }
   put(&at, 8);
   for (const auto& t : dict) {
@@ -481,21 +994,29 @@ void Bm25Index::Write(const std::function<void(const char*, size_t)>& out,
     put(&t.df, 4);
     put(&t.off, 8);
     put(&t.bytes, 4);
+    put(&t.nblocks, 4);
+    put(&t.skip_off, 8);
+    put(&t.gdf, 4);
+    put(&t.goff, 8);
+    put(&t.gbytes, 4);
     put(&len, 2);
     put(t.term.data(), len);
   }
   put(blob.data(), blob.size());
+  put(skips.data(), skips.size());
+  put(gblob.data(), gblob.size());
   const uint64_t sum = h.Final();
   out(reinterpret_cast<const char*>(&sum), 8);
 }
 
 std::string Bm25Index::Serialize() const {
   std::string s;
-  Write([&s](const char* p, size_t n) { s.append(p, n); }, 0);
+  Write([&s](const char* p, size_t n) { s.append(p, n); }, 0, nullptr);
   return s;
 }
 
-absl::Status Bm25Index::Save(const std::string& path, uint64_t generation) const {
+absl::Status Bm25Index::Save(const std::string& path, uint64_t generation,
+                             const std::function<uint32_t(uint32_t)>& group_key) const {
   const std::string tmp = path + ".tmp";
   FILE* f = std::fopen(tmp.c_str(), "wb");
   if (f == nullptr)
@@ -503,7 +1024,8 @@ absl::Status Bm25Index::Save(const std::string& path, uint64_t generation) const
   bool ok = true;
   std::vector<char> buf(1 << 20);
   std::setvbuf(f, buf.data(), _IOFBF, buf.size());
-  Write([&](const char* p, size_t n) { ok = ok && std::fwrite(p, 1, n, f) == n; }, generation);
+  Write([&](const char* p, size_t n) { ok = ok && std::fwrite(p, 1, n, f) == n; }, generation,
+        group_key);
   ok = ok && std::fflush(f) == 0 && fsync(fileno(f)) == 0;
   ok = std::fclose(f) == 0 && ok;
   if (!ok) {

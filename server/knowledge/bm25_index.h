@@ -5,12 +5,19 @@
 // opening a million-chunk index costs a mapping, not a load), and a mutable
 // tier for what was added since. Removing a base document hides it (its
 // postings are dropped at the next save); saving writes one merged image.
+// Each term's saved postings are cut into blocks of 128 with a skip entry
+// (last doc, end offset, largest tf, shortest doc) so a search can skip
+// blocks and bound a term's score (MaxScore: only the top k are scored
+// exactly, not every posting); an image may also carry each term's postings
+// over groups of docs (a chunk's document: summed tf), so document-level
+// BM25 reads one posting per document instead of one per chunk.
 // Not thread-safe: the owner serializes writers against readers.
 #pragma once
 
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -41,6 +48,11 @@ class Bm25Index {
     uint32_t present = 0;  // groups with a length
     float avg_len = 0;
     float b = 0.3f;        // length normalization at group level
+    // True if every doc of a group maps to that group in `group_of` and
+    // the saved image's group postings were written with a group key that
+    // is a member doc (see Save): then group scores come from the image's
+    // group postings (plus the mutable tier's docs) instead of every doc's.
+    bool by_member = false;
     std::vector<std::pair<uint32_t, float>> scores;  // out: every scored group, unordered
   };
   // Indexes `doc` with its terms; replaces an existing doc of that id.
@@ -64,12 +76,33 @@ class Bm25Index {
       const std::function<bool(uint32_t)>& accept = nullptr,
       std::vector<std::pair<uint32_t, float>>* all = nullptr, Groups* groups = nullptr) const;
 
+  // The same top `k` (the same docs, scores and order) and, with `groups`,
+  // the same group scores as Search() with `all` and `groups`, but only the
+  // docs that can still reach the top k are scored (MaxScore over the
+  // saved image's skip blocks) and groups are read from the group postings.
+  // nullopt if the index cannot (no base image with skips; groups asked for
+  // and not `by_member` or not saved with the image): use Search().
+  std::optional<std::vector<std::pair<uint32_t, float>>> SearchPruned(
+      const std::vector<std::pair<std::string, float>>& weighted_query, size_t k,
+      const std::function<bool(uint32_t)>& accept, Groups* groups) const;
+  // The exact scores (as Search() computes them) of those of `docs` that
+  // match a query term and are accepted, in the order of `docs`.
+  std::vector<std::pair<uint32_t, float>> ScoreDocs(
+      const std::vector<std::pair<std::string, float>>& weighted_query,
+      const std::vector<uint32_t>& docs, const std::function<bool(uint32_t)>& accept) const;
+  // Off: the plain Search() scores every posting even when it could prune
+  // (for comparisons); on by default.
+  void set_pruning(bool on) { pruning_ = on; }
+
   // The length of `doc` in terms (0 if absent).
   uint32_t Length(uint32_t doc) const { return doc < doc_len_.size() && doc_len_[doc] > 0 ? doc_len_[doc] - 1 : 0; }
 
   // Writes the merged image to `path` atomically (temp + rename, synced),
-  // stamped with `generation`.
-  [[nodiscard]] absl::Status Save(const std::string& path, uint64_t generation) const;
+  // stamped with `generation`. With `group_key` (doc -> a member doc of its
+  // group, kNoGroup: none), each term's group postings are saved as well.
+  [[nodiscard]] absl::Status Save(
+      const std::string& path, uint64_t generation,
+      const std::function<uint32_t(uint32_t)>& group_key = nullptr) const;
   // Maps a saved image as the base tier. NOT_FOUND if absent;
   // FAILED_PRECONDITION if it carries another generation; DATA_LOSS if
   // damaged or truncated.
@@ -81,6 +114,9 @@ class Bm25Index {
   // Bytes of postings held in memory by the mutable tier, and mapped by the base.
   size_t mutable_bytes() const;
   size_t base_bytes() const;
+  // The layout version of the mapped image (3 without one); older images
+  // are searched exhaustively until they are saved again.
+  int image_version() const;
 
   struct Image;  // a parsed saved image (the base tier)
 
@@ -90,10 +126,13 @@ class Bm25Index {
     uint32_t tf;
   };
   uint32_t TermId(const std::string& term);
-  void Write(const std::function<void(const char*, size_t)>& out, uint64_t generation) const;
+  void Write(const std::function<void(const char*, size_t)>& out, uint64_t generation,
+             const std::function<uint32_t(uint32_t)>& group_key) const;
+  struct Cursor;
   static absl::StatusOr<Bm25Index> FromImage(std::shared_ptr<const Image> image);
 
   Bm25Params params_;
+  bool pruning_ = true;
   // Base tier: the saved image and which of its docs are still live.
   std::shared_ptr<const Image> base_;
   std::vector<bool> base_live_;

@@ -343,7 +343,13 @@ struct KnowledgeBase::Impl {
     // Caller holds `mu` shared (readers may continue; writers wait).
     std::error_code ec;
     std::filesystem::create_directories(index_dir, ec);
-    RETURN_IF_ERROR(bm25->Save(LexPath(), generation));
+    // Each chunk's group is its document, keyed by the document's first
+    // chunk: document-level BM25 then reads the saved group postings.
+    RETURN_IF_ERROR(bm25->Save(LexPath(), generation, [this](uint32_t o) {
+      if (o >= chunk_slot.size() || chunk_slot[o] == kNoDoc) return Bm25Index::kNoGroup;
+      const DocRec* d = slots[chunk_slot[o]].get();
+      return d && !d->ordinals.empty() ? d->ordinals.front() : Bm25Index::kNoGroup;
+    }));
     return vectors->Save(VecPath(), generation);
   }
 
@@ -502,6 +508,12 @@ absl::StatusOr<std::unique_ptr<KnowledgeBase>> KnowledgeBase::Open(Storage& stor
   } else {
     m.open_report = "loaded";
     m.saved_generation = m.generation;
+    if (m.bm25->image_version() < 3) {
+      // A lexical image of the previous layout (no skip blocks, no group
+      // postings) is searched exhaustively; the next save rewrites it.
+      m.saved_generation = ~0ull;
+      m.dirty = true;
+    }
   }
   if (!m.bm25) m.bm25 = std::make_unique<Bm25Index>(Bm25Params{options.bm25_k1, options.bm25_b});
   if (!m.vectors) m.vectors = std::make_unique<VectorIndex>(embedder.dimension(), m.VecOptions());
@@ -613,6 +625,7 @@ absl::StatusOr<IngestResult> KnowledgeBase::Ingest(IngestRequest req,
     batch.Put(Cf::kChunks, ChunkKey(o), EncodeChunk(meta, c.text, vecs[i].data(), m.embedder.dimension()));
   }
   batch.Put(Cf::kDocuments, info.id, DocToJson(*rec).dump());
+  stage("writing");
   batch.Put(Cf::kMeta, kNextKey, EncodeU64(first + chunks.size()));
   batch.Put(Cf::kMeta, kGenKey, EncodeU64(new_gen));
   batch.Put(Cf::kMeta, "kb/coll/" + req.collection,
@@ -630,6 +643,7 @@ absl::StatusOr<IngestResult> KnowledgeBase::Ingest(IngestRequest req,
     // Durable before it is acknowledged, without holding the write queue of
     // the sessions' event appends while the disk syncs a large batch.
     RETURN_IF_ERROR(m.storage.WriteThenSync(batch));
+    stage("adding");  // the ingesting thread waits for this commit meanwhile
     std::unique_lock<std::shared_mutex> lock(m.mu);
     if (old) m.RemoveDocLocked(old->info.id);
     for (size_t i = 0; i < ids.size(); ++i) m.bm25->Add(ids[i], terms[i]);
@@ -881,6 +895,9 @@ absl::StatusOr<std::vector<KbSearchHit>> KnowledgeBase::SearchImpl(
     groups.present = m.slot_present;
     groups.avg_len = m.slot_avg;
     groups.b = static_cast<float>(m.options.doc_text_b);
+    // A document's chunks are in one group, unless a chunk-level filter
+    // (content types) splits it.
+    groups.by_member = type_filter.empty();
   }
   // The two legs run at once (each is a scan of its own index; at a million
   // chunks either takes tens of ms). Both only read under the shared lock
@@ -894,7 +911,19 @@ absl::StatusOr<std::vector<KbSearchHit>> KnowledgeBase::SearchImpl(
                            [&m, &qvec, n, &acc] { return m.vectors->Search(qvec.data(), n, acc); });
     }
   }
-  if (r.mode != SearchMode::kVector) lex = m.bm25->Search(wq, n, acc, hybrid ? &lex_all : nullptr, hybrid ? &groups : nullptr);
+  // Pruned when the saved index allows it (the same top n and document
+  // scores); then the chunk scores of the documents chosen below are read
+  // for those documents only, instead of every matching chunk's.
+  bool lex_pruned = false;
+  if (r.mode != SearchMode::kVector) {
+    auto pruned = m.bm25->SearchPruned(wq, n, acc, hybrid ? &groups : nullptr);
+    if (pruned) {
+      lex = *std::move(pruned);
+      lex_pruned = true;
+    } else {
+      lex = m.bm25->Search(wq, n, acc, hybrid ? &lex_all : nullptr, hybrid ? &groups : nullptr);
+    }
+  }
   if (vec_leg.valid()) vec = vec_leg.get();
   const FusionOverrides none;
   const FusionOverrides& ov = r.overrides ? *r.overrides : none;
@@ -930,9 +959,18 @@ absl::StatusOr<std::vector<KbSearchHit>> KnowledgeBase::SearchImpl(
       if (i < static_cast<size_t>(m.options.doc_text_candidates)) chosen[text_docs[i].first].second = static_cast<float>(norm);
     }
     std::unordered_map<uint32_t, std::vector<std::pair<uint32_t, float>>> in_doc;
-    for (const auto& h : lex_all) {
-      auto it = chosen.find(m.chunk_slot[h.first]);
-      if (it != chosen.end()) in_doc[it->first].push_back(h);
+    if (lex_pruned) {
+      for (const auto& [slot, unused] : chosen) {
+        const DocRec* d = slot < m.slots.size() ? m.slots[slot].get() : nullptr;
+        if (d == nullptr) continue;
+        auto hits = m.bm25->ScoreDocs(wq, d->ordinals, acc);
+        if (!hits.empty()) in_doc[slot] = std::move(hits);
+      }
+    } else {
+      for (const auto& h : lex_all) {
+        auto it = chosen.find(m.chunk_slot[h.first]);
+        if (it != chosen.end()) in_doc[it->first].push_back(h);
+      }
     }
     const float best_lex_all = lex.empty() ? 1.f : std::max(lex[0].second, 1e-9f);
     const size_t per_doc = static_cast<size_t>(std::max(1, m.options.chunks_per_doc));

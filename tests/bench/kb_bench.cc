@@ -466,8 +466,13 @@ int main(int argc, char** argv) {
     std::vector<std::pair<std::string, std::string>> pdfs;
     {
       std::vector<std::string> pages;
+      // A revision stamp makes each run's manual new (an unchanged one is
+      // recognized by its hash and not ingested again).
+      const std::string revision =
+          std::to_string(std::chrono::system_clock::now().time_since_epoch().count());
       for (int p = 0; p < 200; ++p) {
         std::string text = std::to_string(p + 1) + ".1 Section about " + vocab.Pick() + "\n";
+        if (p == 0) text += "Revision " + revision + "\n";
         for (int l = 0; l < 40; ++l) text += vocab.Text(10) + "\n";
         pages.push_back(text);
       }
@@ -488,9 +493,24 @@ int main(int argc, char** argv) {
       r.name = name;
       r.bytes = bytes;
       auto t2 = std::chrono::steady_clock::now();
-      auto res = (*kb)->Ingest(std::move(r));
+      // Where the time goes: each stage until the next one starts.
+      std::vector<std::pair<std::string, double>> stages;
+      auto last = t2;
+      std::string current = "start";
+      auto res = (*kb)->Ingest(std::move(r), [&](const std::string& stage) {
+        const auto now = std::chrono::steady_clock::now();
+        stages.emplace_back(current, std::chrono::duration<double, std::milli>(now - last).count());
+        current = stage;
+        last = now;
+      });
       const double s = Secs(t2);
-      if (res.ok()) {
+      if (res.ok() && !res->unchanged) {
+        std::string split;
+        for (const auto& [stage, ms] : stages) {
+          if (stage != "start")
+            split += " " + stage + "_ms=" + std::to_string(static_cast<int>(ms));
+        }
+        std::printf("RESULT ingest_pdf_stages file=%s%s\n", name.c_str(), split.c_str());
         std::printf(
             "RESULT ingest_pdf file=%s pages=%d seconds=%.3f pages_per_s=%.0f chunks=%d "
             "into=%zu_chunks "

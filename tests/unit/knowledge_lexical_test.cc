@@ -1,7 +1,12 @@
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <functional>
 #include <map>
+#include <random>
 
 #include "server/knowledge/bm25_index.h"
 #include "server/knowledge/query_expansion.h"
@@ -164,6 +169,102 @@ TEST(Bm25IndexTest, RemoveReplaceAndRoundTrip) {
   image[image.size() / 2] ^= 0x5a;
   EXPECT_EQ(Bm25Index::Deserialize(image).status().code(), absl::StatusCode::kDataLoss);
   EXPECT_EQ(Bm25Index::Deserialize(image.substr(0, 10)).status().code(), absl::StatusCode::kDataLoss);
+}
+
+// A saved index of skewed random text (a few words in nearly every chunk, as
+// in real manuals), grouped like chunks in documents, with documents removed
+// and added after the save: for random weighted queries the pruned search
+// must return exactly the exhaustive top k (docs, scores, order), the same
+// document-level scores, and ScoreDocs the exhaustive chunk scores.
+TEST(Bm25IndexTest, PrunedSearchIsTheExhaustiveTopK) {
+  std::mt19937 rng(20);
+  std::vector<std::string> words;
+  for (int i = 0; i < 3000; ++i) words.push_back("w" + std::to_string(i));
+  auto pick = [&] {
+    const double u = std::uniform_real_distribution<double>(0, 1)(rng);
+    return words[std::min<size_t>(static_cast<size_t>(std::pow(u, 3.0) * words.size()),
+                                  words.size() - 1)];
+  };
+  constexpr uint32_t kPerGroup = 30, kGroups = 300;
+  Bm25Index built({1.2f, 0.75f});
+  auto add_doc = [&](Bm25Index& idx, uint32_t doc) {
+    std::vector<std::string> t;
+    const int n = 20 + static_cast<int>(rng() % 120);
+    for (int i = 0; i < n; ++i) t.push_back(pick());
+    idx.Add(doc, t);
+  };
+  for (uint32_t d = 0; d < kPerGroup * kGroups; ++d) add_doc(built, d);
+  const std::string path = ::testing::TempDir() + "/pruned-" + std::to_string(getpid()) + ".bm25";
+  auto key = [&](uint32_t doc) { return doc / kPerGroup * kPerGroup; };
+  ASSERT_TRUE(built.Save(path, 1, key).ok());
+  auto loaded = Bm25Index::Load(path, 1);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  std::remove(path.c_str());
+  Bm25Index& idx = **loaded;
+  // Two documents removed from the image, two added to the mutable tier.
+  for (uint32_t g : {7u, 150u}) {
+    for (uint32_t d = g * kPerGroup; d < (g + 1) * kPerGroup; ++d) idx.Remove(d);
+  }
+  const uint32_t total_groups = kGroups + 2;
+  for (uint32_t d = kPerGroup * kGroups; d < kPerGroup * total_groups; ++d) add_doc(idx, d);
+  std::vector<uint32_t> group_of(kPerGroup * total_groups), group_len(total_groups, 0);
+  for (uint32_t d = 0; d < group_of.size(); ++d) {
+    group_of[d] = idx.Contains(d) ? d / kPerGroup : Bm25Index::kNoGroup;
+    if (idx.Contains(d)) group_len[d / kPerGroup] += idx.Length(d);
+  }
+  uint32_t present = 0;
+  uint64_t sum = 0;
+  for (uint32_t l : group_len) {
+    present += l > 0 ? 1 : 0;
+    sum += l;
+  }
+  auto make_groups = [&] {
+    Bm25Index::Groups g;
+    g.group_of = &group_of;
+    g.group_len = &group_len;
+    g.present = present;
+    g.avg_len = static_cast<float>(sum) / present;
+    g.b = 0.3f;
+    g.by_member = true;
+    return g;
+  };
+  int pruned_differs_from_all = 0;
+  for (int q = 0; q < 300; ++q) {
+    std::vector<std::pair<std::string, float>> wq;
+    const int n = 2 + q % 7;
+    for (int i = 0; i < n; ++i) wq.emplace_back(pick(), i % 3 == 2 ? 0.5f : 1.0f);
+    if (q % 5 == 0) wq.emplace_back("absent-term", 1.0f);
+    const size_t k = q % 2 == 0 ? 10 : 100;
+    std::function<bool(uint32_t)> accept;
+    if (q % 4 == 3) accept = [](uint32_t d) { return d % 3 != 0; };
+    std::vector<std::pair<uint32_t, float>> all;
+    Bm25Index::Groups ex = make_groups(), pr = make_groups();
+    const auto exhaustive = idx.Search(wq, k, accept, &all, &ex);
+    const auto pruned = idx.SearchPruned(wq, k, accept, &pr);
+    ASSERT_TRUE(pruned.has_value());
+    ASSERT_EQ(*pruned, exhaustive) << "query " << q;  // exact: ids, float scores, order
+    std::sort(ex.scores.begin(), ex.scores.end());
+    std::sort(pr.scores.begin(), pr.scores.end());
+    ASSERT_EQ(pr.scores, ex.scores) << "query " << q;
+    if (all.size() > exhaustive.size()) ++pruned_differs_from_all;
+    // A document's chunk scores, as the exhaustive pass gave them.
+    const uint32_t g = static_cast<uint32_t>(rng() % total_groups);
+    std::vector<uint32_t> members;
+    for (uint32_t d = g * kPerGroup; d < (g + 1) * kPerGroup; ++d) members.push_back(d);
+    std::reverse(members.begin(), members.end());
+    std::map<uint32_t, float> want;
+    for (const auto& [d, s] : all) {
+      if (d / kPerGroup == g) want[d] = s;
+    }
+    const auto got = idx.ScoreDocs(wq, members, accept);
+    const std::map<uint32_t, float> got_map(got.begin(), got.end());
+    ASSERT_EQ(got_map, want) << "query " << q;
+  }
+  EXPECT_GT(pruned_differs_from_all, 200);  // the top k is a small part of what matches
+  // Without group postings in the image, group scores cannot be pruned.
+  Bm25Index::Groups ng = make_groups();
+  ng.by_member = false;
+  EXPECT_FALSE(idx.SearchPruned({{"w1", 1.0f}}, 10, nullptr, &ng).has_value());
 }
 
 }  // namespace

@@ -2,10 +2,12 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "absl/strings/match.h"
@@ -114,26 +116,44 @@ class Client final : public EtcdClient {
   const std::vector<std::string>& endpoints() const override { return options_.endpoints; }
 
   // Runs `call(endpoint, ctx)` on the current endpoint, then the others.
+  // When a member answered that it has no leader (the leader stopped and the
+  // others are electing one, typically within a second or two), the round is
+  // tried again for up to request_timeout_ms after that answer: a request was not applied by a
+  // member that refused it, and losing one member must change nothing a
+  // caller sees. With quorum lost the answer stays "no leader" and the call
+  // fails when that time is up, naming every member.
   template <typename F>
   absl::Status Call(const char* what, F call) {
-    std::vector<std::string> errors;
-    const size_t n = endpoints_.size();
-    const size_t first = current_.load();
-    for (size_t i = 0; i < n; ++i) {
-      const size_t at = (first + i) % n;
-      Endpoint& ep = *endpoints_[at];
-      grpc::ClientContext ctx;
-      Prepare(ctx, options_.request_timeout_ms);
-      grpc::Status s = call(ep, ctx);
-      if (s.ok()) {
-        current_ = at;
-        return absl::OkStatus();
+    std::optional<std::chrono::steady_clock::time_point> give_up;
+    auto backoff = std::chrono::milliseconds(100);
+    while (true) {
+      std::vector<std::string> errors;
+      bool electing = false;
+      const size_t n = endpoints_.size();
+      const size_t first = current_.load();
+      for (size_t i = 0; i < n; ++i) {
+        const size_t at = (first + i) % n;
+        Endpoint& ep = *endpoints_[at];
+        grpc::ClientContext ctx;
+        Prepare(ctx, options_.request_timeout_ms);
+        grpc::Status s = call(ep, ctx);
+        if (s.ok()) {
+          current_ = at;
+          return absl::OkStatus();
+        }
+        if (!TryNext(s)) return FromGrpc(s);
+        if (absl::StrContains(s.error_message(), "no leader")) electing = true;
+        errors.push_back(absl::StrCat(ep.name, ": ", s.error_message()));
       }
-      if (!TryNext(s)) return FromGrpc(s);
-      errors.push_back(absl::StrCat(ep.name, ": ", s.error_message()));
+      const auto now = std::chrono::steady_clock::now();
+      if (electing && !give_up) give_up = now + std::chrono::milliseconds(options_.request_timeout_ms);
+      if (!electing || now + backoff > *give_up) {
+        return absl::UnavailableError(absl::StrCat("etcd ", what, ": no member of the cluster answered (",
+                                                   absl::StrJoin(errors, "; "), ")"));
+      }
+      std::this_thread::sleep_for(backoff);
+      backoff = std::min(backoff * 2, std::chrono::milliseconds(400));
     }
-    return absl::UnavailableError(absl::StrCat("etcd ", what, ": no member of the cluster answered (",
-                                               absl::StrJoin(errors, "; "), ")"));
   }
 
   static void Prepare(grpc::ClientContext& ctx, int timeout_ms) {

@@ -113,6 +113,24 @@ inline const uint8_t* GetVarint(const uint8_t* p, const uint8_t* end, uint32_t* 
   return nullptr;
 }
 
+// Calls f(id, tf) for each (delta-coded id, tf) pair of a saved postings run
+// whose id is still live; a malformed run ends the walk.
+template <typename F>
+void ForEachLivePosting(const char* data, uint32_t bytes, const std::vector<bool>& live, F&& f) {
+  const uint8_t* p = reinterpret_cast<const uint8_t*>(data);
+  const uint8_t* end = p + bytes;
+  uint32_t id = 0;
+  while (p != nullptr && p < end) {
+    uint32_t delta = 0, tf = 0;
+    p = GetVarint(p, end, &delta);
+    if (p == nullptr) break;
+    p = GetVarint(p, end, &tf);
+    if (p == nullptr) break;
+    id += delta;
+    if (id < live.size() && live[id]) f(id, tf);
+  }
+}
+
 template <typename T>
 T Read(const char* p) {
   T v;
@@ -527,20 +545,7 @@ std::vector<std::pair<uint32_t, float>> Bm25Index::Search(
         }
       }
     };
-    if (in_base) {
-      const uint8_t* p = reinterpret_cast<const uint8_t*>(base_->postings + entry.off);
-      const uint8_t* end = p + entry.bytes;
-      uint32_t doc = 0;
-      while (p != nullptr && p < end) {
-        uint32_t delta = 0, tf = 0;
-        p = GetVarint(p, end, &delta);
-        if (p == nullptr) break;
-        p = GetVarint(p, end, &tf);
-        if (p == nullptr) break;
-        doc += delta;
-        if (doc < base_live_.size() && base_live_[doc]) visit(doc, tf);
-      }
-    }
+    if (in_base) ForEachLivePosting(base_->postings + entry.off, entry.bytes, base_live_, visit);
     if (list) {
       for (const Posting& p : *list) visit(p.doc, p.tf);
     }
@@ -650,31 +655,9 @@ std::optional<std::vector<std::pair<uint32_t, float>>> Bm25Index::SearchPruned(
       };
       if (in_base && entry.gdf == 0) {
         // Not saved by group: this term's own postings are few.
-        const uint8_t* p = reinterpret_cast<const uint8_t*>(base_->postings + entry.off);
-        const uint8_t* end = p + entry.bytes;
-        uint32_t doc = 0;
-        while (p != nullptr && p < end) {
-          uint32_t delta = 0, tf = 0;
-          p = GetVarint(p, end, &delta);
-          if (p == nullptr) break;
-          p = GetVarint(p, end, &tf);
-          if (p == nullptr) break;
-          doc += delta;
-          if (doc < base_live_.size() && base_live_[doc]) add(doc, tf);
-        }
+        ForEachLivePosting(base_->postings + entry.off, entry.bytes, base_live_, add);
       } else if (in_base) {
-        const uint8_t* p = reinterpret_cast<const uint8_t*>(base_->groups + entry.goff);
-        const uint8_t* end = p + entry.gbytes;
-        uint32_t key = 0;
-        while (p != nullptr && p < end) {
-          uint32_t delta = 0, tf = 0;
-          p = GetVarint(p, end, &delta);
-          if (p == nullptr) break;
-          p = GetVarint(p, end, &tf);
-          if (p == nullptr) break;
-          key += delta;
-          if (key < base_live_.size() && base_live_[key]) add(key, tf);
-        }
+        ForEachLivePosting(base_->groups + entry.goff, entry.gbytes, base_live_, add);
       }
       if (list) {
         for (const Posting& p : *list) add(p.doc, p.tf);
@@ -868,18 +851,8 @@ void Bm25Index::Write(const std::function<void(const char*, size_t)>& out, uint6
   auto encode = [&](std::string_view term, const Image::Entry* be, const std::vector<Posting>* ml) {
     merged.clear();
     if (be != nullptr) {
-      const uint8_t* p = reinterpret_cast<const uint8_t*>(base_->postings + be->off);
-      const uint8_t* end = p + be->bytes;
-      uint32_t doc = 0;
-      while (p != nullptr && p < end) {
-        uint32_t delta = 0, tf = 0;
-        p = GetVarint(p, end, &delta);
-        if (p == nullptr) break;
-        p = GetVarint(p, end, &tf);
-        if (p == nullptr) break;
-        doc += delta;
-        if (doc < base_live_.size() && base_live_[doc]) merged.emplace_back(doc, tf);
-      }
+      ForEachLivePosting(base_->postings + be->off, be->bytes, base_live_,
+                         [&](uint32_t doc, uint32_t tf) { merged.emplace_back(doc, tf); });
     }
     if (ml != nullptr) {
       const size_t mid = merged.size();

@@ -17,6 +17,7 @@
 #include "server/lab/etcd_client.h"
 #include "tests/integration/daemon_fixture.h"
 #include "tests/lab/etcd_cluster.h"
+#include "tests/lab/lab_support.h"
 
 namespace fwai::lab {
 namespace {
@@ -24,16 +25,11 @@ namespace {
 using fwai::testing::Daemon;
 using fwai::testing::EtcdCluster;
 using fwai::testing::Eventually;
+using fwai::testing::FwaidTls;
+using fwai::testing::SayAndHear;
+using fwai::testing::Serial;
 using fwai::testing::RunCommand;
 namespace pb = ::fwai::v1;
-using Serial = grpc::ClientReaderWriter<pb::SerialClientMessage, pb::SerialServerMessage>;
-
-bool FwaidTls(const std::vector<std::string>& args) {
-  std::vector<std::string> argv = {std::string(FWAI_BIN_DIR) + "/fwaid", "tls"};
-  argv.insert(argv.end(), args.begin(), args.end());
-  std::string out, err;
-  return RunCommand(argv, &out, &err) == 0;
-}
 
 struct Acquired {
   grpc::Status status;
@@ -51,30 +47,6 @@ Acquired Acquire(Daemon& d, const std::string& board, int ttl_s, int wait_s = 0)
   Acquired out;
   out.status = hw->Acquire(&ctx, req, &out.lease);
   return out;
-}
-
-// Says `line` on the stream and reads until `want` comes back; false if the
-// stream ends first.
-bool SayAndHear(Serial& s, const std::string& line, const std::string& want,
-                std::string* end_reason = nullptr) {
-  pb::SerialClientMessage m;
-  m.set_send_line(line);
-  if (!s.Write(m)) return false;
-  pb::SerialServerMessage r;
-  while (s.Read(&r)) {
-    if (!r.error().empty()) {  // a refused write: the lease is gone on the bench
-      if (end_reason) *end_reason = r.error();
-      return false;
-    }
-    if (r.end_of_stream()) {
-      if (end_reason) *end_reason = r.reason();
-      return false;
-    }
-    for (const auto& l : r.lines()) {
-      if (l.line() == want) return true;
-    }
-  }
-  return false;
 }
 
 class LabFaults : public ::testing::Test {

@@ -19,6 +19,7 @@
 #include "server/lab/registry.h"
 #include "tests/integration/daemon_fixture.h"
 #include "tests/lab/etcd_cluster.h"
+#include "tests/lab/lab_support.h"
 
 namespace fwai::lab {
 namespace {
@@ -26,22 +27,10 @@ namespace {
 using fwai::testing::Daemon;
 using fwai::testing::EtcdCluster;
 using fwai::testing::Eventually;
+using fwai::testing::FwaidTls;
+using fwai::testing::ReadText;
 using fwai::testing::RunCommand;
 namespace pb = ::fwai::v1;
-
-std::string ReadText(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-bool FwaidTls(const std::vector<std::string>& args) {
-  std::vector<std::string> argv = {std::string(FWAI_BIN_DIR) + "/fwaid", "tls"};
-  argv.insert(argv.end(), args.begin(), args.end());
-  std::string out, err;
-  return RunCommand(argv, &out, &err) == 0;
-}
 
 class LabForward : public ::testing::Test {
  protected:

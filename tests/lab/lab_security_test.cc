@@ -20,6 +20,7 @@
 #include "server/lab/etcd_client.h"
 #include "tests/integration/daemon_fixture.h"
 #include "tests/lab/etcd_cluster.h"
+#include "tests/lab/lab_support.h"
 
 namespace fwai::lab {
 namespace {
@@ -27,37 +28,12 @@ namespace {
 using fwai::testing::Daemon;
 using fwai::testing::EtcdCluster;
 using fwai::testing::Eventually;
+using fwai::testing::FwaidTls;
+using fwai::testing::SayAndHear;
+using fwai::testing::Serial;
+using fwai::testing::ReadText;
 using fwai::testing::RunCommand;
 namespace pb = ::fwai::v1;
-using Serial = grpc::ClientReaderWriter<pb::SerialClientMessage, pb::SerialServerMessage>;
-
-std::string ReadText(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-bool FwaidTls(const std::vector<std::string>& args) {
-  std::vector<std::string> argv = {std::string(FWAI_BIN_DIR) + "/fwaid", "tls"};
-  argv.insert(argv.end(), args.begin(), args.end());
-  std::string out, err;
-  return RunCommand(argv, &out, &err) == 0;
-}
-
-bool SayAndHear(Serial& s, const std::string& line, const std::string& want) {
-  pb::SerialClientMessage m;
-  m.set_send_line(line);
-  if (!s.Write(m)) return false;
-  pb::SerialServerMessage r;
-  while (s.Read(&r)) {
-    if (!r.error().empty() || r.end_of_stream()) return false;
-    for (const auto& l : r.lines()) {
-      if (l.line() == want) return true;
-    }
-  }
-  return false;
-}
 
 class LabSecurity : public ::testing::Test {
  protected:

@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/cancel.h"
+#include "common/clock.h"
 #include "common/config.h"
 #include "common/local_account.h"
 #include "common/thread_pool.h"
@@ -20,6 +21,8 @@
 #include "server/api/lab_forward.h"
 #include "server/api/queued_writer.h"
 #include "server/api/serial_reactor.h"
+#include "server/hardware/firmware_image.h"
+#include "server/lab/etcd_client.h"
 #include "server/lab/registry.h"
 #include "server/project/policy.h"
 
@@ -71,11 +74,14 @@ absl::StatusOr<std::string> ReadImageAs(const Caller& caller, const std::string&
 // one per lab lease, taken when the node first works on the board and ended
 // as soon as the lab lease is gone from etcd (released, expired, kicked) —
 // which ends its serial streams and debug session as a local lease's end
-// does. While etcd cannot be read the local lease runs out on its own TTL.
+// does. A stand-in lasts exactly what etcd last confirmed of its lab lease
+// (the lease's time to live, read every half second): work on the board
+// does not extend it, so while etcd cannot be reached it ends when the lab
+// lease's TTL, counted from its last confirmed renewal, runs out.
 class LabMirrors {
  public:
   explicit LabMirrors(const ApiDeps& deps) : deps_(deps) {
-    if (deps_.lab_leases && deps_.hardware) thread_ = std::thread([this] { Run(); });
+    if (deps_.lab_leases && deps_.lab_etcd && deps_.hardware) thread_ = std::thread([this] { Run(); });
   }
   ~LabMirrors() {
     {
@@ -90,7 +96,7 @@ class LabMirrors {
   // `lease_id`: PERMISSION_DENIED unless that node holds that lease now.
   absl::StatusOr<Caller> Admit(const std::string& node, const std::string& board,
                                const std::string& lease_id, const std::string& peer) {
-    if (!deps_.lab_leases || !deps_.hardware)
+    if (!deps_.lab_leases || !deps_.lab_etcd || !deps_.hardware)
       return absl::UnavailableError("this fwaid is not a node of a lab");
     if (board.empty() || lease_id.empty()) {
       return absl::InvalidArgumentError("device_id and lease_id (the lab lease) are required");
@@ -101,14 +107,29 @@ class LabMirrors {
       return absl::NotFoundError(absl::StrCat("no board ", board, " on node ", deps_.lab_node));
     auto holder = deps_.lab_leases->Holder(board);
     if (!holder.ok()) return holder.status();
-    if (!holder->has_value() || (*holder)->lease_id != lease_id || (*holder)->via != node) {
+    const auto refused = [&] {
       return absl::PermissionDeniedError(absl::StrCat("node ", node, " holds no lab lease ",
                                                       lease_id, " on board ", board,
                                                       " (rule: a valid lab lease)"));
+    };
+    if (!holder->has_value() || (*holder)->lease_id != lease_id || (*holder)->via != node) {
+      return refused();
     }
     const lab::LabLease& l = **holder;
+    // How long etcd still gives the lab lease: the stand-in lasts that long.
+    auto left = deps_.lab_etcd->LeaseTimeToLive(l.etcd_lease);
+    if (absl::IsNotFound(left.status()) || (left.ok() && *left <= 0)) return refused();
+    if (!left.ok()) return left.status();
+    const int64_t confirmed_us = NowMicros();
     std::lock_guard lock(mu_);
-    if (auto it = mirrors_.find(lease_id); it != mirrors_.end()) return it->second.caller;
+    if (auto it = mirrors_.find(lease_id); it != mirrors_.end()) {
+      if (deps_.hardware->SetLeaseExpiry(it->second.caller.lease_id, Until(confirmed_us, *left),
+                                         ExpiryReason(it->second, confirmed_us))
+              .ok()) {
+        return it->second.caller;
+      }
+      mirrors_.erase(it);  // its stand-in ran out meanwhile: a new one
+    }
     // A mirror of an earlier lab lease on this board that has ended.
     for (auto it = mirrors_.begin(); it != mirrors_.end();) {
       if (it->second.board == board) {
@@ -120,6 +141,10 @@ class LabMirrors {
     }
     Mirror m;
     m.board = board;
+    m.lab_lease_id = lease_id;
+    m.node = node;
+    m.holder = l.holder;
+    m.ttl_s = l.ttl_s;
     m.caller.identity = "lab:" + lease_id;
     m.caller.user = "node:" + node;
     m.caller.display = absl::StrCat(l.holder, " via ", node);
@@ -128,11 +153,16 @@ class LabMirrors {
     // The image arrives as bytes this daemon writes: it reads them as itself.
     auto self = LookupAccount(static_cast<uint32_t>(getuid()));
     if (self.ok()) m.caller.account = *self;
-    const int ttl =
-        std::max(2, std::min(l.ttl_s, deps_.config ? deps_.config->hardware.max_ttl_s : l.ttl_s));
+    const int ttl = std::max(2, std::min(l.ttl_s, MaxTtl(l.ttl_s)));
     auto local = deps_.hardware->Acquire(m.caller, board, {}, ttl, 0, nullptr);
     if (!local.ok()) return local.status();
     m.caller.lease_id = local->lease_id;
+    if (auto s = deps_.hardware->SetLeaseExpiry(local->lease_id, Until(confirmed_us, *left),
+                                                ExpiryReason(m, confirmed_us));
+        !s.ok()) {
+      (void)deps_.hardware->Release(m.caller, local->lease_id, "", false);
+      return s;
+    }
     spdlog::info("lab: lease {} of node {} on {} is local lease {}", lease_id, node, board,
                  local->lease_id);
     mirrors_[lease_id] = m;
@@ -141,11 +171,29 @@ class LabMirrors {
 
  private:
   struct Mirror {
-    std::string board;
+    std::string board, lab_lease_id, node, holder;
+    int ttl_s = 0;
     Caller caller;
   };
 
+  int MaxTtl(int ttl_s) const { return deps_.config ? deps_.config->hardware.max_ttl_s : ttl_s; }
+  // The stand-in's end: what etcd said was left of the lab lease at `confirmed_us`.
+  int64_t Until(int64_t confirmed_us, int64_t left_s) const {
+    return confirmed_us + std::min<int64_t>(left_s, MaxTtl(static_cast<int>(left_s))) * 1000000;
+  }
+  // Why the stand-in ends if nothing confirms the lab lease again.
+  static std::string ExpiryReason(const Mirror& m, int64_t confirmed_us,
+                                  const absl::Status& etcd = absl::OkStatus()) {
+    std::string why = absl::StrCat("lab lease ", m.lab_lease_id, " of ", m.holder, " via ", m.node,
+                                   " expired: its ", m.ttl_s,
+                                   " s TTL ran out after the last renewal etcd confirmed (",
+                                   FormatUtc(confirmed_us), ")");
+    if (!etcd.ok()) absl::StrAppend(&why, "; etcd unreachable: ", etcd.message());
+    return why;
+  }
+
   void Run() {
+    std::map<std::string, int64_t> confirmed;  // lab lease id -> when etcd last confirmed it
     std::unique_lock lock(mu_);
     while (!stop_) {
       cv_.wait_for(lock, std::chrono::milliseconds(500));
@@ -154,17 +202,40 @@ class LabMirrors {
       lock.unlock();
       std::vector<std::string> ended;
       for (const auto& [lease_id, m] : copy) {
+        const int64_t now = NowMicros();
+        if (!confirmed.count(lease_id)) confirmed[lease_id] = now;
         auto holder = deps_.lab_leases->Holder(m.board);
-        if (!holder.ok()) continue;  // etcd unreachable: the local lease runs on its TTL
-        if (holder->has_value() && (*holder)->lease_id == lease_id &&
-            deps_.hardware->Renew(m.caller, m.caller.lease_id).ok()) {
-          continue;
+        absl::Status unreachable;
+        if (!holder.ok()) {
+          unreachable = holder.status();
+        } else if (holder->has_value() && (*holder)->lease_id == lease_id) {
+          auto left = deps_.lab_etcd->LeaseTimeToLive((*holder)->etcd_lease);
+          if (left.ok() && *left > 0) {
+            confirmed[lease_id] = now;
+            if (deps_.hardware
+                    ->SetLeaseExpiry(m.caller.lease_id, Until(now, *left), ExpiryReason(m, now))
+                    .ok()) {
+              continue;
+            }
+          } else if (!left.ok() && !absl::IsNotFound(left.status())) {
+            unreachable = left.status();
+          }
+        }
+        if (!unreachable.ok()) {
+          // etcd cannot say: the stand-in runs out on what it last confirmed.
+          if (deps_.hardware
+                  ->SetLeaseExpiry(m.caller.lease_id, std::nullopt,
+                                   ExpiryReason(m, confirmed[lease_id], unreachable))
+                  .ok()) {
+            continue;
+          }
         }
         (void)deps_.hardware->Release(m.caller, m.caller.lease_id, "", false);
         spdlog::info("lab: lease {} on {} ended in the lab; local lease {} released", lease_id,
                      m.board, m.caller.lease_id);
         ended.push_back(lease_id);
       }
+      for (const auto& id : ended) confirmed.erase(id);
       lock.lock();
       for (const auto& id : ended) mirrors_.erase(id);
     }

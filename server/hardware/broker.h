@@ -154,7 +154,12 @@ class HardwareBroker {
 
   [[nodiscard]] absl::StatusOr<LeaseRecord> Acquire(const Caller& caller, const std::string& device_id,
                                                     const std::vector<std::string>& tags, int ttl_s, int wait_s,
-                                                    const std::function<bool()>& cancelled);
+                                                    const std::function<bool()>& cancelled,
+                                                    const std::string& lease_id = "");
+  // A lease standing for one granted elsewhere (a lab lease): see
+  // LeaseManager::SetExpiry. Use does not extend it.
+  [[nodiscard]] absl::Status SetLeaseExpiry(const std::string& lease_id, std::optional<int64_t> expires_us,
+                                            const std::string& reason);
   [[nodiscard]] absl::StatusOr<LeaseRecord> Renew(const Caller& caller, const std::string& lease_id);
   [[nodiscard]] absl::StatusOr<LeaseRecord> Release(const Caller& caller, const std::string& lease_id,
                                                     const std::string& device_id, bool force);

@@ -21,7 +21,8 @@ constexpr char kPrefix[] = "lease/";
 nlohmann::json ToJson(const LeaseRecord& l) {
   return {{"lease_id", l.lease_id}, {"device_id", l.device_id}, {"holder", l.holder},
           {"uid", l.uid},           {"identity", l.identity},   {"session_id", l.session_id},
-          {"acquired_us", l.acquired_us}, {"expires_us", l.expires_us}, {"ttl_s", l.ttl_s}};
+          {"acquired_us", l.acquired_us}, {"expires_us", l.expires_us}, {"ttl_s", l.ttl_s},
+          {"held_elsewhere", l.held_elsewhere}, {"expiry_reason", l.expiry_reason}};
 }
 
 LeaseRecord FromJson(const nlohmann::json& j) {
@@ -35,6 +36,8 @@ LeaseRecord FromJson(const nlohmann::json& j) {
   l.acquired_us = j.value("acquired_us", int64_t{0});
   l.expires_us = j.value("expires_us", int64_t{0});
   l.ttl_s = j.value("ttl_s", 0);
+  l.held_elsewhere = j.value("held_elsewhere", false);
+  l.expiry_reason = j.value("expiry_reason", "");
   return l;
 }
 
@@ -150,7 +153,7 @@ absl::StatusOr<LeaseRecord> LeaseManager::Acquire(
         continue;
       }
       LeaseRecord l = who;
-      l.lease_id = NewId("lease");
+      l.lease_id = who.lease_id.empty() ? NewId("lease") : who.lease_id;
       l.device_id = id;
       l.acquired_us = NowMicros();
       l.ttl_s = ttl_s;
@@ -225,6 +228,7 @@ absl::StatusOr<LeaseRecord> LeaseManager::Renew(const std::string& lease_id, con
     if (l.identity != identity && !admin) {
       return absl::PermissionDeniedError(absl::StrCat("lease ", lease_id, " belongs to ", l.holder));
     }
+    if (l.held_elsewhere) return l;  // its owner's renewals come through SetExpiry
     l.expires_us = NowMicros() + int64_t{l.ttl_s} * 1000000;
     if (auto s = Persist(l); !s.ok()) return s;
     return l;
@@ -236,8 +240,24 @@ void LeaseManager::Touch(const std::string& device_id, const std::string& identi
   std::lock_guard lock(mu_);
   auto it = by_device_.find(device_id);
   if (it == by_device_.end() || it->second.identity != identity) return;
+  // A lease granted elsewhere lasts what its owner confirmed, however busy it is.
+  if (it->second.held_elsewhere) return;
   it->second.expires_us = NowMicros() + int64_t{it->second.ttl_s} * 1000000;
   (void)Persist(it->second);
+}
+
+absl::Status LeaseManager::SetExpiry(const std::string& lease_id, std::optional<int64_t> expires_us,
+                                     const std::string& reason) {
+  std::lock_guard lock(mu_);
+  for (auto& [id, l] : by_device_) {
+    if (l.lease_id != lease_id) continue;
+    l.held_elsewhere = true;
+    if (expires_us) l.expires_us = *expires_us;
+    if (!reason.empty()) l.expiry_reason = reason;
+    cv_.notify_all();  // the sweeper looks again (an earlier end)
+    return Persist(l);
+  }
+  return absl::NotFoundError(absl::StrCat("lease ", lease_id, ": no such lease (expired or released)"));
 }
 
 absl::StatusOr<LeaseRecord> LeaseManager::Release(const std::string& lease_id, const std::string& device_id,
@@ -343,7 +363,10 @@ void LeaseManager::Sweep() {
     if (expired.empty()) continue;
     cv_.notify_all();
     lock.unlock();
-    for (const auto& l : expired) End(l, absl::StrCat("its ", l.ttl_s, " s TTL ran out without a renewal"));
+    for (const auto& l : expired) {
+      End(l, l.expiry_reason.empty() ? absl::StrCat("its ", l.ttl_s, " s TTL ran out without a renewal")
+                                     : l.expiry_reason);
+    }
     lock.lock();
   }
 }

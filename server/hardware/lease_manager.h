@@ -31,6 +31,11 @@ struct LeaseRecord {
   int64_t expires_us = 0;
   int ttl_s = 0;
   bool renewed = false;  // Acquire found it already held by the same holder (not persisted)
+  // Stands for a lease granted elsewhere (a lab lease in etcd): its expiry
+  // is set only by SetExpiry, from what that lease's owner confirmed; use
+  // (Touch) and Renew do not extend it.
+  bool held_elsewhere = false;
+  std::string expiry_reason;  // why it ended, when it runs out ("" : the TTL's own words)
 };
 
 // Someone queued in Acquire for a board (or any board of a tag set).
@@ -68,8 +73,14 @@ class LeaseManager {
   std::vector<LeaseWaiter> Waiters() const;
   [[nodiscard]] absl::StatusOr<LeaseRecord> Renew(const std::string& lease_id, const std::string& identity,
                                                   bool admin);
-  // Extends the lease on `device_id` held by `identity`, if any (use = keepalive).
+  // Extends the lease on `device_id` held by `identity`, if any (use = keepalive);
+  // not a lease held elsewhere.
   void Touch(const std::string& device_id, const std::string& identity);
+  // Makes `lease_id` a lease held elsewhere: it ends at `expires_us` (when
+  // set; unchanged otherwise) unless set again, saying `reason` (when not
+  // empty) as why. NOT_FOUND when it has ended.
+  [[nodiscard]] absl::Status SetExpiry(const std::string& lease_id, std::optional<int64_t> expires_us,
+                                       const std::string& reason);
   // By lease id or device id. Only the holder, or an admin with `force`.
   [[nodiscard]] absl::StatusOr<LeaseRecord> Release(const std::string& lease_id, const std::string& device_id,
                                                     const std::string& identity, bool force, bool admin);

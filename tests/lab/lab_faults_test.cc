@@ -135,6 +135,31 @@ class LabFaults : public ::testing::Test {
     return out;
   }
 
+  // Renews `lease_id` through `d`; the status.
+  grpc::Status Renew(Daemon& d, const std::string& lease_id) {
+    auto hw = pb::Hardware::NewStub(d.channel());
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+    pb::RenewRequest req;
+    req.set_lease_id(lease_id);
+    pb::Lease out;
+    return hw->Renew(&ctx, req, &out);
+  }
+
+  // True when `hw ls` through `d` lists board b1 with no lab error; `free`:
+  // and nobody holds it.
+  static bool ListsB1(Daemon& d, bool free) {
+    auto hw = pb::Hardware::NewStub(d.channel());
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+    pb::ListDevicesResponse r;
+    if (!hw->ListDevices(&ctx, {}, &r).ok() || !r.lab_error().empty()) return false;
+    for (const auto& dev : r.devices()) {
+      if (dev.id() == "b1") return !free || dev.holder().empty();
+    }
+    return false;
+  }
+
   EtcdCluster cluster_{3};
   std::unique_ptr<EtcdClient> etcd_;
   std::string tls_;
@@ -142,85 +167,135 @@ class LabFaults : public ::testing::Test {
 };
 
 // Quorum lost under an open serial stream through a front: the stream goes
-// on (both ways) on the bench's local lease until the lab lease's TTL, new
-// leases fail UNAVAILABLE naming every endpoint, and once etcd is back the
-// same daemons agree on the lab again.
-// Disabled: the stream does go on through the quorum loss, but it does not
-// end at the lease's TTL while it is busy — every line written touches the
-// bench's local lease that stands for the lab lease, so an active stream
-// outlives the lab lease while etcd cannot be reached.
-TEST_F(LabFaults, DISABLED_SerialThroughAFrontOutlivesQuorumLossUntilItsLeasesTtl) {
-  constexpr int kLeaseTtl = 12;  // long enough for a ping/pong under load, short for the test
+// on (both ways) on the bench's stand-in for the lab lease until the lab
+// lease's TTL, counted from the last renewal etcd confirmed — a busy stream
+// does not extend it — and then ends saying the lease expired and etcd is
+// unreachable; new leases fail UNAVAILABLE naming every endpoint; once etcd
+// is back the same daemons agree on the lab again and the board is leased
+// and used through the other front.
+TEST_F(LabFaults, SerialThroughAFrontOutlivesQuorumLossUntilItsLeasesTtl) {
+  // Long enough for the steps before the quorum loss under load (they renew
+  // it anyway), short enough for the test.
+  constexpr int kLeaseTtl = 15;
   Acquired a = Acquire(*front1_, "b1", kLeaseTtl);
   ASSERT_TRUE(a.status.ok()) << a.status.error_message();
   // The example firmware answers ping with pong.
   Flashed f = Flash(*front1_, a.lease.lease_id());
   ASSERT_TRUE(f.status.ok()) << f.status.error_message() << "\nbench:\n" << bench_->log();
   grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(180));
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(240));
   auto serial = OpenSerial(*front1_, ctx, "b1", a.lease.lease_id());
   ASSERT_TRUE(SayAndHear(*serial, "ping", "pong")) << bench_->log();
 
-  cluster_.StopMember(1);
-  cluster_.StopMember(2);
-  // Data still flows both ways through the front while etcd cannot decide.
-  ASSERT_TRUE(SayAndHear(*serial, "ping", "pong")) << "bench:\n"
-                                                   << bench_->log() << "\nfront:\n"
-                                                   << front1_->log();
-  // A new lease fails, naming every endpoint.
-  Acquired other;
+  // The last renewal etcd confirms: the lab lease lasts kLeaseTtl from here,
+  // and so does the bench's stand-in once the bench has read it from etcd.
+  const auto renewed = std::chrono::steady_clock::now();
+  const int64_t renewed_us = std::chrono::duration_cast<std::chrono::microseconds>(
+                                 std::chrono::system_clock::now().time_since_epoch())
+                                 .count();
+  const grpc::Status r = Renew(*front1_, a.lease.lease_id());
+  ASSERT_TRUE(r.ok()) << r.error_message();
+  int64_t stand_in_until = 0;
   ASSERT_TRUE(Eventually(
       [&] {
-        other = Acquire(*front2_, "b1", 30);
-        return other.status.error_code() == grpc::StatusCode::UNAVAILABLE;
+        auto hw = pb::Hardware::NewStub(bench_->channel());
+        grpc::ClientContext lctx;
+        pb::ListDevicesResponse l;
+        if (!hw->ListDevices(&lctx, {}, &l).ok()) return false;
+        for (const auto& dev : l.devices()) {
+          if (dev.id() == "b1") stand_in_until = dev.lease_expires_us();
+        }
+        // etcd says what is left in whole seconds.
+        return stand_in_until >= renewed_us + int64_t{kLeaseTtl - 1} * 1000000;
       },
       std::chrono::seconds(30)))
-      << other.status.error_message();
-  for (const auto& e : cluster_.endpoints())
-    EXPECT_NE(other.status.error_message().find(e), std::string::npos)
-        << e << ": " << other.status.error_message();
-  // The stream ends when the lease's TTL runs out on the bench (nobody can
-  // renew it in the lab), saying why.
+      << "the bench's stand-in never took the renewal: ends at " << stand_in_until << ", renewed at "
+      << renewed_us << "\n" << bench_->log();
+  cluster_.StopMember(1);
+  cluster_.StopMember(2);
+  const auto lost = std::chrono::steady_clock::now();
+
+  // Meanwhile a new lease through the other front fails, naming every endpoint.
+  std::atomic<bool> unavailable{false};
+  std::string other_error;
+  std::thread other([&] {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (!unavailable && std::chrono::steady_clock::now() < until) {
+      Acquired o = Acquire(*front2_, "b1", 30);
+      other_error = o.status.error_message();
+      unavailable = o.status.error_code() == grpc::StatusCode::UNAVAILABLE;
+    }
+  });
+  // The stream stays busy (a ping every 200 ms) and carries data both ways
+  // while etcd cannot decide, until the lease's TTL ends it on the bench.
+  int pongs_after_loss = 0;
   std::string reason;
-  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(kLeaseTtl + 60);
-  while (std::chrono::steady_clock::now() < give_up &&
-         SayAndHear(*serial, "ping", "pong", &reason)) {
-    std::this_thread::sleep_for(
-        std::chrono::milliseconds(200));  // a ping every 200 ms until the end
+  const auto give_up = lost + std::chrono::seconds(kLeaseTtl + 60);
+  while (std::chrono::steady_clock::now() < give_up) {
+    if (!SayAndHear(*serial, "ping", "pong", &reason)) {
+      // A write refused in the instant the lease ends: the end says why.
+      pb::SerialServerMessage m;
+      while (serial->Read(&m)) {
+        if (m.end_of_stream()) {
+          reason = m.reason();
+          break;
+        }
+      }
+      break;
+    }
+    ++pongs_after_loss;
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
   }
-  EXPECT_NE(reason.find("lease"), std::string::npos) << "reason: " << reason << "\nbench:\n"
-                                                     << bench_->log();
+  const auto ended = std::chrono::steady_clock::now();
+  other.join();
+  EXPECT_GT(pongs_after_loss, 0) << "no data through the front after the quorum was lost";
+  ASSERT_LT(ended, give_up) << "the busy stream outlived its lease's TTL by a minute\nbench:\n"
+                            << bench_->log();
+  // Not before the TTL since the last confirmed renewal (less etcd's
+  // whole-second rounding of what is left).
+  EXPECT_GE(ended - renewed, std::chrono::seconds(kLeaseTtl - 2));
+  EXPECT_NE(reason.find("lab lease " + a.lease.lease_id()), std::string::npos) << reason;
+  EXPECT_NE(reason.find("expired"), std::string::npos) << reason;
+  EXPECT_NE(reason.find("etcd unreachable"), std::string::npos) << reason;
   serial->WritesDone();
   (void)serial->Finish();
+  ASSERT_TRUE(unavailable) << other_error;
+  for (const auto& e : cluster_.endpoints())
+    EXPECT_NE(other_error.find(e), std::string::npos) << e << ": " << other_error;
 
   // etcd back: no fwaid restarted, the lab converges: front1 releases its
-  // lease (or finds it gone) and front2 sees the lab again.
+  // lease (or finds it gone), both fronts list the board free, and front2
+  // leases it and talks to it.
   ASSERT_TRUE(cluster_.StartMember(1));
   ASSERT_TRUE(cluster_.StartMember(2));
   ASSERT_TRUE(cluster_.WaitServing(0));
-  {
-    auto hw = pb::Hardware::NewStub(front1_->channel());
-    grpc::ClientContext rctx;
-    pb::ReleaseRequest req;
-    req.set_lease_id(a.lease.lease_id());
-    pb::ReleaseResponse resp;
-    const grpc::Status st = hw->Release(&rctx, req, &resp);
-    EXPECT_TRUE(st.ok() || st.error_code() == grpc::StatusCode::NOT_FOUND) << st.error_message();
-  }
-  // front2's view of the lab converges (its board, no etcd error).
+  grpc::Status released;
   ASSERT_TRUE(Eventually(
       [&] {
-        auto hw = pb::Hardware::NewStub(front2_->channel());
-        grpc::ClientContext lctx;
-        pb::ListDevicesResponse r;
-        if (!hw->ListDevices(&lctx, {}, &r).ok() || !r.lab_error().empty()) return false;
-        for (const auto& d : r.devices()) {
-          if (d.id() == "b1") return true;
-        }
-        return false;
+        auto hw = pb::Hardware::NewStub(front1_->channel());
+        grpc::ClientContext rctx;
+        rctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+        pb::ReleaseRequest req;
+        req.set_lease_id(a.lease.lease_id());
+        pb::ReleaseResponse resp;
+        released = hw->Release(&rctx, req, &resp);
+        return released.ok() || released.error_code() == grpc::StatusCode::NOT_FOUND;
       },
       std::chrono::seconds(60)))
-      << front2_->log();
+      << released.error_message();
+  for (Daemon* d : {front1_.get(), front2_.get()}) {
+    ASSERT_TRUE(Eventually([&] { return ListsB1(*d, /*free=*/true); }, std::chrono::seconds(60)))
+        << d->log();
+  }
+  Acquired b = Acquire(*front2_, "b1", 60, /*wait_s=*/30);
+  ASSERT_TRUE(b.status.ok()) << b.status.error_message();
+  grpc::ClientContext ctx2;
+  ctx2.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+  auto serial2 = OpenSerial(*front2_, ctx2, "b1", b.lease.lease_id());
+  EXPECT_TRUE(SayAndHear(*serial2, "ping", "pong")) << bench_->log();
+  serial2->WritesDone();
+  ctx2.TryCancel();
+  (void)serial2->Finish();
   EXPECT_TRUE(bench_->running() && front1_->running() && front2_->running());
 }
 

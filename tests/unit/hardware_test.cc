@@ -15,6 +15,7 @@
 #include <fstream>
 #include <thread>
 
+#include "common/clock.h"
 #include "common/config.h"
 #include "server/hardware/discovery.h"
 #include "server/hardware/firmware_image.h"
@@ -586,6 +587,70 @@ TEST(LeaseManagerTest, LeasesSurviveARestartAndExpiredOnesAreCleaned) {
   // The session going away ends its leases.
   leases.ReleaseSession("s-1");
   EXPECT_FALSE(leases.Holder("long").has_value());
+}
+
+// Use (a serial line written, a flash, a debug command) extends a local
+// lease by its TTL, as a renewal does. A lease that stands for one granted
+// elsewhere (a bench's stand-in for a lab lease) lasts what its owner last
+// confirmed, however busy: neither use nor Renew extends it, and it ends
+// saying why it ran out.
+TEST(LeaseManagerTest, UseExtendsALocalLeaseButNotOneHeldElsewhere) {
+  const std::string dir = TempDir();
+  auto db = Storage::Open(dir);
+  ASSERT_TRUE(db.ok());
+  std::vector<std::string> ended;
+  std::mutex mu;
+  LeaseManager leases(**db, [&](const LeaseRecord& l, const std::string& why) {
+    std::lock_guard lock(mu);
+    ended.push_back(l.device_id + ": " + why);
+  });
+  ASSERT_TRUE(leases.Start().ok());
+  auto ok = [](const std::string&) { return absl::OkStatus(); };
+  auto local = leases.Acquire({"b1"}, Who("alice", 1000), 60, 0, ok, nullptr);
+  ASSERT_TRUE(local.ok()) << local.status();
+  std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  leases.Touch("b1", "uid:1000");
+  auto touched = leases.Holder("b1");
+  ASSERT_TRUE(touched.has_value());
+  EXPECT_GT(touched->expires_us, local->expires_us) << "use no longer extends a local lease";
+  EXPECT_FALSE(touched->held_elsewhere);
+  leases.Touch("b1", "uid:1001");  // not the holder: nothing
+  EXPECT_EQ(leases.Holder("b1")->expires_us, touched->expires_us);
+
+  LeaseRecord lab = Who("lab stand-in", -1);
+  lab.identity = "lab:lab-1";
+  auto stand_in = leases.Acquire({"b2"}, lab, 60, 0, ok, nullptr);
+  ASSERT_TRUE(stand_in.ok()) << stand_in.status();
+  const int64_t until = NowMicros() + 1500000;
+  const std::string why = "lab lease lab-1 expired: its TTL ran out; etcd unreachable";
+  ASSERT_TRUE(leases.SetExpiry(stand_in->lease_id, until, why).ok());
+  leases.Touch("b2", "lab:lab-1");
+  auto r = leases.Renew(stand_in->lease_id, "lab:lab-1", false);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->expires_us, until);
+  ASSERT_TRUE(leases.Holder("b2").has_value());
+  EXPECT_EQ(leases.Holder("b2")->expires_us, until);
+  EXPECT_TRUE(leases.Holder("b2")->held_elsewhere);
+  // Kept busy, it still ends when it was set to.
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (leases.Holder("b2") && std::chrono::steady_clock::now() < give_up) {
+    leases.Touch("b2", "lab:lab-1");
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_FALSE(leases.Holder("b2").has_value()) << "a busy stand-in outlived what was confirmed";
+  EXPECT_GE(NowMicros(), until);
+  EXPECT_EQ(leases.SetExpiry(stand_in->lease_id, until, why).code(), absl::StatusCode::kNotFound);
+  EXPECT_TRUE(leases.Holder("b1").has_value());
+  for (int i = 0; i < 250; ++i) {
+    {
+      std::lock_guard lock(mu);
+      if (!ended.empty()) break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  std::lock_guard lock(mu);
+  ASSERT_EQ(ended.size(), 1u);
+  EXPECT_EQ(ended[0], "b2: " + why);
 }
 
 }  // namespace

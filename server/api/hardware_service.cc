@@ -17,6 +17,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/config.h"
+#include "common/ids.h"
 #include "common/thread_pool.h"
 #include "fwai/v1/hardware.grpc.pb.h"
 #include "server/api/api.h"
@@ -242,6 +243,9 @@ class HardwareService final : public pb::Hardware::CallbackService {
                                        const std::vector<std::string>& tags, int ttl_s, int wait_s,
                                        const std::function<bool()>& cancelled, bool ci = false) {
     pb::Lease out;
+    if (deps_.lab_leases && wait_s > 0 && IsLocal(device_id, tags)) {
+      return AcquireLocalInLabQueue(c, device_id, tags, ttl_s, wait_s, cancelled, ci);
+    }
     if (!deps_.lab_leases || IsLocal(device_id, tags)) {
       auto l = deps_.hardware->Acquire(c, device_id, tags, ttl_s, wait_s, cancelled);
       if (!l.ok()) return l.status();
@@ -288,6 +292,50 @@ class HardwareService final : public pb::Hardware::CallbackService {
     auto l = deps_.lab_leases->Acquire(r, cancelled);
     if (!l.ok()) return l.status();
     ToProto(*l, &out);
+    return out;
+  }
+
+  // A caller of a bench of a lab who waits for one of its boards waits in
+  // the lab's queue with everyone else (whoever holds the board, through
+  // whichever node), in its turn: the lab lease it is served is claimed
+  // under the id of the local lease it then takes here. The stand-in of a
+  // lease held through a front is gone once that lease is (within a second).
+  absl::StatusOr<pb::Lease> AcquireLocalInLabQueue(const Caller& c, const std::string& device_id,
+                                                   const std::vector<std::string>& tags, int ttl_s,
+                                                   int wait_s, const std::function<bool()>& cancelled,
+                                                   bool ci) {
+    const HardwareConfig& hc = deps_.config->hardware;
+    if (ttl_s <= 0) ttl_s = hc.default_ttl_s;
+    if (ttl_s > hc.max_ttl_s) {
+      return absl::InvalidArgumentError(absl::StrCat("ttl ", ttl_s, " s is above the limit of ", hc.max_ttl_s, " s"));
+    }
+    if (wait_s > 86400) return absl::InvalidArgumentError("wait must be 0..86400 seconds");
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(wait_s);
+    lab::LabLeases::Request r;
+    r.board = device_id;
+    r.tags = tags;
+    r.node = deps_.lab_node;
+    r.lease_id = NewId("lease");
+    r.holder = c.display.empty() ? c.identity : c.display;
+    r.identity = c.identity;
+    r.session_id = c.session_id;
+    r.ttl_s = ttl_s;
+    r.wait_s = wait_s;
+    r.ci = ci;
+    auto ll = deps_.lab_leases->Acquire(r, cancelled);
+    if (!ll.ok()) return ll.status();
+    // The board is this caller's in the lab; here, once the previous
+    // holder's stand-in has gone.
+    const int left_s = static_cast<int>(std::max<int64_t>(
+        5, std::chrono::duration_cast<std::chrono::seconds>(deadline - std::chrono::steady_clock::now()).count()));
+    auto l = deps_.hardware->Acquire(c, ll->board, {}, ttl_s, std::min(left_s, 30), cancelled, ll->lease_id);
+    if (!l.ok()) {
+      (void)deps_.lab_leases->Release(ll->lease_id, "", c.identity, false, false);
+      return l.status();
+    }
+    pb::Lease out;
+    ToProto(*l, &out);
+    out.set_node(deps_.lab_node);
     return out;
   }
 

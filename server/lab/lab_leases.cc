@@ -39,7 +39,8 @@ absl::StatusOr<LabLease> LeaseFromJson(const std::string& text) {
 }
 
 std::string WaiterToJson(const LabWaiter& w) {
-  return nlohmann::json{{"board", w.board},       {"tags", w.tags},         {"wants", w.wants},
+  return nlohmann::json{{"board", w.board},       {"tags", w.tags},         {"node", w.node},
+                        {"wants", w.wants},
                         {"holder", w.holder},     {"identity", w.identity}, {"session_id", w.session_id},
                         {"via", w.via},           {"ci", w.ci},             {"since_us", w.since_us},
                         {"until_us", w.until_us}}
@@ -56,6 +57,7 @@ absl::StatusOr<LabWaiter> WaiterFromJson(const std::string& text) {
       if (t.is_string()) w.tags.push_back(t.get<std::string>());
     }
   }
+  w.node = j.value("node", "");
   w.wants = j.value("wants", "");
   w.holder = j.value("holder", "");
   w.identity = j.value("identity", "");
@@ -69,6 +71,7 @@ absl::StatusOr<LabWaiter> WaiterFromJson(const std::string& text) {
 
 bool Wants(const LabWaiter& w, const LabBoard& b) {
   if (!w.board.empty() && w.board != b.id) return false;
+  if (!w.node.empty() && w.node != b.node) return false;
   for (const auto& t : w.tags) {
     if (std::find(b.tags.begin(), b.tags.end(), t) == b.tags.end()) return false;
   }
@@ -83,11 +86,12 @@ std::string QueueName(const LabLeases::Request& req) {
   std::vector<std::string> tags = req.tags;
   std::sort(tags.begin(), tags.end());
   tags.erase(std::unique(tags.begin(), tags.end()), tags.end());
-  return "tags:" + absl::StrJoin(tags, ",");
+  return "tags:" + absl::StrJoin(tags, ",") + (req.node.empty() ? "" : "@" + req.node);
 }
 
 std::string Describe(const LabLeases::Request& req) {
-  return req.board.empty() ? "tags " + absl::StrJoin(req.tags, ", ") : req.board;
+  if (!req.board.empty()) return req.board;
+  return "tags " + absl::StrJoin(req.tags, ", ") + (req.node.empty() ? "" : " on " + req.node);
 }
 
 }  // namespace
@@ -282,7 +286,7 @@ absl::StatusOr<LabLease> LabLeases::Acquire(const Request& req, const std::funct
     std::vector<LabBoard> candidates;
     std::vector<std::string> unhealthy;
     for (const auto& b : view->boards) {
-      bool match = req.board.empty() ? true : b.id == req.board;
+      bool match = (req.board.empty() || b.id == req.board) && (req.node.empty() || b.node == req.node);
       for (const auto& t : req.tags) match = match && std::find(b.tags.begin(), b.tags.end(), t) != b.tags.end();
       if (!match) continue;
       if (b.health != "good") {
@@ -316,7 +320,7 @@ absl::StatusOr<LabLease> LabLeases::Acquire(const Request& req, const std::funct
     bool raced = false;
     for (const auto& b : candidates) {
       std::string why;
-      auto taken = TryTake(b, req, &why, "", queue->first, queue->second, me ? &*me : nullptr, &raced);
+      auto taken = TryTake(b, req, &why, req.lease_id, queue->first, queue->second, me ? &*me : nullptr, &raced);
       if (!taken.ok()) return taken.status();
       if (taken->has_value()) {
         if (me) {
@@ -342,6 +346,7 @@ absl::StatusOr<LabLease> LabLeases::Acquire(const Request& req, const std::funct
       q.etcd_lease = *granted;
       q.w.board = req.board;
       q.w.tags = req.tags;
+      q.w.node = req.node;
       q.w.wants = Describe(req);
       q.w.holder = req.holder;
       q.w.identity = req.identity;

@@ -56,6 +56,7 @@ struct LabWaiter {
   std::string key;   // its queue key
   std::string board;              // the board it wants, or
   std::vector<std::string> tags;  // any board with these tags
+  std::string node;               // set: only boards of this bench
   std::string wants;              // "b1" or "tags stm32f1, bench:x"
   std::string holder, identity, session_id;
   std::string via;                // the node it waits through
@@ -92,6 +93,8 @@ class LabLeases {
   struct Request {
     std::string board;              // this board, or
     std::vector<std::string> tags;  // any board with all these tags ("key" or "key:value")
+    std::string node;               // set: only boards of this bench
+    std::string lease_id;           // set: the lease's id (a bench's local lease to be)
     std::string holder, identity, session_id;
     int ttl_s = 900;
     int wait_s = 0;  // 0: fail at once when every match is held

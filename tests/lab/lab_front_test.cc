@@ -438,6 +438,64 @@ TEST_F(LabFront, ALeaseOnAKilledBenchEndsWithTheReason) {
   EXPECT_TRUE(hw2->Renew(&rctx, rr, &renewed).ok());
 }
 
+// A local user of a bench who waits for one of its boards held through a
+// front waits in the lab's queue, in turn with a waiter through another
+// front (as `fwai hw who` lists them on the bench), instead of being refused
+// at once; the board is theirs, here and in the lab, when the waiter before
+// them is done with it.
+TEST_F(LabFront, ALocalUserOfABenchWaitsInTheLabsQueueForItsBoardHeldThroughAFront) {
+  auto first = Acquire(*front1_, "b1", {}, 60, "holder");
+  ASSERT_TRUE(first.status.ok()) << first.status.error_message();
+  // Without waiting the local user is refused at once, naming the holder.
+  auto now = Acquire(*bench1_, "b1", {}, 60, "local");
+  EXPECT_EQ(now.status.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_NE(now.status.error_message().find("front1"), std::string::npos)
+      << now.status.error_message();
+  Acquired remote, local;
+  std::thread via_front([&] { remote = Acquire(*front2_, "b1", {}, 60, "remote", /*wait_s=*/120); });
+  ASSERT_TRUE(Eventually([&] { return WaitingSessions(*bench1_).size() == 1; },
+                         std::chrono::seconds(30)));
+  std::thread on_bench([&] { local = Acquire(*bench1_, "b1", {}, 60, "local", /*wait_s=*/120); });
+  std::vector<std::string> queued;
+  ASSERT_TRUE(Eventually(
+      [&] {
+        queued = WaitingSessions(*bench1_);
+        return queued.size() == 2;
+      },
+      std::chrono::seconds(30)))
+      << queued.size() << " waiting\n" << bench1_->log();
+  EXPECT_EQ(queued, (std::vector<std::string>{"remote", "local"}));
+  {
+    const pb::WhoResponse who = Who(*front1_);
+    ASSERT_EQ(who.waiters_size(), 2);
+    EXPECT_EQ(who.waiters(1).node(), "bench1");
+    EXPECT_EQ(who.waiters(1).position(), 2);
+  }
+  // The holder releases: the waiter through the front is served first.
+  ASSERT_TRUE(Release(*front1_, first.lease.lease_id()).ok());
+  via_front.join();
+  ASSERT_TRUE(remote.status.ok()) << remote.status.error_message();
+  EXPECT_EQ(WaitingSessions(*bench1_), std::vector<std::string>{"local"});
+  // It is done: the local user gets the board, held here and in the lab.
+  ASSERT_TRUE(Release(*front2_, remote.lease.lease_id()).ok());
+  on_bench.join();
+  ASSERT_TRUE(local.status.ok()) << local.status.error_message() << "\n" << bench1_->log();
+  EXPECT_EQ(local.lease.device_id(), "b1");
+  EXPECT_EQ(local.lease.node(), "bench1");
+  auto key = etcd_->Get("/fwai/leases/b1");
+  ASSERT_TRUE(key.ok() && key->has_value());
+  EXPECT_NE((*key)->value.find(local.lease.lease_id()), std::string::npos) << (*key)->value;
+  const pb::Device* b1 = Find(List(*bench1_), "b1");
+  ASSERT_NE(b1, nullptr);
+  EXPECT_FALSE(b1->holder().empty());
+  EXPECT_EQ(Acquire(*front2_, "b1", {}, 60, "late").status.error_code(),
+            grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_TRUE(WaitingSessions(*bench1_).empty());
+  // Released here, it is free for the lab again.
+  ASSERT_TRUE(Release(*bench1_, local.lease.lease_id()).ok());
+  EXPECT_TRUE(Acquire(*front2_, "b1", {}, 60, "late").status.ok());
+}
+
 // The queue's bands, on LabLeases itself: people before CI, first come first
 // served within a band; one band for all with interactive_first off.
 class LabQueueBands : public ::testing::Test {

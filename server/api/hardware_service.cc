@@ -716,7 +716,15 @@ class HardwareService final : public pb::Hardware::CallbackService {
         };
         if (remote->has_value()) {
           // A board of another node: its bench flashes the bytes sent from here.
-          auto r = ForwardFlash(svc->links_, **remote, c, copy.image_path(), approved, progress, &st->cancel);
+          FrontFlashGuard guard;
+          guard.project_root = root;
+          guard.policy.check_fresh = rules->flash_require_fresh;
+          guard.policy.require_verified_toolchain = rules->flash_require_verified_toolchain;
+          guard.policy.flash_max_pct = rules->memory_flash_max_pct;
+          guard.policy.ram_max_pct = rules->memory_ram_max_pct;
+          guard.policy.max_growth_bytes = rules->memory_max_growth_bytes;
+          guard.build_record = [hw = svc->deps_.hardware](const std::string& sha) { return hw->BuildRecordOf(sha); };
+          auto r = ForwardFlash(svc->links_, **remote, c, copy.image_path(), approved, progress, &st->cancel, guard);
           if (!r.ok()) {
             st->writer.Close(ToGrpcStatus(r.status()));
             return;

@@ -45,10 +45,21 @@ struct ForwardedFlash {
   std::string sha256, boot_line, message;
   double seconds = 0;
 };
+// The flash guard's rules of the caller's project for an image flashed on a
+// board of another node. The front judges what it can see — the image, its
+// freshness against the project's sources, its build record's toolchain —
+// before a byte moves; the memory budgets go with the image to the bench,
+// which applies them against its board's regions along with its own rules
+// (lease, target, fit, its board policy).
+struct FrontFlashGuard {
+  std::string project_root;  // "": found from the image's path
+  FlashGuardPolicy policy;
+  std::function<nlohmann::json(const std::string& sha256)> build_record;  // null: none
+};
 [[nodiscard]] absl::StatusOr<ForwardedFlash> ForwardFlash(
     LabLinks& links, const lab::LabLease& lease, const Caller& caller, const std::string& path,
     bool approved, const std::function<void(const FlashProgressUpdate&)>& progress,
-    CancelToken* cancel);
+    CancelToken* cancel, const FrontFlashGuard& guard);
 
 // Debug commands and a reset on the lab board of `lease`, through its bench.
 [[nodiscard]] absl::StatusOr<std::vector<std::string>> ForwardDebug(

@@ -1,5 +1,6 @@
 #include <grpcpp/grpcpp.h>
 #include <spdlog/spdlog.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -68,6 +69,37 @@ absl::StatusOr<std::string> ReadImageAs(const Caller& caller, const std::string&
         absl::StrCat("flash guard (image): ", path, ": ", caller.account->name, " cannot read it"));
   }
   return bytes;
+}
+
+// The front's part of the flash guard (see FrontFlashGuard): the image as
+// read, its freshness and its toolchain. Returns the image's build record
+// (null when none) for the bench's memory rules.
+absl::StatusOr<nlohmann::json> CheckAtFront(const Caller& caller, const std::string& path,
+                                            const std::string& bytes, const FrontFlashGuard& guard) {
+  const bool elf = bytes.size() >= 4 && bytes.compare(0, 4, "\x7f" "ELF") == 0;
+  if (elf && guard.policy.check_fresh) {
+    auto img = ParseFirmwareImage(bytes, path);
+    if (!img.ok())
+      return absl::FailedPreconditionError(absl::StrCat("flash guard (image): ", img.status().message()));
+    {
+      ScopedFsIdentity as(*caller.account);  // ReadImageAs made sure there is one
+      if (!as.status().ok()) return as.status();
+      struct stat st;
+      if (stat(path.c_str(), &st) != 0) {
+        return absl::FailedPreconditionError(absl::StrCat("flash guard (image): ", path, " is gone"));
+      }
+      img->mtime_ns = int64_t{st.st_mtim.tv_sec} * 1000000000 + st.st_mtim.tv_nsec;
+    }
+    const std::string root = guard.project_root.empty() ? FindProjectRoot(path) : guard.project_root;
+    if (auto s = CheckImageFresh(*img, root); !s.ok()) return s;
+  }
+  const std::string sha = BytesSha256Hex(bytes);
+  nlohmann::json build = BuildRecordMadeImage(guard.policy.build, sha) ? guard.policy.build : nlohmann::json();
+  if (build.is_null() && guard.build_record) build = guard.build_record(sha);
+  if (guard.policy.require_verified_toolchain) {
+    if (auto s = CheckToolchainRecord(build, path, sha); !s.ok()) return s;
+  }
+  return build;
 }
 
 // Local leases of this bench standing for lab leases that other nodes took:
@@ -365,9 +397,17 @@ class FlashReactor final : public grpc::ServerBidiReactor<pb::LabFlashRequest, p
     }
     fs::rename(path + ".tmp", path, ec);
     if (ec) return absl::InternalError(absl::StrCat("cannot write ", path));
-    // The sources are where the front is: freshness is not judged here.
+    // The sources are where the front is: freshness (and the toolchain) were
+    // judged there. The memory budgets need this board's regions: here.
     FlashGuardPolicy guard;
     guard.check_fresh = false;
+    guard.flash_max_pct = start.flash_max_pct();
+    guard.ram_max_pct = start.ram_max_pct();
+    guard.max_growth_bytes = start.max_growth_bytes();
+    if (!start.build_record_json().empty()) {
+      guard.build = nlohmann::json::parse(start.build_record_json(), nullptr, false);
+      if (guard.build.is_discarded()) guard.build = nlohmann::json();
+    }
     auto r = deps.hardware->Flash(
         c, start.device_id(), path, approved, "",
         [st](const FlashProgressUpdate& u) {
@@ -551,9 +591,16 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> LabLinks::ChannelTo(const std::st
 absl::StatusOr<ForwardedFlash> ForwardFlash(
     LabLinks& links, const lab::LabLease& lease, const Caller& caller, const std::string& path,
     bool approved, const std::function<void(const FlashProgressUpdate&)>& progress,
-    CancelToken* cancel) {
+    CancelToken* cancel, const FrontFlashGuard& guard) {
   auto image = ReadImageAs(caller, path);
   if (!image.ok()) return image.status();
+  auto build = CheckAtFront(caller, path, *image, guard);
+  if (!build.ok()) return build.status();
+  progress({"guard", 0.05,
+            absl::StrCat("the front's guard passed: image (", image->size(), " bytes)",
+                         guard.policy.check_fresh ? ", fresh" : ", freshness waived by policy",
+                         guard.policy.require_verified_toolchain ? ", toolchain verified" : "",
+                         "; the bench checks the rest")});
   auto channel = links.ChannelTo(lease.node);
   if (!channel.ok()) return channel.status();
   auto stub = pb::LabNode::NewStub(*channel);
@@ -569,6 +616,10 @@ absl::StatusOr<ForwardedFlash> ForwardFlash(
   s->set_size(static_cast<int64_t>(image->size()));
   s->set_approved(approved);
   s->set_holder(caller.display);
+  s->set_flash_max_pct(guard.policy.flash_max_pct);
+  s->set_ram_max_pct(guard.policy.ram_max_pct);
+  s->set_max_growth_bytes(guard.policy.max_growth_bytes);
+  if (build->is_object()) s->set_build_record_json(build->dump());
   bool sent = stream->Write(start);
   for (size_t at = 0; sent && at < image->size(); at += kChunk) {
     pb::LabFlashRequest chunk;

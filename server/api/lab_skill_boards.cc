@@ -138,16 +138,29 @@ class LabSkillBoards : public RemoteBoards {
       if (found.empty()) return std::optional<std::string>();  // the local broker says what is missing
       return absl::FailedPreconditionError("you hold several boards of the lab: name one (--board)");
     }
+    // Another user's board: refused by rule, nothing of theirs touched.
+    if (auto holder = deps_.lab_leases->Holder(wanted);
+        holder.ok() && holder->has_value() &&
+        ((*holder)->identity != c.identity || (*holder)->via != deps_.lab_node)) {
+      return absl::PermissionDeniedError(absl::StrCat("board ", wanted, " is held by ", (*holder)->holder,
+                                                      " through ", (*holder)->via,
+                                                      "; only its holder works on it (rule: the board's lease holder)"));
+    }
     return absl::FailedPreconditionError(absl::StrCat(
         "board ", wanted, " is not on this node and you hold no lab lease on it (fwai hw lease ", wanted, ")"));
   }
 
   absl::StatusOr<FlashResult> Flash(const Caller& c, const std::string& board, const std::string& path,
-                                    bool approved, const std::function<void(const FlashProgressUpdate&)>& progress,
+                                    bool approved, const std::string& project_root, const FlashGuardPolicy& policy,
+                                    const std::function<void(const FlashProgressUpdate&)>& progress,
                                     CancelToken* cancel) override {
     auto lease = LeaseOf(c, board);
     if (!lease.ok()) return lease.status();
-    auto r = ForwardFlash(links_, *lease, c, path, approved, progress, cancel);
+    FrontFlashGuard guard;
+    guard.project_root = project_root;
+    guard.policy = policy;
+    guard.build_record = [hw = deps_.hardware](const std::string& sha) { return hw->BuildRecordOf(sha); };
+    auto r = ForwardFlash(links_, *lease, c, path, approved, progress, cancel, guard);
     if (!r.ok()) return r.status();
     if (deps_.audit) {
       deps_.audit({{"kind", "lab_flash"},

@@ -715,6 +715,40 @@ absl::StatusOr<FlashResult> HardwareBroker::Flash(
   return r;
 }
 
+bool BuildRecordMadeImage(const nlohmann::json& rec, const std::string& sha256) {
+  if (!rec.is_object()) return false;
+  for (const auto& a : rec.value("artifacts", nlohmann::json::array())) {
+    for (const auto& f : a.value("files", nlohmann::json::array())) {
+      if (f.value("sha256", "") == sha256) return true;
+    }
+  }
+  return false;
+}
+
+absl::Status CheckToolchainRecord(const nlohmann::json& build, const std::string& requested_image,
+                                  const std::string& sha256) {
+  if (!build.is_object()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "flash guard (toolchain): no build record attests the toolchain of ", requested_image,
+        " (sha256 ", sha256.substr(0, 12),
+        "); build it with `fwai run build` (policy flash.require_verified_toolchain)"));
+  }
+  const nlohmann::json tc = build.value("toolchain", nlohmann::json::object());
+  if (!tc.value("verified", false)) {
+    std::string why = tc.value("error", "");
+    for (const auto& p : tc.value("dpkg_verify", nlohmann::json::object())
+                             .value("problems", nlohmann::json::array())) {
+      absl::StrAppend(&why, why.empty() ? "" : "; ", p.get<std::string>());
+      if (why.size() > 400) break;
+    }
+    return absl::FailedPreconditionError(absl::StrCat(
+        "flash guard (toolchain): ", requested_image, " was built (", build.value("run_id", ""),
+        ") by a toolchain whose files do not verify: ", why.empty() ? "dpkg -V failed" : why,
+        " (policy flash.require_verified_toolchain)"));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<FlashResult> HardwareBroker::FlashGuarded(
     const Caller& caller, const std::string& board_id, const std::string& requested_image,
     bool approved, const std::string& project_root,
@@ -756,37 +790,10 @@ absl::StatusOr<FlashResult> HardwareBroker::FlashGuarded(
   auto sha = FileSha256(image_path);
   if (!sha.ok()) return sha.status();
   // The rules that need the image's build record: its toolchain, its growth.
-  auto made_this_image = [&sha](const nlohmann::json& rec) {
-    if (!rec.is_object()) return false;
-    for (const auto& a : rec.value("artifacts", nlohmann::json::array())) {
-      for (const auto& f : a.value("files", nlohmann::json::array())) {
-        if (f.value("sha256", "") == *sha) return true;
-      }
-    }
-    return false;
-  };
-  nlohmann::json build = made_this_image(guard.build) ? guard.build : nlohmann::json();
+  nlohmann::json build = BuildRecordMadeImage(guard.build, *sha) ? guard.build : nlohmann::json();
   if (build.is_null() && build_record_) build = build_record_(*sha);
   if (guard.require_verified_toolchain) {
-    if (!build.is_object()) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "flash guard (toolchain): no build record attests the toolchain of ", requested_image,
-          " (sha256 ", sha->substr(0, 12),
-          "); build it with `fwai run build` (policy flash.require_verified_toolchain)"));
-    }
-    const nlohmann::json tc = build.value("toolchain", nlohmann::json::object());
-    if (!tc.value("verified", false)) {
-      std::string why = tc.value("error", "");
-      for (const auto& p : tc.value("dpkg_verify", nlohmann::json::object())
-                               .value("problems", nlohmann::json::array())) {
-        absl::StrAppend(&why, why.empty() ? "" : "; ", p.get<std::string>());
-        if (why.size() > 400) break;
-      }
-      return absl::FailedPreconditionError(absl::StrCat(
-          "flash guard (toolchain): ", requested_image, " was built (", build.value("run_id", ""),
-          ") by a toolchain whose files do not verify: ", why.empty() ? "dpkg -V failed" : why,
-          " (policy flash.require_verified_toolchain)"));
-    }
+    if (auto s = CheckToolchainRecord(build, requested_image, *sha); !s.ok()) return s;
   }
   if (guard.any_memory_budget()) {
     MemoryOptions mo;

@@ -110,6 +110,13 @@ struct FlashGuardPolicy {
   }
 };
 
+// True when the build record `rec` lists an artifact file with this SHA-256.
+bool BuildRecordMadeImage(const nlohmann::json& rec, const std::string& sha256);
+// The guard's toolchain rule (policy flash.require_verified_toolchain): the
+// image's build record says its toolchain's files verified. `image` names it.
+[[nodiscard]] absl::Status CheckToolchainRecord(const nlohmann::json& build, const std::string& image,
+                                                const std::string& sha256);
+
 struct DebugResult {
   std::vector<std::string> outputs;  // one text per command
   nlohmann::json results = nlohmann::json::array();
@@ -140,6 +147,9 @@ class HardwareBroker {
   // SHA-256, for the guard's toolchain and growth rules; null if none.
   void SetBuildRecordLookup(std::function<nlohmann::json(const std::string& sha256)> lookup) {
     build_record_ = std::move(lookup);
+  }
+  nlohmann::json BuildRecordOf(const std::string& sha256) const {
+    return build_record_ ? build_record_(sha256) : nlohmann::json();
   }
   // Each flash record carries the SBOM of what was flashed: `tool_version`
   // names fwaid in it; `dpkg_admindir` is where toolchains are attested.

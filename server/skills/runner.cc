@@ -375,6 +375,12 @@ struct SkillRunner::RunState {
     }
     auto board = ResolveBoard(*wanted);
     if (!board.ok()) {
+      if (board.status().code() == absl::StatusCode::kPermissionDenied) {
+        // Someone else's board (a lab lease of another user): refused by rule.
+        refusals.push_back({{"kind", s.tool}, {"target", *wanted}, {"rule", "the board's lease holder"}, {"step", s.name}});
+        o = Failed("policy", std::string(board.status().message()));
+        return std::nullopt;
+      }
       o = Failed("hardware", std::string(board.status().message()));
       return std::nullopt;
     }
@@ -451,7 +457,7 @@ struct SkillRunner::RunState {
       return FailWith(o, "hardware", std::string(serial.status().message()));
     }
     auto r = remote->Flash(
-        caller, board, path, true,
+        caller, board, path, true, req.project_root, FlashGuardOf(rules, OwnBuild()),
         [&](const FlashProgressUpdate& u) {
           std::string line = absl::StrCat("[", u.stage, "] ", u.message);
           log << line << '\n';
@@ -464,8 +470,9 @@ struct SkillRunner::RunState {
         refusals.push_back({{"kind", "flash"}, {"target", board}, {"rule", "lab"}, {"step", s.name}});
         return FailWith(o, "policy", std::string(r.status().message()));
       }
-      return FailWith(o, r.status().code() == absl::StatusCode::kFailedPrecondition ||
-                                 r.status().code() == absl::StatusCode::kUnavailable
+      const bool guard = absl::StrContains(r.status().message(), "flash guard");
+      return FailWith(o, !guard && (r.status().code() == absl::StatusCode::kFailedPrecondition ||
+                                    r.status().code() == absl::StatusCode::kUnavailable)
                              ? "hardware"
                              : "flash",
                       std::string(r.status().message()));

@@ -52,9 +52,12 @@ class RemoteBoards {
   [[nodiscard]] virtual absl::StatusOr<std::optional<std::string>> Resolve(const Caller& caller,
                                                                         const std::string& wanted) = 0;
   // The image's bytes are read as the caller and flashed by the bench, which
-  // waits for its board's boot pattern.
+  // waits for its board's boot pattern; the flash guard's rules of the
+  // project (`guard`, its sources under `project_root`) apply as for a board
+  // of this node: the image's here, the board's on its bench.
   [[nodiscard]] virtual absl::StatusOr<FlashResult> Flash(
       const Caller& caller, const std::string& board, const std::string& path, bool approved,
+      const std::string& project_root, const FlashGuardPolicy& guard,
       const std::function<void(const FlashProgressUpdate&)>& progress, CancelToken* cancel) = 0;
   [[nodiscard]] virtual absl::StatusOr<std::unique_ptr<RemoteSerial>> OpenSerial(const Caller& caller,
                                                                               const std::string& board) = 0;

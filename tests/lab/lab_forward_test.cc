@@ -99,16 +99,18 @@ class LabForward : public ::testing::Test {
     std::string boot_line, sha256;
     std::vector<std::string> stages;
   };
-  Flashed Flash(Daemon& d, const std::string& board, const std::string& lease_id) {
+  Flashed Flash(Daemon& d, const std::string& board, const std::string& lease_id,
+                const std::string& image = FWAI_BLINKY_ELF, const std::string& project_root = "") {
     auto hw = pb::Hardware::NewStub(d.channel());
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(120));
     pb::FlashRequest req;
     req.set_device_id(board);
     req.set_lease_id(lease_id);
-    req.set_image_path(FWAI_BLINKY_ELF);
+    req.set_image_path(image);
     req.set_approved(true);
-    req.set_project_root(std::filesystem::path(FWAI_BLINKY_ELF).parent_path().string());
+    req.set_project_root(project_root.empty() ? std::filesystem::path(image).parent_path().string()
+                                              : project_root);
     auto reader = hw->Flash(&ctx, req);
     Flashed out;
     pb::FlashProgress p;
@@ -301,6 +303,55 @@ TEST_F(LabForward, TheBenchRefusesAnyoneWithoutANodeCertificateHoldingTheLease) 
   }
   s = FlashOnBench(BenchAs("front1"), lease.lease_id());
   EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED) << s.error_message();
+}
+
+// The flash guard through a front: the front judges the image against its
+// project's policy — here a source changed after the image was built —
+// before a byte moves, naming the rule, and the bench's board is left as it
+// was; the same image once fresh again is flashed and boots.
+TEST_F(LabForward, TheFlashGuardRefusesAStaleImageThroughAFrontAndLeavesTheBoardAlone) {
+  namespace fs = std::filesystem;
+  const pb::Lease l = Lease(*front1_, "b1");
+  ASSERT_FALSE(l.lease_id().empty());
+  const std::string project = cluster_.dir() + "/project";
+  fs::create_directories(project);
+  const std::string image = project + "/blinky.elf";
+  fs::copy_file(FWAI_BLINKY_ELF, image, fs::copy_options::overwrite_existing);
+  std::ofstream(project + "/Makefile") << "all:\n";
+  std::ofstream(project + "/main.c") << "int main(void) { return 0; }\n";
+  const auto built = fs::last_write_time(image);
+  fs::last_write_time(project + "/Makefile", built - std::chrono::seconds(60));
+  fs::last_write_time(project + "/main.c", built + std::chrono::seconds(10));  // edited after the build
+  auto board = [&] {
+    auto hw = pb::Hardware::NewStub(bench_->channel());
+    grpc::ClientContext ctx;
+    pb::ListDevicesResponse r;
+    EXPECT_TRUE(hw->ListDevices(&ctx, {}, &r).ok());
+    for (const auto& d : r.devices()) {
+      if (d.id() == "b1") return d;
+    }
+    return pb::Device();
+  };
+  const pb::Device before = board();
+  Flashed stale = Flash(*front1_, "b1", l.lease_id(), image, project);
+  EXPECT_EQ(stale.status.error_code(), grpc::StatusCode::FAILED_PRECONDITION)
+      << stale.status.error_message();
+  EXPECT_NE(stale.status.error_message().find("flash guard (fresh)"), std::string::npos)
+      << stale.status.error_message();
+  EXPECT_NE(stale.status.error_message().find("main.c"), std::string::npos)
+      << stale.status.error_message();
+  // Untouched: no byte reached the bench, its board runs what it ran.
+  EXPECT_EQ(bench_->log().find("lab: flash of b1"), std::string::npos) << bench_->log();
+  const pb::Device after = board();
+  EXPECT_EQ(after.image_sha256(), before.image_sha256());
+  EXPECT_EQ(after.image(), before.image());
+  EXPECT_EQ(after.health(), "good");
+  // Rebuilt (newer than its sources): the same bytes go through and boot.
+  fs::last_write_time(image, built + std::chrono::seconds(20));
+  Flashed fresh = Flash(*front1_, "b1", l.lease_id(), image, project);
+  ASSERT_TRUE(fresh.status.ok()) << fresh.status.error_message() << "\nbench:\n" << bench_->log();
+  EXPECT_NE(fresh.boot_line.find("booted"), std::string::npos) << fresh.boot_line;
+  EXPECT_NE(std::find(fresh.stages.begin(), fresh.stages.end(), "guard"), fresh.stages.end());
 }
 
 }  // namespace

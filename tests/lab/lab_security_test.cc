@@ -12,11 +12,13 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "fwai/v1/auth.grpc.pb.h"
 #include "fwai/v1/hardware.grpc.pb.h"
 #include "fwai/v1/lab.grpc.pb.h"
+#include "fwai/v1/projects.grpc.pb.h"
 #include "server/lab/etcd_client.h"
 #include "tests/integration/daemon_fixture.h"
 #include "tests/lab/etcd_cluster.h"
@@ -328,6 +330,117 @@ TEST_F(LabSecurity, AnotherUserThroughTheFrontCannotTouchALeasedLabBoard) {
   }
   // ...and alice's stream on b1 still goes on.
   EXPECT_TRUE(SayAndHear(*serial, "ping", "pong")) << bench_->log();
+  serial->WritesDone();
+  sctx.TryCancel();
+  (void)serial->Finish();
+}
+
+// A skill run's flash step on a lab board another user holds through the
+// same front is refused by rule (the step fails as a policy refusal naming
+// "the board's lease holder"); the holder's lease and serial stream go on and the
+// board is not flashed.
+TEST_F(LabSecurity, ASkillRunsFlashOnABoardAnotherUserHoldsIsRefusedByRule) {
+  namespace fs = std::filesystem;
+  // alice holds b1 through the front; the example firmware answers ping.
+  {
+    auto hw = pb::Hardware::NewStub(front_->channel());
+    grpc::ClientContext ctx;
+    pb::AcquireRequest req;
+    req.set_device_id("b1");
+    req.set_ttl_s(60);
+    pb::Lease root;
+    ASSERT_TRUE(hw->Acquire(&ctx, req, &root).ok());
+    grpc::ClientContext fctx;
+    fctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(120));
+    pb::FlashRequest freq;
+    freq.set_device_id("b1");
+    freq.set_lease_id(root.lease_id());
+    freq.set_image_path(FWAI_BLINKY_ELF);
+    freq.set_approved(true);
+    freq.set_project_root(fs::path(FWAI_BLINKY_ELF).parent_path().string());
+    auto reader = hw->Flash(&fctx, freq);
+    pb::FlashProgress p;
+    while (reader->Read(&p)) {
+    }
+    const grpc::Status st = reader->Finish();
+    ASSERT_TRUE(st.ok()) << st.error_message() << "\nbench:\n" << bench_->log();
+    grpc::ClientContext rctx;
+    pb::ReleaseRequest rreq;
+    rreq.set_lease_id(root.lease_id());
+    pb::ReleaseResponse rresp;
+    ASSERT_TRUE(hw->Release(&rctx, rreq, &rresp).ok());
+  }
+  pb::Lease a;
+  {
+    grpc::ClientContext ctx;
+    auto hw = As(alice_, ctx);
+    pb::AcquireRequest req;
+    req.set_device_id("b1");
+    req.set_ttl_s(120);
+    ASSERT_TRUE(hw->Acquire(&ctx, req, &a).ok());
+  }
+  grpc::ClientContext sctx;
+  auto hw = As(alice_, sctx);
+  auto serial = hw->Serial(&sctx);
+  {
+    pb::SerialClientMessage open;
+    open.mutable_open()->set_device_id("b1");
+    open.mutable_open()->set_lease_id(a.lease_id());
+    ASSERT_TRUE(serial->Write(open));
+    pb::SerialServerMessage m;
+    ASSERT_TRUE(serial->Read(&m));
+    ASSERT_EQ(m.opened(), "b1") << m.error() << m.reason();
+  }
+  ASSERT_TRUE(SayAndHear(*serial, "ping", "pong")) << bench_->log();
+  auto flashes = [&] {
+    const std::string log = bench_->log();
+    size_t n = 0;
+    for (size_t at = log.find("lab: flash of b1"); at != std::string::npos;
+         at = log.find("lab: flash of b1", at + 1))
+      ++n;
+    return n;
+  };
+  const size_t flashed_before = flashes();
+
+  // Another user of the front (root, on its unix socket) runs the flash
+  // skill on b1.
+  grpc::ClientContext rctx;
+  rctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(120));
+  pb::RunSkillRequest run;
+  const std::string project = cluster_.dir() + "/project";  // the run's logs go here
+  fs::create_directories(project);
+  run.set_project_root(project);
+  run.set_skill("flash");
+  run.set_board("b1");
+  run.set_approved(true);
+  (*run.mutable_vars())["IMAGE"] = FWAI_BLINKY_ELF;
+  auto events = pb::Skills::NewStub(front_->channel())->Run(&rctx, run);
+  pb::SkillEvent e;
+  nlohmann::json summary;
+  std::string step_text;
+  while (events->Read(&e)) {
+    if (e.kind() == "step_finished") step_text = e.text();
+    if (e.kind() == "run_finished") summary = nlohmann::json::parse(e.json(), nullptr, false);
+  }
+  const grpc::Status st = events->Finish();
+  ASSERT_TRUE(st.ok()) << st.error_message();
+  ASSERT_TRUE(summary.is_object()) << step_text;
+  EXPECT_FALSE(summary.value("ok", true)) << summary.dump();
+  EXPECT_EQ(summary.value("failure_class", ""), "policy") << summary.dump();
+  EXPECT_NE(step_text.find("rule: the board's lease holder"), std::string::npos) << step_text;
+  EXPECT_NE(step_text.find("held by alice"), std::string::npos) << step_text;
+  ASSERT_TRUE(summary["policy_refusals"].is_array() && summary["policy_refusals"].size() == 1)
+      << summary.dump();
+  EXPECT_EQ(summary["policy_refusals"][0].value("rule", ""), "the board's lease holder");
+  EXPECT_EQ(summary["policy_refusals"][0].value("target", ""), "b1");
+
+  // Nothing of alice's changed: her stream, her lease, her board's image.
+  EXPECT_EQ(flashes(), flashed_before) << bench_->log();
+  EXPECT_TRUE(SayAndHear(*serial, "ping", "pong")) << bench_->log();
+  EXPECT_TRUE(RenewAs(alice_, a.lease_id()).ok());
+  auto key = etcd_->Get("/fwai/leases/b1");
+  ASSERT_TRUE(key.ok() && key->has_value());
+  EXPECT_NE((*key)->value.find(a.lease_id()), std::string::npos) << (*key)->value;
   serial->WritesDone();
   sctx.TryCancel();
   (void)serial->Finish();

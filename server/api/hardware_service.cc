@@ -302,12 +302,14 @@ class HardwareService final : public pb::Hardware::CallbackService {
   // lease held through a front is gone once that lease is (within a second).
   absl::StatusOr<pb::Lease> AcquireLocalInLabQueue(const Caller& c, const std::string& device_id,
                                                    const std::vector<std::string>& tags, int ttl_s,
-                                                   int wait_s, const std::function<bool()>& cancelled,
+                                                   int wait_s,
+                                                   const std::function<bool()>& cancelled,
                                                    bool ci) {
     const HardwareConfig& hc = deps_.config->hardware;
     if (ttl_s <= 0) ttl_s = hc.default_ttl_s;
     if (ttl_s > hc.max_ttl_s) {
-      return absl::InvalidArgumentError(absl::StrCat("ttl ", ttl_s, " s is above the limit of ", hc.max_ttl_s, " s"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("ttl ", ttl_s, " s is above the limit of ", hc.max_ttl_s, " s"));
     }
     if (wait_s > 86400) return absl::InvalidArgumentError("wait must be 0..86400 seconds");
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(wait_s);
@@ -326,9 +328,12 @@ class HardwareService final : public pb::Hardware::CallbackService {
     if (!ll.ok()) return ll.status();
     // The board is this caller's in the lab; here, once the previous
     // holder's stand-in has gone.
-    const int left_s = static_cast<int>(std::max<int64_t>(
-        5, std::chrono::duration_cast<std::chrono::seconds>(deadline - std::chrono::steady_clock::now()).count()));
-    auto l = deps_.hardware->Acquire(c, ll->board, {}, ttl_s, std::min(left_s, 30), cancelled, ll->lease_id);
+    const int left_s =
+        static_cast<int>(std::max<int64_t>(5, std::chrono::duration_cast<std::chrono::seconds>(
+                                                  deadline - std::chrono::steady_clock::now())
+                                                  .count()));
+    auto l = deps_.hardware->Acquire(c, ll->board, {}, ttl_s, std::min(left_s, 30), cancelled,
+                                     ll->lease_id);
     if (!l.ok()) {
       (void)deps_.lab_leases->Release(ll->lease_id, "", c.identity, false, false);
       return l.status();
@@ -723,8 +728,11 @@ class HardwareService final : public pb::Hardware::CallbackService {
           guard.policy.flash_max_pct = rules->memory_flash_max_pct;
           guard.policy.ram_max_pct = rules->memory_ram_max_pct;
           guard.policy.max_growth_bytes = rules->memory_max_growth_bytes;
-          guard.build_record = [hw = svc->deps_.hardware](const std::string& sha) { return hw->BuildRecordOf(sha); };
-          auto r = ForwardFlash(svc->links_, **remote, c, copy.image_path(), approved, progress, &st->cancel, guard);
+          guard.build_record = [hw = svc->deps_.hardware](const std::string& sha) {
+            return hw->BuildRecordOf(sha);
+          };
+          auto r = ForwardFlash(svc->links_, **remote, c, copy.image_path(), approved, progress,
+                                &st->cancel, guard);
           if (!r.ok()) {
             st->writer.Close(ToGrpcStatus(r.status()));
             return;

@@ -75,26 +75,33 @@ absl::StatusOr<std::string> ReadImageAs(const Caller& caller, const std::string&
 // read, its freshness and its toolchain. Returns the image's build record
 // (null when none) for the bench's memory rules.
 absl::StatusOr<nlohmann::json> CheckAtFront(const Caller& caller, const std::string& path,
-                                            const std::string& bytes, const FrontFlashGuard& guard) {
-  const bool elf = bytes.size() >= 4 && bytes.compare(0, 4, "\x7f" "ELF") == 0;
+                                            const std::string& bytes,
+                                            const FrontFlashGuard& guard) {
+  const bool elf = bytes.size() >= 4 && bytes.compare(0, 4,
+                                                      "\x7f"
+                                                      "ELF") == 0;
   if (elf && guard.policy.check_fresh) {
     auto img = ParseFirmwareImage(bytes, path);
     if (!img.ok())
-      return absl::FailedPreconditionError(absl::StrCat("flash guard (image): ", img.status().message()));
+      return absl::FailedPreconditionError(
+          absl::StrCat("flash guard (image): ", img.status().message()));
     {
       ScopedFsIdentity as(*caller.account);  // ReadImageAs made sure there is one
       if (!as.status().ok()) return as.status();
       struct stat st;
       if (stat(path.c_str(), &st) != 0) {
-        return absl::FailedPreconditionError(absl::StrCat("flash guard (image): ", path, " is gone"));
+        return absl::FailedPreconditionError(
+            absl::StrCat("flash guard (image): ", path, " is gone"));
       }
       img->mtime_ns = int64_t{st.st_mtim.tv_sec} * 1000000000 + st.st_mtim.tv_nsec;
     }
-    const std::string root = guard.project_root.empty() ? FindProjectRoot(path) : guard.project_root;
+    const std::string root =
+        guard.project_root.empty() ? FindProjectRoot(path) : guard.project_root;
     if (auto s = CheckImageFresh(*img, root); !s.ok()) return s;
   }
   const std::string sha = BytesSha256Hex(bytes);
-  nlohmann::json build = BuildRecordMadeImage(guard.policy.build, sha) ? guard.policy.build : nlohmann::json();
+  nlohmann::json build =
+      BuildRecordMadeImage(guard.policy.build, sha) ? guard.policy.build : nlohmann::json();
   if (build.is_null() && guard.build_record) build = guard.build_record(sha);
   if (guard.policy.require_verified_toolchain) {
     if (auto s = CheckToolchainRecord(build, path, sha); !s.ok()) return s;
@@ -113,7 +120,8 @@ absl::StatusOr<nlohmann::json> CheckAtFront(const Caller& caller, const std::str
 class LabMirrors {
  public:
   explicit LabMirrors(const ApiDeps& deps) : deps_(deps) {
-    if (deps_.lab_leases && deps_.lab_etcd && deps_.hardware) thread_ = std::thread([this] { Run(); });
+    if (deps_.lab_leases && deps_.lab_etcd && deps_.hardware)
+      thread_ = std::thread([this] { Run(); });
   }
   ~LabMirrors() {
     {
@@ -155,8 +163,9 @@ class LabMirrors {
     const int64_t confirmed_us = NowMicros();
     std::lock_guard lock(mu_);
     if (auto it = mirrors_.find(lease_id); it != mirrors_.end()) {
-      if (deps_.hardware->SetLeaseExpiry(it->second.caller.lease_id, Until(confirmed_us, *left),
-                                         ExpiryReason(it->second, confirmed_us))
+      if (deps_.hardware
+              ->SetLeaseExpiry(it->second.caller.lease_id, Until(confirmed_us, *left),
+                               ExpiryReason(it->second, confirmed_us))
               .ok()) {
         return it->second.caller;
       }
@@ -216,10 +225,9 @@ class LabMirrors {
   // Why the stand-in ends if nothing confirms the lab lease again.
   static std::string ExpiryReason(const Mirror& m, int64_t confirmed_us,
                                   const absl::Status& etcd = absl::OkStatus()) {
-    std::string why = absl::StrCat("lab lease ", m.lab_lease_id, " of ", m.holder, " via ", m.node,
-                                   " expired: its ", m.ttl_s,
-                                   " s TTL ran out after the last renewal etcd confirmed (",
-                                   FormatUtc(confirmed_us), ")");
+    std::string why = absl::StrCat(
+        "lab lease ", m.lab_lease_id, " of ", m.holder, " via ", m.node, " expired: its ", m.ttl_s,
+        " s TTL ran out after the last renewal etcd confirmed (", FormatUtc(confirmed_us), ")");
     if (!etcd.ok()) absl::StrAppend(&why, "; etcd unreachable: ", etcd.message());
     return why;
   }

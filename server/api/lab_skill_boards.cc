@@ -142,16 +142,17 @@ class LabSkillBoards : public RemoteBoards {
     if (auto holder = deps_.lab_leases->Holder(wanted);
         holder.ok() && holder->has_value() &&
         ((*holder)->identity != c.identity || (*holder)->via != deps_.lab_node)) {
-      return absl::PermissionDeniedError(absl::StrCat("board ", wanted, " is held by ", (*holder)->holder,
-                                                      " through ", (*holder)->via,
-                                                      "; only its holder works on it (rule: the board's lease holder)"));
+      return absl::PermissionDeniedError(absl::StrCat(
+          "board ", wanted, " is held by ", (*holder)->holder, " through ", (*holder)->via,
+          "; only its holder works on it (rule: the board's lease holder)"));
     }
     return absl::FailedPreconditionError(absl::StrCat(
         "board ", wanted, " is not on this node and you hold no lab lease on it (fwai hw lease ", wanted, ")"));
   }
 
-  absl::StatusOr<FlashResult> Flash(const Caller& c, const std::string& board, const std::string& path,
-                                    bool approved, const std::string& project_root, const FlashGuardPolicy& policy,
+  absl::StatusOr<FlashResult> Flash(const Caller& c, const std::string& board,
+                                    const std::string& path, bool approved,
+                                    const std::string& project_root, const FlashGuardPolicy& policy,
                                     const std::function<void(const FlashProgressUpdate&)>& progress,
                                     CancelToken* cancel) override {
     auto lease = LeaseOf(c, board);
@@ -159,7 +160,9 @@ class LabSkillBoards : public RemoteBoards {
     FrontFlashGuard guard;
     guard.project_root = project_root;
     guard.policy = policy;
-    guard.build_record = [hw = deps_.hardware](const std::string& sha) { return hw->BuildRecordOf(sha); };
+    guard.build_record = [hw = deps_.hardware](const std::string& sha) {
+      return hw->BuildRecordOf(sha);
+    };
     auto r = ForwardFlash(links_, *lease, c, path, approved, progress, cancel, guard);
     if (!r.ok()) return r.status();
     if (deps_.audit) {

@@ -369,10 +369,9 @@ std::vector<DeviceInfo> HardwareBroker::List() const {
   return out;
 }
 
-absl::StatusOr<LeaseRecord> HardwareBroker::Acquire(const Caller& caller, const std::string& device_id,
-                                                    const std::vector<std::string>& tags, int ttl_s, int wait_s,
-                                                    const std::function<bool()>& cancelled,
-                                                    const std::string& lease_id) {
+absl::StatusOr<LeaseRecord> HardwareBroker::Acquire(
+    const Caller& caller, const std::string& device_id, const std::vector<std::string>& tags,
+    int ttl_s, int wait_s, const std::function<bool()>& cancelled, const std::string& lease_id) {
   if (ttl_s <= 0) ttl_s = config_.default_ttl_s;
   if (ttl_s > config_.max_ttl_s) {
     return absl::InvalidArgumentError(absl::StrCat("ttl ", ttl_s, " s is above the limit of ", config_.max_ttl_s, " s"));
@@ -457,7 +456,8 @@ absl::StatusOr<LeaseRecord> HardwareBroker::Acquire(const Caller& caller, const 
   return lease;
 }
 
-absl::Status HardwareBroker::SetLeaseExpiry(const std::string& lease_id, std::optional<int64_t> expires_us,
+absl::Status HardwareBroker::SetLeaseExpiry(const std::string& lease_id,
+                                            std::optional<int64_t> expires_us,
                                             const std::string& reason) {
   return leases_->SetExpiry(lease_id, expires_us, reason);
 }

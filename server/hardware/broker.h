@@ -114,7 +114,8 @@ struct FlashGuardPolicy {
 bool BuildRecordMadeImage(const nlohmann::json& rec, const std::string& sha256);
 // The guard's toolchain rule (policy flash.require_verified_toolchain): the
 // image's build record says its toolchain's files verified. `image` names it.
-[[nodiscard]] absl::Status CheckToolchainRecord(const nlohmann::json& build, const std::string& image,
+[[nodiscard]] absl::Status CheckToolchainRecord(const nlohmann::json& build,
+                                                const std::string& image,
                                                 const std::string& sha256);
 
 struct DebugResult {
@@ -162,13 +163,16 @@ class HardwareBroker {
   // "" picks the caller's leased board, else the only board.
   [[nodiscard]] absl::StatusOr<std::string> ResolveBoard(const std::string& id, const Caller& caller) const;
 
-  [[nodiscard]] absl::StatusOr<LeaseRecord> Acquire(const Caller& caller, const std::string& device_id,
-                                                    const std::vector<std::string>& tags, int ttl_s, int wait_s,
+  [[nodiscard]] absl::StatusOr<LeaseRecord> Acquire(const Caller& caller,
+                                                    const std::string& device_id,
+                                                    const std::vector<std::string>& tags, int ttl_s,
+                                                    int wait_s,
                                                     const std::function<bool()>& cancelled,
                                                     const std::string& lease_id = "");
   // A lease standing for one granted elsewhere (a lab lease): see
   // LeaseManager::SetExpiry. Use does not extend it.
-  [[nodiscard]] absl::Status SetLeaseExpiry(const std::string& lease_id, std::optional<int64_t> expires_us,
+  [[nodiscard]] absl::Status SetLeaseExpiry(const std::string& lease_id,
+                                            std::optional<int64_t> expires_us,
                                             const std::string& reason);
   [[nodiscard]] absl::StatusOr<LeaseRecord> Renew(const Caller& caller, const std::string& lease_id);
   [[nodiscard]] absl::StatusOr<LeaseRecord> Release(const Caller& caller, const std::string& lease_id,

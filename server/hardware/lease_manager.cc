@@ -19,10 +19,17 @@ constexpr char kPrefix[] = "lease/";
 
 
 nlohmann::json ToJson(const LeaseRecord& l) {
-  return {{"lease_id", l.lease_id}, {"device_id", l.device_id}, {"holder", l.holder},
-          {"uid", l.uid},           {"identity", l.identity},   {"session_id", l.session_id},
-          {"acquired_us", l.acquired_us}, {"expires_us", l.expires_us}, {"ttl_s", l.ttl_s},
-          {"held_elsewhere", l.held_elsewhere}, {"expiry_reason", l.expiry_reason}};
+  return {{"lease_id", l.lease_id},
+          {"device_id", l.device_id},
+          {"holder", l.holder},
+          {"uid", l.uid},
+          {"identity", l.identity},
+          {"session_id", l.session_id},
+          {"acquired_us", l.acquired_us},
+          {"expires_us", l.expires_us},
+          {"ttl_s", l.ttl_s},
+          {"held_elsewhere", l.held_elsewhere},
+          {"expiry_reason", l.expiry_reason}};
 }
 
 LeaseRecord FromJson(const nlohmann::json& j) {
@@ -257,7 +264,8 @@ absl::Status LeaseManager::SetExpiry(const std::string& lease_id, std::optional<
     cv_.notify_all();  // the sweeper looks again (an earlier end)
     return Persist(l);
   }
-  return absl::NotFoundError(absl::StrCat("lease ", lease_id, ": no such lease (expired or released)"));
+  return absl::NotFoundError(
+      absl::StrCat("lease ", lease_id, ": no such lease (expired or released)"));
 }
 
 absl::StatusOr<LeaseRecord> LeaseManager::Release(const std::string& lease_id, const std::string& device_id,
@@ -364,8 +372,9 @@ void LeaseManager::Sweep() {
     cv_.notify_all();
     lock.unlock();
     for (const auto& l : expired) {
-      End(l, l.expiry_reason.empty() ? absl::StrCat("its ", l.ttl_s, " s TTL ran out without a renewal")
-                                     : l.expiry_reason);
+      End(l, l.expiry_reason.empty()
+                 ? absl::StrCat("its ", l.ttl_s, " s TTL ran out without a renewal")
+                 : l.expiry_reason);
     }
     lock.lock();
   }

@@ -79,7 +79,8 @@ class LeaseManager {
   // Makes `lease_id` a lease held elsewhere: it ends at `expires_us` (when
   // set; unchanged otherwise) unless set again, saying `reason` (when not
   // empty) as why. NOT_FOUND when it has ended.
-  [[nodiscard]] absl::Status SetExpiry(const std::string& lease_id, std::optional<int64_t> expires_us,
+  [[nodiscard]] absl::Status SetExpiry(const std::string& lease_id,
+                                       std::optional<int64_t> expires_us,
                                        const std::string& reason);
   // By lease id or device id. Only the holder, or an admin with `force`.
   [[nodiscard]] absl::StatusOr<LeaseRecord> Release(const std::string& lease_id, const std::string& device_id,

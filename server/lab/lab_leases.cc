@@ -39,11 +39,11 @@ absl::StatusOr<LabLease> LeaseFromJson(const std::string& text) {
 }
 
 std::string WaiterToJson(const LabWaiter& w) {
-  return nlohmann::json{{"board", w.board},       {"tags", w.tags},         {"node", w.node},
-                        {"wants", w.wants},
-                        {"holder", w.holder},     {"identity", w.identity}, {"session_id", w.session_id},
-                        {"via", w.via},           {"ci", w.ci},             {"since_us", w.since_us},
-                        {"until_us", w.until_us}}
+  return nlohmann::json{
+      {"board", w.board},           {"tags", w.tags},        {"node", w.node},
+      {"wants", w.wants},           {"holder", w.holder},    {"identity", w.identity},
+      {"session_id", w.session_id}, {"via", w.via},          {"ci", w.ci},
+      {"since_us", w.since_us},     {"until_us", w.until_us}}
       .dump();
 }
 
@@ -286,7 +286,8 @@ absl::StatusOr<LabLease> LabLeases::Acquire(const Request& req, const std::funct
     std::vector<LabBoard> candidates;
     std::vector<std::string> unhealthy;
     for (const auto& b : view->boards) {
-      bool match = (req.board.empty() || b.id == req.board) && (req.node.empty() || b.node == req.node);
+      bool match =
+          (req.board.empty() || b.id == req.board) && (req.node.empty() || b.node == req.node);
       for (const auto& t : req.tags) match = match && std::find(b.tags.begin(), b.tags.end(), t) != b.tags.end();
       if (!match) continue;
       if (b.health != "good") {
@@ -320,7 +321,8 @@ absl::StatusOr<LabLease> LabLeases::Acquire(const Request& req, const std::funct
     bool raced = false;
     for (const auto& b : candidates) {
       std::string why;
-      auto taken = TryTake(b, req, &why, req.lease_id, queue->first, queue->second, me ? &*me : nullptr, &raced);
+      auto taken = TryTake(b, req, &why, req.lease_id, queue->first, queue->second,
+                           me ? &*me : nullptr, &raced);
       if (!taken.ok()) return taken.status();
       if (taken->has_value()) {
         if (me) {

@@ -377,7 +377,10 @@ struct SkillRunner::RunState {
     if (!board.ok()) {
       if (board.status().code() == absl::StatusCode::kPermissionDenied) {
         // Someone else's board (a lab lease of another user): refused by rule.
-        refusals.push_back({{"kind", s.tool}, {"target", *wanted}, {"rule", "the board's lease holder"}, {"step", s.name}});
+        refusals.push_back({{"kind", s.tool},
+                            {"target", *wanted},
+                            {"rule", "the board's lease holder"},
+                            {"step", s.name}});
         o = Failed("policy", std::string(board.status().message()));
         return std::nullopt;
       }
@@ -471,10 +474,11 @@ struct SkillRunner::RunState {
         return FailWith(o, "policy", std::string(r.status().message()));
       }
       const bool guard = absl::StrContains(r.status().message(), "flash guard");
-      return FailWith(o, !guard && (r.status().code() == absl::StatusCode::kFailedPrecondition ||
-                                    r.status().code() == absl::StatusCode::kUnavailable)
-                             ? "hardware"
-                             : "flash",
+      return FailWith(o,
+                      !guard && (r.status().code() == absl::StatusCode::kFailedPrecondition ||
+                                 r.status().code() == absl::StatusCode::kUnavailable)
+                          ? "hardware"
+                          : "flash",
                       std::string(r.status().message()));
     }
     vars["IMAGE_SHA256"] = r->sha256;

@@ -209,8 +209,9 @@ TEST_F(LabFaults, SerialThroughAFrontOutlivesQuorumLossUntilItsLeasesTtl) {
         return stand_in_until >= renewed_us + int64_t{kLeaseTtl - 1} * 1000000;
       },
       std::chrono::seconds(30)))
-      << "the bench's stand-in never took the renewal: ends at " << stand_in_until << ", renewed at "
-      << renewed_us << "\n" << bench_->log();
+      << "the bench's stand-in never took the renewal: ends at " << stand_in_until
+      << ", renewed at " << renewed_us << "\n"
+      << bench_->log();
   cluster_.StopMember(1);
   cluster_.StopMember(2);
   const auto lost = std::chrono::steady_clock::now();

@@ -321,7 +321,8 @@ TEST_F(LabForward, TheFlashGuardRefusesAStaleImageThroughAFrontAndLeavesTheBoard
   std::ofstream(project + "/main.c") << "int main(void) { return 0; }\n";
   const auto built = fs::last_write_time(image);
   fs::last_write_time(project + "/Makefile", built - std::chrono::seconds(60));
-  fs::last_write_time(project + "/main.c", built + std::chrono::seconds(10));  // edited after the build
+  fs::last_write_time(project + "/main.c",
+                      built + std::chrono::seconds(10));  // edited after the build
   auto board = [&] {
     auto hw = pb::Hardware::NewStub(bench_->channel());
     grpc::ClientContext ctx;

@@ -452,9 +452,10 @@ TEST_F(LabFront, ALocalUserOfABenchWaitsInTheLabsQueueForItsBoardHeldThroughAFro
   EXPECT_NE(now.status.error_message().find("front1"), std::string::npos)
       << now.status.error_message();
   Acquired remote, local;
-  std::thread via_front([&] { remote = Acquire(*front2_, "b1", {}, 60, "remote", /*wait_s=*/120); });
-  ASSERT_TRUE(Eventually([&] { return WaitingSessions(*bench1_).size() == 1; },
-                         std::chrono::seconds(30)));
+  std::thread via_front(
+      [&] { remote = Acquire(*front2_, "b1", {}, 60, "remote", /*wait_s=*/120); });
+  ASSERT_TRUE(
+      Eventually([&] { return WaitingSessions(*bench1_).size() == 1; }, std::chrono::seconds(30)));
   std::thread on_bench([&] { local = Acquire(*bench1_, "b1", {}, 60, "local", /*wait_s=*/120); });
   std::vector<std::string> queued;
   ASSERT_TRUE(Eventually(
@@ -463,7 +464,8 @@ TEST_F(LabFront, ALocalUserOfABenchWaitsInTheLabsQueueForItsBoardHeldThroughAFro
         return queued.size() == 2;
       },
       std::chrono::seconds(30)))
-      << queued.size() << " waiting\n" << bench1_->log();
+      << queued.size() << " waiting\n"
+      << bench1_->log();
   EXPECT_EQ(queued, (std::vector<std::string>{"remote", "local"}));
   {
     const pb::WhoResponse who = Who(*front1_);

@@ -717,14 +717,22 @@ absl::StatusOr<DaemonConfig> ParseConfig(const std::string& yaml_text, const std
       }
       if (auto p = n["passages"]) {
         CFG_TRY(r.CheckKeys(p, "knowledge.passages",
-                            {"tokens", "pool", "coverage_weight", "sentence_weight"}));
+                            {"tokens", "pool", "coverage_weight", "sentence_weight", "forward",
+                             "within_doc_weight"}));
+        if (auto fw = p["forward"]) {
+          if (!fw.IsScalar() || (fw.Scalar() != "true" && fw.Scalar() != "false")) {
+            return r.Error(fw, "knowledge.passages.forward", "expected true or false");
+          }
+          k.passage_forward = fw.Scalar() == "true" ? 1 : 0;
+        }
         if (p["tokens"])
           CFG_TRY(r.Int(p["tokens"], "knowledge.passages.tokens", 1, 512, k.passage_tokens));
         if (p["pool"])
           CFG_TRY(r.Int(p["pool"], "knowledge.passages.pool", 1, 1000, k.passage_pool));
         CFG_TRY(Numbers(r, p, "knowledge.passages",
                         {{"coverage_weight", 0, 100, &k.passage_coverage_weight},
-                         {"sentence_weight", 0, 100, &k.passage_sentence_weight}}));
+                         {"sentence_weight", 0, 100, &k.passage_sentence_weight},
+                         {"within_doc_weight", 0, 1, &k.passage_within_doc}}));
       }
       if (auto lg = n["log"]) {
         CFG_TRY(r.CheckKeys(lg, "knowledge.log",

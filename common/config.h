@@ -100,6 +100,8 @@ struct KnowledgeConfig {
   int passage_pool = 30;
   double passage_coverage_weight = -1;  // -1: the built-in default
   double passage_sentence_weight = -1;
+  int passage_forward = -1;        // -1: the built-in default; 0 / 1
+  double passage_within_doc = -1;  // -1: the built-in default
   // The retrieval log and its corrections.
   int64_t log_max_entries = 100000;
   double feedback_weight = 0.8;

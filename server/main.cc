@@ -733,6 +733,8 @@ int Main(int argc, char** argv) {
   ko.passage_pool = kc.passage_pool;
   if (kc.passage_coverage_weight >= 0) ko.passage_coverage_weight = kc.passage_coverage_weight;
   if (kc.passage_sentence_weight >= 0) ko.passage_sentence_weight = kc.passage_sentence_weight;
+  if (kc.passage_forward >= 0) ko.passage_forward = kc.passage_forward > 0;
+  if (kc.passage_within_doc >= 0) ko.passage_within_doc = kc.passage_within_doc;
   ko.log.max_entries = kc.log_max_entries;
   ko.log.weight = kc.feedback_weight;
   ko.log.min_similarity = kc.feedback_min_similarity;

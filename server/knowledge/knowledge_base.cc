@@ -1246,6 +1246,11 @@ absl::StatusOr<std::vector<KbSearchHit>> KnowledgeBase::SearchImpl(
           ? loaded.size()
           : std::min(loaded.size(), static_cast<size_t>(std::max(pool_size, r.max_results + 10)));
   const int budget = std::min(passage_tokens, kMaxPassageTokens);
+  const bool forward = ov.passage_forward >= 0 ? ov.passage_forward > 0 : m.options.passage_forward;
+  const PassageGrowth growth =
+      forward ? PassageGrowth::kForwardFromLeadIn : PassageGrowth::kTowardsQuery;
+  const double within_doc = std::clamp(
+      ov.passage_within_doc >= 0 ? ov.passage_within_doc : m.options.passage_within_doc, 0.0, 1.0);
   struct Widened {
     const Loaded* l;
     uint32_t slot;
@@ -1259,7 +1264,7 @@ absl::StatusOr<std::vector<KbSearchHit>> KnowledgeBase::SearchImpl(
     const Loaded& l = loaded[i];
     const uint32_t slot = m.chunk_slot[l.c.o];
     const uint32_t index = l.rec.meta.value("index", 0u);
-    Passage p = BuildPassage(source_of(slot), index, budget, scorer);
+    Passage p = BuildPassage(source_of(slot), index, budget, scorer, growth);
     if (p.text.empty()) continue;
     widened.push_back({&l, slot, index, std::move(p), l.score});
   }
@@ -1303,6 +1308,13 @@ absl::StatusOr<std::vector<KbSearchHit>> KnowledgeBase::SearchImpl(
   } else if (r.rerank) {
     for (auto& w : widened)
       w.score = (w.score + wc * w.p.coverage + ws * w.p.best_unit) / (1 + wc + ws);
+    if (within_doc > 0) {
+      std::unordered_map<uint32_t, double> best;  // slot -> its best passage's score
+      for (const auto& w : widened) best[w.slot] = std::max(best[w.slot], w.score);
+      for (auto& w : widened) {
+        w.score = WithinDocScore(w.score, best[w.slot], w.p.coverage, w.p.best_unit, within_doc);
+      }
+    }
   }
   if (corrections) {
     for (auto& w : widened) {

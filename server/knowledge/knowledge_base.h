@@ -79,6 +79,16 @@ struct KnowledgeOptions {
   int passage_pool = 30;
   double passage_coverage_weight = 0.0;
   double passage_sentence_weight = 0.0;
+  // A hit on a heading or a lead-in line ("To flash the target:") grows
+  // forward through its section (PassageGrowth::kForwardFromLeadIn).
+  bool passage_forward = false;
+  // Within-document ranking (stage 2): at weight w a passage's score moves
+  // toward its document's best passage score, scaled by how much of the
+  // query (with expansions) the passage and its best sentence cover:
+  // (1 - w) s + w best(doc) (0.8 + 0.1 coverage + 0.1 best sentence). So
+  // the document-level signal orders the documents and, within one, the
+  // passage that covers the question leads. 0: off.
+  double passage_within_doc = 0.0;
   // With a model reranker (HTTP service or the chat model): the built-in
   // reranker orders the chunks (stage 1) and `reranker` orders the
   // passages (stage 2). Null: `reranker` does stage 1.
@@ -120,6 +130,8 @@ struct FusionOverrides {
   // Passage stage (negative: the options').
   double passage_coverage_weight = -1, passage_sentence_weight = -1;
   int passage_pool = -1;
+  int passage_forward = -1;  // 0 / 1
+  double passage_within_doc = -1;
 };
 
 struct KbSearchRequest {

@@ -209,16 +209,34 @@ Passage RenderPassage(const PassageSource& source, DocPos begin, DocPos end,
   return Finish(source, begin, end, scorer);
 }
 
+double WithinDocScore(double score, double doc_best, double coverage, double best_unit,
+                      double weight) {
+  const double w = std::clamp(weight, 0.0, 1.0);
+  const double within =
+      0.8 + 0.1 * std::clamp(coverage, 0.0, 1.0) + 0.1 * std::clamp(best_unit, 0.0, 1.0);
+  return (1 - w) * score + w * doc_best * within;
+}
+
 int PassageTokens(const PassageSource& source, DocPos begin, DocPos end) {
   Rendered r = Render(source, begin, end);
   Trim(&r);
   return CountTokens(r.text);
 }
 
+bool IsLeadIn(const PassageChunk& chunk, int budget) {
+  std::string_view own = chunk.own();
+  while (!own.empty() && absl::ascii_isspace(static_cast<unsigned char>(own.back())))
+    own.remove_suffix(1);
+  if (own.empty()) return false;
+  if (own.back() == ':') return true;
+  return budget > 0 && CountTokens(own) * 4 <= budget;
+}
+
 Passage BuildPassage(const PassageSource& src, uint32_t hit, int budget,
-                     const QueryTermScorer& scorer) {
+                     const QueryTermScorer& scorer, PassageGrowth growth) {
   const PassageChunk* h = src.chunk(hit);
   if (h == nullptr) return {};
+  const bool forward = growth == PassageGrowth::kForwardFromLeadIn && IsLeadIn(*h, budget);
   // The chunk as stored: its own text plus the overlap it repeats from the
   // previous chunk (the tail of that chunk's own text).
   DocPos begin{hit, 0}, end{hit, static_cast<uint32_t>(h->own().size())};
@@ -235,12 +253,21 @@ Passage BuildPassage(const PassageSource& src, uint32_t hit, int budget,
   const size_t max_chars = static_cast<size_t>(limit) * 4;
 
   // The chunks the window may grow into: the run of the hit's section.
+  // Growing forward from a lead-in, the subsections under the hit's
+  // heading belong to it too (their title paths continue the hit's).
+  auto under_hit = [&](const PassageChunk& x) {
+    return !h->title_path.empty() && x.title_path.size() > h->title_path.size() &&
+           std::equal(h->title_path.begin(), h->title_path.end(), x.title_path.begin());
+  };
   auto allowed = [&](uint32_t k) -> const PassageChunk* {
     const PassageChunk* c = src.chunk(k);
     if (c == nullptr) return nullptr;
     for (uint32_t j = std::min(k, hit); j <= std::max(k, hit); ++j) {
       const PassageChunk* x = src.chunk(j);
-      if (x == nullptr || (j != hit && !src.same_section(*h, *x))) return nullptr;
+      if (x == nullptr) return nullptr;
+      if (j == hit || src.same_section(*h, *x)) continue;
+      if (forward && j > hit && under_hit(*x)) continue;
+      return nullptr;
     }
     return c;
   };
@@ -306,7 +333,7 @@ Passage BuildPassage(const PassageSource& src, uint32_t hit, int budget,
     const bool rf = r && chars + r->chars <= max_chars;
     if (!lf && !rf) break;
     bool go_left = lf && !rf;
-    if (lf && rf) go_left = lookahead(begin, true) > lookahead(end, false);
+    if (lf && rf) go_left = !forward && lookahead(begin, true) > lookahead(end, false);
     if (go_left) {
       begin = l->edge;
       chars += l->chars;

@@ -99,18 +99,44 @@ struct PassageSource {
   std::function<bool(const PassageChunk& a, const PassageChunk& b)> same_section;
 };
 
+// Whether a chunk only leads in to what follows it: a heading with a line or
+// two (its own text at most a quarter of `budget` tokens), or text whose
+// last line ends with a colon ("To reset the target:"). What answers it —
+// steps, a numbered list, a code block — comes after it.
+bool IsLeadIn(const PassageChunk& chunk, int budget);
+
+// How a passage grows around its hit.
+enum class PassageGrowth {
+  // Towards the side whose next text carries more of the query's weight.
+  kTowardsQuery,
+  // The same, except for a hit on a lead-in (IsLeadIn): forward first,
+  // through the rest of its section and the subsections under its heading,
+  // then backward with what the budget leaves.
+  kForwardFromLeadIn,
+};
+
 // The passage around chunk `hit`: the whole chunk (with the overlap it
 // repeats), grown by lines or sentences of its section's neighbouring
 // chunks up to max(budget, the chunk's own size) tokens (never over
-// kMaxPassageTokens), preferring the side whose next text carries more of
-// the query's weight. `budget` <= 0: the chunk alone.
+// kMaxPassageTokens), as `growth` says. `budget` <= 0: the chunk alone.
 Passage BuildPassage(const PassageSource& source, uint32_t hit, int budget,
-                     const QueryTermScorer& scorer);
+                     const QueryTermScorer& scorer,
+                     PassageGrowth growth = PassageGrowth::kTowardsQuery);
 
 // The text of [begin, end) and its signals, as BuildPassage makes them (used
 // to merge two passages or cut one back).
 Passage RenderPassage(const PassageSource& source, DocPos begin, DocPos end,
                       const QueryTermScorer& scorer);
+
+// Within-document ranking: a passage's score `score` moved, at weight
+// `weight` in [0,1], toward its document's best passage score `doc_best`,
+// scaled by the share of the query the passage covers and its best
+// sentence's: (1 - w) score + w doc_best (0.8 + 0.1 coverage + 0.1 best).
+// At weight 1 every passage of a document starts from its best passage's
+// score and, within one document, the one covering more of the question
+// comes first.
+double WithinDocScore(double score, double doc_best, double coverage, double best_unit,
+                      double weight);
 
 // Token count of a window of text (CountTokens of what RenderPassage would return).
 int PassageTokens(const PassageSource& source, DocPos begin, DocPos end);

@@ -31,6 +31,7 @@
 
 #include "server/knowledge/embedder.h"
 #include "server/knowledge/knowledge_base.h"
+#include "server/knowledge/passage.h"
 #include "server/knowledge/reranker.h"
 #include "server/knowledge/tokenizer.h"
 #include "server/storage/storage.h"
@@ -80,12 +81,15 @@ const std::vector<double> kVectorGrid = {0.0, 0.1, 0.3, 1.0};
 const std::vector<double> kDocTextGrid = {0.0, 0.5, 1.0};
 const std::vector<double> kRrfKGrid = {10, 30, 60};
 const std::vector<double> kWeightGrid = {0.0, 0.05, 0.1, 0.2, 0.3, 0.5, 0.8};
+const std::vector<double> kWithinDocGrid = {0.0, 0.25, 0.5, 0.75, 1.0};
 
 struct Settings {
   int vector = 0, doc_text = 0, rrf_k = 0;  // grid indexes
   double rerank[kRerank];
   double passage_coverage = 0, passage_sentence = 0;
   int pool = 30;
+  int forward = 0;        // passages grow forward from a lead-in hit (a pool setting)
+  double within_doc = 0;  // within-document ranking weight
 };
 
 Settings Neutral() {
@@ -114,6 +118,8 @@ Settings Defaults() {
   s.passage_coverage = o.passage_coverage_weight;
   s.passage_sentence = o.passage_sentence_weight;
   s.pool = o.passage_pool;
+  s.forward = o.passage_forward ? 1 : 0;
+  s.within_doc = o.passage_within_doc;
   return s;
 }
 
@@ -123,8 +129,9 @@ std::string Describe(const Settings& s) {
                         kVectorGrid[s.vector], kDocTextGrid[s.doc_text], kRrfKGrid[s.rrf_k]);
   for (int i = 0; i < kRerank; ++i)
     n += std::snprintf(buf + n, sizeof buf - n, " %s=%.2f", kRerankNames[i], s.rerank[i]);
-  std::snprintf(buf + n, sizeof buf - n, " | passage_coverage=%.2f passage_sentence=%.2f",
-                s.passage_coverage, s.passage_sentence);
+  std::snprintf(buf + n, sizeof buf - n,
+                " | passage_coverage=%.2f passage_sentence=%.2f forward=%d within_doc=%.2f",
+                s.passage_coverage, s.passage_sentence, s.forward, s.within_doc);
   return buf;
 }
 
@@ -143,7 +150,7 @@ class Pools {
   Pools(KnowledgeBase& kb, const std::vector<Query>& qs, int passage_tokens = -1)
       : kb_(kb), qs_(qs), passage_tokens_(passage_tokens) {}
   const std::vector<Cand>& Get(size_t q, const Settings& s) {
-    const int key = (s.vector * 10 + s.doc_text) * 10 + s.rrf_k;
+    const int key = ((s.forward * 10 + s.vector) * 10 + s.doc_text) * 10 + s.rrf_k;
     auto& slot = cache_[key];
     if (slot.empty()) slot.resize(qs_.size());
     if (!slot[q].loaded) {
@@ -152,6 +159,7 @@ class Pools {
       f.vector_weight = kVectorGrid[s.vector];
       f.doc_text_weight = kDocTextGrid[s.doc_text];
       f.rrf_k = kRrfKGrid[s.rrf_k];
+      f.passage_forward = s.forward;
       KbSearchRequest r;
       r.query = qs_[q].query;
       r.rerank = false;
@@ -230,6 +238,14 @@ double ReciprocalRank(const std::vector<Cand>& cands, const Settings& s) {
         (score + s.passage_coverage * cands[i].coverage + s.passage_sentence * cands[i].sentence) /
         (1 + s.passage_coverage + s.passage_sentence);
   }
+  if (s.within_doc > 0) {
+    std::map<std::string, double> best;
+    for (const auto& [score, i] : stage1) best[cands[i].doc] = std::max(best[cands[i].doc], score);
+    for (auto& [score, i] : stage1) {
+      score = WithinDocScore(score, best[cands[i].doc], cands[i].coverage, cands[i].sentence,
+                             s.within_doc);
+    }
+  }
   std::stable_sort(stage1.begin(), stage1.end(),
                    [](const auto& a, const auto& b) { return a.first > b.first; });
   struct Taken {
@@ -272,10 +288,20 @@ double Mrr(Pools& pools, const std::vector<size_t>& set, const Settings& s) {
 // Which settings a fit may change.
 struct Mask {
   bool fusion = true, rerank = true, passage = true;
+  bool forward = false, within = false;  // the passage placement, within-document ranking
 };
 
 // The fused order: the reranker reads only the fusion score (what a search
 // without rerank returns).
+Settings Forward(Settings s) {
+  s.forward = 1;
+  return s;
+}
+Settings WithinDoc(Settings s, double w) {
+  s.within_doc = w;
+  return s;
+}
+
 Settings FusedOnly(Settings s) {
   for (double& w : s.rerank) w = 0;
   s.rerank[6] = 1;  // fused
@@ -314,6 +340,17 @@ Settings Fit(Pools& pools, const std::vector<size_t>& train, Settings start, Mas
     for (int v = 0; mask.fusion && v < static_cast<int>(kRrfKGrid.size()); ++v) {
       Settings t = best;
       t.rrf_k = v;
+      improved |= consider(t);
+    }
+    for (int v = 0; mask.forward && v < 2; ++v) {
+      Settings t = best;
+      t.forward = v;
+      improved |= consider(t);
+    }
+    for (double v : kWithinDocGrid) {
+      if (!mask.within) break;
+      Settings t = best;
+      t.within_doc = v;
       improved |= consider(t);
     }
     for (int p = 0; mask.rerank && p < kRerank; ++p) {
@@ -530,7 +567,10 @@ int main(int argc, char** argv) {
   std::vector<Fixed> fixed = {{"neutral settings (nothing chosen)", Neutral()},
                               {"fused order, neutral fusion (no rerank)", FusedOnly(Neutral())},
                               {"fused order, default fusion (no rerank)", FusedOnly(Defaults())},
-                              {"current defaults (chosen on all 40 before)", Defaults()}};
+                              {"current defaults (chosen on all 40 before)", Defaults()},
+                              {"current defaults, forward passages", Forward(Defaults())},
+                              {"current defaults, within-doc 0.5", WithinDoc(Defaults(), 0.5)},
+                              {"current defaults, within-doc 1", WithinDoc(Defaults(), 1.0)}};
   std::printf("fixed settings, per fold:\n");
   for (const auto& f : fixed) {
     std::vector<double> held;
@@ -553,8 +593,21 @@ int main(int argc, char** argv) {
     };
   };
   const Mask kEverything{true, true, true}, kRerankOnly{false, true, false},
-      kPassageOnly{false, false, true}, kFusionRerank{true, true, false};
+      kPassageOnly{false, false, true}, kFusionRerank{true, true, false},
+      kRerankForward{false, true, false, true, false},
+      kRerankWithin{false, true, false, false, true},
+      kRerankForwardWithin{false, true, false, true, true};
   std::vector<Procedure> procedures = {
+      {"ascent over reranker weights + forward passages, from neutral",
+       ascent(Neutral(), kRerankForward, false), true},
+      {"ascent over reranker weights + within-doc, from neutral",
+       ascent(Neutral(), kRerankWithin, false), true},
+      {"ascent over reranker + forward + within-doc, from neutral",
+       ascent(Neutral(), kRerankForwardWithin, false), true},
+      {"forward passages fixed on, ascent over reranker weights",
+       ascent(Forward(Neutral()), kRerankOnly, false), true},
+      {"within-doc 1 fixed, ascent over reranker weights",
+       ascent(WithinDoc(Neutral(), 1.0), kRerankOnly, false), true},
       {"ascent over everything, from neutral", ascent(Neutral(), kEverything, false), true},
       {"ascent over reranker weights, from neutral", ascent(Neutral(), kRerankOnly, false), true},
       {"ascent over passage weights, from neutral", ascent(Neutral(), kPassageOnly, false), true},

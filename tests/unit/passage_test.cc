@@ -128,5 +128,75 @@ TEST(PassageTest, ChunksStoredBeforeSectionsWereNumberedUseTitlePaths) {
   EXPECT_TRUE(SameSection(b, c));
 }
 
+TEST(PassageTest, ALeadInIsAHeadingWithALineOrTextEndingInAColon) {
+  PassageChunk c;
+  c.text = "Flashing the board\n\nTo write the image into flash:\n";
+  EXPECT_TRUE(IsLeadIn(c, 512));
+  c.text = "Flashing\nA short note on the tools.";
+  EXPECT_TRUE(IsLeadIn(c, 512));   // a quarter of the budget or less
+  c.text = Sentences("body", 30);  // a whole body of text, no colon
+  EXPECT_FALSE(IsLeadIn(c, 512));
+  c.text = Sentences("body", 30) + "Then run these commands:\n";
+  EXPECT_TRUE(IsLeadIn(c, 512));
+}
+
+// A how-to: the hit is the heading's lead-in; the steps follow in a
+// subsection, and the text before it carries more of the query's words.
+Doc HowTo() {
+  Doc d;
+  d.Add(
+      "Flashing background: the flash controller and the board flash the image slowly; the "
+      "board keeps its flash image across resets.\n" +
+          Sentences("background", 8),
+      1);
+  d.chunks.back().title_path = {"Guide", "Background"};
+  d.Add("Flash the board\n\nTo flash the board image:\n", 2);  // the hit: a lead-in
+  d.chunks.back().title_path = {"Guide", "Flash the board"};
+  d.Add("1. Connect the probe to the SWD header.\n2. Run openocd -f board.cfg -c program.\n", 3);
+  d.chunks.back().title_path = {"Guide", "Flash the board", "Steps"};
+  d.Add(Sentences("unrelated", 8), 4);
+  d.chunks.back().title_path = {"Guide", "Erratum"};
+  return d;
+}
+
+TEST(PassageTest, AHitOnALeadInGrowsForwardThroughItsSubsections) {
+  const Doc d = HowTo();
+  const auto scorer = Scorer("how do I flash the board image");
+  Passage towards = BuildPassage(d.Source(), 1, 200, scorer, PassageGrowth::kTowardsQuery);
+  EXPECT_EQ(towards.text.find("openocd"), std::string::npos) << towards.text;
+  Passage forward = BuildPassage(d.Source(), 1, 200, scorer, PassageGrowth::kForwardFromLeadIn);
+  EXPECT_NE(forward.text.find("To flash the board image:"), std::string::npos);
+  EXPECT_NE(forward.text.find("2. Run openocd"), std::string::npos) << forward.text;
+  EXPECT_EQ(forward.text.find("unrelated"), std::string::npos) << "left the heading's subtree";
+  EXPECT_EQ(forward.text.find("background"), std::string::npos) << "grew into another section";
+  EXPECT_LE(forward.tokens, 200);
+}
+
+TEST(PassageTest, AHitThatIsNotALeadInGrowsAsBefore) {
+  Doc d = HowTo();
+  d.chunks[1].text = "Flash the board\n\n" + Sentences("flash board image", 20);
+  const auto scorer = Scorer("how do I flash the board image");
+  Passage towards = BuildPassage(d.Source(), 1, 400, scorer, PassageGrowth::kTowardsQuery);
+  Passage forward = BuildPassage(d.Source(), 1, 400, scorer, PassageGrowth::kForwardFromLeadIn);
+  EXPECT_EQ(forward.text, towards.text);
+  EXPECT_EQ(forward.text.find("openocd"), std::string::npos);
+}
+
+TEST(PassageTest, WithinDocumentRankingPrefersThePassageThatCoversTheQuestion) {
+  // Two passages of one document (stage 1 preferred the one that covers
+  // less of the question) and one of another document.
+  const double doc_best = 0.9;
+  const double a = 0.9, a_cov = 0.2, a_best = 0.2;  // the document's best by stage 1
+  const double b = 0.6, b_cov = 0.9, b_best = 0.8;  // same document, covers the question
+  const double other = 0.7;
+  EXPECT_DOUBLE_EQ(WithinDocScore(b, doc_best, b_cov, b_best, 0), b);  // weight 0: unchanged
+  const double sa = WithinDocScore(a, doc_best, a_cov, a_best, 1);
+  const double sb = WithinDocScore(b, doc_best, b_cov, b_best, 1);
+  const double so = WithinDocScore(other, other, 0.5, 0.5, 1);
+  EXPECT_GT(sb, sa);  // within the document, coverage decides
+  EXPECT_GT(sb, so);  // the document's signal carries its passages past the other document's
+  EXPECT_LT(WithinDocScore(b, doc_best, b_cov, b_best, 0.5), sb);
+}
+
 }  // namespace
 }  // namespace fwai

@@ -100,6 +100,30 @@ TEST(ConfigTest, RerankWeightsAndDocumentLegs) {
   ASSERT_FALSE(neg.ok());
   EXPECT_NE(std::string(neg.status().message()).find("knowledge.reranker.weights.coverage"), std::string::npos) << neg.status();
 }
+TEST(ConfigTest, PassagePlacementAndWithinDocumentRanking) {
+  auto d = ParseConfig("", "fwaid.yaml");
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->knowledge.passage_forward, -1);  // the built-in default
+  EXPECT_LT(d->knowledge.passage_within_doc, 0);
+  auto c = ParseConfig(
+      "knowledge:\n  passages: {tokens: 400, forward: false, within_doc_weight: 0.5}\n",
+      "fwaid.yaml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->knowledge.passage_forward, 0);
+  EXPECT_EQ(c->knowledge.passage_within_doc, 0.5);
+  auto bad = ParseConfig("knowledge:\n  passages:\n    forward: sometimes\n", "fwaid.yaml");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(std::string(bad.status().message()).find("fwaid.yaml:3"), std::string::npos)
+      << bad.status();
+  EXPECT_NE(std::string(bad.status().message()).find("knowledge.passages.forward"),
+            std::string::npos)
+      << bad.status();
+  auto over = ParseConfig("knowledge:\n  passages: {within_doc_weight: 2}\n", "fwaid.yaml");
+  ASSERT_FALSE(over.ok());
+  EXPECT_NE(std::string(over.status().message()).find("knowledge.passages.within_doc_weight"),
+            std::string::npos)
+      << over.status();
+}
 TEST(ConfigTest, CatalogRerankerIsAModelOrTheBuiltin) {
   auto c = ParseConfig(
       "catalog:\n  reranker: {kind: tei, base_url: 'http://127.0.0.1:8081', weights: {context: 0.5}}\n"

@@ -4,10 +4,14 @@
 #include <rocksdb/options.h>
 #include <rocksdb/write_batch.h>
 
+#include <algorithm>
+#include <condition_variable>
 #include <filesystem>
+#include <mutex>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 
 namespace fwai {
 namespace {
@@ -61,6 +65,14 @@ void WriteBatch::DeleteRange(Cf cf, std::string_view begin, std::string_view end
 struct Storage::Rep {
   std::unique_ptr<rocksdb::DB> db;
   std::vector<rocksdb::ColumnFamilyHandle*> handles;
+  // Group commit of log syncs. Every write that wants to be durable takes a
+  // ticket once it is in the log; a sync covers every ticket taken before it
+  // began.
+  std::mutex sync_mu;
+  std::condition_variable sync_cv;
+  uint64_t tickets = 0;  // taken
+  uint64_t synced = 0;   // covered by a completed sync
+  bool syncing = false;
   ~Rep() {
     if (db) {
       for (auto* h : handles) db->DestroyColumnFamilyHandle(h);
@@ -74,6 +86,11 @@ Storage::Storage(std::string dir, std::unique_ptr<Rep> rep)
 Storage::~Storage() = default;
 
 absl::StatusOr<std::unique_ptr<Storage>> Storage::Open(const std::string& dir) {
+  return Open(dir, StorageOptions());
+}
+
+absl::StatusOr<std::unique_ptr<Storage>> Storage::Open(const std::string& dir,
+                                                       const StorageOptions& storage_options) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) return absl::FailedPreconditionError(absl::StrCat("storage: cannot create ", dir, ": ", ec.message()));
@@ -83,6 +100,7 @@ absl::StatusOr<std::unique_ptr<Storage>> Storage::Open(const std::string& dir) {
   options.max_background_jobs = 2;
   options.keep_log_file_num = 3;
   options.max_log_file_size = 4 << 20;
+  if (storage_options.env != nullptr) options.env = storage_options.env;
   std::vector<rocksdb::ColumnFamilyDescriptor> cfs;
   for (const char* name : kCfNames) {
     rocksdb::ColumnFamilyOptions cfo;
@@ -102,32 +120,57 @@ absl::StatusOr<std::unique_ptr<Storage>> Storage::Open(const std::string& dir) {
   return std::unique_ptr<Storage>(new Storage(dir, std::move(rep)));
 }
 
+uint64_t Storage::Ticket() {
+  std::lock_guard<std::mutex> lock(rep_->sync_mu);
+  return ++rep_->tickets;
+}
+
+absl::Status Storage::SyncThrough(uint64_t ticket) {
+  Rep& r = *rep_;
+  std::unique_lock<std::mutex> lock(r.sync_mu);
+  // A sync under way may have begun before this ticket's write reached the
+  // log: wait for it, then sync again unless a later one covered the ticket.
+  r.sync_cv.wait(lock, [&] { return r.synced >= ticket || !r.syncing; });
+  if (r.synced >= ticket) return absl::OkStatus();
+  r.syncing = true;
+  const uint64_t through = r.tickets;
+  lock.unlock();
+  // DB::SyncWAL syncs every log up to the current one without holding the
+  // write queue.
+  const rocksdb::Status s = r.db->SyncWAL();
+  lock.lock();
+  r.syncing = false;
+  if (s.ok()) r.synced = std::max(r.synced, through);
+  lock.unlock();
+  r.sync_cv.notify_all();
+  return FromRocks(s, "sync wal");
+}
+
 absl::Status Storage::Put(Cf cf, std::string_view key, std::string_view value, bool sync) {
-  rocksdb::WriteOptions wo;
-  wo.sync = sync;
-  return FromRocks(rep_->db->Put(wo, rep_->handles[static_cast<int>(cf)], key, value), "put");
+  RETURN_IF_ERROR(FromRocks(
+      rep_->db->Put(rocksdb::WriteOptions(), rep_->handles[static_cast<int>(cf)], key, value),
+      "put"));
+  return sync ? SyncThrough(Ticket()) : absl::OkStatus();
 }
 
 absl::Status Storage::Delete(Cf cf, std::string_view key, bool sync) {
-  rocksdb::WriteOptions wo;
-  wo.sync = sync;
-  return FromRocks(rep_->db->Delete(wo, rep_->handles[static_cast<int>(cf)], key), "delete");
+  RETURN_IF_ERROR(
+      FromRocks(rep_->db->Delete(rocksdb::WriteOptions(), rep_->handles[static_cast<int>(cf)], key),
+                "delete"));
+  return sync ? SyncThrough(Ticket()) : absl::OkStatus();
 }
 
 absl::Status Storage::Write(WriteBatch& batch, bool sync) {
   rocksdb::WriteBatch b;
   for (auto& op : batch.rep_->ops) op(b, rep_->handles.data());
-  rocksdb::WriteOptions wo;
-  wo.sync = sync;
-  return FromRocks(rep_->db->Write(wo, &b), "write batch");
+  // Never WriteOptions::sync: a synced write holds RocksDB's write queue while
+  // the disk syncs (and, at its head, waits for a DB::SyncWAL under way), and
+  // every event append queued behind it waits as long.
+  RETURN_IF_ERROR(FromRocks(rep_->db->Write(rocksdb::WriteOptions(), &b), "write batch"));
+  return sync ? SyncThrough(Ticket()) : absl::OkStatus();
 }
 
-absl::Status Storage::WriteThenSync(WriteBatch& batch) {
-  if (absl::Status s = Write(batch, /*sync=*/false); !s.ok()) return s;
-  // DB::SyncWAL syncs every log up to the current one without holding the
-  // write queue; the batch above is in it.
-  return SyncWal();
-}
+absl::Status Storage::WriteThenSync(WriteBatch& batch) { return Write(batch, /*sync=*/true); }
 
 absl::StatusOr<std::optional<std::string>> Storage::Get(Cf cf, std::string_view key) {
   std::string value;
@@ -168,7 +211,7 @@ absl::StatusOr<std::optional<std::string>> Storage::LastKey(Cf cf, std::string_v
   return std::optional<std::string>(it->key().ToString());
 }
 
-absl::Status Storage::SyncWal() { return FromRocks(rep_->db->SyncWAL(), "sync wal"); }
+absl::Status Storage::SyncWal() { return SyncThrough(Ticket()); }
 
 std::string EncodeU64(uint64_t v) {
   std::string s(8, '\0');

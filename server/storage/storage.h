@@ -13,6 +13,10 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 
+namespace rocksdb {
+class Env;
+}
+
 namespace fwai {
 
 enum class Cf : int {
@@ -48,23 +52,36 @@ class WriteBatch {
   std::unique_ptr<Rep> rep_;
 };
 
+struct StorageOptions {
+  // The environment (file system) RocksDB uses; null for the default. Tests
+  // pass one whose log syncs they can hold.
+  rocksdb::Env* env = nullptr;
+};
+
 class Storage {
  public:
   // Opens (creating if needed) the database under `dir`. Fails with a clear
   // message if another process holds it.
   [[nodiscard]] static absl::StatusOr<std::unique_ptr<Storage>> Open(const std::string& dir);
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<Storage>> Open(const std::string& dir,
+                                                                     const StorageOptions& options);
   ~Storage();
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
 
-  // `sync` makes the write durable against power loss before returning.
+  // `sync` makes the write durable against power loss before returning. The
+  // disk is waited for outside RocksDB's write queue: the write goes to the
+  // log unsynced, then the log is synced (DB::SyncWAL, which does not hold
+  // the queue), so the unsynced writers queued meanwhile (the sessions' event
+  // appends) never wait for an fsync, neither their own writer group's nor
+  // one a synced writer would wait for at the head of the queue. Synced
+  // writers that overlap share one log sync (group commit). Unlike RocksDB's
+  // own synced write, readers may see the write a moment before it is
+  // durable; the caller is answered only once it is.
   [[nodiscard]] absl::Status Put(Cf cf, std::string_view key, std::string_view value, bool sync);
   [[nodiscard]] absl::Status Delete(Cf cf, std::string_view key, bool sync);
   [[nodiscard]] absl::Status Write(WriteBatch& batch, bool sync);
-  // Durable on return like Write(batch, true), but the disk is waited for
-  // outside RocksDB's write queue: the batch goes to the log unsynced, then
-  // the log is synced. Unsynced writers queued meanwhile (a session's events)
-  // do not wait for the fsync of a large batch.
+  // Write(batch, true).
   [[nodiscard]] absl::Status WriteThenSync(WriteBatch& batch);
   // NotFound is reported as an empty optional, not an error.
   [[nodiscard]] absl::StatusOr<std::optional<std::string>> Get(Cf cf, std::string_view key);
@@ -85,6 +102,10 @@ class Storage {
  private:
   struct Rep;
   Storage(std::string dir, std::unique_ptr<Rep> rep);
+  // Syncs the log unless a sync that began after the write numbered
+  // `ticket` reached the log has completed (then that one covered it).
+  absl::Status SyncThrough(uint64_t ticket);
+  uint64_t Ticket();
   const std::string dir_;
   std::unique_ptr<Rep> rep_;
 };

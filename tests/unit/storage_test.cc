@@ -1,8 +1,14 @@
-#include <gtest/gtest.h>
-
-#include <filesystem>
-
 #include "server/storage/storage.h"
+
+#include <gtest/gtest.h>
+#include <rocksdb/env.h>
+#include <rocksdb/file_system.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <filesystem>
+#include <future>
+#include <mutex>
 
 namespace fwai {
 namespace {
@@ -45,6 +51,137 @@ TEST(StorageTest, PutGetScanBatchAndReopen) {
   auto second = Storage::Open(dir);
   ASSERT_FALSE(second.ok());
   EXPECT_NE(second.status().message().find("another fwaid"), std::string::npos) << second.status();
+  std::filesystem::remove_all(dir);
+}
+
+// A file system whose log syncs can be held: a sync of a write-ahead log
+// (*.log) waits while `hold` is set, as on a slow disk.
+class HeldSyncFs : public rocksdb::FileSystemWrapper {
+ public:
+  HeldSyncFs() : FileSystemWrapper(rocksdb::FileSystem::Default()) {}
+  const char* Name() const override { return "HeldSyncFs"; }
+
+  void Hold(bool hold) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      hold_ = hold;
+    }
+    cv_.notify_all();
+  }
+  // Waits until a log sync is being held; false after 60 s.
+  bool WaitForHeldSync() {
+    std::unique_lock<std::mutex> lock(mu_);
+    return cv_.wait_for(lock, std::chrono::seconds(60), [&] { return held_ > 0; });
+  }
+  int syncs() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return syncs_;
+  }
+
+  rocksdb::IOStatus NewWritableFile(const std::string& name, const rocksdb::FileOptions& options,
+                                    std::unique_ptr<rocksdb::FSWritableFile>* file,
+                                    rocksdb::IODebugContext* dbg) override {
+    rocksdb::IOStatus s = target()->NewWritableFile(name, options, file, dbg);
+    if (s.ok() && name.size() > 4 && name.substr(name.size() - 4) == ".log") {
+      *file = std::make_unique<Log>(std::move(*file), this);
+    }
+    return s;
+  }
+
+ private:
+  class Log : public rocksdb::FSWritableFileOwnerWrapper {
+   public:
+    Log(std::unique_ptr<rocksdb::FSWritableFile> f, HeldSyncFs* fs)
+        : FSWritableFileOwnerWrapper(std::move(f)), fs_(fs) {}
+    rocksdb::IOStatus Sync(const rocksdb::IOOptions& o, rocksdb::IODebugContext* d) override {
+      fs_->Wait();
+      return FSWritableFileOwnerWrapper::Sync(o, d);
+    }
+    rocksdb::IOStatus Fsync(const rocksdb::IOOptions& o, rocksdb::IODebugContext* d) override {
+      fs_->Wait();
+      return FSWritableFileOwnerWrapper::Fsync(o, d);
+    }
+
+   private:
+    HeldSyncFs* fs_;
+  };
+
+  void Wait() {
+    std::unique_lock<std::mutex> lock(mu_);
+    ++syncs_;
+    ++held_;
+    cv_.notify_all();
+    cv_.wait(lock, [&] { return !hold_; });
+    --held_;
+  }
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool hold_ = false;
+  int held_ = 0;
+  int syncs_ = 0;
+};
+
+// A synced write (a document's batch, an evidence record) is answered only
+// once the log is on disk, but the sessions' unsynced event appends go on
+// while the disk syncs: nothing holds RocksDB's write queue for an fsync.
+TEST(StorageTest, UnsyncedWritesDoNotWaitForALogSync) {
+  const std::string dir = TempDir();
+  auto fs = std::make_shared<HeldSyncFs>();
+  std::unique_ptr<rocksdb::Env> env = rocksdb::NewCompositeEnv(fs);
+  StorageOptions options;
+  options.env = env.get();
+  auto db = Storage::Open(dir, options);
+  ASSERT_TRUE(db.ok()) << db.status();
+  Storage& storage = **db;
+
+  for (int round = 0; round < 3; ++round) {
+    SCOPED_TRACE(round);
+    const int syncs_before = fs->syncs();
+    fs->Hold(true);
+    const std::string key = "doc" + std::to_string(round);
+    // Round 0 a batch, round 1 a Put, round 2 a Delete; each synced.
+    auto synced = std::async(std::launch::async, [&]() -> absl::Status {
+      if (round == 0) {
+        WriteBatch batch;
+        for (int i = 0; i < 160; ++i) batch.Put(Cf::kChunks, key + std::to_string(i), "chunk");
+        batch.Put(Cf::kDocuments, key, "{}");
+        return storage.Write(batch, /*sync=*/true);
+      }
+      if (round == 1) return storage.Put(Cf::kEvidence, key, "record", /*sync=*/true);
+      return storage.Delete(Cf::kDocuments, "doc0", /*sync=*/true);
+    });
+    ASSERT_TRUE(fs->WaitForHeldSync()) << "the synced write never synced the log";
+    // The disk is busy with that sync: a session's events are written meanwhile.
+    auto appends = std::async(std::launch::async, [&]() -> absl::Status {
+      for (uint64_t n = 1; n <= 50; ++n) {
+        WriteBatch batch;
+        batch.Put(Cf::kEvents, SeqKey("s" + std::to_string(round), n), "event");
+        if (absl::Status s = storage.Write(batch, /*sync=*/false); !s.ok()) return s;
+      }
+      return storage.Put(Cf::kSessions, "s" + std::to_string(round), "{}", /*sync=*/false);
+    });
+    const bool appended = appends.wait_for(std::chrono::seconds(30)) == std::future_status::ready;
+    // The synced write is still waiting for the disk: it was not answered early.
+    const bool answered_early =
+        synced.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
+    fs->Hold(false);
+    EXPECT_TRUE(appended) << "the event appends waited for another writer's log sync";
+    EXPECT_FALSE(answered_early) << "a synced write returned before its log sync";
+    ASSERT_TRUE(synced.get().ok());
+    ASSERT_TRUE(appends.get().ok());
+    EXPECT_GT(fs->syncs(), syncs_before);
+    auto last = storage.LastKey(Cf::kEvents, SeqKey("s" + std::to_string(round), 0),
+                                SeqKeyEnd("s" + std::to_string(round)));
+    ASSERT_TRUE(last.ok() && *last);
+    EXPECT_EQ(DecodeU64(last->value().substr(3)), 50u);
+  }
+  auto doc = storage.Get(Cf::kDocuments, "doc0");
+  ASSERT_TRUE(doc.ok());
+  EXPECT_FALSE(doc->has_value());  // the synced Delete of round 2
+  auto record = storage.Get(Cf::kEvidence, "doc1");
+  ASSERT_TRUE(record.ok() && record->has_value());
+  db->reset();
   std::filesystem::remove_all(dir);
 }
 

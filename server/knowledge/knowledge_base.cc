@@ -8,6 +8,7 @@
 #include <cmath>
 #include <condition_variable>
 #include <cstring>
+#include <deque>
 #include <filesystem>
 #include <fstream>
 #include <future>
@@ -232,12 +233,27 @@ struct KnowledgeBase::Impl {
   // base was opened with: a session's event append or a search never waits
   // on a writer the scheduler has set aside.
   ThreadPool committer{1, [] { NameThisThread("fwaid-kb-commit"); }};
-  absl::Status Commit(const std::function<absl::Status()>& fn) {
+  // The update of the in-memory indexes that follows runs on a thread of
+  // background priority (nice 10): it holds the index lock, so searches must
+  // not wait on a thread set aside as the ingest's is, but it can take
+  // seconds of CPU on every core (the vector index trains its lists when the
+  // collection outgrows exact search or has grown fourfold since), and the
+  // streaming turns must keep their cores meanwhile. OpenMP's workers, started
+  // from this thread, run at its priority.
+  ThreadPool indexer{1, [] {
+                       NameThisThread("fwaid-kb-index");
+                       if (auto s = SetThisThreadPriority(ThreadPriority::kBackground); !s.ok()) {
+                         spdlog::warn("knowledge index thread: {}; it runs at normal priority",
+                                      std::string(s.message()));
+                       }
+                     }};
+  static absl::Status RunOn(ThreadPool& pool, const std::function<absl::Status()>& fn) {
     std::promise<absl::Status> done;
     auto result = done.get_future();
-    if (!committer.Submit([&] { done.set_value(fn()); })) return fn();
+    if (!pool.Submit([&] { done.set_value(fn()); })) return fn();
     return result.get();
   }
+  absl::Status Commit(const std::function<absl::Status()>& fn) { return RunOn(committer, fn); }
 
   Impl(Storage& s, std::string dir, KnowledgeOptions o, Embedder& e, Reranker& r)
       : storage(s), index_dir(std::move(dir)), options(o), embedder(e), reranker(r) {}
@@ -598,6 +614,12 @@ absl::StatusOr<IngestResult> KnowledgeBase::Ingest(IngestRequest req,
     first = m.next_ordinal;
     new_gen = m.generation + 1;
   }
+  // The chunk records go first, in slices: no document names them until the
+  // last write, `batch`, stores the document's record, so a crash between
+  // slices leaves only records nothing refers to (a rebuild skips them, and
+  // the next document, given the same ordinals, overwrites them).
+  std::deque<WriteBatch> slices;
+  int64_t slice_bytes = 0;
   WriteBatch batch;
   if (old) {
     for (uint32_t o : old->ordinals) batch.Delete(Cf::kChunks, ChunkKey(o));
@@ -622,7 +644,17 @@ absl::StatusOr<IngestResult> KnowledgeBase::Ingest(IngestRequest req,
                  {"index", i},
                  {"identifiers", FindIdentifiers(c.text, 32)},
                  {"indexed_us", now}};
-    batch.Put(Cf::kChunks, ChunkKey(o), EncodeChunk(meta, c.text, vecs[i].data(), m.embedder.dimension()));
+    std::string value = EncodeChunk(meta, c.text, vecs[i].data(), m.embedder.dimension());
+    if (m.options.commit_slice_bytes <= 0) {
+      batch.Put(Cf::kChunks, ChunkKey(o), value);
+      continue;
+    }
+    if (slices.empty() || slice_bytes >= m.options.commit_slice_bytes) {
+      slices.emplace_back();
+      slice_bytes = 0;
+    }
+    slice_bytes += static_cast<int64_t>(value.size());
+    slices.back().Put(Cf::kChunks, ChunkKey(o), value);
   }
   batch.Put(Cf::kDocuments, info.id, DocToJson(*rec).dump());
   stage("writing");
@@ -637,13 +669,26 @@ absl::StatusOr<IngestResult> KnowledgeBase::Ingest(IngestRequest req,
   result.doc_id = info.id;
   result.chunks = info.chunks;
   result.pages = info.pages;
-  // The commit: the store's write and the indexes' update, holding the
-  // writer locks that searches and the sessions' event appends may wait on.
+  // The commit: the store's writes, holding RocksDB's write queue that the
+  // sessions' event appends wait on (on the committer, at normal priority),
+  // then the indexes' update under the writer lock searches wait on (on the
+  // indexer, at background priority).
   auto commit = [&]() -> absl::Status {
-    // Durable before it is acknowledged, without holding the write queue of
-    // the sessions' event appends while the disk syncs a large batch.
-    RETURN_IF_ERROR(m.storage.WriteThenSync(batch));
-    stage("adding");  // the ingesting thread waits for this commit meanwhile
+    // One write a slice: the sessions' event appends queued behind a slice
+    // go before the next one.
+    for (size_t i = 0; i < slices.size(); ++i) {
+      RETURN_IF_ERROR(m.storage.Write(slices[i], /*sync=*/false));
+      if (m.options.after_slice_for_test) {
+        RETURN_IF_ERROR(m.options.after_slice_for_test(static_cast<int>(i)));
+      }
+    }
+    // Durable before it is acknowledged (the log sync covers the slices),
+    // without holding the write queue of the sessions' event appends while
+    // the disk syncs.
+    return m.storage.WriteThenSync(batch);
+  };
+  auto add = [&]() -> absl::Status {
+    stage("adding");  // the ingesting thread waits for this meanwhile
     std::unique_lock<std::shared_mutex> lock(m.mu);
     if (old) m.RemoveDocLocked(old->info.id);
     for (size_t i = 0; i < ids.size(); ++i) m.bm25->Add(ids[i], terms[i]);
@@ -659,6 +704,7 @@ absl::StatusOr<IngestResult> KnowledgeBase::Ingest(IngestRequest req,
     return absl::OkStatus();
   };
   RETURN_IF_ERROR(m.Commit(commit));
+  RETURN_IF_ERROR(Impl::RunOn(m.indexer, add));
   stage("done");
   return result;
 }

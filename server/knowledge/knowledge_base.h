@@ -95,6 +95,15 @@ struct KnowledgeOptions {
   Reranker* first_stage_reranker = nullptr;
   // The retrieval log and how its corrections weigh.
   RetrievalLogOptions log;
+  // A document's chunk records are stored in unsynced writes of about this
+  // many bytes each before the one synced write that makes the document
+  // exist (its record, the old version's removal, the counters); 0: all in
+  // one write. A session's event append queued meanwhile waits for one
+  // slice, not for the whole document.
+  int64_t commit_slice_bytes = 64 << 10;
+  // Tests: called after each slice of chunk records is written; an error
+  // ends the ingest there, as a crash would.
+  std::function<absl::Status(int slice)> after_slice_for_test;
 };
 
 struct IngestRequest {

@@ -4,9 +4,10 @@
 
 #include <filesystem>
 #include <fstream>
-#include <random>
-
+#include <iterator>
 #include <nlohmann/json.hpp>
+#include <random>
+#include <sstream>
 
 #include "common/subprocess.h"
 #include "server/knowledge/chunker.h"
@@ -553,6 +554,106 @@ TEST_F(KnowledgeBaseTest, IndexesLoadOnReopenAndRebuildWhenLostOrDamaged) {
   auto again = Find("REG_X7 control register", 10);
   ASSERT_EQ(again.size(), before.size());
   for (size_t i = 0; i < again.size(); ++i) EXPECT_EQ(again[i].chunk_id, before[i].chunk_id);
+}
+
+// A document's chunk records are written in slices before the write that
+// stores its record: cut off between two slices (as by a crash), the
+// document is not there, now or after a restart, its orphaned chunks are
+// never found, and adding it again stores it whole.
+TEST_F(KnowledgeBaseTest, ADocumentCutOffBetweenItsSlicesIsNotThere) {
+  Add("uart.md", Doc("UART", "USART1_BRR"));
+  int slices = 0;
+  bool cut = true;
+  auto open_sliced = [&] {
+    kb_.reset();
+    KnowledgeOptions o;
+    o.commit_slice_bytes = 512;
+    o.after_slice_for_test = [&](int slice) {
+      ++slices;
+      return cut && slice == 1 ? absl::AbortedError("cut off after slice 2") : absl::OkStatus();
+    };
+    auto kb = KnowledgeBase::Open(*storage_, dir_ + "/index", o, *embedder_, *reranker_);
+    ASSERT_TRUE(kb.ok()) << kb.status();
+    kb_ = *std::move(kb);
+  };
+  open_sliced();
+  std::string big = "# Sliced\n\n";
+  for (int i = 0; i < 40; ++i) {
+    big += "## Section " + std::to_string(i) + "\n\nThe SLICEDREG" + std::to_string(i) +
+           " register of the sliced block holds field " + std::to_string(i) +
+           "; write it after the clock is enabled and before the block starts.\n\n";
+  }
+  IngestRequest r;
+  r.name = "sliced.md";
+  r.bytes = big;
+  auto cut_off = kb_->Ingest(std::move(r));
+  ASSERT_FALSE(cut_off.ok());
+  EXPECT_EQ(slices, 2);
+  auto absent = [&](const char* when) {
+    SCOPED_TRACE(when);
+    auto docs = kb_->List("");
+    ASSERT_TRUE(docs.ok());
+    ASSERT_EQ(docs->size(), 1u);
+    EXPECT_EQ((*docs)[0].name, "uart.md");
+    for (const auto& h : Find("SLICEDREG3 register sliced block", 10))
+      EXPECT_NE(h.doc, "sliced.md");
+    auto uart = Find("USART1_BRR");
+    ASSERT_FALSE(uart.empty());
+    EXPECT_EQ(uart[0].doc, "uart.md");
+  };
+  absent("after the cut");
+  Open();  // a restart
+  absent("after a restart");
+  kb_.reset();
+  fs::remove(dir_ + "/index/lexical.bm25");
+  Open();  // a rebuild from the store skips the orphaned chunk records
+  EXPECT_NE(kb_->open_report().find("rebuilt"), std::string::npos) << kb_->open_report();
+  absent("after a rebuild");
+
+  cut = false;
+  slices = 0;
+  open_sliced();
+  IngestRequest again;
+  again.name = "sliced.md";
+  again.bytes = big;
+  auto whole = kb_->Ingest(std::move(again));
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  EXPECT_GT(slices, 2);  // several slices, none of them a whole document
+  Open();
+  auto docs = kb_->List("");
+  ASSERT_TRUE(docs.ok());
+  EXPECT_EQ(docs->size(), 2u);
+  for (int i : {0, 17, 39}) {
+    const std::string reg = "SLICEDREG" + std::to_string(i);
+    auto hits = Find(reg + " register sliced block", 3);
+    ASSERT_FALSE(hits.empty()) << reg;
+    EXPECT_EQ(hits[0].doc, "sliced.md") << reg;
+    EXPECT_NE(hits[0].text.find(reg), std::string::npos) << reg << ": " << hits[0].text;
+  }
+}
+
+// The in-memory indexes are updated on a thread of background priority
+// (nice 10), so a vector index's training takes no core from streaming turns.
+TEST_F(KnowledgeBaseTest, IndexesAreUpdatedAtBackgroundPriority) {
+  Add("uart.md", Doc("UART", "USART1_BRR"));
+  int found = 0;
+  for (const auto& task : fs::directory_iterator("/proc/self/task")) {
+    std::string comm;
+    std::getline(std::ifstream(task.path() / "comm"), comm);
+    if (comm != "fwaid-kb-index") continue;
+    ++found;
+    std::string stat;
+    std::getline(std::ifstream(task.path() / "stat"), stat);
+    // Fields after the parenthesized name: state is 3rd, nice the 19th.
+    std::istringstream rest(stat.substr(stat.rfind(')') + 2));
+    std::vector<std::string> fields{std::istream_iterator<std::string>(rest), {}};
+    ASSERT_GT(fields.size(), 16u) << stat;
+    EXPECT_EQ(fields[16], "10") << stat;
+  }
+  EXPECT_EQ(found, 1);
+  auto hits = Find("USART1_BRR");
+  ASSERT_FALSE(hits.empty());
+  EXPECT_EQ(hits[0].doc, "uart.md");
 }
 
 TEST_F(KnowledgeBaseTest, SvdRegistersAreSearchable) {

@@ -261,6 +261,7 @@ TEST_F(KbCliTest, Kill9DuringIngestLeavesNoHalfDocument) {
 struct Worker {
   std::string tid;
   int policy = -1;
+  int nice = -100;
   uint64_t cpu_ns = 0;
 };
 
@@ -278,6 +279,7 @@ std::vector<Worker> Threads(pid_t pid, const std::string& name) {
     std::istringstream fields(stat.substr(stat.rfind(')') + 2));  // from field 3 (state) on
     std::string f;
     for (int i = 3; i <= 41 && fields >> f; ++i) {
+      if (i == 19) w.nice = std::stoi(f);
       if (i == 41) w.policy = std::stoi(f);
     }
     std::ifstream(e.path() / "schedstat") >> w.cpu_ns;
@@ -292,6 +294,8 @@ TEST_F(KbCliTest, IngestRunsOnOneWorkerAtIdlePriority) {
   EXPECT_EQ(before[0].policy, SCHED_IDLE);
   auto commit_before = Threads(daemon_->pid(), "fwaid-kb-commit");
   ASSERT_EQ(commit_before.size(), 1u) << "fwaid has no thread named fwaid-kb-commit";
+  auto index_before = Threads(daemon_->pid(), "fwaid-kb-index");
+  ASSERT_EQ(index_before.size(), 1u) << "fwaid has no thread named fwaid-kb-index";
   // A document goes in on that thread: its time on a CPU grows.
   std::string body = "# DMA\n\n";
   for (int p = 0; p < 40; ++p) body += "## Stream " + std::to_string(p) + "\n\nDMA_S" + std::to_string(p) + "CR enables the stream.\n\n";
@@ -303,11 +307,20 @@ TEST_F(KbCliTest, IngestRunsOnOneWorkerAtIdlePriority) {
   EXPECT_EQ(after[0].tid, before[0].tid);
   EXPECT_EQ(after[0].policy, SCHED_IDLE);
   EXPECT_GT(after[0].cpu_ns, before[0].cpu_ns) << "the document was not ingested on the ingest worker";
-  // Its commit (the store's write queue, the index lock) ran at normal priority.
+  // Its commit (the store's write queue) ran at normal priority.
   auto commit = Threads(daemon_->pid(), "fwaid-kb-commit");
   ASSERT_EQ(commit.size(), 1u);
   EXPECT_EQ(commit[0].policy, SCHED_OTHER);
+  EXPECT_EQ(commit[0].nice, 0);
   EXPECT_GT(commit[0].cpu_ns, commit_before[0].cpu_ns) << "the commit did not run on the commit thread";
+  // The in-memory indexes (the index lock) were updated at background
+  // priority: SCHED_OTHER at nice 10.
+  auto index = Threads(daemon_->pid(), "fwaid-kb-index");
+  ASSERT_EQ(index.size(), 1u);
+  EXPECT_EQ(index[0].policy, SCHED_OTHER);
+  EXPECT_EQ(index[0].nice, 10);
+  EXPECT_GT(index[0].cpu_ns, index_before[0].cpu_ns)
+      << "the indexes were not updated on the index thread";
 }
 
 }  // namespace

@@ -181,6 +181,25 @@ absl::StatusOr<std::optional<std::string>> Storage::Get(Cf cf, std::string_view 
   return std::optional<std::string>(std::move(value));
 }
 
+absl::StatusOr<std::vector<std::optional<std::string>>> Storage::MultiGet(
+    Cf cf, const std::vector<std::string>& keys) {
+  std::vector<std::optional<std::string>> out(keys.size());
+  if (keys.empty()) return out;
+  std::vector<rocksdb::Slice> slices;
+  slices.reserve(keys.size());
+  for (const auto& k : keys) slices.emplace_back(k.data(), k.size());
+  std::vector<rocksdb::PinnableSlice> values(keys.size());
+  std::vector<rocksdb::Status> statuses(keys.size());
+  rep_->db->MultiGet(rocksdb::ReadOptions(), rep_->handles[static_cast<int>(cf)], keys.size(),
+                     slices.data(), values.data(), statuses.data());
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (statuses[i].IsNotFound()) continue;
+    if (!statuses[i].ok()) return FromRocks(statuses[i], "multiget");
+    out[i].emplace(values[i].data(), values[i].size());
+  }
+  return out;
+}
+
 absl::Status Storage::Scan(Cf cf, std::string_view begin, std::string_view end,
                            const std::function<bool(std::string_view, std::string_view)>& fn) {
   rocksdb::ReadOptions ro;

@@ -185,6 +185,41 @@ TEST(StorageTest, UnsyncedWritesDoNotWaitForALogSync) {
   std::filesystem::remove_all(dir);
 }
 
+// Many keys in one read: in the order asked (not key order), absent keys
+// empty, from the memtable and from flushed files alike.
+TEST(StorageTest, MultiGetAnswersInTheOrderAsked) {
+  std::string dir = TempDir();
+  {
+    auto db = Storage::Open(dir);
+    ASSERT_TRUE(db.ok()) << db.status();
+    WriteBatch batch;
+    for (uint64_t i = 0; i < 500; ++i)
+      batch.Put(Cf::kChunks, EncodeU64(i), "v" + std::to_string(i));
+    ASSERT_TRUE((*db)->Write(batch, true).ok());
+  }
+  auto db = Storage::Open(dir);  // reopened: the values are read from the log or files
+  ASSERT_TRUE(db.ok()) << db.status();
+  ASSERT_TRUE((*db)->Put(Cf::kChunks, EncodeU64(7), "changed", false).ok());
+  const std::vector<std::string> keys = {EncodeU64(420), EncodeU64(7),   EncodeU64(9999),
+                                         EncodeU64(3),   EncodeU64(420), "short"};
+  auto got = (*db)->MultiGet(Cf::kChunks, keys);
+  ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_EQ(got->size(), keys.size());
+  EXPECT_EQ((*got)[0], std::optional<std::string>("v420"));
+  EXPECT_EQ((*got)[1], std::optional<std::string>("changed"));
+  EXPECT_FALSE((*got)[2].has_value());
+  EXPECT_EQ((*got)[3], std::optional<std::string>("v3"));
+  EXPECT_EQ((*got)[4], std::optional<std::string>("v420"));
+  EXPECT_FALSE((*got)[5].has_value());
+  for (size_t i = 0; i < keys.size(); ++i) {
+    auto one = (*db)->Get(Cf::kChunks, keys[i]);
+    ASSERT_TRUE(one.ok());
+    EXPECT_EQ(*one, (*got)[i]) << i;
+  }
+  EXPECT_TRUE((*db)->MultiGet(Cf::kChunks, {})->empty());
+  std::filesystem::remove_all(dir);
+}
+
 TEST(StorageTest, SeqKeysSortNumerically) {
   EXPECT_LT(SeqKey("s", 9), SeqKey("s", 10));
   EXPECT_LT(SeqKey("s", 255), SeqKey("s", 256));

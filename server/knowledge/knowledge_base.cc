@@ -604,6 +604,18 @@ absl::StatusOr<IngestResult> KnowledgeBase::Ingest(IngestRequest req,
   ASSIGN_OR_RETURN(auto vecs, m.embedder.Embed(index_texts, false));
   if (vecs.size() != chunks.size()) return absl::InternalError("embedder returned a wrong number of vectors");
   stage("indexing");
+  std::vector<float> flat;
+  flat.reserve(chunks.size() * m.embedder.dimension());
+  for (auto& v : vecs) flat.insert(flat.end(), v.begin(), v.end());
+  // The IVF lists of the new vectors (a search of the coarse centroids) are
+  // found on another thread while the terms and records are made and
+  // written, and outside the index lock: searches go on meanwhile, and
+  // writers wait on ingest_mu, so the index is not rebuilt before the
+  // commit uses them.
+  std::future<VectorIndex::Assignment> assigning = std::async(std::launch::async, [&m, &flat] {
+    std::shared_lock<std::shared_mutex> lock(m.mu);
+    return m.vectors->Assign(flat);
+  });
   std::vector<std::vector<std::string>> terms(chunks.size());
   for (size_t i = 0; i < chunks.size(); ++i) Tokenize(index_texts[i], &terms[i]);
 
@@ -663,9 +675,6 @@ absl::StatusOr<IngestResult> KnowledgeBase::Ingest(IngestRequest req,
   batch.Put(Cf::kMeta, "kb/coll/" + req.collection,
             json({{"embedder", m.embedder.name()}, {"dimension", m.embedder.dimension()}}).dump());
   std::vector<uint32_t> ids(rec->ordinals);
-  std::vector<float> flat;
-  flat.reserve(chunks.size() * m.embedder.dimension());
-  for (auto& v : vecs) flat.insert(flat.end(), v.begin(), v.end());
   result.doc_id = info.id;
   result.chunks = info.chunks;
   result.pages = info.pages;
@@ -689,11 +698,23 @@ absl::StatusOr<IngestResult> KnowledgeBase::Ingest(IngestRequest req,
   };
   auto add = [&]() -> absl::Status {
     stage("adding");  // the ingesting thread waits for this meanwhile
+    const VectorIndex::Assignment assignment = assigning.get();
+    auto t = std::chrono::steady_clock::now();
+    auto lap = [&t](double* ms) {
+      const auto now = std::chrono::steady_clock::now();
+      *ms = std::chrono::duration<double, std::milli>(now - t).count();
+      t = now;
+    };
     std::unique_lock<std::shared_mutex> lock(m.mu);
+    lap(&result.lock_ms);
     if (old) m.RemoveDocLocked(old->info.id);
+    lap(&result.remove_ms);
     for (size_t i = 0; i < ids.size(); ++i) m.bm25->Add(ids[i], terms[i]);
-    m.vectors->Add(ids, flat);
+    lap(&result.lexical_ms);
+    m.vectors->Add(ids, flat, assignment);
+    lap(&result.vectors_ms);
     m.AddDocLocked(std::move(rec));
+    lap(&result.tables_ms);
     m.next_ordinal = first + chunks.size();
     m.generation = new_gen;
     m.dirty = true;
@@ -1113,11 +1134,21 @@ absl::StatusOr<std::vector<KbSearchHit>> KnowledgeBase::SearchImpl(
     double named = 0;
   };
   std::vector<Loaded> loaded;
-  for (const auto& c : order) {
-    ASSIGN_OR_RETURN(auto raw, m.storage.Get(Cf::kChunks, ChunkKey(c.o)));
-    if (!raw) continue;
-    ASSIGN_OR_RETURN(auto rec, DecodeChunk(*raw, false));
-    loaded.push_back({c, std::move(rec), m.slots[m.chunk_slot[c.o]].get(), c.fused / max_fused});
+  std::unordered_map<uint32_t, std::string> prefetched;  // ordinal -> stored record
+  {
+    // The pool's records in one batched read (with rerank, 100 of them).
+    std::vector<std::string> keys;
+    keys.reserve(order.size());
+    for (const auto& c : order) keys.push_back(ChunkKey(c.o));
+    ASSIGN_OR_RETURN(auto raws, m.storage.MultiGet(Cf::kChunks, keys));
+    loaded.reserve(order.size());
+    for (size_t i = 0; i < order.size(); ++i) {
+      if (!raws[i]) continue;
+      ASSIGN_OR_RETURN(auto rec, DecodeChunk(*raws[i], false));
+      const Cand& c = order[i];
+      loaded.push_back({c, std::move(rec), m.slots[m.chunk_slot[c.o]].get(), c.fused / max_fused});
+      prefetched.emplace(c.o, *std::move(raws[i]));
+    }
   }
   // Identifiers in the query that name a few documents by name or title
   // (a part number, a driver): the share of them a candidate's document
@@ -1233,6 +1264,12 @@ absl::StatusOr<std::vector<KbSearchHit>> KnowledgeBase::SearchImpl(
       chunk_cache;                                       // (slot, index) -> chunk
   std::unordered_map<uint64_t, std::string> text_cache;  // texts read for overlaps
   auto read = [&](const DocRec& d, uint32_t index) -> std::optional<ChunkRec> {
+    auto hit = prefetched.find(d.ordinals[index]);
+    if (hit != prefetched.end()) {
+      auto rec = DecodeChunk(hit->second, false);
+      if (!rec.ok()) return std::nullopt;
+      return *std::move(rec);
+    }
     auto raw = m.storage.Get(Cf::kChunks, ChunkKey(d.ordinals[index]));
     if (!raw.ok()) {
       load_error = raw.status();
@@ -1304,6 +1341,29 @@ absl::StatusOr<std::vector<KbSearchHit>> KnowledgeBase::SearchImpl(
     Passage p;
     double score;
   };
+  {
+    // The records passages read first in one batched read: each pooled
+    // chunk's neighbours (the one before also for its overlap with the one
+    // before it); others are read one by one.
+    std::vector<uint32_t> want;
+    for (size_t i = 0; i < pool; ++i) {
+      const DocRec* d = loaded[i].doc;
+      const uint32_t index = loaded[i].rec.meta.value("index", 0u);
+      if (d == nullptr || index >= d->ordinals.size()) continue;
+      for (uint32_t j = index > 1 ? index - 2 : 0; j <= index + 1 && j < d->ordinals.size(); ++j) {
+        if (!prefetched.count(d->ordinals[j])) want.push_back(d->ordinals[j]);
+      }
+    }
+    std::sort(want.begin(), want.end());
+    want.erase(std::unique(want.begin(), want.end()), want.end());
+    std::vector<std::string> keys;
+    keys.reserve(want.size());
+    for (uint32_t o : want) keys.push_back(ChunkKey(o));
+    ASSIGN_OR_RETURN(auto raws, m.storage.MultiGet(Cf::kChunks, keys));
+    for (size_t i = 0; i < want.size(); ++i) {
+      if (raws[i]) prefetched.emplace(want[i], *std::move(raws[i]));
+    }
+  }
   std::vector<Widened> widened;
   widened.reserve(pool);
   for (size_t i = 0; i < pool; ++i) {

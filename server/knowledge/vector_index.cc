@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -25,6 +26,11 @@
 namespace fwai {
 
 using idx_t = faiss::Index::idx_t;
+
+namespace {
+// Each IVF coarse quantizer built or loaded gets a number no other had.
+std::atomic<uint64_t> next_epoch{1};
+}  // namespace
 
 VectorIndex::VectorIndex(int dimension, VectorIndexOptions options)
     : dim_(dimension), options_(options), index_(std::make_unique<faiss::IndexFlatIP>(dimension)) {}
@@ -69,7 +75,23 @@ std::vector<float> VectorIndex::LiveVectors(std::vector<uint32_t>* ids) const {
   return out;
 }
 
+VectorIndex::Assignment VectorIndex::Assign(const std::vector<float>& vectors) const {
+  Assignment a;
+  if (!ivf_ || vectors.empty()) return a;
+  auto* ivf = static_cast<const faiss::IndexIVF*>(index_.get());
+  const idx_t n = static_cast<idx_t>(vectors.size() / dim_);
+  a.epoch = epoch_;
+  a.lists.resize(static_cast<size_t>(n));
+  ivf->quantizer->assign(n, vectors.data(), a.lists.data());
+  return a;
+}
+
 void VectorIndex::Add(const std::vector<uint32_t>& ids, const std::vector<float>& vectors) {
+  Add(ids, vectors, Assignment{});
+}
+
+void VectorIndex::Add(const std::vector<uint32_t>& ids, const std::vector<float>& vectors,
+                      const Assignment& assignment) {
   if (ids.empty()) return;
   for (uint32_t id : ids) Remove(id);  // replacing a chunk's vector
   if (!hnsw_ && !ivf_ && size() + ids.size() >= options_.exact_below) {
@@ -83,6 +105,12 @@ void VectorIndex::Add(const std::vector<uint32_t>& ids, const std::vector<float>
   for (uint32_t id : ids) {
     pos_[id] = static_cast<uint32_t>(ids_.size());
     ids_.push_back(id);
+  }
+  auto* ivf = ivf_ ? static_cast<faiss::IndexIVF*>(index_.get()) : nullptr;
+  if (ivf != nullptr && assignment.epoch == epoch_ && epoch_ != 0 &&
+      assignment.lists.size() == ids.size()) {
+    ivf->add_core(static_cast<idx_t>(ids.size()), vectors.data(), nullptr, assignment.lists.data());
+    return;
   }
   index_->add(static_cast<idx_t>(ids.size()), vectors.data());
 }
@@ -145,6 +173,7 @@ void VectorIndex::BuildInternal(const std::vector<uint32_t>& ids, const std::vec
     ivf->cp.seed = 7;
     ivf->train(static_cast<idx_t>(want), sample.data());
     trained_on_ = n;
+    epoch_ = next_epoch++;
     index_ = std::move(ivf);
   } else {
     index_ = std::make_unique<faiss::IndexFlatIP>(dim_);
@@ -391,6 +420,7 @@ absl::StatusOr<std::unique_ptr<VectorIndex>> VectorIndex::Load(const std::string
     }
     idx->ef_search_ = probes;
     ivf->nprobe = static_cast<size_t>(probes);
+    idx->epoch_ = next_epoch++;
   }
   for (uint32_t p = 0; p < n; ++p) {
     if (!idx->dead_.count(p)) idx->pos_[idx->ids_[p]] = p;

@@ -57,6 +57,19 @@ class VectorIndex {
 
   // `vectors` holds ids.size() * dimension floats, unit length.
   void Add(const std::vector<uint32_t>& ids, const std::vector<float>& vectors);
+  // The IVF lists `vectors` go to (empty for other kinds): the costly part of
+  // an IVF add, a search of the coarse centroids, made without changing the
+  // index, so it may run concurrently with searches (outside the owner's
+  // write lock). Valid for Add() until the index is rebuilt or retrained.
+  struct Assignment {
+    uint64_t epoch = 0;  // the coarse quantizer it was made with (see epoch_)
+    std::vector<int64_t> lists;
+  };
+  Assignment Assign(const std::vector<float>& vectors) const;
+  // Add() with lists from Assign(); if they were made by another quantizer
+  // (the index was rebuilt since), they are computed again.
+  void Add(const std::vector<uint32_t>& ids, const std::vector<float>& vectors,
+           const Assignment& assignment);
   void Remove(uint32_t id);
   bool NeedsRebuild() const;
   // Replaces the contents (picks flat or HNSW by size).
@@ -104,6 +117,7 @@ class VectorIndex {
   bool ivf_ = false;
   int ef_search_ = 0;                     // HNSW efSearch or IVF nprobe
   size_t trained_on_ = 0;                 // IVF: vectors when trained
+  uint64_t epoch_ = 0;                    // IVF: names its coarse quantizer (unique per process)
   double tuned_recall_ = -1;              // recall@10 the breadth reached when tuned here
   std::vector<uint32_t> ids_;             // FAISS position -> chunk id
   std::unordered_set<uint32_t> dead_;     // tombstoned positions

@@ -360,6 +360,8 @@ int main(int argc, char** argv) {
   std::string pdf_dir;
   std::string keep;  // --data DIR: build the collection there once, reuse it after
   size_t vector_n = 0, lexical_n = 0, hnsw_up_to = 200000;
+  std::string skip;
+  int manuals = 1;
   KnowledgeOptions kb_options;
   setvbuf(stdout, nullptr, _IOLBF, 0);  // RESULT lines show as they come, also into a file
   for (int i = 1; i < argc; ++i) {
@@ -373,7 +375,14 @@ int main(int argc, char** argv) {
     if (a == "--lexical-layouts" && i + 1 < argc) lexical_n = std::strtoull(argv[++i], nullptr, 10);
     if (a == "--ivf-max-probe-share" && i + 1 < argc)
       kb_options.ivf_max_probe_share = std::strtod(argv[++i], nullptr);
+    // --skip search,pdf,start: leave those measurements out (shorter runs
+    // on a kept collection while working on one of the others).
+    if (a == "--skip" && i + 1 < argc) skip = argv[++i];
+    if (a == "--pdfs" && i + 1 < argc) manuals = std::atoi(argv[++i]);
   }
+  auto skipped = [&skip](const std::string& what) {
+    return ("," + skip + ",").find("," + what + ",") != std::string::npos;
+  };
   std::printf("fwai_kb_bench  commit: %s\n", std::getenv("FWAI_COMMIT") ? std::getenv("FWAI_COMMIT") : "?");
   if (vector_n > 0) return VectorIndexes(vector_n, hnsw_up_to);
   if (lexical_n > 0) {
@@ -444,6 +453,7 @@ int main(int argc, char** argv) {
     // --- Search latency (passages on, as kb search answers).
     queries = Queries(vocab, 300);
     for (bool rerank : {false, true}) {
+      if (skipped("search")) break;
       std::vector<double> ms;
       for (const auto& q : queries) {
         KbSearchRequest r;
@@ -462,9 +472,10 @@ int main(int argc, char** argv) {
           chunks, rerank ? "+rerank" : "", Percentile(ms, 0.5), Percentile(ms, 0.95),
           Percentile(ms, 1.0), ms.size());
     }
-    // --- PDF ingest at this size: a 200-page manual (and any in --pdf-dir).
+    // --- PDF ingest at this size: 200-page manuals (--pdfs N of them, each
+    // new; the first replaces the previous run's) and any in --pdf-dir.
     std::vector<std::pair<std::string, std::string>> pdfs;
-    {
+    for (int m = 0; m < manuals; ++m) {
       std::vector<std::string> pages;
       // A revision stamp makes each run's manual new (an unchanged one is
       // recognized by its hash and not ingested again).
@@ -476,7 +487,8 @@ int main(int argc, char** argv) {
         for (int l = 0; l < 40; ++l) text += vocab.Text(10) + "\n";
         pages.push_back(text);
       }
-      pdfs.emplace_back("synthetic-manual-" + std::to_string(chunks) + ".pdf",
+      pdfs.emplace_back("synthetic-manual-" + std::to_string(chunks) +
+                            (m == 0 ? std::string() : "-" + std::to_string(m)) + ".pdf",
                         testing::MakePdf(pages));
     }
     if (!pdf_dir.empty()) {
@@ -488,6 +500,8 @@ int main(int argc, char** argv) {
             std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>()));
       }
     }
+    if (skipped("pdf")) pdfs.clear();
+    std::vector<double> pdf_rates, pdf_adding;
     for (auto& [name, bytes] : pdfs) {
       IngestRequest r;
       r.name = name;
@@ -509,14 +523,26 @@ int main(int argc, char** argv) {
         for (const auto& [stage, ms] : stages) {
           if (stage != "start")
             split += " " + stage + "_ms=" + std::to_string(static_cast<int>(ms));
+          if (stage == "adding") pdf_adding.push_back(ms);
         }
-        std::printf("RESULT ingest_pdf_stages file=%s%s\n", name.c_str(), split.c_str());
+        pdf_rates.push_back(res->pages / s);
+        char adding[200];
+        std::snprintf(
+            adding, sizeof adding,
+            " (adding: lock %.1f, replaced %.1f, lexical %.1f, vectors %.1f, tables %.1f)",
+            res->lock_ms, res->remove_ms, res->lexical_ms, res->vectors_ms, res->tables_ms);
+        std::printf("RESULT ingest_pdf_stages file=%s%s%s\n", name.c_str(), split.c_str(), adding);
         std::printf(
             "RESULT ingest_pdf file=%s pages=%d seconds=%.3f pages_per_s=%.0f chunks=%d "
             "into=%zu_chunks "
             "target>=500\n",
             name.c_str(), res->pages, s, res->pages / s, res->chunks, chunks);
       }
+    }
+    if (pdf_rates.size() > 1) {
+      std::printf(
+          "RESULT ingest_pdf_median pages_per_s=%.0f adding_ms=%.0f (%zu manuals of 200 pages)\n",
+          Percentile(pdf_rates, 0.5), Percentile(pdf_adding, 0.5), pdf_rates.size());
     }
     auto save0 = std::chrono::steady_clock::now();
     (void)(*kb)->SaveIndexes();
@@ -525,7 +551,7 @@ int main(int argc, char** argv) {
   // --- Daemon start with the collection until a search answers; its memory while serving.
   std::vector<double> starts;
   double serving_rss = 0;
-  for (int run = 0; run < 3; ++run) {
+  for (int run = 0; run < 3 && !skipped("start"); ++run) {
     auto t0 = std::chrono::steady_clock::now();
     pid_t pid = fork();
     if (pid == 0) {
@@ -575,6 +601,10 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "daemon did not answer a search\n");
       return 1;
     }
+  }
+  if (skipped("start")) {
+    if (keep.empty()) fs::remove_all(dir);
+    return 0;
   }
   std::printf(
       "RESULT start_to_first_search_s median=%.3f (runs %.3f %.3f %.3f; %zu-chunk collection) "

@@ -426,6 +426,57 @@ TEST(VectorIndexIvfTest, RecallAgainstExactRetrainOnGrowthAndSaveLoad) {
   fs::remove_all(dir);
 }
 
+// The lists of an IVF add found beforehand (outside the owner's write lock):
+// the index is the one a plain add makes, and lists found by another
+// quantizer (the index rebuilt since) are not used.
+TEST(VectorIndexIvfTest, AddWithListsFoundBeforehandIsThePlainAdd) {
+  const int dim = 32;
+  const size_t n = 4000, extra = 600;
+  std::mt19937 rng(9);
+  std::normal_distribution<float> g;
+  auto make = [&](size_t count) {
+    std::vector<float> v(count * dim);
+    for (size_t i = 0; i < count; ++i) {
+      double norm = 0;
+      for (int d = 0; d < dim; ++d) norm += std::pow(v[i * dim + d] = g(rng), 2);
+      for (int d = 0; d < dim; ++d) v[i * dim + d] /= static_cast<float>(std::sqrt(norm));
+    }
+    return v;
+  };
+  const std::vector<float> vecs = make(n), added = make(extra), other = make(n);
+  std::vector<uint32_t> ids(n), new_ids(extra);
+  for (uint32_t i = 0; i < n; ++i) ids[i] = i;
+  for (uint32_t i = 0; i < extra; ++i) new_ids[i] = 50000 + i;
+  VectorIndexOptions o;
+  o.exact_below = 1000;
+  o.approximate = "ivf";
+  o.ivf_lists = 64;
+  o.ivf_nprobe = 4;  // few lists probed: a vector in a wrong list is missed
+  VectorIndex plain(dim, o), ahead(dim, o), stale(dim, o), elsewhere(dim, o);
+  plain.Build(ids, vecs);
+  ahead.Build(ids, vecs);
+  stale.Build(ids, vecs);
+  elsewhere.Build(ids, other);  // another quantizer
+  ASSERT_EQ(ahead.kind(), "ivf-sq8");
+  const VectorIndex::Assignment lists = ahead.Assign(added);
+  ASSERT_EQ(lists.lists.size(), extra);
+  plain.Add(new_ids, added);
+  ahead.Add(new_ids, added, lists);
+  stale.Add(new_ids, added, elsewhere.Assign(added));
+  size_t found = 0;
+  for (size_t q = 0; q < extra; q += 7) {
+    const float* query = &added[q * dim];
+    const auto want = plain.Search(query, 10);
+    EXPECT_EQ(ahead.Search(query, 10), want) << q;
+    EXPECT_EQ(stale.Search(query, 10), want) << q;
+    found += !want.empty() && want[0].first == new_ids[q] ? 1 : 0;
+  }
+  EXPECT_EQ(found, (extra + 6) / 7);  // each added vector is found as itself
+  // A flat index has no lists to find.
+  VectorIndex flat(dim, {});
+  EXPECT_TRUE(flat.Assign(added).lists.empty());
+}
+
 TEST(VectorIndexIvfTest, ChosenBreadthStaysWithinTheProbeShareAlsoWhenLoaded) {
   // Vectors without cluster structure: the recall bar alone would probe most
   // lists; the share caps it (at least 16 lists).

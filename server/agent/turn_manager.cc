@@ -1,7 +1,12 @@
 #include "server/agent/turn_manager.h"
 
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <map>
 #include <thread>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/cancel.h"
@@ -20,11 +25,100 @@ Provider* ProviderSet::Find(const std::string& name) const {
   return it == providers.end() ? nullptr : it->second.get();
 }
 
+// Set by the turn's job as its last step; the job holds its own reference.
+struct TurnManager::Ended {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool ended = false;
+  void Set() {
+    std::lock_guard<std::mutex> lock(mu);
+    ended = true;
+    cv.notify_all();
+  }
+  void Wait() {
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [this] { return ended; });
+  }
+};
+
 struct TurnManager::Turn {
   std::string owner;
   CancelToken cancel;
-  std::thread thread;
+  std::shared_ptr<Ended> ended = std::make_shared<Ended>();
   std::atomic<bool> done{false};
+};
+
+// Threads that run turns, kept between turns: a burst of turns reuses the
+// threads (their stacks, their malloc arenas' recent memory) of the last one
+// instead of creating and tearing down a thread each. A thread idle for a
+// minute ends.
+class TurnManager::Threads {
+ public:
+  ~Threads() {
+    std::vector<std::thread> all;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+      cv_.notify_all();
+      for (auto& [id, t] : live_) all.push_back(std::move(t));
+      live_.clear();
+      for (auto& t : ended_) all.push_back(std::move(t));
+      ended_.clear();
+    }
+    for (auto& t : all) t.join();
+  }
+
+  // Runs `job` on an idle thread, or a new one when none is idle.
+  void Run(std::function<void()> job) {
+    std::vector<std::thread> ended;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      ended.swap(ended_);
+      jobs_.push_back(std::move(job));
+      if (idle_ >= jobs_.size()) {
+        cv_.notify_one();
+      } else {
+        const uint64_t id = next_id_++;
+        live_.emplace(id, std::thread([this, id] { Work(id); }));
+      }
+    }
+    for (auto& t : ended) t.join();
+  }
+
+ private:
+  static constexpr auto kIdleEnd = std::chrono::seconds(60);
+
+  void Work(uint64_t id) {
+    std::unique_lock<std::mutex> lock(mu_);
+    while (true) {
+      ++idle_;
+      const bool woke = cv_.wait_for(lock, kIdleEnd, [this] { return stop_ || !jobs_.empty(); });
+      --idle_;
+      if (stop_) return;
+      if (!woke) {
+        // Idle too long: hand this thread's handle over to be joined.
+        auto it = live_.find(id);
+        ended_.push_back(std::move(it->second));
+        live_.erase(it);
+        return;
+      }
+      std::function<void()> job = std::move(jobs_.front());
+      jobs_.pop_front();
+      lock.unlock();
+      job();
+      job = nullptr;  // the turn's state goes before the thread waits again
+      lock.lock();
+    }
+  }
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> jobs_;
+  size_t idle_ = 0;
+  bool stop_ = false;
+  uint64_t next_id_ = 0;
+  std::map<uint64_t, std::thread> live_;
+  std::vector<std::thread> ended_;  // idle ones that ended, to join
 };
 
 TurnManager::TurnManager(SessionManager& sessions, const DaemonConfig& config,
@@ -35,14 +129,15 @@ TurnManager::TurnManager(SessionManager& sessions, const DaemonConfig& config,
       providers_(providers),
       tools_(tools),
       retriever_(std::move(retriever)),
-      secrets_(SecretScanner::Default()) {}
+      secrets_(SecretScanner::Default()),
+      threads_(std::make_unique<Threads>()) {}
 
 TurnManager::~TurnManager() { Shutdown(); }
 
 void TurnManager::ReapLocked() {
   for (auto it = turns_.begin(); it != turns_.end();) {
     if (it->second->done) {
-      if (it->second->thread.joinable()) it->second->thread.join();
+      it->second->ended->Wait();
       it = turns_.erase(it);
     } else {
       ++it;
@@ -74,8 +169,10 @@ absl::Status TurnManager::Start(TurnRequest req) {
   turn->owner = req.owner;
   Turn* raw = turn.get();
   turns_[req.session_id] = std::move(turn);
-  raw->thread =
-      std::thread([this, raw, req = std::move(req)]() mutable { Run(raw, std::move(req)); });
+  threads_->Run([this, raw, ended = raw->ended, req = std::move(req)]() mutable {
+    Run(raw, std::move(req));
+    ended->Set();
+  });
   return absl::OkStatus();
 }
 
@@ -83,7 +180,7 @@ void TurnManager::Run(Turn* turn, TurnRequest req) {
   const AgentDeps deps{sessions_, config_, providers_, tools_, retriever_, *secrets_, replies_};
   // Done before turn_finished is visible: a client that starts the next turn
   // the moment it sees turn_finished must not be refused. Start() joins this
-  // thread, so the next turn's events still come after this one.
+  // waits for this job to end, so the next turn's events still come after this one.
   RunTurn(deps, TurnHooks{recorder_, project_tools_, reply_observer_}, turn->cancel, req,
           [turn] { turn->done = true; });
 }
@@ -145,9 +242,7 @@ void TurnManager::Shutdown() {
     turns.swap(turns_);
   }
   for (auto& [id, t] : turns) t->cancel.Cancel();
-  for (auto& [id, t] : turns) {
-    if (t->thread.joinable()) t->thread.join();
-  }
+  for (auto& [id, t] : turns) t->ended->Wait();
 }
 
 }  // namespace fwai

@@ -1,5 +1,5 @@
 // agent: runs chat turns. One turn at a time per session, each on its own
-// thread: stream the model's reply, run the tools it asks for, send the
+// thread (threads are kept between turns for the next ones): stream the model's reply, run the tools it asks for, send the
 // results back, until it stops or the iteration bound is hit. Every step is
 // published to the session's event log as it happens.
 //
@@ -119,7 +119,9 @@ class TurnManager {
 
  private:
   struct Turn;
-  // The body of a turn's thread.
+  struct Ended;
+  class Threads;
+  // The body of a turn's job.
   void Run(Turn* turn, TurnRequest request);
   void ReapLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
@@ -136,6 +138,7 @@ class TurnManager {
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
   std::map<std::string, std::unique_ptr<Turn>> turns_ ABSL_GUARDED_BY(mu_);
   PendingReplies replies_;
+  std::unique_ptr<Threads> threads_;  // last: its threads end first
 };
 
 }  // namespace fwai

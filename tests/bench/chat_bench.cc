@@ -9,7 +9,10 @@
 //                (events/s, added latency in the first chunks and after, time
 //                from the user's message to the provider's request), each
 //                again with stuck clients (one that never reads its own busy
-//                session, one attached to a measured session that never reads)
+//                session, one attached to a measured session that never reads);
+//                then, as a separate figure, 50 sessions on a daemon that has
+//                served one burst before, the clients connected before they
+//                send at once
 //   shared       TLS beside the unix socket, 20 principals x 5 sessions, one
 //                user's chat beside a flood and an ingest (shared_bench.cc;
 //                only with --only shared, --tiny for a correctness check)
@@ -18,8 +21,10 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <mutex>
 #include <sstream>
 #include <string>
@@ -69,14 +74,18 @@ struct StreamStats {
   bool finished = false;
 };
 
+// With `before_send`, it is called between opening the chat and sending the
+// message (the load bench's clients that connect first and send together).
 StreamStats Stream(pb::Sessions::Stub& stub, const std::string& session_id, bool measure_latency,
-                   int warmup = 0, const std::string& text = "bench", int64_t* sent_ns = nullptr) {
+                   int warmup = 0, const std::string& text = "bench", int64_t* sent_ns = nullptr,
+                   const std::function<void()>& before_send = nullptr) {
   StreamStats st;
   grpc::ClientContext ctx;
   auto stream = stub.Chat(&ctx);
   pb::ClientEvent open;
   open.mutable_open()->set_session_id(session_id);
   stream->Write(open);
+  if (before_send) before_send();
   pb::ClientEvent msg;
   msg.mutable_message()->set_text(text);
   if (sent_ns) *sent_ns = MonotonicNanos();
@@ -145,9 +154,53 @@ struct LoadStats {
 // the provider, each read by its own client. With `stuck`, first a session
 // whose provider streams 4 KB chunks at the same pace to a client that never
 // reads, and a client attached to the first measured session that never reads.
-LoadStats RunLoad(FakeLlmServer& fake, Daemon& d, int sessions, int chunks, bool stuck) {
+// With `warm`, as a long-running daemon with its users' clients connected
+// meets a burst: the daemon first serves one burst of `sessions` turns of 10
+// chunks in other sessions (not measured), then every client opens its Chat
+// stream, and once all are open (and 300 ms more) they send their messages at
+// once.
+LoadStats RunLoad(FakeLlmServer& fake, Daemon& d, int sessions, int chunks, bool stuck,
+                  bool warm = false) {
   LoadStats out;
   auto stub = d.sessions();
+  if (warm) {
+    std::vector<std::string> warm_ids;
+    for (int i = 0; i < sessions; ++i) warm_ids.push_back(d.CreateSession().id());
+    for (int i = 0; i < sessions; ++i) {
+      FakeReply r;
+      r.bench_chunks = 10;
+      r.bench_chunk_bytes = 24;
+      r.chunk_delay_ms = 10;
+      fake.Enqueue(r);
+    }
+    std::vector<std::thread> warmers;
+    for (int i = 0; i < sessions; ++i) {
+      warmers.emplace_back([&, i] {
+        auto own = d.sessions();
+        (void)Stream(*own, warm_ids[i], false, 0, "warm-up " + std::to_string(i));
+      });
+    }
+    for (auto& t : warmers) t.join();
+  }
+  // The clients that connect first wait here between opening and sending.
+  std::mutex gate_mu;
+  std::condition_variable gate_cv;
+  int opened = 0;
+  bool go = false;
+  std::function<void()> before_send;
+  if (warm) {
+    before_send = [&] {
+      std::unique_lock<std::mutex> lock(gate_mu);
+      if (++opened == sessions) {
+        lock.unlock();
+        std::this_thread::sleep_for(std::chrono::milliseconds(300));
+        lock.lock();
+        go = true;
+        gate_cv.notify_all();
+      }
+      gate_cv.wait(lock, [&] { return go; });
+    };
+  }
   grpc::ClientContext stuck_chat_ctx, stuck_attach_ctx;
   std::unique_ptr<grpc::ClientReaderWriter<pb::ClientEvent, pb::ServerEvent>> stuck_chat;
   std::unique_ptr<grpc::ClientReader<pb::ServerEvent>> stuck_attach;
@@ -183,7 +236,8 @@ LoadStats RunLoad(FakeLlmServer& fake, Daemon& d, int sessions, int chunks, bool
   for (int i = 0; i < sessions; ++i) {
     threads.emplace_back([&, i] {
       auto own = d.sessions();
-      auto st = Stream(*own, ids[i], true, chunks / 10, "bench s" + std::to_string(i), &sent[i]);
+      auto st = Stream(*own, ids[i], true, chunks / 10, "bench s" + std::to_string(i), &sent[i],
+                       before_send);
       std::lock_guard<std::mutex> lock(mu);
       if (!st.finished) ++out.unfinished;
       out.all.insert(out.all.end(), st.latency_ms.begin(), st.latency_ms.end());
@@ -372,6 +426,12 @@ int Main(int argc, char** argv) {
                   RunLoad(fake, d, sessions, latency_chunks, stuck));
       }
     }
+    // A separate figure, not the one above: the daemon has served a burst
+    // before, and the clients are connected before they send at once.
+    Daemon& d = fresh();
+    std::this_thread::sleep_for(std::chrono::seconds(pause_s));
+    PrintLoad(" warm_daemon_clients_connected_first", 50, latency_chunks,
+              RunLoad(fake, d, 50, latency_chunks, false, /*warm=*/true));
   }
 
   // --- Memory per idle session and per attached client.

@@ -132,7 +132,15 @@ void LabLeases::NodeLeft(const std::string& node) {
       // Only leases on other benches' boards: this node's own are its own business.
       if (it->second.node == node && node != node_) {
         gone.push_back(it->second);
-        ended_[it->first] = absl::StrCat("bench ", node, " left the lab (stopped, killed or cut off)");
+        const std::string why =
+            absl::StrCat("bench ", node, " left the lab (stopped, killed or cut off)");
+        if (ended_.emplace(it->first, why).second) {
+          ended_order_.push_back(it->first);
+          if (ended_order_.size() > kEndedKept) {
+            ended_.erase(ended_order_.front());
+            ended_order_.pop_front();
+          }
+        }
         it = mine_.erase(it);
       } else {
         ++it;

@@ -16,6 +16,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -142,7 +143,11 @@ class LabLeases {
   const LabLeasesOptions options_;
   mutable std::mutex mu_;
   std::map<std::string, LabLease> mine_;  // lease id -> lease
-  std::map<std::string, std::string> ended_;  // lease id -> why it ended (not by its holder)
+  // Why a lease ended when not by its holder (the answer a later renewal
+  // gives), for the last kEndedKept such leases: oldest dropped first.
+  static constexpr size_t kEndedKept = 1024;
+  std::map<std::string, std::string> ended_;  // lease id -> why
+  std::deque<std::string> ended_order_;       // the ids in ended_, oldest first
   std::unique_ptr<EtcdWatch> nodes_watch_;
 };
 

@@ -18,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/config.h"
 #include "common/ids.h"
+#include "common/status_macros.h"
 #include "common/thread_pool.h"
 #include "fwai/v1/hardware.grpc.pb.h"
 #include "server/api/api.h"
@@ -274,12 +275,27 @@ class HardwareService final : public pb::Hardware::CallbackService {
       out.set_node(deps_.lab_node);
       return out;
     }
+    ASSIGN_OR_RETURN(lab::LabLeases::Request r, LabRequest(c, device_id, tags, ttl_s, wait_s, ci));
+    auto l = deps_.lab_leases->Acquire(r, cancelled);
+    if (!l.ok()) return l.status();
+    ToProto(*l, &out);
+    return out;
+  }
+
+  // A request for a lease in the lab's queue: the TTL (the default when 0)
+  // and the wait checked against the hardware limits.
+  absl::StatusOr<lab::LabLeases::Request> LabRequest(const Caller& c, const std::string& device_id,
+                                                     const std::vector<std::string>& tags,
+                                                     int ttl_s, int wait_s, bool ci) const {
     const HardwareConfig& hc = deps_.config->hardware;
     if (ttl_s <= 0) ttl_s = hc.default_ttl_s;
     if (ttl_s > hc.max_ttl_s) {
-      return absl::InvalidArgumentError(absl::StrCat("ttl ", ttl_s, " s is above the limit of ", hc.max_ttl_s, " s"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("ttl ", ttl_s, " s is above the limit of ", hc.max_ttl_s, " s"));
     }
-    if (wait_s < 0 || wait_s > 86400) return absl::InvalidArgumentError("wait must be 0..86400 seconds");
+    if (wait_s < 0 || wait_s > 86400) {
+      return absl::InvalidArgumentError("wait must be 0..86400 seconds");
+    }
     lab::LabLeases::Request r;
     r.board = device_id;
     r.tags = tags;
@@ -289,10 +305,7 @@ class HardwareService final : public pb::Hardware::CallbackService {
     r.ttl_s = ttl_s;
     r.wait_s = wait_s;
     r.ci = ci;
-    auto l = deps_.lab_leases->Acquire(r, cancelled);
-    if (!l.ok()) return l.status();
-    ToProto(*l, &out);
-    return out;
+    return r;
   }
 
   // A caller of a bench of a lab who waits for one of its boards waits in
@@ -305,25 +318,10 @@ class HardwareService final : public pb::Hardware::CallbackService {
                                                    int wait_s,
                                                    const std::function<bool()>& cancelled,
                                                    bool ci) {
-    const HardwareConfig& hc = deps_.config->hardware;
-    if (ttl_s <= 0) ttl_s = hc.default_ttl_s;
-    if (ttl_s > hc.max_ttl_s) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("ttl ", ttl_s, " s is above the limit of ", hc.max_ttl_s, " s"));
-    }
-    if (wait_s > 86400) return absl::InvalidArgumentError("wait must be 0..86400 seconds");
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(wait_s);
-    lab::LabLeases::Request r;
-    r.board = device_id;
-    r.tags = tags;
+    ASSIGN_OR_RETURN(lab::LabLeases::Request r, LabRequest(c, device_id, tags, ttl_s, wait_s, ci));
     r.node = deps_.lab_node;
     r.lease_id = NewId("lease");
-    r.holder = c.display.empty() ? c.identity : c.display;
-    r.identity = c.identity;
-    r.session_id = c.session_id;
-    r.ttl_s = ttl_s;
-    r.wait_s = wait_s;
-    r.ci = ci;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(r.wait_s);
     auto ll = deps_.lab_leases->Acquire(r, cancelled);
     if (!ll.ok()) return ll.status();
     // The board is this caller's in the lab; here, once the previous
@@ -332,7 +330,7 @@ class HardwareService final : public pb::Hardware::CallbackService {
         static_cast<int>(std::max<int64_t>(5, std::chrono::duration_cast<std::chrono::seconds>(
                                                   deadline - std::chrono::steady_clock::now())
                                                   .count()));
-    auto l = deps_.hardware->Acquire(c, ll->board, {}, ttl_s, std::min(left_s, 30), cancelled,
+    auto l = deps_.hardware->Acquire(c, ll->board, {}, r.ttl_s, std::min(left_s, 30), cancelled,
                                      ll->lease_id);
     if (!l.ok()) {
       (void)deps_.lab_leases->Release(ll->lease_id, "", c.identity, false, false);

@@ -189,17 +189,9 @@ class LabSecurity : public ::testing::Test {
     return hw->Release(&ctx, req, &resp);
   }
 
-  EtcdCluster cluster_{1};
-  std::unique_ptr<EtcdClient> etcd_;
-  std::string tls_, alice_, bob_;
-  std::unique_ptr<Daemon> bench_, front_;
-  std::map<std::string, std::shared_ptr<grpc::Channel>> channels_;
-};
-
-TEST_F(LabSecurity, AnotherUserThroughTheFrontCannotTouchALeasedLabBoard) {
-  // The example firmware (it answers ping with pong) on b1, flashed by root
-  // through the front, which then lets the board go.
-  {
+  // Root flashes the example firmware (it answers ping with pong) on b1
+  // through the front, then lets the board go.
+  void FlashTheExampleAsRootAndLetGo() {
     auto hw = pb::Hardware::NewStub(front_->channel());
     grpc::ClientContext ctx;
     pb::AcquireRequest req;
@@ -227,6 +219,18 @@ TEST_F(LabSecurity, AnotherUserThroughTheFrontCannotTouchALeasedLabBoard) {
     pb::ReleaseResponse rresp;
     ASSERT_TRUE(hw->Release(&rctx, rreq, &rresp).ok());
   }
+
+  EtcdCluster cluster_{1};
+  std::unique_ptr<EtcdClient> etcd_;
+  std::string tls_, alice_, bob_;
+  std::unique_ptr<Daemon> bench_, front_;
+  std::map<std::string, std::shared_ptr<grpc::Channel>> channels_;
+};
+
+TEST_F(LabSecurity, AnotherUserThroughTheFrontCannotTouchALeasedLabBoard) {
+  // The example firmware (it answers ping with pong) on b1, flashed by root
+  // through the front, which then lets the board go.
+  ASSERT_NO_FATAL_FAILURE(FlashTheExampleAsRootAndLetGo());
   // alice leases bench1's b1 through the front and opens its serial port.
   pb::Lease a;
   {
@@ -342,34 +346,7 @@ TEST_F(LabSecurity, AnotherUserThroughTheFrontCannotTouchALeasedLabBoard) {
 TEST_F(LabSecurity, ASkillRunsFlashOnABoardAnotherUserHoldsIsRefusedByRule) {
   namespace fs = std::filesystem;
   // alice holds b1 through the front; the example firmware answers ping.
-  {
-    auto hw = pb::Hardware::NewStub(front_->channel());
-    grpc::ClientContext ctx;
-    pb::AcquireRequest req;
-    req.set_device_id("b1");
-    req.set_ttl_s(60);
-    pb::Lease root;
-    ASSERT_TRUE(hw->Acquire(&ctx, req, &root).ok());
-    grpc::ClientContext fctx;
-    fctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(120));
-    pb::FlashRequest freq;
-    freq.set_device_id("b1");
-    freq.set_lease_id(root.lease_id());
-    freq.set_image_path(FWAI_BLINKY_ELF);
-    freq.set_approved(true);
-    freq.set_project_root(fs::path(FWAI_BLINKY_ELF).parent_path().string());
-    auto reader = hw->Flash(&fctx, freq);
-    pb::FlashProgress p;
-    while (reader->Read(&p)) {
-    }
-    const grpc::Status st = reader->Finish();
-    ASSERT_TRUE(st.ok()) << st.error_message() << "\nbench:\n" << bench_->log();
-    grpc::ClientContext rctx;
-    pb::ReleaseRequest rreq;
-    rreq.set_lease_id(root.lease_id());
-    pb::ReleaseResponse rresp;
-    ASSERT_TRUE(hw->Release(&rctx, rreq, &rresp).ok());
-  }
+  ASSERT_NO_FATAL_FAILURE(FlashTheExampleAsRootAndLetGo());
   pb::Lease a;
   {
     grpc::ClientContext ctx;

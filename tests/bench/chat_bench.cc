@@ -15,7 +15,9 @@
 //                send at once
 //   shared       TLS beside the unix socket, 20 principals x 5 sessions, one
 //                user's chat beside a flood and an ingest (shared_bench.cc;
-//                only with --only shared, --tiny for a correctness check)
+//                only with --only shared, --tiny for a correctness check;
+//                --part NAME for one figure; --part noisy-ab --fwaid A,B
+//                --rounds N compares fwaid binaries on the noisy neighbour)
 #include <unistd.h>
 
 #include <algorithm>
@@ -33,6 +35,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "common/clock.h"
 #include "tests/bench/bench_util.h"
 #include "tests/bench/shared_bench.h"
@@ -313,6 +316,10 @@ int Main(int argc, char** argv) {
     if (a == "--tiny") shared.tiny = true;
     if (a == "--runs" && i + 1 < argc) shared.runs = std::max(1, std::atoi(argv[++i]));
     if (a == "--part" && i + 1 < argc) shared.part = argv[++i];
+    if (a == "--rounds" && i + 1 < argc) shared.rounds = std::max(1, std::atoi(argv[++i]));
+    if (a == "--fwaid" && i + 1 < argc) {
+      shared.fwaid_binaries = absl::StrSplit(argv[++i], ',', absl::SkipEmpty());
+    }
     if (a == "--quick") {
       shared.quick = true;
       throughput_chunks = 20000;

@@ -15,6 +15,12 @@
 //               requests-per-second limit, then while a third adds a corpus
 //               with `fwai kb add` to a personal collection: the chat's
 //               added latency and turn start, p50/p99
+//   noisy-ab    (only when named) the same chat in quiet and ingest rounds
+//               taken in turn on one daemon (quiet, ingest, quiet, ...), each
+//               ingest a new `fwai kb add` of the corpus; the chat's samples
+//               of all quiet rounds and of all ingest rounds pooled into one
+//               p99 each. With --fwaid A,B the runs alternate between two
+//               fwaid binaries, so two builds are compared in one sitting.
 #include "tests/bench/shared_bench.h"
 
 #include <signal.h>
@@ -34,6 +40,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "client/lib/client.h"
 #include "common/clock.h"
 #include "fwai/v1/auth.grpc.pb.h"
@@ -121,10 +128,12 @@ std::string CreateSession(const Channel& ch, const std::string& project_root = "
 // tls:127.0.0.1 listener beside its unix socket.
 class SharedDaemon {
  public:
-  SharedDaemon(FakeLlmServer& fake, const std::string& tls_dir, const std::string& extra_yaml) {
+  SharedDaemon(FakeLlmServer& fake, const std::string& tls_dir, const std::string& extra_yaml,
+               const std::string& binary = "") {
     d_ = std::make_unique<Daemon>(&fake, "log_level: warn\ntls: {cert: " + tls_dir +
                                              "/server.pem, key: " + tls_dir + "/server.key}\n" +
                                              extra_yaml);
+    if (!binary.empty()) d_->SetBinary(binary);
     d_->AddListen("tls:127.0.0.1:0");
     ca_ = tls_dir + "/ca.pem";
   }
@@ -297,6 +306,148 @@ std::string MakeCorpus(int files, int kb) {
 
 int Median3(std::vector<double> v) { return static_cast<int>(Median(std::move(v))); }
 
+// The number of documents in `collection` as `ch`'s principal sees it.
+int CountDocuments(const Channel& ch, const std::string& collection) {
+  grpc::ClientContext ctx;
+  pb::ListDocumentsRequest req;
+  req.set_collection(collection);
+  pb::ListDocumentsResponse resp;
+  return pb::Knowledge::NewStub(ch)->ListDocuments(&ctx, req, &resp).ok() ? resp.documents_size()
+                                                                          : 0;
+}
+
+// One user's chat: `sessions` new sessions of `victim`, `turns` turns of
+// `chunks` chunks at 100/s each, back to back.
+LoadResult Chat(FakeLlmServer& fake, const Channel& victim, int sessions, int turns, int chunks) {
+  Load load;
+  load.turns = turns;
+  load.chunks = chunks;
+  for (int i = 0; i < sessions; ++i) {
+    load.channels.push_back(victim);
+    load.sessions.push_back(CreateSession(victim));
+    load.principal.push_back(0);
+  }
+  return RunLoad(fake, load, 1);
+}
+
+// The noisy neighbour in interleaved rounds (part noisy-ab): see the top of
+// this file. Returns false when a turn lost chunks or a daemon did not start.
+bool RunNoisyAb(FakeLlmServer& fake, const SharedBenchOptions& o, const std::string& tls_dir,
+                const std::string& limits) {
+  const int sessions = 4, turns = o.quick ? 5 : 10, chunks = 50;
+  const int files = o.quick ? 150 : 300, kb = 128;
+  const int runs = o.runs, rounds = o.rounds;
+  std::vector<std::string> binaries = o.fwaid_binaries;
+  if (binaries.empty()) binaries.push_back(std::string(FWAI_BIN_DIR) + "/fwaid");
+  for (const auto& b : binaries) {
+    if (access(b.c_str(), X_OK) != 0) {
+      std::fprintf(stderr, "--fwaid %s: not an executable file\n", b.c_str());
+      return false;
+    }
+  }
+  const std::string corpus = MakeCorpus(files, kb);
+  bool ok = true;
+  struct PerBinary {
+    std::vector<double> quiet, ingest;  // the samples of every run, pooled
+    std::vector<double> run_ratio, run_quiet99, run_ingest99, docs_per_s;
+  };
+  std::vector<PerBinary> per(binaries.size());
+  std::vector<std::string> notes;
+  for (int run = 0; run < runs; ++run) {
+    const size_t which = run % binaries.size();
+    SharedDaemon sd(fake, tls_dir, limits, binaries[which]);
+    if (!sd.Start()) return false;
+    Channel victim = sd.Tls(sd.Token("victim"));
+    const std::string token = sd.Token("ingester");
+    Channel ingester = sd.Tls(token);
+    if (!victim || !ingester) return false;
+    std::vector<double> quiet, ingest, quiet99, ingest99;
+    int docs = 0;
+    double ingest_s = 0;
+    for (int round = 0; round < rounds; ++round) {
+      LoadResult q = Chat(fake, victim, sessions, turns, chunks);
+      ok &= Complete(q, "noisy-ab quiet");
+      quiet.insert(quiet.end(), q.latency_ms.begin(), q.latency_ms.end());
+      quiet99.push_back(Percentile(q.latency_ms, 0.99));
+
+      // A new `fwai kb add` of the whole corpus into a collection of its own.
+      const std::string collection = "~corpus" + std::to_string(round);
+      BackgroundCommand add(
+          {std::string(FWAI_BIN_DIR) + "/fwai", "kb", "add", corpus, "--collection", collection},
+          {"FWAI_DAEMON=" + sd.tls_address(), "FWAI_CA_CERT=" + sd.ca(), "FWAI_TOKEN=" + token});
+      while (CountDocuments(ingester, collection) < 2 && add.Wait(0) < 0)
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      const int before = CountDocuments(ingester, collection);
+      const int64_t t0 = MonotonicNanos();
+      LoadResult r = Chat(fake, victim, sessions, turns, chunks);
+      const double secs = (MonotonicNanos() - t0) / 1e9;
+      const bool covered = add.Wait(0) < 0;
+      const int after = CountDocuments(ingester, collection);
+      ok &= Complete(r, "noisy-ab ingest");
+      ingest.insert(ingest.end(), r.latency_ms.begin(), r.latency_ms.end());
+      ingest99.push_back(Percentile(r.latency_ms, 0.99));
+      docs += after - before;
+      ingest_s += secs;
+      if (!covered) {
+        notes.push_back(absl::StrCat("ingest ended before the chat in run ", run + 1, " round ",
+                                     round + 1, " (corpus too small)"));
+      }
+      kill(add.pid(), SIGTERM);
+      add.Wait(30);
+      // The next quiet round starts once the daemon has stored what it was
+      // sent: the count holds still for half a second (at most 10 s).
+      int last = -1;
+      for (int k = 0; k < 20; ++k) {
+        const int now = CountDocuments(ingester, collection);
+        if (now == last) break;
+        last = now;
+        std::this_thread::sleep_for(std::chrono::milliseconds(500));
+      }
+    }
+    sd.d().Stop();
+    const double q99 = Percentile(quiet, 0.99), i99 = Percentile(ingest, 0.99);
+    PerBinary& p = per[which];
+    p.quiet.insert(p.quiet.end(), quiet.begin(), quiet.end());
+    p.ingest.insert(p.ingest.end(), ingest.begin(), ingest.end());
+    p.run_quiet99.push_back(q99);
+    p.run_ingest99.push_back(i99);
+    p.run_ratio.push_back(i99 / std::max(q99, 1e-9));
+    p.docs_per_s.push_back(docs / std::max(ingest_s, 1e-9));
+    std::string rq, ri;
+    for (size_t k = 0; k < quiet99.size(); ++k) {
+      rq += absl::StrCat(k ? " " : "", absl::StrFormat("%.2f", quiet99[k]));
+      ri += absl::StrCat(k ? " " : "", absl::StrFormat("%.2f", ingest99[k]));
+    }
+    std::printf(
+        "shared noisy-ab run %d fwaid=%s: quiet p99 %.2f ms (rounds %s), beside the ingest "
+        "p50 %.2f p99 %.2f ms (rounds %s): %.2fx; ingest %.1f docs/s\n",
+        run + 1, binaries[which].c_str(), q99, rq.c_str(), Percentile(ingest, 0.5), i99, ri.c_str(),
+        p.run_ratio.back(), p.docs_per_s.back());
+    std::fflush(stdout);
+  }
+  for (size_t b = 0; b < binaries.size(); ++b) {
+    const PerBinary& p = per[b];
+    if (p.run_ratio.empty()) continue;
+    std::string ratios;
+    for (size_t k = 0; k < p.run_ratio.size(); ++k)
+      ratios += absl::StrFormat("%s%.2f", k ? " " : "", p.run_ratio[k]);
+    const double q99 = Percentile(p.quiet, 0.99), i99 = Percentile(p.ingest, 0.99);
+    std::printf(
+        "RESULT shared noisy-ab fwaid=%s pooled chat latency_ms quiet p50=%.2f p99=%.2f, beside "
+        "the ingest p50=%.2f p99=%.2f: %.2fx quiet (target <=2x); per run %s (median %.2fx); "
+        "ingest_docs_per_s=%.1f (median; %zu runs x %d rounds of each kind; input: one user's %d "
+        "sessions x %d turns x %d chunks at 100/s a round; ingest: fwai kb add of %d files of %d "
+        "KB into a new collection a round)\n",
+        binaries[b].c_str(), Percentile(p.quiet, 0.5), q99, Percentile(p.ingest, 0.5), i99,
+        i99 / std::max(q99, 1e-9), ratios.c_str(), Median(p.run_ratio), Median(p.docs_per_s),
+        p.run_ratio.size(), rounds, sessions, turns, chunks, files, kb);
+  }
+  for (const auto& n : notes) std::printf("NOTE %s\n", n.c_str());
+  std::fflush(stdout);
+  fs::remove_all(corpus);
+  return ok;
+}
+
 }  // namespace
 
 int RunSharedBench(FakeLlmServer& fake, const SharedBenchOptions& o) {
@@ -316,6 +467,13 @@ int RunSharedBench(FakeLlmServer& fake, const SharedBenchOptions& o) {
   const std::string limits = "limits: {running_turns: 32}\n";
 
   auto wanted = [&](const char* part) { return o.part.empty() || o.part == part; };
+  if (o.part == "noisy-ab") {
+    if (!o.tiny) ok = RunNoisyAb(fake, o, tls_dir, limits);
+    fs::remove_all(fs::path(tls_dir).parent_path());
+    std::printf("%s\n", ok ? "shared: every turn delivered every chunk"
+                           : "shared: FAILED (see ERROR lines)");
+    return ok ? 0 : 1;
+  }
   // --- The same load over the unix socket and over TLS with a token.
   if (wanted("transport")) {
     const int sessions = o.tiny ? 2 : 20;

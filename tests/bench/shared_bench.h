@@ -4,6 +4,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "tests/fakes/fake_llm_server.h"
 
@@ -13,7 +14,11 @@ struct SharedBenchOptions {
   int runs = 3;        // runs of each figure; medians are reported
   bool quick = false;  // smaller inputs
   bool tiny = false;   // a few turns only: checks delivery and accounting, no figures
-  std::string part;    // "transport", "principals" or "noisy": that figure only; empty: all
+  std::string part;    // "transport", "principals", "noisy" or "noisy-ab": that figure
+                       // only; empty: all but noisy-ab
+  // noisy-ab: fwaid binaries run in turn, one a run (empty: the build's).
+  std::vector<std::string> fwaid_binaries;
+  int rounds = 3;  // noisy-ab: quiet and ingest rounds of each kind a run
 };
 
 // Returns 0 when every turn finished with every chunk its provider sent and

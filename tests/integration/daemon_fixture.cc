@@ -73,7 +73,7 @@ bool Daemon::Start() {
     unsetenv("OPENAI_API_KEY");
     unsetenv("ANTHROPIC_BASE_URL");
     unsetenv("OPENAI_BASE_URL");
-    std::string bin = std::string(FWAI_BIN_DIR) + "/fwaid";
+    std::string bin = binary_.empty() ? std::string(FWAI_BIN_DIR) + "/fwaid" : binary_;
     std::vector<std::string> args = {bin, "--config", config_, "--listen", "unix:" + socket_, "--data-dir", data_};
     for (const auto& l : extra_listen_) {
       args.push_back("--listen");

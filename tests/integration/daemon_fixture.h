@@ -6,6 +6,7 @@
 
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "fwai/v1/daemon.grpc.pb.h"
@@ -25,6 +26,9 @@ class Daemon {
 
   // Also listen on `address` (tcp:HOST:0, tls:HOST:0, another unix:PATH).
   void AddListen(const std::string& address) { extra_listen_.push_back(address); }
+  // Runs `path` instead of the build's fwaid (another build's, to compare
+  // two daemons under the same clients). Takes effect at the next Start.
+  void SetBinary(std::string path) { binary_ = std::move(path); }
   // The port fwaid bound for its first TCP listener (0 if none).
   int TcpPort() const;
   // Starts fwaid and waits until it answers. Returns false on failure.
@@ -55,6 +59,7 @@ class Daemon {
 
  private:
   std::string dir_, socket_, data_, config_, project_, log_;
+  std::string binary_;  // empty: FWAI_BIN_DIR/fwaid
   std::vector<std::string> extra_listen_;
   pid_t pid_ = -1;
   std::shared_ptr<grpc::Channel> channel_;

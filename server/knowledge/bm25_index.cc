@@ -440,7 +440,6 @@ void Bm25Index::Add(uint32_t doc, const std::vector<std::string>& terms) {
   std::unordered_map<uint32_t, uint32_t> tf;
   for (const auto& t : terms) ++tf[TermId(t)];
   if (doc >= doc_len_.size()) doc_len_.resize(doc + 1, 0);
-  if (doc >= doc_terms_.size()) doc_terms_.resize(doc + 1);
   doc_len_[doc] = static_cast<uint32_t>(terms.size()) + 1;
   auto& ids = doc_terms_[doc];
   ids.clear();
@@ -465,19 +464,62 @@ void Bm25Index::Remove(uint32_t doc) {
   if (!Contains(doc)) return;
   if (doc < base_live_.size() && base_live_[doc]) {
     base_live_[doc] = false;  // its postings stay in the image until the next save
-  } else if (doc < doc_terms_.size()) {
-    for (uint32_t term : doc_terms_[doc]) {
+  } else if (auto it = doc_terms_.find(doc); it != doc_terms_.end()) {
+    for (uint32_t term : it->second) {
       auto& list = postings_[term];
       auto pos = std::lower_bound(list.begin(), list.end(), doc,
                                   [](const Posting& a, uint32_t d) { return a.doc < d; });
       if (pos != list.end() && pos->doc == doc) list.erase(pos);
     }
-    doc_terms_[doc].clear();
-    doc_terms_[doc].shrink_to_fit();
+    doc_terms_.erase(it);
   }
   total_len_ -= doc_len_[doc] - 1;
   doc_len_[doc] = 0;
   --num_docs_;
+}
+
+bool Bm25Index::CatchUp(const Bm25Index& newer) {
+  const uint32_t n = static_cast<uint32_t>(std::max(doc_len_.size(), newer.doc_len_.size()));
+  std::vector<uint32_t> to_add;
+  for (uint32_t d = 0; d < n; ++d) {
+    const bool here = Contains(d), there = newer.Contains(d);
+    if (here && !there) Remove(d);
+    if (!here && there) {
+      const auto it = newer.doc_terms_.find(d);
+      const bool has_terms = it != newer.doc_terms_.end() && !it->second.empty();
+      if (!has_terms && newer.Length(d) > 0)
+        return false;  // in newer's base tier: not here to copy
+      to_add.push_back(d);
+    }
+  }
+  if (to_add.empty()) return true;
+  std::unordered_map<uint32_t, const std::string*> names;  // newer's term id -> term
+  for (uint32_t d : to_add) {
+    if (auto it = newer.doc_terms_.find(d); it != newer.doc_terms_.end()) {
+      for (uint32_t t : it->second) names.emplace(t, nullptr);
+    }
+  }
+  for (const auto& [term, id] : newer.terms_) {
+    if (auto it = names.find(id); it != names.end()) it->second = &term;
+  }
+  std::vector<std::string> terms;
+  for (uint32_t d : to_add) {
+    terms.clear();
+    const auto it = newer.doc_terms_.find(d);
+    if (it == newer.doc_terms_.end()) {
+      Add(d, terms);
+      continue;
+    }
+    for (uint32_t t : it->second) {
+      const auto& list = newer.postings_[t];
+      auto pos = std::lower_bound(list.begin(), list.end(), d,
+                                  [](const Posting& a, uint32_t doc) { return a.doc < doc; });
+      if (pos == list.end() || pos->doc != d || names[t] == nullptr) return false;
+      terms.insert(terms.end(), pos->tf, *names[t]);
+    }
+    Add(d, terms);
+  }
+  return true;
 }
 
 std::vector<std::pair<uint32_t, float>> Bm25Index::Search(

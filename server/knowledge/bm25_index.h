@@ -103,6 +103,14 @@ class Bm25Index {
   [[nodiscard]] absl::Status Save(
       const std::string& path, uint64_t generation,
       const std::function<uint32_t(uint32_t)>& group_key = nullptr) const;
+  // After a save written from a copy of `newer`, while `newer` went on
+  // taking writes: makes this index (the saved image, loaded) hold what
+  // `newer` holds, by hiding the docs `newer` removed since and adding the
+  // docs it has and this one lacks, from `newer`'s mutable tier. A doc's id
+  // names its content (a changed doc comes back under a new id). False,
+  // with this index unusable, if a doc to add is not in `newer`'s mutable
+  // tier.
+  [[nodiscard]] bool CatchUp(const Bm25Index& newer);
   // Maps a saved image as the base tier. NOT_FOUND if absent;
   // FAILED_PRECONDITION if it carries another generation; DATA_LOSS if
   // damaged or truncated.
@@ -139,7 +147,9 @@ class Bm25Index {
   // Mutable tier.
   std::unordered_map<std::string, uint32_t> terms_;
   std::vector<std::vector<Posting>> postings_;    // by term id, sorted by doc
-  std::vector<std::vector<uint32_t>> doc_terms_;  // by doc: its distinct mutable term ids
+  // The mutable tier's docs: each one's distinct term ids (only theirs: a
+  // doc-indexed vector made a million long by the first add after a load).
+  std::unordered_map<uint32_t, std::vector<uint32_t>> doc_terms_;
   // Both tiers.
   std::vector<uint32_t> doc_len_;  // by doc; 0 = absent, else length + 1
   size_t num_docs_ = 0;

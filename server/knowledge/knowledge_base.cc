@@ -355,23 +355,76 @@ struct KnowledgeBase::Impl {
     return absl::OkStatus();
   }
 
-  absl::Status SaveLocked() {
-    // Caller holds `mu` shared (readers may continue; writers wait).
-    std::error_code ec;
-    std::filesystem::create_directories(index_dir, ec);
+  // What a save writes, copied under the index lock: the lexical index (its
+  // mapped base image shared, not copied), each chunk's group key and the
+  // vector index's saved form. The files are then written without the lock,
+  // so an ingest meanwhile does not wait for the disk.
+  struct SaveSnapshot {
+    uint64_t generation = 0;
+    std::unique_ptr<Bm25Index> bm25_copy;
+    const Bm25Index* bm25 = nullptr;  // the copy, or the live index when nothing else runs
+    std::vector<uint32_t> group_key;  // ordinal -> its document's first chunk
+    VectorIndex::Image vectors;
+    const VectorIndex* live_vectors = nullptr;  // exclusive: written from the live index
+  };
+
+  // Caller holds `mu` (shared is enough). `exclusive`: nothing else runs
+  // (open), so the lexical index is written from itself, not from a copy.
+  absl::StatusOr<SaveSnapshot> SnapshotLocked(bool exclusive) const {
+    SaveSnapshot s;
+    s.generation = generation;
+    if (exclusive) {
+      s.bm25 = bm25.get();
+    } else {
+      s.bm25_copy = std::make_unique<Bm25Index>(*bm25);
+      s.bm25 = s.bm25_copy.get();
+    }
     // Each chunk's group is its document, keyed by the document's first
     // chunk: document-level BM25 then reads the saved group postings.
-    RETURN_IF_ERROR(bm25->Save(LexPath(), generation, [this](uint32_t o) {
-      if (o >= chunk_slot.size() || chunk_slot[o] == kNoDoc) return Bm25Index::kNoGroup;
+    s.group_key.assign(chunk_slot.size(), Bm25Index::kNoGroup);
+    for (uint32_t o = 0; o < chunk_slot.size(); ++o) {
+      if (chunk_slot[o] == kNoDoc) continue;
       const DocRec* d = slots[chunk_slot[o]].get();
-      return d && !d->ordinals.empty() ? d->ordinals.front() : Bm25Index::kNoGroup;
+      if (d && !d->ordinals.empty()) s.group_key[o] = d->ordinals.front();
+    }
+    if (exclusive) {
+      s.live_vectors = vectors.get();
+    } else {
+      ASSIGN_OR_RETURN(s.vectors, vectors->Capture(generation));
+    }
+    return s;
+  }
+
+  // Writes a snapshot; holds no index lock.
+  absl::Status WriteSnapshot(const SaveSnapshot& s) const {
+    if (options.while_saving_for_test) options.while_saving_for_test();
+    std::error_code ec;
+    std::filesystem::create_directories(index_dir, ec);
+    RETURN_IF_ERROR(s.bm25->Save(LexPath(), s.generation, [&s](uint32_t o) {
+      return o < s.group_key.size() ? s.group_key[o] : Bm25Index::kNoGroup;
     }));
-    return vectors->Save(VecPath(), generation);
+    if (s.live_vectors) return s.live_vectors->Save(VecPath(), s.generation);
+    return VectorIndex::WriteImage(s.vectors, VecPath());
+  }
+
+  // One save (caller holds save_mu): a snapshot under the shared index lock,
+  // written after it is released. Returns the generation saved.
+  absl::StatusOr<uint64_t> SaveOnce(bool exclusive = false) {
+    absl::StatusOr<SaveSnapshot> snap;
+    {
+      std::shared_lock<std::shared_mutex> l(mu);
+      snap = SnapshotLocked(exclusive);
+    }
+    if (!snap.ok()) return snap.status();
+    RETURN_IF_ERROR(WriteSnapshot(*snap));
+    saved_generation = snap->generation;
+    return snap->generation;
   }
 
   // After a save: the saved lexical image becomes the base tier (mapped),
-  // so what the mutable tier held is memory no more. Skipped if a writer
-  // came in between (the next save will do it). Caller holds save_mu only.
+  // so what the mutable tier held is memory no more. What writers changed
+  // since the snapshot the image was written from is brought over from the
+  // live index. Caller holds save_mu only.
   void AdoptSavedLexical(uint64_t gen) {
     auto loaded = Bm25Index::Load(LexPath(), gen);
     if (!loaded.ok()) {
@@ -379,7 +432,8 @@ struct KnowledgeBase::Impl {
       return;
     }
     std::unique_lock<std::shared_mutex> l(mu);
-    if (generation == gen) bm25 = *std::move(loaded);
+    if (generation != gen && !(*loaded)->CatchUp(*bm25)) return;  // the next save adopts
+    bm25 = *std::move(loaded);
   }
 
   void SaverLoop() {
@@ -395,15 +449,13 @@ struct KnowledgeBase::Impl {
         std::lock_guard<std::mutex> sl(save_mu);
         std::shared_lock<std::shared_mutex> l(mu);
         if (dirty && saved_generation != generation) {
-          uint64_t gen = generation;
-          const auto t0 = std::chrono::steady_clock::now();
-          auto s = SaveLocked();
           l.unlock();
-          if (!s.ok()) {
-            spdlog::warn("knowledge: saving indexes failed: {}", s.ToString());
+          const auto t0 = std::chrono::steady_clock::now();
+          auto gen = SaveOnce();
+          if (!gen.ok()) {
+            spdlog::warn("knowledge: saving indexes failed: {}", gen.status().ToString());
           } else {
-            saved_generation = gen;
-            AdoptSavedLexical(gen);
+            AdoptSavedLexical(*gen);
           }
           wait = std::max(std::chrono::milliseconds(options.save_debounce_ms),
                           std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -515,11 +567,8 @@ absl::StatusOr<std::unique_ptr<KnowledgeBase>> KnowledgeBase::Open(Storage& stor
     RETURN_IF_ERROR(m.Rebuild(!lexical_ok, !vector_ok));
     m.open_report = absl::StrCat("rebuilt: ", why.empty() ? "new store" : absl::StrJoin(why, "; "));
     if (m.generation > 0 || !why.empty()) {
-      auto s = m.SaveLocked();
-      if (s.ok()) {
-        m.saved_generation = m.generation;
-        if (!lexical_ok) m.AdoptSavedLexical(m.generation);
-      }
+      auto gen = m.SaveOnce(/*exclusive=*/true);
+      if (gen.ok() && !lexical_ok) m.AdoptSavedLexical(*gen);
     }
   } else {
     m.open_report = "loaded";
@@ -1511,14 +1560,11 @@ absl::StatusOr<KbStats> KnowledgeBase::Stats(const std::string& collection) {
 
 absl::Status KnowledgeBase::SaveIndexes() {
   std::lock_guard<std::mutex> sl(impl_->save_mu);
-  uint64_t gen;
   {
     std::shared_lock<std::shared_mutex> lock(impl_->mu);
     if (impl_->saved_generation == impl_->generation) return absl::OkStatus();
-    gen = impl_->generation;
-    RETURN_IF_ERROR(impl_->SaveLocked());
-    impl_->saved_generation = gen;
   }
+  ASSIGN_OR_RETURN(const uint64_t gen, impl_->SaveOnce());
   impl_->AdoptSavedLexical(gen);
   return absl::OkStatus();
 }

@@ -104,6 +104,9 @@ struct KnowledgeOptions {
   // Tests: called after each slice of chunk records is written; an error
   // ends the ingest there, as a crash would.
   std::function<absl::Status(int slice)> after_slice_for_test;
+  // Tests: called by a save after it copied what it writes and released the
+  // index lock, before it writes the files.
+  std::function<void()> while_saving_for_test;
 };
 
 struct IngestRequest {

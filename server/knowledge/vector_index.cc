@@ -4,6 +4,7 @@
 #include <faiss/IndexHNSW.h>
 #include <faiss/IndexIVF.h>
 #include <faiss/IndexScalarQuantizer.h>
+#include <faiss/impl/io.h>
 #include <faiss/index_io.h>
 #include <faiss/utils/distances.h>
 #include <omp.h>
@@ -11,6 +12,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -46,6 +48,10 @@ std::string VectorIndex::describe() const {
                         ",nprobe=", ef_search_, ")");
   }
   return "flat";
+}
+
+size_t VectorIndex::added_tier_size() const {
+  return tier_ ? static_cast<size_t>(tier_->ntotal) : 0;
 }
 
 size_t VectorIndex::memory_bytes() const {
@@ -106,10 +112,27 @@ void VectorIndex::Add(const std::vector<uint32_t>& ids, const std::vector<float>
     pos_[id] = static_cast<uint32_t>(ids_.size());
     ids_.push_back(id);
   }
-  auto* ivf = ivf_ ? static_cast<faiss::IndexIVF*>(index_.get()) : nullptr;
-  if (ivf != nullptr && assignment.epoch == epoch_ && epoch_ != 0 &&
-      assignment.lists.size() == ids.size()) {
-    ivf->add_core(static_cast<idx_t>(ids.size()), vectors.data(), nullptr, assignment.lists.data());
+  auto* ivf = ivf_ ? dynamic_cast<faiss::IndexIVFScalarQuantizer*>(index_.get()) : nullptr;
+  if (ivf != nullptr) {
+    if (!tier_) {
+      auto t = std::make_unique<faiss::IndexIVFScalarQuantizer>(
+          ivf->quantizer, dim_, ivf->nlist, ivf->sq.qtype, faiss::METRIC_INNER_PRODUCT,
+          ivf->by_residual);
+      t->sq = ivf->sq;  // the trained ranges
+      t->is_trained = true;
+      t->own_fields = false;  // the quantizer is index_'s
+      t->nprobe = ivf->nprobe;
+      tier_ = std::move(t);
+    }
+    auto* tier = static_cast<faiss::IndexIVF*>(tier_.get());
+    std::vector<idx_t> labels(ids.size());
+    for (size_t i = 0; i < ids.size(); ++i)
+      labels[i] = static_cast<idx_t>(ids_.size() - ids.size() + i);
+    std::vector<int64_t> lists = assignment.lists;
+    if (assignment.epoch != epoch_ || epoch_ == 0 || lists.size() != ids.size()) {
+      lists = Assign(vectors).lists;
+    }
+    tier->add_core(static_cast<idx_t>(ids.size()), vectors.data(), labels.data(), lists.data());
     return;
   }
   index_->add(static_cast<idx_t>(ids.size()), vectors.data());
@@ -132,6 +155,7 @@ void VectorIndex::Build(const std::vector<uint32_t>& ids, const std::vector<floa
 }
 
 void VectorIndex::BuildInternal(const std::vector<uint32_t>& ids, const std::vector<float>& vectors) {
+  tier_.reset();
   ids_.clear();
   dead_.clear();
   pos_.clear();
@@ -270,6 +294,29 @@ void VectorIndex::TuneEfSearch(const std::vector<float>& vectors) {
                               [h](int ef) { h->hnsw.efSearch = ef; });
 }
 
+void VectorIndex::SearchBoth(const float* query, size_t k, float* dist, int64_t* labels) const {
+  index_->search(1, query, static_cast<idx_t>(k), dist, labels);
+  if (!tier_ || tier_->ntotal == 0) return;
+  std::vector<float> tier_dist(k);
+  std::vector<idx_t> tier_labels(k);
+  tier_->search(1, query, static_cast<idx_t>(k), tier_dist.data(), tier_labels.data());
+  // Inner product: the larger first; -1 labels (fewer than k found) last.
+  std::vector<std::pair<float, idx_t>> all;
+  all.reserve(2 * k);
+  for (size_t i = 0; i < k; ++i) {
+    if (labels[i] >= 0) all.emplace_back(dist[i], labels[i]);
+    if (tier_labels[i] >= 0) all.emplace_back(tier_dist[i], tier_labels[i]);
+  }
+  const size_t n = std::min(k, all.size());
+  std::partial_sort(all.begin(), all.begin() + n, all.end(), [](const auto& a, const auto& b) {
+    return a.first > b.first || (a.first == b.first && a.second < b.second);
+  });
+  for (size_t i = 0; i < k; ++i) {
+    dist[i] = i < n ? all[i].first : 0;
+    labels[i] = i < n ? all[i].second : -1;
+  }
+}
+
 std::vector<std::pair<uint32_t, float>> VectorIndex::Search(const float* query, size_t k,
                                                             const std::function<bool(uint32_t)>& accept) const {
   std::vector<std::pair<uint32_t, float>> out;
@@ -279,7 +326,7 @@ std::vector<std::pair<uint32_t, float>> VectorIndex::Search(const float* query, 
   while (true) {
     std::vector<float> dist(want);
     std::vector<idx_t> labels(want);
-    index_->search(1, query, static_cast<idx_t>(want), dist.data(), labels.data());
+    SearchBoth(query, want, dist.data(), labels.data());
     out.clear();
     for (size_t i = 0; i < want && out.size() < k; ++i) {
       if (labels[i] < 0) break;
@@ -319,15 +366,28 @@ absl::Status WriteFileAtomically(const std::string& path, const std::string& byt
 }  // namespace
 
 absl::Status VectorIndex::Save(const std::string& path, uint64_t generation) const {
+  auto image = Capture(generation);
+  if (!image.ok()) return image.status();
+  return WriteImage(*image, path);
+}
+
+absl::StatusOr<VectorIndex::Image> VectorIndex::Capture(uint64_t generation) const {
+  Image image;
   try {
-    faiss::write_index(index_.get(), (path + ".faiss.tmp").c_str());
+    faiss::VectorIOWriter w;
+    w.data.reserve(memory_bytes() + (1 << 20));
+    faiss::write_index(index_.get(), &w);
+    image.faiss = std::move(w.data);
+    if (tier_ && tier_->ntotal > 0) {
+      faiss::VectorIOWriter t;
+      faiss::write_index(tier_.get(), &t);
+      image.tier = std::move(t.data);
+    }
   } catch (const std::exception& e) {
-    return absl::InternalError(absl::StrCat("cannot write vector index ", path, ": ", e.what()));
+    return absl::InternalError(absl::StrCat("cannot serialize the vector index: ", e.what()));
   }
-  std::error_code ec;
-  std::filesystem::rename(path + ".faiss.tmp", path + ".faiss", ec);
-  if (ec) return absl::InternalError(absl::StrCat("cannot rename vector index: ", ec.message()));
-  std::string meta(kMetaMagic, sizeof(kMetaMagic));
+  std::string& meta = image.meta;
+  meta.assign(kMetaMagic, sizeof(kMetaMagic));
   auto put = [&meta](const void* p, size_t n) { meta.append(static_cast<const char*>(p), n); };
   put(&generation, 8);
   int32_t dim = dim_, hnsw = hnsw_ ? 1 : ivf_ ? 2 : 0, ef = ef_search_;
@@ -339,10 +399,49 @@ absl::Status VectorIndex::Save(const std::string& path, uint64_t generation) con
   put(ids_.data(), n * 4);
   put(&nd, 8);
   for (uint32_t d : dead_) put(&d, 4);
-  uint64_t faiss_size = std::filesystem::file_size(path + ".faiss", ec);
-  put(&faiss_size, 8);
-  uint64_t trained = trained_on_;
-  put(&trained, 8);
+  image.trained_on = trained_on_;
+  return image;
+}
+
+absl::Status VectorIndex::WriteImage(const Image& image, const std::string& path) {
+  const std::string tmp = path + ".faiss.tmp";
+  if (!image.tier.empty()) {
+    // One index: the added part's entries (labelled by position) merged into the rest.
+    try {
+      faiss::VectorIOReader r, t;
+      r.data = image.faiss;
+      t.data = image.tier;
+      std::unique_ptr<faiss::Index> merged(faiss::read_index(&r));
+      std::unique_ptr<faiss::Index> tier(faiss::read_index(&t));
+      merged->merge_from(*tier, 0);
+      faiss::write_index(merged.get(), tmp.c_str());
+    } catch (const std::exception& e) {
+      std::remove(tmp.c_str());
+      return absl::InternalError(absl::StrCat("cannot write vector index ", tmp, ": ", e.what()));
+    }
+  } else {
+    FILE* f = std::fopen(tmp.c_str(), "wb");
+    if (f == nullptr) {
+      return absl::InternalError(
+          absl::StrCat("cannot write vector index ", tmp, ": ", std::strerror(errno)));
+    }
+    bool ok = std::fwrite(image.faiss.data(), 1, image.faiss.size(), f) == image.faiss.size();
+    ok = std::fclose(f) == 0 && ok;
+    if (!ok) {
+      std::remove(tmp.c_str());
+      return absl::InternalError(
+          absl::StrCat("cannot write vector index ", tmp, ": ", std::strerror(errno)));
+    }
+  }
+  std::error_code ec;
+  const uint64_t faiss_size = std::filesystem::file_size(tmp, ec);
+  if (ec)
+    return absl::InternalError(absl::StrCat("cannot write vector index ", tmp, ": ", ec.message()));
+  std::filesystem::rename(tmp, path + ".faiss", ec);
+  if (ec) return absl::InternalError(absl::StrCat("cannot rename vector index: ", ec.message()));
+  std::string meta = image.meta;
+  meta.append(reinterpret_cast<const char*>(&faiss_size), 8);
+  meta.append(reinterpret_cast<const char*>(&image.trained_on), 8);
   return WriteFileAtomically(path + ".meta", meta);
 }
 

@@ -87,10 +87,22 @@ class VectorIndex {
   // The recall@10 against exact search the breadth reached on the tuning
   // sample, or -1 if it was not tuned in this process (loaded, or given).
   double tuned_recall() const { return tuned_recall_; }
+  // IVF: vectors in the added tier (see tier_); 0 after a build or load.
+  size_t added_tier_size() const;
   // Bytes the index holds in memory (approximately: codes, links, lists).
   size_t memory_bytes() const;
 
   [[nodiscard]] absl::Status Save(const std::string& path, uint64_t generation) const;
+  // Save() in two steps: the saved form copied into memory (the owner holds
+  // its lock for this copy only), then written to `path` without the index.
+  struct Image {
+    std::vector<uint8_t> faiss;  // the index (IVF: the built or loaded part)
+    std::vector<uint8_t> tier;   // IVF: the added part, merged in when written
+    std::string meta;            // up to the FAISS file's size
+    uint64_t trained_on = 0;
+  };
+  [[nodiscard]] absl::StatusOr<Image> Capture(uint64_t generation) const;
+  [[nodiscard]] static absl::Status WriteImage(const Image& image, const std::string& path);
   // NOT_FOUND if absent; FAILED_PRECONDITION if stale (other generation or
   // dimension); DATA_LOSS if damaged.
   [[nodiscard]] static absl::StatusOr<std::unique_ptr<VectorIndex>> Load(const std::string& path,
@@ -109,10 +121,17 @@ class VectorIndex {
   // The IVF breadth cap for `lists` lists (see ivf_max_probe_share).
   static int MaxProbes(size_t lists, const VectorIndexOptions& o);
   std::vector<float> LiveVectors(std::vector<uint32_t>* ids) const;
+  // index_'s search and, with a tier, the tier's, merged: the `k` best.
+  void SearchBoth(const float* query, size_t k, float* dist, int64_t* labels) const;
 
   const int dim_;
   const VectorIndexOptions options_;
   std::unique_ptr<faiss::Index> index_;
+  // IVF: the vectors added since the index was built or loaded, in lists of
+  // their own over the same centroids (labels: their positions). The lists of
+  // `index_`, sized exactly when loaded, are then never reallocated by an
+  // add; a search probes both; a save writes them merged as one index.
+  std::unique_ptr<faiss::Index> tier_;
   bool hnsw_ = false;
   bool ivf_ = false;
   int ef_search_ = 0;                     // HNSW efSearch or IVF nprobe

@@ -8,6 +8,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <random>
 #include <set>
 
@@ -250,6 +251,53 @@ TEST_F(RetrievalTest, TheAgentCitesAndDiscardsPassagesById) {
   ASSERT_EQ(logged->feedback.size(), 2u);
 }
 
+TEST_F(RetrievalTest, AnIngestDuringASaveDoesNotWaitForIt) {
+  // A save copies what it writes under the index lock and writes the files
+  // without it: ingests that come while the save is held mid-write (a new
+  // document, and a new version of the one saved) finish before it goes on.
+  // The saved lexical image then taken as the base catches up with them.
+  bool armed = false, finished_during_save = false;
+  std::future<absl::Status> during;
+  KnowledgeOptions o;
+  o.save_debounce_ms = 3600 * 1000;  // only the saves the test asks for
+  o.while_saving_for_test = [&] {
+    if (!armed) return;
+    armed = false;
+    during = std::async(std::launch::async, [this] {
+      IngestRequest a;
+      a.name = "timer.md";
+      a.bytes = "# Timer\n\n## TIM2_ARR\n\nTIM2_ARR holds the quartzfox auto-reload value.\n";
+      if (auto r = kb_->Ingest(std::move(a)); !r.ok()) return r.status();
+      IngestRequest b;
+      b.name = "clock.md";
+      b.bytes = "# Clock\n\n## RCC_CR\n\nRCC_CR enables the marblewren oscillator.\n";
+      return kb_->Ingest(std::move(b)).status();
+    });
+    // Bounded, so that a save holding the lock fails here instead of hanging.
+    finished_during_save = during.wait_for(std::chrono::seconds(30)) == std::future_status::ready;
+  };
+  Open(o);
+  Add("clock.md", "# Clock\n\n## RCC_CR\n\nRCC_CR enables the zebrafinch oscillator.\n");
+  armed = true;
+  ASSERT_TRUE(kb_->SaveIndexes().ok());
+  EXPECT_TRUE(finished_during_save) << "the ingests waited for the save";
+  ASSERT_TRUE(during.get().ok());
+  auto texts = [this](const std::string& q) {
+    std::string all;
+    for (const auto& h : Find(q, 10, 0)) all += h.doc + ": " + h.text + "\n";
+    return all;
+  };
+  for (int round = 0; round < 2; ++round) {
+    SCOPED_TRACE(round == 0 ? "after the save" : "reopened from the indexes saved next");
+    EXPECT_NE(texts("quartzfox auto-reload").find("timer.md: "), std::string::npos);
+    EXPECT_NE(texts("marblewren oscillator").find("marblewren"), std::string::npos);
+    EXPECT_EQ(texts("zebrafinch oscillator").find("zebrafinch"), std::string::npos);
+    ASSERT_TRUE(kb_->SaveIndexes().ok());
+    Open(o);
+    EXPECT_EQ(kb_->open_report(), "loaded");
+  }
+}
+
 TEST_F(RetrievalTest, AHypotheticalAnswerFindsTheDocumentAQuestionDoesNotName) {
   // The question shares no word with the document; the model's hypothetical
   // answer does.
@@ -316,6 +364,44 @@ TEST(ModelQueriesTest, HypotheticalAnswerAndRewritesFromTheFakeProvider) {
   EXPECT_NE(prompt.find("datasheet"), std::string::npos);
   fake.Stop();
   EXPECT_EQ(hyde("another question"), "");  // failure: nothing extra is searched
+}
+
+TEST(Bm25ImageTest, ASavedImageCatchesUpWithWritesMadeAfterItsCopy) {
+  // A save writes a copy; the live index takes writes meanwhile (one doc
+  // removed from the mapped base, one from the mutable tier, two added).
+  // The saved image, loaded and caught up, answers as the live index does
+  // and holds only the later docs in memory.
+  const std::string dir = TempDir("fwai-bm25-");
+  Bm25Index first({1.2f, 0.75f});
+  first.Add(0, {"watchdog", "reload", "key"});
+  first.Add(1, {"uart", "baud", "divider"});
+  ASSERT_TRUE(first.Save(dir + "/lex", 1).ok());
+  auto live = Bm25Index::Load(dir + "/lex", 1);
+  ASSERT_TRUE(live.ok()) << live.status();
+  (*live)->Add(2, {"watchdog", "window", "early", "early"});
+  (*live)->Add(3, {"dma", "stream"});
+  const Bm25Index copy = **live;
+  ASSERT_TRUE(copy.Save(dir + "/lex", 2).ok());
+  (*live)->Remove(0);
+  (*live)->Remove(3);
+  (*live)->Add(4, {"watchdog", "reload", "prescaler"});
+  (*live)->Add(5, {});
+  auto saved = Bm25Index::Load(dir + "/lex", 2);
+  ASSERT_TRUE(saved.ok()) << saved.status();
+  ASSERT_TRUE((*saved)->CatchUp(**live));
+  EXPECT_EQ((*saved)->size(), (*live)->size());
+  for (const std::vector<std::string>& q : {std::vector<std::string>{"watchdog", "reload"},
+                                            {"early", "window"},
+                                            {"dma"},
+                                            {"uart", "prescaler"}}) {
+    EXPECT_EQ((*saved)->Search(q, 10), (*live)->Search(q, 10));
+  }
+  for (uint32_t d = 0; d < 6; ++d) EXPECT_EQ((*saved)->Length(d), (*live)->Length(d)) << d;
+  EXPECT_LT((*saved)->mutable_bytes(), (*live)->mutable_bytes());
+  // A doc only in the live index's mapped base cannot be brought over.
+  Bm25Index empty({1.2f, 0.75f});
+  EXPECT_FALSE(empty.CatchUp(**saved));
+  fs::remove_all(dir);
 }
 
 TEST(Bm25ImageTest, MappedBaseMutableTierAndMergedSave) {
@@ -475,6 +561,73 @@ TEST(VectorIndexIvfTest, AddWithListsFoundBeforehandIsThePlainAdd) {
   // A flat index has no lists to find.
   VectorIndex flat(dim, {});
   EXPECT_TRUE(flat.Assign(added).lists.empty());
+}
+
+TEST(VectorIndexIvfTest, AddsGoToATierOfTheirOwnSearchedWithTheRestAndSavedAsOne) {
+  // Vectors added to a loaded IVF index go to lists of their own over the
+  // same centroids (the loaded lists are not reallocated); a search probes
+  // both; the save writes one index that answers as the two tiers did.
+  const int dim = 32;
+  const size_t n = 4000, extra = 600;
+  std::mt19937 rng(11);
+  std::normal_distribution<float> g;
+  auto make = [&](size_t count) {
+    std::vector<float> v(count * dim);
+    for (size_t i = 0; i < count; ++i) {
+      double norm = 0;
+      for (int d = 0; d < dim; ++d) norm += std::pow(v[i * dim + d] = g(rng), 2);
+      for (int d = 0; d < dim; ++d) v[i * dim + d] /= static_cast<float>(std::sqrt(norm));
+    }
+    return v;
+  };
+  const std::vector<float> vecs = make(n), added = make(extra);
+  std::vector<uint32_t> ids(n), new_ids(extra);
+  for (uint32_t i = 0; i < n; ++i) ids[i] = i;
+  for (uint32_t i = 0; i < extra; ++i) new_ids[i] = 50000 + i;
+  VectorIndexOptions o;
+  o.exact_below = 1000;
+  o.approximate = "ivf";
+  o.ivf_lists = 64;
+  o.ivf_nprobe = 4;
+  const std::string dir = TempDir("fwai-ivf-");
+  VectorIndex built(dim, o);
+  built.Build(ids, vecs);
+  ASSERT_TRUE(built.Save(dir + "/v", 1).ok());
+  auto loaded = VectorIndex::Load(dir + "/v", 1, dim, o);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  VectorIndex& idx = **loaded;
+  EXPECT_EQ(idx.added_tier_size(), 0u);
+  idx.Add(new_ids, added, idx.Assign(added));
+  idx.Add({new_ids[0]}, {added.begin(), added.begin() + dim});  // replaced: the old one is dead
+  idx.Remove(7);
+  idx.Remove(new_ids[1]);
+  EXPECT_EQ(idx.added_tier_size(), extra + 1);
+  EXPECT_EQ(idx.size(), n + extra - 2);
+  size_t found = 0;
+  std::vector<std::vector<std::pair<uint32_t, float>>> before;
+  std::vector<const float*> queries;
+  for (size_t q = 0; q < extra; q += 7) queries.push_back(&added[q * dim]);
+  for (size_t q = 0; q < n; q += 97) queries.push_back(&vecs[q * dim]);
+  for (const float* query : queries) before.push_back(idx.Search(query, 10));
+  for (size_t q = 2; q < extra; q += 7) {
+    const auto hits = idx.Search(&added[q * dim], 10);
+    found += !hits.empty() && hits[0].first == new_ids[q] ? 1 : 0;
+  }
+  EXPECT_EQ(found, (extra - 2 + 6) / 7);  // each added vector is found as itself
+  for (const float* query : {&vecs[7 * dim], &added[dim]}) {
+    for (const auto& [id, score] : idx.Search(query, 10)) {
+      EXPECT_NE(id, 7u);
+      EXPECT_NE(id, new_ids[1]);
+    }
+  }
+  ASSERT_TRUE(idx.Save(dir + "/v", 2).ok());
+  auto again = VectorIndex::Load(dir + "/v", 2, dim, o);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ((*again)->added_tier_size(), 0u);
+  EXPECT_EQ((*again)->size(), idx.size());
+  for (size_t i = 0; i < queries.size(); ++i)
+    EXPECT_EQ((*again)->Search(queries[i], 10), before[i]) << i;
+  fs::remove_all(dir);
 }
 
 TEST(VectorIndexIvfTest, ChosenBreadthStaysWithinTheProbeShareAlsoWhenLoaded) {

@@ -515,15 +515,21 @@ TEST_F(KnowledgeBaseTest, WindowEvidenceBringsTheDensestWindowsPassageForward) {
   ASSERT_TRUE(without.ok()) << without.status();
   ASSERT_FALSE(without->empty());
   EXPECT_EQ((*without)[0].doc, "faq.md");  // the premise: chunk evidence prefers the FAQ
-  auto with = Find(q);  // the defaults: the stage on for questions without an identifier
+  FusionOverrides on;  // 3 documents, weight 0.8, k 10, questions without an identifier
+  on.window_docs = 3;
+  on.window_weight = 0.8;
+  on.window_k = 10;
+  on.window_identifiers = 0;
+  r.overrides = &on;
+  auto found = kb_->Search(r);
+  ASSERT_TRUE(found.ok()) << found.status();
+  const std::vector<KbSearchHit>& with = *found;
   ASSERT_FALSE(with.empty());
   EXPECT_EQ(with[0].doc, "driver.md");
   EXPECT_NE(with[0].text.find(needle), std::string::npos) << with[0].text;
   EXPECT_GT(with[0].score, 0);
   EXPECT_LE(with[0].score, 1);
   // A question with an identifier keeps the chunk evidence's order.
-  FusionOverrides on;
-  on.window_identifiers = 0;
   r.overrides = &on;
   r.query = q + " FLASH_CR";
   auto named = kb_->Search(r);

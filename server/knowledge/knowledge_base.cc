@@ -1428,7 +1428,9 @@ absl::StatusOr<std::vector<KbSearchHit>> KnowledgeBase::SearchImpl(
   // overlapping the best windows are fused into the ranking by weighted
   // reciprocal rank. Before the corrections, so a result marked bad stays
   // demoted.
-  const int window_docs = ov.window_docs >= 0 ? ov.window_docs : m.options.window_docs;
+  const int window_docs = ov.window_docs >= 0 ? ov.window_docs
+                          : m.options.windows ? m.options.window_docs
+                                              : 0;
   const bool window_ids =
       ov.window_identifiers >= 0 ? ov.window_identifiers > 0 : m.options.window_identifiers;
   std::deque<Loaded> window_loaded;  // chunks of passages grown around a window

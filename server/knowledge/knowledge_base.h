@@ -94,8 +94,9 @@ struct KnowledgeOptions {
   // overlapping the best windows (grown around a window no passage
   // overlaps) are fused into the ranking by weighted reciprocal rank
   // (weight `window_weight`, constant `window_k`). For questions without an
-  // identifier unless `window_identifiers`. 0 documents: off. Chosen by
-  // cross-validation on the development set.
+  // identifier unless `window_identifiers`. Off by default until its
+  // settings are cross-validated (fwai_tune_retrieval --stages windows).
+  bool windows = false;
   int window_docs = 3;
   double window_weight = 0.8;
   double window_k = 10;
@@ -156,7 +157,7 @@ struct FusionOverrides {
   int passage_pool = -1;
   int passage_forward = -1;  // 0 / 1
   double passage_within_doc = -1;
-  int window_docs = -1, window_identifiers = -1;  // 0 docs: off; 0 / 1
+  int window_docs = -1, window_identifiers = -1;  // 0 docs: off, more: on; 0 / 1
   double window_weight = -1, window_k = -1;
 };
 

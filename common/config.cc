@@ -734,6 +734,22 @@ absl::StatusOr<DaemonConfig> ParseConfig(const std::string& yaml_text, const std
                          {"sentence_weight", 0, 100, &k.passage_sentence_weight},
                          {"within_doc_weight", 0, 1, &k.passage_within_doc}}));
       }
+      if (auto wn = n["windows"]) {
+        CFG_TRY(r.CheckKeys(wn, "knowledge.windows",
+                            {"enabled", "docs", "weight", "k", "identifiers"}));
+        for (const auto& [key, out] : {std::pair<const char*, int*>{"enabled", &k.window_enabled},
+                                       {"identifiers", &k.window_identifiers}}) {
+          if (auto b = wn[key]) {
+            if (!b.IsScalar() || (b.Scalar() != "true" && b.Scalar() != "false")) {
+              return r.Error(b, std::string("knowledge.windows.") + key, "expected true or false");
+            }
+            *out = b.Scalar() == "true" ? 1 : 0;
+          }
+        }
+        if (wn["docs"]) CFG_TRY(r.Int(wn["docs"], "knowledge.windows.docs", 1, 20, k.window_docs));
+        CFG_TRY(Numbers(r, wn, "knowledge.windows",
+                        {{"weight", 0, 10, &k.window_weight}, {"k", 0, 1000, &k.window_k}}));
+      }
       if (auto lg = n["log"]) {
         CFG_TRY(r.CheckKeys(lg, "knowledge.log",
                             {"max_entries", "feedback_weight", "feedback_min_similarity"}));

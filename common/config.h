@@ -102,6 +102,11 @@ struct KnowledgeConfig {
   double passage_sentence_weight = -1;
   int passage_forward = -1;        // -1: the built-in default; 0 / 1
   double passage_within_doc = -1;  // -1: the built-in default
+  // Window evidence (knowledge.windows): -1 / empty: the built-in defaults.
+  int window_enabled = -1;  // 0 / 1
+  int window_docs = -1;
+  double window_weight = -1, window_k = -1;
+  int window_identifiers = -1;  // 0 / 1: also for questions with an identifier
   // The retrieval log and its corrections.
   int64_t log_max_entries = 100000;
   double feedback_weight = 0.8;

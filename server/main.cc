@@ -735,6 +735,11 @@ int Main(int argc, char** argv) {
   if (kc.passage_sentence_weight >= 0) ko.passage_sentence_weight = kc.passage_sentence_weight;
   if (kc.passage_forward >= 0) ko.passage_forward = kc.passage_forward > 0;
   if (kc.passage_within_doc >= 0) ko.passage_within_doc = kc.passage_within_doc;
+  if (kc.window_enabled >= 0) ko.windows = kc.window_enabled > 0;
+  if (kc.window_docs >= 0) ko.window_docs = kc.window_docs;
+  if (kc.window_weight >= 0) ko.window_weight = kc.window_weight;
+  if (kc.window_k >= 0) ko.window_k = kc.window_k;
+  if (kc.window_identifiers >= 0) ko.window_identifiers = kc.window_identifiers > 0;
   ko.log.max_entries = kc.log_max_entries;
   ko.log.weight = kc.feedback_weight;
   ko.log.min_similarity = kc.feedback_min_similarity;

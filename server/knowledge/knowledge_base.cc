@@ -37,6 +37,7 @@
 #include "server/knowledge/reranker.h"
 #include "server/knowledge/tokenizer.h"
 #include "server/knowledge/vector_index.h"
+#include "server/knowledge/windows.h"
 #include "server/storage/storage.h"
 
 namespace fwai {
@@ -1469,6 +1470,106 @@ absl::StatusOr<std::vector<KbSearchHit>> KnowledgeBase::SearchImpl(
       for (auto& w : widened) {
         w.score = WithinDocScore(w.score, best[w.slot], w.p.coverage, w.p.best_unit, within_doc);
       }
+    }
+  }
+  // Window evidence (questions without an identifier unless configured):
+  // the top documents cut into windows scored by BM25; the passages
+  // overlapping the best windows are fused into the ranking by weighted
+  // reciprocal rank. Before the corrections, so a result marked bad stays
+  // demoted.
+  const int window_docs = ov.window_docs >= 0 ? ov.window_docs
+                          : m.options.windows ? m.options.window_docs
+                                              : 0;
+  const bool window_ids =
+      ov.window_identifiers >= 0 ? ov.window_identifiers > 0 : m.options.window_identifiers;
+  std::deque<Loaded> window_loaded;  // chunks of passages grown around a window
+  if (hybrid && window_docs > 0 && !widened.empty() &&
+      (window_ids || FindIdentifiers(r.query).empty())) {
+    const double ww = ov.window_weight >= 0 ? ov.window_weight : m.options.window_weight;
+    const double wk = ov.window_k >= 0 ? ov.window_k : m.options.window_k;
+    std::stable_sort(widened.begin(), widened.end(),
+                     [](const Widened& a, const Widened& b) { return a.score > b.score; });
+    std::vector<uint32_t> top_slots;
+    for (const auto& w : widened) {
+      if (static_cast<int>(top_slots.size()) >= window_docs) break;
+      if (std::find(top_slots.begin(), top_slots.end(), w.slot) == top_slots.end())
+        top_slots.push_back(w.slot);
+    }
+    // A document's chunks: all of them, or in a long one (a manual) those
+    // around its candidates.
+    constexpr size_t kWholeDocChunks = 256;
+    std::vector<std::pair<uint32_t, std::vector<uint32_t>>> doc_chunks;  // slot -> indexes
+    std::vector<uint32_t> want;
+    for (uint32_t slot : top_slots) {
+      const DocRec& d = *m.slots[slot];
+      std::vector<uint32_t> idx;
+      if (d.ordinals.size() <= kWholeDocChunks) {
+        for (uint32_t i = 0; i < d.ordinals.size(); ++i) idx.push_back(i);
+      } else {
+        for (const auto& l : loaded) {
+          if (m.chunk_slot[l.c.o] != slot) continue;
+          const uint32_t at = l.rec.meta.value("index", 0u);
+          for (uint32_t i = at > 2 ? at - 2 : 0; i <= at + 2 && i < d.ordinals.size(); ++i)
+            idx.push_back(i);
+        }
+        std::sort(idx.begin(), idx.end());
+        idx.erase(std::unique(idx.begin(), idx.end()), idx.end());
+      }
+      for (uint32_t i : idx) {
+        if (!prefetched.count(d.ordinals[i])) want.push_back(d.ordinals[i]);
+      }
+      doc_chunks.emplace_back(slot, std::move(idx));
+    }
+    std::sort(want.begin(), want.end());
+    want.erase(std::unique(want.begin(), want.end()), want.end());
+    std::vector<std::string> keys;
+    keys.reserve(want.size());
+    for (uint32_t o : want) keys.push_back(ChunkKey(o));
+    ASSIGN_OR_RETURN(auto raws, m.storage.MultiGet(Cf::kChunks, keys));
+    for (size_t i = 0; i < want.size(); ++i) {
+      if (raws[i]) prefetched.emplace(want[i], *std::move(raws[i]));
+    }
+    std::unordered_map<std::string, double> term_weight;
+    for (const auto& [t, w] : wq) {
+      double& x = term_weight[t];
+      x = std::max(x, std::max(0.0, static_cast<double>(w)) * std::max(0.0, idf(t)));
+    }
+    std::vector<std::pair<uint32_t, TextWindow>> windows;  // (slot, window)
+    for (const auto& [slot, idx] : doc_chunks) {
+      std::vector<const PassageChunk*> chunks;
+      for (uint32_t i : idx) chunks.push_back(chunk_of(slot, i));
+      for (const auto& w : ScoreWindows(chunks, term_weight)) windows.emplace_back(slot, w);
+    }
+    if (!load_error.ok()) return load_error;
+    std::stable_sort(windows.begin(), windows.end(),
+                     [](const auto& a, const auto& b) { return a.second.score > b.second.score; });
+    constexpr size_t kTopWindows = 10;
+    if (windows.size() > kTopWindows) windows.resize(kTopWindows);
+    const size_t ranked = widened.size();
+    std::vector<int> window_rank(ranked, -1);
+    for (size_t j = 0; j < windows.size(); ++j) {
+      const auto& [slot, win] = windows[j];
+      bool overlapped = false;
+      for (size_t i = 0; i < widened.size(); ++i) {
+        const Widened& w = widened[i];
+        if (w.slot != slot || !OverlapsWindow(win, w.p.begin, w.p.end)) continue;
+        overlapped = true;
+        if (i < window_rank.size() && window_rank[i] < 0) window_rank[i] = static_cast<int>(j);
+      }
+      if (overlapped) continue;
+      // No ranked passage shows the window: one grown around its densest chunk.
+      const DocRec& d = *m.slots[slot];
+      auto rec = read(d, win.best_chunk);
+      if (!rec) continue;
+      Passage p = BuildPassage(source_of(slot), win.best_chunk, budget, scorer, growth);
+      if (p.text.empty() || !OverlapsWindow(win, p.begin, p.end)) continue;
+      window_loaded.push_back({Cand{d.ordinals[win.best_chunk]}, *std::move(rec), &d, 0.0});
+      widened.push_back({&window_loaded.back(), slot, win.best_chunk, std::move(p), 0.0});
+      window_rank.push_back(static_cast<int>(j));
+    }
+    if (!load_error.ok()) return load_error;
+    for (size_t i = 0; i < widened.size(); ++i) {
+      widened[i].score = WindowFusedScore(i, window_rank[i], ww, wk);
     }
   }
   if (corrections) {

@@ -89,6 +89,18 @@ struct KnowledgeOptions {
   // the document-level signal orders the documents and, within one, the
   // passage that covers the question leads. 0: off.
   double passage_within_doc = 0.0;
+  // Window evidence (windows.h): the top `window_docs` documents of the
+  // ranking cut into 300-word windows scored by BM25; the passages
+  // overlapping the best windows (grown around a window no passage
+  // overlaps) are fused into the ranking by weighted reciprocal rank
+  // (weight `window_weight`, constant `window_k`). For questions without an
+  // identifier unless `window_identifiers`. Off by default until its
+  // settings are cross-validated (fwai_tune_retrieval --stages windows).
+  bool windows = false;
+  int window_docs = 3;
+  double window_weight = 0.8;
+  double window_k = 10;
+  bool window_identifiers = false;
   // With a model reranker (HTTP service or the chat model): the built-in
   // reranker orders the chunks (stage 1) and `reranker` orders the
   // passages (stage 2). Null: `reranker` does stage 1.
@@ -148,6 +160,8 @@ struct FusionOverrides {
   int passage_pool = -1;
   int passage_forward = -1;  // 0 / 1
   double passage_within_doc = -1;
+  int window_docs = -1, window_identifiers = -1;  // 0 docs: off, more: on; 0 / 1
+  double window_weight = -1, window_k = -1;
 };
 
 struct KbSearchRequest {

@@ -1,5 +1,6 @@
 // fwai_tune_retrieval DATA_DIR QUERIES.jsonl [--also MORE.jsonl] [--folds K] [--seed S]
 //                     [--passage-tokens N] [--check OTHER.jsonl] [--explain ID]
+//                     [--stages windows]
 //
 // Chooses the retrieval settings (fusion weights, the built-in reranker's
 // feature weights, the passage stage's weights) by coordinate ascent on
@@ -16,6 +17,12 @@
 // Each fusion setting's candidate pool is searched once (every candidate
 // widened into its passage, budget 400); rankings are then recomputed from
 // the candidates' features, so the search over settings is arithmetic.
+//
+// --stages windows: the window-evidence stage (knowledge.windows) on top of
+// the current defaults instead. Each of its settings (documents, weight, k)
+// is searched by the knowledge base itself for every question; procedures
+// that choose a setting (for all questions, or only for those without an
+// identifier) are cross-validated as above.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -27,6 +34,7 @@
 #include <numeric>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "server/knowledge/embedder.h"
@@ -429,6 +437,211 @@ void PrintKinds(const char* label, Pools& pools, const std::vector<Query>& qs,
   std::printf("\n");
 }
 
+struct WindowSetting {
+  int docs = 0;  // 0: off
+  double weight = 0, k = 0;
+  bool identifiers = false;  // also for questions with an identifier
+};
+
+std::string DescribeWindows(const WindowSetting& w) {
+  if (w.docs == 0) return "off";
+  char buf[128];
+  std::snprintf(buf, sizeof buf, "docs=%d weight=%.1f k=%.0f %s", w.docs, w.weight, w.k,
+                w.identifiers ? "all questions" : "questions without an identifier");
+  return buf;
+}
+
+// The window stage's settings, cross-validated on the daemon's own ranking.
+int TuneWindows(KnowledgeBase& kb, const std::vector<Query>& qs,
+                const std::vector<std::vector<size_t>>& fold, int passage_tokens) {
+  const std::vector<int> docs_grid = {1, 2, 3, 5};
+  const std::vector<double> weight_grid = {0.2, 0.4, 0.6, 0.8, 1.0};
+  const std::vector<double> k_grid = {10, 30, 60};
+  std::vector<WindowSetting> grid;  // [0] off; then each setting for all questions
+  grid.push_back({});
+  for (int d : docs_grid)
+    for (double w : weight_grid)
+      for (double k : k_grid) grid.push_back({d, w, k, true});
+  std::vector<bool> ids(qs.size());
+  for (size_t q = 0; q < qs.size(); ++q) ids[q] = !FindIdentifiers(qs[q].query).empty();
+  // Reciprocal rank of every question under every setting (applied to all).
+  std::vector<std::vector<double>> rr(grid.size(), std::vector<double>(qs.size()));
+  for (size_t g = 0; g < grid.size(); ++g) {
+    FusionOverrides f;
+    f.window_docs = grid[g].docs;
+    f.window_weight = grid[g].weight;
+    f.window_k = grid[g].k;
+    f.window_identifiers = 1;
+    for (size_t q = 0; q < qs.size(); ++q) {
+      KbSearchRequest r;
+      r.query = qs[q].query;
+      r.log = false;
+      r.max_results = 10;
+      r.passage_tokens = passage_tokens;
+      r.overrides = &f;
+      auto hits = kb.Search(r);
+      if (!hits.ok()) {
+        std::fprintf(stderr, "%s: %s\n", qs[q].id.c_str(), hits.status().ToString().c_str());
+        std::exit(1);
+      }
+      const std::string needle = Norm(qs[q].needle);
+      for (size_t i = 0; i < hits->size() && i < 10; ++i) {
+        const auto& h = (*hits)[i];
+        if (h.doc == qs[q].doc && Norm(h.text).find(needle) != std::string::npos) {
+          rr[g][q] = 1.0 / (i + 1);
+          break;
+        }
+      }
+    }
+  }
+  // A setting as applied: index into `grid` and whether identifiers get it.
+  struct Applied {
+    size_t g = 0;
+    bool identifiers = false;
+  };
+  auto rr_of = [&](const Applied& a, size_t q) {
+    return ids[q] && !a.identifiers ? rr[0][q] : rr[a.g][q];
+  };
+  auto mrr = [&](const Applied& a, const std::vector<size_t>& set) {
+    double sum = 0;
+    for (size_t q : set) sum += rr_of(a, q);
+    return set.empty() ? 0.0 : sum / set.size();
+  };
+  auto describe = [&](const Applied& a) {
+    WindowSetting w = grid[a.g];
+    w.identifiers = a.identifiers;
+    return DescribeWindows(w);
+  };
+  // Exhaustive search on `train`; ties keep the first (off first).
+  auto choose = [&](const std::vector<size_t>& train, bool may_all, bool may_non_id) {
+    Applied best;
+    double best_mrr = mrr(best, train);
+    for (size_t g = 1; g < grid.size(); ++g) {
+      for (bool all : {false, true}) {
+        if ((all && !may_all) || (!all && !may_non_id)) continue;
+        const Applied a{g, all};
+        const double m = mrr(a, train);
+        if (m > best_mrr + 1e-9) {
+          best_mrr = m;
+          best = a;
+        }
+      }
+    }
+    return best;
+  };
+  auto mean_sd = [](const std::vector<double>& v) {
+    const double mean = std::accumulate(v.begin(), v.end(), 0.0) / v.size();
+    double var = 0;
+    for (double x : v) var += (x - mean) * (x - mean);
+    return std::make_pair(mean, v.size() > 1 ? std::sqrt(var / (v.size() - 1)) : 0.0);
+  };
+  auto report = [&](const char* name,
+                    const std::function<Applied(const std::vector<size_t>&)>& pick,
+                    bool print_folds) {
+    std::vector<double> held;
+    std::map<std::string, std::vector<double>> kinds;
+    for (size_t f = 0; f < fold.size(); ++f) {
+      std::vector<size_t> train;
+      for (size_t g = 0; g < fold.size(); ++g) {
+        if (g != f) train.insert(train.end(), fold[g].begin(), fold[g].end());
+      }
+      const Applied a = pick(train);
+      held.push_back(mrr(a, fold[f]));
+      for (const char* kind : {"identifier", "paraphrase", "howto"}) {
+        std::vector<size_t> sub;
+        for (size_t q : fold[f]) {
+          if (qs[q].kind == kind) sub.push_back(q);
+        }
+        if (!sub.empty()) kinds[kind].push_back(mrr(a, sub));
+      }
+      if (print_folds) {
+        std::printf("    fold %zu: held out %.3f (train %.3f)  %s\n", f + 1, held.back(),
+                    mrr(a, train), describe(a).c_str());
+      }
+    }
+    const auto [m, sd] = mean_sd(held);
+    std::printf("  %-58s held-out MRR@10 %.3f +- %.3f", name, m, sd);
+    for (const auto& [kind, v] : kinds) {
+      const auto [km, ksd] = mean_sd(v);
+      std::printf("; %s %.3f +- %.3f", kind.c_str(), km, ksd);
+    }
+    std::printf("\n");
+    return m;
+  };
+  auto fixed = [&](int docs, double weight, double k, bool all) {
+    for (size_t g = 1; g < grid.size(); ++g) {
+      if (grid[g].docs == docs && grid[g].weight == weight && grid[g].k == k) {
+        return Applied{g, all};
+      }
+    }
+    return Applied{};
+  };
+  std::printf("window evidence on the current defaults, %zu settings searched:\n", grid.size());
+  std::printf("fixed settings, per fold:\n");
+  report(
+      "off", [](const std::vector<size_t>&) { return Applied{}; }, false);
+  for (bool all : {true, false}) {
+    for (const auto& [d, w, k] : {std::tuple<int, double, double>{3, 0.8, 10},
+                                  {3, 0.4, 10},
+                                  {1, 0.8, 10},
+                                  {5, 0.8, 10},
+                                  {3, 0.8, 60}}) {
+      const Applied a = fixed(d, w, k, all);
+      report(
+          describe(a).c_str(), [a](const std::vector<size_t>&) { return a; }, false);
+    }
+  }
+  std::printf("choosing procedures, cross-validated:\n");
+  struct Proc {
+    const char* name;
+    bool may_all, may_non_id;
+  };
+  const Proc procs[] = {{"one setting for all questions (or off)", true, false},
+                        {"a setting for questions without an identifier (or off)", false, true},
+                        {"a setting and whether identifiers get it (or off)", true, true}};
+  const Proc* best = nullptr;
+  double best_cv = -1;
+  for (const auto& p : procs) {
+    const double m = report(
+        p.name,
+        [&](const std::vector<size_t>& train) { return choose(train, p.may_all, p.may_non_id); },
+        true);
+    if (m > best_cv + 1e-9) {
+      best_cv = m;
+      best = &p;
+    }
+  }
+  const double off_cv = mean_sd([&] {
+                          std::vector<double> v;
+                          for (const auto& f : fold) v.push_back(mrr(Applied{}, f));
+                          return v;
+                        }())
+                            .first;
+  std::vector<size_t> all(qs.size());
+  std::iota(all.begin(), all.end(), 0);
+  if (best_cv <= off_cv + 1e-9) {
+    std::printf("no procedure beats off held out (%.3f): the stage stays off\n", off_cv);
+    return 0;
+  }
+  const Applied final_choice = choose(all, best->may_all, best->may_non_id);
+  std::printf(
+      "best procedure by cross-validation: %s (%.3f, off %.3f); applied to all %zu questions: %s\n",
+      best->name, best_cv, off_cv, qs.size(), describe(final_choice).c_str());
+  for (const auto& [label, a] :
+       {std::pair<const char*, Applied>{"that choice", final_choice}, {"off", Applied{}}}) {
+    std::printf("  all questions, %-12s overall %.3f", label, mrr(a, all));
+    for (const char* kind : {"identifier", "paraphrase", "howto"}) {
+      std::vector<size_t> sub;
+      for (size_t q : all) {
+        if (qs[q].kind == kind) sub.push_back(q);
+      }
+      std::printf("  %s(%zu) %.3f", kind, sub.size(), mrr(a, sub));
+    }
+    std::printf("\n");
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -442,7 +655,7 @@ int main(int argc, char** argv) {
   std::vector<Query> qs = LoadQueries(argv[2]);
   int folds = 5;
   unsigned seed = 1;
-  std::string check_path, explain;
+  std::string check_path, explain, stages;
   int passage_tokens = -1;
   for (int i = 3; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
@@ -450,6 +663,7 @@ int main(int argc, char** argv) {
     if (a == "--seed") seed = static_cast<unsigned>(std::atoi(argv[i + 1]));
     if (a == "--check") check_path = argv[i + 1];
     if (a == "--explain") explain = argv[i + 1];
+    if (a == "--stages") stages = argv[i + 1];
     if (a == "--passage-tokens") passage_tokens = std::atoi(argv[i + 1]);
     if (a == "--also") {
       for (auto& q : LoadQueries(argv[i + 1])) qs.push_back(std::move(q));
@@ -475,7 +689,8 @@ int main(int argc, char** argv) {
       r.query = q.query;
       r.max_results = 20;
       auto hits = *(*kb)->Search(r);
-      std::printf("%s: %s\n  expect %s / %s\n", q.id.c_str(), q.query.c_str(), q.doc.c_str(), q.needle.c_str());
+      std::printf("%s: %s\n  expect %s / %s\n", q.id.c_str(), q.query.c_str(), q.doc.c_str(),
+                  q.needle.c_str());
       for (const auto& h : hits) {
         const bool rel = h.doc == q.doc && Norm(h.text).find(Norm(q.needle)) != std::string::npos;
         std::printf("%2d %.3f (stage 1 %.3f, cov %.2f, best %.2f) %s%s %s | %.80s\n", h.rank,
@@ -504,6 +719,11 @@ int main(int argc, char** argv) {
     }
   }
   std::printf("%zu questions, %d folds (seed %u)\n", qs.size(), folds, seed);
+  if (stages == "windows") return TuneWindows(**kb, qs, fold, passage_tokens);
+  if (!stages.empty()) {
+    std::fprintf(stderr, "--stages: '%s'; expected windows\n", stages.c_str());
+    return 2;
+  }
   auto mean_sd = [](const std::vector<double>& v) {
     const double mean = std::accumulate(v.begin(), v.end(), 0.0) / v.size();
     double var = 0;

@@ -124,6 +124,37 @@ TEST(ConfigTest, PassagePlacementAndWithinDocumentRanking) {
             std::string::npos)
       << over.status();
 }
+TEST(ConfigTest, WindowEvidence) {
+  auto d = ParseConfig("", "fwaid.yaml");
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->knowledge.window_enabled, -1);  // the built-in defaults
+  EXPECT_EQ(d->knowledge.window_docs, -1);
+  EXPECT_LT(d->knowledge.window_weight, 0);
+  auto c = ParseConfig(
+      "knowledge:\n  windows: {enabled: true, docs: 5, weight: 0.4, k: 30, identifiers: true}\n",
+      "fwaid.yaml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->knowledge.window_enabled, 1);
+  EXPECT_EQ(c->knowledge.window_docs, 5);
+  EXPECT_EQ(c->knowledge.window_weight, 0.4);
+  EXPECT_EQ(c->knowledge.window_k, 30);
+  EXPECT_EQ(c->knowledge.window_identifiers, 1);
+  auto off = ParseConfig("knowledge:\n  windows: {enabled: false}\n", "fwaid.yaml");
+  ASSERT_TRUE(off.ok()) << off.status();
+  EXPECT_EQ(off->knowledge.window_enabled, 0);
+  for (const auto& [yaml, field] :
+       {std::pair<std::string, std::string>{"knowledge:\n  windows:\n    docs: 0\n",
+                                            "knowledge.windows.docs"},
+        {"knowledge:\n  windows:\n    weight: -1\n", "knowledge.windows.weight"},
+        {"knowledge:\n  windows:\n    identifiers: maybe\n", "knowledge.windows.identifiers"},
+        {"knowledge:\n  windows:\n    doc: 3\n", "knowledge.windows.doc"}}) {
+    auto bad = ParseConfig(yaml, "fwaid.yaml");
+    ASSERT_FALSE(bad.ok()) << yaml;
+    EXPECT_NE(std::string(bad.status().message()).find(field), std::string::npos) << bad.status();
+    EXPECT_NE(std::string(bad.status().message()).find("fwaid.yaml:3"), std::string::npos)
+        << bad.status();
+  }
+}
 TEST(ConfigTest, CatalogRerankerIsAModelOrTheBuiltin) {
   auto c = ParseConfig(
       "catalog:\n  reranker: {kind: tei, base_url: 'http://127.0.0.1:8081', weights: {context: 0.5}}\n"

@@ -470,6 +470,77 @@ TEST_F(KnowledgeBaseTest, AQueryNamingAPartPrefersThatPartsDocument) {
   }
 }
 
+TEST_F(KnowledgeBaseTest, WindowEvidenceBringsTheDensestWindowsPassageForward) {
+  // A question asked in other words than the manual's: a short FAQ entry
+  // holds all its words once, so its chunk leads the ranking; the driver
+  // manual spreads them over short sections, two or three a section, and its
+  // 300-word windows hold every one several times. The window stage fuses
+  // the manual's passage over its densest window ahead of the FAQ.
+  auto words = [](int n, int seed) {
+    static const char* kWords[] = {"alpha", "bravo", "delta", "echo", "golf",  "hotel",
+                                   "india", "kilo",  "lima",  "mike", "oscar", "papa"};
+    std::string s;
+    for (int i = 0; i < n; ++i)
+      s += std::string(kWords[(i * 7 + seed) % 12]) + (i % 10 == 9 ? ". " : " ");
+    return s;
+  };
+  for (int i = 0; i < 15; ++i) {
+    Add("notes/n" + std::to_string(i) + ".md",
+        "# Note " + std::to_string(i) + "\n\n## Body\n\n" + words(120, i) + "\n");
+  }
+  Add("faq.md",
+      "# FAQ\n\n## Resets\n\nA chip that reboots in a flash erase was reset by its watchdog.\n");
+  std::string manual = "# Flash driver\n\n";
+  const std::string needle = "feed the watchdog from the erase loop every 100 ms";
+  for (int i = 0; i < 12; ++i) {
+    manual += "## Part " + std::to_string(i) + "\n\n" + words(90, i) + "\n";
+    if (i == 6) {
+      manual += "The flash erase can outlast the watchdog, which then reboots the part: " + needle +
+                ".\n\n";
+    } else if (i % 2 == 1) {
+      manual += "The watchdog timer watches the flash. The watchdog timer watches the flash.\n\n";
+    } else {
+      manual += "A chip reboot follows an erase. A chip reboot follows an erase.\n\n";
+    }
+  }
+  Add("driver.md", manual);
+  const std::string q = "watchdog reboots the chip in a flash erase";
+  KbSearchRequest r;
+  r.query = q;
+  r.max_results = 5;
+  FusionOverrides off;
+  off.window_docs = 0;
+  r.overrides = &off;
+  auto without = kb_->Search(r);
+  ASSERT_TRUE(without.ok()) << without.status();
+  ASSERT_FALSE(without->empty());
+  EXPECT_EQ((*without)[0].doc, "faq.md");  // the premise: chunk evidence prefers the FAQ
+  FusionOverrides on;  // 3 documents, weight 0.8, k 10, questions without an identifier
+  on.window_docs = 3;
+  on.window_weight = 0.8;
+  on.window_k = 10;
+  on.window_identifiers = 0;
+  r.overrides = &on;
+  auto found = kb_->Search(r);
+  ASSERT_TRUE(found.ok()) << found.status();
+  const std::vector<KbSearchHit>& with = *found;
+  ASSERT_FALSE(with.empty());
+  EXPECT_EQ(with[0].doc, "driver.md");
+  EXPECT_NE(with[0].text.find(needle), std::string::npos) << with[0].text;
+  EXPECT_GT(with[0].score, 0);
+  EXPECT_LE(with[0].score, 1);
+  // A question with an identifier keeps the chunk evidence's order.
+  r.overrides = &on;
+  r.query = q + " FLASH_CR";
+  auto named = kb_->Search(r);
+  r.overrides = &off;
+  auto named_off = kb_->Search(r);
+  ASSERT_TRUE(named.ok() && named_off.ok());
+  ASSERT_FALSE(named->empty());
+  EXPECT_EQ((*named)[0].doc, (*named_off)[0].doc);
+  EXPECT_EQ((*named)[0].text, (*named_off)[0].text);
+}
+
 TEST_F(KnowledgeBaseTest, FiltersAndCollections) {
   Add("a.md", Doc("TIMER", "TIM2_ARR"), "stm32");
   Add("b.md", Doc("TIMER", "TIM2_ARR"), "nrf");  // same text, another collection

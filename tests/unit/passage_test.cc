@@ -8,10 +8,12 @@
 #include <algorithm>
 #include <map>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "server/knowledge/query_expansion.h"
 #include "server/knowledge/tokenizer.h"
+#include "server/knowledge/windows.h"
 
 namespace fwai {
 namespace {
@@ -196,6 +198,85 @@ TEST(PassageTest, WithinDocumentRankingPrefersThePassageThatCoversTheQuestion) {
   EXPECT_GT(sb, sa);  // within the document, coverage decides
   EXPECT_GT(sb, so);  // the document's signal carries its passages past the other document's
   EXPECT_LT(WithinDocScore(b, doc_best, b_cov, b_best, 0.5), sb);
+}
+
+// Index term -> weight x idf for a question, every term at idf 1.
+std::unordered_map<std::string, double> WindowTerms(const std::string& query) {
+  std::vector<std::string> terms;
+  Tokenize(query, &terms);
+  std::unordered_map<std::string, double> w;
+  for (const auto& t : terms) w[t] = 1.0;
+  return w;
+}
+
+std::string Filler(int words, const std::string& word = "lorem") {
+  std::string s;
+  for (int i = 0; i < words; ++i) s += word + (i % 12 == 11 ? ".\n" : " ");
+  return s;
+}
+
+TEST(PassageTest, WindowsCutADocumentAcrossItsChunksAndTheDensestScoresBest) {
+  // 1,000 words over five chunks; the question's words sit together across
+  // the cut between chunks 2 and 3, and once alone in chunk 0.
+  Doc d;
+  d.Add(Filler(100) + "watchdog " + Filler(99));
+  d.Add(Filler(200));
+  d.Add(Filler(180) + "keep the watchdog fed while erasing " + Filler(14));
+  d.Add("the flash erase loop must feed the watchdog " + Filler(192));
+  d.Add(Filler(200));
+  std::vector<const PassageChunk*> chunks;
+  for (const auto& c : d.chunks) chunks.push_back(&c);
+  const auto windows = ScoreWindows(chunks, WindowTerms("feed the watchdog during a flash erase"));
+  ASSERT_GE(windows.size(), 2u);
+  // Windows of 300 words every 150 words: those without a question word
+  // are left out; the best holds the cluster across the chunk cut.
+  for (const auto& w : windows) {
+    EXPECT_LE(w.end.chunk - w.begin.chunk, 2u);
+    EXPECT_GT(w.score, 0);
+  }
+  const TextWindow& best = windows[0];
+  EXPECT_LE(best.begin.chunk, 2u);
+  EXPECT_GE(best.end.chunk, 3u);
+  EXPECT_GT(best.score, windows.back().score);
+  // Its densest chunk is the one after the cut (four of the question's
+  // terms against two).
+  EXPECT_EQ(best.best_chunk, 3u);
+  // The window that holds only chunk 0's lone word scores least.
+  EXPECT_EQ(windows.back().begin.chunk, 0u);
+  EXPECT_TRUE(OverlapsWindow(best, DocPos{3, 0}, DocPos{3, 10}));
+  EXPECT_FALSE(OverlapsWindow(best, DocPos{0, 0}, DocPos{0, 10}));
+  // Nothing to score: no windows.
+  EXPECT_TRUE(ScoreWindows(chunks, WindowTerms("bootloader")).empty());
+}
+
+TEST(PassageTest, AWindowRepeatedInTheNextChunksOverlapCountsOnce) {
+  // The second chunk repeats the first one's last words (the chunker's
+  // overlap): they are one occurrence, not two.
+  const std::string tail = "the watchdog must be fed during the erase of the flash sector.\n";
+  Doc once, twice;
+  once.Add(Filler(50) + tail);
+  once.Add(tail + Filler(50, "ipsum"));
+  ASSERT_GT(once.chunks[1].overlap, 0u);
+  twice.Add(Filler(50) + tail);
+  twice.Add(Filler(12, "dolor") + tail + Filler(38, "ipsum"));
+  auto score = [](const Doc& d) {
+    std::vector<const PassageChunk*> chunks;
+    for (const auto& c : d.chunks) chunks.push_back(&c);
+    const auto w = ScoreWindows(chunks, WindowTerms("watchdog erase"));
+    return w.empty() ? 0.0 : w[0].score;
+  };
+  EXPECT_LT(score(once), score(twice));
+}
+
+TEST(PassageTest, WindowEvidenceFusesByWeightedRank) {
+  // First in both rankings scores 1; without a window the item keeps its
+  // rank's share.
+  EXPECT_DOUBLE_EQ(WindowFusedScore(0, 0, 0.8, 10), 1.0);
+  EXPECT_DOUBLE_EQ(WindowFusedScore(0, -1, 0.8, 10), (1.0 / 11) / (1.8 / 11));
+  // Sixth in the ranking but over the best window passes the first without one.
+  EXPECT_GT(WindowFusedScore(5, 0, 0.8, 10), WindowFusedScore(0, -1, 0.8, 10));
+  // At weight 0 the order is the ranking's.
+  EXPECT_GT(WindowFusedScore(0, -1, 0, 10), WindowFusedScore(1, 0, 0, 10));
 }
 
 }  // namespace

@@ -277,6 +277,9 @@ struct DaemonConfig {
   int tool_threshold = 30;  // above this many tools, offer core + retrieved ones per call
   int tools_top_k = 8;
   int64_t max_message_bytes = 256 * 1024;
+  // Threads started with the daemon that run turns and never end for
+  // idleness (more are started when all are busy; those end idle).
+  int turn_threads = 50;
   std::map<std::string, SubagentConfig> subagents;  // built-in types plus agent.subagents
   // Model-name prefix -> USD per million input/output tokens (over the built-in table).
   std::map<std::string, std::pair<double, double>> prices;

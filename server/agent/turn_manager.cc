@@ -1,12 +1,8 @@
 #include "server/agent/turn_manager.h"
 
 #include <atomic>
-#include <chrono>
 #include <condition_variable>
-#include <deque>
 #include <map>
-#include <thread>
-#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/cancel.h"
@@ -14,6 +10,7 @@
 #include "fwai/v1/events.pb.h"
 #include "server/agent/agent.h"
 #include "server/agent/turn.h"
+#include "server/agent/turn_threads.h"
 #include "server/llm/provider.h"
 #include "server/project/secrets.h"
 #include "server/session/session_manager.h"
@@ -48,79 +45,6 @@ struct TurnManager::Turn {
   std::atomic<bool> done{false};
 };
 
-// Threads that run turns, kept between turns: a burst of turns reuses the
-// threads (their stacks, their malloc arenas' recent memory) of the last one
-// instead of creating and tearing down a thread each. A thread idle for a
-// minute ends.
-class TurnManager::Threads {
- public:
-  ~Threads() {
-    std::vector<std::thread> all;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      stop_ = true;
-      cv_.notify_all();
-      for (auto& [id, t] : live_) all.push_back(std::move(t));
-      live_.clear();
-      for (auto& t : ended_) all.push_back(std::move(t));
-      ended_.clear();
-    }
-    for (auto& t : all) t.join();
-  }
-
-  // Runs `job` on an idle thread, or a new one when none is idle.
-  void Run(std::function<void()> job) {
-    std::vector<std::thread> ended;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      ended.swap(ended_);
-      jobs_.push_back(std::move(job));
-      if (idle_ >= jobs_.size()) {
-        cv_.notify_one();
-      } else {
-        const uint64_t id = next_id_++;
-        live_.emplace(id, std::thread([this, id] { Work(id); }));
-      }
-    }
-    for (auto& t : ended) t.join();
-  }
-
- private:
-  static constexpr auto kIdleEnd = std::chrono::seconds(60);
-
-  void Work(uint64_t id) {
-    std::unique_lock<std::mutex> lock(mu_);
-    while (true) {
-      ++idle_;
-      const bool woke = cv_.wait_for(lock, kIdleEnd, [this] { return stop_ || !jobs_.empty(); });
-      --idle_;
-      if (stop_) return;
-      if (!woke) {
-        // Idle too long: hand this thread's handle over to be joined.
-        auto it = live_.find(id);
-        ended_.push_back(std::move(it->second));
-        live_.erase(it);
-        return;
-      }
-      std::function<void()> job = std::move(jobs_.front());
-      jobs_.pop_front();
-      lock.unlock();
-      job();
-      job = nullptr;  // the turn's state goes before the thread waits again
-      lock.lock();
-    }
-  }
-
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<std::function<void()>> jobs_;
-  size_t idle_ = 0;
-  bool stop_ = false;
-  uint64_t next_id_ = 0;
-  std::map<uint64_t, std::thread> live_;
-  std::vector<std::thread> ended_;  // idle ones that ended, to join
-};
-
 TurnManager::TurnManager(SessionManager& sessions, const DaemonConfig& config,
                          const ProviderSet& providers, const ToolRegistry& tools,
                          ToolRetriever retriever)
@@ -130,7 +54,7 @@ TurnManager::TurnManager(SessionManager& sessions, const DaemonConfig& config,
       tools_(tools),
       retriever_(std::move(retriever)),
       secrets_(SecretScanner::Default()),
-      threads_(std::make_unique<Threads>()) {}
+      threads_(std::make_unique<TurnThreads>(static_cast<size_t>(config.turn_threads))) {}
 
 TurnManager::~TurnManager() { Shutdown(); }
 

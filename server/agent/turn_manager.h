@@ -1,5 +1,6 @@
-// agent: runs chat turns. One turn at a time per session, each on its own
-// thread (threads are kept between turns for the next ones): stream the model's reply, run the tools it asks for, send the
+// agent: runs chat turns. One turn at a time per session, each on a thread of
+// its TurnThreads (agent.turn_threads of them started with it, kept between
+// turns): stream the model's reply, run the tools it asks for, send the
 // results back, until it stops or the iteration bound is hit. Every step is
 // published to the session's event log as it happens.
 //
@@ -8,7 +9,8 @@
 // Inside, one file per part: turn (one turn, start to finish), loop (an
 // agent's model/tool loop), tool_offer and tool_call (which tools, and one
 // call), subagents, plan_mode, todos, questions, compaction, system_prompt,
-// history, models (prices, context windows), events, turn_policy; agent.h
+// history, models (prices, context windows), events, turn_policy,
+// turn_threads (the threads turns run on); agent.h
 // holds the state they share.
 #pragma once
 
@@ -35,6 +37,7 @@ class SessionManager;
 class ToolRegistry;
 class Provider;
 class SecretScanner;
+class TurnThreads;
 class Tool;
 struct SessionInfo;
 
@@ -120,7 +123,6 @@ class TurnManager {
  private:
   struct Turn;
   struct Ended;
-  class Threads;
   // The body of a turn's job.
   void Run(Turn* turn, TurnRequest request);
   void ReapLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -138,7 +140,7 @@ class TurnManager {
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
   std::map<std::string, std::unique_ptr<Turn>> turns_ ABSL_GUARDED_BY(mu_);
   PendingReplies replies_;
-  std::unique_ptr<Threads> threads_;  // last: its threads end first
+  std::unique_ptr<TurnThreads> threads_;  // last: its threads end first
 };
 
 }  // namespace fwai

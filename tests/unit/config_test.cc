@@ -51,6 +51,26 @@ TEST(ConfigTest, BadValueSaysWhatIsExpected) {
   EXPECT_NE(e.status().message().find("unix:PATH"), std::string::npos);
 }
 
+TEST(ConfigTest, TurnThreadsDefaultSetAndBounded) {
+  auto d = ParseConfig("", "fwaid.yaml");
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->turn_threads, 50);
+  auto c = ParseConfig("agent:\n  turn_threads: 0\n", "fwaid.yaml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->turn_threads, 0);
+  auto e = ParseConfig("agent:\n  turn_threads: 8\n", "fwaid.yaml");
+  ASSERT_TRUE(e.ok()) << e.status();
+  EXPECT_EQ(e->turn_threads, 8);
+  for (const char* bad : {"-1", "1001", "99999999999", "many"}) {
+    auto b = ParseConfig(std::string("agent:\n  max_iterations: 3\n  turn_threads: ") + bad + "\n",
+                         "fwaid.yaml");
+    ASSERT_FALSE(b.ok()) << bad;
+    EXPECT_EQ(b.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(b.status().message().find("fwaid.yaml:3"), std::string::npos) << b.status();
+    EXPECT_NE(b.status().message().find("agent.turn_threads"), std::string::npos) << b.status();
+  }
+}
+
 TEST(ConfigTest, SyntaxErrorHasLine) {
   auto c = ParseConfig("a: [1, 2\nb: 3\n", "broken.yaml");
   ASSERT_FALSE(c.ok());

@@ -1,0 +1,96 @@
+#include "server/agent/turn_threads.h"
+
+#include <utility>
+
+namespace fwai {
+
+TurnThreads::TurnThreads(size_t kept, std::chrono::milliseconds idle_end) : idle_end_(idle_end) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (size_t i = 0; i < kept; ++i) Start(/*kept=*/true);
+}
+
+TurnThreads::~TurnThreads() {
+  std::vector<std::thread> all;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+    cv_.notify_all();
+    for (auto& [id, t] : live_) all.push_back(std::move(t));
+    live_.clear();
+    for (auto& t : ended_) all.push_back(std::move(t));
+    ended_.clear();
+  }
+  for (auto& t : all) t.join();
+}
+
+void TurnThreads::Start(bool kept) {
+  // A kept thread counts as idle from its creation, so that jobs run at once
+  // after construction go to it rather than to new threads.
+  if (kept) ++idle_;
+  const uint64_t id = next_id_++;
+  live_.emplace(id, std::thread([this, id, kept] { Work(id, kept); }));
+}
+
+void TurnThreads::Run(std::function<void()> job) {
+  std::vector<std::thread> ended;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ended.swap(ended_);
+    jobs_.push_back(std::move(job));
+    if (idle_ >= jobs_.size()) {
+      cv_.notify_one();
+    } else {
+      Start(/*kept=*/false);
+    }
+  }
+  for (auto& t : ended) t.join();
+}
+
+size_t TurnThreads::Live() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return live_.size();
+}
+
+uint64_t TurnThreads::Created() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return next_id_;
+}
+
+void TurnThreads::WaitUntilLive(size_t n) {
+  std::unique_lock<std::mutex> lock(mu_);
+  ended_cv_.wait(lock, [&] { return live_.size() == n; });
+}
+
+void TurnThreads::Work(uint64_t id, bool kept) {
+  std::unique_lock<std::mutex> lock(mu_);
+  const auto ready = [this] { return stop_ || !jobs_.empty(); };
+  bool counted = kept;  // counted as idle by Start()
+  while (true) {
+    if (!counted) ++idle_;
+    counted = false;
+    bool woke = true;
+    if (kept) {
+      cv_.wait(lock, ready);
+    } else {
+      woke = cv_.wait_for(lock, idle_end_, ready);
+    }
+    --idle_;
+    if (stop_) return;
+    if (!woke) {
+      // Idle too long: hand this thread's handle over to be joined.
+      auto it = live_.find(id);
+      ended_.push_back(std::move(it->second));
+      live_.erase(it);
+      ended_cv_.notify_all();
+      return;
+    }
+    std::function<void()> job = std::move(jobs_.front());
+    jobs_.pop_front();
+    lock.unlock();
+    job();
+    job = nullptr;  // the turn's state goes before the thread waits again
+    lock.lock();
+  }
+}
+
+}  // namespace fwai

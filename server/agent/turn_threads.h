@@ -1,0 +1,57 @@
+// turn_threads: the threads that run chat turns. Owns every one of them:
+// `kept` started up front that wait for turns for as long as it lives (a
+// burst of turns on a fresh daemon then creates no thread and grows no new
+// heap), and more started when every thread is busy, which end after
+// `idle_end` with nothing to run. Destruction waits for the running jobs and
+// joins every thread; jobs still queued then are dropped.
+//
+// Thread-safe.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace fwai {
+
+class TurnThreads {
+ public:
+  explicit TurnThreads(size_t kept, std::chrono::milliseconds idle_end = std::chrono::minutes(1));
+  ~TurnThreads();
+  TurnThreads(const TurnThreads&) = delete;
+  TurnThreads& operator=(const TurnThreads&) = delete;
+
+  // Runs `job` on an idle thread, or on a new one when none is idle.
+  void Run(std::function<void()> job);
+
+  // Threads alive now (running a job or waiting for one).
+  size_t Live();
+  // Threads created since construction (the kept ones included).
+  uint64_t Created();
+  // Waits until exactly `n` threads are alive (the extra ones ended idle).
+  void WaitUntilLive(size_t n);
+
+ private:
+  void Start(bool kept);  // mu_ held
+  void Work(uint64_t id, bool kept);
+
+  const std::chrono::milliseconds idle_end_;
+  std::mutex mu_;
+  std::condition_variable cv_;        // a job queued, or stop
+  std::condition_variable ended_cv_;  // a thread ended idle
+  std::deque<std::function<void()>> jobs_;
+  size_t idle_ = 0;
+  bool stop_ = false;
+  uint64_t next_id_ = 0;
+  std::map<uint64_t, std::thread> live_;
+  std::vector<std::thread> ended_;  // extra ones that ended idle, to join
+};
+
+}  // namespace fwai

@@ -656,7 +656,8 @@ absl::StatusOr<DaemonConfig> ParseConfig(const std::string& yaml_text, const std
       CFG_TRY(r.CheckKeys(n, "knowledge",
                           {"embedder", "chunk", "bm25", "fusion", "candidates", "rerank_top",
                            "hnsw_above", "max_document_mb", "reranker", "query_rewrite", "hyde",
-                           "hnsw", "code_search", "passages", "log", "vector_index", "ivf"}));
+                           "hnsw", "code_search", "passages", "log", "vector_index", "ivf",
+                           "windows"}));
       auto& k = c.knowledge;
       if (auto e = n["embedder"]) {
         CFG_TRY(r.CheckKeys(e, "knowledge.embedder",

@@ -18,6 +18,8 @@
 //                only with --only shared, --tiny for a correctness check;
 //                --part NAME for one figure; --part noisy-ab --fwaid A,B
 //                --rounds N compares fwaid binaries on the noisy neighbour)
+//   --turn-threads N  agent.turn_threads of the other phases' daemons (0: no
+//                turn thread started with the daemon, as before that setting)
 #include <unistd.h>
 
 #include <algorithm>
@@ -307,13 +309,15 @@ int Main(int argc, char** argv) {
   int idle_sessions = 2000;
   int attached_clients = 200;
   std::string only;
-  int pause_s = 0;  // pause between phases (lets background compaction settle)
+  int pause_s = 0;        // pause between phases (lets background compaction settle)
+  int turn_threads = -1;  // agent.turn_threads for the fresh daemons (-1: fwaid's default)
   SharedBenchOptions shared;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--only" && i + 1 < argc) only = argv[++i];
     if (a == "--pause" && i + 1 < argc) pause_s = std::atoi(argv[++i]);
     if (a == "--tiny") shared.tiny = true;
+    if (a == "--turn-threads" && i + 1 < argc) turn_threads = std::atoi(argv[++i]);
     if (a == "--runs" && i + 1 < argc) shared.runs = std::max(1, std::atoi(argv[++i]));
     if (a == "--part" && i + 1 < argc) shared.part = argv[++i];
     if (a == "--rounds" && i + 1 < argc) shared.rounds = std::max(1, std::atoi(argv[++i]));
@@ -340,7 +344,9 @@ int Main(int argc, char** argv) {
   std::unique_ptr<Daemon> daemon;
   auto fresh = [&]() -> Daemon& {
     if (daemon) daemon->Stop();
-    daemon = std::make_unique<Daemon>(&fake, "log_level: warn\n");
+    std::string yaml = "log_level: warn\n";
+    if (turn_threads >= 0) yaml += "agent:\n  turn_threads: " + std::to_string(turn_threads) + "\n";
+    daemon = std::make_unique<Daemon>(&fake, yaml);
     if (!daemon->Start()) {
       std::fprintf(stderr, "fwaid did not start:\n%s\n", daemon->log().c_str());
       std::exit(1);

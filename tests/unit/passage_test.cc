@@ -219,11 +219,13 @@ TEST(PassageTest, WindowsCutADocumentAcrossItsChunksAndTheDensestScoresBest) {
   // 1,000 words over five chunks; the question's words sit together across
   // the cut between chunks 2 and 3, and once alone in chunk 0.
   Doc d;
+  // Each chunk's filler is a word of its own, so no chunk repeats the end of
+  // the one before (which would count as overlap and shorten its own text).
   d.Add(Filler(100) + "watchdog " + Filler(99));
-  d.Add(Filler(200));
-  d.Add(Filler(180) + "keep the watchdog fed while erasing " + Filler(14));
-  d.Add("the flash erase loop must feed the watchdog " + Filler(192));
-  d.Add(Filler(200));
+  d.Add(Filler(200, "ipsum"));
+  d.Add(Filler(180, "dolor") + "keep the watchdog fed while erasing " + Filler(14, "dolor"));
+  d.Add("the flash erase loop must feed the watchdog " + Filler(192, "amet"));
+  d.Add(Filler(200, "sitx"));
   std::vector<const PassageChunk*> chunks;
   for (const auto& c : d.chunks) chunks.push_back(&c);
   const auto windows = ScoreWindows(chunks, WindowTerms("feed the watchdog during a flash erase"));

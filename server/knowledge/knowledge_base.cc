@@ -64,6 +64,25 @@ std::string Sha256Hex(std::string_view data) {
 
 std::string ChunkKey(uint32_t ordinal) { return EncodeU64(ordinal).substr(4); }
 
+// Adds to `records` (ordinal -> stored record) those of `want` it does not
+// hold yet, read in one batched read.
+absl::Status ReadChunksInto(Storage& storage, std::vector<uint32_t> want,
+                            std::unordered_map<uint32_t, std::string>& records) {
+  std::sort(want.begin(), want.end());
+  want.erase(std::unique(want.begin(), want.end()), want.end());
+  want.erase(
+      std::remove_if(want.begin(), want.end(), [&](uint32_t o) { return records.count(o) > 0; }),
+      want.end());
+  std::vector<std::string> keys;
+  keys.reserve(want.size());
+  for (uint32_t o : want) keys.push_back(ChunkKey(o));
+  ASSIGN_OR_RETURN(auto raws, storage.MultiGet(Cf::kChunks, keys));
+  for (size_t i = 0; i < want.size(); ++i) {
+    if (raws[i]) records.emplace(want[i], *std::move(raws[i]));
+  }
+  return absl::OkStatus();
+}
+
 char TypeCode(const std::string& t) {
   return t == "code" ? 'c' : t == "table" ? 't' : t == "register" ? 'r' : 'x';
 }
@@ -1401,18 +1420,10 @@ absl::StatusOr<std::vector<KbSearchHit>> KnowledgeBase::SearchImpl(
       const uint32_t index = loaded[i].rec.meta.value("index", 0u);
       if (d == nullptr || index >= d->ordinals.size()) continue;
       for (uint32_t j = index > 1 ? index - 2 : 0; j <= index + 1 && j < d->ordinals.size(); ++j) {
-        if (!prefetched.count(d->ordinals[j])) want.push_back(d->ordinals[j]);
+        want.push_back(d->ordinals[j]);
       }
     }
-    std::sort(want.begin(), want.end());
-    want.erase(std::unique(want.begin(), want.end()), want.end());
-    std::vector<std::string> keys;
-    keys.reserve(want.size());
-    for (uint32_t o : want) keys.push_back(ChunkKey(o));
-    ASSIGN_OR_RETURN(auto raws, m.storage.MultiGet(Cf::kChunks, keys));
-    for (size_t i = 0; i < want.size(); ++i) {
-      if (raws[i]) prefetched.emplace(want[i], *std::move(raws[i]));
-    }
+    RETURN_IF_ERROR(ReadChunksInto(m.storage, std::move(want), prefetched));
   }
   std::vector<Widened> widened;
   widened.reserve(pool);
@@ -1515,20 +1526,10 @@ absl::StatusOr<std::vector<KbSearchHit>> KnowledgeBase::SearchImpl(
         std::sort(idx.begin(), idx.end());
         idx.erase(std::unique(idx.begin(), idx.end()), idx.end());
       }
-      for (uint32_t i : idx) {
-        if (!prefetched.count(d.ordinals[i])) want.push_back(d.ordinals[i]);
-      }
+      for (uint32_t i : idx) want.push_back(d.ordinals[i]);
       doc_chunks.emplace_back(slot, std::move(idx));
     }
-    std::sort(want.begin(), want.end());
-    want.erase(std::unique(want.begin(), want.end()), want.end());
-    std::vector<std::string> keys;
-    keys.reserve(want.size());
-    for (uint32_t o : want) keys.push_back(ChunkKey(o));
-    ASSIGN_OR_RETURN(auto raws, m.storage.MultiGet(Cf::kChunks, keys));
-    for (size_t i = 0; i < want.size(); ++i) {
-      if (raws[i]) prefetched.emplace(want[i], *std::move(raws[i]));
-    }
+    RETURN_IF_ERROR(ReadChunksInto(m.storage, std::move(want), prefetched));
     std::unordered_map<std::string, double> term_weight;
     for (const auto& [t, w] : wq) {
       double& x = term_weight[t];

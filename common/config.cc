@@ -451,7 +451,7 @@ absl::StatusOr<DaemonConfig> ParseConfig(const std::string& yaml_text, const std
     }
     if (auto n = root["agent"]) {
       CFG_TRY(r.CheckKeys(n, "agent", {"max_iterations", "max_message_bytes", "tool_threshold", "tools_top_k", "subagents",
-                                       "prices", "context_windows", "turn_threads"}));
+                                       "prices", "context_windows", "turn_threads", "turn_starts"}));
       if (auto pr = n["prices"]) {
         if (!pr.IsMap()) return r.Error(pr, "agent.prices", "expected a mapping of model prefix to {input, output} USD per million tokens");
         for (const auto& kv : pr) {
@@ -516,6 +516,7 @@ absl::StatusOr<DaemonConfig> ParseConfig(const std::string& yaml_text, const std
                       c.max_message_bytes));
       }
       if (n["turn_threads"]) CFG_TRY(r.Int(n["turn_threads"], "agent.turn_threads", 0, 1000, c.turn_threads));
+      if (n["turn_starts"]) CFG_TRY(r.Int(n["turn_starts"], "agent.turn_starts", 0, 1000, c.turn_starts));
     }
     if (auto n = root["http"]) {
       CFG_TRY(r.CheckKeys(n, "http", {"connect_timeout_s", "idle_timeout_s"}));

@@ -280,6 +280,10 @@ struct DaemonConfig {
   // Threads started with the daemon that run turns and never end for
   // idleness (more are started when all are busy; those end idle).
   int turn_threads = 50;
+  // Turns preparing their first model request at once (the rest wait their
+  // turn, at most 50 ms behind a slow one): -1 for half the cores (at least
+  // one), 0 for no limit.
+  int turn_starts = -1;
   std::map<std::string, SubagentConfig> subagents;  // built-in types plus agent.subagents
   // Model-name prefix -> USD per million input/output tokens (over the built-in table).
   std::map<std::string, std::pair<double, double>> prices;

@@ -1,12 +1,16 @@
 #include "server/agent/turn_manager.h"
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <map>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "common/cancel.h"
 #include "common/ids.h"
+#include "common/start_gate.h"
 #include "fwai/v1/events.pb.h"
 #include "server/agent/agent.h"
 #include "server/agent/turn.h"
@@ -38,6 +42,15 @@ struct TurnManager::Ended {
   }
 };
 
+namespace {
+
+size_t TurnStartSlots(int configured) {
+  if (configured >= 0) return static_cast<size_t>(configured);
+  return std::max<size_t>(1, std::thread::hardware_concurrency() / 2);
+}
+
+}  // namespace
+
 struct TurnManager::Turn {
   std::string owner;
   CancelToken cancel;
@@ -54,6 +67,8 @@ TurnManager::TurnManager(SessionManager& sessions, const DaemonConfig& config,
       tools_(tools),
       retriever_(std::move(retriever)),
       secrets_(SecretScanner::Default()),
+      starts_(std::make_unique<StartGate>(TurnStartSlots(config.turn_starts),
+                                          std::chrono::milliseconds(50))),
       threads_(std::make_unique<TurnThreads>(static_cast<size_t>(config.turn_threads))) {}
 
 TurnManager::~TurnManager() { Shutdown(); }
@@ -102,6 +117,9 @@ absl::Status TurnManager::Start(TurnRequest req) {
 
 void TurnManager::Run(Turn* turn, TurnRequest req) {
   const AgentDeps deps{sessions_, config_, providers_, tools_, retriever_, *secrets_, replies_};
+  // Preparing the first model request is CPU work: a burst of turns takes
+  // it a few at a time (the HTTP client gives the slot up as it sends).
+  const StartGate::Hold start = starts_->Enter();
   // Done before turn_finished is visible: a client that starts the next turn
   // the moment it sees turn_finished must not be refused. Start() joins this
   // waits for this job to end, so the next turn's events still come after this one.

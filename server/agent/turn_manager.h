@@ -37,6 +37,7 @@ class SessionManager;
 class ToolRegistry;
 class Provider;
 class SecretScanner;
+class StartGate;
 class TurnThreads;
 class Tool;
 struct SessionInfo;
@@ -140,6 +141,7 @@ class TurnManager {
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
   std::map<std::string, std::unique_ptr<Turn>> turns_ ABSL_GUARDED_BY(mu_);
   PendingReplies replies_;
+  std::unique_ptr<StartGate> starts_;     // agent.turn_starts; outlives the threads
   std::unique_ptr<TurnThreads> threads_;  // last: its threads end first
 };
 

@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "common/clock.h"
+#include "common/start_gate.h"
 
 namespace fwai {
 namespace {
@@ -145,6 +146,7 @@ class CurlHttpClient final : public HttpClient {
     curl_easy_setopt(curl, CURLOPT_XFERINFODATA, &t);
     curl_easy_setopt(curl, CURLOPT_TCP_NODELAY, 1L);
     curl_easy_setopt(curl, CURLOPT_ACCEPT_ENCODING, "");
+    StartGate::LeaveHeld();  // waiting on the network is not start work
     CURLcode rc = curl_easy_perform(curl);
     curl_slist_free_all(headers);
     Give(curl, rc == CURLE_OK);

@@ -20,6 +20,9 @@
 //                --rounds N compares fwaid binaries on the noisy neighbour)
 //   --turn-threads N  agent.turn_threads of the other phases' daemons (0: no
 //                turn thread started with the daemon, as before that setting)
+//   --turn-starts N   agent.turn_starts of the other phases' daemons (0: no
+//                limit on turns preparing their first request at once)
+//   --fwaid PATH  the fwaid binary of the other phases' daemons
 #include <unistd.h>
 
 #include <algorithm>
@@ -37,6 +40,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "common/clock.h"
 #include "tests/bench/bench_util.h"
@@ -75,6 +79,7 @@ struct StreamStats {
   std::vector<double> latency_ms;
   std::vector<double> steady_latency_ms;  // after the first 10% of chunks
   std::vector<double> first_latency_ms;   // the first 10%
+  std::vector<double> first_by_index_ms;  // latency of chunk 1, 2, ... of the first 10%
   int64_t first_ns = 0, last_ns = 0;
   bool finished = false;
 };
@@ -112,6 +117,7 @@ StreamStats Stream(pb::Sessions::Stub& stub, const std::string& session_id, bool
             st.steady_latency_ms.push_back((now - sent) / 1e6);
           } else {
             st.first_latency_ms.push_back((now - sent) / 1e6);
+            st.first_by_index_ms.push_back((now - sent) / 1e6);
           }
         }
       }
@@ -311,6 +317,7 @@ int Main(int argc, char** argv) {
   std::string only;
   int pause_s = 0;        // pause between phases (lets background compaction settle)
   int turn_threads = -1;  // agent.turn_threads for the fresh daemons (-1: fwaid's default)
+  int turn_starts = -1;   // agent.turn_starts for the fresh daemons (-1: fwaid's default)
   SharedBenchOptions shared;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -318,6 +325,7 @@ int Main(int argc, char** argv) {
     if (a == "--pause" && i + 1 < argc) pause_s = std::atoi(argv[++i]);
     if (a == "--tiny") shared.tiny = true;
     if (a == "--turn-threads" && i + 1 < argc) turn_threads = std::atoi(argv[++i]);
+    if (a == "--turn-starts" && i + 1 < argc) turn_starts = std::atoi(argv[++i]);
     if (a == "--runs" && i + 1 < argc) shared.runs = std::max(1, std::atoi(argv[++i]));
     if (a == "--part" && i + 1 < argc) shared.part = argv[++i];
     if (a == "--rounds" && i + 1 < argc) shared.rounds = std::max(1, std::atoi(argv[++i]));
@@ -345,8 +353,11 @@ int Main(int argc, char** argv) {
   auto fresh = [&]() -> Daemon& {
     if (daemon) daemon->Stop();
     std::string yaml = "log_level: warn\n";
-    if (turn_threads >= 0) yaml += "agent:\n  turn_threads: " + std::to_string(turn_threads) + "\n";
+    if (turn_threads >= 0 || turn_starts >= 0) yaml += "agent:\n";
+    if (turn_threads >= 0) yaml += "  turn_threads: " + std::to_string(turn_threads) + "\n";
+    if (turn_starts >= 0) yaml += "  turn_starts: " + std::to_string(turn_starts) + "\n";
     daemon = std::make_unique<Daemon>(&fake, yaml);
+    if (!shared.fwaid_binaries.empty()) daemon->SetBinary(shared.fwaid_binaries.front());
     if (!daemon->Start()) {
       std::fprintf(stderr, "fwaid did not start:\n%s\n", daemon->log().c_str());
       std::exit(1);
@@ -402,6 +413,8 @@ int Main(int argc, char** argv) {
     for (int i = 0; i < sessions; ++i) ids.push_back(d.CreateSession().id());
     std::mutex mu;
     std::vector<double> all, steady;
+    std::vector<std::vector<double>> by_index(latency_chunks / 10);
+    std::vector<std::pair<double, size_t>> indexed;  // (latency, chunk number)
     std::vector<std::thread> threads;
     std::atomic<int> unfinished{0};
     for (int i = 0; i < sessions; ++i) {
@@ -412,6 +425,10 @@ int Main(int argc, char** argv) {
         std::lock_guard<std::mutex> lock(mu);
         all.insert(all.end(), st.latency_ms.begin(), st.latency_ms.end());
         steady.insert(steady.end(), st.steady_latency_ms.begin(), st.steady_latency_ms.end());
+        for (size_t k = 0; k < st.first_by_index_ms.size() && k < by_index.size(); ++k) {
+          by_index[k].push_back(st.first_by_index_ms[k]);
+        }
+        for (size_t k = 0; k < st.latency_ms.size(); ++k) indexed.emplace_back(st.latency_ms[k], k);
       });
     }
     for (auto& t : threads) t.join();
@@ -425,6 +442,24 @@ int Main(int argc, char** argv) {
         "       steady state (after each session's first %d chunks): p50=%.3f p99=%.3f max=%.3f\n",
         latency_chunks / 10, Percentile(steady, 0.5), Percentile(steady, 0.99),
         Percentile(steady, 1.0));
+    if (sessions > 1) {
+      // Where the first chunks lose time: each chunk's median and slowest over the sessions.
+      std::string line = "       first chunks, median/max over sessions:";
+      for (size_t k = 0; k < by_index.size(); ++k) {
+        absl::StrAppendFormat(&line, " #%d %.1f/%.1f", static_cast<int>(k + 1),
+                              Percentile(by_index[k], 0.5), Percentile(by_index[k], 1.0));
+      }
+      std::printf("%s ms\n", line.c_str());
+      // Which part of the turns the slowest 1% come from, by tenths of the turn.
+      std::sort(indexed.begin(), indexed.end(), std::greater<>());
+      std::vector<int> tenths(10, 0);
+      for (size_t k = 0; k < indexed.size() / 100; ++k) {
+        ++tenths[std::min<size_t>(9, indexed[k].second * 10 / latency_chunks)];
+      }
+      line = "       slowest 1% by tenth of the turn:";
+      for (int t : tenths) absl::StrAppend(&line, " ", t);
+      std::printf("%s\n", line.c_str());
+    }
   }
 
   // --- Many sessions at once: 50 (the baseline) and 200, each alone and then

@@ -71,6 +71,26 @@ TEST(ConfigTest, TurnThreadsDefaultSetAndBounded) {
   }
 }
 
+TEST(ConfigTest, TurnStartsDefaultSetAndBounded) {
+  auto d = ParseConfig("", "fwaid.yaml");
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->turn_starts, -1);  // half the cores
+  auto c = ParseConfig("agent:\n  turn_starts: 0\n", "fwaid.yaml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->turn_starts, 0);
+  auto e = ParseConfig("agent:\n  turn_starts: 3\n", "fwaid.yaml");
+  ASSERT_TRUE(e.ok()) << e.status();
+  EXPECT_EQ(e->turn_starts, 3);
+  for (const char* bad : {"-1", "1001", "two"}) {
+    auto b = ParseConfig(std::string("agent:\n  turn_threads: 3\n  turn_starts: ") + bad + "\n",
+                         "fwaid.yaml");
+    ASSERT_FALSE(b.ok()) << bad;
+    EXPECT_EQ(b.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(b.status().message().find("fwaid.yaml:3"), std::string::npos) << b.status();
+    EXPECT_NE(b.status().message().find("agent.turn_starts"), std::string::npos) << b.status();
+  }
+}
+
 TEST(ConfigTest, SyntaxErrorHasLine) {
   auto c = ParseConfig("a: [1, 2\nb: 3\n", "broken.yaml");
   ASSERT_FALSE(c.ok());

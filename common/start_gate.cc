@@ -1,0 +1,97 @@
+#include "common/start_gate.h"
+
+#include <algorithm>
+
+namespace fwai {
+
+namespace {
+
+// The slot this thread holds, if any: LeaveHeld gives it up.
+struct HeldSlot {
+  StartGate* gate = nullptr;
+  uint64_t id = 0;
+};
+thread_local HeldSlot held;
+
+}  // namespace
+
+StartGate::StartGate(size_t slots, std::chrono::milliseconds budget)
+    : slots_(slots), budget_(budget) {}
+
+StartGate::Hold::Hold(StartGate* gate, uint64_t id) : gate_(gate), id_(id) {}
+
+StartGate::Hold::Hold(Hold&& other) noexcept : gate_(other.gate_), id_(other.id_) {
+  other.gate_ = nullptr;
+}
+
+StartGate::Hold::~Hold() {
+  if (gate_ == nullptr) return;
+  if (held.gate == gate_ && held.id == id_) held = {};
+  gate_->Leave(id_);
+}
+
+size_t StartGate::CountingLocked(Clock::time_point now) {
+  for (auto it = holders_.begin(); it != holders_.end();) {
+    it = now - it->second >= budget_ ? holders_.erase(it) : std::next(it);
+  }
+  return holders_.size();
+}
+
+StartGate::Hold StartGate::Enter() {
+  std::unique_lock<std::mutex> lock(mu_);
+  const uint64_t id = next_id_++;
+  if (slots_ > 0) {
+    waiting_.push_back(id);
+    cv_.notify_all();  // WaitUntilWaiting
+    while (true) {
+      const auto now = Clock::now();
+      if (waiting_.front() == id && CountingLocked(now) < slots_) break;
+      if (holders_.empty() || waiting_.front() != id) {
+        cv_.wait(lock);
+      } else {
+        // Full: wait for a leave, or for the oldest holder to pass its budget.
+        auto oldest = std::min_element(holders_.begin(), holders_.end(),
+                                       [](const auto& a, const auto& b) { return a.second < b.second; });
+        cv_.wait_until(lock, oldest->second + budget_);
+      }
+    }
+    waiting_.pop_front();
+    holders_[id] = Clock::now();
+    cv_.notify_all();  // the next in line may fit too
+  }
+  held = {this, id};
+  return Hold(this, id);
+}
+
+void StartGate::Leave(uint64_t id) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (holders_.erase(id) == 0) return;
+  }
+  cv_.notify_all();
+}
+
+void StartGate::LeaveHeld() {
+  if (held.gate == nullptr) return;
+  StartGate* gate = held.gate;
+  const uint64_t id = held.id;
+  held = {};
+  gate->Leave(id);
+}
+
+size_t StartGate::Inside() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return CountingLocked(Clock::now());
+}
+
+size_t StartGate::Waiting() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return waiting_.size();
+}
+
+void StartGate::WaitUntilWaiting(size_t n) {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait(lock, [&] { return waiting_.size() == n; });
+}
+
+}  // namespace fwai

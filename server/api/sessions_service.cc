@@ -471,9 +471,9 @@ class SessionsService final : public pb::Sessions::CallbackService {
       return absl::InvalidArgumentError(absl::StrCat("provider: '", req.provider(), "' is not configured"));
     }
     const LimitsConfig limits = deps_.gate->identities().LimitsOf(who);
-    auto mine = deps_.sessions->List("");
-    if (!mine.ok()) return mine.status();
-    const int64_t owned = std::count_if(mine->begin(), mine->end(), [&](const SessionInfo& s) { return who.Owns(s.owner); });
+    auto counted = deps_.sessions->CountOwned([&](const std::string& owner) { return who.Owns(owner); });
+    if (!counted.ok()) return counted.status();
+    const int64_t owned = *counted;
     if (owned >= limits.sessions) {
       return absl::ResourceExhaustedError(absl::StrCat("limit sessions (", limits.sessions, ") reached: you have ", owned,
                                                        "; delete some (fwai sessions rm ID...) and retry"));

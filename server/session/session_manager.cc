@@ -126,7 +126,11 @@ absl::StatusOr<SessionInfo> SessionManager::Create(const std::string& owner, New
   if (params.max_tokens < 0 || params.max_tokens > 1000000) return absl::InvalidArgumentError("max_tokens: expected 0..1000000");
   s.temperature = params.temperature;
   s.max_tokens = params.max_tokens;
-  RETURN_IF_ERROR(storage_.Put(Cf::kSessions, s.id, SessionToJson(s), /*sync=*/false));
+  {
+    std::lock_guard<std::mutex> count(count_mu_);
+    RETURN_IF_ERROR(storage_.Put(Cf::kSessions, s.id, SessionToJson(s), /*sync=*/false));
+    if (counted_) ++owned_[s.owner];
+  }
   // A new session has no events or history: its live state needs no seek.
   auto live = std::make_shared<Live>();
   {
@@ -196,6 +200,24 @@ absl::StatusOr<std::vector<SessionInfo>> SessionManager::List(const std::string&
   return out;
 }
 
+absl::StatusOr<int64_t> SessionManager::CountOwned(
+    const std::function<bool(const std::string& owner)>& owns) {
+  std::lock_guard<std::mutex> lock(count_mu_);
+  if (!counted_) {
+    std::map<std::string, int64_t> owned;
+    RETURN_IF_ERROR(storage_.Scan(Cf::kSessions, "", "", [&](std::string_view, std::string_view v) {
+      auto s = SessionFromJson(std::string(v));
+      if (s.ok()) ++owned[s->owner];  // a damaged record is listed by nobody: not counted
+      return true;
+    }));
+    owned_ = std::move(owned);
+    counted_ = true;
+  }
+  int64_t n = 0;
+  for (const auto& [owner, count] : owned_) n += owns(owner) ? count : 0;
+  return n;
+}
+
 absl::Status SessionManager::Update(const SessionInfo& info) {
   SessionInfo s = info;
   s.updated_us = NowMicros();
@@ -213,15 +235,25 @@ absl::Status SessionManager::Delete(const std::string& id) {
   }
   Drain();
   std::vector<std::shared_ptr<Subscriber>> to_notify;
+  // Its owner, for the count (read as stored: the session is marked deleted).
+  std::optional<std::string> owner;
+  if (auto rec = storage_.Get(Cf::kSessions, id); rec.ok() && *rec) {
+    if (auto info = SessionFromJson(**rec); info.ok()) owner = info->owner;
+  }
   {
     std::lock_guard<std::mutex> lock(live->mu);
     WriteBatch batch;
     batch.Delete(Cf::kSessions, id);
     batch.DeleteRange(Cf::kEvents, SeqKey(id, 0), SeqKeyEnd(id));
     batch.DeleteRange(Cf::kHistory, SeqKey(id, 0), SeqKeyEnd(id));
+    std::lock_guard<std::mutex> count(count_mu_);
     if (absl::Status s = storage_.Write(batch, /*sync=*/false); !s.ok()) {
       live->deleted = false;
       return s;
+    }
+    if (counted_ && owner) {
+      auto it = owned_.find(*owner);
+      if (it != owned_.end() && --it->second <= 0) owned_.erase(it);
     }
     for (auto& sub : live->subscribers) {
       if (sub->Close(absl::NotFoundError(absl::StrCat("session ", id, " was deleted")), false)) {

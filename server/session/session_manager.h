@@ -87,6 +87,11 @@ class SessionManager {
   [[nodiscard]] absl::StatusOr<SessionInfo> Get(const std::string& id);
   // Sessions of `owner` (all owners when owner is empty), newest first.
   [[nodiscard]] absl::StatusOr<std::vector<SessionInfo>> List(const std::string& owner);
+  // How many sessions belong to owners for which `owns` is true. Counted
+  // from storage on first use, then kept with each create and delete, so a
+  // limit check costs the number of owners, not of sessions.
+  [[nodiscard]] absl::StatusOr<int64_t> CountOwned(
+      const std::function<bool(const std::string& owner)>& owns);
   // Removes the session, its events and history; closes its subscribers.
   [[nodiscard]] absl::Status Delete(const std::string& id);
   [[nodiscard]] absl::Status Update(const SessionInfo& info);
@@ -167,6 +172,11 @@ class SessionManager {
 
   Storage& storage_;
   const SubscriberConfig limits_;
+  // Sessions per owner once counted; creates and deletes write under the
+  // lock, so a count from storage never misses or doubles one under way.
+  std::mutex count_mu_;
+  bool counted_ ABSL_GUARDED_BY(count_mu_) = false;
+  std::map<std::string, int64_t> owned_ ABSL_GUARDED_BY(count_mu_);
   std::mutex mu_;
   std::map<std::string, std::shared_ptr<Live>> live_ ABSL_GUARDED_BY(mu_);
 

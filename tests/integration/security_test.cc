@@ -603,6 +603,7 @@ TEST_F(SecurityTest, LimitsRefuseNamingTheLimit) {
   StartDaemon("limits: {sessions: 2, requests_per_second: 1000, burst: 1000}\n");
   auto alice = Channel(Tcp(), Credentials{"", "", "", MakeToken("alice")});
   auto stub = pb::Sessions::NewStub(alice);
+  std::vector<std::string> made;
   for (int i = 0; i < 3; ++i) {
     grpc::ClientContext ctx;
     pb::CreateSessionRequest req;
@@ -610,9 +611,36 @@ TEST_F(SecurityTest, LimitsRefuseNamingTheLimit) {
     auto st = stub->Create(&ctx, req, &s);
     if (i < 2) {
       EXPECT_TRUE(st.ok()) << st.error_message();
+      made.push_back(s.id());
     } else {
       EXPECT_EQ(st.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
       EXPECT_NE(st.error_message().find("limit sessions (2)"), std::string::npos) << st.error_message();
+    }
+  }
+  ASSERT_EQ(made.size(), 2u);
+  // Another user's sessions do not count against alice's limit, nor hers against theirs.
+  auto bob = pb::Sessions::NewStub(Channel(Tcp(), Credentials{"", "", "", MakeToken("bob")}));
+  {
+    grpc::ClientContext ctx;
+    pb::Session s;
+    EXPECT_TRUE(bob->Create(&ctx, pb::CreateSessionRequest(), &s).ok());
+  }
+  // A deleted session frees its place, once: the next create fits, the one after does not.
+  {
+    grpc::ClientContext ctx;
+    pb::DeleteSessionRequest del;
+    del.set_session_id(made[0]);
+    pb::DeleteSessionResponse resp;
+    ASSERT_TRUE(stub->Delete(&ctx, del, &resp).ok());
+  }
+  for (int i = 0; i < 2; ++i) {
+    grpc::ClientContext ctx;
+    pb::Session s;
+    auto st = stub->Create(&ctx, pb::CreateSessionRequest(), &s);
+    if (i == 0) {
+      EXPECT_TRUE(st.ok()) << st.error_message();
+    } else {
+      EXPECT_EQ(st.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << st.error_message();
     }
   }
 }

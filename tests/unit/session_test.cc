@@ -83,6 +83,38 @@ TEST_F(SessionTest, CreateGetListDelete) {
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+TEST_F(SessionTest, CountOwnedFollowsCreatesAndDeletesAndIsRecountedAfterARestart) {
+  auto is = [](const std::string& who) {
+    return [who](const std::string& owner) { return owner == who; };
+  };
+  std::vector<std::string> alice;
+  {
+    auto& sm = Sessions();
+    // Sessions made before the first count are counted from storage.
+    for (int i = 0; i < 3; ++i) alice.push_back(sm.Create("alice", {"t", dir_ + "/proj", "", ""})->id);
+    EXPECT_EQ(*sm.CountOwned(is("alice")), 3);
+    EXPECT_EQ(*sm.CountOwned(is("bob")), 0);
+    // Then kept with each create and delete, whoever made them.
+    ASSERT_TRUE(sm.Create("bob", {"t", dir_ + "/proj", "", ""}).ok());
+    ASSERT_TRUE(sm.Create("alice", {"t", dir_ + "/proj", "", ""}).ok());
+    EXPECT_EQ(*sm.CountOwned(is("alice")), 4);
+    EXPECT_EQ(*sm.CountOwned(is("bob")), 1);
+    EXPECT_EQ(*sm.CountOwned([](const std::string&) { return true; }), 5);
+    ASSERT_TRUE(sm.Delete(alice[0]).ok());
+    EXPECT_EQ(sm.Delete(alice[0]).code(), absl::StatusCode::kNotFound);  // not counted twice
+    EXPECT_EQ(*sm.CountOwned(is("alice")), 3);
+    EXPECT_EQ(static_cast<int64_t>(sm.List("alice")->size()), *sm.CountOwned(is("alice")));
+    // A create that fails counts nothing.
+    EXPECT_FALSE(sm.Create("alice", {"t", dir_ + "/missing", "", ""}).ok());
+    EXPECT_EQ(*sm.CountOwned(is("alice")), 3);
+  }
+  // A restarted manager counts what is stored.
+  sessions_.reset();
+  auto& sm = Sessions();
+  EXPECT_EQ(*sm.CountOwned(is("alice")), 3);
+  EXPECT_EQ(*sm.CountOwned(is("bob")), 1);
+}
+
 TEST_F(SessionTest, SeqContinuesAfterRestartAndReplayMatchesLive) {
   std::string id;
   std::vector<pb::ServerEvent> live;

@@ -16,7 +16,14 @@ thread_local HeldSlot held;
 }  // namespace
 
 StartGate::StartGate(size_t slots, std::chrono::milliseconds budget)
-    : slots_(slots), budget_(budget) {}
+    : slots_(slots), budget_(budget) {
+  waker_->gate = this;
+}
+
+StartGate::~StartGate() {
+  std::lock_guard<std::mutex> lock(waker_->mu);
+  waker_->gate = nullptr;
+}
 
 StartGate::Hold::Hold(StartGate* gate, uint64_t id) : gate_(gate), id_(id) {}
 
@@ -37,13 +44,28 @@ size_t StartGate::CountingLocked(Clock::time_point now) {
   return holders_.size();
 }
 
-StartGate::Hold StartGate::Enter() {
+StartGate::Hold StartGate::Enter(CancelToken* cancel) {
+  if (slots_ > 0 && cancel != nullptr) {
+    cancel->OnCancel([waker = std::weak_ptr<Waker>(waker_)] {
+      auto w = waker.lock();
+      if (!w) return;
+      std::lock_guard<std::mutex> lock(w->mu);
+      if (w->gate == nullptr) return;
+      std::lock_guard<std::mutex> gate_lock(w->gate->mu_);
+      w->gate->cv_.notify_all();
+    });
+  }
   std::unique_lock<std::mutex> lock(mu_);
   const uint64_t id = next_id_++;
   if (slots_ > 0) {
     waiting_.push_back(id);
     cv_.notify_all();  // WaitUntilWaiting
     while (true) {
+      if (cancel != nullptr && cancel->cancelled()) {
+        waiting_.erase(std::find(waiting_.begin(), waiting_.end(), id));
+        cv_.notify_all();  // the next in line may be at the front now
+        return Hold(nullptr, 0);
+      }
       const auto now = Clock::now();
       if (waiting_.front() == id && CountingLocked(now) < slots_) break;
       if (holders_.empty() || waiting_.front() != id) {

@@ -19,7 +19,10 @@
 #include <cstdint>
 #include <deque>
 #include <map>
+#include <memory>
 #include <mutex>
+
+#include "common/cancel.h"
 
 namespace fwai {
 
@@ -28,6 +31,7 @@ class StartGate {
   using Clock = std::chrono::steady_clock;
 
   StartGate(size_t slots, std::chrono::milliseconds budget);
+  ~StartGate();
   StartGate(const StartGate&) = delete;
   StartGate& operator=(const StartGate&) = delete;
 
@@ -47,7 +51,9 @@ class StartGate {
   };
 
   // Waits for a slot (in order of arrival) and takes it for this thread.
-  [[nodiscard]] Hold Enter();
+  // When `cancel` is cancelled first, stops waiting and returns a Hold of
+  // no slot (the cancelled work then goes on to see it and end).
+  [[nodiscard]] Hold Enter(CancelToken* cancel = nullptr);
 
   // Gives up the slot this thread holds, if it holds one.
   static void LeaveHeld();
@@ -61,6 +67,11 @@ class StartGate {
 
  private:
   void Leave(uint64_t id);
+  // Wakes the waiters (a cancel may concern one of them).
+  struct Waker {
+    std::mutex mu;
+    StartGate* gate = nullptr;  // null once the gate is gone
+  };
   size_t CountingLocked(Clock::time_point now);  // drops holders past the budget
 
   const size_t slots_;
@@ -70,6 +81,8 @@ class StartGate {
   uint64_t next_id_ = 1;
   std::deque<uint64_t> waiting_;                   // ids in order of arrival
   std::map<uint64_t, Clock::time_point> holders_;  // id -> when it entered
+  // Shared with cancel callbacks, which may run after the gate is gone.
+  std::shared_ptr<Waker> waker_ = std::make_shared<Waker>();
 };
 
 }  // namespace fwai

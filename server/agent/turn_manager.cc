@@ -119,7 +119,7 @@ void TurnManager::Run(Turn* turn, TurnRequest req) {
   const AgentDeps deps{sessions_, config_, providers_, tools_, retriever_, *secrets_, replies_};
   // Preparing the first model request is CPU work: a burst of turns takes
   // it a few at a time (the HTTP client gives the slot up as it sends).
-  const StartGate::Hold start = starts_->Enter();
+  const StartGate::Hold start = starts_->Enter(&turn->cancel);  // a cancel stops the wait
   // Done before turn_finished is visible: a client that starts the next turn
   // the moment it sees turn_finished must not be refused. Start() joins this
   // waits for this job to end, so the next turn's events still come after this one.

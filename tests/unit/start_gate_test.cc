@@ -79,6 +79,30 @@ TEST(StartGateTest, AHolderPastItsBudgetNoLongerHoldsTheOthersBack) {
   EXPECT_EQ(gate.Inside(), 0u);
 }
 
+TEST(StartGateTest, ACancelledWaiterStopsWaitingAndTakesNoSlot) {
+  StartGate gate(1, kLongBudget);
+  StartGate::Hold first = gate.Enter();
+  CancelToken cancel;
+  std::thread cancelled([&] {
+    StartGate::Hold h = gate.Enter(&cancel);  // returns on the cancel, not on a slot
+  });
+  CancelToken never;
+  std::thread later([&] { StartGate::Hold h = gate.Enter(&never); });
+  gate.WaitUntilWaiting(2);
+  cancel.Cancel();
+  cancelled.join();  // would hang until `first` leaves if the cancel did not wake it
+  EXPECT_EQ(gate.Inside(), 1u);   // still only `first`
+  EXPECT_EQ(gate.Waiting(), 1u);  // `later` waits on, now first in line
+  StartGate::LeaveHeld();         // `first` gives its slot up: `later` enters
+  later.join();
+  EXPECT_EQ(gate.Inside(), 0u);
+  // Already cancelled: no wait at all.
+  StartGate::Hold again = gate.Enter();
+  std::thread at_once([&] { StartGate::Hold h = gate.Enter(&cancel); });
+  at_once.join();
+  EXPECT_EQ(gate.Inside(), 1u);
+}
+
 TEST(StartGateTest, NoSlotsMeansNoLimit) {
   StartGate gate(0, kLongBudget);
   std::vector<StartGate::Hold> holds;

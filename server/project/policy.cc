@@ -63,6 +63,7 @@ absl::StatusOr<PolicyRules> ParsePolicyRules(const std::string& text, const std:
     if (!n.IsSequence()) return err(n, key, "expected a list");
     for (const auto& x : n) {
       if (!x.IsScalar()) return err(x, key, "expected strings");
+      if (x.Scalar().empty()) return err(x, key, "an empty entry matches nothing; remove it");
       out.push_back(x.Scalar());
     }
     return absl::OkStatus();
@@ -279,6 +280,7 @@ PolicyDecision CheckPolicy(const PolicyRules& r, const std::string& kind, const 
     }
   } else if (kind == "command") {
     for (const auto& w : r.blocked_commands) {
+      if (w.empty()) continue;  // refused when parsed; never a word to search for
       // Whole words: `rm` blocks `rm -rf x` but not `make format`.
       size_t pos = 0;
       while ((pos = target.find(w, pos)) != std::string::npos) {

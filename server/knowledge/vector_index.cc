@@ -7,6 +7,7 @@
 #include <faiss/impl/io.h>
 #include <faiss/index_io.h>
 #include <faiss/utils/distances.h>
+#include <dlfcn.h>
 #include <omp.h>
 #include <unistd.h>
 
@@ -19,6 +20,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <mutex>
 #include <random>
 #include <sstream>
 #include <unordered_map>
@@ -34,8 +36,25 @@ namespace {
 std::atomic<uint64_t> next_epoch{1};
 }  // namespace
 
+bool RunBlasOnCallingThreads() {
+  static std::once_flag once;
+  static bool confined = false;
+  std::call_once(once, [] {
+    // Looked up, not linked: the BLAS behind libblas.so.3 is the system's
+    // choice (reference BLAS and others have no threads of their own).
+    using SetThreads = void (*)(int);
+    if (auto set = reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"))) {
+      set(1);
+      confined = true;
+    }
+  });
+  return confined;
+}
+
 VectorIndex::VectorIndex(int dimension, VectorIndexOptions options)
-    : dim_(dimension), options_(options), index_(std::make_unique<faiss::IndexFlatIP>(dimension)) {}
+    : dim_(dimension), options_(options), index_(std::make_unique<faiss::IndexFlatIP>(dimension)) {
+  RunBlasOnCallingThreads();
+}
 
 VectorIndex::~VectorIndex() = default;
 

@@ -48,6 +48,15 @@ struct VectorIndexOptions {
   double rebuild_tombstone_ratio = 0.25;
 };
 
+// FAISS's matrix products (its BLAS, OpenBLAS on Debian) run on the thread
+// that asks for them, at that thread's priority. OpenBLAS otherwise starts its
+// own workers when it loads, at the priority of the process, and hands them
+// half of every large product: a background thread's index update (the coarse
+// assignment of each document's chunks, the training of the lists) ran half at
+// normal priority, beside the streaming turns. Idempotent; every VectorIndex
+// calls it. Returns whether a BLAS with its own threads was found and confined.
+bool RunBlasOnCallingThreads();
+
 class VectorIndex {
  public:
   VectorIndex(int dimension, VectorIndexOptions options);

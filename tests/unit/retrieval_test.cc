@@ -4,13 +4,17 @@
 // rewrites, with the fake provider over real HTTP), and the indexes built
 // for a million chunks (the mapped lexical image, IVF vectors). Real
 // RocksDB, FAISS, pdftotext.
+#include <dlfcn.h>
 #include <gtest/gtest.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
 #include <future>
 #include <random>
 #include <set>
+#include <thread>
 
 #include "server/knowledge/bm25_index.h"
 #include "server/knowledge/document_search_tool.h"
@@ -515,6 +519,70 @@ TEST(VectorIndexIvfTest, RecallAgainstExactRetrainOnGrowthAndSaveLoad) {
 // The lists of an IVF add found beforehand (outside the owner's write lock):
 // the index is the one a plain add makes, and lists found by another
 // quantizer (the index rebuilt since) are not used.
+// The knowledge base's index thread runs at background priority; a matrix
+// product it asks of the BLAS (the coarse assignment of a document's chunks,
+// the training of the lists) must run on it, not on BLAS workers of their
+// own at normal priority.
+TEST(VectorIndexBlasTest, AMatrixProductTakesCpuOnlyOnTheThreadThatAsks) {
+  using Sgemm = void (*)(const char*, const char*, const int*, const int*, const int*, const float*,
+                         const float*, const int*, const float*, const int*, const float*, float*, const int*);
+  auto sgemm = reinterpret_cast<Sgemm>(dlsym(RTLD_DEFAULT, "sgemm_"));
+  ASSERT_NE(sgemm, nullptr) << "FAISS links a BLAS";
+  using GetThreads = int (*)();
+  auto threads = reinterpret_cast<GetThreads>(dlsym(RTLD_DEFAULT, "openblas_get_num_threads"));
+  if (!threads) GTEST_SKIP() << "the BLAS is not OpenBLAS: it has no threads of its own";
+  if (std::thread::hardware_concurrency() < 2) GTEST_SKIP() << "one core: OpenBLAS starts no workers";
+
+  VectorIndex index(8, {});  // what every user of FAISS here goes through
+  EXPECT_TRUE(RunBlasOnCallingThreads());
+  EXPECT_EQ(threads(), 1);
+
+  const int n = 1200;  // 3.5 GFLOP: OpenBLAS would split it across its workers
+  std::vector<float> a(static_cast<size_t>(n) * n), b(a.size()), c(a.size());
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> u(-1, 1);
+  for (auto& x : a) x = u(rng);
+  for (auto& x : b) x = u(rng);
+  auto cpu_us = [](int who) {
+    rusage r{};
+    getrusage(who, &r);
+    return (r.ru_utime.tv_sec + r.ru_stime.tv_sec) * 1000000LL + r.ru_utime.tv_usec + r.ru_stime.tv_usec;
+  };
+  // OpenBLAS's workers spin for a while after they start before they sleep:
+  // wait until every other thread of this process sleeps.
+  auto others_asleep = [] {
+    const std::string self = std::to_string(gettid());
+    for (const auto& e : std::filesystem::directory_iterator("/proc/self/task")) {
+      if (e.path().filename() == self) continue;
+      std::ifstream f(e.path() / "stat");
+      std::string stat((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+      const auto close = stat.rfind(')');
+      if (close == std::string::npos || close + 2 >= stat.size() || stat[close + 2] == 'R') return false;
+    }
+    return true;
+  };
+  for (int i = 0; i < 1000 && !others_asleep(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  ASSERT_TRUE(others_asleep()) << "a thread of the test process kept running for 10 s";
+  int64_t on_caller = 0, in_process = 0;
+  std::thread([&] {
+    const int64_t t0 = cpu_us(RUSAGE_THREAD), p0 = cpu_us(RUSAGE_SELF);
+    const float one = 1, zero = 0;
+    sgemm("N", "N", &n, &n, &n, &one, a.data(), &n, b.data(), &n, &zero, c.data(), &n);
+    on_caller = cpu_us(RUSAGE_THREAD) - t0;
+    in_process = cpu_us(RUSAGE_SELF) - p0;
+  }).join();
+  // c[0] = row 0 of a times column 0 of b (column-major: a(0,k) = a[k*n]).
+  double want = 0;
+  for (int k = 0; k < n; ++k) want += static_cast<double>(a[static_cast<size_t>(k) * n]) * b[k];
+  EXPECT_NEAR(c[0], want, 1e-2);
+  ASSERT_GT(on_caller, 0);
+  // Nothing else in this process runs meanwhile (the test's main thread
+  // waits in join): with OpenBLAS's workers, about half the product's CPU
+  // time was theirs.
+  EXPECT_LT(in_process - on_caller, on_caller / 10)
+      << "caller " << on_caller << " us of " << in_process << " us in the process";
+}
+
 TEST(VectorIndexIvfTest, AddWithListsFoundBeforehandIsThePlainAdd) {
   const int dim = 32;
   const size_t n = 4000, extra = 600;

@@ -61,12 +61,20 @@ void TurnThreads::WaitUntilLive(size_t n) {
   ended_cv_.wait(lock, [&] { return live_.size() == n; });
 }
 
+void TurnThreads::WaitUntilIdle(size_t n) {
+  std::unique_lock<std::mutex> lock(mu_);
+  ended_cv_.wait(lock, [&] { return idle_ >= n; });
+}
+
 void TurnThreads::Work(uint64_t id, bool kept) {
   std::unique_lock<std::mutex> lock(mu_);
   const auto ready = [this] { return stop_ || !jobs_.empty(); };
   bool counted = kept;  // counted as idle by Start()
   while (true) {
-    if (!counted) ++idle_;
+    if (!counted) {
+      ++idle_;
+      ended_cv_.notify_all();  // WaitUntilIdle
+    }
     counted = false;
     bool woke = true;
     if (kept) {

@@ -37,6 +37,9 @@ class TurnThreads {
   uint64_t Created();
   // Waits until exactly `n` threads are alive (the extra ones ended idle).
   void WaitUntilLive(size_t n);
+  // Waits until at least `n` threads wait for a job (a thread whose job has
+  // returned is busy until it is back waiting).
+  void WaitUntilIdle(size_t n);
 
  private:
   void Start(bool kept);  // mu_ held
@@ -45,7 +48,7 @@ class TurnThreads {
   const std::chrono::milliseconds idle_end_;
   std::mutex mu_;
   std::condition_variable cv_;        // a job queued, or stop
-  std::condition_variable ended_cv_;  // a thread ended idle
+  std::condition_variable ended_cv_;  // a thread ended idle, or went idle
   std::deque<std::function<void()>> jobs_;
   size_t idle_ = 0;
   bool stop_ = false;

@@ -79,7 +79,8 @@ TEST(TurnThreadsTest, BurstOfKeptManyJobsCreatesNoThread) {
   EXPECT_FALSE(ids.count(std::this_thread::get_id()));
   EXPECT_EQ(threads.Created(), 8u);
   EXPECT_EQ(threads.Live(), 8u);
-  // The next burst runs on the same threads.
+  // The next burst runs on the same threads (once they are back waiting).
+  threads.WaitUntilIdle(8);
   EXPECT_EQ(RunTogether(threads, 8), ids);
   EXPECT_EQ(threads.Created(), 8u);
 }
@@ -97,6 +98,7 @@ TEST(TurnThreadsTest, ExtraThreadsEndIdleKeptOnesStay) {
   EXPECT_EQ(RunTogether(threads, 4).size(), 4u);
   EXPECT_EQ(threads.Created(), 4u);
   threads.WaitUntilLive(2);  // the two extra ones, idle, end
+  threads.WaitUntilIdle(2);
   // The two kept ones are still there: a burst of two creates no thread.
   EXPECT_EQ(RunTogether(threads, 2).size(), 2u);
   EXPECT_EQ(threads.Created(), 4u);

@@ -239,8 +239,13 @@ struct KnowledgeBase::Impl {
   // Document names and titles by slot: picks documents a query names.
   Bm25Index doc_titles;
   bool dirty = false;
-  std::mutex save_mu;  // one save at a time; guards saved_generation
-  uint64_t saved_generation = 0;
+  // Changes to the in-memory indexes since open: each update (a new
+  // generation) and each vector index built aside and swapped in (the same
+  // generation, the same vectors, another index). A save is due while the
+  // saved count differs.
+  uint64_t changes = 0;
+  std::mutex save_mu;  // one save at a time; guards saved_changes
+  uint64_t saved_changes = 0;
 
   std::mutex saver_mu;
   std::condition_variable saver_cv;
@@ -267,6 +272,17 @@ struct KnowledgeBase::Impl {
                                       std::string(s.message()));
                        }
                      }};
+  // Builds of the vector index (training its lists) run here, at the lowest
+  // priority (SCHED_IDLE) and without the index lock (BuildVectorsAside):
+  // seconds of CPU on every core that only idle cores give. OpenMP's
+  // workers, started from this thread, run at its priority.
+  ThreadPool trainer{1, [] {
+                       NameThisThread("fwaid-kb-train");
+                       if (auto s = SetThisThreadPriority(ThreadPriority::kIdle); !s.ok()) {
+                         spdlog::warn("knowledge training thread: {}; it runs at normal priority",
+                                      std::string(s.message()));
+                       }
+                     }};
   static absl::Status RunOn(ThreadPool& pool, const std::function<absl::Status()>& fn) {
     std::promise<absl::Status> done;
     auto result = done.get_future();
@@ -290,6 +306,7 @@ struct KnowledgeBase::Impl {
     vo.hnsw_m = options.hnsw_m;
     vo.ef_construction = options.hnsw_ef_construction;
     vo.ef_search = options.hnsw_ef_search;
+    vo.build_on_add = false;  // built aside (BuildVectorsAside)
     return vo;
   }
 
@@ -334,45 +351,105 @@ struct KnowledgeBase::Impl {
     slot_by_id.erase(it);
   }
 
+  // Visits each chunk record of the store that `member` accepts (by ordinal),
+  // decoded (with its vector when `with_vector`); damaged records are skipped
+  // with a warning.
+  absl::Status ScanChunks(bool with_vector, const std::function<bool(uint32_t)>& member,
+                          const std::function<void(uint32_t, ChunkRec&)>& visit) const {
+    absl::Status bad;
+    RETURN_IF_ERROR(storage.Scan(Cf::kChunks, "", "", [&](std::string_view k, std::string_view v) {
+      if (k.size() != 4) return true;
+      uint32_t o = static_cast<uint32_t>(DecodeU64(std::string(4, '\0') + std::string(k)));
+      if (!member(o)) return true;
+      auto rec = DecodeChunk(v, with_vector);
+      if (!rec.ok()) {
+        bad = rec.status();
+        return true;
+      }
+      visit(o, *rec);
+      return true;
+    }));
+    if (!bad.ok()) spdlog::warn("knowledge: skipped damaged chunk records during rebuild: {}", bad.ToString());
+    return absl::OkStatus();
+  }
+  // Whether chunk `o` belongs to a document of the tables.
+  bool InDocument(uint32_t o) const { return o < chunk_slot.size() && chunk_slot[o] != kNoDoc; }
+
+  std::unique_ptr<VectorIndex> MakeVectors(const std::vector<uint32_t>& ids, const std::vector<float>& vecs) const {
+    auto v = std::make_unique<VectorIndex>(embedder.dimension(), VecOptions());
+    v->Build(ids, vecs);
+    if (v->tuned_recall() >= 0) {
+      spdlog::info("knowledge: vector index {} over {} vectors: recall@10 {:.3f} on its sample", v->describe(),
+                   ids.size(), v->tuned_recall());
+    }
+    return v;
+  }
+
   absl::Status Rebuild(bool lexical, bool vector) {
     if (lexical) bm25 = std::make_unique<Bm25Index>(Bm25Params{options.bm25_k1, options.bm25_b});
     std::vector<uint32_t> ids;
     std::vector<float> vecs;
     std::vector<std::string> terms;
-    absl::Status bad;
-    RETURN_IF_ERROR(storage.Scan(Cf::kChunks, "", "", [&](std::string_view k, std::string_view v) {
-      if (k.size() != 4) return true;
-      uint32_t o = static_cast<uint32_t>(DecodeU64(std::string(4, '\0') + std::string(k)));
-      if (o >= chunk_slot.size() || chunk_slot[o] == kNoDoc) return true;  // not part of a document
-      auto rec = DecodeChunk(v, vector);
-      if (!rec.ok()) {
-        bad = rec.status();
-        return true;
-      }
-      const DocRec& d = *slots[chunk_slot[o]];
-      if (lexical) {
-        terms.clear();
-        std::vector<std::string> path = rec->meta.value("title_path", std::vector<std::string>{});
-        Tokenize(Context(d.info, path) + "\n" + rec->text, &terms);
-        bm25->Add(o, terms);
-      }
-      if (vector && static_cast<int>(rec->vec.size()) == embedder.dimension()) {
-        ids.push_back(o);
-        vecs.insert(vecs.end(), rec->vec.begin(), rec->vec.end());
-      }
-      return true;
-    }));
-    if (!bad.ok()) spdlog::warn("knowledge: skipped damaged chunk records during rebuild: {}", bad.ToString());
-    if (vector) {
-      vectors = std::make_unique<VectorIndex>(embedder.dimension(), VecOptions());
-      vectors->Build(ids, vecs);
-      if (vectors->tuned_recall() >= 0) {
-        spdlog::info("knowledge: vector index {} over {} vectors: recall@10 {:.3f} on its sample",
-                     vectors->describe(), ids.size(), vectors->tuned_recall());
-      }
-    }
+    RETURN_IF_ERROR(ScanChunks(vector, [this](uint32_t o) { return InDocument(o); },
+                               [&](uint32_t o, ChunkRec& rec) {
+                                 if (lexical) {
+                                   const DocRec& d = *slots[chunk_slot[o]];
+                                   terms.clear();
+                                   std::vector<std::string> path =
+                                       rec.meta.value("title_path", std::vector<std::string>{});
+                                   Tokenize(Context(d.info, path) + "\n" + rec.text, &terms);
+                                   bm25->Add(o, terms);
+                                 }
+                                 if (vector && static_cast<int>(rec.vec.size()) == embedder.dimension()) {
+                                   ids.push_back(o);
+                                   vecs.insert(vecs.end(), rec.vec.begin(), rec.vec.end());
+                                 }
+                               }));
+    if (vector) vectors = MakeVectors(ids, vecs);
     dirty = true;
     return absl::OkStatus();
+  }
+
+  // A new vector index of every document's chunks, built from the store
+  // when the index says a build is due (the collection outgrew exact search,
+  // an IVF index grew past its retrain growth, or too many vectors were
+  // removed). Training the lists can take seconds of CPU on every core, so
+  // it runs without the index lock, on the trainer thread: searches go on
+  // with the index as it is (already holding the update that made the build
+  // due). Caller holds ingest_mu: no writer changes the tables meanwhile
+  // (readers only read them).
+  absl::StatusOr<std::unique_ptr<VectorIndex>> BuildVectorsAside() {
+    std::unique_ptr<VectorIndex> built;
+    absl::Status s = RunOn(trainer, [&]() -> absl::Status {
+      if (options.while_building_vectors_for_test) options.while_building_vectors_for_test();
+      std::vector<uint32_t> ids;
+      std::vector<float> vecs;
+      RETURN_IF_ERROR(ScanChunks(true, [this](uint32_t o) { return InDocument(o); },
+                                 [&](uint32_t o, ChunkRec& rec) {
+                                   if (static_cast<int>(rec.vec.size()) != embedder.dimension()) return;
+                                   ids.push_back(o);
+                                   vecs.insert(vecs.end(), rec.vec.begin(), rec.vec.end());
+                                 }));
+      built = MakeVectors(ids, vecs);
+      return absl::OkStatus();
+    });
+    if (!s.ok()) return s;
+    return built;
+  }
+
+  // After an update made a build of the vector index due: the new index,
+  // built aside, replaces the one searches used meanwhile. Caller holds
+  // ingest_mu only.
+  void RebuildVectorsAside() {
+    auto built = BuildVectorsAside();
+    if (!built.ok()) {
+      spdlog::warn("knowledge: building the vector index failed: {}; the next update tries again",
+                   built.status().ToString());
+      return;
+    }
+    std::unique_lock<std::shared_mutex> l(mu);
+    vectors = *std::move(built);
+    ++changes;
   }
 
   // What a save writes, copied under the index lock: the lexical index (its
@@ -380,7 +457,7 @@ struct KnowledgeBase::Impl {
   // vector index's saved form. The files are then written without the lock,
   // so an ingest meanwhile does not wait for the disk.
   struct SaveSnapshot {
-    uint64_t generation = 0;
+    uint64_t generation = 0, changes = 0;
     std::unique_ptr<Bm25Index> bm25_copy;
     const Bm25Index* bm25 = nullptr;  // the copy, or the live index when nothing else runs
     std::vector<uint32_t> group_key;  // ordinal -> its document's first chunk
@@ -393,6 +470,7 @@ struct KnowledgeBase::Impl {
   absl::StatusOr<SaveSnapshot> SnapshotLocked(bool exclusive) const {
     SaveSnapshot s;
     s.generation = generation;
+    s.changes = changes;
     if (exclusive) {
       s.bm25 = bm25.get();
     } else {
@@ -437,7 +515,7 @@ struct KnowledgeBase::Impl {
     }
     if (!snap.ok()) return snap.status();
     RETURN_IF_ERROR(WriteSnapshot(*snap));
-    saved_generation = snap->generation;
+    saved_changes = snap->changes;
     return snap->generation;
   }
 
@@ -468,7 +546,7 @@ struct KnowledgeBase::Impl {
       {
         std::lock_guard<std::mutex> sl(save_mu);
         std::shared_lock<std::shared_mutex> l(mu);
-        if (dirty && saved_generation != generation) {
+        if (dirty && saved_changes != changes) {
           l.unlock();
           const auto t0 = std::chrono::steady_clock::now();
           auto gen = SaveOnce();
@@ -592,11 +670,11 @@ absl::StatusOr<std::unique_ptr<KnowledgeBase>> KnowledgeBase::Open(Storage& stor
     }
   } else {
     m.open_report = "loaded";
-    m.saved_generation = m.generation;
+    m.saved_changes = m.changes;
     if (m.bm25->image_version() < 3) {
       // A lexical image of the previous layout (no skip blocks, no group
       // postings) is searched exhaustively; the next save rewrites it.
-      m.saved_generation = ~0ull;
+      m.saved_changes = ~0ull;
       m.dirty = true;
     }
   }
@@ -787,10 +865,10 @@ absl::StatusOr<IngestResult> KnowledgeBase::Ingest(IngestRequest req,
     m.next_ordinal = first + chunks.size();
     m.generation = new_gen;
     m.dirty = true;
-    if (m.vectors->NeedsRebuild()) {
-      auto s = m.Rebuild(false, true);
-      if (!s.ok()) spdlog::warn("knowledge: vector rebuild failed: {}", s.ToString());
-    }
+    ++m.changes;
+    const bool build_due = m.vectors->NeedsRebuild();
+    lock.unlock();
+    if (build_due) m.RebuildVectorsAside();
     return absl::OkStatus();
   };
   RETURN_IF_ERROR(m.Commit(commit));
@@ -837,6 +915,7 @@ absl::StatusOr<int> KnowledgeBase::Delete(const std::string& doc, const std::str
   m.RemoveDocLocked(id);
   m.generation = gen;
   m.dirty = true;
+  ++m.changes;
   return static_cast<int>(ordinals.size());
 }
 
@@ -1664,7 +1743,7 @@ absl::Status KnowledgeBase::SaveIndexes() {
   std::lock_guard<std::mutex> sl(impl_->save_mu);
   {
     std::shared_lock<std::shared_mutex> lock(impl_->mu);
-    if (impl_->saved_generation == impl_->generation) return absl::OkStatus();
+    if (impl_->saved_changes == impl_->changes) return absl::OkStatus();
   }
   ASSIGN_OR_RETURN(const uint64_t gen, impl_->SaveOnce());
   impl_->AdoptSavedLexical(gen);

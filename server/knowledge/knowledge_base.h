@@ -119,6 +119,9 @@ struct KnowledgeOptions {
   // Tests: called by a save after it copied what it writes and released the
   // index lock, before it writes the files.
   std::function<void()> while_saving_for_test;
+  // Tests: called on the training thread when a document's update made a
+  // build of the vector index due, before the build (no index lock held).
+  std::function<void()> while_building_vectors_for_test;
 };
 
 struct IngestRequest {

@@ -119,7 +119,7 @@ void VectorIndex::Add(const std::vector<uint32_t>& ids, const std::vector<float>
                       const Assignment& assignment) {
   if (ids.empty()) return;
   for (uint32_t id : ids) Remove(id);  // replacing a chunk's vector
-  if (!hnsw_ && !ivf_ && size() + ids.size() >= options_.exact_below) {
+  if (options_.build_on_add && !hnsw_ && !ivf_ && size() + ids.size() >= options_.exact_below) {
     std::vector<uint32_t> all;
     std::vector<float> vecs = LiveVectors(&all);
     all.insert(all.end(), ids.begin(), ids.end());
@@ -165,6 +165,7 @@ void VectorIndex::Remove(uint32_t id) {
 }
 
 bool VectorIndex::NeedsRebuild() const {
+  if (!options_.build_on_add && !hnsw_ && !ivf_ && size() >= options_.exact_below) return true;
   if (ivf_ && trained_on_ > 0 && size() >= options_.ivf_retrain_growth * trained_on_) return true;
   return !ids_.empty() && dead_.size() > options_.rebuild_tombstone_ratio * ids_.size();
 }

@@ -46,6 +46,10 @@ struct VectorIndexOptions {
   double ivf_max_probe_share = 1.0 / 32;
   double ivf_retrain_growth = 4;  // retrain once this many times the vectors it was trained on
   double rebuild_tombstone_ratio = 0.25;
+  // Add() turns an exact index approximate when it reaches `exact_below`.
+  // False: it stays exact and NeedsRebuild() says a build is due, so the
+  // owner can build the new index aside, without its lock, and swap it in.
+  bool build_on_add = true;
 };
 
 // FAISS's matrix products (its BLAS, OpenBLAS on Debian) run on the thread

@@ -16,6 +16,7 @@
 #include <set>
 #include <thread>
 
+#include "common/thread_priority.h"
 #include "server/knowledge/bm25_index.h"
 #include "server/knowledge/document_search_tool.h"
 #include "server/knowledge/embedder.h"
@@ -300,6 +301,103 @@ TEST_F(RetrievalTest, AnIngestDuringASaveDoesNotWaitForIt) {
     Open(o);
     EXPECT_EQ(kb_->open_report(), "loaded");
   }
+}
+
+TEST_F(RetrievalTest, AVectorIndexBuildLetsSearchesGoOnAndRunsAtIdlePriority) {
+  // A document that makes the collection outgrow exact search, and later a
+  // replacement that leaves too many removed vectors, each make a new vector
+  // index due. It is built (the lists trained) without the index lock, on a
+  // thread of the lowest priority: a search during the build is answered at
+  // once, the new version already in; after it, the new index holds every
+  // document's current vectors, and is saved.
+  // Each document's own made-up word (no digits: no part-number families).
+  auto word = [](int i) {
+    static const char* const kSyllables[] = {"ba", "ke", "mi", "lo", "pu", "ra", "ti"};
+    return std::string(kSyllables[i % 7]) + kSyllables[(i / 7) % 7] + "n";
+  };
+  int builds = 0, version = 0;
+  std::vector<std::string> problems;
+  std::vector<std::future<std::string>> late;  // searches that waited (kept: not waited for in the hook)
+  KnowledgeOptions o;
+  o.exact_below = 40;
+  o.vector_index = "ivf";
+  o.save_debounce_ms = 3600 * 1000;
+  o.while_building_vectors_for_test = [&] {
+    ++builds;
+    auto priority = ThisThreadPriority();
+    if (!priority.ok() || *priority != ThreadPriority::kIdle) problems.push_back("not at SCHED_IDLE");
+    auto during = std::async(std::launch::async, [this]() -> std::string {
+      KbSearchRequest r;
+      r.query = "baban register";
+      r.max_results = 3;
+      auto hits = kb_->Search(r);
+      if (!hits.ok()) return hits.status().ToString();
+      return hits->empty() ? "no hit" : hits->front().doc + ": " + hits->front().text;
+    });
+    // Bounded, so that a build holding the lock fails here instead of hanging.
+    if (during.wait_for(std::chrono::seconds(30)) != std::future_status::ready) {
+      problems.push_back("a search waited for the build");
+      late.push_back(std::move(during));
+    } else if (const std::string top = during.get();
+               top.rfind("doc0.md: ", 0) != 0 ||
+               (version > 0 && top.find("quill" + std::to_string(version) + " ") == std::string::npos)) {
+      problems.push_back("build " + std::to_string(builds) + ": a search during it found " + top);
+    } else if (builds == 2 && !kb_->SaveIndexes().ok()) {
+      // The save writes the index as searches see it, before this build.
+      problems.push_back("a save during the build failed");
+    }
+  };
+  Open(o);
+  auto doc = [](int i, const std::string& word) {
+    return "# Block " + std::to_string(i) + "\n\nThe " + word + " register of block " +
+           std::to_string(i) + " enables its " + word + " clock.\n";
+  };
+  for (int i = 0; i < 40; ++i) Add("doc" + std::to_string(i) + ".md", doc(i, word(i)));
+  EXPECT_EQ(builds, 1);
+  auto kinds = kb_->Stats("")->index_kinds;
+  ASSERT_EQ(kinds.size(), 2u);
+  EXPECT_NE(kinds[1].find("ivf"), std::string::npos) << kinds[1];
+  // New versions of doc0 until the removed vectors make a rebuild due.
+  while (builds < 2 && version < 40) {
+    ++version;
+    Add("doc0.md", doc(0, word(0) + " quill" + std::to_string(version)));
+  }
+  EXPECT_EQ(builds, 2) << "after " << version << " new versions";
+  for (auto& f : late) f.wait();
+  for (const auto& p : problems) ADD_FAILURE() << p;
+  // Every document's current version is found by its vector; none of doc0's
+  // earlier versions is.
+  auto vector_hits = [this](const std::string& q) {
+    KbSearchRequest r;
+    r.query = q;
+    r.max_results = 3;
+    r.mode = SearchMode::kVector;
+    r.rerank = false;
+    auto hits = kb_->Search(r);
+    EXPECT_TRUE(hits.ok()) << hits.status();
+    return hits.ok() ? *hits : std::vector<KbSearchHit>{};
+  };
+  for (int i = 1; i < 40; i += 13) {
+    auto hits = vector_hits(doc(i, word(i)));
+    ASSERT_FALSE(hits.empty()) << i;
+    EXPECT_EQ(hits[0].doc, "doc" + std::to_string(i) + ".md");
+  }
+  auto latest = vector_hits(doc(0, word(0) + " quill" + std::to_string(version)));
+  ASSERT_FALSE(latest.empty());
+  EXPECT_EQ(latest[0].doc, "doc0.md");
+  EXPECT_NE(latest[0].text.find("quill" + std::to_string(version) + " "), std::string::npos)
+      << latest[0].text;
+  for (const auto& h : Find("quill1 register", 10)) {
+    EXPECT_EQ(h.text.find("quill1 "), std::string::npos) << "an earlier version: " << h.text;
+  }
+  // The index built aside is saved, though the update that made it due was
+  // saved already: reopened, it has no removed vectors that would make
+  // another build due.
+  ASSERT_TRUE(kb_->SaveIndexes().ok());
+  Open(o);
+  EXPECT_EQ(kb_->open_report(), "loaded");
+  Add("doc40.md", doc(40, word(40)));
+  EXPECT_EQ(builds, 2);
 }
 
 TEST_F(RetrievalTest, AHypotheticalAnswerFindsTheDocumentAQuestionDoesNotName) {

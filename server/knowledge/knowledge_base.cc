@@ -447,9 +447,11 @@ struct KnowledgeBase::Impl {
                    built.status().ToString());
       return;
     }
+    std::unique_ptr<VectorIndex> old;  // freed after the lock (GBs at a million vectors)
     std::unique_lock<std::shared_mutex> l(mu);
-    vectors = *std::move(built);
+    old = std::exchange(vectors, *std::move(built));
     ++changes;
+    l.unlock();
   }
 
   // What a save writes, copied under the index lock: the lexical index (its
@@ -666,7 +668,13 @@ absl::StatusOr<std::unique_ptr<KnowledgeBase>> KnowledgeBase::Open(Storage& stor
     m.open_report = absl::StrCat("rebuilt: ", why.empty() ? "new store" : absl::StrJoin(why, "; "));
     if (m.generation > 0 || !why.empty()) {
       auto gen = m.SaveOnce(/*exclusive=*/true);
-      if (gen.ok() && !lexical_ok) m.AdoptSavedLexical(*gen);
+      if (!gen.ok()) {
+        // The saver tries again.
+        spdlog::warn("knowledge: saving the rebuilt indexes failed: {}", gen.status().ToString());
+        m.saved_changes = ~0ull;
+      } else if (!lexical_ok) {
+        m.AdoptSavedLexical(*gen);
+      }
     }
   } else {
     m.open_report = "loaded";

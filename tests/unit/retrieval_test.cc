@@ -8,13 +8,16 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <condition_variable>
 #include <filesystem>
 #include <fstream>
 #include <future>
+#include <mutex>
 #include <random>
 #include <set>
 #include <thread>
 
+#include "absl/cleanup/cleanup.h"
 #include "common/thread_priority.h"
 #include "server/knowledge/bm25_index.h"
 #include "server/knowledge/document_search_tool.h"
@@ -315,8 +318,40 @@ TEST_F(RetrievalTest, AVectorIndexBuildLetsSearchesGoOnAndRunsAtIdlePriority) {
     return std::string(kSyllables[i % 7]) + kSyllables[(i / 7) % 7] + "n";
   };
   int builds = 0, version = 0;
+  bool idle_allowed = false;
+  std::thread([&] { idle_allowed = SetThisThreadPriority(ThreadPriority::kIdle).ok(); }).join();
+  if (!idle_allowed) GTEST_SKIP() << "this host refuses SCHED_IDLE";
   std::vector<std::string> problems;
-  std::vector<std::future<std::string>> late;  // searches that waited (kept: not waited for in the hook)
+  // The hook runs on the build's SCHED_IDLE thread; it asks this thread, of
+  // the test's own priority, for a search (and in the second build a save)
+  // and waits for the answer a bounded time.
+  std::mutex asking;
+  std::condition_variable asked_cv;
+  int asked = 0, answered = 0;
+  bool stop = false;
+  std::string answer;
+  std::thread searcher([&] {
+    std::unique_lock<std::mutex> l(asking);
+    while (true) {
+      asked_cv.wait(l, [&] { return stop || asked > answered; });
+      if (asked == answered) return;  // stopping
+      const int build = builds;
+      l.unlock();
+      KbSearchRequest r;
+      r.query = "baban register";
+      r.max_results = 3;
+      auto hits = kb_->Search(r);
+      std::string top = !hits.ok()      ? hits.status().ToString()
+                        : hits->empty() ? "no hit"
+                                        : hits->front().doc + ": " + hits->front().text;
+      // The save writes the index as searches see it, before this build.
+      if (build == 2 && !kb_->SaveIndexes().ok()) top = "a save during the build failed";
+      l.lock();
+      answer = top;
+      ++answered;
+      asked_cv.notify_all();
+    }
+  });
   KnowledgeOptions o;
   o.exact_below = 40;
   o.vector_index = "ivf";
@@ -325,27 +360,26 @@ TEST_F(RetrievalTest, AVectorIndexBuildLetsSearchesGoOnAndRunsAtIdlePriority) {
     ++builds;
     auto priority = ThisThreadPriority();
     if (!priority.ok() || *priority != ThreadPriority::kIdle) problems.push_back("not at SCHED_IDLE");
-    auto during = std::async(std::launch::async, [this]() -> std::string {
-      KbSearchRequest r;
-      r.query = "baban register";
-      r.max_results = 3;
-      auto hits = kb_->Search(r);
-      if (!hits.ok()) return hits.status().ToString();
-      return hits->empty() ? "no hit" : hits->front().doc + ": " + hits->front().text;
-    });
+    std::unique_lock<std::mutex> l(asking);
+    ++asked;
+    asked_cv.notify_all();
     // Bounded, so that a build holding the lock fails here instead of hanging.
-    if (during.wait_for(std::chrono::seconds(30)) != std::future_status::ready) {
+    if (!asked_cv.wait_for(l, std::chrono::seconds(30), [&] { return answered == asked; })) {
       problems.push_back("a search waited for the build");
-      late.push_back(std::move(during));
-    } else if (const std::string top = during.get();
-               top.rfind("doc0.md: ", 0) != 0 ||
-               (version > 0 && top.find("quill" + std::to_string(version) + " ") == std::string::npos)) {
-      problems.push_back("build " + std::to_string(builds) + ": a search during it found " + top);
-    } else if (builds == 2 && !kb_->SaveIndexes().ok()) {
-      // The save writes the index as searches see it, before this build.
-      problems.push_back("a save during the build failed");
+    } else if (answer.rfind("doc0.md: ", 0) != 0 ||
+               (version > 0 && answer.find("quill" + std::to_string(version) + " ") == std::string::npos)) {
+      problems.push_back("build " + std::to_string(builds) + ": a search during it found " + answer);
     }
   };
+  auto stop_searcher = [&] {
+    {
+      std::lock_guard<std::mutex> l(asking);
+      stop = true;
+    }
+    asked_cv.notify_all();
+    if (searcher.joinable()) searcher.join();
+  };
+  absl::Cleanup stop_on_return = stop_searcher;
   Open(o);
   auto doc = [](int i, const std::string& word) {
     return "# Block " + std::to_string(i) + "\n\nThe " + word + " register of block " +
@@ -362,7 +396,11 @@ TEST_F(RetrievalTest, AVectorIndexBuildLetsSearchesGoOnAndRunsAtIdlePriority) {
     Add("doc0.md", doc(0, word(0) + " quill" + std::to_string(version)));
   }
   EXPECT_EQ(builds, 2) << "after " << version << " new versions";
-  for (auto& f : late) f.wait();
+  {  // a search that waited has its answer once the build is done
+    std::unique_lock<std::mutex> l(asking);
+    asked_cv.wait(l, [&] { return answered == asked; });
+  }
+  stop_searcher();
   for (const auto& p : problems) ADD_FAILURE() << p;
   // Every document's current version is found by its vector; none of doc0's
   // earlier versions is.

@@ -238,7 +238,6 @@ struct KnowledgeBase::Impl {
   std::unique_ptr<RetrievalLog> log;
   // Document names and titles by slot: picks documents a query names.
   Bm25Index doc_titles;
-  bool dirty = false;
   // Changes to the in-memory indexes since open: each update (a new
   // generation) and each vector index built aside and swapped in (the same
   // generation, the same vectors, another index). A save is due while the
@@ -406,7 +405,6 @@ struct KnowledgeBase::Impl {
                                  }
                                }));
     if (vector) vectors = MakeVectors(ids, vecs);
-    dirty = true;
     return absl::OkStatus();
   }
 
@@ -548,7 +546,7 @@ struct KnowledgeBase::Impl {
       {
         std::lock_guard<std::mutex> sl(save_mu);
         std::shared_lock<std::shared_mutex> l(mu);
-        if (dirty && saved_changes != changes) {
+        if (saved_changes != changes) {
           l.unlock();
           const auto t0 = std::chrono::steady_clock::now();
           auto gen = SaveOnce();
@@ -683,7 +681,6 @@ absl::StatusOr<std::unique_ptr<KnowledgeBase>> KnowledgeBase::Open(Storage& stor
       // A lexical image of the previous layout (no skip blocks, no group
       // postings) is searched exhaustively; the next save rewrites it.
       m.saved_changes = ~0ull;
-      m.dirty = true;
     }
   }
   if (!m.bm25) m.bm25 = std::make_unique<Bm25Index>(Bm25Params{options.bm25_k1, options.bm25_b});
@@ -872,7 +869,6 @@ absl::StatusOr<IngestResult> KnowledgeBase::Ingest(IngestRequest req,
     lap(&result.tables_ms);
     m.next_ordinal = first + chunks.size();
     m.generation = new_gen;
-    m.dirty = true;
     ++m.changes;
     const bool build_due = m.vectors->NeedsRebuild();
     lock.unlock();
@@ -922,7 +918,6 @@ absl::StatusOr<int> KnowledgeBase::Delete(const std::string& doc, const std::str
   std::unique_lock<std::shared_mutex> lock(m.mu);
   m.RemoveDocLocked(id);
   m.generation = gen;
-  m.dirty = true;
   ++m.changes;
   return static_cast<int>(ordinals.size());
 }

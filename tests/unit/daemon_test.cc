@@ -80,3 +80,145 @@ TEST(AccessRulesTest, EveryRpcHasExactlyOneRule) {
 
 }  // namespace
 }  // namespace fwai
+
+#include <map>
+#include <regex>
+
+namespace fwai {
+namespace {
+
+// The security-relevant part of the table, written out: issue 15's
+// admin-only operations (tokens, config, board health, shutdown, plugins and
+// the tool catalog), the lab nodes' RPCs, and everything that reads project
+// files or runs commands as the caller's local account. A rule here that is
+// loosened, or changed to another kind, fails; an RPC not listed is left to
+// the general checks below.
+const std::map<std::string, Need>& PinnedRules() {
+  static const std::map<std::string, Need> kPinned = {
+      // Admin only.
+      {"Daemon.Shutdown", Need::kAdmin},
+      {"Daemon.ReloadConfig", Need::kAdmin},
+      {"Auth.CreateToken", Need::kAdmin},
+      {"Auth.ListTokens", Need::kAdmin},
+      {"Auth.RevokeToken", Need::kAdmin},
+      {"Hardware.SetHealth", Need::kAdmin},
+      {"Hardware.SelfTest", Need::kAdmin},
+      {"ToolCatalog.Register", Need::kAdmin},
+      {"ToolCatalog.Remove", Need::kAdmin},
+      {"Plugins.Install", Need::kAdmin},
+      {"Plugins.Remove", Need::kAdmin},
+      // Node certificates, and nothing else.
+      {"LabNode.Flash", Need::kLabNode},
+      {"LabNode.Serial", Need::kLabNode},
+      {"LabNode.Debug", Need::kLabNode},
+      {"LabNode.Reset", Need::kLabNode},
+      // Project files and commands, as the caller's local account. kAdmin is
+      // no substitute: an admin from a token may have no local account.
+      {"Projects.Init", Need::kLocalAccount},
+      {"Projects.GetConfig", Need::kLocalAccount},
+      {"Projects.Doctor", Need::kLocalAccount},
+      {"Projects.PolicyCheck", Need::kLocalAccount},
+      {"Skills.List", Need::kLocalAccount},
+      {"Skills.Run", Need::kLocalAccount},
+      {"Skills.Resolve", Need::kLocalAccount},
+      {"Firmware.Memory", Need::kLocalAccount},
+      {"Firmware.Sbom", Need::kLocalAccount},
+      {"Ota.Rollout", Need::kLocalAccount},
+  };
+  return kPinned;
+}
+
+// Services whose every RPC, present or future, works on a project's files or
+// runs commands, or is a lab node's.
+const std::map<std::string, Need>& ServiceFloors() {
+  static const std::map<std::string, Need> kFloors = {
+      {"LabNode", Need::kLabNode}, {"Projects", Need::kLocalAccount}, {"Skills", Need::kLocalAccount},
+      {"Firmware", Need::kLocalAccount}};
+  return kFloors;
+}
+
+// Names that say an RPC is an admin's business: open to anyone, they are
+// flagged, whatever the RPC (a new one included).
+const std::regex& SensitiveName() {
+  static const std::regex kSensitive("Token|Config|Health|SelfTest|Kick|Shutdown|Reload|Install");
+  return kSensitive;
+}
+
+const char* NeedName(Need n) {
+  switch (n) {
+    case Need::kAnyone: return "kAnyone";
+    case Need::kLocalAccount: return "kLocalAccount";
+    case Need::kAdmin: return "kAdmin";
+    case Need::kLabNode: return "kLabNode";
+  }
+  return "?";
+}
+
+// Every way `rules` breaks the pins, one line each (empty: none).
+std::vector<std::string> Violations(const std::vector<RpcRule>& rules) {
+  std::vector<std::string> out;
+  std::map<std::string, Need> actual;
+  for (const auto& r : rules) actual[r.rpc] = r.need;
+  for (const auto& [rpc, need] : PinnedRules()) {
+    auto it = actual.find(rpc);
+    if (it == actual.end()) {
+      out.push_back(rpc + ": pinned as " + NeedName(need) + " but has no rule");
+    } else if (it->second != need) {
+      out.push_back(rpc + ": pinned as " + NeedName(need) + ", is " + NeedName(it->second));
+    }
+  }
+  for (const auto& [rpc, need] : actual) {
+    const std::string service = rpc.substr(0, rpc.find('.'));
+    if (auto f = ServiceFloors().find(service); f != ServiceFloors().end() && need != f->second) {
+      out.push_back(rpc + ": every " + service + " RPC needs " + NeedName(f->second) + ", is " + NeedName(need));
+    }
+    if (need == Need::kLabNode && service != "LabNode") out.push_back(rpc + ": kLabNode outside the LabNode service");
+    if (need == Need::kAnyone && std::regex_search(rpc, SensitiveName())) {
+      out.push_back(rpc + ": open to anyone, but its name says it is sensitive");
+    }
+  }
+  return out;
+}
+
+std::string JoinLines(const std::vector<std::string>& v) {
+  std::string s;
+  for (const auto& l : v) s += "  " + l + "\n";
+  return s;
+}
+
+TEST(AccessRulesTest, SecurityRelevantRulesArePinned) {
+  const auto v = Violations(RpcRules());
+  EXPECT_TRUE(v.empty()) << "the access table was loosened:\n" << JoinLines(v);
+}
+
+// The pins themselves bite: loosened copies of today's table are caught.
+TEST(AccessRulesTest, PinsCatchALoosenedOrNewSensitiveRule) {
+  auto with = [](const char* rpc, Need need) {
+    std::vector<RpcRule> rules = RpcRules();
+    bool found = false;
+    for (auto& r : rules) {
+      if (std::string(r.rpc) == rpc) {
+        r.need = need;
+        found = true;
+      }
+    }
+    if (!found) rules.push_back({rpc, need});
+    return rules;
+  };
+  EXPECT_FALSE(Violations(with("Auth.CreateToken", Need::kAnyone)).empty());
+  EXPECT_FALSE(Violations(with("Hardware.SetHealth", Need::kLocalAccount)).empty());
+  EXPECT_FALSE(Violations(with("Skills.Run", Need::kAnyone)).empty());
+  EXPECT_FALSE(Violations(with("Projects.Init", Need::kAdmin)).empty());
+  EXPECT_FALSE(Violations(with("LabNode.Flash", Need::kAdmin)).empty());
+  EXPECT_FALSE(Violations(with("Hardware.Flash", Need::kLabNode)).empty());
+  // New RPCs, not in the pinned list.
+  EXPECT_FALSE(Violations(with("Hardware.KickLease", Need::kAnyone)).empty());
+  EXPECT_FALSE(Violations(with("Daemon.GetConfig", Need::kAnyone)).empty());
+  EXPECT_FALSE(Violations(with("Auth.RotateToken", Need::kAnyone)).empty());
+  EXPECT_FALSE(Violations(with("Projects.ReadFile", Need::kAnyone)).empty());
+  EXPECT_TRUE(Violations(with("Hardware.KickLease", Need::kAdmin)).empty());
+  EXPECT_TRUE(Violations(with("Knowledge.Summarize", Need::kAnyone)).empty());
+}
+
+}  // namespace
+}  // namespace fwai

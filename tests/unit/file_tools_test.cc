@@ -212,3 +212,257 @@ TEST_F(WriteToolsTest, BashRunsSandboxedWithLimitsAndStreamsOutput) {
 
 }  // namespace
 }  // namespace fwai
+
+// Path checks on the opened descriptor, attacked with a race: while a thread
+// flips `f.txt` between the project's file and a symlink to a secret outside
+// the root, and `d/` between the project's directory and a symlink to an
+// outside directory (each flip one atomic rename), reads and writes through
+// ProjectFs and the read_file/write_file tools run many times. A
+// check-then-open implementation loses this race; the kernel-side check on
+// the opened descriptor (openat2 RESOLVE_BENEATH) never does.
+#include <fcntl.h>
+#include <stdio.h>
+#include <sys/stat.h>
+
+#include <atomic>
+#include <chrono>
+#include <iostream>
+#include <set>
+#include <thread>
+
+#include "server/tools/project_fs.h"
+
+namespace fwai {
+namespace {
+
+class PathRaceTest : public ::testing::Test {
+ protected:
+  static constexpr int kCalls = 20000;          // calls per part, at least (unless the deadline comes first)
+  static constexpr int kMinFlipsDuring = 1000;  // the flipper must really have raced the calls
+  static constexpr auto kDeadline = std::chrono::seconds(3);
+  static constexpr const char* kInsideF = "INSIDE-F\n";
+  static constexpr const char* kInsideG = "INSIDE-G\n";
+  static constexpr const char* kSecretF = "SECRET-F top secret\n";
+  static constexpr const char* kSecretG = "SECRET-G top secret\n";
+
+  void SetUp() override {
+    std::string t = (fs::temp_directory_path() / "fwai-race-XXXXXX").string();
+    base_ = fs::canonical(mkdtemp(t.data())).string();
+    root_ = base_ + "/proj";
+    fs::create_directories(root_ + "/d");
+    fs::create_directories(base_ + "/stage");
+    fs::create_directories(base_ + "/outside-dir");
+    Write(base_ + "/stage/f.master", kInsideF);  // hard-linked in as the real f.txt
+    fs::create_hard_link(base_ + "/stage/f.master", root_ + "/f.txt");
+    Write(root_ + "/d/g.txt", kInsideG);
+    ResetOutside();
+    // Exchanged with proj/d: the other side of the directory flip.
+    fs::create_directory_symlink(base_ + "/outside-dir", base_ + "/stage/d-swap");
+    root_fd_ = open(root_.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
+    stage_fd_ = open((base_ + "/stage").c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
+    ASSERT_GE(root_fd_, 0);
+    ASSERT_GE(stage_fd_, 0);
+    RegisterFileTools(registry_);
+    RegisterWriteTools(registry_);
+    limits_.read_file_max_bytes = 1024;
+    ctx_.project_root = root_;
+    ctx_.account = &me_;
+    ctx_.limits = &limits_;
+    ctx_.cancel = &cancel_;
+  }
+  void TearDown() override {
+    StopFlipper();
+    if (root_fd_ >= 0) close(root_fd_);
+    if (stage_fd_ >= 0) close(stage_fd_);
+    fs::remove_all(base_);
+  }
+
+  // The secrets, as they must stay.
+  void ResetOutside() {
+    Write(base_ + "/secret.txt", kSecretF);
+    for (const auto& e : fs::directory_iterator(base_ + "/outside-dir")) fs::remove_all(e.path());
+    Write(base_ + "/outside-dir/g.txt", kSecretG);
+  }
+  bool OutsideIntact() const {
+    std::set<std::string> names;
+    for (const auto& e : fs::directory_iterator(base_ + "/outside-dir")) names.insert(e.path().filename().string());
+    return Slurp(base_ + "/secret.txt") == kSecretF && names == std::set<std::string>{"g.txt"} &&
+           Slurp(base_ + "/outside-dir/g.txt") == kSecretG;
+  }
+  static void Write(const std::string& p, const std::string& s) { std::ofstream(p) << s; }
+  static std::string Slurp(const std::string& p) {
+    std::ifstream in(p);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+  }
+
+  // As fast as it can, no sleeps: f.txt becomes a symlink to the secret, then
+  // a real file again (a prepared entry renamed over it each time), and d is
+  // exchanged with stage/d-swap (a real directory <-> a symlink outside).
+  void StartFlipper() {
+    const std::string secret = base_ + "/secret.txt";
+    flipper_ = std::thread([this, secret] {
+      while (!stop_.load(std::memory_order_relaxed)) {
+        if (symlinkat(secret.c_str(), stage_fd_, "f-link") == 0) renameat(stage_fd_, "f-link", root_fd_, "f.txt");
+        renameat2(root_fd_, "d", stage_fd_, "d-swap", RENAME_EXCHANGE);
+        if (linkat(stage_fd_, "f.master", stage_fd_, "f-real", 0) != 0 && errno == EEXIST) {
+          unlinkat(stage_fd_, "f-real", 0);  // left by a rename between two links of one file
+          linkat(stage_fd_, "f.master", stage_fd_, "f-real", 0);
+        }
+        renameat(stage_fd_, "f-real", root_fd_, "f.txt");
+        renameat2(root_fd_, "d", stage_fd_, "d-swap", RENAME_EXCHANGE);
+        flips_.fetch_add(1, std::memory_order_relaxed);
+      }
+    });
+    // The calls start once the flipper is really running.
+    while (flips_.load() < 10) std::this_thread::yield();
+  }
+  void StopFlipper() {
+    stop_ = true;
+    if (flipper_.joinable()) flipper_.join();
+  }
+
+  // Per target path: how many calls got the inside, how many were refused as
+  // leading outside, and anything else (the secret, other errors).
+  struct Tally {
+    int inside = 0, refused = 0, wrong = 0;
+    std::string first_wrong;
+    void Wrong(const std::string& what) {
+      if (wrong++ == 0) first_wrong = what;
+    }
+  };
+  // Runs `call(i)` until kCalls calls are done and both targets saw both
+  // outcomes while the flipper ran kMinFlipsDuring flips, or the deadline.
+  template <typename Fn>
+  int64_t Race(Tally& f, Tally& d, Fn&& call) {
+    StartFlipper();
+    const int64_t flips_before = flips_.load();
+    const auto deadline = std::chrono::steady_clock::now() + kDeadline;
+    auto enough = [&] {
+      return f.inside > 0 && f.refused > 0 && d.inside > 0 && d.refused > 0 &&
+             flips_.load() - flips_before >= kMinFlipsDuring;
+    };
+    int i = 0;
+    for (; !(i >= kCalls && enough()) && std::chrono::steady_clock::now() < deadline; ++i) call(i);
+    const int64_t flips_during = flips_.load() - flips_before;
+    StopFlipper();
+    calls_ = i;
+    return flips_during;
+  }
+
+  std::string base_, root_;
+  int root_fd_ = -1, stage_fd_ = -1;
+  std::thread flipper_;
+  std::atomic<bool> stop_{false};
+  std::atomic<int64_t> flips_{0};
+  int calls_ = 0;
+  ToolRegistry registry_;
+  ToolsConfig limits_;
+  CancelToken cancel_;
+  ToolContext ctx_;
+  LocalAccount me_ = *LookupAccount(getuid());
+};
+
+TEST_F(PathRaceTest, ReadsNeverReturnTheSecretWhileSymlinksFlip) {
+  auto pfs = ProjectFs::Open(root_);
+  ASSERT_TRUE(pfs.ok()) << pfs.status();
+  Tally f, d;
+  const int64_t flips = Race(f, d, [&](int i) {
+    const bool on_f = i % 2 == 0;
+    Tally& t = on_f ? f : d;
+    const std::string path = on_f ? "f.txt" : "d/g.txt";
+    const std::string inside = on_f ? kInsideF : kInsideG;
+    if (i % 4 < 2) {  // ProjectFs itself
+      auto r = pfs->ReadFile(path, 4096);
+      if (r.ok() && *r == inside) {
+        ++t.inside;
+      } else if (!r.ok() && absl::IsPermissionDenied(r.status()) &&
+                 r.status().message().find("outside the project root") != std::string::npos) {
+        ++t.refused;
+      } else {
+        t.Wrong("ProjectFs::ReadFile(" + path + "): " + (r.ok() ? *r : r.status().ToString()));
+      }
+    } else {  // the read_file tool, as a model calls it
+      auto r = registry_.Find("read_file")->Run({{"path", path}}, ctx_);
+      if (!r.is_error && r.content == "1\t" + inside) {
+        ++t.inside;
+      } else if (r.is_error && r.content.find("outside the project root") != std::string::npos) {
+        ++t.refused;
+      } else {
+        t.Wrong("read_file " + path + ": " + r.content);
+      }
+    }
+  });
+  RecordProperty("calls", calls_);
+  RecordProperty("flips", static_cast<int>(flips));
+  std::cout << "reads " << calls_ << ", flips during them " << flips << "; f.txt inside/refused/wrong " << f.inside
+            << "/" << f.refused << "/" << f.wrong << ", d/g.txt " << d.inside << "/" << d.refused << "/" << d.wrong
+            << "\n";
+  EXPECT_EQ(f.wrong, 0) << "first: " << f.first_wrong;
+  EXPECT_EQ(d.wrong, 0) << "first: " << d.first_wrong;
+  // The race was really run: the flipper kept flipping during the reads, and
+  // each path was read both as the project's file and as the link outside.
+  EXPECT_GE(flips, kMinFlipsDuring);
+  EXPECT_GT(f.inside, 0);
+  EXPECT_GT(f.refused, 0);
+  EXPECT_GT(d.inside, 0);
+  EXPECT_GT(d.refused, 0);
+  EXPECT_TRUE(OutsideIntact());
+}
+
+TEST_F(PathRaceTest, WritesNeverReachOutsideWhileSymlinksFlip) {
+  auto pfs = ProjectFs::Open(root_);
+  ASSERT_TRUE(pfs.ok()) << pfs.status();
+  Tally f, d;
+  int outside_changed = 0;
+  const int64_t flips = Race(f, d, [&](int i) {
+    const bool on_f = i % 2 == 0;
+    Tally& t = on_f ? f : d;
+    const std::string path = on_f ? "f.txt" : "d/g.txt";
+    const std::string content = "INSIDE written " + std::to_string(i) + "\n";
+    bool ok = false, refused = false;
+    std::string what;
+    if (i % 4 < 2) {  // ProjectFs itself
+      auto s = pfs->WriteFile(path, content);
+      ok = s.ok();
+      refused = absl::IsPermissionDenied(s) && s.message().find("outside the project root") != std::string::npos;
+      what = "ProjectFs::WriteFile(" + path + "): " + s.ToString();
+    } else {  // the write_file tool, as a model calls it
+      auto r = registry_.Find("write_file")->Run({{"path", path}, {"content", content}}, ctx_);
+      ok = !r.is_error;
+      refused = r.is_error && r.content.find("outside the project root") != std::string::npos;
+      what = "write_file " + path + ": " + r.content;
+    }
+    if (!OutsideIntact()) {  // counted, and put back so each call is judged alone
+      if (outside_changed++ == 0) t.Wrong("changed the outside: " + what);
+      ResetOutside();
+    }
+    if (ok) {
+      ++t.inside;
+    } else if (refused) {
+      ++t.refused;
+    } else {
+      t.Wrong(what);
+    }
+  });
+  std::cout << "writes " << calls_ << ", flips during them " << flips << "; outside changed " << outside_changed
+            << " times; f.txt ok/refused " << f.inside << "/" << f.refused << ", d/g.txt " << d.inside << "/"
+            << d.refused << "\n";
+  EXPECT_EQ(outside_changed, 0) << "first: " << (f.first_wrong.empty() ? d.first_wrong : f.first_wrong);
+  EXPECT_EQ(f.wrong, 0) << "first: " << f.first_wrong;
+  EXPECT_EQ(d.wrong, 0) << "first: " << d.first_wrong;
+  EXPECT_GE(flips, kMinFlipsDuring);
+  EXPECT_GT(f.inside, 0);
+  EXPECT_GT(f.refused, 0);
+  EXPECT_GT(d.inside, 0);
+  EXPECT_GT(d.refused, 0);
+  EXPECT_TRUE(OutsideIntact());
+  // What was written landed in the project: g.txt of the real directory
+  // (wherever the last exchange left it) holds a written line.
+  const std::string g = Slurp(fs::is_symlink(root_ + "/d") ? base_ + "/stage/d-swap/g.txt" : root_ + "/d/g.txt");
+  EXPECT_TRUE(g == kInsideG || g.rfind("INSIDE written ", 0) == 0) << g;
+}
+
+}  // namespace
+}  // namespace fwai

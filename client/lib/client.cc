@@ -152,14 +152,16 @@ absl::StatusOr<Credentials> ResolveCredentials(const DaemonAddress& addr, const 
   if (c.client_cert.empty() != c.client_key.empty()) {
     return absl::InvalidArgumentError("--client-cert and --client-key go together");
   }
-  if (!env("FWAI_TOKEN").empty()) {
-    c.token = env("FWAI_TOKEN");
-  } else if (!flags.token_file.empty()) {
+  // --token-file, else FWAI_TOKEN: a flag given on the command line wins
+  // over the environment, as --ca-cert does over FWAI_CA_CERT.
+  if (!flags.token_file.empty()) {
     absl::Status err;
     std::string t = ReadText(flags.token_file, &err, "--token-file");
     if (!err.ok()) return err;
     c.token = std::string(absl::StripAsciiWhitespace(t));
     if (c.token.empty()) return absl::InvalidArgumentError(absl::StrCat("--token-file ", flags.token_file, ": empty"));
+  } else if (!env("FWAI_TOKEN").empty()) {
+    c.token = env("FWAI_TOKEN");
   }
   return c;
 }

@@ -788,10 +788,15 @@ int Main(int argc, char** argv) {
     }
   });
 
+  // Whose personal collections a session's owner sees: decided by the
+  // identities (made below, before any session runs).
+  Identities* identities_for_tools = nullptr;
   ToolRegistry tools;
   RegisterFileTools(tools);
   RegisterWriteTools(tools);
-  tools.Register(MakeDocumentSearchTool(**knowledge));
+  tools.Register(MakeDocumentSearchTool(**knowledge, [&identities_for_tools](const std::string& owner, const std::string& name) {
+    return identities_for_tools != nullptr && identities_for_tools->OwnerOwnsName(owner, name);
+  }));
   tools.Register(MakeDocumentFeedbackTool(**knowledge));
   CodeSearchOptions cso;
   cso.web_context_url = kc.code_web_context_url;
@@ -1063,6 +1068,7 @@ int Main(int argc, char** argv) {
     return 1;
   }
   Identities identities(config.security, **tokens, getuid());
+  identities_for_tools = &identities;
   // A node of a lab serves other nodes' certificates (LabNode calls only).
   identities.AcceptLabNodes(config.lab.enabled());
   Quotas quotas;
@@ -1077,18 +1083,20 @@ int Main(int argc, char** argv) {
   }
   Gate gate(identities, quotas, peers, audit);
   std::mutex config_mu;  // reloads one at a time
-  auto reload_config = [&](const std::string& by) -> absl::StatusOr<int> {
+  auto reload_config = [&](const std::string& principal, const std::string& peer) -> absl::StatusOr<int> {
+    const std::string by = peer.empty() ? principal : absl::StrCat(principal, " (", peer, ")");
     std::lock_guard<std::mutex> lock(config_mu);
     if (config.source.empty()) return absl::FailedPreconditionError("fwaid was started without a config file");
     auto fresh = LoadConfigFile(config.source);
     if (!fresh.ok()) {
-      audit({{"kind", "config_reload"}, {"ok", false}, {"error", std::string(fresh.status().message())}, {"by", by}});
+      audit({{"kind", "config_reload"}, {"ok", false}, {"error", std::string(fresh.status().message())}, {"by", by},
+             {"principal", principal}, {"peer", peer}});
       return fresh.status();
     }
     identities.Reload(fresh->security);
     gate.Invalidate();
     audit({{"kind", "config_reload"}, {"ok", true}, {"file", config.source}, {"users", fresh->security.users.size()},
-           {"by", by}});
+           {"by", by}, {"principal", principal}, {"peer", peer}});
     spdlog::info("config reloaded from {} by {}: {} users", config.source, by, fresh->security.users.size());
     return static_cast<int>(fresh->security.users.size());
   };
@@ -1225,7 +1233,7 @@ int Main(int argc, char** argv) {
     if (sigwait(&sigs, &sig) != 0) continue;
     if (sig == SIGHUP) {
       // Users, limits and knowledge writers; certificates reload on their own.
-      if (auto n = reload_config("SIGHUP"); !n.ok()) spdlog::error("config not reloaded: {}", n.status().ToString());
+      if (auto n = reload_config("signal SIGHUP", ""); !n.ok()) spdlog::error("config not reloaded: {}", n.status().ToString());
       continue;
     }
     break;

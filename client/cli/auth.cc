@@ -97,6 +97,17 @@ int AuthCommands::WhoAmI() {
   } else {
     std::printf("acts as     nobody: no project files or commands (%s)\n", r.no_file_access_reason().c_str());
   }
+  if (!r.has_limits()) {
+    std::printf("limits      none (%s)\n", r.role().c_str());
+  } else {
+    const auto& l = r.limits();
+    std::printf("limits      %lld sessions, %lld running turns, %lld skill runs, %lld leases of at most %lld s, "
+                "%lld MB ingested an hour, %g requests/s (bursts of %lld)\n",
+                static_cast<long long>(l.sessions()), static_cast<long long>(l.running_turns()),
+                static_cast<long long>(l.running_runs()), static_cast<long long>(l.leases()),
+                static_cast<long long>(l.lease_ttl_max_s()), static_cast<long long>(l.ingest_mb_per_hour()),
+                l.requests_per_second(), static_cast<long long>(l.burst()));
+  }
   return kExitOk;
 }
 

@@ -276,6 +276,12 @@ absl::StatusOr<pb::Session> CreateSession(Conn& c, const Globals& g, const std::
   pb::Session s;
   grpc::Status st = c.sessions->Create(&ctx, req, &s);
   if (!st.ok()) return absl::Status(static_cast<absl::StatusCode>(st.error_code()), st.error_message());
+  // The daemon gave the session no project (a token or certificate that
+  // acts as no local account): say so before the model is asked anything.
+  if (!s.no_project_reason().empty()) {
+    std::cerr << "note: this session has no project and no file or command tools: " << s.no_project_reason()
+              << std::endl;
+  }
   return s;
 }
 

@@ -53,6 +53,8 @@ json RunRecord(const TurnRequest& req, const Agent& main, const std::string& run
               {"turn_id", req.turn_id},
               {"project_root", turn.session.project_root},
               {"owner", turn.session.owner},
+              {"principal", req.owner},
+              {"peer", req.peer},
               {"provider", main.provider->config().name},
               {"model", main.model},
               {"mode", *main.mode},

@@ -60,6 +60,7 @@ struct TurnRequest {
   std::string model;
   std::string sender;
   std::string owner;  // the principal that started it (limits count per owner)
+  std::string peer;   // where its request came from (for the record)
   bool compact_only = false;  // summarise older turns, nothing else
   // The span the turn's invoke_agent span hangs under (a skill's step); none:
   // the turn starts a trace.

@@ -85,7 +85,8 @@ struct ApiDeps {
   std::function<void(const nlohmann::json&)> audit;
   // Re-reads users and limits from the config file (SIGHUP, Daemon.ReloadConfig);
   // returns how many users it has.
-  std::function<absl::StatusOr<int>(const std::string& by)> reload_config;
+  // Reloads fwaid.yaml for `principal` calling from `peer` (both in its record).
+  std::function<absl::StatusOr<int>(const std::string& principal, const std::string& peer)> reload_config;
   const FirmwareReportDeps* firmware = nullptr;  // may be null: Firmware answers UNAVAILABLE
   RolloutManager* rollouts = nullptr;  // may be null: Ota answers UNAVAILABLE
   PluginStore* plugins = nullptr;      // may be null: Plugins answers UNAVAILABLE

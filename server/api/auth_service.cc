@@ -45,6 +45,18 @@ class AuthService final : public pb::Auth::CallbackService {
     if (who->account) resp->set_local_account(who->account->name);
     resp->set_no_file_access_reason(who->no_account_reason);
     for (const auto& a : who->aliases) resp->add_aliases(a);
+    if (!who->admin()) {
+      const LimitsConfig l = deps_.gate->identities().LimitsOf(*who);
+      auto* out = resp->mutable_limits();
+      out->set_sessions(l.sessions);
+      out->set_running_turns(l.running_turns);
+      out->set_running_runs(l.running_runs);
+      out->set_leases(l.leases);
+      out->set_lease_ttl_max_s(l.lease_ttl_max_s);
+      out->set_ingest_mb_per_hour(l.ingest_mb_per_hour);
+      out->set_requests_per_second(l.requests_per_second);
+      out->set_burst(l.burst);
+    }
     auto* r = ctx->DefaultReactor();
     r->Finish(grpc::Status::OK);
     return r;

@@ -33,9 +33,15 @@ bool Visible(const Principal& p, const EvidenceRecord& r) {
   if (p.admin()) return true;
   auto j = json::parse(r.bytes, nullptr, false);
   if (!j.is_object()) return false;
-  std::string owner = j.value("principal", "");
-  if (owner.empty()) owner = j.value("owner", "");
-  return p.Owns(owner);
+  // What the caller did, or what happened to something of theirs (an
+  // admin's turn in their session, say).
+  for (const char* field : {"principal", "owner"}) {
+    const auto it = j.find(field);
+    if (it != j.end() && it->is_string() && !it->get<std::string>().empty() && p.Owns(it->get<std::string>())) {
+      return true;
+    }
+  }
+  return false;
 }
 
 std::vector<EvidenceRecord> VisibleOnly(const Principal& p, std::vector<EvidenceRecord> all) {

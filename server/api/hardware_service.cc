@@ -108,6 +108,8 @@ class HardwareService final : public pb::Hardware::CallbackService {
     Principal p;
     p.id = c.identity;
     p.user = c.user;
+    p.aliases = c.aliases;
+    p.role = c.admin ? Role::kAdmin : Role::kUser;  // admins are not limited
     const LimitsConfig limits = deps_.gate->identities().LimitsOf(p);
     if (ttl_s > limits.lease_ttl_max_s) {
       return absl::ResourceExhaustedError(absl::StrCat("limit lease_ttl_max_s (", limits.lease_ttl_max_s,
@@ -344,16 +346,19 @@ class HardwareService final : public pb::Hardware::CallbackService {
 
   static bool IsLabLeaseId(const std::string& id) { return id.rfind("lab-", 0) == 0; }
 
-  absl::StatusOr<pb::Lease> RenewAny(const Caller& c, const std::string& lease_id) {
+  // `holder`, when given, gets the holder's principal (an admin may renew another's lease).
+  absl::StatusOr<pb::Lease> RenewAny(const Caller& c, const std::string& lease_id, std::string* holder = nullptr) {
     pb::Lease out;
     if (deps_.lab_leases && IsLabLeaseId(lease_id)) {
       auto l = deps_.lab_leases->Renew(lease_id, c.identity, c.admin);
       if (!l.ok()) return l.status();
+      if (holder) *holder = l->identity;
       ToProto(*l, &out);
       return out;
     }
     auto l = deps_.hardware->Renew(c, lease_id);
     if (!l.ok()) return l.status();
+    if (holder) *holder = l->identity;
     if (deps_.lab_leases) {
       auto lab = deps_.lab_leases->Renew(lease_id, l->identity, true);
       if (absl::IsNotFound(lab.status())) {
@@ -472,6 +477,7 @@ class HardwareService final : public pb::Hardware::CallbackService {
         std::atomic<bool> gone{false};
         std::mutex mu;
         std::condition_variable cv;
+        std::optional<grpc::Status> revoked;  // under mu: the gate's status when the token went
       };
       Reactor(HardwareService* svc, grpc::CallbackServerContext* ctx, const pb::AcquireRequest* req)
           : state_(std::make_shared<State>()) {
@@ -480,17 +486,26 @@ class HardwareService final : public pb::Hardware::CallbackService {
           state_->writer.Close(grpc::Status(grpc::StatusCode::UNAVAILABLE, "the hardware broker is not running"));
           return;
         }
-        auto admitted = svc->CallerAndBandOf(ctx, "Hardware.Hold", req->session_id());
-        if (!admitted.ok()) {
-          state_->writer.Close(ToGrpcStatus(admitted.status()));
+        auto who = svc->deps_.gate->Admit(ctx, "Hardware.Hold");
+        if (!who.ok()) {
+          state_->writer.Close(ToGrpcStatus(who.status()));
           return;
         }
-        Caller c = admitted->first;
-        const bool ci = admitted->second;
+        Caller c = CallerFor(*who, ctx, "", req->session_id());
+        const bool ci = who->role == Role::kCi;
         if (auto s = svc->LeaseLimits(c, req->ttl_s()); !s.ok()) {
           state_->writer.Close(ToGrpcStatus(s));
           return;
         }
+        // A revoked or expired token ends the hold as a cancel does (the
+        // lease is released, not renewed again), and the stream with the
+        // gate's status.
+        ticket_ = svc->deps_.gate->Track(*who, ctx, [st = state_](const grpc::Status& why) {
+          std::lock_guard lock(st->mu);
+          st->revoked = why;
+          st->gone = true;
+          st->cv.notify_all();
+        });
         pb::AcquireRequest copy = *req;
         // One thread per held lease: it may wait for the board, then renews
         // until the stream ends and releases at once.
@@ -502,8 +517,14 @@ class HardwareService final : public pb::Hardware::CallbackService {
           } done{svc};
           auto l = svc->AcquireAny(c, copy.device_id(), TagsOf(copy.tags()), copy.ttl_s(), copy.wait_s(),
                                    [st] { return st->gone.load(); }, ci);
+          // The status the stream ends with when it was ended from here:
+          // the gate's when the token went, else `otherwise`.
+          auto final_status = [&st](const grpc::Status& otherwise) {
+            std::lock_guard lock(st->mu);
+            return st->revoked ? *st->revoked : otherwise;
+          };
           if (!l.ok()) {
-            st->writer.Close(ToGrpcStatus(l.status()));
+            st->writer.Close(final_status(ToGrpcStatus(l.status())));
             return;
           }
           st->writer.Push(*l);
@@ -532,7 +553,7 @@ class HardwareService final : public pb::Hardware::CallbackService {
               rec["serial_transcript"] = t;
             svc->Audit(rec, c);
           }
-          st->writer.Close(ended.ok() ? grpc::Status(grpc::StatusCode::CANCELLED, "lease released")
+          st->writer.Close(ended.ok() ? final_status(grpc::Status(grpc::StatusCode::CANCELLED, "lease released"))
                                       : ToGrpcStatus(ended));
         }).detach();
       }
@@ -542,10 +563,14 @@ class HardwareService final : public pb::Hardware::CallbackService {
         state_->gone = true;
         state_->cv.notify_all();
       }
-      void OnDone() override { delete this; }
+      void OnDone() override {
+        ticket_.reset();  // first: the gate no longer ends a stream that is gone
+        delete this;
+      }
 
      private:
       std::shared_ptr<State> state_;
+      std::unique_ptr<Gate::Ticket> ticket_;
     };
     return new Reactor(this, ctx, req);
   }
@@ -556,11 +581,12 @@ class HardwareService final : public pb::Hardware::CallbackService {
     if (!admitted.ok()) return Refuse(ctx, admitted.status());
     return Run(ctx, [this, c = *admitted, req, resp] {
       if (req->lease_id().empty()) return absl::InvalidArgumentError("lease_id: required");
-      auto l = RenewAny(c, req->lease_id());
+      std::string holder;
+      auto l = RenewAny(c, req->lease_id(), &holder);
       if (!l.ok()) return l.status();
       *resp = *l;
       Audit({{"kind", "lease_renewed"}, {"lease_id", l->lease_id()}, {"board", l->device_id()},
-             {"expires_us", l->expires_us()}},
+             {"expires_us", l->expires_us()}, {"holder", holder}, {"admin_override", holder != c.identity}},
             c);
       return absl::OkStatus();
     });
@@ -672,14 +698,16 @@ class HardwareService final : public pb::Hardware::CallbackService {
                                                      const pb::FlashRequest* req) override {
     auto* svc = this;
     using Stream = WorkStreamReactor<pb::FlashProgress>;
-    return Stream::Serve(svc->deps_.hardware != nullptr, "the hardware broker is not running", [&](const std::shared_ptr<Stream::State>& st) {
-      auto admitted = svc->CallerOf(ctx, "Hardware.Flash", req->lease_id());
-      if (!admitted.ok()) {
-        st->writer.Close(ToGrpcStatus(admitted.status()));
+    return Stream::Serve(svc->deps_.hardware != nullptr, "the hardware broker is not running", [&](Stream& stream, const std::shared_ptr<Stream::State>& st) {
+      auto who = svc->deps_.gate->Admit(ctx, "Hardware.Flash");
+      if (!who.ok()) {
+        st->writer.Close(ToGrpcStatus(who.status()));
         return;
       }
+      // A revoked or expired token ends the stream and cancels the flash.
+      stream.Track(*svc->deps_.gate, *who, ctx);
       pb::FlashRequest copy = *req;
-      auto work = [st, svc, c = *admitted, copy] {
+      auto work = [st, svc, c = CallerFor(*who, ctx, req->lease_id()), copy] {
         auto remote = svc->RemoteLease(c, copy.device_id(), copy.lease_id());
         if (!remote.ok()) {
           st->writer.Close(ToGrpcStatus(remote.status()));
@@ -782,7 +810,17 @@ class HardwareService final : public pb::Hardware::CallbackService {
   grpc::ServerBidiReactor<pb::SerialClientMessage, pb::SerialServerMessage>* Serial(
       grpc::CallbackServerContext* ctx) override {
     SerialHooks hooks;
-    hooks.admit = [this, ctx](const pb::SerialOpen& o) { return CallerOf(ctx, "Hardware.Serial", o.lease_id()); };
+    // The opener, kept for the stream's life so that its token is watched.
+    auto who = std::make_shared<Principal>();
+    hooks.admit = [this, ctx, who](const pb::SerialOpen& o) -> absl::StatusOr<Caller> {
+      auto p = deps_.gate->Admit(ctx, "Hardware.Serial");
+      if (!p.ok()) return p.status();
+      *who = *std::move(p);
+      return CallerFor(*who, ctx, o.lease_id());
+    };
+    hooks.track = [this, ctx, who](std::function<void(const grpc::Status&)> end) {
+      return deps_.gate->Track(*who, ctx, std::move(end));
+    };
     if (deps_.lab_leases) {
       hooks.relay = [this](const Caller& c, const pb::SerialOpen& o) -> absl::StatusOr<std::optional<SerialRelay>> {
         auto remote = RemoteLease(c, o.device_id(), o.lease_id());

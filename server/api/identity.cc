@@ -52,6 +52,7 @@ Caller CallerFor(const Principal& p, grpc::CallbackServerContext* ctx, const std
                  const std::string& session_id) {
   Caller c;
   c.identity = p.id;
+  c.aliases = p.aliases;
   c.user = p.user;
   c.uid = p.account ? static_cast<int64_t>(p.account->uid) : -1;
   c.admin = p.admin();

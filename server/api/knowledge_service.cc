@@ -1,9 +1,12 @@
 #include <grpcpp/grpcpp.h>
 
 #include <deque>
+#include <map>
+#include <memory>
 #include <mutex>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "common/thread_pool.h"
 #include "fwai/v1/knowledge.grpc.pb.h"
 #include "server/api/api.h"
@@ -26,8 +29,23 @@ struct Collections {
   Identities& ids;
 
   bool Personal(const std::string& c) const { return absl::StartsWith(c, "~"); }
+  // "~alice/notes" -> "alice".
+  static std::string NameOf(const std::string& c) { return c.substr(1, c.find('/') == std::string::npos ? std::string::npos : c.find('/') - 1); }
+  // The caller's own: the name's owner (Identities::OwnerOfName) is the
+  // caller, or the same person under another id. Asked for every candidate
+  // chunk of a search (from any thread): each name is looked up once.
+  struct Memo {
+    std::mutex mu;
+    std::map<std::string, bool> mine;
+  };
+  std::shared_ptr<Memo> memo = std::make_shared<Memo>();
   bool Mine(const std::string& c) const {
-    return c == "~" + who.user || absl::StartsWith(c, "~" + who.user + "/");
+    if (!Personal(c)) return false;
+    const std::string name = NameOf(c);
+    std::lock_guard<std::mutex> lock(memo->mu);
+    auto it = memo->mine.find(name);
+    if (it == memo->mine.end()) it = memo->mine.emplace(name, who.Owns(ids.OwnerOfName(name))).first;
+    return it->second;
   }
   // The stored name of what the caller asked for ("~notes" -> "~alice/notes").
   std::string Resolve(const std::string& c) const {
@@ -39,6 +57,17 @@ struct Collections {
   absl::Status MayWrite(const std::string& c) const {
     if (Personal(c)) {
       if (Mine(c) || who.admin()) return absl::OkStatus();
+      if (NameOf(c) == who.user) {
+        // The caller's own name is someone else's: a token made for a local
+        // account's name that users: does not map to that account, or a
+        // local account whose name is another configured user's.
+        const std::string owner = ids.OwnerOfName(who.user);
+        return absl::PermissionDeniedError(absl::StrCat(
+            "collection ", c, ": ~", who.user, " belongs to ",
+            absl::StartsWith(owner, "uid:") ? "the local account " : "fwaid.yaml's user ", who.user, " (", owner,
+            "), not to you (", who.id, "); map yourself to it in fwaid.yaml (users.NAME.local_user) "
+            "(rule: personal collections)"));
+      }
       return absl::NotFoundError(absl::StrCat("collection ", c, " not found"));
     }
     if (ids.MayWriteSharedKnowledge(who)) return absl::OkStatus();
@@ -53,23 +82,45 @@ struct Collections {
 // one in flight. Deletes itself in OnDone.
 class IngestReactor final : public grpc::ServerBidiReactor<pb::IngestChunk, pb::IngestProgress> {
  public:
-  IngestReactor(const ApiDeps& deps, grpc::CallbackServerContext* ctx, int64_t cap) : deps_(deps), cap_(cap) {
+  IngestReactor(const ApiDeps& deps, grpc::CallbackServerContext* ctx, int64_t cap)
+      : deps_(deps), cap_(cap), ctx_(ctx) {
     auto who = deps_.gate->Admit(ctx, "Knowledge.Ingest");
     if (!who.ok()) {
       Fail(who.status());
       return;
     }
     who_ = *std::move(who);
+    // A revoked or expired token ends the upload with the gate's status.
+    ticket_ = deps_.gate->Track(who_, ctx, [this](const grpc::Status& why) {
+      Fail(absl::Status(static_cast<absl::StatusCode>(why.error_code()), why.error_message()));
+    });
     StartRead(&in_);
   }
 
   void OnReadDone(bool ok) override {
     if (!ok) {
-      // The client sent everything: ingest off the gRPC thread.
+      {
+        // Ended meanwhile (the token was revoked): what came is not ingested.
+        std::lock_guard<std::mutex> lock(mu_);
+        if (finished_ || final_queued_) return;
+      }
+      // The reads ended: the client sent everything, or went away (a
+      // cancel, a deadline, a broken connection) — then nothing is stored.
+      if (ctx_->IsCancelled()) {
+        Fail(absl::CancelledError("ingest: the upload was cancelled; nothing was stored"));
+        return;
+      }
       if (!have_header_) {
         Fail(absl::InvalidArgumentError("ingest: the first message must be a header"));
         return;
       }
+      if (header_.size() > 0 && static_cast<int64_t>(bytes_.size()) != header_.size()) {
+        Fail(absl::InvalidArgumentError(absl::StrCat("ingest: ", header_.name(), ": ", bytes_.size(), " of the ",
+                                                     header_.size(),
+                                                     " bytes its header declared arrived; nothing was stored")));
+        return;
+      }
+      // Ingest off the gRPC thread.
       Send(Progress("received"));
       {
         std::lock_guard<std::mutex> lock(mu_);
@@ -107,9 +158,10 @@ class IngestReactor final : public grpc::ServerBidiReactor<pb::IngestChunk, pb::
         Fail(s);
         return;
       }
-      if (auto s = deps_.gate->quotas().Ingest(who_.id, std::max<int64_t>(header_.size(), 0),
-                                               deps_.gate->identities().LimitsOf(who_));
-          !s.ok()) {
+      // The size the client declares is charged up front (a file over the
+      // hour's budget is refused before it is sent); what arrives beyond it
+      // is charged as it arrives (OnData), so a low declaration gains nothing.
+      if (auto s = Charge(std::max<int64_t>(header_.size(), 0)); !s.ok()) {
         Fail(s);
         return;
       }
@@ -122,6 +174,12 @@ class IngestReactor final : public grpc::ServerBidiReactor<pb::IngestChunk, pb::
       if (static_cast<int64_t>(bytes_.size()) > cap_) {
         Fail(absl::InvalidArgumentError(absl::StrCat(header_.name(), ": over the ", cap_ / (1 << 20), " MB limit")));
         return;
+      }
+      if (const int64_t over = static_cast<int64_t>(bytes_.size()) - charged_; over > 0) {
+        if (auto s = Charge(over); !s.ok()) {
+          Fail(s);
+          return;
+        }
       }
     }
     StartRead(&in_);
@@ -144,6 +202,7 @@ class IngestReactor final : public grpc::ServerBidiReactor<pb::IngestChunk, pb::
   // The pool task may outlive the stream (client cancelled): whoever is last,
   // OnDone or the task, deletes the reactor.
   void OnDone() override {
+    ticket_.reset();  // first: the gate no longer ends a stream that is gone
     {
       std::lock_guard<std::mutex> lock(mu_);
       done_ = true;
@@ -162,6 +221,13 @@ class IngestReactor final : public grpc::ServerBidiReactor<pb::IngestChunk, pb::
       last = done_;
     }
     if (last) delete this;
+  }
+
+  // Charges `bytes` to the caller's ingest budget (limits.ingest_mb_per_hour).
+  absl::Status Charge(int64_t bytes) {
+    RETURN_IF_ERROR(deps_.gate->quotas().Ingest(who_.id, bytes, deps_.gate->identities().LimitsOf(who_)));
+    charged_ += bytes;
+    return absl::OkStatus();
   }
 
   pb::IngestProgress Progress(const std::string& stage) {
@@ -231,11 +297,13 @@ class IngestReactor final : public grpc::ServerBidiReactor<pb::IngestChunk, pb::
 
   const ApiDeps& deps_;
   const int64_t cap_;
+  grpc::CallbackServerContext* const ctx_;
   Principal who_;
   pb::IngestChunk in_;
   bool have_header_ = false;
   pb::IngestHeader header_;
   std::string bytes_;
+  int64_t charged_ = 0;  // bytes charged to the ingest budget
   std::mutex mu_;
   std::deque<pb::IngestProgress> queue_;
   pb::IngestProgress out_;
@@ -245,6 +313,7 @@ class IngestReactor final : public grpc::ServerBidiReactor<pb::IngestChunk, pb::
   bool running_ = false;
   bool done_ = false;
   grpc::Status final_status_ = grpc::Status::OK;
+  std::unique_ptr<Gate::Ticket> ticket_;
 };
 
 pb::SearchCorrection Correction(const SearchFeedback& f) {

@@ -36,7 +36,7 @@ class OtaService final : public pb::Ota::CallbackService {
     using Stream = WorkStreamReactor<pb::RolloutEvent>;
     return Stream::Serve(
         deps_.rollouts != nullptr, "over-the-air rollouts are not available",
-        [&](const std::shared_ptr<Stream::State>& st) {
+        [&](Stream& stream, const std::shared_ptr<Stream::State>& st) {
           if (req->image().empty()) {
             st->writer.Close(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "image: required"));
             return;
@@ -76,12 +76,15 @@ class OtaService final : public pb::Ota::CallbackService {
           r.health_skill = req->health_skill();
           r.max_failure_rate = req->max_failure_rate();
           r.force = req->force();
-          auto admitted = AdmitCaller(svc->deps_, ctx, "Ota.Rollout");
-          if (!admitted.ok()) {
-            st->writer.Close(ToGrpcStatus(admitted.status()));
+          auto who = svc->deps_.gate->Admit(ctx, "Ota.Rollout");
+          if (!who.ok()) {
+            st->writer.Close(ToGrpcStatus(who.status()));
             return;
           }
-          r.caller = *admitted;
+          r.caller = CallerFor(*who, ctx);
+          // A revoked or expired token cancels the rollout as the client's
+          // cancel does, and ends the stream with the gate's status.
+          stream.Track(*svc->deps_.gate, *who, ctx);
           svc->running_++;
           std::thread([svc, st, r = std::move(r)] {
             auto result = svc->deps_.rollouts->Run(

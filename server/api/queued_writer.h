@@ -14,11 +14,13 @@
 #include <string>
 
 #include "common/cancel.h"
+#include "server/api/gate.h"
 
 namespace fwai {
 
 // Writes messages produced on another thread to a server stream: one write
-// in flight, Finish once after the queue drains.
+// in flight, Finish once after the queue drains. Once closed, what is pushed
+// is dropped: the status comes next.
 template <typename Msg>
 class QueuedWriter {
  public:
@@ -30,7 +32,7 @@ class QueuedWriter {
   }
   void Push(Msg m) {
     std::lock_guard lock(mu_);
-    if (done_) return;
+    if (done_ || closing_) return;
     queue_.push_back(std::move(m));
     Pump();
   }
@@ -92,9 +94,9 @@ class QueuedWriter {
 };
 
 // A server stream fed by work done elsewhere (a worker pool or a thread of
-// its own). `start` gets the shared state and hands the work on, or closes
-// the writer at once; the client's cancel fires the token. The state
-// outlives the reactor: nothing is written after Finish.
+// its own). `start` gets the reactor and the shared state and hands the work
+// on, or closes the writer at once; the client's cancel fires the token. The
+// state outlives the reactor: nothing is written after Finish.
 template <typename Msg>
 class WorkStreamReactor final : public grpc::ServerWriteReactor<Msg> {
  public:
@@ -102,29 +104,42 @@ class WorkStreamReactor final : public grpc::ServerWriteReactor<Msg> {
     QueuedWriter<Msg> writer;
     CancelToken cancel;
   };
-  explicit WorkStreamReactor(const std::function<void(const std::shared_ptr<State>&)>& start)
-      : state_(std::make_shared<State>()) {
+  using StartFn = std::function<void(WorkStreamReactor&, const std::shared_ptr<State>&)>;
+  explicit WorkStreamReactor(const StartFn& start) : state_(std::make_shared<State>()) {
     state_->writer.Bind([this](const Msg* m) { this->StartWrite(m); }, [this](grpc::Status s) { this->Finish(std::move(s)); });
-    start(state_);
+    start(*this, state_);
   }
   // The stream of a service whose backend may be missing: closes with
   // UNAVAILABLE `why` at once when `available` is false, else runs `start`.
-  static WorkStreamReactor* Serve(bool available, const std::string& why,
-                                  const std::function<void(const std::shared_ptr<State>&)>& start) {
-    return new WorkStreamReactor([&](const std::shared_ptr<State>& st) {
+  static WorkStreamReactor* Serve(bool available, const std::string& why, const StartFn& start) {
+    return new WorkStreamReactor([&](WorkStreamReactor& r, const std::shared_ptr<State>& st) {
       if (!available) {
         st->writer.Close(grpc::Status(grpc::StatusCode::UNAVAILABLE, why));
         return;
       }
-      start(st);
+      start(r, st);
+    });
+  }
+  // While the stream is open, `who`'s token is watched (Gate::Track): once
+  // it is revoked or expires the stream ends with the gate's status
+  // (UNAUTHENTICATED saying why) and the work is cancelled as a client's
+  // cancel cancels it. Call once, from `start`, when `who` is admitted.
+  void Track(Gate& gate, const Principal& who, grpc::CallbackServerContext* ctx) {
+    ticket_ = gate.Track(who, ctx, [st = state_](const grpc::Status& why) {
+      st->writer.Close(why);
+      st->cancel.Cancel();
     });
   }
   void OnWriteDone(bool ok) override { state_->writer.OnWriteDone(ok); }
   void OnCancel() override { state_->cancel.Cancel(); }
-  void OnDone() override { delete this; }
+  void OnDone() override {
+    ticket_.reset();  // first: the gate no longer ends a stream that is gone
+    delete this;
+  }
 
  private:
   std::shared_ptr<State> state_;
+  std::unique_ptr<Gate::Ticket> ticket_;
 };
 
 }  // namespace fwai

@@ -19,6 +19,7 @@
 #include "fwai/v1/lab.grpc.pb.h"
 #include "server/api/api.h"
 #include "server/api/caller.h"
+#include "server/api/gate.h"
 #include "server/api/queued_writer.h"
 #include "server/hardware/broker.h"
 
@@ -38,6 +39,10 @@ struct SerialHooks {
   std::function<absl::StatusOr<std::optional<SerialRelay>>(const Caller&,
                                                            const fwai::v1::SerialOpen&)>
       relay;
+  // Set where a token may open the stream: called once the opener is
+  // admitted, it watches the opener's token for the stream's life
+  // (Gate::Track); `end` ends the stream when the token stops being valid.
+  std::function<std::unique_ptr<Gate::Ticket>(std::function<void(const grpc::Status&)> end)> track;
 };
 
 class SerialReactor final
@@ -89,6 +94,7 @@ class SerialReactor final
     CancelRemote();
   }
   void OnDone() override {
+    ticket_.reset();  // first: the gate no longer ends a stream that is gone
     stop_ = true;
     CancelRemote();
     if (pump_.joinable()) {
@@ -124,6 +130,15 @@ class SerialReactor final
       return;
     }
     caller_ = *admitted;
+    if (hooks_.track) {
+      // A revoked or expired token: the stream ends with the gate's status,
+      // and the pump (or the relay to the bench) stops as on a cancel.
+      ticket_ = hooks_.track([this](const grpc::Status& why) {
+        writer_.Close(why);
+        stop_ = true;
+        CancelRemote();
+      });
+    }
     if (hooks_.relay) {
       auto relay = hooks_.relay(caller_, o);
       if (!relay.ok()) {
@@ -239,6 +254,7 @@ class SerialReactor final
   std::unique_ptr<
       grpc::ClientReaderWriter<fwai::v1::SerialClientMessage, fwai::v1::SerialServerMessage>>
       remote_;
+  std::unique_ptr<Gate::Ticket> ticket_;  // set once admitted, reset first in OnDone
 };
 
 }  // namespace fwai

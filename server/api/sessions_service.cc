@@ -61,15 +61,20 @@ void ToProto(const SessionInfo& s, bool running, pb::Session* out) {
 }
 
 // A principal sees its own sessions; admins see all. Another's session is
-// NOT_FOUND: its existence is not revealed.
+// NOT_FOUND: its existence is not revealed. An admin's use of another's
+// session (`rpc`) is an evidence record (an admin override).
 class Access {
  public:
   explicit Access(const ApiDeps& d) : d_(d) {}
-  absl::StatusOr<SessionInfo> Session(const Principal& p, const std::string& id) const {
+  absl::StatusOr<SessionInfo> Session(const Principal& p, const std::string& id, std::string_view rpc) const {
     if (id.empty()) return absl::InvalidArgumentError("session_id: required");
     auto s = d_.sessions->Get(id);
     if (!s.ok()) return s.status();
     if (!p.MaySee(s->owner)) return absl::NotFoundError(absl::StrCat("session ", id, " not found"));
+    if (!p.Owns(s->owner) && d_.audit) {
+      d_.audit({{"kind", "admin_override"}, {"rpc", std::string(rpc)}, {"session_id", id}, {"owner", s->owner},
+                {"principal", p.id}, {"peer", p.peer}});
+    }
     return s;
   }
 
@@ -255,7 +260,7 @@ class ChatReactor final : public grpc::ServerBidiReactor<pb::ClientEvent, pb::Se
     switch (in_.kind_case()) {
       case pb::ClientEvent::kOpen: {
         if (!session_id_.empty()) return absl::InvalidArgumentError("open: the chat is already open");
-        auto s = access_.Session(who_, in_.open().session_id());
+        auto s = access_.Session(who_, in_.open().session_id(), "Sessions.Chat");
         if (!s.ok()) return s.status();
         session_id_ = s->id;
         auto sub = deps_.sessions->Subscribe(session_id_, in_.open().after_seq(), in_.open().replay(),
@@ -276,6 +281,7 @@ class ChatReactor final : public grpc::ServerBidiReactor<pb::ClientEvent, pb::Se
         req.turn_id = in_.message().turn_id();
         req.sender = caller_;
         req.owner = who_.id;
+        req.peer = who_.peer;
         if (auto l = CheckTurnLimit(); !l.ok()) return l;
         return deps_.turns->Start(std::move(req));
       }
@@ -312,6 +318,7 @@ class ChatReactor final : public grpc::ServerBidiReactor<pb::ClientEvent, pb::Se
         req.turn_id = in_.compact().turn_id();
         req.sender = caller_;
         req.owner = who_.id;
+        req.peer = who_.peer;
         if (auto l = CheckTurnLimit(); !l.ok()) return l;
         return deps_.turns->Start(std::move(req));
       }
@@ -348,7 +355,7 @@ class AttachReactor final : public grpc::ServerWriteReactor<pb::ServerEvent> {
       return;
     }
     ticket_ = deps_.gate->Track(*who, ctx, [this](const grpc::Status& st) { pump_.Finish(st); });
-    auto s = Access(deps).Session(*who, req->session_id());
+    auto s = Access(deps).Session(*who, req->session_id(), "Sessions.Attach");
     if (!s.ok()) {
       pump_.Finish(ToGrpcStatus(s.status()));
       return;
@@ -410,7 +417,7 @@ class SessionsService final : public pb::Sessions::CallbackService {
                                 pb::Session* resp) override {
     auto who = deps_.gate->Admit(ctx, "Sessions.Get");
     if (!who.ok()) return Refuse(ctx, who.status());
-    auto s = access_.Session(*who, req->session_id());
+    auto s = access_.Session(*who, req->session_id(), "Sessions.Get");
     if (s.ok()) ToProto(*s, deps_.turns->Running(s->id), resp);
     auto* r = ctx->DefaultReactor();
     r->Finish(ToGrpcStatus(s.status()));
@@ -422,7 +429,7 @@ class SessionsService final : public pb::Sessions::CallbackService {
                                    pb::DeleteSessionResponse*) override {
     auto who = deps_.gate->Admit(ctx, "Sessions.Delete");
     if (!who.ok()) return Refuse(ctx, who.status());
-    auto s = access_.Session(*who, req->session_id());
+    auto s = access_.Session(*who, req->session_id(), "Sessions.Delete");
     if (!s.ok()) return Refuse(ctx, s.status());
     deps_.turns->Cancel(s->id);
     if (deps_.on_session_deleted) deps_.on_session_deleted(s->id);
@@ -440,7 +447,7 @@ class SessionsService final : public pb::Sessions::CallbackService {
                                     pb::HistoryResponse* resp) override {
     auto who = deps_.gate->Admit(ctx, "Sessions.History");
     if (!who.ok()) return Refuse(ctx, who.status());
-    auto s = access_.Session(*who, req->session_id());
+    auto s = access_.Session(*who, req->session_id(), "Sessions.History");
     if (!s.ok()) return Refuse(ctx, s.status());
     auto h = deps_.sessions->LoadHistory(s->id);
     if (h.ok()) {
@@ -570,7 +577,7 @@ class DaemonService final : public pb::Daemon::CallbackService {
     auto who = deps_.gate->Admit(ctx, "Daemon.ReloadConfig");
     if (!who.ok()) return Refuse(ctx, who.status());
     return OffloadUnary(ctx, deps_.pool, true, "", [this, who = *who, resp]() -> absl::Status {
-      auto users = deps_.reload_config(who.id + " (" + who.peer + ")");
+      auto users = deps_.reload_config(who.id, who.peer);
       if (!users.ok()) return users.status();
       resp->set_users(*users);
       resp->set_config_file(deps_.config->source);

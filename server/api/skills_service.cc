@@ -106,7 +106,7 @@ class SkillsService final : public pb::Skills::CallbackService {
   grpc::ServerWriteReactor<pb::SkillEvent>* Run(grpc::CallbackServerContext* ctx, const pb::RunSkillRequest* req) override {
     auto* svc = this;
     using Stream = WorkStreamReactor<pb::SkillEvent>;
-    return Stream::Serve(svc->deps_.skills != nullptr, "the skill runner is not available", [&](const std::shared_ptr<Stream::State>& st) {
+    return Stream::Serve(svc->deps_.skills != nullptr, "the skill runner is not available", [&](Stream& stream, const std::shared_ptr<Stream::State>& st) {
       auto who = svc->deps_.gate->Admit(ctx, "Skills.Run");
       if (!who.ok()) {
         st->writer.Close(ToGrpcStatus(who.status()));
@@ -145,6 +145,9 @@ class SkillsService final : public pb::Skills::CallbackService {
       r.timeout_s = std::max(0, req->timeout_s());
       for (const auto& [k, v] : req->vars()) r.vars[k] = v;
       r.caller = CallerFor(*who, ctx);
+      // A revoked or expired token cancels the run as the client's cancel
+      // does, and ends the stream with the gate's status.
+      stream.Track(*svc->deps_.gate, *who, ctx);
       svc->running_++;
       svc->AddRun(who->id, +1);
       std::thread([svc, st, r = std::move(r), owner = who->id] {
@@ -167,9 +170,11 @@ class SkillsService final : public pb::Skills::CallbackService {
               st->writer.Push(std::move(out));
             },
             st->cancel);
-        st->writer.Close(grpc::Status::OK);
+        // Counted out before the stream ends: a caller that starts its next
+        // run the moment this one ends is not refused by its limit.
         svc->AddRun(owner, -1);
         svc->running_--;
+        st->writer.Close(grpc::Status::OK);
       }).detach();
     });
   }

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 
 namespace fwai {
@@ -152,10 +154,47 @@ absl::StatusOr<Principal> Identities::ForCertificate(const std::string& subject,
   return p;
 }
 
+std::string Identities::OwnerOfNameLocked(const std::string& name) {
+  if (config_.users.count(name)) return "user:" + name;
+  if (auto a = LookupAccount(name); a.ok()) return absl::StrCat("uid:", a->uid);
+  return "user:" + name;
+}
+
+std::string Identities::OwnerOfName(const std::string& name) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return OwnerOfNameLocked(name);
+}
+
+bool Identities::OwnerOwnsName(const std::string& owner, const std::string& name) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const std::string target = OwnerOfNameLocked(name);
+  if (target == owner) return true;
+  uint32_t uid = 0;
+  if (absl::StartsWith(owner, "uid:") && absl::SimpleAtoi(owner.substr(4), &uid)) {
+    auto a = LookupAccount(uid);
+    const UserConfig* u = a.ok() ? UserByLocalAccount(a->name) : nullptr;
+    return u != nullptr && target == "user:" + u->name;
+  }
+  if (absl::StartsWith(owner, "user:")) {
+    auto it = config_.users.find(owner.substr(5));
+    if (it == config_.users.end() || it->second.local_user.empty()) return false;
+    auto a = LookupAccount(it->second.local_user);
+    return a.ok() && target == absl::StrCat("uid:", a->uid);
+  }
+  return false;
+}
+
 LimitsConfig Identities::LimitsOf(const Principal& p) {
   if (p.admin()) return UnlimitedLimits();
   std::lock_guard<std::mutex> lock(mu_);
-  if (auto it = config_.users.find(p.user); it != config_.users.end() && it->second.limits) return *it->second.limits;
+  // The configured user the principal is: its own id, or the user whose
+  // local account it is (never another user who merely shares a name).
+  std::string user;
+  if (absl::StartsWith(p.id, "user:")) user = p.id.substr(5);
+  for (const auto& a : p.aliases) {
+    if (user.empty() && absl::StartsWith(a, "user:")) user = a.substr(5);
+  }
+  if (auto it = config_.users.find(user); it != config_.users.end() && it->second.limits) return *it->second.limits;
   return config_.limits;
 }
 

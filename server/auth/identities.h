@@ -48,6 +48,16 @@ class Identities {
   // calls by the gate.
   void AcceptLabNodes(bool accept) { accept_lab_nodes_ = accept; }
 
+  // Personal collections ("~NAME", "~NAME/..."): whose NAME is. A name in
+  // users: is that user's ("user:NAME"); any other name is the local
+  // account's of that name ("uid:N") if there is one, else "user:NAME". So a
+  // token made for a local account's name does not reach that account's
+  // collections unless users.NAME says it acts as it.
+  std::string OwnerOfName(const std::string& name);
+  // Whether the owner of sessions `owner` ("uid:N" | "user:NAME"), or the
+  // same person under another id (users.NAME.local_user), owns `name`.
+  bool OwnerOwnsName(const std::string& owner, const std::string& name);
+
   // Admins (root and fwaid's own user included) are not limited.
   LimitsConfig LimitsOf(const Principal& p);
   bool MayWriteSharedKnowledge(const Principal& p);
@@ -59,6 +69,7 @@ class Identities {
   // The account `name` for a principal, or why it gets none.
   void GrantAccount(const std::string& name, Principal& p);
   const UserConfig* UserByLocalAccount(const std::string& account) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::string OwnerOfNameLocked(const std::string& name) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   TokenStore& tokens_;
   const uint32_t daemon_uid_;

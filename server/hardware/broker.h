@@ -38,6 +38,7 @@ struct CapabilityScope {
 struct Caller {
   std::optional<CapabilityScope> scope;  // set when a plugin's code acts
   std::string identity;  // the principal: "uid:N" | "user:NAME"
+  std::vector<std::string> aliases;  // the principal's other ids (Principal::aliases)
   std::string user;      // its user name (limits are per user)
   int64_t uid = -1;
   std::string display;   // "alice (uid 1000)"

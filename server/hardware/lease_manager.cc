@@ -233,7 +233,8 @@ absl::StatusOr<LeaseRecord> LeaseManager::Renew(const std::string& lease_id, con
   for (auto& [id, l] : by_device_) {
     if (l.lease_id != lease_id) continue;
     if (l.identity != identity && !admin) {
-      return absl::PermissionDeniedError(absl::StrCat("lease ", lease_id, " belongs to ", l.holder));
+      return absl::PermissionDeniedError(absl::StrCat("lease ", lease_id, " belongs to ", l.holder,
+                                                      "; only its holder (or an admin) renews it (rule: the lease's holder)"));
     }
     if (l.held_elsewhere) return l;  // its owner's renewals come through SetExpiry
     l.expires_us = NowMicros() + int64_t{l.ttl_s} * 1000000;

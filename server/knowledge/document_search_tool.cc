@@ -34,7 +34,7 @@ std::string MarkHighlights(const KbSearchHit& h) {
 
 class DocumentSearchTool final : public Tool {
  public:
-  explicit DocumentSearchTool(KnowledgeBase& kb) : kb_(kb) {}
+  DocumentSearchTool(KnowledgeBase& kb, OwnsName owns_name) : kb_(kb), owns_name_(std::move(owns_name)) {}
   std::string name() const override { return "documentSearch"; }
   std::string description() const override {
     return "Search the engineer's datasheets, reference manuals, errata, app notes and register "
@@ -60,10 +60,22 @@ class DocumentSearchTool final : public Tool {
     if (!in.contains("query") || !in["query"].is_string()) return {"query: required string", true};
     KbSearchRequest r;
     r.query = in["query"].get<std::string>();
-    // Personal collections ("~NAME/...") are seen only by their owner.
-    r.collection_visible = [user = OwnerUser(ctx.owner)](const std::string& c) {
+    // Personal collections ("~NAME/...") are seen only by their owner; asked
+    // for every candidate chunk, so each name is decided once a search.
+    struct Memo {
+      std::mutex mu;
+      std::map<std::string, bool> mine;
+    };
+    r.collection_visible = [owner = ctx.owner, user = OwnerUser(ctx.owner), owns = owns_name_,
+                            memo = std::make_shared<Memo>()](const std::string& c) {
       if (!absl::StartsWith(c, "~")) return true;
-      return !user.empty() && (c == "~" + user || absl::StartsWith(c, "~" + user + "/"));
+      const std::string name = c.substr(1, c.find('/') == std::string::npos ? std::string::npos : c.find('/') - 1);
+      std::lock_guard<std::mutex> lock(memo->mu);
+      auto it = memo->mine.find(name);
+      if (it == memo->mine.end()) {
+        it = memo->mine.emplace(name, owns ? owns(owner, name) : !user.empty() && name == user).first;
+      }
+      return it->second;
     };
     r.origin = {"agent", ctx.session_id, ctx.turn_id, ctx.call_id, ctx.owner};
     r.max_results = in.contains("max_results") && in["max_results"].is_number_integer() ? in["max_results"].get<int>() : 5;
@@ -95,6 +107,7 @@ class DocumentSearchTool final : public Tool {
 
  private:
   KnowledgeBase& kb_;
+  const OwnsName owns_name_;
 };
 
 class DocumentFeedbackTool final : public Tool {
@@ -266,7 +279,9 @@ std::unique_ptr<Tool> MakeCodeSearchTool(KnowledgeBase& kb, CodeSearchOptions op
   return std::make_unique<CodeSearchTool>(kb, std::move(options), http);
 }
 
-std::unique_ptr<Tool> MakeDocumentSearchTool(KnowledgeBase& kb) { return std::make_unique<DocumentSearchTool>(kb); }
+std::unique_ptr<Tool> MakeDocumentSearchTool(KnowledgeBase& kb, OwnsName owns_name) {
+  return std::make_unique<DocumentSearchTool>(kb, std::move(owns_name));
+}
 
 std::unique_ptr<Tool> MakeDocumentFeedbackTool(KnowledgeBase& kb) {
   return std::make_unique<DocumentFeedbackTool>(kb);

@@ -1,6 +1,7 @@
 // documentSearch: the agent's tool over the knowledge base.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -14,7 +15,11 @@ class HttpClient;
 // {query, max_results (1..20, default 5), threshold (0..1)} -> chunks as text
 // separated by a line "---", each headed by its source, marked as retrieved
 // data (material to read, never instructions).
-std::unique_ptr<Tool> MakeDocumentSearchTool(KnowledgeBase& kb);
+// Personal collections ("~NAME/...") are searched only for a session whose
+// owner `owns_name(owner, NAME)`; without it, for the owner whose user name
+// (OwnerUser) is NAME.
+using OwnsName = std::function<bool(const std::string& owner, const std::string& name)>;
+std::unique_ptr<Tool> MakeDocumentSearchTool(KnowledgeBase& kb, OwnsName owns_name = nullptr);
 
 // documentFeedback: {passage: "q12.3", reason} marks a passage documentSearch
 // returned in this session as not fitting its question (the retrieval log

@@ -1043,6 +1043,8 @@ SkillRunResult SkillRunner::Run(const SkillRunRequest& req, const std::function<
                     {"board", run.vars.count("BOARD") ? run.vars["BOARD"] : ""},
                     {"ci", req.ci},
                     {"by", req.caller.display},
+                    {"principal", req.caller.identity},
+                    {"peer", req.caller.peer},
                     {"ok", result.ok},
                     {"failure_class", klass},
                     {"exit_code", result.exit_code},
@@ -1244,6 +1246,7 @@ SkillRunResult SkillRunner::Run(const SkillRunRequest& req, const std::function<
     return json{{"kind", "skill_run"},     {"run_id", run.run_id}, {"skill", req.skill},
                 {"skill_source", run.skill.source}, {"project", req.project_root}, {"target", run.project.target},
                 {"board", v["BOARD"]},     {"ci", req.ci},         {"by", req.caller.display},
+                {"principal", req.caller.identity}, {"peer", req.caller.peer},
                 {"steps", steps_out},      {"log_dir", run.run_dir}};
   };
   if (deps_.journal) deps_.journal->Begin(run.run_id, journal_record());

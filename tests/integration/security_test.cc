@@ -73,6 +73,35 @@ grpc::Status WhoAmI(const std::shared_ptr<grpc::Channel>& ch, pb::WhoAmIResponse
   return st;
 }
 
+// One Knowledge.Ingest: a header naming `name`, `collection` and the
+// `declared` size, then `sent` bytes of Markdown in 256 KB messages. The
+// status the stream ends with.
+grpc::Status Upload(pb::Knowledge::Stub& stub, const std::string& name, const std::string& collection,
+                    int64_t declared, size_t sent) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+  auto stream = stub.Ingest(&ctx);
+  pb::IngestChunk head;
+  head.mutable_header()->set_name(name);
+  head.mutable_header()->set_collection(collection);
+  head.mutable_header()->set_size(declared);
+  stream->Write(head);
+  const std::string line = "# Notes\n\nThe UART0 baud rate register holds the divisor.\n";
+  std::string body;
+  while (body.size() < sent) body += line;
+  body.resize(sent);
+  for (size_t at = 0; at < body.size(); at += 256 * 1024) {
+    pb::IngestChunk part;
+    part.set_data(body.substr(at, 256 * 1024));
+    if (!stream->Write(part)) break;
+  }
+  stream->WritesDone();
+  pb::IngestProgress p;
+  while (stream->Read(&p)) {
+  }
+  return stream->Finish();
+}
+
 class SecurityTest : public ::testing::Test {
  protected:
   void SetUp() override { ASSERT_GT(fake_.Start(), 0); }
@@ -262,6 +291,101 @@ TEST_F(SecurityTest, RevokedAndExpiredTokensAreRefusedSayingSoAndTheirStreamsEnd
   EXPECT_NE(exp.data().find("\"kind\": \"refusal\""), std::string::npos);
 }
 
+// Every stream a token opened ends once the token is revoked, saying so, and
+// the work behind it stops: a held lease is released (and recorded), an
+// upload left open is not stored.
+TEST_F(SecurityTest, StreamsOfARevokedTokenEndSayingSoAndTheirWorkStops) {
+  StartDaemon("");
+  const std::string token = MakeToken("alice");
+  auto ch = Channel(Tcp(), Credentials{"", "", "", token});
+  ASSERT_NE(ch, nullptr);
+  const auto deadline = std::chrono::system_clock::now() + std::chrono::seconds(20);
+  // An upload into a personal collection, left open mid-way.
+  grpc::ClientContext up_ctx;
+  up_ctx.set_deadline(deadline);
+  auto upload = pb::Knowledge::NewStub(ch)->Ingest(&up_ctx);
+  {
+    pb::IngestChunk head;
+    head.mutable_header()->set_name("half.md");
+    head.mutable_header()->set_collection("~notes");
+    head.mutable_header()->set_size(64 * 1024);
+    ASSERT_TRUE(upload->Write(head));
+    pb::IngestChunk part;
+    part.set_data("# Half\n\nThe first half of a document whose second half never comes.\n");
+    ASSERT_TRUE(upload->Write(part));
+  }
+  // The simulated board, held: the lease comes first.
+  grpc::ClientContext hold_ctx;
+  hold_ctx.set_deadline(deadline);
+  pb::AcquireRequest hreq;
+  hreq.set_device_id("sim-stm32vl");
+  hreq.set_ttl_s(30);
+  auto hold = pb::Hardware::NewStub(ch)->Hold(&hold_ctx, hreq);
+  pb::Lease lease;
+  ASSERT_TRUE(hold->Read(&lease)) << hold->Finish().error_message();
+  ASSERT_FALSE(lease.lease_id().empty());
+  EXPECT_NE(lease.holder().find("alice"), std::string::npos) << lease.holder();
+  // The admin revokes the token (on the unix socket, as root).
+  {
+    grpc::ClientContext ctx;
+    pb::RevokeTokenRequest req;
+    req.set_id(token_ids_[token]);
+    pb::RevokeTokenResponse resp;
+    ASSERT_TRUE(pb::Auth::NewStub(d_->channel())->RevokeToken(&ctx, req, &resp).ok());
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  pb::Lease more;
+  while (hold->Read(&more)) {
+  }
+  auto st = hold->Finish();
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::UNAUTHENTICATED) << "Hold: " << st.error_message();
+  EXPECT_NE(st.error_message().find("revoked"), std::string::npos) << st.error_message();
+  pb::IngestProgress p;
+  while (upload->Read(&p)) {
+  }
+  st = upload->Finish();
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::UNAUTHENTICATED) << "Ingest: " << st.error_message();
+  EXPECT_NE(st.error_message().find("revoked"), std::string::npos) << st.error_message();
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(10)) << "the streams outlived their token";
+  // The board is free: the admin takes it at once, and alice's lease was
+  // released on the record.
+  auto hw = pb::Hardware::NewStub(d_->channel());
+  {
+    grpc::ClientContext ctx;
+    pb::AcquireRequest req;
+    req.set_device_id("sim-stm32vl");
+    pb::Lease mine;
+    auto acquired = hw->Acquire(&ctx, req, &mine);
+    ASSERT_TRUE(acquired.ok()) << "the revoked token's lease still holds the board: " << acquired.error_message();
+    grpc::ClientContext rctx;
+    pb::ReleaseRequest rel;
+    rel.set_lease_id(mine.lease_id());
+    pb::ReleaseResponse out;
+    EXPECT_TRUE(hw->Release(&rctx, rel, &out).ok());
+  }
+  grpc::ClientContext ectx;
+  pb::ExportRequest ereq;
+  ereq.set_format("json");
+  pb::ExportResponse exp;
+  ASSERT_TRUE(pb::Evidence::NewStub(d_->channel())->Export(&ectx, ereq, &exp).ok());
+  bool released = false;
+  const json all = json::parse(exp.data());
+  for (const auto& r : all["records"]) {
+    const auto& rec = r["record"];
+    if (rec.value("kind", "") == "lease_released" && rec.value("lease_id", "") == lease.lease_id()) {
+      released = rec.value("principal", "") == "user:alice";
+    }
+  }
+  EXPECT_TRUE(released) << "no lease_released record for " << lease.lease_id();
+  // Half an upload is not a document.
+  grpc::ClientContext lctx;
+  pb::ListDocumentsRequest lreq;
+  lreq.set_collection("~alice/notes");
+  pb::ListDocumentsResponse docs;
+  ASSERT_TRUE(pb::Knowledge::NewStub(d_->channel())->ListDocuments(&lctx, lreq, &docs).ok());
+  EXPECT_EQ(docs.documents_size(), 0);
+}
+
 // gRPC shares one auth context among a connection's calls: the first
 // identity is bound to it and a second is refused.
 TEST_F(SecurityTest, ASecondIdentityOnOneConnectionIsRefused) {
@@ -323,7 +447,9 @@ TEST_F(SecurityTest, TlsWithTokensAndClientCertificates) {
   EXPECT_FALSE(FwaidTls({"init", dir, "--host", "localhost"}, &err));
   EXPECT_NE(err.find("already exists"), std::string::npos) << err;
   StartDaemon("tls: {cert: " + dir + "/server.pem, key: " + dir + "/server.key, client_ca: " + dir +
-              "/ca.pem, reload_interval_s: 1}\nusers:\n  carol: {role: ci, cert_subject: \"CN=carol\"}\n");
+              "/ca.pem, reload_interval_s: 1}\nusers:\n  carol: {role: ci, cert_subject: \"CN=carol\"}\n"
+              // old maps to a user: its certificate is refused for its dates alone.
+              "  old: {cert_subject: \"CN=old\"}\n");
   const std::string ca = dir + "/ca.pem";
   // Plain TCP to the TLS port fails.
   {
@@ -359,7 +485,11 @@ TEST_F(SecurityTest, TlsWithTokensAndClientCertificates) {
   EXPECT_EQ(stm.error_code(), grpc::StatusCode::UNAUTHENTICATED) << stm.error_message();
   EXPECT_NE(stm.error_message().find("maps to no user"), std::string::npos) << stm.error_message();
   EXPECT_FALSE(WhoAmI(tls_channel(other + "/carol.pem", other + "/carol.key")).ok());
-  EXPECT_FALSE(WhoAmI(tls_channel(dir + "/old.pem", dir + "/old.key")).ok());
+  {
+    auto expired = WhoAmI(tls_channel(dir + "/old.pem", dir + "/old.key"));
+    EXPECT_FALSE(expired.ok());
+    EXPECT_EQ(expired.error_message().find("maps to no user"), std::string::npos) << expired.error_message();
+  }
   // The server certificate is replaced on disk while a client streams: new
   // connections get the new one, the open stream goes on.
   auto dave = Channel(Tls(), Credentials{ca, "", "", token});
@@ -396,6 +526,30 @@ TEST_F(SecurityTest, TlsWithTokensAndClientCertificates) {
   while (!seen && follower->Read(&ev)) seen = ev.has_turn_finished();
   EXPECT_TRUE(seen);
   follow_ctx.TryCancel();
+}
+
+// The TLS listener speaks TLS 1.2 and 1.3 only: a client offering 1.0 or
+// 1.1 (its own floor lowered to allow them) gets no connection.
+TEST_F(SecurityTest, TlsBelowOnePointTwoIsRefused) {
+  SetUpTmp();
+  const std::string dir = MakeTls("tls");
+  StartDaemon("tls: {cert: " + dir + "/server.pem, key: " + dir + "/server.key}\n");
+  auto handshake = [&](const std::string& version) {
+    std::string out, err;
+    RunCommand({"/usr/bin/openssl", "s_client", "-connect", "127.0.0.1:" + std::to_string(port_), version, "-cipher",
+                "DEFAULT:@SECLEVEL=0", "-alpn", "h2", "-servername", "localhost", "-CAfile", dir + "/ca.pem",
+                "-verify_return_error", "-brief"},
+               &out, &err, {}, 20);
+    return out + err;
+  };
+  const std::string v12 = handshake("-tls1_2");
+  EXPECT_NE(v12.find("CONNECTION ESTABLISHED"), std::string::npos) << v12;
+  EXPECT_NE(v12.find("TLSv1.2"), std::string::npos) << v12;
+  EXPECT_NE(handshake("-tls1_3").find("TLSv1.3"), std::string::npos);
+  for (const char* old : {"-tls1_1", "-tls1"}) {
+    const std::string got = handshake(old);
+    EXPECT_EQ(got.find("CONNECTION ESTABLISHED"), std::string::npos) << old << ": " << got;
+  }
 }
 
 // Two users over tokens: neither sees, attaches to, answers or deletes the
@@ -500,6 +654,45 @@ TEST_F(SecurityTest, UsersSeeOnlyTheirOwn) {
     pb::ReleaseResponse out;
     EXPECT_FALSE(hb->Release(&ctx, req, &out).ok());
   }
+  // bob cannot renew alice's lease (naming the rule); an admin can, and it is recorded.
+  {
+    grpc::ClientContext ctx;
+    pb::RenewRequest req;
+    req.set_lease_id(lease.lease_id());
+    pb::Lease out;
+    auto st = hb->Renew(&ctx, req, &out);
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::PERMISSION_DENIED) << st.error_message();
+    EXPECT_NE(st.error_message().find("rule: the lease's holder"), std::string::npos) << st.error_message();
+  }
+  {
+    grpc::ClientContext ctx;
+    pb::RenewRequest req;
+    req.set_lease_id(lease.lease_id());
+    pb::Lease out;
+    ASSERT_TRUE(pb::Hardware::NewStub(d_->channel())->Renew(&ctx, req, &out).ok());
+  }
+  // An admin reads alice's session: allowed, and recorded where alice sees it.
+  {
+    grpc::ClientContext ctx;
+    pb::GetSessionRequest req;
+    req.set_session_id(s.id());
+    pb::Session out;
+    ASSERT_TRUE(pb::Sessions::NewStub(d_->channel())->Get(&ctx, req, &out).ok());
+  }
+  {
+    bool seen = false;
+    const auto alices = records(alice);
+    for (const auto& r : alices.runs()) {
+      auto rec = json::parse(r.record_json(), nullptr, false);
+      seen |= rec.is_object() && rec.value("kind", "") == "admin_override" && rec.value("rpc", "") == "Sessions.Get" &&
+              rec.value("session_id", "") == s.id() && rec.value("principal", "") == "uid:0";
+    }
+    EXPECT_TRUE(seen) << "alice does not see that an admin read her session";
+    const auto bobs = records(bob);
+    for (const auto& r : bobs.runs()) {
+      EXPECT_EQ(r.record_json().find(s.id()), std::string::npos) << "bob sees a record of alice's session";
+    }
+  }
   // The admin (root on the unix socket) kicks alice; it is recorded.
   {
     grpc::ClientContext ctx;
@@ -514,14 +707,18 @@ TEST_F(SecurityTest, UsersSeeOnlyTheirOwn) {
   pb::ExportResponse exp;
   ASSERT_TRUE(pb::Evidence::NewStub(d_->channel())->Export(&ctx, ereq, &exp).ok());
   auto all = json::parse(exp.data());
-  bool kicked = false;
+  bool kicked = false, renewed = false;
   for (const auto& r : all["records"]) {
     const auto& rec = r["record"];
     if (rec.value("kind", "") == "lease_kicked") {
       kicked = rec.value("holder", "") == "user:alice" && rec.value("principal", "") == "uid:0";
     }
+    if (rec.value("kind", "") == "lease_renewed" && rec.value("principal", "") == "uid:0") {
+      renewed = rec.value("holder", "") == "user:alice" && rec.value("admin_override", false);
+    }
   }
   EXPECT_TRUE(kicked) << exp.data();
+  EXPECT_TRUE(renewed) << exp.data();
 }
 
 TEST_F(SecurityTest, SearchesAreListedAndCorrectedOnlyByWhoeverMadeThem) {
@@ -602,6 +799,18 @@ TEST_F(SecurityTest, AdminOnlyCallsAreRefusedNamingTheRule) {
 TEST_F(SecurityTest, LimitsRefuseNamingTheLimit) {
   StartDaemon("limits: {sessions: 2, requests_per_second: 1000, burst: 1000}\n");
   auto alice = Channel(Tcp(), Credentials{"", "", "", MakeToken("alice")});
+  // whoami tells each caller its limits; an admin has none.
+  {
+    pb::WhoAmIResponse who;
+    ASSERT_TRUE(WhoAmI(alice, &who).ok());
+    ASSERT_TRUE(who.has_limits());
+    EXPECT_EQ(who.limits().sessions(), 2);
+    EXPECT_EQ(who.limits().running_turns(), 4);
+    EXPECT_EQ(who.limits().requests_per_second(), 1000);
+    ASSERT_TRUE(WhoAmI(d_->channel(), &who).ok());
+    EXPECT_EQ(who.role(), "admin");
+    EXPECT_FALSE(who.has_limits());
+  }
   auto stub = pb::Sessions::NewStub(alice);
   std::vector<std::string> made;
   for (int i = 0; i < 3; ++i) {
@@ -643,6 +852,203 @@ TEST_F(SecurityTest, LimitsRefuseNamingTheLimit) {
       EXPECT_EQ(st.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << st.error_message();
     }
   }
+}
+
+// Running turns, leases held and a lease's longest ttl: each refused past
+// its limit with RESOURCE_EXHAUSTED naming the limit and when to retry;
+// another user is not held back by them.
+TEST_F(SecurityTest, TurnAndLeaseLimitsRefuseNamingTheLimit) {
+  StartDaemon("limits: {running_turns: 1, leases: 1, lease_ttl_max_s: 60, requests_per_second: 1000, burst: 1000}\n");
+  auto ch = Channel(Tcp(), Credentials{"", "", "", MakeToken("busy")});
+  auto stub = pb::Sessions::NewStub(ch);
+  auto create = [](pb::Sessions::Stub& st) {
+    grpc::ClientContext ctx;
+    pb::Session s;
+    EXPECT_TRUE(st.Create(&ctx, pb::CreateSessionRequest(), &s).ok());
+    return s.id();
+  };
+  const std::string a = create(*stub), b = create(*stub);
+  // A turn that streams slowly holds busy's one running turn.
+  FakeReply slow;
+  slow.match = "the slow one";
+  slow.chunks = std::vector<std::string>(60, "tick ");
+  slow.chunk_delay_ms = 500;
+  fake_.Enqueue(slow);
+  grpc::ClientContext slow_ctx;
+  auto running = stub->Chat(&slow_ctx);
+  pb::ClientEvent open;
+  open.mutable_open()->set_session_id(a);
+  ASSERT_TRUE(running->Write(open));
+  pb::ClientEvent msg;
+  msg.mutable_message()->set_text("the slow one");
+  ASSERT_TRUE(running->Write(msg));
+  pb::ServerEvent ev;
+  bool streaming = false;
+  while (!streaming && running->Read(&ev)) streaming = ev.has_text_delta();
+  ASSERT_TRUE(streaming) << "the slow turn never started";
+  auto second = RunChat(*stub, b, "another");
+  EXPECT_EQ(second.status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << second.status.error_message();
+  EXPECT_NE(second.status.error_message().find("limit running_turns (1)"), std::string::npos)
+      << second.status.error_message();
+  EXPECT_NE(second.status.error_message().find("retry when"), std::string::npos) << second.status.error_message();
+  // Another user's turn runs meanwhile.
+  auto other = pb::Sessions::NewStub(Channel(Tcp(), Credentials{"", "", "", MakeToken("idle")}));
+  FakeReply quick;
+  quick.match = "quick";
+  quick.chunks = {"done"};
+  fake_.Enqueue(quick);
+  EXPECT_TRUE(RunChat(*other, create(*other), "quick").finished);
+  // The slow turn cancelled: busy's next turn runs.
+  pb::ClientEvent cancel;
+  cancel.mutable_cancel();
+  ASSERT_TRUE(running->Write(cancel));
+  bool ended = false;
+  while (!ended && running->Read(&ev)) ended = ev.has_turn_finished();
+  ASSERT_TRUE(ended);
+  running->WritesDone();
+  (void)running->Finish();
+  FakeReply after;
+  after.match = "after";
+  after.chunks = {"ok"};
+  fake_.Enqueue(after);
+  EXPECT_TRUE(RunChat(*stub, b, "after").finished);
+
+  // Leases: a ttl over lease_ttl_max_s, then a second lease past leases (1).
+  auto hw = pb::Hardware::NewStub(ch);
+  auto acquire = [&](const std::string& board, int ttl_s, pb::Lease* out) {
+    grpc::ClientContext ctx;
+    pb::AcquireRequest req;
+    req.set_device_id(board);  // "": any board
+    req.set_ttl_s(ttl_s);
+    return hw->Acquire(&ctx, req, out);
+  };
+  pb::Lease held;
+  auto st = acquire("sim-stm32vl", 3600, &held);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << st.error_message();
+  EXPECT_NE(st.error_message().find("limit lease_ttl_max_s (60 s)"), std::string::npos) << st.error_message();
+  ASSERT_TRUE(acquire("sim-stm32vl", 60, &held).ok());
+  pb::Lease more;
+  st = acquire("", 60, &more);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << st.error_message();
+  EXPECT_NE(st.error_message().find("limit leases (1)"), std::string::npos) << st.error_message();
+  // Released, a lease fits again.
+  {
+    grpc::ClientContext ctx;
+    pb::ReleaseRequest req;
+    req.set_lease_id(held.lease_id());
+    pb::ReleaseResponse out;
+    ASSERT_TRUE(hw->Release(&ctx, req, &out).ok());
+  }
+  EXPECT_TRUE(acquire("sim-stm32vl", 60, &more).ok());
+}
+
+// The hour's ingest budget is charged with the bytes that arrive, not the
+// size the client declares: declaring 0 (or too little) gains nothing.
+TEST_F(SecurityTest, TheIngestBudgetCountsTheBytesSentNotTheSizeDeclared) {
+  StartDaemon("limits: {ingest_mb_per_hour: 1, requests_per_second: 1000, burst: 1000}\n");
+  auto stub = pb::Knowledge::NewStub(Channel(Tcp(), Credentials{"", "", "", MakeToken("hoarder")}));
+  auto upload = [&](const std::string& name, int64_t declared, size_t sent) {
+    return Upload(*stub, name, "~hoard", declared, sent);
+  };
+  // 1.5 MB declared as nothing: refused once the bytes pass the budget.
+  auto st = upload("liar.md", 0, 1536 * 1024);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << st.error_message();
+  EXPECT_NE(st.error_message().find("limit ingest_mb_per_hour (1 MB)"), std::string::npos) << st.error_message();
+  EXPECT_NE(st.error_message().find("retry in"), std::string::npos) << st.error_message();
+  // What did arrive counts: a small honest file no longer fits either.
+  st = upload("small.md", 4096, 4096);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << st.error_message();
+  // Nothing of the refused upload was stored.
+  grpc::ClientContext ctx;
+  pb::ListDocumentsRequest req;
+  req.set_collection("~hoard");
+  pb::ListDocumentsResponse docs;
+  auto listed = stub->ListDocuments(&ctx, req, &docs);
+  ASSERT_TRUE(listed.ok()) << listed.error_message();
+  EXPECT_EQ(docs.documents_size(), 0);
+  // Another user's budget is their own.
+  auto other = pb::Knowledge::NewStub(Channel(Tcp(), Credentials{"", "", "", MakeToken("reader")}));
+  stub.swap(other);
+  EXPECT_TRUE(upload("fine.md", 4096, 4096).ok());
+}
+
+// An upload cut short — fewer bytes than its header declared, or the client
+// gone mid-upload — stores nothing.
+TEST_F(SecurityTest, AnUploadCutShortStoresNothing) {
+  StartDaemon("");
+  auto kb = pb::Knowledge::NewStub(Channel(Tcp(), Credentials{"", "", "", MakeToken("alice")}));
+  auto st = Upload(*kb, "short.md", "~cut", 8192, 4096);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << st.error_message();
+  EXPECT_NE(st.error_message().find("4096 of the 8192 bytes its header declared arrived"), std::string::npos)
+      << st.error_message();
+  {
+    // Half of a 1 MB file, then the client cancels.
+    grpc::ClientContext ctx;
+    auto stream = kb->Ingest(&ctx);
+    pb::IngestChunk head;
+    head.mutable_header()->set_name("cancelled.md");
+    head.mutable_header()->set_collection("~cut");
+    head.mutable_header()->set_size(1 << 20);
+    ASSERT_TRUE(stream->Write(head));
+    pb::IngestChunk part;
+    part.set_data("# Half\n\n" + std::string((1 << 19) - 9, 'x'));
+    ASSERT_TRUE(stream->Write(part));
+    ctx.TryCancel();
+    pb::IngestProgress p;
+    while (stream->Read(&p)) {
+    }
+    EXPECT_EQ(stream->Finish().error_code(), grpc::StatusCode::CANCELLED);
+  }
+  // Uploads are ingested one after another: once a whole one is in, one
+  // cut short before it would be too.
+  ASSERT_TRUE(Upload(*kb, "whole.md", "~cut", 4096, 4096).ok());
+  grpc::ClientContext ctx;
+  pb::ListDocumentsRequest req;
+  req.set_collection("~cut");
+  pb::ListDocumentsResponse docs;
+  ASSERT_TRUE(kb->ListDocuments(&ctx, req, &docs).ok());
+  ASSERT_EQ(docs.documents_size(), 1);
+  EXPECT_EQ(docs.documents(0).name(), "whole.md");
+}
+
+// The team's shared knowledge base is read by everyone and written only by
+// the roles in knowledge_writers; personal collections by their owner.
+TEST_F(SecurityTest, TheSharedKnowledgeBaseIsWrittenOnlyByTheRolesConfigured) {
+  StartDaemon("knowledge_writers: [admin]\n");
+  auto user = pb::Knowledge::NewStub(Channel(Tcp(), Credentials{"", "", "", MakeToken("alice")}));
+  auto admin = pb::Knowledge::NewStub(d_->channel());
+  auto st = Upload(*user, "user-notes.md", "", 64, 64);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::PERMISSION_DENIED) << st.error_message();
+  EXPECT_NE(st.error_message().find("rule: knowledge_writers"), std::string::npos) << st.error_message();
+  EXPECT_TRUE(Upload(*user, "mine.md", "~notes", 64, 64).ok());
+  ASSERT_TRUE(Upload(*admin, "team.md", "", 64, 64).ok());
+  // alice reads the team's document, and cannot delete it.
+  std::string team_id;
+  {
+    grpc::ClientContext ctx;
+    pb::ListDocumentsResponse docs;
+    ASSERT_TRUE(user->ListDocuments(&ctx, pb::ListDocumentsRequest(), &docs).ok());
+    for (const auto& d : docs.documents()) {
+      if (d.name() == "team.md") team_id = d.id();
+      EXPECT_NE(d.name(), "user-notes.md");
+    }
+  }
+  ASSERT_FALSE(team_id.empty()) << "the shared document is not listed for alice";
+  {
+    grpc::ClientContext ctx;
+    pb::DeleteDocumentRequest req;
+    req.set_doc(team_id);
+    pb::DeleteDocumentResponse out;
+    auto del = user->DeleteDocument(&ctx, req, &out);
+    EXPECT_EQ(del.error_code(), grpc::StatusCode::PERMISSION_DENIED) << del.error_message();
+  }
+  // The default (admin and user) lets a user write it, not a ci token.
+  StartDaemon("");
+  user = pb::Knowledge::NewStub(Channel(Tcp(), Credentials{"", "", "", MakeToken("alice")}));
+  auto ci = pb::Knowledge::NewStub(Channel(Tcp(), Credentials{"", "", "", MakeToken("ci-bot", "ci")}));
+  EXPECT_TRUE(Upload(*user, "user-notes.md", "", 64, 64).ok());
+  st = Upload(*ci, "ci-notes.md", "", 64, 64);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::PERMISSION_DENIED) << st.error_message();
 }
 
 TEST_F(SecurityTest, RequestFloodsAreRefusedWithWhenToRetry) {
@@ -705,6 +1111,10 @@ class AgentIsolationTest : public SecurityTest {
     std::ofstream(project_ + "/.fwai/skills/probe.yaml")
         << "name: probe\nsteps:\n  - name: look\n    tool: shell\n    command: \"id -u > uid.txt; cat "
         << secret_ << " root-only.txt link.txt || true\"\n";
+    // Runs until the test creates `go` in the project (60 s at most).
+    std::ofstream(project_ + "/.fwai/skills/gated.yaml")
+        << "name: gated\nsteps:\n  - name: wait\n    tool: shell\n    command: \"for i in $(seq 1 1200); do "
+           "[ -e go ] && exit 0; sleep 0.05; done; exit 1\"\n";
     auto nobody = LookupAccount("nobody");
     ASSERT_TRUE(nobody.ok());
     nobody_uid_ = nobody->uid;
@@ -714,7 +1124,7 @@ class AgentIsolationTest : public SecurityTest {
       }
     }
     ASSERT_EQ(chown(project_.c_str(), nobody->uid, nobody->gid), 0);
-    StartDaemon("users:\n  mallory: {role: user, local_user: nobody}\n");
+    StartDaemon("users:\n  mallory: {role: user, local_user: nobody}\nlimits: {running_runs: 1}\n");
     mallory_ = Channel(Tcp(), Credentials{"", "", "", MakeToken("mallory")});
     nameless_ = Channel(Tcp(), Credentials{"", "", "", MakeToken("drifter")});
   }
@@ -789,6 +1199,19 @@ TEST_F(AgentIsolationTest, FileAndCommandToolsActAsTheSessionsAccountInsideItsPr
     ASSERT_EQ(stat(e.path().c_str(), &st), 0);
     EXPECT_EQ(st.st_uid, nobody_uid_) << e.path();
   }
+  // The turn's record names who started it and from where.
+  grpc::ClientContext ctx;
+  pb::ListRunsResponse runs;
+  ASSERT_TRUE(pb::Evidence::NewStub(mallory_)->ListRuns(&ctx, pb::ListRunsRequest(), &runs).ok());
+  int turns = 0;
+  for (const auto& r : runs.runs()) {
+    auto rec = json::parse(r.record_json(), nullptr, false);
+    if (!rec.is_object() || rec.value("kind", "") != "agent_turn") continue;
+    ++turns;
+    EXPECT_EQ(rec.value("principal", ""), "user:mallory") << rec.dump();
+    EXPECT_NE(rec.value("peer", "").find("127.0.0.1"), std::string::npos) << rec.dump();
+  }
+  EXPECT_EQ(turns, 1);
 }
 
 TEST_F(AgentIsolationTest, ASessionWithoutAnAccountIsOfferedNoFileToolsAndCannotCallThem) {
@@ -837,12 +1260,129 @@ TEST_F(AgentIsolationTest, ASkillRunsAsTheCallersAccount) {
     ASSERT_EQ(stat(e.path().c_str(), &st), 0);
     EXPECT_EQ(st.st_uid, nobody_uid_) << e.path();
   }
+  // The run's record names who ran it and from where; its owner sees it,
+  // another user does not.
+  auto skill_runs = [&](const std::shared_ptr<grpc::Channel>& ch) {
+    grpc::ClientContext c;
+    pb::ListRunsResponse out;
+    EXPECT_TRUE(pb::Evidence::NewStub(ch)->ListRuns(&c, pb::ListRunsRequest(), &out).ok());
+    std::vector<json> runs;
+    for (const auto& r : out.runs()) {
+      auto rec = json::parse(r.record_json(), nullptr, false);
+      if (rec.is_object() && rec.value("kind", "") == "skill_run") runs.push_back(rec);
+    }
+    return runs;
+  };
+  auto mine = skill_runs(mallory_);
+  ASSERT_EQ(mine.size(), 1u) << "the caller does not see the record of the run she made";
+  EXPECT_EQ(mine[0].value("principal", ""), "user:mallory") << mine[0].dump();
+  EXPECT_NE(mine[0].value("peer", "").find("127.0.0.1"), std::string::npos) << mine[0].dump();
+  EXPECT_TRUE(skill_runs(nameless_).empty());
   // A caller with no account cannot run a skill at all.
   grpc::ClientContext ctx2;
   auto refused = pb::Skills::NewStub(nameless_)->Run(&ctx2, req);
   while (refused->Read(&ev)) {
   }
   EXPECT_EQ(refused->Finish().error_code(), grpc::StatusCode::PERMISSION_DENIED);
+}
+
+// A run whose token is revoked is cancelled as a client's cancel cancels it,
+// and its stream ends saying why.
+TEST_F(AgentIsolationTest, ARunEndsWhenItsTokenIsRevoked) {
+  const std::string skill = project_ + "/.fwai/skills/slow.yaml";
+  std::ofstream(skill) << "name: slow\nsteps:\n  - name: wait\n    tool: shell\n    command: \"echo started; sleep 60\"\n";
+  ASSERT_EQ(lchown(skill.c_str(), nobody_uid_, static_cast<gid_t>(-1)), 0);
+  const std::string token = MakeToken("mallory");
+  auto ch = Channel(Tcp(), Credentials{"", "", "", token});
+  ASSERT_NE(ch, nullptr);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(40));
+  pb::RunSkillRequest req;
+  req.set_project_root(project_);
+  req.set_skill("slow");
+  req.set_ci(true);
+  auto stream = pb::Skills::NewStub(ch)->Run(&ctx, req);
+  // Under way: the shell step has said so.
+  pb::SkillEvent ev;
+  std::string run_id, seen;
+  bool started = false;
+  while (!started && stream->Read(&ev)) {
+    if (!ev.run_id().empty()) run_id = ev.run_id();
+    seen += ev.kind() + ": " + ev.text() + "\n";
+    started = ev.kind() == "output" && ev.text() == "started";
+  }
+  ASSERT_TRUE(started) << seen << stream->Finish().error_message();
+  ASSERT_FALSE(run_id.empty());
+  {
+    grpc::ClientContext rctx;
+    pb::RevokeTokenRequest rreq;
+    rreq.set_id(token_ids_[token]);
+    pb::RevokeTokenResponse resp;
+    ASSERT_TRUE(pb::Auth::NewStub(d_->channel())->RevokeToken(&rctx, rreq, &resp).ok());
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  while (stream->Read(&ev)) {
+  }
+  auto st = stream->Finish();
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::UNAUTHENTICATED) << st.error_message();
+  EXPECT_NE(st.error_message().find("revoked"), std::string::npos) << st.error_message();
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(10)) << "the run's stream outlived its token";
+  // The run itself was cancelled, long before its step would have ended.
+  std::string rec;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (rec.empty() && std::chrono::steady_clock::now() < until) {
+    grpc::ClientContext gctx;
+    pb::GetRunRequest greq;
+    greq.set_run_id(run_id);
+    pb::RunRecord r;
+    if (pb::Evidence::NewStub(d_->channel())->GetRun(&gctx, greq, &r).ok()) {
+      rec = r.record_json();
+    } else {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+  }
+  ASSERT_FALSE(rec.empty()) << "the run " << run_id << " left no record: it was not stopped";
+  EXPECT_EQ(json::parse(rec).value("failure_class", ""), "cancelled") << rec;
+}
+
+// limits.running_runs (1 here): a second run while one runs is refused
+// naming the limit; the moment the first has ended, the next one runs.
+TEST_F(AgentIsolationTest, ASecondSkillRunPastTheLimitIsRefused) {
+  pb::RunSkillRequest req;
+  req.set_project_root(project_);
+  req.set_skill("gated");
+  req.set_ci(true);
+  grpc::ClientContext first_ctx;
+  auto first = pb::Skills::NewStub(mallory_)->Run(&first_ctx, req);
+  pb::SkillEvent ev;
+  bool started = false;
+  while (!started && first->Read(&ev)) started = ev.kind() == "run_started";
+  ASSERT_TRUE(started);
+  auto run = [&](const std::string& skill) {
+    grpc::ClientContext ctx;
+    pb::RunSkillRequest r = req;
+    r.set_skill(skill);
+    auto stream = pb::Skills::NewStub(mallory_)->Run(&ctx, r);
+    pb::SkillEvent e;
+    bool finished = false;
+    while (stream->Read(&e)) finished |= e.kind() == "run_finished";
+    auto st = stream->Finish();
+    return std::make_pair(st, finished);
+  };
+  auto [refused, never] = run("probe");
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << refused.error_message();
+  EXPECT_NE(refused.error_message().find("limit running_runs (1)"), std::string::npos) << refused.error_message();
+  EXPECT_NE(refused.error_message().find("retry when"), std::string::npos) << refused.error_message();
+  EXPECT_FALSE(never);
+  // The first run let go and read to its end: the next one runs at once.
+  std::ofstream(project_ + "/go") << "go\n";
+  bool finished = false;
+  while (first->Read(&ev)) finished |= ev.kind() == "run_finished";
+  ASSERT_TRUE(first->Finish().ok());
+  ASSERT_TRUE(finished);
+  auto [st, ran] = run("probe");
+  EXPECT_TRUE(st.ok()) << st.error_message();
+  EXPECT_TRUE(ran);
 }
 
 // fwaid runs as root and serves a group socket (mode 0660, group nogroup).
@@ -1108,6 +1648,19 @@ TEST_F(UnixPeerAttackTest, ATokenWithoutAnAccountGetsNoFileToolAtAll) {
       EXPECT_NE(name, banned) << "offered to a session without a project";
     }
   }
+  // The CLI says so before the model answers: no project, no file or command tools, and why.
+  FakeReply hello;
+  hello.chunks = {"hello"};
+  fake_.Enqueue(hello);
+  std::string out, err;
+  const std::string token = MakeToken("drifter");
+  EXPECT_EQ(RunCommand({std::string(FWAI_BIN_DIR) + "/fwai", "--daemon", Tcp(), "--project", project_, "chat", "hi"},
+                       &out, &err, {"FWAI_TOKEN=" + token}),
+            0)
+      << err;
+  EXPECT_NE(err.find("this session has no project and no file or command tools"), std::string::npos) << err;
+  EXPECT_FALSE(s.no_project_reason().empty());
+  EXPECT_NE(err.find(s.no_project_reason()), std::string::npos) << err;
 }
 
 // Two uids on the group socket: `daemon` (given the socket's group) cannot
@@ -1164,6 +1717,93 @@ TEST_F(UnixPeerAttackTest, TwoUidsOnTheGroupSocketSeeOnlyTheirOwn) {
   ASSERT_TRUE(holder->ListDevices(&ctx, pb::ListDevicesRequest(), &devs).ok());
   ASSERT_EQ(devs.leases_size(), 1);
   EXPECT_NE(devs.leases(0).holder().find("nobody"), std::string::npos) << devs.leases(0).holder();
+}
+
+// Personal collections follow identities, not names: a token made for the
+// name of a local account (nobody) that fwaid.yaml does not map to that
+// account gets nothing of the account's ~nobody collections — neither over
+// the API nor through the agent's documentSearch — and cannot write there.
+TEST_F(UnixPeerAttackTest, ATokenNamedAfterALocalAccountGetsNoneOfItsPersonalCollections) {
+  const std::string note = d_tmp_ + "/note.md";
+  std::ofstream(note) << "# Private\n\nThe NOBODY-PRIVATE-NOTE says the unlock code is 4711.\n";
+  ASSERT_EQ(chmod(note.c_str(), 0644), 0);
+  std::string out, err;
+  ASSERT_EQ(AsUser("nobody", {"kb", "add", note, "--collection", "~notes"}, &out, &err), 0) << err << out;
+  ASSERT_EQ(AsUser("nobody", {"--json", "kb", "ls", "--collection", "~notes"}, &out, &err), 0) << err;
+  ASSERT_NE(out.find("note.md"), std::string::npos) << "nobody does not see its own note: " << out;
+  // The agent of nobody's own session finds it (so the search below can find it at all).
+  std::string all;
+  auto own = NobodyTurn(project_, {{"s1", "documentSearch", {{"query", "NOBODY-PRIVATE-NOTE unlock code"}}}}, &all);
+  ASSERT_NE(own["s1"].find("NOBODY-PRIVATE-NOTE"), std::string::npos) << all;
+
+  // A token for "nobody" (users: does not name it): another principal.
+  auto impostor = Channel(Tcp(), Credentials{"", "", "", MakeToken("nobody")});
+  auto kb = pb::Knowledge::NewStub(impostor);
+  for (const std::string collection : {"", "~nobody/notes", "~nobody", "~notes"}) {
+    grpc::ClientContext ctx;
+    pb::ListDocumentsRequest req;
+    req.set_collection(collection);
+    pb::ListDocumentsResponse docs;
+    (void)kb->ListDocuments(&ctx, req, &docs);  // refused, or without the note
+    for (const auto& d : docs.documents()) {
+      EXPECT_EQ(d.name().find("note.md"), std::string::npos) << "listed in '" << collection << "'";
+    }
+  }
+  for (const std::string collection : {"", "~nobody/notes"}) {
+    grpc::ClientContext ctx;
+    pb::SearchRequest req;
+    req.set_query("NOBODY-PRIVATE-NOTE unlock code");
+    req.set_collection(collection);
+    pb::SearchResponse found;
+    (void)kb->Search(&ctx, req, &found);
+    for (const auto& r : found.results()) {
+      EXPECT_EQ(r.text().find("NOBODY-PRIVATE-NOTE"), std::string::npos) << "found in '" << collection << "'";
+    }
+  }
+  {
+    // Its "~notes" is nobody's: refused, saying whose and what to do.
+    grpc::ClientContext ctx;
+    auto stream = kb->Ingest(&ctx);
+    pb::IngestChunk head;
+    head.mutable_header()->set_name("planted.md");
+    head.mutable_header()->set_collection("~notes");
+    head.mutable_header()->set_size(10);
+    stream->Write(head);
+    pb::IngestChunk data;
+    data.set_data("# planted");
+    stream->Write(data);
+    stream->WritesDone();
+    pb::IngestProgress p;
+    while (stream->Read(&p)) {
+    }
+    auto st = stream->Finish();
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::PERMISSION_DENIED) << st.error_message();
+    EXPECT_NE(st.error_message().find("belongs to the local account nobody"), std::string::npos) << st.error_message();
+  }
+  // Its agent does not find the note either.
+  grpc::ClientContext ctx;
+  pb::Session s;
+  ASSERT_TRUE(pb::Sessions::NewStub(impostor)->Create(&ctx, pb::CreateSessionRequest(), &s).ok());
+  FakeReply r;
+  r.tool_calls = {{"s2", "documentSearch", {{"query", "NOBODY-PRIVATE-NOTE unlock code"}}}};
+  fake_.Enqueue(r);
+  FakeReply done;
+  done.chunks = {"done"};
+  fake_.Enqueue(done);
+  auto turn = RunChat(*pb::Sessions::NewStub(impostor), s.id(), "find it");
+  ASSERT_TRUE(turn.finished) << turn.status.error_message();
+  int searched = 0;
+  for (const auto& ev : turn.events) {
+    if (!ev.has_tool_call_finished()) continue;
+    ++searched;
+    EXPECT_EQ(ev.tool_call_finished().output().find("NOBODY-PRIVATE-NOTE"), std::string::npos)
+        << ev.tool_call_finished().output();
+  }
+  EXPECT_EQ(searched, 1);
+  // nobody's note is still there, whole.
+  ASSERT_EQ(AsUser("nobody", {"--json", "kb", "ls", "--collection", "~notes"}, &out, &err), 0) << err;
+  EXPECT_NE(out.find("note.md"), std::string::npos) << out;
+  EXPECT_EQ(out.find("planted.md"), std::string::npos) << out;
 }
 
 }  // namespace fwai::testing

@@ -1136,6 +1136,12 @@ int Main(int argc, char** argv) {
   builder.SetMaxReceiveMessageSize(64 << 20);
   auto services = MakeServices(deps);
   for (auto& s : services) builder.RegisterService(s.get());
+  {
+    // Every PERMISSION_DENIED is an evidence record, whichever rule refused it.
+    std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
+    interceptors.push_back(gate.RefusalRecorder());
+    builder.experimental().SetInterceptorCreators(std::move(interceptors));
+  }
 
   std::vector<std::unique_ptr<UnixListener>> unix_listeners;
   std::vector<std::pair<std::string, std::unique_ptr<int>>> tcp_ports;

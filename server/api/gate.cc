@@ -1,10 +1,13 @@
 #include "server/api/gate.h"
 
+#include <grpcpp/support/server_interceptor.h>
+
 #include <spdlog/spdlog.h>
 
 #include <chrono>
 #include <set>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/clock.h"
 #include "fwai/v1/auth.pb.h"
@@ -272,9 +275,14 @@ void Gate::RecordRefusal(const std::string& rpc, const std::string& who, const s
   if (!audit_) return;
   const int64_t now = NowMicros();
   {
-    // A flood of refusals leaves one record a second per peer.
+    // A flood of refusals leaves one record a second per peer and RPC (the
+    // gate's refusal and the call's PERMISSION_DENIED are one record).
     std::lock_guard<std::mutex> lock(mu_);
-    int64_t& last = last_refusal_us_[peer];
+    if (last_refusal_us_.size() > 10000) {
+      // Peers change with every connection: forget those past their second.
+      std::erase_if(last_refusal_us_, [now](const auto& kv) { return now - kv.second >= 1000000; });
+    }
+    int64_t& last = last_refusal_us_[peer + " " + rpc];
     if (now - last < 1000000) return;
     last = now;
   }
@@ -284,6 +292,63 @@ void Gate::RecordRefusal(const std::string& rpc, const std::string& who, const s
           {"peer", peer},
           {"code", absl::StatusCodeToString(why.code())},
           {"reason", std::string(why.message())}});
+}
+
+namespace {
+
+// "/fwai.v1.Hardware/Renew" -> "Hardware.Renew".
+std::string RpcName(const char* method) {
+  std::string m = method ? method : "";
+  if (absl::StartsWith(m, "/fwai.v1.")) m = m.substr(9);
+  if (auto slash = m.find('/'); slash != std::string::npos) m[slash] = '.';
+  return m;
+}
+
+class RefusalInterceptor final : public grpc::experimental::Interceptor {
+ public:
+  RefusalInterceptor(grpc::experimental::ServerRpcInfo* info, Gate* gate) : info_(info), gate_(gate) {}
+  void Intercept(grpc::experimental::InterceptorBatchMethods* methods) override {
+    if (methods->QueryInterceptionHookPoint(grpc::experimental::InterceptionHookPoints::PRE_SEND_STATUS)) {
+      const grpc::Status st = methods->GetSendStatus();
+      if (st.error_code() == grpc::StatusCode::PERMISSION_DENIED) Record(st);
+    }
+    methods->Proceed();
+  }
+
+ private:
+  void Record(const grpc::Status& st) {
+    std::string who, peer;
+    if (auto* ctx = dynamic_cast<grpc::CallbackServerContext*>(info_->server_context())) {
+      auto p = gate_->Identify(ctx);
+      if (p.ok()) {
+        who = p->id;
+        peer = p->peer;
+      } else {
+        peer = ctx->peer();
+      }
+    }
+    gate_->RecordRefusal(RpcName(info_->method()), who, peer, absl::PermissionDeniedError(st.error_message()));
+  }
+
+  grpc::experimental::ServerRpcInfo* const info_;
+  Gate* const gate_;
+};
+
+class RefusalInterceptorFactory final : public grpc::experimental::ServerInterceptorFactoryInterface {
+ public:
+  explicit RefusalInterceptorFactory(Gate* gate) : gate_(gate) {}
+  grpc::experimental::Interceptor* CreateServerInterceptor(grpc::experimental::ServerRpcInfo* info) override {
+    return new RefusalInterceptor(info, gate_);
+  }
+
+ private:
+  Gate* const gate_;
+};
+
+}  // namespace
+
+std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface> Gate::RefusalRecorder() {
+  return std::make_unique<RefusalInterceptorFactory>(this);
 }
 
 void Gate::Invalidate() {

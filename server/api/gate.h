@@ -78,8 +78,12 @@ class Gate {
 
   // Forget cached principals (users or tokens changed).
   void Invalidate();
-  // An evidence record for a refused call (at most one a second per peer).
+  // An evidence record for a refused call (at most one a second per peer and RPC).
   void RecordRefusal(const std::string& rpc, const std::string& who, const std::string& peer, const absl::Status& why);
+  // For the server builder: every call that ends PERMISSION_DENIED is
+  // recorded (RecordRefusal), whatever refused it — the table here, or a
+  // rule an RPC checks itself (a lease's holder, the knowledge writers).
+  std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface> RefusalRecorder();
   Identities& identities() { return ids_; }
   Quotas& quotas() { return quotas_; }
 
@@ -95,7 +99,7 @@ class Gate {
 
   std::mutex mu_;
   std::map<std::string, Principal> cache_ ABSL_GUARDED_BY(mu_);  // "uid:N" | token id | subject
-  std::map<std::string, int64_t> last_refusal_us_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, int64_t> last_refusal_us_ ABSL_GUARDED_BY(mu_);  // "peer rpc"
   std::map<Tracked*, std::shared_ptr<Tracked>> tracked_ ABSL_GUARDED_BY(mu_);
   std::atomic<bool> stop_{false};
   std::thread sweeper_;

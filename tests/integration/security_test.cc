@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "common/local_account.h"
 #include "client/lib/client.h"
 #include "fwai/v1/auth.grpc.pb.h"
@@ -617,7 +618,15 @@ TEST_F(SecurityTest, UsersSeeOnlyTheirOwn) {
     return out;
   };
   EXPECT_GE(records(alice).runs_size(), 1);
-  EXPECT_EQ(records(bob).runs_size(), 0);
+  // bob's records are his refusals (the list of every user's sessions), nothing of alice's.
+  {
+    const auto bobs = records(bob);
+    for (const auto& r : bobs.runs()) {
+      auto rec = json::parse(r.record_json(), nullptr, false);
+      EXPECT_EQ(rec.value("principal", ""), "user:bob") << r.record_json();
+      EXPECT_EQ(rec.value("kind", ""), "refusal") << r.record_json();
+    }
+  }
   // Leases on the simulated board.
   auto ha = pb::Hardware::NewStub(alice), hb = pb::Hardware::NewStub(bob);
   pb::Lease lease;
@@ -719,6 +728,16 @@ TEST_F(SecurityTest, UsersSeeOnlyTheirOwn) {
   }
   EXPECT_TRUE(kicked) << exp.data();
   EXPECT_TRUE(renewed) << exp.data();
+  // bob's refusals inside the hardware RPCs (a lease's holder, admin for
+  // --force) are recorded with his principal and address, as the gate's are.
+  bool bob_refused = false;
+  for (const auto& r : all["records"]) {
+    const auto& rec = r["record"];
+    if (rec.value("kind", "") != "refusal" || rec.value("principal", "") != "user:bob") continue;
+    bob_refused = absl::StartsWith(rec.value("rpc", ""), "Hardware.") && rec.value("code", "") == "PERMISSION_DENIED" &&
+                  rec.value("peer", "").find("127.0.0.1") != std::string::npos;
+  }
+  EXPECT_TRUE(bob_refused) << exp.data();
 }
 
 TEST_F(SecurityTest, SearchesAreListedAndCorrectedOnlyByWhoeverMadeThem) {

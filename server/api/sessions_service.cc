@@ -246,6 +246,15 @@ class ChatReactor final : public grpc::ServerBidiReactor<pb::ClientEvent, pb::Se
 
  private:
   // Turns running in the caller's sessions, against its limit.
+  // The limit checked and the turn started as one step: turns one principal
+  // starts at the same moment cannot all slip under the limit.
+  absl::Status StartWithinLimit(TurnRequest req) {
+    static std::mutex starting;
+    std::lock_guard<std::mutex> lock(starting);
+    if (auto l = CheckTurnLimit(); !l.ok()) return l;
+    return deps_.turns->Start(std::move(req));
+  }
+
   absl::Status CheckTurnLimit() {
     const LimitsConfig limits = deps_.gate->identities().LimitsOf(who_);
     const size_t running = deps_.turns->RunningOwnedBy([this](const std::string& owner) { return who_.Owns(owner); });
@@ -263,6 +272,9 @@ class ChatReactor final : public grpc::ServerBidiReactor<pb::ClientEvent, pb::Se
         auto s = access_.Session(who_, in_.open().session_id(), "Sessions.Chat");
         if (!s.ok()) return s.status();
         session_id_ = s->id;
+        // The stream is accepted: the client hears so at once (its headers),
+        // not only with the next event, which may be long in coming.
+        StartSendInitialMetadata();
         auto sub = deps_.sessions->Subscribe(session_id_, in_.open().after_seq(), in_.open().replay(),
                                              /*follow=*/true, pump_.NotifyFn());
         if (!sub.ok()) return sub.status();
@@ -282,8 +294,7 @@ class ChatReactor final : public grpc::ServerBidiReactor<pb::ClientEvent, pb::Se
         req.sender = caller_;
         req.owner = who_.id;
         req.peer = who_.peer;
-        if (auto l = CheckTurnLimit(); !l.ok()) return l;
-        return deps_.turns->Start(std::move(req));
+        return StartWithinLimit(std::move(req));
       }
       case pb::ClientEvent::kCancel:
         if (session_id_.empty()) return absl::InvalidArgumentError("cancel: no chat is open");
@@ -319,8 +330,7 @@ class ChatReactor final : public grpc::ServerBidiReactor<pb::ClientEvent, pb::Se
         req.sender = caller_;
         req.owner = who_.id;
         req.peer = who_.peer;
-        if (auto l = CheckTurnLimit(); !l.ok()) return l;
-        return deps_.turns->Start(std::move(req));
+        return StartWithinLimit(std::move(req));
       }
       case pb::ClientEvent::kSetMode: {
         if (session_id_.empty()) return absl::InvalidArgumentError("set_mode: no chat is open");
@@ -478,6 +488,9 @@ class SessionsService final : public pb::Sessions::CallbackService {
       return absl::InvalidArgumentError(absl::StrCat("provider: '", req.provider(), "' is not configured"));
     }
     const LimitsConfig limits = deps_.gate->identities().LimitsOf(who);
+    // Counted and created as one step: creates at the same moment cannot all
+    // slip under the limit.
+    std::lock_guard<std::mutex> creating(create_mu_);
     auto counted = deps_.sessions->CountOwned([&](const std::string& owner) { return who.Owns(owner); });
     if (!counted.ok()) return counted.status();
     const int64_t owned = *counted;
@@ -522,6 +535,7 @@ class SessionsService final : public pb::Sessions::CallbackService {
 
   const ApiDeps deps_;
   const Access access_;
+  std::mutex create_mu_;  // a session limit's count and the create, together
 };
 
 class DaemonService final : public pb::Daemon::CallbackService {

@@ -131,7 +131,7 @@ class SkillsService final : public pb::Skills::CallbackService {
         return;
       }
       const LimitsConfig limits = svc->deps_.gate->identities().LimitsOf(*who);
-      if (svc->RunsOf(who->id) >= limits.running_runs) {
+      if (!svc->TryAddRun(who->id, limits.running_runs)) {
         st->writer.Close(ToGrpcStatus(absl::ResourceExhaustedError(absl::StrCat(
             "limit running_runs (", limits.running_runs, ") reached: retry when one of your runs has ended"))));
         return;
@@ -149,7 +149,6 @@ class SkillsService final : public pb::Skills::CallbackService {
       // does, and ends the stream with the gate's status.
       stream.Track(*svc->deps_.gate, *who, ctx);
       svc->running_++;
-      svc->AddRun(who->id, +1);
       std::thread([svc, st, r = std::move(r), owner = who->id] {
         std::string run_id;
         svc->deps_.skills->Run(
@@ -180,10 +179,18 @@ class SkillsService final : public pb::Skills::CallbackService {
   }
 
  private:
-  int64_t RunsOf(const std::string& owner) {
+  // Counts a run of `owner` in if it has fewer than `limit` running: the
+  // check and the count are one step, so runs started at once cannot all
+  // slip under the limit.
+  bool TryAddRun(const std::string& owner, int64_t limit) {
     std::lock_guard<std::mutex> lock(mu_);
-    auto it = runs_by_owner_.find(owner);
-    return it == runs_by_owner_.end() ? 0 : it->second;
+    int64_t& n = runs_by_owner_[owner];
+    if (n >= limit) {
+      if (n == 0) runs_by_owner_.erase(owner);
+      return false;
+    }
+    ++n;
+    return true;
   }
   void AddRun(const std::string& owner, int delta) {
     std::lock_guard<std::mutex> lock(mu_);

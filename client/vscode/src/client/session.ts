@@ -83,7 +83,16 @@ export class SessionStream extends EventEmitter {
       if (this.closed) return;
       this.onBroken(err ?? new FwaiError(grpc.status.UNAVAILABLE, 'the daemon ended the stream'));
     };
+    // Open once fwaid has accepted the stream (its headers, sent when it
+    // takes the `open`), not when the call is made: a call made while the
+    // connection is still coming back fails at once, and a message written
+    // to it would be lost.
+    const accepted = () => {
+      if (!ended && this.call === call && !this.closed && this.state !== 'open') this.setState('open');
+    };
+    call.on('metadata', accepted);
     call.on('data', (ev: ServerEvent) => {
+      accepted();
       this.backoff = this.opts.minBackoffMs ?? 100;
       if (ev.seq && ev.seq <= this.lastSeq) return; // replayed twice across a reconnect
       if (ev.seq) this.lastSeq = ev.seq;
@@ -92,7 +101,6 @@ export class SessionStream extends EventEmitter {
     call.on('error', (e) => end(toFwaiError(e)));
     call.on('end', () => end(null));
     call.write({ open: { session_id: this.sessionId, after_seq: this.lastSeq, replay: true } });
-    this.setState('open');
   }
 
   private onBroken(err: FwaiError): void {

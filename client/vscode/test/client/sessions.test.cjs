@@ -252,6 +252,7 @@ test('after the daemon restarts the stream reconnects by itself and the next tur
   const s = await createSession(client, d);
   await fake.enqueue([{ chunks: ['before'] }]);
   const st = new lib.SessionStream(client, s.id, { minBackoffMs: 20, maxBackoffMs: 200 });
+  t.after(() => st.close()); // a failure must not leave it reconnecting (and the run waiting) for ever
   const f = follow(st);
   const states = [];
   st.on('state', (x) => states.push(x));
@@ -264,7 +265,7 @@ test('after the daemon restarts the stream reconnects by itself and the next tur
   await d.start();
   await waitFor(() => st.state === 'open', 'the stream to reopen', 20000);
   await fake.enqueue([{ chunks: ['after'] }]);
-  // The first write may race the reopening; a message is only sent on an open stream.
+  // Open means fwaid has accepted the reopened stream: the message is not lost.
   const t2 = st.sendMessage('two');
   await f.until(turnDone(t2));
   assert.match(f.model.outline(t2), /text\(main\): after/);

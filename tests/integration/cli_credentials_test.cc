@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "client/lib/client.h"
+#include "common/clock.h"
 #include "fwai/v1/auth.grpc.pb.h"
 #include "tests/integration/daemon_fixture.h"
 
@@ -35,16 +36,6 @@ bool FwaidTls(const std::vector<std::string>& args, std::string* err) {
   argv.insert(argv.end(), args.begin(), args.end());
   std::string out;
   return RunCommand(argv, &out, err) == 0;
-}
-
-// What fwai token ls prints for an expiry.
-std::string LocalMinute(int64_t us) {
-  std::time_t t = static_cast<std::time_t>(us / 1000000);
-  std::tm tm{};
-  localtime_r(&t, &tm);
-  char buf[64];
-  std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M", &tm);
-  return buf;
 }
 
 // The line of `text` that starts with `prefix` ("" if none).
@@ -148,7 +139,7 @@ TEST_F(CliCredentialsTest, TokensCertificatesAndLoginThroughTheRealCli) {
     ASSERT_FALSE(line.empty()) << text.out;
     EXPECT_NE(line.find(" dave "), std::string::npos) << line;
     EXPECT_NE(line.find(" ci "), std::string::npos) << line;
-    EXPECT_NE(line.find(LocalMinute(expires_us)), std::string::npos) << line;
+    EXPECT_NE(line.find(FormatLocalTime(expires_us, "%Y-%m-%d %H:%M")), std::string::npos) << line;
     EXPECT_NE(line.find(" valid "), std::string::npos) << line;
   }
   {

@@ -133,6 +133,15 @@ class SecurityTest : public ::testing::Test {
     return resp.token();
   }
 
+  // An admin (root on the unix socket) revokes a token MakeToken made.
+  void RevokeToken(const std::string& token) {
+    grpc::ClientContext ctx;
+    pb::RevokeTokenRequest req;
+    req.set_id(token_ids_[token]);
+    pb::RevokeTokenResponse resp;
+    ASSERT_TRUE(pb::Auth::NewStub(d_->channel())->RevokeToken(&ctx, req, &resp).ok());
+  }
+
   // TLS material in DIR: CA, a server certificate for localhost and
   // 127.0.0.1, and client certificates for `users`.
   std::string MakeTls(const std::string& name, const std::vector<std::string>& users = {}) {
@@ -254,13 +263,7 @@ TEST_F(SecurityTest, RevokedAndExpiredTokensAreRefusedSayingSoAndTheirStreamsEnd
   areq.set_session_id(s.id());
   auto follower = pb::Sessions::NewStub(ch)->Attach(&follow_ctx, areq);
   // The admin revokes the token (on the unix socket, as root).
-  {
-    grpc::ClientContext ctx;
-    pb::RevokeTokenRequest req;
-    req.set_id(token_ids_[token]);
-    pb::RevokeTokenResponse resp;
-    ASSERT_TRUE(pb::Auth::NewStub(d_->channel())->RevokeToken(&ctx, req, &resp).ok());
-  }
+  RevokeToken(token);
   const auto t0 = std::chrono::steady_clock::now();
   pb::ServerEvent ev;
   while (follower->Read(&ev)) {
@@ -327,13 +330,7 @@ TEST_F(SecurityTest, StreamsOfARevokedTokenEndSayingSoAndTheirWorkStops) {
   ASSERT_FALSE(lease.lease_id().empty());
   EXPECT_NE(lease.holder().find("alice"), std::string::npos) << lease.holder();
   // The admin revokes the token (on the unix socket, as root).
-  {
-    grpc::ClientContext ctx;
-    pb::RevokeTokenRequest req;
-    req.set_id(token_ids_[token]);
-    pb::RevokeTokenResponse resp;
-    ASSERT_TRUE(pb::Auth::NewStub(d_->channel())->RevokeToken(&ctx, req, &resp).ok());
-  }
+  RevokeToken(token);
   const auto t0 = std::chrono::steady_clock::now();
   pb::Lease more;
   while (hold->Read(&more)) {
@@ -1332,13 +1329,7 @@ TEST_F(AgentIsolationTest, ARunEndsWhenItsTokenIsRevoked) {
   }
   ASSERT_TRUE(started) << seen << stream->Finish().error_message();
   ASSERT_FALSE(run_id.empty());
-  {
-    grpc::ClientContext rctx;
-    pb::RevokeTokenRequest rreq;
-    rreq.set_id(token_ids_[token]);
-    pb::RevokeTokenResponse resp;
-    ASSERT_TRUE(pb::Auth::NewStub(d_->channel())->RevokeToken(&rctx, rreq, &resp).ok());
-  }
+  RevokeToken(token);
   const auto t0 = std::chrono::steady_clock::now();
   while (stream->Read(&ev)) {
   }

@@ -65,7 +65,12 @@
 #include "server/skills/runner.h"
 #include "server/firmware/reports.h"
 #include "server/hardware/broker.h"
-#include "server/hardware/hardware_tools.h"
+#include "server/boards/board_tools.h"
+#include "server/boards/boards.h"
+#include "server/boards/leases.h"
+#include "server/boards/local_boards.h"
+#include "server/lab/lab_boards.h"
+#include "server/lab/stand_ins.h"
 #include "server/ota/ota_tool.h"
 #include "server/plugins/plugin_store.h"
 #include "server/ota/rollout.h"
@@ -924,7 +929,26 @@ int Main(int argc, char** argv) {
     lab_leases->Start();
     spdlog::info("lab: node {} of the lab at {}", config.lab.node, absl::StrJoin(config.lab.etcd, ","));
   }
-  RegisterHardwareTools(tools, hardware);
+  // Every board, wherever it is: this node's, and in a lab the other nodes'
+  // through their benches. The API, skill runs and the agent's tools share it.
+  LocalBoards local_boards(hardware);
+  std::unique_ptr<lab::LabBoards> lab_boards;
+  if (lab_leases) {
+    lab_boards = std::make_unique<lab::LabBoards>(
+        config, *lab_etcd, *lab_leases, config.lab.node,
+        [&hardware](const std::string& sha) { return hardware.BuildRecordOf(sha); });
+  }
+  Boards boards(local_boards, lab_boards.get(), config.lab.node);
+  boards.SetPolicyFile(config.policy_file);
+  BoardLeases board_leases(hardware, config.hardware, lab_leases.get(), lab_etcd.get(),
+                           config.lab.node);
+  // A bench: the local leases standing for the lab leases other nodes hold.
+  std::unique_ptr<lab::LabStandIns> stand_ins;
+  if (lab_leases) {
+    stand_ins = std::make_unique<lab::LabStandIns>(hardware, *lab_leases, *lab_etcd,
+                                                   config.lab.node, config.hardware.max_ttl_s);
+  }
+  RegisterHardwareTools(tools, boards);
   // Evidence: every agent turn and every flash leaves a signed, chained record.
   auto evidence = EvidenceLog::Open(**storage, config.data_dir + "/keys/evidence.pem", 100);
   if (!evidence.ok()) {
@@ -986,6 +1010,7 @@ int Main(int argc, char** argv) {
     return nlohmann::json::parse(r->bytes, nullptr, false);
   };
   hardware.SetRunRecorder(record_run);
+  boards.SetRecorder(record_run);
   hardware.SetBuildRecordLookup(build_record_of_image);
   hardware.SetSbomOptions(FWAI_VERSION, config.toolchain_dpkg_admindir);
 
@@ -1033,10 +1058,9 @@ int Main(int argc, char** argv) {
   } else if (*n > 0) {
     spdlog::warn("{} skill run(s) cut by the last stop recorded as interrupted", *n);
   }
-  // Set once the lab's forwarding is up (a node of a lab only).
-  std::unique_ptr<RemoteBoards> remote_boards;
   SkillDeps skill_deps;
-  skill_deps.remote_boards = [&remote_boards] { return remote_boards.get(); };
+  skill_deps.boards = &boards;
+  skill_deps.leases = &board_leases;
   skill_deps.journal = &run_journal;
   skill_deps.hardware = &hardware;
   skill_deps.providers = &providers;
@@ -1054,7 +1078,7 @@ int Main(int argc, char** argv) {
   FirmwareReportDeps firmware_deps{latest_build, record_of_run, config.toolchain_dpkg_admindir,
                                    FWAI_VERSION};
   RegisterFirmwareTools(tools, firmware_deps);
-  RolloutManager rollouts(hardware, &skills, **storage, append_evidence, config.ota);
+  RolloutManager rollouts(boards, board_leases, &skills, **storage, append_evidence, config.ota);
   if (auto s = rollouts.Start(); !s.ok()) {
     std::fprintf(stderr, "fwaid: %s\n", std::string(s.message()).c_str());
     return 1;
@@ -1115,6 +1139,8 @@ int Main(int argc, char** argv) {
   deps.pool = &pool;
   deps.ingest_pool = &ingest_pool;
   deps.hardware = &hardware;
+  deps.boards = &boards;
+  deps.leases = &board_leases;
   deps.evidence = evidence_log;
   deps.skills = &skills;
   deps.firmware = &firmware_deps;
@@ -1124,11 +1150,11 @@ int Main(int argc, char** argv) {
   deps.request_shutdown = [] { kill(getpid(), SIGTERM); };
   deps.lab_etcd = lab_etcd.get();
   deps.lab_leases = lab_leases.get();
+  deps.lab_stand_ins = stand_ins.get();
   deps.lab_node = config.lab.node;
   deps.started_us = NowMicros();
   deps.daemon_uid = getuid();
   deps.version = FWAI_VERSION;
-  if (deps.lab_leases) remote_boards = MakeLabSkillBoards(deps);
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();

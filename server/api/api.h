@@ -25,6 +25,7 @@ namespace fwai {
 namespace lab {
 class EtcdClient;
 class LabLeases;
+class LabStandIns;
 }  // namespace lab
 
 class SessionManager;
@@ -35,7 +36,8 @@ class ThreadPool;
 class HardwareBroker;
 class EvidenceLog;
 class SkillRunner;
-class RemoteBoards;
+class Boards;
+class BoardLeases;
 class Gate;
 class RolloutManager;
 class PluginStore;
@@ -77,6 +79,9 @@ struct ApiDeps {
   ThreadPool* pool = nullptr;          // runs work that must not block reactions
   ThreadPool* ingest_pool = nullptr;   // runs document ingest (null: `pool` does)
   HardwareBroker* hardware = nullptr;  // may be null: Hardware answers UNAVAILABLE
+  // Every board, this node's and (in a lab) the other nodes': set with `hardware`.
+  Boards* boards = nullptr;
+  BoardLeases* leases = nullptr;  // who holds which board, listed and leased
   EvidenceLog* evidence = nullptr;     // may be null: Evidence answers UNAVAILABLE
   SkillRunner* skills = nullptr;       // may be null: Skills.Run answers UNAVAILABLE
   Gate* gate = nullptr;                // who calls, and whether the table lets them
@@ -96,6 +101,7 @@ struct ApiDeps {
   // boards of other nodes are leased through etcd.
   lab::EtcdClient* lab_etcd = nullptr;
   lab::LabLeases* lab_leases = nullptr;
+  lab::LabStandIns* lab_stand_ins = nullptr;  // a bench's leases for the other nodes' lab leases
   std::string lab_node;
   int64_t started_us = 0;
   uint32_t daemon_uid = 0;
@@ -113,9 +119,9 @@ std::unique_ptr<grpc::Service> MakeProjectsService(const ApiDeps& deps);
 std::unique_ptr<grpc::Service> MakeSkillsService(const ApiDeps& deps);
 std::unique_ptr<grpc::Service> MakeAuthService(const ApiDeps& deps);
 std::unique_ptr<grpc::Service> MakeFirmwareService(const ApiDeps& deps);
-// On a node of a lab: skill runs' flash and monitor steps on other nodes' boards.
-std::unique_ptr<RemoteBoards> MakeLabSkillBoards(const ApiDeps& deps);
 std::unique_ptr<grpc::Service> MakeOtaService(const ApiDeps& deps);
+// LabNode: a bench's boards worked on by the other nodes of its lab.
+std::unique_ptr<grpc::Service> MakeLabNodeService(const ApiDeps& deps);
 std::unique_ptr<grpc::Service> MakePluginsService(const ApiDeps& deps);
 
 // A request's project root: required, an existing directory, canonical.

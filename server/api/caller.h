@@ -1,11 +1,12 @@
-// Who is calling an RPC, as the hardware broker and the skill runner see it.
+// Who is calling an RPC, as the boards and the skill runner see it (Caller,
+// server/auth/caller.h).
 #pragma once
 
 #include <string>
 #include <string_view>
 
 #include "server/api/api.h"
-#include "server/hardware/broker.h"
+#include "server/auth/caller.h"
 
 namespace grpc {
 class CallbackServerContext;

@@ -18,7 +18,7 @@
 #include "server/api/offload.h"
 #include "server/api/gate.h"
 #include "common/local_account.h"
-#include "server/hardware/broker.h"
+#include "server/boards/leases.h"
 #include "server/llm/provider.h"
 #include "server/project/policy.h"
 #include "server/project/project.h"
@@ -201,11 +201,14 @@ class ProjectsService final : public pb::Projects::CallbackService {
       add(prov);
       // Devices.
       DoctorCheck dev{"devices", false, "", ""};
-      if (deps_.hardware) {
+      if (deps_.hardware && deps_.leases) {
+        // Every board this daemon can reach: its own and, in a lab, the benches'.
         int good = 0;
         std::vector<std::string> names;
-        for (const auto& d : deps_.hardware->List()) {
-          names.push_back(absl::StrCat(d.id, " (", d.kind, ", ", d.health, ")"));
+        for (const auto& b : deps_.leases->List().boards) {
+          const DeviceInfo& d = b.device;
+          names.push_back(absl::StrCat(d.id, " (", d.kind, ", ", d.health,
+                                       d.state == "remote" ? ", on " + b.node : "", ")"));
           good += d.health == "good";
         }
         dev.ok = good > 0;

@@ -11,8 +11,10 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 
+#include "absl/base/thread_annotations.h"
 #include "common/cancel.h"
 #include "server/api/gate.h"
 
@@ -103,6 +105,14 @@ class WorkStreamReactor final : public grpc::ServerWriteReactor<Msg> {
   struct State {
     QueuedWriter<Msg> writer;
     CancelToken cancel;
+    // The gate's status when the token went (TrackAndCancel), else
+    // `otherwise`: what the work ends the stream with.
+    grpc::Status Final(const grpc::Status& otherwise) {
+      std::lock_guard lock(mu);
+      return revoked ? *revoked : otherwise;
+    }
+    std::mutex mu;
+    std::optional<grpc::Status> revoked ABSL_GUARDED_BY(mu);
   };
   using StartFn = std::function<void(WorkStreamReactor&, const std::shared_ptr<State>&)>;
   explicit WorkStreamReactor(const StartFn& start) : state_(std::make_shared<State>()) {
@@ -127,6 +137,18 @@ class WorkStreamReactor final : public grpc::ServerWriteReactor<Msg> {
   void Track(Gate& gate, const Principal& who, grpc::CallbackServerContext* ctx) {
     ticket_ = gate.Track(who, ctx, [st = state_](const grpc::Status& why) {
       st->writer.Close(why);
+      st->cancel.Cancel();
+    });
+  }
+  // As Track, but the stream stays open until the work, cancelled, has
+  // undone what it holds (a lease released): it then ends the stream with
+  // State::Final, the gate's status.
+  void TrackAndCancel(Gate& gate, const Principal& who, grpc::CallbackServerContext* ctx) {
+    ticket_ = gate.Track(who, ctx, [st = state_](const grpc::Status& why) {
+      {
+        std::lock_guard lock(st->mu);
+        st->revoked = why;
+      }
       st->cancel.Cancel();
     });
   }

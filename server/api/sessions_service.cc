@@ -16,7 +16,6 @@
 #include "fwai/v1/tool_catalog.grpc.pb.h"
 #include "server/agent/turn_manager.h"
 #include "server/api/api.h"
-#include "server/api/lab_forward.h"
 #include "server/api/gate.h"
 #include "server/api/offload.h"
 #include "server/tools/project_fs.h"

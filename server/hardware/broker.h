@@ -18,38 +18,15 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "common/local_account.h"
 #include "common/cancel.h"
 #include "common/config.h"
+#include "server/auth/caller.h"
 #include "server/hardware/lease_manager.h"
 #include "server/hardware/serial_hub.h"
 
 namespace fwai {
 
 class Storage;
-
-// What a plugin declared it may do with boards; the broker refuses the rest.
-struct CapabilityScope {
-  std::string plugin;
-  bool flash = false;               // flash and OTA updates
-  std::vector<std::string> boards;  // tags: a board must carry one to be leased or touched
-};
-
-struct Caller {
-  std::optional<CapabilityScope> scope;  // set when a plugin's code acts
-  std::string identity;  // the principal: "uid:N" | "user:NAME"
-  std::vector<std::string> aliases;  // the principal's other ids (Principal::aliases)
-  std::string user;      // its user name (limits are per user)
-  int64_t uid = -1;
-  std::string display;   // "alice (uid 1000)"
-  bool admin = false;
-  std::string session_id;
-  std::string lease_id;
-  std::string peer;      // where the call came from, for the record
-  // The local account the caller's files are read as (flash images, project
-  // files); none: the caller reads no files through fwaid.
-  std::optional<LocalAccount> account;
-};
 
 struct DeviceInfo {
   std::string id, kind, name, health, health_reason;
@@ -93,6 +70,9 @@ struct FlashResult {
   std::string sha256;
   std::string boot_line;  // the line that matched the boot pattern, if any
   double seconds = 0;
+  // What the flash's evidence record says of it (kind "flash"): written by
+  // the caller (Boards), never by the broker.
+  nlohmann::json record;
 };
 
 // The policy's rules for the flash guard beyond lease, image, fit and
@@ -135,7 +115,8 @@ class HardwareBroker {
   void Shutdown();
   // True once Shutdown began: streams ending now end because fwaid stops.
   bool stopping() const { return stopping_.load(); }
-  // Receives a run record per flash (the evidence log).
+  // Receives the records of leases that end on their own (TTL, session);
+  // flash records are the caller's to write (FlashResult::record).
   void SetRunRecorder(std::function<void(const nlohmann::json&)> recorder) { recorder_ = std::move(recorder); }
   // With hardware.keep_serial_transcripts: where each lease's serial output
   // is kept, content-addressed (DIR/SHA256.log, mode 0600).

@@ -30,6 +30,15 @@ constexpr char kRolloutPrefix[] = "rollout/";
 constexpr char kPassedPrefix[] = "passed/";
 constexpr char kBoardPrefix[] = "board/";
 constexpr int kLeaseTtlS = 900;
+
+// A rollout's lease on one of its boards: waits up to 30 s for it.
+LeaseRequest LeaseOn(const std::string& board) {
+  LeaseRequest r;
+  r.board = board;
+  r.ttl_s = kLeaseTtlS;
+  r.wait_s = 30;
+  return r;
+}
 constexpr int kBootTimeoutMs = 15000;
 
 // Rollout keys sort by start time: "rollout/<20-digit time>-<id>".
@@ -135,13 +144,24 @@ struct RolloutManager::Run_ {
   }
 };
 
-RolloutManager::RolloutManager(HardwareBroker& hardware, SkillRunner* skills, Storage& storage,
-                               AppendEvidence append, OtaConfig config)
-    : hardware_(hardware),
+RolloutManager::RolloutManager(::fwai::Boards& boards, BoardLeases& leases, SkillRunner* skills,
+                               Storage& storage, AppendEvidence append, OtaConfig config)
+    : boards_(boards),
+      leases_(leases),
       skills_(skills),
       storage_(storage),
       append_(std::move(append)),
       config_(std::move(config)) {}
+
+std::vector<DeviceInfo> RolloutManager::Fleet() const {
+  std::vector<DeviceInfo> out;
+  for (auto& b : leases_.List().boards) {
+    if (b.device.state == "remote") continue;  // another node's: its bench rolls it out
+    if (b.device.kind == "simulated" || b.device.kind == "board")
+      out.push_back(std::move(b.device));
+  }
+  return out;
+}
 
 absl::Status RolloutManager::Start() {
   for (const auto& path : config_.keys) {
@@ -216,8 +236,8 @@ RolloutResult RolloutManager::Run(const RolloutRequest& req,
   // Read as the caller's account: nobody rolls out (and so exposes) a file
   // they could not read themselves.
   if (!req.caller.account) {
-    return refuse(absl::PermissionDeniedError(
-        absl::StrCat("reading ", req.image_path, " needs a local account; ", req.caller.display, " has none")));
+    return refuse(absl::PermissionDeniedError(absl::StrCat(
+        "reading ", req.image_path, " needs a local account; ", req.caller.display, " has none")));
   }
   absl::StatusOr<std::string> bytes;
   {
@@ -251,10 +271,8 @@ RolloutResult RolloutManager::Run(const RolloutRequest& req,
     std::set<std::string> ids;
     std::vector<std::string> tags;
     std::set<std::string> known;
-    auto all = hardware_.List();
-    for (const auto& d : all) {
-      if (d.kind == "simulated" || d.kind == "board") known.insert(d.id);
-    }
+    auto all = Fleet();
+    for (const auto& d : all) known.insert(d.id);
     for (const auto& b : req.boards) {
       if (known.count(b)) {
         ids.insert(b);
@@ -306,7 +324,7 @@ RolloutResult RolloutManager::Run(const RolloutRequest& req,
   for (const auto& d : fleet) {
     std::string cur_version, cur_hash;
     if (d.kind == "simulated") {
-      auto slots = hardware_.OtaSlots(d.id);
+      auto slots = boards_.OtaSlots(BoardRef{d.id, "", false, ""});
       if (slots.ok() && slots->booted_from_slots && slots->primary.has_image) {
         cur_version = slots->primary.version;
         cur_hash = slots->primary.hash;
@@ -397,8 +415,7 @@ RolloutResult RolloutManager::Run(const RolloutRequest& req,
         continue;
       }
       attempted++;
-      auto lease =
-          hardware_.Acquire(caller, board, {}, kLeaseTtlS, 30, [&] { return cancel.cancelled(); });
+      auto lease = leases_.Acquire(caller, LeaseOn(board), [&] { return cancel.cancelled(); });
       if (!lease.ok()) {
         failed++;
         run.BoardEvent(board, "failed",
@@ -409,18 +426,18 @@ RolloutResult RolloutManager::Run(const RolloutRequest& req,
       bc.lease_id = lease->lease_id;
       const bool own_lease = !lease->renewed;
       auto release = [&] {
-        if (own_lease) (void)hardware_.Release(bc, lease->lease_id, board, false);
+        if (own_lease) (void)leases_.Release(bc, lease->lease_id, board, false);
       };
       run.BoardEvent(
           board, "staging",
           absl::StrCat("writing ", version, " to the secondary slot of ", board, " (test)"));
-      if (auto s = hardware_.OtaStage(bc, board, *bytes, false); !s.ok()) {
+      if (auto s = boards_.OtaStage(bc, BoardRef{board, "", false, ""}, *bytes, false); !s.ok()) {
         failed++;
         run.BoardEvent(board, "failed", absl::StrCat("upload failed: ", s.message()));
         release();
         continue;
       }
-      auto boot = hardware_.OtaRestart(bc, board, kBootTimeoutMs);
+      auto boot = boards_.OtaRestart(bc, BoardRef{board, "", false, ""}, kBootTimeoutMs);
       std::string why;
       if (!boot.ok()) {
         why = absl::StrCat("restart failed: ", boot.status().message());
@@ -466,7 +483,7 @@ RolloutResult RolloutManager::Run(const RolloutRequest& req,
         }
       }
       if (why.empty()) {
-        if (auto s = hardware_.OtaConfirm(bc, board); !s.ok()) {
+        if (auto s = boards_.OtaConfirm(bc, BoardRef{board, "", false, ""}); !s.ok()) {
           why = absl::StrCat("confirm failed: ", s.message());
         } else {
           confirmed.push_back(board);
@@ -488,7 +505,7 @@ RolloutResult RolloutManager::Run(const RolloutRequest& req,
         // Not confirmed: the bootloader swaps the previous image back at this restart.
         const bool new_image_ran = !boot.ok() || d.kind != "simulated" || boot->hash == hash;
         if (new_image_ran) {
-          auto back = hardware_.OtaRestart(bc, board, kBootTimeoutMs);
+          auto back = boards_.OtaRestart(bc, BoardRef{board, "", false, ""}, kBootTimeoutMs);
           if (!back.ok()) {
             run.BoardEvent(board, "failed",
                            absl::StrCat("revert failed: ", back.status().message()));
@@ -533,7 +550,7 @@ RolloutResult RolloutManager::Run(const RolloutRequest& req,
   if (final_state == "stopped") {
     // Boards updated for good in earlier stages go back to their previous image.
     for (const auto& board : confirmed) {
-      auto lease = hardware_.Acquire(caller, board, {}, kLeaseTtlS, 30, [] { return false; });
+      auto lease = leases_.Acquire(caller, LeaseOn(board), [] { return false; });
       if (!lease.ok()) {
         run.BoardEvent(board, "failed",
                        absl::StrCat("cannot lease ", board,
@@ -542,9 +559,10 @@ RolloutResult RolloutManager::Run(const RolloutRequest& req,
       }
       Caller bc = caller;
       bc.lease_id = lease->lease_id;
-      absl::Status s = hardware_.OtaRestorePrevious(bc, board);
-      absl::StatusOr<OtaBootResult> back = s.ok() ? hardware_.OtaRestart(bc, board, kBootTimeoutMs)
-                                                  : absl::StatusOr<OtaBootResult>(s);
+      absl::Status s = boards_.OtaRestorePrevious(bc, BoardRef{board, "", false, ""});
+      absl::StatusOr<OtaBootResult> back =
+          s.ok() ? boards_.OtaRestart(bc, BoardRef{board, "", false, ""}, kBootTimeoutMs)
+                 : absl::StatusOr<OtaBootResult>(s);
       if (!back.ok()) {
         run.BoardEvent(board, "failed",
                        absl::StrCat("taking the update back failed: ", back.status().message()));
@@ -553,7 +571,7 @@ RolloutResult RolloutManager::Run(const RolloutRequest& req,
             board, "rolled_back", absl::StrCat(board, " is back on ", back->version),
             {{"swap", back->swap}, {"running", back->version}, {"boot_line", back->boot_line}});
       }
-      if (!lease->renewed) (void)hardware_.Release(bc, lease->lease_id, board, false);
+      if (!lease->renewed) (void)leases_.Release(bc, lease->lease_id, board, false);
     }
   }
   run.doc["state"] = final_state;
@@ -619,11 +637,10 @@ absl::StatusOr<json> RolloutManager::Get(const std::string& rollout_id) const {
 absl::StatusOr<json> RolloutManager::Boards() const {
   json out = json::array();
   auto recent = List(50);
-  for (const auto& d : hardware_.List()) {
-    if (d.kind != "simulated" && d.kind != "board") continue;
+  for (const auto& d : Fleet()) {
     json b = {{"board", d.id}, {"kind", d.kind}, {"health", d.health}, {"tags", d.tags}};
     if (d.kind == "simulated") {
-      auto slots = hardware_.OtaSlots(d.id);
+      auto slots = boards_.OtaSlots(BoardRef{d.id, "", false, ""});
       if (slots.ok()) {
         auto slot = [](const OtaSlotsInfo::Slot& s) {
           return json{{"has_image", s.has_image}, {"version", s.version},

@@ -22,7 +22,8 @@
 #include "absl/status/statusor.h"
 #include "common/cancel.h"
 #include "common/config.h"
-#include "server/hardware/broker.h"
+#include "server/boards/boards.h"
+#include "server/boards/leases.h"
 
 namespace fwai {
 
@@ -60,7 +61,8 @@ struct RolloutResult {
 class RolloutManager {
  public:
   using AppendEvidence = std::function<absl::StatusOr<uint64_t>(const nlohmann::json&)>;
-  RolloutManager(HardwareBroker& hardware, SkillRunner* skills, Storage& storage,
+  // Rollouts update this node's boards, through the board contract.
+  RolloutManager(::fwai::Boards& boards, BoardLeases& leases, SkillRunner* skills, Storage& storage,
                  AppendEvidence append, OtaConfig config);
 
   // Marks rollouts a previous daemon left running as interrupted (their
@@ -79,7 +81,12 @@ class RolloutManager {
 
  private:
   struct Run_;
-  HardwareBroker& hardware_;
+  // This node's boards that can take an update (simulated ones and
+  // declared boards).
+  std::vector<DeviceInfo> Fleet() const;
+
+  ::fwai::Boards& boards_;
+  BoardLeases& leases_;
   SkillRunner* skills_;
   Storage& storage_;
   const AppendEvidence append_;

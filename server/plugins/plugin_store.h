@@ -25,7 +25,7 @@
 
 #include "absl/status/statusor.h"
 #include "common/config.h"
-#include "server/hardware/broker.h"
+#include "server/auth/caller.h"
 #include "server/skills/skill.h"
 
 namespace fwai {

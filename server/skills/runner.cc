@@ -1,4 +1,7 @@
 #include "server/skills/runner.h"
+
+#include "server/boards/boards.h"
+#include "server/boards/leases.h"
 #include "server/skills/run_journal.h"
 
 #include <fnmatch.h>
@@ -175,9 +178,8 @@ struct SkillRunner::RunState {
   // A lab's boards of other nodes (null outside a lab): the ones this run
   // resolved, and the serial stream of each opened just before its flash
   // (what a `since: run` monitor reads).
-  RemoteBoards* remote = nullptr;
-  std::set<std::string> remote_boards;
-  std::map<std::string, std::unique_ptr<RemoteSerial>> run_serial;
+  std::map<std::string, BoardRef> remote_boards;  // resolved boards of other nodes, by id
+  std::map<std::string, std::unique_ptr<BoardSerial>> run_serial;
   std::map<std::string, uint64_t> since_seq;  // board -> first serial seq of the run (or of its last flash)
   std::map<std::string, std::string> step_logs;  // step -> log file
   json images = json::array();
@@ -205,16 +207,13 @@ struct SkillRunner::RunState {
   absl::StatusOr<std::string> Var(const std::string& text) { return Interpolate(text, vars); }
 
   absl::StatusOr<std::string> ResolveBoard(const std::string& wanted) {
-    if (!deps.hardware) return absl::UnavailableError("the hardware broker is not running");
-    if (remote) {
-      auto r = remote->Resolve(caller, wanted);
-      if (!r.ok()) return r.status();
-      if (r->has_value()) {
-        remote_boards.insert(**r);
-        return **r;
-      }
+    if (!deps.hardware || !deps.boards || !deps.leases) {
+      return absl::UnavailableError("the hardware broker is not running");
     }
-    return deps.hardware->ResolveBoard(wanted, caller);
+    auto r = deps.boards->Resolve(caller, wanted);
+    if (!r.ok()) return r.status();
+    if (r->remote) remote_boards[r->id] = *r;
+    return r->id;
   }
   bool IsRemote(const std::string& board) const { return remote_boards.count(board) > 0; }
 
@@ -229,7 +228,10 @@ struct SkillRunner::RunState {
       std::lock_guard lock(lease_mu);
       if (lease_board == board) return absl::OkStatus();
     }
-    auto l = deps.hardware->Acquire(caller, board, {}, kLeaseTtlS, 0, [this] { return cancel->cancelled(); });
+    LeaseRequest r;
+    r.board = board;
+    r.ttl_s = kLeaseTtlS;
+    auto l = deps.leases->Acquire(caller, r, [this] { return cancel->cancelled(); });
     if (!l.ok()) return l.status();
     std::lock_guard lock(lease_mu);
     caller.lease_id = l->lease_id;
@@ -245,17 +247,17 @@ struct SkillRunner::RunState {
     std::string id;
     {
       std::lock_guard lock(lease_mu);
-      if (lease_id.empty() || !deps.hardware) return;
+      if (lease_id.empty() || !deps.leases) return;
       c = caller;
       id = lease_id;
     }
-    (void)deps.hardware->Renew(c, id);
+    (void)deps.leases->Renew(c, id);
   }
 
   void ReleaseLease() {
     std::lock_guard lock(lease_mu);
-    if (lease_id.empty() || !deps.hardware) return;
-    (void)deps.hardware->Release(caller, lease_id, lease_board, false);
+    if (lease_id.empty() || !deps.leases) return;
+    (void)deps.leases->Release(caller, lease_id, lease_board, false);
     lease_id.clear();
     lease_board.clear();
   }
@@ -419,14 +421,16 @@ struct SkillRunner::RunState {
       return FailWith(o, "hardware", std::string(st.message()));
     }
     if (auto seq = deps.hardware->SerialNextSeq(*board); seq.ok()) since_seq[*board] = *seq;
-    auto r = deps.hardware->Flash(
-        caller, *board, path, true, req.project_root,
+    BoardRef local;
+    local.id = *board;
+    auto r = deps.boards->Flash(
+        caller, local, FlashOrderOf(path),
         [&](const FlashProgressUpdate& u) {
           std::string line = absl::StrCat("[", u.stage, "] ", u.message);
           log << line << '\n';
           Emit(s.name, "output", line, true, json{{"stage", u.stage}, {"fraction", u.fraction}});
         },
-        cancel.get(), FlashGuardOf(rules, OwnBuild()));
+        cancel.get());
     if (!r.ok()) {
       if (cancel->cancelled()) return FailWith(o, timed_out ? "timeout" : "cancelled", std::string(r.status().message()));
       if (r.status().code() == absl::StatusCode::kPermissionDenied) {
@@ -448,19 +452,32 @@ struct SkillRunner::RunState {
     return o;
   }
 
+  // A flash step's order: approved by running the skill; the guard's rules
+  // are the run's (the project's policy, with the image's own build record).
+  FlashOrder FlashOrderOf(const std::string& path) {
+    FlashOrder order;
+    order.image = path;
+    order.project_root = req.project_root;
+    order.approved = true;
+    order.guard = FlashGuardOf(rules, OwnBuild());
+    order.via = "skill run";
+    return order;
+  }
+
   // A board of another node of the lab: its bench flashes the image's bytes
   // under the caller's lab lease (held by the caller, not by the run).
   StepOutcome RemoteFlash(const SkillStep& s, const std::string& board, const std::string& path, std::ofstream& log,
                           StepOutcome& o) {
     // The run's serial lines of this board begin here (a `since: run` monitor).
     run_serial.erase(board);
-    if (auto serial = remote->OpenSerial(caller, board); serial.ok()) {
+    const BoardRef& ref = remote_boards.at(board);
+    if (auto serial = deps.boards->OpenSerial(caller, ref, false); serial.ok()) {
       run_serial[board] = *std::move(serial);
     } else {
       return FailWith(o, "hardware", std::string(serial.status().message()));
     }
-    auto r = remote->Flash(
-        caller, board, path, true, req.project_root, FlashGuardOf(rules, OwnBuild()),
+    auto r = deps.boards->Flash(
+        caller, ref, FlashOrderOf(path),
         [&](const FlashProgressUpdate& u) {
           std::string line = absl::StrCat("[", u.stage, "] ", u.message);
           log << line << '\n';
@@ -507,61 +524,58 @@ struct SkillRunner::RunState {
       }
     }
     o.command = absl::StrCat("monitor ", *board, expect->empty() ? "" : absl::StrCat(" until '", *expect, "'"));
-    if (IsRemote(*board)) {
-      // A board of another node: the stream opened before its flash (the
-      // run's lines), or a new one; put back for a later step.
-      std::unique_ptr<RemoteSerial> serial;
-      if (s.since == "run" && run_serial.count(*board)) {
-        serial = std::move(run_serial[*board]);
-      } else {
-        auto opened = remote->OpenSerial(caller, *board);
-        if (!opened.ok()) return FailWith(o, "hardware", std::string(opened.status().message()));
-        serial = *std::move(opened);
+    const bool remote = IsRemote(*board);
+    const BoardRef ref = remote ? remote_boards.at(*board) : BoardRef{*board, "", false, ""};
+    uint64_t since = 0;
+    std::unique_ptr<BoardSerial> serial;
+    if (remote && s.since == "run" && run_serial.count(*board)) {
+      // A board of another node: the stream opened just before its flash.
+      serial = std::move(run_serial[*board]);
+    } else {
+      bool from_run = false;
+      if (!remote) {
+        // Writing needs the lease; so does watching a simulated board that
+        // is paused because nobody holds it (the lease resumes it). A lab
+        // board is worked on under the caller's own lab lease.
+        bool paused = false;
+        for (const auto& d : deps.hardware->List()) paused |= d.id == *board && d.state == "paused";
+        if (!send->empty() || paused) {
+          if (auto st = EnsureLease(*board); !st.ok()) return FailWith(o, "hardware", std::string(st.message()));
+        }
+        from_run = s.since == "run" && since_seq.count(*board);
+        if (from_run) since = since_seq[*board];
       }
-      RemoteSerial* r = serial.get();
-      if (!send->empty()) {
-        if (auto st = r->SendLine(*send); !st.ok()) return FailWith(o, "hardware", std::string(st.message()));
-        log << "> " << *send << '\n';
-        Emit(s.name, "output", "> " + *send, true);
-      }
-      StepOutcome out = WaitFor(
-          s, *board, *expect, re, 0, [r](SerialLine& l, int ms) { return r->Wait(l, ms); },
-          [r] { return r->end_reason(); }, log, o);
-      if (s.since == "run") run_serial[*board] = std::move(serial);
-      return out;
-    }
-    // Writing needs the lease; so does watching a simulated board that is
-    // paused because nobody holds it (the lease resumes it).
-    bool paused = false;
-    for (const auto& d : deps.hardware->List()) paused |= d.id == *board && d.state == "paused";
-    if (!send->empty() || paused) {
-      if (auto st = EnsureLease(*board); !st.ok()) return FailWith(o, "hardware", std::string(st.message()));
-    }
-    const bool from_run = s.since == "run" && since_seq.count(*board);
-    auto reader = deps.hardware->OpenSerial(caller, *board, from_run);
-    if (!reader.ok()) return FailWith(o, "hardware", std::string(reader.status().message()));
-    struct Closer {
-      HardwareBroker* h;
-      std::string board;
-      std::shared_ptr<SerialReader> r;
-      ~Closer() { h->CloseSerial(board, r); }
-    } closer{deps.hardware, *board, *reader};
-    // A simulated board whose simulator died ends its readers when it does;
-    // one that was already down before this reader came is told here.
-    for (const auto& d : deps.hardware->List()) {
-      if (d.id == *board && d.kind == "simulated" && d.health == "bad") {
-        return FailWith(o, "hardware", absl::StrCat("board ", *board, " is down: ", d.health_reason));
+      auto opened = deps.boards->OpenSerial(caller, ref, from_run);
+      if (!opened.ok()) return FailWith(o, "hardware", std::string(opened.status().message()));
+      serial = *std::move(opened);
+      // A simulated board whose simulator died ends its readers when it
+      // does; one that was already down before this reader came is told here.
+      for (const auto& d : remote ? std::vector<DeviceInfo>() : deps.hardware->List()) {
+        if (d.id == *board && d.kind == "simulated" && d.health == "bad") {
+          return FailWith(o, "hardware", absl::StrCat("board ", *board, " is down: ", d.health_reason));
+        }
       }
     }
+    BoardSerial* r = serial.get();
     if (!send->empty()) {
-      if (auto st = deps.hardware->SerialSendLine(caller, *board, *send); !st.ok()) return FailWith(o, "hardware", std::string(st.message()));
+      if (auto st = r->SendLine(*send); !st.ok()) return FailWith(o, "hardware", std::string(st.message()));
       log << "> " << *send << '\n';
       Emit(s.name, "output", "> " + *send, true);
     }
-    const uint64_t since = from_run ? since_seq[*board] : 0;
-    return WaitFor(
-        s, *board, *expect, re, since, [r = *reader](SerialLine& l, int ms) { return r->Wait(l, ms); },
-        [r = *reader] { return r->end_reason(); }, log, o);
+    // A write refused after it left (a bench answers so) ends what the step
+    // can expect.
+    std::string refused;
+    StepOutcome out = WaitFor(
+        s, *board, *expect, re, since,
+        [r, &refused](SerialLine& l, int ms) {
+          if (refused.empty()) refused = r->TakeRefusal();
+          return refused.empty() ? r->Wait(l, ms) : SerialReader::Next::kEnded;
+        },
+        [r, &refused] { return refused.empty() ? r->end_reason() : absl::StrCat("write refused: ", refused); },
+        log, o);
+    // A lab board's stream is kept for a later step that reads the run's lines.
+    if (remote && s.since == "run") run_serial[*board] = std::move(serial);
+    return out;
   }
 
   // Reads serial lines (from `since` on) until one matches `re` or the step's
@@ -1015,7 +1029,6 @@ SkillRunResult SkillRunner::Run(const SkillRunRequest& req, const std::function<
   auto secrets = deps_.secrets ? deps_.secrets : SecretScanner::Default();
   RunState run(deps_, req, emit, std::make_shared<CancelToken>(), *secrets);
   run.caller = req.caller;
-  run.remote = deps_.remote_boards ? deps_.remote_boards() : nullptr;
   run.run_id = NewId("run-");
   SkillRunResult result;
   result.run_id = run.run_id;

@@ -22,51 +22,21 @@
 
 namespace fwai {
 
+class Boards;
+class BoardLeases;
 class RunJournal;
 class SessionManager;
 class TurnManager;
 class SecretScanner;
 struct ProviderSet;
 
-// A serial stream of a board of another node of a lab (lines from when it
-// was opened on).
-class RemoteSerial {
- public:
-  virtual ~RemoteSerial() = default;
-  // A line within `timeout_ms`, none yet, or the end of the stream.
-  [[nodiscard]] virtual SerialReader::Next Wait(SerialLine& line, int timeout_ms) = 0;
-  virtual std::string end_reason() const = 0;
-  [[nodiscard]] virtual absl::Status SendLine(const std::string& text) = 0;
-};
-
-// Boards of other nodes of a lab, worked on through the bench that owns them
-// (set on a node of a lab). The caller holds the board's lab lease; the run
-// does not take or release it.
-class RemoteBoards {
- public:
-  virtual ~RemoteBoards() = default;
-  // The board of another node `wanted` names ("": the one lab board the
-  // caller holds, unless they hold a board of this node), nullopt when it is
-  // this node's; FAILED_PRECONDITION when it is another node's and the caller
-  // holds no lab lease on it.
-  [[nodiscard]] virtual absl::StatusOr<std::optional<std::string>> Resolve(const Caller& caller,
-                                                                        const std::string& wanted) = 0;
-  // The image's bytes are read as the caller and flashed by the bench, which
-  // waits for its board's boot pattern; the flash guard's rules of the
-  // project (`guard`, its sources under `project_root`) apply as for a board
-  // of this node: the image's here, the board's on its bench.
-  [[nodiscard]] virtual absl::StatusOr<FlashResult> Flash(
-      const Caller& caller, const std::string& board, const std::string& path, bool approved,
-      const std::string& project_root, const FlashGuardPolicy& guard,
-      const std::function<void(const FlashProgressUpdate&)>& progress, CancelToken* cancel) = 0;
-  [[nodiscard]] virtual absl::StatusOr<std::unique_ptr<RemoteSerial>> OpenSerial(const Caller& caller,
-                                                                              const std::string& board) = 0;
-};
-
 struct SkillDeps {
   HardwareBroker* hardware = nullptr;  // null: flash / monitor steps fail (hardware)
-  // A lab's boards of other nodes (null, or returning null: none).
-  std::function<RemoteBoards*()> remote_boards;
+  // Every board, this node's and (in a lab) the other nodes' (null: as
+  // `hardware` null). A board of another node is worked on under the
+  // caller's lab lease; the run does not take or release it.
+  Boards* boards = nullptr;
+  BoardLeases* leases = nullptr;  // the leases a run takes on this node's boards
   const ProviderSet* providers = nullptr;
   SessionManager* sessions = nullptr;  // agentic steps need both
   TurnManager* turns = nullptr;

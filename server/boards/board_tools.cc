@@ -1,0 +1,302 @@
+#include "server/boards/board_tools.h"
+
+#include <chrono>
+#include <functional>
+#include <regex>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "server/boards/boards.h"
+
+namespace fwai {
+
+namespace {
+
+using nlohmann::json;
+
+Caller ToolCaller(const ToolContext& ctx) {
+  Caller c;
+  c.identity = ctx.owner;
+  c.session_id = ctx.session_id;
+  c.display = absl::StrCat(ctx.owner, " session ", ctx.session_id);
+  return c;
+}
+
+json BoardProperty() {
+  return {
+      {"type", "string"},
+      {"description", "Board id from `fwai hw ls`; omit for the session's leased (or only) board"}};
+}
+
+std::string FormatLines(const std::vector<SerialLine>& lines) {
+  std::string out;
+  for (const auto& l : lines) absl::StrAppend(&out, l.text, "\n");
+  return out;
+}
+
+absl::StatusOr<std::regex> CompilePattern(const json& input, const char* key) {
+  std::string p = input.value(key, "");
+  if (p.empty()) return std::regex();
+  try {
+    return std::regex(p);
+  } catch (const std::regex_error& e) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(key, ": not a valid regular expression: ", e.what()));
+  }
+}
+
+// The line Collect ends with when a write was refused (after it was sent).
+constexpr char kRefused[] = "write refused: ";
+
+// Reads lines from `reader` until `pattern` matches or `timeout_ms` passes;
+// with `idle_ms` > 0 it also stops that long after the last line. Each line
+// is also streamed to `output` when there is one.
+std::pair<std::vector<SerialLine>, bool> Collect(
+    BoardSerial& reader, const std::regex* pattern, int timeout_ms, int idle_ms,
+    CancelToken* cancel, const std::function<void(std::string_view)>& output = nullptr) {
+  std::vector<SerialLine> lines;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  while (true) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+                    deadline - std::chrono::steady_clock::now())
+                    .count();
+    if (left <= 0 || (cancel && cancel->cancelled())) return {lines, false};
+    int wait = static_cast<int>(std::min<int64_t>(left, 100));
+    if (idle_ms > 0 && !lines.empty()) wait = std::min(wait, idle_ms);
+    SerialLine l;
+    auto n = reader.Wait(l, wait);
+    if (std::string refused = reader.TakeRefusal(); !refused.empty()) {
+      lines.push_back({0, 0, absl::StrCat(kRefused, refused)});
+      return {lines, false};
+    }
+    if (n == SerialReader::Next::kEnded) {
+      lines.push_back({0, 0, absl::StrCat("(serial stream ended: ", reader.end_reason(), ")")});
+      return {lines, false};
+    }
+    if (n == SerialReader::Next::kTimeout) {
+      if (idle_ms > 0 && !lines.empty() && wait == idle_ms) return {lines, false};
+      continue;
+    }
+    if (output) output(absl::StrCat(l.text, "\n"));
+    lines.push_back(l);
+    if (pattern && std::regex_search(l.text, *pattern)) return {lines, true};
+  }
+}
+
+class SerialMonitorTool final : public Tool {
+ public:
+  explicit SerialMonitorTool(Boards& b) : boards_(b) {}
+  std::string name() const override { return "serialMonitor"; }
+  std::string description() const override {
+    return "Read a board's serial output live for some seconds, or until a regular expression "
+           "matches (e.g. a boot "
+           "banner or an error). Returns the lines read.";
+  }
+  json input_schema() const override {
+    return {{"type", "object"},
+            {"properties",
+             {{"board", BoardProperty()},
+              {"seconds",
+               {{"type", "number"}, {"description", "How long to read (default 5, max 120)"}}},
+              {"until",
+               {{"type", "string"}, {"description", "Stop when a line matches this regex"}}}}}};
+  }
+  bool read_only() const override { return true; }
+  ToolResult Run(const json& input, ToolContext& ctx) override {
+    Caller c = ToolCaller(ctx);
+    auto board = boards_.Resolve(c, input.value("board", ""));
+    if (!board.ok()) return {std::string(board.status().message()), true};
+    auto re = CompilePattern(input, "until");
+    if (!re.ok()) return {std::string(re.status().message()), true};
+    double seconds = input.contains("seconds") && input["seconds"].is_number()
+                         ? input["seconds"].get<double>()
+                         : 5.0;
+    seconds = std::clamp(seconds, 0.1, 120.0);
+    auto reader = boards_.OpenSerial(c, *board, false);
+    if (!reader.ok()) return {std::string(reader.status().message()), true};
+    const bool has_pattern = !input.value("until", "").empty();
+    // Whoever watches the session sees the lines as they come.
+    if (ctx.output) {
+      ctx.output(absl::StrCat("(watching ", board->id, board->remote ? " on " + board->node : "",
+                              " for ", seconds, " s)\n"));
+    }
+    auto [lines, matched] = Collect(**reader, has_pattern ? &*re : nullptr,
+                                    static_cast<int>(seconds * 1000), 0, ctx.cancel, ctx.output);
+    reader->reset();
+    // A stream that ended (the board's simulator died, its bench went
+    // away) is an error whatever was read before it.
+    const bool ended = !matched && !lines.empty() && lines.back().seq == 0;
+    std::string head = has_pattern
+                           ? (matched ? "pattern matched"
+                                      : absl::StrCat("pattern not seen within ", seconds, " s"))
+                           : absl::StrCat(lines.size(), " lines in ", seconds, " s");
+    if (ended) head = absl::StrCat("the serial stream ended after ", lines.size() - 1, " lines");
+    return {absl::StrCat(head, "\n", FormatLines(lines)), ended || (has_pattern && !matched)};
+  }
+
+ private:
+  Boards& boards_;
+};
+
+class SerialHistoryTool final : public Tool {
+ public:
+  explicit SerialHistoryTool(Boards& b) : boards_(b) {}
+  std::string name() const override { return "serialReadHistory"; }
+  std::string description() const override {
+    return "Read the recent serial output of a board from the daemon's history buffer (what was "
+           "printed before you "
+           "looked), optionally only lines matching a regex.";
+  }
+  json input_schema() const override {
+    return {
+        {"type", "object"},
+        {"properties",
+         {{"board", BoardProperty()},
+          {"lines",
+           {{"type", "integer"}, {"description", "How many recent lines (default 50, max 2000)"}}},
+          {"filter", {{"type", "string"}, {"description", "Only lines matching this regex"}}}}}};
+  }
+  bool read_only() const override { return true; }
+  ToolResult Run(const json& input, ToolContext& ctx) override {
+    Caller c = ToolCaller(ctx);
+    auto board = boards_.Resolve(c, input.value("board", ""));
+    if (!board.ok()) return {std::string(board.status().message()), true};
+    auto re = CompilePattern(input, "filter");
+    if (!re.ok()) return {std::string(re.status().message()), true};
+    int n = input.contains("lines") && input["lines"].is_number_integer()
+                ? input["lines"].get<int>()
+                : 50;
+    n = std::clamp(n, 1, 2000);
+    const bool filter = !input.value("filter", "").empty();
+    auto all = boards_.SerialHistory(c, *board, filter ? 0 : static_cast<size_t>(n));
+    if (!all.ok()) return {std::string(all.status().message()), true};
+    std::vector<SerialLine> lines;
+    for (const auto& l : *all) {
+      if (!filter || std::regex_search(l.text, *re)) lines.push_back(l);
+    }
+    if (lines.size() > static_cast<size_t>(n)) lines.erase(lines.begin(), lines.end() - n);
+    if (lines.empty()) return {"(no serial output in the history)", false};
+    return {FormatLines(lines), false};
+  }
+
+ private:
+  Boards& boards_;
+};
+
+class SerialSendTool final : public Tool {
+ public:
+  explicit SerialSendTool(Boards& b) : boards_(b) {}
+  std::string name() const override { return "serialSendCommand"; }
+  std::string description() const override {
+    return "Send a command line to a board's serial console and return the reply lines (until a "
+           "regex matches, or "
+           "the output goes quiet). Needs this session's lease on the board.";
+  }
+  json input_schema() const override {
+    return {
+        {"type", "object"},
+        {"properties",
+         {{"board", BoardProperty()},
+          {"command",
+           {{"type", "string"}, {"description", "The line to send (the line ending is added)"}}},
+          {"wait_for", {{"type", "string"}, {"description", "Regex that ends the reply"}}},
+          {"timeout",
+           {{"type", "number"},
+            {"description", "Seconds to wait for the reply (default 3, max 60)"}}}}},
+        {"required", {"command"}}};
+  }
+  bool read_only() const override { return false; }
+  ToolResult Run(const json& input, ToolContext& ctx) override {
+    Caller c = ToolCaller(ctx);
+    auto board = boards_.Resolve(c, input.value("board", ""));
+    if (!board.ok()) return {std::string(board.status().message()), true};
+    if (!input.contains("command") || !input["command"].is_string())
+      return {"command: expected a string", true};
+    auto re = CompilePattern(input, "wait_for");
+    if (!re.ok()) return {std::string(re.status().message()), true};
+    double timeout = input.contains("timeout") && input["timeout"].is_number()
+                         ? input["timeout"].get<double>()
+                         : 3.0;
+    timeout = std::clamp(timeout, 0.1, 60.0);
+    auto reader = boards_.OpenSerial(c, *board, false);
+    if (!reader.ok()) return {std::string(reader.status().message()), true};
+    if (auto s = (*reader)->SendLine(input["command"].get<std::string>()); !s.ok()) {
+      return {std::string(s.message()), true};
+    }
+    const bool has_pattern = !input.value("wait_for", "").empty();
+    auto [lines, matched] =
+        Collect(**reader, has_pattern ? &*re : nullptr, static_cast<int>(timeout * 1000),
+                has_pattern ? 0 : 500, ctx.cancel);
+    reader->reset();
+    // A bench answers a refused write on the stream, after the send.
+    if (!lines.empty() && lines.back().seq == 0 && absl::StartsWith(lines.back().text, kRefused)) {
+      return {lines.back().text.substr(sizeof(kRefused) - 1), true};
+    }
+    if (lines.empty()) return {absl::StrCat("sent; no reply within ", timeout, " s"), false};
+    const bool ended_early = !matched && lines.back().seq == 0;
+    return {FormatLines(lines) +
+                (has_pattern && !matched && !ended_early ? "(wait_for pattern not seen)\n" : ""),
+            ended_early || (has_pattern && !matched)};
+  }
+
+ private:
+  Boards& boards_;
+};
+
+class GdbTool final : public Tool {
+ public:
+  explicit GdbTool(Boards& b) : boards_(b) {}
+  std::string name() const override { return "gdb"; }
+  std::string description() const override {
+    return "Run GDB commands on a board through its GDB server: print variables, info registers, "
+           "x/ memory, "
+           "bt, break LOCATION, continue [seconds], reset, and `fault` to decode a Cortex-M fault "
+           "(CFSR/HFSR/BFAR and "
+           "the stacked frame) in plain words. The target halts while attached. Needs this "
+           "session's lease.";
+  }
+  json input_schema() const override {
+    return {{"type", "object"},
+            {"properties",
+             {{"board", BoardProperty()},
+              {"commands",
+               {{"type", "array"},
+                {"items", {{"type", "string"}}},
+                {"description", "GDB commands in order"}}}}},
+            {"required", {"commands"}}};
+  }
+  bool read_only() const override { return false; }
+  ToolResult Run(const json& input, ToolContext& ctx) override {
+    Caller c = ToolCaller(ctx);
+    auto board = boards_.Resolve(c, input.value("board", ""));
+    if (!board.ok()) return {std::string(board.status().message()), true};
+    std::vector<std::string> cmds;
+    if (input.contains("commands") && input["commands"].is_array()) {
+      for (const auto& x : input["commands"]) {
+        if (x.is_string()) cmds.push_back(x.get<std::string>());
+      }
+    }
+    if (cmds.empty()) return {"commands: expected a non-empty list of GDB commands", true};
+    auto r = boards_.Debug(c, *board, cmds, 10000);
+    if (!r.ok()) return {std::string(r.status().message()), true};
+    std::string out;
+    for (size_t i = 0; i < r->outputs.size(); ++i)
+      absl::StrAppend(&out, "(gdb) ", cmds[i], "\n", r->outputs[i], "\n");
+    return {out, false};
+  }
+
+ private:
+  Boards& boards_;
+};
+
+}  // namespace
+
+void RegisterHardwareTools(ToolRegistry& registry, Boards& boards) {
+  registry.Register(std::make_unique<SerialMonitorTool>(boards));
+  registry.Register(std::make_unique<SerialHistoryTool>(boards));
+  registry.Register(std::make_unique<SerialSendTool>(boards));
+  registry.Register(std::make_unique<GdbTool>(boards));
+}
+
+}  // namespace fwai

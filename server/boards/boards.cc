@@ -1,0 +1,188 @@
+#include "server/boards/boards.h"
+
+#include "absl/strings/str_cat.h"
+#include "common/cancel.h"
+#include "server/hardware/firmware_image.h"
+#include "server/project/policy.h"
+#include "server/telemetry/telemetry.h"
+
+namespace fwai {
+
+Boards::Boards(BoardHost& local, BoardHost* lab, std::string node)
+    : local_(local), lab_(lab), node_(std::move(node)) {}
+
+namespace {
+
+bool IsLabLeaseId(const std::string& id) { return id.rfind("lab-", 0) == 0; }
+
+}  // namespace
+
+absl::StatusOr<BoardRef> Boards::Resolve(const Caller& caller, const std::string& wanted,
+                                         const std::string& lease_id) const {
+  if (!lab_) return local_.Pick(caller, wanted);
+  if (!wanted.empty() && local_.Has(wanted)) return local_.Pick(caller, wanted);
+  // "" picks the caller's leased board: one of this node first.
+  if (wanted.empty() && !IsLabLeaseId(lease_id) && local_.HoldsAny(caller))
+    return local_.Pick(caller, wanted);
+  std::vector<BoardRef> found = lab_->Held(caller, wanted, lease_id);
+  if (found.size() == 1) return found[0];
+  // A lab lease id that is not one of the caller's: as unknown (another
+  // holder's lease is not revealed).
+  if (found.empty() && IsLabLeaseId(lease_id)) {
+    return absl::NotFoundError(absl::StrCat("no lab lease ", lease_id, " of yours",
+                                            wanted.empty() ? "" : " on board " + wanted,
+                                            " (rule: a lease is used by its holder only)"));
+  }
+  if (wanted.empty()) {
+    if (found.empty()) return local_.Pick(caller, wanted);  // it says what is missing
+    return absl::FailedPreconditionError("you hold several boards of the lab: name one (--board)");
+  }
+  if (auto holder = lab_->HeldByAnother(caller, wanted)) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("board ", wanted, " is held by ", *holder,
+                     "; only its holder works on it (rule: the board's lease holder)"));
+  }
+  return absl::FailedPreconditionError(
+      absl::StrCat("board ", wanted,
+                   " is not on this node and you hold no lab lease on it "
+                   "(fwai hw lease ",
+                   wanted, ")"));
+}
+
+absl::StatusOr<FlashGuardPolicy> Boards::GuardFor(const Caller& caller, const BoardRef& board,
+                                                  const FlashOrder& order, bool* approved) const {
+  *approved = order.approved;
+  if (order.guard) return *order.guard;
+  // The policy's flash settings (project and organisation): which boards,
+  // whether a person must approve, whether sources must be older.
+  const std::string root =
+      order.project_root.empty() ? FindProjectRoot(order.image) : order.project_root;
+  auto rules = LoadPolicy(root, policy_file_);
+  if (!rules.ok())
+    return absl::FailedPreconditionError(absl::StrCat("policy: ", rules.status().message()));
+  PolicyDecision d = CheckFlashPolicy(*rules, board.id, order.approved);
+  if (!d.allowed && d.rule.rfind("flash.allowed_boards", 0) == 0) {
+    if (recorder_) {
+      nlohmann::json rec = {{"kind", "policy_refusal"}, {"action", "flash"},
+                            {"board", board.id},        {"image", order.image},
+                            {"rule", d.rule},           {"by", caller.display}};
+      if (!board.node.empty()) rec["node"] = board.node;
+      recorder_(rec);
+    }
+    return absl::PermissionDeniedError(
+        absl::StrCat("refused by policy (", d.rule, "): ", d.reason));
+  }
+  if (!rules->flash_require_approval) *approved = true;  // waived by the policy
+  FlashGuardPolicy g;
+  g.check_fresh = rules->flash_require_fresh;
+  g.require_verified_toolchain = rules->flash_require_verified_toolchain;
+  g.flash_max_pct = rules->memory_flash_max_pct;
+  g.ram_max_pct = rules->memory_ram_max_pct;
+  g.max_growth_bytes = rules->memory_max_growth_bytes;
+  return g;
+}
+
+void Boards::Record(nlohmann::json rec, const Caller& caller, const BoardRef& board,
+                    const FlashOrder& order) const {
+  if (!recorder_) return;
+  if (!rec.is_object()) rec = nlohmann::json::object();
+  rec["kind"] = "flash";
+  rec["board"] = board.id;
+  if (!board.node.empty() || !node_.empty()) rec["node"] = board.node.empty() ? node_ : board.node;
+  if (board.remote) rec["lease_id"] = board.lease_id;
+  if (!rec.contains("image")) rec["image"] = order.image;
+  rec["principal"] = caller.identity;
+  rec["peer"] = caller.peer;
+  rec["by"] = caller.display;
+  rec["session_id"] = caller.session_id;
+  if (!order.via.empty()) rec["via"] = order.via;
+  recorder_(rec);
+}
+
+absl::StatusOr<FlashResult> Boards::Flash(
+    const Caller& caller, const BoardRef& board, const FlashOrder& order,
+    const std::function<void(const FlashProgressUpdate&)>& progress, CancelToken* cancel) {
+  // flash {board}: the record's hash is noted on the span when it is appended.
+  telemetry::ActiveSpan span("flash", board.id);
+  if (span) {
+    span->Set("fwai.board", board.id);
+    span->Set("fwai.node", board.node.empty() ? node_ : board.node);
+    span->Set("fwai.principal", caller.identity);
+    if (!caller.session_id.empty()) span->Set("gen_ai.conversation.id", caller.session_id);
+  }
+  auto r = GuardAndFlash(caller, board, order, progress, cancel);
+  if (r.ok()) {
+    span->Set("fwai.image.sha256", r->sha256);
+    span->SetDouble("fwai.flash.seconds", r->seconds);
+    span->SetBool("fwai.flash.booted", !r->boot_line.empty());
+    Record(r->record, caller, board, order);
+  } else {
+    span->Fail(std::string(r.status().message()));
+  }
+  telemetry::RecordFlash(board.id, r.ok());
+  return r;
+}
+
+absl::StatusOr<FlashResult> Boards::GuardAndFlash(
+    const Caller& caller, const BoardRef& board, const FlashOrder& order,
+    const std::function<void(const FlashProgressUpdate&)>& progress, CancelToken* cancel) {
+  bool approved = false;
+  auto guard = GuardFor(caller, board, order, &approved);
+  if (!guard.ok()) return guard.status();
+  return HostOf(board).Flash(caller, board, order, approved, *guard, progress, cancel);
+}
+
+absl::StatusOr<std::unique_ptr<BoardSerial>> Boards::OpenSerial(const Caller& caller,
+                                                                const BoardRef& board,
+                                                                bool from_history) {
+  return HostOf(board).OpenSerial(caller, board, from_history);
+}
+
+absl::StatusOr<std::vector<SerialLine>> Boards::SerialHistory(const Caller& caller,
+                                                              const BoardRef& board,
+                                                              size_t max_lines) {
+  return HostOf(board).SerialHistory(caller, board, max_lines);
+}
+
+absl::StatusOr<DebugResult> Boards::Debug(const Caller& caller, const BoardRef& board,
+                                          const std::vector<std::string>& commands,
+                                          int timeout_ms) {
+  return HostOf(board).Debug(caller, board, commands, timeout_ms);
+}
+
+absl::Status Boards::Reset(const Caller& caller, const BoardRef& board) {
+  return HostOf(board).Reset(caller, board);
+}
+
+absl::Status Boards::SetHealth(const Caller& caller, const BoardRef& board,
+                               const std::string& health, const std::string& reason) {
+  return HostOf(board).SetHealth(caller, board, health, reason);
+}
+
+absl::StatusOr<std::string> Boards::SelfTest(const Caller& caller, const BoardRef& board) {
+  return HostOf(board).SelfTest(caller, board);
+}
+
+absl::Status Boards::OtaStage(const Caller& caller, const BoardRef& board, const std::string& image,
+                              bool permanent) {
+  return HostOf(board).OtaStage(caller, board, image, permanent);
+}
+
+absl::StatusOr<OtaBootResult> Boards::OtaRestart(const Caller& caller, const BoardRef& board,
+                                                 int boot_timeout_ms) {
+  return HostOf(board).OtaRestart(caller, board, boot_timeout_ms);
+}
+
+absl::Status Boards::OtaConfirm(const Caller& caller, const BoardRef& board) {
+  return HostOf(board).OtaConfirm(caller, board);
+}
+
+absl::Status Boards::OtaRestorePrevious(const Caller& caller, const BoardRef& board) {
+  return HostOf(board).OtaRestorePrevious(caller, board);
+}
+
+absl::StatusOr<OtaSlotsInfo> Boards::OtaSlots(const BoardRef& board) {
+  return HostOf(board).OtaSlots(board);
+}
+
+}  // namespace fwai

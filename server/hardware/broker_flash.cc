@@ -1,0 +1,452 @@
+// HardwareBroker: flashing behind the guard (ELF images and MCUboot images),
+// and (re)booting simulated boards.
+#include "server/hardware/broker.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <mutex>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
+#include "common/clock.h"
+#include "common/local_account.h"
+#include "common/paths.h"
+#include "common/subprocess.h"
+#include "server/firmware/memory.h"
+#include "server/firmware/sbom.h"
+#include "server/hardware/broker_internal.h"
+#include "server/hardware/firmware_image.h"
+#include "server/hardware/qemu.h"
+#include "server/hardware/sim_mcuboot.h"
+#include "server/telemetry/telemetry.h"
+#include "common/mcuboot.h"
+#include "server/storage/storage.h"
+
+namespace fwai {
+
+namespace fs = std::filesystem;
+
+using broker_internal::BootRegex;
+using broker_internal::kFlashPrefix;
+using broker_internal::OpenOcdArgs;
+using broker_internal::ShellQuote;
+
+namespace {
+
+bool IsMcubootFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  unsigned char m[4] = {0, 0, 0, 0};
+  in.read(reinterpret_cast<char*>(m), 4);
+  uint32_t v = m[0] | (m[1] << 8) | (m[2] << 16) | (static_cast<uint32_t>(m[3]) << 24);
+  return in.gcount() == 4 && v == mcuboot::kImageMagic;
+}
+
+absl::StatusOr<std::string> ReadWhole(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat(path, " cannot be read"));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+}  // namespace
+
+absl::Status HardwareBroker::BootSimulated(Board& b, const std::string& image) {
+  b.restarting = true;
+  b.hub->Close("the simulated board is restarting", false);
+  if (b.qemu) b.qemu->Stop();
+  b.qemu.reset();
+  QemuOptions o;
+  o.binary = b.cfg.qemu;
+  o.machine = b.cfg.machine;
+  o.image = image;
+  o.run_dir = run_dir_;
+  // The primary slot's payload runs where the slot executes: the flash.
+  o.raw = b.from_slots;
+  o.raw_load_addr = b.cfg.flash_origin;
+  auto q = QemuInstance::Start(o);
+  if (!q.ok()) {
+    b.restarting = false;
+    return q.status();
+  }
+  b.qemu = *std::move(q);
+  Board* raw = &b;
+  b.qemu->SetOnExit([this, raw](const std::string& why) {
+    if (raw->restarting) return;
+    raw->SetHealth("bad", why);
+    spdlog::warn("board {}: {}", raw->cfg.id, why);
+  });
+  if (auto s = b.hub->Open(b.qemu->pty(), b.Settings()); !s.ok()) {
+    b.qemu->Stop();
+    b.qemu.reset();
+    b.restarting = false;
+    return s;
+  }
+  b.generation++;
+  b.paused = false;
+  b.restarting = false;
+  if (auto s = b.qemu->Continue(); !s.ok()) return s;
+  if (!b.from_slots) {
+    b.image = image;
+    std::lock_guard lock(b.state_mu);
+    b.ota_version.clear();
+  }
+  b.SetHealth("good", "");
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> HardwareBroker::CopyImageAs(const Caller& caller, const std::string& board_id,
+                                                         const std::string& path) {
+  if (!caller.account) {
+    return absl::PermissionDeniedError(absl::StrCat("flash guard (image): reading ", path, " needs a local account; ",
+                                                    caller.display, " has none"));
+  }
+  std::string bytes;
+  struct stat st {};
+  {
+    ScopedFsIdentity as(*caller.account);
+    if (!as.status().ok()) return as.status();
+    int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+    if (fd < 0) {
+      return absl::FailedPreconditionError(absl::StrCat("flash guard (image): ", path,
+                                                        errno == ENOENT ? " does not exist"
+                                                                        : absl::StrCat(": ", caller.account->name,
+                                                                                       " cannot read it (",
+                                                                                       std::strerror(errno), ")")));
+    }
+    const bool regular = fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
+    if (regular && st.st_size <= (64 << 20)) {
+      bytes.resize(static_cast<size_t>(st.st_size));
+      size_t got = 0;
+      while (got < bytes.size()) {
+        ssize_t n = read(fd, bytes.data() + got, bytes.size() - got);
+        if (n <= 0) break;
+        got += static_cast<size_t>(n);
+      }
+      bytes.resize(got);
+    }
+    close(fd);
+    if (!regular) return absl::FailedPreconditionError(absl::StrCat("flash guard (image): ", path, " is not a regular file"));
+    if (st.st_size > (64 << 20)) return absl::FailedPreconditionError(absl::StrCat("flash guard (image): ", path, " is over 64 MB"));
+  }
+  const std::string dir = run_dir_ + "/images";
+  if (auto s = MakeDirs(dir, 0700); !s.ok()) return s;
+  const std::string out = absl::StrCat(dir, "/", board_id, fs::path(path).extension().string());
+  const std::string tmp = out + ".tmp";
+  {
+    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
+    f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    if (!f.flush()) return absl::InternalError(absl::StrCat("cannot write ", tmp));
+  }
+  // Its modification time stays: the freshness rule compares it with the sources.
+  timespec times[2] = {st.st_atim, st.st_mtim};
+  utimensat(AT_FDCWD, tmp.c_str(), times, 0);
+  if (rename(tmp.c_str(), out.c_str()) != 0) return absl::InternalError(absl::StrCat("cannot write ", out));
+  return out;
+}
+
+absl::StatusOr<FlashResult> HardwareBroker::Flash(
+    const Caller& caller, const std::string& board_id, const std::string& requested_image, bool approved,
+    const std::string& project_root,
+    const std::function<void(const FlashProgressUpdate&)>& progress, const CancelToken* cancel,
+    const FlashGuardPolicy& guard) {
+  // Its span, metric and record are the caller's (Boards::Flash).
+  return FlashGuarded(caller, board_id, requested_image, approved, project_root, progress, cancel,
+                      guard);
+}
+
+bool BuildRecordMadeImage(const nlohmann::json& rec, const std::string& sha256) {
+  if (!rec.is_object()) return false;
+  for (const auto& a : rec.value("artifacts", nlohmann::json::array())) {
+    for (const auto& f : a.value("files", nlohmann::json::array())) {
+      if (f.value("sha256", "") == sha256) return true;
+    }
+  }
+  return false;
+}
+
+absl::Status CheckToolchainRecord(const nlohmann::json& build, const std::string& requested_image,
+                                  const std::string& sha256) {
+  if (!build.is_object()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "flash guard (toolchain): no build record attests the toolchain of ", requested_image,
+        " (sha256 ", sha256.substr(0, 12),
+        "); build it with `fwai run build` (policy flash.require_verified_toolchain)"));
+  }
+  const nlohmann::json tc = build.value("toolchain", nlohmann::json::object());
+  if (!tc.value("verified", false)) {
+    std::string why = tc.value("error", "");
+    for (const auto& p : tc.value("dpkg_verify", nlohmann::json::object())
+                             .value("problems", nlohmann::json::array())) {
+      absl::StrAppend(&why, why.empty() ? "" : "; ", p.get<std::string>());
+      if (why.size() > 400) break;
+    }
+    return absl::FailedPreconditionError(absl::StrCat(
+        "flash guard (toolchain): ", requested_image, " was built (", build.value("run_id", ""),
+        ") by a toolchain whose files do not verify: ", why.empty() ? "dpkg -V failed" : why,
+        " (policy flash.require_verified_toolchain)"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<FlashResult> HardwareBroker::FlashGuarded(
+    const Caller& caller, const std::string& board_id, const std::string& requested_image,
+    bool approved, const std::string& project_root,
+    const std::function<void(const FlashProgressUpdate&)>& progress, const CancelToken* cancel,
+    const FlashGuardPolicy& guard) {
+  const bool check_fresh = guard.check_fresh;
+  const auto t0 = std::chrono::steady_clock::now();
+  const int64_t start_us = NowMicros();
+  Board* b = FindBoard(board_id);
+  if (!b) return absl::NotFoundError(absl::StrCat("no board '", board_id, "'"));
+  // The guard: every rule is checked here, before anything is written.
+  if (auto s = CheckScope(caller, board_id, true); !s.ok()) return s;
+  if (auto s = leases_->CheckHeld(board_id, caller.identity, caller.lease_id, caller.session_id); !s.ok()) {
+    return absl::FailedPreconditionError(absl::StrCat("flash guard (lease): ", s.message()));
+  }
+  if (requested_image.empty()) return absl::InvalidArgumentError("flash guard (image): no image given");
+  // The image is read as the caller, into a copy only fwaid can read: nobody
+  // flashes (and so exposes) a file they could not read themselves.
+  auto private_image = CopyImageAs(caller, board_id, requested_image);
+  if (!private_image.ok()) return private_image.status();
+  const std::string& image_path = *private_image;
+  std::error_code ec;
+  if (IsMcubootFile(image_path)) {
+    if (!approved) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("flash guard (approval): writing ", requested_image, " to ", board_id,
+                       " needs a person's confirmation (answer the prompt, or pass --yes / an approved plan)"));
+    }
+    return FlashMcuboot(caller, *b, image_path, progress, cancel, start_us);
+  }
+  auto img = ReadFirmwareImage(image_path);
+  if (!img.ok()) return absl::FailedPreconditionError(absl::StrCat("flash guard (image): ", img.status().message()));
+  if (auto s = CheckImageTarget(*img, b->cfg); !s.ok()) return s;
+  if (auto s = CheckImageFits(*img, b->cfg); !s.ok()) return s;
+  std::string root = project_root.empty() ? FindProjectRoot(requested_image) : project_root;
+  if (check_fresh) {
+    if (auto s = CheckImageFresh(*img, root); !s.ok()) return s;
+  }
+  auto sha = FileSha256(image_path);
+  if (!sha.ok()) return sha.status();
+  // The rules that need the image's build record: its toolchain, its growth.
+  nlohmann::json build = BuildRecordMadeImage(guard.build, *sha) ? guard.build : nlohmann::json();
+  if (build.is_null() && build_record_) build = build_record_(*sha);
+  if (guard.require_verified_toolchain) {
+    if (auto s = CheckToolchainRecord(build, requested_image, *sha); !s.ok()) return s;
+  }
+  if (guard.any_memory_budget()) {
+    MemoryOptions mo;
+    mo.project_root = root;
+    mo.board = board_id;
+    mo.max_symbols = 0;
+    if (b->cfg.flash_size > 0)
+      mo.board_regions.push_back({"FLASH", b->cfg.flash_origin, b->cfg.flash_size, "rx", "flash"});
+    if (b->cfg.ram_size > 0)
+      mo.board_regions.push_back({"RAM", b->cfg.ram_origin, b->cfg.ram_size, "rwx", "ram"});
+    auto report = AnalyzeMemory(image_path, mo);
+    if (!report.ok())
+      return absl::FailedPreconditionError(
+          absl::StrCat("flash guard (memory): ", report.status().message()));
+    nlohmann::json diff;
+    if (guard.max_growth_bytes > 0) {
+      if (!build.is_object() || !build.contains("memory") || !build["memory"].contains("diff")) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("flash guard (memory): no build record of ", requested_image,
+                         " says how much it grew since the previous build; "
+                         "build it with `fwai run build` (policy memory.max_growth_bytes)"));
+      }
+      diff = build["memory"]["diff"];
+    }
+    MemoryBudget budget{guard.flash_max_pct, guard.ram_max_pct, guard.max_growth_bytes};
+    if (auto st = CheckMemoryBudget(*report, diff, budget); !st.ok()) return st;
+  }
+  if (!approved) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("flash guard (approval): writing ", requested_image, " to ", board_id,
+                     " needs a person's confirmation (answer the prompt, or pass --yes / an approved plan)"));
+  }
+  progress({"guard", 0.1,
+            absl::StrCat(
+                "guard passed: lease, image (", img->bytes, " bytes, sha256 ", sha->substr(0, 12),
+                "), fits ", b->cfg.target, check_fresh ? ", fresh" : ", freshness waived by policy",
+                guard.any_memory_budget() ? ", within the memory budget" : "",
+                guard.require_verified_toolchain ? ", toolchain verified" : "", ", approved")});
+  std::lock_guard op(b->op_mu);
+  if (cancel && cancel->cancelled()) return absl::CancelledError("flash cancelled");
+  leases_->Touch(board_id, caller.identity);
+  FlashResult result;
+  result.sha256 = *sha;
+  std::string flashed_file =
+      fs::absolute(image_path).string();  // what is written: the ELF, or a .bin/.hex made from it
+  uint64_t since = b->hub->next_seq();
+  if (b->simulated()) {
+    b->from_slots = false;
+    progress({"loading", 0.3, absl::StrCat("restarting QEMU ", b->cfg.machine, " with ", image_path)});
+    if (auto s = BootSimulated(*b, fs::absolute(image_path).string()); !s.ok()) {
+      b->SetHealth("bad", std::string(s.message()));
+      return s;
+    }
+    progress({"writing", 0.8, absl::StrCat("loaded into the simulated ", b->cfg.target, "; serial on ", b->hub->path())});
+  } else {
+    std::vector<std::string> argv;
+    if (!b->cfg.flash_command.empty()) {
+      std::string cmd = b->cfg.flash_command;
+      std::string elf = fs::absolute(image_path).string();
+      auto derived = [&](const std::string& ext, const std::string& fmt) -> std::string {
+        fs::path sibling = fs::path(elf).replace_extension(ext);
+        if (fs::exists(sibling, ec) && fs::last_write_time(sibling, ec) >= fs::last_write_time(elf, ec)) return sibling;
+        fs::path out = fs::path(run_dir_) / (board_id + ext);
+        auto r = RunProcess({"arm-none-eabi-objcopy", "-O", fmt, elf, out.string()});
+        return r.ok() && r->exit_code == 0 ? out.string() : sibling.string();
+      };
+      if (absl::StrContains(cmd, "{bin}")) {
+        flashed_file = derived(".bin", "binary");
+        absl::StrReplaceAll({{"{bin}", ShellQuote(flashed_file)}}, &cmd);
+      }
+      if (absl::StrContains(cmd, "{hex}")) {
+        flashed_file = derived(".hex", "ihex");
+        absl::StrReplaceAll({{"{hex}", ShellQuote(flashed_file)}}, &cmd);
+      }
+      absl::StrReplaceAll({{"{elf}", ShellQuote(elf)}, {"{port}", ShellQuote(b->cfg.serial)}, {"{probe}", ShellQuote(b->cfg.probe)}},
+                          &cmd);
+      argv = {"/bin/sh", "-c", cmd};
+    } else if (!b->cfg.openocd_config.empty()) {
+      argv = OpenOcdArgs(b->cfg);
+      argv.push_back("-c");
+      argv.push_back("program " + fs::absolute(image_path).string() + " verify reset exit");
+    } else {
+      return absl::FailedPreconditionError(absl::StrCat("board ", board_id, " has neither flash_command nor openocd_config"));
+    }
+    progress({"writing", 0.3, absl::StrJoin(argv, " ")});
+    ProcessOptions po;
+    po.timeout_ms = 300000;
+    auto r = RunProcess(argv, po);
+    if (!r.ok()) return r.status();
+    std::string out = r->out + r->err;
+    if (r->timed_out || r->exit_code != 0) {
+      return absl::InternalError(absl::StrCat("flashing ", board_id, " failed (",
+                                              r->timed_out ? "timed out" : absl::StrCat("exit ", r->exit_code), "): ",
+                                              out.size() > 2000 ? out.substr(out.size() - 2000) : out));
+    }
+    progress({"writing", 0.8, "written and verified"});
+    b->image = fs::absolute(image_path).string();
+  }
+  b->image_sha256 = *sha;
+  nlohmann::json rec = {{"image", b->image}, {"sha256", *sha}, {"time_us", NowMicros()}, {"by", caller.display}};
+  if (auto s = storage_.Put(Cf::kLeases, kFlashPrefix + board_id, rec.dump(), true); !s.ok()) return s;
+  if (!b->cfg.boot_pattern.empty()) {
+    progress({"booting", 0.9, absl::StrCat("waiting for '", b->cfg.boot_pattern, "' on the serial port")});
+    std::regex re;
+    try {
+      re = std::regex(b->cfg.boot_pattern);
+    } catch (const std::regex_error&) {
+      return absl::InvalidArgumentError(absl::StrCat("board ", board_id, ": boot_pattern is not a valid regex"));
+    }
+    std::optional<SerialLine> line;
+    {
+      telemetry::ActiveSpan wait("serial_wait", board_id);
+      wait->Set("fwai.board", board_id);
+      wait->Set("fwai.serial.pattern", b->cfg.boot_pattern);
+      wait->SetInt("fwai.serial.timeout_ms", 15000);
+      line = b->hub->WaitFor(re, since, 15000, cancel);
+      wait->SetBool("fwai.serial.matched", line.has_value());
+      if (!line) wait->Fail("the boot pattern did not appear");
+    }
+    if (!line) {
+      return absl::DeadlineExceededError(absl::StrCat("flashed ", board_id, ", but '", b->cfg.boot_pattern,
+                                                      "' did not appear on the serial port within 15 s"));
+    }
+    result.boot_line = line->text;
+  }
+  result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  {
+    // What the flash record says of it (Boards writes the record).
+    auto flashed = FileSha256(flashed_file);
+    nlohmann::json rec = {{"kind", "flash"},
+                          {"board", board_id},
+                          {"target", b->cfg.target},
+                          {"image", requested_image},
+                          {"image_copy", b->image},
+                          {"principal", caller.identity},
+                          {"peer", caller.peer},
+                          {"image_sha256", *sha},
+                          {"flashed_file", flashed_file},
+                          {"flashed_sha256", flashed.ok() ? *flashed : ""},
+                          {"project", root},
+                          {"bytes", img->bytes},
+                          {"by", caller.display},
+                          {"session_id", caller.session_id},
+                          {"approved", approved},
+                          {"boot_line", result.boot_line},
+                          {"booted", !result.boot_line.empty()},
+                          {"seconds", result.seconds}};
+    if (build.is_object()) rec["build_run_id"] = build.value("run_id", "");
+    // The SBOM of what was flashed: the build's, with the bytes written.
+    rec["sbom"] = FlashRecordSbom(rec, build, sbom_version_, dpkg_admindir_);
+    result.record = std::move(rec);
+  }
+  return result;
+}
+
+absl::StatusOr<FlashResult> HardwareBroker::FlashMcuboot(const Caller& caller, Board& b, const std::string& image_path,
+                                                         const std::function<void(const FlashProgressUpdate&)>& progress,
+                                                         const CancelToken* cancel, int64_t start_us) {
+  if (!b.simulated()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "flash guard (image): ", image_path, " is an MCUboot image; a physical board takes it through its bootloader "
+        "(fwai ota rollout, with the board's ota_upload command) — flash the ELF to program it directly"));
+  }
+  if (!b.slots) return absl::FailedPreconditionError(absl::StrCat("flash guard (image): board ", b.cfg.id, " has no OTA slots"));
+  auto bytes = ReadWhole(image_path);
+  if (!bytes.ok()) return bytes.status();
+  auto info = mcuboot::Parse(*bytes);
+  if (!info.ok()) return absl::FailedPreconditionError(absl::StrCat("flash guard (image): ", info.status().message()));
+  if (!info->hash_ok) {
+    return absl::FailedPreconditionError(absl::StrCat("flash guard (image): ", image_path, ": its SHA-256 does not match its contents"));
+  }
+  auto sha = FileSha256(image_path);
+  if (!sha.ok()) return sha.status();
+  progress({"guard", 0.1, absl::StrCat("guard passed: lease, MCUboot image ", info->version.ToString(), " (", bytes->size(),
+                                       " bytes, sha256 ", sha->substr(0, 12), "), approved")});
+  std::lock_guard op(b.op_mu);
+  if (cancel && cancel->cancelled()) return absl::CancelledError("flash cancelled");
+  leases_->Touch(b.cfg.id, caller.identity);
+  uint64_t since = b.hub->next_seq();
+  progress({"writing", 0.3, absl::StrCat("programming the primary slot of ", b.cfg.id, " (confirmed)")});
+  if (auto s = b.slots->Program(*bytes); !s.ok()) return s;
+  progress({"loading", 0.6, "power-on through the simulated MCUboot"});
+  auto boot = BootFromSlots(b);
+  if (!boot.ok()) return boot.status();
+  FlashResult result;
+  result.sha256 = *sha;
+  if (!b.cfg.boot_pattern.empty()) {
+    progress({"booting", 0.9, absl::StrCat("waiting for '", b.cfg.boot_pattern, "' on the serial port")});
+    auto re = BootRegex(b.cfg);
+    if (!re.ok()) return re.status();
+    auto line = b.hub->WaitFor(*re, since, 15000, cancel);
+    if (!line) {
+      return absl::DeadlineExceededError(absl::StrCat("flashed ", b.cfg.id, ", but '", b.cfg.boot_pattern,
+                                                      "' did not appear on the serial port within 15 s"));
+    }
+    result.boot_line = line->text;
+  }
+  result.seconds = static_cast<double>(NowMicros() - start_us) / 1e6;
+  result.record = {{"kind", "flash"}, {"board", b.cfg.id}, {"target", b.cfg.target}, {"image", image_path},
+                   {"image_sha256", *sha}, {"mcuboot", {{"version", info->version.ToString()}, {"hash", info->sha256_hex}}},
+                   {"bytes", bytes->size()}, {"by", caller.display}, {"session_id", caller.session_id}, {"approved", true},
+                   {"boot_line", result.boot_line}, {"booted", !result.boot_line.empty()}, {"seconds", result.seconds}};
+  return result;
+}
+
+}  // namespace fwai

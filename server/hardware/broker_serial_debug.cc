@@ -1,0 +1,319 @@
+// HardwareBroker: the serial port (reading, writing, waiting for a line),
+// GDB sessions and resets.
+#include "server/hardware/broker.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <mutex>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_replace.h"
+#include "common/subprocess.h"
+#include "server/hardware/broker_internal.h"
+#include "server/hardware/gdb_mi.h"
+#include "server/hardware/qemu.h"
+#include "server/telemetry/telemetry.h"
+
+namespace fwai {
+
+using broker_internal::OpenOcdArgs;
+
+absl::StatusOr<std::shared_ptr<SerialReader>> HardwareBroker::OpenSerial(const Caller& caller, const std::string& board,
+                                                                         bool from_history) {
+  Board* b = FindBoard(board);
+  if (!b) return absl::NotFoundError(absl::StrCat("no board '", board, "'"));
+  auto reader = b->hub->Subscribe(from_history);
+  if (auto l = leases_->Holder(board); l && leases_->CheckHeld(board, caller.identity, caller.lease_id, caller.session_id).ok()) {
+    reader->lease_id = l->lease_id;
+  }
+  return reader;
+}
+
+void HardwareBroker::CloseSerial(const std::string& board, const std::shared_ptr<SerialReader>& reader) {
+  if (Board* b = FindBoard(board)) b->hub->Unsubscribe(reader);
+}
+
+absl::Status HardwareBroker::SerialWrite(const Caller& caller, const std::string& board, std::string_view bytes) {
+  Board* b = FindBoard(board);
+  if (!b) return absl::NotFoundError(absl::StrCat("no board '", board, "'"));
+  if (auto s = CheckScope(caller, board, false); !s.ok()) return s;
+  if (auto s = leases_->CheckHeld(board, caller.identity, caller.lease_id, caller.session_id); !s.ok()) {
+    return absl::FailedPreconditionError(absl::StrCat("writing to the serial port needs the lease: ", s.message()));
+  }
+  leases_->Touch(board, caller.identity);
+  return b->hub->Write(bytes);
+}
+
+absl::Status HardwareBroker::SerialSendLine(const Caller& caller, const std::string& board, std::string_view line) {
+  Board* b = FindBoard(board);
+  if (!b) return absl::NotFoundError(absl::StrCat("no board '", board, "'"));
+  if (auto s = CheckScope(caller, board, false); !s.ok()) return s;
+  if (auto s = leases_->CheckHeld(board, caller.identity, caller.lease_id, caller.session_id); !s.ok()) {
+    return absl::FailedPreconditionError(absl::StrCat("writing to the serial port needs the lease: ", s.message()));
+  }
+  leases_->Touch(board, caller.identity);
+  return b->hub->SendLine(line);
+}
+
+absl::StatusOr<std::vector<SerialLine>> HardwareBroker::SerialHistory(const std::string& board, size_t max_lines) {
+  Board* b = FindBoard(board);
+  if (!b) return absl::NotFoundError(absl::StrCat("no board '", board, "'"));
+  return b->hub->History(max_lines);
+}
+
+absl::StatusOr<uint64_t> HardwareBroker::SerialNextSeq(const std::string& board) {
+  Board* b = FindBoard(board);
+  if (!b) return absl::NotFoundError(absl::StrCat("no board '", board, "'"));
+  return b->hub->next_seq();
+}
+
+absl::StatusOr<std::optional<SerialLine>> HardwareBroker::SerialWaitFor(const std::string& board,
+                                                                        const std::regex& pattern, uint64_t since,
+                                                                        int timeout_ms, const CancelToken* cancel) {
+  Board* b = FindBoard(board);
+  if (!b) return absl::NotFoundError(absl::StrCat("no board '", board, "'"));
+  telemetry::ActiveSpan wait("serial_wait", board);
+  wait->Set("fwai.board", board);
+  wait->SetInt("fwai.serial.timeout_ms", timeout_ms);
+  auto line = b->hub->WaitFor(pattern, since, timeout_ms, cancel);
+  wait->SetBool("fwai.serial.matched", line.has_value());
+  return line;
+}
+
+namespace {
+
+std::string FormatFrames(const nlohmann::json& stack) {
+  std::string out;
+  if (!stack.is_array()) return out;
+  for (const auto& f : stack) {
+    absl::StrAppend(&out, "#", MiString(f, "level", "?"), "  ", MiString(f, "addr"), " in ", MiString(f, "func", "??"));
+    if (f.contains("file")) absl::StrAppend(&out, " at ", MiString(f, "file"), ":", MiString(f, "line"));
+    out += "\n";
+  }
+  return out;
+}
+
+}  // namespace
+
+absl::StatusOr<DebugResult> HardwareBroker::Debug(const Caller& caller, const std::string& board,
+                                                  const std::vector<std::string>& commands, int timeout_ms) {
+  Board* b = FindBoard(board);
+  if (!b) return absl::NotFoundError(absl::StrCat("no board '", board, "'"));
+  if (commands.empty()) return absl::InvalidArgumentError("no debug commands given");
+  if (auto s = CheckScope(caller, board, false); !s.ok()) return s;
+  if (auto s = leases_->CheckHeld(board, caller.identity, caller.lease_id, caller.session_id); !s.ok()) {
+    return absl::FailedPreconditionError(absl::StrCat("debugging needs the lease: ", s.message()));
+  }
+  if (timeout_ms <= 0) timeout_ms = 10000;
+  std::lock_guard op(b->op_mu);
+  leases_->Touch(board, caller.identity);
+  b->debug_cancel = false;
+  std::string target;
+  pid_t ocd_pid = -1;
+  if (b->simulated()) {
+    if (!b->qemu || !b->qemu->running()) {
+      return absl::FailedPreconditionError(absl::StrCat("board ", board, " is not running; flash an image first"));
+    }
+    target = absl::StrCat("127.0.0.1:", b->qemu->gdb_port());
+  } else {
+    if (b->cfg.openocd_config.empty()) {
+      return absl::FailedPreconditionError(absl::StrCat("board ", board, " has no openocd_config to start a GDB server"));
+    }
+    auto port = PickFreePort();
+    if (!port.ok()) return port.status();
+    std::vector<std::string> args = OpenOcdArgs(b->cfg);
+    args.insert(args.end(), {"-c", absl::StrCat("gdb_port ", *port), "-c", "tcl_port disabled", "-c", "telnet_port disabled"});
+    int pipefd[2];
+    if (pipe2(pipefd, O_CLOEXEC) != 0) return absl::InternalError("pipe failed");
+    ocd_pid = ForkLongLived([&] { ExecChild(args, -1, pipefd[1], pipefd[1]); });
+    close(pipefd[1]);
+    std::string out;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    bool ready = false;
+    while (std::chrono::steady_clock::now() < deadline && !ready) {
+      pollfd p{pipefd[0], POLLIN, 0};
+      if (poll(&p, 1, 200) <= 0) continue;
+      char buf[1024];
+      ssize_t n = read(pipefd[0], buf, sizeof buf);
+      if (n <= 0) break;
+      out.append(buf, static_cast<size_t>(n));
+      ready = absl::StrContains(out, "for gdb connections");
+    }
+    close(pipefd[0]);
+    if (!ready) {
+      kill(ocd_pid, SIGKILL);
+      waitpid(ocd_pid, nullptr, 0);
+      return absl::UnavailableError(absl::StrCat("OpenOCD did not start a GDB server for ", board, ": ", out));
+    }
+    target = absl::StrCat("127.0.0.1:", *port);
+  }
+  auto stop_ocd = [&] {
+    if (ocd_pid > 0) {
+      kill(ocd_pid, SIGTERM);
+      waitpid(ocd_pid, nullptr, 0);
+      ocd_pid = -1;
+    }
+  };
+  auto gdb = GdbSession::Start(FindGdb(b->cfg.gdb), b->image);
+  if (!gdb.ok()) {
+    stop_ocd();
+    return gdb.status();
+  }
+  if (auto s = (*gdb)->Connect(target); !s.ok()) {
+    stop_ocd();
+    return s;
+  }
+  DebugResult result;
+  for (const auto& raw : commands) {
+    if (b->debug_cancel) {
+      result.outputs.push_back("(stopped: the lease ended)");
+      break;
+    }
+    std::string cmd(absl::StripAsciiWhitespace(raw));
+    nlohmann::json entry = {{"command", cmd}};
+    std::string text;
+    auto word_end = cmd.find(' ');
+    std::string verb = cmd.substr(0, word_end);
+    std::string arg = word_end == std::string::npos ? "" : std::string(absl::StripAsciiWhitespace(cmd.substr(word_end)));
+    absl::StatusOr<MiResponse> r = absl::UnknownError("");
+    if (verb == "fault" || cmd == "decode fault" || cmd == "info fault") {
+      auto f = DecodeFault(**gdb);
+      if (!f.ok()) {
+        text = absl::StrCat("error: ", f.status().message());
+        entry["error"] = text;
+      } else {
+        entry["fault"] = f->ToJson();
+        text = f->summary;
+        if (f->in_fault) {
+          absl::StrAppendFormat(&text, "\n  CFSR=0x%08x HFSR=0x%08x MMFAR=0x%08x BFAR=0x%08x", f->cfsr, f->hfsr, f->mmfar,
+                                f->bfar);
+          for (const auto& c : f->causes) absl::StrAppend(&text, "\n  - ", c);
+          if (!f->frame.empty()) {
+            text += "\n  stacked:";
+            for (const char* k : {"r0", "r1", "r2", "r3", "r12", "lr", "pc", "xpsr"}) {
+              if (f->frame.contains(k)) absl::StrAppend(&text, " ", k, "=", f->frame[k].get<std::string>());
+            }
+          }
+        }
+      }
+    } else if (verb == "reset") {
+      if (b->simulated()) {
+        auto s = b->qemu->Reset();
+        text = s.ok() ? "reset (system reset of the simulated board)" : absl::StrCat("error: ", s.message());
+      } else {
+        r = (*gdb)->Console("monitor reset halt", timeout_ms);
+        text = r.ok() ? (r->result_class == "error" ? "error: " + r->error : "reset (halted)") : std::string(r.status().message());
+      }
+    } else if ((verb == "print" || verb == "p") && !arg.empty()) {
+      r = (*gdb)->Mi("-data-evaluate-expression \"" + absl::StrReplaceAll(arg, {{"\\", "\\\\"}, {"\"", "\\\""}}) + "\"", timeout_ms);
+      if (r.ok() && r->result_class == "done") {
+        text = absl::StrCat(arg, " = ", MiString(r->results, "value"));
+        entry["value"] = MiString(r->results, "value");
+      }
+    } else if (cmd == "bt" || cmd == "backtrace" || cmd == "where") {
+      r = (*gdb)->Mi("-stack-list-frames 0 64", timeout_ms);
+      if (r.ok() && r->result_class == "done") {
+        entry["frames"] = r->results.contains("stack") && r->results["stack"].is_array() ? r->results["stack"]
+                                                                                       : nlohmann::json::array();
+        text = FormatFrames(entry["frames"]);
+      }
+    } else if (verb == "continue" || verb == "c") {
+      int wait = arg.empty() ? timeout_ms : std::max(1, std::atoi(arg.c_str())) * 1000;
+      r = (*gdb)->Mi("-exec-continue", timeout_ms);
+      if (r.ok() && r->result_class == "running") {
+        auto st = (*gdb)->WaitStopped(wait);
+        if (st.ok()) {
+          entry["stopped"] = *st;
+          const auto& res = (*st).value("results", nlohmann::json::object());
+          text = absl::StrCat("stopped: ", MiString(res, "reason", "interrupted"));
+          if (res.is_object() && res.contains("frame")) {
+            const auto& frame = res["frame"];
+            absl::StrAppend(&text, " in ", MiString(frame, "func", "??"));
+            if (frame.is_object() && frame.contains("file")) {
+              absl::StrAppend(&text, " at ", MiString(frame, "file"), ":", MiString(frame, "line"));
+            }
+          }
+          if ((*st).value("interrupted_after_timeout", false)) absl::StrAppend(&text, " (interrupted after ", wait / 1000, " s)");
+        } else {
+          text = absl::StrCat("error: ", st.status().message());
+        }
+      }
+    } else if (verb == "break" || verb == "b") {
+      r = (*gdb)->Mi("-break-insert " + arg, timeout_ms);
+      if (r.ok() && r->result_class == "done") {
+        entry["breakpoint"] = r->results.contains("bkpt") ? r->results["bkpt"] : nlohmann::json::object();
+        const auto& bp = entry["breakpoint"];
+        text = absl::StrCat("breakpoint ", MiString(bp, "number", "?"), " at ", MiString(bp, "addr"), " in ",
+                            MiString(bp, "func", "??"),
+                            bp.is_object() && bp.contains("file") ? " at " + MiString(bp, "file") + ":" + MiString(bp, "line")
+                                                                  : "");
+      }
+    } else if (cmd == "quit" || cmd == "kill" || verb == "target" || verb == "detach" || verb == "shell" || verb == "!") {
+      text = absl::StrCat("error: '", verb, "' is not allowed here (the broker owns the connection)");
+      entry["error"] = text;
+    } else {
+      r = (*gdb)->Console(cmd, timeout_ms);
+      if (r.ok() && r->result_class == "running") {
+        auto st = (*gdb)->WaitStopped(timeout_ms);
+        if (st.ok()) entry["stopped"] = *st;
+      }
+    }
+    if (text.empty()) {
+      if (!r.ok()) {
+        text = absl::StrCat("error: ", r.status().message());
+        entry["error"] = text;
+      } else if (r->result_class == "error") {
+        text = absl::StrCat("error: ", r->error);
+        entry["error"] = r->error;
+      } else {
+        text = r->console;
+        if (!r->results.empty()) entry["result"] = r->results;
+      }
+    }
+    if (r.ok() && !r->console.empty()) entry["console"] = r->console;
+    while (!text.empty() && text.back() == '\n') text.pop_back();
+    entry["output"] = text;
+    result.outputs.push_back(text);
+    result.results.push_back(entry);
+  }
+  (*gdb)->Detach();
+  gdb->reset();
+  stop_ocd();
+  return result;
+}
+
+absl::Status HardwareBroker::Reset(const Caller& caller, const std::string& board) {
+  Board* b = FindBoard(board);
+  if (!b) return absl::NotFoundError(absl::StrCat("no board '", board, "'"));
+  if (auto s = CheckScope(caller, board, false); !s.ok()) return s;
+  if (auto s = leases_->CheckHeld(board, caller.identity, caller.lease_id, caller.session_id); !s.ok()) {
+    return absl::FailedPreconditionError(absl::StrCat("reset needs the lease: ", s.message()));
+  }
+  std::lock_guard op(b->op_mu);
+  leases_->Touch(board, caller.identity);
+  if (b->simulated()) {
+    if (b->qemu && b->qemu->running()) return b->qemu->Reset();
+    if (b->image.empty()) return absl::FailedPreconditionError(absl::StrCat(board, " has no firmware; flash an image first"));
+    return PowerOn(*b);
+  }
+  if (b->cfg.openocd_config.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat("board ", board, " has no openocd_config to reset it"));
+  }
+  std::vector<std::string> argv = OpenOcdArgs(b->cfg);
+  argv.insert(argv.end(), {"-c", "init; reset run; shutdown"});
+  auto r = RunProcess(argv);
+  if (!r.ok()) return r.status();
+  if (r->exit_code != 0) return absl::InternalError(absl::StrCat("openocd reset failed: ", r->err));
+  return absl::OkStatus();
+}
+
+}  // namespace fwai

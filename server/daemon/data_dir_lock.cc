@@ -29,17 +29,20 @@ Holder ReadHolder(int fd) {
   if (n <= 0) return h;
   // "pid 1234 running\n"
   std::vector<std::string> parts = absl::StrSplit(absl::StripTrailingAsciiWhitespace(buf), ' ');
-  if (parts.size() == 3 && parts[0] == "pid" && absl::SimpleAtoi(parts[1], &h.pid)) h.state = parts[2];
+  if (parts.size() == 3 && parts[0] == "pid" && absl::SimpleAtoi(parts[1], &h.pid))
+    h.state = parts[2];
   return h;
 }
 
 }  // namespace
 
-absl::StatusOr<DataDirLock> DataDirLock::Acquire(const std::string& data_dir, int wait_for_stopping_ms) {
+absl::StatusOr<DataDirLock> DataDirLock::Acquire(const std::string& data_dir,
+                                                 int wait_for_stopping_ms) {
   const std::string path = data_dir + "/fwaid.lock";
   int fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
   if (fd < 0) return absl::FailedPreconditionError(absl::StrCat(path, ": ", std::strerror(errno)));
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(wait_for_stopping_ms);
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::milliseconds(wait_for_stopping_ms);
   // A holder that has not written its line yet is given a moment to do so.
   const auto unknown_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
   while (flock(fd, LOCK_EX | LOCK_NB) != 0) {
@@ -52,16 +55,16 @@ absl::StatusOr<DataDirLock> DataDirLock::Acquire(const std::string& data_dir, in
     const auto now = std::chrono::steady_clock::now();
     if (h.state == "running" || (h.state.empty() && now > unknown_deadline)) {
       close(fd);
-      return absl::FailedPreconditionError(absl::StrCat(
-          "data dir ", data_dir, " is in use by another fwaid",
-          h.pid > 0 ? absl::StrCat(" (pid ", h.pid, ")") : std::string(),
-          "; stop it first (fwai daemon stop) or give this one its own --data-dir"));
+      return absl::FailedPreconditionError(
+          absl::StrCat("data dir ", data_dir, " is in use by another fwaid",
+                       h.pid > 0 ? absl::StrCat(" (pid ", h.pid, ")") : std::string(),
+                       "; stop it first (fwai daemon stop) or give this one its own --data-dir"));
     }
     if (now > deadline) {
       close(fd);
-      return absl::DeadlineExceededError(absl::StrCat("data dir ", data_dir, ": fwaid pid ", h.pid,
-                                                      " is still stopping after ", wait_for_stopping_ms / 1000,
-                                                      " s; try again when it has exited"));
+      return absl::DeadlineExceededError(
+          absl::StrCat("data dir ", data_dir, ": fwaid pid ", h.pid, " is still stopping after ",
+                       wait_for_stopping_ms / 1000, " s; try again when it has exited"));
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }

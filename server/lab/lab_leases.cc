@@ -14,16 +14,23 @@
 namespace fwai::lab {
 
 std::string LeaseToJson(const LabLease& l) {
-  return nlohmann::json{{"lease_id", l.lease_id},     {"board", l.board},           {"node", l.node},
-                        {"holder", l.holder},         {"identity", l.identity},     {"via", l.via},
-                        {"session_id", l.session_id}, {"acquired_us", l.acquired_us}, {"ttl_s", l.ttl_s},
+  return nlohmann::json{{"lease_id", l.lease_id},
+                        {"board", l.board},
+                        {"node", l.node},
+                        {"holder", l.holder},
+                        {"identity", l.identity},
+                        {"via", l.via},
+                        {"session_id", l.session_id},
+                        {"acquired_us", l.acquired_us},
+                        {"ttl_s", l.ttl_s},
                         {"etcd_lease", l.etcd_lease}}
       .dump();
 }
 
 absl::StatusOr<LabLease> LeaseFromJson(const std::string& text) {
   auto j = nlohmann::json::parse(text, nullptr, false);
-  if (j.is_discarded() || !j.is_object() || !j.contains("lease_id")) return absl::InvalidArgumentError("not a lease record");
+  if (j.is_discarded() || !j.is_object() || !j.contains("lease_id"))
+    return absl::InvalidArgumentError("not a lease record");
   LabLease l;
   l.lease_id = j.value("lease_id", "");
   l.board = j.value("board", "");
@@ -49,7 +56,8 @@ std::string WaiterToJson(const LabWaiter& w) {
 
 absl::StatusOr<LabWaiter> WaiterFromJson(const std::string& text) {
   auto j = nlohmann::json::parse(text, nullptr, false);
-  if (j.is_discarded() || !j.is_object() || !j.contains("identity")) return absl::InvalidArgumentError("not a waiter record");
+  if (j.is_discarded() || !j.is_object() || !j.contains("identity"))
+    return absl::InvalidArgumentError("not a waiter record");
   LabWaiter w;
   w.board = j.value("board", "");
   if (j.contains("tags") && j["tags"].is_array()) {
@@ -152,7 +160,8 @@ void LabLeases::NodeLeft(const std::string& node) {
     auto kv = etcd_.Get(kLeasesPrefix + l.board);
     if (kv.ok() && kv->has_value()) {
       auto held = LeaseFromJson((*kv)->value);
-      if (held.ok() && held->lease_id == l.lease_id) (void)etcd_.DeleteIfValue(kLeasesPrefix + l.board, (*kv)->value);
+      if (held.ok() && held->lease_id == l.lease_id)
+        (void)etcd_.DeleteIfValue(kLeasesPrefix + l.board, (*kv)->value);
     }
     (void)etcd_.LeaseRevoke(l.etcd_lease);
   }
@@ -174,7 +183,8 @@ absl::StatusOr<std::pair<std::vector<LabWaiter>, int64_t>> LabLeases::ReadQueue(
     w->create_revision = kv.create_revision;
     out.push_back(*std::move(w));
   }
-  std::sort(out.begin(), out.end(), [this](const LabWaiter& a, const LabWaiter& b) { return Before(a, b); });
+  std::sort(out.begin(), out.end(),
+            [this](const LabWaiter& a, const LabWaiter& b) { return Before(a, b); });
   return std::make_pair(std::move(out), r->revision);
 }
 
@@ -192,7 +202,8 @@ absl::StatusOr<std::vector<LabWaiter>> LabLeases::Queue() {
     for (size_t j = 0; j < i; ++j) {
       bool overlap = false;
       for (const auto& id : out[i].candidates) {
-        overlap = overlap || std::find(out[j].candidates.begin(), out[j].candidates.end(), id) != out[j].candidates.end();
+        overlap = overlap || std::find(out[j].candidates.begin(), out[j].candidates.end(), id) !=
+                                 out[j].candidates.end();
       }
       out[i].position += overlap;
     }
@@ -200,10 +211,9 @@ absl::StatusOr<std::vector<LabWaiter>> LabLeases::Queue() {
   return out;
 }
 
-absl::StatusOr<std::optional<LabLease>> LabLeases::TryTake(const LabBoard& b, const Request& req, std::string* held_by,
-                                                           const std::string& lease_id,
-                                                           const std::vector<LabWaiter>& queue, int64_t queue_revision,
-                                                           const Queued* me, bool* raced) {
+absl::StatusOr<std::optional<LabLease>> LabLeases::TryTake(
+    const LabBoard& b, const Request& req, std::string* held_by, const std::string& lease_id,
+    const std::vector<LabWaiter>& queue, int64_t queue_revision, const Queued* me, bool* raced) {
   // Someone the queue serves first wants this board: it is theirs.
   int ahead = 0;
   for (const auto& w : queue) {
@@ -227,10 +237,12 @@ absl::StatusOr<std::optional<LabLease>> LabLeases::TryTake(const LabBoard& b, co
           }
         }
       }
-      *held_by = absl::StrCat("board ", b.id, " (on ", b.node, ") is held by ", held->holder, " since ",
-                              FormatUtc(held->acquired_us), " through ", held->via);
+      *held_by = absl::StrCat("board ", b.id, " (on ", b.node, ") is held by ", held->holder,
+                              " since ", FormatUtc(held->acquired_us), " through ", held->via);
     }
-    if (ahead > 0) absl::StrAppend(held_by, "; ", ahead, ahead == 1 ? " caller waits" : " callers wait", " before you");
+    if (ahead > 0)
+      absl::StrAppend(held_by, "; ", ahead, ahead == 1 ? " caller waits" : " callers wait",
+                      " before you");
     return std::optional<LabLease>();
   }
   if (ahead > 0) {
@@ -276,7 +288,8 @@ absl::StatusOr<std::optional<LabLease>> LabLeases::TryTake(const LabBoard& b, co
   return std::optional<LabLease>(l);
 }
 
-absl::StatusOr<LabLease> LabLeases::Acquire(const Request& req, const std::function<bool()>& cancelled) {
+absl::StatusOr<LabLease> LabLeases::Acquire(const Request& req,
+                                            const std::function<bool()>& cancelled) {
   if (req.ttl_s <= 0) return absl::InvalidArgumentError("ttl must be positive");
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(req.wait_s);
   // Leaving for any reason takes this caller out of the queue.
@@ -296,7 +309,8 @@ absl::StatusOr<LabLease> LabLeases::Acquire(const Request& req, const std::funct
     for (const auto& b : view->boards) {
       bool match =
           (req.board.empty() || b.id == req.board) && (req.node.empty() || b.node == req.node);
-      for (const auto& t : req.tags) match = match && std::find(b.tags.begin(), b.tags.end(), t) != b.tags.end();
+      for (const auto& t : req.tags)
+        match = match && std::find(b.tags.begin(), b.tags.end(), t) != b.tags.end();
       if (!match) continue;
       if (b.health != "good") {
         unhealthy.push_back(absl::StrCat("board ", b.id, " (on ", b.node, ") is ", b.health,
@@ -307,12 +321,13 @@ absl::StatusOr<LabLease> LabLeases::Acquire(const Request& req, const std::funct
     }
     if (candidates.empty()) {
       if (!unhealthy.empty()) {
-        return absl::FailedPreconditionError(absl::StrCat(absl::StrJoin(unhealthy, "; "), "; it is not handed out"));
+        return absl::FailedPreconditionError(
+            absl::StrCat(absl::StrJoin(unhealthy, "; "), "; it is not handed out"));
       }
-      return absl::NotFoundError(req.board.empty()
-                                     ? absl::StrCat("no board of the lab has tags ", absl::StrJoin(req.tags, ", "),
-                                                    " (fwai hw ls)")
-                                     : absl::StrCat("no board '", req.board, "' in the lab (fwai hw ls)"));
+      return absl::NotFoundError(
+          req.board.empty() ? absl::StrCat("no board of the lab has tags ",
+                                           absl::StrJoin(req.tags, ", "), " (fwai hw ls)")
+                            : absl::StrCat("no board '", req.board, "' in the lab (fwai hw ls)"));
     }
     auto queue = ReadQueue();
     if (!queue.ok()) return queue.status();
@@ -344,9 +359,10 @@ absl::StatusOr<LabLease> LabLeases::Acquire(const Request& req, const std::funct
     }
     if (raced) continue;  // the board or the queue changed under us: read again at once
     if (std::chrono::steady_clock::now() >= deadline || (cancelled && cancelled())) {
-      return absl::FailedPreconditionError(absl::StrCat(absl::StrJoin(held, "; "),
-                                                        req.wait_s > 0 ? " (waited " + std::to_string(req.wait_s) + " s)"
-                                                                       : " (fwai hw lease --wait SECONDS waits for it)"));
+      return absl::FailedPreconditionError(absl::StrCat(
+          absl::StrJoin(held, "; "), req.wait_s > 0
+                                         ? " (waited " + std::to_string(req.wait_s) + " s)"
+                                         : " (fwai hw lease --wait SECONDS waits for it)"));
     }
     if (!me) {
       // Join the queue, under an etcd lease of our own kept alive while we wait.
@@ -376,7 +392,8 @@ absl::StatusOr<LabLease> LabLeases::Acquire(const Request& req, const std::funct
       me = std::move(q);
       continue;  // our place is known: look at once
     }
-    if (std::chrono::steady_clock::now() - me->renewed >= std::chrono::milliseconds(options_.queue_ttl_s * 1000 / 3)) {
+    if (std::chrono::steady_clock::now() - me->renewed >=
+        std::chrono::milliseconds(options_.queue_ttl_s * 1000 / 3)) {
       auto ttl = etcd_.LeaseKeepAlive(me->etcd_lease);
       if (ttl.ok()) me->renewed = std::chrono::steady_clock::now();
       // NOT_FOUND: lapsed; the next look finds our key gone and queues again.
@@ -408,12 +425,16 @@ absl::Status LabLeases::Claim(LabLease l) {
     auto taken = TryTake(b, req, &why, l.lease_id, queue->first, queue->second, nullptr, &raced);
     if (!taken.ok()) return taken.status();
     if (taken->has_value()) return absl::OkStatus();
-    if (!raced) return absl::FailedPreconditionError(why.empty() ? "board " + l.board + " is held in the lab" : why);
+    if (!raced)
+      return absl::FailedPreconditionError(why.empty() ? "board " + l.board + " is held in the lab"
+                                                       : why);
   }
-  return absl::UnavailableError(absl::StrCat("board ", l.board, ": the lab's queue kept changing; try again"));
+  return absl::UnavailableError(
+      absl::StrCat("board ", l.board, ": the lab's queue kept changing; try again"));
 }
 
-absl::StatusOr<LabLease> LabLeases::Renew(const std::string& lease_id, const std::string& identity, bool admin) {
+absl::StatusOr<LabLease> LabLeases::Renew(const std::string& lease_id, const std::string& identity,
+                                          bool admin) {
   LabLease l;
   {
     std::lock_guard lock(mu_);
@@ -422,10 +443,12 @@ absl::StatusOr<LabLease> LabLeases::Renew(const std::string& lease_id, const std
       if (auto e = ended_.find(lease_id); e != ended_.end()) {
         return absl::NotFoundError(absl::StrCat("lease ", lease_id, " has ended: ", e->second));
       }
-      return absl::NotFoundError(absl::StrCat("no lease ", lease_id, " (it expired or was released)"));
+      return absl::NotFoundError(
+          absl::StrCat("no lease ", lease_id, " (it expired or was released)"));
     }
     if (it->second.identity != identity && !admin) {
-      return absl::NotFoundError(absl::StrCat("no lease ", lease_id, " (it expired or was released)"));
+      return absl::NotFoundError(
+          absl::StrCat("no lease ", lease_id, " (it expired or was released)"));
     }
     l = it->second;
   }
@@ -433,7 +456,8 @@ absl::StatusOr<LabLease> LabLeases::Renew(const std::string& lease_id, const std
   if (absl::IsNotFound(ttl.status())) {
     std::lock_guard lock(mu_);
     mine_.erase(lease_id);
-    return absl::NotFoundError(absl::StrCat("lease ", lease_id, " on ", l.board, " has expired; the board is free again"));
+    return absl::NotFoundError(
+        absl::StrCat("lease ", lease_id, " on ", l.board, " has expired; the board is free again"));
   }
   if (!ttl.ok()) return ttl.status();
   l.expires_us = NowMicros() + *ttl * 1000000;
@@ -460,15 +484,17 @@ absl::StatusOr<LabLease> LabLeases::Release(const std::string& lease_id, const s
     if (it != mine_.end()) target = it->second;
   }
   if (!target || (!lease_id.empty() && target->lease_id != lease_id)) {
-    return absl::NotFoundError(absl::StrCat("no lease ", lease_id, " (it expired or was released)"));
+    return absl::NotFoundError(
+        absl::StrCat("no lease ", lease_id, " (it expired or was released)"));
   }
   if (target->identity != identity && !(force && admin)) {
     if (!board.empty()) {
-      return absl::PermissionDeniedError(
-          absl::StrCat("board ", board, " is held by ", target->holder,
-                       "; only its holder (or an admin with --force) releases it (rule: the lease's holder)"));
+      return absl::PermissionDeniedError(absl::StrCat(
+          "board ", board, " is held by ", target->holder,
+          "; only its holder (or an admin with --force) releases it (rule: the lease's holder)"));
     }
-    return absl::NotFoundError(absl::StrCat("no lease ", lease_id, " (it expired or was released)"));
+    return absl::NotFoundError(
+        absl::StrCat("no lease ", lease_id, " (it expired or was released)"));
   }
   if (value.empty()) {
     auto kv = etcd_.Get(kLeasesPrefix + target->board);

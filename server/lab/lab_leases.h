@@ -37,11 +37,11 @@ inline constexpr char kLeasesPrefix[] = "/fwai/leases/";
 inline constexpr char kQueuePrefix[] = "/fwai/queue/";
 
 struct LabLease {
-  std::string lease_id;   // "lab-..." (unique in the lab)
+  std::string lease_id;     // "lab-..." (unique in the lab)
   std::string board, node;  // the board and the bench that owns it
-  std::string holder;     // "alice (uid 1000)": shown to others
-  std::string identity;   // the principal holding it
-  std::string via;        // the node the holder came through
+  std::string holder;       // "alice (uid 1000)": shown to others
+  std::string identity;     // the principal holding it
+  std::string via;          // the node the holder came through
   std::string session_id;
   int64_t acquired_us = 0;
   int64_t expires_us = 0;
@@ -54,14 +54,14 @@ std::string LeaseToJson(const LabLease& l);
 
 // Someone waiting in the lab's queue.
 struct LabWaiter {
-  std::string key;   // its queue key
+  std::string key;                // its queue key
   std::string board;              // the board it wants, or
   std::vector<std::string> tags;  // any board with these tags
   std::string node;               // set: only boards of this bench
   std::string wants;              // "b1" or "tags stm32f1, bench:x"
   std::string holder, identity, session_id;
-  std::string via;                // the node it waits through
-  bool ci = false;                // in the CI band
+  std::string via;  // the node it waits through
+  bool ci = false;  // in the CI band
   int64_t since_us = 0, until_us = 0;
   int64_t create_revision = 0;
   // Filled by Queue(): the boards of the lab that would do, and 1 + how many
@@ -98,23 +98,27 @@ class LabLeases {
     std::string lease_id;           // set: the lease's id (a bench's local lease to be)
     std::string holder, identity, session_id;
     int ttl_s = 900;
-    int wait_s = 0;  // 0: fail at once when every match is held
+    int wait_s = 0;   // 0: fail at once when every match is held
     bool ci = false;  // queued in the CI band (a principal with role ci)
   };
   // FAILED_PRECONDITION naming the holder when held (and not waiting);
   // NOT_FOUND when no board of the lab matches; UNAVAILABLE (naming the
   // endpoints) when etcd cannot decide.
-  [[nodiscard]] absl::StatusOr<LabLease> Acquire(const Request& req, const std::function<bool()>& cancelled);
+  [[nodiscard]] absl::StatusOr<LabLease> Acquire(const Request& req,
+                                                 const std::function<bool()>& cancelled);
   // A lease this node gave on one of its own boards (`l.lease_id` is its
   // local id) is claimed in the lab too, so no other node hands the board
   // out meanwhile. FAILED_PRECONDITION naming the holder if another node's
   // lease holds it.
   [[nodiscard]] absl::Status Claim(LabLease l);
   // Only the holder (`identity`) or an admin.
-  [[nodiscard]] absl::StatusOr<LabLease> Renew(const std::string& lease_id, const std::string& identity, bool admin);
+  [[nodiscard]] absl::StatusOr<LabLease> Renew(const std::string& lease_id,
+                                               const std::string& identity, bool admin);
   // By lease id or board. Only the holder, or an admin with `force`.
-  [[nodiscard]] absl::StatusOr<LabLease> Release(const std::string& lease_id, const std::string& board,
-                                                 const std::string& identity, bool force, bool admin);
+  [[nodiscard]] absl::StatusOr<LabLease> Release(const std::string& lease_id,
+                                                 const std::string& board,
+                                                 const std::string& identity, bool force,
+                                                 bool admin);
   // Every lease of the lab now. `exact_expiry`: ask etcd when each lapses
   // (one call per lease); otherwise at least acquired + ttl.
   [[nodiscard]] absl::StatusOr<std::vector<LabLease>> All(bool exact_expiry = false);
@@ -130,9 +134,11 @@ class LabLeases {
   // Takes `b` if it is free and no waiter before `me` (every waiter when
   // `me` is null) wants it: one transaction that also checks the queue is
   // as read at `queue_revision`. nullopt with `held_by` set when it cannot.
-  absl::StatusOr<std::optional<LabLease>> TryTake(const LabBoard& b, const Request& req, std::string* held_by,
-                                                  const std::string& lease_id, const std::vector<LabWaiter>& queue,
-                                                  int64_t queue_revision, const Queued* me, bool* raced);
+  absl::StatusOr<std::optional<LabLease>> TryTake(const LabBoard& b, const Request& req,
+                                                  std::string* held_by, const std::string& lease_id,
+                                                  const std::vector<LabWaiter>& queue,
+                                                  int64_t queue_revision, const Queued* me,
+                                                  bool* raced);
   absl::StatusOr<std::pair<std::vector<LabWaiter>, int64_t>> ReadQueue();
   // Serving order: band, then the revision that created the key.
   bool Before(const LabWaiter& a, const LabWaiter& b) const;

@@ -26,9 +26,9 @@ using fwai::testing::Daemon;
 using fwai::testing::EtcdCluster;
 using fwai::testing::Eventually;
 using fwai::testing::FwaidTls;
+using fwai::testing::RunCommand;
 using fwai::testing::SayAndHear;
 using fwai::testing::Serial;
-using fwai::testing::RunCommand;
 namespace pb = ::fwai::v1;
 
 struct Acquired {

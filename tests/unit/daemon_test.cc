@@ -18,9 +18,11 @@ TEST(DataDirLockTest, ASecondDaemonOnAServingDataDirIsRefusedAtOnce) {
   ASSERT_TRUE(first.ok()) << first.status();
   const auto t0 = std::chrono::steady_clock::now();
   auto second = DataDirLock::Acquire(dir, 60000);
-  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5)) << "a serving daemon is not waited for";
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5))
+      << "a serving daemon is not waited for";
   ASSERT_EQ(second.status().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_NE(second.status().message().find("in use by another fwaid (pid " + std::to_string(getpid()) + ")"),
+  EXPECT_NE(second.status().message().find("in use by another fwaid (pid " +
+                                           std::to_string(getpid()) + ")"),
             std::string::npos)
       << second.status();
   std::filesystem::remove_all(dir);
@@ -131,9 +133,10 @@ const std::map<std::string, Need>& PinnedRules() {
 // Services whose every RPC, present or future, works on a project's files or
 // runs commands, or is a lab node's.
 const std::map<std::string, Need>& ServiceFloors() {
-  static const std::map<std::string, Need> kFloors = {
-      {"LabNode", Need::kLabNode}, {"Projects", Need::kLocalAccount}, {"Skills", Need::kLocalAccount},
-      {"Firmware", Need::kLocalAccount}};
+  static const std::map<std::string, Need> kFloors = {{"LabNode", Need::kLabNode},
+                                                      {"Projects", Need::kLocalAccount},
+                                                      {"Skills", Need::kLocalAccount},
+                                                      {"Firmware", Need::kLocalAccount}};
   return kFloors;
 }
 
@@ -146,10 +149,14 @@ const std::regex& SensitiveName() {
 
 const char* NeedName(Need n) {
   switch (n) {
-    case Need::kAnyone: return "kAnyone";
-    case Need::kLocalAccount: return "kLocalAccount";
-    case Need::kAdmin: return "kAdmin";
-    case Need::kLabNode: return "kLabNode";
+    case Need::kAnyone:
+      return "kAnyone";
+    case Need::kLocalAccount:
+      return "kLocalAccount";
+    case Need::kAdmin:
+      return "kAdmin";
+    case Need::kLabNode:
+      return "kLabNode";
   }
   return "?";
 }
@@ -170,9 +177,11 @@ std::vector<std::string> Violations(const std::vector<RpcRule>& rules) {
   for (const auto& [rpc, need] : actual) {
     const std::string service = rpc.substr(0, rpc.find('.'));
     if (auto f = ServiceFloors().find(service); f != ServiceFloors().end() && need != f->second) {
-      out.push_back(rpc + ": every " + service + " RPC needs " + NeedName(f->second) + ", is " + NeedName(need));
+      out.push_back(rpc + ": every " + service + " RPC needs " + NeedName(f->second) + ", is " +
+                    NeedName(need));
     }
-    if (need == Need::kLabNode && service != "LabNode") out.push_back(rpc + ": kLabNode outside the LabNode service");
+    if (need == Need::kLabNode && service != "LabNode")
+      out.push_back(rpc + ": kLabNode outside the LabNode service");
     if (need == Need::kAnyone && std::regex_search(rpc, SensitiveName())) {
       out.push_back(rpc + ": open to anyone, but its name says it is sensitive");
     }

@@ -600,8 +600,11 @@ int Main(int argc, char** argv) {
     std::fprintf(stderr, "fwaid: data dir: %s\n", std::string(s.message()).c_str());
     return 1;
   }
-  // A daemon still stopping on this data dir is waited for; a serving one is not.
-  auto data_lock = DataDirLock::Acquire(config.data_dir);
+  // A daemon still stopping on this data dir (or killed, its lock not yet
+  // let go) is waited for; a serving one is not.
+  auto data_lock = DataDirLock::Acquire(config.data_dir, 60000, [](const std::string& why) {
+    std::fprintf(stderr, "fwaid: %s\n", why.c_str());
+  });
   if (!data_lock.ok()) {
     std::fprintf(stderr, "fwaid: %s\n", std::string(data_lock.status().message()).c_str());
     return 1;

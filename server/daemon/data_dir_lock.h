@@ -3,6 +3,7 @@
 // process holds it and whether that process is still serving or stopping.
 #pragma once
 
+#include <functional>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -11,11 +12,13 @@ namespace fwai {
 
 class DataDirLock {
  public:
-  // Takes the lock. A daemon that is stopping is waited for (up to
-  // `wait_for_stopping_ms`); one that is serving is not: FAILED_PRECONDITION
-  // names its pid.
-  [[nodiscard]] static absl::StatusOr<DataDirLock> Acquire(const std::string& data_dir,
-                                                           int wait_for_stopping_ms = 60000);
+  // Takes the lock. A daemon that is stopping, or has exited (killed) while
+  // the kernel still holds its lock, is waited for (up to
+  // `wait_for_stopping_ms`; `waiting` hears once why); one that is serving
+  // is not: FAILED_PRECONDITION names its pid.
+  [[nodiscard]] static absl::StatusOr<DataDirLock> Acquire(
+      const std::string& data_dir, int wait_for_stopping_ms = 60000,
+      const std::function<void(const std::string&)>& waiting = nullptr);
   DataDirLock(DataDirLock&& other) noexcept;
   DataDirLock& operator=(DataDirLock&&) = delete;
   DataDirLock(const DataDirLock&) = delete;

@@ -1,6 +1,7 @@
 #include "server/lab/etcd_client.h"
 
 #include <grpcpp/grpcpp.h>
+#include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <atomic>
@@ -147,13 +148,27 @@ class Client final : public EtcdClient {
       }
       const auto now = std::chrono::steady_clock::now();
       if (electing && !give_up) give_up = now + std::chrono::milliseconds(options_.request_timeout_ms);
-      if (!electing || now + backoff > *give_up) {
-        return absl::UnavailableError(absl::StrCat("etcd ", what, ": no member of the cluster answered (",
-                                                   absl::StrJoin(errors, "; "), ")"));
-      }
+      if (!electing || now + backoff > *give_up) return NoQuorum(what, errors);
       std::this_thread::sleep_for(backoff);
       backoff = std::min(backoff * 2, std::chrono::milliseconds(400));
     }
+  }
+
+  // One line a person can act on (every member named), the detail of each
+  // member's answer in the log.
+  absl::Status NoQuorum(const char* what, const std::vector<std::string>& errors) const {
+    spdlog::warn("etcd {}: no member of the cluster answered ({})", what, absl::StrJoin(errors, "; "));
+    size_t answered = 0;  // up, but without a leader
+    for (const auto& e : errors) answered += absl::StrContains(e, "no leader");
+    const std::string members = absl::StrJoin(options_.endpoints, ", ");
+    if (answered > 0) {
+      return absl::UnavailableError(absl::StrCat(
+          "the lab's registry (etcd) has no quorum: ", answered, " of ", endpoints_.size(),
+          " members answer (", members, "); leases and lab boards are unavailable until it recovers"));
+    }
+    return absl::UnavailableError(absl::StrCat(
+        "the lab's registry (etcd) cannot be reached: none of its ", endpoints_.size(), " members answers (",
+        members, "); leases and lab boards are unavailable until it does"));
   }
 
   static void Prepare(grpc::ClientContext& ctx, int timeout_ms) {

@@ -1,5 +1,7 @@
 #include "server/lab/lab_leases.h"
 
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 #include <chrono>
 #include <nlohmann/json.hpp>
@@ -128,8 +130,38 @@ void LabLeases::Start() {
       if (e.type == WatchEvent::kDelete) NodeLeft(e.kv.key.substr(sizeof(kNodesPrefix) - 1));
     }
   });
+  {
+    std::lock_guard lock(mu_);
+    nodes_watch_ = std::move(watch);
+  }
+  Recover();
+}
+
+void LabLeases::Recover() {
+  {
+    std::lock_guard lock(mu_);
+    const auto now = std::chrono::steady_clock::now();
+    if (recovered_ || now < next_recovery_) return;
+    next_recovery_ = now + std::chrono::seconds(1);
+  }
+  auto r = etcd_.GetPrefix(kLeasesPrefix);
+  if (!r.ok()) return;  // etcd does not answer yet: tried again at the next use
   std::lock_guard lock(mu_);
-  nodes_watch_ = std::move(watch);
+  if (recovered_) return;
+  for (const auto& kv : r->kvs) {
+    auto l = LeaseFromJson(kv.value);
+    if (!l.ok() || l->via != node_) continue;
+    l->etcd_lease = kv.lease;
+    l->expires_us = l->acquired_us + int64_t{l->ttl_s} * 1000000;  // at least
+    // One taken (or released) since this run started is as this run has it.
+    if (mine_.emplace(l->lease_id, *l).second) {
+      spdlog::info(
+          "lab: lease {} of {} on {} taken through this node before it restarted is "
+          "theirs again",
+          l->lease_id, l->holder, l->board);
+    }
+  }
+  recovered_ = true;
 }
 
 void LabLeases::NodeLeft(const std::string& node) {
@@ -435,6 +467,7 @@ absl::Status LabLeases::Claim(LabLease l) {
 
 absl::StatusOr<LabLease> LabLeases::Renew(const std::string& lease_id, const std::string& identity,
                                           bool admin) {
+  Recover();
   LabLease l;
   {
     std::lock_guard lock(mu_);
@@ -468,6 +501,7 @@ absl::StatusOr<LabLease> LabLeases::Renew(const std::string& lease_id, const std
 
 absl::StatusOr<LabLease> LabLeases::Release(const std::string& lease_id, const std::string& board,
                                             const std::string& identity, bool force, bool admin) {
+  Recover();
   std::optional<LabLease> target;
   std::string value;
   if (!board.empty()) {
@@ -538,7 +572,8 @@ absl::StatusOr<std::optional<LabLease>> LabLeases::Holder(const std::string& boa
   return std::optional<LabLease>(*l);
 }
 
-std::vector<LabLease> LabLeases::Mine() const {
+std::vector<LabLease> LabLeases::Mine() {
+  Recover();
   std::lock_guard lock(mu_);
   std::vector<LabLease> out;
   for (const auto& [id, l] : mine_) out.push_back(l);

@@ -15,6 +15,7 @@
 // is still free and that the queue has not changed since it was read.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -126,8 +127,11 @@ class LabLeases {
   [[nodiscard]] absl::StatusOr<std::vector<LabWaiter>> Queue();
   // The lease on `board`, if any (read from etcd).
   [[nodiscard]] absl::StatusOr<std::optional<LabLease>> Holder(const std::string& board);
-  // Leases this node took (for its own callers).
-  std::vector<LabLease> Mine() const;
+  // Leases this node took (for its own callers), including those an
+  // earlier run of this node took (killed, restarted): they are read back
+  // from etcd once it answers, and stay their holders' until released or
+  // expired.
+  std::vector<LabLease> Mine();
 
  private:
   struct Queued;  // this caller's place in the queue, if it waits
@@ -143,12 +147,17 @@ class LabLeases {
   // Serving order: band, then the revision that created the key.
   bool Before(const LabWaiter& a, const LabWaiter& b) const;
   void NodeLeft(const std::string& node);
+  // Reads back the leases taken through this node by an earlier run of it;
+  // until etcd answers, tried again at each use (once a second at most).
+  void Recover();
 
   EtcdClient& etcd_;
   const std::string node_;
   const LabLeasesOptions options_;
   mutable std::mutex mu_;
-  std::map<std::string, LabLease> mine_;  // lease id -> lease
+  std::map<std::string, LabLease> mine_;                 // lease id -> lease
+  bool recovered_ = false;                               // under mu_: Recover() has read etcd
+  std::chrono::steady_clock::time_point next_recovery_;  // under mu_
   // Why a lease ended when not by its holder (the answer a later renewal
   // gives), for the last kEndedKept such leases: oldest dropped first.
   static constexpr size_t kEndedKept = 1024;

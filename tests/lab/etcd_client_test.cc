@@ -9,6 +9,7 @@
 #include <mutex>
 #include <thread>
 
+#include "absl/strings/match.h"
 #include "tests/lab/etcd_cluster.h"
 
 namespace fwai::lab {
@@ -192,11 +193,21 @@ TEST_F(LabEtcdClient, QuorumLostIsUnavailableNamingEveryEndpointAndHealsWhenMemb
       [&] {
         auto r = client_->CreateIfAbsent("/q/lease", "me", 0);
         st = r.status();
-        return !r.ok();
+        // Members going down first fail calls in passing; then the one
+        // left answers that it has no leader.
+        return !r.ok() && absl::StrContains(st.message(), "no quorum");
       },
-      std::chrono::seconds(10)));
+      std::chrono::seconds(20)))
+      << st;
   EXPECT_EQ(st.code(), absl::StatusCode::kUnavailable) << st;
   for (const auto& e : cluster_.endpoints()) EXPECT_NE(st.message().find(e), std::string::npos) << st;
+  // One line a person can act on; each member's own answer is in the log.
+  EXPECT_NE(st.message().find("the lab's registry (etcd) has no quorum: 1 of 3 members answer"),
+            std::string::npos)
+      << st;
+  EXPECT_NE(st.message().find("leases and lab boards are unavailable until it recovers"), std::string::npos)
+      << st;
+  EXPECT_EQ(st.message().find('\n'), std::string::npos) << st;
   ASSERT_TRUE(cluster_.StartMember(1));
   ASSERT_TRUE(cluster_.StartMember(2));
   // The same client, not rebuilt, is served again.
@@ -212,6 +223,22 @@ TEST(LabEtcdClientConfig, EndpointsAreCheckedAndAnEmptyListRefused) {
   EXPECT_TRUE(EtcdClient::Connect({{"http://127.0.0.1:2379"}}).ok());
   EXPECT_EQ(PrefixEnd("/a/"), "/a0");
   EXPECT_EQ(PrefixEnd(std::string("a\xff", 2)), "b");
+}
+
+// No member up at all: it says so, in one line naming them.
+TEST(LabEtcdClientAlone, NoMemberUpIsUnavailableSayingNoneAnswers) {
+  EtcdOptions o;
+  o.endpoints = {"127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3"};
+  o.request_timeout_ms = 2000;
+  auto client = EtcdClient::Connect(o);
+  ASSERT_TRUE(client.ok()) << client.status();
+  auto r = (*client)->Get("/q/any");
+  ASSERT_EQ(r.status().code(), absl::StatusCode::kUnavailable) << r.status();
+  EXPECT_NE(r.status().message().find("the lab's registry (etcd) cannot be reached: none of its 3 "
+                                      "members answers (127.0.0.1:1, 127.0.0.1:2, 127.0.0.1:3)"),
+            std::string::npos)
+      << r.status();
+  EXPECT_EQ(r.status().message().find('\n'), std::string::npos) << r.status();
 }
 
 }  // namespace

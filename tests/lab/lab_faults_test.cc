@@ -337,5 +337,53 @@ TEST_F(LabFaults, AFrontKilledMidFlashLeavesTheBoardUsableAndFreeAfterTtl) {
   EXPECT_NE(g.boot_line.find("booted"), std::string::npos) << g.boot_line;
 }
 
+// A front killed with -9 and started again at once: it waits for its dead
+// predecessor's data dir lock instead of refusing, and its users' leases are
+// theirs again — the holder flashes, renews and releases through it as
+// before, and nobody else gets the board meanwhile. Then the same for the
+// bench: killed and restarted under a lease held through the front, its
+// board is flashed through the front again.
+TEST_F(LabFaults, RestartedNodesKeepTheLeasesHeldThroughThem) {
+  Acquired a = Acquire(*front1_, "b1", 120);
+  ASSERT_TRUE(a.status.ok()) << a.status.error_message();
+  front1_->Kill9();
+  ASSERT_TRUE(front1_->Start()) << front1_->log();
+  Flashed f = Flash(*front1_, a.lease.lease_id());
+  ASSERT_TRUE(f.status.ok()) << f.status.error_message() << "\nfront1:\n" << front1_->log();
+  EXPECT_NE(f.boot_line.find("booted"), std::string::npos) << f.boot_line;
+  EXPECT_TRUE(Renew(*front1_, a.lease.lease_id()).ok());
+  Acquired other = Acquire(*front2_, "b1", 60);
+  EXPECT_FALSE(other.status.ok()) << "front2 took a board held through front1";
+
+  // The bench restarts with the board leased: flashed through the front again.
+  bench_->Kill9();
+  ASSERT_TRUE(bench_->Start()) << bench_->log();
+  ASSERT_TRUE(Eventually(
+      [&] {
+        auto node = etcd_->Get("/fwai/nodes/bench1");
+        return node.ok() && node->has_value() &&
+               (*node)->value.find(":" + std::to_string(bench_->TcpPort()) + "\"") !=
+                   std::string::npos;
+      },
+      std::chrono::seconds(10)))
+      << bench_->log();
+  f = Flash(*front1_, a.lease.lease_id());
+  ASSERT_TRUE(f.status.ok()) << f.status.error_message() << "\nbench:\n" << bench_->log();
+  EXPECT_TRUE(Renew(*front1_, a.lease.lease_id()).ok());
+
+  // Released through the restarted front: the board is free for front2.
+  {
+    auto hw = pb::Hardware::NewStub(front1_->channel());
+    grpc::ClientContext ctx;
+    pb::ReleaseRequest req;
+    req.set_lease_id(a.lease.lease_id());
+    pb::ReleaseResponse out;
+    auto st = hw->Release(&ctx, req, &out);
+    ASSERT_TRUE(st.ok()) << st.error_message();
+  }
+  other = Acquire(*front2_, "b1", 60);
+  EXPECT_TRUE(other.status.ok()) << other.status.error_message();
+}
+
 }  // namespace
 }  // namespace fwai::lab

@@ -1,10 +1,18 @@
 // The daemon's own process-level pieces: the data directory lock.
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/file.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
+#include <atomic>
 #include <chrono>
+#include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <optional>
 #include <thread>
+#include <vector>
 
 #include "server/daemon/data_dir_lock.h"
 #include "tests/integration/daemon_fixture.h"
@@ -58,6 +66,62 @@ TEST(DataDirLockTest, WaitingForAStoppingDaemonHasALimit) {
   auto second = DataDirLock::Acquire(dir, 100);
   EXPECT_EQ(second.status().code(), absl::StatusCode::kDeadlineExceeded) << second.status();
   EXPECT_NE(second.status().message().find("still stopping"), std::string::npos);
+  std::filesystem::remove_all(dir);
+}
+
+// A daemon killed while serving (its line still says "running") whose lock
+// the kernel has not let go yet: the next one waits, saying so, instead of
+// refusing in the name of a dead process.
+TEST(DataDirLockTest, ADaemonKilledWhileServingIsWaitedForNotNamedAsRunning) {
+  std::string dir = testing::MakeTempDir("fwai-lock-");
+  // A process that takes the lock, says it serves, and is killed; its
+  // lock's file stays open in a child it left behind (as a kernel still
+  // tearing a process down keeps it) until that child is let go.
+  int go[2];
+  ASSERT_EQ(pipe(go), 0);
+  const std::string path = dir + "/fwaid.lock";
+  pid_t holder = fork();
+  ASSERT_GE(holder, 0);
+  if (holder == 0) {
+    // As DataDirLock does, with system calls only (this process has threads).
+    int fd = open(path.c_str(), O_RDWR | O_CREAT, 0600);
+    if (fd < 0 || flock(fd, LOCK_EX) != 0) _exit(1);
+    char line[33];
+    int n = snprintf(line, sizeof line, "pid %d running", static_cast<int>(getpid()));
+    memset(line + n, ' ', sizeof line - 1 - n);
+    line[31] = '\n';
+    if (pwrite(fd, line, 32, 0) != 32) _exit(1);
+    if (fork() == 0) {  // keeps the lock's descriptor until the pipe closes
+      char c;
+      close(go[1]);
+      (void)read(go[0], &c, 1);
+      _exit(0);
+    }
+    _exit(0);  // "running" in the file, and gone
+  }
+  int rc = 0;
+  ASSERT_EQ(waitpid(holder, &rc, 0), holder);
+  ASSERT_EQ(WEXITSTATUS(rc), 0);
+  close(go[0]);
+  std::vector<std::string> said;
+  std::atomic<bool> waiting{false};
+  std::thread release([&] {
+    // Once the waiter has said it waits, the last descriptor goes.
+    for (int i = 0; i < 3000 && !waiting; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    close(go[1]);
+  });
+  auto second = DataDirLock::Acquire(dir, 60000, [&](const std::string& why) {
+    said.push_back(why);
+    waiting = true;
+  });
+  release.join();
+  ASSERT_TRUE(second.ok()) << second.status();
+  ASSERT_EQ(said.size(), 1u);
+  EXPECT_NE(said[0].find("fwaid pid " + std::to_string(holder) + ", which held data dir"),
+            std::string::npos)
+      << said[0];
+  EXPECT_NE(said[0].find("has exited; waiting"), std::string::npos) << said[0];
   std::filesystem::remove_all(dir);
 }
 

@@ -185,4 +185,8 @@ absl::StatusOr<OtaSlotsInfo> Boards::OtaSlots(const BoardRef& board) {
   return HostOf(board).OtaSlots(board);
 }
 
+absl::StatusOr<uint64_t> Boards::SerialNextSeq(const Caller& caller, const BoardRef& board) {
+  return HostOf(board).SerialNextSeq(caller, board);
+}
+
 }  // namespace fwai

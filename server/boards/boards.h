@@ -128,6 +128,9 @@ class BoardHost {
       const std::function<void(const FlashProgressUpdate&)>& progress, CancelToken* cancel) = 0;
   [[nodiscard]] virtual absl::StatusOr<std::unique_ptr<BoardSerial>> OpenSerial(
       const Caller& caller, const BoardRef& board, bool from_history) = 0;
+  // The number the board's next serial line will get.
+  [[nodiscard]] virtual absl::StatusOr<uint64_t> SerialNextSeq(const Caller& caller,
+                                                               const BoardRef& board) = 0;
   // The last `max_lines` lines of the board's serial history (0: all kept).
   [[nodiscard]] virtual absl::StatusOr<std::vector<SerialLine>> SerialHistory(const Caller& caller,
                                                                               const BoardRef& board,
@@ -188,6 +191,7 @@ class Boards {
   [[nodiscard]] absl::StatusOr<std::vector<SerialLine>> SerialHistory(const Caller& caller,
                                                                       const BoardRef& board,
                                                                       size_t max_lines);
+  [[nodiscard]] absl::StatusOr<uint64_t> SerialNextSeq(const Caller& caller, const BoardRef& board);
   [[nodiscard]] absl::StatusOr<DebugResult> Debug(const Caller& caller, const BoardRef& board,
                                                   const std::vector<std::string>& commands,
                                                   int timeout_ms);

@@ -229,6 +229,25 @@ absl::StatusOr<BoardLease> BoardLeases::Acquire(const Caller& caller, const Leas
   return FromLab(l);
 }
 
+absl::StatusOr<BoardLease> BoardLeases::LeaseFor(const Caller& caller, const BoardRef& board,
+                                                 int ttl_s,
+                                                 const std::function<bool()>& cancelled) {
+  if (board.remote && lab_) {
+    for (const auto& l : lab_->Mine()) {
+      if (l.lease_id != board.lease_id || l.identity != caller.identity) continue;
+      BoardLease out = FromLab(l);
+      out.renewed = true;
+      return out;
+    }
+    return absl::FailedPreconditionError(absl::StrCat("you no longer hold the lab lease on board ",
+                                                      board.id, " (it was released or expired)"));
+  }
+  LeaseRequest r;
+  r.board = board.id;
+  r.ttl_s = ttl_s;
+  return Acquire(caller, r, cancelled);
+}
+
 absl::StatusOr<BoardLease> BoardLeases::AcquireLocal(const Caller& caller, const LeaseRequest& req,
                                                      const std::function<bool()>& cancelled) {
   ASSIGN_OR_RETURN(LeaseRecord l,

@@ -26,6 +26,7 @@
 
 #include "absl/status/statusor.h"
 #include "common/cancel.h"
+#include "server/boards/boards.h"
 #include "server/hardware/broker.h"
 
 namespace fwai {
@@ -97,6 +98,13 @@ class BoardLeases {
   // already renews it (`renewed`).
   [[nodiscard]] absl::StatusOr<BoardLease> Acquire(const Caller& caller, const LeaseRequest& req,
                                                    const std::function<bool()>& cancelled);
+  // A lease to work on `board` (as Boards resolved it) under: on a board of
+  // this node, the caller's (renewed) or a new one taken for them; on a
+  // board of another node, the caller's lab lease it was resolved by
+  // (`renewed`: not the work's to release).
+  [[nodiscard]] absl::StatusOr<BoardLease> LeaseFor(const Caller& caller, const BoardRef& board,
+                                                    int ttl_s,
+                                                    const std::function<bool()>& cancelled);
   // The lease renewed; `identity` is its holder's (an admin may renew another's).
   [[nodiscard]] absl::StatusOr<BoardLease> Renew(const Caller& caller, const std::string& lease_id);
   // By id or board: the lease that ended, with who held it.

@@ -129,4 +129,8 @@ absl::StatusOr<OtaSlotsInfo> LocalBoards::OtaSlots(const BoardRef& board) {
   return broker_.OtaSlots(board.id);
 }
 
+absl::StatusOr<uint64_t> LocalBoards::SerialNextSeq(const Caller&, const BoardRef& board) {
+  return broker_.SerialNextSeq(board.id);
+}
+
 }  // namespace fwai

@@ -23,6 +23,8 @@ class LocalBoards final : public BoardHost {
   [[nodiscard]] absl::StatusOr<std::unique_ptr<BoardSerial>> OpenSerial(const Caller& caller,
                                                                         const BoardRef& board,
                                                                         bool from_history) override;
+  [[nodiscard]] absl::StatusOr<uint64_t> SerialNextSeq(const Caller& caller,
+                                                       const BoardRef& board) override;
   [[nodiscard]] absl::StatusOr<std::vector<SerialLine>> SerialHistory(const Caller& caller,
                                                                       const BoardRef& board,
                                                                       size_t max_lines) override;

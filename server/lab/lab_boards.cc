@@ -381,6 +381,14 @@ absl::StatusOr<std::unique_ptr<BoardSerial>> LabBoards::OpenSerial(const Caller&
   return std::unique_ptr<BoardSerial>(*std::move(s));
 }
 
+absl::StatusOr<uint64_t> LabBoards::SerialNextSeq(const Caller&, const BoardRef& board) {
+  auto channel = links_.ChannelTo(board.node);
+  if (!channel.ok()) return channel.status();
+  auto s = LabSerial::Open(*channel, board, /*from_history=*/false);
+  if (!s.ok()) return s.status();
+  return (*s)->next_seq();  // as the bench said when the stream opened
+}
+
 absl::StatusOr<std::vector<SerialLine>> LabBoards::SerialHistory(const Caller&,
                                                                  const BoardRef& board,
                                                                  size_t max_lines) {

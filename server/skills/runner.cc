@@ -178,8 +178,7 @@ struct SkillRunner::RunState {
   // A lab's boards of other nodes (null outside a lab): the ones this run
   // resolved, and the serial stream of each opened just before its flash
   // (what a `since: run` monitor reads).
-  std::map<std::string, BoardRef> remote_boards;  // resolved boards of other nodes, by id
-  std::map<std::string, std::unique_ptr<BoardSerial>> run_serial;
+  std::map<std::string, BoardRef> resolved;  // boards this run resolved, by id
   std::map<std::string, uint64_t> since_seq;  // board -> first serial seq of the run (or of its last flash)
   std::map<std::string, std::string> step_logs;  // step -> log file
   json images = json::array();
@@ -212,10 +211,18 @@ struct SkillRunner::RunState {
     }
     auto r = deps.boards->Resolve(caller, wanted);
     if (!r.ok()) return r.status();
-    if (r->remote) remote_boards[r->id] = *r;
+    resolved[r->id] = *r;
     return r->id;
   }
-  bool IsRemote(const std::string& board) const { return remote_boards.count(board) > 0; }
+  BoardRef RefOf(const std::string& board) const {
+    auto it = resolved.find(board);
+    return it != resolved.end() ? it->second : BoardRef{board, "", false, ""};
+  }
+  // The run's serial lines of `board` begin here (what a `since: run`
+  // monitor reads).
+  void MarkSerial(const std::string& board) {
+    if (auto seq = deps.boards->SerialNextSeq(caller, RefOf(board)); seq.ok() && *seq > 0) since_seq[board] = *seq;
+  }
 
   // The run holds the board's lease while it needs it (an existing lease of
   // the caller is used as it is). The lease is short and renewed by the
@@ -228,10 +235,7 @@ struct SkillRunner::RunState {
       std::lock_guard lock(lease_mu);
       if (lease_board == board) return absl::OkStatus();
     }
-    LeaseRequest r;
-    r.board = board;
-    r.ttl_s = kLeaseTtlS;
-    auto l = deps.leases->Acquire(caller, r, [this] { return cancel->cancelled(); });
+    auto l = deps.leases->LeaseFor(caller, RefOf(board), kLeaseTtlS, [this] { return cancel->cancelled(); });
     if (!l.ok()) return l.status();
     std::lock_guard lock(lease_mu);
     caller.lease_id = l->lease_id;
@@ -412,7 +416,8 @@ struct SkillRunner::RunState {
       refusals.push_back({{"kind", "flash"}, {"target", *board}, {"rule", d.rule}, {"step", s.name}});
       return FailWith(o, "policy", absl::StrCat("refused by policy (", d.rule, "): ", d.reason));
     }
-    if (IsRemote(*board)) return RemoteFlash(s, *board, path, log, o);
+    // The run holds a lease on the board while it needs it: its own on a
+    // free board of this node, the caller's (renewed) on one they hold.
     if (auto st = EnsureLease(*board); !st.ok()) {
       if (st.code() == absl::StatusCode::kPermissionDenied) {
         refusals.push_back({{"kind", "flash"}, {"target", *board}, {"rule", "plugin capabilities"}, {"step", s.name}});
@@ -420,11 +425,9 @@ struct SkillRunner::RunState {
       }
       return FailWith(o, "hardware", std::string(st.message()));
     }
-    if (auto seq = deps.hardware->SerialNextSeq(*board); seq.ok()) since_seq[*board] = *seq;
-    BoardRef local;
-    local.id = *board;
+    MarkSerial(*board);
     auto r = deps.boards->Flash(
-        caller, local, FlashOrderOf(path),
+        caller, RefOf(*board), FlashOrderOf(path),
         [&](const FlashProgressUpdate& u) {
           std::string line = absl::StrCat("[", u.stage, "] ", u.message);
           log << line << '\n';
@@ -434,14 +437,16 @@ struct SkillRunner::RunState {
     if (!r.ok()) {
       if (cancel->cancelled()) return FailWith(o, timed_out ? "timeout" : "cancelled", std::string(r.status().message()));
       if (r.status().code() == absl::StatusCode::kPermissionDenied) {
-        refusals.push_back({{"kind", "flash"}, {"target", *board}, {"rule", "plugin capabilities"}, {"step", s.name}});
+        refusals.push_back({{"kind", "flash"}, {"target", *board}, {"rule", RuleOf(r.status())}, {"step", s.name}});
         return FailWith(o, "policy", std::string(r.status().message()));
       }
-      return FailWith(o, r.status().code() == absl::StatusCode::kFailedPrecondition &&
-                          !absl::StrContains(r.status().message(), "flash guard")
-                      ? "hardware"
-                      : "flash",
-                  std::string(r.status().message()));
+      const bool guard = absl::StrContains(r.status().message(), "flash guard");
+      return FailWith(o,
+                      !guard && (r.status().code() == absl::StatusCode::kFailedPrecondition ||
+                                 r.status().code() == absl::StatusCode::kUnavailable)
+                          ? "hardware"
+                          : "flash",
+                      std::string(r.status().message()));
     }
     vars["IMAGE_SHA256"] = r->sha256;
     images.push_back({{"board", *board}, {"path", path}, {"sha256", r->sha256}, {"boot_line", r->boot_line},
@@ -464,47 +469,13 @@ struct SkillRunner::RunState {
     return order;
   }
 
-  // A board of another node of the lab: its bench flashes the image's bytes
-  // under the caller's lab lease (held by the caller, not by the run).
-  StepOutcome RemoteFlash(const SkillStep& s, const std::string& board, const std::string& path, std::ofstream& log,
-                          StepOutcome& o) {
-    // The run's serial lines of this board begin here (a `since: run` monitor).
-    run_serial.erase(board);
-    const BoardRef& ref = remote_boards.at(board);
-    if (auto serial = deps.boards->OpenSerial(caller, ref, false); serial.ok()) {
-      run_serial[board] = *std::move(serial);
-    } else {
-      return FailWith(o, "hardware", std::string(serial.status().message()));
-    }
-    auto r = deps.boards->Flash(
-        caller, ref, FlashOrderOf(path),
-        [&](const FlashProgressUpdate& u) {
-          std::string line = absl::StrCat("[", u.stage, "] ", u.message);
-          log << line << '\n';
-          Emit(s.name, "output", line, true, json{{"stage", u.stage}, {"fraction", u.fraction}});
-        },
-        cancel.get());
-    if (!r.ok()) {
-      if (cancel->cancelled()) return FailWith(o, timed_out ? "timeout" : "cancelled", std::string(r.status().message()));
-      if (r.status().code() == absl::StatusCode::kPermissionDenied) {
-        refusals.push_back({{"kind", "flash"}, {"target", board}, {"rule", "lab"}, {"step", s.name}});
-        return FailWith(o, "policy", std::string(r.status().message()));
-      }
-      const bool guard = absl::StrContains(r.status().message(), "flash guard");
-      return FailWith(o,
-                      !guard && (r.status().code() == absl::StatusCode::kFailedPrecondition ||
-                                 r.status().code() == absl::StatusCode::kUnavailable)
-                          ? "hardware"
-                          : "flash",
-                      std::string(r.status().message()));
-    }
-    vars["IMAGE_SHA256"] = r->sha256;
-    images.push_back({{"board", board}, {"path", path}, {"sha256", r->sha256}, {"boot_line", r->boot_line},
-                      {"seconds", r->seconds}});
-    if (!r->boot_line.empty()) boot = {{"board", board}, {"ok", true}, {"line", r->boot_line}};
-    o.extra = {{"board", board}, {"image", path}, {"sha256", r->sha256}, {"boot_line", r->boot_line}};
-    o.ok = true;
-    return o;
+  // The rule a refusal names ("... (rule: R)"), for the record.
+  static std::string RuleOf(const absl::Status& st) {
+    const std::string m(st.message());
+    const auto at = m.rfind("(rule: ");
+    if (at == std::string::npos) return "plugin capabilities";
+    const auto end = m.find(')', at);
+    return m.substr(at + 7, end == std::string::npos ? std::string::npos : end - at - 7);
   }
 
   StepOutcome Monitor(const SkillStep& s, std::ofstream& log) {
@@ -524,39 +495,27 @@ struct SkillRunner::RunState {
       }
     }
     o.command = absl::StrCat("monitor ", *board, expect->empty() ? "" : absl::StrCat(" until '", *expect, "'"));
-    const bool remote = IsRemote(*board);
-    const BoardRef ref = remote ? remote_boards.at(*board) : BoardRef{*board, "", false, ""};
-    uint64_t since = 0;
-    std::unique_ptr<BoardSerial> serial;
-    if (remote && s.since == "run" && run_serial.count(*board)) {
-      // A board of another node: the stream opened just before its flash.
-      serial = std::move(run_serial[*board]);
-    } else {
-      bool from_run = false;
-      if (!remote) {
-        // Writing needs the lease; so does watching a simulated board that
-        // is paused because nobody holds it (the lease resumes it). A lab
-        // board is worked on under the caller's own lab lease.
-        bool paused = false;
-        for (const auto& d : deps.hardware->List()) paused |= d.id == *board && d.state == "paused";
-        if (!send->empty() || paused) {
-          if (auto st = EnsureLease(*board); !st.ok()) return FailWith(o, "hardware", std::string(st.message()));
-        }
-        from_run = s.since == "run" && since_seq.count(*board);
-        if (from_run) since = since_seq[*board];
-      }
-      auto opened = deps.boards->OpenSerial(caller, ref, from_run);
-      if (!opened.ok()) return FailWith(o, "hardware", std::string(opened.status().message()));
-      serial = *std::move(opened);
-      // A simulated board whose simulator died ends its readers when it
-      // does; one that was already down before this reader came is told here.
-      for (const auto& d : remote ? std::vector<DeviceInfo>() : deps.hardware->List()) {
-        if (d.id == *board && d.kind == "simulated" && d.health == "bad") {
-          return FailWith(o, "hardware", absl::StrCat("board ", *board, " is down: ", d.health_reason));
-        }
+    // Writing needs the lease; so does watching a simulated board that is
+    // paused because nobody holds it (the lease resumes it).
+    bool paused = false;
+    for (const auto& d : deps.hardware->List()) paused |= d.id == *board && d.state == "paused";
+    if (!send->empty() || paused) {
+      if (auto st = EnsureLease(*board); !st.ok()) return FailWith(o, "hardware", std::string(st.message()));
+    }
+    // `since: run`: the board's lines from the run's start (or its last
+    // flash) on, from the history.
+    const bool from_run = s.since == "run" && since_seq.count(*board);
+    const uint64_t since = from_run ? since_seq[*board] : 0;
+    auto serial = deps.boards->OpenSerial(caller, RefOf(*board), from_run);
+    if (!serial.ok()) return FailWith(o, "hardware", std::string(serial.status().message()));
+    BoardSerial* r = serial->get();
+    // A simulated board whose simulator died ends its readers when it does;
+    // one that was already down before this reader came is told here.
+    for (const auto& d : deps.hardware->List()) {
+      if (d.id == *board && d.kind == "simulated" && d.health == "bad") {
+        return FailWith(o, "hardware", absl::StrCat("board ", *board, " is down: ", d.health_reason));
       }
     }
-    BoardSerial* r = serial.get();
     if (!send->empty()) {
       if (auto st = r->SendLine(*send); !st.ok()) return FailWith(o, "hardware", std::string(st.message()));
       log << "> " << *send << '\n';
@@ -565,7 +524,7 @@ struct SkillRunner::RunState {
     // A write refused after it left (a bench answers so) ends what the step
     // can expect.
     std::string refused;
-    StepOutcome out = WaitFor(
+    return WaitFor(
         s, *board, *expect, re, since,
         [r, &refused](SerialLine& l, int ms) {
           if (refused.empty()) refused = r->TakeRefusal();
@@ -573,9 +532,6 @@ struct SkillRunner::RunState {
         },
         [r, &refused] { return refused.empty() ? r->end_reason() : absl::StrCat("write refused: ", refused); },
         log, o);
-    // A lab board's stream is kept for a later step that reads the run's lines.
-    if (remote && s.since == "run") run_serial[*board] = std::move(serial);
-    return out;
   }
 
   // Reads serial lines (from `since` on) until one matches `re` or the step's
@@ -1245,9 +1201,7 @@ SkillRunResult SkillRunner::Run(const SkillRunRequest& req, const std::function<
     // The board the run will use, for the record (flash/monitor resolve it again).
     if (auto b = run.ResolveBoard(""); b.ok()) v["BOARD"] = *b;
   }
-  if (!v["BOARD"].empty() && deps_.hardware) {
-    if (auto seq = deps_.hardware->SerialNextSeq(v["BOARD"]); seq.ok()) run.since_seq[v["BOARD"]] = *seq;
-  }
+  if (!v["BOARD"].empty() && deps_.hardware && deps_.boards) run.MarkSerial(v["BOARD"]);
   json planned = json::array();
   for (const auto& s : run.skill.steps) planned.push_back({{"name", s.name}, {"type", s.type == "tool" ? s.tool : s.type}});
   run.Emit("", "run_started", absl::StrCat("run ", run.run_id, ": ", run.skill.name, " (", run.skill.steps.size(), " steps)"), true,

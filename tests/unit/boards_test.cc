@@ -83,6 +83,7 @@ class FakeHost final : public BoardHost {
                                                           bool) override {
     return absl::UnimplementedError("no serial in this fake");
   }
+  absl::StatusOr<uint64_t> SerialNextSeq(const Caller&, const BoardRef&) override { return 42; }
   absl::StatusOr<std::vector<SerialLine>> SerialHistory(const Caller&, const BoardRef& b,
                                                         size_t) override {
     return std::vector<SerialLine>{{1, 0, "history of " + b.id}};

@@ -92,6 +92,13 @@ absl::Status WriteFileAtomic(const std::string& path, std::string_view bytes, un
     unlink(tmp.c_str());
     return absl::InternalError(absl::StrCat("cannot replace ", path, ": ", std::strerror(err)));
   }
+  // The rename itself survives a crash once the directory is synced.
+  const auto slash = path.rfind('/');
+  const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+  if (int dfd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC); dfd >= 0) {
+    (void)fsync(dfd);
+    close(dfd);
+  }
   return absl::OkStatus();
 }
 

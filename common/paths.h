@@ -22,7 +22,9 @@ std::string DefaultConfigPath();
 [[nodiscard]] absl::Status MakeDirs(const std::string& dir, unsigned mode);
 
 // Writes `bytes` to `path` through a temporary file in the same directory,
-// fsynced and renamed into place: readers see the old or the new contents.
+// fsynced and renamed into place, then the directory fsynced: readers, and
+// a process that starts after a crash at any point, see the old or the new
+// contents, never part of them.
 [[nodiscard]] absl::Status WriteFileAtomic(const std::string& path, std::string_view bytes, unsigned mode = 0644);
 
 }  // namespace fwai

@@ -4,13 +4,16 @@
 #include <openssl/pem.h>
 #include <sys/stat.h>
 
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/clock.h"
 #include "common/ids.h"
+#include "common/paths.h"
 #include "server/storage/storage.h"
 
 namespace fwai {
@@ -113,8 +116,21 @@ absl::StatusOr<std::unique_ptr<EvidenceLog>> EvidenceLog::Open(Storage& storage,
   auto rep = std::make_unique<Rep>();
   rep->storage = &storage;
   rep->checkpoint_every = std::max(1, checkpoint_every);
-  // The signing key: created on first start, readable by the daemon's user only.
-  if (FILE* f = std::fopen(key_path.c_str(), "r")) {
+  // The signing key: created on first start, readable by the daemon's user
+  // only, written whole or not at all (a temporary file renamed over it). An
+  // empty key file — an older fwaid killed while first writing it — never
+  // signed anything: it is replaced. Any other unreadable key is refused.
+  struct stat st;
+  const bool exists = stat(key_path.c_str(), &st) == 0;
+  if (!exists && errno != ENOENT) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("evidence key ", key_path, ": ", std::strerror(errno)));
+  }
+  if (exists && st.st_size > 0) {
+    FILE* f = std::fopen(key_path.c_str(), "r");
+    if (!f) {
+      return absl::PermissionDeniedError(absl::StrCat("evidence key ", key_path, ": cannot read it"));
+    }
     rep->key = PEM_read_PrivateKey(f, nullptr, nullptr, nullptr);
     std::fclose(f);
     if (!rep->key) return absl::DataLossError(absl::StrCat("evidence key ", key_path, ": not a readable PEM private key"));
@@ -130,16 +146,16 @@ absl::StatusOr<std::unique_ptr<EvidenceLog>> EvidenceLog::Open(Storage& storage,
       return absl::InternalError("cannot generate an Ed25519 key");
     }
     EVP_PKEY_CTX_free(kctx);
-    const mode_t old = umask(0077);
-    FILE* out = std::fopen(key_path.c_str(), "w");
-    umask(old);
-    if (!out) return absl::PermissionDeniedError(absl::StrCat("evidence key ", key_path, ": cannot create"));
-    const bool ok = PEM_write_PrivateKey(out, rep->key, nullptr, nullptr, 0, nullptr, nullptr) == 1;
-    std::fflush(out);
-    fsync(fileno(out));
-    std::fclose(out);
-    chmod(key_path.c_str(), 0600);
-    if (!ok) return absl::InternalError(absl::StrCat("evidence key ", key_path, ": cannot write"));
+    BIO* bio = BIO_new(BIO_s_mem());
+    const bool ok = bio && PEM_write_bio_PrivateKey(bio, rep->key, nullptr, nullptr, 0, nullptr, nullptr) == 1;
+    char* data = nullptr;
+    const long len = ok ? BIO_get_mem_data(bio, &data) : 0;
+    std::string pem = ok && len > 0 ? std::string(data, static_cast<size_t>(len)) : std::string();
+    if (bio) BIO_free(bio);
+    if (pem.empty()) return absl::InternalError(absl::StrCat("evidence key ", key_path, ": cannot encode it"));
+    if (auto w = WriteFileAtomic(key_path, pem, 0600); !w.ok()) {
+      return absl::PermissionDeniedError(absl::StrCat("evidence key ", key_path, ": ", w.message()));
+    }
   }
   // Load the leaves and the chain head.
   absl::Status bad;

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
 
 #include <openssl/evp.h>
 
@@ -149,6 +150,37 @@ TEST_F(EvidenceLogTest, AppendsVerifyAcrossRestartsWithAPrivateKey) {
   ASSERT_TRUE(got.ok());
   EXPECT_EQ(got->bytes, rec->bytes);
   EXPECT_NE(got->bytes.find("\"sha256\":\"ab12\""), std::string::npos);
+}
+
+// A key file left empty by a crash while it was first written (as an older
+// fwaid could leave it) never signed anything: the log starts and makes a
+// key. A key file with anything else in it is refused, and left as it is.
+TEST_F(EvidenceLogTest, AnEmptyKeyFromACrashIsReplacedAndAnyOtherBadKeyIsRefusedAndKept) {
+  const std::string key = dir_ + "/keys/evidence.pem";
+  fs::create_directories(dir_ + "/keys");
+  std::ofstream(key).close();  // empty
+  {
+    auto db = OpenDb();
+    auto log = OpenLog(*db);
+    ASSERT_NE(log, nullptr);
+    Fill(*log, 5);
+    EXPECT_EQ(log->public_key_hex().size(), 64u);
+  }
+  EXPECT_GT(fs::file_size(key), 0u);
+  EXPECT_EQ(fs::status(key).permissions() & fs::perms::all, fs::perms::owner_read | fs::perms::owner_write);
+  // No temporary file left beside it.
+  int files = 0;
+  for (const auto& e : fs::directory_iterator(dir_ + "/keys")) files += e.is_regular_file();
+  EXPECT_EQ(files, 1);
+  // Garbage where the key was: refused, and nothing overwritten.
+  std::ofstream(key, std::ios::trunc) << "-----BEGIN PRIVATE KEY-----\nnot a key\n";
+  auto db = OpenDb();
+  auto bad = EvidenceLog::Open(*db, key, 4);
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kDataLoss) << bad.status();
+  std::ifstream in(key);
+  std::string first;
+  std::getline(in, first);
+  EXPECT_EQ(first, "-----BEGIN PRIVATE KEY-----");
 }
 
 TEST_F(EvidenceLogTest, FlippedByteTruncationReorderAndDropAreCaught) {

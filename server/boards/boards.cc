@@ -3,6 +3,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/cancel.h"
 #include "server/hardware/firmware_image.h"
+#include "server/lab/lab_leases.h"
 #include "server/project/policy.h"
 #include "server/telemetry/telemetry.h"
 
@@ -11,11 +12,7 @@ namespace fwai {
 Boards::Boards(BoardHost& local, BoardHost* lab, std::string node)
     : local_(local), lab_(lab), node_(std::move(node)) {}
 
-namespace {
-
-bool IsLabLeaseId(const std::string& id) { return id.rfind("lab-", 0) == 0; }
-
-}  // namespace
+using lab::IsLabLeaseId;
 
 absl::StatusOr<BoardRef> Boards::Resolve(const Caller& caller, const std::string& wanted,
                                          const std::string& lease_id) const {

@@ -17,7 +17,7 @@
 namespace fwai {
 namespace {
 
-bool IsLabLeaseId(const std::string& id) { return id.rfind("lab-", 0) == 0; }
+using lab::IsLabLeaseId;
 
 BoardLease FromLab(const lab::LabLease& l) {
   BoardLease b;

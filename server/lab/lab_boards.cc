@@ -29,8 +29,6 @@ namespace fs = std::filesystem;
 constexpr size_t kMaxImage = 64 << 20;  // as for local flashes
 constexpr size_t kChunk = 64 << 10;
 
-bool IsLabLeaseId(const std::string& id) { return id.rfind("lab-", 0) == 0; }
-
 absl::StatusOr<std::string> ReadFile(const std::string& path, const char* what) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return absl::FailedPreconditionError(absl::StrCat(what, " ", path, ": cannot read it"));

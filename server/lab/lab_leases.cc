@@ -284,7 +284,7 @@ absl::StatusOr<std::optional<LabLease>> LabLeases::TryTake(
     return std::optional<LabLease>();
   }
   LabLease l;
-  l.lease_id = lease_id.empty() ? NewId("lab-") : lease_id;
+  l.lease_id = lease_id.empty() ? NewId(kLabLeaseIdPrefix) : lease_id;
   l.board = b.id;
   l.node = b.node;
   l.holder = req.holder;

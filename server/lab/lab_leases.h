@@ -36,6 +36,9 @@ class EtcdWatch;
 
 inline constexpr char kLeasesPrefix[] = "/fwai/leases/";
 inline constexpr char kQueuePrefix[] = "/fwai/queue/";
+// Lab leases' ids start so (a bench's local leases' do not).
+inline constexpr char kLabLeaseIdPrefix[] = "lab-";
+inline bool IsLabLeaseId(const std::string& id) { return id.rfind(kLabLeaseIdPrefix, 0) == 0; }
 
 struct LabLease {
   std::string lease_id;     // "lab-..." (unique in the lab)

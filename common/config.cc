@@ -377,7 +377,24 @@ absl::StatusOr<DaemonConfig> ParseConfig(const std::string& yaml_text, const std
                          "toolchain", "log_level", "tls", "unix_socket", "users", "limits",
                          "knowledge_writers", "lab"}));
     CFG_TRY(ParseSecurityConfig(r, root, c.security));
-    if (auto n = root["lab"]) CFG_TRY(ParseLabConfig(r, n, c.lab));
+    if (auto n = root["lab"]) {
+      CFG_TRY(ParseLabConfig(r, n, c.lab));
+      // etcd over TLS: this node's certificate unless others are named.
+      LabConfig& l = c.lab;
+      const TlsConfig& t = c.security.tls;
+      if (l.etcd_tls) {
+        if (l.etcd_ca.empty()) l.etcd_ca = l.ca.empty() ? t.client_ca : l.ca;
+        if (l.etcd_cert.empty()) l.etcd_cert = l.cert.empty() ? t.cert : l.cert;
+        if (l.etcd_key.empty()) l.etcd_key = l.key.empty() ? t.key : l.key;
+        if (l.etcd_ca.empty() || l.etcd_cert.empty() || l.etcd_key.empty()) {
+          return r.Error(
+              n["etcd"], "lab.etcd",
+              "https:// needs the CA etcd's certificate is checked against and this node's client "
+              "certificate: set lab.etcd_ca, lab.etcd_cert and lab.etcd_key (or lab.ca, lab.cert, "
+              "lab.key; fwaid tls issue DIR --node NODE makes one)");
+        }
+      }
+    }
     if (auto n = root["policy_file"]) CFG_TRY(r.String(n, "policy_file", c.policy_file));
     if (auto n = root["toolchain"]) {
       CFG_TRY(r.CheckKeys(n, "toolchain", {"dpkg_admindir"}));

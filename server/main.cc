@@ -476,8 +476,27 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> TcpCredentials(const st
   return creds;
 }
 
-int TlsCommand(const std::string& action, const std::string& dir, const std::vector<std::string>& hosts,
-               const std::string& user, int days = 825) {
+// A node joins the lab only under the name its certificates give it: the
+// one it calls other nodes with, and the one it reaches etcd with.
+absl::Status CheckLabIdentity(const DaemonConfig& config) {
+  const LabConfig& lab = config.lab;
+  const bool own = !lab.cert.empty();
+  const std::string cert = own ? lab.cert : config.security.tls.cert;
+  if (!cert.empty()) {
+    if (auto s = CheckNodeCertificate(
+            own ? "lab.cert" : "tls.cert (the node's certificate: no lab.cert)", cert, lab.node);
+        !s.ok()) {
+      return s;
+    }
+  }
+  if (lab.etcd_tls && lab.etcd_cert != cert)
+    return CheckNodeCertificate("lab.etcd_cert", lab.etcd_cert, lab.node);
+  return absl::OkStatus();
+}
+
+int TlsCommand(const std::string& action, const std::string& dir,
+               const std::vector<std::string>& hosts, const std::string& user, int days = 825,
+               bool node = false) {
   absl::Status s;
   if (action == "init") {
     s = TlsInit(dir, hosts);
@@ -487,7 +506,7 @@ int TlsCommand(const std::string& action, const std::string& dir, const std::vec
       std::printf("fwaid.yaml:\n  tls: {cert: %s/server.pem, key: %s/server.key}\n", dir.c_str(), dir.c_str());
     }
   } else {
-    s = TlsIssue(dir, user, hosts, days);
+    s = TlsIssue(dir, user, hosts, days, node);
     if (s.ok()) {
       std::printf("wrote %s/%s.pem and %s/%s.key (mode 0600), signed by %s/ca.pem\n", dir.c_str(), user.c_str(),
                   dir.c_str(), user.c_str(), dir.c_str());
@@ -520,7 +539,8 @@ int Main(int argc, char** argv) {
   app.add_option("--data-dir", data_dir, "Data directory (default: $XDG_DATA_HOME/fwai)");
   app.add_option("--log-level", log_level, "trace|debug|info|warn|error|off");
   app.add_flag("--version", version, "Print the version");
-  // fwaid tls init DIR --host NAME... | fwaid tls issue DIR --user NAME [--host NAME...]
+  // fwaid tls init DIR --host NAME... | fwaid tls issue DIR (--user NAME | --node NAME) [--host
+  // NAME...]
   auto* tls = app.add_subcommand("tls", "Make TLS material for a shared daemon");
   std::string tls_dir, tls_user;
   std::vector<std::string> tls_hosts;
@@ -530,8 +550,13 @@ int Main(int argc, char** argv) {
   tls_init->add_option("--host", tls_hosts, "A name or address clients reach the daemon by (repeatable)")->required();
   auto* tls_issue = tls->add_subcommand("issue", "A client certificate NAME.pem/NAME.key signed by DIR/ca.pem");
   tls_issue->add_option("dir", tls_dir, "Directory holding ca.pem and ca.key")->required();
-  tls_issue->add_option("--user", tls_user, "Who the certificate is for (its CN)")->required();
-  tls_issue->add_option("--host", tls_hosts, "Also a server certificate for these names (a node of a lab)");
+  std::string tls_node;
+  auto* user_opt = tls_issue->add_option("--user", tls_user, "Who the certificate is for (its CN)");
+  auto* node_opt = tls_issue->add_option("--node", tls_node,
+                                         "A lab node's certificate, for node NAME (lab.node)");
+  user_opt->excludes(node_opt);
+  tls_issue->add_option("--host", tls_hosts,
+                        "Also a server certificate for these names (a bench others reach)");
   tls_issue->add_option("--days", tls_days, "Validity in days (default 825; negative: already expired, for tests)");
   tls->require_subcommand(1);
   try {
@@ -540,7 +565,14 @@ int Main(int argc, char** argv) {
     return app.exit(e) == 0 ? 0 : 2;
   }
   if (tls_init->parsed()) return TlsCommand("init", tls_dir, tls_hosts, "");
-  if (tls_issue->parsed()) return TlsCommand("issue", tls_dir, tls_hosts, tls_user, tls_days);
+  if (tls_issue->parsed()) {
+    if (tls_user.empty() == tls_node.empty()) {
+      std::fprintf(stderr, "fwaid tls issue: --user NAME (a person) or --node NAME (a lab node)\n");
+      return 2;
+    }
+    return TlsCommand("issue", tls_dir, tls_hosts, tls_node.empty() ? tls_user : tls_node, tls_days,
+                      !tls_node.empty());
+  }
   if (version) {
     std::printf("fwaid %s\n", FWAI_VERSION);
     return 0;
@@ -904,7 +936,18 @@ int Main(int argc, char** argv) {
   std::unique_ptr<lab::LabLeases> lab_leases;
   LabConfig lab_config = config.lab;  // advertise port 0: filled in once the tls: listener has bound
   if (config.lab.enabled()) {
-    auto etcd = lab::EtcdClient::Connect({config.lab.etcd});
+    if (auto s = CheckLabIdentity(config); !s.ok()) {
+      std::fprintf(stderr, "fwaid: config %s: %s\n", config.source.c_str(),
+                   std::string(s.message()).c_str());
+      return 1;
+    }
+    lab::EtcdOptions etcd_options;
+    etcd_options.endpoints = config.lab.etcd;
+    etcd_options.tls = config.lab.etcd_tls;
+    etcd_options.ca_file = config.lab.etcd_ca;
+    etcd_options.cert_file = config.lab.etcd_cert;
+    etcd_options.key_file = config.lab.etcd_key;
+    auto etcd = lab::EtcdClient::Connect(std::move(etcd_options));
     if (!etcd.ok()) {
       std::fprintf(stderr, "fwaid: config %s: lab.etcd: %s\n", config.source.c_str(), std::string(etcd.status().message()).c_str());
       return 1;

@@ -10,11 +10,12 @@
 # anywhere in the lab for the run (waiting for a free one) and released after.
 #
 #   FWAI_LAB_ETCD     the lab's etcd endpoints, comma-separated (required)
-#                     e.g. http://10.0.0.5:2379,http://10.0.0.6:2379
+#                     e.g. https://10.0.0.5:2379,https://10.0.0.6:2379
 #   FWAI_NODE         this runner's node name (default ci-runner); its node
-#   FWAI_NODE_CERT    certificate (CN = FWAI_NODE, from `fwaid tls issue CA_DIR
-#   FWAI_NODE_KEY     --user NODE`), its key, and the lab's CA (required)
-#   FWAI_LAB_CA
+#   FWAI_NODE_CERT    certificate (from `fwaid tls issue CA_DIR --node NODE`,
+#   FWAI_NODE_KEY     an etcd user by deploy/lab-etcd-auth add-node NODE), its
+#   FWAI_LAB_CA       key, and the lab's CA (required); the same certificate
+#                     reaches etcd and the benches
 #   FWAI_BOARD_TAG    the boards to use (default stm32f1; KEY or KEY:VALUE)
 #   FWAI_BOARD_WAIT   seconds to wait for a free board (default 600)
 #   FWAI_PROJECT      the firmware project (default: the current directory)

@@ -7,6 +7,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/lab_config.h"
 
 namespace fwai {
 
@@ -115,10 +116,46 @@ Principal Identities::FromToken(const TokenInfo& info, const std::string& peer) 
   return p;
 }
 
+bool SubjectIsLabNode(const std::string& subject) {
+  // RFC 2253 attributes, split at the ',' and '+' that are not escaped.
+  std::string attr;
+  auto is_node = [&attr] { return attr == absl::StrCat("OU=", kLabNodeUnit); };
+  for (size_t i = 0; i < subject.size(); ++i) {
+    const char c = subject[i];
+    if (c == '\\' && i + 1 < subject.size()) {
+      attr += c;
+      attr += subject[++i];
+    } else if (c == ',' || c == '+') {
+      if (is_node()) return true;
+      attr.clear();
+    } else {
+      attr += c;
+    }
+  }
+  return is_node();
+}
+
 absl::StatusOr<Principal> Identities::ForCertificate(const std::string& subject, const std::string& common_name,
                                                      const std::string& peer) {
   Principal p;
   std::string local;
+  // A node's certificate is a node's only, a person's never a node's: one
+  // CA signs both.
+  if (SubjectIsLabNode(subject)) {
+    if (!accept_lab_nodes_ || common_name.empty()) {
+      return absl::UnauthenticatedError(
+          absl::StrCat("the client certificate '", subject,
+                       "' is a lab node's, and this fwaid is in no lab (lab: in "
+                       "fwaid.yaml); a node's certificate never stands for a person"));
+    }
+    p.id = "node:" + common_name;
+    p.user = common_name;
+    p.role = Role::kCi;
+    p.peer = peer;
+    p.verified_by = absl::StrCat("node certificate ", subject);
+    p.no_account_reason = "a node certificate acts for no account";
+    return p;
+  }
   {
     std::lock_guard<std::mutex> lock(mu_);
     const UserConfig* found = nullptr;
@@ -129,18 +166,13 @@ absl::StatusOr<Principal> Identities::ForCertificate(const std::string& subject,
         break;
       }
     }
-    if (found == nullptr && accept_lab_nodes_ && !common_name.empty()) {
-      p.id = "node:" + common_name;
-      p.user = common_name;
-      p.role = Role::kCi;
-      p.peer = peer;
-      p.verified_by = absl::StrCat("node certificate ", subject);
-      p.no_account_reason = "a node certificate acts for no account";
-      return p;
-    }
     if (found == nullptr) {
-      return absl::UnauthenticatedError(absl::StrCat("the client certificate '", subject,
-                                                     "' maps to no user (users.NAME.cert_subject in fwaid.yaml)"));
+      return absl::UnauthenticatedError(absl::StrCat(
+          "the client certificate '", subject,
+          "' maps to no user (users.NAME.cert_subject in fwaid.yaml)",
+          accept_lab_nodes_.load()
+              ? ", and is not a lab node's certificate (fwaid tls issue DIR --node NAME)"
+              : ""));
     }
     p.user = found->name;
     ParseRole(found->role, &p.role);

@@ -19,6 +19,10 @@
 
 namespace fwai {
 
+// Whether an RFC 2253 subject (as gRPC gives it) carries the lab node unit
+// (OU=fwai-lab-node, common/lab_config.h): a lab node's certificate.
+bool SubjectIsLabNode(const std::string& subject);
+
 // What admins get: no limit that could ever be reached.
 LimitsConfig UnlimitedLimits();
 
@@ -43,9 +47,9 @@ class Identities {
   [[nodiscard]] absl::StatusOr<Principal> ForCertificate(const std::string& subject, const std::string& common_name,
                                                          const std::string& peer);
 
-  // A node of a lab: a certificate from the trusted CA that maps to no
-  // user is another node (its CN), principal "node:CN", limited to LabNode
-  // calls by the gate.
+  // A node of a lab: a node's certificate from the trusted CA (OU
+  // fwai-lab-node) is another node (its CN), principal "node:CN", limited
+  // to LabNode calls by the gate. Without this, node certificates are refused.
   void AcceptLabNodes(bool accept) { accept_lab_nodes_ = accept; }
 
   // Personal collections ("~NAME", "~NAME/..."): whose NAME is. A name in

@@ -15,13 +15,14 @@
 
 #include <cstdio>
 #include <cstring>
-#include <functional>
 #include <filesystem>
+#include <functional>
 #include <memory>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/lab_config.h"
 #include "common/paths.h"
 
 namespace fwai {
@@ -69,8 +70,10 @@ absl::Status AddExt(X509* cert, X509* issuer, int nid, const std::string& value)
 }
 
 // A certificate for `cn`, signed by `issuer_key` (self-signed when issuer is null).
-absl::StatusOr<Cert> MakeCert(EVP_PKEY* key, const std::string& cn, X509* issuer, EVP_PKEY* issuer_key, int days,
-                              bool ca, const std::vector<std::string>& hosts, bool server, bool client) {
+absl::StatusOr<Cert> MakeCert(EVP_PKEY* key, const std::string& cn, X509* issuer,
+                              EVP_PKEY* issuer_key, int days, bool ca,
+                              const std::vector<std::string>& hosts, bool server, bool client,
+                              const std::string& unit = "") {
   Cert cert(X509_new());
   X509_set_version(cert.get(), 2);
   unsigned char serial[16];
@@ -85,6 +88,10 @@ absl::StatusOr<Cert> MakeCert(EVP_PKEY* key, const std::string& cn, X509* issuer
   X509_set_pubkey(cert.get(), key);
   X509_NAME* name = X509_get_subject_name(cert.get());
   X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_UTF8, reinterpret_cast<const unsigned char*>(cn.c_str()), -1, -1, 0);
+  if (!unit.empty()) {
+    X509_NAME_add_entry_by_txt(name, "OU", MBSTRING_UTF8,
+                               reinterpret_cast<const unsigned char*>(unit.c_str()), -1, -1, 0);
+  }
   X509_set_issuer_name(cert.get(), issuer ? X509_get_subject_name(issuer) : name);
   X509* signer = issuer ? issuer : cert.get();
   if (ca) {
@@ -178,21 +185,59 @@ absl::Status TlsInit(const std::string& dir, const std::vector<std::string>& hos
   return WriteKeyAndCert(dir, "server", key->get(), cert->get());
 }
 
-absl::Status TlsIssue(const std::string& dir, const std::string& name, const std::vector<std::string>& hosts,
-                      int days) {
-  if (name.empty() || name.find_first_of("/ \t") != std::string::npos) {
-    return absl::InvalidArgumentError("--user: a name without '/' or spaces");
+absl::Status TlsIssue(const std::string& dir, const std::string& name,
+                      const std::vector<std::string>& hosts, int days, bool node) {
+  const char* flag = node ? "--node" : "--user";
+  // Characters that would need escaping in a subject are refused, so a name
+  // can never read as another attribute (",OU=...").
+  if (name.empty() || name.find_first_of("/ \t,+=\\\"<>;#") != std::string::npos) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(flag, ": a name without '/', spaces or any of , + = \\ \" < > ; #"));
   }
-  if (name == "ca" || name == "server") return absl::InvalidArgumentError("--user: 'ca' and 'server' are taken");
+  if (name == "ca" || name == "server")
+    return absl::InvalidArgumentError(absl::StrCat(flag, ": 'ca' and 'server' are taken"));
   auto ca_key = ReadKey(dir + "/ca.key");
   if (!ca_key.ok()) return ca_key.status();
   auto ca = ReadCert(dir + "/ca.pem");
   if (!ca.ok()) return ca.status();
   auto key = NewKey();
   if (!key.ok()) return key.status();
-  auto cert = MakeCert(key->get(), name, ca->get(), ca_key->get(), days, false, hosts, !hosts.empty(), true);
+  auto cert = MakeCert(key->get(), name, ca->get(), ca_key->get(), days, false, hosts,
+                       !hosts.empty(), true, node ? kLabNodeUnit : "");
   if (!cert.ok()) return cert.status();
   return WriteKeyAndCert(dir, name, key->get(), cert->get());
+}
+
+absl::Status CheckNodeCertificate(const std::string& what, const std::string& path,
+                                  const std::string& node) {
+  auto cert = ReadCert(path);
+  if (!cert.ok())
+    return absl::FailedPreconditionError(absl::StrCat(what, ": ", cert.status().message()));
+  auto entry = [&](int nid) -> std::string {
+    X509_NAME* name = X509_get_subject_name(cert->get());
+    const int at = X509_NAME_get_index_by_NID(name, nid, -1);
+    if (at < 0) return "";
+    ASN1_STRING* data = X509_NAME_ENTRY_get_data(X509_NAME_get_entry(name, at));
+    unsigned char* utf8 = nullptr;
+    const int n = ASN1_STRING_to_UTF8(&utf8, data);
+    if (n < 0) return "";
+    std::string out(reinterpret_cast<char*>(utf8), static_cast<size_t>(n));
+    OPENSSL_free(utf8);
+    return out;
+  };
+  const std::string cn = entry(NID_commonName), unit = entry(NID_organizationalUnitName);
+  const std::string fix =
+      absl::StrCat("make this node's with: fwaid tls issue DIR --node ", node, " --host NAME");
+  if (unit != kLabNodeUnit) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(what, ": ", path, " (CN=", cn, ") is not a lab node's certificate; ", fix));
+  }
+  if (cn != node) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(what, ": ", path, " is node ", cn, "'s certificate, but lab.node is ", node,
+                     ": a node joins the lab only under the name its certificate gives it; ", fix));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status CheckTlsFiles(const std::string& cert_path, const std::string& key_path, const std::string& client_ca) {

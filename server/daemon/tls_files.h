@@ -16,10 +16,17 @@ namespace fwai {
 // addresses the server certificate is for (at least one).
 [[nodiscard]] absl::Status TlsInit(const std::string& dir, const std::vector<std::string>& hosts, int days = 825);
 // DIR/NAME.pem and NAME.key: a client certificate (CN=NAME) signed by
-// DIR/ca.pem; with `hosts`, also a server certificate for them (a node of a
-// lab, which both serves and calls).
+// DIR/ca.pem; with `hosts`, also a server certificate for them. `node`: a lab
+// node's certificate (also OU=fwai-lab-node, kLabNodeUnit), which only ever
+// identifies a node, never a person; a person's never identifies a node.
 [[nodiscard]] absl::Status TlsIssue(const std::string& dir, const std::string& name,
-                                    const std::vector<std::string>& hosts = {}, int days = 825);
+                                    const std::vector<std::string>& hosts = {}, int days = 825,
+                                    bool node = false);
+// The certificate at `path` is a lab node's (made with --node) for `node`:
+// else FAILED_PRECONDITION naming `what` (the setting), the file, whose it is
+// and how to make the right one.
+[[nodiscard]] absl::Status CheckNodeCertificate(const std::string& what, const std::string& path,
+                                                const std::string& node);
 // The certificate chain and key parse and belong together; the client CA, if
 // given, parses. The message names the file and what is wrong with it.
 [[nodiscard]] absl::Status CheckTlsFiles(const std::string& cert, const std::string& key, const std::string& client_ca);

@@ -7,9 +7,12 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <fstream>
 #include <mutex>
 #include <optional>
+#include <sstream>
 #include <thread>
+#include <tuple>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -94,7 +97,8 @@ class Watcher final : public EtcdWatch {
 
 class Client final : public EtcdClient {
  public:
-  explicit Client(EtcdOptions options) : options_(std::move(options)) {
+  Client(EtcdOptions options, std::shared_ptr<grpc::ChannelCredentials> creds)
+      : options_(std::move(options)) {
     grpc::ChannelArguments args;
     // etcd may be down for a while; come back within a second of its return.
     args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 200);
@@ -106,7 +110,7 @@ class Client final : public EtcdClient {
     for (const auto& e : options_.endpoints) {
       auto ep = std::make_unique<Endpoint>();
       ep->name = e;
-      ep->channel = grpc::CreateCustomChannel(e, grpc::InsecureChannelCredentials(), args);
+      ep->channel = grpc::CreateCustomChannel(e, creds, args);
       ep->kv = epb::KV::NewStub(ep->channel);
       ep->lease = epb::Lease::NewStub(ep->channel);
       ep->watch = epb::Watch::NewStub(ep->channel);
@@ -429,16 +433,44 @@ std::string PrefixEnd(const std::string& prefix) {
 
 absl::StatusOr<std::unique_ptr<EtcdClient>> EtcdClient::Connect(EtcdOptions options) {
   if (options.endpoints.empty()) return absl::InvalidArgumentError("etcd: no endpoints");
-  for (auto& e : options.endpoints) {
-    if (absl::StartsWith(e, "http://")) e = e.substr(7);
+  int https_count = 0;
+  for (std::string& e : options.endpoints) {
     if (absl::StartsWith(e, "https://")) {
-      return absl::InvalidArgumentError(absl::StrCat("etcd endpoint ", e, ": TLS to etcd is not supported yet; use http:// on a trusted network"));
+      ++https_count;
+      e = e.substr(8);
+    } else if (absl::StartsWith(e, "http://")) {
+      e = e.substr(7);
     }
     if (e.empty() || e.find(':') == std::string::npos) {
       return absl::InvalidArgumentError(absl::StrCat("etcd endpoint '", e, "': expected HOST:PORT"));
     }
   }
-  return std::unique_ptr<EtcdClient>(new Client(std::move(options)));
+  if (https_count > 0 && https_count != static_cast<int>(options.endpoints.size())) {
+    return absl::InvalidArgumentError("etcd endpoints: every one https:// or every one http://");
+  }
+  if (https_count > 0) options.tls = true;
+  std::shared_ptr<grpc::ChannelCredentials> creds = grpc::InsecureChannelCredentials();
+  if (options.tls) {
+    grpc::SslCredentialsOptions o;
+    for (auto [what, file, out] : {std::tuple<const char*, const std::string*, std::string*>{
+                                       "lab.etcd_ca", &options.ca_file, &o.pem_root_certs},
+                                   {"lab.etcd_cert", &options.cert_file, &o.pem_cert_chain},
+                                   {"lab.etcd_key", &options.key_file, &o.pem_private_key}}) {
+      if (file->empty()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("etcd over https:// needs ", what, " (a PEM file)"));
+      }
+      std::ifstream in(*file);
+      std::stringstream text;
+      text << in.rdbuf();
+      if (!in || text.str().empty()) {
+        return absl::InvalidArgumentError(absl::StrCat(what, " ", *file, ": cannot be read"));
+      }
+      *out = text.str();
+    }
+    creds = grpc::SslCredentials(o);
+  }
+  return std::unique_ptr<EtcdClient>(new Client(std::move(options), std::move(creds)));
 }
 
 }  // namespace fwai::lab

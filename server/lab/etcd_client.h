@@ -20,7 +20,14 @@
 namespace fwai::lab {
 
 struct EtcdOptions {
-  std::vector<std::string> endpoints;  // "HOST:PORT" or "http://HOST:PORT"
+  // "HOST:PORT", "http://HOST:PORT" or "https://HOST:PORT" (all one scheme).
+  std::vector<std::string> endpoints;
+  // For https:// (or `tls`): PEM files of the CA etcd's certificate must
+  // chain to, and this node's client certificate and key (etcd's
+  // --client-cert-auth; with etcd's auth on, the certificate's CN is the
+  // etcd user whose roles apply).
+  bool tls = false;
+  std::string ca_file, cert_file, key_file;
   int request_timeout_ms = 3000;       // per attempt on one endpoint
   int connect_timeout_ms = 1000;       // to wait for a connection to one endpoint
 };

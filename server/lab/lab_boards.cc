@@ -263,7 +263,7 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> LabLinks::ChannelTo(const std::st
     return absl::FailedPreconditionError(
         "this node has no node certificate for the lab: set lab.cert, lab.key and lab.ca in "
         "fwaid.yaml "
-        "(fwaid tls issue DIR --user NODE --host NAME makes one)");
+        "(fwaid tls issue DIR --node NODE --host NAME makes one)");
   }
   grpc::SslCredentialsOptions o;
   for (auto [file, out] : {std::pair<const std::string*, std::string*>{&ca, &o.pem_root_certs},

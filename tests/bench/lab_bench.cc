@@ -169,27 +169,21 @@ int Main(int argc, char** argv) {
     std::fprintf(stderr, "etcd did not start: %s\n", cluster.log(0).c_str());
     return 1;
   }
-  auto etcd = lab::EtcdClient::Connect({cluster.endpoints()});
+  auto etcd = lab::EtcdClient::Connect(cluster.Options());
   if (!etcd.ok()) return 1;
-  const std::string tls = cluster.dir() + "/tls";
-  std::string out, err;
-  const std::string fwaid = std::string(FWAI_BIN_DIR) + "/fwaid";
-  if (RunCommand({fwaid, "tls", "init", tls, "--host", "127.0.0.1"}, &out, &err) != 0 ||
-      RunCommand({fwaid, "tls", "issue", tls, "--user", "front1"}, &out, &err) != 0) {
-    std::fprintf(stderr, "fwaid tls: %s\n", err.c_str());
-    return 1;
-  }
-  std::string eps;
-  for (const auto& e : cluster.endpoints()) eps += (eps.empty() ? "" : ", ") + ("http://" + e);
-  const std::string lab = "lab:\n  etcd: [" + eps + "]\n  ttl_s: 10\n";
+  const std::string tls = cluster.tls_dir();
+  const std::string lab = "lab:\n  ttl_s: 10\n";
   Daemon bench(nullptr,
-               lab + "  node: bench1\n  advertise: tls:127.0.0.1:0\n" + "tls: {cert: " + tls + "/server.pem, key: " +
-                   tls + "/server.key, client_ca: " + tls + "/ca.pem}\n" + board_yaml,
+               lab + cluster.LabEtcdYaml("bench1") +
+                   "  node: bench1\n  advertise: tls:127.0.0.1:0\n" + "tls: {cert: " + tls +
+                   "/bench1.pem, key: " + tls + "/bench1.key, client_ca: " + tls + "/ca.pem}\n" +
+                   board_yaml,
                false);
   bench.AddListen("tls:127.0.0.1:0");
   Daemon front(nullptr,
-               lab + "  node: front1\n  cert: " + tls + "/front1.pem\n  key: " + tls + "/front1.key\n  ca: " + tls +
-                   "/ca.pem\n" + limits + "hardware:\n  default_simulated_board: false\n",
+               lab + cluster.LabEtcdYaml("front1") + "  node: front1\n  cert: " + tls +
+                   "/front1.pem\n  key: " + tls + "/front1.key\n  ca: " + tls + "/ca.pem\n" +
+                   limits + "hardware:\n  default_simulated_board: false\n",
                false);
   Daemon local(nullptr, board_yaml, false);  // no lab: local leases
   for (Daemon* d : {&bench, &front, &local}) {

@@ -483,6 +483,23 @@ TEST_F(SecurityTest, TlsWithTokensAndClientCertificates) {
   EXPECT_EQ(stm.error_code(), grpc::StatusCode::UNAUTHENTICATED) << stm.error_message();
   EXPECT_NE(stm.error_message().find("maps to no user"), std::string::npos) << stm.error_message();
   EXPECT_FALSE(WhoAmI(tls_channel(other + "/carol.pem", other + "/carol.key")).ok());
+  // A lab node's certificate named like a user (CN=carol, OU=fwai-lab-node)
+  // is never that user, and on a daemon in no lab is no node either.
+  {
+    const std::string nodes = d_tmp_ + "/nodes";
+    std::filesystem::create_directories(nodes);
+    for (const char* f : {"ca.pem", "ca.key"})
+      std::filesystem::copy_file(dir + "/" + f, nodes + "/" + f);
+    ASSERT_TRUE(FwaidTls({"issue", nodes, "--node", "carol"}, &err)) << err;
+    auto as_node = WhoAmI(tls_channel(nodes + "/carol.pem", nodes + "/carol.key"), &who);
+    EXPECT_EQ(as_node.error_code(), grpc::StatusCode::UNAUTHENTICATED) << who.principal();
+    EXPECT_NE(as_node.error_message().find("is a lab node's"), std::string::npos)
+        << as_node.error_message();
+  }
+  // Names that would read as another attribute of a subject are refused.
+  EXPECT_FALSE(FwaidTls({"issue", dir, "--user", "eve,OU=fwai-lab-node"}, &err));
+  EXPECT_NE(err.find("without"), std::string::npos) << err;
+  EXPECT_FALSE(FwaidTls({"issue", dir, "--user", "eve", "--node", "eve"}, &err));
   {
     auto expired = WhoAmI(tls_channel(dir + "/old.pem", dir + "/old.key"));
     EXPECT_FALSE(expired.ok());

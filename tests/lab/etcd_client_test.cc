@@ -22,11 +22,11 @@ class LabEtcdClient : public ::testing::Test {
  protected:
   void SetUp() override {
     ASSERT_TRUE(cluster_.Start()) << cluster_.log(0);
-    auto c = EtcdClient::Connect({cluster_.endpoints()});
+    auto c = EtcdClient::Connect(cluster_.Options());
     ASSERT_TRUE(c.ok()) << c.status();
     client_ = *std::move(c);
   }
-  std::unique_ptr<EtcdClient> NewClient() { return *EtcdClient::Connect({cluster_.endpoints()}); }
+  std::unique_ptr<EtcdClient> NewClient() { return *EtcdClient::Connect(cluster_.Options()); }
 
   EtcdCluster cluster_{3};
   std::unique_ptr<EtcdClient> client_;
@@ -218,12 +218,33 @@ TEST_F(LabEtcdClient, QuorumLostIsUnavailableNamingEveryEndpointAndHealsWhenMemb
   EXPECT_EQ((*client_->Get("/q/before"))->value, "1");
 }
 
+EtcdOptions With(std::vector<std::string> endpoints) {
+  EtcdOptions o;
+  o.endpoints = std::move(endpoints);
+  return o;
+}
+
 TEST(LabEtcdClientConfig, EndpointsAreCheckedAndAnEmptyListRefused) {
-  EXPECT_FALSE(EtcdClient::Connect({}).ok());
-  auto bad = EtcdClient::Connect({{"127.0.0.1"}});
+  EXPECT_FALSE(EtcdClient::Connect(With({})).ok());
+  auto bad = EtcdClient::Connect(With({"127.0.0.1"}));
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("HOST:PORT"), std::string::npos);
-  EXPECT_TRUE(EtcdClient::Connect({{"http://127.0.0.1:2379"}}).ok());
+  EXPECT_TRUE(EtcdClient::Connect(With({"http://127.0.0.1:2379"})).ok());
+  auto mixed = EtcdClient::Connect(With({"https://127.0.0.1:2379", "http://127.0.0.1:2380"}));
+  ASSERT_FALSE(mixed.ok());
+  EXPECT_NE(mixed.status().message().find("every one https://"), std::string::npos)
+      << mixed.status();
+  // TLS without the files it needs, or with one that is not there: named.
+  auto no_ca = EtcdClient::Connect(With({"https://127.0.0.1:2379"}));
+  ASSERT_FALSE(no_ca.ok());
+  EXPECT_NE(no_ca.status().message().find("lab.etcd_ca"), std::string::npos) << no_ca.status();
+  EtcdOptions missing;
+  missing.endpoints = {"https://127.0.0.1:2379"};
+  missing.ca_file = missing.cert_file = missing.key_file = "/nonexistent/ca.pem";
+  auto gone = EtcdClient::Connect(missing);
+  ASSERT_FALSE(gone.ok());
+  EXPECT_NE(gone.status().message().find("/nonexistent/ca.pem: cannot be read"), std::string::npos)
+      << gone.status();
   EXPECT_EQ(PrefixEnd("/a/"), "/a0");
   EXPECT_EQ(PrefixEnd(std::string("a\xff", 2)), "b");
 }

@@ -36,6 +36,7 @@ int PickFreePort() {
 
 EtcdCluster::EtcdCluster(int members) : members_(members) {
   dir_ = MakeTempDir("fwai-etcd-");
+  tls_dir_ = dir_ + "/tls";
   for (int i = 0; i < members; ++i) {
     members_[i].name = "m" + std::to_string(i + 1);
     members_[i].data_dir = dir_ + "/" + members_[i].name;
@@ -65,8 +66,69 @@ std::vector<std::string> EtcdCluster::endpoints() const {
 
 std::string EtcdCluster::endpoints_csv() const {
   std::string out;
-  for (int i = 0; i < size(); ++i) out += (i ? ",http://" : "http://") + endpoint(i);
+  for (int i = 0; i < size(); ++i) out += (i ? ",https://" : "https://") + endpoint(i);
   return out;
+}
+
+lab::EtcdOptions EtcdCluster::Options() const {
+  lab::EtcdOptions o;
+  for (const auto& e : endpoints()) o.endpoints.push_back("https://" + e);
+  o.ca_file = tls_dir_ + "/ca.pem";
+  o.cert_file = tls_dir_ + "/root.pem";
+  o.key_file = tls_dir_ + "/root.key";
+  return o;
+}
+
+std::vector<std::string> EtcdCluster::CtlEnv(const std::string& cert_base) const {
+  std::vector<std::string> env = {"ETCDCTL_API=3", "ETCDCTL_ENDPOINTS=" + endpoints_csv(),
+                                  "ETCDCTL_CACERT=" + tls_dir_ + "/ca.pem"};
+  if (!cert_base.empty()) {
+    env.push_back("ETCDCTL_CERT=" + tls_dir_ + "/" + cert_base + ".pem");
+    env.push_back("ETCDCTL_KEY=" + tls_dir_ + "/" + cert_base + ".key");
+  }
+  return env;
+}
+
+namespace {
+
+int Fwaid(const std::vector<std::string>& args, std::string* err) {
+  std::vector<std::string> argv = {std::string(FWAI_BIN_DIR) + "/fwaid"};
+  argv.insert(argv.end(), args.begin(), args.end());
+  std::string out;
+  return RunCommand(argv, &out, err);
+}
+
+}  // namespace
+
+bool EtcdCluster::MakeTls() {
+  if (std::filesystem::exists(tls_dir_ + "/root.pem")) return true;
+  std::string err;
+  return Fwaid({"tls", "init", tls_dir_, "--host", "127.0.0.1"}, &err) == 0 &&
+         Fwaid({"tls", "issue", tls_dir_, "--user", "root"}, &err) == 0;
+}
+
+bool EtcdCluster::AddNode(const std::string& node, std::string* error) {
+  std::string out, err;
+  if (!std::filesystem::exists(tls_dir_ + "/" + node + ".pem") &&
+      Fwaid({"tls", "issue", tls_dir_, "--node", node, "--host", "127.0.0.1"}, &err) != 0) {
+    if (error) *error = "fwaid tls issue --node " + node + ": " + err;
+    return false;
+  }
+  if (RunCommand({std::string(FWAI_DEPLOY_DIR) + "/lab-etcd-auth", "add-node", node}, &out, &err,
+                 CtlEnv(), 30) != 0) {
+    if (error) *error = "lab-etcd-auth add-node " + node + ": " + err;
+    return false;
+  }
+  return true;
+}
+
+std::string EtcdCluster::LabEtcdYaml(const std::string& node) {
+  std::string error;
+  if (!AddNode(node, &error)) return "  # " + error + "\n";
+  std::string eps;
+  for (const auto& e : endpoints()) eps += (eps.empty() ? "https://" : ", https://") + e;
+  return "  etcd: [" + eps + "]\n  etcd_ca: " + tls_dir_ + "/ca.pem\n  etcd_cert: " + tls_dir_ +
+         "/" + node + ".pem\n  etcd_key: " + tls_dir_ + "/" + node + ".key\n";
 }
 
 std::string EtcdCluster::log(int i) const {
@@ -77,20 +139,38 @@ std::string EtcdCluster::log(int i) const {
 }
 
 bool EtcdCluster::Launch(Member& m, bool fresh) {
-  const std::string client = "http://127.0.0.1:" + std::to_string(m.client_port);
+  const std::string client = "https://127.0.0.1:" + std::to_string(m.client_port);
   const std::string peer = "http://127.0.0.1:" + std::to_string(m.peer_port);
   std::vector<std::string> argv = {"/usr/bin/etcd",
-                                   "--name", m.name,
-                                   "--data-dir", m.data_dir,
-                                   "--listen-client-urls", client,
-                                   "--advertise-client-urls", client,
-                                   "--listen-peer-urls", peer,
-                                   "--initial-advertise-peer-urls", peer,
-                                   "--initial-cluster", initial_cluster_,
-                                   "--initial-cluster-state", fresh ? "new" : "existing",
-                                   "--initial-cluster-token", dir_,
-                                   "--logger", "zap",
-                                   "--log-level", "warn"};
+                                   "--name",
+                                   m.name,
+                                   "--data-dir",
+                                   m.data_dir,
+                                   "--listen-client-urls",
+                                   client,
+                                   "--advertise-client-urls",
+                                   client,
+                                   "--client-cert-auth",
+                                   "--trusted-ca-file",
+                                   tls_dir_ + "/ca.pem",
+                                   "--cert-file",
+                                   tls_dir_ + "/server.pem",
+                                   "--key-file",
+                                   tls_dir_ + "/server.key",
+                                   "--listen-peer-urls",
+                                   peer,
+                                   "--initial-advertise-peer-urls",
+                                   peer,
+                                   "--initial-cluster",
+                                   initial_cluster_,
+                                   "--initial-cluster-state",
+                                   fresh ? "new" : "existing",
+                                   "--initial-cluster-token",
+                                   dir_,
+                                   "--logger",
+                                   "zap",
+                                   "--log-level",
+                                   "warn"};
   pid_t pid = fork();
   if (pid == 0) {
     prctl(PR_SET_PDEATHSIG, SIGKILL);
@@ -113,6 +193,7 @@ bool EtcdCluster::Launch(Member& m, bool fresh) {
 }
 
 bool EtcdCluster::Start() {
+  if (!MakeTls()) return false;
   for (int attempt = 0; attempt < 5; ++attempt) {
     KillAll();
     initial_cluster_.clear();
@@ -129,7 +210,11 @@ bool EtcdCluster::Start() {
     if (!launched) return false;
     bool ok = true;
     for (int i = 0; i < size() && ok; ++i) ok = WaitServing(i);
-    if (ok) return true;
+    if (ok) {
+      std::string out, err;
+      return RunCommand({std::string(FWAI_DEPLOY_DIR) + "/lab-etcd-auth", "enable"}, &out, &err,
+                        CtlEnv(), 30) == 0;
+    }
     bool port_taken = false;
     for (int i = 0; i < size(); ++i) port_taken = port_taken || log(i).find("address already in use") != std::string::npos;
     if (!port_taken) return false;  // something else is wrong: the logs say what
@@ -161,9 +246,10 @@ bool EtcdCluster::WaitServing(int i, int timeout_s) {
     }
     std::string out, err;
     // A linearizable read: answers only with a leader and a quorum.
-    int rc = RunCommand({"/usr/bin/etcdctl", "--endpoints=http://" + endpoint(i), "--command-timeout=2s", "get",
-                         "/fwai-probe"},
-                        &out, &err, {"ETCDCTL_API=3"}, 10);
+    std::vector<std::string> env = CtlEnv();
+    env[1] = "ETCDCTL_ENDPOINTS=https://" + endpoint(i);
+    int rc = RunCommand({"/usr/bin/etcdctl", "--command-timeout=2s", "get", "/fwai-probe"}, &out,
+                        &err, env, 10);
     if (rc == 0) return true;
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }

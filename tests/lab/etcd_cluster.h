@@ -1,5 +1,9 @@
 // Real etcd members (Debian's etcd-server) on loopback ports for the lab
-// tests: each with its own data dir under a temp dir.
+// tests: each with its own data dir under a temp dir. As a lab runs it:
+// clients over TLS with --client-cert-auth, a CA made by `fwaid tls init`
+// (tls_dir()), and etcd's authentication on (deploy/lab-etcd-auth): each
+// node an etcd user that writes only its own registry keys, the tests'
+// own client etcd's root.
 //
 // etcd cannot listen on port 0 and report the port, so ports are picked by
 // binding port 0 ourselves and closing the socket; a member that still finds
@@ -13,6 +17,8 @@
 #include <string>
 #include <thread>
 #include <vector>
+
+#include "server/lab/etcd_client.h"
 
 namespace fwai::testing {
 
@@ -33,8 +39,23 @@ class EtcdCluster {
   // "127.0.0.1:PORT" of each member's client URL.
   std::vector<std::string> endpoints() const;
   std::string endpoint(int i) const;
-  // "http://127.0.0.1:P1,http://..." for --etcd / etcdctl --endpoints.
+  // "https://127.0.0.1:P1,https://..." for etcdctl --endpoints.
   std::string endpoints_csv() const;
+  // A client as etcd's root (every key).
+  lab::EtcdOptions Options() const;
+  // The CA (ca.pem), etcd's server certificate and the root's; node and
+  // person certificates are issued here too.
+  const std::string& tls_dir() const { return tls_dir_; }
+  // Node `node`: its certificate tls_dir()/NODE.pem, .key (a node's, for
+  // 127.0.0.1) and its etcd user and role. False (the reason in `error`)
+  // when either could not be made.
+  bool AddNode(const std::string& node, std::string* error = nullptr);
+  // The lines of a node's `lab:` section that reach this cluster as `node`
+  // (etcd, etcd_ca, etcd_cert, etcd_key), after AddNode(node).
+  std::string LabEtcdYaml(const std::string& node);
+  // etcdctl's environment as the holder of `cert_base` (tls_dir()/BASE.pem
+  // and .key; "" for no client certificate at all).
+  std::vector<std::string> CtlEnv(const std::string& cert_base = "root") const;
   pid_t pid(int i) const { return members_[i].pid; }
   const std::string& dir() const { return dir_; }
   std::string log(int i) const;
@@ -47,8 +68,9 @@ class EtcdCluster {
   };
   bool Launch(Member& m, bool fresh);
   void KillAll();
+  bool MakeTls();
   std::string initial_cluster_;
-  std::string dir_;
+  std::string dir_, tls_dir_;
   std::vector<Member> members_;
 };
 

@@ -40,25 +40,21 @@ class LabAgent : public ::testing::Test {
     ASSERT_TRUE(std::filesystem::exists(FWAI_BLINKY_ELF)) << FWAI_BLINKY_ELF << " not built";
     fake_.Start();
     ASSERT_TRUE(cluster_.Start()) << cluster_.log(0);
-    etcd_ = *EtcdClient::Connect({cluster_.endpoints()});
-    tls_ = cluster_.dir() + "/tls";
-    ASSERT_TRUE(FwaidTls({"init", tls_, "--host", "127.0.0.1"}));
-    for (const char* who : {"front1", "front2"})
-      ASSERT_TRUE(FwaidTls({"issue", tls_, "--user", who}));
-    std::string eps;
-    for (const auto& e : cluster_.endpoints()) eps += (eps.empty() ? "" : ", ") + ("http://" + e);
-    const std::string lab = "lab:\n  etcd: [" + eps + "]\n  ttl_s: 3\n";
+    etcd_ = *EtcdClient::Connect(cluster_.Options());
+    tls_ = cluster_.tls_dir();
+    const std::string lab = "lab:\n  ttl_s: 3\n";
     bench_ = std::make_unique<Daemon>(
         &fake_,
-        lab + "  node: bench1\n  advertise: tls:127.0.0.1:0\ntls: {cert: " + tls_ +
-            "/server.pem, key: " + tls_ + "/server.key, client_ca: " + tls_ + "/ca.pem}\n" +
+        lab + cluster_.LabEtcdYaml("bench1") +
+            "  node: bench1\n  advertise: tls:127.0.0.1:0\ntls: {cert: " + tls_ +
+            "/bench1.pem, key: " + tls_ + "/bench1.key, client_ca: " + tls_ + "/ca.pem}\n" +
             "hardware:\n  boards:\n    - {id: b1, kind: simulated, machine: stm32vldiscovery, "
             "boot_pattern: booted, tags: [stm32f1]}\n");
     bench_->AddListen("tls:127.0.0.1:0");
     for (const char* node : {"front1", "front2"}) {
       fronts_.push_back(std::make_unique<Daemon>(
-          &fake_, lab + "  node: " + node + "\n  cert: " + tls_ + "/" + node +
-                      ".pem\n  key: " + tls_ + "/" + node + ".key\n  ca: " + tls_ +
+          &fake_, lab + cluster_.LabEtcdYaml(node) + "  node: " + node + "\n  cert: " + tls_ + "/" +
+                      node + ".pem\n  key: " + tls_ + "/" + node + ".key\n  ca: " + tls_ +
                       "/ca.pem\nhardware:\n  default_simulated_board: false\n"));
     }
     for (Daemon* d : {bench_.get(), fronts_[0].get(), fronts_[1].get()})

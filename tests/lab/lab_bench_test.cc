@@ -22,11 +22,11 @@ using fwai::testing::Eventually;
 using Clock = std::chrono::steady_clock;
 
 // fwaid.yaml of a bench with one simulated board.
-std::string BenchYaml(const EtcdCluster& etcd, const std::string& node, const std::string& board, int ttl_s) {
-  std::string eps;
-  for (const auto& e : etcd.endpoints()) eps += (eps.empty() ? "" : ", ") + ("http://" + e);
-  return "lab:\n  etcd: [" + eps + "]\n  node: " + node + "\n  advertise: tls:127.0.0.1:7443\n  ttl_s: " +
-         std::to_string(ttl_s) + "\nhardware:\n  boards:\n    - {id: " + board +
+std::string BenchYaml(EtcdCluster& etcd, const std::string& node, const std::string& board,
+                      int ttl_s) {
+  return "lab:\n" + etcd.LabEtcdYaml(node) + "  node: " + node +
+         "\n  advertise: tls:127.0.0.1:7443\n  ttl_s: " + std::to_string(ttl_s) +
+         "\nhardware:\n  boards:\n    - {id: " + board +
          ", kind: simulated, machine: stm32vldiscovery, tags: [stm32f1, bench:" + node + "]}\n";
 }
 
@@ -34,7 +34,7 @@ class LabBench : public ::testing::Test {
  protected:
   void SetUp() override {
     ASSERT_TRUE(cluster_.Start()) << cluster_.log(0);
-    etcd_ = *EtcdClient::Connect({cluster_.endpoints()});
+    etcd_ = *EtcdClient::Connect(cluster_.Options());
   }
   // The boards of `node` in the registry now (empty on an etcd error too).
   std::vector<LabBoard> BoardsOf(const std::string& node) {
@@ -124,8 +124,10 @@ TEST_F(LabBench, AStoppedBenchLeavesAtOnce) {
 }
 
 TEST_F(LabBench, WithEtcdDownAtStartItServesItsBoardsAndJoinsWhenEtcdComes) {
+  // The node's etcd user is made while etcd is up; then etcd goes.
+  const std::string yaml = BenchYaml(cluster_, "bench1", "b1", 5);
   for (int i = 0; i < cluster_.size(); ++i) cluster_.StopMember(i);
-  Daemon bench(nullptr, BenchYaml(cluster_, "bench1", "b1", 5), false);
+  Daemon bench(nullptr, yaml, false);
   ASSERT_TRUE(bench.Start()) << bench.log();
   auto hw = fwai::v1::Hardware::NewStub(bench.channel());
   {

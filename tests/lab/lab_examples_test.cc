@@ -46,18 +46,16 @@ class LabExamples : public ::testing::Test {
  protected:
   void SetUp() override {
     ASSERT_TRUE(cluster_.Start()) << cluster_.log(0);
-    etcd_ = *EtcdClient::Connect({cluster_.endpoints()});
-    tls_ = cluster_.dir() + "/tls";
-    std::string out, err;
-    const std::string fwaid = std::string(FWAI_BIN_DIR) + "/fwaid";
-    ASSERT_EQ(RunCommand({fwaid, "tls", "init", tls_, "--host", "127.0.0.1"}, &out, &err), 0) << err;
-    ASSERT_EQ(RunCommand({fwaid, "tls", "issue", tls_, "--user", "ci-runner"}, &out, &err), 0) << err;
-    for (const auto& e : cluster_.endpoints()) endpoints_ += (endpoints_.empty() ? "" : ",") + ("http://" + e);
+    etcd_ = *EtcdClient::Connect(cluster_.Options());
+    tls_ = cluster_.tls_dir();
+    std::string error;
+    ASSERT_TRUE(cluster_.AddNode("ci-runner", &error)) << error;
+    endpoints_ = cluster_.endpoints_csv();
     bench_ = std::make_unique<Daemon>(
         nullptr,
-        "lab:\n  etcd: [" + endpoints_ + "]\n  ttl_s: 3\n  node: bench1\n  advertise: tls:127.0.0.1:0\n" +
-            "tls: {cert: " + tls_ + "/server.pem, key: " + tls_ + "/server.key, client_ca: " + tls_ +
-            "/ca.pem}\n" +
+        "lab:\n" + cluster_.LabEtcdYaml("bench1") +
+            "  ttl_s: 3\n  node: bench1\n  advertise: tls:127.0.0.1:0\n" + "tls: {cert: " + tls_ +
+            "/bench1.pem, key: " + tls_ + "/bench1.key, client_ca: " + tls_ + "/ca.pem}\n" +
             "hardware:\n  boards:\n    - {id: b1, kind: simulated, machine: stm32vldiscovery, "
             "boot_pattern: booted, tags: [stm32f1]}\n",
         false);

@@ -28,18 +28,18 @@ using fwai::testing::RunCommand;
 using Clock = std::chrono::steady_clock;
 namespace pb = ::fwai::v1;
 
-std::string LabYaml(const EtcdCluster& etcd, const std::string& node, int ttl_s) {
-  std::string eps;
-  for (const auto& e : etcd.endpoints()) eps += (eps.empty() ? "" : ", ") + ("http://" + e);
-  return "lab:\n  etcd: [" + eps + "]\n  node: " + node + "\n  ttl_s: " + std::to_string(ttl_s) + "\n";
+std::string LabYaml(EtcdCluster& etcd, const std::string& node, int ttl_s) {
+  return "lab:\n" + etcd.LabEtcdYaml(node) + "  node: " + node +
+         "\n  ttl_s: " + std::to_string(ttl_s) + "\n";
 }
 
-std::string BenchYaml(const EtcdCluster& etcd, const std::string& node, const std::string& board, int ttl_s) {
+std::string BenchYaml(EtcdCluster& etcd, const std::string& node, const std::string& board,
+                      int ttl_s) {
   return LabYaml(etcd, node, ttl_s) + "hardware:\n  boards:\n    - {id: " + board +
          ", kind: simulated, machine: stm32vldiscovery, tags: [stm32f1, bench:" + node + "]}\n";
 }
 
-std::string FrontYaml(const EtcdCluster& etcd, const std::string& node) {
+std::string FrontYaml(EtcdCluster& etcd, const std::string& node) {
   return LabYaml(etcd, node, 5) + "hardware:\n  default_simulated_board: false\n";
 }
 
@@ -114,7 +114,7 @@ class LabFront : public ::testing::Test {
  protected:
   void SetUp() override {
     ASSERT_TRUE(cluster_.Start()) << cluster_.log(0);
-    etcd_ = *EtcdClient::Connect({cluster_.endpoints()});
+    etcd_ = *EtcdClient::Connect(cluster_.Options());
     bench1_ = std::make_unique<Daemon>(nullptr, BenchYaml(cluster_, "bench1", "b1", 3), false);
     bench2_ = std::make_unique<Daemon>(nullptr, BenchYaml(cluster_, "bench2", "b2", 3), false);
     front1_ = std::make_unique<Daemon>(nullptr, FrontYaml(cluster_, "front1"), false);
@@ -504,7 +504,7 @@ class LabQueueBands : public ::testing::Test {
  protected:
   void SetUp() override {
     ASSERT_TRUE(cluster_.Start()) << cluster_.log(0);
-    etcd_ = *EtcdClient::Connect({cluster_.endpoints()});
+    etcd_ = *EtcdClient::Connect(cluster_.Options());
     LabBoard b;
     b.id = "b1";
     b.node = "bench1";

@@ -42,30 +42,27 @@ class LabSecurity : public ::testing::Test {
   void SetUp() override {
     ASSERT_TRUE(std::filesystem::exists(FWAI_BLINKY_ELF)) << FWAI_BLINKY_ELF << " not built";
     ASSERT_TRUE(cluster_.Start()) << cluster_.log(0);
-    etcd_ = *EtcdClient::Connect({cluster_.endpoints()});
-    tls_ = cluster_.dir() + "/tls";
-    ASSERT_TRUE(FwaidTls({"init", tls_, "--host", "127.0.0.1"}));
-    ASSERT_TRUE(FwaidTls({"issue", tls_, "--user", "front1"}));
-    std::string eps;
-    for (const auto& e : cluster_.endpoints()) eps += (eps.empty() ? "" : ", ") + ("http://" + e);
-    const std::string lab = "lab:\n  etcd: [" + eps + "]\n  ttl_s: 3\n";
+    etcd_ = *EtcdClient::Connect(cluster_.Options());
+    tls_ = cluster_.tls_dir();
+    const std::string lab = "lab:\n  ttl_s: 3\n";
     bench_ = std::make_unique<Daemon>(
         nullptr,
-        lab + "  node: bench1\n  advertise: tls:127.0.0.1:0\n" + "tls: {cert: " + tls_ +
-            "/server.pem, key: " + tls_ + "/server.key, client_ca: " + tls_ + "/ca.pem}\n" +
+        lab + cluster_.LabEtcdYaml("bench1") + "  node: bench1\n  advertise: tls:127.0.0.1:0\n" +
+            "tls: {cert: " + tls_ + "/bench1.pem, key: " + tls_ +
+            "/bench1.key, client_ca: " + tls_ + "/ca.pem}\n" +
             "hardware:\n  boards:\n"
             "    - {id: b1, kind: simulated, machine: stm32vldiscovery, boot_pattern: booted}\n"
             "    - {id: b2, kind: simulated, machine: stm32vldiscovery, boot_pattern: booted}\n",
         false);
     bench_->AddListen("tls:127.0.0.1:0");
     // The front: people come with tokens on loopback TCP.
-    front_ = std::make_unique<Daemon>(nullptr,
-                                      lab + "  node: front1\n  cert: " + tls_ +
-                                          "/front1.pem\n  key: " + tls_ +
-                                          "/front1.key\n  ca: " + tls_ + "/ca.pem\n" +
-                                          "users:\n  alice: {role: user}\n  bob: {role: user}\n" +
-                                          "hardware:\n  default_simulated_board: false\n",
-                                      false);
+    front_ = std::make_unique<Daemon>(
+        nullptr,
+        lab + cluster_.LabEtcdYaml("front1") + "  node: front1\n  cert: " + tls_ +
+            "/front1.pem\n  key: " + tls_ + "/front1.key\n  ca: " + tls_ + "/ca.pem\n" +
+            "users:\n  alice: {role: user}\n  bob: {role: user}\n" +
+            "hardware:\n  default_simulated_board: false\n",
+        false);
     front_->AddListen("tcp:127.0.0.1:0");
     for (Daemon* d : {bench_.get(), front_.get()}) ASSERT_TRUE(d->Start()) << d->log();
     ASSERT_GT(front_->TcpPort(), 0);
@@ -421,6 +418,145 @@ TEST_F(LabSecurity, ASkillRunsFlashOnABoardAnotherUserHoldsIsRefusedByRule) {
   serial->WritesDone();
   sctx.TryCancel();
   (void)serial->Finish();
+}
+
+// etcd as an attacker on the lab's network meets it: root holds b1 through
+// the front. Without a certificate etcd is not reached at all; with a
+// person's certificate from the lab's own CA, or as another node, the
+// lease, the bench's registration and its boards cannot be erased or forged.
+TEST_F(LabSecurity, EtcdRefusesStrangersPeopleAndNodesWritingWhatIsNotTheirs) {
+  auto hw = pb::Hardware::NewStub(front_->channel());
+  grpc::ClientContext ctx;
+  pb::AcquireRequest req;
+  req.set_device_id("b1");
+  req.set_ttl_s(120);
+  pb::Lease root;
+  ASSERT_TRUE(hw->Acquire(&ctx, req, &root).ok());
+  auto lease_before = etcd_->Get("/fwai/leases/b1");
+  ASSERT_TRUE(lease_before.ok() && lease_before->has_value());
+  auto node_before = etcd_->Get("/fwai/nodes/bench1");
+  ASSERT_TRUE(node_before.ok() && node_before->has_value());
+  ASSERT_TRUE(FwaidTls({"issue", tls_, "--user", "mallory"}));
+
+  // etcdctl as `who` ("" : no client certificate); its exit code and words.
+  auto ctl = [&](const std::string& who, const std::vector<std::string>& args, std::string* said) {
+    std::vector<std::string> env = cluster_.CtlEnv(who);
+    std::vector<std::string> argv = {"/usr/bin/env"};
+    if (who.empty()) argv.insert(argv.end(), {"-u", "ETCDCTL_CERT", "-u", "ETCDCTL_KEY"});
+    argv.insert(argv.end(), {"/usr/bin/etcdctl", "--command-timeout=3s"});
+    argv.insert(argv.end(), args.begin(), args.end());
+    std::string out, err;
+    const int rc = RunCommand(argv, &out, &err, env, 20);
+    *said = out + err;
+    return rc;
+  };
+  std::string said;
+  for (const std::string& who : {std::string(), std::string("mallory")}) {
+    EXPECT_NE(ctl(who, {"del", "/fwai/leases/b1"}, &said), 0) << who << ": " << said;
+    EXPECT_NE(ctl(who, {"put", "/fwai/leases/b2", R"({"holder":"mallory"})"}, &said), 0)
+        << who << ": " << said;
+    EXPECT_NE(ctl(who, {"get", "--prefix", "/fwai/"}, &said), 0) << who << ": " << said;
+    EXPECT_EQ(said.find("bench1"), std::string::npos) << who << " read the registry: " << said;
+  }
+  // A node (front1) may lease boards, but not be bench1 or add boards to it.
+  EXPECT_NE(
+      ctl("front1",
+          {"put", "/fwai/nodes/bench1", R"({"node":"bench1","advertise":"tls:6.6.6.6:1"})"}, &said),
+      0)
+      << said;
+  EXPECT_NE(said.find("permission denied"), std::string::npos) << said;
+  EXPECT_NE(
+      ctl("front1", {"put", "/fwai/boards/bench1/b9", R"({"id":"b9","node":"bench1"})"}, &said), 0)
+      << said;
+  EXPECT_NE(ctl("front1", {"del", "--prefix", "/fwai/boards/bench1/"}, &said), 0) << said;
+  EXPECT_EQ(ctl("front1", {"get", "/fwai/nodes/bench1"}, &said), 0)
+      << said;  // reading is every node's
+
+  // Nothing changed: root's lease, bench1's registration and boards.
+  auto lease_after = etcd_->Get("/fwai/leases/b1");
+  ASSERT_TRUE(lease_after.ok() && lease_after->has_value());
+  EXPECT_EQ((*lease_after)->mod_revision, (*lease_before)->mod_revision);
+  EXPECT_NE((*lease_after)->value.find(root.lease_id()), std::string::npos);
+  EXPECT_FALSE(etcd_->Get("/fwai/leases/b2")->has_value());
+  auto node_after = etcd_->Get("/fwai/nodes/bench1");
+  ASSERT_TRUE(node_after.ok() && node_after->has_value());
+  EXPECT_EQ((*node_after)->value, (*node_before)->value);
+  EXPECT_FALSE(etcd_->Get("/fwai/boards/bench1/b9")->has_value());
+  EXPECT_TRUE(etcd_->Get("/fwai/boards/bench1/b1")->has_value());
+  // And through the front the board is still root's.
+  grpc::ClientContext rctx;
+  pb::RenewRequest renew;
+  renew.set_lease_id(root.lease_id());
+  pb::Lease renewed;
+  EXPECT_TRUE(hw->Renew(&rctx, renew, &renewed).ok());
+}
+
+// A node joins the lab only under the name its certificate gives it: a
+// second bench with bench1's certificate claiming bench2, or with a
+// person's certificate, does not start and says why; bench1's registration
+// is untouched.
+TEST_F(LabSecurity, ANodeClaimingAnotherNameThanItsCertificatesIsRefusedAtStart) {
+  ASSERT_TRUE(FwaidTls({"issue", tls_, "--user", "carol"}));
+  auto node_before = etcd_->Get("/fwai/nodes/bench1");
+  ASSERT_TRUE(node_before.ok() && node_before->has_value());
+  struct Case {
+    std::string cert, says;
+  } cases[] = {
+      {"bench1", "is node bench1's certificate, but lab.node is bench2"},
+      {"carol", "is not a lab node's certificate"},
+  };
+  for (const Case& k : cases) {
+    Daemon impostor(
+        nullptr,
+        "lab:\n  ttl_s: 3\n  etcd: [https://" + cluster_.endpoint(0) + "]\n  node: bench2\n" +
+            "tls: {cert: " + tls_ + "/" + k.cert + ".pem, key: " + tls_ + "/" + k.cert +
+            ".key, client_ca: " + tls_ + "/ca.pem}\n" +
+            "hardware:\n  boards:\n    - {id: b7, kind: simulated, machine: stm32vldiscovery}\n",
+        false);
+    EXPECT_FALSE(impostor.Start()) << k.cert;
+    EXPECT_NE(impostor.log().find(k.says), std::string::npos) << impostor.log();
+    EXPECT_NE(impostor.log().find("fwaid tls issue DIR --node bench2"), std::string::npos)
+        << impostor.log();
+  }
+  EXPECT_FALSE(etcd_->Get("/fwai/nodes/bench2")->has_value());
+  EXPECT_EQ((*etcd_->Get("/fwai/nodes/bench1"))->value, (*node_before)->value);
+}
+
+// One CA signs people and nodes: a person's certificate is no node to a
+// bench (LabNode calls refused before any lease is looked at), and a node's
+// certificate is no person (the calls people make are refused to it).
+TEST_F(LabSecurity, APersonsCertificateIsNoNodeAndANodesIsNoPerson) {
+  ASSERT_TRUE(FwaidTls({"issue", tls_, "--user", "dave"}));
+  auto channel_as = [&](const std::string& who) {
+    grpc::SslCredentialsOptions o;
+    o.pem_root_certs = ReadText(tls_ + "/ca.pem");
+    o.pem_cert_chain = ReadText(tls_ + "/" + who + ".pem");
+    o.pem_private_key = ReadText(tls_ + "/" + who + ".key");
+    return grpc::CreateChannel("127.0.0.1:" + std::to_string(bench_->TcpPort()),
+                               grpc::SslCredentials(o));
+  };
+  {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+    pb::ResetRequest req;
+    req.set_device_id("b1");
+    pb::ResetResponse resp;
+    const grpc::Status s = pb::LabNode::NewStub(channel_as("dave"))->Reset(&ctx, req, &resp);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAUTHENTICATED) << s.error_message();
+    EXPECT_NE(s.error_message().find("not a lab node's certificate"), std::string::npos)
+        << s.error_message();
+  }
+  {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+    pb::AcquireRequest req;
+    req.set_device_id("b1");
+    req.set_ttl_s(60);
+    pb::Lease lease;
+    const grpc::Status s = pb::Hardware::NewStub(channel_as("front1"))->Acquire(&ctx, req, &lease);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED) << s.error_message();
+  }
+  EXPECT_FALSE(etcd_->Get("/fwai/leases/b1")->has_value());
 }
 
 }  // namespace

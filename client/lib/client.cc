@@ -3,27 +3,28 @@
 #include <fcntl.h>
 #include <google/protobuf/descriptor.h>
 #include <google/protobuf/message.h>
+#include <grpcpp/security/credentials.h>
+#include <grpcpp/support/client_interceptor.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
-#include <vector>
 #include <thread>
+#include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
-#include "absl/strings/ascii.h"
-#include <grpcpp/security/credentials.h>
-#include <grpcpp/support/client_interceptor.h>
 #include "common/paths.h"
 #include "fwai/v1/events.pb.h"
 
@@ -174,13 +175,16 @@ std::string SelfDir() {
 
 namespace {
 
-bool SocketAccepts(const std::string& path) {
+// Whether a connection to `path` is accepted; else the errno of the attempt
+// in `error` (when given).
+bool SocketAccepts(const std::string& path, int* error = nullptr) {
   int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return false;
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
   std::strncpy(addr.sun_path, path.c_str(), sizeof(addr.sun_path) - 1);
   bool ok = connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+  if (!ok && error) *error = errno;
   close(fd);
   return ok;
 }
@@ -272,7 +276,15 @@ absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> ChannelCredentialsFor(
 
 absl::StatusOr<std::shared_ptr<grpc::Channel>> ConnectToDaemon(const DaemonAddress& addr, bool autostart,
                                                                int timeout_ms, const Credentials& creds) {
-  if (!addr.unix_path.empty() && !SocketAccepts(addr.unix_path)) {
+  int refused = 0;
+  if (!addr.unix_path.empty() && !SocketAccepts(addr.unix_path, &refused)) {
+    if (refused == EACCES || refused == EPERM) {
+      // fwaid runs; the socket's mode and group keep this user out.
+      return absl::PermissionDeniedError(absl::StrCat(
+          "cannot connect to unix:", addr.unix_path,
+          ": permission denied (the socket's mode and group decide who may connect, see ls -l ",
+          addr.unix_path, "; an admin adds you to its group)"));
+    }
     if (!(autostart && addr.is_default)) {
       return absl::UnavailableError(absl::StrCat(
           "fwaid is not running at unix:", addr.unix_path,

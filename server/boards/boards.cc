@@ -1,7 +1,10 @@
 #include "server/boards/boards.h"
 
+#include <optional>
+
 #include "absl/strings/str_cat.h"
 #include "common/cancel.h"
+#include "common/local_account.h"
 #include "server/hardware/firmware_image.h"
 #include "server/lab/lab_leases.h"
 #include "server/project/policy.h"
@@ -52,9 +55,17 @@ absl::StatusOr<FlashGuardPolicy> Boards::GuardFor(const Caller& caller, const Bo
   if (order.guard) return *order.guard;
   // The policy's flash settings (project and organisation): which boards,
   // whether a person must approve, whether sources must be older.
-  const std::string root =
-      order.project_root.empty() ? FindProjectRoot(order.image) : order.project_root;
-  auto rules = LoadPolicy(root, policy_file_);
+  // The project's files are read as the caller (a policy it cannot read
+  // is refused, never read by fwaid for it).
+  const LocalAccount* account = caller.account ? &*caller.account : nullptr;
+  std::string root = order.project_root;
+  if (root.empty()) {
+    std::optional<ScopedFsIdentity> as;
+    if (account) as.emplace(*account);
+    if (as && !as->status().ok()) return as->status();
+    root = FindProjectRoot(order.image);
+  }
+  auto rules = LoadPolicy(root, policy_file_, account);
   if (!rules.ok())
     return absl::FailedPreconditionError(absl::StrCat("policy: ", rules.status().message()));
   PolicyDecision d = CheckFlashPolicy(*rules, board.id, order.approved);

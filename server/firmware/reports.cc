@@ -1,10 +1,16 @@
 #include "server/firmware/reports.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <map>
 
 #include "absl/strings/str_cat.h"
+#include "common/local_account.h"
 #include "server/firmware/artifacts.h"
 #include "server/firmware/elf_file.h"
 #include "server/firmware/memory.h"
@@ -12,6 +18,33 @@
 #include "server/firmware/toolchain.h"
 
 namespace fwai {
+
+namespace {
+
+// Every path a tool call names (relative to the project, or a run id, which
+// is no path) is opened as the session's account before fwaid reads it for
+// a report: nobody learns, through a report, of a file they could not read.
+absl::Status CallerCanRead(const ToolContext& ctx, const std::vector<std::string>& paths) {
+  if (!ctx.account)
+    return absl::PermissionDeniedError(
+        "firmware reports read the project as a local account; this session has none");
+  ScopedFsIdentity as(*ctx.account);
+  if (!as.status().ok()) return as.status();
+  for (const auto& p : paths) {
+    if (p.empty() || (p.find('/') == std::string::npos && p.find('.') == std::string::npos))
+      continue;
+    const std::string abs = p[0] == '/' ? p : ctx.project_root + "/" + p;
+    int fd = open(abs.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+    if (fd < 0) {
+      return absl::PermissionDeniedError(
+          absl::StrCat(p, ": ", ctx.account->name, " cannot read it (", std::strerror(errno), ")"));
+    }
+    close(fd);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
@@ -190,6 +223,7 @@ class MemoryReportTool final : public Tool {
           {"json", {{"type", "boolean"}, {"description", "the full report as JSON"}}}}}};
   }
   bool read_only() const override { return true; }
+  bool needs_project() const override { return true; }
   ToolResult Run(const json& input, ToolContext& ctx) override {
     std::string image = input.value("image", ""), diff = input.value("diff", "");
     if (!image.empty()) {
@@ -197,6 +231,8 @@ class MemoryReportTool final : public Tool {
       if (!p.ok()) return {std::string(p.status().message()), true};
       image = *p;
     }
+    if (auto s = CallerCanRead(ctx, {image, diff}); !s.ok())
+      return {std::string(s.message()), true};
     auto r = MemoryReportFor(deps_, ctx.project_root, image, diff);
     if (!r.ok()) return {std::string(r.status().message()), true};
     if (input.value("json", false)) return {r->dump(1), false};
@@ -235,6 +271,7 @@ class SbomTool final : public Tool {
            {{"type", "boolean"}, {"description", "the whole document instead of a summary"}}}}}};
   }
   bool read_only() const override { return true; }
+  bool needs_project() const override { return true; }
   ToolResult Run(const json& input, ToolContext& ctx) override {
     std::string which = input.value("run", "");
     if (!which.empty() && which.find('/') != std::string::npos) {
@@ -242,6 +279,7 @@ class SbomTool final : public Tool {
       if (!p.ok()) return {std::string(p.status().message()), true};
       which = *p;
     }
+    if (auto s = CallerCanRead(ctx, {which}); !s.ok()) return {std::string(s.message()), true};
     auto r = SbomFor(deps_, ctx.project_root, which, input.value("format", "cyclonedx"));
     if (!r.ok()) return {std::string(r.status().message()), true};
     if (input.value("full", false) || input.value("format", "cyclonedx") == "spdx")

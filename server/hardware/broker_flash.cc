@@ -1,18 +1,17 @@
 // HardwareBroker: flashing behind the guard (ELF images and MCUboot images),
 // and (re)booting simulated boards.
-#include "server/hardware/broker.h"
-
 #include <fcntl.h>
-#include <sys/stat.h>
 #include <spdlog/spdlog.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 #include <mutex>
+#include <optional>
+#include <sstream>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -20,17 +19,18 @@
 #include "absl/strings/str_replace.h"
 #include "common/clock.h"
 #include "common/local_account.h"
+#include "common/mcuboot.h"
 #include "common/paths.h"
 #include "common/subprocess.h"
 #include "server/firmware/memory.h"
 #include "server/firmware/sbom.h"
+#include "server/hardware/broker.h"
 #include "server/hardware/broker_internal.h"
 #include "server/hardware/firmware_image.h"
 #include "server/hardware/qemu.h"
 #include "server/hardware/sim_mcuboot.h"
-#include "server/telemetry/telemetry.h"
-#include "common/mcuboot.h"
 #include "server/storage/storage.h"
+#include "server/telemetry/telemetry.h"
 
 namespace fwai {
 
@@ -233,9 +233,17 @@ absl::StatusOr<FlashResult> HardwareBroker::FlashGuarded(
   if (!img.ok()) return absl::FailedPreconditionError(absl::StrCat("flash guard (image): ", img.status().message()));
   if (auto s = CheckImageTarget(*img, b->cfg); !s.ok()) return s;
   if (auto s = CheckImageFits(*img, b->cfg); !s.ok()) return s;
-  std::string root = project_root.empty() ? FindProjectRoot(requested_image) : project_root;
-  if (check_fresh) {
-    if (auto s = CheckImageFresh(*img, root); !s.ok()) return s;
+  std::string root;
+  {
+    // The project's tree is the caller's: walked as the caller, so a freshness
+    // refusal never names a file the caller could not see.
+    std::optional<ScopedFsIdentity> as;
+    if (caller.account) as.emplace(*caller.account);
+    if (as && !as->status().ok()) return as->status();
+    root = project_root.empty() ? FindProjectRoot(requested_image) : project_root;
+    if (check_fresh) {
+      if (auto s = CheckImageFresh(*img, root); !s.ok()) return s;
+    }
   }
   auto sha = FileSha256(image_path);
   if (!sha.ok()) return sha.status();
@@ -393,7 +401,14 @@ absl::StatusOr<FlashResult> HardwareBroker::FlashGuarded(
                           {"seconds", result.seconds}};
     if (build.is_object()) rec["build_run_id"] = build.value("run_id", "");
     // The SBOM of what was flashed: the build's, with the bytes written.
-    rec["sbom"] = FlashRecordSbom(rec, build, sbom_version_, dpkg_admindir_);
+    {
+      // Its inputs (the image the caller named, its map, sources) as the caller.
+      std::optional<ScopedFsIdentity> as;
+      if (caller.account) as.emplace(*caller.account);
+      rec["sbom"] = as && !as->status().ok()
+                        ? nlohmann::json{{"error", std::string(as->status().message())}}
+                        : FlashRecordSbom(rec, build, sbom_version_, dpkg_admindir_);
+    }
     result.record = std::move(rec);
   }
   return result;

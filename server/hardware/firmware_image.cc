@@ -1,10 +1,14 @@
 #include "server/hardware/firmware_image.h"
 
 #include <elf.h>
+#include <fcntl.h>
 #include <openssl/evp.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -189,15 +193,21 @@ std::string BytesSha256Hex(std::string_view bytes) {
   return hex;
 }
 
-absl::StatusOr<std::string> FileSha256(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot read"));
+absl::StatusOr<std::pair<std::string, int64_t>> FdSha256(int fd) {
   EVP_MD_CTX* ctx = EVP_MD_CTX_new();
   EVP_DigestInit_ex(ctx, EVP_sha256(), nullptr);
   char buf[65536];
-  while (in) {
-    in.read(buf, sizeof buf);
-    if (in.gcount() > 0) EVP_DigestUpdate(ctx, buf, static_cast<size_t>(in.gcount()));
+  int64_t total = 0;
+  while (true) {
+    const ssize_t n = read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      EVP_MD_CTX_free(ctx);
+      return absl::InternalError(absl::StrCat("reading: ", std::strerror(errno)));
+    }
+    if (n == 0) break;
+    EVP_DigestUpdate(ctx, buf, static_cast<size_t>(n));
+    total += n;
   }
   unsigned char md[EVP_MAX_MD_SIZE];
   unsigned int len = 0;
@@ -205,7 +215,16 @@ absl::StatusOr<std::string> FileSha256(const std::string& path) {
   EVP_MD_CTX_free(ctx);
   std::string hex;
   for (unsigned i = 0; i < len; ++i) absl::StrAppendFormat(&hex, "%02x", md[i]);
-  return hex;
+  return std::make_pair(hex, total);
+}
+
+absl::StatusOr<std::string> FileSha256(const std::string& path) {
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY);
+  if (fd < 0) return absl::NotFoundError(absl::StrCat(path, ": cannot read"));
+  auto sha = FdSha256(fd);
+  close(fd);
+  if (!sha.ok()) return absl::InternalError(absl::StrCat(path, ": ", sha.status().message()));
+  return sha->first;
 }
 
 }  // namespace fwai

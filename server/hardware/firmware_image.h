@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -52,6 +53,9 @@ std::string FindProjectRoot(const std::string& image_path);
 
 // Hex SHA-256 of a file.
 [[nodiscard]] absl::StatusOr<std::string> FileSha256(const std::string& path);
+// Hex SHA-256 of what is left to read from `fd` (not closed), and how many
+// bytes that was.
+[[nodiscard]] absl::StatusOr<std::pair<std::string, int64_t>> FdSha256(int fd);
 // SHA-256 of `bytes`, lowercase hex.
 std::string BytesSha256Hex(std::string_view bytes);
 

@@ -1,10 +1,8 @@
 #include "server/skills/runner.h"
 
-#include "server/boards/boards.h"
-#include "server/boards/leases.h"
-#include "server/skills/run_journal.h"
-
+#include <fcntl.h>
 #include <fnmatch.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <chrono>
@@ -28,6 +26,8 @@
 #include "common/subprocess.h"
 #include "fwai/v1/events.pb.h"
 #include "server/agent/turn_manager.h"
+#include "server/boards/boards.h"
+#include "server/boards/leases.h"
 #include "server/firmware/artifacts.h"
 #include "server/firmware/elf_file.h"
 #include "server/firmware/memory.h"
@@ -41,9 +41,11 @@
 #include "server/session/session_manager.h"
 #include "server/session/subscriber.h"
 #include "server/skills/diagnostics.h"
+#include "server/skills/run_journal.h"
 #include "server/skills/skill.h"
 #include "server/telemetry/telemetry.h"
 #include "server/tools/process_runner.h"
+#include "server/tools/project_fs.h"
 
 namespace fwai {
 
@@ -60,6 +62,9 @@ int ExitCodeFor(const std::string& c) {
 }
 
 namespace {
+
+// What a run may read for its caller (docs/threat-model.md).
+constexpr char kReadRule[] = "rule: a run reads only files beneath its project, as its caller";
 
 std::string ReadFileText(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);
@@ -582,6 +587,76 @@ struct SkillRunner::RunState {
                                        lines, " lines", last.empty() ? "" : absl::StrCat("; last: ", last), ")"));
   }
 
+  // The files `pattern` names (a glob matches in its directory), opened as
+  // the run's account beneath the project root (openat2 RESOLVE_BENEATH): an
+  // absolute path elsewhere, or a link out of the project, is refused naming
+  // the rule (PERMISSION_DENIED), as is a file the account cannot read; so a
+  // run tells its caller nothing (not even a hash or a size) of a file the
+  // caller could not read. Empty: nothing matches.
+  // `path` relative to the project, or PERMISSION_DENIED naming the rule
+  // for an absolute path elsewhere (nothing is looked up).
+  absl::StatusOr<std::string> InProject(const ProjectFs& pfs, const std::string& path) const {
+    auto rel = pfs.Relative(path);
+    if (rel.ok()) return rel;
+    return absl::PermissionDeniedError(absl::StrCat("'", path, "' is outside the project ",
+                                                    req.project_root, " (", kReadRule, ")"));
+  }
+
+  struct ProjectFileHash {
+    std::string rel, sha256;
+    int64_t bytes = 0;
+  };
+  absl::StatusOr<std::vector<ProjectFileHash>> HashProjectFiles(const std::string& pattern) {
+    ScopedFsIdentity as(*account);
+    if (!as.status().ok()) return as.status();
+    auto pfs = ProjectFs::Open(req.project_root);
+    if (!pfs.ok()) return pfs.status();
+    auto rel = InProject(*pfs, pattern);
+    if (!rel.ok()) return rel.status();
+    std::vector<std::string> rels;
+    if (rel->find_first_of("*?[") == std::string::npos) {
+      rels.push_back(*rel);
+    } else {
+      const fs::path glob(*rel);
+      const std::string dir = glob.has_parent_path() ? glob.parent_path().string() : ".";
+      auto entries = pfs->List(dir);
+      if (!entries.ok() && entries.status().code() != absl::StatusCode::kNotFound)
+        return entries.status();
+      for (const auto& e : entries.ok() ? *entries : std::vector<ProjectFs::Entry>{}) {
+        if (!e.is_dir && fnmatch(glob.filename().c_str(), e.name.c_str(), 0) == 0) {
+          rels.push_back(dir == "." ? e.name : absl::StrCat(dir, "/", e.name));
+        }
+      }
+    }
+    std::vector<ProjectFileHash> out;
+    for (const auto& r : rels) {
+      auto fd = pfs->OpenAt(r, O_RDONLY | O_NOCTTY | O_NONBLOCK);
+      if (!fd.ok() && fd.status().code() == absl::StatusCode::kNotFound) continue;
+      if (!fd.ok() && fd.status().code() == absl::StatusCode::kPermissionDenied) {
+        return absl::PermissionDeniedError(
+            absl::StrCat(fd.status().message(), " (", kReadRule, ", as ", account->name, ")"));
+      }
+      if (!fd.ok()) return fd.status();
+      struct stat st {};
+      if (fstat(fd->get(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
+      auto sha = FdSha256(fd->get());
+      if (!sha.ok()) return absl::InternalError(absl::StrCat(r, ": ", sha.status().message()));
+      out.push_back({r, sha->first, sha->second});
+    }
+    return out;
+  }
+
+  // The whole of file `path` (HashProjectFiles's rule), at most `max_bytes`.
+  absl::StatusOr<std::string> ReadProjectFile(const std::string& path, size_t max_bytes) {
+    ScopedFsIdentity as(*account);
+    if (!as.status().ok()) return as.status();
+    auto pfs = ProjectFs::Open(req.project_root);
+    if (!pfs.ok()) return pfs.status();
+    auto rel = InProject(*pfs, path);
+    if (!rel.ok()) return rel.status();
+    return pfs->ReadFile(*rel, max_bytes);
+  }
+
   StepOutcome Evidence(const SkillStep& s) {
     StepOutcome o;
     json files = json::array();
@@ -592,37 +667,20 @@ struct SkillRunner::RunState {
         o.error = std::string(p.status().message());
         return o;
       }
-      std::vector<fs::path> matches;
-      fs::path abs = fs::path(*p).is_relative() ? fs::path(req.project_root) / *p : fs::path(*p);
-      if (p->find_first_of("*?[") == std::string::npos) {
-        std::error_code ec;
-        if (fs::is_regular_file(abs, ec)) matches.push_back(abs);
-      } else {
-        // Globs match files in the pattern's directory.
-        std::error_code ec;
-        for (const auto& e : fs::directory_iterator(abs.parent_path(), ec)) {
-          if (e.is_regular_file(ec) && fnmatch(abs.filename().c_str(), e.path().filename().c_str(), 0) == 0) {
-            matches.push_back(e.path());
-          }
-        }
+      auto found = HashProjectFiles(*p);
+      if (!found.ok()) {
+        o.failure_class =
+            found.status().code() == absl::StatusCode::kPermissionDenied ? "policy" : "failed";
+        o.error = absl::StrCat("evidence: ", found.status().message());
+        return o;
       }
-      if (matches.empty()) {
+      if (found->empty()) {
         o.failure_class = "failed";
         o.error = absl::StrCat("evidence: no file matches '", *p, "'");
         return o;
       }
-      for (const auto& m : matches) {
-        auto sha = FileSha256(m.string());
-        if (!sha.ok()) {
-          o.failure_class = "failed";
-          o.error = std::string(sha.status().message());
-          return o;
-        }
-        std::error_code ec;
-        files.push_back({{"path", fs::relative(m, req.project_root, ec).string()},
-                         {"sha256", *sha},
-                         {"bytes", static_cast<int64_t>(fs::file_size(m, ec))}});
-      }
+      for (const auto& f : *found)
+        files.push_back({{"path", f.rel}, {"sha256", f.sha256}, {"bytes", f.bytes}});
     }
     auto note = Var(s.note);
     json rec = {{"kind", "skill_evidence"}, {"run_id", absl::StrCat(run_id, "/", s.name)}, {"skill", skill.name},
@@ -654,15 +712,19 @@ struct SkillRunner::RunState {
     if (!s.log.empty()) {
       auto name = Var(s.log);
       if (!name.ok()) return FailWith(o, "config", std::string(name.status().message()));
-      fs::path file;
-      if (auto it = step_logs.find(*name); it != step_logs.end()) {
-        file = it->second;
-      } else {
-        file = fs::path(*name).is_relative() ? fs::path(req.project_root) / *name : fs::path(*name);
+      // A step's log, or a file of the project read as the run's account
+      // beneath its root (HashProjectFiles's rule).
+      std::string file = *name;
+      if (auto it = step_logs.find(*name); it != step_logs.end()) file = it->second;
+      auto read = ReadProjectFile(file, 64 << 20);
+      if (!read.ok() && read.status().code() == absl::StatusCode::kPermissionDenied) {
+        return FailWith(o, "policy", absl::StrCat("llm_analyze: ", read.status().message()));
       }
-      std::error_code ec;
-      if (!fs::is_regular_file(file, ec)) return FailWith(o, "failed", absl::StrCat("llm_analyze: no log '", *name, "' (", file.string(), ")"));
-      text = ReadFileText(file);
+      if (!read.ok())
+        return FailWith(
+            o, "failed",
+            absl::StrCat("llm_analyze: no log '", *name, "' (", read.status().message(), ")"));
+      text = *std::move(read);
       constexpr size_t kTail = 48 * 1024;
       if (text.size() > kTail) text = "[...]\n" + text.substr(text.size() - kTail);
       text = secrets.Redact(text);
@@ -866,9 +928,46 @@ struct SkillRunner::RunState {
   // What a build made: its images with their hashes, the memory report of
   // the ELF (and the change since the project's previous build), the
   // toolchain that made it, and its SBOM.
+  // Build outputs are read as the run's account beneath the project root
+  // (HashProjectFiles's rule): an image named outside it, or found through a
+  // link out of it, is not read; a file the account cannot read is not seen.
+  std::vector<BuildArtifact> FindOwnBuildArtifacts(const SkillStep& s, int64_t since_ns,
+                                                   std::ofstream& log) {
+    ScopedFsIdentity as(*account);
+    auto pfs = as.status().ok() ? ProjectFs::Open(req.project_root)
+                                : absl::StatusOr<ProjectFs>(as.status());
+    auto say = [&](const std::string& line) {
+      log << line << '\n';
+      Emit(s.name, "output", line, false);
+    };
+    if (!pfs.ok()) {
+      say(absl::StrCat("build outputs not read: ", pfs.status().message()));
+      return {};
+    }
+    const std::string rule = kReadRule;
+    if (!project.image.empty() && !pfs->Relative(project.image).ok()) {
+      say(absl::StrCat("flash.image ", project.image, " is outside the project: not read (", rule,
+                       ")"));
+      return {};
+    }
+    std::vector<BuildArtifact> kept;
+    for (auto& a : FindBuildArtifacts(req.project_root, project.image, since_ns)) {
+      auto rel = pfs->Relative(a.abs_path);
+      absl::Status ok =
+          rel.ok() ? pfs->OpenAt(*rel, O_RDONLY | O_NOCTTY | O_NONBLOCK).status() : rel.status();
+      if (ok.ok()) {
+        kept.push_back(std::move(a));
+      } else if (ok.code() == absl::StatusCode::kPermissionDenied) {
+        say(absl::StrCat("artifact ", a.path, " not read: it leads outside the project (", rule,
+                         ")"));
+      }
+    }
+    return kept;
+  }
+
   void RecordBuildOutputs(const SkillStep& s, int64_t since_ns, StepOutcome& o,
                           std::ofstream& log) {
-    auto found = FindBuildArtifacts(req.project_root, project.image, since_ns);
+    auto found = FindOwnBuildArtifacts(s, since_ns, log);
     json files = json::array();
     std::string elf;
     for (const auto& a : found) {
@@ -896,10 +995,16 @@ struct SkillRunner::RunState {
     artifacts.push_back({{"step", s.name}, {"kind", "build"}, {"files", files}});
     if (elf.empty()) return;
     if (vars["IMAGE"].empty()) vars["IMAGE"] = elf;
-    auto info = ReadElfFile(elf, true);
-    MemoryOptions mo;
-    mo.project_root = req.project_root;
-    auto report = AnalyzeMemory(elf, mo);
+    absl::StatusOr<ElfFile> info = absl::UnknownError("not read");
+    absl::StatusOr<json> report = absl::UnknownError("not read");
+    {
+      // The ELF, its map, linker scripts and stack usage files: as the account.
+      ScopedFsIdentity as(*account);
+      info = as.status().ok() ? ReadElfFile(elf, true) : absl::StatusOr<ElfFile>(as.status());
+      MemoryOptions mo;
+      mo.project_root = req.project_root;
+      report = as.status().ok() ? AnalyzeMemory(elf, mo) : absl::StatusOr<json>(as.status());
+    }
     if (report.ok()) {
       json diff;
       const json prev = deps.previous_build ? deps.previous_build(req.project_root) : json();
@@ -963,7 +1068,12 @@ struct SkillRunner::RunState {
                              {"command", secrets.Redact(o.command)},
                              {"exit_code", o.exit_code},
                              {"ok", true}}});
-    auto bom = MakeSbom(si);
+    absl::StatusOr<json> bom = absl::UnknownError("not read");
+    {
+      // Its inputs (the ELF, the map and what it names, sources) as the account.
+      ScopedFsIdentity as(*account);
+      bom = as.status().ok() ? MakeSbom(si) : absl::StatusOr<json>(as.status());
+    }
     if (bom.ok()) {
       sbom = *bom;
       o.extra["sbom_components"] = sbom["components"].size();

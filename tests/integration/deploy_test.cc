@@ -152,6 +152,82 @@ TEST_F(SocketActivationTest, APassedSocketOffLoopbackWithoutTlsIsRefused) {
   EXPECT_NE(activator_->err().find("(passed by systemd)"), std::string::npos) << activator_->err();
 }
 
+// fwaid-lab.socket as systemd would apply it: its listeners (the unix
+// socket moved under a temp dir, the TCP port to a free loopback one) passed
+// by the real systemd-socket-activate, the socket file given the unit's
+// SocketMode and SocketGroup (nogroup standing for fwai). A member of the
+// group (nobody, group nogroup) is served as itself; the same uid outside
+// the group cannot connect at all.
+TEST_F(SocketActivationTest, TheLabSocketUnitServesItsGroupAndNobodyElse) {
+  const std::string unit = Read(std::string(FWAI_DEPLOY_DIR) + "/fwaid-lab.socket");
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(unit, m, std::regex("\nSocketMode=(0[0-7]+)\n"))) << unit;
+  const mode_t mode = static_cast<mode_t>(std::stoul(m[1].str(), nullptr, 8));
+  ASSERT_TRUE(std::regex_search(unit, m, std::regex("\nSocketGroup=(\\S+)\n"))) << unit;
+  EXPECT_EQ(m[1].str(), "fwai");
+  std::vector<std::string> streams;
+  const std::regex listen("\nListenStream=(\\S+)");
+  for (std::sregex_iterator it(unit.begin(), unit.end(), listen), end; it != end; ++it)
+    streams.push_back((*it)[1].str());
+  ASSERT_EQ(streams.size(), 2u) << unit;
+  ASSERT_EQ(streams[0], "/run/fwai/fwaid.sock");
+  int port = 0;
+  for (int attempt = 0; attempt < 5 && port == 0; ++attempt) {
+    port = FreePort();
+    if (!Activate({sock_, "127.0.0.1:" + std::to_string(port)})) port = 0;
+  }
+  ASSERT_GT(port, 0) << (activator_ ? activator_->err() : "");
+  // What systemd does with SocketMode, SocketGroup and DirectoryMode=0755.
+  ASSERT_EQ(chmod(sock_.c_str(), mode), 0);
+  ASSERT_EQ(chown(sock_.c_str(), 0, 65534), 0);
+  ASSERT_EQ(chmod(dir_.c_str(), 0755), 0);
+  ASSERT_EQ(chmod((dir_ + "/run").c_str(), 0755), 0);
+  // The CLI, where another uid may run it.
+  fs::create_directories(dir_ + "/bin");
+  fs::copy_file(std::string(FWAI_BIN_DIR) + "/fwai", dir_ + "/bin/fwai");
+  ASSERT_EQ(chmod((dir_ + "/bin").c_str(), 0755), 0);
+  ASSERT_EQ(chmod((dir_ + "/bin/fwai").c_str(), 0755), 0);
+  auto as_nobody = [&](const std::string& group, std::string* out, std::string* err) {
+    return RunCommand({"/usr/sbin/runuser", "-u", "nobody", "-g", group, "--", dir_ + "/bin/fwai",
+                       "--daemon", "unix:" + sock_, "--json", "whoami"},
+                      out, err, {"HOME=/nonexistent", "PATH=/usr/bin:/bin"});
+  };
+  std::string out, err;
+  int rc = 1;
+  for (int i = 0; i < 30 && rc != 0; ++i) rc = as_nobody("nogroup", &out, &err);
+  ASSERT_EQ(rc, 0) << err << activator_->out() << activator_->err();
+  EXPECT_EQ(json::parse(out).value("principal", ""), "uid:65534") << out;
+  // Outside the group: the socket's mode refuses the connection itself.
+  EXPECT_NE(as_nobody("daemon", &out, &err), 0) << out;
+  EXPECT_NE(err.find("ermission denied"), std::string::npos) << err;
+  EXPECT_EQ(out.find("uid:65534"), std::string::npos) << out;
+  kill(activator_->pid(), SIGTERM);
+  EXPECT_EQ(activator_->Wait(30), 0) << activator_->err();
+}
+
+// The system units as installed (their ExecStart pointing at this build's
+// fwaid) pass `systemd-analyze verify` without a word: no unknown key, no bad value.
+TEST(DeployTest, TheSystemUnitsPassSystemdAnalyzeVerify) {
+  const std::string dir = MakeTempDir("fwai-units-");
+  const std::string fwaid = std::string(FWAI_BIN_DIR) + "/fwaid";
+  for (const char* unit : {"fwaid-lab.socket", "fwaid-lab.service", "fwaid.service"}) {
+    std::string text = Read(std::string(FWAI_DEPLOY_DIR) + "/" + unit);
+    ASSERT_FALSE(text.empty()) << unit;
+    text =
+        std::regex_replace(text, std::regex("/usr/local/bin/fwaid|%h/\\.local/bin/fwaid"), fwaid);
+    std::ofstream(dir + "/" + unit) << text;
+  }
+  for (const std::vector<std::string>& units :
+       {std::vector<std::string>{"fwaid-lab.socket", "fwaid-lab.service"}, {"fwaid.service"}}) {
+    std::vector<std::string> argv = {"/usr/bin/systemd-analyze", "verify"};
+    for (const auto& u : units) argv.push_back(dir + "/" + u);
+    std::string out, err;
+    EXPECT_EQ(RunCommand(argv, &out, &err, {"SYSTEMD_LOG_COLOR=0"}), 0) << err;
+    EXPECT_EQ(out + err, "") << units[0];
+  }
+  fs::remove_all(dir);
+}
+
 // deploy/fwaid-lab.yaml, with its TLS files made by `fwaid tls init` where it
 // expects them: fwaid starts with it, serves TLS with the users it names.
 TEST(DeployTest, TheLabConfigIsAcceptedAndServes) {

@@ -384,6 +384,101 @@ TEST_F(SecurityTest, StreamsOfARevokedTokenEndSayingSoAndTheirWorkStops) {
   EXPECT_EQ(docs.documents_size(), 0);
 }
 
+// A board's streams end with the token that opened them: alice's serial
+// stream and her flash (waiting for a boot line that never comes, for up to
+// 15 s) both end UNAUTHENTICATED saying "revoked" as soon as the admin
+// revokes the token, and the flash stops: the board is free for the next
+// operation at once instead of after the boot wait.
+TEST_F(SecurityTest, SerialAndFlashStreamsEndWithTheirTokenAndTheFlashStops) {
+  ASSERT_TRUE(std::filesystem::exists(FWAI_BLINKY_ELF)) << FWAI_BLINKY_ELF << " not built";
+  StartDaemon(
+      "hardware:\n  default_simulated_board: false\n  boards:\n"
+      "    - {id: quiet, kind: simulated, machine: stm32vldiscovery, boot_pattern: \"no such "
+      "line\"}\n"
+      "    - {id: chatty, kind: simulated, machine: stm32vldiscovery, boot_pattern: booted}\n"
+      // The image is read as alice's account (this test's own).
+      "users:\n  alice: {role: user, local_user: root}\n");
+  const std::string token = MakeToken("alice");
+  auto ch = Channel(Tcp(), Credentials{"", "", "", token});
+  auto hw = pb::Hardware::NewStub(ch);
+  auto lease_of = [&](const std::string& board) {
+    grpc::ClientContext ctx;
+    pb::AcquireRequest req;
+    req.set_device_id(board);
+    req.set_ttl_s(120);
+    pb::Lease lease;
+    EXPECT_TRUE(hw->Acquire(&ctx, req, &lease).ok());
+    return lease.lease_id();
+  };
+  const std::string quiet = lease_of("quiet"), chatty = lease_of("chatty");
+  const auto deadline = std::chrono::system_clock::now() + std::chrono::seconds(60);
+  // The serial stream on chatty, open and reading.
+  grpc::ClientContext sctx;
+  sctx.set_deadline(deadline);
+  auto serial = hw->Serial(&sctx);
+  {
+    pb::SerialClientMessage open;
+    open.mutable_open()->set_device_id("chatty");
+    open.mutable_open()->set_lease_id(chatty);
+    ASSERT_TRUE(serial->Write(open));
+    pb::SerialServerMessage m;
+    ASSERT_TRUE(serial->Read(&m));
+    ASSERT_EQ(m.opened(), "chatty") << m.error();
+  }
+  // The flash on quiet, waiting for its boot line.
+  grpc::ClientContext fctx;
+  fctx.set_deadline(deadline);
+  pb::FlashRequest freq;
+  freq.set_device_id("quiet");
+  freq.set_lease_id(quiet);
+  freq.set_image_path(FWAI_BLINKY_ELF);
+  freq.set_approved(true);
+  freq.set_project_root(std::filesystem::path(FWAI_BLINKY_ELF).parent_path().string());
+  auto flash = hw->Flash(&fctx, freq);
+  pb::FlashProgress p;
+  bool booting = false;
+  while (!booting && flash->Read(&p)) booting = p.stage() == "booting";
+  ASSERT_TRUE(booting) << flash->Finish().error_message();
+
+  RevokeToken(token);
+  const auto revoked = std::chrono::steady_clock::now();
+  while (flash->Read(&p)) {
+  }
+  grpc::Status st = flash->Finish();
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::UNAUTHENTICATED) << "Flash: " << st.error_message();
+  EXPECT_NE(st.error_message().find("revoked"), std::string::npos) << st.error_message();
+  pb::SerialServerMessage m;
+  while (serial->Read(&m)) {
+  }
+  st = serial->Finish();
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::UNAUTHENTICATED) << "Serial: " << st.error_message();
+  EXPECT_NE(st.error_message().find("revoked"), std::string::npos) << st.error_message();
+  // The flash stopped: the admin's reset of quiet (which waits for any
+  // operation on the board) is done long before the 15 s boot wait.
+  auto admin = pb::Hardware::NewStub(d_->channel());
+  {
+    grpc::ClientContext ctx;
+    pb::ReleaseRequest req;
+    req.set_device_id("quiet");
+    req.set_force(true);
+    pb::ReleaseResponse resp;
+    ASSERT_TRUE(admin->Release(&ctx, req, &resp).ok());
+  }
+  grpc::ClientContext actx;
+  pb::AcquireRequest areq;
+  areq.set_device_id("quiet");
+  pb::Lease mine;
+  ASSERT_TRUE(admin->Acquire(&actx, areq, &mine).ok());
+  grpc::ClientContext rctx;
+  pb::ResetRequest rreq;
+  rreq.set_device_id("quiet");
+  rreq.set_lease_id(mine.lease_id());
+  pb::ResetResponse rresp;
+  ASSERT_TRUE(admin->Reset(&rctx, rreq, &rresp).ok());
+  EXPECT_LT(std::chrono::steady_clock::now() - revoked, std::chrono::seconds(10))
+      << "the revoked flash went on waiting for its boot line";
+}
+
 // gRPC shares one auth context among a connection's calls: the first
 // identity is bound to it and a second is refused.
 TEST_F(SecurityTest, ASecondIdentityOnOneConnectionIsRefused) {
@@ -1602,6 +1697,86 @@ TEST_F(UnixPeerAttackTest, EveryFileToolIsRefusedOutsideWhatNobodyMayTouch) {
     EXPECT_EQ(text.find(shadow_line_), std::string::npos) << e.path();
     EXPECT_EQ(text.find("VICTIM-PRIVATE"), std::string::npos) << e.path();
   }
+}
+
+// nobody's own project names root-only files every way a run reads files:
+// flash.image, a build output linked to a root-only ELF, a skill's evidence
+// files (/etc/shadow, a link to it). Nothing of them reaches nobody: no
+// hash, no size, no section or symbol, in the run's output or the evidence.
+TEST_F(UnixPeerAttackTest, ARunTellsNobodyAnythingOfFilesNobodyCannotRead) {
+  ASSERT_TRUE(fs::exists(FWAI_BLINKY_ELF)) << FWAI_BLINKY_ELF << " not built";
+  const std::string secret_elf = d_tmp_ + "/root-only.elf";
+  fs::copy_file(FWAI_BLINKY_ELF, secret_elf);
+  ASSERT_EQ(chmod(secret_elf.c_str(), 0600), 0);
+  auto sha = [](const std::string& path) {
+    std::string out, err;
+    RunCommand({"/usr/bin/sha256sum", path}, &out, &err);
+    return out.substr(0, 64);
+  };
+  const std::string shadow_sha = sha("/etc/shadow"), elf_sha = sha(secret_elf);
+  ASSERT_EQ(shadow_sha.size(), 64u);
+  const std::string elf_bytes = std::to_string(fs::file_size(secret_elf));
+  const std::string p = d_tmp_ + "/peek";
+  fs::create_directories(p + "/.fwai/skills");
+  fs::create_directories(p + "/build");
+  std::ofstream(p + "/.fwai/skills/peek.yaml")
+      << "name: peek\nsteps:\n  - name: look\n    evidence:\n      files: [\""
+      << "/etc/shadow"
+      << "\"]\n";
+  std::ofstream(p + "/.fwai/skills/peek-link.yaml")
+      << "name: peek-link\nsteps:\n  - name: look\n    evidence:\n      files: [\"build/x.txt\"]\n";
+  std::ofstream(p + "/.fwai/skills/build.yaml")
+      << "name: build\nsteps:\n  - name: build\n    tool: build\n";
+  fs::create_symlink("/etc/shadow", p + "/build/x.txt");
+  // An ELF nobody may read, but outside the project: not followed either.
+  const std::string public_elf = d_tmp_ + "/public.elf";
+  fs::copy_file(FWAI_BLINKY_ELF, public_elf);
+  ASSERT_EQ(chmod(public_elf.c_str(), 0644), 0);
+  auto own = [&] {
+    for (const auto& e : fs::recursive_directory_iterator(p))
+      ASSERT_EQ(lchown(e.path().c_str(), nobody_.uid, nobody_.gid), 0);
+    ASSERT_EQ(chown(p.c_str(), nobody_.uid, nobody_.gid), 0);
+  };
+  auto leaks = [&](const std::string& said) {
+    EXPECT_EQ(said.find(shadow_sha), std::string::npos) << "the hash of /etc/shadow\n" << said;
+    EXPECT_EQ(said.find(elf_sha), std::string::npos) << "the hash of a root-only ELF\n" << said;
+    EXPECT_EQ(said.find("\"bytes\":" + elf_bytes), std::string::npos) << said;
+    for (const char* symbol : {"\"symbols\"", "\"sections\"", "main.c:"})
+      EXPECT_EQ(said.find(symbol), std::string::npos) << symbol << "\n" << said;
+  };
+  std::string out, err;
+  // flash.image outside the project; the build dir's link out of it to a
+  // file nobody may read, then to one it may not.
+  struct Case {
+    std::string image, link_to, says;
+  };
+  for (const Case& k : {Case{secret_elf, "", "is outside the project: not read"},
+                        Case{"", public_elf, "leads outside the project"},
+                        Case{"", secret_elf, "no image found"}}) {
+    std::ofstream(p + "/.fwai/project.yaml")
+        << "name: peek\nbuild: {command: \"true\"}\n"
+        << (k.image.empty() ? "" : "flash: {command: \"true\", image: \"" + k.image + "\"}\n");
+    fs::remove(p + "/build/x.elf");
+    if (!k.link_to.empty()) fs::create_symlink(k.link_to, p + "/build/x.elf");
+    own();
+    AsUser("nobody", {"--project", p, "--json", "run", "build"}, &out, &err);
+    leaks(out + err);
+    EXPECT_EQ((out + err).find(sha(public_elf)), std::string::npos) << out << err;
+    EXPECT_NE((out + err).find(k.says), std::string::npos) << out << err;
+  }
+  // Evidence: an absolute path out of the project, and a link out of it.
+  AsUser("nobody", {"--project", p, "--json", "run", "peek"}, &out, &err);
+  leaks(out + err);
+  EXPECT_NE((out + err).find("is outside the project"), std::string::npos) << out << err;
+  EXPECT_NE((out + err).find("rule: a run reads only files beneath its project, as its caller"),
+            std::string::npos)
+      << out << err;
+  AsUser("nobody", {"--project", p, "--json", "run", "peek-link"}, &out, &err);
+  leaks(out + err);
+  EXPECT_NE((out + err).find("leads outside the project"), std::string::npos) << out << err;
+  // Nor does the evidence log tell it later.
+  AsUser("nobody", {"--json", "evidence", "ls"}, &out, &err);
+  leaks(out + err);
 }
 
 TEST_F(UnixPeerAttackTest, ProjectRootsAreCheckedAsThePeer) {

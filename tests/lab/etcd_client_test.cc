@@ -96,6 +96,44 @@ TEST_F(LabEtcdClient, CreateIfAbsentHasExactlyOneWinnerAmongRacers) {
   EXPECT_FALSE(client_->Get("/race/board")->has_value());
 }
 
+// A transaction whose answer was lost (a member timed out after applying
+// it) is sent again, as is, to the next member: the second sending must not
+// apply it again, and must tell the caller it won. Here the same request is
+// sent twice, as the client's retry does.
+TEST_F(LabEtcdClient, ATransactionSentAgainAfterALostAnswerAppliesOnceAndIsStillAWin) {
+  auto lease = client_->LeaseGrant(30);
+  ASSERT_TRUE(lease.ok()) << lease.status();
+  ASSERT_TRUE(client_->Put("/queue/me", "waiting", *lease).ok());
+  auto waiter = client_->Get("/queue/me");
+  ASSERT_TRUE(waiter.ok() && waiter->has_value());
+  EtcdClient::GuardedCreate g;
+  g.key = "/leases/b1";
+  g.value = R"({"lease_id":"lab-1","holder":"alice"})";
+  g.lease = *lease;
+  g.consume_key = "/queue/me";
+  g.consume_create_revision = (*waiter)->create_revision;
+  auto first = client_->CreateGuarded(g);
+  ASSERT_TRUE(first.ok()) << first.status();
+  ASSERT_TRUE(first->created);
+  EXPECT_FALSE(client_->Get("/queue/me")->has_value()) << "the waiter was consumed with the create";
+  auto again = client_->CreateGuarded(g);  // the retry
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_TRUE(again->created) << "a retry finds its own write: the caller won";
+  EXPECT_EQ(again->current.mod_revision, first->current.mod_revision) << "applied twice";
+  EXPECT_EQ(again->current.version, 1);
+  // Another caller's request for the same board is no win.
+  EtcdClient::GuardedCreate other = g;
+  other.value = R"({"lease_id":"lab-2","holder":"bob"})";
+  auto lost = client_->CreateGuarded(other);
+  ASSERT_TRUE(lost.ok());
+  EXPECT_FALSE(lost->created);
+  EXPECT_EQ(lost->current.value, g.value);
+  // A release sent twice deletes once; the second finds nothing of its own.
+  EXPECT_TRUE(*client_->DeleteIfValue(g.key, g.value));
+  EXPECT_FALSE(*client_->DeleteIfValue(g.key, g.value));
+  EXPECT_FALSE(client_->Get(g.key)->has_value());
+}
+
 TEST_F(LabEtcdClient, KeysOfALeaseLiveWhileKeptAliveAndGoWhenItExpiresOrIsRevoked) {
   auto lease = client_->LeaseGrant(2);
   ASSERT_TRUE(lease.ok()) << lease.status();

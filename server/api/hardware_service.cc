@@ -356,14 +356,34 @@ class HardwareService final : public pb::Hardware::CallbackService {
 
   grpc::ServerUnaryReactor* Debug(grpc::CallbackServerContext* ctx, const pb::DebugRequest* req,
                                   pb::DebugResponse* resp) override {
-    auto admitted = CallerOf(ctx, "Hardware.Debug", req->lease_id());
-    if (!admitted.ok()) return Refuse(ctx, admitted.status());
-    return Run(ctx, [this, c = *admitted, req, resp] {
+    auto who = deps_.gate->Admit(ctx, "Hardware.Debug");
+    if (!who.ok()) return Refuse(ctx, who.status());
+    // A revoked or expired token ends the session's gdb at once and the call
+    // with the gate's status.
+    struct Revoked {
+      std::mutex mu;
+      std::optional<grpc::Status> why;
+      CancelToken cancel;
+    };
+    auto revoked = std::make_shared<Revoked>();
+    std::shared_ptr<Gate::Ticket> ticket =
+        deps_.gate->Track(*who, ctx, [revoked](const grpc::Status& why) {
+          {
+            std::lock_guard lock(revoked->mu);
+            revoked->why = why;
+          }
+          revoked->cancel.Cancel();
+        });
+    return Run(ctx, [this, c = CallerFor(*who, ctx, req->lease_id()), req, resp, revoked, ticket] {
       std::vector<std::string> cmds(req->commands().begin(), req->commands().end());
       ASSIGN_OR_RETURN(BoardRef board, deps_.boards->Resolve(c, req->device_id(), req->lease_id()));
-      ASSIGN_OR_RETURN(DebugResult r,
-                       deps_.boards->Debug(c, board, cmds,
-                                           req->timeout_s() > 0 ? req->timeout_s() * 1000 : 10000));
+      auto debugged = deps_.boards->Debug(
+          c, board, cmds, req->timeout_s() > 0 ? req->timeout_s() * 1000 : 10000, &revoked->cancel);
+      {
+        std::lock_guard lock(revoked->mu);
+        if (revoked->why) return absl::UnauthenticatedError(revoked->why->error_message());
+      }
+      ASSIGN_OR_RETURN(DebugResult r, std::move(debugged));
       for (const auto& o : r.outputs) resp->add_outputs(o);
       resp->set_result_json(r.results.dump());
       return absl::OkStatus();

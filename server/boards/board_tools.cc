@@ -278,7 +278,8 @@ class GdbTool final : public Tool {
       }
     }
     if (cmds.empty()) return {"commands: expected a non-empty list of GDB commands", true};
-    auto r = boards_.Debug(c, *board, cmds, 10000);
+    // The turn's cancel (the user's stop, a revoked token) ends gdb too.
+    auto r = boards_.Debug(c, *board, cmds, 10000, ctx.cancel);
     if (!r.ok()) return {std::string(r.status().message()), true};
     std::string out;
     for (size_t i = 0; i < r->outputs.size(); ++i)

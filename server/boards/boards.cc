@@ -153,9 +153,9 @@ absl::StatusOr<std::vector<SerialLine>> Boards::SerialHistory(const Caller& call
 }
 
 absl::StatusOr<DebugResult> Boards::Debug(const Caller& caller, const BoardRef& board,
-                                          const std::vector<std::string>& commands,
-                                          int timeout_ms) {
-  return HostOf(board).Debug(caller, board, commands, timeout_ms);
+                                          const std::vector<std::string>& commands, int timeout_ms,
+                                          CancelToken* cancel) {
+  return HostOf(board).Debug(caller, board, commands, timeout_ms, cancel);
 }
 
 absl::Status Boards::Reset(const Caller& caller, const BoardRef& board) {

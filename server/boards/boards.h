@@ -135,10 +135,12 @@ class BoardHost {
   [[nodiscard]] virtual absl::StatusOr<std::vector<SerialLine>> SerialHistory(const Caller& caller,
                                                                               const BoardRef& board,
                                                                               size_t max_lines) = 0;
+  // `cancel` (may be null) ends the session at once: a command waiting on
+  // the target returns and no further one runs.
   [[nodiscard]] virtual absl::StatusOr<DebugResult> Debug(const Caller& caller,
                                                           const BoardRef& board,
                                                           const std::vector<std::string>& commands,
-                                                          int timeout_ms) = 0;
+                                                          int timeout_ms, CancelToken* cancel) = 0;
   [[nodiscard]] virtual absl::Status Reset(const Caller& caller, const BoardRef& board) = 0;
   // Health by hand (admins), and the board's self-test (health follows it).
   [[nodiscard]] virtual absl::Status SetHealth(const Caller& caller, const BoardRef& board,
@@ -194,7 +196,7 @@ class Boards {
   [[nodiscard]] absl::StatusOr<uint64_t> SerialNextSeq(const Caller& caller, const BoardRef& board);
   [[nodiscard]] absl::StatusOr<DebugResult> Debug(const Caller& caller, const BoardRef& board,
                                                   const std::vector<std::string>& commands,
-                                                  int timeout_ms);
+                                                  int timeout_ms, CancelToken* cancel = nullptr);
   [[nodiscard]] absl::Status Reset(const Caller& caller, const BoardRef& board);
   [[nodiscard]] absl::Status SetHealth(const Caller& caller, const BoardRef& board,
                                        const std::string& health, const std::string& reason);

@@ -90,8 +90,8 @@ absl::StatusOr<std::vector<SerialLine>> LocalBoards::SerialHistory(const Caller&
 
 absl::StatusOr<DebugResult> LocalBoards::Debug(const Caller& caller, const BoardRef& board,
                                                const std::vector<std::string>& commands,
-                                               int timeout_ms) {
-  return broker_.Debug(caller, board.id, commands, timeout_ms);
+                                               int timeout_ms, CancelToken* cancel) {
+  return broker_.Debug(caller, board.id, commands, timeout_ms, cancel);
 }
 
 absl::Status LocalBoards::Reset(const Caller& caller, const BoardRef& board) {

@@ -202,8 +202,11 @@ class HardwareBroker {
   [[nodiscard]] absl::Status OtaRestorePrevious(const Caller& caller, const std::string& board);
   [[nodiscard]] absl::StatusOr<OtaSlotsInfo> OtaSlots(const std::string& board) const;
 
+  // `cancel` (may be null) ends gdb at once: a command waiting on the target
+  // returns, no further one runs.
   [[nodiscard]] absl::StatusOr<DebugResult> Debug(const Caller& caller, const std::string& board,
-                                                  const std::vector<std::string>& commands, int timeout_ms);
+                                                  const std::vector<std::string>& commands,
+                                                  int timeout_ms, CancelToken* cancel = nullptr);
   [[nodiscard]] absl::Status Reset(const Caller& caller, const std::string& board);
   [[nodiscard]] absl::Status SetHealth(const Caller& caller, const std::string& board, const std::string& health,
                                        const std::string& reason);

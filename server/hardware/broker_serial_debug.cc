@@ -105,7 +105,8 @@ std::string FormatFrames(const nlohmann::json& stack) {
 }  // namespace
 
 absl::StatusOr<DebugResult> HardwareBroker::Debug(const Caller& caller, const std::string& board,
-                                                  const std::vector<std::string>& commands, int timeout_ms) {
+                                                  const std::vector<std::string>& commands,
+                                                  int timeout_ms, CancelToken* cancel) {
   Board* b = FindBoard(board);
   if (!b) return absl::NotFoundError(absl::StrCat("no board '", board, "'"));
   if (commands.empty()) return absl::InvalidArgumentError("no debug commands given");
@@ -168,6 +169,27 @@ absl::StatusOr<DebugResult> HardwareBroker::Debug(const Caller& caller, const st
     stop_ocd();
     return gdb.status();
   }
+  // A cancel kills gdb: a command waiting on the target returns at once. The
+  // pid is forgotten before the session reaps it (a reused pid is never hit).
+  struct Abort {
+    std::mutex mu;
+    pid_t pid = -1;
+  };
+  auto abort = std::make_shared<Abort>();
+  abort->pid = (*gdb)->pid();
+  struct Disarm {
+    std::shared_ptr<Abort> a;
+    ~Disarm() {
+      std::lock_guard lock(a->mu);
+      a->pid = -1;
+    }
+  } disarm{abort};
+  if (cancel) {
+    cancel->OnCancel([abort] {
+      std::lock_guard lock(abort->mu);
+      if (abort->pid > 0) kill(abort->pid, SIGKILL);
+    });
+  }
   if (auto s = (*gdb)->Connect(target); !s.ok()) {
     stop_ocd();
     return s;
@@ -176,6 +198,10 @@ absl::StatusOr<DebugResult> HardwareBroker::Debug(const Caller& caller, const st
   for (const auto& raw : commands) {
     if (b->debug_cancel) {
       result.outputs.push_back("(stopped: the lease ended)");
+      break;
+    }
+    if (cancel && cancel->cancelled()) {
+      result.outputs.push_back("(stopped: cancelled)");
       break;
     }
     std::string cmd(absl::StripAsciiWhitespace(raw));

@@ -47,6 +47,8 @@ class GdbSession {
   [[nodiscard]] absl::StatusOr<nlohmann::json> WaitStopped(int timeout_ms);
   [[nodiscard]] absl::Status Connect(const std::string& host_port);
   void Detach();
+  // gdb's process id (-1 once it was reaped, or for an attached session).
+  pid_t pid() const { return pid_; }
 
  private:
   GdbSession() = default;

@@ -417,7 +417,7 @@ absl::StatusOr<std::vector<SerialLine>> LabBoards::SerialHistory(const Caller&,
 
 absl::StatusOr<DebugResult> LabBoards::Debug(const Caller&, const BoardRef& board,
                                              const std::vector<std::string>& commands,
-                                             int timeout_ms) {
+                                             int timeout_ms, CancelToken* cancel) {
   auto channel = links_.ChannelTo(board.node);
   if (!channel.ok()) return channel.status();
   pb::DebugRequest req;
@@ -427,10 +427,12 @@ absl::StatusOr<DebugResult> LabBoards::Debug(const Caller&, const BoardRef& boar
   const int timeout_s = std::max(1, (timeout_ms + 999) / 1000);
   req.set_timeout_s(timeout_s);
   pb::DebugResponse resp;
-  grpc::ClientContext ctx;
+  auto ctx = std::make_shared<grpc::ClientContext>();
   // The bench's own timeout, and room for it to say so.
-  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(timeout_s + 30));
-  grpc::Status st = pb::LabNode::NewStub(*channel)->Debug(&ctx, req, &resp);
+  ctx->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(timeout_s + 30));
+  // A cancel ends the call: the bench sees it cancelled and ends its gdb.
+  if (cancel) cancel->OnCancel([ctx] { ctx->TryCancel(); });
+  grpc::Status st = pb::LabNode::NewStub(*channel)->Debug(ctx.get(), req, &resp);
   if (!st.ok()) return FromBench(st, board);
   DebugResult out;
   out.outputs.assign(resp.outputs().begin(), resp.outputs().end());

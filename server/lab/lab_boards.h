@@ -76,7 +76,7 @@ class LabBoards final : public BoardHost {
                                                                       size_t max_lines) override;
   [[nodiscard]] absl::StatusOr<DebugResult> Debug(const Caller& caller, const BoardRef& board,
                                                   const std::vector<std::string>& commands,
-                                                  int timeout_ms) override;
+                                                  int timeout_ms, CancelToken* cancel) override;
   [[nodiscard]] absl::Status Reset(const Caller& caller, const BoardRef& board) override;
   [[nodiscard]] absl::Status SetHealth(const Caller& caller, const BoardRef& board,
                                        const std::string& health,

@@ -479,6 +479,80 @@ TEST_F(SecurityTest, SerialAndFlashStreamsEndWithTheirTokenAndTheFlashStops) {
       << "the revoked flash went on waiting for its boot line";
 }
 
+// A debug session ends with the token too: alice's `continue` (the target
+// running, gdb waiting up to 30 s for it to stop) ends UNAUTHENTICATED saying
+// "revoked" once the admin revokes her token, and gdb is gone with it.
+TEST_F(SecurityTest, ADebugSessionEndsWithItsTokenAndItsGdbGoes) {
+  ASSERT_TRUE(std::filesystem::exists(FWAI_BLINKY_ELF)) << FWAI_BLINKY_ELF << " not built";
+  StartDaemon(
+      "hardware:\n  default_simulated_board: false\n  boards:\n"
+      "    - {id: dbg, kind: simulated, machine: stm32vldiscovery, boot_pattern: booted}\n"
+      "users:\n  alice: {role: user, local_user: root}\n");
+  const std::string token = MakeToken("alice");
+  auto hw = pb::Hardware::NewStub(Channel(Tcp(), Credentials{"", "", "", token}));
+  pb::Lease lease;
+  {
+    grpc::ClientContext ctx;
+    pb::AcquireRequest req;
+    req.set_device_id("dbg");
+    req.set_ttl_s(120);
+    ASSERT_TRUE(hw->Acquire(&ctx, req, &lease).ok());
+  }
+  {
+    grpc::ClientContext ctx;
+    pb::FlashRequest req;
+    req.set_device_id("dbg");
+    req.set_lease_id(lease.lease_id());
+    req.set_image_path(FWAI_BLINKY_ELF);
+    req.set_approved(true);
+    req.set_project_root(std::filesystem::path(FWAI_BLINKY_ELF).parent_path().string());
+    auto flash = hw->Flash(&ctx, req);
+    pb::FlashProgress p;
+    while (flash->Read(&p)) {
+    }
+    ASSERT_TRUE(flash->Finish().ok());
+  }
+  // gdb sessions of this daemon's boards, by their command lines.
+  const std::string images = d_->dir();
+  auto gdbs = [&] {
+    int n = 0;
+    for (const auto& e : std::filesystem::directory_iterator("/proc")) {
+      const std::string cmd = Read(e.path().string() + "/cmdline");
+      n += cmd.find("--interpreter=mi3") != std::string::npos &&
+           cmd.find(images) != std::string::npos;
+    }
+    return n;
+  };
+  grpc::Status debugged;
+  std::thread debug([&] {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(90));
+    pb::DebugRequest req;
+    req.set_device_id("dbg");
+    req.set_lease_id(lease.lease_id());
+    req.add_commands("continue");
+    req.set_timeout_s(30);
+    pb::DebugResponse resp;
+    debugged = hw->Debug(&ctx, req, &resp);
+  });
+  bool started = false;  // gdb runs (connecting, or waiting on `continue`)
+  for (auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+       !started && std::chrono::steady_clock::now() < until;) {
+    started = gdbs() > 0;
+    if (!started) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  RevokeToken(token);
+  const auto revoked = std::chrono::steady_clock::now();
+  debug.join();
+  ASSERT_TRUE(started) << "gdb never ran";
+  EXPECT_EQ(debugged.error_code(), grpc::StatusCode::UNAUTHENTICATED) << debugged.error_message();
+  EXPECT_NE(debugged.error_message().find("revoked"), std::string::npos)
+      << debugged.error_message();
+  EXPECT_LT(std::chrono::steady_clock::now() - revoked, std::chrono::seconds(10))
+      << "the debug call outlived its token by the length of its wait";
+  EXPECT_EQ(gdbs(), 0) << "gdb still runs";
+}
+
 // gRPC shares one auth context among a connection's calls: the first
 // identity is bound to it and a second is refused.
 TEST_F(SecurityTest, ASecondIdentityOnOneConnectionIsRefused) {

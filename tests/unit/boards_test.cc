@@ -89,7 +89,7 @@ class FakeHost final : public BoardHost {
     return std::vector<SerialLine>{{1, 0, "history of " + b.id}};
   }
   absl::StatusOr<DebugResult> Debug(const Caller&, const BoardRef& b,
-                                    const std::vector<std::string>&, int) override {
+                                    const std::vector<std::string>&, int, CancelToken*) override {
     ++debugs;
     DebugResult r;
     r.outputs = {"debugged " + b.id};

@@ -65,7 +65,7 @@ class OtaTest : public ::testing::Test {
     fs::remove_all(keys_);
   }
 
-  void StartDaemon(int boards, const std::string& extra = "") {
+  void StartDaemon(int boards, const std::string& extra = "", bool tcp = false) {
     std::string yaml = "hardware:\n  boards:\n";
     for (int i = 1; i <= boards; ++i) {
       yaml += absl_format(
@@ -77,6 +77,7 @@ class OtaTest : public ::testing::Test {
     yaml += extra;
     yaml += "ota:\n  keys: [" + keys_ + "/pub.pem]\n";
     d_ = std::make_unique<Daemon>(nullptr, yaml);
+    if (tcp) d_->AddListen("tcp:127.0.0.1:0");
     ASSERT_TRUE(d_->Start()) << d_->log();
   }
 
@@ -165,10 +166,11 @@ class OtaTest : public ::testing::Test {
   // Runs `fwai --json ota rollout ...`, calling `on_event` for each event as
   // it arrives; returns the exit code and every event.
   int Rollout(std::vector<std::string> args, std::vector<json>* events,
-              const std::function<void(const json&)>& on_event = nullptr) {
+              const std::function<void(const json&)>& on_event = nullptr,
+              const std::string& daemon = "", const std::vector<std::string>& env = {}) {
     std::vector<std::string> argv = {std::string(FWAI_BIN_DIR) + "/fwai",
                                      "--daemon",
-                                     d_->address(),
+                                     daemon.empty() ? d_->address() : daemon,
                                      "--project",
                                      project_,
                                      "--json",
@@ -184,7 +186,13 @@ class OtaTest : public ::testing::Test {
     posix_spawn_file_actions_init(&fa);
     posix_spawn_file_actions_adddup2(&fa, pipefd[1], 1);
     pid_t pid = -1;
-    EXPECT_EQ(posix_spawn(&pid, cargv[0], &fa, nullptr, cargv.data(), environ), 0);
+    std::vector<std::string> envs;
+    for (char** e = environ; *e != nullptr; ++e) envs.emplace_back(*e);
+    envs.insert(envs.end(), env.begin(), env.end());
+    std::vector<char*> cenv;
+    for (auto& e : envs) cenv.push_back(e.data());
+    cenv.push_back(nullptr);
+    EXPECT_EQ(posix_spawn(&pid, cargv[0], &fa, nullptr, cargv.data(), cenv.data()), 0);
     posix_spawn_file_actions_destroy(&fa);
     close(pipefd[1]);
     std::string buf;
@@ -443,6 +451,49 @@ TEST_F(OtaTest, BoardThatLosesPowerMidUpdateComesBackOnTheOldSlot) {
   EXPECT_NE(out.find("version 1.0.0"), std::string::npos) << out;
   // The untouched board kept running.
   EXPECT_EQ(boards["sim-2"].value("running", ""), "1.0.0");
+}
+
+// A rollout ends with the token that started it: revoked while the new
+// image is on trial (a 60 s health check under way), the stream ends at once
+// and the rollout stops as a cancel does: the board goes back to the image it
+// ran.
+TEST_F(OtaTest, ARolloutStopsWhenItsTokenIsRevoked) {
+  StartDaemon(1, "users:\n  ci: {role: user, local_user: root}\n", /*tcp=*/true);
+  project_ = d_->dir();
+  WriteSkill("soak",
+             "name: soak\nsteps:\n  - {name: soak, tool: monitor, expect: \"never printed\", "
+             "since: now, timeout: 60s}\n");
+  const std::string v1 = Package(BuildFirmware("1.0.0"), "1.0.0");
+  const std::string v2 = Package(BuildFirmware("1.1.0"), "1.1.0");
+  Provision(1, v1);
+  std::string out, err;
+  ASSERT_EQ(Fwai({"--json", "token", "create", "ci", "--role", "user"}, &out, &err), 0) << err;
+  const json token = json::parse(out);
+  std::vector<json> events;
+  std::chrono::steady_clock::time_point revoked;
+  const int rc = Rollout(
+      {v2, "--boards", "sim-1", "--health", "soak"}, &events,
+      [&](const json& e) {
+        if (e.value("board", "") == "sim-1" && e.value("state", "") == "testing") {
+          std::string o, er;
+          EXPECT_EQ(Fwai({"token", "revoke", token.value("id", "")}, &o, &er), 0) << er;
+          revoked = std::chrono::steady_clock::now();
+        }
+      },
+      "tcp:127.0.0.1:" + std::to_string(d_->TcpPort()), {"FWAI_TOKEN=" + token.value("token", "")});
+  ASSERT_NE(revoked, std::chrono::steady_clock::time_point()) << "never on trial: " << d_->log();
+  EXPECT_NE(rc, 0);
+  EXPECT_LT(std::chrono::steady_clock::now() - revoked, std::chrono::seconds(10))
+      << "the stream outlived its token";
+  // The rollout stopped: the board is back on 1.0.0 well before the soak's 60 s.
+  std::string running;
+  for (auto until = revoked + std::chrono::seconds(40); std::chrono::steady_clock::now() < until;) {
+    running = Boards()["sim-1"].value("running", "");
+    if (running == "1.0.0") break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  EXPECT_EQ(running, "1.0.0") << d_->log();
+  EXPECT_EQ(Boards()["sim-1"]["secondary"].value("version", ""), "1.1.0");
 }
 
 TEST_F(OtaTest, PhysicalBoardsGetOnlyAnImageThatPassedOnSimulatedOnes) {

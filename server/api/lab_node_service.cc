@@ -37,6 +37,14 @@ namespace fs = std::filesystem;
 
 constexpr size_t kMaxImage = 64 << 20;  // as for local flashes
 
+// A unary call whose work hears of the caller's cancel (OnCancel).
+class CancellableUnary final : public grpc::ServerUnaryReactor {
+ public:
+  const std::shared_ptr<CancelToken> cancel = std::make_shared<CancelToken>();
+  void OnCancel() override { cancel->Cancel(); }
+  void OnDone() override { delete this; }
+};
+
 // The caller that works on `board` for node `node` under lab lease
 // `lease_id`: its stand-in lease here (server/lab/stand_ins.h).
 absl::StatusOr<Caller> AdmitNode(const ApiDeps& deps, const std::string& node,
@@ -268,17 +276,21 @@ class LabNodeService final : public pb::LabNode::CallbackService {
 
   grpc::ServerUnaryReactor* Debug(grpc::CallbackServerContext* ctx, const pb::DebugRequest* req,
                                   pb::DebugResponse* resp) override {
-    return Unary(ctx, "LabNode.Debug", req->device_id(), req->lease_id(),
-                 [this, req, resp](const Caller& c) {
-                   std::vector<std::string> cmds(req->commands().begin(), req->commands().end());
-                   auto r = deps_.hardware->Debug(
-                       c, req->device_id(), cmds,
-                       req->timeout_s() > 0 ? req->timeout_s() * 1000 : 10000);
-                   if (!r.ok()) return r.status();
-                   for (const auto& o : r->outputs) resp->add_outputs(o);
-                   resp->set_result_json(r->results.dump());
-                   return absl::OkStatus();
-                 });
+    // The front's cancel (its user's stop, a revoked token) ends the gdb here.
+    auto* reactor = new CancellableUnary();
+    return Unary(
+        ctx, "LabNode.Debug", req->device_id(), req->lease_id(),
+        [this, req, resp, cancel = reactor->cancel](const Caller& c) {
+          std::vector<std::string> cmds(req->commands().begin(), req->commands().end());
+          auto r = deps_.hardware->Debug(c, req->device_id(), cmds,
+                                         req->timeout_s() > 0 ? req->timeout_s() * 1000 : 10000,
+                                         cancel.get());
+          if (!r.ok()) return r.status();
+          for (const auto& o : r->outputs) resp->add_outputs(o);
+          resp->set_result_json(r->results.dump());
+          return absl::OkStatus();
+        },
+        reactor);
   }
 
   grpc::ServerUnaryReactor* Reset(grpc::CallbackServerContext* ctx, const pb::ResetRequest* req,
@@ -290,10 +302,12 @@ class LabNodeService final : public pb::LabNode::CallbackService {
 
  private:
   // Admits the node for the board's lab lease, then runs `work` as its local lease on a worker.
+  // `reactor`: the call's own (a CancellableUnary), else the default one.
   grpc::ServerUnaryReactor* Unary(grpc::CallbackServerContext* ctx, const char* rpc,
                                   const std::string& board, const std::string& lease_id,
-                                  std::function<absl::Status(const Caller&)> work) {
-    auto* r = ctx->DefaultReactor();
+                                  std::function<absl::Status(const Caller&)> work,
+                                  grpc::ServerUnaryReactor* reactor = nullptr) {
+    auto* r = reactor ? reactor : ctx->DefaultReactor();
     auto p = deps_.gate->Admit(ctx, rpc);
     if (!p.ok()) {
       r->Finish(ToGrpcStatus(p.status()));

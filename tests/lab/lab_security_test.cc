@@ -14,6 +14,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <thread>
 
 #include "fwai/v1/auth.grpc.pb.h"
 #include "fwai/v1/hardware.grpc.pb.h"
@@ -88,7 +89,18 @@ class LabSecurity : public ::testing::Test {
     pb::CreateTokenResponse resp;
     auto st = pb::Auth::NewStub(front_->channel())->CreateToken(&ctx, req, &resp);
     EXPECT_TRUE(st.ok()) << st.error_message();
+    token_ids_[resp.token()] = resp.info().id();
     return resp.token();
+  }
+
+  // The admin (root on the front's unix socket) revokes `token`.
+  void Revoke(const std::string& token) {
+    grpc::ClientContext ctx;
+    pb::RevokeTokenRequest req;
+    req.set_id(token_ids_[token]);
+    pb::RevokeTokenResponse resp;
+    auto st = pb::Auth::NewStub(front_->channel())->RevokeToken(&ctx, req, &resp);
+    ASSERT_TRUE(st.ok()) << st.error_message();
   }
 
   // The front as the token's user (loopback TCP).
@@ -222,6 +234,7 @@ class LabSecurity : public ::testing::Test {
   std::string tls_, alice_, bob_;
   std::unique_ptr<Daemon> bench_, front_;
   std::map<std::string, std::shared_ptr<grpc::Channel>> channels_;
+  std::map<std::string, std::string> token_ids_;
 };
 
 TEST_F(LabSecurity, AnotherUserThroughTheFrontCannotTouchALeasedLabBoard) {
@@ -557,6 +570,59 @@ TEST_F(LabSecurity, APersonsCertificateIsNoNodeAndANodesIsNoPerson) {
     EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED) << s.error_message();
   }
   EXPECT_FALSE(etcd_->Get("/fwai/leases/b1")->has_value());
+}
+
+// A debug session through the front ends with its user's token on the
+// bench too: alice's `continue` on bench1's b1 (gdb waiting up to 30 s on the
+// bench) ends UNAUTHENTICATED at the front once her token is revoked, and the
+// bench's gdb is gone with it, not left to its timeout.
+TEST_F(LabSecurity, ARevokedTokensDebugSessionEndsOnTheBenchToo) {
+  ASSERT_NO_FATAL_FAILURE(FlashTheExampleAsRootAndLetGo());
+  pb::Lease a;
+  {
+    grpc::ClientContext ctx;
+    auto hw = As(alice_, ctx);
+    pb::AcquireRequest req;
+    req.set_device_id("b1");
+    req.set_ttl_s(120);
+    ASSERT_TRUE(hw->Acquire(&ctx, req, &a).ok());
+  }
+  // gdb sessions of the bench's boards, by their command lines.
+  auto gdbs = [&] {
+    int n = 0;
+    for (const auto& e : std::filesystem::directory_iterator("/proc")) {
+      const std::string cmd = ReadText(e.path().string() + "/cmdline");
+      n += cmd.find("--interpreter=mi3") != std::string::npos &&
+           cmd.find(bench_->dir()) != std::string::npos;
+    }
+    return n;
+  };
+  grpc::Status debugged;
+  std::thread debug([&] {
+    grpc::ClientContext ctx;
+    auto hw = As(alice_, ctx);
+    pb::DebugRequest req;
+    req.set_device_id("b1");
+    req.set_lease_id(a.lease_id());
+    req.add_commands("continue");
+    req.set_timeout_s(30);
+    pb::DebugResponse resp;
+    debugged = hw->Debug(&ctx, req, &resp);
+  });
+  const bool started = Eventually([&] { return gdbs() > 0; }, std::chrono::seconds(30));
+  Revoke(alice_);
+  const auto revoked = std::chrono::steady_clock::now();
+  debug.join();
+  ASSERT_TRUE(started) << "gdb never ran on the bench\n" << bench_->log();
+  EXPECT_EQ(debugged.error_code(), grpc::StatusCode::UNAUTHENTICATED) << debugged.error_message();
+  EXPECT_NE(debugged.error_message().find("revoked"), std::string::npos)
+      << debugged.error_message();
+  // Gone with the call (about a second), not when the board's lease ends on
+  // the bench some seconds later, nor at gdb's 30 s timeout.
+  EXPECT_TRUE(Eventually([&] { return gdbs() == 0; }, std::chrono::seconds(3)))
+      << "the bench's gdb outlived the call";
+  std::fprintf(stderr, "gdb gone %.2f s after the revocation\n",
+               std::chrono::duration<double>(std::chrono::steady_clock::now() - revoked).count());
 }
 
 }  // namespace

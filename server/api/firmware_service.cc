@@ -4,14 +4,11 @@
 
 #include <nlohmann/json.hpp>
 
+#include "absl/strings/str_cat.h"
 #include "common/thread_pool.h"
 #include "fwai/v1/firmware.grpc.pb.h"
 #include "server/api/api.h"
 #include "server/api/gate.h"
-#include "common/local_account.h"
-#include <fcntl.h>
-#include <unistd.h>
-#include "absl/strings/str_cat.h"
 #include "server/api/offload.h"
 #include "server/firmware/memory.h"
 #include "server/firmware/reports.h"
@@ -59,31 +56,14 @@ class FirmwareService final : public pb::Firmware::CallbackService {
                                     std::function<absl::Status()> work) {
     auto who = deps_.gate->Admit(ctx, rpc);
     if (!who.ok()) return Refuse(ctx, who.status());
-    return OffloadUnary(ctx, deps_.pool, deps_.firmware != nullptr,
-                        "firmware reports are not available",
-                        [account = *who->account, paths = std::move(paths), work = std::move(work)] {
-                          {
-                            ScopedFsIdentity as(account);
-                            if (!as.status().ok()) return as.status();
-                            for (size_t i = 0; i < paths.size(); ++i) {
-                              // paths[0] is the project root; the others are
-                              // relative to it. Run ids are not paths.
-                              std::string p = paths[i];
-                              if (p.empty() || (i > 0 && p.find('/') == std::string::npos &&
-                                                p.find('.') == std::string::npos)) {
-                                continue;
-                              }
-                              if (p[0] != '/') p = paths[0] + "/" + p;
-                              int fd = open(p.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
-                              if (fd < 0) {
-                                return absl::PermissionDeniedError(absl::StrCat(
-                                    p, ": ", account.name, " cannot read it (", std::strerror(errno), ")"));
-                              }
-                              close(fd);
-                            }
-                          }
-                          return work();
-                        });
+    return OffloadUnary(
+        ctx, deps_.pool, deps_.firmware != nullptr, "firmware reports are not available",
+        [account = *who->account, paths = std::move(paths), work = std::move(work)] {
+          // paths[0] is the project root; the others are relative to it.
+          const std::string root = paths.empty() ? "" : paths[0];
+          if (auto s = AccountCanRead(account, root, paths); !s.ok()) return s;
+          return work();
+        });
   }
   const ApiDeps deps_;
 };

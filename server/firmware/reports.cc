@@ -19,29 +19,32 @@
 
 namespace fwai {
 
-namespace {
-
-// Every path a tool call names (relative to the project, or a run id, which
-// is no path) is opened as the session's account before fwaid reads it for
-// a report: nobody learns, through a report, of a file they could not read.
-absl::Status CallerCanRead(const ToolContext& ctx, const std::vector<std::string>& paths) {
-  if (!ctx.account)
-    return absl::PermissionDeniedError(
-        "firmware reports read the project as a local account; this session has none");
-  ScopedFsIdentity as(*ctx.account);
+absl::Status AccountCanRead(const LocalAccount& account, const std::string& root,
+                            const std::vector<std::string>& paths) {
+  ScopedFsIdentity as(account);
   if (!as.status().ok()) return as.status();
   for (const auto& p : paths) {
     if (p.empty() || (p.find('/') == std::string::npos && p.find('.') == std::string::npos))
       continue;
-    const std::string abs = p[0] == '/' ? p : ctx.project_root + "/" + p;
+    const std::string abs = p[0] == '/' ? p : root + "/" + p;
     int fd = open(abs.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
     if (fd < 0) {
       return absl::PermissionDeniedError(
-          absl::StrCat(p, ": ", ctx.account->name, " cannot read it (", std::strerror(errno), ")"));
+          absl::StrCat(abs, ": ", account.name, " cannot read it (", std::strerror(errno), ")"));
     }
     close(fd);
   }
   return absl::OkStatus();
+}
+
+namespace {
+
+// The session's account may read every path a tool call names.
+absl::Status CallerCanRead(const ToolContext& ctx, const std::vector<std::string>& paths) {
+  if (!ctx.account)
+    return absl::PermissionDeniedError(
+        "firmware reports read the project as a local account; this session has none");
+  return AccountCanRead(*ctx.account, ctx.project_root, paths);
 }
 
 }  // namespace

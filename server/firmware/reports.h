@@ -6,8 +6,10 @@
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/local_account.h"
 #include "server/tools/tool.h"
 
 namespace fwai {
@@ -20,6 +22,13 @@ struct FirmwareReportDeps {
   std::string dpkg_admindir;
   std::string version;
 };
+
+// Every path a report names (relative to `root`, or absolute; a run id,
+// which has no '/' or '.', is no path) is opened as `account` before fwaid
+// reads it for a report: nobody learns, through a report, of a file they
+// could not read. PERMISSION_DENIED names the path and the account.
+[[nodiscard]] absl::Status AccountCanRead(const LocalAccount& account, const std::string& root,
+                                          const std::vector<std::string>& paths);
 
 // {image, report, diff?, source}: `image` ("" : the project's newest build's
 // ELF); `diff` "" : against the previous build of the project, else an image

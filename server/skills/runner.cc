@@ -587,12 +587,6 @@ struct SkillRunner::RunState {
                                        lines, " lines", last.empty() ? "" : absl::StrCat("; last: ", last), ")"));
   }
 
-  // The files `pattern` names (a glob matches in its directory), opened as
-  // the run's account beneath the project root (openat2 RESOLVE_BENEATH): an
-  // absolute path elsewhere, or a link out of the project, is refused naming
-  // the rule (PERMISSION_DENIED), as is a file the account cannot read; so a
-  // run tells its caller nothing (not even a hash or a size) of a file the
-  // caller could not read. Empty: nothing matches.
   // `path` relative to the project, or PERMISSION_DENIED naming the rule
   // for an absolute path elsewhere (nothing is looked up).
   absl::StatusOr<std::string> InProject(const ProjectFs& pfs, const std::string& path) const {
@@ -606,6 +600,12 @@ struct SkillRunner::RunState {
     std::string rel, sha256;
     int64_t bytes = 0;
   };
+  // The files `pattern` names (a glob matches in its directory), opened as
+  // the run's account beneath the project root (openat2 RESOLVE_BENEATH): an
+  // absolute path elsewhere, or a link out of the project, is refused naming
+  // the rule (PERMISSION_DENIED), as is a file the account cannot read; so a
+  // run tells its caller nothing (not even a hash or a size) of a file the
+  // caller could not read. Empty: nothing matches.
   absl::StatusOr<std::vector<ProjectFileHash>> HashProjectFiles(const std::string& pattern) {
     ScopedFsIdentity as(*account);
     if (!as.status().ok()) return as.status();
@@ -925,9 +925,6 @@ struct SkillRunner::RunState {
     return b;
   }
 
-  // What a build made: its images with their hashes, the memory report of
-  // the ELF (and the change since the project's previous build), the
-  // toolchain that made it, and its SBOM.
   // Build outputs are read as the run's account beneath the project root
   // (HashProjectFiles's rule): an image named outside it, or found through a
   // link out of it, is not read; a file the account cannot read is not seen.
@@ -944,10 +941,9 @@ struct SkillRunner::RunState {
       say(absl::StrCat("build outputs not read: ", pfs.status().message()));
       return {};
     }
-    const std::string rule = kReadRule;
     if (!project.image.empty() && !pfs->Relative(project.image).ok()) {
-      say(absl::StrCat("flash.image ", project.image, " is outside the project: not read (", rule,
-                       ")"));
+      say(absl::StrCat("flash.image ", project.image, " is outside the project: not read (",
+                       kReadRule, ")"));
       return {};
     }
     std::vector<BuildArtifact> kept;
@@ -958,13 +954,16 @@ struct SkillRunner::RunState {
       if (ok.ok()) {
         kept.push_back(std::move(a));
       } else if (ok.code() == absl::StatusCode::kPermissionDenied) {
-        say(absl::StrCat("artifact ", a.path, " not read: it leads outside the project (", rule,
-                         ")"));
+        say(absl::StrCat("artifact ", a.path, " not read: it leads outside the project (",
+                         kReadRule, ")"));
       }
     }
     return kept;
   }
 
+  // What a build made: its images with their hashes, the memory report of
+  // the ELF (and the change since the project's previous build), the
+  // toolchain that made it, and its SBOM.
   void RecordBuildOutputs(const SkillStep& s, int64_t since_ns, StepOutcome& o,
                           std::ofstream& log) {
     auto found = FindOwnBuildArtifacts(s, since_ns, log);

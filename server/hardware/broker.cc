@@ -74,6 +74,7 @@ absl::Status HardwareBroker::Start() {
     if (auto rec = storage_.Get(Cf::kLeases, kFlashPrefix + b.cfg.id); rec.ok() && rec->has_value()) {
       auto j = nlohmann::json::parse(**rec, nullptr, false);
       if (!j.is_discarded()) {
+        std::lock_guard lock(b.state_mu);
         b.image = j.value("image", "");
         b.image_sha256 = j.value("sha256", "");
       }
@@ -132,7 +133,7 @@ void HardwareBroker::Shutdown() {
     b->restarting = true;
     b->hub->Close("fwaid is shutting down", true);
     if (b->qemu) b->qemu->Stop();
-    b->qemu.reset();
+    b->SetQemu(nullptr);
   }
 }
 
@@ -208,13 +209,14 @@ std::vector<DeviceInfo> HardwareBroker::List() const {
     d.target = b->cfg.target;
     d.path = b->simulated() ? b->hub->path() : b->cfg.serial;
     d.serial_number = b->cfg.probe;
-    d.image = b->image;
-    d.image_sha256 = b->image_sha256;
-    d.running = b->simulated() ? (b->qemu && b->qemu->running() && !b->paused) : b->hub->is_open();
-    d.state = d.running ? "running" : (b->simulated() && b->paused && b->qemu && b->qemu->running()) ? "paused" : "stopped";
-    if (b->simulated() && b->qemu && b->qemu->running()) d.pid = b->qemu->pid();
     {
-      std::lock_guard lock(b->state_mu);
+      std::lock_guard lock(b->state_mu);  // not op_mu: a listing never waits for a flash
+      d.image = b->image;
+      d.image_sha256 = b->image_sha256;
+      const bool up = b->simulated() && b->qemu && b->qemu->running();
+      d.running = b->simulated() ? (up && !b->paused) : b->hub->is_open();
+      d.state = d.running ? "running" : (up && b->paused) ? "paused" : "stopped";
+      if (up) d.pid = b->qemu->pid();
       d.ota_version = b->ota_version;
     }
     fill_lease(d);
@@ -309,7 +311,7 @@ absl::StatusOr<LeaseRecord> HardwareBroker::Acquire(
   }
   if (Board* b = FindBoard(lease->device_id); b && b->simulated()) {
     std::lock_guard op(b->op_mu);
-    if (b->paused && b->qemu && b->qemu->running() && b->qemu->Continue().ok()) b->paused = false;
+    if (b->paused && b->qemu && b->qemu->running() && b->qemu->Continue().ok()) b->SetPaused(false);
   }
   // A board with a power switch is powered for its holder (and off again
   // when the lease ends).
@@ -421,7 +423,7 @@ void HardwareBroker::OnLeaseEnded(const LeaseRecord& lease, const std::string& r
   // handler must not eat a core of a shared machine. It resumes when leased.
   if (b->simulated()) {
     std::lock_guard op(b->op_mu);
-    if (b->qemu && b->qemu->running() && b->qemu->Pause().ok()) b->paused = true;
+    if (b->qemu && b->qemu->running() && b->qemu->Pause().ok()) b->SetPaused(true);
   }
   if (!b->cfg.power_off.empty()) {
     ProcessOptions po;
@@ -496,7 +498,9 @@ absl::StatusOr<std::string> HardwareBroker::SelfTest(const Caller& caller, const
     b->admin_health = false;
   }
   b->SetHealth("good", "");
-  if (b->simulated() && !leases_->Holder(board) && b->qemu && b->qemu->Pause().ok()) b->paused = true;
+  if (b->simulated() && !leases_->Holder(board) && b->qemu && b->qemu->Pause().ok()) {
+    b->SetPaused(true);
+  }
   return report.empty() ? std::string("ok") : report;
 }
 

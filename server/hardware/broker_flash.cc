@@ -65,7 +65,7 @@ absl::Status HardwareBroker::BootSimulated(Board& b, const std::string& image) {
   b.restarting = true;
   b.hub->Close("the simulated board is restarting", false);
   if (b.qemu) b.qemu->Stop();
-  b.qemu.reset();
+  b.SetQemu(nullptr);
   QemuOptions o;
   o.binary = b.cfg.qemu;
   o.machine = b.cfg.machine;
@@ -79,7 +79,7 @@ absl::Status HardwareBroker::BootSimulated(Board& b, const std::string& image) {
     b.restarting = false;
     return q.status();
   }
-  b.qemu = *std::move(q);
+  b.SetQemu(*std::move(q));
   Board* raw = &b;
   b.qemu->SetOnExit([this, raw](const std::string& why) {
     if (raw->restarting) return;
@@ -88,17 +88,17 @@ absl::Status HardwareBroker::BootSimulated(Board& b, const std::string& image) {
   });
   if (auto s = b.hub->Open(b.qemu->pty(), b.Settings()); !s.ok()) {
     b.qemu->Stop();
-    b.qemu.reset();
+    b.SetQemu(nullptr);
     b.restarting = false;
     return s;
   }
   b.generation++;
-  b.paused = false;
+  b.SetPaused(false);
   b.restarting = false;
   if (auto s = b.qemu->Continue(); !s.ok()) return s;
   if (!b.from_slots) {
-    b.image = image;
     std::lock_guard lock(b.state_mu);
+    b.image = image;
     b.ota_version.clear();
   }
   b.SetHealth("good", "");
@@ -348,9 +348,13 @@ absl::StatusOr<FlashResult> HardwareBroker::FlashGuarded(
                                               out.size() > 2000 ? out.substr(out.size() - 2000) : out));
     }
     progress({"writing", 0.8, "written and verified"});
+    std::lock_guard lock(b->state_mu);
     b->image = fs::absolute(image_path).string();
   }
-  b->image_sha256 = *sha;
+  {
+    std::lock_guard lock(b->state_mu);
+    b->image_sha256 = *sha;
+  }
   nlohmann::json rec = {{"image", b->image}, {"sha256", *sha}, {"time_us", NowMicros()}, {"by", caller.display}};
   if (auto s = storage_.Put(Cf::kLeases, kFlashPrefix + board_id, rec.dump(), true); !s.ok()) return s;
   if (!b->cfg.boot_pattern.empty()) {

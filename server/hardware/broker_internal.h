@@ -28,6 +28,10 @@ namespace fwai {
 struct HardwareBroker::Board {
   BoardConfig cfg;
   std::unique_ptr<SerialHub> hub;
+  // The simulator, whether it is paused, and the image the board runs are
+  // changed under op_mu and state_mu both, so they are read whole under
+  // either: work on the board holds op_mu; List() takes only state_mu (it
+  // must not wait for a flash).
   std::unique_ptr<QemuInstance> qemu;  // simulated boards while running
   std::unique_ptr<SimMcuboot> slots;   // simulated boards with an OTA directory
   bool from_slots = false;             // runs the primary slot's image (op_mu)
@@ -42,7 +46,23 @@ struct HardwareBroker::Board {
   std::atomic<bool> restarting{false};
   std::atomic<bool> debug_cancel{false};
   std::atomic<uint64_t> generation{0};  // bumps on each (re)start
-  bool paused = false;                  // simulated: stopped while nobody holds it (op_mu)
+  bool paused = false;                  // simulated: stopped while nobody holds it
+
+  // Replaces the simulator (null: none); the old one is destroyed after
+  // state_mu is let go (its exit callback may take state_mu). Caller holds op_mu.
+  void SetQemu(std::unique_ptr<QemuInstance> q) {
+    std::unique_ptr<QemuInstance> old;
+    {
+      std::lock_guard lock(state_mu);
+      old = std::move(qemu);
+      qemu = std::move(q);
+    }
+  }
+  // Caller holds op_mu.
+  void SetPaused(bool p) {
+    std::lock_guard lock(state_mu);
+    paused = p;
+  }
 
   bool simulated() const { return cfg.kind == "simulated"; }
   void SetHealth(const std::string& h, const std::string& reason, bool admin = false) {

@@ -32,7 +32,7 @@ absl::StatusOr<OtaBootResult> HardwareBroker::BootFromSlots(Board& b) {
     b.restarting = true;
     b.hub->Close("the simulated board has no bootable image", false);
     if (b.qemu) b.qemu->Stop();
-    b.qemu.reset();
+    b.SetQemu(nullptr);
     b.restarting = false;
     b.SetHealth("bad", boot->error);
     return absl::FailedPreconditionError(absl::StrCat("board ", b.cfg.id, ": ", boot->error));
@@ -43,10 +43,10 @@ absl::StatusOr<OtaBootResult> HardwareBroker::BootFromSlots(Board& b) {
   if (auto s = BootSimulated(b, payload); !s.ok()) return s;
   r.version = boot->primary.version;
   r.hash = boot->primary.hash;
-  b.image = payload;
-  b.image_sha256 = boot->primary.hash;
   {
     std::lock_guard lock(b.state_mu);
+    b.image = payload;
+    b.image_sha256 = boot->primary.hash;
     b.ota_version = r.version;
   }
   nlohmann::json rec = {{"image", payload}, {"sha256", r.hash}, {"time_us", NowMicros()}, {"mcuboot", true},

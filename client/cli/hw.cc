@@ -53,6 +53,8 @@ HwCommands::HwCommands(CLI::App& app, Globals& g) : g_(g) {
   auto* hw = app.add_subcommand("hw", "Boards and devices: list, lease, release, health");
   hw->require_subcommand(1);
   ls_ = hw->add_subcommand("ls", "Every device and board: kind, ids, health, holder");
+  ls_->add_flag("--verbose,-v", verbose_,
+                "When the lab's registry cannot be read: what each of its members answered");
   lease_ = hw->add_subcommand("lease", "Lease a board (or device) for yourself");
   lease_->add_option("board", board_, "Board or device id (or use --tag)");
   lease_->add_option("--tag", tags_, "Any free board with these tags (repeatable)")->allow_extra_args(false);
@@ -122,6 +124,11 @@ int HwCommands::Ls() {
   if (!resp.lab_error().empty()) {
     std::fprintf(stderr, "warning: the lab's registry cannot be read (%s); only this node's devices are listed\n",
                  resp.lab_error().c_str());
+    if (verbose_) {
+      for (const auto& m : resp.lab_error_detail()) std::fprintf(stderr, "  etcd %s\n", m.c_str());
+    } else if (!resp.lab_error_detail().empty()) {
+      std::fprintf(stderr, "  (fwai hw ls --verbose: what each member answered)\n");
+    }
   }
   // In a lab, the node (bench host) each board is attached to.
   bool lab = false;

@@ -44,6 +44,7 @@ class HwCommands {
   int ttl_ = 0;
   int wait_ = 0;
   bool hold_ = false;
+  bool verbose_ = false;  // hw ls: each etcd member's answer when the lab cannot be read
   bool force_ = false;
   std::string session_;
   std::string state_, reason_;

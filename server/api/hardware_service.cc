@@ -163,6 +163,7 @@ class HardwareService final : public pb::Hardware::CallbackService {
       for (const auto& b : listing.boards) ToProto(b, resp->add_devices());
       for (const auto& l : listing.leases) ToProto(l, resp->add_leases());
       resp->set_lab_error(listing.lab_error);
+      for (const auto& d : listing.lab_error_detail) resp->add_lab_error_detail(d);
       return absl::OkStatus();
     });
   }

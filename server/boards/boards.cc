@@ -29,6 +29,9 @@ absl::StatusOr<BoardRef> Boards::Resolve(const Caller& caller, const std::string
   // A lab lease id that is not one of the caller's: as unknown (another
   // holder's lease is not revealed).
   if (found.empty() && IsLabLeaseId(lease_id)) {
+    if (auto why = lab_->WhyEnded(caller, lease_id)) {
+      return absl::NotFoundError(absl::StrCat("lease ", lease_id, " has ended: ", *why));
+    }
     return absl::NotFoundError(absl::StrCat("no lab lease ", lease_id, " of yours",
                                             wanted.empty() ? "" : " on board " + wanted,
                                             " (rule: a lease is used by its holder only)"));

@@ -117,6 +117,12 @@ class BoardHost {
                                                    const std::string& board) const {
     return std::nullopt;
   }
+  // Why the caller's lab lease `lease_id` ended other than by its holder
+  // (its bench left the lab), if it did.
+  virtual std::optional<std::string> WhyEnded(const Caller& caller,
+                                              const std::string& lease_id) const {
+    return std::nullopt;
+  }
 
   // -- Work on a resolved board --
   // Flashes under `guard` (already decided by the router). The result's

@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/ids.h"
 #include "common/status_macros.h"
+#include "server/lab/etcd_client.h"
 #include "server/lab/lab_leases.h"
 #include "server/lab/registry.h"
 
@@ -83,6 +84,7 @@ BoardListing BoardLeases::List() const {
       for (auto& l : *all) lab_holders[l.board] = std::move(l);
     } else {
       out.lab_error = std::string(v.status().message());
+      out.lab_error_detail = lab::EtcdMemberAnswers(v.status());
     }
   }
   std::set<std::string> local;

@@ -73,6 +73,7 @@ struct BoardListing {
   std::vector<ListedBoard> boards;
   std::vector<BoardLease> leases;
   std::string lab_error;  // the lab's registry could not be read: only this node's boards
+  std::vector<std::string> lab_error_detail;  // then each etcd member's own answer
 };
 
 struct LeaseRequest {

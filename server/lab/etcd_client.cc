@@ -17,12 +17,15 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "etcd/etcdserver/etcdserverpb/rpc.grpc.pb.h"
 
 namespace fwai::lab {
 namespace {
 
 namespace epb = ::etcdserverpb;
+
+constexpr char kMembersPayload[] = "type.fwai.dev/etcd-member-answers";
 
 absl::Status FromGrpc(const grpc::Status& s) {
   return absl::Status(static_cast<absl::StatusCode>(s.error_code()), s.error_message());
@@ -165,14 +168,15 @@ class Client final : public EtcdClient {
     size_t answered = 0;  // up, but without a leader
     for (const auto& e : errors) answered += absl::StrContains(e, "no leader");
     const std::string members = absl::StrJoin(options_.endpoints, ", ");
-    if (answered > 0) {
-      return absl::UnavailableError(absl::StrCat(
-          "the lab's registry (etcd) has no quorum: ", answered, " of ", endpoints_.size(),
-          " members answer (", members, "); leases and lab boards are unavailable until it recovers"));
-    }
-    return absl::UnavailableError(absl::StrCat(
-        "the lab's registry (etcd) cannot be reached: none of its ", endpoints_.size(), " members answers (",
-        members, "); leases and lab boards are unavailable until it does"));
+    absl::Status out = absl::UnavailableError(
+        answered > 0 ? absl::StrCat("the lab's registry (etcd) has no quorum: ", answered, " of ",
+                                    endpoints_.size(), " members answer (", members,
+                                    "); leases and lab boards are unavailable until it recovers")
+                     : absl::StrCat("the lab's registry (etcd) cannot be reached: none of its ",
+                                    endpoints_.size(), " members answers (", members,
+                                    "); leases and lab boards are unavailable until it does"));
+    out.SetPayload(kMembersPayload, absl::Cord(absl::StrJoin(errors, "\n")));
+    return out;
   }
 
   static void Prepare(grpc::ClientContext& ctx, int timeout_ms) {
@@ -418,6 +422,12 @@ void Watcher::Run() {
 }
 
 }  // namespace
+
+std::vector<std::string> EtcdMemberAnswers(const absl::Status& s) {
+  auto detail = s.GetPayload(kMembersPayload);
+  if (!detail) return {};
+  return absl::StrSplit(std::string(*detail), '\n', absl::SkipEmpty());
+}
 
 std::string PrefixEnd(const std::string& prefix) {
   std::string end = prefix;

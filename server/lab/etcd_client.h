@@ -119,4 +119,9 @@ class EtcdClient {
 // The first key after every key starting with `prefix` (etcd's range_end).
 std::string PrefixEnd(const std::string& prefix);
 
+// An UNAVAILABLE status from a client whose cluster did not answer carries
+// each member's own answer ("127.0.0.1:2379: no leader") beside its one-line
+// message: for `fwai hw ls --verbose` and the log. Empty for any other status.
+std::vector<std::string> EtcdMemberAnswers(const absl::Status& s);
+
 }  // namespace fwai::lab

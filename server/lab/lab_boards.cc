@@ -309,6 +309,11 @@ std::optional<std::string> LabBoards::HeldByAnother(const Caller& caller,
   return absl::StrCat(l.holder, " through ", l.via);
 }
 
+std::optional<std::string> LabBoards::WhyEnded(const Caller& caller,
+                                               const std::string& lease_id) const {
+  return leases_.Ended(lease_id, caller.identity);
+}
+
 absl::StatusOr<FlashResult> LabBoards::Flash(
     const Caller& caller, const BoardRef& board, const FlashOrder& order, bool approved,
     const FlashGuardPolicy& guard, const std::function<void(const FlashProgressUpdate&)>& progress,

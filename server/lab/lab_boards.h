@@ -60,6 +60,8 @@ class LabBoards final : public BoardHost {
                              const std::string& lease_id) const override;
   std::optional<std::string> HeldByAnother(const Caller& caller,
                                            const std::string& board) const override;
+  std::optional<std::string> WhyEnded(const Caller& caller,
+                                      const std::string& lease_id) const override;
 
   [[nodiscard]] absl::StatusOr<FlashResult> Flash(
       const Caller& caller, const BoardRef& board, const FlashOrder& order, bool approved,

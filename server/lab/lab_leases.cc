@@ -174,7 +174,7 @@ void LabLeases::NodeLeft(const std::string& node) {
         gone.push_back(it->second);
         const std::string why =
             absl::StrCat("bench ", node, " left the lab (stopped, killed or cut off)");
-        if (ended_.emplace(it->first, why).second) {
+        if (ended_.emplace(it->first, EndedLease{why, it->second.identity}).second) {
           ended_order_.push_back(it->first);
           if (ended_order_.size() > kEndedKept) {
             ended_.erase(ended_order_.front());
@@ -257,9 +257,17 @@ absl::StatusOr<std::optional<LabLease>> LabLeases::TryTake(
   if (current->has_value()) {
     auto held = LeaseFromJson((*current)->value);
     if (held.ok()) {
-      // The same holder asking again keeps what it has.
+      // The same holder asking again keeps what it has — also a lease taken
+      // through this node whose answer etcd's loss of quorum swallowed.
       if (held->identity == req.identity && held->session_id == req.session_id) {
         std::lock_guard lock(mu_);
+        if (!mine_.count(held->lease_id) && held->via == node_) {
+          held->etcd_lease = (*current)->lease;
+          held->expires_us = held->acquired_us + int64_t{held->ttl_s} * 1000000;
+          spdlog::info("lab: lease {} of {} on {}, whose grant went unanswered, is theirs",
+                       held->lease_id, held->holder, held->board);
+          mine_[held->lease_id] = *held;
+        }
         if (mine_.count(held->lease_id)) {
           auto ttl = etcd_.LeaseKeepAlive(held->etcd_lease);
           if (ttl.ok()) {
@@ -307,7 +315,17 @@ absl::StatusOr<std::optional<LabLease>> LabLeases::TryTake(
     g.consume_create_revision = me->w.create_revision;
   }
   auto r = etcd_.CreateGuarded(g);
+  if (!r.ok()) {
+    // No answer: etcd may have applied it. Read back; if that fails too the
+    // key (if any) is found as this caller's at its next look (above).
+    auto back = etcd_.Get(g.key);
+    if (back.ok() && back->has_value() && (*back)->value == g.value) {
+      r = EtcdClient::CreateResult{};
+      r->created = true;
+    }
+  }
   if (!r.ok() || !r->created) {
+    if (!r.ok() && absl::IsUnavailable(r.status())) return r.status();  // unknown: keep the lease
     (void)etcd_.LeaseRevoke(l.etcd_lease);
     if (!r.ok()) return r.status();
     // Taken meanwhile, or the queue changed: look again.
@@ -333,9 +351,29 @@ absl::StatusOr<LabLease> LabLeases::Acquire(const Request& req,
       if (me) (void)etcd.LeaseRevoke(me->etcd_lease);  // deletes its queue key
     }
   } leave{etcd_, me};
+  // While a caller waits, the registry losing its quorum is a pause, not the
+  // end: the wait goes on to its deadline (its place in the queue kept if
+  // etcd is back within the queue's TTL), and fails UNAVAILABLE only then.
+  bool paused = false;
+  const auto pause = [&](const absl::Status& s) {
+    if (!absl::IsUnavailable(s) || req.wait_s <= 0 ||
+        std::chrono::steady_clock::now() >= deadline || (cancelled && cancelled())) {
+      return false;
+    }
+    if (!paused) {
+      spdlog::warn("lab: the wait for {} of {} goes on while the registry is unavailable: {}",
+                   Describe(req), req.holder, std::string(s.message()));
+      paused = true;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    return true;
+  };
   while (true) {
     auto view = ReadLab(etcd_);
-    if (!view.ok()) return view.status();
+    if (!view.ok()) {
+      if (pause(view.status())) continue;
+      return view.status();
+    }
     std::vector<LabBoard> candidates;
     std::vector<std::string> unhealthy;
     for (const auto& b : view->boards) {
@@ -362,7 +400,10 @@ absl::StatusOr<LabLease> LabLeases::Acquire(const Request& req,
                             : absl::StrCat("no board '", req.board, "' in the lab (fwai hw ls)"));
     }
     auto queue = ReadQueue();
-    if (!queue.ok()) return queue.status();
+    if (!queue.ok()) {
+      if (pause(queue.status())) continue;
+      return queue.status();
+    }
     if (me) {
       // Still queued? (Our etcd lease may have lapsed while etcd was cut off.)
       bool there = false;
@@ -378,7 +419,13 @@ absl::StatusOr<LabLease> LabLeases::Acquire(const Request& req,
       std::string why;
       auto taken = TryTake(b, req, &why, req.lease_id, queue->first, queue->second,
                            me ? &*me : nullptr, &raced);
-      if (!taken.ok()) return taken.status();
+      if (!taken.ok()) {
+        if (pause(taken.status())) {
+          raced = true;  // read everything again
+          break;
+        }
+        return taken.status();
+      }
       if (taken->has_value()) {
         if (me) {
           (void)etcd_.LeaseRevoke(me->etcd_lease);  // its key went with the take
@@ -400,7 +447,10 @@ absl::StatusOr<LabLease> LabLeases::Acquire(const Request& req,
       // Join the queue, under an etcd lease of our own kept alive while we wait.
       Queued q;
       auto granted = etcd_.LeaseGrant(options_.queue_ttl_s);
-      if (!granted.ok()) return granted.status();
+      if (!granted.ok()) {
+        if (pause(granted.status())) continue;
+        return granted.status();
+      }
       q.etcd_lease = *granted;
       q.w.board = req.board;
       q.w.tags = req.tags;
@@ -417,6 +467,7 @@ absl::StatusOr<LabLease> LabLeases::Acquire(const Request& req,
       auto rev = etcd_.Put(q.w.key, WaiterToJson(q.w), q.etcd_lease);
       if (!rev.ok()) {
         (void)etcd_.LeaseRevoke(q.etcd_lease);
+        if (pause(rev.status())) continue;
         return rev.status();
       }
       q.w.create_revision = *rev;
@@ -474,7 +525,7 @@ absl::StatusOr<LabLease> LabLeases::Renew(const std::string& lease_id, const std
     auto it = mine_.find(lease_id);
     if (it == mine_.end()) {
       if (auto e = ended_.find(lease_id); e != ended_.end()) {
-        return absl::NotFoundError(absl::StrCat("lease ", lease_id, " has ended: ", e->second));
+        return absl::NotFoundError(absl::StrCat("lease ", lease_id, " has ended: ", e->second.why));
       }
       return absl::NotFoundError(
           absl::StrCat("no lease ", lease_id, " (it expired or was released)"));
@@ -578,6 +629,14 @@ std::vector<LabLease> LabLeases::Mine() {
   std::vector<LabLease> out;
   for (const auto& [id, l] : mine_) out.push_back(l);
   return out;
+}
+
+std::optional<std::string> LabLeases::Ended(const std::string& lease_id,
+                                            const std::string& identity) {
+  std::lock_guard lock(mu_);
+  auto e = ended_.find(lease_id);
+  if (e == ended_.end() || e->second.identity != identity) return std::nullopt;
+  return e->second.why;
 }
 
 }  // namespace fwai::lab

@@ -135,6 +135,10 @@ class LabLeases {
   // from etcd once it answers, and stay their holders' until released or
   // expired.
   std::vector<LabLease> Mine();
+  // Why lease `lease_id` of `identity`, taken through this node, ended when
+  // not by its holder (its bench left the lab); nullopt when it did not, is
+  // unknown here, or is another identity's.
+  std::optional<std::string> Ended(const std::string& lease_id, const std::string& identity);
 
  private:
   struct Queued;  // this caller's place in the queue, if it waits
@@ -164,7 +168,10 @@ class LabLeases {
   // Why a lease ended when not by its holder (the answer a later renewal
   // gives), for the last kEndedKept such leases: oldest dropped first.
   static constexpr size_t kEndedKept = 1024;
-  std::map<std::string, std::string> ended_;  // lease id -> why
+  struct EndedLease {
+    std::string why, identity;
+  };
+  std::map<std::string, EndedLease> ended_;   // lease id -> why and whose
   std::deque<std::string> ended_order_;       // the ids in ended_, oldest first
   std::unique_ptr<EtcdWatch> nodes_watch_;
 };

@@ -122,11 +122,16 @@ bool EtcdCluster::AddNode(const std::string& node, std::string* error) {
   return true;
 }
 
-std::string EtcdCluster::LabEtcdYaml(const std::string& node) {
+std::string EtcdCluster::LabEtcdYaml(const std::string& node, const std::vector<int>& ports) {
   std::string error;
   if (!AddNode(node, &error)) return "  # " + error + "\n";
+  std::vector<std::string> via = endpoints();
+  if (!ports.empty()) {
+    via.clear();
+    for (int p : ports) via.push_back("127.0.0.1:" + std::to_string(p));
+  }
   std::string eps;
-  for (const auto& e : endpoints()) eps += (eps.empty() ? "https://" : ", https://") + e;
+  for (const auto& e : via) eps += (eps.empty() ? "https://" : ", https://") + e;
   return "  etcd: [" + eps + "]\n  etcd_ca: " + tls_dir_ + "/ca.pem\n  etcd_cert: " + tls_dir_ +
          "/" + node + ".pem\n  etcd_key: " + tls_dir_ + "/" + node + ".key\n";
 }

@@ -51,8 +51,9 @@ class EtcdCluster {
   // when either could not be made.
   bool AddNode(const std::string& node, std::string* error = nullptr);
   // The lines of a node's `lab:` section that reach this cluster as `node`
-  // (etcd, etcd_ca, etcd_cert, etcd_key), after AddNode(node).
-  std::string LabEtcdYaml(const std::string& node);
+  // (etcd, etcd_ca, etcd_cert, etcd_key), after AddNode(node); through
+  // `ports` (one per member, e.g. TcpProxy ports) instead when given.
+  std::string LabEtcdYaml(const std::string& node, const std::vector<int>& ports = {});
   // etcdctl's environment as the holder of `cert_base` (tls_dir()/BASE.pem
   // and .key; "" for no client certificate at all).
   std::vector<std::string> CtlEnv(const std::string& cert_base = "root") const;

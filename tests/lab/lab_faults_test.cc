@@ -1,7 +1,9 @@
 // Faults of a lab with work in flight: etcd's quorum lost under an open
-// serial stream through a front, and a front killed mid-flash. Real etcd
-// (three members), real fwaids (a bench with a QEMU board, two fronts) and
-// mutual TLS between the nodes.
+// serial stream, a flash and a lease wait through a front; a front killed
+// mid-flash; nodes killed and restarted with leases held; a bench cut off
+// from etcd (a partition). Real etcd (three members), real fwaids (a bench
+// with a QEMU board, two fronts) and mutual TLS between the nodes. The bench
+// reaches etcd through a TCP proxy per member, which the partition test cuts.
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
@@ -10,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <thread>
 
@@ -18,17 +21,21 @@
 #include "tests/integration/daemon_fixture.h"
 #include "tests/lab/etcd_cluster.h"
 #include "tests/lab/lab_support.h"
+#include "tests/lab/tcp_proxy.h"
 
 namespace fwai::lab {
 namespace {
 
+using fwai::testing::BenchAs;
 using fwai::testing::Daemon;
 using fwai::testing::EtcdCluster;
 using fwai::testing::Eventually;
+using fwai::testing::FlashOnBench;
 using fwai::testing::FwaidTls;
 using fwai::testing::RunCommand;
 using fwai::testing::SayAndHear;
 using fwai::testing::Serial;
+using fwai::testing::TcpProxy;
 namespace pb = ::fwai::v1;
 
 struct Acquired {
@@ -57,11 +64,16 @@ class LabFaults : public ::testing::Test {
     etcd_ = *EtcdClient::Connect(cluster_.Options());
     tls_ = cluster_.tls_dir();
     const std::string lab = "lab:\n  ttl_s: 3\n";
+    std::vector<int> via;
+    for (const auto& e : cluster_.endpoints()) {
+      proxies_.push_back(std::make_unique<TcpProxy>(std::stoi(e.substr(e.rfind(':') + 1))));
+      via.push_back(proxies_.back()->port());
+    }
     bench_ = std::make_unique<Daemon>(
         nullptr,
-        lab + cluster_.LabEtcdYaml("bench1") + "  node: bench1\n  advertise: tls:127.0.0.1:0\n" +
-            "tls: {cert: " + tls_ + "/bench1.pem, key: " + tls_ +
-            "/bench1.key, client_ca: " + tls_ + "/ca.pem}\n" +
+        lab + cluster_.LabEtcdYaml("bench1", via) +
+            "  node: bench1\n  advertise: tls:127.0.0.1:0\n" + "tls: {cert: " + tls_ +
+            "/bench1.pem, key: " + tls_ + "/bench1.key, client_ca: " + tls_ + "/ca.pem}\n" +
             "hardware:\n  boards:\n    - {id: b1, kind: simulated, machine: stm32vldiscovery, "
             "boot_pattern: booted, tags: [stm32f1]}\n",
         false);
@@ -156,7 +168,48 @@ class LabFaults : public ::testing::Test {
     return false;
   }
 
+  // Lists board b1 through `d` (the lab's registry read).
+  static bool Lists(Daemon& d) {
+    auto hw = pb::Hardware::NewStub(d.channel());
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+    pb::ListDevicesResponse r;
+    if (!hw->ListDevices(&ctx, {}, &r).ok() || !r.lab_error().empty()) return true;
+    for (const auto& dev : r.devices()) {
+      if (dev.id() == "b1") return true;
+    }
+    return false;
+  }
+
+  // The flash records of `d`'s evidence log, oldest first.
+  std::vector<nlohmann::json> FlashRecords(Daemon& d) {
+    std::string out, err;
+    EXPECT_EQ(RunCommand({std::string(FWAI_BIN_DIR) + "/fwai", "--daemon", d.address(), "--json",
+                          "evidence", "ls", "-n", "0"},
+                         &out, &err),
+              0)
+        << err;
+    std::vector<nlohmann::json> found;
+    std::istringstream lines(out);
+    for (std::string line; std::getline(lines, line);) {
+      auto rec = nlohmann::json::parse(line, nullptr, false);
+      if (rec.is_object() && rec["record"]["kind"] == "flash") found.push_back(rec["record"]);
+    }
+    return found;
+  }
+
+  grpc::Status Release(Daemon& d, const std::string& lease_id) {
+    auto hw = pb::Hardware::NewStub(d.channel());
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+    pb::ReleaseRequest req;
+    req.set_lease_id(lease_id);
+    pb::ReleaseResponse out;
+    return hw->Release(&ctx, req, &out);
+  }
+
   EtcdCluster cluster_{3};
+  std::vector<std::unique_ptr<TcpProxy>> proxies_;  // the bench's way to each member
   std::unique_ptr<EtcdClient> etcd_;
   std::string tls_;
   std::unique_ptr<Daemon> bench_, front1_, front2_;
@@ -379,6 +432,176 @@ TEST_F(LabFaults, RestartedNodesKeepTheLeasesHeldThroughThem) {
   }
   other = Acquire(*front2_, "b1", 60);
   EXPECT_TRUE(other.status.ok()) << other.status.error_message();
+}
+
+// etcd's quorum lost while the bench flashes for a front: the bench works on
+// its stand-in for the lab lease (the image had arrived), so the flash
+// finishes and boots and is on the front's record under the lab lease;
+// meanwhile nobody else is granted the board; once etcd is back the lease
+// is still its holder's (renewed, the board refused to the other front) and
+// the holder flashes again.
+TEST_F(LabFaults, QuorumLostMidFlashTheFlashEndsAndTheLeaseStaysTheHolders) {
+  Acquired a = Acquire(*front1_, "b1", 60);
+  ASSERT_TRUE(a.status.ok()) << a.status.error_message();
+  const std::string id = a.lease.lease_id();
+  std::atomic<bool> lost{false};
+  Flashed f = Flash(*front1_, id, [&](const std::string& stage) {
+    if (!lost && (stage == "loading" || stage == "writing" || stage == "booting")) {
+      lost = true;
+      cluster_.StopMember(1);
+      cluster_.StopMember(2);
+    }
+  });
+  ASSERT_TRUE(lost) << "no flash stage from the bench came through the front: "
+                    << f.status.error_message() << "\nbench:\n"
+                    << bench_->log();
+  ASSERT_TRUE(f.status.ok()) << f.status.error_message() << "\nbench:\n"
+                             << bench_->log() << "\nfront1:\n"
+                             << front1_->log();
+  EXPECT_NE(f.boot_line.find("booted"), std::string::npos) << f.boot_line;
+  Acquired other = Acquire(*front2_, "b1", 30);
+  EXPECT_EQ(other.status.error_code(), grpc::StatusCode::UNAVAILABLE)
+      << other.status.error_message();
+
+  ASSERT_TRUE(cluster_.StartMember(1));
+  ASSERT_TRUE(cluster_.StartMember(2));
+  ASSERT_TRUE(cluster_.WaitServing(0));
+  grpc::Status renewed;
+  ASSERT_TRUE(Eventually(
+      [&] {
+        renewed = Renew(*front1_, id);
+        return renewed.ok();
+      },
+      std::chrono::seconds(30)))
+      << renewed.error_message() << "\nfront1:\n"
+      << front1_->log();
+  other = Acquire(*front2_, "b1", 30);
+  EXPECT_EQ(other.status.error_code(), grpc::StatusCode::FAILED_PRECONDITION)
+      << other.status.error_message();
+  EXPECT_NE(other.status.error_message().find("through front1"), std::string::npos)
+      << other.status.error_message();
+  bool recorded = false;
+  for (const auto& rec : FlashRecords(*front1_)) {
+    recorded = recorded || (rec.value("lease_id", "") == id && rec.value("board", "") == "b1");
+  }
+  EXPECT_TRUE(recorded) << "the flash during the loss is not on front1's record";
+  Flashed g = Flash(*front1_, id);
+  ASSERT_TRUE(g.status.ok()) << g.status.error_message() << "\nbench:\n" << bench_->log();
+  EXPECT_NE(g.boot_line.find("booted"), std::string::npos) << g.boot_line;
+}
+
+// etcd's quorum lost while a caller waits in the lab's queue for a held
+// board: the wait goes on (a pause, not an error); once etcd is back the
+// board stays its holder's until released, then goes to the waiter — one
+// holder at a time, and the waiter is served once.
+TEST_F(LabFaults, QuorumLostDuringALeaseWaitTheWaitGoesOnAndTheBoardHasOneHolder) {
+  Acquired a = Acquire(*front1_, "b1", 60);
+  ASSERT_TRUE(a.status.ok()) << a.status.error_message();
+  std::atomic<bool> served{false};
+  Acquired w;
+  std::thread waiter([&] {
+    w = Acquire(*front2_, "b1", 60, /*wait_s=*/150);
+    served = true;
+  });
+  struct Join {
+    std::thread& t;
+    ~Join() {
+      if (t.joinable()) t.join();
+    }
+  } join{waiter};
+  ASSERT_TRUE(Eventually(
+      [&] {
+        auto q = etcd_->GetPrefix("/fwai/queue/");
+        return q.ok() && !q->kvs.empty();
+      },
+      std::chrono::seconds(20)))
+      << "the waiter never joined the lab's queue\nfront2:\n"
+      << front2_->log();
+  cluster_.StopMember(1);
+  cluster_.StopMember(2);
+  ASSERT_TRUE(Eventually(
+      [&] {
+        return front2_->log().find("goes on while the registry is unavailable") !=
+                   std::string::npos ||
+               served;
+      },
+      std::chrono::seconds(60)))
+      << front2_->log();
+  EXPECT_FALSE(served) << "the wait ended with the quorum: " << w.status.error_message();
+
+  ASSERT_TRUE(cluster_.StartMember(1));
+  ASSERT_TRUE(cluster_.StartMember(2));
+  ASSERT_TRUE(cluster_.WaitServing(0));
+  // Still front1's: renewed through it, and not handed to the waiter.
+  grpc::Status renewed;
+  ASSERT_TRUE(Eventually(
+      [&] {
+        renewed = Renew(*front1_, a.lease.lease_id());
+        return renewed.ok();
+      },
+      std::chrono::seconds(30)))
+      << renewed.error_message();
+  EXPECT_FALSE(served) << w.status.error_message();
+  grpc::Status released;
+  ASSERT_TRUE(Eventually(
+      [&] {
+        released = Release(*front1_, a.lease.lease_id());
+        return released.ok();
+      },
+      std::chrono::seconds(30)))
+      << released.error_message();
+  waiter.join();
+  ASSERT_TRUE(w.status.ok()) << w.status.error_message() << "\nfront2:\n" << front2_->log();
+  EXPECT_NE(w.lease.lease_id(), a.lease.lease_id());
+  auto held = etcd_->Get("/fwai/leases/b1");
+  ASSERT_TRUE(held.ok() && held->has_value());
+  EXPECT_NE((*held)->value.find(w.lease.lease_id()), std::string::npos) << (*held)->value;
+  auto queue = etcd_->GetPrefix("/fwai/queue/");
+  ASSERT_TRUE(queue.ok());
+  EXPECT_TRUE(queue->kvs.empty()) << "the served waiter is still queued";
+  Acquired again = Acquire(*front1_, "b1", 30);
+  EXPECT_EQ(again.status.error_code(), grpc::StatusCode::FAILED_PRECONDITION)
+      << again.status.error_message();
+}
+
+// A bench cut off from etcd (its connections to every member stop, as in a
+// partition) while a front holds its board: its boards leave the lab's view
+// within its TTL, the lease through the front ends with the reason, and the
+// bench itself refuses forwarded work it can no longer check with etcd —
+// even the front's, with the lease it held (fenced). Healed, the bench
+// rejoins and the board is leased and flashed through the other front.
+TEST_F(LabFaults, ABenchCutOffFromEtcdLeavesTheLabAndIsFenced) {
+  Acquired a = Acquire(*front1_, "b1", 60);
+  ASSERT_TRUE(a.status.ok()) << a.status.error_message();
+  Flashed f = Flash(*front1_, a.lease.lease_id());
+  ASSERT_TRUE(f.status.ok()) << f.status.error_message() << "\nbench:\n" << bench_->log();
+
+  for (auto& p : proxies_) p->Cut();
+  // The registration's TTL is 3 s; each front reads the lab afresh.
+  for (Daemon* d : {front1_.get(), front2_.get()}) {
+    ASSERT_TRUE(Eventually([&] { return !Lists(*d); }, std::chrono::seconds(30))) << d->log();
+  }
+  Flashed stale = Flash(*front1_, a.lease.lease_id());
+  EXPECT_FALSE(stale.status.ok());
+  EXPECT_NE(stale.status.error_message().find("left the lab"), std::string::npos)
+      << stale.status.error_message();
+  const grpc::Status fenced =
+      FlashOnBench(BenchAs(tls_, bench_->TcpPort(), "front1"), a.lease.lease_id());
+  EXPECT_EQ(fenced.error_code(), grpc::StatusCode::UNAVAILABLE) << fenced.error_message();
+  EXPECT_NE(fenced.error_message().find("etcd"), std::string::npos) << fenced.error_message();
+  Acquired other = Acquire(*front2_, "b1", 30);
+  EXPECT_FALSE(other.status.ok()) << "a board of a bench cut off from etcd was handed out";
+
+  for (auto& p : proxies_) p->Heal();
+  ASSERT_TRUE(
+      Eventually([&] { return ListsB1(*front2_, /*free=*/true); }, std::chrono::seconds(60)))
+      << bench_->log();
+  Acquired b = Acquire(*front2_, "b1", 60, /*wait_s=*/30);
+  ASSERT_TRUE(b.status.ok()) << b.status.error_message();
+  Flashed g = Flash(*front2_, b.lease.lease_id());
+  ASSERT_TRUE(g.status.ok()) << g.status.error_message() << "\nbench:\n" << bench_->log();
+  EXPECT_NE(g.boot_line.find("booted"), std::string::npos) << g.boot_line;
+  EXPECT_TRUE(bench_->running());
 }
 
 }  // namespace

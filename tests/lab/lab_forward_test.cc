@@ -27,6 +27,7 @@ namespace {
 using fwai::testing::Daemon;
 using fwai::testing::EtcdCluster;
 using fwai::testing::Eventually;
+using fwai::testing::FlashOnBench;
 using fwai::testing::FwaidTls;
 using fwai::testing::ReadText;
 using fwai::testing::RunCommand;
@@ -123,37 +124,7 @@ class LabForward : public ::testing::Test {
 
   // A channel to the bench's tls: listener as `who` (a certificate name, or "" for none).
   std::shared_ptr<grpc::Channel> BenchAs(const std::string& who) {
-    grpc::SslCredentialsOptions o;
-    o.pem_root_certs = ReadText(tls_ + "/ca.pem");
-    if (!who.empty()) {
-      o.pem_cert_chain = ReadText(tls_ + "/" + who + ".pem");
-      o.pem_private_key = ReadText(tls_ + "/" + who + ".key");
-    }
-    return grpc::CreateChannel("127.0.0.1:" + std::to_string(bench_->TcpPort()),
-                               grpc::SslCredentials(o));
-  }
-
-  // LabNode.Flash on the bench directly, with a few bytes of image.
-  grpc::Status FlashOnBench(const std::shared_ptr<grpc::Channel>& ch, const std::string& lease_id,
-                            const std::string& token = "") {
-    auto stub = pb::LabNode::NewStub(ch);
-    grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
-    if (!token.empty()) ctx.AddMetadata("authorization", "Bearer " + token);
-    auto stream = stub->Flash(&ctx);
-    pb::LabFlashRequest start;
-    start.mutable_start()->set_device_id("b1");
-    start.mutable_start()->set_lease_id(lease_id);
-    start.mutable_start()->set_file_name("evil.bin");
-    start.mutable_start()->set_size(4);
-    start.mutable_start()->set_approved(true);
-    pb::LabFlashRequest data;
-    data.set_data("\xde\xad\xbe\xef");
-    if (stream->Write(start) && stream->Write(data)) stream->WritesDone();
-    pb::FlashProgress p;
-    while (stream->Read(&p)) {
-    }
-    return stream->Finish();
+    return fwai::testing::BenchAs(tls_, bench_->TcpPort(), who);
   }
 
   EtcdCluster cluster_{1};

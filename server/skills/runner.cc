@@ -63,7 +63,7 @@ int ExitCodeFor(const std::string& c) {
 
 namespace {
 
-// What a run may read for its caller (docs/threat-model.md).
+// What a run may read for its caller (docs/security.md).
 constexpr char kReadRule[] = "rule: a run reads only files beneath its project, as its caller";
 
 std::string ReadFileText(const fs::path& p) {

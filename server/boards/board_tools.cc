@@ -254,7 +254,9 @@ class GdbTool final : public Tool {
            "bt, break LOCATION, continue [seconds], reset, and `fault` to decode a Cortex-M fault "
            "(CFSR/HFSR/BFAR and "
            "the stacked frame) in plain words. The target halts while attached. Needs this "
-           "session's lease.";
+           "session's lease. Only commands on the target run (also step, next, finish, set var, "
+           "watch, monitor reset); commands on the host (python, shell, source, dump, set "
+           "logging, ...) are refused.";
   }
   json input_schema() const override {
     return {{"type", "object"},

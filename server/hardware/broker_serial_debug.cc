@@ -1,7 +1,5 @@
 // HardwareBroker: the serial port (reading, writing, waiting for a line),
 // GDB sessions and resets.
-#include "server/hardware/broker.h"
-
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -18,8 +16,10 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_replace.h"
 #include "common/subprocess.h"
+#include "server/hardware/broker.h"
 #include "server/hardware/broker_internal.h"
 #include "server/hardware/gdb_mi.h"
+#include "server/hardware/gdb_policy.h"
 #include "server/hardware/qemu.h"
 #include "server/telemetry/telemetry.h"
 
@@ -211,7 +211,10 @@ absl::StatusOr<DebugResult> HardwareBroker::Debug(const Caller& caller, const st
     std::string verb = cmd.substr(0, word_end);
     std::string arg = word_end == std::string::npos ? "" : std::string(absl::StripAsciiWhitespace(cmd.substr(word_end)));
     absl::StatusOr<MiResponse> r = absl::UnknownError("");
-    if (verb == "fault" || cmd == "decode fault" || cmd == "info fault") {
+    if (auto refused = RefuseGdbCommand(cmd)) {
+      text = absl::StrCat("error: ", *refused);
+      entry["error"] = text;
+    } else if (verb == "fault" || cmd == "decode fault" || cmd == "info fault") {
       auto f = DecodeFault(**gdb);
       if (!f.ok()) {
         text = absl::StrCat("error: ", f.status().message());
@@ -283,9 +286,6 @@ absl::StatusOr<DebugResult> HardwareBroker::Debug(const Caller& caller, const st
                             bp.is_object() && bp.contains("file") ? " at " + MiString(bp, "file") + ":" + MiString(bp, "line")
                                                                   : "");
       }
-    } else if (cmd == "quit" || cmd == "kill" || verb == "target" || verb == "detach" || verb == "shell" || verb == "!") {
-      text = absl::StrCat("error: '", verb, "' is not allowed here (the broker owns the connection)");
-      entry["error"] = text;
     } else {
       r = (*gdb)->Console(cmd, timeout_ms);
       if (r.ok() && r->result_class == "running") {

@@ -185,7 +185,10 @@ absl::StatusOr<std::unique_ptr<GdbSession>> GdbSession::Start(const std::string&
     close(to_child[1]);
     return absl::InternalError("pipe failed");
   }
-  std::vector<std::string> args = {gdb, "--interpreter=mi3", "-q", "-nx"};
+  // No init files, and nothing the image could make GDB load (its
+  // .debug_gdb_scripts) or read on the host (source files named in its DWARF).
+  std::vector<std::string> args = {gdb,    "--interpreter=mi3", "-q",   "-nx",
+                                   "-iex", "set auto-load off", "-iex", "set source open off"};
   if (!elf.empty()) args.push_back(elf);
   pid_t pid = ForkLongLived([&] { ExecChild(args, to_child[0], from_child[1], from_child[1]); });
   if (pid < 0) return absl::InternalError(absl::StrCat("fork: ", std::strerror(errno)));

@@ -146,6 +146,19 @@ TEST_F(HwTest, LeaseFlashSerialDebugFaultReleaseThroughTheCli) {
   ASSERT_TRUE(bt.contains("frames")) << l2;
   EXPECT_EQ(bt["frames"].back().value("func", ""), "main") << l2;
 
+  // GDB runs as fwaid: a command that would act on the host as fwaid (a
+  // script, a program, a file written) is refused before GDB sees it.
+  const std::string marker = project_ + "/gdb-wrote-this";
+  for (const std::string& attack :
+       {"python open('" + marker + "', 'w').close()", "print $_shell(\"touch " + marker + "\")",
+        "print 1\npython open('" + marker + "', 'w').close()", "pipe bt | touch " + marker,
+        "dump memory " + marker + " 0x20000000 0x20000010"}) {
+    EXPECT_EQ(Fwai({"debug", attack}, &out, &err), 1) << attack << "\n" << out << err;
+    EXPECT_NE((out + err).find("rule: debug commands act on the target only"), std::string::npos)
+        << attack << ": " << out << err;
+    EXPECT_FALSE(fs::exists(marker)) << attack;
+  }
+
   // A fault, decoded into words.
   ASSERT_EQ(Fwai({"monitor", "--send", "fault", "--until", "FAULT", "--timeout", "5"}, &out, &err), 0) << err;
   ASSERT_EQ(Fwai({"debug", "fault"}, &out, &err), 0) << err;

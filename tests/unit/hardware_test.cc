@@ -3,12 +3,11 @@
 // serial hub on a real pty pair, and leases on a real RocksDB.
 #include <elf.h>
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <pty.h>
 #include <sys/file.h>
 #include <termios.h>
 #include <unistd.h>
-
-#include <gtest/gtest.h>
 
 #include <chrono>
 #include <filesystem>
@@ -20,6 +19,7 @@
 #include "server/hardware/discovery.h"
 #include "server/hardware/firmware_image.h"
 #include "server/hardware/gdb_mi.h"
+#include "server/hardware/gdb_policy.h"
 #include "server/hardware/lease_manager.h"
 #include "server/hardware/serial_hub.h"
 #include "server/storage/storage.h"
@@ -283,6 +283,88 @@ TEST(GdbMiTest, AGdbWhoseOutputEndedIsGoneAtOnce) {
   ASSERT_FALSE(next.ok());
   EXPECT_EQ(next.status().code(), absl::StatusCode::kUnavailable) << next.status();
   EXPECT_NE(next.status().message().find("gdb is gone"), std::string::npos) << next.status();
+}
+
+// GDB runs as fwaid: what reaches it may act on the target only. Each refused
+// line is one a caller could use to run a program, read or write a host file
+// or change GDB's settings as fwaid.
+TEST(GdbPolicyTest, OnlyCommandsOnTheTargetReachGdb) {
+  for (const char* ok : {"print counter",
+                         "p/x $pc",
+                         "x/4xw 0x20000000",
+                         "bt",
+                         "backtrace",
+                         "info registers",
+                         "info locals",
+                         "break main",
+                         "tbreak src/main.c:42",
+                         "continue",
+                         "step",
+                         "next",
+                         "finish",
+                         "set var counter = 0",
+                         "set variable led = 1",
+                         "monitor reset halt",
+                         "fault",
+                         "decode fault",
+                         "info fault",
+                         "reset",
+                         "frame 1",
+                         "up",
+                         "disassemble main",
+                         "watch counter",
+                         "delete 1"}) {
+    EXPECT_EQ(RefuseGdbCommand(ok), std::nullopt) << ok;
+  }
+  for (const char* bad : {"python import os; os.system('id')",
+                          "pi 1",
+                          "py print(1)",
+                          "pyth print(1)",
+                          "guile 1",
+                          "shell id",
+                          "! id",
+                          "| id",
+                          "pipe print 1 | sh",
+                          "source /etc/shadow",
+                          "sou /etc/shadow",
+                          "restore /etc/shadow binary 0x20000000",
+                          "dump memory /tmp/x 0x20000000 0x20000100",
+                          "append value /tmp/x 1",
+                          "file /etc/shadow",
+                          "symbol-file /root/secret.elf",
+                          "core-file /tmp/core",
+                          "cd /root",
+                          "make",
+                          "compile code 1",
+                          "define x",
+                          "eval \"shell id\"",
+                          "set logging file /etc/cron.d/x",
+                          "set logging on",
+                          "set history filename /tmp/h",
+                          "set auto-load on",
+                          "set source open on",
+                          "info proc",
+                          "info os",
+                          "info files",
+                          "list main",
+                          "print $_shell(\"id\")",
+                          "call $_shell(\"id\")",
+                          "print 1\npython import os",
+                          "bt\r\nshell id",
+                          "monitor dump_image /tmp/x 0 4",
+                          "monitor shutdown",
+                          "target remote 1.2.3.4:1",
+                          "detach",
+                          "quit",
+                          "kill",
+                          "load /etc/shadow",
+                          "frame\x01"}) {
+    auto why = RefuseGdbCommand(bad);
+    ASSERT_TRUE(why.has_value()) << bad;
+    EXPECT_NE(why->find("rule: debug commands act on the target only"), std::string::npos)
+        << bad << ": " << *why;
+  }
+  EXPECT_NE(RefuseGdbCommand("python 1")->find("'python' is not allowed here"), std::string::npos);
 }
 
 TEST(FaultDecodeTest, MiFieldsOfTheWrongTypeAreReadAsMissing) {

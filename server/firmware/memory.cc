@@ -205,6 +205,12 @@ std::vector<MemoryRegion> ParseMapMemory(const std::string& text) {
 absl::StatusOr<json> AnalyzeMemory(const std::string& image, const MemoryOptions& o) {
   auto elf = ReadElfFile(image, true);
   if (!elf.ok()) return elf.status();
+  return AnalyzeMemory(*elf, image, o);
+}
+
+absl::StatusOr<json> AnalyzeMemory(const ElfFile& image_elf, const std::string& image,
+                                   const MemoryOptions& o) {
+  const ElfFile* elf = &image_elf;
   if (!elf->executable)
     return absl::InvalidArgumentError(
         absl::StrCat(image, ": not a linked executable (an object file?)"));

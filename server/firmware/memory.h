@@ -13,6 +13,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "server/firmware/elf_file.h"
 
 namespace fwai {
 
@@ -39,6 +40,12 @@ std::vector<MemoryRegion> ParseMapMemory(const std::string& text);
 
 // The report for `image`. Errors name the image and what is wrong with it.
 [[nodiscard]] absl::StatusOr<nlohmann::json> AnalyzeMemory(const std::string& image,
+                                                           const MemoryOptions& options);
+// The same for `elf`, already read from wherever (a private copy): `image` is
+// the path it is known by, beside which its linker map and .su files are
+// looked for. Every file is opened by the calling thread's identity.
+[[nodiscard]] absl::StatusOr<nlohmann::json> AnalyzeMemory(const ElfFile& elf,
+                                                           const std::string& image,
                                                            const MemoryOptions& options);
 
 // What changed from `before` to `after` (both AnalyzeMemory reports):

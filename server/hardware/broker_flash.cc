@@ -262,7 +262,19 @@ absl::StatusOr<FlashResult> HardwareBroker::FlashGuarded(
       mo.board_regions.push_back({"FLASH", b->cfg.flash_origin, b->cfg.flash_size, "rx", "flash"});
     if (b->cfg.ram_size > 0)
       mo.board_regions.push_back({"RAM", b->cfg.ram_origin, b->cfg.ram_size, "rwx", "ram"});
-    auto report = AnalyzeMemory(image_path, mo);
+    // The image is fwaid's private copy (read as fwaid); the project's linker
+    // map, scripts and .su files beside the caller's image are the caller's.
+    auto elf = ReadElfFile(image_path, true);
+    if (!elf.ok())
+      return absl::FailedPreconditionError(
+          absl::StrCat("flash guard (memory): ", elf.status().message()));
+    absl::StatusOr<nlohmann::json> report = absl::UnknownError("");
+    {
+      std::optional<ScopedFsIdentity> as;
+      if (caller.account) as.emplace(*caller.account);
+      if (as && !as->status().ok()) return as->status();
+      report = AnalyzeMemory(*elf, requested_image, mo);
+    }
     if (!report.ok())
       return absl::FailedPreconditionError(
           absl::StrCat("flash guard (memory): ", report.status().message()));

@@ -752,6 +752,14 @@ std::vector<PluginSkillSet> PluginStore::SkillSets() const {
     PluginSkillSet set;
     set.dir = p.dir;
     set.files = p.manifest.skills;
+    for (const auto& rel : set.files) {
+      // Read here, as fwaid: the caller the skills are loaded for may not
+      // read fwaid's data directory. An unreadable file is left out later.
+      std::ifstream in(p.dir + "/" + rel, std::ios::binary);
+      std::stringstream ss;
+      if (in) ss << in.rdbuf();
+      set.texts.push_back(in ? ss.str() : std::string());
+    }
     set.scope.plugin = p.name;
     set.scope.build = p.manifest.capabilities.build;
     set.scope.flash = p.manifest.capabilities.flash;

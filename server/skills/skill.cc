@@ -312,13 +312,11 @@ namespace {
 // one plugin must not break every skill run).
 void AddPluginSkills(const std::vector<PluginSkillSet>& plugins, std::vector<Skill>& out) {
   for (const auto& p : plugins) {
-    for (const auto& rel : p.files) {
-      const std::string path = p.dir + "/" + rel;
-      std::ifstream in(path);
-      std::stringstream ss;
-      ss << in.rdbuf();
-      auto sk = ParseSkill(ss.str(), path);
-      if (!in || !sk.ok()) continue;
+    for (size_t i = 0; i < p.files.size(); ++i) {
+      const std::string path = p.dir + "/" + p.files[i];
+      if (i >= p.texts.size()) continue;  // not read when the set was made
+      auto sk = ParseSkill(p.texts[i], path);
+      if (!sk.ok()) continue;
       sk->name = p.scope.plugin + ":" + sk->name;
       sk->scope = p.scope;
       out.push_back(std::move(*sk));

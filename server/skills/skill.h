@@ -59,6 +59,9 @@ struct Skill {
 struct PluginSkillSet {
   std::string dir;
   std::vector<std::string> files;  // relative to dir
+  // The files' texts, read by fwaid when the set is made (the plugin store
+  // is fwaid's, not the caller's: skills are loaded as the caller after).
+  std::vector<std::string> texts;
   SkillScope scope;
 };
 

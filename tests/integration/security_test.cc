@@ -1853,6 +1853,38 @@ TEST_F(UnixPeerAttackTest, ARunTellsNobodyAnythingOfFilesNobodyCannotRead) {
   leaks(out + err);
 }
 
+// A flash's memory budget reads the project's linker scripts as the caller:
+// a script linked to a file nobody may read (whose 1 KiB FLASH would fail the
+// budget) changes nothing of the verdict nobody hears.
+TEST_F(UnixPeerAttackTest, AFlashsMemoryBudgetReadsNoLinkerScriptNobodyCannotRead) {
+  ASSERT_TRUE(fs::exists(FWAI_BLINKY_ELF)) << FWAI_BLINKY_ELF << " not built";
+  const std::string p = d_tmp_ + "/budget";
+  fs::create_directories(p + "/.fwai");
+  fs::create_directories(p + "/build");
+  fs::copy_file(FWAI_BLINKY_ELF, p + "/build/blinky.elf");
+  std::ofstream(p + "/.fwai/project.yaml")
+      << "name: budget\npolicy:\n  flash:\n    require_fresh: false\n  memory:\n    "
+         "flash_max_pct: 90\n";
+  const std::string secret_ld = d_tmp_ + "/root-only.ld";
+  std::ofstream(secret_ld) << "MEMORY\n{\n  FLASH (rx) : ORIGIN = 0x08000000, LENGTH = 1K\n"
+                              "  RAM (rwx) : ORIGIN = 0x20000000, LENGTH = 8K\n}\n";
+  ASSERT_EQ(chmod(secret_ld.c_str(), 0600), 0);
+  fs::create_symlink(secret_ld, p + "/link.ld");
+  for (const auto& e : fs::recursive_directory_iterator(p))
+    ASSERT_EQ(lchown(e.path().c_str(), nobody_.uid, nobody_.gid), 0);
+  ASSERT_EQ(chown(p.c_str(), nobody_.uid, nobody_.gid), 0);
+  std::string out, err;
+  ASSERT_EQ(AsUser("nobody", {"hw", "lease", "sim-stm32vl"}, &out, &err), 0) << out << err;
+  const int rc =
+      AsUser("nobody", {"--project", p, "flash", "--yes", "sim-stm32vl", p + "/build/blinky.elf"},
+             &out, &err);
+  EXPECT_EQ((out + err).find("flash guard (memory)"), std::string::npos)
+      << "the budget was judged against a linker script nobody cannot read\n"
+      << out << err;
+  EXPECT_EQ((out + err).find("root-only.ld"), std::string::npos) << out << err;
+  EXPECT_EQ(rc, 0) << out << err << d_->log();
+}
+
 TEST_F(UnixPeerAttackTest, ProjectRootsAreCheckedAsThePeer) {
   // Another user's private directory is no project for nobody.
   std::string out, err;

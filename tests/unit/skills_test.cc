@@ -98,6 +98,30 @@ TEST(SkillFileTest, BuiltinsParseAndProjectSkillsReplaceThem) {
   fs::remove_all(root);
 }
 
+// A plugin's skills are parsed from what fwaid read when the set was made:
+// loading them as a caller who cannot read fwaid's plugin store (here: a
+// directory that does not exist at all) still finds them.
+TEST(SkillFileTest, PluginSkillsComeFromTheTextsFwaidRead) {
+  PluginSkillSet set;
+  set.dir = "/nonexistent/fwaid-data/plugins/p";
+  set.files = {"skills/hello.yaml", "skills/broken.yaml"};
+  set.texts = {"name: hello\nsteps:\n  - name: a\n    tool: shell\n    command: \"true\"\n",
+               "name: [unclosed\n"};
+  set.scope.plugin = "p";
+  auto skills = LoadSkills("", {set});
+  ASSERT_TRUE(skills.ok()) << skills.status();
+  int found = 0;
+  for (const auto& s : *skills) {
+    if (s.name.rfind("p:", 0) == 0) {
+      ++found;
+      EXPECT_EQ(s.name, "p:hello");
+      ASSERT_TRUE(s.scope.has_value());
+      EXPECT_EQ(s.scope->plugin, "p");
+    }
+  }
+  EXPECT_EQ(found, 1) << "the broken file is left out, the good one kept";
+}
+
 TEST(SkillFileTest, ErrorsNameFileLineAndField) {
   auto err = [](const std::string& yaml) {
     auto s = ParseSkill(yaml, "s.yaml");

@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <thread>
@@ -154,31 +155,34 @@ class LabFaults : public ::testing::Test {
     return hw->Renew(&ctx, req, &out);
   }
 
-  // True when `hw ls` through `d` lists board b1 with no lab error; `free`:
-  // and nobody holds it.
-  static bool ListsB1(Daemon& d, bool free) {
+  // `hw ls` through `d`; nullopt when the call fails or the lab's registry
+  // could not be read.
+  static std::optional<pb::ListDevicesResponse> List(Daemon& d) {
     auto hw = pb::Hardware::NewStub(d.channel());
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
     pb::ListDevicesResponse r;
-    if (!hw->ListDevices(&ctx, {}, &r).ok() || !r.lab_error().empty()) return false;
+    if (!hw->ListDevices(&ctx, {}, &r).ok() || !r.lab_error().empty()) return std::nullopt;
+    return r;
+  }
+
+  // True when `hw ls` through `d` lists board b1 with no lab error; `free`:
+  // and nobody holds it.
+  static bool ListsB1(Daemon& d, bool free) {
+    auto r = List(d);
+    return r && HasB1(*r, free);
+  }
+  static bool HasB1(const pb::ListDevicesResponse& r, bool free) {
     for (const auto& dev : r.devices()) {
       if (dev.id() == "b1") return !free || dev.holder().empty();
     }
     return false;
   }
 
-  // Lists board b1 through `d` (the lab's registry read).
+  // Lists board b1 through `d`, or cannot tell (the lab's registry unread).
   static bool Lists(Daemon& d) {
-    auto hw = pb::Hardware::NewStub(d.channel());
-    grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
-    pb::ListDevicesResponse r;
-    if (!hw->ListDevices(&ctx, {}, &r).ok() || !r.lab_error().empty()) return true;
-    for (const auto& dev : r.devices()) {
-      if (dev.id() == "b1") return true;
-    }
-    return false;
+    auto r = List(d);
+    return !r || HasB1(*r, /*free=*/false);
   }
 
   // The flash records of `d`'s evidence log, oldest first.

@@ -196,6 +196,11 @@ export function activate(ctx: vscode.ExtensionContext): FwaiApi {
   ctx.subscriptions.push(
     chat.onEvent((ev) => ev.payload === 'turn_finished' && void evidence.refresh()),
     vscode.tasks.onDidEndTask((e) => e.execution.task.definition.type === 'fwai' && void evidence.refresh()),
+    // A remote workspace's folders can arrive after activation; folders are added and removed.
+    vscode.workspace.onDidChangeWorkspaceFolders(() => {
+      void skills.refresh();
+      void sessions.refresh();
+    }),
   );
 
   // Connect now (starting fwaid if allowed) and reopen this workspace's last session.

@@ -26,7 +26,7 @@ async function until(pred, what, ms = 30000) {
     if (v) return v;
     await new Promise((r) => setTimeout(r, 50));
   }
-  throw new Error(`timed out waiting for ${what}`);
+  throw new Error(`timed out waiting for ${typeof what === 'function' ? what() : what}`);
 }
 function turnFinished(turnId) {
   return new Promise((resolve) => {
@@ -65,6 +65,17 @@ const tests = [
     assert.match(st.caller, /^uid:/);
   }],
   ['multi-root: each folder is its own project (skills tree, tasks, new sessions)', async () => {
+    // A workspace file on the remote side is read once the remote file system
+    // is up, which can be after the extension host started: its folders then
+    // arrive through onDidChangeWorkspaceFolders, and the skills tree follows.
+    let treeChanged = false;
+    const sub = api.skills.onDidChangeTreeData(() => (treeChanged = true));
+    const late = (vscode.workspace.workspaceFolders ?? []).length < 2;
+    await until(() => (vscode.workspace.workspaceFolders ?? []).length >= 2,
+      () => `the workspace's two folders (have ${JSON.stringify((vscode.workspace.workspaceFolders ?? []).map((f) => f.uri.fsPath))}, workspace file ${vscode.workspace.workspaceFile})`, 90000);
+    sub.dispose();
+    if (late) assert.ok(treeChanged, 'the skills tree did not refresh when the folders arrived');
+    metrics.foldersArrivedLate = late;
     assert.equal(vscode.workspace.workspaceFolders.length, 2);
     const roots = await api.skills.getChildren();
     assert.deepEqual(roots.map((n) => n.folder.uri.fsPath).sort(), [PROJECT, PROJECT2].sort());

@@ -1,66 +1,19 @@
 // CMSIS-SVD extraction.
-#include <expat.h>
-
 #include <cstdlib>
 #include <map>
 #include <memory>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "common/strings.h"
+#include "common/xml_tree.h"
 #include "server/knowledge/extract.h"
 
 namespace fwai {
 namespace {
 
-struct Node {
-  std::string name;
-  std::map<std::string, std::string> attrs;
-  std::string text;
-  std::vector<std::unique_ptr<Node>> children;
-  Node* parent = nullptr;
-
-  const Node* Child(const std::string& n) const {
-    for (const auto& c : children) {
-      if (c->name == n) return c.get();
-    }
-    return nullptr;
-  }
-  std::string Get(const std::string& n) const {
-    const Node* c = Child(n);
-    return c ? std::string(absl::StripAsciiWhitespace(c->text)) : "";
-  }
-};
-
-struct Builder {
-  std::unique_ptr<Node> root;
-  Node* cur = nullptr;
-};
-
-void XMLCALL OnStart(void* data, const XML_Char* name, const XML_Char** attrs) {
-  auto* b = static_cast<Builder*>(data);
-  auto n = std::make_unique<Node>();
-  n->name = name;
-  for (int i = 0; attrs[i]; i += 2) n->attrs[attrs[i]] = attrs[i + 1];
-  Node* raw = n.get();
-  if (!b->cur) {
-    b->root = std::move(n);
-  } else {
-    raw->parent = b->cur;
-    b->cur->children.push_back(std::move(n));
-  }
-  b->cur = raw;
-}
-
-void XMLCALL OnEnd(void* data, const XML_Char*) {
-  auto* b = static_cast<Builder*>(data);
-  if (b->cur) b->cur = b->cur->parent;
-}
-
-void XMLCALL OnText(void* data, const XML_Char* s, int len) {
-  auto* b = static_cast<Builder*>(data);
-  if (b->cur) b->cur->text.append(s, len);
-}
+using Node = XmlNode;
 
 uint64_t Num(const std::string& s, uint64_t fallback = 0) {
   if (s.empty()) return fallback;
@@ -189,22 +142,16 @@ void EmitRegisters(const Context& ctx, const std::string& periph, uint64_t base,
 }  // namespace
 
 absl::StatusOr<ExtractedDoc> ExtractSvd(std::string_view name, std::string_view xml) {
-  Builder b;
-  XML_Parser p = XML_ParserCreate(nullptr);
-  XML_SetUserData(p, &b);
-  XML_SetElementHandler(p, OnStart, OnEnd);
-  XML_SetCharacterDataHandler(p, OnText);
-  if (XML_Parse(p, xml.data(), static_cast<int>(xml.size()), 1) == XML_STATUS_ERROR) {
-    std::string msg = absl::StrCat(AV(name), ":", XML_GetCurrentLineNumber(p), ": not well-formed SVD XML (",
-                                   XML_ErrorString(XML_GetErrorCode(p)), ")");
-    XML_ParserFree(p);
-    return absl::InvalidArgumentError(msg);
+  auto root = ParseXmlTree(xml, std::string(name));
+  if (!root.ok()) {
+    // "name:line: not well-formed XML (why)" -> "... SVD XML ...".
+    return absl::InvalidArgumentError(
+        absl::StrReplaceAll(root.status().message(), {{"XML (", "SVD XML ("}}));
   }
-  XML_ParserFree(p);
-  if (!b.root || b.root->name != "device") {
+  if ((*root)->name != "device") {
     return absl::InvalidArgumentError(absl::StrCat(AV(name), ": not a CMSIS-SVD file (no <device> root)"));
   }
-  const Node& dev = *b.root;
+  const Node& dev = **root;
   ExtractedDoc doc;
   doc.format = DocFormat::kSvd;
   const std::string device = dev.Get("name");

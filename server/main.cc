@@ -1,4 +1,7 @@
 // fwaid: the fwai daemon.
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <grp.h>
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
@@ -7,20 +10,17 @@
 #include <grpcpp/security/tls_certificate_provider.h>
 #include <grpcpp/security/tls_credentials_options.h>
 #include <grpcpp/server_posix.h>
-#include <grp.h>
 #include <netdb.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
-#include <fcntl.h>
-#include <poll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
-#include <systemd/sd-daemon.h>
-#include <netinet/in.h>
-#include <arpa/inet.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <systemd/sd-daemon.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -32,10 +32,8 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
-#include <thread>
-
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <thread>
 
 #include "absl/strings/match.h"
@@ -55,42 +53,41 @@
 #include "server/auth/identities.h"
 #include "server/auth/quotas.h"
 #include "server/auth/token_store.h"
-#include "server/daemon/data_dir_lock.h"
-#include "server/daemon/tls_files.h"
-#include "server/catalog/tool_catalog.h"
-#include "server/evidence/evidence_log.h"
-#include "server/telemetry/telemetry.h"
-#include "server/project/secrets.h"
-#include "server/skills/run_journal.h"
-#include "server/skills/runner.h"
-#include "server/firmware/reports.h"
-#include "server/hardware/broker.h"
 #include "server/boards/board_tools.h"
 #include "server/boards/boards.h"
 #include "server/boards/leases.h"
 #include "server/boards/local_boards.h"
-#include "server/lab/lab_boards.h"
-#include "server/lab/stand_ins.h"
-#include "server/ota/ota_tool.h"
-#include "server/plugins/plugin_store.h"
-#include "server/ota/rollout.h"
-#include "server/lab/etcd_client.h"
-#include "server/lab/lab_leases.h"
-#include "server/lab/registry.h"
+#include "server/catalog/tool_catalog.h"
+#include "server/daemon/data_dir_lock.h"
+#include "server/daemon/tls_files.h"
+#include "server/evidence/evidence_log.h"
+#include "server/firmware/register_tools.h"
+#include "server/firmware/reports.h"
+#include "server/hardware/broker.h"
 #include "server/knowledge/document_search_tool.h"
 #include "server/knowledge/embedder.h"
 #include "server/knowledge/knowledge_base.h"
 #include "server/knowledge/remote_rerankers.h"
 #include "server/knowledge/reranker.h"
+#include "server/lab/etcd_client.h"
+#include "server/lab/lab_boards.h"
+#include "server/lab/lab_leases.h"
+#include "server/lab/registry.h"
+#include "server/lab/stand_ins.h"
 #include "server/llm/http_client.h"
 #include "server/llm/provider.h"
 #include "server/mcp/mcp_manager.h"
 #include "server/mcp/project_mcp.h"
+#include "server/ota/ota_tool.h"
+#include "server/ota/rollout.h"
+#include "server/plugins/plugin_store.h"
 #include "server/project/secrets.h"
 #include "server/session/session_manager.h"
+#include "server/skills/run_journal.h"
 #include "server/skills/runner.h"
 #include "server/skills/skill_tools.h"
 #include "server/storage/storage.h"
+#include "server/telemetry/telemetry.h"
 #include "server/tools/tool.h"
 
 #ifndef FWAI_VERSION
@@ -833,7 +830,13 @@ int Main(int argc, char** argv) {
   Identities* identities_for_tools = nullptr;
   ToolRegistry tools;
   RegisterFileTools(tools);
-  RegisterWriteTools(tools);
+  // Register code the agent writes is checked against the device's SVD.
+  SvdCatalog svd_catalog = MakeSvdCatalog(config.data_dir);
+  RegisterWriteTools(tools, WriteToolHooks{[&svd_catalog](ToolContext& ctx, const std::string& rel,
+                                                          const std::set<int>& lines) {
+                       return RegisterNoteAfterWrite(svd_catalog, ctx, rel, lines);
+                     }});
+  RegisterRegisterTools(tools, &svd_catalog);
   tools.Register(MakeDocumentSearchTool(**knowledge, [&identities_for_tools](const std::string& owner, const std::string& name) {
     return identities_for_tools != nullptr && identities_for_tools->OwnerOwnsName(owner, name);
   }));
@@ -1058,6 +1061,17 @@ int Main(int argc, char** argv) {
   hardware.SetRunRecorder(record_run);
   boards.SetRecorder(record_run);
   hardware.SetBuildRecordLookup(build_record_of_image);
+  hardware.SetRegisterCheck(
+      [&svd_catalog](const Caller& caller,
+                     const std::string& root) -> absl::StatusOr<nlohmann::json> {
+        if (!caller.account) {
+          return absl::PermissionDeniedError(
+              "the project is read as a local account, and this caller has none");
+        }
+        RegisterCheckRequest req;
+        req.project_root = root;
+        return CheckProjectRegisters(svd_catalog, &*caller.account, std::move(req));
+      });
   hardware.SetSbomOptions(FWAI_VERSION, config.toolchain_dpkg_admindir);
 
   SessionManager sessions(**storage, config.subscribers);
@@ -1105,6 +1119,7 @@ int Main(int argc, char** argv) {
     spdlog::warn("{} skill run(s) cut by the last stop recorded as interrupted", *n);
   }
   SkillDeps skill_deps;
+  skill_deps.svd_catalog = &svd_catalog;
   skill_deps.boards = &boards;
   skill_deps.leases = &board_leases;
   skill_deps.journal = &run_journal;
@@ -1190,6 +1205,7 @@ int Main(int argc, char** argv) {
   deps.evidence = evidence_log;
   deps.skills = &skills;
   deps.firmware = &firmware_deps;
+  deps.svd_catalog = &svd_catalog;
   deps.rollouts = &rollouts;
   deps.plugins = &plugins;
   deps.on_session_deleted = [&hardware](const std::string& id) { hardware.SessionEnded(id); };

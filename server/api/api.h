@@ -41,6 +41,7 @@ class BoardLeases;
 class Gate;
 class RolloutManager;
 class PluginStore;
+class SvdCatalog;
 struct DaemonConfig;
 struct FirmwareReportDeps;
 struct ProviderSet;
@@ -93,6 +94,7 @@ struct ApiDeps {
   // Reloads fwaid.yaml for `principal` calling from `peer` (both in its record).
   std::function<absl::StatusOr<int>(const std::string& principal, const std::string& peer)> reload_config;
   const FirmwareReportDeps* firmware = nullptr;  // may be null: Firmware answers UNAVAILABLE
+  const SvdCatalog* svd_catalog = nullptr;       // may be null: CheckRegisters answers UNAVAILABLE
   RolloutManager* rollouts = nullptr;  // may be null: Ota answers UNAVAILABLE
   PluginStore* plugins = nullptr;      // may be null: Plugins answers UNAVAILABLE
   std::function<void(const std::string&)> on_session_deleted;

@@ -1,5 +1,6 @@
 // Firmware: the memory report (regions, sections, symbols, stack, the change
-// since the previous build) and the SBOM of a run or an image.
+// since the previous build), the SBOM of a run or an image, and the register
+// check of a project's sources against its SVD.
 #include <grpcpp/grpcpp.h>
 
 #include <nlohmann/json.hpp>
@@ -11,6 +12,7 @@
 #include "server/api/gate.h"
 #include "server/api/offload.h"
 #include "server/firmware/memory.h"
+#include "server/firmware/register_tools.h"
 #include "server/firmware/reports.h"
 
 namespace fwai {
@@ -45,6 +47,32 @@ class FirmwareService final : public pb::Firmware::CallbackService {
       resp->set_json(r->dump(2));
       return absl::OkStatus();
     });
+  }
+
+  // Every file (the project's settings, its sources, an SVD it names) is read
+  // as the caller's account; a path outside the project is named in
+  // "skipped", never read.
+  grpc::ServerUnaryReactor* CheckRegisters(grpc::CallbackServerContext* ctx,
+                                           const pb::CheckRegistersRequest* req,
+                                           pb::FirmwareReport* resp) override {
+    auto who = deps_.gate->Admit(ctx, "Firmware.CheckRegisters");
+    if (!who.ok()) return Refuse(ctx, who.status());
+    return OffloadUnary(
+        ctx, deps_.pool, deps_.svd_catalog != nullptr, "register checks are not available",
+        [this, account = *who->account, req, resp]() -> absl::Status {
+          auto root = CanonicalProjectRoot(req->project_root());
+          if (!root.ok()) return root.status();
+          RegisterCheckRequest r;
+          r.project_root = *root;
+          r.paths.assign(req->paths().begin(), req->paths().end());
+          r.svd = req->svd();
+          r.target = req->target();
+          auto report = CheckProjectRegisters(*deps_.svd_catalog, &account, std::move(r));
+          if (!report.ok()) return report.status();
+          resp->set_json(report->dump());
+          resp->set_text(RegisterFindingsText(*report));
+          return absl::OkStatus();
+        });
   }
 
  private:

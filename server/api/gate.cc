@@ -95,6 +95,7 @@ const std::vector<RpcRule>& RpcRules() {
       // Reports read the project's images as its owner's account.
       {"Firmware.Memory", Need::kLocalAccount},
       {"Firmware.Sbom", Need::kLocalAccount},
+      {"Firmware.CheckRegisters", Need::kLocalAccount},
       // A rollout reads its image as the caller's account; anyone may watch.
       {"Ota.Rollout", Need::kLocalAccount},
       {"Ota.ListRollouts", Need::kAnyone},

@@ -1,22 +1,36 @@
 #include <grpcpp/grpcpp.h>
+#include <spdlog/spdlog.h>
 
 #include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "common/thread_pool.h"
 #include "fwai/v1/knowledge.grpc.pb.h"
 #include "server/api/api.h"
-#include "server/api/offload.h"
 #include "server/api/gate.h"
-#include "absl/strings/match.h"
+#include "server/api/offload.h"
+#include "server/firmware/check_registers.h"
 #include "server/knowledge/knowledge_base.h"
 
 namespace fwai {
 namespace {
+
+// A CMSIS-SVD file by its name, or an .xml whose root is a <device>.
+bool IsSvdUpload(const std::string& name, const std::string& bytes) {
+  auto ends = [&](const char* ext) {
+    const std::string e(ext);
+    return name.size() >= e.size() &&
+           absl::AsciiStrToLower(name.substr(name.size() - e.size())) == e;
+  };
+  return ends(".svd") || (ends(".xml") && bytes.find("<device") != std::string::npos &&
+                          bytes.find("<peripherals") != std::string::npos);
+}
 
 namespace pb = fwai::v1;
 
@@ -244,6 +258,8 @@ class IngestReactor final : public grpc::ServerBidiReactor<pb::IngestChunk, pb::
     for (const auto& t : header_.tags()) req.tags[t.key()] = t.value();
     req.kind = header_.kind();
     req.modified_us = header_.modified_us();
+    // An SVD added to the knowledge base also makes its part checkable.
+    const std::string svd = IsSvdUpload(header_.name(), bytes_) ? bytes_ : std::string();
     req.bytes = std::move(bytes_);
     auto r = deps_.knowledge->Ingest(std::move(req), [this](const std::string& stage) {
       if (stage != "done") Send(Progress(stage));
@@ -251,6 +267,16 @@ class IngestReactor final : public grpc::ServerBidiReactor<pb::IngestChunk, pb::
     if (!r.ok()) {
       Fail(r.status());
       return;
+    }
+    if (!svd.empty() && deps_.svd_catalog) {
+      auto device = deps_.svd_catalog->Add(svd, header_.name());
+      if (device.ok()) {
+        spdlog::info("kb: {} makes part {} checkable (fwai check registers)", header_.name(),
+                     *device);
+      } else {
+        spdlog::warn("kb: {} is in the knowledge base but checks no registers: {}", header_.name(),
+                     std::string(device.status().message()));
+      }
     }
     pb::IngestProgress p = Progress("done");
     p.set_chunks(r->chunks);

@@ -84,12 +84,17 @@ absl::StatusOr<FlashGuardPolicy> Boards::GuardFor(const Caller& caller, const Bo
         absl::StrCat("refused by policy (", d.rule, "): ", d.reason));
   }
   if (!rules->flash_require_approval) *approved = true;  // waived by the policy
+  return FlashGuardFromRules(*rules);
+}
+
+FlashGuardPolicy FlashGuardFromRules(const PolicyRules& rules) {
   FlashGuardPolicy g;
-  g.check_fresh = rules->flash_require_fresh;
-  g.require_verified_toolchain = rules->flash_require_verified_toolchain;
-  g.flash_max_pct = rules->memory_flash_max_pct;
-  g.ram_max_pct = rules->memory_ram_max_pct;
-  g.max_growth_bytes = rules->memory_max_growth_bytes;
+  g.check_fresh = rules.flash_require_fresh;
+  g.require_verified_toolchain = rules.flash_require_verified_toolchain;
+  g.flash_max_pct = rules.memory_flash_max_pct;
+  g.ram_max_pct = rules.memory_ram_max_pct;
+  g.max_growth_bytes = rules.memory_max_growth_bytes;
+  g.register_check = rules.flash_register_check;
   return g;
 }
 

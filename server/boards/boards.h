@@ -76,6 +76,10 @@ class BoardSerial {
   virtual bool host_stopping() const { return false; }
 };
 
+struct PolicyRules;
+// The flash guard's rules from a project's (merged) policy.
+FlashGuardPolicy FlashGuardFromRules(const PolicyRules& rules);
+
 // A flash as the caller asks for it.
 struct FlashOrder {
   std::string image;         // path, read as the caller's local account

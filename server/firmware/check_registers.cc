@@ -123,9 +123,40 @@ struct SvdCatalog::Cache {
   std::map<std::string, Entry> entries;  // guarded by mu
 };
 
-SvdCatalog::SvdCatalog(std::vector<std::string> dirs)
-    : dirs_(std::move(dirs)), cache_(std::make_unique<Cache>()) {}
+SvdCatalog::SvdCatalog(std::vector<std::string> dirs, std::string added_dir)
+    : dirs_(std::move(dirs)), added_dir_(std::move(added_dir)), cache_(std::make_unique<Cache>()) {
+  if (!added_dir_.empty()) dirs_.push_back(added_dir_);
+}
 SvdCatalog::~SvdCatalog() = default;
+
+absl::StatusOr<std::string> SvdCatalog::Add(std::string_view xml, const std::string& name) const {
+  if (added_dir_.empty()) return absl::FailedPreconditionError("no directory for added SVDs");
+  auto device = ParseSvdDevice(xml, name);
+  if (!device.ok()) return device.status();
+  const std::string& dev = device->name;
+  const bool plain = !dev.empty() && dev.size() <= 64 && dev[0] != '.' &&
+                     std::all_of(dev.begin(), dev.end(), [](char c) {
+                       return absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '_' ||
+                              c == '-' || c == '.';
+                     });
+  if (!plain)
+    return absl::InvalidArgumentError(
+        absl::StrCat(name, ": its device name '", dev, "' is no file name"));
+  std::error_code ec;
+  fs::create_directories(added_dir_, ec);
+  const fs::path final_path = fs::path(added_dir_) / (dev + ".svd");
+  const fs::path tmp = fs::path(added_dir_) / ("." + dev + ".svd.tmp");
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    out.write(xml.data(), static_cast<std::streamsize>(xml.size()));
+    if (!out.flush()) return absl::InternalError(absl::StrCat("cannot write ", tmp.string()));
+  }
+  fs::rename(tmp, final_path, ec);
+  if (ec)
+    return absl::InternalError(
+        absl::StrCat("cannot keep ", final_path.string(), ": ", ec.message()));
+  return dev;
+}
 
 std::vector<std::string> SvdCatalog::Parts() const {
   std::set<std::string> parts;

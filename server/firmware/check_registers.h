@@ -49,13 +49,20 @@ struct FileAccess {
 // Plain file access as this process (the CLI, tests).
 FileAccess LocalFileAccess();
 
-// Where SVDs are found by part: the directories shipped with fwai and the
-// one SVDs added to the knowledge base are kept in. Parsed devices are kept
+// Where SVDs are found by part: the directories shipped with fwai, then the
+// one SVDs added to the knowledge base are kept in (`added_dir`, which fwaid
+// owns; a part that ships keeps the vendor's file). Parsed devices are kept
 // (by path, size and modification time): safe from any thread.
 class SvdCatalog {
  public:
-  explicit SvdCatalog(std::vector<std::string> dirs);
+  explicit SvdCatalog(std::vector<std::string> dirs, std::string added_dir = "");
   ~SvdCatalog();
+
+  // Keeps an SVD added to the knowledge base as ADDED_DIR/DEVICE.svd (its
+  // <name>), replacing an earlier one of that device: the device's name, or
+  // why it is no SVD fwai can check with.
+  [[nodiscard]] absl::StatusOr<std::string> Add(std::string_view xml,
+                                                const std::string& name) const;
 
   // The SVD file for `part`, or NOT_FOUND naming the parts there are.
   [[nodiscard]] absl::StatusOr<std::string> FindForPart(const std::string& part) const;
@@ -69,7 +76,8 @@ class SvdCatalog {
 
  private:
   struct Cache;
-  std::vector<std::string> dirs_;
+  std::vector<std::string> dirs_;  // the shipped ones, then added_dir_
+  std::string added_dir_;
   std::unique_ptr<Cache> cache_;
 };
 

@@ -896,7 +896,7 @@ class RegisterScan {
     RegisterFinding f;
     f.file = file_;
     f.line = at.line;
-    f.column = at.column;
+    f.column = defining_.empty() ? at.column : 1;  // a #define's finding is at the directive
     f.severity = severity;
     f.kind = kind;
     f.symbol = symbol;

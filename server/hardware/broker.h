@@ -83,6 +83,8 @@ struct FlashGuardPolicy {
   double flash_max_pct = 0;                 // memory budgets (0: none)
   double ram_max_pct = 0;
   int64_t max_growth_bytes = 0;  // per region, against the previous build
+  // The project's register code against its SVD: off | warn | block.
+  std::string register_check = "off";
   // The image's build record when the caller has it (a run that has just
   // built the image and not yet recorded it); else it is looked up.
   nlohmann::json build;
@@ -118,6 +120,12 @@ class HardwareBroker {
   // Receives the records of leases that end on their own (TTL, session);
   // flash records are the caller's to write (FlashResult::record).
   void SetRunRecorder(std::function<void(const nlohmann::json&)> recorder) { recorder_ = std::move(recorder); }
+  // The flash guard's register_check: the register report of the project's
+  // sources against its device's SVD ({findings, checked}), read as the
+  // caller; an error says why there is none.
+  using RegisterCheckHook = std::function<absl::StatusOr<nlohmann::json>(
+      const Caller& caller, const std::string& project_root)>;
+  void SetRegisterCheck(RegisterCheckHook hook) { register_check_ = std::move(hook); }
   // With hardware.keep_serial_transcripts: where each lease's serial output
   // is kept, content-addressed (DIR/SHA256.log, mode 0600).
   void SetTranscriptDir(std::string dir) { transcript_dir_ = std::move(dir); }
@@ -226,6 +234,12 @@ class HardwareBroker {
       const std::string& project_root,
       const std::function<void(const FlashProgressUpdate&)>& progress, const CancelToken* cancel,
       const FlashGuardPolicy& guard);
+  // The guard's register_check (`mode` warn or block) of the project at
+  // `root`: OK with what to say in the guard's summary (`said`), or the
+  // refusal. `warning` gets what a warn-mode flash goes on despite.
+  absl::Status GuardRegisters(const Caller& caller, const std::string& root,
+                              const std::string& mode, std::string* said,
+                              std::string* warning) const;
   // PERMISSION_DENIED when the caller acts for a plugin that did not declare
   // `board`'s tags (or, with `flash`, the flash capability).
   absl::Status CheckScope(const Caller& caller, const std::string& board, bool flash) const;
@@ -255,6 +269,7 @@ class HardwareBroker {
   std::map<std::string, nlohmann::json> transcripts_;  // lease id -> transcript, until taken
   nlohmann::json KeepTranscript(const LeaseRecord& lease);
   std::function<nlohmann::json(const std::string&)> build_record_;
+  RegisterCheckHook register_check_;
   std::string sbom_version_, dpkg_admindir_;
   std::string ota_dir_;
   std::vector<std::string> ota_keys_;

@@ -199,6 +199,47 @@ absl::Status CheckToolchainRecord(const nlohmann::json& build, const std::string
   return absl::OkStatus();
 }
 
+absl::Status HardwareBroker::GuardRegisters(const Caller& caller, const std::string& root,
+                                            const std::string& mode, std::string* said,
+                                            std::string* warning) const {
+  const bool block = mode == "block";
+  auto report = register_check_ ? register_check_(caller, root)
+                                : absl::UnimplementedError("this fwaid has no register checker");
+  if (!report.ok()) {
+    if (block) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("flash guard (register_check): the sources could not be checked: ",
+                       report.status().message()));
+    }
+    *warning =
+        absl::StrCat("register_check: the sources were not checked: ", report.status().message());
+    return absl::OkStatus();
+  }
+  const auto& checked = (*report)["checked"];
+  const int errors = checked.value("errors", 0);
+  const std::string svd = checked.value("svd", "");
+  if (errors == 0) {
+    *said =
+        absl::StrCat(", registers match ", svd, " (", checked.value("accesses", 0), " accesses)");
+    return absl::OkStatus();
+  }
+  std::string list;
+  int shown = 0;
+  for (const auto& f : (*report)["findings"]) {
+    if (f.value("severity", "") != "error" || ++shown > 5) continue;
+    absl::StrAppend(&list, shown > 1 ? "; " : "", f.value("file", ""), ":", f.value("line", 0),
+                    ": ", f.value("symbol", ""), " ", f.value("code_says", ""), ", but ",
+                    f.value("svd_says", ""));
+  }
+  const std::string what =
+      absl::StrCat(errors, " register error", errors == 1 ? "" : "s", " in the sources against ",
+                   svd, ": ", list, errors > 5 ? "; …" : "", " (fwai check registers)");
+  if (block)
+    return absl::FailedPreconditionError(absl::StrCat("flash guard (register_check): ", what));
+  *warning = absl::StrCat("register_check: ", what);
+  return absl::OkStatus();
+}
+
 absl::StatusOr<FlashResult> HardwareBroker::FlashGuarded(
     const Caller& caller, const std::string& board_id, const std::string& requested_image,
     bool approved, const std::string& project_root,
@@ -291,17 +332,28 @@ absl::StatusOr<FlashResult> HardwareBroker::FlashGuarded(
     MemoryBudget budget{guard.flash_max_pct, guard.ram_max_pct, guard.max_growth_bytes};
     if (auto st = CheckMemoryBudget(*report, diff, budget); !st.ok()) return st;
   }
+  std::string registers_said, registers_warning;
+  if (guard.register_check == "warn" || guard.register_check == "block") {
+    if (auto s =
+            GuardRegisters(caller, root, guard.register_check, &registers_said, &registers_warning);
+        !s.ok()) {
+      return s;
+    }
+  }
   if (!approved) {
     return absl::FailedPreconditionError(
         absl::StrCat("flash guard (approval): writing ", requested_image, " to ", board_id,
                      " needs a person's confirmation (answer the prompt, or pass --yes / an approved plan)"));
   }
+  if (!registers_warning.empty())
+    progress({"guard", 0.1, absl::StrCat("warning: ", registers_warning)});
   progress({"guard", 0.1,
-            absl::StrCat(
-                "guard passed: lease, image (", img->bytes, " bytes, sha256 ", sha->substr(0, 12),
-                "), fits ", b->cfg.target, check_fresh ? ", fresh" : ", freshness waived by policy",
-                guard.any_memory_budget() ? ", within the memory budget" : "",
-                guard.require_verified_toolchain ? ", toolchain verified" : "", ", approved")});
+            absl::StrCat("guard passed: lease, image (", img->bytes, " bytes, sha256 ",
+                         sha->substr(0, 12), "), fits ", b->cfg.target,
+                         check_fresh ? ", fresh" : ", freshness waived by policy",
+                         guard.any_memory_budget() ? ", within the memory budget" : "",
+                         guard.require_verified_toolchain ? ", toolchain verified" : "",
+                         registers_said, ", approved")});
   std::lock_guard op(b->op_mu);
   if (cancel && cancel->cancelled()) return absl::CancelledError("flash cancelled");
   leases_->Touch(board_id, caller.identity);

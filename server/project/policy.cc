@@ -103,7 +103,8 @@ absl::StatusOr<PolicyRules> ParsePolicyRules(const std::string& text, const std:
     if (!f.IsMap())
       return err(
           f, "flash",
-          "expected {require_approval, allowed_boards, require_fresh, require_verified_toolchain}");
+          "expected {require_approval, allowed_boards, require_fresh, require_verified_toolchain, "
+          "register_check}");
     for (const auto& kv : f) {
       const std::string k = kv.first.Scalar();
       if (k == "require_approval") {
@@ -115,13 +116,19 @@ absl::StatusOr<PolicyRules> ParsePolicyRules(const std::string& text, const std:
                               r.flash_require_verified_toolchain);
             !st.ok())
           return st;
+      } else if (k == "register_check") {
+        const std::string v = kv.second.IsScalar() ? kv.second.Scalar() : "";
+        if (v != "off" && v != "warn" && v != "block") {
+          return err(kv.second, "flash.register_check", "expected off, warn or block");
+        }
+        r.flash_register_check = v;
       } else if (k == "allowed_boards") {
         if (!kv.second.IsSequence()) return err(kv.second, "flash.allowed_boards", "expected a list of board ids or globs");
         for (const auto& x : kv.second) r.flash_allowed_boards.push_back(x.Scalar());
       } else {
         return err(kv.first, "flash." + k,
                    "unknown (require_approval, allowed_boards, require_fresh, "
-                   "require_verified_toolchain)");
+                   "require_verified_toolchain, register_check)");
       }
     }
   }
@@ -204,6 +211,10 @@ PolicyRules MergePolicy(const PolicyRules& proj, const PolicyRules& org, bool ha
   m.flash_require_fresh = proj.flash_require_fresh || org.flash_require_fresh;
   m.flash_require_verified_toolchain =
       proj.flash_require_verified_toolchain || org.flash_require_verified_toolchain;
+  // register_check: the stricter of the two (off < warn < block).
+  auto rank = [](const std::string& v) { return v == "block" ? 2 : v == "warn" ? 1 : 0; };
+  if (rank(org.flash_register_check) > rank(m.flash_register_check))
+    m.flash_register_check = org.flash_register_check;
   auto tighter_d = [](double& mine, double theirs) {
     if (theirs > 0 && (mine == 0 || theirs < mine)) mine = theirs;
   };

@@ -30,6 +30,10 @@ struct PolicyRules {
   bool flash_require_fresh = true;           // refuse an image older than the sources
   bool flash_require_verified_toolchain =
       false;  // refuse an image whose build's toolchain did not verify (dpkg -V)
+  // Register code checked against the device's SVD before a flash:
+  // off | warn (the flash goes on, the findings are said) | block (an error
+  // in the sources refuses the flash).
+  std::string flash_register_check = "off";
   // Memory budgets the flash guard enforces (0: none): a flash or RAM region
   // used beyond the percentage, or a region grown by more than the bytes since
   // the previous build.

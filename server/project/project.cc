@@ -302,6 +302,8 @@ absl::Status SetProjectField(ProjectSettings& s, const std::string& key, const s
   else if (key == "test_command") s.test_command = value;
   else if (key == "boot_pattern") s.boot_pattern = value;
   else if (key == "target") s.target = value;
+  else if (key == "svd")
+    s.svd = value;
   else if (key == "board") s.board = value;
   else if (key == "debug_interface") s.debug_interface = value;
   else if (key == "serial_port") s.serial_port = value;
@@ -327,6 +329,7 @@ void KeepExistingSettings(const ProjectSettings& existing, const std::set<std::s
   keep("image", existing.image, s.image);
   keep("test_command", existing.test_command, s.test_command);
   keep("target", existing.target, s.target);
+  keep("svd", existing.svd, s.svd);
   keep("board", existing.board, s.board);
   keep("debug_interface", existing.debug_interface, s.debug_interface);
   keep("serial_port", existing.serial_port, s.serial_port);
@@ -371,6 +374,7 @@ std::string ProjectYaml(const ProjectSettings& s) {
         << YAML::EndMap;
   }
   out << YAML::Key << "target" << YAML::Value << s.target;
+  if (!s.svd.empty()) out << YAML::Key << "svd" << YAML::Value << s.svd;
   if (!s.board.empty()) out << YAML::Key << "board" << YAML::Value << s.board;
   if (!s.debug_interface.empty()) out << YAML::Key << "debug_interface" << YAML::Value << s.debug_interface;
   out << YAML::Key << "serial" << YAML::Value << YAML::BeginMap;
@@ -391,9 +395,9 @@ absl::StatusOr<ProjectSettings> ParseProjectSettings(const std::string& text, co
     return absl::InvalidArgumentError(absl::StrCat(source, ":", n.Mark().line + 1, ": ", field, ": ", what));
   };
   if (!root.IsMap()) return absl::InvalidArgumentError(absl::StrCat(source, ":1: expected a mapping of settings"));
-  static const std::set<std::string> kKeys = {"name", "build_system", "build", "flash", "target", "board",
-                                              "debug_interface", "serial", "mcp_servers", "policy", "skills", "test",
-                                              "template"};
+  static const std::set<std::string> kKeys = {
+      "name",   "build_system", "build",  "flash",  "target", "svd",     "board", "debug_interface",
+      "serial", "mcp_servers",  "policy", "skills", "test",   "template"};
   ProjectSettings s;
   for (const auto& kv : root) {
     const std::string key = kv.first.as<std::string>();
@@ -405,9 +409,13 @@ absl::StatusOr<ProjectSettings> ParseProjectSettings(const std::string& text, co
     out = root[key].Scalar();
     return absl::OkStatus();
   };
-  for (auto [k, f] : std::vector<std::pair<const char*, std::string*>>{
-           {"name", &s.name}, {"build_system", &s.build_system}, {"target", &s.target}, {"board", &s.board},
-           {"debug_interface", &s.debug_interface}}) {
+  for (auto [k, f] :
+       std::vector<std::pair<const char*, std::string*>>{{"name", &s.name},
+                                                         {"build_system", &s.build_system},
+                                                         {"target", &s.target},
+                                                         {"svd", &s.svd},
+                                                         {"board", &s.board},
+                                                         {"debug_interface", &s.debug_interface}}) {
     if (auto st = str(k, *f); !st.ok()) return st;
   }
   for (auto [k, f] : std::vector<std::pair<const char*, std::string*>>{

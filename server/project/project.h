@@ -20,6 +20,7 @@ struct ProjectSettings {
   std::string image;         // the firmware image to flash (flash.image); "" : the newest ELF
   std::string test_command;  // test.command
   std::string target;        // MCU, e.g. stm32f100rb
+  std::string svd;           // the device's CMSIS-SVD file ("" : the one fwai has for `target`)
   std::string board;
   std::string debug_interface;  // e.g. stlink, jlink, cmsis-dap, qemu
   std::string serial_port;

@@ -31,6 +31,7 @@
 #include "server/firmware/artifacts.h"
 #include "server/firmware/elf_file.h"
 #include "server/firmware/memory.h"
+#include "server/firmware/register_tools.h"
 #include "server/firmware/sbom.h"
 #include "server/firmware/toolchain.h"
 #include "server/hardware/firmware_image.h"
@@ -54,9 +55,9 @@ using json = nlohmann::json;
 
 int ExitCodeFor(const std::string& c) {
   static const std::map<std::string, int> kCodes = {
-      {"", 0},       {"failed", 10}, {"config", 11},  {"build", 12},    {"flash", 13},     {"verify", 14},
-      {"test", 15},  {"policy", 16}, {"timeout", 17}, {"hardware", 18}, {"provider", 19}, {"interrupted", 20},
-      {"cancelled", 130}};
+      {"", 0},          {"failed", 10},      {"config", 11},    {"build", 12},     {"flash", 13},
+      {"verify", 14},   {"test", 15},        {"policy", 16},    {"timeout", 17},   {"hardware", 18},
+      {"provider", 19}, {"interrupted", 20}, {"registers", 21}, {"cancelled", 130}};
   auto it = kCodes.find(c);
   return it == kCodes.end() ? 10 : it->second;
 }
@@ -124,13 +125,8 @@ bool IsGitRepo(const std::string& root, const LocalAccount* account) {
 }
 
 FlashGuardPolicy FlashGuardOf(const PolicyRules& rules, json build) {
-  FlashGuardPolicy g;
+  FlashGuardPolicy g = FlashGuardFromRules(rules);
   g.build = std::move(build);
-  g.check_fresh = rules.flash_require_fresh;
-  g.require_verified_toolchain = rules.flash_require_verified_toolchain;
-  g.flash_max_pct = rules.memory_flash_max_pct;
-  g.ram_max_pct = rules.memory_ram_max_pct;
-  g.max_growth_bytes = rules.memory_max_growth_bytes;
   return g;
 }
 
@@ -367,6 +363,67 @@ struct SkillRunner::RunState {
                         first_error.value("file", ""), first_error.contains("line") ? absl::StrCat(":", first_error["line"].get<int>()) : "",
                         first_error.contains("file") ? ": " : "", first_error.value("message", ""));
       }
+      return o;
+    }
+    o.ok = true;
+    return o;
+  }
+
+  // The project's register code against its SVD, as the caller: each finding
+  // is a diagnostic (Problems in VS Code); an error fails the step.
+  StepOutcome CheckRegisterStep(const SkillStep& s, std::ofstream& log) {
+    if (!deps.svd_catalog) return Failed("config", "this fwaid has no register checker");
+    RegisterCheckRequest r;
+    r.project_root = req.project_root;
+    r.paths = s.paths;
+    r.target = s.target;
+    r.svd = s.svd;
+    auto report = CheckProjectRegisters(*deps.svd_catalog, account, std::move(r));
+    if (!report.ok())
+      return Failed("config", absl::StrCat("check_registers: ", report.status().message()));
+    log << RegisterFindingsText(*report);
+    int step_errors = 0;
+    json first_error;
+    for (const auto& f : (*report)["findings"]) {
+      json d = {{"kind", "register"},
+                {"severity", f["severity"]},
+                {"file", f["file"]},
+                {"line", f["line"]},
+                {"column", f["column"]},
+                {"symbol", f["symbol"]},
+                {"message", absl::StrCat("[", f.value("kind", ""), "] ", f.value("code_says", ""),
+                                         "; the SVD: ", f.value("svd_says", ""), " (",
+                                         f.value("source", ""), "). Fix: ", f.value("fix", ""))}};
+      const bool error = f.value("severity", "") == "error";
+      (error ? errors : warnings)++;
+      if (error && step_errors++ == 0) first_error = d;
+      Emit(s.name, "diagnostic",
+           absl::StrCat(f.value("file", ""), ":", f.value("line", 0), ":", f.value("column", 0),
+                        ": ", f.value("severity", ""), ": ", d.value("message", "")),
+           !error, d);
+      if (diagnostic_items.size() < 500) {
+        d["step"] = s.name;
+        diagnostic_items.push_back(std::move(d));
+      }
+    }
+    const auto& checked = (*report)["checked"];
+    Emit(s.name, "output",
+         absl::StrCat("checked ", checked.value("files", 0), " file(s), ",
+                      checked.value("accesses", 0), " register accesses against ",
+                      checked.value("svd", ""), ": ", checked.value("errors", 0), " error(s), ",
+                      checked.value("warnings", 0), " warning(s)"),
+         true);
+    StepOutcome o;
+    o.extra = {{"errors", step_errors},
+               {"warnings", checked.value("warnings", 0)},
+               {"svd", checked.value("svd", "")}};
+    if (step_errors > 0) {
+      o.failure_class = "registers";
+      o.error =
+          absl::StrCat(step_errors, " register error", step_errors == 1 ? "" : "s", " against ",
+                       checked.value("svd", ""), ", first: ", first_error.value("file", ""), ":",
+                       first_error.value("line", 0), ": ", first_error.value("message", ""));
+      o.extra["first_error"] = first_error;
       return o;
     }
     o.ok = true;
@@ -893,6 +950,7 @@ struct SkillRunner::RunState {
     if (s.type == "agentic") return Agentic(s, log);
     if (s.tool == "flash") return Flash(s, log);
     if (s.tool == "monitor") return Monitor(s, log);
+    if (s.tool == "check_registers") return CheckRegisterStep(s, log);
     std::string command;
     std::string klass = s.tool == "shell" ? "failed" : s.tool;
     if (!s.command.empty()) {

@@ -25,6 +25,7 @@ namespace fwai {
 class Boards;
 class BoardLeases;
 class RunJournal;
+class SvdCatalog;
 class SessionManager;
 class TurnManager;
 class SecretScanner;
@@ -53,6 +54,8 @@ struct SkillDeps {
   std::string version;        // fwai's, for the SBOM's tool
   // The installed plugins' skills (null: none).
   std::function<std::vector<PluginSkillSet>()> plugin_skills;
+  // Where check_registers steps find SVDs by part (null: those steps fail).
+  const SvdCatalog* svd_catalog = nullptr;
 };
 
 struct SkillRunRequest {

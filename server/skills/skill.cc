@@ -125,8 +125,9 @@ absl::StatusOr<SkillStep> ParseStep(const std::string& source, const YAML::Node&
   const std::string where = absl::StrCat("steps[", index, "]");
   if (!n.IsMap()) return Err(source, n, where, "expected a mapping (name, and one of tool, evidence, llm_analyze, agentic)");
   if (auto s = CheckKeys(source, n, where,
-                         {"name", "tool", "command", "image", "board", "expect", "send", "since", "evidence",
-                          "llm_analyze", "agentic", "on_fail", "retries", "timeout", "when"});
+                         {"name", "tool", "command", "image", "board", "expect", "send", "since",
+                          "evidence", "llm_analyze", "agentic", "on_fail", "retries", "timeout",
+                          "when", "paths", "target", "svd"});
       !s.ok()) {
     return s;
   }
@@ -138,10 +139,22 @@ absl::StatusOr<SkillStep> ParseStep(const std::string& source, const YAML::Node&
   if (n["tool"]) {
     st.type = "tool";
     if (auto s = Str(source, n["tool"], where + ".tool", st.tool); !s.ok()) return s;
-    static const std::set<std::string> kTools = {"build", "flash", "monitor", "test", "shell"};
+    static const std::set<std::string> kTools = {"build", "flash", "monitor",
+                                                 "test",  "shell", "check_registers"};
     if (!kTools.count(st.tool)) {
-      return Err(source, n["tool"], where + ".tool",
-                 absl::StrCat("unknown tool '", st.tool, "' (expected build, flash, monitor, test or shell)"));
+      return Err(
+          source, n["tool"], where + ".tool",
+          absl::StrCat("unknown tool '", st.tool,
+                       "' (expected build, flash, monitor, test, shell or check_registers)"));
+    }
+    if (const auto& p = n["paths"]) {
+      if (!p.IsSequence())
+        return Err(source, p, where + ".paths", "expected a list of files or directories");
+      for (const auto& x : p) {
+        std::string v;
+        if (auto s = Str(source, x, where + ".paths", v); !s.ok()) return s;
+        st.paths.push_back(v);
+      }
     }
   } else if (const auto& e = n["evidence"]) {
     st.type = "evidence";
@@ -180,14 +193,16 @@ absl::StatusOr<SkillStep> ParseStep(const std::string& source, const YAML::Node&
     if (st.goal.empty()) return Err(source, a, where + ".agentic.goal", "must not be empty");
   }
   for (auto [k, f] : std::vector<std::pair<const char*, std::string*>>{{"name", &st.name},
-                                                                         {"command", &st.command},
-                                                                         {"image", &st.image},
-                                                                         {"board", &st.board},
-                                                                         {"expect", &st.expect},
-                                                                         {"send", &st.send},
-                                                                         {"since", &st.since},
-                                                                         {"on_fail", &st.on_fail},
-                                                                         {"when", &st.when}}) {
+                                                                       {"command", &st.command},
+                                                                       {"image", &st.image},
+                                                                       {"board", &st.board},
+                                                                       {"expect", &st.expect},
+                                                                       {"send", &st.send},
+                                                                       {"since", &st.since},
+                                                                       {"on_fail", &st.on_fail},
+                                                                       {"target", &st.target},
+                                                                       {"svd", &st.svd},
+                                                                       {"when", &st.when}}) {
     if (n[k]) {
       if (auto s = Str(source, n[k], absl::StrCat(where, ".", k), *f); !s.ok()) return s;
     }

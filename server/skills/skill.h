@@ -17,12 +17,14 @@ namespace fwai {
 struct SkillStep {
   std::string name;
   std::string type;  // tool | evidence | llm_analyze | agentic
-  std::string tool;  // build | flash | monitor | test | shell (type tool)
+  std::string tool;  // build | flash | monitor | test | shell | check_registers (type tool)
   std::string command;  // shell (and an override for build / test)
   std::string image, board;  // flash
   std::string expect, send;  // monitor: a regex to wait for; a line to send first
   std::string since = "run";  // monitor: run (lines since the run began) | now
   std::vector<std::string> files;  // evidence: files (globs under the project) to hash
+  std::vector<std::string> paths;  // check_registers: files or directories (none: all sources)
+  std::string target, svd;         // check_registers: the part or SVD file (none: the project's)
   std::string note;                // evidence
   std::string log, prompt;         // llm_analyze: a step name or a file, and the question
   std::string goal;                // agentic

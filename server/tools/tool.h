@@ -4,12 +4,12 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <nlohmann/json.hpp>
+#include <set>
 #include <shared_mutex>
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "absl/status/statusor.h"
 #include "common/cancel.h"
@@ -98,8 +98,17 @@ ToolResult InProject(ToolContext& ctx, const std::function<ToolResult(const Proj
 
 // Registers read_file, list_dir, grep and glob.
 void RegisterFileTools(ToolRegistry& registry);
+// What runs after write_file or edit_file changed a file (outside the
+// caller's file identity): `after_write` gets the file (relative to the
+// project) and the 1-based lines of the new text the call wrote, and returns
+// what to add to the tool's result ("" : nothing), so the model sees it.
+struct WriteToolHooks {
+  std::function<std::string(ToolContext& ctx, const std::string& rel_path,
+                            const std::set<int>& lines)>
+      after_write;
+};
 // Registers write_file, edit_file and bash (they change things).
-void RegisterWriteTools(ToolRegistry& registry);
+void RegisterWriteTools(ToolRegistry& registry, WriteToolHooks hooks = {});
 
 // Resolves `path` (relative to `root`, or absolute inside it) following
 // symlinks; fails if the result lies outside `root`.

@@ -2,9 +2,11 @@
 // and command passes the policy check first; bash runs in the sandbox.
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <filesystem>
-#include <map>
 #include <fstream>
+#include <map>
+#include <set>
 #include <sstream>
 #include <vector>
 
@@ -75,8 +77,27 @@ std::string RegionDiff(const std::string& path, const std::string& before, size_
   return out;
 }
 
+// The 1-based lines of `text` that the bytes [from, to) lie on.
+void AddLines(const std::string& text, size_t from, size_t to, std::set<int>& lines) {
+  const int first =
+      1 + static_cast<int>(std::count(text.begin(), text.begin() + static_cast<long>(from), '\n'));
+  const int last = first + static_cast<int>(std::count(
+                               text.begin() + static_cast<long>(from),
+                               text.begin() + static_cast<long>(std::max(from, to)), '\n'));
+  for (int l = first; l <= last; ++l) lines.insert(l);
+}
+
+// The result, with what the hook says of the lines written.
+ToolResult AfterWrite(const WriteToolHooks& hooks, ToolContext& ctx, ToolResult r,
+                      const std::string& rel, const std::set<int>& lines) {
+  if (r.is_error || rel.empty() || !hooks.after_write) return r;
+  r.content += hooks.after_write(ctx, rel, lines);
+  return r;
+}
+
 class WriteFileTool final : public Tool {
  public:
+  explicit WriteFileTool(WriteToolHooks hooks) : hooks_(std::move(hooks)) {}
   std::string name() const override { return "write_file"; }
   std::string description() const override {
     return "Create or overwrite a file in the project with the given content (parent directories are created).";
@@ -95,11 +116,14 @@ class WriteFileTool final : public Tool {
     if (!input.contains("content") || !input["content"].is_string()) return Err("content: expected a string");
     const std::string path = input["path"].get<std::string>();
     const std::string& content = input["content"].get_ref<const std::string&>();
-    return InProject(ctx, [&](const ProjectFs& pfs) -> ToolResult {
+    std::string written;
+    ToolResult r = InProject(ctx, [&](const ProjectFs& pfs) -> ToolResult {
       auto rel = pfs.Relative(path);
       if (!rel.ok()) return Err(std::string(rel.status().message()));
+      written = *rel;
       auto st = pfs.Stat(*rel);
-      if (!st.ok() && !absl::IsNotFound(st.status())) return Err(std::string(st.status().message()));
+      if (!st.ok() && !absl::IsNotFound(st.status()))
+        return Err(std::string(st.status().message()));
       const bool existed = st.ok();
       if (existed && S_ISDIR(st->st_mode)) return Err(absl::StrCat(*rel, " is a directory"));
       std::string before;
@@ -116,11 +140,18 @@ class WriteFileTool final : public Tool {
                            Lines(content).size(), " lines)"),
               false};
     });
+    std::set<int> lines;
+    AddLines(content, 0, content.size(), lines);
+    return AfterWrite(hooks_, ctx, std::move(r), written, lines);
   }
+
+ private:
+  const WriteToolHooks hooks_;
 };
 
 class EditFileTool final : public Tool {
  public:
+  explicit EditFileTool(WriteToolHooks hooks) : hooks_(std::move(hooks)) {}
   std::string name() const override { return "edit_file"; }
   std::string description() const override {
     return "Replace an exact string in a project file. old_string must occur exactly once (include enough "
@@ -142,11 +173,18 @@ class EditFileTool final : public Tool {
       if (!input.contains(k) || !input[k].is_string()) return Err(absl::StrCat(k, ": expected a string"));
     }
     const std::string path = input["path"].get<std::string>();
-    return InProject(ctx, [&](const ProjectFs& pfs) -> ToolResult { return Edit(input, ctx, pfs, path); });
+    std::string written;
+    std::set<int> lines;
+    ToolResult r = InProject(ctx, [&](const ProjectFs& pfs) -> ToolResult {
+      return Edit(input, ctx, pfs, path, written, lines);
+    });
+    return AfterWrite(hooks_, ctx, std::move(r), written, lines);
   }
 
  private:
-  ToolResult Edit(const json& input, ToolContext& ctx, const ProjectFs& pfs, const std::string& path) {
+  // Sets `written` and the `lines` of the new text the replacements are on.
+  ToolResult Edit(const json& input, ToolContext& ctx, const ProjectFs& pfs,
+                  const std::string& path, std::string& written, std::set<int>& lines) {
     auto relp = pfs.Relative(path);
     if (!relp.ok()) return Err(std::string(relp.status().message()));
     const std::string rel = *relp;
@@ -170,18 +208,24 @@ class EditFileTool final : public Tool {
     }
     std::string diff;
     std::string out;
+    std::vector<std::pair<size_t, size_t>> spans;  // the new text's replacements
     size_t last = 0;
     for (size_t p = text.find(old_s); p != std::string::npos; p = text.find(old_s, p + old_s.size())) {
       if (diff.size() < 8000) diff += RegionDiff(rel, text, p, old_s.size(), new_s);
       out.append(text, last, p - last);
+      spans.emplace_back(out.size(), out.size() + new_s.size());
       out += new_s;
       last = p + old_s.size();
     }
     out.append(text, last, std::string::npos);
     if (auto s = Check(ctx, "write", rel, name(), LinesChanged(text, out)); !s.ok()) return Err(std::string(s.message()));
     if (auto s = pfs.WriteFile(rel, out); !s.ok()) return Err(std::string(s.message()));
+    written = rel;
+    for (const auto& [from, to] : spans) AddLines(out, from, to, lines);
     return {absl::StrCat("edited ", rel, " (", count, count == 1 ? " replacement" : " replacements", ")\n", diff), false};
   }
+
+  const WriteToolHooks hooks_;
 };
 
 class BashTool final : public Tool {
@@ -235,9 +279,9 @@ class BashTool final : public Tool {
 
 }  // namespace
 
-void RegisterWriteTools(ToolRegistry& registry) {
-  registry.Register(std::make_unique<WriteFileTool>());
-  registry.Register(std::make_unique<EditFileTool>());
+void RegisterWriteTools(ToolRegistry& registry, WriteToolHooks hooks) {
+  registry.Register(std::make_unique<WriteFileTool>(hooks));
+  registry.Register(std::make_unique<EditFileTool>(std::move(hooks)));
   registry.Register(std::make_unique<BashTool>());
 }
 

@@ -1885,6 +1885,74 @@ TEST_F(UnixPeerAttackTest, AFlashsMemoryBudgetReadsNoLinkerScriptNobodyCannotRea
   EXPECT_EQ(rc, 0) << out << err << d_->log();
 }
 
+// A register check reads the project, its settings and the SVD it names as
+// the caller: a header, a source and an SVD linked to files nobody may read
+// are named as not checked, and nothing of them (a macro, an address, a
+// device's name) reaches nobody through a finding or an error.
+TEST_F(UnixPeerAttackTest, ARegisterCheckLearnsNothingOfFilesNobodyCannotRead) {
+  const std::string p = d_tmp_ + "/registers";
+  fs::create_directories(p + "/.fwai");
+  fs::create_directories(p + "/src");
+  std::ofstream(p + "/.fwai/project.yaml") << "name: registers\ntarget: stm32f100rb\n";
+  std::ofstream(p + "/src/main.c") << "#include \"regs.h\"\nint main(void) { return 0; }\n";
+  // Root's files: a header with a wrong register (a finding would quote it),
+  // a source, and an SVD whose device name is a canary.
+  const std::string secret_h = d_tmp_ + "/root-only-regs.h";
+  std::ofstream(secret_h) << "#define ROOTSECRET_APB2ENR (*(volatile unsigned *)0x40021014)\n"
+                             "void f(void) { ROOTSECRET_APB2ENR |= (1u << 1); }\n";
+  const std::string secret_c = d_tmp_ + "/root-only.c";
+  std::ofstream(secret_c) << "void g(void) { *(volatile unsigned *)0x4001380D = 1; }\n";
+  const std::string secret_svd = d_tmp_ + "/root-only.svd";
+  std::ofstream(secret_svd)
+      << "<?xml version=\"1.0\"?><device><name>ROOTCANARYCHIP</name><peripherals>"
+         "<peripheral><name>P</name><baseAddress>0x40000000</baseAddress></peripheral>"
+         "</peripherals></device>\n";
+  for (const auto& f : {secret_h, secret_c, secret_svd}) ASSERT_EQ(chmod(f.c_str(), 0600), 0);
+  fs::create_symlink(secret_h, p + "/src/regs.h");
+  fs::create_symlink(secret_c, p + "/src/secret.c");
+  fs::create_symlink(secret_svd, p + "/chip.svd");
+  for (const auto& e : fs::recursive_directory_iterator(p))
+    ASSERT_EQ(lchown(e.path().c_str(), nobody_.uid, nobody_.gid), 0);
+  ASSERT_EQ(chown(p.c_str(), nobody_.uid, nobody_.gid), 0);
+  auto expect_nothing_learned = [&](const std::string& all) {
+    for (const char* canary : {"ROOTSECRET", "0x40021014", "0x4001380D", "ROOTCANARYCHIP",
+                               "reserved-bits", "misaligned", "wrong-register"}) {
+      EXPECT_EQ(all.find(canary), std::string::npos) << canary << " reached nobody:\n" << all;
+    }
+  };
+  std::string out, err;
+  int rc = AsUser("nobody", {"--project", p, "--json", "check", "registers"}, &out, &err);
+  EXPECT_EQ(rc, 0) << out << err << d_->log();
+  expect_nothing_learned(out + err);
+  const json report = json::parse(out, nullptr, false);
+  ASSERT_TRUE(report.is_object()) << out << err;
+  EXPECT_EQ(report["checked"]["files"], 1) << out;  // src/main.c only
+  std::set<std::string> skipped;
+  for (const auto& s : report["skipped"]) {
+    skipped.insert(s.value("path", ""));
+    EXPECT_NE(s.value("why", "").find("permission denied"), std::string::npos) << s.dump();
+  }
+  EXPECT_EQ(skipped, (std::set<std::string>{"src/regs.h", "src/secret.c"})) << out;
+  // The SVD it names, and the same file by its real path.
+  for (const std::string& svd : {p + "/chip.svd", secret_svd}) {
+    rc = AsUser("nobody", {"--project", p, "check", "registers", "--svd", svd}, &out, &err);
+    EXPECT_EQ(rc, 2) << out << err;
+    EXPECT_NE(err.find("permission denied"), std::string::npos) << err;
+    expect_nothing_learned(out + err);
+  }
+  // The agent's tool, as nobody, on the same files.
+  std::string all;
+  auto res = NobodyTurn(p,
+                        {{"r1", "checkRegisters", {{"json", true}}},
+                         {"r2", "checkRegisters", {{"paths", {"src/regs.h", "src/secret.c"}}}},
+                         {"r3", "checkRegisters", {{"svd", "chip.svd"}}}},
+                        &all);
+  ASSERT_EQ(res.size(), 3u) << all;
+  expect_nothing_learned(all);
+  EXPECT_NE(res["r2"].find("permission denied"), std::string::npos) << res["r2"];
+  EXPECT_NE(res["r3"].find("permission denied"), std::string::npos) << res["r3"];
+}
+
 TEST_F(UnixPeerAttackTest, ProjectRootsAreCheckedAsThePeer) {
   // Another user's private directory is no project for nobody.
   std::string out, err;

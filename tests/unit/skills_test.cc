@@ -131,8 +131,17 @@ TEST(SkillFileTest, ErrorsNameFileLineAndField) {
   EXPECT_EQ(err("name: x\nsteps:\n  - tool: shell\n    command: a\n    on_fail: sometimes\n"),
             "s.yaml:5: steps[0].on_fail: expected abort, retry or continue, got 'sometimes'");
   EXPECT_EQ(err("name: x\nsteps:\n  - tool: compile\n"),
-            "s.yaml:3: steps[0].tool: unknown tool 'compile' (expected build, flash, monitor, test or shell)");
+            "s.yaml:3: steps[0].tool: unknown tool 'compile' (expected build, flash, monitor, "
+            "test, shell or check_registers)");
   EXPECT_EQ(err("name: x\nsteps:\n  - tool: shell\n"), "s.yaml:3: steps[0].command: a shell step needs a command");
+  EXPECT_EQ(err("name: x\nsteps:\n  - tool: check_registers\n    paths: src\n"),
+            "s.yaml:4: steps[0].paths: expected a list of files or directories");
+  auto regs = ParseSkill(
+      "name: x\nsteps:\n  - tool: check_registers\n    paths: [src, inc]\n    target: lm3s6965\n",
+      "s.yaml");
+  ASSERT_TRUE(regs.ok()) << regs.status();
+  EXPECT_EQ(regs->steps[0].paths, (std::vector<std::string>{"src", "inc"}));
+  EXPECT_EQ(regs->steps[0].target, "lm3s6965");
   EXPECT_EQ(err("name: x\nsteps: []\n"), "s.yaml:2: steps: expected a non-empty list of steps");
   EXPECT_EQ(err("name: x\nsteps:\n  - tool: build\n    agentic: fix it\n"),
             "s.yaml:3: steps[0]: needs exactly one of tool, evidence, llm_analyze, agentic");
@@ -316,7 +325,22 @@ TEST(PolicyRulesTest, FlashSettingsAndBudgets) {
   EXPECT_EQ(m.max_lines_per_run, 500);
   auto bad = ParsePolicy("policy:\n  flash:\n    require_aproval: false\n", "p.yaml");
   ASSERT_FALSE(bad.ok());
-  EXPECT_EQ(bad.status().message(), "p.yaml:3: policy.flash.require_aproval: unknown (require_approval, allowed_boards, require_fresh, require_verified_toolchain)");
+  EXPECT_EQ(bad.status().message(),
+            "p.yaml:3: policy.flash.require_aproval: unknown (require_approval, allowed_boards, "
+            "require_fresh, require_verified_toolchain, register_check)");
+  // register_check: off | warn | block, the stricter of project and organisation.
+  auto warn = ParsePolicy("policy:\n  flash:\n    register_check: warn\n", "p.yaml");
+  ASSERT_TRUE(warn.ok()) << warn.status();
+  EXPECT_EQ(warn->flash_register_check, "warn");
+  auto block = ParsePolicy("policy:\n  flash:\n    register_check: block\n", "org.yaml");
+  ASSERT_TRUE(block.ok());
+  EXPECT_EQ(MergePolicy(*warn, *block, true).flash_register_check, "block");
+  EXPECT_EQ(MergePolicy(*block, *warn, true).flash_register_check, "block");
+  EXPECT_EQ(MergePolicy(*r, *warn, true).flash_register_check, "warn");
+  bad = ParsePolicy("policy:\n  flash:\n    register_check: sometimes\n", "p.yaml");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().message(),
+            "p.yaml:3: policy.flash.register_check: expected off, warn or block");
   bad = ParsePolicy("policy:\n  change_budget:\n    max_lines: lots\n", "p.yaml");
   ASSERT_FALSE(bad.ok());
   EXPECT_EQ(bad.status().message(), "p.yaml:3: policy.change_budget.max_lines: expected a number (0: no limit)");

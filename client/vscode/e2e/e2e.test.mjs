@@ -479,7 +479,7 @@ test('measure: a 20-sub-agent tree', { skip: !MEASURE && 'FWAI_E2E_MEASURE=1', t
   await shot('m3-20-subagents');
 });
 
-test('extension host: the vscode API side (extensionTestsPath suite)', { timeout: 300000 }, async () => {
+test('extension host: the vscode API side (extensionTestsPath suite)', { timeout: 900000 }, async () => {
   const results = path.join(RUN, 'exthost-results.json');
   fs.rmSync(results, { force: true });
   await fake.reset();
@@ -488,9 +488,19 @@ test('extension host: the vscode API side (extensionTestsPath suite)', { timeout
   const cfg = JSON.parse(await p2.locator('#vscode-workbench-web-configuration').getAttribute('data-settings'));
   const remote = (p) => `vscode-remote://${cfg.remoteAuthority}${p}`;
   const payload = [['extensionDevelopmentPath', remote(EXT)], ['extensionTestsPath', remote(path.join(EXT, 'test', 'exthost', 'index.js'))]];
-  await p2.goto(`http://127.0.0.1:${port}/?workspace=${encodeURIComponent(workspaceFile)}&payload=${encodeURIComponent(JSON.stringify(payload))}`);
-  await waitFor(() => fs.existsSync(results), 'the extension-host suite', 280000);
-  const report = JSON.parse(fs.readFileSync(results, 'utf8'));
+  // A window whose workspace folders never opened is opened again (the suite
+  // says so before it runs anything); three tries.
+  let report;
+  for (let attempt = 1; ; ++attempt) {
+    await p2.goto(`http://127.0.0.1:${port}/?workspace=${encodeURIComponent(workspaceFile)}&payload=${encodeURIComponent(JSON.stringify(payload))}`);
+    await waitFor(() => fs.existsSync(results), 'the extension-host suite', 280000);
+    report = JSON.parse(fs.readFileSync(results, 'utf8'));
+    if (!report.retry || attempt === 3) break;
+    console.log(`  window ${attempt}: ${report.retry}; opening another`);
+    fs.rmSync(results, { force: true });
+    await p2.goto('about:blank');
+  }
+  assert.equal(report.retry, undefined, report.retry);
   for (const r of report.results) console.log(`  ${r.ok ? 'ok  ' : 'FAIL'} ${r.name}${r.ok ? '' : `\n${r.error}`}`);
   measurements.extension = report.metrics ?? {};
   measurements.extension.vsix_bytes = fs.statSync(VSIX).size;

@@ -31,3 +31,38 @@ export async function otaStatus(client: FwaiClient, limit = 50): Promise<{ rollo
     boards: boards.json ? JSON.parse(boards.json) : null,
   };
 }
+
+/** One finding of `fwai check registers --json` (docs/registers.md). */
+export interface RegisterFinding {
+  file: string;
+  line: number;
+  column: number;
+  severity: 'error' | 'warning';
+  kind: string;
+  symbol: string;
+  code_says: string;
+  svd_says: string;
+  source: string;
+  fix: string;
+}
+
+export interface RegisterReport {
+  findings: RegisterFinding[];
+  checked: { svd: string; device: string; files: number; lines: number; accesses: number; errors: number; warnings: number };
+  skipped: { path: string; why: string }[];
+}
+
+/** The project's register code against its device's SVD (as `fwai check registers`). */
+export async function checkRegisters(
+  client: FwaiClient,
+  projectRoot: string,
+  opts: { paths?: string[]; svd?: string; target?: string } = {},
+): Promise<RegisterReport> {
+  const r = await client.call(
+    'Firmware',
+    'CheckRegisters',
+    { project_root: projectRoot, paths: opts.paths ?? [], svd: opts.svd ?? '', target: opts.target ?? '' },
+    120000,
+  );
+  return JSON.parse(r.json);
+}

@@ -13,6 +13,7 @@ import { Evidence } from './evidence';
 import { Knowledge } from './knowledge';
 import { Plans } from './plans';
 import { SessionsView } from './sessionsView';
+import { Registers } from './registers';
 import { Skills } from './skills';
 import { StatusBar } from './status';
 
@@ -27,6 +28,7 @@ export interface FwaiApi {
   knowledge: Knowledge;
   evidence: Evidence;
   edits: Edits;
+  registers: Registers;
 }
 
 export function activate(ctx: vscode.ExtensionContext): FwaiApi {
@@ -37,6 +39,8 @@ export function activate(ctx: vscode.ExtensionContext): FwaiApi {
   const sessions = new SessionsView(conn, chat);
   const boards = new Boards(conn, out);
   const skills = new Skills(conn);
+  const registers = new Registers(conn);
+  ctx.subscriptions.push(registers);
   const knowledge = new Knowledge(conn, out);
   const evidence = new Evidence(conn);
   const plans = new Plans(chat);
@@ -176,6 +180,14 @@ export function activate(ctx: vscode.ExtensionContext): FwaiApi {
     const root = await projectRootOrPick();
     return show(JSON.stringify(await sbom(await conn.get(), root), null, 2), 'json');
   });
+  command('fwai.checkRegisters', async () => {
+    const root = await projectRootOrPick();
+    const r = await registers.check(root);
+    if (!r) return;
+    const c = r.checked;
+    const msg = `fwai: ${c.files} file(s), ${c.accesses} register accesses against ${c.svd}: ${c.errors} error(s), ${c.warnings} warning(s)`;
+    return c.errors ? vscode.window.showErrorMessage(`${msg} (see Problems)`) : vscode.window.showInformationMessage(msg);
+  });
   command('fwai.otaStatus', async () => show(JSON.stringify(await otaStatus(await conn.get()), null, 2), 'json'));
 
   command('fwai.refreshEvidence', () => evidence.refresh());
@@ -215,7 +227,7 @@ export function activate(ctx: vscode.ExtensionContext): FwaiApi {
     })
     .catch(() => undefined);
 
-  const api: FwaiApi = { activationMs: Date.now() - loadedAt, connection: conn, chat, sessions, boards, skills, knowledge, evidence, edits };
+  const api: FwaiApi = { activationMs: Date.now() - loadedAt, connection: conn, chat, sessions, boards, skills, knowledge, evidence, edits, registers };
   out.appendLine(`fwai ${ctx.extension.packageJSON.version} activated in ${api.activationMs} ms (VS Code ${vscode.version}, ${vscode.env.appName})`);
   return api;
 }

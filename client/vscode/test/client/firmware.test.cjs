@@ -39,6 +39,17 @@ test('memory report, SBOM and OTA status of a built image; a missing image is na
   const sha = crypto.createHash('sha256').update(fs.readFileSync(elf)).digest('hex');
   assert.ok(bom.metadata.component.hashes.some((h) => h.alg === 'SHA-256' && h.content === sha), JSON.stringify(bom.metadata.component));
 
+  // Register truth: the device is detected from the project (its linker
+  // script names the part); a wrong field macro is a finding with its proof.
+  const clean = await lib.checkRegisters(client, d.project);
+  assert.equal(clean.checked.device, 'STM32F100');
+  assert.equal(clean.checked.errors, 0, JSON.stringify(clean.findings));
+  const main = path.join(d.project, 'src', 'main.c');
+  fs.writeFileSync(main, fs.readFileSync(main, 'utf8').replace('#define USART_CR1_UE (1u << 13)', '#define USART_CR1_UE (1u << 12)'));
+  const wrong = await lib.checkRegisters(client, d.project, { paths: ['src'] });
+  assert.deepEqual(wrong.findings.map((f) => [f.file, f.line, f.kind, f.symbol]), [['src/main.c', 31, 'field-position', 'USART_CR1_UE']]);
+  await assert.rejects(lib.checkRegisters(client, d.project, { target: 'nrf52840' }), /no SVD for part 'nrf52840'/);
+
   const ota = await lib.otaStatus(client);
   assert.deepEqual(ota.rollouts, []);
   assert.ok(ota.boards !== null);

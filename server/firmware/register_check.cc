@@ -740,7 +740,9 @@ class RegisterScan {
         if (const SvdRegister* r = p->Register(reg)) {
           const std::string rest =
               absl::StrJoin(parts.begin() + static_cast<long>(e), parts.end(), "_");
-          if (rest.empty() || rest == "REG" || rest == "ADDR") return std::make_pair(p, r);
+          // RCC_APB2ENR, RCC_APB2ENR_REG, TI's SYSCTL_RCGC1_R.
+          if (rest.empty() || rest == "REG" || rest == "ADDR" || rest == "R")
+            return std::make_pair(p, r);
           return std::nullopt;  // a field's name, not the register's
         }
       }
@@ -811,24 +813,27 @@ class RegisterScan {
             }
             return;
           }
-          CheckFieldMacro(name, kind, rest, p, *reg, v.v, at);
+          CheckFieldMacro(name, stem, kind, rest, p, *reg, v.v, at);
           return;
         }
       }
     }
   }
 
-  void CheckFieldMacro(const std::string& name, const std::string& kind, const std::string& rest,
-                       const SvdPeripheral& p, const SvdRegister& reg, uint64_t value,
-                       const Token& at) {
-    // The field is `rest`, or `rest` less a bit index or a value's name
-    // (RCC_CFGR_SW_0, RCC_CFGR_SW_HSE).
+  void CheckFieldMacro(const std::string& name, const std::string& stem, const std::string& kind,
+                       const std::string& rest, const SvdPeripheral& p, const SvdRegister& reg,
+                       uint64_t value, const Token& at) {
+    // The field is `rest` (ST: USART_CR1_UE) or the whole name (TI's SVDs
+    // name fields UART_CTL_UARTEN), or either less a bit index or a value's
+    // name (RCC_CFGR_SW_0, RCC_CFGR_SW_HSE, UART_LCRH_WLEN_8).
     const SvdField* f = reg.Field(rest);
+    if (!f) f = reg.Field(stem);
     bool part = false;
     if (!f) {
       for (const auto& cand : reg.fields) {
-        if (absl::StartsWith(rest, cand.name + "_") && (!f || cand.name.size() > f->name.size()))
-          f = &cand;
+        const bool prefix =
+            absl::StartsWith(rest, cand.name + "_") || absl::StartsWith(stem, cand.name + "_");
+        if (prefix && (!f || cand.name.size() > f->name.size())) f = &cand;
       }
       part = f != nullptr;
     }

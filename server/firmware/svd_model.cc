@@ -263,10 +263,15 @@ const SvdPeripheral* SvdDevice::Peripheral(std::string_view n) const {
 }
 
 const SvdPeripheral* SvdDevice::PeripheralAt(uint64_t address) const {
+  // Blocks may overlap (TI's FLASH_CTRL reaches into SYSCTL's): a peripheral
+  // with a register at the address wins, else the nearest base below it.
+  const SvdPeripheral* nearest = nullptr;
   for (const auto& p : peripherals) {
-    if (address >= p.base && address < p.base + std::max<uint64_t>(1, p.End())) return &p;
+    if (address < p.base || address >= p.base + std::max<uint64_t>(1, p.End())) continue;
+    if (p.RegisterAt(address - p.base)) return &p;
+    if (!nearest || p.base > nearest->base) nearest = &p;
   }
-  return nullptr;
+  return nearest;
 }
 
 absl::StatusOr<SvdDevice> ParseSvdDevice(std::string_view xml, const std::string& source) {

@@ -14,6 +14,7 @@
 #include "server/firmware/check_registers.h"
 #include "server/firmware/register_check.h"
 #include "server/firmware/svd_model.h"
+#include "tests/bench/register_eval.h"
 
 namespace fwai {
 namespace {
@@ -426,6 +427,26 @@ TEST_F(RegisterCheckProject, AnSvdThatIsMalformedTruncatedOrHugeIsAClearError) {
   ASSERT_FALSE(none.ok());
   EXPECT_NE(std::string(none.status().message()).find("--target PART"), std::string::npos)
       << none.status();
+}
+
+// The benchmark's corpus (docs/registers.md): correct code for several
+// peripherals of both parts is clean, and each single-line error made in it
+// is found at its line, with no finding anywhere else.
+TEST(RegisterBenchCorpus, EveryKindIsFoundAndCorrectCodeIsClean) {
+  const auto r =
+      testing::EvaluateRegisterChecks(std::string(FWAI_SOURCE_DIR) + "/tests/bench/registers",
+                                      std::string(FWAI_SOURCE_DIR) + "/data/svd");
+  EXPECT_EQ(r.clean_files, 5);
+  EXPECT_EQ(r.clean_findings, 0);
+  for (const char* kind : {"wrong-register", "misaligned", "unknown-register", "field-position",
+                           "field-width", "reserved-bits", "read-only"}) {
+    ASSERT_TRUE(r.kinds.count(kind)) << kind;
+    const auto& k = r.kinds.at(kind);
+    EXPECT_GE(k.injected, 10) << kind;
+    EXPECT_GE(k.found * 100, k.injected * 95) << kind;
+    EXPECT_EQ(k.false_findings, 0) << kind;
+  }
+  for (const auto& m : r.misses) ADD_FAILURE() << "missed: " << m;
 }
 
 TEST(RegisterFindingsSarif, OneResultPerFindingAtItsLine) {

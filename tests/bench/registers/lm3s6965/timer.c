@@ -1,0 +1,39 @@
+// TIMER0 A as a 32-bit periodic timer with its time-out interrupt.
+#include <stdint.h>
+
+#define HWREG(x) (*((volatile uint32_t*)(x)))
+
+#define SYSCTL_RCGC1_R HWREG(0x400FE104)
+#define SYSCTL_RCGC1_TIMER0 0x00010000
+
+#define TIMER0_CFG_R HWREG(0x40030000)
+#define TIMER0_TAMR_R HWREG(0x40030004)
+#define TIMER0_CTL_R HWREG(0x4003000C)
+#define TIMER0_IMR_R HWREG(0x40030018)
+#define TIMER0_RIS_R HWREG(0x4003001C)
+#define TIMER0_ICR_R HWREG(0x40030024)
+#define TIMER0_TAILR_R HWREG(0x40030028)
+#define TIMER_CTL_TAEN 0x00000001
+#define TIMER_CTL_TASTALL 0x00000002
+#define TIMER_IMR_TATOIM 0x00000001
+#define TIMER_RIS_TATORIS 0x00000001
+#define TIMER_ICR_TATOCINT 0x00000001
+
+volatile uint32_t timeouts;
+
+void timer0_init(uint32_t period) {
+  SYSCTL_RCGC1_R |= SYSCTL_RCGC1_TIMER0;
+  TIMER0_CTL_R &= ~TIMER_CTL_TAEN;
+  TIMER0_CFG_R = 0;
+  TIMER0_TAMR_R = 2;
+  TIMER0_TAILR_R = period - 1u;
+  TIMER0_IMR_R |= TIMER_IMR_TATOIM;
+  TIMER0_CTL_R |= TIMER_CTL_TAEN | TIMER_CTL_TASTALL;
+}
+
+void TIMER0A_Handler(void) {
+  if (TIMER0_RIS_R & TIMER_RIS_TATORIS) {
+    TIMER0_ICR_R = TIMER_ICR_TATOCINT;
+    ++timeouts;
+  }
+}

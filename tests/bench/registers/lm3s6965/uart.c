@@ -1,0 +1,50 @@
+// UART1 at 115200 8N1 from a 50 MHz clock, with its receive interrupt.
+#include <stdint.h>
+
+#define HWREG(x) (*((volatile uint32_t*)(x)))
+
+#define SYSCTL_RCGC1_R HWREG(0x400FE104)
+#define SYSCTL_RCGC1_UART1 0x00000002
+#define SYSCTL_RCGC2_R HWREG(0x400FE108)
+#define SYSCTL_RCGC2_GPIOD 0x00000008
+
+#define UART1_DR_R HWREG(0x4000D000)
+#define UART1_FR_R HWREG(0x4000D018)
+#define UART1_IBRD_R HWREG(0x4000D024)
+#define UART1_FBRD_R HWREG(0x4000D028)
+#define UART1_LCRH_R HWREG(0x4000D02C)
+#define UART1_CTL_R HWREG(0x4000D030)
+#define UART1_IM_R HWREG(0x4000D038)
+#define UART1_ICR_R HWREG(0x4000D044)
+#define UART_FR_TXFF 0x00000020
+#define UART_FR_RXFE 0x00000010
+#define UART_LCRH_WLEN_8 0x00000060
+#define UART_LCRH_FEN 0x00000010
+#define UART_CTL_UARTEN 0x00000001
+#define UART_CTL_TXE 0x00000100
+#define UART_CTL_RXE 0x00000200
+#define UART_IM_RXIM 0x00000010
+#define UART_ICR_RXIC 0x00000010
+
+void uart1_init(void) {
+  SYSCTL_RCGC1_R |= SYSCTL_RCGC1_UART1;
+  SYSCTL_RCGC2_R |= SYSCTL_RCGC2_GPIOD;
+  UART1_CTL_R &= ~UART_CTL_UARTEN;
+  UART1_IBRD_R = 27;
+  UART1_FBRD_R = 8;
+  UART1_LCRH_R = UART_LCRH_WLEN_8 | UART_LCRH_FEN;
+  UART1_IM_R |= UART_IM_RXIM;
+  UART1_CTL_R |= UART_CTL_UARTEN | UART_CTL_TXE | UART_CTL_RXE;
+}
+
+void uart1_putc(char c) {
+  while (UART1_FR_R & UART_FR_TXFF) {
+  }
+  UART1_DR_R = (uint32_t)(unsigned char)c;
+}
+
+int uart1_getc(void) {
+  if (UART1_FR_R & UART_FR_RXFE) return -1;
+  UART1_ICR_R = UART_ICR_RXIC;
+  return (int)(UART1_DR_R & 0xFF);
+}

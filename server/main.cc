@@ -832,6 +832,7 @@ int Main(int argc, char** argv) {
   RegisterFileTools(tools);
   // Register code the agent writes is checked against the device's SVD.
   SvdCatalog svd_catalog = MakeSvdCatalog(config.data_dir);
+  spdlog::info("register checks: SVDs from {}", absl::StrJoin(svd_catalog.dirs(), ", "));
   RegisterWriteTools(tools, WriteToolHooks{[&svd_catalog](ToolContext& ctx, const std::string& rel,
                                                           const std::set<int>& lines) {
                        return RegisterNoteAfterWrite(svd_catalog, ctx, rel, lines);

@@ -640,6 +640,7 @@ class RegisterScan {
                           " reserved; its fields: ", FieldList(reg)),
              reg.path, Suggest(reg, reserved));
     }
+    if (how == "=" && !inverted && !reserved) CheckEnumWrite(r, bits, at);
     if (!inverted) {
       for (const auto& f : reg.fields) {
         if ((f.Mask() & bits) && !f.Writable()) {
@@ -854,7 +855,9 @@ class RegisterScan {
                absl::StrCat(name, " is ", Hex(value), " (", Bits(value), ")"),
                absl::StrCat(where, " is ", Bits(f->Mask())), f->path,
                absl::StrCat("keep the value within ", Hex(f->Mask())));
+        return;
       }
+      CheckEnumMacro(name, stem, where, *f, value, at);
       return;
     }
     if (value != f->Mask()) {
@@ -873,6 +876,52 @@ class RegisterScan {
              name, absl::StrCat(name, " is ", Hex(value), " (", Bits(value), ")"),
              absl::StrCat(where, " is ", Bits(f->Mask()), " (mask ", Hex(f->Mask()), ")"), f->path,
              absl::StrCat("use ", Hex(f->Mask())));
+    }
+  }
+
+  // A value's macro (UART_LCRH_WLEN_8, RCC_CFGR_SW_HSE) of a field with
+  // enumerated values: the value its name says, or at least one of them.
+  void CheckEnumMacro(const std::string& name, const std::string& stem, const std::string& where,
+                      const SvdField& f, uint64_t value, const Token& at) {
+    if (f.values.empty()) return;
+    const uint64_t v = value >> f.bit_offset;
+    const SvdEnumValue* named = nullptr;
+    for (const auto& e : f.values) {
+      if (e.name == stem || absl::EndsWith(stem, "_" + e.name)) named = &e;
+    }
+    if (named ? named->value == v : ValueIsEnumerated(f, v)) return;
+    Report(
+        at, "error", "enum-value", name, absl::StrCat(name, " puts ", v, " in ", f.name),
+        named ? absl::StrCat(where, " ", named->name, " is ", named->value)
+              : absl::StrCat(where, " takes ", EnumList(f)),
+        f.path,
+        absl::StrCat("use ", Hex((named ? named->value : f.values.front().value) << f.bit_offset)));
+  }
+
+  static bool ValueIsEnumerated(const SvdField& f, uint64_t v) {
+    for (const auto& e : f.values) {
+      if (e.value == v) return true;
+    }
+    return f.values.empty();
+  }
+
+  static std::string EnumList(const SvdField& f) {
+    std::string out;
+    for (const auto& e : f.values)
+      absl::StrAppend(&out, out.empty() ? "" : ", ", e.name, " = ", e.value);
+    return out;
+  }
+
+  // A whole-register write (`=`) of a known value: each field with
+  // enumerated values gets one of them.
+  void CheckEnumWrite(const RegisterChecker::RegRef& r, uint64_t bits, const Token& at) {
+    for (const auto& f : r.reg->fields) {
+      const uint64_t v = (bits & f.Mask()) >> f.bit_offset;
+      if (f.values.empty() || !f.Writable() || ValueIsEnumerated(f, v)) continue;
+      Report(
+          at, "error", "enum-value", r.symbol,
+          absl::StrCat("writes ", v, " to ", f.name, " of ", r.peripheral->name, ".", r.reg->name),
+          absl::StrCat(f.name, " takes ", EnumList(f)), f.path, "write one of the field's values");
     }
   }
 

@@ -349,6 +349,29 @@ TEST_F(RegisterCheckProject, TheLm3s6965SvdCatchesAWrongUartRegister) {
             std::string::npos);
 }
 
+TEST_F(RegisterCheckProject, EnumeratedValuesAreCheckedInMacrosAndWholeWrites) {
+  Write("uart.c",
+        "#define HWREG(x) (*((volatile unsigned *)(x)))\n"
+        "#define TIMER0_TAMR_R HWREG(0x40030004)\n"
+        "#define UART_LCRH_WLEN_8 0x00000060\n"
+        "#define UART_LCRH_WLEN_7 0x00000060\n"
+        "void f(void) {\n"
+        "  TIMER0_TAMR_R = 2;\n"
+        "  TIMER0_TAMR_R = 0;\n"
+        "}\n");
+  RegisterCheckRequest req;
+  req.target = "lm3s6965";
+  auto r = Run(req);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(Kinds(*r), "uart.c:4 enum-value\nuart.c:7 enum-value\n");
+  EXPECT_NE((*r)["findings"][0]["svd_says"].get<std::string>().find("UART_LCRH_WLEN_7 is 2"),
+            std::string::npos)
+      << r->dump(1);
+  EXPECT_NE((*r)["findings"][1]["svd_says"].get<std::string>().find("TIMER_TAMR_TAMR_PERIOD = 2"),
+            std::string::npos)
+      << r->dump(1);
+}
+
 TEST_F(RegisterCheckProject, HeadersServeTheSourcesAfterThemAndBuildOutputIsLeftOut) {
   Write("src/main.c", "#include \"regs.h\"\nvoid f(void) {\n  RCC_APB2ENR |= (1u << 1);\n}\n");
   Write("src/regs.h",

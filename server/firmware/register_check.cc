@@ -473,6 +473,10 @@ class RegisterScan {
         return Postfix(c, v, t.text);
       }
       if (t.text == "sizeof") return {};
+      // return (x) & m, if (...), while (...): what follows is an expression, not arguments.
+      static const std::set<std::string> kKeywords = {"return", "if",   "while", "switch",
+                                                      "for",    "case", "else",  "do"};
+      if (kKeywords.count(t.text)) return {};
       if (c.peek() == "(") {  // a call: its arguments are still looked at
         ++c.at;
         int level = 0;

@@ -250,6 +250,31 @@ TEST(RegisterCheck, CmsisStructAccessIsCheckedByName) {
   EXPECT_EQ(reserved[0].line, 2);
 }
 
+TEST(RegisterCheck, BasesPlusOffsetsAndWriteOnlyReadsAreChecked) {
+  const auto ok = Check(
+      "#define USART1_BASE 0x40013800u\n"
+      "#define USART1_BRR (*(volatile unsigned *)(USART1_BASE + 0x08))\n"
+      "void f(void) { USART1_BRR = 208; }\n");
+  EXPECT_TRUE(ok.empty()) << Describe(ok);
+  const auto wrong = Check(
+      "#define USART1_BASE 0x40013800u\n"
+      "#define USART1_BRR (*(volatile unsigned *)(USART1_BASE + 0x0C))\n");
+  ASSERT_EQ(wrong.size(), 1u) << Describe(wrong);
+  EXPECT_EQ(wrong[0].kind, "wrong-register");
+  EXPECT_EQ(wrong[0].line, 2);
+  const auto base = Check("#define USART1_BASE 0x40013C00u\n");
+  ASSERT_EQ(base.size(), 1u) << Describe(base);
+  EXPECT_EQ(base[0].kind, "wrong-register");
+  EXPECT_NE(base[0].svd_says.find("0x40013800"), std::string::npos);
+  // A test of a write-only field reads an undefined value: a warning.
+  const auto read = Check(
+      "#define TIM2_EGR (*(volatile unsigned *)0x40000014)\n"
+      "int f(void) { return TIM2_EGR & 1u; }\n");
+  ASSERT_EQ(read.size(), 1u) << Describe(read);
+  EXPECT_EQ(read[0].kind, "write-only");
+  EXPECT_EQ(read[0].severity, "warning");
+}
+
 TEST(RegisterCheck, AMacroItCannotResolveIsNamedNotGuessed) {
   const auto findings = Check(
       "#define REG(a) (*(volatile unsigned *)(a))\n"

@@ -132,8 +132,7 @@ void HardwareBroker::Shutdown() {
   for (auto& b : boards_) {
     b->restarting = true;
     b->hub->Close("fwaid is shutting down", true);
-    if (b->qemu) b->qemu->Stop();
-    b->SetQemu(nullptr);
+    b->StopQemu();
   }
 }
 

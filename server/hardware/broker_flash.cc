@@ -64,8 +64,7 @@ absl::StatusOr<std::string> ReadWhole(const std::string& path) {
 absl::Status HardwareBroker::BootSimulated(Board& b, const std::string& image) {
   b.restarting = true;
   b.hub->Close("the simulated board is restarting", false);
-  if (b.qemu) b.qemu->Stop();
-  b.SetQemu(nullptr);
+  b.StopQemu();
   QemuOptions o;
   o.binary = b.cfg.qemu;
   o.machine = b.cfg.machine;
@@ -87,8 +86,7 @@ absl::Status HardwareBroker::BootSimulated(Board& b, const std::string& image) {
     spdlog::warn("board {}: {}", raw->cfg.id, why);
   });
   if (auto s = b.hub->Open(b.qemu->pty(), b.Settings()); !s.ok()) {
-    b.qemu->Stop();
-    b.SetQemu(nullptr);
+    b.StopQemu();
     b.restarting = false;
     return s;
   }

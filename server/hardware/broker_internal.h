@@ -58,6 +58,17 @@ struct HardwareBroker::Board {
       qemu = std::move(q);
     }
   }
+  // Takes the simulator out of the board under state_mu (a listing then sees
+  // none, and never reads one being stopped) and stops it outside the lock
+  // (its exit callback may take state_mu). Caller holds op_mu.
+  void StopQemu() {
+    std::unique_ptr<QemuInstance> old;
+    {
+      std::lock_guard lock(state_mu);
+      old = std::move(qemu);
+    }
+    if (old) old->Stop();
+  }
   // Caller holds op_mu.
   void SetPaused(bool p) {
     std::lock_guard lock(state_mu);

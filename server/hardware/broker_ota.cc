@@ -31,8 +31,7 @@ absl::StatusOr<OtaBootResult> HardwareBroker::BootFromSlots(Board& b) {
     // Nothing to run: the board stays off, as a real one would hang in its bootloader.
     b.restarting = true;
     b.hub->Close("the simulated board has no bootable image", false);
-    if (b.qemu) b.qemu->Stop();
-    b.SetQemu(nullptr);
+    b.StopQemu();
     b.restarting = false;
     b.SetHealth("bad", boot->error);
     return absl::FailedPreconditionError(absl::StrCat("board ", b.cfg.id, ": ", boot->error));

@@ -6,7 +6,6 @@
 #include <memory>
 #include <mutex>
 
-#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
@@ -16,21 +15,11 @@
 #include "server/api/gate.h"
 #include "server/api/offload.h"
 #include "server/firmware/check_registers.h"
+#include "server/knowledge/extract.h"
 #include "server/knowledge/knowledge_base.h"
 
 namespace fwai {
 namespace {
-
-// A CMSIS-SVD file by its name, or an .xml whose root is a <device>.
-bool IsSvdUpload(const std::string& name, const std::string& bytes) {
-  auto ends = [&](const char* ext) {
-    const std::string e(ext);
-    return name.size() >= e.size() &&
-           absl::AsciiStrToLower(name.substr(name.size() - e.size())) == e;
-  };
-  return ends(".svd") || (ends(".xml") && bytes.find("<device") != std::string::npos &&
-                          bytes.find("<peripherals") != std::string::npos);
-}
 
 namespace pb = fwai::v1;
 
@@ -259,7 +248,8 @@ class IngestReactor final : public grpc::ServerBidiReactor<pb::IngestChunk, pb::
     req.kind = header_.kind();
     req.modified_us = header_.modified_us();
     // An SVD added to the knowledge base also makes its part checkable.
-    const std::string svd = IsSvdUpload(header_.name(), bytes_) ? bytes_ : std::string();
+    const std::string svd =
+        DetectFormat(header_.name(), bytes_) == DocFormat::kSvd ? bytes_ : std::string();
     req.bytes = std::move(bytes_);
     auto r = deps_.knowledge->Ingest(std::move(req), [this](const std::string& stage) {
       if (stage != "done") Send(Progress(stage));

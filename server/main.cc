@@ -986,7 +986,10 @@ int Main(int argc, char** argv) {
   if (lab_leases) {
     lab_boards = std::make_unique<lab::LabBoards>(
         config, *lab_etcd, *lab_leases, config.lab.node,
-        [&hardware](const std::string& sha) { return hardware.BuildRecordOf(sha); });
+        [&hardware](const std::string& sha) { return hardware.BuildRecordOf(sha); },
+        [&hardware](const Caller& caller, const std::string& root) {
+          return hardware.CheckRegistersOf(caller, root);
+        });
   }
   Boards boards(local_boards, lab_boards.get(), config.lab.node);
   boards.SetPolicyFile(config.policy_file);

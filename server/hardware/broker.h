@@ -101,6 +101,20 @@ bool BuildRecordMadeImage(const nlohmann::json& rec, const std::string& sha256);
                                                 const std::string& image,
                                                 const std::string& sha256);
 
+// The flash guard's register_check: the register report of the project's
+// sources at `project_root` against its device's SVD ({findings, checked}),
+// read as the caller; an error says why there is none.
+using RegisterCheckHook = std::function<absl::StatusOr<nlohmann::json>(
+    const Caller& caller, const std::string& project_root)>;
+// The guard's register_check (`mode` warn or block) of the project at `root`
+// by `check` (null: none): OK with what to say in the guard's summary
+// (`said`), or the refusal. `warning` gets what a warn-mode flash goes on
+// despite. Used where the sources are: the broker for its boards, a lab
+// front for the benches' boards.
+[[nodiscard]] absl::Status GuardRegisters(const RegisterCheckHook& check, const Caller& caller,
+                                          const std::string& root, const std::string& mode,
+                                          std::string* said, std::string* warning);
+
 struct DebugResult {
   std::vector<std::string> outputs;  // one text per command
   nlohmann::json results = nlohmann::json::array();
@@ -120,12 +134,12 @@ class HardwareBroker {
   // Receives the records of leases that end on their own (TTL, session);
   // flash records are the caller's to write (FlashResult::record).
   void SetRunRecorder(std::function<void(const nlohmann::json&)> recorder) { recorder_ = std::move(recorder); }
-  // The flash guard's register_check: the register report of the project's
-  // sources against its device's SVD ({findings, checked}), read as the
-  // caller; an error says why there is none.
-  using RegisterCheckHook = std::function<absl::StatusOr<nlohmann::json>(
-      const Caller& caller, const std::string& project_root)>;
+  // The flash guard's register_check (see RegisterCheckHook).
   void SetRegisterCheck(RegisterCheckHook hook) { register_check_ = std::move(hook); }
+  // The register report of the project at `root` as the hook makes it;
+  // UNIMPLEMENTED when this fwaid has none.
+  absl::StatusOr<nlohmann::json> CheckRegistersOf(const Caller& caller,
+                                                  const std::string& root) const;
   // With hardware.keep_serial_transcripts: where each lease's serial output
   // is kept, content-addressed (DIR/SHA256.log, mode 0600).
   void SetTranscriptDir(std::string dir) { transcript_dir_ = std::move(dir); }
@@ -234,12 +248,6 @@ class HardwareBroker {
       const std::string& project_root,
       const std::function<void(const FlashProgressUpdate&)>& progress, const CancelToken* cancel,
       const FlashGuardPolicy& guard);
-  // The guard's register_check (`mode` warn or block) of the project at
-  // `root`: OK with what to say in the guard's summary (`said`), or the
-  // refusal. `warning` gets what a warn-mode flash goes on despite.
-  absl::Status GuardRegisters(const Caller& caller, const std::string& root,
-                              const std::string& mode, std::string* said,
-                              std::string* warning) const;
   // PERMISSION_DENIED when the caller acts for a plugin that did not declare
   // `board`'s tags (or, with `flash`, the flash capability).
   absl::Status CheckScope(const Caller& caller, const std::string& board, bool flash) const;

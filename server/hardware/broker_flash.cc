@@ -197,12 +197,19 @@ absl::Status CheckToolchainRecord(const nlohmann::json& build, const std::string
   return absl::OkStatus();
 }
 
-absl::Status HardwareBroker::GuardRegisters(const Caller& caller, const std::string& root,
-                                            const std::string& mode, std::string* said,
-                                            std::string* warning) const {
+absl::StatusOr<nlohmann::json> HardwareBroker::CheckRegistersOf(const Caller& caller,
+                                                                const std::string& root) const {
+  if (!register_check_) return absl::UnimplementedError("this fwaid has no register checker");
+  return register_check_(caller, root);
+}
+
+absl::Status GuardRegisters(const RegisterCheckHook& check, const Caller& caller,
+                            const std::string& root, const std::string& mode, std::string* said,
+                            std::string* warning) {
+  if (mode != "warn" && mode != "block") return absl::OkStatus();
   const bool block = mode == "block";
-  auto report = register_check_ ? register_check_(caller, root)
-                                : absl::UnimplementedError("this fwaid has no register checker");
+  auto report =
+      check ? check(caller, root) : absl::UnimplementedError("this fwaid has no register checker");
   if (!report.ok()) {
     if (block) {
       return absl::FailedPreconditionError(
@@ -331,12 +338,10 @@ absl::StatusOr<FlashResult> HardwareBroker::FlashGuarded(
     if (auto st = CheckMemoryBudget(*report, diff, budget); !st.ok()) return st;
   }
   std::string registers_said, registers_warning;
-  if (guard.register_check == "warn" || guard.register_check == "block") {
-    if (auto s =
-            GuardRegisters(caller, root, guard.register_check, &registers_said, &registers_warning);
-        !s.ok()) {
-      return s;
-    }
+  if (auto s = GuardRegisters(register_check_, caller, root, guard.register_check, &registers_said,
+                              &registers_warning);
+      !s.ok()) {
+    return s;
   }
   if (!approved) {
     return absl::FailedPreconditionError(

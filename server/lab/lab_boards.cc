@@ -71,13 +71,28 @@ absl::StatusOr<std::string> ReadImageAs(const Caller& caller, const std::string&
   return bytes;
 }
 
-// The front's part of the flash guard: the image as read, its freshness and
-// its toolchain. Returns the image's build record (null when none) for the
-// bench's memory rules.
-absl::StatusOr<nlohmann::json> CheckAtFront(
+// What the front's part of the flash guard found: the image's build record
+// (null when none) for the bench's memory rules, and what the register check
+// said (its summary, or the warning a warn-mode flash goes on despite).
+struct FrontVerdict {
+  nlohmann::json build;
+  std::string registers_said, registers_warning;
+};
+
+// The front's part of the flash guard: the image as read, its freshness, its
+// toolchain and the project's register code — all of which only the front
+// can see.
+absl::StatusOr<FrontVerdict> CheckAtFront(
     const Caller& caller, const std::string& path, const std::string& bytes,
     const std::string& project_root, const FlashGuardPolicy& guard,
-    const std::function<nlohmann::json(const std::string&)>& build_record) {
+    const std::function<nlohmann::json(const std::string&)>& build_record,
+    const RegisterCheckHook& register_check) {
+  std::string root = project_root;
+  if (root.empty()) {
+    ScopedFsIdentity as(*caller.account);  // ReadImageAs made sure there is one
+    if (!as.status().ok()) return as.status();
+    root = FindProjectRoot(path);
+  }
   const bool elf = bytes.size() >= 4 && bytes.compare(0, 4,
                                                       "\x7f"
                                                       "ELF") == 0;
@@ -96,16 +111,21 @@ absl::StatusOr<nlohmann::json> CheckAtFront(
       }
       img->mtime_ns = int64_t{st.st_mtim.tv_sec} * 1000000000 + st.st_mtim.tv_nsec;
     }
-    const std::string root = project_root.empty() ? FindProjectRoot(path) : project_root;
     if (auto s = CheckImageFresh(*img, root); !s.ok()) return s;
   }
   const std::string sha = BytesSha256Hex(bytes);
-  nlohmann::json build = BuildRecordMadeImage(guard.build, sha) ? guard.build : nlohmann::json();
-  if (build.is_null() && build_record) build = build_record(sha);
+  FrontVerdict v;
+  v.build = BuildRecordMadeImage(guard.build, sha) ? guard.build : nlohmann::json();
+  if (v.build.is_null() && build_record) v.build = build_record(sha);
   if (guard.require_verified_toolchain) {
-    if (auto s = CheckToolchainRecord(build, path, sha); !s.ok()) return s;
+    if (auto s = CheckToolchainRecord(v.build, path, sha); !s.ok()) return s;
   }
-  return build;
+  if (auto s = GuardRegisters(register_check, caller, root, guard.register_check, &v.registers_said,
+                              &v.registers_warning);
+      !s.ok()) {
+    return s;
+  }
+  return v;
 }
 
 // LabNode.Serial of one board, read by a thread into a queue.
@@ -282,10 +302,12 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> LabLinks::ChannelTo(const std::st
 
 LabBoards::LabBoards(const DaemonConfig& config, EtcdClient& etcd, LabLeases& leases,
                      std::string node,
-                     std::function<nlohmann::json(const std::string&)> build_record)
+                     std::function<nlohmann::json(const std::string&)> build_record,
+                     RegisterCheckHook register_check)
     : leases_(leases),
       node_(std::move(node)),
       build_record_(std::move(build_record)),
+      register_check_(std::move(register_check)),
       links_(config, etcd) {}
 
 std::vector<BoardRef> LabBoards::Held(const Caller& caller, const std::string& board,
@@ -320,13 +342,17 @@ absl::StatusOr<FlashResult> LabBoards::Flash(
     CancelToken* cancel) {
   auto image = ReadImageAs(caller, order.image);
   if (!image.ok()) return image.status();
-  auto build = CheckAtFront(caller, order.image, *image, order.project_root, guard, build_record_);
-  if (!build.ok()) return build.status();
+  auto verdict = CheckAtFront(caller, order.image, *image, order.project_root, guard, build_record_,
+                              register_check_);
+  if (!verdict.ok()) return verdict.status();
+  const nlohmann::json* build = &verdict->build;
+  if (!verdict->registers_warning.empty())
+    progress({"guard", 0.05, absl::StrCat("warning: ", verdict->registers_warning)});
   progress({"guard", 0.05,
             absl::StrCat("the front's guard passed: image (", image->size(), " bytes)",
                          guard.check_fresh ? ", fresh" : ", freshness waived by policy",
                          guard.require_verified_toolchain ? ", toolchain verified" : "",
-                         "; the bench checks the rest")});
+                         verdict->registers_said, "; the bench checks the rest")});
   auto channel = links_.ChannelTo(board.node);
   if (!channel.ok()) return channel.status();
   auto stub = pb::LabNode::NewStub(*channel);

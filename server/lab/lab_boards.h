@@ -4,8 +4,9 @@
 // taken through this node; the bench does it only while that lease holds,
 // under a local lease standing for it. The front judges what only it can
 // see — the image read as the caller, its freshness against the caller's
-// sources, its build record's toolchain — and sends the memory budgets with
-// the image for the bench to apply to its board's regions.
+// sources, its build record's toolchain, the project's register code against
+// its SVD — and sends the memory budgets with the image for the bench to
+// apply to its board's regions.
 //
 // Thread-safe. Channels to the benches are made once per node and address.
 #pragma once
@@ -52,9 +53,11 @@ class LabLinks {
 class LabBoards final : public BoardHost {
  public:
   // `build_record` finds the build record of an image by its SHA-256 (the
-  // guard's toolchain and growth rules); null: none.
+  // guard's toolchain and growth rules); `register_check` checks the
+  // project's register code (the guard's register_check); null: none.
   LabBoards(const DaemonConfig& config, EtcdClient& etcd, LabLeases& leases, std::string node,
-            std::function<nlohmann::json(const std::string&)> build_record);
+            std::function<nlohmann::json(const std::string&)> build_record,
+            RegisterCheckHook register_check);
 
   std::vector<BoardRef> Held(const Caller& caller, const std::string& board,
                              const std::string& lease_id) const override;
@@ -99,6 +102,7 @@ class LabBoards final : public BoardHost {
   LabLeases& leases_;
   const std::string node_;
   const std::function<nlohmann::json(const std::string&)> build_record_;
+  const RegisterCheckHook register_check_;
   LabLinks links_;
 };
 

@@ -95,6 +95,7 @@ class LabForward : public ::testing::Test {
     grpc::Status status;
     std::string boot_line, sha256;
     std::vector<std::string> stages;
+    std::string messages;  // every progress message, one per line
   };
   Flashed Flash(Daemon& d, const std::string& board, const std::string& lease_id,
                 const std::string& image = FWAI_BLINKY_ELF, const std::string& project_root = "") {
@@ -113,6 +114,7 @@ class LabForward : public ::testing::Test {
     pb::FlashProgress p;
     while (reader->Read(&p)) {
       out.stages.push_back(p.stage());
+      out.messages += p.message() + "\n";
       if (p.done()) {
         out.boot_line = p.boot_line();
         out.sha256 = p.image_sha256();
@@ -320,6 +322,60 @@ TEST_F(LabForward, TheFlashGuardRefusesAStaleImageThroughAFrontAndLeavesTheBoard
   ASSERT_TRUE(fresh.status.ok()) << fresh.status.error_message() << "\nbench:\n" << bench_->log();
   EXPECT_NE(fresh.boot_line.find("booted"), std::string::npos) << fresh.boot_line;
   EXPECT_NE(std::find(fresh.stages.begin(), fresh.stages.end(), "guard"), fresh.stages.end());
+}
+
+TEST_F(LabForward, TheFrontChecksTheProjectsRegistersBeforeABenchsBoardIsFlashed) {
+  namespace fs = std::filesystem;
+  const pb::Lease l = Lease(*front1_, "b1");
+  ASSERT_FALSE(l.lease_id().empty());
+  const std::string project = cluster_.dir() + "/regs";
+  fs::create_directories(project + "/.fwai");
+  // Bit 13 of RCC_APB2ENR is reserved on the STM32F100; USART1EN is bit 14.
+  auto write_source = [&](int bit) {
+    std::ofstream(project + "/main.c", std::ios::trunc)
+        << "#define RCC_APB2ENR (*(volatile unsigned int *)0x40021018u)\n"
+        << "#define RCC_APB2ENR_USART1EN (1u << " << bit << ")\n"
+        << "int main(void) {\n  RCC_APB2ENR |= RCC_APB2ENR_USART1EN;\n  return 0;\n}\n";
+  };
+  auto set_policy = [&](const std::string& mode) {
+    std::ofstream(project + "/.fwai/project.yaml", std::ios::trunc)
+        << "name: regs\ntarget: stm32f100rb\npolicy:\n  flash:\n    register_check: " << mode
+        << "\n";
+  };
+  const std::string image = project + "/blinky.elf";
+  fs::copy_file(FWAI_BLINKY_ELF, image, fs::copy_options::overwrite_existing);
+  write_source(13);
+  set_policy("block");
+  fs::last_write_time(project + "/main.c", fs::last_write_time(image) - std::chrono::seconds(60));
+
+  Flashed blocked = Flash(*front1_, "b1", l.lease_id(), image, project);
+  EXPECT_EQ(blocked.status.error_code(), grpc::StatusCode::FAILED_PRECONDITION)
+      << blocked.status.error_message();
+  EXPECT_NE(blocked.status.error_message().find(
+                "flash guard (register_check): 1 register error in the sources against "
+                "STM32F100.svd: main.c:2: RCC_APB2ENR_USART1EN"),
+            std::string::npos)
+      << blocked.status.error_message() << "\nfront:\n"
+      << front1_->log();
+  // Refused at the front: no byte reached the bench.
+  EXPECT_EQ(bench_->log().find("lab: flash of b1"), std::string::npos) << bench_->log();
+
+  // warn: the flash goes on through the bench and says what it went on despite.
+  set_policy("warn");
+  Flashed warned = Flash(*front1_, "b1", l.lease_id(), image, project);
+  ASSERT_TRUE(warned.status.ok()) << warned.status.error_message() << "\nbench:\n" << bench_->log();
+  EXPECT_NE(warned.messages.find("warning: register_check: 1 register error"), std::string::npos)
+      << warned.messages;
+  EXPECT_NE(warned.boot_line.find("booted"), std::string::npos) << warned.boot_line;
+
+  // Fixed: block lets it through and the front's guard says the registers match.
+  write_source(14);
+  fs::last_write_time(project + "/main.c", fs::last_write_time(image) - std::chrono::seconds(30));
+  set_policy("block");
+  Flashed clean = Flash(*front1_, "b1", l.lease_id(), image, project);
+  ASSERT_TRUE(clean.status.ok()) << clean.status.error_message();
+  EXPECT_NE(clean.messages.find("registers match STM32F100.svd ("), std::string::npos)
+      << clean.messages;
 }
 
 }  // namespace

@@ -1,8 +1,8 @@
 #include "common/clock.h"
 
-#include <ctime>
-
 #include <time.h>
+
+#include <ctime>
 
 namespace fwai {
 

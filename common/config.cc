@@ -2,22 +2,21 @@
 
 #include <yaml-cpp/yaml.h>
 
-#include <regex>
-
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
 #include <cstdlib>
 #include <fstream>
 #include <initializer_list>
+#include <regex>
 #include <set>
 #include <sstream>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "absl/strings/match.h"
-#include "common/status_macros.h"
 #include "common/config_reader.h"
+#include "common/status_macros.h"
 #include "common/yaml.h"
 
 namespace fwai {
@@ -31,7 +30,8 @@ struct NumberField {
   double* out;
 };
 
-absl::Status Numbers(ConfigReader& r, const YAML::Node& n, const std::string& prefix, std::initializer_list<NumberField> fields) {
+absl::Status Numbers(ConfigReader& r, const YAML::Node& n, const std::string& prefix,
+                     std::initializer_list<NumberField> fields) {
   for (const auto& f : fields) {
     if (n[f.key]) CFG_TRY(r.Double(n[f.key], prefix + "." + f.key, f.lo, f.hi, *f.out));
   }
@@ -114,8 +114,9 @@ absl::Status ParseProvider(ConfigReader& r, const std::string& name, const YAML:
     return r.Error(n, f + ".kind", "missing; expected anthropic, openai, gemini or ollama");
   }
   if (p.kind != "anthropic" && p.kind != "openai" && p.kind != "gemini" && p.kind != "ollama") {
-    return r.Error(n["kind"], f + ".kind",
-                   absl::StrCat("expected anthropic, openai, gemini or ollama, got '", p.kind, "'"));
+    return r.Error(
+        n["kind"], f + ".kind",
+        absl::StrCat("expected anthropic, openai, gemini or ollama, got '", p.kind, "'"));
   }
   if (n["api_key"]) CFG_TRY(r.String(n["api_key"], f + ".api_key", p.api_key));
   if (n["api_key_env"]) {
@@ -150,7 +151,6 @@ absl::Status ParseProvider(ConfigReader& r, const std::string& name, const YAML:
   return absl::OkStatus();
 }
 
-
 // Sizes like 131072, 0x20000, 128K or 1M.
 bool ParseSize(const std::string& s, uint64_t& out) {
   if (s.empty()) return false;
@@ -169,18 +169,49 @@ bool ParseSize(const std::string& s, uint64_t& out) {
   return true;
 }
 
-absl::Status ParseBoard(ConfigReader& r, const YAML::Node& n, size_t index, HardwareConfig& hw, BoardConfig& b) {
+absl::Status ParseBoard(ConfigReader& r, const YAML::Node& n, size_t index, HardwareConfig& hw,
+                        BoardConfig& b) {
   const std::string f = absl::StrCat("hardware.boards[", index, "]");
   CFG_TRY(r.CheckKeys(n, f,
-                      {"id", "kind", "tags", "maintenance", "serial", "baud", "data_bits", "parity", "stop_bits",
-                       "flow_control", "line_ending", "encoding", "startup_commands", "log_file", "probe",
-                       "openocd_config", "flash_command", "power_on", "power_off", "self_test", "target",
-                       "flash_origin", "flash_size", "ram_origin", "ram_size", "machine", "image", "qemu", "gdb",
-                       "boot_pattern", "ota_slot_size", "ota_upload", "ota_reset", "ota_confirm"}));
+                      {"id",
+                       "kind",
+                       "tags",
+                       "maintenance",
+                       "serial",
+                       "baud",
+                       "data_bits",
+                       "parity",
+                       "stop_bits",
+                       "flow_control",
+                       "line_ending",
+                       "encoding",
+                       "startup_commands",
+                       "log_file",
+                       "probe",
+                       "openocd_config",
+                       "flash_command",
+                       "power_on",
+                       "power_off",
+                       "self_test",
+                       "target",
+                       "flash_origin",
+                       "flash_size",
+                       "ram_origin",
+                       "ram_size",
+                       "machine",
+                       "image",
+                       "qemu",
+                       "gdb",
+                       "boot_pattern",
+                       "ota_slot_size",
+                       "ota_upload",
+                       "ota_reset",
+                       "ota_confirm"}));
   if (!n["id"]) return r.Error(n, f + ".id", "missing; every board needs an id");
   CFG_TRY(r.String(n["id"], f + ".id", b.id));
   for (const auto& other : hw.boards) {
-    if (other.id == b.id) return r.Error(n["id"], f + ".id", "'" + b.id + "' is already used by another board");
+    if (other.id == b.id)
+      return r.Error(n["id"], f + ".id", "'" + b.id + "' is already used by another board");
   }
   if (n["kind"]) CFG_TRY(r.String(n["kind"], f + ".kind", b.kind));
   if (b.kind != "physical" && b.kind != "simulated") {
@@ -214,7 +245,8 @@ absl::Status ParseBoard(ConfigReader& r, const YAML::Node& n, size_t index, Hard
   };
   CFG_TRY(strings("tags", b.tags));
   if (n["maintenance"]) {
-    if (!n["maintenance"].IsScalar() || (n["maintenance"].Scalar() != "true" && n["maintenance"].Scalar() != "false")) {
+    if (!n["maintenance"].IsScalar() ||
+        (n["maintenance"].Scalar() != "true" && n["maintenance"].Scalar() != "false")) {
       return r.Error(n["maintenance"], f + ".maintenance", "expected true or false");
     }
     b.maintenance = n["maintenance"].Scalar() == "true";
@@ -238,8 +270,10 @@ absl::Status ParseBoard(ConfigReader& r, const YAML::Node& n, size_t index, Hard
   if (b.line_ending == "lf" || b.line_ending == "LF") b.line_ending = "\n";
   if (b.line_ending == "cr" || b.line_ending == "CR") b.line_ending = "\r";
   if (b.line_ending == "crlf" || b.line_ending == "CRLF") b.line_ending = "\r\n";
-  if (b.line_ending != "\n" && b.line_ending != "\r" && b.line_ending != "\r\n" && b.line_ending != "") {
-    return r.Error(n["line_ending"], f + ".line_ending", "expected lf, cr, crlf or an empty string");
+  if (b.line_ending != "\n" && b.line_ending != "\r" && b.line_ending != "\r\n" &&
+      b.line_ending != "") {
+    return r.Error(n["line_ending"], f + ".line_ending",
+                   "expected lf, cr, crlf or an empty string");
   }
   CFG_TRY(str("encoding", b.encoding));
   if (b.encoding != "ascii" && b.encoding != "utf-8" && b.encoding != "hex") {
@@ -268,9 +302,12 @@ absl::Status ParseBoard(ConfigReader& r, const YAML::Node& n, size_t index, Hard
   CFG_TRY(str("ota_reset", b.ota_reset));
   CFG_TRY(str("ota_confirm", b.ota_confirm));
   if (b.kind == "simulated") {
-    if (b.machine.empty()) return r.Error(n, f + ".machine", "a simulated board needs machine: stm32vldiscovery or lm3s6965evb");
+    if (b.machine.empty())
+      return r.Error(n, f + ".machine",
+                     "a simulated board needs machine: stm32vldiscovery or lm3s6965evb");
     if (b.machine != "stm32vldiscovery" && b.machine != "lm3s6965evb") {
-      return r.Error(n["machine"], f + ".machine", "expected stm32vldiscovery or lm3s6965evb, got '" + b.machine + "'");
+      return r.Error(n["machine"], f + ".machine",
+                     "expected stm32vldiscovery or lm3s6965evb, got '" + b.machine + "'");
     }
   } else if (b.serial.empty() && b.probe.empty()) {
     return r.Error(n, f, "a physical board needs a serial port (serial:) or a probe (probe:)");
@@ -279,9 +316,11 @@ absl::Status ParseBoard(ConfigReader& r, const YAML::Node& n, size_t index, Hard
   return absl::OkStatus();
 }
 // `weights: {coverage: 0.3, lexical: 0.8}` for a built-in reranker.
-absl::Status ParseRerankWeights(ConfigReader& r, const YAML::Node& n, const std::string& field, std::map<std::string, double>& out) {
-  static const std::set<std::string> kFeatures = {"identifier", "coverage", "proximity", "context", "vector",
-                                                  "lexical",    "fused",    "doc",       "doc_text", "named"};
+absl::Status ParseRerankWeights(ConfigReader& r, const YAML::Node& n, const std::string& field,
+                                std::map<std::string, double>& out) {
+  static const std::set<std::string> kFeatures = {"identifier", "coverage", "proximity", "context",
+                                                  "vector",     "lexical",  "fused",     "doc",
+                                                  "doc_text",   "named"};
   CFG_TRY(r.CheckKeys(n, field, kFeatures));
   for (const auto& kv : n) {
     const std::string name = kv.first.as<std::string>();
@@ -293,15 +332,19 @@ absl::Status ParseRerankWeights(ConfigReader& r, const YAML::Node& n, const std:
 }
 
 // `reranker: {kind, base_url, api_key, api_key_env, model, provider, weights}`.
-absl::Status ParseReranker(ConfigReader& r, const YAML::Node& rr, const std::string& field, RerankerConfig& out) {
-  CFG_TRY(r.CheckKeys(rr, field, {"kind", "base_url", "api_key", "api_key_env", "model", "provider", "weights"}));
+absl::Status ParseReranker(ConfigReader& r, const YAML::Node& rr, const std::string& field,
+                           RerankerConfig& out) {
+  CFG_TRY(r.CheckKeys(
+      rr, field, {"kind", "base_url", "api_key", "api_key_env", "model", "provider", "weights"}));
   if (rr["weights"]) CFG_TRY(ParseRerankWeights(r, rr["weights"], field + ".weights", out.weights));
   if (rr["kind"]) CFG_TRY(r.String(rr["kind"], field + ".kind", out.kind));
   static const std::set<std::string> kKinds = {"builtin", "tei", "cohere", "jina", "llm"};
-  if (!kKinds.count(out.kind)) return r.Error(rr["kind"], field + ".kind", "expected builtin, tei, cohere, jina or llm");
+  if (!kKinds.count(out.kind))
+    return r.Error(rr["kind"], field + ".kind", "expected builtin, tei, cohere, jina or llm");
   if (rr["base_url"]) CFG_TRY(r.String(rr["base_url"], field + ".base_url", out.base_url));
   if (rr["api_key"]) CFG_TRY(r.String(rr["api_key"], field + ".api_key", out.api_key));
-  if (rr["api_key_env"]) CFG_TRY(r.String(rr["api_key_env"], field + ".api_key_env", out.api_key_env));
+  if (rr["api_key_env"])
+    CFG_TRY(r.String(rr["api_key_env"], field + ".api_key_env", out.api_key_env));
   if (rr["model"]) CFG_TRY(r.String(rr["model"], field + ".model", out.model));
   if (rr["provider"]) CFG_TRY(r.String(rr["provider"], field + ".provider", out.provider));
   if ((out.kind == "tei" || out.kind == "cohere" || out.kind == "jina") && out.base_url.empty()) {
@@ -310,8 +353,10 @@ absl::Status ParseReranker(ConfigReader& r, const YAML::Node& rr, const std::str
   return absl::OkStatus();
 }
 
-absl::Status ParseMcpServersNode(ConfigReader& r, const YAML::Node& n, std::map<std::string, McpServerEntry>& out) {
-  if (!n.IsMap()) return r.Error(n, "mcp_servers", "expected a mapping of server name to {command, env}");
+absl::Status ParseMcpServersNode(ConfigReader& r, const YAML::Node& n,
+                                 std::map<std::string, McpServerEntry>& out) {
+  if (!n.IsMap())
+    return r.Error(n, "mcp_servers", "expected a mapping of server name to {command, env}");
   for (const auto& kv : n) {
     const std::string name = kv.first.as<std::string>();
     const std::string f = "mcp_servers." + name;
@@ -323,14 +368,17 @@ absl::Status ParseMcpServersNode(ConfigReader& r, const YAML::Node& n, std::map<
         return r.Error(kv.second["url"], f + ".url", "expected an http:// or https:// URL");
       }
       if (const auto& hs = kv.second["headers"]) {
-        if (!hs.IsMap()) return r.Error(hs, f + ".headers", "expected a mapping of header to value");
-        for (const auto& h : hs) e.headers.push_back(h.first.as<std::string>() + ": " + h.second.as<std::string>());
+        if (!hs.IsMap())
+          return r.Error(hs, f + ".headers", "expected a mapping of header to value");
+        for (const auto& h : hs)
+          e.headers.push_back(h.first.as<std::string>() + ": " + h.second.as<std::string>());
       }
     } else {
       const auto& cmd = kv.second["command"];
       if (!cmd || !cmd.IsSequence() || cmd.size() == 0) {
-        return r.Error(cmd ? cmd : kv.second, f + ".command",
-                       "expected a non-empty list (program and arguments), or url: for streamable HTTP");
+        return r.Error(
+            cmd ? cmd : kv.second, f + ".command",
+            "expected a non-empty list (program and arguments), or url: for streamable HTTP");
       }
       for (const auto& a : cmd) {
         std::string s;
@@ -371,11 +419,32 @@ absl::StatusOr<DaemonConfig> ParseConfig(const std::string& yaml_text, const std
   ConfigReader r(source);
   try {
     CFG_TRY(r.CheckKeys(root, "",
-                        {"listen", "data_dir", "default_provider", "providers", "agent", "http",
-                         "retry", "subscribers", "tools", "knowledge", "catalog", "mcp_servers",
-                         "ota", "plugins", "telemetry", "hardware", "policy_file", "secrets",
-                         "toolchain", "log_level", "tls", "unix_socket", "users", "limits",
-                         "knowledge_writers", "lab"}));
+                        {"listen",
+                         "data_dir",
+                         "default_provider",
+                         "providers",
+                         "agent",
+                         "http",
+                         "retry",
+                         "subscribers",
+                         "tools",
+                         "knowledge",
+                         "catalog",
+                         "mcp_servers",
+                         "ota",
+                         "plugins",
+                         "telemetry",
+                         "hardware",
+                         "policy_file",
+                         "secrets",
+                         "toolchain",
+                         "log_level",
+                         "tls",
+                         "unix_socket",
+                         "users",
+                         "limits",
+                         "knowledge_writers",
+                         "lab"}));
     CFG_TRY(ParseSecurityConfig(r, root, c.security));
     if (auto n = root["lab"]) {
       CFG_TRY(ParseLabConfig(r, n, c.lab));
@@ -404,14 +473,17 @@ absl::StatusOr<DaemonConfig> ParseConfig(const std::string& yaml_text, const std
     if (auto n = root["secrets"]) {
       CFG_TRY(r.CheckKeys(n, "secrets", {"patterns"}));
       if (auto p = n["patterns"]) {
-        if (!p.IsSequence()) return r.Error(p, "secrets.patterns", "expected a list of regexes (name=regex or regex)");
+        if (!p.IsSequence())
+          return r.Error(p, "secrets.patterns", "expected a list of regexes (name=regex or regex)");
         for (const auto& item : p) {
           std::string pat;
           CFG_TRY(r.String(item, "secrets.patterns[]", pat));
           // "name=regex" when what precedes '=' is a plain name.
           const auto eq = pat.find('=');
           const bool named = eq != std::string::npos && eq > 0 &&
-                             std::all_of(pat.begin(), pat.begin() + eq, [](char ch) { return std::isalnum(static_cast<unsigned char>(ch)) || ch == '_'; });
+                             std::all_of(pat.begin(), pat.begin() + eq, [](char ch) {
+                               return std::isalnum(static_cast<unsigned char>(ch)) || ch == '_';
+                             });
           try {
             std::regex check(named ? pat.substr(eq + 1) : pat);
           } catch (const std::regex_error&) {
@@ -435,22 +507,26 @@ absl::StatusOr<DaemonConfig> ParseConfig(const std::string& yaml_text, const std
       }
       for (size_t i = 0; i < c.listen.size(); ++i) {
         const auto& a = c.listen[i];
-        if (!absl::StartsWith(a, "unix:") && !absl::StartsWith(a, "tcp:") && !absl::StartsWith(a, "tls:")) {
-          return r.Error(n.IsSequence() ? n[i] : n, "listen",
-                         absl::StrCat("expected unix:PATH, tcp:HOST:PORT or tls:HOST:PORT, got '", a, "'"));
+        if (!absl::StartsWith(a, "unix:") && !absl::StartsWith(a, "tcp:") &&
+            !absl::StartsWith(a, "tls:")) {
+          return r.Error(
+              n.IsSequence() ? n[i] : n, "listen",
+              absl::StrCat("expected unix:PATH, tcp:HOST:PORT or tls:HOST:PORT, got '", a, "'"));
         }
       }
     }
     if (auto n = root["data_dir"]) CFG_TRY(r.String(n, "data_dir", c.data_dir));
     if (auto n = root["log_level"]) {
       CFG_TRY(r.String(n, "log_level", c.log_level));
-      static const std::set<std::string> kLevels = {"trace", "debug", "info", "warn", "error", "off"};
+      static const std::set<std::string> kLevels = {"trace", "debug", "info",
+                                                    "warn",  "error", "off"};
       if (!kLevels.count(c.log_level)) {
         return r.Error(n, "log_level", "expected one of trace, debug, info, warn, error, off");
       }
     }
     if (auto n = root["providers"]) {
-      if (!n.IsMap()) return r.Error(n, "providers", "expected a mapping of provider name to settings");
+      if (!n.IsMap())
+        return r.Error(n, "providers", "expected a mapping of provider name to settings");
       for (const auto& kv : n) {
         const std::string name = kv.first.as<std::string>();
         ProviderConfig p;
@@ -462,52 +538,71 @@ absl::StatusOr<DaemonConfig> ParseConfig(const std::string& yaml_text, const std
       CFG_TRY(r.String(n, "default_provider", c.default_provider));
       if (!c.providers.count(c.default_provider) && c.default_provider != "anthropic" &&
           c.default_provider != "openai") {
-        return r.Error(n, "default_provider",
-                       absl::StrCat("'", c.default_provider, "' is not a provider defined under providers:"));
+        return r.Error(
+            n, "default_provider",
+            absl::StrCat("'", c.default_provider, "' is not a provider defined under providers:"));
       }
     }
     if (auto n = root["agent"]) {
-      CFG_TRY(r.CheckKeys(n, "agent", {"max_iterations", "max_message_bytes", "tool_threshold", "tools_top_k", "subagents",
-                                       "prices", "context_windows", "turn_threads", "turn_starts"}));
+      CFG_TRY(
+          r.CheckKeys(n, "agent",
+                      {"max_iterations", "max_message_bytes", "tool_threshold", "tools_top_k",
+                       "subagents", "prices", "context_windows", "turn_threads", "turn_starts"}));
       if (auto pr = n["prices"]) {
-        if (!pr.IsMap()) return r.Error(pr, "agent.prices", "expected a mapping of model prefix to {input, output} USD per million tokens");
+        if (!pr.IsMap())
+          return r.Error(
+              pr, "agent.prices",
+              "expected a mapping of model prefix to {input, output} USD per million tokens");
         for (const auto& kv : pr) {
           const std::string f = "agent.prices." + kv.first.as<std::string>();
           CFG_TRY(r.CheckKeys(kv.second, f, {"input", "output"}));
           double in = 0, out = 0;
-          if (kv.second["input"]) CFG_TRY(r.Double(kv.second["input"], f + ".input", 0, 100000, in));
-          if (kv.second["output"]) CFG_TRY(r.Double(kv.second["output"], f + ".output", 0, 100000, out));
+          if (kv.second["input"])
+            CFG_TRY(r.Double(kv.second["input"], f + ".input", 0, 100000, in));
+          if (kv.second["output"])
+            CFG_TRY(r.Double(kv.second["output"], f + ".output", 0, 100000, out));
           c.prices[kv.first.as<std::string>()] = {in, out};
         }
       }
       if (auto cw = n["context_windows"]) {
-        if (!cw.IsMap()) return r.Error(cw, "agent.context_windows", "expected a mapping of model prefix to tokens");
+        if (!cw.IsMap())
+          return r.Error(cw, "agent.context_windows",
+                         "expected a mapping of model prefix to tokens");
         for (const auto& kv : cw) {
           int64_t tokens = 0;
-          CFG_TRY(r.Int(kv.second, "agent.context_windows." + kv.first.as<std::string>(), 1024, int64_t{1} << 32, tokens));
+          CFG_TRY(r.Int(kv.second, "agent.context_windows." + kv.first.as<std::string>(), 1024,
+                        int64_t{1} << 32, tokens));
           c.context_windows[kv.first.as<std::string>()] = tokens;
         }
       }
       if (auto sa = n["subagents"]) {
-        if (!sa.IsMap()) return r.Error(sa, "agent.subagents", "expected a mapping of type name to settings");
+        if (!sa.IsMap())
+          return r.Error(sa, "agent.subagents", "expected a mapping of type name to settings");
         for (const auto& kv : sa) {
           const std::string name = kv.first.as<std::string>();
           const std::string f = "agent.subagents." + name;
           const auto& e = kv.second;
-          CFG_TRY(r.CheckKeys(e, f, {"description", "provider", "model", "timeout_s", "max_tokens", "max_tool_calls",
-                                     "temperature", "tools", "read_only", "prompt"}));
+          CFG_TRY(r.CheckKeys(e, f,
+                              {"description", "provider", "model", "timeout_s", "max_tokens",
+                               "max_tool_calls", "temperature", "tools", "read_only", "prompt"}));
           SubagentConfig s;
           s.name = name;
-          if (e["description"]) CFG_TRY(r.String(e["description"], f + ".description", s.description));
+          if (e["description"])
+            CFG_TRY(r.String(e["description"], f + ".description", s.description));
           if (e["provider"]) CFG_TRY(r.String(e["provider"], f + ".provider", s.provider));
           if (e["model"]) CFG_TRY(r.String(e["model"], f + ".model", s.model));
           if (e["prompt"]) CFG_TRY(r.String(e["prompt"], f + ".prompt", s.prompt));
-          if (e["timeout_s"]) CFG_TRY(r.Int(e["timeout_s"], f + ".timeout_s", 1, 86400, s.timeout_s));
-          if (e["max_tokens"]) CFG_TRY(r.Int(e["max_tokens"], f + ".max_tokens", 1, 1000000, s.max_tokens));
-          if (e["max_tool_calls"]) CFG_TRY(r.Int(e["max_tool_calls"], f + ".max_tool_calls", 0, 10000, s.max_tool_calls));
-          if (e["temperature"]) CFG_TRY(r.Double(e["temperature"], f + ".temperature", 0, 2, s.temperature));
+          if (e["timeout_s"])
+            CFG_TRY(r.Int(e["timeout_s"], f + ".timeout_s", 1, 86400, s.timeout_s));
+          if (e["max_tokens"])
+            CFG_TRY(r.Int(e["max_tokens"], f + ".max_tokens", 1, 1000000, s.max_tokens));
+          if (e["max_tool_calls"])
+            CFG_TRY(r.Int(e["max_tool_calls"], f + ".max_tool_calls", 0, 10000, s.max_tool_calls));
+          if (e["temperature"])
+            CFG_TRY(r.Double(e["temperature"], f + ".temperature", 0, 2, s.temperature));
           if (e["read_only"]) {
-            if (!e["read_only"].IsScalar() || (e["read_only"].Scalar() != "true" && e["read_only"].Scalar() != "false")) {
+            if (!e["read_only"].IsScalar() ||
+                (e["read_only"].Scalar() != "true" && e["read_only"].Scalar() != "false")) {
               return r.Error(e["read_only"], f + ".read_only", "expected true or false");
             }
             s.read_only = e["read_only"].Scalar() == "true";
@@ -523,8 +618,10 @@ absl::StatusOr<DaemonConfig> ParseConfig(const std::string& yaml_text, const std
           c.subagents[name] = s;
         }
       }
-      if (n["tool_threshold"]) CFG_TRY(r.Int(n["tool_threshold"], "agent.tool_threshold", 1, 100000, c.tool_threshold));
-      if (n["tools_top_k"]) CFG_TRY(r.Int(n["tools_top_k"], "agent.tools_top_k", 1, 100, c.tools_top_k));
+      if (n["tool_threshold"])
+        CFG_TRY(r.Int(n["tool_threshold"], "agent.tool_threshold", 1, 100000, c.tool_threshold));
+      if (n["tools_top_k"])
+        CFG_TRY(r.Int(n["tools_top_k"], "agent.tools_top_k", 1, 100, c.tools_top_k));
       if (n["max_iterations"]) {
         CFG_TRY(r.Int(n["max_iterations"], "agent.max_iterations", 1, 1000, c.max_iterations));
       }
@@ -532,8 +629,10 @@ absl::StatusOr<DaemonConfig> ParseConfig(const std::string& yaml_text, const std
         CFG_TRY(r.Int(n["max_message_bytes"], "agent.max_message_bytes", 1, 64 << 20,
                       c.max_message_bytes));
       }
-      if (n["turn_threads"]) CFG_TRY(r.Int(n["turn_threads"], "agent.turn_threads", 0, 1000, c.turn_threads));
-      if (n["turn_starts"]) CFG_TRY(r.Int(n["turn_starts"], "agent.turn_starts", 0, 1000, c.turn_starts));
+      if (n["turn_threads"])
+        CFG_TRY(r.Int(n["turn_threads"], "agent.turn_threads", 0, 1000, c.turn_threads));
+      if (n["turn_starts"])
+        CFG_TRY(r.Int(n["turn_starts"], "agent.turn_starts", 0, 1000, c.turn_starts));
     }
     if (auto n = root["http"]) {
       CFG_TRY(r.CheckKeys(n, "http", {"connect_timeout_s", "idle_timeout_s"}));
@@ -555,24 +654,28 @@ absl::StatusOr<DaemonConfig> ParseConfig(const std::string& yaml_text, const std
                       c.retry.initial_backoff_ms));
       }
       if (n["max_backoff_ms"]) {
-        CFG_TRY(r.Int(n["max_backoff_ms"], "retry.max_backoff_ms", 0, 600000, c.retry.max_backoff_ms));
+        CFG_TRY(
+            r.Int(n["max_backoff_ms"], "retry.max_backoff_ms", 0, 600000, c.retry.max_backoff_ms));
       }
     }
     if (auto n = root["subscribers"]) {
       CFG_TRY(r.CheckKeys(n, "subscribers", {"high_water", "max_queue"}));
       if (n["high_water"]) {
-        CFG_TRY(r.Int(n["high_water"], "subscribers.high_water", 1, 1000000, c.subscribers.high_water));
+        CFG_TRY(
+            r.Int(n["high_water"], "subscribers.high_water", 1, 1000000, c.subscribers.high_water));
       }
       if (n["max_queue"]) {
-        CFG_TRY(r.Int(n["max_queue"], "subscribers.max_queue", 2, 10000000, c.subscribers.max_queue));
+        CFG_TRY(
+            r.Int(n["max_queue"], "subscribers.max_queue", 2, 10000000, c.subscribers.max_queue));
       }
       if (c.subscribers.max_queue <= c.subscribers.high_water) {
         return r.Error(n, "subscribers.max_queue", "must be greater than subscribers.high_water");
       }
     }
     if (auto n = root["tools"]) {
-      CFG_TRY(r.CheckKeys(n, "tools", {"read_file_max_bytes", "grep_max_results",
-                                       "glob_max_results", "list_dir_max_entries"}));
+      CFG_TRY(r.CheckKeys(
+          n, "tools",
+          {"read_file_max_bytes", "grep_max_results", "glob_max_results", "list_dir_max_entries"}));
       if (n["read_file_max_bytes"]) {
         CFG_TRY(r.Int(n["read_file_max_bytes"], "tools.read_file_max_bytes", 1, 64 << 20,
                       c.tools.read_file_max_bytes));
@@ -598,9 +701,13 @@ absl::StatusOr<DaemonConfig> ParseConfig(const std::string& yaml_text, const std
       auto& h = c.hardware;
       if (n["sysfs_root"]) CFG_TRY(r.String(n["sysfs_root"], "hardware.sysfs_root", h.sysfs_root));
       if (n["dev_root"]) CFG_TRY(r.String(n["dev_root"], "hardware.dev_root", h.dev_root));
-      if (n["history_lines"]) CFG_TRY(r.Int(n["history_lines"], "hardware.history_lines", 10, 10000000, h.history_lines));
-      if (n["max_ttl_s"]) CFG_TRY(r.Int(n["max_ttl_s"], "hardware.max_ttl_s", 1, 30 * 86400, h.max_ttl_s));
-      if (n["default_ttl_s"]) CFG_TRY(r.Int(n["default_ttl_s"], "hardware.default_ttl_s", 1, h.max_ttl_s, h.default_ttl_s));
+      if (n["history_lines"])
+        CFG_TRY(r.Int(n["history_lines"], "hardware.history_lines", 10, 10000000, h.history_lines));
+      if (n["max_ttl_s"])
+        CFG_TRY(r.Int(n["max_ttl_s"], "hardware.max_ttl_s", 1, 30 * 86400, h.max_ttl_s));
+      if (n["default_ttl_s"])
+        CFG_TRY(
+            r.Int(n["default_ttl_s"], "hardware.default_ttl_s", 1, h.max_ttl_s, h.default_ttl_s));
       if (auto d = n["default_simulated_board"]) {
         if (!d.IsScalar() || (d.Scalar() != "true" && d.Scalar() != "false")) {
           return r.Error(d, "hardware.default_simulated_board", "expected true or false");
@@ -622,12 +729,15 @@ absl::StatusOr<DaemonConfig> ParseConfig(const std::string& yaml_text, const std
         }
       }
     }
-    auto bool_field = [&](const YAML::Node& v, const std::string& field, bool& out) -> absl::Status {
-      if (!v.IsScalar() || (v.Scalar() != "true" && v.Scalar() != "false")) return r.Error(v, field, "expected true or false");
+    auto bool_field = [&](const YAML::Node& v, const std::string& field,
+                          bool& out) -> absl::Status {
+      if (!v.IsScalar() || (v.Scalar() != "true" && v.Scalar() != "false"))
+        return r.Error(v, field, "expected true or false");
       out = v.Scalar() == "true";
       return absl::OkStatus();
     };
-    auto string_list = [&](const YAML::Node& v, const std::string& field, std::vector<std::string>& out) -> absl::Status {
+    auto string_list = [&](const YAML::Node& v, const std::string& field,
+                           std::vector<std::string>& out) -> absl::Status {
       if (!v.IsSequence()) return r.Error(v, field, "expected a list of strings");
       for (const auto& item : v) {
         std::string s;
@@ -639,26 +749,42 @@ absl::StatusOr<DaemonConfig> ParseConfig(const std::string& yaml_text, const std
     if (auto n = root["ota"]) {
       CFG_TRY(r.CheckKeys(n, "ota", {"keys", "max_failure_rate", "health_timeout_s"}));
       if (n["keys"]) CFG_TRY(string_list(n["keys"], "ota.keys", c.ota.keys));
-      if (n["max_failure_rate"]) CFG_TRY(r.Double(n["max_failure_rate"], "ota.max_failure_rate", 0, 1, c.ota.max_failure_rate));
-      if (n["health_timeout_s"]) CFG_TRY(r.Int(n["health_timeout_s"], "ota.health_timeout_s", 1, 3600, c.ota.health_timeout_s));
+      if (n["max_failure_rate"])
+        CFG_TRY(
+            r.Double(n["max_failure_rate"], "ota.max_failure_rate", 0, 1, c.ota.max_failure_rate));
+      if (n["health_timeout_s"])
+        CFG_TRY(
+            r.Int(n["health_timeout_s"], "ota.health_timeout_s", 1, 3600, c.ota.health_timeout_s));
     }
     if (auto n = root["telemetry"]) CFG_TRY(ParseTelemetry(r, n, c.telemetry));
     if (auto n = root["plugins"]) {
-      CFG_TRY(r.CheckKeys(n, "plugins", {"trusted_keys", "allow_unsigned", "allow_tampered", "marketplaces"}));
-      if (n["trusted_keys"]) CFG_TRY(string_list(n["trusted_keys"], "plugins.trusted_keys", c.plugins.trusted_keys));
-      if (n["allow_unsigned"]) CFG_TRY(bool_field(n["allow_unsigned"], "plugins.allow_unsigned", c.plugins.allow_unsigned));
-      if (n["allow_tampered"]) CFG_TRY(bool_field(n["allow_tampered"], "plugins.allow_tampered", c.plugins.allow_tampered));
-      if (n["marketplaces"]) CFG_TRY(string_list(n["marketplaces"], "plugins.marketplaces", c.plugins.marketplaces));
+      CFG_TRY(r.CheckKeys(n, "plugins",
+                          {"trusted_keys", "allow_unsigned", "allow_tampered", "marketplaces"}));
+      if (n["trusted_keys"])
+        CFG_TRY(string_list(n["trusted_keys"], "plugins.trusted_keys", c.plugins.trusted_keys));
+      if (n["allow_unsigned"])
+        CFG_TRY(
+            bool_field(n["allow_unsigned"], "plugins.allow_unsigned", c.plugins.allow_unsigned));
+      if (n["allow_tampered"])
+        CFG_TRY(
+            bool_field(n["allow_tampered"], "plugins.allow_tampered", c.plugins.allow_tampered));
+      if (n["marketplaces"])
+        CFG_TRY(string_list(n["marketplaces"], "plugins.marketplaces", c.plugins.marketplaces));
     }
     if (auto n = root["catalog"]) {
-      CFG_TRY(r.CheckKeys(n, "catalog", {"coarse_slices", "candidates", "grouping", "rrf_k", "vector_weight", "whole_weight",
-                                         "synonym_weight", "family_weight", "namespace_boost", "reranker", "rerank_weights"}));
+      CFG_TRY(r.CheckKeys(
+          n, "catalog",
+          {"coarse_slices", "candidates", "grouping", "rrf_k", "vector_weight", "whole_weight",
+           "synonym_weight", "family_weight", "namespace_boost", "reranker", "rerank_weights"}));
       auto& k = c.catalog;
-      if (n["coarse_slices"]) CFG_TRY(r.Int(n["coarse_slices"], "catalog.coarse_slices", 1, 10000, k.coarse_slices));
-      if (n["candidates"]) CFG_TRY(r.Int(n["candidates"], "catalog.candidates", 1, 1000, k.candidates));
+      if (n["coarse_slices"])
+        CFG_TRY(r.Int(n["coarse_slices"], "catalog.coarse_slices", 1, 10000, k.coarse_slices));
+      if (n["candidates"])
+        CFG_TRY(r.Int(n["candidates"], "catalog.candidates", 1, 1000, k.candidates));
       if (n["grouping"]) {
         CFG_TRY(r.String(n["grouping"], "catalog.grouping", k.grouping));
-        if (k.grouping != "sum" && k.grouping != "rrf") return r.Error(n["grouping"], "catalog.grouping", "expected sum or rrf");
+        if (k.grouping != "sum" && k.grouping != "rrf")
+          return r.Error(n["grouping"], "catalog.grouping", "expected sum or rrf");
       }
       CFG_TRY(Numbers(r, n, "catalog",
                       {{"rrf_k", 0, 10000, &k.rrf_k},
@@ -668,14 +794,16 @@ absl::StatusOr<DaemonConfig> ParseConfig(const std::string& yaml_text, const std
                        {"family_weight", 0, 1, &k.family_weight},
                        {"namespace_boost", 0, 10, &k.namespace_boost}}));
       if (n["reranker"]) CFG_TRY(ParseReranker(r, n["reranker"], "catalog.reranker", k.reranker));
-      if (n["rerank_weights"]) CFG_TRY(ParseRerankWeights(r, n["rerank_weights"], "catalog.rerank_weights", k.reranker.weights));
+      if (n["rerank_weights"])
+        CFG_TRY(ParseRerankWeights(r, n["rerank_weights"], "catalog.rerank_weights",
+                                   k.reranker.weights));
     }
     if (auto n = root["knowledge"]) {
-      CFG_TRY(r.CheckKeys(n, "knowledge",
-                          {"embedder", "chunk", "bm25", "fusion", "candidates", "rerank_top",
-                           "hnsw_above", "max_document_mb", "reranker", "query_rewrite", "hyde",
-                           "hnsw", "code_search", "passages", "log", "vector_index", "ivf",
-                           "windows"}));
+      CFG_TRY(
+          r.CheckKeys(n, "knowledge",
+                      {"embedder", "chunk", "bm25", "fusion", "candidates", "rerank_top",
+                       "hnsw_above", "max_document_mb", "reranker", "query_rewrite", "hyde", "hnsw",
+                       "code_search", "passages", "log", "vector_index", "ivf", "windows"}));
       auto& k = c.knowledge;
       if (auto e = n["embedder"]) {
         CFG_TRY(r.CheckKeys(e, "knowledge.embedder",
@@ -684,23 +812,40 @@ absl::StatusOr<DaemonConfig> ParseConfig(const std::string& yaml_text, const std
         if (k.embedder != "builtin" && k.embedder != "openai") {
           return r.Error(e["kind"], "knowledge.embedder.kind", "expected builtin or openai");
         }
-        if (e["dimension"]) CFG_TRY(r.Int(e["dimension"], "knowledge.embedder.dimension", 16, 4096, k.builtin_dimension));
-        if (e["base_url"]) CFG_TRY(r.String(e["base_url"], "knowledge.embedder.base_url", k.embed_base_url));
-        if (e["api_key"]) CFG_TRY(r.String(e["api_key"], "knowledge.embedder.api_key", k.embed_api_key));
-        if (e["api_key_env"]) CFG_TRY(r.String(e["api_key_env"], "knowledge.embedder.api_key_env", k.embed_api_key_env));
+        if (e["dimension"])
+          CFG_TRY(
+              r.Int(e["dimension"], "knowledge.embedder.dimension", 16, 4096, k.builtin_dimension));
+        if (e["base_url"])
+          CFG_TRY(r.String(e["base_url"], "knowledge.embedder.base_url", k.embed_base_url));
+        if (e["api_key"])
+          CFG_TRY(r.String(e["api_key"], "knowledge.embedder.api_key", k.embed_api_key));
+        if (e["api_key_env"])
+          CFG_TRY(
+              r.String(e["api_key_env"], "knowledge.embedder.api_key_env", k.embed_api_key_env));
         if (e["model"]) CFG_TRY(r.String(e["model"], "knowledge.embedder.model", k.embed_model));
         if (k.embedder == "openai" && (k.embed_base_url.empty() || k.embed_model.empty())) {
           return r.Error(e, "knowledge.embedder", "kind openai needs base_url and model");
         }
       }
       if (auto ch = n["chunk"]) {
-        CFG_TRY(r.CheckKeys(ch, "knowledge.chunk", {"min_tokens", "target_tokens", "max_tokens", "overlap_tokens"}));
-        if (ch["min_tokens"]) CFG_TRY(r.Int(ch["min_tokens"], "knowledge.chunk.min_tokens", 1, 100000, k.chunk_min_tokens));
-        if (ch["target_tokens"]) CFG_TRY(r.Int(ch["target_tokens"], "knowledge.chunk.target_tokens", 8, 100000, k.chunk_target_tokens));
-        if (ch["max_tokens"]) CFG_TRY(r.Int(ch["max_tokens"], "knowledge.chunk.max_tokens", 16, 100000, k.chunk_max_tokens));
-        if (ch["overlap_tokens"]) CFG_TRY(r.Int(ch["overlap_tokens"], "knowledge.chunk.overlap_tokens", 0, 10000, k.chunk_overlap_tokens));
-        if (!(k.chunk_min_tokens <= k.chunk_target_tokens && k.chunk_target_tokens <= k.chunk_max_tokens)) {
-          return r.Error(ch, "knowledge.chunk", "expected min_tokens <= target_tokens <= max_tokens");
+        CFG_TRY(r.CheckKeys(ch, "knowledge.chunk",
+                            {"min_tokens", "target_tokens", "max_tokens", "overlap_tokens"}));
+        if (ch["min_tokens"])
+          CFG_TRY(
+              r.Int(ch["min_tokens"], "knowledge.chunk.min_tokens", 1, 100000, k.chunk_min_tokens));
+        if (ch["target_tokens"])
+          CFG_TRY(r.Int(ch["target_tokens"], "knowledge.chunk.target_tokens", 8, 100000,
+                        k.chunk_target_tokens));
+        if (ch["max_tokens"])
+          CFG_TRY(r.Int(ch["max_tokens"], "knowledge.chunk.max_tokens", 16, 100000,
+                        k.chunk_max_tokens));
+        if (ch["overlap_tokens"])
+          CFG_TRY(r.Int(ch["overlap_tokens"], "knowledge.chunk.overlap_tokens", 0, 10000,
+                        k.chunk_overlap_tokens));
+        if (!(k.chunk_min_tokens <= k.chunk_target_tokens &&
+              k.chunk_target_tokens <= k.chunk_max_tokens)) {
+          return r.Error(ch, "knowledge.chunk",
+                         "expected min_tokens <= target_tokens <= max_tokens");
         }
       }
       if (auto b = n["bm25"]) {
@@ -709,8 +854,10 @@ absl::StatusOr<DaemonConfig> ParseConfig(const std::string& yaml_text, const std
         if (b["b"]) CFG_TRY(r.Double(b["b"], "knowledge.bm25.b", 0, 1, k.bm25_b));
       }
       if (auto f = n["fusion"]) {
-        CFG_TRY(r.CheckKeys(f, "knowledge.fusion", {"k", "lexical_weight", "vector_weight", "synonym_weight", "family_weight",
-                                                    "doc_weight", "doc_text_weight", "doc_text_b", "doc_text_candidates"}));
+        CFG_TRY(
+            r.CheckKeys(f, "knowledge.fusion",
+                        {"k", "lexical_weight", "vector_weight", "synonym_weight", "family_weight",
+                         "doc_weight", "doc_text_weight", "doc_text_b", "doc_text_candidates"}));
         CFG_TRY(Numbers(r, f, "knowledge.fusion",
                         {{"k", 0, 10000, &k.rrf_k},
                          {"lexical_weight", 0, 100, &k.lexical_weight},
@@ -720,7 +867,9 @@ absl::StatusOr<DaemonConfig> ParseConfig(const std::string& yaml_text, const std
                          {"doc_weight", 0, 100, &k.doc_weight},
                          {"doc_text_weight", 0, 100, &k.doc_text_weight},
                          {"doc_text_b", 0, 1, &k.doc_text_b}}));
-        if (f["doc_text_candidates"]) CFG_TRY(r.Int(f["doc_text_candidates"], "knowledge.fusion.doc_text_candidates", 0, 1000, k.doc_text_candidates));
+        if (f["doc_text_candidates"])
+          CFG_TRY(r.Int(f["doc_text_candidates"], "knowledge.fusion.doc_text_candidates", 0, 1000,
+                        k.doc_text_candidates));
       }
       if (n["reranker"]) CFG_TRY(ParseReranker(r, n["reranker"], "knowledge.reranker", k.reranker));
       if (auto qr = n["query_rewrite"]) {
@@ -780,21 +929,33 @@ absl::StatusOr<DaemonConfig> ParseConfig(const std::string& yaml_text, const std
                         {{"feedback_weight", 0, 1, &k.feedback_weight},
                          {"feedback_min_similarity", 0, 1, &k.feedback_min_similarity}}));
       }
-      if (n["candidates"]) CFG_TRY(r.Int(n["candidates"], "knowledge.candidates", 10, 10000, k.candidates));
-      if (n["rerank_top"]) CFG_TRY(r.Int(n["rerank_top"], "knowledge.rerank_top", 1, 1000, k.rerank_top));
-      if (n["hnsw_above"]) CFG_TRY(r.Int(n["hnsw_above"], "knowledge.hnsw_above", 1, int64_t{1} << 40, k.hnsw_above));
+      if (n["candidates"])
+        CFG_TRY(r.Int(n["candidates"], "knowledge.candidates", 10, 10000, k.candidates));
+      if (n["rerank_top"])
+        CFG_TRY(r.Int(n["rerank_top"], "knowledge.rerank_top", 1, 1000, k.rerank_top));
+      if (n["hnsw_above"])
+        CFG_TRY(r.Int(n["hnsw_above"], "knowledge.hnsw_above", 1, int64_t{1} << 40, k.hnsw_above));
       if (auto cs = n["code_search"]) {
         CFG_TRY(r.CheckKeys(cs, "knowledge.code_search", {"web_context_url", "api_key_env"}));
-        if (cs["web_context_url"]) CFG_TRY(r.String(cs["web_context_url"], "knowledge.code_search.web_context_url", k.code_web_context_url));
-        if (cs["api_key_env"]) CFG_TRY(r.String(cs["api_key_env"], "knowledge.code_search.api_key_env", k.code_web_context_api_key_env));
+        if (cs["web_context_url"])
+          CFG_TRY(r.String(cs["web_context_url"], "knowledge.code_search.web_context_url",
+                           k.code_web_context_url));
+        if (cs["api_key_env"])
+          CFG_TRY(r.String(cs["api_key_env"], "knowledge.code_search.api_key_env",
+                           k.code_web_context_api_key_env));
       }
       if (auto h = n["hnsw"]) {
         CFG_TRY(r.CheckKeys(h, "knowledge.hnsw", {"m", "ef_construction", "ef_search"}));
         if (h["m"]) CFG_TRY(r.Int(h["m"], "knowledge.hnsw.m", 4, 128, k.hnsw_m));
-        if (h["ef_construction"]) CFG_TRY(r.Int(h["ef_construction"], "knowledge.hnsw.ef_construction", 8, 2048, k.hnsw_ef_construction));
-        if (h["ef_search"]) CFG_TRY(r.Int(h["ef_search"], "knowledge.hnsw.ef_search", 0, 4096, k.hnsw_ef_search));
+        if (h["ef_construction"])
+          CFG_TRY(r.Int(h["ef_construction"], "knowledge.hnsw.ef_construction", 8, 2048,
+                        k.hnsw_ef_construction));
+        if (h["ef_search"])
+          CFG_TRY(r.Int(h["ef_search"], "knowledge.hnsw.ef_search", 0, 4096, k.hnsw_ef_search));
       }
-      if (n["max_document_mb"]) CFG_TRY(r.Int(n["max_document_mb"], "knowledge.max_document_mb", 1, 4096, k.max_document_mb));
+      if (n["max_document_mb"])
+        CFG_TRY(
+            r.Int(n["max_document_mb"], "knowledge.max_document_mb", 1, 4096, k.max_document_mb));
       if (n["vector_index"]) {
         CFG_TRY(r.String(n["vector_index"], "knowledge.vector_index", k.vector_index));
         if (k.vector_index != "ivf" && k.vector_index != "hnsw") {
@@ -866,10 +1027,12 @@ void ApplyProviderEnvironment(DaemonConfig& c) {
     if (p.base_url.empty()) {
       p.base_url = p.kind == "anthropic" ? "https://api.anthropic.com"
                    : p.kind == "gemini"  ? "https://generativelanguage.googleapis.com"
-                   : p.kind == "ollama"  ? (Env("OLLAMA_HOST").empty() ? "http://127.0.0.1:11434"
-                                            : (Env("OLLAMA_HOST").rfind("http", 0) == 0 ? Env("OLLAMA_HOST")
-                                                                                       : "http://" + Env("OLLAMA_HOST")))
-                                         : "https://api.openai.com/v1";
+                   : p.kind == "ollama"
+                       ? (Env("OLLAMA_HOST").empty() ? "http://127.0.0.1:11434"
+                                                     : (Env("OLLAMA_HOST").rfind("http", 0) == 0
+                                                            ? Env("OLLAMA_HOST")
+                                                            : "http://" + Env("OLLAMA_HOST")))
+                       : "https://api.openai.com/v1";
     }
     while (!p.base_url.empty() && p.base_url.back() == '/') p.base_url.pop_back();
   }

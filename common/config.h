@@ -2,21 +2,21 @@
 // refuses the file with "config FILE:LINE: field: what is expected".
 #pragma once
 
-#include "common/lab_config.h"
-#include "common/security_config.h"
 #include <cstdint>
 #include <map>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/lab_config.h"
+#include "common/security_config.h"
 
 namespace fwai {
 
 struct ProviderConfig {
-  std::string name;      // key in `providers:`
-  std::string kind;      // anthropic | openai
-  std::string api_key;   // literal key (discouraged) ...
+  std::string name;         // key in `providers:`
+  std::string kind;         // anthropic | openai
+  std::string api_key;      // literal key (discouraged) ...
   std::string api_key_env;  // ... or the variable that holds it
   std::string base_url;
   std::string model;
@@ -51,7 +51,7 @@ struct ToolsConfig {
 // A reranker: the built-in one, a rerank service over HTTP, or the chat
 // provider ranking the passages.
 struct RerankerConfig {
-  std::string kind = "builtin";  // builtin | tei | cohere | jina | llm
+  std::string kind = "builtin";           // builtin | tei | cohere | jina | llm
   std::map<std::string, double> weights;  // the built-in reranker's, by feature name
   std::string base_url;
   std::string api_key;
@@ -113,10 +113,10 @@ struct KnowledgeConfig {
   double feedback_min_similarity = 0.5;
   std::string code_web_context_url;  // optional endpoint for codeSearch
   std::string code_web_context_api_key_env;
-  int64_t hnsw_above = 20000;        // exact vector search below this many vectors
-  std::string vector_index = "ivf";  // above it: ivf (IVF, 8-bit scalar quantized) | hnsw
-  int ivf_lists = 0;                 // 0: about 4 * sqrt(n)
-  int ivf_nprobe = 0;                // 0: chosen for recall@10 >= 0.95
+  int64_t hnsw_above = 20000;             // exact vector search below this many vectors
+  std::string vector_index = "ivf";       // above it: ivf (IVF, 8-bit scalar quantized) | hnsw
+  int ivf_lists = 0;                      // 0: about 4 * sqrt(n)
+  int ivf_nprobe = 0;                     // 0: chosen for recall@10 >= 0.95
   double ivf_max_probe_share = 1.0 / 32;  // chosen nprobe at most this share of the lists (>= 16)
   int hnsw_m = 32;
   int hnsw_ef_construction = 80;
@@ -144,7 +144,7 @@ struct CatalogConfig {
 struct McpServerEntry {
   std::vector<std::string> command;  // stdio ...
   std::map<std::string, std::string> env;
-  std::string url;                   // ... or streamable HTTP
+  std::string url;  // ... or streamable HTTP
   std::vector<std::string> headers;
 };
 
@@ -159,17 +159,17 @@ struct BoardConfig {
   std::string serial;  // path, e.g. /dev/serial/by-id/...
   int baud = 115200;
   int data_bits = 8;
-  std::string parity = "none";     // none | odd | even
-  std::string stop_bits = "1";     // 1 | 1.5 | 2
+  std::string parity = "none";        // none | odd | even
+  std::string stop_bits = "1";        // 1 | 1.5 | 2
   std::string flow_control = "none";  // none | software | hardware
-  std::string line_ending = "\n";  // appended to commands sent
-  std::string encoding = "utf-8";  // ascii | utf-8 | hex
+  std::string line_ending = "\n";     // appended to commands sent
+  std::string encoding = "utf-8";     // ascii | utf-8 | hex
   std::vector<std::string> startup_commands;
   std::string log_file;
   // Debug probe (serial number or VID:PID) and how to drive it.
   std::string probe;
   std::vector<std::string> openocd_config;  // -f files, e.g. interface/stlink.cfg
-  std::string flash_command;  // template with {elf} {bin} {hex} {port} {probe}
+  std::string flash_command;                // template with {elf} {bin} {hex} {port} {probe}
   std::string power_on;
   std::string power_off;
   std::string self_test;  // command run by `fwai hw test`; exit 0 = good
@@ -183,7 +183,7 @@ struct BoardConfig {
   std::string machine;  // stm32vldiscovery | lm3s6965evb
   std::string image;    // firmware loaded at start (optional)
   std::string qemu = "qemu-system-arm";
-  std::string gdb;      // default: gdb-multiarch, else arm-none-eabi-gdb
+  std::string gdb;           // default: gdb-multiarch, else arm-none-eabi-gdb
   std::string boot_pattern;  // a line that means the firmware booted
   // Over-the-air updates. Simulated boards keep two MCUboot slots of
   // ota_slot_size bytes as host files (0: half the flash). Physical boards
@@ -223,8 +223,8 @@ struct OtaConfig {
 struct PluginsConfig {
   // minisign public keys (the base64 line, or a .pub file) whose signatures are trusted.
   std::vector<std::string> trusted_keys;
-  bool allow_unsigned = false;  // unsigned, or signed by a key not trusted
-  bool allow_tampered = false;  // files that differ from the signed manifest
+  bool allow_unsigned = false;            // unsigned, or signed by a key not trusted
+  bool allow_tampered = false;            // files that differ from the signed manifest
   std::vector<std::string> marketplaces;  // index files: https:// URLs or local paths
 };
 
@@ -268,7 +268,7 @@ struct SubagentConfig {
 };
 
 struct DaemonConfig {
-  std::string source;  // file the config came from, "" for defaults
+  std::string source;               // file the config came from, "" for defaults
   std::vector<std::string> listen;  // "unix:PATH" | "tcp:HOST:PORT"
   std::string data_dir;
   std::string default_provider;
@@ -319,8 +319,8 @@ struct DaemonConfig {
                                                        const std::string& source);
 // The `mcp_servers:` section of a YAML document (a project's config uses the
 // daemon's format); empty when there is none.
-[[nodiscard]] absl::StatusOr<std::map<std::string, McpServerEntry>> ParseMcpServers(const std::string& yaml_text,
-                                                                                    const std::string& source);
+[[nodiscard]] absl::StatusOr<std::map<std::string, McpServerEntry>> ParseMcpServers(
+    const std::string& yaml_text, const std::string& source);
 // Reads and parses a file. A missing file is an error.
 [[nodiscard]] absl::StatusOr<DaemonConfig> LoadConfigFile(const std::string& path);
 

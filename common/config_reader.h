@@ -93,10 +93,10 @@ class ConfigReader {
   std::string source_;
 };
 
-#define CFG_TRY(expr)                     \
-  do {                                    \
-    absl::Status s_ = (expr);             \
-    if (!s_.ok()) return s_;              \
+#define CFG_TRY(expr)         \
+  do {                        \
+    absl::Status s_ = (expr); \
+    if (!s_.ok()) return s_;  \
   } while (0)
 
 struct SecurityConfig;

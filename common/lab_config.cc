@@ -62,19 +62,23 @@ absl::Status ParseLabConfig(ConfigReader& r, const YAML::Node& n, LabConfig& out
     out.etcd.push_back(bare);
   }
   auto node = n["node"];
-  if (!node) return r.Error(n, "lab.node", "required: this host's name in the lab (letters, digits, '-', '_', '.')");
+  if (!node)
+    return r.Error(n, "lab.node",
+                   "required: this host's name in the lab (letters, digits, '-', '_', '.')");
   CFG_TRY(r.String(node, "lab.node", out.node));
   if (out.node.empty() || out.node.size() > 63 ||
-      out.node.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.") !=
+      out.node.find_first_not_of(
+          "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.") !=
           std::string::npos) {
     return r.Error(node, "lab.node", "expected 1-63 letters, digits, '-', '_' or '.'");
   }
   if (auto a = n["advertise"]) {
     CFG_TRY(r.String(a, "lab.advertise", out.advertise));
     if (out.advertise.rfind("tls:", 0) != 0 || !HostPort(out.advertise.substr(4), true)) {
-      return r.Error(a, "lab.advertise",
-                     "expected tls:HOST:PORT (nodes of a lab talk to each other over mutual TLS only; "
-                     "port 0: the port fwaid's tls: listener bound)");
+      return r.Error(
+          a, "lab.advertise",
+          "expected tls:HOST:PORT (nodes of a lab talk to each other over mutual TLS only; "
+          "port 0: the port fwaid's tls: listener bound)");
     }
   }
   if (auto t = n["ttl_s"]) CFG_TRY(r.Int(t, "lab.ttl_s", 2, 300, out.ttl_s));

@@ -20,9 +20,9 @@ struct LabConfig {
   // tls.client_ca, tls.cert, tls.key). Plain http:// only on loopback.
   bool etcd_tls = false;
   std::string etcd_ca, etcd_cert, etcd_key;
-  std::string node;               // this node's name in the lab (/fwai/nodes/NODE)
-  std::string advertise;          // "tls:HOST:PORT" where other nodes reach this one
-  int ttl_s = 10;                 // a node that stops renewing leaves the registry after this
+  std::string node;       // this node's name in the lab (/fwai/nodes/NODE)
+  std::string advertise;  // "tls:HOST:PORT" where other nodes reach this one
+  int ttl_s = 10;         // a node that stops renewing leaves the registry after this
   // The lab's queue serves people (roles user, admin) before CI (role ci),
   // each band first come first served; false: one first-come first-served
   // queue for all.

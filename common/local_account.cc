@@ -38,7 +38,8 @@ absl::StatusOr<LocalAccount> LookupAccount(uint32_t uid) {
   passwd pw{}, *res = nullptr;
   std::vector<char> buf(16384);
   int rc = getpwuid_r(uid, &pw, buf.data(), buf.size(), &res);
-  if (rc != 0 || res == nullptr) return absl::NotFoundError(absl::StrCat("no local account has uid ", uid));
+  if (rc != 0 || res == nullptr)
+    return absl::NotFoundError(absl::StrCat("no local account has uid ", uid));
   return FromPasswd(pw);
 }
 
@@ -46,7 +47,8 @@ absl::StatusOr<LocalAccount> LookupAccount(const std::string& name) {
   passwd pw{}, *res = nullptr;
   std::vector<char> buf(16384);
   int rc = getpwnam_r(name.c_str(), &pw, buf.data(), buf.size(), &res);
-  if (rc != 0 || res == nullptr) return absl::NotFoundError(absl::StrCat("no local account named '", name, "'"));
+  if (rc != 0 || res == nullptr)
+    return absl::NotFoundError(absl::StrCat("no local account named '", name, "'"));
   return FromPasswd(pw);
 }
 
@@ -54,7 +56,8 @@ absl::StatusOr<uint32_t> LookupGroup(const std::string& name) {
   group gr{}, *res = nullptr;
   std::vector<char> buf(16384);
   int rc = getgrnam_r(name.c_str(), &gr, buf.data(), buf.size(), &res);
-  if (rc != 0 || res == nullptr) return absl::NotFoundError(absl::StrCat("no group named '", name, "'"));
+  if (rc != 0 || res == nullptr)
+    return absl::NotFoundError(absl::StrCat("no group named '", name, "'"));
   return gr.gr_gid;
 }
 
@@ -65,8 +68,8 @@ bool CanActAsOtherAccounts() { return geteuid() == 0; }
 ScopedFsIdentity::ScopedFsIdentity(const LocalAccount& a) {
   if (a.uid == geteuid()) return;
   if (!CanActAsOtherAccounts()) {
-    status_ = absl::PermissionDeniedError(
-        absl::StrCat("fwaid runs as uid ", geteuid(), " and cannot act as ", a.name, " (uid ", a.uid, ")"));
+    status_ = absl::PermissionDeniedError(absl::StrCat(
+        "fwaid runs as uid ", geteuid(), " and cannot act as ", a.name, " (uid ", a.uid, ")"));
     return;
   }
   int n = static_cast<int>(syscall(SYS_getgroups, 0, nullptr));
@@ -75,7 +78,8 @@ ScopedFsIdentity::ScopedFsIdentity(const LocalAccount& a) {
   saved_fsuid_ = static_cast<uint32_t>(syscall(SYS_setfsuid, -1));
   saved_fsgid_ = static_cast<uint32_t>(syscall(SYS_setfsgid, -1));
   if (syscall(SYS_setgroups, a.groups.size(), a.groups.data()) != 0) {
-    status_ = absl::PermissionDeniedError(absl::StrCat("setgroups for ", a.name, ": ", std::strerror(errno)));
+    status_ = absl::PermissionDeniedError(
+        absl::StrCat("setgroups for ", a.name, ": ", std::strerror(errno)));
     return;
   }
   switched_ = true;
@@ -84,7 +88,8 @@ ScopedFsIdentity::ScopedFsIdentity(const LocalAccount& a) {
   // setfsuid reports no error: read the identity back.
   if (static_cast<uint32_t>(syscall(SYS_setfsuid, -1)) != a.uid ||
       static_cast<uint32_t>(syscall(SYS_setfsgid, -1)) != a.gid) {
-    status_ = absl::PermissionDeniedError(absl::StrCat("cannot take the file identity of ", a.name));
+    status_ =
+        absl::PermissionDeniedError(absl::StrCat("cannot take the file identity of ", a.name));
   }
 }
 

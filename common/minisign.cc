@@ -162,7 +162,8 @@ absl::StatusOr<SecretKey> ParseSecretKey(
   const std::string chk = keynum_sk.substr(kKeyIdBytes + crypto_sign_SECRETKEYBYTES);
   // minisign 0.11 leaves the checksum of an unencrypted (-W) key zero.
   const bool unchecked = !encrypted && chk == std::string(crypto_generichash_BYTES, '\0');
-  if (!unchecked && Blake2b(absl::StrCat(kSigAlg, k.key_id, k.sk), crypto_generichash_BYTES) != chk) {
+  if (!unchecked &&
+      Blake2b(absl::StrCat(kSigAlg, k.key_id, k.sk), crypto_generichash_BYTES) != chk) {
     return absl::PermissionDeniedError(encrypted ? "minisign secret key: wrong password"
                                                  : "minisign secret key: checksum mismatch");
   }

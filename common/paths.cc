@@ -31,9 +31,7 @@ std::string DefaultRuntimeDir() {
 
 std::string DefaultSocketPath() { return DefaultRuntimeDir() + "/fwaid.sock"; }
 
-std::string DefaultDataDir() {
-  return EnvOr("XDG_DATA_HOME", Home() + "/.local/share") + "/fwai";
-}
+std::string DefaultDataDir() { return EnvOr("XDG_DATA_HOME", Home() + "/.local/share") + "/fwai"; }
 
 std::string DefaultConfigPath() {
   return EnvOr("XDG_CONFIG_HOME", Home() + "/.config") + "/fwai/fwaid.yaml";
@@ -67,7 +65,8 @@ absl::Status MakeDirs(const std::string& dir, unsigned mode) {
 absl::Status WriteFileAtomic(const std::string& path, std::string_view bytes, unsigned mode) {
   const std::string tmp = absl::StrCat(path, ".tmp-", getpid());
   int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
-  if (fd < 0) return absl::InternalError(absl::StrCat("cannot write ", path, ": ", std::strerror(errno)));
+  if (fd < 0)
+    return absl::InternalError(absl::StrCat("cannot write ", path, ": ", std::strerror(errno)));
   size_t done = 0;
   while (done < bytes.size()) {
     ssize_t n = write(fd, bytes.data() + done, bytes.size() - done);
@@ -94,7 +93,9 @@ absl::Status WriteFileAtomic(const std::string& path, std::string_view bytes, un
   }
   // The rename itself survives a crash once the directory is synced.
   const auto slash = path.rfind('/');
-  const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+  const std::string dir = slash == std::string::npos ? "."
+                          : slash == 0               ? "/"
+                                                     : path.substr(0, slash);
   if (int dfd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC); dfd >= 0) {
     (void)fsync(dfd);
     close(dfd);

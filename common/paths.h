@@ -25,6 +25,7 @@ std::string DefaultConfigPath();
 // fsynced and renamed into place, then the directory fsynced: readers, and
 // a process that starts after a crash at any point, see the old or the new
 // contents, never part of them.
-[[nodiscard]] absl::Status WriteFileAtomic(const std::string& path, std::string_view bytes, unsigned mode = 0644);
+[[nodiscard]] absl::Status WriteFileAtomic(const std::string& path, std::string_view bytes,
+                                           unsigned mode = 0644);
 
 }  // namespace fwai

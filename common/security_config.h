@@ -12,9 +12,9 @@
 namespace fwai {
 
 struct TlsConfig {
-  std::string cert;       // server certificate chain (PEM), watched and reloaded
-  std::string key;        // its private key
-  std::string client_ca;  // optional: client certificates from this CA (mTLS)
+  std::string cert;           // server certificate chain (PEM), watched and reloaded
+  std::string key;            // its private key
+  std::string client_ca;      // optional: client certificates from this CA (mTLS)
   int reload_interval_s = 5;  // how often the files are checked for new certificates
   bool enabled() const { return !cert.empty(); }
 };
@@ -26,10 +26,10 @@ struct UnixSocketConfig {
 
 // Per principal. Over a limit a call gets RESOURCE_EXHAUSTED naming it.
 struct LimitsConfig {
-  int64_t sessions = 200;         // sessions owned
-  int64_t running_turns = 4;      // turns running at once
-  int64_t running_runs = 4;       // skill runs running at once
-  int64_t leases = 4;             // board leases held
+  int64_t sessions = 200;     // sessions owned
+  int64_t running_turns = 4;  // turns running at once
+  int64_t running_runs = 4;   // skill runs running at once
+  int64_t leases = 4;         // board leases held
   int64_t lease_ttl_max_s = 86400;
   int64_t ingest_mb_per_hour = 2048;
   double requests_per_second = 50;  // sustained; bursts up to `burst`
@@ -38,9 +38,9 @@ struct LimitsConfig {
 
 struct UserConfig {
   std::string name;
-  std::string role = "user";   // admin | user | ci
-  std::string cert_subject;    // "CN=alice" (or the full subject) of an mTLS certificate
-  std::string local_user;      // the local account its sessions act as ("" : none)
+  std::string role = "user";           // admin | user | ci
+  std::string cert_subject;            // "CN=alice" (or the full subject) of an mTLS certificate
+  std::string local_user;              // the local account its sessions act as ("" : none)
   std::optional<LimitsConfig> limits;  // overrides, merged over the global limits
 };
 

@@ -72,8 +72,9 @@ StartGate::Hold StartGate::Enter(CancelToken* cancel) {
         cv_.wait(lock);
       } else {
         // Full: wait for a leave, or for the oldest holder to pass its budget.
-        auto oldest = std::min_element(holders_.begin(), holders_.end(),
-                                       [](const auto& a, const auto& b) { return a.second < b.second; });
+        auto oldest =
+            std::min_element(holders_.begin(), holders_.end(),
+                             [](const auto& a, const auto& b) { return a.second < b.second; });
         cv_.wait_until(lock, oldest->second + budget_);
       }
     }

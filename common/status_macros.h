@@ -8,9 +8,9 @@
 #define FWAI_CONCAT(a, b) FWAI_CONCAT_INNER(a, b)
 
 // Returns from the enclosing function if `expr` (an absl::Status) is not OK.
-#define RETURN_IF_ERROR(expr)                  \
-  do {                                         \
-    ::absl::Status fwai_status_ = (expr);      \
+#define RETURN_IF_ERROR(expr)                    \
+  do {                                           \
+    ::absl::Status fwai_status_ = (expr);        \
     if (!fwai_status_.ok()) return fwai_status_; \
   } while (0)
 

@@ -1,7 +1,5 @@
 #include "common/subprocess.h"
 
-#include "common/local_account.h"
-
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -10,16 +8,17 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <condition_variable>
-#include <deque>
-#include <mutex>
-#include <thread>
 #include <chrono>
+#include <condition_variable>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
+#include <mutex>
 #include <string_view>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "common/local_account.h"
 
 namespace fwai {
 
@@ -145,7 +144,8 @@ absl::StatusOr<ProcessResult> RunProcess(const std::vector<std::string>& argv,
     close(out_pipe[0]);
     close(err_pipe[0]);
     waitpid(pid, nullptr, 0);
-    if (exec_errno == ENOENT) return absl::NotFoundError(absl::StrCat(argv[0], ": program not found"));
+    if (exec_errno == ENOENT)
+      return absl::NotFoundError(absl::StrCat(argv[0], ": program not found"));
     return absl::FailedPreconditionError(absl::StrCat(argv[0], ": ", std::strerror(exec_errno)));
   }
   close(exec_pipe[0]);
@@ -154,7 +154,8 @@ absl::StatusOr<ProcessResult> RunProcess(const std::vector<std::string>& argv,
     size_t off = 0;
     signal(SIGPIPE, SIG_IGN);
     while (off < options.stdin_data.size()) {
-      ssize_t n = write(in_pipe[1], options.stdin_data.data() + off, options.stdin_data.size() - off);
+      ssize_t n =
+          write(in_pipe[1], options.stdin_data.data() + off, options.stdin_data.size() - off);
       if (n <= 0) break;
       off += n;
     }
@@ -166,13 +167,16 @@ absl::StatusOr<ProcessResult> RunProcess(const std::vector<std::string>& argv,
   auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(options.timeout_ms);
   char buf[65536];
   while (open_fds > 0) {
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now()).count();
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+                    deadline - std::chrono::steady_clock::now())
+                    .count();
     if (left <= 0) {
       res.timed_out = true;
       kill(-pid, SIGKILL);
       break;
     }
-    if (poll(fds, 2, static_cast<int>(std::min<long long>(left, 1000))) < 0 && errno != EINTR) break;
+    if (poll(fds, 2, static_cast<int>(std::min<long long>(left, 1000))) < 0 && errno != EINTR)
+      break;
     for (int i = 0; i < 2; ++i) {
       if (fds[i].fd < 0 || !(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
       ssize_t n = read(fds[i].fd, buf, sizeof(buf));
@@ -183,7 +187,8 @@ absl::StatusOr<ProcessResult> RunProcess(const std::vector<std::string>& argv,
         continue;
       }
       std::string& dst = i == 0 ? res.out : res.err;
-      if (dst.size() < options.max_output) dst.append(buf, std::min<size_t>(n, options.max_output - dst.size()));
+      if (dst.size() < options.max_output)
+        dst.append(buf, std::min<size_t>(n, options.max_output - dst.size()));
     }
   }
   for (auto& f : fds) {

@@ -12,11 +12,11 @@
 namespace fwai {
 
 struct ProcessResult {
-  int exit_code = -1;     // -1 when killed by a signal
+  int exit_code = -1;  // -1 when killed by a signal
   int signal = 0;
   bool timed_out = false;
-  std::string out;        // stdout (capped)
-  std::string err;        // stderr (capped)
+  std::string out;  // stdout (capped)
+  std::string err;  // stderr (capped)
 };
 
 struct LocalAccount;
@@ -42,7 +42,8 @@ void PrepareChild(int stdin_fd, int stdout_fd, int stderr_fd);
 
 // In a forked child: PrepareChild, then exec `argv` (PATH searched); exits
 // 127 if it cannot.
-[[noreturn]] void ExecChild(const std::vector<std::string>& argv, int stdin_fd, int stdout_fd, int stderr_fd);
+[[noreturn]] void ExecChild(const std::vector<std::string>& argv, int stdin_fd, int stdout_fd,
+                            int stderr_fd);
 
 // fork() for children that outlive the calling thread (simulators, debuggers,
 // servers): PrepareChild's parent-death signal fires when the thread that

@@ -2,9 +2,9 @@
 // .cc files that read YAML: it pulls in yaml-cpp.
 #pragma once
 
-#include <string>
-
 #include <yaml-cpp/yaml.h>
+
+#include <string>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -15,6 +15,7 @@ namespace fwai {
 absl::Status YamlStatus(const std::string& label, const YAML::Exception& e);
 
 // The document in `text`; a syntax error is reported with YamlStatus.
-[[nodiscard]] absl::StatusOr<YAML::Node> LoadYaml(const std::string& text, const std::string& label);
+[[nodiscard]] absl::StatusOr<YAML::Node> LoadYaml(const std::string& text,
+                                                  const std::string& label);
 
 }  // namespace fwai

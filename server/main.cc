@@ -101,7 +101,8 @@ namespace {
 // known (SO_PEERCRED) before it is handed to gRPC.
 class UnixListener {
  public:
-  UnixListener(std::string path, UnixSocketConfig access) : path_(std::move(path)), access_(std::move(access)) {}
+  UnixListener(std::string path, UnixSocketConfig access)
+      : path_(std::move(path)), access_(std::move(access)) {}
   // A listening socket passed by systemd (socket activation): its path, mode
   // and group are the .socket unit's; it is neither bound nor unlinked here,
   // nor shut down (systemd keeps it for the next start).
@@ -110,14 +111,17 @@ class UnixListener {
 
   absl::Status Bind() {
     if (path_.size() >= sizeof(sockaddr_un::sun_path)) {
-      return absl::InvalidArgumentError(absl::StrCat("listen unix:", path_, ": path is too long (max ",
+      return absl::InvalidArgumentError(absl::StrCat("listen unix:", path_,
+                                                     ": path is too long (max ",
                                                      sizeof(sockaddr_un::sun_path) - 1, " bytes)"));
     }
     std::filesystem::path dir = std::filesystem::path(path_).parent_path();
     gid_t group = static_cast<gid_t>(-1);
     if (!access_.group.empty()) {
       auto g = LookupGroup(access_.group);
-      if (!g.ok()) return absl::InvalidArgumentError(absl::StrCat("unix_socket.group: ", g.status().message()));
+      if (!g.ok())
+        return absl::InvalidArgumentError(
+            absl::StrCat("unix_socket.group: ", g.status().message()));
       group = *g;
     }
     if (!dir.empty()) {
@@ -125,8 +129,10 @@ class UnixListener {
       if (!std::filesystem::exists(dir, ec)) {
         // A shared socket's directory lets its group through, nobody else.
         RETURN_IF_ERROR(MakeDirs(dir.string(), group == static_cast<gid_t>(-1) ? 0700 : 0710));
-        if (group != static_cast<gid_t>(-1) && chown(dir.c_str(), static_cast<uid_t>(-1), group) != 0) {
-          return absl::FailedPreconditionError(absl::StrCat("chown ", dir.string(), ": ", std::strerror(errno)));
+        if (group != static_cast<gid_t>(-1) &&
+            chown(dir.c_str(), static_cast<uid_t>(-1), group) != 0) {
+          return absl::FailedPreconditionError(
+              absl::StrCat("chown ", dir.string(), ": ", std::strerror(errno)));
         }
       }
     }
@@ -136,14 +142,16 @@ class UnixListener {
     struct stat st;
     if (lstat(path_.c_str(), &st) == 0) {
       if (!S_ISSOCK(st.st_mode)) {
-        return absl::FailedPreconditionError(absl::StrCat("listen unix:", path_, ": exists and is not a socket"));
+        return absl::FailedPreconditionError(
+            absl::StrCat("listen unix:", path_, ": exists and is not a socket"));
       }
       int probe = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
       bool alive = connect(probe, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
       close(probe);
       if (alive) {
-        return absl::AlreadyExistsError(absl::StrCat(
-            "listen unix:", path_, ": another fwaid is already listening there (fwai daemon stop)"));
+        return absl::AlreadyExistsError(
+            absl::StrCat("listen unix:", path_,
+                         ": another fwaid is already listening there (fwai daemon stop)"));
       }
       unlink(path_.c_str());  // stale socket of a daemon that died
     }
@@ -153,15 +161,19 @@ class UnixListener {
     int rc = bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
     umask(old);
     if (rc != 0) {
-      return absl::FailedPreconditionError(absl::StrCat("listen unix:", path_, ": ", std::strerror(errno)));
+      return absl::FailedPreconditionError(
+          absl::StrCat("listen unix:", path_, ": ", std::strerror(errno)));
     }
     // Who may connect is the file's mode and group (the peer's uid says who it is).
     if (chmod(path_.c_str(), static_cast<mode_t>(access_.mode)) != 0 ||
-        (group != static_cast<gid_t>(-1) && chown(path_.c_str(), static_cast<uid_t>(-1), group) != 0)) {
-      return absl::FailedPreconditionError(absl::StrCat("listen unix:", path_, ": setting mode/group: ", std::strerror(errno)));
+        (group != static_cast<gid_t>(-1) &&
+         chown(path_.c_str(), static_cast<uid_t>(-1), group) != 0)) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("listen unix:", path_, ": setting mode/group: ", std::strerror(errno)));
     }
     if (listen(fd_, 256) != 0) {
-      return absl::FailedPreconditionError(absl::StrCat("listen unix:", path_, ": ", std::strerror(errno)));
+      return absl::FailedPreconditionError(
+          absl::StrCat("listen unix:", path_, ": ", std::strerror(errno)));
     }
     return absl::OkStatus();
   }
@@ -176,7 +188,8 @@ class UnixListener {
         if (poll(p, 2, -1) < 0 && errno != EINTR) break;
         if (stopping_) break;
         if (!(p[0].revents & POLLIN)) continue;
-        int c = accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);  // gRPC needs non-blocking fds
+        int c = accept4(fd_, nullptr, nullptr,
+                        SOCK_CLOEXEC | SOCK_NONBLOCK);  // gRPC needs non-blocking fds
         if (c < 0) {
           if (errno == EINTR || errno == ECONNABORTED || errno == EAGAIN) continue;
           if (stopping_) break;
@@ -415,7 +428,8 @@ absl::StatusOr<PassedSockets> TakePassedSockets() {
 
 // True when every address `host` names is a loopback one.
 bool IsLoopbackHost(std::string host) {
-  if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  if (host.size() > 2 && host.front() == '[' && host.back() == ']')
+    host = host.substr(1, host.size() - 2);
   addrinfo hints{}, *res = nullptr;
   hints.ai_socktype = SOCK_STREAM;
   if (getaddrinfo(host.c_str(), nullptr, &hints, &res) != 0 || res == nullptr) return false;
@@ -439,14 +453,16 @@ bool IsLoopbackHost(std::string host) {
 // loopback), else gRPC local credentials on loopback. Either way every call
 // needs a token or a client certificate, checked by the processor.
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> TcpCredentials(const std::string& listen,
-                                                                         const SecurityConfig& sec, Gate& gate) {
+                                                                        const SecurityConfig& sec,
+                                                                        Gate& gate) {
   const bool want_tls = absl::StartsWith(listen, "tls:");
   const std::string addr = listen.substr(4);
   const std::string host = addr.substr(0, addr.rfind(':'));
   std::shared_ptr<grpc::ServerCredentials> creds;
   if (sec.tls.enabled()) {
     auto provider = std::make_shared<grpc::experimental::FileWatcherCertificateProvider>(
-        sec.tls.key, sec.tls.cert, sec.tls.client_ca, static_cast<unsigned>(sec.tls.reload_interval_s));
+        sec.tls.key, sec.tls.cert, sec.tls.client_ca,
+        static_cast<unsigned>(sec.tls.reload_interval_s));
     grpc::experimental::TlsServerCredentialsOptions options(provider);
     options.watch_identity_key_cert_pairs();
     if (!sec.tls.client_ca.empty()) {
@@ -458,16 +474,20 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> TcpCredentials(const st
     }
     creds = grpc::experimental::TlsServerCredentials(options);
   } else if (want_tls) {
-    return absl::InvalidArgumentError(absl::StrCat("listen ", listen, ": TLS needs tls: {cert: FILE, key: FILE} in fwaid.yaml "
-                                                   "(fwaid tls init DIR --host NAME writes them)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("listen ", listen,
+                     ": TLS needs tls: {cert: FILE, key: FILE} in fwaid.yaml "
+                     "(fwaid tls init DIR --host NAME writes them)"));
   } else if (IsLoopbackHost(host)) {
     creds = grpc::experimental::LocalServerCredentials(LOCAL_TCP);
   } else {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "listen ", listen, ": ", host,
-        " is not a loopback address, and fwaid serves other hosts only over TLS. Add tls: {cert: FILE, key: FILE} "
-        "to fwaid.yaml (fwaid tls init DIR --host NAME writes a CA and a server certificate), or listen on "
-        "127.0.0.1"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("listen ", listen, ": ", host,
+                     " is not a loopback address, and fwaid serves other hosts only over TLS. Add "
+                     "tls: {cert: FILE, key: FILE} "
+                     "to fwaid.yaml (fwaid tls init DIR --host NAME writes a CA and a server "
+                     "certificate), or listen on "
+                     "127.0.0.1"));
   }
   creds->SetAuthMetadataProcessor(MakeAuthProcessor(gate));
   return creds;
@@ -498,15 +518,16 @@ int TlsCommand(const std::string& action, const std::string& dir,
   if (action == "init") {
     s = TlsInit(dir, hosts);
     if (s.ok()) {
-      std::printf("wrote %s/ca.pem, ca.key (keep it safe), server.pem, server.key for %s\n", dir.c_str(),
-                  absl::StrJoin(hosts, ", ").c_str());
-      std::printf("fwaid.yaml:\n  tls: {cert: %s/server.pem, key: %s/server.key}\n", dir.c_str(), dir.c_str());
+      std::printf("wrote %s/ca.pem, ca.key (keep it safe), server.pem, server.key for %s\n",
+                  dir.c_str(), absl::StrJoin(hosts, ", ").c_str());
+      std::printf("fwaid.yaml:\n  tls: {cert: %s/server.pem, key: %s/server.key}\n", dir.c_str(),
+                  dir.c_str());
     }
   } else {
     s = TlsIssue(dir, user, hosts, days, node);
     if (s.ok()) {
-      std::printf("wrote %s/%s.pem and %s/%s.key (mode 0600), signed by %s/ca.pem\n", dir.c_str(), user.c_str(),
-                  dir.c_str(), user.c_str(), dir.c_str());
+      std::printf("wrote %s/%s.pem and %s/%s.key (mode 0600), signed by %s/ca.pem\n", dir.c_str(),
+                  user.c_str(), dir.c_str(), user.c_str(), dir.c_str());
     }
   }
   if (!s.ok()) {
@@ -531,7 +552,8 @@ int Main(int argc, char** argv) {
   std::string config_path, data_dir, log_level;
   std::vector<std::string> listen;
   bool version = false;
-  app.add_option("--config", config_path, "Config file (default: $XDG_CONFIG_HOME/fwai/fwaid.yaml if present)");
+  app.add_option("--config", config_path,
+                 "Config file (default: $XDG_CONFIG_HOME/fwai/fwaid.yaml if present)");
   app.add_option("--listen", listen, "unix:PATH or tcp:HOST:PORT (repeatable)");
   app.add_option("--data-dir", data_dir, "Data directory (default: $XDG_DATA_HOME/fwai)");
   app.add_option("--log-level", log_level, "trace|debug|info|warn|error|off");
@@ -542,10 +564,15 @@ int Main(int argc, char** argv) {
   std::string tls_dir, tls_user;
   std::vector<std::string> tls_hosts;
   int tls_days = 825;
-  auto* tls_init = tls->add_subcommand("init", "A CA and a server certificate (ca.pem, ca.key, server.pem, server.key)");
+  auto* tls_init = tls->add_subcommand(
+      "init", "A CA and a server certificate (ca.pem, ca.key, server.pem, server.key)");
   tls_init->add_option("dir", tls_dir, "Directory to write to")->required();
-  tls_init->add_option("--host", tls_hosts, "A name or address clients reach the daemon by (repeatable)")->required();
-  auto* tls_issue = tls->add_subcommand("issue", "A client certificate NAME.pem/NAME.key signed by DIR/ca.pem");
+  tls_init
+      ->add_option("--host", tls_hosts,
+                   "A name or address clients reach the daemon by (repeatable)")
+      ->required();
+  auto* tls_issue =
+      tls->add_subcommand("issue", "A client certificate NAME.pem/NAME.key signed by DIR/ca.pem");
   tls_issue->add_option("dir", tls_dir, "Directory holding ca.pem and ca.key")->required();
   std::string tls_node;
   auto* user_opt = tls_issue->add_option("--user", tls_user, "Who the certificate is for (its CN)");
@@ -554,7 +581,8 @@ int Main(int argc, char** argv) {
   user_opt->excludes(node_opt);
   tls_issue->add_option("--host", tls_hosts,
                         "Also a server certificate for these names (a bench others reach)");
-  tls_issue->add_option("--days", tls_days, "Validity in days (default 825; negative: already expired, for tests)");
+  tls_issue->add_option("--days", tls_days,
+                        "Validity in days (default 825; negative: already expired, for tests)");
   tls->require_subcommand(1);
   try {
     app.parse(argc, argv);
@@ -591,14 +619,20 @@ int Main(int argc, char** argv) {
     config = *std::move(c);
   }
   for (const auto& l : listen) {
-    if (!absl::StartsWith(l, "unix:") && !absl::StartsWith(l, "tcp:") && !absl::StartsWith(l, "tls:")) {
-      std::fprintf(stderr, "fwaid: --listen %s: expected unix:PATH, tcp:HOST:PORT or tls:HOST:PORT\n", l.c_str());
+    if (!absl::StartsWith(l, "unix:") && !absl::StartsWith(l, "tcp:") &&
+        !absl::StartsWith(l, "tls:")) {
+      std::fprintf(stderr,
+                   "fwaid: --listen %s: expected unix:PATH, tcp:HOST:PORT or tls:HOST:PORT\n",
+                   l.c_str());
       return 2;
     }
   }
   if (config.security.tls.enabled()) {
-    if (auto s = CheckTlsFiles(config.security.tls.cert, config.security.tls.key, config.security.tls.client_ca); !s.ok()) {
-      std::fprintf(stderr, "fwaid: config %s: %s\n", config.source.c_str(), std::string(s.message()).c_str());
+    if (auto s = CheckTlsFiles(config.security.tls.cert, config.security.tls.key,
+                               config.security.tls.client_ca);
+        !s.ok()) {
+      std::fprintf(stderr, "fwaid: config %s: %s\n", config.source.c_str(),
+                   std::string(s.message()).c_str());
       return 1;
     }
   }
@@ -652,7 +686,8 @@ int Main(int argc, char** argv) {
   } telemetry_flush;
   const auto start_time = std::chrono::steady_clock::now();
   auto ms_since_start = [&] {
-    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start_time).count();
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start_time)
+        .count();
   };
   auto storage = Storage::Open(config.data_dir + "/db");
   if (!storage.ok()) {
@@ -685,7 +720,8 @@ int Main(int argc, char** argv) {
       // Learn the dimension now so a collection never mixes dimensions.
       auto probe = embedder->Embed({"dimension probe"}, true);
       if (!probe.ok()) {
-        std::fprintf(stderr, "fwaid: knowledge.embedder: %s\n", std::string(probe.status().message()).c_str());
+        std::fprintf(stderr, "fwaid: knowledge.embedder: %s\n",
+                     std::string(probe.status().message()).c_str());
         return 1;
       }
     }
@@ -713,16 +749,18 @@ int Main(int argc, char** argv) {
       hc.style = rc.kind == "tei" ? "tei" : "cohere";
       hc.base_url = rc.base_url;
       hc.api_key = !rc.api_key.empty() ? rc.api_key
-                   : (!rc.api_key_env.empty() && std::getenv(rc.api_key_env.c_str())) ? std::getenv(rc.api_key_env.c_str())
-                                                                                       : "";
+                   : (!rc.api_key_env.empty() && std::getenv(rc.api_key_env.c_str()))
+                       ? std::getenv(rc.api_key_env.c_str())
+                       : "";
       hc.model = rc.model;
       return MakeHttpReranker(hc, *http, builtin);
     }
     if (rc.kind == "llm") {
       Provider* p = search_provider(rc.provider);
       if (p == nullptr) {
-        return absl::InvalidArgumentError(absl::StrCat(field, ": kind llm needs a configured provider (provider: ",
-                                                       rc.provider.empty() ? "<default>" : rc.provider, ")"));
+        return absl::InvalidArgumentError(
+            absl::StrCat(field, ": kind llm needs a configured provider (provider: ",
+                         rc.provider.empty() ? "<default>" : rc.provider, ")"));
       }
       return MakeLlmReranker(*p, rc.model, builtin);
     }
@@ -737,7 +775,8 @@ int Main(int argc, char** argv) {
     return 1;
   }
   KnowledgeOptions ko;
-  ko.chunking = {kc.chunk_min_tokens, kc.chunk_target_tokens, kc.chunk_max_tokens, kc.chunk_overlap_tokens};
+  ko.chunking = {kc.chunk_min_tokens, kc.chunk_target_tokens, kc.chunk_max_tokens,
+                 kc.chunk_overlap_tokens};
   ko.max_document_bytes = kc.max_document_mb << 20;
   ko.bm25_k1 = static_cast<float>(kc.bm25_k1);
   ko.bm25_b = static_cast<float>(kc.bm25_b);
@@ -782,12 +821,15 @@ int Main(int argc, char** argv) {
   ko.log.min_similarity = kc.feedback_min_similarity;
   // A model reranker orders the passages; the built-in one the chunks before.
   if (*remote_reranker) ko.first_stage_reranker = builtin_reranker.get();
-  auto knowledge = KnowledgeBase::Open(**storage, config.data_dir + "/index", ko, *embedder, reranker);
+  auto knowledge =
+      KnowledgeBase::Open(**storage, config.data_dir + "/index", ko, *embedder, reranker);
   if (!knowledge.ok()) {
-    std::fprintf(stderr, "fwaid: knowledge base: %s\n", std::string(knowledge.status().message()).c_str());
+    std::fprintf(stderr, "fwaid: knowledge base: %s\n",
+                 std::string(knowledge.status().message()).c_str());
     return 1;
   }
-  spdlog::info("knowledge indexes {} ({:.0f} ms after start)", (*knowledge)->open_report(), ms_since_start());
+  spdlog::info("knowledge indexes {} ({:.0f} ms after start)", (*knowledge)->open_report(),
+               ms_since_start());
   CatalogOptions co;
   co.coarse_slices = config.catalog.coarse_slices;
   co.candidates = config.catalog.candidates;
@@ -799,20 +841,25 @@ int Main(int argc, char** argv) {
   co.family_weight = config.catalog.family_weight;
   co.namespace_boost = config.catalog.namespace_boost;
   RerankWeights tool_weights = ToolCatalogRerankWeights();
-  for (const auto& [feature, v] : config.catalog.reranker.weights) SetRerankWeight(tool_weights, feature, v);
+  for (const auto& [feature, v] : config.catalog.reranker.weights)
+    SetRerankWeight(tool_weights, feature, v);
   auto tool_builtin_reranker = MakeBuiltinReranker(tool_weights);
-  auto tool_model_reranker = model_reranker(config.catalog.reranker, *tool_builtin_reranker, "catalog.reranker");
+  auto tool_model_reranker =
+      model_reranker(config.catalog.reranker, *tool_builtin_reranker, "catalog.reranker");
   if (!tool_model_reranker.ok()) {
-    std::fprintf(stderr, "fwaid: %s\n", std::string(tool_model_reranker.status().message()).c_str());
+    std::fprintf(stderr, "fwaid: %s\n",
+                 std::string(tool_model_reranker.status().message()).c_str());
     return 1;
   }
   Reranker& tool_reranker = *tool_model_reranker ? **tool_model_reranker : *tool_builtin_reranker;
   auto catalog = ToolCatalogStore::Open(**storage, co, *embedder, tool_reranker);
   if (!catalog.ok()) {
-    std::fprintf(stderr, "fwaid: tool catalog: %s\n", std::string(catalog.status().message()).c_str());
+    std::fprintf(stderr, "fwaid: tool catalog: %s\n",
+                 std::string(catalog.status().message()).c_str());
     return 1;
   }
-  spdlog::info("tool catalog: {} tools ({:.0f} ms after start)", (*catalog)->size(), ms_since_start());
+  spdlog::info("tool catalog: {} tools ({:.0f} ms after start)", (*catalog)->size(),
+               ms_since_start());
   ThreadPool pool(4);
   // Document ingest (extraction, chunking, embedding, index writes) on a
   // worker of its own at idle CPU priority: it takes only the CPU streaming
@@ -838,13 +885,15 @@ int Main(int argc, char** argv) {
                        return RegisterNoteAfterWrite(svd_catalog, ctx, rel, lines);
                      }});
   RegisterRegisterTools(tools, &svd_catalog);
-  tools.Register(MakeDocumentSearchTool(**knowledge, [&identities_for_tools](const std::string& owner, const std::string& name) {
-    return identities_for_tools != nullptr && identities_for_tools->OwnerOwnsName(owner, name);
-  }));
+  tools.Register(MakeDocumentSearchTool(
+      **knowledge, [&identities_for_tools](const std::string& owner, const std::string& name) {
+        return identities_for_tools != nullptr && identities_for_tools->OwnerOwnsName(owner, name);
+      }));
   tools.Register(MakeDocumentFeedbackTool(**knowledge));
   CodeSearchOptions cso;
   cso.web_context_url = kc.code_web_context_url;
-  if (!kc.code_web_context_api_key_env.empty() && std::getenv(kc.code_web_context_api_key_env.c_str())) {
+  if (!kc.code_web_context_api_key_env.empty() &&
+      std::getenv(kc.code_web_context_api_key_env.c_str())) {
     cso.web_context_api_key = std::getenv(kc.code_web_context_api_key_env.c_str());
   }
   tools.Register(MakeCodeSearchTool(**knowledge, cso, http.get()));
@@ -857,7 +906,8 @@ int Main(int argc, char** argv) {
   std::function<absl::StatusOr<uint64_t>(const nlohmann::json&)> evidence_sink;
   PluginStore plugins(config.data_dir + "/plugins", config.plugins, http.get(),
                       [&evidence_sink](const nlohmann::json& rec) -> absl::StatusOr<uint64_t> {
-                        if (!evidence_sink) return absl::UnavailableError("the evidence log is not open");
+                        if (!evidence_sink)
+                          return absl::UnavailableError("the evidence log is not open");
                         return evidence_sink(rec);
                       });
   if (auto s = plugins.Start(); !s.ok()) {
@@ -867,7 +917,8 @@ int Main(int argc, char** argv) {
   for (auto& [name, agent] : plugins.Agents()) config.subagents.emplace(name, agent);
   for (auto& [name, server] : plugins.McpServers()) config.mcp_servers.emplace(name, server);
   if (auto docs = plugins.ToolDocuments(); !docs.empty()) {
-    if (auto r = (*catalog)->Register(docs); !r.ok()) spdlog::warn("plugins' tool documents: {}", r.status().ToString());
+    if (auto r = (*catalog)->Register(docs); !r.ok())
+      spdlog::warn("plugins' tool documents: {}", r.status().ToString());
   }
   std::vector<McpServerConfig> mcp_configs = McpServerConfigs(config.mcp_servers);
   McpManager mcp(mcp_configs, http.get());
@@ -881,17 +932,21 @@ int Main(int argc, char** argv) {
                              {"source", "mcp:" + info.server}})
           .dump();
     };
-    auto sync = [&catalog, configured](const std::map<std::string, std::vector<std::string>>& listed) {
+    auto sync = [&catalog,
+                 configured](const std::map<std::string, std::vector<std::string>>& listed) {
       auto removed = SyncMcpTools(**catalog, configured, listed);
       if (!removed.ok()) {
         spdlog::warn("mcp tools not synced with the catalog: {}", removed.status().ToString());
       } else if (*removed > 0) {
-        spdlog::info("catalog: {} tools of MCP servers that are gone or no longer list them removed", *removed);
+        spdlog::info(
+            "catalog: {} tools of MCP servers that are gone or no longer list them removed",
+            *removed);
       }
     };
     // A server that comes up late (or back after a crash), or whose tool list
     // changed, adds its new tools; tools it no longer lists leave the catalog.
-    mcp.OnTools([&tools, &mcp, mcp_doc, sync](const std::string& server, const std::vector<McpToolInfo>& infos) {
+    mcp.OnTools([&tools, &mcp, mcp_doc, sync](const std::string& server,
+                                              const std::vector<McpToolInfo>& infos) {
       std::map<std::string, std::vector<std::string>> listed;
       for (const auto& info : infos) {
         listed[server].push_back(mcp_doc(info));
@@ -932,13 +987,15 @@ int Main(int argc, char** argv) {
     std::fprintf(stderr, "fwaid: hardware: %s\n", std::string(s.message()).c_str());
     return 1;
   }
-  spdlog::info("hardware: {} devices ({:.0f} ms after start)", hardware.List().size(), ms_since_start());
+  spdlog::info("hardware: {} devices ({:.0f} ms after start)", hardware.List().size(),
+               ms_since_start());
   // A node of a lab: its boards are registered in etcd while it runs. etcd
   // need not be up yet; the node joins when it answers.
   std::unique_ptr<lab::EtcdClient> lab_etcd;
   std::unique_ptr<lab::LabRegistrar> lab_registrar;
   std::unique_ptr<lab::LabLeases> lab_leases;
-  LabConfig lab_config = config.lab;  // advertise port 0: filled in once the tls: listener has bound
+  LabConfig lab_config =
+      config.lab;  // advertise port 0: filled in once the tls: listener has bound
   if (config.lab.enabled()) {
     if (auto s = CheckLabIdentity(config); !s.ok()) {
       std::fprintf(stderr, "fwaid: config %s: %s\n", config.source.c_str(),
@@ -953,31 +1010,36 @@ int Main(int argc, char** argv) {
     etcd_options.key_file = config.lab.etcd_key;
     auto etcd = lab::EtcdClient::Connect(std::move(etcd_options));
     if (!etcd.ok()) {
-      std::fprintf(stderr, "fwaid: config %s: lab.etcd: %s\n", config.source.c_str(), std::string(etcd.status().message()).c_str());
+      std::fprintf(stderr, "fwaid: config %s: lab.etcd: %s\n", config.source.c_str(),
+                   std::string(etcd.status().message()).c_str());
       return 1;
     }
     lab_etcd = *std::move(etcd);
-    lab_registrar = std::make_unique<lab::LabRegistrar>(lab_config, *lab_etcd, [&hardware] {
-      std::vector<lab::LabBoard> boards;
-      for (const auto& d : hardware.List()) {
-        lab::LabBoard b;
-        b.id = d.id;
-        b.kind = d.kind;
-        b.name = d.name;
-        b.target = d.target;
-        b.health = d.health;
-        b.health_reason = d.health_reason;
-        b.tags = d.tags;
-        boards.push_back(std::move(b));
-      }
-      return boards;
-    }, FWAI_VERSION);
+    lab_registrar = std::make_unique<lab::LabRegistrar>(
+        lab_config, *lab_etcd,
+        [&hardware] {
+          std::vector<lab::LabBoard> boards;
+          for (const auto& d : hardware.List()) {
+            lab::LabBoard b;
+            b.id = d.id;
+            b.kind = d.kind;
+            b.name = d.name;
+            b.target = d.target;
+            b.health = d.health;
+            b.health_reason = d.health_reason;
+            b.tags = d.tags;
+            boards.push_back(std::move(b));
+          }
+          return boards;
+        },
+        FWAI_VERSION);
     lab::LabLeasesOptions lab_options;
     lab_options.queue_ttl_s = config.lab.ttl_s;
     lab_options.interactive_first = config.lab.interactive_first;
     lab_leases = std::make_unique<lab::LabLeases>(*lab_etcd, config.lab.node, lab_options);
     lab_leases->Start();
-    spdlog::info("lab: node {} of the lab at {}", config.lab.node, absl::StrJoin(config.lab.etcd, ","));
+    spdlog::info("lab: node {} of the lab at {}", config.lab.node,
+                 absl::StrJoin(config.lab.etcd, ","));
   }
   // Every board, wherever it is: this node's, and in a lab the other nodes'
   // through their benches. The API, skill runs and the agent's tools share it.
@@ -1005,7 +1067,8 @@ int Main(int argc, char** argv) {
   // Evidence: every agent turn and every flash leaves a signed, chained record.
   auto evidence = EvidenceLog::Open(**storage, config.data_dir + "/keys/evidence.pem", 100);
   if (!evidence.ok()) {
-    std::fprintf(stderr, "fwaid: evidence log: %s\n", std::string(evidence.status().message()).c_str());
+    std::fprintf(stderr, "fwaid: evidence log: %s\n",
+                 std::string(evidence.status().message()).c_str());
     return 1;
   }
   EvidenceLog* evidence_log = evidence->get();
@@ -1080,23 +1143,25 @@ int Main(int argc, char** argv) {
 
   SessionManager sessions(**storage, config.subscribers);
   // Turns the last process left open end now, before any client can attach.
-  if (auto n = sessions.FinishInterruptedTurns(
-          "fwaid stopped while this turn was running (it was killed or crashed); it was not resumed");
+  if (auto n = sessions.FinishInterruptedTurns("fwaid stopped while this turn was running (it was "
+                                               "killed or crashed); it was not resumed");
       !n.ok()) {
-    std::fprintf(stderr, "fwaid: ending interrupted turns: %s\n", std::string(n.status().message()).c_str());
+    std::fprintf(stderr, "fwaid: ending interrupted turns: %s\n",
+                 std::string(n.status().message()).c_str());
     return 1;
   } else if (*n > 0) {
     spdlog::warn("{} turn(s) cut by the last stop ended as interrupted", *n);
   }
   ToolCatalogStore* catalog_ptr = catalog->get();
-  TurnManager turns(sessions, config, providers, tools, [catalog_ptr](const std::string& query, int k) {
-    std::vector<std::string> names;
-    auto hits = catalog_ptr->Search(query.substr(0, 4096), std::clamp(k, 1, 100));
-    if (hits.ok()) {
-      for (const auto& h : *hits) names.push_back(h.tool.name);
-    }
-    return names;
-  });
+  TurnManager turns(sessions, config, providers, tools,
+                    [catalog_ptr](const std::string& query, int k) {
+                      std::vector<std::string> names;
+                      auto hits = catalog_ptr->Search(query.substr(0, 4096), std::clamp(k, 1, 100));
+                      if (hits.ok()) {
+                        for (const auto& h : *hits) names.push_back(h.tool.name);
+                      }
+                      return names;
+                    });
   turns.SetRunRecorder(record_run);
   turns.SetSecretScanner(secrets);
   // Passages the answer cites ([q12.3]) count as good for their searches.
@@ -1106,18 +1171,20 @@ int Main(int argc, char** argv) {
   // MCP servers a project declares run as the session's account (the
   // project's owner), never as fwaid; a session without one gets none.
   ProjectMcpServers project_mcp(http.get());
-  turns.SetProjectTools([&project_mcp](const SessionInfo& s) -> absl::StatusOr<TurnManager::ProjectToolSet> {
-    if (s.project_root.empty() || s.account.empty()) return TurnManager::ProjectToolSet{};
-    auto account = LookupAccount(s.account);
-    if (!account.ok()) return account.status();
-    auto set = project_mcp.ToolsFor(s.project_root, *account);
-    if (!set.ok()) return set.status();
-    return TurnManager::ProjectToolSet{set->owner, set->tools};
-  });
+  turns.SetProjectTools(
+      [&project_mcp](const SessionInfo& s) -> absl::StatusOr<TurnManager::ProjectToolSet> {
+        if (s.project_root.empty() || s.account.empty()) return TurnManager::ProjectToolSet{};
+        auto account = LookupAccount(s.account);
+        if (!account.ok()) return account.status();
+        auto set = project_mcp.ToolsFor(s.project_root, *account);
+        if (!set.ok()) return set.status();
+        return TurnManager::ProjectToolSet{set->owner, set->tools};
+      });
   // Skill runs cut by the last stop get their record now, marked interrupted.
   RunJournal run_journal(**storage);
   if (auto n = run_journal.FinishInterrupted(append_evidence); !n.ok()) {
-    std::fprintf(stderr, "fwaid: recording interrupted skill runs: %s\n", std::string(n.status().message()).c_str());
+    std::fprintf(stderr, "fwaid: recording interrupted skill runs: %s\n",
+                 std::string(n.status().message()).c_str());
     return 1;
   } else if (*n > 0) {
     spdlog::warn("{} skill run(s) cut by the last stop recorded as interrupted", *n);
@@ -1167,26 +1234,39 @@ int Main(int argc, char** argv) {
   };
   if (auto missing = RpcsWithoutRules(); !missing.empty()) {
     // Every RPC must have an access rule: one without would be refused to all.
-    std::fprintf(stderr, "fwaid: internal error: no access rule for %s\n", absl::StrJoin(missing, ", ").c_str());
+    std::fprintf(stderr, "fwaid: internal error: no access rule for %s\n",
+                 absl::StrJoin(missing, ", ").c_str());
     return 70;
   }
   Gate gate(identities, quotas, peers, audit);
   std::mutex config_mu;  // reloads one at a time
-  auto reload_config = [&](const std::string& principal, const std::string& peer) -> absl::StatusOr<int> {
+  auto reload_config = [&](const std::string& principal,
+                           const std::string& peer) -> absl::StatusOr<int> {
     const std::string by = peer.empty() ? principal : absl::StrCat(principal, " (", peer, ")");
     std::lock_guard<std::mutex> lock(config_mu);
-    if (config.source.empty()) return absl::FailedPreconditionError("fwaid was started without a config file");
+    if (config.source.empty())
+      return absl::FailedPreconditionError("fwaid was started without a config file");
     auto fresh = LoadConfigFile(config.source);
     if (!fresh.ok()) {
-      audit({{"kind", "config_reload"}, {"ok", false}, {"error", std::string(fresh.status().message())}, {"by", by},
-             {"principal", principal}, {"peer", peer}});
+      audit({{"kind", "config_reload"},
+             {"ok", false},
+             {"error", std::string(fresh.status().message())},
+             {"by", by},
+             {"principal", principal},
+             {"peer", peer}});
       return fresh.status();
     }
     identities.Reload(fresh->security);
     gate.Invalidate();
-    audit({{"kind", "config_reload"}, {"ok", true}, {"file", config.source}, {"users", fresh->security.users.size()},
-           {"by", by}, {"principal", principal}, {"peer", peer}});
-    spdlog::info("config reloaded from {} by {}: {} users", config.source, by, fresh->security.users.size());
+    audit({{"kind", "config_reload"},
+           {"ok", true},
+           {"file", config.source},
+           {"users", fresh->security.users.size()},
+           {"by", by},
+           {"principal", principal},
+           {"peer", peer}});
+    spdlog::info("config reloaded from {} by {}: {} users", config.source, by,
+                 fresh->security.users.size());
     return static_cast<int>(fresh->security.users.size());
   };
 
@@ -1230,7 +1310,8 @@ int Main(int argc, char** argv) {
   for (auto& s : services) builder.RegisterService(s.get());
   {
     // Every PERMISSION_DENIED is an evidence record, whichever rule refused it.
-    std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
+    std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>>
+        interceptors;
     interceptors.push_back(gate.RefusalRecorder());
     builder.experimental().SetInterceptorCreators(std::move(interceptors));
   }
@@ -1287,9 +1368,11 @@ int Main(int argc, char** argv) {
     }
     const std::string addr = listen_addr.substr(4);
     std::string host = addr.substr(0, addr.rfind(':'));
-    std::printf("fwaid: listening on %s:%s:%d\n", config.security.tls.enabled() ? "tls" : "tcp", host.c_str(), *port);
+    std::printf("fwaid: listening on %s:%s:%d\n", config.security.tls.enabled() ? "tls" : "tcp",
+                host.c_str(), *port);
     std::fflush(stdout);
-    if (lab_registrar && absl::StartsWith(listen_addr, "tls:") && absl::EndsWith(config.lab.advertise, ":0")) {
+    if (lab_registrar && absl::StartsWith(listen_addr, "tls:") &&
+        absl::EndsWith(config.lab.advertise, ":0")) {
       const std::string& a = config.lab.advertise;
       lab_registrar->SetAdvertise(absl::StrCat(a.substr(0, a.size() - 1), *port));
     }
@@ -1331,7 +1414,8 @@ int Main(int argc, char** argv) {
     if (sigwait(&sigs, &sig) != 0) continue;
     if (sig == SIGHUP) {
       // Users, limits and knowledge writers; certificates reload on their own.
-      if (auto n = reload_config("signal SIGHUP", ""); !n.ok()) spdlog::error("config not reloaded: {}", n.status().ToString());
+      if (auto n = reload_config("signal SIGHUP", ""); !n.ok())
+        spdlog::error("config not reloaded: {}", n.status().ToString());
       continue;
     }
     break;
@@ -1357,7 +1441,8 @@ int Main(int argc, char** argv) {
   pool.Shutdown();
   ingest_pool.Shutdown();
   mcp.Stop();
-  if (auto s = (*knowledge)->SaveIndexes(); !s.ok()) spdlog::error("saving knowledge indexes: {}", s.ToString());
+  if (auto s = (*knowledge)->SaveIndexes(); !s.ok())
+    spdlog::error("saving knowledge indexes: {}", s.ToString());
   if (auto s = (*storage)->SyncWal(); !s.ok()) {
     spdlog::error("final sync failed: {}", s.ToString());
     return 1;

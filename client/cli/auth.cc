@@ -1,7 +1,6 @@
 #include "client/cli/auth.h"
 
 #include <iostream>
-
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/numbers.h"
@@ -49,13 +48,16 @@ std::optional<int64_t> ParseDuration(const std::string& text) {
 }
 
 AuthCommands::AuthCommands(CLI::App& app, Globals& g) : g_(g) {
-  whoami_ = app.add_subcommand("whoami", "Who the daemon takes you for, how it knows, and your role");
+  whoami_ =
+      app.add_subcommand("whoami", "Who the daemon takes you for, how it knows, and your role");
   auto* token = app.add_subcommand("token", "Bearer tokens of a shared daemon (admins)");
   token->require_subcommand(1);
   create_ = token->add_subcommand("create", "Make a token for USER; it is printed once");
   create_->add_option("user", user_, "Who the token is for")->required();
-  create_->add_option("--role", role_, "admin | user | ci (default user)")->check(CLI::IsMember({"admin", "user", "ci"}));
-  create_->add_option("--expires", expires_, "Lifetime: 90d, 12h, 30m, 2w, or seconds (default: never)");
+  create_->add_option("--role", role_, "admin | user | ci (default user)")
+      ->check(CLI::IsMember({"admin", "user", "ci"}));
+  create_->add_option("--expires", expires_,
+                      "Lifetime: 90d, 12h, 30m, 2w, or seconds (default: never)");
   create_->add_option("--note", note_, "What the token is for (shown in token ls)");
   ls_ = token->add_subcommand("ls", "Every token: user, role, expiry, revocation");
   revoke_ = token->add_subcommand("revoke", "Refuse the token from now on (its open streams end)");
@@ -90,30 +92,37 @@ int AuthCommands::WhoAmI() {
   std::printf("role        %s\n", r.role().c_str());
   std::printf("verified by %s\n", r.verified_by().c_str());
   if (!r.token_id().empty() && r.token_expires_us() > 0) {
-    std::printf("token       %s, expires %s\n", r.token_id().c_str(), FormatLocalTime(r.token_expires_us()).c_str());
+    std::printf("token       %s, expires %s\n", r.token_id().c_str(),
+                FormatLocalTime(r.token_expires_us()).c_str());
   }
   if (r.file_access()) {
-    std::printf("acts as     local account %s (project files and commands)\n", r.local_account().c_str());
+    std::printf("acts as     local account %s (project files and commands)\n",
+                r.local_account().c_str());
   } else {
-    std::printf("acts as     nobody: no project files or commands (%s)\n", r.no_file_access_reason().c_str());
+    std::printf("acts as     nobody: no project files or commands (%s)\n",
+                r.no_file_access_reason().c_str());
   }
   if (!r.has_limits()) {
     std::printf("limits      none (%s)\n", r.role().c_str());
   } else {
     const auto& l = r.limits();
-    std::printf("limits      %lld sessions, %lld running turns, %lld skill runs, %lld leases of at most %lld s, "
-                "%lld MB ingested an hour, %g requests/s (bursts of %lld)\n",
-                static_cast<long long>(l.sessions()), static_cast<long long>(l.running_turns()),
-                static_cast<long long>(l.running_runs()), static_cast<long long>(l.leases()),
-                static_cast<long long>(l.lease_ttl_max_s()), static_cast<long long>(l.ingest_mb_per_hour()),
-                l.requests_per_second(), static_cast<long long>(l.burst()));
+    std::printf(
+        "limits      %lld sessions, %lld running turns, %lld skill runs, %lld leases of at most "
+        "%lld s, "
+        "%lld MB ingested an hour, %g requests/s (bursts of %lld)\n",
+        static_cast<long long>(l.sessions()), static_cast<long long>(l.running_turns()),
+        static_cast<long long>(l.running_runs()), static_cast<long long>(l.leases()),
+        static_cast<long long>(l.lease_ttl_max_s()), static_cast<long long>(l.ingest_mb_per_hour()),
+        l.requests_per_second(), static_cast<long long>(l.burst()));
   }
   return kExitOk;
 }
 
 int AuthCommands::TokenCreate() {
   auto ttl = ParseDuration(expires_);
-  if (!ttl) return Fail(g_, kExitUsage, absl::StrCat("--expires ", expires_, ": expected e.g. 90d, 12h, 30m or seconds"));
+  if (!ttl)
+    return Fail(g_, kExitUsage,
+                absl::StrCat("--expires ", expires_, ": expected e.g. 90d, 12h, 30m or seconds"));
   auto ch = ConnectChannel(g_);
   if (!ch.ok()) return Fail(g_, kExitUnreachable, std::string(ch.status().message()));
   grpc::ClientContext ctx;
@@ -126,16 +135,23 @@ int AuthCommands::TokenCreate() {
   auto st = pb::Auth::NewStub(*ch)->CreateToken(&ctx, req, &r);
   if (!st.ok()) return FailGrpc(g_, st);
   if (g_.json) {
-    std::cout << json{{"token", r.token()}, {"id", r.info().id()}, {"user", r.info().user()}, {"role", r.info().role()},
+    std::cout << json{{"token", r.token()},
+                      {"id", r.info().id()},
+                      {"user", r.info().user()},
+                      {"role", r.info().role()},
                       {"expires_us", r.info().expires_us()}}
                      .dump()
               << std::endl;
     return kExitOk;
   }
   std::cout << r.token() << std::endl;
-  std::cerr << "token " << r.info().id() << " for " << r.info().user() << " (" << r.info().role() << ")"
-            << (r.info().expires_us() > 0 ? ", expires " + FormatLocalTime(r.info().expires_us()) : ", never expires")
-            << ". It is shown this once: keep it in a file (mode 0600) and use FWAI_TOKEN or --token-file." << std::endl;
+  std::cerr << "token " << r.info().id() << " for " << r.info().user() << " (" << r.info().role()
+            << ")"
+            << (r.info().expires_us() > 0 ? ", expires " + FormatLocalTime(r.info().expires_us())
+                                          : ", never expires")
+            << ". It is shown this once: keep it in a file (mode 0600) and use FWAI_TOKEN or "
+               "--token-file."
+            << std::endl;
   return kExitOk;
 }
 
@@ -152,15 +168,18 @@ int AuthCommands::TokenList() {
     std::cout << arr.dump() << std::endl;
     return kExitOk;
   }
-  std::printf("%-16s %-14s %-6s %-17s %-17s %s\n", "ID", "USER", "ROLE", "EXPIRES", "STATE", "NOTE");
+  std::printf("%-16s %-14s %-6s %-17s %-17s %s\n", "ID", "USER", "ROLE", "EXPIRES", "STATE",
+              "NOTE");
   const int64_t now = NowMicros();
   for (const auto& t : r.tokens()) {
-    std::string state = t.revoked_us() > 0                                 ? "revoked " + FormatLocalTime(t.revoked_us(), "%m-%d %H:%M")
+    std::string state = t.revoked_us() > 0
+                            ? "revoked " + FormatLocalTime(t.revoked_us(), "%m-%d %H:%M")
                         : t.expires_us() > 0 && t.expires_us() <= now ? std::string("expired")
-                                                                          : std::string("valid");
-    std::printf("%-16s %-14s %-6s %-17s %-17s %s\n", t.id().c_str(), t.user().c_str(), t.role().c_str(),
-                t.expires_us() > 0 ? FormatLocalTime(t.expires_us(), "%Y-%m-%d %H:%M").c_str() : "never",
-                state.c_str(), t.note().c_str());
+                                                                      : std::string("valid");
+    std::printf(
+        "%-16s %-14s %-6s %-17s %-17s %s\n", t.id().c_str(), t.user().c_str(), t.role().c_str(),
+        t.expires_us() > 0 ? FormatLocalTime(t.expires_us(), "%Y-%m-%d %H:%M").c_str() : "never",
+        state.c_str(), t.note().c_str());
   }
   return kExitOk;
 }
@@ -185,11 +204,14 @@ int AuthCommands::TokenRevoke() {
 int AuthCommands::Login() {
   auto addr = ResolveDaemonAddress(login_daemon_);
   if (!addr.ok()) return Fail(g_, kExitUsage, std::string(addr.status().message()));
-  if (!addr->unix_path.empty()) return Fail(g_, kExitUsage, "login is for TCP daemons (tls:HOST:PORT); a unix socket knows you by your uid");
+  if (!addr->unix_path.empty())
+    return Fail(g_, kExitUsage,
+                "login is for TCP daemons (tls:HOST:PORT); a unix socket knows you by your uid");
   auto creds = ResolveCredentials(*addr, g_.credentials);
   if (!creds.ok()) return Fail(g_, kExitUsage, std::string(creds.status().message()));
   if (creds->token.empty() && creds->client_cert.empty()) {
-    return Fail(g_, kExitUsage, "login needs a token (--token-file FILE or FWAI_TOKEN) or a client certificate");
+    return Fail(g_, kExitUsage,
+                "login needs a token (--token-file FILE or FWAI_TOKEN) or a client certificate");
   }
   // Absolute paths: later commands run from anywhere.
   for (std::string* p : {&creds->ca_cert, &creds->client_cert, &creds->client_key}) {
@@ -202,15 +224,19 @@ int AuthCommands::Login() {
   pb::WhoAmIResponse who;
   auto st = pb::Auth::NewStub(*ch)->WhoAmI(&ctx, pb::WhoAmIRequest(), &who);
   if (!st.ok()) return FailGrpc(g_, st);
-  if (auto s = SaveLogin({login_daemon_, *creds}); !s.ok()) return Fail(g_, kExitError, std::string(s.message()));
+  if (auto s = SaveLogin({login_daemon_, *creds}); !s.ok())
+    return Fail(g_, kExitError, std::string(s.message()));
   if (g_.json) {
-    std::cout << json{{"daemon", login_daemon_}, {"principal", who.principal()}, {"role", who.role()},
+    std::cout << json{{"daemon", login_daemon_},
+                      {"principal", who.principal()},
+                      {"role", who.role()},
                       {"profile", LoginProfilePath()}}
                      .dump()
               << std::endl;
   } else {
     std::cout << "logged in to " << login_daemon_ << " as " << who.principal() << " (" << who.role()
-              << "); stored in " << LoginProfilePath() << " (mode 0600). fwai logout forgets it." << std::endl;
+              << "); stored in " << LoginProfilePath() << " (mode 0600). fwai logout forgets it."
+              << std::endl;
   }
   return kExitOk;
 }

@@ -24,8 +24,8 @@ class AuthCommands {
   int Logout();
 
   Globals& g_;
-  CLI::App *whoami_ = nullptr, *create_ = nullptr, *ls_ = nullptr, *revoke_ = nullptr, *login_ = nullptr,
-           *logout_ = nullptr;
+  CLI::App *whoami_ = nullptr, *create_ = nullptr, *ls_ = nullptr, *revoke_ = nullptr,
+           *login_ = nullptr, *logout_ = nullptr;
   std::string user_, role_ = "user", expires_, note_, id_, login_daemon_;
 };
 

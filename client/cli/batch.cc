@@ -17,7 +17,8 @@ int RunBatch(const Globals& g, const std::string& file,
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
     if (!j.is_object() || !j.contains("query") || !j["query"].is_string()) {
-      rc = Fail(g, kExitError, absl::StrCat(file, ":", n, ": expected a JSON object with a \"query\" string"));
+      rc = Fail(g, kExitError,
+                absl::StrCat(file, ":", n, ": expected a JSON object with a \"query\" string"));
       continue;
     }
     auto r = run(j["query"].get<std::string>());
@@ -25,7 +26,9 @@ int RunBatch(const Globals& g, const std::string& file,
       if (absl::IsUnavailable(r.status())) {
         return Fail(g, kExitUnreachable, absl::StrCat("fwaid unavailable: ", r.status().message()));
       }
-      std::cout << nlohmann::json({{"query", j["query"]}, {"error", std::string(r.status().message())}}).dump()
+      std::cout << nlohmann::json(
+                       {{"query", j["query"]}, {"error", std::string(r.status().message())}})
+                       .dump()
                 << std::endl;
       rc = kExitError;
       continue;

@@ -6,9 +6,8 @@
 
 #include <functional>
 #include <memory>
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "absl/status/statusor.h"
 #include "client/lib/client.h"
@@ -32,7 +31,8 @@ struct Globals {
 int Fail(const Globals& g, int code, const std::string& msg);
 // UNAVAILABLE -> exit 3, anything else -> exit 1.
 int FailGrpc(const Globals& g, const grpc::Status& s);
-absl::StatusOr<std::shared_ptr<grpc::Channel>> ConnectChannel(const Globals& g, bool autostart = true,
+absl::StatusOr<std::shared_ptr<grpc::Channel>> ConnectChannel(const Globals& g,
+                                                              bool autostart = true,
                                                               int timeout_ms = 5000);
 
 // --batch FILE: JSON lines with a "query" field. For each, `run` returns

@@ -2,7 +2,6 @@
 
 #include <fstream>
 #include <iostream>
-
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
@@ -21,14 +20,20 @@ EvidenceCommands::EvidenceCommands(CLI::App& app, Globals& g) : g_(g) {
   ls_->add_option("--limit,-n", limit_, "How many (default 20; 0 = all)");
   show_ = ev->add_subcommand("show", "One run record, as stored");
   show_->add_option("run", run_id_)->required();
-  verify_ = ev->add_subcommand("verify", "Recompute the chain, the Merkle tree, proofs and checkpoint signatures");
+  verify_ = ev->add_subcommand(
+      "verify", "Recompute the chain, the Merkle tree, proofs and checkpoint signatures");
   export_ = ev->add_subcommand("export", "Export the log");
-  export_->add_option("--format", format_, "json | csv | sarif (build diagnostics) | html (a report) | in-toto (a DSSE-signed statement)")->check(CLI::IsMember({"json", "csv", "sarif", "html", "in-toto"}));
+  export_
+      ->add_option("--format", format_,
+                   "json | csv | sarif (build diagnostics) | html (a report) | in-toto (a "
+                   "DSSE-signed statement)")
+      ->check(CLI::IsMember({"json", "csv", "sarif", "html", "in-toto"}));
   export_->add_option("--output,-o", output_, "File (default: standard output)");
 }
 
 std::optional<int> EvidenceCommands::RunIfParsed() {
-  if (!ls_->parsed() && !show_->parsed() && !verify_->parsed() && !export_->parsed()) return std::nullopt;
+  if (!ls_->parsed() && !show_->parsed() && !verify_->parsed() && !export_->parsed())
+    return std::nullopt;
   auto ch = ConnectChannel(g_);
   if (!ch.ok()) return Fail(g_, kExitUnreachable, std::string(ch.status().message()));
   auto stub = pb::Evidence::NewStub(*ch);
@@ -42,18 +47,26 @@ std::optional<int> EvidenceCommands::RunIfParsed() {
     for (const auto& r : resp.runs()) {
       json j = json::parse(r.record_json(), nullptr, false);
       if (g_.json) {
-        std::cout << json{{"index", r.index()}, {"run_id", r.run_id()}, {"hash", r.hash()}, {"record", j}}.dump() << "\n";
+        std::cout << json{{"index", r.index()},
+                          {"run_id", r.run_id()},
+                          {"hash", r.hash()},
+                          {"record", j}}
+                         .dump()
+                  << "\n";
         continue;
       }
       std::string what = j.value("kind", "?");
       if (what == "agent_turn") {
         absl::StrAppend(&what, " ", j.value("session_id", ""), " ", j.value("model", ""), " ",
-                        j.contains("tools") ? j["tools"].size() : 0, " tool calls, ", j.value("stop_reason", ""));
+                        j.contains("tools") ? j["tools"].size() : 0, " tool calls, ",
+                        j.value("stop_reason", ""));
       } else if (what == "flash") {
-        absl::StrAppend(&what, " ", j.value("board", ""), " ", j.value("image_sha256", "").substr(0, 12),
+        absl::StrAppend(&what, " ", j.value("board", ""), " ",
+                        j.value("image_sha256", "").substr(0, 12),
                         j.value("booted", false) ? " booted" : "");
       }
-      std::printf("%5llu  %-24s %s\n", static_cast<unsigned long long>(r.index()), r.run_id().c_str(), what.c_str());
+      std::printf("%5llu  %-24s %s\n", static_cast<unsigned long long>(r.index()),
+                  r.run_id().c_str(), what.c_str());
     }
     return kExitOk;
   }
@@ -66,7 +79,8 @@ std::optional<int> EvidenceCommands::RunIfParsed() {
     if (g_.json) {
       std::cout << r.record_json() << std::endl;
     } else {
-      std::cout << "run " << r.run_id() << "  (record " << r.index() << ", leaf hash " << r.hash() << ")\n"
+      std::cout << "run " << r.run_id() << "  (record " << r.index() << ", leaf hash " << r.hash()
+                << ")\n"
                 << json::parse(r.record_json(), nullptr, false).dump(2) << std::endl;
     }
     return kExitOk;
@@ -76,12 +90,17 @@ std::optional<int> EvidenceCommands::RunIfParsed() {
     auto st = stub->Verify(&ctx, pb::VerifyRequest(), &resp);
     if (!st.ok()) return FailGrpc(g_, st);
     if (g_.json) {
-      std::cout << json{{"ok", resp.ok()}, {"records", resp.records()}, {"first_bad", resp.first_bad()}, {"detail", resp.detail()}}.dump()
+      std::cout << json{{"ok", resp.ok()},
+                        {"records", resp.records()},
+                        {"first_bad", resp.first_bad()},
+                        {"detail", resp.detail()}}
+                       .dump()
                 << std::endl;
     } else if (resp.ok()) {
       std::cout << "evidence verified: " << resp.detail() << std::endl;
     } else {
-      std::cerr << "evidence FAILED verification at " << resp.first_bad() << ": " << resp.detail() << std::endl;
+      std::cerr << "evidence FAILED verification at " << resp.first_bad() << ": " << resp.detail()
+                << std::endl;
     }
     return resp.ok() ? kExitOk : kExitError;
   }

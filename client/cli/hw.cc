@@ -8,10 +8,9 @@
 #include <ctime>
 #include <filesystem>
 #include <iostream>
+#include <nlohmann/json.hpp>
 #include <regex>
 #include <thread>
-
-#include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -30,18 +29,22 @@ namespace {
 
 std::atomic<bool> g_interrupted{false};
 
-
-void Tag(grpc::ClientContext& ctx) { ctx.AddMetadata("fwai-client", absl::StrCat("fwai pid ", getpid())); }
+void Tag(grpc::ClientContext& ctx) {
+  ctx.AddMetadata("fwai-client", absl::StrCat("fwai pid ", getpid()));
+}
 
 std::string HourMinSec(int64_t us) { return FormatLocalTime(us, "%H:%M:%S"); }
 
-void PrintJson(const google::protobuf::Message& m) { std::cout << ProtoToJson(m).dump() << std::endl; }
+void PrintJson(const google::protobuf::Message& m) {
+  std::cout << ProtoToJson(m).dump() << std::endl;
+}
 
 // One tagged unary call on the Hardware stub.
 template <typename Req, typename Resp>
 grpc::Status Call(pb::Hardware::Stub& stub,
-                  grpc::Status (pb::Hardware::Stub::*method)(grpc::ClientContext*, const Req&, Resp*), const Req& req,
-                  Resp* resp) {
+                  grpc::Status (pb::Hardware::Stub::*method)(grpc::ClientContext*, const Req&,
+                                                             Resp*),
+                  const Req& req, Resp* resp) {
   grpc::ClientContext ctx;
   Tag(ctx);
   return (stub.*method)(&ctx, req, resp);
@@ -57,39 +60,59 @@ HwCommands::HwCommands(CLI::App& app, Globals& g) : g_(g) {
                 "When the lab's registry cannot be read: what each of its members answered");
   lease_ = hw->add_subcommand("lease", "Lease a board (or device) for yourself");
   lease_->add_option("board", board_, "Board or device id (or use --tag)");
-  lease_->add_option("--tag", tags_, "Any free board with these tags (repeatable)")->allow_extra_args(false);
-  lease_->add_option("--ttl", ttl_, "Seconds until the lease lapses without a renewal (default: the daemon's, 900)");
-  lease_->add_option("--wait", wait_, "Wait up to this many seconds for a held board (default: fail at once)");
-  lease_->add_flag("--hold", hold_, "Stay running; fwaid keeps the lease while this runs and releases it when it stops");
-  lease_->add_option("--session", session_, "Bind the lease to a session (released when it is deleted)");
-  release_ = hw->add_subcommand("release", "Release your lease (admins: --force releases anyone's)");
+  lease_->add_option("--tag", tags_, "Any free board with these tags (repeatable)")
+      ->allow_extra_args(false);
+  lease_->add_option(
+      "--ttl", ttl_,
+      "Seconds until the lease lapses without a renewal (default: the daemon's, 900)");
+  lease_->add_option("--wait", wait_,
+                     "Wait up to this many seconds for a held board (default: fail at once)");
+  lease_->add_flag(
+      "--hold", hold_,
+      "Stay running; fwaid keeps the lease while this runs and releases it when it stops");
+  lease_->add_option("--session", session_,
+                     "Bind the lease to a session (released when it is deleted)");
+  release_ =
+      hw->add_subcommand("release", "Release your lease (admins: --force releases anyone's)");
   release_->add_option("board", board_, "Board or device id");
-  release_->add_flag("--force", force_, "Take another holder's lease away (root or the daemon's user)");
+  release_->add_flag("--force", force_,
+                     "Take another holder's lease away (root or the daemon's user)");
   who_ =
       hw->add_subcommand("who", "Who holds what since when, and who waits for it (in queue order)");
   test_ = hw->add_subcommand("test", "Run a board's self-test; its health follows the result");
   test_->add_option("board", board_, "Board id");
   health_ = hw->add_subcommand("health", "Set a board's health (root or the daemon's user)");
   health_->add_option("board", board_, "Board id")->required();
-  health_->add_option("state", state_, "good | bad | maintenance")->required()->check(CLI::IsMember({"good", "bad", "maintenance"}));
+  health_->add_option("state", state_, "good | bad | maintenance")
+      ->required()
+      ->check(CLI::IsMember({"good", "bad", "maintenance"}));
   health_->add_option("--reason", reason_, "Why");
   reset_ = hw->add_subcommand("reset", "Reset a board you hold");
   reset_->add_option("board", board_, "Board id");
 
-  monitor_ = app.add_subcommand("monitor", "Read a board's serial output (and send commands with the lease)");
+  monitor_ = app.add_subcommand("monitor",
+                                "Read a board's serial output (and send commands with the lease)");
   monitor_->add_option("board", board_, "Board id (default: your leased board, or the only one)");
   monitor_->add_option("--until", until_, "Exit 0 when a line matches this regex");
-  monitor_->add_option("--timeout", timeout_, "Give up after this many seconds (exit 1 with --until)");
-  monitor_->add_option("--send", send_, "Send this line after opening (repeatable; needs the lease)")->allow_extra_args(false);
+  monitor_->add_option("--timeout", timeout_,
+                       "Give up after this many seconds (exit 1 with --until)");
+  monitor_
+      ->add_option("--send", send_, "Send this line after opening (repeatable; needs the lease)")
+      ->allow_extra_args(false);
   monitor_->add_flag("--history", history_, "Start with the buffered history");
 
-  flash_ = app.add_subcommand("flash", "Flash an image to a board you hold, behind the flash guard");
+  flash_ =
+      app.add_subcommand("flash", "Flash an image to a board you hold, behind the flash guard");
   flash_->add_option("args", positional_, "[BOARD] [IMAGE.elf]");
   flash_->add_flag("--yes,-y", yes_, "Approve without asking");
-  flash_->add_option("--project-root", project_root_, "Where the image's sources are (default: found above it)");
+  flash_->add_option("--project-root", project_root_,
+                     "Where the image's sources are (default: found above it)");
 
   debug_ = app.add_subcommand("debug", "Run GDB commands on a board you hold");
-  debug_->add_option("args", positional_, "[BOARD] CMD... (quote multi-word commands: 'print counter')")->required();
+  debug_
+      ->add_option("args", positional_,
+                   "[BOARD] CMD... (quote multi-word commands: 'print counter')")
+      ->required();
   debug_->add_option("--timeout", debug_timeout_, "Seconds per command (default 10)");
 }
 
@@ -107,9 +130,9 @@ std::optional<int> HwCommands::RunIfParsed() {
   return std::nullopt;
 }
 
-#define CONNECT_OR_FAIL(stub)                                                                      \
-  auto ch_ = ConnectChannel(g_);                                                                   \
-  if (!ch_.ok()) return Fail(g_, kExitUnreachable, std::string(ch_.status().message()));          \
+#define CONNECT_OR_FAIL(stub)                                                            \
+  auto ch_ = ConnectChannel(g_);                                                         \
+  if (!ch_.ok()) return Fail(g_, kExitUnreachable, std::string(ch_.status().message())); \
   auto stub = pb::Hardware::NewStub(*ch_)
 
 int HwCommands::Ls() {
@@ -122,8 +145,10 @@ int HwCommands::Ls() {
     return kExitOk;
   }
   if (!resp.lab_error().empty()) {
-    std::fprintf(stderr, "warning: the lab's registry cannot be read (%s); only this node's devices are listed\n",
-                 resp.lab_error().c_str());
+    std::fprintf(
+        stderr,
+        "warning: the lab's registry cannot be read (%s); only this node's devices are listed\n",
+        resp.lab_error().c_str());
     if (verbose_) {
       for (const auto& m : resp.lab_error_detail()) std::fprintf(stderr, "  etcd %s\n", m.c_str());
     } else if (!resp.lab_error_detail().empty()) {
@@ -142,15 +167,20 @@ int HwCommands::Ls() {
     if (!d.serial_number().empty()) absl::StrAppend(&details, " sn ", d.serial_number());
     if (!d.path().empty()) absl::StrAppend(&details, " ", d.path());
     if (d.kind() == "simulated" || d.kind() == "board") {
-      absl::StrAppend(&details, " ", d.state().empty() ? (d.running() ? "running" : "stopped") : d.state());
-      if (!d.image().empty()) absl::StrAppend(&details, " ", fs::path(d.image()).filename().string());
+      absl::StrAppend(&details, " ",
+                      d.state().empty() ? (d.running() ? "running" : "stopped") : d.state());
+      if (!d.image().empty())
+        absl::StrAppend(&details, " ", fs::path(d.image()).filename().string());
     }
     std::string health = d.health();
     if (!d.health_reason().empty()) absl::StrAppend(&health, " (", d.health_reason(), ")");
-    std::string holder = d.holder().empty() ? "-" : absl::StrCat(d.holder(), " since ", HourMinSec(d.held_since_us()));
-    std::printf("%-22s %-10s %-12s %-26s %s\n", d.id().c_str(), d.kind().c_str(), d.health().c_str(), holder.c_str(),
-                details.c_str());
-    if (!d.health_reason().empty()) std::printf("%-*s%-22s   %s\n", lab ? 13 : 0, "", "", d.health_reason().c_str());
+    std::string holder = d.holder().empty()
+                             ? "-"
+                             : absl::StrCat(d.holder(), " since ", HourMinSec(d.held_since_us()));
+    std::printf("%-22s %-10s %-12s %-26s %s\n", d.id().c_str(), d.kind().c_str(),
+                d.health().c_str(), holder.c_str(), details.c_str());
+    if (!d.health_reason().empty())
+      std::printf("%-*s%-22s   %s\n", lab ? 13 : 0, "", "", d.health_reason().c_str());
   }
   return kExitOk;
 }
@@ -173,13 +203,15 @@ int HwCommands::Lease() {
   req.set_ttl_s(ttl_);
   req.set_wait_s(wait_);
   req.set_session_id(session_);
-  if (wait_ > 0 && !g_.json) std::fprintf(stderr, "waiting up to %d s for %s...\n", wait_, board_.empty() ? "a board" : board_.c_str());
+  if (wait_ > 0 && !g_.json)
+    std::fprintf(stderr, "waiting up to %d s for %s...\n", wait_,
+                 board_.empty() ? "a board" : board_.c_str());
   auto print = [&](const pb::Lease& lease) {
     if (g_.json) {
       PrintJson(lease);
     } else {
-      std::printf("leased %s (lease %s, ttl %d s, expires %s)\n", lease.device_id().c_str(), lease.lease_id().c_str(),
-                  lease.ttl_s(), HourMinSec(lease.expires_us()).c_str());
+      std::printf("leased %s (lease %s, ttl %d s, expires %s)\n", lease.device_id().c_str(),
+                  lease.lease_id().c_str(), lease.ttl_s(), HourMinSec(lease.expires_us()).c_str());
     }
     std::fflush(stdout);
   };
@@ -196,7 +228,7 @@ int HwCommands::Lease() {
   Tag(ctx);
   static grpc::ClientContext* active = nullptr;
   active = &ctx;
-  struct sigaction sa{};
+  struct sigaction sa {};
   sa.sa_handler = [](int) {
     g_interrupted = true;
     if (active) active->TryCancel();
@@ -218,7 +250,8 @@ int HwCommands::Lease() {
     if (!g_.json) std::printf("released %s\n", lease.device_id().c_str());
     return kExitOk;
   }
-  return Fail(g_, kExitError, absl::StrCat("lost the lease on ", lease.device_id(), ": ", st.error_message()));
+  return Fail(g_, kExitError,
+              absl::StrCat("lost the lease on ", lease.device_id(), ": ", st.error_message()));
 }
 
 int HwCommands::Release() {
@@ -335,14 +368,16 @@ int HwCommands::Monitor() {
     try {
       until = std::regex(until_);
     } catch (const std::regex_error& e) {
-      return Fail(g_, kExitUsage, absl::StrCat("--until: not a valid regular expression: ", e.what()));
+      return Fail(g_, kExitUsage,
+                  absl::StrCat("--until: not a valid regular expression: ", e.what()));
     }
   }
   CONNECT_OR_FAIL(stub);
   grpc::ClientContext ctx;
   Tag(ctx);
   if (timeout_ > 0) {
-    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(static_cast<int64_t>(timeout_ * 1000)));
+    ctx.set_deadline(std::chrono::system_clock::now() +
+                     std::chrono::milliseconds(static_cast<int64_t>(timeout_ * 1000)));
   }
   auto stream = stub->Serial(&ctx);
   pb::SerialClientMessage open;
@@ -352,7 +387,7 @@ int HwCommands::Monitor() {
   // Ctrl-C ends the monitor cleanly.
   static grpc::ClientContext* active = nullptr;
   active = &ctx;
-  struct sigaction sa{};
+  struct sigaction sa {};
   sa.sa_handler = [](int) {
     g_interrupted = true;
     if (active) active->TryCancel();
@@ -366,7 +401,8 @@ int HwCommands::Monitor() {
   while (stream->Read(&m)) {
     if (!m.opened().empty()) {
       board = m.opened();
-      if (!g_.json && isatty(2)) std::fprintf(stderr, "monitoring %s (Ctrl-C to stop)\n", board.c_str());
+      if (!g_.json && isatty(2))
+        std::fprintf(stderr, "monitoring %s (Ctrl-C to stop)\n", board.c_str());
       for (const auto& s : send_) {
         pb::SerialClientMessage w;
         w.set_send_line(s);
@@ -388,11 +424,13 @@ int HwCommands::Monitor() {
       end_reason = m.reason();
       break;
     }
-    if (m.dropped() > 0) std::fprintf(stderr, "fwai: %llu lines dropped (this reader fell behind)\n",
-                                      static_cast<unsigned long long>(m.dropped()));
+    if (m.dropped() > 0)
+      std::fprintf(stderr, "fwai: %llu lines dropped (this reader fell behind)\n",
+                   static_cast<unsigned long long>(m.dropped()));
     for (const auto& l : m.lines()) {
       if (g_.json) {
-        std::cout << json{{"time_us", l.time_us()}, {"seq", l.seq()}, {"line", l.line()}}.dump() << "\n";
+        std::cout << json{{"time_us", l.time_us()}, {"seq", l.seq()}, {"line", l.line()}}.dump()
+                  << "\n";
       } else {
         std::cout << l.line() << "\n";
       }
@@ -413,7 +451,8 @@ int HwCommands::Monitor() {
   if (matched) return kExitOk;
   if (refused) return kExitError;
   if (!end_reason.empty()) {
-    if (g_.json) std::cout << json{{"end_of_stream", true}, {"reason", end_reason}}.dump() << std::endl;
+    if (g_.json)
+      std::cout << json{{"end_of_stream", true}, {"reason", end_reason}}.dump() << std::endl;
     return Fail(g_, kExitError, absl::StrCat("serial stream ended: ", end_reason));
   }
   if (g_interrupted) return kExitOk;
@@ -434,7 +473,9 @@ int HwCommands::Flash() {
     } else if (board.empty()) {
       board = p;
     } else {
-      return Fail(g_, kExitUsage, absl::StrCat("unexpected argument '", p, "' (usage: fwai flash [BOARD] [IMAGE.elf])"));
+      return Fail(
+          g_, kExitUsage,
+          absl::StrCat("unexpected argument '", p, "' (usage: fwai flash [BOARD] [IMAGE.elf])"));
     }
   }
   if (image.empty()) {
@@ -445,7 +486,8 @@ int HwCommands::Flash() {
     }
     if (found.size() != 1) {
       return Fail(g_, kExitUsage,
-                  found.empty() ? "no image given and no build/*.elf here" : "several build/*.elf here; name the image");
+                  found.empty() ? "no image given and no build/*.elf here"
+                                : "several build/*.elf here; name the image");
     }
     image = found[0];
   }
@@ -453,7 +495,8 @@ int HwCommands::Flash() {
   fs::path abs = fs::absolute(image, ec);
   bool approved = yes_;
   if (!approved && isatty(0) && isatty(2) && !g_.json) {
-    std::fprintf(stderr, "Flash %s to %s? [y/N] ", abs.c_str(), board.empty() ? "your board" : board.c_str());
+    std::fprintf(stderr, "Flash %s to %s? [y/N] ", abs.c_str(),
+                 board.empty() ? "your board" : board.c_str());
     std::string answer;
     std::getline(std::cin, answer);
     approved = answer == "y" || answer == "Y" || answer == "yes";
@@ -474,7 +517,8 @@ int HwCommands::Flash() {
     if (g_.json) {
       PrintJson(p);
     } else if (!p.done()) {
-      std::printf("[%-7s %3.0f%%] %s\n", p.stage().c_str(), p.fraction() * 100, p.message().c_str());
+      std::printf("[%-7s %3.0f%%] %s\n", p.stage().c_str(), p.fraction() * 100,
+                  p.message().c_str());
       std::fflush(stdout);
     }
     if (p.done()) last = p;
@@ -482,8 +526,10 @@ int HwCommands::Flash() {
   auto st = reader->Finish();
   if (!st.ok()) return FailGrpc(g_, st);
   if (!g_.json) {
-    std::printf("%s: sha256 %s, %.2f s%s\n", last.message().c_str(), last.image_sha256().c_str(), last.seconds(),
-                last.boot_line().empty() ? "" : absl::StrCat(", booted: ", last.boot_line()).c_str());
+    std::printf(
+        "%s: sha256 %s, %.2f s%s\n", last.message().c_str(), last.image_sha256().c_str(),
+        last.seconds(),
+        last.boot_line().empty() ? "" : absl::StrCat(", booted: ", last.boot_line()).c_str());
   }
   return kExitOk;
 }
@@ -518,7 +564,8 @@ int HwCommands::Debug() {
   }
   bool any_error = false;
   for (int i = 0; i < resp.outputs_size(); ++i) {
-    if (cmds.size() > 1) std::printf("(gdb) %s\n", i < static_cast<int>(cmds.size()) ? cmds[i].c_str() : "");
+    if (cmds.size() > 1)
+      std::printf("(gdb) %s\n", i < static_cast<int>(cmds.size()) ? cmds[i].c_str() : "");
     std::printf("%s\n", resp.outputs(i).c_str());
     any_error |= resp.outputs(i).rfind("error: ", 0) == 0;
   }

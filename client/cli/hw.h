@@ -37,8 +37,9 @@ class HwCommands {
   int Debug();
 
   Globals& g_;
-  CLI::App *ls_ = nullptr, *lease_ = nullptr, *release_ = nullptr, *who_ = nullptr, *test_ = nullptr,
-           *health_ = nullptr, *reset_ = nullptr, *monitor_ = nullptr, *flash_ = nullptr, *debug_ = nullptr;
+  CLI::App *ls_ = nullptr, *lease_ = nullptr, *release_ = nullptr, *who_ = nullptr,
+           *test_ = nullptr, *health_ = nullptr, *reset_ = nullptr, *monitor_ = nullptr,
+           *flash_ = nullptr, *debug_ = nullptr;
   std::string board_;
   std::vector<std::string> tags_;
   int ttl_ = 0;

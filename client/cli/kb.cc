@@ -45,7 +45,8 @@ struct FileItem {
 };
 
 // Files, directories (recursively, hidden entries skipped) and globs.
-std::vector<FileItem> ExpandPaths(const std::vector<std::string>& args, std::vector<std::string>* errors) {
+std::vector<FileItem> ExpandPaths(const std::vector<std::string>& args,
+                                  std::vector<std::string>* errors) {
   std::vector<FileItem> out;
   for (const auto& a : args) {
     std::vector<std::string> matches;
@@ -63,7 +64,8 @@ std::vector<FileItem> ExpandPaths(const std::vector<std::string>& args, std::vec
     for (const auto& m : matches) {
       if (fs::is_directory(m, ec)) {
         std::vector<FileItem> found;
-        fs::recursive_directory_iterator it(m, fs::directory_options::skip_permission_denied, ec), end;
+        fs::recursive_directory_iterator it(m, fs::directory_options::skip_permission_denied, ec),
+            end;
         for (; !ec && it != end; it.increment(ec)) {
           if (Hidden(it->path())) {
             if (it->is_directory()) it.disable_recursion_pending();
@@ -74,7 +76,8 @@ std::vector<FileItem> ExpandPaths(const std::vector<std::string>& args, std::vec
           }
         }
         if (ec) errors->push_back(absl::StrCat(m, ": ", ec.message()));
-        std::sort(found.begin(), found.end(), [](const auto& x, const auto& y) { return x.name < y.name; });
+        std::sort(found.begin(), found.end(),
+                  [](const auto& x, const auto& y) { return x.name < y.name; });
         out.insert(out.end(), found.begin(), found.end());
       } else if (fs::exists(m, ec)) {
         out.push_back({m, CleanName(m)});
@@ -127,13 +130,15 @@ std::string Snippet(const pb::SearchResult& r, size_t max) {
 }  // namespace
 
 KbCommands::KbCommands(CLI::App& app, Globals& g) : g_(g) {
-  auto* kb = app.add_subcommand("kb", "The knowledge base: datasheets, manuals, register descriptions");
+  auto* kb =
+      app.add_subcommand("kb", "The knowledge base: datasheets, manuals, register descriptions");
   kb->require_subcommand(1);
   add_ = kb->add_subcommand("add", "Add files, directories (recursively) or globs");
   add_->add_option("paths", paths_, "Files, directories or globs")->required();
   add_->add_option("--collection", collection_, "Collection (default: default)");
   add_->add_option("--tag", tags_, "Metadata key=value (repeatable)");
-  add_->add_option("--kind", kind_, "doc or code (default: detect)")->check(CLI::IsMember({"doc", "code"}));
+  add_->add_option("--kind", kind_, "doc or code (default: detect)")
+      ->check(CLI::IsMember({"doc", "code"}));
   ls_ = kb->add_subcommand("ls", "List documents");
   ls_->add_option("--collection", collection_, "Only this collection");
   rm_ = kb->add_subcommand("rm", "Remove documents (by id or name)");
@@ -151,7 +156,8 @@ KbCommands::KbCommands(CLI::App& app, Globals& g) : g_(g) {
   search_->add_flag("--no-rerank", no_rerank_, "Fused order, no reranking");
   search_->add_option("--mode", mode_, "hybrid (default), lexical or vector")
       ->check(CLI::IsMember({"hybrid", "lexical", "vector"}));
-  search_->add_option("--batch", batch_, "JSON lines with a \"query\" field; one JSON line out per query");
+  search_->add_option("--batch", batch_,
+                      "JSON lines with a \"query\" field; one JSON line out per query");
   search_
       ->add_option("--passage-tokens", passage_tokens_,
                    "Passage size in tokens, 1..512 (default 512)")
@@ -188,7 +194,8 @@ int KbCommands::Add() {
   std::vector<pb::Tag> tags;
   for (const auto& t : tags_) {
     auto eq = t.find('=');
-    if (eq == std::string::npos || eq == 0) return Fail(g_, kExitUsage, absl::StrCat("--tag ", t, ": expected key=value"));
+    if (eq == std::string::npos || eq == 0)
+      return Fail(g_, kExitUsage, absl::StrCat("--tag ", t, ": expected key=value"));
     pb::Tag tag;
     tag.set_key(t.substr(0, eq));
     tag.set_value(t.substr(eq + 1));
@@ -213,7 +220,8 @@ int KbCommands::Add() {
   for (const auto& e : errors) report_error("", e);
   for (size_t i = 0; i < files.size(); ++i) {
     const auto& f = files[i];
-    if (tty) std::cerr << "\r\033[K[" << i + 1 << "/" << files.size() << "] " << f.name << std::flush;
+    if (tty)
+      std::cerr << "\r\033[K[" << i + 1 << "/" << files.size() << "] " << f.name << std::flush;
     std::error_code ec;
     auto size = fs::file_size(f.path, ec);
     if (ec) {
@@ -261,7 +269,11 @@ int KbCommands::Add() {
     while (stream->Read(&p)) {
       last = p;
       if (g_.json) {
-        std::cout << json({{"type", "progress"}, {"name", f.name}, {"stage", p.stage()}, {"bytes", p.bytes()}}).dump()
+        std::cout << json({{"type", "progress"},
+                           {"name", f.name},
+                           {"stage", p.stage()},
+                           {"bytes", p.bytes()}})
+                         .dump()
                   << std::endl;
       }
     }
@@ -279,25 +291,38 @@ int KbCommands::Add() {
     }
     chunks += last.chunks();
     if (g_.json) {
-      std::cout << json({{"type", "done"}, {"name", f.name}, {"doc_id", last.doc_id()}, {"chunks", last.chunks()},
-                         {"pages", last.pages()}, {"unchanged", last.unchanged()},
-                         {"replaced", !last.replaced_doc_id().empty()}, {"duplicate_of", last.duplicate_of()}})
+      std::cout << json({{"type", "done"},
+                         {"name", f.name},
+                         {"doc_id", last.doc_id()},
+                         {"chunks", last.chunks()},
+                         {"pages", last.pages()},
+                         {"unchanged", last.unchanged()},
+                         {"replaced", !last.replaced_doc_id().empty()},
+                         {"duplicate_of", last.duplicate_of()}})
                        .dump()
                 << std::endl;
     } else if (!tty) {
-      std::cout << f.name << ": " << (last.unchanged() ? "unchanged" : absl::StrCat(last.chunks(), " chunks"))
-                << (last.duplicate_of().empty() ? "" : " (same content as " + last.duplicate_of() + ")") << std::endl;
+      std::cout << f.name << ": "
+                << (last.unchanged() ? "unchanged" : absl::StrCat(last.chunks(), " chunks"))
+                << (last.duplicate_of().empty() ? ""
+                                                : " (same content as " + last.duplicate_of() + ")")
+                << std::endl;
     }
   }
   double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (g_.json) {
-    std::cout << json({{"type", "summary"}, {"added", added}, {"unchanged", unchanged}, {"failed", failed},
-                       {"chunks", chunks}, {"seconds", secs}})
+    std::cout << json({{"type", "summary"},
+                       {"added", added},
+                       {"unchanged", unchanged},
+                       {"failed", failed},
+                       {"chunks", chunks},
+                       {"seconds", secs}})
                      .dump()
               << std::endl;
   } else {
-    std::cerr << (tty ? "\r\033[K" : "") << "added " << added << ", unchanged " << unchanged << ", failed "
-              << failed << " (" << chunks << " chunks) in " << secs << " s" << std::endl;
+    std::cerr << (tty ? "\r\033[K" : "") << "added " << added << ", unchanged " << unchanged
+              << ", failed " << failed << " (" << chunks << " chunks) in " << secs << " s"
+              << std::endl;
   }
   return failed > 0 ? kExitError : kExitOk;
 }
@@ -321,10 +346,12 @@ int KbCommands::Ls() {
     std::cout << "no documents (add some with: fwai kb add PATH...)" << std::endl;
     return kExitOk;
   }
-  std::printf("%-20s %-12s %7s %6s %10s %-9s %s\n", "ID", "COLLECTION", "CHUNKS", "PAGES", "BYTES", "FORMAT", "NAME");
+  std::printf("%-20s %-12s %7s %6s %10s %-9s %s\n", "ID", "COLLECTION", "CHUNKS", "PAGES", "BYTES",
+              "FORMAT", "NAME");
   for (const auto& d : resp.documents()) {
-    std::printf("%-20s %-12s %7d %6d %10lld %-9s %s\n", d.id().c_str(), d.collection().c_str(), d.chunks(), d.pages(),
-                static_cast<long long>(d.bytes()), d.format().c_str(), d.name().c_str());
+    std::printf("%-20s %-12s %7d %6d %10lld %-9s %s\n", d.id().c_str(), d.collection().c_str(),
+                d.chunks(), d.pages(), static_cast<long long>(d.bytes()), d.format().c_str(),
+                d.name().c_str());
   }
   return kExitOk;
 }
@@ -347,7 +374,8 @@ int KbCommands::Rm() {
       continue;
     }
     removed.push_back({{"doc", d}, {"chunks", resp.chunks_removed()}});
-    if (!g_.json) std::cout << "removed " << d << " (" << resp.chunks_removed() << " chunks)" << std::endl;
+    if (!g_.json)
+      std::cout << "removed " << d << " (" << resp.chunks_removed() << " chunks)" << std::endl;
   }
   if (g_.json) std::cout << json({{"removed", removed}}).dump() << std::endl;
   return rc;
@@ -366,10 +394,11 @@ int KbCommands::Stats() {
     std::cout << ProtoToJson(resp).dump() << std::endl;
     return kExitOk;
   }
-  std::printf("documents  %lld\nchunks     %lld\nbytes      %lld\nindexes    %s\nembedder   %s (%d dims)\n",
-              static_cast<long long>(resp.documents()), static_cast<long long>(resp.chunks()),
-              static_cast<long long>(resp.bytes()), absl::StrJoin(resp.index_kinds(), ", ").c_str(),
-              resp.embedder().c_str(), resp.dimension());
+  std::printf(
+      "documents  %lld\nchunks     %lld\nbytes      %lld\nindexes    %s\nembedder   %s (%d dims)\n",
+      static_cast<long long>(resp.documents()), static_cast<long long>(resp.chunks()),
+      static_cast<long long>(resp.bytes()), absl::StrJoin(resp.index_kinds(), ", ").c_str(),
+      resp.embedder().c_str(), resp.dimension());
   std::printf(
       "searches   %lld logged\nfeedback   %lld good, %lld bad (people); %lld cited, %lld discarded "
       "(agent)\n",
@@ -381,7 +410,8 @@ int KbCommands::Stats() {
 
 int KbCommands::Search() {
   query_ = absl::StrJoin(query_words_, " ");
-  if (batch_.empty() && query_.empty()) return Fail(g_, kExitUsage, "kb search: give a QUERY or --batch FILE");
+  if (batch_.empty() && query_.empty())
+    return Fail(g_, kExitUsage, "kb search: give a QUERY or --batch FILE");
   auto ch = ConnectChannel(g_);
   if (!ch.ok()) return Fail(g_, kExitUnreachable, std::string(ch.status().message()));
   auto stub = pb::Knowledge::NewStub(*ch);
@@ -405,7 +435,8 @@ int KbCommands::Search() {
       ctx.AddMetadata("fwai-client", "cli");
       pb::SearchResponse resp;
       auto st = stub->Search(&ctx, make(q), &resp);
-      if (!st.ok()) return absl::Status(static_cast<absl::StatusCode>(st.error_code()), st.error_message());
+      if (!st.ok())
+        return absl::Status(static_cast<absl::StatusCode>(st.error_code()), st.error_message());
       json out = {
           {"took_ms", resp.took_ms()}, {"search_id", resp.search_id()}, {"results", json::array()}};
       for (const auto& r : resp.results()) out["results"].push_back(HitToJson(r));

@@ -9,8 +9,8 @@
 #include <CLI/CLI.hpp>
 #include <atomic>
 #include <cerrno>
-#include <cstdint>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -26,14 +26,14 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "client/cli/auth.h"
 #include "client/cli/cli.h"
 #include "client/cli/evidence.h"
-#include "client/cli/auth.h"
 #include "client/cli/firmware.h"
-#include "client/cli/ota.h"
-#include "client/cli/plugin.h"
 #include "client/cli/hw.h"
 #include "client/cli/kb.h"
+#include "client/cli/ota.h"
+#include "client/cli/plugin.h"
 #include "client/cli/project.h"
 #include "client/cli/render.h"
 #include "client/cli/skills.h"
@@ -129,14 +129,16 @@ pb::ClientEvent DecidePlan(const pb::PlanSubmitted& plan) {
   pb::ClientEvent out;
   auto* d = out.mutable_plan_decision();
   d->set_plan_id(plan.plan_id());
-  std::cerr << "\nApprove this plan? [y]es, [e]dit it first, or type what to change: " << std::flush;
+  std::cerr << "\nApprove this plan? [y]es, [e]dit it first, or type what to change: "
+            << std::flush;
   std::string answer;
   std::getline(std::cin, answer);
   answer = std::string(absl::StripAsciiWhitespace(answer));
   if (answer == "y" || answer == "yes" || answer == "Y") {
     d->set_approve(true);
   } else if (answer == "e" || answer == "edit") {
-    const std::string tmp = std::filesystem::temp_directory_path() / ("fwai-plan-" + plan.plan_id() + ".md");
+    const std::string tmp =
+        std::filesystem::temp_directory_path() / ("fwai-plan-" + plan.plan_id() + ".md");
     std::ofstream(tmp) << plan.text();
     const char* editor = std::getenv("VISUAL") ? std::getenv("VISUAL") : std::getenv("EDITOR");
     std::string cmd = absl::StrCat(editor ? editor : "vi", " '", tmp, "'");
@@ -164,21 +166,26 @@ pb::ClientEvent AnswerQuestions(const pb::QuestionAsked& q) {
   std::vector<std::string> texts;
   for (const auto& one : q.questions()) {
     std::cerr << "\n? " << one.text() << "\n";
-    for (int i = 0; i < one.options_size(); ++i) std::cerr << "  " << i + 1 << ". " << one.options(i).label() << "\n";
-    std::cerr << (one.options_size() ? (one.multiple() ? "choose (e.g. 1,3)" : "choose a number") : "answer")
-              << (one.options_size() && one.allow_free_text() ? " or type an answer" : "") << ": " << std::flush;
+    for (int i = 0; i < one.options_size(); ++i)
+      std::cerr << "  " << i + 1 << ". " << one.options(i).label() << "\n";
+    std::cerr << (one.options_size() ? (one.multiple() ? "choose (e.g. 1,3)" : "choose a number")
+                                     : "answer")
+              << (one.options_size() && one.allow_free_text() ? " or type an answer" : "") << ": "
+              << std::flush;
     std::string line;
     std::getline(std::cin, line);
     line = std::string(absl::StripAsciiWhitespace(line));
     bool picked = false;
     for (absl::string_view part : absl::StrSplit(line, ',', absl::SkipWhitespace())) {
       int n = 0;
-      if (absl::SimpleAtoi(absl::StripAsciiWhitespace(part), &n) && n >= 1 && n <= one.options_size()) {
+      if (absl::SimpleAtoi(absl::StripAsciiWhitespace(part), &n) && n >= 1 &&
+          n <= one.options_size()) {
         a->add_selected(one.options(n - 1).label());
         picked = true;
       }
     }
-    if (!picked && !line.empty()) texts.push_back(q.questions_size() > 1 ? one.text() + ": " + line : line);
+    if (!picked && !line.empty())
+      texts.push_back(q.questions_size() > 1 ? one.text() + ": " + line : line);
   }
   a->set_text(absl::StrJoin(texts, "\n"));
   return out;
@@ -233,7 +240,9 @@ int RunTurn(const Globals& g, Conn& c, const std::string& session_id, const std:
       if (interactive) {
         stream->Write(DecidePlan(ev.plan_submitted()));
       } else if (!g.json) {
-        std::cerr << "(the plan waits for a decision: run fwai interactively, or start with --auto-approve)" << std::endl;
+        std::cerr << "(the plan waits for a decision: run fwai interactively, or start with "
+                     "--auto-approve)"
+                  << std::endl;
       }
     }
     if (ev.has_question_asked()) {
@@ -256,7 +265,8 @@ int RunTurn(const Globals& g, Conn& c, const std::string& session_id, const std:
   renderer.EndLine();
   if (!finished) {
     if (!st.ok() && st.error_code() != grpc::StatusCode::UNAVAILABLE) return FailGrpc(g, st);
-    return ReportLostTurn(g, session_id, turn_id, last_seq, st.ok() ? "the stream ended" : st.error_message());
+    return ReportLostTurn(g, session_id, turn_id, last_seq,
+                          st.ok() ? "the stream ended" : st.error_message());
   }
   if (stop_reason == "error" || stop_reason == "cancelled") return kExitTurnFailed;
   return kExitOk;
@@ -275,12 +285,13 @@ absl::StatusOr<pb::Session> CreateSession(Conn& c, const Globals& g, const std::
   req.set_model(model);
   pb::Session s;
   grpc::Status st = c.sessions->Create(&ctx, req, &s);
-  if (!st.ok()) return absl::Status(static_cast<absl::StatusCode>(st.error_code()), st.error_message());
+  if (!st.ok())
+    return absl::Status(static_cast<absl::StatusCode>(st.error_code()), st.error_message());
   // The daemon gave the session no project (a token or certificate that
   // acts as no local account): say so before the model is asked anything.
   if (!s.no_project_reason().empty()) {
-    std::cerr << "note: this session has no project and no file or command tools: " << s.no_project_reason()
-              << std::endl;
+    std::cerr << "note: this session has no project and no file or command tools: "
+              << s.no_project_reason() << std::endl;
   }
   return s;
 }
@@ -295,7 +306,8 @@ std::string FormatTime(int64_t us) {
 // ---------------------------------------------------------------- commands
 
 int CmdChat(const Globals& g, std::string session_id, const std::vector<std::string>& words,
-            const std::string& provider, const std::string& model, bool cont, bool plan, bool auto_approve) {
+            const std::string& provider, const std::string& model, bool cont, bool plan,
+            bool auto_approve) {
   std::string text = absl::StrJoin(words, " ");
   if (text == "-") {
     text.assign(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
@@ -362,8 +374,10 @@ int CmdAttach(const Globals& g, const std::string& session_id, uint64_t after, b
     while (reader->Read(&ev)) {
       r.Render(ev);
       last = ev.seq();
-      if (ev.seq() > live_after && ev.has_turn_finished() && ev.turn_finished().stop_reason() == "interrupted") {
-        interrupted = absl::StrCat("turn ", ev.turn_id(), " was interrupted: ", ev.turn_finished().detail());
+      if (ev.seq() > live_after && ev.has_turn_finished() &&
+          ev.turn_finished().stop_reason() == "interrupted") {
+        interrupted =
+            absl::StrCat("turn ", ev.turn_id(), " was interrupted: ", ev.turn_finished().detail());
         ctx.TryCancel();
         break;
       }
@@ -372,16 +386,19 @@ int CmdAttach(const Globals& g, const std::string& session_id, uint64_t after, b
     watcher.Stop();
     r.EndLine();
     if (!interrupted.empty()) return Fail(g, kExitTurnFailed, interrupted);
-    if (st.ok() || (st.error_code() == grpc::StatusCode::CANCELLED && g_sigint_count > 0)) return kExitOk;
+    if (st.ok() || (st.error_code() == grpc::StatusCode::CANCELLED && g_sigint_count > 0))
+      return kExitOk;
     if (st.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) {
-      return Fail(g, kExitError, absl::StrCat(st.error_message(), " (fwai attach ", session_id,
-                                              " --after ", last, ")"));
+      return Fail(
+          g, kExitError,
+          absl::StrCat(st.error_message(), " (fwai attach ", session_id, " --after ", last, ")"));
     }
-    if (st.error_code() != grpc::StatusCode::UNAVAILABLE || no_follow || !addr.ok()) return FailGrpc(g, st);
+    if (st.error_code() != grpc::StatusCode::UNAVAILABLE || no_follow || !addr.ok())
+      return FailGrpc(g, st);
     // fwaid went away: wait for it to come back and resume from the last event.
     if (!g.json) {
-      std::cerr << "(fwaid went away: " << st.error_message() << "; waiting for it to come back, Ctrl-C to leave)"
-                << std::endl;
+      std::cerr << "(fwaid went away: " << st.error_message()
+                << "; waiting for it to come back, Ctrl-C to leave)" << std::endl;
     }
     while (g_sigint_count == 0) {
       auto ch = ConnectChannel(g, /*autostart=*/false, 250);
@@ -419,10 +436,11 @@ int CmdSessionsLs(const Globals& g, bool all) {
   std::printf("%-20s %-16s %6s  %-30s %s\n", "ID", "UPDATED", "EVENTS", "TITLE", "PROJECT");
   for (const auto& s : resp.sessions()) {
     std::string title = s.title().substr(0, 30);
-    for (auto& ch : title) if (ch == '\n') ch = ' ';
-    std::printf("%-20s %-16s %6llu  %-30s %s%s\n", s.id().c_str(), FormatTime(s.updated_us()).c_str(),
-                static_cast<unsigned long long>(s.last_seq()), title.c_str(), s.project_root().c_str(),
-                s.turn_running() ? "  (running)" : "");
+    for (auto& ch : title)
+      if (ch == '\n') ch = ' ';
+    std::printf("%-20s %-16s %6llu  %-30s %s%s\n", s.id().c_str(),
+                FormatTime(s.updated_us()).c_str(), static_cast<unsigned long long>(s.last_seq()),
+                title.c_str(), s.project_root().c_str(), s.turn_running() ? "  (running)" : "");
   }
   return kExitOk;
 }
@@ -463,7 +481,9 @@ int CmdSessionsShow(const Globals& g, const std::string& id) {
       auto it = index.find(ev.turn_id());
       if (it == index.end() || ev.has_user_message()) {
         index[ev.turn_id()] = turns.size();
-        turns.push_back({{"turn_id", ev.turn_id()}, {"model_calls", 0}, {"stop_reason", "running"},
+        turns.push_back({{"turn_id", ev.turn_id()},
+                         {"model_calls", 0},
+                         {"stop_reason", "running"},
                          {"started_us", ev.time_us()}});
         it = index.find(ev.turn_id());
       }
@@ -486,19 +506,25 @@ int CmdSessionsShow(const Globals& g, const std::string& id) {
     j["turns"] = turns;
     j["history"] = nlohmann::json::array();
     for (const auto& m : h.messages()) {
-      j["history"].push_back({{"role", m.role()},
-                              {"content", nlohmann::json::parse(m.content_json(), nullptr, false)}});
+      j["history"].push_back(
+          {{"role", m.role()},
+           {"content", nlohmann::json::parse(m.content_json(), nullptr, false)}});
     }
     std::cout << j.dump() << std::endl;
     return kExitOk;
   }
-  std::printf("session  %s\ntitle    %s\nowner    %s\nproject  %s\ncreated  %s\nupdated  %s\nevents   %llu\n",
-              s.id().c_str(), s.title().c_str(), s.owner().c_str(), s.project_root().c_str(),
-              FormatTime(s.created_us()).c_str(), FormatTime(s.updated_us()).c_str(),
-              static_cast<unsigned long long>(s.last_seq()));
-  if (!s.provider().empty()) std::printf("provider %s %s\n", s.provider().c_str(), s.model().c_str());
-  std::printf("mode     %s%s\n", s.mode().c_str(), s.auto_approve_plan() ? " (plans auto-approved)" : "");
-  std::printf("usage    %lld in · %lld out tokens · $%.4f\n", static_cast<long long>(s.usage().input_tokens()),
+  std::printf(
+      "session  %s\ntitle    %s\nowner    %s\nproject  %s\ncreated  %s\nupdated  %s\nevents   "
+      "%llu\n",
+      s.id().c_str(), s.title().c_str(), s.owner().c_str(), s.project_root().c_str(),
+      FormatTime(s.created_us()).c_str(), FormatTime(s.updated_us()).c_str(),
+      static_cast<unsigned long long>(s.last_seq()));
+  if (!s.provider().empty())
+    std::printf("provider %s %s\n", s.provider().c_str(), s.model().c_str());
+  std::printf("mode     %s%s\n", s.mode().c_str(),
+              s.auto_approve_plan() ? " (plans auto-approved)" : "");
+  std::printf("usage    %lld in · %lld out tokens · $%.4f\n",
+              static_cast<long long>(s.usage().input_tokens()),
               static_cast<long long>(s.usage().output_tokens()), s.usage().cost_usd());
   if (!turns.empty()) std::printf("turns:\n");
   for (const auto& t : turns) {
@@ -507,16 +533,19 @@ int CmdSessionsShow(const Globals& g, const std::string& id) {
                   FormatTime(t["started_us"].get<int64_t>()).c_str());
       continue;
     }
-    std::printf("  %-22s %7lld in %7lld out  $%.4f  %2d calls  %6.1f s  %s%s\n", t["turn_id"].get<std::string>().c_str(),
+    std::printf("  %-22s %7lld in %7lld out  $%.4f  %2d calls  %6.1f s  %s%s\n",
+                t["turn_id"].get<std::string>().c_str(),
                 static_cast<long long>(t["input_tokens"].get<int64_t>()),
-                static_cast<long long>(t["output_tokens"].get<int64_t>()), t["cost_usd"].get<double>(),
-                t["model_calls"].get<int>(), t["duration_ms"].get<int64_t>() / 1000.0,
+                static_cast<long long>(t["output_tokens"].get<int64_t>()),
+                t["cost_usd"].get<double>(), t["model_calls"].get<int>(),
+                t["duration_ms"].get<int64_t>() / 1000.0,
                 t["stop_reason"].get<std::string>().c_str(),
                 t.contains("detail") ? (" — " + t["detail"].get<std::string>()).c_str() : "");
   }
   if (s.todos_size() > 0) {
     std::printf("todos:\n");
-    for (const auto& t : s.todos()) std::printf("  [%s] %s\n", t.status().c_str(), t.content().c_str());
+    for (const auto& t : s.todos())
+      std::printf("  [%s] %s\n", t.status().c_str(), t.content().c_str());
   }
   std::printf("\n");
   for (const auto& m : h.messages()) {
@@ -530,9 +559,12 @@ int CmdSessionsShow(const Globals& g, const std::string& id) {
         std::printf("%s: [tool %s %s]\n\n", m.role().c_str(), b.value("name", "").c_str(),
                     b.value("input", nlohmann::json::object()).dump().c_str());
       } else if (type == "tool_result") {
-        std::string out = b.contains("content") && b["content"].is_string() ? b["content"].get<std::string>() : "";
+        std::string out = b.contains("content") && b["content"].is_string()
+                              ? b["content"].get<std::string>()
+                              : "";
         if (out.size() > 200) out = out.substr(0, 200) + "...";
-        std::printf("  [result%s] %s\n\n", b.value("is_error", false) ? " (error)" : "", out.c_str());
+        std::printf("  [result%s] %s\n\n", b.value("is_error", false) ? " (error)" : "",
+                    out.c_str());
       }
     }
   }
@@ -565,7 +597,9 @@ int CmdDaemonStatus(const Globals& g) {
   auto c = Connect(g, /*autostart=*/false);
   if (!c.ok()) {
     if (g.json) {
-      std::cout << nlohmann::json({{"running", false}, {"message", std::string(c.status().message())}}).dump()
+      std::cout << nlohmann::json(
+                       {{"running", false}, {"message", std::string(c.status().message())}})
+                       .dump()
                 << std::endl;
     } else {
       std::cout << "fwaid: not running (" << c.status().message() << ")" << std::endl;
@@ -590,8 +624,9 @@ int CmdDaemonStatus(const Globals& g) {
   std::printf("you are   %s\n", s.caller().c_str());
   std::printf("turns     %lld running\n", static_cast<long long>(s.running_turns()));
   if (s.providers().empty()) {
-    std::printf("providers none — set ANTHROPIC_API_KEY or OPENAI_API_KEY in fwaid's environment and "
-                "restart it (fwai daemon stop), or add providers: to fwaid.yaml\n");
+    std::printf(
+        "providers none — set ANTHROPIC_API_KEY or OPENAI_API_KEY in fwaid's environment and "
+        "restart it (fwai daemon stop), or add providers: to fwaid.yaml\n");
   }
   for (const auto& p : s.providers()) {
     std::printf("provider  %s%s (%s, model %s, %s, key %s)\n", p.name().c_str(),
@@ -653,7 +688,8 @@ int CmdDaemonStop(const Globals& g) {
       if (pid > 0) j["pid"] = pid;
       std::cout << j.dump() << std::endl;
     } else {
-      std::cout << "fwaid stopped" << (pid > 0 ? " (pid " + std::to_string(pid) + ")" : "") << std::endl;
+      std::cout << "fwaid stopped" << (pid > 0 ? " (pid " + std::to_string(pid) + ")" : "")
+                << std::endl;
     }
     return kExitOk;
   };
@@ -663,10 +699,11 @@ int CmdDaemonStop(const Globals& g) {
     if (pid > 0 ? ProcessGone(pid) : !ConnectToDaemon(*addr, false, 50).ok()) return stopped();
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
-  return Fail(g, kExitError,
-              pid > 0 ? absl::StrCat("fwaid (pid ", pid, ") is still shutting down after ", kStopTimeoutS,
-                                     " s; its data directory stays locked until it exits")
-                      : absl::StrCat("fwaid did not stop within ", kStopTimeoutS, " s"));
+  return Fail(
+      g, kExitError,
+      pid > 0 ? absl::StrCat("fwaid (pid ", pid, ") is still shutting down after ", kStopTimeoutS,
+                             " s; its data directory stays locked until it exits")
+              : absl::StrCat("fwaid did not stop within ", kStopTimeoutS, " s"));
 }
 
 // ---------------------------------------------------------------- REPL
@@ -713,15 +750,16 @@ int Repl(const Globals& g, std::string session_id, const std::string& provider,
     write_history(history_file.c_str());
     if (line == "/exit" || line == "/quit") break;
     if (line == "/help") {
-      std::cout << "/new       start a new session\n/session   show the current session id\n"
-                   "/sessions  list sessions\n/plan      plan mode (read-only; a plan to approve)\n"
-                   "/act       act mode (all tools)\n/mode      show the mode\n/todos     the todo list\n"
-                   "/compact   summarise older turns now\n"
-                   "/build /flash /monitor /test   run the built-in skill\n"
-                   "/run SKILL [NAME=VALUE...]     run a skill (/skills lists them)\n"
-                   "/exit      leave (or Ctrl-D)\n"
-                   "Free text that names a skill runs it (or asks first when unsure).\n"
-                   "Ctrl-C during an answer cancels the turn.\n";
+      std::cout
+          << "/new       start a new session\n/session   show the current session id\n"
+             "/sessions  list sessions\n/plan      plan mode (read-only; a plan to approve)\n"
+             "/act       act mode (all tools)\n/mode      show the mode\n/todos     the todo list\n"
+             "/compact   summarise older turns now\n"
+             "/build /flash /monitor /test   run the built-in skill\n"
+             "/run SKILL [NAME=VALUE...]     run a skill (/skills lists them)\n"
+             "/exit      leave (or Ctrl-D)\n"
+             "Free text that names a skill runs it (or asks first when unsure).\n"
+             "Ctrl-C during an answer cancels the turn.\n";
       continue;
     }
     if (line == "/plan" || line == "/act") {
@@ -752,7 +790,9 @@ int Repl(const Globals& g, std::string session_id, const std::string& provider,
     }
     if (line == "/mode" || line == "/todos") {
       if (session_id.empty()) {
-        std::cout << (line == "/mode" ? (pending_mode.empty() ? "act" : pending_mode) : "(no todos yet)") << std::endl;
+        std::cout << (line == "/mode" ? (pending_mode.empty() ? "act" : pending_mode)
+                                      : "(no todos yet)")
+                  << std::endl;
         continue;
       }
       grpc::ClientContext gctx;
@@ -763,14 +803,18 @@ int Repl(const Globals& g, std::string session_id, const std::string& provider,
       if (!st.ok()) {
         FailGrpc(g, st);
       } else if (line == "/mode") {
-        std::cout << s.mode() << (s.auto_approve_plan() ? " (plans auto-approved)" : "") << std::endl;
+        std::cout << s.mode() << (s.auto_approve_plan() ? " (plans auto-approved)" : "")
+                  << std::endl;
       } else if (s.todos_size() == 0) {
         std::cout << "(no todos)" << std::endl;
       } else {
         for (const auto& t : s.todos()) {
-          const char* mark = t.status() == "completed" ? "[x]" : t.status() == "in_progress" ? "[>]"
-                             : t.status() == "cancelled" ? "[-]" : "[ ]";
-          std::cout << (t.parent_id().empty() ? "" : "    ") << mark << " " << t.content() << std::endl;
+          const char* mark = t.status() == "completed"     ? "[x]"
+                             : t.status() == "in_progress" ? "[>]"
+                             : t.status() == "cancelled"   ? "[-]"
+                                                           : "[ ]";
+          std::cout << (t.parent_id().empty() ? "" : "    ") << mark << " " << t.content()
+                    << std::endl;
         }
       }
       continue;
@@ -796,14 +840,16 @@ int Repl(const Globals& g, std::string session_id, const std::string& provider,
       }
       continue;
     }
-    if (line == "/build" || line == "/flash" || line == "/monitor" || line == "/test" || absl::StartsWith(line, "/run ")) {
+    if (line == "/build" || line == "/flash" || line == "/monitor" || line == "/test" ||
+        absl::StartsWith(line, "/run ")) {
       SkillRunOptions so;
       std::vector<std::string> words = absl::StrSplit(line.substr(1), ' ', absl::SkipEmpty());
       if (words[0] == "run") words.erase(words.begin());
       so.skill = words.empty() ? "" : words[0];
       for (size_t i = 1; i < words.size(); ++i) {
         auto eq = words[i].find('=');
-        if (eq != std::string::npos && eq > 0) so.vars[words[i].substr(0, eq)] = words[i].substr(eq + 1);
+        if (eq != std::string::npos && eq > 0)
+          so.vars[words[i].substr(0, eq)] = words[i].substr(eq + 1);
       }
       if (!so.skill.empty()) last_rc = RunSkill(g, so);
       continue;
@@ -820,13 +866,15 @@ int Repl(const Globals& g, std::string session_id, const std::string& provider,
     if (IntentDecision d = ResolveIntent(g, line); d.action != "chat" && !d.skill.empty()) {
       bool run = d.action == "run";
       if (!run) {
-        std::cout << "Run the skill '" << d.skill << "'? (confidence " << d.confidence << ") [y/N] " << std::flush;
+        std::cout << "Run the skill '" << d.skill << "'? (confidence " << d.confidence << ") [y/N] "
+                  << std::flush;
         char* ans = readline("");
         std::string a = ans ? absl::AsciiStrToLower(absl::StripAsciiWhitespace(ans)) : "";
         free(ans);
         run = a == "y" || a == "yes";
       } else {
-        std::cout << "[skill " << d.skill << ", " << d.tier << ", confidence " << d.confidence << "]" << std::endl;
+        std::cout << "[skill " << d.skill << ", " << d.tier << ", confidence " << d.confidence
+                  << "]" << std::endl;
       }
       if (run) {
         SkillRunOptions so;
@@ -867,7 +915,8 @@ int FailGrpc(const Globals& g, const grpc::Status& s) {
   return Fail(g, kExitError, s.error_message());
 }
 
-absl::StatusOr<std::shared_ptr<grpc::Channel>> ConnectChannel(const Globals& g, bool autostart, int timeout_ms) {
+absl::StatusOr<std::shared_ptr<grpc::Channel>> ConnectChannel(const Globals& g, bool autostart,
+                                                              int timeout_ms) {
   auto addr = ResolveDaemonAddress(g.daemon);
   if (!addr.ok()) return addr.status();
   auto creds = ResolveCredentials(*addr, g.credentials);
@@ -882,16 +931,22 @@ int Main(int argc, char** argv) {
   // Global flags (--json, --daemon, --project) are accepted after subcommands too.
   app.fallthrough();
   Globals g;
-  app.add_option("--ca-cert", g.credentials.ca_cert, "CA certificate of a tls: daemon (or $FWAI_CA_CERT)");
+  app.add_option("--ca-cert", g.credentials.ca_cert,
+                 "CA certificate of a tls: daemon (or $FWAI_CA_CERT)");
   app.add_option("--client-cert", g.credentials.client_cert, "Client certificate for mTLS");
   app.add_option("--client-key", g.credentials.client_key, "Its private key");
-  app.add_option("--token-file", g.credentials.token_file, "File holding your token (or $FWAI_TOKEN)");
-  app.add_option("--daemon", g.daemon, "Daemon address: unix:PATH, tcp:HOST:PORT (loopback) or tls:HOST:PORT (or $FWAI_DAEMON)")
+  app.add_option("--token-file", g.credentials.token_file,
+                 "File holding your token (or $FWAI_TOKEN)");
+  app.add_option(
+         "--daemon", g.daemon,
+         "Daemon address: unix:PATH, tcp:HOST:PORT (loopback) or tls:HOST:PORT (or $FWAI_DAEMON)")
       ->envname("FWAI_DAEMON");
   app.add_flag("--json", g.json, "Machine-readable output (events as JSON lines)");
-  app.add_option("--project", g.project, "Project root for new sessions (default: current directory)");
-  app.footer("Exit codes: 0 ok, 1 error, 2 usage, 3 daemon unreachable, 4 turn failed.\n"
-             "With no command, fwai starts an interactive session (REPL).");
+  app.add_option("--project", g.project,
+                 "Project root for new sessions (default: current directory)");
+  app.footer(
+      "Exit codes: 0 ok, 1 error, 2 usage, 3 daemon unreachable, 4 turn failed.\n"
+      "With no command, fwai starts an interactive session (REPL).");
 
   std::string session_id, provider, model;
   std::vector<std::string> words;
@@ -903,8 +958,10 @@ int Main(int argc, char** argv) {
   chat->add_option("--model", model, "Model for this turn");
   chat->add_option("message", words, "The message ('-' reads standard input)")->required();
   bool plan_mode = false, auto_approve = false;
-  chat->add_flag("--plan", plan_mode, "Plan mode: read-only tools and a plan to approve before anything changes");
-  chat->add_flag("--auto-approve", auto_approve, "New session: approve submitted plans without asking (CI)");
+  chat->add_flag("--plan", plan_mode,
+                 "Plan mode: read-only tools and a plan to approve before anything changes");
+  chat->add_flag("--auto-approve", auto_approve,
+                 "New session: approve submitted plans without asking (CI)");
 
   auto* attach = app.add_subcommand("attach", "Show a session's events, then follow it live");
   std::string attach_id;
@@ -951,7 +1008,8 @@ int Main(int argc, char** argv) {
     int rc = app.exit(e);
     return rc == 0 ? 0 : kExitUsage;
   }
-  if (chat->parsed()) return CmdChat(g, session_id, words, provider, model, cont, plan_mode, auto_approve);
+  if (chat->parsed())
+    return CmdChat(g, session_id, words, provider, model, cont, plan_mode, auto_approve);
   if (attach->parsed()) return CmdAttach(g, attach_id, after, no_follow);
   if (ls->parsed()) return CmdSessionsLs(g, all);
   if (show->parsed()) return CmdSessionsShow(g, show_id);

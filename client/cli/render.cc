@@ -45,7 +45,8 @@ void EventRenderer::Line(FILE* f, const std::string& text) {
 void EventRenderer::Render(const fwai::v1::ServerEvent& ev) {
   using E = fwai::v1::ServerEvent;
   if (json_) {
-    std::string line = EventToJson(ev).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    std::string line =
+        EventToJson(ev).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
     line.push_back('\n');
     std::fwrite(line.data(), 1, line.size(), stdout);
     std::fflush(stdout);
@@ -85,9 +86,9 @@ void EventRenderer::Render(const fwai::v1::ServerEvent& ev) {
       std::string first = f.output().substr(0, f.output().find('\n'));
       if (first.size() > 100) first = first.substr(0, 97) + "...";
       size_t lines = std::count(f.output().begin(), f.output().end(), '\n');
-      std::string summary =
-          f.is_error() ? Red(stdout, absl::StrCat("error: ", first))
-                       : Dim(stdout, absl::StrCat(lines, " line", lines == 1 ? "" : "s"));
+      std::string summary = f.is_error()
+                                ? Red(stdout, absl::StrCat("error: ", first))
+                                : Dim(stdout, absl::StrCat(lines, " line", lines == 1 ? "" : "s"));
       Line(stdout, absl::StrCat(std::string(depth * 2 + 2, ' '), Dim(stdout, "⎿ "), summary,
                                 Dim(stdout, absl::StrCat(" (", f.duration_ms(), " ms)"))));
       return;
@@ -103,11 +104,12 @@ void EventRenderer::Render(const fwai::v1::ServerEvent& ev) {
       char cost[32];
       std::snprintf(cost, sizeof(cost), "$%.4f", f.usage().cost_usd());
       EndLine();
-      std::fprintf(stderr, "%s\n",
-                   Dim(stderr, absl::StrCat("[", f.usage().input_tokens(), " in · ",
-                                            f.usage().output_tokens(), " out tokens · ", cost, " · ",
-                                            f.duration_ms() / 1000.0, " s · ", f.stop_reason(), "]"))
-                       .c_str());
+      std::fprintf(
+          stderr, "%s\n",
+          Dim(stderr, absl::StrCat("[", f.usage().input_tokens(), " in · ",
+                                   f.usage().output_tokens(), " out tokens · ", cost, " · ",
+                                   f.duration_ms() / 1000.0, " s · ", f.stop_reason(), "]"))
+              .c_str());
       std::fflush(stderr);
       return;
     }
@@ -134,7 +136,8 @@ void EventRenderer::Render(const fwai::v1::ServerEvent& ev) {
       Line(stdout, absl::StrCat("plan:\n", ev.plan_submitted().text()));
       return;
     case E::kQuestionAsked:
-      for (const auto& q : ev.question_asked().questions()) Line(stdout, absl::StrCat("? ", q.text()));
+      for (const auto& q : ev.question_asked().questions())
+        Line(stdout, absl::StrCat("? ", q.text()));
       return;
     case E::kQuestionAnswered: {
       const auto& a = ev.question_answered();
@@ -154,11 +157,14 @@ void EventRenderer::Render(const fwai::v1::ServerEvent& ev) {
     }
     case E::kToolsOffered:
       if (show_user_) {
-        Line(stdout, Dim(stdout, absl::StrCat("[tools: ", absl::StrJoin(ev.tools_offered().tools(), ", "), "]")));
+        Line(stdout,
+             Dim(stdout,
+                 absl::StrCat("[tools: ", absl::StrJoin(ev.tools_offered().tools(), ", "), "]")));
       }
       return;
     case E::kCompacted:
-      Line(stdout, Dim(stdout, absl::StrCat("[compacted ", ev.compacted().dropped_messages(), " messages]")));
+      Line(stdout, Dim(stdout, absl::StrCat("[compacted ", ev.compacted().dropped_messages(),
+                                            " messages]")));
       return;
     case E::PAYLOAD_NOT_SET:
       return;

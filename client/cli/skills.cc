@@ -7,9 +7,8 @@
 #include <chrono>
 #include <filesystem>
 #include <iostream>
-#include <thread>
-
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
@@ -27,7 +26,9 @@ namespace {
 
 std::string ProjectRoot(const Globals& g) {
   std::error_code ec;
-  return std::filesystem::absolute(g.project.empty() ? "." : g.project, ec).lexically_normal().string();
+  return std::filesystem::absolute(g.project.empty() ? "." : g.project, ec)
+      .lexically_normal()
+      .string();
 }
 
 std::atomic<grpc::ClientContext*> g_running_ctx{nullptr};
@@ -66,7 +67,8 @@ int RunSkill(const Globals& g, const SkillRunOptions& o) {
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
     auto st = stub->List(&ctx, lr, &skills);
-    if (st.error_code() == grpc::StatusCode::INVALID_ARGUMENT) return Fail(g, 11, st.error_message());  // config
+    if (st.error_code() == grpc::StatusCode::INVALID_ARGUMENT)
+      return Fail(g, 11, st.error_message());  // config
     if (!st.ok()) return FailGrpc(g, st);
   }
   const pb::Skill* skill = nullptr;
@@ -76,11 +78,14 @@ int RunSkill(const Globals& g, const SkillRunOptions& o) {
     if (s.name() == o.skill) skill = &s;
   }
   if (!skill) {
-    return Fail(g, 11, absl::StrCat("no skill '", o.skill, "' in ", root, " (skills: ", absl::StrJoin(names, ", "), ")"));
+    return Fail(g, 11,
+                absl::StrCat("no skill '", o.skill, "' in ", root,
+                             " (skills: ", absl::StrJoin(names, ", "), ")"));
   }
   bool approved = o.yes;
   if (skill->flashes() && !approved && !o.ci) {
-    approved = AskYesNo(absl::StrCat("The skill '", o.skill, "' flashes ", o.board.empty() ? "the board" : o.board, ". Proceed?"));
+    approved = AskYesNo(absl::StrCat("The skill '", o.skill, "' flashes ",
+                                     o.board.empty() ? "the board" : o.board, ". Proceed?"));
     if (!approved && isatty(STDIN_FILENO)) {
       std::cerr << "fwai: not approved; nothing was run" << std::endl;
       return 16;
@@ -102,7 +107,8 @@ int RunSkill(const Globals& g, const SkillRunOptions& o) {
       (void)reader->Finish();
     }
   } held;
-  if (!o.board_tags.empty() && !o.board.empty()) return Fail(g, kExitUsage, "give --board or --board-tag, not both");
+  if (!o.board_tags.empty() && !o.board.empty())
+    return Fail(g, kExitUsage, "give --board or --board-tag, not both");
   if (!o.board_tags.empty()) {
     pb::AcquireRequest ar;
     AddBoardTags(o.board_tags, &ar);
@@ -110,7 +116,9 @@ int RunSkill(const Globals& g, const SkillRunOptions& o) {
     ar.set_wait_s(o.board_wait_s);
     const std::string tags = absl::StrJoin(o.board_tags, ",");
     std::ostream& note = o.ci && !g.json ? std::cerr : std::cout;
-    if (!g.json) note << "leasing a board with tags " << tags << " (waiting up to " << o.board_wait_s << " s)" << std::endl;
+    if (!g.json)
+      note << "leasing a board with tags " << tags << " (waiting up to " << o.board_wait_s << " s)"
+           << std::endl;
     auto hw = pb::Hardware::NewStub(*ch);
     held.ctx = std::make_unique<grpc::ClientContext>();
     held.ctx->AddMetadata("fwai-client", "fwai run");
@@ -120,10 +128,15 @@ int RunSkill(const Globals& g, const SkillRunOptions& o) {
       grpc::Status hs = held.reader->Finish();
       held.reader.reset();
       constexpr int kHardware = 18;
-      const std::string msg = absl::StrCat("no board with tags ", tags, " for the run: ", hs.error_message());
+      const std::string msg =
+          absl::StrCat("no board with tags ", tags, " for the run: ", hs.error_message());
       if (o.ci && !g.json) {
-        std::cout << json({{"skill", o.skill}, {"ok", false}, {"failure_class", "hardware"}, {"exit_code", kHardware},
-                           {"board_tags", o.board_tags}, {"error", msg}})
+        std::cout << json({{"skill", o.skill},
+                           {"ok", false},
+                           {"failure_class", "hardware"},
+                           {"exit_code", kHardware},
+                           {"board_tags", o.board_tags},
+                           {"error", msg}})
                          .dump()
                   << std::endl;
       }
@@ -131,7 +144,8 @@ int RunSkill(const Globals& g, const SkillRunOptions& o) {
     }
     board = lease.device_id();
     if (!g.json) {
-      note << "leased " << board << (lease.node().empty() ? "" : absl::StrCat(" on node ", lease.node())) << " (lease "
+      note << "leased " << board
+           << (lease.node().empty() ? "" : absl::StrCat(" on node ", lease.node())) << " (lease "
            << lease.lease_id() << ")" << std::endl;
     }
   }
@@ -155,7 +169,8 @@ int RunSkill(const Globals& g, const SkillRunOptions& o) {
   const int limit_s = (o.timeout_s > 0 ? o.timeout_s : std::max(1, skill->timeout_s())) + 60;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(limit_s));
   g_running_ctx = &ctx;
-  struct sigaction sa {}, old {};
+  struct sigaction sa {
+  }, old{};
   sa.sa_handler = [](int) {
     if (auto* c = g_running_ctx.load()) c->TryCancel();
   };
@@ -170,8 +185,13 @@ int RunSkill(const Globals& g, const SkillRunOptions& o) {
   while (reader->Read(&ev)) {
     json data = ev.json().empty() ? json() : json::parse(ev.json(), nullptr, false);
     if (g.json) {
-      std::cout << json({{"type", "skill_event"}, {"run_id", ev.run_id()}, {"kind", ev.kind()}, {"step", ev.step()},
-                         {"text", ev.text()}, {"ok", ev.ok()}, {"data", data}})
+      std::cout << json({{"type", "skill_event"},
+                         {"run_id", ev.run_id()},
+                         {"kind", ev.kind()},
+                         {"step", ev.step()},
+                         {"text", ev.text()},
+                         {"ok", ev.ok()},
+                         {"data", data}})
                        .dump()
                 << std::endl;
     }
@@ -192,7 +212,8 @@ int RunSkill(const Globals& g, const SkillRunOptions& o) {
     } else if (k == "step_skipped") {
       out << st.dim() << "-- " << ev.step() << ": " << ev.text() << st.reset() << std::endl;
     } else if (k == "step_finished") {
-      out << (ev.ok() ? st.green() + "✓ " : st.red() + "✗ ") << ev.text() << st.reset() << std::endl;
+      out << (ev.ok() ? st.green() + "✓ " : st.red() + "✗ ") << ev.text() << st.reset()
+          << std::endl;
     }
   }
   auto status = reader->Finish();
@@ -201,20 +222,27 @@ int RunSkill(const Globals& g, const SkillRunOptions& o) {
   g_running_ctx = nullptr;
   if (!status.ok()) {
     if (status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
-      return Fail(g, 17, absl::StrCat("the run did not finish within ", limit_s, " s (client watchdog)"));
+      return Fail(g, 17,
+                  absl::StrCat("the run did not finish within ", limit_s, " s (client watchdog)"));
     }
     if (status.error_code() == grpc::StatusCode::CANCELLED) return Fail(g, 130, "cancelled");
     if (status.error_code() == grpc::StatusCode::UNAVAILABLE && !run_id.empty()) {
       // The run started and its stream broke: fwaid went away (or the
       // connection did, and fwaid cancels a run whose client left).
       constexpr int kInterrupted = 20;
-      const std::string msg = absl::StrCat(
-          "run ", run_id, " was interrupted: the connection to fwaid broke (", status.error_message(),
-          "). If fwaid stopped or crashed, its next start records the run as interrupted (fwai evidence show ",
-          run_id, ")");
+      const std::string msg =
+          absl::StrCat("run ", run_id, " was interrupted: the connection to fwaid broke (",
+                       status.error_message(),
+                       "). If fwaid stopped or crashed, its next start records the run as "
+                       "interrupted (fwai evidence show ",
+                       run_id, ")");
       if (o.ci && !g.json) {
-        std::cout << json({{"run_id", run_id}, {"skill", o.skill}, {"ok", false}, {"failure_class", "interrupted"},
-                           {"exit_code", kInterrupted}, {"error", msg}})
+        std::cout << json({{"run_id", run_id},
+                           {"skill", o.skill},
+                           {"ok", false},
+                           {"failure_class", "interrupted"},
+                           {"exit_code", kInterrupted},
+                           {"error", msg}})
                          .dump()
                   << std::endl;
       }
@@ -227,26 +255,29 @@ int RunSkill(const Globals& g, const SkillRunOptions& o) {
   const int rc = summary.value("exit_code", 10);
   if (!g.json) {
     int errors = 0, warnings = 0;
-    for (const auto& d : diagnostics) (d.value("severity", "") == "error" ? errors : warnings) += d.value("severity", "") != "note";
+    for (const auto& d : diagnostics)
+      (d.value("severity", "") == "error" ? errors : warnings) += d.value("severity", "") != "note";
     if (!diagnostics.empty()) {
-      out << st.bold() << "diagnostics: " << errors << (errors == 1 ? " error, " : " errors, ") << warnings
-          << (warnings == 1 ? " warning" : " warnings") << st.reset() << std::endl;
+      out << st.bold() << "diagnostics: " << errors << (errors == 1 ? " error, " : " errors, ")
+          << warnings << (warnings == 1 ? " warning" : " warnings") << st.reset() << std::endl;
       int shown = 0;
       for (const auto& d : diagnostics) {
         if (d.value("severity", "") != "error" || ++shown > 10) continue;
         out << "  " << st.red() << d.value("kind", "") << st.reset() << " " << d.value("file", "")
-            << (d.contains("line") ? absl::StrCat(":", d["line"].get<int>()) : "") << " " << d.value("message", "") << std::endl;
+            << (d.contains("line") ? absl::StrCat(":", d["line"].get<int>()) : "") << " "
+            << d.value("message", "") << std::endl;
       }
     }
     if (summary.value("ok", false)) {
-      out << st.green() << st.bold() << "ok" << st.reset() << "  " << summary.value("skill", "") << " in "
-          << summary.value("duration_ms", 0) << " ms";
+      out << st.green() << st.bold() << "ok" << st.reset() << "  " << summary.value("skill", "")
+          << " in " << summary.value("duration_ms", 0) << " ms";
     } else {
-      out << st.red() << st.bold() << "FAILED (" << summary.value("failure_class", "") << ")" << st.reset() << "  "
-          << summary.value("error", "");
+      out << st.red() << st.bold() << "FAILED (" << summary.value("failure_class", "") << ")"
+          << st.reset() << "  " << summary.value("error", "");
     }
     out << "\n  run " << summary.value("run_id", "") << ", logs " << summary.value("log_dir", "");
-    if (summary.contains("evidence_index")) out << ", evidence record " << summary["evidence_index"].get<uint64_t>();
+    if (summary.contains("evidence_index"))
+      out << ", evidence record " << summary["evidence_index"].get<uint64_t>();
     out << std::endl;
     if (o.ci) std::cout << summary.dump() << std::endl;
   }
@@ -268,7 +299,8 @@ absl::StatusOr<pb::ResolveIntentResponse> CallResolve(const Globals& g, const st
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
   auto st = stub->Resolve(&ctx, req, &resp);
-  if (!st.ok()) return absl::Status(static_cast<absl::StatusCode>(st.error_code()), st.error_message());
+  if (!st.ok())
+    return absl::Status(static_cast<absl::StatusCode>(st.error_code()), st.error_message());
   return resp;
 }
 
@@ -286,23 +318,32 @@ IntentDecision ResolveIntent(const Globals& g, const std::string& text) {
 }
 
 SkillCommands::SkillCommands(CLI::App& app, Globals& g) : g_(g) {
-  run_ = app.add_subcommand("run", "Run a skill (build, flash, monitor, test, build-flash-verify, or .fwai/skills/*.yaml)");
+  run_ = app.add_subcommand(
+      "run",
+      "Run a skill (build, flash, monitor, test, build-flash-verify, or .fwai/skills/*.yaml)");
   run_->footer(
-      "Exit codes: 0 ok; 10 a step failed; 11 config (unknown skill, bad YAML, unknown variable); 12 build; 13 flash; "
-      "14 verify (the expected output was not seen); 15 test; 16 policy; 17 timeout; 18 hardware (no board, lease "
+      "Exit codes: 0 ok; 10 a step failed; 11 config (unknown skill, bad YAML, unknown variable); "
+      "12 build; 13 flash; "
+      "14 verify (the expected output was not seen); 15 test; 16 policy; 17 timeout; 18 hardware "
+      "(no board, lease "
       "held); 19 provider; 130 cancelled; 3 fwaid unreachable.");
   run_->add_option("skill", opts_.skill, "The skill's name")->required();
   run_->add_flag("--ci", opts_.ci, "No prompts; progress on stderr and a JSON summary on stdout");
   run_->add_flag("--yes,-y", opts_.yes, "Approve flashing");
-  run_->add_option("--board", opts_.board, "The board (default: the one you hold, else the only one)");
+  run_->add_option("--board", opts_.board,
+                   "The board (default: the one you hold, else the only one)");
   run_->add_option("--board-tag", opts_.board_tags,
-                   "Lease any free board with this tag (KEY or KEY:VALUE; repeatable: all of them) for the run, "
+                   "Lease any free board with this tag (KEY or KEY:VALUE; repeatable: all of them) "
+                   "for the run, "
                    "in the whole lab on a node of a lab; released when the run ends")
       ->allow_extra_args(false);
-  run_->add_option("--board-wait", opts_.board_wait_s, "Seconds to wait for a --board-tag board (default 600)")
+  run_->add_option("--board-wait", opts_.board_wait_s,
+                   "Seconds to wait for a --board-tag board (default 600)")
       ->check(CLI::NonNegativeNumber);
-  run_->add_option("--timeout", opts_.timeout_s, "Seconds for the whole run (default: the skill's)")->check(CLI::PositiveNumber);
-  run_->add_option("--var", vars_, "NAME=VALUE for ${NAME} in the skill; repeatable")->allow_extra_args(false);
+  run_->add_option("--timeout", opts_.timeout_s, "Seconds for the whole run (default: the skill's)")
+      ->check(CLI::PositiveNumber);
+  run_->add_option("--var", vars_, "NAME=VALUE for ${NAME} in the skill; repeatable")
+      ->allow_extra_args(false);
   auto* skills = app.add_subcommand("skills", "The project's skills");
   list_ = skills->add_subcommand("ls", "List the skills (built-in and .fwai/skills/*.yaml)");
   resolve_ = skills->add_subcommand("resolve", "Which skill free text would run, and how sure");
@@ -314,7 +355,8 @@ std::optional<int> SkillCommands::RunIfParsed() {
   if (run_->parsed()) {
     for (const auto& v : vars_) {
       auto eq = v.find('=');
-      if (eq == std::string::npos || eq == 0) return Fail(g_, kExitUsage, absl::StrCat("--var ", v, ": expected NAME=VALUE"));
+      if (eq == std::string::npos || eq == 0)
+        return Fail(g_, kExitUsage, absl::StrCat("--var ", v, ": expected NAME=VALUE"));
       opts_.vars[v.substr(0, eq)] = v.substr(eq + 1);
     }
     return RunSkill(g_, opts_);
@@ -340,18 +382,24 @@ int ListSkills(const Globals& g) {
   if (g_.json) {
     json arr = json::array();
     for (const auto& s : resp.skills()) {
-      arr.push_back({{"name", s.name()}, {"description", s.description()}, {"builtin", s.builtin()}, {"source", s.source()},
-                     {"steps", std::vector<std::string>(s.steps().begin(), s.steps().end())}, {"flashes", s.flashes()}});
+      arr.push_back({{"name", s.name()},
+                     {"description", s.description()},
+                     {"builtin", s.builtin()},
+                     {"source", s.source()},
+                     {"steps", std::vector<std::string>(s.steps().begin(), s.steps().end())},
+                     {"flashes", s.flashes()}});
     }
     std::cout << arr.dump(2) << std::endl;
     return kExitOk;
   }
   for (const auto& s : resp.skills()) {
-    std::cout << s.name() << (s.builtin() ? "  (built-in)" : absl::StrCat("  (", s.source(), ")")) << "\n    "
-              << s.description() << "\n    steps: " << absl::StrJoin(s.steps(), ", ") << "\n";
+    std::cout << s.name() << (s.builtin() ? "  (built-in)" : absl::StrCat("  (", s.source(), ")"))
+              << "\n    " << s.description() << "\n    steps: " << absl::StrJoin(s.steps(), ", ")
+              << "\n";
     if (!s.vars().empty()) {
       std::vector<std::string> v;
-      for (const auto& [k, val] : s.vars()) v.push_back(absl::StrCat(k, "=", val.empty() ? "\"\"" : val));
+      for (const auto& [k, val] : s.vars())
+        v.push_back(absl::StrCat(k, "=", val.empty() ? "\"\"" : val));
       std::cout << "    vars: " << absl::StrJoin(v, ", ") << "\n";
     }
   }
@@ -361,18 +409,23 @@ int ListSkills(const Globals& g) {
 int SkillCommands::Resolve() {
   auto r = CallResolve(g_, text_);
   if (!r.ok()) {
-    return Fail(g_, r.status().code() == absl::StatusCode::kUnavailable ? kExitUnreachable : kExitError,
+    return Fail(g_,
+                r.status().code() == absl::StatusCode::kUnavailable ? kExitUnreachable : kExitError,
                 std::string(r.status().message()));
   }
   const pb::ResolveIntentResponse& resp = *r;
   if (g_.json) {
-    std::cout << json({{"skill", resp.skill()}, {"confidence", resp.confidence()}, {"tier", resp.tier()},
-                       {"action", resp.action()}, {"reason", resp.reason()}})
+    std::cout << json({{"skill", resp.skill()},
+                       {"confidence", resp.confidence()},
+                       {"tier", resp.tier()},
+                       {"action", resp.action()},
+                       {"reason", resp.reason()}})
                      .dump()
               << std::endl;
   } else {
-    std::cout << (resp.skill().empty() ? "(no skill)" : resp.skill()) << "  confidence " << resp.confidence() << " ("
-              << resp.tier() << ") -> " << resp.action() << "\n  " << resp.reason() << std::endl;
+    std::cout << (resp.skill().empty() ? "(no skill)" : resp.skill()) << "  confidence "
+              << resp.confidence() << " (" << resp.tier() << ") -> " << resp.action() << "\n  "
+              << resp.reason() << std::endl;
   }
   return kExitOk;
 }

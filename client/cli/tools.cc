@@ -3,9 +3,8 @@
 #include <cctype>
 #include <fstream>
 #include <iostream>
-#include <sstream>
-
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -18,7 +17,8 @@ namespace pb = fwai::v1;
 using json = nlohmann::json;
 
 ToolsCommands::ToolsCommands(CLI::App& app, Globals& g) : g_(g) {
-  auto* tools = app.add_subcommand("tools", "The tool catalog: retrieval over many tool definitions");
+  auto* tools =
+      app.add_subcommand("tools", "The tool catalog: retrieval over many tool definitions");
   tools->require_subcommand(1);
   add_ = tools->add_subcommand("add", "Register tools from JSON files (an array or JSON lines)");
   add_->add_option("files", files_)->required();
@@ -30,7 +30,8 @@ ToolsCommands::ToolsCommands(CLI::App& app, Globals& g) : g_(g) {
   search_->add_option("--top-k,-k", top_k_, "1..100 (default 5)");
   search_->add_option("--mode", mode_, "slices (no rerank) or whole-lexical (for evaluation)")
       ->check(CLI::IsMember({"slices", "whole-lexical"}));
-  search_->add_option("--batch", batch_, "JSON lines with a \"query\" field; one JSON line out per query");
+  search_->add_option("--batch", batch_,
+                      "JSON lines with a \"query\" field; one JSON line out per query");
 }
 
 std::optional<int> ToolsCommands::RunIfParsed() {
@@ -75,7 +76,8 @@ int ToolsCommands::Add() {
         ++n;
         if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
         json j = json::parse(line, nullptr, false);
-        if (!j.is_object()) return Fail(g_, kExitError, absl::StrCat(f, ":", n, ": not a JSON object"));
+        if (!j.is_object())
+          return Fail(g_, kExitError, absl::StrCat(f, ":", n, ": not a JSON object"));
         add(j, absl::StrCat(f, ":", n));
       }
     }
@@ -107,7 +109,8 @@ int ToolsCommands::Add() {
       size_t n = 0, pos = 0;
       if (msg.rfind("tool #", 0) == 0) {
         pos = 6;
-        while (pos < msg.size() && std::isdigit(static_cast<unsigned char>(msg[pos]))) n = n * 10 + (msg[pos++] - '0');
+        while (pos < msg.size() && std::isdigit(static_cast<unsigned char>(msg[pos])))
+          n = n * 10 + (msg[pos++] - '0');
       }
       if (n >= 1 && i + n - 1 < docs.size() && msg.compare(pos, 2, ": ") == 0) {
         msg = absl::StrCat(origins[i + n - 1], ": ", msg.substr(pos + 2));
@@ -133,7 +136,9 @@ int ToolsCommands::Ls() {
   if (g_.json) {
     json arr = json::array();
     for (const auto& t : resp.tools()) {
-      arr.push_back({{"uuid", t.uuid()}, {"name", t.name()}, {"tool", json::parse(t.document_json(), nullptr, false)}});
+      arr.push_back({{"uuid", t.uuid()},
+                     {"name", t.name()},
+                     {"tool", json::parse(t.document_json(), nullptr, false)}});
     }
     std::cout << arr.dump() << std::endl;
     return kExitOk;
@@ -170,8 +175,10 @@ int ToolsCommands::Rm() {
 
 int ToolsCommands::Search() {
   const std::string query = absl::StrJoin(query_words_, " ");
-  if (batch_.empty() && query.empty()) return Fail(g_, kExitUsage, "tools search: give a QUERY or --batch FILE");
-  if (top_k_ < 1 || top_k_ > 100) return Fail(g_, kExitUsage, absl::StrCat("--top-k ", top_k_, ": expected 1..100"));
+  if (batch_.empty() && query.empty())
+    return Fail(g_, kExitUsage, "tools search: give a QUERY or --batch FILE");
+  if (top_k_ < 1 || top_k_ > 100)
+    return Fail(g_, kExitUsage, absl::StrCat("--top-k ", top_k_, ": expected 1..100"));
   auto ch = ConnectChannel(g_);
   if (!ch.ok()) return Fail(g_, kExitUnreachable, std::string(ch.status().message()));
   auto stub = pb::ToolCatalog::NewStub(*ch);
@@ -186,8 +193,10 @@ int ToolsCommands::Search() {
   auto hits_json = [](const pb::ToolSearchResponse& resp) {
     json arr = json::array();
     for (const auto& h : resp.results()) {
-      arr.push_back({{"rank", h.rank()}, {"score", h.score()},
-                     {"tool", json::parse(h.tool().document_json(), nullptr, false)}, {"uuid", h.tool().uuid()}});
+      arr.push_back({{"rank", h.rank()},
+                     {"score", h.score()},
+                     {"tool", json::parse(h.tool().document_json(), nullptr, false)},
+                     {"uuid", h.tool().uuid()}});
     }
     return arr;
   };
@@ -195,7 +204,8 @@ int ToolsCommands::Search() {
     return RunBatch(g_, batch_, [&](const std::string& q) -> absl::StatusOr<json> {
       pb::ToolSearchResponse resp;
       auto st = run(q, &resp);
-      if (!st.ok()) return absl::Status(static_cast<absl::StatusCode>(st.error_code()), st.error_message());
+      if (!st.ok())
+        return absl::Status(static_cast<absl::StatusCode>(st.error_code()), st.error_message());
       return json{{"took_ms", resp.took_ms()}, {"results", hits_json(resp)}};
     });
   }
@@ -210,7 +220,8 @@ int ToolsCommands::Search() {
     json d = json::parse(h.tool().document_json(), nullptr, false);
     std::string desc = d.is_object() ? d.value("ToolDescription", "") : "";
     if (desc.size() > 100) desc = desc.substr(0, 97) + "...";
-    std::printf("%2d. %.3f  %s\n    %s\n", h.rank(), h.score(), h.tool().name().c_str(), desc.c_str());
+    std::printf("%2d. %.3f  %s\n    %s\n", h.rank(), h.score(), h.tool().name().c_str(),
+                desc.c_str());
   }
   std::fprintf(stderr, "(%d tools in %.1f ms)\n", resp.results_size(), resp.took_ms());
   return kExitOk;

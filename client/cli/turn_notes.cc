@@ -3,9 +3,8 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
-#include <sstream>
-
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "client/lib/client.h"
@@ -50,8 +49,9 @@ std::string DaemonKey(const Globals& g) {
 }
 
 // The end of `turn_id` among the session's events after `after_seq`, if stored.
-bool FindTurnEnd(pb::Sessions::Stub& stub, const std::string& session_id, const std::string& turn_id,
-                 uint64_t after_seq, pb::TurnFinished* out, bool* session_gone) {
+bool FindTurnEnd(pb::Sessions::Stub& stub, const std::string& session_id,
+                 const std::string& turn_id, uint64_t after_seq, pb::TurnFinished* out,
+                 bool* session_gone) {
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
   pb::AttachRequest req;
@@ -74,8 +74,8 @@ bool FindTurnEnd(pb::Sessions::Stub& stub, const std::string& session_id, const 
 
 }  // namespace
 
-LostTurn DiagnoseLostTurn(const Globals& g, const std::string& session_id, const std::string& turn_id,
-                          uint64_t after_seq) {
+LostTurn DiagnoseLostTurn(const Globals& g, const std::string& session_id,
+                          const std::string& turn_id, uint64_t after_seq) {
   LostTurn r;
   auto ch = ConnectChannel(g, /*autostart=*/false, 1000);
   if (!ch.ok()) return r;
@@ -96,27 +96,32 @@ LostTurn DiagnoseLostTurn(const Globals& g, const std::string& session_id, const
   return r;
 }
 
-int ReportLostTurn(const Globals& g, const std::string& session_id, const std::string& turn_id, uint64_t after_seq,
-                   const std::string& why) {
+int ReportLostTurn(const Globals& g, const std::string& session_id, const std::string& turn_id,
+                   uint64_t after_seq, const std::string& why) {
   LostTurn lost = DiagnoseLostTurn(g, session_id, turn_id, after_seq);
   if (lost.daemon_answers && lost.still_running) {
     return Fail(g, kExitUnreachable,
                 absl::StrCat("lost the connection to fwaid during the turn (", why,
-                             "); fwaid is running and the turn goes on there: fwai attach ", session_id, " --after ",
-                             after_seq));
+                             "); fwaid is running and the turn goes on there: fwai attach ",
+                             session_id, " --after ", after_seq));
   }
   if (!lost.ended.empty()) {
     return Fail(g, kExitTurnFailed,
                 absl::StrCat("the turn ended while the connection was down: ", lost.ended,
-                             lost.detail.empty() ? "" : " — " + lost.detail, " (fwai sessions show ", session_id, ")"));
+                             lost.detail.empty() ? "" : " — " + lost.detail,
+                             " (fwai sessions show ", session_id, ")"));
   }
   // fwaid is gone (or restarted without the turn): remember to say how it ended.
   json notes = LoadNotes();
-  notes.push_back({{"daemon", DaemonKey(g)}, {"session_id", session_id}, {"turn_id", turn_id}, {"after_seq", after_seq}});
+  notes.push_back({{"daemon", DaemonKey(g)},
+                   {"session_id", session_id},
+                   {"turn_id", turn_id},
+                   {"after_seq", after_seq}});
   SaveNotes(notes);
   return Fail(g, kExitUnreachable,
               absl::StrCat("fwaid went away during the turn (", why,
-                           "): it stopped or crashed, so the turn did not finish. The next fwai command that reaches "
+                           "): it stopped or crashed, so the turn did not finish. The next fwai "
+                           "command that reaches "
                            "fwaid says how it ended (fwai sessions show ",
                            session_id, ")"));
 }
@@ -137,9 +142,10 @@ void ReportNotedTurns(const Globals& g, const std::shared_ptr<grpc::Channel>& ch
     pb::TurnFinished end;
     bool gone = false;
     if (FindTurnEnd(*stub, session_id, turn_id, n.value("after_seq", uint64_t{0}), &end, &gone)) {
-      std::cerr << "fwai: your turn " << turn_id << " in session " << session_id << " ended while fwai was away: "
-                << end.stop_reason() << (end.detail().empty() ? "" : " — " + end.detail())
-                << " (fwai sessions show " << session_id << ")" << std::endl;
+      std::cerr << "fwai: your turn " << turn_id << " in session " << session_id
+                << " ended while fwai was away: " << end.stop_reason()
+                << (end.detail().empty() ? "" : " — " + end.detail()) << " (fwai sessions show "
+                << session_id << ")" << std::endl;
     } else if (!gone) {
       kept.push_back(n);  // not ended yet (or fwaid still starting): ask again next time
     }

@@ -22,12 +22,12 @@ struct LostTurn {
 };
 
 // Called after a stream that followed `turn_id` (empty: whichever runs) broke.
-LostTurn DiagnoseLostTurn(const Globals& g, const std::string& session_id, const std::string& turn_id,
-                          uint64_t after_seq);
+LostTurn DiagnoseLostTurn(const Globals& g, const std::string& session_id,
+                          const std::string& turn_id, uint64_t after_seq);
 // The message for a person, and the exit code, for a chat turn whose stream
 // broke. Notes the turn when fwaid went away.
-int ReportLostTurn(const Globals& g, const std::string& session_id, const std::string& turn_id, uint64_t after_seq,
-                   const std::string& why);
+int ReportLostTurn(const Globals& g, const std::string& session_id, const std::string& turn_id,
+                   uint64_t after_seq, const std::string& why);
 // Says how noted turns ended, once each, when their fwaid answers again.
 void ReportNotedTurns(const Globals& g, const std::shared_ptr<grpc::Channel>& channel);
 

@@ -58,7 +58,9 @@ absl::StatusOr<LoginProfile> LoadLogin() {
   std::stringstream ss;
   ss << in.rdbuf();
   auto j = nlohmann::json::parse(ss.str(), nullptr, false);
-  if (!j.is_object()) return absl::DataLossError(absl::StrCat(LoginProfilePath(), ": not valid JSON; run fwai login again"));
+  if (!j.is_object())
+    return absl::DataLossError(
+        absl::StrCat(LoginProfilePath(), ": not valid JSON; run fwai login again"));
   LoginProfile p;
   p.daemon = j.value("daemon", "");
   p.credentials.ca_cert = j.value("ca_cert", "");
@@ -126,14 +128,15 @@ absl::StatusOr<DaemonAddress> ResolveDaemonAddress(const std::string& flag) {
   } else if (a.find(':') != std::string::npos) {
     out.grpc_target = a;
   } else {
-    return absl::InvalidArgumentError(
-        absl::StrCat("daemon address '", a, "': expected unix:PATH, tcp:HOST:PORT, tls:HOST:PORT or HOST:PORT"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "daemon address '", a, "': expected unix:PATH, tcp:HOST:PORT, tls:HOST:PORT or HOST:PORT"));
   }
   if (!out.unix_path.empty()) out.grpc_target = "unix:" + out.unix_path;
   return out;
 }
 
-absl::StatusOr<Credentials> ResolveCredentials(const DaemonAddress& addr, const CredentialFlags& flags) {
+absl::StatusOr<Credentials> ResolveCredentials(const DaemonAddress& addr,
+                                               const CredentialFlags& flags) {
   Credentials c;
   if (addr.from_login) {
     auto login = LoadLogin();
@@ -160,7 +163,8 @@ absl::StatusOr<Credentials> ResolveCredentials(const DaemonAddress& addr, const 
     std::string t = ReadText(flags.token_file, &err, "--token-file");
     if (!err.ok()) return err;
     c.token = std::string(absl::StripAsciiWhitespace(t));
-    if (c.token.empty()) return absl::InvalidArgumentError(absl::StrCat("--token-file ", flags.token_file, ": empty"));
+    if (c.token.empty())
+      return absl::InvalidArgumentError(absl::StrCat("--token-file ", flags.token_file, ": empty"));
   } else if (!env("FWAI_TOKEN").empty()) {
     c.token = env("FWAI_TOKEN");
   }
@@ -235,7 +239,8 @@ class TokenInterceptor final : public grpc::experimental::Interceptor {
  public:
   explicit TokenInterceptor(std::string value) : value_(std::move(value)) {}
   void Intercept(grpc::experimental::InterceptorBatchMethods* methods) override {
-    if (methods->QueryInterceptionHookPoint(grpc::experimental::InterceptionHookPoints::PRE_SEND_INITIAL_METADATA)) {
+    if (methods->QueryInterceptionHookPoint(
+            grpc::experimental::InterceptionHookPoints::PRE_SEND_INITIAL_METADATA)) {
       methods->GetSendInitialMetadata()->insert({"authorization", value_});
     }
     methods->Proceed();
@@ -248,7 +253,8 @@ class TokenInterceptor final : public grpc::experimental::Interceptor {
 class TokenInterceptorFactory final : public grpc::experimental::ClientInterceptorFactoryInterface {
  public:
   explicit TokenInterceptorFactory(std::string token) : value_("Bearer " + std::move(token)) {}
-  grpc::experimental::Interceptor* CreateClientInterceptor(grpc::experimental::ClientRpcInfo*) override {
+  grpc::experimental::Interceptor* CreateClientInterceptor(
+      grpc::experimental::ClientRpcInfo*) override {
     return new TokenInterceptor(value_);
   }
 
@@ -256,8 +262,8 @@ class TokenInterceptorFactory final : public grpc::experimental::ClientIntercept
   const std::string value_;
 };
 
-absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> ChannelCredentialsFor(const DaemonAddress& addr,
-                                                                               const Credentials& c) {
+absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> ChannelCredentialsFor(
+    const DaemonAddress& addr, const Credentials& c) {
   if (!addr.unix_path.empty()) return grpc::InsecureChannelCredentials();
   if (addr.tls) {
     grpc::SslCredentialsOptions o;
@@ -274,8 +280,9 @@ absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> ChannelCredentialsFor(
 
 }  // namespace
 
-absl::StatusOr<std::shared_ptr<grpc::Channel>> ConnectToDaemon(const DaemonAddress& addr, bool autostart,
-                                                               int timeout_ms, const Credentials& creds) {
+absl::StatusOr<std::shared_ptr<grpc::Channel>> ConnectToDaemon(const DaemonAddress& addr,
+                                                               bool autostart, int timeout_ms,
+                                                               const Credentials& creds) {
   int refused = 0;
   if (!addr.unix_path.empty() && !SocketAccepts(addr.unix_path, &refused)) {
     if (refused == EACCES || refused == EPERM) {
@@ -309,8 +316,8 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> ConnectToDaemon(const DaemonAddre
   if (addr.unix_path.empty() && !creds.token.empty()) {
     interceptors.push_back(std::make_unique<TokenInterceptorFactory>(creds.token));
   }
-  auto channel = grpc::experimental::CreateCustomChannelWithInterceptors(addr.grpc_target, *channel_creds, args,
-                                                                          std::move(interceptors));
+  auto channel = grpc::experimental::CreateCustomChannelWithInterceptors(
+      addr.grpc_target, *channel_creds, args, std::move(interceptors));
   if (!channel->WaitForConnected(std::chrono::system_clock::now() +
                                  std::chrono::milliseconds(timeout_ms))) {
     return absl::UnavailableError(absl::StrCat("cannot reach fwaid at ", addr.grpc_target));
@@ -403,7 +410,8 @@ nlohmann::json EventToJson(const fwai::v1::ServerEvent& ev) {
       auto origin = payload["origin"];
       payload.erase("origin");
       if (!payload.contains("agent")) payload["agent"] = origin.value("agent", "main");
-      if (!payload.contains("parent_call_id")) payload["parent_call_id"] = origin.value("parent_call_id", "");
+      if (!payload.contains("parent_call_id"))
+        payload["parent_call_id"] = origin.value("parent_call_id", "");
     }
     for (auto& [k, v] : payload.items()) j[k] = v;
   }

@@ -5,9 +5,8 @@
 #include <grpcpp/grpcpp.h>
 
 #include <memory>
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "absl/status/statusor.h"
 
@@ -39,7 +38,7 @@ struct Credentials {
 };
 
 struct CredentialFlags {
-  std::string ca_cert;     // --ca-cert (else FWAI_CA_CERT)
+  std::string ca_cert;  // --ca-cert (else FWAI_CA_CERT)
   std::string client_cert;
   std::string client_key;
   std::string token_file;  // --token-file (else FWAI_TOKEN)
@@ -52,7 +51,8 @@ absl::StatusOr<DaemonAddress> ResolveDaemonAddress(const std::string& flag);
 
 // Flags and environment first; what `fwai login` stored fills the rest when
 // the address is the login's. Errors name the file that cannot be read.
-absl::StatusOr<Credentials> ResolveCredentials(const DaemonAddress& addr, const CredentialFlags& flags);
+absl::StatusOr<Credentials> ResolveCredentials(const DaemonAddress& addr,
+                                               const CredentialFlags& flags);
 
 // The profile `fwai login` keeps (~/.config/fwai/login.json, mode 0600).
 struct LoginProfile {
@@ -68,8 +68,9 @@ absl::StatusOr<LoginProfile> LoadLogin();  // NOT_FOUND when there is none
 // (found next to this executable, or on PATH) if nobody is listening.
 // UNAVAILABLE says how to start or reach the daemon. Over TCP every call
 // carries the token, and tls: checks the daemon's certificate.
-absl::StatusOr<std::shared_ptr<grpc::Channel>> ConnectToDaemon(const DaemonAddress& addr, bool autostart,
-                                                               int timeout_ms, const Credentials& creds = {});
+absl::StatusOr<std::shared_ptr<grpc::Channel>> ConnectToDaemon(const DaemonAddress& addr,
+                                                               bool autostart, int timeout_ms,
+                                                               const Credentials& creds = {});
 
 // Directory of the running executable.
 std::string SelfDir();

@@ -58,8 +58,8 @@ absl::Status PendingReplies::Reply(const std::string& session_id, Interaction re
     if (done != answered_.end() && !reply.id.empty() && (!p || p->id != reply.id)) {
       for (const auto& [id, by] : done->second) {
         if (id == reply.id) {
-          return absl::FailedPreconditionError(
-              absl::StrCat(reply.is_plan ? "plan " : "question ", id, ": already answered by ", by));
+          return absl::FailedPreconditionError(absl::StrCat(reply.is_plan ? "plan " : "question ",
+                                                            id, ": already answered by ", by));
         }
       }
     }
@@ -72,8 +72,8 @@ absl::Status PendingReplies::Reply(const std::string& session_id, Interaction re
   std::lock_guard<std::mutex> lock(p->mu);
   if (p->reply) {
     // The first answer wins; the session's clients see which one it was.
-    return absl::FailedPreconditionError(
-        absl::StrCat(reply.is_plan ? "plan " : "question ", p->id, ": already answered by ", p->reply->by));
+    return absl::FailedPreconditionError(absl::StrCat(reply.is_plan ? "plan " : "question ", p->id,
+                                                      ": already answered by ", p->reply->by));
   }
   p->reply = std::move(reply);
   p->cv.notify_all();

@@ -54,7 +54,8 @@ class PendingReplies {
   std::map<std::string, std::shared_ptr<Pending>> pending_ ABSL_GUARDED_BY(mu_);
   // The last questions and plans each session had answered (id, who
   // answered), so a late answer is told it lost rather than taken for a wrong id.
-  std::map<std::string, std::deque<std::pair<std::string, std::string>>> answered_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, std::deque<std::pair<std::string, std::string>>> answered_
+      ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace fwai

@@ -1,19 +1,18 @@
 #include "server/agent/plan_mode.h"
 
-#include "common/local_account.h"
-#include "server/tools/project_fs.h"
-
 #include <fstream>
 #include <optional>
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "common/ids.h"
+#include "common/local_account.h"
 #include "fwai/v1/events.pb.h"
 #include "server/agent/agent.h"
 #include "server/agent/events.h"
 #include "server/agent/pending_replies.h"
 #include "server/session/session_manager.h"
+#include "server/tools/project_fs.h"
 
 namespace fwai {
 
@@ -87,7 +86,8 @@ ToolResult SubmitPlan(const AgentDeps& deps, Agent& a, const std::string& call_i
     auto text = pfs->ReadFile(PlanPath(session.id), 1u << 20);
     if (!text.ok()) {
       if (absl::IsNotFound(text.status())) {
-        return {absl::StrCat("submitPlan: write the plan to ", PlanPath(session.id), " first"), true};
+        return {absl::StrCat("submitPlan: write the plan to ", PlanPath(session.id), " first"),
+                true};
       }
       return {absl::StrCat("submitPlan: ", text.status().message()), true};
     }
@@ -135,7 +135,8 @@ ToolResult SubmitPlan(const AgentDeps& deps, Agent& a, const std::string& call_i
     // The edited plan goes back to the project, written as its account.
     ScopedFsIdentity as(*a.turn->account);
     if (as.status().ok()) {
-      if (auto pfs = ProjectFs::Open(session.project_root); pfs.ok()) (void)pfs->WriteFile(PlanPath(session.id), plan);
+      if (auto pfs = ProjectFs::Open(session.project_root); pfs.ok())
+        (void)pfs->WriteFile(PlanPath(session.id), plan);
     }
   }
   SwitchToAct(deps, a, session.auto_approve_plan ? "plan auto-approved" : "plan approved");

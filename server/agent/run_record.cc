@@ -1,11 +1,10 @@
 #include "server/agent/run_record.h"
 
-#include "common/local_account.h"
-
 #include <filesystem>
 #include <vector>
 
 #include "absl/strings/str_split.h"
+#include "common/local_account.h"
 #include "common/subprocess.h"
 #include "server/agent/agent.h"
 #include "server/session/session_manager.h"
@@ -67,7 +66,8 @@ json RunRecord(const TurnRequest& req, const Agent& main, const std::string& run
               {"stop_reason", main.stop_reason},
               {"policy_refusals", turn.policy.refusals()},
               {"duration_ms", duration_ms}};
-  if (json files = FilesChanged(turn.session.project_root, turn.account ? &*turn.account : nullptr); !files.is_null()) {
+  if (json files = FilesChanged(turn.session.project_root, turn.account ? &*turn.account : nullptr);
+      !files.is_null()) {
     rec["files_changed"] = std::move(files);
   }
   return rec;

@@ -1,9 +1,8 @@
 #include "server/agent/subagents.h"
 
-#include <memory>
-
 #include <atomic>
 #include <chrono>
+#include <memory>
 #include <thread>
 
 #include "absl/strings/str_cat.h"

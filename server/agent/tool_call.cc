@@ -1,12 +1,11 @@
 #include "server/agent/tool_call.h"
 
-#include "common/local_account.h"
-
 #include <filesystem>
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
 #include "common/clock.h"
+#include "common/local_account.h"
 #include "fwai/v1/events.pb.h"
 #include "server/agent/agent.h"
 #include "server/agent/events.h"
@@ -126,13 +125,16 @@ ToolResult ToolCaller::Dispatch(const std::string& call_id, const std::string& t
   // A selected tool may be called without being offered on this very call,
   // so the mode and project rules are checked again here, not only in the offer.
   if (tool->needs_project() && !a.turn->account) {
-    return {absl::StrCat("'", tool_name, "' needs a project: this session has none (or no local account to act as)"),
-            true};
+    return {
+        absl::StrCat("'", tool_name,
+                     "' needs a project: this session has none (or no local account to act as)"),
+        true};
   }
   if (!tool->read_only() && (a.read_only || InPlanMode(a)) &&
       !(InPlanMode(a) && is_main && PlanWritable(tool_name))) {
-    return {InPlanMode(a) && is_main ? PlanModeRefusal(tool_name, a.turn->session.id)
-                                     : absl::StrCat("'", tool_name, "' is not allowed for the ", a.name, " agent"),
+    return {InPlanMode(a) && is_main
+                ? PlanModeRefusal(tool_name, a.turn->session.id)
+                : absl::StrCat("'", tool_name, "' is not allowed for the ", a.name, " agent"),
             true};
   }
   if (absl::Status s = a.turn->policy.CheckTool(tool_name); !s.ok()) {
@@ -144,7 +146,8 @@ ToolResult ToolCaller::Dispatch(const std::string& call_id, const std::string& t
 std::string ToolCaller::Refusal(const Tool* tool, const std::string& tool_name) const {
   const Agent& a = agent_;
   if (tool != nullptr && tool->needs_project() && !a.turn->account) {
-    return absl::StrCat("'", tool_name, "' needs a project: this session has none (or no local account to act as)");
+    return absl::StrCat("'", tool_name,
+                        "' needs a project: this session has none (or no local account to act as)");
   }
   if (tool != nullptr && a.is_main() && InPlanMode(a) && !tool->read_only()) {
     return PlanModeRefusal(tool_name, a.turn->session.id);
@@ -210,8 +213,9 @@ void ToolCaller::Log(const std::string& call_id, const std::string& tool_name, c
       std::filesystem::create_directories(log_dir, ec);
     }
     log_file = absl::StrCat(log_dir, "/", call_id, ".log");
-    if (as.status().ok()) std::ofstream(log_file) << "$ " << tool_name << " " << deps_.secrets.Redact(in) << "\n"
-                            << tr.content << "\n";
+    if (as.status().ok())
+      std::ofstream(log_file) << "$ " << tool_name << " " << deps_.secrets.Redact(in) << "\n"
+                              << tr.content << "\n";
   }
   a.turn->LogCall({{"call_id", call_id},
                    {"tool", tool_name},

@@ -6,7 +6,6 @@
 #pragma once
 
 #include <atomic>
-
 #include <nlohmann/json.hpp>
 #include <string>
 

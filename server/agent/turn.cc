@@ -1,9 +1,8 @@
 #include "server/agent/turn.h"
 
-#include "common/local_account.h"
-
 #include "absl/strings/str_cat.h"
 #include "common/clock.h"
+#include "common/local_account.h"
 #include "fwai/v1/events.pb.h"
 #include "server/agent/agent.h"
 #include "server/agent/compaction.h"
@@ -125,14 +124,16 @@ TurnEnd PlayTurn(const AgentDeps& deps, const TurnHooks& hooks, CancelToken& can
   if (!info->account.empty() && !info->project_root.empty()) {
     auto acct = LookupAccount(info->account);
     if (!acct.ok()) {
-      return Failed(sink, absl::FailedPreconditionError(absl::StrCat(
-                              "the session's account ", info->account, ": ", acct.status().message())));
+      return Failed(
+          sink, absl::FailedPreconditionError(absl::StrCat("the session's account ", info->account,
+                                                           ": ", acct.status().message())));
     }
     account = *std::move(acct);
   }
   // A policy that cannot be read stops the turn: it fails closed. The
   // project's own policy file is read as the account.
-  auto rules = LoadPolicy(info->project_root, deps.config.policy_file, account ? &*account : nullptr);
+  auto rules =
+      LoadPolicy(info->project_root, deps.config.policy_file, account ? &*account : nullptr);
   if (!rules.ok()) {
     return Failed(
         sink, absl::FailedPreconditionError(absl::StrCat("policy: ", rules.status().message())));

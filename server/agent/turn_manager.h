@@ -59,8 +59,8 @@ struct TurnRequest {
   std::string provider;  // overrides for this turn
   std::string model;
   std::string sender;
-  std::string owner;  // the principal that started it (limits count per owner)
-  std::string peer;   // where its request came from (for the record)
+  std::string owner;          // the principal that started it (limits count per owner)
+  std::string peer;           // where its request came from (for the record)
   bool compact_only = false;  // summarise older turns, nothing else
   // The span the turn's invoke_agent span hangs under (a skill's step); none:
   // the turn starts a trace.

@@ -7,13 +7,13 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include <nlohmann/json_fwd.hpp>
 
 namespace grpc {
 class Service;
@@ -82,21 +82,22 @@ struct ApiDeps {
   HardwareBroker* hardware = nullptr;  // may be null: Hardware answers UNAVAILABLE
   // Every board, this node's and (in a lab) the other nodes': set with `hardware`.
   Boards* boards = nullptr;
-  BoardLeases* leases = nullptr;  // who holds which board, listed and leased
-  EvidenceLog* evidence = nullptr;     // may be null: Evidence answers UNAVAILABLE
-  SkillRunner* skills = nullptr;       // may be null: Skills.Run answers UNAVAILABLE
-  Gate* gate = nullptr;                // who calls, and whether the table lets them
+  BoardLeases* leases = nullptr;    // who holds which board, listed and leased
+  EvidenceLog* evidence = nullptr;  // may be null: Evidence answers UNAVAILABLE
+  SkillRunner* skills = nullptr;    // may be null: Skills.Run answers UNAVAILABLE
+  Gate* gate = nullptr;             // who calls, and whether the table lets them
   // Appends a record to the evidence log (may be null): every change, with
   // the verified principal and the peer.
   std::function<void(const nlohmann::json&)> audit;
   // Re-reads users and limits from the config file (SIGHUP, Daemon.ReloadConfig);
   // returns how many users it has.
   // Reloads fwaid.yaml for `principal` calling from `peer` (both in its record).
-  std::function<absl::StatusOr<int>(const std::string& principal, const std::string& peer)> reload_config;
+  std::function<absl::StatusOr<int>(const std::string& principal, const std::string& peer)>
+      reload_config;
   const FirmwareReportDeps* firmware = nullptr;  // may be null: Firmware answers UNAVAILABLE
   const SvdCatalog* svd_catalog = nullptr;       // may be null: CheckRegisters answers UNAVAILABLE
-  RolloutManager* rollouts = nullptr;  // may be null: Ota answers UNAVAILABLE
-  PluginStore* plugins = nullptr;      // may be null: Plugins answers UNAVAILABLE
+  RolloutManager* rollouts = nullptr;            // may be null: Ota answers UNAVAILABLE
+  PluginStore* plugins = nullptr;                // may be null: Plugins answers UNAVAILABLE
   std::function<void(const std::string&)> on_session_deleted;
   std::function<void()> request_shutdown;
   // A node of a lab (may be null): every board of the lab is listed, and

@@ -22,7 +22,8 @@ class Processor final : public grpc::AuthMetadataProcessor {
                        OutputMetadata*) override {
     const std::string peer = Prop(*ctx, "peer_ip").empty() ? "tcp" : Prop(*ctx, "peer_ip");
     absl::StatusOr<Principal> p = absl::UnauthenticatedError(
-        "no credentials: give a token (FWAI_TOKEN or --token-file; an admin makes one with fwai token create) "
+        "no credentials: give a token (FWAI_TOKEN or --token-file; an admin makes one with fwai "
+        "token create) "
         "or a client certificate");
     std::string token_id, subject;
     auto auth = md.find("authorization");
@@ -59,8 +60,9 @@ class Processor final : public grpc::AuthMetadataProcessor {
     } else if (!token_id.empty() && Prop(*ctx, "fwai_token") != token_id) {
       // Same person, another token: the call is checked against the bound
       // token, so it must be the same one.
-      return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
-                          "this connection is bound to another token; use one token per connection");
+      return grpc::Status(
+          grpc::StatusCode::UNAUTHENTICATED,
+          "this connection is bound to another token; use one token per connection");
     }
     return grpc::Status::OK;
   }

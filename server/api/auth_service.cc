@@ -62,29 +62,37 @@ class AuthService final : public pb::Auth::CallbackService {
     return r;
   }
 
-  grpc::ServerUnaryReactor* CreateToken(grpc::CallbackServerContext* ctx, const pb::CreateTokenRequest* req,
+  grpc::ServerUnaryReactor* CreateToken(grpc::CallbackServerContext* ctx,
+                                        const pb::CreateTokenRequest* req,
                                         pb::CreateTokenResponse* resp) override {
     auto who = deps_.gate->Admit(ctx, "Auth.CreateToken");
     if (!who.ok()) return Refuse(ctx, who.status());
     return OffloadUnary(ctx, deps_.pool, true, "", [this, who = *who, req, resp]() -> absl::Status {
       Role role = Role::kUser;
       if (!req->role().empty() && !ParseRole(req->role(), &role)) {
-        return absl::InvalidArgumentError(absl::StrCat("role: '", req->role(), "'; expected admin, user or ci"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("role: '", req->role(), "'; expected admin, user or ci"));
       }
-      auto t = deps_.gate->identities().tokens().Create(req->user(), role, req->expires_in_s(), who.id, req->note());
+      auto t = deps_.gate->identities().tokens().Create(req->user(), role, req->expires_in_s(),
+                                                        who.id, req->note());
       if (!t.ok()) return t.status();
       resp->set_token(t->token);
       ToProto(t->info, resp->mutable_info());
       if (deps_.audit) {
-        deps_.audit({{"kind", "token_created"}, {"token_id", t->info.id}, {"user", t->info.user},
-                     {"role", RoleName(t->info.role)}, {"expires_us", t->info.expires_us}, {"principal", who.id},
+        deps_.audit({{"kind", "token_created"},
+                     {"token_id", t->info.id},
+                     {"user", t->info.user},
+                     {"role", RoleName(t->info.role)},
+                     {"expires_us", t->info.expires_us},
+                     {"principal", who.id},
                      {"peer", who.peer}});
       }
       return absl::OkStatus();
     });
   }
 
-  grpc::ServerUnaryReactor* ListTokens(grpc::CallbackServerContext* ctx, const pb::ListTokensRequest*,
+  grpc::ServerUnaryReactor* ListTokens(grpc::CallbackServerContext* ctx,
+                                       const pb::ListTokensRequest*,
                                        pb::ListTokensResponse* resp) override {
     auto who = deps_.gate->Admit(ctx, "Auth.ListTokens");
     if (!who.ok()) return Refuse(ctx, who.status());
@@ -94,17 +102,22 @@ class AuthService final : public pb::Auth::CallbackService {
     return r;
   }
 
-  grpc::ServerUnaryReactor* RevokeToken(grpc::CallbackServerContext* ctx, const pb::RevokeTokenRequest* req,
+  grpc::ServerUnaryReactor* RevokeToken(grpc::CallbackServerContext* ctx,
+                                        const pb::RevokeTokenRequest* req,
                                         pb::RevokeTokenResponse*) override {
     auto who = deps_.gate->Admit(ctx, "Auth.RevokeToken");
     if (!who.ok()) return Refuse(ctx, who.status());
     return OffloadUnary(ctx, deps_.pool, true, "", [this, who = *who, req]() -> absl::Status {
-      if (req->id().empty()) return absl::InvalidArgumentError("id: required (fwai token ls lists them)");
+      if (req->id().empty())
+        return absl::InvalidArgumentError("id: required (fwai token ls lists them)");
       auto s = deps_.gate->identities().tokens().Revoke(req->id());
       if (!s.ok()) return s;
       deps_.gate->Invalidate();
       if (deps_.audit) {
-        deps_.audit({{"kind", "token_revoked"}, {"token_id", req->id()}, {"principal", who.id}, {"peer", who.peer}});
+        deps_.audit({{"kind", "token_revoked"},
+                     {"token_id", req->id()},
+                     {"principal", who.id},
+                     {"peer", who.peer}});
       }
       return absl::OkStatus();
     });
@@ -116,6 +129,8 @@ class AuthService final : public pb::Auth::CallbackService {
 
 }  // namespace
 
-std::unique_ptr<grpc::Service> MakeAuthService(const ApiDeps& deps) { return std::make_unique<AuthService>(deps); }
+std::unique_ptr<grpc::Service> MakeAuthService(const ApiDeps& deps) {
+  return std::make_unique<AuthService>(deps);
+}
 
 }  // namespace fwai

@@ -19,9 +19,10 @@ struct Principal;
 // The caller of `rpc` as the broker and the skill runner see it, once the
 // gate admits it: the principal's id, "alice (uid 1000) via vscode", admin,
 // the local account it acts as. The status otherwise.
-absl::StatusOr<Caller> AdmitCaller(const ApiDeps& deps, grpc::CallbackServerContext* ctx, std::string_view rpc,
-                                   const std::string& lease_id = "", const std::string& session_id = "");
-Caller CallerFor(const Principal& p, grpc::CallbackServerContext* ctx, const std::string& lease_id = "",
-                 const std::string& session_id = "");
+absl::StatusOr<Caller> AdmitCaller(const ApiDeps& deps, grpc::CallbackServerContext* ctx,
+                                   std::string_view rpc, const std::string& lease_id = "",
+                                   const std::string& session_id = "");
+Caller CallerFor(const Principal& p, grpc::CallbackServerContext* ctx,
+                 const std::string& lease_id = "", const std::string& session_id = "");
 
 }  // namespace fwai

@@ -9,8 +9,8 @@
 #include "common/thread_pool.h"
 #include "fwai/v1/evidence.grpc.pb.h"
 #include "server/api/api.h"
-#include "server/api/offload.h"
 #include "server/api/gate.h"
+#include "server/api/offload.h"
 #include "server/evidence/evidence_log.h"
 #include "server/evidence/export.h"
 
@@ -37,7 +37,8 @@ bool Visible(const Principal& p, const EvidenceRecord& r) {
   // admin's turn in their session, say).
   for (const char* field : {"principal", "owner"}) {
     const auto it = j.find(field);
-    if (it != j.end() && it->is_string() && !it->get<std::string>().empty() && p.Owns(it->get<std::string>())) {
+    if (it != j.end() && it->is_string() && !it->get<std::string>().empty() &&
+        p.Owns(it->get<std::string>())) {
       return true;
     }
   }
@@ -62,11 +63,13 @@ class EvidenceService final : public pb::Evidence::CallbackService {
  public:
   explicit EvidenceService(ApiDeps deps) : deps_(std::move(deps)) {}
 
-  grpc::ServerUnaryReactor* ListRuns(grpc::CallbackServerContext* ctx, const pb::ListRunsRequest* req,
+  grpc::ServerUnaryReactor* ListRuns(grpc::CallbackServerContext* ctx,
+                                     const pb::ListRunsRequest* req,
                                      pb::ListRunsResponse* resp) override {
     return Offload(ctx, "Evidence.ListRuns", [this, req, resp](const Principal& who) {
       // The newest `limit` of the caller's own records.
-      auto list = deps_.evidence->List(who.admin() && req->limit() > 0 ? static_cast<size_t>(req->limit()) : 0);
+      auto list = deps_.evidence->List(
+          who.admin() && req->limit() > 0 ? static_cast<size_t>(req->limit()) : 0);
       if (!list.ok()) return list.status();
       auto mine = VisibleOnly(who, *std::move(list));
       const size_t skip = req->limit() > 0 && mine.size() > static_cast<size_t>(req->limit())
@@ -83,7 +86,8 @@ class EvidenceService final : public pb::Evidence::CallbackService {
       if (req->run_id().empty()) return absl::InvalidArgumentError("run_id: required");
       auto r = deps_.evidence->Get(req->run_id());
       if (!r.ok()) return r.status();
-      if (!Visible(who, *r)) return absl::NotFoundError(absl::StrCat("no record for run ", req->run_id()));
+      if (!Visible(who, *r))
+        return absl::NotFoundError(absl::StrCat("no record for run ", req->run_id()));
       ToProto(*r, resp);
       return absl::OkStatus();
     });
@@ -110,26 +114,32 @@ class EvidenceService final : public pb::Evidence::CallbackService {
       // Only the caller's own records (admins: all).
       auto list = std::make_optional(VisibleOnly(who, *std::move(all)));
       if (fmt == "json") {
-        json out = {{"public_key_ed25519", deps_.evidence->public_key_hex()}, {"records", json::array()}};
+        json out = {{"public_key_ed25519", deps_.evidence->public_key_hex()},
+                    {"records", json::array()}};
         for (const auto& r : *list) {
-          out["records"].push_back({{"index", r.index}, {"run_id", r.run_id}, {"leaf_hash", ToHex(r.leaf)},
-                                    {"record", json::parse(r.bytes, nullptr, false)}, {"bytes", r.bytes}});
+          out["records"].push_back({{"index", r.index},
+                                    {"run_id", r.run_id},
+                                    {"leaf_hash", ToHex(r.leaf)},
+                                    {"record", json::parse(r.bytes, nullptr, false)},
+                                    {"bytes", r.bytes}});
         }
         resp->set_data(out.dump(1));
         resp->set_content_type("application/json");
         return absl::OkStatus();
       }
       if (fmt == "csv") {
-        std::string csv = "index,run_id,kind,time_us,session_id,board,model,stop_reason,leaf_hash\n";
+        std::string csv =
+            "index,run_id,kind,time_us,session_id,board,model,stop_reason,leaf_hash\n";
         for (const auto& r : *list) {
           auto j = json::parse(r.bytes, nullptr, false);
           auto f = [&](const char* k) {
             if (!j.is_object() || !j.contains(k)) return std::string();
             return j[k].is_string() ? j[k].get<std::string>() : j[k].dump();
           };
-          absl::StrAppend(&csv, r.index, ",", CsvField(r.run_id), ",", CsvField(f("kind")), ",", f("time_us"), ",",
-                          CsvField(f("session_id")), ",", CsvField(f("board")), ",", CsvField(f("model")), ",",
-                          CsvField(f("stop_reason")), ",", ToHex(r.leaf), "\n");
+          absl::StrAppend(&csv, r.index, ",", CsvField(r.run_id), ",", CsvField(f("kind")), ",",
+                          f("time_us"), ",", CsvField(f("session_id")), ",", CsvField(f("board")),
+                          ",", CsvField(f("model")), ",", CsvField(f("stop_reason")), ",",
+                          ToHex(r.leaf), "\n");
         }
         resp->set_data(csv);
         resp->set_content_type("text/csv");
@@ -145,7 +155,8 @@ class EvidenceService final : public pb::Evidence::CallbackService {
         return absl::OkStatus();
       }
       if (fmt == "html") {
-        resp->set_data(ExportHtml(*list, deps_.evidence->Verify(), deps_.evidence->public_key_hex(), root));
+        resp->set_data(
+            ExportHtml(*list, deps_.evidence->Verify(), deps_.evidence->public_key_hex(), root));
         resp->set_content_type("text/html");
         return absl::OkStatus();
       }
@@ -158,7 +169,8 @@ class EvidenceService final : public pb::Evidence::CallbackService {
         resp->set_content_type("application/vnd.dsse.envelope+json");
         return absl::OkStatus();
       }
-      return absl::InvalidArgumentError(absl::StrCat("format: '", fmt, "' (expected json, csv, sarif, html or in-toto)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("format: '", fmt, "' (expected json, csv, sarif, html or in-toto)"));
     });
   }
 
@@ -175,6 +187,8 @@ class EvidenceService final : public pb::Evidence::CallbackService {
 
 }  // namespace
 
-std::unique_ptr<grpc::Service> MakeEvidenceService(const ApiDeps& deps) { return std::make_unique<EvidenceService>(deps); }
+std::unique_ptr<grpc::Service> MakeEvidenceService(const ApiDeps& deps) {
+  return std::make_unique<EvidenceService>(deps);
+}
 
 }  // namespace fwai

@@ -26,27 +26,30 @@ class FirmwareService final : public pb::Firmware::CallbackService {
 
   grpc::ServerUnaryReactor* Memory(grpc::CallbackServerContext* ctx, const pb::MemoryRequest* req,
                                    pb::FirmwareReport* resp) override {
-    return Offload(ctx, "Firmware.Memory", {req->project_root(), req->image(), req->diff()}, [this, req, resp] {
-      auto root = CanonicalProjectRoot(req->project_root());
-      if (!root.ok()) return root.status();
-      auto r = MemoryReportFor(*deps_.firmware, *root, req->image(), req->diff());
-      if (!r.ok()) return r.status();
-      resp->set_json(r->dump());
-      resp->set_text(MemorySummaryText((*r)["report"], r->value("diff", nlohmann::json()), 10));
-      return absl::OkStatus();
-    });
+    return Offload(
+        ctx, "Firmware.Memory", {req->project_root(), req->image(), req->diff()},
+        [this, req, resp] {
+          auto root = CanonicalProjectRoot(req->project_root());
+          if (!root.ok()) return root.status();
+          auto r = MemoryReportFor(*deps_.firmware, *root, req->image(), req->diff());
+          if (!r.ok()) return r.status();
+          resp->set_json(r->dump());
+          resp->set_text(MemorySummaryText((*r)["report"], r->value("diff", nlohmann::json()), 10));
+          return absl::OkStatus();
+        });
   }
 
   grpc::ServerUnaryReactor* Sbom(grpc::CallbackServerContext* ctx, const pb::SbomRequest* req,
                                  pb::FirmwareReport* resp) override {
-    return Offload(ctx, "Firmware.Sbom", {req->project_root(), req->run_or_image()}, [this, req, resp] {
-      auto root = CanonicalProjectRoot(req->project_root());
-      if (!root.ok()) return root.status();
-      auto r = SbomFor(*deps_.firmware, *root, req->run_or_image(), req->format());
-      if (!r.ok()) return r.status();
-      resp->set_json(r->dump(2));
-      return absl::OkStatus();
-    });
+    return Offload(ctx, "Firmware.Sbom", {req->project_root(), req->run_or_image()},
+                   [this, req, resp] {
+                     auto root = CanonicalProjectRoot(req->project_root());
+                     if (!root.ok()) return root.status();
+                     auto r = SbomFor(*deps_.firmware, *root, req->run_or_image(), req->format());
+                     if (!r.ok()) return r.status();
+                     resp->set_json(r->dump(2));
+                     return absl::OkStatus();
+                   });
   }
 
   // Every file (the project's settings, its sources, an SVD it names) is read

@@ -1,7 +1,6 @@
 #include "server/api/gate.h"
 
 #include <grpcpp/support/server_interceptor.h>
-
 #include <spdlog/spdlog.h>
 
 #include <chrono>
@@ -14,11 +13,11 @@
 #include "fwai/v1/daemon.pb.h"
 #include "fwai/v1/evidence.pb.h"
 #include "fwai/v1/firmware.pb.h"
+#include "fwai/v1/hardware.pb.h"
+#include "fwai/v1/knowledge.pb.h"
+#include "fwai/v1/lab.pb.h"
 #include "fwai/v1/ota.pb.h"
 #include "fwai/v1/plugins.pb.h"
-#include "fwai/v1/hardware.pb.h"
-#include "fwai/v1/lab.pb.h"
-#include "fwai/v1/knowledge.pb.h"
 #include "fwai/v1/projects.pb.h"
 #include "fwai/v1/sessions.pb.h"
 #include "fwai/v1/tool_catalog.pb.h"
@@ -26,7 +25,9 @@
 
 namespace fwai {
 
-std::string LabNodeOf(const Principal& p) { return p.id.rfind("node:", 0) == 0 ? p.id.substr(5) : ""; }
+std::string LabNodeOf(const Principal& p) {
+  return p.id.rfind("node:", 0) == 0 ? p.id.substr(5) : "";
+}
 
 const std::vector<RpcRule>& RpcRules() {
   static const std::vector<RpcRule> kRules = {
@@ -116,16 +117,18 @@ std::vector<std::string> RpcsWithoutRules() {
   for (const auto& r : RpcRules()) named.insert(r.rpc);
   std::vector<std::string> missing;
   // One message of each API file brings its services' descriptors.
-  for (const auto* file : {fwai::v1::CreateSessionRequest::descriptor()->file(),
-                           fwai::v1::DaemonStatusRequest::descriptor()->file(),
-                           fwai::v1::WhoAmIRequest::descriptor()->file(), fwai::v1::SearchRequest::descriptor()->file(),
-                           fwai::v1::ToolSearchRequest::descriptor()->file(),
-                           fwai::v1::AcquireRequest::descriptor()->file(), fwai::v1::InitRequest::descriptor()->file(),
-                           fwai::v1::ListRunsRequest::descriptor()->file(),
-                           fwai::v1::MemoryRequest::descriptor()->file(),
-                           fwai::v1::RolloutRequest::descriptor()->file(),
-                           fwai::v1::InstallPluginRequest::descriptor()->file(),
-                           fwai::v1::LabFlashRequest::descriptor()->file()}) {
+  for (const auto* file :
+       {fwai::v1::CreateSessionRequest::descriptor()->file(),
+        fwai::v1::DaemonStatusRequest::descriptor()->file(),
+        fwai::v1::WhoAmIRequest::descriptor()->file(),
+        fwai::v1::SearchRequest::descriptor()->file(),
+        fwai::v1::ToolSearchRequest::descriptor()->file(),
+        fwai::v1::AcquireRequest::descriptor()->file(), fwai::v1::InitRequest::descriptor()->file(),
+        fwai::v1::ListRunsRequest::descriptor()->file(),
+        fwai::v1::MemoryRequest::descriptor()->file(),
+        fwai::v1::RolloutRequest::descriptor()->file(),
+        fwai::v1::InstallPluginRequest::descriptor()->file(),
+        fwai::v1::LabFlashRequest::descriptor()->file()}) {
     for (int i = 0; i < file->service_count(); ++i) {
       const auto* service = file->service(i);
       for (int m = 0; m < service->method_count(); ++m) {
@@ -163,7 +166,11 @@ struct Gate::Tracked {
 
 Gate::Gate(Identities& identities, Quotas& quotas, const PeerRegistry& peers,
            std::function<void(const nlohmann::json&)> audit)
-    : ids_(identities), quotas_(quotas), peers_(peers), audit_(std::move(audit)), rules_(RuleMap()) {
+    : ids_(identities),
+      quotas_(quotas),
+      peers_(peers),
+      audit_(std::move(audit)),
+      rules_(RuleMap()) {
   sweeper_ = std::thread([this] {
     while (!stop_) {
       std::this_thread::sleep_for(std::chrono::milliseconds(250));
@@ -215,7 +222,7 @@ absl::StatusOr<Principal> Gate::Identify(grpc::CallbackServerContext* ctx) {
     }
   }
   absl::StatusOr<Principal> p = uid >= 0 ? ids_.ForUnixPeer(static_cast<uint32_t>(uid), peer)
-                                          : ids_.ForCertificate(subject, cn, peer);
+                                         : ids_.ForCertificate(subject, cn, peer);
   if (!p.ok()) return p.status();
   std::lock_guard<std::mutex> lock(mu_);
   cache_[key] = *p;
@@ -232,14 +239,16 @@ absl::StatusOr<Principal> Gate::Admit(grpc::CallbackServerContext* ctx, std::str
   if (rule == rules_.end()) {
     // Fails closed: an RPC without a rule is nobody's.
     spdlog::error("no access rule for {}: refused", rpc);
-    return absl::PermissionDeniedError(absl::StrCat(std::string(rpc), ": refused (no access rule)"));
+    return absl::PermissionDeniedError(
+        absl::StrCat(std::string(rpc), ": refused (no access rule)"));
   }
   absl::Status refused;
   const std::string lab_node = LabNodeOf(*p);
   if (!lab_node.empty() && rule->second != Need::kLabNode) {
     // A node certificate forwards board work; it is nobody's account.
-    refused = absl::PermissionDeniedError(absl::StrCat(std::string(rpc), ": refused for node certificate ", lab_node,
-                                                       " (rule: node certificates call LabNode only)"));
+    refused = absl::PermissionDeniedError(
+        absl::StrCat(std::string(rpc), ": refused for node certificate ", lab_node,
+                     " (rule: node certificates call LabNode only)"));
   }
   switch (refused.ok() ? rule->second : Need::kAnyone) {
     case Need::kAnyone:
@@ -247,19 +256,22 @@ absl::StatusOr<Principal> Gate::Admit(grpc::CallbackServerContext* ctx, std::str
     case Need::kLabNode:
       if (lab_node.empty()) {
         refused = absl::PermissionDeniedError(absl::StrCat(
-            std::string(rpc), " is for the nodes of a lab (rule: lab node certificate); you are ", p->id));
+            std::string(rpc), " is for the nodes of a lab (rule: lab node certificate); you are ",
+            p->id));
       }
       break;
     case Need::kAdmin:
       if (!p->admin()) {
         refused = absl::PermissionDeniedError(
-            absl::StrCat(std::string(rpc), " is for admins (rule: admin); you are ", p->id, " with role ", RoleName(p->role)));
+            absl::StrCat(std::string(rpc), " is for admins (rule: admin); you are ", p->id,
+                         " with role ", RoleName(p->role)));
       }
       break;
     case Need::kLocalAccount:
       if (!p->account) {
-        refused = absl::PermissionDeniedError(absl::StrCat(std::string(rpc), " works on a project's files (rule: local account); ",
-                                                           p->no_account_reason));
+        refused = absl::PermissionDeniedError(
+            absl::StrCat(std::string(rpc), " works on a project's files (rule: local account); ",
+                         p->no_account_reason));
       }
       break;
   }
@@ -307,9 +319,11 @@ std::string RpcName(const char* method) {
 
 class RefusalInterceptor final : public grpc::experimental::Interceptor {
  public:
-  RefusalInterceptor(grpc::experimental::ServerRpcInfo* info, Gate* gate) : info_(info), gate_(gate) {}
+  RefusalInterceptor(grpc::experimental::ServerRpcInfo* info, Gate* gate)
+      : info_(info), gate_(gate) {}
   void Intercept(grpc::experimental::InterceptorBatchMethods* methods) override {
-    if (methods->QueryInterceptionHookPoint(grpc::experimental::InterceptionHookPoints::PRE_SEND_STATUS)) {
+    if (methods->QueryInterceptionHookPoint(
+            grpc::experimental::InterceptionHookPoints::PRE_SEND_STATUS)) {
       const grpc::Status st = methods->GetSendStatus();
       if (st.error_code() == grpc::StatusCode::PERMISSION_DENIED) Record(st);
     }
@@ -328,17 +342,20 @@ class RefusalInterceptor final : public grpc::experimental::Interceptor {
         peer = ctx->peer();
       }
     }
-    gate_->RecordRefusal(RpcName(info_->method()), who, peer, absl::PermissionDeniedError(st.error_message()));
+    gate_->RecordRefusal(RpcName(info_->method()), who, peer,
+                         absl::PermissionDeniedError(st.error_message()));
   }
 
   grpc::experimental::ServerRpcInfo* const info_;
   Gate* const gate_;
 };
 
-class RefusalInterceptorFactory final : public grpc::experimental::ServerInterceptorFactoryInterface {
+class RefusalInterceptorFactory final
+    : public grpc::experimental::ServerInterceptorFactoryInterface {
  public:
   explicit RefusalInterceptorFactory(Gate* gate) : gate_(gate) {}
-  grpc::experimental::Interceptor* CreateServerInterceptor(grpc::experimental::ServerRpcInfo* info) override {
+  grpc::experimental::Interceptor* CreateServerInterceptor(
+      grpc::experimental::ServerRpcInfo* info) override {
     return new RefusalInterceptor(info, gate_);
   }
 
@@ -391,7 +408,8 @@ void Gate::Sweep() {
     std::lock_guard<std::mutex> lock(t->mu);
     if (!t->alive || t->ended) continue;
     t->ended = true;
-    const grpc::Status why(grpc::StatusCode::UNAUTHENTICATED, std::string(valid.status().message()));
+    const grpc::Status why(grpc::StatusCode::UNAUTHENTICATED,
+                           std::string(valid.status().message()));
     if (t->end) {
       t->end(why);
     } else {

@@ -13,12 +13,11 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
 #include <thread>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
@@ -66,7 +65,8 @@ class Gate {
   // The caller, if the table lets it call `rpc` now. The status to finish
   // the call with otherwise: UNAUTHENTICATED, PERMISSION_DENIED naming the
   // rule, RESOURCE_EXHAUSTED naming the limit.
-  [[nodiscard]] absl::StatusOr<Principal> Admit(grpc::CallbackServerContext* ctx, std::string_view rpc);
+  [[nodiscard]] absl::StatusOr<Principal> Admit(grpc::CallbackServerContext* ctx,
+                                                std::string_view rpc);
   // The caller without checks (the processor already verified it).
   [[nodiscard]] absl::StatusOr<Principal> Identify(grpc::CallbackServerContext* ctx);
 
@@ -79,7 +79,8 @@ class Gate {
   // Forget cached principals (users or tokens changed).
   void Invalidate();
   // An evidence record for a refused call (at most one a second per peer and RPC).
-  void RecordRefusal(const std::string& rpc, const std::string& who, const std::string& peer, const absl::Status& why);
+  void RecordRefusal(const std::string& rpc, const std::string& who, const std::string& peer,
+                     const absl::Status& why);
   // For the server builder: every call that ends PERMISSION_DENIED is
   // recorded (RecordRefusal), whatever refused it — the table here, or a
   // rule an RPC checks itself (a lease's holder, the knowledge writers).

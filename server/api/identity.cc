@@ -1,13 +1,12 @@
+#include <grpcpp/grpcpp.h>
+
+#include <filesystem>
+
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "server/api/caller.h"
 #include "server/api/gate.h"
-
-
-#include <filesystem>
-
-#include <grpcpp/grpcpp.h>
 
 namespace fwai {
 
@@ -69,8 +68,9 @@ Caller CallerFor(const Principal& p, grpc::CallbackServerContext* ctx, const std
   return c;
 }
 
-absl::StatusOr<Caller> AdmitCaller(const ApiDeps& deps, grpc::CallbackServerContext* ctx, std::string_view rpc,
-                                   const std::string& lease_id, const std::string& session_id) {
+absl::StatusOr<Caller> AdmitCaller(const ApiDeps& deps, grpc::CallbackServerContext* ctx,
+                                   std::string_view rpc, const std::string& lease_id,
+                                   const std::string& session_id) {
   auto p = deps.gate->Admit(ctx, rpc);
   if (!p.ok()) return p.status();
   return CallerFor(*p, ctx, lease_id, session_id);

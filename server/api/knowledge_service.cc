@@ -33,7 +33,9 @@ struct Collections {
 
   bool Personal(const std::string& c) const { return absl::StartsWith(c, "~"); }
   // "~alice/notes" -> "alice".
-  static std::string NameOf(const std::string& c) { return c.substr(1, c.find('/') == std::string::npos ? std::string::npos : c.find('/') - 1); }
+  static std::string NameOf(const std::string& c) {
+    return c.substr(1, c.find('/') == std::string::npos ? std::string::npos : c.find('/') - 1);
+  }
   // The caller's own: the name's owner (Identities::OwnerOfName) is the
   // caller, or the same person under another id. Asked for every candidate
   // chunk of a search (from any thread): each name is looked up once.
@@ -47,7 +49,8 @@ struct Collections {
     const std::string name = NameOf(c);
     std::lock_guard<std::mutex> lock(memo->mu);
     auto it = memo->mine.find(name);
-    if (it == memo->mine.end()) it = memo->mine.emplace(name, who.Owns(ids.OwnerOfName(name))).first;
+    if (it == memo->mine.end())
+      it = memo->mine.emplace(name, who.Owns(ids.OwnerOfName(name))).first;
     return it->second;
   }
   // The stored name of what the caller asked for ("~notes" -> "~alice/notes").
@@ -67,16 +70,19 @@ struct Collections {
         const std::string owner = ids.OwnerOfName(who.user);
         return absl::PermissionDeniedError(absl::StrCat(
             "collection ", c, ": ~", who.user, " belongs to ",
-            absl::StartsWith(owner, "uid:") ? "the local account " : "fwaid.yaml's user ", who.user, " (", owner,
-            "), not to you (", who.id, "); map yourself to it in fwaid.yaml (users.NAME.local_user) "
+            absl::StartsWith(owner, "uid:") ? "the local account " : "fwaid.yaml's user ", who.user,
+            " (", owner, "), not to you (", who.id,
+            "); map yourself to it in fwaid.yaml (users.NAME.local_user) "
             "(rule: personal collections)"));
       }
       return absl::NotFoundError(absl::StrCat("collection ", c, " not found"));
     }
     if (ids.MayWriteSharedKnowledge(who)) return absl::OkStatus();
-    return absl::PermissionDeniedError(absl::StrCat(
-        "the shared knowledge base is written by roles in knowledge_writers (rule: knowledge_writers); you are ",
-        who.id, " with role ", RoleName(who.role), ". Use a personal collection: --collection ~NAME"));
+    return absl::PermissionDeniedError(
+        absl::StrCat("the shared knowledge base is written by roles in knowledge_writers (rule: "
+                     "knowledge_writers); you are ",
+                     who.id, " with role ", RoleName(who.role),
+                     ". Use a personal collection: --collection ~NAME"));
   }
 };
 
@@ -118,9 +124,9 @@ class IngestReactor final : public grpc::ServerBidiReactor<pb::IngestChunk, pb::
         return;
       }
       if (header_.size() > 0 && static_cast<int64_t>(bytes_.size()) != header_.size()) {
-        Fail(absl::InvalidArgumentError(absl::StrCat("ingest: ", header_.name(), ": ", bytes_.size(), " of the ",
-                                                     header_.size(),
-                                                     " bytes its header declared arrived; nothing was stored")));
+        Fail(absl::InvalidArgumentError(absl::StrCat(
+            "ingest: ", header_.name(), ": ", bytes_.size(), " of the ", header_.size(),
+            " bytes its header declared arrived; nothing was stored")));
         return;
       }
       // Ingest off the gRPC thread.
@@ -151,13 +157,15 @@ class IngestReactor final : public grpc::ServerBidiReactor<pb::IngestChunk, pb::
         return;
       }
       if (header_.size() > cap_) {
-        Fail(absl::InvalidArgumentError(absl::StrCat(header_.name(), ": ", header_.size() / 1e6, " MB is over the ",
-                                                     cap_ / (1 << 20), " MB limit")));
+        Fail(absl::InvalidArgumentError(absl::StrCat(header_.name(), ": ", header_.size() / 1e6,
+                                                     " MB is over the ", cap_ / (1 << 20),
+                                                     " MB limit")));
         return;
       }
       Collections cols{who_, deps_.gate->identities()};
       header_.set_collection(cols.Resolve(header_.collection()));
-      if (auto s = cols.MayWrite(header_.collection().empty() ? "default" : header_.collection()); !s.ok()) {
+      if (auto s = cols.MayWrite(header_.collection().empty() ? "default" : header_.collection());
+          !s.ok()) {
         Fail(s);
         return;
       }
@@ -175,7 +183,8 @@ class IngestReactor final : public grpc::ServerBidiReactor<pb::IngestChunk, pb::
       }
       bytes_.append(in_.data());
       if (static_cast<int64_t>(bytes_.size()) > cap_) {
-        Fail(absl::InvalidArgumentError(absl::StrCat(header_.name(), ": over the ", cap_ / (1 << 20), " MB limit")));
+        Fail(absl::InvalidArgumentError(
+            absl::StrCat(header_.name(), ": over the ", cap_ / (1 << 20), " MB limit")));
         return;
       }
       if (const int64_t over = static_cast<int64_t>(bytes_.size()) - charged_; over > 0) {
@@ -228,7 +237,8 @@ class IngestReactor final : public grpc::ServerBidiReactor<pb::IngestChunk, pb::
 
   // Charges `bytes` to the caller's ingest budget (limits.ingest_mb_per_hour).
   absl::Status Charge(int64_t bytes) {
-    RETURN_IF_ERROR(deps_.gate->quotas().Ingest(who_.id, bytes, deps_.gate->identities().LimitsOf(who_)));
+    RETURN_IF_ERROR(
+        deps_.gate->quotas().Ingest(who_.id, bytes, deps_.gate->identities().LimitsOf(who_)));
     charged_ += bytes;
     return absl::OkStatus();
   }
@@ -347,7 +357,8 @@ class KnowledgeService final : public pb::Knowledge::CallbackService {
  public:
   explicit KnowledgeService(ApiDeps deps) : deps_(std::move(deps)) {}
 
-  grpc::ServerBidiReactor<pb::IngestChunk, pb::IngestProgress>* Ingest(grpc::CallbackServerContext* ctx) override {
+  grpc::ServerBidiReactor<pb::IngestChunk, pb::IngestProgress>* Ingest(
+      grpc::CallbackServerContext* ctx) override {
     if (!deps_.knowledge) {
       auto* r = new Refuser();
       return r;
@@ -355,60 +366,66 @@ class KnowledgeService final : public pb::Knowledge::CallbackService {
     return new IngestReactor(deps_, ctx, 50ll << 20);
   }
 
-  grpc::ServerUnaryReactor* ListDocuments(grpc::CallbackServerContext* ctx, const pb::ListDocumentsRequest* req,
+  grpc::ServerUnaryReactor* ListDocuments(grpc::CallbackServerContext* ctx,
+                                          const pb::ListDocumentsRequest* req,
                                           pb::ListDocumentsResponse* resp) override {
-    return Offload(ctx, "Knowledge.ListDocuments", [this, req, resp](const Principal& who) -> absl::Status {
-      Collections cols{who, deps_.gate->identities()};
-      auto docs = deps_.knowledge->List(cols.Resolve(req->collection()));
-      if (!docs.ok()) return docs.status();
-      for (const auto& d : *docs) {
-        if (!cols.Visible(d.collection)) continue;
-        auto* o = resp->add_documents();
-        o->set_id(d.id);
-        o->set_name(d.name);
-        o->set_collection(d.collection);
-        for (const auto& [k, v] : d.tags) {
-          auto* t = o->add_tags();
-          t->set_key(k);
-          t->set_value(v);
-        }
-        o->set_bytes(d.bytes);
-        o->set_chunks(d.chunks);
-        o->set_pages(d.pages);
-        o->set_content_hash(d.content_hash);
-        o->set_indexed_us(d.indexed_us);
-        o->set_format(d.format);
-      }
-      return absl::OkStatus();
-    });
+    return Offload(ctx, "Knowledge.ListDocuments",
+                   [this, req, resp](const Principal& who) -> absl::Status {
+                     Collections cols{who, deps_.gate->identities()};
+                     auto docs = deps_.knowledge->List(cols.Resolve(req->collection()));
+                     if (!docs.ok()) return docs.status();
+                     for (const auto& d : *docs) {
+                       if (!cols.Visible(d.collection)) continue;
+                       auto* o = resp->add_documents();
+                       o->set_id(d.id);
+                       o->set_name(d.name);
+                       o->set_collection(d.collection);
+                       for (const auto& [k, v] : d.tags) {
+                         auto* t = o->add_tags();
+                         t->set_key(k);
+                         t->set_value(v);
+                       }
+                       o->set_bytes(d.bytes);
+                       o->set_chunks(d.chunks);
+                       o->set_pages(d.pages);
+                       o->set_content_hash(d.content_hash);
+                       o->set_indexed_us(d.indexed_us);
+                       o->set_format(d.format);
+                     }
+                     return absl::OkStatus();
+                   });
   }
 
-  grpc::ServerUnaryReactor* DeleteDocument(grpc::CallbackServerContext* ctx, const pb::DeleteDocumentRequest* req,
+  grpc::ServerUnaryReactor* DeleteDocument(grpc::CallbackServerContext* ctx,
+                                           const pb::DeleteDocumentRequest* req,
                                            pb::DeleteDocumentResponse* resp) override {
-    return Offload(ctx, "Knowledge.DeleteDocument", [this, req, resp](const Principal& who) -> absl::Status {
-      if (req->doc().empty()) return absl::InvalidArgumentError("doc: required (a document id or name)");
-      Collections cols{who, deps_.gate->identities()};
-      const std::string collection = cols.Resolve(req->collection());
-      // The document's own collection decides who may delete it.
-      auto docs = deps_.knowledge->List(collection);
-      if (!docs.ok()) return docs.status();
-      const DocumentInfo* found = nullptr;
-      for (const auto& d : *docs) {
-        if ((d.id == req->doc() || d.name == req->doc()) && cols.Visible(d.collection)) {
-          found = &d;
-          break;
-        }
-      }
-      if (found == nullptr) {
-        return absl::NotFoundError(absl::StrCat("document '", req->doc(), "' not found",
-                                                collection.empty() ? "" : " in collection " + collection));
-      }
-      if (auto s = cols.MayWrite(found->collection); !s.ok()) return s;
-      auto n = deps_.knowledge->Delete(found->id, found->collection);
-      if (!n.ok()) return n.status();
-      resp->set_chunks_removed(*n);
-      return absl::OkStatus();
-    });
+    return Offload(
+        ctx, "Knowledge.DeleteDocument", [this, req, resp](const Principal& who) -> absl::Status {
+          if (req->doc().empty())
+            return absl::InvalidArgumentError("doc: required (a document id or name)");
+          Collections cols{who, deps_.gate->identities()};
+          const std::string collection = cols.Resolve(req->collection());
+          // The document's own collection decides who may delete it.
+          auto docs = deps_.knowledge->List(collection);
+          if (!docs.ok()) return docs.status();
+          const DocumentInfo* found = nullptr;
+          for (const auto& d : *docs) {
+            if ((d.id == req->doc() || d.name == req->doc()) && cols.Visible(d.collection)) {
+              found = &d;
+              break;
+            }
+          }
+          if (found == nullptr) {
+            return absl::NotFoundError(
+                absl::StrCat("document '", req->doc(), "' not found",
+                             collection.empty() ? "" : " in collection " + collection));
+          }
+          if (auto s = cols.MayWrite(found->collection); !s.ok()) return s;
+          auto n = deps_.knowledge->Delete(found->id, found->collection);
+          if (!n.ok()) return n.status();
+          resp->set_chunks_removed(*n);
+          return absl::OkStatus();
+        });
   }
 
   grpc::ServerUnaryReactor* Search(grpc::CallbackServerContext* ctx, const pb::SearchRequest* req,
@@ -417,69 +434,74 @@ class KnowledgeService final : public pb::Knowledge::CallbackService {
     std::string source = "api";
     auto client = ctx->client_metadata().find("fwai-client");
     if (client != ctx->client_metadata().end() && client->second == "cli") source = "cli";
-    return Offload(ctx, "Knowledge.Search",
-                   [this, req, resp, source](const Principal& who) -> absl::Status {
-      const auto t0 = std::chrono::steady_clock::now();
-      Collections cols{who, deps_.gate->identities()};
-      KbSearchRequest r;
-      r.query = req->query();
-      r.max_results = req->has_max_results() ? req->max_results() : 10;
-      r.threshold = req->threshold();
-      r.collection = cols.Resolve(req->collection());
-      if (!cols.Visible(r.collection)) return absl::NotFoundError(absl::StrCat("collection ", r.collection, " not found"));
-      if (!who.admin()) r.collection_visible = [cols](const std::string& c) { return cols.Visible(c); };
-      for (const auto& d : req->filters().docs()) r.docs.push_back(d);
-      for (const auto& t : req->filters().content_types()) r.content_types.push_back(t);
-      for (const auto& t : req->filters().tags()) r.tags[t.key()] = t.value();
-      r.rerank = !req->no_rerank();
-      if (req->chunks_only()) {
-        r.passage_tokens = 0;
-      } else if (req->has_passage_tokens()) {
-        if (req->passage_tokens() < 1 || req->passage_tokens() > 512) {
-          return absl::InvalidArgumentError(
-              absl::StrCat("passage_tokens: ", req->passage_tokens(), "; expected 1..512"));
-        }
-        r.passage_tokens = req->passage_tokens();
-      }
-      if (req->mode() == "lexical") {
-        r.mode = SearchMode::kLexical;
-      } else if (req->mode() == "vector") {
-        r.mode = SearchMode::kVector;
-      } else if (!req->mode().empty() && req->mode() != "hybrid") {
-        return absl::InvalidArgumentError(absl::StrCat("mode: '", req->mode(), "'; expected hybrid, lexical or vector"));
-      }
-      r.origin.source = source;
-      r.origin.owner = who.id;
-      KbSearchInfo info;
-      auto hits = deps_.knowledge->Search(r, &info);
-      if (!hits.ok()) return hits.status();
-      resp->set_search_id(info.search_id);
-      for (const auto& w : info.rewrites) resp->add_rewrites(w);
-      for (const auto& h : *hits) {
-        auto* o = resp->add_results();
-        o->set_rank(h.rank);
-        o->set_score(h.score);
-        o->set_doc(h.doc);
-        o->set_doc_id(h.doc_id);
-        o->set_title_path(h.title_path);
-        o->set_page(h.page);
-        o->set_start_line(h.start_line);
-        o->set_end_line(h.end_line);
-        o->set_content_type(h.content_type);
-        o->set_text(h.text);
-        o->set_chunk_id(h.chunk_id);
-        for (const auto& c : h.chunk_ids) o->add_chunk_ids(c);
-        o->set_end_page(h.end_page);
-        o->set_tokens(h.tokens);
-        for (const auto& [b, e] : h.highlights) {
-          auto* hl = o->add_highlights();
-          hl->set_begin(b);
-          hl->set_end(e);
-        }
-      }
-      resp->set_took_ms(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
-      return absl::OkStatus();
-    });
+    return Offload(
+        ctx, "Knowledge.Search", [this, req, resp, source](const Principal& who) -> absl::Status {
+          const auto t0 = std::chrono::steady_clock::now();
+          Collections cols{who, deps_.gate->identities()};
+          KbSearchRequest r;
+          r.query = req->query();
+          r.max_results = req->has_max_results() ? req->max_results() : 10;
+          r.threshold = req->threshold();
+          r.collection = cols.Resolve(req->collection());
+          if (!cols.Visible(r.collection))
+            return absl::NotFoundError(absl::StrCat("collection ", r.collection, " not found"));
+          if (!who.admin())
+            r.collection_visible = [cols](const std::string& c) { return cols.Visible(c); };
+          for (const auto& d : req->filters().docs()) r.docs.push_back(d);
+          for (const auto& t : req->filters().content_types()) r.content_types.push_back(t);
+          for (const auto& t : req->filters().tags()) r.tags[t.key()] = t.value();
+          r.rerank = !req->no_rerank();
+          if (req->chunks_only()) {
+            r.passage_tokens = 0;
+          } else if (req->has_passage_tokens()) {
+            if (req->passage_tokens() < 1 || req->passage_tokens() > 512) {
+              return absl::InvalidArgumentError(
+                  absl::StrCat("passage_tokens: ", req->passage_tokens(), "; expected 1..512"));
+            }
+            r.passage_tokens = req->passage_tokens();
+          }
+          if (req->mode() == "lexical") {
+            r.mode = SearchMode::kLexical;
+          } else if (req->mode() == "vector") {
+            r.mode = SearchMode::kVector;
+          } else if (!req->mode().empty() && req->mode() != "hybrid") {
+            return absl::InvalidArgumentError(
+                absl::StrCat("mode: '", req->mode(), "'; expected hybrid, lexical or vector"));
+          }
+          r.origin.source = source;
+          r.origin.owner = who.id;
+          KbSearchInfo info;
+          auto hits = deps_.knowledge->Search(r, &info);
+          if (!hits.ok()) return hits.status();
+          resp->set_search_id(info.search_id);
+          for (const auto& w : info.rewrites) resp->add_rewrites(w);
+          for (const auto& h : *hits) {
+            auto* o = resp->add_results();
+            o->set_rank(h.rank);
+            o->set_score(h.score);
+            o->set_doc(h.doc);
+            o->set_doc_id(h.doc_id);
+            o->set_title_path(h.title_path);
+            o->set_page(h.page);
+            o->set_start_line(h.start_line);
+            o->set_end_line(h.end_line);
+            o->set_content_type(h.content_type);
+            o->set_text(h.text);
+            o->set_chunk_id(h.chunk_id);
+            for (const auto& c : h.chunk_ids) o->add_chunk_ids(c);
+            o->set_end_page(h.end_page);
+            o->set_tokens(h.tokens);
+            for (const auto& [b, e] : h.highlights) {
+              auto* hl = o->add_highlights();
+              hl->set_begin(b);
+              hl->set_end(e);
+            }
+          }
+          resp->set_took_ms(
+              std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
+                  .count());
+          return absl::OkStatus();
+        });
   }
 
   grpc::ServerUnaryReactor* Stats(grpc::CallbackServerContext* ctx, const pb::StatsRequest* req,
@@ -506,82 +528,84 @@ class KnowledgeService final : public pb::Knowledge::CallbackService {
   grpc::ServerUnaryReactor* ListSearches(grpc::CallbackServerContext* ctx,
                                          const pb::ListSearchesRequest* req,
                                          pb::ListSearchesResponse* resp) override {
-    return Offload(ctx, "Knowledge.ListSearches",
-                   [this, req, resp](const Principal& who) -> absl::Status {
-      // Each caller sees the searches it made (admins: all of them).
-      const int want = req->limit() == 0 ? 20 : req->limit();
-      std::vector<LoggedSearch> mine;
-      std::string before = req->before();
-      for (size_t scanned = 0; static_cast<int>(mine.size()) < want && scanned < 100000;) {
-        auto page = deps_.knowledge->retrieval_log().List(want, before);
-        if (!page.ok()) return page.status();
-        for (auto& s : *page) {
-          before = s.id;
-          if (static_cast<int>(mine.size()) < want && who.MaySee(s.origin.owner)) {
-            mine.push_back(std::move(s));
+    return Offload(
+        ctx, "Knowledge.ListSearches", [this, req, resp](const Principal& who) -> absl::Status {
+          // Each caller sees the searches it made (admins: all of them).
+          const int want = req->limit() == 0 ? 20 : req->limit();
+          std::vector<LoggedSearch> mine;
+          std::string before = req->before();
+          for (size_t scanned = 0; static_cast<int>(mine.size()) < want && scanned < 100000;) {
+            auto page = deps_.knowledge->retrieval_log().List(want, before);
+            if (!page.ok()) return page.status();
+            for (auto& s : *page) {
+              before = s.id;
+              if (static_cast<int>(mine.size()) < want && who.MaySee(s.origin.owner)) {
+                mine.push_back(std::move(s));
+              }
+            }
+            scanned += page->size();
+            if (static_cast<int>(page->size()) < want) break;
           }
-        }
-        scanned += page->size();
-        if (static_cast<int>(page->size()) < want) break;
-      }
-      for (const auto& s : mine) {
-        auto* o = resp->add_searches();
-        o->set_id(s.id);
-        o->set_time_us(s.time_us);
-        o->set_query(s.query);
-        for (const auto& w : s.rewrites) o->add_rewrites(w);
-        o->set_method(s.method);
-        o->set_top_k(s.top_k);
-        o->set_took_ms(s.took_ms);
-        o->set_source(s.origin.source);
-        o->set_session_id(s.origin.session_id);
-        o->set_turn_id(s.origin.turn_id);
-        o->set_call_id(s.origin.call_id);
-        for (const auto& r : s.results) {
-          auto* x = o->add_results();
-          x->set_rank(r.rank);
-          x->set_score(r.score);
-          x->set_doc(r.doc);
-          x->set_title_path(r.title_path);
-          x->set_chunk_id(r.chunk_id);
-          for (const auto& c : r.chunk_ids) x->add_chunk_ids(c);
-        }
-        for (const auto& f : s.feedback) *o->add_feedback() = Correction(f);
-      }
-      return absl::OkStatus();
-    });
+          for (const auto& s : mine) {
+            auto* o = resp->add_searches();
+            o->set_id(s.id);
+            o->set_time_us(s.time_us);
+            o->set_query(s.query);
+            for (const auto& w : s.rewrites) o->add_rewrites(w);
+            o->set_method(s.method);
+            o->set_top_k(s.top_k);
+            o->set_took_ms(s.took_ms);
+            o->set_source(s.origin.source);
+            o->set_session_id(s.origin.session_id);
+            o->set_turn_id(s.origin.turn_id);
+            o->set_call_id(s.origin.call_id);
+            for (const auto& r : s.results) {
+              auto* x = o->add_results();
+              x->set_rank(r.rank);
+              x->set_score(r.score);
+              x->set_doc(r.doc);
+              x->set_title_path(r.title_path);
+              x->set_chunk_id(r.chunk_id);
+              for (const auto& c : r.chunk_ids) x->add_chunk_ids(c);
+            }
+            for (const auto& f : s.feedback) *o->add_feedback() = Correction(f);
+          }
+          return absl::OkStatus();
+        });
   }
 
   grpc::ServerUnaryReactor* Feedback(grpc::CallbackServerContext* ctx,
                                      const pb::FeedbackRequest* req,
                                      pb::FeedbackResponse* resp) override {
-    return Offload(ctx, "Knowledge.Feedback",
-                   [this, req, resp](const Principal& who) -> absl::Status {
-      if (req->search_id().empty())
-        return absl::InvalidArgumentError("search_id: required (see fwai kb log)");
-      if (req->result().empty())
-        return absl::InvalidArgumentError("result: required (a rank or a chunk id)");
-      // A search is corrected by whoever made it (or an admin); others' are
-      // not shown to exist.
-      auto logged = deps_.knowledge->retrieval_log().Get(req->search_id());
-      if (!logged.ok()) return logged.status();
-      if (!who.MaySee(logged->origin.owner)) {
-        return absl::NotFoundError(
-            absl::StrCat("search ", req->search_id(), " is not in the retrieval log"));
-      }
-      auto f = deps_.knowledge->retrieval_log().AddFeedback(req->search_id(), req->result(),
-                                                            req->good(), "user", req->note());
-      if (!f.ok()) return f.status();
-      *resp->mutable_correction() = Correction(*f);
-      return absl::OkStatus();
-    });
+    return Offload(
+        ctx, "Knowledge.Feedback", [this, req, resp](const Principal& who) -> absl::Status {
+          if (req->search_id().empty())
+            return absl::InvalidArgumentError("search_id: required (see fwai kb log)");
+          if (req->result().empty())
+            return absl::InvalidArgumentError("result: required (a rank or a chunk id)");
+          // A search is corrected by whoever made it (or an admin); others' are
+          // not shown to exist.
+          auto logged = deps_.knowledge->retrieval_log().Get(req->search_id());
+          if (!logged.ok()) return logged.status();
+          if (!who.MaySee(logged->origin.owner)) {
+            return absl::NotFoundError(
+                absl::StrCat("search ", req->search_id(), " is not in the retrieval log"));
+          }
+          auto f = deps_.knowledge->retrieval_log().AddFeedback(req->search_id(), req->result(),
+                                                                req->good(), "user", req->note());
+          if (!f.ok()) return f.status();
+          *resp->mutable_correction() = Correction(*f);
+          return absl::OkStatus();
+        });
   }
 
  private:
   // Refuses an ingest when the knowledge base is not available.
   class Refuser final : public grpc::ServerBidiReactor<pb::IngestChunk, pb::IngestProgress> {
    public:
-    Refuser() { Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "the knowledge base is not available")); }
+    Refuser() {
+      Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "the knowledge base is not available"));
+    }
     void OnDone() override { delete this; }
   };
 
@@ -589,7 +613,8 @@ class KnowledgeService final : public pb::Knowledge::CallbackService {
                                     std::function<absl::Status(const Principal&)> work) {
     auto who = deps_.gate->Admit(ctx, rpc);
     if (!who.ok()) return Refuse(ctx, who.status());
-    return OffloadUnary(ctx, deps_.pool, deps_.knowledge != nullptr, "the knowledge base is not available",
+    return OffloadUnary(ctx, deps_.pool, deps_.knowledge != nullptr,
+                        "the knowledge base is not available",
                         [who = *who, work = std::move(work)] { return work(who); });
   }
 

@@ -12,7 +12,8 @@
 
 namespace fwai {
 
-inline grpc::ServerUnaryReactor* OffloadUnary(grpc::CallbackServerContext* ctx, ThreadPool* pool, bool available,
+inline grpc::ServerUnaryReactor* OffloadUnary(grpc::CallbackServerContext* ctx, ThreadPool* pool,
+                                              bool available,
                                               const std::string& unavailable_message,
                                               std::function<absl::Status()> work) {
   auto* r = ctx->DefaultReactor();

@@ -112,7 +112,8 @@ class OtaService final : public pb::Ota::CallbackService {
   grpc::ServerUnaryReactor* ListRollouts(grpc::CallbackServerContext* ctx,
                                          const pb::ListRolloutsRequest* req,
                                          pb::ListRolloutsResponse* resp) override {
-    if (auto who = deps_.gate->Admit(ctx, "Ota.ListRollouts"); !who.ok()) return Refuse(ctx, who.status());
+    if (auto who = deps_.gate->Admit(ctx, "Ota.ListRollouts"); !who.ok())
+      return Refuse(ctx, who.status());
     return OffloadUnary(ctx, deps_.pool, deps_.rollouts != nullptr,
                         "over-the-air rollouts are not available", [this, req, resp] {
                           int limit = req->limit() <= 0 ? 20 : std::min(req->limit(), 1000);
@@ -126,7 +127,8 @@ class OtaService final : public pb::Ota::CallbackService {
   grpc::ServerUnaryReactor* GetRollout(grpc::CallbackServerContext* ctx,
                                        const pb::GetRolloutRequest* req,
                                        pb::RolloutInfo* resp) override {
-    if (auto who = deps_.gate->Admit(ctx, "Ota.GetRollout"); !who.ok()) return Refuse(ctx, who.status());
+    if (auto who = deps_.gate->Admit(ctx, "Ota.GetRollout"); !who.ok())
+      return Refuse(ctx, who.status());
     return OffloadUnary(ctx, deps_.pool, deps_.rollouts != nullptr,
                         "over-the-air rollouts are not available", [this, req, resp] {
                           if (req->rollout_id().empty())
@@ -140,7 +142,8 @@ class OtaService final : public pb::Ota::CallbackService {
 
   grpc::ServerUnaryReactor* Boards(grpc::CallbackServerContext* ctx, const pb::OtaBoardsRequest*,
                                    pb::OtaBoardsResponse* resp) override {
-    if (auto who = deps_.gate->Admit(ctx, "Ota.Boards"); !who.ok()) return Refuse(ctx, who.status());
+    if (auto who = deps_.gate->Admit(ctx, "Ota.Boards"); !who.ok())
+      return Refuse(ctx, who.status());
     return OffloadUnary(ctx, deps_.pool, deps_.rollouts != nullptr,
                         "over-the-air rollouts are not available", [this, resp] {
                           auto b = deps_.rollouts->Boards();

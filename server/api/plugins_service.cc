@@ -68,7 +68,8 @@ class PluginsService final : public pb::Plugins::CallbackService {
 
   grpc::ServerUnaryReactor* List(grpc::CallbackServerContext* ctx, const pb::ListPluginsRequest*,
                                  pb::ListPluginsResponse* resp) override {
-    if (auto who = deps_.gate->Admit(ctx, "Plugins.List"); !who.ok()) return Refuse(ctx, who.status());
+    if (auto who = deps_.gate->Admit(ctx, "Plugins.List"); !who.ok())
+      return Refuse(ctx, who.status());
     return OffloadUnary(ctx, deps_.pool, deps_.plugins != nullptr, kUnavailable, [this, resp] {
       for (const auto& p : deps_.plugins->Installed()) Fill(p, resp->add_plugins());
       return absl::OkStatus();
@@ -95,7 +96,8 @@ class PluginsService final : public pb::Plugins::CallbackService {
   grpc::ServerUnaryReactor* Verify(grpc::CallbackServerContext* ctx,
                                    const pb::VerifyPluginRequest* req,
                                    pb::PluginInfo* resp) override {
-    if (auto who = deps_.gate->Admit(ctx, "Plugins.Verify"); !who.ok()) return Refuse(ctx, who.status());
+    if (auto who = deps_.gate->Admit(ctx, "Plugins.Verify"); !who.ok())
+      return Refuse(ctx, who.status());
     return OffloadUnary(ctx, deps_.pool, deps_.plugins != nullptr, kUnavailable, [this, req, resp] {
       if (req->name().empty()) return absl::InvalidArgumentError("name: required");
       auto r = deps_.plugins->Verify(req->name());
@@ -110,7 +112,8 @@ class PluginsService final : public pb::Plugins::CallbackService {
   grpc::ServerUnaryReactor* Search(grpc::CallbackServerContext* ctx,
                                    const pb::SearchPluginsRequest* req,
                                    pb::SearchPluginsResponse* resp) override {
-    if (auto who = deps_.gate->Admit(ctx, "Plugins.Search"); !who.ok()) return Refuse(ctx, who.status());
+    if (auto who = deps_.gate->Admit(ctx, "Plugins.Search"); !who.ok())
+      return Refuse(ctx, who.status());
     return OffloadUnary(ctx, deps_.pool, deps_.plugins != nullptr, kUnavailable, [this, req, resp] {
       auto r = deps_.plugins->Search(req->query(), req->marketplace());
       if (!r.ok()) return r.status();

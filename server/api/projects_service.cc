@@ -10,16 +10,16 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/config.h"
+#include "common/local_account.h"
 #include "common/thread_pool.h"
 #include "fwai/v1/projects.grpc.pb.h"
 #include "server/agent/turn_manager.h"
 #include "server/api/api.h"
-#include "server/plugins/plugin_store.h"
-#include "server/api/offload.h"
 #include "server/api/gate.h"
-#include "common/local_account.h"
+#include "server/api/offload.h"
 #include "server/boards/leases.h"
 #include "server/llm/provider.h"
+#include "server/plugins/plugin_store.h"
 #include "server/project/policy.h"
 #include "server/project/project.h"
 #include "server/project/templates.h"
@@ -43,11 +43,12 @@ class ProjectsService final : public pb::Projects::CallbackService {
                                       std::function<absl::Status()> work) {
     auto who = deps_.gate->Admit(ctx, rpc);
     if (!who.ok()) return Refuse(ctx, who.status());
-    return OffloadUnary(ctx, deps_.pool, true, "", [account = *who->account, work = std::move(work)] {
-      ScopedFsIdentity as(account);
-      if (!as.status().ok()) return as.status();
-      return work();
-    });
+    return OffloadUnary(ctx, deps_.pool, true, "",
+                        [account = *who->account, work = std::move(work)] {
+                          ScopedFsIdentity as(account);
+                          if (!as.status().ok()) return as.status();
+                          return work();
+                        });
   }
 
   grpc::ServerUnaryReactor* Init(grpc::CallbackServerContext* ctx, const pb::InitRequest* req,
@@ -55,7 +56,8 @@ class ProjectsService final : public pb::Projects::CallbackService {
     // A plugin's template lives in fwaid's data directory: it is read as
     // fwaid, before the work runs as the caller's account.
     using Files = absl::StatusOr<std::vector<std::pair<std::string, std::string>>>;
-    auto plugin_files = std::make_shared<Files>(absl::UnavailableError("plugins are not available"));
+    auto plugin_files =
+        std::make_shared<Files>(absl::UnavailableError("plugins are not available"));
     if (req->template_name().find(':') != std::string::npos && deps_.plugins) {
       *plugin_files = deps_.plugins->TemplateFiles(req->template_name());
     }
@@ -70,7 +72,9 @@ class ProjectsService final : public pb::Projects::CallbackService {
           return absl::InvalidArgumentError("project_root: an absolute path is required");
         }
         auto it = req->values().find("name");
-        const std::string name = it != req->values().end() ? it->second : fs::path(req->project_root()).filename().string();
+        const std::string name = it != req->values().end()
+                                     ? it->second
+                                     : fs::path(req->project_root()).filename().string();
         if (req->template_name().find(':') != std::string::npos) {
           // A plugin's template: its files as they are.
           Files& files = *plugin_files;
@@ -93,15 +97,19 @@ class ProjectsService final : public pb::Projects::CallbackService {
         }
         if (!req->dry_run()) {
           fs::create_directories(req->project_root(), ec);
-          if (ec) return absl::PermissionDeniedError(absl::StrCat("cannot create ", req->project_root(), ": ", ec.message()));
+          if (ec)
+            return absl::PermissionDeniedError(
+                absl::StrCat("cannot create ", req->project_root(), ": ", ec.message()));
         }
       }
-      auto root = tmpl && req->dry_run() ? absl::StatusOr<std::string>(req->project_root()) : Root(req->project_root());
+      auto root = tmpl && req->dry_run() ? absl::StatusOr<std::string>(req->project_root())
+                                         : Root(req->project_root());
       if (!root.ok()) return root.status();
       const fs::path path = fs::path(*root) / ".fwai" / "project.yaml";
       if (tmpl) {
         if (fs::exists(path, ec) && !req->force()) {
-          return absl::AlreadyExistsError(absl::StrCat(path.string(), " exists; fwai init --force replaces it"));
+          return absl::AlreadyExistsError(
+              absl::StrCat(path.string(), " exists; fwai init --force replaces it"));
         }
         if (!req->dry_run()) {
           if (auto st = WriteTemplate(*tmpl, *root, req->force()); !st.ok()) return st;
@@ -109,7 +117,8 @@ class ProjectsService final : public pb::Projects::CallbackService {
         for (const auto& f : tmpl->files) resp->add_files_written(f.path);
         s = tmpl->settings;
         if (plugin_settings && !plugin_settings->empty()) {
-          auto ps = ParseProjectYaml(*plugin_settings, req->template_name() + ":.fwai/project.yaml");
+          auto ps =
+              ParseProjectYaml(*plugin_settings, req->template_name() + ":.fwai/project.yaml");
           if (!ps.ok()) return ps.status();
           s = *ps;
         } else if (plugin_settings) {
@@ -145,11 +154,13 @@ class ProjectsService final : public pb::Projects::CallbackService {
       resp->set_config_yaml(ProjectYaml(s) + kept_sections);
       if (req->dry_run()) return absl::OkStatus();
       if (fs::exists(path, ec) && !req->force()) {
-        return absl::AlreadyExistsError(absl::StrCat(path.string(), " exists; fwai init --force replaces it"));
+        return absl::AlreadyExistsError(
+            absl::StrCat(path.string(), " exists; fwai init --force replaces it"));
       }
       if (!s.missing.empty() && !req->accept_defaults()) {
-        return absl::FailedPreconditionError(absl::StrCat("could not detect: ", absl::StrJoin(s.missing, ", "),
-                                                          "; give them (fwai init asks) or accept empty ones (--yes)"));
+        return absl::FailedPreconditionError(
+            absl::StrCat("could not detect: ", absl::StrJoin(s.missing, ", "),
+                         "; give them (fwai init asks) or accept empty ones (--yes)"));
       }
       fs::create_directories(path.parent_path(), ec);
       std::ofstream(path) << resp->config_yaml();
@@ -159,14 +170,16 @@ class ProjectsService final : public pb::Projects::CallbackService {
     });
   }
 
-  grpc::ServerUnaryReactor* GetConfig(grpc::CallbackServerContext* ctx, const pb::GetConfigRequest* req,
+  grpc::ServerUnaryReactor* GetConfig(grpc::CallbackServerContext* ctx,
+                                      const pb::GetConfigRequest* req,
                                       pb::ProjectConfig* resp) override {
     return OffloadAs(ctx, "Projects.GetConfig", [req, resp] {
       auto root = Root(req->project_root());
       if (!root.ok()) return root.status();
       const fs::path path = fs::path(*root) / ".fwai" / "project.yaml";
       std::ifstream in(path);
-      if (!in) return absl::NotFoundError(absl::StrCat(path.string(), " does not exist (fwai init)"));
+      if (!in)
+        return absl::NotFoundError(absl::StrCat(path.string(), " does not exist (fwai init)"));
       std::stringstream ss;
       ss << in.rdbuf();
       auto p = ParseProjectYaml(ss.str(), path.string());
@@ -186,18 +199,25 @@ class ProjectsService final : public pb::Projects::CallbackService {
         o->set_detail(c.detail);
         o->set_fix(c.fix);
       };
-      add({"daemon", true, absl::StrCat("fwaid ", deps_.version, ", data in ", deps_.config->data_dir), ""});
+      add({"daemon", true,
+           absl::StrCat("fwaid ", deps_.version, ", data in ", deps_.config->data_dir), ""});
       // Providers.
       DoctorCheck prov{"providers", false, "", ""};
       std::vector<std::string> ready, keyless;
       for (const auto& [name, p] : deps_.providers->providers) {
         const auto& c = p->config();
-        (c.kind == "ollama" || !ResolveApiKey(c).empty() ? ready : keyless).push_back(absl::StrCat(name, " (", c.model, ")"));
+        (c.kind == "ollama" || !ResolveApiKey(c).empty() ? ready : keyless)
+            .push_back(absl::StrCat(name, " (", c.model, ")"));
       }
       prov.ok = !ready.empty();
-      prov.detail = ready.empty() ? "none with a key" : absl::StrCat("ready: ", absl::StrJoin(ready, ", "));
-      if (!keyless.empty()) absl::StrAppend(&prov.detail, "; without a key: ", absl::StrJoin(keyless, ", "));
-      if (!prov.ok) prov.fix = "export ANTHROPIC_API_KEY (or OPENAI_API_KEY / GEMINI_API_KEY, or an ollama provider), then fwai daemon stop";
+      prov.detail =
+          ready.empty() ? "none with a key" : absl::StrCat("ready: ", absl::StrJoin(ready, ", "));
+      if (!keyless.empty())
+        absl::StrAppend(&prov.detail, "; without a key: ", absl::StrJoin(keyless, ", "));
+      if (!prov.ok)
+        prov.fix =
+            "export ANTHROPIC_API_KEY (or OPENAI_API_KEY / GEMINI_API_KEY, or an ollama provider), "
+            "then fwai daemon stop";
       add(prov);
       // Devices.
       DoctorCheck dev{"devices", false, "", ""};
@@ -213,7 +233,8 @@ class ProjectsService final : public pb::Projects::CallbackService {
         }
         dev.ok = good > 0;
         dev.detail = names.empty() ? "no boards or devices" : absl::StrJoin(names, ", ");
-        if (!dev.ok) dev.fix = "plug a board in, or declare one under hardware.boards in fwaid.yaml";
+        if (!dev.ok)
+          dev.fix = "plug a board in, or declare one under hardware.boards in fwaid.yaml";
       } else {
         dev.detail = "the hardware broker is not running";
       }
@@ -226,7 +247,8 @@ class ProjectsService final : public pb::Projects::CallbackService {
       }
       for (const auto& c : DoctorChecks(root)) add(c);
       if (!root.empty()) {
-        auto skills = LoadSkills(root, deps_.plugins ? deps_.plugins->SkillSets() : std::vector<PluginSkillSet>{});
+        auto skills = LoadSkills(
+            root, deps_.plugins ? deps_.plugins->SkillSets() : std::vector<PluginSkillSet>{});
         DoctorCheck sk{"skills", skills.ok(), "", ""};
         if (skills.ok()) {
           std::vector<std::string> names;
@@ -242,7 +264,8 @@ class ProjectsService final : public pb::Projects::CallbackService {
     });
   }
 
-  grpc::ServerUnaryReactor* PolicyCheck(grpc::CallbackServerContext* ctx, const pb::PolicyCheckRequest* req,
+  grpc::ServerUnaryReactor* PolicyCheck(grpc::CallbackServerContext* ctx,
+                                        const pb::PolicyCheckRequest* req,
                                         pb::PolicyDecision* resp) override {
     return OffloadAs(ctx, "Projects.PolicyCheck", [this, req, resp] {
       auto root = Root(req->project_root());
@@ -274,6 +297,8 @@ class ProjectsService final : public pb::Projects::CallbackService {
 
 }  // namespace
 
-std::unique_ptr<grpc::Service> MakeProjectsService(const ApiDeps& deps) { return std::make_unique<ProjectsService>(deps); }
+std::unique_ptr<grpc::Service> MakeProjectsService(const ApiDeps& deps) {
+  return std::make_unique<ProjectsService>(deps);
+}
 
 }  // namespace fwai

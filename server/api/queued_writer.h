@@ -116,7 +116,8 @@ class WorkStreamReactor final : public grpc::ServerWriteReactor<Msg> {
   };
   using StartFn = std::function<void(WorkStreamReactor&, const std::shared_ptr<State>&)>;
   explicit WorkStreamReactor(const StartFn& start) : state_(std::make_shared<State>()) {
-    state_->writer.Bind([this](const Msg* m) { this->StartWrite(m); }, [this](grpc::Status s) { this->Finish(std::move(s)); });
+    state_->writer.Bind([this](const Msg* m) { this->StartWrite(m); },
+                        [this](grpc::Status s) { this->Finish(std::move(s)); });
     start(*this, state_);
   }
   // The stream of a service whose backend may be missing: closes with

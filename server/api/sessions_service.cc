@@ -1,9 +1,8 @@
 #include <grpcpp/grpcpp.h>
 
-#include <nlohmann/json.hpp>
-
 #include <memory>
 #include <mutex>
+#include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
 #include "common/config.h"
@@ -16,12 +15,12 @@
 #include "fwai/v1/tool_catalog.grpc.pb.h"
 #include "server/agent/turn_manager.h"
 #include "server/api/api.h"
+#include "server/api/caller.h"
 #include "server/api/gate.h"
 #include "server/api/offload.h"
-#include "server/tools/project_fs.h"
-#include "server/api/caller.h"
 #include "server/llm/provider.h"
 #include "server/session/session_manager.h"
+#include "server/tools/project_fs.h"
 
 namespace fwai {
 namespace {
@@ -65,14 +64,19 @@ void ToProto(const SessionInfo& s, bool running, pb::Session* out) {
 class Access {
  public:
   explicit Access(const ApiDeps& d) : d_(d) {}
-  absl::StatusOr<SessionInfo> Session(const Principal& p, const std::string& id, std::string_view rpc) const {
+  absl::StatusOr<SessionInfo> Session(const Principal& p, const std::string& id,
+                                      std::string_view rpc) const {
     if (id.empty()) return absl::InvalidArgumentError("session_id: required");
     auto s = d_.sessions->Get(id);
     if (!s.ok()) return s.status();
     if (!p.MaySee(s->owner)) return absl::NotFoundError(absl::StrCat("session ", id, " not found"));
     if (!p.Owns(s->owner) && d_.audit) {
-      d_.audit({{"kind", "admin_override"}, {"rpc", std::string(rpc)}, {"session_id", id}, {"owner", s->owner},
-                {"principal", p.id}, {"peer", p.peer}});
+      d_.audit({{"kind", "admin_override"},
+                {"rpc", std::string(rpc)},
+                {"session_id", id},
+                {"owner", s->owner},
+                {"principal", p.id},
+                {"peer", p.peer}});
     }
     return s;
   }
@@ -256,10 +260,12 @@ class ChatReactor final : public grpc::ServerBidiReactor<pb::ClientEvent, pb::Se
 
   absl::Status CheckTurnLimit() {
     const LimitsConfig limits = deps_.gate->identities().LimitsOf(who_);
-    const size_t running = deps_.turns->RunningOwnedBy([this](const std::string& owner) { return who_.Owns(owner); });
+    const size_t running =
+        deps_.turns->RunningOwnedBy([this](const std::string& owner) { return who_.Owns(owner); });
     if (static_cast<int64_t>(running) >= limits.running_turns) {
-      return absl::ResourceExhaustedError(absl::StrCat("limit running_turns (", limits.running_turns,
-                                                       ") reached: retry when one of your turns has finished"));
+      return absl::ResourceExhaustedError(
+          absl::StrCat("limit running_turns (", limits.running_turns,
+                       ") reached: retry when one of your turns has finished"));
     }
     return absl::OkStatus();
   }
@@ -267,15 +273,17 @@ class ChatReactor final : public grpc::ServerBidiReactor<pb::ClientEvent, pb::Se
   absl::Status Handle() {
     switch (in_.kind_case()) {
       case pb::ClientEvent::kOpen: {
-        if (!session_id_.empty()) return absl::InvalidArgumentError("open: the chat is already open");
+        if (!session_id_.empty())
+          return absl::InvalidArgumentError("open: the chat is already open");
         auto s = access_.Session(who_, in_.open().session_id(), "Sessions.Chat");
         if (!s.ok()) return s.status();
         session_id_ = s->id;
         // The stream is accepted: the client hears so at once (its headers),
         // not only with the next event, which may be long in coming.
         StartSendInitialMetadata();
-        auto sub = deps_.sessions->Subscribe(session_id_, in_.open().after_seq(), in_.open().replay(),
-                                             /*follow=*/true, pump_.NotifyFn());
+        auto sub =
+            deps_.sessions->Subscribe(session_id_, in_.open().after_seq(), in_.open().replay(),
+                                      /*follow=*/true, pump_.NotifyFn());
         if (!sub.ok()) return sub.status();
         pump_.SetSubscriber(*std::move(sub));
         return absl::OkStatus();
@@ -309,7 +317,8 @@ class ChatReactor final : public grpc::ServerBidiReactor<pb::ClientEvent, pb::Se
         return deps_.turns->Reply(session_id_, std::move(reply));
       }
       case pb::ClientEvent::kPlanDecision: {
-        if (session_id_.empty()) return absl::InvalidArgumentError("plan_decision: no chat is open");
+        if (session_id_.empty())
+          return absl::InvalidArgumentError("plan_decision: no chat is open");
         Interaction reply;
         reply.id = in_.plan_decision().plan_id();
         reply.approve = in_.plan_decision().approve();
@@ -396,7 +405,8 @@ class SessionsService final : public pb::Sessions::CallbackService {
   explicit SessionsService(ApiDeps deps) : deps_(std::move(deps)), access_(deps_) {}
 
   grpc::ServerUnaryReactor* Create(grpc::CallbackServerContext* ctx,
-                                   const pb::CreateSessionRequest* req, pb::Session* resp) override {
+                                   const pb::CreateSessionRequest* req,
+                                   pb::Session* resp) override {
     auto who = deps_.gate->Admit(ctx, "Sessions.Create");
     if (!who.ok()) return Refuse(ctx, who.status());
     auto* r = ctx->DefaultReactor();
@@ -404,17 +414,20 @@ class SessionsService final : public pb::Sessions::CallbackService {
     return r;
   }
 
-  grpc::ServerUnaryReactor* List(grpc::CallbackServerContext* ctx, const pb::ListSessionsRequest* req,
+  grpc::ServerUnaryReactor* List(grpc::CallbackServerContext* ctx,
+                                 const pb::ListSessionsRequest* req,
                                  pb::ListSessionsResponse* resp) override {
     auto who = deps_.gate->Admit(ctx, "Sessions.List");
     if (!who.ok()) return Refuse(ctx, who.status());
     if (req->all() && !who->admin()) {
-      return Refuse(ctx, absl::PermissionDeniedError("all: listing every user's sessions is for admins (rule: admin)"));
+      return Refuse(ctx, absl::PermissionDeniedError(
+                             "all: listing every user's sessions is for admins (rule: admin)"));
     }
     auto list = deps_.sessions->List("");
     if (list.ok()) {
       for (const auto& s : *list) {
-        if (req->all() || who->Owns(s.owner)) ToProto(s, deps_.turns->Running(s.id), resp->add_sessions());
+        if (req->all() || who->Owns(s.owner))
+          ToProto(s, deps_.turns->Running(s.id), resp->add_sessions());
       }
     }
     auto* r = ctx->DefaultReactor();
@@ -444,8 +457,12 @@ class SessionsService final : public pb::Sessions::CallbackService {
     if (deps_.on_session_deleted) deps_.on_session_deleted(s->id);
     absl::Status st = deps_.sessions->Delete(s->id);
     if (st.ok() && deps_.audit) {
-      deps_.audit({{"kind", "session_deleted"}, {"session_id", s->id}, {"owner", s->owner},
-                   {"principal", who->id}, {"peer", who->peer}, {"admin_override", !who->Owns(s->owner)}});
+      deps_.audit({{"kind", "session_deleted"},
+                   {"session_id", s->id},
+                   {"owner", s->owner},
+                   {"principal", who->id},
+                   {"peer", who->peer},
+                   {"admin_override", !who->Owns(s->owner)}});
     }
     auto* r = ctx->DefaultReactor();
     r->Finish(ToGrpcStatus(st));
@@ -482,23 +499,33 @@ class SessionsService final : public pb::Sessions::CallbackService {
   }
 
  private:
-  absl::Status CreateSession(const Principal& who, const pb::CreateSessionRequest& req, pb::Session* resp) {
+  absl::Status CreateSession(const Principal& who, const pb::CreateSessionRequest& req,
+                             pb::Session* resp) {
     if (!req.provider().empty() && deps_.providers->Find(req.provider()) == nullptr) {
-      return absl::InvalidArgumentError(absl::StrCat("provider: '", req.provider(), "' is not configured"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("provider: '", req.provider(), "' is not configured"));
     }
     const LimitsConfig limits = deps_.gate->identities().LimitsOf(who);
     // Counted and created as one step: creates at the same moment cannot all
     // slip under the limit.
     std::lock_guard<std::mutex> creating(create_mu_);
-    auto counted = deps_.sessions->CountOwned([&](const std::string& owner) { return who.Owns(owner); });
+    auto counted =
+        deps_.sessions->CountOwned([&](const std::string& owner) { return who.Owns(owner); });
     if (!counted.ok()) return counted.status();
     const int64_t owned = *counted;
     if (owned >= limits.sessions) {
-      return absl::ResourceExhaustedError(absl::StrCat("limit sessions (", limits.sessions, ") reached: you have ", owned,
-                                                       "; delete some (fwai sessions rm ID...) and retry"));
+      return absl::ResourceExhaustedError(
+          absl::StrCat("limit sessions (", limits.sessions, ") reached: you have ", owned,
+                       "; delete some (fwai sessions rm ID...) and retry"));
     }
-    NewSession ns{req.title(), req.project_root(), req.provider(), req.model(), req.mode(),
-                  req.auto_approve_plan(), req.has_temperature() ? req.temperature() : -1.0, req.max_tokens()};
+    NewSession ns{req.title(),
+                  req.project_root(),
+                  req.provider(),
+                  req.model(),
+                  req.mode(),
+                  req.auto_approve_plan(),
+                  req.has_temperature() ? req.temperature() : -1.0,
+                  req.max_tokens()};
     std::string no_project;
     if (!who.account) {
       // No local account: chat, knowledge and hardware only.
@@ -506,7 +533,8 @@ class SessionsService final : public pb::Sessions::CallbackService {
       no_project = who.no_account_reason;
     } else if (!req.project_root().empty()) {
       if (req.project_root()[0] != '/') {
-        return absl::InvalidArgumentError(absl::StrCat("project_root: '", req.project_root(), "' is not an absolute path"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("project_root: '", req.project_root(), "' is not an absolute path"));
       }
       // The project root must be one the account itself can use: checked
       // as that account, not as fwaid.
@@ -516,8 +544,9 @@ class SessionsService final : public pb::Sessions::CallbackService {
       auto fs = ProjectFs::Open(req.project_root());
       if (absl::IsInvalidArgument(fs.status())) return fs.status();
       if (!fs.ok()) {
-        return absl::PermissionDeniedError(absl::StrCat("project_root: ", who.account->name, " cannot use ",
-                                                        req.project_root(), ": ", fs.status().message()));
+        return absl::PermissionDeniedError(absl::StrCat("project_root: ", who.account->name,
+                                                        " cannot use ", req.project_root(), ": ",
+                                                        fs.status().message()));
       }
     }
     auto s = deps_.sessions->Create(who.id, std::move(ns));
@@ -525,8 +554,12 @@ class SessionsService final : public pb::Sessions::CallbackService {
     ToProto(*s, false, resp);
     resp->set_no_project_reason(no_project);
     if (deps_.audit) {
-      deps_.audit({{"kind", "session_created"}, {"session_id", s->id}, {"owner", s->owner},
-                   {"project_root", s->project_root}, {"account", s->account}, {"principal", who.id},
+      deps_.audit({{"kind", "session_created"},
+                   {"session_id", s->id},
+                   {"owner", s->owner},
+                   {"project_root", s->project_root},
+                   {"account", s->account},
+                   {"principal", who.id},
                    {"peer", who.peer}});
     }
     return absl::OkStatus();
@@ -578,14 +611,16 @@ class DaemonService final : public pb::Daemon::CallbackService {
                                      pb::ShutdownResponse*) override {
     auto who = deps_.gate->Admit(ctx, "Daemon.Shutdown");
     if (!who.ok()) return Refuse(ctx, who.status());
-    if (deps_.audit) deps_.audit({{"kind", "daemon_shutdown"}, {"principal", who->id}, {"peer", who->peer}});
+    if (deps_.audit)
+      deps_.audit({{"kind", "daemon_shutdown"}, {"principal", who->id}, {"peer", who->peer}});
     deps_.request_shutdown();
     auto* r = ctx->DefaultReactor();
     r->Finish(grpc::Status::OK);
     return r;
   }
 
-  grpc::ServerUnaryReactor* ReloadConfig(grpc::CallbackServerContext* ctx, const pb::ReloadConfigRequest*,
+  grpc::ServerUnaryReactor* ReloadConfig(grpc::CallbackServerContext* ctx,
+                                         const pb::ReloadConfigRequest*,
                                          pb::ReloadConfigResponse* resp) override {
     auto who = deps_.gate->Admit(ctx, "Daemon.ReloadConfig");
     if (!who.ok()) return Refuse(ctx, who.status());

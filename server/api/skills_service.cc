@@ -4,23 +4,23 @@
 #include <grpcpp/grpcpp.h>
 
 #include <atomic>
+#include <filesystem>
 #include <map>
 #include <mutex>
-#include <filesystem>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "common/config.h"
+#include "common/local_account.h"
 #include "common/thread_pool.h"
 #include "fwai/v1/projects.grpc.pb.h"
 #include "server/agent/turn_manager.h"
 #include "server/api/api.h"
-#include "server/plugins/plugin_store.h"
 #include "server/api/caller.h"
 #include "server/api/gate.h"
-#include "common/local_account.h"
 #include "server/api/offload.h"
 #include "server/api/queued_writer.h"
+#include "server/plugins/plugin_store.h"
 #include "server/skills/intent.h"
 #include "server/skills/runner.h"
 #include "server/skills/skill.h"
@@ -35,7 +35,8 @@ absl::StatusOr<std::string> Root(const std::string& r) { return CanonicalProject
 
 // The skills of a project ("" : the built-ins only), read as `account`, and
 // of the installed plugins (read as fwaid: they live in its data directory).
-absl::StatusOr<std::vector<Skill>> SkillsOf(const std::string& project_root, const LocalAccount& account,
+absl::StatusOr<std::vector<Skill>> SkillsOf(const std::string& project_root,
+                                            const LocalAccount& account,
                                             const PluginStore* plugins) {
   auto plugin_sets = plugins ? plugins->SkillSets() : std::vector<PluginSkillSet>{};
   ScopedFsIdentity as(account);
@@ -57,7 +58,8 @@ class SkillsService final : public pb::Skills::CallbackService {
   explicit SkillsService(ApiDeps deps) : deps_(std::move(deps)) {}
   ~SkillsService() override {
     // Runs end when their streams are cancelled at shutdown.
-    for (int i = 0; i < 500 && running_ > 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    for (int i = 0; i < 500 && running_ > 0; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
 
   grpc::ServerUnaryReactor* List(grpc::CallbackServerContext* ctx, const pb::ListSkillsRequest* req,
@@ -75,7 +77,8 @@ class SkillsService final : public pb::Skills::CallbackService {
         o->set_source(s.source);
         o->set_flashes(s.flashes());
         o->set_timeout_s(s.timeout_s);
-        for (const auto& st : s.steps) o->add_steps(absl::StrCat(st.name, " (", st.type == "tool" ? st.tool : st.type, ")"));
+        for (const auto& st : s.steps)
+          o->add_steps(absl::StrCat(st.name, " (", st.type == "tool" ? st.tool : st.type, ")"));
         for (const auto& k : s.keywords) o->add_keywords(k);
         for (const auto& [k, v] : s.vars) (*o->mutable_vars())[k] = v;
       }
@@ -83,7 +86,8 @@ class SkillsService final : public pb::Skills::CallbackService {
     });
   }
 
-  grpc::ServerUnaryReactor* Resolve(grpc::CallbackServerContext* ctx, const pb::ResolveIntentRequest* req,
+  grpc::ServerUnaryReactor* Resolve(grpc::CallbackServerContext* ctx,
+                                    const pb::ResolveIntentRequest* req,
                                     pb::ResolveIntentResponse* resp) override {
     auto who = deps_.gate->Admit(ctx, "Skills.Resolve");
     if (!who.ok()) return Refuse(ctx, who.status());
@@ -103,79 +107,87 @@ class SkillsService final : public pb::Skills::CallbackService {
     });
   }
 
-  grpc::ServerWriteReactor<pb::SkillEvent>* Run(grpc::CallbackServerContext* ctx, const pb::RunSkillRequest* req) override {
+  grpc::ServerWriteReactor<pb::SkillEvent>* Run(grpc::CallbackServerContext* ctx,
+                                                const pb::RunSkillRequest* req) override {
     auto* svc = this;
     using Stream = WorkStreamReactor<pb::SkillEvent>;
-    return Stream::Serve(svc->deps_.skills != nullptr, "the skill runner is not available", [&](Stream& stream, const std::shared_ptr<Stream::State>& st) {
-      auto who = svc->deps_.gate->Admit(ctx, "Skills.Run");
-      if (!who.ok()) {
-        st->writer.Close(ToGrpcStatus(who.status()));
-        return;
-      }
-      absl::StatusOr<std::string> root = absl::UnknownError("");
-      {
-        ScopedFsIdentity as(*who->account);
-        root = as.status().ok() ? Root(req->project_root()) : absl::StatusOr<std::string>(as.status());
-      }
-      if (!root.ok()) {
-        st->writer.Close(ToGrpcStatus(root.status()));
-        return;
-      }
-      if (req->skill().empty()) {
-        st->writer.Close(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "skill: required"));
-        return;
-      }
-      if (svc->running_ >= kMaxRuns) {
-        st->writer.Close(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
-                                          absl::StrCat(kMaxRuns, " skill runs are under way; try again when one ends")));
-        return;
-      }
-      const LimitsConfig limits = svc->deps_.gate->identities().LimitsOf(*who);
-      if (!svc->TryAddRun(who->id, limits.running_runs)) {
-        st->writer.Close(ToGrpcStatus(absl::ResourceExhaustedError(absl::StrCat(
-            "limit running_runs (", limits.running_runs, ") reached: retry when one of your runs has ended"))));
-        return;
-      }
-      SkillRunRequest r;
-      r.project_root = *root;
-      r.skill = req->skill();
-      r.board = req->board();
-      r.ci = req->ci();
-      r.approved = req->approved();
-      r.timeout_s = std::max(0, req->timeout_s());
-      for (const auto& [k, v] : req->vars()) r.vars[k] = v;
-      r.caller = CallerFor(*who, ctx);
-      // A revoked or expired token cancels the run as the client's cancel
-      // does, and ends the stream with the gate's status.
-      stream.Track(*svc->deps_.gate, *who, ctx);
-      svc->running_++;
-      std::thread([svc, st, r = std::move(r), owner = who->id] {
-        std::string run_id;
-        svc->deps_.skills->Run(
-            r,
-            [&](const SkillEventOut& e) {
-              if (e.kind == "run_started" && e.data.is_object()) run_id = e.data.value("run_id", "");
-              if (e.kind == "run_finished" && e.data.is_object()) run_id = e.data.value("run_id", run_id);
-              pb::SkillEvent out;
-              out.set_run_id(run_id);
-              out.set_step(e.step);
-              out.set_kind(e.kind);
-              out.set_text(e.text);
-              out.set_ok(e.ok);
-              if (!e.data.is_null()) out.set_json(e.data.dump());
-              // A slow reader slows the run's output, never the daemon.
-              std::atomic<bool> stop{false};
-              st->writer.WaitBelow(1024, stop);
-              st->writer.Push(std::move(out));
-            },
-            st->cancel);
-        // Counted out before the stream ends: a caller that starts its next
-        // run the moment this one ends is not refused by its limit.
-        svc->AddRun(owner, -1);
-        svc->running_--;
-        st->writer.Close(grpc::Status::OK);
-      }).detach();
-    });
+    return Stream::Serve(
+        svc->deps_.skills != nullptr, "the skill runner is not available",
+        [&](Stream& stream, const std::shared_ptr<Stream::State>& st) {
+          auto who = svc->deps_.gate->Admit(ctx, "Skills.Run");
+          if (!who.ok()) {
+            st->writer.Close(ToGrpcStatus(who.status()));
+            return;
+          }
+          absl::StatusOr<std::string> root = absl::UnknownError("");
+          {
+            ScopedFsIdentity as(*who->account);
+            root = as.status().ok() ? Root(req->project_root())
+                                    : absl::StatusOr<std::string>(as.status());
+          }
+          if (!root.ok()) {
+            st->writer.Close(ToGrpcStatus(root.status()));
+            return;
+          }
+          if (req->skill().empty()) {
+            st->writer.Close(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "skill: required"));
+            return;
+          }
+          if (svc->running_ >= kMaxRuns) {
+            st->writer.Close(grpc::Status(
+                grpc::StatusCode::RESOURCE_EXHAUSTED,
+                absl::StrCat(kMaxRuns, " skill runs are under way; try again when one ends")));
+            return;
+          }
+          const LimitsConfig limits = svc->deps_.gate->identities().LimitsOf(*who);
+          if (!svc->TryAddRun(who->id, limits.running_runs)) {
+            st->writer.Close(ToGrpcStatus(absl::ResourceExhaustedError(
+                absl::StrCat("limit running_runs (", limits.running_runs,
+                             ") reached: retry when one of your runs has ended"))));
+            return;
+          }
+          SkillRunRequest r;
+          r.project_root = *root;
+          r.skill = req->skill();
+          r.board = req->board();
+          r.ci = req->ci();
+          r.approved = req->approved();
+          r.timeout_s = std::max(0, req->timeout_s());
+          for (const auto& [k, v] : req->vars()) r.vars[k] = v;
+          r.caller = CallerFor(*who, ctx);
+          // A revoked or expired token cancels the run as the client's cancel
+          // does, and ends the stream with the gate's status.
+          stream.Track(*svc->deps_.gate, *who, ctx);
+          svc->running_++;
+          std::thread([svc, st, r = std::move(r), owner = who->id] {
+            std::string run_id;
+            svc->deps_.skills->Run(
+                r,
+                [&](const SkillEventOut& e) {
+                  if (e.kind == "run_started" && e.data.is_object())
+                    run_id = e.data.value("run_id", "");
+                  if (e.kind == "run_finished" && e.data.is_object())
+                    run_id = e.data.value("run_id", run_id);
+                  pb::SkillEvent out;
+                  out.set_run_id(run_id);
+                  out.set_step(e.step);
+                  out.set_kind(e.kind);
+                  out.set_text(e.text);
+                  out.set_ok(e.ok);
+                  if (!e.data.is_null()) out.set_json(e.data.dump());
+                  // A slow reader slows the run's output, never the daemon.
+                  std::atomic<bool> stop{false};
+                  st->writer.WaitBelow(1024, stop);
+                  st->writer.Push(std::move(out));
+                },
+                st->cancel);
+            // Counted out before the stream ends: a caller that starts its next
+            // run the moment this one ends is not refused by its limit.
+            svc->AddRun(owner, -1);
+            svc->running_--;
+            st->writer.Close(grpc::Status::OK);
+          }).detach();
+        });
   }
 
  private:
@@ -205,6 +217,8 @@ class SkillsService final : public pb::Skills::CallbackService {
 
 }  // namespace
 
-std::unique_ptr<grpc::Service> MakeSkillsService(const ApiDeps& deps) { return std::make_unique<SkillsService>(deps); }
+std::unique_ptr<grpc::Service> MakeSkillsService(const ApiDeps& deps) {
+  return std::make_unique<SkillsService>(deps);
+}
 
 }  // namespace fwai

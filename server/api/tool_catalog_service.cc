@@ -6,8 +6,8 @@
 #include "common/thread_pool.h"
 #include "fwai/v1/tool_catalog.grpc.pb.h"
 #include "server/api/api.h"
-#include "server/api/offload.h"
 #include "server/api/gate.h"
+#include "server/api/offload.h"
 #include "server/catalog/tool_catalog.h"
 
 namespace fwai {
@@ -19,10 +19,12 @@ class ToolCatalogService final : public pb::ToolCatalog::CallbackService {
  public:
   explicit ToolCatalogService(ApiDeps deps) : deps_(std::move(deps)) {}
 
-  grpc::ServerUnaryReactor* Register(grpc::CallbackServerContext* ctx, const pb::RegisterToolsRequest* req,
+  grpc::ServerUnaryReactor* Register(grpc::CallbackServerContext* ctx,
+                                     const pb::RegisterToolsRequest* req,
                                      pb::RegisterToolsResponse* resp) override {
     return Offload(ctx, "ToolCatalog.Register", [this, req, resp]() -> absl::Status {
-      if (req->tool_json().empty()) return absl::InvalidArgumentError("tool_json: at least one tool");
+      if (req->tool_json().empty())
+        return absl::InvalidArgumentError("tool_json: at least one tool");
       std::vector<std::string> docs(req->tool_json().begin(), req->tool_json().end());
       if (req->validate_only()) return ToolCatalogStore::Validate(docs);
       auto uuids = deps_.catalog->Register(docs);
@@ -47,7 +49,8 @@ class ToolCatalogService final : public pb::ToolCatalog::CallbackService {
     });
   }
 
-  grpc::ServerUnaryReactor* Remove(grpc::CallbackServerContext* ctx, const pb::RemoveToolRequest* req,
+  grpc::ServerUnaryReactor* Remove(grpc::CallbackServerContext* ctx,
+                                   const pb::RemoveToolRequest* req,
                                    pb::RemoveToolResponse*) override {
     return Offload(ctx, "ToolCatalog.Remove", [this, req]() -> absl::Status {
       if (req->name().empty()) return absl::InvalidArgumentError("name: required");
@@ -55,7 +58,8 @@ class ToolCatalogService final : public pb::ToolCatalog::CallbackService {
     });
   }
 
-  grpc::ServerUnaryReactor* Search(grpc::CallbackServerContext* ctx, const pb::ToolSearchRequest* req,
+  grpc::ServerUnaryReactor* Search(grpc::CallbackServerContext* ctx,
+                                   const pb::ToolSearchRequest* req,
                                    pb::ToolSearchResponse* resp) override {
     return Offload(ctx, "ToolCatalog.Search", [this, req, resp]() -> absl::Status {
       const auto t0 = std::chrono::steady_clock::now();
@@ -65,7 +69,8 @@ class ToolCatalogService final : public pb::ToolCatalog::CallbackService {
       } else if (req->mode() == "whole-lexical") {
         mode = CatalogMode::kWholeLexical;
       } else if (!req->mode().empty()) {
-        return absl::InvalidArgumentError(absl::StrCat("mode: '", req->mode(), "'; expected slices or whole-lexical"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("mode: '", req->mode(), "'; expected slices or whole-lexical"));
       }
       auto hits = deps_.catalog->Search(req->query(), req->top_k() == 0 ? 5 : req->top_k(), mode);
       if (!hits.ok()) return hits.status();
@@ -77,7 +82,8 @@ class ToolCatalogService final : public pb::ToolCatalog::CallbackService {
         o->mutable_tool()->set_name(h.tool.name);
         o->mutable_tool()->set_document_json(h.tool.document_json);
       }
-      resp->set_took_ms(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+      resp->set_took_ms(
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
       return absl::OkStatus();
     });
   }
@@ -87,8 +93,8 @@ class ToolCatalogService final : public pb::ToolCatalog::CallbackService {
                                     std::function<absl::Status()> work) {
     auto who = deps_.gate->Admit(ctx, rpc);
     if (!who.ok()) return Refuse(ctx, who.status());
-    return OffloadUnary(ctx, deps_.pool, deps_.catalog != nullptr, "the tool catalog is not available",
-                        std::move(work));
+    return OffloadUnary(ctx, deps_.pool, deps_.catalog != nullptr,
+                        "the tool catalog is not available", std::move(work));
   }
 
   const ApiDeps deps_;

@@ -48,8 +48,9 @@ void Identities::GrantAccount(const std::string& name, Principal& p) {
     return;
   }
   if (a->uid != daemon_uid_ && !CanActAsOtherAccounts()) {
-    p.no_account_reason = absl::StrCat("fwaid runs as uid ", daemon_uid_, ", not root, so it cannot act as ", name,
-                                       ": no project files or commands");
+    p.no_account_reason =
+        absl::StrCat("fwaid runs as uid ", daemon_uid_, ", not root, so it cannot act as ", name,
+                     ": no project files or commands");
     return;
   }
   p.account = *a;
@@ -90,7 +91,8 @@ absl::StatusOr<Principal> Identities::ForToken(const std::string& token, const s
   return FromToken(*info, peer);
 }
 
-absl::StatusOr<Principal> Identities::ForTokenId(const std::string& token_id, const std::string& peer) {
+absl::StatusOr<Principal> Identities::ForTokenId(const std::string& token_id,
+                                                 const std::string& peer) {
   auto info = tokens_.Valid(token_id);
   if (!info.ok()) return info.status();
   return FromToken(*info, peer);
@@ -135,7 +137,8 @@ bool SubjectIsLabNode(const std::string& subject) {
   return is_node();
 }
 
-absl::StatusOr<Principal> Identities::ForCertificate(const std::string& subject, const std::string& common_name,
+absl::StatusOr<Principal> Identities::ForCertificate(const std::string& subject,
+                                                     const std::string& common_name,
                                                      const std::string& peer) {
   Principal p;
   std::string local;
@@ -226,14 +229,15 @@ LimitsConfig Identities::LimitsOf(const Principal& p) {
   for (const auto& a : p.aliases) {
     if (user.empty() && absl::StartsWith(a, "user:")) user = a.substr(5);
   }
-  if (auto it = config_.users.find(user); it != config_.users.end() && it->second.limits) return *it->second.limits;
+  if (auto it = config_.users.find(user); it != config_.users.end() && it->second.limits)
+    return *it->second.limits;
   return config_.limits;
 }
 
 bool Identities::MayWriteSharedKnowledge(const Principal& p) {
   std::lock_guard<std::mutex> lock(mu_);
-  return std::find(config_.knowledge_writers.begin(), config_.knowledge_writers.end(), RoleName(p.role)) !=
-         config_.knowledge_writers.end();
+  return std::find(config_.knowledge_writers.begin(), config_.knowledge_writers.end(),
+                   RoleName(p.role)) != config_.knowledge_writers.end();
 }
 
 }  // namespace fwai

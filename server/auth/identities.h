@@ -39,12 +39,15 @@ class Identities {
   // user's local_user takes that user's role and also owns what it made.
   [[nodiscard]] absl::StatusOr<Principal> ForUnixPeer(uint32_t uid, const std::string& peer);
   // UNAUTHENTICATED says why a token is refused.
-  [[nodiscard]] absl::StatusOr<Principal> ForToken(const std::string& token, const std::string& peer);
+  [[nodiscard]] absl::StatusOr<Principal> ForToken(const std::string& token,
+                                                   const std::string& peer);
   // For a token this daemon verified earlier on the same connection.
-  [[nodiscard]] absl::StatusOr<Principal> ForTokenId(const std::string& token_id, const std::string& peer);
+  [[nodiscard]] absl::StatusOr<Principal> ForTokenId(const std::string& token_id,
+                                                     const std::string& peer);
   // A certificate from the trusted CA that maps to no configured user is
   // refused (UNAUTHENTICATED naming its subject).
-  [[nodiscard]] absl::StatusOr<Principal> ForCertificate(const std::string& subject, const std::string& common_name,
+  [[nodiscard]] absl::StatusOr<Principal> ForCertificate(const std::string& subject,
+                                                         const std::string& common_name,
                                                          const std::string& peer);
 
   // A node of a lab: a node's certificate from the trusted CA (OU
@@ -72,7 +75,8 @@ class Identities {
   Principal FromToken(const TokenInfo& info, const std::string& peer);
   // The account `name` for a principal, or why it gets none.
   void GrantAccount(const std::string& name, Principal& p);
-  const UserConfig* UserByLocalAccount(const std::string& account) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  const UserConfig* UserByLocalAccount(const std::string& account)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::string OwnerOfNameLocked(const std::string& name) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   TokenStore& tokens_;

@@ -30,7 +30,8 @@ bool ParseRole(const std::string& name, Role* out) {
 }
 
 bool Principal::Owns(const std::string& owner) const {
-  return !owner.empty() && (owner == id || std::find(aliases.begin(), aliases.end(), owner) != aliases.end());
+  return !owner.empty() &&
+         (owner == id || std::find(aliases.begin(), aliases.end(), owner) != aliases.end());
 }
 
 }  // namespace fwai

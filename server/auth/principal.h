@@ -20,13 +20,13 @@ const char* RoleName(Role r);
 bool ParseRole(const std::string& name, Role* out);
 
 struct Principal {
-  std::string id;           // "uid:1000" or "user:alice": the owner of what it makes
-  std::string user;         // the configured user, or the unix account's name
+  std::string id;    // "uid:1000" or "user:alice": the owner of what it makes
+  std::string user;  // the configured user, or the unix account's name
   Role role = Role::kUser;
   std::string verified_by;  // "unix peer credentials", "token tk-…", "client certificate CN=alice"
   std::string token_id;     // set when a token verified it
   int64_t token_expires_us = 0;
-  std::string peer;         // where the connection comes from
+  std::string peer;  // where the connection comes from
   // The local account its sessions act as; none: no file or command tools.
   std::optional<LocalAccount> account;
   std::string no_account_reason;  // why there is none, for the person

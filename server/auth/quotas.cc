@@ -22,9 +22,11 @@ absl::Status Quotas::Request(const std::string& principal, const LimitsConfig& l
     b.tokens -= 1;
     return absl::OkStatus();
   }
-  const int64_t wait_ms = static_cast<int64_t>(std::ceil((1 - b.tokens) / l.requests_per_second * 1000));
-  return absl::ResourceExhaustedError(absl::StrCat("limit requests_per_second (", l.requests_per_second, ", bursts of ",
-                                                   l.burst, ") reached; retry in ", wait_ms, " ms"));
+  const int64_t wait_ms =
+      static_cast<int64_t>(std::ceil((1 - b.tokens) / l.requests_per_second * 1000));
+  return absl::ResourceExhaustedError(absl::StrCat("limit requests_per_second (",
+                                                   l.requests_per_second, ", bursts of ", l.burst,
+                                                   ") reached; retry in ", wait_ms, " ms"));
 }
 
 absl::Status Quotas::Ingest(const std::string& principal, int64_t bytes, const LimitsConfig& l) {
@@ -46,9 +48,9 @@ absl::Status Quotas::Ingest(const std::string& principal, int64_t bytes, const L
         break;
       }
     }
-    return absl::ResourceExhaustedError(absl::StrCat("limit ingest_mb_per_hour (", l.ingest_mb_per_hour, " MB) reached: ",
-                                                     used >> 20, " MB in the last hour; retry in ",
-                                                     std::max<int64_t>(1, retry_us / 60000000), " min"));
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "limit ingest_mb_per_hour (", l.ingest_mb_per_hour, " MB) reached: ", used >> 20,
+        " MB in the last hour; retry in ", std::max<int64_t>(1, retry_us / 60000000), " min"));
   }
   w.emplace_back(now, bytes);
   return absl::OkStatus();

@@ -27,7 +27,8 @@ class Quotas {
   // when to retry.
   [[nodiscard]] absl::Status Request(const std::string& principal, const LimitsConfig& limits);
   // `bytes` more ingested by `principal`; refused past the hourly budget.
-  [[nodiscard]] absl::Status Ingest(const std::string& principal, int64_t bytes, const LimitsConfig& limits);
+  [[nodiscard]] absl::Status Ingest(const std::string& principal, int64_t bytes,
+                                    const LimitsConfig& limits);
 
  private:
   struct Bucket {
@@ -37,7 +38,8 @@ class Quotas {
   const Clock& clock_;
   std::mutex mu_;
   std::map<std::string, Bucket> buckets_ ABSL_GUARDED_BY(mu_);
-  std::map<std::string, std::deque<std::pair<int64_t, int64_t>>> ingest_ ABSL_GUARDED_BY(mu_);  // (time, bytes)
+  std::map<std::string, std::deque<std::pair<int64_t, int64_t>>> ingest_
+      ABSL_GUARDED_BY(mu_);  // (time, bytes)
 };
 
 }  // namespace fwai

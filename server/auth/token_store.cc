@@ -42,27 +42,28 @@ absl::StatusOr<std::unique_ptr<TokenStore>> TokenStore::Open(Storage& storage) {
   std::string end = kPrefix;
   end.back() += 1;
   absl::Status bad;
-  RETURN_IF_ERROR(storage.Scan(Cf::kMeta, kPrefix, end, [&](std::string_view k, std::string_view v) {
-    auto j = nlohmann::json::parse(v, nullptr, false);
-    if (!j.is_object()) {
-      bad = absl::DataLossError(absl::StrCat("stored token ", std::string(k), " is damaged"));
-      return true;
-    }
-    Record r;
-    r.info.id = j.value("id", "");
-    r.info.user = j.value("user", "");
-    if (!ParseRole(j.value("role", "user"), &r.info.role)) r.info.role = Role::kUser;
-    r.info.created_us = j.value("created_us", int64_t{0});
-    r.info.expires_us = j.value("expires_us", int64_t{0});
-    r.info.revoked_us = j.value("revoked_us", int64_t{0});
-    r.info.created_by = j.value("created_by", "");
-    r.info.note = j.value("note", "");
-    std::string hex = j.value("sha256", "");
-    r.secret_sha256 = absl::HexStringToBytes(hex);
-    if (r.info.id.empty() || r.secret_sha256.size() != SHA256_DIGEST_LENGTH) return true;
-    store->records_[r.info.id] = r;
-    return true;
-  }));
+  RETURN_IF_ERROR(
+      storage.Scan(Cf::kMeta, kPrefix, end, [&](std::string_view k, std::string_view v) {
+        auto j = nlohmann::json::parse(v, nullptr, false);
+        if (!j.is_object()) {
+          bad = absl::DataLossError(absl::StrCat("stored token ", std::string(k), " is damaged"));
+          return true;
+        }
+        Record r;
+        r.info.id = j.value("id", "");
+        r.info.user = j.value("user", "");
+        if (!ParseRole(j.value("role", "user"), &r.info.role)) r.info.role = Role::kUser;
+        r.info.created_us = j.value("created_us", int64_t{0});
+        r.info.expires_us = j.value("expires_us", int64_t{0});
+        r.info.revoked_us = j.value("revoked_us", int64_t{0});
+        r.info.created_by = j.value("created_by", "");
+        r.info.note = j.value("note", "");
+        std::string hex = j.value("sha256", "");
+        r.secret_sha256 = absl::HexStringToBytes(hex);
+        if (r.info.id.empty() || r.secret_sha256.size() != SHA256_DIGEST_LENGTH) return true;
+        store->records_[r.info.id] = r;
+        return true;
+      }));
   return store;
 }
 
@@ -80,9 +81,11 @@ absl::Status TokenStore::Save(const Record& r) {
 }
 
 absl::StatusOr<NewToken> TokenStore::Create(const std::string& user, Role role, int64_t ttl_s,
-                                            const std::string& created_by, const std::string& note) {
+                                            const std::string& created_by,
+                                            const std::string& note) {
   if (user.empty() || user.size() > 64 || user.find_first_of(" :/\t\n") != std::string::npos) {
-    return absl::InvalidArgumentError("user: a name of 1 to 64 characters without spaces, ':' or '/'");
+    return absl::InvalidArgumentError(
+        "user: a name of 1 to 64 characters without spaces, ':' or '/'");
   }
   if (ttl_s < 0) return absl::InvalidArgumentError("expires: must not be negative");
   Record r;
@@ -110,12 +113,14 @@ absl::StatusOr<NewToken> TokenStore::Create(const std::string& user, Role role, 
 
 absl::Status TokenStore::ValidLocked(const Record& r, int64_t now_us) {
   if (r.info.revoked_us > 0) {
-    return absl::UnauthenticatedError(
-        absl::StrCat("token ", r.info.id, " was revoked at ", When(r.info.revoked_us), "; ask an admin for a new one"));
+    return absl::UnauthenticatedError(absl::StrCat("token ", r.info.id, " was revoked at ",
+                                                   When(r.info.revoked_us),
+                                                   "; ask an admin for a new one"));
   }
   if (r.info.expires_us > 0 && now_us >= r.info.expires_us) {
-    return absl::UnauthenticatedError(
-        absl::StrCat("token ", r.info.id, " expired at ", When(r.info.expires_us), "; ask an admin for a new one"));
+    return absl::UnauthenticatedError(absl::StrCat("token ", r.info.id, " expired at ",
+                                                   When(r.info.expires_us),
+                                                   "; ask an admin for a new one"));
   }
   return absl::OkStatus();
 }
@@ -123,7 +128,8 @@ absl::Status TokenStore::ValidLocked(const Record& r, int64_t now_us) {
 absl::StatusOr<TokenInfo> TokenStore::Verify(const std::string& token) {
   // fwai_<10 id chars>_<43 base64url chars>
   if (!absl::StartsWith(token, "fwai_") || token.size() != 5 + 10 + 1 + 43 || token[15] != '_') {
-    return absl::UnauthenticatedError("the token is malformed (expected fwai_…, as fwai token create prints it)");
+    return absl::UnauthenticatedError(
+        "the token is malformed (expected fwai_…, as fwai token create prints it)");
   }
   const std::string id = "tk-" + token.substr(5, 10);
   const std::string digest = Sha256(token.substr(16));
@@ -141,7 +147,8 @@ absl::StatusOr<TokenInfo> TokenStore::Verify(const std::string& token) {
 absl::StatusOr<TokenInfo> TokenStore::Valid(const std::string& id) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = records_.find(id);
-  if (it == records_.end()) return absl::UnauthenticatedError(absl::StrCat("token ", id, " no longer exists"));
+  if (it == records_.end())
+    return absl::UnauthenticatedError(absl::StrCat("token ", id, " no longer exists"));
   RETURN_IF_ERROR(ValidLocked(it->second, NowMicros()));
   it->second.info.last_used_us = NowMicros();
   return it->second.info;
@@ -150,7 +157,8 @@ absl::StatusOr<TokenInfo> TokenStore::Valid(const std::string& id) {
 absl::Status TokenStore::Revoke(const std::string& id) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = records_.find(id);
-  if (it == records_.end()) return absl::NotFoundError(absl::StrCat("no token ", id, " (fwai token ls lists them)"));
+  if (it == records_.end())
+    return absl::NotFoundError(absl::StrCat("no token ", id, " (fwai token ls lists them)"));
   if (it->second.info.revoked_us > 0) return absl::OkStatus();
   Record r = it->second;
   r.info.revoked_us = NowMicros();

@@ -47,7 +47,8 @@ class TokenStore {
 
   // `ttl_s` 0: no expiry. INVALID_ARGUMENT for a bad user name.
   [[nodiscard]] absl::StatusOr<NewToken> Create(const std::string& user, Role role, int64_t ttl_s,
-                                                const std::string& created_by, const std::string& note);
+                                                const std::string& created_by,
+                                                const std::string& note);
   // The token's record when it is valid now; UNAUTHENTICATED saying why not
   // (malformed, unknown, wrong secret, revoked when, expired when).
   [[nodiscard]] absl::StatusOr<TokenInfo> Verify(const std::string& token);

@@ -5,22 +5,20 @@
 #include <algorithm>
 #include <chrono>
 #include <mutex>
+#include <nlohmann/json.hpp>
+#include <set>
 #include <shared_mutex>
 #include <unordered_map>
 #include <unordered_set>
-
-#include <set>
-
-#include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "server/knowledge/bm25_index.h"
 #include "server/knowledge/embedder.h"
+#include "server/knowledge/query_expansion.h"
 #include "server/knowledge/reranker.h"
 #include "server/knowledge/tokenizer.h"
 #include "server/knowledge/vector_index.h"
-#include "server/knowledge/query_expansion.h"
 #include "server/storage/storage.h"
 
 namespace fwai {
@@ -53,7 +51,8 @@ std::string ToolUuid(const std::string& name) {
     h.push_back(hex[md[i] & 15]);
   }
   h[12] = '5';  // a name-based UUID
-  return absl::StrCat(h.substr(0, 8), "-", h.substr(8, 4), "-", h.substr(12, 4), "-", h.substr(16, 4), "-", h.substr(20, 12));
+  return absl::StrCat(h.substr(0, 8), "-", h.substr(8, 4), "-", h.substr(12, 4), "-",
+                      h.substr(16, 4), "-", h.substr(20, 12));
 }
 
 namespace {
@@ -67,7 +66,8 @@ std::string NameWords(const std::string& name) {
       out.push_back(' ');
       continue;
     }
-    if (i > 0 && std::isupper(static_cast<unsigned char>(c)) && std::islower(static_cast<unsigned char>(name[i - 1]))) {
+    if (i > 0 && std::isupper(static_cast<unsigned char>(c)) &&
+        std::islower(static_cast<unsigned char>(name[i - 1]))) {
       out.push_back(' ');
     }
     out.push_back(static_cast<char>(std::tolower(static_cast<unsigned char>(c))));
@@ -78,7 +78,8 @@ std::string NameWords(const std::string& name) {
 std::string WholeText(const json& d) {
   std::string t = NameWords(d.value("ToolName", "")) + "\n" + d.value("ToolDescription", "");
   for (const auto& a : d["Args"]) {
-    absl::StrAppend(&t, "\n", NameWords(a.value("ArgName", "")), ": ", a.value("ArgDescription", ""));
+    absl::StrAppend(&t, "\n", NameWords(a.value("ArgName", "")), ": ",
+                    a.value("ArgDescription", ""));
     if (a.contains("enum")) {
       for (const auto& e : a["enum"]) absl::StrAppend(&t, " ", e.get<std::string>());
     }
@@ -95,20 +96,21 @@ struct ToolCatalogStore::Impl {
   Reranker& reranker;
   std::mutex writer;
   mutable std::shared_mutex mu;
-  std::vector<ToolRecord> tools;  // by slot; empty uuid = removed
+  std::vector<ToolRecord> tools;   // by slot; empty uuid = removed
   std::vector<std::string> whole;  // whole-document text by slot
   // The program a tool belongs to: its ToolName's namespace words (openocd,
   // gdb, git, github ...; "mcp" left out), by slot.
   std::vector<std::vector<std::string>> tool_ns;
   std::set<std::string> all_ns;  // every namespace word seen
   std::unordered_map<std::string, uint32_t> by_name;
-  std::vector<uint32_t> slice_tool;  // slice id -> slot
+  std::vector<uint32_t> slice_tool;                // slice id -> slot
   std::vector<std::vector<uint32_t>> tool_slices;  // slot -> slice ids
   Bm25Index slices;
   Bm25Index docs;
   std::unique_ptr<VectorIndex> vectors;
 
-  Impl(Storage& s, CatalogOptions o, Embedder& e, Reranker& r) : storage(s), options(o), embedder(e), reranker(r) {}
+  Impl(Storage& s, CatalogOptions o, Embedder& e, Reranker& r)
+      : storage(s), options(o), embedder(e), reranker(r) {}
 
   // Holds `mu` exclusively.
   absl::Status AddLocked(const ToolRecord& rec) {
@@ -120,7 +122,8 @@ struct ToolCatalogStore::Impl {
     whole.push_back(WholeText(d));
     {
       std::vector<std::string> ns;
-      if (const size_t dot = rec.name.rfind('.'); dot != std::string::npos) Tokenize(NameWords(rec.name.substr(0, dot)), &ns);
+      if (const size_t dot = rec.name.rfind('.'); dot != std::string::npos)
+        Tokenize(NameWords(rec.name.substr(0, dot)), &ns);
       std::erase(ns, std::string("mcp"));
       all_ns.insert(ns.begin(), ns.end());
       tool_ns.push_back(std::move(ns));
@@ -172,8 +175,10 @@ struct ToolCatalogStore::Impl {
 ToolCatalogStore::ToolCatalogStore(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 ToolCatalogStore::~ToolCatalogStore() = default;
 
-absl::StatusOr<std::unique_ptr<ToolCatalogStore>> ToolCatalogStore::Open(Storage& storage, CatalogOptions options,
-                                                                         Embedder& embedder, Reranker& reranker) {
+absl::StatusOr<std::unique_ptr<ToolCatalogStore>> ToolCatalogStore::Open(Storage& storage,
+                                                                         CatalogOptions options,
+                                                                         Embedder& embedder,
+                                                                         Reranker& reranker) {
   auto impl = std::make_unique<Impl>(storage, options, embedder, reranker);
   VectorIndexOptions vo;
   vo.exact_below = 200000;  // slices stay exact: thousands of tools, not millions
@@ -181,7 +186,8 @@ absl::StatusOr<std::unique_ptr<ToolCatalogStore>> ToolCatalogStore::Open(Storage
   std::vector<ToolRecord> recs;
   RETURN_IF_ERROR(storage.Scan(Cf::kTools, "", "", [&](std::string_view k, std::string_view v) {
     json d = json::parse(v, nullptr, false);
-    if (d.is_object() && d.contains("ToolName")) recs.push_back({std::string(k), d["ToolName"], std::string(v)});
+    if (d.is_object() && d.contains("ToolName"))
+      recs.push_back({std::string(k), d["ToolName"], std::string(v)});
     return true;
   }));
   std::sort(recs.begin(), recs.end(), [](const auto& a, const auto& b) { return a.name < b.name; });
@@ -200,7 +206,8 @@ absl::StatusOr<std::vector<ToolRecord>> ToolRecords(const std::vector<std::strin
   std::vector<ToolRecord> recs;
   for (size_t i = 0; i < tool_json.size(); ++i) {
     auto d = NormalizeToolJson(tool_json[i]);
-    if (!d.ok()) return absl::InvalidArgumentError(absl::StrCat("tool #", i + 1, ": ", d.status().message()));
+    if (!d.ok())
+      return absl::InvalidArgumentError(absl::StrCat("tool #", i + 1, ": ", d.status().message()));
     std::string name = json::parse(*d)["ToolName"];
     recs.push_back({ToolUuid(name), name, *d});
   }
@@ -213,7 +220,8 @@ absl::Status ToolCatalogStore::Validate(const std::vector<std::string>& tool_jso
   return ToolRecords(tool_json).status();
 }
 
-absl::StatusOr<std::vector<std::string>> ToolCatalogStore::Register(const std::vector<std::string>& tool_json) {
+absl::StatusOr<std::vector<std::string>> ToolCatalogStore::Register(
+    const std::vector<std::string>& tool_json) {
   ASSIGN_OR_RETURN(std::vector<ToolRecord> recs, ToolRecords(tool_json));
   std::lock_guard<std::mutex> w(impl_->writer);
   WriteBatch batch;
@@ -244,7 +252,8 @@ absl::Status ToolCatalogStore::Remove(const std::string& name) {
   {
     std::shared_lock<std::shared_mutex> lock(impl_->mu);
     auto it = impl_->by_name.find(name);
-    if (it == impl_->by_name.end()) return absl::NotFoundError(absl::StrCat("tool '", name, "' is not in the catalog"));
+    if (it == impl_->by_name.end())
+      return absl::NotFoundError(absl::StrCat("tool '", name, "' is not in the catalog"));
     slot = it->second;
   }
   RETURN_IF_ERROR(impl_->storage.Delete(Cf::kTools, ToolUuid(name), /*sync=*/true));
@@ -253,11 +262,14 @@ absl::Status ToolCatalogStore::Remove(const std::string& name) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::vector<ToolHitRecord>> ToolCatalogStore::Search(const std::string& query, int top_k, CatalogMode mode) {
+absl::StatusOr<std::vector<ToolHitRecord>> ToolCatalogStore::Search(const std::string& query,
+                                                                    int top_k, CatalogMode mode) {
   Impl& m = *impl_;
-  if (query.find_first_not_of(" \t\r\n") == std::string::npos) return absl::InvalidArgumentError("query: empty");
+  if (query.find_first_not_of(" \t\r\n") == std::string::npos)
+    return absl::InvalidArgumentError("query: empty");
   if (query.size() > 4096) return absl::InvalidArgumentError("query: at most 4096 characters");
-  if (top_k < 1 || top_k > 100) return absl::InvalidArgumentError(absl::StrCat("top_k: ", top_k, "; expected 1..100"));
+  if (top_k < 1 || top_k > 100)
+    return absl::InvalidArgumentError(absl::StrCat("top_k: ", top_k, "; expected 1..100"));
   std::vector<std::string> q;
   const std::string words = NameWords(query);
   Tokenize(words, &q);
@@ -295,7 +307,8 @@ absl::StatusOr<std::vector<ToolHitRecord>> ToolCatalogStore::Search(const std::s
     auto vec = m.vectors->Search(qv.data(), n);
     std::unordered_map<uint32_t, double> fused;
     for (size_t i = 0; i < lex.size(); ++i) fused[lex[i].first] += 1.0 / (m.options.rrf_k + i + 1);
-    for (size_t i = 0; i < vec.size(); ++i) fused[vec[i].first] += m.options.vector_weight / (m.options.rrf_k + i + 1);
+    for (size_t i = 0; i < vec.size(); ++i)
+      fused[vec[i].first] += m.options.vector_weight / (m.options.rrf_k + i + 1);
     std::vector<std::pair<uint32_t, double>> slice_order(fused.begin(), fused.end());
     std::sort(slice_order.begin(), slice_order.end(), [](const auto& a, const auto& b) {
       return a.second > b.second || (a.second == b.second && a.first < b.first);
@@ -304,7 +317,8 @@ absl::StatusOr<std::vector<ToolHitRecord>> ToolCatalogStore::Search(const std::s
     // Group slices by tool.
     std::unordered_map<uint32_t, double> group;
     for (size_t r = 0; r < slice_order.size(); ++r) {
-      const double g = m.options.grouping == "rrf" ? 1.0 / (m.options.rrf_k + r + 1) : 1.0 / (r + 1);
+      const double g =
+          m.options.grouping == "rrf" ? 1.0 / (m.options.rrf_k + r + 1) : 1.0 / (r + 1);
       group[m.slice_tool[slice_order[r].first]] += g;
     }
     ranked.assign(group.begin(), group.end());
@@ -314,7 +328,8 @@ absl::StatusOr<std::vector<ToolHitRecord>> ToolCatalogStore::Search(const std::s
     if (m.options.whole_weight > 0 && mode == CatalogMode::kSlicesRerank) {
       // Fuse the slice groups with a whole-document ranking.
       std::unordered_map<uint32_t, double> fused_tools;
-      for (size_t i = 0; i < ranked.size(); ++i) fused_tools[ranked[i].first] += 1.0 / (m.options.rrf_k + i + 1);
+      for (size_t i = 0; i < ranked.size(); ++i)
+        fused_tools[ranked[i].first] += 1.0 / (m.options.rrf_k + i + 1);
       auto whole_hits = m.docs.Search(wq, n);
       for (size_t i = 0; i < whole_hits.size(); ++i) {
         fused_tools[whole_hits[i].first] += m.options.whole_weight / (m.options.rrf_k + i + 1);
@@ -324,14 +339,16 @@ absl::StatusOr<std::vector<ToolHitRecord>> ToolCatalogStore::Search(const std::s
         return a.second > b.second || (a.second == b.second && a.first < b.first);
       });
     }
-    const size_t keep = mode == CatalogMode::kSlicesRerank ? std::max<size_t>(m.options.candidates, top_k) : top_k;
+    const size_t keep =
+        mode == CatalogMode::kSlicesRerank ? std::max<size_t>(m.options.candidates, top_k) : top_k;
     if (ranked.size() > keep) ranked.resize(keep);
     if (mode == CatalogMode::kSlicesRerank && m.options.namespace_boost > 0 && !named_ns.empty()) {
       // The best whole-document matches within the named program join the pool.
       std::unordered_set<uint32_t> in_pool;
       for (const auto& r : ranked) in_pool.insert(r.first);
       const double floor = ranked.empty() ? 0.0 : ranked.back().second;
-      for (const auto& [slot, sc] : m.docs.Search(wq, 5, [&](uint32_t slot) { return names_program(slot) && !in_pool.count(slot); })) {
+      for (const auto& [slot, sc] : m.docs.Search(
+               wq, 5, [&](uint32_t slot) { return names_program(slot) && !in_pool.count(slot); })) {
         ranked.emplace_back(slot, floor);
       }
     }
@@ -341,8 +358,10 @@ absl::StatusOr<std::vector<ToolHitRecord>> ToolCatalogStore::Search(const std::s
       // The reranker also sees each candidate's whole-document BM25 score.
       std::unordered_map<uint32_t, double> in_pool;
       for (const auto& [slot, s] : ranked) in_pool[slot] = 0;
-      auto whole_scores = m.docs.Search(wq, in_pool.size(), [&](uint32_t slot) { return in_pool.count(slot) > 0; });
-      const double best_whole = whole_scores.empty() ? 1.0 : std::max<double>(whole_scores[0].second, 1e-9);
+      auto whole_scores =
+          m.docs.Search(wq, in_pool.size(), [&](uint32_t slot) { return in_pool.count(slot) > 0; });
+      const double best_whole =
+          whole_scores.empty() ? 1.0 : std::max<double>(whole_scores[0].second, 1e-9);
       for (const auto& [slot, sc] : whole_scores) in_pool[slot] = sc / best_whole;
       std::vector<RerankCandidate> cands;
       for (const auto& [slot, s] : ranked) {
@@ -362,7 +381,8 @@ absl::StatusOr<std::vector<ToolHitRecord>> ToolCatalogStore::Search(const std::s
         }
       }
       for (size_t i = 0; i < ranked.size(); ++i) ranked[i].second = scores[i];
-      std::stable_sort(ranked.begin(), ranked.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
+      std::stable_sort(ranked.begin(), ranked.end(),
+                       [](const auto& a, const auto& b) { return a.second > b.second; });
     }
   }
   std::vector<ToolHitRecord> out;
@@ -388,9 +408,11 @@ absl::StatusOr<int> SyncMcpTools(ToolCatalogStore& catalog, const std::set<std::
     const std::string source = d.is_object() ? d.value("source", "") : "";
     // The daemon's own: source mcp:<server> and an agent tool name
     // (mcp_<server>_<tool>); documents added by hand are left alone.
-    if (source.rfind("mcp:", 0) != 0 || t.name.rfind("mcp_", 0) != 0 || keep.count(t.uuid)) continue;
+    if (source.rfind("mcp:", 0) != 0 || t.name.rfind("mcp_", 0) != 0 || keep.count(t.uuid))
+      continue;
     const std::string server = source.substr(4);
-    if (configured.count(server) && !listed.count(server)) continue;  // did not answer: keep its tools
+    if (configured.count(server) && !listed.count(server))
+      continue;  // did not answer: keep its tools
     RETURN_IF_ERROR(catalog.Remove(t.name));
     ++removed;
   }

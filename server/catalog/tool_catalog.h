@@ -26,8 +26,8 @@ class Embedder;
 class Reranker;
 
 struct CatalogOptions {
-  int coarse_slices = 100;   // N
-  int candidates = 30;       // M
+  int coarse_slices = 100;       // N
+  int candidates = 30;           // M
   std::string grouping = "sum";  // "sum": sum 1/(rank+1); "rrf": sum 1/(k+rank)
   double rrf_k = 60;
   double vector_weight = 0.1;  // slice legs fused by weighted RRF
@@ -59,8 +59,8 @@ enum class CatalogMode { kSlicesRerank, kSlices, kWholeLexical };
 
 class ToolCatalogStore {
  public:
-  [[nodiscard]] static absl::StatusOr<std::unique_ptr<ToolCatalogStore>> Open(Storage& storage, CatalogOptions options,
-                                                                               Embedder& embedder, Reranker& reranker);
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<ToolCatalogStore>> Open(
+      Storage& storage, CatalogOptions options, Embedder& embedder, Reranker& reranker);
   ~ToolCatalogStore();
 
   // Accepts {ToolName, ToolDescription, Args}, MCP tool JSON {name,
@@ -68,13 +68,14 @@ class ToolCatalogStore {
   // {name, description, parameters}, Anthropic {name, description,
   // input_schema}. Registering a name again replaces it (same uuid).
   // INVALID_ARGUMENT names the entry and what is wrong; nothing is stored then.
-  [[nodiscard]] absl::StatusOr<std::vector<std::string>> Register(const std::vector<std::string>& tool_json);
+  [[nodiscard]] absl::StatusOr<std::vector<std::string>> Register(
+      const std::vector<std::string>& tool_json);
   // The checks Register makes, registering nothing; errors name "tool #N".
   [[nodiscard]] static absl::Status Validate(const std::vector<std::string>& tool_json);
   [[nodiscard]] absl::StatusOr<std::vector<ToolRecord>> List();
   [[nodiscard]] absl::Status Remove(const std::string& name);
-  [[nodiscard]] absl::StatusOr<std::vector<ToolHitRecord>> Search(const std::string& query, int top_k,
-                                                                  CatalogMode mode = CatalogMode::kSlicesRerank);
+  [[nodiscard]] absl::StatusOr<std::vector<ToolHitRecord>> Search(
+      const std::string& query, int top_k, CatalogMode mode = CatalogMode::kSlicesRerank);
   size_t size() const;
 
   struct Impl;
@@ -90,8 +91,9 @@ class ToolCatalogStore {
 // answered now) and removes the tools those servers no longer list and those
 // of servers no longer `configured`. A configured server that did not answer
 // keeps its tools. Returns how many tools were removed.
-[[nodiscard]] absl::StatusOr<int> SyncMcpTools(ToolCatalogStore& catalog, const std::set<std::string>& configured,
-                                               const std::map<std::string, std::vector<std::string>>& listed);
+[[nodiscard]] absl::StatusOr<int> SyncMcpTools(
+    ToolCatalogStore& catalog, const std::set<std::string>& configured,
+    const std::map<std::string, std::vector<std::string>>& listed);
 
 // Built-in reranker weights for whole tool documents: the whole-document BM25
 // score counts most (measured on the tool development set: MRR@10 0.68 with

@@ -1,9 +1,8 @@
 #include "server/catalog/tool_document.h"
 
 #include <algorithm>
-#include <vector>
-
 #include <nlohmann/json.hpp>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
@@ -16,11 +15,13 @@ namespace {
 
 // An optional string member: absent is "", another type is an error naming
 // `field`.
-absl::Status OptionalString(const json& j, const char* key, const std::string& field, std::string* out) {
+absl::Status OptionalString(const json& j, const char* key, const std::string& field,
+                            std::string* out) {
   out->clear();
   auto it = j.find(key);
   if (it == j.end() || it->is_null()) return absl::OkStatus();
-  if (!it->is_string()) return absl::InvalidArgumentError(absl::StrCat(field, ": expected a string"));
+  if (!it->is_string())
+    return absl::InvalidArgumentError(absl::StrCat(field, ": expected a string"));
   *out = it->get<std::string>();
   return absl::OkStatus();
 }
@@ -36,7 +37,8 @@ json EnumValues(const json& values) {
 // (["string", "null"]): its first string counts.
 absl::StatusOr<json> ArgsFromSchema(const json& schema, const std::string& where) {
   json args = json::array();
-  if (!schema.is_object() || !schema.contains("properties") || !schema["properties"].is_object()) return args;
+  if (!schema.is_object() || !schema.contains("properties") || !schema["properties"].is_object())
+    return args;
   std::vector<std::string> required;
   if (schema.contains("required") && schema["required"].is_array()) {
     for (const auto& r : schema["required"]) {
@@ -46,7 +48,8 @@ absl::StatusOr<json> ArgsFromSchema(const json& schema, const std::string& where
   for (const auto& [name, p] : schema["properties"].items()) {
     std::string description, type = "string";
     if (p.is_object()) {
-      RETURN_IF_ERROR(OptionalString(p, "description", absl::StrCat(where, ".properties.", name, ".description"),
+      RETURN_IF_ERROR(OptionalString(p, "description",
+                                     absl::StrCat(where, ".properties.", name, ".description"),
                                      &description));
       if (auto t = p.find("type"); t != p.end()) {
         if (t->is_string()) {
@@ -65,7 +68,8 @@ absl::StatusOr<json> ArgsFromSchema(const json& schema, const std::string& where
               {"ArgDescription", description},
               {"type", type},
               {"required", std::find(required.begin(), required.end(), name) != required.end()}};
-    if (p.is_object() && p.contains("enum") && p["enum"].is_array()) a["enum"] = EnumValues(p["enum"]);
+    if (p.is_object() && p.contains("enum") && p["enum"].is_array())
+      a["enum"] = EnumValues(p["enum"]);
     args.push_back(a);
   }
   return args;
@@ -92,7 +96,8 @@ absl::StatusOr<std::string> NormalizeToolJson(const std::string& text) {
         const json& a = j["Args"][i];
         const std::string where = absl::StrCat("Args[", i, "]");
         if (!a.is_object() || !a.contains("ArgName") || !a["ArgName"].is_string()) {
-          return absl::InvalidArgumentError(absl::StrCat(where, ": each argument needs an ArgName string"));
+          return absl::InvalidArgumentError(
+              absl::StrCat(where, ": each argument needs an ArgName string"));
         }
         json n = {{"ArgName", a["ArgName"]}};
         RETURN_IF_ERROR(OptionalString(a, "ArgDescription", where + ".ArgDescription", &s));
@@ -101,11 +106,14 @@ absl::StatusOr<std::string> NormalizeToolJson(const std::string& text) {
         n["type"] = s.empty() ? "string" : s;
         n["required"] = false;
         if (auto r = a.find("required"); r != a.end() && !r->is_null()) {
-          if (!r->is_boolean()) return absl::InvalidArgumentError(absl::StrCat(where, ".required: expected true or false"));
+          if (!r->is_boolean())
+            return absl::InvalidArgumentError(
+                absl::StrCat(where, ".required: expected true or false"));
           n["required"] = r->get<bool>();
         }
         if (auto e = a.find("enum"); e != a.end() && !e->is_null()) {
-          if (!e->is_array()) return absl::InvalidArgumentError(absl::StrCat(where, ".enum: expected a list"));
+          if (!e->is_array())
+            return absl::InvalidArgumentError(absl::StrCat(where, ".enum: expected a list"));
           n["enum"] = EnumValues(*e);
         }
         d["Args"].push_back(n);
@@ -113,10 +121,12 @@ absl::StatusOr<std::string> NormalizeToolJson(const std::string& text) {
     }
   } else {
     const json* f = &j;
-    if (j.contains("type") && j["type"] == "function" && j.contains("function")) f = &j["function"];  // OpenAI tools[]
+    if (j.contains("type") && j["type"] == "function" && j.contains("function"))
+      f = &j["function"];  // OpenAI tools[]
     if (!f->is_object() || !f->contains("name") || !(*f)["name"].is_string() ||
         (*f)["name"].get<std::string>().empty()) {
-      return absl::InvalidArgumentError("expected ToolName, or name (MCP / OpenAI / Anthropic tool schema)");
+      return absl::InvalidArgumentError(
+          "expected ToolName, or name (MCP / OpenAI / Anthropic tool schema)");
     }
     d["ToolName"] = (*f)["name"];
     RETURN_IF_ERROR(OptionalString(*f, "description", "description", &s));

@@ -14,7 +14,8 @@ namespace fwai {
 
 // DIR/ca.pem, ca.key, server.pem, server.key. `hosts`: DNS names and IP
 // addresses the server certificate is for (at least one).
-[[nodiscard]] absl::Status TlsInit(const std::string& dir, const std::vector<std::string>& hosts, int days = 825);
+[[nodiscard]] absl::Status TlsInit(const std::string& dir, const std::vector<std::string>& hosts,
+                                   int days = 825);
 // DIR/NAME.pem and NAME.key: a client certificate (CN=NAME) signed by
 // DIR/ca.pem; with `hosts`, also a server certificate for them. `node`: a lab
 // node's certificate (also OU=fwai-lab-node, kLabNodeUnit), which only ever
@@ -29,6 +30,7 @@ namespace fwai {
                                                 const std::string& node);
 // The certificate chain and key parse and belong together; the client CA, if
 // given, parses. The message names the file and what is wrong with it.
-[[nodiscard]] absl::Status CheckTlsFiles(const std::string& cert, const std::string& key, const std::string& client_ca);
+[[nodiscard]] absl::Status CheckTlsFiles(const std::string& cert, const std::string& key,
+                                         const std::string& client_ca);
 
 }  // namespace fwai

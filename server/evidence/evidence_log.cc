@@ -33,7 +33,8 @@ Hash Chain(const Hash& prev, const Hash& leaf) {
 }
 
 std::string SignedText(uint64_t size, const Hash& root, const Hash& chain, int64_t time_us) {
-  return absl::StrCat("fwai-evidence-checkpoint\n", size, "\n", ToHex(root), "\n", ToHex(chain), "\n", time_us, "\n");
+  return absl::StrCat("fwai-evidence-checkpoint\n", size, "\n", ToHex(root), "\n", ToHex(chain),
+                      "\n", time_us, "\n");
 }
 
 }  // namespace
@@ -54,7 +55,8 @@ struct EvidenceLog::Rep {
   }
 
   absl::Status Put(WriteBatch& batch) {
-    if (fail_for_test) return absl::DataLossError("write failed: no space left on device (simulated)");
+    if (fail_for_test)
+      return absl::DataLossError("write failed: no space left on device (simulated)");
     return storage->Write(batch, /*sync=*/true);
   }
 
@@ -73,9 +75,10 @@ struct EvidenceLog::Rep {
 
   bool VerifySig(const std::string& text, const std::string& sig) const {
     EVP_MD_CTX* ctx = EVP_MD_CTX_new();
-    bool ok = EVP_DigestVerifyInit(ctx, nullptr, nullptr, nullptr, key) == 1 &&
-              EVP_DigestVerify(ctx, reinterpret_cast<const unsigned char*>(sig.data()), sig.size(),
-                               reinterpret_cast<const unsigned char*>(text.data()), text.size()) == 1;
+    bool ok =
+        EVP_DigestVerifyInit(ctx, nullptr, nullptr, nullptr, key) == 1 &&
+        EVP_DigestVerify(ctx, reinterpret_cast<const unsigned char*>(sig.data()), sig.size(),
+                         reinterpret_cast<const unsigned char*>(text.data()), text.size()) == 1;
     EVP_MD_CTX_free(ctx);
     return ok;
   }
@@ -90,11 +93,16 @@ struct EvidenceLog::Rep {
     if (!sig.ok()) return sig.status();
     std::string sig_hex;
     for (unsigned char c : *sig) absl::StrAppendFormat(&sig_hex, "%02x", c);
-    json cp = {{"size", size}, {"root", ToHex(root)}, {"chain", ToHex(chain)}, {"time_us", now}, {"signature", sig_hex}};
+    json cp = {{"size", size},
+               {"root", ToHex(root)},
+               {"chain", ToHex(chain)},
+               {"time_us", now},
+               {"signature", sig_hex}};
     WriteBatch batch;
     batch.Put(Cf::kEvidence, CheckpointKey(size), cp.dump());
     if (auto s = Put(batch); !s.ok()) {
-      failed = absl::DataLossError(absl::StrCat("evidence log stopped: writing checkpoint ", size, " failed: ", s.message()));
+      failed = absl::DataLossError(absl::StrCat("evidence log stopped: writing checkpoint ", size,
+                                                " failed: ", s.message()));
       return failed;
     }
     last_checkpoint = size;
@@ -111,7 +119,8 @@ EvidenceLog::~EvidenceLog() {
   }
 }
 
-absl::StatusOr<std::unique_ptr<EvidenceLog>> EvidenceLog::Open(Storage& storage, const std::string& key_path,
+absl::StatusOr<std::unique_ptr<EvidenceLog>> EvidenceLog::Open(Storage& storage,
+                                                               const std::string& key_path,
                                                                int checkpoint_every) {
   auto rep = std::make_unique<Rep>();
   rep->storage = &storage;
@@ -129,13 +138,17 @@ absl::StatusOr<std::unique_ptr<EvidenceLog>> EvidenceLog::Open(Storage& storage,
   if (exists && st.st_size > 0) {
     FILE* f = std::fopen(key_path.c_str(), "r");
     if (!f) {
-      return absl::PermissionDeniedError(absl::StrCat("evidence key ", key_path, ": cannot read it"));
+      return absl::PermissionDeniedError(
+          absl::StrCat("evidence key ", key_path, ": cannot read it"));
     }
     rep->key = PEM_read_PrivateKey(f, nullptr, nullptr, nullptr);
     std::fclose(f);
-    if (!rep->key) return absl::DataLossError(absl::StrCat("evidence key ", key_path, ": not a readable PEM private key"));
+    if (!rep->key)
+      return absl::DataLossError(
+          absl::StrCat("evidence key ", key_path, ": not a readable PEM private key"));
     if (EVP_PKEY_id(rep->key) != EVP_PKEY_ED25519) {
-      return absl::InvalidArgumentError(absl::StrCat("evidence key ", key_path, ": not an Ed25519 key"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("evidence key ", key_path, ": not an Ed25519 key"));
     }
   } else {
     std::error_code ec;
@@ -147,14 +160,17 @@ absl::StatusOr<std::unique_ptr<EvidenceLog>> EvidenceLog::Open(Storage& storage,
     }
     EVP_PKEY_CTX_free(kctx);
     BIO* bio = BIO_new(BIO_s_mem());
-    const bool ok = bio && PEM_write_bio_PrivateKey(bio, rep->key, nullptr, nullptr, 0, nullptr, nullptr) == 1;
+    const bool ok =
+        bio && PEM_write_bio_PrivateKey(bio, rep->key, nullptr, nullptr, 0, nullptr, nullptr) == 1;
     char* data = nullptr;
     const long len = ok ? BIO_get_mem_data(bio, &data) : 0;
     std::string pem = ok && len > 0 ? std::string(data, static_cast<size_t>(len)) : std::string();
     if (bio) BIO_free(bio);
-    if (pem.empty()) return absl::InternalError(absl::StrCat("evidence key ", key_path, ": cannot encode it"));
+    if (pem.empty())
+      return absl::InternalError(absl::StrCat("evidence key ", key_path, ": cannot encode it"));
     if (auto w = WriteFileAtomic(key_path, pem, 0600); !w.ok()) {
-      return absl::PermissionDeniedError(absl::StrCat("evidence key ", key_path, ": ", w.message()));
+      return absl::PermissionDeniedError(
+          absl::StrCat("evidence key ", key_path, ": ", w.message()));
     }
   }
   // Load the leaves and the chain head.
@@ -173,7 +189,8 @@ absl::StatusOr<std::unique_ptr<EvidenceLog>> EvidenceLog::Open(Storage& storage,
 }
 
 absl::StatusOr<EvidenceRecord> EvidenceLog::Append(json record) {
-  if (!record.is_object()) return absl::InvalidArgumentError("evidence record: expected a JSON object");
+  if (!record.is_object())
+    return absl::InvalidArgumentError("evidence record: expected a JSON object");
   std::lock_guard lock(rep_->mu);
   if (!rep_->failed.ok()) return rep_->failed;
   EvidenceRecord out;
@@ -192,9 +209,10 @@ absl::StatusOr<EvidenceRecord> EvidenceLog::Append(json record) {
   batch.Put(Cf::kEvidence, kHeadKey, json{{"size", out.index + 1}, {"chain", ToHex(chain)}}.dump());
   batch.Put(Cf::kEvidence, "id/" + out.run_id, std::to_string(out.index));
   if (auto s = rep_->Put(batch); !s.ok()) {
-    rep_->failed = absl::DataLossError(absl::StrCat("evidence log stopped: writing record ", out.index, " failed (", s.message(),
-                                                    "); no further records are accepted until fwaid restarts with the "
-                                                    "problem fixed"));
+    rep_->failed = absl::DataLossError(
+        absl::StrCat("evidence log stopped: writing record ", out.index, " failed (", s.message(),
+                     "); no further records are accepted until fwaid restarts with the "
+                     "problem fixed"));
     return rep_->failed;
   }
   rep_->leaves.push_back(out.leaf);
@@ -213,18 +231,20 @@ absl::Status EvidenceLog::Checkpoint() {
 absl::StatusOr<std::vector<EvidenceRecord>> EvidenceLog::List(size_t limit) {
   std::vector<EvidenceRecord> out;
   uint64_t i = 0;
-  auto s = rep_->storage->Scan(Cf::kEvidence, "r/", "r0", [&](std::string_view, std::string_view v) {
-    EvidenceRecord r;
-    r.index = i++;
-    r.bytes = std::string(v);
-    r.leaf = LeafHash(v);
-    auto j = json::parse(r.bytes, nullptr, false);
-    if (j.is_object()) r.run_id = j.value("run_id", "");
-    out.push_back(std::move(r));
-    return true;
-  });
+  auto s =
+      rep_->storage->Scan(Cf::kEvidence, "r/", "r0", [&](std::string_view, std::string_view v) {
+        EvidenceRecord r;
+        r.index = i++;
+        r.bytes = std::string(v);
+        r.leaf = LeafHash(v);
+        auto j = json::parse(r.bytes, nullptr, false);
+        if (j.is_object()) r.run_id = j.value("run_id", "");
+        out.push_back(std::move(r));
+        return true;
+      });
   if (!s.ok()) return s;
-  if (limit > 0 && out.size() > limit) out.erase(out.begin(), out.end() - static_cast<ptrdiff_t>(limit));
+  if (limit > 0 && out.size() > limit)
+    out.erase(out.begin(), out.end() - static_cast<ptrdiff_t>(limit));
   return out;
 }
 
@@ -247,11 +267,13 @@ absl::StatusOr<json> EvidenceLog::FindLatest(const std::vector<std::string>& con
 absl::StatusOr<EvidenceRecord> EvidenceLog::Get(const std::string& run_id) {
   auto idx = rep_->storage->Get(Cf::kEvidence, "id/" + run_id);
   if (!idx.ok()) return idx.status();
-  if (!idx->has_value()) return absl::NotFoundError(absl::StrCat("no run '", run_id, "' in the evidence log"));
+  if (!idx->has_value())
+    return absl::NotFoundError(absl::StrCat("no run '", run_id, "' in the evidence log"));
   const uint64_t i = std::stoull(**idx);
   auto v = rep_->storage->Get(Cf::kEvidence, RecordKey(i));
   if (!v.ok()) return v.status();
-  if (!v->has_value()) return absl::DataLossError(absl::StrCat("run '", run_id, "': record ", i, " is missing"));
+  if (!v->has_value())
+    return absl::DataLossError(absl::StrCat("run '", run_id, "': record ", i, " is missing"));
   EvidenceRecord r;
   r.index = i;
   r.run_id = run_id;
@@ -303,32 +325,37 @@ EvidenceVerifyReport EvidenceLog::Verify() {
   std::vector<Hash> chains;  // chain after record i
   Hash chain{};
   uint64_t expect = 0;
-  auto s = rep_->storage->Scan(Cf::kEvidence, "r/", "r0", [&](std::string_view key, std::string_view v) {
-    const uint64_t i = std::stoull(std::string(key.substr(2)));
-    if (i != expect) {
-      fail(absl::StrCat("record ", expect), absl::StrCat("record ", expect, " is missing (the next one is ", i, ")"));
-    }
-    auto j = json::parse(v, nullptr, false);
-    if (!j.is_object()) {
-      fail(absl::StrCat("record ", i), absl::StrCat("record ", i, " is not valid JSON (its bytes were changed)"));
-    } else {
-      if (j.value("index", uint64_t{0}) != i) {
-        fail(absl::StrCat("record ", i), absl::StrCat("record ", i, " says it is record ", j.value("index", uint64_t{0}),
-                                                      " (records were reordered)"));
-      }
-      if (j.value("prev", "") != ToHex(chain)) {
-        // The previous record's bytes no longer hash to what this one chained to.
-        const std::string who = i == 0 ? "record 0" : absl::StrCat("record ", i - 1);
-        fail(who, absl::StrCat(who, " does not hash to what record ", i, " chained to (changed, dropped or reordered)"));
-      }
-    }
-    const Hash leaf = LeafHash(v);
-    chain = Chain(chain, leaf);
-    leaves.push_back(leaf);
-    chains.push_back(chain);
-    expect = i + 1;
-    return true;
-  });
+  auto s =
+      rep_->storage->Scan(Cf::kEvidence, "r/", "r0", [&](std::string_view key, std::string_view v) {
+        const uint64_t i = std::stoull(std::string(key.substr(2)));
+        if (i != expect) {
+          fail(absl::StrCat("record ", expect),
+               absl::StrCat("record ", expect, " is missing (the next one is ", i, ")"));
+        }
+        auto j = json::parse(v, nullptr, false);
+        if (!j.is_object()) {
+          fail(absl::StrCat("record ", i),
+               absl::StrCat("record ", i, " is not valid JSON (its bytes were changed)"));
+        } else {
+          if (j.value("index", uint64_t{0}) != i) {
+            fail(absl::StrCat("record ", i),
+                 absl::StrCat("record ", i, " says it is record ", j.value("index", uint64_t{0}),
+                              " (records were reordered)"));
+          }
+          if (j.value("prev", "") != ToHex(chain)) {
+            // The previous record's bytes no longer hash to what this one chained to.
+            const std::string who = i == 0 ? "record 0" : absl::StrCat("record ", i - 1);
+            fail(who, absl::StrCat(who, " does not hash to what record ", i,
+                                   " chained to (changed, dropped or reordered)"));
+          }
+        }
+        const Hash leaf = LeafHash(v);
+        chain = Chain(chain, leaf);
+        leaves.push_back(leaf);
+        chains.push_back(chain);
+        expect = i + 1;
+        return true;
+      });
   if (!s.ok()) fail("storage", std::string(s.message()));
   rep.records = leaves.size();
   // 2. The head: a truncated log is shorter than it says.
@@ -337,9 +364,12 @@ EvidenceVerifyReport EvidenceLog::Verify() {
     auto h = json::parse(**head, nullptr, false);
     const uint64_t size = h.is_object() ? h.value("size", uint64_t{0}) : 0;
     if (size > leaves.size()) {
-      fail(absl::StrCat("record ", leaves.size()), absl::StrCat("the log was truncated: ", leaves.size(), " records, its head says ", size));
+      fail(
+          absl::StrCat("record ", leaves.size()),
+          absl::StrCat("the log was truncated: ", leaves.size(), " records, its head says ", size));
     } else if (size == leaves.size() && size > 0 && h.value("chain", "") != ToHex(chains.back())) {
-      fail(absl::StrCat("record ", size - 1), absl::StrCat("record ", size - 1, " does not hash to the recorded head"));
+      fail(absl::StrCat("record ", size - 1),
+           absl::StrCat("record ", size - 1, " does not hash to the recorded head"));
     }
   }
   // 3. Checkpoints: signature, root over the leaves, consistency with the last one.
@@ -351,23 +381,28 @@ EvidenceVerifyReport EvidenceLog::Verify() {
     const uint64_t size = cp.is_object() ? cp.value("size", uint64_t{0}) : 0;
     const std::string name = absl::StrCat("checkpoint ", size);
     Hash root{}, cchain{};
-    if (!cp.is_object() || !FromHex(cp.value("root", ""), root) || !FromHex(cp.value("chain", ""), cchain)) {
+    if (!cp.is_object() || !FromHex(cp.value("root", ""), root) ||
+        !FromHex(cp.value("chain", ""), cchain)) {
       fail(name, name + " is damaged");
       return true;
     }
     std::string sig;
     const std::string sig_hex = cp.value("signature", "");
-    for (size_t k = 0; k + 1 < sig_hex.size(); k += 2) sig.push_back(static_cast<char>(std::stoi(sig_hex.substr(k, 2), nullptr, 16)));
+    for (size_t k = 0; k + 1 < sig_hex.size(); k += 2)
+      sig.push_back(static_cast<char>(std::stoi(sig_hex.substr(k, 2), nullptr, 16)));
     if (!rep_->VerifySig(SignedText(size, root, cchain, cp.value("time_us", int64_t{0})), sig)) {
       fail(name, name + ": the signature does not verify with this daemon's key");
     }
     if (size > leaves.size()) {
-      fail(absl::StrCat("record ", leaves.size()), absl::StrCat(name, " covers ", size, " records but the log has ", leaves.size(), " (truncated)"));
+      fail(absl::StrCat("record ", leaves.size()),
+           absl::StrCat(name, " covers ", size, " records but the log has ", leaves.size(),
+                        " (truncated)"));
       return true;
     }
     if (TreeHead(leaves, size) != root) {
       // Name the first record whose chain differs from the checkpoint's.
-      fail(name, absl::StrCat(name, ": the Merkle root over records 0..", size - 1, " does not match (a record was changed)"));
+      fail(name, absl::StrCat(name, ": the Merkle root over records 0..", size - 1,
+                              " does not match (a record was changed)"));
     } else if (chains[size - 1] != cchain) {
       fail(name, absl::StrCat(name, ": the chain does not match"));
     }
@@ -384,14 +419,17 @@ EvidenceVerifyReport EvidenceLog::Verify() {
   // 4. Every record under the last checkpoint has a valid inclusion proof.
   if (rep.ok && prev_size > 0) {
     for (uint64_t i = 0; i < prev_size; ++i) {
-      if (!VerifyInclusion(leaves[i], i, prev_size, InclusionProof(leaves, i, prev_size), prev_root)) {
-        fail(absl::StrCat("record ", i), absl::StrCat("record ", i, " has no valid inclusion proof"));
+      if (!VerifyInclusion(leaves[i], i, prev_size, InclusionProof(leaves, i, prev_size),
+                           prev_root)) {
+        fail(absl::StrCat("record ", i),
+             absl::StrCat("record ", i, " has no valid inclusion proof"));
         break;
       }
     }
   }
   if (rep.ok) {
-    rep.detail = absl::StrCat(rep.records, " records, ", rep.checkpoints, " signed checkpoints, chain and Merkle tree intact");
+    rep.detail = absl::StrCat(rep.records, " records, ", rep.checkpoints,
+                              " signed checkpoints, chain and Merkle tree intact");
   }
   return rep;
 }

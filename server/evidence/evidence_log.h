@@ -40,8 +40,8 @@ struct EvidenceVerifyReport {
 class EvidenceLog {
  public:
   // `key_path`: the Ed25519 private key (PEM), created with mode 0600 if missing.
-  [[nodiscard]] static absl::StatusOr<std::unique_ptr<EvidenceLog>> Open(Storage& storage, const std::string& key_path,
-                                                                        int checkpoint_every);
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<EvidenceLog>> Open(
+      Storage& storage, const std::string& key_path, int checkpoint_every);
   ~EvidenceLog();
 
   // Appends `record` (an object; index, run_id, time_us and prev are added).

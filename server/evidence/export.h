@@ -14,15 +14,18 @@
 
 namespace fwai {
 
-std::string ExportSarif(const std::vector<EvidenceRecord>& records, const std::string& tool_version);
-std::string ExportHtml(const std::vector<EvidenceRecord>& records, const EvidenceVerifyReport& verify,
-                       const std::string& public_key_hex, const std::string& root_hex);
+std::string ExportSarif(const std::vector<EvidenceRecord>& records,
+                        const std::string& tool_version);
+std::string ExportHtml(const std::vector<EvidenceRecord>& records,
+                       const EvidenceVerifyReport& verify, const std::string& public_key_hex,
+                       const std::string& root_hex);
 
 // DSSE's pre-authentication encoding: "DSSEv1 <len> <type> <len> <body>".
 std::string DssePae(std::string_view payload_type, std::string_view payload);
 // `sign` returns a raw Ed25519 signature of its argument.
 [[nodiscard]] absl::StatusOr<std::string> ExportInToto(
-    const std::vector<EvidenceRecord>& records, const std::string& root_hex, const std::string& public_key_hex,
+    const std::vector<EvidenceRecord>& records, const std::string& root_hex,
+    const std::string& public_key_hex,
     const std::function<absl::StatusOr<std::string>(std::string_view)>& sign);
 
 }  // namespace fwai

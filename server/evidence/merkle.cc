@@ -53,7 +53,8 @@ void Path(const std::vector<Hash>& d, size_t m, size_t lo, size_t hi, std::vecto
   }
 }
 
-void SubProof(const std::vector<Hash>& d, size_t m, size_t lo, size_t hi, bool b, std::vector<Hash>& out) {
+void SubProof(const std::vector<Hash>& d, size_t m, size_t lo, size_t hi, bool b,
+              std::vector<Hash>& out) {
   const size_t n = hi - lo;
   if (m == n) {
     if (!b) out.push_back(Mth(d, lo, hi));
@@ -71,7 +72,9 @@ void SubProof(const std::vector<Hash>& d, size_t m, size_t lo, size_t hi, bool b
 
 }  // namespace
 
-Hash TreeHead(const std::vector<Hash>& leaves, size_t n) { return Mth(leaves, 0, std::min(n, leaves.size())); }
+Hash TreeHead(const std::vector<Hash>& leaves, size_t n) {
+  return Mth(leaves, 0, std::min(n, leaves.size()));
+}
 
 std::vector<Hash> InclusionProof(const std::vector<Hash>& leaves, size_t m, size_t n) {
   std::vector<Hash> out;
@@ -80,7 +83,8 @@ std::vector<Hash> InclusionProof(const std::vector<Hash>& leaves, size_t m, size
 }
 
 // RFC 9162 section 2.1.3.2.
-bool VerifyInclusion(const Hash& leaf, size_t m, size_t n, const std::vector<Hash>& proof, const Hash& root) {
+bool VerifyInclusion(const Hash& leaf, size_t m, size_t n, const std::vector<Hash>& proof,
+                     const Hash& root) {
   if (m >= n) return false;
   size_t fn = m, sn = n - 1;
   Hash r = leaf;
@@ -110,7 +114,8 @@ std::vector<Hash> ConsistencyProof(const std::vector<Hash>& leaves, size_t m, si
 }
 
 // RFC 9162 section 2.1.4.2.
-bool VerifyConsistency(size_t m, size_t n, const Hash& old_root, const Hash& new_root, const std::vector<Hash>& proof) {
+bool VerifyConsistency(size_t m, size_t n, const Hash& old_root, const Hash& new_root,
+                       const std::vector<Hash>& proof) {
   if (m == n) return proof.empty() && old_root == new_root;
   if (m == 0 || m > n || proof.empty()) return false;
   std::vector<Hash> p = proof;

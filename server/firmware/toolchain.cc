@@ -168,11 +168,11 @@ json AttestToolchain(int machine, const std::string& producer, const std::string
     out["files_reused"] = false;
     // The programs that turn sources into the image, and the C library.
     std::vector<std::pair<std::string, std::string>> files = {{"compiler driver", gcc}};
-    for (const auto& [role, arg] :
-         std::vector<std::pair<std::string, std::string>>{{"compiler", "-print-prog-name=cc1"},
-                                                          {"assembler", "-print-prog-name=as"},
-                                                          {"linker", "-print-prog-name=ld"},
-                                                          {"c library", "-print-file-name=libc.a"}}) {
+    for (const auto& [role, arg] : std::vector<std::pair<std::string, std::string>>{
+             {"compiler", "-print-prog-name=cc1"},
+             {"assembler", "-print-prog-name=as"},
+             {"linker", "-print-prog-name=ld"},
+             {"c library", "-print-file-name=libc.a"}}) {
       std::string p = Output({gcc, arg});
       if (p.empty() || p.find('/') == std::string::npos) continue;
       std::error_code ec;

@@ -19,8 +19,8 @@
 #include "server/hardware/firmware_image.h"
 #include "server/hardware/qemu.h"
 #include "server/hardware/sim_mcuboot.h"
-#include "server/telemetry/telemetry.h"
 #include "server/storage/storage.h"
+#include "server/telemetry/telemetry.h"
 
 namespace fwai {
 
@@ -53,7 +53,8 @@ HardwareBroker::HardwareBroker(const HardwareConfig& config, Storage& storage, s
     boards_.push_back(std::move(b));
   }
   leases_ = std::make_unique<LeaseManager>(
-      storage_, [this](const LeaseRecord& l, const std::string& reason) { OnLeaseEnded(l, reason); });
+      storage_,
+      [this](const LeaseRecord& l, const std::string& reason) { OnLeaseEnded(l, reason); });
 }
 
 HardwareBroker::~HardwareBroker() { Shutdown(); }
@@ -71,7 +72,8 @@ absl::Status HardwareBroker::Start() {
       spdlog::warn("board {}: {}", raw->cfg.id, reason);
       if (supervisor_) supervisor_->cv.notify_all();
     });
-    if (auto rec = storage_.Get(Cf::kLeases, kFlashPrefix + b.cfg.id); rec.ok() && rec->has_value()) {
+    if (auto rec = storage_.Get(Cf::kLeases, kFlashPrefix + b.cfg.id);
+        rec.ok() && rec->has_value()) {
       auto j = nlohmann::json::parse(**rec, nullptr, false);
       if (!j.is_discarded()) {
         std::lock_guard lock(b.state_mu);
@@ -80,13 +82,14 @@ absl::Status HardwareBroker::Start() {
       }
     }
     bool from_slots = false;
-    if (auto rec = storage_.Get(Cf::kLeases, kFlashPrefix + b.cfg.id); rec.ok() && rec->has_value()) {
+    if (auto rec = storage_.Get(Cf::kLeases, kFlashPrefix + b.cfg.id);
+        rec.ok() && rec->has_value()) {
       auto j = nlohmann::json::parse(**rec, nullptr, false);
       from_slots = !j.is_discarded() && j.value("mcuboot", false);
     }
     if (b.simulated() && !ota_dir_.empty()) {
-      b.slots = std::make_unique<SimMcuboot>(absl::StrCat(ota_dir_, "/", b.cfg.id), static_cast<uint32_t>(b.cfg.ota_slot_size),
-                                             ota_keys_);
+      b.slots = std::make_unique<SimMcuboot>(absl::StrCat(ota_dir_, "/", b.cfg.id),
+                                             static_cast<uint32_t>(b.cfg.ota_slot_size), ota_keys_);
       if (auto s = b.slots->Init(); !s.ok()) {
         spdlog::warn("board {}: OTA slots: {}", b.cfg.id, std::string(s.message()));
         b.slots.reset();
@@ -165,25 +168,31 @@ HardwareBroker::Board* HardwareBroker::FindBoard(const std::string& id) const {
   return nullptr;
 }
 
-absl::StatusOr<std::string> HardwareBroker::ResolveBoard(const std::string& id, const Caller& caller) const {
+absl::StatusOr<std::string> HardwareBroker::ResolveBoard(const std::string& id,
+                                                         const Caller& caller) const {
   if (!id.empty()) {
     if (FindBoard(id)) return id;
     std::vector<std::string> ids;
     for (const auto& b : boards_) ids.push_back(b->cfg.id);
-    return absl::NotFoundError(absl::StrCat("no board '", id, "' (boards: ", ids.empty() ? "none" : absl::StrJoin(ids, ", "), ")"));
+    return absl::NotFoundError(absl::StrCat(
+        "no board '", id, "' (boards: ", ids.empty() ? "none" : absl::StrJoin(ids, ", "), ")"));
   }
   std::vector<std::string> mine;
   for (const auto& l : leases_->All()) {
-    if (FindBoard(l.device_id) && (l.identity == caller.identity || (!caller.session_id.empty() && l.session_id == caller.session_id))) {
+    if (FindBoard(l.device_id) &&
+        (l.identity == caller.identity ||
+         (!caller.session_id.empty() && l.session_id == caller.session_id))) {
       mine.push_back(l.device_id);
     }
   }
   if (mine.size() == 1) return mine[0];
   if (boards_.size() == 1) return boards_[0]->cfg.id;
-  if (boards_.empty()) return absl::NotFoundError("no boards are configured (hardware.boards in fwaid.yaml)");
+  if (boards_.empty())
+    return absl::NotFoundError("no boards are configured (hardware.boards in fwaid.yaml)");
   std::vector<std::string> ids;
   for (const auto& b : boards_) ids.push_back(b->cfg.id);
-  return absl::InvalidArgumentError(absl::StrCat("several boards (", absl::StrJoin(ids, ", "), "); name one"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("several boards (", absl::StrJoin(ids, ", "), "); name one"));
 }
 
 std::vector<DeviceInfo> HardwareBroker::List() const {
@@ -202,7 +211,8 @@ std::vector<DeviceInfo> HardwareBroker::List() const {
     DeviceInfo d;
     d.id = b->cfg.id;
     d.kind = b->simulated() ? "simulated" : "board";
-    d.name = b->simulated() ? absl::StrCat("QEMU ", b->cfg.machine) : (b->cfg.target.empty() ? b->cfg.id : b->cfg.target);
+    d.name = b->simulated() ? absl::StrCat("QEMU ", b->cfg.machine)
+                            : (b->cfg.target.empty() ? b->cfg.id : b->cfg.target);
     std::tie(d.health, d.health_reason) = b->Health();
     d.tags = b->cfg.tags;
     d.target = b->cfg.target;
@@ -231,8 +241,10 @@ std::vector<DeviceInfo> HardwareBroker::List() const {
     d.serial_number = dd.serial_number;
     d.path = dd.stable_path.empty() ? dd.path : dd.stable_path;
     for (const auto& b : boards_) {
-      if ((!b->cfg.serial.empty() && (b->cfg.serial == dd.path || b->cfg.serial == dd.stable_path)) ||
-          (!b->cfg.probe.empty() && (b->cfg.probe == dd.serial_number || b->cfg.probe == dd.vid_pid))) {
+      if ((!b->cfg.serial.empty() &&
+           (b->cfg.serial == dd.path || b->cfg.serial == dd.stable_path)) ||
+          (!b->cfg.probe.empty() &&
+           (b->cfg.probe == dd.serial_number || b->cfg.probe == dd.vid_pid))) {
         d.tags.push_back("board:" + b->cfg.id);
       }
     }
@@ -247,26 +259,31 @@ absl::StatusOr<LeaseRecord> HardwareBroker::Acquire(
     int ttl_s, int wait_s, const std::function<bool()>& cancelled, const std::string& lease_id) {
   if (ttl_s <= 0) ttl_s = config_.default_ttl_s;
   if (ttl_s > config_.max_ttl_s) {
-    return absl::InvalidArgumentError(absl::StrCat("ttl ", ttl_s, " s is above the limit of ", config_.max_ttl_s, " s"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("ttl ", ttl_s, " s is above the limit of ", config_.max_ttl_s, " s"));
   }
-  if (wait_s < 0 || wait_s > 86400) return absl::InvalidArgumentError("wait must be 0..86400 seconds");
+  if (wait_s < 0 || wait_s > 86400)
+    return absl::InvalidArgumentError("wait must be 0..86400 seconds");
   std::vector<std::string> candidates;
   if (!device_id.empty()) {
     if (!FindBoard(device_id)) {
       bool found = false;
-      for (const auto& d : DiscoverDevices(config_.sysfs_root, config_.dev_root)) found |= d.id == device_id;
+      for (const auto& d : DiscoverDevices(config_.sysfs_root, config_.dev_root))
+        found |= d.id == device_id;
       if (!found) {
         std::vector<std::string> ids;
         for (const auto& b : boards_) ids.push_back(b->cfg.id);
-        return absl::NotFoundError(absl::StrCat("no board or device '", device_id, "' (boards: ",
-                                                ids.empty() ? "none" : absl::StrJoin(ids, ", "), "; see fwai hw ls)"));
+        return absl::NotFoundError(absl::StrCat(
+            "no board or device '", device_id,
+            "' (boards: ", ids.empty() ? "none" : absl::StrJoin(ids, ", "), "; see fwai hw ls)"));
       }
     }
     candidates.push_back(device_id);
   } else {
     for (const auto& b : boards_) {
       bool all = true;
-      for (const auto& t : tags) all &= std::find(b->cfg.tags.begin(), b->cfg.tags.end(), t) != b->cfg.tags.end();
+      for (const auto& t : tags)
+        all &= std::find(b->cfg.tags.begin(), b->cfg.tags.end(), t) != b->cfg.tags.end();
       if (all) candidates.push_back(b->cfg.id);
     }
     if (candidates.empty()) {
@@ -297,8 +314,9 @@ absl::StatusOr<LeaseRecord> HardwareBroker::Acquire(
     if (!b) return absl::OkStatus();
     auto [health, reason] = b->Health();
     if (health == "good") return absl::OkStatus();
-    return absl::FailedPreconditionError(absl::StrCat("board ", id, " is ", health, reason.empty() ? "" : ": " + reason,
-                                                      "; it is not handed out (fwai hw test ", id, " re-checks it)"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("board ", id, " is ", health, reason.empty() ? "" : ": " + reason,
+                     "; it is not handed out (fwai hw test ", id, " re-checks it)"));
   };
   const std::string wants =
       device_id.empty() ? absl::StrCat("tags ", absl::StrJoin(tags, ", ")) : device_id;
@@ -335,16 +353,20 @@ absl::Status HardwareBroker::SetLeaseExpiry(const std::string& lease_id,
   return leases_->SetExpiry(lease_id, expires_us, reason);
 }
 
-absl::StatusOr<LeaseRecord> HardwareBroker::Renew(const Caller& caller, const std::string& lease_id) {
+absl::StatusOr<LeaseRecord> HardwareBroker::Renew(const Caller& caller,
+                                                  const std::string& lease_id) {
   return leases_->Renew(lease_id, caller.identity, caller.admin);
 }
 
-absl::StatusOr<LeaseRecord> HardwareBroker::Release(const Caller& caller, const std::string& lease_id,
+absl::StatusOr<LeaseRecord> HardwareBroker::Release(const Caller& caller,
+                                                    const std::string& lease_id,
                                                     const std::string& device_id, bool force) {
   return leases_->Release(lease_id, device_id, caller.identity, force, caller.admin);
 }
 
-void HardwareBroker::SessionEnded(const std::string& session_id) { leases_->ReleaseSession(session_id); }
+void HardwareBroker::SessionEnded(const std::string& session_id) {
+  leases_->ReleaseSession(session_id);
+}
 
 std::vector<LeaseRecord> HardwareBroker::Leases() const { return leases_->All(); }
 
@@ -394,7 +416,8 @@ nlohmann::json HardwareBroker::KeepTranscript(const LeaseRecord& lease) {
 }
 
 void HardwareBroker::OnLeaseEnded(const LeaseRecord& lease, const std::string& reason) {
-  spdlog::info("lease {} on {} ({}) ended: {}", lease.lease_id, lease.device_id, lease.holder, reason);
+  spdlog::info("lease {} on {} ({}) ended: {}", lease.lease_id, lease.device_id, lease.holder,
+               reason);
   if (lease.acquired_us > 0) {
     telemetry::RecordLease(lease.device_id,
                            static_cast<double>(NowMicros() - lease.acquired_us) / 1e6);
@@ -430,31 +453,38 @@ void HardwareBroker::OnLeaseEnded(const LeaseRecord& lease, const std::string& r
     auto r = RunProcess({"/bin/sh", "-c", b->cfg.power_off}, po);
     if (!r.ok() || r->exit_code != 0) spdlog::warn("board {}: power_off failed", b->cfg.id);
   }
-  const std::string why = absl::StrCat("lease ", lease.lease_id, " on ", lease.device_id, " ended: ", reason);
+  const std::string why =
+      absl::StrCat("lease ", lease.lease_id, " on ", lease.device_id, " ended: ", reason);
   b->hub->EndReaders([&](const SerialReader& r) { return r.lease_id == lease.lease_id; }, why);
 }
 
-absl::Status HardwareBroker::SetHealth(const Caller& caller, const std::string& board, const std::string& health,
-                                       const std::string& reason) {
+absl::Status HardwareBroker::SetHealth(const Caller& caller, const std::string& board,
+                                       const std::string& health, const std::string& reason) {
   Board* b = FindBoard(board);
   if (!b) return absl::NotFoundError(absl::StrCat("no board '", board, "'"));
-  if (!caller.admin) return absl::PermissionDeniedError("only root or the daemon's user may set a board's health");
+  if (!caller.admin)
+    return absl::PermissionDeniedError("only root or the daemon's user may set a board's health");
   if (health != "good" && health != "bad" && health != "maintenance") {
     return absl::InvalidArgumentError("health must be good, bad or maintenance");
   }
-  b->SetHealth(health, reason.empty() ? absl::StrCat("set by ", caller.display) : reason, /*admin=*/true);
+  b->SetHealth(health, reason.empty() ? absl::StrCat("set by ", caller.display) : reason,
+               /*admin=*/true);
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::string> HardwareBroker::SelfTest(const Caller& caller, const std::string& board) {
+absl::StatusOr<std::string> HardwareBroker::SelfTest(const Caller& caller,
+                                                     const std::string& board) {
   Board* b = FindBoard(board);
   if (!b) return absl::NotFoundError(absl::StrCat("no board '", board, "'"));
   if (auto holder = leases_->Holder(board);
-      holder && !leases_->CheckHeld(board, caller.identity, caller.lease_id, caller.session_id).ok()) {
-    return absl::FailedPreconditionError(absl::StrCat("self-test would disturb the holder: ", DescribeHeld(*holder)));
+      holder &&
+      !leases_->CheckHeld(board, caller.identity, caller.lease_id, caller.session_id).ok()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("self-test would disturb the holder: ", DescribeHeld(*holder)));
   }
   if ((b->Health().first == "maintenance")) {
-    return absl::FailedPreconditionError(absl::StrCat(board, " is in maintenance; an admin sets it back to good"));
+    return absl::FailedPreconditionError(
+        absl::StrCat(board, " is in maintenance; an admin sets it back to good"));
   }
   std::lock_guard op(b->op_mu);
   std::string report;
@@ -467,7 +497,9 @@ absl::StatusOr<std::string> HardwareBroker::SelfTest(const Caller& caller, const
       verdict = r.status();
     } else {
       report = r->out + r->err;
-      if (r->exit_code != 0) verdict = absl::InternalError(absl::StrCat("self-test exited ", r->exit_code, ": ", report));
+      if (r->exit_code != 0)
+        verdict =
+            absl::InternalError(absl::StrCat("self-test exited ", r->exit_code, ": ", report));
     }
   } else if (b->simulated()) {
     if (b->image.empty()) {
@@ -477,15 +509,20 @@ absl::StatusOr<std::string> HardwareBroker::SelfTest(const Caller& caller, const
       verdict = PowerOn(*b);
       if (verdict.ok() && !b->cfg.boot_pattern.empty()) {
         auto line = b->hub->WaitFor(std::regex(b->cfg.boot_pattern), since, 15000);
-        if (!line) verdict = absl::DeadlineExceededError("booted, but the boot pattern did not appear within 15 s");
-        else report = "booted: " + line->text;
+        if (!line)
+          verdict = absl::DeadlineExceededError(
+              "booted, but the boot pattern did not appear within 15 s");
+        else
+          report = "booted: " + line->text;
       }
     }
   } else {
-    if (b->cfg.serial.empty() || b->hub->is_open() || b->hub->Open(b->cfg.serial, b->Settings()).ok()) {
+    if (b->cfg.serial.empty() || b->hub->is_open() ||
+        b->hub->Open(b->cfg.serial, b->Settings()).ok()) {
       report = "serial port open";
     } else {
-      verdict = absl::UnavailableError(absl::StrCat("serial port ", b->cfg.serial, " cannot be opened"));
+      verdict =
+          absl::UnavailableError(absl::StrCat("serial port ", b->cfg.serial, " cannot be opened"));
     }
   }
   if (!verdict.ok()) {
@@ -508,21 +545,24 @@ absl::Status HardwareBroker::PowerOn(Board& b) {
   return BootSimulated(b, b.image);
 }
 
-absl::Status HardwareBroker::CheckScope(const Caller& caller, const std::string& board, bool flash) const {
+absl::Status HardwareBroker::CheckScope(const Caller& caller, const std::string& board,
+                                        bool flash) const {
   if (!caller.scope) return absl::OkStatus();
   const CapabilityScope& sc = *caller.scope;
   Board* b = FindBoard(board);
   std::vector<std::string> tags = b ? b->cfg.tags : std::vector<std::string>{};
-  bool tagged = std::any_of(sc.boards.begin(), sc.boards.end(),
-                            [&](const std::string& t) { return std::find(tags.begin(), tags.end(), t) != tags.end(); });
+  bool tagged = std::any_of(sc.boards.begin(), sc.boards.end(), [&](const std::string& t) {
+    return std::find(tags.begin(), tags.end(), t) != tags.end();
+  });
   if (!tagged) {
     return absl::PermissionDeniedError(absl::StrCat(
-        "plugin ", sc.plugin, " did not declare board ", board, " (capabilities.boards: ",
-        sc.boards.empty() ? "none" : absl::StrJoin(sc.boards, ", "), "; the board carries ",
-        tags.empty() ? "no tags" : absl::StrJoin(tags, ", "), ")"));
+        "plugin ", sc.plugin, " did not declare board ", board,
+        " (capabilities.boards: ", sc.boards.empty() ? "none" : absl::StrJoin(sc.boards, ", "),
+        "; the board carries ", tags.empty() ? "no tags" : absl::StrJoin(tags, ", "), ")"));
   }
   if (flash && !sc.flash) {
-    return absl::PermissionDeniedError(absl::StrCat("plugin ", sc.plugin, " did not declare the flash capability"));
+    return absl::PermissionDeniedError(
+        absl::StrCat("plugin ", sc.plugin, " did not declare the flash capability"));
   }
   return absl::OkStatus();
 }

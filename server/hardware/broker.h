@@ -9,12 +9,11 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <regex>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -35,8 +34,8 @@ struct DeviceInfo {
   int64_t held_since_us = 0;
   int64_t lease_expires_us = 0;
   bool running = false;
-  std::string state;  // running | paused | stopped
-  int pid = -1;       // the simulator's process (simulated boards)
+  std::string state;        // running | paused | stopped
+  int pid = -1;             // the simulator's process (simulated boards)
   std::string ota_version;  // the MCUboot image it runs, if it boots through slots
 };
 
@@ -133,7 +132,9 @@ class HardwareBroker {
   bool stopping() const { return stopping_.load(); }
   // Receives the records of leases that end on their own (TTL, session);
   // flash records are the caller's to write (FlashResult::record).
-  void SetRunRecorder(std::function<void(const nlohmann::json&)> recorder) { recorder_ = std::move(recorder); }
+  void SetRunRecorder(std::function<void(const nlohmann::json&)> recorder) {
+    recorder_ = std::move(recorder);
+  }
   // The flash guard's register_check (see RegisterCheckHook).
   void SetRegisterCheck(RegisterCheckHook hook) { register_check_ = std::move(hook); }
   // The register report of the project at `root` as the hook makes it;
@@ -165,7 +166,8 @@ class HardwareBroker {
 
   std::vector<DeviceInfo> List() const;
   // "" picks the caller's leased board, else the only board.
-  [[nodiscard]] absl::StatusOr<std::string> ResolveBoard(const std::string& id, const Caller& caller) const;
+  [[nodiscard]] absl::StatusOr<std::string> ResolveBoard(const std::string& id,
+                                                         const Caller& caller) const;
 
   [[nodiscard]] absl::StatusOr<LeaseRecord> Acquire(const Caller& caller,
                                                     const std::string& device_id,
@@ -178,8 +180,10 @@ class HardwareBroker {
   [[nodiscard]] absl::Status SetLeaseExpiry(const std::string& lease_id,
                                             std::optional<int64_t> expires_us,
                                             const std::string& reason);
-  [[nodiscard]] absl::StatusOr<LeaseRecord> Renew(const Caller& caller, const std::string& lease_id);
-  [[nodiscard]] absl::StatusOr<LeaseRecord> Release(const Caller& caller, const std::string& lease_id,
+  [[nodiscard]] absl::StatusOr<LeaseRecord> Renew(const Caller& caller,
+                                                  const std::string& lease_id);
+  [[nodiscard]] absl::StatusOr<LeaseRecord> Release(const Caller& caller,
+                                                    const std::string& lease_id,
                                                     const std::string& device_id, bool force);
   void SessionEnded(const std::string& session_id);
   std::vector<LeaseRecord> Leases() const;
@@ -197,13 +201,18 @@ class HardwareBroker {
                                                                          const std::string& board,
                                                                          bool from_history);
   void CloseSerial(const std::string& board, const std::shared_ptr<SerialReader>& reader);
-  [[nodiscard]] absl::Status SerialWrite(const Caller& caller, const std::string& board, std::string_view bytes);
-  [[nodiscard]] absl::Status SerialSendLine(const Caller& caller, const std::string& board, std::string_view line);
-  [[nodiscard]] absl::StatusOr<std::vector<SerialLine>> SerialHistory(const std::string& board, size_t max_lines);
+  [[nodiscard]] absl::Status SerialWrite(const Caller& caller, const std::string& board,
+                                         std::string_view bytes);
+  [[nodiscard]] absl::Status SerialSendLine(const Caller& caller, const std::string& board,
+                                            std::string_view line);
+  [[nodiscard]] absl::StatusOr<std::vector<SerialLine>> SerialHistory(const std::string& board,
+                                                                      size_t max_lines);
   [[nodiscard]] absl::StatusOr<uint64_t> SerialNextSeq(const std::string& board);
   [[nodiscard]] absl::StatusOr<std::optional<SerialLine>> SerialWaitFor(const std::string& board,
-                                                                        const std::regex& pattern, uint64_t since,
-                                                                        int timeout_ms, const CancelToken* cancel);
+                                                                        const std::regex& pattern,
+                                                                        uint64_t since,
+                                                                        int timeout_ms,
+                                                                        const CancelToken* cancel);
 
   // Over-the-air updates. Simulated boards keep their MCUboot slots under
   // `dir`; their bootloader trusts `keys` (PEM text; empty: hash only).
@@ -216,9 +225,10 @@ class HardwareBroker {
   // power-cycles the board through its bootloader and waits for the boot
   // pattern; Confirm makes the running image permanent; RestorePrevious
   // marks the image a swap moved out to come back at the next restart.
-  [[nodiscard]] absl::Status OtaStage(const Caller& caller, const std::string& board, const std::string& image,
-                                      bool permanent);
-  [[nodiscard]] absl::StatusOr<OtaBootResult> OtaRestart(const Caller& caller, const std::string& board,
+  [[nodiscard]] absl::Status OtaStage(const Caller& caller, const std::string& board,
+                                      const std::string& image, bool permanent);
+  [[nodiscard]] absl::StatusOr<OtaBootResult> OtaRestart(const Caller& caller,
+                                                         const std::string& board,
                                                          int boot_timeout_ms);
   [[nodiscard]] absl::Status OtaConfirm(const Caller& caller, const std::string& board);
   [[nodiscard]] absl::Status OtaRestorePrevious(const Caller& caller, const std::string& board);
@@ -230,17 +240,19 @@ class HardwareBroker {
                                                   const std::vector<std::string>& commands,
                                                   int timeout_ms, CancelToken* cancel = nullptr);
   [[nodiscard]] absl::Status Reset(const Caller& caller, const std::string& board);
-  [[nodiscard]] absl::Status SetHealth(const Caller& caller, const std::string& board, const std::string& health,
-                                       const std::string& reason);
+  [[nodiscard]] absl::Status SetHealth(const Caller& caller, const std::string& board,
+                                       const std::string& health, const std::string& reason);
   // Runs the board's self-test; the board's health follows the result.
-  [[nodiscard]] absl::StatusOr<std::string> SelfTest(const Caller& caller, const std::string& board);
+  [[nodiscard]] absl::StatusOr<std::string> SelfTest(const Caller& caller,
+                                                     const std::string& board);
 
   struct Board;
 
  private:
   std::atomic<bool> stopping_{false};
   // `path` read as the caller's account into RUN/images/BOARD.ext (fwaid's own).
-  absl::StatusOr<std::string> CopyImageAs(const Caller& caller, const std::string& board_id, const std::string& path);
+  absl::StatusOr<std::string> CopyImageAs(const Caller& caller, const std::string& board_id,
+                                          const std::string& path);
   Board* FindBoard(const std::string& id) const;
   // Flash() under its span: the guard, the write, the boot wait, the record.
   absl::StatusOr<FlashResult> FlashGuarded(
@@ -254,12 +266,14 @@ class HardwareBroker {
   absl::Status BootSimulated(Board& b, const std::string& image);
   // Power-on of a simulated board through its MCUboot slots.
   absl::StatusOr<OtaBootResult> BootFromSlots(Board& b);
-  absl::Status RunOtaCommand(Board& b, const std::string& what, const std::string& tmpl, const std::string& image);
+  absl::Status RunOtaCommand(Board& b, const std::string& what, const std::string& tmpl,
+                             const std::string& image);
   // Reboots a stopped simulated board the way it was last started.
   absl::Status PowerOn(Board& b);
-  absl::StatusOr<FlashResult> FlashMcuboot(const Caller& caller, Board& b, const std::string& image_path,
-                                           const std::function<void(const FlashProgressUpdate&)>& progress,
-                                           const CancelToken* cancel, int64_t start_us);
+  absl::StatusOr<FlashResult> FlashMcuboot(
+      const Caller& caller, Board& b, const std::string& image_path,
+      const std::function<void(const FlashProgressUpdate&)>& progress, const CancelToken* cancel,
+      int64_t start_us);
   void OnLeaseEnded(const LeaseRecord& lease, const std::string& reason);
   void Supervise();
 

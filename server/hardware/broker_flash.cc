@@ -103,11 +103,13 @@ absl::Status HardwareBroker::BootSimulated(Board& b, const std::string& image) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::string> HardwareBroker::CopyImageAs(const Caller& caller, const std::string& board_id,
-                                                         const std::string& path) {
+absl::StatusOr<std::string> HardwareBroker::CopyImageAs(const Caller& caller,
+                                                        const std::string& board_id,
+                                                        const std::string& path) {
   if (!caller.account) {
-    return absl::PermissionDeniedError(absl::StrCat("flash guard (image): reading ", path, " needs a local account; ",
-                                                    caller.display, " has none"));
+    return absl::PermissionDeniedError(absl::StrCat("flash guard (image): reading ", path,
+                                                    " needs a local account; ", caller.display,
+                                                    " has none"));
   }
   std::string bytes;
   struct stat st {};
@@ -116,11 +118,11 @@ absl::StatusOr<std::string> HardwareBroker::CopyImageAs(const Caller& caller, co
     if (!as.status().ok()) return as.status();
     int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
     if (fd < 0) {
-      return absl::FailedPreconditionError(absl::StrCat("flash guard (image): ", path,
-                                                        errno == ENOENT ? " does not exist"
-                                                                        : absl::StrCat(": ", caller.account->name,
-                                                                                       " cannot read it (",
-                                                                                       std::strerror(errno), ")")));
+      return absl::FailedPreconditionError(absl::StrCat(
+          "flash guard (image): ", path,
+          errno == ENOENT ? " does not exist"
+                          : absl::StrCat(": ", caller.account->name, " cannot read it (",
+                                         std::strerror(errno), ")")));
     }
     const bool regular = fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
     if (regular && st.st_size <= (64 << 20)) {
@@ -134,8 +136,12 @@ absl::StatusOr<std::string> HardwareBroker::CopyImageAs(const Caller& caller, co
       bytes.resize(got);
     }
     close(fd);
-    if (!regular) return absl::FailedPreconditionError(absl::StrCat("flash guard (image): ", path, " is not a regular file"));
-    if (st.st_size > (64 << 20)) return absl::FailedPreconditionError(absl::StrCat("flash guard (image): ", path, " is over 64 MB"));
+    if (!regular)
+      return absl::FailedPreconditionError(
+          absl::StrCat("flash guard (image): ", path, " is not a regular file"));
+    if (st.st_size > (64 << 20))
+      return absl::FailedPreconditionError(
+          absl::StrCat("flash guard (image): ", path, " is over 64 MB"));
   }
   const std::string dir = run_dir_ + "/images";
   if (auto s = MakeDirs(dir, 0700); !s.ok()) return s;
@@ -149,13 +155,14 @@ absl::StatusOr<std::string> HardwareBroker::CopyImageAs(const Caller& caller, co
   // Its modification time stays: the freshness rule compares it with the sources.
   timespec times[2] = {st.st_atim, st.st_mtim};
   utimensat(AT_FDCWD, tmp.c_str(), times, 0);
-  if (rename(tmp.c_str(), out.c_str()) != 0) return absl::InternalError(absl::StrCat("cannot write ", out));
+  if (rename(tmp.c_str(), out.c_str()) != 0)
+    return absl::InternalError(absl::StrCat("cannot write ", out));
   return out;
 }
 
 absl::StatusOr<FlashResult> HardwareBroker::Flash(
-    const Caller& caller, const std::string& board_id, const std::string& requested_image, bool approved,
-    const std::string& project_root,
+    const Caller& caller, const std::string& board_id, const std::string& requested_image,
+    bool approved, const std::string& project_root,
     const std::function<void(const FlashProgressUpdate&)>& progress, const CancelToken* cancel,
     const FlashGuardPolicy& guard) {
   // Its span, metric and record are the caller's (Boards::Flash).
@@ -257,10 +264,12 @@ absl::StatusOr<FlashResult> HardwareBroker::FlashGuarded(
   if (!b) return absl::NotFoundError(absl::StrCat("no board '", board_id, "'"));
   // The guard: every rule is checked here, before anything is written.
   if (auto s = CheckScope(caller, board_id, true); !s.ok()) return s;
-  if (auto s = leases_->CheckHeld(board_id, caller.identity, caller.lease_id, caller.session_id); !s.ok()) {
+  if (auto s = leases_->CheckHeld(board_id, caller.identity, caller.lease_id, caller.session_id);
+      !s.ok()) {
     return absl::FailedPreconditionError(absl::StrCat("flash guard (lease): ", s.message()));
   }
-  if (requested_image.empty()) return absl::InvalidArgumentError("flash guard (image): no image given");
+  if (requested_image.empty())
+    return absl::InvalidArgumentError("flash guard (image): no image given");
   // The image is read as the caller, into a copy only fwaid can read: nobody
   // flashes (and so exposes) a file they could not read themselves.
   auto private_image = CopyImageAs(caller, board_id, requested_image);
@@ -269,14 +278,16 @@ absl::StatusOr<FlashResult> HardwareBroker::FlashGuarded(
   std::error_code ec;
   if (IsMcubootFile(image_path)) {
     if (!approved) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("flash guard (approval): writing ", requested_image, " to ", board_id,
-                       " needs a person's confirmation (answer the prompt, or pass --yes / an approved plan)"));
+      return absl::FailedPreconditionError(absl::StrCat(
+          "flash guard (approval): writing ", requested_image, " to ", board_id,
+          " needs a person's confirmation (answer the prompt, or pass --yes / an approved plan)"));
     }
     return FlashMcuboot(caller, *b, image_path, progress, cancel, start_us);
   }
   auto img = ReadFirmwareImage(image_path);
-  if (!img.ok()) return absl::FailedPreconditionError(absl::StrCat("flash guard (image): ", img.status().message()));
+  if (!img.ok())
+    return absl::FailedPreconditionError(
+        absl::StrCat("flash guard (image): ", img.status().message()));
   if (auto s = CheckImageTarget(*img, b->cfg); !s.ok()) return s;
   if (auto s = CheckImageFits(*img, b->cfg); !s.ok()) return s;
   std::string root;
@@ -344,9 +355,9 @@ absl::StatusOr<FlashResult> HardwareBroker::FlashGuarded(
     return s;
   }
   if (!approved) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("flash guard (approval): writing ", requested_image, " to ", board_id,
-                     " needs a person's confirmation (answer the prompt, or pass --yes / an approved plan)"));
+    return absl::FailedPreconditionError(absl::StrCat(
+        "flash guard (approval): writing ", requested_image, " to ", board_id,
+        " needs a person's confirmation (answer the prompt, or pass --yes / an approved plan)"));
   }
   if (!registers_warning.empty())
     progress({"guard", 0.1, absl::StrCat("warning: ", registers_warning)});
@@ -367,12 +378,15 @@ absl::StatusOr<FlashResult> HardwareBroker::FlashGuarded(
   uint64_t since = b->hub->next_seq();
   if (b->simulated()) {
     b->from_slots = false;
-    progress({"loading", 0.3, absl::StrCat("restarting QEMU ", b->cfg.machine, " with ", image_path)});
+    progress(
+        {"loading", 0.3, absl::StrCat("restarting QEMU ", b->cfg.machine, " with ", image_path)});
     if (auto s = BootSimulated(*b, fs::absolute(image_path).string()); !s.ok()) {
       b->SetHealth("bad", std::string(s.message()));
       return s;
     }
-    progress({"writing", 0.8, absl::StrCat("loaded into the simulated ", b->cfg.target, "; serial on ", b->hub->path())});
+    progress({"writing", 0.8,
+              absl::StrCat("loaded into the simulated ", b->cfg.target, "; serial on ",
+                           b->hub->path())});
   } else {
     std::vector<std::string> argv;
     if (!b->cfg.flash_command.empty()) {
@@ -380,7 +394,9 @@ absl::StatusOr<FlashResult> HardwareBroker::FlashGuarded(
       std::string elf = fs::absolute(image_path).string();
       auto derived = [&](const std::string& ext, const std::string& fmt) -> std::string {
         fs::path sibling = fs::path(elf).replace_extension(ext);
-        if (fs::exists(sibling, ec) && fs::last_write_time(sibling, ec) >= fs::last_write_time(elf, ec)) return sibling;
+        if (fs::exists(sibling, ec) &&
+            fs::last_write_time(sibling, ec) >= fs::last_write_time(elf, ec))
+          return sibling;
         fs::path out = fs::path(run_dir_) / (board_id + ext);
         auto r = RunProcess({"arm-none-eabi-objcopy", "-O", fmt, elf, out.string()});
         return r.ok() && r->exit_code == 0 ? out.string() : sibling.string();
@@ -393,7 +409,9 @@ absl::StatusOr<FlashResult> HardwareBroker::FlashGuarded(
         flashed_file = derived(".hex", "ihex");
         absl::StrReplaceAll({{"{hex}", ShellQuote(flashed_file)}}, &cmd);
       }
-      absl::StrReplaceAll({{"{elf}", ShellQuote(elf)}, {"{port}", ShellQuote(b->cfg.serial)}, {"{probe}", ShellQuote(b->cfg.probe)}},
+      absl::StrReplaceAll({{"{elf}", ShellQuote(elf)},
+                           {"{port}", ShellQuote(b->cfg.serial)},
+                           {"{probe}", ShellQuote(b->cfg.probe)}},
                           &cmd);
       argv = {"/bin/sh", "-c", cmd};
     } else if (!b->cfg.openocd_config.empty()) {
@@ -401,7 +419,8 @@ absl::StatusOr<FlashResult> HardwareBroker::FlashGuarded(
       argv.push_back("-c");
       argv.push_back("program " + fs::absolute(image_path).string() + " verify reset exit");
     } else {
-      return absl::FailedPreconditionError(absl::StrCat("board ", board_id, " has neither flash_command nor openocd_config"));
+      return absl::FailedPreconditionError(
+          absl::StrCat("board ", board_id, " has neither flash_command nor openocd_config"));
     }
     progress({"writing", 0.3, absl::StrJoin(argv, " ")});
     ProcessOptions po;
@@ -410,9 +429,10 @@ absl::StatusOr<FlashResult> HardwareBroker::FlashGuarded(
     if (!r.ok()) return r.status();
     std::string out = r->out + r->err;
     if (r->timed_out || r->exit_code != 0) {
-      return absl::InternalError(absl::StrCat("flashing ", board_id, " failed (",
-                                              r->timed_out ? "timed out" : absl::StrCat("exit ", r->exit_code), "): ",
-                                              out.size() > 2000 ? out.substr(out.size() - 2000) : out));
+      return absl::InternalError(
+          absl::StrCat("flashing ", board_id, " failed (",
+                       r->timed_out ? "timed out" : absl::StrCat("exit ", r->exit_code),
+                       "): ", out.size() > 2000 ? out.substr(out.size() - 2000) : out));
     }
     progress({"writing", 0.8, "written and verified"});
     std::lock_guard lock(b->state_mu);
@@ -422,15 +442,19 @@ absl::StatusOr<FlashResult> HardwareBroker::FlashGuarded(
     std::lock_guard lock(b->state_mu);
     b->image_sha256 = *sha;
   }
-  nlohmann::json rec = {{"image", b->image}, {"sha256", *sha}, {"time_us", NowMicros()}, {"by", caller.display}};
-  if (auto s = storage_.Put(Cf::kLeases, kFlashPrefix + board_id, rec.dump(), true); !s.ok()) return s;
+  nlohmann::json rec = {
+      {"image", b->image}, {"sha256", *sha}, {"time_us", NowMicros()}, {"by", caller.display}};
+  if (auto s = storage_.Put(Cf::kLeases, kFlashPrefix + board_id, rec.dump(), true); !s.ok())
+    return s;
   if (!b->cfg.boot_pattern.empty()) {
-    progress({"booting", 0.9, absl::StrCat("waiting for '", b->cfg.boot_pattern, "' on the serial port")});
+    progress({"booting", 0.9,
+              absl::StrCat("waiting for '", b->cfg.boot_pattern, "' on the serial port")});
     std::regex re;
     try {
       re = std::regex(b->cfg.boot_pattern);
     } catch (const std::regex_error&) {
-      return absl::InvalidArgumentError(absl::StrCat("board ", board_id, ": boot_pattern is not a valid regex"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("board ", board_id, ": boot_pattern is not a valid regex"));
     }
     std::optional<SerialLine> line;
     {
@@ -443,8 +467,9 @@ absl::StatusOr<FlashResult> HardwareBroker::FlashGuarded(
       if (!line) wait->Fail("the boot pattern did not appear");
     }
     if (!line) {
-      return absl::DeadlineExceededError(absl::StrCat("flashed ", board_id, ", but '", b->cfg.boot_pattern,
-                                                      "' did not appear on the serial port within 15 s"));
+      return absl::DeadlineExceededError(
+          absl::StrCat("flashed ", board_id, ", but '", b->cfg.boot_pattern,
+                       "' did not appear on the serial port within 15 s"));
     }
     result.boot_line = line->text;
   }
@@ -485,31 +510,41 @@ absl::StatusOr<FlashResult> HardwareBroker::FlashGuarded(
   return result;
 }
 
-absl::StatusOr<FlashResult> HardwareBroker::FlashMcuboot(const Caller& caller, Board& b, const std::string& image_path,
-                                                         const std::function<void(const FlashProgressUpdate&)>& progress,
-                                                         const CancelToken* cancel, int64_t start_us) {
+absl::StatusOr<FlashResult> HardwareBroker::FlashMcuboot(
+    const Caller& caller, Board& b, const std::string& image_path,
+    const std::function<void(const FlashProgressUpdate&)>& progress, const CancelToken* cancel,
+    int64_t start_us) {
   if (!b.simulated()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "flash guard (image): ", image_path, " is an MCUboot image; a physical board takes it through its bootloader "
-        "(fwai ota rollout, with the board's ota_upload command) — flash the ELF to program it directly"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("flash guard (image): ", image_path,
+                     " is an MCUboot image; a physical board takes it through its bootloader "
+                     "(fwai ota rollout, with the board's ota_upload command) — flash the ELF to "
+                     "program it directly"));
   }
-  if (!b.slots) return absl::FailedPreconditionError(absl::StrCat("flash guard (image): board ", b.cfg.id, " has no OTA slots"));
+  if (!b.slots)
+    return absl::FailedPreconditionError(
+        absl::StrCat("flash guard (image): board ", b.cfg.id, " has no OTA slots"));
   auto bytes = ReadWhole(image_path);
   if (!bytes.ok()) return bytes.status();
   auto info = mcuboot::Parse(*bytes);
-  if (!info.ok()) return absl::FailedPreconditionError(absl::StrCat("flash guard (image): ", info.status().message()));
+  if (!info.ok())
+    return absl::FailedPreconditionError(
+        absl::StrCat("flash guard (image): ", info.status().message()));
   if (!info->hash_ok) {
-    return absl::FailedPreconditionError(absl::StrCat("flash guard (image): ", image_path, ": its SHA-256 does not match its contents"));
+    return absl::FailedPreconditionError(absl::StrCat("flash guard (image): ", image_path,
+                                                      ": its SHA-256 does not match its contents"));
   }
   auto sha = FileSha256(image_path);
   if (!sha.ok()) return sha.status();
-  progress({"guard", 0.1, absl::StrCat("guard passed: lease, MCUboot image ", info->version.ToString(), " (", bytes->size(),
-                                       " bytes, sha256 ", sha->substr(0, 12), "), approved")});
+  progress({"guard", 0.1,
+            absl::StrCat("guard passed: lease, MCUboot image ", info->version.ToString(), " (",
+                         bytes->size(), " bytes, sha256 ", sha->substr(0, 12), "), approved")});
   std::lock_guard op(b.op_mu);
   if (cancel && cancel->cancelled()) return absl::CancelledError("flash cancelled");
   leases_->Touch(b.cfg.id, caller.identity);
   uint64_t since = b.hub->next_seq();
-  progress({"writing", 0.3, absl::StrCat("programming the primary slot of ", b.cfg.id, " (confirmed)")});
+  progress(
+      {"writing", 0.3, absl::StrCat("programming the primary slot of ", b.cfg.id, " (confirmed)")});
   if (auto s = b.slots->Program(*bytes); !s.ok()) return s;
   progress({"loading", 0.6, "power-on through the simulated MCUboot"});
   auto boot = BootFromSlots(b);
@@ -517,21 +552,32 @@ absl::StatusOr<FlashResult> HardwareBroker::FlashMcuboot(const Caller& caller, B
   FlashResult result;
   result.sha256 = *sha;
   if (!b.cfg.boot_pattern.empty()) {
-    progress({"booting", 0.9, absl::StrCat("waiting for '", b.cfg.boot_pattern, "' on the serial port")});
+    progress({"booting", 0.9,
+              absl::StrCat("waiting for '", b.cfg.boot_pattern, "' on the serial port")});
     auto re = BootRegex(b.cfg);
     if (!re.ok()) return re.status();
     auto line = b.hub->WaitFor(*re, since, 15000, cancel);
     if (!line) {
-      return absl::DeadlineExceededError(absl::StrCat("flashed ", b.cfg.id, ", but '", b.cfg.boot_pattern,
-                                                      "' did not appear on the serial port within 15 s"));
+      return absl::DeadlineExceededError(
+          absl::StrCat("flashed ", b.cfg.id, ", but '", b.cfg.boot_pattern,
+                       "' did not appear on the serial port within 15 s"));
     }
     result.boot_line = line->text;
   }
   result.seconds = static_cast<double>(NowMicros() - start_us) / 1e6;
-  result.record = {{"kind", "flash"}, {"board", b.cfg.id}, {"target", b.cfg.target}, {"image", image_path},
-                   {"image_sha256", *sha}, {"mcuboot", {{"version", info->version.ToString()}, {"hash", info->sha256_hex}}},
-                   {"bytes", bytes->size()}, {"by", caller.display}, {"session_id", caller.session_id}, {"approved", true},
-                   {"boot_line", result.boot_line}, {"booted", !result.boot_line.empty()}, {"seconds", result.seconds}};
+  result.record = {{"kind", "flash"},
+                   {"board", b.cfg.id},
+                   {"target", b.cfg.target},
+                   {"image", image_path},
+                   {"image_sha256", *sha},
+                   {"mcuboot", {{"version", info->version.ToString()}, {"hash", info->sha256_hex}}},
+                   {"bytes", bytes->size()},
+                   {"by", caller.display},
+                   {"session_id", caller.session_id},
+                   {"approved", true},
+                   {"boot_line", result.boot_line},
+                   {"booted", !result.boot_line.empty()},
+                   {"seconds", result.seconds}};
   return result;
 }
 

@@ -40,8 +40,8 @@ struct HardwareBroker::Board {
   mutable std::mutex state_mu;
   std::string health = "good";  // good | bad | maintenance
   std::string health_reason;
-  bool admin_health = false;    // set by an admin; not auto-recovered
-  std::string image;            // last image loaded
+  bool admin_health = false;  // set by an admin; not auto-recovered
+  std::string image;          // last image loaded
   std::string image_sha256;
   std::atomic<bool> restarting{false};
   std::atomic<bool> debug_cancel{false};
@@ -143,7 +143,8 @@ inline absl::StatusOr<std::regex> BootRegex(const BoardConfig& cfg) {
   try {
     return std::regex(cfg.boot_pattern);
   } catch (const std::regex_error&) {
-    return absl::InvalidArgumentError(absl::StrCat("board ", cfg.id, ": boot_pattern is not a valid regex"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("board ", cfg.id, ": boot_pattern is not a valid regex"));
   }
 }
 

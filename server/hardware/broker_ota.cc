@@ -1,7 +1,5 @@
 // HardwareBroker: over-the-air updates through MCUboot slots (simulated
 // boards) or the board's ota_* commands (physical ones).
-#include "server/hardware/broker.h"
-
 #include <mutex>
 
 #include "absl/strings/str_cat.h"
@@ -9,6 +7,7 @@
 #include "common/clock.h"
 #include "common/paths.h"
 #include "common/subprocess.h"
+#include "server/hardware/broker.h"
 #include "server/hardware/broker_internal.h"
 #include "server/hardware/qemu.h"
 #include "server/hardware/sim_mcuboot.h"
@@ -21,7 +20,8 @@ using broker_internal::kFlashPrefix;
 using broker_internal::ShellQuote;
 
 absl::StatusOr<OtaBootResult> HardwareBroker::BootFromSlots(Board& b) {
-  if (!b.slots) return absl::FailedPreconditionError(absl::StrCat("board ", b.cfg.id, " has no OTA slots"));
+  if (!b.slots)
+    return absl::FailedPreconditionError(absl::StrCat("board ", b.cfg.id, " has no OTA slots"));
   auto boot = b.slots->Boot();
   if (!boot.ok()) return boot.status();
   OtaBootResult r;
@@ -48,9 +48,13 @@ absl::StatusOr<OtaBootResult> HardwareBroker::BootFromSlots(Board& b) {
     b.image_sha256 = boot->primary.hash;
     b.ota_version = r.version;
   }
-  nlohmann::json rec = {{"image", payload}, {"sha256", r.hash}, {"time_us", NowMicros()}, {"mcuboot", true},
+  nlohmann::json rec = {{"image", payload},
+                        {"sha256", r.hash},
+                        {"time_us", NowMicros()},
+                        {"mcuboot", true},
                         {"version", r.version}};
-  if (auto s = storage_.Put(Cf::kLeases, kFlashPrefix + b.cfg.id, rec.dump(), true); !s.ok()) return s;
+  if (auto s = storage_.Put(Cf::kLeases, kFlashPrefix + b.cfg.id, rec.dump(), true); !s.ok())
+    return s;
   return r;
 }
 
@@ -65,39 +69,44 @@ absl::StatusOr<BoardConfig> HardwareBroker::BoardConfigOf(const std::string& boa
   return b->cfg;
 }
 
-absl::Status HardwareBroker::RunOtaCommand(Board& b, const std::string& what, const std::string& tmpl,
-                                           const std::string& image) {
+absl::Status HardwareBroker::RunOtaCommand(Board& b, const std::string& what,
+                                           const std::string& tmpl, const std::string& image) {
   if (tmpl.empty()) {
     return absl::FailedPreconditionError(absl::StrCat("board ", b.cfg.id, " has no ", what,
-                                                      " command (hardware.boards[].", what, " in fwaid.yaml)"));
+                                                      " command (hardware.boards[].", what,
+                                                      " in fwaid.yaml)"));
   }
-  std::string cmd = absl::StrReplaceAll(
-      tmpl, {{"{image}", ShellQuote(image)}, {"{port}", ShellQuote(b.cfg.serial)}, {"{probe}", ShellQuote(b.cfg.probe)}});
+  std::string cmd = absl::StrReplaceAll(tmpl, {{"{image}", ShellQuote(image)},
+                                               {"{port}", ShellQuote(b.cfg.serial)},
+                                               {"{probe}", ShellQuote(b.cfg.probe)}});
   ProcessOptions po;
   po.timeout_ms = 300000;
   auto r = RunProcess({"/bin/sh", "-c", cmd}, po);
   if (!r.ok()) return r.status();
   if (r->timed_out || r->exit_code != 0) {
     std::string out = r->out + r->err;
-    return absl::InternalError(absl::StrCat(what, " on ", b.cfg.id, " failed (",
-                                            r->timed_out ? "timed out" : absl::StrCat("exit ", r->exit_code), "): ",
-                                            out.size() > 2000 ? out.substr(out.size() - 2000) : out));
+    return absl::InternalError(
+        absl::StrCat(what, " on ", b.cfg.id, " failed (",
+                     r->timed_out ? "timed out" : absl::StrCat("exit ", r->exit_code),
+                     "): ", out.size() > 2000 ? out.substr(out.size() - 2000) : out));
   }
   return absl::OkStatus();
 }
 
-absl::Status HardwareBroker::OtaStage(const Caller& caller, const std::string& board, const std::string& image,
-                                      bool permanent) {
+absl::Status HardwareBroker::OtaStage(const Caller& caller, const std::string& board,
+                                      const std::string& image, bool permanent) {
   Board* b = FindBoard(board);
   if (!b) return absl::NotFoundError(absl::StrCat("no board '", board, "'"));
   if (auto s = CheckScope(caller, board, true); !s.ok()) return s;
-  if (auto s = leases_->CheckHeld(board, caller.identity, caller.lease_id, caller.session_id); !s.ok()) {
+  if (auto s = leases_->CheckHeld(board, caller.identity, caller.lease_id, caller.session_id);
+      !s.ok()) {
     return absl::FailedPreconditionError(absl::StrCat("an update needs the lease: ", s.message()));
   }
   std::lock_guard op(b->op_mu);
   leases_->Touch(board, caller.identity);
   if (b->simulated()) {
-    if (!b->slots) return absl::FailedPreconditionError(absl::StrCat("board ", board, " has no OTA slots"));
+    if (!b->slots)
+      return absl::FailedPreconditionError(absl::StrCat("board ", board, " has no OTA slots"));
     return b->slots->Stage(image, permanent);
   }
   const std::string path = absl::StrCat(run_dir_, "/", board, "-ota.bin");
@@ -105,12 +114,15 @@ absl::Status HardwareBroker::OtaStage(const Caller& caller, const std::string& b
   return RunOtaCommand(*b, "ota_upload", b->cfg.ota_upload, path);
 }
 
-absl::StatusOr<OtaBootResult> HardwareBroker::OtaRestart(const Caller& caller, const std::string& board,
+absl::StatusOr<OtaBootResult> HardwareBroker::OtaRestart(const Caller& caller,
+                                                         const std::string& board,
                                                          int boot_timeout_ms) {
   Board* b = FindBoard(board);
   if (!b) return absl::NotFoundError(absl::StrCat("no board '", board, "'"));
-  if (auto s = leases_->CheckHeld(board, caller.identity, caller.lease_id, caller.session_id); !s.ok()) {
-    return absl::FailedPreconditionError(absl::StrCat("restarting for an update needs the lease: ", s.message()));
+  if (auto s = leases_->CheckHeld(board, caller.identity, caller.lease_id, caller.session_id);
+      !s.ok()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("restarting for an update needs the lease: ", s.message()));
   }
   std::lock_guard op(b->op_mu);
   leases_->Touch(board, caller.identity);
@@ -137,12 +149,15 @@ absl::StatusOr<OtaBootResult> HardwareBroker::OtaRestart(const Caller& caller, c
 absl::Status HardwareBroker::OtaConfirm(const Caller& caller, const std::string& board) {
   Board* b = FindBoard(board);
   if (!b) return absl::NotFoundError(absl::StrCat("no board '", board, "'"));
-  if (auto s = leases_->CheckHeld(board, caller.identity, caller.lease_id, caller.session_id); !s.ok()) {
-    return absl::FailedPreconditionError(absl::StrCat("confirming an update needs the lease: ", s.message()));
+  if (auto s = leases_->CheckHeld(board, caller.identity, caller.lease_id, caller.session_id);
+      !s.ok()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("confirming an update needs the lease: ", s.message()));
   }
   std::lock_guard op(b->op_mu);
   if (b->simulated()) {
-    if (!b->slots) return absl::FailedPreconditionError(absl::StrCat("board ", board, " has no OTA slots"));
+    if (!b->slots)
+      return absl::FailedPreconditionError(absl::StrCat("board ", board, " has no OTA slots"));
     return b->slots->Confirm();
   }
   return RunOtaCommand(*b, "ota_confirm", b->cfg.ota_confirm, "");
@@ -151,15 +166,20 @@ absl::Status HardwareBroker::OtaConfirm(const Caller& caller, const std::string&
 absl::Status HardwareBroker::OtaRestorePrevious(const Caller& caller, const std::string& board) {
   Board* b = FindBoard(board);
   if (!b) return absl::NotFoundError(absl::StrCat("no board '", board, "'"));
-  if (auto s = leases_->CheckHeld(board, caller.identity, caller.lease_id, caller.session_id); !s.ok()) {
-    return absl::FailedPreconditionError(absl::StrCat("reverting an update needs the lease: ", s.message()));
+  if (auto s = leases_->CheckHeld(board, caller.identity, caller.lease_id, caller.session_id);
+      !s.ok()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("reverting an update needs the lease: ", s.message()));
   }
   std::lock_guard op(b->op_mu);
   if (!b->simulated()) {
-    return absl::UnimplementedError(absl::StrCat("board ", board, ": going back from a confirmed update is done by "
-                                                 "rolling out the previous image again on physical boards"));
+    return absl::UnimplementedError(
+        absl::StrCat("board ", board,
+                     ": going back from a confirmed update is done by "
+                     "rolling out the previous image again on physical boards"));
   }
-  if (!b->slots) return absl::FailedPreconditionError(absl::StrCat("board ", board, " has no OTA slots"));
+  if (!b->slots)
+    return absl::FailedPreconditionError(absl::StrCat("board ", board, " has no OTA slots"));
   return b->slots->RestorePrevious();
 }
 

@@ -27,44 +27,54 @@ namespace fwai {
 
 using broker_internal::OpenOcdArgs;
 
-absl::StatusOr<std::shared_ptr<SerialReader>> HardwareBroker::OpenSerial(const Caller& caller, const std::string& board,
+absl::StatusOr<std::shared_ptr<SerialReader>> HardwareBroker::OpenSerial(const Caller& caller,
+                                                                         const std::string& board,
                                                                          bool from_history) {
   Board* b = FindBoard(board);
   if (!b) return absl::NotFoundError(absl::StrCat("no board '", board, "'"));
   auto reader = b->hub->Subscribe(from_history);
-  if (auto l = leases_->Holder(board); l && leases_->CheckHeld(board, caller.identity, caller.lease_id, caller.session_id).ok()) {
+  if (auto l = leases_->Holder(board);
+      l && leases_->CheckHeld(board, caller.identity, caller.lease_id, caller.session_id).ok()) {
     reader->lease_id = l->lease_id;
   }
   return reader;
 }
 
-void HardwareBroker::CloseSerial(const std::string& board, const std::shared_ptr<SerialReader>& reader) {
+void HardwareBroker::CloseSerial(const std::string& board,
+                                 const std::shared_ptr<SerialReader>& reader) {
   if (Board* b = FindBoard(board)) b->hub->Unsubscribe(reader);
 }
 
-absl::Status HardwareBroker::SerialWrite(const Caller& caller, const std::string& board, std::string_view bytes) {
+absl::Status HardwareBroker::SerialWrite(const Caller& caller, const std::string& board,
+                                         std::string_view bytes) {
   Board* b = FindBoard(board);
   if (!b) return absl::NotFoundError(absl::StrCat("no board '", board, "'"));
   if (auto s = CheckScope(caller, board, false); !s.ok()) return s;
-  if (auto s = leases_->CheckHeld(board, caller.identity, caller.lease_id, caller.session_id); !s.ok()) {
-    return absl::FailedPreconditionError(absl::StrCat("writing to the serial port needs the lease: ", s.message()));
+  if (auto s = leases_->CheckHeld(board, caller.identity, caller.lease_id, caller.session_id);
+      !s.ok()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("writing to the serial port needs the lease: ", s.message()));
   }
   leases_->Touch(board, caller.identity);
   return b->hub->Write(bytes);
 }
 
-absl::Status HardwareBroker::SerialSendLine(const Caller& caller, const std::string& board, std::string_view line) {
+absl::Status HardwareBroker::SerialSendLine(const Caller& caller, const std::string& board,
+                                            std::string_view line) {
   Board* b = FindBoard(board);
   if (!b) return absl::NotFoundError(absl::StrCat("no board '", board, "'"));
   if (auto s = CheckScope(caller, board, false); !s.ok()) return s;
-  if (auto s = leases_->CheckHeld(board, caller.identity, caller.lease_id, caller.session_id); !s.ok()) {
-    return absl::FailedPreconditionError(absl::StrCat("writing to the serial port needs the lease: ", s.message()));
+  if (auto s = leases_->CheckHeld(board, caller.identity, caller.lease_id, caller.session_id);
+      !s.ok()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("writing to the serial port needs the lease: ", s.message()));
   }
   leases_->Touch(board, caller.identity);
   return b->hub->SendLine(line);
 }
 
-absl::StatusOr<std::vector<SerialLine>> HardwareBroker::SerialHistory(const std::string& board, size_t max_lines) {
+absl::StatusOr<std::vector<SerialLine>> HardwareBroker::SerialHistory(const std::string& board,
+                                                                      size_t max_lines) {
   Board* b = FindBoard(board);
   if (!b) return absl::NotFoundError(absl::StrCat("no board '", board, "'"));
   return b->hub->History(max_lines);
@@ -77,8 +87,10 @@ absl::StatusOr<uint64_t> HardwareBroker::SerialNextSeq(const std::string& board)
 }
 
 absl::StatusOr<std::optional<SerialLine>> HardwareBroker::SerialWaitFor(const std::string& board,
-                                                                        const std::regex& pattern, uint64_t since,
-                                                                        int timeout_ms, const CancelToken* cancel) {
+                                                                        const std::regex& pattern,
+                                                                        uint64_t since,
+                                                                        int timeout_ms,
+                                                                        const CancelToken* cancel) {
   Board* b = FindBoard(board);
   if (!b) return absl::NotFoundError(absl::StrCat("no board '", board, "'"));
   telemetry::ActiveSpan wait("serial_wait", board);
@@ -95,8 +107,10 @@ std::string FormatFrames(const nlohmann::json& stack) {
   std::string out;
   if (!stack.is_array()) return out;
   for (const auto& f : stack) {
-    absl::StrAppend(&out, "#", MiString(f, "level", "?"), "  ", MiString(f, "addr"), " in ", MiString(f, "func", "??"));
-    if (f.contains("file")) absl::StrAppend(&out, " at ", MiString(f, "file"), ":", MiString(f, "line"));
+    absl::StrAppend(&out, "#", MiString(f, "level", "?"), "  ", MiString(f, "addr"), " in ",
+                    MiString(f, "func", "??"));
+    if (f.contains("file"))
+      absl::StrAppend(&out, " at ", MiString(f, "file"), ":", MiString(f, "line"));
     out += "\n";
   }
   return out;
@@ -111,7 +125,8 @@ absl::StatusOr<DebugResult> HardwareBroker::Debug(const Caller& caller, const st
   if (!b) return absl::NotFoundError(absl::StrCat("no board '", board, "'"));
   if (commands.empty()) return absl::InvalidArgumentError("no debug commands given");
   if (auto s = CheckScope(caller, board, false); !s.ok()) return s;
-  if (auto s = leases_->CheckHeld(board, caller.identity, caller.lease_id, caller.session_id); !s.ok()) {
+  if (auto s = leases_->CheckHeld(board, caller.identity, caller.lease_id, caller.session_id);
+      !s.ok()) {
     return absl::FailedPreconditionError(absl::StrCat("debugging needs the lease: ", s.message()));
   }
   if (timeout_ms <= 0) timeout_ms = 10000;
@@ -122,17 +137,20 @@ absl::StatusOr<DebugResult> HardwareBroker::Debug(const Caller& caller, const st
   pid_t ocd_pid = -1;
   if (b->simulated()) {
     if (!b->qemu || !b->qemu->running()) {
-      return absl::FailedPreconditionError(absl::StrCat("board ", board, " is not running; flash an image first"));
+      return absl::FailedPreconditionError(
+          absl::StrCat("board ", board, " is not running; flash an image first"));
     }
     target = absl::StrCat("127.0.0.1:", b->qemu->gdb_port());
   } else {
     if (b->cfg.openocd_config.empty()) {
-      return absl::FailedPreconditionError(absl::StrCat("board ", board, " has no openocd_config to start a GDB server"));
+      return absl::FailedPreconditionError(
+          absl::StrCat("board ", board, " has no openocd_config to start a GDB server"));
     }
     auto port = PickFreePort();
     if (!port.ok()) return port.status();
     std::vector<std::string> args = OpenOcdArgs(b->cfg);
-    args.insert(args.end(), {"-c", absl::StrCat("gdb_port ", *port), "-c", "tcl_port disabled", "-c", "telnet_port disabled"});
+    args.insert(args.end(), {"-c", absl::StrCat("gdb_port ", *port), "-c", "tcl_port disabled",
+                             "-c", "telnet_port disabled"});
     int pipefd[2];
     if (pipe2(pipefd, O_CLOEXEC) != 0) return absl::InternalError("pipe failed");
     ocd_pid = ForkLongLived([&] { ExecChild(args, -1, pipefd[1], pipefd[1]); });
@@ -153,7 +171,8 @@ absl::StatusOr<DebugResult> HardwareBroker::Debug(const Caller& caller, const st
     if (!ready) {
       kill(ocd_pid, SIGKILL);
       waitpid(ocd_pid, nullptr, 0);
-      return absl::UnavailableError(absl::StrCat("OpenOCD did not start a GDB server for ", board, ": ", out));
+      return absl::UnavailableError(
+          absl::StrCat("OpenOCD did not start a GDB server for ", board, ": ", out));
     }
     target = absl::StrCat("127.0.0.1:", *port);
   }
@@ -209,7 +228,9 @@ absl::StatusOr<DebugResult> HardwareBroker::Debug(const Caller& caller, const st
     std::string text;
     auto word_end = cmd.find(' ');
     std::string verb = cmd.substr(0, word_end);
-    std::string arg = word_end == std::string::npos ? "" : std::string(absl::StripAsciiWhitespace(cmd.substr(word_end)));
+    std::string arg = word_end == std::string::npos
+                          ? ""
+                          : std::string(absl::StripAsciiWhitespace(cmd.substr(word_end)));
     absl::StatusOr<MiResponse> r = absl::UnknownError("");
     if (auto refused = RefuseGdbCommand(cmd)) {
       text = absl::StrCat("error: ", *refused);
@@ -223,13 +244,14 @@ absl::StatusOr<DebugResult> HardwareBroker::Debug(const Caller& caller, const st
         entry["fault"] = f->ToJson();
         text = f->summary;
         if (f->in_fault) {
-          absl::StrAppendFormat(&text, "\n  CFSR=0x%08x HFSR=0x%08x MMFAR=0x%08x BFAR=0x%08x", f->cfsr, f->hfsr, f->mmfar,
-                                f->bfar);
+          absl::StrAppendFormat(&text, "\n  CFSR=0x%08x HFSR=0x%08x MMFAR=0x%08x BFAR=0x%08x",
+                                f->cfsr, f->hfsr, f->mmfar, f->bfar);
           for (const auto& c : f->causes) absl::StrAppend(&text, "\n  - ", c);
           if (!f->frame.empty()) {
             text += "\n  stacked:";
             for (const char* k : {"r0", "r1", "r2", "r3", "r12", "lr", "pc", "xpsr"}) {
-              if (f->frame.contains(k)) absl::StrAppend(&text, " ", k, "=", f->frame[k].get<std::string>());
+              if (f->frame.contains(k))
+                absl::StrAppend(&text, " ", k, "=", f->frame[k].get<std::string>());
             }
           }
         }
@@ -237,13 +259,17 @@ absl::StatusOr<DebugResult> HardwareBroker::Debug(const Caller& caller, const st
     } else if (verb == "reset") {
       if (b->simulated()) {
         auto s = b->qemu->Reset();
-        text = s.ok() ? "reset (system reset of the simulated board)" : absl::StrCat("error: ", s.message());
+        text = s.ok() ? "reset (system reset of the simulated board)"
+                      : absl::StrCat("error: ", s.message());
       } else {
         r = (*gdb)->Console("monitor reset halt", timeout_ms);
-        text = r.ok() ? (r->result_class == "error" ? "error: " + r->error : "reset (halted)") : std::string(r.status().message());
+        text = r.ok() ? (r->result_class == "error" ? "error: " + r->error : "reset (halted)")
+                      : std::string(r.status().message());
       }
     } else if ((verb == "print" || verb == "p") && !arg.empty()) {
-      r = (*gdb)->Mi("-data-evaluate-expression \"" + absl::StrReplaceAll(arg, {{"\\", "\\\\"}, {"\"", "\\\""}}) + "\"", timeout_ms);
+      r = (*gdb)->Mi("-data-evaluate-expression \"" +
+                         absl::StrReplaceAll(arg, {{"\\", "\\\\"}, {"\"", "\\\""}}) + "\"",
+                     timeout_ms);
       if (r.ok() && r->result_class == "done") {
         text = absl::StrCat(arg, " = ", MiString(r->results, "value"));
         entry["value"] = MiString(r->results, "value");
@@ -251,8 +277,9 @@ absl::StatusOr<DebugResult> HardwareBroker::Debug(const Caller& caller, const st
     } else if (cmd == "bt" || cmd == "backtrace" || cmd == "where") {
       r = (*gdb)->Mi("-stack-list-frames 0 64", timeout_ms);
       if (r.ok() && r->result_class == "done") {
-        entry["frames"] = r->results.contains("stack") && r->results["stack"].is_array() ? r->results["stack"]
-                                                                                       : nlohmann::json::array();
+        entry["frames"] = r->results.contains("stack") && r->results["stack"].is_array()
+                              ? r->results["stack"]
+                              : nlohmann::json::array();
         text = FormatFrames(entry["frames"]);
       }
     } else if (verb == "continue" || verb == "c") {
@@ -271,7 +298,8 @@ absl::StatusOr<DebugResult> HardwareBroker::Debug(const Caller& caller, const st
               absl::StrAppend(&text, " at ", MiString(frame, "file"), ":", MiString(frame, "line"));
             }
           }
-          if ((*st).value("interrupted_after_timeout", false)) absl::StrAppend(&text, " (interrupted after ", wait / 1000, " s)");
+          if ((*st).value("interrupted_after_timeout", false))
+            absl::StrAppend(&text, " (interrupted after ", wait / 1000, " s)");
         } else {
           text = absl::StrCat("error: ", st.status().message());
         }
@@ -279,12 +307,14 @@ absl::StatusOr<DebugResult> HardwareBroker::Debug(const Caller& caller, const st
     } else if (verb == "break" || verb == "b") {
       r = (*gdb)->Mi("-break-insert " + arg, timeout_ms);
       if (r.ok() && r->result_class == "done") {
-        entry["breakpoint"] = r->results.contains("bkpt") ? r->results["bkpt"] : nlohmann::json::object();
+        entry["breakpoint"] =
+            r->results.contains("bkpt") ? r->results["bkpt"] : nlohmann::json::object();
         const auto& bp = entry["breakpoint"];
-        text = absl::StrCat("breakpoint ", MiString(bp, "number", "?"), " at ", MiString(bp, "addr"), " in ",
-                            MiString(bp, "func", "??"),
-                            bp.is_object() && bp.contains("file") ? " at " + MiString(bp, "file") + ":" + MiString(bp, "line")
-                                                                  : "");
+        text = absl::StrCat("breakpoint ", MiString(bp, "number", "?"), " at ",
+                            MiString(bp, "addr"), " in ", MiString(bp, "func", "??"),
+                            bp.is_object() && bp.contains("file")
+                                ? " at " + MiString(bp, "file") + ":" + MiString(bp, "line")
+                                : "");
       }
     } else {
       r = (*gdb)->Console(cmd, timeout_ms);
@@ -321,18 +351,22 @@ absl::Status HardwareBroker::Reset(const Caller& caller, const std::string& boar
   Board* b = FindBoard(board);
   if (!b) return absl::NotFoundError(absl::StrCat("no board '", board, "'"));
   if (auto s = CheckScope(caller, board, false); !s.ok()) return s;
-  if (auto s = leases_->CheckHeld(board, caller.identity, caller.lease_id, caller.session_id); !s.ok()) {
+  if (auto s = leases_->CheckHeld(board, caller.identity, caller.lease_id, caller.session_id);
+      !s.ok()) {
     return absl::FailedPreconditionError(absl::StrCat("reset needs the lease: ", s.message()));
   }
   std::lock_guard op(b->op_mu);
   leases_->Touch(board, caller.identity);
   if (b->simulated()) {
     if (b->qemu && b->qemu->running()) return b->qemu->Reset();
-    if (b->image.empty()) return absl::FailedPreconditionError(absl::StrCat(board, " has no firmware; flash an image first"));
+    if (b->image.empty())
+      return absl::FailedPreconditionError(
+          absl::StrCat(board, " has no firmware; flash an image first"));
     return PowerOn(*b);
   }
   if (b->cfg.openocd_config.empty()) {
-    return absl::FailedPreconditionError(absl::StrCat("board ", board, " has no openocd_config to reset it"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("board ", board, " has no openocd_config to reset it"));
   }
   std::vector<std::string> argv = OpenOcdArgs(b->cfg);
   argv.insert(argv.end(), {"-c", "init; reset run; shutdown"});

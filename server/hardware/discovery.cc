@@ -35,27 +35,47 @@ fs::path UsbDeviceDir(fs::path p) {
 
 std::string ProbeFamily(const std::string& vid_pid) {
   static const std::map<std::string, std::string> kProbes = {
-      {"0483:3744", "ST-Link V1"},        {"0483:3748", "ST-Link V2"},       {"0483:374b", "ST-Link V2-1"},
-      {"0483:3752", "ST-Link V2-1"},      {"0483:374d", "ST-Link V3"},       {"0483:374e", "ST-Link V3"},
-      {"0483:374f", "ST-Link V3"},        {"0483:3753", "ST-Link V3"},       {"0483:3754", "ST-Link V3"},
-      {"1366:0101", "SEGGER J-Link"},     {"1366:0105", "SEGGER J-Link"},    {"1366:1015", "SEGGER J-Link"},
-      {"1366:1020", "SEGGER J-Link"},     {"1366:1024", "SEGGER J-Link"},    {"1366:1050", "SEGGER J-Link"},
-      {"1366:1051", "SEGGER J-Link"},     {"1366:1061", "SEGGER J-Link"},    {"0d28:0204", "CMSIS-DAP (DAPLink)"},
-      {"c251:f001", "CMSIS-DAP (Keil ULINK)"}, {"c251:f002", "CMSIS-DAP (Keil)"}, {"2e8a:000c", "CMSIS-DAP (Raspberry Pi Debug Probe)"},
-      {"03eb:2141", "CMSIS-DAP (Atmel-ICE)"},  {"1d50:6018", "Black Magic Probe"}, {"303a:1001", "ESP USB-JTAG"},
-      {"1a86:8010", "WCH-Link"},          {"1a86:8011", "WCH-Link"},          {"1a86:8012", "WCH-LinkE"},
+      {"0483:3744", "ST-Link V1"},
+      {"0483:3748", "ST-Link V2"},
+      {"0483:374b", "ST-Link V2-1"},
+      {"0483:3752", "ST-Link V2-1"},
+      {"0483:374d", "ST-Link V3"},
+      {"0483:374e", "ST-Link V3"},
+      {"0483:374f", "ST-Link V3"},
+      {"0483:3753", "ST-Link V3"},
+      {"0483:3754", "ST-Link V3"},
+      {"1366:0101", "SEGGER J-Link"},
+      {"1366:0105", "SEGGER J-Link"},
+      {"1366:1015", "SEGGER J-Link"},
+      {"1366:1020", "SEGGER J-Link"},
+      {"1366:1024", "SEGGER J-Link"},
+      {"1366:1050", "SEGGER J-Link"},
+      {"1366:1051", "SEGGER J-Link"},
+      {"1366:1061", "SEGGER J-Link"},
+      {"0d28:0204", "CMSIS-DAP (DAPLink)"},
+      {"c251:f001", "CMSIS-DAP (Keil ULINK)"},
+      {"c251:f002", "CMSIS-DAP (Keil)"},
+      {"2e8a:000c", "CMSIS-DAP (Raspberry Pi Debug Probe)"},
+      {"03eb:2141", "CMSIS-DAP (Atmel-ICE)"},
+      {"1d50:6018", "Black Magic Probe"},
+      {"303a:1001", "ESP USB-JTAG"},
+      {"1a86:8010", "WCH-Link"},
+      {"1a86:8011", "WCH-Link"},
+      {"1a86:8012", "WCH-LinkE"},
   };
   auto it = kProbes.find(absl::AsciiStrToLower(vid_pid));
   return it == kProbes.end() ? "" : it->second;
 }
 
-std::vector<DiscoveredDevice> DiscoverDevices(const std::string& sysfs_root, const std::string& dev_root) {
+std::vector<DiscoveredDevice> DiscoverDevices(const std::string& sysfs_root,
+                                              const std::string& dev_root) {
   std::vector<DiscoveredDevice> out;
   std::error_code ec;
   // Stable names: /dev/serial/by-id/<name> -> ../../ttyUSB0
   std::map<std::string, std::string> by_id;
   const fs::path by_id_dir = fs::path(dev_root) / "serial" / "by-id";
-  for (auto it = fs::directory_iterator(by_id_dir, ec); !ec && it != fs::directory_iterator(); it.increment(ec)) {
+  for (auto it = fs::directory_iterator(by_id_dir, ec); !ec && it != fs::directory_iterator();
+       it.increment(ec)) {
     fs::path target = fs::read_symlink(it->path(), ec);
     if (ec) {
       ec.clear();
@@ -65,7 +85,8 @@ std::vector<DiscoveredDevice> DiscoverDevices(const std::string& sysfs_root, con
   }
   ec.clear();
   const fs::path tty_dir = fs::path(sysfs_root) / "class" / "tty";
-  for (auto it = fs::directory_iterator(tty_dir, ec); !ec && it != fs::directory_iterator(); it.increment(ec)) {
+  for (auto it = fs::directory_iterator(tty_dir, ec); !ec && it != fs::directory_iterator();
+       it.increment(ec)) {
     const std::string name = it->path().filename().string();
     std::error_code e2;
     fs::path dev_link = it->path() / "device";
@@ -80,7 +101,8 @@ std::vector<DiscoveredDevice> DiscoverDevices(const std::string& sysfs_root, con
     auto bi = by_id.find(name);
     if (bi != by_id.end()) d.stable_path = bi->second;
     if (!usb.empty()) {
-      d.vid_pid = absl::AsciiStrToLower(ReadAttr(usb / "idVendor") + ":" + ReadAttr(usb / "idProduct"));
+      d.vid_pid =
+          absl::AsciiStrToLower(ReadAttr(usb / "idVendor") + ":" + ReadAttr(usb / "idProduct"));
       d.serial_number = ReadAttr(usb / "serial");
       d.manufacturer = ReadAttr(usb / "manufacturer");
       d.name = ReadAttr(usb / "product");
@@ -92,11 +114,13 @@ std::vector<DiscoveredDevice> DiscoverDevices(const std::string& sysfs_root, con
   }
   ec.clear();
   const fs::path usb_dir = fs::path(sysfs_root) / "bus" / "usb" / "devices";
-  for (auto it = fs::directory_iterator(usb_dir, ec); !ec && it != fs::directory_iterator(); it.increment(ec)) {
+  for (auto it = fs::directory_iterator(usb_dir, ec); !ec && it != fs::directory_iterator();
+       it.increment(ec)) {
     const fs::path p = it->path();
     std::error_code e2;
     if (!fs::exists(p / "idVendor", e2)) continue;  // interfaces
-    const std::string vp = absl::AsciiStrToLower(ReadAttr(p / "idVendor") + ":" + ReadAttr(p / "idProduct"));
+    const std::string vp =
+        absl::AsciiStrToLower(ReadAttr(p / "idVendor") + ":" + ReadAttr(p / "idProduct"));
     const std::string family = ProbeFamily(vp);
     if (family.empty()) continue;
     DiscoveredDevice d;

@@ -15,11 +15,12 @@ struct DiscoveredDevice {
   std::string vid_pid;
   std::string serial_number;
   std::string manufacturer;
-  std::string path;        // /dev/ttyUSB0 for ports
-  std::string stable_path; // /dev/serial/by-id/... when present
+  std::string path;         // /dev/ttyUSB0 for ports
+  std::string stable_path;  // /dev/serial/by-id/... when present
 };
 
-std::vector<DiscoveredDevice> DiscoverDevices(const std::string& sysfs_root, const std::string& dev_root);
+std::vector<DiscoveredDevice> DiscoverDevices(const std::string& sysfs_root,
+                                              const std::string& dev_root);
 
 // "ST-Link V2-1", "SEGGER J-Link", ... for a known probe VID:PID (lower-case hex), else "".
 std::string ProbeFamily(const std::string& vid_pid);

@@ -22,14 +22,22 @@ namespace fs = std::filesystem;
 
 std::string ElfMachineName(int machine) {
   switch (machine) {
-    case EM_ARM: return "ARM";
-    case EM_386: return "x86";
-    case EM_X86_64: return "x86-64";
-    case EM_AARCH64: return "AArch64";
-    case EM_RISCV: return "RISC-V";
-    case 94: return "Xtensa";
-    case EM_AVR: return "AVR";
-    default: return absl::StrCat("machine ", machine);
+    case EM_ARM:
+      return "ARM";
+    case EM_386:
+      return "x86";
+    case EM_X86_64:
+      return "x86-64";
+    case EM_AARCH64:
+      return "AArch64";
+    case EM_RISCV:
+      return "RISC-V";
+    case 94:
+      return "Xtensa";
+    case EM_AVR:
+      return "AVR";
+    default:
+      return absl::StrCat("machine ", machine);
   }
 }
 
@@ -39,8 +47,9 @@ absl::StatusOr<FirmwareImage> ReadFirmwareImage(const std::string& path) {
   std::string data((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   auto img = ParseFirmwareImage(data, path);
   if (!img.ok()) return img.status();
-  struct stat st{};
-  if (stat(path.c_str(), &st) == 0) img->mtime_ns = int64_t{st.st_mtim.tv_sec} * 1000000000 + st.st_mtim.tv_nsec;
+  struct stat st {};
+  if (stat(path.c_str(), &st) == 0)
+    img->mtime_ns = int64_t{st.st_mtim.tv_sec} * 1000000000 + st.st_mtim.tv_nsec;
   return img;
 }
 
@@ -48,11 +57,12 @@ absl::StatusOr<FirmwareImage> ParseFirmwareImage(std::string_view data, const st
   FirmwareImage img;
   img.path = path;
   if (data.size() < sizeof(Elf32_Ehdr) || data.compare(0, 4, ELFMAG) != 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("image ", path, ": not an ELF file; give the .elf (the .bin and .hex are made from it)"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "image ", path, ": not an ELF file; give the .elf (the .bin and .hex are made from it)"));
   }
   if (data[EI_CLASS] != ELFCLASS32 || data[EI_DATA] != ELFDATA2LSB) {
-    return absl::InvalidArgumentError(absl::StrCat("image ", path, ": not a 32-bit little-endian ELF (not a Cortex-M image)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("image ", path, ": not a 32-bit little-endian ELF (not a Cortex-M image)"));
   }
   Elf32_Ehdr eh;
   std::memcpy(&eh, data.data(), sizeof eh);
@@ -60,19 +70,22 @@ absl::StatusOr<FirmwareImage> ParseFirmwareImage(std::string_view data, const st
   img.entry = eh.e_entry;
   if (eh.e_phoff == 0 || eh.e_phnum == 0 ||
       eh.e_phoff + uint64_t{eh.e_phnum} * sizeof(Elf32_Phdr) > data.size()) {
-    return absl::InvalidArgumentError(absl::StrCat("image ", path, ": ELF has no program headers (not linked?)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("image ", path, ": ELF has no program headers (not linked?)"));
   }
   for (int i = 0; i < eh.e_phnum; ++i) {
     Elf32_Phdr ph;
     std::memcpy(&ph, data.data() + eh.e_phoff + i * sizeof(Elf32_Phdr), sizeof ph);
     if (ph.p_type != PT_LOAD || ph.p_filesz == 0) continue;
     if (uint64_t{ph.p_offset} + ph.p_filesz > data.size()) {
-      return absl::InvalidArgumentError(absl::StrCat("image ", path, ": truncated ELF (segment ", i, " past the end)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("image ", path, ": truncated ELF (segment ", i, " past the end)"));
     }
     img.segments.push_back({ph.p_paddr, ph.p_vaddr, ph.p_filesz, ph.p_memsz});
     img.bytes += ph.p_filesz;
   }
-  if (img.segments.empty()) return absl::InvalidArgumentError(absl::StrCat("image ", path, ": ELF has nothing to load"));
+  if (img.segments.empty())
+    return absl::InvalidArgumentError(absl::StrCat("image ", path, ": ELF has nothing to load"));
   // The vector table starts the lowest-addressed segment: word 0 is the
   // initial stack pointer.
   const ElfSegment* low = &img.segments[0];
@@ -97,39 +110,43 @@ absl::Status CheckImageFits(const FirmwareImage& img, const BoardConfig& b) {
   uint64_t used = 0;
   for (const auto& s : img.segments) {
     if (s.paddr < lo || s.paddr + s.filesz > hi) {
-      return absl::FailedPreconditionError(absl::StrFormat(
-          "flash guard (fits): %s loads %u bytes at 0x%08x..0x%08x, outside %s's flash 0x%08x..0x%08x",
-          img.path, s.filesz, s.paddr, s.paddr + s.filesz, b.id, lo, hi));
+      return absl::FailedPreconditionError(
+          absl::StrFormat("flash guard (fits): %s loads %u bytes at 0x%08x..0x%08x, outside %s's "
+                          "flash 0x%08x..0x%08x",
+                          img.path, s.filesz, s.paddr, s.paddr + s.filesz, b.id, lo, hi));
     }
     used += s.filesz;
   }
   if (used > b.flash_size) {
-    return absl::FailedPreconditionError(absl::StrFormat("flash guard (fits): %s needs %u bytes of flash, %s has %u",
-                                                         img.path, used, b.id, b.flash_size));
+    return absl::FailedPreconditionError(
+        absl::StrFormat("flash guard (fits): %s needs %u bytes of flash, %s has %u", img.path, used,
+                        b.id, b.flash_size));
   }
   return absl::OkStatus();
 }
 
 absl::Status CheckImageTarget(const FirmwareImage& img, const BoardConfig& b) {
   if (img.machine != EM_ARM) {
-    return absl::FailedPreconditionError(absl::StrCat("flash guard (target): ", img.path, " is built for ",
-                                                      ElfMachineName(img.machine), ", board ", b.id, " (",
-                                                      b.target.empty() ? "?" : b.target, ") is an ARM Cortex-M"));
+    return absl::FailedPreconditionError(absl::StrCat(
+        "flash guard (target): ", img.path, " is built for ", ElfMachineName(img.machine),
+        ", board ", b.id, " (", b.target.empty() ? "?" : b.target, ") is an ARM Cortex-M"));
   }
   if (b.ram_size != 0 && img.has_vectors) {
     const uint64_t lo = b.ram_origin, hi = b.ram_origin + b.ram_size;
     if (img.initial_sp < lo || img.initial_sp > hi) {
       return absl::FailedPreconditionError(absl::StrFormat(
-          "flash guard (target): %s starts its stack at 0x%08x, outside %s's RAM 0x%08x..0x%08x (%s); "
+          "flash guard (target): %s starts its stack at 0x%08x, outside %s's RAM 0x%08x..0x%08x "
+          "(%s); "
           "it was linked for another part",
           img.path, img.initial_sp, b.id, lo, hi, b.target.empty() ? "?" : b.target));
     }
   }
   if (b.flash_size != 0 && (img.entry & ~1ull) != 0 &&
-      ((img.entry & ~1ull) < b.flash_origin || (img.entry & ~1ull) >= b.flash_origin + b.flash_size)) {
+      ((img.entry & ~1ull) < b.flash_origin ||
+       (img.entry & ~1ull) >= b.flash_origin + b.flash_size)) {
     return absl::FailedPreconditionError(absl::StrFormat(
-        "flash guard (target): %s's entry point 0x%08x is outside %s's flash 0x%08x..0x%08x", img.path, img.entry, b.id,
-        b.flash_origin, b.flash_origin + b.flash_size));
+        "flash guard (target): %s's entry point 0x%08x is outside %s's flash 0x%08x..0x%08x",
+        img.path, img.entry, b.id, b.flash_origin, b.flash_origin + b.flash_size));
   }
   return absl::OkStatus();
 }
@@ -149,27 +166,29 @@ std::string FindProjectRoot(const std::string& image_path) {
 
 absl::Status CheckImageFresh(const FirmwareImage& img, const std::string& root) {
   if (root.empty()) return absl::OkStatus();
-  static const std::set<std::string> kSources = {".c", ".h", ".cc", ".cpp", ".hpp", ".s", ".S", ".ld", ".rs", ".ino"};
+  static const std::set<std::string> kSources = {".c", ".h", ".cc", ".cpp", ".hpp",
+                                                 ".s", ".S", ".ld", ".rs",  ".ino"};
   static const std::set<std::string> kBuildFiles = {"Makefile", "CMakeLists.txt", "platformio.ini"};
   std::error_code ec;
   fs::path image_dir = fs::absolute(img.path, ec).parent_path();
   int64_t newest = 0;
   std::string newest_path;
-  auto it = fs::recursive_directory_iterator(root, fs::directory_options::skip_permission_denied, ec);
+  auto it =
+      fs::recursive_directory_iterator(root, fs::directory_options::skip_permission_denied, ec);
   int visited = 0;
   for (; !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
     if (++visited > 20000) break;
     const auto& p = it->path();
     const std::string name = p.filename().string();
     if (it->is_directory(ec)) {
-      if (name.starts_with(".") || name == "build" || name.starts_with("build-") || name == "node_modules" ||
-          fs::equivalent(p, image_dir, ec)) {
+      if (name.starts_with(".") || name == "build" || name.starts_with("build-") ||
+          name == "node_modules" || fs::equivalent(p, image_dir, ec)) {
         it.disable_recursion_pending();
       }
       continue;
     }
     if (!kSources.count(p.extension().string()) && !kBuildFiles.count(name)) continue;
-    struct stat st{};
+    struct stat st {};
     if (stat(p.c_str(), &st) != 0) continue;
     int64_t m = int64_t{st.st_mtim.tv_sec} * 1000000000 + st.st_mtim.tv_nsec;
     if (m > newest) {
@@ -178,7 +197,8 @@ absl::Status CheckImageFresh(const FirmwareImage& img, const std::string& root) 
     }
   }
   if (newest > img.mtime_ns) {
-    return absl::FailedPreconditionError(absl::StrCat("flash guard (fresh): ", newest_path, " changed after ", img.path,
+    return absl::FailedPreconditionError(absl::StrCat("flash guard (fresh): ", newest_path,
+                                                      " changed after ", img.path,
                                                       " was built; rebuild before flashing"));
   }
   return absl::OkStatus();

@@ -35,7 +35,8 @@ struct FirmwareImage {
 [[nodiscard]] absl::StatusOr<FirmwareImage> ReadFirmwareImage(const std::string& path);
 // The same from the file's bytes (`path` only names it in errors; no mtime).
 // INVALID_ARGUMENT says what is wrong with the ELF.
-[[nodiscard]] absl::StatusOr<FirmwareImage> ParseFirmwareImage(std::string_view elf, const std::string& path);
+[[nodiscard]] absl::StatusOr<FirmwareImage> ParseFirmwareImage(std::string_view elf,
+                                                               const std::string& path);
 
 std::string ElfMachineName(int machine);
 
@@ -45,7 +46,8 @@ std::string ElfMachineName(int machine);
 //  fresh:  no source file under `project_root` is newer than the image.
 [[nodiscard]] absl::Status CheckImageFits(const FirmwareImage& image, const BoardConfig& board);
 [[nodiscard]] absl::Status CheckImageTarget(const FirmwareImage& image, const BoardConfig& board);
-[[nodiscard]] absl::Status CheckImageFresh(const FirmwareImage& image, const std::string& project_root);
+[[nodiscard]] absl::Status CheckImageFresh(const FirmwareImage& image,
+                                           const std::string& project_root);
 
 // The directory above `image_path` that holds Makefile / CMakeLists.txt /
 // .fwai, or "" if none within a few levels.

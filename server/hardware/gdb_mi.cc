@@ -37,15 +37,26 @@ struct MiParser {
       if (c == '\\' && i < s.size()) {
         char e = s[i++];
         switch (e) {
-          case 'n': out += '\n'; break;
-          case 't': out += '\t'; break;
-          case 'r': out += '\r'; break;
-          case '"': out += '"'; break;
-          case '\\': out += '\\'; break;
+          case 'n':
+            out += '\n';
+            break;
+          case 't':
+            out += '\t';
+            break;
+          case 'r':
+            out += '\r';
+            break;
+          case '"':
+            out += '"';
+            break;
+          case '\\':
+            out += '\\';
+            break;
           default:
             if (e >= '0' && e <= '7') {
               int v = e - '0';
-              for (int k = 0; k < 2 && i < s.size() && s[i] >= '0' && s[i] <= '7'; ++k) v = v * 8 + (s[i++] - '0');
+              for (int k = 0; k < 2 && i < s.size() && s[i] >= '0' && s[i] <= '7'; ++k)
+                v = v * 8 + (s[i++] - '0');
               out += static_cast<char>(v);
             } else {
               out += e;
@@ -97,7 +108,9 @@ struct MiParser {
       while (true) {
         // A list holds values or name=value results.
         size_t save = i;
-        while (i < s.size() && (std::isalnum(static_cast<unsigned char>(s[i])) || s[i] == '-' || s[i] == '_')) ++i;
+        while (i < s.size() &&
+               (std::isalnum(static_cast<unsigned char>(s[i])) || s[i] == '-' || s[i] == '_'))
+          ++i;
         if (i < s.size() && s[i] == '=' && i > save) {
           i = save;
           nlohmann::json one = nlohmann::json::object();
@@ -174,9 +187,11 @@ std::string FindGdb(const std::string& preferred) {
   return "";
 }
 
-absl::StatusOr<std::unique_ptr<GdbSession>> GdbSession::Start(const std::string& gdb, const std::string& elf) {
+absl::StatusOr<std::unique_ptr<GdbSession>> GdbSession::Start(const std::string& gdb,
+                                                              const std::string& elf) {
   if (gdb.empty()) {
-    return absl::FailedPreconditionError("no GDB found: install gdb-multiarch (or arm-none-eabi-gdb)");
+    return absl::FailedPreconditionError(
+        "no GDB found: install gdb-multiarch (or arm-none-eabi-gdb)");
   }
   int to_child[2], from_child[2];
   if (pipe2(to_child, O_CLOEXEC) != 0) return absl::InternalError("pipe failed");
@@ -199,7 +214,8 @@ absl::StatusOr<std::unique_ptr<GdbSession>> GdbSession::Start(const std::string&
   // Wait for the first prompt.
   std::string line;
   while (true) {
-    if (!g->ReadLine(line, 15000)) return absl::UnavailableError(absl::StrCat(gdb, " did not start"));
+    if (!g->ReadLine(line, 15000))
+      return absl::UnavailableError(absl::StrCat(gdb, " did not start"));
     if (line.rfind("(gdb)", 0) == 0) break;
   }
   (void)g->Mi("-gdb-set confirm off");
@@ -248,7 +264,8 @@ bool GdbSession::ReadLine(std::string& line, int timeout_ms) {
       return true;
     }
     if (closed_) return false;
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
     if (left.count() <= 0) return false;
     pollfd p{out_fd_, POLLIN, 0};
     int r = poll(&p, 1, static_cast<int>(left.count()));
@@ -276,8 +293,11 @@ absl::StatusOr<MiResponse> GdbSession::Mi(const std::string& command, int timeou
   std::string l;
   while (true) {
     if (!ReadLine(l, timeout_ms)) {
-      if (closed_) return absl::UnavailableError(absl::StrCat("gdb is gone (its output ended) during '", command, "'"));
-      return absl::DeadlineExceededError(absl::StrCat("gdb did not answer '", command, "' within ", timeout_ms, " ms"));
+      if (closed_)
+        return absl::UnavailableError(
+            absl::StrCat("gdb is gone (its output ended) during '", command, "'"));
+      return absl::DeadlineExceededError(
+          absl::StrCat("gdb did not answer '", command, "' within ", timeout_ms, " ms"));
     }
     if (l.rfind(prefix, 0) == 0) {
       std::string rest = l.substr(prefix.size());
@@ -296,7 +316,8 @@ absl::StatusOr<MiResponse> GdbSession::Mi(const std::string& command, int timeou
       if (s.ok()) resp.console += *s;
     } else if (!l.empty() && l[0] == '*') {
       size_t comma = l.find(',');
-      nlohmann::json ev = {{"class", l.substr(1, comma == std::string::npos ? std::string::npos : comma - 1)}};
+      nlohmann::json ev = {
+          {"class", l.substr(1, comma == std::string::npos ? std::string::npos : comma - 1)}};
       if (comma != std::string::npos) {
         auto r = ParseMiResults(std::string_view(l).substr(comma + 1));
         if (r.ok()) ev["results"] = *r;
@@ -332,16 +353,19 @@ absl::StatusOr<nlohmann::json> GdbSession::WaitStopped(int timeout_ms) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
   bool interrupted = false;
   while (true) {
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
     if (left.count() <= 0) {
-      if (interrupted) return absl::DeadlineExceededError("the target did not stop after an interrupt");
+      if (interrupted)
+        return absl::DeadlineExceededError("the target did not stop after an interrupt");
       std::string cmd = "-exec-interrupt\n";
       (void)!write(in_fd_, cmd.data(), cmd.size());
       interrupted = true;
       left = std::chrono::milliseconds(3000);
     }
     if (!ReadLine(l, static_cast<int>(left.count()))) {
-      if (closed_) return absl::UnavailableError("gdb is gone (its output ended) while the target ran");
+      if (closed_)
+        return absl::UnavailableError("gdb is gone (its output ended) while the target ran");
       continue;
     }
     if (l.rfind("*stopped", 0) == 0) {
@@ -360,7 +384,8 @@ absl::Status GdbSession::Connect(const std::string& host_port) {
   auto r = Mi("-target-select remote " + host_port, 15000);
   if (!r.ok()) return r.status();
   if (r->result_class == "error") {
-    return absl::UnavailableError(absl::StrCat("gdb could not connect to ", host_port, ": ", r->error));
+    return absl::UnavailableError(
+        absl::StrCat("gdb could not connect to ", host_port, ": ", r->error));
   }
   return absl::OkStatus();
 }
@@ -369,31 +394,50 @@ void GdbSession::Detach() { (void)Mi("-target-detach", 5000); }
 
 // ---- Cortex-M faults ----
 
-std::vector<std::string> DecodeFaultBits(uint32_t cfsr, uint32_t hfsr, uint32_t mmfar, uint32_t bfar) {
+std::vector<std::string> DecodeFaultBits(uint32_t cfsr, uint32_t hfsr, uint32_t mmfar,
+                                         uint32_t bfar) {
   std::vector<std::string> out;
   auto bit = [](uint32_t v, int b) { return (v >> b) & 1u; };
-  if (bit(hfsr, 30)) out.push_back("forced: a configurable fault escalated to HardFault (its handler is disabled or it faulted itself)");
+  if (bit(hfsr, 30))
+    out.push_back(
+        "forced: a configurable fault escalated to HardFault (its handler is disabled or it "
+        "faulted itself)");
   if (bit(hfsr, 1)) out.push_back("vector table read failed during exception processing");
   if (bit(hfsr, 31)) out.push_back("debug event");
   // MemManage
-  if (bit(cfsr, 0)) out.push_back("memory management: instruction fetch from a no-execute or protected region");
+  if (bit(cfsr, 0))
+    out.push_back("memory management: instruction fetch from a no-execute or protected region");
   if (bit(cfsr, 1)) out.push_back("memory management: data access violation");
   if (bit(cfsr, 3)) out.push_back("memory management: fault while unstacking on exception return");
-  if (bit(cfsr, 4)) out.push_back("memory management: fault while stacking on exception entry (stack overflow?)");
-  if (bit(cfsr, 5)) out.push_back("memory management: fault during floating-point lazy state preservation");
-  if (bit(cfsr, 7)) out.push_back(absl::StrFormat("memory management: faulting address 0x%08x", mmfar));
+  if (bit(cfsr, 4))
+    out.push_back("memory management: fault while stacking on exception entry (stack overflow?)");
+  if (bit(cfsr, 5))
+    out.push_back("memory management: fault during floating-point lazy state preservation");
+  if (bit(cfsr, 7))
+    out.push_back(absl::StrFormat("memory management: faulting address 0x%08x", mmfar));
   // BusFault
   if (bit(cfsr, 8)) out.push_back("bus fault: instruction fetch from an invalid address");
-  if (bit(cfsr, 9)) out.push_back("bus fault: precise data bus error (a load or store to an address that does not answer)");
-  if (bit(cfsr, 10)) out.push_back("bus fault: imprecise data bus error (a buffered write failed; the stacked pc is after the culprit)");
+  if (bit(cfsr, 9))
+    out.push_back(
+        "bus fault: precise data bus error (a load or store to an address that does not answer)");
+  if (bit(cfsr, 10))
+    out.push_back(
+        "bus fault: imprecise data bus error (a buffered write failed; the stacked pc is after the "
+        "culprit)");
   if (bit(cfsr, 11)) out.push_back("bus fault: fault while unstacking on exception return");
-  if (bit(cfsr, 12)) out.push_back("bus fault: fault while stacking on exception entry (stack overflow?)");
-  if (bit(cfsr, 13)) out.push_back("bus fault: fault during floating-point lazy state preservation");
+  if (bit(cfsr, 12))
+    out.push_back("bus fault: fault while stacking on exception entry (stack overflow?)");
+  if (bit(cfsr, 13))
+    out.push_back("bus fault: fault during floating-point lazy state preservation");
   if (bit(cfsr, 15)) out.push_back(absl::StrFormat("bus fault: faulting address 0x%08x", bfar));
   // UsageFault
   if (bit(cfsr, 16)) out.push_back("usage fault: undefined instruction");
-  if (bit(cfsr, 17)) out.push_back("usage fault: invalid state (a branch to an address without the Thumb bit, or a corrupt xPSR)");
-  if (bit(cfsr, 18)) out.push_back("usage fault: invalid exception return value (corrupt EXC_RETURN in lr)");
+  if (bit(cfsr, 17))
+    out.push_back(
+        "usage fault: invalid state (a branch to an address without the Thumb bit, or a corrupt "
+        "xPSR)");
+  if (bit(cfsr, 18))
+    out.push_back("usage fault: invalid exception return value (corrupt EXC_RETURN in lr)");
   if (bit(cfsr, 19)) out.push_back("usage fault: coprocessor access (FPU not enabled?)");
   if (bit(cfsr, 24)) out.push_back("usage fault: unaligned access");
   if (bit(cfsr, 25)) out.push_back("usage fault: divide by zero");
@@ -418,13 +462,15 @@ namespace {
 absl::StatusOr<uint64_t> EvalNumber(GdbSession& gdb, const std::string& expr) {
   auto r = gdb.Mi("-data-evaluate-expression \"" + expr + "\"");
   if (!r.ok()) return r.status();
-  if (r->result_class == "error") return absl::InternalError(absl::StrCat("gdb: ", expr, ": ", r->error));
+  if (r->result_class == "error")
+    return absl::InternalError(absl::StrCat("gdb: ", expr, ": ", r->error));
   std::string v = MiString(r->results, "value");
   size_t sp = v.find(' ');
   if (sp != std::string::npos) v = v.substr(0, sp);
   uint64_t out = 0;
   if (v.rfind("0x", 0) == 0) {
-    if (!absl::SimpleHexAtoi(v.substr(2), &out)) return absl::InternalError("gdb: not a number: " + v);
+    if (!absl::SimpleHexAtoi(v.substr(2), &out))
+      return absl::InternalError("gdb: not a number: " + v);
   } else {
     int64_t sv = 0;
     if (!absl::SimpleAtoi(v, &sv)) return absl::InternalError("gdb: not a number: " + v);
@@ -442,8 +488,9 @@ absl::StatusOr<FaultReport> DecodeFault(GdbSession& gdb) {
   const uint32_t ipsr = static_cast<uint32_t>(*xpsr) & 0x1ff;
   static const char* kNames[] = {"", "", "NMI", "HardFault", "MemManage", "BusFault", "UsageFault"};
   if (ipsr < 3 || ipsr > 6) {
-    rep.summary = ipsr == 0 ? "the core is not in a fault handler (thread mode)"
-                            : absl::StrCat("the core is in exception ", ipsr, ", not a fault handler");
+    rep.summary = ipsr == 0
+                      ? "the core is not in a fault handler (thread mode)"
+                      : absl::StrCat("the core is in exception ", ipsr, ", not a fault handler");
     return rep;
   }
   rep.in_fault = true;
@@ -467,7 +514,8 @@ absl::StatusOr<FaultReport> DecodeFault(GdbSession& gdb) {
     for (size_t i = 0; i + 1 < stack.size(); ++i) {
       if (MiString(stack[i], "func") == "<signal handler called>") {
         fault_frame = stack[i + 1];
-        if (!absl::SimpleAtoi(MiString(fault_frame, "level"), &fault_level) || fault_level < 0) fault_level = -1;
+        if (!absl::SimpleAtoi(MiString(fault_frame, "level"), &fault_level) || fault_level < 0)
+          fault_level = -1;
         break;
       }
     }
@@ -475,7 +523,8 @@ absl::StatusOr<FaultReport> DecodeFault(GdbSession& gdb) {
   if (fault_level >= 0) {
     rep.location = MiString(fault_frame, "func", "??");
     if (fault_frame.contains("file")) {
-      absl::StrAppend(&rep.location, " at ", MiString(fault_frame, "file"), ":", MiString(fault_frame, "line"));
+      absl::StrAppend(&rep.location, " at ", MiString(fault_frame, "file"), ":",
+                      MiString(fault_frame, "line"));
     }
     (void)gdb.Mi(absl::StrCat("-stack-select-frame ", fault_level));
     for (const char* reg : {"r0", "r1", "r2", "r3", "r12", "lr", "pc", "xpsr"}) {
@@ -485,17 +534,20 @@ absl::StatusOr<FaultReport> DecodeFault(GdbSession& gdb) {
     (void)gdb.Mi("-stack-select-frame 0");
   }
   std::string pc = rep.frame.value("pc", "");
-  rep.summary = absl::StrCat(rep.exception, pc.empty() ? "" : " at pc=" + pc,
-                             rep.location.empty() ? "" : " in " + rep.location, rep.causes.empty() ? "" : ": ",
-                             rep.causes.empty() ? "" : rep.causes.back());
+  rep.summary =
+      absl::StrCat(rep.exception, pc.empty() ? "" : " at pc=" + pc,
+                   rep.location.empty() ? "" : " in " + rep.location,
+                   rep.causes.empty() ? "" : ": ", rep.causes.empty() ? "" : rep.causes.back());
   for (const auto& c : rep.causes) {
-    if (c.rfind("bus fault: precise", 0) == 0 || c.rfind("usage fault", 0) == 0 || c.rfind("memory management: data", 0) == 0 ||
-        c.rfind("memory management: instruction", 0) == 0 || c.rfind("bus fault: instruction", 0) == 0 ||
-        c.rfind("bus fault: imprecise", 0) == 0) {
+    if (c.rfind("bus fault: precise", 0) == 0 || c.rfind("usage fault", 0) == 0 ||
+        c.rfind("memory management: data", 0) == 0 ||
+        c.rfind("memory management: instruction", 0) == 0 ||
+        c.rfind("bus fault: instruction", 0) == 0 || c.rfind("bus fault: imprecise", 0) == 0) {
       rep.summary = absl::StrCat(rep.exception, pc.empty() ? "" : " at pc=" + pc,
                                  rep.location.empty() ? "" : " in " + rep.location, ": ", c);
       for (const auto& a : rep.causes) {
-        if (a.find("faulting address") != std::string::npos) absl::StrAppend(&rep.summary, "; ", a.substr(a.find("faulting address")));
+        if (a.find("faulting address") != std::string::npos)
+          absl::StrAppend(&rep.summary, "; ", a.substr(a.find("faulting address")));
       }
       break;
     }

@@ -5,10 +5,9 @@
 #include <sys/types.h>
 
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "absl/status/statusor.h"
 
@@ -19,13 +18,14 @@ namespace fwai {
 
 // A string member of an MI tuple, else `fallback`. MI values are strings,
 // tuples or lists, and what gdb prints is outside input: read them by type.
-std::string MiString(const nlohmann::json& tuple, const char* key, const std::string& fallback = "");
+std::string MiString(const nlohmann::json& tuple, const char* key,
+                     const std::string& fallback = "");
 
 struct MiResponse {
   std::string result_class;  // done | running | connected | error | exit
   nlohmann::json results = nlohmann::json::object();
-  std::string console;       // console stream output (~"...") of the command
-  std::string error;         // msg of ^error
+  std::string console;  // console stream output (~"...") of the command
+  std::string error;    // msg of ^error
 };
 
 class GdbSession {
@@ -42,7 +42,8 @@ class GdbSession {
   // Runs one MI command (without token) and waits for its result record.
   [[nodiscard]] absl::StatusOr<MiResponse> Mi(const std::string& command, int timeout_ms = 10000);
   // Runs a CLI command through -interpreter-exec console.
-  [[nodiscard]] absl::StatusOr<MiResponse> Console(const std::string& command, int timeout_ms = 10000);
+  [[nodiscard]] absl::StatusOr<MiResponse> Console(const std::string& command,
+                                                   int timeout_ms = 10000);
   // After ^running, waits for *stopped (interrupting the target on timeout).
   [[nodiscard]] absl::StatusOr<nlohmann::json> WaitStopped(int timeout_ms);
   [[nodiscard]] absl::Status Connect(const std::string& host_port);
@@ -77,7 +78,8 @@ struct FaultReport {
 };
 
 // Decodes CFSR/HFSR bits into plain words.
-std::vector<std::string> DecodeFaultBits(uint32_t cfsr, uint32_t hfsr, uint32_t mmfar, uint32_t bfar);
+std::vector<std::string> DecodeFaultBits(uint32_t cfsr, uint32_t hfsr, uint32_t mmfar,
+                                         uint32_t bfar);
 [[nodiscard]] absl::StatusOr<FaultReport> DecodeFault(GdbSession& gdb);
 
 // The first usable of `preferred`, gdb-multiarch, arm-none-eabi-gdb.

@@ -17,7 +17,6 @@ namespace {
 
 constexpr char kPrefix[] = "lease/";
 
-
 nlohmann::json ToJson(const LeaseRecord& l) {
   return {{"lease_id", l.lease_id},
           {"device_id", l.device_id},
@@ -51,11 +50,13 @@ LeaseRecord FromJson(const nlohmann::json& j) {
 }  // namespace
 
 std::string DescribeHeld(const LeaseRecord& l) {
-  return absl::StrCat(l.device_id, " is held by ", l.holder, " since ", FormatLocalTime(l.acquired_us), " (lease ",
-                      l.lease_id, ", expires ", FormatLocalTime(l.expires_us), ")");
+  return absl::StrCat(l.device_id, " is held by ", l.holder, " since ",
+                      FormatLocalTime(l.acquired_us), " (lease ", l.lease_id, ", expires ",
+                      FormatLocalTime(l.expires_us), ")");
 }
 
-LeaseManager::LeaseManager(Storage& storage, std::function<void(const LeaseRecord&, const std::string&)> on_end)
+LeaseManager::LeaseManager(Storage& storage,
+                           std::function<void(const LeaseRecord&, const std::string&)> on_end)
     : storage_(storage), on_end_(std::move(on_end)) {}
 
 LeaseManager::~LeaseManager() {
@@ -70,20 +71,21 @@ LeaseManager::~LeaseManager() {
 absl::Status LeaseManager::Start() {
   const int64_t now = NowMicros();
   std::vector<std::string> expired;
-  auto s = storage_.Scan(Cf::kLeases, kPrefix, "lease0", [&](std::string_view key, std::string_view value) {
-    auto j = nlohmann::json::parse(value, nullptr, false);
-    if (j.is_discarded()) {
-      expired.emplace_back(key);
-      return true;
-    }
-    LeaseRecord l = FromJson(j);
-    if (l.expires_us <= now) {
-      expired.emplace_back(key);
-    } else {
-      by_device_[l.device_id] = l;
-    }
-    return true;
-  });
+  auto s = storage_.Scan(Cf::kLeases, kPrefix, "lease0",
+                         [&](std::string_view key, std::string_view value) {
+                           auto j = nlohmann::json::parse(value, nullptr, false);
+                           if (j.is_discarded()) {
+                             expired.emplace_back(key);
+                             return true;
+                           }
+                           LeaseRecord l = FromJson(j);
+                           if (l.expires_us <= now) {
+                             expired.emplace_back(key);
+                           } else {
+                             by_device_[l.device_id] = l;
+                           }
+                           return true;
+                         });
   if (!s.ok()) return s;
   for (const auto& k : expired) {
     if (auto d = storage_.Delete(Cf::kLeases, k, true); !d.ok()) return d;
@@ -204,7 +206,8 @@ absl::StatusOr<LeaseRecord> LeaseManager::Acquire(
       q.w.until_us = q.w.since_us + int64_t{wait_ms} * 1000;
       queue_.push_back(std::move(q));
     }
-    cv_.wait_until(lock, std::min(deadline, std::chrono::steady_clock::now() + std::chrono::milliseconds(200)));
+    cv_.wait_until(lock, std::min(deadline, std::chrono::steady_clock::now() +
+                                                std::chrono::milliseconds(200)));
   }
 }
 
@@ -228,20 +231,23 @@ std::vector<LeaseWaiter> LeaseManager::Waiters() const {
   return out;
 }
 
-absl::StatusOr<LeaseRecord> LeaseManager::Renew(const std::string& lease_id, const std::string& identity, bool admin) {
+absl::StatusOr<LeaseRecord> LeaseManager::Renew(const std::string& lease_id,
+                                                const std::string& identity, bool admin) {
   std::lock_guard lock(mu_);
   for (auto& [id, l] : by_device_) {
     if (l.lease_id != lease_id) continue;
     if (l.identity != identity && !admin) {
-      return absl::PermissionDeniedError(absl::StrCat("lease ", lease_id, " belongs to ", l.holder,
-                                                      "; only its holder (or an admin) renews it (rule: the lease's holder)"));
+      return absl::PermissionDeniedError(
+          absl::StrCat("lease ", lease_id, " belongs to ", l.holder,
+                       "; only its holder (or an admin) renews it (rule: the lease's holder)"));
     }
     if (l.held_elsewhere) return l;  // its owner's renewals come through SetExpiry
     l.expires_us = NowMicros() + int64_t{l.ttl_s} * 1000000;
     if (auto s = Persist(l); !s.ok()) return s;
     return l;
   }
-  return absl::NotFoundError(absl::StrCat("lease ", lease_id, ": no such lease (expired or released)"));
+  return absl::NotFoundError(
+      absl::StrCat("lease ", lease_id, ": no such lease (expired or released)"));
 }
 
 void LeaseManager::Touch(const std::string& device_id, const std::string& identity) {
@@ -269,8 +275,10 @@ absl::Status LeaseManager::SetExpiry(const std::string& lease_id, std::optional<
       absl::StrCat("lease ", lease_id, ": no such lease (expired or released)"));
 }
 
-absl::StatusOr<LeaseRecord> LeaseManager::Release(const std::string& lease_id, const std::string& device_id,
-                                                  const std::string& identity, bool force, bool admin) {
+absl::StatusOr<LeaseRecord> LeaseManager::Release(const std::string& lease_id,
+                                                  const std::string& device_id,
+                                                  const std::string& identity, bool force,
+                                                  bool admin) {
   LeaseRecord ended;
   {
     std::lock_guard lock(mu_);
@@ -280,19 +288,22 @@ absl::StatusOr<LeaseRecord> LeaseManager::Release(const std::string& lease_id, c
         if (i->second.lease_id == lease_id) it = i;
       }
       if (it == by_device_.end()) {
-        return absl::NotFoundError(absl::StrCat("lease ", lease_id, ": no such lease (expired or released)"));
+        return absl::NotFoundError(
+            absl::StrCat("lease ", lease_id, ": no such lease (expired or released)"));
       }
     } else {
       it = by_device_.find(device_id);
-      if (it == by_device_.end()) return absl::NotFoundError(absl::StrCat(device_id, " is not leased"));
+      if (it == by_device_.end())
+        return absl::NotFoundError(absl::StrCat(device_id, " is not leased"));
     }
     if (it->second.identity != identity) {
       if (!force) {
-        return absl::PermissionDeniedError(absl::StrCat(DescribeHeld(it->second),
-                                                        admin ? "; use --force to take it away" : ""));
+        return absl::PermissionDeniedError(
+            absl::StrCat(DescribeHeld(it->second), admin ? "; use --force to take it away" : ""));
       }
       if (!admin) {
-        return absl::PermissionDeniedError("only root or the daemon's user may force-release another holder's lease");
+        return absl::PermissionDeniedError(
+            "only root or the daemon's user may force-release another holder's lease");
       }
     }
     ended = it->second;
@@ -338,7 +349,8 @@ std::vector<LeaseRecord> LeaseManager::All() const {
 }
 
 absl::Status LeaseManager::CheckHeld(const std::string& device_id, const std::string& identity,
-                                     const std::string& lease_id, const std::string& session_id) const {
+                                     const std::string& lease_id,
+                                     const std::string& session_id) const {
   std::lock_guard lock(mu_);
   auto it = by_device_.find(device_id);
   if (it == by_device_.end()) {
@@ -346,7 +358,8 @@ absl::Status LeaseManager::CheckHeld(const std::string& device_id, const std::st
         absl::StrCat(device_id, " is not leased; take it first (fwai hw lease ", device_id, ")"));
   }
   const LeaseRecord& l = it->second;
-  if ((!lease_id.empty() && l.lease_id == lease_id) || (!session_id.empty() && l.session_id == session_id) ||
+  if ((!lease_id.empty() && l.lease_id == lease_id) ||
+      (!session_id.empty() && l.session_id == session_id) ||
       (!identity.empty() && l.identity == identity)) {
     return absl::OkStatus();
   }

@@ -23,9 +23,9 @@ class Storage;
 struct LeaseRecord {
   std::string lease_id;
   std::string device_id;
-  std::string holder;  // "alice (uid 1000)"; shown to others
-  int64_t uid = -1;    // -1: not a local user (tcp)
-  std::string identity;  // "uid:N" or "tcp:..."
+  std::string holder;      // "alice (uid 1000)"; shown to others
+  int64_t uid = -1;        // -1: not a local user (tcp)
+  std::string identity;    // "uid:N" or "tcp:..."
   std::string session_id;  // set: released when that session goes away
   int64_t acquired_us = 0;
   int64_t expires_us = 0;
@@ -53,7 +53,8 @@ struct LeaseWaiter {
 class LeaseManager {
  public:
   // `on_end(lease, reason)` runs after a lease ends for any reason.
-  LeaseManager(Storage& storage, std::function<void(const LeaseRecord&, const std::string&)> on_end);
+  LeaseManager(Storage& storage,
+               std::function<void(const LeaseRecord&, const std::string&)> on_end);
   ~LeaseManager();
 
   // Loads persisted leases, dropping expired ones; starts the sweeper.
@@ -71,8 +72,8 @@ class LeaseManager {
       const std::function<bool()>& cancelled, const std::string& wants = "");
   // The queue, earliest first.
   std::vector<LeaseWaiter> Waiters() const;
-  [[nodiscard]] absl::StatusOr<LeaseRecord> Renew(const std::string& lease_id, const std::string& identity,
-                                                  bool admin);
+  [[nodiscard]] absl::StatusOr<LeaseRecord> Renew(const std::string& lease_id,
+                                                  const std::string& identity, bool admin);
   // Extends the lease on `device_id` held by `identity`, if any (use = keepalive);
   // not a lease held elsewhere.
   void Touch(const std::string& device_id, const std::string& identity);
@@ -83,8 +84,10 @@ class LeaseManager {
                                        std::optional<int64_t> expires_us,
                                        const std::string& reason);
   // By lease id or device id. Only the holder, or an admin with `force`.
-  [[nodiscard]] absl::StatusOr<LeaseRecord> Release(const std::string& lease_id, const std::string& device_id,
-                                                    const std::string& identity, bool force, bool admin);
+  [[nodiscard]] absl::StatusOr<LeaseRecord> Release(const std::string& lease_id,
+                                                    const std::string& device_id,
+                                                    const std::string& identity, bool force,
+                                                    bool admin);
   // Ends every lease bound to `session_id`.
   void ReleaseSession(const std::string& session_id);
 
@@ -93,7 +96,8 @@ class LeaseManager {
   // OK if `identity` (or `lease_id`) holds `device_id`; otherwise
   // FAILED_PRECONDITION naming the holder and since when.
   [[nodiscard]] absl::Status CheckHeld(const std::string& device_id, const std::string& identity,
-                                       const std::string& lease_id, const std::string& session_id = "") const;
+                                       const std::string& lease_id,
+                                       const std::string& session_id = "") const;
 
  private:
   absl::Status Persist(const LeaseRecord& l);

@@ -13,10 +13,9 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <nlohmann/json.hpp>
 #include <regex>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
 #include "common/ids.h"
@@ -46,10 +45,12 @@ absl::StatusOr<int> PickFreePort() {
 namespace {
 
 // Reads from fd until `done(buffer)` or the deadline; false on timeout/EOF.
-bool ReadUntil(int fd, std::string& buffer, const std::function<bool(const std::string&)>& done, int timeout_ms) {
+bool ReadUntil(int fd, std::string& buffer, const std::function<bool(const std::string&)>& done,
+               int timeout_ms) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
   while (!done(buffer)) {
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
     if (left.count() <= 0) return false;
     pollfd p{fd, POLLIN, 0};
     int r = poll(&p, 1, static_cast<int>(left.count()));
@@ -69,7 +70,8 @@ bool ReadUntil(int fd, std::string& buffer, const std::function<bool(const std::
 absl::StatusOr<std::unique_ptr<QemuInstance>> QemuInstance::Start(const QemuOptions& o) {
   std::error_code ec;
   if (o.image.empty() || !std::filesystem::is_regular_file(o.image, ec)) {
-    return absl::NotFoundError(absl::StrCat("firmware image ", o.image.empty() ? "<none>" : o.image, ": not found"));
+    return absl::NotFoundError(
+        absl::StrCat("firmware image ", o.image.empty() ? "<none>" : o.image, ": not found"));
   }
   auto port = PickFreePort();
   if (!port.ok()) return port.status();
@@ -78,25 +80,21 @@ absl::StatusOr<std::unique_ptr<QemuInstance>> QemuInstance::Start(const QemuOpti
   std::filesystem::create_directories(o.run_dir, ec);
   q->qmp_path_ = absl::StrCat(o.run_dir, "/qmp-", NewId("q"), ".sock");
   std::vector<std::string> load = {"-kernel", o.image};
-  if (o.raw) load = {"-device", absl::StrCat("loader,file=", o.image, ",addr=", o.raw_load_addr, ",force-raw=on")};
-  std::vector<std::string> args = {o.binary,
-                                   "-M",
-                                   o.machine,
-                                   load[0],
-                                   load[1],
-                                   "-display",
-                                   "none",
-                                   "-monitor",
-                                   "none",
-                                   "-serial",
-                                   "pty",
-                                   "-S",
-                                   "-qmp",
-                                   absl::StrCat("unix:", q->qmp_path_, ",server=on,wait=off"),
-                                   "-gdb",
-                                   absl::StrCat("tcp:127.0.0.1:", q->gdb_port_)};
+  if (o.raw)
+    load = {"-device",
+            absl::StrCat("loader,file=", o.image, ",addr=", o.raw_load_addr, ",force-raw=on")};
+  std::vector<std::string> args = {
+      o.binary,  "-M",
+      o.machine, load[0],
+      load[1],   "-display",
+      "none",    "-monitor",
+      "none",    "-serial",
+      "pty",     "-S",
+      "-qmp",    absl::StrCat("unix:", q->qmp_path_, ",server=on,wait=off"),
+      "-gdb",    absl::StrCat("tcp:127.0.0.1:", q->gdb_port_)};
   int pipefd[2];
-  if (pipe2(pipefd, O_CLOEXEC) != 0) return absl::InternalError(absl::StrCat("pipe: ", std::strerror(errno)));
+  if (pipe2(pipefd, O_CLOEXEC) != 0)
+    return absl::InternalError(absl::StrCat("pipe: ", std::strerror(errno)));
   pid_t pid = ForkLongLived([&] { ExecChild(args, -1, pipefd[1], pipefd[1]); });
   if (pid < 0) {
     close(pipefd[0]);
@@ -109,13 +107,16 @@ absl::StatusOr<std::unique_ptr<QemuInstance>> QemuInstance::Start(const QemuOpti
   static const std::regex kPty(R"(char device redirected to (/dev/pts/\d+))");
   std::smatch m;
   bool ok = ReadUntil(
-      q->out_fd_, q->output_, [&](const std::string& b) { return std::regex_search(b, m, kPty); }, 10000);
+      q->out_fd_, q->output_, [&](const std::string& b) { return std::regex_search(b, m, kPty); },
+      10000);
   if (!ok) {
     std::string out = q->output_;
     q->Stop();
     while (!out.empty() && (out.back() == '\n' || out.back() == '\r')) out.pop_back();
-    if (out.find("exec ") == 0) return absl::NotFoundError(absl::StrCat(o.binary, ": not found (install qemu-system-arm)"));
-    return absl::UnavailableError(absl::StrCat("QEMU (", o.machine, ") did not start: ", out.empty() ? "no output" : out));
+    if (out.find("exec ") == 0)
+      return absl::NotFoundError(absl::StrCat(o.binary, ": not found (install qemu-system-arm)"));
+    return absl::UnavailableError(
+        absl::StrCat("QEMU (", o.machine, ") did not start: ", out.empty() ? "no output" : out));
   }
   q->pty_ = m[1];
   // QMP: connect, read the greeting, negotiate.
@@ -136,7 +137,9 @@ absl::StatusOr<std::unique_ptr<QemuInstance>> QemuInstance::Start(const QemuOpti
     return absl::UnavailableError("QEMU started but its QMP socket did not answer");
   }
   std::string greeting;
-  if (!ReadUntil(q->qmp_fd_, greeting, [](const std::string& b) { return b.find('\n') != std::string::npos; }, 5000)) {
+  if (!ReadUntil(
+          q->qmp_fd_, greeting,
+          [](const std::string& b) { return b.find('\n') != std::string::npos; }, 5000)) {
     q->Stop();
     return absl::UnavailableError("QEMU's QMP socket sent no greeting");
   }
@@ -174,7 +177,8 @@ QemuInstance::~QemuInstance() { Stop(); }
 
 std::string QemuInstance::exit_description() const {
   if (!exited_) return "running";
-  if (WIFSIGNALED(wait_status_)) return absl::StrCat("QEMU was killed by signal ", WTERMSIG(wait_status_));
+  if (WIFSIGNALED(wait_status_))
+    return absl::StrCat("QEMU was killed by signal ", WTERMSIG(wait_status_));
   return absl::StrCat("QEMU exited with status ", WEXITSTATUS(wait_status_));
 }
 
@@ -204,7 +208,9 @@ absl::StatusOr<std::string> QemuInstance::Qmp(const std::string& command_json) {
       }
       return msg;
     }
-    if (!ReadUntil(qmp_fd_, buf, [](const std::string& b) { return b.find('\n') != std::string::npos; }, 5000)) {
+    if (!ReadUntil(
+            qmp_fd_, buf, [](const std::string& b) { return b.find('\n') != std::string::npos; },
+            5000)) {
       return absl::DeadlineExceededError("QMP: no answer from QEMU");
     }
   }

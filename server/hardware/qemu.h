@@ -29,7 +29,8 @@ class QemuInstance {
  public:
   // Starts QEMU paused; returns once the pty and QMP are ready. Call
   // Continue() after the pty is opened so no early output is lost.
-  [[nodiscard]] static absl::StatusOr<std::unique_ptr<QemuInstance>> Start(const QemuOptions& options);
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<QemuInstance>> Start(
+      const QemuOptions& options);
   ~QemuInstance();
 
   const std::string& pty() const { return pty_; }

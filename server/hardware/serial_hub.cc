@@ -32,7 +32,8 @@ constexpr int kPartialFlushMs = 150;     // a line without newline shows up afte
 
 SerialReader::Next SerialReader::Wait(SerialLine& out, int timeout_ms) {
   std::unique_lock lock(mu_);
-  if (!cv_.wait_for(lock, std::chrono::milliseconds(timeout_ms), [&] { return !queue_.empty() || ended_; })) {
+  if (!cv_.wait_for(lock, std::chrono::milliseconds(timeout_ms),
+                    [&] { return !queue_.empty() || ended_; })) {
     return Next::kTimeout;
   }
   if (!queue_.empty()) {
@@ -146,11 +147,13 @@ absl::Status OpenError(const std::string& path, int err) {
     case ENOENT:
     case ENODEV:
     case ENXIO:
-      return absl::NotFoundError(absl::StrCat("serial port ", path, ": no such device (unplugged?)"));
+      return absl::NotFoundError(
+          absl::StrCat("serial port ", path, ": no such device (unplugged?)"));
     case EACCES:
     case EPERM:
-      return absl::PermissionDeniedError(absl::StrCat(
-          "serial port ", path, ": permission denied (is this user in the port's group, e.g. dialout?)"));
+      return absl::PermissionDeniedError(
+          absl::StrCat("serial port ", path,
+                       ": permission denied (is this user in the port's group, e.g. dialout?)"));
     case EBUSY:
       return absl::FailedPreconditionError(
           absl::StrCat("serial port ", path, ": in use by another program (opened exclusively)"));
@@ -161,17 +164,28 @@ absl::Status OpenError(const std::string& path, int err) {
 
 speed_t BaudConstant(int baud) {
   switch (baud) {
-    case 9600: return B9600;
-    case 19200: return B19200;
-    case 38400: return B38400;
-    case 57600: return B57600;
-    case 115200: return B115200;
-    case 230400: return B230400;
-    case 460800: return B460800;
-    case 921600: return B921600;
-    case 1000000: return B1000000;
-    case 2000000: return B2000000;
-    default: return 0;
+    case 9600:
+      return B9600;
+    case 19200:
+      return B19200;
+    case 38400:
+      return B38400;
+    case 57600:
+      return B57600;
+    case 115200:
+      return B115200;
+    case 230400:
+      return B230400;
+    case 460800:
+      return B460800;
+    case 921600:
+      return B921600;
+    case 1000000:
+      return B1000000;
+    case 2000000:
+      return B2000000;
+    default:
+      return 0;
   }
 }
 
@@ -183,7 +197,8 @@ absl::Status SerialHub::Open(const std::string& path, const SerialSettings& s) {
   if (fd < 0) return OpenError(path, errno);
   if (!isatty(fd)) {
     ::close(fd);
-    return absl::InvalidArgumentError(absl::StrCat("serial port ", path, ": not a terminal device"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("serial port ", path, ": not a terminal device"));
   }
   // Another program holding the port (flock, as pyserial, picocom and
   // friends do) is a clear error, not silently shared input.
@@ -191,7 +206,8 @@ absl::Status SerialHub::Open(const std::string& path, const SerialSettings& s) {
     int err = errno;
     ::close(fd);
     if (err == EWOULDBLOCK) {
-      return absl::FailedPreconditionError(absl::StrCat("serial port ", path, ": in use by another program"));
+      return absl::FailedPreconditionError(
+          absl::StrCat("serial port ", path, ": in use by another program"));
     }
     return OpenError(path, err);
   }
@@ -223,7 +239,8 @@ absl::Status SerialHub::Open(const std::string& path, const SerialSettings& s) {
     cfsetospeed(&tio, sp);
   } else {
     ::close(fd);
-    return absl::InvalidArgumentError(absl::StrCat("serial port ", path, ": unsupported baud rate ", s.baud));
+    return absl::InvalidArgumentError(
+        absl::StrCat("serial port ", path, ": unsupported baud rate ", s.baud));
   }
   if (tcsetattr(fd, TCSANOW, &tio) != 0) {
     int err = errno;
@@ -258,33 +275,34 @@ absl::Status SerialHub::Open(const std::string& path, const SerialSettings& s) {
   Rep* r = rep.get();
   auto read = std::make_shared<std::function<void()>>();
   *read = [this, r, read] {
-    r->port->async_read_some(asio::buffer(r->buf), [this, r, read](const boost::system::error_code& e, size_t n) {
-      if (!e) {
-        OnBytes(std::string_view(r->buf.data(), n));
-        r->flush_timer->expires_after(std::chrono::milliseconds(kPartialFlushMs));
-        r->flush_timer->async_wait([this](const boost::system::error_code& te) {
-          if (!te) FlushPartial();
+    r->port->async_read_some(
+        asio::buffer(r->buf), [this, r, read](const boost::system::error_code& e, size_t n) {
+          if (!e) {
+            OnBytes(std::string_view(r->buf.data(), n));
+            r->flush_timer->expires_after(std::chrono::milliseconds(kPartialFlushMs));
+            r->flush_timer->async_wait([this](const boost::system::error_code& te) {
+              if (!te) FlushPartial();
+            });
+            (*read)();
+            return;
+          }
+          r->flush_timer->cancel();
+          if (e == asio::error::operation_aborted) return;
+          FlushPartial();
+          std::function<void(const std::string&)> cb;
+          std::string reason;
+          {
+            std::lock_guard lock(mu_);
+            if (!open_) return;  // closed on purpose
+            open_ = false;
+            reason = absl::StrCat("serial port ", path_, " closed: ",
+                                  e == asio::error::eof ? std::string("end of file") : e.message());
+            cb = on_failure_;
+          }
+          // Health first, so a reader told of the end finds the board marked.
+          if (cb) cb(reason);
+          EndReaders([](const SerialReader&) { return true; }, reason);
         });
-        (*read)();
-        return;
-      }
-      r->flush_timer->cancel();
-      if (e == asio::error::operation_aborted) return;
-      FlushPartial();
-      std::function<void(const std::string&)> cb;
-      std::string reason;
-      {
-        std::lock_guard lock(mu_);
-        if (!open_) return;  // closed on purpose
-        open_ = false;
-        reason = absl::StrCat("serial port ", path_, " closed: ",
-                              e == asio::error::eof ? std::string("end of file") : e.message());
-        cb = on_failure_;
-      }
-      // Health first, so a reader told of the end finds the board marked.
-      if (cb) cb(reason);
-      EndReaders([](const SerialReader&) { return true; }, reason);
-    });
   };
   rep_ = std::move(rep);
   (*read)();
@@ -330,7 +348,8 @@ absl::Status SerialHub::Write(std::string_view bytes) {
   Rep* r = nullptr;
   {
     std::lock_guard lock(mu_);
-    if (!open_ || !rep_) return absl::FailedPreconditionError(absl::StrCat(name_, ": serial port is not open"));
+    if (!open_ || !rep_)
+      return absl::FailedPreconditionError(absl::StrCat(name_, ": serial port is not open"));
     r = rep_.get();
     fd = r->port->native_handle();
     path = path_;
@@ -347,13 +366,15 @@ absl::Status SerialHub::Write(std::string_view bytes) {
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && errno == EAGAIN) {
       if (std::chrono::steady_clock::now() > deadline) {
-        return absl::DeadlineExceededError(absl::StrCat("serial port ", path, ": write timed out (flow control?)"));
+        return absl::DeadlineExceededError(
+            absl::StrCat("serial port ", path, ": write timed out (flow control?)"));
       }
       pollfd p{fd, POLLOUT, 0};
       poll(&p, 1, 100);
       continue;
     }
-    return absl::UnavailableError(absl::StrCat("serial port ", path, ": write failed: ", std::strerror(errno)));
+    return absl::UnavailableError(
+        absl::StrCat("serial port ", path, ": write failed: ", std::strerror(errno)));
   }
   return absl::OkStatus();
 }
@@ -382,7 +403,8 @@ void SerialHub::Unsubscribe(const std::shared_ptr<SerialReader>& reader) {
   std::erase(readers_, reader);
 }
 
-void SerialHub::EndReaders(const std::function<bool(const SerialReader&)>& match, const std::string& reason) {
+void SerialHub::EndReaders(const std::function<bool(const SerialReader&)>& match,
+                           const std::string& reason) {
   std::vector<std::shared_ptr<SerialReader>> ended;
   {
     std::lock_guard lock(mu_);
@@ -415,8 +437,8 @@ uint64_t SerialHub::next_seq() const {
   return next_seq_;
 }
 
-std::optional<SerialLine> SerialHub::WaitFor(const std::regex& pattern, uint64_t since_seq, int timeout_ms,
-                                             const CancelToken* cancel) {
+std::optional<SerialLine> SerialHub::WaitFor(const std::regex& pattern, uint64_t since_seq,
+                                             int timeout_ms, const CancelToken* cancel) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
   std::unique_lock lock(mu_);
   uint64_t checked = since_seq;
@@ -430,7 +452,8 @@ std::optional<SerialLine> SerialHub::WaitFor(const std::regex& pattern, uint64_t
     if (cancel && cancel->cancelled()) return std::nullopt;
     auto now = std::chrono::steady_clock::now();
     if (now >= deadline) return std::nullopt;
-    cv_.wait_for(lock, std::min<std::chrono::steady_clock::duration>(deadline - now, std::chrono::milliseconds(100)));
+    cv_.wait_for(lock, std::min<std::chrono::steady_clock::duration>(
+                           deadline - now, std::chrono::milliseconds(100)));
   }
 }
 

@@ -523,7 +523,8 @@ bool Bm25Index::CatchUp(const Bm25Index& newer) {
 }
 
 std::vector<std::pair<uint32_t, float>> Bm25Index::Search(
-    const std::vector<std::string>& query, size_t k, const std::function<bool(uint32_t)>& accept) const {
+    const std::vector<std::string>& query, size_t k,
+    const std::function<bool(uint32_t)>& accept) const {
   std::vector<std::pair<std::string, float>> weighted;
   weighted.reserve(query.size());
   for (const auto& q : query) weighted.emplace_back(q, 1.0f);

@@ -47,7 +47,7 @@ class Bm25Index {
     const std::vector<uint32_t>* group_len = nullptr;
     uint32_t present = 0;  // groups with a length
     float avg_len = 0;
-    float b = 0.3f;        // length normalization at group level
+    float b = 0.3f;  // length normalization at group level
     // True if every doc of a group maps to that group in `group_of` and
     // the saved image's group postings were written with a group key that
     // is a member doc (see Save): then group scores come from the image's
@@ -95,7 +95,9 @@ class Bm25Index {
   void set_pruning(bool on) { pruning_ = on; }
 
   // The length of `doc` in terms (0 if absent).
-  uint32_t Length(uint32_t doc) const { return doc < doc_len_.size() && doc_len_[doc] > 0 ? doc_len_[doc] - 1 : 0; }
+  uint32_t Length(uint32_t doc) const {
+    return doc < doc_len_.size() && doc_len_[doc] > 0 ? doc_len_[doc] - 1 : 0;
+  }
 
   // Writes the merged image to `path` atomically (temp + rename, synced),
   // stamped with `generation`. With `group_key` (doc -> a member doc of its
@@ -146,7 +148,7 @@ class Bm25Index {
   std::vector<bool> base_live_;
   // Mutable tier.
   std::unordered_map<std::string, uint32_t> terms_;
-  std::vector<std::vector<Posting>> postings_;    // by term id, sorted by doc
+  std::vector<std::vector<Posting>> postings_;  // by term id, sorted by doc
   // The mutable tier's docs: each one's distinct term ids (only theirs: a
   // doc-indexed vector made a million long by the first add after a load).
   std::unordered_map<uint32_t, std::vector<uint32_t>> doc_terms_;

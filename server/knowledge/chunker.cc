@@ -14,15 +14,21 @@ namespace fwai {
 namespace {
 
 std::string_view StripLeading(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t' || s.front() == '\r' || s.front() == '\n')) s.remove_prefix(1);
+  while (!s.empty() &&
+         (s.front() == ' ' || s.front() == '\t' || s.front() == '\r' || s.front() == '\n'))
+    s.remove_prefix(1);
   return s;
 }
 std::string_view StripTrailing(std::string_view s) {
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r' || s.back() == '\n')) s.remove_suffix(1);
+  while (!s.empty() &&
+         (s.back() == ' ' || s.back() == '\t' || s.back() == '\r' || s.back() == '\n'))
+    s.remove_suffix(1);
   return s;
 }
 std::string_view Strip(std::string_view s) { return StripTrailing(StripLeading(s)); }
-bool Contains(std::string_view s, std::string_view x) { return s.find(x) != std::string_view::npos; }
+bool Contains(std::string_view s, std::string_view x) {
+  return s.find(x) != std::string_view::npos;
+}
 std::vector<std::string_view> SplitLines(std::string_view s) {
   std::vector<std::string_view> out;
   size_t start = 0;
@@ -45,14 +51,16 @@ std::vector<std::string> SplitSentences(std::string_view t) {
   for (size_t i = 0; i < t.size(); ++i) {
     unsigned char c = t[i];
     size_t end = std::string_view::npos;
-    if ((c == '.' || c == '!' || c == '?') && i + 2 < t.size() && (t[i + 1] == ' ' || t[i + 1] == '\n')) {
+    if ((c == '.' || c == '!' || c == '?') && i + 2 < t.size() &&
+        (t[i + 1] == ' ' || t[i + 1] == '\n')) {
       unsigned char n = t[i + 2];
       if (absl::ascii_isupper(n) || n == '(' || n == '[' || n == '"' || n >= 0x80) end = i + 1;
     } else if (c == 0xE3 && i + 2 < t.size() && static_cast<unsigned char>(t[i + 1]) == 0x80 &&
                static_cast<unsigned char>(t[i + 2]) == 0x82) {  // 。
       end = i + 3;
     } else if (c == 0xEF && i + 2 < t.size() && static_cast<unsigned char>(t[i + 1]) == 0xBC &&
-               (static_cast<unsigned char>(t[i + 2]) == 0x81 || static_cast<unsigned char>(t[i + 2]) == 0x9F)) {  // ！？
+               (static_cast<unsigned char>(t[i + 2]) == 0x81 ||
+                static_cast<unsigned char>(t[i + 2]) == 0x9F)) {  // ！？
       end = i + 3;
     }
     if (end != std::string_view::npos) {
@@ -63,7 +71,8 @@ std::vector<std::string> SplitSentences(std::string_view t) {
   }
   std::string_view rest = Strip(t.substr(start));
   if (!rest.empty()) out.emplace_back(rest);
-  out.erase(std::remove_if(out.begin(), out.end(), [](const std::string& s) { return s.empty(); }), out.end());
+  out.erase(std::remove_if(out.begin(), out.end(), [](const std::string& s) { return s.empty(); }),
+            out.end());
   return out;
 }
 
@@ -183,7 +192,8 @@ std::vector<Block> ParseBlocks(const std::string& text, DocFormat format) {
         !IsRstUnderline(stripped, 1) && Indent(line) == 0 &&
         IsRstUnderline(StripTrailing(lines[i + 1]), std::min<size_t>(stripped.size(), 60))) {
       bool overline = !blocks.empty() || !para.text.empty()
-                          ? (!para.text.empty() && IsRstUnderline(para.text, 3) && para.text.find('\n') == std::string::npos)
+                          ? (!para.text.empty() && IsRstUnderline(para.text, 3) &&
+                             para.text.find('\n') == std::string::npos)
                           : false;
       if (overline) para.text.clear();
       flush_para();
@@ -214,7 +224,8 @@ std::vector<Block> ParseBlocks(const std::string& text, DocFormat format) {
     // `properties:` / `patternProperties:` are subsections.
     if (format == DocFormat::kYaml) {
       int ind = Indent(line);
-      bool key = stripped.size() > 1 && stripped.back() == ':' && stripped.find(' ') == std::string_view::npos;
+      bool key = stripped.size() > 1 && stripped.back() == ':' &&
+                 stripped.find(' ') == std::string_view::npos;
       if (ind == 0 && key) {
         flush_para();
         yaml_top = std::string(stripped.substr(0, stripped.size() - 1));
@@ -234,8 +245,9 @@ std::vector<Block> ParseBlocks(const std::string& text, DocFormat format) {
       }
     }
     // Tables: runs of "|" rows or RST grid lines.
-    if (!code_doc && (stripped[0] == '|' || (stripped.starts_with("+-") && stripped.back() == '+') ||
-                      (stripped.starts_with("+=")))) {
+    if (!code_doc &&
+        (stripped[0] == '|' || (stripped.starts_with("+-") && stripped.back() == '+') ||
+         (stripped.starts_with("+=")))) {
       flush_para();
       Block t{BlockKind::kTable};
       for (; i < lines.size(); ++i) {
@@ -257,8 +269,9 @@ std::vector<Block> ParseBlocks(const std::string& text, DocFormat format) {
 }
 
 bool LooksLikeRegister(std::string_view text) {
-  static const char* kSignals[] = {"Reset value", "Address offset", "reset value", "Bit ", "bits ",
-                                   "_bp ", "_gp ", "_gm ", "#define"};
+  static const char* kSignals[] = {"Reset value", "Address offset", "reset value",
+                                   "Bit ",        "bits ",          "_bp ",
+                                   "_gp ",        "_gm ",           "#define"};
   int hits = 0;
   for (const char* s : kSignals) hits += Contains(text, s) ? 1 : 0;
   return hits >= 2;
@@ -305,12 +318,15 @@ class Builder {
     c.end_line = end_line_;
     c.tokens = tokens_;
     c.section = chunk_section_;
-    c.content_type = kinds_code_ > kinds_text_ ? "code" : kinds_table_ > kinds_text_ ? "table" : "text";
+    c.content_type = kinds_code_ > kinds_text_    ? "code"
+                     : kinds_table_ > kinds_text_ ? "table"
+                                                  : "text";
     if (LooksLikeRegister(c.text)) c.content_type = "register";
     // A small tail joins the previous chunk of the same section.
     if (c.tokens < o_.min_tokens && !out_->empty() && !overlap_started_) {
       ChunkDraft& prev = out_->back();
-      if (prev.page == c.page && prev.title_path == c.title_path && prev.tokens + c.tokens <= o_.max_tokens) {
+      if (prev.page == c.page && prev.title_path == c.title_path &&
+          prev.tokens + c.tokens <= o_.max_tokens) {
         prev.text += "\n" + c.text;
         prev.end_line = c.end_line;
         prev.tokens += c.tokens;

@@ -49,14 +49,15 @@ std::vector<std::string> Symbols(const std::string& text) {
     }
     // name( ... at the start of a definition: the identifier before the first '('.
     size_t paren = line.find('(');
-    if (paren != std::string::npos && line[i] != '#' && line.compare(i, 2, "//") != 0 && line.compare(i, 2, "/*") != 0) {
+    if (paren != std::string::npos && line[i] != '#' && line.compare(i, 2, "//") != 0 &&
+        line.compare(i, 2, "/*") != 0) {
       size_t t = paren;
       while (t > 0 && line[t - 1] == ' ') --t;
       size_t s = t;
       while (s > 0 && IsIdentChar(line[s - 1])) --s;
       std::string name = line.substr(s, t - s);
-      if (!name.empty() && name != "if" && name != "for" && name != "while" && name != "switch" && name != "return" &&
-          name != "sizeof") {
+      if (!name.empty() && name != "if" && name != "for" && name != "while" && name != "switch" &&
+          name != "return" && name != "sizeof") {
         out.push_back(name);
       }
     }
@@ -114,13 +115,17 @@ std::vector<Unit> Units(const std::string& text) {
           continue;
         }
         if (in_str) {
-          if (c == '\\') ++i;
-          else if (c == '"') in_str = false;
+          if (c == '\\')
+            ++i;
+          else if (c == '"')
+            in_str = false;
           continue;
         }
         if (in_chr) {
-          if (c == '\\') ++i;
-          else if (c == '\'') in_chr = false;
+          if (c == '\\')
+            ++i;
+          else if (c == '\'')
+            in_chr = false;
           continue;
         }
         if (c == '/' && next == '/') break;
@@ -129,10 +134,14 @@ std::vector<Unit> Units(const std::string& text) {
           ++i;
           continue;
         }
-        if (c == '"') in_str = true;
-        else if (c == '\'') in_chr = true;
-        else if (c == '{') ++depth;
-        else if (c == '}') depth = std::max(0, depth - 1);
+        if (c == '"')
+          in_str = true;
+        else if (c == '\'')
+          in_chr = true;
+        else if (c == '{')
+          ++depth;
+        else if (c == '}')
+          depth = std::max(0, depth - 1);
       }
       // A definition ends where its braces close at depth 0.
       if (depth == 0 && !in_block_comment && line.find('}') != std::string::npos) flush();

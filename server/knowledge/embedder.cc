@@ -2,10 +2,9 @@
 
 #include <chrono>
 #include <cmath>
+#include <nlohmann/json.hpp>
 #include <thread>
 #include <unordered_map>
-
-#include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
 #include "server/knowledge/tokenizer.h"
@@ -97,7 +96,8 @@ class HttpEmbedder final : public Embedder {
   }
 
  private:
-  absl::StatusOr<std::vector<std::vector<float>>> EmbedBatch(const std::vector<std::string>& batch) {
+  absl::StatusOr<std::vector<std::vector<float>>> EmbedBatch(
+      const std::vector<std::string>& batch) {
     HttpRequest req;
     req.url = c_.base_url + "/embeddings";
     req.headers = {"Content-Type: application/json"};
@@ -108,17 +108,21 @@ class HttpEmbedder final : public Embedder {
     for (int attempt = 1; attempt <= c_.max_attempts; ++attempt) {
       std::string body;
       CancelToken never;
-      auto resp = http_.PostStream(req, [&](std::string_view d) { body.append(d); }, never, nullptr);
+      auto resp = http_.PostStream(
+          req, [&](std::string_view d) { body.append(d); }, never, nullptr);
       if (!resp.ok()) {
-        last = absl::UnavailableError(absl::StrCat("embeddings at ", req.url, ": ", resp.status().message()));
+        last = absl::UnavailableError(
+            absl::StrCat("embeddings at ", req.url, ": ", resp.status().message()));
       } else if (resp->status >= 200 && resp->status < 300) {
         return Parse(body, batch.size());
       } else {
-        last = absl::UnavailableError(absl::StrCat("embeddings at ", req.url, ": HTTP ", resp->status, ": ",
-                                                   resp->body.substr(0, 300)));
-        if (resp->status != 429 && resp->status < 500) return absl::InvalidArgumentError(last.message());
+        last = absl::UnavailableError(absl::StrCat("embeddings at ", req.url, ": HTTP ",
+                                                   resp->status, ": ", resp->body.substr(0, 300)));
+        if (resp->status != 429 && resp->status < 500)
+          return absl::InvalidArgumentError(last.message());
       }
-      if (attempt < c_.max_attempts) std::this_thread::sleep_for(std::chrono::milliseconds(200 << attempt));
+      if (attempt < c_.max_attempts)
+        std::this_thread::sleep_for(std::chrono::milliseconds(200 << attempt));
     }
     return last;
   }
@@ -126,7 +130,8 @@ class HttpEmbedder final : public Embedder {
   absl::StatusOr<std::vector<std::vector<float>>> Parse(const std::string& body, size_t n) {
     auto j = nlohmann::json::parse(body, nullptr, false);
     if (!j.is_object() || !j.contains("data") || !j["data"].is_array() || j["data"].size() != n) {
-      return absl::DataLossError(absl::StrCat("embeddings: unexpected response: ", body.substr(0, 200)));
+      return absl::DataLossError(
+          absl::StrCat("embeddings: unexpected response: ", body.substr(0, 200)));
     }
     std::vector<std::vector<float>> out(n);
     for (const auto& item : j["data"]) {
@@ -137,8 +142,8 @@ class HttpEmbedder final : public Embedder {
       std::vector<float> v = item["embedding"].get<std::vector<float>>();
       if (c_.dimension == 0) c_.dimension = static_cast<int>(v.size());
       if (static_cast<int>(v.size()) != c_.dimension) {
-        return absl::DataLossError(absl::StrCat("embeddings: dimension ", v.size(), " but the collection uses ",
-                                                c_.dimension));
+        return absl::DataLossError(absl::StrCat("embeddings: dimension ", v.size(),
+                                                " but the collection uses ", c_.dimension));
       }
       double norm = 0;
       for (float x : v) norm += double(x) * x;
@@ -157,7 +162,9 @@ class HttpEmbedder final : public Embedder {
 
 }  // namespace
 
-std::unique_ptr<Embedder> MakeBuiltinEmbedder(int dimension) { return std::make_unique<BuiltinEmbedder>(dimension); }
+std::unique_ptr<Embedder> MakeBuiltinEmbedder(int dimension) {
+  return std::make_unique<BuiltinEmbedder>(dimension);
+}
 
 std::unique_ptr<Embedder> MakeHttpEmbedder(HttpEmbedderConfig config, HttpClient& http) {
   return std::make_unique<HttpEmbedder>(std::move(config), http);

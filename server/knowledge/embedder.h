@@ -33,7 +33,7 @@ struct HttpEmbedderConfig {
   std::string base_url;  // e.g. https://api.openai.com/v1, http://127.0.0.1:11434/v1
   std::string api_key;
   std::string model;
-  int dimension = 0;      // 0: learn from the first response
+  int dimension = 0;  // 0: learn from the first response
   int batch_size = 64;
   int max_attempts = 4;
   int timeout_s = 60;

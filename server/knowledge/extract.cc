@@ -19,14 +19,22 @@ namespace fwai {
 
 const char* DocFormatName(DocFormat f) {
   switch (f) {
-    case DocFormat::kPdf: return "pdf";
-    case DocFormat::kMarkdown: return "markdown";
-    case DocFormat::kRst: return "rst";
-    case DocFormat::kHtml: return "html";
-    case DocFormat::kText: return "text";
-    case DocFormat::kCode: return "code";
-    case DocFormat::kYaml: return "yaml";
-    case DocFormat::kSvd: return "svd";
+    case DocFormat::kPdf:
+      return "pdf";
+    case DocFormat::kMarkdown:
+      return "markdown";
+    case DocFormat::kRst:
+      return "rst";
+    case DocFormat::kHtml:
+      return "html";
+    case DocFormat::kText:
+      return "text";
+    case DocFormat::kCode:
+      return "code";
+    case DocFormat::kYaml:
+      return "yaml";
+    case DocFormat::kSvd:
+      return "svd";
   }
   return "text";
 }
@@ -84,8 +92,9 @@ std::string DecodeEntity(std::string_view e) {
   if (e == "rsquo" || e == "lsquo") return "'";
   if (e == "rdquo" || e == "ldquo") return "\"";
   if (!e.empty() && e[0] == '#') {
-    long cp = (e.size() > 1 && (e[1] == 'x' || e[1] == 'X')) ? std::strtol(std::string(e.substr(2)).c_str(), nullptr, 16)
-                                                             : std::strtol(std::string(e.substr(1)).c_str(), nullptr, 10);
+    long cp = (e.size() > 1 && (e[1] == 'x' || e[1] == 'X'))
+                  ? std::strtol(std::string(e.substr(2)).c_str(), nullptr, 16)
+                  : std::strtol(std::string(e.substr(1)).c_str(), nullptr, 10);
     std::string out;
     if (cp <= 0 || cp > 0x10FFFF) return "";
     if (cp >= 0xD800 && cp <= 0xDFFF) return "\xEF\xBF\xBD";  // a surrogate is no character: U+FFFD
@@ -125,7 +134,8 @@ std::string CollapseSpaces(std::string_view s) {
 }
 
 absl::StatusOr<ExtractedDoc> ExtractPdf(std::string_view name, std::string_view bytes) {
-  std::string path = (std::filesystem::temp_directory_path() / "fwai-pdf-XXXXXX").string();  // honours TMPDIR
+  std::string path =
+      (std::filesystem::temp_directory_path() / "fwai-pdf-XXXXXX").string();  // honours TMPDIR
   char* tmpl = path.data();
   int fd = mkstemp(tmpl);
   if (fd < 0) return absl::InternalError("cannot create a temporary file for pdftotext");
@@ -144,15 +154,18 @@ absl::StatusOr<ExtractedDoc> ExtractPdf(std::string_view name, std::string_view 
   unlink(tmpl);
   if (!r.ok()) {
     if (absl::IsNotFound(r.status())) {
-      return absl::FailedPreconditionError("pdftotext is not installed (Debian package poppler-utils)");
+      return absl::FailedPreconditionError(
+          "pdftotext is not installed (Debian package poppler-utils)");
     }
     return r.status();
   }
-  if (r->timed_out) return absl::DeadlineExceededError(absl::StrCat(AV(name), ": pdftotext took over 120 s"));
+  if (r->timed_out)
+    return absl::DeadlineExceededError(absl::StrCat(AV(name), ": pdftotext took over 120 s"));
   if (r->exit_code != 0) {
     std::string first = r->err.substr(0, r->err.find('\n'));
     if (absl::StrContains(r->err, "Incorrect password") || absl::StrContains(r->err, "ncrypt")) {
-      return absl::InvalidArgumentError(absl::StrCat(AV(name), ": encrypted PDF (password protected)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(AV(name), ": encrypted PDF (password protected)"));
     }
     return absl::InvalidArgumentError(absl::StrCat(AV(name), ": not a readable PDF (", first, ")"));
   }
@@ -165,9 +178,11 @@ absl::StatusOr<ExtractedDoc> ExtractPdf(std::string_view name, std::string_view 
     doc.pages.push_back({number, std::string(page)});
     chars += absl::StripAsciiWhitespace(page).size();
   }
-  while (!doc.pages.empty() && absl::StripAsciiWhitespace(doc.pages.back().text).empty()) doc.pages.pop_back();
+  while (!doc.pages.empty() && absl::StripAsciiWhitespace(doc.pages.back().text).empty())
+    doc.pages.pop_back();
   if (chars == 0) {
-    return absl::InvalidArgumentError(absl::StrCat(AV(name), ": the PDF has no text (scanned images?)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(AV(name), ": the PDF has no text (scanned images?)"));
   }
   return doc;
 }
@@ -188,25 +203,30 @@ std::string GuessTitle(std::string_view text, DocFormat f) {
       std::string t(absl::StripAsciiWhitespace(line.substr(6)));
       if (!t.empty() && t != "|" && t != ">") return t;
     }
-    if ((f == DocFormat::kMarkdown || f == DocFormat::kHtml) && line.rfind("# ", 0) == 0) return line.substr(2);
+    if ((f == DocFormat::kMarkdown || f == DocFormat::kHtml) && line.rfind("# ", 0) == 0)
+      return line.substr(2);
     if ((f == DocFormat::kRst || f == DocFormat::kText) && !prev.empty() && line.size() >= 3 &&
-        line.find_first_not_of(line[0]) == std::string::npos && std::string("=-~#*").find(line[0]) != std::string::npos) {
+        line.find_first_not_of(line[0]) == std::string::npos &&
+        std::string("=-~#*").find(line[0]) != std::string::npos) {
       return prev;
     }
     if (f == DocFormat::kCode) {
       std::string c = line;
       for (const char* d : {"/*", "*/", "//", ";", "#"}) {
         size_t at;
-        while ((at = c.find(d)) != std::string::npos && std::string(d) != "#") c.erase(at, std::string(d).size());
+        while ((at = c.find(d)) != std::string::npos && std::string(d) != "#")
+          c.erase(at, std::string(d).size());
       }
       c = std::string(absl::StripAsciiWhitespace(c));
       while (!c.empty() && (c[0] == '*' || c[0] == '=' || c[0] == '-')) c.erase(0, 1);
       c = std::string(absl::StripAsciiWhitespace(c));
-      const bool comment = line.rfind("/*", 0) == 0 || line.rfind("*", 0) == 0 || line.rfind("//", 0) == 0;
+      const bool comment =
+          line.rfind("/*", 0) == 0 || line.rfind("*", 0) == 0 || line.rfind("//", 0) == 0;
       if (comment && absl::StrContains(c, "definitions for")) {
         // The next comment line often completes it ("... for the TI\n MSP430x14x devices.").
         size_t e2 = text.find('\n', pos);
-        std::string next(absl::StripAsciiWhitespace(AV(text.substr(pos, (e2 == std::string_view::npos ? text.size() : e2) - pos))));
+        std::string next(absl::StripAsciiWhitespace(
+            AV(text.substr(pos, (e2 == std::string_view::npos ? text.size() : e2) - pos))));
         while (!next.empty() && (next[0] == '*' || next[0] == '/')) next.erase(0, 1);
         while (!next.empty() && (next.back() == '/' || next.back() == '*')) next.pop_back();
         next = std::string(absl::StripAsciiWhitespace(next));
@@ -250,7 +270,8 @@ std::string HtmlToText(std::string_view h, std::string* title) {
       bool closing = !tag.empty() && tag[0] == '/';
       if (closing) tag.remove_prefix(1);
       size_t name_end = 0;
-      while (name_end < tag.size() && (absl::ascii_isalnum(tag[name_end]) || tag[name_end] == '!')) ++name_end;
+      while (name_end < tag.size() && (absl::ascii_isalnum(tag[name_end]) || tag[name_end] == '!'))
+        ++name_end;
       std::string name = absl::AsciiStrToLower(AV(tag.substr(0, name_end)));
       if (!closing && (name == "script" || name == "style")) {
         size_t end = absl::AsciiStrToLower(AV(h.substr(i))).find("</" + name);
@@ -280,8 +301,8 @@ std::string HtmlToText(std::string_view h, std::string* title) {
         }
         continue;
       }
-      if (name == "p" || name == "div" || name == "section" || name == "article" || name == "table" ||
-          name == "ul" || name == "ol" || name == "dl" || name == "blockquote") {
+      if (name == "p" || name == "div" || name == "section" || name == "article" ||
+          name == "table" || name == "ul" || name == "ol" || name == "dl" || name == "blockquote") {
         newline(closing ? 2 : 2);
         continue;
       }
@@ -343,13 +364,16 @@ DocFormat DetectFormat(std::string_view name, std::string_view bytes) {
   if (ext == "html" || ext == "htm" || ext == "xhtml") return DocFormat::kHtml;
   if (ext == "svd") return DocFormat::kSvd;
   if (ext == "yaml" || ext == "yml") return DocFormat::kYaml;
-  static const char* kCode[] = {"h", "c", "hpp", "cpp", "cc", "hh", "s", "asm", "inc", "ld", "cxx", "rs", "py", "lds"};
+  static const char* kCode[] = {"h",   "c",   "hpp", "cpp", "cc", "hh", "s",
+                                "asm", "inc", "ld",  "cxx", "rs", "py", "lds"};
   for (const char* e : kCode) {
     if (ext == e) return DocFormat::kCode;
   }
   std::string_view head = bytes.substr(0, 512);
-  if (ext == "xml" && (bytes.substr(0, 4096).find("<device") != std::string_view::npos)) return DocFormat::kSvd;
-  if (absl::StrContains(absl::AsciiStrToLower(AV(head)), "<!doctype html") || absl::StrContains(absl::AsciiStrToLower(AV(head)), "<html")) {
+  if (ext == "xml" && (bytes.substr(0, 4096).find("<device") != std::string_view::npos))
+    return DocFormat::kSvd;
+  if (absl::StrContains(absl::AsciiStrToLower(AV(head)), "<!doctype html") ||
+      absl::StrContains(absl::AsciiStrToLower(AV(head)), "<html")) {
     return DocFormat::kHtml;
   }
   return DocFormat::kText;
@@ -367,12 +391,14 @@ absl::StatusOr<ExtractedDoc> ExtractDocument(std::string_view name, std::string_
   }
   std::string_view probe = bytes.substr(0, 8192);
   if (probe.find('\0') != std::string_view::npos) {
-    return absl::InvalidArgumentError(absl::StrCat(AV(name), ": binary file (contains NUL bytes); not indexed"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(AV(name), ": binary file (contains NUL bytes); not indexed"));
   }
   std::string text;
   double bad = InvalidUtf8Share(bytes);
   if (bad > 0.3) {
-    return absl::InvalidArgumentError(absl::StrCat(AV(name), ": binary or unknown encoding; not indexed"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(AV(name), ": binary or unknown encoding; not indexed"));
   }
   text = bad > 0 ? Latin1ToUtf8(bytes) : std::string(bytes);
   ExtractedDoc doc;

@@ -38,7 +38,8 @@ DocFormat DetectFormat(std::string_view name, std::string_view bytes);
 
 // INVALID_ARGUMENT names the reason: empty, binary, not valid UTF-8,
 // encrypted or unreadable PDF, a PDF without text.
-[[nodiscard]] absl::StatusOr<ExtractedDoc> ExtractDocument(std::string_view name, std::string_view bytes);
+[[nodiscard]] absl::StatusOr<ExtractedDoc> ExtractDocument(std::string_view name,
+                                                           std::string_view bytes);
 
 // CMSIS-SVD XML -> one chunk per peripheral (base address, interrupts,
 // register map) and one per register (address, size, access, reset value,

@@ -94,11 +94,20 @@ struct DocRec {
 };
 
 json DocToJson(const DocRec& d) {
-  return json{{"id", d.info.id},           {"name", d.info.name},          {"collection", d.info.collection},
-              {"format", d.info.format},   {"title", d.info.title},        {"hash", d.info.content_hash},
-              {"kind", d.info.kind},       {"tags", d.info.tags},          {"bytes", d.info.bytes},
-              {"indexed_us", d.info.indexed_us}, {"modified_us", d.info.modified_us},
-              {"pages", d.info.pages},     {"ordinals", d.ordinals},       {"types", d.types}};
+  return json{{"id", d.info.id},
+              {"name", d.info.name},
+              {"collection", d.info.collection},
+              {"format", d.info.format},
+              {"title", d.info.title},
+              {"hash", d.info.content_hash},
+              {"kind", d.info.kind},
+              {"tags", d.info.tags},
+              {"bytes", d.info.bytes},
+              {"indexed_us", d.info.indexed_us},
+              {"modified_us", d.info.modified_us},
+              {"pages", d.info.pages},
+              {"ordinals", d.ordinals},
+              {"types", d.types}};
 }
 
 absl::StatusOr<DocRec> DocFromJson(std::string_view s) {
@@ -199,7 +208,7 @@ struct KnowledgeBase::Impl {
   Reranker& reranker;
   std::string open_report;
 
-  std::mutex ingest_mu;  // serializes writers
+  std::mutex ingest_mu;          // serializes writers
   mutable std::shared_mutex mu;  // guards everything below
   std::vector<std::unique_ptr<DocRec>> slots;
   std::unordered_map<std::string, uint32_t> slot_by_id;
@@ -219,7 +228,8 @@ struct KnowledgeBase::Impl {
     if (key == len_key) return;
     slot_len.assign(slots.size(), 0);
     for (uint32_t o = 0; o < chunk_slot.size(); ++o) {
-      if (chunk_slot[o] != kNoDoc && chunk_slot[o] < slot_len.size()) slot_len[chunk_slot[o]] += bm25->Length(o);
+      if (chunk_slot[o] != kNoDoc && chunk_slot[o] < slot_len.size())
+        slot_len[chunk_slot[o]] += bm25->Length(o);
     }
     uint64_t total = 0;
     slot_present = 0;
@@ -313,7 +323,8 @@ struct KnowledgeBase::Impl {
     auto it = slot_by_id.find(doc);
     if (it != slot_by_id.end()) return slots[it->second].get();
     for (const auto& d : slots) {
-      if (d && d->info.name == doc && (collection.empty() || d->info.collection == collection)) return d.get();
+      if (d && d->info.name == doc && (collection.empty() || d->info.collection == collection))
+        return d.get();
     }
     return nullptr;
   }
@@ -368,18 +379,20 @@ struct KnowledgeBase::Impl {
       visit(o, *rec);
       return true;
     }));
-    if (!bad.ok()) spdlog::warn("knowledge: skipped damaged chunk records during rebuild: {}", bad.ToString());
+    if (!bad.ok())
+      spdlog::warn("knowledge: skipped damaged chunk records during rebuild: {}", bad.ToString());
     return absl::OkStatus();
   }
   // Whether chunk `o` belongs to a document of the tables.
   bool InDocument(uint32_t o) const { return o < chunk_slot.size() && chunk_slot[o] != kNoDoc; }
 
-  std::unique_ptr<VectorIndex> MakeVectors(const std::vector<uint32_t>& ids, const std::vector<float>& vecs) const {
+  std::unique_ptr<VectorIndex> MakeVectors(const std::vector<uint32_t>& ids,
+                                           const std::vector<float>& vecs) const {
     auto v = std::make_unique<VectorIndex>(embedder.dimension(), VecOptions());
     v->Build(ids, vecs);
     if (v->tuned_recall() >= 0) {
-      spdlog::info("knowledge: vector index {} over {} vectors: recall@10 {:.3f} on its sample", v->describe(),
-                   ids.size(), v->tuned_recall());
+      spdlog::info("knowledge: vector index {} over {} vectors: recall@10 {:.3f} on its sample",
+                   v->describe(), ids.size(), v->tuned_recall());
     }
     return v;
   }
@@ -389,21 +402,22 @@ struct KnowledgeBase::Impl {
     std::vector<uint32_t> ids;
     std::vector<float> vecs;
     std::vector<std::string> terms;
-    RETURN_IF_ERROR(ScanChunks(vector, [this](uint32_t o) { return InDocument(o); },
-                               [&](uint32_t o, ChunkRec& rec) {
-                                 if (lexical) {
-                                   const DocRec& d = *slots[chunk_slot[o]];
-                                   terms.clear();
-                                   std::vector<std::string> path =
-                                       rec.meta.value("title_path", std::vector<std::string>{});
-                                   Tokenize(Context(d.info, path) + "\n" + rec.text, &terms);
-                                   bm25->Add(o, terms);
-                                 }
-                                 if (vector && static_cast<int>(rec.vec.size()) == embedder.dimension()) {
-                                   ids.push_back(o);
-                                   vecs.insert(vecs.end(), rec.vec.begin(), rec.vec.end());
-                                 }
-                               }));
+    RETURN_IF_ERROR(ScanChunks(
+        vector, [this](uint32_t o) { return InDocument(o); },
+        [&](uint32_t o, ChunkRec& rec) {
+          if (lexical) {
+            const DocRec& d = *slots[chunk_slot[o]];
+            terms.clear();
+            std::vector<std::string> path =
+                rec.meta.value("title_path", std::vector<std::string>{});
+            Tokenize(Context(d.info, path) + "\n" + rec.text, &terms);
+            bm25->Add(o, terms);
+          }
+          if (vector && static_cast<int>(rec.vec.size()) == embedder.dimension()) {
+            ids.push_back(o);
+            vecs.insert(vecs.end(), rec.vec.begin(), rec.vec.end());
+          }
+        }));
     if (vector) vectors = MakeVectors(ids, vecs);
     return absl::OkStatus();
   }
@@ -422,12 +436,13 @@ struct KnowledgeBase::Impl {
       if (options.while_building_vectors_for_test) options.while_building_vectors_for_test();
       std::vector<uint32_t> ids;
       std::vector<float> vecs;
-      RETURN_IF_ERROR(ScanChunks(true, [this](uint32_t o) { return InDocument(o); },
-                                 [&](uint32_t o, ChunkRec& rec) {
-                                   if (static_cast<int>(rec.vec.size()) != embedder.dimension()) return;
-                                   ids.push_back(o);
-                                   vecs.insert(vecs.end(), rec.vec.begin(), rec.vec.end());
-                                 }));
+      RETURN_IF_ERROR(ScanChunks(
+          true, [this](uint32_t o) { return InDocument(o); },
+          [&](uint32_t o, ChunkRec& rec) {
+            if (static_cast<int>(rec.vec.size()) != embedder.dimension()) return;
+            ids.push_back(o);
+            vecs.insert(vecs.end(), rec.vec.begin(), rec.vec.end());
+          }));
       built = MakeVectors(ids, vecs);
       return absl::OkStatus();
     });
@@ -580,8 +595,10 @@ KnowledgeBase::~KnowledgeBase() {
 
 const std::string& KnowledgeBase::open_report() const { return impl_->open_report; }
 
-absl::StatusOr<std::unique_ptr<KnowledgeBase>> KnowledgeBase::Open(Storage& storage, const std::string& index_dir,
-                                                                   KnowledgeOptions options, Embedder& embedder,
+absl::StatusOr<std::unique_ptr<KnowledgeBase>> KnowledgeBase::Open(Storage& storage,
+                                                                   const std::string& index_dir,
+                                                                   KnowledgeOptions options,
+                                                                   Embedder& embedder,
                                                                    Reranker& reranker) {
   auto impl = std::make_unique<Impl>(storage, index_dir, options, embedder, reranker);
   Impl& m = *impl;
@@ -603,11 +620,13 @@ absl::StatusOr<std::unique_ptr<KnowledgeBase>> KnowledgeBase::Open(Storage& stor
 
   // Collections embedded by another embedder are re-embedded now.
   std::set<std::string> stale;
-  RETURN_IF_ERROR(storage.Scan(Cf::kMeta, "kb/coll/", "kb/coll0", [&](std::string_view k, std::string_view v) {
-    json j = json::parse(v, nullptr, false);
-    if (j.is_object() && j.value("embedder", "") != embedder.name()) stale.insert(std::string(k.substr(8)));
-    return true;
-  }));
+  RETURN_IF_ERROR(
+      storage.Scan(Cf::kMeta, "kb/coll/", "kb/coll0", [&](std::string_view k, std::string_view v) {
+        json j = json::parse(v, nullptr, false);
+        if (j.is_object() && j.value("embedder", "") != embedder.name())
+          stale.insert(std::string(k.substr(8)));
+        return true;
+      }));
   std::vector<std::string> why;
   // The two saved indexes load in parallel.
   bool vector_ok = false;
@@ -644,7 +663,8 @@ absl::StatusOr<std::unique_ptr<KnowledgeBase>> KnowledgeBase::Open(Storage& stor
         ASSIGN_OR_RETURN(auto raw, storage.Get(Cf::kChunks, ChunkKey(o)));
         if (!raw) continue;
         ASSIGN_OR_RETURN(auto rec, DecodeChunk(*raw, false));
-        texts.push_back(Context(d->info, rec.meta.value("title_path", std::vector<std::string>{})) + "\n" + rec.text);
+        texts.push_back(Context(d->info, rec.meta.value("title_path", std::vector<std::string>{})) +
+                        "\n" + rec.text);
         recs.push_back(std::move(rec));
       }
       ASSIGN_OR_RETURN(auto vecs, embedder.Embed(texts, false));
@@ -656,10 +676,12 @@ absl::StatusOr<std::unique_ptr<KnowledgeBase>> KnowledgeBase::Open(Storage& stor
       RETURN_IF_ERROR(storage.Write(batch, true));
     }
     for (const auto& c : stale) {
-      RETURN_IF_ERROR(storage.Put(Cf::kMeta, "kb/coll/" + c,
-                                  json({{"embedder", embedder.name()}, {"dimension", embedder.dimension()}}).dump(), true));
+      RETURN_IF_ERROR(storage.Put(
+          Cf::kMeta, "kb/coll/" + c,
+          json({{"embedder", embedder.name()}, {"dimension", embedder.dimension()}}).dump(), true));
     }
-    why.push_back(absl::StrCat("re-embedded ", stale.size(), " collection(s) with ", embedder.name()));
+    why.push_back(
+        absl::StrCat("re-embedded ", stale.size(), " collection(s) with ", embedder.name()));
   }
   if (!lexical_ok || !vector_ok) {
     RETURN_IF_ERROR(m.Rebuild(!lexical_ok, !vector_ok));
@@ -696,8 +718,8 @@ absl::StatusOr<std::unique_ptr<KnowledgeBase>> KnowledgeBase::Open(Storage& stor
   return std::unique_ptr<KnowledgeBase>(new KnowledgeBase(std::move(impl)));
 }
 
-absl::StatusOr<IngestResult> KnowledgeBase::Ingest(IngestRequest req,
-                                                   const std::function<void(const std::string&)>& progress) {
+absl::StatusOr<IngestResult> KnowledgeBase::Ingest(
+    IngestRequest req, const std::function<void(const std::string&)>& progress) {
   Impl& m = *impl_;
   auto stage = [&](const std::string& s) {
     if (progress) progress(s);
@@ -705,8 +727,9 @@ absl::StatusOr<IngestResult> KnowledgeBase::Ingest(IngestRequest req,
   if (req.name.empty()) return absl::InvalidArgumentError("name: required");
   if (req.collection.empty()) req.collection = req.kind == "code" ? "code" : "default";
   if (static_cast<int64_t>(req.bytes.size()) > m.options.max_document_bytes) {
-    return absl::InvalidArgumentError(absl::StrCat(req.name, ": ", req.bytes.size() / 1e6, " MB is over the ",
-                                                   m.options.max_document_bytes / (1 << 20), " MB limit"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(req.name, ": ", req.bytes.size() / 1e6, " MB is over the ",
+                     m.options.max_document_bytes / (1 << 20), " MB limit"));
   }
   std::lock_guard<std::mutex> writer(m.ingest_mu);
   const std::string hash = Sha256Hex(req.bytes);
@@ -733,7 +756,8 @@ absl::StatusOr<IngestResult> KnowledgeBase::Ingest(IngestRequest req,
   ChunkOptions chunking = m.options.chunking;
   chunking.code_aware = req.kind == "code";
   std::vector<ChunkDraft> chunks = ChunkDocument(doc, chunking);
-  if (chunks.empty()) return absl::InvalidArgumentError(absl::StrCat(req.name, ": no text to index"));
+  if (chunks.empty())
+    return absl::InvalidArgumentError(absl::StrCat(req.name, ": no text to index"));
   auto rec = std::make_unique<DocRec>();
   DocumentInfo& info = rec->info;
   info.id = "d-" + Sha256Hex(req.collection + '\0' + req.name + '\0' + hash).substr(0, 16);
@@ -754,7 +778,8 @@ absl::StatusOr<IngestResult> KnowledgeBase::Ingest(IngestRequest req,
   for (const auto& c : chunks) index_texts.push_back(Context(info, c.title_path) + "\n" + c.text);
   stage("embedding");
   ASSIGN_OR_RETURN(auto vecs, m.embedder.Embed(index_texts, false));
-  if (vecs.size() != chunks.size()) return absl::InternalError("embedder returned a wrong number of vectors");
+  if (vecs.size() != chunks.size())
+    return absl::InternalError("embedder returned a wrong number of vectors");
   stage("indexing");
   std::vector<float> flat;
   flat.reserve(chunks.size() * m.embedder.dimension());
@@ -903,8 +928,9 @@ absl::StatusOr<int> KnowledgeBase::Delete(const std::string& doc, const std::str
     std::shared_lock<std::shared_mutex> lock(m.mu);
     const DocRec* d = m.FindDoc(doc, collection);
     if (!d) {
-      return absl::NotFoundError(absl::StrCat("document '", doc, "' not found",
-                                              collection.empty() ? "" : " in collection " + collection));
+      return absl::NotFoundError(
+          absl::StrCat("document '", doc, "' not found",
+                       collection.empty() ? "" : " in collection " + collection));
     }
     id = d->info.id;
     ordinals = d->ordinals;
@@ -976,10 +1002,12 @@ absl::StatusOr<std::vector<KbSearchHit>> KnowledgeBase::SearchImpl(
     return absl::InvalidArgumentError("query: empty");
   }
   if (r.query.size() > 4096) {
-    return absl::InvalidArgumentError(absl::StrCat("query: ", r.query.size(), " characters; at most 4096"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("query: ", r.query.size(), " characters; at most 4096"));
   }
   if (r.max_results < 1 || r.max_results > 100) {
-    return absl::InvalidArgumentError(absl::StrCat("max_results: ", r.max_results, "; expected 1..100"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_results: ", r.max_results, "; expected 1..100"));
   }
   if (!(r.threshold >= 0 && r.threshold <= 1)) {
     return absl::InvalidArgumentError(absl::StrCat("threshold: ", r.threshold, "; expected 0..1"));
@@ -1077,7 +1105,8 @@ absl::StatusOr<std::vector<KbSearchHit>> KnowledgeBase::SearchImpl(
     const DocRec& d = *m.slots[m.chunk_slot[o]];
     if (!r.collection.empty() && d.info.collection != r.collection) return false;
     if (r.collection_visible && !r.collection_visible(d.info.collection)) return false;
-    if (!doc_filter.empty() && !doc_filter.count(d.info.name) && !doc_filter.count(d.info.id)) return false;
+    if (!doc_filter.empty() && !doc_filter.count(d.info.name) && !doc_filter.count(d.info.id))
+      return false;
     if (!type_filter.empty() && !type_filter.count(m.chunk_type[o])) return false;
     for (const auto& [k, v] : r.tags) {
       auto it = d.info.tags.find(k);
@@ -1085,12 +1114,13 @@ absl::StatusOr<std::vector<KbSearchHit>> KnowledgeBase::SearchImpl(
     }
     return true;
   };
-  const bool filtered = !r.collection.empty() || r.collection_visible || !doc_filter.empty() || !type_filter.empty() ||
-                        !r.tags.empty();
-  std::function<bool(uint32_t)> acc = filtered ? std::function<bool(uint32_t)>(accept)
-                                               : std::function<bool(uint32_t)>([&](uint32_t o) {
-                                                   return o < m.chunk_slot.size() && m.chunk_slot[o] != kNoDoc;
-                                                 });
+  const bool filtered = !r.collection.empty() || r.collection_visible || !doc_filter.empty() ||
+                        !type_filter.empty() || !r.tags.empty();
+  std::function<bool(uint32_t)> acc =
+      filtered ? std::function<bool(uint32_t)>(accept)
+               : std::function<bool(uint32_t)>([&](uint32_t o) {
+                   return o < m.chunk_slot.size() && m.chunk_slot[o] != kNoDoc;
+                 });
   const size_t n = static_cast<size_t>(std::max(m.options.candidates, r.max_results));
   std::vector<std::pair<uint32_t, float>> lex, vec, by_doc, by_text, lex_all;
   std::unordered_map<uint32_t, double> doc_match;  // slot -> title score / best
@@ -1147,16 +1177,19 @@ absl::StatusOr<std::vector<KbSearchHit>> KnowledgeBase::SearchImpl(
   const FusionOverrides& ov = r.overrides ? *r.overrides : none;
   const double rrf_k = ov.rrf_k >= 0 ? ov.rrf_k : m.options.rrf_k;
   const double doc_weight = ov.doc_weight >= 0 ? ov.doc_weight : m.options.doc_weight;
-  const double text_weight = ov.doc_text_weight >= 0 ? ov.doc_text_weight : m.options.doc_text_weight;
+  const double text_weight =
+      ov.doc_text_weight >= 0 ? ov.doc_text_weight : m.options.doc_text_weight;
   if (hybrid) {
     // Two document-level views: documents whose name or title the query
     // names (part numbers, driver names), and documents whose whole text
     // matches it best (a small binding or a header read as one unit). Their
     // best chunks join the pool; their scores are reranking features.
-    auto docs = m.doc_titles.Search(wq, static_cast<size_t>(std::max(m.options.doc_candidates, 20)));
+    auto docs =
+        m.doc_titles.Search(wq, static_cast<size_t>(std::max(m.options.doc_candidates, 20)));
     const float best = docs.empty() ? 0.f : docs[0].second;
     for (const auto& [slot, score] : docs) doc_match[slot] = best > 0 ? score / best : 0;
-    std::unordered_map<uint32_t, std::pair<float, float>> chosen;  // slot -> (title score, text score)
+    std::unordered_map<uint32_t, std::pair<float, float>>
+        chosen;  // slot -> (title score, text score)
     for (size_t i = 0; i < docs.size() && i < static_cast<size_t>(m.options.doc_candidates); ++i) {
       if (docs[i].second < 0.5f * best) break;
       chosen[docs[i].first].first = docs[i].second / best;
@@ -1168,13 +1201,15 @@ absl::StatusOr<std::vector<KbSearchHit>> KnowledgeBase::SearchImpl(
       return d && !d->ordinals.empty() ? d->ordinals.front() : ~0u;
     };
     std::sort(text_docs.begin(), text_docs.end(), [&](const auto& a, const auto& b) {
-      return a.second > b.second || (a.second == b.second && first_ordinal(a.first) < first_ordinal(b.first));
+      return a.second > b.second ||
+             (a.second == b.second && first_ordinal(a.first) < first_ordinal(b.first));
     });
     const float best_text = text_docs.empty() ? 0.f : text_docs[0].second;
     for (size_t i = 0; i < text_docs.size(); ++i) {
       const double norm = best_text > 0 ? text_docs[i].second / best_text : 0;
       doc_text[text_docs[i].first] = norm;
-      if (i < static_cast<size_t>(m.options.doc_text_candidates)) chosen[text_docs[i].first].second = static_cast<float>(norm);
+      if (i < static_cast<size_t>(m.options.doc_text_candidates))
+        chosen[text_docs[i].first].second = static_cast<float>(norm);
     }
     std::unordered_map<uint32_t, std::vector<std::pair<uint32_t, float>>> in_doc;
     if (lex_pruned) {
@@ -1193,7 +1228,9 @@ absl::StatusOr<std::vector<KbSearchHit>> KnowledgeBase::SearchImpl(
     const float best_lex_all = lex.empty() ? 1.f : std::max(lex[0].second, 1e-9f);
     const size_t per_doc = static_cast<size_t>(std::max(1, m.options.chunks_per_doc));
     for (auto& [slot, hits] : in_doc) {
-      auto better = [](const auto& a, const auto& b) { return a.second > b.second || (a.second == b.second && a.first < b.first); };
+      auto better = [](const auto& a, const auto& b) {
+        return a.second > b.second || (a.second == b.second && a.first < b.first);
+      };
       if (hits.size() > per_doc) {
         std::partial_sort(hits.begin(), hits.begin() + per_doc, hits.end(), better);
         hits.resize(per_doc);
@@ -1207,7 +1244,9 @@ absl::StatusOr<std::vector<KbSearchHit>> KnowledgeBase::SearchImpl(
         if (text_score > 0) by_text.emplace_back(h.first, text_score * (1.0f + chunk));
       }
     }
-    auto by_score = [](const auto& a, const auto& b) { return a.second > b.second || (a.second == b.second && a.first < b.first); };
+    auto by_score = [](const auto& a, const auto& b) {
+      return a.second > b.second || (a.second == b.second && a.first < b.first);
+    };
     std::sort(by_doc.begin(), by_doc.end(), by_score);
     std::sort(by_text.begin(), by_text.end(), by_score);
   }
@@ -1217,8 +1256,12 @@ absl::StatusOr<std::vector<KbSearchHit>> KnowledgeBase::SearchImpl(
     double fused = 0, lexical = 0, vector = 0;
   };
   std::unordered_map<uint32_t, Cand> cands;
-  const double wl = r.mode == SearchMode::kVector ? 0 : (ov.lexical_weight >= 0 ? ov.lexical_weight : m.options.lexical_weight);
-  const double wv = r.mode == SearchMode::kLexical ? 0 : (ov.vector_weight >= 0 ? ov.vector_weight : m.options.vector_weight);
+  const double wl = r.mode == SearchMode::kVector
+                        ? 0
+                        : (ov.lexical_weight >= 0 ? ov.lexical_weight : m.options.lexical_weight);
+  const double wv = r.mode == SearchMode::kLexical
+                        ? 0
+                        : (ov.vector_weight >= 0 ? ov.vector_weight : m.options.vector_weight);
   for (size_t i = 0; i < lex.size(); ++i) {
     auto& c = cands[lex[i].first];
     c.o = lex[i].first;
@@ -1350,7 +1393,8 @@ absl::StatusOr<std::vector<KbSearchHit>> KnowledgeBase::SearchImpl(
     const std::string rerank_query = hyde_answer.empty() ? r.query : r.query + "\n" + hyde_answer;
     ASSIGN_OR_RETURN(auto scores, first_stage.Score(rerank_query, rc));
     for (size_t i = 0; i < loaded.size(); ++i) loaded[i].score = scores[i];
-    std::stable_sort(loaded.begin(), loaded.end(), [](const Loaded& a, const Loaded& b) { return a.score > b.score; });
+    std::stable_sort(loaded.begin(), loaded.end(),
+                     [](const Loaded& a, const Loaded& b) { return a.score > b.score; });
   }
   const double top_fused_all = order.empty() ? 1.0 : std::max(order[0].fused, 1e-12);
   auto chunk_hit = [&](const Loaded& l) {

@@ -39,7 +39,7 @@ struct KnowledgeOptions {
   double rrf_k = 60;
   double lexical_weight = 1.0;
   double vector_weight = 0.1;
-  double doc_weight = 0.0;  // the leg of chunks from documents the query names
+  double doc_weight = 0.0;       // the leg of chunks from documents the query names
   double doc_text_weight = 0.5;  // the leg of chunks from documents whose whole text matches best
   int doc_text_candidates = 10;
   double doc_text_b = 0.3;  // BM25 length normalization at document level
@@ -48,15 +48,15 @@ struct KnowledgeOptions {
   double family_weight = 0.8;
   int doc_candidates = 5;
   int chunks_per_doc = 10;
-  int candidates = 100;     // per leg
+  int candidates = 100;  // per leg
   int rerank_top = 100;
   size_t exact_below = 20000;  // vectors; approximate above
   // The approximate vector index: "ivf" (IVF, 8-bit scalar quantized; the
   // default: measured at a million chunks it builds in minutes and holds a
   // quarter of HNSW's memory) or "hnsw".
   std::string vector_index = "ivf";
-  int ivf_lists = 0;   // 0: about 4 * sqrt(n)
-  int ivf_nprobe = 0;  // 0: chosen for recall@10 >= 0.95
+  int ivf_lists = 0;                      // 0: about 4 * sqrt(n)
+  int ivf_nprobe = 0;                     // 0: chosen for recall@10 >= 0.95
   double ivf_max_probe_share = 1.0 / 32;  // the chosen nprobe's cap (share of the lists)
   int hnsw_m = 32;
   int hnsw_ef_construction = 80;
@@ -128,7 +128,7 @@ struct IngestRequest {
   std::string name;        // shown in results; relative path for files
   std::string collection;  // default "default"
   std::map<std::string, std::string> tags;
-  std::string kind;        // "" | "doc" | "code"
+  std::string kind;  // "" | "doc" | "code"
   std::string bytes;
   int64_t modified_us = 0;
 };
@@ -174,7 +174,7 @@ struct KbSearchRequest {
   std::string collection;  // "" = all
   // When set, only documents of collections it accepts (others' personal ones are hidden).
   std::function<bool(const std::string& collection)> collection_visible;
-  std::vector<std::string> docs;           // names or ids
+  std::vector<std::string> docs;  // names or ids
   std::vector<std::string> content_types;
   std::map<std::string, std::string> tags;
   bool rerank = true;
@@ -243,7 +243,8 @@ class KnowledgeBase {
   // INVALID_ARGUMENT names the document and the reason (too big, binary,
   // encrypted PDF, ...). `progress` gets stage names as work proceeds.
   [[nodiscard]] absl::StatusOr<IngestResult> Ingest(
-      IngestRequest request, const std::function<void(const std::string& stage)>& progress = nullptr);
+      IngestRequest request,
+      const std::function<void(const std::string& stage)>& progress = nullptr);
   [[nodiscard]] absl::StatusOr<std::vector<DocumentInfo>> List(const std::string& collection);
   // By id or name (within `collection` when given). Returns chunks removed.
   [[nodiscard]] absl::StatusOr<int> Delete(const std::string& doc, const std::string& collection);

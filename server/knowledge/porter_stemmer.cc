@@ -27,7 +27,11 @@ class Stemmer {
  private:
   bool Cons(int i) const {
     switch (b_[i]) {
-      case 'a': case 'e': case 'i': case 'o': case 'u':
+      case 'a':
+      case 'e':
+      case 'i':
+      case 'o':
+      case 'u':
         return false;
       case 'y':
         return i == 0 ? true : !Cons(i - 1);
@@ -128,60 +132,144 @@ class Stemmer {
     if (k_ < 1) return;
     switch (b_[k_ - 1]) {
       case 'a':
-        if (Ends("ational")) { R("ate"); break; }
-        if (Ends("tional")) { R("tion"); break; }
+        if (Ends("ational")) {
+          R("ate");
+          break;
+        }
+        if (Ends("tional")) {
+          R("tion");
+          break;
+        }
         break;
       case 'c':
-        if (Ends("enci")) { R("ence"); break; }
-        if (Ends("anci")) { R("ance"); break; }
+        if (Ends("enci")) {
+          R("ence");
+          break;
+        }
+        if (Ends("anci")) {
+          R("ance");
+          break;
+        }
         break;
       case 'e':
-        if (Ends("izer")) { R("ize"); break; }
+        if (Ends("izer")) {
+          R("ize");
+          break;
+        }
         break;
       case 'l':
-        if (Ends("bli")) { R("ble"); break; }
-        if (Ends("alli")) { R("al"); break; }
-        if (Ends("entli")) { R("ent"); break; }
-        if (Ends("eli")) { R("e"); break; }
-        if (Ends("ousli")) { R("ous"); break; }
+        if (Ends("bli")) {
+          R("ble");
+          break;
+        }
+        if (Ends("alli")) {
+          R("al");
+          break;
+        }
+        if (Ends("entli")) {
+          R("ent");
+          break;
+        }
+        if (Ends("eli")) {
+          R("e");
+          break;
+        }
+        if (Ends("ousli")) {
+          R("ous");
+          break;
+        }
         break;
       case 'o':
-        if (Ends("ization")) { R("ize"); break; }
-        if (Ends("ation")) { R("ate"); break; }
-        if (Ends("ator")) { R("ate"); break; }
+        if (Ends("ization")) {
+          R("ize");
+          break;
+        }
+        if (Ends("ation")) {
+          R("ate");
+          break;
+        }
+        if (Ends("ator")) {
+          R("ate");
+          break;
+        }
         break;
       case 's':
-        if (Ends("alism")) { R("al"); break; }
-        if (Ends("iveness")) { R("ive"); break; }
-        if (Ends("fulness")) { R("ful"); break; }
-        if (Ends("ousness")) { R("ous"); break; }
+        if (Ends("alism")) {
+          R("al");
+          break;
+        }
+        if (Ends("iveness")) {
+          R("ive");
+          break;
+        }
+        if (Ends("fulness")) {
+          R("ful");
+          break;
+        }
+        if (Ends("ousness")) {
+          R("ous");
+          break;
+        }
         break;
       case 't':
-        if (Ends("aliti")) { R("al"); break; }
-        if (Ends("iviti")) { R("ive"); break; }
-        if (Ends("biliti")) { R("ble"); break; }
+        if (Ends("aliti")) {
+          R("al");
+          break;
+        }
+        if (Ends("iviti")) {
+          R("ive");
+          break;
+        }
+        if (Ends("biliti")) {
+          R("ble");
+          break;
+        }
         break;
       case 'g':
-        if (Ends("logi")) { R("log"); break; }
+        if (Ends("logi")) {
+          R("log");
+          break;
+        }
         break;
     }
   }
   void Step3() {
     switch (b_[k_]) {
       case 'e':
-        if (Ends("icate")) { R("ic"); break; }
-        if (Ends("ative")) { R(""); break; }
-        if (Ends("alize")) { R("al"); break; }
+        if (Ends("icate")) {
+          R("ic");
+          break;
+        }
+        if (Ends("ative")) {
+          R("");
+          break;
+        }
+        if (Ends("alize")) {
+          R("al");
+          break;
+        }
         break;
       case 'i':
-        if (Ends("iciti")) { R("ic"); break; }
+        if (Ends("iciti")) {
+          R("ic");
+          break;
+        }
         break;
       case 'l':
-        if (Ends("ical")) { R("ic"); break; }
-        if (Ends("ful")) { R(""); break; }
+        if (Ends("ical")) {
+          R("ic");
+          break;
+        }
+        if (Ends("ful")) {
+          R("");
+          break;
+        }
         break;
       case 's':
-        if (Ends("ness")) { R(""); break; }
+        if (Ends("ness")) {
+          R("");
+          break;
+        }
         break;
     }
   }

@@ -123,7 +123,8 @@ bool ContainsPhrase(const std::vector<std::string>& text, const std::vector<std:
 
 }  // namespace
 
-std::vector<std::pair<std::string, float>> ExpandQuery(std::string_view text, const std::vector<std::string>& terms,
+std::vector<std::pair<std::string, float>> ExpandQuery(std::string_view text,
+                                                       const std::vector<std::string>& terms,
                                                        const ExpansionWeights& w) {
   static const Thesaurus th;
   const std::set<std::string> own(terms.begin(), terms.end());
@@ -155,7 +156,8 @@ std::vector<std::pair<std::string, float>> ExpandQuery(std::string_view text, co
   return {extra.begin(), extra.end()};
 }
 
-std::vector<std::pair<std::string, float>> WeightedQuery(std::string_view text, const std::vector<std::string>& terms,
+std::vector<std::pair<std::string, float>> WeightedQuery(std::string_view text,
+                                                         const std::vector<std::string>& terms,
                                                          const ExpansionWeights& w) {
   std::vector<std::pair<std::string, float>> out;
   for (const auto& t : terms) out.emplace_back(t, 1.0f);

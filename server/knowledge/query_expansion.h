@@ -19,11 +19,13 @@ struct ExpansionWeights {
 
 // `terms`: the query's own index terms (from Tokenize). Returns extra
 // (term, weight) pairs, none of them already in `terms`.
-std::vector<std::pair<std::string, float>> ExpandQuery(std::string_view text, const std::vector<std::string>& terms,
+std::vector<std::pair<std::string, float>> ExpandQuery(std::string_view text,
+                                                       const std::vector<std::string>& terms,
                                                        const ExpansionWeights& weights = {});
 
 // The query's own terms at weight 1 followed by the expansion.
-std::vector<std::pair<std::string, float>> WeightedQuery(std::string_view text, const std::vector<std::string>& terms,
+std::vector<std::pair<std::string, float>> WeightedQuery(std::string_view text,
+                                                         const std::vector<std::string>& terms,
                                                          const ExpansionWeights& weights = {});
 
 }  // namespace fwai

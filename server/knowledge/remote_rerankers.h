@@ -3,8 +3,8 @@
 
 #include <functional>
 #include <memory>
-#include <vector>
 #include <string>
+#include <vector>
 
 #include "server/knowledge/reranker.h"
 
@@ -14,8 +14,10 @@ class HttpClient;
 class Provider;
 
 struct HttpRerankerConfig {
-  std::string style;     // "tei" (POST {base}/rerank) | "cohere" (POST {base}/rerank, Cohere/Jina /v1 shape)
-  std::string base_url;  // e.g. http://127.0.0.1:8080, https://api.cohere.com/v1, https://api.jina.ai/v1
+  std::string
+      style;  // "tei" (POST {base}/rerank) | "cohere" (POST {base}/rerank, Cohere/Jina /v1 shape)
+  std::string
+      base_url;  // e.g. http://127.0.0.1:8080, https://api.cohere.com/v1, https://api.jina.ai/v1
   std::string api_key;
   std::string model;
   int timeout_s = 20;
@@ -24,17 +26,19 @@ struct HttpRerankerConfig {
 // Scores from the remote service (already in 0..1 for TEI without raw scores
 // and for Cohere/Jina relevance scores). When the call fails, `fallback`
 // scores the candidates and the failure is logged.
-std::unique_ptr<Reranker> MakeHttpReranker(HttpRerankerConfig config, HttpClient& http, Reranker& fallback);
+std::unique_ptr<Reranker> MakeHttpReranker(HttpRerankerConfig config, HttpClient& http,
+                                           Reranker& fallback);
 
 // Listwise: the chat model orders the numbered passages; score = 1 - rank/n.
 // Falls back like the HTTP reranker.
-std::unique_ptr<Reranker> MakeLlmReranker(Provider& provider, std::string model, Reranker& fallback);
+std::unique_ptr<Reranker> MakeLlmReranker(Provider& provider, std::string model,
+                                          Reranker& fallback);
 
 // Query rewriting with the chat provider: up to 3 alternative queries for a
 // short or vague one, as a JSON array; cached per query (thread-safe). Any
 // failure yields no variants.
 std::function<std::vector<std::string>(const std::string&)> MakeLlmQueryRewriter(Provider& provider,
-                                                                                   std::string model);
+                                                                                 std::string model);
 
 // Hypothetical answer (HyDE) with the chat provider: a short passage as a
 // datasheet, manual or driver document would answer the question, in that

@@ -23,7 +23,7 @@ namespace {
 
 // What the features need from the query, computed once per query.
 struct PreparedQuery {
-  std::vector<std::string> ids;  // lowercase identifiers
+  std::vector<std::string> ids;                // lowercase identifiers
   std::unordered_map<std::string, int> terms;  // distinct terms -> index
 };
 
@@ -84,7 +84,8 @@ RerankFeatures Compute(const PreparedQuery& q, const RerankCandidate& c) {
           ++lo;
         }
       }
-      f.proximity = best <= tterms.size() ? std::min(1.0, static_cast<double>(n_text) / best * 2.0) : 0.0;
+      f.proximity =
+          best <= tterms.size() ? std::min(1.0, static_cast<double>(n_text) / best * 2.0) : 0.0;
     } else {
       f.proximity = n_text == 1 ? 0.2 : 0.0;
     }
@@ -109,7 +110,8 @@ namespace {
 class BuiltinReranker final : public Reranker {
  public:
   explicit BuiltinReranker(RerankWeights w) : w_(w) {
-    double sum = w_.identifier + w_.coverage + w_.proximity + w_.context + w_.vector + w_.lexical + w_.fused + w_.doc + w_.doc_text + w_.named;
+    double sum = w_.identifier + w_.coverage + w_.proximity + w_.context + w_.vector + w_.lexical +
+                 w_.fused + w_.doc + w_.doc_text + w_.named;
     norm_ = sum > 0 ? 1.0 / sum : 1.0;
   }
   std::string name() const override { return "builtin"; }
@@ -124,8 +126,10 @@ class BuiltinReranker final : public Reranker {
       // Without identifiers in the query, their weight goes to coverage.
       double wi = has_ids ? w_.identifier : 0.0;
       double wc = has_ids ? w_.coverage : w_.coverage + w_.identifier;
-      double s = wi * f.identifier + wc * f.coverage + w_.proximity * f.proximity + w_.context * f.context +
-                 w_.vector * f.vector + w_.lexical * f.lexical + w_.fused * f.fused + w_.doc * f.doc + w_.doc_text * f.doc_text + w_.named * f.named;
+      double s = wi * f.identifier + wc * f.coverage + w_.proximity * f.proximity +
+                 w_.context * f.context + w_.vector * f.vector + w_.lexical * f.lexical +
+                 w_.fused * f.fused + w_.doc * f.doc + w_.doc_text * f.doc_text +
+                 w_.named * f.named;
       out.push_back(std::clamp(s * norm_, 0.0, 1.0));
     }
     return out;

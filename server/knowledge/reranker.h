@@ -14,8 +14,8 @@ namespace fwai {
 
 struct RerankCandidate {
   std::string text;
-  std::string context;  // doc name, doc title and title path
-  double vector_sim = 0;   // cosine, or 0 if absent
+  std::string context;      // doc name, doc title and title path
+  double vector_sim = 0;    // cosine, or 0 if absent
   double lexical_norm = 0;  // BM25 score / best BM25 score of the query
   double fused_norm = 0;    // fused score / best fused score
   double doc_match = 0;     // document name/title BM25 / best document's, 0 if none

@@ -19,7 +19,8 @@ uint64_t Num(const std::string& s, uint64_t fallback = 0) {
   if (s.empty()) return fallback;
   std::string t = s;
   if (t.size() > 1 && (t[0] == '#')) return std::strtoull(t.c_str() + 1, nullptr, 2);
-  if (t.size() > 2 && t[0] == '0' && (t[1] == 'b' || t[1] == 'B')) return std::strtoull(t.c_str() + 2, nullptr, 2);
+  if (t.size() > 2 && t[0] == '0' && (t[1] == 'b' || t[1] == 'B'))
+    return std::strtoull(t.c_str() + 2, nullptr, 2);
   return std::strtoull(t.c_str(), nullptr, 0);
 }
 
@@ -66,15 +67,17 @@ struct Context {
   std::vector<PreChunk>* out;
 };
 
-void EmitRegister(const Context& ctx, const std::string& periph, uint64_t base, uint64_t offset, const Node& reg,
-                  const Defaults& inherited, const std::string& prefix, std::vector<std::string>* map) {
+void EmitRegister(const Context& ctx, const std::string& periph, uint64_t base, uint64_t offset,
+                  const Node& reg, const Defaults& inherited, const std::string& prefix,
+                  std::vector<std::string>* map) {
   Defaults d = Inherit(reg, inherited);
   std::string rname = reg.Get("name");
   // dim arrays: "CCR%s" with dim 4 -> CCR0..CCR3 are summarised in one chunk.
   std::string dim = reg.Get("dim");
   std::string dim_note;
   if (!dim.empty()) {
-    dim_note = absl::StrCat(" (array of ", Num(dim), ", stride ", Hex(Num(reg.Get("dimIncrement")), 1), ")");
+    dim_note = absl::StrCat(" (array of ", Num(dim), ", stride ",
+                            Hex(Num(reg.Get("dimIncrement")), 1), ")");
     std::string idx = reg.Get("dimIndex");
     size_t at = rname.find("%s");
     if (at != std::string::npos) rname.replace(at, 2, idx.empty() ? "[n]" : "[" + idx + "]");
@@ -83,13 +86,16 @@ void EmitRegister(const Context& ctx, const std::string& periph, uint64_t base, 
   const uint64_t off = offset + Num(reg.Get("addressOffset"));
   const uint64_t addr = base + off;
   map->push_back(absl::StrCat(full, " @ ", Hex(addr), " (offset ", Hex(off, 2), ")"));
-  std::string t = absl::StrCat("Register ", periph, "_", full, " (", periph, ".", full, ")", dim_note);
+  std::string t =
+      absl::StrCat("Register ", periph, "_", full, " (", periph, ".", full, ")", dim_note);
   std::string desc = Clean(reg.Get("description"));
   if (!desc.empty()) absl::StrAppend(&t, " — ", desc);
-  absl::StrAppend(&t, "\nAddress: ", Hex(addr), " (", periph, " base ", Hex(base), " + offset ", Hex(off, 2), ")");
+  absl::StrAppend(&t, "\nAddress: ", Hex(addr), " (", periph, " base ", Hex(base), " + offset ",
+                  Hex(off, 2), ")");
   absl::StrAppend(&t, "\nSize: ", d.size, " bits");
   if (!d.access.empty()) absl::StrAppend(&t, ", access: ", d.access);
-  if (d.has_reset) absl::StrAppend(&t, ", reset value: ", Hex(d.reset, static_cast<int>((d.size + 3) / 4)));
+  if (d.has_reset)
+    absl::StrAppend(&t, ", reset value: ", Hex(d.reset, static_cast<int>((d.size + 3) / 4)));
   if (const Node* fields = reg.Child("fields")) {
     absl::StrAppend(&t, "\nFields:");
     for (const auto& f : fields->children) {
@@ -107,7 +113,8 @@ void EmitRegister(const Context& ctx, const std::string& periph, uint64_t base, 
         lsb = Num(f->Get("bitOffset"));
         msb = lsb + Num(f->Get("bitWidth"), 1) - 1;
       }
-      std::string bits = msb == lsb ? absl::StrCat("[", lsb, "]") : absl::StrCat("[", msb, ":", lsb, "]");
+      std::string bits =
+          msb == lsb ? absl::StrCat("[", lsb, "]") : absl::StrCat("[", msb, ":", lsb, "]");
       absl::StrAppend(&t, "\n  ", f->Get("name"), " ", bits);
       std::string fd = Clean(f->Get("description"));
       if (!fd.empty()) absl::StrAppend(&t, " — ", fd);
@@ -125,8 +132,9 @@ void EmitRegister(const Context& ctx, const std::string& periph, uint64_t base, 
   ctx.out->push_back({{ctx.device, periph, full}, t, "register"});
 }
 
-void EmitRegisters(const Context& ctx, const std::string& periph, uint64_t base, uint64_t offset, const Node& regs,
-                   const Defaults& d, const std::string& prefix, std::vector<std::string>* map) {
+void EmitRegisters(const Context& ctx, const std::string& periph, uint64_t base, uint64_t offset,
+                   const Node& regs, const Defaults& d, const std::string& prefix,
+                   std::vector<std::string>* map) {
   for (const auto& c : regs.children) {
     if (c->name == "register") {
       EmitRegister(ctx, periph, base, offset, *c, d, prefix, map);
@@ -134,7 +142,8 @@ void EmitRegisters(const Context& ctx, const std::string& periph, uint64_t base,
       std::string cname = c->Get("name");
       size_t at = cname.find("%s");
       if (at != std::string::npos) cname.replace(at, 2, "[n]");
-      EmitRegisters(ctx, periph, base, offset + Num(c->Get("addressOffset")), *c, Inherit(*c, d), prefix + cname + "_", map);
+      EmitRegisters(ctx, periph, base, offset + Num(c->Get("addressOffset")), *c, Inherit(*c, d),
+                    prefix + cname + "_", map);
     }
   }
 }
@@ -149,7 +158,8 @@ absl::StatusOr<ExtractedDoc> ExtractSvd(std::string_view name, std::string_view 
         absl::StrReplaceAll(root.status().message(), {{"XML (", "SVD XML ("}}));
   }
   if ((*root)->name != "device") {
-    return absl::InvalidArgumentError(absl::StrCat(AV(name), ": not a CMSIS-SVD file (no <device> root)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(AV(name), ": not a CMSIS-SVD file (no <device> root)"));
   }
   const Node& dev = **root;
   ExtractedDoc doc;
@@ -157,7 +167,8 @@ absl::StatusOr<ExtractedDoc> ExtractSvd(std::string_view name, std::string_view 
   const std::string device = dev.Get("name");
   doc.title = absl::StrCat(device, " — ", Clean(dev.Get("description")));
   const Node* periphs = dev.Child("peripherals");
-  if (!periphs) return absl::InvalidArgumentError(absl::StrCat(AV(name), ": SVD has no <peripherals>"));
+  if (!periphs)
+    return absl::InvalidArgumentError(absl::StrCat(AV(name), ": SVD has no <peripherals>"));
   std::map<std::string, const Node*> by_name;
   for (const auto& c : periphs->children) {
     if (c->name == "peripheral") by_name[c->Get("name")] = c.get();
@@ -182,8 +193,10 @@ absl::StatusOr<ExtractedDoc> ExtractSvd(std::string_view name, std::string_view 
     std::string group = per.Get("groupName").empty() ? src->Get("groupName") : per.Get("groupName");
     std::vector<std::string> map;
     const size_t first_reg = doc.prechunks.size();
-    if (const Node* regs = per.Child("registers") ? per.Child("registers") : src->Child("registers")) {
-      EmitRegisters(ctx, pname, base, 0, *regs, Inherit(per, Inherit(*src, dev_defaults)), "", &map);
+    if (const Node* regs =
+            per.Child("registers") ? per.Child("registers") : src->Child("registers")) {
+      EmitRegisters(ctx, pname, base, 0, *regs, Inherit(per, Inherit(*src, dev_defaults)), "",
+                    &map);
     }
     std::string t = absl::StrCat("Peripheral ", pname);
     if (!group.empty()) absl::StrAppend(&t, " (group ", group, ")");
@@ -201,9 +214,11 @@ absl::StatusOr<ExtractedDoc> ExtractSvd(std::string_view name, std::string_view 
       absl::StrAppend(&t, "\nRegisters:");
       for (const auto& m : map) absl::StrAppend(&t, "\n  ", m);
     }
-    doc.prechunks.insert(doc.prechunks.begin() + first_reg, PreChunk{{device, pname}, t, "register"});
+    doc.prechunks.insert(doc.prechunks.begin() + first_reg,
+                         PreChunk{{device, pname}, t, "register"});
   }
-  if (doc.prechunks.empty()) return absl::InvalidArgumentError(absl::StrCat(AV(name), ": SVD has no peripherals"));
+  if (doc.prechunks.empty())
+    return absl::InvalidArgumentError(absl::StrCat(AV(name), ": SVD has no peripherals"));
   // A page with the device summary keeps the document's text searchable as a whole.
   doc.pages.push_back({0, doc.title});
   return doc;

@@ -8,13 +8,17 @@
 namespace fwai {
 namespace {
 
-bool IsAlnum(unsigned char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9'); }
+bool IsAlnum(unsigned char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
+}
 bool IsUpper(unsigned char c) { return c >= 'A' && c <= 'Z'; }
 bool IsDigit(unsigned char c) { return c >= '0' && c <= '9'; }
 // Characters that join the parts of one identifier when between two alnums.
 bool IsJoiner(unsigned char c) { return c == '_' || c == '-' || c == ',' || c == '.' || c == '#'; }
 
-char Lower(unsigned char c) { return IsUpper(c) ? static_cast<char>(c - 'A' + 'a') : static_cast<char>(c); }
+char Lower(unsigned char c) {
+  return IsUpper(c) ? static_cast<char>(c - 'A' + 'a') : static_cast<char>(c);
+}
 
 std::string LowerStr(std::string_view s) {
   std::string out(s.size(), '\0');
@@ -64,13 +68,13 @@ void ForEachCompound(std::string_view s, Fn&& fn) {
 
 const std::unordered_set<std::string_view>& StopWords() {
   static const auto* words = new std::unordered_set<std::string_view>{
-      "a",     "an",   "and",  "are",   "as",    "at",    "be",    "but",   "by",    "can",
-      "do",    "does", "for",  "from",  "had",   "has",   "have",  "how",   "i",     "if",
-      "in",    "into", "is",   "it",    "its",   "me",    "my",    "no",    "not",   "of",
-      "on",    "or",   "our",  "so",    "such",  "that",  "the",   "their", "then",  "there",
-      "these", "they", "this", "to",    "was",   "we",    "were",  "what",  "when",  "where",
-      "which", "while", "who", "why",   "will",  "with",  "would", "you",   "your",  "should",
-      "could", "than", "them", "those", "been",  "being", "did",   "any",   "some",  "also"};
+      "a",     "an",    "and",  "are",   "as",   "at",    "be",    "but",   "by",   "can",
+      "do",    "does",  "for",  "from",  "had",  "has",   "have",  "how",   "i",    "if",
+      "in",    "into",  "is",   "it",    "its",  "me",    "my",    "no",    "not",  "of",
+      "on",    "or",    "our",  "so",    "such", "that",  "the",   "their", "then", "there",
+      "these", "they",  "this", "to",    "was",  "we",    "were",  "what",  "when", "where",
+      "which", "while", "who",  "why",   "will", "with",  "would", "you",   "your", "should",
+      "could", "than",  "them", "those", "been", "being", "did",   "any",   "some", "also"};
   return *words;
 }
 
@@ -128,10 +132,10 @@ bool LooksLikeIdentifier(std::string_view w) {
     if ((c >= 'a' && c <= 'z') || IsUpper(c)) alpha = true;
     if (IsJoiner(c)) joiner = true;
   }
-  if (joiner) return true;               // RCC_AHB2ENR, snps,dw-apb-uart
-  if (digit && alpha) return true;       // PA5, STM32F103, ahb2enr, 0x4002
+  if (joiner) return true;                  // RCC_AHB2ENR, snps,dw-apb-uart
+  if (digit && alpha) return true;          // PA5, STM32F103, ahb2enr, 0x4002
   if (digit && w.size() >= 4) return true;  // 1000, 9600: numbers are kept exact
-  if (inner_upper) return true;          // CANGCON, MODER, camelCase
+  if (inner_upper) return true;             // CANGCON, MODER, camelCase
   (void)upper;
   return false;
 }
@@ -160,7 +164,8 @@ std::vector<std::string> FindIdentifiers(std::string_view text, size_t max) {
     if (out.size() >= max) return;
     if (c.text.size() < 3 || !LooksLikeIdentifier(c.text)) return;
     // A bare number is not an identifier; hex constants are.
-    bool all_digits = std::all_of(c.text.begin(), c.text.end(), [](char ch) { return IsDigit(ch); });
+    bool all_digits =
+        std::all_of(c.text.begin(), c.text.end(), [](char ch) { return IsDigit(ch); });
     if (all_digits) return;
     std::string s(c.text);
     if (seen.insert(s).second) out.push_back(std::move(s));

@@ -1,5 +1,6 @@
 #include "server/knowledge/vector_index.h"
 
+#include <dlfcn.h>
 #include <faiss/IndexFlat.h>
 #include <faiss/IndexHNSW.h>
 #include <faiss/IndexIVF.h>
@@ -7,7 +8,6 @@
 #include <faiss/impl/io.h>
 #include <faiss/index_io.h>
 #include <faiss/utils/distances.h>
-#include <dlfcn.h>
 #include <omp.h>
 #include <unistd.h>
 
@@ -174,7 +174,8 @@ void VectorIndex::Build(const std::vector<uint32_t>& ids, const std::vector<floa
   BuildInternal(ids, vectors);
 }
 
-void VectorIndex::BuildInternal(const std::vector<uint32_t>& ids, const std::vector<float>& vectors) {
+void VectorIndex::BuildInternal(const std::vector<uint32_t>& ids,
+                                const std::vector<float>& vectors) {
   tier_.reset();
   ids_.clear();
   dead_.clear();
@@ -184,7 +185,8 @@ void VectorIndex::BuildInternal(const std::vector<uint32_t>& ids, const std::vec
   ivf_ = approximate && options_.approximate == "ivf";
   trained_on_ = 0;
   if (hnsw_) {
-    auto h = std::make_unique<faiss::IndexHNSWFlat>(dim_, options_.hnsw_m, faiss::METRIC_INNER_PRODUCT);
+    auto h =
+        std::make_unique<faiss::IndexHNSWFlat>(dim_, options_.hnsw_m, faiss::METRIC_INNER_PRODUCT);
     h->hnsw.efConstruction = options_.ef_construction;
     index_ = std::move(h);
   } else if (ivf_) {
@@ -254,7 +256,8 @@ int VectorIndex::MaxProbes(size_t lists, const VectorIndexOptions& o) {
   return static_cast<int>(std::min(lists, most));
 }
 
-double VectorIndex::TuneBreadth(const std::vector<float>& vectors, const std::vector<int>& candidates,
+double VectorIndex::TuneBreadth(const std::vector<float>& vectors,
+                                const std::vector<int>& candidates,
                                 const std::function<void(int)>& set) {
   const size_t n = ids_.size();
   const size_t nq = std::min<size_t>(400, n);
@@ -337,8 +340,8 @@ void VectorIndex::SearchBoth(const float* query, size_t k, float* dist, int64_t*
   }
 }
 
-std::vector<std::pair<uint32_t, float>> VectorIndex::Search(const float* query, size_t k,
-                                                            const std::function<bool(uint32_t)>& accept) const {
+std::vector<std::pair<uint32_t, float>> VectorIndex::Search(
+    const float* query, size_t k, const std::function<bool(uint32_t)>& accept) const {
   std::vector<std::pair<uint32_t, float>> out;
   const size_t total = ids_.size();
   if (total == 0 || k == 0) return out;
@@ -465,8 +468,9 @@ absl::Status VectorIndex::WriteImage(const Image& image, const std::string& path
   return WriteFileAtomically(path + ".meta", meta);
 }
 
-absl::StatusOr<std::unique_ptr<VectorIndex>> VectorIndex::Load(const std::string& path, uint64_t generation,
-                                                               int dimension, VectorIndexOptions options) {
+absl::StatusOr<std::unique_ptr<VectorIndex>> VectorIndex::Load(const std::string& path,
+                                                               uint64_t generation, int dimension,
+                                                               VectorIndexOptions options) {
   std::ifstream f(path + ".meta", std::ios::binary);
   if (!f) return absl::NotFoundError(absl::StrCat(path, ".meta: no saved vector index"));
   std::stringstream ss;
@@ -487,12 +491,16 @@ absl::StatusOr<std::unique_ptr<VectorIndex>> VectorIndex::Load(const std::string
     return absl::DataLossError(absl::StrCat(path, ".meta: damaged"));
   }
   if (gen != generation) {
-    return absl::FailedPreconditionError(absl::StrCat(path, ": generation ", gen, " but the store is at ", generation));
+    return absl::FailedPreconditionError(
+        absl::StrCat(path, ": generation ", gen, " but the store is at ", generation));
   }
-  if (dim != dimension) return absl::FailedPreconditionError(absl::StrCat(path, ": dimension ", dim, " != ", dimension));
+  if (dim != dimension)
+    return absl::FailedPreconditionError(
+        absl::StrCat(path, ": dimension ", dim, " != ", dimension));
   auto idx = std::make_unique<VectorIndex>(dimension, options);
   idx->ids_.resize(n);
-  if (!get(idx->ids_.data(), n * 4) || !get(&nd, 8)) return absl::DataLossError(absl::StrCat(path, ".meta: truncated"));
+  if (!get(idx->ids_.data(), n * 4) || !get(&nd, 8))
+    return absl::DataLossError(absl::StrCat(path, ".meta: truncated"));
   for (uint64_t i = 0; i < nd; ++i) {
     uint32_t d;
     if (!get(&d, 4)) return absl::DataLossError(absl::StrCat(path, ".meta: truncated"));

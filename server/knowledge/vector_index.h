@@ -36,8 +36,8 @@ struct VectorIndexOptions {
   // Threads that insert into the HNSW graph; 0 uses every core. The graph a
   // multi-threaded build makes depends on scheduling; 1 makes it reproducible.
   int build_threads = 0;
-  int ivf_lists = 0;  // 0: about 4 * sqrt(n), a power of two
-  int ivf_nprobe = 0;             // 0: choose by measured recall
+  int ivf_lists = 0;   // 0: about 4 * sqrt(n), a power of two
+  int ivf_nprobe = 0;  // 0: choose by measured recall
   // The most lists a search probes when the breadth is chosen by recall: this
   // share of them (at least 16). Each probed list is scanned in full, so the
   // share bounds a search's cost: where the vectors have little cluster
@@ -88,8 +88,8 @@ class VectorIndex {
   // Replaces the contents (picks flat or HNSW by size).
   void Build(const std::vector<uint32_t>& ids, const std::vector<float>& vectors);
 
-  std::vector<std::pair<uint32_t, float>> Search(const float* query, size_t k,
-                                                 const std::function<bool(uint32_t)>& accept = nullptr) const;
+  std::vector<std::pair<uint32_t, float>> Search(
+      const float* query, size_t k, const std::function<bool(uint32_t)>& accept = nullptr) const;
 
   size_t size() const { return ids_.size() - dead_.size(); }
   int dimension() const { return dim_; }
@@ -118,9 +118,8 @@ class VectorIndex {
   [[nodiscard]] static absl::Status WriteImage(const Image& image, const std::string& path);
   // NOT_FOUND if absent; FAILED_PRECONDITION if stale (other generation or
   // dimension); DATA_LOSS if damaged.
-  [[nodiscard]] static absl::StatusOr<std::unique_ptr<VectorIndex>> Load(const std::string& path,
-                                                                        uint64_t generation, int dimension,
-                                                                        VectorIndexOptions options);
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<VectorIndex>> Load(
+      const std::string& path, uint64_t generation, int dimension, VectorIndexOptions options);
 
  private:
   void BuildInternal(const std::vector<uint32_t>& ids, const std::vector<float>& vectors);
@@ -147,12 +146,12 @@ class VectorIndex {
   std::unique_ptr<faiss::Index> tier_;
   bool hnsw_ = false;
   bool ivf_ = false;
-  int ef_search_ = 0;                     // HNSW efSearch or IVF nprobe
-  size_t trained_on_ = 0;                 // IVF: vectors when trained
-  uint64_t epoch_ = 0;                    // IVF: names its coarse quantizer (unique per process)
-  double tuned_recall_ = -1;              // recall@10 the breadth reached when tuned here
-  std::vector<uint32_t> ids_;             // FAISS position -> chunk id
-  std::unordered_set<uint32_t> dead_;     // tombstoned positions
+  int ef_search_ = 0;                  // HNSW efSearch or IVF nprobe
+  size_t trained_on_ = 0;              // IVF: vectors when trained
+  uint64_t epoch_ = 0;                 // IVF: names its coarse quantizer (unique per process)
+  double tuned_recall_ = -1;           // recall@10 the breadth reached when tuned here
+  std::vector<uint32_t> ids_;          // FAISS position -> chunk id
+  std::unordered_set<uint32_t> dead_;  // tombstoned positions
   std::unordered_map<uint32_t, uint32_t> pos_;  // chunk id -> position
 };
 

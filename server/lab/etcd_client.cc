@@ -34,7 +34,8 @@ absl::Status FromGrpc(const grpc::Status& s) {
 // Worth trying another member: this one is unreachable, slow or cut off
 // from the leader.
 bool TryNext(const grpc::Status& s) {
-  return s.error_code() == grpc::StatusCode::UNAVAILABLE || s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED;
+  return s.error_code() == grpc::StatusCode::UNAVAILABLE ||
+         s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED;
 }
 
 KeyValue FromProto(const mvccpb::KeyValue& kv) {
@@ -154,7 +155,8 @@ class Client final : public EtcdClient {
         errors.push_back(absl::StrCat(ep.name, ": ", s.error_message()));
       }
       const auto now = std::chrono::steady_clock::now();
-      if (electing && !give_up) give_up = now + std::chrono::milliseconds(options_.request_timeout_ms);
+      if (electing && !give_up)
+        give_up = now + std::chrono::milliseconds(options_.request_timeout_ms);
       if (!electing || now + backoff > *give_up) return NoQuorum(what, errors);
       std::this_thread::sleep_for(backoff);
       backoff = std::min(backoff * 2, std::chrono::milliseconds(400));
@@ -164,7 +166,8 @@ class Client final : public EtcdClient {
   // One line a person can act on (every member named), the detail of each
   // member's answer in the log.
   absl::Status NoQuorum(const char* what, const std::vector<std::string>& errors) const {
-    spdlog::warn("etcd {}: no member of the cluster answered ({})", what, absl::StrJoin(errors, "; "));
+    spdlog::warn("etcd {}: no member of the cluster answered ({})", what,
+                 absl::StrJoin(errors, "; "));
     size_t answered = 0;  // up, but without a leader
     for (const auto& e : errors) answered += absl::StrContains(e, "no leader");
     const std::string members = absl::StrJoin(options_.endpoints, ", ");
@@ -185,13 +188,16 @@ class Client final : public EtcdClient {
     ctx.AddMetadata("hasleader", "true");
   }
 
-  absl::StatusOr<int64_t> Put(const std::string& key, const std::string& value, int64_t lease) override {
+  absl::StatusOr<int64_t> Put(const std::string& key, const std::string& value,
+                              int64_t lease) override {
     epb::PutRequest req;
     req.set_key(key);
     req.set_value(value);
     req.set_lease(lease);
     epb::PutResponse resp;
-    auto s = Call("put", [&](Endpoint& ep, grpc::ClientContext& ctx) { return ep.kv->Put(&ctx, req, &resp); });
+    auto s = Call("put", [&](Endpoint& ep, grpc::ClientContext& ctx) {
+      return ep.kv->Put(&ctx, req, &resp);
+    });
     if (!s.ok()) return s;
     return resp.header().revision();
   }
@@ -201,7 +207,9 @@ class Client final : public EtcdClient {
     req.set_key(key);
     if (!end.empty()) req.set_range_end(end);
     epb::RangeResponse resp;
-    auto s = Call("range", [&](Endpoint& ep, grpc::ClientContext& ctx) { return ep.kv->Range(&ctx, req, &resp); });
+    auto s = Call("range", [&](Endpoint& ep, grpc::ClientContext& ctx) {
+      return ep.kv->Range(&ctx, req, &resp);
+    });
     if (!s.ok()) return s;
     RangeResult out;
     out.revision = resp.header().revision();
@@ -216,14 +224,18 @@ class Client final : public EtcdClient {
     return std::optional<KeyValue>(r->kvs.front());
   }
 
-  absl::StatusOr<RangeResult> GetPrefix(const std::string& prefix) override { return Range(prefix, PrefixEnd(prefix)); }
+  absl::StatusOr<RangeResult> GetPrefix(const std::string& prefix) override {
+    return Range(prefix, PrefixEnd(prefix));
+  }
 
   absl::StatusOr<int64_t> DeleteRange(const std::string& key, const std::string& end) {
     epb::DeleteRangeRequest req;
     req.set_key(key);
     if (!end.empty()) req.set_range_end(end);
     epb::DeleteRangeResponse resp;
-    auto s = Call("delete", [&](Endpoint& ep, grpc::ClientContext& ctx) { return ep.kv->DeleteRange(&ctx, req, &resp); });
+    auto s = Call("delete", [&](Endpoint& ep, grpc::ClientContext& ctx) {
+      return ep.kv->DeleteRange(&ctx, req, &resp);
+    });
     if (!s.ok()) return s;
     return resp.deleted();
   }
@@ -272,15 +284,19 @@ class Client final : public EtcdClient {
     req.add_success()->mutable_request_range()->set_key(g.key);
     req.add_failure()->mutable_request_range()->set_key(g.key);
     epb::TxnResponse resp;
-    auto s = Call("txn", [&](Endpoint& ep, grpc::ClientContext& ctx) { return ep.kv->Txn(&ctx, req, &resp); });
+    auto s = Call("txn", [&](Endpoint& ep, grpc::ClientContext& ctx) {
+      return ep.kv->Txn(&ctx, req, &resp);
+    });
     if (!s.ok()) return s;
     CreateResult out;
     out.created = resp.succeeded();
     for (const auto& r : resp.responses()) {
-      if (r.has_response_range() && r.response_range().kvs_size() > 0) out.current = FromProto(r.response_range().kvs(0));
+      if (r.has_response_range() && r.response_range().kvs_size() > 0)
+        out.current = FromProto(r.response_range().kvs(0));
     }
     // A retry after a lost answer finds its own write: that is a win too.
-    if (!out.created && out.current.value == g.value && out.current.lease == g.lease) out.created = true;
+    if (!out.created && out.current.value == g.value && out.current.lease == g.lease)
+      out.created = true;
     return out;
   }
 
@@ -293,7 +309,9 @@ class Client final : public EtcdClient {
     cmp->set_value(value);
     req.add_success()->mutable_request_delete_range()->set_key(key);
     epb::TxnResponse resp;
-    auto s = Call("txn", [&](Endpoint& ep, grpc::ClientContext& ctx) { return ep.kv->Txn(&ctx, req, &resp); });
+    auto s = Call("txn", [&](Endpoint& ep, grpc::ClientContext& ctx) {
+      return ep.kv->Txn(&ctx, req, &resp);
+    });
     if (!s.ok()) return s;
     return resp.succeeded();
   }
@@ -302,9 +320,12 @@ class Client final : public EtcdClient {
     epb::LeaseGrantRequest req;
     req.set_ttl(ttl_s);
     epb::LeaseGrantResponse resp;
-    auto s = Call("lease grant", [&](Endpoint& ep, grpc::ClientContext& ctx) { return ep.lease->LeaseGrant(&ctx, req, &resp); });
+    auto s = Call("lease grant", [&](Endpoint& ep, grpc::ClientContext& ctx) {
+      return ep.lease->LeaseGrant(&ctx, req, &resp);
+    });
     if (!s.ok()) return s;
-    if (!resp.error().empty()) return absl::InternalError(absl::StrCat("etcd lease grant: ", resp.error()));
+    if (!resp.error().empty())
+      return absl::InternalError(absl::StrCat("etcd lease grant: ", resp.error()));
     return resp.id();
   }
 
@@ -317,7 +338,8 @@ class Client final : public EtcdClient {
       if (!stream->Write(req) || !stream->Read(&resp)) {
         stream->WritesDone();
         grpc::Status st = stream->Finish();
-        return st.ok() ? grpc::Status(grpc::StatusCode::UNAVAILABLE, "keepalive stream closed") : st;
+        return st.ok() ? grpc::Status(grpc::StatusCode::UNAVAILABLE, "keepalive stream closed")
+                       : st;
       }
       stream->WritesDone();
       ctx.TryCancel();  // one answer is all we wanted
@@ -325,7 +347,8 @@ class Client final : public EtcdClient {
       return grpc::Status::OK;
     });
     if (!s.ok()) return s;
-    if (resp.ttl() <= 0) return absl::NotFoundError(absl::StrCat("etcd lease ", lease, " has expired"));
+    if (resp.ttl() <= 0)
+      return absl::NotFoundError(absl::StrCat("etcd lease ", lease, " has expired"));
     return resp.ttl();
   }
 
@@ -333,9 +356,12 @@ class Client final : public EtcdClient {
     epb::LeaseTimeToLiveRequest req;
     req.set_id(lease);
     epb::LeaseTimeToLiveResponse resp;
-    auto s = Call("lease ttl", [&](Endpoint& ep, grpc::ClientContext& ctx) { return ep.lease->LeaseTimeToLive(&ctx, req, &resp); });
+    auto s = Call("lease ttl", [&](Endpoint& ep, grpc::ClientContext& ctx) {
+      return ep.lease->LeaseTimeToLive(&ctx, req, &resp);
+    });
     if (!s.ok()) return s;
-    if (resp.ttl() < 0) return absl::NotFoundError(absl::StrCat("etcd lease ", lease, " has expired"));
+    if (resp.ttl() < 0)
+      return absl::NotFoundError(absl::StrCat("etcd lease ", lease, " has expired"));
     return resp.ttl();
   }
 
@@ -343,15 +369,19 @@ class Client final : public EtcdClient {
     epb::LeaseRevokeRequest req;
     req.set_id(lease);
     epb::LeaseRevokeResponse resp;
-    auto s = Call("lease revoke", [&](Endpoint& ep, grpc::ClientContext& ctx) { return ep.lease->LeaseRevoke(&ctx, req, &resp); });
+    auto s = Call("lease revoke", [&](Endpoint& ep, grpc::ClientContext& ctx) {
+      return ep.lease->LeaseRevoke(&ctx, req, &resp);
+    });
     if (absl::IsNotFound(s)) return absl::OkStatus();
     return s;
   }
 
-  std::unique_ptr<EtcdWatch> Watch(const std::string& prefix, int64_t start_revision,
-                                   std::function<void(const std::vector<WatchEvent>&, int64_t)> on_events,
-                                   std::function<void(const absl::Status&)> on_error) override {
-    return std::make_unique<Watcher>(this, prefix, start_revision, std::move(on_events), std::move(on_error));
+  std::unique_ptr<EtcdWatch> Watch(
+      const std::string& prefix, int64_t start_revision,
+      std::function<void(const std::vector<WatchEvent>&, int64_t)> on_events,
+      std::function<void(const absl::Status&)> on_error) override {
+    return std::make_unique<Watcher>(this, prefix, start_revision, std::move(on_events),
+                                     std::move(on_error));
   }
 
   Endpoint& CurrentEndpoint() { return *endpoints_[current_.load() % endpoints_.size()]; }
@@ -390,8 +420,9 @@ void Watcher::Run() {
       while (stream->Read(&resp)) {
         if (resp.compact_revision() > 0) {
           if (on_error_) {
-            on_error_(absl::OutOfRangeError(absl::StrCat("etcd watch of ", prefix_, ": revision ", next_revision_,
-                                                         " was compacted (oldest kept: ", resp.compact_revision(), ")")));
+            on_error_(absl::OutOfRangeError(
+                absl::StrCat("etcd watch of ", prefix_, ": revision ", next_revision_,
+                             " was compacted (oldest kept: ", resp.compact_revision(), ")")));
           }
           ended = true;
           break;
@@ -452,7 +483,8 @@ absl::StatusOr<std::unique_ptr<EtcdClient>> EtcdClient::Connect(EtcdOptions opti
       e = e.substr(7);
     }
     if (e.empty() || e.find(':') == std::string::npos) {
-      return absl::InvalidArgumentError(absl::StrCat("etcd endpoint '", e, "': expected HOST:PORT"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("etcd endpoint '", e, "': expected HOST:PORT"));
     }
   }
   if (https_count > 0 && https_count != static_cast<int>(options.endpoints.size())) {

@@ -28,8 +28,8 @@ struct EtcdOptions {
   // etcd user whose roles apply).
   bool tls = false;
   std::string ca_file, cert_file, key_file;
-  int request_timeout_ms = 3000;       // per attempt on one endpoint
-  int connect_timeout_ms = 1000;       // to wait for a connection to one endpoint
+  int request_timeout_ms = 3000;  // per attempt on one endpoint
+  int connect_timeout_ms = 1000;  // to wait for a connection to one endpoint
 };
 
 struct KeyValue {
@@ -64,7 +64,8 @@ class EtcdClient {
   virtual const std::vector<std::string>& endpoints() const = 0;
 
   // Returns the revision of the write. `lease` 0: the key lives until deleted.
-  [[nodiscard]] virtual absl::StatusOr<int64_t> Put(const std::string& key, const std::string& value,
+  [[nodiscard]] virtual absl::StatusOr<int64_t> Put(const std::string& key,
+                                                    const std::string& value,
                                                     int64_t lease = 0) = 0;
   [[nodiscard]] virtual absl::StatusOr<std::optional<KeyValue>> Get(const std::string& key) = 0;
   // Every key starting with `prefix`, in key order.
@@ -79,7 +80,8 @@ class EtcdClient {
   };
   // One transaction: if `key` does not exist, put it (bound to `lease`);
   // otherwise return what is there. Of many racing callers exactly one creates.
-  [[nodiscard]] virtual absl::StatusOr<CreateResult> CreateIfAbsent(const std::string& key, const std::string& value,
+  [[nodiscard]] virtual absl::StatusOr<CreateResult> CreateIfAbsent(const std::string& key,
+                                                                    const std::string& value,
                                                                     int64_t lease) = 0;
   // One transaction: create `key` (bound to `lease`) only if it is absent,
   // no key under `unchanged_prefix` was written after `unchanged_since`
@@ -95,7 +97,8 @@ class EtcdClient {
   };
   [[nodiscard]] virtual absl::StatusOr<CreateResult> CreateGuarded(const GuardedCreate& g) = 0;
   // One transaction: delete `key` only if its value is still `value`.
-  [[nodiscard]] virtual absl::StatusOr<bool> DeleteIfValue(const std::string& key, const std::string& value) = 0;
+  [[nodiscard]] virtual absl::StatusOr<bool> DeleteIfValue(const std::string& key,
+                                                           const std::string& value) = 0;
 
   // A lease of `ttl_s` seconds; returns its id.
   [[nodiscard]] virtual absl::StatusOr<int64_t> LeaseGrant(int64_t ttl_s) = 0;

@@ -171,8 +171,8 @@ class LabLeases {
   struct EndedLease {
     std::string why, identity;
   };
-  std::map<std::string, EndedLease> ended_;   // lease id -> why and whose
-  std::deque<std::string> ended_order_;       // the ids in ended_, oldest first
+  std::map<std::string, EndedLease> ended_;  // lease id -> why and whose
+  std::deque<std::string> ended_order_;      // the ids in ended_, oldest first
   std::unique_ptr<EtcdWatch> nodes_watch_;
 };
 

@@ -17,14 +17,10 @@
 namespace fwai::lab {
 
 std::string BoardToJson(const LabBoard& b) {
-  return nlohmann::json{{"id", b.id},
-                        {"node", b.node},
-                        {"kind", b.kind},
-                        {"name", b.name},
-                        {"target", b.target},
-                        {"tags", b.tags},
-                        {"health", b.health},
-                        {"health_reason", b.health_reason}}
+  return nlohmann::json{{"id", b.id},         {"node", b.node},
+                        {"kind", b.kind},     {"name", b.name},
+                        {"target", b.target}, {"tags", b.tags},
+                        {"health", b.health}, {"health_reason", b.health_reason}}
       .dump();
 }
 
@@ -118,8 +114,11 @@ struct LabRegistrar::Rep {
           lease = *granted;
           published.clear();
           // Boards a previous life of this node left (until their TTL) go now.
-          nlohmann::json node = {{"node", config.node}, {"advertise", config.advertise}, {"pid", getpid()},
-                                 {"version", version}, {"started_us", started_us}};
+          nlohmann::json node = {{"node", config.node},
+                                 {"advertise", config.advertise},
+                                 {"pid", getpid()},
+                                 {"version", version},
+                                 {"started_us", started_us}};
           absl::Status s = etcd.DeletePrefix(boards_prefix).status();
           if (s.ok()) s = etcd.Put(node_key, node.dump(), lease).status();
           if (!s.ok()) {
@@ -128,7 +127,8 @@ struct LabRegistrar::Rep {
             lease = 0;
           } else {
             last_keepalive = std::chrono::steady_clock::now();
-            spdlog::info("lab: joined as node {} (etcd lease {:x}, ttl {} s)", config.node, lease, config.ttl_s);
+            spdlog::info("lab: joined as node {} (etcd lease {:x}, ttl {} s)", config.node, lease,
+                         config.ttl_s);
             std::lock_guard lock(mu);
             state.joined = true;
             state.lease = lease;
@@ -181,14 +181,15 @@ struct LabRegistrar::Rep {
         }
       }
       std::unique_lock lock(mu);
-      cv.wait_for(lock, std::chrono::milliseconds(lease == 0 ? 1000 : 500), [this] { return stopping || poked; });
+      cv.wait_for(lock, std::chrono::milliseconds(lease == 0 ? 1000 : 500),
+                  [this] { return stopping || poked; });
       poked = false;
     }
   }
 };
 
-LabRegistrar::LabRegistrar(LabConfig config, EtcdClient& etcd, std::function<std::vector<LabBoard>()> boards,
-                           std::string version)
+LabRegistrar::LabRegistrar(LabConfig config, EtcdClient& etcd,
+                           std::function<std::vector<LabBoard>()> boards, std::string version)
     : rep_(std::make_unique<Rep>(std::move(config), etcd, std::move(boards), std::move(version))) {}
 
 LabRegistrar::~LabRegistrar() { Stop(true); }

@@ -153,8 +153,8 @@ class CurlHttpClient final : public HttpClient {
     if (partial) *partial = response.body_started;
     if (rc == CURLE_ABORTED_BY_CALLBACK) {
       if (t.idle_expired) {
-        return absl::DeadlineExceededError(absl::StrCat(
-            "no data from ", req.url, " for ", req.idle_timeout_s, " s; gave up"));
+        return absl::DeadlineExceededError(
+            absl::StrCat("no data from ", req.url, " for ", req.idle_timeout_s, " s; gave up"));
       }
       return absl::CancelledError("cancelled");
     }

@@ -28,8 +28,8 @@ struct HttpRequest {
 struct HttpResponse {
   int status = 0;
   std::map<std::string, std::string> headers;  // lowercase names
-  std::string body;  // the body when it was not streamed (non-2xx)
-  bool body_started = false;  // some 2xx body bytes reached on_data
+  std::string body;                            // the body when it was not streamed (non-2xx)
+  bool body_started = false;                   // some 2xx body bytes reached on_data
 };
 
 class HttpClient {

@@ -47,7 +47,8 @@ int64_t Count(const json& usage, const char* key, int64_t fallback = 0) {
   constexpr uint64_t kMaxCount = uint64_t{1} << 40;  // far above any context window
   if (!usage.is_object()) return fallback;
   auto it = usage.find(key);
-  if (it == usage.end() || !it->is_number_integer() || (!it->is_number_unsigned() && it->get<int64_t>() < 0)) {
+  if (it == usage.end() || !it->is_number_integer() ||
+      (!it->is_number_unsigned() && it->get<int64_t>() < 0)) {
     return fallback;
   }
   return static_cast<int64_t>(std::min(it->get<uint64_t>(), kMaxCount));
@@ -81,8 +82,10 @@ std::string ToolResultText(const json& block) {
 json FunctionTools(const std::vector<ToolSpec>& tools) {
   json out = json::array();
   for (const auto& t : tools) {
-    out.push_back({{"type", "function"},
-                   {"function", {{"name", t.name}, {"description", t.description}, {"parameters", t.input_schema}}}});
+    out.push_back(
+        {{"type", "function"},
+         {"function",
+          {{"name", t.name}, {"description", t.description}, {"parameters", t.input_schema}}}});
   }
   return out;
 }
@@ -130,7 +133,7 @@ struct StreamState {
   ChatResult result;
   bool done = false;
   absl::Status error;
-  bool emitted = false;  // something reached the observer
+  bool emitted = false;                   // something reached the observer
   std::vector<std::string> partial_json;  // Anthropic: tool input (or text) per block
   std::vector<bool> open;                 // Anthropic: the block's deltas may still come
   std::string text;                       // OpenAI: accumulated text
@@ -150,14 +153,16 @@ class HttpProvider : public Provider {
     const std::string key = ResolveApiKey(config_);
     if (key.empty() && NeedsKey()) {
       return absl::FailedPreconditionError(absl::StrCat(
-          config_.name, ": no API key; set ", config_.api_key_env.empty() ? "api_key" : config_.api_key_env,
+          config_.name, ": no API key; set ",
+          config_.api_key_env.empty() ? "api_key" : config_.api_key_env,
           " in the daemon's environment or providers.", config_.name, ".api_key in fwaid.yaml"));
     }
     HttpRequest http_req;
     http_req.url = Url();
     http_req.headers = Headers(key);
     http_req.headers.push_back("Content-Type: application/json");
-    http_req.headers.push_back(Ndjson() ? "Accept: application/x-ndjson" : "Accept: text/event-stream");
+    http_req.headers.push_back(Ndjson() ? "Accept: application/x-ndjson"
+                                        : "Accept: text/event-stream");
     http_req.body = Body(request).dump();
     http_req.connect_timeout_s = config_.connect_timeout_s;
     http_req.idle_timeout_s = config_.idle_timeout_s;
@@ -192,8 +197,8 @@ class HttpProvider : public Provider {
           return absl::CancelledError("turn cancelled");
         }
         if (partial || st.emitted) {
-          return absl::UnavailableError(absl::StrCat(config_.name, ": the response stream was cut: ",
-                                                     resp.status().message()));
+          return absl::UnavailableError(absl::StrCat(
+              config_.name, ": the response stream was cut: ", resp.status().message()));
         }
         if (last) {
           return absl::UnavailableError(absl::StrCat(config_.name, ": ", resp.status().message(),
@@ -213,16 +218,20 @@ class HttpProvider : public Provider {
         std::string type;
         std::string msg = ErrorMessageFromBody(resp->body, &type);
         const int code = resp->status;
-        std::string full = absl::StrCat(config_.name, ": HTTP ", code, type.empty() ? "" : " ",
-                                        type, ": ", msg);
+        std::string full =
+            absl::StrCat(config_.name, ": HTTP ", code, type.empty() ? "" : " ", type, ": ", msg);
         if (code == 401 || code == 403) {
           return absl::UnauthenticatedError(absl::StrCat(
               full, " — check the API key in ",
-              config_.api_key.empty() ? config_.api_key_env : absl::StrCat("providers.", config_.name, ".api_key")));
+              config_.api_key.empty() ? config_.api_key_env
+                                      : absl::StrCat("providers.", config_.name, ".api_key")));
         }
         if (!RetryableHttp(code) || last) {
-          if (code == 429) return absl::ResourceExhaustedError(absl::StrCat(full, " (after ", attempt, " attempts)"));
-          if (code >= 500) return absl::UnavailableError(absl::StrCat(full, " (after ", attempt, " attempts)"));
+          if (code == 429)
+            return absl::ResourceExhaustedError(
+                absl::StrCat(full, " (after ", attempt, " attempts)"));
+          if (code >= 500)
+            return absl::UnavailableError(absl::StrCat(full, " (after ", attempt, " attempts)"));
           if (code == 404) return absl::NotFoundError(full);
           return absl::InvalidArgumentError(full);
         }
@@ -300,7 +309,8 @@ class AnthropicProvider final : public HttpProvider {
     if (!r.system.empty()) b["system"] = r.system;
     if (r.temperature >= 0) b["temperature"] = r.temperature;
     b["messages"] = json::array();
-    for (const auto& m : r.messages) b["messages"].push_back({{"role", m.role}, {"content", m.content}});
+    for (const auto& m : r.messages)
+      b["messages"].push_back({{"role", m.role}, {"content", m.content}});
     if (!r.tools.empty()) {
       b["tools"] = json::array();
       for (const auto& t : r.tools) {
@@ -328,8 +338,8 @@ class AnthropicProvider final : public HttpProvider {
         const json& index = j.at("index");
         const size_t next = st.result.content.size();
         if (!index.is_number_unsigned() || index.get<uint64_t>() != next) {
-          st.error = Malformed(absl::StrCat("content_block_start for block ", index.dump(), " when block ", next,
-                                            " comes next"));
+          st.error = Malformed(absl::StrCat("content_block_start for block ", index.dump(),
+                                            " when block ", next, " comes next"));
           return;
         }
         json block = j.at("content_block");
@@ -389,10 +399,12 @@ class AnthropicProvider final : public HttpProvider {
         if (index == kNoBlock) return;
         FinishBlock(st, index);
       } else if (type == "message_delta") {
-        if (j.contains("delta") && j["delta"].contains("stop_reason") && j["delta"]["stop_reason"].is_string()) {
+        if (j.contains("delta") && j["delta"].contains("stop_reason") &&
+            j["delta"]["stop_reason"].is_string()) {
           st.result.stop_reason = j["delta"]["stop_reason"].get<std::string>();
         }
-        if (j.contains("usage")) st.result.output_tokens = Count(j["usage"], "output_tokens", st.result.output_tokens);
+        if (j.contains("usage"))
+          st.result.output_tokens = Count(j["usage"], "output_tokens", st.result.output_tokens);
       } else if (type == "message_stop") {
         // A block the server never stopped ends with the message.
         for (size_t i = 0; i < st.result.content.size() && st.error.ok(); ++i) FinishBlock(st, i);
@@ -437,7 +449,8 @@ class AnthropicProvider final : public HttpProvider {
     } else if (btype == "tool_use") {
       json input = partial.empty() ? json::object() : json::parse(partial, nullptr, false);
       if (input.is_discarded() || !input.is_object()) {
-        st.error = Malformed(absl::StrCat("tool_use input is not a JSON object: ", partial.substr(0, 200)));
+        st.error = Malformed(
+            absl::StrCat("tool_use input is not a JSON object: ", partial.substr(0, 200)));
         return;
       }
       block["input"] = std::move(input);
@@ -474,10 +487,14 @@ class OpenAiProvider final : public HttpProvider {
         [](const json& block) -> json {
           return {{"id", block.value("id", "")},
                   {"type", "function"},
-                  {"function", {{"name", block.value("name", "")}, {"arguments", block.value("input", json::object()).dump()}}}};
+                  {"function",
+                   {{"name", block.value("name", "")},
+                    {"arguments", block.value("input", json::object()).dump()}}}};
         },
         [](const json& block) -> json {
-          return {{"role", "tool"}, {"tool_call_id", block.value("tool_use_id", "")}, {"content", ToolResultText(block)}};
+          return {{"role", "tool"},
+                  {"tool_call_id", block.value("tool_use_id", "")},
+                  {"content", ToolResultText(block)}};
         },
         true);
     b["messages"] = msgs;
@@ -496,7 +513,8 @@ class OpenAiProvider final : public HttpProvider {
       if (j.contains("error")) {
         std::string type;
         std::string msg = ErrorMessageFromBody(ev.data, &type);
-        st.error = absl::UnavailableError(absl::StrCat(config_.name, ": ", type.empty() ? "error" : type, ": ", msg));
+        st.error = absl::UnavailableError(
+            absl::StrCat(config_.name, ": ", type.empty() ? "error" : type, ": ", msg));
         return;
       }
       if (j.contains("usage") && j["usage"].is_object()) {
@@ -521,8 +539,8 @@ class OpenAiProvider final : public HttpProvider {
               // Calls come in order: an index names a call or the next one.
               const json index = tc.value("index", json(0));
               if (!index.is_number_unsigned() || index.get<uint64_t>() > st.calls.size()) {
-                st.error = Malformed(absl::StrCat("tool call ", index.dump(), " when call ", st.calls.size(),
-                                                  " comes next"));
+                st.error = Malformed(absl::StrCat("tool call ", index.dump(), " when call ",
+                                                  st.calls.size(), " comes next"));
                 return;
               }
               const size_t idx = index.get<size_t>();
@@ -546,9 +564,9 @@ class OpenAiProvider final : public HttpProvider {
         if (choice.contains("finish_reason") && choice["finish_reason"].is_string()) {
           const std::string fr = choice["finish_reason"].get<std::string>();
           st.finish_reason = fr == "stop"         ? "end_turn"
-                           : fr == "tool_calls" ? "tool_use"
-                           : fr == "length"     ? "max_tokens"
-                                                : fr;
+                             : fr == "tool_calls" ? "tool_use"
+                             : fr == "length"     ? "max_tokens"
+                                                  : fr;
         }
       }
     } catch (const json::exception& e) {
@@ -566,10 +584,13 @@ class OpenAiProvider final : public HttpProvider {
     for (auto& c : st.calls) {
       json input = c.args.empty() ? json::object() : json::parse(c.args, nullptr, false);
       if (input.is_discarded() || !input.is_object()) {
-        st.error = absl::UnavailableError(absl::StrCat(cfg.name, ": malformed stream event: tool call arguments are not a JSON object: ", c.args.substr(0, 200)));
+        st.error = absl::UnavailableError(absl::StrCat(
+            cfg.name, ": malformed stream event: tool call arguments are not a JSON object: ",
+            c.args.substr(0, 200)));
         break;
       }
-      st.result.content.push_back({{"type", "tool_use"}, {"id", c.id}, {"name", c.name}, {"input", input}});
+      st.result.content.push_back(
+          {{"type", "tool_use"}, {"id", c.id}, {"name", c.name}, {"input", input}});
     }
     st.result.stop_reason =
         st.finish_reason.empty() ? (st.calls.empty() ? "end_turn" : "tool_use") : st.finish_reason;
@@ -610,7 +631,9 @@ class GeminiProvider final : public HttpProvider {
     // the URL is rebuilt from the request in Stream via model_for_url_).
     return config_.base_url + "/v1beta/models/" + model_ + ":streamGenerateContent?alt=sse";
   }
-  std::vector<std::string> Headers(const std::string& key) const override { return {"x-goog-api-key: " + key}; }
+  std::vector<std::string> Headers(const std::string& key) const override {
+    return {"x-goog-api-key: " + key};
+  }
 
   json Body(const ChatRequest& r) const override {
     json b;
@@ -623,7 +646,9 @@ class GeminiProvider final : public HttpProvider {
         if (t == "text" && !block.value("text", "").empty()) {
           parts.push_back({{"text", block.value("text", "")}});
         } else if (t == "tool_use") {
-          parts.push_back({{"functionCall", {{"name", block.value("name", "")}, {"args", block.value("input", json::object())}}}});
+          parts.push_back({{"functionCall",
+                            {{"name", block.value("name", "")},
+                             {"args", block.value("input", json::object())}}}});
         } else if (t == "tool_result") {
           auto it = names.find(block.value("tool_use_id", ""));
           parts.push_back({{"functionResponse",
@@ -635,11 +660,14 @@ class GeminiProvider final : public HttpProvider {
       contents.push_back({{"role", m.role == "assistant" ? "model" : "user"}, {"parts", parts}});
     }
     b["contents"] = contents;
-    if (!r.system.empty()) b["systemInstruction"] = {{"parts", json::array({{{"text", r.system}}})}};
+    if (!r.system.empty())
+      b["systemInstruction"] = {{"parts", json::array({{{"text", r.system}}})}};
     if (!r.tools.empty()) {
       json decls = json::array();
       for (const auto& t : r.tools) {
-        decls.push_back({{"name", t.name}, {"description", t.description}, {"parameters", GeminiSchema(t.input_schema)}});
+        decls.push_back({{"name", t.name},
+                         {"description", t.description},
+                         {"parameters", GeminiSchema(t.input_schema)}});
       }
       b["tools"] = json::array({{{"functionDeclarations", decls}}});
     }
@@ -649,7 +677,8 @@ class GeminiProvider final : public HttpProvider {
   }
 
  public:
-  absl::StatusOr<ChatResult> Stream(const ChatRequest& request, StreamObserver& observer, CancelToken& cancel) override {
+  absl::StatusOr<ChatResult> Stream(const ChatRequest& request, StreamObserver& observer,
+                                    CancelToken& cancel) override {
     // One provider object serves concurrent turns: the URL's model comes from
     // a per-call copy.
     GeminiProvider call(*this);
@@ -663,14 +692,16 @@ class GeminiProvider final : public HttpProvider {
     if (j.is_null()) return;
     try {
       if (j.contains("error")) {
-        st.error = absl::UnavailableError(absl::StrCat(config_.name, ": ", ErrorMessageFromBody(ev.data, nullptr)));
+        st.error = absl::UnavailableError(
+            absl::StrCat(config_.name, ": ", ErrorMessageFromBody(ev.data, nullptr)));
         return;
       }
       if (j.contains("usageMetadata")) {
         st.result.input_tokens = Count(j["usageMetadata"], "promptTokenCount");
         st.result.output_tokens = Count(j["usageMetadata"], "candidatesTokenCount");
       }
-      if (!j.contains("candidates") || !j["candidates"].is_array() || j["candidates"].empty()) return;
+      if (!j.contains("candidates") || !j["candidates"].is_array() || j["candidates"].empty())
+        return;
       const json& cand = j["candidates"][0];
       if (cand.contains("content") && cand["content"].contains("parts")) {
         for (const auto& part : cand["content"]["parts"]) {
@@ -690,11 +721,13 @@ class GeminiProvider final : public HttpProvider {
             const json& fc = part["functionCall"];
             ToolCallAcc c;
             c.name = fc.value("name", "");
-            c.id = fc.contains("id") && fc["id"].is_string() ? fc["id"].get<std::string>()
-                                                             : absl::StrCat("call_", st.calls.size() + 1, "_", c.name);
+            c.id = fc.contains("id") && fc["id"].is_string()
+                       ? fc["id"].get<std::string>()
+                       : absl::StrCat("call_", st.calls.size() + 1, "_", c.name);
             const json args = fc.value("args", json::object());
             if (!args.is_object()) {
-              st.error = Malformed(absl::StrCat("functionCall args are not a JSON object: ", args.dump().substr(0, 200)));
+              st.error = Malformed(absl::StrCat("functionCall args are not a JSON object: ",
+                                                args.dump().substr(0, 200)));
               return;
             }
             c.args = args.dump();
@@ -707,8 +740,10 @@ class GeminiProvider final : public HttpProvider {
       if (cand.contains("finishReason") && cand["finishReason"].is_string()) {
         const std::string fr = cand["finishReason"].get<std::string>();
         st.finish_reason = fr;
-        if (fr == "SAFETY" || fr == "RECITATION" || fr == "BLOCKLIST" || fr == "PROHIBITED_CONTENT") {
-          st.error = absl::InvalidArgumentError(absl::StrCat(config_.name, ": the response was blocked (", fr, ")"));
+        if (fr == "SAFETY" || fr == "RECITATION" || fr == "BLOCKLIST" ||
+            fr == "PROHIBITED_CONTENT") {
+          st.error = absl::InvalidArgumentError(
+              absl::StrCat(config_.name, ": the response was blocked (", fr, ")"));
         }
       }
     } catch (const json::exception& e) {
@@ -720,9 +755,12 @@ class GeminiProvider final : public HttpProvider {
     if (st.done) return;
     if (!st.text.empty()) st.result.content.push_back({{"type", "text"}, {"text", st.text}});
     for (auto& c : st.calls) {
-      st.result.content.push_back({{"type", "tool_use"}, {"id", c.id}, {"name", c.name}, {"input", json::parse(c.args)}});
+      st.result.content.push_back(
+          {{"type", "tool_use"}, {"id", c.id}, {"name", c.name}, {"input", json::parse(c.args)}});
     }
-    st.result.stop_reason = st.finish_reason == "MAX_TOKENS" ? "max_tokens" : (st.calls.empty() ? "end_turn" : "tool_use");
+    st.result.stop_reason = st.finish_reason == "MAX_TOKENS"
+                                ? "max_tokens"
+                                : (st.calls.empty() ? "end_turn" : "tool_use");
     // Without a finishReason the stream was cut.
     st.done = !st.finish_reason.empty();
   }
@@ -755,11 +793,15 @@ class OllamaProvider final : public HttpProvider {
     json msgs = ChatMessages(
         r,
         [](const json& block) -> json {
-          return {{"function", {{"name", block.value("name", "")}, {"arguments", block.value("input", json::object())}}}};
+          return {{"function",
+                   {{"name", block.value("name", "")},
+                    {"arguments", block.value("input", json::object())}}}};
         },
         [&names](const json& block) -> json {
           auto it = names.find(block.value("tool_use_id", ""));
-          return {{"role", "tool"}, {"content", ToolResultText(block)}, {"tool_name", it == names.end() ? "" : it->second}};
+          return {{"role", "tool"},
+                  {"content", ToolResultText(block)},
+                  {"tool_name", it == names.end() ? "" : it->second}};
         },
         false);
     b["messages"] = msgs;
@@ -772,12 +814,14 @@ class OllamaProvider final : public HttpProvider {
     if (j.is_null()) return;
     try {
       if (j.contains("error")) {
-        st.error = absl::UnavailableError(absl::StrCat(config_.name, ": ", ErrorMessageFromBody(ev.data, nullptr)));
+        st.error = absl::UnavailableError(
+            absl::StrCat(config_.name, ": ", ErrorMessageFromBody(ev.data, nullptr)));
         return;
       }
       if (j.contains("message") && j["message"].is_object()) {
         const json& m = j["message"];
-        if (m.contains("thinking") && m["thinking"].is_string() && !m["thinking"].get<std::string>().empty()) {
+        if (m.contains("thinking") && m["thinking"].is_string() &&
+            !m["thinking"].get<std::string>().empty()) {
           obs.OnThinking(m["thinking"].get<std::string>());
         }
         if (m.contains("content") && m["content"].is_string()) {
@@ -793,8 +837,9 @@ class OllamaProvider final : public HttpProvider {
             ToolCallAcc c;
             const json& f = tc.value("function", json::object());
             c.name = f.value("name", "");
-            c.id = tc.contains("id") && tc["id"].is_string() ? tc["id"].get<std::string>()
-                                                             : absl::StrCat("call_", st.calls.size() + 1, "_", c.name);
+            c.id = tc.contains("id") && tc["id"].is_string()
+                       ? tc["id"].get<std::string>()
+                       : absl::StrCat("call_", st.calls.size() + 1, "_", c.name);
             const json args = f.value("arguments", json::object());
             c.args = args.is_string() ? args.get<std::string>() : args.dump();
             obs.OnToolUseStart(c.id, c.name);
@@ -814,9 +859,11 @@ class OllamaProvider final : public HttpProvider {
             st.error = Malformed("tool call arguments are not a JSON object");
             return;
           }
-          st.result.content.push_back({{"type", "tool_use"}, {"id", c.id}, {"name", c.name}, {"input", input}});
+          st.result.content.push_back(
+              {{"type", "tool_use"}, {"id", c.id}, {"name", c.name}, {"input", input}});
         }
-        st.result.stop_reason = reason == "length" ? "max_tokens" : (st.calls.empty() ? "end_turn" : "tool_use");
+        st.result.stop_reason =
+            reason == "length" ? "max_tokens" : (st.calls.empty() ? "end_turn" : "tool_use");
         st.done = true;
       }
     } catch (const json::exception& e) {

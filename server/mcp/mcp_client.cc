@@ -62,7 +62,8 @@ struct McpClient::Impl {
       ssize_t n = write(to_child, line.data() + off, line.size() - off);
       if (n <= 0) {
         if (errno == EINTR) continue;
-        return absl::UnavailableError(absl::StrCat("mcp server ", config.name, ": cannot write: ", std::strerror(errno)));
+        return absl::UnavailableError(
+            absl::StrCat("mcp server ", config.name, ": cannot write: ", std::strerror(errno)));
       }
       off += n;
     }
@@ -94,8 +95,8 @@ struct McpClient::Impl {
   }
 
   absl::Status ErrorStatus(const JsonRpcMessage& m) const {
-    return absl::UnavailableError(absl::StrCat("mcp server ", config.name, ": error ", m.error_code, ": ",
-                                               m.error_message));
+    return absl::UnavailableError(
+        absl::StrCat("mcp server ", config.name, ": error ", m.error_code, ": ", m.error_message));
   }
 
   void Dispatch(const JsonRpcMessage& msg) {
@@ -128,7 +129,8 @@ struct McpClient::Impl {
   // Notifications need no answer; a changed tool list is noted for the
   // supervisor to read again (logging and progress are ignored).
   void NoteNotification(const JsonRpcMessage& msg) {
-    if (msg.kind == JsonRpcMessage::Kind::kNotification && msg.method == "notifications/tools/list_changed") {
+    if (msg.kind == JsonRpcMessage::Kind::kNotification &&
+        msg.method == "notifications/tools/list_changed") {
       tools_changed = true;
     }
   }
@@ -145,9 +147,9 @@ struct McpClient::Impl {
         if (broken) return;
         auto msg = ParseJsonRpcMessage(line);
         if (!msg.ok()) {
-          Die(absl::UnavailableError(absl::StrCat("mcp server ", config.name,
-                                                  " wrote something that is not a JSON-RPC message (",
-                                                  msg.status().message(), "): ", AV(line.substr(0, 200)))));
+          Die(absl::UnavailableError(absl::StrCat(
+              "mcp server ", config.name, " wrote something that is not a JSON-RPC message (",
+              msg.status().message(), "): ", AV(line.substr(0, 200)))));
           kill(pid, SIGTERM);
           broken = true;
           return;
@@ -193,7 +195,8 @@ struct McpClient::Impl {
 
   // Streamable HTTP: one POST per message; the answer comes as JSON or as an
   // SSE stream carrying JSON-RPC messages.
-  absl::StatusOr<json> HttpPost(const json& msg, CancelToken* cancel, int timeout_ms, bool expect_answer) {
+  absl::StatusOr<json> HttpPost(const json& msg, CancelToken* cancel, int timeout_ms,
+                                bool expect_answer) {
     HttpRequest req;
     req.url = config.url;
     req.headers = {"Content-Type: application/json", "Accept: application/json, text/event-stream"};
@@ -214,7 +217,8 @@ struct McpClient::Impl {
         req,
         [&](std::string_view d) {
           body.append(d);
-          if (is_sse || body.rfind("event:", 0) == 0 || body.rfind("data:", 0) == 0 || body.rfind(":", 0) == 0) {
+          if (is_sse || body.rfind("event:", 0) == 0 || body.rfind("data:", 0) == 0 ||
+              body.rfind(":", 0) == 0) {
             is_sse = true;
             sse.Feed(d, [&](const SseEvent& ev) {
               auto m = ParseJsonRpcMessage(ev.data);
@@ -231,23 +235,28 @@ struct McpClient::Impl {
         cancel ? *cancel : never, nullptr);
     if (!resp.ok()) {
       if (absl::IsCancelled(resp.status())) {
-        (void)HttpPost({{"jsonrpc", "2.0"}, {"method", "notifications/cancelled"},
-                        {"params", {{"requestId", msg.value("id", json())}, {"reason", "cancelled by the user"}}}},
-                       nullptr, 5000, false);
+        (void)HttpPost(
+            {{"jsonrpc", "2.0"},
+             {"method", "notifications/cancelled"},
+             {"params",
+              {{"requestId", msg.value("id", json())}, {"reason", "cancelled by the user"}}}},
+            nullptr, 5000, false);
         return absl::CancelledError(absl::StrCat("mcp ", msg.value("method", ""), " cancelled"));
       }
       if (absl::IsDeadlineExceeded(resp.status())) {
-        return absl::DeadlineExceededError(absl::StrCat("mcp server ", config.name, ": no answer in ", timeout_ms, " ms"));
+        return absl::DeadlineExceededError(
+            absl::StrCat("mcp server ", config.name, ": no answer in ", timeout_ms, " ms"));
       }
-      return absl::UnavailableError(absl::StrCat("mcp server ", config.name, " at ", config.url, ": ",
-                                                 resp.status().message()));
+      return absl::UnavailableError(absl::StrCat("mcp server ", config.name, " at ", config.url,
+                                                 ": ", resp.status().message()));
     }
     if (resp->status == 404 && !session_id.empty()) {
-      return absl::UnavailableError(absl::StrCat("mcp server ", config.name, ": session expired (HTTP 404)"));
+      return absl::UnavailableError(
+          absl::StrCat("mcp server ", config.name, ": session expired (HTTP 404)"));
     }
     if (resp->status < 200 || resp->status >= 300) {
-      return absl::UnavailableError(absl::StrCat("mcp server ", config.name, ": HTTP ", resp->status, ": ",
-                                                 resp->body.substr(0, 200)));
+      return absl::UnavailableError(absl::StrCat("mcp server ", config.name, ": HTTP ",
+                                                 resp->status, ": ", resp->body.substr(0, 200)));
     }
     auto sid = resp->headers.find("mcp-session-id");
     if (sid != resp->headers.end()) {
@@ -260,7 +269,8 @@ struct McpClient::Impl {
       if (!m.ok() || m->kind != JsonRpcMessage::Kind::kResponse) {
         return absl::UnavailableError(absl::StrCat(
             "mcp server ", config.name, " answered with something that is not a JSON-RPC answer (",
-            m.ok() ? "a request or notification" : m.status().message(), "): ", body.substr(0, 200)));
+            m.ok() ? "a request or notification" : m.status().message(),
+            "): ", body.substr(0, 200)));
       }
       answer = *std::move(m);
     }
@@ -315,8 +325,10 @@ struct McpClient::Impl {
           listen_cancel, nullptr);
       ListenerSettled();
       if (listen_cancel.cancelled()) return;
-      if (resp.ok() && (resp->status == 405 || resp->status == 404 || resp->status == 400)) return;  // none offered
-      if (resp.ok() && resp->status >= 200 && resp->status < 300) backoff_ms = 500;  // it ran; reopen soon
+      if (resp.ok() && (resp->status == 405 || resp->status == 404 || resp->status == 400))
+        return;  // none offered
+      if (resp.ok() && resp->status >= 200 && resp->status < 300)
+        backoff_ms = 500;  // it ran; reopen soon
       if (listen_cancel.WaitFor(std::chrono::milliseconds(backoff_ms))) return;
       backoff_ms = std::min(backoff_ms * 2, 30000);
     }
@@ -339,7 +351,8 @@ struct McpClient::Impl {
     return Send(initialized);
   }
 
-  absl::StatusOr<json> Request(const std::string& method, const json& params, CancelToken* cancel, int timeout_ms) {
+  absl::StatusOr<json> Request(const std::string& method, const json& params, CancelToken* cancel,
+                               int timeout_ms) {
     if (http) {
       int64_t id;
       {
@@ -347,7 +360,8 @@ struct McpClient::Impl {
         if (dead) return death;
         id = next_id++;
       }
-      auto r = HttpPost({{"jsonrpc", "2.0"}, {"id", id}, {"method", method}, {"params", params}}, cancel, timeout_ms, true);
+      auto r = HttpPost({{"jsonrpc", "2.0"}, {"id", id}, {"method", method}, {"params", params}},
+                        cancel, timeout_ms, true);
       if (!r.ok() && absl::IsUnavailable(r.status())) Die(r.status());
       return r;
     }
@@ -370,19 +384,22 @@ struct McpClient::Impl {
       if (cancel && cancel->cancelled()) {
         pending.erase(id);
         lock.unlock();
-        (void)Send({{"jsonrpc", "2.0"}, {"method", "notifications/cancelled"},
+        (void)Send({{"jsonrpc", "2.0"},
+                    {"method", "notifications/cancelled"},
                     {"params", {{"requestId", id}, {"reason", "cancelled by the user"}}}});
         return absl::CancelledError(absl::StrCat("mcp ", method, " cancelled"));
       }
-      if (cv.wait_until(lock, std::min(deadline, std::chrono::steady_clock::now() + std::chrono::milliseconds(50))) ==
+      if (cv.wait_until(lock, std::min(deadline, std::chrono::steady_clock::now() +
+                                                     std::chrono::milliseconds(50))) ==
               std::cv_status::timeout &&
           std::chrono::steady_clock::now() >= deadline && !p->done) {
         pending.erase(id);
         lock.unlock();
-        (void)Send({{"jsonrpc", "2.0"}, {"method", "notifications/cancelled"},
+        (void)Send({{"jsonrpc", "2.0"},
+                    {"method", "notifications/cancelled"},
                     {"params", {{"requestId", id}, {"reason", "timed out"}}}});
-        return absl::DeadlineExceededError(absl::StrCat("mcp server ", config.name, ": ", method, " gave no answer in ",
-                                                        timeout_ms, " ms"));
+        return absl::DeadlineExceededError(absl::StrCat("mcp server ", config.name, ": ", method,
+                                                        " gave no answer in ", timeout_ms, " ms"));
       }
     }
     if (!p->error.ok()) return p->error;
@@ -412,7 +429,8 @@ McpClient::~McpClient() {
       req.connect_timeout_s = 2;
       req.idle_timeout_s = 2;
       CancelToken never;
-      (void)m.http->PostStream(req, [](std::string_view) {}, never, nullptr);
+      (void)m.http->PostStream(
+          req, [](std::string_view) {}, never, nullptr);
     }
   }
   if (m.to_child >= 0) close(m.to_child);
@@ -436,9 +454,11 @@ McpClient::~McpClient() {
   if (m.err_child >= 0) close(m.err_child);
 }
 
-absl::StatusOr<std::unique_ptr<McpClient>> McpClient::Start(McpServerConfig config, HttpClient* http) {
+absl::StatusOr<std::unique_ptr<McpClient>> McpClient::Start(McpServerConfig config,
+                                                            HttpClient* http) {
   if (!config.url.empty()) {
-    if (http == nullptr) return absl::InternalError("mcp: an HTTP client is needed for url servers");
+    if (http == nullptr)
+      return absl::InternalError("mcp: an HTTP client is needed for url servers");
     auto impl = std::make_unique<Impl>();
     impl->config = config;
     impl->http = http;
@@ -449,11 +469,13 @@ absl::StatusOr<std::unique_ptr<McpClient>> McpClient::Start(McpServerConfig conf
     raw->AwaitListener(std::chrono::milliseconds(2000));
     return client;
   }
-  if (config.command.empty()) return absl::InvalidArgumentError(absl::StrCat("mcp server ", config.name, ": no command"));
+  if (config.command.empty())
+    return absl::InvalidArgumentError(absl::StrCat("mcp server ", config.name, ": no command"));
   auto impl = std::make_unique<Impl>();
   impl->config = config;
   int in[2], out[2], err[2], ex[2];
-  if (pipe2(in, O_CLOEXEC) || pipe2(out, O_CLOEXEC) || pipe2(err, O_CLOEXEC) || pipe2(ex, O_CLOEXEC)) {
+  if (pipe2(in, O_CLOEXEC) || pipe2(out, O_CLOEXEC) || pipe2(err, O_CLOEXEC) ||
+      pipe2(ex, O_CLOEXEC)) {
     return absl::InternalError("pipe failed");
   }
   pid_t pid = fork();
@@ -486,8 +508,8 @@ absl::StatusOr<std::unique_ptr<McpClient>> McpClient::Start(McpServerConfig conf
     close(out[0]);
     close(err[0]);
     waitpid(pid, nullptr, 0);
-    return absl::NotFoundError(absl::StrCat("mcp server ", config.name, ": cannot run ", config.command[0], ": ",
-                                            std::strerror(e)));
+    return absl::NotFoundError(absl::StrCat("mcp server ", config.name, ": cannot run ",
+                                            config.command[0], ": ", std::strerror(e)));
   }
   close(ex[0]);
   signal(SIGPIPE, SIG_IGN);
@@ -522,9 +544,10 @@ absl::StatusOr<std::vector<McpTool>> McpClient::ListTools(int timeout_ms) {
   return tools;
 }
 
-absl::StatusOr<McpCallResult> McpClient::CallTool(const std::string& tool, const json& arguments, CancelToken* cancel,
-                                                  int timeout_ms) {
-  auto r = impl_->Request("tools/call", {{"name", tool}, {"arguments", arguments}}, cancel, timeout_ms);
+absl::StatusOr<McpCallResult> McpClient::CallTool(const std::string& tool, const json& arguments,
+                                                  CancelToken* cancel, int timeout_ms) {
+  auto r =
+      impl_->Request("tools/call", {{"name", tool}, {"arguments", arguments}}, cancel, timeout_ms);
   if (!r.ok()) return r.status();
   return CallResultFromJson(impl_->config.name, *r);
 }

@@ -6,16 +6,15 @@
 #pragma once
 
 #include <map>
-#include <optional>
 #include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
 #include "absl/status/statusor.h"
-#include "common/local_account.h"
 #include "common/cancel.h"
+#include "common/local_account.h"
 
 namespace fwai {
 
@@ -26,7 +25,7 @@ struct McpServerConfig {
   std::vector<std::string> command;  // stdio: argv; the first is looked up on PATH
   std::map<std::string, std::string> env;
   int init_timeout_ms = 20000;
-  std::string url;                   // streamable HTTP instead of stdio, e.g. http://127.0.0.1:3001/mcp
+  std::string url;  // streamable HTTP instead of stdio, e.g. http://127.0.0.1:3001/mcp
   std::vector<std::string> headers;  // extra HTTP headers ("Authorization: Bearer ...")
   // stdio: the account the server runs as (none: fwaid's own). A project's
   // servers run as the project's account.
@@ -49,7 +48,7 @@ class McpClient {
   // Spawns the server (stdio) or connects to it (url set; `http` required),
   // and completes the initialize handshake.
   [[nodiscard]] static absl::StatusOr<std::unique_ptr<McpClient>> Start(McpServerConfig config,
-                                                                       HttpClient* http = nullptr);
+                                                                        HttpClient* http = nullptr);
   ~McpClient();  // stops the server (SIGTERM, then SIGKILL)
   McpClient(const McpClient&) = delete;
   McpClient& operator=(const McpClient&) = delete;
@@ -57,7 +56,8 @@ class McpClient {
   [[nodiscard]] absl::StatusOr<std::vector<McpTool>> ListTools(int timeout_ms = 20000);
   // CANCELLED if `cancel` fires (the server is told), DEADLINE_EXCEEDED after
   // `timeout_ms`, UNAVAILABLE if the server died or broke the protocol.
-  [[nodiscard]] absl::StatusOr<McpCallResult> CallTool(const std::string& tool, const nlohmann::json& arguments,
+  [[nodiscard]] absl::StatusOr<McpCallResult> CallTool(const std::string& tool,
+                                                       const nlohmann::json& arguments,
                                                        CancelToken* cancel, int timeout_ms = 60000);
   // True once after the server said its tool list changed
   // (notifications/tools/list_changed).

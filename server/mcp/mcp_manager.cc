@@ -38,7 +38,8 @@ McpManager::Connection McpManager::Connect(const McpServerConfig& config) const 
   }
   out.client = std::shared_ptr<McpClient>(std::move(*c));
   for (const auto& t : *tools) {
-    out.tools.push_back({config.name, t.name, QualifiedName(config.name, t.name), t.description, t.input_schema});
+    out.tools.push_back(
+        {config.name, t.name, QualifiedName(config.name, t.name), t.description, t.input_schema});
   }
   return out;
 }
@@ -65,7 +66,8 @@ std::vector<McpToolInfo> McpManager::Start() {
   std::vector<Connection> conns(configs.size());
   {
     std::vector<std::thread> starters;
-    for (size_t i = 0; i < configs.size(); ++i) starters.emplace_back([&, i] { conns[i] = Connect(configs[i]); });
+    for (size_t i = 0; i < configs.size(); ++i)
+      starters.emplace_back([&, i] { conns[i] = Connect(configs[i]); });
     for (auto& t : starters) t.join();
   }
   std::vector<McpToolInfo> all;
@@ -94,7 +96,8 @@ void McpManager::Supervise() {
     cv_.wait_for(lock, std::chrono::milliseconds(200));
     if (stopping_) break;
     const auto now = std::chrono::steady_clock::now();
-    std::vector<std::pair<std::string, std::shared_ptr<McpClient>>> changed;  // said their tool list changed
+    std::vector<std::pair<std::string, std::shared_ptr<McpClient>>>
+        changed;                       // said their tool list changed
     std::vector<McpServerConfig> due;  // down, and their next try has come
     for (auto& [name, s] : servers_) {
       if (s.client && s.client->alive()) {
@@ -123,7 +126,8 @@ void McpManager::Supervise() {
     for (const auto& [name, client] : changed) {
       auto tools = client->ListTools(5000);
       if (!tools.ok()) {
-        spdlog::warn("mcp server {}: its tool list changed but could not be read: {}", name, tools.status().ToString());
+        spdlog::warn("mcp server {}: its tool list changed but could not be read: {}", name,
+                     tools.status().ToString());
         continue;
       }
       std::vector<McpToolInfo> infos;
@@ -144,7 +148,8 @@ void McpManager::Supervise() {
       if (!s.client) {
         s.backoff_ms = std::min(s.backoff_ms * 2, 60000);
         s.next_try = after + std::chrono::milliseconds(s.backoff_ms);
-        spdlog::warn("mcp server {}: restart failed ({}); next try in {} ms", name, s.last_error, s.backoff_ms);
+        spdlog::warn("mcp server {}: restart failed ({}); next try in {} ms", name, s.last_error,
+                     s.backoff_ms);
       } else {
         spdlog::info("mcp server {} restarted: {} tools", name, conn.tools.size());
         ready.emplace_back(name, conn.tools);
@@ -159,18 +164,20 @@ void McpManager::Supervise() {
   }
 }
 
-absl::StatusOr<McpCallResult> McpManager::Call(const std::string& server, const std::string& tool, const json& args,
-                                               CancelToken* cancel) {
+absl::StatusOr<McpCallResult> McpManager::Call(const std::string& server, const std::string& tool,
+                                               const json& args, CancelToken* cancel) {
   std::shared_ptr<McpClient> client;
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = servers_.find(server);
-    if (it == servers_.end()) return absl::NotFoundError(absl::StrCat("no mcp server named ", server));
+    if (it == servers_.end())
+      return absl::NotFoundError(absl::StrCat("no mcp server named ", server));
     client = it->second.client;
     if (!client || !client->alive()) {
-      return absl::UnavailableError(absl::StrCat("mcp server ", server, " is not running (",
-                                                 it->second.last_error.empty() ? "restarting" : it->second.last_error,
-                                                 "); try again shortly"));
+      return absl::UnavailableError(
+          absl::StrCat("mcp server ", server, " is not running (",
+                       it->second.last_error.empty() ? "restarting" : it->second.last_error,
+                       "); try again shortly"));
     }
   }
   auto r = client->CallTool(tool, args, cancel);
@@ -241,7 +248,8 @@ std::unique_ptr<Tool> MakeMcpTool(McpManager& manager, McpToolInfo info) {
   return std::make_unique<McpProxyTool>(manager, std::move(info));
 }
 
-std::vector<McpServerConfig> McpServerConfigs(const std::map<std::string, McpServerEntry>& entries) {
+std::vector<McpServerConfig> McpServerConfigs(
+    const std::map<std::string, McpServerEntry>& entries) {
   std::vector<McpServerConfig> out;
   for (const auto& [name, e] : entries) {
     McpServerConfig mc;

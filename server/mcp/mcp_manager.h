@@ -49,7 +49,8 @@ class McpManager {
     on_tools_ = std::move(fn);
   }
   // UNAVAILABLE names the server and why it is down (restarting, or its error).
-  [[nodiscard]] absl::StatusOr<McpCallResult> Call(const std::string& server, const std::string& tool,
+  [[nodiscard]] absl::StatusOr<McpCallResult> Call(const std::string& server,
+                                                   const std::string& tool,
                                                    const nlohmann::json& args, CancelToken* cancel);
   void Stop();
   // For tests and status: the server's process id (-1 if down) and restarts.

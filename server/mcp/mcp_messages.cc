@@ -64,8 +64,8 @@ json ServerInfoFromInitialize(const json& result) {
   return json::object();
 }
 
-absl::StatusOr<std::vector<McpTool>> ToolsFromListResult(const std::string& server, const json& result,
-                                                         json* next_cursor) {
+absl::StatusOr<std::vector<McpTool>> ToolsFromListResult(const std::string& server,
+                                                         const json& result, json* next_cursor) {
   *next_cursor = nullptr;
   const json* tools = nullptr;
   if (result.is_object()) {
@@ -73,7 +73,8 @@ absl::StatusOr<std::vector<McpTool>> ToolsFromListResult(const std::string& serv
     if (it != result.end() && it->is_array()) tools = &*it;
   }
   if (tools == nullptr) {
-    return absl::UnavailableError(absl::StrCat("mcp server ", server, ": tools/list answer has no tools"));
+    return absl::UnavailableError(
+        absl::StrCat("mcp server ", server, ": tools/list answer has no tools"));
   }
   std::vector<McpTool> out;
   for (const auto& t : *tools) {
@@ -91,7 +92,8 @@ absl::StatusOr<std::vector<McpTool>> ToolsFromListResult(const std::string& serv
 
 absl::StatusOr<McpCallResult> CallResultFromJson(const std::string& server, const json& result) {
   if (!result.is_object()) {
-    return absl::UnavailableError(absl::StrCat("mcp server ", server, ": tools/call answer is not an object"));
+    return absl::UnavailableError(
+        absl::StrCat("mcp server ", server, ": tools/call answer is not an object"));
   }
   McpCallResult out;
   auto is_error = result.find("isError");

@@ -5,11 +5,10 @@
 // breaks the protocol is an error that says what is wrong.
 #pragma once
 
+#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "absl/status/statusor.h"
 #include "server/mcp/mcp_client.h"
@@ -19,8 +18,8 @@ namespace fwai {
 struct JsonRpcMessage {
   enum class Kind { kResponse, kRequest, kNotification };
   Kind kind = Kind::kNotification;
-  nlohmann::json id;     // kResponse and kRequest, as sent
-  std::string method;    // kRequest and kNotification
+  nlohmann::json id;      // kResponse and kRequest, as sent
+  std::string method;     // kRequest and kNotification
   nlohmann::json result;  // kResponse without an error
   bool is_error = false;  // kResponse: the server answered with an error
   int64_t error_code = 0;
@@ -46,6 +45,6 @@ nlohmann::json ServerInfoFromInitialize(const nlohmann::json& result);
 // A tools/call result: text content joined by lines, other content kinds
 // summarized, or the structured content. UNAVAILABLE when it is not an object.
 [[nodiscard]] absl::StatusOr<McpCallResult> CallResultFromJson(const std::string& server,
-                                                              const nlohmann::json& result);
+                                                               const nlohmann::json& result);
 
 }  // namespace fwai

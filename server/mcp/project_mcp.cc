@@ -1,15 +1,14 @@
 #include "server/mcp/project_mcp.h"
 
-#include "common/local_account.h"
+#include <spdlog/spdlog.h>
 
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 
-#include <spdlog/spdlog.h>
-
 #include "absl/strings/str_cat.h"
 #include "common/config.h"
+#include "common/local_account.h"
 #include "server/mcp/mcp_manager.h"
 #include "server/tools/tool.h"
 
@@ -20,7 +19,8 @@ namespace fs = std::filesystem;
 struct ProjectMcpServers::Entry {
   std::string key;  // the section, as parsed (a change restarts the servers)
   std::mutex tools_mu;
-  std::vector<std::unique_ptr<Tool>> tools;  // appended only (a server that came up late or changed its list)
+  std::vector<std::unique_ptr<Tool>>
+      tools;  // appended only (a server that came up late or changed its list)
   uint64_t last_used = 0;
   std::mutex start_mu;  // one start per project at a time
   bool started = false;
@@ -46,7 +46,8 @@ struct ProjectMcpServers::Entry {
   }
 };
 
-ProjectMcpServers::ProjectMcpServers(HttpClient* http, size_t max_projects) : http_(http), max_projects_(max_projects) {}
+ProjectMcpServers::ProjectMcpServers(HttpClient* http, size_t max_projects)
+    : http_(http), max_projects_(max_projects) {}
 
 ProjectMcpServers::~ProjectMcpServers() {
   std::map<std::string, std::shared_ptr<Entry>> all;
@@ -66,14 +67,15 @@ size_t ProjectMcpServers::running() {
 
 namespace {
 absl::StatusOr<std::map<std::string, McpServerEntry>> Declared(const std::string& project_root,
-                                                                const LocalAccount& account) {
+                                                               const LocalAccount& account) {
   const fs::path path = fs::path(project_root) / ".fwai" / "project.yaml";
   std::error_code ec;
   std::string text;
   {
     ScopedFsIdentity as(account);
     if (!as.status().ok()) return as.status();
-    if (project_root.empty() || !fs::exists(path, ec)) return std::map<std::string, McpServerEntry>{};
+    if (project_root.empty() || !fs::exists(path, ec))
+      return std::map<std::string, McpServerEntry>{};
     std::ifstream in(path);
     std::stringstream ss;
     ss << in.rdbuf();
@@ -83,14 +85,15 @@ absl::StatusOr<std::map<std::string, McpServerEntry>> Declared(const std::string
 }
 }  // namespace
 
-absl::StatusOr<bool> ProjectMcpServers::Declares(const std::string& project_root, const LocalAccount& account) {
+absl::StatusOr<bool> ProjectMcpServers::Declares(const std::string& project_root,
+                                                 const LocalAccount& account) {
   auto d = Declared(project_root, account);
   if (!d.ok()) return d.status();
   return !d->empty();
 }
 
-absl::StatusOr<ProjectMcpServers::ToolSet> ProjectMcpServers::ToolsFor(const std::string& project_root,
-                                                                        const LocalAccount& account) {
+absl::StatusOr<ProjectMcpServers::ToolSet> ProjectMcpServers::ToolsFor(
+    const std::string& project_root, const LocalAccount& account) {
   auto declared = Declared(project_root, account);
   if (!declared.ok()) return declared.status();
   std::map<std::string, McpServerEntry> servers = std::move(*declared);
@@ -148,10 +151,12 @@ absl::StatusOr<ProjectMcpServers::ToolSet> ProjectMcpServers::ToolsFor(const std
     for (auto& c : configs) c.run_as = account;
     entry->manager = std::make_unique<McpManager>(std::move(configs), http_);
     Entry* e = entry.get();
-    entry->manager->OnTools([e](const std::string&, const std::vector<McpToolInfo>& infos) { e->AddTools(infos); });
+    entry->manager->OnTools(
+        [e](const std::string&, const std::vector<McpToolInfo>& infos) { e->AddTools(infos); });
     entry->AddTools(entry->manager->Start());
     entry->started = true;
-    spdlog::info("mcp: {}: {} servers, {} tools", project_root, servers.size(), entry->View().size());
+    spdlog::info("mcp: {}: {} servers, {} tools", project_root, servers.size(),
+                 entry->View().size());
   }
   return ToolSet{entry, entry->View()};
 }

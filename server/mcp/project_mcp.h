@@ -5,9 +5,9 @@
 // Thread-safe.
 #pragma once
 
+#include <map>
 #include <memory>
 #include <mutex>
-#include <map>
 #include <string>
 #include <vector>
 
@@ -36,9 +36,11 @@ class ProjectMcpServers {
   };
   // The servers run as `account` and the project's file is read as it; each
   // account has its own servers in a project.
-  [[nodiscard]] absl::StatusOr<ToolSet> ToolsFor(const std::string& project_root, const LocalAccount& account);
+  [[nodiscard]] absl::StatusOr<ToolSet> ToolsFor(const std::string& project_root,
+                                                 const LocalAccount& account);
   // Whether the project declares servers (without starting them), read as `account`.
-  [[nodiscard]] static absl::StatusOr<bool> Declares(const std::string& project_root, const LocalAccount& account);
+  [[nodiscard]] static absl::StatusOr<bool> Declares(const std::string& project_root,
+                                                     const LocalAccount& account);
   // How many projects have servers running (for status and tests).
   size_t running();
 

@@ -1,21 +1,19 @@
 #include "server/project/policy.h"
 
-#include <optional>
-
-#include "common/local_account.h"
-
 #include <fnmatch.h>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/local_account.h"
 #include "common/status_macros.h"
 #include "common/yaml.h"
 
@@ -48,14 +46,16 @@ absl::StatusOr<PolicyRules> ParsePolicyRules(const std::string& text, const std:
   if (!root.IsMap() || !root["policy"]) return r;
   const YAML::Node p = root["policy"];
   auto err = [&](const YAML::Node& n, const std::string& f, const std::string& what) {
-    return absl::InvalidArgumentError(absl::StrCat(source, ":", n.Mark().line + 1, ": policy.", f, ": ", what));
+    return absl::InvalidArgumentError(
+        absl::StrCat(source, ":", n.Mark().line + 1, ": policy.", f, ": ", what));
   };
   if (!p.IsMap()) return err(p, "", "expected a mapping");
   static const std::set<std::string> kKeys = {
       "protected_paths", "allowed_paths", "blocked_tools", "allowed_tools", "blocked_commands",
       "change_budget",   "network",       "flash",         "memory"};
   for (const auto& kv : p) {
-    if (!kKeys.count(kv.first.as<std::string>())) return err(kv.first, kv.first.as<std::string>(), "unknown rule");
+    if (!kKeys.count(kv.first.as<std::string>()))
+      return err(kv.first, kv.first.as<std::string>(), "unknown rule");
   }
   auto list = [&](const char* key, std::vector<std::string>& out) -> absl::Status {
     const auto& n = p[key];
@@ -69,33 +69,43 @@ absl::StatusOr<PolicyRules> ParsePolicyRules(const std::string& text, const std:
     return absl::OkStatus();
   };
   for (auto [k, v] : std::vector<std::pair<const char*, std::vector<std::string>*>>{
-           {"protected_paths", &r.protected_paths}, {"allowed_paths", &r.allowed_paths},
-           {"blocked_tools", &r.blocked_tools}, {"allowed_tools", &r.allowed_tools},
+           {"protected_paths", &r.protected_paths},
+           {"allowed_paths", &r.allowed_paths},
+           {"blocked_tools", &r.blocked_tools},
+           {"allowed_tools", &r.allowed_tools},
            {"blocked_commands", &r.blocked_commands}}) {
     if (auto s = list(k, *v); !s.ok()) return s;
   }
   r.has_allowed_tools = static_cast<bool>(p["allowed_tools"]);
   auto number = [&](const YAML::Node& n, const std::string& f, int& out) -> absl::Status {
     int v = 0;
-    if (!n.IsScalar() || !absl::SimpleAtoi(n.Scalar(), &v) || v < 0) return err(n, f, "expected a number (0: no limit)");
+    if (!n.IsScalar() || !absl::SimpleAtoi(n.Scalar(), &v) || v < 0)
+      return err(n, f, "expected a number (0: no limit)");
     out = v;
     return absl::OkStatus();
   };
   auto boolean = [&](const YAML::Node& n, const std::string& f, bool& out) -> absl::Status {
-    if (!n.IsScalar() || (n.Scalar() != "true" && n.Scalar() != "false")) return err(n, f, "expected true or false");
+    if (!n.IsScalar() || (n.Scalar() != "true" && n.Scalar() != "false"))
+      return err(n, f, "expected true or false");
     out = n.Scalar() == "true";
     return absl::OkStatus();
   };
   if (const auto& b = p["change_budget"]) {
-    if (!b.IsMap()) return err(b, "change_budget", "expected {max_files, max_lines, max_files_per_run, max_lines_per_run}");
-    const std::vector<std::pair<const char*, int*>> fields = {{"max_files", &r.max_files_per_turn},
-                                                             {"max_lines", &r.max_lines_per_turn},
-                                                             {"max_files_per_run", &r.max_files_per_run},
-                                                             {"max_lines_per_run", &r.max_lines_per_run}};
+    if (!b.IsMap())
+      return err(b, "change_budget",
+                 "expected {max_files, max_lines, max_files_per_run, max_lines_per_run}");
+    const std::vector<std::pair<const char*, int*>> fields = {
+        {"max_files", &r.max_files_per_turn},
+        {"max_lines", &r.max_lines_per_turn},
+        {"max_files_per_run", &r.max_files_per_run},
+        {"max_lines_per_run", &r.max_lines_per_run}};
     for (const auto& kv : b) {
       const std::string k = kv.first.Scalar();
-      auto it = std::find_if(fields.begin(), fields.end(), [&](const auto& f) { return k == f.first; });
-      if (it == fields.end()) return err(kv.first, "change_budget." + k, "unknown (max_files, max_lines, max_files_per_run, max_lines_per_run)");
+      auto it =
+          std::find_if(fields.begin(), fields.end(), [&](const auto& f) { return k == f.first; });
+      if (it == fields.end())
+        return err(kv.first, "change_budget." + k,
+                   "unknown (max_files, max_lines, max_files_per_run, max_lines_per_run)");
       if (auto st = number(kv.second, "change_budget." + k, *it->second); !st.ok()) return st;
     }
   }
@@ -108,9 +118,12 @@ absl::StatusOr<PolicyRules> ParsePolicyRules(const std::string& text, const std:
     for (const auto& kv : f) {
       const std::string k = kv.first.Scalar();
       if (k == "require_approval") {
-        if (auto st = boolean(kv.second, "flash.require_approval", r.flash_require_approval); !st.ok()) return st;
+        if (auto st = boolean(kv.second, "flash.require_approval", r.flash_require_approval);
+            !st.ok())
+          return st;
       } else if (k == "require_fresh") {
-        if (auto st = boolean(kv.second, "flash.require_fresh", r.flash_require_fresh); !st.ok()) return st;
+        if (auto st = boolean(kv.second, "flash.require_fresh", r.flash_require_fresh); !st.ok())
+          return st;
       } else if (k == "require_verified_toolchain") {
         if (auto st = boolean(kv.second, "flash.require_verified_toolchain",
                               r.flash_require_verified_toolchain);
@@ -123,7 +136,8 @@ absl::StatusOr<PolicyRules> ParsePolicyRules(const std::string& text, const std:
         }
         r.flash_register_check = v;
       } else if (k == "allowed_boards") {
-        if (!kv.second.IsSequence()) return err(kv.second, "flash.allowed_boards", "expected a list of board ids or globs");
+        if (!kv.second.IsSequence())
+          return err(kv.second, "flash.allowed_boards", "expected a list of board ids or globs");
         for (const auto& x : kv.second) r.flash_allowed_boards.push_back(x.Scalar());
       } else {
         return err(kv.first, "flash." + k,
@@ -157,7 +171,8 @@ absl::StatusOr<PolicyRules> ParsePolicyRules(const std::string& text, const std:
     }
   }
   if (const auto& n = p["network"]) {
-    if (!n.IsScalar() || (n.Scalar() != "true" && n.Scalar() != "false")) return err(n, "network", "expected true or false");
+    if (!n.IsScalar() || (n.Scalar() != "true" && n.Scalar() != "false"))
+      return err(n, "network", "expected true or false");
     r.network = n.Scalar() == "true";
   }
   return r;
@@ -189,7 +204,9 @@ PolicyRules MergePolicy(const PolicyRules& proj, const PolicyRules& org, bool ha
     if (m.has_allowed_tools) {
       std::vector<std::string> both;
       for (const auto& t : m.allowed_tools) {
-        if (std::find(org.allowed_tools.begin(), org.allowed_tools.end(), t) != org.allowed_tools.end()) both.push_back(t);
+        if (std::find(org.allowed_tools.begin(), org.allowed_tools.end(), t) !=
+            org.allowed_tools.end())
+          both.push_back(t);
       }
       m.allowed_tools = both;
     } else {
@@ -197,7 +214,8 @@ PolicyRules MergePolicy(const PolicyRules& proj, const PolicyRules& org, bool ha
       m.has_allowed_tools = true;
     }
   }
-  if (!org.allowed_paths.empty()) m.allowed_paths = org.allowed_paths;  // the organisation's list wins
+  if (!org.allowed_paths.empty())
+    m.allowed_paths = org.allowed_paths;  // the organisation's list wins
   // Budgets: the smaller limit wins.
   auto tighter = [](int& mine, int theirs) {
     if (theirs > 0 && (mine == 0 || theirs < mine)) mine = theirs;
@@ -229,7 +247,8 @@ PolicyRules MergePolicy(const PolicyRules& proj, const PolicyRules& org, bool ha
   return m;
 }
 
-absl::StatusOr<PolicyRules> LoadPolicy(const std::string& project_root, const std::string& org_file) {
+absl::StatusOr<PolicyRules> LoadPolicy(const std::string& project_root,
+                                       const std::string& org_file) {
   return LoadPolicy(project_root, org_file, nullptr);
 }
 
@@ -262,7 +281,8 @@ absl::StatusOr<PolicyRules> LoadPolicy(const std::string& project_root, const st
   return MergePolicy(proj, org, have_org);
 }
 
-PolicyDecision CheckPolicy(const PolicyRules& r, const std::string& kind, const std::string& target) {
+PolicyDecision CheckPolicy(const PolicyRules& r, const std::string& kind,
+                           const std::string& target) {
   PolicyDecision d;
   auto refuse = [&](const std::string& rule, const std::string& reason) {
     d.allowed = false;
@@ -272,20 +292,25 @@ PolicyDecision CheckPolicy(const PolicyRules& r, const std::string& kind, const 
   };
   if (kind == "write") {
     for (const auto& g : r.protected_paths) {
-      if (Glob(g, target)) return refuse(absl::StrCat("protected_paths: ", g), absl::StrCat(target, " is protected"));
+      if (Glob(g, target))
+        return refuse(absl::StrCat("protected_paths: ", g), absl::StrCat(target, " is protected"));
     }
     if (!r.allowed_paths.empty()) {
-      bool ok = std::any_of(r.allowed_paths.begin(), r.allowed_paths.end(), [&](const std::string& g) { return Glob(g, target); });
+      bool ok = std::any_of(r.allowed_paths.begin(), r.allowed_paths.end(),
+                            [&](const std::string& g) { return Glob(g, target); });
       if (!ok) {
         return refuse(absl::StrCat("allowed_paths: ", absl::StrJoin(r.allowed_paths, ", ")),
                       absl::StrCat(target, " is outside the allowed paths"));
       }
     }
   } else if (kind == "tool") {
-    if (std::find(r.blocked_tools.begin(), r.blocked_tools.end(), target) != r.blocked_tools.end()) {
-      return refuse(absl::StrCat("blocked_tools: ", target), absl::StrCat("the tool ", target, " is blocked"));
+    if (std::find(r.blocked_tools.begin(), r.blocked_tools.end(), target) !=
+        r.blocked_tools.end()) {
+      return refuse(absl::StrCat("blocked_tools: ", target),
+                    absl::StrCat("the tool ", target, " is blocked"));
     }
-    if (r.has_allowed_tools && std::find(r.allowed_tools.begin(), r.allowed_tools.end(), target) == r.allowed_tools.end()) {
+    if (r.has_allowed_tools && std::find(r.allowed_tools.begin(), r.allowed_tools.end(), target) ==
+                                   r.allowed_tools.end()) {
       return refuse(absl::StrCat("allowed_tools: ", absl::StrJoin(r.allowed_tools, ", ")),
                     absl::StrCat("the tool ", target, " is not in the allowed list"));
     }
@@ -297,16 +322,21 @@ PolicyDecision CheckPolicy(const PolicyRules& r, const std::string& kind, const 
       while ((pos = target.find(w, pos)) != std::string::npos) {
         const bool left = pos == 0 || !std::isalnum(static_cast<unsigned char>(target[pos - 1]));
         const size_t end = pos + w.size();
-        const bool right = end >= target.size() || !std::isalnum(static_cast<unsigned char>(target[end]));
-        if (left && right) return refuse(absl::StrCat("blocked_commands: ", w), absl::StrCat("the command uses '", w, "'"));
+        const bool right =
+            end >= target.size() || !std::isalnum(static_cast<unsigned char>(target[end]));
+        if (left && right)
+          return refuse(absl::StrCat("blocked_commands: ", w),
+                        absl::StrCat("the command uses '", w, "'"));
         pos = end;
       }
     }
   } else if (kind == "flash") {
     if (!r.flash_allowed_boards.empty() &&
-        std::none_of(r.flash_allowed_boards.begin(), r.flash_allowed_boards.end(), [&](const std::string& g) { return Glob(g, target); })) {
-      return refuse(absl::StrCat("flash.allowed_boards: ", absl::StrJoin(r.flash_allowed_boards, ", ")),
-                    absl::StrCat("flashing ", target, " is not allowed here"));
+        std::none_of(r.flash_allowed_boards.begin(), r.flash_allowed_boards.end(),
+                     [&](const std::string& g) { return Glob(g, target); })) {
+      return refuse(
+          absl::StrCat("flash.allowed_boards: ", absl::StrJoin(r.flash_allowed_boards, ", ")),
+          absl::StrCat("flashing ", target, " is not allowed here"));
     }
   }
   d.reason = "no rule refuses it";
@@ -318,7 +348,8 @@ PolicyDecision CheckFlashPolicy(const PolicyRules& r, const std::string& board, 
   if (!d.allowed) return d;
   if (r.flash_require_approval && !approved) {
     return {false, "flash.require_approval: true", "",
-            "flashing needs a person's approval (--yes, or answer the prompt); a project may waive it with "
+            "flashing needs a person's approval (--yes, or answer the prompt); a project may waive "
+            "it with "
             "policy.flash.require_approval: false"};
   }
   return d;

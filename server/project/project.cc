@@ -1,8 +1,5 @@
 #include "server/project/project.h"
 
-#include "common/config.h"
-#include "server/project/policy.h"
-
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
@@ -16,9 +13,11 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/config.h"
 #include "common/status_macros.h"
 #include "common/subprocess.h"
 #include "common/yaml.h"
+#include "server/project/policy.h"
 
 namespace fwai {
 
@@ -42,10 +41,12 @@ std::string Search(const std::string& text, const std::string& re) {
   return "";
 }
 
-// A linker script or define naming the part: stm32f100rb.ld, STM32F401xE, nrf52840_xxaa.ld, lm3s6965.ld ...
+// A linker script or define naming the part: stm32f100rb.ld, STM32F401xE, nrf52840_xxaa.ld,
+// lm3s6965.ld ...
 std::string TargetFromFiles(const fs::path& root) {
   std::error_code ec;
-  for (auto it = fs::recursive_directory_iterator(root, fs::directory_options::skip_permission_denied, ec);
+  for (auto it = fs::recursive_directory_iterator(
+           root, fs::directory_options::skip_permission_denied, ec);
        !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
     if (it.depth() > 3) {
       it.disable_recursion_pending();
@@ -77,17 +78,35 @@ std::string TargetFromFiles(const fs::path& root) {
 std::string TargetOfBoard(std::string board) {
   board = absl::AsciiStrToLower(board);
   static const std::map<std::string, std::string> kBoards = {
-      {"stm32vl_disco", "stm32f100rb"},       {"stm32vldiscovery", "stm32f100rb"},  {"nucleo_f401re", "stm32f401re"},
-      {"nucleo_f411re", "stm32f411re"},       {"nucleo_f446re", "stm32f446re"},     {"nucleo_l476rg", "stm32l476rg"},
-      {"nucleo_f103rb", "stm32f103rb"},       {"bluepill_f103c8", "stm32f103c8"},   {"stm32_min_dev_blue", "stm32f103c8"},
-      {"disco_l475_iot1", "stm32l475vg"},     {"nrf52840dk_nrf52840", "nrf52840"}, {"nrf52840dk", "nrf52840"},
-      {"nrf52dk_nrf52832", "nrf52832"},       {"nrf5340dk_nrf5340_cpuapp", "nrf5340"},
-      {"qemu_cortex_m3", "lm3s6965"},         {"lm3s6965evb", "lm3s6965"},          {"frdm_k64f", "mk64fn1m0vll12"},
-      {"rpi_pico", "rp2040"},                 {"pico", "rp2040"},                   {"uno", "atmega328p"},
-      {"esp32dev", "esp32"},                  {"arduino:avr:uno", "atmega328p"},    {"arduino:avr:nano", "atmega328p"},
-      {"arduino:avr:mega", "atmega2560"},     {"arduino:avr:leonardo", "atmega32u4"},
-      {"arduino:samd:mkrzero", "samd21g18a"}, {"arduino:samd:arduino_zero_native", "samd21g18a"},
-      {"arduino:mbed_nano:nano33ble", "nrf52840"}, {"rp2040:rp2040:rpipico", "rp2040"}};
+      {"stm32vl_disco", "stm32f100rb"},
+      {"stm32vldiscovery", "stm32f100rb"},
+      {"nucleo_f401re", "stm32f401re"},
+      {"nucleo_f411re", "stm32f411re"},
+      {"nucleo_f446re", "stm32f446re"},
+      {"nucleo_l476rg", "stm32l476rg"},
+      {"nucleo_f103rb", "stm32f103rb"},
+      {"bluepill_f103c8", "stm32f103c8"},
+      {"stm32_min_dev_blue", "stm32f103c8"},
+      {"disco_l475_iot1", "stm32l475vg"},
+      {"nrf52840dk_nrf52840", "nrf52840"},
+      {"nrf52840dk", "nrf52840"},
+      {"nrf52dk_nrf52832", "nrf52832"},
+      {"nrf5340dk_nrf5340_cpuapp", "nrf5340"},
+      {"qemu_cortex_m3", "lm3s6965"},
+      {"lm3s6965evb", "lm3s6965"},
+      {"frdm_k64f", "mk64fn1m0vll12"},
+      {"rpi_pico", "rp2040"},
+      {"pico", "rp2040"},
+      {"uno", "atmega328p"},
+      {"esp32dev", "esp32"},
+      {"arduino:avr:uno", "atmega328p"},
+      {"arduino:avr:nano", "atmega328p"},
+      {"arduino:avr:mega", "atmega2560"},
+      {"arduino:avr:leonardo", "atmega32u4"},
+      {"arduino:samd:mkrzero", "samd21g18a"},
+      {"arduino:samd:arduino_zero_native", "samd21g18a"},
+      {"arduino:mbed_nano:nano33ble", "nrf52840"},
+      {"rp2040:rp2040:rpipico", "rp2040"}};
   auto it = kBoards.find(board);
   return it == kBoards.end() ? "" : it->second;
 }
@@ -143,9 +162,11 @@ std::string ImageFromMakefile(const std::string& text) {
 std::string ImageFromCmake(const std::string& text) {
   std::string name = Search(text, R"(add_executable\(\s*([A-Za-z0-9_.${}\-]+))");
   if (name.empty()) return "";
-  if (name == "${PROJECT_NAME}" || name == "${CMAKE_PROJECT_NAME}") name = Search(text, R"(project\(\s*([A-Za-z0-9_.\-]+))");
+  if (name == "${PROJECT_NAME}" || name == "${CMAKE_PROJECT_NAME}")
+    name = Search(text, R"(project\(\s*([A-Za-z0-9_.\-]+))");
   if (name.empty() || name.find('$') != std::string::npos) return "";
-  const bool elf_suffix = name.ends_with(".elf") || text.find("CMAKE_EXECUTABLE_SUFFIX") != std::string::npos;
+  const bool elf_suffix =
+      name.ends_with(".elf") || text.find("CMAKE_EXECUTABLE_SUFFIX") != std::string::npos;
   return absl::StrCat("build/", name, elf_suffix && !name.ends_with(".elf") ? ".elf" : "");
 }
 
@@ -155,7 +176,9 @@ std::string NewestBuiltElf(const fs::path& root) {
   std::string image;
   fs::file_time_type newest{};
   for (const char* dir : {"build", "out", "bin", "Debug", "Release", ".pio/build", "target"}) {
-    fs::recursive_directory_iterator it(root / dir, fs::directory_options::skip_permission_denied, ec), end;
+    fs::recursive_directory_iterator it(root / dir, fs::directory_options::skip_permission_denied,
+                                        ec),
+        end;
     for (; !ec && it != end; it.increment(ec)) {
       if (it.depth() > 3) it.disable_recursion_pending();
       if (it->path().extension() != ".elf" || !it->is_regular_file(ec)) continue;
@@ -204,7 +227,8 @@ ProjectSettings DetectProject(const std::string& root_in) {
   } else if (exists("Cargo.toml")) {
     s.build_system = "cargo";
     s.build_command = "cargo build --release";
-    const std::string cfg = ReadText(root / ".cargo" / "config.toml") + ReadText(root / ".cargo" / "config");
+    const std::string cfg =
+        ReadText(root / ".cargo" / "config.toml") + ReadText(root / ".cargo" / "config");
     std::string chip = Search(cfg, R"(--chip[ =]+\"?([A-Za-z0-9_]+))");
     if (!chip.empty()) s.target = absl::AsciiStrToLower(chip);
     std::string runner = Search(cfg, R"(runner\s*=\s*\"([^\"]+)\")");
@@ -212,8 +236,10 @@ ProjectSettings DetectProject(const std::string& root_in) {
     if (runner.find("probe-rs") != std::string::npos) s.debug_interface = "probe-rs";
     // target/<triple>/release/<package>
     std::string triple = Search(cfg, R"(\n\s*target\s*=\s*\"([^\"]+)\")");
-    std::string package = Search(ReadText(root / "Cargo.toml"), R"(\[package\][^\[]*?\bname\s*=\s*\"([^\"]+)\")");
-    if (!triple.empty() && !package.empty()) s.image = absl::StrCat("target/", triple, "/release/", package);
+    std::string package =
+        Search(ReadText(root / "Cargo.toml"), R"(\[package\][^\[]*?\bname\s*=\s*\"([^\"]+)\")");
+    if (!triple.empty() && !package.empty())
+      s.image = absl::StrCat("target/", triple, "/release/", package);
   } else if (exists("CMakeLists.txt")) {
     s.build_system = "cmake";
     s.build_command = "cmake -S . -B build && cmake --build build";
@@ -221,7 +247,9 @@ ProjectSettings DetectProject(const std::string& root_in) {
   } else if (exists("Makefile") || exists("makefile") || exists("GNUmakefile")) {
     s.build_system = "make";
     s.build_command = "make";
-    const std::string mk = ReadText(root / (exists("Makefile") ? "Makefile" : exists("makefile") ? "makefile" : "GNUmakefile"));
+    const std::string mk = ReadText(root / (exists("Makefile")   ? "Makefile"
+                                            : exists("makefile") ? "makefile"
+                                                                 : "GNUmakefile"));
     std::string flash = Search(mk, R"(\n(flash)\s*:)");
     if (!flash.empty()) s.flash_command = "make flash";
     if (mk.find("openocd") != std::string::npos) s.debug_interface = "openocd";
@@ -236,9 +264,10 @@ ProjectSettings DetectProject(const std::string& root_in) {
         std::string fqbn = Search(sketch, R"(default_fqbn:\s*\"?([A-Za-z0-9_:.\-]+))");
         std::string port = Search(sketch, R"(default_port:\s*\"?([^\s\"]+))");
         s.build_system = "arduino";
-        s.build_command = absl::StrCat("arduino-cli compile --fqbn ", fqbn.empty() ? "<fqbn>" : fqbn, " --output-dir build .");
-        s.flash_command = absl::StrCat("arduino-cli upload -p ", port.empty() ? "<port>" : port, " --fqbn ",
-                                       fqbn.empty() ? "<fqbn>" : fqbn, " .");
+        s.build_command = absl::StrCat("arduino-cli compile --fqbn ",
+                                       fqbn.empty() ? "<fqbn>" : fqbn, " --output-dir build .");
+        s.flash_command = absl::StrCat("arduino-cli upload -p ", port.empty() ? "<port>" : port,
+                                       " --fqbn ", fqbn.empty() ? "<fqbn>" : fqbn, " .");
         s.board = fqbn;
         s.serial_port = port;
         s.target = TargetOfBoard(fqbn);
@@ -271,14 +300,16 @@ void ApplyEmbedderMd(const std::string& root, ProjectSettings& s) {
     const std::string open = absl::StrCat("<", tag, ">"), close = absl::StrCat("</", tag, ">");
     size_t a = text.find(open), b = text.find(close);
     if (a == std::string::npos || b == std::string::npos || b < a) continue;
-    for (absl::string_view line : absl::StrSplit(text.substr(a + open.size(), b - a - open.size()), '\n')) {
+    for (absl::string_view line :
+         absl::StrSplit(text.substr(a + open.size(), b - a - open.size()), '\n')) {
       size_t eq = line.find('=');
       if (eq == absl::string_view::npos) continue;
       std::string key = absl::AsciiStrToLower(absl::StripAsciiWhitespace(line.substr(0, eq)));
       std::string value(absl::StripAsciiWhitespace(line.substr(eq + 1)));
       static const std::map<std::string, std::string> kAlias = {
-          {"build", "build_command"}, {"flash", "flash_command"}, {"mcu", "target"}, {"target_mcu", "target"},
-          {"debug", "debug_interface"}, {"serial", "serial_port"}, {"port", "serial_port"}, {"baudrate", "baud"}};
+          {"build", "build_command"}, {"flash", "flash_command"},   {"mcu", "target"},
+          {"target_mcu", "target"},   {"debug", "debug_interface"}, {"serial", "serial_port"},
+          {"port", "serial_port"},    {"baudrate", "baud"}};
       auto it = kAlias.find(key);
       if (it != kAlias.end()) key = it->second;
       if (!value.empty() && SetProjectField(s, key, value).ok()) std::erase(s.missing, key);
@@ -287,30 +318,43 @@ void ApplyEmbedderMd(const std::string& root, ProjectSettings& s) {
 }
 
 std::string EmbedderMd(const ProjectSettings& s) {
-  return absl::StrCat("# ", s.name, "\n\n<OVERVIEW>\nname = ", s.name, "\ntarget = ", s.target, "\nboard = ", s.board,
-                      "\ndebug_interface = ", s.debug_interface, "\nserial_port = ", s.serial_port, "\nbaud = ", s.baud,
-                      "\n</OVERVIEW>\n\n<COMMANDS>\nbuild = ", s.build_command, "\nflash = ", s.flash_command,
-                      "\n</COMMANDS>\n");
+  return absl::StrCat("# ", s.name, "\n\n<OVERVIEW>\nname = ", s.name, "\ntarget = ", s.target,
+                      "\nboard = ", s.board, "\ndebug_interface = ", s.debug_interface,
+                      "\nserial_port = ", s.serial_port, "\nbaud = ", s.baud,
+                      "\n</OVERVIEW>\n\n<COMMANDS>\nbuild = ", s.build_command,
+                      "\nflash = ", s.flash_command, "\n</COMMANDS>\n");
 }
 
 absl::Status SetProjectField(ProjectSettings& s, const std::string& key, const std::string& value) {
-  if (key == "name") s.name = value;
-  else if (key == "build_system") s.build_system = value;
-  else if (key == "build_command") s.build_command = value;
-  else if (key == "flash_command") s.flash_command = value;
-  else if (key == "image") s.image = value;
-  else if (key == "test_command") s.test_command = value;
-  else if (key == "boot_pattern") s.boot_pattern = value;
-  else if (key == "target") s.target = value;
+  if (key == "name")
+    s.name = value;
+  else if (key == "build_system")
+    s.build_system = value;
+  else if (key == "build_command")
+    s.build_command = value;
+  else if (key == "flash_command")
+    s.flash_command = value;
+  else if (key == "image")
+    s.image = value;
+  else if (key == "test_command")
+    s.test_command = value;
+  else if (key == "boot_pattern")
+    s.boot_pattern = value;
+  else if (key == "target")
+    s.target = value;
   else if (key == "svd")
     s.svd = value;
-  else if (key == "board") s.board = value;
-  else if (key == "debug_interface") s.debug_interface = value;
-  else if (key == "serial_port") s.serial_port = value;
+  else if (key == "board")
+    s.board = value;
+  else if (key == "debug_interface")
+    s.debug_interface = value;
+  else if (key == "serial_port")
+    s.serial_port = value;
   else if (key == "baud") {
     char* end = nullptr;
     long v = std::strtol(value.c_str(), &end, 10);
-    if (value.empty() || *end || v < 50 || v > 20000000) return absl::InvalidArgumentError("baud: expected a number 50..20000000");
+    if (value.empty() || *end || v < 50 || v > 20000000)
+      return absl::InvalidArgumentError("baud: expected a number 50..20000000");
     s.baud = static_cast<int>(v);
   } else {
     return absl::InvalidArgumentError(absl::StrCat("unknown project field '", key, "'"));
@@ -318,7 +362,8 @@ absl::Status SetProjectField(ProjectSettings& s, const std::string& key, const s
   return absl::OkStatus();
 }
 
-void KeepExistingSettings(const ProjectSettings& existing, const std::set<std::string>& given, ProjectSettings& s) {
+void KeepExistingSettings(const ProjectSettings& existing, const std::set<std::string>& given,
+                          ProjectSettings& s) {
   auto keep = [&](const char* key, const std::string& old, std::string& now) {
     if (!old.empty() && !given.count(key)) now = old;
   };
@@ -336,7 +381,8 @@ void KeepExistingSettings(const ProjectSettings& existing, const std::set<std::s
   keep("boot_pattern", existing.boot_pattern, s.boot_pattern);
   if (!given.count("baud")) s.baud = existing.baud;
   std::erase_if(s.missing, [&](const std::string& m) {
-    return (m == "build_command" && !s.build_command.empty()) || (m == "flash_command" && !s.flash_command.empty()) ||
+    return (m == "build_command" && !s.build_command.empty()) ||
+           (m == "flash_command" && !s.flash_command.empty()) ||
            (m == "target" && !s.target.empty());
   });
 }
@@ -364,37 +410,43 @@ std::string ProjectYaml(const ProjectSettings& s) {
   out << YAML::BeginMap;
   out << YAML::Key << "name" << YAML::Value << s.name;
   out << YAML::Key << "build_system" << YAML::Value << s.build_system;
-  out << YAML::Key << "build" << YAML::Value << YAML::BeginMap << YAML::Key << "command" << YAML::Value << s.build_command
-      << YAML::EndMap;
-  out << YAML::Key << "flash" << YAML::Value << YAML::BeginMap << YAML::Key << "command" << YAML::Value << s.flash_command;
+  out << YAML::Key << "build" << YAML::Value << YAML::BeginMap << YAML::Key << "command"
+      << YAML::Value << s.build_command << YAML::EndMap;
+  out << YAML::Key << "flash" << YAML::Value << YAML::BeginMap << YAML::Key << "command"
+      << YAML::Value << s.flash_command;
   if (!s.image.empty()) out << YAML::Key << "image" << YAML::Value << s.image;
   out << YAML::EndMap;
   if (!s.test_command.empty()) {
-    out << YAML::Key << "test" << YAML::Value << YAML::BeginMap << YAML::Key << "command" << YAML::Value << s.test_command
-        << YAML::EndMap;
+    out << YAML::Key << "test" << YAML::Value << YAML::BeginMap << YAML::Key << "command"
+        << YAML::Value << s.test_command << YAML::EndMap;
   }
   out << YAML::Key << "target" << YAML::Value << s.target;
   if (!s.svd.empty()) out << YAML::Key << "svd" << YAML::Value << s.svd;
   if (!s.board.empty()) out << YAML::Key << "board" << YAML::Value << s.board;
-  if (!s.debug_interface.empty()) out << YAML::Key << "debug_interface" << YAML::Value << s.debug_interface;
+  if (!s.debug_interface.empty())
+    out << YAML::Key << "debug_interface" << YAML::Value << s.debug_interface;
   out << YAML::Key << "serial" << YAML::Value << YAML::BeginMap;
   if (!s.serial_port.empty()) out << YAML::Key << "port" << YAML::Value << s.serial_port;
   out << YAML::Key << "baud" << YAML::Value << s.baud;
   if (!s.boot_pattern.empty()) out << YAML::Key << "boot_pattern" << YAML::Value << s.boot_pattern;
   out << YAML::EndMap;
   out << YAML::EndMap;
-  return std::string("# fwai project settings (fwai init); see `fwai doctor`\n") + out.c_str() + "\n";
+  return std::string("# fwai project settings (fwai init); see `fwai doctor`\n") + out.c_str() +
+         "\n";
 }
 
 namespace {
 
 // ParseProjectYaml without its guard against what yaml-cpp throws.
-absl::StatusOr<ProjectSettings> ParseProjectSettings(const std::string& text, const std::string& source) {
+absl::StatusOr<ProjectSettings> ParseProjectSettings(const std::string& text,
+                                                     const std::string& source) {
   ASSIGN_OR_RETURN(YAML::Node root, LoadYaml(text, source));
   auto err = [&](const YAML::Node& n, const std::string& field, const std::string& what) {
-    return absl::InvalidArgumentError(absl::StrCat(source, ":", n.Mark().line + 1, ": ", field, ": ", what));
+    return absl::InvalidArgumentError(
+        absl::StrCat(source, ":", n.Mark().line + 1, ": ", field, ": ", what));
   };
-  if (!root.IsMap()) return absl::InvalidArgumentError(absl::StrCat(source, ":1: expected a mapping of settings"));
+  if (!root.IsMap())
+    return absl::InvalidArgumentError(absl::StrCat(source, ":1: expected a mapping of settings"));
   static const std::set<std::string> kKeys = {
       "name",   "build_system", "build",  "flash",  "target", "svd",     "board", "debug_interface",
       "serial", "mcp_servers",  "policy", "skills", "test",   "template"};
@@ -422,7 +474,8 @@ absl::StatusOr<ProjectSettings> ParseProjectSettings(const std::string& text, co
            {"build", &s.build_command}, {"flash", &s.flash_command}, {"test", &s.test_command}}) {
     const auto& n = root[k];
     if (!n) continue;
-    if (!n.IsMap() || !n["command"] || !n["command"].IsScalar()) return err(n, absl::StrCat(k, ".command"), "expected a command string");
+    if (!n.IsMap() || !n["command"] || !n["command"].IsScalar())
+      return err(n, absl::StrCat(k, ".command"), "expected a command string");
     for (const auto& kv : n) {
       const std::string sub = kv.first.Scalar();
       if (sub != "command" && !(std::string(k) == "flash" && sub == "image")) {
@@ -432,14 +485,16 @@ absl::StatusOr<ProjectSettings> ParseProjectSettings(const std::string& text, co
     *f = n["command"].Scalar();
   }
   if (root["flash"] && root["flash"]["image"]) {
-    if (!root["flash"]["image"].IsScalar()) return err(root["flash"]["image"], "flash.image", "expected a path");
+    if (!root["flash"]["image"].IsScalar())
+      return err(root["flash"]["image"], "flash.image", "expected a path");
     s.image = root["flash"]["image"].Scalar();
   }
   if (const auto& n = root["serial"]) {
     if (!n.IsMap()) return err(n, "serial", "expected {port, baud}");
     for (const auto& kv : n) {
       const std::string sub = kv.first.Scalar();
-      if (sub != "port" && sub != "baud" && sub != "boot_pattern") return err(kv.first, "serial." + sub, "unknown setting");
+      if (sub != "port" && sub != "baud" && sub != "boot_pattern")
+        return err(kv.first, "serial." + sub, "unknown setting");
     }
     if (n["port"]) s.serial_port = n["port"].Scalar();
     if (n["boot_pattern"]) {
@@ -451,7 +506,8 @@ absl::StatusOr<ProjectSettings> ParseProjectSettings(const std::string& text, co
       }
     }
     if (n["baud"]) {
-      if (auto st = SetProjectField(s, "baud", n["baud"].Scalar()); !st.ok()) return err(n["baud"], "serial.baud", "expected a number 50..20000000");
+      if (auto st = SetProjectField(s, "baud", n["baud"].Scalar()); !st.ok())
+        return err(n["baud"], "serial.baud", "expected a number 50..20000000");
     }
   }
   return s;
@@ -459,7 +515,8 @@ absl::StatusOr<ProjectSettings> ParseProjectSettings(const std::string& text, co
 
 }  // namespace
 
-absl::StatusOr<ProjectSettings> ParseProjectYaml(const std::string& text, const std::string& source) {
+absl::StatusOr<ProjectSettings> ParseProjectYaml(const std::string& text,
+                                                 const std::string& source) {
   // A node of the wrong kind (a mapping as a key, say) throws when read.
   try {
     return ParseProjectSettings(text, source);
@@ -490,13 +547,22 @@ std::vector<DoctorCheck> DoctorChecks(const std::string& root) {
     bool required;
   };
   const std::vector<Tool> tools = {
-      {"arm-none-eabi-gcc", {"arm-none-eabi-gcc", "--version"}, "sudo apt-get install gcc-arm-none-eabi libnewlib-arm-none-eabi", true},
+      {"arm-none-eabi-gcc",
+       {"arm-none-eabi-gcc", "--version"},
+       "sudo apt-get install gcc-arm-none-eabi libnewlib-arm-none-eabi",
+       true},
       {"gdb", {"gdb-multiarch", "--version"}, "sudo apt-get install gdb-multiarch", true},
       {"openocd", {"openocd", "--version"}, "sudo apt-get install openocd", false},
-      {"qemu-system-arm", {"qemu-system-arm", "--version"}, "sudo apt-get install qemu-system-arm", true},
+      {"qemu-system-arm",
+       {"qemu-system-arm", "--version"},
+       "sudo apt-get install qemu-system-arm",
+       true},
       {"cmake", {"cmake", "--version"}, "sudo apt-get install cmake", false},
       {"make", {"make", "--version"}, "sudo apt-get install make", false},
-      {"bubblewrap", {"bwrap", "--version"}, "sudo apt-get install bubblewrap (commands then run sandboxed)", false},
+      {"bubblewrap",
+       {"bwrap", "--version"},
+       "sudo apt-get install bubblewrap (commands then run sandboxed)",
+       false},
   };
   for (const auto& t : tools) {
     DoctorCheck c;
@@ -531,13 +597,16 @@ std::vector<DoctorCheck> DoctorChecks(const std::string& root) {
     // The sections other parts of fwaid read are checked here too.
     absl::Status more = absl::OkStatus();
     if (p.ok()) {
-      if (auto pol = ParsePolicy(text, path.string()); !pol.ok()) more = pol.status();
-      else if (auto mcp = ParseMcpServers(text, path.string()); !mcp.ok()) more = mcp.status();
+      if (auto pol = ParsePolicy(text, path.string()); !pol.ok())
+        more = pol.status();
+      else if (auto mcp = ParseMcpServers(text, path.string()); !mcp.ok())
+        more = mcp.status();
     }
     cfg.ok = p.ok() && more.ok();
     cfg.detail = !p.ok()      ? std::string(p.status().message())
                  : !more.ok() ? std::string(more.message())
-                              : absl::StrCat(path.string(), ": ", p->build_system, ", target ", p->target.empty() ? "?" : p->target);
+                              : absl::StrCat(path.string(), ": ", p->build_system, ", target ",
+                                             p->target.empty() ? "?" : p->target);
     if (!p.ok()) cfg.fix = "fix the file, or run fwai init --force";
   }
   out.push_back(std::move(cfg));

@@ -25,7 +25,7 @@ struct ProjectSettings {
   std::string debug_interface;  // e.g. stlink, jlink, cmsis-dap, qemu
   std::string serial_port;
   int baud = 115200;
-  std::string boot_pattern;  // serial.boot_pattern: a line that means the firmware booted
+  std::string boot_pattern;          // serial.boot_pattern: a line that means the firmware booted
   std::vector<std::string> missing;  // what detection could not find
 };
 
@@ -39,13 +39,16 @@ std::string EmbedderMd(const ProjectSettings& s);
 std::string ProjectYaml(const ProjectSettings& s);
 // Re-running init over an existing config: what the person had set stays,
 // except the fields given now (`given`).
-void KeepExistingSettings(const ProjectSettings& existing, const std::set<std::string>& given, ProjectSettings& s);
+void KeepExistingSettings(const ProjectSettings& existing, const std::set<std::string>& given,
+                          ProjectSettings& s);
 // The sections init does not manage (policy, mcp_servers, skills, template) of
 // an existing config, as YAML to append.
 std::string UnmanagedSections(const std::string& yaml_text);
-[[nodiscard]] absl::StatusOr<ProjectSettings> ParseProjectYaml(const std::string& text, const std::string& source);
+[[nodiscard]] absl::StatusOr<ProjectSettings> ParseProjectYaml(const std::string& text,
+                                                               const std::string& source);
 // Sets one field by its yaml name (values from a person or a request).
-[[nodiscard]] absl::Status SetProjectField(ProjectSettings& s, const std::string& key, const std::string& value);
+[[nodiscard]] absl::Status SetProjectField(ProjectSettings& s, const std::string& key,
+                                           const std::string& value);
 
 // Run logs kept under .fwai/runs (skill runs and agent turns): the oldest
 // run-* directories beyond `keep` are removed.

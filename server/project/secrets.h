@@ -6,12 +6,11 @@
 #pragma once
 
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <regex>
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "absl/status/statusor.h"
 
@@ -26,7 +25,8 @@ class SecretScanner {
     int group = 0;                      // the part to replace (0: the whole match)
   };
   // The built-in patterns plus `extra` ("name=regex" or just "regex").
-  [[nodiscard]] static absl::StatusOr<std::shared_ptr<const SecretScanner>> Make(const std::vector<std::string>& extra);
+  [[nodiscard]] static absl::StatusOr<std::shared_ptr<const SecretScanner>> Make(
+      const std::vector<std::string>& extra);
   // The built-in patterns only.
   static std::shared_ptr<const SecretScanner> Default();
 

@@ -129,7 +129,8 @@ static inline void uart_puts(const char *s) {
 static inline int uart_getc(void) { return (USART1_SR & (1u << 5)) ? (int)(USART1_DR & 0xFF) : -1; }
 )";
 
-constexpr const char* kBareMain = R"(// @NAME@: a boot banner on USART1 and a line shell (ping -> pong).
+constexpr const char* kBareMain =
+    R"(// @NAME@: a boot banner on USART1 and a line shell (ping -> pong).
 #include <string.h>
 
 #include "uart.h"
@@ -159,7 +160,8 @@ int main(void) {
 }
 )";
 
-constexpr const char* kBareMakefile = R"(# @NAME@ for the STM32F100RB (STM32VLDISCOVERY), built with arm-none-eabi-gcc.
+constexpr const char* kBareMakefile =
+    R"(# @NAME@ for the STM32F100RB (STM32VLDISCOVERY), built with arm-none-eabi-gcc.
 # Objects with their -fstack-usage .su files; the link writes a map (what was
 # linked, for the SBOM) and prints the memory use.
 VERSION ?= 0.1.0
@@ -192,7 +194,8 @@ clean:
 .PHONY: all clean
 )";
 
-constexpr const char* kRtosMakefile = R"(# @NAME@: FreeRTOS on the STM32F100RB (Cortex-M3), built with arm-none-eabi-gcc.
+constexpr const char* kRtosMakefile =
+    R"(# @NAME@: FreeRTOS on the STM32F100RB (Cortex-M3), built with arm-none-eabi-gcc.
 # The kernel is not bundled: point FREERTOS_KERNEL at a FreeRTOS-Kernel checkout.
 FREERTOS_KERNEL ?= $(HOME)/FreeRTOS-Kernel
 VERSION ?= 0.1.0
@@ -220,7 +223,8 @@ clean:
 .PHONY: all clean
 )";
 
-constexpr const char* kRtosConfig = R"(// FreeRTOS settings for the STM32F100RB: 24 MHz, 1 kHz tick, 4 KiB heap.
+constexpr const char* kRtosConfig =
+    R"(// FreeRTOS settings for the STM32F100RB: 24 MHz, 1 kHz tick, 4 KiB heap.
 #pragma once
 
 #define configUSE_PREEMPTION 1
@@ -246,7 +250,8 @@ constexpr const char* kRtosConfig = R"(// FreeRTOS settings for the STM32F100RB:
 #define xPortSysTickHandler SysTick_Handler
 )";
 
-constexpr const char* kRtosMain = R"(// @NAME@: two FreeRTOS tasks; the banner once the scheduler runs.
+constexpr const char* kRtosMain =
+    R"(// @NAME@: two FreeRTOS tasks; the banner once the scheduler runs.
 #include "FreeRTOS.h"
 #include "task.h"
 #include "uart.h"
@@ -287,7 +292,8 @@ project(@NAME@)
 target_sources(app PRIVATE src/main.c)
 )";
 
-constexpr const char* kZephyrMain = R"(/* @NAME@: a Zephyr application printing its boot line on the console. */
+constexpr const char* kZephyrMain =
+    R"(/* @NAME@: a Zephyr application printing its boot line on the console. */
 #include <zephyr/kernel.h>
 #include <zephyr/sys/printk.h>
 
@@ -300,7 +306,8 @@ int main(void) {
 }
 )";
 
-constexpr const char* kArduinoSketch = R"(// @NAME@: an Arduino sketch with a boot line and a serial echo.
+constexpr const char* kArduinoSketch =
+    R"(// @NAME@: an Arduino sketch with a boot line and a serial echo.
 void setup() {
   Serial.begin(115200);
   Serial.println("@NAME@ booted");
@@ -319,16 +326,22 @@ void loop() {
 
 constexpr const char* kGitignore = "build/\n.fwai/runs/\n";
 
-std::string Fill(const char* text, const std::string& name) { return absl::StrReplaceAll(text, {{"@NAME@", name}}); }
+std::string Fill(const char* text, const std::string& name) {
+  return absl::StrReplaceAll(text, {{"@NAME@", name}});
+}
 
 }  // namespace
 
 std::vector<std::string> TemplateNames() { return {"bare-metal", "freertos", "zephyr", "arduino"}; }
 
-absl::StatusOr<ProjectTemplate> MakeTemplate(const std::string& name, const std::string& project_name) {
+absl::StatusOr<ProjectTemplate> MakeTemplate(const std::string& name,
+                                             const std::string& project_name) {
   if (project_name.empty() || project_name.size() > 64 ||
-      project_name.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_") != std::string::npos) {
-    return absl::InvalidArgumentError(absl::StrCat("project name '", project_name, "': use letters, digits, - and _"));
+      project_name.find_first_not_of(
+          "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_") !=
+          std::string::npos) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("project name '", project_name, "': use letters, digits, - and _"));
   }
   ProjectTemplate t;
   t.name = name;
@@ -338,7 +351,8 @@ absl::StatusOr<ProjectTemplate> MakeTemplate(const std::string& name, const std:
   if (name == "bare-metal" || name == "freertos") {
     const bool rtos = name == "freertos";
     t.description = rtos ? "FreeRTOS on the STM32F100RB (set FREERTOS_KERNEL to a kernel checkout)"
-                         : "Bare-metal C for the STM32F100RB; builds with arm-none-eabi-gcc and runs on the simulated board";
+                         : "Bare-metal C for the STM32F100RB; builds with arm-none-eabi-gcc and "
+                           "runs on the simulated board";
     t.files = {{"Makefile", Fill(rtos ? kRtosMakefile : kBareMakefile, project_name)},
                {"stm32f100rb.ld", kLinkerScript},
                {"src/startup.c", kStartup},
@@ -356,10 +370,11 @@ absl::StatusOr<ProjectTemplate> MakeTemplate(const std::string& name, const std:
     s.boot_pattern = "booted";
   } else if (name == "zephyr") {
     t.description = "A Zephyr application (west build / west flash)";
-    t.files = {{"CMakeLists.txt", Fill(kZephyrCmake, project_name)},
-               {"prj.conf", "CONFIG_PRINTK=y\nCONFIG_SERIAL=y\nCONFIG_CONSOLE=y\nCONFIG_UART_CONSOLE=y\n"},
-               {"src/main.c", Fill(kZephyrMain, project_name)},
-               {".gitignore", kGitignore}};
+    t.files = {
+        {"CMakeLists.txt", Fill(kZephyrCmake, project_name)},
+        {"prj.conf", "CONFIG_PRINTK=y\nCONFIG_SERIAL=y\nCONFIG_CONSOLE=y\nCONFIG_UART_CONSOLE=y\n"},
+        {"src/main.c", Fill(kZephyrMain, project_name)},
+        {".gitignore", kGitignore}};
     s.build_system = "zephyr";
     s.build_command = "west build -b stm32vl_disco .";
     s.flash_command = "west flash";
@@ -382,8 +397,8 @@ absl::StatusOr<ProjectTemplate> MakeTemplate(const std::string& name, const std:
     s.serial_port = "/dev/ttyACM0";
     s.boot_pattern = "booted";
   } else {
-    return absl::InvalidArgumentError(
-        absl::StrCat("template '", name, "': expected one of ", absl::StrJoin(TemplateNames(), ", ")));
+    return absl::InvalidArgumentError(absl::StrCat("template '", name, "': expected one of ",
+                                                   absl::StrJoin(TemplateNames(), ", ")));
   }
   return t;
 }
@@ -395,13 +410,16 @@ absl::Status WriteTemplate(const ProjectTemplate& t, const std::string& root, bo
     if (fs::exists(fs::path(root) / f.path, ec)) existing.push_back(f.path);
   }
   if (!existing.empty() && !force) {
-    return absl::AlreadyExistsError(absl::StrCat("the ", t.name, " template would replace ", absl::StrJoin(existing, ", "),
-                                                 " in ", root, "; nothing was written (--force replaces them)"));
+    return absl::AlreadyExistsError(absl::StrCat("the ", t.name, " template would replace ",
+                                                 absl::StrJoin(existing, ", "), " in ", root,
+                                                 "; nothing was written (--force replaces them)"));
   }
   for (const auto& f : t.files) {
     const fs::path p = fs::path(root) / f.path;
     fs::create_directories(p.parent_path(), ec);
-    if (ec) return absl::PermissionDeniedError(absl::StrCat("cannot create ", p.parent_path().string(), ": ", ec.message()));
+    if (ec)
+      return absl::PermissionDeniedError(
+          absl::StrCat("cannot create ", p.parent_path().string(), ": ", ec.message()));
     std::ofstream out(p, std::ios::binary | std::ios::trunc);
     out << f.content;
     out.close();

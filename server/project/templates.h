@@ -26,9 +26,11 @@ struct ProjectTemplate {
 
 std::vector<std::string> TemplateNames();
 // The template for a project called `project_name` (letters, digits, - _).
-[[nodiscard]] absl::StatusOr<ProjectTemplate> MakeTemplate(const std::string& name, const std::string& project_name);
+[[nodiscard]] absl::StatusOr<ProjectTemplate> MakeTemplate(const std::string& name,
+                                                           const std::string& project_name);
 // Writes the template's files under `root` (created if missing). Refuses,
 // naming them, if any exist and `force` is false; nothing is written then.
-[[nodiscard]] absl::Status WriteTemplate(const ProjectTemplate& t, const std::string& root, bool force);
+[[nodiscard]] absl::Status WriteTemplate(const ProjectTemplate& t, const std::string& root,
+                                         bool force);
 
 }  // namespace fwai

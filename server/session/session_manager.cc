@@ -1,10 +1,10 @@
 #include "server/session/session_manager.h"
 
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 #include <filesystem>
-
 #include <nlohmann/json.hpp>
-#include <spdlog/spdlog.h>
 
 #include "absl/strings/str_cat.h"
 #include "common/clock.h"
@@ -96,13 +96,14 @@ absl::StatusOr<SessionInfo> SessionManager::Create(const std::string& owner, New
   std::filesystem::path root;
   if (!params.without_project) {
     if (params.project_root.empty()) {
-      return absl::InvalidArgumentError("project_root: required (the directory the session works on)");
+      return absl::InvalidArgumentError(
+          "project_root: required (the directory the session works on)");
     }
     root = std::filesystem::canonical(params.project_root, ec);
     if (ec || !std::filesystem::is_directory(root)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "project_root: '", params.project_root, "' is not an existing directory",
-          ec ? absl::StrCat(" (", ec.message(), ")") : std::string()));
+      return absl::InvalidArgumentError(
+          absl::StrCat("project_root: '", params.project_root, "' is not an existing directory",
+                       ec ? absl::StrCat(" (", ec.message(), ")") : std::string()));
     }
   }
   if (params.title.size() > 200) {
@@ -118,12 +119,14 @@ absl::StatusOr<SessionInfo> SessionManager::Create(const std::string& owner, New
   s.provider = params.provider;
   s.model = params.model;
   if (params.mode != "act" && params.mode != "plan" && !params.mode.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat("mode: expected act or plan, got '", params.mode, "'"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("mode: expected act or plan, got '", params.mode, "'"));
   }
   s.mode = params.mode.empty() ? "act" : params.mode;
   s.auto_approve_plan = params.auto_approve_plan;
   if (params.temperature > 2) return absl::InvalidArgumentError("temperature: expected 0..2");
-  if (params.max_tokens < 0 || params.max_tokens > 1000000) return absl::InvalidArgumentError("max_tokens: expected 0..1000000");
+  if (params.max_tokens < 0 || params.max_tokens > 1000000)
+    return absl::InvalidArgumentError("max_tokens: expected 0..1000000");
   s.temperature = params.temperature;
   s.max_tokens = params.max_tokens;
   {
@@ -142,7 +145,8 @@ absl::StatusOr<SessionInfo> SessionManager::Create(const std::string& owner, New
   return s;
 }
 
-absl::StatusOr<std::shared_ptr<SessionManager::Live>> SessionManager::GetLive(const std::string& id) {
+absl::StatusOr<std::shared_ptr<SessionManager::Live>> SessionManager::GetLive(
+    const std::string& id) {
   std::shared_ptr<Live> live;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -193,7 +197,8 @@ absl::StatusOr<std::vector<SessionInfo>> SessionManager::List(const std::string&
   }));
   for (auto& s : out) {
     auto last = storage_.LastKey(Cf::kEvents, SeqKey(s.id, 0), SeqKeyEnd(s.id));
-    if (last.ok() && *last) s.last_seq = DecodeU64(std::string_view(**last).substr(s.id.size() + 1));
+    if (last.ok() && *last)
+      s.last_seq = DecodeU64(std::string_view(**last).substr(s.id.size() + 1));
   }
   std::sort(out.begin(), out.end(),
             [](const SessionInfo& a, const SessionInfo& b) { return a.updated_us > b.updated_us; });
@@ -309,7 +314,8 @@ absl::StatusOr<uint64_t> SessionManager::Enqueue(const std::string& session_id,
   uint64_t seq;
   {
     std::lock_guard<std::mutex> lock(live->mu);
-    if (live->deleted) return absl::NotFoundError(absl::StrCat("session ", session_id, " not found"));
+    if (live->deleted)
+      return absl::NotFoundError(absl::StrCat("session ", session_id, " not found"));
     seq = live->last_seq + 1;
     ev.set_session_id(session_id);
     ev.set_seq(seq);
@@ -420,18 +426,17 @@ absl::StatusOr<std::vector<HistoryEntry>> SessionManager::LoadHistory(const std:
   ASSIGN_OR_RETURN(auto live, GetLive(id));
   std::vector<HistoryEntry> out;
   absl::Status bad;
-  RETURN_IF_ERROR(storage_.Scan(Cf::kHistory, SeqKey(id, 0), SeqKeyEnd(id),
-                                [&](std::string_view, std::string_view v) {
-                                  try {
-                                    auto j = nlohmann::json::parse(v);
-                                    out.push_back({j.at("role").get<std::string>(),
-                                                   j.at("content").dump()});
-                                  } catch (const nlohmann::json::exception& e) {
-                                    bad = absl::DataLossError(absl::StrCat(
-                                        "session ", id, ": damaged history record: ", e.what()));
-                                  }
-                                  return true;
-                                }));
+  RETURN_IF_ERROR(storage_.Scan(
+      Cf::kHistory, SeqKey(id, 0), SeqKeyEnd(id), [&](std::string_view, std::string_view v) {
+        try {
+          auto j = nlohmann::json::parse(v);
+          out.push_back({j.at("role").get<std::string>(), j.at("content").dump()});
+        } catch (const nlohmann::json::exception& e) {
+          bad = absl::DataLossError(
+              absl::StrCat("session ", id, ": damaged history record: ", e.what()));
+        }
+        return true;
+      }));
   return out;
 }
 
@@ -525,10 +530,12 @@ absl::StatusOr<int> SessionManager::FinishInterruptedTurns(const std::string& wh
     // The usage known so far: what the model calls of this turn reported.
     int64_t in = 0, out = 0, first_us = 0, last_us = 0;
     double cost = 0;
-    RETURN_IF_ERROR(storage_.Scan(Cf::kEvents, SeqKey(t.session_id, t.first_seq), SeqKeyEnd(t.session_id),
+    RETURN_IF_ERROR(storage_.Scan(Cf::kEvents, SeqKey(t.session_id, t.first_seq),
+                                  SeqKeyEnd(t.session_id),
                                   [&](std::string_view, std::string_view v) {
                                     fwai::v1::ServerEvent ev;
-                                    if (!ev.ParseFromArray(v.data(), static_cast<int>(v.size()))) return true;
+                                    if (!ev.ParseFromArray(v.data(), static_cast<int>(v.size())))
+                                      return true;
                                     if (ev.turn_id() != t.turn_id) return true;
                                     if (first_us == 0) first_us = ev.time_us();
                                     last_us = ev.time_us();

@@ -114,9 +114,10 @@ class SessionManager {
   // `replay`), then, when `follow`, receives live events. `notify` is called
   // (from a publishing thread, with no lock of ours held) when events become
   // available after Pull returned kEmpty.
-  [[nodiscard]] absl::StatusOr<std::shared_ptr<Subscriber>> Subscribe(
-      const std::string& session_id, uint64_t after_seq, bool replay, bool follow,
-      std::function<void()> notify);
+  [[nodiscard]] absl::StatusOr<std::shared_ptr<Subscriber>> Subscribe(const std::string& session_id,
+                                                                      uint64_t after_seq,
+                                                                      bool replay, bool follow,
+                                                                      std::function<void()> notify);
   void Unsubscribe(const std::string& session_id, const Subscriber* sub);
 
   // History.

@@ -58,12 +58,12 @@ Subscriber::PullResult Subscriber::Pull(std::string* event, absl::Status* status
     const uint64_t to = std::min<uint64_t>(replay_to_, from + kReplayBatch - 1);
     lock.unlock();
     std::deque<std::string> batch;
-    absl::Status s = storage_->Scan(
-        Cf::kEvents, SeqKey(session_id_, from), SeqKey(session_id_, to + 1),
-        [&](std::string_view, std::string_view v) {
-          batch.emplace_back(v);
-          return true;
-        });
+    absl::Status s =
+        storage_->Scan(Cf::kEvents, SeqKey(session_id_, from), SeqKey(session_id_, to + 1),
+                       [&](std::string_view, std::string_view v) {
+                         batch.emplace_back(v);
+                         return true;
+                       });
     lock.lock();
     if (!s.ok()) {
       closed_ = true;
@@ -109,9 +109,9 @@ bool Subscriber::Push(uint64_t seq, const std::string& serialized) {
     queue_.clear();
     replay_buf_.clear();
     closed_ = true;
-    close_status_ = absl::ResourceExhaustedError(absl::StrCat(
-        "session ", session_id_, ": this client fell more than ", limits_.max_queue,
-        " events behind and was dropped; re-attach after the last seq you received"));
+    close_status_ = absl::ResourceExhaustedError(
+        absl::StrCat("session ", session_id_, ": this client fell more than ", limits_.max_queue,
+                     " events behind and was dropped; re-attach after the last seq you received"));
   }
   if (waiting_) {
     waiting_ = false;

@@ -1,8 +1,7 @@
 #include "server/skills/diagnostics.h"
 
-#include <regex>
-
 #include <cctype>
+#include <regex>
 
 namespace fwai {
 
@@ -22,19 +21,21 @@ namespace {
 // ld names itself by path: "/usr/bin/arm-none-eabi-ld", ".../bin/ld", "ld.lld", "collect2".
 bool IsLinkerPrefix(std::string_view p) {
   std::string_view base = p.substr(p.rfind('/') == std::string_view::npos ? 0 : p.rfind('/') + 1);
-  return base == "ld" || base.ends_with("-ld") || base == "ld.lld" || base == "ld.bfd" || base == "ld.gold" ||
-         base == "collect2" || base == "lld";
+  return base == "ld" || base.ends_with("-ld") || base == "ld.lld" || base == "ld.bfd" ||
+         base == "ld.gold" || base == "collect2" || base == "lld";
 }
 
 }  // namespace
 
 std::optional<Diagnostic> ParseDiagnosticLine(std::string_view raw) {
   std::string_view line = raw;
-  while (!line.empty() && std::isspace(static_cast<unsigned char>(line.back()))) line.remove_suffix(1);
+  while (!line.empty() && std::isspace(static_cast<unsigned char>(line.back())))
+    line.remove_suffix(1);
   if (line.empty() || line.size() > 8192) return std::nullopt;
   std::match_results<std::string_view::const_iterator> m;
   // ld: region `FLASH' overflowed by 1234 bytes
-  static const std::regex kOverflow(R"(region [`'"]?([A-Za-z0-9_.]+)['"]? overflowed by (\d+) bytes?)");
+  static const std::regex kOverflow(
+      R"(region [`'"]?([A-Za-z0-9_.]+)['"]? overflowed by (\d+) bytes?)");
   if (std::regex_search(line.begin(), line.end(), m, kOverflow)) {
     Diagnostic d;
     d.kind = "region_overflow";
@@ -45,7 +46,8 @@ std::optional<Diagnostic> ParseDiagnosticLine(std::string_view raw) {
     return d;
   }
   // ld: build/x.elf section `.text' will not fit in region `FLASH'
-  static const std::regex kWillNotFit(R"(section [`'"]?([^'`" ]+)['"]? will not fit in region [`'"]?([A-Za-z0-9_.]+))");
+  static const std::regex kWillNotFit(
+      R"(section [`'"]?([^'`" ]+)['"]? will not fit in region [`'"]?([A-Za-z0-9_.]+))");
   if (std::regex_search(line.begin(), line.end(), m, kWillNotFit)) {
     Diagnostic d;
     d.kind = "region_overflow";
@@ -55,7 +57,8 @@ std::optional<Diagnostic> ParseDiagnosticLine(std::string_view raw) {
     return d;
   }
   // file.c:(.text.main+0x10): undefined reference to `foo'
-  static const std::regex kUndefined(R"(^(.*?):(?:\(([^)]*)\)|(\d+)):\s*undefined reference to [`'"]?([^'`"]+)['"]?)");
+  static const std::regex kUndefined(
+      R"(^(.*?):(?:\(([^)]*)\)|(\d+)):\s*undefined reference to [`'"]?([^'`"]+)['"]?)");
   if (std::regex_search(line.begin(), line.end(), m, kUndefined)) {
     Diagnostic d;
     d.kind = "linker";
@@ -65,7 +68,8 @@ std::optional<Diagnostic> ParseDiagnosticLine(std::string_view raw) {
     d.symbol = m[4].str();
     d.message = "undefined reference to `" + d.symbol + "'";
     // ld prefixes the object with its own path ("ld: main.o: in function ...").
-    if (auto colon = d.file.rfind(": "); colon != std::string::npos) d.file = d.file.substr(colon + 2);
+    if (auto colon = d.file.rfind(": "); colon != std::string::npos)
+      d.file = d.file.substr(colon + 2);
     return d;
   }
   // file:line:col: severity: message  (gcc, clang; column optional)
@@ -93,8 +97,10 @@ std::optional<Diagnostic> ParseDiagnosticLine(std::string_view raw) {
       rest.remove_prefix(9);
     } else if (rest.starts_with("error: ")) {
       rest.remove_prefix(7);
-    } else if (rest.find("cannot find") == std::string_view::npos && rest.find("multiple definition") == std::string_view::npos &&
-               rest.find("cannot open") == std::string_view::npos && rest.find("returned") == std::string_view::npos) {
+    } else if (rest.find("cannot find") == std::string_view::npos &&
+               rest.find("multiple definition") == std::string_view::npos &&
+               rest.find("cannot open") == std::string_view::npos &&
+               rest.find("returned") == std::string_view::npos) {
       return std::nullopt;  // "in function ..." context lines and the like
     }
     d.message = std::string(rest);
@@ -109,7 +115,8 @@ std::vector<Diagnostic> ParseDiagnostics(std::string_view output) {
   while (start <= output.size()) {
     size_t nl = output.find('\n', start);
     if (nl == std::string_view::npos) nl = output.size();
-    if (auto d = ParseDiagnosticLine(output.substr(start, nl - start))) out.push_back(std::move(*d));
+    if (auto d = ParseDiagnosticLine(output.substr(start, nl - start)))
+      out.push_back(std::move(*d));
     start = nl + 1;
   }
   return out;

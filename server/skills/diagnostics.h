@@ -4,12 +4,11 @@
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 namespace fwai {
 
@@ -20,9 +19,9 @@ struct Diagnostic {
   int line = 0;
   int column = 0;
   std::string message;
-  std::string region;    // region_overflow: FLASH, RAM, ...
-  int64_t bytes = 0;     // region_overflow: by how much
-  std::string symbol;    // linker: the undefined symbol
+  std::string region;  // region_overflow: FLASH, RAM, ...
+  int64_t bytes = 0;   // region_overflow: by how much
+  std::string symbol;  // linker: the undefined symbol
 
   nlohmann::json ToJson() const;
 };

@@ -1,9 +1,8 @@
 #include "server/skills/intent.h"
 
 #include <algorithm>
-#include <set>
-
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
@@ -16,10 +15,12 @@ namespace {
 
 const std::set<std::string>& StopWords() {
   static const std::set<std::string> s = {
-      "a",    "an",   "the",  "and",  "or",   "to",    "of",   "in",   "on",   "for",  "it",   "its",  "this", "that",
-      "my",   "me",   "i",    "we",   "our",  "you",   "your", "is",   "are",  "be",   "do",   "does", "did",  "then",
-      "now",  "with", "up",   "please", "can", "could", "would", "will", "just", "again", "all", "some", "let", "lets",
-      "go",   "get",  "make", "us",   "at",   "from",  "into", "so",   "and", "fwai", "skill", "run", "start"};
+      "a",    "an",     "the",   "and",   "or",    "to",   "of",   "in",    "on",   "for",
+      "it",   "its",    "this",  "that",  "my",    "me",   "i",    "we",    "our",  "you",
+      "your", "is",     "are",   "be",    "do",    "does", "did",  "then",  "now",  "with",
+      "up",   "please", "can",   "could", "would", "will", "just", "again", "all",  "some",
+      "let",  "lets",   "go",    "get",   "make",  "us",   "at",   "from",  "into", "so",
+      "and",  "fwai",   "skill", "run",   "start"};
   return s;
 }
 
@@ -67,7 +68,8 @@ std::string Normalize(std::string t) {
 bool LooksLikeQuestion(const std::string& text) {
   const std::string t = absl::AsciiStrToLower(absl::StripAsciiWhitespace(text));
   if (!t.empty() && t.back() == '?') return true;
-  for (const char* q : {"why ", "how ", "what ", "where ", "when ", "which ", "explain ", "is ", "does "}) {
+  for (const char* q :
+       {"why ", "how ", "what ", "where ", "when ", "which ", "explain ", "is ", "does "}) {
     if (t.rfind(q, 0) == 0) return true;
   }
   return false;
@@ -75,14 +77,17 @@ bool LooksLikeQuestion(const std::string& text) {
 
 IntentMatch Decide(IntentMatch m) {
   m.confidence = std::clamp(m.confidence, 0.0, 1.0);
-  m.action = m.skill.empty() ? "chat" : m.confidence >= kIntentRun ? "run" : m.confidence >= kIntentAsk ? "ask" : "chat";
+  m.action = m.skill.empty()              ? "chat"
+             : m.confidence >= kIntentRun ? "run"
+             : m.confidence >= kIntentAsk ? "ask"
+                                          : "chat";
   return m;
 }
 
 }  // namespace
 
-IntentMatch ResolveIntent(const std::string& text, const std::vector<Skill>& skills, Provider* provider,
-                          CancelToken* cancel) {
+IntentMatch ResolveIntent(const std::string& text, const std::vector<Skill>& skills,
+                          Provider* provider, CancelToken* cancel) {
   IntentMatch none;
   none.reason = "no skill matches";
   if (skills.empty() || text.size() > 2000) return Decide(none);
@@ -93,7 +98,8 @@ IntentMatch ResolveIntent(const std::string& text, const std::vector<Skill>& ski
   }
   const std::vector<std::string> words = Words(norm, false);
   for (const auto& s : skills) {
-    if (words.size() > 1 && Words(s.name, false) == words) return Decide({s.name, 0.95, "exact", "the skill's name, spaced", ""});
+    if (words.size() > 1 && Words(s.name, false) == words)
+      return Decide({s.name, 0.95, "exact", "the skill's name, spaced", ""});
   }
   // Tier 2: keyword scoring.
   const std::vector<std::string> content = Words(text, true);
@@ -131,7 +137,8 @@ IntentMatch ResolveIntent(const std::string& text, const std::vector<Skill>& ski
     }
     int covered = 0;
     for (const auto& w : content) covered += vocab.count(w) ? 1 : 0;
-    const double name_cov = name_parts.empty() ? 0 : static_cast<double>(name_hits) / name_parts.size();
+    const double name_cov =
+        name_parts.empty() ? 0 : static_cast<double>(name_hits) / name_parts.size();
     const double kw = std::min(1.0, key_hits / 2.0);
     const double cov = static_cast<double>(covered) / content.size();
     // Naming more parts of a compound name ("build and flash") is stronger.
@@ -147,12 +154,15 @@ IntentMatch ResolveIntent(const std::string& text, const std::vector<Skill>& ski
     score -= 0.08 * (static_cast<int>(content.size()) - covered);
     if (question) score *= 0.7;  // questions are for the chat
     scored.push_back({&s, score,
-                      absl::StrCat("name ", name_hits, "/", name_parts.size(), ", keywords [", absl::StrJoin(matched, ", "),
-                                   "], covers ", covered, "/", content.size(), " words", question ? ", a question" : "")});
+                      absl::StrCat("name ", name_hits, "/", name_parts.size(), ", keywords [",
+                                   absl::StrJoin(matched, ", "), "], covers ", covered, "/",
+                                   content.size(), " words", question ? ", a question" : "")});
   }
-  std::stable_sort(scored.begin(), scored.end(), [](const Scored& a, const Scored& b) { return a.score > b.score; });
+  std::stable_sort(scored.begin(), scored.end(),
+                   [](const Scored& a, const Scored& b) { return a.score > b.score; });
   IntentMatch best{scored[0].skill->name, scored[0].score, "keywords", scored[0].why, ""};
-  if (scored.size() > 1 && scored[0].score - scored[1].score < 0.05 && scored[0].score >= kIntentAsk) {
+  if (scored.size() > 1 && scored[0].score - scored[1].score < 0.05 &&
+      scored[0].score >= kIntentAsk) {
     best.confidence = std::min(best.confidence, kIntentRun - 0.01);  // a tie is asked, not run
     absl::StrAppend(&best.reason, "; close to ", scored[1].skill->name);
   }
@@ -169,13 +179,16 @@ IntentMatch ResolveIntent(const std::string& text, const std::vector<Skill>& ski
     std::string list;
     for (const auto& s : skills) absl::StrAppend(&list, "- ", s.name, ": ", s.description, "\n");
     cr.system =
-        "You map a firmware engineer's request to one of the project's skills (workflows), or to none when the request "
-        "is a question or anything else for a chat. Reply with JSON only: {\"skill\": \"<name or empty>\", "
+        "You map a firmware engineer's request to one of the project's skills (workflows), or to "
+        "none when the request "
+        "is a question or anything else for a chat. Reply with JSON only: {\"skill\": \"<name or "
+        "empty>\", "
         "\"confidence\": <0..1>}.";
     LlmMessage m;
     m.role = "user";
     m.content = nlohmann::json::array(
-        {{{"type", "text"}, {"text", absl::StrCat("Skills:\n", list, "\nRequest: ", text.substr(0, 1000))}}});
+        {{{"type", "text"},
+          {"text", absl::StrCat("Skills:\n", list, "\nRequest: ", text.substr(0, 1000))}}});
     cr.messages.push_back(std::move(m));
     struct Quiet final : StreamObserver {
       void OnText(std::string_view) override {}
@@ -191,13 +204,15 @@ IntentMatch ResolveIntent(const std::string& text, const std::vector<Skill>& ski
       auto j = open == std::string::npos || close == std::string::npos
                    ? nlohmann::json()
                    : nlohmann::json::parse(reply.substr(open, close - open + 1), nullptr, false);
-      if (j.is_object() && j.contains("skill") && j["skill"].is_string() && j.contains("confidence") && j["confidence"].is_number()) {
+      if (j.is_object() && j.contains("skill") && j["skill"].is_string() &&
+          j.contains("confidence") && j["confidence"].is_number()) {
         const std::string name = j["skill"].get<std::string>();
         const double c = j["confidence"].get<double>();
         if (name.empty()) {
           return Decide({"", 0, "provider", "the provider sees no skill in it", ""});
         }
-        if (std::any_of(skills.begin(), skills.end(), [&](const Skill& s) { return s.name == name; })) {
+        if (std::any_of(skills.begin(), skills.end(),
+                        [&](const Skill& s) { return s.name == name; })) {
           return Decide({name, c, "provider", absl::StrCat("the provider (", cr.model, ")"), ""});
         }
       }

@@ -27,7 +27,7 @@ constexpr double kIntentRun = 0.8;
 constexpr double kIntentAsk = 0.6;
 
 // `provider` may be null (tiers 1 and 2 only).
-IntentMatch ResolveIntent(const std::string& text, const std::vector<Skill>& skills, Provider* provider,
-                          CancelToken* cancel);
+IntentMatch ResolveIntent(const std::string& text, const std::vector<Skill>& skills,
+                          Provider* provider, CancelToken* cancel);
 
 }  // namespace fwai

@@ -55,10 +55,11 @@ absl::StatusOr<int> RunJournal::FinishInterrupted(
   std::vector<std::pair<std::string, std::string>> open;
   std::string end = kPrefix;
   end.back() += 1;
-  RETURN_IF_ERROR(storage_.Scan(Cf::kMeta, kPrefix, end, [&](std::string_view k, std::string_view v) {
-    open.emplace_back(std::string(k), std::string(v));
-    return true;
-  }));
+  RETURN_IF_ERROR(
+      storage_.Scan(Cf::kMeta, kPrefix, end, [&](std::string_view k, std::string_view v) {
+        open.emplace_back(std::string(k), std::string(v));
+        return true;
+      }));
   int n = 0;
   for (const auto& [key, value] : open) {
     auto rec = nlohmann::json::parse(value, nullptr, false);
@@ -73,7 +74,8 @@ absl::StatusOr<int> RunJournal::FinishInterrupted(
     rec["failure_class"] = "interrupted";
     rec["exit_code"] = ExitCodeFor("interrupted");
     rec["error"] =
-        "fwaid stopped while the run was in progress (it was killed or crashed); the steps listed are those that "
+        "fwaid stopped while the run was in progress (it was killed or crashed); the steps listed "
+        "are those that "
         "had finished";
     rec["duration_ms"] = started > 0 ? (updated - started) / 1000 : 0;
     rec["interrupted_noted_us"] = NowMicros();

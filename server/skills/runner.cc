@@ -83,7 +83,8 @@ std::string NewestElf(const std::string& root) {
   for (; !ec && it != end; it.increment(ec)) {
     const auto& p = it->path();
     const std::string name = p.filename().string();
-    if (it->is_directory(ec) && (name == ".git" || name == ".fwai" || name == "node_modules" || it.depth() > 5)) {
+    if (it->is_directory(ec) &&
+        (name == ".git" || name == ".fwai" || name == "node_modules" || it.depth() > 5)) {
       it.disable_recursion_pending();
       continue;
     }
@@ -156,8 +157,9 @@ StepOutcome Failed(std::string klass, std::string error) {
 }  // namespace
 
 struct SkillRunner::RunState {
-  RunState(SkillDeps& d, const SkillRunRequest& r, const std::function<void(const SkillEventOut&)>& e,
-           std::shared_ptr<CancelToken> c, const SecretScanner& s)
+  RunState(SkillDeps& d, const SkillRunRequest& r,
+           const std::function<void(const SkillEventOut&)>& e, std::shared_ptr<CancelToken> c,
+           const SecretScanner& s)
       : deps(d), req(r), emit(e), cancel(std::move(c)), secrets(s) {}
   SkillDeps& deps;
   const SkillRunRequest& req;
@@ -180,7 +182,8 @@ struct SkillRunner::RunState {
   // resolved, and the serial stream of each opened just before its flash
   // (what a `since: run` monitor reads).
   std::map<std::string, BoardRef> resolved;  // boards this run resolved, by id
-  std::map<std::string, uint64_t> since_seq;  // board -> first serial seq of the run (or of its last flash)
+  std::map<std::string, uint64_t>
+      since_seq;  // board -> first serial seq of the run (or of its last flash)
   std::map<std::string, std::string> step_logs;  // step -> log file
   json images = json::array();
   json llm_calls = json::array();
@@ -193,12 +196,14 @@ struct SkillRunner::RunState {
   std::map<std::string, int> numstat_before;
   bool git = false;
 
-  void Emit(const std::string& step, const std::string& kind, const std::string& text, bool ok = false,
-            json data = nullptr) {
+  void Emit(const std::string& step, const std::string& kind, const std::string& text,
+            bool ok = false, json data = nullptr) {
     emit(SkillEventOut{step, kind, text, ok, std::move(data)});
   }
 
-  int RemainingMs() const { return static_cast<int>(std::max<int64_t>(0, (deadline_us - NowMicros()) / 1000)); }
+  int RemainingMs() const {
+    return static_cast<int>(std::max<int64_t>(0, (deadline_us - NowMicros()) / 1000));
+  }
   int StepTimeoutMs(const SkillStep& s, int default_s) const {
     int64_t ms = static_cast<int64_t>(s.timeout_s > 0 ? s.timeout_s : default_s) * 1000;
     return static_cast<int>(std::min<int64_t>(ms, RemainingMs()));
@@ -222,7 +227,8 @@ struct SkillRunner::RunState {
   // The run's serial lines of `board` begin here (what a `since: run`
   // monitor reads).
   void MarkSerial(const std::string& board) {
-    if (auto seq = deps.boards->SerialNextSeq(caller, RefOf(board)); seq.ok() && *seq > 0) since_seq[board] = *seq;
+    if (auto seq = deps.boards->SerialNextSeq(caller, RefOf(board)); seq.ok() && *seq > 0)
+      since_seq[board] = *seq;
   }
 
   // The run holds the board's lease while it needs it (an existing lease of
@@ -236,7 +242,8 @@ struct SkillRunner::RunState {
       std::lock_guard lock(lease_mu);
       if (lease_board == board) return absl::OkStatus();
     }
-    auto l = deps.leases->LeaseFor(caller, RefOf(board), kLeaseTtlS, [this] { return cancel->cancelled(); });
+    auto l = deps.leases->LeaseFor(caller, RefOf(board), kLeaseTtlS,
+                                   [this] { return cancel->cancelled(); });
     if (!l.ok()) return l.status();
     std::lock_guard lock(lease_mu);
     caller.lease_id = l->lease_id;
@@ -268,20 +275,24 @@ struct SkillRunner::RunState {
   }
 
   // Runs a command step (build | test | shell) with streamed, logged, parsed output.
-  StepOutcome Command(const SkillStep& s, const std::string& command, const std::string& klass, std::ofstream& log) {
+  StepOutcome Command(const SkillStep& s, const std::string& command, const std::string& klass,
+                      std::ofstream& log) {
     StepOutcome o;
     o.command = command;
     if (skill.scope && !skill.scope->build) {
       const std::string rule = absl::StrCat("plugin ", skill.scope->plugin, ": capabilities.build");
-      refusals.push_back({{"kind", "command"}, {"target", command}, {"rule", rule}, {"step", s.name}});
+      refusals.push_back(
+          {{"kind", "command"}, {"target", command}, {"rule", rule}, {"step", s.name}});
       o.failure_class = "policy";
-      o.error = absl::StrCat("refused (", rule, "): plugin ", skill.scope->plugin,
-                             " did not declare the build capability, so its skills run no commands");
+      o.error =
+          absl::StrCat("refused (", rule, "): plugin ", skill.scope->plugin,
+                       " did not declare the build capability, so its skills run no commands");
       return o;
     }
     PolicyDecision d = CheckPolicy(rules, "command", command);
     if (!d.allowed) {
-      refusals.push_back({{"kind", "command"}, {"target", command}, {"rule", d.rule}, {"step", s.name}});
+      refusals.push_back(
+          {{"kind", "command"}, {"target", command}, {"rule", d.rule}, {"step", s.name}});
       o.failure_class = "policy";
       o.error = absl::StrCat("refused by policy (", d.rule, "): ", d.reason);
       return o;
@@ -314,9 +325,10 @@ struct SkillRunner::RunState {
           ++step_warnings;
         }
         Emit(s.name, "diagnostic",
-             absl::StrCat(diag->file.empty() ? "" : diag->file, diag->line ? absl::StrCat(":", diag->line) : "",
-                          diag->column ? absl::StrCat(":", diag->column) : "", diag->file.empty() ? "" : ": ",
-                          diag->severity, ": ", diag->message),
+             absl::StrCat(diag->file.empty() ? "" : diag->file,
+                          diag->line ? absl::StrCat(":", diag->line) : "",
+                          diag->column ? absl::StrCat(":", diag->column) : "",
+                          diag->file.empty() ? "" : ": ", diag->severity, ": ", diag->message),
              diag->severity != "error", diag->ToJson());
       }
     };
@@ -359,9 +371,11 @@ struct SkillRunner::RunState {
       o.failure_class = klass;
       o.error = absl::StrCat("'", command, "' exited ", r->exit_code);
       if (step_errors > 0) {
-        absl::StrAppend(&o.error, "; ", step_errors, step_errors == 1 ? " error" : " errors", ", first: ",
-                        first_error.value("file", ""), first_error.contains("line") ? absl::StrCat(":", first_error["line"].get<int>()) : "",
-                        first_error.contains("file") ? ": " : "", first_error.value("message", ""));
+        absl::StrAppend(
+            &o.error, "; ", step_errors, step_errors == 1 ? " error" : " errors",
+            ", first: ", first_error.value("file", ""),
+            first_error.contains("line") ? absl::StrCat(":", first_error["line"].get<int>()) : "",
+            first_error.contains("file") ? ": " : "", first_error.value("message", ""));
       }
       return o;
     }
@@ -467,22 +481,29 @@ struct SkillRunner::RunState {
     std::string path = *image;
     if (path.empty()) path = NewestElf(req.project_root);
     if (path.empty()) {
-      return FailWith(o, "config", "no image to flash: set flash.image in .fwai/project.yaml (or IMAGE), or build an ELF first");
+      return FailWith(o, "config",
+                      "no image to flash: set flash.image in .fwai/project.yaml (or IMAGE), or "
+                      "build an ELF first");
     }
-    if (fs::path(path).is_relative()) path = (fs::path(req.project_root) / path).lexically_normal().string();
+    if (fs::path(path).is_relative())
+      path = (fs::path(req.project_root) / path).lexically_normal().string();
     vars["IMAGE"] = path;
     vars["BOARD"] = *board;
     o.command = absl::StrCat("flash ", path, " onto ", *board);
     PolicyDecision d = CheckFlashPolicy(rules, *board, req.approved);
     if (!d.allowed) {
-      refusals.push_back({{"kind", "flash"}, {"target", *board}, {"rule", d.rule}, {"step", s.name}});
+      refusals.push_back(
+          {{"kind", "flash"}, {"target", *board}, {"rule", d.rule}, {"step", s.name}});
       return FailWith(o, "policy", absl::StrCat("refused by policy (", d.rule, "): ", d.reason));
     }
     // The run holds a lease on the board while it needs it: its own on a
     // free board of this node, the caller's (renewed) on one they hold.
     if (auto st = EnsureLease(*board); !st.ok()) {
       if (st.code() == absl::StatusCode::kPermissionDenied) {
-        refusals.push_back({{"kind", "flash"}, {"target", *board}, {"rule", "plugin capabilities"}, {"step", s.name}});
+        refusals.push_back({{"kind", "flash"},
+                            {"target", *board},
+                            {"rule", "plugin capabilities"},
+                            {"step", s.name}});
         return FailWith(o, "policy", std::string(st.message()));
       }
       return FailWith(o, "hardware", std::string(st.message()));
@@ -497,9 +518,13 @@ struct SkillRunner::RunState {
         },
         cancel.get());
     if (!r.ok()) {
-      if (cancel->cancelled()) return FailWith(o, timed_out ? "timeout" : "cancelled", std::string(r.status().message()));
+      if (cancel->cancelled())
+        return FailWith(o, timed_out ? "timeout" : "cancelled", std::string(r.status().message()));
       if (r.status().code() == absl::StatusCode::kPermissionDenied) {
-        refusals.push_back({{"kind", "flash"}, {"target", *board}, {"rule", RuleOf(r.status())}, {"step", s.name}});
+        refusals.push_back({{"kind", "flash"},
+                            {"target", *board},
+                            {"rule", RuleOf(r.status())},
+                            {"step", s.name}});
         return FailWith(o, "policy", std::string(r.status().message()));
       }
       const bool guard = absl::StrContains(r.status().message(), "flash guard");
@@ -511,10 +536,14 @@ struct SkillRunner::RunState {
                       std::string(r.status().message()));
     }
     vars["IMAGE_SHA256"] = r->sha256;
-    images.push_back({{"board", *board}, {"path", path}, {"sha256", r->sha256}, {"boot_line", r->boot_line},
+    images.push_back({{"board", *board},
+                      {"path", path},
+                      {"sha256", r->sha256},
+                      {"boot_line", r->boot_line},
                       {"seconds", r->seconds}});
     if (!r->boot_line.empty()) boot = {{"board", *board}, {"ok", true}, {"line", r->boot_line}};
-    o.extra = {{"board", *board}, {"image", path}, {"sha256", r->sha256}, {"boot_line", r->boot_line}};
+    o.extra = {
+        {"board", *board}, {"image", path}, {"sha256", r->sha256}, {"boot_line", r->boot_line}};
     o.ok = true;
     return o;
   }
@@ -553,16 +582,20 @@ struct SkillRunner::RunState {
       try {
         re = std::regex(*expect);
       } catch (const std::regex_error&) {
-        return FailWith(o, "config", absl::StrCat("step ", s.name, ": expect '", *expect, "' is not a valid regular expression"));
+        return FailWith(o, "config",
+                        absl::StrCat("step ", s.name, ": expect '", *expect,
+                                     "' is not a valid regular expression"));
       }
     }
-    o.command = absl::StrCat("monitor ", *board, expect->empty() ? "" : absl::StrCat(" until '", *expect, "'"));
+    o.command = absl::StrCat("monitor ", *board,
+                             expect->empty() ? "" : absl::StrCat(" until '", *expect, "'"));
     // Writing needs the lease; so does watching a simulated board that is
     // paused because nobody holds it (the lease resumes it).
     bool paused = false;
     for (const auto& d : deps.hardware->List()) paused |= d.id == *board && d.state == "paused";
     if (!send->empty() || paused) {
-      if (auto st = EnsureLease(*board); !st.ok()) return FailWith(o, "hardware", std::string(st.message()));
+      if (auto st = EnsureLease(*board); !st.ok())
+        return FailWith(o, "hardware", std::string(st.message()));
     }
     // `since: run`: the board's lines from the run's start (or its last
     // flash) on, from the history.
@@ -575,11 +608,13 @@ struct SkillRunner::RunState {
     // one that was already down before this reader came is told here.
     for (const auto& d : deps.hardware->List()) {
       if (d.id == *board && d.kind == "simulated" && d.health == "bad") {
-        return FailWith(o, "hardware", absl::StrCat("board ", *board, " is down: ", d.health_reason));
+        return FailWith(o, "hardware",
+                        absl::StrCat("board ", *board, " is down: ", d.health_reason));
       }
     }
     if (!send->empty()) {
-      if (auto st = r->SendLine(*send); !st.ok()) return FailWith(o, "hardware", std::string(st.message()));
+      if (auto st = r->SendLine(*send); !st.ok())
+        return FailWith(o, "hardware", std::string(st.message()));
       log << "> " << *send << '\n';
       Emit(s.name, "output", "> " + *send, true);
     }
@@ -592,16 +627,19 @@ struct SkillRunner::RunState {
           if (refused.empty()) refused = r->TakeRefusal();
           return refused.empty() ? r->Wait(l, ms) : SerialReader::Next::kEnded;
         },
-        [r, &refused] { return refused.empty() ? r->end_reason() : absl::StrCat("write refused: ", refused); },
+        [r, &refused] {
+          return refused.empty() ? r->end_reason() : absl::StrCat("write refused: ", refused);
+        },
         log, o);
   }
 
   // Reads serial lines (from `since` on) until one matches `re` or the step's
   // time is up; every line is logged and streamed.
-  StepOutcome WaitFor(const SkillStep& s, const std::string& board_id, const std::string& expect_text,
-                      const std::regex& re, uint64_t since,
+  StepOutcome WaitFor(const SkillStep& s, const std::string& board_id,
+                      const std::string& expect_text, const std::regex& re, uint64_t since,
                       const std::function<SerialReader::Next(SerialLine&, int)>& next,
-                      const std::function<std::string()>& end_reason, std::ofstream& log, StepOutcome& o) {
+                      const std::function<std::string()>& end_reason, std::ofstream& log,
+                      StepOutcome& o) {
     const std::string* board = &board_id;
     const std::string* expect = &expect_text;
     const int timeout_ms = StepTimeoutMs(s, 10);
@@ -617,7 +655,9 @@ struct SkillRunner::RunState {
       if (left_ms <= 0) break;
       SerialLine line;
       auto n = next(line, static_cast<int>(std::min<int64_t>(left_ms, 200)));
-      if (n == SerialReader::Next::kEnded) return FailWith(o, "hardware", absl::StrCat("serial on ", *board, " ended: ", end_reason()));
+      if (n == SerialReader::Next::kEnded)
+        return FailWith(o, "hardware",
+                        absl::StrCat("serial on ", *board, " ended: ", end_reason()));
       if (n != SerialReader::Next::kLine || line.seq < since) continue;
       std::string text = secrets.Redact(line.text);
       log << text << '\n';
@@ -632,7 +672,8 @@ struct SkillRunner::RunState {
         return o;
       }
     }
-    if (cancel->cancelled()) return FailWith(o, timed_out ? "timeout" : "cancelled", "stopped while monitoring");
+    if (cancel->cancelled())
+      return FailWith(o, timed_out ? "timeout" : "cancelled", "stopped while monitoring");
     o.extra = {{"board", *board}, {"lines", lines}};
     if (expect->empty()) {
       o.ok = true;
@@ -640,8 +681,10 @@ struct SkillRunner::RunState {
     }
     boot = {{"board", *board}, {"ok", false}, {"pattern", *expect}};
     wait->SetBool("fwai.serial.matched", false);
-    return FailWith(o, "verify", absl::StrCat("'", *expect, "' not seen on ", *board, " within ", timeout_ms / 1000.0, " s (",
-                                       lines, " lines", last.empty() ? "" : absl::StrCat("; last: ", last), ")"));
+    return FailWith(o, "verify",
+                    absl::StrCat("'", *expect, "' not seen on ", *board, " within ",
+                                 timeout_ms / 1000.0, " s (", lines, " lines",
+                                 last.empty() ? "" : absl::StrCat("; last: ", last), ")"));
   }
 
   // `path` relative to the project, or PERMISSION_DENIED naming the rule
@@ -740,8 +783,12 @@ struct SkillRunner::RunState {
         files.push_back({{"path", f.rel}, {"sha256", f.sha256}, {"bytes", f.bytes}});
     }
     auto note = Var(s.note);
-    json rec = {{"kind", "skill_evidence"}, {"run_id", absl::StrCat(run_id, "/", s.name)}, {"skill", skill.name},
-                {"project", req.project_root}, {"note", note.ok() ? *note : s.note}, {"files", files}};
+    json rec = {{"kind", "skill_evidence"},
+                {"run_id", absl::StrCat(run_id, "/", s.name)},
+                {"skill", skill.name},
+                {"project", req.project_root},
+                {"note", note.ok() ? *note : s.note},
+                {"files", files}};
     o.command = absl::StrCat("record ", files.size(), " files");
     artifacts.push_back({{"step", s.name}, {"note", rec["note"]}, {"files", files}});
     if (deps.append_evidence) {
@@ -754,7 +801,9 @@ struct SkillRunner::RunState {
       o.extra["record"] = *idx;
     }
     for (const auto& f : files) {
-      Emit(s.name, "output", absl::StrCat(f["path"].get<std::string>(), "  sha256 ", f["sha256"].get<std::string>()), true);
+      Emit(s.name, "output",
+           absl::StrCat(f["path"].get<std::string>(), "  sha256 ", f["sha256"].get<std::string>()),
+           true);
     }
     o.extra["files"] = files;
     o.ok = true;
@@ -764,7 +813,10 @@ struct SkillRunner::RunState {
   StepOutcome Analyze(const SkillStep& s, std::ofstream& log) {
     StepOutcome o;
     Provider* p = deps.providers ? deps.providers->Find("") : nullptr;
-    if (!p) return FailWith(o, "provider", "no provider is configured (export ANTHROPIC_API_KEY or OPENAI_API_KEY, then fwai daemon stop)");
+    if (!p)
+      return FailWith(o, "provider",
+                      "no provider is configured (export ANTHROPIC_API_KEY or OPENAI_API_KEY, then "
+                      "fwai daemon stop)");
     std::string text;
     if (!s.log.empty()) {
       auto name = Var(s.log);
@@ -791,11 +843,15 @@ struct SkillRunner::RunState {
     ChatRequest cr;
     cr.model = p->config().model;
     cr.system =
-        "You analyse logs for a firmware engineer: build output, flash and boot logs, serial traces. Be specific: name "
+        "You analyse logs for a firmware engineer: build output, flash and boot logs, serial "
+        "traces. Be specific: name "
         "files, lines, symbols and registers; say what to change. Be brief.";
     LlmMessage m;
     m.role = "user";
-    m.content = json::array({{{"type", "text"}, {"text", text.empty() ? *prompt : absl::StrCat(*prompt, "\n\n<log>\n", text, "\n</log>")}}});
+    m.content = json::array(
+        {{{"type", "text"},
+          {"text",
+           text.empty() ? *prompt : absl::StrCat(*prompt, "\n\n<log>\n", text, "\n</log>")}}});
     cr.messages.push_back(std::move(m));
     cr.max_tokens = 2048;
     struct Obs final : StreamObserver {
@@ -817,7 +873,8 @@ struct SkillRunner::RunState {
     if (!pending.empty()) Emit(s.name, "output", pending, true);
     log << answer << '\n';
     if (!r.ok()) {
-      if (cancel->cancelled()) return FailWith(o, timed_out ? "timeout" : "cancelled", std::string(r.status().message()));
+      if (cancel->cancelled())
+        return FailWith(o, timed_out ? "timeout" : "cancelled", std::string(r.status().message()));
       return FailWith(o, "provider", std::string(r.status().message()));
     }
     double in = 0, out = 0;
@@ -835,9 +892,12 @@ struct SkillRunner::RunState {
 
   StepOutcome Agentic(const SkillStep& s, std::ofstream& log) {
     StepOutcome o;
-    if (!deps.sessions || !deps.turns) return FailWith(o, "failed", "agentic steps need the agent (not available here)");
+    if (!deps.sessions || !deps.turns)
+      return FailWith(o, "failed", "agentic steps need the agent (not available here)");
     if (!deps.providers || !deps.providers->Find("")) {
-      return FailWith(o, "provider", "no provider is configured (export ANTHROPIC_API_KEY or OPENAI_API_KEY, then fwai daemon stop)");
+      return FailWith(o, "provider",
+                      "no provider is configured (export ANTHROPIC_API_KEY or OPENAI_API_KEY, then "
+                      "fwai daemon stop)");
     }
     auto goal = Var(s.goal);
     if (!goal.ok()) return FailWith(o, "config", std::string(goal.status().message()));
@@ -848,8 +908,9 @@ struct SkillRunner::RunState {
     auto session = deps.sessions->Create(caller.identity, ns);
     if (!session.ok()) return FailWith(o, "failed", std::string(session.status().message()));
     o.command = absl::StrCat("agent in session ", session->id);
-    Emit(s.name, "output", absl::StrCat("agent session ", session->id, " (fwai sessions attach ", session->id, ")"), true,
-         json{{"session_id", session->id}});
+    Emit(s.name, "output",
+         absl::StrCat("agent session ", session->id, " (fwai sessions attach ", session->id, ")"),
+         true, json{{"session_id", session->id}});
     // The agent's answer and tool calls stream as the step's output.
     auto sub = deps.sessions->Subscribe(session->id, 0, true, true, [] {});
     struct Unsub {
@@ -879,18 +940,22 @@ struct SkillRunner::RunState {
       while (unsub.sub->Pull(&bytes, &st) == Subscriber::PullResult::kEvent) {
         v1::ServerEvent ev;
         if (!ev.ParseFromString(bytes)) continue;
-        if (ev.has_text_delta() && !ev.text_delta().thinking() && ev.text_delta().origin().parent_call_id().empty()) {
+        if (ev.has_text_delta() && !ev.text_delta().thinking() &&
+            ev.text_delta().origin().parent_call_id().empty()) {
           pending += ev.text_delta().text();
           flush_text(false);
         } else if (ev.has_tool_call_started()) {
           flush_text(true);
           const auto& t = ev.tool_call_started();
-          Emit(s.name, "output", absl::StrCat(t.agent() == "main" || t.agent().empty() ? "" : t.agent() + ": ", "→ ", t.tool()), true,
-               json{{"call_id", t.call_id()}, {"tool", t.tool()}});
+          Emit(s.name, "output",
+               absl::StrCat(t.agent() == "main" || t.agent().empty() ? "" : t.agent() + ": ", "→ ",
+                            t.tool()),
+               true, json{{"call_id", t.call_id()}, {"tool", t.tool()}});
         } else if (ev.has_tool_call_finished()) {
           const auto& t = ev.tool_call_finished();
-          Emit(s.name, "output", absl::StrCat("← ", t.is_error() ? "error" : "ok", " (", t.duration_ms(), " ms)"), !t.is_error(),
-               json{{"call_id", t.call_id()}});
+          Emit(s.name, "output",
+               absl::StrCat("← ", t.is_error() ? "error" : "ok", " (", t.duration_ms(), " ms)"),
+               !t.is_error(), json{{"call_id", t.call_id()}});
         } else if (ev.has_error()) {
           flush_text(true);
           Emit(s.name, "output", absl::StrCat("error: ", ev.error().message()), false);
@@ -902,16 +967,20 @@ struct SkillRunner::RunState {
     tr.session_id = session->id;
     tr.text = *goal;
     tr.sender = caller.display;
-    if (auto st = deps.turns->Start(tr); !st.ok()) return FailWith(o, "failed", std::string(st.message()));
+    if (auto st = deps.turns->Start(tr); !st.ok())
+      return FailWith(o, "failed", std::string(st.message()));
     const int timeout_ms = StepTimeoutMs(s, 900);
     const int64_t until = NowMicros() + static_cast<int64_t>(timeout_ms) * 1000;
     while (deps.turns->Running(session->id)) {
       drain();
       if (cancel->cancelled() || NowMicros() > until) {
         deps.turns->Cancel(session->id);
-        for (int i = 0; i < 100 && deps.turns->Running(session->id); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
-        if (cancel->cancelled()) return FailWith(o, timed_out ? "timeout" : "cancelled", "the agent was stopped");
-        return FailWith(o, "timeout", absl::StrCat("the agent did not finish within ", timeout_ms / 1000, " s"));
+        for (int i = 0; i < 100 && deps.turns->Running(session->id); ++i)
+          std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        if (cancel->cancelled())
+          return FailWith(o, timed_out ? "timeout" : "cancelled", "the agent was stopped");
+        return FailWith(o, "timeout",
+                        absl::StrCat("the agent did not finish within ", timeout_ms / 1000, " s"));
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
@@ -929,17 +998,25 @@ struct SkillRunner::RunState {
     }
     auto info = deps.sessions->Get(session->id);
     if (info.ok()) {
-      llm_calls.push_back({{"step", s.name}, {"session_id", session->id}, {"provider", info->provider}, {"model", info->model},
-                           {"input_tokens", info->input_tokens}, {"output_tokens", info->output_tokens},
+      llm_calls.push_back({{"step", s.name},
+                           {"session_id", session->id},
+                           {"provider", info->provider},
+                           {"model", info->model},
+                           {"input_tokens", info->input_tokens},
+                           {"output_tokens", info->output_tokens},
                            {"cost_usd", info->cost_usd}});
     }
     final_text = secrets.Redact(final_text);
     log << final_text << '\n';
     if (!unsub.sub) {
-      for (absl::string_view l : absl::StrSplit(final_text, '\n')) Emit(s.name, "output", std::string(l), true);
+      for (absl::string_view l : absl::StrSplit(final_text, '\n'))
+        Emit(s.name, "output", std::string(l), true);
     }
     o.extra = {{"session_id", session->id}};
-    if (final_text.empty()) return FailWith(o, "provider", absl::StrCat("the agent ended without an answer (see fwai sessions show ", session->id, ")"));
+    if (final_text.empty())
+      return FailWith(o, "provider",
+                      absl::StrCat("the agent ended without an answer (see fwai sessions show ",
+                                   session->id, ")"));
     o.ok = true;
     return o;
   }
@@ -960,11 +1037,14 @@ struct SkillRunner::RunState {
     } else if (s.tool == "build") {
       command = project.build_command;
       if (command.empty()) {
-        return Failed("config", "no build command: set build.command in .fwai/project.yaml (fwai init detects it)");
+        return Failed(
+            "config",
+            "no build command: set build.command in .fwai/project.yaml (fwai init detects it)");
       }
     } else if (s.tool == "test") {
       command = project.test_command;
-      if (command.empty()) return Failed("config", "no test command: set test.command in .fwai/project.yaml");
+      if (command.empty())
+        return Failed("config", "no test command: set test.command in .fwai/project.yaml");
     }
     const int64_t start_ns = NowMicros() * 1000;
     StepOutcome o = Command(s, command, klass, log);
@@ -1142,7 +1222,8 @@ struct SkillRunner::RunState {
 
 SkillRunner::SkillRunner(SkillDeps deps) : deps_(std::move(deps)) {}
 
-SkillRunResult SkillRunner::Run(const SkillRunRequest& req, const std::function<void(const SkillEventOut&)>& emit,
+SkillRunResult SkillRunner::Run(const SkillRunRequest& req,
+                                const std::function<void(const SkillEventOut&)>& emit,
                                 CancelToken& parent) {
   const int64_t start_us = NowMicros();
   // One span per run; its record's hash is noted on it when finish() appends it.
@@ -1167,7 +1248,8 @@ SkillRunResult SkillRunner::Run(const SkillRunRequest& req, const std::function<
     if (run.git) {
       for (const auto& [path, lines] : NumStat(req.project_root, run.account)) {
         auto it = run.numstat_before.find(path);
-        if (it == run.numstat_before.end() || it->second != lines) files_changed.push_back({{"path", path}, {"lines", lines}});
+        if (it == run.numstat_before.end() || it->second != lines)
+          files_changed.push_back({{"path", path}, {"lines", lines}});
       }
     }
     json summary = {{"kind", "skill_run"},
@@ -1202,7 +1284,8 @@ SkillRunResult SkillRunner::Run(const SkillRunRequest& req, const std::function<
     secrets->RedactJson(summary);
     if (!run.run_dir.empty() && run.account) {
       ScopedFsIdentity as(*run.account);
-      if (as.status().ok()) std::ofstream(fs::path(run.run_dir) / "summary.json") << summary.dump(2) << '\n';
+      if (as.status().ok())
+        std::ofstream(fs::path(run.run_dir) / "summary.json") << summary.dump(2) << '\n';
     }
     if (deps_.append_evidence && klass != "config") {
       auto idx = deps_.append_evidence(summary);
@@ -1218,7 +1301,8 @@ SkillRunResult SkillRunner::Run(const SkillRunRequest& req, const std::function<
           summary["ok"] = false;
           summary["failure_class"] = "failed";
           summary["exit_code"] = result.exit_code;
-          summary["error"] = absl::StrCat("the evidence log refused the run record: ", idx.status().message());
+          summary["error"] =
+              absl::StrCat("the evidence log refused the run record: ", idx.status().message());
         }
       }
     }
@@ -1230,17 +1314,21 @@ SkillRunResult SkillRunner::Run(const SkillRunRequest& req, const std::function<
       run_span->Set("fwai.run.failure_class", result.failure_class);
       run_span->Fail(result.failure_class);
     }
-    std::string text = result.ok ? absl::StrCat(req.skill, ": ok in ", (NowMicros() - start_us) / 1000, " ms")
-                                 : absl::StrCat(req.skill, ": ", result.failure_class, ": ", summary.value("error", ""));
+    std::string text =
+        result.ok
+            ? absl::StrCat(req.skill, ": ok in ", (NowMicros() - start_us) / 1000, " ms")
+            : absl::StrCat(req.skill, ": ", result.failure_class, ": ", summary.value("error", ""));
     run.Emit("", "run_finished", text, result.ok, summary);
     return result;
   };
 
   // The project is read, built and run as its owner's local account.
   if (!req.caller.account) {
-    return finish("config", absl::StrCat("a skill run reads and runs the project as a local account; ",
-                                         req.caller.display.empty() ? req.caller.identity : req.caller.display,
-                                         " has none"));
+    return finish(
+        "config",
+        absl::StrCat("a skill run reads and runs the project as a local account; ",
+                     req.caller.display.empty() ? req.caller.identity : req.caller.display,
+                     " has none"));
   }
   run.account = &*req.caller.account;
   // The skill, the project and its policy (a broken file is a config failure).
@@ -1248,14 +1336,17 @@ SkillRunResult SkillRunner::Run(const SkillRunRequest& req, const std::function<
   absl::StatusOr<std::vector<Skill>> skills = absl::UnknownError("");
   {
     ScopedFsIdentity as(*run.account);
-    skills = as.status().ok() ? LoadSkills(req.project_root, plugin_sets) : absl::StatusOr<std::vector<Skill>>(as.status());
+    skills = as.status().ok() ? LoadSkills(req.project_root, plugin_sets)
+                              : absl::StatusOr<std::vector<Skill>>(as.status());
   }
   if (!skills.ok()) return finish("config", std::string(skills.status().message()));
-  auto it = std::find_if(skills->begin(), skills->end(), [&](const Skill& s) { return s.name == req.skill; });
+  auto it = std::find_if(skills->begin(), skills->end(),
+                         [&](const Skill& s) { return s.name == req.skill; });
   if (it == skills->end()) {
     std::vector<std::string> names;
     for (const auto& s : *skills) names.push_back(s.name);
-    return finish("config", absl::StrCat("no skill '", req.skill, "' (skills: ", absl::StrJoin(names, ", "), ")"));
+    return finish("config", absl::StrCat("no skill '", req.skill,
+                                         "' (skills: ", absl::StrJoin(names, ", "), ")"));
   }
   run.skill = *it;
   // A plugin's skill acts within what its plugin declared: the broker
@@ -1305,19 +1396,28 @@ SkillRunResult SkillRunner::Run(const SkillRunRequest& req, const std::function<
   v["CI"] = req.ci ? "true" : "false";
   for (const auto& [k, val] : run.skill.vars) v[k] = val;
   for (const auto& [k, val] : req.vars) {
-    if (k.empty() || k.find_first_of("${} ") != std::string::npos) return finish("config", absl::StrCat("variable name '", k, "' is not valid"));
+    if (k.empty() || k.find_first_of("${} ") != std::string::npos)
+      return finish("config", absl::StrCat("variable name '", k, "' is not valid"));
     v[k] = val;
   }
   // Every ${NAME} must be known before anything runs.
   for (const auto& s : run.skill.steps) {
-    for (const auto& [field, text] : std::vector<std::pair<const char*, std::string>>{
-             {"command", s.command}, {"image", s.image}, {"board", s.board}, {"expect", s.expect}, {"send", s.send},
-             {"note", s.note}, {"log", s.log}, {"prompt", s.prompt}, {"goal", s.goal},
-             {"files", absl::StrJoin(s.files, " ")}}) {
+    for (const auto& [field, text] :
+         std::vector<std::pair<const char*, std::string>>{{"command", s.command},
+                                                          {"image", s.image},
+                                                          {"board", s.board},
+                                                          {"expect", s.expect},
+                                                          {"send", s.send},
+                                                          {"note", s.note},
+                                                          {"log", s.log},
+                                                          {"prompt", s.prompt},
+                                                          {"goal", s.goal},
+                                                          {"files", absl::StrJoin(s.files, " ")}}) {
       for (const auto& name : ReferencedVars(text)) {
         if (!v.count(name)) {
-          return finish("config", absl::StrCat(run.skill.source, ":", s.line, ": step '", s.name, "' ", field, ": unknown variable ${",
-                                               name, "} (give it with --var ", name, "=...)"));
+          return finish("config", absl::StrCat(run.skill.source, ":", s.line, ": step '", s.name,
+                                               "' ", field, ": unknown variable ${", name,
+                                               "} (give it with --var ", name, "=...)"));
         }
       }
     }
@@ -1345,13 +1445,15 @@ SkillRunResult SkillRunner::Run(const SkillRunRequest& req, const std::function<
   std::thread watchdog([&run, done, run_cancel, timeout_s] {
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s);
     while (true) {
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          deadline - std::chrono::steady_clock::now());
       if (left.count() <= 0) {
         run.timed_out = true;
         run_cancel->Cancel();
         return;
       }
-      if (done->WaitFor(std::min(left, std::chrono::milliseconds(RunState::kLeaseTtlS * 1000 / 3)))) return;
+      if (done->WaitFor(std::min(left, std::chrono::milliseconds(RunState::kLeaseTtlS * 1000 / 3))))
+        return;
       run.RenewLease();
     }
   });
@@ -1370,25 +1472,38 @@ SkillRunResult SkillRunner::Run(const SkillRunRequest& req, const std::function<
   }
   if (!v["BOARD"].empty() && deps_.hardware && deps_.boards) run.MarkSerial(v["BOARD"]);
   json planned = json::array();
-  for (const auto& s : run.skill.steps) planned.push_back({{"name", s.name}, {"type", s.type == "tool" ? s.tool : s.type}});
-  run.Emit("", "run_started", absl::StrCat("run ", run.run_id, ": ", run.skill.name, " (", run.skill.steps.size(), " steps)"), true,
-           {{"run_id", run.run_id}, {"skill", run.skill.name}, {"steps", planned}, {"log_dir", run.run_dir},
-            {"board", v["BOARD"]}, {"timeout_s", timeout_s}, {"ci", req.ci}});
+  for (const auto& s : run.skill.steps)
+    planned.push_back({{"name", s.name}, {"type", s.type == "tool" ? s.tool : s.type}});
+  run.Emit("", "run_started",
+           absl::StrCat("run ", run.run_id, ": ", run.skill.name, " (", run.skill.steps.size(),
+                        " steps)"),
+           true,
+           {{"run_id", run.run_id},
+            {"skill", run.skill.name},
+            {"steps", planned},
+            {"log_dir", run.run_dir},
+            {"board", v["BOARD"]},
+            {"timeout_s", timeout_s},
+            {"ci", req.ci}});
 
   // Noted as running until it ends, so a crash cannot lose it.
   auto journal_record = [&] {
-    return json{{"kind", "skill_run"},     {"run_id", run.run_id}, {"skill", req.skill},
-                {"skill_source", run.skill.source}, {"project", req.project_root}, {"target", run.project.target},
-                {"board", v["BOARD"]},     {"ci", req.ci},         {"by", req.caller.display},
-                {"principal", req.caller.identity}, {"peer", req.caller.peer},
-                {"steps", steps_out},      {"log_dir", run.run_dir}};
+    return json{{"kind", "skill_run"},         {"run_id", run.run_id},
+                {"skill", req.skill},          {"skill_source", run.skill.source},
+                {"project", req.project_root}, {"target", run.project.target},
+                {"board", v["BOARD"]},         {"ci", req.ci},
+                {"by", req.caller.display},    {"principal", req.caller.identity},
+                {"peer", req.caller.peer},     {"steps", steps_out},
+                {"log_dir", run.run_dir}};
   };
   if (deps_.journal) deps_.journal->Begin(run.run_id, journal_record());
   std::string failure_class, failure_error;
   for (const auto& s : run.skill.steps) {
     const bool failed = !failure_class.empty();
     if ((s.when == "success" && failed) || (s.when == "failure" && !failed)) {
-      run.Emit(s.name, "step_skipped", failed ? "skipped: an earlier step failed" : "skipped: runs only after a failure", true);
+      run.Emit(s.name, "step_skipped",
+               failed ? "skipped: an earlier step failed" : "skipped: runs only after a failure",
+               true);
       steps_out.push_back({{"name", s.name}, {"skipped", true}});
       continue;
     }
@@ -1409,26 +1524,32 @@ SkillRunResult SkillRunner::Run(const SkillRunRequest& req, const std::function<
     StepOutcome o;
     int attempt = 0;
     const int64_t step_start = NowMicros();
-    run.Emit(s.name, "step_started", absl::StrCat(s.name, " (", s.type == "tool" ? s.tool : s.type, ")"), true,
+    run.Emit(s.name, "step_started",
+             absl::StrCat(s.name, " (", s.type == "tool" ? s.tool : s.type, ")"), true,
              {{"type", s.type}, {"tool", s.tool}, {"log", log_path}});
     for (attempt = 1; attempt <= attempts; ++attempt) {
       if (attempt > 1) {
-        run.Emit(s.name, "step_retry", absl::StrCat("attempt ", attempt, " of ", attempts, " (", o.error, ")"), false);
+        run.Emit(s.name, "step_retry",
+                 absl::StrCat("attempt ", attempt, " of ", attempts, " (", o.error, ")"), false);
         log << "--- attempt " << attempt << " ---\n";
       }
       o = run.RunStep(s, log);
-      if (o.ok || o.failure_class == "policy" || o.failure_class == "config" || o.failure_class == "cancelled" ||
-          run.cancel->cancelled()) {
+      if (o.ok || o.failure_class == "policy" || o.failure_class == "config" ||
+          o.failure_class == "cancelled" || run.cancel->cancelled()) {
         break;  // retrying cannot change these
       }
     }
     attempt = std::min(attempt, attempts);
     log.close();
     const int64_t ms = (NowMicros() - step_start) / 1000;
-    json rec = {{"name", s.name},        {"type", s.type == "tool" ? s.tool : s.type},
-                {"command", secrets->Redact(o.command)}, {"exit_code", o.exit_code},
-                {"duration_ms", ms},     {"log_file", log_path},
-                {"ok", o.ok},            {"attempts", attempt}};
+    json rec = {{"name", s.name},
+                {"type", s.type == "tool" ? s.tool : s.type},
+                {"command", secrets->Redact(o.command)},
+                {"exit_code", o.exit_code},
+                {"duration_ms", ms},
+                {"log_file", log_path},
+                {"ok", o.ok},
+                {"attempts", attempt}};
     if (!o.ok) {
       rec["failure_class"] = o.failure_class;
       rec["error"] = secrets->Redact(o.error);
@@ -1442,14 +1563,17 @@ SkillRunResult SkillRunner::Run(const SkillRunRequest& req, const std::function<
     }
     steps_out.push_back(rec);
     if (deps_.journal) deps_.journal->Update(run.run_id, journal_record());
-    run.Emit(s.name, "step_finished", o.ok ? absl::StrCat(s.name, ": ok (", ms, " ms)") : absl::StrCat(s.name, ": ", secrets->Redact(o.error)),
+    run.Emit(s.name, "step_finished",
+             o.ok ? absl::StrCat(s.name, ": ok (", ms, " ms)")
+                  : absl::StrCat(s.name, ": ", secrets->Redact(o.error)),
              o.ok, rec);
     if (!o.ok && s.on_fail != "continue" && failure_class.empty()) {
       failure_class = o.failure_class.empty() ? "failed" : o.failure_class;
       failure_error = absl::StrCat("step ", s.name, ": ", o.error);
     }
     // The change budget of the whole run.
-    if (run.git && failure_class.empty() && (run.rules.max_files_per_run > 0 || run.rules.max_lines_per_run > 0)) {
+    if (run.git && failure_class.empty() &&
+        (run.rules.max_files_per_run > 0 || run.rules.max_lines_per_run > 0)) {
       int files = 0, lines = 0;
       for (const auto& [path, n] : NumStat(req.project_root, run.account)) {
         auto b = run.numstat_before.find(path);
@@ -1459,9 +1583,11 @@ SkillRunResult SkillRunner::Run(const SkillRunRequest& req, const std::function<
       }
       std::string rule;
       if (run.rules.max_files_per_run > 0 && files > run.rules.max_files_per_run) {
-        rule = absl::StrCat("change_budget: max_files_per_run ", run.rules.max_files_per_run, " (the run changed ", files, " files)");
+        rule = absl::StrCat("change_budget: max_files_per_run ", run.rules.max_files_per_run,
+                            " (the run changed ", files, " files)");
       } else if (run.rules.max_lines_per_run > 0 && lines > run.rules.max_lines_per_run) {
-        rule = absl::StrCat("change_budget: max_lines_per_run ", run.rules.max_lines_per_run, " (the run changed ", lines, " lines)");
+        rule = absl::StrCat("change_budget: max_lines_per_run ", run.rules.max_lines_per_run,
+                            " (the run changed ", lines, " lines)");
       }
       if (!rule.empty()) {
         run.refusals.push_back({{"kind", "run"}, {"target", s.name}, {"rule", rule}});

@@ -11,9 +11,8 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "absl/status/statusor.h"
 #include "common/cancel.h"
@@ -45,7 +44,7 @@ struct SkillDeps {
   std::function<absl::StatusOr<uint64_t>(const nlohmann::json&)> append_evidence;
   std::string policy_file;
   std::shared_ptr<const SecretScanner> secrets;  // null: the built-in patterns
-  bool sandbox = true;  // build/test/shell in the sandbox when it is available
+  bool sandbox = true;            // build/test/shell in the sandbox when it is available
   RunJournal* journal = nullptr;  // null: a run cut by a crash leaves no record
   // The project's latest build record (a skill run with a memory report), for
   // the memory diff of a new build; null when there is none.
@@ -71,7 +70,8 @@ struct SkillRunRequest {
 
 struct SkillEventOut {
   std::string step;
-  std::string kind;  // run_started | step_started | output | diagnostic | step_skipped | step_retry | step_finished | run_finished
+  std::string kind;  // run_started | step_started | output | diagnostic | step_skipped | step_retry
+                     // | step_finished | run_finished
   std::string text;
   bool ok = false;
   nlohmann::json data;  // null or an object
@@ -96,8 +96,8 @@ class SkillRunner {
  public:
   explicit SkillRunner(SkillDeps deps);
   // Never throws; every failure is in the result (and the events).
-  SkillRunResult Run(const SkillRunRequest& request, const std::function<void(const SkillEventOut&)>& emit,
-                     CancelToken& cancel);
+  SkillRunResult Run(const SkillRunRequest& request,
+                     const std::function<void(const SkillEventOut&)>& emit, CancelToken& cancel);
 
  private:
   struct RunState;

@@ -84,11 +84,14 @@ steps:
 )",
 };
 
-absl::Status Err(const std::string& source, const YAML::Node& n, const std::string& field, const std::string& what) {
-  return absl::InvalidArgumentError(absl::StrCat(source, ":", n.Mark().line + 1, ": ", field, ": ", what));
+absl::Status Err(const std::string& source, const YAML::Node& n, const std::string& field,
+                 const std::string& what) {
+  return absl::InvalidArgumentError(
+      absl::StrCat(source, ":", n.Mark().line + 1, ": ", field, ": ", what));
 }
 
-absl::StatusOr<int> Duration(const std::string& source, const YAML::Node& n, const std::string& field) {
+absl::StatusOr<int> Duration(const std::string& source, const YAML::Node& n,
+                             const std::string& field) {
   if (!n.IsScalar()) return Err(source, n, field, "expected seconds (30, \"30s\", \"5m\", \"1h\")");
   std::string v = n.Scalar();
   int mult = 1;
@@ -98,12 +101,14 @@ absl::StatusOr<int> Duration(const std::string& source, const YAML::Node& n, con
   }
   int x = 0;
   if (!absl::SimpleAtoi(v, &x) || x <= 0 || x > 7 * 24 * 3600 / mult) {
-    return Err(source, n, field, absl::StrCat("expected a positive duration, got '", n.Scalar(), "'"));
+    return Err(source, n, field,
+               absl::StrCat("expected a positive duration, got '", n.Scalar(), "'"));
   }
   return x * mult;
 }
 
-absl::Status Str(const std::string& source, const YAML::Node& n, const std::string& field, std::string& out) {
+absl::Status Str(const std::string& source, const YAML::Node& n, const std::string& field,
+                 std::string& out) {
   if (!n.IsScalar()) return Err(source, n, field, "expected a string");
   out = n.Scalar();
   return absl::OkStatus();
@@ -114,8 +119,9 @@ absl::Status CheckKeys(const std::string& source, const YAML::Node& map, const s
   for (const auto& kv : map) {
     const std::string k = kv.first.Scalar();
     if (!allowed.count(k)) {
-      return Err(source, kv.first, where.empty() ? k : absl::StrCat(where, ".", k),
-                 absl::StrCat("unknown field (expected one of: ", absl::StrJoin(allowed, ", "), ")"));
+      return Err(
+          source, kv.first, where.empty() ? k : absl::StrCat(where, ".", k),
+          absl::StrCat("unknown field (expected one of: ", absl::StrJoin(allowed, ", "), ")"));
     }
   }
   return absl::OkStatus();
@@ -123,7 +129,9 @@ absl::Status CheckKeys(const std::string& source, const YAML::Node& map, const s
 
 absl::StatusOr<SkillStep> ParseStep(const std::string& source, const YAML::Node& n, size_t index) {
   const std::string where = absl::StrCat("steps[", index, "]");
-  if (!n.IsMap()) return Err(source, n, where, "expected a mapping (name, and one of tool, evidence, llm_analyze, agentic)");
+  if (!n.IsMap())
+    return Err(source, n, where,
+               "expected a mapping (name, and one of tool, evidence, llm_analyze, agentic)");
   if (auto s = CheckKeys(source, n, where,
                          {"name", "tool", "command", "image", "board", "expect", "send", "since",
                           "evidence", "llm_analyze", "agentic", "on_fail", "retries", "timeout",
@@ -135,7 +143,8 @@ absl::StatusOr<SkillStep> ParseStep(const std::string& source, const YAML::Node&
   st.line = n.Mark().line + 1;
   int kinds = 0;
   for (const char* k : {"tool", "evidence", "llm_analyze", "agentic"}) kinds += n[k] ? 1 : 0;
-  if (kinds != 1) return Err(source, n, where, "needs exactly one of tool, evidence, llm_analyze, agentic");
+  if (kinds != 1)
+    return Err(source, n, where, "needs exactly one of tool, evidence, llm_analyze, agentic");
   if (n["tool"]) {
     st.type = "tool";
     if (auto s = Str(source, n["tool"], where + ".tool", st.tool); !s.ok()) return s;
@@ -158,10 +167,12 @@ absl::StatusOr<SkillStep> ParseStep(const std::string& source, const YAML::Node&
     }
   } else if (const auto& e = n["evidence"]) {
     st.type = "evidence";
-    if (!e.IsMap()) return Err(source, e, where + ".evidence", "expected {files: [...], note: ...}");
+    if (!e.IsMap())
+      return Err(source, e, where + ".evidence", "expected {files: [...], note: ...}");
     if (auto s = CheckKeys(source, e, where + ".evidence", {"files", "note"}); !s.ok()) return s;
     if (const auto& f = e["files"]) {
-      if (!f.IsSequence()) return Err(source, f, where + ".evidence.files", "expected a list of paths or globs");
+      if (!f.IsSequence())
+        return Err(source, f, where + ".evidence.files", "expected a list of paths or globs");
       for (const auto& x : f) {
         std::string v;
         if (auto s = Str(source, x, where + ".evidence.files", v); !s.ok()) return s;
@@ -173,10 +184,12 @@ absl::StatusOr<SkillStep> ParseStep(const std::string& source, const YAML::Node&
     }
   } else if (const auto& l = n["llm_analyze"]) {
     st.type = "llm_analyze";
-    if (!l.IsMap()) return Err(source, l, where + ".llm_analyze", "expected {log: STEP-or-FILE, prompt: ...}");
+    if (!l.IsMap())
+      return Err(source, l, where + ".llm_analyze", "expected {log: STEP-or-FILE, prompt: ...}");
     if (auto s = CheckKeys(source, l, where + ".llm_analyze", {"log", "prompt"}); !s.ok()) return s;
     if (!l["prompt"]) return Err(source, l, where + ".llm_analyze.prompt", "required");
-    if (auto s = Str(source, l["prompt"], where + ".llm_analyze.prompt", st.prompt); !s.ok()) return s;
+    if (auto s = Str(source, l["prompt"], where + ".llm_analyze.prompt", st.prompt); !s.ok())
+      return s;
     if (l["log"]) {
       if (auto s = Str(source, l["log"], where + ".llm_analyze.log", st.log); !s.ok()) return s;
     }
@@ -209,16 +222,20 @@ absl::StatusOr<SkillStep> ParseStep(const std::string& source, const YAML::Node&
   }
   if (st.name.empty()) st.name = st.type == "tool" ? st.tool : st.type;
   if (st.on_fail != "abort" && st.on_fail != "retry" && st.on_fail != "continue") {
-    return Err(source, n["on_fail"], where + ".on_fail", absl::StrCat("expected abort, retry or continue, got '", st.on_fail, "'"));
+    return Err(source, n["on_fail"], where + ".on_fail",
+               absl::StrCat("expected abort, retry or continue, got '", st.on_fail, "'"));
   }
   if (st.when != "success" && st.when != "failure" && st.when != "always") {
-    return Err(source, n["when"], where + ".when", absl::StrCat("expected success, failure or always, got '", st.when, "'"));
+    return Err(source, n["when"], where + ".when",
+               absl::StrCat("expected success, failure or always, got '", st.when, "'"));
   }
   if (st.since != "run" && st.since != "now") {
-    return Err(source, n["since"], where + ".since", absl::StrCat("expected run or now, got '", st.since, "'"));
+    return Err(source, n["since"], where + ".since",
+               absl::StrCat("expected run or now, got '", st.since, "'"));
   }
   if (n["retries"]) {
-    if (!n["retries"].IsScalar() || !absl::SimpleAtoi(n["retries"].Scalar(), &st.retries) || st.retries < 1 || st.retries > 20) {
+    if (!n["retries"].IsScalar() || !absl::SimpleAtoi(n["retries"].Scalar(), &st.retries) ||
+        st.retries < 1 || st.retries > 20) {
       return Err(source, n["retries"], where + ".retries", "expected a number 1..20");
     }
   }
@@ -227,9 +244,12 @@ absl::StatusOr<SkillStep> ParseStep(const std::string& source, const YAML::Node&
     if (!t.ok()) return t.status();
     st.timeout_s = *t;
   }
-  if (st.tool == "shell" && st.command.empty()) return Err(source, n, where + ".command", "a shell step needs a command");
-  if (!st.command.empty() && st.type == "tool" && st.tool != "shell" && st.tool != "build" && st.tool != "test") {
-    return Err(source, n["command"], where + ".command", absl::StrCat("the ", st.tool, " tool takes no command"));
+  if (st.tool == "shell" && st.command.empty())
+    return Err(source, n, where + ".command", "a shell step needs a command");
+  if (!st.command.empty() && st.type == "tool" && st.tool != "shell" && st.tool != "build" &&
+      st.tool != "test") {
+    return Err(source, n["command"], where + ".command",
+               absl::StrCat("the ", st.tool, " tool takes no command"));
   }
   return st;
 }
@@ -237,20 +257,27 @@ absl::StatusOr<SkillStep> ParseStep(const std::string& source, const YAML::Node&
 }  // namespace
 
 bool Skill::flashes() const {
-  return std::any_of(steps.begin(), steps.end(), [](const SkillStep& s) { return s.tool == "flash"; });
+  return std::any_of(steps.begin(), steps.end(),
+                     [](const SkillStep& s) { return s.tool == "flash"; });
 }
 
 absl::StatusOr<Skill> ParseSkill(const std::string& text, const std::string& source) {
   ASSIGN_OR_RETURN(YAML::Node root, LoadYaml(text, source));
-  if (!root.IsMap()) return absl::InvalidArgumentError(absl::StrCat(source, ":1: expected a mapping (name, description, steps)"));
-  if (auto s = CheckKeys(source, root, "", {"name", "description", "keywords", "vars", "timeout", "steps"}); !s.ok()) return s;
+  if (!root.IsMap())
+    return absl::InvalidArgumentError(
+        absl::StrCat(source, ":1: expected a mapping (name, description, steps)"));
+  if (auto s = CheckKeys(source, root, "",
+                         {"name", "description", "keywords", "vars", "timeout", "steps"});
+      !s.ok())
+    return s;
   Skill sk;
   sk.source = source;
   if (!root["name"]) return absl::InvalidArgumentError(absl::StrCat(source, ":1: name: required"));
   if (auto s = Str(source, root["name"], "name", sk.name); !s.ok()) return s;
   for (char c : sk.name) {
     if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.')) {
-      return Err(source, root["name"], "name", absl::StrCat("'", sk.name, "': use letters, digits, - _ ."));
+      return Err(source, root["name"], "name",
+                 absl::StrCat("'", sk.name, "': use letters, digits, - _ ."));
     }
   }
   if (sk.name.empty()) return Err(source, root["name"], "name", "must not be empty");
@@ -269,7 +296,8 @@ absl::StatusOr<Skill> ParseSkill(const std::string& text, const std::string& sou
     if (!v.IsMap()) return Err(source, v, "vars", "expected a mapping of NAME: default");
     for (const auto& kv : v) {
       std::string val;
-      if (auto s = Str(source, kv.second, absl::StrCat("vars.", kv.first.Scalar()), val); !s.ok()) return s;
+      if (auto s = Str(source, kv.second, absl::StrCat("vars.", kv.first.Scalar()), val); !s.ok())
+        return s;
       sk.vars[kv.first.Scalar()] = val;
     }
   }
@@ -287,20 +315,22 @@ absl::StatusOr<Skill> ParseSkill(const std::string& text, const std::string& sou
     auto st = ParseStep(source, steps[i], i);
     if (!st.ok()) return st.status();
     if (!names.insert(st->name).second) {
-      return Err(source, steps[i], absl::StrCat("steps[", i, "].name"), absl::StrCat("'", st->name, "' is used twice"));
+      return Err(source, steps[i], absl::StrCat("steps[", i, "].name"),
+                 absl::StrCat("'", st->name, "' is used twice"));
     }
     sk.steps.push_back(std::move(*st));
   }
   // An llm_analyze log naming a step must name an earlier one (or be a file).
   for (size_t i = 0; i < sk.steps.size(); ++i) {
     const auto& s = sk.steps[i];
-    if (s.type == "llm_analyze" && !s.log.empty() && s.log.find('/') == std::string::npos && s.log.find('.') == std::string::npos &&
-        s.log.find("${") == std::string::npos) {
+    if (s.type == "llm_analyze" && !s.log.empty() && s.log.find('/') == std::string::npos &&
+        s.log.find('.') == std::string::npos && s.log.find("${") == std::string::npos) {
       bool earlier = false;
       for (size_t j = 0; j < i; ++j) earlier |= sk.steps[j].name == s.log;
       if (!earlier) {
-        return absl::InvalidArgumentError(absl::StrCat(source, ":", s.line, ": steps[", i, "].llm_analyze.log: '", s.log,
-                                                       "' is not an earlier step (or a file path)"));
+        return absl::InvalidArgumentError(
+            absl::StrCat(source, ":", s.line, ": steps[", i, "].llm_analyze.log: '", s.log,
+                         "' is not an earlier step (or a file path)"));
       }
     }
   }
@@ -341,7 +371,8 @@ void AddPluginSkills(const std::vector<PluginSkillSet>& plugins, std::vector<Ski
 
 }  // namespace
 
-absl::StatusOr<std::vector<Skill>> LoadSkills(const std::string& project_root, const std::vector<PluginSkillSet>& plugins) {
+absl::StatusOr<std::vector<Skill>> LoadSkills(const std::string& project_root,
+                                              const std::vector<PluginSkillSet>& plugins) {
   std::vector<Skill> out = BuiltinSkills();
   const fs::path dir = fs::path(project_root) / ".fwai" / "skills";
   std::error_code ec;
@@ -364,10 +395,12 @@ absl::StatusOr<std::vector<Skill>> LoadSkills(const std::string& project_root, c
     auto sk = ParseSkill(ss.str(), f.string());
     if (!sk.ok()) return sk.status();
     if (auto it = seen.find(sk->name); it != seen.end()) {
-      return absl::InvalidArgumentError(absl::StrCat(f.string(), ":1: name: '", sk->name, "' is also defined in ", it->second));
+      return absl::InvalidArgumentError(
+          absl::StrCat(f.string(), ":1: name: '", sk->name, "' is also defined in ", it->second));
     }
     seen[sk->name] = f.string();
-    auto it = std::find_if(out.begin(), out.end(), [&](const Skill& s) { return s.name == sk->name; });
+    auto it =
+        std::find_if(out.begin(), out.end(), [&](const Skill& s) { return s.name == sk->name; });
     if (it != out.end()) {
       *it = std::move(*sk);
     } else {
@@ -378,7 +411,8 @@ absl::StatusOr<std::vector<Skill>> LoadSkills(const std::string& project_root, c
   return out;
 }
 
-absl::StatusOr<std::string> Interpolate(const std::string& text, const std::map<std::string, std::string>& vars) {
+absl::StatusOr<std::string> Interpolate(const std::string& text,
+                                        const std::map<std::string, std::string>& vars) {
   std::string out;
   out.reserve(text.size());
   for (size_t i = 0; i < text.size(); ++i) {
@@ -393,10 +427,12 @@ absl::StatusOr<std::string> Interpolate(const std::string& text, const std::map<
     }
     if (i + 1 < text.size() && text[i + 1] == '{') {
       size_t end = text.find('}', i + 2);
-      if (end == std::string::npos) return absl::InvalidArgumentError(absl::StrCat("unclosed ${ in '", text, "'"));
+      if (end == std::string::npos)
+        return absl::InvalidArgumentError(absl::StrCat("unclosed ${ in '", text, "'"));
       std::string name = text.substr(i + 2, end - i - 2);
       auto it = vars.find(name);
-      if (it == vars.end()) return absl::InvalidArgumentError(absl::StrCat("unknown variable ${", name, "}"));
+      if (it == vars.end())
+        return absl::InvalidArgumentError(absl::StrCat("unknown variable ${", name, "}"));
       out += it->second;
       i = end;
       continue;

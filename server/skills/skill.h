@@ -16,12 +16,12 @@ namespace fwai {
 
 struct SkillStep {
   std::string name;
-  std::string type;  // tool | evidence | llm_analyze | agentic
-  std::string tool;  // build | flash | monitor | test | shell | check_registers (type tool)
-  std::string command;  // shell (and an override for build / test)
+  std::string type;          // tool | evidence | llm_analyze | agentic
+  std::string tool;          // build | flash | monitor | test | shell | check_registers (type tool)
+  std::string command;       // shell (and an override for build / test)
   std::string image, board;  // flash
   std::string expect, send;  // monitor: a regex to wait for; a line to send first
-  std::string since = "run";  // monitor: run (lines since the run began) | now
+  std::string since = "run";       // monitor: run (lines since the run began) | now
   std::vector<std::string> files;  // evidence: files (globs under the project) to hash
   std::vector<std::string> paths;  // check_registers: files or directories (none: all sources)
   std::string target, svd;         // check_registers: the part or SVD file (none: the project's)
@@ -68,19 +68,20 @@ struct PluginSkillSet {
 };
 
 // Parses one skill document; errors name `source`:line and the field.
-[[nodiscard]] absl::StatusOr<Skill> ParseSkill(const std::string& yaml_text, const std::string& source);
+[[nodiscard]] absl::StatusOr<Skill> ParseSkill(const std::string& yaml_text,
+                                               const std::string& source);
 // The built-in skills.
 const std::vector<Skill>& BuiltinSkills();
 // Built-ins, then the project's .fwai/skills/*.yaml (a project skill with a
 // built-in's name replaces it). A file that does not parse is an error.
 // Then the installed plugins' skills.
-[[nodiscard]] absl::StatusOr<std::vector<Skill>> LoadSkills(const std::string& project_root,
-                                                            const std::vector<PluginSkillSet>& plugins = {});
+[[nodiscard]] absl::StatusOr<std::vector<Skill>> LoadSkills(
+    const std::string& project_root, const std::vector<PluginSkillSet>& plugins = {});
 
 // Replaces ${NAME} with vars[NAME] ($$ is a literal $). An unknown name is an
 // error naming it.
-[[nodiscard]] absl::StatusOr<std::string> Interpolate(const std::string& text,
-                                                      const std::map<std::string, std::string>& vars);
+[[nodiscard]] absl::StatusOr<std::string> Interpolate(
+    const std::string& text, const std::map<std::string, std::string>& vars);
 // The names referenced by ${...} in `text`.
 std::vector<std::string> ReferencedVars(const std::string& text);
 

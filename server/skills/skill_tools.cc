@@ -1,11 +1,10 @@
 #include "server/skills/skill_tools.h"
 
-#include "common/local_account.h"
-
 #include <map>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/local_account.h"
 
 namespace fwai {
 

@@ -16,9 +16,8 @@
 namespace fwai {
 namespace {
 
-const char* const kCfNames[] = {"default", "sessions", "events",   "history", "documents",
-                                "chunks",  "tools",    "evidence", "leases",  "ota",
-                                "retrieval"};
+const char* const kCfNames[] = {"default", "sessions", "events", "history", "documents", "chunks",
+                                "tools",   "evidence", "leases", "ota",     "retrieval"};
 static_assert(sizeof(kCfNames) / sizeof(kCfNames[0]) == static_cast<int>(Cf::kCount));
 
 absl::Status FromRocks(const rocksdb::Status& s, std::string_view what) {
@@ -49,10 +48,10 @@ void WriteBatch::Put(Cf cf, std::string_view key, std::string_view value) {
 }
 
 void WriteBatch::Delete(Cf cf, std::string_view key) {
-  rep_->ops.push_back([cf, k = std::string(key)](rocksdb::WriteBatch& b,
-                                                 rocksdb::ColumnFamilyHandle* const* h) {
-    b.Delete(h[static_cast<int>(cf)], k);
-  });
+  rep_->ops.push_back(
+      [cf, k = std::string(key)](rocksdb::WriteBatch& b, rocksdb::ColumnFamilyHandle* const* h) {
+        b.Delete(h[static_cast<int>(cf)], k);
+      });
 }
 
 void WriteBatch::DeleteRange(Cf cf, std::string_view begin, std::string_view end) {
@@ -93,7 +92,9 @@ absl::StatusOr<std::unique_ptr<Storage>> Storage::Open(const std::string& dir,
                                                        const StorageOptions& storage_options) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
-  if (ec) return absl::FailedPreconditionError(absl::StrCat("storage: cannot create ", dir, ": ", ec.message()));
+  if (ec)
+    return absl::FailedPreconditionError(
+        absl::StrCat("storage: cannot create ", dir, ": ", ec.message()));
   rocksdb::Options options;
   options.create_if_missing = true;
   options.create_missing_column_families = true;

@@ -1,14 +1,14 @@
 #include <fnmatch.h>
-#include <sys/stat.h>
 #include <re2/re2.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 
-#include "absl/strings/str_cat.h"
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "common/local_account.h"
 #include "server/tools/project_fs.h"
 #include "server/tools/tool.h"
@@ -156,7 +156,8 @@ class ReadFileTool final : public Tool {
       auto text = pfs.ReadFile(*rel, kMaxReadBytes);
       if (!text.ok()) return Err(std::string(text.status().message()));
       const int64_t cap = ctx.limits ? ctx.limits->read_file_max_bytes : 256 * 1024;
-      if (LooksBinary(text->substr(0, 512))) return Err(absl::StrCat(path, " looks like a binary file"));
+      if (LooksBinary(text->substr(0, 512)))
+        return Err(absl::StrCat(path, " looks like a binary file"));
       std::string out;
       int64_t n = 0, shown = 0;
       bool truncated = false;
@@ -177,8 +178,10 @@ class ReadFileTool final : public Tool {
         out += numbered;
         ++shown;
       }
-      if (n < offset && n > 0) return Err(absl::StrCat("offset ", offset, " is past the end (", n, " lines)"));
-      if (truncated) absl::StrAppend(&out, "... (truncated; continue with offset=", offset + shown, ")\n");
+      if (n < offset && n > 0)
+        return Err(absl::StrCat("offset ", offset, " is past the end (", n, " lines)"));
+      if (truncated)
+        absl::StrAppend(&out, "... (truncated; continue with offset=", offset + shown, ")\n");
       return {out, false};
     });
   }
@@ -192,12 +195,16 @@ class ListDirTool final : public Tool {
   }
   json input_schema() const override {
     return {{"type", "object"},
-            {"properties", {{"path", {{"type", "string"}, {"description", "Directory relative to the project root; default '.'"}}}}}};
+            {"properties",
+             {{"path",
+               {{"type", "string"},
+                {"description", "Directory relative to the project root; default '.'"}}}}}};
   }
   bool read_only() const override { return true; }
   bool needs_project() const override { return true; }
   ToolResult Run(const json& in, ToolContext& ctx) override {
-    std::string path = in.contains("path") && in["path"].is_string() ? in["path"].get<std::string>() : ".";
+    std::string path =
+        in.contains("path") && in["path"].is_string() ? in["path"].get<std::string>() : ".";
     return InProject(ctx, [&](const ProjectFs& pfs) -> ToolResult {
       auto rel = pfs.Relative(path);
       if (!rel.ok()) return Err(std::string(rel.status().message()));
@@ -205,7 +212,8 @@ class ListDirTool final : public Tool {
       if (!st.ok()) return Err(std::string(st.status().message()));
       if (!S_ISDIR(st->st_mode)) return Err(absl::StrCat(path, " is not a directory"));
       auto entries = pfs.List(*rel);
-      if (!entries.ok()) return Err(absl::StrCat("cannot list ", path, ": ", entries.status().message()));
+      if (!entries.ok())
+        return Err(absl::StrCat("cannot list ", path, ": ", entries.status().message()));
       const size_t cap = ctx.limits ? ctx.limits->list_dir_max_entries : 1000;
       std::string out;
       for (size_t i = 0; i < entries->size() && i < cap; ++i) {
@@ -225,21 +233,26 @@ class GrepTool final : public Tool {
     return "Search project files for a regular expression (RE2 syntax). Returns file:line: text.";
   }
   json input_schema() const override {
-    return {{"type", "object"},
-            {"properties",
-             {{"pattern", {{"type", "string"}, {"description", "RE2 regular expression"}}},
-              {"path", {{"type", "string"}, {"description", "Directory or file to search; default '.'"}}},
-              {"include", {{"type", "string"}, {"description", "Glob the file path must match, e.g. '**/*.c'"}}},
-              {"ignore_case", {{"type", "boolean"}}},
-              {"max_results", {{"type", "integer"}}}}},
-            {"required", {"pattern"}}};
+    return {
+        {"type", "object"},
+        {"properties",
+         {{"pattern", {{"type", "string"}, {"description", "RE2 regular expression"}}},
+          {"path",
+           {{"type", "string"}, {"description", "Directory or file to search; default '.'"}}},
+          {"include",
+           {{"type", "string"}, {"description", "Glob the file path must match, e.g. '**/*.c'"}}},
+          {"ignore_case", {{"type", "boolean"}}},
+          {"max_results", {{"type", "integer"}}}}},
+        {"required", {"pattern"}}};
   }
   bool read_only() const override { return true; }
   bool needs_project() const override { return true; }
   ToolResult Run(const json& in, ToolContext& ctx) override {
-    if (!in.contains("pattern") || !in["pattern"].is_string()) return Err("pattern: required string");
+    if (!in.contains("pattern") || !in["pattern"].is_string())
+      return Err("pattern: required string");
     RE2::Options opt;
-    opt.set_case_sensitive(!(in.contains("ignore_case") && in["ignore_case"].is_boolean() && in["ignore_case"].get<bool>()));
+    opt.set_case_sensitive(!(in.contains("ignore_case") && in["ignore_case"].is_boolean() &&
+                             in["ignore_case"].get<bool>()));
     opt.set_log_errors(false);
     RE2 re(in["pattern"].get<std::string>(), opt);
     if (!re.ok()) return Err(absl::StrCat("pattern: invalid regular expression: ", re.error()));
@@ -248,7 +261,8 @@ class GrepTool final : public Tool {
       include = std::make_unique<RE2>(GlobToRegex(in["include"].get<std::string>()));
       if (!include->ok()) return Err("include: invalid glob");
     }
-    std::string path = in.contains("path") && in["path"].is_string() ? in["path"].get<std::string>() : ".";
+    std::string path =
+        in.contains("path") && in["path"].is_string() ? in["path"].get<std::string>() : ".";
     int cap = ctx.limits ? ctx.limits->grep_max_results : 200;
     if (in.contains("max_results") && in["max_results"].is_number_integer()) {
       cap = std::clamp(in["max_results"].get<int>(), 1, cap);
@@ -310,7 +324,8 @@ class GlobTool final : public Tool {
   bool read_only() const override { return true; }
   bool needs_project() const override { return true; }
   ToolResult Run(const json& in, ToolContext& ctx) override {
-    if (!in.contains("pattern") || !in["pattern"].is_string()) return Err("pattern: required string");
+    if (!in.contains("pattern") || !in["pattern"].is_string())
+      return Err("pattern: required string");
     std::string pattern = in["pattern"].get<std::string>();
     if (absl::StartsWith(pattern, "./")) pattern = pattern.substr(2);
     if (absl::StrContains(pattern, "..")) return Err("pattern: '..' is not allowed");
@@ -344,8 +359,10 @@ class GlobTool final : public Tool {
 
 ToolResult InProject(ToolContext& ctx, const std::function<ToolResult(const ProjectFs&)>& fn) {
   if (ctx.project_root.empty()) {
-    return Err("this session has no project: file and command tools need a session created with a project root "
-               "(fwai chat in a project directory, or --project-root)");
+    return Err(
+        "this session has no project: file and command tools need a session created with a project "
+        "root "
+        "(fwai chat in a project directory, or --project-root)");
   }
   if (!ctx.account) {
     return Err(absl::StrCat("the project ", ctx.project_root,
@@ -353,7 +370,8 @@ ToolResult InProject(ToolContext& ctx, const std::function<ToolResult(const Proj
                             "(a token or certificate user needs local_user in fwaid.yaml)"));
   }
   ScopedFsIdentity as(*ctx.account);
-  if (!as.status().ok()) return Err(absl::StrCat("cannot act as ", ctx.account->name, ": ", as.status().message()));
+  if (!as.status().ok())
+    return Err(absl::StrCat("cannot act as ", ctx.account->name, ": ", as.status().message()));
   auto pfs = ProjectFs::Open(ctx.project_root);
   if (!pfs.ok()) return Err(std::string(pfs.status().message()));
   return fn(*pfs);

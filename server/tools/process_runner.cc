@@ -1,7 +1,5 @@
 #include "server/tools/process_runner.h"
 
-#include "common/local_account.h"
-
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -17,10 +15,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/clock.h"
+#include "common/local_account.h"
 #include "common/subprocess.h"
 
 namespace fwai {
-
 
 const std::string& SandboxBinary() {
   static const std::string bin = [] {
@@ -37,12 +35,14 @@ const std::string& SandboxBinary() {
       int devnull = open("/dev/null", O_RDWR);
       dup2(devnull, 1);
       dup2(devnull, 2);
-      execl(b.c_str(), b.c_str(), "--ro-bind", "/", "/", "--unshare-pid", "--die-with-parent", "/bin/true",
-            static_cast<char*>(nullptr));
+      execl(b.c_str(), b.c_str(), "--ro-bind", "/", "/", "--unshare-pid", "--die-with-parent",
+            "/bin/true", static_cast<char*>(nullptr));
       _exit(127);
     }
     int status = 0;
-    if (pid < 0 || waitpid(pid, &status, 0) != pid || !WIFEXITED(status) || WEXITSTATUS(status) != 0) return std::string();
+    if (pid < 0 || waitpid(pid, &status, 0) != pid || !WIFEXITED(status) ||
+        WEXITSTATUS(status) != 0)
+      return std::string();
     return b;
   }();
   return bin;
@@ -55,16 +55,32 @@ absl::StatusOr<CommandResult> RunCommand(const CommandOptions& o) {
   CommandResult result;
   if (!bwrap.empty()) {
     result.sandboxed = true;
-    args = {bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp",
-            "--bind", o.project_root, o.project_root, "--chdir", o.project_root,
-            "--unshare-pid", "--die-with-parent", "--new-session"};
+    args = {bwrap,
+            "--ro-bind",
+            "/",
+            "/",
+            "--dev",
+            "/dev",
+            "--proc",
+            "/proc",
+            "--tmpfs",
+            "/tmp",
+            "--bind",
+            o.project_root,
+            o.project_root,
+            "--chdir",
+            o.project_root,
+            "--unshare-pid",
+            "--die-with-parent",
+            "--new-session"};
     if (!o.network) args.push_back("--unshare-net");
     args.insert(args.end(), {"--", "/bin/bash", "-c", o.command});
   } else {
     args = {"/bin/bash", "-c", o.command};
   }
   int pipefd[2];
-  if (pipe2(pipefd, O_CLOEXEC) != 0) return absl::InternalError(absl::StrCat("pipe: ", std::strerror(errno)));
+  if (pipe2(pipefd, O_CLOEXEC) != 0)
+    return absl::InternalError(absl::StrCat("pipe: ", std::strerror(errno)));
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
@@ -122,7 +138,8 @@ absl::StatusOr<CommandResult> RunCommand(const CommandOptions& o) {
     std::string_view chunk(buf, static_cast<size_t>(n));
     if (o.output) o.output(chunk);
     result.output.append(chunk);
-    if (result.output.size() > o.max_output * 2) result.output.erase(0, result.output.size() - o.max_output);
+    if (result.output.size() > o.max_output * 2)
+      result.output.erase(0, result.output.size() - o.max_output);
   }
   close(pipefd[0]);
   int status = 0;

@@ -17,12 +17,12 @@ namespace fwai {
 struct LocalAccount;
 
 struct CommandOptions {
-  std::string command;      // run by /bin/bash -c
-  std::string project_root; // working directory; the only writable tree in the sandbox
+  std::string command;       // run by /bin/bash -c
+  std::string project_root;  // working directory; the only writable tree in the sandbox
   bool network = false;
-  bool sandbox = true;      // false: run directly (still limited)
+  bool sandbox = true;  // false: run directly (still limited)
   int timeout_ms = 120000;
-  int64_t memory_mb = 4096; // address-space limit of the command
+  int64_t memory_mb = 4096;        // address-space limit of the command
   size_t max_output = 256 * 1024;  // kept for the result (the tail); everything is streamed
   std::function<void(std::string_view)> output;
   const CancelToken* cancel = nullptr;

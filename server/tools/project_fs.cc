@@ -46,21 +46,25 @@ UniqueFd::~UniqueFd() {
 
 absl::StatusOr<ProjectFs> ProjectFs::Open(const std::string& root) {
   if (root.empty() || root[0] != '/') {
-    return absl::FailedPreconditionError("this session has no project root: file tools are not available to it");
+    return absl::FailedPreconditionError(
+        "this session has no project root: file tools are not available to it");
   }
   int fd = open(root.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0) {
     if (errno == ENOENT || errno == ENOTDIR) {
-      return absl::InvalidArgumentError(absl::StrCat("project_root: '", root, "' is not an existing directory"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("project_root: '", root, "' is not an existing directory"));
     }
-    return absl::PermissionDeniedError(absl::StrCat("cannot open the project root ", root, ": ", std::strerror(errno)));
+    return absl::PermissionDeniedError(
+        absl::StrCat("cannot open the project root ", root, ": ", std::strerror(errno)));
   }
   // O_PATH needs no permission on the directory itself: check that the
   // caller may search it, as the file identity in force.
   if (faccessat(fd, ".", X_OK, AT_EACCESS) != 0) {
     int e = errno;
     close(fd);
-    return absl::PermissionDeniedError(absl::StrCat("the project root ", root, " is not accessible: ", std::strerror(e)));
+    return absl::PermissionDeniedError(
+        absl::StrCat("the project root ", root, " is not accessible: ", std::strerror(e)));
   }
   return ProjectFs(root, UniqueFd(fd));
 }
@@ -70,7 +74,8 @@ absl::StatusOr<std::string> ProjectFs::Relative(const std::string& path) const {
   if (p[0] == '/') {
     if (p == root_) return std::string(".");
     if (!absl::StartsWith(p, root_ + "/")) {
-      return absl::PermissionDeniedError(absl::StrCat("path '", path, "' is outside the project root ", root_));
+      return absl::PermissionDeniedError(
+          absl::StrCat("path '", path, "' is outside the project root ", root_));
     }
     p = p.substr(root_.size() + 1);
   }
@@ -84,14 +89,16 @@ absl::Status ProjectFs::Error(const std::string& rel, int err) const {
   switch (err) {
     case EXDEV:
     case ELOOP:
-      return absl::PermissionDeniedError(absl::StrCat("path '", rel, "' leads outside the project root ", root_));
+      return absl::PermissionDeniedError(
+          absl::StrCat("path '", rel, "' leads outside the project root ", root_));
     case ENOENT:
       return absl::NotFoundError(absl::StrCat(rel, ": no such file or directory"));
     case EACCES:
     case EPERM:
       return absl::PermissionDeniedError(absl::StrCat(rel, ": permission denied"));
     case ENOTDIR:
-      return absl::FailedPreconditionError(absl::StrCat(rel, ": a part of the path is not a directory"));
+      return absl::FailedPreconditionError(
+          absl::StrCat(rel, ": a part of the path is not a directory"));
     case EISDIR:
       return absl::FailedPreconditionError(absl::StrCat(rel, " is a directory"));
     default:
@@ -119,9 +126,11 @@ absl::StatusOr<std::string> ProjectFs::ReadFile(const std::string& rel, size_t m
   struct stat st {};
   if (fstat(fd->get(), &st) != 0) return Error(rel, errno);
   if (S_ISDIR(st.st_mode)) return Error(rel, EISDIR);
-  if (!S_ISREG(st.st_mode)) return absl::FailedPreconditionError(absl::StrCat(rel, " is not a regular file"));
+  if (!S_ISREG(st.st_mode))
+    return absl::FailedPreconditionError(absl::StrCat(rel, " is not a regular file"));
   if (static_cast<size_t>(st.st_size) > max_bytes) {
-    return absl::FailedPreconditionError(absl::StrCat(rel, " has ", st.st_size, " bytes, over the limit of ", max_bytes));
+    return absl::FailedPreconditionError(
+        absl::StrCat(rel, " has ", st.st_size, " bytes, over the limit of ", max_bytes));
   }
   std::string out;
   out.resize(static_cast<size_t>(st.st_size));
@@ -153,7 +162,8 @@ absl::StatusOr<UniqueFd> ProjectFs::MakeParents(const std::string& rel) const {
     std::string up = p.parent_path().string();
     auto dir = OpenAt(up.empty() ? "." : up, O_PATH | O_DIRECTORY);
     if (!dir.ok()) return dir.status();
-    if (mkdirat(dir->get(), p.filename().c_str(), 0777) != 0 && errno != EEXIST) return Error(so_far, errno);
+    if (mkdirat(dir->get(), p.filename().c_str(), 0777) != 0 && errno != EEXIST)
+      return Error(so_far, errno);
   }
   const std::string dir = parent.string();
   return OpenAt(dir.empty() ? "." : dir, O_PATH | O_DIRECTORY);
@@ -179,7 +189,8 @@ absl::Status ProjectFs::WriteFile(const std::string& rel, const std::string& con
   // The file is replaced in place when `rel` is a symlink inside the root:
   // renaming over the link would turn it into a plain file.
   struct stat lst {};
-  const bool is_link = fstatat(dir->get(), name.c_str(), &lst, AT_SYMLINK_NOFOLLOW) == 0 && S_ISLNK(lst.st_mode);
+  const bool is_link =
+      fstatat(dir->get(), name.c_str(), &lst, AT_SYMLINK_NOFOLLOW) == 0 && S_ISLNK(lst.st_mode);
   if (is_link) {
     auto fd = OpenAt(rel, O_WRONLY | O_TRUNC | O_NOCTTY);
     if (!fd.ok()) return fd.status();
@@ -192,7 +203,8 @@ absl::Status ProjectFs::WriteFile(const std::string& rel, const std::string& con
     return absl::OkStatus();
   }
   const std::string tmp = absl::StrCat(".", name, ".", NewId("w-"), ".fwai-tmp");
-  int fd = openat(dir->get(), tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, mode);
+  int fd =
+      openat(dir->get(), tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, mode);
   if (fd < 0) return Error(rel, errno);
   UniqueFd out(fd);
   for (size_t off = 0; off < content.size();) {
@@ -264,7 +276,10 @@ void ProjectFs::Walk(const std::string& rel, const CancelToken* cancel,
       if (type == DT_UNKNOWN) {
         struct stat st {};
         if (fstatat(dfd, n.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
-        type = S_ISDIR(st.st_mode) ? DT_DIR : S_ISLNK(st.st_mode) ? DT_LNK : S_ISREG(st.st_mode) ? DT_REG : DT_UNKNOWN;
+        type = S_ISDIR(st.st_mode)   ? DT_DIR
+               : S_ISLNK(st.st_mode) ? DT_LNK
+               : S_ISREG(st.st_mode) ? DT_REG
+                                     : DT_UNKNOWN;
       }
       if (type == DT_DIR) {
         if (!skip || !skip(n)) subdirs.push_back(path);

@@ -59,11 +59,13 @@ class ProjectFs {
   [[nodiscard]] absl::StatusOr<std::string> Relative(const std::string& path) const;
   // Opens `rel` beneath the root (O_CLOEXEC added). PERMISSION_DENIED when
   // it leads outside the root; NOT_FOUND when it does not exist.
-  [[nodiscard]] absl::StatusOr<UniqueFd> OpenAt(const std::string& rel, int flags, mode_t mode = 0) const;
+  [[nodiscard]] absl::StatusOr<UniqueFd> OpenAt(const std::string& rel, int flags,
+                                                mode_t mode = 0) const;
   // stat of what `rel` names (symlinks inside the root followed).
   [[nodiscard]] absl::StatusOr<struct stat> Stat(const std::string& rel) const;
   // The whole file, at most `max_bytes` (FAILED_PRECONDITION past it).
-  [[nodiscard]] absl::StatusOr<std::string> ReadFile(const std::string& rel, size_t max_bytes) const;
+  [[nodiscard]] absl::StatusOr<std::string> ReadFile(const std::string& rel,
+                                                     size_t max_bytes) const;
   // Replaces or creates `rel` with `content`: parents created, a temp file
   // in the same directory renamed over it, an existing file's mode kept.
   [[nodiscard]] absl::Status WriteFile(const std::string& rel, const std::string& content) const;
@@ -73,7 +75,8 @@ class ProjectFs {
   // name order, not descending into symlinked directories or into names
   // `skip` accepts; a link to a file outside the root is not seen. Stops
   // when `fn` returns false or `cancel` fires.
-  void Walk(const std::string& rel, const CancelToken* cancel, const std::function<bool(const std::string&)>& skip,
+  void Walk(const std::string& rel, const CancelToken* cancel,
+            const std::function<bool(const std::string&)>& skip,
             const std::function<bool(const std::string&)>& fn) const;
 
  private:

@@ -28,8 +28,8 @@ ToolResult Err(std::string msg) { return {std::move(msg), true}; }
 
 constexpr size_t kMaxEditBytes = 64u << 20;
 
-absl::Status Check(ToolContext& ctx, const std::string& kind, const std::string& target, const std::string& tool,
-                   int lines = 0) {
+absl::Status Check(ToolContext& ctx, const std::string& kind, const std::string& target,
+                   const std::string& tool, int lines = 0) {
   if (!ctx.policy) return absl::OkStatus();
   return ctx.policy(PolicyQuery{kind, target, tool, lines});
 }
@@ -60,15 +60,18 @@ std::vector<std::string> Lines(const std::string& s) {
 }
 
 // A unified-style diff of one replaced region, with context.
-std::string RegionDiff(const std::string& path, const std::string& before, size_t pos, size_t old_len,
-                       const std::string& replacement) {
+std::string RegionDiff(const std::string& path, const std::string& before, size_t pos,
+                       size_t old_len, const std::string& replacement) {
   const size_t line_start = before.rfind('\n', pos == 0 ? 0 : pos - 1);
   const size_t first = line_start == std::string::npos || pos == 0 ? 0 : line_start + 1;
   size_t end = before.find('\n', pos + old_len);
   if (end == std::string::npos) end = before.size();
   const std::string old_block = before.substr(first, end - first);
-  const std::string new_block = before.substr(first, pos - first) + replacement + before.substr(pos + old_len, end - pos - old_len);
-  const int line_no = 1 + static_cast<int>(std::count(before.begin(), before.begin() + static_cast<ptrdiff_t>(first), '\n'));
+  const std::string new_block = before.substr(first, pos - first) + replacement +
+                                before.substr(pos + old_len, end - pos - old_len);
+  const int line_no =
+      1 + static_cast<int>(
+              std::count(before.begin(), before.begin() + static_cast<ptrdiff_t>(first), '\n'));
   std::string out = absl::StrCat("--- a/", path, "\n+++ b/", path, "\n");
   auto ol = Lines(old_block), nl = Lines(new_block);
   absl::StrAppend(&out, "@@ -", line_no, ",", ol.size(), " +", line_no, ",", nl.size(), " @@\n");
@@ -100,7 +103,8 @@ class WriteFileTool final : public Tool {
   explicit WriteFileTool(WriteToolHooks hooks) : hooks_(std::move(hooks)) {}
   std::string name() const override { return "write_file"; }
   std::string description() const override {
-    return "Create or overwrite a file in the project with the given content (parent directories are created).";
+    return "Create or overwrite a file in the project with the given content (parent directories "
+           "are created).";
   }
   json input_schema() const override {
     return {{"type", "object"},
@@ -112,8 +116,10 @@ class WriteFileTool final : public Tool {
   bool read_only() const override { return false; }
   bool needs_project() const override { return true; }
   ToolResult Run(const json& input, ToolContext& ctx) override {
-    if (!input.contains("path") || !input["path"].is_string()) return Err("path: expected a string");
-    if (!input.contains("content") || !input["content"].is_string()) return Err("content: expected a string");
+    if (!input.contains("path") || !input["path"].is_string())
+      return Err("path: expected a string");
+    if (!input.contains("content") || !input["content"].is_string())
+      return Err("content: expected a string");
     const std::string path = input["path"].get<std::string>();
     const std::string& content = input["content"].get_ref<const std::string&>();
     std::string written;
@@ -136,8 +142,8 @@ class WriteFileTool final : public Tool {
         return Err(std::string(s.message()));
       }
       if (auto s = pfs.WriteFile(*rel, content); !s.ok()) return Err(std::string(s.message()));
-      return {absl::StrCat(existed ? "replaced " : "created ", *rel, " (", content.size(), " bytes, ",
-                           Lines(content).size(), " lines)"),
+      return {absl::StrCat(existed ? "replaced " : "created ", *rel, " (", content.size(),
+                           " bytes, ", Lines(content).size(), " lines)"),
               false};
     });
     std::set<int> lines;
@@ -154,7 +160,8 @@ class EditFileTool final : public Tool {
   explicit EditFileTool(WriteToolHooks hooks) : hooks_(std::move(hooks)) {}
   std::string name() const override { return "edit_file"; }
   std::string description() const override {
-    return "Replace an exact string in a project file. old_string must occur exactly once (include enough "
+    return "Replace an exact string in a project file. old_string must occur exactly once (include "
+           "enough "
            "surrounding lines to make it unique) unless replace_all is true. Returns the diff.";
   }
   json input_schema() const override {
@@ -170,7 +177,8 @@ class EditFileTool final : public Tool {
   bool needs_project() const override { return true; }
   ToolResult Run(const json& input, ToolContext& ctx) override {
     for (const char* k : {"path", "old_string", "new_string"}) {
-      if (!input.contains(k) || !input[k].is_string()) return Err(absl::StrCat(k, ": expected a string"));
+      if (!input.contains(k) || !input[k].is_string())
+        return Err(absl::StrCat(k, ": expected a string"));
     }
     const std::string path = input["path"].get<std::string>();
     std::string written;
@@ -190,7 +198,8 @@ class EditFileTool final : public Tool {
     const std::string rel = *relp;
     auto read = pfs.ReadFile(rel, kMaxEditBytes);
     if (!read.ok()) {
-      if (absl::IsNotFound(read.status())) return Err(absl::StrCat(rel, ": no such file (use write_file to create it)"));
+      if (absl::IsNotFound(read.status()))
+        return Err(absl::StrCat(rel, ": no such file (use write_file to create it)"));
       return Err(std::string(read.status().message()));
     }
     std::string text = std::move(*read);
@@ -199,9 +208,14 @@ class EditFileTool final : public Tool {
     if (old_s.empty()) return Err("old_string: empty");
     if (old_s == new_s) return Err("old_string and new_string are the same");
     size_t count = 0;
-    for (size_t p = text.find(old_s); p != std::string::npos; p = text.find(old_s, p + old_s.size())) ++count;
-    if (count == 0) return Err(absl::StrCat("old_string not found in ", rel, " (it must match exactly, whitespace included)"));
-    const bool all = input.contains("replace_all") && input["replace_all"].is_boolean() && input["replace_all"].get<bool>();
+    for (size_t p = text.find(old_s); p != std::string::npos;
+         p = text.find(old_s, p + old_s.size()))
+      ++count;
+    if (count == 0)
+      return Err(absl::StrCat("old_string not found in ", rel,
+                              " (it must match exactly, whitespace included)"));
+    const bool all = input.contains("replace_all") && input["replace_all"].is_boolean() &&
+                     input["replace_all"].get<bool>();
     if (count > 1 && !all) {
       return Err(absl::StrCat("old_string occurs ", count, " times in ", rel,
                               "; add surrounding lines to make it unique, or set replace_all"));
@@ -210,7 +224,8 @@ class EditFileTool final : public Tool {
     std::string out;
     std::vector<std::pair<size_t, size_t>> spans;  // the new text's replacements
     size_t last = 0;
-    for (size_t p = text.find(old_s); p != std::string::npos; p = text.find(old_s, p + old_s.size())) {
+    for (size_t p = text.find(old_s); p != std::string::npos;
+         p = text.find(old_s, p + old_s.size())) {
       if (diff.size() < 8000) diff += RegionDiff(rel, text, p, old_s.size(), new_s);
       out.append(text, last, p - last);
       spans.emplace_back(out.size(), out.size() + new_s.size());
@@ -218,11 +233,14 @@ class EditFileTool final : public Tool {
       last = p + old_s.size();
     }
     out.append(text, last, std::string::npos);
-    if (auto s = Check(ctx, "write", rel, name(), LinesChanged(text, out)); !s.ok()) return Err(std::string(s.message()));
+    if (auto s = Check(ctx, "write", rel, name(), LinesChanged(text, out)); !s.ok())
+      return Err(std::string(s.message()));
     if (auto s = pfs.WriteFile(rel, out); !s.ok()) return Err(std::string(s.message()));
     written = rel;
     for (const auto& [from, to] : spans) AddLines(out, from, to, lines);
-    return {absl::StrCat("edited ", rel, " (", count, count == 1 ? " replacement" : " replacements", ")\n", diff), false};
+    return {absl::StrCat("edited ", rel, " (", count, count == 1 ? " replacement" : " replacements",
+                         ")\n", diff),
+            false};
   }
 
   const WriteToolHooks hooks_;
@@ -232,20 +250,25 @@ class BashTool final : public Tool {
  public:
   std::string name() const override { return "bash"; }
   std::string description() const override {
-    return "Run a shell command in the project root (bash -c) and return its output and exit code. Runs in a "
-           "sandbox: the project is writable, the rest of the system read-only, no network unless policy allows.";
+    return "Run a shell command in the project root (bash -c) and return its output and exit code. "
+           "Runs in a "
+           "sandbox: the project is writable, the rest of the system read-only, no network unless "
+           "policy allows.";
   }
   json input_schema() const override {
     return {{"type", "object"},
             {"properties",
              {{"command", {{"type", "string"}}},
-              {"timeout_s", {{"type", "integer"}, {"description", "Time limit in seconds (default 120, max 1800)"}}}}},
+              {"timeout_s",
+               {{"type", "integer"},
+                {"description", "Time limit in seconds (default 120, max 1800)"}}}}},
             {"required", {"command"}}};
   }
   bool read_only() const override { return false; }
   bool needs_project() const override { return true; }
   ToolResult Run(const json& input, ToolContext& ctx) override {
-    if (!input.contains("command") || !input["command"].is_string()) return Err("command: expected a string");
+    if (!input.contains("command") || !input["command"].is_string())
+      return Err("command: expected a string");
     const std::string cmd = input["command"].get<std::string>();
     // The same refusals as the file tools: a project, and an account to run as.
     auto where = InProject(ctx, [](const ProjectFs&) -> ToolResult { return {"", false}; });
@@ -255,7 +278,9 @@ class BashTool final : public Tool {
     o.command = cmd;
     o.project_root = ctx.project_root;
     o.network = ctx.network_allowed;
-    int t = input.contains("timeout_s") && input["timeout_s"].is_number_integer() ? input["timeout_s"].get<int>() : 120;
+    int t = input.contains("timeout_s") && input["timeout_s"].is_number_integer()
+                ? input["timeout_s"].get<int>()
+                : 120;
     o.timeout_ms = std::clamp(t, 1, 1800) * 1000;
     o.output = ctx.output;
     o.cancel = ctx.cancel;
@@ -272,7 +297,8 @@ class BashTool final : public Tool {
     } else {
       head = absl::StrCat("exit code ", r->exit_code);
     }
-    if (!r->sandboxed) head += " (unsandboxed: bubblewrap is not available; time and memory limits still applied)";
+    if (!r->sandboxed)
+      head += " (unsandboxed: bubblewrap is not available; time and memory limits still applied)";
     return {absl::StrCat(head, "\n", r->output), r->exit_code != 0};
   }
 };

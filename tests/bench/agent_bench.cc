@@ -16,7 +16,6 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
-
 #include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
@@ -36,7 +35,8 @@ namespace pb = fwai::v1;
 int Main(int argc, char** argv) {
   const bool quick = argc > 1 && std::string(argv[1]) == "--quick";
   const char* commit = std::getenv("FWAI_COMMIT");
-  std::printf("fwai_agent_bench (commit %s, %s)\n", commit ? commit : "unknown", quick ? "quick" : "full");
+  std::printf("fwai_agent_bench (commit %s, %s)\n", commit ? commit : "unknown",
+              quick ? "quick" : "full");
   FakeLlmServer fake;
   if (fake.Start() <= 0) return 1;
   Daemon d(&fake, "agent:\n  max_iterations: 1000\n");
@@ -67,25 +67,36 @@ int Main(int argc, char** argv) {
     auto reqs = fake.requests();
     std::vector<double> overhead;
     for (size_t i = first + 1; i < reqs.size(); ++i) {
-      if (reqs[i - 1].responded_ns > 0) overhead.push_back((reqs[i].received_ns - reqs[i - 1].responded_ns) / 1e6);
+      if (reqs[i - 1].responded_ns > 0)
+        overhead.push_back((reqs[i].received_ns - reqs[i - 1].responded_ns) / 1e6);
     }
-    std::printf("round trips run %d: %zu gaps, p50 %.3f ms p99 %.3f ms (first 10 p50 %.3f, last 10 p50 %.3f)\n", rep + 1,
-                overhead.size(), Percentile(overhead, 0.5), Percentile(overhead, 0.99),
-                Percentile(std::vector<double>(overhead.begin(), overhead.begin() + std::min<size_t>(10, overhead.size())), 0.5),
-                Percentile(std::vector<double>(overhead.end() - std::min<size_t>(10, overhead.size()), overhead.end()), 0.5));
+    std::printf(
+        "round trips run %d: %zu gaps, p50 %.3f ms p99 %.3f ms (first 10 p50 %.3f, last 10 p50 "
+        "%.3f)\n",
+        rep + 1, overhead.size(), Percentile(overhead, 0.5), Percentile(overhead, 0.99),
+        Percentile(std::vector<double>(overhead.begin(),
+                                       overhead.begin() + std::min<size_t>(10, overhead.size())),
+                   0.5),
+        Percentile(std::vector<double>(overhead.end() - std::min<size_t>(10, overhead.size()),
+                                       overhead.end()),
+                   0.5));
     all_overhead.insert(all_overhead.end(), overhead.begin(), overhead.end());
   }
-  std::printf("RESULT tool_round_trip_overhead_ms p50=%.3f p99=%.3f (trivial tool todoRead, %d round trips x 3 "
-              "turns, provider reply end -> next request received; target p50 <= 2 ms)\n",
-              Percentile(all_overhead, 0.5), Percentile(all_overhead, 0.99), rounds);
+  std::printf(
+      "RESULT tool_round_trip_overhead_ms p50=%.3f p99=%.3f (trivial tool todoRead, %d round trips "
+      "x 3 "
+      "turns, provider reply end -> next request received; target p50 <= 2 ms)\n",
+      Percentile(all_overhead, 0.5), Percentile(all_overhead, 0.99), rounds);
 
   // Ten parallel sub-agents, two attached clients.
   const int chunks = quick ? 500 : 2000;
   auto s = d.CreateSession();
   FakeReply m1;
   for (int i = 0; i < 10; ++i) {
-    m1.tool_calls.push_back({"d" + std::to_string(i), "delegateSubagent",
-                             {{"agent_type", "codebase-explorer"}, {"task", "part " + std::to_string(i)}}});
+    m1.tool_calls.push_back(
+        {"d" + std::to_string(i),
+         "delegateSubagent",
+         {{"agent_type", "codebase-explorer"}, {"task", "part " + std::to_string(i)}}});
   }
   fake.Enqueue(m1);
   for (int i = 0; i < 10; ++i) {
@@ -124,7 +135,8 @@ int Main(int argc, char** argv) {
         raw->last_ns = now;
         if (ev.has_text_delta() && ev.text_delta().origin().agent() != "main") {
           ++raw->sub_deltas;
-          for (int64_t sent : ChunkStamps(ev.text_delta().text())) raw->latency_ms.push_back((now - sent) / 1e6);
+          for (int64_t sent : ChunkStamps(ev.text_delta().text()))
+            raw->latency_ms.push_back((now - sent) / 1e6);
         }
         if (ev.has_turn_finished()) break;
       }
@@ -146,15 +158,19 @@ int Main(int argc, char** argv) {
   for (size_t i = 0; i < clients.size(); ++i) {
     const auto& c = *clients[i];
     const double secs = (c.last_ns - c.first_ns) / 1e9;
-    std::printf("RESULT subagents client=%zu events=%llu (sub-agent text deltas %llu, %d x %d chunks of 32 B) "
-                "events_per_s=%.0f latency_ms p50=%.3f p99=%.3f\n",
-                i + 1, static_cast<unsigned long long>(c.events), static_cast<unsigned long long>(c.sub_deltas), 10,
-                chunks, c.events / std::max(secs, 1e-9), Percentile(c.latency_ms, 0.5), Percentile(c.latency_ms, 0.99));
+    std::printf(
+        "RESULT subagents client=%zu events=%llu (sub-agent text deltas %llu, %d x %d chunks of 32 "
+        "B) "
+        "events_per_s=%.0f latency_ms p50=%.3f p99=%.3f\n",
+        i + 1, static_cast<unsigned long long>(c.events),
+        static_cast<unsigned long long>(c.sub_deltas), 10, chunks, c.events / std::max(secs, 1e-9),
+        Percentile(c.latency_ms, 0.5), Percentile(c.latency_ms, 0.99));
   }
 
   // Skill runs: wall time of Skills.Run minus the step's own duration.
   std::filesystem::create_directories(d.project_dir() + "/.fwai/skills");
-  std::ofstream(d.project_dir() + "/.fwai/skills/noop.yaml") << "name: noop\nsteps:\n  - tool: shell\n    command: \"true\"\n";
+  std::ofstream(d.project_dir() + "/.fwai/skills/noop.yaml")
+      << "name: noop\nsteps:\n  - tool: shell\n    command: \"true\"\n";
   auto skills = pb::Skills::NewStub(d.channel());
   std::vector<double> total_ms, overhead_ms;
   const int runs = quick ? 20 : 100;
@@ -169,7 +185,8 @@ int Main(int argc, char** argv) {
     pb::SkillEvent ev;
     double step_ms = -1;
     while (reader->Read(&ev)) {
-      if (ev.kind() == "step_finished") step_ms = nlohmann::json::parse(ev.json()).value("duration_ms", -1.0);
+      if (ev.kind() == "step_finished")
+        step_ms = nlohmann::json::parse(ev.json()).value("duration_ms", -1.0);
     }
     const double total = (MonotonicNanos() - t0) / 1e6;
     if (!reader->Finish().ok() || step_ms < 0) {
@@ -179,10 +196,12 @@ int Main(int argc, char** argv) {
     total_ms.push_back(total);
     overhead_ms.push_back(total - step_ms);
   }
-  std::printf("RESULT skill_run ms p50=%.2f p99=%.2f daemon_overhead_ms p50=%.2f p99=%.2f (%d runs of a one-step skill, "
-              "`true` in the sandbox; overhead = wall time - the step's duration)\n",
-              Percentile(total_ms, 0.5), Percentile(total_ms, 0.99), Percentile(overhead_ms, 0.5),
-              Percentile(overhead_ms, 0.99), runs);
+  std::printf(
+      "RESULT skill_run ms p50=%.2f p99=%.2f daemon_overhead_ms p50=%.2f p99=%.2f (%d runs of a "
+      "one-step skill, "
+      "`true` in the sandbox; overhead = wall time - the step's duration)\n",
+      Percentile(total_ms, 0.5), Percentile(total_ms, 0.99), Percentile(overhead_ms, 0.5),
+      Percentile(overhead_ms, 0.99), runs);
   return 0;
 }
 

@@ -493,7 +493,8 @@ int Main(int argc, char** argv) {
     for (int i = 0; i < idle_sessions; ++i) {
       const int64_t t0 = MonotonicNanos();
       auto s = d.CreateSession();
-      if (i >= idle_sessions - idle_sessions / 10) last_creates_ms.push_back((MonotonicNanos() - t0) / 1e6);
+      if (i >= idle_sessions - idle_sessions / 10)
+        last_creates_ms.push_back((MonotonicNanos() - t0) / 1e6);
       ids.push_back(s.id());
       grpc::ClientContext ctx;  // load its live state as a touched session
       pb::GetSessionRequest req;

@@ -13,7 +13,8 @@ namespace fwai::testing {
 
 // Milliseconds from the request until the flash ended with the board's boot
 // line; nullopt (the reason on stderr) when it failed or no boot line came.
-inline std::optional<double> TimedFlash(fwai::v1::Hardware::Stub& hw, const fwai::v1::FlashRequest& req) {
+inline std::optional<double> TimedFlash(fwai::v1::Hardware::Stub& hw,
+                                        const fwai::v1::FlashRequest& req) {
   grpc::ClientContext ctx;
   const auto t0 = std::chrono::steady_clock::now();
   auto reader = hw.Flash(&ctx, req);

@@ -47,7 +47,8 @@ SerialRun RunSerial(Daemon& d, int master, int readers, int lines, int pace_us) 
   auto stub = pb::Hardware::NewStub(d.channel());
   struct Reader {
     std::unique_ptr<grpc::ClientContext> ctx;
-    std::unique_ptr<grpc::ClientReaderWriter<pb::SerialClientMessage, pb::SerialServerMessage>> stream;
+    std::unique_ptr<grpc::ClientReaderWriter<pb::SerialClientMessage, pb::SerialServerMessage>>
+        stream;
     std::vector<double> latency_ms;  // pty write -> client read
     std::vector<double> added_ms;    // fwaid read the port -> client read
     uint64_t got = 0;
@@ -96,7 +97,8 @@ SerialRun RunSerial(Daemon& d, int master, int readers, int lines, int pace_us) 
   for (int i = 0; i < lines; ++i) {
     char buf[128];
     int n = std::snprintf(buf, sizeof buf, "%s %d %lld %lld ...\r\n", tag.c_str(), i,
-                          static_cast<long long>(MonotonicNanos()), static_cast<long long>(NowMicros()));
+                          static_cast<long long>(MonotonicNanos()),
+                          static_cast<long long>(NowMicros()));
     size_t off = 0;
     while (off < static_cast<size_t>(n)) {
       ssize_t w = write(master, buf + off, static_cast<size_t>(n) - off);
@@ -128,7 +130,8 @@ int Main(int argc, char** argv) {
   bool quick = argc > 1 && std::string(argv[1]) == "--quick";
   const int reps = quick ? 1 : 3;
   const char* commit = std::getenv("FWAI_COMMIT");
-  std::printf("fwai_hw_bench (commit %s, %s)\n", commit ? commit : "unknown", quick ? "quick" : "full");
+  std::printf("fwai_hw_bench (commit %s, %s)\n", commit ? commit : "unknown",
+              quick ? "quick" : "full");
 
   int master = -1, slave = -1;
   char name[128];
@@ -140,9 +143,11 @@ int Main(int argc, char** argv) {
   }
   fcntl(master, F_SETFD, FD_CLOEXEC);
   fcntl(slave, F_SETFD, FD_CLOEXEC);
-  Daemon d(nullptr, std::string("hardware:\n  history_lines: 1000\n  boards:\n") +
-                        "    - {id: bench-port, serial: " + name + "}\n" +
-                        "    - {id: sim, kind: simulated, machine: stm32vldiscovery, boot_pattern: booted}\n");
+  Daemon d(
+      nullptr,
+      std::string("hardware:\n  history_lines: 1000\n  boards:\n") +
+          "    - {id: bench-port, serial: " + name + "}\n" +
+          "    - {id: sim, kind: simulated, machine: stm32vldiscovery, boot_pattern: booted}\n");
   if (!d.Start()) {
     std::fprintf(stderr, "fwaid did not start:\n%s\n", d.log().c_str());
     return 1;
@@ -167,11 +172,14 @@ int Main(int argc, char** argv) {
       a50.push_back(r.added_p50_ms);
       a99.push_back(r.added_p99_ms);
     }
-    std::printf("serial -> %2d reader%s: %8.0f lines/s (%.2f MB/s), %d lines of 64 B, lost %llu; "
-                "at 115200 baud: port write -> client p50 %.3f ms p99 %.3f ms, of which fwaid (port read -> client) "
-                "p50 %.3f ms p99 %.3f ms (median of %d)\n",
-                readers, readers == 1 ? " " : "s", Median(lps), Median(mbps), lines,
-                static_cast<unsigned long long>(lost), Median(p50), Median(p99), Median(a50), Median(a99), reps);
+    std::printf(
+        "serial -> %2d reader%s: %8.0f lines/s (%.2f MB/s), %d lines of 64 B, lost %llu; "
+        "at 115200 baud: port write -> client p50 %.3f ms p99 %.3f ms, of which fwaid (port read "
+        "-> client) "
+        "p50 %.3f ms p99 %.3f ms (median of %d)\n",
+        readers, readers == 1 ? " " : "s", Median(lps), Median(mbps), lines,
+        static_cast<unsigned long long>(lost), Median(p50), Median(p99), Median(a50), Median(a99),
+        reps);
   }
 
   // Flash request -> boot banner on the simulated board.
@@ -204,10 +212,12 @@ int Main(int argc, char** argv) {
     if (!took) return 1;
     flash_ms.push_back(*took);
   }
-  std::printf("flash -> boot banner (QEMU stm32vldiscovery, %s): median %.1f ms, min %.1f, max %.1f over %d flashes\n",
-              std::filesystem::path(elf).filename().c_str(), Median(flash_ms),
-              *std::min_element(flash_ms.begin(), flash_ms.end()), *std::max_element(flash_ms.begin(), flash_ms.end()),
-              flashes);
+  std::printf(
+      "flash -> boot banner (QEMU stm32vldiscovery, %s): median %.1f ms, min %.1f, max %.1f over "
+      "%d flashes\n",
+      std::filesystem::path(elf).filename().c_str(), Median(flash_ms),
+      *std::min_element(flash_ms.begin(), flash_ms.end()),
+      *std::max_element(flash_ms.begin(), flash_ms.end()), flashes);
   close(slave);
   close(master);
   return 0;

@@ -104,9 +104,10 @@ struct Vocab {
   std::vector<std::string> words;
   std::mt19937 rng{7};
   Vocab() {
-    const char* syll[] = {"con", "fig", "reg", "ister", "clock", "en", "able", "pin", "mode", "tim", "er",
-                          "dma", "chan", "nel", "int", "err", "upt", "flag", "stat", "us", "ctrl", "data",
-                          "buf", "fer", "level", "edge", "trig", "ger", "pow", "wake", "sleep", "reset"};
+    const char* syll[] = {"con",   "fig",  "reg",  "ister", "clock", "en",   "able",  "pin",
+                          "mode",  "tim",  "er",   "dma",   "chan",  "nel",  "int",   "err",
+                          "upt",   "flag", "stat", "us",    "ctrl",  "data", "buf",   "fer",
+                          "level", "edge", "trig", "ger",   "pow",   "wake", "sleep", "reset"};
     for (int i = 0; i < 20000; ++i) {
       std::string w;
       int n = 1 + rng() % 3;
@@ -390,7 +391,8 @@ int main(int argc, char** argv) {
   auto skipped = [&skip](const std::string& what) {
     return ("," + skip + ",").find("," + what + ",") != std::string::npos;
   };
-  std::printf("fwai_kb_bench  commit: %s\n", std::getenv("FWAI_COMMIT") ? std::getenv("FWAI_COMMIT") : "?");
+  std::printf("fwai_kb_bench  commit: %s\n",
+              std::getenv("FWAI_COMMIT") ? std::getenv("FWAI_COMMIT") : "?");
   if (vector_n > 0) return VectorIndexes(vector_n, hnsw_up_to);
   if (lexical_n > 0) {
     const std::string d = testing::MakeTempDir("fwai-kb-lex-");
@@ -596,8 +598,8 @@ int main(int argc, char** argv) {
       std::string bin = std::string(FWAI_BIN_DIR) + "/fwaid";
       std::string listen = "unix:" + dir + "/s.sock";
       std::string data = dir + "/data";
-      execl(bin.c_str(), bin.c_str(), "--listen", listen.c_str(), "--data-dir", data.c_str(), "--log-level", "warn",
-            static_cast<char*>(nullptr));
+      execl(bin.c_str(), bin.c_str(), "--listen", listen.c_str(), "--data-dir", data.c_str(),
+            "--log-level", "warn", static_cast<char*>(nullptr));
       _exit(127);
     }
     auto addr = ResolveDaemonAddress("unix:" + dir + "/s.sock");

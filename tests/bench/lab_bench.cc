@@ -20,9 +20,8 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
-#include <thread>
-
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "fwai/v1/hardware.grpc.pb.h"
@@ -92,7 +91,8 @@ absl::StatusOr<pb::Lease> Lease(Daemon& d, const std::string& board) {
 }
 
 // Flash request -> boot banner, `n` times.
-bool Flashes(Daemon& d, const pb::Lease& lease, const std::string& elf, int n, std::vector<double>* ms) {
+bool Flashes(Daemon& d, const pb::Lease& lease, const std::string& elf, int n,
+             std::vector<double>* ms) {
   auto hw = pb::Hardware::NewStub(d.channel());
   for (int i = 0; i < n; ++i) {
     pb::FlashRequest req;
@@ -149,19 +149,20 @@ int Main(int argc, char** argv) {
   const int flash_n = quick ? 3 : 5;
   const int ping_n = quick ? 50 : 200;
   const char* commit = std::getenv("FWAI_COMMIT");
-  std::printf("fwai_lab_bench (commit %s, %s, %u cores)\n", commit ? commit : "unknown", quick ? "quick" : "full",
-              std::thread::hardware_concurrency());
+  std::printf("fwai_lab_bench (commit %s, %s, %u cores)\n", commit ? commit : "unknown",
+              quick ? "quick" : "full", std::thread::hardware_concurrency());
   const std::string elf = FWAI_BLINKY_ELF;
   if (!std::filesystem::exists(elf)) {
     std::fprintf(stderr, "%s not built (scripts/setup, scripts/build)\n", elf.c_str());
     return 1;
   }
   // The bench's own client is the only user: no per-user limit may shape the figures.
-  const std::string limits = "limits: {leases: 10000, requests_per_second: 1000000, burst: 1000000}\n";
-  const std::string board_yaml =
-      limits +
-      "hardware:\n  boards:\n    - {id: b1, kind: simulated, machine: stm32vldiscovery, boot_pattern: booted, "
-      "tags: [stm32f1]}\n";
+  const std::string limits =
+      "limits: {leases: 10000, requests_per_second: 1000000, burst: 1000000}\n";
+  const std::string board_yaml = limits +
+                                 "hardware:\n  boards:\n    - {id: b1, kind: simulated, machine: "
+                                 "stm32vldiscovery, boot_pattern: booted, "
+                                 "tags: [stm32f1]}\n";
 
   // The lab: 3 etcd members, a bench with the QEMU board, a front.
   EtcdCluster cluster(3);
@@ -203,16 +204,24 @@ int Main(int argc, char** argv) {
     std::vector<double> la50, la99, lr50, lr99, fa50, fa99, fr50, fr99;
     for (int r = 0; r < reps; ++r) {
       std::vector<double> la, lr, fa, fr;
-      if (!LeaseCycles(local, "b1", lease_n, &la, &lr) || !LeaseCycles(front, "b1", lease_n, &fa, &fr)) return 1;
-      la50.push_back(Of(la).p50), la99.push_back(Of(la).p99), lr50.push_back(Of(lr).p50), lr99.push_back(Of(lr).p99);
-      fa50.push_back(Of(fa).p50), fa99.push_back(Of(fa).p99), fr50.push_back(Of(fr).p50), fr99.push_back(Of(fr).p99);
+      if (!LeaseCycles(local, "b1", lease_n, &la, &lr) ||
+          !LeaseCycles(front, "b1", lease_n, &fa, &fr))
+        return 1;
+      la50.push_back(Of(la).p50), la99.push_back(Of(la).p99), lr50.push_back(Of(lr).p50),
+          lr99.push_back(Of(lr).p99);
+      fa50.push_back(Of(fa).p50), fa99.push_back(Of(fa).p99), fr50.push_back(Of(fr).p50),
+          fr99.push_back(Of(fr).p99);
     }
-    std::printf("lease, local fwaid:        acquire p50 %.2f ms p99 %.2f ms, release p50 %.2f ms p99 %.2f ms "
-                "(%d cycles, median of %d)\n",
-                Median(la50), Median(la99), Median(lr50), Median(lr99), lease_n, reps);
-    std::printf("lease, front through etcd: acquire p50 %.2f ms p99 %.2f ms, release p50 %.2f ms p99 %.2f ms "
-                "(%d cycles, 3 etcd members, median of %d)\n",
-                Median(fa50), Median(fa99), Median(fr50), Median(fr99), lease_n, reps);
+    std::printf(
+        "lease, local fwaid:        acquire p50 %.2f ms p99 %.2f ms, release p50 %.2f ms p99 %.2f "
+        "ms "
+        "(%d cycles, median of %d)\n",
+        Median(la50), Median(la99), Median(lr50), Median(lr99), lease_n, reps);
+    std::printf(
+        "lease, front through etcd: acquire p50 %.2f ms p99 %.2f ms, release p50 %.2f ms p99 %.2f "
+        "ms "
+        "(%d cycles, 3 etcd members, median of %d)\n",
+        Median(fa50), Median(fa99), Median(fr50), Median(fr99), lease_n, reps);
   }
 
   // Flash -> boot banner and serial ping -> pong.
@@ -220,26 +229,33 @@ int Main(int argc, char** argv) {
     auto ll = Lease(local, "b1");
     auto fl = Lease(front, "b1");
     if (!ll.ok() || !fl.ok()) {
-      std::fprintf(stderr, "lease: %s %s\n", ll.status().ToString().c_str(), fl.status().ToString().c_str());
+      std::fprintf(stderr, "lease: %s %s\n", ll.status().ToString().c_str(),
+                   fl.status().ToString().c_str());
       return 1;
     }
     std::vector<double> lf, ff;
     for (int r = 0; r < reps; ++r) {
-      if (!Flashes(local, *ll, elf, flash_n, &lf) || !Flashes(front, *fl, elf, flash_n, &ff)) return 1;
+      if (!Flashes(local, *ll, elf, flash_n, &lf) || !Flashes(front, *fl, elf, flash_n, &ff))
+        return 1;
     }
-    std::printf("flash -> boot banner: local median %.1f ms (min %.1f), through the front median %.1f ms (min %.1f): "
-                "ratio %.2f (%zu flashes each of %s)\n",
-                Median(lf), Percentile(lf, 0), Median(ff), Percentile(ff, 0), Median(ff) / Median(lf), lf.size(),
-                std::filesystem::path(elf).filename().c_str());
+    std::printf(
+        "flash -> boot banner: local median %.1f ms (min %.1f), through the front median %.1f ms "
+        "(min %.1f): "
+        "ratio %.2f (%zu flashes each of %s)\n",
+        Median(lf), Percentile(lf, 0), Median(ff), Percentile(ff, 0), Median(ff) / Median(lf),
+        lf.size(), std::filesystem::path(elf).filename().c_str());
     std::vector<double> l50, l99, f50, f99;
     for (int r = 0; r < reps; ++r) {
       std::vector<double> l, f;
       if (!PingPongs(local, *ll, ping_n, &l) || !PingPongs(front, *fl, ping_n, &f)) return 1;
-      l50.push_back(Of(l).p50), l99.push_back(Of(l).p99), f50.push_back(Of(f).p50), f99.push_back(Of(f).p99);
+      l50.push_back(Of(l).p50), l99.push_back(Of(l).p99), f50.push_back(Of(f).p50),
+          f99.push_back(Of(f).p99);
     }
-    std::printf("serial ping -> pong: local p50 %.2f ms p99 %.2f ms, through the front p50 %.2f ms p99 %.2f ms "
-                "(%d round trips, median of %d)\n",
-                Median(l50), Median(l99), Median(f50), Median(f99), ping_n, reps);
+    std::printf(
+        "serial ping -> pong: local p50 %.2f ms p99 %.2f ms, through the front p50 %.2f ms p99 "
+        "%.2f ms "
+        "(%d round trips, median of %d)\n",
+        Median(l50), Median(l99), Median(f50), Median(f99), ping_n, reps);
   }
 
   // Capacity: boards registered as benches would (no QEMU), then the
@@ -248,7 +264,8 @@ int Main(int argc, char** argv) {
   const int per_node = 25;
   for (int n = 0; n < nodes; ++n) {
     const std::string node = absl::StrCat("sim", n);
-    nlohmann::json nj = {{"node", node}, {"advertise", ""}, {"pid", 0}, {"version", "bench"}, {"started_us", 0}};
+    nlohmann::json nj = {
+        {"node", node}, {"advertise", ""}, {"pid", 0}, {"version", "bench"}, {"started_us", 0}};
     if (!etcd->get()->Put("/fwai/nodes/" + node, nj.dump()).ok()) return 1;
     for (int b = 0; b < per_node; ++b) {
       nlohmann::json bj = {{"id", absl::StrCat(node, "-b", b)},
@@ -259,7 +276,10 @@ int Main(int argc, char** argv) {
                            {"tags", {"stm32f1", "load"}},
                            {"health", "good"},
                            {"health_reason", ""}};
-      if (!etcd->get()->Put(absl::StrCat("/fwai/boards/", node, "/", node, "-b", b), bj.dump()).ok()) return 1;
+      if (!etcd->get()
+               ->Put(absl::StrCat("/fwai/boards/", node, "/", node, "-b", b), bj.dump())
+               .ok())
+        return 1;
     }
   }
   const int boards = nodes * per_node + 1;
@@ -273,8 +293,10 @@ int Main(int argc, char** argv) {
       auto st = hw->ListDevices(&ctx, pb::ListDevicesRequest(), &resp);
       if (!st.ok()) return 1;
       ls.push_back(MsSince(t0));
-      if (i == 0) std::printf("capacity: %d boards on %d nodes in the lab; hw ls through the front lists %d\n", boards,
-                              nodes + 1, resp.devices_size());
+      if (i == 0)
+        std::printf(
+            "capacity: %d boards on %d nodes in the lab; hw ls through the front lists %d\n",
+            boards, nodes + 1, resp.devices_size());
     }
     std::printf("capacity: hw ls through the front p50 %.1f ms p99 %.1f ms\n", Percentile(ls, 0.5),
                 Percentile(ls, 0.99));
@@ -323,9 +345,11 @@ int Main(int argc, char** argv) {
       }
       rates.push_back(ops / std::chrono::duration<double>(Clock::now() - t0).count());
     }
-    std::printf("capacity: %d client%s through one front, %d boards: %.0f lease operations/s (acquire or release; "
-                "median of %d)\n",
-                clients, clients == 1 ? "" : "s", boards, Median(rates), reps);
+    std::printf(
+        "capacity: %d client%s through one front, %d boards: %.0f lease operations/s (acquire or "
+        "release; "
+        "median of %d)\n",
+        clients, clients == 1 ? "" : "s", boards, Median(rates), reps);
   }
   return 0;
 }

@@ -30,8 +30,8 @@ class CliTest : public ::testing::Test {
     ASSERT_TRUE(daemon_->Start()) << daemon_->log();
   }
   int Fwai(std::vector<std::string> args, std::string* out, std::string* err = nullptr) {
-    std::vector<std::string> argv = {std::string(FWAI_BIN_DIR) + "/fwai", "--daemon", daemon_->address(),
-                                     "--project", daemon_->project_dir()};
+    std::vector<std::string> argv = {std::string(FWAI_BIN_DIR) + "/fwai", "--daemon",
+                                     daemon_->address(), "--project", daemon_->project_dir()};
     argv.insert(argv.end(), args.begin(), args.end());
     std::string e;
     int rc = RunCommand(argv, out, &e);
@@ -206,7 +206,8 @@ TEST_F(CliTest, ATurnCutByACrashEndsVisiblyForEveryClient) {
   const std::string fwai = std::string(FWAI_BIN_DIR) + "/fwai";
   // The CLI's own notes live under XDG_DATA_HOME: keep them in the test's dir.
   const std::vector<std::string> env = {"XDG_DATA_HOME=" + daemon_->dir() + "/client-data"};
-  std::vector<std::string> base = {fwai, "--daemon", daemon_->address(), "--project", daemon_->project_dir()};
+  std::vector<std::string> base = {fwai, "--daemon", daemon_->address(), "--project",
+                                   daemon_->project_dir()};
   auto with = [&](std::vector<std::string> args) {
     std::vector<std::string> argv = base;
     argv.insert(argv.end(), args.begin(), args.end());
@@ -228,13 +229,15 @@ TEST_F(CliTest, ATurnCutByACrashEndsVisiblyForEveryClient) {
   std::string out, err;
   ASSERT_EQ(RunCommand(with({"sessions", "ls"}), &out, &err, env), 0) << err;
   EXPECT_NE(err.find("ended while fwai was away: interrupted"), std::string::npos) << err;
-  ASSERT_EQ(RunCommand(with({"--json", "sessions", "show", session.id()}), &out, &err, env), 0) << err;
+  ASSERT_EQ(RunCommand(with({"--json", "sessions", "show", session.id()}), &out, &err, env), 0)
+      << err;
   EXPECT_EQ(err.find("ended while fwai was away"), std::string::npos) << err;
   auto shown = nlohmann::json::parse(out);
   ASSERT_EQ(shown["turns"].size(), 1u) << out;
   EXPECT_EQ(shown["turns"][0]["stop_reason"], "interrupted");
   // The session takes a new turn normally.
-  ASSERT_EQ(RunCommand(with({"chat", "--session", session.id(), "again"}), &out, &err, env), 0) << err;
+  ASSERT_EQ(RunCommand(with({"chat", "--session", session.id(), "again"}), &out, &err, env), 0)
+      << err;
 }
 
 // The connection breaking while fwaid lives is not a crash: the turn goes on.
@@ -247,24 +250,32 @@ TEST_F(CliTest, AConnectionLostWhileFwaidLivesSaysTheTurnGoesOn) {
   // The client reaches fwaid through a relay (socat forks a child per
   // connection); killing the child cuts that connection, fwaid lives on.
   const std::string relay = daemon_->dir() + "/relay.sock";
-  BackgroundCommand proxy({"/usr/bin/socat", "UNIX-LISTEN:" + relay + ",fork", "UNIX-CONNECT:" + daemon_->socket_path()});
+  BackgroundCommand proxy({"/usr/bin/socat", "UNIX-LISTEN:" + relay + ",fork",
+                           "UNIX-CONNECT:" + daemon_->socket_path()});
   for (int i = 0; i < 500 && !std::filesystem::exists(relay); ++i) usleep(10000);
-  BackgroundCommand chat({std::string(FWAI_BIN_DIR) + "/fwai", "--daemon", "unix:" + relay, "--project",
-                          daemon_->project_dir(), "chat", "--session", session.id(), "count"},
-                         {"XDG_DATA_HOME=" + daemon_->dir() + "/client-data"});
+  BackgroundCommand chat(
+      {std::string(FWAI_BIN_DIR) + "/fwai", "--daemon", "unix:" + relay, "--project",
+       daemon_->project_dir(), "chat", "--session", session.id(), "count"},
+      {"XDG_DATA_HOME=" + daemon_->dir() + "/client-data"});
   ASSERT_TRUE(chat.WaitForOutput("v3 ")) << chat.err();
   std::string children;
-  ASSERT_EQ(RunCommand({"/usr/bin/pkill", "-KILL", "-P", std::to_string(proxy.pid())}, &children, &children), 0);
+  ASSERT_EQ(RunCommand({"/usr/bin/pkill", "-KILL", "-P", std::to_string(proxy.pid())}, &children,
+                       &children),
+            0);
   EXPECT_EQ(chat.Wait(), 3) << chat.err();
-  EXPECT_NE(chat.err().find("lost the connection to fwaid during the turn"), std::string::npos) << chat.err();
+  EXPECT_NE(chat.err().find("lost the connection to fwaid during the turn"), std::string::npos)
+      << chat.err();
   EXPECT_NE(chat.err().find("fwai attach " + session.id()), std::string::npos) << chat.err();
 }
 
 TEST(CliAutostartTest, StartsTheDaemonOnTheDefaultSocket) {
   std::string dir = MakeTempDir("fwai-autostart-");
-  std::vector<std::string> env = {"XDG_RUNTIME_DIR=" + dir + "/run", "XDG_DATA_HOME=" + dir + "/data",
-                                  "XDG_CONFIG_HOME=" + dir + "/config", "FWAI_DAEMON=",
-                                  "ANTHROPIC_API_KEY=", "OPENAI_API_KEY="};
+  std::vector<std::string> env = {"XDG_RUNTIME_DIR=" + dir + "/run",
+                                  "XDG_DATA_HOME=" + dir + "/data",
+                                  "XDG_CONFIG_HOME=" + dir + "/config",
+                                  "FWAI_DAEMON=",
+                                  "ANTHROPIC_API_KEY=",
+                                  "OPENAI_API_KEY="};
   std::string fwai = std::string(FWAI_BIN_DIR) + "/fwai";
   std::string out, err;
   ASSERT_EQ(RunCommand({fwai, "--json", "sessions", "ls"}, &out, &err, env), 0) << err;
@@ -344,8 +355,8 @@ TEST(CliPlanTest, PlanModeWithAutoApproveRunsThePlanAndShowsTheTree) {
   Daemon d(&fake);
   ASSERT_TRUE(d.Start()) << d.log();
   auto fwai = [&](std::vector<std::string> args, std::string* out, std::string* err) {
-    std::vector<std::string> argv = {std::string(FWAI_BIN_DIR) + "/fwai", "--daemon", d.address(), "--project",
-                                     d.project_dir()};
+    std::vector<std::string> argv = {std::string(FWAI_BIN_DIR) + "/fwai", "--daemon", d.address(),
+                                     "--project", d.project_dir()};
     argv.insert(argv.end(), args.begin(), args.end());
     return RunCommand(argv, out, err);
   };
@@ -364,7 +375,8 @@ TEST(CliPlanTest, PlanModeWithAutoApproveRunsThePlanAndShowsTheTree) {
   EXPECT_FALSE(std::filesystem::exists(d.project_dir() + "/nope"));
   auto reqs = fake.requests();
   ASSERT_GE(reqs.size(), 1u);
-  const std::string system = reqs[0].body.contains("system") ? reqs[0].body["system"].dump() : reqs[0].body.dump();
+  const std::string system =
+      reqs[0].body.contains("system") ? reqs[0].body["system"].dump() : reqs[0].body.dump();
   EXPECT_NE(system.find("PLAN mode"), std::string::npos);
 }
 

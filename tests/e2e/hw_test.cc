@@ -2,6 +2,7 @@
 // STM32VLDISCOVERY (QEMU): lease, flash behind the guard, serial, GDB, fault
 // decode; contention, lapsed leases, fan-out, unplug, bad ports.
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <pty.h>
 #include <signal.h>
 #include <spawn.h>
@@ -11,16 +12,13 @@
 #include <termios.h>
 #include <unistd.h>
 
-#include <gtest/gtest.h>
-
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <regex>
 #include <sstream>
 #include <thread>
-
-#include <nlohmann/json.hpp>
 
 #include "tests/integration/daemon_fixture.h"
 
@@ -44,8 +42,10 @@ class HwTest : public ::testing::Test {
     ASSERT_TRUE(d_->Start()) << d_->log();
   }
 
-  int Fwai(std::vector<std::string> args, std::string* out, std::string* err = nullptr, int timeout_s = 60) {
-    std::vector<std::string> argv = {std::string(FWAI_BIN_DIR) + "/fwai", "--daemon", d_->address()};
+  int Fwai(std::vector<std::string> args, std::string* out, std::string* err = nullptr,
+           int timeout_s = 60) {
+    std::vector<std::string> argv = {std::string(FWAI_BIN_DIR) + "/fwai", "--daemon",
+                                     d_->address()};
     argv.insert(argv.end(), args.begin(), args.end());
     std::string o, e;
     int rc = RunCommand(argv, &o, &e, {}, timeout_s);
@@ -79,7 +79,8 @@ class HwTest : public ::testing::Test {
   }
 
   pid_t Spawn(std::vector<std::string> args) {
-    std::vector<std::string> argv = {std::string(FWAI_BIN_DIR) + "/fwai", "--daemon", d_->address()};
+    std::vector<std::string> argv = {std::string(FWAI_BIN_DIR) + "/fwai", "--daemon",
+                                     d_->address()};
     argv.insert(argv.end(), args.begin(), args.end());
     std::vector<char*> cargv;
     for (auto& a : argv) cargv.push_back(a.data());
@@ -123,11 +124,17 @@ TEST_F(HwTest, LeaseFlashSerialDebugFaultReleaseThroughTheCli) {
   EXPECT_TRUE(dev.value("running", false));
 
   // Serial: the banner is in the history; commands answer.
-  ASSERT_EQ(Fwai({"monitor", "--history", "--until", "booted", "--timeout", "5"}, &out, &err), 0) << err;
+  ASSERT_EQ(Fwai({"monitor", "--history", "--until", "booted", "--timeout", "5"}, &out, &err), 0)
+      << err;
   EXPECT_NE(out.find("stm32vl-blinky 1.0.0 booted"), std::string::npos);
-  ASSERT_EQ(Fwai({"monitor", "--send", "ping", "--until", "^pong$", "--timeout", "5"}, &out, &err), 0) << err;
+  ASSERT_EQ(Fwai({"monitor", "--send", "ping", "--until", "^pong$", "--timeout", "5"}, &out, &err),
+            0)
+      << err;
   EXPECT_NE(out.find("pong"), std::string::npos);
-  ASSERT_EQ(Fwai({"monitor", "--send", "led on", "--until", "GPIOC_ODR", "--timeout", "5"}, &out, &err), 0) << err;
+  ASSERT_EQ(
+      Fwai({"monitor", "--send", "led on", "--until", "GPIOC_ODR", "--timeout", "5"}, &out, &err),
+      0)
+      << err;
   EXPECT_NE(out.find("led on GPIOC_ODR=0x"), std::string::npos) << out;
 
   // GDB reads the counter twice; it counts.
@@ -160,7 +167,9 @@ TEST_F(HwTest, LeaseFlashSerialDebugFaultReleaseThroughTheCli) {
   }
 
   // A fault, decoded into words.
-  ASSERT_EQ(Fwai({"monitor", "--send", "fault", "--until", "FAULT", "--timeout", "5"}, &out, &err), 0) << err;
+  ASSERT_EQ(Fwai({"monitor", "--send", "fault", "--until", "FAULT", "--timeout", "5"}, &out, &err),
+            0)
+      << err;
   ASSERT_EQ(Fwai({"debug", "fault"}, &out, &err), 0) << err;
   EXPECT_NE(out.find("HardFault"), std::string::npos) << out;
   EXPECT_NE(out.find("precise data bus error"), std::string::npos) << out;
@@ -174,11 +183,15 @@ TEST_F(HwTest, LeaseFlashSerialDebugFaultReleaseThroughTheCli) {
 
   // Reset brings it back to a fresh boot.
   ASSERT_EQ(Fwai({"hw", "reset"}, &out, &err), 0) << err;
-  ASSERT_EQ(Fwai({"monitor", "--send", "version", "--until", "^version", "--timeout", "5"}, &out, &err), 0) << err;
+  ASSERT_EQ(
+      Fwai({"monitor", "--send", "version", "--until", "^version", "--timeout", "5"}, &out, &err),
+      0)
+      << err;
   EXPECT_NE(out.find("version 1.0.0"), std::string::npos);
 
   // A stale image is refused and the board keeps what it runs.
-  fs::last_write_time(project_ + "/src/main.c", fs::file_time_type::clock::now() + std::chrono::seconds(2));
+  fs::last_write_time(project_ + "/src/main.c",
+                      fs::file_time_type::clock::now() + std::chrono::seconds(2));
   EXPECT_EQ(Fwai({"flash", "--yes", elf}, &out, &err), 1);
   EXPECT_NE(err.find("flash guard (fresh)"), std::string::npos) << err;
   EXPECT_NE(err.find("main.c"), std::string::npos) << err;
@@ -225,7 +238,10 @@ TEST_F(HwTest, ContendersWaitAndLapsedHoldersLoseTheirLease) {
   // Wait: bob gets it once alice releases.
   int bob_rc = -1;
   std::string bob_out, bob_err;
-  std::thread bob([&] { bob_rc = Fwai({"hw", "lease", "sim-stm32vl", "--session", "bob", "--wait", "20"}, &bob_out, &bob_err); });
+  std::thread bob([&] {
+    bob_rc = Fwai({"hw", "lease", "sim-stm32vl", "--session", "bob", "--wait", "20"}, &bob_out,
+                  &bob_err);
+  });
   std::this_thread::sleep_for(std::chrono::milliseconds(500));
   ASSERT_EQ(Fwai({"--json", "hw", "who"}, &out, &err), 0);
   EXPECT_NE(out.find("\"session_id\":\"alice\""), std::string::npos) << out;
@@ -238,7 +254,8 @@ TEST_F(HwTest, ContendersWaitAndLapsedHoldersLoseTheirLease) {
 
   // A lease held by a running client (--hold) is renewed while it runs and
   // released the moment the client dies.
-  pid_t holder = Spawn({"hw", "lease", "sim-stm32vl", "--ttl", "2", "--hold", "--session", "carol"});
+  pid_t holder =
+      Spawn({"hw", "lease", "sim-stm32vl", "--ttl", "2", "--hold", "--session", "carol"});
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   while (std::chrono::steady_clock::now() < deadline) {
     Fwai({"--json", "hw", "who"}, &out, &err);
@@ -248,7 +265,8 @@ TEST_F(HwTest, ContendersWaitAndLapsedHoldersLoseTheirLease) {
   ASSERT_NE(out.find("carol"), std::string::npos);
   std::this_thread::sleep_for(std::chrono::milliseconds(2500));
   Fwai({"--json", "hw", "who"}, &out, &err);
-  EXPECT_NE(out.find("carol"), std::string::npos) << "keepalive did not keep the lease past its TTL";
+  EXPECT_NE(out.find("carol"), std::string::npos)
+      << "keepalive did not keep the lease past its TTL";
   kill(holder, SIGKILL);
   waitpid(holder, nullptr, 0);
   auto gone_within = [&](const std::string& who, double limit_s) {
@@ -264,10 +282,14 @@ TEST_F(HwTest, ContendersWaitAndLapsedHoldersLoseTheirLease) {
   };
   gone_within("carol", 1.0);
   // A lease nobody renews lapses after its TTL.
-  ASSERT_EQ(Fwai({"hw", "lease", "sim-stm32vl", "--ttl", "2", "--session", "erin"}, &out, &err), 0) << err;
+  ASSERT_EQ(Fwai({"hw", "lease", "sim-stm32vl", "--ttl", "2", "--session", "erin"}, &out, &err), 0)
+      << err;
   gone_within("erin", 2.0 + 1.0);
   // By tags: any free board that has them.
-  ASSERT_EQ(Fwai({"hw", "lease", "--tag", "simulated", "--tag", "stm32f1", "--session", "tagged"}, &out, &err), 0) << err;
+  ASSERT_EQ(Fwai({"hw", "lease", "--tag", "simulated", "--tag", "stm32f1", "--session", "tagged"},
+                 &out, &err),
+            0)
+      << err;
   EXPECT_NE(out.find("leased sim-stm32vl"), std::string::npos) << out;
   EXPECT_EQ(Fwai({"hw", "lease", "--tag", "esp32"}, &out, &err), 1);
   EXPECT_NE(err.find("no board has tags esp32"), std::string::npos) << err;
@@ -467,11 +489,12 @@ TEST_F(HwTest, ThreeReadersSeeTheSameLinesAndUnplugEndsThemCleanly) {
   std::vector<std::thread> readers;
   for (int i = 0; i < 3; ++i) {
     readers.emplace_back([&, i] {
-      rcs[i] = Fwai({"monitor", "--history", "--until", "^counter", "--timeout", "20"}, &seen[i], nullptr);
+      rcs[i] = Fwai({"monitor", "--history", "--until", "^counter", "--timeout", "20"}, &seen[i],
+                    nullptr);
     });
   }
-  ASSERT_EQ(Fwai({"monitor", "--send", "ping", "--send", "version", "--send", "count", "--until", "^counter",
-                  "--timeout", "10"},
+  ASSERT_EQ(Fwai({"monitor", "--send", "ping", "--send", "version", "--send", "count", "--until",
+                  "^counter", "--timeout", "10"},
                  &out, &err),
             0)
       << err;
@@ -480,7 +503,8 @@ TEST_F(HwTest, ThreeReadersSeeTheSameLinesAndUnplugEndsThemCleanly) {
     EXPECT_EQ(rcs[i], 0);
     EXPECT_EQ(seen[i], seen[0]) << "reader " << i;
   }
-  const auto pong = seen[0].find("pong"), ver = seen[0].find("version 1.0.0"), cnt = seen[0].find("counter ");
+  const auto pong = seen[0].find("pong"), ver = seen[0].find("version 1.0.0"),
+             cnt = seen[0].find("counter ");
   ASSERT_NE(pong, std::string::npos) << seen[0];
   EXPECT_LT(pong, ver);
   EXPECT_LT(ver, cnt);
@@ -563,35 +587,43 @@ TEST_F(HwTest, AgentToolsUseTheSessionOwnersLease) {
   ASSERT_TRUE(turn.finished) << d_->log();
   std::map<std::string, const fwai::v1::ToolCallFinished*> results;
   for (const auto& ev : turn.events) {
-    if (ev.has_tool_call_finished()) results[ev.tool_call_finished().call_id()] = &ev.tool_call_finished();
+    if (ev.has_tool_call_finished())
+      results[ev.tool_call_finished().call_id()] = &ev.tool_call_finished();
   }
   ASSERT_EQ(results.size(), 4u);
   EXPECT_FALSE(results["c1"]->is_error()) << results["c1"]->output();
   EXPECT_NE(results["c1"]->output().find("pong"), std::string::npos) << results["c1"]->output();
   EXPECT_FALSE(results["c2"]->is_error()) << results["c2"]->output();
-  EXPECT_NE(results["c2"]->output().find("counter = "), std::string::npos) << results["c2"]->output();
+  EXPECT_NE(results["c2"]->output().find("counter = "), std::string::npos)
+      << results["c2"]->output();
   EXPECT_NE(results["c2"]->output().find("in main"), std::string::npos) << results["c2"]->output();
-  EXPECT_NE(results["c3"]->output().find("stm32vl-blinky 1.0.0 booted"), std::string::npos) << results["c3"]->output();
+  EXPECT_NE(results["c3"]->output().find("stm32vl-blinky 1.0.0 booted"), std::string::npos)
+      << results["c3"]->output();
   EXPECT_FALSE(results["c4"]->is_error()) << results["c4"]->output();
-  EXPECT_NE(results["c4"]->output().find("version 1.0.0"), std::string::npos) << results["c4"]->output();
+  EXPECT_NE(results["c4"]->output().find("version 1.0.0"), std::string::npos)
+      << results["c4"]->output();
 
   // Without the lease, writes and debugging are refused to the model in words.
   ASSERT_EQ(Fwai({"hw", "release"}, &out, &err), 0) << err;
   FakeReply again;
-  again.tool_calls = {{"c5", "serialSendCommand", {{"command", "led on"}}}, {"c6", "gdb", {{"commands", {"reset"}}}}};
+  again.tool_calls = {{"c5", "serialSendCommand", {{"command", "led on"}}},
+                      {"c6", "gdb", {{"commands", {"reset"}}}}};
   fake.Enqueue(again);
   fake.Enqueue(done);
   turn = RunChat(*d_->sessions(), session.id(), "turn the led on", 60);
   ASSERT_TRUE(turn.finished);
   results.clear();
   for (const auto& ev : turn.events) {
-    if (ev.has_tool_call_finished()) results[ev.tool_call_finished().call_id()] = &ev.tool_call_finished();
+    if (ev.has_tool_call_finished())
+      results[ev.tool_call_finished().call_id()] = &ev.tool_call_finished();
   }
   ASSERT_EQ(results.size(), 2u);
   EXPECT_TRUE(results["c5"]->is_error());
-  EXPECT_NE(results["c5"]->output().find("needs the lease"), std::string::npos) << results["c5"]->output();
+  EXPECT_NE(results["c5"]->output().find("needs the lease"), std::string::npos)
+      << results["c5"]->output();
   EXPECT_TRUE(results["c6"]->is_error());
-  EXPECT_NE(results["c6"]->output().find("not leased"), std::string::npos) << results["c6"]->output();
+  EXPECT_NE(results["c6"]->output().find("not leased"), std::string::npos)
+      << results["c6"]->output();
 
   // Every turn and the flash left a record in the evidence log, which verifies,
   // also after a restart (a checkpoint is signed at shutdown).
@@ -618,7 +650,9 @@ TEST_F(HwTest, AgentToolsUseTheSessionOwnersLease) {
   const int records = static_cast<int>(std::count(out.begin(), out.end(), '\n'));
   EXPECT_GE(records, 3);  // and the lease changes, which are recorded too
   ASSERT_EQ(Fwai({"evidence", "verify"}, &out, &err), 0) << err;
-  EXPECT_NE(out.find("evidence verified: " + std::to_string(records) + " records"), std::string::npos) << out;
+  EXPECT_NE(out.find("evidence verified: " + std::to_string(records) + " records"),
+            std::string::npos)
+      << out;
   ASSERT_EQ(Fwai({"evidence", "export", "--format", "csv"}, &out, &err), 0) << err;
   EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), records + 1);  // header + the records
   EXPECT_EQ(d_->Stop(), 0);
@@ -637,15 +671,18 @@ TEST_F(HwTest, PhysicalBoardFlashesThroughItsCommandTemplate) {
   fcntl(master, F_SETFD, FD_CLOEXEC);
   fcntl(slave, F_SETFD, FD_CLOEXEC);
   const std::string outdir = MakeTempDir("fwai-flashcmd-");
-  StartDaemon(std::string("hardware:\n  boards:\n") + "    - id: bench\n      serial: " + name +
-              "\n      machine: \"\"\n      target: stm32f100rb\n      boot_pattern: \"^APP READY\"\n" +
-              "      flash_command: \"cp {bin} " + outdir + "/flashed.bin && echo {port} > " + outdir + "/port\"\n");
+  StartDaemon(
+      std::string("hardware:\n  boards:\n") + "    - id: bench\n      serial: " + name +
+      "\n      machine: \"\"\n      target: stm32f100rb\n      boot_pattern: \"^APP READY\"\n" +
+      "      flash_command: \"cp {bin} " + outdir + "/flashed.bin && echo {port} > " + outdir +
+      "/port\"\n");
   const std::string elf = BuildExample();
   std::string out, err;
   ASSERT_EQ(Fwai({"hw", "lease", "bench"}, &out, &err), 0) << err << d_->log();
   // The "board" boots when the flash command has run: the test plays it.
   std::thread board([&] {
-    for (int i = 0; i < 100 && !fs::exists(outdir + "/port"); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    for (int i = 0; i < 100 && !fs::exists(outdir + "/port"); ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
     std::string banner = "APP READY v1\r\n";
     EXPECT_EQ(write(master, banner.data(), banner.size()), static_cast<ssize_t>(banner.size()));
   });
@@ -676,7 +713,8 @@ TEST_F(HwTest, SecondSimulatedBoardProbeBoardWithPowerAndOpenOcd) {
   fs::create_directories(fs::path(tmp) / "dev");
   // OpenOCD stand-in that records how it was called.
   fs::create_directories(fs::path(tmp) / "bin");
-  std::ofstream(fs::path(tmp) / "bin/openocd") << "#!/bin/sh\nprintf '%s|' \"$@\" > " << tmp << "/openocd.args\nexit 0\n";
+  std::ofstream(fs::path(tmp) / "bin/openocd")
+      << "#!/bin/sh\nprintf '%s|' \"$@\" > " << tmp << "/openocd.args\nexit 0\n";
   fs::permissions(fs::path(tmp) / "bin/openocd", fs::perms::owner_all);
   const std::string old_path = std::getenv("PATH") ? std::getenv("PATH") : "";
   setenv("PATH", (tmp + "/bin:" + old_path).c_str(), 1);
@@ -684,7 +722,8 @@ TEST_F(HwTest, SecondSimulatedBoardProbeBoardWithPowerAndOpenOcd) {
               "    - {id: lm3s, kind: simulated, machine: lm3s6965evb, boot_pattern: booted}\n" +
               "    - id: f1-bench\n      probe: 0671FF383133\n      target: stm32f100rb\n" +
               "      openocd_config: [interface/stlink.cfg, target/stm32f1x.cfg]\n" +
-              "      power_on: \"echo on >> " + tmp + "/power\"\n      power_off: \"echo off >> " + tmp + "/power\"\n");
+              "      power_on: \"echo on >> " + tmp + "/power\"\n      power_off: \"echo off >> " +
+              tmp + "/power\"\n");
   setenv("PATH", old_path.c_str(), 1);
   std::string out, err;
   ASSERT_EQ(Fwai({"hw", "ls"}, &out, &err), 0) << err;
@@ -696,7 +735,8 @@ TEST_F(HwTest, SecondSimulatedBoardProbeBoardWithPowerAndOpenOcd) {
 
   // The LM3S6965 board runs its own example.
   const std::string hello_dir = d_->dir() + "/hello";
-  fs::copy(std::string(BLINKY_SRC_DIR) + "/../lm3s6965-hello", hello_dir, fs::copy_options::recursive);
+  fs::copy(std::string(BLINKY_SRC_DIR) + "/../lm3s6965-hello", hello_dir,
+           fs::copy_options::recursive);
   fs::remove_all(hello_dir + "/build");
   ASSERT_EQ(RunCommand({"/usr/bin/make", "-s", "-C", hello_dir}, &out, &err, {}, 120), 0) << err;
   const std::string blinky = BuildExample();
@@ -705,7 +745,10 @@ TEST_F(HwTest, SecondSimulatedBoardProbeBoardWithPowerAndOpenOcd) {
   EXPECT_NE(err.find("flash guard ("), std::string::npos) << err;
   ASSERT_EQ(Fwai({"flash", "--yes", "lm3s", hello_dir + "/build/hello.elf"}, &out, &err), 0) << err;
   EXPECT_NE(out.find("lm3s6965-hello 1.0.0 booted"), std::string::npos) << out;
-  ASSERT_EQ(Fwai({"monitor", "lm3s", "--send", "ping", "--until", "^pong", "--timeout", "5"}, &out, &err), 0) << err;
+  ASSERT_EQ(
+      Fwai({"monitor", "lm3s", "--send", "ping", "--until", "^pong", "--timeout", "5"}, &out, &err),
+      0)
+      << err;
   ASSERT_EQ(Fwai({"hw", "release", "lm3s"}, &out, &err), 0) << err;
 
   // The probe board: powered on lease, flashed through OpenOCD, off on release.
@@ -718,8 +761,10 @@ TEST_F(HwTest, SecondSimulatedBoardProbeBoardWithPowerAndOpenOcd) {
   std::getline(std::ifstream(tmp + "/openocd.args"), args);
   // OpenOCD programs fwaid's own copy of the image, read as the caller.
   const std::string copy = d_->data_dir() + "/run/images/f1-bench.elf";
-  EXPECT_EQ(args, "-f|interface/stlink.cfg|-f|target/stm32f1x.cfg|-c|adapter serial 0671FF383133|-c|program " + copy +
-                      " verify reset exit|");
+  EXPECT_EQ(
+      args,
+      "-f|interface/stlink.cfg|-f|target/stm32f1x.cfg|-c|adapter serial 0671FF383133|-c|program " +
+          copy + " verify reset exit|");
   EXPECT_EQ(ReadFile(copy), ReadFile(blinky)) << "the flashed copy is not the image";
   ASSERT_EQ(Fwai({"hw", "release", "f1-bench"}, &out, &err), 0) << err;
   std::ifstream pf(tmp + "/power");
@@ -742,7 +787,10 @@ TEST_F(HwTest, InitDetectsTheExampleAndDoctorChecksTheMachine) {
   EXPECT_TRUE(fs::exists(project_ + "/EMBEDDER.md"));
   EXPECT_EQ(Fwai({"init", "--yes", project_}, &out, &err), 1);  // not overwritten without --force
   EXPECT_NE(err.find("--force"), std::string::npos) << err;
-  ASSERT_EQ(Fwai({"init", "--yes", "--force", "--set", "board=stm32vldiscovery", project_}, &out, &err), 0) << err;
+  ASSERT_EQ(
+      Fwai({"init", "--yes", "--force", "--set", "board=stm32vldiscovery", project_}, &out, &err),
+      0)
+      << err;
   EXPECT_NE(out.find("board: stm32vldiscovery"), std::string::npos) << out;
   // Undetectable fields without a terminal: a clear error naming them.
   const std::string empty = d_->dir() + "/empty";
@@ -758,7 +806,8 @@ TEST_F(HwTest, InitDetectsTheExampleAndDoctorChecksTheMachine) {
     auto j = json::parse(line, nullptr, false);
     if (j.is_object()) checks[j.value("name", "")] = j;
   }
-  for (const char* name : {"daemon", "devices", "arm-none-eabi-gcc", "gdb", "qemu-system-arm", "project config"}) {
+  for (const char* name :
+       {"daemon", "devices", "arm-none-eabi-gcc", "gdb", "qemu-system-arm", "project config"}) {
     ASSERT_TRUE(checks.count(name)) << name << "\n" << out;
     EXPECT_TRUE(checks[name].value("ok", false)) << name << ": " << checks[name].dump();
   }
@@ -780,9 +829,11 @@ TEST_F(HwTest, MissingAndBusyPortsAreReportedNotFatal) {
               "    - {id: busy, serial: " + name + "}\n");
   json gone = Device("gone"), busy = Device("busy");
   EXPECT_EQ(gone.value("health", ""), "bad");
-  EXPECT_NE(gone.value("health_reason", "").find("no such device"), std::string::npos) << gone.dump();
+  EXPECT_NE(gone.value("health_reason", "").find("no such device"), std::string::npos)
+      << gone.dump();
   EXPECT_EQ(busy.value("health", ""), "bad");
-  EXPECT_NE(busy.value("health_reason", "").find("in use by another program"), std::string::npos) << busy.dump();
+  EXPECT_NE(busy.value("health_reason", "").find("in use by another program"), std::string::npos)
+      << busy.dump();
   std::string out, err;
   EXPECT_EQ(Fwai({"hw", "lease", "gone"}, &out, &err), 1);
   EXPECT_NE(err.find("not handed out"), std::string::npos) << err;
@@ -791,7 +842,8 @@ TEST_F(HwTest, MissingAndBusyPortsAreReportedNotFatal) {
   // The other program lets go: the broker picks the port up by itself.
   close(other);
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(8);
-  while (Device("busy").value("health", "") != "good" && std::chrono::steady_clock::now() < deadline) {
+  while (Device("busy").value("health", "") != "good" &&
+         std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
   }
   EXPECT_EQ(Device("busy").value("health", ""), "good") << Device("busy").dump();

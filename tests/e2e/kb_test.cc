@@ -1,7 +1,7 @@
 // fwai kb through the CLI and a real fwaid: mixed files, per-file errors,
 // search output, batch search, removal; kill -9 during ingest.
-#include <gtest/gtest.h>
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <sched.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -10,9 +10,8 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
-
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "tests/integration/daemon_fixture.h"
 #include "tests/support/pdf_writer.h"
@@ -41,8 +40,10 @@ class KbCliTest : public ::testing::Test {
     docs_ = daemon_->dir() + "/docs";
     fs::create_directories(docs_ + "/sub");
   }
-  int Fwai(std::vector<std::string> args, std::string* out, std::string* err = nullptr, const std::string& cwd = "") {
-    std::vector<std::string> argv = {std::string(FWAI_BIN_DIR) + "/fwai", "--daemon", daemon_->address()};
+  int Fwai(std::vector<std::string> args, std::string* out, std::string* err = nullptr,
+           const std::string& cwd = "") {
+    std::vector<std::string> argv = {std::string(FWAI_BIN_DIR) + "/fwai", "--daemon",
+                                     daemon_->address()};
     argv.insert(argv.end(), args.begin(), args.end());
     std::string e;
     int rc;
@@ -57,16 +58,22 @@ class KbCliTest : public ::testing::Test {
     if (err) *err = e;
     return rc;
   }
-  void Write(const std::string& rel, const std::string& bytes) { std::ofstream(docs_ + "/" + rel, std::ios::binary) << bytes; }
+  void Write(const std::string& rel, const std::string& bytes) {
+    std::ofstream(docs_ + "/" + rel, std::ios::binary) << bytes;
+  }
 
   std::unique_ptr<Daemon> daemon_;
   std::string docs_;
 };
 
 TEST_F(KbCliTest, AddMixedFilesSearchAndRemove) {
-  Write("uart.md", "# UART\n\n## Baud rate\n\nProgram USART1_BRR with the divider; 0x45 gives 115200 baud at 8 MHz.\n");
-  Write("sub/gpio.html", "<html><head><title>GPIO</title></head><body><h2>Mode register</h2>"
-                         "<p>GPIOA_MODER selects input, output, alternate or analog mode for each pin.</p></body></html>");
+  Write("uart.md",
+        "# UART\n\n## Baud rate\n\nProgram USART1_BRR with the divider; 0x45 gives 115200 baud at "
+        "8 MHz.\n");
+  Write("sub/gpio.html",
+        "<html><head><title>GPIO</title></head><body><h2>Mode register</h2>"
+        "<p>GPIOA_MODER selects input, output, alternate or analog mode for each "
+        "pin.</p></body></html>");
   Write("sub/adc.pdf", MakePdf({"ADC", "ADC1_SMPR1 selects the sampling time of each channel."}));
   Write("junk.bin", std::string("\x00\x01\x02\x03garbage\x00\xff", 12));
   Write("blank.pdf", MakePdf({""}));
@@ -90,7 +97,10 @@ TEST_F(KbCliTest, AddMixedFilesSearchAndRemove) {
   for (const auto& d : ls) names.insert(d["name"]);
   EXPECT_EQ(names, (std::set<std::string>{"uart.md", "sub/gpio.html", "sub/adc.pdf"}));
   // Search JSON shape.
-  ASSERT_EQ(Fwai({"--json", "kb", "search", "which", "register", "selects", "the", "ADC1_SMPR1", "sampling", "time"}, &out), 0);
+  ASSERT_EQ(Fwai({"--json", "kb", "search", "which", "register", "selects", "the", "ADC1_SMPR1",
+                  "sampling", "time"},
+                 &out),
+            0);
   auto hits = json::parse(out);
   ASSERT_FALSE(hits.empty());
   for (const char* k :
@@ -103,8 +113,10 @@ TEST_F(KbCliTest, AddMixedFilesSearchAndRemove) {
   EXPECT_EQ(hits[0]["end_page"], 2);
   EXPECT_EQ(hits[0]["rank"], 1);
   // Batch search.
-  std::ofstream(daemon_->dir() + "/q.jsonl") << "{\"query\": \"GPIOA_MODER pin mode\"}\n{\"query\": \"USART1_BRR baud\"}\n";
-  ASSERT_EQ(Fwai({"kb", "search", "--batch", daemon_->dir() + "/q.jsonl", "--json", "-n", "3"}, &out), 0);
+  std::ofstream(daemon_->dir() + "/q.jsonl")
+      << "{\"query\": \"GPIOA_MODER pin mode\"}\n{\"query\": \"USART1_BRR baud\"}\n";
+  ASSERT_EQ(
+      Fwai({"kb", "search", "--batch", daemon_->dir() + "/q.jsonl", "--json", "-n", "3"}, &out), 0);
   auto batch = Lines(out);
   ASSERT_EQ(batch.size(), 2u);
   EXPECT_EQ(batch[0]["query"], "GPIOA_MODER pin mode");
@@ -199,8 +211,8 @@ TEST_F(KbCliTest, Kill9DuringIngestLeavesNoHalfDocument) {
   for (int i = 0; i < kDocs; ++i) {
     std::string body = "# Block " + std::to_string(i) + "\n\n";
     for (int p = 0; p < 6; ++p) {
-      body += "## Part " + std::to_string(p) + "\n\nUNIQ" + std::to_string(i) + "X register part " + std::to_string(p) +
-              " controls the block. " + std::string(400, 'w') + "\n\n";
+      body += "## Part " + std::to_string(p) + "\n\nUNIQ" + std::to_string(i) + "X register part " +
+              std::to_string(p) + " controls the block. " + std::string(400, 'w') + "\n\n";
     }
     Write("d" + std::to_string(i) + ".md", body);
   }
@@ -210,14 +222,16 @@ TEST_F(KbCliTest, Kill9DuringIngestLeavesNoHalfDocument) {
     dup2(devnull, 1);
     dup2(devnull, 2);
     std::string bin = std::string(FWAI_BIN_DIR) + "/fwai";
-    execl(bin.c_str(), bin.c_str(), "--daemon", daemon_->address().c_str(), "kb", "add", docs_.c_str(),
-          static_cast<char*>(nullptr));
+    execl(bin.c_str(), bin.c_str(), "--daemon", daemon_->address().c_str(), "kb", "add",
+          docs_.c_str(), static_cast<char*>(nullptr));
     _exit(127);
   }
   // Kill the daemon while the documents go in.
   std::string out;
   for (int i = 0; i < 500; ++i) {
-    if (Fwai({"--json", "kb", "stats"}, &out) == 0 && json::parse(out)["documents"].get<int>() >= 20) break;
+    if (Fwai({"--json", "kb", "stats"}, &out) == 0 &&
+        json::parse(out)["documents"].get<int>() >= 20)
+      break;
     usleep(10000);
   }
   daemon_->Kill9();
@@ -242,12 +256,17 @@ TEST_F(KbCliTest, Kill9DuringIngestLeavesNoHalfDocument) {
     const std::string name = (fs::path(docs_) / ("d" + std::to_string(i) + ".md")).string();
     std::string rel = name.substr(name.find("docs/"));
     bool has = false;
-    for (const auto& n : present) has |= name.size() >= n.size() && name.compare(name.size() - n.size(), n.size(), n) == 0;
-    ASSERT_EQ(Fwai({"--json", "kb", "search", "-n", "10", "--mode", "lexical", "UNIQ" + std::to_string(i) + "X"}, &out), 0);
+    for (const auto& n : present)
+      has |= name.size() >= n.size() && name.compare(name.size() - n.size(), n.size(), n) == 0;
+    ASSERT_EQ(Fwai({"--json", "kb", "search", "-n", "10", "--mode", "lexical",
+                    "UNIQ" + std::to_string(i) + "X"},
+                   &out),
+              0);
     auto hits = json::parse(out);
     int found = 0;
     for (const auto& h : hits) {
-      if (h["text"].get<std::string>().find("UNIQ" + std::to_string(i) + "X") != std::string::npos) ++found;
+      if (h["text"].get<std::string>().find("UNIQ" + std::to_string(i) + "X") != std::string::npos)
+        ++found;
     }
     if (has) {
       EXPECT_EQ(found, 6) << rel;
@@ -312,7 +331,9 @@ TEST_F(KbCliTest, IngestRunsOnOneWorkerAtIdlePriority) {
   ASSERT_EQ(index_before.size(), 1u) << "fwaid has no thread named fwaid-kb-index";
   // A document goes in on that thread: its time on a CPU grows.
   std::string body = "# DMA\n\n";
-  for (int p = 0; p < 40; ++p) body += "## Stream " + std::to_string(p) + "\n\nDMA_S" + std::to_string(p) + "CR enables the stream.\n\n";
+  for (int p = 0; p < 40; ++p)
+    body += "## Stream " + std::to_string(p) + "\n\nDMA_S" + std::to_string(p) +
+            "CR enables the stream.\n\n";
   Write("dma.md", body);
   std::string out, err;
   ASSERT_EQ(Fwai({"--json", "kb", "add", docs_ + "/dma.md"}, &out, &err), 0) << err;
@@ -320,13 +341,15 @@ TEST_F(KbCliTest, IngestRunsOnOneWorkerAtIdlePriority) {
   ASSERT_EQ(after.size(), 1u);
   EXPECT_EQ(after[0].tid, before[0].tid);
   EXPECT_EQ(after[0].policy, SCHED_IDLE);
-  EXPECT_GT(after[0].cpu_ns, before[0].cpu_ns) << "the document was not ingested on the ingest worker";
+  EXPECT_GT(after[0].cpu_ns, before[0].cpu_ns)
+      << "the document was not ingested on the ingest worker";
   // Its commit (the store's write queue) ran at normal priority.
   auto commit = Threads(daemon_->pid(), "fwaid-kb-commit");
   ASSERT_EQ(commit.size(), 1u);
   EXPECT_EQ(commit[0].policy, SCHED_OTHER);
   EXPECT_EQ(commit[0].nice, StartNice(daemon_->pid()));
-  EXPECT_GT(commit[0].cpu_ns, commit_before[0].cpu_ns) << "the commit did not run on the commit thread";
+  EXPECT_GT(commit[0].cpu_ns, commit_before[0].cpu_ns)
+      << "the commit did not run on the commit thread";
   // The in-memory indexes (the index lock) were updated at background
   // priority: SCHED_OTHER at nice 10 (or fwaid's own, when it started nicer).
   auto index = Threads(daemon_->pid(), "fwaid-kb-index");

@@ -32,10 +32,11 @@ class PythonClient : public ::testing::Test {
   }
 
   int Client(const std::vector<std::string>& args, std::string* out, std::string* err) {
-    std::vector<std::string> argv = {kPython, std::string(FWAI_SOURCE_DIR) + "/examples/python-client/fwai_client.py",
-                                     "--daemon", d_->address(), "--stubs", FWAI_PY_STUBS,
-                                     // The example's build dir is the image's project (not this checkout).
-                                     "--project-root", std::filesystem::path(FWAI_BLINKY_ELF).parent_path().string()};
+    std::vector<std::string> argv = {
+        kPython, std::string(FWAI_SOURCE_DIR) + "/examples/python-client/fwai_client.py",
+        "--daemon", d_->address(), "--stubs", FWAI_PY_STUBS,
+        // The example's build dir is the image's project (not this checkout).
+        "--project-root", std::filesystem::path(FWAI_BLINKY_ELF).parent_path().string()};
     argv.insert(argv.end(), args.begin(), args.end());
     return RunCommand(argv, out, err, {}, 120);
   }
@@ -59,7 +60,8 @@ class PythonClient : public ::testing::Test {
 
 TEST_F(PythonClient, LeasesFlashesReadsSerialUntilThePatternAndReleases) {
   std::string out, err;
-  int rc = Client({"--board", "sim-stm32vl", "--image", FWAI_BLINKY_ELF, "--until", "booted"}, &out, &err);
+  int rc = Client({"--board", "sim-stm32vl", "--image", FWAI_BLINKY_ELF, "--until", "booted"}, &out,
+                  &err);
   ASSERT_EQ(rc, 0) << out << err << d_->log();
   EXPECT_NE(out.find("leased sim-stm32vl"), std::string::npos) << out;
   EXPECT_NE(out.find("flashed sim-stm32vl: sha256 "), std::string::npos) << out;
@@ -69,7 +71,9 @@ TEST_F(PythonClient, LeasesFlashesReadsSerialUntilThePatternAndReleases) {
   EXPECT_EQ(Holder(), "") << "the lease ended with the client";
 
   // Both ways: a line sent to the board, its answer read back.
-  rc = Client({"--tag", "simulated", "--image", FWAI_BLINKY_ELF, "--send", "ping", "--until", "^pong"}, &out, &err);
+  rc = Client(
+      {"--tag", "simulated", "--image", FWAI_BLINKY_ELF, "--send", "ping", "--until", "^pong"},
+      &out, &err);
   ASSERT_EQ(rc, 0) << out << err << d_->log();
   EXPECT_NE(out.find("> ping"), std::string::npos) << out;
   EXPECT_NE(out.find("matched: pong"), std::string::npos) << out;
@@ -78,17 +82,20 @@ TEST_F(PythonClient, LeasesFlashesReadsSerialUntilThePatternAndReleases) {
 
 TEST_F(PythonClient, APatternNeverSeenExitsOneAndStillReleases) {
   std::string out, err;
-  int rc = Client({"--board", "sim-stm32vl", "--image", FWAI_BLINKY_ELF, "--until", "never printed", "--timeout", "2"},
+  int rc = Client({"--board", "sim-stm32vl", "--image", FWAI_BLINKY_ELF, "--until", "never printed",
+                   "--timeout", "2"},
                   &out, &err);
   EXPECT_EQ(rc, 1) << out << err;
-  EXPECT_NE(err.find("'never printed' not seen on sim-stm32vl within 2 s"), std::string::npos) << err;
+  EXPECT_NE(err.find("'never printed' not seen on sim-stm32vl within 2 s"), std::string::npos)
+      << err;
   EXPECT_NE(out.find("released sim-stm32vl"), std::string::npos) << out;
   EXPECT_EQ(Holder(), "");
 }
 
 TEST_F(PythonClient, NoSuchBoardExitsFour) {
   std::string out, err;
-  int rc = Client({"--board", "no-such-board", "--image", FWAI_BLINKY_ELF, "--until", "x"}, &out, &err);
+  int rc =
+      Client({"--board", "no-such-board", "--image", FWAI_BLINKY_ELF, "--until", "x"}, &out, &err);
   EXPECT_EQ(rc, 4) << out << err;
   EXPECT_NE(err.find("no board: "), std::string::npos) << err;
 }

@@ -9,9 +9,8 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
-
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "tests/fakes/fake_llm_server.h"
 #include "tests/integration/daemon_fixture.h"
@@ -35,9 +34,10 @@ class SkillsTest : public ::testing::Test {
     fs::remove_all(project_ + "/.fwai/runs");
   }
 
-  int Fwai(std::vector<std::string> args, std::string* out, std::string* err = nullptr, int timeout_s = 120,
-           const std::string& stdin_path = "") {
-    std::vector<std::string> argv = {std::string(FWAI_BIN_DIR) + "/fwai", "--daemon", d_->address(), "--project", project_};
+  int Fwai(std::vector<std::string> args, std::string* out, std::string* err = nullptr,
+           int timeout_s = 120, const std::string& stdin_path = "") {
+    std::vector<std::string> argv = {std::string(FWAI_BIN_DIR) + "/fwai", "--daemon", d_->address(),
+                                     "--project", project_};
     argv.insert(argv.end(), args.begin(), args.end());
     std::string o, e;
     int rc = RunCommand(argv, &o, &e, {}, timeout_s, stdin_path);
@@ -62,7 +62,8 @@ class SkillsTest : public ::testing::Test {
     std::string line;
     while (std::getline(in, line)) {
       auto j = json::parse(line, nullptr, false);
-      if (j.is_object() && j.value("type", "") == "skill_event" && j.value("kind", "") == kind) v.push_back(j);
+      if (j.is_object() && j.value("type", "") == "skill_event" && j.value("kind", "") == kind)
+        v.push_back(j);
     }
     return v;
   }
@@ -108,7 +109,8 @@ TEST_F(SkillsTest, BuildFlashVerifyOnTheSimulatedBoardInCiMode) {
   EXPECT_EQ(s["steps"][0]["exit_code"], 0);
   // The image that was flashed is the one that was built, by hash.
   std::string sha_out, sha_err;
-  ASSERT_EQ(RunCommand({"/usr/bin/sha256sum", project_ + "/build/blinky.elf"}, &sha_out, &sha_err), 0);
+  ASSERT_EQ(RunCommand({"/usr/bin/sha256sum", project_ + "/build/blinky.elf"}, &sha_out, &sha_err),
+            0);
   ASSERT_EQ(s["images"].size(), 1u);
   EXPECT_EQ(s["images"][0]["sha256"], sha_out.substr(0, 64));
   EXPECT_EQ(s["artifacts"][0]["files"][0]["sha256"], sha_out.substr(0, 64));
@@ -146,8 +148,12 @@ TEST_F(SkillsTest, BuildOutputBecomesTypedDiagnostics) {
     EXPECT_EQ(x["kind"], "compiler");
     EXPECT_EQ(x["file"], "src/main.c");
     EXPECT_GT(x["line"].get<int>(), 0);
-    if (x["severity"] == "error" && x["message"].get<std::string>().find("undeclared_thing") != std::string::npos) error = true;
-    if (x["severity"] == "warning" && x["message"].get<std::string>().find("unused") != std::string::npos) warning = true;
+    if (x["severity"] == "error" &&
+        x["message"].get<std::string>().find("undeclared_thing") != std::string::npos)
+      error = true;
+    if (x["severity"] == "warning" &&
+        x["message"].get<std::string>().find("unused") != std::string::npos)
+      warning = true;
   }
   EXPECT_TRUE(error) << out;
   EXPECT_TRUE(warning) << out;
@@ -161,19 +167,25 @@ TEST_F(SkillsTest, BuildOutputBecomesTypedDiagnostics) {
   ASSERT_TRUE(sarif.is_object()) << out;
   bool found = false;
   for (const auto& r : sarif["runs"].back()["results"]) {
-    found |= r["level"] == "error" && r["message"]["text"].get<std::string>().find("undeclared_thing") != std::string::npos &&
-             r["locations"][0]["physicalLocation"]["artifactLocation"]["uri"] == "src/main.c";
+    found |=
+        r["level"] == "error" &&
+        r["message"]["text"].get<std::string>().find("undeclared_thing") != std::string::npos &&
+        r["locations"][0]["physicalLocation"]["artifactLocation"]["uri"] == "src/main.c";
   }
   EXPECT_TRUE(found) << out;
-  ASSERT_EQ(Fwai({"evidence", "export", "--format", "html", "-o", d_->dir() + "/report.html"}, &out, &err), 0) << err;
+  ASSERT_EQ(Fwai({"evidence", "export", "--format", "html", "-o", d_->dir() + "/report.html"}, &out,
+                 &err),
+            0)
+      << err;
   EXPECT_NE(Read(d_->dir() + "/report.html").find("undeclared_thing"), std::string::npos);
 }
 
 TEST_F(SkillsTest, FlashRegionOverflowIsNamed) {
   StartDaemon();
   // 256 KiB of constant data cannot fit in the STM32F100RB's 128 KiB of flash.
-  InsertIntoMain("const unsigned char fwai_big_table[256 * 1024] = {1};\n"
-                 "const unsigned char* volatile fwai_keep;\n");
+  InsertIntoMain(
+      "const unsigned char fwai_big_table[256 * 1024] = {1};\n"
+      "const unsigned char* volatile fwai_keep;\n");
   std::string src = Read(project_ + "/src/main.c");
   const std::string open = "int main(void) {\n";
   ASSERT_NE(src.find(open), std::string::npos);
@@ -185,7 +197,8 @@ TEST_F(SkillsTest, FlashRegionOverflowIsNamed) {
   bool overflow = false;
   for (const auto& d : Events(out, "diagnostic")) {
     if (d["data"]["kind"] == "region_overflow" && d["data"].value("region", "") == "FLASH") {
-      overflow = overflow || d["data"].value("bytes", 0) > 100000 || d["data"]["message"].get<std::string>().find("will not fit") != std::string::npos;
+      overflow = overflow || d["data"].value("bytes", 0) > 100000 ||
+                 d["data"]["message"].get<std::string>().find("will not fit") != std::string::npos;
     }
   }
   EXPECT_TRUE(overflow) << out;
@@ -250,7 +263,8 @@ TEST_F(SkillsTest, FailureClassesHaveTheirExitCodes) {
   EXPECT_EQ(Fwai({"run", "no-such-skill", "--ci"}, &out, &err), 11) << err;
   EXPECT_NE(err.find("build-flash-verify"), std::string::npos) << err;  // lists what exists
   // An unknown variable is caught before anything runs, with file:line.
-  WriteFile(".fwai/skills/vars.yaml", "name: vars\nsteps:\n  - name: x\n    tool: shell\n    command: echo ${NOPE}\n");
+  WriteFile(".fwai/skills/vars.yaml",
+            "name: vars\nsteps:\n  - name: x\n    tool: shell\n    command: echo ${NOPE}\n");
   EXPECT_EQ(Fwai({"run", "vars", "--ci"}, &out, &err), 11);
   EXPECT_NE(out.find("vars.yaml:3"), std::string::npos) << out;
   EXPECT_NE(out.find("${NOPE}"), std::string::npos) << out;
@@ -259,18 +273,24 @@ TEST_F(SkillsTest, FailureClassesHaveTheirExitCodes) {
   EXPECT_NE(out.find("flash.require_approval"), std::string::npos) << out;
   // A monitor that never sees its pattern: verify.
   WriteFile(".fwai/skills/wait.yaml",
-            "name: wait\nsteps:\n  - name: boot\n    tool: monitor\n    expect: never-printed-\\d+\n    since: now\n    timeout: 2\n");
+            "name: wait\nsteps:\n  - name: boot\n    tool: monitor\n    expect: "
+            "never-printed-\\d+\n    since: now\n    timeout: 2\n");
   EXPECT_EQ(Fwai({"run", "wait", "--ci"}, &out, &err), 14) << out << err;
   EXPECT_NE(out.find("never-printed"), std::string::npos);
   // A step past its own timeout, and a run past the run's: timeout.
-  WriteFile(".fwai/skills/slow.yaml", "name: slow\nsteps:\n  - name: nap\n    tool: shell\n    command: sleep 30\n    timeout: 1\n");
+  WriteFile(".fwai/skills/slow.yaml",
+            "name: slow\nsteps:\n  - name: nap\n    tool: shell\n    command: sleep 30\n    "
+            "timeout: 1\n");
   auto t0 = std::chrono::steady_clock::now();
   EXPECT_EQ(Fwai({"run", "slow", "--ci"}, &out, &err), 17) << out << err;
-  WriteFile(".fwai/skills/slow2.yaml", "name: slow2\nsteps:\n  - name: nap\n    tool: shell\n    command: sleep 30\n");
+  WriteFile(".fwai/skills/slow2.yaml",
+            "name: slow2\nsteps:\n  - name: nap\n    tool: shell\n    command: sleep 30\n");
   EXPECT_EQ(Fwai({"run", "slow2", "--ci", "--timeout", "2"}, &out, &err), 17) << out << err;
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(15));
   // A broken skill file is named by file:line and field, and nothing runs.
-  WriteFile(".fwai/skills/broken.yaml", "name: broken\nsteps:\n  - name: x\n    tool: shell\n    command: true\n    on_fial: abort\n");
+  WriteFile(".fwai/skills/broken.yaml",
+            "name: broken\nsteps:\n  - name: x\n    tool: shell\n    command: true\n    on_fial: "
+            "abort\n");
   EXPECT_NE(Fwai({"skills", "ls"}, &out, &err), 0);
   EXPECT_NE(err.find("broken.yaml:6: steps[0].on_fial: unknown field"), std::string::npos) << err;
   EXPECT_EQ(Fwai({"run", "build", "--ci"}, &out, &err), 11);
@@ -283,8 +303,8 @@ TEST_F(SkillsTest, ARunCutByACrashIsRecordedAsInterrupted) {
   WriteFile(".fwai/skills/long.yaml",
             "name: long\nsteps:\n  - name: first\n    tool: shell\n    command: echo first done\n"
             "  - name: nap\n    tool: shell\n    command: echo napping; sleep 60\n");
-  BackgroundCommand run({std::string(FWAI_BIN_DIR) + "/fwai", "--daemon", d_->address(), "--project", project_, "run",
-                         "long", "--ci"});
+  BackgroundCommand run({std::string(FWAI_BIN_DIR) + "/fwai", "--daemon", d_->address(),
+                         "--project", project_, "run", "long", "--ci"});
   ASSERT_TRUE(run.WaitForOutput("napping")) << run.err();
   d_->Kill9();
   EXPECT_EQ(run.Wait(), 20) << run.out() << run.err();
@@ -294,7 +314,8 @@ TEST_F(SkillsTest, ARunCutByACrashIsRecordedAsInterrupted) {
   ASSERT_FALSE(run_id.empty());
   ASSERT_TRUE(d_->Start()) << d_->log();
   // summary.json and the evidence record say what happened.
-  auto written = json::parse(Read(project_ + "/.fwai/runs/" + run_id + "/summary.json"), nullptr, false);
+  auto written =
+      json::parse(Read(project_ + "/.fwai/runs/" + run_id + "/summary.json"), nullptr, false);
   ASSERT_TRUE(written.is_object()) << "no summary.json for " << run_id;
   EXPECT_EQ(written["failure_class"], "interrupted");
   EXPECT_EQ(written["exit_code"], 20);
@@ -347,16 +368,19 @@ steps:
   const std::string body = reqs[0].body.dump();
   EXPECT_NE(body.find("Why did the upload of stm32vl-blinky fail?"), std::string::npos);
   EXPECT_NE(body.find("rejected"), std::string::npos);
-  for (const char* secret : {"Sup3rS3cretPw", "AKIAIOSFODNN7EXAMPLE", "sk-ant-api03-abcdefghijklmnopqrstuvwxyz0123456789"}) {
+  for (const char* secret : {"Sup3rS3cretPw", "AKIAIOSFODNN7EXAMPLE",
+                             "sk-ant-api03-abcdefghijklmnopqrstuvwxyz0123456789"}) {
     EXPECT_EQ(body.find(secret), std::string::npos) << secret;
     EXPECT_EQ(out.find(secret), std::string::npos) << secret;
   }
   EXPECT_NE(body.find("[REDACTED:url_password]"), std::string::npos) << body;
   EXPECT_NE(body.find("[REDACTED:aws_access_key]"), std::string::npos) << body;
   bool answered = false;
-  for (const auto& e : Events(out, "output")) answered |= e["step"] == "explain" && e["text"] == "were rejected.";
+  for (const auto& e : Events(out, "output"))
+    answered |= e["step"] == "explain" && e["text"] == "were rejected.";
   // (The first line is "The credentials were rejected.")
-  for (const auto& e : Events(out, "output")) answered |= e["step"] == "explain" && e["text"] == "The credentials were rejected.";
+  for (const auto& e : Events(out, "output"))
+    answered |= e["step"] == "explain" && e["text"] == "The credentials were rejected.";
   EXPECT_TRUE(answered) << out;
   json s = Events(out, "run_finished")[0]["data"];
   ASSERT_EQ(s["llm_calls"].size(), 1u);
@@ -373,7 +397,8 @@ steps:
 TEST_F(SkillsTest, AgenticStepRunsAnAgentTurn) {
   StartDaemon("", /*providers=*/true);
   WriteFile(".fwai/skills/review.yaml",
-            "name: review\nsteps:\n  - name: look\n    agentic:\n      goal: Summarise ${PROJECT_NAME} in one line.\n");
+            "name: review\nsteps:\n  - name: look\n    agentic:\n      goal: Summarise "
+            "${PROJECT_NAME} in one line.\n");
   FakeReply look;
   look.chunks = {"Reading the Makefile.\n"};
   look.tool_calls = {{"c1", "read_file", {{"path", "Makefile"}}}};
@@ -386,33 +411,42 @@ TEST_F(SkillsTest, AgenticStepRunsAnAgentTurn) {
   // The agent's text and tool calls stream as the step's output, in order.
   std::vector<std::string> texts;
   for (const auto& e : Events(out, "output")) texts.push_back(e["text"]);
-  auto at = [&](const std::string& t) { return std::find(texts.begin(), texts.end(), t) - texts.begin(); };
+  auto at = [&](const std::string& t) {
+    return std::find(texts.begin(), texts.end(), t) - texts.begin();
+  };
   ASSERT_LT(at("Reading the Makefile."), static_cast<long>(texts.size())) << out;
   EXPECT_LT(at("Reading the Makefile."), at("→ read_file"));
   EXPECT_LT(at("→ read_file"), at("A blinky for the STM32VLDISCOVERY."));
-  EXPECT_NE(std::find_if(texts.begin(), texts.end(), [](const std::string& t) { return t.rfind("← ok", 0) == 0; }), texts.end());
+  EXPECT_NE(std::find_if(texts.begin(), texts.end(),
+                         [](const std::string& t) { return t.rfind("← ok", 0) == 0; }),
+            texts.end());
   json s = Events(out, "run_finished")[0]["data"];
   ASSERT_EQ(s["llm_calls"].size(), 1u);
   const std::string session = s["llm_calls"][0]["session_id"];
   EXPECT_FALSE(session.empty());
   bool said = false;
-  for (const auto& e : Events(out, "output")) said |= e["text"] == "A blinky for the STM32VLDISCOVERY.";
+  for (const auto& e : Events(out, "output"))
+    said |= e["text"] == "A blinky for the STM32VLDISCOVERY.";
   EXPECT_TRUE(said) << out;
   ASSERT_GE(fake_.requests().size(), 2u);
-  EXPECT_NE(fake_.requests()[0].body.dump().find("Summarise stm32vl-blinky in one line."), std::string::npos);
+  EXPECT_NE(fake_.requests()[0].body.dump().find("Summarise stm32vl-blinky in one line."),
+            std::string::npos);
 }
 
 TEST_F(SkillsTest, ChangeBudgetOfARun) {
   StartDaemon();
   std::string out, err;
-  for (std::vector<std::string> g : {std::vector<std::string>{"init", "-q"}, {"add", "-A"},
-                                     {"-c", "user.email=t@e", "-c", "user.name=t", "commit", "-qm", "base"}}) {
+  for (std::vector<std::string> g :
+       {std::vector<std::string>{"init", "-q"},
+        {"add", "-A"},
+        {"-c", "user.email=t@e", "-c", "user.name=t", "commit", "-qm", "base"}}) {
     std::vector<std::string> argv = {"/usr/bin/git", "-C", project_};
     argv.insert(argv.end(), g.begin(), g.end());
     ASSERT_EQ(RunCommand(argv, &out, &err), 0) << err;
   }
   std::string yaml = Read(project_ + "/.fwai/project.yaml");
-  std::ofstream(project_ + "/.fwai/project.yaml") << yaml << "policy:\n  change_budget:\n    max_files_per_run: 1\n";
+  std::ofstream(project_ + "/.fwai/project.yaml")
+      << yaml << "policy:\n  change_budget:\n    max_files_per_run: 1\n";
   WriteFile(".fwai/skills/churn.yaml", R"(name: churn
 steps:
   - name: edit
@@ -425,8 +459,10 @@ steps:
   int rc = Fwai({"--json", "run", "churn", "--ci"}, &out, &err);
   EXPECT_EQ(rc, 16) << out << err;
   json s = Events(out, "run_finished")[0]["data"];
-  EXPECT_NE(s["error"].get<std::string>().find("max_files_per_run 1"), std::string::npos) << s.dump();
-  EXPECT_EQ(s["files_changed"].size(), 2u) << s.dump();  // main.c, Makefile (not what changed before the run)
+  EXPECT_NE(s["error"].get<std::string>().find("max_files_per_run 1"), std::string::npos)
+      << s.dump();
+  EXPECT_EQ(s["files_changed"].size(), 2u)
+      << s.dump();  // main.c, Makefile (not what changed before the run)
   EXPECT_EQ(Events(out, "step_skipped").size(), 1u);
 }
 
@@ -458,11 +494,19 @@ TEST_F(SkillsTest, ABareMetalTemplateBuildsFlashesAndBoots) {
   ASSERT_EQ(Fwai({"init", "--template", "bare-metal", dir}, &out, &err), 0) << out << err;
   EXPECT_NE(out.find("created src/main.c"), std::string::npos) << out;
   EXPECT_NE(Read(dir + "/.fwai/project.yaml").find("image: build/newfw.elf"), std::string::npos);
-  std::vector<std::string> argv = {std::string(FWAI_BIN_DIR) + "/fwai", "--daemon", d_->address(), "--project", dir,
-                                   "run", "build-flash-verify", "--ci", "--yes"};
+  std::vector<std::string> argv = {std::string(FWAI_BIN_DIR) + "/fwai",
+                                   "--daemon",
+                                   d_->address(),
+                                   "--project",
+                                   dir,
+                                   "run",
+                                   "build-flash-verify",
+                                   "--ci",
+                                   "--yes"};
   ASSERT_EQ(RunCommand(argv, &out, &err, {}, 120), 0) << out << err;
   json s = Summary(out);
-  EXPECT_NE(s["boot"]["line"].get<std::string>().find("newfw 0.1.0 booted"), std::string::npos) << s.dump();
+  EXPECT_NE(s["boot"]["line"].get<std::string>().find("newfw 0.1.0 booted"), std::string::npos)
+      << s.dump();
   // A second init does not overwrite the person's files.
   EXPECT_NE(Fwai({"init", "--template", "bare-metal", dir}, &out, &err), 0);
   EXPECT_NE(err.find("exists"), std::string::npos) << err;
@@ -485,15 +529,18 @@ TEST_F(SkillsTest, FlashPolicyAppliesToFwaiFlashAndRuns) {
   std::string out, err;
   ASSERT_EQ(RunCommand({"/usr/bin/make", "-s", "-C", project_}, &out, &err, {}, 120), 0) << err;
   const std::string yaml = Read(project_ + "/.fwai/project.yaml");
-  std::ofstream(project_ + "/.fwai/project.yaml") << yaml << "policy:\n  flash:\n    allowed_boards: [\"lab-*\"]\n";
+  std::ofstream(project_ + "/.fwai/project.yaml")
+      << yaml << "policy:\n  flash:\n    allowed_boards: [\"lab-*\"]\n";
   ASSERT_EQ(Fwai({"hw", "lease", "sim-stm32vl"}, &out, &err), 0) << err;
   EXPECT_NE(Fwai({"flash", "--yes", "sim-stm32vl", project_ + "/build/blinky.elf"}, &out, &err), 0);
   EXPECT_NE(err.find("refused by policy (flash.allowed_boards: lab-*)"), std::string::npos) << err;
   EXPECT_EQ(Fwai({"run", "flash", "--ci", "--yes"}, &out, &err), 16) << out << err;
   EXPECT_NE(out.find("flash.allowed_boards"), std::string::npos) << out;
   // A project that waives approval flashes without --yes (and without a prompt).
-  std::ofstream(project_ + "/.fwai/project.yaml") << yaml << "policy:\n  flash:\n    require_approval: false\n";
-  EXPECT_EQ(Fwai({"flash", "sim-stm32vl", project_ + "/build/blinky.elf"}, &out, &err), 0) << out << err;
+  std::ofstream(project_ + "/.fwai/project.yaml")
+      << yaml << "policy:\n  flash:\n    require_approval: false\n";
+  EXPECT_EQ(Fwai({"flash", "sim-stm32vl", project_ + "/build/blinky.elf"}, &out, &err), 0)
+      << out << err;
   EXPECT_EQ(Fwai({"run", "flash", "--ci"}, &out, &err), 0) << out << err;
   // The refusal is in the evidence.
   ASSERT_EQ(Fwai({"--json", "evidence", "ls", "-n", "0"}, &out, &err), 0);
@@ -502,12 +549,14 @@ TEST_F(SkillsTest, FlashPolicyAppliesToFwaiFlashAndRuns) {
 
 TEST_F(SkillsTest, OldRunLogsArePruned) {
   StartDaemon();
-  for (int i = 0; i < 205; ++i) fs::create_directories(project_ + "/.fwai/runs/run-old" + std::to_string(i));
+  for (int i = 0; i < 205; ++i)
+    fs::create_directories(project_ + "/.fwai/runs/run-old" + std::to_string(i));
   WriteFile(".fwai/skills/hi.yaml", "name: hi\nsteps:\n  - tool: shell\n    command: echo hi\n");
   std::string out, err;
   ASSERT_EQ(Fwai({"run", "hi", "--ci"}, &out, &err), 0) << err;
   size_t n = 0;
-  for (const auto& e : fs::directory_iterator(project_ + "/.fwai/runs")) n += e.is_directory() ? 1 : 0;
+  for (const auto& e : fs::directory_iterator(project_ + "/.fwai/runs"))
+    n += e.is_directory() ? 1 : 0;
   EXPECT_EQ(n, 200u);
   EXPECT_TRUE(fs::exists(Summary(out)["log_dir"].get<std::string>() + "/shell.log"));
 }

@@ -374,7 +374,8 @@ TEST_F(TelemetryTest, SkillRunWithAnAgentTurnAndAFlashIsOneSpanTree) {
 
 TEST_F(TelemetryTest, ASubAgentsTurnNestsUnderItsParentsToolCall) {
   Collector collector;
-  StartDaemon("telemetry:\n  endpoint: http://127.0.0.1:" + std::to_string(collector.port()) + "\n");
+  StartDaemon("telemetry:\n  endpoint: http://127.0.0.1:" + std::to_string(collector.port()) +
+              "\n");
   std::ofstream(d_->project_dir() + "/main.c") << "int counter = 42;\n";
   grpc::ClientContext ctx;
   fwai::v1::CreateSessionRequest creq;
@@ -383,7 +384,8 @@ TEST_F(TelemetryTest, ASubAgentsTurnNestsUnderItsParentsToolCall) {
   fwai::v1::Session session;
   ASSERT_TRUE(d_->sessions()->Create(&ctx, creq, &session).ok());
   FakeReply m1;  // main delegates
-  m1.tool_calls = {{"d1", "delegateSubagent", {{"agent_type", "codebase-explorer"}, {"task", "find counter"}}}};
+  m1.tool_calls = {
+      {"d1", "delegateSubagent", {{"agent_type", "codebase-explorer"}, {"task", "find counter"}}}};
   fake_.Enqueue(m1);
   FakeReply e1;  // the explorer reads
   e1.tool_calls = {{"r1", "read_file", {{"path", "main.c"}}}};
@@ -405,17 +407,20 @@ TEST_F(TelemetryTest, ASubAgentsTurnNestsUnderItsParentsToolCall) {
   EXPECT_EQ(main_turn->parent_span_id, "") << "a chat turn starts its own trace";
   EXPECT_EQ(main_turn->attrs.at("gen_ai.conversation.id"), session.id());
   auto under_main = ChildrenOf(spans, *main_turn);
-  EXPECT_EQ(Names(under_main), (std::vector<std::string>{"chat claude-sonnet-4-5", "chat claude-sonnet-4-5",
-                                                         "execute_tool delegateSubagent"}))
+  EXPECT_EQ(Names(under_main),
+            (std::vector<std::string>{"chat claude-sonnet-4-5", "chat claude-sonnet-4-5",
+                                      "execute_tool delegateSubagent"}))
       << dump;
   const ReceivedSpan* delegate = Find(spans, "execute_tool delegateSubagent");
   ASSERT_NE(delegate, nullptr);
   EXPECT_EQ(delegate->attrs.at("gen_ai.tool.call.id"), "d1");
   auto under_delegate = ChildrenOf(spans, *delegate);
-  ASSERT_EQ(Names(under_delegate), std::vector<std::string>{"invoke_agent codebase-explorer"}) << dump;
+  ASSERT_EQ(Names(under_delegate), std::vector<std::string>{"invoke_agent codebase-explorer"})
+      << dump;
   EXPECT_EQ(under_delegate[0]->attrs.at("gen_ai.agent.name"), "codebase-explorer");
   EXPECT_EQ(Names(ChildrenOf(spans, *under_delegate[0])),
-            (std::vector<std::string>{"chat claude-sonnet-4-5", "chat claude-sonnet-4-5", "execute_tool read_file"}))
+            (std::vector<std::string>{"chat claude-sonnet-4-5", "chat claude-sonnet-4-5",
+                                      "execute_tool read_file"}))
       << dump;
   EXPECT_EQ(main_turn->attrs.at("fwai.evidence.hash").size(), 64u) << "the turn's run record";
 }

@@ -2,9 +2,8 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
-#include <sstream>
-
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "tests/integration/daemon_fixture.h"
 
@@ -30,22 +29,30 @@ TEST(ToolsCliTest, AddListSearchBatchRemove) {
     {"name":"create_issue","description":"Create a new issue in a GitHub repository","inputSchema":{"type":"object","properties":{"title":{"type":"string"},"body":{"type":"string"}}}}
   ])";
   std::ofstream(d.dir() + "/native.jsonl")
-      << R"({"ToolName":"openocd.flash_erase_sector","ToolDescription":"Erase sectors in bank num, starting at sector first up to and including last.","Args":[{"ArgName":"num","ArgDescription":"bank"}]})" "\n"
-      << R"({"ToolName":"gdb.backtrace","ToolDescription":"Print backtrace of all stack frames.","Args":[]})" "\n";
+      << R"({"ToolName":"openocd.flash_erase_sector","ToolDescription":"Erase sectors in bank num, starting at sector first up to and including last.","Args":[{"ArgName":"num","ArgDescription":"bank"}]})"
+         "\n"
+      << R"({"ToolName":"gdb.backtrace","ToolDescription":"Print backtrace of all stack frames.","Args":[]})"
+         "\n";
   std::string out, err;
-  ASSERT_EQ(fwai({"tools", "add", d.dir() + "/mcp.json", d.dir() + "/native.jsonl"}, &out, &err), 0) << err;
+  ASSERT_EQ(fwai({"tools", "add", d.dir() + "/mcp.json", d.dir() + "/native.jsonl"}, &out, &err), 0)
+      << err;
   EXPECT_NE(out.find("registered 4 tools"), std::string::npos) << out;
   ASSERT_EQ(fwai({"--json", "tools", "ls"}, &out), 0);
   EXPECT_EQ(json::parse(out).size(), 4u);
-  ASSERT_EQ(fwai({"--json", "tools", "search", "-k", "2", "show", "the", "call", "stack", "of", "the", "crash"}, &out), 0);
+  ASSERT_EQ(fwai({"--json", "tools", "search", "-k", "2", "show", "the", "call", "stack", "of",
+                  "the", "crash"},
+                 &out),
+            0);
   auto hits = json::parse(out);
   ASSERT_FALSE(hits.empty());
   EXPECT_EQ(hits[0]["tool"]["ToolName"], "gdb.backtrace");
   EXPECT_EQ(hits[0]["rank"], 1);
   EXPECT_TRUE(hits[0]["score"].is_number());
   EXPECT_EQ(hits[0]["uuid"].get<std::string>().size(), 36u);
-  std::ofstream(d.dir() + "/q.jsonl") << R"({"query":"open an issue about the bug"})" "\n"
-                                      << R"({"query":"wipe sectors 2 to 5 of flash bank 0"})" "\n";
+  std::ofstream(d.dir() + "/q.jsonl") << R"({"query":"open an issue about the bug"})"
+                                         "\n"
+                                      << R"({"query":"wipe sectors 2 to 5 of flash bank 0"})"
+                                         "\n";
   ASSERT_EQ(fwai({"tools", "search", "--batch", d.dir() + "/q.jsonl", "-k", "3"}, &out), 0);
   std::istringstream lines(out);
   std::string l1, l2;
@@ -78,7 +85,8 @@ TEST(ToolsCliTest, ABadToolInALargeFileRegistersNothing) {
   {
     std::ofstream f(d.dir() + "/many.jsonl");
     for (int i = 1; i <= 1200; ++i) {
-      json t = {{"ToolName", "t" + std::to_string(i)}, {"ToolDescription", "tool number " + std::to_string(i)},
+      json t = {{"ToolName", "t" + std::to_string(i)},
+                {"ToolDescription", "tool number " + std::to_string(i)},
                 {"Args", json::array()}};
       if (i == 1100) t["Args"] = "none";
       f << t.dump() << "\n";
@@ -86,7 +94,9 @@ TEST(ToolsCliTest, ABadToolInALargeFileRegistersNothing) {
   }
   std::string out, err;
   ASSERT_EQ(fwai({"tools", "add", d.dir() + "/many.jsonl"}, &out, &err), 1) << out;
-  EXPECT_NE(err.find("many.jsonl:1100 (t1100): Args: expected an array (nothing registered)"), std::string::npos) << err;
+  EXPECT_NE(err.find("many.jsonl:1100 (t1100): Args: expected an array (nothing registered)"),
+            std::string::npos)
+      << err;
   ASSERT_EQ(fwai({"--json", "tools", "ls"}, &out, &err), 0) << err;
   EXPECT_EQ(json::parse(out).size(), 0u);
 }
@@ -96,7 +106,8 @@ TEST(ToolsCliTest, ABadToolInALargeFileRegistersNothing) {
 TEST(ToolsCliTest, ARerankServiceOrdersTheCandidates) {
   FakeLlmServer fake;
   ASSERT_GT(fake.Start(), 0);
-  Daemon d(&fake, "catalog:\n  reranker: {kind: tei, base_url: '" + fake.anthropic_base_url() + "'}\n");
+  Daemon d(&fake,
+           "catalog:\n  reranker: {kind: tei, base_url: '" + fake.anthropic_base_url() + "'}\n");
   ASSERT_TRUE(d.Start()) << d.log();
   auto fwai = [&](std::vector<std::string> args, std::string* out) {
     std::vector<std::string> argv = {std::string(FWAI_BIN_DIR) + "/fwai", "--daemon", d.address()};
@@ -107,13 +118,16 @@ TEST(ToolsCliTest, ARerankServiceOrdersTheCandidates) {
     return rc;
   };
   std::ofstream(d.dir() + "/tools.jsonl")
-      << R"({"ToolName":"gdb.backtrace","ToolDescription":"Print backtrace of all stack frames.","Args":[{"ArgName":"full","ArgDescription":"also print the values of the local variables"}]})" "\n"
-      << R"({"ToolName":"gdb.frame","ToolDescription":"Select and print a stack frame.","Args":[]})" "\n";
+      << R"({"ToolName":"gdb.backtrace","ToolDescription":"Print backtrace of all stack frames.","Args":[{"ArgName":"full","ArgDescription":"also print the values of the local variables"}]})"
+         "\n"
+      << R"({"ToolName":"gdb.frame","ToolDescription":"Select and print a stack frame.","Args":[]})"
+         "\n";
   std::string out;
   ASSERT_EQ(fwai({"tools", "add", d.dir() + "/tools.jsonl"}, &out), 0) << out;
   // Only the argument's description says "local variables": the service sees
   // whole documents, and its scores are the ones returned.
-  ASSERT_EQ(fwai({"--json", "tools", "search", "-k", "2", "stack", "local", "variables"}, &out), 0) << out;
+  ASSERT_EQ(fwai({"--json", "tools", "search", "-k", "2", "stack", "local", "variables"}, &out), 0)
+      << out;
   auto hits = json::parse(out);
   ASSERT_EQ(hits.size(), 2u);
   EXPECT_EQ(hits[0]["tool"]["ToolName"], "gdb.backtrace");
@@ -125,7 +139,9 @@ TEST(ToolsCliTest, ARerankServiceOrdersTheCandidates) {
     asked = true;
     EXPECT_EQ(r.body["query"], "stack local variables");
     ASSERT_EQ(r.body["texts"].size(), 2u);
-    EXPECT_NE(r.body["texts"].dump().find("also print the values of the local variables"), std::string::npos) << r.body;
+    EXPECT_NE(r.body["texts"].dump().find("also print the values of the local variables"),
+              std::string::npos)
+        << r.body;
   }
   EXPECT_TRUE(asked);
 }

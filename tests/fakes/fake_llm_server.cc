@@ -60,8 +60,12 @@ void FakeLlmServer::Stop() {
   for (auto& t : threads) t.join();
 }
 
-std::string FakeLlmServer::anthropic_base_url() const { return absl::StrCat("http://127.0.0.1:", port_); }
-std::string FakeLlmServer::openai_base_url() const { return absl::StrCat("http://127.0.0.1:", port_, "/v1"); }
+std::string FakeLlmServer::anthropic_base_url() const {
+  return absl::StrCat("http://127.0.0.1:", port_);
+}
+std::string FakeLlmServer::openai_base_url() const {
+  return absl::StrCat("http://127.0.0.1:", port_, "/v1");
+}
 
 void FakeLlmServer::Enqueue(FakeReply reply) {
   std::lock_guard<std::mutex> lock(mu_);
@@ -262,8 +266,8 @@ bool WriteAll(int fd, const std::string& s) {
 
 // A complete JSON response, then the connection closes.
 void WriteJson(int fd, const std::string& body) {
-  WriteAll(fd, absl::StrCat("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: ", body.size(),
-                            "\r\nConnection: close\r\n\r\n", body));
+  WriteAll(fd, absl::StrCat("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: ",
+                            body.size(), "\r\nConnection: close\r\n\r\n", body));
   close(fd);
 }
 
@@ -316,7 +320,8 @@ void FakeLlmServer::ServeRerank(int fd, const RecordedRequest& req) {
     int hits = 0;
     for (const auto& w : words) hits += text.find(w) != std::string::npos ? 1 : 0;
     double score = words.empty() ? 0 : static_cast<double>(hits) / words.size();
-    items.push_back(tei ? json{{"index", i}, {"score", score}} : json{{"index", i}, {"relevance_score", score}});
+    items.push_back(tei ? json{{"index", i}, {"score", score}}
+                        : json{{"index", i}, {"relevance_score", score}});
   }
   std::string b = tei ? items.dump() : json{{"results", items}}.dump();
   WriteJson(fd, b);
@@ -385,7 +390,8 @@ void FakeLlmServer::Serve(int fd) {
       for (char c : input[i].get<std::string>()) v[static_cast<unsigned char>(c) % 8] += 1.0;
       data.push_back({{"object", "embedding"}, {"index", i}, {"embedding", v}});
     }
-    std::string b = json{{"object", "list"}, {"data", data}, {"model", req.body.value("model", "")}}.dump();
+    std::string b =
+        json{{"object", "list"}, {"data", data}, {"model", req.body.value("model", "")}}.dump();
     WriteJson(fd, b);
     return;
   }
@@ -394,9 +400,12 @@ void FakeLlmServer::Serve(int fd) {
       std::lock_guard<std::mutex> lock(mu_);
       requests_.push_back(req);
     }
-    std::string b = json{{"results", json::array({{{"title", "HAL docs"}, {"url", "https://example.invalid/hal"},
-                                                   {"text", "HAL_UART_Init() configures the UART from its handle."}}})}}
-                        .dump();
+    std::string b =
+        json{{"results",
+              json::array({{{"title", "HAL docs"},
+                            {"url", "https://example.invalid/hal"},
+                            {"text", "HAL_UART_Init() configures the UART from its handle."}}})}}
+            .dump();
     WriteJson(fd, b);
     return;
   }
@@ -416,11 +425,14 @@ void FakeLlmServer::Serve(int fd) {
     requests_.push_back(req);
     required_key = required_key_;
   }
-  const std::string model = req.body.is_object() ? req.body.value("model", "fake-model") : "fake-model";
+  const std::string model =
+      req.body.is_object() ? req.body.value("model", "fake-model") : "fake-model";
 
   FakeReply r;
   if (!required_key.empty()) {
-    std::string got = anthropic ? req.Header("x-api-key") : gemini ? req.Header("x-goog-api-key") : req.Header("authorization");
+    std::string got = anthropic ? req.Header("x-api-key")
+                      : gemini  ? req.Header("x-goog-api-key")
+                                : req.Header("authorization");
     std::string want = anthropic || gemini ? required_key : "Bearer " + required_key;
     if (got != want) {
       r.status = 401;
@@ -438,16 +450,21 @@ void FakeLlmServer::Serve(int fd) {
     if (anthropic) {
       err = {{"type", "error"}, {"error", {{"type", r.error_type}, {"message", r.error_message}}}};
     } else if (gemini) {
-      err = {{"error", {{"code", r.status}, {"message", r.error_message}, {"status", r.error_type}}}};
+      err = {
+          {"error", {{"code", r.status}, {"message", r.error_message}, {"status", r.error_type}}}};
     } else if (ollama) {
       err = {{"error", r.error_message}};
     } else {
       err = {{"error",
-              {{"message", r.error_message}, {"type", r.error_type}, {"param", nullptr}, {"code", nullptr}}}};
+              {{"message", r.error_message},
+               {"type", r.error_type},
+               {"param", nullptr},
+               {"code", nullptr}}}};
     }
     std::string b = err.dump();
-    std::string resp = absl::StrCat("HTTP/1.1 ", r.status, " Error\r\nContent-Type: application/json\r\n",
-                                    "Content-Length: ", b.size(), "\r\nConnection: close\r\n");
+    std::string resp =
+        absl::StrCat("HTTP/1.1 ", r.status, " Error\r\nContent-Type: application/json\r\n",
+                     "Content-Length: ", b.size(), "\r\nConnection: close\r\n");
     if (r.retry_after_s >= 0) absl::StrAppend(&resp, "retry-after: ", r.retry_after_s, "\r\n");
     absl::StrAppend(&resp, "\r\n", b);
     WriteAll(fd, resp);
@@ -455,9 +472,12 @@ void FakeLlmServer::Serve(int fd) {
     return;
   }
 
-  if (!WriteAll(fd, ollama ? "HTTP/1.1 200 OK\r\nContent-Type: application/x-ndjson\r\nConnection: close\r\n\r\n"
-                           : "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
-                             "Connection: close\r\n\r\n")) {
+  if (!WriteAll(
+          fd,
+          ollama
+              ? "HTTP/1.1 200 OK\r\nContent-Type: application/x-ndjson\r\nConnection: close\r\n\r\n"
+              : "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
+                "Connection: close\r\n\r\n")) {
     close(fd);
     return;
   }
@@ -467,12 +487,16 @@ void FakeLlmServer::Serve(int fd) {
     return;
   }
   const int n_chunks = r.bench_chunks > 0 ? r.bench_chunks : static_cast<int>(r.chunks.size());
-  auto chunk_text = [&](int i) { return r.bench_chunks > 0 ? BenchChunk(r.bench_chunk_bytes) : r.chunks[i]; };
-  const std::string stop = !r.stop_reason.empty() ? r.stop_reason : (r.tool_calls.empty() ? "end_turn" : "tool_use");
+  auto chunk_text = [&](int i) {
+    return r.bench_chunks > 0 ? BenchChunk(r.bench_chunk_bytes) : r.chunks[i];
+  };
+  const std::string stop =
+      !r.stop_reason.empty() ? r.stop_reason : (r.tool_calls.empty() ? "end_turn" : "tool_use");
   bool ok = true;
   // Streams the text chunks, each encoded in the provider's format; false
   // when the script cuts the connection part-way.
-  auto send_chunks = [&](const std::function<std::string(const std::string&)>& encode, const char* malformed) {
+  auto send_chunks = [&](const std::function<std::string(const std::string&)>& encode,
+                         const char* malformed) {
     for (int i = 0; i < n_chunks && ok; ++i) {
       if (i == r.cut_after_chunks) return false;
       Sleep(r.chunk_delay_ms);
@@ -491,10 +515,13 @@ void FakeLlmServer::Serve(int fd) {
     auto line = [&](const json& j) { return gemini ? Sse("", j) : j.dump() + "\n"; };
     auto text_msg = [&](const std::string& t) {
       if (gemini) {
-        return json{{"candidates", json::array({{{"content", {{"role", "model"}, {"parts", json::array({{{"text", t}}})}}},
-                                                 {"index", 0}}})}};
+        return json{{"candidates",
+                     json::array({{{"content",
+                                    {{"role", "model"}, {"parts", json::array({{{"text", t}}})}}},
+                                   {"index", 0}}})}};
       }
-      return json{{"model", model}, {"message", {{"role", "assistant"}, {"content", t}}}, {"done", false}};
+      return json{
+          {"model", model}, {"message", {{"role", "assistant"}, {"content", t}}}, {"done", false}};
     };
     if (!send_chunks([&](const std::string& t) { return line(text_msg(t)); },
                      gemini ? "data: {not json\n\n" : "{not json\n")) {
@@ -511,46 +538,71 @@ void FakeLlmServer::Serve(int fd) {
         parts.push_back({{"functionCall", {{"name", tc.name}, {"args", tc.input}}}});
         calls.push_back({{"function", {{"name", tc.name}, {"arguments", tc.input}}}});
       }
-      ok = WriteAll(fd, line(gemini ? json{{"candidates", json::array({{{"content", {{"role", "model"}, {"parts", parts}}},
-                                                                        {"index", 0}}})}}
-                                    : json{{"model", model},
-                                           {"message", {{"role", "assistant"}, {"content", ""}, {"tool_calls", calls}}},
-                                           {"done", false}}));
+      ok = WriteAll(
+          fd, line(gemini ? json{{"candidates",
+                                  json::array({{{"content", {{"role", "model"}, {"parts", parts}}},
+                                                {"index", 0}}})}}
+                          : json{{"model", model},
+                                 {"message",
+                                  {{"role", "assistant"}, {"content", ""}, {"tool_calls", calls}}},
+                                 {"done", false}}));
     }
-    const std::string finish = stop == "max_tokens" ? (gemini ? "MAX_TOKENS" : "length") : (gemini ? "STOP" : "stop");
+    const std::string finish =
+        stop == "max_tokens" ? (gemini ? "MAX_TOKENS" : "length") : (gemini ? "STOP" : "stop");
     if (gemini) {
-      ok = ok && WriteAll(fd, line({{"candidates", json::array({{{"content", {{"role", "model"}, {"parts", json::array({{{"text", ""}}})}}},
-                                                                 {"finishReason", finish}, {"index", 0}}})},
-                                    {"usageMetadata", {{"promptTokenCount", r.input_tokens},
-                                                       {"candidatesTokenCount", r.output_tokens},
-                                                       {"totalTokenCount", r.input_tokens + r.output_tokens}}}}));
+      ok = ok &&
+           WriteAll(
+               fd,
+               line({{"candidates",
+                      json::array({{{"content",
+                                     {{"role", "model"}, {"parts", json::array({{{"text", ""}}})}}},
+                                    {"finishReason", finish},
+                                    {"index", 0}}})},
+                     {"usageMetadata",
+                      {{"promptTokenCount", r.input_tokens},
+                       {"candidatesTokenCount", r.output_tokens},
+                       {"totalTokenCount", r.input_tokens + r.output_tokens}}}}));
     } else {
-      ok = ok && WriteAll(fd, line({{"model", model}, {"message", {{"role", "assistant"}, {"content", ""}}},
-                                    {"done", true}, {"done_reason", finish},
-                                    {"prompt_eval_count", r.input_tokens}, {"eval_count", r.output_tokens}}));
+      ok = ok && WriteAll(fd, line({{"model", model},
+                                    {"message", {{"role", "assistant"}, {"content", ""}}},
+                                    {"done", true},
+                                    {"done_reason", finish},
+                                    {"prompt_eval_count", r.input_tokens},
+                                    {"eval_count", r.output_tokens}}));
     }
   } else if (anthropic) {
-    ok = WriteAll(fd, Sse("message_start",
-                          {{"type", "message_start"},
-                           {"message", {{"id", "msg_fake"}, {"type", "message"}, {"role", "assistant"},
-                                        {"content", json::array()}, {"model", model},
-                                        {"stop_reason", nullptr}, {"stop_sequence", nullptr},
-                                        {"usage", {{"input_tokens", r.input_tokens}, {"output_tokens", 1}}}}}}));
+    ok = WriteAll(fd,
+                  Sse("message_start",
+                      {{"type", "message_start"},
+                       {"message",
+                        {{"id", "msg_fake"},
+                         {"type", "message"},
+                         {"role", "assistant"},
+                         {"content", json::array()},
+                         {"model", model},
+                         {"stop_reason", nullptr},
+                         {"stop_sequence", nullptr},
+                         {"usage", {{"input_tokens", r.input_tokens}, {"output_tokens", 1}}}}}}));
     int index = 0;
     if (n_chunks > 0 && ok) {
-      ok = WriteAll(fd, Sse("content_block_start", {{"type", "content_block_start"}, {"index", 0},
-                                                    {"content_block", {{"type", "text"}, {"text", ""}}}}));
+      ok = WriteAll(
+          fd, Sse("content_block_start", {{"type", "content_block_start"},
+                                          {"index", 0},
+                                          {"content_block", {{"type", "text"}, {"text", ""}}}}));
       ok = ok && WriteAll(fd, Sse("ping", {{"type", "ping"}}));
       if (!send_chunks(
               [&](const std::string& t) {
-                return Sse("content_block_delta", {{"type", "content_block_delta"}, {"index", 0},
-                                                   {"delta", {{"type", "text_delta"}, {"text", t}}}});
+                return Sse("content_block_delta",
+                           {{"type", "content_block_delta"},
+                            {"index", 0},
+                            {"delta", {{"type", "text_delta"}, {"text", t}}}});
               },
               "event: content_block_delta\ndata: {not json\n\n")) {
         close(fd);
         return;
       }
-      ok = ok && WriteAll(fd, Sse("content_block_stop", {{"type", "content_block_stop"}, {"index", 0}}));
+      ok = ok &&
+           WriteAll(fd, Sse("content_block_stop", {{"type", "content_block_stop"}, {"index", 0}}));
       index = 1;
     }
     if (r.cut_after_chunks >= n_chunks) {
@@ -559,31 +611,46 @@ void FakeLlmServer::Serve(int fd) {
     }
     for (const auto& tc : r.tool_calls) {
       if (!ok) break;
-      ok = WriteAll(fd, Sse("content_block_start",
-                            {{"type", "content_block_start"}, {"index", index},
-                             {"content_block", {{"type", "tool_use"}, {"id", tc.id}, {"name", tc.name},
-                                                {"input", json::object()}}}}));
+      ok = WriteAll(fd, Sse("content_block_start", {{"type", "content_block_start"},
+                                                    {"index", index},
+                                                    {"content_block",
+                                                     {{"type", "tool_use"},
+                                                      {"id", tc.id},
+                                                      {"name", tc.name},
+                                                      {"input", json::object()}}}}));
       for (const auto& part : SplitInTwo(tc.input.dump())) {
-        ok = ok && WriteAll(fd, Sse("content_block_delta",
-                                    {{"type", "content_block_delta"}, {"index", index},
-                                     {"delta", {{"type", "input_json_delta"}, {"partial_json", part}}}}));
+        ok = ok &&
+             WriteAll(fd, Sse("content_block_delta",
+                              {{"type", "content_block_delta"},
+                               {"index", index},
+                               {"delta", {{"type", "input_json_delta"}, {"partial_json", part}}}}));
       }
-      ok = ok && WriteAll(fd, Sse("content_block_stop", {{"type", "content_block_stop"}, {"index", index}}));
+      ok = ok && WriteAll(fd, Sse("content_block_stop",
+                                  {{"type", "content_block_stop"}, {"index", index}}));
       ++index;
     }
-    ok = ok && WriteAll(fd, Sse("message_delta", {{"type", "message_delta"},
-                                                  {"delta", {{"stop_reason", stop}, {"stop_sequence", nullptr}}},
-                                                  {"usage", {{"output_tokens", r.output_tokens}}}}));
+    ok = ok && WriteAll(fd, Sse("message_delta",
+                                {{"type", "message_delta"},
+                                 {"delta", {{"stop_reason", stop}, {"stop_sequence", nullptr}}},
+                                 {"usage", {{"output_tokens", r.output_tokens}}}}));
     ok = ok && WriteAll(fd, Sse("message_stop", {{"type", "message_stop"}}));
   } else {
     auto chunk = [&](const json& delta, const json& finish) {
-      return Sse("", {{"id", "chatcmpl-fake"}, {"object", "chat.completion.chunk"}, {"created", 1700000000},
+      return Sse("", {{"id", "chatcmpl-fake"},
+                      {"object", "chat.completion.chunk"},
+                      {"created", 1700000000},
                       {"model", model},
-                      {"choices", json::array({{{"index", 0}, {"delta", delta}, {"logprobs", nullptr},
+                      {"choices", json::array({{{"index", 0},
+                                                {"delta", delta},
+                                                {"logprobs", nullptr},
                                                 {"finish_reason", finish}}})}});
     };
     ok = WriteAll(fd, chunk({{"role", "assistant"}, {"content", ""}}, nullptr));
-    if (!send_chunks([&](const std::string& t) { return chunk({{"content", t}}, nullptr); }, "data: {not json\n\n")) {
+    if (!send_chunks(
+            [&](const std::string& t) {
+              return chunk({{"content", t}}, nullptr);
+            },
+            "data: {not json\n\n")) {
       close(fd);
       return;
     }
@@ -594,23 +661,35 @@ void FakeLlmServer::Serve(int fd) {
     int idx = 0;
     for (const auto& tc : r.tool_calls) {
       if (!ok) break;
-      ok = WriteAll(fd, chunk({{"tool_calls", json::array({{{"index", idx}, {"id", tc.id}, {"type", "function"},
-                                                            {"function", {{"name", tc.name}, {"arguments", ""}}}}})}},
-                              nullptr));
+      ok = WriteAll(fd,
+                    chunk({{"tool_calls",
+                            json::array({{{"index", idx},
+                                          {"id", tc.id},
+                                          {"type", "function"},
+                                          {"function", {{"name", tc.name}, {"arguments", ""}}}}})}},
+                          nullptr));
       for (const auto& part : SplitInTwo(tc.input.dump())) {
-        ok = ok && WriteAll(fd, chunk({{"tool_calls", json::array({{{"index", idx},
-                                                                    {"function", {{"arguments", part}}}}})}},
-                                      nullptr));
+        ok = ok &&
+             WriteAll(
+                 fd, chunk({{"tool_calls",
+                             json::array({{{"index", idx}, {"function", {{"arguments", part}}}}})}},
+                           nullptr));
       }
       ++idx;
     }
-    const std::string finish = stop == "tool_use" ? "tool_calls" : stop == "max_tokens" ? "length" : "stop";
+    const std::string finish = stop == "tool_use"     ? "tool_calls"
+                               : stop == "max_tokens" ? "length"
+                                                      : "stop";
     ok = ok && WriteAll(fd, chunk(json::object(), finish));
-    ok = ok && WriteAll(fd, Sse("", {{"id", "chatcmpl-fake"}, {"object", "chat.completion.chunk"},
-                                     {"created", 1700000000}, {"model", model}, {"choices", json::array()},
-                                     {"usage", {{"prompt_tokens", r.input_tokens},
-                                                {"completion_tokens", r.output_tokens},
-                                                {"total_tokens", r.input_tokens + r.output_tokens}}}}));
+    ok = ok && WriteAll(fd, Sse("", {{"id", "chatcmpl-fake"},
+                                     {"object", "chat.completion.chunk"},
+                                     {"created", 1700000000},
+                                     {"model", model},
+                                     {"choices", json::array()},
+                                     {"usage",
+                                      {{"prompt_tokens", r.input_tokens},
+                                       {"completion_tokens", r.output_tokens},
+                                       {"total_tokens", r.input_tokens + r.output_tokens}}}}));
     ok = ok && WriteAll(fd, "data: [DONE]\n\n");
   }
   {

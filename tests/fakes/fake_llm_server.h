@@ -11,11 +11,10 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 namespace fwai::testing {
 
@@ -26,17 +25,17 @@ struct FakeToolCall {
 };
 
 struct FakeReply {
-  int status = 200;             // non-2xx: an error body in the provider's format
-  std::string error_type;       // e.g. "rate_limit_error"
+  int status = 200;        // non-2xx: an error body in the provider's format
+  std::string error_type;  // e.g. "rate_limit_error"
   std::string error_message;
-  int retry_after_s = -1;       // sets the retry-after header when >= 0
+  int retry_after_s = -1;           // sets the retry-after header when >= 0
   std::vector<std::string> chunks;  // text deltas, in order
   std::vector<FakeToolCall> tool_calls;
-  int chunk_delay_ms = 0;       // pause before each chunk
-  int cut_after_chunks = -1;    // close the connection after N text chunks
-  bool malformed = false;       // send one event whose data is not JSON
-  std::string raw_body;         // when set: the whole 200 body, exactly these bytes
-  std::string stop_reason;      // default: end_turn / tool_use
+  int chunk_delay_ms = 0;     // pause before each chunk
+  int cut_after_chunks = -1;  // close the connection after N text chunks
+  bool malformed = false;     // send one event whose data is not JSON
+  std::string raw_body;       // when set: the whole 200 body, exactly these bytes
+  std::string stop_reason;    // default: end_turn / tool_use
   int64_t input_tokens = 12;
   int64_t output_tokens = 7;
   // Benchmark mode: `bench_chunks` deltas, each "<monotonic ns>;" padded to

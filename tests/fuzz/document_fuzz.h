@@ -18,8 +18,8 @@ inline void CheckExtracted(const ExtractedDoc& doc) {
 
 inline void CheckChunks(const std::vector<ChunkDraft>& chunks) {
   for (const auto& c : chunks) {
-    const nlohmann::json meta = {{"title_path", c.title_path}, {"text", c.text},
-                                 {"content_type", c.content_type}};
+    const nlohmann::json meta = {
+        {"title_path", c.title_path}, {"text", c.text}, {"content_type", c.content_type}};
     (void)meta.dump();
     FUZZ_CHECK(!c.content_type.empty());
     FUZZ_CHECK(c.start_line <= c.end_line);

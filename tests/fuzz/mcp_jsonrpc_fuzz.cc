@@ -44,7 +44,10 @@ class ScriptedMcpServer final : public HttpClient {
     }
     const json msg = json::parse(request.body, nullptr, false);
     const std::string method = msg.is_object() ? msg.value("method", "") : "";
-    int which = method == "initialize" ? 0 : method == "tools/list" ? 1 : method == "tools/call" ? 2 : -1;
+    int which = method == "initialize"   ? 0
+                : method == "tools/list" ? 1
+                : method == "tools/call" ? 2
+                                         : -1;
     if (which < 0) {
       resp.status = 202;
       return resp;

@@ -19,7 +19,8 @@ bool Has(const json& j, const char* key, json::value_t type) {
 void CheckNormalForm(const std::string& text) {
   const json d = json::parse(text, nullptr, false);
   FUZZ_CHECK(d.is_object());
-  FUZZ_CHECK(Has(d, "ToolName", json::value_t::string) && !d["ToolName"].get<std::string>().empty());
+  FUZZ_CHECK(Has(d, "ToolName", json::value_t::string) &&
+             !d["ToolName"].get<std::string>().empty());
   FUZZ_CHECK(Has(d, "ToolDescription", json::value_t::string));
   FUZZ_CHECK(Has(d, "Args", json::value_t::array));
   for (const auto& a : d["Args"]) {

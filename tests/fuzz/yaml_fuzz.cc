@@ -62,7 +62,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (skill.ok()) {
       std::map<std::string, std::string> vars = skill->vars;
       for (const auto& step : skill->steps) {
-        for (const std::string* field : {&step.command, &step.expect, &step.send, &step.prompt, &step.goal}) {
+        for (const std::string* field :
+             {&step.command, &step.expect, &step.send, &step.prompt, &step.goal}) {
           (void)Interpolate(*field, vars);
           (void)ReferencedVars(*field);
         }

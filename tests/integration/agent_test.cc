@@ -37,7 +37,8 @@ class AgentTest : public ::testing::Test {
 
   // Reads events until `pred` holds or the turn finishes.
   static bool ReadUntil(grpc::ClientReaderWriter<pb::ClientEvent, pb::ServerEvent>& stream,
-                        std::vector<pb::ServerEvent>& seen, const std::function<bool(const pb::ServerEvent&)>& pred) {
+                        std::vector<pb::ServerEvent>& seen,
+                        const std::function<bool(const pb::ServerEvent&)>& pred) {
     pb::ServerEvent ev;
     while (stream.Read(&ev)) {
       seen.push_back(ev);
@@ -47,10 +48,12 @@ class AgentTest : public ::testing::Test {
     return false;
   }
 
-  static std::map<std::string, pb::ToolCallFinished> Finished(const std::vector<pb::ServerEvent>& evs) {
+  static std::map<std::string, pb::ToolCallFinished> Finished(
+      const std::vector<pb::ServerEvent>& evs) {
     std::map<std::string, pb::ToolCallFinished> out;
     for (const auto& e : evs) {
-      if (e.has_tool_call_finished()) out[e.tool_call_finished().call_id()] = e.tool_call_finished();
+      if (e.has_tool_call_finished())
+        out[e.tool_call_finished().call_id()] = e.tool_call_finished();
     }
     return out;
   }
@@ -62,8 +65,8 @@ class AgentTest : public ::testing::Test {
   }
 
   // One turn: the model makes the calls in `calls`, then answers `answer`.
-  TurnOutcome ToolTurn(Daemon& d, const std::string& session_id, const std::string& text, FakeReply calls,
-                       const std::string& answer) {
+  TurnOutcome ToolTurn(Daemon& d, const std::string& session_id, const std::string& text,
+                       FakeReply calls, const std::string& answer) {
     fake_.Enqueue(std::move(calls));
     FakeReply done;
     done.chunks = {answer};
@@ -79,7 +82,9 @@ TEST_F(AgentTest, PlanModeRefusesChangesInCodeUntilThePlanIsApproved) {
   ASSERT_TRUE(d.Start()) << d.log();
   auto s = Create(d, "plan");
   const std::string plan_path = ".fwai/plans/" + s.id() + ".md";
-  const std::string plan_text = "1. Add uart_init() to src/uart.c\n2. Call it from main()\n3. Verify with ping on the board\n";
+  const std::string plan_text =
+      "1. Add uart_init() to src/uart.c\n2. Call it from main()\n3. Verify with ping on the "
+      "board\n";
   FakeReply r1;
   r1.tool_calls = {{"w1", "write_file", {{"path", "src/uart.c"}, {"content", "int x;\n"}}},
                    {"b1", "bash", {{"command", "touch made_by_bash"}}},
@@ -89,7 +94,8 @@ TEST_F(AgentTest, PlanModeRefusesChangesInCodeUntilThePlanIsApproved) {
   r2.tool_calls = {{"s1", "submitPlan", json::object()}};
   fake_.Enqueue(r2);
   FakeReply r3;  // after approval: act mode
-  r3.tool_calls = {{"w2", "write_file", {{"path", "src/uart.c"}, {"content", "void uart_init(void) {}\n"}}}};
+  r3.tool_calls = {
+      {"w2", "write_file", {{"path", "src/uart.c"}, {"content", "void uart_init(void) {}\n"}}}};
   fake_.Enqueue(r3);
   FakeReply r4;
   r4.chunks = {"done"};
@@ -98,7 +104,9 @@ TEST_F(AgentTest, PlanModeRefusesChangesInCodeUntilThePlanIsApproved) {
   grpc::ClientContext ctx;
   auto stream = OpenChat(*d.sessions(), &ctx, s.id(), "add a UART init");
   std::vector<pb::ServerEvent> seen;
-  ASSERT_TRUE(ReadUntil(*stream, seen, [](const pb::ServerEvent& e) { return e.has_plan_submitted(); })) << d.log();
+  ASSERT_TRUE(ReadUntil(*stream, seen, [](const pb::ServerEvent& e) {
+    return e.has_plan_submitted();
+  })) << d.log();
   const auto& plan = seen.back().plan_submitted();
   EXPECT_EQ(plan.text(), plan_text);
   EXPECT_EQ(plan.path(), plan_path);
@@ -123,15 +131,18 @@ TEST_F(AgentTest, PlanModeRefusesChangesInCodeUntilThePlanIsApproved) {
   decision.mutable_plan_decision()->set_approve(true);
   ASSERT_TRUE(stream->Write(decision));
   ASSERT_FALSE(ReadUntil(*stream, seen, [](const pb::ServerEvent&) { return false; }));
-  ASSERT_TRUE(seen.back().has_turn_finished()) << d.log() << seen.back().DebugString() << stream->Finish().error_message();
+  ASSERT_TRUE(seen.back().has_turn_finished())
+      << d.log() << seen.back().DebugString() << stream->Finish().error_message();
   bool mode_changed = false;
-  for (const auto& e : seen) mode_changed |= e.has_mode_changed() && e.mode_changed().mode() == "act";
+  for (const auto& e : seen)
+    mode_changed |= e.has_mode_changed() && e.mode_changed().mode() == "act";
   EXPECT_TRUE(mode_changed);
   fin = Finished(seen);
   EXPECT_FALSE(fin["w2"].is_error()) << fin["w2"].output();
   EXPECT_TRUE(fs::exists(d.project_dir() + "/src/uart.c"));
   EXPECT_NE(fin["s1"].output().find("approved"), std::string::npos);
-  EXPECT_NE(fin["s1"].output().find("uart_init"), std::string::npos);  // the plan becomes the instruction
+  EXPECT_NE(fin["s1"].output().find("uart_init"),
+            std::string::npos);  // the plan becomes the instruction
   grpc::ClientContext gctx;
   pb::GetSessionRequest g;
   g.set_session_id(s.id());
@@ -175,20 +186,33 @@ TEST_F(AgentTest, TodoRulesAreEnforcedAndChangesAreEvents) {
   auto s = Create(d, "act");
   FakeReply r1;
   r1.tool_calls = {
-      {"t1", "todoWrite", {{"todos", {{{"id", "a"}, {"content", "x"}, {"status", "in_progress"}},
-                                      {{"id", "b"}, {"content", "y"}, {"status", "in_progress"}}}}}},
-      {"t2", "todoWrite", {{"todos", {{{"id", "a"}, {"content", "x"}, {"status", "pending"}},
-                                      {{"id", "a"}, {"content", "y"}, {"status", "pending"}}}}}},
+      {"t1",
+       "todoWrite",
+       {{"todos",
+         {{{"id", "a"}, {"content", "x"}, {"status", "in_progress"}},
+          {{"id", "b"}, {"content", "y"}, {"status", "in_progress"}}}}}},
+      {"t2",
+       "todoWrite",
+       {{"todos",
+         {{{"id", "a"}, {"content", "x"}, {"status", "pending"}},
+          {{"id", "a"}, {"content", "y"}, {"status", "pending"}}}}}},
       {"t3", "todoWrite", {{"todos", {{{"id", "a"}, {"content", " "}, {"status", "pending"}}}}}},
       {"t4", "todoWrite", {{"todos", {{{"id", "a"}, {"content", "x"}, {"status", "someday"}}}}}},
-      {"t5", "todoWrite", {{"todos", {{{"id", "a"}, {"content", "read the RM"}, {"status", "completed"}},
-                                      {{"id", "b"}, {"content", "write the driver"}, {"status", "in_progress"}},
-                                      {{"id", "c"}, {"content", "test on board"}, {"status", "pending"}, {"parent_id", "b"}}}}}},
+      {"t5",
+       "todoWrite",
+       {{"todos",
+         {{{"id", "a"}, {"content", "read the RM"}, {"status", "completed"}},
+          {{"id", "b"}, {"content", "write the driver"}, {"status", "in_progress"}},
+          {{"id", "c"},
+           {"content", "test on board"},
+           {"status", "pending"},
+           {"parent_id", "b"}}}}}},
       {"t6", "todoRead", json::object()}};
   auto out = ToolTurn(d, s.id(), "track it", r1, "ok");
   ASSERT_TRUE(out.finished);
   auto fin = Finished(out.events);
-  EXPECT_NE(fin["t1"].output().find("at most one item may be in_progress"), std::string::npos) << fin["t1"].output();
+  EXPECT_NE(fin["t1"].output().find("at most one item may be in_progress"), std::string::npos)
+      << fin["t1"].output();
   EXPECT_NE(fin["t2"].output().find("unique"), std::string::npos) << fin["t2"].output();
   EXPECT_NE(fin["t3"].output().find("empty content"), std::string::npos) << fin["t3"].output();
   EXPECT_NE(fin["t4"].output().find("someday"), std::string::npos) << fin["t4"].output();
@@ -220,8 +244,10 @@ TEST_F(AgentTest, AQuestionIsAnsweredAfterTheClientReconnects) {
   ASSERT_TRUE(d.Start()) << d.log();
   auto s = Create(d, "act");
   FakeReply r1;
-  r1.tool_calls = {{"q1", "askQuestion",
-                    {{"questions", {{{"text", "Which UART?"}, {"options", {"USART1", "USART2"}}}}}}}};
+  r1.tool_calls = {
+      {"q1",
+       "askQuestion",
+       {{"questions", {{{"text", "Which UART?"}, {"options", {"USART1", "USART2"}}}}}}}};
   fake_.Enqueue(r1);
   FakeReply r2;
   r2.chunks = {"using USART2"};
@@ -231,7 +257,8 @@ TEST_F(AgentTest, AQuestionIsAnsweredAfterTheClientReconnects) {
     grpc::ClientContext ctx;
     auto stream = OpenChat(*d.sessions(), &ctx, s.id(), "set up the console");
     std::vector<pb::ServerEvent> seen;
-    ASSERT_TRUE(ReadUntil(*stream, seen, [](const pb::ServerEvent& e) { return e.has_question_asked(); }));
+    ASSERT_TRUE(
+        ReadUntil(*stream, seen, [](const pb::ServerEvent& e) { return e.has_question_asked(); }));
     ASSERT_EQ(seen.back().question_asked().questions(0).options_size(), 2);
     ctx.TryCancel();  // the client goes away while the question waits
     stream->Finish();
@@ -245,7 +272,8 @@ TEST_F(AgentTest, AQuestionIsAnsweredAfterTheClientReconnects) {
   open.mutable_open()->set_replay(true);
   ASSERT_TRUE(stream->Write(open));
   std::vector<pb::ServerEvent> seen;
-  ASSERT_TRUE(ReadUntil(*stream, seen, [](const pb::ServerEvent& e) { return e.has_question_asked(); }));
+  ASSERT_TRUE(
+      ReadUntil(*stream, seen, [](const pb::ServerEvent& e) { return e.has_question_asked(); }));
   qid = seen.back().question_asked().question_id();
   pb::ClientEvent answer;
   answer.mutable_answer()->set_question_id(qid);
@@ -381,16 +409,19 @@ TEST_F(AgentTest, PlanDecidedEventSaysWhoApprovedAndWhetherTheTextWasEdited) {
 }
 
 TEST_F(AgentTest, SubAgentEventsNestAtDepthTwoAndDelegationsRunInParallel) {
-  Daemon d(&fake_, "agent:\n  subagents:\n    explorer-lead:\n      description: leads exploration\n"
-                   "      tools: [delegateSubagent, read_file]\n");
+  Daemon d(&fake_,
+           "agent:\n  subagents:\n    explorer-lead:\n      description: leads exploration\n"
+           "      tools: [delegateSubagent, read_file]\n");
   ASSERT_TRUE(d.Start()) << d.log();
   std::ofstream(d.project_dir() + "/main.c") << "int counter = 42;\n";
   auto s = Create(d, "act");
   FakeReply m1;  // main delegates to the lead
-  m1.tool_calls = {{"d1", "delegateSubagent", {{"agent_type", "explorer-lead"}, {"task", "find counter"}}}};
+  m1.tool_calls = {
+      {"d1", "delegateSubagent", {{"agent_type", "explorer-lead"}, {"task", "find counter"}}}};
   fake_.Enqueue(m1);
   FakeReply l1;  // the lead delegates further
-  l1.tool_calls = {{"d2", "delegateSubagent", {{"agent_type", "codebase-explorer"}, {"task", "grep counter"}}}};
+  l1.tool_calls = {
+      {"d2", "delegateSubagent", {{"agent_type", "codebase-explorer"}, {"task", "grep counter"}}}};
   fake_.Enqueue(l1);
   FakeReply e1;  // the explorer reads
   e1.tool_calls = {{"r1", "read_file", {{"path", "main.c"}}}};
@@ -432,8 +463,9 @@ TEST_F(AgentTest, SubAgentEventsNestAtDepthTwoAndDelegationsRunInParallel) {
 
   // Two delegations in one message overlap in time.
   FakeReply p1;
-  p1.tool_calls = {{"pa", "delegateSubagent", {{"agent_type", "codebase-explorer"}, {"task", "a"}}},
-                   {"pb", "delegateSubagent", {{"agent_type", "codebase-explorer"}, {"task", "b"}}}};
+  p1.tool_calls = {
+      {"pa", "delegateSubagent", {{"agent_type", "codebase-explorer"}, {"task", "a"}}},
+      {"pb", "delegateSubagent", {{"agent_type", "codebase-explorer"}, {"task", "b"}}}};
   fake_.Enqueue(p1);
   for (int i = 0; i < 2; ++i) {
     FakeReply sub;
@@ -448,7 +480,9 @@ TEST_F(AgentTest, SubAgentEventsNestAtDepthTwoAndDelegationsRunInParallel) {
   ASSERT_TRUE(out.finished) << d.log();
   int started_before_first_finish = 0;
   for (const auto& e : out.events) {
-    if (e.has_tool_call_finished() && (e.tool_call_finished().call_id() == "pa" || e.tool_call_finished().call_id() == "pb")) break;
+    if (e.has_tool_call_finished() &&
+        (e.tool_call_finished().call_id() == "pa" || e.tool_call_finished().call_id() == "pb"))
+      break;
     if (e.has_text_delta() && e.text_delta().origin().agent() == "codebase-explorer") {
       static std::set<std::string> parents;
       parents.insert(e.text_delta().origin().parent_call_id());
@@ -479,7 +513,8 @@ TEST_F(AgentTest, GeminiAndOllamaDriveTheToolLoopThroughTheDaemon) {
     auto fin = Finished(out.events);
     ASSERT_EQ(fin.size(), 2u) << provider;
     bool read = false;
-    for (const auto& [id, f] : fin) read |= f.output().find("int counter = 42;") != std::string::npos;
+    for (const auto& [id, f] : fin)
+      read |= f.output().find("int counter = 42;") != std::string::npos;
     EXPECT_TRUE(read) << provider;
     EXPECT_EQ(out.events.back().turn_finished().usage().input_tokens(), 50 + 12) << provider;
   }
@@ -502,8 +537,12 @@ TEST_F(AgentTest, CompactionSummarisesOlderTurnsAndKeepsOpenTodos) {
   reply("A1");
   ASSERT_TRUE(RunChat(*d.sessions(), s.id(), "first question about RCC").finished);
   FakeReply todo;
-  todo.tool_calls = {{"t1", "todoWrite", {{"todos", {{{"id", "1"}, {"content", "check the PLL lock bit"}, {"status", "in_progress"}},
-                                                     {{"id", "2"}, {"content", "old done item"}, {"status", "completed"}}}}}}};
+  todo.tool_calls = {
+      {"t1",
+       "todoWrite",
+       {{"todos",
+         {{{"id", "1"}, {"content", "check the PLL lock bit"}, {"status", "in_progress"}},
+          {{"id", "2"}, {"content", "old done item"}, {"status", "completed"}}}}}}};
   fake_.Enqueue(todo);
   reply("A2");
   ASSERT_TRUE(RunChat(*d.sessions(), s.id(), "second").finished);
@@ -560,7 +599,8 @@ TEST_F(AgentTest, CompactionSummarisesOlderTurnsAndKeepsOpenTodos) {
   auto out = RunChat(*d.sessions(), s.id(), "sixth");
   ASSERT_TRUE(out.finished);
   bool auto_compacted = false;
-  for (const auto& e : out.events) auto_compacted |= e.has_compacted() && e.compacted().summary() == "SUMMARY-AUTO";
+  for (const auto& e : out.events)
+    auto_compacted |= e.has_compacted() && e.compacted().summary() == "SUMMARY-AUTO";
   EXPECT_TRUE(auto_compacted);
   EXPECT_EQ(out.text, "A6");
 }
@@ -609,7 +649,11 @@ TEST_F(AgentTest, UsagePerCallPerTurnAndPerSessionWithSessionSampling) {
   ASSERT_TRUE(d.sessions()->Get(&gctx, g, &after).ok());
   EXPECT_EQ(after.usage().input_tokens(), 300 + 12);
   std::string text, err;
-  ASSERT_EQ(RunCommand({std::string(FWAI_BIN_DIR) + "/fwai", "--daemon", d.address(), "sessions", "show", s.id()}, &text, &err), 0) << err;
+  ASSERT_EQ(RunCommand({std::string(FWAI_BIN_DIR) + "/fwai", "--daemon", d.address(), "sessions",
+                        "show", s.id()},
+                       &text, &err),
+            0)
+      << err;
   EXPECT_NE(text.find("usage    312 in"), std::string::npos) << text;
   EXPECT_NE(text.find("turns:"), std::string::npos) << text;
   EXPECT_NE(text.find("2 calls"), std::string::npos) << text;
@@ -624,12 +668,13 @@ TEST_F(AgentTest, ThePolicyRefusesInCodeNamesTheRuleAndIsRecorded) {
          "  blocked_commands: [rm]\n  change_budget: {max_files: 1}\n";
   auto s = Create(d, "act");
   FakeReply r1;
-  r1.tool_calls = {{"w1", "write_file", {{"path", "src/boot/startup.c"}, {"content", "x"}}},
-                   {"g1", "grep", {{"pattern", "x"}}},
-                   {"b1", "bash", {{"command", "rm -f notes.txt"}}},
-                   {"w2", "write_file", {{"path", "a.c"}, {"content", "a"}}},
-                   {"w3", "write_file", {{"path", "b.c"}, {"content", "b"}}},
-                   {"w4", "edit_file", {{"path", "a.c"}, {"old_string", "a"}, {"new_string", "aa"}}}};
+  r1.tool_calls = {
+      {"w1", "write_file", {{"path", "src/boot/startup.c"}, {"content", "x"}}},
+      {"g1", "grep", {{"pattern", "x"}}},
+      {"b1", "bash", {{"command", "rm -f notes.txt"}}},
+      {"w2", "write_file", {{"path", "a.c"}, {"content", "a"}}},
+      {"w3", "write_file", {{"path", "b.c"}, {"content", "b"}}},
+      {"w4", "edit_file", {{"path", "a.c"}, {"old_string", "a"}, {"new_string", "aa"}}}};
   fake_.Enqueue(r1);
   FakeReply r2;
   r2.chunks = {"ok"};
@@ -637,24 +682,41 @@ TEST_F(AgentTest, ThePolicyRefusesInCodeNamesTheRuleAndIsRecorded) {
   auto out = RunChat(*d.sessions(), s.id(), "change things");
   ASSERT_TRUE(out.finished) << d.log();
   auto fin = Finished(out.events);
-  EXPECT_NE(fin["w1"].output().find("refused by policy (protected_paths: src/boot/**)"), std::string::npos) << fin["w1"].output();
-  EXPECT_NE(fin["g1"].output().find("blocked_tools: grep"), std::string::npos) << fin["g1"].output();
-  EXPECT_NE(fin["b1"].output().find("blocked_commands: rm"), std::string::npos) << fin["b1"].output();
+  EXPECT_NE(fin["w1"].output().find("refused by policy (protected_paths: src/boot/**)"),
+            std::string::npos)
+      << fin["w1"].output();
+  EXPECT_NE(fin["g1"].output().find("blocked_tools: grep"), std::string::npos)
+      << fin["g1"].output();
+  EXPECT_NE(fin["b1"].output().find("blocked_commands: rm"), std::string::npos)
+      << fin["b1"].output();
   EXPECT_FALSE(fin["w2"].is_error()) << fin["w2"].output();
-  EXPECT_NE(fin["w3"].output().find("change_budget: max_files 1"), std::string::npos) << fin["w3"].output();
+  EXPECT_NE(fin["w3"].output().find("change_budget: max_files 1"), std::string::npos)
+      << fin["w3"].output();
   EXPECT_FALSE(fin["w4"].is_error()) << fin["w4"].output();  // the same file again is within budget
   EXPECT_FALSE(fs::exists(d.project_dir() + "/src/boot/startup.c"));
   EXPECT_FALSE(fs::exists(d.project_dir() + "/b.c"));
   // The decisions are in the evidence.
   std::string text, err;
-  ASSERT_EQ(RunCommand({std::string(FWAI_BIN_DIR) + "/fwai", "--daemon", d.address(), "--json", "evidence", "ls"}, &text, &err), 0) << err;
+  ASSERT_EQ(RunCommand({std::string(FWAI_BIN_DIR) + "/fwai", "--daemon", d.address(), "--json",
+                        "evidence", "ls"},
+                       &text, &err),
+            0)
+      << err;
   EXPECT_NE(text.find("\"rule\":\"change_budget: max_files 1\""), std::string::npos) << text;
   EXPECT_NE(text.find("\"rule\":\"blocked_tools: grep\""), std::string::npos) << text;
   // fwai policy check explains.
   const std::string fwai = std::string(FWAI_BIN_DIR) + "/fwai";
-  EXPECT_EQ(RunCommand({fwai, "--daemon", d.address(), "--project", d.project_dir(), "policy", "check", "src/boot/x.c"}, &text, &err), 1);
-  EXPECT_NE(text.find("refused (write src/boot/x.c) by protected_paths: src/boot/**"), std::string::npos) << text << err;
-  EXPECT_EQ(RunCommand({fwai, "--daemon", d.address(), "--project", d.project_dir(), "policy", "check", "make all"}, &text, &err), 0);
+  EXPECT_EQ(RunCommand({fwai, "--daemon", d.address(), "--project", d.project_dir(), "policy",
+                        "check", "src/boot/x.c"},
+                       &text, &err),
+            1);
+  EXPECT_NE(text.find("refused (write src/boot/x.c) by protected_paths: src/boot/**"),
+            std::string::npos)
+      << text << err;
+  EXPECT_EQ(RunCommand({fwai, "--daemon", d.address(), "--project", d.project_dir(), "policy",
+                        "check", "make all"},
+                       &text, &err),
+            0);
   EXPECT_NE(text.find("allowed (command make all)"), std::string::npos) << text;
   // A broken policy fails closed.
   std::ofstream(d.project_dir() + "/.fwai/project.yaml") << "policy:\n  blocked_tool: [x]\n";
@@ -663,7 +725,8 @@ TEST_F(AgentTest, ThePolicyRefusesInCodeNamesTheRuleAndIsRecorded) {
   ASSERT_TRUE(out.finished);
   EXPECT_EQ(out.events.back().turn_finished().stop_reason(), "error");
   bool named = false;
-  for (const auto& e : out.events) named |= e.has_error() && e.error().message().find("project.yaml:2") != std::string::npos;
+  for (const auto& e : out.events)
+    named |= e.has_error() && e.error().message().find("project.yaml:2") != std::string::npos;
   EXPECT_TRUE(named);
 }
 
@@ -671,18 +734,22 @@ TEST_F(AgentTest, LinesBudgetPerTurnAndSecretsNeverReachTheProvider) {
   Daemon d(&fake_);
   ASSERT_TRUE(d.Start()) << d.log();
   fs::create_directories(d.project_dir() + "/.fwai");
-  std::ofstream(d.project_dir() + "/.fwai/project.yaml") << "name: p\npolicy:\n  change_budget: {max_lines: 5}\n";
-  std::ofstream(d.project_dir() + "/config.h") << "#define WIFI_SSID \"lab\"\n#define WIFI_PASSWORD \"Tr0ub4dor&3\"\n";
+  std::ofstream(d.project_dir() + "/.fwai/project.yaml")
+      << "name: p\npolicy:\n  change_budget: {max_lines: 5}\n";
+  std::ofstream(d.project_dir() + "/config.h")
+      << "#define WIFI_SSID \"lab\"\n#define WIFI_PASSWORD \"Tr0ub4dor&3\"\n";
   auto s = Create(d, "act");
   FakeReply r1;
-  r1.tool_calls = {{"w1", "write_file", {{"path", "small.c"}, {"content", "int a;\nint b;\nint c;\n"}}},
-                   {"w2", "write_file", {{"path", "big.c"}, {"content", "1\n2\n3\n"}}},
-                   {"r1", "read_file", {{"path", "config.h"}}}};
+  r1.tool_calls = {
+      {"w1", "write_file", {{"path", "small.c"}, {"content", "int a;\nint b;\nint c;\n"}}},
+      {"w2", "write_file", {{"path", "big.c"}, {"content", "1\n2\n3\n"}}},
+      {"r1", "read_file", {{"path", "config.h"}}}};
   auto out = ToolTurn(d, s.id(), "write and read", r1, "ok");
   ASSERT_TRUE(out.finished) << d.log();
   auto fin = Finished(out.events);
   EXPECT_FALSE(fin["w1"].is_error()) << fin["w1"].output();  // 3 lines
-  EXPECT_NE(fin["w2"].output().find("change_budget: max_lines 5"), std::string::npos) << fin["w2"].output();  // 3 more
+  EXPECT_NE(fin["w2"].output().find("change_budget: max_lines 5"), std::string::npos)
+      << fin["w2"].output();  // 3 more
   EXPECT_FALSE(fs::exists(d.project_dir() + "/big.c"));
   // The file's password was redacted before the model saw the tool result.
   EXPECT_NE(fin["r1"].output().find("WIFI_SSID"), std::string::npos);
@@ -694,7 +761,11 @@ TEST_F(AgentTest, LinesBudgetPerTurnAndSecretsNeverReachTheProvider) {
   EXPECT_EQ(sent.find("Tr0ub4dor&3"), std::string::npos);
   // The turn's record names a log per tool call under .fwai/runs/<run_id>/.
   std::string text, err;
-  ASSERT_EQ(RunCommand({std::string(FWAI_BIN_DIR) + "/fwai", "--daemon", d.address(), "--json", "evidence", "ls"}, &text, &err), 0) << err;
+  ASSERT_EQ(RunCommand({std::string(FWAI_BIN_DIR) + "/fwai", "--daemon", d.address(), "--json",
+                        "evidence", "ls"},
+                       &text, &err),
+            0)
+      << err;
   json rec;
   std::istringstream lines(text);
   for (std::string line; std::getline(lines, line);) {
@@ -726,14 +797,16 @@ TEST_F(AgentTest, CancelKillsARunningCommandAndItsChildrenWithinASecond) {
   auto stream = OpenChat(*d.sessions(), &ctx, s.id(), "run it");
   std::vector<pb::ServerEvent> seen;
   ASSERT_TRUE(ReadUntil(*stream, seen, [](const pb::ServerEvent& e) {
-    return e.has_tool_call_output_delta() && e.tool_call_output_delta().text().find("started") != std::string::npos;
+    return e.has_tool_call_output_delta() &&
+           e.tool_call_output_delta().text().find("started") != std::string::npos;
   })) << d.log();
   const auto t0 = std::chrono::steady_clock::now();
   pb::ClientEvent cancel;
   cancel.mutable_cancel();
   ASSERT_TRUE(stream->Write(cancel));
   ReadUntil(*stream, seen, [](const pb::ServerEvent&) { return false; });
-  const double s_elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double s_elapsed =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   ASSERT_TRUE(seen.back().has_turn_finished());
   EXPECT_EQ(seen.back().turn_finished().stop_reason(), "cancelled");
   EXPECT_LT(s_elapsed, 1.0);

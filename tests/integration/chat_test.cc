@@ -226,7 +226,9 @@ TEST_F(ChatTest, CancelStopsTheTurnPromptly) {
       break;
     }
   }
-  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - cancelled_at).count();
+  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() -
+                                                                  cancelled_at)
+                .count();
   stream->WritesDone();
   stream->Finish();
   EXPECT_EQ(stop, "cancelled");

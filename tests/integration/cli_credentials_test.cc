@@ -10,9 +10,8 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
-
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "client/lib/client.h"
 #include "common/clock.h"
@@ -68,8 +67,9 @@ class CliCredentialsTest : public ::testing::Test {
   Result Fwai(const std::vector<std::string>& args, const std::vector<std::string>& env = {}) {
     std::vector<std::string> argv = {std::string(FWAI_BIN_DIR) + "/fwai"};
     argv.insert(argv.end(), args.begin(), args.end());
-    std::vector<std::string> e = {"HOME=" + home_, "XDG_CONFIG_HOME=", "XDG_RUNTIME_DIR=" + no_runtime_,
-                                  "FWAI_DAEMON=",  "FWAI_TOKEN=",      "FWAI_CA_CERT="};
+    std::vector<std::string> e = {
+        "HOME=" + home_, "XDG_CONFIG_HOME=", "XDG_RUNTIME_DIR=" + no_runtime_,
+        "FWAI_DAEMON=",  "FWAI_TOKEN=",      "FWAI_CA_CERT="};
     e.insert(e.end(), env.begin(), env.end());
     Result r;
     r.rc = RunCommand(argv, &r.out, &r.err, e, 30);
@@ -89,8 +89,9 @@ TEST_F(CliCredentialsTest, TokensCertificatesAndLoginThroughTheRealCli) {
   ASSERT_TRUE(FwaidTls({"init", tls, "--host", "localhost", "--host", "127.0.0.1"}, &err)) << err;
   ASSERT_TRUE(FwaidTls({"issue", tls, "--user", "carol"}, &err)) << err;
   const std::string ca = tls + "/ca.pem";
-  d_ = std::make_unique<Daemon>(&fake_, "tls: {cert: " + tls + "/server.pem, key: " + tls + "/server.key, client_ca: " +
-                                            ca + "}\nusers:\n  carol: {cert_subject: \"CN=carol\"}\n");
+  d_ = std::make_unique<Daemon>(&fake_, "tls: {cert: " + tls + "/server.pem, key: " + tls +
+                                            "/server.key, client_ca: " + ca +
+                                            "}\nusers:\n  carol: {cert_subject: \"CN=carol\"}\n");
   d_->AddListen("tcp:127.0.0.1:0");
   ASSERT_TRUE(d_->Start()) << d_->log();
   ASSERT_GT(d_->TcpPort(), 0) << d_->log();
@@ -103,8 +104,8 @@ TEST_F(CliCredentialsTest, TokensCertificatesAndLoginThroughTheRealCli) {
   };
 
   // 1. An admin makes a token for dave (ci, one hour); it is listed.
-  auto made = Fwai({"--daemon", admin, "token", "create", "dave", "--role", "ci", "--expires", "1h", "--note",
-                    "cli-test", "--json"});
+  auto made = Fwai({"--daemon", admin, "token", "create", "dave", "--role", "ci", "--expires", "1h",
+                    "--note", "cli-test", "--json"});
   ASSERT_EQ(made.rc, 0) << made.err;
   const json mj = Parse(made.out);
   ASSERT_TRUE(mj.is_object()) << made.out;
@@ -113,8 +114,9 @@ TEST_F(CliCredentialsTest, TokensCertificatesAndLoginThroughTheRealCli) {
   ASSERT_EQ(id.rfind("tk-", 0), 0u) << made.out;
   EXPECT_EQ(mj.value("user", ""), "dave");
   EXPECT_EQ(mj.value("role", ""), "ci");
-  const int64_t now_us =
-      std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+  const int64_t now_us = std::chrono::duration_cast<std::chrono::microseconds>(
+                             std::chrono::system_clock::now().time_since_epoch())
+                             .count();
   const int64_t expires_us = mj.value("expires_us", int64_t{0});
   EXPECT_LT(std::llabs(expires_us - now_us - int64_t{3600} * 1000000), int64_t{120} * 1000000)
       << "--expires 1h: " << made.out;
@@ -147,7 +149,8 @@ TEST_F(CliCredentialsTest, TokensCertificatesAndLoginThroughTheRealCli) {
     EXPECT_EQ(bad.rc, 2) << bad.out;
     EXPECT_NE(bad.err.find("--expires 10parsecs: expected"), std::string::npos) << bad.err;
     auto ls = Fwai({"--daemon", admin, "token", "ls", "--json"});
-    EXPECT_EQ(ls.out.find("\"eve\""), std::string::npos) << "a bad --expires made a token anyway: " << ls.out;
+    EXPECT_EQ(ls.out.find("\"eve\""), std::string::npos)
+        << "a bad --expires made a token anyway: " << ls.out;
   }
 
   // 2. FWAI_TOKEN over TLS, the daemon checked against FWAI_CA_CERT.
@@ -185,7 +188,8 @@ TEST_F(CliCredentialsTest, TokensCertificatesAndLoginThroughTheRealCli) {
     EXPECT_EQ(Parse(who.out).value("principal", ""), "user:dave") << who.out;
     EXPECT_EQ(Parse(who.out).value("verified_by", ""), "token " + id) << who.out;
     // Every credential flag after the command, no environment at all.
-    auto flags = Fwai({"whoami", "--daemon", lab, "--ca-cert", ca, "--token-file", token_file, "--json"});
+    auto flags =
+        Fwai({"whoami", "--daemon", lab, "--ca-cert", ca, "--token-file", token_file, "--json"});
     ASSERT_EQ(flags.rc, 0) << flags.err;
     EXPECT_EQ(Parse(flags.out).value("principal", ""), "user:dave") << flags.out;
     // The flag given wins over a stale token in the environment.
@@ -194,8 +198,8 @@ TEST_F(CliCredentialsTest, TokensCertificatesAndLoginThroughTheRealCli) {
     ASSERT_EQ(over.rc, 0) << "--token-file lost to FWAI_TOKEN: " << over.err;
     EXPECT_EQ(Parse(over.out).value("principal", ""), "user:dave") << over.out;
     // Group/world-readable: read all the same (the client documents no mode check).
-    fs::permissions(token_file, fs::perms::owner_read | fs::perms::owner_write | fs::perms::group_read |
-                                    fs::perms::others_read);
+    fs::permissions(token_file, fs::perms::owner_read | fs::perms::owner_write |
+                                    fs::perms::group_read | fs::perms::others_read);
     auto open = Fwai({"--token-file", token_file, "whoami", "--json"}, lab_env);
     EXPECT_EQ(open.rc, 0) << open.err;
     EXPECT_EQ(Parse(open.out).value("principal", ""), "user:dave") << open.out;
@@ -203,12 +207,14 @@ TEST_F(CliCredentialsTest, TokensCertificatesAndLoginThroughTheRealCli) {
     // A file that is not there, or empty, is named.
     auto missing = Fwai({"--token-file", tmp_ + "/none.token", "whoami"}, lab_env);
     EXPECT_NE(missing.rc, 0);
-    EXPECT_NE(missing.err.find("--token-file " + tmp_ + "/none.token: cannot be read"), std::string::npos)
+    EXPECT_NE(missing.err.find("--token-file " + tmp_ + "/none.token: cannot be read"),
+              std::string::npos)
         << missing.err;
     std::ofstream(tmp_ + "/empty.token") << "\n";
     auto empty = Fwai({"--token-file", tmp_ + "/empty.token", "whoami"}, lab_env);
     EXPECT_NE(empty.rc, 0);
-    EXPECT_NE(empty.err.find("--token-file " + tmp_ + "/empty.token: empty"), std::string::npos) << empty.err;
+    EXPECT_NE(empty.err.find("--token-file " + tmp_ + "/empty.token: empty"), std::string::npos)
+        << empty.err;
     // There is no --token flag, before or after the command.
     for (const auto& args : {std::vector<std::string>{"--token", token, "whoami"},
                              std::vector<std::string>{"whoami", "--token", token}}) {
@@ -221,7 +227,8 @@ TEST_F(CliCredentialsTest, TokensCertificatesAndLoginThroughTheRealCli) {
 
   // 4. mTLS: carol's certificate maps to user carol.
   {
-    auto who = Fwai({"--client-cert", tls + "/carol.pem", "--client-key", tls + "/carol.key", "whoami", "--json"},
+    auto who = Fwai({"--client-cert", tls + "/carol.pem", "--client-key", tls + "/carol.key",
+                     "whoami", "--json"},
                     lab_env);
     ASSERT_EQ(who.rc, 0) << who.err;
     const json w = Parse(who.out);
@@ -231,7 +238,8 @@ TEST_F(CliCredentialsTest, TokensCertificatesAndLoginThroughTheRealCli) {
     EXPECT_EQ(w.value("token_id", ""), "") << who.out;
     auto half = Fwai({"--client-cert", tls + "/carol.pem", "whoami"}, lab_env);
     EXPECT_NE(half.rc, 0) << half.out;
-    EXPECT_NE(half.err.find("--client-cert and --client-key go together"), std::string::npos) << half.err;
+    EXPECT_NE(half.err.find("--client-cert and --client-key go together"), std::string::npos)
+        << half.err;
   }
 
   // 5. fwai login stores the daemon and credentials (0600); later commands

@@ -8,11 +8,11 @@
 
 #include <chrono>
 #include <condition_variable>
-#include <cstring>
-#include <mutex>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
 #include <sstream>
 #include <thread>
 
@@ -43,7 +43,8 @@ Daemon::Daemon(FakeLlmServer* fake, std::string extra_yaml, bool with_providers)
   if (fake && with_providers) {
     cfg << "default_provider: anthropic\n";
     cfg << "providers:\n";
-    cfg << "  anthropic:\n    kind: anthropic\n    api_key: test-key\n    model: claude-sonnet-4-5\n"
+    cfg << "  anthropic:\n    kind: anthropic\n    api_key: test-key\n    model: "
+           "claude-sonnet-4-5\n"
         << "    base_url: " << fake->anthropic_base_url() << "\n";
     cfg << "  openai:\n    kind: openai\n    api_key: test-key\n    model: gpt-4o\n"
         << "    base_url: " << fake->openai_base_url() << "\n";
@@ -74,7 +75,8 @@ bool Daemon::Start() {
     unsetenv("ANTHROPIC_BASE_URL");
     unsetenv("OPENAI_BASE_URL");
     std::string bin = binary_.empty() ? std::string(FWAI_BIN_DIR) + "/fwaid" : binary_;
-    std::vector<std::string> args = {bin, "--config", config_, "--listen", "unix:" + socket_, "--data-dir", data_};
+    std::vector<std::string> args = {
+        bin, "--config", config_, "--listen", "unix:" + socket_, "--data-dir", data_};
     for (const auto& l : extra_listen_) {
       args.push_back("--listen");
       args.push_back(l);
@@ -145,7 +147,8 @@ int Daemon::TcpPort() const {
   // "fwaid: listening on tls:127.0.0.1:40123" (the last start's line).
   const std::string text = log();
   int port = 0;
-  for (size_t at = text.find("listening on t"); at != std::string::npos; at = text.find("listening on t", at + 1)) {
+  for (size_t at = text.find("listening on t"); at != std::string::npos;
+       at = text.find("listening on t", at + 1)) {
     size_t eol = text.find('\n', at);
     std::string line = text.substr(at, eol == std::string::npos ? std::string::npos : eol - at);
     port = std::atoi(line.substr(line.rfind(':') + 1).c_str());
@@ -192,8 +195,8 @@ std::unique_ptr<grpc::ClientReaderWriter<pb::ClientEvent, pb::ServerEvent>> Open
   return stream;
 }
 
-TurnOutcome RunChat(pb::Sessions::Stub& stub, const std::string& session_id, const std::string& text,
-                    int timeout_s, const std::string& provider) {
+TurnOutcome RunChat(pb::Sessions::Stub& stub, const std::string& session_id,
+                    const std::string& text, int timeout_s, const std::string& provider) {
   TurnOutcome out;
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(timeout_s));
@@ -296,7 +299,8 @@ struct BackgroundCommand::Rep {
   bool eof = false;
 };
 
-BackgroundCommand::BackgroundCommand(const std::vector<std::string>& argv, const std::vector<std::string>& env)
+BackgroundCommand::BackgroundCommand(const std::vector<std::string>& argv,
+                                     const std::vector<std::string>& env)
     : rep_(std::make_unique<Rep>()) {
   int out_pipe[2], err_pipe[2];
   if (pipe(out_pipe) != 0 || pipe(err_pipe) != 0) return;
@@ -355,7 +359,8 @@ BackgroundCommand::~BackgroundCommand() {
 bool BackgroundCommand::WaitForOutput(const std::string& text, int timeout_s) {
   std::unique_lock<std::mutex> lock(rep_->mu);
   return rep_->cv.wait_for(lock, std::chrono::seconds(timeout_s), [&] {
-    return rep_->out.find(text) != std::string::npos || rep_->err.find(text) != std::string::npos || rep_->eof;
+    return rep_->out.find(text) != std::string::npos || rep_->err.find(text) != std::string::npos ||
+           rep_->eof;
   }) && (rep_->out.find(text) != std::string::npos || rep_->err.find(text) != std::string::npos);
 }
 

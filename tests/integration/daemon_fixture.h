@@ -68,8 +68,8 @@ class Daemon {
 // Collected result of one chat turn.
 struct TurnOutcome {
   std::vector<fwai::v1::ServerEvent> events;  // all events seen on the stream
-  grpc::Status status;                         // the stream's final status
-  std::string text;                            // concatenated main-agent text
+  grpc::Status status;                        // the stream's final status
+  std::string text;                           // concatenated main-agent text
   std::string stop_reason;
   bool finished = false;
 };
@@ -84,13 +84,14 @@ TurnOutcome RunChat(fwai::v1::Sessions::Stub& stub, const std::string& session_i
                     const std::string& text, int timeout_s = 30, const std::string& provider = "");
 
 // Reads Attach(session, after, no_follow=true) fully.
-std::vector<fwai::v1::ServerEvent> ReadAll(fwai::v1::Sessions::Stub& stub, const std::string& session_id,
-                                           uint64_t after = 0);
+std::vector<fwai::v1::ServerEvent> ReadAll(fwai::v1::Sessions::Stub& stub,
+                                           const std::string& session_id, uint64_t after = 0);
 
 // Runs a command, returns exit code and stdout (stderr goes to `err`).
 // `stdin_path`: a file to read standard input from ("" : /dev/null).
 int RunCommand(const std::vector<std::string>& argv, std::string* out, std::string* err,
-               const std::vector<std::string>& env = {}, int timeout_s = 60, const std::string& stdin_path = "");
+               const std::vector<std::string>& env = {}, int timeout_s = 60,
+               const std::string& stdin_path = "");
 
 // A command running in the background (a client that outlives a daemon, a
 // follower); its standard output and error are collected as they come.

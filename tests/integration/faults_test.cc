@@ -38,9 +38,10 @@ TEST(FaultsTest, Provider401NamesTheKeyVariable) {
   FakeLlmServer fake;
   ASSERT_GT(fake.Start(), 0);
   fake.RequireKey("another-key");
-  Daemon d(&fake,
-           "  keyed:\n    kind: anthropic\n    api_key_env: FWAI_TEST_UNSET_KEY_VAR\n    base_url: " +
-               fake.anthropic_base_url() + "\n");
+  Daemon d(
+      &fake,
+      "  keyed:\n    kind: anthropic\n    api_key_env: FWAI_TEST_UNSET_KEY_VAR\n    base_url: " +
+          fake.anthropic_base_url() + "\n");
   // The provider above reads a variable that is not set: a clear error before any request.
   ASSERT_TRUE(d.Start()) << d.log();
   auto s = d.CreateSession("anthropic");
@@ -100,7 +101,9 @@ TEST(FaultsTest, RateLimitIsRetriedWithRetryAfter) {
   auto s = d.CreateSession();
   auto t0 = std::chrono::steady_clock::now();
   auto out = RunChat(*d.sessions(), s.id(), "hello");
-  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count();
+  auto ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0)
+          .count();
   ASSERT_TRUE(out.finished);
   EXPECT_EQ(out.stop_reason, "end_turn");
   EXPECT_EQ(fake.request_count(), 2u);
@@ -228,10 +231,13 @@ TEST(FaultsTest, SigtermCancelsRunningTurnsAndExitsZero) {
   std::this_thread::sleep_for(std::chrono::milliseconds(400));
   auto t0 = std::chrono::steady_clock::now();
   EXPECT_EQ(d.Stop(), 0) << d.log();
-  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count();
+  auto ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0)
+          .count();
   client.join();
   EXPECT_LT(ms, 5000);
-  EXPECT_EQ(stream_status.error_code(), grpc::StatusCode::UNAVAILABLE) << stream_status.error_message();
+  EXPECT_EQ(stream_status.error_code(), grpc::StatusCode::UNAVAILABLE)
+      << stream_status.error_message();
   ASSERT_TRUE(d.Start()) << d.log();
   auto stored = ReadAll(*d.sessions(), s.id());
   ASSERT_FALSE(stored.empty());
@@ -278,7 +284,9 @@ TEST(FaultsTest, StuckClientIsDroppedWithoutSlowingOthers) {
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
   auto t0 = std::chrono::steady_clock::now();
   auto out = RunChat(*d.sessions(), s.id(), "flood", 60);
-  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count();
+  auto ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0)
+          .count();
   ASSERT_TRUE(out.finished) << out.status.error_message();
   EXPECT_EQ(out.text.size(), 20000u * 64);
   EXPECT_LT(ms, 30000);

@@ -1,6 +1,13 @@
 // The MCP client against real MCP servers from the npm registry (installed
 // by scripts/setup), and against processes that crash, hang or write junk.
+#include <arpa/inet.h>
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <filesystem>
@@ -8,14 +15,6 @@
 #include <map>
 #include <set>
 #include <thread>
-
-#include <arpa/inet.h>
-#include <fcntl.h>
-#include <netinet/in.h>
-#include <signal.h>
-#include <sys/socket.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include "server/llm/http_client.h"
 #include "server/mcp/mcp_client.h"
@@ -28,7 +27,8 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-McpServerConfig Stdio(std::string name, std::vector<std::string> command, int init_timeout_ms = 20000) {
+McpServerConfig Stdio(std::string name, std::vector<std::string> command,
+                      int init_timeout_ms = 20000) {
   McpServerConfig c;
   c.name = std::move(name);
   c.command = std::move(command);
@@ -44,8 +44,8 @@ std::string Bin(const std::string& name) {
 
 // The model calls mcp_everything_echo with `message`; true when the tool
 // answered without error and echoed it.
-bool EchoThroughTheAgent(testing::FakeLlmServer& fake, testing::Daemon& d, const std::string& session_id,
-                         const std::string& message) {
+bool EchoThroughTheAgent(testing::FakeLlmServer& fake, testing::Daemon& d,
+                         const std::string& session_id, const std::string& message) {
   testing::FakeReply call;
   call.tool_calls = {{"call_1", "mcp_everything_echo", {{"message", message}}}};
   fake.Enqueue(call);
@@ -96,8 +96,11 @@ TEST(McpClientTest, CancellationStopsALongCall) {
     cancel.Cancel();
   });
   auto t0 = std::chrono::steady_clock::now();
-  auto r = (*c)->CallTool("trigger-long-running-operation", {{"duration", 30}, {"steps", 5}}, &cancel);
-  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count();
+  auto r =
+      (*c)->CallTool("trigger-long-running-operation", {{"duration", 30}, {"steps", 5}}, &cancel);
+  auto ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0)
+          .count();
   t.join();
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), absl::StatusCode::kCancelled);
@@ -124,10 +127,13 @@ TEST(McpClientTest, BrokenServersFailClearly) {
   auto crash = McpClient::Start(Stdio("crasher", {"node", "-e", "process.exit(3)"}, 5000));
   ASSERT_FALSE(crash.ok());
   EXPECT_EQ(crash.status().code(), absl::StatusCode::kUnavailable);
-  EXPECT_NE(crash.status().message().find("exited with code 3"), std::string::npos) << crash.status();
-  auto junk = McpClient::Start(Stdio("junk", {"node", "-e", "console.log('this is not json'); setTimeout(()=>{}, 5000)"}, 5000));
+  EXPECT_NE(crash.status().message().find("exited with code 3"), std::string::npos)
+      << crash.status();
+  auto junk = McpClient::Start(Stdio(
+      "junk", {"node", "-e", "console.log('this is not json'); setTimeout(()=>{}, 5000)"}, 5000));
   ASSERT_FALSE(junk.ok());
-  EXPECT_NE(junk.status().message().find("not a JSON-RPC message"), std::string::npos) << junk.status();
+  EXPECT_NE(junk.status().message().find("not a JSON-RPC message"), std::string::npos)
+      << junk.status();
   auto hang = McpClient::Start(Stdio("hang", {"node", "-e", "setInterval(()=>{}, 1000)"}, 500));
   ASSERT_FALSE(hang.ok());
   EXPECT_EQ(hang.status().code(), absl::StatusCode::kDeadlineExceeded) << hang.status();
@@ -137,8 +143,10 @@ TEST(McpClientTest, BrokenServersFailClearly) {
   const char* dier =
       "const rl = require('readline').createInterface({input: process.stdin});"
       "rl.on('line', l => { const m = JSON.parse(l);"
-      "  if (m.method === 'initialize') console.log(JSON.stringify({jsonrpc: '2.0', id: m.id, result: {"
-      "    protocolVersion: '2025-03-26', capabilities: {}, serverInfo: {name: 'dier', version: '1'}}}));"
+      "  if (m.method === 'initialize') console.log(JSON.stringify({jsonrpc: '2.0', id: m.id, "
+      "result: {"
+      "    protocolVersion: '2025-03-26', capabilities: {}, serverInfo: {name: 'dier', version: "
+      "'1'}}}));"
       "  else if (m.method === 'tools/call') process.exit(7); });";
   auto c = McpClient::Start(Stdio("dier", {"node", "-e", dier}));
   ASSERT_TRUE(c.ok()) << c.status();
@@ -153,7 +161,8 @@ TEST(McpClientTest, BrokenServersFailClearly) {
 // by default the everything server.
 class HttpMcpServer {
  public:
-  explicit HttpMcpServer(std::vector<std::string> argv = {}, std::map<std::string, std::string> env = {}) {
+  explicit HttpMcpServer(std::vector<std::string> argv = {},
+                         std::map<std::string, std::string> env = {}) {
     if (argv.empty()) argv = {Bin("mcp-server-everything"), "streamableHttp"};
     int s = socket(AF_INET, SOCK_STREAM, 0);
     sockaddr_in a{};
@@ -198,7 +207,8 @@ class HttpMcpServer {
   }
   std::string url() const { return "http://127.0.0.1:" + std::to_string(port_) + "/mcp"; }
   // A client of it named `name`.
-  absl::StatusOr<std::unique_ptr<McpClient>> Connect(const std::string& name, HttpClient& http) const {
+  absl::StatusOr<std::unique_ptr<McpClient>> Connect(const std::string& name,
+                                                     HttpClient& http) const {
     McpServerConfig cfg;
     cfg.name = name;
     cfg.url = url();
@@ -253,14 +263,16 @@ TEST_P(McpMalformedTest, MessagesOfTheWrongShapeAreReportedNotThrown) {
     auto r = (*c)->CallTool("echo", json::object(), nullptr, 5000);
     ASSERT_FALSE(r.ok());
     EXPECT_EQ(r.status().code(), absl::StatusCode::kUnavailable);
-    EXPECT_NE(r.status().message().find("mcp server bad: error 0: boom"), std::string::npos) << r.status();
+    EXPECT_NE(r.status().message().find("mcp server bad: error 0: boom"), std::string::npos)
+        << r.status();
   }
   {
     auto c = Start("call-result-string");
     ASSERT_TRUE(c.ok()) << c.status();
     auto r = (*c)->CallTool("echo", json::object(), nullptr, 5000);
     ASSERT_FALSE(r.ok());
-    EXPECT_NE(r.status().message().find("tools/call answer is not an object"), std::string::npos) << r.status();
+    EXPECT_NE(r.status().message().find("tools/call answer is not an object"), std::string::npos)
+        << r.status();
   }
   {  // a notification whose method is a number
     auto c = Start("method-number");
@@ -269,7 +281,8 @@ TEST_P(McpMalformedTest, MessagesOfTheWrongShapeAreReportedNotThrown) {
     if (GetParam() == "stdio") {
       // Over stdio a message that is not JSON-RPC breaks the connection.
       ASSERT_FALSE(tools.ok());
-      EXPECT_NE(tools.status().message().find("method is not a string"), std::string::npos) << tools.status();
+      EXPECT_NE(tools.status().message().find("method is not a string"), std::string::npos)
+          << tools.status();
       EXPECT_FALSE((*c)->alive());
     } else {
       // Over HTTP, events that are not messages are passed over.
@@ -299,8 +312,11 @@ TEST(McpClientTest, StreamableHttpTransport) {
     cancel.Cancel();
   });
   auto t0 = std::chrono::steady_clock::now();
-  auto longop = (*c)->CallTool("trigger-long-running-operation", {{"duration", 30}, {"steps", 5}}, &cancel);
-  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count();
+  auto longop =
+      (*c)->CallTool("trigger-long-running-operation", {{"duration", 30}, {"steps", 5}}, &cancel);
+  auto ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0)
+          .count();
   t.join();
   EXPECT_EQ(longop.status().code(), absl::StatusCode::kCancelled);
   EXPECT_LT(ms, 2500);
@@ -316,7 +332,7 @@ TEST(McpClientTest, StreamableHttpTransport) {
 // notifications/tools/list_changed) reaches the client.
 TEST(McpClientTest, StreamableHttpServerSaysItsToolsChanged) {
   HttpMcpServer server({"node", std::string(FWAI_MCP_TEST_SERVERS) + "/changing_tools_server.js"},
-                        {{"MCP_MODULES", std::string(FWAI_MCP_BIN_DIR) + "/.."}});
+                       {{"MCP_MODULES", std::string(FWAI_MCP_BIN_DIR) + "/.."}});
   auto http = MakeCurlHttpClient();
   auto c = server.Connect("vault-http", *http);
   ASSERT_TRUE(c.ok()) << c.status();
@@ -372,7 +388,8 @@ TEST(McpManagerTest, AKilledServerIsRestarted) {
 // A server that hangs while it is being restarted must not hold up calls to
 // the other servers.
 TEST(McpManagerTest, ARestartingServerDoesNotHoldUpTheOthers) {
-  McpManager m({Stdio("everything", {Bin("mcp-server-everything")}), Stdio("stuck", {"sleep", "600"}, 2000)});
+  McpManager m({Stdio("everything", {Bin("mcp-server-everything")}),
+                Stdio("stuck", {"sleep", "600"}, 2000)});
   auto t0 = std::chrono::steady_clock::now();
   auto tools = m.Start();
   // Both start at once: the stuck one's 2 s do not add to the other's start.
@@ -391,7 +408,8 @@ TEST(McpManagerTest, ARestartingServerDoesNotHoldUpTheOthers) {
     auto c0 = std::chrono::steady_clock::now();
     auto r = m.Call("everything", "echo", {{"message", "still here"}}, nullptr);
     ASSERT_TRUE(r.ok()) << r.status();
-    slowest = std::max(slowest, std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - c0));
+    slowest = std::max(slowest, std::chrono::duration_cast<std::chrono::milliseconds>(
+                                    std::chrono::steady_clock::now() - c0));
     ++calls;
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
@@ -402,11 +420,24 @@ TEST(McpManagerTest, ARestartingServerDoesNotHoldUpTheOthers) {
 TEST(McpDaemonTest, ServerToolsReachTheCatalogAndTheAgent) {
   testing::FakeLlmServer fake;
   ASSERT_GT(fake.Start(), 0);
-  testing::Daemon d(&fake, "mcp_servers:\n  everything:\n    command: [" + Bin("mcp-server-everything") + "]\n");
+  testing::Daemon d(
+      &fake, "mcp_servers:\n  everything:\n    command: [" + Bin("mcp-server-everything") + "]\n");
   ASSERT_TRUE(d.Start()) << d.log();
   std::string out, err;
-  std::vector<std::string> argv = {std::string(FWAI_BIN_DIR) + "/fwai", "--daemon", d.address(), "--json", "tools",
-                                   "search", "-k", "3", "echo", "back", "the", "message", "I", "send"};
+  std::vector<std::string> argv = {std::string(FWAI_BIN_DIR) + "/fwai",
+                                   "--daemon",
+                                   d.address(),
+                                   "--json",
+                                   "tools",
+                                   "search",
+                                   "-k",
+                                   "3",
+                                   "echo",
+                                   "back",
+                                   "the",
+                                   "message",
+                                   "I",
+                                   "send"};
   ASSERT_EQ(testing::RunCommand(argv, &out, &err), 0) << err;
   auto hits = json::parse(out);
   ASSERT_FALSE(hits.empty());
@@ -427,13 +458,25 @@ TEST(McpDaemonTest, AServerThatComesUpLateAddsItsTools) {
   testing::FakeLlmServer fake;
   ASSERT_GT(fake.Start(), 0);
   const std::string flag = testing::MakeTempDir("fwai-mcp-late") + "/ready";
-  testing::Daemon d(&fake, "mcp_servers:\n  everything:\n    command: [sh, -c, 'test -f " + flag + " && exec " +
-                               Bin("mcp-server-everything") + "']\n");
+  testing::Daemon d(&fake, "mcp_servers:\n  everything:\n    command: [sh, -c, 'test -f " + flag +
+                               " && exec " + Bin("mcp-server-everything") + "']\n");
   ASSERT_TRUE(d.Start()) << d.log();
   auto search = [&] {
     std::string out, err;
-    std::vector<std::string> argv = {std::string(FWAI_BIN_DIR) + "/fwai", "--daemon", d.address(), "--json", "tools",
-                                     "search", "-k", "3", "echo", "back", "the", "message", "I", "send"};
+    std::vector<std::string> argv = {std::string(FWAI_BIN_DIR) + "/fwai",
+                                     "--daemon",
+                                     d.address(),
+                                     "--json",
+                                     "tools",
+                                     "search",
+                                     "-k",
+                                     "3",
+                                     "echo",
+                                     "back",
+                                     "the",
+                                     "message",
+                                     "I",
+                                     "send"};
     if (testing::RunCommand(argv, &out, &err) != 0) return std::string("error: ") + err;
     auto hits = json::parse(out);
     return hits.empty() ? std::string() : hits[0]["tool"]["ToolName"].get<std::string>();
@@ -458,8 +501,10 @@ class McpToolListChangeTest : public ::testing::TestWithParam<std::string> {};
 TEST_P(McpToolListChangeTest, NewToolsReachTheAgentAndDroppedOnesLeave) {
   testing::FakeLlmServer fake;
   ASSERT_GT(fake.Start(), 0);
-  const std::string entry = "  vault:\n    command: [node, " + std::string(FWAI_MCP_TEST_SERVERS) +
-                            "/changing_tools_server.js]\n    env: {MCP_MODULES: " + std::string(FWAI_MCP_BIN_DIR) + "/..}\n";
+  const std::string entry =
+      "  vault:\n    command: [node, " + std::string(FWAI_MCP_TEST_SERVERS) +
+      "/changing_tools_server.js]\n    env: {MCP_MODULES: " + std::string(FWAI_MCP_BIN_DIR) +
+      "/..}\n";
   const bool daemon = GetParam() == "daemon";
   testing::Daemon d(&fake, daemon ? "mcp_servers:\n" + entry : "");
   ASSERT_TRUE(d.Start()) << d.log();
@@ -470,7 +515,8 @@ TEST_P(McpToolListChangeTest, NewToolsReachTheAgentAndDroppedOnesLeave) {
   auto catalog = [&] {
     std::string out, err;
     std::set<std::string> n;
-    std::vector<std::string> argv = {std::string(FWAI_BIN_DIR) + "/fwai", "--daemon", d.address(), "--json", "tools", "ls"};
+    std::vector<std::string> argv = {
+        std::string(FWAI_BIN_DIR) + "/fwai", "--daemon", d.address(), "--json", "tools", "ls"};
     if (testing::RunCommand(argv, &out, &err) != 0) return n;
     for (const auto& t : json::parse(out)) n.insert(t["name"].get<std::string>());
     return n;
@@ -492,7 +538,8 @@ TEST_P(McpToolListChangeTest, NewToolsReachTheAgentAndDroppedOnesLeave) {
       for (const auto& t : reqs[before].body["tools"]) offered.insert(t["name"].get<std::string>());
     }
     for (const auto& ev : turn.events) {
-      if (ev.has_tool_call_finished() && !ev.tool_call_finished().is_error()) return ev.tool_call_finished().output();
+      if (ev.has_tool_call_finished() && !ev.tool_call_finished().is_error())
+        return ev.tool_call_finished().output();
     }
     return std::string("(no successful call)");
   };
@@ -511,7 +558,8 @@ TEST_P(McpToolListChangeTest, NewToolsReachTheAgentAndDroppedOnesLeave) {
   EXPECT_FALSE(offered.count("mcp_vault_unlock"));
   if (daemon) {
     const std::set<std::string> now{"mcp_vault_read_secret_register"};
-    for (int i = 0; i < 50 && catalog() != now; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    for (int i = 0; i < 50 && catalog() != now; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
     EXPECT_EQ(catalog(), now);
   }
 }
@@ -524,7 +572,8 @@ INSTANTIATE_TEST_SUITE_P(Servers, McpToolListChangeTest, ::testing::Values("daem
 TEST(McpDaemonTest, PlanModeRefusesASelectedToolThatChangesThings) {
   testing::FakeLlmServer fake;
   ASSERT_GT(fake.Start(), 0);
-  testing::Daemon d(&fake, "mcp_servers:\n  everything:\n    command: [" + Bin("mcp-server-everything") +
+  testing::Daemon d(&fake, "mcp_servers:\n  everything:\n    command: [" +
+                               Bin("mcp-server-everything") +
                                "]\nagent:\n  tool_threshold: 3\n  tools_top_k: 2\n");
   ASSERT_TRUE(d.Start()) << d.log();
   testing::FakeReply call;
@@ -543,21 +592,25 @@ TEST(McpDaemonTest, PlanModeRefusesASelectedToolThatChangesThings) {
   ASSERT_TRUE(turn.finished) << d.log();
   const auto reqs = fake.requests();
   ASSERT_FALSE(reqs.empty());
-  for (const auto& t : reqs[0].body["tools"]) EXPECT_NE(t["name"], "mcp_everything_echo") << "offered in plan mode";
+  for (const auto& t : reqs[0].body["tools"])
+    EXPECT_NE(t["name"], "mcp_everything_echo") << "offered in plan mode";
   const fwai::v1::ToolCallFinished* finished = nullptr;
   for (const auto& ev : turn.events) {
-    if (ev.has_tool_call_finished() && ev.tool_call_finished().call_id() == "c1") finished = &ev.tool_call_finished();
+    if (ev.has_tool_call_finished() && ev.tool_call_finished().call_id() == "c1")
+      finished = &ev.tool_call_finished();
   }
   ASSERT_NE(finished, nullptr);
   EXPECT_TRUE(finished->is_error());
   EXPECT_NE(finished->output().find("plan mode"), std::string::npos) << finished->output();
-  EXPECT_EQ(finished->output().find("changed"), std::string::npos) << "the tool ran: " << finished->output();
+  EXPECT_EQ(finished->output().find("changed"), std::string::npos)
+      << "the tool ran: " << finished->output();
 }
 
 TEST(McpDaemonTest, LargeToolSetsAreOfferedPerRequestWithToolSearch) {
   testing::FakeLlmServer fake;
   ASSERT_GT(fake.Start(), 0);
-  testing::Daemon d(&fake, "mcp_servers:\n  everything:\n    command: [" + Bin("mcp-server-everything") +
+  testing::Daemon d(&fake, "mcp_servers:\n  everything:\n    command: [" +
+                               Bin("mcp-server-everything") +
                                "]\nagent:\n  tool_threshold: 3\n  tools_top_k: 2\n");
   ASSERT_TRUE(d.Start()) << d.log();
   testing::FakeReply search;
@@ -581,7 +634,7 @@ TEST(McpDaemonTest, LargeToolSetsAreOfferedPerRequestWithToolSearch) {
     return n;
   };
   auto first = names(reqs[0].body);
-  EXPECT_TRUE(first.count("read_file"));     // core tools stay
+  EXPECT_TRUE(first.count("read_file"));  // core tools stay
   EXPECT_TRUE(first.count("toolSearch"));
   EXPECT_TRUE(first.count("mcp_everything_echo")) << "retrieved for the request";
   int mcp = 0;
@@ -592,15 +645,18 @@ TEST(McpDaemonTest, LargeToolSetsAreOfferedPerRequestWithToolSearch) {
   std::map<std::string, const fwai::v1::ToolCallFinished*> finished;
   for (const auto& ev : turn.events) {
     if (ev.has_tools_offered()) reasons.push_back(ev.tools_offered().reason());
-    if (ev.has_tool_call_finished()) finished[ev.tool_call_finished().call_id()] = &ev.tool_call_finished();
+    if (ev.has_tool_call_finished())
+      finished[ev.tool_call_finished().call_id()] = &ev.tool_call_finished();
   }
   EXPECT_EQ(reasons, (std::vector<std::string>{"retrieved for the request", "after toolSearch"}));
   ASSERT_TRUE(finished.count("c1") && finished.count("c2") && finished.count("c3"));
-  EXPECT_NE(finished["c1"]->output().find("mcp_everything_get-sum"), std::string::npos) << finished["c1"]->output();
+  EXPECT_NE(finished["c1"]->output().find("mcp_everything_get-sum"), std::string::npos)
+      << finished["c1"]->output();
   EXPECT_FALSE(finished["c2"]->is_error()) << finished["c2"]->output();
   EXPECT_NE(finished["c2"]->output().find("5"), std::string::npos);
   EXPECT_TRUE(finished["c3"]->is_error());
-  EXPECT_NE(finished["c3"]->output().find("not offered"), std::string::npos) << finished["c3"]->output();
+  EXPECT_NE(finished["c3"]->output().find("not offered"), std::string::npos)
+      << finished["c3"]->output();
   // A follow-up that does not name the tool again still gets the tools the
   // session called lately.
   testing::FakeReply again;
@@ -617,7 +673,8 @@ TEST(McpDaemonTest, LargeToolSetsAreOfferedPerRequestWithToolSearch) {
   bool nine_back = false;
   for (const auto& ev : follow.events) {
     if (ev.has_tool_call_finished()) {
-      nine_back |= !ev.tool_call_finished().is_error() && ev.tool_call_finished().output().find("9") != std::string::npos;
+      nine_back |= !ev.tool_call_finished().is_error() &&
+                   ev.tool_call_finished().output().find("9") != std::string::npos;
     }
   }
   EXPECT_TRUE(nine_back);
@@ -637,7 +694,8 @@ TEST(McpDaemonTest, ProjectDeclaredServersStartForTheirProjectOnly) {
   namespace fs = std::filesystem;
   fs::create_directories(d.project_dir() + "/.fwai");
   std::ofstream(d.project_dir() + "/.fwai/project.yaml")
-      << "name: p\nmcp_servers:\n  everything:\n    command: [" << Bin("mcp-server-everything") << "]\n";
+      << "name: p\nmcp_servers:\n  everything:\n    command: [" << Bin("mcp-server-everything")
+      << "]\n";
   testing::FakeReply done;
   done.chunks = {"done"};
   auto s = d.CreateSession();
@@ -661,11 +719,13 @@ TEST(McpDaemonTest, ProjectDeclaredServersStartForTheirProjectOnly) {
   reqs = fake.requests();
   for (const auto& t : reqs.back().body["tools"]) EXPECT_NE(t["name"], "mcp_everything_echo");
   // A broken section stops the project's turns with the file and line.
-  std::ofstream(d.project_dir() + "/.fwai/project.yaml") << "name: p\nmcp_servers:\n  everything:\n    comand: [x]\n";
+  std::ofstream(d.project_dir() + "/.fwai/project.yaml")
+      << "name: p\nmcp_servers:\n  everything:\n    comand: [x]\n";
   turn = testing::RunChat(*d.sessions(), s.id(), "again");
   ASSERT_TRUE(turn.finished);
   bool named = false;
-  for (const auto& ev : turn.events) named |= ev.has_error() && ev.error().message().find("project.yaml:4") != std::string::npos;
+  for (const auto& ev : turn.events)
+    named |= ev.has_error() && ev.error().message().find("project.yaml:4") != std::string::npos;
   EXPECT_TRUE(named);
 }
 

@@ -3,22 +3,21 @@
 // identity on one connection, another user's sessions, runs, records and
 // leases, every RPC of the API without a token, limits. Real TLS (made with
 // fwaid tls), real tokens, a real fwaid.
+#include <google/protobuf/descriptor.h>
+#include <grpcpp/generic/generic_stub.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
-#include <thread>
-
-#include <google/protobuf/descriptor.h>
-#include <grpcpp/generic/generic_stub.h>
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
-#include "common/local_account.h"
 #include "client/lib/client.h"
+#include "common/local_account.h"
 #include "fwai/v1/auth.grpc.pb.h"
 #include "fwai/v1/evidence.grpc.pb.h"
 #include "fwai/v1/hardware.grpc.pb.h"
@@ -61,7 +60,8 @@ std::shared_ptr<grpc::Channel> Channel(const std::string& address, const Credent
 
 // Without a handshake: ConnectToDaemon waits for a ready channel, which a
 // refused TLS handshake never gives.
-std::shared_ptr<grpc::Channel> LazyChannel(const std::string& target, std::shared_ptr<grpc::ChannelCredentials> creds) {
+std::shared_ptr<grpc::Channel> LazyChannel(const std::string& target,
+                                           std::shared_ptr<grpc::ChannelCredentials> creds) {
   return grpc::CreateChannel(target, std::move(creds));
 }
 
@@ -77,8 +77,8 @@ grpc::Status WhoAmI(const std::shared_ptr<grpc::Channel>& ch, pb::WhoAmIResponse
 // One Knowledge.Ingest: a header naming `name`, `collection` and the
 // `declared` size, then `sent` bytes of Markdown in 256 KB messages. The
 // status the stream ends with.
-grpc::Status Upload(pb::Knowledge::Stub& stub, const std::string& name, const std::string& collection,
-                    int64_t declared, size_t sent) {
+grpc::Status Upload(pb::Knowledge::Stub& stub, const std::string& name,
+                    const std::string& collection, int64_t declared, size_t sent) {
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
   auto stream = stub.Ingest(&ctx);
@@ -120,7 +120,8 @@ class SecurityTest : public ::testing::Test {
 
   // A token made by an admin (this test runs as root: the unix socket's
   // root peer is an admin).
-  std::string MakeToken(const std::string& user, const std::string& role = "user", int64_t ttl_s = 0) {
+  std::string MakeToken(const std::string& user, const std::string& role = "user",
+                        int64_t ttl_s = 0) {
     grpc::ClientContext ctx;
     pb::CreateTokenRequest req;
     req.set_user(user);
@@ -167,8 +168,8 @@ class SecurityTest : public ::testing::Test {
 TEST_F(SecurityTest, TcpOffLoopbackWithoutTlsRefusesToStart) {
   std::string dir = MakeTempDir("fwai-sec-");
   std::string out, err;
-  int rc = RunCommand({std::string(FWAI_BIN_DIR) + "/fwaid", "--data-dir", dir + "/data", "--listen",
-                       "unix:" + dir + "/s.sock", "--listen", "tcp:0.0.0.0:0"},
+  int rc = RunCommand({std::string(FWAI_BIN_DIR) + "/fwaid", "--data-dir", dir + "/data",
+                       "--listen", "unix:" + dir + "/s.sock", "--listen", "tcp:0.0.0.0:0"},
                       &out, &err);
   EXPECT_EQ(rc, 1);
   EXPECT_NE(err.find("0.0.0.0 is not a loopback address"), std::string::npos) << err;
@@ -184,10 +185,12 @@ TEST_F(SecurityTest, LoopbackTcpNeedsAValidToken) {
     auto ch = Channel(Tcp(), Credentials{"", "", "", token});
     ASSERT_NE(ch, nullptr);
     auto st = WhoAmI(ch);
-    EXPECT_EQ(st.error_code(), grpc::StatusCode::UNAUTHENTICATED) << token << ": " << st.error_message();
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::UNAUTHENTICATED)
+        << token << ": " << st.error_message();
   }
   // A plaintext client (no local credentials) gets no further.
-  auto plain = LazyChannel("127.0.0.1:" + std::to_string(port_), grpc::InsecureChannelCredentials());
+  auto plain =
+      LazyChannel("127.0.0.1:" + std::to_string(port_), grpc::InsecureChannelCredentials());
   auto st = WhoAmI(plain);
   EXPECT_FALSE(st.ok());
   EXPECT_NE(st.error_code(), grpc::StatusCode::OK);
@@ -205,15 +208,20 @@ TEST_F(SecurityTest, LoopbackTcpNeedsAValidToken) {
 // refused before it does anything.
 TEST_F(SecurityTest, EveryRpcRefusesACallerWithoutCredentials) {
   StartDaemon("");
-  auto ch = LazyChannel("127.0.0.1:" + std::to_string(port_), grpc::experimental::LocalCredentials(LOCAL_TCP));
+  auto ch = LazyChannel("127.0.0.1:" + std::to_string(port_),
+                        grpc::experimental::LocalCredentials(LOCAL_TCP));
   grpc::GenericStub stub(ch);
   int checked = 0;
   // A message of each service's file makes sure its descriptors are linked in.
   const std::vector<std::pair<std::string, const google::protobuf::Descriptor*>> services = {
-      {"Sessions", pb::CreateSessionRequest::descriptor()},   {"Daemon", pb::DaemonStatusRequest::descriptor()},
-      {"Auth", pb::WhoAmIRequest::descriptor()},              {"Knowledge", pb::SearchRequest::descriptor()},
-      {"ToolCatalog", pb::ToolSearchRequest::descriptor()},   {"Hardware", pb::AcquireRequest::descriptor()},
-      {"Projects", pb::InitRequest::descriptor()},            {"Skills", pb::RunSkillRequest::descriptor()},
+      {"Sessions", pb::CreateSessionRequest::descriptor()},
+      {"Daemon", pb::DaemonStatusRequest::descriptor()},
+      {"Auth", pb::WhoAmIRequest::descriptor()},
+      {"Knowledge", pb::SearchRequest::descriptor()},
+      {"ToolCatalog", pb::ToolSearchRequest::descriptor()},
+      {"Hardware", pb::AcquireRequest::descriptor()},
+      {"Projects", pb::InitRequest::descriptor()},
+      {"Skills", pb::RunSkillRequest::descriptor()},
       {"Evidence", pb::ListRunsRequest::descriptor()}};
   for (const auto& [name, message] : services) {
     const std::string service = "fwai.v1." + name;
@@ -238,7 +246,8 @@ TEST_F(SecurityTest, EveryRpcRefusesACallerWithoutCredentials) {
       call->Finish(&st, reinterpret_cast<void*>(4));
       while (cq.Next(&tag, &ok) && tag != reinterpret_cast<void*>(4)) {
       }
-      EXPECT_EQ(st.error_code(), grpc::StatusCode::UNAUTHENTICATED) << method << ": " << st.error_message();
+      EXPECT_EQ(st.error_code(), grpc::StatusCode::UNAUTHENTICATED)
+          << method << ": " << st.error_message();
       ++checked;
     }
   }
@@ -269,7 +278,8 @@ TEST_F(SecurityTest, RevokedAndExpiredTokensAreRefusedSayingSoAndTheirStreamsEnd
   while (follower->Read(&ev)) {
   }
   auto st = follower->Finish();
-  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5)) << "the stream outlived its token";
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5))
+      << "the stream outlived its token";
   EXPECT_EQ(st.error_code(), grpc::StatusCode::UNAUTHENTICATED) << st.error_message();
   EXPECT_NE(st.error_message().find("revoked"), std::string::npos) << st.error_message();
   st = WhoAmI(ch);
@@ -344,7 +354,8 @@ TEST_F(SecurityTest, StreamsOfARevokedTokenEndSayingSoAndTheirWorkStops) {
   st = upload->Finish();
   EXPECT_EQ(st.error_code(), grpc::StatusCode::UNAUTHENTICATED) << "Ingest: " << st.error_message();
   EXPECT_NE(st.error_message().find("revoked"), std::string::npos) << st.error_message();
-  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(10)) << "the streams outlived their token";
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(10))
+      << "the streams outlived their token";
   // The board is free: the admin takes it at once, and alice's lease was
   // released on the record.
   auto hw = pb::Hardware::NewStub(d_->channel());
@@ -354,7 +365,8 @@ TEST_F(SecurityTest, StreamsOfARevokedTokenEndSayingSoAndTheirWorkStops) {
     req.set_device_id("sim-stm32vl");
     pb::Lease mine;
     auto acquired = hw->Acquire(&ctx, req, &mine);
-    ASSERT_TRUE(acquired.ok()) << "the revoked token's lease still holds the board: " << acquired.error_message();
+    ASSERT_TRUE(acquired.ok()) << "the revoked token's lease still holds the board: "
+                               << acquired.error_message();
     grpc::ClientContext rctx;
     pb::ReleaseRequest rel;
     rel.set_lease_id(mine.lease_id());
@@ -370,7 +382,8 @@ TEST_F(SecurityTest, StreamsOfARevokedTokenEndSayingSoAndTheirWorkStops) {
   const json all = json::parse(exp.data());
   for (const auto& r : all["records"]) {
     const auto& rec = r["record"];
-    if (rec.value("kind", "") == "lease_released" && rec.value("lease_id", "") == lease.lease_id()) {
+    if (rec.value("kind", "") == "lease_released" &&
+        rec.value("lease_id", "") == lease.lease_id()) {
       released = rec.value("principal", "") == "user:alice";
     }
   }
@@ -560,10 +573,13 @@ TEST_F(SecurityTest, ASecondIdentityOnOneConnectionIsRefused) {
   const std::string alice = MakeToken("alice"), bob = MakeToken("bob");
   class Alternate final : public grpc::experimental::Interceptor {
    public:
-    Alternate(std::atomic<int>* n, std::string a, std::string b) : n_(n), a_(std::move(a)), b_(std::move(b)) {}
+    Alternate(std::atomic<int>* n, std::string a, std::string b)
+        : n_(n), a_(std::move(a)), b_(std::move(b)) {}
     void Intercept(grpc::experimental::InterceptorBatchMethods* m) override {
-      if (m->QueryInterceptionHookPoint(grpc::experimental::InterceptionHookPoints::PRE_SEND_INITIAL_METADATA)) {
-        m->GetSendInitialMetadata()->insert({"authorization", "Bearer " + ((*n_)++ % 2 == 0 ? a_ : b_)});
+      if (m->QueryInterceptionHookPoint(
+              grpc::experimental::InterceptionHookPoints::PRE_SEND_INITIAL_METADATA)) {
+        m->GetSendInitialMetadata()->insert(
+            {"authorization", "Bearer " + ((*n_)++ % 2 == 0 ? a_ : b_)});
       }
       m->Proceed();
     }
@@ -572,8 +588,10 @@ TEST_F(SecurityTest, ASecondIdentityOnOneConnectionIsRefused) {
   };
   class Factory final : public grpc::experimental::ClientInterceptorFactoryInterface {
    public:
-    Factory(std::atomic<int>* n, std::string a, std::string b) : n_(n), a_(std::move(a)), b_(std::move(b)) {}
-    grpc::experimental::Interceptor* CreateClientInterceptor(grpc::experimental::ClientRpcInfo*) override {
+    Factory(std::atomic<int>* n, std::string a, std::string b)
+        : n_(n), a_(std::move(a)), b_(std::move(b)) {}
+    grpc::experimental::Interceptor* CreateClientInterceptor(
+        grpc::experimental::ClientRpcInfo*) override {
       return new Alternate(n_, a_, b_);
     }
     std::atomic<int>* n_;
@@ -583,14 +601,15 @@ TEST_F(SecurityTest, ASecondIdentityOnOneConnectionIsRefused) {
   std::vector<std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>> f;
   f.push_back(std::make_unique<Factory>(&n, alice, bob));
   auto ch = grpc::experimental::CreateCustomChannelWithInterceptors(
-      "127.0.0.1:" + std::to_string(port_), grpc::experimental::LocalCredentials(LOCAL_TCP), grpc::ChannelArguments(),
-      std::move(f));
+      "127.0.0.1:" + std::to_string(port_), grpc::experimental::LocalCredentials(LOCAL_TCP),
+      grpc::ChannelArguments(), std::move(f));
   pb::WhoAmIResponse who;
   ASSERT_TRUE(WhoAmI(ch, &who).ok());
   EXPECT_EQ(who.principal(), "user:alice");
   auto st = WhoAmI(ch, &who);  // bob's token on alice's connection
   EXPECT_EQ(st.error_code(), grpc::StatusCode::UNAUTHENTICATED) << who.principal();
-  EXPECT_NE(st.error_message().find("already used by user:alice"), std::string::npos) << st.error_message();
+  EXPECT_NE(st.error_message().find("already used by user:alice"), std::string::npos)
+      << st.error_message();
 }
 
 TEST_F(SecurityTest, TlsWithTokensAndClientCertificates) {
@@ -613,14 +632,16 @@ TEST_F(SecurityTest, TlsWithTokensAndClientCertificates) {
   // Refuses to overwrite.
   EXPECT_FALSE(FwaidTls({"init", dir, "--host", "localhost"}, &err));
   EXPECT_NE(err.find("already exists"), std::string::npos) << err;
-  StartDaemon("tls: {cert: " + dir + "/server.pem, key: " + dir + "/server.key, client_ca: " + dir +
-              "/ca.pem, reload_interval_s: 1}\nusers:\n  carol: {role: ci, cert_subject: \"CN=carol\"}\n"
-              // old maps to a user: its certificate is refused for its dates alone.
-              "  old: {cert_subject: \"CN=old\"}\n");
+  StartDaemon(
+      "tls: {cert: " + dir + "/server.pem, key: " + dir + "/server.key, client_ca: " + dir +
+      "/ca.pem, reload_interval_s: 1}\nusers:\n  carol: {role: ci, cert_subject: \"CN=carol\"}\n"
+      // old maps to a user: its certificate is refused for its dates alone.
+      "  old: {cert_subject: \"CN=old\"}\n");
   const std::string ca = dir + "/ca.pem";
   // Plain TCP to the TLS port fails.
   {
-    auto plain = LazyChannel("127.0.0.1:" + std::to_string(port_), grpc::experimental::LocalCredentials(LOCAL_TCP));
+    auto plain = LazyChannel("127.0.0.1:" + std::to_string(port_),
+                             grpc::experimental::LocalCredentials(LOCAL_TCP));
     EXPECT_FALSE(WhoAmI(plain).ok());
   }
   // A token over TLS, the daemon checked against our CA.
@@ -637,7 +658,9 @@ TEST_F(SecurityTest, TlsWithTokensAndClientCertificates) {
   }
   // Client certificates: carol's maps to a user; mallory's (same CA) maps
   // to nobody; carol's from another CA and an expired one are refused.
-  ASSERT_TRUE(WhoAmI(Channel(Tls(), Credentials{ca, dir + "/carol.pem", dir + "/carol.key", ""}), &who).ok());
+  ASSERT_TRUE(
+      WhoAmI(Channel(Tls(), Credentials{ca, dir + "/carol.pem", dir + "/carol.key", ""}), &who)
+          .ok());
   EXPECT_EQ(who.principal(), "user:carol");
   EXPECT_EQ(who.role(), "ci");
   EXPECT_NE(who.verified_by().find("CN=carol"), std::string::npos) << who.verified_by();
@@ -672,7 +695,8 @@ TEST_F(SecurityTest, TlsWithTokensAndClientCertificates) {
   {
     auto expired = WhoAmI(tls_channel(dir + "/old.pem", dir + "/old.key"));
     EXPECT_FALSE(expired.ok());
-    EXPECT_EQ(expired.error_message().find("maps to no user"), std::string::npos) << expired.error_message();
+    EXPECT_EQ(expired.error_message().find("maps to no user"), std::string::npos)
+        << expired.error_message();
   }
   // The server certificate is replaced on disk while a client streams: new
   // connections get the new one, the open stream goes on.
@@ -720,9 +744,9 @@ TEST_F(SecurityTest, TlsBelowOnePointTwoIsRefused) {
   StartDaemon("tls: {cert: " + dir + "/server.pem, key: " + dir + "/server.key}\n");
   auto handshake = [&](const std::string& version) {
     std::string out, err;
-    RunCommand({"/usr/bin/openssl", "s_client", "-connect", "127.0.0.1:" + std::to_string(port_), version, "-cipher",
-                "DEFAULT:@SECLEVEL=0", "-alpn", "h2", "-servername", "localhost", "-CAfile", dir + "/ca.pem",
-                "-verify_return_error", "-brief"},
+    RunCommand({"/usr/bin/openssl", "s_client", "-connect", "127.0.0.1:" + std::to_string(port_),
+                version, "-cipher", "DEFAULT:@SECLEVEL=0", "-alpn", "h2", "-servername",
+                "localhost", "-CAfile", dir + "/ca.pem", "-verify_return_error", "-brief"},
                &out, &err, {}, 20);
     return out + err;
   };
@@ -753,7 +777,8 @@ TEST_F(SecurityTest, UsersSeeOnlyTheirOwn) {
     ASSERT_TRUE(sa->Create(&ctx, req, &s).ok());
     EXPECT_EQ(s.owner(), "user:alice");
     EXPECT_EQ(s.project_root(), "") << "no local account: no project";
-    EXPECT_NE(s.no_project_reason().find("no local account"), std::string::npos) << s.no_project_reason();
+    EXPECT_NE(s.no_project_reason().find("no local account"), std::string::npos)
+        << s.no_project_reason();
   }
   ASSERT_TRUE(RunChat(*sa, s.id(), "hello").finished);
   // Bob: not found, however he asks.
@@ -764,7 +789,8 @@ TEST_F(SecurityTest, UsersSeeOnlyTheirOwn) {
     pb::Session out;
     auto st = sb->Get(&ctx, req, &out);
     EXPECT_EQ(st.error_code(), grpc::StatusCode::NOT_FOUND);
-    EXPECT_EQ(st.error_message().find("alice"), std::string::npos) << "reveals the owner: " << st.error_message();
+    EXPECT_EQ(st.error_message().find("alice"), std::string::npos)
+        << "reveals the owner: " << st.error_message();
   }
   {
     grpc::ClientContext ctx;
@@ -854,7 +880,8 @@ TEST_F(SecurityTest, UsersSeeOnlyTheirOwn) {
     pb::Lease out;
     auto st = hb->Renew(&ctx, req, &out);
     EXPECT_EQ(st.error_code(), grpc::StatusCode::PERMISSION_DENIED) << st.error_message();
-    EXPECT_NE(st.error_message().find("rule: the lease's holder"), std::string::npos) << st.error_message();
+    EXPECT_NE(st.error_message().find("rule: the lease's holder"), std::string::npos)
+        << st.error_message();
   }
   {
     grpc::ClientContext ctx;
@@ -876,13 +903,15 @@ TEST_F(SecurityTest, UsersSeeOnlyTheirOwn) {
     const auto alices = records(alice);
     for (const auto& r : alices.runs()) {
       auto rec = json::parse(r.record_json(), nullptr, false);
-      seen |= rec.is_object() && rec.value("kind", "") == "admin_override" && rec.value("rpc", "") == "Sessions.Get" &&
-              rec.value("session_id", "") == s.id() && rec.value("principal", "") == "uid:0";
+      seen |= rec.is_object() && rec.value("kind", "") == "admin_override" &&
+              rec.value("rpc", "") == "Sessions.Get" && rec.value("session_id", "") == s.id() &&
+              rec.value("principal", "") == "uid:0";
     }
     EXPECT_TRUE(seen) << "alice does not see that an admin read her session";
     const auto bobs = records(bob);
     for (const auto& r : bobs.runs()) {
-      EXPECT_EQ(r.record_json().find(s.id()), std::string::npos) << "bob sees a record of alice's session";
+      EXPECT_EQ(r.record_json().find(s.id()), std::string::npos)
+          << "bob sees a record of alice's session";
     }
   }
   // The admin (root on the unix socket) kicks alice; it is recorded.
@@ -917,7 +946,8 @@ TEST_F(SecurityTest, UsersSeeOnlyTheirOwn) {
   for (const auto& r : all["records"]) {
     const auto& rec = r["record"];
     if (rec.value("kind", "") != "refusal" || rec.value("principal", "") != "user:bob") continue;
-    bob_refused = absl::StartsWith(rec.value("rpc", ""), "Hardware.") && rec.value("code", "") == "PERMISSION_DENIED" &&
+    bob_refused = absl::StartsWith(rec.value("rpc", ""), "Hardware.") &&
+                  rec.value("code", "") == "PERMISSION_DENIED" &&
                   rec.value("peer", "").find("127.0.0.1") != std::string::npos;
   }
   EXPECT_TRUE(bob_refused) << exp.data();
@@ -948,7 +978,8 @@ TEST_F(SecurityTest, SearchesAreListedAndCorrectedOnlyByWhoeverMadeThem) {
   };
   EXPECT_EQ(listed(*alice), std::vector<std::string>{id});
   EXPECT_TRUE(listed(*bob).empty());
-  EXPECT_EQ(listed(*pb::Knowledge::NewStub(d_->channel())), std::vector<std::string>{id});  // the admin
+  EXPECT_EQ(listed(*pb::Knowledge::NewStub(d_->channel())),
+            std::vector<std::string>{id});  // the admin
   auto correct = [&](pb::Knowledge::Stub& stub) {
     grpc::ClientContext ctx;
     pb::FeedbackRequest req;
@@ -995,7 +1026,8 @@ TEST_F(SecurityTest, AdminOnlyCallsAreRefusedNamingTheRule) {
   pb::ListTokensResponse tokens;
   ASSERT_TRUE(pb::Auth::NewStub(admin)->ListTokens(&c4, pb::ListTokensRequest(), &tokens).ok());
   EXPECT_EQ(tokens.tokens_size(), 2);
-  for (const auto& t : tokens.tokens()) EXPECT_EQ(t.DebugString().find("fwai_"), std::string::npos) << "secret listed";
+  for (const auto& t : tokens.tokens())
+    EXPECT_EQ(t.DebugString().find("fwai_"), std::string::npos) << "secret listed";
 }
 
 TEST_F(SecurityTest, LimitsRefuseNamingTheLimit) {
@@ -1025,7 +1057,8 @@ TEST_F(SecurityTest, LimitsRefuseNamingTheLimit) {
       made.push_back(s.id());
     } else {
       EXPECT_EQ(st.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
-      EXPECT_NE(st.error_message().find("limit sessions (2)"), std::string::npos) << st.error_message();
+      EXPECT_NE(st.error_message().find("limit sessions (2)"), std::string::npos)
+          << st.error_message();
     }
   }
   ASSERT_EQ(made.size(), 2u);
@@ -1060,7 +1093,9 @@ TEST_F(SecurityTest, LimitsRefuseNamingTheLimit) {
 // its limit with RESOURCE_EXHAUSTED naming the limit and when to retry;
 // another user is not held back by them.
 TEST_F(SecurityTest, TurnAndLeaseLimitsRefuseNamingTheLimit) {
-  StartDaemon("limits: {running_turns: 1, leases: 1, lease_ttl_max_s: 60, requests_per_second: 1000, burst: 1000}\n");
+  StartDaemon(
+      "limits: {running_turns: 1, leases: 1, lease_ttl_max_s: 60, requests_per_second: 1000, "
+      "burst: 1000}\n");
   auto ch = Channel(Tcp(), Credentials{"", "", "", MakeToken("busy")});
   auto stub = pb::Sessions::NewStub(ch);
   auto create = [](pb::Sessions::Stub& st) {
@@ -1089,10 +1124,12 @@ TEST_F(SecurityTest, TurnAndLeaseLimitsRefuseNamingTheLimit) {
   while (!streaming && running->Read(&ev)) streaming = ev.has_text_delta();
   ASSERT_TRUE(streaming) << "the slow turn never started";
   auto second = RunChat(*stub, b, "another");
-  EXPECT_EQ(second.status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << second.status.error_message();
+  EXPECT_EQ(second.status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED)
+      << second.status.error_message();
   EXPECT_NE(second.status.error_message().find("limit running_turns (1)"), std::string::npos)
       << second.status.error_message();
-  EXPECT_NE(second.status.error_message().find("retry when"), std::string::npos) << second.status.error_message();
+  EXPECT_NE(second.status.error_message().find("retry when"), std::string::npos)
+      << second.status.error_message();
   // Another user's turn runs meanwhile.
   auto other = pb::Sessions::NewStub(Channel(Tcp(), Credentials{"", "", "", MakeToken("idle")}));
   FakeReply quick;
@@ -1127,7 +1164,8 @@ TEST_F(SecurityTest, TurnAndLeaseLimitsRefuseNamingTheLimit) {
   pb::Lease held;
   auto st = acquire("sim-stm32vl", 3600, &held);
   EXPECT_EQ(st.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << st.error_message();
-  EXPECT_NE(st.error_message().find("limit lease_ttl_max_s (60 s)"), std::string::npos) << st.error_message();
+  EXPECT_NE(st.error_message().find("limit lease_ttl_max_s (60 s)"), std::string::npos)
+      << st.error_message();
   ASSERT_TRUE(acquire("sim-stm32vl", 60, &held).ok());
   pb::Lease more;
   st = acquire("", 60, &more);
@@ -1155,7 +1193,8 @@ TEST_F(SecurityTest, TheIngestBudgetCountsTheBytesSentNotTheSizeDeclared) {
   // 1.5 MB declared as nothing: refused once the bytes pass the budget.
   auto st = upload("liar.md", 0, 1536 * 1024);
   EXPECT_EQ(st.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << st.error_message();
-  EXPECT_NE(st.error_message().find("limit ingest_mb_per_hour (1 MB)"), std::string::npos) << st.error_message();
+  EXPECT_NE(st.error_message().find("limit ingest_mb_per_hour (1 MB)"), std::string::npos)
+      << st.error_message();
   EXPECT_NE(st.error_message().find("retry in"), std::string::npos) << st.error_message();
   // What did arrive counts: a small honest file no longer fits either.
   st = upload("small.md", 4096, 4096);
@@ -1181,7 +1220,8 @@ TEST_F(SecurityTest, AnUploadCutShortStoresNothing) {
   auto kb = pb::Knowledge::NewStub(Channel(Tcp(), Credentials{"", "", "", MakeToken("alice")}));
   auto st = Upload(*kb, "short.md", "~cut", 8192, 4096);
   EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << st.error_message();
-  EXPECT_NE(st.error_message().find("4096 of the 8192 bytes its header declared arrived"), std::string::npos)
+  EXPECT_NE(st.error_message().find("4096 of the 8192 bytes its header declared arrived"),
+            std::string::npos)
       << st.error_message();
   {
     // Half of a 1 MB file, then the client cancels.
@@ -1221,7 +1261,8 @@ TEST_F(SecurityTest, TheSharedKnowledgeBaseIsWrittenOnlyByTheRolesConfigured) {
   auto admin = pb::Knowledge::NewStub(d_->channel());
   auto st = Upload(*user, "user-notes.md", "", 64, 64);
   EXPECT_EQ(st.error_code(), grpc::StatusCode::PERMISSION_DENIED) << st.error_message();
-  EXPECT_NE(st.error_message().find("rule: knowledge_writers"), std::string::npos) << st.error_message();
+  EXPECT_NE(st.error_message().find("rule: knowledge_writers"), std::string::npos)
+      << st.error_message();
   EXPECT_TRUE(Upload(*user, "mine.md", "~notes", 64, 64).ok());
   ASSERT_TRUE(Upload(*admin, "team.md", "", 64, 64).ok());
   // alice reads the team's document, and cannot delete it.
@@ -1247,7 +1288,8 @@ TEST_F(SecurityTest, TheSharedKnowledgeBaseIsWrittenOnlyByTheRolesConfigured) {
   // The default (admin and user) lets a user write it, not a ci token.
   StartDaemon("");
   user = pb::Knowledge::NewStub(Channel(Tcp(), Credentials{"", "", "", MakeToken("alice")}));
-  auto ci = pb::Knowledge::NewStub(Channel(Tcp(), Credentials{"", "", "", MakeToken("ci-bot", "ci")}));
+  auto ci =
+      pb::Knowledge::NewStub(Channel(Tcp(), Credentials{"", "", "", MakeToken("ci-bot", "ci")}));
   EXPECT_TRUE(Upload(*user, "user-notes.md", "", 64, 64).ok());
   st = Upload(*ci, "ci-notes.md", "", 64, 64);
   EXPECT_EQ(st.error_code(), grpc::StatusCode::PERMISSION_DENIED) << st.error_message();
@@ -1277,17 +1319,20 @@ TEST_F(SecurityTest, BadSecurityConfigIsRefusedNamingFileAndLine) {
   auto check = [&](const std::string& yaml, const std::string& want) {
     std::ofstream(dir + "/fwaid.yaml") << yaml;
     std::string out, err;
-    int rc = RunCommand({std::string(FWAI_BIN_DIR) + "/fwaid", "--config", dir + "/fwaid.yaml", "--data-dir",
-                         dir + "/data", "--listen", "unix:" + dir + "/s.sock"},
+    int rc = RunCommand({std::string(FWAI_BIN_DIR) + "/fwaid", "--config", dir + "/fwaid.yaml",
+                         "--data-dir", dir + "/data", "--listen", "unix:" + dir + "/s.sock"},
                         &out, &err);
     EXPECT_EQ(rc, 1) << yaml;
     EXPECT_NE(err.find(want), std::string::npos) << "want '" << want << "' in: " << err;
   };
-  check("users:\n  alice: {role: boss}\n", "fwaid.yaml:2: users.alice.role: expected admin, user or ci");
-  check("tls: {cert: /nonexistent.pem, key: /nonexistent.key}\n", "fwaid.yaml:1: tls.cert: cannot read");
+  check("users:\n  alice: {role: boss}\n",
+        "fwaid.yaml:2: users.alice.role: expected admin, user or ci");
+  check("tls: {cert: /nonexistent.pem, key: /nonexistent.key}\n",
+        "fwaid.yaml:1: tls.cert: cannot read");
   check("unix_socket: {mode: \"0666\"}\n", "unix_socket.mode: must not give others access");
   check("limits:\n  sessions: -1\n", "fwaid.yaml:2: limits.sessions: expected an integer in 0..");
-  check("users:\n  a: {cert_subject: \"CN=x\"}\n  b: {cert_subject: \"CN=x\"}\n", "users.b.cert_subject: already maps to user a");
+  check("users:\n  a: {cert_subject: \"CN=x\"}\n  b: {cert_subject: \"CN=x\"}\n",
+        "users.b.cert_subject: already maps to user a");
   fs::remove_all(dir);
 }
 
@@ -1311,11 +1356,13 @@ class AgentIsolationTest : public SecurityTest {
     ASSERT_EQ(chmod((project_ + "/root-only.txt").c_str(), 0600), 0);
     fs::create_symlink(secret_, project_ + "/link.txt");
     std::ofstream(project_ + "/.fwai/skills/probe.yaml")
-        << "name: probe\nsteps:\n  - name: look\n    tool: shell\n    command: \"id -u > uid.txt; cat "
+        << "name: probe\nsteps:\n  - name: look\n    tool: shell\n    command: \"id -u > uid.txt; "
+           "cat "
         << secret_ << " root-only.txt link.txt || true\"\n";
     // Runs until the test creates `go` in the project (60 s at most).
     std::ofstream(project_ + "/.fwai/skills/gated.yaml")
-        << "name: gated\nsteps:\n  - name: wait\n    tool: shell\n    command: \"for i in $(seq 1 1200); do "
+        << "name: gated\nsteps:\n  - name: wait\n    tool: shell\n    command: \"for i in $(seq 1 "
+           "1200); do "
            "[ -e go ] && exit 0; sleep 0.05; done; exit 1\"\n";
     auto nobody = LookupAccount("nobody");
     ASSERT_TRUE(nobody.ok());
@@ -1342,7 +1389,8 @@ class AgentIsolationTest : public SecurityTest {
   }
 
   // One turn in which the model makes `calls`; the output of each call by id.
-  std::map<std::string, std::string> Turn(const std::shared_ptr<grpc::Channel>& ch, const std::string& session,
+  std::map<std::string, std::string> Turn(const std::shared_ptr<grpc::Channel>& ch,
+                                          const std::string& session,
                                           std::vector<FakeToolCall> calls) {
     FakeReply r;
     r.tool_calls = std::move(calls);
@@ -1354,7 +1402,8 @@ class AgentIsolationTest : public SecurityTest {
     EXPECT_TRUE(out.finished) << out.status.error_message();
     std::map<std::string, std::string> results;
     for (const auto& ev : out.events) {
-      if (ev.has_tool_call_finished()) results[ev.tool_call_finished().call_id()] = ev.tool_call_finished().output();
+      if (ev.has_tool_call_finished())
+        results[ev.tool_call_finished().call_id()] = ev.tool_call_finished().output();
     }
     return results;
   }
@@ -1368,18 +1417,19 @@ TEST_F(AgentIsolationTest, FileAndCommandToolsActAsTheSessionsAccountInsideItsPr
   pb::Session s = NewSession(mallory_);
   ASSERT_EQ(s.project_root(), project_);
   ASSERT_EQ(s.account(), "nobody");
-  auto out = Turn(mallory_, s.id(),
-                  {{"c1", "read_file", {{"path", "../secret.txt"}}},
-                   {"c2", "read_file", {{"path", secret_}}},
-                   {"c3", "read_file", {{"path", "link.txt"}}},
-                   {"c4", "read_file", {{"path", "root-only.txt"}}},
-                   {"c5", "grep", {{"pattern", "TOP-SECRET"}}},
-                   {"c6", "write_file", {{"path", "../planted.txt"}, {"content", "x"}}},
-                   {"c7", "write_file", {{"path", "link.txt"}, {"content", "overwritten"}}},
-                   {"c8", "edit_file", {{"path", "root-only.txt"}, {"old_string", "TOP"}, {"new_string", "X"}}},
-                   {"c9", "bash", {{"command", "id -u > whoami.txt; cat " + secret_ + " root-only.txt; true"}}},
-                   {"c10", "write_file", {{"path", "notes/ok.txt"}, {"content", "mine\n"}}},
-                   {"c11", "read_file", {{"path", "main.c"}}}});
+  auto out = Turn(
+      mallory_, s.id(),
+      {{"c1", "read_file", {{"path", "../secret.txt"}}},
+       {"c2", "read_file", {{"path", secret_}}},
+       {"c3", "read_file", {{"path", "link.txt"}}},
+       {"c4", "read_file", {{"path", "root-only.txt"}}},
+       {"c5", "grep", {{"pattern", "TOP-SECRET"}}},
+       {"c6", "write_file", {{"path", "../planted.txt"}, {"content", "x"}}},
+       {"c7", "write_file", {{"path", "link.txt"}, {"content", "overwritten"}}},
+       {"c8", "edit_file", {{"path", "root-only.txt"}, {"old_string", "TOP"}, {"new_string", "X"}}},
+       {"c9", "bash", {{"command", "id -u > whoami.txt; cat " + secret_ + " root-only.txt; true"}}},
+       {"c10", "write_file", {{"path", "notes/ok.txt"}, {"content", "mine\n"}}},
+       {"c11", "read_file", {{"path", "main.c"}}}});
   ASSERT_EQ(out.size(), 11u);
   for (const auto& [id, text] : out) {
     EXPECT_EQ(text.find("TOP-SECRET"), std::string::npos) << id << " leaked: " << text;
@@ -1389,7 +1439,8 @@ TEST_F(AgentIsolationTest, FileAndCommandToolsActAsTheSessionsAccountInsideItsPr
   EXPECT_NE(out["c3"].find("outside the project root"), std::string::npos) << out["c3"];
   EXPECT_NE(out["c4"].find("permission denied"), std::string::npos) << out["c4"];
   EXPECT_FALSE(fs::exists(d_tmp_ + "/planted.txt"));
-  EXPECT_EQ(Read(secret_), "TOP-SECRET-ROOT-ONLY\n") << "a write through the link reached the secret";
+  EXPECT_EQ(Read(secret_), "TOP-SECRET-ROOT-ONLY\n")
+      << "a write through the link reached the secret";
   EXPECT_EQ(Read(project_ + "/root-only.txt"), "TOP-SECRET-IN-PROJECT\n");
   EXPECT_EQ(Read(project_ + "/whoami.txt"), std::to_string(nobody_uid_) + "\n");
   struct stat st {};
@@ -1433,7 +1484,8 @@ TEST_F(AgentIsolationTest, ASessionWithoutAnAccountIsOfferedNoFileToolsAndCannot
   ASSERT_FALSE(reqs.empty());
   for (const auto& t : reqs.back().body["tools"]) {
     const std::string name = t.value("name", "");
-    for (const char* banned : {"read_file", "list_dir", "grep", "glob", "write_file", "edit_file", "bash"}) {
+    for (const char* banned :
+         {"read_file", "list_dir", "grep", "glob", "write_file", "edit_file", "bash"}) {
       EXPECT_NE(name, banned) << "offered to a session without a project";
     }
   }
@@ -1492,7 +1544,8 @@ TEST_F(AgentIsolationTest, ASkillRunsAsTheCallersAccount) {
 // and its stream ends saying why.
 TEST_F(AgentIsolationTest, ARunEndsWhenItsTokenIsRevoked) {
   const std::string skill = project_ + "/.fwai/skills/slow.yaml";
-  std::ofstream(skill) << "name: slow\nsteps:\n  - name: wait\n    tool: shell\n    command: \"echo started; sleep 60\"\n";
+  std::ofstream(skill) << "name: slow\nsteps:\n  - name: wait\n    tool: shell\n    command: "
+                          "\"echo started; sleep 60\"\n";
   ASSERT_EQ(lchown(skill.c_str(), nobody_uid_, static_cast<gid_t>(-1)), 0);
   const std::string token = MakeToken("mallory");
   auto ch = Channel(Tcp(), Credentials{"", "", "", token});
@@ -1522,7 +1575,8 @@ TEST_F(AgentIsolationTest, ARunEndsWhenItsTokenIsRevoked) {
   auto st = stream->Finish();
   EXPECT_EQ(st.error_code(), grpc::StatusCode::UNAUTHENTICATED) << st.error_message();
   EXPECT_NE(st.error_message().find("revoked"), std::string::npos) << st.error_message();
-  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(10)) << "the run's stream outlived its token";
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(10))
+      << "the run's stream outlived its token";
   // The run itself was cancelled, long before its step would have ended.
   std::string rec;
   const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
@@ -1567,8 +1621,10 @@ TEST_F(AgentIsolationTest, ASecondSkillRunPastTheLimitIsRefused) {
   };
   auto [refused, never] = run("probe");
   EXPECT_EQ(refused.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << refused.error_message();
-  EXPECT_NE(refused.error_message().find("limit running_runs (1)"), std::string::npos) << refused.error_message();
-  EXPECT_NE(refused.error_message().find("retry when"), std::string::npos) << refused.error_message();
+  EXPECT_NE(refused.error_message().find("limit running_runs (1)"), std::string::npos)
+      << refused.error_message();
+  EXPECT_NE(refused.error_message().find("retry when"), std::string::npos)
+      << refused.error_message();
   EXPECT_FALSE(never);
   // The first run let go and read to its end: the next one runs at once.
   std::ofstream(project_ + "/go") << "go\n";
@@ -1659,8 +1715,9 @@ class UnixPeerAttackTest : public SecurityTest {
     if (!fs::exists(fwai)) {
       fs::create_directories(d_tmp_ + "/bin");
       fs::copy_file(std::string(FWAI_BIN_DIR) + "/fwai", fwai);
-      fs::permissions(d_tmp_ + "/bin", fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec |
-                                           fs::perms::others_read | fs::perms::others_exec);
+      fs::permissions(d_tmp_ + "/bin", fs::perms::owner_all | fs::perms::group_read |
+                                           fs::perms::group_exec | fs::perms::others_read |
+                                           fs::perms::others_exec);
       fs::permissions(fwai, fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec |
                                 fs::perms::others_read | fs::perms::others_exec);
     }
@@ -1974,7 +2031,8 @@ TEST_F(UnixPeerAttackTest, ProjectRootsAreCheckedAsThePeer) {
   ASSERT_EQ(res.size(), 5u) << all;
   ExpectNothingLeakedOrChanged(all);
   for (const char* id : {"c1", "c3", "c4"}) {
-    EXPECT_NE(absl::AsciiStrToLower(res[id]).find("permission denied"), std::string::npos) << id << ": " << res[id];
+    EXPECT_NE(absl::AsciiStrToLower(res[id]).find("permission denied"), std::string::npos)
+        << id << ": " << res[id];
   }
 }
 
@@ -2030,11 +2088,13 @@ TEST_F(UnixPeerAttackTest, ATokenWithoutAnAccountGetsNoFileToolAtAll) {
   fake_.Enqueue(hello);
   std::string out, err;
   const std::string token = MakeToken("drifter");
-  EXPECT_EQ(RunCommand({std::string(FWAI_BIN_DIR) + "/fwai", "--daemon", Tcp(), "--project", project_, "chat", "hi"},
+  EXPECT_EQ(RunCommand({std::string(FWAI_BIN_DIR) + "/fwai", "--daemon", Tcp(), "--project",
+                        project_, "chat", "hi"},
                        &out, &err, {"FWAI_TOKEN=" + token}),
             0)
       << err;
-  EXPECT_NE(err.find("this session has no project and no file or command tools"), std::string::npos) << err;
+  EXPECT_NE(err.find("this session has no project and no file or command tools"), std::string::npos)
+      << err;
   EXPECT_FALSE(s.no_project_reason().empty());
   EXPECT_NE(err.find(s.no_project_reason()), std::string::npos) << err;
 }
@@ -2104,12 +2164,15 @@ TEST_F(UnixPeerAttackTest, ATokenNamedAfterALocalAccountGetsNoneOfItsPersonalCol
   std::ofstream(note) << "# Private\n\nThe NOBODY-PRIVATE-NOTE says the unlock code is 4711.\n";
   ASSERT_EQ(chmod(note.c_str(), 0644), 0);
   std::string out, err;
-  ASSERT_EQ(AsUser("nobody", {"kb", "add", note, "--collection", "~notes"}, &out, &err), 0) << err << out;
-  ASSERT_EQ(AsUser("nobody", {"--json", "kb", "ls", "--collection", "~notes"}, &out, &err), 0) << err;
+  ASSERT_EQ(AsUser("nobody", {"kb", "add", note, "--collection", "~notes"}, &out, &err), 0)
+      << err << out;
+  ASSERT_EQ(AsUser("nobody", {"--json", "kb", "ls", "--collection", "~notes"}, &out, &err), 0)
+      << err;
   ASSERT_NE(out.find("note.md"), std::string::npos) << "nobody does not see its own note: " << out;
   // The agent of nobody's own session finds it (so the search below can find it at all).
   std::string all;
-  auto own = NobodyTurn(project_, {{"s1", "documentSearch", {{"query", "NOBODY-PRIVATE-NOTE unlock code"}}}}, &all);
+  auto own = NobodyTurn(
+      project_, {{"s1", "documentSearch", {{"query", "NOBODY-PRIVATE-NOTE unlock code"}}}}, &all);
   ASSERT_NE(own["s1"].find("NOBODY-PRIVATE-NOTE"), std::string::npos) << all;
 
   // A token for "nobody" (users: does not name it): another principal.
@@ -2133,7 +2196,8 @@ TEST_F(UnixPeerAttackTest, ATokenNamedAfterALocalAccountGetsNoneOfItsPersonalCol
     pb::SearchResponse found;
     (void)kb->Search(&ctx, req, &found);
     for (const auto& r : found.results()) {
-      EXPECT_EQ(r.text().find("NOBODY-PRIVATE-NOTE"), std::string::npos) << "found in '" << collection << "'";
+      EXPECT_EQ(r.text().find("NOBODY-PRIVATE-NOTE"), std::string::npos)
+          << "found in '" << collection << "'";
     }
   }
   {
@@ -2154,7 +2218,8 @@ TEST_F(UnixPeerAttackTest, ATokenNamedAfterALocalAccountGetsNoneOfItsPersonalCol
     }
     auto st = stream->Finish();
     EXPECT_EQ(st.error_code(), grpc::StatusCode::PERMISSION_DENIED) << st.error_message();
-    EXPECT_NE(st.error_message().find("belongs to the local account nobody"), std::string::npos) << st.error_message();
+    EXPECT_NE(st.error_message().find("belongs to the local account nobody"), std::string::npos)
+        << st.error_message();
   }
   // Its agent does not find the note either.
   grpc::ClientContext ctx;
@@ -2177,7 +2242,8 @@ TEST_F(UnixPeerAttackTest, ATokenNamedAfterALocalAccountGetsNoneOfItsPersonalCol
   }
   EXPECT_EQ(searched, 1);
   // nobody's note is still there, whole.
-  ASSERT_EQ(AsUser("nobody", {"--json", "kb", "ls", "--collection", "~notes"}, &out, &err), 0) << err;
+  ASSERT_EQ(AsUser("nobody", {"--json", "kb", "ls", "--collection", "~notes"}, &out, &err), 0)
+      << err;
   EXPECT_NE(out.find("note.md"), std::string::npos) << out;
   EXPECT_EQ(out.find("planted.md"), std::string::npos) << out;
 }

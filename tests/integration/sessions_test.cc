@@ -1,9 +1,8 @@
 // Sessions API against a real fwaid over its unix socket.
+#include <grpcpp/generic/generic_stub.h>
+#include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
-
-#include <grpcpp/grpcpp.h>
-#include <grpcpp/generic/generic_stub.h>
 
 #include <future>
 

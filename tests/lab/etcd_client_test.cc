@@ -91,7 +91,8 @@ TEST_F(LabEtcdClient, CreateIfAbsentHasExactlyOneWinnerAmongRacers) {
   ASSERT_EQ(winners, 1);
   for (int i = 0; i < kRacers; ++i) EXPECT_EQ(seen[i], "holder-" + std::to_string(winner)) << i;
   // Only the winner's value deletes it.
-  EXPECT_FALSE(*client_->DeleteIfValue("/race/board", "holder-" + std::to_string((winner + 1) % kRacers)));
+  EXPECT_FALSE(
+      *client_->DeleteIfValue("/race/board", "holder-" + std::to_string((winner + 1) % kRacers)));
   EXPECT_TRUE(*client_->DeleteIfValue("/race/board", "holder-" + std::to_string(winner)));
   EXPECT_FALSE(client_->Get("/race/board")->has_value());
 }
@@ -149,7 +150,8 @@ TEST_F(LabEtcdClient, KeysOfALeaseLiveWhileKeptAliveAndGoWhenItExpiresOrIsRevoke
   }
   EXPECT_TRUE(client_->Get("/l/kept")->has_value());
   // Left alone: gone once its TTL has passed, and the lease with it.
-  EXPECT_TRUE(Eventually([&] { return !client_->Get("/l/kept")->has_value(); }, std::chrono::seconds(5)));
+  EXPECT_TRUE(
+      Eventually([&] { return !client_->Get("/l/kept")->has_value(); }, std::chrono::seconds(5)));
   auto again = client_->LeaseKeepAlive(*lease);
   EXPECT_TRUE(absl::IsNotFound(again.status())) << again.status();
   EXPECT_TRUE(absl::IsNotFound(client_->LeaseTimeToLive(*lease).status()));
@@ -162,7 +164,8 @@ TEST_F(LabEtcdClient, KeysOfALeaseLiveWhileKeptAliveAndGoWhenItExpiresOrIsRevoke
   EXPECT_GT(*left, 50);
   ASSERT_TRUE(client_->LeaseRevoke(*revoked).ok());
   EXPECT_FALSE(client_->Get("/l/revoked")->has_value());
-  EXPECT_TRUE(client_->LeaseRevoke(*revoked).ok()) << "revoking a lease already gone is not an error";
+  EXPECT_TRUE(client_->LeaseRevoke(*revoked).ok())
+      << "revoking a lease already gone is not an error";
 }
 
 struct Collected {
@@ -177,7 +180,8 @@ struct Collected {
     return [this](const std::vector<WatchEvent>& evs, int64_t) {
       std::lock_guard lock(mu);
       for (const auto& e : evs) {
-        events.push_back(e.type == WatchEvent::kPut ? "put " + e.kv.key + "=" + e.kv.value : "delete " + e.kv.key);
+        events.push_back(e.type == WatchEvent::kPut ? "put " + e.kv.key + "=" + e.kv.value
+                                                    : "delete " + e.kv.key);
       }
       cv.notify_all();
     };
@@ -221,7 +225,8 @@ TEST_F(LabEtcdClient, OneMemberStoppedChangesNothingForRequestsOrWatches) {
   ASSERT_TRUE(got.WaitFor(5));
   watch->Cancel();
   std::lock_guard lock(got.mu);
-  EXPECT_EQ(got.events, (std::vector<std::string>{"put /f/1=a", "put /f/2=b", "put /f/3=b", "put /f/4=b", "put /f/5=b"}));
+  EXPECT_EQ(got.events, (std::vector<std::string>{"put /f/1=a", "put /f/2=b", "put /f/3=b",
+                                                  "put /f/4=b", "put /f/5=b"}));
 }
 
 TEST_F(LabEtcdClient, QuorumLostIsUnavailableNamingEveryEndpointAndHealsWhenMembersReturn) {
@@ -241,18 +246,21 @@ TEST_F(LabEtcdClient, QuorumLostIsUnavailableNamingEveryEndpointAndHealsWhenMemb
       std::chrono::seconds(20)))
       << st;
   EXPECT_EQ(st.code(), absl::StatusCode::kUnavailable) << st;
-  for (const auto& e : cluster_.endpoints()) EXPECT_NE(st.message().find(e), std::string::npos) << st;
+  for (const auto& e : cluster_.endpoints())
+    EXPECT_NE(st.message().find(e), std::string::npos) << st;
   // One line a person can act on; each member's own answer is in the log.
   EXPECT_NE(st.message().find("the lab's registry (etcd) has no quorum: 1 of 3 members answer"),
             std::string::npos)
       << st;
-  EXPECT_NE(st.message().find("leases and lab boards are unavailable until it recovers"), std::string::npos)
+  EXPECT_NE(st.message().find("leases and lab boards are unavailable until it recovers"),
+            std::string::npos)
       << st;
   EXPECT_EQ(st.message().find('\n'), std::string::npos) << st;
   ASSERT_TRUE(cluster_.StartMember(1));
   ASSERT_TRUE(cluster_.StartMember(2));
   // The same client, not rebuilt, is served again.
-  ASSERT_TRUE(Eventually([&] { return client_->CreateIfAbsent("/q/lease", "me", 0).ok(); }, std::chrono::seconds(20)));
+  ASSERT_TRUE(Eventually([&] { return client_->CreateIfAbsent("/q/lease", "me", 0).ok(); },
+                         std::chrono::seconds(20)));
   EXPECT_EQ((*client_->Get("/q/before"))->value, "1");
 }
 

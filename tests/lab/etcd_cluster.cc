@@ -208,7 +208,8 @@ bool EtcdCluster::Start() {
       std::filesystem::remove(m.log, ec);
       m.client_port = PickFreePort();
       m.peer_port = PickFreePort();
-      initial_cluster_ += (initial_cluster_.empty() ? "" : ",") + m.name + "=http://127.0.0.1:" + std::to_string(m.peer_port);
+      initial_cluster_ += (initial_cluster_.empty() ? "" : ",") + m.name +
+                          "=http://127.0.0.1:" + std::to_string(m.peer_port);
     }
     bool launched = true;
     for (auto& m : members_) launched = launched && Launch(m, true);
@@ -221,7 +222,8 @@ bool EtcdCluster::Start() {
                         CtlEnv(), 30) == 0;
     }
     bool port_taken = false;
-    for (int i = 0; i < size(); ++i) port_taken = port_taken || log(i).find("address already in use") != std::string::npos;
+    for (int i = 0; i < size(); ++i)
+      port_taken = port_taken || log(i).find("address already in use") != std::string::npos;
     if (!port_taken) return false;  // something else is wrong: the logs say what
   }
   return false;

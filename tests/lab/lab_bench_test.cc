@@ -63,7 +63,8 @@ TEST_F(LabBench, RegistersItsBoardsFollowsHealthAndLeavesWithinTtlWhenKilled) {
   constexpr int kTtl = 3;
   Daemon bench(nullptr, BenchYaml(cluster_, "bench1", "b1", kTtl), false);
   ASSERT_TRUE(bench.Start()) << bench.log();
-  ASSERT_TRUE(Eventually([&] { return BoardsOf("bench1").size() == 1; }, std::chrono::seconds(10))) << bench.log();
+  ASSERT_TRUE(Eventually([&] { return BoardsOf("bench1").size() == 1; }, std::chrono::seconds(10)))
+      << bench.log();
   LabBoard b = BoardsOf("bench1")[0];
   EXPECT_EQ(b.id, "b1");
   EXPECT_EQ(b.kind, "simulated");
@@ -71,7 +72,8 @@ TEST_F(LabBench, RegistersItsBoardsFollowsHealthAndLeavesWithinTtlWhenKilled) {
   EXPECT_NE(std::find(b.tags.begin(), b.tags.end(), "stm32f1"), b.tags.end());
   auto node = etcd_->Get("/fwai/nodes/bench1");
   ASSERT_TRUE(node.ok() && node->has_value());
-  EXPECT_NE((*node)->value.find("\"advertise\":\"tls:127.0.0.1:7443\""), std::string::npos) << (*node)->value;
+  EXPECT_NE((*node)->value.find("\"advertise\":\"tls:127.0.0.1:7443\""), std::string::npos)
+      << (*node)->value;
   EXPECT_NE((*node)->value.find("\"pid\":" + std::to_string(bench.pid())), std::string::npos);
   // Everything the bench wrote is bound to one lease of the configured TTL.
   ASSERT_NE((*node)->lease, 0);
@@ -95,7 +97,8 @@ TEST_F(LabBench, RegistersItsBoardsFollowsHealthAndLeavesWithinTtlWhenKilled) {
   ASSERT_TRUE(Eventually(
       [&] {
         auto bs = BoardsOf("bench1");
-        return bs.size() == 1 && bs[0].health == "maintenance" && bs[0].health_reason == "rewiring the probe";
+        return bs.size() == 1 && bs[0].health == "maintenance" &&
+               bs[0].health_reason == "rewiring the probe";
       },
       std::chrono::seconds(5)));
 
@@ -109,14 +112,16 @@ TEST_F(LabBench, RegistersItsBoardsFollowsHealthAndLeavesWithinTtlWhenKilled) {
 
   // Back: its boards return (with the health it keeps in its database).
   ASSERT_TRUE(bench.Start()) << bench.log();
-  ASSERT_TRUE(Eventually([&] { return BoardsOf("bench1").size() == 1; }, std::chrono::seconds(10))) << bench.log();
+  ASSERT_TRUE(Eventually([&] { return BoardsOf("bench1").size() == 1; }, std::chrono::seconds(10)))
+      << bench.log();
   EXPECT_TRUE(NodeRegistered("bench1"));
 }
 
 TEST_F(LabBench, AStoppedBenchLeavesAtOnce) {
   Daemon bench(nullptr, BenchYaml(cluster_, "bench1", "b1", 30), false);
   ASSERT_TRUE(bench.Start()) << bench.log();
-  ASSERT_TRUE(Eventually([&] { return BoardsOf("bench1").size() == 1; }, std::chrono::seconds(10))) << bench.log();
+  ASSERT_TRUE(Eventually([&] { return BoardsOf("bench1").size() == 1; }, std::chrono::seconds(10)))
+      << bench.log();
   EXPECT_EQ(bench.Stop(), 0) << bench.log();
   // Not after its 30 s TTL: its lease was revoked on the way out.
   EXPECT_TRUE(BoardsOf("bench1").empty());
@@ -141,7 +146,8 @@ TEST_F(LabBench, WithEtcdDownAtStartItServesItsBoardsAndJoinsWhenEtcdComes) {
   }
   for (int i = 0; i < cluster_.size(); ++i) ASSERT_TRUE(cluster_.StartMember(i));
   ASSERT_TRUE(cluster_.WaitServing(0));
-  ASSERT_TRUE(Eventually([&] { return BoardsOf("bench1").size() == 1; }, std::chrono::seconds(15))) << bench.log();
+  ASSERT_TRUE(Eventually([&] { return BoardsOf("bench1").size() == 1; }, std::chrono::seconds(15)))
+      << bench.log();
   EXPECT_TRUE(NodeRegistered("bench1"));
 }
 
@@ -150,8 +156,9 @@ TEST_F(LabBench, TwoBenchesAreOneLab) {
   Daemon bench2(nullptr, BenchYaml(cluster_, "bench2", "b2", 5), false);
   ASSERT_TRUE(bench1.Start()) << bench1.log();
   ASSERT_TRUE(bench2.Start()) << bench2.log();
-  ASSERT_TRUE(Eventually([&] { return BoardsOf("bench1").size() == 1 && BoardsOf("bench2").size() == 1; },
-                         std::chrono::seconds(10)));
+  ASSERT_TRUE(
+      Eventually([&] { return BoardsOf("bench1").size() == 1 && BoardsOf("bench2").size() == 1; },
+                 std::chrono::seconds(10)));
   EXPECT_EQ(BoardsOf("bench2")[0].id, "b2");
   // One of three etcd members stopped: the lab does not change.
   cluster_.StopMember(0);

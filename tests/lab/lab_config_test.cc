@@ -67,7 +67,8 @@ TEST(LabConfig, ParsesEndpointsNodeAdvertiseAndTtl) {
   EXPECT_EQ(defaults->lab.ttl_s, 10);
   EXPECT_EQ(defaults->lab.advertise, "");
   EXPECT_TRUE(defaults->lab.interactive_first);
-  auto on = ParseConfig("lab: {etcd: [127.0.0.1:2379], node: front, interactive_first: true}\n", "fwaid.yaml");
+  auto on = ParseConfig("lab: {etcd: [127.0.0.1:2379], node: front, interactive_first: true}\n",
+                        "fwaid.yaml");
   ASSERT_TRUE(on.ok()) << on.status();
   EXPECT_TRUE(on->lab.interactive_first);
 }

@@ -7,9 +7,8 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
-
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "server/lab/etcd_client.h"
 #include "tests/integration/daemon_fixture.h"
@@ -76,8 +75,8 @@ class LabExamples : public ::testing::Test {
   }
 
   // examples/ci/fwai-ci-job.sh with this lab's settings; `extra`: its arguments.
-  int CiJob(const std::vector<std::string>& env, const std::vector<std::string>& extra, std::string* out,
-            std::string* err) {
+  int CiJob(const std::vector<std::string>& env, const std::vector<std::string>& extra,
+            std::string* out, std::string* err) {
     std::vector<std::string> argv = {std::string(FWAI_SOURCE_DIR) + "/examples/ci/fwai-ci-job.sh"};
     argv.insert(argv.end(), extra.begin(), extra.end());
     std::vector<std::string> e = {"FWAI_BIN=" + std::string(FWAI_BIN_DIR),
@@ -95,8 +94,10 @@ class LabExamples : public ::testing::Test {
   // The job's fwaid (auto-started by the CLI) is gone when the job ends.
   void ExpectFrontStopped() {
     const std::string log = ReadText(job_ + "/run/fwai/fwaid.log");
-    EXPECT_NE(log.find("fwaid: ready"), std::string::npos) << "the job's fwaid was started\n" << log;
-    EXPECT_FALSE(fs::exists(job_ + "/run/fwai/fwaid.sock")) << "the job's fwaid was stopped\n" << log;
+    EXPECT_NE(log.find("fwaid: ready"), std::string::npos) << "the job's fwaid was started\n"
+                                                           << log;
+    EXPECT_FALSE(fs::exists(job_ + "/run/fwai/fwaid.sock")) << "the job's fwaid was stopped\n"
+                                                            << log;
   }
 
   // The board is free again in the lab (the run's lease was released).
@@ -119,7 +120,8 @@ class LabExamples : public ::testing::Test {
 TEST_F(LabExamples, CiJobBuildsFlashesALabBoardByTagAndVerifiesItsBootLine) {
   std::string out, err;
   int rc = CiJob({}, {}, &out, &err);
-  ASSERT_EQ(rc, 0) << out << err << "\nbench:\n" << bench_->log() << "\nfront:\n"
+  ASSERT_EQ(rc, 0) << out << err << "\nbench:\n"
+                   << bench_->log() << "\nfront:\n"
                    << ReadText(job_ + "/run/fwai/fwaid.log");
   json s = Summary(out);
   ASSERT_TRUE(s.is_object()) << out;
@@ -151,7 +153,8 @@ TEST_F(LabExamples, CiJobBuildsFlashesALabBoardByTagAndVerifiesItsBootLine) {
 
 TEST_F(LabExamples, CiJobExitsWithTheVerifyCodeWhenTheBootLineIsWrong) {
   std::string out, err;
-  int rc = CiJob({}, {"--var", "BOOT_PATTERN=this line is never printed", "--timeout", "120"}, &out, &err);
+  int rc = CiJob({}, {"--var", "BOOT_PATTERN=this line is never printed", "--timeout", "120"}, &out,
+                 &err);
   EXPECT_EQ(rc, 14) << out << err;
   json s = Summary(out);
   ASSERT_TRUE(s.is_object()) << out;

@@ -193,7 +193,8 @@ TEST_F(LabForward, FlashThroughAFrontBootsTheBenchsBoardAndSerialPingPongs) {
     ASSERT_TRUE(st.ok()) << st.error_message() << "\nbench:\n" << bench_->log();
     bool booted = false;
     while (!booted && stream->Read(&m)) {
-      for (const auto& l : m.lines()) booted = booted || l.line().find("booted") != std::string::npos;
+      for (const auto& l : m.lines())
+        booted = booted || l.line().find("booted") != std::string::npos;
     }
     EXPECT_TRUE(booted) << "no boot line after the reset";
   }

@@ -4,12 +4,11 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
-#include <sstream>
 #include <chrono>
-#include <thread>
-
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <sstream>
+#include <thread>
 
 #include "fwai/v1/hardware.grpc.pb.h"
 #include "server/lab/etcd_client.h"
@@ -48,8 +47,8 @@ struct Acquired {
   pb::Lease lease;
 };
 
-Acquired Acquire(Daemon& d, const std::string& board, const std::vector<std::string>& tags, int ttl_s,
-                 const std::string& session, int wait_s = 0) {
+Acquired Acquire(Daemon& d, const std::string& board, const std::vector<std::string>& tags,
+                 int ttl_s, const std::string& session, int wait_s = 0) {
   auto hw = pb::Hardware::NewStub(d.channel());
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(wait_s + 30));
@@ -119,7 +118,8 @@ class LabFront : public ::testing::Test {
     bench2_ = std::make_unique<Daemon>(nullptr, BenchYaml(cluster_, "bench2", "b2", 3), false);
     front1_ = std::make_unique<Daemon>(nullptr, FrontYaml(cluster_, "front1"), false);
     front2_ = std::make_unique<Daemon>(nullptr, FrontYaml(cluster_, "front2"), false);
-    for (Daemon* d : {bench1_.get(), bench2_.get(), front1_.get(), front2_.get()}) ASSERT_TRUE(d->Start()) << d->log();
+    for (Daemon* d : {bench1_.get(), bench2_.get(), front1_.get(), front2_.get()})
+      ASSERT_TRUE(d->Start()) << d->log();
     ASSERT_TRUE(Eventually(
         [&] {
           auto r = List(*front1_);
@@ -136,8 +136,10 @@ class LabFront : public ::testing::Test {
 
 TEST_F(LabFront, HwLsListsEveryBoardOfTheLabWithItsNode) {
   std::string out, err;
-  ASSERT_EQ(RunCommand({std::string(FWAI_BIN_DIR) + "/fwai", "--daemon", front1_->address(), "hw", "ls"}, &out, &err),
-            0)
+  ASSERT_EQ(
+      RunCommand({std::string(FWAI_BIN_DIR) + "/fwai", "--daemon", front1_->address(), "hw", "ls"},
+                 &out, &err),
+      0)
       << err;
   EXPECT_NE(out.find("NODE"), std::string::npos) << out;
   // One line per board, each with its node.
@@ -167,11 +169,15 @@ TEST_F(LabFront, LeaseByTagAcrossBenchesHoldsTheBoardForTheWholeLab) {
   EXPECT_NE((*key)->lease, 0) << "a lab lease is bound to an etcd lease";
   // The other front, and a local user of the bench itself, find it held.
   auto other = Acquire(*front2_, "b2", {}, 60, "s2");
-  EXPECT_EQ(other.status.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << other.status.error_message();
-  EXPECT_NE(other.status.error_message().find("held by"), std::string::npos) << other.status.error_message();
-  EXPECT_NE(other.status.error_message().find("front1"), std::string::npos) << other.status.error_message();
+  EXPECT_EQ(other.status.error_code(), grpc::StatusCode::FAILED_PRECONDITION)
+      << other.status.error_message();
+  EXPECT_NE(other.status.error_message().find("held by"), std::string::npos)
+      << other.status.error_message();
+  EXPECT_NE(other.status.error_message().find("front1"), std::string::npos)
+      << other.status.error_message();
   auto local = Acquire(*bench2_, "b2", {}, 60, "s3");
-  EXPECT_EQ(local.status.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << local.status.error_message();
+  EXPECT_EQ(local.status.error_code(), grpc::StatusCode::FAILED_PRECONDITION)
+      << local.status.error_message();
   EXPECT_NE(Find(List(*front2_), "b2")->holder().find("via front1"), std::string::npos);
   EXPECT_NE(Find(List(*bench2_), "b2")->holder().find("via front1"), std::string::npos);
   // Released through the front: free for everyone at once.
@@ -181,7 +187,8 @@ TEST_F(LabFront, LeaseByTagAcrossBenchesHoldsTheBoardForTheWholeLab) {
   ASSERT_TRUE(mine.status.ok()) << mine.status.error_message();
   // ...and now the bench's own lease keeps the fronts out.
   auto blocked = Acquire(*front1_, "b2", {}, 60, "s1");
-  EXPECT_EQ(blocked.status.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << blocked.status.error_message();
+  EXPECT_EQ(blocked.status.error_code(), grpc::StatusCode::FAILED_PRECONDITION)
+      << blocked.status.error_message();
   ASSERT_TRUE(Release(*bench2_, mine.lease.lease_id()).ok());
   EXPECT_TRUE(Acquire(*front1_, "b2", {}, 60, "s1").status.ok());
 }
@@ -204,7 +211,8 @@ TEST_F(LabFront, TenClientsRacingThroughTwoFrontsHaveExactlyOneWinner) {
     if (r.status.ok()) {
       ++winners;
     } else {
-      EXPECT_EQ(r.status.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << r.status.error_message();
+      EXPECT_EQ(r.status.error_code(), grpc::StatusCode::FAILED_PRECONDITION)
+          << r.status.error_message();
     }
   }
   EXPECT_EQ(winners, 1);
@@ -224,7 +232,8 @@ TEST_F(LabFront, ALeaseNotRenewedLapsesForTheWholeLab) {
   }
   EXPECT_TRUE(etcd_->Get("/fwai/leases/b1")->has_value());
   // Then left alone: etcd ends it; the other front can take the board.
-  ASSERT_TRUE(Eventually([&] { return !etcd_->Get("/fwai/leases/b1")->has_value(); }, std::chrono::seconds(10)));
+  ASSERT_TRUE(Eventually([&] { return !etcd_->Get("/fwai/leases/b1")->has_value(); },
+                         std::chrono::seconds(10)));
   EXPECT_TRUE(Acquire(*front2_, "b1", {}, 60, "next").status.ok());
 }
 
@@ -241,7 +250,8 @@ TEST_F(LabFront, QuorumLostMakesNewLeasesUnavailableNamingTheEndpoints) {
       },
       std::chrono::seconds(30)))
       << got.status.error_message();
-  for (const auto& e : cluster_.endpoints()) EXPECT_NE(got.status.error_message().find(e), std::string::npos) << e;
+  for (const auto& e : cluster_.endpoints())
+    EXPECT_NE(got.status.error_message().find(e), std::string::npos) << e;
   // One line a person can act on; what each member answered behind --verbose.
   EXPECT_NE(got.status.error_message().find("has no quorum: 1 of 3 members answer"),
             std::string::npos)
@@ -267,7 +277,8 @@ TEST_F(LabFront, QuorumLostMakesNewLeasesUnavailableNamingTheEndpoints) {
   // etcd back: the same fronts lease again, no restart.
   ASSERT_TRUE(cluster_.StartMember(1));
   ASSERT_TRUE(cluster_.StartMember(2));
-  ASSERT_TRUE(Eventually([&] { return Acquire(*front1_, "b1", {}, 60, "q").status.ok(); }, std::chrono::seconds(20)));
+  ASSERT_TRUE(Eventually([&] { return Acquire(*front1_, "b1", {}, 60, "q").status.ok(); },
+                         std::chrono::seconds(20)));
   // The benches' registrations (whose etcd leases may have lapsed meanwhile)
   // come back: the lab view converges, no fwaid restarted.
   ASSERT_TRUE(Eventually(
@@ -282,11 +293,13 @@ TEST_F(LabFront, QuorumLostMakesNewLeasesUnavailableNamingTheEndpoints) {
 TEST_F(LabFront, AKilledBenchsBoardsLeaveTheFrontsViewWithinTtl) {
   bench1_->Kill9();
   const auto killed = Clock::now();
-  ASSERT_TRUE(Eventually([&] { return Find(List(*front1_), "b1") == nullptr; }, std::chrono::seconds(15)));
+  ASSERT_TRUE(
+      Eventually([&] { return Find(List(*front1_), "b1") == nullptr; }, std::chrono::seconds(15)));
   EXPECT_LE(std::chrono::duration<double>(Clock::now() - killed).count(), 3 + 1.0);
   EXPECT_NE(Find(List(*front1_), "b2"), nullptr);
   ASSERT_TRUE(bench1_->Start());
-  EXPECT_TRUE(Eventually([&] { return Find(List(*front1_), "b1") != nullptr; }, std::chrono::seconds(10)));
+  EXPECT_TRUE(
+      Eventually([&] { return Find(List(*front1_), "b1") != nullptr; }, std::chrono::seconds(10)));
 }
 
 // The lab's wait queue: ten clients through two fronts wait for one board;
@@ -331,7 +344,8 @@ TEST_F(LabFront, TenWaitersThroughTwoFrontsGetTheBoardOneAtATimeInQueueOrder) {
         return queued.size() == kClients;
       },
       std::chrono::seconds(30)))
-      << queued.size() << " waiting\n" << front1_->log();
+      << queued.size() << " waiting\n"
+      << front1_->log();
   {
     pb::WhoResponse who = Who(*front1_);
     ASSERT_EQ(who.waiters_size(), kClients);
@@ -358,7 +372,8 @@ TEST_F(LabFront, TenWaitersThroughTwoFrontsGetTheBoardOneAtATimeInQueueOrder) {
   // A caller that does not wait cannot jump the queue, even when the board is free.
   ASSERT_TRUE(Release(*front1_, first.lease.lease_id()).ok());
   for (auto& t : threads) t.join();
-  for (int i = 0; i < kClients; ++i) EXPECT_TRUE(results[i].status.ok()) << i << ": " << results[i].status.error_message();
+  for (int i = 0; i < kClients; ++i)
+    EXPECT_TRUE(results[i].status.ok()) << i << ": " << results[i].status.error_message();
   EXPECT_FALSE(overlap) << "two holders at once";
   EXPECT_EQ(served, queued);
   EXPECT_TRUE(WaitingSessions(*front1_).empty());
@@ -379,8 +394,10 @@ TEST_F(LabFront, ANonWaiterCannotTakeAFreeBoardSomeoneWaitsFor) {
   // Through a front, and by a local user of the bench itself: refused, naming the queue.
   for (Daemon* d : {front1_.get(), bench2_.get()}) {
     auto got = Acquire(*d, "b2", {}, 60, "jumper");
-    EXPECT_EQ(got.status.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << got.status.error_message();
-    EXPECT_NE(got.status.error_message().find("wait"), std::string::npos) << got.status.error_message();
+    EXPECT_EQ(got.status.error_code(), grpc::StatusCode::FAILED_PRECONDITION)
+        << got.status.error_message();
+    EXPECT_NE(got.status.error_message().find("wait"), std::string::npos)
+        << got.status.error_message();
   }
   EXPECT_FALSE(etcd_->Get("/fwai/leases/b2")->has_value());
   // b1 is nobody's wish: taken at once.
@@ -404,23 +421,28 @@ TEST_F(LabFront, AWaiterThatGoesAwayLeavesTheLabsQueue) {
     req.set_session_id("quitter");
     pb::Lease out;
     std::thread t([&] { (void)hw->Acquire(&ctx, req, &out); });
-    ASSERT_TRUE(Eventually([&] { return WaitingSessions(*front2_).size() == 1; }, std::chrono::seconds(10)));
+    ASSERT_TRUE(Eventually([&] { return WaitingSessions(*front2_).size() == 1; },
+                           std::chrono::seconds(10)));
     ctx.TryCancel();
     t.join();
-    EXPECT_TRUE(Eventually([&] { return WaitingSessions(*front2_).empty(); }, std::chrono::seconds(5)));
+    EXPECT_TRUE(
+        Eventually([&] { return WaitingSessions(*front2_).empty(); }, std::chrono::seconds(5)));
   }
   // A front killed while its client waits: its waiter leaves within the
   // front's TTL (5 s), and the next waiter gets the board.
   std::thread doomed([&] { (void)Acquire(*front2_, "b1", {}, 60, "doomed", 120); });
-  ASSERT_TRUE(Eventually([&] { return WaitingSessions(*front1_).size() == 1; }, std::chrono::seconds(10)));
+  ASSERT_TRUE(
+      Eventually([&] { return WaitingSessions(*front1_).size() == 1; }, std::chrono::seconds(10)));
   Acquired next;
   std::thread t([&] { next = Acquire(*front1_, "b1", {}, 60, "next", 120); });
-  ASSERT_TRUE(Eventually([&] { return WaitingSessions(*front1_).size() == 2; }, std::chrono::seconds(10)));
+  ASSERT_TRUE(
+      Eventually([&] { return WaitingSessions(*front1_).size() == 2; }, std::chrono::seconds(10)));
   EXPECT_EQ(WaitingSessions(*front1_), (std::vector<std::string>{"doomed", "next"}));
   front2_->Kill9();
   const auto killed = Clock::now();
-  ASSERT_TRUE(Eventually([&] { return WaitingSessions(*front1_) == std::vector<std::string>{"next"}; },
-                         std::chrono::seconds(15)));
+  ASSERT_TRUE(
+      Eventually([&] { return WaitingSessions(*front1_) == std::vector<std::string>{"next"}; },
+                 std::chrono::seconds(15)));
   EXPECT_LE(std::chrono::duration<double>(Clock::now() - killed).count(), 5 + 2.0);
   ASSERT_TRUE(Release(*front1_, first.lease.lease_id()).ok());
   t.join();
@@ -450,7 +472,8 @@ TEST_F(LabFront, ALeaseOnAKilledBenchEndsWithTheReason) {
   }
   grpc::Status ended = hold->Finish();
   EXPECT_EQ(ended.error_code(), grpc::StatusCode::NOT_FOUND) << ended.error_message();
-  EXPECT_NE(ended.error_message().find("bench bench2 left the lab"), std::string::npos) << ended.error_message();
+  EXPECT_NE(ended.error_message().find("bench bench2 left the lab"), std::string::npos)
+      << ended.error_message();
   // A renewal of a lease on that bench's board says the same; the board's lease key is gone.
   EXPECT_FALSE(etcd_->Get("/fwai/leases/b2")->has_value());
   // A lease on the other bench's board is untouched.
@@ -540,7 +563,8 @@ class LabQueueBands : public ::testing::Test {
 
   // Holds b1, queues {name, ci} in that order (each seen queued before the
   // next comes), frees b1, and returns who got it in turn.
-  std::vector<std::string> Serve(const std::vector<std::pair<std::string, bool>>& waiters, bool interactive_first) {
+  std::vector<std::string> Serve(const std::vector<std::pair<std::string, bool>>& waiters,
+                                 bool interactive_first) {
     LabLeasesOptions o;
     o.queue_ttl_s = 5;
     o.interactive_first = interactive_first;

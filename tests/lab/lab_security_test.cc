@@ -32,10 +32,10 @@ using fwai::testing::Daemon;
 using fwai::testing::EtcdCluster;
 using fwai::testing::Eventually;
 using fwai::testing::FwaidTls;
-using fwai::testing::SayAndHear;
-using fwai::testing::Serial;
 using fwai::testing::ReadText;
 using fwai::testing::RunCommand;
+using fwai::testing::SayAndHear;
+using fwai::testing::Serial;
 namespace pb = ::fwai::v1;
 
 class LabSecurity : public ::testing::Test {

@@ -17,7 +17,8 @@
 
 namespace fwai::testing {
 
-using Serial = grpc::ClientReaderWriter<fwai::v1::SerialClientMessage, fwai::v1::SerialServerMessage>;
+using Serial =
+    grpc::ClientReaderWriter<fwai::v1::SerialClientMessage, fwai::v1::SerialServerMessage>;
 
 // Runs `fwaid tls ARGS...`; true when it exits 0.
 inline bool FwaidTls(const std::vector<std::string>& args) {

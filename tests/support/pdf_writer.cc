@@ -35,9 +35,13 @@ std::string MakePdf(const std::vector<std::string>& pages) {
       while (std::getline(ss, line)) content += "(" + Escape(line) + ") '\n";
       content += "ET";
     }
-    objs.push_back("<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 842] /Resources << /Font << /F1 3 0 R >> >> "
-                   "/Contents " + std::to_string(5 + 2 * i) + " 0 R >>");
-    objs.push_back("<< /Length " + std::to_string(content.size()) + " >>\nstream\n" + content + "\nendstream");
+    objs.push_back(
+        "<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 842] /Resources << /Font << /F1 3 0 R >> "
+        ">> "
+        "/Contents " +
+        std::to_string(5 + 2 * i) + " 0 R >>");
+    objs.push_back("<< /Length " + std::to_string(content.size()) + " >>\nstream\n" + content +
+                   "\nendstream");
   }
   std::string out = "%PDF-1.4\n";
   std::vector<size_t> offsets;

@@ -1,9 +1,8 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
-#include <set>
-
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "server/catalog/tool_catalog.h"
 #include "server/knowledge/embedder.h"
@@ -17,7 +16,8 @@ namespace fs = std::filesystem;
 using json = nlohmann::json;
 
 TEST(ToolNormalizeTest, AcceptsEveryShape) {
-  auto native = NormalizeToolJson(R"({"ToolName":"openocd.flash_erase_sector","ToolDescription":"Erase sectors",
+  auto native = NormalizeToolJson(
+      R"({"ToolName":"openocd.flash_erase_sector","ToolDescription":"Erase sectors",
       "Args":[{"ArgName":"num","ArgDescription":"bank","type":"integer","required":true}]})");
   ASSERT_TRUE(native.ok());
   EXPECT_EQ(json::parse(*native)["Args"][0]["ArgName"], "num");
@@ -35,11 +35,13 @@ TEST(ToolNormalizeTest, AcceptsEveryShape) {
   }
   EXPECT_TRUE(path_required);
   EXPECT_TRUE(has_enum);
-  auto openai = NormalizeToolJson(R"({"type":"function","function":{"name":"get_weather","description":"Weather",
+  auto openai = NormalizeToolJson(
+      R"({"type":"function","function":{"name":"get_weather","description":"Weather",
       "parameters":{"type":"object","properties":{"city":{"type":"string"}}}}})");
   ASSERT_TRUE(openai.ok());
   EXPECT_EQ(json::parse(*openai)["ToolName"], "get_weather");
-  auto anthropic = NormalizeToolJson(R"({"name":"grep","description":"Search","input_schema":{"type":"object",
+  auto anthropic =
+      NormalizeToolJson(R"({"name":"grep","description":"Search","input_schema":{"type":"object",
       "properties":{"pattern":{"type":"string"}}}})");
   ASSERT_TRUE(anthropic.ok());
   EXPECT_EQ(json::parse(*anthropic)["Args"][0]["ArgName"], "pattern");
@@ -107,7 +109,11 @@ TEST_F(CatalogTest, RegisterSearchRemoveAndReopen) {
     EXPECT_EQ((*r)[0].tool.name, "gdb.info_registers");
   }
   // Same name again replaces (same uuid, new text).
-  ASSERT_TRUE(catalog_->Register({R"({"ToolName":"openocd.reset_halt","ToolDescription":"Halt after reset.","Args":[]})"}).ok());
+  ASSERT_TRUE(
+      catalog_
+          ->Register(
+              {R"({"ToolName":"openocd.reset_halt","ToolDescription":"Halt after reset.","Args":[]})"})
+          .ok());
   EXPECT_EQ(catalog_->size(), 4u);
   ASSERT_TRUE(catalog_->Remove("gdb.info_registers").ok());
   EXPECT_EQ(catalog_->Remove("gdb.info_registers").code(), absl::StatusCode::kNotFound);
@@ -152,8 +158,9 @@ TEST_F(CatalogTest, FieldsOfTheWrongTypeAreRefusedNotThrown) {
     EXPECT_NE(r.status().message().find("tool #1: " + why), std::string::npos) << r.status();
   }
   EXPECT_EQ(catalog_->size(), 0u);
-  auto ok = catalog_->Register({R"({"type":7,"name":"e","description":"typed oddly"})",
-                                R"({"ToolName":"f","Args":[{"ArgName":"mode","enum":[1,"two",null]}]})"});
+  auto ok =
+      catalog_->Register({R"({"type":7,"name":"e","description":"typed oddly"})",
+                          R"({"ToolName":"f","Args":[{"ArgName":"mode","enum":[1,"two",null]}]})"});
   ASSERT_TRUE(ok.ok()) << ok.status();
   auto hits = catalog_->Search("mode two", 1);
   ASSERT_TRUE(hits.ok()) << hits.status();
@@ -168,13 +175,16 @@ namespace fwai {
 namespace {
 
 TEST_F(CatalogTest, NamingTheProgramOrTheChipFamilyPicksItsTool) {
-  ASSERT_TRUE(catalog_->Register({
-      R"({"ToolName":"openocd.load_image","ToolDescription":"Load an image from file into target memory at an offset.","Args":[]})",
-      R"({"ToolName":"gdb.load","ToolDescription":"Load an image from file into target memory.","Args":[]})",
-      R"({"ToolName":"openocd.stm32f1x_mass_erase","ToolDescription":"Mass erases the entire flash device.","Args":[]})",
-      R"({"ToolName":"openocd.stm32h7x_mass_erase","ToolDescription":"Mass erases the entire flash device.","Args":[]})",
-      R"({"ToolName":"openocd.nrf5_mass_erase","ToolDescription":"Mass erases the entire flash device.","Args":[]})",
-  }).ok());
+  ASSERT_TRUE(
+      catalog_
+          ->Register({
+              R"({"ToolName":"openocd.load_image","ToolDescription":"Load an image from file into target memory at an offset.","Args":[]})",
+              R"({"ToolName":"gdb.load","ToolDescription":"Load an image from file into target memory.","Args":[]})",
+              R"({"ToolName":"openocd.stm32f1x_mass_erase","ToolDescription":"Mass erases the entire flash device.","Args":[]})",
+              R"({"ToolName":"openocd.stm32h7x_mass_erase","ToolDescription":"Mass erases the entire flash device.","Args":[]})",
+              R"({"ToolName":"openocd.nrf5_mass_erase","ToolDescription":"Mass erases the entire flash device.","Args":[]})",
+          })
+          .ok());
   auto hits = catalog_->Search("load the image file into memory with gdb", 2);
   ASSERT_TRUE(hits.ok()) << hits.status();
   EXPECT_EQ((*hits)[0].tool.name, "gdb.load");
@@ -207,9 +217,12 @@ std::string McpDoc(const std::string& server, const std::string& tool) {
 TEST_F(CatalogTest, McpToolsFollowTheirServers) {
   ASSERT_TRUE(catalog_->Register(SmallCatalog()).ok());
   // A document added by hand that says where it came from.
-  ASSERT_TRUE(catalog_->Register({R"({"ToolName":"mcp.b.z","ToolDescription":"z","source":"mcp:b"})"}).ok());
+  ASSERT_TRUE(
+      catalog_->Register({R"({"ToolName":"mcp.b.z","ToolDescription":"z","source":"mcp:b"})"})
+          .ok());
   auto first = SyncMcpTools(*catalog_, {"a", "b", "c"},
-                            {{"a", {McpDoc("a", "one"), McpDoc("a", "two")}}, {"b", {McpDoc("b", "x")}},
+                            {{"a", {McpDoc("a", "one"), McpDoc("a", "two")}},
+                             {"b", {McpDoc("b", "x")}},
                              {"c", {McpDoc("c", "y")}}});
   ASSERT_TRUE(first.ok()) << first.status();
   EXPECT_EQ(*first, 0);
@@ -222,8 +235,9 @@ TEST_F(CatalogTest, McpToolsFollowTheirServers) {
   auto list = catalog_->List();
   ASSERT_TRUE(list.ok());
   for (const auto& t : *list) names.insert(t.name);
-  EXPECT_EQ(names, (std::set<std::string>{"gdb.info_registers", "git_bisect", "mcp.b.z", "mcp_a_one", "mcp_c_y",
-                                          "openocd.flash_erase_sector", "openocd.reset_halt"}));
+  EXPECT_EQ(names,
+            (std::set<std::string>{"gdb.info_registers", "git_bisect", "mcp.b.z", "mcp_a_one",
+                                   "mcp_c_y", "openocd.flash_erase_sector", "openocd.reset_halt"}));
   // Tools added by hand (no mcp: source) are never touched.
   auto none = SyncMcpTools(*catalog_, {}, {});
   ASSERT_TRUE(none.ok());

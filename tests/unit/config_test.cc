@@ -1,6 +1,6 @@
-#include <gtest/gtest.h>
-
 #include "common/config.h"
+
+#include <gtest/gtest.h>
 
 namespace fwai {
 namespace {
@@ -45,7 +45,8 @@ TEST(ConfigTest, BadValueSaysWhatIsExpected) {
   EXPECT_NE(c.status().message().find("expected an integer"), std::string::npos) << c.status();
   auto d = ParseConfig("providers:\n  x:\n    kind: bard\n", "f.yaml");
   ASSERT_FALSE(d.ok());
-  EXPECT_NE(d.status().message().find("expected anthropic, openai, gemini or ollama"), std::string::npos);
+  EXPECT_NE(d.status().message().find("expected anthropic, openai, gemini or ollama"),
+            std::string::npos);
   auto e = ParseConfig("listen: http://x\n", "f.yaml");
   ASSERT_FALSE(e.ok());
   EXPECT_NE(e.status().message().find("unix:PATH"), std::string::npos);
@@ -115,7 +116,8 @@ TEST(ConfigTest, EnvironmentAddsProviders) {
 namespace fwai {
 namespace {
 TEST(ConfigTest, HttpTimeoutsReachProviders) {
-  auto c = ParseConfig("http:\n  idle_timeout_s: 7\nproviders:\n  openai:\n    api_key: x\n", "f.yaml");
+  auto c =
+      ParseConfig("http:\n  idle_timeout_s: 7\nproviders:\n  openai:\n    api_key: x\n", "f.yaml");
   ASSERT_TRUE(c.ok()) << c.status();
   ApplyProviderEnvironment(*c);
   EXPECT_EQ(c->providers["openai"].idle_timeout_s, 7);
@@ -130,24 +132,30 @@ TEST(ConfigTest, RerankWeightsAndDocumentLegs) {
   EXPECT_EQ(c->knowledge.doc_text_weight, 0.5);
   EXPECT_EQ(c->knowledge.doc_text_b, 0.6);
   EXPECT_EQ(c->knowledge.doc_text_candidates, 4);
-  EXPECT_EQ(c->knowledge.reranker.weights, (std::map<std::string, double>{{"coverage", 0.7}, {"named", 0.2}}));
+  EXPECT_EQ(c->knowledge.reranker.weights,
+            (std::map<std::string, double>{{"coverage", 0.7}, {"named", 0.2}}));
   EXPECT_EQ(c->catalog.reranker.weights, (std::map<std::string, double>{{"lexical", 1.2}}));
   auto bad = ParseConfig("catalog:\n  rerank_weights: {coverage: 0.3, lexcial: 1}\n", "fwaid.yaml");
   ASSERT_FALSE(bad.ok());
-  EXPECT_NE(std::string(bad.status().message()).find("fwaid.yaml:2"), std::string::npos) << bad.status();
-  EXPECT_NE(std::string(bad.status().message()).find("catalog.rerank_weights.lexcial"), std::string::npos) << bad.status();
+  EXPECT_NE(std::string(bad.status().message()).find("fwaid.yaml:2"), std::string::npos)
+      << bad.status();
+  EXPECT_NE(std::string(bad.status().message()).find("catalog.rerank_weights.lexcial"),
+            std::string::npos)
+      << bad.status();
   auto neg = ParseConfig("knowledge:\n  reranker:\n    weights: {coverage: -1}\n", "fwaid.yaml");
   ASSERT_FALSE(neg.ok());
-  EXPECT_NE(std::string(neg.status().message()).find("knowledge.reranker.weights.coverage"), std::string::npos) << neg.status();
+  EXPECT_NE(std::string(neg.status().message()).find("knowledge.reranker.weights.coverage"),
+            std::string::npos)
+      << neg.status();
 }
 TEST(ConfigTest, PassagePlacementAndWithinDocumentRanking) {
   auto d = ParseConfig("", "fwaid.yaml");
   ASSERT_TRUE(d.ok()) << d.status();
   EXPECT_EQ(d->knowledge.passage_forward, -1);  // the built-in default
   EXPECT_LT(d->knowledge.passage_within_doc, 0);
-  auto c = ParseConfig(
-      "knowledge:\n  passages: {tokens: 400, forward: false, within_doc_weight: 0.5}\n",
-      "fwaid.yaml");
+  auto c =
+      ParseConfig("knowledge:\n  passages: {tokens: 400, forward: false, within_doc_weight: 0.5}\n",
+                  "fwaid.yaml");
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->knowledge.passage_forward, 0);
   EXPECT_EQ(c->knowledge.passage_within_doc, 0.5);
@@ -197,7 +205,8 @@ TEST(ConfigTest, WindowEvidence) {
 }
 TEST(ConfigTest, CatalogRerankerIsAModelOrTheBuiltin) {
   auto c = ParseConfig(
-      "catalog:\n  reranker: {kind: tei, base_url: 'http://127.0.0.1:8081', weights: {context: 0.5}}\n"
+      "catalog:\n  reranker: {kind: tei, base_url: 'http://127.0.0.1:8081', weights: {context: "
+      "0.5}}\n"
       "knowledge:\n  reranker: {kind: llm, provider: anthropic, model: m}\n",
       "fwaid.yaml");
   ASSERT_TRUE(c.ok()) << c.status();
@@ -209,11 +218,15 @@ TEST(ConfigTest, CatalogRerankerIsAModelOrTheBuiltin) {
   EXPECT_EQ(c->knowledge.reranker.model, "m");
   auto no_url = ParseConfig("catalog:\n  reranker:\n    kind: cohere\n", "fwaid.yaml");
   ASSERT_FALSE(no_url.ok());
-  EXPECT_NE(std::string(no_url.status().message()).find("catalog.reranker.base_url"), std::string::npos) << no_url.status();
+  EXPECT_NE(std::string(no_url.status().message()).find("catalog.reranker.base_url"),
+            std::string::npos)
+      << no_url.status();
   auto kind = ParseConfig("catalog:\n  reranker: {kind: bm42}\n", "fwaid.yaml");
   ASSERT_FALSE(kind.ok());
-  EXPECT_NE(std::string(kind.status().message()).find("catalog.reranker.kind"), std::string::npos) << kind.status();
-  EXPECT_NE(std::string(kind.status().message()).find("fwaid.yaml:2"), std::string::npos) << kind.status();
+  EXPECT_NE(std::string(kind.status().message()).find("catalog.reranker.kind"), std::string::npos)
+      << kind.status();
+  EXPECT_NE(std::string(kind.status().message()).find("fwaid.yaml:2"), std::string::npos)
+      << kind.status();
 }
 
 TEST(ConfigTest, TelemetryIsOffWithoutItsSectionAndParsedWithIt) {

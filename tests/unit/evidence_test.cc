@@ -1,17 +1,14 @@
 // The evidence log: RFC 6962 test vectors, proofs, tamper detection, fail-stop
 // and durability under kill -9, on a real RocksDB.
+#include <gtest/gtest.h>
+#include <openssl/evp.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <gtest/gtest.h>
-
 #include <filesystem>
 #include <fstream>
-
-#include <openssl/evp.h>
-
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/escaping.h"
@@ -32,12 +29,19 @@ std::string TempDir() {
 
 std::string Unhex(const std::string& h) {
   std::string out;
-  for (size_t i = 0; i + 1 < h.size(); i += 2) out.push_back(static_cast<char>(std::stoi(h.substr(i, 2), nullptr, 16)));
+  for (size_t i = 0; i + 1 < h.size(); i += 2)
+    out.push_back(static_cast<char>(std::stoi(h.substr(i, 2), nullptr, 16)));
   return out;
 }
 
 // The RFC 6962 reference inputs and tree heads (Certificate Transparency test data).
-const std::vector<std::string> kInputs = {"", "00", "10", "2021", "3031", "40414243", "5051525354555657",
+const std::vector<std::string> kInputs = {"",
+                                          "00",
+                                          "10",
+                                          "2021",
+                                          "3031",
+                                          "40414243",
+                                          "5051525354555657",
                                           "606162636465666768696a6b6c6d6e6f"};
 const std::vector<std::string> kRoots = {
     "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855",
@@ -80,7 +84,8 @@ TEST(MerkleTest, InclusionProofsMatchTheReferenceAndVerify) {
     for (size_t m = 0; m < n; ++m) {
       auto proof = InclusionProof(many, m, n);
       ASSERT_TRUE(VerifyInclusion(many[m], m, n, proof, root)) << m << "/" << n;
-      EXPECT_FALSE(VerifyInclusion(many[(m + 1) % many.size()], m, n, proof, root) && n > 1) << m << "/" << n;
+      EXPECT_FALSE(VerifyInclusion(many[(m + 1) % many.size()], m, n, proof, root) && n > 1)
+          << m << "/" << n;
     }
   }
 }
@@ -91,7 +96,8 @@ TEST(MerkleTest, ConsistencyProofsVerifyForEveryPairOfSizes) {
   for (size_t n = 1; n <= many.size(); ++n) {
     for (size_t m = 1; m <= n; ++m) {
       auto proof = ConsistencyProof(many, m, n);
-      EXPECT_TRUE(VerifyConsistency(m, n, TreeHead(many, m), TreeHead(many, n), proof)) << m << "->" << n;
+      EXPECT_TRUE(VerifyConsistency(m, n, TreeHead(many, m), TreeHead(many, n), proof))
+          << m << "->" << n;
       if (m < n) {
         Hash wrong = TreeHead(many, m);
         wrong[0] ^= 1;
@@ -134,7 +140,7 @@ TEST_F(EvidenceLogTest, AppendsVerifyAcrossRestartsWithAPrivateKey) {
     EXPECT_EQ(r.records, 10u);
     EXPECT_EQ(r.checkpoints, 2u);  // every 4
   }
-  struct stat st{};
+  struct stat st {};
   ASSERT_EQ(stat((dir_ + "/keys/evidence.pem").c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 0777, 0600);
   auto db = OpenDb();
@@ -167,7 +173,8 @@ TEST_F(EvidenceLogTest, AnEmptyKeyFromACrashIsReplacedAndAnyOtherBadKeyIsRefused
     EXPECT_EQ(log->public_key_hex().size(), 64u);
   }
   EXPECT_GT(fs::file_size(key), 0u);
-  EXPECT_EQ(fs::status(key).permissions() & fs::perms::all, fs::perms::owner_read | fs::perms::owner_write);
+  EXPECT_EQ(fs::status(key).permissions() & fs::perms::all,
+            fs::perms::owner_read | fs::perms::owner_write);
   // No temporary file left beside it.
   int files = 0;
   for (const auto& e : fs::directory_iterator(dir_ + "/keys")) files += e.is_regular_file();
@@ -208,26 +215,33 @@ TEST_F(EvidenceLogTest, FlippedByteTruncationReorderAndDropAreCaught) {
     return std::string(buf);
   };
   // One byte of record 3 flipped.
-  tamper([&](Storage& db) {
-    auto v = db.Get(Cf::kEvidence, key(3));
-    std::string s = **v;
-    s[s.find("\"n\":3") + 4] = '7';
-    ASSERT_TRUE(db.Put(Cf::kEvidence, key(3), s, true).ok());
-  }, "record 3");
+  tamper(
+      [&](Storage& db) {
+        auto v = db.Get(Cf::kEvidence, key(3));
+        std::string s = **v;
+        s[s.find("\"n\":3") + 4] = '7';
+        ASSERT_TRUE(db.Put(Cf::kEvidence, key(3), s, true).ok());
+      },
+      "record 3");
   // The last two records cut off.
-  tamper([&](Storage& db) {
-    ASSERT_TRUE(db.Delete(Cf::kEvidence, key(9), true).ok());
-    ASSERT_TRUE(db.Delete(Cf::kEvidence, key(8), true).ok());
-  }, "record 8");
+  tamper(
+      [&](Storage& db) {
+        ASSERT_TRUE(db.Delete(Cf::kEvidence, key(9), true).ok());
+        ASSERT_TRUE(db.Delete(Cf::kEvidence, key(8), true).ok());
+      },
+      "record 8");
   // Two records swapped.
-  tamper([&](Storage& db) {
-    auto a = db.Get(Cf::kEvidence, key(5));
-    auto b = db.Get(Cf::kEvidence, key(6));
-    ASSERT_TRUE(db.Put(Cf::kEvidence, key(5), **b, true).ok());
-    ASSERT_TRUE(db.Put(Cf::kEvidence, key(6), **a, true).ok());
-  }, "record 5");
+  tamper(
+      [&](Storage& db) {
+        auto a = db.Get(Cf::kEvidence, key(5));
+        auto b = db.Get(Cf::kEvidence, key(6));
+        ASSERT_TRUE(db.Put(Cf::kEvidence, key(5), **b, true).ok());
+        ASSERT_TRUE(db.Put(Cf::kEvidence, key(6), **a, true).ok());
+      },
+      "record 5");
   // A record in the middle dropped.
-  tamper([&](Storage& db) { ASSERT_TRUE(db.Delete(Cf::kEvidence, key(2), true).ok()); }, "record 2");
+  tamper([&](Storage& db) { ASSERT_TRUE(db.Delete(Cf::kEvidence, key(2), true).ok()); },
+         "record 2");
 }
 
 TEST_F(EvidenceLogTest, AFailedWriteStopsTheLog) {
@@ -289,22 +303,36 @@ TEST_F(EvidenceLogTest, ExportsSarifHtmlAndASignedInTotoStatement) {
   auto db = OpenDb();
   auto log = OpenLog(*db);
   const std::string sha(64, 'a');
-  nlohmann::json run = {{"kind", "skill_run"},
-                        {"skill", "build"},
-                        {"project", "/work/fw"},
-                        {"ok", false},
-                        {"exit_code", 12},
-                        {"failure_class", "build"},
-                        {"steps", {{{"name", "build"}, {"command", "make <all>"}, {"exit_code", 2}, {"ok", false}}}},
-                        {"images", {{{"path", "build/fw.elf"}, {"sha256", sha}, {"board", "sim"}}}},
-                        {"diagnostic_items",
-                         {{{"kind", "compiler"}, {"severity", "error"}, {"file", "src/main.c"}, {"line", 12}, {"column", 5},
-                           {"message", "'x' undeclared"}, {"step", "build"}},
-                          {{"kind", "region_overflow"}, {"severity", "error"}, {"region", "FLASH"}, {"bytes", 20},
-                           {"message", "region `FLASH' overflowed by 20 bytes"}, {"step", "build"}}}}};
+  nlohmann::json run = {
+      {"kind", "skill_run"},
+      {"skill", "build"},
+      {"project", "/work/fw"},
+      {"ok", false},
+      {"exit_code", 12},
+      {"failure_class", "build"},
+      {"steps", {{{"name", "build"}, {"command", "make <all>"}, {"exit_code", 2}, {"ok", false}}}},
+      {"images", {{{"path", "build/fw.elf"}, {"sha256", sha}, {"board", "sim"}}}},
+      {"diagnostic_items",
+       {{{"kind", "compiler"},
+         {"severity", "error"},
+         {"file", "src/main.c"},
+         {"line", 12},
+         {"column", 5},
+         {"message", "'x' undeclared"},
+         {"step", "build"}},
+        {{"kind", "region_overflow"},
+         {"severity", "error"},
+         {"region", "FLASH"},
+         {"bytes", 20},
+         {"message", "region `FLASH' overflowed by 20 bytes"},
+         {"step", "build"}}}}};
   auto r1 = log->Append(run);
   ASSERT_TRUE(r1.ok());
-  ASSERT_TRUE(log->Append({{"kind", "flash"}, {"board", "sim"}, {"image", "fw.elf"}, {"image_sha256", std::string(64, 'b')}}).ok());
+  ASSERT_TRUE(log->Append({{"kind", "flash"},
+                           {"board", "sim"},
+                           {"image", "fw.elf"},
+                           {"image_sha256", std::string(64, 'b')}})
+                  .ok());
   auto records = log->List(0);
   ASSERT_TRUE(records.ok());
   ASSERT_EQ(records->size(), 2u);
@@ -316,13 +344,15 @@ TEST_F(EvidenceLogTest, ExportsSarifHtmlAndASignedInTotoStatement) {
   ASSERT_EQ(results.size(), 2u);
   EXPECT_EQ(results[0]["ruleId"], "compiler");
   EXPECT_EQ(results[0]["level"], "error");
-  EXPECT_EQ(results[0]["locations"][0]["physicalLocation"]["artifactLocation"]["uri"], "src/main.c");
+  EXPECT_EQ(results[0]["locations"][0]["physicalLocation"]["artifactLocation"]["uri"],
+            "src/main.c");
   EXPECT_EQ(results[0]["locations"][0]["physicalLocation"]["region"]["startLine"], 12);
   EXPECT_EQ(results[1]["ruleId"], "region_overflow");
   EXPECT_EQ(results[1]["properties"]["region"], "FLASH");
   EXPECT_EQ(sarif["runs"][0]["invocations"][0]["exitCode"], 12);
 
-  const std::string html = ExportHtml(*records, log->Verify(), log->public_key_hex(), log->root_hex());
+  const std::string html =
+      ExportHtml(*records, log->Verify(), log->public_key_hex(), log->root_hex());
   EXPECT_NE(html.find("<strong class=\"ok\">intact</strong>"), std::string::npos);
   EXPECT_NE(html.find("make &lt;all&gt;"), std::string::npos);  // escaped
   EXPECT_EQ(html.find("make <all>"), std::string::npos);
@@ -346,7 +376,8 @@ TEST_F(EvidenceLogTest, ExportsSarifHtmlAndASignedInTotoStatement) {
   ASSERT_TRUE(absl::Base64Unescape(env["signatures"][0]["sig"].get<std::string>(), &sig));
   std::string pub;
   pub = absl::HexStringToBytes(log->public_key_hex());
-  EVP_PKEY* key = EVP_PKEY_new_raw_public_key(EVP_PKEY_ED25519, nullptr, reinterpret_cast<const unsigned char*>(pub.data()), pub.size());
+  EVP_PKEY* key = EVP_PKEY_new_raw_public_key(
+      EVP_PKEY_ED25519, nullptr, reinterpret_cast<const unsigned char*>(pub.data()), pub.size());
   ASSERT_NE(key, nullptr);
   auto verify = [&](const std::string& body) {
     const std::string pae = DssePae("application/vnd.in-toto+json", body);

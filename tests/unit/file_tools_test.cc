@@ -1,13 +1,11 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
-#include "common/local_account.h"
-
 #include <filesystem>
 #include <fstream>
-
 #include <sstream>
 
+#include "common/local_account.h"
 #include "server/tools/process_runner.h"
 #include "server/tools/tool.h"
 
@@ -60,10 +58,12 @@ TEST_F(FileToolsTest, ReadFileWithRanges) {
 }
 
 TEST_F(FileToolsTest, NoEscapeFromProjectRoot) {
-  for (const std::string p : {"../secret.txt", "/etc/passwd", "escape.txt", "src/../../secret.txt"}) {
+  for (const std::string p :
+       {"../secret.txt", "/etc/passwd", "escape.txt", "src/../../secret.txt"}) {
     auto r = Run("read_file", {{"path", p}});
     EXPECT_TRUE(r.is_error) << p;
-    EXPECT_NE(r.content.find("outside the project root"), std::string::npos) << p << ": " << r.content;
+    EXPECT_NE(r.content.find("outside the project root"), std::string::npos)
+        << p << ": " << r.content;
   }
   EXPECT_TRUE(Run("list_dir", {{"path", ".."}}).is_error);
   EXPECT_TRUE(Run("grep", {{"pattern", "secret"}, {"path", "../"}}).is_error);
@@ -123,7 +123,9 @@ class WriteToolsTest : public ::testing::Test {
     ctx_.cancel = &cancel_;
   }
   void TearDown() override { fs::remove_all(base_); }
-  ToolResult Run(const std::string& tool, const nlohmann::json& in) { return registry_.Find(tool)->Run(in, ctx_); }
+  ToolResult Run(const std::string& tool, const nlohmann::json& in) {
+    return registry_.Find(tool)->Run(in, ctx_);
+  }
   static std::string Read(const std::string& p) {
     std::ifstream in(p);
     std::stringstream ss;
@@ -145,27 +147,36 @@ TEST_F(WriteToolsTest, WriteAndEditWithExactUniqueMatchesAndDiffs) {
   EXPECT_TRUE(Run("write_file", {{"path", "../outside.c"}, {"content", "x"}}).is_error);
   EXPECT_FALSE(fs::exists(base_ + "/outside.c"));
 
-  auto twice = Run("edit_file", {{"path", "src/main.c"}, {"old_string", "= 1;"}, {"new_string", "= 3;"}});
+  auto twice =
+      Run("edit_file", {{"path", "src/main.c"}, {"old_string", "= 1;"}, {"new_string", "= 3;"}});
   EXPECT_TRUE(twice.is_error);
   EXPECT_NE(twice.content.find("occurs 2 times"), std::string::npos) << twice.content;
-  auto missing = Run("edit_file", {{"path", "src/main.c"}, {"old_string", "int d"}, {"new_string", "int e"}});
+  auto missing =
+      Run("edit_file", {{"path", "src/main.c"}, {"old_string", "int d"}, {"new_string", "int e"}});
   EXPECT_TRUE(missing.is_error);
   EXPECT_NE(missing.content.find("not found"), std::string::npos);
-  auto one = Run("edit_file", {{"path", "src/main.c"}, {"old_string", "int b = 1;"}, {"new_string", "int b = 5;"}});
+  auto one =
+      Run("edit_file",
+          {{"path", "src/main.c"}, {"old_string", "int b = 1;"}, {"new_string", "int b = 5;"}});
   EXPECT_FALSE(one.is_error) << one.content;
   EXPECT_NE(one.content.find("-int b = 1;"), std::string::npos) << one.content;
   EXPECT_NE(one.content.find("+int b = 5;"), std::string::npos) << one.content;
   EXPECT_NE(one.content.find("@@ -2,1 +2,1 @@"), std::string::npos) << one.content;
   EXPECT_EQ(Read(root_ + "/src/main.c"), "int a = 1;\nint b = 5;\nint c = 2;\n");
-  auto all = Run("edit_file", {{"path", "src/main.c"}, {"old_string", "int"}, {"new_string", "long"}, {"replace_all", true}});
+  auto all = Run("edit_file", {{"path", "src/main.c"},
+                               {"old_string", "int"},
+                               {"new_string", "long"},
+                               {"replace_all", true}});
   EXPECT_FALSE(all.is_error);
   EXPECT_EQ(Read(root_ + "/src/main.c"), "long a = 1;\nlong b = 5;\nlong c = 2;\n");
 }
 
 TEST_F(WriteToolsTest, PolicyRefusalsAreToolErrorsWithTheRule) {
   ctx_.policy = [](const PolicyQuery& q) -> absl::Status {
-    if (q.kind == "write" && q.target.rfind("src/", 0) == 0) return absl::PermissionDeniedError("protected path src/** (project policy)");
-    if (q.kind == "command" && q.target.find("rm ") != std::string::npos) return absl::PermissionDeniedError("blocked command rm");
+    if (q.kind == "write" && q.target.rfind("src/", 0) == 0)
+      return absl::PermissionDeniedError("protected path src/** (project policy)");
+    if (q.kind == "command" && q.target.find("rm ") != std::string::npos)
+      return absl::PermissionDeniedError("blocked command rm");
     return absl::OkStatus();
   };
   auto w = Run("write_file", {{"path", "src/x.c"}, {"content", "x"}});
@@ -202,9 +213,12 @@ TEST_F(WriteToolsTest, BashRunsSandboxedWithLimitsAndStreamsOutput) {
     // /tmp is private to the command.
     Run("bash", {{"command", "touch /tmp/fwai-private-probe"}});
     EXPECT_FALSE(fs::exists("/tmp/fwai-private-probe"));
-    auto net = Run("bash", {{"command", "awk -F: 'NR>2{gsub(/ /,\"\",$1); print \"if=\" $1}' /proc/net/dev"}});
+    auto net = Run(
+        "bash", {{"command", "awk -F: 'NR>2{gsub(/ /,\"\",$1); print \"if=\" $1}' /proc/net/dev"}});
     EXPECT_NE(net.content.find("if=lo"), std::string::npos) << net.content;
-    EXPECT_EQ(net.content.find("if=", net.content.find("if=lo") + 5), std::string::npos) << "interfaces besides lo:\n" << net.content;
+    EXPECT_EQ(net.content.find("if=", net.content.find("if=lo") + 5), std::string::npos)
+        << "interfaces besides lo:\n"
+        << net.content;
   } else {
     EXPECT_NE(r.content.find("unsandboxed"), std::string::npos);
   }
@@ -237,7 +251,8 @@ namespace {
 
 class PathRaceTest : public ::testing::Test {
  protected:
-  static constexpr int kCalls = 20000;          // calls per part, at least (unless the deadline comes first)
+  static constexpr int kCalls =
+      20000;  // calls per part, at least (unless the deadline comes first)
   static constexpr int kMinFlipsDuring = 1000;  // the flipper must really have raced the calls
   static constexpr auto kDeadline = std::chrono::seconds(3);
   static constexpr const char* kInsideF = "INSIDE-F\n";
@@ -285,7 +300,8 @@ class PathRaceTest : public ::testing::Test {
   }
   bool OutsideIntact() const {
     std::set<std::string> names;
-    for (const auto& e : fs::directory_iterator(base_ + "/outside-dir")) names.insert(e.path().filename().string());
+    for (const auto& e : fs::directory_iterator(base_ + "/outside-dir"))
+      names.insert(e.path().filename().string());
     return Slurp(base_ + "/secret.txt") == kSecretF && names == std::set<std::string>{"g.txt"} &&
            Slurp(base_ + "/outside-dir/g.txt") == kSecretG;
   }
@@ -304,7 +320,8 @@ class PathRaceTest : public ::testing::Test {
     const std::string secret = base_ + "/secret.txt";
     flipper_ = std::thread([this, secret] {
       while (!stop_.load(std::memory_order_relaxed)) {
-        if (symlinkat(secret.c_str(), stage_fd_, "f-link") == 0) renameat(stage_fd_, "f-link", root_fd_, "f.txt");
+        if (symlinkat(secret.c_str(), stage_fd_, "f-link") == 0)
+          renameat(stage_fd_, "f-link", root_fd_, "f.txt");
         renameat2(root_fd_, "d", stage_fd_, "d-swap", RENAME_EXCHANGE);
         if (linkat(stage_fd_, "f.master", stage_fd_, "f-real", 0) != 0 && errno == EEXIST) {
           unlinkat(stage_fd_, "f-real", 0);  // left by a rename between two links of one file
@@ -396,9 +413,9 @@ TEST_F(PathRaceTest, ReadsNeverReturnTheSecretWhileSymlinksFlip) {
   });
   RecordProperty("calls", calls_);
   RecordProperty("flips", static_cast<int>(flips));
-  std::cout << "reads " << calls_ << ", flips during them " << flips << "; f.txt inside/refused/wrong " << f.inside
-            << "/" << f.refused << "/" << f.wrong << ", d/g.txt " << d.inside << "/" << d.refused << "/" << d.wrong
-            << "\n";
+  std::cout << "reads " << calls_ << ", flips during them " << flips
+            << "; f.txt inside/refused/wrong " << f.inside << "/" << f.refused << "/" << f.wrong
+            << ", d/g.txt " << d.inside << "/" << d.refused << "/" << d.wrong << "\n";
   EXPECT_EQ(f.wrong, 0) << "first: " << f.first_wrong;
   EXPECT_EQ(d.wrong, 0) << "first: " << d.first_wrong;
   // The race was really run: the flipper kept flipping during the reads, and
@@ -426,7 +443,8 @@ TEST_F(PathRaceTest, WritesNeverReachOutsideWhileSymlinksFlip) {
     if (i % 4 < 2) {  // ProjectFs itself
       auto s = pfs->WriteFile(path, content);
       ok = s.ok();
-      refused = absl::IsPermissionDenied(s) && s.message().find("outside the project root") != std::string::npos;
+      refused = absl::IsPermissionDenied(s) &&
+                s.message().find("outside the project root") != std::string::npos;
       what = "ProjectFs::WriteFile(" + path + "): " + s.ToString();
     } else {  // the write_file tool, as a model calls it
       auto r = registry_.Find("write_file")->Run({{"path", path}, {"content", content}}, ctx_);
@@ -446,10 +464,11 @@ TEST_F(PathRaceTest, WritesNeverReachOutsideWhileSymlinksFlip) {
       t.Wrong(what);
     }
   });
-  std::cout << "writes " << calls_ << ", flips during them " << flips << "; outside changed " << outside_changed
-            << " times; f.txt ok/refused " << f.inside << "/" << f.refused << ", d/g.txt " << d.inside << "/"
-            << d.refused << "\n";
-  EXPECT_EQ(outside_changed, 0) << "first: " << (f.first_wrong.empty() ? d.first_wrong : f.first_wrong);
+  std::cout << "writes " << calls_ << ", flips during them " << flips << "; outside changed "
+            << outside_changed << " times; f.txt ok/refused " << f.inside << "/" << f.refused
+            << ", d/g.txt " << d.inside << "/" << d.refused << "\n";
+  EXPECT_EQ(outside_changed, 0) << "first: "
+                                << (f.first_wrong.empty() ? d.first_wrong : f.first_wrong);
   EXPECT_EQ(f.wrong, 0) << "first: " << f.first_wrong;
   EXPECT_EQ(d.wrong, 0) << "first: " << d.first_wrong;
   EXPECT_GE(flips, kMinFlipsDuring);
@@ -460,7 +479,8 @@ TEST_F(PathRaceTest, WritesNeverReachOutsideWhileSymlinksFlip) {
   EXPECT_TRUE(OutsideIntact());
   // What was written landed in the project: g.txt of the real directory
   // (wherever the last exchange left it) holds a written line.
-  const std::string g = Slurp(fs::is_symlink(root_ + "/d") ? base_ + "/stage/d-swap/g.txt" : root_ + "/d/g.txt");
+  const std::string g =
+      Slurp(fs::is_symlink(root_ + "/d") ? base_ + "/stage/d-swap/g.txt" : root_ + "/d/g.txt");
   EXPECT_TRUE(g == kInsideG || g.rfind("INSIDE written ", 0) == 0) << g;
 }
 

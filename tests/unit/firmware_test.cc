@@ -471,9 +471,7 @@ TEST_F(FirmwareTest, ToolchainAttestationFailsWhenDpkgFindsAChangedFile) {
   EXPECT_EQ(again["binaries"], good["binaries"]);
   EXPECT_EQ(again["packages"], good["packages"]);
   // dpkg's status changed (a package installed or removed): its files are looked up again.
-  {
-    std::ofstream(o.dpkg_admindir + "/status", std::ios::app) << "\n";
-  }
+  { std::ofstream(o.dpkg_admindir + "/status", std::ios::app) << "\n"; }
   json after_install = AttestToolchain(info->machine, "", "", o);
   EXPECT_FALSE(after_install["files_reused"].get<bool>());
   EXPECT_EQ(after_install["binaries"], good["binaries"]);

@@ -60,7 +60,8 @@ hardware:
       flash_size: 512K
       flash_origin: 0x08000000
       ram_size: 128K
-)", "t.yaml");
+)",
+                       "t.yaml");
   ASSERT_TRUE(c.ok()) << c.status();
   ASSERT_EQ(c->hardware.boards.size(), 2u);
   const auto& sim = c->hardware.boards[0];
@@ -75,14 +76,19 @@ hardware:
   EXPECT_EQ(n.openocd_config.size(), 2u);
   EXPECT_EQ(c->hardware.history_lines, 500);
 
-  auto dup = ParseConfig("hardware:\n  boards:\n    - {id: a, serial: /dev/x}\n    - {id: a, serial: /dev/y}\n", "d.yaml");
+  auto dup = ParseConfig(
+      "hardware:\n  boards:\n    - {id: a, serial: /dev/x}\n    - {id: a, serial: /dev/y}\n",
+      "d.yaml");
   ASSERT_FALSE(dup.ok());
   EXPECT_NE(dup.status().message().find("d.yaml:4"), std::string::npos) << dup.status();
   EXPECT_NE(dup.status().message().find("already used"), std::string::npos);
-  auto bad_machine = ParseConfig("hardware:\n  boards:\n    - {id: s, kind: simulated, machine: pdp11}\n", "m.yaml");
+  auto bad_machine = ParseConfig(
+      "hardware:\n  boards:\n    - {id: s, kind: simulated, machine: pdp11}\n", "m.yaml");
   ASSERT_FALSE(bad_machine.ok());
-  EXPECT_NE(bad_machine.status().message().find("stm32vldiscovery or lm3s6965evb"), std::string::npos);
-  auto bad_parity = ParseConfig("hardware:\n  boards:\n    - {id: p, serial: /dev/x, parity: sometimes}\n", "p.yaml");
+  EXPECT_NE(bad_machine.status().message().find("stm32vldiscovery or lm3s6965evb"),
+            std::string::npos);
+  auto bad_parity = ParseConfig(
+      "hardware:\n  boards:\n    - {id: p, serial: /dev/x, parity: sometimes}\n", "p.yaml");
   ASSERT_FALSE(bad_parity.ok());
   EXPECT_NE(bad_parity.status().message().find("hardware.boards[0].parity"), std::string::npos);
   auto nothing = ParseConfig("hardware:\n  boards:\n    - {id: q}\n", "q.yaml");
@@ -119,7 +125,8 @@ TEST(DiscoveryTest, FindsUsbSerialPortsAndProbesInAFixtureTree) {
   fs::create_directory_symlink(ftdi, sys / "bus/usb/devices/1-1");
   fs::create_directory_symlink(stl, sys / "bus/usb/devices/1-2");
   fs::create_directories(dev / "serial/by-id");
-  fs::create_symlink("../../ttyUSB0", dev / "serial/by-id/usb-FTDI_FT232R_USB_UART_A50285BI-if00-port0");
+  fs::create_symlink("../../ttyUSB0",
+                     dev / "serial/by-id/usb-FTDI_FT232R_USB_UART_A50285BI-if00-port0");
 
   auto found = DiscoverDevices(sys.string(), dev.string());
   ASSERT_EQ(found.size(), 3u);
@@ -131,7 +138,8 @@ TEST(DiscoveryTest, FindsUsbSerialPortsAndProbesInAFixtureTree) {
   EXPECT_EQ(u.serial_number, "A50285BI");
   EXPECT_EQ(u.manufacturer, "FTDI");
   EXPECT_EQ(u.path, (dev / "ttyUSB0").string());
-  EXPECT_EQ(u.stable_path, (dev / "serial/by-id/usb-FTDI_FT232R_USB_UART_A50285BI-if00-port0").string());
+  EXPECT_EQ(u.stable_path,
+            (dev / "serial/by-id/usb-FTDI_FT232R_USB_UART_A50285BI-if00-port0").string());
   ASSERT_TRUE(by_id.count("serial:ttyACM0"));
   EXPECT_EQ(by_id["serial:ttyACM0"].vid_pid, "0483:374b");
   ASSERT_TRUE(by_id.count("probe:0671FF383133"));
@@ -148,8 +156,8 @@ TEST(DiscoveryTest, FindsUsbSerialPortsAndProbesInAFixtureTree) {
 
 // A minimal ELF32 with one PT_LOAD of `size` bytes at `addr` whose first word
 // is `sp`.
-std::string MakeElf(const std::string& dir, const std::string& name, uint16_t machine, uint32_t addr, uint32_t size,
-                    uint32_t sp) {
+std::string MakeElf(const std::string& dir, const std::string& name, uint16_t machine,
+                    uint32_t addr, uint32_t size, uint32_t sp) {
   Elf32_Ehdr eh{};
   std::memcpy(eh.e_ident, ELFMAG, SELFMAG);
   eh.e_ident[EI_CLASS] = ELFCLASS32;
@@ -223,7 +231,8 @@ TEST(FirmwareGuardTest, FitsTargetAndFreshnessRulesNameWhatIsWrong) {
   WriteFile(proj / "Makefile", "all:\n");
   WriteFile(proj / "src/main.c", "int main(void){return 0;}\n");
   fs::create_directories(proj / "build");
-  std::string img_path = MakeElf((proj / "build").string(), "app.elf", EM_ARM, 0x08000000, 1024, 0x20002000);
+  std::string img_path =
+      MakeElf((proj / "build").string(), "app.elf", EM_ARM, 0x08000000, 1024, 0x20002000);
   auto past = fs::file_time_type::clock::now() - std::chrono::hours(1);
   fs::last_write_time(proj / "Makefile", past);
   fs::last_write_time(proj / "src/main.c", past);
@@ -231,7 +240,8 @@ TEST(FirmwareGuardTest, FitsTargetAndFreshnessRulesNameWhatIsWrong) {
   auto img = ReadFirmwareImage(img_path);
   ASSERT_TRUE(img.ok());
   EXPECT_TRUE(CheckImageFresh(*img, proj.string()).ok());
-  fs::last_write_time(proj / "src/main.c", fs::file_time_type::clock::now() + std::chrono::seconds(5));
+  fs::last_write_time(proj / "src/main.c",
+                      fs::file_time_type::clock::now() + std::chrono::seconds(5));
   s = CheckImageFresh(*img, proj.string());
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.message().find("flash guard (fresh)"), std::string::npos);
@@ -372,16 +382,20 @@ TEST(FaultDecodeTest, MiFieldsOfTheWrongTypeAreReadAsMissing) {
   // belongs, a frame level that is not a number, frames that are not tuples).
   auto tuple_value = DecodeFault(*MiTranscript("1^done,value={a=\"1\"}\n"));
   ASSERT_FALSE(tuple_value.ok());
-  EXPECT_NE(tuple_value.status().message().find("not a number"), std::string::npos) << tuple_value.status();
+  EXPECT_NE(tuple_value.status().message().find("not a number"), std::string::npos)
+      << tuple_value.status();
   auto list_msg = DecodeFault(*MiTranscript("1^error,msg=[\"x\"]\n"));
   ASSERT_FALSE(list_msg.ok());
-  EXPECT_NE(list_msg.status().message().find("$xpsr: error"), std::string::npos) << list_msg.status();
-  const std::string regs = "1^done,value=\"0x3\"\n2^done,value=\"0x0\"\n3^done,value=\"0x0\"\n"
-                           "4^done,value=\"0x0\"\n5^done,value=\"0x0\"\n";
-  for (const std::string stack :
-       {R"(stack=[frame={level="0",func="HardFault_Handler"},frame={level="1",func="<signal handler called>"},)"
-        R"(frame={level="x",func="f"}])",
-        R"(stack=["a","<signal handler called>","c"])", R"(stack="none")"}) {
+  EXPECT_NE(list_msg.status().message().find("$xpsr: error"), std::string::npos)
+      << list_msg.status();
+  const std::string regs =
+      "1^done,value=\"0x3\"\n2^done,value=\"0x0\"\n3^done,value=\"0x0\"\n"
+      "4^done,value=\"0x0\"\n5^done,value=\"0x0\"\n";
+  for (
+      const std::string stack :
+      {R"(stack=[frame={level="0",func="HardFault_Handler"},frame={level="1",func="<signal handler called>"},)"
+       R"(frame={level="x",func="f"}])",
+       R"(stack=["a","<signal handler called>","c"])", R"(stack="none")"}) {
     auto f = DecodeFault(*MiTranscript(regs + "6^done," + stack + "\n"));
     ASSERT_TRUE(f.ok()) << stack << ": " << f.status();
     EXPECT_TRUE(f->in_fault);
@@ -425,7 +439,9 @@ struct Pty {
   ~Pty() {
     if (master >= 0) close(master);
   }
-  void Send(const std::string& bytes) { ASSERT_EQ(write(master, bytes.data(), bytes.size()), static_cast<ssize_t>(bytes.size())); }
+  void Send(const std::string& bytes) {
+    ASSERT_EQ(write(master, bytes.data(), bytes.size()), static_cast<ssize_t>(bytes.size()));
+  }
   std::string Receive(size_t n, int timeout_ms = 2000) {
     std::string out;
     auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
@@ -615,8 +631,10 @@ TEST(LeaseManagerTest, HeldNamesTheHolderWaitersGetItAndTtlExpires) {
   ASSERT_TRUE(waited.ok()) << waited.status();
   EXPECT_EQ(waited->identity, "uid:1001");
   // Alice may not release bob's lease; an admin may, with force.
-  EXPECT_EQ(leases.Release("", "b1", "uid:1000", false, false).status().code(), absl::StatusCode::kPermissionDenied);
-  EXPECT_EQ(leases.Release("", "b1", "uid:1000", true, false).status().code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(leases.Release("", "b1", "uid:1000", false, false).status().code(),
+            absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(leases.Release("", "b1", "uid:1000", true, false).status().code(),
+            absl::StatusCode::kPermissionDenied);
   // Bob's 1 s TTL runs out without renewal.
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(3);
   while (leases.Holder("b1") && std::chrono::steady_clock::now() < deadline) {
@@ -662,7 +680,8 @@ TEST(LeaseManagerTest, LeasesSurviveARestartAndExpiredOnesAreCleaned) {
   EXPECT_EQ(h->lease_id, long_id);
   EXPECT_FALSE(leases.Holder("short").has_value());
   // Renewal by a stranger is refused; by the holder it extends.
-  EXPECT_EQ(leases.Renew(long_id, "uid:8", false).status().code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(leases.Renew(long_id, "uid:8", false).status().code(),
+            absl::StatusCode::kPermissionDenied);
   auto r = leases.Renew(long_id, "uid:7", false);
   ASSERT_TRUE(r.ok());
   EXPECT_GE(r->expires_us, h->expires_us);

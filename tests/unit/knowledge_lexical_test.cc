@@ -21,13 +21,13 @@ bool Has(const std::vector<std::string>& v, const std::string& s) {
 
 TEST(PorterStemTest, ClassicExamples) {
   const std::pair<const char*, const char*> cases[] = {
-      {"caresses", "caress"}, {"ponies", "poni"},       {"cats", "cat"},
-      {"agreed", "agre"},     {"plastered", "plaster"}, {"motoring", "motor"},
-      {"hopping", "hop"},     {"falling", "fall"},      {"filing", "file"},
-      {"happy", "happi"},     {"relational", "relat"},  {"conditional", "condit"},
-      {"generalization", "gener"}, {"electrical", "electr"}, {"adjustable", "adjust"},
+      {"caresses", "caress"},      {"ponies", "poni"},          {"cats", "cat"},
+      {"agreed", "agre"},          {"plastered", "plaster"},    {"motoring", "motor"},
+      {"hopping", "hop"},          {"falling", "fall"},         {"filing", "file"},
+      {"happy", "happi"},          {"relational", "relat"},     {"conditional", "condit"},
+      {"generalization", "gener"}, {"electrical", "electr"},    {"adjustable", "adjust"},
       {"controlling", "control"},  {"interrupts", "interrupt"}, {"enabled", "enabl"},
-      {"enabling", "enabl"},  {"registers", "regist"},  {"as", "as"}};
+      {"enabling", "enabl"},       {"registers", "regist"},     {"as", "as"}};
   for (const auto& [in, out] : cases) EXPECT_EQ(PorterStem(in), out) << in;
 }
 
@@ -39,10 +39,10 @@ TEST(TokenizerTest, IdentifiersStayWholeAndGiveTheirParts) {
   EXPECT_TRUE(Has(t, "ahb2enr"));
   EXPECT_TRUE(Has(t, "gpioaen"));  // all caps: not stemmed
   EXPECT_TRUE(Has(t, "pa5"));
-  EXPECT_TRUE(Has(t, "enabl"));    // English: stemmed
+  EXPECT_TRUE(Has(t, "enabl"));  // English: stemmed
   EXPECT_TRUE(Has(t, "clock"));
-  EXPECT_FALSE(Has(t, "the"));     // stop word
-  EXPECT_FALSE(Has(t, "pa5."));    // sentence punctuation is not absorbed
+  EXPECT_FALSE(Has(t, "the"));   // stop word
+  EXPECT_FALSE(Has(t, "pa5."));  // sentence punctuation is not absorbed
 }
 
 TEST(TokenizerTest, CompatibleStringsHexAndProperties) {
@@ -66,7 +66,8 @@ TEST(TokenizerTest, CommaSpaceSeparatesWords) {
 }
 
 TEST(TokenizerTest, FindIdentifiers) {
-  auto ids = FindIdentifiers("The USART1_BRR register at 0x40013808 sets the baud; see PA9, PA10 and USART1_BRR.");
+  auto ids = FindIdentifiers(
+      "The USART1_BRR register at 0x40013808 sets the baud; see PA9, PA10 and USART1_BRR.");
   EXPECT_EQ(ids, (std::vector<std::string>{"USART1_BRR", "0x40013808", "PA9", "PA10"}));
 }
 
@@ -168,7 +169,8 @@ TEST(Bm25IndexTest, RemoveReplaceAndRoundTrip) {
   // Damage is detected.
   image[image.size() / 2] ^= 0x5a;
   EXPECT_EQ(Bm25Index::Deserialize(image).status().code(), absl::StatusCode::kDataLoss);
-  EXPECT_EQ(Bm25Index::Deserialize(image.substr(0, 10)).status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_EQ(Bm25Index::Deserialize(image.substr(0, 10)).status().code(),
+            absl::StatusCode::kDataLoss);
 }
 
 // A saved index of skewed random text (a few words in nearly every chunk, as
@@ -270,7 +272,6 @@ TEST(Bm25IndexTest, PrunedSearchIsTheExhaustiveTopK) {
 }  // namespace
 }  // namespace fwai
 
-
 namespace fwai {
 namespace {
 
@@ -285,7 +286,7 @@ TEST(QueryExpansionTest, FamiliesAndSynonymsWeighLessThanTheQuery) {
   EXPECT_FLOAT_EQ(m["nrf52"], 0.8f);
   EXPECT_FLOAT_EQ(m["nrf5x"], 0.8f);
   EXPECT_GT(m.count(PorterStem("erase")), 0u);  // wipe -> erase
-  EXPECT_GT(m.count("flash"), 0u);               // program memory -> flash
+  EXPECT_GT(m.count("flash"), 0u);              // program memory -> flash
   EXPECT_LT(m[PorterStem("erase")], 0.5f);
   for (const auto& t : terms) EXPECT_EQ(m.count(t), 0u) << t;  // nothing the query already has
   // Pins and peripherals are not part numbers.
@@ -296,7 +297,8 @@ TEST(QueryExpansionTest, FamiliesAndSynonymsWeighLessThanTheQuery) {
   Bm25Index idx;
   idx.Add(1, {"eras", "sector"});
   idx.Add(2, {"wipe", "sector"});
-  auto hits = idx.Search(std::vector<std::pair<std::string, float>>{{"wipe", 1.0f}, {"eras", 0.35f}}, 2);
+  auto hits =
+      idx.Search(std::vector<std::pair<std::string, float>>{{"wipe", 1.0f}, {"eras", 0.35f}}, 2);
   ASSERT_EQ(hits.size(), 2u);
   EXPECT_EQ(hits[0].first, 2u);
   EXPECT_NEAR(hits[1].second / hits[0].second, 0.35f, 0.01f);

@@ -36,8 +36,9 @@ std::string TempDir(const std::string& prefix) {
 // ---------------------------------------------------------------- extraction
 
 TEST(ExtractTest, PdfPagesKeepTheirNumbers) {
-  auto doc = ExtractDocument("rm.pdf", MakePdf({"8.4.1 GPIO port mode register\nMODER5 selects pin 5", "",
-                                                "Page three text"}));
+  auto doc = ExtractDocument(
+      "rm.pdf",
+      MakePdf({"8.4.1 GPIO port mode register\nMODER5 selects pin 5", "", "Page three text"}));
   ASSERT_TRUE(doc.ok()) << doc.status();
   EXPECT_EQ(doc->format, DocFormat::kPdf);
   ASSERT_EQ(doc->pages.size(), 3u);
@@ -60,7 +61,8 @@ TEST(ExtractTest, BadPdfsGiveReasons) {
   // A real encrypted PDF, made by qpdf.
   std::string dir = TempDir("fwai-pdf-");
   std::ofstream(dir + "/in.pdf") << MakePdf({"secret text"});
-  auto r = RunProcess({"qpdf", "--encrypt", "user", "owner", "256", "--", dir + "/in.pdf", dir + "/enc.pdf"});
+  auto r = RunProcess(
+      {"qpdf", "--encrypt", "user", "owner", "256", "--", dir + "/in.pdf", dir + "/enc.pdf"});
   ASSERT_TRUE(r.ok() && r->exit_code == 0) << "qpdf is needed for this test";
   std::ifstream f(dir + "/enc.pdf", std::ios::binary);
   std::string enc((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
@@ -85,15 +87,18 @@ TEST(ExtractTest, BinaryAndEmptyAreRefused) {
 void ExpectStorable(const ExtractedDoc& doc) {
   EXPECT_NO_THROW((void)nlohmann::json(doc.title).dump()) << doc.title;
   for (const auto& c : ChunkDocument(doc, {})) {
-    EXPECT_NO_THROW((void)nlohmann::json({{"title_path", c.title_path}, {"text", c.text}}).dump()) << c.text;
+    EXPECT_NO_THROW((void)nlohmann::json({{"title_path", c.title_path}, {"text", c.text}}).dump())
+        << c.text;
   }
 }
 
 TEST(ExtractTest, IllFormedUtf8IsNotTakenForUtf8) {
   // Overlong forms, surrogates and code points above U+10FFFF passed the
   // UTF-8 check and reached the store, where they threw.
-  for (const std::string bad : {"\xC1\xA3", "\xE0\x80\xAF", "\xED\xA0\x80", "\xF4\x90\x80\x80", "\xF5\x80\x80\x80"}) {
-    auto doc = ExtractDocument("notes.md", "# Title " + bad + "\n\nSome text " + bad + " around it.\n");
+  for (const std::string bad :
+       {"\xC1\xA3", "\xE0\x80\xAF", "\xED\xA0\x80", "\xF4\x90\x80\x80", "\xF5\x80\x80\x80"}) {
+    auto doc =
+        ExtractDocument("notes.md", "# Title " + bad + "\n\nSome text " + bad + " around it.\n");
     ASSERT_TRUE(doc.ok()) << doc.status();
     EXPECT_NE(doc->pages[0].text.find("Some text"), std::string::npos);
     ExpectStorable(*doc);
@@ -112,7 +117,8 @@ TEST(ExtractTest, HtmlKeepsHeadingsAndDropsScripts) {
   std::string title;
   std::string text = HtmlToText(
       "<html><head><title>UART &amp; DMA</title><style>p{color:red}</style></head><body>"
-      "<h2>4.1 Baud&nbsp;rate</h2><p>Set <code>USART_BRR</code> to 0x45.</p><script>alert(1)</script>"
+      "<h2>4.1 Baud&nbsp;rate</h2><p>Set <code>USART_BRR</code> to "
+      "0x45.</p><script>alert(1)</script>"
       "<ul><li>one</li><li>two</li></ul><pre>int x = 1;\nint y = 2;</pre></body></html>",
       &title);
   EXPECT_EQ(title, "UART & DMA");
@@ -202,7 +208,9 @@ TEST(SvdTest, OneChunkPerPeripheralAndRegister) {
 // ---------------------------------------------------------------- chunking
 
 TEST(ChunkerTest, H2IsAHardBoundaryAndTitlePathsFollowHeadings) {
-  std::string md = "# RM0090\n\n## 8 GPIO\n\nGPIO text.\n\n### 8.4.1 MODER\n\nMODER bits.\n\n## 9 DMA\n\nDMA text.\n";
+  std::string md =
+      "# RM0090\n\n## 8 GPIO\n\nGPIO text.\n\n### 8.4.1 MODER\n\nMODER bits.\n\n## 9 DMA\n\nDMA "
+      "text.\n";
   ExtractedDoc doc{DocFormat::kMarkdown, "", {{0, md}}, {}};
   auto chunks = ChunkDocument(doc, {});
   ASSERT_EQ(chunks.size(), 2u);
@@ -215,7 +223,8 @@ TEST(ChunkerTest, H2IsAHardBoundaryAndTitlePathsFollowHeadings) {
 
 TEST(ChunkerTest, SizesOverlapAndWholeCodeBlocks) {
   std::string md = "## Long section\n\n";
-  for (int i = 0; i < 60; ++i) md += "Sentence number " + std::to_string(i) + " says something about clocks. ";
+  for (int i = 0; i < 60; ++i)
+    md += "Sentence number " + std::to_string(i) + " says something about clocks. ";
   md += "\n\n```c\n";
   for (int i = 0; i < 20; ++i) md += "REG" + std::to_string(i) + " = 0;\n";
   md += "```\n";
@@ -248,7 +257,8 @@ TEST(ChunkerTest, SizesOverlapAndWholeCodeBlocks) {
 
 TEST(ChunkerTest, BigTableSplitsByRowsWithItsHeader) {
   std::string md = "## Registers\n\n| Register | Offset | Reset |\n|---|---|---|\n";
-  for (int i = 0; i < 80; ++i) md += "| REG_" + std::to_string(i) + " | 0x" + std::to_string(i * 4) + " | 0x0000 |\n";
+  for (int i = 0; i < 80; ++i)
+    md += "| REG_" + std::to_string(i) + " | 0x" + std::to_string(i * 4) + " | 0x0000 |\n";
   ExtractedDoc doc{DocFormat::kMarkdown, "", {{0, md}}, {}};
   auto chunks = ChunkDocument(doc, {});
   ASSERT_GE(chunks.size(), 2u);
@@ -322,7 +332,8 @@ TEST(VectorIndexTest, HnswRecallAgainstExactAndSaveLoad) {
   for (size_t q = 0; q < 100; ++q) {
     size_t a = rng() % n, b = rng() % n;
     double norm = 0;
-    for (int d = 0; d < dim; ++d) norm += std::pow(queries[q * dim + d] = vecs[a * dim + d] + vecs[b * dim + d], 2);
+    for (int d = 0; d < dim; ++d)
+      norm += std::pow(queries[q * dim + d] = vecs[a * dim + d] + vecs[b * dim + d], 2);
     for (int d = 0; d < dim; ++d) queries[q * dim + d] /= std::sqrt(norm);
   }
   size_t hits = 0;
@@ -344,7 +355,8 @@ TEST(VectorIndexTest, HnswRecallAgainstExactAndSaveLoad) {
   ASSERT_TRUE(loaded.ok()) << loaded.status();
   EXPECT_EQ((*loaded)->size(), n - 1);
   EXPECT_EQ((*loaded)->Search(&queries[0], 10), hnsw.Search(&queries[0], 10));
-  EXPECT_EQ(VectorIndex::Load(dir + "/v", 8, dim, o).status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(VectorIndex::Load(dir + "/v", 8, dim, o).status().code(),
+            absl::StatusCode::kFailedPrecondition);
   { std::ofstream(dir + "/v.faiss", std::ios::app) << "garbage"; }
   EXPECT_EQ(VectorIndex::Load(dir + "/v", 7, dim, o).status().code(), absl::StatusCode::kDataLoss);
   fs::remove_all(dir);
@@ -373,7 +385,8 @@ class KnowledgeBaseTest : public ::testing::Test {
     ASSERT_TRUE(kb.ok()) << kb.status();
     kb_ = *std::move(kb);
   }
-  IngestResult Add(const std::string& name, const std::string& bytes, const std::string& collection = "") {
+  IngestResult Add(const std::string& name, const std::string& bytes,
+                   const std::string& collection = "") {
     IngestRequest r;
     r.name = name;
     r.bytes = bytes;
@@ -391,9 +404,10 @@ class KnowledgeBaseTest : public ::testing::Test {
     return hits.ok() ? *hits : std::vector<KbSearchHit>{};
   }
   static std::string Doc(const std::string& topic, const std::string& token) {
-    return "# " + topic + "\n\n## Overview\n\nThe " + topic + " peripheral is configured with " + token +
-           ". Enable its clock first, then program the control register.\n\n## Registers\n\n" + token +
-           "_CR controls the " + topic + ".\n";
+    return "# " + topic + "\n\n## Overview\n\nThe " + topic + " peripheral is configured with " +
+           token +
+           ". Enable its clock first, then program the control register.\n\n## Registers\n\n" +
+           token + "_CR controls the " + topic + ".\n";
   }
 
   std::string dir_;
@@ -407,7 +421,8 @@ TEST_F(KnowledgeBaseTest, IngestSearchReplaceDelete) {
   auto a = Add("uart.md", Doc("UART", "USART1_BRR"));
   EXPECT_GT(a.chunks, 0);
   Add("spi.md", Doc("SPI", "SPI1_CR1"));
-  Add("adc.pdf", MakePdf({"ADC overview\nThe ADC samples 12 bits.", "ADC1_SMPR sets the sampling time."}));
+  Add("adc.pdf",
+      MakePdf({"ADC overview\nThe ADC samples 12 bits.", "ADC1_SMPR sets the sampling time."}));
   auto hits = Find("which register sets the USART1_BRR baud");
   ASSERT_FALSE(hits.empty());
   EXPECT_EQ(hits[0].doc, "uart.md");
@@ -451,16 +466,18 @@ TEST_F(KnowledgeBaseTest, AQueryNamingAPartPrefersThatPartsDocument) {
   auto header = [](const std::string& part, const std::string& file) {
     std::string h = "/* avr/" + file + " - definitions for " + part + ". */\n";
     for (int i = 0; i < 120; ++i) {
-      h += "#define REG" + std::to_string(i) + " _SFR_MEM8(0x" + std::to_string(100 + i) + ")  /* register " +
-           std::to_string(i) + " */\n";
+      h += "#define REG" + std::to_string(i) + " _SFR_MEM8(0x" + std::to_string(100 + i) +
+           ")  /* register " + std::to_string(i) + " */\n";
     }
-    h += "/* Interrupt vectors */\n#define ADC_vect_num 21\n#define ADC_vect _VECTOR(21)  /* ADC Conversion Complete */\n";
+    h += "/* Interrupt vectors */\n#define ADC_vect_num 21\n#define ADC_vect _VECTOR(21)  /* ADC "
+         "Conversion Complete */\n";
     return h;
   };
   Add("avr/iom48pb.h", header("ATmega48PB", "iom48pb.h"));
   Add("avr/iom88pb.h", header("ATmega88PB", "iom88pb.h"));
   for (const std::string part : {"ATmega88PB", "ATmega48PB"}) {
-    auto hits = Find("Which vector number does the ADC conversion complete interrupt have on the " + part + "?");
+    auto hits = Find("Which vector number does the ADC conversion complete interrupt have on the " +
+                     part + "?");
     ASSERT_FALSE(hits.empty());
     const std::string want = part == "ATmega88PB" ? "avr/iom88pb.h" : "avr/iom48pb.h";
     EXPECT_EQ(hits[0].doc, want) << part;
@@ -595,14 +612,19 @@ TEST_F(KnowledgeBaseTest, BadDocumentsFailAloneWithTheirName) {
   EXPECT_NE(r.status().message().find("limit"), std::string::npos);
   IngestRequest junk;
   junk.name = "blob.bin";
-  junk.bytes = std::string("\x7f" "ELF\0\0\0binary", 14);
+  junk.bytes = std::string(
+      "\x7f"
+      "ELF\0\0\0binary",
+      14);
   EXPECT_EQ(kb_->Ingest(std::move(junk)).status().code(), absl::StatusCode::kInvalidArgument);
   Add("ok.md", Doc("CAN", "CAN1_BTR"));
   EXPECT_EQ(kb_->List("")->size(), 1u);
 }
 
 TEST_F(KnowledgeBaseTest, IndexesLoadOnReopenAndRebuildWhenLostOrDamaged) {
-  for (int i = 0; i < 20; ++i) Add("doc" + std::to_string(i) + ".md", Doc("BLOCK" + std::to_string(i), "REG_X" + std::to_string(i)));
+  for (int i = 0; i < 20; ++i)
+    Add("doc" + std::to_string(i) + ".md",
+        Doc("BLOCK" + std::to_string(i), "REG_X" + std::to_string(i)));
   auto before = Find("REG_X7 control register", 10);
   ASSERT_FALSE(before.empty());
   Open();
@@ -619,7 +641,11 @@ TEST_F(KnowledgeBaseTest, IndexesLoadOnReopenAndRebuildWhenLostOrDamaged) {
   for (size_t i = 0; i < rebuilt.size(); ++i) EXPECT_EQ(rebuilt[i].chunk_id, before[i].chunk_id);
   kb_.reset();
   { std::ofstream(dir_ + "/index/vectors.meta", std::ios::trunc) << "damaged"; }
-  { std::fstream f(dir_ + "/index/lexical.bm25", std::ios::in | std::ios::out | std::ios::binary); f.seekp(40); f << "XXXX"; }
+  {
+    std::fstream f(dir_ + "/index/lexical.bm25", std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(40);
+    f << "XXXX";
+  }
   Open();
   EXPECT_NE(kb_->open_report().find("rebuilt"), std::string::npos) << kb_->open_report();
   auto again = Find("REG_X7 control register", 10);
@@ -740,7 +766,8 @@ TEST(CodeChunkerTest, FunctionsTypesAndMacroGroups) {
       "#include <stdint.h>\n\n"
       "#define UART_BAUD 115200\n#define UART_PORT USART1\n\n"
       "typedef struct {\n  uint32_t sr;\n  uint32_t dr;\n} uart_regs_t;\n\n"
-      "static void uart_putc(char c) {\n  while (!(USART1->SR & (1u << 7))) {\n  }\n  USART1->DR = c; /* } in a comment */\n}\n\n"
+      "static void uart_putc(char c) {\n  while (!(USART1->SR & (1u << 7))) {\n  }\n  USART1->DR = "
+      "c; /* } in a comment */\n}\n\n"
       "int uart_init(uint32_t baud)\n{\n  const char* s = \"{\";\n  return baud ? 0 : -1;\n}\n";
   ChunkOptions o;
   o.target_tokens = 30;
@@ -830,7 +857,8 @@ TEST(KnowledgeEmbedderChangeTest, ChangingTheEmbedderReEmbeds) {
   auto e32 = MakeBuiltinEmbedder(32);
   auto kb = KnowledgeBase::Open(**storage, dir + "/index", {}, *e32, *reranker);
   ASSERT_TRUE(kb.ok()) << kb.status();
-  EXPECT_NE((*kb)->open_report().find("re-embedded 1 collection"), std::string::npos) << (*kb)->open_report();
+  EXPECT_NE((*kb)->open_report().find("re-embedded 1 collection"), std::string::npos)
+      << (*kb)->open_report();
   KbSearchRequest q;
   q.query = "DMA1_CCR1 channel";
   q.mode = SearchMode::kVector;

@@ -1,4 +1,6 @@
 // Project detection for fwai init, project.yaml validation, EMBEDDER.md.
+#include "server/project/project.h"
+
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -6,7 +8,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "server/project/policy.h"
-#include "server/project/project.h"
 #include "server/project/templates.h"
 
 namespace fwai {
@@ -36,7 +37,8 @@ class ProjectTest : public ::testing::Test {
 };
 
 TEST_F(ProjectTest, DetectsMakeWithTheTargetFromTheLinkerScript) {
-  Write("Makefile", "all:\n\tarm-none-eabi-gcc -mcpu=cortex-m3 ...\nflash: all\n\topenocd -f board.cfg\n");
+  Write("Makefile",
+        "all:\n\tarm-none-eabi-gcc -mcpu=cortex-m3 ...\nflash: all\n\topenocd -f board.cfg\n");
   Write("stm32f100rb.ld", "MEMORY {}\n");
   auto s = DetectProject(root_);
   EXPECT_EQ(s.build_system, "make");
@@ -48,7 +50,9 @@ TEST_F(ProjectTest, DetectsMakeWithTheTargetFromTheLinkerScript) {
 }
 
 TEST_F(ProjectTest, DetectsPlatformioZephyrCargoCmakeAndArduino) {
-  Write("platformio.ini", "[env:nucleo]\nplatform = ststm32\nboard = nucleo_f401re\nupload_protocol = stlink\nmonitor_speed = 921600\n");
+  Write("platformio.ini",
+        "[env:nucleo]\nplatform = ststm32\nboard = nucleo_f401re\nupload_protocol = "
+        "stlink\nmonitor_speed = 921600\n");
   auto pio = DetectProject(root_);
   EXPECT_EQ(pio.build_system, "platformio");
   EXPECT_EQ(pio.board, "nucleo_f401re");
@@ -70,7 +74,8 @@ TEST_F(ProjectTest, DetectsPlatformioZephyrCargoCmakeAndArduino) {
   fs::remove(fs::path(root_) / "CMakeLists.txt");
 
   Write("Cargo.toml", "[package]\nname = \"app\"\n");
-  Write(".cargo/config.toml", "[target.thumbv7em-none-eabihf]\nrunner = \"probe-rs run --chip STM32F411CEUx\"\n");
+  Write(".cargo/config.toml",
+        "[target.thumbv7em-none-eabihf]\nrunner = \"probe-rs run --chip STM32F411CEUx\"\n");
   auto c = DetectProject(root_);
   EXPECT_EQ(c.build_system, "cargo");
   EXPECT_EQ(c.target, "stm32f411ceux");
@@ -129,8 +134,10 @@ TEST_F(ProjectTest, DetectsTheTargetAndImageOfEveryTemplate) {
 
 TEST_F(ProjectTest, EmbedderMdIsReadAndWritten) {
   Write("Makefile", "all:\n");
-  Write("EMBEDDER.md", "# x\n<OVERVIEW>\nMCU = stm32h743zi\nboard = nucleo-h743zi\n</OVERVIEW>\n<COMMANDS>\nbuild = make -j8\n"
-                       "flash = st-flash write build/app.bin 0x08000000\nbaudrate = 230400\n</COMMANDS>\n");
+  Write("EMBEDDER.md",
+        "# x\n<OVERVIEW>\nMCU = stm32h743zi\nboard = nucleo-h743zi\n</OVERVIEW>\n<COMMANDS>\nbuild "
+        "= make -j8\n"
+        "flash = st-flash write build/app.bin 0x08000000\nbaudrate = 230400\n</COMMANDS>\n");
   auto s = DetectProject(root_);
   ApplyEmbedderMd(root_, s);
   EXPECT_EQ(s.target, "stm32h743zi");
@@ -159,12 +166,13 @@ TEST_F(ProjectTest, ProjectYamlRoundTripsAndBadFilesNameTheLine) {
   ASSERT_TRUE(back.ok()) << back.status();
   EXPECT_EQ(back->target, "stm32f100rb");
   EXPECT_EQ(back->flash_command, "fwai flash");
-  const std::string bad = ErrorOf(ParseProjectYaml("name: x\nbuild:\n  command: make\nserial:\n  baud: fast\n", ".fwai/project.yaml"));
+  const std::string bad = ErrorOf(ParseProjectYaml(
+      "name: x\nbuild:\n  command: make\nserial:\n  baud: fast\n", ".fwai/project.yaml"));
   EXPECT_NE(bad.find(".fwai/project.yaml:5: serial.baud"), std::string::npos) << bad;
-  const std::string unknown = ErrorOf(ParseProjectYaml("name: x\nflashh: {command: y}\n", "p.yaml"));
+  const std::string unknown =
+      ErrorOf(ParseProjectYaml("name: x\nflashh: {command: y}\n", "p.yaml"));
   EXPECT_NE(unknown.find("p.yaml:2: flashh: unknown setting"), std::string::npos) << unknown;
 }
-
 
 // Found by the project_yaml and policy_yaml fuzz targets: a key that is not a
 // name (a mapping or a list given with "? ") made yaml-cpp throw out of the
@@ -220,7 +228,8 @@ policy:
   blocked_commands: [rm, dd]
   change_budget: {max_files: 3}
   network: true
-)", "project.yaml");
+)",
+                          "project.yaml");
   ASSERT_TRUE(proj.ok()) << proj.status();
   auto d = CheckPolicy(*proj, "write", "src/boot/startup.c");
   EXPECT_FALSE(d.allowed);
@@ -240,8 +249,10 @@ policy:
   EXPECT_TRUE(CheckPolicy(*proj, "command", "echo add").allowed);
   EXPECT_EQ(proj->max_files_per_turn, 3);
 
-  auto org = ParsePolicy("policy:\n  blocked_tools: [gdb]\n  allowed_tools: [read_file, grep]\n  network: false\n"
-                         "  change_budget: {max_files: 2}\n", "org.yaml");
+  auto org = ParsePolicy(
+      "policy:\n  blocked_tools: [gdb]\n  allowed_tools: [read_file, grep]\n  network: false\n"
+      "  change_budget: {max_files: 2}\n",
+      "org.yaml");
   ASSERT_TRUE(org.ok());
   auto m = MergePolicy(*proj, *org, true);
   EXPECT_FALSE(m.network);
@@ -254,10 +265,10 @@ policy:
   EXPECT_NE(bad.find("p.yaml:2: policy.protected_path: unknown rule"), std::string::npos) << bad;
 }
 
-
 TEST(ProjectReinitTest, KeepsWhatWasSetAndUnmanagedSections) {
   const std::string old_yaml =
-      "name: fw\nbuild_system: make\nbuild:\n  command: make -j4 app\nflash:\n  command: fwai flash\n  image: out/app.elf\n"
+      "name: fw\nbuild_system: make\nbuild:\n  command: make -j4 app\nflash:\n  command: fwai "
+      "flash\n  image: out/app.elf\n"
       "target: stm32f407vg\nserial:\n  baud: 921600\n  boot_pattern: 'app \\d+ up'\n"
       "policy:\n  protected_paths: [\"src/boot/**\"]\n  flash:\n    require_approval: false\n";
   auto old = ParseProjectYaml(old_yaml, "p.yaml");

@@ -1,11 +1,12 @@
 // Provider adapters against the fake service over real HTTP.
+#include "server/llm/provider.h"
+
 #include <gtest/gtest.h>
 
 #include <chrono>
 #include <thread>
 
 #include "server/llm/http_client.h"
-#include "server/llm/provider.h"
 #include "tests/fakes/fake_llm_server.h"
 
 namespace fwai {
@@ -19,7 +20,9 @@ struct Collect : StreamObserver {
   std::vector<std::string> tools;
   int retries = 0;
   void OnText(std::string_view t) override { text.append(t); }
-  void OnToolUseStart(const std::string& id, const std::string& name) override { tools.push_back(name); }
+  void OnToolUseStart(const std::string& id, const std::string& name) override {
+    tools.push_back(name);
+  }
   void OnRetry(int, int, const std::string&) override { ++retries; }
 };
 
@@ -57,7 +60,8 @@ class ProviderTest : public ::testing::TestWithParam<std::string> {
 TEST_P(ProviderTest, StreamsTextAndToolCalls) {
   FakeReply r;
   r.chunks = {"Hel", "lo ", "wörld"};
-  r.tool_calls = {{"call_1", "read_file", {{"path", "a.c"}}}, {"call_2", "grep", {{"pattern", "x"}}}};
+  r.tool_calls = {{"call_1", "read_file", {{"path", "a.c"}}},
+                  {"call_2", "grep", {{"pattern", "x"}}}};
   r.input_tokens = 100;
   r.output_tokens = 20;
   fake_.Enqueue(r);
@@ -114,10 +118,13 @@ TEST_P(ProviderTest, StreamsTextAndToolCalls) {
 
 TEST_P(ProviderTest, ToolResultsAreSentInTheProvidersFormat) {
   ChatRequest r = Request();
-  r.messages.push_back({"assistant", nlohmann::json::array({{{"type", "tool_use"}, {"id", "c1"},
-                                                             {"name", "read_file"}, {"input", {{"path", "a"}}}}})});
-  r.messages.push_back({"user", nlohmann::json::array({{{"type", "tool_result"}, {"tool_use_id", "c1"},
-                                                        {"content", "file text"}}})});
+  r.messages.push_back({"assistant", nlohmann::json::array({{{"type", "tool_use"},
+                                                             {"id", "c1"},
+                                                             {"name", "read_file"},
+                                                             {"input", {{"path", "a"}}}}})});
+  r.messages.push_back(
+      {"user", nlohmann::json::array(
+                   {{{"type", "tool_result"}, {"tool_use_id", "c1"}, {"content", "file text"}}})});
   Collect obs;
   CancelToken cancel;
   ASSERT_TRUE(provider_->Stream(r, obs, cancel).ok());
@@ -129,7 +136,8 @@ TEST_P(ProviderTest, ToolResultsAreSentInTheProvidersFormat) {
     EXPECT_EQ(body["contents"][1]["parts"][0]["functionCall"]["name"], "read_file");
     EXPECT_EQ(body["contents"][1]["parts"][0]["functionCall"]["args"]["path"], "a");
     EXPECT_EQ(body["contents"][2]["parts"][0]["functionResponse"]["name"], "read_file");
-    EXPECT_EQ(body["contents"][2]["parts"][0]["functionResponse"]["response"]["content"], "file text");
+    EXPECT_EQ(body["contents"][2]["parts"][0]["functionResponse"]["response"]["content"],
+              "file text");
   } else if (GetParam() == "ollama") {
     EXPECT_EQ(body["messages"][2]["tool_calls"][0]["function"]["name"], "read_file");
     EXPECT_EQ(body["messages"][2]["tool_calls"][0]["function"]["arguments"]["path"], "a");
@@ -182,7 +190,8 @@ TEST_P(ProviderTest, GivesUpAfterMaxAttemptsWithTheProvidersMessage) {
   auto res = provider_->Stream(Request(), obs, cancel);
   ASSERT_FALSE(res.ok());
   EXPECT_EQ(res.status().code(), absl::StatusCode::kResourceExhausted);
-  EXPECT_NE(res.status().message().find("quota exceeded for org"), std::string::npos) << res.status();
+  EXPECT_NE(res.status().message().find("quota exceeded for org"), std::string::npos)
+      << res.status();
 }
 
 TEST_P(ProviderTest, UnauthorizedNamesTheKeyVariable) {
@@ -220,7 +229,8 @@ TEST_P(ProviderTest, MalformedChunkIsAnError) {
   CancelToken cancel;
   auto res = provider_->Stream(Request(), obs, cancel);
   ASSERT_FALSE(res.ok());
-  EXPECT_NE(res.status().message().find("malformed stream event"), std::string::npos) << res.status();
+  EXPECT_NE(res.status().message().find("malformed stream event"), std::string::npos)
+      << res.status();
 }
 
 TEST_P(ProviderTest, CancelStopsTheStreamPromptly) {
@@ -236,7 +246,9 @@ TEST_P(ProviderTest, CancelStopsTheStreamPromptly) {
   });
   auto t0 = std::chrono::steady_clock::now();
   auto res = provider_->Stream(Request(), obs, cancel);
-  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count();
+  auto ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0)
+          .count();
   t.join();
   ASSERT_FALSE(res.ok());
   EXPECT_EQ(res.status().code(), absl::StatusCode::kCancelled);
@@ -267,13 +279,16 @@ TEST_P(ProviderTest, SilentServerHitsTheIdleTimeout) {
   CancelToken cancel;
   auto t0 = std::chrono::steady_clock::now();
   auto res = provider->Stream(Request(), obs, cancel);
-  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count();
+  auto ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0)
+          .count();
   ASSERT_FALSE(res.ok());
   EXPECT_NE(res.status().message().find("no data"), std::string::npos) << res.status();
   EXPECT_LT(ms, 4000);  // gave up (1 s idle + curl's progress tick) before the data came
 }
 
-INSTANTIATE_TEST_SUITE_P(Providers, ProviderTest, ::testing::Values("anthropic", "openai", "gemini", "ollama"),
+INSTANTIATE_TEST_SUITE_P(Providers, ProviderTest,
+                         ::testing::Values("anthropic", "openai", "gemini", "ollama"),
                          [](const auto& info) { return info.param; });
 
 // ---- what a broken or hostile server sends (found by the stream fuzz targets)
@@ -310,20 +325,23 @@ std::string Sse(const std::string& event, const std::string& data) {
 void ExpectMalformed(const absl::StatusOr<ChatResult>& r, const std::string& why) {
   ASSERT_FALSE(r.ok()) << "accepted: " << r->content.dump();
   EXPECT_EQ(r.status().code(), absl::StatusCode::kUnavailable) << r.status();
-  EXPECT_NE(r.status().message().find("malformed stream event: " + why), std::string::npos) << r.status();
+  EXPECT_NE(r.status().message().find("malformed stream event: " + why), std::string::npos)
+      << r.status();
 }
 
-const std::string kStart = Sse("message_start", R"({"type":"message_start","message":{"usage":{}}})");
+const std::string kStart =
+    Sse("message_start", R"({"type":"message_start","message":{"usage":{}}})");
 const std::string kStop = Sse("message_stop", R"({"type":"message_stop"})");
 
 std::string BlockStart(const std::string& index, const std::string& block) {
-  return Sse("content_block_start",
-             R"({"type":"content_block_start","index":)" + index + R"(,"content_block":)" + block + "}");
+  return Sse("content_block_start", R"({"type":"content_block_start","index":)" + index +
+                                        R"(,"content_block":)" + block + "}");
 }
 
 std::string TextDelta(const std::string& index, const std::string& text) {
   return Sse("content_block_delta", R"({"type":"content_block_delta","index":)" + index +
-                                        R"(,"delta":{"type":"text_delta","text":")" + text + R"("}})");
+                                        R"(,"delta":{"type":"text_delta","text":")" + text +
+                                        R"("}})");
 }
 
 std::string BlockStop(const std::string& index) {
@@ -331,7 +349,8 @@ std::string BlockStop(const std::string& index) {
 }
 
 std::string TextBlock(const std::string& index) {
-  return BlockStart(index, R"({"type":"text","text":""})") + TextDelta(index, "hi") + BlockStop(index);
+  return BlockStart(index, R"({"type":"text","text":""})") + TextDelta(index, "hi") +
+         BlockStop(index);
 }
 
 TEST(ProviderStreamTest, AnthropicBlockIndexesOutOfOrderAreRefused) {
@@ -351,12 +370,16 @@ TEST(ProviderStreamTest, AnthropicBlockIndexesOutOfOrderAreRefused) {
 TEST(ProviderStreamTest, AnthropicBlocksHoldWhatTheAgentReads) {
   // A text block whose text is no string, or a tool call without a string
   // id, used to reach the agent as it was.
-  ExpectMalformed(StreamBody("anthropic", kStart + BlockStart("0", R"({"type":"text","text":5})") + kStop),
-                  "text block whose text is not a string");
-  ExpectMalformed(StreamBody("anthropic", kStart + BlockStart("0", R"({"type":"tool_use","id":7,"name":"x"})") + kStop),
-                  "tool_use block without a string id and name");
+  ExpectMalformed(
+      StreamBody("anthropic", kStart + BlockStart("0", R"({"type":"text","text":5})") + kStop),
+      "text block whose text is not a string");
+  ExpectMalformed(
+      StreamBody("anthropic",
+                 kStart + BlockStart("0", R"({"type":"tool_use","id":7,"name":"x"})") + kStop),
+      "tool_use block without a string id and name");
   // A block the server never stopped keeps its text.
-  auto r = StreamBody("anthropic", kStart + BlockStart("0", R"({"type":"text","text":""})") + TextDelta("0", "kept") + kStop);
+  auto r = StreamBody("anthropic", kStart + BlockStart("0", R"({"type":"text","text":""})") +
+                                       TextDelta("0", "kept") + kStop);
   ASSERT_TRUE(r.ok()) << r.status();
   ASSERT_EQ(r->content.size(), 1u);
   EXPECT_EQ(r->content[0]["text"], "kept");
@@ -367,8 +390,9 @@ TEST(ProviderStreamTest, OpenAiToolCallIndexesOutOfOrderAreRefused) {
     return Sse("", R"({"choices":[{"index":0,"delta":{"tool_calls":[{"index":)" + index +
                        R"(,"id":"c","function":{"name":"grep","arguments":"{}"}}]}}]})");
   };
-  const std::string done = Sse("", R"({"choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}]})") +
-                           Sse("", "[DONE]");
+  const std::string done =
+      Sse("", R"({"choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}]})") +
+      Sse("", "[DONE]");
   ExpectMalformed(StreamBody("openai", call("1000000000000000000") + done),
                   "tool call 1000000000000000000 when call 0 comes next");
   ExpectMalformed(StreamBody("openai", call("-1") + done), "tool call -1 when call 0 comes next");
@@ -380,9 +404,11 @@ TEST(ProviderStreamTest, OpenAiToolCallIndexesOutOfOrderAreRefused) {
 TEST(ProviderStreamTest, GeminiFunctionCallArgsMustBeAnObject) {
   // Args that are not an object used to reach the agent as a tool input.
   ExpectMalformed(
-      StreamBody("gemini",
-                 Sse("", R"({"candidates":[{"content":{"parts":[{"functionCall":{"name":"grep","args":5}}]},)"
-                         R"("finishReason":"STOP"}]})")),
+      StreamBody(
+          "gemini",
+          Sse("",
+              R"({"candidates":[{"content":{"parts":[{"functionCall":{"name":"grep","args":5}}]},)"
+              R"("finishReason":"STOP"}]})")),
       "functionCall args are not a JSON object");
 }
 
@@ -391,8 +417,9 @@ TEST(ProviderStreamTest, TokenCountsFromTheStreamAreCheckedNumbers) {
   // nonsense (or undefined behaviour).
   auto a = StreamBody(
       "anthropic",
-      Sse("message_start", R"({"type":"message_start","message":{"usage":{"input_tokens":9223372036854775807,)"
-                           R"("cache_read_input_tokens":9223372036854775807,"output_tokens":-5}}})") +
+      Sse("message_start",
+          R"({"type":"message_start","message":{"usage":{"input_tokens":9223372036854775807,)"
+          R"("cache_read_input_tokens":9223372036854775807,"output_tokens":-5}}})") +
           Sse("message_delta",
               R"({"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":1e300}})") +
           kStop);

@@ -1,10 +1,11 @@
 // The built-in reranker's features, and the HTTP and LLM rerankers over real
 // HTTP against the fake service, with their fallback.
+#include "server/knowledge/reranker.h"
+
 #include <gtest/gtest.h>
 
 #include "server/knowledge/embedder.h"
 #include "server/knowledge/remote_rerankers.h"
-#include "server/knowledge/reranker.h"
 #include "server/llm/http_client.h"
 #include "server/llm/provider.h"
 #include "tests/fakes/fake_llm_server.h"
@@ -16,9 +17,10 @@ using testing::FakeLlmServer;
 using testing::FakeReply;
 
 std::vector<RerankCandidate> Candidates() {
-  return {{"The watchdog timer resets the chip.", "wdt.md", 0.2, 0.3, 0.5, 0},
-          {"RCC_AHB1ENR bit 0 (GPIOAEN) enables the GPIOA clock.", "rm.pdf > RCC", 0.4, 1.0, 1.0, 0},
-          {"GPIOA clock gating is described elsewhere.", "notes.md", 0.3, 0.5, 0.7, 0}};
+  return {
+      {"The watchdog timer resets the chip.", "wdt.md", 0.2, 0.3, 0.5, 0},
+      {"RCC_AHB1ENR bit 0 (GPIOAEN) enables the GPIOA clock.", "rm.pdf > RCC", 0.4, 1.0, 1.0, 0},
+      {"GPIOA clock gating is described elsewhere.", "notes.md", 0.3, 0.5, 0.7, 0}};
 }
 
 TEST(BuiltinRerankerTest, ExactIdentifierAndCoverageWin) {
@@ -39,7 +41,8 @@ TEST(BuiltinRerankerTest, ExactIdentifierAndCoverageWin) {
 TEST(BuiltinRerankerTest, WeightsByNameChangeTheOrder) {
   // Only the fused rank counts: the candidate fusion liked best wins.
   RerankWeights w;
-  for (const char* f : {"identifier", "coverage", "proximity", "context", "vector", "lexical", "doc", "doc_text", "named"}) {
+  for (const char* f : {"identifier", "coverage", "proximity", "context", "vector", "lexical",
+                        "doc", "doc_text", "named"}) {
     ASSERT_TRUE(SetRerankWeight(w, f, 0.0)) << f;
   }
   ASSERT_TRUE(SetRerankWeight(w, "fused", 1.0));
@@ -178,7 +181,8 @@ TEST(LlmQueryRewriterTest, VariantsFromTheModelAreCached) {
   auto provider = MakeProvider(pc, RetryConfig{1, 10, 10}, *http);
   auto rewrite = MakeLlmQueryRewriter(*provider, "");
   FakeReply reply;
-  reply.chunks = {"[\"GPIOx_MODER pin mode\", \"GPIO port mode ", "register\", \"MODER bits\", \"extra\"]"};
+  reply.chunks = {"[\"GPIOx_MODER pin mode\", \"GPIO port mode ",
+                  "register\", \"MODER bits\", \"extra\"]"};
   fake.Enqueue(reply);
   auto v = rewrite("pin mode");
   ASSERT_EQ(v.size(), 3u);

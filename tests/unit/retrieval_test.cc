@@ -359,7 +359,8 @@ TEST_F(RetrievalTest, AVectorIndexBuildLetsSearchesGoOnAndRunsAtIdlePriority) {
   o.while_building_vectors_for_test = [&] {
     ++builds;
     auto priority = ThisThreadPriority();
-    if (!priority.ok() || *priority != ThreadPriority::kIdle) problems.push_back("not at SCHED_IDLE");
+    if (!priority.ok() || *priority != ThreadPriority::kIdle)
+      problems.push_back("not at SCHED_IDLE");
     std::unique_lock<std::mutex> l(asking);
     ++asked;
     asked_cv.notify_all();
@@ -367,8 +368,10 @@ TEST_F(RetrievalTest, AVectorIndexBuildLetsSearchesGoOnAndRunsAtIdlePriority) {
     if (!asked_cv.wait_for(l, std::chrono::seconds(30), [&] { return answered == asked; })) {
       problems.push_back("a search waited for the build");
     } else if (answer.rfind("doc0.md: ", 0) != 0 ||
-               (version > 0 && answer.find("quill" + std::to_string(version) + " ") == std::string::npos)) {
-      problems.push_back("build " + std::to_string(builds) + ": a search during it found " + answer);
+               (version > 0 &&
+                answer.find("quill" + std::to_string(version) + " ") == std::string::npos)) {
+      problems.push_back("build " + std::to_string(builds) + ": a search during it found " +
+                         answer);
     }
   };
   auto stop_searcher = [&] {
@@ -660,13 +663,15 @@ TEST(VectorIndexIvfTest, RecallAgainstExactRetrainOnGrowthAndSaveLoad) {
 // own at normal priority.
 TEST(VectorIndexBlasTest, AMatrixProductTakesCpuOnlyOnTheThreadThatAsks) {
   using Sgemm = void (*)(const char*, const char*, const int*, const int*, const int*, const float*,
-                         const float*, const int*, const float*, const int*, const float*, float*, const int*);
+                         const float*, const int*, const float*, const int*, const float*, float*,
+                         const int*);
   auto sgemm = reinterpret_cast<Sgemm>(dlsym(RTLD_DEFAULT, "sgemm_"));
   ASSERT_NE(sgemm, nullptr) << "FAISS links a BLAS";
   using GetThreads = int (*)();
   auto threads = reinterpret_cast<GetThreads>(dlsym(RTLD_DEFAULT, "openblas_get_num_threads"));
   if (!threads) GTEST_SKIP() << "the BLAS is not OpenBLAS: it has no threads of its own";
-  if (std::thread::hardware_concurrency() < 2) GTEST_SKIP() << "one core: OpenBLAS starts no workers";
+  if (std::thread::hardware_concurrency() < 2)
+    GTEST_SKIP() << "one core: OpenBLAS starts no workers";
 
   VectorIndex index(8, {});  // what every user of FAISS here goes through
   EXPECT_TRUE(RunBlasOnCallingThreads());
@@ -708,11 +713,13 @@ TEST(VectorIndexBlasTest, AMatrixProductTakesCpuOnlyOnTheThreadThatAsks) {
       std::ifstream f(e.path() / "stat");
       std::string stat((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
       const auto close = stat.rfind(')');
-      if (close == std::string::npos || close + 2 >= stat.size() || stat[close + 2] == 'R') return false;
+      if (close == std::string::npos || close + 2 >= stat.size() || stat[close + 2] == 'R')
+        return false;
     }
     return true;
   };
-  for (int i = 0; i < 1000 && !others_asleep(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  for (int i = 0; i < 1000 && !others_asleep(); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
   ASSERT_TRUE(others_asleep()) << "a thread of the test process kept running for 10 s";
   int64_t on_caller = 0, elsewhere = 0;
   std::thread([&] {

@@ -91,7 +91,8 @@ TEST_F(SessionTest, CountOwnedFollowsCreatesAndDeletesAndIsRecountedAfterARestar
   {
     auto& sm = Sessions();
     // Sessions made before the first count are counted from storage.
-    for (int i = 0; i < 3; ++i) alice.push_back(sm.Create("alice", {"t", dir_ + "/proj", "", ""})->id);
+    for (int i = 0; i < 3; ++i)
+      alice.push_back(sm.Create("alice", {"t", dir_ + "/proj", "", ""})->id);
     EXPECT_EQ(*sm.CountOwned(is("alice")), 3);
     EXPECT_EQ(*sm.CountOwned(is("bob")), 0);
     // Then kept with each create and delete, whoever made them.
@@ -125,7 +126,8 @@ TEST_F(SessionTest, SeqContinuesAfterRestartAndReplayMatchesLive) {
     auto sub = sm.Subscribe(id, 0, false, true, [&] { ++notified; });
     ASSERT_TRUE(sub.ok());
     EXPECT_TRUE(Drain(**sub).empty());  // now waiting
-    for (int i = 0; i < 5; ++i) ASSERT_EQ(*sm.Publish(id, Text(std::to_string(i))), uint64_t(i + 1));
+    for (int i = 0; i < 5; ++i)
+      ASSERT_EQ(*sm.Publish(id, Text(std::to_string(i))), uint64_t(i + 1));
     EXPECT_EQ(notified, 1);  // one wake-up for the first event after waiting
     live = Drain(**sub);
     ASSERT_EQ(live.size(), 5u);
@@ -176,8 +178,8 @@ TEST_F(SessionTest, SlowSubscriberIsCoalescedThenDropped) {
   std::string slow_text;
   auto got = Drain(**slow);
   for (auto& ev : got) slow_text += ev.text_delta().text();
-  EXPECT_EQ(slow_text, fast_text);           // same text, fewer events
-  EXPECT_EQ(got.back().seq(), 100u);         // the last seq it absorbed
+  EXPECT_EQ(slow_text, fast_text);    // same text, fewer events
+  EXPECT_EQ(got.back().seq(), 100u);  // the last seq it absorbed
   // Events that cannot be merged overflow the queue: the slow one is dropped.
   for (int i = 0; i < 20; ++i) {
     ASSERT_TRUE(sm.Publish(id, Finished()).ok());

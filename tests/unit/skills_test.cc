@@ -4,12 +4,11 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
-#include "common/local_account.h"
-
 #include <filesystem>
 #include <fstream>
 #include <thread>
 
+#include "common/local_account.h"
 #include "server/llm/provider.h"
 #include "server/project/policy.h"
 #include "server/project/secrets.h"
@@ -24,7 +23,8 @@ namespace {
 namespace fs = std::filesystem;
 
 TEST(DiagnosticsTest, GccAndClangLines) {
-  auto d = ParseDiagnosticLine("src/main.c:139:3: error: 'x' undeclared (first use in this function)");
+  auto d =
+      ParseDiagnosticLine("src/main.c:139:3: error: 'x' undeclared (first use in this function)");
   ASSERT_TRUE(d);
   EXPECT_EQ(d->kind, "compiler");
   EXPECT_EQ(d->severity, "error");
@@ -32,7 +32,8 @@ TEST(DiagnosticsTest, GccAndClangLines) {
   EXPECT_EQ(d->line, 139);
   EXPECT_EQ(d->column, 3);
   EXPECT_EQ(d->message, "'x' undeclared (first use in this function)");
-  d = ParseDiagnosticLine("drivers/uart.c:12:10: warning: unused variable 'n' [-Wunused-variable]\r\n");
+  d = ParseDiagnosticLine(
+      "drivers/uart.c:12:10: warning: unused variable 'n' [-Wunused-variable]\r\n");
   ASSERT_TRUE(d);
   EXPECT_EQ(d->severity, "warning");
   EXPECT_EQ(d->message, "unused variable 'n' [-Wunused-variable]");
@@ -52,11 +53,14 @@ TEST(DiagnosticsTest, GccAndClangLines) {
 
 TEST(DiagnosticsTest, LinkerErrorsAndRegionOverflow) {
   const std::string out =
-      "/usr/lib/gcc/arm-none-eabi/12.2.1/../../../arm-none-eabi/bin/ld: build/blinky.elf section `.rodata' will not fit in region `FLASH'\n"
-      "/usr/lib/gcc/arm-none-eabi/12.2.1/../../../arm-none-eabi/bin/ld: region `FLASH' overflowed by 131412 bytes\n"
+      "/usr/lib/gcc/arm-none-eabi/12.2.1/../../../arm-none-eabi/bin/ld: build/blinky.elf section "
+      "`.rodata' will not fit in region `FLASH'\n"
+      "/usr/lib/gcc/arm-none-eabi/12.2.1/../../../arm-none-eabi/bin/ld: region `FLASH' overflowed "
+      "by 131412 bytes\n"
       "/usr/bin/arm-none-eabi-ld: build/main.o: in function `main':\n"
       "main.c:(.text.main+0x1c): undefined reference to `HAL_Init'\n"
-      "/usr/lib/gcc/arm-none-eabi/12.2.1/../../../arm-none-eabi/bin/ld: cannot find -lhal: No such file or directory\n"
+      "/usr/lib/gcc/arm-none-eabi/12.2.1/../../../arm-none-eabi/bin/ld: cannot find -lhal: No such "
+      "file or directory\n"
       "collect2: error: ld returned 1 exit status\n"
       "ld.lld: error: undefined symbol: SystemInit\n";
   auto all = ParseDiagnostics(out);
@@ -78,13 +82,16 @@ TEST(SkillFileTest, BuiltinsParseAndProjectSkillsReplaceThem) {
   const auto& b = BuiltinSkills();
   std::vector<std::string> names;
   for (const auto& s : b) names.push_back(s.name);
-  EXPECT_EQ(names, (std::vector<std::string>{"build", "flash", "monitor", "test", "build-flash-verify"}));
+  EXPECT_EQ(names,
+            (std::vector<std::string>{"build", "flash", "monitor", "test", "build-flash-verify"}));
   EXPECT_TRUE(b[4].flashes());
   EXPECT_FALSE(b[0].flashes());
   const fs::path root = fs::temp_directory_path() / ("fwai-skills-" + std::to_string(getpid()));
   fs::create_directories(root / ".fwai" / "skills");
-  std::ofstream(root / ".fwai" / "skills" / "build.yml") << "name: build\nsteps:\n  - tool: shell\n    command: ./build.sh\n";
-  std::ofstream(root / ".fwai" / "skills" / "lint.yaml") << "name: lint\nsteps:\n  - tool: shell\n    command: make lint\n";
+  std::ofstream(root / ".fwai" / "skills" / "build.yml")
+      << "name: build\nsteps:\n  - tool: shell\n    command: ./build.sh\n";
+  std::ofstream(root / ".fwai" / "skills" / "lint.yaml")
+      << "name: lint\nsteps:\n  - tool: shell\n    command: make lint\n";
   auto all = LoadSkills(root.string());
   ASSERT_TRUE(all.ok()) << all.status();
   ASSERT_EQ(all->size(), 6u);
@@ -133,7 +140,8 @@ TEST(SkillFileTest, ErrorsNameFileLineAndField) {
   EXPECT_EQ(err("name: x\nsteps:\n  - tool: compile\n"),
             "s.yaml:3: steps[0].tool: unknown tool 'compile' (expected build, flash, monitor, "
             "test, shell or check_registers)");
-  EXPECT_EQ(err("name: x\nsteps:\n  - tool: shell\n"), "s.yaml:3: steps[0].command: a shell step needs a command");
+  EXPECT_EQ(err("name: x\nsteps:\n  - tool: shell\n"),
+            "s.yaml:3: steps[0].command: a shell step needs a command");
   EXPECT_EQ(err("name: x\nsteps:\n  - tool: check_registers\n    paths: src\n"),
             "s.yaml:4: steps[0].paths: expected a list of files or directories");
   auto regs = ParseSkill(
@@ -147,12 +155,19 @@ TEST(SkillFileTest, ErrorsNameFileLineAndField) {
             "s.yaml:3: steps[0]: needs exactly one of tool, evidence, llm_analyze, agentic");
   EXPECT_EQ(err("name: x\nsteps:\n  - tool: build\n    timeout: soon\n"),
             "s.yaml:4: steps[0].timeout: expected a positive duration, got 'soon'");
-  EXPECT_EQ(err("name: x\nsteps:\n  - tool: build\n  - tool: build\n"), "s.yaml:4: steps[1].name: 'build' is used twice");
-  EXPECT_EQ(err("name: x\nsteps:\n  - name: why\n    llm_analyze:\n      log: later\n      prompt: p\n  - name: later\n    tool: build\n"),
+  EXPECT_EQ(err("name: x\nsteps:\n  - tool: build\n  - tool: build\n"),
+            "s.yaml:4: steps[1].name: 'build' is used twice");
+  EXPECT_EQ(err("name: x\nsteps:\n  - name: why\n    llm_analyze:\n      log: later\n      prompt: "
+                "p\n  - name: later\n    tool: build\n"),
             "s.yaml:3: steps[0].llm_analyze.log: 'later' is not an earlier step (or a file path)");
-  EXPECT_NE(err("name: x\nsteps:\n  - tool: build\n  bad indent: [\n").find("s.yaml:"), std::string::npos);
-  EXPECT_EQ(err("name: x y\nsteps:\n  - tool: build\n"), "s.yaml:1: name: 'x y': use letters, digits, - _ .");
-  auto ok = ParseSkill("name: x\ntimeout: 5m\nsteps:\n  - tool: monitor\n    expect: ready\n    timeout: 30s\n    on_fail: retry\n    retries: 4\n", "s.yaml");
+  EXPECT_NE(err("name: x\nsteps:\n  - tool: build\n  bad indent: [\n").find("s.yaml:"),
+            std::string::npos);
+  EXPECT_EQ(err("name: x y\nsteps:\n  - tool: build\n"),
+            "s.yaml:1: name: 'x y': use letters, digits, - _ .");
+  auto ok = ParseSkill(
+      "name: x\ntimeout: 5m\nsteps:\n  - tool: monitor\n    expect: ready\n    timeout: 30s\n    "
+      "on_fail: retry\n    retries: 4\n",
+      "s.yaml");
   ASSERT_TRUE(ok.ok()) << ok.status();
   EXPECT_EQ(ok->timeout_s, 300);
   EXPECT_EQ(ok->steps[0].timeout_s, 30);
@@ -174,8 +189,12 @@ TEST(SkillFileTest, Interpolation) {
 // A provider that answers with a fixed text (for the third tier).
 class CannedProvider final : public Provider {
  public:
-  explicit CannedProvider(std::string reply) : reply_(std::move(reply)) { config_.kind = "anthropic"; config_.model = "m"; }
-  absl::StatusOr<ChatResult> Stream(const ChatRequest& request, StreamObserver& observer, CancelToken&) override {
+  explicit CannedProvider(std::string reply) : reply_(std::move(reply)) {
+    config_.kind = "anthropic";
+    config_.model = "m";
+  }
+  absl::StatusOr<ChatResult> Stream(const ChatRequest& request, StreamObserver& observer,
+                                    CancelToken&) override {
     ++calls;
     last_request = request.messages.at(0).content.dump();
     observer.OnText(reply_);
@@ -210,7 +229,8 @@ TEST(IntentTest, ThreeTiers) {
   m = ResolveIntent("build it, flash it and check that it boots", skills, nullptr, nullptr);
   EXPECT_EQ(m.skill, "build-flash-verify");
   EXPECT_EQ(m.action, "run");
-  m = ResolveIntent("build the firmware and explain every warning in detail", skills, nullptr, nullptr);
+  m = ResolveIntent("build the firmware and explain every warning in detail", skills, nullptr,
+                    nullptr);
   EXPECT_EQ(m.skill, "build");
   EXPECT_NE(m.action, "run");  // more than the skill does: ask, or chat
   m = ResolveIntent("how do I configure the PLL for 24 MHz?", skills, nullptr, nullptr);
@@ -226,7 +246,8 @@ TEST(IntentTest, ThreeTiers) {
   CannedProvider p(R"({"skill": "monitor", "confidence": 0.9})");
   m = ResolveIntent("tail the uart", skills, &p, nullptr);
   EXPECT_EQ(p.calls, 1);
-  EXPECT_NE(p.last_request.find("build-flash-verify"), std::string::npos);  // the skills were listed
+  EXPECT_NE(p.last_request.find("build-flash-verify"),
+            std::string::npos);  // the skills were listed
   EXPECT_EQ(m.skill, "monitor");
   EXPECT_EQ(m.tier, "provider");
   EXPECT_EQ(m.action, "run");
@@ -247,20 +268,29 @@ TEST(SecretsTest, RealLookingSamplesAreRedacted) {
     std::string text, secret, kind;
   };
   const std::vector<Case> cases = {
-      {"export ANTHROPIC_API_KEY=sk-ant-api03-Zx9_kQ2vLm8pRt4wYb7nCd1eFg5hJk3lMn6oPq", "sk-ant-api03-Zx9_kQ2vLm8pRt4wYb7nCd1eFg5hJk3lMn6oPq", "anthropic_key"},
-      {"OPENAI_API_KEY: sk-proj-Ab12Cd34Ef56Gh78Ij90Kl12Mn34Op56", "sk-proj-Ab12Cd34Ef56Gh78Ij90Kl12Mn34Op56", "openai_key"},
+      {"export ANTHROPIC_API_KEY=sk-ant-api03-Zx9_kQ2vLm8pRt4wYb7nCd1eFg5hJk3lMn6oPq",
+       "sk-ant-api03-Zx9_kQ2vLm8pRt4wYb7nCd1eFg5hJk3lMn6oPq", "anthropic_key"},
+      {"OPENAI_API_KEY: sk-proj-Ab12Cd34Ef56Gh78Ij90Kl12Mn34Op56",
+       "sk-proj-Ab12Cd34Ef56Gh78Ij90Kl12Mn34Op56", "openai_key"},
       {"aws_access_key_id = AKIAIOSFODNN7EXAMPLE", "AKIAIOSFODNN7EXAMPLE", "aws_access_key"},
-      {"remote: https://ghp_1A2b3C4d5E6f7G8h9I0jK1l2M3n4O5p6Q7r8@github.com/acme/fw.git", "ghp_1A2b3C4d5E6f7G8h9I0jK1l2M3n4O5p6Q7r8", "github_token"},
+      {"remote: https://ghp_1A2b3C4d5E6f7G8h9I0jK1l2M3n4O5p6Q7r8@github.com/acme/fw.git",
+       "ghp_1A2b3C4d5E6f7G8h9I0jK1l2M3n4O5p6Q7r8", "github_token"},
       {"GITLAB token glpat-xY12_ab34CD56ef78GH90", "glpat-xY12_ab34CD56ef78GH90", "gitlab_token"},
-      {"key=AIzaSyD-9tSrke72PouQMnMX-a7eZSW0jkFMBWY", "AIzaSyD-9tSrke72PouQMnMX-a7eZSW0jkFMBWY", "google_api_key"},
+      {"key=AIzaSyD-9tSrke72PouQMnMX-a7eZSW0jkFMBWY", "AIzaSyD-9tSrke72PouQMnMX-a7eZSW0jkFMBWY",
+       "google_api_key"},
       {"hook xoxb-2048-4096-AbCdEfGhIjKl", "xoxb-2048-4096-AbCdEfGhIjKl", "slack_token"},
-      {"Authorization: Bearer 8f2c1d9e7a6b5c4d3e2f1a0b", "8f2c1d9e7a6b5c4d3e2f1a0b", "bearer_token"},
+      {"Authorization: Bearer 8f2c1d9e7a6b5c4d3e2f1a0b", "8f2c1d9e7a6b5c4d3e2f1a0b",
+       "bearer_token"},
       {"git clone https://builder:pa55w0rd!x@git.example.com/fw.git", "pa55w0rd!x", "url_password"},
       {"mqtt://dev:hunter22@10.0.0.7:1883", "hunter22", "url_password"},
       {"{\"wifi_password\": \"Tr0ub4dor&3\"}", "Tr0ub4dor&3", "assignment"},
       {"WIFI_PASSWORD=correcthorse", "correcthorse", "env_assignment"},
-      {"token eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U",
-       "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U", "jwt"},
+      {"token "
+       "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_"
+       "XgL0n3I9PlFUP0THsR8U",
+       "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_"
+       "XgL0n3I9PlFUP0THsR8U",
+       "jwt"},
   };
   for (const auto& c : cases) {
     int n = 0;
@@ -271,14 +301,16 @@ TEST(SecretsTest, RealLookingSamplesAreRedacted) {
     EXPECT_NE(r.find("[REDACTED:" + c.kind + "]"), std::string::npos) << c.kind << ": " << r;
   }
   const std::string pem =
-      "key:\n-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQAAAAAAAAABAAAAMwAAAAtzc2gtZW\n"
+      "key:\n-----BEGIN OPENSSH PRIVATE "
+      "KEY-----\nb3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQAAAAAAAAABAAAAMwAAAAtzc2gtZW\n"
       "QyNTUxOQAAACDx\n-----END OPENSSH PRIVATE KEY-----\nafter\n";
   std::string r = s->Redact(pem);
   EXPECT_EQ(r, "key:\n[REDACTED:private_key]\nafter\n");
   // Code and ordinary output stay as they are.
-  for (const std::string keep : {"const char *token = next_token(p);", "uint32_t key = HAL_GetTick();",
-                                 "password_len = strlen(pw);", "see https://example.com/path?a=b", "TOKEN=$GITHUB_TOKEN make",
-                                 "sk-short", "region `FLASH' overflowed by 20 bytes"}) {
+  for (const std::string keep :
+       {"const char *token = next_token(p);", "uint32_t key = HAL_GetTick();",
+        "password_len = strlen(pw);", "see https://example.com/path?a=b",
+        "TOKEN=$GITHUB_TOKEN make", "sk-short", "region `FLASH' overflowed by 20 bytes"}) {
     EXPECT_EQ(s->Redact(keep), keep);
   }
   nlohmann::json doc = {{"tools", {{{"output", "user=x AKIAIOSFODNN7EXAMPLE"}}}}, {"n", 3}};
@@ -302,7 +334,8 @@ TEST(PolicyRulesTest, FlashSettingsAndBudgets) {
   flash:
     require_approval: false
     allowed_boards: ["sim-*", lab-f4]
-)", "p.yaml");
+)",
+                       "p.yaml");
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->max_files_per_turn, 3);
   EXPECT_EQ(r->max_lines_per_turn, 200);
@@ -317,7 +350,9 @@ TEST(PolicyRulesTest, FlashSettingsAndBudgets) {
   EXPECT_FALSE(d.allowed);
   EXPECT_EQ(d.rule, "flash.require_approval: true");
   // The organisation: approval required again, the tighter budget.
-  auto org = ParsePolicy("policy:\n  change_budget:\n    max_lines: 50\n  flash:\n    require_approval: true\n", "org.yaml");
+  auto org = ParsePolicy(
+      "policy:\n  change_budget:\n    max_lines: 50\n  flash:\n    require_approval: true\n",
+      "org.yaml");
   ASSERT_TRUE(org.ok());
   PolicyRules m = MergePolicy(*r, *org, true);
   EXPECT_TRUE(m.flash_require_approval);
@@ -343,12 +378,12 @@ TEST(PolicyRulesTest, FlashSettingsAndBudgets) {
             "p.yaml:3: policy.flash.register_check: expected off, warn or block");
   bad = ParsePolicy("policy:\n  change_budget:\n    max_lines: lots\n", "p.yaml");
   ASSERT_FALSE(bad.ok());
-  EXPECT_EQ(bad.status().message(), "p.yaml:3: policy.change_budget.max_lines: expected a number (0: no limit)");
+  EXPECT_EQ(bad.status().message(),
+            "p.yaml:3: policy.change_budget.max_lines: expected a number (0: no limit)");
 }
 
 }  // namespace
 }  // namespace fwai
-
 
 namespace fwai {
 namespace {
@@ -361,8 +396,8 @@ class SkillRunnerTest : public ::testing::Test {
     root_ = fs::canonical(root_).string();
   }
   void TearDown() override { fs::remove_all(root_); }
-  SkillRunResult Run(SkillDeps deps, const std::string& skill, std::vector<SkillEventOut>* events = nullptr,
-                     CancelToken* cancel = nullptr) {
+  SkillRunResult Run(SkillDeps deps, const std::string& skill,
+                     std::vector<SkillEventOut>* events = nullptr, CancelToken* cancel = nullptr) {
     SkillRunner runner(std::move(deps));
     SkillRunRequest req;
     req.project_root = root_;
@@ -371,13 +406,19 @@ class SkillRunnerTest : public ::testing::Test {
     req.caller.identity = "uid:1";
     if (auto me = LookupAccount(getuid()); me.ok()) req.caller.account = *me;
     CancelToken local;
-    return runner.Run(req, [&](const SkillEventOut& e) { if (events) events->push_back(e); }, cancel ? *cancel : local);
+    return runner.Run(
+        req,
+        [&](const SkillEventOut& e) {
+          if (events) events->push_back(e);
+        },
+        cancel ? *cancel : local);
   }
   std::string root_;
 };
 
 TEST_F(SkillRunnerTest, ARunWhoseRecordCannotBeWrittenFails) {
-  std::ofstream(root_ + "/.fwai/skills/hi.yaml") << "name: hi\nsteps:\n  - tool: shell\n    command: echo hi\n";
+  std::ofstream(root_ + "/.fwai/skills/hi.yaml")
+      << "name: hi\nsteps:\n  - tool: shell\n    command: echo hi\n";
   SkillDeps ok;
   std::vector<nlohmann::json> records;
   ok.append_evidence = [&](const nlohmann::json& r) -> absl::StatusOr<uint64_t> {
@@ -403,7 +444,8 @@ TEST_F(SkillRunnerTest, ARunWhoseRecordCannotBeWrittenFails) {
 }
 
 TEST_F(SkillRunnerTest, CancelStopsTheRunningStepAtOnce) {
-  std::ofstream(root_ + "/.fwai/skills/long.yaml") << "name: long\nsteps:\n  - tool: shell\n    command: sleep 30\n";
+  std::ofstream(root_ + "/.fwai/skills/long.yaml")
+      << "name: long\nsteps:\n  - tool: shell\n    command: sleep 30\n";
   CancelToken cancel;
   std::thread stopper([&] {
     std::this_thread::sleep_for(std::chrono::milliseconds(300));
@@ -419,7 +461,8 @@ TEST_F(SkillRunnerTest, CancelStopsTheRunningStepAtOnce) {
 
 TEST_F(SkillRunnerTest, HardwareAndProviderStepsFailWithTheirClassWhenAbsent) {
   std::ofstream(root_ + "/.fwai/skills/hw.yaml") << "name: hw\nsteps:\n  - tool: flash\n";
-  std::ofstream(root_ + "/.fwai/skills/ask.yaml") << "name: ask\nsteps:\n  - llm_analyze:\n      prompt: why?\n";
+  std::ofstream(root_ + "/.fwai/skills/ask.yaml")
+      << "name: ask\nsteps:\n  - llm_analyze:\n      prompt: why?\n";
   auto r = Run(SkillDeps{}, "hw");
   EXPECT_EQ(r.failure_class, "hardware");
   EXPECT_EQ(r.exit_code, 18);

@@ -90,7 +90,7 @@ TEST(StartGateTest, ACancelledWaiterStopsWaitingAndTakesNoSlot) {
   std::thread later([&] { StartGate::Hold h = gate.Enter(&never); });
   gate.WaitUntilWaiting(2);
   cancel.Cancel();
-  cancelled.join();  // would hang until `first` leaves if the cancel did not wake it
+  cancelled.join();               // would hang until `first` leaves if the cancel did not wake it
   EXPECT_EQ(gate.Inside(), 1u);   // still only `first`
   EXPECT_EQ(gate.Waiting(), 1u);  // `later` waits on, now first in line
   StartGate::LeaveHeld();         // `first` gives its slot up: `later` enters

@@ -31,10 +31,13 @@ TEST(StorageTest, PutGetScanBatchAndReopen) {
     batch.Put(Cf::kSessions, "s1", "{}");
     ASSERT_TRUE((*db)->Write(batch, true).ok());
     std::vector<std::string> seen;
-    ASSERT_TRUE((*db)->Scan(Cf::kEvents, SeqKey("s1", 0), SeqKeyEnd("s1"), [&](auto, auto v) {
-                       seen.emplace_back(v);
-                       return true;
-                     }).ok());
+    ASSERT_TRUE((*db)
+                    ->Scan(Cf::kEvents, SeqKey("s1", 0), SeqKeyEnd("s1"),
+                           [&](auto, auto v) {
+                             seen.emplace_back(v);
+                             return true;
+                           })
+                    .ok());
     EXPECT_EQ(seen, (std::vector<std::string>{"a", "b", "c"}));
     auto last = (*db)->LastKey(Cf::kEvents, SeqKey("s1", 0), SeqKeyEnd("s1"));
     ASSERT_TRUE(last.ok() && *last);

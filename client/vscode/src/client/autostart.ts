@@ -22,7 +22,11 @@ export function socketAccepts(socketPath: string, timeoutMs = 1000): Promise<boo
 }
 
 /** Spawns `fwaid --listen unix:PATH` detached; resolves once it was spawned. */
-export function spawnDaemon(fwaidPath: string, socketPath: string, env: NodeJS.ProcessEnv = process.env): Promise<void> {
+export function spawnDaemon(
+  fwaidPath: string,
+  socketPath: string,
+  env: NodeJS.ProcessEnv = process.env,
+): Promise<void> {
   const dir = path.dirname(socketPath);
   fs.mkdirSync(dir, { recursive: true, mode: 0o700 });
   const log = fs.openSync(path.join(dir, 'fwaid.log'), 'a', 0o600);
@@ -34,7 +38,11 @@ export function spawnDaemon(fwaidPath: string, socketPath: string, env: NodeJS.P
     });
     child.once('error', (e) => {
       fs.closeSync(log);
-      reject(new Error(`cannot start fwaid (${fwaidPath || 'fwaid'}): ${e.message}; set fwai.fwaidPath or put fwaid on PATH`));
+      reject(
+        new Error(
+          `cannot start fwaid (${fwaidPath || 'fwaid'}): ${e.message}; set fwai.fwaidPath or put fwaid on PATH`,
+        ),
+      );
     });
     child.once('spawn', () => {
       fs.closeSync(log);
@@ -45,7 +53,11 @@ export function spawnDaemon(fwaidPath: string, socketPath: string, env: NodeJS.P
 }
 
 /** Starts fwaid when nothing listens on `socketPath` and waits until it accepts. */
-export async function ensureDaemon(fwaidPath: string, socketPath: string, timeoutMs = 15000): Promise<'running' | 'started'> {
+export async function ensureDaemon(
+  fwaidPath: string,
+  socketPath: string,
+  timeoutMs = 15000,
+): Promise<'running' | 'started'> {
   if (await socketAccepts(socketPath)) return 'running';
   await spawnDaemon(fwaidPath, socketPath);
   const deadline = Date.now() + timeoutMs;
@@ -53,5 +65,7 @@ export async function ensureDaemon(fwaidPath: string, socketPath: string, timeou
     if (await socketAccepts(socketPath)) return 'started';
     await new Promise((r) => setTimeout(r, 25));
   }
-  throw new Error(`started fwaid but it is not answering on ${socketPath}; see ${path.join(path.dirname(socketPath), 'fwaid.log')}`);
+  throw new Error(
+    `started fwaid but it is not answering on ${socketPath}; see ${path.join(path.dirname(socketPath), 'fwaid.log')}`,
+  );
 }

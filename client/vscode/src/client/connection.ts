@@ -30,8 +30,27 @@ export interface ConnectOptions {
   connectTimeoutMs?: number;
 }
 
-export type ServiceName = 'Sessions' | 'Daemon' | 'Hardware' | 'Skills' | 'Projects' | 'Knowledge' | 'Evidence' | 'Firmware' | 'Ota';
-const SERVICES: ServiceName[] = ['Sessions', 'Daemon', 'Hardware', 'Skills', 'Projects', 'Knowledge', 'Evidence', 'Firmware', 'Ota'];
+export type ServiceName =
+  | 'Sessions'
+  | 'Daemon'
+  | 'Hardware'
+  | 'Skills'
+  | 'Projects'
+  | 'Knowledge'
+  | 'Evidence'
+  | 'Firmware'
+  | 'Ota';
+const SERVICES: ServiceName[] = [
+  'Sessions',
+  'Daemon',
+  'Hardware',
+  'Skills',
+  'Projects',
+  'Knowledge',
+  'Evidence',
+  'Firmware',
+  'Ota',
+];
 
 /** Channel options: fast reconnects (a restarted daemon is back in ~100 ms), big messages (exports). */
 const CHANNEL_OPTIONS: grpc.ChannelOptions = {
@@ -52,11 +71,16 @@ function readPem(file: string | undefined, what: string): Buffer | null {
   }
 }
 
-export function makeCredentials(addr: DaemonAddress, opts: Pick<ConnectOptions, 'caFile' | 'certFile' | 'keyFile'>): grpc.ChannelCredentials {
+export function makeCredentials(
+  addr: DaemonAddress,
+  opts: Pick<ConnectOptions, 'caFile' | 'certFile' | 'keyFile'>,
+): grpc.ChannelCredentials {
   if (addr.kind !== 'tls') {
     if (opts.certFile || opts.caFile) {
       // Settings for TLS on a plaintext address are most likely a mistake: say so.
-      throw new Error(`fwai.caFile / fwai.clientCertFile are set but the daemon address ${describeAddress(addr)} is not tls:`);
+      throw new Error(
+        `fwai.caFile / fwai.clientCertFile are set but the daemon address ${describeAddress(addr)} is not tls:`,
+      );
     }
     return grpc.credentials.createInsecure();
   }

@@ -16,7 +16,13 @@ export interface FileChange {
 }
 
 /** The change a finished, successful tool call made, or null. */
-export function fileChangeOf(tool: string, inputJson: string, result: string, callId = '', isError = false): FileChange | null {
+export function fileChangeOf(
+  tool: string,
+  inputJson: string,
+  result: string,
+  callId = '',
+  isError = false,
+): FileChange | null {
   if (isError || (tool !== 'write_file' && tool !== 'edit_file')) return null;
   let input: any;
   try {
@@ -67,7 +73,9 @@ export function textBeforeEdit(change: FileChange, current: string): string | nu
       }
       offset += change.newString.length;
     }
-    return parts.slice(0, best + 1).join(change.newString) + change.oldString + parts.slice(best + 1).join(change.newString);
+    return (
+      parts.slice(0, best + 1).join(change.newString) + change.oldString + parts.slice(best + 1).join(change.newString)
+    );
   }
   return parts.join(change.oldString ?? '');
 }

@@ -37,9 +37,23 @@ export interface ServerEvent {
   payload?: string;
   text_delta?: { origin?: AgentRef | null; text: string; thinking: boolean };
   message_done?: { origin?: AgentRef | null; role: string; stop_reason: string; usage?: Usage | null; model: string };
-  tool_call_started?: { origin?: AgentRef | null; call_id: string; parent_call_id: string; agent: string; tool: string; input_json: string };
+  tool_call_started?: {
+    origin?: AgentRef | null;
+    call_id: string;
+    parent_call_id: string;
+    agent: string;
+    tool: string;
+    input_json: string;
+  };
   tool_call_output_delta?: { call_id: string; parent_call_id: string; agent: string; text: string };
-  tool_call_finished?: { call_id: string; parent_call_id: string; agent: string; is_error: boolean; output: string; duration_ms: number };
+  tool_call_finished?: {
+    call_id: string;
+    parent_call_id: string;
+    agent: string;
+    is_error: boolean;
+    output: string;
+    duration_ms: number;
+  };
   question_asked?: { question_id: string; questions: Question[]; call_id: string };
   question_answered?: { question_id: string; selected: string[]; text: string; answered_by: string; call_id: string };
   plan_submitted?: { plan_id: string; text: string; path: string; call_id: string };

@@ -11,14 +11,29 @@ export interface MemoryReport {
 }
 
 /** Memory use of `image` ("" : the project's newest build), against `diff` ("" : the previous build). */
-export async function memoryReport(client: FwaiClient, projectRoot: string, image = '', diff = ''): Promise<MemoryReport> {
+export async function memoryReport(
+  client: FwaiClient,
+  projectRoot: string,
+  image = '',
+  diff = '',
+): Promise<MemoryReport> {
   const r = await client.call('Firmware', 'Memory', { project_root: projectRoot, image, diff }, 120000);
   return { text: r.text, report: r.json ? JSON.parse(r.json) : null };
 }
 
 /** The SBOM (CycloneDX 1.6 or SPDX) of a run or image ("" : the project's newest build). */
-export async function sbom(client: FwaiClient, projectRoot: string, runOrImage = '', format: 'cyclonedx' | 'spdx' = 'cyclonedx'): Promise<any> {
-  const r = await client.call('Firmware', 'Sbom', { project_root: projectRoot, run_or_image: runOrImage, format }, 120000);
+export async function sbom(
+  client: FwaiClient,
+  projectRoot: string,
+  runOrImage = '',
+  format: 'cyclonedx' | 'spdx' = 'cyclonedx',
+): Promise<any> {
+  const r = await client.call(
+    'Firmware',
+    'Sbom',
+    { project_root: projectRoot, run_or_image: runOrImage, format },
+    120000,
+  );
   return JSON.parse(r.json);
 }
 
@@ -48,7 +63,15 @@ export interface RegisterFinding {
 
 export interface RegisterReport {
   findings: RegisterFinding[];
-  checked: { svd: string; device: string; files: number; lines: number; accesses: number; errors: number; warnings: number };
+  checked: {
+    svd: string;
+    device: string;
+    files: number;
+    lines: number;
+    accesses: number;
+    errors: number;
+    warnings: number;
+  };
   skipped: { path: string; why: string }[];
 }
 

@@ -168,7 +168,13 @@ export class SessionModel {
           last.text += d.text;
           changes.push({ type: 'text', itemId: last.id, appended: d.text });
         } else {
-          const item: TextItem = { kind: 'text', id: `x${this.nextItem++}`, agent, text: d.text, thinking: !!d.thinking };
+          const item: TextItem = {
+            kind: 'text',
+            id: `x${this.nextItem++}`,
+            agent,
+            text: d.text,
+            thinking: !!d.thinking,
+          };
           list.push(item);
           changes.push({ type: 'item', turnId: turn.id, parentCallId: parent, item });
         }
@@ -230,7 +236,12 @@ export class SessionModel {
       }
       case 'question_asked': {
         const q = ev.question_asked!;
-        this.question = { questionId: q.question_id, callId: q.call_id, turnId: ev.turn_id, questions: q.questions ?? [] };
+        this.question = {
+          questionId: q.question_id,
+          callId: q.call_id,
+          turnId: ev.turn_id,
+          questions: q.questions ?? [],
+        };
         changes.push({ type: 'question' });
         break;
       }
@@ -250,7 +261,11 @@ export class SessionModel {
       }
       case 'plan_decided': {
         const d = ev.plan_decided!;
-        const summary = d.approved ? (d.edited ? 'approved as edited' : 'approved') : `sent back${d.feedback ? `: ${d.feedback}` : ''}`;
+        const summary = d.approved
+          ? d.edited
+            ? 'approved as edited'
+            : 'approved'
+          : `sent back${d.feedback ? `: ${d.feedback}` : ''}`;
         this.lastResolution = { kind: 'plan', id: d.plan_id, by: d.decided_by, summary };
         if (this.plan && this.plan.planId === d.plan_id) this.plan = null;
         changes.push({ type: 'plan' });
@@ -269,7 +284,12 @@ export class SessionModel {
       case 'error': {
         if (!turn) break;
         const e = ev.error!;
-        const item: NoticeItem = { kind: 'notice', id: `x${this.nextItem++}`, level: 'error', text: `${e.code}: ${e.message}` };
+        const item: NoticeItem = {
+          kind: 'notice',
+          id: `x${this.nextItem++}`,
+          level: 'error',
+          text: `${e.code}: ${e.message}`,
+        };
         turn.items.push(item);
         changes.push({ type: 'item', turnId: turn.id, parentCallId: '', item });
         break;
@@ -328,7 +348,12 @@ export class SessionModel {
 
   /** Starts the cost from the session's stored totals (turns before the replayed window). */
   setBaseUsage(u: Usage | null | undefined): void {
-    if (u) this.usage = { input_tokens: u.input_tokens || 0, output_tokens: u.output_tokens || 0, cost_usd: u.cost_usd || 0 };
+    if (u)
+      this.usage = {
+        input_tokens: u.input_tokens || 0,
+        output_tokens: u.output_tokens || 0,
+        cost_usd: u.cost_usd || 0,
+      };
   }
 
   /** An indented outline of a turn ("tool(agent) [status]" and text), for tests and logs. */

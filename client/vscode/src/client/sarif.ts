@@ -28,7 +28,8 @@ export function sarifDiagnostics(doc: any, opts: { latestPerProject?: boolean } 
     for (const r of run.results ?? []) {
       const loc = r.locations?.[0]?.physicalLocation;
       let file = String(loc?.artifactLocation?.uri ?? '');
-      if (file && !file.startsWith('/') && loc?.artifactLocation?.uriBaseId === 'PROJECTROOT' && base) file = base.replace(/\/?$/, '/') + file;
+      if (file && !file.startsWith('/') && loc?.artifactLocation?.uriBaseId === 'PROJECTROOT' && base)
+        file = base.replace(/\/?$/, '/') + file;
       out.push({
         file,
         line: Number(loc?.region?.startLine ?? 0),

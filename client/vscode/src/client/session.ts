@@ -146,7 +146,14 @@ export class SessionStream extends EventEmitter {
     this.write({ answer: { question_id: questionId, selected, text } });
   }
   decidePlan(planId: string, d: { approve: boolean; editedPlan?: string; feedback?: string }): void {
-    this.write({ plan_decision: { plan_id: planId, approve: d.approve, edited_plan: d.editedPlan ?? '', feedback: d.feedback ?? '' } });
+    this.write({
+      plan_decision: {
+        plan_id: planId,
+        approve: d.approve,
+        edited_plan: d.editedPlan ?? '',
+        feedback: d.feedback ?? '',
+      },
+    });
   }
   setMode(mode: 'plan' | 'act'): void {
     this.write({ set_mode: { mode } });

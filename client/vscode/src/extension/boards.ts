@@ -86,7 +86,9 @@ export class Boards implements vscode.TreeDataProvider<Device>, vscode.Disposabl
   heldByMe(deviceId: string): Lease | undefined {
     const m = this.mine.get(deviceId);
     if (m) return m;
-    return this.leases.find((l) => l.device_id === deviceId && this.myUid !== '' && new RegExp(`\\(uid ${this.myUid}\\)`).test(l.holder));
+    return this.leases.find(
+      (l) => l.device_id === deviceId && this.myUid !== '' && new RegExp(`\\(uid ${this.myUid}\\)`).test(l.holder),
+    );
   }
 
   getChildren(d?: Device): Device[] {
@@ -111,7 +113,9 @@ export class Boards implements vscode.TreeDataProvider<Device>, vscode.Disposabl
         `**${d.id}** (${d.kind}) ${d.name && d.name !== d.id ? `— ${d.name}` : ''}`,
         `health: ${d.health}${d.health_reason ? ` — ${d.health_reason}` : ''}`,
         d.target ? `target: ${d.target}` : '',
-        d.holder ? `holder: ${d.holder}, since ${ago(d.held_since_us)}, lease until ${new Date(d.lease_expires_us / 1000).toLocaleTimeString()}` : '',
+        d.holder
+          ? `holder: ${d.holder}, since ${ago(d.held_since_us)}, lease until ${new Date(d.lease_expires_us / 1000).toLocaleTimeString()}`
+          : '',
         d.image ? `image: ${d.image}` : '',
         d.path ? `port: ${d.path}` : '',
       ]
@@ -119,14 +123,30 @@ export class Boards implements vscode.TreeDataProvider<Device>, vscode.Disposabl
         .join('\n\n'),
     );
     it.iconPath = new vscode.ThemeIcon(
-      d.health === 'bad' ? 'error' : d.health === 'maintenance' ? 'tools' : board ? 'circuit-board' : d.kind === 'probe' ? 'debug' : 'plug',
-      d.health === 'bad' ? new vscode.ThemeColor('errorForeground') : mine ? new vscode.ThemeColor('charts.green') : undefined,
+      d.health === 'bad'
+        ? 'error'
+        : d.health === 'maintenance'
+          ? 'tools'
+          : board
+            ? 'circuit-board'
+            : d.kind === 'probe'
+              ? 'debug'
+              : 'plug',
+      d.health === 'bad'
+        ? new vscode.ThemeColor('errorForeground')
+        : mine
+          ? new vscode.ThemeColor('charts.green')
+          : undefined,
     );
     it.contextValue = board ? (mine ? 'board-mine' : d.holder ? 'board-held' : 'board-free') : 'device';
     return it;
   }
 
-  private async pickBoard(d: Device | undefined, filter: (x: Device) => boolean, what: string): Promise<Device | undefined> {
+  private async pickBoard(
+    d: Device | undefined,
+    filter: (x: Device) => boolean,
+    what: string,
+  ): Promise<Device | undefined> {
     if (d?.id) return d;
     if (!this.devices.length) await this.refresh();
     const cands = this.devices.filter((x) => (x.kind === 'board' || x.kind === 'simulated') && filter(x));
@@ -205,7 +225,11 @@ export class Boards implements vscode.TreeDataProvider<Device>, vscode.Disposabl
     const dir = path.join(root, 'build');
     const elfs = fs.existsSync(dir) ? fs.readdirSync(dir).filter((f) => f.endsWith('.elf')) : [];
     if (elfs.length === 1) return path.join(dir, elfs[0]);
-    throw new Error(elfs.length ? `several build/*.elf in ${root}; set fwai.image` : `no image: build the project first, or set fwai.image (looked in ${dir})`);
+    throw new Error(
+      elfs.length
+        ? `several build/*.elf in ${root}; set fwai.image`
+        : `no image: build the project first, or set fwai.image (looked in ${dir})`,
+    );
   }
 
   async flash(d: Device | undefined, root: string, approved?: boolean): Promise<{ ok: boolean; message: string }> {
@@ -213,7 +237,11 @@ export class Boards implements vscode.TreeDataProvider<Device>, vscode.Disposabl
     if (!board) return { ok: false, message: 'no board' };
     const image = await this.imageFor(root);
     if (approved === undefined) {
-      const pick = await vscode.window.showWarningMessage(`Flash ${path.relative(root, image)} to ${board.id}?`, { modal: true }, 'Flash');
+      const pick = await vscode.window.showWarningMessage(
+        `Flash ${path.relative(root, image)} to ${board.id}?`,
+        { modal: true },
+        'Flash',
+      );
       if (pick !== 'Flash') return { ok: false, message: 'not approved' };
       approved = true;
     }
@@ -276,15 +304,21 @@ export class Boards implements vscode.TreeDataProvider<Device>, vscode.Disposabl
       onDidWrite: write.event,
       onDidClose: close.event,
       open: () => {
-        write.fire(`\x1b[2m— fwai serial ${board.id}${lease ? '' : ' (read-only: lease the board to type)'} —\x1b[0m\r\n`);
+        write.fire(
+          `\x1b[2m— fwai serial ${board.id}${lease ? '' : ' (read-only: lease the board to type)'} —\x1b[0m\r\n`,
+        );
         serial.on('lines', (ls) => {
           write.fire(ls.map((l) => l.line.replace(/\r?$/, '') + '\r\n').join(''));
         });
         serial.on('dropped', (n) => write.fire(`\x1b[33m[${n} lines dropped: this terminal fell behind]\x1b[0m\r\n`));
         serial.on('writeError', (m) => write.fire(`\x1b[31m[${m}]\x1b[0m\r\n`));
-        serial.on('reconnecting', (reason) => write.fire(`\r\n\x1b[2m— fwaid went away (${reason}); reconnecting… —\x1b[0m\r\n`));
+        serial.on('reconnecting', (reason) =>
+          write.fire(`\r\n\x1b[2m— fwaid went away (${reason}); reconnecting… —\x1b[0m\r\n`),
+        );
         serial.on('reconnected', (restarted) =>
-          write.fire(`\x1b[2m— reconnected${restarted ? ' to a restarted fwaid: its output follows' : ''} —\x1b[0m\r\n`),
+          write.fire(
+            `\x1b[2m— reconnected${restarted ? ' to a restarted fwaid: its output follows' : ''} —\x1b[0m\r\n`,
+          ),
         );
         serial.on('end', (reason) => {
           write.fire(`\r\n\x1b[2m— serial closed: ${reason} —\x1b[0m\r\n`);
@@ -313,7 +347,11 @@ export class Boards implements vscode.TreeDataProvider<Device>, vscode.Disposabl
         }
       },
     };
-    const term = vscode.window.createTerminal({ name: `fwai serial: ${board.id}`, pty, iconPath: new vscode.ThemeIcon('circuit-board') });
+    const term = vscode.window.createTerminal({
+      name: `fwai serial: ${board.id}`,
+      pty,
+      iconPath: new vscode.ThemeIcon('circuit-board'),
+    });
     this.terminals.add(term);
     term.show(true);
     return term;

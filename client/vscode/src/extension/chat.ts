@@ -79,7 +79,12 @@ export class Chat implements vscode.WebviewViewProvider, vscode.Disposable {
 
   private resetWebview(): void {
     if (!this.view || !this.ready) return;
-    void this.view.webview.postMessage({ type: 'reset', session: this.session, connection: this.streamState, perf: this.perf });
+    void this.view.webview.postMessage({
+      type: 'reset',
+      session: this.session,
+      connection: this.streamState,
+      perf: this.perf,
+    });
     // Replay in batches so a long session does not stall the view.
     for (let i = 0; i < this.log.length; i += 500) this.post({ type: 'events', events: this.log.slice(i, i + 500) });
   }
@@ -89,14 +94,17 @@ export class Chat implements vscode.WebviewViewProvider, vscode.Disposable {
     this.outbox.push(ev);
     if (this.perf) this.outboxRecvMs.push(Date.now());
     if (this.flushTimer) return;
-    this.flushTimer = setTimeout(() => {
-      this.flushTimer = null;
-      const batch = this.outbox;
-      const recv = this.outboxRecvMs;
-      this.outbox = [];
-      this.outboxRecvMs = [];
-      this.post(this.perf ? { type: 'events', events: batch, recvMs: recv } : { type: 'events', events: batch });
-    }, this.outbox.length > 1 ? 8 : 0);
+    this.flushTimer = setTimeout(
+      () => {
+        this.flushTimer = null;
+        const batch = this.outbox;
+        const recv = this.outboxRecvMs;
+        this.outbox = [];
+        this.outboxRecvMs = [];
+        this.post(this.perf ? { type: 'events', events: batch, recvMs: recv } : { type: 'events', events: batch });
+      },
+      this.outbox.length > 1 ? 8 : 0,
+    );
   }
 
   private async onMessage(m: any): Promise<void> {
@@ -115,7 +123,9 @@ export class Chat implements vscode.WebviewViewProvider, vscode.Disposable {
         this.requireStream().answer(m.questionId, m.selected ?? [], m.text ?? '');
         break;
       case 'planAction':
-        await vscode.commands.executeCommand(m.action === 'approve' ? 'fwai.approvePlan' : m.action === 'redirect' ? 'fwai.redirectPlan' : 'fwai.openPlan');
+        await vscode.commands.executeCommand(
+          m.action === 'approve' ? 'fwai.approvePlan' : m.action === 'redirect' ? 'fwai.redirectPlan' : 'fwai.openPlan',
+        );
         break;
       case 'setMode':
         await this.setMode(m.mode);
@@ -182,7 +192,16 @@ export class Chat implements vscode.WebviewViewProvider, vscode.Disposable {
       const changes = this.model.apply(ev);
       this.forward(ev);
       this.eventEmitter.fire(ev);
-      if (changes.some((c) => c.type === 'plan' || c.type === 'question' || c.type === 'mode' || c.type === 'usage' || (c.type === 'turn' && !c.added))) {
+      if (
+        changes.some(
+          (c) =>
+            c.type === 'plan' ||
+            c.type === 'question' ||
+            c.type === 'mode' ||
+            c.type === 'usage' ||
+            (c.type === 'turn' && !c.added),
+        )
+      ) {
         this.changed.fire();
       }
     });
@@ -232,7 +251,10 @@ export class Chat implements vscode.WebviewViewProvider, vscode.Disposable {
       await this.open(s.id);
       await waitOpen(this.stream!);
     }
-    return this.requireStream().sendMessage(text, { provider: cfg.get<string>('provider') || undefined, model: cfg.get<string>('model') || undefined });
+    return this.requireStream().sendMessage(text, {
+      provider: cfg.get<string>('provider') || undefined,
+      model: cfg.get<string>('model') || undefined,
+    });
   }
 
   pendingMode: 'plan' | 'act' | null = null;
@@ -263,7 +285,10 @@ export class Chat implements vscode.WebviewViewProvider, vscode.Disposable {
     const hit = candidates.find((c) => fs.existsSync(c));
     if (!hit) throw new Error(`${p}: not found in the project`);
     const pos = new vscode.Position(Math.max(0, line - 1), Math.max(0, column - 1));
-    await vscode.window.showTextDocument(vscode.Uri.file(hit), { selection: new vscode.Range(pos, pos), preview: true });
+    await vscode.window.showTextDocument(vscode.Uri.file(hit), {
+      selection: new vscode.Range(pos, pos),
+      preview: true,
+    });
   }
 
   // ---------------------------------------------------------------- measures

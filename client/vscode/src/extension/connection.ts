@@ -28,7 +28,16 @@ export class Connection implements vscode.Disposable {
   ) {
     this.disposables.push(
       vscode.workspace.onDidChangeConfiguration((e) => {
-        if (['fwai.daemon', 'fwai.caFile', 'fwai.clientCertFile', 'fwai.clientKeyFile', 'fwai.fwaidPath', 'fwai.autoStart'].some((k) => e.affectsConfiguration(k))) {
+        if (
+          [
+            'fwai.daemon',
+            'fwai.caFile',
+            'fwai.clientCertFile',
+            'fwai.clientKeyFile',
+            'fwai.fwaidPath',
+            'fwai.autoStart',
+          ].some((k) => e.affectsConfiguration(k))
+        ) {
           void this.restart();
         }
       }),

@@ -41,7 +41,8 @@ export class Edits implements vscode.TextDocumentContentProvider, vscode.Disposa
     const node = chat.model.calls.get(callId);
     if (!node) throw new Error(`tool call ${callId} is not in this session`);
     const change = fileChangeOf(node.tool, node.input, node.result, node.callId, node.status === 'error');
-    if (!change) throw new Error(`${node.tool} ${callId} changed no file${node.status === 'error' ? ' (it failed)' : ''}`);
+    if (!change)
+      throw new Error(`${node.tool} ${callId} changed no file${node.status === 'error' ? ' (it failed)' : ''}`);
     const root = chat.projectRoot();
     if (!root) throw new Error('no project root for this session');
     await this.open(root, change, `${change.tool} by ${node.agent}`);
@@ -69,7 +70,9 @@ export class Edits implements vscode.TextDocumentContentProvider, vscode.Disposa
     const key = String(++this.n);
     this.contents.set(key, before);
     const left = vscode.Uri.from({ scheme: BEFORE_SCHEME, path: `/${change.path}`, query: key });
-    await vscode.commands.executeCommand('vscode.diff', left, vscode.Uri.file(abs), `${change.path}: ${label}${note}`, { preview: true });
+    await vscode.commands.executeCommand('vscode.diff', left, vscode.Uri.file(abs), `${change.path}: ${label}${note}`, {
+      preview: true,
+    });
   }
 
   dispose(): void {
@@ -79,6 +82,8 @@ export class Edits implements vscode.TextDocumentContentProvider, vscode.Disposa
 
 function gitShow(root: string, rel: string): Promise<string | null> {
   return new Promise((resolve) => {
-    execFile('git', ['-C', root, 'show', `HEAD:./${rel}`], { maxBuffer: 32 << 20 }, (err, stdout) => resolve(err ? null : stdout));
+    execFile('git', ['-C', root, 'show', `HEAD:./${rel}`], { maxBuffer: 32 << 20 }, (err, stdout) =>
+      resolve(err ? null : stdout),
+    );
   });
 }

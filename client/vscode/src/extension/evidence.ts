@@ -39,23 +39,37 @@ export class Evidence implements vscode.TreeDataProvider<Node>, vscode.Disposabl
     const client = await this.conn.get();
     this.verify = await client.call('Evidence', 'Verify', {}, 120000);
     this.changed.fire(undefined);
-    if (this.verify!.ok) void vscode.window.showInformationMessage(`fwai: evidence log verified (${this.verify!.records} records)`);
-    else void vscode.window.showErrorMessage(`fwai: evidence log does NOT verify: first bad record ${this.verify!.first_bad}: ${this.verify!.detail}`);
+    if (this.verify!.ok)
+      void vscode.window.showInformationMessage(`fwai: evidence log verified (${this.verify!.records} records)`);
+    else
+      void vscode.window.showErrorMessage(
+        `fwai: evidence log does NOT verify: first bad record ${this.verify!.first_bad}: ${this.verify!.detail}`,
+      );
   }
 
   getChildren(n?: Node): Node[] {
     if (n) return [];
-    return [{ kind: 'status' }, ...this.runs.map((run) => ({ kind: 'run' as const, run, rec: safeParse(run.record_json) }))];
+    return [
+      { kind: 'status' },
+      ...this.runs.map((run) => ({ kind: 'run' as const, run, rec: safeParse(run.record_json) })),
+    ];
   }
 
   getTreeItem(n: Node): vscode.TreeItem {
     if (n.kind === 'status') {
       const v = this.verify;
       const it = new vscode.TreeItem(
-        this.error ? this.error : v ? (v.ok ? `Verified: ${v.records} records` : `NOT verified: ${v.first_bad}`) : `${this.runs.length} records (not verified yet)`,
+        this.error
+          ? this.error
+          : v
+            ? v.ok
+              ? `Verified: ${v.records} records`
+              : `NOT verified: ${v.first_bad}`
+            : `${this.runs.length} records (not verified yet)`,
       );
       it.iconPath = new vscode.ThemeIcon(v ? (v.ok ? 'verified-filled' : 'error') : 'shield');
-      it.tooltip = v?.detail || 'Verify recomputes the hash chain, every signed checkpoint and every record\'s inclusion proof';
+      it.tooltip =
+        v?.detail || "Verify recomputes the hash chain, every signed checkpoint and every record's inclusion proof";
       it.command = { command: 'fwai.verifyEvidence', title: 'Verify' };
       return it;
     }
@@ -89,7 +103,11 @@ export class Evidence implements vscode.TreeDataProvider<Node>, vscode.Disposabl
   async open(runId: string): Promise<vscode.TextDocument> {
     const client = await this.conn.get();
     const r = await client.call('Evidence', 'GetRun', { run_id: runId });
-    const content = JSON.stringify({ run_id: r.run_id, index: r.index, leaf_hash: r.hash, record: safeParse(r.record_json) }, null, 2);
+    const content = JSON.stringify(
+      { run_id: r.run_id, index: r.index, leaf_hash: r.hash, record: safeParse(r.record_json) },
+      null,
+      2,
+    );
     const doc = await vscode.workspace.openTextDocument({ language: 'json', content });
     await vscode.window.showTextDocument(doc, { preview: true });
     return doc;
@@ -110,7 +128,11 @@ export class Evidence implements vscode.TreeDataProvider<Node>, vscode.Disposabl
       const v = new vscode.Diagnostic(
         new vscode.Range(line, col, line, d.column ? col + 1 : Number.MAX_SAFE_INTEGER),
         d.message,
-        d.severity === 'error' ? vscode.DiagnosticSeverity.Error : d.severity === 'warning' ? vscode.DiagnosticSeverity.Warning : vscode.DiagnosticSeverity.Information,
+        d.severity === 'error'
+          ? vscode.DiagnosticSeverity.Error
+          : d.severity === 'warning'
+            ? vscode.DiagnosticSeverity.Warning
+            : vscode.DiagnosticSeverity.Information,
       );
       v.source = `fwai evidence ${d.run}`;
       v.code = d.rule;
@@ -124,11 +146,19 @@ export class Evidence implements vscode.TreeDataProvider<Node>, vscode.Disposabl
   async showHtml(): Promise<vscode.WebviewPanel> {
     const client = await this.conn.get();
     const r = await client.call('Evidence', 'Export', { format: 'html' }, 120000);
-    const panel = vscode.window.createWebviewPanel('fwai.evidenceReport', 'fwai evidence report', vscode.ViewColumn.Active, { enableScripts: false });
+    const panel = vscode.window.createWebviewPanel(
+      'fwai.evidenceReport',
+      'fwai evidence report',
+      vscode.ViewColumn.Active,
+      { enableScripts: false },
+    );
     // The report is the daemon's own static HTML; scripts stay off.
     panel.webview.html = Buffer.from(r.data)
       .toString('utf8')
-      .replace('<head>', `<head><meta http-equiv="Content-Security-Policy" content="default-src 'none'; style-src 'unsafe-inline'; img-src data:;">`);
+      .replace(
+        '<head>',
+        `<head><meta http-equiv="Content-Security-Policy" content="default-src 'none'; style-src 'unsafe-inline'; img-src data:;">`,
+      );
     return panel;
   }
 

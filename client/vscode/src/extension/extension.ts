@@ -78,7 +78,12 @@ export function activate(ctx: vscode.ExtensionContext): FwaiApi {
     if (!id) {
       await sessions.refresh();
       const pick = await vscode.window.showQuickPick(
-        sessions.sessions.map((s) => ({ label: s.title || s.id, description: `${s.id} · ${s.mode}`, detail: s.project_root, id: s.id })),
+        sessions.sessions.map((s) => ({
+          label: s.title || s.id,
+          description: `${s.id} · ${s.mode}`,
+          detail: s.project_root,
+          id: s.id,
+        })),
         { placeHolder: 'Session to open' },
       );
       id = pick?.id;
@@ -91,7 +96,11 @@ export function activate(ctx: vscode.ExtensionContext): FwaiApi {
   command('fwai.deleteSession', async (node?: { s: SessionInfo }) => {
     const s = node?.s;
     if (!s) return;
-    const ok = await vscode.window.showWarningMessage(`Delete the session "${s.title || s.id}" and its history?`, { modal: true }, 'Delete');
+    const ok = await vscode.window.showWarningMessage(
+      `Delete the session "${s.title || s.id}" and its history?`,
+      { modal: true },
+      'Delete',
+    );
     if (ok !== 'Delete') return;
     const client = await conn.get();
     await client.call('Sessions', 'Delete', { session_id: s.id });
@@ -132,8 +141,9 @@ export function activate(ctx: vscode.ExtensionContext): FwaiApi {
   command('fwai.selfTest', async (d?: Device) => {
     if (!d?.id) return;
     const client = await conn.get();
-    const r = await vscode.window.withProgress({ location: vscode.ProgressLocation.Notification, title: `fwai: self-test ${d.id}` }, () =>
-      client.call('Hardware', 'SelfTest', { device_id: d.id }, 300000),
+    const r = await vscode.window.withProgress(
+      { location: vscode.ProgressLocation.Notification, title: `fwai: self-test ${d.id}` },
+      () => client.call('Hardware', 'SelfTest', { device_id: d.id }, 300000),
     );
     out.appendLine(r.report);
     out.show(true);
@@ -148,18 +158,26 @@ export function activate(ctx: vscode.ExtensionContext): FwaiApi {
     if (!folder) return;
     if (!name) {
       const list = await skills.list(folder);
-      name = (await vscode.window.showQuickPick(list.map((s) => ({ label: s.name, description: s.description }))))?.label;
+      name = (await vscode.window.showQuickPick(list.map((s) => ({ label: s.name, description: s.description }))))
+        ?.label;
     }
     if (!name) return;
     const tasks = await vscode.tasks.fetchTasks({ type: 'fwai' });
-    const same = (t: vscode.Task) => typeof t.scope === 'object' && (t.scope as vscode.WorkspaceFolder).uri.toString() === folder!.uri.toString();
-    const task = tasks.find((t) => t.definition.skill === name && same(t)) ?? skills.makeTask(folder, { type: 'fwai', skill: name });
+    const same = (t: vscode.Task) =>
+      typeof t.scope === 'object' && (t.scope as vscode.WorkspaceFolder).uri.toString() === folder!.uri.toString();
+    const task =
+      tasks.find((t) => t.definition.skill === name && same(t)) ??
+      skills.makeTask(folder, { type: 'fwai', skill: name });
     await vscode.tasks.executeTask(task);
   });
 
   command('fwai.searchDatasheets', (q?: string) => knowledge.searchCommand(q));
   command('fwai.kbAdd', async (uri?: vscode.Uri, uris?: vscode.Uri[]) => {
-    const list = uris?.length ? uris : uri ? [uri] : await vscode.window.showOpenDialog({ canSelectMany: true, canSelectFolders: true, openLabel: 'Add to fwai' });
+    const list = uris?.length
+      ? uris
+      : uri
+        ? [uri]
+        : await vscode.window.showOpenDialog({ canSelectMany: true, canSelectFolders: true, openLabel: 'Add to fwai' });
     if (list?.length) return knowledge.add(list);
   });
 
@@ -186,7 +204,9 @@ export function activate(ctx: vscode.ExtensionContext): FwaiApi {
     if (!r) return;
     const c = r.checked;
     const msg = `fwai: ${c.files} file(s), ${c.accesses} register accesses against ${c.svd}: ${c.errors} error(s), ${c.warnings} warning(s)`;
-    return c.errors ? vscode.window.showErrorMessage(`${msg} (see Problems)`) : vscode.window.showInformationMessage(msg);
+    return c.errors
+      ? vscode.window.showErrorMessage(`${msg} (see Problems)`)
+      : vscode.window.showInformationMessage(msg);
   });
   command('fwai.otaStatus', async () => show(JSON.stringify(await otaStatus(await conn.get()), null, 2), 'json'));
 
@@ -197,7 +217,11 @@ export function activate(ctx: vscode.ExtensionContext): FwaiApi {
   command('fwai.exportHtml', () => evidence.showHtml());
 
   command('fwai.setToken', async () => {
-    const t = await vscode.window.showInputBox({ prompt: 'Bearer token for the lab daemon (kept in VS Code\'s secret storage)', password: true, ignoreFocusOut: true });
+    const t = await vscode.window.showInputBox({
+      prompt: "Bearer token for the lab daemon (kept in VS Code's secret storage)",
+      password: true,
+      ignoreFocusOut: true,
+    });
     if (t) await ctx.secrets.store(TOKEN_KEY, t.trim());
   });
   command('fwai.clearToken', () => ctx.secrets.delete(TOKEN_KEY));
@@ -227,8 +251,21 @@ export function activate(ctx: vscode.ExtensionContext): FwaiApi {
     })
     .catch(() => undefined);
 
-  const api: FwaiApi = { activationMs: Date.now() - loadedAt, connection: conn, chat, sessions, boards, skills, knowledge, evidence, edits, registers };
-  out.appendLine(`fwai ${ctx.extension.packageJSON.version} activated in ${api.activationMs} ms (VS Code ${vscode.version}, ${vscode.env.appName})`);
+  const api: FwaiApi = {
+    activationMs: Date.now() - loadedAt,
+    connection: conn,
+    chat,
+    sessions,
+    boards,
+    skills,
+    knowledge,
+    evidence,
+    edits,
+    registers,
+  };
+  out.appendLine(
+    `fwai ${ctx.extension.packageJSON.version} activated in ${api.activationMs} ms (VS Code ${vscode.version}, ${vscode.env.appName})`,
+  );
   return api;
 }
 

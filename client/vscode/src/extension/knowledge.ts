@@ -89,13 +89,23 @@ export class Knowledge implements vscode.TextDocumentContentProvider, vscode.Dis
     if (isText) {
       const line = Math.max(0, (r.start_line || 1) - 1);
       const end = Math.max(line, (r.end_line || r.start_line || 1) - 1);
-      await vscode.window.showTextDocument(vscode.Uri.file(r.doc), { selection: new vscode.Range(line, 0, end, 0), preview: true });
+      await vscode.window.showTextDocument(vscode.Uri.file(r.doc), {
+        selection: new vscode.Range(line, 0, end, 0),
+        preview: true,
+      });
       return;
     }
     const key = String(++this.n);
     const where = r.page ? `page ${r.page}` : r.start_line ? `lines ${r.start_line}-${r.end_line}` : '';
-    this.passages.set(key, `${r.doc}${where ? ` — ${where}` : ''}\n${r.title_path ? `${r.title_path}\n` : ''}\n${r.text}\n`);
-    const uri = vscode.Uri.from({ scheme: PASSAGE_SCHEME, path: `/${path.basename(r.doc)}${r.page ? ` p${r.page}` : ''}.md`, query: key });
+    this.passages.set(
+      key,
+      `${r.doc}${where ? ` — ${where}` : ''}\n${r.title_path ? `${r.title_path}\n` : ''}\n${r.text}\n`,
+    );
+    const uri = vscode.Uri.from({
+      scheme: PASSAGE_SCHEME,
+      path: `/${path.basename(r.doc)}${r.page ? ` p${r.page}` : ''}.md`,
+      query: key,
+    });
     const doc = await vscode.workspace.openTextDocument(uri);
     await vscode.window.showTextDocument(doc, { preview: true });
     if (/\.pdf$/i.test(r.doc) && fs.existsSync(r.doc)) {
@@ -110,19 +120,27 @@ export class Knowledge implements vscode.TextDocumentContentProvider, vscode.Dis
     const files = expandPaths(uris.map((u) => u.fsPath));
     const result = { added: 0, unchanged: 0, failed: [] as string[] };
     await vscode.window.withProgress(
-      { location: vscode.ProgressLocation.Notification, title: 'fwai: adding to the knowledge base', cancellable: true },
+      {
+        location: vscode.ProgressLocation.Notification,
+        title: 'fwai: adding to the knowledge base',
+        cancellable: true,
+      },
       async (progress, token) => {
         for (let i = 0; i < files.length && !token.isCancellationRequested; i++) {
           const f = files[i];
           progress.report({ message: `${i + 1}/${files.length} ${path.basename(f)}`, increment: 100 / files.length });
-          const r = await ingestFile(client, f, {}, (p) => progress.report({ message: `${i + 1}/${files.length} ${path.basename(f)}: ${p.stage}` }));
+          const r = await ingestFile(client, f, {}, (p) =>
+            progress.report({ message: `${i + 1}/${files.length} ${path.basename(f)}: ${p.stage}` }),
+          );
           if (!r.ok) {
             result.failed.push(r.error ?? f);
             this.out.appendLine(`kb add ${f}: ${r.error}`);
           } else if (r.last?.unchanged) result.unchanged++;
           else {
             result.added++;
-            this.out.appendLine(`kb add ${f}: ${r.last?.chunks ?? 0} chunks${r.last?.pages ? `, ${r.last.pages} pages` : ''}`);
+            this.out.appendLine(
+              `kb add ${f}: ${r.last?.chunks ?? 0} chunks${r.last?.pages ? `, ${r.last.pages} pages` : ''}`,
+            );
           }
         }
       },

@@ -35,7 +35,11 @@ export class Plans implements vscode.Disposable {
     if (p && this.opened !== p.planId) {
       this.opened = p.planId;
       await this.openEditor();
-      const pick = await vscode.window.showInformationMessage('fwai: the agent submitted a plan. Edit it in the editor, then approve it.', 'Approve', 'Redirect…');
+      const pick = await vscode.window.showInformationMessage(
+        'fwai: the agent submitted a plan. Edit it in the editor, then approve it.',
+        'Approve',
+        'Redirect…',
+      );
       if (pick === 'Approve') await this.approve();
       else if (pick === 'Redirect…') await this.redirect();
     }
@@ -77,7 +81,10 @@ export class Plans implements vscode.Disposable {
     const text =
       typeof feedback === 'string'
         ? feedback
-        : await vscode.window.showInputBox({ prompt: 'What should the plan do differently? (the agent stays in plan mode)', ignoreFocusOut: true });
+        : await vscode.window.showInputBox({
+            prompt: 'What should the plan do differently? (the agent stays in plan mode)',
+            ignoreFocusOut: true,
+          });
     if (!text) return;
     this.chat.stream.decidePlan(p.planId, { approve: false, feedback: text });
   }

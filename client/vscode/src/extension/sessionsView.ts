@@ -7,7 +7,10 @@ import { SessionInfo } from '../client';
 import type { Chat } from './chat';
 import { Connection } from './connection';
 
-type Node = { kind: 'group'; root: string; label: string; sessions: SessionInfo[] } | { kind: 'session'; s: SessionInfo } | { kind: 'message'; text: string };
+type Node =
+  | { kind: 'group'; root: string; label: string; sessions: SessionInfo[] }
+  | { kind: 'session'; s: SessionInfo }
+  | { kind: 'message'; text: string };
 
 export function ago(us: number): string {
   const s = Math.max(0, Math.round((Date.now() - us / 1000) / 1000));

@@ -16,7 +16,10 @@ export interface SkillInfo {
   vars: Record<string, string>;
 }
 
-type Node = { kind: 'folder'; folder: vscode.WorkspaceFolder } | { kind: 'skill'; folder: vscode.WorkspaceFolder; skill: SkillInfo } | { kind: 'message'; text: string };
+type Node =
+  | { kind: 'folder'; folder: vscode.WorkspaceFolder }
+  | { kind: 'skill'; folder: vscode.WorkspaceFolder; skill: SkillInfo }
+  | { kind: 'message'; text: string };
 
 export interface FwaiTaskDefinition extends vscode.TaskDefinition {
   type: 'fwai';
@@ -82,7 +85,9 @@ export class Skills implements vscode.TreeDataProvider<Node>, vscode.TaskProvide
     const it = new vscode.TreeItem(s.name);
     const last = this.lastRun.get(`${n.folder.uri.fsPath}\0${s.name}`);
     it.description = `${s.builtin ? 'built-in' : path.basename(s.source)}${last ? (last.ok ? ' · ✓ last run' : ' · ✗ last run') : ''}`;
-    it.tooltip = new vscode.MarkdownString(`**${s.name}** — ${s.description}\n\nsteps: ${s.steps.join(', ')}${s.flashes ? '\n\nflashes a board (asks first)' : ''}`);
+    it.tooltip = new vscode.MarkdownString(
+      `**${s.name}** — ${s.description}\n\nsteps: ${s.steps.join(', ')}${s.flashes ? '\n\nflashes a board (asks first)' : ''}`,
+    );
     it.iconPath = new vscode.ThemeIcon(s.flashes ? 'zap' : 'play-circle');
     it.contextValue = 'skill';
     it.command = { command: 'fwai.runSkill', title: 'Run', arguments: [n] };
@@ -108,7 +113,8 @@ export class Skills implements vscode.TreeDataProvider<Node>, vscode.TaskProvide
   resolveTask(task: vscode.Task): vscode.Task | undefined {
     const def = task.definition as FwaiTaskDefinition;
     if (!def.skill) return undefined;
-    const folder = typeof task.scope === 'object' ? (task.scope as vscode.WorkspaceFolder) : vscode.workspace.workspaceFolders?.[0];
+    const folder =
+      typeof task.scope === 'object' ? (task.scope as vscode.WorkspaceFolder) : vscode.workspace.workspaceFolders?.[0];
     if (!folder) return undefined;
     return this.makeTask(folder, def, task);
   }
@@ -131,9 +137,12 @@ export class Skills implements vscode.TreeDataProvider<Node>, vscode.TaskProvide
       onDidWrite: write.event,
       onDidClose: close.event,
       open: () => {
-        void this.run(folder, def, (line) => write.fire(line.replace(/\n/g, '\r\n') + '\r\n'), (c) => (cancel = c)).then((r) =>
-          close.fire(r.ok ? 0 : 1),
-        );
+        void this.run(
+          folder,
+          def,
+          (line) => write.fire(line.replace(/\n/g, '\r\n') + '\r\n'),
+          (c) => (cancel = c),
+        ).then((r) => close.fire(r.ok ? 0 : 1));
       },
       close: () => cancel?.(),
     };
@@ -153,7 +162,12 @@ export class Skills implements vscode.TreeDataProvider<Node>, vscode.TaskProvide
     let approved = def.approveFlash;
     const info = (this.cache.get(root) ?? []).find((s) => s.name === def.skill);
     if (info?.flashes && approved === undefined) {
-      approved = (await vscode.window.showWarningMessage(`The skill '${def.skill}' flashes a board. Approve the flash?`, { modal: true }, 'Approve')) === 'Approve';
+      approved =
+        (await vscode.window.showWarningMessage(
+          `The skill '${def.skill}' flashes a board. Approve the flash?`,
+          { modal: true },
+          'Approve',
+        )) === 'Approve';
     }
     const client = await this.conn.get();
     return vscode.window.withProgress(
@@ -225,7 +239,11 @@ export class Skills implements vscode.TreeDataProvider<Node>, vscode.TaskProvide
       const v = new vscode.Diagnostic(
         new vscode.Range(line, col, line, d.column ? col + 1 : Number.MAX_SAFE_INTEGER),
         d.message,
-        d.severity === 'error' ? vscode.DiagnosticSeverity.Error : d.severity === 'warning' ? vscode.DiagnosticSeverity.Warning : vscode.DiagnosticSeverity.Information,
+        d.severity === 'error'
+          ? vscode.DiagnosticSeverity.Error
+          : d.severity === 'warning'
+            ? vscode.DiagnosticSeverity.Warning
+            : vscode.DiagnosticSeverity.Information,
       );
       v.source = `fwai ${skill}`;
       v.code = d.step ? `${d.step}${d.kind ? `: ${d.kind}` : ''}` : d.kind || undefined;

@@ -24,7 +24,11 @@ export class StatusBar implements vscode.Disposable {
     this.daemon.command = 'fwai.showLog';
     this.session.command = 'fwai.chat.focus';
     this.lease.command = 'fwai.boards.focus';
-    this.disposables.push(conn.onDidChange(() => this.update()), chat.onDidChange(() => this.update()), boards.onDidChangeTreeData(() => this.update()));
+    this.disposables.push(
+      conn.onDidChange(() => this.update()),
+      chat.onDidChange(() => this.update()),
+      boards.onDidChangeTreeData(() => this.update()),
+    );
     this.timer = setInterval(() => this.update(), 10000);
     this.update();
     this.daemon.show();
@@ -32,10 +36,16 @@ export class StatusBar implements vscode.Disposable {
 
   update(): void {
     const c = this.conn;
-    const icon = { connected: '$(plug)', connecting: '$(sync~spin)', disconnected: '$(debug-disconnect)', error: '$(error)' }[c.state];
+    const icon = {
+      connected: '$(plug)',
+      connecting: '$(sync~spin)',
+      disconnected: '$(debug-disconnect)',
+      error: '$(error)',
+    }[c.state];
     this.daemon.text = `${icon} fwai`;
     this.daemon.tooltip = `fwaid: ${c.state}${c.detail ? ` — ${c.detail}` : ''}\n${c.address}`;
-    this.daemon.backgroundColor = c.state === 'error' ? new vscode.ThemeColor('statusBarItem.errorBackground') : undefined;
+    this.daemon.backgroundColor =
+      c.state === 'error' ? new vscode.ThemeColor('statusBarItem.errorBackground') : undefined;
     const s = this.chat.session;
     if (s) {
       const st = this.chat.streamState;

@@ -73,7 +73,8 @@ function renderMarkdown(target: HTMLElement, text: string): void {
   linkRefs(target);
 }
 
-const REF_RE = /((?:\.{0,2}\/)?[\w.+@-]+(?:\/[\w.+@-]+)*\.(?:c|h|cc|cpp|hpp|s|S|ld|py|rs|md|ya?ml|json|txt|ino|dts|overlay)):(\d+)(?::(\d+))?/g;
+const REF_RE =
+  /((?:\.{0,2}\/)?[\w.+@-]+(?:\/[\w.+@-]+)*\.(?:c|h|cc|cpp|hpp|s|S|ld|py|rs|md|ya?ml|json|txt|ino|dts|overlay)):(\d+)(?::(\d+))?/g;
 
 /** Turns `file:line` in text nodes into links that open the file there. */
 function linkRefs(root: HTMLElement): void {
@@ -139,7 +140,11 @@ function newToolEl(n: ToolNode): HTMLElement {
   d.dataset.agent = n.agent;
   if (n.tool === 'delegateSubagent') d.open = true;
   const s = el('summary');
-  s.append(el('span', 'status-icon'), el('span', 'tool-name', n.tool), el('span', 'agent', n.agent === 'main' ? '' : n.agent));
+  s.append(
+    el('span', 'status-icon'),
+    el('span', 'tool-name', n.tool),
+    el('span', 'agent', n.agent === 'main' ? '' : n.agent),
+  );
   s.append(el('span', 'tool-arg', toolSummary(n)), el('span', 'duration'));
   d.append(s);
   const body = el('div', 'tool-body');
@@ -162,7 +167,8 @@ function updateToolEl(n: ToolNode): void {
   const d = itemEls.get(n.callId);
   if (!d) return;
   d.className = `tool status-${n.status}`;
-  (d.querySelector('.duration') as HTMLElement).textContent = n.status === 'running' ? '' : formatDuration(n.durationMs);
+  (d.querySelector('.duration') as HTMLElement).textContent =
+    n.status === 'running' ? '' : formatDuration(n.durationMs);
   const out = d.querySelector('.tool-output') as HTMLElement;
   out.textContent = n.output;
   out.style.display = n.output ? '' : 'none';
@@ -203,7 +209,12 @@ function updateTurnEl(turnId: string): void {
     e.footer.textContent = t.model ? `${t.model} · working…` : 'working…';
   } else {
     const u = t.usage;
-    const parts = [t.stopReason && t.stopReason !== 'end_turn' ? t.stopReason : '', u ? `${u.input_tokens.toLocaleString()} in · ${u.output_tokens.toLocaleString()} out` : '', u ? formatCost(u.cost_usd) : '', formatDuration(t.durationMs)];
+    const parts = [
+      t.stopReason && t.stopReason !== 'end_turn' ? t.stopReason : '',
+      u ? `${u.input_tokens.toLocaleString()} in · ${u.output_tokens.toLocaleString()} out` : '',
+      u ? formatCost(u.cost_usd) : '',
+      formatDuration(t.durationMs),
+    ];
     e.footer.textContent = parts.filter((x) => x).join(' · ');
     e.footer.classList.toggle('stopped', !!t.stopReason && t.stopReason !== 'end_turn');
   }
@@ -353,7 +364,8 @@ function renderHeader(): void {
   $('title').textContent = session ? session.title || session.id : 'No session';
   $('title').title = session ? `${session.id} · ${session.project_root}` : '';
   $('cost').textContent = session ? formatCost(model.usage.cost_usd) : '';
-  $('cost').title = `${model.usage.input_tokens.toLocaleString()} input · ${model.usage.output_tokens.toLocaleString()} output tokens`;
+  $('cost').title =
+    `${model.usage.input_tokens.toLocaleString()} input · ${model.usage.output_tokens.toLocaleString()} output tokens`;
 }
 
 function renderRunning(): void {
@@ -525,7 +537,12 @@ window.addEventListener('message', (e: MessageEvent<FromHost>) => {
       frameGaps.length = 0;
       break;
     case 'perfReport':
-      vscode.postMessage({ type: 'perfReport', latencies: latencies.slice(), frameGaps: frameGaps.slice(), events: eventsRendered });
+      vscode.postMessage({
+        type: 'perfReport',
+        latencies: latencies.slice(),
+        frameGaps: frameGaps.slice(),
+        events: eventsRendered,
+      });
       break;
     case 'focusInput':
       $('input').focus();
@@ -535,7 +552,14 @@ window.addEventListener('message', (e: MessageEvent<FromHost>) => {
 
 function setConnection(state: string, detail = ''): void {
   const c = $('connection');
-  c.textContent = state === 'open' ? '' : state === 'reconnecting' ? `reconnecting to fwaid… ${detail}` : state === 'closed' && detail ? detail : '';
+  c.textContent =
+    state === 'open'
+      ? ''
+      : state === 'reconnecting'
+        ? `reconnecting to fwaid… ${detail}`
+        : state === 'closed' && detail
+          ? detail
+          : '';
   c.style.display = c.textContent ? '' : 'none';
   document.body.dataset.connection = state;
 }
@@ -572,15 +596,23 @@ function tick(t: number): void {
 requestAnimationFrame(tick);
 
 // Keystroke to the frame that shows it, while the view streams.
-document.addEventListener('keydown', () => {
-  if (perf) keyDownAt = performance.now();
-}, true);
-document.addEventListener('input', () => {
-  if (!perf || !keyDownAt) return;
-  const t = keyDownAt;
-  keyDownAt = 0;
-  requestAnimationFrame(() => keyLatencies.push(performance.now() - t));
-}, true);
+document.addEventListener(
+  'keydown',
+  () => {
+    if (perf) keyDownAt = performance.now();
+  },
+  true,
+);
+document.addEventListener(
+  'input',
+  () => {
+    if (!perf || !keyDownAt) return;
+    const t = keyDownAt;
+    keyDownAt = 0;
+    requestAnimationFrame(() => keyLatencies.push(performance.now() - t));
+  },
+  true,
+);
 
 // For the measurements (fwai.measure): read by the e2e suite from this frame.
 (window as any).__fwaiPerf = {

@@ -20,7 +20,10 @@ function buildBlinky(project) {
 function linesUntil(serial, re, ms = 20000) {
   return new Promise((resolve, reject) => {
     const got = [];
-    const timer = setTimeout(() => reject(new Error(`no line matching ${re} in ${ms} ms; got: ${JSON.stringify(got)}`)), ms);
+    const timer = setTimeout(
+      () => reject(new Error(`no line matching ${re} in ${ms} ms; got: ${JSON.stringify(got)}`)),
+      ms,
+    );
     const on = (lines) => {
       for (const l of lines) {
         got.push(l.line);
@@ -46,59 +49,75 @@ async function flash(client, o) {
   });
 }
 
-test('lease, serial open across a flash, guard refusal with its rule, send a command, release', { timeout: 120000 }, async (t) => {
-  const d = new Daemon(null);
-  t.after(() => d.cleanup());
-  await d.start();
-  const elf = buildBlinky(d.project);
-  const client = await lib.FwaiClient.connect({ address: d.address, protoRoot: PROTO_ROOT, clientName: 'vscode-test' });
-  t.after(() => client.close());
+test(
+  'lease, serial open across a flash, guard refusal with its rule, send a command, release',
+  { timeout: 120000 },
+  async (t) => {
+    const d = new Daemon(null);
+    t.after(() => d.cleanup());
+    await d.start();
+    const elf = buildBlinky(d.project);
+    const client = await lib.FwaiClient.connect({
+      address: d.address,
+      protoRoot: PROTO_ROOT,
+      clientName: 'vscode-test',
+    });
+    t.after(() => client.close());
 
-  const devs = await client.call('Hardware', 'ListDevices', {});
-  const board = devs.devices.find((x) => x.id === 'sim-stm32vl');
-  assert.ok(board, JSON.stringify(devs.devices.map((x) => x.id)));
-  assert.equal(board.health, 'good');
+    const devs = await client.call('Hardware', 'ListDevices', {});
+    const board = devs.devices.find((x) => x.id === 'sim-stm32vl');
+    assert.ok(board, JSON.stringify(devs.devices.map((x) => x.id)));
+    assert.equal(board.health, 'good');
 
-  // Without a lease the guard refuses and names its rule.
-  await assert.rejects(flash(client, { device_id: 'sim-stm32vl', image_path: elf, approved: true, project_root: d.project }),
-    (e) => /flash guard \(lease\)/.test(e.message));
+    // Without a lease the guard refuses and names its rule.
+    await assert.rejects(
+      flash(client, { device_id: 'sim-stm32vl', image_path: elf, approved: true, project_root: d.project }),
+      (e) => /flash guard \(lease\)/.test(e.message),
+    );
 
-  const lease = await client.call('Hardware', 'Acquire', { device_id: 'sim-stm32vl', ttl_s: 60 });
-  assert.equal(lease.device_id, 'sim-stm32vl');
-  assert.ok(lease.expires_us > Date.now() * 1000);
-  const renewed = await client.call('Hardware', 'Renew', { lease_id: lease.lease_id });
-  assert.ok(renewed.expires_us >= lease.expires_us);
-  const held = (await client.call('Hardware', 'ListDevices', {})).devices.find((x) => x.id === 'sim-stm32vl');
-  assert.match(held.holder, /via vscode-test/);
+    const lease = await client.call('Hardware', 'Acquire', { device_id: 'sim-stm32vl', ttl_s: 60 });
+    assert.equal(lease.device_id, 'sim-stm32vl');
+    assert.ok(lease.expires_us > Date.now() * 1000);
+    const renewed = await client.call('Hardware', 'Renew', { lease_id: lease.lease_id });
+    assert.ok(renewed.expires_us >= lease.expires_us);
+    const held = (await client.call('Hardware', 'ListDevices', {})).devices.find((x) => x.id === 'sim-stm32vl');
+    assert.match(held.holder, /via vscode-test/);
 
-  // Two terminals read the port from now on; the flash restarts the board under them.
-  const s1 = new lib.SerialSession(client, 'sim-stm32vl', { leaseId: lease.lease_id });
-  const s2 = new lib.SerialSession(client, 'sim-stm32vl');
-  const opened = Promise.all([new Promise((r) => s1.once('opened', r)), new Promise((r) => s2.once('opened', r))]);
-  await s1.open();
-  await s2.open();
-  await opened;
-  const banner1 = linesUntil(s1, /stm32vl-blinky 1\.0\.0 booted/);
-  const banner2 = linesUntil(s2, /stm32vl-blinky 1\.0\.0 booted/);
-  const progress = await flash(client, { device_id: 'sim-stm32vl', image_path: elf, approved: true, lease_id: lease.lease_id, project_root: d.project });
-  const last = progress[progress.length - 1];
-  assert.equal(last.done, true);
-  assert.match(last.image_sha256, /^[0-9a-f]{64}$/);
-  await Promise.all([banner1, banner2]);
-  assert.equal(s1.isOpen, true);
+    // Two terminals read the port from now on; the flash restarts the board under them.
+    const s1 = new lib.SerialSession(client, 'sim-stm32vl', { leaseId: lease.lease_id });
+    const s2 = new lib.SerialSession(client, 'sim-stm32vl');
+    const opened = Promise.all([new Promise((r) => s1.once('opened', r)), new Promise((r) => s2.once('opened', r))]);
+    await s1.open();
+    await s2.open();
+    await opened;
+    const banner1 = linesUntil(s1, /stm32vl-blinky 1\.0\.0 booted/);
+    const banner2 = linesUntil(s2, /stm32vl-blinky 1\.0\.0 booted/);
+    const progress = await flash(client, {
+      device_id: 'sim-stm32vl',
+      image_path: elf,
+      approved: true,
+      lease_id: lease.lease_id,
+      project_root: d.project,
+    });
+    const last = progress[progress.length - 1];
+    assert.equal(last.done, true);
+    assert.match(last.image_sha256, /^[0-9a-f]{64}$/);
+    await Promise.all([banner1, banner2]);
+    assert.equal(s1.isOpen, true);
 
-  const pong = linesUntil(s2, /^pong$/);
-  s1.sendLine('ping');
-  await pong;
+    const pong = linesUntil(s2, /^pong$/);
+    s1.sendLine('ping');
+    await pong;
 
-  // Release: the serial readers opened under the lease end with the reason.
-  const ended = new Promise((r) => s1.once('end', (reason) => r(reason)));
-  await client.call('Hardware', 'Release', { lease_id: lease.lease_id });
-  assert.match(await ended, /lease|released/i);
-  s2.close();
-  const after = (await client.call('Hardware', 'ListDevices', {})).devices.find((x) => x.id === 'sim-stm32vl');
-  assert.equal(after.holder, '');
-});
+    // Release: the serial readers opened under the lease end with the reason.
+    const ended = new Promise((r) => s1.once('end', (reason) => r(reason)));
+    await client.call('Hardware', 'Release', { lease_id: lease.lease_id });
+    assert.match(await ended, /lease|released/i);
+    s2.close();
+    const after = (await client.call('Hardware', 'ListDevices', {})).devices.find((x) => x.id === 'sim-stm32vl');
+    assert.equal(after.holder, '');
+  },
+);
 
 function once(emitter, event, ms = 30000) {
   return new Promise((resolve, reject) => {
@@ -110,68 +129,82 @@ function once(emitter, event, ms = 30000) {
   });
 }
 
-test('a serial reader opened with reconnect survives fwaid stopping, being killed and restarting; a lease end still ends it', { timeout: 180000 }, async (t) => {
-  const d = new Daemon(null);
-  t.after(() => d.cleanup());
-  await d.start();
-  const elf = buildBlinky(d.project);
-  const client = await lib.FwaiClient.connect({ address: d.address, protoRoot: PROTO_ROOT, clientName: 'vscode-test' });
-  t.after(() => client.close());
-  const lease = await client.call('Hardware', 'Acquire', { device_id: 'sim-stm32vl', ttl_s: 600 });
-  await flash(client, { device_id: 'sim-stm32vl', image_path: elf, approved: true, lease_id: lease.lease_id, project_root: d.project });
-
-  const opts = { reconnect: true, minBackoffMs: 50, maxBackoffMs: 500 };
-  const reader = new lib.SerialSession(client, 'sim-stm32vl', opts);
-  const typist = new lib.SerialSession(client, 'sim-stm32vl', { ...opts, leaseId: lease.lease_id });
-  const ends = [];
-  const breaks = [];
-  reader.on('reconnecting', (r) => breaks.push(r));
-  reader.on('end', (reason) => ends.push(`reader: ${reason}`));
-  typist.on('end', (reason) => ends.push(`typist: ${reason}`));
-  const opened = Promise.all([once(reader, 'opened'), once(typist, 'opened')]);
-  await reader.open();
-  await typist.open();
-  await opened;
-
-  for (const signal of ['SIGTERM', 'SIGKILL']) {
-    const going = Promise.all([once(reader, 'reconnecting'), once(typist, 'reconnecting')]);
-    const back = Promise.all([once(reader, 'reconnected', 60000), once(typist, 'reconnected', 60000)]);
-    // The board boots its image again when fwaid starts; its banner reaches the reopened reader.
-    const banner = linesUntil(reader, /stm32vl-blinky 1\.0\.0 booted/, 60000);
-    await d.stop(signal);
-    await going;
+test(
+  'a serial reader opened with reconnect survives fwaid stopping, being killed and restarting; a lease end still ends it',
+  { timeout: 180000 },
+  async (t) => {
+    const d = new Daemon(null);
+    t.after(() => d.cleanup());
     await d.start();
-    const [[restartedR], [restartedT]] = await back;
-    assert.equal(restartedR, true, signal);
-    assert.equal(restartedT, true, signal);
-    await banner;
-    assert.deepEqual(ends, [], signal);
-    assert.equal(breaks.length, signal === 'SIGTERM' ? 1 : 2, JSON.stringify(breaks));
-    // The lease outlived the restart: the reopened typist still talks to the board.
-    const pong = linesUntil(reader, /^pong$/, 30000);
-    typist.sendLine('ping');
-    await pong;
-  }
+    const elf = buildBlinky(d.project);
+    const client = await lib.FwaiClient.connect({
+      address: d.address,
+      protoRoot: PROTO_ROOT,
+      clientName: 'vscode-test',
+    });
+    t.after(() => client.close());
+    const lease = await client.call('Hardware', 'Acquire', { device_id: 'sim-stm32vl', ttl_s: 600 });
+    await flash(client, {
+      device_id: 'sim-stm32vl',
+      image_path: elf,
+      approved: true,
+      lease_id: lease.lease_id,
+      project_root: d.project,
+    });
 
-  // An end fwaid means is final: the lease is released, and the streams its holder opened end
-  // with the reason instead of reconnecting.
-  const ended = Promise.all([once(typist, 'end'), once(reader, 'end')]);
-  const reconnects = reader.reconnects + typist.reconnects;
-  await client.call('Hardware', 'Release', { lease_id: lease.lease_id });
-  const [[reasonT], [reasonR]] = await ended;
-  assert.match(reasonT, /lease .* ended: released/);
-  assert.match(reasonR, /lease .* ended: released/);
-  assert.equal(typist.isOpen, false);
-  assert.equal(reader.isOpen, false);
-  assert.equal(reader.reconnects + typist.reconnects, reconnects);
-  assert.equal(breaks.length, 2, JSON.stringify(breaks));
-  assert.deepEqual(ends.sort(), [`reader: ${reasonR}`, `typist: ${reasonT}`]);
+    const opts = { reconnect: true, minBackoffMs: 50, maxBackoffMs: 500 };
+    const reader = new lib.SerialSession(client, 'sim-stm32vl', opts);
+    const typist = new lib.SerialSession(client, 'sim-stm32vl', { ...opts, leaseId: lease.lease_id });
+    const ends = [];
+    const breaks = [];
+    reader.on('reconnecting', (r) => breaks.push(r));
+    reader.on('end', (reason) => ends.push(`reader: ${reason}`));
+    typist.on('end', (reason) => ends.push(`typist: ${reason}`));
+    const opened = Promise.all([once(reader, 'opened'), once(typist, 'opened')]);
+    await reader.open();
+    await typist.open();
+    await opened;
 
-  // A reader closed by its user ends as 'closed'.
-  const third = new lib.SerialSession(client, 'sim-stm32vl', opts);
-  await third.open();
-  await once(third, 'opened');
-  const closed = once(third, 'end');
-  third.close();
-  assert.equal((await closed)[0], 'closed');
-});
+    for (const signal of ['SIGTERM', 'SIGKILL']) {
+      const going = Promise.all([once(reader, 'reconnecting'), once(typist, 'reconnecting')]);
+      const back = Promise.all([once(reader, 'reconnected', 60000), once(typist, 'reconnected', 60000)]);
+      // The board boots its image again when fwaid starts; its banner reaches the reopened reader.
+      const banner = linesUntil(reader, /stm32vl-blinky 1\.0\.0 booted/, 60000);
+      await d.stop(signal);
+      await going;
+      await d.start();
+      const [[restartedR], [restartedT]] = await back;
+      assert.equal(restartedR, true, signal);
+      assert.equal(restartedT, true, signal);
+      await banner;
+      assert.deepEqual(ends, [], signal);
+      assert.equal(breaks.length, signal === 'SIGTERM' ? 1 : 2, JSON.stringify(breaks));
+      // The lease outlived the restart: the reopened typist still talks to the board.
+      const pong = linesUntil(reader, /^pong$/, 30000);
+      typist.sendLine('ping');
+      await pong;
+    }
+
+    // An end fwaid means is final: the lease is released, and the streams its holder opened end
+    // with the reason instead of reconnecting.
+    const ended = Promise.all([once(typist, 'end'), once(reader, 'end')]);
+    const reconnects = reader.reconnects + typist.reconnects;
+    await client.call('Hardware', 'Release', { lease_id: lease.lease_id });
+    const [[reasonT], [reasonR]] = await ended;
+    assert.match(reasonT, /lease .* ended: released/);
+    assert.match(reasonR, /lease .* ended: released/);
+    assert.equal(typist.isOpen, false);
+    assert.equal(reader.isOpen, false);
+    assert.equal(reader.reconnects + typist.reconnects, reconnects);
+    assert.equal(breaks.length, 2, JSON.stringify(breaks));
+    assert.deepEqual(ends.sort(), [`reader: ${reasonR}`, `typist: ${reasonT}`]);
+
+    // A reader closed by its user ends as 'closed'.
+    const third = new lib.SerialSession(client, 'sim-stm32vl', opts);
+    await third.open();
+    await once(third, 'opened');
+    const closed = once(third, 'end');
+    third.close();
+    assert.equal((await closed)[0], 'closed');
+  },
+);

@@ -9,7 +9,9 @@ const { FakeLlm, Daemon, PROTO_ROOT, waitFor } = require('../support/fixtures.cj
 const lib = require('../../out/client.js');
 
 let fake;
-before(async () => { fake = await FakeLlm.start(); });
+before(async () => {
+  fake = await FakeLlm.start();
+});
 after(() => fake?.stop());
 
 async function connect(d, extra = {}) {
@@ -17,7 +19,11 @@ async function connect(d, extra = {}) {
 }
 
 async function createSession(client, d, o = {}) {
-  return client.call('Sessions', 'Create', { title: o.title ?? 'test', project_root: d.project, mode: o.mode ?? 'act' });
+  return client.call('Sessions', 'Create', {
+    title: o.title ?? 'test',
+    project_root: d.project,
+    mode: o.mode ?? 'act',
+  });
 }
 
 /** Collects a stream's events into a model until `pred(model, ev)` holds. */
@@ -28,15 +34,21 @@ function follow(stream, model = new lib.SessionModel(stream.sessionId)) {
     seen.push(ev);
     model.apply(ev);
     for (const w of [...waiters]) {
-      if (w.pred(model, ev)) { waiters.splice(waiters.indexOf(w), 1); w.resolve(ev); }
+      if (w.pred(model, ev)) {
+        waiters.splice(waiters.indexOf(w), 1);
+        w.resolve(ev);
+      }
     }
   });
-  const until = (pred, what = 'an event', ms = 20000) => new Promise((resolve, reject) => {
-    for (const ev of seen) if (pred(model, ev)) return resolve(ev);
-    const w = { pred, resolve };
-    waiters.push(w);
-    setTimeout(() => { if (waiters.includes(w)) reject(new Error(`timed out waiting for ${what}; outline:\n${model.outline()}`)); }, ms);
-  });
+  const until = (pred, what = 'an event', ms = 20000) =>
+    new Promise((resolve, reject) => {
+      for (const ev of seen) if (pred(model, ev)) return resolve(ev);
+      const w = { pred, resolve };
+      waiters.push(w);
+      setTimeout(() => {
+        if (waiters.includes(w)) reject(new Error(`timed out waiting for ${what}; outline:\n${model.outline()}`));
+      }, ms);
+    });
   return { model, seen, until };
 }
 
@@ -59,7 +71,18 @@ test('a chat turn with a sub-agent becomes a tree nested by parent_call_id, with
   fs.writeFileSync(path.join(d.project, 'main.c'), 'int counter = 42;\n');
   await fake.reset();
   await fake.enqueue([
-    { match: 'where is counter', tool_calls: [{ id: 'd1', name: 'delegateSubagent', input: { agent_type: 'codebase-explorer', task: 'find counter in the sources' } }], input_tokens: 100, output_tokens: 20 },
+    {
+      match: 'where is counter',
+      tool_calls: [
+        {
+          id: 'd1',
+          name: 'delegateSubagent',
+          input: { agent_type: 'codebase-explorer', task: 'find counter in the sources' },
+        },
+      ],
+      input_tokens: 100,
+      output_tokens: 20,
+    },
     { match: 'find counter in the sources', tool_calls: [{ id: 'r1', name: 'read_file', input: { path: 'main.c' } }] },
     { match: 'find counter in the sources', chunks: ['counter is ', 'in main.c:1'] },
     { match: 'where is counter', chunks: ['It is **42**, ', 'see `main.c:1`.'], input_tokens: 200, output_tokens: 30 },
@@ -77,12 +100,15 @@ test('a chat turn with a sub-agent becomes a tree nested by parent_call_id, with
   await f.until(turnDone(turnId), 'the turn to finish');
   stream.close();
   const m = f.model;
-  assert.equal(m.outline(turnId), [
-    'delegateSubagent(main) [ok]',
-    '  read_file(codebase-explorer) [ok]',
-    '  text(codebase-explorer): counter is in main.c:1',
-    'text(main): It is **42**, see `main.c:1`.',
-  ].join('\n'));
+  assert.equal(
+    m.outline(turnId),
+    [
+      'delegateSubagent(main) [ok]',
+      '  read_file(codebase-explorer) [ok]',
+      '  text(codebase-explorer): counter is in main.c:1',
+      'text(main): It is **42**, see `main.c:1`.',
+    ].join('\n'),
+  );
   const turn = m.turnById.get(turnId);
   assert.equal(turn.userText, 'where is counter?');
   assert.equal(turn.running, false);
@@ -92,7 +118,10 @@ test('a chat turn with a sub-agent becomes a tree nested by parent_call_id, with
   assert.equal(read.parentCallId, 'd1');
   assert.match(read.result, /counter = 42/);
   assert.ok(m.calls.get('d1').durationMs >= 0);
-  assert.deepEqual(lib.findFileRefs(turn.items[1].text).map((r) => `${r.path}:${r.line}`), ['main.c:1']);
+  assert.deepEqual(
+    lib.findFileRefs(turn.items[1].text).map((r) => `${r.path}:${r.line}`),
+    ['main.c:1'],
+  );
 });
 
 test('attach replays the whole history, or only what came after a seq, then follows live', async (t) => {
@@ -103,7 +132,10 @@ test('attach replays the whole history, or only what came after a seq, then foll
   const client = await connect(d);
   t.after(() => client.close());
   const s = await createSession(client, d);
-  await fake.enqueue([{ match: 'first', chunks: ['one'] }, { match: 'first', chunks: ['two'] }]);
+  await fake.enqueue([
+    { match: 'first', chunks: ['one'] },
+    { match: 'first', chunks: ['two'] },
+  ]);
   const a = new lib.SessionStream(client, s.id);
   const fa = follow(a);
   a.start();
@@ -113,7 +145,10 @@ test('attach replays the whole history, or only what came after a seq, then foll
   const t2 = a.sendMessage('second');
   await fa.until(turnDone(t2));
   const stored = await storedEvents(client, s.id);
-  assert.deepEqual(fa.seen.map((e) => e.seq), stored.map((e) => e.seq));
+  assert.deepEqual(
+    fa.seen.map((e) => e.seq),
+    stored.map((e) => e.seq),
+  );
   // A new client from 0 sees the same tree.
   const b = new lib.SessionStream(client, s.id);
   const fb = follow(b);
@@ -143,12 +178,23 @@ test('a question is answered in place; two clients answer, the first wins and bo
   await d.start();
   await fake.reset();
   await fake.enqueue([
-    { tool_calls: [{ id: 'q1', name: 'askQuestion', input: { questions: [{ text: 'Which UART?', options: ['USART1', 'USART2'] }] } }] },
+    {
+      tool_calls: [
+        {
+          id: 'q1',
+          name: 'askQuestion',
+          input: { questions: [{ text: 'Which UART?', options: ['USART1', 'USART2'] }] },
+        },
+      ],
+    },
     { chunks: ['using it'] },
   ]);
   const client = await connect(d, { clientName: 'vscode A' });
   const client2 = await connect(d, { clientName: 'vscode B' });
-  t.after(() => { client.close(); client2.close(); });
+  t.after(() => {
+    client.close();
+    client2.close();
+  });
   const s = await createSession(client, d);
   const a = new lib.SessionStream(client, s.id);
   const b = new lib.SessionStream(client2, s.id);
@@ -162,7 +208,10 @@ test('a question is answered in place; two clients answer, the first wins and bo
   await fb.until((m) => m.question !== null, 'the question at B');
   const q = fb.model.question;
   assert.equal(q.questions[0].text, 'Which UART?');
-  assert.deepEqual(q.questions[0].options.map((o) => o.label), ['USART1', 'USART2']);
+  assert.deepEqual(
+    q.questions[0].options.map((o) => o.label),
+    ['USART1', 'USART2'],
+  );
   b.answer(q.questionId, ['USART2']);
   await fb.until((m, ev) => ev.payload === 'question_answered');
   a.answer(q.questionId, ['USART1']); // late: refused quietly, A's stream stays open
@@ -188,10 +237,26 @@ test('a plan is approved as edited: the edited text is what the daemon keeps and
   const s = await createSession(client, d, { mode: 'plan' });
   const planPath = `.fwai/plans/${s.id}.md`;
   await fake.enqueue([
-    { tool_calls: [
-      { id: 't1', name: 'todoWrite', input: { todos: [{ id: '1', content: 'write uart.c', status: 'in_progress' }, { id: '2', content: 'call it', status: 'pending' }] } },
-      { id: 'p1', name: 'write_file', input: { path: planPath, content: '1. Add uart_init() to src/uart.c\n2. Call it from main()\n' } },
-      { id: 's1', name: 'submitPlan', input: {} }] },
+    {
+      tool_calls: [
+        {
+          id: 't1',
+          name: 'todoWrite',
+          input: {
+            todos: [
+              { id: '1', content: 'write uart.c', status: 'in_progress' },
+              { id: '2', content: 'call it', status: 'pending' },
+            ],
+          },
+        },
+        {
+          id: 'p1',
+          name: 'write_file',
+          input: { path: planPath, content: '1. Add uart_init() to src/uart.c\n2. Call it from main()\n' },
+        },
+        { id: 's1', name: 'submitPlan', input: {} },
+      ],
+    },
     { chunks: ['carrying it out'] },
   ]);
   const st = new lib.SessionStream(client, s.id);
@@ -200,7 +265,10 @@ test('a plan is approved as edited: the edited text is what the daemon keeps and
   await waitFor(() => st.state === 'open', 'open');
   const turnId = st.sendMessage('add a UART driver');
   await f.until((m) => m.plan !== null, 'the plan');
-  assert.deepEqual(f.model.todos.map((x) => `${x.status}:${x.content}`), ['in_progress:write uart.c', 'pending:call it']);
+  assert.deepEqual(
+    f.model.todos.map((x) => `${x.status}:${x.content}`),
+    ['in_progress:write uart.c', 'pending:call it'],
+  );
   assert.equal(f.model.plan.path, planPath);
   assert.equal(f.model.plan.callId, 's1');
   const edited = '1. Add uart_init() to src/uart.c with DMA\n2. Call it from main() before the banner\n';
@@ -238,7 +306,10 @@ test('the stream resumes from its last seq after it breaks mid-turn: nothing los
   const text = f.model.turnById.get(turnId).items[0].text;
   assert.equal(text, chunks.join(''));
   const stored = await storedEvents(client, s.id);
-  assert.deepEqual(f.seen.map((e) => e.seq), stored.map((e) => e.seq));
+  assert.deepEqual(
+    f.seen.map((e) => e.seq),
+    stored.map((e) => e.seq),
+  );
   st.close();
 });
 
@@ -271,7 +342,10 @@ test('after the daemon restarts the stream reconnects by itself and the next tur
   assert.match(f.model.outline(t2), /text\(main\): after/);
   assert.ok(states.includes('reconnecting'));
   const stored = await storedEvents(client, s.id);
-  assert.deepEqual(f.seen.map((e) => e.seq), stored.map((e) => e.seq));
+  assert.deepEqual(
+    f.seen.map((e) => e.seq),
+    stored.map((e) => e.seq),
+  );
   st.close();
 });
 

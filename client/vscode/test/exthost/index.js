@@ -41,192 +41,280 @@ function turnFinished(turnId) {
 const folder = (root) => vscode.workspace.workspaceFolders.find((f) => f.uri.fsPath === root);
 
 const tests = [
-  ['the extension activates in the workspace extension host and exports its API', async () => {
-    const ext = vscode.extensions.getExtension(EXT_ID);
-    assert.ok(ext, 'extension not found');
-    api = await ext.activate();
-    assert.ok(ext.isActive);
-    assert.equal(ext.extensionKind, vscode.ExtensionKind.Workspace);
-    assert.equal(typeof api.activationMs, 'number');
-    metrics.activationMs = api.activationMs;
-    const cmds = await vscode.commands.getCommands(true);
-    for (const c of ['fwai.newSession', 'fwai.attachSession', 'fwai.approvePlan', 'fwai.leaseBoard', 'fwai.openSerial', 'fwai.flashBoard',
-      'fwai.runSkill', 'fwai.searchDatasheets', 'fwai.kbAdd', 'fwai.exportSarif', 'fwai.exportHtml', 'fwai.setToken',
-      'fwai.memoryReport', 'fwai.sbom', 'fwai.otaStatus', 'fwai.checkRegisters']) {
-      assert.ok(cmds.includes(c), `${c} is not registered`);
-    }
-  }],
-  ['it connects to the daemon named in fwai.daemon', async () => {
-    const t0 = Date.now();
-    const client = await api.connection.get();
-    metrics.connectMs = Date.now() - t0;
-    assert.equal(api.connection.state, 'connected');
-    const st = await client.call('Daemon', 'Status', {});
-    assert.match(st.caller, /^uid:/);
-  }],
-  ['multi-root: each folder is its own project (skills tree, tasks, new sessions)', async () => {
-    // A workspace file on the remote side is read once the remote file system
-    // is up, which can be after the extension host started: its folders then
-    // arrive through onDidChangeWorkspaceFolders, and the skills tree follows.
-    let treeChanged = false;
-    const sub = api.skills.onDidChangeTreeData(() => (treeChanged = true));
-    const late = (vscode.workspace.workspaceFolders ?? []).length < 2;
-    await until(() => (vscode.workspace.workspaceFolders ?? []).length >= 2,
-      () => `the workspace's two folders (have ${JSON.stringify((vscode.workspace.workspaceFolders ?? []).map((f) => f.uri.fsPath))}, workspace file ${vscode.workspace.workspaceFile})`, 90000);
-    sub.dispose();
-    if (late) assert.ok(treeChanged, 'the skills tree did not refresh when the folders arrived');
-    metrics.foldersArrivedLate = late;
-    assert.equal(vscode.workspace.workspaceFolders.length, 2);
-    const roots = await api.skills.getChildren();
-    assert.deepEqual(roots.map((n) => n.folder.uri.fsPath).sort(), [PROJECT, PROJECT2].sort());
-    const second = await api.skills.getChildren(roots.find((n) => n.folder.uri.fsPath === PROJECT2));
-    assert.ok(second.some((n) => n.skill.name === 'hello'), JSON.stringify(second.map((n) => n.skill && n.skill.name)));
-    const first = await api.skills.getChildren(roots.find((n) => n.folder.uri.fsPath === PROJECT));
-    assert.ok(!first.some((n) => n.skill.name === 'hello'));
-    const tasks = await vscode.tasks.fetchTasks({ type: 'fwai' });
-    const names = tasks.map((t) => `${t.scope.name}:${t.definition.skill}`);
-    assert.ok(names.includes(`${path.basename(PROJECT)}:build`), names.join(','));
-    assert.ok(names.includes(`${path.basename(PROJECT2)}:hello`), names.join(','));
-    // A new session works on the folder of the active editor.
-    await vscode.window.showTextDocument(vscode.Uri.file(path.join(PROJECT2, 'notes.md')));
-    await vscode.commands.executeCommand('fwai.newSession');
-    assert.equal(api.chat.projectRoot(), PROJECT2);
-  }],
-  ['a chat turn\'s edit opens as a diff of the file before and after the call', async () => {
-    await vscode.window.showTextDocument(vscode.Uri.file(path.join(PROJECT, 'Makefile')));
-    await vscode.commands.executeCommand('fwai.newSession');
-    assert.equal(api.chat.projectRoot(), PROJECT);
-    await enqueue([
-      { tool_calls: [{ id: 'e1', name: 'edit_file', input: { path: 'Makefile', old_string: 'VERSION ?= 1.0.0', new_string: 'VERSION ?= 1.1.0' } }] },
-      { chunks: ['Bumped the version.'] },
-    ]);
-    const turnId = await api.chat.send('bump the version to 1.1.0');
-    await turnFinished(turnId);
-    assert.equal(api.chat.model.calls.get('e1').status, 'ok');
-    await api.edits.showDiff(api.chat, 'e1');
-    const tab = await until(() => {
-      const t = vscode.window.tabGroups.activeTabGroup.activeTab;
-      return t && t.input instanceof vscode.TabInputTextDiff ? t : null;
-    }, 'the diff editor');
-    assert.equal(tab.input.original.scheme, 'fwai-before');
-    const before = (await vscode.workspace.openTextDocument(tab.input.original)).getText();
-    const after = fs.readFileSync(path.join(PROJECT, 'Makefile'), 'utf8');
-    assert.match(before, /VERSION \?= 1\.0\.0/);
-    assert.match(after, /VERSION \?= 1\.1\.0/);
-    assert.equal(before.replace('1.0.0', '1.1.0'), after);
-    assert.equal(api.edits.changesOf(api.chat).map((c) => c.path).join(), 'Makefile');
-    // The version goes back for the other scenarios.
-    fs.writeFileSync(path.join(PROJECT, 'Makefile'), before);
-  }],
-  ['file:line references open the file at that line', async () => {
-    await api.chat.openRef('src/main.c', 7, 3);
-    const ed = vscode.window.activeTextEditor;
-    assert.equal(ed.document.uri.fsPath, path.join(PROJECT, 'src', 'main.c'));
-    assert.equal(ed.selection.active.line, 6);
-    assert.equal(ed.selection.active.character, 2);
-  }],
-  ['a question is answered from VS Code and the turn goes on', async () => {
-    await enqueue([
-      { tool_calls: [{ id: 'q1', name: 'askQuestion', input: { questions: [{ text: 'Which baud rate?', options: ['9600', '115200'] }] } }] },
-      { chunks: ['Using 115200.'] },
-    ]);
-    const turnId = await api.chat.send('set up the console');
-    const done = turnFinished(turnId);
-    await until(() => api.chat.model.question, 'the question');
-    api.chat.stream.answer(api.chat.model.question.questionId, ['115200']);
-    await done;
-    assert.match(api.chat.model.calls.get('q1').result, /115200/);
-    assert.match(api.chat.model.lastResolution.by, /via vscode/);
-  }],
-  ['datasheets: a file added from the explorer is found and opens at the cited lines', async () => {
-    const doc = path.join(PROJECT2, 'docs', 'usart.md');
-    const r = await api.knowledge.add([vscode.Uri.file(path.dirname(doc))]);
-    assert.equal(r.failed.length, 0, r.failed.join('\n'));
-    assert.ok(r.added + r.unchanged >= 1);
-    const client = await api.connection.get();
-    const found = await client.call('Knowledge', 'Search', { query: 'USART_BRR mantissa fraction', max_results: 5 });
-    const hit = found.results.find((x) => x.doc === doc);
-    assert.ok(hit, JSON.stringify(found.results.map((x) => x.doc)));
-    await api.knowledge.openResult(hit);
-    const ed = vscode.window.activeTextEditor;
-    assert.equal(ed.document.uri.fsPath, doc);
-    assert.equal(ed.selection.start.line, Math.max(0, hit.start_line - 1));
-  }],
-  ['a skill run through the API puts its typed diagnostics in Problems', async () => {
-    const bad = path.join(PROJECT2, 'bad.c');
-    const r = await api.skills.run(folder(PROJECT2), { type: 'fwai', skill: 'lint' }, () => {});
-    assert.equal(r.ok, false);
-    const d = r.diagnostics.find((x) => x.file.endsWith('bad.c'));
-    assert.ok(d, JSON.stringify(r.diagnostics));
-    const inProblems = vscode.languages.getDiagnostics(vscode.Uri.file(bad));
-    assert.ok(inProblems.some((x) => x.severity === vscode.DiagnosticSeverity.Error && x.range.start.line === d.line - 1 && /fwai lint/.test(x.source)),
-      JSON.stringify(inProblems));
-  }],
-  ['evidence: runs listed, the log verifies, SARIF goes to Problems, the HTML report opens', async () => {
-    await api.evidence.refresh();
-    assert.ok(api.evidence.runs.length >= 3, `${api.evidence.runs.length} records`);
-    assert.ok(api.evidence.runs.some((r) => JSON.parse(r.record_json).kind === 'agent_turn'));
-    await api.evidence.verifyLog();
-    assert.equal(api.evidence.verify.ok, true, api.evidence.verify.detail);
-    const n = await api.evidence.exportSarif();
-    assert.ok(n >= 1);
-    const diags = vscode.languages.getDiagnostics(vscode.Uri.file(path.join(PROJECT2, 'bad.c')));
-    assert.ok(diags.some((x) => /fwai evidence/.test(x.source)), JSON.stringify(diags));
-    const doc = await api.evidence.open(api.evidence.runs[0].run_id);
-    assert.equal(doc.languageId, 'json');
-    assert.ok(JSON.parse(doc.getText()).leaf_hash);
-    const panel = await api.evidence.showHtml();
-    assert.match(panel.webview.html, /fwai evidence/);
-    panel.dispose();
-  }],
-  ['register truth: a wrong bit saved in a C file is in Problems with the SVD\'s truth, and gone once fixed', async () => {
-    const file = path.join(PROJECT, 'src', 'main.c');
-    const before = fs.readFileSync(file, 'utf8');
-    const ours = (uri) => vscode.languages.getDiagnostics(uri).filter((d) => String(d.source).startsWith('fwai registers'));
-    try {
-      const doc = await vscode.workspace.openTextDocument(file);
-      const ed = await vscode.window.showTextDocument(doc);
-      const replace = async (from, to) => {
-        const at = doc.getText().indexOf(from);
-        assert.ok(at >= 0, from);
-        await ed.edit((e) => e.replace(new vscode.Range(doc.positionAt(at), doc.positionAt(at + from.length)), to));
-        assert.ok(await doc.save());
-      };
-      // Saving checks the folder (fwai.checkRegistersOnSave).
-      await replace('RCC_APB2ENR_USART1EN (1u << 14)', 'RCC_APB2ENR_USART1EN (1u << 13)');
-      const found = await until(() => {
-        const d = ours(doc.uri).filter((x) => x.code === 'field-position');
-        return d.length ? d : null;
-      }, 'the register finding in Problems');
-      assert.equal(found[0].range.start.line, 16);
-      assert.equal(found[0].severity, vscode.DiagnosticSeverity.Error);
-      assert.match(found[0].message, /RCC\.APB2ENR\.USART1EN is bit 14/);
-      assert.match(String(found[0].source), /STM32F100\.svd/);
-      // Fixed, and checked again through the command's API.
-      await replace('RCC_APB2ENR_USART1EN (1u << 13)', 'RCC_APB2ENR_USART1EN (1u << 14)');
-      const r = await api.registers.check(PROJECT);
-      assert.equal(r.checked.errors, 0, JSON.stringify(r.findings));
-      assert.ok(r.checked.accesses >= 10, JSON.stringify(r.checked));
-      await until(() => ours(doc.uri).length === 0, 'Problems emptied of the fixed finding');
-    } finally {
-      fs.writeFileSync(file, before);
-    }
-  }],
-  ['boards: lease, renew and release through the API; the status says who holds it', async () => {
-    await api.boards.refresh();
-    const board = api.boards.devices.find((d) => d.id === 'sim-stm32vl');
-    assert.ok(board);
-    if (api.boards.heldByMe(board.id)) await api.boards.release(board);
-    const l = await api.boards.lease(board);
-    assert.ok(l.lease_id);
-    assert.ok(api.boards.heldByMe(board.id));
-    const item = api.boards.getTreeItem(api.boards.devices.find((d) => d.id === 'sim-stm32vl'));
-    assert.equal(item.contextValue, 'board-mine');
-    assert.match(String(item.description), /held by you/);
-    await api.boards.renew(board);
-    await api.boards.release(board);
-    assert.equal(api.boards.heldByMe(board.id), undefined);
-  }],
+  [
+    'the extension activates in the workspace extension host and exports its API',
+    async () => {
+      const ext = vscode.extensions.getExtension(EXT_ID);
+      assert.ok(ext, 'extension not found');
+      api = await ext.activate();
+      assert.ok(ext.isActive);
+      assert.equal(ext.extensionKind, vscode.ExtensionKind.Workspace);
+      assert.equal(typeof api.activationMs, 'number');
+      metrics.activationMs = api.activationMs;
+      const cmds = await vscode.commands.getCommands(true);
+      for (const c of [
+        'fwai.newSession',
+        'fwai.attachSession',
+        'fwai.approvePlan',
+        'fwai.leaseBoard',
+        'fwai.openSerial',
+        'fwai.flashBoard',
+        'fwai.runSkill',
+        'fwai.searchDatasheets',
+        'fwai.kbAdd',
+        'fwai.exportSarif',
+        'fwai.exportHtml',
+        'fwai.setToken',
+        'fwai.memoryReport',
+        'fwai.sbom',
+        'fwai.otaStatus',
+        'fwai.checkRegisters',
+      ]) {
+        assert.ok(cmds.includes(c), `${c} is not registered`);
+      }
+    },
+  ],
+  [
+    'it connects to the daemon named in fwai.daemon',
+    async () => {
+      const t0 = Date.now();
+      const client = await api.connection.get();
+      metrics.connectMs = Date.now() - t0;
+      assert.equal(api.connection.state, 'connected');
+      const st = await client.call('Daemon', 'Status', {});
+      assert.match(st.caller, /^uid:/);
+    },
+  ],
+  [
+    'multi-root: each folder is its own project (skills tree, tasks, new sessions)',
+    async () => {
+      // A workspace file on the remote side is read once the remote file system
+      // is up, which can be after the extension host started: its folders then
+      // arrive through onDidChangeWorkspaceFolders, and the skills tree follows.
+      let treeChanged = false;
+      const sub = api.skills.onDidChangeTreeData(() => (treeChanged = true));
+      const late = (vscode.workspace.workspaceFolders ?? []).length < 2;
+      await until(
+        () => (vscode.workspace.workspaceFolders ?? []).length >= 2,
+        () =>
+          `the workspace's two folders (have ${JSON.stringify((vscode.workspace.workspaceFolders ?? []).map((f) => f.uri.fsPath))}, workspace file ${vscode.workspace.workspaceFile})`,
+        90000,
+      );
+      sub.dispose();
+      if (late) assert.ok(treeChanged, 'the skills tree did not refresh when the folders arrived');
+      metrics.foldersArrivedLate = late;
+      assert.equal(vscode.workspace.workspaceFolders.length, 2);
+      const roots = await api.skills.getChildren();
+      assert.deepEqual(roots.map((n) => n.folder.uri.fsPath).sort(), [PROJECT, PROJECT2].sort());
+      const second = await api.skills.getChildren(roots.find((n) => n.folder.uri.fsPath === PROJECT2));
+      assert.ok(
+        second.some((n) => n.skill.name === 'hello'),
+        JSON.stringify(second.map((n) => n.skill && n.skill.name)),
+      );
+      const first = await api.skills.getChildren(roots.find((n) => n.folder.uri.fsPath === PROJECT));
+      assert.ok(!first.some((n) => n.skill.name === 'hello'));
+      const tasks = await vscode.tasks.fetchTasks({ type: 'fwai' });
+      const names = tasks.map((t) => `${t.scope.name}:${t.definition.skill}`);
+      assert.ok(names.includes(`${path.basename(PROJECT)}:build`), names.join(','));
+      assert.ok(names.includes(`${path.basename(PROJECT2)}:hello`), names.join(','));
+      // A new session works on the folder of the active editor.
+      await vscode.window.showTextDocument(vscode.Uri.file(path.join(PROJECT2, 'notes.md')));
+      await vscode.commands.executeCommand('fwai.newSession');
+      assert.equal(api.chat.projectRoot(), PROJECT2);
+    },
+  ],
+  [
+    "a chat turn's edit opens as a diff of the file before and after the call",
+    async () => {
+      await vscode.window.showTextDocument(vscode.Uri.file(path.join(PROJECT, 'Makefile')));
+      await vscode.commands.executeCommand('fwai.newSession');
+      assert.equal(api.chat.projectRoot(), PROJECT);
+      await enqueue([
+        {
+          tool_calls: [
+            {
+              id: 'e1',
+              name: 'edit_file',
+              input: { path: 'Makefile', old_string: 'VERSION ?= 1.0.0', new_string: 'VERSION ?= 1.1.0' },
+            },
+          ],
+        },
+        { chunks: ['Bumped the version.'] },
+      ]);
+      const turnId = await api.chat.send('bump the version to 1.1.0');
+      await turnFinished(turnId);
+      assert.equal(api.chat.model.calls.get('e1').status, 'ok');
+      await api.edits.showDiff(api.chat, 'e1');
+      const tab = await until(() => {
+        const t = vscode.window.tabGroups.activeTabGroup.activeTab;
+        return t && t.input instanceof vscode.TabInputTextDiff ? t : null;
+      }, 'the diff editor');
+      assert.equal(tab.input.original.scheme, 'fwai-before');
+      const before = (await vscode.workspace.openTextDocument(tab.input.original)).getText();
+      const after = fs.readFileSync(path.join(PROJECT, 'Makefile'), 'utf8');
+      assert.match(before, /VERSION \?= 1\.0\.0/);
+      assert.match(after, /VERSION \?= 1\.1\.0/);
+      assert.equal(before.replace('1.0.0', '1.1.0'), after);
+      assert.equal(
+        api.edits
+          .changesOf(api.chat)
+          .map((c) => c.path)
+          .join(),
+        'Makefile',
+      );
+      // The version goes back for the other scenarios.
+      fs.writeFileSync(path.join(PROJECT, 'Makefile'), before);
+    },
+  ],
+  [
+    'file:line references open the file at that line',
+    async () => {
+      await api.chat.openRef('src/main.c', 7, 3);
+      const ed = vscode.window.activeTextEditor;
+      assert.equal(ed.document.uri.fsPath, path.join(PROJECT, 'src', 'main.c'));
+      assert.equal(ed.selection.active.line, 6);
+      assert.equal(ed.selection.active.character, 2);
+    },
+  ],
+  [
+    'a question is answered from VS Code and the turn goes on',
+    async () => {
+      await enqueue([
+        {
+          tool_calls: [
+            {
+              id: 'q1',
+              name: 'askQuestion',
+              input: { questions: [{ text: 'Which baud rate?', options: ['9600', '115200'] }] },
+            },
+          ],
+        },
+        { chunks: ['Using 115200.'] },
+      ]);
+      const turnId = await api.chat.send('set up the console');
+      const done = turnFinished(turnId);
+      await until(() => api.chat.model.question, 'the question');
+      api.chat.stream.answer(api.chat.model.question.questionId, ['115200']);
+      await done;
+      assert.match(api.chat.model.calls.get('q1').result, /115200/);
+      assert.match(api.chat.model.lastResolution.by, /via vscode/);
+    },
+  ],
+  [
+    'datasheets: a file added from the explorer is found and opens at the cited lines',
+    async () => {
+      const doc = path.join(PROJECT2, 'docs', 'usart.md');
+      const r = await api.knowledge.add([vscode.Uri.file(path.dirname(doc))]);
+      assert.equal(r.failed.length, 0, r.failed.join('\n'));
+      assert.ok(r.added + r.unchanged >= 1);
+      const client = await api.connection.get();
+      const found = await client.call('Knowledge', 'Search', { query: 'USART_BRR mantissa fraction', max_results: 5 });
+      const hit = found.results.find((x) => x.doc === doc);
+      assert.ok(hit, JSON.stringify(found.results.map((x) => x.doc)));
+      await api.knowledge.openResult(hit);
+      const ed = vscode.window.activeTextEditor;
+      assert.equal(ed.document.uri.fsPath, doc);
+      assert.equal(ed.selection.start.line, Math.max(0, hit.start_line - 1));
+    },
+  ],
+  [
+    'a skill run through the API puts its typed diagnostics in Problems',
+    async () => {
+      const bad = path.join(PROJECT2, 'bad.c');
+      const r = await api.skills.run(folder(PROJECT2), { type: 'fwai', skill: 'lint' }, () => {});
+      assert.equal(r.ok, false);
+      const d = r.diagnostics.find((x) => x.file.endsWith('bad.c'));
+      assert.ok(d, JSON.stringify(r.diagnostics));
+      const inProblems = vscode.languages.getDiagnostics(vscode.Uri.file(bad));
+      assert.ok(
+        inProblems.some(
+          (x) =>
+            x.severity === vscode.DiagnosticSeverity.Error &&
+            x.range.start.line === d.line - 1 &&
+            /fwai lint/.test(x.source),
+        ),
+        JSON.stringify(inProblems),
+      );
+    },
+  ],
+  [
+    'evidence: runs listed, the log verifies, SARIF goes to Problems, the HTML report opens',
+    async () => {
+      await api.evidence.refresh();
+      assert.ok(api.evidence.runs.length >= 3, `${api.evidence.runs.length} records`);
+      assert.ok(api.evidence.runs.some((r) => JSON.parse(r.record_json).kind === 'agent_turn'));
+      await api.evidence.verifyLog();
+      assert.equal(api.evidence.verify.ok, true, api.evidence.verify.detail);
+      const n = await api.evidence.exportSarif();
+      assert.ok(n >= 1);
+      const diags = vscode.languages.getDiagnostics(vscode.Uri.file(path.join(PROJECT2, 'bad.c')));
+      assert.ok(
+        diags.some((x) => /fwai evidence/.test(x.source)),
+        JSON.stringify(diags),
+      );
+      const doc = await api.evidence.open(api.evidence.runs[0].run_id);
+      assert.equal(doc.languageId, 'json');
+      assert.ok(JSON.parse(doc.getText()).leaf_hash);
+      const panel = await api.evidence.showHtml();
+      assert.match(panel.webview.html, /fwai evidence/);
+      panel.dispose();
+    },
+  ],
+  [
+    "register truth: a wrong bit saved in a C file is in Problems with the SVD's truth, and gone once fixed",
+    async () => {
+      const file = path.join(PROJECT, 'src', 'main.c');
+      const before = fs.readFileSync(file, 'utf8');
+      const ours = (uri) =>
+        vscode.languages.getDiagnostics(uri).filter((d) => String(d.source).startsWith('fwai registers'));
+      try {
+        const doc = await vscode.workspace.openTextDocument(file);
+        const ed = await vscode.window.showTextDocument(doc);
+        const replace = async (from, to) => {
+          const at = doc.getText().indexOf(from);
+          assert.ok(at >= 0, from);
+          await ed.edit((e) => e.replace(new vscode.Range(doc.positionAt(at), doc.positionAt(at + from.length)), to));
+          assert.ok(await doc.save());
+        };
+        // Saving checks the folder (fwai.checkRegistersOnSave).
+        await replace('RCC_APB2ENR_USART1EN (1u << 14)', 'RCC_APB2ENR_USART1EN (1u << 13)');
+        const found = await until(() => {
+          const d = ours(doc.uri).filter((x) => x.code === 'field-position');
+          return d.length ? d : null;
+        }, 'the register finding in Problems');
+        assert.equal(found[0].range.start.line, 16);
+        assert.equal(found[0].severity, vscode.DiagnosticSeverity.Error);
+        assert.match(found[0].message, /RCC\.APB2ENR\.USART1EN is bit 14/);
+        assert.match(String(found[0].source), /STM32F100\.svd/);
+        // Fixed, and checked again through the command's API.
+        await replace('RCC_APB2ENR_USART1EN (1u << 13)', 'RCC_APB2ENR_USART1EN (1u << 14)');
+        const r = await api.registers.check(PROJECT);
+        assert.equal(r.checked.errors, 0, JSON.stringify(r.findings));
+        assert.ok(r.checked.accesses >= 10, JSON.stringify(r.checked));
+        await until(() => ours(doc.uri).length === 0, 'Problems emptied of the fixed finding');
+      } finally {
+        fs.writeFileSync(file, before);
+      }
+    },
+  ],
+  [
+    'boards: lease, renew and release through the API; the status says who holds it',
+    async () => {
+      await api.boards.refresh();
+      const board = api.boards.devices.find((d) => d.id === 'sim-stm32vl');
+      assert.ok(board);
+      if (api.boards.heldByMe(board.id)) await api.boards.release(board);
+      const l = await api.boards.lease(board);
+      assert.ok(l.lease_id);
+      assert.ok(api.boards.heldByMe(board.id));
+      const item = api.boards.getTreeItem(api.boards.devices.find((d) => d.id === 'sim-stm32vl'));
+      assert.equal(item.contextValue, 'board-mine');
+      assert.match(String(item.description), /held by you/);
+      await api.boards.renew(board);
+      await api.boards.release(board);
+      assert.equal(api.boards.heldByMe(board.id), undefined);
+    },
+  ],
 ];
 
 async function run() {
@@ -252,7 +340,11 @@ async function run() {
       results.push({ name, ok: false, ms: Date.now() - t0, error: String((e && e.stack) || e) });
     }
   }
-  if (out) fs.writeFileSync(out, JSON.stringify({ vscode: vscode.version, appName: vscode.env.appName, results, metrics }, null, 2));
+  if (out)
+    fs.writeFileSync(
+      out,
+      JSON.stringify({ vscode: vscode.version, appName: vscode.env.appName, results, metrics }, null, 2),
+    );
   const failed = results.filter((r) => !r.ok).length;
   if (failed) throw new Error(`${failed} extension-host test(s) failed`);
 }

@@ -21,7 +21,10 @@ function need(bin) {
 function socketAccepts(p) {
   return new Promise((resolve) => {
     const s = net.connect(p);
-    s.once('connect', () => { s.destroy(); resolve(true); });
+    s.once('connect', () => {
+      s.destroy();
+      resolve(true);
+    });
     s.once('error', () => resolve(false));
   });
 }
@@ -57,11 +60,22 @@ class FakeLlm {
     if (!r.ok) throw new Error(`fake ${p}: ${JSON.stringify(j)}`);
     return j;
   }
-  enqueue(replies) { return this.post('/_fake/replies', replies); }
-  reset() { return this.post('/_fake/reset'); }
-  async requests() { return (await fetch(this.url + '/_fake/requests')).json(); }
-  async state() { return (await fetch(this.url + '/_fake/state')).json(); }
-  stop() { this.proc.stdin.end(); this.proc.kill('SIGTERM'); }
+  enqueue(replies) {
+    return this.post('/_fake/replies', replies);
+  }
+  reset() {
+    return this.post('/_fake/reset');
+  }
+  async requests() {
+    return (await fetch(this.url + '/_fake/requests')).json();
+  }
+  async state() {
+    return (await fetch(this.url + '/_fake/state')).json();
+  }
+  stop() {
+    this.proc.stdin.end();
+    this.proc.kill('SIGTERM');
+  }
 }
 
 class Daemon {
@@ -75,23 +89,30 @@ class Daemon {
     fs.mkdirSync(this.project, { recursive: true });
     let cfg = 'log_level: info\nretry:\n  max_attempts: 2\n  initial_backoff_ms: 20\n  max_backoff_ms: 100\n';
     if (fake) {
-      cfg += `default_provider: anthropic\nproviders:\n  anthropic:\n    kind: anthropic\n    api_key: test-key\n` +
+      cfg +=
+        `default_provider: anthropic\nproviders:\n  anthropic:\n    kind: anthropic\n    api_key: test-key\n` +
         `    model: claude-sonnet-4-5\n    base_url: ${fake.url}\n`;
     }
     fs.writeFileSync(this.config, cfg + extraYaml);
   }
-  get address() { return `unix:${this.socket}`; }
+  get address() {
+    return `unix:${this.socket}`;
+  }
   async start() {
     const out = fs.openSync(this.log, 'a');
     const env = { ...process.env };
     for (const k of ['ANTHROPIC_API_KEY', 'OPENAI_API_KEY', 'ANTHROPIC_BASE_URL', 'OPENAI_BASE_URL']) delete env[k];
     env.XDG_RUNTIME_DIR = path.join(this.dir, 'xdg-run');
     const listen = [this.address, ...(this.extraListen ?? [])].flatMap((l) => ['--listen', l]);
-    this.proc = spawn(need('fwaid'), ['--config', this.config, ...listen, '--data-dir', this.data],
-      { stdio: ['ignore', out, out], env });
+    this.proc = spawn(need('fwaid'), ['--config', this.config, ...listen, '--data-dir', this.data], {
+      stdio: ['ignore', out, out],
+      env,
+    });
     fs.closeSync(out);
     let exited = null;
-    this.proc.once('exit', (code, sig) => { exited = code ?? sig; });
+    this.proc.once('exit', (code, sig) => {
+      exited = code ?? sig;
+    });
     await waitFor(async () => {
       if (exited !== null) throw new Error(`fwaid exited (${exited}):\n${this.logText()}`);
       return socketAccepts(this.socket);
@@ -102,10 +123,19 @@ class Daemon {
     const m = [...this.logText().matchAll(/listening on t(?:cp|ls):[^\s]*:(\d+)/g)];
     return m.length ? Number(m[m.length - 1][1]) : 0;
   }
-  logText() { try { return fs.readFileSync(this.log, 'utf8'); } catch { return ''; } }
+  logText() {
+    try {
+      return fs.readFileSync(this.log, 'utf8');
+    } catch {
+      return '';
+    }
+  }
   stop(signal = 'SIGTERM') {
     if (!this.proc || this.proc.exitCode !== null || this.proc.signalCode) return Promise.resolve();
-    return new Promise((resolve) => { this.proc.once('exit', () => resolve()); this.proc.kill(signal); });
+    return new Promise((resolve) => {
+      this.proc.once('exit', () => resolve());
+      this.proc.kill(signal);
+    });
   }
   async cleanup() {
     await this.stop('SIGKILL');
@@ -113,7 +143,11 @@ class Daemon {
   }
   /** Runs the fwai CLI against this daemon. */
   cli(args, opts = {}) {
-    return execFileSync(need('fwai'), ['--daemon', this.address, ...args], { encoding: 'utf8', cwd: this.project, ...opts });
+    return execFileSync(need('fwai'), ['--daemon', this.address, ...args], {
+      encoding: 'utf8',
+      cwd: this.project,
+      ...opts,
+    });
   }
   cliSpawn(args, opts = {}) {
     return spawn(need('fwai'), ['--daemon', this.address, ...args], { cwd: this.project, ...opts });

@@ -6,7 +6,12 @@ const lib = require('../../out/client.js');
 
 test('daemon addresses resolve like the CLI, plus tls:', () => {
   const env = { XDG_RUNTIME_DIR: '/run/user/1000' };
-  assert.deepEqual(lib.resolveDaemonAddress('', env), { kind: 'unix', path: '/run/user/1000/fwai/fwaid.sock', isDefault: true, target: 'unix:/run/user/1000/fwai/fwaid.sock' });
+  assert.deepEqual(lib.resolveDaemonAddress('', env), {
+    kind: 'unix',
+    path: '/run/user/1000/fwai/fwaid.sock',
+    isDefault: true,
+    target: 'unix:/run/user/1000/fwai/fwaid.sock',
+  });
   assert.equal(lib.resolveDaemonAddress('', { ...env, FWAI_DAEMON: 'unix:/tmp/x.sock' }).path, '/tmp/x.sock');
   assert.equal(lib.resolveDaemonAddress('/tmp/y.sock', env).isDefault, false);
   assert.equal(lib.resolveDaemonAddress('tcp:127.0.0.1:7447', env).target, '127.0.0.1:7447');
@@ -21,7 +26,14 @@ test('daemon addresses resolve like the CLI, plus tls:', () => {
 });
 
 let seq = 0;
-const ev = (turn_id, payload, body) => ({ session_id: 's', seq: ++seq, time_us: seq * 1000, turn_id, payload, [payload]: body });
+const ev = (turn_id, payload, body) => ({
+  session_id: 's',
+  seq: ++seq,
+  time_us: seq * 1000,
+  turn_id,
+  payload,
+  [payload]: body,
+});
 
 test('the model nests sub-agent text and calls under the delegating call, to any depth', () => {
   seq = 0;
@@ -31,28 +43,60 @@ test('the model nests sub-agent text and calls under the delegating call, to any
     ev('t1', 'turn_started', { provider: 'anthropic', model: 'm' }),
     ev('t1', 'text_delta', { origin: { agent: 'main', parent_call_id: '' }, text: 'Let me ' }),
     ev('t1', 'text_delta', { origin: { agent: 'main', parent_call_id: '' }, text: 'look.' }),
-    ev('t1', 'tool_call_started', { call_id: 'd1', parent_call_id: '', agent: 'main', tool: 'delegateSubagent', input_json: '{}' }),
-    ev('t1', 'tool_call_started', { call_id: 'd2', parent_call_id: 'd1', agent: 'lead', tool: 'delegateSubagent', input_json: '{}' }),
-    ev('t1', 'tool_call_started', { call_id: 'g1', parent_call_id: 'd2', agent: 'codebase-explorer', tool: 'grep', input_json: '{"pattern":"x"}' }),
+    ev('t1', 'tool_call_started', {
+      call_id: 'd1',
+      parent_call_id: '',
+      agent: 'main',
+      tool: 'delegateSubagent',
+      input_json: '{}',
+    }),
+    ev('t1', 'tool_call_started', {
+      call_id: 'd2',
+      parent_call_id: 'd1',
+      agent: 'lead',
+      tool: 'delegateSubagent',
+      input_json: '{}',
+    }),
+    ev('t1', 'tool_call_started', {
+      call_id: 'g1',
+      parent_call_id: 'd2',
+      agent: 'codebase-explorer',
+      tool: 'grep',
+      input_json: '{"pattern":"x"}',
+    }),
     ev('t1', 'tool_call_output_delta', { call_id: 'g1', text: 'a.c:1: x\n' }),
     ev('t1', 'tool_call_finished', { call_id: 'g1', is_error: false, output: 'a.c:1: x', duration_ms: 3 }),
     ev('t1', 'text_delta', { origin: { agent: 'codebase-explorer', parent_call_id: 'd2' }, text: 'found' }),
     ev('t1', 'tool_call_finished', { call_id: 'd2', is_error: false, output: 'found', duration_ms: 9 }),
-    ev('t1', 'tool_call_started', { call_id: 'b1', parent_call_id: 'd1', agent: 'lead', tool: 'bash', input_json: '{}' }),
+    ev('t1', 'tool_call_started', {
+      call_id: 'b1',
+      parent_call_id: 'd1',
+      agent: 'lead',
+      tool: 'bash',
+      input_json: '{}',
+    }),
     ev('t1', 'tool_call_finished', { call_id: 'd1', is_error: false, output: 'ok', duration_ms: 20 }),
     ev('t1', 'text_delta', { origin: { agent: 'main', parent_call_id: '' }, text: 'Done.' }),
-    ev('t1', 'turn_finished', { usage: { input_tokens: 10, output_tokens: 5, cost_usd: 0.25 }, stop_reason: 'cancelled', iterations: 2, duration_ms: 1500 }),
+    ev('t1', 'turn_finished', {
+      usage: { input_tokens: 10, output_tokens: 5, cost_usd: 0.25 },
+      stop_reason: 'cancelled',
+      iterations: 2,
+      duration_ms: 1500,
+    }),
   ];
   for (const e of evs) m.apply(e);
-  assert.equal(m.outline('t1'), [
-    'text(main): Let me look.',
-    'delegateSubagent(main) [ok]',
-    '  delegateSubagent(lead) [ok]',
-    '    grep(codebase-explorer) [ok]',
-    '    text(codebase-explorer): found',
-    '  bash(lead) [error]',
-    'text(main): Done.',
-  ].join('\n'));
+  assert.equal(
+    m.outline('t1'),
+    [
+      'text(main): Let me look.',
+      'delegateSubagent(main) [ok]',
+      '  delegateSubagent(lead) [ok]',
+      '    grep(codebase-explorer) [ok]',
+      '    text(codebase-explorer): found',
+      '  bash(lead) [error]',
+      'text(main): Done.',
+    ].join('\n'),
+  );
   assert.equal(m.calls.get('g1').output, 'a.c:1: x\n');
   assert.equal(m.calls.get('b1').result, '(cancelled)'); // left running by a cancelled turn
   assert.equal(m.usage.cost_usd, 0.25);
@@ -68,16 +112,38 @@ test('the model nests sub-agent text and calls under the delegating call, to any
 test('a call whose parent was never seen (attached mid-turn) goes at the top of its turn', () => {
   seq = 100;
   const m = new lib.SessionModel('s');
-  m.apply(ev('t9', 'tool_call_started', { call_id: 'x', parent_call_id: 'unknown', agent: 'codebase-explorer', tool: 'read_file', input_json: '{}' }));
+  m.apply(
+    ev('t9', 'tool_call_started', {
+      call_id: 'x',
+      parent_call_id: 'unknown',
+      agent: 'codebase-explorer',
+      tool: 'read_file',
+      input_json: '{}',
+    }),
+  );
   assert.equal(m.outline('t9'), 'read_file(codebase-explorer) [running]');
 });
 
 test('question and plan state follow asked / answered / decided / finished', () => {
   seq = 200;
   const m = new lib.SessionModel('s');
-  m.apply(ev('t1', 'question_asked', { question_id: 'q1', call_id: 'c1', questions: [{ id: 'q1.1', text: 'Which?', options: [], multiple: false, allow_free_text: true }] }));
+  m.apply(
+    ev('t1', 'question_asked', {
+      question_id: 'q1',
+      call_id: 'c1',
+      questions: [{ id: 'q1.1', text: 'Which?', options: [], multiple: false, allow_free_text: true }],
+    }),
+  );
   assert.equal(m.question.questionId, 'q1');
-  m.apply(ev('t1', 'question_answered', { question_id: 'q1', selected: [], text: 'USART2', answered_by: 'alice via fwai', call_id: 'c1' }));
+  m.apply(
+    ev('t1', 'question_answered', {
+      question_id: 'q1',
+      selected: [],
+      text: 'USART2',
+      answered_by: 'alice via fwai',
+      call_id: 'c1',
+    }),
+  );
   assert.equal(m.question, null);
   assert.deepEqual(m.lastResolution, { kind: 'question', id: 'q1', by: 'alice via fwai', summary: 'USART2' });
   m.apply(ev('t1', 'plan_submitted', { plan_id: 'p1', text: 'plan', path: '.fwai/plans/s.md', call_id: 'c2' }));
@@ -85,42 +151,97 @@ test('question and plan state follow asked / answered / decided / finished', () 
   m.apply(ev('t1', 'tool_call_finished', { call_id: 'c2', is_error: true, output: 'cancelled', duration_ms: 1 }));
   assert.equal(m.plan, null); // an older daemon without plan_decided: the call's end closes it
   m.apply(ev('t1', 'plan_submitted', { plan_id: 'p2', text: 'plan', path: 'x', call_id: 'c3' }));
-  m.apply(ev('t1', 'plan_decided', { plan_id: 'p2', approved: false, edited: false, feedback: 'use DMA', decided_by: 'bob' }));
+  m.apply(
+    ev('t1', 'plan_decided', { plan_id: 'p2', approved: false, edited: false, feedback: 'use DMA', decided_by: 'bob' }),
+  );
   assert.equal(m.lastResolution.summary, 'sent back: use DMA');
   m.apply(ev('', 'mode_changed', { mode: 'plan', reason: 'set' }));
   assert.equal(m.mode, 'plan');
 });
 
 test('an edit_file change is undone on the current text to show what it changed', () => {
-  const c = lib.fileChangeOf('edit_file', JSON.stringify({ path: 'src/main.c', old_string: 'int x = 1;', new_string: 'int x = 2;' }),
-    'edited src/main.c (1 replacement)\n--- a/src/main.c\n+++ b/src/main.c\n@@ -3,1 +3,1 @@\n-int x = 1;\n+int x = 2;\n', 'e1');
+  const c = lib.fileChangeOf(
+    'edit_file',
+    JSON.stringify({ path: 'src/main.c', old_string: 'int x = 1;', new_string: 'int x = 2;' }),
+    'edited src/main.c (1 replacement)\n--- a/src/main.c\n+++ b/src/main.c\n@@ -3,1 +3,1 @@\n-int x = 1;\n+int x = 2;\n',
+    'e1',
+  );
   assert.equal(c.path, 'src/main.c');
   assert.equal(c.line, 3);
   assert.equal(lib.textBeforeEdit(c, 'a\nb\nint x = 2;\nc\n'), 'a\nb\nint x = 1;\nc\n');
   assert.equal(lib.textBeforeEdit(c, 'changed since\n'), null);
   // Two copies now: the one nearest the recorded line is put back.
   assert.equal(lib.textBeforeEdit(c, 'int x = 2;\nb\nint x = 2;\n'), 'int x = 2;\nb\nint x = 1;\n');
-  const all = lib.fileChangeOf('edit_file', JSON.stringify({ path: 'a', old_string: 'u8', new_string: 'uint8_t', replace_all: true }), 'edited a', 'e2');
+  const all = lib.fileChangeOf(
+    'edit_file',
+    JSON.stringify({ path: 'a', old_string: 'u8', new_string: 'uint8_t', replace_all: true }),
+    'edited a',
+    'e2',
+  );
   assert.equal(lib.textBeforeEdit(all, 'uint8_t a; uint8_t b;'), 'u8 a; u8 b;');
-  const w = lib.fileChangeOf('write_file', JSON.stringify({ path: 'n.c', content: 'x' }), 'created n.c (1 bytes, 1 lines)', 'w1');
+  const w = lib.fileChangeOf(
+    'write_file',
+    JSON.stringify({ path: 'n.c', content: 'x' }),
+    'created n.c (1 bytes, 1 lines)',
+    'w1',
+  );
   assert.equal(w.created, true);
   assert.equal(lib.fileChangeOf('write_file', '{"path":"n.c"}', 'refused', 'w2', true), null);
   assert.equal(lib.fileChangeOf('read_file', '{"path":"n.c"}', '', 'r'), null);
 });
 
 test('file:line references in tool output and compiler messages', () => {
-  const text = 'src/main.c:42:7: error: x\n  in ./drivers/uart.h:9 and Core/Src/stm32f1xx_it.c(120): warning\nnot a ref: 10:30 or v1.2:3';
-  assert.deepEqual(lib.findFileRefs(text).map((r) => [r.path, r.line, r.column]), [
-    ['src/main.c', 42, 7], ['./drivers/uart.h', 9, 0], ['Core/Src/stm32f1xx_it.c', 120, 0],
-  ]);
+  const text =
+    'src/main.c:42:7: error: x\n  in ./drivers/uart.h:9 and Core/Src/stm32f1xx_it.c(120): warning\nnot a ref: 10:30 or v1.2:3';
+  assert.deepEqual(
+    lib.findFileRefs(text).map((r) => [r.path, r.line, r.column]),
+    [
+      ['src/main.c', 42, 7],
+      ['./drivers/uart.h', 9, 0],
+      ['Core/Src/stm32f1xx_it.c', 120, 0],
+    ],
+  );
 });
 
 test('typed diagnostics from skill events', () => {
-  const d = lib.diagnosticOf({ run_id: 'r', step: 'build', kind: 'diagnostic', text: '', ok: false,
-    json: JSON.stringify({ kind: 'compiler', severity: 'error', message: "'x' undeclared", file: 'src/main.c', line: 5, column: 3 }) });
-  assert.deepEqual(d, { file: 'src/main.c', line: 5, column: 3, severity: 'error', message: "'x' undeclared", kind: 'compiler', step: 'build' });
-  const r = lib.diagnosticOf({ run_id: 'r', step: 'build', kind: 'diagnostic', text: '', ok: false,
-    json: JSON.stringify({ kind: 'region_overflow', severity: 'error', message: "region `FLASH' overflowed", region: 'FLASH', bytes: 120 }) });
+  const d = lib.diagnosticOf({
+    run_id: 'r',
+    step: 'build',
+    kind: 'diagnostic',
+    text: '',
+    ok: false,
+    json: JSON.stringify({
+      kind: 'compiler',
+      severity: 'error',
+      message: "'x' undeclared",
+      file: 'src/main.c',
+      line: 5,
+      column: 3,
+    }),
+  });
+  assert.deepEqual(d, {
+    file: 'src/main.c',
+    line: 5,
+    column: 3,
+    severity: 'error',
+    message: "'x' undeclared",
+    kind: 'compiler',
+    step: 'build',
+  });
+  const r = lib.diagnosticOf({
+    run_id: 'r',
+    step: 'build',
+    kind: 'diagnostic',
+    text: '',
+    ok: false,
+    json: JSON.stringify({
+      kind: 'region_overflow',
+      severity: 'error',
+      message: "region `FLASH' overflowed",
+      region: 'FLASH',
+      bytes: 120,
+    }),
+  });
   assert.equal(r.message, "region `FLASH' overflowed (region FLASH, 120 bytes)");
   assert.equal(lib.diagnosticOf({ kind: 'output', json: '' }), null);
 });

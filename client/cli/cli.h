@@ -25,6 +25,7 @@ struct Globals {
   bool json = false;
   std::string project;
   CredentialFlags credentials;  // --ca-cert, --client-cert, --client-key, --token-file
+  bool verbose = false;         // --verbose: gRPC's own log lines on stderr
 };
 
 // Prints "fwai: MSG" (and a JSON error line with --json); returns `code`.

@@ -3,6 +3,7 @@
 // Exit codes: 0 ok, 1 error, 2 usage, 3 daemon unreachable, 4 turn failed
 // (error or cancelled).
 #include <editline/readline.h>
+#include <grpc/support/log.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -12,6 +13,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -924,6 +926,8 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> ConnectChannel(const Globals& g, 
   return ConnectToDaemon(*addr, autostart, timeout_ms, *creds);
 }
 
+void DropGrpcLog(gpr_log_func_args*) {}
+
 int Main(int argc, char** argv) {
   signal(SIGPIPE, SIG_IGN);
   CLI::App app{"fwai — an AI assistant for firmware engineers"};
@@ -942,6 +946,8 @@ int Main(int argc, char** argv) {
          "Daemon address: unix:PATH, tcp:HOST:PORT (loopback) or tls:HOST:PORT (or $FWAI_DAEMON)")
       ->envname("FWAI_DAEMON");
   app.add_flag("--json", g.json, "Machine-readable output (events as JSON lines)");
+  app.add_flag("--verbose", g.verbose,
+               "Also print gRPC's own log lines (connection and TLS details) on stderr");
   app.add_option("--project", g.project,
                  "Project root for new sessions (default: current directory)");
   app.footer(
@@ -1008,6 +1014,9 @@ int Main(int argc, char** argv) {
     int rc = app.exit(e);
     return rc == 0 ? 0 : kExitUsage;
   }
+  // fwai says what went wrong in its own words; gRPC's log lines (a failed
+  // handshake, a dropped connection) only with --verbose or GRPC_VERBOSITY.
+  if (!g.verbose && std::getenv("GRPC_VERBOSITY") == nullptr) gpr_set_log_function(DropGrpcLog);
   if (chat->parsed())
     return CmdChat(g, session_id, words, provider, model, cont, plan_mode, auto_approve);
   if (attach->parsed()) return CmdAttach(g, attach_id, after, no_follow);

@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
@@ -25,6 +26,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "client/lib/reach.h"
 #include "common/paths.h"
 #include "fwai/v1/events.pb.h"
 
@@ -320,7 +322,10 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> ConnectToDaemon(const DaemonAddre
       addr.grpc_target, *channel_creds, args, std::move(interceptors));
   if (!channel->WaitForConnected(std::chrono::system_clock::now() +
                                  std::chrono::milliseconds(timeout_ms))) {
-    return absl::UnavailableError(absl::StrCat("cannot reach fwaid at ", addr.grpc_target));
+    // Why, when a probe of our own can tell (what to change, not gRPC's words).
+    const std::string why = WhyUnreachable(addr, creds, std::clamp(timeout_ms, 500, 3000));
+    return absl::UnavailableError(
+        absl::StrCat("cannot reach fwaid at ", addr.grpc_target, why.empty() ? "" : ": ", why));
   }
   return channel;
 }

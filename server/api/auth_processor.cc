@@ -1,11 +1,32 @@
 #include "server/api/auth_processor.h"
 
+#include <string>
+
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "server/api/gate.h"
 
 namespace fwai {
 namespace {
+
+// A refusal's message as it goes on the wire: gRPC sends an authentication
+// refusal's text as it is, and clients drop a message that is not printable
+// ASCII (leaving a bare UNAUTHENTICATED), so anything else becomes '?'.
+std::string WireText(const std::string& text) {
+  std::string out;
+  out.reserve(text.size());
+  for (size_t i = 0; i < text.size(); ++i) {
+    const unsigned char c = static_cast<unsigned char>(text[i]);
+    if (c >= 0x20 && c < 0x7f) {
+      out += static_cast<char>(c);
+    } else if (c >= 0xc0) {  // the first byte of one UTF-8 character
+      out += '?';
+    } else if (c < 0x80) {
+      out += ' ';
+    }
+  }
+  return out;
+}
 
 std::string Prop(const grpc::AuthContext& a, const char* name) {
   auto v = a.FindPropertyValues(name);
@@ -42,7 +63,8 @@ class Processor final : public grpc::AuthMetadataProcessor {
     }
     if (!p.ok()) {
       gate_.RecordRefusal("(authentication)", "", peer, p.status());
-      return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, std::string(p.status().message()));
+      return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
+                          WireText(std::string(p.status().message())));
     }
     // One principal per connection.
     const std::string bound = Prop(*ctx, "fwai_principal");
@@ -50,8 +72,8 @@ class Processor final : public grpc::AuthMetadataProcessor {
       gate_.RecordRefusal("(authentication)", p->id, peer,
                           absl::UnauthenticatedError("second identity on one connection"));
       return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
-                          absl::StrCat("this connection is already used by ", bound,
-                                       "; another identity needs its own connection"));
+                          WireText(absl::StrCat("this connection is already used by ", bound,
+                                                "; another identity needs its own connection")));
     }
     if (bound.empty()) {
       ctx->AddProperty("fwai_principal", p->id);

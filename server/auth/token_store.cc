@@ -129,7 +129,8 @@ absl::StatusOr<TokenInfo> TokenStore::Verify(const std::string& token) {
   // fwai_<10 id chars>_<43 base64url chars>
   if (!absl::StartsWith(token, "fwai_") || token.size() != 5 + 10 + 1 + 43 || token[15] != '_') {
     return absl::UnauthenticatedError(
-        "the token is malformed (expected fwai_…, as fwai token create prints it)");
+        "the token is malformed (expected fwai_ and 54 more characters, as fwai token create "
+        "prints it)");
   }
   const std::string id = "tk-" + token.substr(5, 10);
   const std::string digest = Sha256(token.substr(16));

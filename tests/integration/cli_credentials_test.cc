@@ -2,8 +2,12 @@
 // admin's token create / ls / revoke on the unix socket, and FWAI_TOKEN,
 // --token-file, client certificates and fwai login / logout against a real
 // TLS fwaid (material made with fwaid tls).
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstdlib>
@@ -82,6 +86,22 @@ class CliCredentialsTest : public ::testing::Test {
 };
 
 json Parse(const std::string& text) { return json::parse(text, nullptr, false); }
+
+// A loopback port nothing listens on (bound, read, closed).
+int FreeTcpPort() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(a);
+  int port = 0;
+  if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0 &&
+      getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0) {
+    port = ntohs(a.sin_port);
+  }
+  close(fd);
+  return port;
+}
 
 TEST_F(CliCredentialsTest, TokensCertificatesAndLoginThroughTheRealCli) {
   const std::string tls = tmp_ + "/tls";
@@ -311,6 +331,66 @@ TEST_F(CliCredentialsTest, TokensCertificatesAndLoginThroughTheRealCli) {
     auto ls = Fwai({"--daemon", admin, "token", "ls"});
     EXPECT_NE(LineStartingWith(ls.out, id).find(" revoked "), std::string::npos) << ls.out;
   }
+}
+
+// Each way a tls: daemon cannot be reached is said with what to change, and
+// gRPC's own log lines stay out of it unless --verbose asks for them.
+TEST_F(CliCredentialsTest, ADaemonThatCannotBeReachedIsSaidWithWhatToChange) {
+  // fwaid's certificate names localhost only; `wrong` is another lab's CA.
+  const std::string tls = tmp_ + "/tls", wrong_ca = tmp_ + "/other/ca.pem";
+  std::string err;
+  ASSERT_TRUE(FwaidTls({"init", tls, "--host", "localhost"}, &err)) << err;
+  ASSERT_TRUE(FwaidTls({"init", tmp_ + "/other", "--host", "localhost"}, &err)) << err;
+  const std::string ca = tls + "/ca.pem";
+  d_ = std::make_unique<Daemon>(
+      &fake_, "tls: {cert: " + tls + "/server.pem, key: " + tls + "/server.key}\n");
+  d_->AddListen("tcp:127.0.0.1:0");
+  ASSERT_TRUE(d_->Start()) << d_->log();
+  const std::string port = std::to_string(d_->TcpPort());
+  auto no_grpc_lines = [](const std::string& text) {
+    return text.find("ssl_transport_security") == std::string::npos &&
+           text.find("Handshake failed") == std::string::npos;
+  };
+
+  // Another CA than the one that issued fwaid's certificate.
+  auto wrong = Fwai({"whoami", "--daemon", "tls:localhost:" + port, "--ca-cert", wrong_ca});
+  EXPECT_EQ(wrong.rc, 3) << wrong.out;
+  EXPECT_NE(wrong.err.find("cannot reach fwaid at localhost:" + port +
+                           ": fwaid answered at localhost:" + port +
+                           ", but its certificate is not trusted by the CA in " + wrong_ca),
+            std::string::npos)
+      << wrong.err;
+  EXPECT_NE(wrong.err.find("with --ca-cert FILE or FWAI_CA_CERT"), std::string::npos) << wrong.err;
+  EXPECT_TRUE(no_grpc_lines(wrong.err)) << wrong.err;
+  // No CA given: the system's CAs, said as such.
+  auto none = Fwai({"whoami", "--daemon", "tls:localhost:" + port});
+  EXPECT_EQ(none.rc, 3) << none.out;
+  EXPECT_NE(
+      none.err.find("not trusted by the system's CAs (no --ca-cert or FWAI_CA_CERT was given)"),
+      std::string::npos)
+      << none.err;
+  // --verbose: gRPC's own account as well.
+  auto verbose = Fwai({"--verbose", "whoami", "--daemon", "tls:localhost:" + port});
+  EXPECT_EQ(verbose.rc, 3) << verbose.out;
+  EXPECT_FALSE(no_grpc_lines(verbose.err)) << "--verbose kept gRPC's lines out:\n" << verbose.err;
+  // The right CA, but an address the certificate does not name.
+  auto by_ip = Fwai({"whoami", "--daemon", "tls:127.0.0.1:" + port, "--ca-cert", ca});
+  EXPECT_EQ(by_ip.rc, 3) << by_ip.out;
+  EXPECT_NE(
+      by_ip.err.find("fwaid's certificate at 127.0.0.1:" + port + " is not issued for 127.0.0.1"),
+      std::string::npos)
+      << by_ip.err;
+  // Nothing listening.
+  const std::string free_port = std::to_string(FreeTcpPort());
+  auto nothing = Fwai({"whoami", "--daemon", "tls:127.0.0.1:" + free_port, "--ca-cert", ca});
+  EXPECT_EQ(nothing.rc, 3) << nothing.out;
+  EXPECT_NE(nothing.err.find("nothing listens at 127.0.0.1:" + free_port + " (connection refused)"),
+            std::string::npos)
+      << nothing.err;
+  // The right CA and name: through, and refused only for want of a token.
+  auto right = Fwai({"whoami", "--daemon", "tls:localhost:" + port, "--ca-cert", ca});
+  EXPECT_EQ(right.rc, 1) << right.err;
+  EXPECT_NE(right.err.find("no credentials: give a token"), std::string::npos) << right.err;
 }
 
 }  // namespace

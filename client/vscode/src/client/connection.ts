@@ -8,6 +8,7 @@ import { DaemonAddress, Env, describeAddress, isLocal, resolveDaemonAddress } fr
 import { ensureDaemon } from './autostart';
 import { FwaiError, toFwaiError } from './errors';
 import { loadFwaiPackage } from './proto';
+import { whyUnreachable } from './reach';
 
 export interface ConnectOptions {
   /** The `fwai.daemon` setting; empty: $FWAI_DAEMON, else the default socket. */
@@ -145,15 +146,20 @@ export class FwaiClient {
 
   waitForReady(timeoutMs: number): Promise<void> {
     return new Promise((resolve, reject) => {
-      this.stubs.Daemon.waitForReady(Date.now() + timeoutMs, (err) => {
+      this.stubs.Daemon.waitForReady(Date.now() + timeoutMs, async (err) => {
         if (!err) return resolve();
-        const hint =
+        let hint =
           this.address.kind === 'unix'
             ? this.address.isDefault
               ? ' (start it with `fwai daemon start`, or enable fwai.autoStart)'
               : ` (start it with: fwaid --listen unix:${this.address.path})`
             : '';
-        reject(new FwaiError(grpc.status.UNAVAILABLE, `cannot reach fwaid at ${describeAddress(this.address)}${hint}`));
+        // Over TCP, why (what to change) when a probe of our own can tell.
+        const why = await whyUnreachable(this.address, this.opts, Math.min(Math.max(timeoutMs, 500), 3000));
+        if (why) hint = `: ${why.message}`;
+        reject(
+          new FwaiError(grpc.status.UNAVAILABLE, `cannot reach fwaid at ${describeAddress(this.address)}${hint}`, why),
+        );
       });
     });
   }

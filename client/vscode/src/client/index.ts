@@ -9,6 +9,7 @@ export * from './firmware';
 export * from './knowledge';
 export * from './model';
 export * from './proto';
+export * from './reach';
 export * from './refs';
 export * from './serial';
 export * from './session';

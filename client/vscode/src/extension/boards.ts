@@ -6,7 +6,7 @@ import * as fs from 'node:fs';
 import * as path from 'node:path';
 import * as vscode from 'vscode';
 import { SerialSession, toFwaiError } from '../client';
-import { Connection } from './connection';
+import { Connection, shown } from './connection';
 import { ago } from './sessionsView';
 
 export interface Device {
@@ -77,7 +77,7 @@ export class Boards implements vscode.TreeDataProvider<Device>, vscode.Disposabl
         if (!this.leases.some((x) => x.lease_id === l.lease_id)) this.mine.delete(dev);
       }
     } catch (e) {
-      this.error = (e as Error).message;
+      this.error = shown(e);
     }
     this.changed.fire(undefined);
   }
@@ -195,7 +195,7 @@ export class Boards implements vscode.TreeDataProvider<Device>, vscode.Disposabl
       } catch (e) {
         this.out.appendLine(`renewing ${dev}: ${(e as Error).message}`);
         this.mine.delete(dev);
-        void vscode.window.showWarningMessage(`fwai: lost the lease on ${dev}: ${toFwaiError(e).message}`);
+        void vscode.window.showWarningMessage(`fwai: lost the lease on ${dev}: ${shown(e)}`);
       }
     }
   }
@@ -271,7 +271,7 @@ export class Boards implements vscode.TreeDataProvider<Device>, vscode.Disposabl
             stream.on('error', (e: unknown) => reject(toFwaiError(e)));
           });
         } catch (e) {
-          const msg = toFwaiError(e).message;
+          const msg = shown(e);
           this.out.appendLine(`flash ${board.id}: ${msg}`);
           void vscode.window.showErrorMessage(`fwai: ${msg}`);
           return { ok: false, message: msg };
@@ -323,7 +323,7 @@ export class Boards implements vscode.TreeDataProvider<Device>, vscode.Disposabl
         serial.on('end', (reason) => {
           write.fire(`\r\n\x1b[2m— serial closed: ${reason} —\x1b[0m\r\n`);
         });
-        serial.open().catch((e) => write.fire(`\x1b[31m${toFwaiError(e).message}\x1b[0m\r\n`));
+        serial.open().catch((e) => write.fire(`\x1b[31m${shown(e)}\x1b[0m\r\n`));
       },
       close: () => serial.close(),
       handleInput: (data: string) => {

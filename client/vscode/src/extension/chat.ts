@@ -5,7 +5,7 @@ import * as fs from 'node:fs';
 import * as path from 'node:path';
 import * as vscode from 'vscode';
 import { FwaiError, ServerEvent, SessionInfo, SessionModel, SessionStream, StreamState, toFwaiError } from '../client';
-import { Connection } from './connection';
+import { Connection, shown } from './connection';
 import { Edits } from './edits';
 
 export class Chat implements vscode.WebviewViewProvider, vscode.Disposable {
@@ -160,7 +160,7 @@ export class Chat implements vscode.WebviewViewProvider, vscode.Disposable {
 
   showError(e: unknown): void {
     const err = toFwaiError(e);
-    void vscode.window.showErrorMessage(`fwai: ${err.message}`);
+    void vscode.window.showErrorMessage(`fwai: ${shown(err)}`);
     this.out.appendLine(`error: ${err.codeName}: ${err.message}`);
   }
 

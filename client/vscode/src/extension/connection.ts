@@ -3,11 +3,25 @@
 // settings change, and watched so the status bar can say what it is.
 import * as path from 'node:path';
 import * as vscode from 'vscode';
-import { FwaiClient, describeAddress, resolveDaemonAddress } from '../client';
+import { FwaiClient, describeAddress, errorAdvice, resolveDaemonAddress } from '../client';
 
 export type DaemonState = 'disconnected' | 'connecting' | 'connected' | 'error';
 
 export const TOKEN_KEY = 'fwai.daemonToken';
+
+/** The daemon address of the settings, as shown to a user. */
+function settingsAddress(): string {
+  try {
+    return describeAddress(resolveDaemonAddress(vscode.workspace.getConfiguration('fwai').get('daemon')));
+  } catch (e) {
+    return (e as Error).message;
+  }
+}
+
+/** A failed call as a VS Code user reads it: the daemon's words and, for a refused token, the command that fixes it. */
+export function shown(e: unknown): string {
+  return errorAdvice(e, settingsAddress());
+}
 
 export class Connection implements vscode.Disposable {
   private client: FwaiClient | null = null;
@@ -55,11 +69,7 @@ export class Connection implements vscode.Disposable {
   }
 
   get address(): string {
-    try {
-      return describeAddress(resolveDaemonAddress(vscode.workspace.getConfiguration('fwai').get('daemon')));
-    } catch (e) {
-      return (e as Error).message;
-    }
+    return settingsAddress();
   }
 
   /** The connected client; connects (and starts fwaid if allowed) the first time. */

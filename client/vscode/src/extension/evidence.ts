@@ -3,7 +3,7 @@
 import * as path from 'node:path';
 import * as vscode from 'vscode';
 import { sarifDiagnostics } from '../client';
-import { Connection } from './connection';
+import { Connection, shown } from './connection';
 
 interface Run {
   run_id: string;
@@ -30,7 +30,7 @@ export class Evidence implements vscode.TreeDataProvider<Node>, vscode.Disposabl
       this.runs = (r.runs as Run[]).sort((a, b) => b.index - a.index);
       this.error = '';
     } catch (e) {
-      this.error = (e as Error).message;
+      this.error = shown(e);
     }
     this.changed.fire(undefined);
   }

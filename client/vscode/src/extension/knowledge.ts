@@ -5,7 +5,7 @@ import * as fs from 'node:fs';
 import * as path from 'node:path';
 import * as vscode from 'vscode';
 import { SearchResult, expandPaths, ingestFile, search } from '../client';
-import { Connection } from './connection';
+import { Connection, shown } from './connection';
 
 export const PASSAGE_SCHEME = 'fwai-kb';
 
@@ -55,7 +55,7 @@ export class Knowledge implements vscode.TextDocumentContentProvider, vscode.Dis
           if (!resp.results.length) qp.items = [{ label: 'No passage matches', alwaysShow: true }];
         })
         .catch((e) => {
-          if (mine === seq) qp.items = [{ label: `Search failed: ${(e as Error).message}`, alwaysShow: true }];
+          if (mine === seq) qp.items = [{ label: `Search failed: ${shown(e)}`, alwaysShow: true }];
         })
         .finally(() => {
           if (mine === seq) qp.busy = false;

@@ -5,7 +5,7 @@ import * as path from 'node:path';
 import * as vscode from 'vscode';
 import { SessionInfo } from '../client';
 import type { Chat } from './chat';
-import { Connection } from './connection';
+import { Connection, shown } from './connection';
 
 type Node =
   | { kind: 'group'; root: string; label: string; sessions: SessionInfo[] }
@@ -55,7 +55,7 @@ export class SessionsView implements vscode.TreeDataProvider<Node>, vscode.Dispo
       this.sessions = (r.sessions as SessionInfo[]).sort((a, b) => b.updated_us - a.updated_us);
       this.error = '';
     } catch (e) {
-      this.error = (e as Error).message;
+      this.error = shown(e);
     }
     this.changed.fire(undefined);
   }

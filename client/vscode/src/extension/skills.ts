@@ -4,7 +4,7 @@
 import * as path from 'node:path';
 import * as vscode from 'vscode';
 import { Diagnostic, SkillEvent, runSkill } from '../client';
-import { Connection } from './connection';
+import { Connection, shown } from './connection';
 
 export interface SkillInfo {
   name: string;
@@ -69,7 +69,7 @@ export class Skills implements vscode.TreeDataProvider<Node>, vscode.TaskProvide
       const skills = this.cache.get(folder.uri.fsPath) ?? (await this.list(folder));
       return skills.map((skill) => ({ kind: 'skill', folder, skill }));
     } catch (e) {
-      this.error = (e as Error).message;
+      this.error = shown(e);
       return [{ kind: 'message', text: this.error }];
     }
   }
@@ -207,7 +207,7 @@ export class Skills implements vscode.TreeDataProvider<Node>, vscode.TaskProvide
           },
           signal,
         );
-        if (r.error) print(`\x1b[31m${r.error.message}\x1b[0m`);
+        if (r.error) print(`\x1b[31m${shown(r.error)}\x1b[0m`);
         this.publish(root, def.skill, r.diagnostics);
         const outcome = { ok: r.ok && !r.error, runId: r.runId, diagnostics: r.diagnostics };
         this.lastRun.set(`${root}\0${def.skill}`, outcome);
@@ -215,7 +215,7 @@ export class Skills implements vscode.TreeDataProvider<Node>, vscode.TaskProvide
         if (!outcome.ok) {
           const errs = r.diagnostics.filter((d) => d.severity === 'error').length;
           void vscode.window.showErrorMessage(
-            `fwai: ${def.skill} failed${errs ? ` with ${errs} error${errs > 1 ? 's' : ''} (see Problems)` : ''}${r.error ? `: ${r.error.message}` : ''}`,
+            `fwai: ${def.skill} failed${errs ? ` with ${errs} error${errs > 1 ? 's' : ''} (see Problems)` : ''}${r.error ? `: ${shown(r.error)}` : ''}`,
           );
         }
         return outcome;

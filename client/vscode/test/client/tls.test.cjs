@@ -168,7 +168,10 @@ test('tls: without the client certificate the handshake fails and the error name
       token: 'tok-123',
       connectTimeoutMs: 1500,
     }),
-    (e) => /cannot reach fwaid at tls:127\.0\.0\.1/.test(e.message),
+    (e) =>
+      /cannot reach fwaid at tls:127\.0\.0\.1:\d+: fwaid at 127\.0\.0\.1:\d+ asks for a client certificate: set fwai\.clientCertFile and fwai\.clientKeyFile/.test(
+        e.message,
+      ) && e.unreachable?.kind === 'client-certificate',
   );
 });
 
@@ -204,7 +207,45 @@ test("tls: a CA that did not sign the daemon's certificate is refused", async ()
       caFile: path.join(other, 'ca.pem'),
       connectTimeoutMs: 1500,
     }),
-    /cannot reach fwaid/,
+    (e) =>
+      e.message.includes(
+        `fwaid answered at 127.0.0.1:${port}, but its certificate is not trusted by the CA in ${path.join(other, 'ca.pem')} (fwai.caFile)`,
+      ) &&
+      /Set fwai\.caFile to the CA that issued fwaid's certificate/.test(e.message) &&
+      e.unreachable?.kind === 'untrusted',
+  );
+  // No CA at all: the system's CAs do not know the test CA either, and the message says which were used.
+  await assert.rejects(
+    lib.FwaiClient.connect({
+      address: `tls:127.0.0.1:${port}`,
+      protoRoot: PROTO_ROOT,
+      certFile: files().certFile,
+      keyFile: files().keyFile,
+      connectTimeoutMs: 1500,
+    }),
+    (e) => /not trusted by the system's CAs \(fwai\.caFile is not set\)/.test(e.message),
+  );
+});
+
+test('nothing listening, or a name that does not resolve, is said as such', async () => {
+  const net = require('node:net');
+  const free = await new Promise((resolve) => {
+    const s = net.createServer().listen(0, '127.0.0.1', () => {
+      const p = s.address().port;
+      s.close(() => resolve(p));
+    });
+  });
+  await assert.rejects(
+    lib.FwaiClient.connect({ address: `tls:127.0.0.1:${free}`, protoRoot: PROTO_ROOT, connectTimeoutMs: 1000 }),
+    (e) =>
+      e.message.startsWith(
+        `cannot reach fwaid at tls:127.0.0.1:${free}: nothing listens at 127.0.0.1:${free} (connection refused)`,
+      ) && e.unreachable?.kind === 'refused',
+  );
+  await assert.rejects(
+    lib.FwaiClient.connect({ address: 'tls:no-such-host.invalid:7447', protoRoot: PROTO_ROOT, connectTimeoutMs: 1000 }),
+    (e) =>
+      /the host name no-such-host\.invalid does not resolve/.test(e.message) && e.unreachable?.kind === 'unresolved',
   );
 });
 
@@ -265,6 +306,29 @@ test(
     });
     t.after(() => wrong.close());
     await assert.rejects(wrong.call('Daemon', 'Status', {}), (e) => e.codeName === 'UNAUTHENTICATED');
+    // What an editor shows for each refusal: the daemon's words, and the command that fixes it.
+    const advice = async (c) => {
+      try {
+        await c.call('Daemon', 'Status', {});
+      } catch (e) {
+        return lib.errorAdvice(e, address);
+      }
+      return '';
+    };
+    assert.match(await advice(anonymous), /^fwaid at tls:localhost:\d+ wants a token: run "fwai: Set Daemon Token"/);
+    assert.doesNotMatch(await advice(anonymous), /FWAI_TOKEN|--token-file/);
+    const malformed = await lib.FwaiClient.connect({
+      address,
+      protoRoot: PROTO_ROOT,
+      caFile: path.join(certs, 'ca.pem'),
+      token: 'not-a-token',
+    });
+    t.after(() => malformed.close());
+    assert.match(
+      await advice(malformed),
+      /^the token set in VS Code is malformed \(expected fwai_ and 54 more characters, as fwai token create prints it\): run "fwai: Set Daemon Token"/,
+    );
+    assert.match(await advice(wrong), /run "fwai: Set Daemon Token"/);
 
     const client = await lib.FwaiClient.connect({
       address,

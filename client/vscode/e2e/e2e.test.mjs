@@ -15,7 +15,7 @@ import { createRequire } from 'node:module';
 import { chromium } from 'playwright-core';
 
 const require = createRequire(import.meta.url);
-const { FakeLlm, Daemon, PROTO_ROOT, ROOT, waitFor } = require('../test/support/fixtures.cjs');
+const { BIN, FakeLlm, Daemon, PROTO_ROOT, ROOT, waitFor } = require('../test/support/fixtures.cjs');
 const lib = require('../out/client.js');
 
 const EXT = path.resolve(path.dirname(new URL(import.meta.url).pathname), '..');
@@ -71,7 +71,14 @@ before(async () => {
   fs.mkdirSync(SHOTS, { recursive: true });
 
   fake = await FakeLlm.start();
-  daemon = new Daemon(fake);
+  // Also a lab daemon's way in: TLS (its own CA, and another lab's CA to get wrong) and a token user.
+  const certs = path.join(OUT, 'tls');
+  fs.rmSync(certs, { recursive: true, force: true });
+  for (const dir of [certs, path.join(certs, 'other')]) {
+    execFileSync(path.join(BIN, 'fwaid'), ['tls', 'init', dir, '--host', 'localhost'], { stdio: 'pipe' });
+  }
+  daemon = new Daemon(fake, `tls: {cert: ${certs}/server.pem, key: ${certs}/server.key}\n`);
+  daemon.extraListen = ['tls:127.0.0.1:0'];
   // The workspace: the example firmware, built, a git repository, with its fwai project file.
   fs.cpSync(path.join(ROOT, 'examples', 'stm32vl-blinky'), daemon.project, { recursive: true });
   fs.rmSync(path.join(daemon.project, '.fwai'), { recursive: true, force: true });
@@ -84,6 +91,15 @@ before(async () => {
   });
   await daemon.start();
   daemon.cli(['init', '--yes']);
+  await waitFor(() => daemon.tcpPort() > 0, "fwaid's tls: listener");
+  const tlsEnv = {
+    E2E_TLS_ADDRESS: `tls:localhost:${daemon.tcpPort()}`,
+    E2E_TLS_CA: path.join(certs, 'ca.pem'),
+    E2E_TLS_WRONG_CA: path.join(certs, 'other', 'ca.pem'),
+    E2E_TLS_TOKEN: daemon
+      .cli(['token', 'create', 'alice', '--role', 'user'], { stdio: ['ignore', 'pipe', 'pipe'] })
+      .trim(),
+  };
   // A second project for the multi-root workspace of the extension-host suite.
   project2 = path.join(daemon.dir, 'project2');
   fs.mkdirSync(path.join(project2, 'docs'), { recursive: true });
@@ -153,6 +169,7 @@ before(async () => {
     E2E_PROJECT: daemon.project,
     E2E_PROJECT2: project2,
     E2E_RESULTS_FILE: path.join(RUN, 'exthost-results.json'),
+    ...tlsEnv,
   };
   execFileSync(CS_BIN, [...csArgs, '--install-extension', VSIX], { env, stdio: 'pipe' });
   const log = fs.openSync(path.join(RUN, 'code-server.log'), 'a');

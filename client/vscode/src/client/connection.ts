@@ -8,7 +8,7 @@ import { DaemonAddress, Env, describeAddress, isLocal, resolveDaemonAddress } fr
 import { ensureDaemon } from './autostart';
 import { FwaiError, toFwaiError } from './errors';
 import { loadFwaiPackage } from './proto';
-import { whyUnreachable } from './reach';
+import { Unreachable, whyUnreachable } from './reach';
 
 export interface ConnectOptions {
   /** The `fwai.daemon` setting; empty: $FWAI_DAEMON, else the default socket. */
@@ -144,22 +144,51 @@ export class FwaiClient {
     return how;
   }
 
+  /**
+   * Waits until the channel is ready. Over TCP, when it is not ready within a
+   * second a probe of our own looks for why; a definite answer (untrusted,
+   * nothing listens, another host...) ends the wait at once instead of at
+   * the deadline, and the error says what to change.
+   */
   waitForReady(timeoutMs: number): Promise<void> {
     return new Promise((resolve, reject) => {
-      this.stubs.Daemon.waitForReady(Date.now() + timeoutMs, async (err) => {
-        if (!err) return resolve();
-        let hint =
-          this.address.kind === 'unix'
-            ? this.address.isDefault
-              ? ' (start it with `fwai daemon start`, or enable fwai.autoStart)'
-              : ` (start it with: fwaid --listen unix:${this.address.path})`
-            : '';
-        // Over TCP, why (what to change) when a probe of our own can tell.
-        const why = await whyUnreachable(this.address, this.opts, Math.min(Math.max(timeoutMs, 500), 3000));
-        if (why) hint = `: ${why.message}`;
+      let settled = false;
+      const hint =
+        this.address.kind === 'unix'
+          ? this.address.isDefault
+            ? ' (start it with `fwai daemon start`, or enable fwai.autoStart)'
+            : ` (start it with: fwaid --listen unix:${this.address.path})`
+          : '';
+      const fail = (why: Unreachable | null) => {
+        if (settled) return;
+        settled = true;
         reject(
-          new FwaiError(grpc.status.UNAVAILABLE, `cannot reach fwaid at ${describeAddress(this.address)}${hint}`, why),
+          new FwaiError(
+            grpc.status.UNAVAILABLE,
+            `cannot reach fwaid at ${describeAddress(this.address)}${why ? `: ${why.message}` : hint}`,
+            why,
+          ),
         );
+      };
+      const probeMs = Math.min(Math.max(timeoutMs, 500), 3000);
+      const early =
+        this.address.kind === 'unix'
+          ? null
+          : setTimeout(
+              async () => {
+                const why = await whyUnreachable(this.address, this.opts, probeMs);
+                if (why && why.kind !== 'timeout') fail(why);
+              },
+              Math.min(1000, timeoutMs / 2),
+            );
+      this.stubs.Daemon.waitForReady(Date.now() + timeoutMs, async (err) => {
+        if (early) clearTimeout(early);
+        if (settled) return;
+        if (!err) {
+          settled = true;
+          return resolve();
+        }
+        fail(await whyUnreachable(this.address, this.opts, probeMs));
       });
     });
   }

@@ -6,7 +6,7 @@ import * as fs from 'node:fs';
 import * as path from 'node:path';
 import * as vscode from 'vscode';
 import { SerialSession, toFwaiError } from '../client';
-import { Connection, shown } from './connection';
+import { Connection, shown, staleAfter } from './connection';
 import { ago } from './sessionsView';
 
 export interface Device {
@@ -59,7 +59,13 @@ export class Boards implements vscode.TreeDataProvider<Device>, vscode.Disposabl
   ) {
     this.timers.push(setInterval(() => void this.refresh(), 5000));
     this.timers.push(setInterval(() => void this.renewDue(), 5000));
-    this.disposables.push(conn.onDidChange(() => conn.state === 'connected' && void this.refresh()));
+    this.disposables.push(
+      conn.onDidChange(() => conn.state === 'connected' && void this.refresh()),
+      conn.onDidReset(() => {
+        this.forget();
+        void this.refresh();
+      }),
+    );
   }
 
   async refresh(): Promise<void> {
@@ -73,13 +79,24 @@ export class Boards implements vscode.TreeDataProvider<Device>, vscode.Disposabl
       this.devices = r.devices;
       this.leases = r.leases ?? [];
       this.error = '';
+      this.conn.noteSuccess();
       for (const [dev, l] of this.mine) {
         if (!this.leases.some((x) => x.lease_id === l.lease_id)) this.mine.delete(dev);
       }
     } catch (e) {
       this.error = shown(e);
+      this.conn.noteFailure(e);
+      if (staleAfter(e)) this.forget();
     }
     this.changed.fire(undefined);
+  }
+
+  /** Drops what was listed: it may not be this user's (or this daemon's) any more. */
+  private forget(): void {
+    this.devices = [];
+    this.leases = [];
+    this.mine.clear();
+    this.myUid = '';
   }
 
   /** The lease on `deviceId` held by this user (any of their programs), if any. */
@@ -93,9 +110,10 @@ export class Boards implements vscode.TreeDataProvider<Device>, vscode.Disposabl
 
   getChildren(d?: Device): Device[] {
     if (d) return [];
-    if (this.error && !this.devices.length) return [{ id: '', name: this.error } as Device];
     const order = (x: Device) => (x.kind === 'board' || x.kind === 'simulated' ? 0 : 1);
-    return [...this.devices].sort((a, b) => order(a) - order(b) || a.id.localeCompare(b.id));
+    const listed = [...this.devices].sort((a, b) => order(a) - order(b) || a.id.localeCompare(b.id));
+    // An error goes first, above whatever is still listed from before it.
+    return this.error ? [{ id: '', name: this.error } as Device, ...listed] : listed;
   }
 
   getTreeItem(d: Device): vscode.TreeItem {

@@ -36,7 +36,41 @@ export class Chat implements vscode.WebviewViewProvider, vscode.Disposable {
     private readonly edits: Edits,
     private readonly out: vscode.OutputChannel,
   ) {
-    this.disposables.push(conn.onDidReset(() => this.session && void this.open(this.session.id)));
+    this.disposables.push(
+      // New settings or token: the stream on the old connection ends now and
+      // the session reopens on the new one (again each time the connection
+      // comes back, until it opens).
+      conn.onDidReset(() => {
+        if (!this.session) return;
+        this.stream?.close();
+        this.stream = null;
+        this.reopenId = this.session.id;
+        void this.reopen();
+      }),
+      conn.onDidChange(() => {
+        if (this.reopenId && conn.state === 'connected') void this.reopen();
+      }),
+    );
+  }
+
+  /** The session to open again once the connection allows it, and why it could not be yet. */
+  private reopenId: string | null = null;
+  private reopenError = '';
+
+  private async reopen(): Promise<void> {
+    const id = this.reopenId;
+    if (!id) return;
+    try {
+      await this.open(id, () => this.reopenId === id);
+      if (this.reopenId === id) this.reopenId = null;
+      this.reopenError = '';
+    } catch (e) {
+      if (this.reopenId !== id) return; // another session was opened meanwhile
+      this.reopenError = shown(e);
+      this.streamState = 'closed';
+      this.post({ type: 'connection', state: 'reconnecting', detail: this.reopenError });
+      this.changed.fire();
+    }
   }
 
   // ---------------------------------------------------------------- webview
@@ -172,11 +206,13 @@ export class Chat implements vscode.WebviewViewProvider, vscode.Disposable {
   }
 
   /** Opens (attaches to) a session: its whole history, then the live tail. */
-  async open(sessionId: string): Promise<void> {
+  async open(sessionId: string, stillWanted?: () => boolean): Promise<void> {
     const client = await this.conn.get();
     const info = (await client.call('Sessions', 'Get', { session_id: sessionId })) as SessionInfo;
+    if (stillWanted && !stillWanted()) return; // another session was opened meanwhile
     this.stream?.close();
     this.session = info;
+    this.reopenId = null;
     this.pendingRoot = null;
     this.model = new SessionModel(info.id);
     this.model.mode = info.mode;
@@ -236,6 +272,10 @@ export class Chat implements vscode.WebviewViewProvider, vscode.Disposable {
 
   async send(text: string): Promise<string> {
     const cfg = vscode.workspace.getConfiguration('fwai');
+    if (this.reopenId) {
+      await this.reopen();
+      if (this.reopenId) throw new Error(`not connected to fwaid: ${this.reopenError}`);
+    }
     if (!this.session) {
       const root = this.pendingRoot ?? (await pickProjectRoot());
       if (!root) throw new Error('open a folder first: a session works on a project folder');

@@ -3,7 +3,8 @@
 // settings change, and watched so the status bar can say what it is.
 import * as path from 'node:path';
 import * as vscode from 'vscode';
-import { FwaiClient, describeAddress, errorAdvice, resolveDaemonAddress } from '../client';
+import * as grpc from '@grpc/grpc-js';
+import { FwaiClient, describeAddress, errorAdvice, resolveDaemonAddress, toFwaiError } from '../client';
 
 export type DaemonState = 'disconnected' | 'connecting' | 'connected' | 'error';
 
@@ -16,6 +17,21 @@ function settingsAddress(): string {
   } catch (e) {
     return (e as Error).message;
   }
+}
+
+/**
+ * True when a failed call means what a view shows is no longer this user's
+ * to see: the token or certificate was refused, or the daemon cannot be
+ * reached for a reason the probe found (untrusted, nothing listens...).
+ * A passing blip (a daemon restarting) keeps the list.
+ */
+export function staleAfter(e: unknown): boolean {
+  const fe = toFwaiError(e);
+  return (
+    fe.code === grpc.status.UNAUTHENTICATED ||
+    fe.code === grpc.status.PERMISSION_DENIED ||
+    (fe.code === grpc.status.UNAVAILABLE && fe.unreachable !== null)
+  );
 }
 
 /** A failed call as a VS Code user reads it: the daemon's words and, for a refused token, the command that fixes it. */
@@ -35,6 +51,8 @@ export class Connection implements vscode.Disposable {
   readonly onDidReset = this.reset.event;
   private disposables: vscode.Disposable[] = [];
   private watch: NodeJS.Timeout | null = null;
+  /** Set while the daemon refuses this user's credentials (what to do about it). */
+  private refused = '';
 
   constructor(
     private readonly ctx: vscode.ExtensionContext,
@@ -124,6 +142,20 @@ export class Connection implements vscode.Disposable {
     }
   }
 
+  /** A call failed: a refused token or certificate makes the state 'error' until a call succeeds. */
+  noteFailure(e: unknown): void {
+    if (toFwaiError(e).code !== grpc.status.UNAUTHENTICATED) return;
+    this.refused = shown(e);
+    this.setState('error', this.refused);
+  }
+
+  /** A call succeeded: the credentials are accepted. */
+  noteSuccess(): void {
+    if (!this.refused) return;
+    this.refused = '';
+    if (this.client) this.setState('connected', describeAddress(this.client.address));
+  }
+
   /** Follows the channel's state (ready / connecting / transient failure) for the status bar. */
   private startWatching(): void {
     if (this.watch) clearInterval(this.watch);
@@ -132,7 +164,8 @@ export class Connection implements vscode.Disposable {
       if (!c) return;
       // 2 = READY, 0 = IDLE (no call yet): both mean the daemon answers.
       const st = (c.stubs.Daemon.getChannel() as any).getConnectivityState(false);
-      if (st === 2 || st === 0) this.setState('connected', describeAddress(c.address));
+      if (this.refused) this.setState('error', this.refused);
+      else if (st === 2 || st === 0) this.setState('connected', describeAddress(c.address));
       else if (st === 3) this.setState('connecting', 'reconnecting to fwaid…');
     }, 1000);
   }
@@ -152,6 +185,7 @@ export class Connection implements vscode.Disposable {
   async restart(): Promise<void> {
     const old = this.client;
     this.client = null;
+    this.refused = '';
     old?.close();
     this.setState('disconnected');
     this.reset.fire();

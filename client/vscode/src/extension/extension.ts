@@ -216,12 +216,16 @@ export function activate(ctx: vscode.ExtensionContext): FwaiApi {
   command('fwai.exportSarif', () => evidence.exportSarif());
   command('fwai.exportHtml', () => evidence.showHtml());
 
-  command('fwai.setToken', async () => {
-    const t = await vscode.window.showInputBox({
-      prompt: "Bearer token for the lab daemon (kept in VS Code's secret storage)",
-      password: true,
-      ignoreFocusOut: true,
-    });
+  // The token as an argument (a script, a test) or typed in.
+  command('fwai.setToken', async (given?: unknown) => {
+    const t =
+      typeof given === 'string'
+        ? given
+        : await vscode.window.showInputBox({
+            prompt: "Bearer token for the lab daemon (kept in VS Code's secret storage)",
+            password: true,
+            ignoreFocusOut: true,
+          });
     if (t) await ctx.secrets.store(TOKEN_KEY, t.trim());
   });
   command('fwai.clearToken', () => ctx.secrets.delete(TOKEN_KEY));

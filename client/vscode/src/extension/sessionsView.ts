@@ -5,7 +5,7 @@ import * as path from 'node:path';
 import * as vscode from 'vscode';
 import { SessionInfo } from '../client';
 import type { Chat } from './chat';
-import { Connection, shown } from './connection';
+import { Connection, shown, staleAfter } from './connection';
 
 type Node =
   | { kind: 'group'; root: string; label: string; sessions: SessionInfo[] }
@@ -45,6 +45,11 @@ export class SessionsView implements vscode.TreeDataProvider<Node>, vscode.Dispo
         }
       }),
       conn.onDidChange(() => conn.state === 'connected' && void this.refresh()),
+      // Another daemon or other credentials: nothing listed so far is known to be theirs.
+      conn.onDidReset(() => {
+        this.sessions = [];
+        void this.refresh();
+      }),
     );
   }
 
@@ -54,8 +59,11 @@ export class SessionsView implements vscode.TreeDataProvider<Node>, vscode.Dispo
       const r = await client.call('Sessions', 'List', {});
       this.sessions = (r.sessions as SessionInfo[]).sort((a, b) => b.updated_us - a.updated_us);
       this.error = '';
+      this.conn.noteSuccess();
     } catch (e) {
       this.error = shown(e);
+      this.conn.noteFailure(e);
+      if (staleAfter(e)) this.sessions = [];
     }
     this.changed.fire(undefined);
   }
@@ -64,6 +72,11 @@ export class SessionsView implements vscode.TreeDataProvider<Node>, vscode.Dispo
     if (node?.kind === 'group') return node.sessions.map((s) => ({ kind: 'session', s }));
     if (node) return [];
     if (this.error && !this.sessions.length) return [{ kind: 'message', text: this.error }];
+    if (this.error) return [{ kind: 'message', text: this.error }, ...this.listed()];
+    return this.listed();
+  }
+
+  private listed(): Node[] {
     const folders = vscode.workspace.workspaceFolders ?? [];
     const leaf = (list: SessionInfo[]): Node[] => list.map((s) => ({ kind: 'session', s }));
     const groups: Node[] = [];

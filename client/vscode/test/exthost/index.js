@@ -315,6 +315,117 @@ const tests = [
       assert.equal(api.boards.heldByMe(board.id), undefined);
     },
   ],
+  [
+    'a lab daemon over TLS: a wrong CA, no token, a malformed one, each said with what to do; the views and the chat follow the connection',
+    async () => {
+      const cfg = () => vscode.workspace.getConfiguration('fwai');
+      const G = vscode.ConfigurationTarget.Global;
+      const home = cfg().get('daemon');
+      const first = async (view) => {
+        await view.refresh();
+        const nodes = await view.getChildren();
+        return nodes[0];
+      };
+      const sessionsSay = async () => {
+        const n = await first(api.sessions);
+        return n && n.kind === 'message' ? n.text : '';
+      };
+      let step = 'start';
+      const t0 = Date.now();
+      metrics.tlsSteps = [];
+      try {
+        await vscode.commands.executeCommand('fwai.clearToken');
+        // Another lab's CA: not trusted, said with the setting to change; nothing of before is listed.
+        step = "Another lab's CA: not trusted, said with the setting to c";
+        metrics.tlsSteps.push([Date.now() - t0, step]);
+        await cfg().update('caFile', process.env.E2E_TLS_WRONG_CA, G);
+        await cfg().update('daemon', process.env.E2E_TLS_ADDRESS, G);
+        const untrusted = await until(
+          async () => ((await sessionsSay()).includes('not trusted') ? await sessionsSay() : ''),
+          'the Sessions view to say the certificate is not trusted',
+        );
+        assert.match(untrusted, /its certificate is not trusted by the CA in .*other\/ca\.pem \(fwai\.caFile\)/);
+        assert.match(untrusted, /Set fwai\.caFile/);
+        assert.equal((await api.sessions.getChildren()).length, 1, 'sessions of the unix daemon still listed');
+        await api.boards.refresh();
+        assert.deepEqual(
+          api.boards.getChildren().map((d) => d.id),
+          [''],
+          'boards of the unix daemon still listed',
+        );
+        assert.equal(api.connection.state, 'error');
+        // The right CA, no token: the command that fixes it, not the CLI's hint; the status says error.
+        step = 'The right CA, no token: the command that fixes it, not th';
+        metrics.tlsSteps.push([Date.now() - t0, step]);
+        await cfg().update('caFile', process.env.E2E_TLS_CA, G);
+        const noToken = await until(
+          async () => ((await sessionsSay()).includes('wants a token') ? await sessionsSay() : ''),
+          'the Sessions view to ask for a token',
+        );
+        assert.match(noToken, /run "fwai: Set Daemon Token"/);
+        assert.doesNotMatch(noToken, /FWAI_TOKEN|--token-file/);
+        await until(
+          () => api.connection.state === 'error',
+          () => `state error, is ${api.connection.state}`,
+        );
+        // A malformed token: the daemon's reason.
+        step = "A malformed token: the daemon's reason.";
+        metrics.tlsSteps.push([Date.now() - t0, step]);
+        await vscode.commands.executeCommand('fwai.setToken', 'fwai_not-a-token');
+        await until(
+          async () => /the token set in VS Code is malformed/.test(await sessionsSay()),
+          'the Sessions view to say the token is malformed',
+        );
+        // The right token: connected as alice, and a chat over TLS.
+        step = 'The right token: connected as alice, and a chat over TLS.';
+        metrics.tlsSteps.push([Date.now() - t0, step]);
+        await vscode.commands.executeCommand('fwai.setToken', process.env.E2E_TLS_TOKEN);
+        await until(
+          async () => (await sessionsSay()) === '' && api.connection.state === 'connected',
+          () => `connected, is ${api.connection.state} ${api.connection.detail}`,
+        );
+        const client = await api.connection.get();
+        const s = await client.call('Sessions', 'Create', { title: 'over tls', mode: 'act' });
+        await api.chat.open(s.id);
+        await until(() => api.chat.streamState === 'open', 'the chat stream over TLS to open');
+        // The token replaced by a bad one: the chat leaves the old connection and says why it cannot go on.
+        step = 'The token replaced by a bad one: the chat leaves the old ';
+        metrics.tlsSteps.push([Date.now() - t0, step]);
+        await vscode.commands.executeCommand('fwai.setToken', 'fwai_not-a-token');
+        await until(
+          () => api.chat.streamState === 'closed',
+          () => `the chat to close, is ${api.chat.streamState}`,
+        );
+        await assert.rejects(api.chat.send('hello?'), /not connected to fwaid: the token set in VS Code is malformed/);
+        // A good token again: the chat reopens on the new connection by itself, and a turn goes through.
+        step = 'A good token again: the chat reopens on the new connectio';
+        metrics.tlsSteps.push([Date.now() - t0, step]);
+        await vscode.commands.executeCommand('fwai.setToken', process.env.E2E_TLS_TOKEN);
+        await until(
+          () => api.chat.streamState === 'open',
+          () => `the chat to reopen, is ${api.chat.streamState}`,
+        );
+        await enqueue([{ chunks: ['over ', 'tls'] }]);
+        const turn = await api.chat.send('hello over tls');
+        await turnFinished(turn);
+        assert.match(api.chat.model.outline(turn), /over tls/);
+      } catch (e) {
+        throw new Error(`at step "${step}": ${(e && e.stack) || e}`);
+      } finally {
+        await cfg().update('daemon', home, G);
+        await cfg().update('caFile', undefined, G);
+        await vscode.commands.executeCommand('fwai.clearToken');
+        await until(
+          () =>
+            api.connection.get().then(
+              () => api.connection.state === 'connected',
+              () => false,
+            ),
+          'back on the unix daemon',
+        );
+      }
+    },
+  ],
 ];
 
 async function run() {
@@ -323,6 +434,7 @@ async function run() {
   // is up; when that read is lost, the window opens with no folders and none
   // ever arrive. That window is no test of the extension: the runner opens a
   // new one.
+  let step = 'start';
   try {
     await until(() => (vscode.workspace.workspaceFolders ?? []).length >= 2, 'folders', 30000);
   } catch {

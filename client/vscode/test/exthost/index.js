@@ -428,6 +428,14 @@ const tests = [
   ],
 ];
 
+// The runner waits for the file to appear: it appears whole (written beside it,
+// then renamed), never half-written.
+function writeResults(out, report) {
+  const partial = `${out}.partial`;
+  fs.writeFileSync(partial, JSON.stringify(report, null, 2));
+  fs.renameSync(partial, out);
+}
+
 async function run() {
   const out = process.env.E2E_RESULTS_FILE;
   // The workbench reads a remote workspace file once the remote file system
@@ -439,7 +447,7 @@ async function run() {
     await until(() => (vscode.workspace.workspaceFolders ?? []).length >= 2, 'folders', 30000);
   } catch {
     const why = `the workspace's folders did not open (workspace file ${vscode.workspace.workspaceFile}, folders ${JSON.stringify((vscode.workspace.workspaceFolders ?? []).map((f) => f.uri.toString()))})`;
-    if (out) fs.writeFileSync(out, JSON.stringify({ vscode: vscode.version, retry: why, results: [] }));
+    if (out) writeResults(out, { vscode: vscode.version, retry: why, results: [] });
     return;
   }
   const results = [];
@@ -452,11 +460,7 @@ async function run() {
       results.push({ name, ok: false, ms: Date.now() - t0, error: String((e && e.stack) || e) });
     }
   }
-  if (out)
-    fs.writeFileSync(
-      out,
-      JSON.stringify({ vscode: vscode.version, appName: vscode.env.appName, results, metrics }, null, 2),
-    );
+  if (out) writeResults(out, { vscode: vscode.version, appName: vscode.env.appName, results, metrics });
   const failed = results.filter((r) => !r.ok).length;
   if (failed) throw new Error(`${failed} extension-host test(s) failed`);
 }

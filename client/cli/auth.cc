@@ -194,9 +194,21 @@ int AuthCommands::TokenRevoke() {
   auto st = pb::Auth::NewStub(*ch)->RevokeToken(&ctx, req, &r);
   if (!st.ok()) return FailGrpc(g_, st);
   if (g_.json) {
-    std::cout << json{{"revoked", id_}}.dump() << std::endl;
+    json ended = json::array();
+    for (const auto& l : r.leases_ended()) {
+      ended.push_back({{"lease_id", l.lease_id()},
+                       {"device_id", l.device_id()},
+                       {"holder", l.holder()},
+                       {"node", l.node()}});
+    }
+    std::cout << json{{"revoked", id_}, {"leases_ended", ended}}.dump() << std::endl;
   } else {
     std::cout << "revoked " << id_ << std::endl;
+    for (const auto& l : r.leases_ended()) {
+      std::cout << "  its lease " << l.lease_id() << " on " << l.device_id()
+                << (l.node().empty() ? "" : " (node " + l.node() + ")") << " held by " << l.holder()
+                << " ended; the board is free" << std::endl;
+    }
   }
   return kExitOk;
 }

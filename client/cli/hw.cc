@@ -301,12 +301,20 @@ int HwCommands::Who() {
   if (resp.leases_size() > 0) {
     if (lab) std::printf("%-12s ", "NODE");
     std::printf("%-22s %-34s %-9s %-9s %s\n", "DEVICE", "HOLDER", "SINCE", "EXPIRES", "LEASE");
+    bool tokens = false;
     for (const auto& l : resp.leases()) {
       if (lab) std::printf("%-12s ", l.node().c_str());
-      std::printf("%-22s %-34s %-9s %-9s %s%s\n", l.device_id().c_str(), l.holder().c_str(),
+      std::printf("%-22s %-34s %-9s %-9s %s%s%s\n", l.device_id().c_str(), l.holder().c_str(),
                   HourMinSec(l.acquired_us()).c_str(), HourMinSec(l.expires_us()).c_str(),
                   l.lease_id().c_str(),
-                  l.session_id().empty() ? "" : (" session " + l.session_id()).c_str());
+                  l.session_id().empty() ? "" : (" session " + l.session_id()).c_str(),
+                  l.token_id().empty() ? "" : (" token " + l.token_id()).c_str());
+      tokens = tokens || !l.token_id().empty();
+    }
+    if (tokens) {
+      std::printf(
+          "\nA lease taken with a token ends at once when that token is revoked (fwai token "
+          "revoke);\nan expired token renews nothing, so its lease ends at EXPIRES.\n");
     }
   }
   if (resp.waiters_size() > 0) {

@@ -8,6 +8,7 @@
 #include "server/api/gate.h"
 #include "server/api/offload.h"
 #include "server/auth/token_store.h"
+#include "server/boards/leases.h"
 
 namespace fwai {
 namespace {
@@ -104,20 +105,40 @@ class AuthService final : public pb::Auth::CallbackService {
 
   grpc::ServerUnaryReactor* RevokeToken(grpc::CallbackServerContext* ctx,
                                         const pb::RevokeTokenRequest* req,
-                                        pb::RevokeTokenResponse*) override {
+                                        pb::RevokeTokenResponse* resp) override {
     auto who = deps_.gate->Admit(ctx, "Auth.RevokeToken");
     if (!who.ok()) return Refuse(ctx, who.status());
-    return OffloadUnary(ctx, deps_.pool, true, "", [this, who = *who, req]() -> absl::Status {
+    return OffloadUnary(ctx, deps_.pool, true, "", [this, who = *who, req, resp]() -> absl::Status {
       if (req->id().empty())
         return absl::InvalidArgumentError("id: required (fwai token ls lists them)");
       auto s = deps_.gate->identities().tokens().Revoke(req->id());
       if (!s.ok()) return s;
       deps_.gate->Invalidate();
+      // Its streams first, so that they end saying the token was revoked;
+      // then the leases the token took end with it (nobody may renew or
+      // release them with it any more) and the boards go to whoever waits.
+      deps_.gate->Sweep();
+      nlohmann::json ended = nlohmann::json::array();
+      if (deps_.leases) {
+        const std::string why = absl::StrCat("token ", req->id(), " was revoked");
+        for (const BoardLease& l : deps_.leases->EndTakenWith(req->id(), why)) {
+          auto* e = resp->add_leases_ended();
+          e->set_lease_id(l.lease_id);
+          e->set_device_id(l.board);
+          e->set_holder(l.holder);
+          e->set_node(l.node);
+          ended.push_back({{"lease_id", l.lease_id},
+                           {"board", l.board},
+                           {"holder", l.identity},
+                           {"node", l.node}});
+        }
+      }
       if (deps_.audit) {
         deps_.audit({{"kind", "token_revoked"},
                      {"token_id", req->id()},
                      {"principal", who.id},
-                     {"peer", who.peer}});
+                     {"peer", who.peer},
+                     {"leases_ended", ended}});
       }
       return absl::OkStatus();
     });

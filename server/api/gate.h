@@ -78,6 +78,9 @@ class Gate {
 
   // Forget cached principals (users or tokens changed).
   void Invalidate();
+  // Ends now every tracked stream whose token is no longer valid (the
+  // gate's own thread does so every 250 ms).
+  void Sweep();
   // An evidence record for a refused call (at most one a second per peer and RPC).
   void RecordRefusal(const std::string& rpc, const std::string& who, const std::string& peer,
                      const absl::Status& why);
@@ -90,7 +93,6 @@ class Gate {
 
  private:
   struct Tracked;
-  void Sweep();
 
   Identities& ids_;
   Quotas& quotas_;

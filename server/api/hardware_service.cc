@@ -4,6 +4,7 @@
 // threads so they never hold up the shared pool.
 #include <grpcpp/grpcpp.h>
 
+#include <algorithm>
 #include <atomic>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -182,9 +183,19 @@ class HardwareService final : public pb::Hardware::CallbackService {
                                 pb::WhoResponse* resp) override {
     auto c = CallerOf(ctx, "Hardware.Who");
     if (!c.ok()) return Refuse(ctx, c.status());
-    return Run(ctx, [this, resp] {
+    return Run(ctx, [this, c = *c, resp] {
       ASSIGN_OR_RETURN(auto who, deps_.leases->Who());
-      for (const auto& l : who.first) ToProto(l, resp->add_leases());
+      for (const auto& l : who.first) {
+        pb::Lease* out = resp->add_leases();
+        ToProto(l, out);
+        // Which token holds a lease is its holder's (and the admins') to
+        // know, and only of a token of this node.
+        const bool mine = l.identity == c.identity || std::find(c.aliases.begin(), c.aliases.end(),
+                                                                l.identity) != c.aliases.end();
+        if ((c.admin || mine) && (l.via.empty() || l.via == deps_.boards->node())) {
+          out->set_token_id(l.token_id);
+        }
+      }
       for (const auto& w : who.second) ToProto(w, resp->add_waiters());
       return absl::OkStatus();
     });

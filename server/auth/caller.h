@@ -29,7 +29,8 @@ struct Caller {
   bool admin = false;
   std::string session_id;
   std::string lease_id;
-  std::string peer;  // where the call came from, for the record
+  std::string token_id;  // the token that verified the caller, if one did
+  std::string peer;      // where the call came from, for the record
   // The local account the caller's files are read as (flash images, project
   // files); none: the caller reads no files through fwaid.
   std::optional<LocalAccount> account;

@@ -29,6 +29,7 @@ BoardLease FromLab(const lab::LabLease& l) {
   b.identity = l.identity;
   b.via = l.via;
   b.session_id = l.session_id;
+  b.token_id = l.token_id;
   b.acquired_us = l.acquired_us;
   b.expires_us = l.expires_us;
   b.ttl_s = l.ttl_s;
@@ -64,6 +65,7 @@ BoardLease BoardLeases::FromLocal(const LeaseRecord& l) const {
   b.holder = l.holder;
   b.identity = l.identity;
   b.session_id = l.session_id;
+  b.token_id = l.token_id;
   b.acquired_us = l.acquired_us;
   b.expires_us = l.expires_us;
   b.ttl_s = l.ttl_s;
@@ -213,6 +215,7 @@ absl::StatusOr<lab::LabLeases::Request> LabRequest(const HardwareConfig& hc, con
   r.holder = c.display.empty() ? c.identity : c.display;
   r.identity = c.identity;
   r.session_id = c.session_id;
+  r.token_id = c.token_id;
   r.ttl_s = ttl_s;
   r.wait_s = req.wait_s;
   r.ci = req.ci;
@@ -267,6 +270,7 @@ absl::StatusOr<BoardLease> BoardLeases::AcquireLocal(const Caller& caller, const
       ll.holder = l.holder;
       ll.identity = l.identity;
       ll.session_id = l.session_id;
+      ll.token_id = l.token_id;
       ll.ttl_s = l.ttl_s;
       claimed = lab_->Claim(ll);
     }
@@ -322,6 +326,37 @@ absl::StatusOr<BoardLease> BoardLeases::Renew(const Caller& caller, const std::s
     if (!renewed.ok()) return renewed.status();
   }
   return FromLocal(l);
+}
+
+std::vector<BoardLease> BoardLeases::EndTakenWith(const std::string& token_id,
+                                                  const std::string& reason) {
+  std::vector<BoardLease> ended;
+  if (token_id.empty()) return ended;
+  // This node's boards: ended here, then in the lab.
+  for (const LeaseRecord& l : broker_.TokenEnded(token_id, reason)) {
+    if (lab_) {
+      auto released = lab_->Release(l.lease_id, "", l.identity, true, true);
+      if (!released.ok() && !absl::IsNotFound(released.status())) {
+        spdlog::warn("lab: lease {} ended here ({}) but not in etcd ({}); it lapses with its TTL",
+                     l.lease_id, reason, released.status().ToString());
+      }
+    }
+    ended.push_back(FromLocal(l));
+  }
+  if (!lab_) return ended;
+  // Other nodes' boards, leased through this node with that token.
+  for (const lab::LabLease& l : lab_->Mine()) {
+    if (l.token_id != token_id || !IsLabLeaseId(l.lease_id)) continue;
+    auto released = lab_->Release(l.lease_id, "", l.identity, true, true);
+    if (released.ok()) {
+      spdlog::info("lab: lease {} of {} on {} ended: {}", l.lease_id, l.holder, l.board, reason);
+      ended.push_back(FromLab(*released));
+    } else if (!absl::IsNotFound(released.status())) {
+      spdlog::warn("lab: lease {} on {} not ended ({}); it lapses with its TTL", l.lease_id,
+                   l.board, released.status().ToString());
+    }
+  }
+  return ended;
 }
 
 absl::StatusOr<BoardLease> BoardLeases::Release(const Caller& caller, const std::string& lease_id,

@@ -45,6 +45,7 @@ struct BoardLease {
   std::string identity;  // the principal holding it
   std::string via;       // a lab lease: the node its holder came through
   std::string session_id;
+  std::string token_id;  // the token it was taken with: it ends when that token is revoked
   int64_t acquired_us = 0;
   int64_t expires_us = 0;
   int ttl_s = 0;
@@ -112,6 +113,11 @@ class BoardLeases {
   [[nodiscard]] absl::StatusOr<BoardLease> Release(const Caller& caller,
                                                    const std::string& lease_id,
                                                    const std::string& board, bool force);
+  // A token was revoked: every lease taken with it through this node ends
+  // at once (on this node's boards and, in a lab, on other nodes' boards),
+  // its holder's record saying `reason`, and the board goes to the next
+  // waiter. The leases that ended.
+  std::vector<BoardLease> EndTakenWith(const std::string& token_id, const std::string& reason);
   // A lease held while `stop` is not cancelled: acquired (waiting as asked),
   // announced to `acquired`, renewed every third of its TTL and released
   // when `stop` is cancelled or the lease is lost (ended by someone else,

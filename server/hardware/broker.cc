@@ -309,6 +309,7 @@ absl::StatusOr<LeaseRecord> HardwareBroker::Acquire(
   who.identity = caller.identity;
   who.uid = caller.uid;
   who.session_id = caller.session_id;
+  who.token_id = caller.token_id;
   auto available = [this](const std::string& id) -> absl::Status {
     Board* b = FindBoard(id);
     if (!b) return absl::OkStatus();
@@ -366,6 +367,11 @@ absl::StatusOr<LeaseRecord> HardwareBroker::Release(const Caller& caller,
 
 void HardwareBroker::SessionEnded(const std::string& session_id) {
   leases_->ReleaseSession(session_id);
+}
+
+std::vector<LeaseRecord> HardwareBroker::TokenEnded(const std::string& token_id,
+                                                    const std::string& reason) {
+  return leases_->ReleaseTakenWith(token_id, reason);
 }
 
 std::vector<LeaseRecord> HardwareBroker::Leases() const { return leases_->All(); }

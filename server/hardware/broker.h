@@ -186,6 +186,9 @@ class HardwareBroker {
                                                     const std::string& lease_id,
                                                     const std::string& device_id, bool force);
   void SessionEnded(const std::string& session_id);
+  // Ends every lease taken with token `token_id` (it was revoked), saying
+  // `reason`; the leases that ended.
+  std::vector<LeaseRecord> TokenEnded(const std::string& token_id, const std::string& reason);
   std::vector<LeaseRecord> Leases() const;
   // Who waits for a board (Acquire with a wait), earliest first.
   std::vector<LeaseWaiter> Waiters() const;

@@ -24,6 +24,7 @@ nlohmann::json ToJson(const LeaseRecord& l) {
           {"uid", l.uid},
           {"identity", l.identity},
           {"session_id", l.session_id},
+          {"token_id", l.token_id},
           {"acquired_us", l.acquired_us},
           {"expires_us", l.expires_us},
           {"ttl_s", l.ttl_s},
@@ -39,6 +40,7 @@ LeaseRecord FromJson(const nlohmann::json& j) {
   l.uid = j.value("uid", int64_t{-1});
   l.identity = j.value("identity", "");
   l.session_id = j.value("session_id", "");
+  l.token_id = j.value("token_id", "");
   l.acquired_us = j.value("acquired_us", int64_t{0});
   l.expires_us = j.value("expires_us", int64_t{0});
   l.ttl_s = j.value("ttl_s", 0);
@@ -317,11 +319,24 @@ absl::StatusOr<LeaseRecord> LeaseManager::Release(const std::string& lease_id,
 }
 
 void LeaseManager::ReleaseSession(const std::string& session_id) {
+  if (session_id.empty()) return;
+  ReleaseIf([&](const LeaseRecord& l) { return l.session_id == session_id; },
+            absl::StrCat("session ", session_id, " ended"));
+}
+
+std::vector<LeaseRecord> LeaseManager::ReleaseTakenWith(const std::string& token_id,
+                                                        const std::string& reason) {
+  if (token_id.empty()) return {};
+  return ReleaseIf([&](const LeaseRecord& l) { return l.token_id == token_id; }, reason);
+}
+
+std::vector<LeaseRecord> LeaseManager::ReleaseIf(
+    const std::function<bool(const LeaseRecord&)>& pred, const std::string& reason) {
   std::vector<LeaseRecord> ended;
   {
     std::lock_guard lock(mu_);
     for (auto it = by_device_.begin(); it != by_device_.end();) {
-      if (!session_id.empty() && it->second.session_id == session_id) {
+      if (pred(it->second)) {
         ended.push_back(it->second);
         Erase(it->first);
         it = by_device_.erase(it);
@@ -331,7 +346,8 @@ void LeaseManager::ReleaseSession(const std::string& session_id) {
     }
     cv_.notify_all();
   }
-  for (const auto& l : ended) End(l, absl::StrCat("session ", session_id, " ended"));
+  for (const auto& l : ended) End(l, reason);
+  return ended;
 }
 
 std::optional<LeaseRecord> LeaseManager::Holder(const std::string& device_id) const {

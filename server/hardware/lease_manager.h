@@ -27,6 +27,7 @@ struct LeaseRecord {
   int64_t uid = -1;        // -1: not a local user (tcp)
   std::string identity;    // "uid:N" or "tcp:..."
   std::string session_id;  // set: released when that session goes away
+  std::string token_id;    // set: released when that token is revoked
   int64_t acquired_us = 0;
   int64_t expires_us = 0;
   int ttl_s = 0;
@@ -90,6 +91,9 @@ class LeaseManager {
                                                     bool admin);
   // Ends every lease bound to `session_id`.
   void ReleaseSession(const std::string& session_id);
+  // Ends every lease taken with token `token_id`, saying `reason`; the
+  // leases that ended.
+  std::vector<LeaseRecord> ReleaseTakenWith(const std::string& token_id, const std::string& reason);
 
   std::optional<LeaseRecord> Holder(const std::string& device_id) const;
   std::vector<LeaseRecord> All() const;
@@ -104,6 +108,9 @@ class LeaseManager {
   void Erase(const std::string& device_id);
   void End(const LeaseRecord& l, const std::string& reason);
   void Sweep();
+  // Ends every lease `pred` picks, saying `reason`.
+  std::vector<LeaseRecord> ReleaseIf(const std::function<bool(const LeaseRecord&)>& pred,
+                                     const std::string& reason);
 
   Storage& storage_;
   std::function<void(const LeaseRecord&, const std::string&)> on_end_;

@@ -16,16 +16,11 @@
 namespace fwai::lab {
 
 std::string LeaseToJson(const LabLease& l) {
-  return nlohmann::json{{"lease_id", l.lease_id},
-                        {"board", l.board},
-                        {"node", l.node},
-                        {"holder", l.holder},
-                        {"identity", l.identity},
-                        {"via", l.via},
-                        {"session_id", l.session_id},
-                        {"acquired_us", l.acquired_us},
-                        {"ttl_s", l.ttl_s},
-                        {"etcd_lease", l.etcd_lease}}
+  return nlohmann::json{
+      {"lease_id", l.lease_id},     {"board", l.board},          {"node", l.node},
+      {"holder", l.holder},         {"identity", l.identity},    {"via", l.via},
+      {"session_id", l.session_id}, {"token_id", l.token_id},    {"acquired_us", l.acquired_us},
+      {"ttl_s", l.ttl_s},           {"etcd_lease", l.etcd_lease}}
       .dump();
 }
 
@@ -41,6 +36,7 @@ absl::StatusOr<LabLease> LeaseFromJson(const std::string& text) {
   l.identity = j.value("identity", "");
   l.via = j.value("via", "");
   l.session_id = j.value("session_id", "");
+  l.token_id = j.value("token_id", "");
   l.acquired_us = j.value("acquired_us", int64_t{0});
   l.ttl_s = j.value("ttl_s", 0);
   l.etcd_lease = j.value("etcd_lease", int64_t{0});
@@ -299,6 +295,7 @@ absl::StatusOr<std::optional<LabLease>> LabLeases::TryTake(
   l.identity = req.identity;
   l.via = node_;
   l.session_id = req.session_id;
+  l.token_id = req.token_id;
   l.ttl_s = req.ttl_s;
   auto granted = etcd_.LeaseGrant(req.ttl_s);
   if (!granted.ok()) return granted.status();
@@ -499,6 +496,7 @@ absl::Status LabLeases::Claim(LabLease l) {
   req.holder = l.holder;
   req.identity = l.identity;
   req.session_id = l.session_id;
+  req.token_id = l.token_id;
   req.ttl_s = l.ttl_s;
   for (int attempt = 0; attempt < 20; ++attempt) {
     auto queue = ReadQueue();

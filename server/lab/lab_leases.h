@@ -47,6 +47,7 @@ struct LabLease {
   std::string identity;     // the principal holding it
   std::string via;          // the node the holder came through
   std::string session_id;
+  std::string token_id;  // the token it was taken with at `via` (ended when revoked there)
   int64_t acquired_us = 0;
   int64_t expires_us = 0;
   int ttl_s = 0;
@@ -101,6 +102,7 @@ class LabLeases {
     std::string node;               // set: only boards of this bench
     std::string lease_id;           // set: the lease's id (a bench's local lease to be)
     std::string holder, identity, session_id;
+    std::string token_id;  // the token the caller came with, if any
     int ttl_s = 900;
     int wait_s = 0;   // 0: fail at once when every match is held
     bool ci = false;  // queued in the CI band (a principal with role ci)

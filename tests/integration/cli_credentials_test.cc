@@ -305,11 +305,25 @@ TEST_F(CliCredentialsTest, TokensCertificatesAndLoginThroughTheRealCli) {
     EXPECT_NE(after.err.find(no_runtime_), std::string::npos) << after.err;
   }
 
-  // 6. Revoked: the next call with the token is refused, saying so.
+  // 6. Revoked: the lease the token took ends with it, and the next call
+  // with the token is refused, saying so.
   {
+    const auto as_dave = with(lab_env, "FWAI_TOKEN=" + token);
+    auto lease = Fwai({"hw", "lease", "sim-stm32vl", "--ttl", "600"}, as_dave);
+    ASSERT_EQ(lease.rc, 0) << lease.err;
+    auto held = Fwai({"hw", "who"}, as_dave);
+    ASSERT_EQ(held.rc, 0) << held.err;
+    EXPECT_NE(LineStartingWith(held.out, "sim-stm32vl").find("token " + id), std::string::npos)
+        << held.out;
+    EXPECT_NE(held.out.find("ends at once when that token is revoked"), std::string::npos)
+        << held.out;
     auto revoke = Fwai({"--daemon", admin, "token", "revoke", id});
     ASSERT_EQ(revoke.rc, 0) << revoke.err;
     EXPECT_NE(revoke.out.find("revoked " + id), std::string::npos) << revoke.out;
+    EXPECT_NE(revoke.out.find("on sim-stm32vl held by dave"), std::string::npos) << revoke.out;
+    EXPECT_NE(revoke.out.find("ended; the board is free"), std::string::npos) << revoke.out;
+    auto after = Fwai({"--daemon", admin, "hw", "who"});
+    EXPECT_NE(after.out.find("no leases"), std::string::npos) << after.out;
     for (const auto& how : {std::vector<std::string>{"whoami"},
                             std::vector<std::string>{"--token-file", token_file, "whoami"}}) {
       auto who = Fwai(how, with(lab_env, how.size() == 1 ? "FWAI_TOKEN=" + token : "FWAI_TOKEN="));

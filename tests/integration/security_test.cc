@@ -378,16 +378,22 @@ TEST_F(SecurityTest, StreamsOfARevokedTokenEndSayingSoAndTheirWorkStops) {
   ereq.set_format("json");
   pb::ExportResponse exp;
   ASSERT_TRUE(pb::Evidence::NewStub(d_->channel())->Export(&ectx, ereq, &exp).ok());
+  // The lease's end is on the record: released by alice's hold as its
+  // stream ended, or ended by the revocation itself (whichever came first).
   bool released = false;
   const json all = json::parse(exp.data());
   for (const auto& r : all["records"]) {
     const auto& rec = r["record"];
     if (rec.value("kind", "") == "lease_released" &&
         rec.value("lease_id", "") == lease.lease_id()) {
-      released = rec.value("principal", "") == "user:alice";
+      released = released || rec.value("principal", "") == "user:alice";
+    }
+    if (rec.value("kind", "") == "token_revoked" && rec.contains("leases_ended")) {
+      for (const auto& l : rec["leases_ended"])
+        released = released || l.value("lease_id", "") == lease.lease_id();
     }
   }
-  EXPECT_TRUE(released) << "no lease_released record for " << lease.lease_id();
+  EXPECT_TRUE(released) << "no record of the end of " << lease.lease_id();
   // Half an upload is not a document.
   grpc::ClientContext lctx;
   pb::ListDocumentsRequest lreq;
@@ -395,6 +401,100 @@ TEST_F(SecurityTest, StreamsOfARevokedTokenEndSayingSoAndTheirWorkStops) {
   pb::ListDocumentsResponse docs;
   ASSERT_TRUE(pb::Knowledge::NewStub(d_->channel())->ListDocuments(&lctx, lreq, &docs).ok());
   EXPECT_EQ(docs.documents_size(), 0);
+}
+
+// The rule for a lease taken with a token that is later revoked: it ends at
+// once, whoever else waits gets the board, and the revocation's record
+// names it. It is the token's, not the person's: revoking alice's other
+// token leaves it alone. Which token holds a lease is told to its holder
+// and admins, never to another user.
+TEST_F(SecurityTest, ALeaseTakenWithARevokedTokenEndsAtOnceAndTheBoardGoesToTheNextWaiter) {
+  StartDaemon("");
+  const std::string token = MakeToken("alice");
+  const std::string other = MakeToken("alice");
+  const std::string bobs = MakeToken("bob");
+  auto alice = Channel(Tcp(), Credentials{"", "", "", token});
+  auto bob = Channel(Tcp(), Credentials{"", "", "", bobs});
+  ASSERT_NE(alice, nullptr);
+  ASSERT_NE(bob, nullptr);
+  pb::Lease lease;
+  {
+    grpc::ClientContext ctx;
+    pb::AcquireRequest req;
+    req.set_device_id("sim-stm32vl");
+    req.set_ttl_s(600);
+    auto st = pb::Hardware::NewStub(alice)->Acquire(&ctx, req, &lease);
+    ASSERT_TRUE(st.ok()) << st.error_message();
+  }
+  auto token_of = [&](const std::shared_ptr<grpc::Channel>& ch) {
+    grpc::ClientContext ctx;
+    pb::WhoResponse who;
+    EXPECT_TRUE(pb::Hardware::NewStub(ch)->Who(&ctx, pb::WhoRequest(), &who).ok());
+    for (const auto& l : who.leases()) {
+      if (l.lease_id() == lease.lease_id()) return l.token_id();
+    }
+    return std::string("(no lease)");
+  };
+  EXPECT_EQ(token_of(alice), token_ids_[token]);
+  EXPECT_EQ(token_of(d_->channel()), token_ids_[token]) << "an admin sees it";
+  EXPECT_EQ(token_of(bob), "") << "another user learns which token holds alice's lease";
+  auto revoke = [&](const std::string& t) {
+    grpc::ClientContext ctx;
+    pb::RevokeTokenRequest req;
+    req.set_id(token_ids_[t]);
+    pb::RevokeTokenResponse resp;
+    EXPECT_TRUE(pb::Auth::NewStub(d_->channel())->RevokeToken(&ctx, req, &resp).ok());
+    return resp;
+  };
+  // Her other token: the lease is not its.
+  EXPECT_EQ(revoke(other).leases_ended_size(), 0);
+  EXPECT_EQ(token_of(d_->channel()), token_ids_[token]) << "the lease ended with another token";
+  // Bob waits for the board; the token that took it is revoked.
+  grpc::Status bobs_wait;
+  pb::Lease bobs_lease;
+  std::thread waiter([&] {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+    pb::AcquireRequest req;
+    req.set_device_id("sim-stm32vl");
+    req.set_wait_s(60);
+    bobs_wait = pb::Hardware::NewStub(bob)->Acquire(&ctx, req, &bobs_lease);
+  });
+  bool queued = false;
+  for (int i = 0; i < 400 && !queued; ++i) {
+    grpc::ClientContext ctx;
+    pb::WhoResponse who;
+    queued = pb::Hardware::NewStub(d_->channel())->Who(&ctx, pb::WhoRequest(), &who).ok() &&
+             who.waiters_size() == 1;
+    if (!queued) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_TRUE(queued) << "bob never queued";
+  pb::RevokeTokenResponse revoked = revoke(token);
+  ASSERT_EQ(revoked.leases_ended_size(), 1);
+  EXPECT_EQ(revoked.leases_ended(0).lease_id(), lease.lease_id());
+  EXPECT_EQ(revoked.leases_ended(0).device_id(), "sim-stm32vl");
+  waiter.join();
+  ASSERT_TRUE(bobs_wait.ok()) << "the revoked token's lease kept the board: "
+                              << bobs_wait.error_message();
+  EXPECT_NE(bobs_lease.holder().find("bob"), std::string::npos) << bobs_lease.holder();
+  // The revocation's record names the lease that ended with it.
+  grpc::ClientContext ectx;
+  pb::ExportRequest ereq;
+  ereq.set_format("json");
+  pb::ExportResponse exp;
+  ASSERT_TRUE(pb::Evidence::NewStub(d_->channel())->Export(&ectx, ereq, &exp).ok());
+  bool recorded = false;
+  const json all = json::parse(exp.data());
+  for (const auto& r : all["records"]) {
+    const auto& rec = r["record"];
+    if (rec.value("kind", "") != "token_revoked" || rec.value("token_id", "") != token_ids_[token])
+      continue;
+    for (const auto& l : rec["leases_ended"]) {
+      recorded = recorded || (l.value("lease_id", "") == lease.lease_id() &&
+                              l.value("holder", "") == "user:alice");
+    }
+  }
+  EXPECT_TRUE(recorded) << "no token_revoked record naming " << lease.lease_id();
 }
 
 // A board's streams end with the token that opened them: alice's serial
@@ -467,16 +567,9 @@ TEST_F(SecurityTest, SerialAndFlashStreamsEndWithTheirTokenAndTheFlashStops) {
   EXPECT_EQ(st.error_code(), grpc::StatusCode::UNAUTHENTICATED) << "Serial: " << st.error_message();
   EXPECT_NE(st.error_message().find("revoked"), std::string::npos) << st.error_message();
   // The flash stopped: the admin's reset of quiet (which waits for any
-  // operation on the board) is done long before the 15 s boot wait.
+  // operation on the board) is done long before the 15 s boot wait. The
+  // lease on quiet ended with the token: the admin takes the board at once.
   auto admin = pb::Hardware::NewStub(d_->channel());
-  {
-    grpc::ClientContext ctx;
-    pb::ReleaseRequest req;
-    req.set_device_id("quiet");
-    req.set_force(true);
-    pb::ReleaseResponse resp;
-    ASSERT_TRUE(admin->Release(&ctx, req, &resp).ok());
-  }
   grpc::ClientContext actx;
   pb::AcquireRequest areq;
   areq.set_device_id("quiet");

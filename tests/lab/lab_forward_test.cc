@@ -379,5 +379,93 @@ TEST_F(LabForward, TheFrontChecksTheProjectsRegistersBeforeABenchsBoardIsFlashed
       << clean.messages;
 }
 
+// A token revoked ends the leases it took, in the whole lab: bob's lease on
+// the bench's own board (claimed in etcd) and carol's lab lease on it taken
+// through a front, each when its node revokes the token; the board is free
+// for the other nodes at once, not when the lease's TTL runs out.
+TEST_F(LabForward, ALeaseTakenWithATokenEndsInTheLabWhenTheTokenIsRevoked) {
+  auto token_on = [](Daemon& d, const std::string& user, std::string* id) {
+    grpc::ClientContext ctx;
+    pb::CreateTokenRequest req;
+    req.set_user(user);
+    req.set_role("user");
+    pb::CreateTokenResponse resp;
+    auto st = pb::Auth::NewStub(d.channel())->CreateToken(&ctx, req, &resp);
+    EXPECT_TRUE(st.ok()) << st.error_message();
+    *id = resp.info().id();
+    return resp.token();
+  };
+  auto revoke_on = [](Daemon& d, const std::string& id) {
+    grpc::ClientContext ctx;
+    pb::RevokeTokenRequest req;
+    req.set_id(id);
+    pb::RevokeTokenResponse resp;
+    auto st = pb::Auth::NewStub(d.channel())->RevokeToken(&ctx, req, &resp);
+    EXPECT_TRUE(st.ok()) << st.error_message();
+    return resp;
+  };
+  auto acquire_as = [](const std::shared_ptr<grpc::Channel>& ch, const std::string& token,
+                       pb::Lease* out) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+    ctx.AddMetadata("authorization", "Bearer " + token);
+    pb::AcquireRequest req;
+    req.set_device_id("b1");
+    req.set_ttl_s(600);
+    return pb::Hardware::NewStub(ch)->Acquire(&ctx, req, out);
+  };
+  auto held_in_lab = [&] {
+    auto kv = etcd_->Get("/fwai/leases/b1");
+    return kv.ok() && kv->has_value();
+  };
+  // Bob, with a token of the bench, takes its board: a local lease claimed in the lab.
+  std::string bob_id;
+  const std::string bob = token_on(*bench_, "bob", &bob_id);
+  pb::Lease bobs;
+  grpc::Status st = acquire_as(BenchAs(""), bob, &bobs);
+  ASSERT_TRUE(st.ok()) << st.error_message();
+  ASSERT_TRUE(held_in_lab());
+  EXPECT_NE((*etcd_->Get("/fwai/leases/b1"))->value.find(bob_id), std::string::npos)
+      << "the lab's record names the token the lease was taken with";
+  pb::RevokeTokenResponse ended = revoke_on(*bench_, bob_id);
+  ASSERT_EQ(ended.leases_ended_size(), 1);
+  EXPECT_EQ(ended.leases_ended(0).lease_id(), bobs.lease_id());
+  EXPECT_FALSE(held_in_lab()) << "the bench's board is still claimed in the lab";
+  // Carol, with a token of a front that people reach over TLS, takes the
+  // bench's board through it: a lab lease.
+  auto front3 = std::make_unique<Daemon>(
+      nullptr,
+      "lab:\n  ttl_s: 3\n" + cluster_.LabEtcdYaml("front3") + "  node: front3\n  cert: " + tls_ +
+          "/front3.pem\n  key: " + tls_ + "/front3.key\n  ca: " + tls_ + "/ca.pem\n" +
+          "tls: {cert: " + tls_ + "/front3.pem, key: " + tls_ + "/front3.key}\n" +
+          "hardware:\n  default_simulated_board: false\n",
+      false);
+  front3->AddListen("tls:127.0.0.1:0");
+  ASSERT_TRUE(front3->Start()) << front3->log();
+  std::string carol_id;
+  const std::string carol = token_on(*front3, "carol", &carol_id);
+  pb::Lease carols;
+  st = acquire_as(fwai::testing::BenchAs(tls_, front3->TcpPort(), ""), carol, &carols);
+  ASSERT_TRUE(st.ok()) << st.error_message() << "\n" << front3->log();
+  EXPECT_EQ(carols.node(), "bench1");
+  ASSERT_TRUE(held_in_lab());
+  // Another node cannot have it meanwhile; once the token is revoked, at once.
+  {
+    auto hw = pb::Hardware::NewStub(front1_->channel());
+    grpc::ClientContext ctx;
+    pb::AcquireRequest req;
+    req.set_device_id("b1");
+    pb::Lease l;
+    EXPECT_EQ(hw->Acquire(&ctx, req, &l).error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  }
+  ended = revoke_on(*front3, carol_id);
+  ASSERT_EQ(ended.leases_ended_size(), 1);
+  EXPECT_EQ(ended.leases_ended(0).lease_id(), carols.lease_id());
+  EXPECT_EQ(ended.leases_ended(0).node(), "bench1");
+  EXPECT_FALSE(held_in_lab()) << "the lab lease outlived the token it was taken with";
+  pb::Lease front1s = Lease(*front1_, "b1");
+  EXPECT_FALSE(front1s.lease_id().empty());
+}
+
 }  // namespace
 }  // namespace fwai::lab

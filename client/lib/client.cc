@@ -320,14 +320,25 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> ConnectToDaemon(const DaemonAddre
   }
   auto channel = grpc::experimental::CreateCustomChannelWithInterceptors(
       addr.grpc_target, *channel_creds, args, std::move(interceptors));
-  if (!channel->WaitForConnected(std::chrono::system_clock::now() +
-                                 std::chrono::milliseconds(timeout_ms))) {
-    // Why, when a probe of our own can tell (what to change, not gRPC's words).
-    const std::string why = WhyUnreachable(addr, creds, std::clamp(timeout_ms, 500, 3000));
+  // Why, when a probe of our own can tell (what to change, not gRPC's words).
+  auto unreachable = [&](const std::string& why) {
     return absl::UnavailableError(
         absl::StrCat("cannot reach fwaid at ", addr.grpc_target, why.empty() ? "" : ": ", why));
+  };
+  const int probe_ms = std::clamp(timeout_ms, 500, 3000);
+  const auto start = std::chrono::system_clock::now();
+  const auto deadline = start + std::chrono::milliseconds(timeout_ms);
+  // Not connected within a second: a daemon over TCP that the probe finds
+  // wrong (nothing listens, a certificate not trusted) is said at once
+  // instead of after the whole timeout; otherwise wait the rest.
+  if (channel->WaitForConnected(std::min(deadline, start + std::chrono::seconds(1)))) {
+    return channel;
   }
-  return channel;
+  if (std::string why = WhyUnreachable(addr, creds, probe_ms); !why.empty()) {
+    return unreachable(why);
+  }
+  if (channel->WaitForConnected(deadline)) return channel;
+  return unreachable(WhyUnreachable(addr, creds, probe_ms));
 }
 
 namespace {

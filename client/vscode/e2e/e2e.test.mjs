@@ -43,6 +43,29 @@ async function shot(name) {
   await page.screenshot({ path: path.join(SHOTS, `${name}.png`) });
 }
 
+// The pictures the extension-host suite asks for (NAME.want in SHOTS):
+// taken of `p` once the text it names shows (or after 10 s regardless).
+async function takeAskedShots(p) {
+  for (const f of fs.readdirSync(SHOTS).filter((x) => x.endsWith('.want'))) {
+    const want = path.join(SHOTS, f);
+    const { text } = JSON.parse(fs.readFileSync(want, 'utf8') || '{}');
+    if (text)
+      await p
+        .getByText(text, { exact: false })
+        .first()
+        .waitFor({ timeout: 10000 })
+        .catch(() => {});
+    // The side bar, down to the status bar.
+    const box = await p.locator('.part.sidebar').boundingBox();
+    const size = p.viewportSize();
+    await p.screenshot({
+      path: path.join(SHOTS, f.replace(/\.want$/, '.png')),
+      clip: { x: 0, y: 0, width: Math.round(box.x + box.width), height: size.height },
+    });
+    fs.rmSync(want);
+  }
+}
+
 // The activity bar and side bar only (the README's pictures).
 async function shotSidebar(name) {
   const box = await page.locator('.part.sidebar').boundingBox();
@@ -169,6 +192,7 @@ before(async () => {
     E2E_PROJECT: daemon.project,
     E2E_PROJECT2: project2,
     E2E_RESULTS_FILE: path.join(RUN, 'exthost-results.json'),
+    E2E_SHOTS: SHOTS,
     ...tlsEnv,
   };
   execFileSync(CS_BIN, [...csArgs, '--install-extension', VSIX], { env, stdio: 'pipe' });
@@ -709,7 +733,14 @@ test('extension host: the vscode API side (extensionTestsPath suite)', { timeout
     await p2.goto(
       `http://127.0.0.1:${port}/?workspace=${encodeURIComponent(workspaceFile)}&payload=${encodeURIComponent(JSON.stringify(payload))}`,
     );
-    await waitFor(() => fs.existsSync(results), 'the extension-host suite', 280000);
+    await waitFor(
+      async () => {
+        await takeAskedShots(p2);
+        return fs.existsSync(results);
+      },
+      'the extension-host suite',
+      280000,
+    );
     report = JSON.parse(fs.readFileSync(results, 'utf8'));
     if (!report.retry || attempt === 3) break;
     console.log(`  window ${attempt}: ${report.retry}; opening another`);

@@ -112,12 +112,15 @@ export class Boards implements vscode.TreeDataProvider<Device>, vscode.Disposabl
     if (d) return [];
     const order = (x: Device) => (x.kind === 'board' || x.kind === 'simulated' ? 0 : 1);
     const listed = [...this.devices].sort((a, b) => order(a) - order(b) || a.id.localeCompare(b.id));
-    // An error goes first, above whatever is still listed from before it.
-    return this.error ? [{ id: '', name: this.error } as Device, ...listed] : listed;
+    return listed;
+  }
+
+  /** Why the list could not be read, with what to do; '' when it was. The view shows it above the list, wrapped. */
+  get message(): string {
+    return this.error;
   }
 
   getTreeItem(d: Device): vscode.TreeItem {
-    if (!d.id) return new vscode.TreeItem(d.name);
     const it = new vscode.TreeItem(d.name && d.name !== d.id ? `${d.id}` : d.id);
     const board = d.kind === 'board' || d.kind === 'simulated';
     const mine = this.heldByMe(d.id);

@@ -68,7 +68,7 @@ export class Chat implements vscode.WebviewViewProvider, vscode.Disposable {
       if (this.reopenId !== id) return; // another session was opened meanwhile
       this.reopenError = shown(e);
       this.streamState = 'closed';
-      this.post({ type: 'connection', state: 'reconnecting', detail: this.reopenError });
+      this.post({ type: 'connection', state: 'waiting', detail: this.reopenError });
       this.changed.fire();
     }
   }

@@ -49,8 +49,8 @@ export function activate(ctx: vscode.ExtensionContext): FwaiApi {
 
   ctx.subscriptions.push(
     vscode.window.registerWebviewViewProvider('fwai.chat', chat, { webviewOptions: { retainContextWhenHidden: true } }),
-    vscode.window.createTreeView('fwai.sessions', { treeDataProvider: sessions }),
-    vscode.window.createTreeView('fwai.boards', { treeDataProvider: boards }),
+    withMessage(vscode.window.createTreeView('fwai.sessions', { treeDataProvider: sessions }), sessions),
+    withMessage(vscode.window.createTreeView('fwai.boards', { treeDataProvider: boards }), boards),
     vscode.window.createTreeView('fwai.skills', { treeDataProvider: skills }),
     vscode.window.createTreeView('fwai.evidence', { treeDataProvider: evidence }),
   );
@@ -274,3 +274,18 @@ export function activate(ctx: vscode.ExtensionContext): FwaiApi {
 }
 
 export function deactivate(): void {}
+
+/**
+ * A view whose list could not be read says why above it, wrapped, in full
+ * (a row would cut the advice off); it follows every redraw.
+ */
+function withMessage<T>(
+  view: vscode.TreeView<T>,
+  provider: { readonly message: string; readonly onDidChangeTreeData: vscode.Event<T | undefined> },
+): vscode.Disposable {
+  const follow = provider.onDidChangeTreeData(() => {
+    view.message = provider.message || undefined;
+  });
+  view.message = provider.message || undefined;
+  return vscode.Disposable.from(follow, view);
+}

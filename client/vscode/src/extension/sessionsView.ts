@@ -9,12 +9,11 @@ import { Connection, shown, staleAfter } from './connection';
 
 type Node =
   | { kind: 'group'; root: string; label: string; sessions: SessionInfo[] }
-  | { kind: 'session'; s: SessionInfo }
-  | { kind: 'message'; text: string };
+  | { kind: 'session'; s: SessionInfo };
 
 export function ago(us: number): string {
   const s = Math.max(0, Math.round((Date.now() - us / 1000) / 1000));
-  if (s < 60) return `${s}s ago`;
+  if (s < 60) return 'just now';
   if (s < 3600) return `${Math.floor(s / 60)}m ago`;
   if (s < 86400) return `${Math.floor(s / 3600)}h ago`;
   return `${Math.floor(s / 86400)}d ago`;
@@ -25,6 +24,7 @@ export class SessionsView implements vscode.TreeDataProvider<Node>, vscode.Dispo
   readonly onDidChangeTreeData = this.changed.event;
   sessions: SessionInfo[] = [];
   private error = '';
+  private drawnAs = '';
   private timer: NodeJS.Timeout;
   private disposables: vscode.Disposable[] = [];
 
@@ -41,7 +41,7 @@ export class SessionsView implements vscode.TreeDataProvider<Node>, vscode.Dispo
           shown = chat.session?.id ?? '';
           void this.refresh();
         } else {
-          this.changed.fire(undefined);
+          this.redraw();
         }
       }),
       conn.onDidChange(() => conn.state === 'connected' && void this.refresh()),
@@ -65,14 +65,44 @@ export class SessionsView implements vscode.TreeDataProvider<Node>, vscode.Dispo
       this.conn.noteFailure(e);
       if (staleAfter(e)) this.sessions = [];
     }
+    this.redraw();
+  }
+
+  /**
+   * Redraws only when what the view shows has changed. A redraw replaces
+   * every row's command, and a click that lands on a row just replaced is
+   * lost ("Actual command not found"): polling must not redraw for nothing.
+   */
+  private redraw(): void {
+    const now = JSON.stringify([
+      this.error,
+      this.chat.session?.id ?? '',
+      (vscode.workspace.workspaceFolders ?? []).map((f) => f.uri.fsPath),
+      this.sessions.map((s) => [
+        s.id,
+        s.title,
+        s.mode,
+        s.turn_running,
+        ago(s.updated_us),
+        s.project_root,
+        s.last_seq,
+        s.provider,
+        s.model,
+      ]),
+    ]);
+    if (now === this.drawnAs) return;
+    this.drawnAs = now;
     this.changed.fire(undefined);
+  }
+
+  /** Why the list could not be read, with what to do; '' when it was. The view shows it above the list, wrapped. */
+  get message(): string {
+    return this.error;
   }
 
   getChildren(node?: Node): Node[] {
     if (node?.kind === 'group') return node.sessions.map((s) => ({ kind: 'session', s }));
     if (node) return [];
-    if (this.error && !this.sessions.length) return [{ kind: 'message', text: this.error }];
-    if (this.error) return [{ kind: 'message', text: this.error }, ...this.listed()];
     return this.listed();
   }
 
@@ -95,7 +125,6 @@ export class SessionsView implements vscode.TreeDataProvider<Node>, vscode.Dispo
   }
 
   getTreeItem(node: Node): vscode.TreeItem {
-    if (node.kind === 'message') return new vscode.TreeItem(node.text);
     if (node.kind === 'group') {
       const it = new vscode.TreeItem(node.label, vscode.TreeItemCollapsibleState.Expanded);
       it.description = `${node.sessions.length}`;

@@ -557,9 +557,11 @@ function setConnection(state: string, detail = ''): void {
       ? ''
       : state === 'reconnecting'
         ? `reconnecting to fwaid… ${detail}`
-        : state === 'closed' && detail
-          ? detail
-          : '';
+        : state === 'waiting'
+          ? `not connected: ${detail}. This session reopens by itself once that is fixed.`
+          : state === 'closed' && detail
+            ? detail
+            : '';
   c.style.display = c.textContent ? '' : 'none';
   document.body.dataset.connection = state;
 }

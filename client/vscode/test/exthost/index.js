@@ -28,6 +28,19 @@ async function until(pred, what, ms = 30000) {
   }
   throw new Error(`timed out waiting for ${typeof what === 'function' ? what() : what}`);
 }
+// A picture of this window for the docs, taken by the runner (which alone
+// drives the browser): `NAME.want` in $E2E_SHOTS asks for NAME.png once
+// `text` shows; the runner removes the request when the picture is taken.
+async function shot(name, text) {
+  const dir = process.env.E2E_SHOTS;
+  if (!dir) return;
+  await vscode.commands.executeCommand('fwai.sessions.focus');
+  await vscode.commands.executeCommand('notifications.clearAll');
+  const want = path.join(dir, `${name}.want`);
+  fs.writeFileSync(`${want}.partial`, JSON.stringify({ text }));
+  fs.renameSync(`${want}.partial`, want);
+  await until(() => !fs.existsSync(want), `the runner to take picture ${name}`, 20000);
+}
 function turnFinished(turnId) {
   return new Promise((resolve) => {
     const sub = api.chat.onEvent((ev) => {
@@ -298,6 +311,41 @@ const tests = [
     },
   ],
   [
+    'Sessions redraws only when what it shows changes, so a click never lands on a replaced row; a row opens its session',
+    async () => {
+      let fired = 0;
+      const sub = api.sessions.onDidChangeTreeData(() => fired++);
+      const client = await api.connection.get();
+      let s; // left for the pictures of the connection test: the chat shows it
+      try {
+        await api.sessions.refresh();
+        // Polling with nothing changed: no redraw (one try of three may
+        // cross a change of its own, such as "just now" becoming "1m ago").
+        let quiet = false;
+        for (let i = 0; i < 3 && !quiet; ++i) {
+          fired = 0;
+          await api.sessions.refresh();
+          await api.sessions.refresh();
+          quiet = fired === 0;
+        }
+        assert.ok(quiet, `redrawn ${fired} times with nothing changed`);
+        s = await client.call('Sessions', 'Create', { title: 'a row to click', mode: 'act', project_root: PROJECT });
+        fired = 0;
+        await api.sessions.refresh();
+        assert.ok(fired >= 1, 'a new session was not drawn');
+        const find = (nodes) =>
+          nodes.flatMap((n) => (n.kind === 'group' ? api.sessions.getChildren(n) : [n])).find((n) => n.s?.id === s.id);
+        const row = find(api.sessions.getChildren());
+        assert.ok(row, 'the new session is not listed');
+        const cmd = api.sessions.getTreeItem(row).command;
+        await vscode.commands.executeCommand(cmd.command, ...(cmd.arguments ?? []));
+        await until(() => api.chat.session?.id === s.id, 'the clicked session to open in the chat');
+      } finally {
+        sub.dispose();
+      }
+    },
+  ],
+  [
     'boards: lease, renew and release through the API; the status says who holds it',
     async () => {
       await api.boards.refresh();
@@ -321,14 +369,9 @@ const tests = [
       const cfg = () => vscode.workspace.getConfiguration('fwai');
       const G = vscode.ConfigurationTarget.Global;
       const home = cfg().get('daemon');
-      const first = async (view) => {
-        await view.refresh();
-        const nodes = await view.getChildren();
-        return nodes[0];
-      };
       const sessionsSay = async () => {
-        const n = await first(api.sessions);
-        return n && n.kind === 'message' ? n.text : '';
+        await api.sessions.refresh();
+        return api.sessions.message;
       };
       let step = 'start';
       const t0 = Date.now();
@@ -346,14 +389,19 @@ const tests = [
         );
         assert.match(untrusted, /its certificate is not trusted by the CA in .*other\/ca\.pem \(fwai\.caFile\)/);
         assert.match(untrusted, /Set fwai\.caFile/);
-        assert.equal((await api.sessions.getChildren()).length, 1, 'sessions of the unix daemon still listed');
+        const rows = api.sessions
+          .getChildren()
+          .flatMap((n) => (n.kind === 'group' ? api.sessions.getChildren(n) : [n]));
+        assert.deepEqual(rows, [], 'sessions of the unix daemon still listed');
         await api.boards.refresh();
         assert.deepEqual(
           api.boards.getChildren().map((d) => d.id),
-          [''],
+          [],
           'boards of the unix daemon still listed',
         );
+        assert.match(api.boards.message, /not trusted/);
         assert.equal(api.connection.state, 'error');
+        await shot('connection-untrusted-ca', 'is not trusted');
         // The right CA, no token: the command that fixes it, not the CLI's hint; the status says error.
         step = 'The right CA, no token: the command that fixes it, not th';
         metrics.tlsSteps.push([Date.now() - t0, step]);
@@ -364,6 +412,7 @@ const tests = [
         );
         assert.match(noToken, /run "fwai: Set Daemon Token"/);
         assert.doesNotMatch(noToken, /FWAI_TOKEN|--token-file/);
+        await shot('connection-no-token', 'Set Daemon Token');
         await until(
           () => api.connection.state === 'error',
           () => `state error, is ${api.connection.state}`,
@@ -376,6 +425,7 @@ const tests = [
           async () => /the token set in VS Code is malformed/.test(await sessionsSay()),
           'the Sessions view to say the token is malformed',
         );
+        await shot('connection-malformed-token', 'is malformed');
         // The right token: connected as alice, and a chat over TLS.
         step = 'The right token: connected as alice, and a chat over TLS.';
         metrics.tlsSteps.push([Date.now() - t0, step]);

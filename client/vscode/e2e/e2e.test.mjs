@@ -49,12 +49,15 @@ async function takeAskedShots(p) {
   for (const f of fs.readdirSync(SHOTS).filter((x) => x.endsWith('.want'))) {
     const want = path.join(SHOTS, f);
     const { text } = JSON.parse(fs.readFileSync(want, 'utf8') || '{}');
+    // A tab in the background is not redrawn: the picture would show an old state.
+    await p.bringToFront();
     if (text)
       await p
+        .locator('.part.sidebar')
         .getByText(text, { exact: false })
         .first()
         .waitFor({ timeout: 10000 })
-        .catch(() => {});
+        .catch(() => console.log(`  picture ${f}: "${text}" did not show in 10 s; taken as it is`));
     // The side bar, down to the status bar.
     const box = await p.locator('.part.sidebar').boundingBox();
     const size = p.viewportSize();
@@ -122,6 +125,11 @@ before(async () => {
     E2E_TLS_TOKEN: daemon
       .cli(['token', 'create', 'alice', '--role', 'user'], { stdio: ['ignore', 'pipe', 'pipe'] })
       .trim(),
+    // Another of alice's tokens, for the suite to revoke (E2E_REVOKE: the command that does, plus its id).
+    E2E_TLS_TOKEN_TO_REVOKE: daemon.cli(['--json', 'token', 'create', 'alice', '--role', 'user'], {
+      stdio: ['ignore', 'pipe', 'pipe'],
+    }),
+    E2E_REVOKE: JSON.stringify([path.join(BIN, 'fwai'), '--daemon', daemon.address, 'token', 'revoke']),
   };
   // A second project for the multi-root workspace of the extension-host suite.
   project2 = path.join(daemon.dir, 'project2');

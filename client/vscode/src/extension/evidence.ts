@@ -3,7 +3,7 @@
 import * as path from 'node:path';
 import * as vscode from 'vscode';
 import { sarifDiagnostics } from '../client';
-import { Connection, shown } from './connection';
+import { Connection, shown, staleAfter } from './connection';
 
 interface Run {
   run_id: string;
@@ -21,7 +21,17 @@ export class Evidence implements vscode.TreeDataProvider<Node>, vscode.Disposabl
   private error = '';
   readonly diagnostics = vscode.languages.createDiagnosticCollection('fwai-evidence');
 
-  constructor(private readonly conn: Connection) {}
+  private readonly disposables: vscode.Disposable[] = [];
+
+  constructor(private readonly conn: Connection) {
+    // Another daemon or other credentials: the records listed were the old connection's.
+    this.disposables.push(
+      conn.onDidReset(() => {
+        this.forget();
+        void this.refresh();
+      }),
+    );
+  }
 
   async refresh(): Promise<void> {
     try {
@@ -31,8 +41,19 @@ export class Evidence implements vscode.TreeDataProvider<Node>, vscode.Disposabl
       this.error = '';
     } catch (e) {
       this.error = shown(e);
+      if (staleAfter(e)) this.forget();
     }
     this.changed.fire(undefined);
+  }
+
+  /** Why the log could not be read, with what to do; '' when it was. The view shows it above the list, wrapped. */
+  get message(): string {
+    return this.error;
+  }
+
+  private forget(): void {
+    this.runs = [];
+    this.verify = null;
   }
 
   async verifyLog(): Promise<void> {
@@ -58,14 +79,13 @@ export class Evidence implements vscode.TreeDataProvider<Node>, vscode.Disposabl
   getTreeItem(n: Node): vscode.TreeItem {
     if (n.kind === 'status') {
       const v = this.verify;
+      const records = (n: number) => `${n} record${n === 1 ? '' : 's'}`;
       const it = new vscode.TreeItem(
-        this.error
-          ? this.error
-          : v
-            ? v.ok
-              ? `Verified: ${v.records} records`
-              : `NOT verified: ${v.first_bad}`
-            : `${this.runs.length} records (not verified yet)`,
+        v
+          ? v.ok
+            ? `Verified: ${records(v.records)}`
+            : `NOT verified: ${v.first_bad}`
+          : `${records(this.runs.length)} (not verified yet)`,
       );
       it.iconPath = new vscode.ThemeIcon(v ? (v.ok ? 'verified-filled' : 'error') : 'shield');
       it.tooltip =
@@ -164,6 +184,7 @@ export class Evidence implements vscode.TreeDataProvider<Node>, vscode.Disposabl
 
   dispose(): void {
     this.diagnostics.dispose();
+    for (const d of this.disposables) d.dispose();
   }
 }
 

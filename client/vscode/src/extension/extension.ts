@@ -52,7 +52,7 @@ export function activate(ctx: vscode.ExtensionContext): FwaiApi {
     withMessage(vscode.window.createTreeView('fwai.sessions', { treeDataProvider: sessions }), sessions),
     withMessage(vscode.window.createTreeView('fwai.boards', { treeDataProvider: boards }), boards),
     vscode.window.createTreeView('fwai.skills', { treeDataProvider: skills }),
-    vscode.window.createTreeView('fwai.evidence', { treeDataProvider: evidence }),
+    withMessage(vscode.window.createTreeView('fwai.evidence', { treeDataProvider: evidence }), evidence),
   );
 
   // Errors of commands become one message naming what failed.

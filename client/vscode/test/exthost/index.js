@@ -364,7 +364,7 @@ const tests = [
     },
   ],
   [
-    'a lab daemon over TLS: a wrong CA, no token, a malformed one, each said with what to do; the views and the chat follow the connection',
+    'a lab daemon over TLS: a wrong CA, no token, a malformed one, one revoked in use, each said with what to do; the views and the chat follow the connection',
     async () => {
       const cfg = () => vscode.workspace.getConfiguration('fwai');
       const G = vscode.ConfigurationTarget.Global;
@@ -459,6 +459,45 @@ const tests = [
         const turn = await api.chat.send('hello over tls');
         await turnFinished(turn);
         assert.match(api.chat.model.outline(turn), /over tls/);
+        // Another token, a board leased with it, then the token revoked by an
+        // admin: the lease ends with it, the views drop their lists and say
+        // so with the command that fixes it, the status is in error.
+        step = 'A token revoked while in use: its lease ends, the views say';
+        metrics.tlsSteps.push([Date.now() - t0, step]);
+        const doomed = JSON.parse(process.env.E2E_TLS_TOKEN_TO_REVOKE);
+        await vscode.commands.executeCommand('fwai.setToken', doomed.token);
+        await until(
+          async () => (await sessionsSay()) === '' && api.connection.state === 'connected',
+          () => `connected with the other token, is ${api.connection.state} ${api.connection.detail}`,
+        );
+        await api.boards.refresh();
+        const board = api.boards.devices.find((d) => d.id === 'sim-stm32vl');
+        assert.ok(board, 'no board listed over TLS');
+        if (!api.boards.heldByMe(board.id)) await api.boards.lease(board);
+        assert.ok(api.boards.heldByMe(board.id));
+        const [bin, ...args] = JSON.parse(process.env.E2E_REVOKE);
+        const said = require('child_process').execFileSync(bin, [...args, doomed.id], { encoding: 'utf8' });
+        assert.match(said, /its lease .* on sim-stm32vl .*ended/);
+        const revoked = await until(
+          async () => ((await sessionsSay()).includes('revoked') ? await sessionsSay() : ''),
+          'the Sessions view to say the token was revoked',
+        );
+        assert.match(revoked, /run "fwai: Set Daemon Token"/);
+        await until(
+          () => api.connection.state === 'error',
+          () => `state error, is ${api.connection.state}`,
+        );
+        await api.boards.refresh();
+        assert.deepEqual(
+          api.boards.getChildren().map((d) => d.id),
+          [],
+          'boards still listed after the token was revoked',
+        );
+        assert.match(api.boards.message, /revoked/);
+        await api.evidence.refresh();
+        assert.deepEqual(api.evidence.runs, [], 'records still listed after the token was revoked');
+        assert.match(api.evidence.message, /revoked/);
+        await shot('connection-revoked-token', 'with a valid token');
       } catch (e) {
         throw new Error(`at step "${step}": ${(e && e.stack) || e}`);
       } finally {

@@ -125,6 +125,10 @@ before(async () => {
     E2E_TLS_TOKEN: daemon
       .cli(['token', 'create', 'alice', '--role', 'user'], { stdio: ['ignore', 'pipe', 'pipe'] })
       .trim(),
+    // One of alice's that lives a second: long expired when the suite sets it.
+    E2E_TLS_TOKEN_EXPIRED: daemon
+      .cli(['token', 'create', 'alice', '--role', 'user', '--expires', '1'], { stdio: ['ignore', 'pipe', 'pipe'] })
+      .trim(),
     // Another of alice's tokens, for the suite to revoke (E2E_REVOKE: the command that does, plus its id).
     E2E_TLS_TOKEN_TO_REVOKE: daemon.cli(['--json', 'token', 'create', 'alice', '--role', 'user'], {
       stdio: ['ignore', 'pipe', 'pipe'],

@@ -364,7 +364,7 @@ const tests = [
     },
   ],
   [
-    'a lab daemon over TLS: a wrong CA, no token, a malformed one, one revoked in use, each said with what to do; the views and the chat follow the connection',
+    'a lab daemon over TLS: a wrong CA, no token, a malformed one, an expired one, one revoked in use, each said with what to do; the views and the chat follow the connection',
     async () => {
       const cfg = () => vscode.workspace.getConfiguration('fwai');
       const G = vscode.ConfigurationTarget.Global;
@@ -426,6 +426,15 @@ const tests = [
           'the Sessions view to say the token is malformed',
         );
         await shot('connection-malformed-token', 'is malformed');
+        // An expired token: when it expired, and the command.
+        step = 'An expired token: when it expired, and the command.';
+        metrics.tlsSteps.push([Date.now() - t0, step]);
+        await vscode.commands.executeCommand('fwai.setToken', process.env.E2E_TLS_TOKEN_EXPIRED);
+        const expired = await until(
+          async () => ((await sessionsSay()).includes('expired at') ? await sessionsSay() : ''),
+          'the Sessions view to say the token expired',
+        );
+        assert.match(expired, /run "fwai: Set Daemon Token"/);
         // The right token: connected as alice, and a chat over TLS.
         step = 'The right token: connected as alice, and a chat over TLS.';
         metrics.tlsSteps.push([Date.now() - t0, step]);

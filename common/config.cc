@@ -411,6 +411,605 @@ absl::StatusOr<std::map<std::string, McpServerEntry>> ParseMcpServers(const std:
   return out;
 }
 
+namespace {
+
+absl::Status BoolField(ConfigReader& r, const YAML::Node& v, const std::string& field, bool& out) {
+  if (!v.IsScalar() || (v.Scalar() != "true" && v.Scalar() != "false"))
+    return r.Error(v, field, "expected true or false");
+  out = v.Scalar() == "true";
+  return absl::OkStatus();
+}
+
+absl::Status StringList(ConfigReader& r, const YAML::Node& v, const std::string& field,
+                        std::vector<std::string>& out) {
+  if (!v.IsSequence()) return r.Error(v, field, "expected a list of strings");
+  for (const auto& item : v) {
+    std::string s;
+    CFG_TRY(r.String(item, field + "[]", s));
+    out.push_back(s);
+  }
+  return absl::OkStatus();
+}
+
+// `lab:`.
+absl::Status ParseLabSection(ConfigReader& r, const YAML::Node& n, DaemonConfig& c) {
+  CFG_TRY(ParseLabConfig(r, n, c.lab));
+  // etcd over TLS: this node's certificate unless others are named.
+  LabConfig& l = c.lab;
+  const TlsConfig& t = c.security.tls;
+  if (l.etcd_tls) {
+    if (l.etcd_ca.empty()) l.etcd_ca = l.ca.empty() ? t.client_ca : l.ca;
+    if (l.etcd_cert.empty()) l.etcd_cert = l.cert.empty() ? t.cert : l.cert;
+    if (l.etcd_key.empty()) l.etcd_key = l.key.empty() ? t.key : l.key;
+    if (l.etcd_ca.empty() || l.etcd_cert.empty() || l.etcd_key.empty()) {
+      return r.Error(
+          n["etcd"], "lab.etcd",
+          "https:// needs the CA etcd's certificate is checked against and this node's client "
+          "certificate: set lab.etcd_ca, lab.etcd_cert and lab.etcd_key (or lab.ca, lab.cert, "
+          "lab.key; fwaid tls issue DIR --node NODE makes one)");
+    }
+  }
+  return absl::OkStatus();
+}
+
+// `toolchain:`.
+absl::Status ParseToolchainSection(ConfigReader& r, const YAML::Node& n, DaemonConfig& c) {
+  CFG_TRY(r.CheckKeys(n, "toolchain", {"dpkg_admindir"}));
+  if (auto d = n["dpkg_admindir"])
+    CFG_TRY(r.String(d, "toolchain.dpkg_admindir", c.toolchain_dpkg_admindir));
+  return absl::OkStatus();
+}
+
+// `secrets:`.
+absl::Status ParseSecretsSection(ConfigReader& r, const YAML::Node& n, DaemonConfig& c) {
+  CFG_TRY(r.CheckKeys(n, "secrets", {"patterns"}));
+  if (auto p = n["patterns"]) {
+    if (!p.IsSequence())
+      return r.Error(p, "secrets.patterns", "expected a list of regexes (name=regex or regex)");
+    for (const auto& item : p) {
+      std::string pat;
+      CFG_TRY(r.String(item, "secrets.patterns[]", pat));
+      // "name=regex" when what precedes '=' is a plain name.
+      const auto eq = pat.find('=');
+      const bool named = eq != std::string::npos && eq > 0 &&
+                         std::all_of(pat.begin(), pat.begin() + eq, [](char ch) {
+                           return std::isalnum(static_cast<unsigned char>(ch)) || ch == '_';
+                         });
+      try {
+        std::regex check(named ? pat.substr(eq + 1) : pat);
+      } catch (const std::regex_error&) {
+        return r.Error(item, "secrets.patterns[]", "not a valid regular expression");
+      }
+      c.secret_patterns.push_back(pat);
+    }
+  }
+  return absl::OkStatus();
+}
+
+// `listen:`.
+absl::Status ParseListenSection(ConfigReader& r, const YAML::Node& n, DaemonConfig& c) {
+  if (n.IsScalar()) {
+    c.listen.push_back(n.Scalar());
+  } else if (n.IsSequence()) {
+    for (const auto& item : n) {
+      std::string s;
+      CFG_TRY(r.String(item, "listen[]", s));
+      c.listen.push_back(s);
+    }
+  } else {
+    return r.Error(n, "listen", "expected an address or a list of addresses");
+  }
+  for (size_t i = 0; i < c.listen.size(); ++i) {
+    const auto& a = c.listen[i];
+    if (!absl::StartsWith(a, "unix:") && !absl::StartsWith(a, "tcp:") &&
+        !absl::StartsWith(a, "tls:")) {
+      return r.Error(
+          n.IsSequence() ? n[i] : n, "listen",
+          absl::StrCat("expected unix:PATH, tcp:HOST:PORT or tls:HOST:PORT, got '", a, "'"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// `log_level:`.
+absl::Status ParseLogLevelSection(ConfigReader& r, const YAML::Node& n, DaemonConfig& c) {
+  CFG_TRY(r.String(n, "log_level", c.log_level));
+  static const std::set<std::string> kLevels = {"trace", "debug", "info", "warn", "error", "off"};
+  if (!kLevels.count(c.log_level)) {
+    return r.Error(n, "log_level", "expected one of trace, debug, info, warn, error, off");
+  }
+  return absl::OkStatus();
+}
+
+// `providers:`.
+absl::Status ParseProvidersSection(ConfigReader& r, const YAML::Node& n, DaemonConfig& c) {
+  if (!n.IsMap()) return r.Error(n, "providers", "expected a mapping of provider name to settings");
+  for (const auto& kv : n) {
+    const std::string name = kv.first.as<std::string>();
+    ProviderConfig p;
+    CFG_TRY(ParseProvider(r, name, kv.second, p));
+    c.providers[name] = p;
+  }
+  return absl::OkStatus();
+}
+
+// `default_provider:`.
+absl::Status ParseDefaultProviderSection(ConfigReader& r, const YAML::Node& n, DaemonConfig& c) {
+  CFG_TRY(r.String(n, "default_provider", c.default_provider));
+  if (!c.providers.count(c.default_provider) && c.default_provider != "anthropic" &&
+      c.default_provider != "openai") {
+    return r.Error(
+        n, "default_provider",
+        absl::StrCat("'", c.default_provider, "' is not a provider defined under providers:"));
+  }
+  return absl::OkStatus();
+}
+
+// `agent:`.
+absl::Status ParseAgentSection(ConfigReader& r, const YAML::Node& n, DaemonConfig& c) {
+  CFG_TRY(r.CheckKeys(n, "agent",
+                      {"max_iterations", "max_message_bytes", "tool_threshold", "tools_top_k",
+                       "subagents", "prices", "context_windows", "turn_threads", "turn_starts"}));
+  if (auto pr = n["prices"]) {
+    if (!pr.IsMap())
+      return r.Error(
+          pr, "agent.prices",
+          "expected a mapping of model prefix to {input, output} USD per million tokens");
+    for (const auto& kv : pr) {
+      const std::string f = "agent.prices." + kv.first.as<std::string>();
+      CFG_TRY(r.CheckKeys(kv.second, f, {"input", "output"}));
+      double in = 0, out = 0;
+      if (kv.second["input"]) CFG_TRY(r.Double(kv.second["input"], f + ".input", 0, 100000, in));
+      if (kv.second["output"])
+        CFG_TRY(r.Double(kv.second["output"], f + ".output", 0, 100000, out));
+      c.prices[kv.first.as<std::string>()] = {in, out};
+    }
+  }
+  if (auto cw = n["context_windows"]) {
+    if (!cw.IsMap())
+      return r.Error(cw, "agent.context_windows", "expected a mapping of model prefix to tokens");
+    for (const auto& kv : cw) {
+      int64_t tokens = 0;
+      CFG_TRY(r.Int(kv.second, "agent.context_windows." + kv.first.as<std::string>(), 1024,
+                    int64_t{1} << 32, tokens));
+      c.context_windows[kv.first.as<std::string>()] = tokens;
+    }
+  }
+  if (auto sa = n["subagents"]) {
+    if (!sa.IsMap())
+      return r.Error(sa, "agent.subagents", "expected a mapping of type name to settings");
+    for (const auto& kv : sa) {
+      const std::string name = kv.first.as<std::string>();
+      const std::string f = "agent.subagents." + name;
+      const auto& e = kv.second;
+      CFG_TRY(r.CheckKeys(e, f,
+                          {"description", "provider", "model", "timeout_s", "max_tokens",
+                           "max_tool_calls", "temperature", "tools", "read_only", "prompt"}));
+      SubagentConfig s;
+      s.name = name;
+      if (e["description"]) CFG_TRY(r.String(e["description"], f + ".description", s.description));
+      if (e["provider"]) CFG_TRY(r.String(e["provider"], f + ".provider", s.provider));
+      if (e["model"]) CFG_TRY(r.String(e["model"], f + ".model", s.model));
+      if (e["prompt"]) CFG_TRY(r.String(e["prompt"], f + ".prompt", s.prompt));
+      if (e["timeout_s"]) CFG_TRY(r.Int(e["timeout_s"], f + ".timeout_s", 1, 86400, s.timeout_s));
+      if (e["max_tokens"])
+        CFG_TRY(r.Int(e["max_tokens"], f + ".max_tokens", 1, 1000000, s.max_tokens));
+      if (e["max_tool_calls"])
+        CFG_TRY(r.Int(e["max_tool_calls"], f + ".max_tool_calls", 0, 10000, s.max_tool_calls));
+      if (e["temperature"])
+        CFG_TRY(r.Double(e["temperature"], f + ".temperature", 0, 2, s.temperature));
+      if (e["read_only"]) {
+        if (!e["read_only"].IsScalar() ||
+            (e["read_only"].Scalar() != "true" && e["read_only"].Scalar() != "false")) {
+          return r.Error(e["read_only"], f + ".read_only", "expected true or false");
+        }
+        s.read_only = e["read_only"].Scalar() == "true";
+      }
+      if (const auto& tl = e["tools"]) {
+        if (!tl.IsSequence()) return r.Error(tl, f + ".tools", "expected a list of tool names");
+        for (const auto& t : tl) {
+          std::string x;
+          CFG_TRY(r.String(t, f + ".tools[]", x));
+          s.tools.push_back(x);
+        }
+      }
+      c.subagents[name] = s;
+    }
+  }
+  if (n["tool_threshold"])
+    CFG_TRY(r.Int(n["tool_threshold"], "agent.tool_threshold", 1, 100000, c.tool_threshold));
+  if (n["tools_top_k"])
+    CFG_TRY(r.Int(n["tools_top_k"], "agent.tools_top_k", 1, 100, c.tools_top_k));
+  if (n["max_iterations"]) {
+    CFG_TRY(r.Int(n["max_iterations"], "agent.max_iterations", 1, 1000, c.max_iterations));
+  }
+  if (n["max_message_bytes"]) {
+    CFG_TRY(
+        r.Int(n["max_message_bytes"], "agent.max_message_bytes", 1, 64 << 20, c.max_message_bytes));
+  }
+  if (n["turn_threads"])
+    CFG_TRY(r.Int(n["turn_threads"], "agent.turn_threads", 0, 1000, c.turn_threads));
+  if (n["turn_starts"])
+    CFG_TRY(r.Int(n["turn_starts"], "agent.turn_starts", 0, 1000, c.turn_starts));
+  return absl::OkStatus();
+}
+
+// `http:`.
+absl::Status ParseHttpSection(ConfigReader& r, const YAML::Node& n, DaemonConfig& c) {
+  CFG_TRY(r.CheckKeys(n, "http", {"connect_timeout_s", "idle_timeout_s"}));
+  if (n["connect_timeout_s"]) {
+    CFG_TRY(
+        r.Int(n["connect_timeout_s"], "http.connect_timeout_s", 1, 600, c.http_connect_timeout_s));
+  }
+  if (n["idle_timeout_s"]) {
+    CFG_TRY(r.Int(n["idle_timeout_s"], "http.idle_timeout_s", 1, 3600, c.http_idle_timeout_s));
+  }
+  return absl::OkStatus();
+}
+
+// `retry:`.
+absl::Status ParseRetrySection(ConfigReader& r, const YAML::Node& n, DaemonConfig& c) {
+  CFG_TRY(r.CheckKeys(n, "retry", {"max_attempts", "initial_backoff_ms", "max_backoff_ms"}));
+  if (n["max_attempts"]) {
+    CFG_TRY(r.Int(n["max_attempts"], "retry.max_attempts", 1, 20, c.retry.max_attempts));
+  }
+  if (n["initial_backoff_ms"]) {
+    CFG_TRY(r.Int(n["initial_backoff_ms"], "retry.initial_backoff_ms", 0, 600000,
+                  c.retry.initial_backoff_ms));
+  }
+  if (n["max_backoff_ms"]) {
+    CFG_TRY(r.Int(n["max_backoff_ms"], "retry.max_backoff_ms", 0, 600000, c.retry.max_backoff_ms));
+  }
+  return absl::OkStatus();
+}
+
+// `subscribers:`.
+absl::Status ParseSubscribersSection(ConfigReader& r, const YAML::Node& n, DaemonConfig& c) {
+  CFG_TRY(r.CheckKeys(n, "subscribers", {"high_water", "max_queue"}));
+  if (n["high_water"]) {
+    CFG_TRY(r.Int(n["high_water"], "subscribers.high_water", 1, 1000000, c.subscribers.high_water));
+  }
+  if (n["max_queue"]) {
+    CFG_TRY(r.Int(n["max_queue"], "subscribers.max_queue", 2, 10000000, c.subscribers.max_queue));
+  }
+  if (c.subscribers.max_queue <= c.subscribers.high_water) {
+    return r.Error(n, "subscribers.max_queue", "must be greater than subscribers.high_water");
+  }
+  return absl::OkStatus();
+}
+
+// `tools:`.
+absl::Status ParseToolsSection(ConfigReader& r, const YAML::Node& n, DaemonConfig& c) {
+  CFG_TRY(r.CheckKeys(
+      n, "tools",
+      {"read_file_max_bytes", "grep_max_results", "glob_max_results", "list_dir_max_entries"}));
+  if (n["read_file_max_bytes"]) {
+    CFG_TRY(r.Int(n["read_file_max_bytes"], "tools.read_file_max_bytes", 1, 64 << 20,
+                  c.tools.read_file_max_bytes));
+  }
+  if (n["grep_max_results"]) {
+    CFG_TRY(r.Int(n["grep_max_results"], "tools.grep_max_results", 1, 100000,
+                  c.tools.grep_max_results));
+  }
+  if (n["glob_max_results"]) {
+    CFG_TRY(r.Int(n["glob_max_results"], "tools.glob_max_results", 1, 100000,
+                  c.tools.glob_max_results));
+  }
+  if (n["list_dir_max_entries"]) {
+    CFG_TRY(r.Int(n["list_dir_max_entries"], "tools.list_dir_max_entries", 1, 100000,
+                  c.tools.list_dir_max_entries));
+  }
+  return absl::OkStatus();
+}
+
+// `hardware:`.
+absl::Status ParseHardwareSection(ConfigReader& r, const YAML::Node& n, DaemonConfig& c) {
+  CFG_TRY(r.CheckKeys(n, "hardware",
+                      {"sysfs_root", "dev_root", "history_lines", "default_ttl_s", "max_ttl_s",
+                       "default_simulated_board", "keep_serial_transcripts", "boards"}));
+  auto& h = c.hardware;
+  if (n["sysfs_root"]) CFG_TRY(r.String(n["sysfs_root"], "hardware.sysfs_root", h.sysfs_root));
+  if (n["dev_root"]) CFG_TRY(r.String(n["dev_root"], "hardware.dev_root", h.dev_root));
+  if (n["history_lines"])
+    CFG_TRY(r.Int(n["history_lines"], "hardware.history_lines", 10, 10000000, h.history_lines));
+  if (n["max_ttl_s"])
+    CFG_TRY(r.Int(n["max_ttl_s"], "hardware.max_ttl_s", 1, 30 * 86400, h.max_ttl_s));
+  if (n["default_ttl_s"])
+    CFG_TRY(r.Int(n["default_ttl_s"], "hardware.default_ttl_s", 1, h.max_ttl_s, h.default_ttl_s));
+  if (auto d = n["default_simulated_board"]) {
+    if (!d.IsScalar() || (d.Scalar() != "true" && d.Scalar() != "false")) {
+      return r.Error(d, "hardware.default_simulated_board", "expected true or false");
+    }
+    h.default_simulated_board = d.Scalar() == "true";
+  }
+  if (auto k = n["keep_serial_transcripts"]) {
+    if (!k.IsScalar() || (k.Scalar() != "true" && k.Scalar() != "false")) {
+      return r.Error(k, "hardware.keep_serial_transcripts", "expected true or false");
+    }
+    h.keep_serial_transcripts = k.Scalar() == "true";
+  }
+  if (auto bs = n["boards"]) {
+    if (!bs.IsSequence()) return r.Error(bs, "hardware.boards", "expected a list of boards");
+    for (size_t i = 0; i < bs.size(); ++i) {
+      BoardConfig b;
+      CFG_TRY(ParseBoard(r, bs[i], i, h, b));
+      h.boards.push_back(std::move(b));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// `ota:`.
+absl::Status ParseOtaSection(ConfigReader& r, const YAML::Node& n, DaemonConfig& c) {
+  CFG_TRY(r.CheckKeys(n, "ota", {"keys", "max_failure_rate", "health_timeout_s"}));
+  if (n["keys"]) CFG_TRY(StringList(r, n["keys"], "ota.keys", c.ota.keys));
+  if (n["max_failure_rate"])
+    CFG_TRY(r.Double(n["max_failure_rate"], "ota.max_failure_rate", 0, 1, c.ota.max_failure_rate));
+  if (n["health_timeout_s"])
+    CFG_TRY(r.Int(n["health_timeout_s"], "ota.health_timeout_s", 1, 3600, c.ota.health_timeout_s));
+  return absl::OkStatus();
+}
+
+// `plugins:`.
+absl::Status ParsePluginsSection(ConfigReader& r, const YAML::Node& n, DaemonConfig& c) {
+  CFG_TRY(r.CheckKeys(n, "plugins",
+                      {"trusted_keys", "allow_unsigned", "allow_tampered", "marketplaces"}));
+  if (n["trusted_keys"])
+    CFG_TRY(StringList(r, n["trusted_keys"], "plugins.trusted_keys", c.plugins.trusted_keys));
+  if (n["allow_unsigned"])
+    CFG_TRY(BoolField(r, n["allow_unsigned"], "plugins.allow_unsigned", c.plugins.allow_unsigned));
+  if (n["allow_tampered"])
+    CFG_TRY(BoolField(r, n["allow_tampered"], "plugins.allow_tampered", c.plugins.allow_tampered));
+  if (n["marketplaces"])
+    CFG_TRY(StringList(r, n["marketplaces"], "plugins.marketplaces", c.plugins.marketplaces));
+  return absl::OkStatus();
+}
+
+// `catalog:`.
+absl::Status ParseCatalogSection(ConfigReader& r, const YAML::Node& n, DaemonConfig& c) {
+  CFG_TRY(r.CheckKeys(
+      n, "catalog",
+      {"coarse_slices", "candidates", "grouping", "rrf_k", "vector_weight", "whole_weight",
+       "synonym_weight", "family_weight", "namespace_boost", "reranker", "rerank_weights"}));
+  auto& k = c.catalog;
+  if (n["coarse_slices"])
+    CFG_TRY(r.Int(n["coarse_slices"], "catalog.coarse_slices", 1, 10000, k.coarse_slices));
+  if (n["candidates"]) CFG_TRY(r.Int(n["candidates"], "catalog.candidates", 1, 1000, k.candidates));
+  if (n["grouping"]) {
+    CFG_TRY(r.String(n["grouping"], "catalog.grouping", k.grouping));
+    if (k.grouping != "sum" && k.grouping != "rrf")
+      return r.Error(n["grouping"], "catalog.grouping", "expected sum or rrf");
+  }
+  CFG_TRY(Numbers(r, n, "catalog",
+                  {{"rrf_k", 0, 10000, &k.rrf_k},
+                   {"vector_weight", 0, 100, &k.vector_weight},
+                   {"whole_weight", 0, 100, &k.whole_weight},
+                   {"synonym_weight", 0, 1, &k.synonym_weight},
+                   {"family_weight", 0, 1, &k.family_weight},
+                   {"namespace_boost", 0, 10, &k.namespace_boost}}));
+  if (n["reranker"]) CFG_TRY(ParseReranker(r, n["reranker"], "catalog.reranker", k.reranker));
+  if (n["rerank_weights"])
+    CFG_TRY(
+        ParseRerankWeights(r, n["rerank_weights"], "catalog.rerank_weights", k.reranker.weights));
+  return absl::OkStatus();
+}
+
+// `knowledge:`.
+// `knowledge.embedder:`.
+absl::Status ParseKnowledgeEmbedder(ConfigReader& r, const YAML::Node& e, KnowledgeConfig& k) {
+  CFG_TRY(r.CheckKeys(e, "knowledge.embedder",
+                      {"kind", "dimension", "base_url", "api_key", "api_key_env", "model"}));
+  if (e["kind"]) CFG_TRY(r.String(e["kind"], "knowledge.embedder.kind", k.embedder));
+  if (k.embedder != "builtin" && k.embedder != "openai") {
+    return r.Error(e["kind"], "knowledge.embedder.kind", "expected builtin or openai");
+  }
+  if (e["dimension"])
+    CFG_TRY(r.Int(e["dimension"], "knowledge.embedder.dimension", 16, 4096, k.builtin_dimension));
+  if (e["base_url"])
+    CFG_TRY(r.String(e["base_url"], "knowledge.embedder.base_url", k.embed_base_url));
+  if (e["api_key"]) CFG_TRY(r.String(e["api_key"], "knowledge.embedder.api_key", k.embed_api_key));
+  if (e["api_key_env"])
+    CFG_TRY(r.String(e["api_key_env"], "knowledge.embedder.api_key_env", k.embed_api_key_env));
+  if (e["model"]) CFG_TRY(r.String(e["model"], "knowledge.embedder.model", k.embed_model));
+  if (k.embedder == "openai" && (k.embed_base_url.empty() || k.embed_model.empty())) {
+    return r.Error(e, "knowledge.embedder", "kind openai needs base_url and model");
+  }
+  return absl::OkStatus();
+}
+
+// `knowledge.chunk:`.
+absl::Status ParseKnowledgeChunk(ConfigReader& r, const YAML::Node& ch, KnowledgeConfig& k) {
+  CFG_TRY(r.CheckKeys(ch, "knowledge.chunk",
+                      {"min_tokens", "target_tokens", "max_tokens", "overlap_tokens"}));
+  if (ch["min_tokens"])
+    CFG_TRY(r.Int(ch["min_tokens"], "knowledge.chunk.min_tokens", 1, 100000, k.chunk_min_tokens));
+  if (ch["target_tokens"])
+    CFG_TRY(r.Int(ch["target_tokens"], "knowledge.chunk.target_tokens", 8, 100000,
+                  k.chunk_target_tokens));
+  if (ch["max_tokens"])
+    CFG_TRY(r.Int(ch["max_tokens"], "knowledge.chunk.max_tokens", 16, 100000, k.chunk_max_tokens));
+  if (ch["overlap_tokens"])
+    CFG_TRY(r.Int(ch["overlap_tokens"], "knowledge.chunk.overlap_tokens", 0, 10000,
+                  k.chunk_overlap_tokens));
+  if (!(k.chunk_min_tokens <= k.chunk_target_tokens &&
+        k.chunk_target_tokens <= k.chunk_max_tokens)) {
+    return r.Error(ch, "knowledge.chunk", "expected min_tokens <= target_tokens <= max_tokens");
+  }
+  return absl::OkStatus();
+}
+
+// `knowledge.bm25:`.
+absl::Status ParseKnowledgeBm25(ConfigReader& r, const YAML::Node& b, KnowledgeConfig& k) {
+  CFG_TRY(r.CheckKeys(b, "knowledge.bm25", {"k1", "b"}));
+  if (b["k1"]) CFG_TRY(r.Double(b["k1"], "knowledge.bm25.k1", 0, 10, k.bm25_k1));
+  if (b["b"]) CFG_TRY(r.Double(b["b"], "knowledge.bm25.b", 0, 1, k.bm25_b));
+  return absl::OkStatus();
+}
+
+// `knowledge.fusion:`.
+absl::Status ParseKnowledgeFusion(ConfigReader& r, const YAML::Node& f, KnowledgeConfig& k) {
+  CFG_TRY(r.CheckKeys(f, "knowledge.fusion",
+                      {"k", "lexical_weight", "vector_weight", "synonym_weight", "family_weight",
+                       "doc_weight", "doc_text_weight", "doc_text_b", "doc_text_candidates"}));
+  CFG_TRY(Numbers(r, f, "knowledge.fusion",
+                  {{"k", 0, 10000, &k.rrf_k},
+                   {"lexical_weight", 0, 100, &k.lexical_weight},
+                   {"vector_weight", 0, 100, &k.vector_weight},
+                   {"synonym_weight", 0, 1, &k.synonym_weight},
+                   {"family_weight", 0, 1, &k.family_weight},
+                   {"doc_weight", 0, 100, &k.doc_weight},
+                   {"doc_text_weight", 0, 100, &k.doc_text_weight},
+                   {"doc_text_b", 0, 1, &k.doc_text_b}}));
+  if (f["doc_text_candidates"])
+    CFG_TRY(r.Int(f["doc_text_candidates"], "knowledge.fusion.doc_text_candidates", 0, 1000,
+                  k.doc_text_candidates));
+  return absl::OkStatus();
+}
+
+// `knowledge.query_rewrite:`.
+absl::Status ParseKnowledgeQueryRewrite(ConfigReader& r, const YAML::Node& qr, KnowledgeConfig& k) {
+  if (!qr.IsScalar() || (qr.Scalar() != "true" && qr.Scalar() != "false")) {
+    return r.Error(qr, "knowledge.query_rewrite", "expected true or false");
+  }
+  k.query_rewrite = qr.Scalar() == "true";
+  return absl::OkStatus();
+}
+
+// `knowledge.hyde:`.
+absl::Status ParseKnowledgeHyde(ConfigReader& r, const YAML::Node& hy, KnowledgeConfig& k) {
+  if (!hy.IsScalar() || (hy.Scalar() != "true" && hy.Scalar() != "false")) {
+    return r.Error(hy, "knowledge.hyde", "expected true or false");
+  }
+  k.hyde = hy.Scalar() == "true";
+  return absl::OkStatus();
+}
+
+// `knowledge.passages:`.
+absl::Status ParseKnowledgePassages(ConfigReader& r, const YAML::Node& p, KnowledgeConfig& k) {
+  CFG_TRY(r.CheckKeys(
+      p, "knowledge.passages",
+      {"tokens", "pool", "coverage_weight", "sentence_weight", "forward", "within_doc_weight"}));
+  if (auto fw = p["forward"]) {
+    if (!fw.IsScalar() || (fw.Scalar() != "true" && fw.Scalar() != "false")) {
+      return r.Error(fw, "knowledge.passages.forward", "expected true or false");
+    }
+    k.passage_forward = fw.Scalar() == "true" ? 1 : 0;
+  }
+  if (p["tokens"])
+    CFG_TRY(r.Int(p["tokens"], "knowledge.passages.tokens", 1, 512, k.passage_tokens));
+  if (p["pool"]) CFG_TRY(r.Int(p["pool"], "knowledge.passages.pool", 1, 1000, k.passage_pool));
+  CFG_TRY(Numbers(r, p, "knowledge.passages",
+                  {{"coverage_weight", 0, 100, &k.passage_coverage_weight},
+                   {"sentence_weight", 0, 100, &k.passage_sentence_weight},
+                   {"within_doc_weight", 0, 1, &k.passage_within_doc}}));
+  return absl::OkStatus();
+}
+
+// `knowledge.windows:`.
+absl::Status ParseKnowledgeWindows(ConfigReader& r, const YAML::Node& wn, KnowledgeConfig& k) {
+  CFG_TRY(r.CheckKeys(wn, "knowledge.windows", {"enabled", "docs", "weight", "k", "identifiers"}));
+  for (const auto& [key, out] : {std::pair<const char*, int*>{"enabled", &k.window_enabled},
+                                 {"identifiers", &k.window_identifiers}}) {
+    if (auto b = wn[key]) {
+      if (!b.IsScalar() || (b.Scalar() != "true" && b.Scalar() != "false")) {
+        return r.Error(b, std::string("knowledge.windows.") + key, "expected true or false");
+      }
+      *out = b.Scalar() == "true" ? 1 : 0;
+    }
+  }
+  if (wn["docs"]) CFG_TRY(r.Int(wn["docs"], "knowledge.windows.docs", 1, 20, k.window_docs));
+  CFG_TRY(Numbers(r, wn, "knowledge.windows",
+                  {{"weight", 0, 10, &k.window_weight}, {"k", 0, 1000, &k.window_k}}));
+  return absl::OkStatus();
+}
+
+// `knowledge.log:`.
+absl::Status ParseKnowledgeLog(ConfigReader& r, const YAML::Node& lg, KnowledgeConfig& k) {
+  CFG_TRY(r.CheckKeys(lg, "knowledge.log",
+                      {"max_entries", "feedback_weight", "feedback_min_similarity"}));
+  if (lg["max_entries"])
+    CFG_TRY(r.Int(lg["max_entries"], "knowledge.log.max_entries", 1, int64_t{1} << 40,
+                  k.log_max_entries));
+  CFG_TRY(Numbers(r, lg, "knowledge.log",
+                  {{"feedback_weight", 0, 1, &k.feedback_weight},
+                   {"feedback_min_similarity", 0, 1, &k.feedback_min_similarity}}));
+  return absl::OkStatus();
+}
+
+// `knowledge.code_search:`.
+absl::Status ParseKnowledgeCodeSearch(ConfigReader& r, const YAML::Node& cs, KnowledgeConfig& k) {
+  CFG_TRY(r.CheckKeys(cs, "knowledge.code_search", {"web_context_url", "api_key_env"}));
+  if (cs["web_context_url"])
+    CFG_TRY(r.String(cs["web_context_url"], "knowledge.code_search.web_context_url",
+                     k.code_web_context_url));
+  if (cs["api_key_env"])
+    CFG_TRY(r.String(cs["api_key_env"], "knowledge.code_search.api_key_env",
+                     k.code_web_context_api_key_env));
+  return absl::OkStatus();
+}
+
+// `knowledge.hnsw:`.
+absl::Status ParseKnowledgeHnsw(ConfigReader& r, const YAML::Node& h, KnowledgeConfig& k) {
+  CFG_TRY(r.CheckKeys(h, "knowledge.hnsw", {"m", "ef_construction", "ef_search"}));
+  if (h["m"]) CFG_TRY(r.Int(h["m"], "knowledge.hnsw.m", 4, 128, k.hnsw_m));
+  if (h["ef_construction"])
+    CFG_TRY(r.Int(h["ef_construction"], "knowledge.hnsw.ef_construction", 8, 2048,
+                  k.hnsw_ef_construction));
+  if (h["ef_search"])
+    CFG_TRY(r.Int(h["ef_search"], "knowledge.hnsw.ef_search", 0, 4096, k.hnsw_ef_search));
+  return absl::OkStatus();
+}
+
+// `knowledge.ivf:`.
+absl::Status ParseKnowledgeIvf(ConfigReader& r, const YAML::Node& iv, KnowledgeConfig& k) {
+  CFG_TRY(r.CheckKeys(iv, "knowledge.ivf", {"lists", "nprobe", "max_probe_share"}));
+  if (iv["lists"]) CFG_TRY(r.Int(iv["lists"], "knowledge.ivf.lists", 0, 1 << 20, k.ivf_lists));
+  if (iv["nprobe"]) CFG_TRY(r.Int(iv["nprobe"], "knowledge.ivf.nprobe", 0, 1 << 20, k.ivf_nprobe));
+  if (iv["max_probe_share"]) {
+    CFG_TRY(r.Double(iv["max_probe_share"], "knowledge.ivf.max_probe_share", 0.0, 1.0,
+                     k.ivf_max_probe_share));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParseKnowledgeSection(ConfigReader& r, const YAML::Node& n, DaemonConfig& c) {
+  CFG_TRY(r.CheckKeys(n, "knowledge",
+                      {"embedder", "chunk", "bm25", "fusion", "candidates", "rerank_top",
+                       "hnsw_above", "max_document_mb", "reranker", "query_rewrite", "hyde", "hnsw",
+                       "code_search", "passages", "log", "vector_index", "ivf", "windows"}));
+  auto& k = c.knowledge;
+  if (auto e = n["embedder"]) CFG_TRY(ParseKnowledgeEmbedder(r, e, k));
+  if (auto ch = n["chunk"]) CFG_TRY(ParseKnowledgeChunk(r, ch, k));
+  if (auto b = n["bm25"]) CFG_TRY(ParseKnowledgeBm25(r, b, k));
+  if (auto f = n["fusion"]) CFG_TRY(ParseKnowledgeFusion(r, f, k));
+  if (n["reranker"]) CFG_TRY(ParseReranker(r, n["reranker"], "knowledge.reranker", k.reranker));
+  if (auto qr = n["query_rewrite"]) CFG_TRY(ParseKnowledgeQueryRewrite(r, qr, k));
+  if (auto hy = n["hyde"]) CFG_TRY(ParseKnowledgeHyde(r, hy, k));
+  if (auto p = n["passages"]) CFG_TRY(ParseKnowledgePassages(r, p, k));
+  if (auto wn = n["windows"]) CFG_TRY(ParseKnowledgeWindows(r, wn, k));
+  if (auto lg = n["log"]) CFG_TRY(ParseKnowledgeLog(r, lg, k));
+  if (n["candidates"])
+    CFG_TRY(r.Int(n["candidates"], "knowledge.candidates", 10, 10000, k.candidates));
+  if (n["rerank_top"])
+    CFG_TRY(r.Int(n["rerank_top"], "knowledge.rerank_top", 1, 1000, k.rerank_top));
+  if (n["hnsw_above"])
+    CFG_TRY(r.Int(n["hnsw_above"], "knowledge.hnsw_above", 1, int64_t{1} << 40, k.hnsw_above));
+  if (auto cs = n["code_search"]) CFG_TRY(ParseKnowledgeCodeSearch(r, cs, k));
+  if (auto h = n["hnsw"]) CFG_TRY(ParseKnowledgeHnsw(r, h, k));
+  if (n["max_document_mb"])
+    CFG_TRY(r.Int(n["max_document_mb"], "knowledge.max_document_mb", 1, 4096, k.max_document_mb));
+  if (n["vector_index"]) {
+    CFG_TRY(r.String(n["vector_index"], "knowledge.vector_index", k.vector_index));
+    if (k.vector_index != "ivf" && k.vector_index != "hnsw") {
+      return r.Error(n["vector_index"], "knowledge.vector_index", "expected ivf or hnsw");
+    }
+  }
+  if (auto iv = n["ivf"]) CFG_TRY(ParseKnowledgeIvf(r, iv, k));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::StatusOr<DaemonConfig> ParseConfig(const std::string& yaml_text, const std::string& source) {
   DaemonConfig c;
   c.source = source;
@@ -446,534 +1045,27 @@ absl::StatusOr<DaemonConfig> ParseConfig(const std::string& yaml_text, const std
                          "knowledge_writers",
                          "lab"}));
     CFG_TRY(ParseSecurityConfig(r, root, c.security));
-    if (auto n = root["lab"]) {
-      CFG_TRY(ParseLabConfig(r, n, c.lab));
-      // etcd over TLS: this node's certificate unless others are named.
-      LabConfig& l = c.lab;
-      const TlsConfig& t = c.security.tls;
-      if (l.etcd_tls) {
-        if (l.etcd_ca.empty()) l.etcd_ca = l.ca.empty() ? t.client_ca : l.ca;
-        if (l.etcd_cert.empty()) l.etcd_cert = l.cert.empty() ? t.cert : l.cert;
-        if (l.etcd_key.empty()) l.etcd_key = l.key.empty() ? t.key : l.key;
-        if (l.etcd_ca.empty() || l.etcd_cert.empty() || l.etcd_key.empty()) {
-          return r.Error(
-              n["etcd"], "lab.etcd",
-              "https:// needs the CA etcd's certificate is checked against and this node's client "
-              "certificate: set lab.etcd_ca, lab.etcd_cert and lab.etcd_key (or lab.ca, lab.cert, "
-              "lab.key; fwaid tls issue DIR --node NODE makes one)");
-        }
-      }
-    }
+    if (auto n = root["lab"]) CFG_TRY(ParseLabSection(r, n, c));
     if (auto n = root["policy_file"]) CFG_TRY(r.String(n, "policy_file", c.policy_file));
-    if (auto n = root["toolchain"]) {
-      CFG_TRY(r.CheckKeys(n, "toolchain", {"dpkg_admindir"}));
-      if (auto d = n["dpkg_admindir"])
-        CFG_TRY(r.String(d, "toolchain.dpkg_admindir", c.toolchain_dpkg_admindir));
-    }
-    if (auto n = root["secrets"]) {
-      CFG_TRY(r.CheckKeys(n, "secrets", {"patterns"}));
-      if (auto p = n["patterns"]) {
-        if (!p.IsSequence())
-          return r.Error(p, "secrets.patterns", "expected a list of regexes (name=regex or regex)");
-        for (const auto& item : p) {
-          std::string pat;
-          CFG_TRY(r.String(item, "secrets.patterns[]", pat));
-          // "name=regex" when what precedes '=' is a plain name.
-          const auto eq = pat.find('=');
-          const bool named = eq != std::string::npos && eq > 0 &&
-                             std::all_of(pat.begin(), pat.begin() + eq, [](char ch) {
-                               return std::isalnum(static_cast<unsigned char>(ch)) || ch == '_';
-                             });
-          try {
-            std::regex check(named ? pat.substr(eq + 1) : pat);
-          } catch (const std::regex_error&) {
-            return r.Error(item, "secrets.patterns[]", "not a valid regular expression");
-          }
-          c.secret_patterns.push_back(pat);
-        }
-      }
-    }
-    if (auto n = root["listen"]) {
-      if (n.IsScalar()) {
-        c.listen.push_back(n.Scalar());
-      } else if (n.IsSequence()) {
-        for (const auto& item : n) {
-          std::string s;
-          CFG_TRY(r.String(item, "listen[]", s));
-          c.listen.push_back(s);
-        }
-      } else {
-        return r.Error(n, "listen", "expected an address or a list of addresses");
-      }
-      for (size_t i = 0; i < c.listen.size(); ++i) {
-        const auto& a = c.listen[i];
-        if (!absl::StartsWith(a, "unix:") && !absl::StartsWith(a, "tcp:") &&
-            !absl::StartsWith(a, "tls:")) {
-          return r.Error(
-              n.IsSequence() ? n[i] : n, "listen",
-              absl::StrCat("expected unix:PATH, tcp:HOST:PORT or tls:HOST:PORT, got '", a, "'"));
-        }
-      }
-    }
+    if (auto n = root["toolchain"]) CFG_TRY(ParseToolchainSection(r, n, c));
+    if (auto n = root["secrets"]) CFG_TRY(ParseSecretsSection(r, n, c));
+    if (auto n = root["listen"]) CFG_TRY(ParseListenSection(r, n, c));
     if (auto n = root["data_dir"]) CFG_TRY(r.String(n, "data_dir", c.data_dir));
-    if (auto n = root["log_level"]) {
-      CFG_TRY(r.String(n, "log_level", c.log_level));
-      static const std::set<std::string> kLevels = {"trace", "debug", "info",
-                                                    "warn",  "error", "off"};
-      if (!kLevels.count(c.log_level)) {
-        return r.Error(n, "log_level", "expected one of trace, debug, info, warn, error, off");
-      }
-    }
-    if (auto n = root["providers"]) {
-      if (!n.IsMap())
-        return r.Error(n, "providers", "expected a mapping of provider name to settings");
-      for (const auto& kv : n) {
-        const std::string name = kv.first.as<std::string>();
-        ProviderConfig p;
-        CFG_TRY(ParseProvider(r, name, kv.second, p));
-        c.providers[name] = p;
-      }
-    }
-    if (auto n = root["default_provider"]) {
-      CFG_TRY(r.String(n, "default_provider", c.default_provider));
-      if (!c.providers.count(c.default_provider) && c.default_provider != "anthropic" &&
-          c.default_provider != "openai") {
-        return r.Error(
-            n, "default_provider",
-            absl::StrCat("'", c.default_provider, "' is not a provider defined under providers:"));
-      }
-    }
-    if (auto n = root["agent"]) {
-      CFG_TRY(
-          r.CheckKeys(n, "agent",
-                      {"max_iterations", "max_message_bytes", "tool_threshold", "tools_top_k",
-                       "subagents", "prices", "context_windows", "turn_threads", "turn_starts"}));
-      if (auto pr = n["prices"]) {
-        if (!pr.IsMap())
-          return r.Error(
-              pr, "agent.prices",
-              "expected a mapping of model prefix to {input, output} USD per million tokens");
-        for (const auto& kv : pr) {
-          const std::string f = "agent.prices." + kv.first.as<std::string>();
-          CFG_TRY(r.CheckKeys(kv.second, f, {"input", "output"}));
-          double in = 0, out = 0;
-          if (kv.second["input"])
-            CFG_TRY(r.Double(kv.second["input"], f + ".input", 0, 100000, in));
-          if (kv.second["output"])
-            CFG_TRY(r.Double(kv.second["output"], f + ".output", 0, 100000, out));
-          c.prices[kv.first.as<std::string>()] = {in, out};
-        }
-      }
-      if (auto cw = n["context_windows"]) {
-        if (!cw.IsMap())
-          return r.Error(cw, "agent.context_windows",
-                         "expected a mapping of model prefix to tokens");
-        for (const auto& kv : cw) {
-          int64_t tokens = 0;
-          CFG_TRY(r.Int(kv.second, "agent.context_windows." + kv.first.as<std::string>(), 1024,
-                        int64_t{1} << 32, tokens));
-          c.context_windows[kv.first.as<std::string>()] = tokens;
-        }
-      }
-      if (auto sa = n["subagents"]) {
-        if (!sa.IsMap())
-          return r.Error(sa, "agent.subagents", "expected a mapping of type name to settings");
-        for (const auto& kv : sa) {
-          const std::string name = kv.first.as<std::string>();
-          const std::string f = "agent.subagents." + name;
-          const auto& e = kv.second;
-          CFG_TRY(r.CheckKeys(e, f,
-                              {"description", "provider", "model", "timeout_s", "max_tokens",
-                               "max_tool_calls", "temperature", "tools", "read_only", "prompt"}));
-          SubagentConfig s;
-          s.name = name;
-          if (e["description"])
-            CFG_TRY(r.String(e["description"], f + ".description", s.description));
-          if (e["provider"]) CFG_TRY(r.String(e["provider"], f + ".provider", s.provider));
-          if (e["model"]) CFG_TRY(r.String(e["model"], f + ".model", s.model));
-          if (e["prompt"]) CFG_TRY(r.String(e["prompt"], f + ".prompt", s.prompt));
-          if (e["timeout_s"])
-            CFG_TRY(r.Int(e["timeout_s"], f + ".timeout_s", 1, 86400, s.timeout_s));
-          if (e["max_tokens"])
-            CFG_TRY(r.Int(e["max_tokens"], f + ".max_tokens", 1, 1000000, s.max_tokens));
-          if (e["max_tool_calls"])
-            CFG_TRY(r.Int(e["max_tool_calls"], f + ".max_tool_calls", 0, 10000, s.max_tool_calls));
-          if (e["temperature"])
-            CFG_TRY(r.Double(e["temperature"], f + ".temperature", 0, 2, s.temperature));
-          if (e["read_only"]) {
-            if (!e["read_only"].IsScalar() ||
-                (e["read_only"].Scalar() != "true" && e["read_only"].Scalar() != "false")) {
-              return r.Error(e["read_only"], f + ".read_only", "expected true or false");
-            }
-            s.read_only = e["read_only"].Scalar() == "true";
-          }
-          if (const auto& tl = e["tools"]) {
-            if (!tl.IsSequence()) return r.Error(tl, f + ".tools", "expected a list of tool names");
-            for (const auto& t : tl) {
-              std::string x;
-              CFG_TRY(r.String(t, f + ".tools[]", x));
-              s.tools.push_back(x);
-            }
-          }
-          c.subagents[name] = s;
-        }
-      }
-      if (n["tool_threshold"])
-        CFG_TRY(r.Int(n["tool_threshold"], "agent.tool_threshold", 1, 100000, c.tool_threshold));
-      if (n["tools_top_k"])
-        CFG_TRY(r.Int(n["tools_top_k"], "agent.tools_top_k", 1, 100, c.tools_top_k));
-      if (n["max_iterations"]) {
-        CFG_TRY(r.Int(n["max_iterations"], "agent.max_iterations", 1, 1000, c.max_iterations));
-      }
-      if (n["max_message_bytes"]) {
-        CFG_TRY(r.Int(n["max_message_bytes"], "agent.max_message_bytes", 1, 64 << 20,
-                      c.max_message_bytes));
-      }
-      if (n["turn_threads"])
-        CFG_TRY(r.Int(n["turn_threads"], "agent.turn_threads", 0, 1000, c.turn_threads));
-      if (n["turn_starts"])
-        CFG_TRY(r.Int(n["turn_starts"], "agent.turn_starts", 0, 1000, c.turn_starts));
-    }
-    if (auto n = root["http"]) {
-      CFG_TRY(r.CheckKeys(n, "http", {"connect_timeout_s", "idle_timeout_s"}));
-      if (n["connect_timeout_s"]) {
-        CFG_TRY(r.Int(n["connect_timeout_s"], "http.connect_timeout_s", 1, 600,
-                      c.http_connect_timeout_s));
-      }
-      if (n["idle_timeout_s"]) {
-        CFG_TRY(r.Int(n["idle_timeout_s"], "http.idle_timeout_s", 1, 3600, c.http_idle_timeout_s));
-      }
-    }
-    if (auto n = root["retry"]) {
-      CFG_TRY(r.CheckKeys(n, "retry", {"max_attempts", "initial_backoff_ms", "max_backoff_ms"}));
-      if (n["max_attempts"]) {
-        CFG_TRY(r.Int(n["max_attempts"], "retry.max_attempts", 1, 20, c.retry.max_attempts));
-      }
-      if (n["initial_backoff_ms"]) {
-        CFG_TRY(r.Int(n["initial_backoff_ms"], "retry.initial_backoff_ms", 0, 600000,
-                      c.retry.initial_backoff_ms));
-      }
-      if (n["max_backoff_ms"]) {
-        CFG_TRY(
-            r.Int(n["max_backoff_ms"], "retry.max_backoff_ms", 0, 600000, c.retry.max_backoff_ms));
-      }
-    }
-    if (auto n = root["subscribers"]) {
-      CFG_TRY(r.CheckKeys(n, "subscribers", {"high_water", "max_queue"}));
-      if (n["high_water"]) {
-        CFG_TRY(
-            r.Int(n["high_water"], "subscribers.high_water", 1, 1000000, c.subscribers.high_water));
-      }
-      if (n["max_queue"]) {
-        CFG_TRY(
-            r.Int(n["max_queue"], "subscribers.max_queue", 2, 10000000, c.subscribers.max_queue));
-      }
-      if (c.subscribers.max_queue <= c.subscribers.high_water) {
-        return r.Error(n, "subscribers.max_queue", "must be greater than subscribers.high_water");
-      }
-    }
-    if (auto n = root["tools"]) {
-      CFG_TRY(r.CheckKeys(
-          n, "tools",
-          {"read_file_max_bytes", "grep_max_results", "glob_max_results", "list_dir_max_entries"}));
-      if (n["read_file_max_bytes"]) {
-        CFG_TRY(r.Int(n["read_file_max_bytes"], "tools.read_file_max_bytes", 1, 64 << 20,
-                      c.tools.read_file_max_bytes));
-      }
-      if (n["grep_max_results"]) {
-        CFG_TRY(r.Int(n["grep_max_results"], "tools.grep_max_results", 1, 100000,
-                      c.tools.grep_max_results));
-      }
-      if (n["glob_max_results"]) {
-        CFG_TRY(r.Int(n["glob_max_results"], "tools.glob_max_results", 1, 100000,
-                      c.tools.glob_max_results));
-      }
-      if (n["list_dir_max_entries"]) {
-        CFG_TRY(r.Int(n["list_dir_max_entries"], "tools.list_dir_max_entries", 1, 100000,
-                      c.tools.list_dir_max_entries));
-      }
-    }
+    if (auto n = root["log_level"]) CFG_TRY(ParseLogLevelSection(r, n, c));
+    if (auto n = root["providers"]) CFG_TRY(ParseProvidersSection(r, n, c));
+    if (auto n = root["default_provider"]) CFG_TRY(ParseDefaultProviderSection(r, n, c));
+    if (auto n = root["agent"]) CFG_TRY(ParseAgentSection(r, n, c));
+    if (auto n = root["http"]) CFG_TRY(ParseHttpSection(r, n, c));
+    if (auto n = root["retry"]) CFG_TRY(ParseRetrySection(r, n, c));
+    if (auto n = root["subscribers"]) CFG_TRY(ParseSubscribersSection(r, n, c));
+    if (auto n = root["tools"]) CFG_TRY(ParseToolsSection(r, n, c));
     if (auto n = root["mcp_servers"]) CFG_TRY(ParseMcpServersNode(r, n, c.mcp_servers));
-    if (auto n = root["hardware"]) {
-      CFG_TRY(r.CheckKeys(n, "hardware",
-                          {"sysfs_root", "dev_root", "history_lines", "default_ttl_s", "max_ttl_s",
-                           "default_simulated_board", "keep_serial_transcripts", "boards"}));
-      auto& h = c.hardware;
-      if (n["sysfs_root"]) CFG_TRY(r.String(n["sysfs_root"], "hardware.sysfs_root", h.sysfs_root));
-      if (n["dev_root"]) CFG_TRY(r.String(n["dev_root"], "hardware.dev_root", h.dev_root));
-      if (n["history_lines"])
-        CFG_TRY(r.Int(n["history_lines"], "hardware.history_lines", 10, 10000000, h.history_lines));
-      if (n["max_ttl_s"])
-        CFG_TRY(r.Int(n["max_ttl_s"], "hardware.max_ttl_s", 1, 30 * 86400, h.max_ttl_s));
-      if (n["default_ttl_s"])
-        CFG_TRY(
-            r.Int(n["default_ttl_s"], "hardware.default_ttl_s", 1, h.max_ttl_s, h.default_ttl_s));
-      if (auto d = n["default_simulated_board"]) {
-        if (!d.IsScalar() || (d.Scalar() != "true" && d.Scalar() != "false")) {
-          return r.Error(d, "hardware.default_simulated_board", "expected true or false");
-        }
-        h.default_simulated_board = d.Scalar() == "true";
-      }
-      if (auto k = n["keep_serial_transcripts"]) {
-        if (!k.IsScalar() || (k.Scalar() != "true" && k.Scalar() != "false")) {
-          return r.Error(k, "hardware.keep_serial_transcripts", "expected true or false");
-        }
-        h.keep_serial_transcripts = k.Scalar() == "true";
-      }
-      if (auto bs = n["boards"]) {
-        if (!bs.IsSequence()) return r.Error(bs, "hardware.boards", "expected a list of boards");
-        for (size_t i = 0; i < bs.size(); ++i) {
-          BoardConfig b;
-          CFG_TRY(ParseBoard(r, bs[i], i, h, b));
-          h.boards.push_back(std::move(b));
-        }
-      }
-    }
-    auto bool_field = [&](const YAML::Node& v, const std::string& field,
-                          bool& out) -> absl::Status {
-      if (!v.IsScalar() || (v.Scalar() != "true" && v.Scalar() != "false"))
-        return r.Error(v, field, "expected true or false");
-      out = v.Scalar() == "true";
-      return absl::OkStatus();
-    };
-    auto string_list = [&](const YAML::Node& v, const std::string& field,
-                           std::vector<std::string>& out) -> absl::Status {
-      if (!v.IsSequence()) return r.Error(v, field, "expected a list of strings");
-      for (const auto& item : v) {
-        std::string s;
-        CFG_TRY(r.String(item, field + "[]", s));
-        out.push_back(s);
-      }
-      return absl::OkStatus();
-    };
-    if (auto n = root["ota"]) {
-      CFG_TRY(r.CheckKeys(n, "ota", {"keys", "max_failure_rate", "health_timeout_s"}));
-      if (n["keys"]) CFG_TRY(string_list(n["keys"], "ota.keys", c.ota.keys));
-      if (n["max_failure_rate"])
-        CFG_TRY(
-            r.Double(n["max_failure_rate"], "ota.max_failure_rate", 0, 1, c.ota.max_failure_rate));
-      if (n["health_timeout_s"])
-        CFG_TRY(
-            r.Int(n["health_timeout_s"], "ota.health_timeout_s", 1, 3600, c.ota.health_timeout_s));
-    }
+    if (auto n = root["hardware"]) CFG_TRY(ParseHardwareSection(r, n, c));
+    if (auto n = root["ota"]) CFG_TRY(ParseOtaSection(r, n, c));
     if (auto n = root["telemetry"]) CFG_TRY(ParseTelemetry(r, n, c.telemetry));
-    if (auto n = root["plugins"]) {
-      CFG_TRY(r.CheckKeys(n, "plugins",
-                          {"trusted_keys", "allow_unsigned", "allow_tampered", "marketplaces"}));
-      if (n["trusted_keys"])
-        CFG_TRY(string_list(n["trusted_keys"], "plugins.trusted_keys", c.plugins.trusted_keys));
-      if (n["allow_unsigned"])
-        CFG_TRY(
-            bool_field(n["allow_unsigned"], "plugins.allow_unsigned", c.plugins.allow_unsigned));
-      if (n["allow_tampered"])
-        CFG_TRY(
-            bool_field(n["allow_tampered"], "plugins.allow_tampered", c.plugins.allow_tampered));
-      if (n["marketplaces"])
-        CFG_TRY(string_list(n["marketplaces"], "plugins.marketplaces", c.plugins.marketplaces));
-    }
-    if (auto n = root["catalog"]) {
-      CFG_TRY(r.CheckKeys(
-          n, "catalog",
-          {"coarse_slices", "candidates", "grouping", "rrf_k", "vector_weight", "whole_weight",
-           "synonym_weight", "family_weight", "namespace_boost", "reranker", "rerank_weights"}));
-      auto& k = c.catalog;
-      if (n["coarse_slices"])
-        CFG_TRY(r.Int(n["coarse_slices"], "catalog.coarse_slices", 1, 10000, k.coarse_slices));
-      if (n["candidates"])
-        CFG_TRY(r.Int(n["candidates"], "catalog.candidates", 1, 1000, k.candidates));
-      if (n["grouping"]) {
-        CFG_TRY(r.String(n["grouping"], "catalog.grouping", k.grouping));
-        if (k.grouping != "sum" && k.grouping != "rrf")
-          return r.Error(n["grouping"], "catalog.grouping", "expected sum or rrf");
-      }
-      CFG_TRY(Numbers(r, n, "catalog",
-                      {{"rrf_k", 0, 10000, &k.rrf_k},
-                       {"vector_weight", 0, 100, &k.vector_weight},
-                       {"whole_weight", 0, 100, &k.whole_weight},
-                       {"synonym_weight", 0, 1, &k.synonym_weight},
-                       {"family_weight", 0, 1, &k.family_weight},
-                       {"namespace_boost", 0, 10, &k.namespace_boost}}));
-      if (n["reranker"]) CFG_TRY(ParseReranker(r, n["reranker"], "catalog.reranker", k.reranker));
-      if (n["rerank_weights"])
-        CFG_TRY(ParseRerankWeights(r, n["rerank_weights"], "catalog.rerank_weights",
-                                   k.reranker.weights));
-    }
-    if (auto n = root["knowledge"]) {
-      CFG_TRY(
-          r.CheckKeys(n, "knowledge",
-                      {"embedder", "chunk", "bm25", "fusion", "candidates", "rerank_top",
-                       "hnsw_above", "max_document_mb", "reranker", "query_rewrite", "hyde", "hnsw",
-                       "code_search", "passages", "log", "vector_index", "ivf", "windows"}));
-      auto& k = c.knowledge;
-      if (auto e = n["embedder"]) {
-        CFG_TRY(r.CheckKeys(e, "knowledge.embedder",
-                            {"kind", "dimension", "base_url", "api_key", "api_key_env", "model"}));
-        if (e["kind"]) CFG_TRY(r.String(e["kind"], "knowledge.embedder.kind", k.embedder));
-        if (k.embedder != "builtin" && k.embedder != "openai") {
-          return r.Error(e["kind"], "knowledge.embedder.kind", "expected builtin or openai");
-        }
-        if (e["dimension"])
-          CFG_TRY(
-              r.Int(e["dimension"], "knowledge.embedder.dimension", 16, 4096, k.builtin_dimension));
-        if (e["base_url"])
-          CFG_TRY(r.String(e["base_url"], "knowledge.embedder.base_url", k.embed_base_url));
-        if (e["api_key"])
-          CFG_TRY(r.String(e["api_key"], "knowledge.embedder.api_key", k.embed_api_key));
-        if (e["api_key_env"])
-          CFG_TRY(
-              r.String(e["api_key_env"], "knowledge.embedder.api_key_env", k.embed_api_key_env));
-        if (e["model"]) CFG_TRY(r.String(e["model"], "knowledge.embedder.model", k.embed_model));
-        if (k.embedder == "openai" && (k.embed_base_url.empty() || k.embed_model.empty())) {
-          return r.Error(e, "knowledge.embedder", "kind openai needs base_url and model");
-        }
-      }
-      if (auto ch = n["chunk"]) {
-        CFG_TRY(r.CheckKeys(ch, "knowledge.chunk",
-                            {"min_tokens", "target_tokens", "max_tokens", "overlap_tokens"}));
-        if (ch["min_tokens"])
-          CFG_TRY(
-              r.Int(ch["min_tokens"], "knowledge.chunk.min_tokens", 1, 100000, k.chunk_min_tokens));
-        if (ch["target_tokens"])
-          CFG_TRY(r.Int(ch["target_tokens"], "knowledge.chunk.target_tokens", 8, 100000,
-                        k.chunk_target_tokens));
-        if (ch["max_tokens"])
-          CFG_TRY(r.Int(ch["max_tokens"], "knowledge.chunk.max_tokens", 16, 100000,
-                        k.chunk_max_tokens));
-        if (ch["overlap_tokens"])
-          CFG_TRY(r.Int(ch["overlap_tokens"], "knowledge.chunk.overlap_tokens", 0, 10000,
-                        k.chunk_overlap_tokens));
-        if (!(k.chunk_min_tokens <= k.chunk_target_tokens &&
-              k.chunk_target_tokens <= k.chunk_max_tokens)) {
-          return r.Error(ch, "knowledge.chunk",
-                         "expected min_tokens <= target_tokens <= max_tokens");
-        }
-      }
-      if (auto b = n["bm25"]) {
-        CFG_TRY(r.CheckKeys(b, "knowledge.bm25", {"k1", "b"}));
-        if (b["k1"]) CFG_TRY(r.Double(b["k1"], "knowledge.bm25.k1", 0, 10, k.bm25_k1));
-        if (b["b"]) CFG_TRY(r.Double(b["b"], "knowledge.bm25.b", 0, 1, k.bm25_b));
-      }
-      if (auto f = n["fusion"]) {
-        CFG_TRY(
-            r.CheckKeys(f, "knowledge.fusion",
-                        {"k", "lexical_weight", "vector_weight", "synonym_weight", "family_weight",
-                         "doc_weight", "doc_text_weight", "doc_text_b", "doc_text_candidates"}));
-        CFG_TRY(Numbers(r, f, "knowledge.fusion",
-                        {{"k", 0, 10000, &k.rrf_k},
-                         {"lexical_weight", 0, 100, &k.lexical_weight},
-                         {"vector_weight", 0, 100, &k.vector_weight},
-                         {"synonym_weight", 0, 1, &k.synonym_weight},
-                         {"family_weight", 0, 1, &k.family_weight},
-                         {"doc_weight", 0, 100, &k.doc_weight},
-                         {"doc_text_weight", 0, 100, &k.doc_text_weight},
-                         {"doc_text_b", 0, 1, &k.doc_text_b}}));
-        if (f["doc_text_candidates"])
-          CFG_TRY(r.Int(f["doc_text_candidates"], "knowledge.fusion.doc_text_candidates", 0, 1000,
-                        k.doc_text_candidates));
-      }
-      if (n["reranker"]) CFG_TRY(ParseReranker(r, n["reranker"], "knowledge.reranker", k.reranker));
-      if (auto qr = n["query_rewrite"]) {
-        if (!qr.IsScalar() || (qr.Scalar() != "true" && qr.Scalar() != "false")) {
-          return r.Error(qr, "knowledge.query_rewrite", "expected true or false");
-        }
-        k.query_rewrite = qr.Scalar() == "true";
-      }
-      if (auto hy = n["hyde"]) {
-        if (!hy.IsScalar() || (hy.Scalar() != "true" && hy.Scalar() != "false")) {
-          return r.Error(hy, "knowledge.hyde", "expected true or false");
-        }
-        k.hyde = hy.Scalar() == "true";
-      }
-      if (auto p = n["passages"]) {
-        CFG_TRY(r.CheckKeys(p, "knowledge.passages",
-                            {"tokens", "pool", "coverage_weight", "sentence_weight", "forward",
-                             "within_doc_weight"}));
-        if (auto fw = p["forward"]) {
-          if (!fw.IsScalar() || (fw.Scalar() != "true" && fw.Scalar() != "false")) {
-            return r.Error(fw, "knowledge.passages.forward", "expected true or false");
-          }
-          k.passage_forward = fw.Scalar() == "true" ? 1 : 0;
-        }
-        if (p["tokens"])
-          CFG_TRY(r.Int(p["tokens"], "knowledge.passages.tokens", 1, 512, k.passage_tokens));
-        if (p["pool"])
-          CFG_TRY(r.Int(p["pool"], "knowledge.passages.pool", 1, 1000, k.passage_pool));
-        CFG_TRY(Numbers(r, p, "knowledge.passages",
-                        {{"coverage_weight", 0, 100, &k.passage_coverage_weight},
-                         {"sentence_weight", 0, 100, &k.passage_sentence_weight},
-                         {"within_doc_weight", 0, 1, &k.passage_within_doc}}));
-      }
-      if (auto wn = n["windows"]) {
-        CFG_TRY(r.CheckKeys(wn, "knowledge.windows",
-                            {"enabled", "docs", "weight", "k", "identifiers"}));
-        for (const auto& [key, out] : {std::pair<const char*, int*>{"enabled", &k.window_enabled},
-                                       {"identifiers", &k.window_identifiers}}) {
-          if (auto b = wn[key]) {
-            if (!b.IsScalar() || (b.Scalar() != "true" && b.Scalar() != "false")) {
-              return r.Error(b, std::string("knowledge.windows.") + key, "expected true or false");
-            }
-            *out = b.Scalar() == "true" ? 1 : 0;
-          }
-        }
-        if (wn["docs"]) CFG_TRY(r.Int(wn["docs"], "knowledge.windows.docs", 1, 20, k.window_docs));
-        CFG_TRY(Numbers(r, wn, "knowledge.windows",
-                        {{"weight", 0, 10, &k.window_weight}, {"k", 0, 1000, &k.window_k}}));
-      }
-      if (auto lg = n["log"]) {
-        CFG_TRY(r.CheckKeys(lg, "knowledge.log",
-                            {"max_entries", "feedback_weight", "feedback_min_similarity"}));
-        if (lg["max_entries"])
-          CFG_TRY(r.Int(lg["max_entries"], "knowledge.log.max_entries", 1, int64_t{1} << 40,
-                        k.log_max_entries));
-        CFG_TRY(Numbers(r, lg, "knowledge.log",
-                        {{"feedback_weight", 0, 1, &k.feedback_weight},
-                         {"feedback_min_similarity", 0, 1, &k.feedback_min_similarity}}));
-      }
-      if (n["candidates"])
-        CFG_TRY(r.Int(n["candidates"], "knowledge.candidates", 10, 10000, k.candidates));
-      if (n["rerank_top"])
-        CFG_TRY(r.Int(n["rerank_top"], "knowledge.rerank_top", 1, 1000, k.rerank_top));
-      if (n["hnsw_above"])
-        CFG_TRY(r.Int(n["hnsw_above"], "knowledge.hnsw_above", 1, int64_t{1} << 40, k.hnsw_above));
-      if (auto cs = n["code_search"]) {
-        CFG_TRY(r.CheckKeys(cs, "knowledge.code_search", {"web_context_url", "api_key_env"}));
-        if (cs["web_context_url"])
-          CFG_TRY(r.String(cs["web_context_url"], "knowledge.code_search.web_context_url",
-                           k.code_web_context_url));
-        if (cs["api_key_env"])
-          CFG_TRY(r.String(cs["api_key_env"], "knowledge.code_search.api_key_env",
-                           k.code_web_context_api_key_env));
-      }
-      if (auto h = n["hnsw"]) {
-        CFG_TRY(r.CheckKeys(h, "knowledge.hnsw", {"m", "ef_construction", "ef_search"}));
-        if (h["m"]) CFG_TRY(r.Int(h["m"], "knowledge.hnsw.m", 4, 128, k.hnsw_m));
-        if (h["ef_construction"])
-          CFG_TRY(r.Int(h["ef_construction"], "knowledge.hnsw.ef_construction", 8, 2048,
-                        k.hnsw_ef_construction));
-        if (h["ef_search"])
-          CFG_TRY(r.Int(h["ef_search"], "knowledge.hnsw.ef_search", 0, 4096, k.hnsw_ef_search));
-      }
-      if (n["max_document_mb"])
-        CFG_TRY(
-            r.Int(n["max_document_mb"], "knowledge.max_document_mb", 1, 4096, k.max_document_mb));
-      if (n["vector_index"]) {
-        CFG_TRY(r.String(n["vector_index"], "knowledge.vector_index", k.vector_index));
-        if (k.vector_index != "ivf" && k.vector_index != "hnsw") {
-          return r.Error(n["vector_index"], "knowledge.vector_index", "expected ivf or hnsw");
-        }
-      }
-      if (auto iv = n["ivf"]) {
-        CFG_TRY(r.CheckKeys(iv, "knowledge.ivf", {"lists", "nprobe", "max_probe_share"}));
-        if (iv["lists"])
-          CFG_TRY(r.Int(iv["lists"], "knowledge.ivf.lists", 0, 1 << 20, k.ivf_lists));
-        if (iv["nprobe"])
-          CFG_TRY(r.Int(iv["nprobe"], "knowledge.ivf.nprobe", 0, 1 << 20, k.ivf_nprobe));
-        if (iv["max_probe_share"]) {
-          CFG_TRY(r.Double(iv["max_probe_share"], "knowledge.ivf.max_probe_share", 0.0, 1.0,
-                           k.ivf_max_probe_share));
-        }
-      }
-    }
+    if (auto n = root["plugins"]) CFG_TRY(ParsePluginsSection(r, n, c));
+    if (auto n = root["catalog"]) CFG_TRY(ParseCatalogSection(r, n, c));
+    if (auto n = root["knowledge"]) CFG_TRY(ParseKnowledgeSection(r, n, c));
   } catch (const YAML::Exception& e) {
     return YamlStatus("config " + source, e);
   }

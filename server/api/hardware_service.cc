@@ -108,7 +108,12 @@ class HardwareService final : public pb::Hardware::CallbackService {
                                                           const std::string& session_id) const {
     auto p = deps_.gate->Admit(ctx, rpc);
     if (!p.ok()) return p.status();
-    return std::make_pair(CallerFor(*p, ctx, "", session_id), p->role == Role::kCi);
+    Caller c = CallerFor(*p, ctx, "", session_id);
+    // A lease its holder keeps by hand ends when the token it was taken
+    // with is revoked (the work of a stream, a run or a rollout ends with
+    // the token and releases its own lease once it has put the board back).
+    c.token_id = p->token_id;
+    return std::make_pair(std::move(c), p->role == Role::kCi);
   }
 
   // A new lease must fit the caller's limits: leases held and their TTL.

@@ -65,7 +65,6 @@ Caller CallerFor(const Principal& p, grpc::CallbackServerContext* ctx, const std
   }
   c.lease_id = lease_id;
   c.session_id = session_id;
-  c.token_id = p.token_id;
   return c;
 }
 

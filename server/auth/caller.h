@@ -29,7 +29,9 @@ struct Caller {
   bool admin = false;
   std::string session_id;
   std::string lease_id;
-  std::string token_id;  // the token that verified the caller, if one did
+  // The token that verified the caller, for a lease taken by hand
+  // (Hardware.Acquire): that lease ends when the token is revoked.
+  std::string token_id;
   std::string peer;      // where the call came from, for the record
   // The local account the caller's files are read as (flash images, project
   // files); none: the caller reads no files through fwaid.

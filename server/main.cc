@@ -33,6 +33,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 #include <thread>
 
@@ -537,26 +538,22 @@ int TlsCommand(const std::string& action, const std::string& dir,
   return 0;
 }
 
-int Main(int argc, char** argv) {
-  // Signals are taken synchronously by the main thread; block them before any
-  // other thread exists so every thread inherits the mask.
-  sigset_t sigs;
-  sigemptyset(&sigs);
-  sigaddset(&sigs, SIGTERM);
-  sigaddset(&sigs, SIGINT);
-  sigaddset(&sigs, SIGHUP);
-  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
-  signal(SIGPIPE, SIG_IGN);
-
-  CLI::App app{"fwaid — the fwai daemon"};
+// What fwaid was asked on its command line.
+struct Args {
   std::string config_path, data_dir, log_level;
   std::vector<std::string> listen;
+};
+
+// Parses the command line into `args`; runs `fwaid tls ...` and `--version`
+// itself. The exit code when the process is done, nullopt to go on serving.
+std::optional<int> ParseArgs(int argc, char** argv, Args& args) {
+  CLI::App app{"fwaid — the fwai daemon"};
   bool version = false;
-  app.add_option("--config", config_path,
+  app.add_option("--config", args.config_path,
                  "Config file (default: $XDG_CONFIG_HOME/fwai/fwaid.yaml if present)");
-  app.add_option("--listen", listen, "unix:PATH or tcp:HOST:PORT (repeatable)");
-  app.add_option("--data-dir", data_dir, "Data directory (default: $XDG_DATA_HOME/fwai)");
-  app.add_option("--log-level", log_level, "trace|debug|info|warn|error|off");
+  app.add_option("--listen", args.listen, "unix:PATH or tcp:HOST:PORT (repeatable)");
+  app.add_option("--data-dir", args.data_dir, "Data directory (default: $XDG_DATA_HOME/fwai)");
+  app.add_option("--log-level", args.log_level, "trace|debug|info|warn|error|off");
   app.add_flag("--version", version, "Print the version");
   // fwaid tls init DIR --host NAME... | fwaid tls issue DIR (--user NAME | --node NAME) [--host
   // NAME...]
@@ -602,11 +599,14 @@ int Main(int argc, char** argv) {
     std::printf("fwaid %s\n", FWAI_VERSION);
     return 0;
   }
-  auto logger = spdlog::stderr_color_mt("fwaid");
-  spdlog::set_default_logger(logger);
-  spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ %v");
+  return std::nullopt;
+}
 
-  DaemonConfig config;
+// The config fwaid serves with: the file (the default one if present), then
+// the command line and systemd's sockets (`passed`) over it. The exit code
+// when it cannot be had, said on stderr; nullopt otherwise.
+std::optional<int> ResolveConfig(const Args& args, DaemonConfig& config, PassedSockets& passed) {
+  std::string config_path = args.config_path;
   if (config_path.empty() && std::filesystem::exists(DefaultConfigPath())) {
     config_path = DefaultConfigPath();
   }
@@ -618,7 +618,7 @@ int Main(int argc, char** argv) {
     }
     config = *std::move(c);
   }
-  for (const auto& l : listen) {
+  for (const auto& l : args.listen) {
     if (!absl::StartsWith(l, "unix:") && !absl::StartsWith(l, "tcp:") &&
         !absl::StartsWith(l, "tls:")) {
       std::fprintf(stderr,
@@ -638,27 +638,51 @@ int Main(int argc, char** argv) {
   }
   // systemd socket activation: the passed sockets are served instead of
   // binding the configured listen addresses.
-  auto passed = TakePassedSockets();
-  if (!passed.ok()) {
+  auto taken = TakePassedSockets();
+  if (!taken.ok()) {
     std::fprintf(stderr, "fwaid: socket activation: %s\n",
-                 std::string(passed.status().message()).c_str());
+                 std::string(taken.status().message()).c_str());
     return 1;
   }
-  if (!listen.empty()) config.listen = listen;
-  if (passed->any()) {
+  passed = *std::move(taken);
+  if (!args.listen.empty()) config.listen = args.listen;
+  if (passed.any()) {
     config.listen.clear();
-    for (const auto& [fd, path] : passed->unix_fds) config.listen.push_back("unix:" + path);
-    for (const auto& [fd, addr] : passed->tcp_fds) {
+    for (const auto& [fd, path] : passed.unix_fds) config.listen.push_back("unix:" + path);
+    for (const auto& [fd, addr] : passed.tcp_fds) {
       config.listen.push_back(absl::StrCat(config.security.tls.enabled() ? "tls:" : "tcp:", addr));
     }
   }
   if (config.listen.empty()) config.listen.push_back("unix:" + DefaultSocketPath());
-  if (!data_dir.empty()) config.data_dir = data_dir;
+  if (!args.data_dir.empty()) config.data_dir = args.data_dir;
   if (config.data_dir.empty()) config.data_dir = DefaultDataDir();
-  if (!log_level.empty()) config.log_level = log_level;
+  if (!args.log_level.empty()) config.log_level = args.log_level;
   spdlog::set_level(spdlog::level::from_str(config.log_level));
   ApplyProviderEnvironment(config);
 
+  return std::nullopt;
+}
+
+int Main(int argc, char** argv) {
+  // Signals are taken synchronously by the main thread; block them before any
+  // other thread exists so every thread inherits the mask.
+  sigset_t sigs;
+  sigemptyset(&sigs);
+  sigaddset(&sigs, SIGTERM);
+  sigaddset(&sigs, SIGINT);
+  sigaddset(&sigs, SIGHUP);
+  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  Args args;
+  if (auto done = ParseArgs(argc, argv, args)) return *done;
+  auto logger = spdlog::stderr_color_mt("fwaid");
+  spdlog::set_default_logger(logger);
+  spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ %v");
+
+  DaemonConfig config;
+  PassedSockets passed;
+  if (auto failed = ResolveConfig(args, config, passed)) return *failed;
   if (auto s = MakeDirs(config.data_dir, 0700); !s.ok()) {
     std::fprintf(stderr, "fwaid: data dir: %s\n", std::string(s.message()).c_str());
     return 1;
@@ -1320,9 +1344,9 @@ int Main(int argc, char** argv) {
   std::vector<std::pair<std::string, std::unique_ptr<int>>> tcp_ports;
   // Passed TCP sockets: each relays to a private port with its credentials.
   std::vector<std::pair<std::unique_ptr<TcpRelay>, std::unique_ptr<int>>> relays;
-  for (const auto& [fd, path] : passed->unix_fds)
+  for (const auto& [fd, path] : passed.unix_fds)
     unix_listeners.push_back(std::make_unique<UnixListener>(fd, path));
-  for (const auto& [fd, addr] : passed->tcp_fds) {
+  for (const auto& [fd, addr] : passed.tcp_fds) {
     const std::string l = absl::StrCat(config.security.tls.enabled() ? "tls:" : "tcp:", addr);
     auto creds = TcpCredentials(l, config.security, gate);
     if (!creds.ok()) {
@@ -1334,7 +1358,7 @@ int Main(int argc, char** argv) {
     builder.AddListeningPort("127.0.0.1:0", *creds, port.get());
     relays.emplace_back(std::make_unique<TcpRelay>(fd, l), std::move(port));
   }
-  for (const auto& l : passed->any() ? std::vector<std::string>{} : config.listen) {
+  for (const auto& l : passed.any() ? std::vector<std::string>{} : config.listen) {
     if (absl::StartsWith(l, "unix:")) {
       auto ul = std::make_unique<UnixListener>(l.substr(5), config.security.unix_socket);
       if (auto s = ul->Bind(); !s.ok()) {
@@ -1397,8 +1421,8 @@ int Main(int argc, char** argv) {
   for (auto& ul : unix_listeners) {
     ul->Start(server.get(), &peers);
     std::printf("fwaid: listening on unix:%s%s\n", ul->path().c_str(),
-                passed->any() ? " (socket from systemd)" : "");
-    if (pid_file.empty() && !passed->any()) {
+                passed.any() ? " (socket from systemd)" : "");
+    if (pid_file.empty() && !passed.any()) {
       pid_file = ul->path() + ".pid";
       std::ofstream(pid_file) << getpid() << "\n";
     }

@@ -32,7 +32,7 @@ struct Caller {
   // The token that verified the caller, for a lease taken by hand
   // (Hardware.Acquire): that lease ends when the token is revoked.
   std::string token_id;
-  std::string peer;      // where the call came from, for the record
+  std::string peer;  // where the call came from, for the record
   // The local account the caller's files are read as (flash images, project
   // files); none: the caller reads no files through fwaid.
   std::optional<LocalAccount> account;

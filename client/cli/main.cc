@@ -1042,4 +1042,14 @@ int Main(int argc, char** argv) {
 
 }  // namespace fwai
 
-int main(int argc, char** argv) { return fwai::Main(argc, argv); }
+int main(int argc, char** argv) {
+  const int rc = fwai::Main(argc, argv);
+  // gRPC's threads may still be at work when a command is done (a channel to
+  // a daemon that is not there, reconnecting): the libraries' exit handlers
+  // (OpenSSL's cleanup under a handshake) would crash under them. What was
+  // written is flushed, then the process ends without those handlers.
+  std::cout.flush();
+  std::cerr.flush();
+  std::fflush(nullptr);
+  std::_Exit(rc);
+}

@@ -4,7 +4,6 @@
 // threads so they never hold up the shared pool.
 #include <grpcpp/grpcpp.h>
 
-#include <algorithm>
 #include <atomic>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -186,18 +185,16 @@ class HardwareService final : public pb::Hardware::CallbackService {
 
   grpc::ServerUnaryReactor* Who(grpc::CallbackServerContext* ctx, const pb::WhoRequest*,
                                 pb::WhoResponse* resp) override {
-    auto c = CallerOf(ctx, "Hardware.Who");
-    if (!c.ok()) return Refuse(ctx, c.status());
-    return Run(ctx, [this, c = *c, resp] {
+    auto who_asks = deps_.gate->Admit(ctx, "Hardware.Who");
+    if (!who_asks.ok()) return Refuse(ctx, who_asks.status());
+    return Run(ctx, [this, p = *who_asks, resp] {
       ASSIGN_OR_RETURN(auto who, deps_.leases->Who());
       for (const auto& l : who.first) {
         pb::Lease* out = resp->add_leases();
         ToProto(l, out);
         // Which token holds a lease is its holder's (and the admins') to
         // know, and only of a token of this node.
-        const bool mine = l.identity == c.identity || std::find(c.aliases.begin(), c.aliases.end(),
-                                                                l.identity) != c.aliases.end();
-        if ((c.admin || mine) && (l.via.empty() || l.via == deps_.boards->node())) {
+        if (p.MaySee(l.identity) && (l.via.empty() || l.via == deps_.boards->node())) {
           out->set_token_id(l.token_id);
         }
       }

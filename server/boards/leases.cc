@@ -328,19 +328,22 @@ absl::StatusOr<BoardLease> BoardLeases::Renew(const Caller& caller, const std::s
   return FromLocal(l);
 }
 
+void BoardLeases::DropLabClaim(const LeaseRecord& l) {
+  if (!lab_) return;
+  auto released = lab_->Release(l.lease_id, "", l.identity, true, true);
+  if (!released.ok() && !absl::IsNotFound(released.status())) {
+    spdlog::warn("lab: lease {} ended here but not in etcd ({}); it lapses with its TTL",
+                 l.lease_id, released.status().ToString());
+  }
+}
+
 std::vector<BoardLease> BoardLeases::EndTakenWith(const std::string& token_id,
                                                   const std::string& reason) {
   std::vector<BoardLease> ended;
   if (token_id.empty()) return ended;
   // This node's boards: ended here, then in the lab.
   for (const LeaseRecord& l : broker_.TokenEnded(token_id, reason)) {
-    if (lab_) {
-      auto released = lab_->Release(l.lease_id, "", l.identity, true, true);
-      if (!released.ok() && !absl::IsNotFound(released.status())) {
-        spdlog::warn("lab: lease {} ended here ({}) but not in etcd ({}); it lapses with its TTL",
-                     l.lease_id, reason, released.status().ToString());
-      }
-    }
+    DropLabClaim(l);
     ended.push_back(FromLocal(l));
   }
   if (!lab_) return ended;
@@ -368,13 +371,7 @@ absl::StatusOr<BoardLease> BoardLeases::Release(const Caller& caller, const std:
     return FromLab(l);
   }
   ASSIGN_OR_RETURN(LeaseRecord l, broker_.Release(caller, lease_id, board, force));
-  if (lab_) {
-    auto released = lab_->Release(l.lease_id, "", l.identity, true, true);
-    if (!released.ok() && !absl::IsNotFound(released.status())) {
-      spdlog::warn("lab: lease {} released here but not in etcd ({}); it lapses with its TTL",
-                   l.lease_id, released.status().ToString());
-    }
-  }
+  DropLabClaim(l);
   return FromLocal(l);
 }
 

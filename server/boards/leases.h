@@ -144,6 +144,9 @@ class BoardLeases {
   absl::StatusOr<BoardLease> AcquireLocalInLabQueue(const Caller& caller, const LeaseRequest& req,
                                                     const std::function<bool()>& cancelled);
   BoardLease FromLocal(const LeaseRecord& l) const;
+  // A lease of this node's board ended here: its claim in the lab goes too
+  // (failing that, it lapses with its TTL).
+  void DropLabClaim(const LeaseRecord& l);
 
   HardwareBroker& broker_;
   const HardwareConfig& config_;

@@ -995,9 +995,12 @@ absl::StatusOr<std::vector<KbSearchHit>> KnowledgeBase::Search(const KbSearchReq
 
 RetrievalLog& KnowledgeBase::retrieval_log() { return *impl_->log; }
 
-absl::StatusOr<std::vector<KbSearchHit>> KnowledgeBase::SearchImpl(
-    const KbSearchRequest& r, std::vector<std::string>* rewrites) {
-  Impl& m = *impl_;
+namespace {
+
+using ScoredOrdinals = std::vector<std::pair<uint32_t, float>>;
+
+// A request's bounds, each named in the error.
+absl::Status CheckSearchRequest(const KbSearchRequest& r) {
   if (r.query.empty() || r.query.find_first_not_of(" \t\r\n") == std::string::npos) {
     return absl::InvalidArgumentError("query: empty");
   }
@@ -1016,188 +1019,298 @@ absl::StatusOr<std::vector<KbSearchHit>> KnowledgeBase::SearchImpl(
     return absl::InvalidArgumentError(absl::StrCat(
         "passage_tokens: ", r.passage_tokens, "; expected 1..", kMaxPassageTokens, " (0: chunks)"));
   }
-  const int passage_tokens = r.passage_tokens < 0 ? m.options.passage_tokens : r.passage_tokens;
-  std::vector<float> qvec;
-  if (r.mode != SearchMode::kLexical) {
-    ASSIGN_OR_RETURN(auto v, m.embedder.Embed({r.query}, true));
-    qvec = std::move(v[0]);
+  return absl::OkStatus();
+}
+
+// Best first; ties to the lower ordinal.
+bool BetterScored(const std::pair<uint32_t, float>& a, const std::pair<uint32_t, float>& b) {
+  return a.second > b.second || (a.second == b.second && a.first < b.first);
+}
+
+// A passage's text and position into a hit.
+void FillFromPassage(KbSearchHit& h, const Passage& p) {
+  h.text = p.text;
+  h.tokens = p.tokens;
+  h.highlights = p.highlights;
+  h.page = p.page;
+  h.end_page = p.end_page;
+  h.start_line = p.start_line;
+  h.end_line = p.end_line;
+  h.coverage = p.coverage;
+  h.best_sentence = p.best_unit;
+  h.begin_chunk = p.begin.chunk;
+  h.begin_offset = p.begin.offset;
+  h.end_chunk = p.end.chunk;
+  h.end_offset = p.end.offset;
+}
+
+// One search, stage by stage, in the order Run calls them:
+//   1. the query: its vector, terms and weighted terms; with a model, its
+//      rewrites and a hypothetical answer (outside the index lock);
+//   2. the legs: lexical and vector over the chunks (at once), and in
+//      hybrid mode the two document-level views (named by title, matched
+//      as a whole text);
+//   3. fusion: weighted reciprocal rank of every leg into one pool;
+//   4. the pool's records read in one batch, reranked (stage 1);
+//   5. chunks as results, or passages widened around them, rescored,
+//      fused with window evidence, corrected by feedback and merged where
+//      they overlap (stage 2).
+// Stages 2 to 5 run under the shared index lock Run takes.
+class SearchRun {
+ public:
+  SearchRun(KnowledgeBase::Impl& m, const KbSearchRequest& r, std::vector<std::string>* rewrites)
+      : m_(m),
+        r_(r),
+        rewrites_(rewrites),
+        ov_(r.overrides ? *r.overrides : kNoOverrides),
+        passage_tokens_(r.passage_tokens < 0 ? m.options.passage_tokens : r.passage_tokens),
+        hybrid_(r.mode == SearchMode::kHybrid) {}
+
+  absl::StatusOr<std::vector<KbSearchHit>> Run() {
+    RETURN_IF_ERROR(PrepareQuery());
+    AskModel();
+    std::shared_lock<std::shared_mutex> lock(m_.mu);
+    SetFilters();
+    RunLegs();
+    if (hybrid_) DocumentViews();
+    Fuse();
+    RETURN_IF_ERROR(LoadPool());
+    MarkNamed();
+    RETURN_IF_ERROR(RerankChunks());
+    if (passage_tokens_ <= 0) return ChunkResults();
+    RETURN_IF_ERROR(WidenPassages());
+    if (r_.all_candidates) return AllCandidates();
+    RETURN_IF_ERROR(RescorePassages());
+    RETURN_IF_ERROR(WindowEvidence());
+    CorrectPassages();
+    return MergePassages();
   }
-  std::vector<std::string> qterms;
-  Tokenize(r.query, &qterms);
-  ExpansionWeights ew;
-  ew.synonym = static_cast<float>(m.options.synonym_weight);
-  ew.family = static_cast<float>(m.options.family_weight);
-  auto wq = WeightedQuery(r.query, qterms, ew);
+
+ private:
+  struct Cand {
+    uint32_t o;
+    double fused = 0, lexical = 0, vector = 0;
+  };
+  struct Loaded {
+    Cand c;
+    ChunkRec rec;
+    const DocRec* doc;
+    double score;
+    double named = 0;
+  };
+  struct Widened {
+    const Loaded* l;
+    uint32_t slot;
+    uint32_t index;
+    Passage p;
+    double score;
+  };
+  static inline const FusionOverrides kNoOverrides{};
+
+  // An override if set (>= 0), else the configured value.
+  static double Or(double override_value, double configured) {
+    return override_value >= 0 ? override_value : configured;
+  }
+
+  // ---- 1. the query ----
+  absl::Status PrepareQuery() {
+    if (r_.mode != SearchMode::kLexical) {
+      ASSIGN_OR_RETURN(auto v, m_.embedder.Embed({r_.query}, true));
+      qvec_ = std::move(v[0]);
+    }
+    Tokenize(r_.query, &qterms_);
+    ExpansionWeights ew;
+    ew.synonym = static_cast<float>(m_.options.synonym_weight);
+    ew.family = static_cast<float>(m_.options.family_weight);
+    wq_ = WeightedQuery(r_.query, qterms_, ew);
+    return absl::OkStatus();
+  }
+
   // With a model: short or vague queries, and questions asked in other
   // words than a document's (no identifier beyond part names), are rewritten
   // into variants; the latter also get a hypothetical answer (HyDE) whose
   // words and vector are searched too. Both calls run at once, outside locks.
-  std::vector<std::vector<std::string>> variant_terms;
-  std::vector<std::vector<float>> variant_vecs;
-  std::vector<double> variant_weights;
-  std::string hyde_answer;
-  const bool may_ask = r.allow_rewrite && r.mode == SearchMode::kHybrid && !r.all_candidates;
-  if (may_ask && (m.options.rewrite || m.options.hyde)) {
-    const std::vector<std::string> ids = FindIdentifiers(r.query);
-    bool paraphrase_like = qterms.size() >= 3;
+  void AskModel() {
+    const bool may_ask = r_.allow_rewrite && hybrid_ && !r_.all_candidates;
+    if (!may_ask || !(m_.options.rewrite || m_.options.hyde)) return;
+    const std::vector<std::string> ids = FindIdentifiers(r_.query);
+    bool paraphrase_like = qterms_.size() >= 3;
     if (paraphrase_like && !ids.empty()) {
       // An identifier no document is named by (a register, a property) makes
       // it a lookup, not a paraphrase.
-      std::shared_lock<std::shared_mutex> lock(m.mu);
+      std::shared_lock<std::shared_mutex> lock(m_.mu);
       for (const auto& id : ids) {
         std::vector<std::string> t;
         Tokenize(id, &t, TokenizerOptions{false, false, false});
-        if (t.size() != 1 || m.doc_titles.DocFreq(t[0]) == 0) paraphrase_like = false;
+        if (t.size() != 1 || m_.doc_titles.DocFreq(t[0]) == 0) paraphrase_like = false;
       }
     }
-    const bool vague = qterms.size() <= 3 && ids.empty();
+    const bool vague = qterms_.size() <= 3 && ids.empty();
     std::future<std::vector<std::string>> variants;
     std::future<std::string> answer;
-    if (m.options.rewrite && (vague || paraphrase_like)) {
-      variants = std::async(std::launch::async, m.options.rewrite, r.query);
+    if (m_.options.rewrite && (vague || paraphrase_like)) {
+      variants = std::async(std::launch::async, m_.options.rewrite, r_.query);
     }
-    if (m.options.hyde && paraphrase_like)
-      answer = std::async(std::launch::async, m.options.hyde, r.query);
-    auto add = [&](const std::string& text, double weight, const std::string& label) {
-      std::vector<std::string> t;
-      Tokenize(text, &t);
-      if (t.empty()) return;
-      rewrites->push_back(label + text);
-      variant_terms.push_back(std::move(t));
-      auto e = m.embedder.Embed({text}, true);
-      variant_vecs.push_back(e.ok() ? std::move((*e)[0]) : std::vector<float>());
-      variant_weights.push_back(weight);
-    };
+    if (m_.options.hyde && paraphrase_like)
+      answer = std::async(std::launch::async, m_.options.hyde, r_.query);
     if (variants.valid()) {
       std::vector<std::string> v = variants.get();
       if (v.size() > 3) v.resize(3);
-      for (const auto& x : v) add(x, m.options.variant_weight, "");
+      for (const auto& x : v) AddVariant(x, m_.options.variant_weight);
     }
-    if (answer.valid()) {
-      hyde_answer = answer.get();
-      if (!hyde_answer.empty()) {
-        // Its words join the query at a lower weight (so chunk and document
-        // scores, and the passages, count them); its vector is one more leg.
-        rewrites->push_back("answer: " + hyde_answer);
-        std::vector<std::string> at;
-        Tokenize(hyde_answer, &at);
-        std::set<std::string> have;
-        for (const auto& [t, w] : wq) have.insert(t);
-        for (const auto& t : at) {
-          if (have.insert(t).second) wq.emplace_back(t, static_cast<float>(m.options.hyde_weight));
-        }
-        auto e = m.embedder.Embed({hyde_answer}, true);
-        if (e.ok()) {
-          variant_terms.emplace_back();
-          variant_vecs.push_back(std::move((*e)[0]));
-          variant_weights.push_back(m.options.hyde_weight);
-        }
-      }
+    if (answer.valid()) AddAnswer(answer.get());
+  }
+
+  void AddVariant(const std::string& text, double weight) {
+    std::vector<std::string> t;
+    Tokenize(text, &t);
+    if (t.empty()) return;
+    rewrites_->push_back(text);
+    variant_terms_.push_back(std::move(t));
+    auto e = m_.embedder.Embed({text}, true);
+    variant_vecs_.push_back(e.ok() ? std::move((*e)[0]) : std::vector<float>());
+    variant_weights_.push_back(weight);
+  }
+
+  // The hypothetical answer's words join the query at a lower weight (so
+  // chunk and document scores, and the passages, count them); its vector is
+  // one more leg.
+  void AddAnswer(std::string answer) {
+    hyde_answer_ = std::move(answer);
+    if (hyde_answer_.empty()) return;
+    rewrites_->push_back("answer: " + hyde_answer_);
+    std::vector<std::string> at;
+    Tokenize(hyde_answer_, &at);
+    std::set<std::string> have;
+    for (const auto& [t, w] : wq_) have.insert(t);
+    for (const auto& t : at) {
+      if (have.insert(t).second) wq_.emplace_back(t, static_cast<float>(m_.options.hyde_weight));
+    }
+    auto e = m_.embedder.Embed({hyde_answer_}, true);
+    if (e.ok()) {
+      variant_terms_.emplace_back();
+      variant_vecs_.push_back(std::move((*e)[0]));
+      variant_weights_.push_back(m_.options.hyde_weight);
     }
   }
 
-  std::shared_lock<std::shared_mutex> lock(m.mu);
-  std::set<std::string> doc_filter(r.docs.begin(), r.docs.end());
-  std::set<char> type_filter;
-  for (const auto& t : r.content_types) type_filter.insert(TypeCode(t));
-  auto accept = [&](uint32_t o) {
-    if (o >= m.chunk_slot.size() || m.chunk_slot[o] == kNoDoc) return false;
-    const DocRec& d = *m.slots[m.chunk_slot[o]];
-    if (!r.collection.empty() && d.info.collection != r.collection) return false;
-    if (r.collection_visible && !r.collection_visible(d.info.collection)) return false;
-    if (!doc_filter.empty() && !doc_filter.count(d.info.name) && !doc_filter.count(d.info.id))
+  // ---- 2. the legs ----
+  bool Accepts(uint32_t o) const {
+    if (o >= m_.chunk_slot.size() || m_.chunk_slot[o] == kNoDoc) return false;
+    const DocRec& d = *m_.slots[m_.chunk_slot[o]];
+    if (!r_.collection.empty() && d.info.collection != r_.collection) return false;
+    if (r_.collection_visible && !r_.collection_visible(d.info.collection)) return false;
+    if (!doc_filter_.empty() && !doc_filter_.count(d.info.name) && !doc_filter_.count(d.info.id))
       return false;
-    if (!type_filter.empty() && !type_filter.count(m.chunk_type[o])) return false;
-    for (const auto& [k, v] : r.tags) {
+    if (!type_filter_.empty() && !type_filter_.count(m_.chunk_type[o])) return false;
+    for (const auto& [k, v] : r_.tags) {
       auto it = d.info.tags.find(k);
       if (it == d.info.tags.end() || it->second != v) return false;
     }
     return true;
-  };
-  const bool filtered = !r.collection.empty() || r.collection_visible || !doc_filter.empty() ||
-                        !type_filter.empty() || !r.tags.empty();
-  std::function<bool(uint32_t)> acc =
-      filtered ? std::function<bool(uint32_t)>(accept)
-               : std::function<bool(uint32_t)>([&](uint32_t o) {
-                   return o < m.chunk_slot.size() && m.chunk_slot[o] != kNoDoc;
-                 });
-  const size_t n = static_cast<size_t>(std::max(m.options.candidates, r.max_results));
-  std::vector<std::pair<uint32_t, float>> lex, vec, by_doc, by_text, lex_all;
-  std::unordered_map<uint32_t, double> doc_match;  // slot -> title score / best
-  std::unordered_map<uint32_t, double> doc_text;   // slot -> whole-text score / best
-  const bool hybrid = r.mode == SearchMode::kHybrid;
-  // Document-level BM25 is scored in the lexical pass (hybrid only).
-  Bm25Index::Groups groups;
-  std::vector<uint32_t> filtered_groups;
-  if (hybrid && r.mode != SearchMode::kVector) {
-    m.EnsureSlotLens();
-    groups.group_of = &m.chunk_slot;
-    if (filtered) {
-      filtered_groups = m.chunk_slot;
-      for (uint32_t o = 0; o < filtered_groups.size(); ++o) {
-        if (filtered_groups[o] != kNoDoc && !accept(o)) filtered_groups[o] = kNoDoc;
-      }
-      groups.group_of = &filtered_groups;
+  }
+
+  void SetFilters() {
+    doc_filter_.insert(r_.docs.begin(), r_.docs.end());
+    for (const auto& t : r_.content_types) type_filter_.insert(TypeCode(t));
+    filtered_ = !r_.collection.empty() || r_.collection_visible || !doc_filter_.empty() ||
+                !type_filter_.empty() || !r_.tags.empty();
+    if (filtered_) {
+      acc_ = [this](uint32_t o) { return Accepts(o); };
+    } else {
+      acc_ = [this](uint32_t o) { return o < m_.chunk_slot.size() && m_.chunk_slot[o] != kNoDoc; };
     }
-    groups.group_len = &m.slot_len;
-    groups.present = m.slot_present;
-    groups.avg_len = m.slot_avg;
-    groups.b = static_cast<float>(m.options.doc_text_b);
+    n_ = static_cast<size_t>(std::max(m_.options.candidates, r_.max_results));
+    // Document-level BM25 is scored in the lexical pass (hybrid only).
+    if (!hybrid_) return;
+    m_.EnsureSlotLens();
+    groups_.group_of = &m_.chunk_slot;
+    if (filtered_) {
+      filtered_groups_ = m_.chunk_slot;
+      for (uint32_t o = 0; o < filtered_groups_.size(); ++o) {
+        if (filtered_groups_[o] != kNoDoc && !Accepts(o)) filtered_groups_[o] = kNoDoc;
+      }
+      groups_.group_of = &filtered_groups_;
+    }
+    groups_.group_len = &m_.slot_len;
+    groups_.present = m_.slot_present;
+    groups_.avg_len = m_.slot_avg;
+    groups_.b = static_cast<float>(m_.options.doc_text_b);
     // A document's chunks are in one group, unless a chunk-level filter
     // (content types) splits it.
-    groups.by_member = type_filter.empty();
+    groups_.by_member = type_filter_.empty();
   }
+
   // The two legs run at once (each is a scan of its own index; at a million
   // chunks either takes tens of ms). Both only read under the shared lock
-  // this thread holds.
-  std::future<std::vector<std::pair<uint32_t, float>>> vec_leg;
-  if (r.mode != SearchMode::kLexical) {
-    if (r.mode == SearchMode::kVector) {
-      vec = m.vectors->Search(qvec.data(), n, acc);
-    } else {
+  // this thread holds. The lexical leg is pruned when the saved index
+  // allows it (the same top n and document scores); then DocumentViews
+  // reads the chunk scores of the documents it chooses for those documents
+  // only, instead of every matching chunk's.
+  void RunLegs() {
+    std::future<ScoredOrdinals> vec_leg;
+    if (r_.mode == SearchMode::kVector) {
+      vec_ = m_.vectors->Search(qvec_.data(), n_, acc_);
+      return;
+    }
+    if (r_.mode != SearchMode::kLexical) {
       vec_leg = std::async(std::launch::async,
-                           [&m, &qvec, n, &acc] { return m.vectors->Search(qvec.data(), n, acc); });
+                           [this] { return m_.vectors->Search(qvec_.data(), n_, acc_); });
     }
-  }
-  // Pruned when the saved index allows it (the same top n and document
-  // scores); then the chunk scores of the documents chosen below are read
-  // for those documents only, instead of every matching chunk's.
-  bool lex_pruned = false;
-  if (r.mode != SearchMode::kVector) {
-    auto pruned = m.bm25->SearchPruned(wq, n, acc, hybrid ? &groups : nullptr);
+    auto pruned = m_.bm25->SearchPruned(wq_, n_, acc_, hybrid_ ? &groups_ : nullptr);
     if (pruned) {
-      lex = *std::move(pruned);
-      lex_pruned = true;
+      lex_ = *std::move(pruned);
+      lex_pruned_ = true;
     } else {
-      lex = m.bm25->Search(wq, n, acc, hybrid ? &lex_all : nullptr, hybrid ? &groups : nullptr);
+      lex_ = m_.bm25->Search(wq_, n_, acc_, hybrid_ ? &lex_all_ : nullptr,
+                             hybrid_ ? &groups_ : nullptr);
     }
+    if (vec_leg.valid()) vec_ = vec_leg.get();
   }
-  if (vec_leg.valid()) vec = vec_leg.get();
-  const FusionOverrides none;
-  const FusionOverrides& ov = r.overrides ? *r.overrides : none;
-  const double rrf_k = ov.rrf_k >= 0 ? ov.rrf_k : m.options.rrf_k;
-  const double doc_weight = ov.doc_weight >= 0 ? ov.doc_weight : m.options.doc_weight;
-  const double text_weight =
-      ov.doc_text_weight >= 0 ? ov.doc_text_weight : m.options.doc_text_weight;
-  if (hybrid) {
-    // Two document-level views: documents whose name or title the query
-    // names (part numbers, driver names), and documents whose whole text
-    // matches it best (a small binding or a header read as one unit). Their
-    // best chunks join the pool; their scores are reranking features.
+
+  // Two document-level views: documents whose name or title the query names
+  // (part numbers, driver names), and documents whose whole text matches it
+  // best (a small binding or a header read as one unit). Their best chunks
+  // join the pool; their scores are reranking features.
+  void DocumentViews() {
     auto docs =
-        m.doc_titles.Search(wq, static_cast<size_t>(std::max(m.options.doc_candidates, 20)));
+        m_.doc_titles.Search(wq_, static_cast<size_t>(std::max(m_.options.doc_candidates, 20)));
     const float best = docs.empty() ? 0.f : docs[0].second;
-    for (const auto& [slot, score] : docs) doc_match[slot] = best > 0 ? score / best : 0;
+    for (const auto& [slot, score] : docs) doc_match_[slot] = best > 0 ? score / best : 0;
     std::unordered_map<uint32_t, std::pair<float, float>>
         chosen;  // slot -> (title score, text score)
-    for (size_t i = 0; i < docs.size() && i < static_cast<size_t>(m.options.doc_candidates); ++i) {
+    for (size_t i = 0; i < docs.size() && i < static_cast<size_t>(m_.options.doc_candidates); ++i) {
       if (docs[i].second < 0.5f * best) break;
       chosen[docs[i].first].first = docs[i].second / best;
     }
-    // Ties go to the document ingested first (slots are renumbered on load).
-    auto& text_docs = groups.scores;
+    ChooseByText(chosen);
+    auto in_doc = ChunksOfChosen(chosen);
+    const float best_lex_all = lex_.empty() ? 1.f : std::max(lex_[0].second, 1e-9f);
+    const size_t per_doc = static_cast<size_t>(std::max(1, m_.options.chunks_per_doc));
+    for (auto& [slot, hits] : in_doc) {
+      if (hits.size() > per_doc) {
+        std::partial_sort(hits.begin(), hits.begin() + per_doc, hits.end(), BetterScored);
+        hits.resize(per_doc);
+      } else {
+        std::sort(hits.begin(), hits.end(), BetterScored);
+      }
+      const auto [title_score, text_score] = chosen[slot];
+      for (const auto& h : hits) {
+        const float chunk = h.second / best_lex_all;
+        if (title_score > 0) by_doc_.emplace_back(h.first, title_score * (1.0f + chunk));
+        if (text_score > 0) by_text_.emplace_back(h.first, text_score * (1.0f + chunk));
+      }
+    }
+    std::sort(by_doc_.begin(), by_doc_.end(), BetterScored);
+    std::sort(by_text_.begin(), by_text_.end(), BetterScored);
+  }
+
+  // The documents whose whole text scored best (in the lexical pass), ties
+  // to the document ingested first (slots are renumbered on load).
+  void ChooseByText(std::unordered_map<uint32_t, std::pair<float, float>>& chosen) {
+    auto& text_docs = groups_.scores;
     auto first_ordinal = [&](uint32_t slot) {
-      const auto& d = m.slots[slot];
+      const auto& d = m_.slots[slot];
       return d && !d->ordinals.empty() ? d->ordinals.front() : ~0u;
     };
     std::sort(text_docs.begin(), text_docs.end(), [&](const auto& a, const auto& b) {
@@ -1207,156 +1320,122 @@ absl::StatusOr<std::vector<KbSearchHit>> KnowledgeBase::SearchImpl(
     const float best_text = text_docs.empty() ? 0.f : text_docs[0].second;
     for (size_t i = 0; i < text_docs.size(); ++i) {
       const double norm = best_text > 0 ? text_docs[i].second / best_text : 0;
-      doc_text[text_docs[i].first] = norm;
-      if (i < static_cast<size_t>(m.options.doc_text_candidates))
+      doc_text_[text_docs[i].first] = norm;
+      if (i < static_cast<size_t>(m_.options.doc_text_candidates))
         chosen[text_docs[i].first].second = static_cast<float>(norm);
     }
-    std::unordered_map<uint32_t, std::vector<std::pair<uint32_t, float>>> in_doc;
-    if (lex_pruned) {
+  }
+
+  // The lexical scores of the chosen documents' chunks.
+  std::unordered_map<uint32_t, ScoredOrdinals> ChunksOfChosen(
+      const std::unordered_map<uint32_t, std::pair<float, float>>& chosen) {
+    std::unordered_map<uint32_t, ScoredOrdinals> in_doc;
+    if (lex_pruned_) {
       for (const auto& [slot, unused] : chosen) {
-        const DocRec* d = slot < m.slots.size() ? m.slots[slot].get() : nullptr;
+        const DocRec* d = slot < m_.slots.size() ? m_.slots[slot].get() : nullptr;
         if (d == nullptr) continue;
-        auto hits = m.bm25->ScoreDocs(wq, d->ordinals, acc);
+        auto hits = m_.bm25->ScoreDocs(wq_, d->ordinals, acc_);
         if (!hits.empty()) in_doc[slot] = std::move(hits);
       }
     } else {
-      for (const auto& h : lex_all) {
-        auto it = chosen.find(m.chunk_slot[h.first]);
+      for (const auto& h : lex_all_) {
+        auto it = chosen.find(m_.chunk_slot[h.first]);
         if (it != chosen.end()) in_doc[it->first].push_back(h);
       }
     }
-    const float best_lex_all = lex.empty() ? 1.f : std::max(lex[0].second, 1e-9f);
-    const size_t per_doc = static_cast<size_t>(std::max(1, m.options.chunks_per_doc));
-    for (auto& [slot, hits] : in_doc) {
-      auto better = [](const auto& a, const auto& b) {
-        return a.second > b.second || (a.second == b.second && a.first < b.first);
-      };
-      if (hits.size() > per_doc) {
-        std::partial_sort(hits.begin(), hits.begin() + per_doc, hits.end(), better);
-        hits.resize(per_doc);
-      } else {
-        std::sort(hits.begin(), hits.end(), better);
-      }
-      const auto [title_score, text_score] = chosen[slot];
-      for (const auto& h : hits) {
-        const float chunk = h.second / best_lex_all;
-        if (title_score > 0) by_doc.emplace_back(h.first, title_score * (1.0f + chunk));
-        if (text_score > 0) by_text.emplace_back(h.first, text_score * (1.0f + chunk));
-      }
-    }
-    auto by_score = [](const auto& a, const auto& b) {
-      return a.second > b.second || (a.second == b.second && a.first < b.first);
-    };
-    std::sort(by_doc.begin(), by_doc.end(), by_score);
-    std::sort(by_text.begin(), by_text.end(), by_score);
+    return in_doc;
   }
 
-  struct Cand {
-    uint32_t o;
-    double fused = 0, lexical = 0, vector = 0;
-  };
-  std::unordered_map<uint32_t, Cand> cands;
-  const double wl = r.mode == SearchMode::kVector
-                        ? 0
-                        : (ov.lexical_weight >= 0 ? ov.lexical_weight : m.options.lexical_weight);
-  const double wv = r.mode == SearchMode::kLexical
-                        ? 0
-                        : (ov.vector_weight >= 0 ? ov.vector_weight : m.options.vector_weight);
-  for (size_t i = 0; i < lex.size(); ++i) {
-    auto& c = cands[lex[i].first];
-    c.o = lex[i].first;
-    c.fused += wl / (rrf_k + i + 1);
-    c.lexical = lex[i].second;
-  }
-  for (size_t i = 0; i < vec.size(); ++i) {
-    auto& c = cands[vec[i].first];
-    c.o = vec[i].first;
-    c.fused += wv / (rrf_k + i + 1);
-    c.vector = vec[i].second;
-  }
-  for (size_t v = 0; v < variant_terms.size(); ++v) {
-    std::vector<std::pair<uint32_t, float>> vl;
-    if (!variant_terms[v].empty()) vl = m.bm25->Search(variant_terms[v], n, acc);
-    for (size_t i = 0; i < vl.size(); ++i) {
-      auto& c = cands[vl[i].first];
-      c.o = vl[i].first;
-      c.fused += variant_weights[v] * wl / (rrf_k + i + 1);
-      c.lexical = std::max<double>(c.lexical, vl[i].second);
+  // ---- 3. fusion ----
+  void AddLeg(const ScoredOrdinals& leg, double weight, bool lexical, bool at_most) {
+    for (size_t i = 0; i < leg.size(); ++i) {
+      auto& c = cands_[leg[i].first];
+      c.o = leg[i].first;
+      c.fused += weight / (rrf_k_ + i + 1);
+      double& feature = lexical ? c.lexical : c.vector;
+      feature = at_most ? std::max<double>(feature, leg[i].second) : leg[i].second;
     }
-    if (!variant_vecs[v].empty()) {
-      auto vv = m.vectors->Search(variant_vecs[v].data(), n, acc);
-      for (size_t i = 0; i < vv.size(); ++i) {
-        auto& c = cands[vv[i].first];
-        c.o = vv[i].first;
-        c.fused += variant_weights[v] * wv / (rrf_k + i + 1);
-        c.vector = std::max<double>(c.vector, vv[i].second);
+  }
+
+  // A document view's chunks are in the rerank pool even at weight 0.
+  void AddDocumentView(const ScoredOrdinals& view, double weight) {
+    for (size_t i = 0; i < view.size(); ++i) {
+      auto& c = cands_[view[i].first];
+      c.o = view[i].first;
+      c.fused += weight / (rrf_k_ + i + 1) + 1e-9;
+    }
+  }
+
+  void Fuse() {
+    rrf_k_ = Or(ov_.rrf_k, m_.options.rrf_k);
+    const double wl =
+        r_.mode == SearchMode::kVector ? 0 : Or(ov_.lexical_weight, m_.options.lexical_weight);
+    const double wv =
+        r_.mode == SearchMode::kLexical ? 0 : Or(ov_.vector_weight, m_.options.vector_weight);
+    AddLeg(lex_, wl, true, false);
+    AddLeg(vec_, wv, false, false);
+    for (size_t v = 0; v < variant_terms_.size(); ++v) {
+      ScoredOrdinals vl;
+      if (!variant_terms_[v].empty()) vl = m_.bm25->Search(variant_terms_[v], n_, acc_);
+      AddLeg(vl, variant_weights_[v] * wl, true, true);
+      if (!variant_vecs_[v].empty()) {
+        AddLeg(m_.vectors->Search(variant_vecs_[v].data(), n_, acc_), variant_weights_[v] * wv,
+               false, true);
       }
     }
+    const double wd = hybrid_ ? Or(ov_.doc_weight, m_.options.doc_weight) : 0;
+    const double wt = hybrid_ ? Or(ov_.doc_text_weight, m_.options.doc_text_weight) : 0;
+    AddDocumentView(by_doc_, wd);
+    AddDocumentView(by_text_, wt);
+    order_.reserve(cands_.size());
+    for (auto& [o, c] : cands_) order_.push_back(c);
+    std::sort(order_.begin(), order_.end(), [](const Cand& a, const Cand& b) {
+      return a.fused > b.fused || (a.fused == b.fused && a.o < b.o);
+    });
+    max_fused_ = std::max(1e-12, (wl + wv + wd + wt) / (rrf_k_ + 1));
+    best_lex_ = lex_.empty() ? 1.0 : std::max<double>(lex_[0].second, 1e-9);
+    // Without rerank, a few more than asked: passages that merge leave room.
+    const size_t keep = r_.rerank || r_.all_candidates
+                            ? std::max<size_t>(m_.options.rerank_top, r_.max_results)
+                        : passage_tokens_ > 0 ? static_cast<size_t>(r_.max_results) * 2
+                                              : static_cast<size_t>(r_.max_results);
+    if (order_.size() > keep) order_.resize(keep);
+    top_fused_all_ = order_.empty() ? 1.0 : std::max(order_[0].fused, 1e-12);
   }
-  const double wd = hybrid ? doc_weight : 0;
-  const double wt = hybrid ? text_weight : 0;
-  for (size_t i = 0; i < by_doc.size(); ++i) {
-    auto& c = cands[by_doc[i].first];
-    c.o = by_doc[i].first;
-    c.fused += wd / (rrf_k + i + 1) + 1e-9;  // in the rerank pool even at weight 0
-  }
-  for (size_t i = 0; i < by_text.size(); ++i) {
-    auto& c = cands[by_text[i].first];
-    c.o = by_text[i].first;
-    c.fused += wt / (rrf_k + i + 1) + 1e-9;
-  }
-  std::vector<Cand> order;
-  order.reserve(cands.size());
-  for (auto& [o, c] : cands) order.push_back(c);
-  std::sort(order.begin(), order.end(), [](const Cand& a, const Cand& b) {
-    return a.fused > b.fused || (a.fused == b.fused && a.o < b.o);
-  });
-  const double max_fused = std::max(1e-12, (wl + wv + wd + wt) / (rrf_k + 1));
-  const double best_lex = lex.empty() ? 1.0 : std::max<double>(lex[0].second, 1e-9);
-  // Without rerank, a few more than asked: passages that merge leave room.
-  const size_t keep = r.rerank || r.all_candidates
-                          ? std::max<size_t>(m.options.rerank_top, r.max_results)
-                      : passage_tokens > 0 ? static_cast<size_t>(r.max_results) * 2
-                                           : static_cast<size_t>(r.max_results);
-  if (order.size() > keep) order.resize(keep);
 
-  struct Loaded {
-    Cand c;
-    ChunkRec rec;
-    const DocRec* doc;
-    double score;
-    double named = 0;
-  };
-  std::vector<Loaded> loaded;
-  std::unordered_map<uint32_t, std::string> prefetched;  // ordinal -> stored record
-  {
-    // The pool's records in one batched read (with rerank, 100 of them).
+  // ---- 4. the pool, reranked ----
+  // The pool's records in one batched read (with rerank, 100 of them).
+  absl::Status LoadPool() {
     std::vector<std::string> keys;
-    keys.reserve(order.size());
-    for (const auto& c : order) keys.push_back(ChunkKey(c.o));
-    ASSIGN_OR_RETURN(auto raws, m.storage.MultiGet(Cf::kChunks, keys));
-    loaded.reserve(order.size());
-    for (size_t i = 0; i < order.size(); ++i) {
+    keys.reserve(order_.size());
+    for (const auto& c : order_) keys.push_back(ChunkKey(c.o));
+    ASSIGN_OR_RETURN(auto raws, m_.storage.MultiGet(Cf::kChunks, keys));
+    loaded_.reserve(order_.size());
+    for (size_t i = 0; i < order_.size(); ++i) {
       if (!raws[i]) continue;
       ASSIGN_OR_RETURN(auto rec, DecodeChunk(*raws[i], false));
-      const Cand& c = order[i];
-      loaded.push_back({c, std::move(rec), m.slots[m.chunk_slot[c.o]].get(), c.fused / max_fused});
-      prefetched.emplace(c.o, *std::move(raws[i]));
+      const Cand& c = order_[i];
+      loaded_.push_back(
+          {c, std::move(rec), m_.slots[m_.chunk_slot[c.o]].get(), c.fused / max_fused_});
+      prefetched_.emplace(c.o, *std::move(raws[i]));
     }
+    return absl::OkStatus();
   }
+
   // Identifiers in the query that name a few documents by name or title
   // (a part number, a driver): the share of them a candidate's document
   // or text carries is a reranking feature.
-  std::vector<std::string> naming;
-  for (const auto& id : FindIdentifiers(r.query)) {
-    std::vector<std::string> t;
-    Tokenize(id, &t, TokenizerOptions{false, false, false});
-    if (t.size() != 1) continue;
-    const size_t df = m.doc_titles.DocFreq(t[0]);
-    if (df >= 1 && df <= std::max<size_t>(3, m.slot_by_id.size() / 200)) naming.push_back(t[0]);
-  }
-  if (!naming.empty()) {
-    for (auto& l : loaded) {
+  void MarkNamed() {
+    std::vector<std::string> naming;
+    for (const auto& id : FindIdentifiers(r_.query)) {
+      std::vector<std::string> t;
+      Tokenize(id, &t, TokenizerOptions{false, false, false});
+      if (t.size() != 1) continue;
+      const size_t df = m_.doc_titles.DocFreq(t[0]);
+      if (df >= 1 && df <= std::max<size_t>(3, m_.slot_by_id.size() / 200)) naming.push_back(t[0]);
+    }
+    if (naming.empty()) return;
+    for (auto& l : loaded_) {
       const std::string hay = absl::AsciiStrToLower(
           absl::StrCat(l.doc->info.name, "\n", l.doc->info.title, "\n", l.rec.text));
       int hit = 0;
@@ -1364,46 +1443,58 @@ absl::StatusOr<std::vector<KbSearchHit>> KnowledgeBase::SearchImpl(
       l.named = static_cast<double>(hit) / naming.size();
     }
   }
-  // Stage 1: the chunks, reranked.
-  Reranker& first_stage = r.reranker != nullptr ? *r.reranker
-                          : m.options.first_stage_reranker != nullptr
-                              ? *m.options.first_stage_reranker
-                              : m.reranker;
-  const double top_fused = loaded.empty() ? 1.0 : std::max(loaded[0].c.fused, 1e-12);
-  auto candidate = [&](const Loaded& l) {
+
+  double DocMatch(uint32_t o) const {
+    auto it = doc_match_.find(m_.chunk_slot[o]);
+    return it == doc_match_.end() ? 0 : it->second;
+  }
+  double DocText(uint32_t o) const {
+    auto it = doc_text_.find(m_.chunk_slot[o]);
+    return it == doc_text_.end() ? 0 : it->second;
+  }
+
+  RerankCandidate CandidateOf(const Loaded& l) const {
     RerankCandidate c;
     c.text = l.rec.text;
     c.context = Context(l.doc->info, l.rec.meta.value("title_path", std::vector<std::string>{}));
     c.vector_sim = l.c.vector;
-    c.lexical_norm = l.c.lexical / best_lex;
-    c.fused_norm = l.c.fused / top_fused;
-    auto dm = doc_match.find(m.chunk_slot[l.c.o]);
-    c.doc_match = dm == doc_match.end() ? 0 : dm->second;
-    auto dt = doc_text.find(m.chunk_slot[l.c.o]);
-    c.doc_text = dt == doc_text.end() ? 0 : dt->second;
+    c.lexical_norm = l.c.lexical / best_lex_;
+    c.fused_norm = l.c.fused / top_fused_;
+    c.doc_match = DocMatch(l.c.o);
+    c.doc_text = DocText(l.c.o);
     c.named = l.named;
     return c;
-  };
-  if (r.rerank && !loaded.empty()) {
-    std::vector<RerankCandidate> rc;
-    rc.reserve(loaded.size());
-    for (const auto& l : loaded) rc.push_back(candidate(l));
-    // With a hypothetical answer, the built-in reranker reads it as part of
-    // the question: its words are the documents' words.
-    const std::string rerank_query = hyde_answer.empty() ? r.query : r.query + "\n" + hyde_answer;
-    ASSIGN_OR_RETURN(auto scores, first_stage.Score(rerank_query, rc));
-    for (size_t i = 0; i < loaded.size(); ++i) loaded[i].score = scores[i];
-    std::stable_sort(loaded.begin(), loaded.end(),
-                     [](const Loaded& a, const Loaded& b) { return a.score > b.score; });
   }
-  const double top_fused_all = order.empty() ? 1.0 : std::max(order[0].fused, 1e-12);
-  auto chunk_hit = [&](const Loaded& l) {
+
+  // Stage 1: the chunks, reranked. With a hypothetical answer, the built-in
+  // reranker reads it as part of the question: its words are the documents'.
+  absl::Status RerankChunks() {
+    top_fused_ = loaded_.empty() ? 1.0 : std::max(loaded_[0].c.fused, 1e-12);
+    if (!r_.rerank || loaded_.empty()) return absl::OkStatus();
+    Reranker& first_stage = r_.reranker != nullptr ? *r_.reranker
+                            : m_.options.first_stage_reranker != nullptr
+                                ? *m_.options.first_stage_reranker
+                                : m_.reranker;
+    std::vector<RerankCandidate> rc;
+    rc.reserve(loaded_.size());
+    for (const auto& l : loaded_) rc.push_back(CandidateOf(l));
+    const std::string rerank_query =
+        hyde_answer_.empty() ? r_.query : r_.query + "\n" + hyde_answer_;
+    ASSIGN_OR_RETURN(auto scores, first_stage.Score(rerank_query, rc));
+    for (size_t i = 0; i < loaded_.size(); ++i) loaded_[i].score = scores[i];
+    std::stable_sort(loaded_.begin(), loaded_.end(),
+                     [](const Loaded& a, const Loaded& b) { return a.score > b.score; });
+    return absl::OkStatus();
+  }
+
+  KbSearchHit ChunkHit(const Loaded& l) const {
     KbSearchHit h;
     h.score = l.score;
     h.first_stage_score = l.score;
     h.doc = l.doc->info.name;
     h.doc_id = l.doc->info.id;
-    h.title_path = absl::StrJoin(l.rec.meta.value("title_path", std::vector<std::string>{}), " > ");
+    const auto title_path = l.rec.meta.value("title_path", std::vector<std::string>{});
+    h.title_path = absl::StrJoin(title_path, " > ");
     h.page = h.end_page = l.rec.meta.value("page", 0);
     h.start_line = l.rec.meta.value("start_line", 0);
     h.end_line = l.rec.meta.value("end_line", 0);
@@ -1412,76 +1503,78 @@ absl::StatusOr<std::vector<KbSearchHit>> KnowledgeBase::SearchImpl(
     h.tokens = CountTokens(h.text);
     h.chunk_id = absl::StrCat(l.doc->info.id, "#", l.rec.meta.value("index", 0));
     h.chunk_ids = {h.chunk_id};
-    h.context = Context(l.doc->info, l.rec.meta.value("title_path", std::vector<std::string>{}));
-    h.fused_norm = l.c.fused / top_fused_all;
-    h.lexical_norm = l.c.lexical / best_lex;
+    h.context = Context(l.doc->info, title_path);
+    h.fused_norm = l.c.fused / top_fused_all_;
+    h.lexical_norm = l.c.lexical / best_lex_;
     h.vector_sim = l.c.vector;
-    auto dm = doc_match.find(m.chunk_slot[l.c.o]);
-    h.doc_match = dm == doc_match.end() ? 0 : dm->second;
-    auto dt = doc_text.find(m.chunk_slot[l.c.o]);
-    h.doc_text = dt == doc_text.end() ? 0 : dt->second;
+    h.doc_match = DocMatch(l.c.o);
+    h.doc_text = DocText(l.c.o);
     h.named = l.named;
     return h;
-  };
+  }
+
+  // ---- 5. results ----
+  double Idf(const std::string& t) const {
+    const double n_chunks = static_cast<double>(std::max<size_t>(1, m_.bm25->size()));
+    const double df = static_cast<double>(m_.bm25->DocFreq(t));
+    return std::log(1.0 + (n_chunks - df + 0.5) / (df + 0.5));
+  }
+  std::function<double(const std::string&)> IdfFn() const {
+    return [this](const std::string& t) { return Idf(t); };
+  }
   // Corrections from the retrieval log: results marked bad (good) for
   // queries like this one go down (up).
-  const size_t n_chunks = std::max<size_t>(1, m.bm25->size());
-  auto idf = [&](const std::string& t) {
-    const double df = static_cast<double>(m.bm25->DocFreq(t));
-    return std::log(1.0 + (static_cast<double>(n_chunks) - df + 0.5) / (df + 0.5));
-  };
-  const bool corrections = m.log->has_feedback() && !r.all_candidates;
-  std::vector<KbSearchHit> out;
-  if (passage_tokens <= 0) {
-    if (corrections) {
-      for (auto& l : loaded) {
-        l.score =
-            m.log->Adjust(l.score, qterms,
-                          {absl::StrCat(l.doc->info.id, "#", l.rec.meta.value("index", 0))}, idf);
+  bool Corrections() const { return m_.log->has_feedback() && !r_.all_candidates; }
+
+  std::vector<KbSearchHit> ChunkResults() {
+    if (Corrections()) {
+      for (auto& l : loaded_) {
+        l.score = m_.log->Adjust(l.score, qterms_,
+                                 {absl::StrCat(l.doc->info.id, "#", l.rec.meta.value("index", 0))},
+                                 IdfFn());
       }
-      std::stable_sort(loaded.begin(), loaded.end(),
+      std::stable_sort(loaded_.begin(), loaded_.end(),
                        [](const Loaded& a, const Loaded& b) { return a.score > b.score; });
     }
-    for (const auto& l : loaded) {
-      if (static_cast<int>(out.size()) >= r.max_results) break;
-      if (l.score < r.threshold) continue;
-      out.push_back(chunk_hit(l));
+    std::vector<KbSearchHit> out;
+    for (const auto& l : loaded_) {
+      if (static_cast<int>(out.size()) >= r_.max_results) break;
+      if (l.score < r_.threshold) continue;
+      out.push_back(ChunkHit(l));
       out.back().rank = static_cast<int>(out.size());
     }
     return out;
   }
 
-  // Stage 2: the best chunks widened into passages within their sections,
-  // ranked again with the passage's coverage of the query.
-  const QueryTermScorer scorer(wq, idf);
-  absl::Status load_error;
-  std::unordered_map<uint64_t, std::unique_ptr<PassageChunk>>
-      chunk_cache;                                       // (slot, index) -> chunk
-  std::unordered_map<uint64_t, std::string> text_cache;  // texts read for overlaps
-  auto read = [&](const DocRec& d, uint32_t index) -> std::optional<ChunkRec> {
-    auto hit = prefetched.find(d.ordinals[index]);
-    if (hit != prefetched.end()) {
+  // A chunk record: prefetched, else read (a read error is kept in
+  // load_error_ for the stage to return).
+  std::optional<ChunkRec> Read(const DocRec& d, uint32_t index) {
+    auto hit = prefetched_.find(d.ordinals[index]);
+    if (hit != prefetched_.end()) {
       auto rec = DecodeChunk(hit->second, false);
       if (!rec.ok()) return std::nullopt;
       return *std::move(rec);
     }
-    auto raw = m.storage.Get(Cf::kChunks, ChunkKey(d.ordinals[index]));
+    auto raw = m_.storage.Get(Cf::kChunks, ChunkKey(d.ordinals[index]));
     if (!raw.ok()) {
-      load_error = raw.status();
+      load_error_ = raw.status();
       return std::nullopt;
     }
     if (!*raw) return std::nullopt;
     auto rec = DecodeChunk(**raw, false);
     if (!rec.ok()) return std::nullopt;
     return *std::move(rec);
-  };
-  auto chunk_of = [&](uint32_t slot, uint32_t index) -> const PassageChunk* {
-    const DocRec* d = slot < m.slots.size() ? m.slots[slot].get() : nullptr;
+  }
+
+  // Chunk `index` of the document in `slot` as passages read it, with its
+  // overlap with the chunk before; cached for the search.
+  const PassageChunk* ChunkOf(uint32_t slot, uint32_t index) {
+    const DocRec* d = slot < m_.slots.size() ? m_.slots[slot].get() : nullptr;
     if (d == nullptr || index >= d->ordinals.size()) return nullptr;
     const uint64_t key = (uint64_t{slot} << 32) | index;
-    auto it = chunk_cache.find(key);
-    if (it != chunk_cache.end()) return it->second.get();
-    auto rec = read(*d, index);
+    auto it = chunk_cache_.find(key);
+    if (it != chunk_cache_.end()) return it->second.get();
+    auto rec = Read(*d, index);
     if (!rec) return nullptr;
     auto c = std::make_unique<PassageChunk>();
     c->index = index;
@@ -1492,159 +1585,177 @@ absl::StatusOr<std::vector<KbSearchHit>> KnowledgeBase::SearchImpl(
     c->section = rec->meta.value("section", -1);
     c->text = std::move(rec->text);
     if (index > 0) {
-      auto prev = chunk_cache.find(key - 1);
-      if (prev != chunk_cache.end()) {
+      auto prev = chunk_cache_.find(key - 1);
+      if (prev != chunk_cache_.end()) {
         c->overlap = OverlapLength(prev->second->text, c->text);
       } else {
-        auto t = text_cache.find(key - 1);
-        if (t == text_cache.end()) {
-          auto p = read(*d, index - 1);
-          t = text_cache.emplace(key - 1, p ? std::move(p->text) : std::string()).first;
+        auto t = text_cache_.find(key - 1);
+        if (t == text_cache_.end()) {
+          auto p = Read(*d, index - 1);
+          t = text_cache_.emplace(key - 1, p ? std::move(p->text) : std::string()).first;
         }
         c->overlap = OverlapLength(t->second, c->text);
       }
     }
-    return chunk_cache.emplace(key, std::move(c)).first->second.get();
-  };
-  auto source_of = [&](uint32_t slot) {
+    return chunk_cache_.emplace(key, std::move(c)).first->second.get();
+  }
+
+  PassageSource SourceOf(uint32_t slot) {
     PassageSource src;
-    src.chunk = [&chunk_of, slot](uint32_t index) { return chunk_of(slot, index); };
+    src.chunk = [this, slot](uint32_t index) { return ChunkOf(slot, index); };
     src.same_section = [](const PassageChunk& a, const PassageChunk& b) {
       return SameSection(a, b);
     };
     return src;
-  };
-  const double wc = ov.passage_coverage_weight >= 0 ? ov.passage_coverage_weight
-                                                    : m.options.passage_coverage_weight;
-  const double ws = ov.passage_sentence_weight >= 0 ? ov.passage_sentence_weight
-                                                    : m.options.passage_sentence_weight;
-  const int pool_size = ov.passage_pool >= 0 ? ov.passage_pool : m.options.passage_pool;
-  const size_t pool =
-      r.all_candidates
-          ? loaded.size()
-          : std::min(loaded.size(), static_cast<size_t>(std::max(pool_size, r.max_results + 10)));
-  const int budget = std::min(passage_tokens, kMaxPassageTokens);
-  const bool forward = ov.passage_forward >= 0 ? ov.passage_forward > 0 : m.options.passage_forward;
-  const PassageGrowth growth =
-      forward ? PassageGrowth::kForwardFromLeadIn : PassageGrowth::kTowardsQuery;
-  const double within_doc = std::clamp(
-      ov.passage_within_doc >= 0 ? ov.passage_within_doc : m.options.passage_within_doc, 0.0, 1.0);
-  struct Widened {
-    const Loaded* l;
-    uint32_t slot;
-    uint32_t index;
-    Passage p;
-    double score;
-  };
-  {
-    // The records passages read first in one batched read: each pooled
-    // chunk's neighbours (the one before also for its overlap with the one
-    // before it); others are read one by one.
-    std::vector<uint32_t> want;
-    for (size_t i = 0; i < pool; ++i) {
-      const DocRec* d = loaded[i].doc;
-      const uint32_t index = loaded[i].rec.meta.value("index", 0u);
-      if (d == nullptr || index >= d->ordinals.size()) continue;
-      for (uint32_t j = index > 1 ? index - 2 : 0; j <= index + 1 && j < d->ordinals.size(); ++j) {
-        want.push_back(d->ordinals[j]);
+  }
+
+  // Stage 2: the best chunks widened into passages within their sections.
+  absl::Status WidenPassages() {
+    scorer_.emplace(wq_, IdfFn());
+    const int pool_size = ov_.passage_pool >= 0 ? ov_.passage_pool : m_.options.passage_pool;
+    const size_t pool =
+        r_.all_candidates ? loaded_.size()
+                          : std::min(loaded_.size(),
+                                     static_cast<size_t>(std::max(pool_size, r_.max_results + 10)));
+    budget_ = std::min(passage_tokens_, kMaxPassageTokens);
+    const bool forward =
+        ov_.passage_forward >= 0 ? ov_.passage_forward > 0 : m_.options.passage_forward;
+    growth_ = forward ? PassageGrowth::kForwardFromLeadIn : PassageGrowth::kTowardsQuery;
+    {
+      // The records passages read first in one batched read: each pooled
+      // chunk's neighbours (the one before also for its overlap with the one
+      // before it); others are read one by one.
+      std::vector<uint32_t> want;
+      for (size_t i = 0; i < pool; ++i) {
+        const DocRec* d = loaded_[i].doc;
+        const uint32_t index = loaded_[i].rec.meta.value("index", 0u);
+        if (d == nullptr || index >= d->ordinals.size()) continue;
+        for (uint32_t j = index > 1 ? index - 2 : 0; j <= index + 1 && j < d->ordinals.size();
+             ++j) {
+          want.push_back(d->ordinals[j]);
+        }
       }
+      RETURN_IF_ERROR(ReadChunksInto(m_.storage, std::move(want), prefetched_));
     }
-    RETURN_IF_ERROR(ReadChunksInto(m.storage, std::move(want), prefetched));
+    widened_.reserve(pool);
+    for (size_t i = 0; i < pool; ++i) {
+      const Loaded& l = loaded_[i];
+      const uint32_t slot = m_.chunk_slot[l.c.o];
+      const uint32_t index = l.rec.meta.value("index", 0u);
+      Passage p = BuildPassage(SourceOf(slot), index, budget_, *scorer_, growth_);
+      if (p.text.empty()) continue;
+      widened_.push_back({&l, slot, index, std::move(p), l.score});
+    }
+    return load_error_;
   }
-  std::vector<Widened> widened;
-  widened.reserve(pool);
-  for (size_t i = 0; i < pool; ++i) {
-    const Loaded& l = loaded[i];
-    const uint32_t slot = m.chunk_slot[l.c.o];
-    const uint32_t index = l.rec.meta.value("index", 0u);
-    Passage p = BuildPassage(source_of(slot), index, budget, scorer, growth);
-    if (p.text.empty()) continue;
-    widened.push_back({&l, slot, index, std::move(p), l.score});
-  }
-  if (!load_error.ok()) return load_error;
-  auto fill = [](KbSearchHit& h, const Passage& p) {
-    h.text = p.text;
-    h.tokens = p.tokens;
-    h.highlights = p.highlights;
-    h.page = p.page;
-    h.end_page = p.end_page;
-    h.start_line = p.start_line;
-    h.end_line = p.end_line;
-    h.coverage = p.coverage;
-    h.best_sentence = p.best_unit;
-    h.begin_chunk = p.begin.chunk;
-    h.begin_offset = p.begin.offset;
-    h.end_chunk = p.end.chunk;
-    h.end_offset = p.end.offset;
-  };
-  if (r.all_candidates) {
-    for (const auto& w : widened) {
-      KbSearchHit h = chunk_hit(*w.l);
+
+  // Every widened candidate, unranked by passages (for tuning).
+  std::vector<KbSearchHit> AllCandidates() const {
+    std::vector<KbSearchHit> out;
+    for (const auto& w : widened_) {
+      KbSearchHit h = ChunkHit(*w.l);
       h.chunk_text = w.l->rec.text;
-      fill(h, w.p);
+      FillFromPassage(h, w.p);
       h.rank = static_cast<int>(out.size()) + 1;
       out.push_back(std::move(h));
     }
     return out;
   }
-  const bool model_stage2 =
-      r.rerank && r.reranker == nullptr && m.options.first_stage_reranker != nullptr;
-  if (model_stage2 && !widened.empty()) {
-    std::vector<RerankCandidate> rc;
-    for (const auto& w : widened) {
-      RerankCandidate c = candidate(*w.l);
-      c.text = w.p.text;
-      rc.push_back(std::move(c));
+
+  // The passages ranked again: by the model's reranker as a second stage,
+  // or with the passage's coverage of the query.
+  absl::Status RescorePassages() {
+    const bool model_stage2 =
+        r_.rerank && r_.reranker == nullptr && m_.options.first_stage_reranker != nullptr;
+    if (model_stage2 && !widened_.empty()) {
+      std::vector<RerankCandidate> rc;
+      for (const auto& w : widened_) {
+        RerankCandidate c = CandidateOf(*w.l);
+        c.text = w.p.text;
+        rc.push_back(std::move(c));
+      }
+      ASSIGN_OR_RETURN(auto scores, m_.reranker.Score(r_.query, rc));
+      for (size_t i = 0; i < widened_.size(); ++i) widened_[i].score = scores[i];
+      return absl::OkStatus();
     }
-    ASSIGN_OR_RETURN(auto scores, m.reranker.Score(r.query, rc));
-    for (size_t i = 0; i < widened.size(); ++i) widened[i].score = scores[i];
-  } else if (r.rerank) {
-    for (auto& w : widened)
+    if (!r_.rerank) return absl::OkStatus();
+    const double wc = Or(ov_.passage_coverage_weight, m_.options.passage_coverage_weight);
+    const double ws = Or(ov_.passage_sentence_weight, m_.options.passage_sentence_weight);
+    const double within_doc =
+        std::clamp(Or(ov_.passage_within_doc, m_.options.passage_within_doc), 0.0, 1.0);
+    for (auto& w : widened_)
       w.score = (w.score + wc * w.p.coverage + ws * w.p.best_unit) / (1 + wc + ws);
     if (within_doc > 0) {
       std::unordered_map<uint32_t, double> best;  // slot -> its best passage's score
-      for (const auto& w : widened) best[w.slot] = std::max(best[w.slot], w.score);
-      for (auto& w : widened) {
+      for (const auto& w : widened_) best[w.slot] = std::max(best[w.slot], w.score);
+      for (auto& w : widened_) {
         w.score = WithinDocScore(w.score, best[w.slot], w.p.coverage, w.p.best_unit, within_doc);
       }
     }
+    return absl::OkStatus();
   }
+
   // Window evidence (questions without an identifier unless configured):
   // the top documents cut into windows scored by BM25; the passages
   // overlapping the best windows are fused into the ranking by weighted
   // reciprocal rank. Before the corrections, so a result marked bad stays
   // demoted.
-  const int window_docs = ov.window_docs >= 0 ? ov.window_docs
-                          : m.options.windows ? m.options.window_docs
-                                              : 0;
-  const bool window_ids =
-      ov.window_identifiers >= 0 ? ov.window_identifiers > 0 : m.options.window_identifiers;
-  std::deque<Loaded> window_loaded;  // chunks of passages grown around a window
-  if (hybrid && window_docs > 0 && !widened.empty() &&
-      (window_ids || FindIdentifiers(r.query).empty())) {
-    const double ww = ov.window_weight >= 0 ? ov.window_weight : m.options.window_weight;
-    const double wk = ov.window_k >= 0 ? ov.window_k : m.options.window_k;
-    std::stable_sort(widened.begin(), widened.end(),
+  absl::Status WindowEvidence() {
+    const int window_docs = ov_.window_docs >= 0 ? ov_.window_docs
+                            : m_.options.windows ? m_.options.window_docs
+                                                 : 0;
+    const bool window_ids =
+        ov_.window_identifiers >= 0 ? ov_.window_identifiers > 0 : m_.options.window_identifiers;
+    if (!hybrid_ || window_docs <= 0 || widened_.empty() ||
+        !(window_ids || FindIdentifiers(r_.query).empty())) {
+      return absl::OkStatus();
+    }
+    std::stable_sort(widened_.begin(), widened_.end(),
                      [](const Widened& a, const Widened& b) { return a.score > b.score; });
     std::vector<uint32_t> top_slots;
-    for (const auto& w : widened) {
+    for (const auto& w : widened_) {
       if (static_cast<int>(top_slots.size()) >= window_docs) break;
       if (std::find(top_slots.begin(), top_slots.end(), w.slot) == top_slots.end())
         top_slots.push_back(w.slot);
     }
-    // A document's chunks: all of them, or in a long one (a manual) those
-    // around its candidates.
+    ASSIGN_OR_RETURN(auto windows, BestWindows(top_slots));
+    const size_t ranked = widened_.size();
+    std::vector<int> window_rank(ranked, -1);
+    for (size_t j = 0; j < windows.size(); ++j) {
+      const auto& [slot, win] = windows[j];
+      bool overlapped = false;
+      for (size_t i = 0; i < widened_.size(); ++i) {
+        const Widened& w = widened_[i];
+        if (w.slot != slot || !OverlapsWindow(win, w.p.begin, w.p.end)) continue;
+        overlapped = true;
+        if (i < window_rank.size() && window_rank[i] < 0) window_rank[i] = static_cast<int>(j);
+      }
+      if (!overlapped && AddWindowPassage(slot, win)) window_rank.push_back(static_cast<int>(j));
+    }
+    if (!load_error_.ok()) return load_error_;
+    const double ww = Or(ov_.window_weight, m_.options.window_weight);
+    const double wk = Or(ov_.window_k, m_.options.window_k);
+    for (size_t i = 0; i < widened_.size(); ++i) {
+      widened_[i].score = WindowFusedScore(i, window_rank[i], ww, wk);
+    }
+    return absl::OkStatus();
+  }
+
+  // The best windows of the documents in `top_slots`: all of a document's
+  // chunks, or in a long one (a manual) those around its candidates.
+  absl::StatusOr<std::vector<std::pair<uint32_t, TextWindow>>> BestWindows(
+      const std::vector<uint32_t>& top_slots) {
     constexpr size_t kWholeDocChunks = 256;
     std::vector<std::pair<uint32_t, std::vector<uint32_t>>> doc_chunks;  // slot -> indexes
     std::vector<uint32_t> want;
     for (uint32_t slot : top_slots) {
-      const DocRec& d = *m.slots[slot];
+      const DocRec& d = *m_.slots[slot];
       std::vector<uint32_t> idx;
       if (d.ordinals.size() <= kWholeDocChunks) {
         for (uint32_t i = 0; i < d.ordinals.size(); ++i) idx.push_back(i);
       } else {
-        for (const auto& l : loaded) {
-          if (m.chunk_slot[l.c.o] != slot) continue;
+        for (const auto& l : loaded_) {
+          if (m_.chunk_slot[l.c.o] != slot) continue;
           const uint32_t at = l.rec.meta.value("index", 0u);
           for (uint32_t i = at > 2 ? at - 2 : 0; i <= at + 2 && i < d.ordinals.size(); ++i)
             idx.push_back(i);
@@ -1655,73 +1766,62 @@ absl::StatusOr<std::vector<KbSearchHit>> KnowledgeBase::SearchImpl(
       for (uint32_t i : idx) want.push_back(d.ordinals[i]);
       doc_chunks.emplace_back(slot, std::move(idx));
     }
-    RETURN_IF_ERROR(ReadChunksInto(m.storage, std::move(want), prefetched));
+    RETURN_IF_ERROR(ReadChunksInto(m_.storage, std::move(want), prefetched_));
     std::unordered_map<std::string, double> term_weight;
-    for (const auto& [t, w] : wq) {
+    for (const auto& [t, w] : wq_) {
       double& x = term_weight[t];
-      x = std::max(x, std::max(0.0, static_cast<double>(w)) * std::max(0.0, idf(t)));
+      x = std::max(x, std::max(0.0, static_cast<double>(w)) * std::max(0.0, Idf(t)));
     }
     std::vector<std::pair<uint32_t, TextWindow>> windows;  // (slot, window)
     for (const auto& [slot, idx] : doc_chunks) {
       std::vector<const PassageChunk*> chunks;
-      for (uint32_t i : idx) chunks.push_back(chunk_of(slot, i));
+      for (uint32_t i : idx) chunks.push_back(ChunkOf(slot, i));
       for (const auto& w : ScoreWindows(chunks, term_weight)) windows.emplace_back(slot, w);
     }
-    if (!load_error.ok()) return load_error;
+    if (!load_error_.ok()) return load_error_;
     std::stable_sort(windows.begin(), windows.end(),
                      [](const auto& a, const auto& b) { return a.second.score > b.second.score; });
     constexpr size_t kTopWindows = 10;
     if (windows.size() > kTopWindows) windows.resize(kTopWindows);
-    const size_t ranked = widened.size();
-    std::vector<int> window_rank(ranked, -1);
-    for (size_t j = 0; j < windows.size(); ++j) {
-      const auto& [slot, win] = windows[j];
-      bool overlapped = false;
-      for (size_t i = 0; i < widened.size(); ++i) {
-        const Widened& w = widened[i];
-        if (w.slot != slot || !OverlapsWindow(win, w.p.begin, w.p.end)) continue;
-        overlapped = true;
-        if (i < window_rank.size() && window_rank[i] < 0) window_rank[i] = static_cast<int>(j);
+    return windows;
+  }
+
+  // No ranked passage shows the window: one grown around its densest chunk.
+  bool AddWindowPassage(uint32_t slot, const TextWindow& win) {
+    const DocRec& d = *m_.slots[slot];
+    auto rec = Read(d, win.best_chunk);
+    if (!rec) return false;
+    Passage p = BuildPassage(SourceOf(slot), win.best_chunk, budget_, *scorer_, growth_);
+    if (p.text.empty() || !OverlapsWindow(win, p.begin, p.end)) return false;
+    window_loaded_.push_back({Cand{d.ordinals[win.best_chunk]}, *std::move(rec), &d, 0.0});
+    widened_.push_back({&window_loaded_.back(), slot, win.best_chunk, std::move(p), 0.0});
+    return true;
+  }
+
+  void CorrectPassages() {
+    if (Corrections()) {
+      for (auto& w : widened_) {
+        std::vector<std::string> ids;
+        for (uint32_t k : w.p.chunks) ids.push_back(absl::StrCat(w.l->doc->info.id, "#", k));
+        w.score = m_.log->Adjust(w.score, qterms_, ids, IdfFn());
       }
-      if (overlapped) continue;
-      // No ranked passage shows the window: one grown around its densest chunk.
-      const DocRec& d = *m.slots[slot];
-      auto rec = read(d, win.best_chunk);
-      if (!rec) continue;
-      Passage p = BuildPassage(source_of(slot), win.best_chunk, budget, scorer, growth);
-      if (p.text.empty() || !OverlapsWindow(win, p.begin, p.end)) continue;
-      window_loaded.push_back({Cand{d.ordinals[win.best_chunk]}, *std::move(rec), &d, 0.0});
-      widened.push_back({&window_loaded.back(), slot, win.best_chunk, std::move(p), 0.0});
-      window_rank.push_back(static_cast<int>(j));
     }
-    if (!load_error.ok()) return load_error;
-    for (size_t i = 0; i < widened.size(); ++i) {
-      widened[i].score = WindowFusedScore(i, window_rank[i], ww, wk);
-    }
+    std::stable_sort(widened_.begin(), widened_.end(),
+                     [](const Widened& a, const Widened& b) { return a.score > b.score; });
   }
-  if (corrections) {
-    for (auto& w : widened) {
-      std::vector<std::string> ids;
-      for (uint32_t k : w.p.chunks) ids.push_back(absl::StrCat(w.l->doc->info.id, "#", k));
-      w.score = m.log->Adjust(w.score, qterms, ids, idf);
-    }
-  }
-  std::stable_sort(widened.begin(), widened.end(),
-                   [](const Widened& a, const Widened& b) { return a.score > b.score; });
-  // Passages that overlap or touch one already taken join it (or, if both
-  // would not fit in one passage, keep only the text it does not show).
+
   struct Taken {
     uint32_t slot;
     Passage p;
     KbSearchHit hit;
   };
-  std::vector<Taken> taken;
-  for (auto& w : widened) {
-    if (static_cast<int>(taken.size()) >= r.max_results) break;
-    if (w.score < r.threshold) continue;
-    const PassageSource src = source_of(w.slot);
-    bool absorbed = false;
-    for (bool again = true; again && !absorbed;) {
+
+  // Whether `w` joins a passage already taken that it overlaps or touches
+  // (or, if both would not fit in one passage, keeps only the text that
+  // one does not show: nothing, if it lies within it).
+  bool Absorbed(Widened& w, std::vector<Taken>& taken) {
+    const PassageSource src = SourceOf(w.slot);
+    for (bool again = true; again;) {
       again = false;
       for (auto& t : taken) {
         if (t.slot != w.slot) continue;
@@ -1730,42 +1830,97 @@ absl::StatusOr<std::vector<KbSearchHit>> KnowledgeBase::SearchImpl(
         if (!overlap && !touch) continue;
         const DocPos ub = std::min(t.p.begin, w.p.begin), ue = std::max(t.p.end, w.p.end);
         if (PassageTokens(src, ub, ue) <= kMaxPassageTokens) {
-          t.p = RenderPassage(src, ub, ue, scorer);
+          t.p = RenderPassage(src, ub, ue, *scorer_);
           for (uint32_t k : w.p.chunks)
             t.hit.chunk_ids.push_back(absl::StrCat(w.l->doc->info.id, "#", k));
-          absorbed = true;
-          break;
+          return true;
         }
         if (!overlap) continue;  // adjacent, too long as one: both stay
-        // Too long as one: this passage keeps only the text the other does
-        // not show (nothing, if it lies within it).
         const DocPos b = w.p.begin < t.p.begin ? w.p.begin : t.p.end;
         const DocPos e = w.p.begin < t.p.begin ? t.p.begin : w.p.end;
-        if (!(b < e) || PassageTokens(src, b, e) == 0) {
-          absorbed = true;
-          break;
-        }
-        w.p = RenderPassage(src, b, e, scorer);
+        if (!(b < e) || PassageTokens(src, b, e) == 0) return true;
+        w.p = RenderPassage(src, b, e, *scorer_);
         again = true;
         break;
       }
     }
-    if (absorbed) continue;
-    KbSearchHit h = chunk_hit(*w.l);
-    h.score = std::clamp(w.score, 0.0, 1.0);
-    h.chunk_ids.clear();
-    for (uint32_t k : w.p.chunks) h.chunk_ids.push_back(absl::StrCat(w.l->doc->info.id, "#", k));
-    taken.push_back({w.slot, std::move(w.p), std::move(h)});
+    return false;
   }
-  for (auto& t : taken) {
-    KbSearchHit& h = t.hit;
-    std::sort(h.chunk_ids.begin(), h.chunk_ids.end());
-    h.chunk_ids.erase(std::unique(h.chunk_ids.begin(), h.chunk_ids.end()), h.chunk_ids.end());
-    fill(h, t.p);
-    h.rank = static_cast<int>(out.size()) + 1;
-    out.push_back(std::move(h));
+
+  std::vector<KbSearchHit> MergePassages() {
+    std::vector<Taken> taken;
+    for (auto& w : widened_) {
+      if (static_cast<int>(taken.size()) >= r_.max_results) break;
+      if (w.score < r_.threshold) continue;
+      if (Absorbed(w, taken)) continue;
+      KbSearchHit h = ChunkHit(*w.l);
+      h.score = std::clamp(w.score, 0.0, 1.0);
+      h.chunk_ids.clear();
+      for (uint32_t k : w.p.chunks) h.chunk_ids.push_back(absl::StrCat(w.l->doc->info.id, "#", k));
+      taken.push_back({w.slot, std::move(w.p), std::move(h)});
+    }
+    std::vector<KbSearchHit> out;
+    for (auto& t : taken) {
+      KbSearchHit& h = t.hit;
+      std::sort(h.chunk_ids.begin(), h.chunk_ids.end());
+      h.chunk_ids.erase(std::unique(h.chunk_ids.begin(), h.chunk_ids.end()), h.chunk_ids.end());
+      FillFromPassage(h, t.p);
+      h.rank = static_cast<int>(out.size()) + 1;
+      out.push_back(std::move(h));
+    }
+    return out;
   }
-  return out;
+
+  KnowledgeBase::Impl& m_;
+  const KbSearchRequest& r_;
+  std::vector<std::string>* rewrites_;
+  const FusionOverrides& ov_;
+  const int passage_tokens_;
+  const bool hybrid_;
+  // The query.
+  std::vector<float> qvec_;
+  std::vector<std::string> qterms_;
+  std::vector<std::pair<std::string, float>> wq_;
+  std::vector<std::vector<std::string>> variant_terms_;
+  std::vector<std::vector<float>> variant_vecs_;
+  std::vector<double> variant_weights_;
+  std::string hyde_answer_;
+  // The legs.
+  std::set<std::string> doc_filter_;
+  std::set<char> type_filter_;
+  bool filtered_ = false;
+  std::function<bool(uint32_t)> acc_;
+  size_t n_ = 0;
+  Bm25Index::Groups groups_;
+  std::vector<uint32_t> filtered_groups_;
+  ScoredOrdinals lex_, vec_, by_doc_, by_text_, lex_all_;
+  bool lex_pruned_ = false;
+  std::unordered_map<uint32_t, double> doc_match_;  // slot -> title score / best
+  std::unordered_map<uint32_t, double> doc_text_;   // slot -> whole-text score / best
+  // Fusion.
+  double rrf_k_ = 0;
+  std::unordered_map<uint32_t, Cand> cands_;
+  std::vector<Cand> order_;
+  double max_fused_ = 1, best_lex_ = 1, top_fused_ = 1, top_fused_all_ = 1;
+  // The pool and passages.
+  std::vector<Loaded> loaded_;
+  std::unordered_map<uint32_t, std::string> prefetched_;  // ordinal -> stored record
+  absl::Status load_error_;
+  std::unordered_map<uint64_t, std::unique_ptr<PassageChunk>> chunk_cache_;  // (slot, index)
+  std::unordered_map<uint64_t, std::string> text_cache_;  // texts read for overlaps
+  std::optional<QueryTermScorer> scorer_;
+  int budget_ = 0;
+  PassageGrowth growth_ = PassageGrowth::kTowardsQuery;
+  std::vector<Widened> widened_;
+  std::deque<Loaded> window_loaded_;  // chunks of passages grown around a window
+};
+
+}  // namespace
+
+absl::StatusOr<std::vector<KbSearchHit>> KnowledgeBase::SearchImpl(
+    const KbSearchRequest& r, std::vector<std::string>* rewrites) {
+  RETURN_IF_ERROR(CheckSearchRequest(r));
+  return SearchRun(*impl_, r, rewrites).Run();
 }
 
 absl::StatusOr<KbStats> KnowledgeBase::Stats(const std::string& collection) {

@@ -663,141 +663,245 @@ std::optional<int> ResolveConfig(const Args& args, DaemonConfig& config, PassedS
   return std::nullopt;
 }
 
-int Main(int argc, char** argv) {
-  // Signals are taken synchronously by the main thread; block them before any
-  // other thread exists so every thread inherits the mask.
-  sigset_t sigs;
-  sigemptyset(&sigs);
-  sigaddset(&sigs, SIGTERM);
-  sigaddset(&sigs, SIGINT);
-  sigaddset(&sigs, SIGHUP);
-  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
-  signal(SIGPIPE, SIG_IGN);
+// Says why fwaid cannot go on ("fwaid: " and `what`) and gives `code`.
+std::optional<int> Fail(const std::string& what, int code = 1) {
+  std::fprintf(stderr, "fwaid: %s\n", what.c_str());
+  return code;
+}
 
-  Args args;
-  if (auto done = ParseArgs(argc, argv, args)) return *done;
-  auto logger = spdlog::stderr_color_mt("fwaid");
-  spdlog::set_default_logger(logger);
-  spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ %v");
-
-  DaemonConfig config;
-  PassedSockets passed;
-  if (auto failed = ResolveConfig(args, config, passed)) return *failed;
-  if (auto s = MakeDirs(config.data_dir, 0700); !s.ok()) {
-    std::fprintf(stderr, "fwaid: data dir: %s\n", std::string(s.message()).c_str());
-    return 1;
-  }
-  // A daemon still stopping on this data dir (or killed, its lock not yet
-  // let go) is waited for; a serving one is not.
-  auto data_lock = DataDirLock::Acquire(config.data_dir, 60000, [](const std::string& why) {
-    std::fprintf(stderr, "fwaid: %s\n", why.c_str());
-  });
-  if (!data_lock.ok()) {
-    std::fprintf(stderr, "fwaid: %s\n", std::string(data_lock.status().message()).c_str());
-    return 1;
-  }
-  // OpenTelemetry export, when configured (headers are read now and never logged).
-  if (auto s = telemetry::Start(config.telemetry, FWAI_VERSION); !s.ok()) {
-    std::fprintf(stderr, "fwaid: telemetry: %s\n", std::string(s.message()).c_str());
-    return 1;
-  }
-  if (config.telemetry.enabled) {
-    spdlog::info("telemetry: OTLP/{} to {} as {}", config.telemetry.protocol,
-                 config.telemetry.endpoint, config.telemetry.service_name);
-  }
-  struct TelemetryFlush {
-    ~TelemetryFlush() { telemetry::Shutdown(); }
-  } telemetry_flush;
-  const auto start_time = std::chrono::steady_clock::now();
-  auto ms_since_start = [&] {
-    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start_time)
-        .count();
-  };
-  auto storage = Storage::Open(config.data_dir + "/db");
-  if (!storage.ok()) {
-    std::fprintf(stderr, "fwaid: %s\n", std::string(storage.status().message()).c_str());
-    return 1;
-  }
-
-  spdlog::info("storage opened ({:.0f} ms after start)", ms_since_start());
-  auto http = MakeCurlHttpClient();
-  ProviderSet providers;
-  for (const auto& [name, pc] : config.providers) {
-    providers.providers[name] = MakeProvider(pc, config.retry, *http);
-  }
-  providers.default_name = config.default_provider;
-
-  // Knowledge: documents in RocksDB, derived indexes under data/index.
-  const KnowledgeConfig& kc = config.knowledge;
-  std::unique_ptr<Embedder> embedder;
-  if (kc.embedder == "openai") {
-    HttpEmbedderConfig ec;
-    ec.base_url = kc.embed_base_url;
-    ec.api_key = !kc.embed_api_key.empty() ? kc.embed_api_key
-                 : (!kc.embed_api_key_env.empty() && std::getenv(kc.embed_api_key_env.c_str()))
-                     ? std::getenv(kc.embed_api_key_env.c_str())
-                     : "";
-    ec.model = kc.embed_model;
-    ec.dimension = kc.builtin_dimension == 256 ? 0 : kc.builtin_dimension;
-    embedder = MakeHttpEmbedder(ec, *http);
-    if (ec.dimension == 0) {
-      // Learn the dimension now so a collection never mixes dimensions.
-      auto probe = embedder->Embed({"dimension probe"}, true);
-      if (!probe.ok()) {
-        std::fprintf(stderr, "fwaid: knowledge.embedder: %s\n",
-                     std::string(probe.status().message()).c_str());
-        return 1;
-      }
+// fwaid as it serves: every part, made in order by Start's steps (storage,
+// knowledge, catalog, tools, plugins, MCP, hardware, lab, boards, evidence,
+// sessions, skills, the gate, listeners), served until a signal by Serve
+// and stopped in order by Stop. A step that fails says why on stderr and
+// gives the exit code; the parts made so far end in the reverse order of
+// their making (the members' order).
+class Daemon {
+ public:
+  Daemon(DaemonConfig config, PassedSockets passed)
+      : config_(std::move(config)), passed_(std::move(passed)) {}
+  ~Daemon() {
+    // An early exit after the server started: its queue drained, its thread
+    // joined.
+    if (fd_cq_thread_.joinable()) {
+      if (server_) server_->Shutdown(std::chrono::system_clock::now());
+      fd_cq_->Shutdown();
+      fd_cq_thread_.join();
     }
-  } else {
-    embedder = MakeBuiltinEmbedder(kc.builtin_dimension);
   }
+
+  std::optional<int> Start() {
+    for (auto step :
+         {&Daemon::OpenStorage, &Daemon::OpenKnowledge, &Daemon::OpenCatalog,
+          &Daemon::RegisterTools, &Daemon::StartPlugins, &Daemon::StartMcp, &Daemon::StartHardware,
+          &Daemon::JoinLab, &Daemon::MakeBoards, &Daemon::OpenEvidence, &Daemon::StartSessions,
+          &Daemon::StartSkills, &Daemon::OpenGate, &Daemon::Listen}) {
+      if (auto failed = (this->*step)()) return failed;
+    }
+    return std::nullopt;
+  }
+
+  // Serves until SIGTERM or SIGINT (one of `sigs`); SIGHUP reloads the
+  // config. Returns the signal.
+  int Serve(const sigset_t& sigs) {
+    int sig = 0;
+    while (true) {
+      if (sigwait(&sigs, &sig) != 0) continue;
+      if (sig == SIGHUP) {
+        // Users, limits and knowledge writers; certificates reload on their own.
+        if (auto n = ReloadConfig("signal SIGHUP", ""); !n.ok())
+          spdlog::error("config not reloaded: {}", n.status().ToString());
+        continue;
+      }
+      return sig;
+    }
+  }
+
+  int Stop(int sig);
+
+ private:
+  double MsSinceStart() const {
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start_time_)
+        .count();
+  }
+
+  std::optional<int> OpenStorage();
+  std::optional<int> OpenKnowledge();
+  KnowledgeOptions KnowledgeOptionsOf(const KnowledgeConfig& kc);
+  Provider* SearchProvider(const std::string& name);
+  absl::StatusOr<std::unique_ptr<Reranker>> ModelReranker(const RerankerConfig& rc,
+                                                          Reranker& builtin,
+                                                          const std::string& field);
+  std::optional<int> OpenCatalog();
+  std::optional<int> RegisterTools();
+  std::optional<int> StartPlugins();
+  std::optional<int> StartMcp();
+  std::optional<int> StartHardware();
+  std::optional<int> JoinLab();
+  std::optional<int> MakeBoards();
+  std::optional<int> OpenEvidence();
+  void UseEvidence();
+  std::optional<int> StartSessions();
+  std::optional<int> StartSkills();
+  std::optional<int> OpenGate();
+  absl::StatusOr<int> ReloadConfig(const std::string& principal, const std::string& peer);
+  void FillApiDeps();
+  std::optional<int> Listen();
+  std::optional<int> AddListeners();
+  std::optional<int> StartListeners();
+
+  DaemonConfig config_;
+  PassedSockets passed_;
+  std::optional<DataDirLock> data_lock_;
+  struct TelemetryFlush {
+    bool started = false;
+    ~TelemetryFlush() {
+      if (started) telemetry::Shutdown();
+    }
+  } telemetry_flush_;
+  std::chrono::steady_clock::time_point start_time_;
+  std::unique_ptr<Storage> storage_;
+  std::unique_ptr<HttpClient> http_;
+  ProviderSet providers_;
+  // Knowledge: documents in RocksDB, derived indexes under data/index.
+  std::unique_ptr<Embedder> embedder_;
   // Search-path model calls get their own provider instances: one attempt and
   // short timeouts, so an unreachable provider never stalls a search for long.
-  std::vector<std::unique_ptr<Provider>> search_providers;
-  auto search_provider = [&](const std::string& name) -> Provider* {
-    Provider* p = providers.Find(name);
-    if (p == nullptr) return nullptr;
-    ProviderConfig pc = p->config();
-    pc.connect_timeout_s = 5;
-    pc.idle_timeout_s = 20;
-    search_providers.push_back(MakeProvider(pc, RetryConfig{1, 0, 0}, *http));
-    return search_providers.back().get();
-  };
-  // A rerank service or the chat provider, falling back to `builtin` when a
-  // call fails; null for kind builtin.
-  auto model_reranker = [&](const RerankerConfig& rc, Reranker& builtin,
-                            const std::string& field) -> absl::StatusOr<std::unique_ptr<Reranker>> {
-    if (rc.kind == "tei" || rc.kind == "cohere" || rc.kind == "jina") {
-      HttpRerankerConfig hc;
-      hc.style = rc.kind == "tei" ? "tei" : "cohere";
-      hc.base_url = rc.base_url;
-      hc.api_key = !rc.api_key.empty() ? rc.api_key
-                   : (!rc.api_key_env.empty() && std::getenv(rc.api_key_env.c_str()))
-                       ? std::getenv(rc.api_key_env.c_str())
-                       : "";
-      hc.model = rc.model;
-      return MakeHttpReranker(hc, *http, builtin);
-    }
-    if (rc.kind == "llm") {
-      Provider* p = search_provider(rc.provider);
-      if (p == nullptr) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(field, ": kind llm needs a configured provider (provider: ",
-                         rc.provider.empty() ? "<default>" : rc.provider, ")"));
-      }
-      return MakeLlmReranker(*p, rc.model, builtin);
-    }
-    return std::unique_ptr<Reranker>();
-  };
-  RerankWeights kb_weights;
-  for (const auto& [feature, v] : kc.reranker.weights) SetRerankWeight(kb_weights, feature, v);
-  auto builtin_reranker = MakeBuiltinReranker(kb_weights);
-  auto remote_reranker = model_reranker(kc.reranker, *builtin_reranker, "knowledge.reranker");
-  if (!remote_reranker.ok()) {
-    std::fprintf(stderr, "fwaid: %s\n", std::string(remote_reranker.status().message()).c_str());
-    return 1;
+  std::vector<std::unique_ptr<Provider>> search_providers_;
+  std::unique_ptr<Reranker> builtin_reranker_;
+  std::unique_ptr<Reranker> remote_reranker_;  // null: the built-in one ranks
+  std::unique_ptr<KnowledgeBase> knowledge_;
+  std::unique_ptr<Reranker> tool_builtin_reranker_;
+  std::unique_ptr<Reranker> tool_model_reranker_;
+  std::unique_ptr<ToolCatalogStore> catalog_;
+  std::unique_ptr<ThreadPool> pool_;
+  std::unique_ptr<ThreadPool> ingest_pool_;
+  // Whose personal collections a session's owner sees: decided by the
+  // identities (made by OpenGate, before any session runs).
+  Identities* identities_for_tools_ = nullptr;
+  ToolRegistry tools_;
+  std::unique_ptr<SvdCatalog> svd_catalog_;
+  std::function<absl::StatusOr<uint64_t>(const nlohmann::json&)> evidence_sink_;
+  std::unique_ptr<PluginStore> plugins_;
+  std::vector<McpServerConfig> mcp_configs_;
+  std::unique_ptr<McpManager> mcp_;
+  std::unique_ptr<HardwareBroker> hardware_;
+  std::unique_ptr<lab::EtcdClient> lab_etcd_;
+  std::unique_ptr<lab::LabRegistrar> lab_registrar_;
+  std::unique_ptr<lab::LabLeases> lab_leases_;
+  LabConfig lab_config_;  // advertise port 0: filled in once the tls: listener has bound
+  std::unique_ptr<LocalBoards> local_boards_;
+  std::unique_ptr<lab::LabBoards> lab_boards_;
+  std::unique_ptr<Boards> boards_;
+  std::unique_ptr<BoardLeases> board_leases_;
+  std::unique_ptr<lab::LabStandIns> stand_ins_;
+  std::unique_ptr<EvidenceLog> evidence_;
+  std::shared_ptr<const SecretScanner> secrets_;
+  std::function<absl::StatusOr<uint64_t>(nlohmann::json)> append_evidence_;
+  std::function<void(const nlohmann::json&)> record_run_;
+  std::function<nlohmann::json(const std::string&)> latest_build_;
+  std::function<nlohmann::json(const std::string&)> record_of_run_;
+  std::unique_ptr<SessionManager> sessions_;
+  std::unique_ptr<TurnManager> turns_;
+  std::unique_ptr<ProjectMcpServers> project_mcp_;
+  std::unique_ptr<RunJournal> run_journal_;
+  std::unique_ptr<SkillRunner> skills_;
+  std::unique_ptr<FirmwareReportDeps> firmware_deps_;
+  std::unique_ptr<RolloutManager> rollouts_;
+  PeerRegistry peers_;
+  std::unique_ptr<TokenStore> tokens_;
+  std::unique_ptr<Identities> identities_;
+  Quotas quotas_;
+  std::function<void(const nlohmann::json&)> audit_;
+  std::unique_ptr<Gate> gate_;
+  std::mutex config_mu_;  // reloads one at a time
+  ApiDeps deps_;
+  grpc::ServerBuilder builder_;
+  std::vector<std::unique_ptr<grpc::Service>> services_;
+  std::vector<std::unique_ptr<UnixListener>> unix_listeners_;
+  std::vector<std::pair<std::string, std::unique_ptr<int>>> tcp_ports_;
+  // Passed TCP sockets: each relays to a private port with its credentials.
+  std::vector<std::pair<std::unique_ptr<TcpRelay>, std::unique_ptr<int>>> relays_;
+  std::unique_ptr<grpc::ServerCompletionQueue> fd_cq_;
+  std::unique_ptr<grpc::Server> server_;
+  std::thread fd_cq_thread_;
+  std::string pid_file_;
+};
+
+std::optional<int> Daemon::OpenStorage() {
+  if (auto s = MakeDirs(config_.data_dir, 0700); !s.ok())
+    return Fail(absl::StrCat("data dir: ", s.message()));
+  // A daemon still stopping on this data dir (or killed, its lock not yet
+  // let go) is waited for; a serving one is not.
+  auto data_lock = DataDirLock::Acquire(config_.data_dir, 60000, [](const std::string& why) {
+    std::fprintf(stderr, "fwaid: %s\n", why.c_str());
+  });
+  if (!data_lock.ok()) return Fail(std::string(data_lock.status().message()));
+  data_lock_.emplace(*std::move(data_lock));
+  // OpenTelemetry export, when configured (headers are read now and never logged).
+  if (auto s = telemetry::Start(config_.telemetry, FWAI_VERSION); !s.ok())
+    return Fail(absl::StrCat("telemetry: ", s.message()));
+  if (config_.telemetry.enabled) {
+    spdlog::info("telemetry: OTLP/{} to {} as {}", config_.telemetry.protocol,
+                 config_.telemetry.endpoint, config_.telemetry.service_name);
   }
+  telemetry_flush_.started = true;
+  start_time_ = std::chrono::steady_clock::now();
+  auto storage = Storage::Open(config_.data_dir + "/db");
+  if (!storage.ok()) return Fail(std::string(storage.status().message()));
+  storage_ = *std::move(storage);
+  spdlog::info("storage opened ({:.0f} ms after start)", MsSinceStart());
+  http_ = MakeCurlHttpClient();
+  for (const auto& [name, pc] : config_.providers) {
+    providers_.providers[name] = MakeProvider(pc, config_.retry, *http_);
+  }
+  providers_.default_name = config_.default_provider;
+  return std::nullopt;
+}
+
+Provider* Daemon::SearchProvider(const std::string& name) {
+  Provider* p = providers_.Find(name);
+  if (p == nullptr) return nullptr;
+  ProviderConfig pc = p->config();
+  pc.connect_timeout_s = 5;
+  pc.idle_timeout_s = 20;
+  search_providers_.push_back(MakeProvider(pc, RetryConfig{1, 0, 0}, *http_));
+  return search_providers_.back().get();
+}
+
+// The value of an API key: the key itself, else the environment variable
+// named, else empty.
+std::string ApiKeyOf(const std::string& key, const std::string& env) {
+  if (!key.empty()) return key;
+  const char* v = env.empty() ? nullptr : std::getenv(env.c_str());
+  return v != nullptr ? v : "";
+}
+
+// A rerank service or the chat provider, falling back to `builtin` when a
+// call fails; null for kind builtin.
+absl::StatusOr<std::unique_ptr<Reranker>> Daemon::ModelReranker(const RerankerConfig& rc,
+                                                                Reranker& builtin,
+                                                                const std::string& field) {
+  if (rc.kind == "tei" || rc.kind == "cohere" || rc.kind == "jina") {
+    HttpRerankerConfig hc;
+    hc.style = rc.kind == "tei" ? "tei" : "cohere";
+    hc.base_url = rc.base_url;
+    hc.api_key = ApiKeyOf(rc.api_key, rc.api_key_env);
+    hc.model = rc.model;
+    return MakeHttpReranker(hc, *http_, builtin);
+  }
+  if (rc.kind == "llm") {
+    Provider* p = SearchProvider(rc.provider);
+    if (p == nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, ": kind llm needs a configured provider (provider: ",
+                       rc.provider.empty() ? "<default>" : rc.provider, ")"));
+    }
+    return MakeLlmReranker(*p, rc.model, builtin);
+  }
+  return std::unique_ptr<Reranker>();
+}
+
+KnowledgeOptions Daemon::KnowledgeOptionsOf(const KnowledgeConfig& kc) {
   KnowledgeOptions ko;
   ko.chunking = {kc.chunk_min_tokens, kc.chunk_target_tokens, kc.chunk_max_tokens,
                  kc.chunk_overlap_tokens};
@@ -824,8 +928,7 @@ int Main(int argc, char** argv) {
   ko.hnsw_ef_construction = kc.hnsw_ef_construction;
   ko.hnsw_ef_search = kc.hnsw_ef_search;
   Provider* rewrite_provider = nullptr;
-  Reranker& reranker = *remote_reranker ? **remote_reranker : *builtin_reranker;
-  if ((kc.query_rewrite || kc.hyde) && (rewrite_provider = search_provider(""))) {
+  if ((kc.query_rewrite || kc.hyde) && (rewrite_provider = SearchProvider(""))) {
     if (kc.query_rewrite) ko.rewrite = MakeLlmQueryRewriter(*rewrite_provider, "");
     if (kc.hyde) ko.hyde = MakeLlmHypotheticalAnswer(*rewrite_provider, "");
   }
@@ -843,267 +946,284 @@ int Main(int argc, char** argv) {
   ko.log.max_entries = kc.log_max_entries;
   ko.log.weight = kc.feedback_weight;
   ko.log.min_similarity = kc.feedback_min_similarity;
+  return ko;
+}
+
+std::optional<int> Daemon::OpenKnowledge() {
+  const KnowledgeConfig& kc = config_.knowledge;
+  if (kc.embedder == "openai") {
+    HttpEmbedderConfig ec;
+    ec.base_url = kc.embed_base_url;
+    ec.api_key = ApiKeyOf(kc.embed_api_key, kc.embed_api_key_env);
+    ec.model = kc.embed_model;
+    ec.dimension = kc.builtin_dimension == 256 ? 0 : kc.builtin_dimension;
+    embedder_ = MakeHttpEmbedder(ec, *http_);
+    if (ec.dimension == 0) {
+      // Learn the dimension now so a collection never mixes dimensions.
+      auto probe = embedder_->Embed({"dimension probe"}, true);
+      if (!probe.ok()) return Fail(absl::StrCat("knowledge.embedder: ", probe.status().message()));
+    }
+  } else {
+    embedder_ = MakeBuiltinEmbedder(kc.builtin_dimension);
+  }
+  RerankWeights kb_weights;
+  for (const auto& [feature, v] : kc.reranker.weights) SetRerankWeight(kb_weights, feature, v);
+  builtin_reranker_ = MakeBuiltinReranker(kb_weights);
+  auto remote = ModelReranker(kc.reranker, *builtin_reranker_, "knowledge.reranker");
+  if (!remote.ok()) return Fail(std::string(remote.status().message()));
+  remote_reranker_ = *std::move(remote);
+  KnowledgeOptions ko = KnowledgeOptionsOf(kc);
+  Reranker& reranker = remote_reranker_ ? *remote_reranker_ : *builtin_reranker_;
   // A model reranker orders the passages; the built-in one the chunks before.
-  if (*remote_reranker) ko.first_stage_reranker = builtin_reranker.get();
+  if (remote_reranker_) ko.first_stage_reranker = builtin_reranker_.get();
   auto knowledge =
-      KnowledgeBase::Open(**storage, config.data_dir + "/index", ko, *embedder, reranker);
-  if (!knowledge.ok()) {
-    std::fprintf(stderr, "fwaid: knowledge base: %s\n",
-                 std::string(knowledge.status().message()).c_str());
-    return 1;
-  }
-  spdlog::info("knowledge indexes {} ({:.0f} ms after start)", (*knowledge)->open_report(),
-               ms_since_start());
+      KnowledgeBase::Open(*storage_, config_.data_dir + "/index", ko, *embedder_, reranker);
+  if (!knowledge.ok()) return Fail(absl::StrCat("knowledge base: ", knowledge.status().message()));
+  knowledge_ = *std::move(knowledge);
+  spdlog::info("knowledge indexes {} ({:.0f} ms after start)", knowledge_->open_report(),
+               MsSinceStart());
+  return std::nullopt;
+}
+
+std::optional<int> Daemon::OpenCatalog() {
+  const CatalogConfig& cc = config_.catalog;
   CatalogOptions co;
-  co.coarse_slices = config.catalog.coarse_slices;
-  co.candidates = config.catalog.candidates;
-  co.grouping = config.catalog.grouping;
-  co.rrf_k = config.catalog.rrf_k;
-  co.vector_weight = config.catalog.vector_weight;
-  co.whole_weight = config.catalog.whole_weight;
-  co.synonym_weight = config.catalog.synonym_weight;
-  co.family_weight = config.catalog.family_weight;
-  co.namespace_boost = config.catalog.namespace_boost;
+  co.coarse_slices = cc.coarse_slices;
+  co.candidates = cc.candidates;
+  co.grouping = cc.grouping;
+  co.rrf_k = cc.rrf_k;
+  co.vector_weight = cc.vector_weight;
+  co.whole_weight = cc.whole_weight;
+  co.synonym_weight = cc.synonym_weight;
+  co.family_weight = cc.family_weight;
+  co.namespace_boost = cc.namespace_boost;
   RerankWeights tool_weights = ToolCatalogRerankWeights();
-  for (const auto& [feature, v] : config.catalog.reranker.weights)
-    SetRerankWeight(tool_weights, feature, v);
-  auto tool_builtin_reranker = MakeBuiltinReranker(tool_weights);
-  auto tool_model_reranker =
-      model_reranker(config.catalog.reranker, *tool_builtin_reranker, "catalog.reranker");
-  if (!tool_model_reranker.ok()) {
-    std::fprintf(stderr, "fwaid: %s\n",
-                 std::string(tool_model_reranker.status().message()).c_str());
-    return 1;
-  }
-  Reranker& tool_reranker = *tool_model_reranker ? **tool_model_reranker : *tool_builtin_reranker;
-  auto catalog = ToolCatalogStore::Open(**storage, co, *embedder, tool_reranker);
-  if (!catalog.ok()) {
-    std::fprintf(stderr, "fwaid: tool catalog: %s\n",
-                 std::string(catalog.status().message()).c_str());
-    return 1;
-  }
-  spdlog::info("tool catalog: {} tools ({:.0f} ms after start)", (*catalog)->size(),
-               ms_since_start());
-  ThreadPool pool(4);
+  for (const auto& [feature, v] : cc.reranker.weights) SetRerankWeight(tool_weights, feature, v);
+  tool_builtin_reranker_ = MakeBuiltinReranker(tool_weights);
+  auto model = ModelReranker(cc.reranker, *tool_builtin_reranker_, "catalog.reranker");
+  if (!model.ok()) return Fail(std::string(model.status().message()));
+  tool_model_reranker_ = *std::move(model);
+  Reranker& tool_reranker = tool_model_reranker_ ? *tool_model_reranker_ : *tool_builtin_reranker_;
+  auto catalog = ToolCatalogStore::Open(*storage_, co, *embedder_, tool_reranker);
+  if (!catalog.ok()) return Fail(absl::StrCat("tool catalog: ", catalog.status().message()));
+  catalog_ = *std::move(catalog);
+  spdlog::info("tool catalog: {} tools ({:.0f} ms after start)", catalog_->size(), MsSinceStart());
+  pool_ = std::make_unique<ThreadPool>(4);
   // Document ingest (extraction, chunking, embedding, index writes) on a
   // worker of its own at idle CPU priority: it takes only the CPU streaming
   // turns and requests leave, and one document at a time (the knowledge
   // base serializes its writers anyway).
-  ThreadPool ingest_pool(1, [] {
+  ingest_pool_ = std::make_unique<ThreadPool>(1, [] {
     NameThisThread("fwaid-ingest");
     if (auto s = SetThisThreadPriority(ThreadPriority::kIdle); !s.ok()) {
       spdlog::warn("ingest worker: {}; it runs at normal priority", std::string(s.message()));
     }
   });
+  return std::nullopt;
+}
 
-  // Whose personal collections a session's owner sees: decided by the
-  // identities (made below, before any session runs).
-  Identities* identities_for_tools = nullptr;
-  ToolRegistry tools;
-  RegisterFileTools(tools);
+// The agent's file, register and search tools.
+std::optional<int> Daemon::RegisterTools() {
+  RegisterFileTools(tools_);
   // Register code the agent writes is checked against the device's SVD.
-  SvdCatalog svd_catalog = MakeSvdCatalog(config.data_dir);
-  spdlog::info("register checks: SVDs from {}", absl::StrJoin(svd_catalog.dirs(), ", "));
-  RegisterWriteTools(tools, WriteToolHooks{[&svd_catalog](ToolContext& ctx, const std::string& rel,
-                                                          const std::set<int>& lines) {
-                       return RegisterNoteAfterWrite(svd_catalog, ctx, rel, lines);
+  // (made in place: a catalog is not moved)
+  svd_catalog_.reset(new SvdCatalog(MakeSvdCatalog(config_.data_dir)));
+  spdlog::info("register checks: SVDs from {}", absl::StrJoin(svd_catalog_->dirs(), ", "));
+  SvdCatalog* svd = svd_catalog_.get();
+  RegisterWriteTools(tools_, WriteToolHooks{[svd](ToolContext& ctx, const std::string& rel,
+                                                  const std::set<int>& lines) {
+                       return RegisterNoteAfterWrite(*svd, ctx, rel, lines);
                      }});
-  RegisterRegisterTools(tools, &svd_catalog);
-  tools.Register(MakeDocumentSearchTool(
-      **knowledge, [&identities_for_tools](const std::string& owner, const std::string& name) {
-        return identities_for_tools != nullptr && identities_for_tools->OwnerOwnsName(owner, name);
-      }));
-  tools.Register(MakeDocumentFeedbackTool(**knowledge));
+  RegisterRegisterTools(tools_, svd);
+  tools_.Register(MakeDocumentSearchTool(*knowledge_, [this](const std::string& owner,
+                                                             const std::string& name) {
+    return identities_for_tools_ != nullptr && identities_for_tools_->OwnerOwnsName(owner, name);
+  }));
+  tools_.Register(MakeDocumentFeedbackTool(*knowledge_));
+  const KnowledgeConfig& kc = config_.knowledge;
   CodeSearchOptions cso;
   cso.web_context_url = kc.code_web_context_url;
   if (!kc.code_web_context_api_key_env.empty() &&
       std::getenv(kc.code_web_context_api_key_env.c_str())) {
     cso.web_context_api_key = std::getenv(kc.code_web_context_api_key_env.c_str());
   }
-  tools.Register(MakeCodeSearchTool(**knowledge, cso, http.get()));
+  tools_.Register(MakeCodeSearchTool(*knowledge_, cso, http_.get()));
+  return std::nullopt;
+}
 
-  // MCP servers: started now, supervised (restarted with backoff) afterwards;
-  // their tools join the agent's registry and the catalog.
-  // Plugins: their sub-agent types, MCP servers and tool documents join at
-  // start; their skills and templates are read when used. Their installs and
-  // removals go to the evidence log (opened below).
-  std::function<absl::StatusOr<uint64_t>(const nlohmann::json&)> evidence_sink;
-  PluginStore plugins(config.data_dir + "/plugins", config.plugins, http.get(),
-                      [&evidence_sink](const nlohmann::json& rec) -> absl::StatusOr<uint64_t> {
-                        if (!evidence_sink)
-                          return absl::UnavailableError("the evidence log is not open");
-                        return evidence_sink(rec);
-                      });
-  if (auto s = plugins.Start(); !s.ok()) {
-    std::fprintf(stderr, "fwaid: plugins: %s\n", std::string(s.message()).c_str());
-    return 1;
-  }
-  for (auto& [name, agent] : plugins.Agents()) config.subagents.emplace(name, agent);
-  for (auto& [name, server] : plugins.McpServers()) config.mcp_servers.emplace(name, server);
-  if (auto docs = plugins.ToolDocuments(); !docs.empty()) {
-    if (auto r = (*catalog)->Register(docs); !r.ok())
+// Plugins: their sub-agent types, MCP servers and tool documents join at
+// start; their skills and templates are read when used. Their installs and
+// removals go to the evidence log (opened by OpenEvidence).
+std::optional<int> Daemon::StartPlugins() {
+  plugins_ = std::make_unique<PluginStore>(
+      config_.data_dir + "/plugins", config_.plugins, http_.get(),
+      [this](const nlohmann::json& rec) -> absl::StatusOr<uint64_t> {
+        if (!evidence_sink_) return absl::UnavailableError("the evidence log is not open");
+        return evidence_sink_(rec);
+      });
+  if (auto s = plugins_->Start(); !s.ok()) return Fail(absl::StrCat("plugins: ", s.message()));
+  for (auto& [name, agent] : plugins_->Agents()) config_.subagents.emplace(name, agent);
+  for (auto& [name, server] : plugins_->McpServers()) config_.mcp_servers.emplace(name, server);
+  if (auto docs = plugins_->ToolDocuments(); !docs.empty()) {
+    if (auto r = catalog_->Register(docs); !r.ok())
       spdlog::warn("plugins' tool documents: {}", r.status().ToString());
   }
-  std::vector<McpServerConfig> mcp_configs = McpServerConfigs(config.mcp_servers);
-  McpManager mcp(mcp_configs, http.get());
-  {
-    std::set<std::string> configured;
-    for (const auto& c : mcp_configs) configured.insert(c.name);
-    auto mcp_doc = [](const McpToolInfo& info) {
-      return nlohmann::json({{"name", info.qualified},
-                             {"description", info.description},
-                             {"inputSchema", info.input_schema},
-                             {"source", "mcp:" + info.server}})
-          .dump();
-    };
-    auto sync = [&catalog,
-                 configured](const std::map<std::string, std::vector<std::string>>& listed) {
-      auto removed = SyncMcpTools(**catalog, configured, listed);
-      if (!removed.ok()) {
-        spdlog::warn("mcp tools not synced with the catalog: {}", removed.status().ToString());
-      } else if (*removed > 0) {
-        spdlog::info(
-            "catalog: {} tools of MCP servers that are gone or no longer list them removed",
-            *removed);
-      }
-    };
-    // A server that comes up late (or back after a crash), or whose tool list
-    // changed, adds its new tools; tools it no longer lists leave the catalog.
-    mcp.OnTools([&tools, &mcp, mcp_doc, sync](const std::string& server,
-                                              const std::vector<McpToolInfo>& infos) {
-      std::map<std::string, std::vector<std::string>> listed;
-      for (const auto& info : infos) {
-        listed[server].push_back(mcp_doc(info));
-        tools.Add(MakeMcpTool(mcp, info));
-      }
-      sync(listed);
-    });
-    std::map<std::string, std::vector<std::string>> listed;  // server -> its tool documents
-    for (auto& info : mcp_configs.empty() ? std::vector<McpToolInfo>{} : mcp.Start()) {
-      listed[info.server].push_back(mcp_doc(info));
-      tools.Register(MakeMcpTool(mcp, std::move(info)));
+  return std::nullopt;
+}
+
+// MCP servers: started now, supervised (restarted with backoff) afterwards;
+// their tools join the agent's registry and the catalog.
+std::optional<int> Daemon::StartMcp() {
+  mcp_configs_ = McpServerConfigs(config_.mcp_servers);
+  mcp_ = std::make_unique<McpManager>(mcp_configs_, http_.get());
+  std::set<std::string> configured;
+  for (const auto& c : mcp_configs_) configured.insert(c.name);
+  auto mcp_doc = [](const McpToolInfo& info) {
+    return nlohmann::json({{"name", info.qualified},
+                           {"description", info.description},
+                           {"inputSchema", info.input_schema},
+                           {"source", "mcp:" + info.server}})
+        .dump();
+  };
+  ToolCatalogStore* catalog = catalog_.get();
+  auto sync = [catalog, configured](const std::map<std::string, std::vector<std::string>>& listed) {
+    auto removed = SyncMcpTools(*catalog, configured, listed);
+    if (!removed.ok()) {
+      spdlog::warn("mcp tools not synced with the catalog: {}", removed.status().ToString());
+    } else if (*removed > 0) {
+      spdlog::info("catalog: {} tools of MCP servers that are gone or no longer list them removed",
+                   *removed);
     }
-    sync(listed);
+  };
+  // A server that comes up late (or back after a crash), or whose tool list
+  // changed, adds its new tools; tools it no longer lists leave the catalog.
+  mcp_->OnTools(
+      [this, mcp_doc, sync](const std::string& server, const std::vector<McpToolInfo>& infos) {
+        std::map<std::string, std::vector<std::string>> listed;
+        for (const auto& info : infos) {
+          listed[server].push_back(mcp_doc(info));
+          tools_.Add(MakeMcpTool(*mcp_, info));
+        }
+        sync(listed);
+      });
+  std::map<std::string, std::vector<std::string>> listed;  // server -> its tool documents
+  for (auto& info : mcp_configs_.empty() ? std::vector<McpToolInfo>{} : mcp_->Start()) {
+    listed[info.server].push_back(mcp_doc(info));
+    tools_.Register(MakeMcpTool(*mcp_, std::move(info)));
   }
-  // Hardware: boards from the config (or one simulated board), leases from
-  // the database. Sockets of simulators live in a short run directory.
-  std::string run_dir = config.data_dir + "/run";
+  sync(listed);
+  return std::nullopt;
+}
+
+// Hardware: boards from the config (or one simulated board), leases from
+// the database. Sockets of simulators live in a short run directory.
+std::optional<int> Daemon::StartHardware() {
+  std::string run_dir = config_.data_dir + "/run";
   if (run_dir.size() > 60) run_dir = absl::StrCat("/tmp/fwai-", getuid(), "/run-", getpid());
-  HardwareBroker hardware(config.hardware, **storage, run_dir);
-  if (config.hardware.keep_serial_transcripts)
-    hardware.SetTranscriptDir(config.data_dir + "/artifacts/serial");
-  {
-    // The simulated boards' bootloader trusts the keys rollouts require.
-    std::vector<std::string> ota_keys;
-    for (const auto& path : config.ota.keys) {
-      std::ifstream in(path);
-      std::stringstream pem;
-      pem << in.rdbuf();
-      if (!in) {
-        std::fprintf(stderr, "fwaid: ota.keys: %s cannot be read\n", path.c_str());
-        return 1;
-      }
-      ota_keys.push_back(pem.str());
-    }
-    hardware.SetOtaOptions(config.data_dir + "/ota", std::move(ota_keys));
+  hardware_ = std::make_unique<HardwareBroker>(config_.hardware, *storage_, run_dir);
+  if (config_.hardware.keep_serial_transcripts)
+    hardware_->SetTranscriptDir(config_.data_dir + "/artifacts/serial");
+  // The simulated boards' bootloader trusts the keys rollouts require.
+  std::vector<std::string> ota_keys;
+  for (const auto& path : config_.ota.keys) {
+    std::ifstream in(path);
+    std::stringstream pem;
+    pem << in.rdbuf();
+    if (!in) return Fail(absl::StrCat("ota.keys: ", path, " cannot be read"));
+    ota_keys.push_back(pem.str());
   }
-  if (auto s = hardware.Start(); !s.ok()) {
-    std::fprintf(stderr, "fwaid: hardware: %s\n", std::string(s.message()).c_str());
-    return 1;
+  hardware_->SetOtaOptions(config_.data_dir + "/ota", std::move(ota_keys));
+  if (auto s = hardware_->Start(); !s.ok()) return Fail(absl::StrCat("hardware: ", s.message()));
+  spdlog::info("hardware: {} devices ({:.0f} ms after start)", hardware_->List().size(),
+               MsSinceStart());
+  return std::nullopt;
+}
+
+// A node of a lab: its boards are registered in etcd while it runs. etcd
+// need not be up yet; the node joins when it answers.
+std::optional<int> Daemon::JoinLab() {
+  lab_config_ = config_.lab;
+  if (!config_.lab.enabled()) return std::nullopt;
+  if (auto s = CheckLabIdentity(config_); !s.ok())
+    return Fail(absl::StrCat("config ", config_.source, ": ", s.message()));
+  lab::EtcdOptions etcd_options;
+  etcd_options.endpoints = config_.lab.etcd;
+  etcd_options.tls = config_.lab.etcd_tls;
+  etcd_options.ca_file = config_.lab.etcd_ca;
+  etcd_options.cert_file = config_.lab.etcd_cert;
+  etcd_options.key_file = config_.lab.etcd_key;
+  auto etcd = lab::EtcdClient::Connect(std::move(etcd_options));
+  if (!etcd.ok()) {
+    return Fail(absl::StrCat("config ", config_.source, ": lab.etcd: ", etcd.status().message()));
   }
-  spdlog::info("hardware: {} devices ({:.0f} ms after start)", hardware.List().size(),
-               ms_since_start());
-  // A node of a lab: its boards are registered in etcd while it runs. etcd
-  // need not be up yet; the node joins when it answers.
-  std::unique_ptr<lab::EtcdClient> lab_etcd;
-  std::unique_ptr<lab::LabRegistrar> lab_registrar;
-  std::unique_ptr<lab::LabLeases> lab_leases;
-  LabConfig lab_config =
-      config.lab;  // advertise port 0: filled in once the tls: listener has bound
-  if (config.lab.enabled()) {
-    if (auto s = CheckLabIdentity(config); !s.ok()) {
-      std::fprintf(stderr, "fwaid: config %s: %s\n", config.source.c_str(),
-                   std::string(s.message()).c_str());
-      return 1;
-    }
-    lab::EtcdOptions etcd_options;
-    etcd_options.endpoints = config.lab.etcd;
-    etcd_options.tls = config.lab.etcd_tls;
-    etcd_options.ca_file = config.lab.etcd_ca;
-    etcd_options.cert_file = config.lab.etcd_cert;
-    etcd_options.key_file = config.lab.etcd_key;
-    auto etcd = lab::EtcdClient::Connect(std::move(etcd_options));
-    if (!etcd.ok()) {
-      std::fprintf(stderr, "fwaid: config %s: lab.etcd: %s\n", config.source.c_str(),
-                   std::string(etcd.status().message()).c_str());
-      return 1;
-    }
-    lab_etcd = *std::move(etcd);
-    lab_registrar = std::make_unique<lab::LabRegistrar>(
-        lab_config, *lab_etcd,
-        [&hardware] {
-          std::vector<lab::LabBoard> boards;
-          for (const auto& d : hardware.List()) {
-            lab::LabBoard b;
-            b.id = d.id;
-            b.kind = d.kind;
-            b.name = d.name;
-            b.target = d.target;
-            b.health = d.health;
-            b.health_reason = d.health_reason;
-            b.tags = d.tags;
-            boards.push_back(std::move(b));
-          }
-          return boards;
-        },
-        FWAI_VERSION);
-    lab::LabLeasesOptions lab_options;
-    lab_options.queue_ttl_s = config.lab.ttl_s;
-    lab_options.interactive_first = config.lab.interactive_first;
-    lab_leases = std::make_unique<lab::LabLeases>(*lab_etcd, config.lab.node, lab_options);
-    lab_leases->Start();
-    spdlog::info("lab: node {} of the lab at {}", config.lab.node,
-                 absl::StrJoin(config.lab.etcd, ","));
-  }
-  // Every board, wherever it is: this node's, and in a lab the other nodes'
-  // through their benches. The API, skill runs and the agent's tools share it.
-  LocalBoards local_boards(hardware);
-  std::unique_ptr<lab::LabBoards> lab_boards;
-  if (lab_leases) {
-    lab_boards = std::make_unique<lab::LabBoards>(
-        config, *lab_etcd, *lab_leases, config.lab.node,
-        [&hardware](const std::string& sha) { return hardware.BuildRecordOf(sha); },
-        [&hardware](const Caller& caller, const std::string& root) {
-          return hardware.CheckRegistersOf(caller, root);
+  lab_etcd_ = *std::move(etcd);
+  HardwareBroker* hardware = hardware_.get();
+  lab_registrar_ = std::make_unique<lab::LabRegistrar>(
+      lab_config_, *lab_etcd_,
+      [hardware] {
+        std::vector<lab::LabBoard> boards;
+        for (const auto& d : hardware->List()) {
+          lab::LabBoard b;
+          b.id = d.id;
+          b.kind = d.kind;
+          b.name = d.name;
+          b.target = d.target;
+          b.health = d.health;
+          b.health_reason = d.health_reason;
+          b.tags = d.tags;
+          boards.push_back(std::move(b));
+        }
+        return boards;
+      },
+      FWAI_VERSION);
+  lab::LabLeasesOptions lab_options;
+  lab_options.queue_ttl_s = config_.lab.ttl_s;
+  lab_options.interactive_first = config_.lab.interactive_first;
+  lab_leases_ = std::make_unique<lab::LabLeases>(*lab_etcd_, config_.lab.node, lab_options);
+  lab_leases_->Start();
+  spdlog::info("lab: node {} of the lab at {}", config_.lab.node,
+               absl::StrJoin(config_.lab.etcd, ","));
+  return std::nullopt;
+}
+
+// Every board, wherever it is: this node's, and in a lab the other nodes'
+// through their benches. The API, skill runs and the agent's tools share it.
+std::optional<int> Daemon::MakeBoards() {
+  HardwareBroker* hardware = hardware_.get();
+  local_boards_ = std::make_unique<LocalBoards>(*hardware);
+  if (lab_leases_) {
+    lab_boards_ = std::make_unique<lab::LabBoards>(
+        config_, *lab_etcd_, *lab_leases_, config_.lab.node,
+        [hardware](const std::string& sha) { return hardware->BuildRecordOf(sha); },
+        [hardware](const Caller& caller, const std::string& root) {
+          return hardware->CheckRegistersOf(caller, root);
         });
   }
-  Boards boards(local_boards, lab_boards.get(), config.lab.node);
-  boards.SetPolicyFile(config.policy_file);
-  BoardLeases board_leases(hardware, config.hardware, lab_leases.get(), lab_etcd.get(),
-                           config.lab.node);
+  boards_ = std::make_unique<Boards>(*local_boards_, lab_boards_.get(), config_.lab.node);
+  boards_->SetPolicyFile(config_.policy_file);
+  board_leases_ = std::make_unique<BoardLeases>(*hardware, config_.hardware, lab_leases_.get(),
+                                                lab_etcd_.get(), config_.lab.node);
   // A bench: the local leases standing for the lab leases other nodes hold.
-  std::unique_ptr<lab::LabStandIns> stand_ins;
-  if (lab_leases) {
-    stand_ins = std::make_unique<lab::LabStandIns>(hardware, *lab_leases, *lab_etcd,
-                                                   config.lab.node, config.hardware.max_ttl_s);
+  if (lab_leases_) {
+    stand_ins_ = std::make_unique<lab::LabStandIns>(*hardware, *lab_leases_, *lab_etcd_,
+                                                    config_.lab.node, config_.hardware.max_ttl_s);
   }
-  RegisterHardwareTools(tools, boards);
-  // Evidence: every agent turn and every flash leaves a signed, chained record.
-  auto evidence = EvidenceLog::Open(**storage, config.data_dir + "/keys/evidence.pem", 100);
-  if (!evidence.ok()) {
-    std::fprintf(stderr, "fwaid: evidence log: %s\n",
-                 std::string(evidence.status().message()).c_str());
-    return 1;
-  }
-  EvidenceLog* evidence_log = evidence->get();
-  // Secrets are redacted from tool output, evidence and run logs.
-  auto scanner = SecretScanner::Make(config.secret_patterns);
-  if (!scanner.ok()) {
-    std::fprintf(stderr, "fwaid: %s\n", std::string(scanner.status().message()).c_str());
-    return 1;
-  }
-  std::shared_ptr<const SecretScanner> secrets = *scanner;
-  auto append_evidence = [evidence_log, secrets](nlohmann::json rec) -> absl::StatusOr<uint64_t> {
+  RegisterHardwareTools(tools_, *boards_);
+  return std::nullopt;
+}
+
+// Evidence: every agent turn and every flash leaves a signed, chained record.
+// Secrets are redacted from tool output, evidence and run logs.
+std::optional<int> Daemon::OpenEvidence() {
+  auto evidence = EvidenceLog::Open(*storage_, config_.data_dir + "/keys/evidence.pem", 100);
+  if (!evidence.ok()) return Fail(absl::StrCat("evidence log: ", evidence.status().message()));
+  evidence_ = *std::move(evidence);
+  auto scanner = SecretScanner::Make(config_.secret_patterns);
+  if (!scanner.ok()) return Fail(std::string(scanner.status().message()));
+  secrets_ = *scanner;
+  EvidenceLog* evidence_log = evidence_.get();
+  append_evidence_ = [evidence_log,
+                      secrets = secrets_](nlohmann::json rec) -> absl::StatusOr<uint64_t> {
     secrets->RedactJson(rec);
     auto r = evidence_log->Append(std::move(rec));
     if (!r.ok()) return r.status();
@@ -1111,13 +1231,36 @@ int Main(int argc, char** argv) {
     if (telemetry::Enabled()) telemetry::NoteEvidence(ToHex(r->leaf));
     return r->index;
   };
-  evidence_sink = append_evidence;
-  auto record_run = [append_evidence](const nlohmann::json& rec) {
-    auto r = append_evidence(rec);
+  evidence_sink_ = append_evidence_;
+  record_run_ = [append = append_evidence_](const nlohmann::json& rec) {
+    auto r = append(rec);
     if (!r.ok()) spdlog::error("evidence: {}", r.status().ToString());
   };
-  // Build records by what they made and by project, for the flash guard, the
-  // memory diff of each build, the SBOM of each flash and the reports.
+  latest_build_ = [evidence_log](const std::string& project_root) -> nlohmann::json {
+    auto r = evidence_log->FindLatest(
+        {"\"skill_run\"", "\"artifacts\""}, [&project_root](const nlohmann::json& j) {
+          if (j.value("kind", "") != "skill_run" || j.value("project", "") != project_root)
+            return false;
+          for (const auto& a : j.value("artifacts", nlohmann::json::array())) {
+            if (a.value("kind", "") == "build") return true;
+          }
+          return false;
+        });
+    return r.ok() ? *r : nlohmann::json();
+  };
+  record_of_run_ = [evidence_log](const std::string& run_id) -> nlohmann::json {
+    auto r = evidence_log->Get(run_id);
+    if (!r.ok()) return nullptr;
+    return nlohmann::json::parse(r->bytes, nullptr, false);
+  };
+  UseEvidence();
+  return std::nullopt;
+}
+
+// Build records by what they made and by project, for the flash guard, the
+// memory diff of each build, the SBOM of each flash and the reports.
+void Daemon::UseEvidence() {
+  EvidenceLog* evidence_log = evidence_.get();
   auto build_record_of_image = [evidence_log](const std::string& sha256) -> nlohmann::json {
     if (sha256.size() != 64) return nullptr;
     auto r =
@@ -1132,349 +1275,350 @@ int Main(int argc, char** argv) {
         });
     return r.ok() ? *r : nlohmann::json();
   };
-  auto latest_build = [evidence_log](const std::string& project_root) -> nlohmann::json {
-    auto r = evidence_log->FindLatest(
-        {"\"skill_run\"", "\"artifacts\""}, [&project_root](const nlohmann::json& j) {
-          if (j.value("kind", "") != "skill_run" || j.value("project", "") != project_root)
-            return false;
-          for (const auto& a : j.value("artifacts", nlohmann::json::array())) {
-            if (a.value("kind", "") == "build") return true;
-          }
-          return false;
-        });
-    return r.ok() ? *r : nlohmann::json();
-  };
-  auto record_of_run = [evidence_log](const std::string& run_id) -> nlohmann::json {
-    auto r = evidence_log->Get(run_id);
-    if (!r.ok()) return nullptr;
-    return nlohmann::json::parse(r->bytes, nullptr, false);
-  };
-  hardware.SetRunRecorder(record_run);
-  boards.SetRecorder(record_run);
-  hardware.SetBuildRecordLookup(build_record_of_image);
-  hardware.SetRegisterCheck(
-      [&svd_catalog](const Caller& caller,
-                     const std::string& root) -> absl::StatusOr<nlohmann::json> {
+  hardware_->SetRunRecorder(record_run_);
+  boards_->SetRecorder(record_run_);
+  hardware_->SetBuildRecordLookup(build_record_of_image);
+  SvdCatalog* svd = svd_catalog_.get();
+  hardware_->SetRegisterCheck(
+      [svd](const Caller& caller, const std::string& root) -> absl::StatusOr<nlohmann::json> {
         if (!caller.account) {
           return absl::PermissionDeniedError(
               "the project is read as a local account, and this caller has none");
         }
         RegisterCheckRequest req;
         req.project_root = root;
-        return CheckProjectRegisters(svd_catalog, &*caller.account, std::move(req));
+        return CheckProjectRegisters(*svd, &*caller.account, std::move(req));
       });
-  hardware.SetSbomOptions(FWAI_VERSION, config.toolchain_dpkg_admindir);
+  hardware_->SetSbomOptions(FWAI_VERSION, config_.toolchain_dpkg_admindir);
+}
 
-  SessionManager sessions(**storage, config.subscribers);
+std::optional<int> Daemon::StartSessions() {
+  sessions_ = std::make_unique<SessionManager>(*storage_, config_.subscribers);
   // Turns the last process left open end now, before any client can attach.
-  if (auto n = sessions.FinishInterruptedTurns("fwaid stopped while this turn was running (it was "
-                                               "killed or crashed); it was not resumed");
+  if (auto n = sessions_->FinishInterruptedTurns("fwaid stopped while this turn was running (it "
+                                                 "was killed or crashed); it was not resumed");
       !n.ok()) {
-    std::fprintf(stderr, "fwaid: ending interrupted turns: %s\n",
-                 std::string(n.status().message()).c_str());
-    return 1;
+    return Fail(absl::StrCat("ending interrupted turns: ", n.status().message()));
   } else if (*n > 0) {
     spdlog::warn("{} turn(s) cut by the last stop ended as interrupted", *n);
   }
-  ToolCatalogStore* catalog_ptr = catalog->get();
-  TurnManager turns(sessions, config, providers, tools,
-                    [catalog_ptr](const std::string& query, int k) {
-                      std::vector<std::string> names;
-                      auto hits = catalog_ptr->Search(query.substr(0, 4096), std::clamp(k, 1, 100));
-                      if (hits.ok()) {
-                        for (const auto& h : *hits) names.push_back(h.tool.name);
-                      }
-                      return names;
-                    });
-  turns.SetRunRecorder(record_run);
-  turns.SetSecretScanner(secrets);
+  ToolCatalogStore* catalog = catalog_.get();
+  turns_ = std::make_unique<TurnManager>(
+      *sessions_, config_, providers_, tools_, [catalog](const std::string& query, int k) {
+        std::vector<std::string> names;
+        auto hits = catalog->Search(query.substr(0, 4096), std::clamp(k, 1, 100));
+        if (hits.ok()) {
+          for (const auto& h : *hits) names.push_back(h.tool.name);
+        }
+        return names;
+      });
+  turns_->SetRunRecorder(record_run_);
+  turns_->SetSecretScanner(secrets_);
   // Passages the answer cites ([q12.3]) count as good for their searches.
-  turns.SetReplyObserver(
-      [kb = knowledge->get()](const std::string& session, const std::string&,
+  turns_->SetReplyObserver(
+      [kb = knowledge_.get()](const std::string& session, const std::string&,
                               const std::string& text) { RecordCitations(*kb, session, text); });
   // MCP servers a project declares run as the session's account (the
   // project's owner), never as fwaid; a session without one gets none.
-  ProjectMcpServers project_mcp(http.get());
-  turns.SetProjectTools(
-      [&project_mcp](const SessionInfo& s) -> absl::StatusOr<TurnManager::ProjectToolSet> {
-        if (s.project_root.empty() || s.account.empty()) return TurnManager::ProjectToolSet{};
-        auto account = LookupAccount(s.account);
-        if (!account.ok()) return account.status();
-        auto set = project_mcp.ToolsFor(s.project_root, *account);
-        if (!set.ok()) return set.status();
-        return TurnManager::ProjectToolSet{set->owner, set->tools};
-      });
-  // Skill runs cut by the last stop get their record now, marked interrupted.
-  RunJournal run_journal(**storage);
-  if (auto n = run_journal.FinishInterrupted(append_evidence); !n.ok()) {
-    std::fprintf(stderr, "fwaid: recording interrupted skill runs: %s\n",
-                 std::string(n.status().message()).c_str());
-    return 1;
+  project_mcp_ = std::make_unique<ProjectMcpServers>(http_.get());
+  turns_->SetProjectTools([project_mcp = project_mcp_.get()](
+                              const SessionInfo& s) -> absl::StatusOr<TurnManager::ProjectToolSet> {
+    if (s.project_root.empty() || s.account.empty()) return TurnManager::ProjectToolSet{};
+    auto account = LookupAccount(s.account);
+    if (!account.ok()) return account.status();
+    auto set = project_mcp->ToolsFor(s.project_root, *account);
+    if (!set.ok()) return set.status();
+    return TurnManager::ProjectToolSet{set->owner, set->tools};
+  });
+  return std::nullopt;
+}
+
+// Skill runs (those cut by the last stop get their record now, marked
+// interrupted), firmware reports and OTA rollouts.
+std::optional<int> Daemon::StartSkills() {
+  run_journal_ = std::make_unique<RunJournal>(*storage_);
+  if (auto n = run_journal_->FinishInterrupted(append_evidence_); !n.ok()) {
+    return Fail(absl::StrCat("recording interrupted skill runs: ", n.status().message()));
   } else if (*n > 0) {
     spdlog::warn("{} skill run(s) cut by the last stop recorded as interrupted", *n);
   }
   SkillDeps skill_deps;
-  skill_deps.svd_catalog = &svd_catalog;
-  skill_deps.boards = &boards;
-  skill_deps.leases = &board_leases;
-  skill_deps.journal = &run_journal;
-  skill_deps.hardware = &hardware;
-  skill_deps.providers = &providers;
-  skill_deps.sessions = &sessions;
-  skill_deps.turns = &turns;
-  skill_deps.append_evidence = append_evidence;
-  skill_deps.policy_file = config.policy_file;
-  skill_deps.secrets = secrets;
-  skill_deps.previous_build = latest_build;
-  skill_deps.dpkg_admindir = config.toolchain_dpkg_admindir;
+  skill_deps.svd_catalog = svd_catalog_.get();
+  skill_deps.boards = boards_.get();
+  skill_deps.leases = board_leases_.get();
+  skill_deps.journal = run_journal_.get();
+  skill_deps.hardware = hardware_.get();
+  skill_deps.providers = &providers_;
+  skill_deps.sessions = sessions_.get();
+  skill_deps.turns = turns_.get();
+  skill_deps.append_evidence = append_evidence_;
+  skill_deps.policy_file = config_.policy_file;
+  skill_deps.secrets = secrets_;
+  skill_deps.previous_build = latest_build_;
+  skill_deps.dpkg_admindir = config_.toolchain_dpkg_admindir;
   skill_deps.version = FWAI_VERSION;
-  skill_deps.plugin_skills = [&plugins] { return plugins.SkillSets(); };
-  SkillRunner skills(skill_deps);
-  RegisterSkillTools(tools, skills);
-  FirmwareReportDeps firmware_deps{latest_build, record_of_run, config.toolchain_dpkg_admindir,
-                                   FWAI_VERSION};
-  RegisterFirmwareTools(tools, firmware_deps);
-  RolloutManager rollouts(boards, board_leases, &skills, **storage, append_evidence, config.ota);
-  if (auto s = rollouts.Start(); !s.ok()) {
-    std::fprintf(stderr, "fwaid: %s\n", std::string(s.message()).c_str());
-    return 1;
-  }
-  RegisterOtaTools(tools, rollouts);
-  PeerRegistry peers;
-  // Who may call: unix peers by uid, tokens and certificates over TCP.
-  auto tokens = TokenStore::Open(**storage);
-  if (!tokens.ok()) {
-    std::fprintf(stderr, "fwaid: tokens: %s\n", std::string(tokens.status().message()).c_str());
-    return 1;
-  }
-  Identities identities(config.security, **tokens, getuid());
-  identities_for_tools = &identities;
+  skill_deps.plugin_skills = [plugins = plugins_.get()] { return plugins->SkillSets(); };
+  skills_ = std::make_unique<SkillRunner>(skill_deps);
+  RegisterSkillTools(tools_, *skills_);
+  firmware_deps_ = std::make_unique<FirmwareReportDeps>(FirmwareReportDeps{
+      latest_build_, record_of_run_, config_.toolchain_dpkg_admindir, FWAI_VERSION});
+  RegisterFirmwareTools(tools_, *firmware_deps_);
+  rollouts_ = std::make_unique<RolloutManager>(*boards_, *board_leases_, skills_.get(), *storage_,
+                                               append_evidence_, config_.ota);
+  if (auto s = rollouts_->Start(); !s.ok()) return Fail(std::string(s.message()));
+  RegisterOtaTools(tools_, *rollouts_);
+  return std::nullopt;
+}
+
+// Who may call: unix peers by uid, tokens and certificates over TCP.
+std::optional<int> Daemon::OpenGate() {
+  auto tokens = TokenStore::Open(*storage_);
+  if (!tokens.ok()) return Fail(absl::StrCat("tokens: ", tokens.status().message()));
+  tokens_ = *std::move(tokens);
+  identities_ = std::make_unique<Identities>(config_.security, *tokens_, getuid());
+  identities_for_tools_ = identities_.get();
   // A node of a lab serves other nodes' certificates (LabNode calls only).
-  identities.AcceptLabNodes(config.lab.enabled());
-  Quotas quotas;
-  auto audit = [append_evidence](const nlohmann::json& rec) {
-    auto r = append_evidence(rec);
+  identities_->AcceptLabNodes(config_.lab.enabled());
+  audit_ = [append = append_evidence_](const nlohmann::json& rec) {
+    auto r = append(rec);
     if (!r.ok()) spdlog::error("evidence (audit): {}", r.status().ToString());
   };
   if (auto missing = RpcsWithoutRules(); !missing.empty()) {
     // Every RPC must have an access rule: one without would be refused to all.
-    std::fprintf(stderr, "fwaid: internal error: no access rule for %s\n",
-                 absl::StrJoin(missing, ", ").c_str());
-    return 70;
+    return Fail(absl::StrCat("internal error: no access rule for ", absl::StrJoin(missing, ", ")),
+                70);
   }
-  Gate gate(identities, quotas, peers, audit);
-  std::mutex config_mu;  // reloads one at a time
-  auto reload_config = [&](const std::string& principal,
-                           const std::string& peer) -> absl::StatusOr<int> {
-    const std::string by = peer.empty() ? principal : absl::StrCat(principal, " (", peer, ")");
-    std::lock_guard<std::mutex> lock(config_mu);
-    if (config.source.empty())
-      return absl::FailedPreconditionError("fwaid was started without a config file");
-    auto fresh = LoadConfigFile(config.source);
-    if (!fresh.ok()) {
-      audit({{"kind", "config_reload"},
-             {"ok", false},
-             {"error", std::string(fresh.status().message())},
-             {"by", by},
-             {"principal", principal},
-             {"peer", peer}});
-      return fresh.status();
-    }
-    identities.Reload(fresh->security);
-    gate.Invalidate();
-    audit({{"kind", "config_reload"},
-           {"ok", true},
-           {"file", config.source},
-           {"users", fresh->security.users.size()},
-           {"by", by},
-           {"principal", principal},
-           {"peer", peer}});
-    spdlog::info("config reloaded from {} by {}: {} users", config.source, by,
-                 fresh->security.users.size());
-    return static_cast<int>(fresh->security.users.size());
-  };
+  gate_ = std::make_unique<Gate>(*identities_, quotas_, peers_, audit_);
+  return std::nullopt;
+}
 
-  ApiDeps deps;
-  deps.gate = &gate;
-  deps.audit = audit;
-  deps.reload_config = reload_config;
-  deps.sessions = &sessions;
-  deps.turns = &turns;
-  deps.config = &config;
-  deps.providers = &providers;
-  deps.peers = &peers;
-  deps.knowledge = knowledge->get();
-  deps.catalog = catalog->get();
-  deps.pool = &pool;
-  deps.ingest_pool = &ingest_pool;
-  deps.hardware = &hardware;
-  deps.boards = &boards;
-  deps.leases = &board_leases;
-  deps.evidence = evidence_log;
-  deps.skills = &skills;
-  deps.firmware = &firmware_deps;
-  deps.svd_catalog = &svd_catalog;
-  deps.rollouts = &rollouts;
-  deps.plugins = &plugins;
-  deps.on_session_deleted = [&hardware](const std::string& id) { hardware.SessionEnded(id); };
+absl::StatusOr<int> Daemon::ReloadConfig(const std::string& principal, const std::string& peer) {
+  const std::string by = peer.empty() ? principal : absl::StrCat(principal, " (", peer, ")");
+  std::lock_guard<std::mutex> lock(config_mu_);
+  if (config_.source.empty())
+    return absl::FailedPreconditionError("fwaid was started without a config file");
+  auto fresh = LoadConfigFile(config_.source);
+  if (!fresh.ok()) {
+    audit_({{"kind", "config_reload"},
+            {"ok", false},
+            {"error", std::string(fresh.status().message())},
+            {"by", by},
+            {"principal", principal},
+            {"peer", peer}});
+    return fresh.status();
+  }
+  identities_->Reload(fresh->security);
+  gate_->Invalidate();
+  audit_({{"kind", "config_reload"},
+          {"ok", true},
+          {"file", config_.source},
+          {"users", fresh->security.users.size()},
+          {"by", by},
+          {"principal", principal},
+          {"peer", peer}});
+  spdlog::info("config reloaded from {} by {}: {} users", config_.source, by,
+               fresh->security.users.size());
+  return static_cast<int>(fresh->security.users.size());
+}
+
+void Daemon::FillApiDeps() {
+  ApiDeps& deps = deps_;
+  deps.gate = gate_.get();
+  deps.audit = audit_;
+  deps.reload_config = [this](const std::string& principal, const std::string& peer) {
+    return ReloadConfig(principal, peer);
+  };
+  deps.sessions = sessions_.get();
+  deps.turns = turns_.get();
+  deps.config = &config_;
+  deps.providers = &providers_;
+  deps.peers = &peers_;
+  deps.knowledge = knowledge_.get();
+  deps.catalog = catalog_.get();
+  deps.pool = pool_.get();
+  deps.ingest_pool = ingest_pool_.get();
+  deps.hardware = hardware_.get();
+  deps.boards = boards_.get();
+  deps.leases = board_leases_.get();
+  deps.evidence = evidence_.get();
+  deps.skills = skills_.get();
+  deps.firmware = firmware_deps_.get();
+  deps.svd_catalog = svd_catalog_.get();
+  deps.rollouts = rollouts_.get();
+  deps.plugins = plugins_.get();
+  deps.on_session_deleted = [hardware = hardware_.get()](const std::string& id) {
+    hardware->SessionEnded(id);
+  };
   deps.request_shutdown = [] { kill(getpid(), SIGTERM); };
-  deps.lab_etcd = lab_etcd.get();
-  deps.lab_leases = lab_leases.get();
-  deps.lab_stand_ins = stand_ins.get();
-  deps.lab_node = config.lab.node;
+  deps.lab_etcd = lab_etcd_.get();
+  deps.lab_leases = lab_leases_.get();
+  deps.lab_stand_ins = stand_ins_.get();
+  deps.lab_node = config_.lab.node;
   deps.started_us = NowMicros();
   deps.daemon_uid = getuid();
   deps.version = FWAI_VERSION;
+}
 
+// The gRPC server with every service, on the listen addresses (or the
+// sockets systemd passed).
+std::optional<int> Daemon::Listen() {
+  FillApiDeps();
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
-  grpc::ServerBuilder builder;
-  builder.SetMaxReceiveMessageSize(64 << 20);
-  auto services = MakeServices(deps);
-  for (auto& s : services) builder.RegisterService(s.get());
+  builder_.SetMaxReceiveMessageSize(64 << 20);
+  services_ = MakeServices(deps_);
+  for (auto& s : services_) builder_.RegisterService(s.get());
   {
     // Every PERMISSION_DENIED is an evidence record, whichever rule refused it.
     std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>>
         interceptors;
-    interceptors.push_back(gate.RefusalRecorder());
-    builder.experimental().SetInterceptorCreators(std::move(interceptors));
+    interceptors.push_back(gate_->RefusalRecorder());
+    builder_.experimental().SetInterceptorCreators(std::move(interceptors));
   }
-
-  std::vector<std::unique_ptr<UnixListener>> unix_listeners;
-  std::vector<std::pair<std::string, std::unique_ptr<int>>> tcp_ports;
-  // Passed TCP sockets: each relays to a private port with its credentials.
-  std::vector<std::pair<std::unique_ptr<TcpRelay>, std::unique_ptr<int>>> relays;
-  for (const auto& [fd, path] : passed.unix_fds)
-    unix_listeners.push_back(std::make_unique<UnixListener>(fd, path));
-  for (const auto& [fd, addr] : passed.tcp_fds) {
-    const std::string l = absl::StrCat(config.security.tls.enabled() ? "tls:" : "tcp:", addr);
-    auto creds = TcpCredentials(l, config.security, gate);
-    if (!creds.ok()) {
-      std::fprintf(stderr, "fwaid: %s (passed by systemd)\n",
-                   std::string(creds.status().message()).c_str());
-      return 1;
-    }
-    auto port = std::make_unique<int>(0);
-    builder.AddListeningPort("127.0.0.1:0", *creds, port.get());
-    relays.emplace_back(std::make_unique<TcpRelay>(fd, l), std::move(port));
-  }
-  for (const auto& l : passed.any() ? std::vector<std::string>{} : config.listen) {
-    if (absl::StartsWith(l, "unix:")) {
-      auto ul = std::make_unique<UnixListener>(l.substr(5), config.security.unix_socket);
-      if (auto s = ul->Bind(); !s.ok()) {
-        std::fprintf(stderr, "fwaid: %s\n", std::string(s.message()).c_str());
-        return 1;
-      }
-      unix_listeners.push_back(std::move(ul));
-    } else {
-      auto creds = TcpCredentials(l, config.security, gate);
-      if (!creds.ok()) {
-        std::fprintf(stderr, "fwaid: %s\n", std::string(creds.status().message()).c_str());
-        return 1;
-      }
-      auto port = std::make_unique<int>(0);
-      builder.AddListeningPort(l.substr(4), *creds, port.get());
-      tcp_ports.emplace_back(l, std::move(port));
-    }
-  }
+  if (auto failed = AddListeners()) return failed;
   // Connections handed over by fd are driven by the pollsets of the server's
   // completion queues; this one exists (and is polled) for them.
-  std::unique_ptr<grpc::ServerCompletionQueue> fd_cq = builder.AddCompletionQueue(true);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  if (!server) {
-    std::fprintf(stderr, "fwaid: cannot start the gRPC server (is a TCP port in use?)\n");
-    return 1;
+  fd_cq_ = builder_.AddCompletionQueue(true);
+  server_ = builder_.BuildAndStart();
+  if (!server_) return Fail("cannot start the gRPC server (is a TCP port in use?)");
+  return StartListeners();
+}
+
+std::optional<int> Daemon::AddListeners() {
+  for (const auto& [fd, path] : passed_.unix_fds)
+    unix_listeners_.push_back(std::make_unique<UnixListener>(fd, path));
+  for (const auto& [fd, addr] : passed_.tcp_fds) {
+    const std::string l = absl::StrCat(config_.security.tls.enabled() ? "tls:" : "tcp:", addr);
+    auto creds = TcpCredentials(l, config_.security, *gate_);
+    if (!creds.ok()) return Fail(absl::StrCat(creds.status().message(), " (passed by systemd)"));
+    auto port = std::make_unique<int>(0);
+    builder_.AddListeningPort("127.0.0.1:0", *creds, port.get());
+    relays_.emplace_back(std::make_unique<TcpRelay>(fd, l), std::move(port));
   }
-  for (auto& [listen_addr, port] : tcp_ports) {
-    if (*port == 0) {
-      std::fprintf(stderr, "fwaid: listen %s: cannot bind\n", listen_addr.c_str());
-      return 1;
+  for (const auto& l : passed_.any() ? std::vector<std::string>{} : config_.listen) {
+    if (absl::StartsWith(l, "unix:")) {
+      auto ul = std::make_unique<UnixListener>(l.substr(5), config_.security.unix_socket);
+      if (auto s = ul->Bind(); !s.ok()) return Fail(std::string(s.message()));
+      unix_listeners_.push_back(std::move(ul));
+    } else {
+      auto creds = TcpCredentials(l, config_.security, *gate_);
+      if (!creds.ok()) return Fail(std::string(creds.status().message()));
+      auto port = std::make_unique<int>(0);
+      builder_.AddListeningPort(l.substr(4), *creds, port.get());
+      tcp_ports_.emplace_back(l, std::move(port));
     }
+  }
+  return std::nullopt;
+}
+
+// The bound ports said on stdout (and a lab's advertised address filled
+// in), the lab joined, the relays and unix listeners started.
+std::optional<int> Daemon::StartListeners() {
+  for (auto& [listen_addr, port] : tcp_ports_) {
+    if (*port == 0) return Fail(absl::StrCat("listen ", listen_addr, ": cannot bind"));
     const std::string addr = listen_addr.substr(4);
     std::string host = addr.substr(0, addr.rfind(':'));
-    std::printf("fwaid: listening on %s:%s:%d\n", config.security.tls.enabled() ? "tls" : "tcp",
+    std::printf("fwaid: listening on %s:%s:%d\n", config_.security.tls.enabled() ? "tls" : "tcp",
                 host.c_str(), *port);
     std::fflush(stdout);
-    if (lab_registrar && absl::StartsWith(listen_addr, "tls:") &&
-        absl::EndsWith(config.lab.advertise, ":0")) {
-      const std::string& a = config.lab.advertise;
-      lab_registrar->SetAdvertise(absl::StrCat(a.substr(0, a.size() - 1), *port));
+    if (lab_registrar_ && absl::StartsWith(listen_addr, "tls:") &&
+        absl::EndsWith(config_.lab.advertise, ":0")) {
+      const std::string& a = config_.lab.advertise;
+      lab_registrar_->SetAdvertise(absl::StrCat(a.substr(0, a.size() - 1), *port));
     }
   }
-  if (lab_registrar) lab_registrar->Start();  // joins the lab now that it serves
-  std::thread fd_cq_thread([cq = fd_cq.get()] {
+  if (lab_registrar_) lab_registrar_->Start();  // joins the lab now that it serves
+  fd_cq_thread_ = std::thread([cq = fd_cq_.get()] {
     void* tag;
     bool ok;
     while (cq->Next(&tag, &ok)) {
     }
   });
-  for (auto& [relay, port] : relays) {
+  for (auto& [relay, port] : relays_) {
     if (*port == 0) {
-      std::fprintf(stderr, "fwaid: %s: cannot bind its relay port on 127.0.0.1\n",
-                   relay->address().c_str());
-      return 1;
+      return Fail(absl::StrCat(relay->address(), ": cannot bind its relay port on 127.0.0.1"));
     }
-    relay->Start(*port, &peers);
+    relay->Start(*port, &peers_);
     std::printf("fwaid: listening on %s (socket from systemd)\n", relay->address().c_str());
   }
-  std::string pid_file;
-  for (auto& ul : unix_listeners) {
-    ul->Start(server.get(), &peers);
+  for (auto& ul : unix_listeners_) {
+    ul->Start(server_.get(), &peers_);
     std::printf("fwaid: listening on unix:%s%s\n", ul->path().c_str(),
-                passed.any() ? " (socket from systemd)" : "");
-    if (pid_file.empty() && !passed.any()) {
-      pid_file = ul->path() + ".pid";
-      std::ofstream(pid_file) << getpid() << "\n";
+                passed_.any() ? " (socket from systemd)" : "");
+    if (pid_file_.empty() && !passed_.any()) {
+      pid_file_ = ul->path() + ".pid";
+      std::ofstream(pid_file_) << getpid() << "\n";
     }
   }
-  std::printf("fwaid: ready (pid %d, data %s, providers: %s)\n", getpid(), config.data_dir.c_str(),
-              providers.providers.empty() ? "none" : providers.default_name.c_str());
+  std::printf("fwaid: ready (pid %d, data %s, providers: %s)\n", getpid(), config_.data_dir.c_str(),
+              providers_.providers.empty() ? "none" : providers_.default_name.c_str());
   std::fflush(stdout);
-  spdlog::info("fwaid {} started; data dir {}", FWAI_VERSION, config.data_dir);
+  spdlog::info("fwaid {} started; data dir {}", FWAI_VERSION, config_.data_dir);
   sd_notify(0, "READY=1");  // Type=notify units (no-op otherwise)
+  return std::nullopt;
+}
 
-  int sig = 0;
-  while (true) {
-    if (sigwait(&sigs, &sig) != 0) continue;
-    if (sig == SIGHUP) {
-      // Users, limits and knowledge writers; certificates reload on their own.
-      if (auto n = reload_config("signal SIGHUP", ""); !n.ok())
-        spdlog::error("config not reloaded: {}", n.status().ToString());
-      continue;
-    }
-    break;
-  }
+// Stops in order: listeners, turns, sessions, the lab, hardware, the
+// server, pools, MCP; then the indexes and the WAL are saved. 0 if all of
+// it ended cleanly.
+int Daemon::Stop(int sig) {
   spdlog::info("signal {}: shutting down", sig);
-  audit({{"kind", "daemon_stop"}, {"signal", sig}});
-  data_lock->MarkStopping();
+  audit_({{"kind", "daemon_stop"}, {"signal", sig}});
+  data_lock_->MarkStopping();
   sd_notify(0, "STOPPING=1");
-  for (auto& ul : unix_listeners) ul->Stop();
-  for (auto& [relay, port] : relays) relay->Stop();
-  turns.Shutdown();
-  sessions.CloseAll(absl::UnavailableError("fwaid is shutting down; reconnect after it restarts"));
-  if (lab_registrar) lab_registrar->Stop(true);  // this node's boards leave the lab now
-  hardware.Shutdown();  // serial readers get end-of-stream, simulators stop
+  for (auto& ul : unix_listeners_) ul->Stop();
+  for (auto& [relay, port] : relays_) relay->Stop();
+  turns_->Shutdown();
+  sessions_->CloseAll(
+      absl::UnavailableError("fwaid is shutting down; reconnect after it restarts"));
+  if (lab_registrar_) lab_registrar_->Stop(true);  // this node's boards leave the lab now
+  hardware_->Shutdown();  // serial readers get end-of-stream, simulators stop
   spdlog::info("turns stopped; closing the server");
   // Turns are finished and every stream has been told to close; connections
   // adopted by fd are not drained by gRPC itself, so the grace is short.
-  server->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(500));
-  server->Wait();
+  server_->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(500));
+  server_->Wait();
   spdlog::info("server closed");
-  fd_cq->Shutdown();
-  fd_cq_thread.join();
-  pool.Shutdown();
-  ingest_pool.Shutdown();
-  mcp.Stop();
-  if (auto s = (*knowledge)->SaveIndexes(); !s.ok())
+  fd_cq_->Shutdown();
+  fd_cq_thread_.join();
+  pool_->Shutdown();
+  ingest_pool_->Shutdown();
+  mcp_->Stop();
+  if (auto s = knowledge_->SaveIndexes(); !s.ok())
     spdlog::error("saving knowledge indexes: {}", s.ToString());
-  if (auto s = (*storage)->SyncWal(); !s.ok()) {
+  if (auto s = storage_->SyncWal(); !s.ok()) {
     spdlog::error("final sync failed: {}", s.ToString());
     return 1;
   }
-  if (!pid_file.empty()) unlink(pid_file.c_str());
+  if (!pid_file_.empty()) unlink(pid_file_.c_str());
   telemetry::Shutdown();  // the last spans and metrics go to the collector
   spdlog::info("stopped cleanly");
   return 0;
+}
+
+int Main(int argc, char** argv) {
+  // Signals are taken synchronously by the main thread; block them before any
+  // other thread exists so every thread inherits the mask.
+  sigset_t sigs;
+  sigemptyset(&sigs);
+  sigaddset(&sigs, SIGTERM);
+  sigaddset(&sigs, SIGINT);
+  sigaddset(&sigs, SIGHUP);
+  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  Args args;
+  if (auto done = ParseArgs(argc, argv, args)) return *done;
+  auto logger = spdlog::stderr_color_mt("fwaid");
+  spdlog::set_default_logger(logger);
+  spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ %v");
+
+  DaemonConfig config;
+  PassedSockets passed;
+  if (auto failed = ResolveConfig(args, config, passed)) return *failed;
+  Daemon daemon(std::move(config), std::move(passed));
+  if (auto failed = daemon.Start()) return *failed;
+  return daemon.Stop(daemon.Serve(sigs));
 }
 
 }  // namespace

@@ -17,6 +17,7 @@
 #include "common/ids.h"
 #include "common/local_account.h"
 #include "common/mcuboot.h"
+#include "common/status_macros.h"
 #include "server/skills/runner.h"
 #include "server/storage/storage.h"
 
@@ -93,15 +94,44 @@ absl::StatusOr<std::vector<size_t>> StageCounts(const std::vector<std::string>& 
   return out;
 }
 
-// One rollout's state, written to the database at every change.
+// One rollout's state, written to the database at every change, and its
+// steps in the order Run takes them: Prepare (the image read as the caller,
+// the boards, promotion, versions), Begin, one RunStage per stage (each
+// board: lease, stage, restart, health, confirm or revert), TakeBack when a
+// stage failed too often, Finish.
 struct RolloutManager::Run_ {
+  Run_(RolloutManager* manager, const RolloutRequest& request,
+       const std::function<void(const RolloutEvent&)>& emit_to, CancelToken& cancel_with,
+       std::string record_key, std::string rollout_id)
+      : m(manager),
+        req(request),
+        emit(emit_to),
+        cancel(cancel_with),
+        key(std::move(record_key)),
+        id(std::move(rollout_id)) {}
+
   RolloutManager* m;
   const RolloutRequest& req;
   const std::function<void(const RolloutEvent&)>& emit;
   CancelToken& cancel;
-  json doc;  // the stored record
+  json doc = json::object();  // the stored record
   std::string key;
   std::string id;
+  // What Prepare found.
+  std::string bytes;  // the image
+  mcuboot::ImageInfo info;
+  std::string version, hash;
+  std::vector<DeviceInfo> fleet;
+  std::vector<size_t> counts;                  // cumulative boards per stage
+  std::vector<std::string> physical;           // boards that are not simulated
+  std::map<std::string, std::string> current;  // board -> version it runs
+  std::set<std::string> already;               // boards that run this image
+  std::vector<std::string> downgrades;
+  double max_rate = 0;
+  // How it went.
+  std::vector<std::string> confirmed;  // boards this rollout updated for good
+  std::string final_state = "completed";
+  std::string final_error;
 
   void Save() {
     if (auto s = m->storage_.Put(Cf::kOta, key, doc.dump(), true); !s.ok()) {
@@ -141,6 +171,412 @@ struct RolloutManager::Run_ {
   void BoardEvent(const std::string& board, const std::string& state, const std::string& text,
                   json extra = json::object()) {
     Record({"board", board, state, text, std::move(extra)});
+  }
+
+  // The refusal of a rollout that did not start: its record and event.
+  RolloutResult Refuse(const absl::Status& s) {
+    RolloutResult result;
+    result.rollout_id = id;
+    result.state = "refused";
+    result.error = std::string(s.message());
+    result.summary = {{"rollout_id", id},
+                      {"state", "refused"},
+                      {"error", result.error},
+                      {"code", static_cast<int>(s.code())}};
+    if (m->append_) {
+      (void)m->append_({{"kind", "ota"},
+                        {"event", "rollout_refused"},
+                        {"rollout_id", id},
+                        {"image", req.image_path},
+                        {"by", req.caller.display},
+                        {"reason", result.error}});
+    }
+    emit({"rollout_finished", "", "refused", result.error, result.summary});
+    return result;
+  }
+
+  absl::Status Prepare() {
+    RETURN_IF_ERROR(ReadImage());
+    RETURN_IF_ERROR(ChooseBoards());
+    ASSIGN_OR_RETURN(counts, StageCounts(req.stages, fleet.size()));
+    RETURN_IF_ERROR(CheckPromotion());
+    RETURN_IF_ERROR(CheckVersions());
+    if (!req.health_skill.empty() && !m->skills_)
+      return absl::UnavailableError("the skill runner is not available");
+    max_rate = req.max_failure_rate >= 0 ? req.max_failure_rate : m->config_.max_failure_rate;
+    return absl::OkStatus();
+  }
+
+  // The image: a valid MCUboot image, signed by a trusted key when keys are
+  // configured. Read as the caller's account: nobody rolls out (and so
+  // exposes) a file they could not read themselves.
+  absl::Status ReadImage() {
+    if (!req.caller.account) {
+      return absl::PermissionDeniedError(absl::StrCat(
+          "reading ", req.image_path, " needs a local account; ", req.caller.display, " has none"));
+    }
+    {
+      ScopedFsIdentity as(*req.caller.account);
+      RETURN_IF_ERROR(as.status());
+      ASSIGN_OR_RETURN(bytes, ReadFile(req.image_path));
+    }
+    auto parsed = mcuboot::Parse(bytes);
+    if (!parsed.ok())
+      return absl::InvalidArgumentError(
+          absl::StrCat(req.image_path, ": ", parsed.status().message()));
+    info = *std::move(parsed);
+    if (!info.hash_ok)
+      return absl::DataLossError(
+          absl::StrCat(req.image_path, ": its SHA-256 does not match its contents"));
+    if (!m->key_pems_.empty()) {
+      absl::Status last;
+      for (const auto& k : m->key_pems_) {
+        last = mcuboot::VerifySignature(bytes, info, k);
+        if (last.ok()) break;
+      }
+      if (!last.ok()) {
+        return absl::PermissionDeniedError(absl::StrCat(
+            req.image_path, ": not signed by a key in ota.keys (", last.message(), ")"));
+      }
+    }
+    version = info.version.ToString();
+    hash = info.sha256_hex;
+    return absl::OkStatus();
+  }
+
+  // The boards: ids, and tags every chosen board carries; sorted by id.
+  absl::Status ChooseBoards() {
+    std::set<std::string> ids;
+    std::vector<std::string> tags;
+    std::set<std::string> known;
+    auto all = m->Fleet();
+    for (const auto& d : all) known.insert(d.id);
+    for (const auto& b : req.boards) {
+      if (known.count(b)) {
+        ids.insert(b);
+      } else {
+        tags.push_back(b);
+      }
+    }
+    for (const auto& d : all) {
+      if (!known.count(d.id)) continue;
+      bool pick = ids.count(d.id) > 0;
+      if (!pick && !tags.empty()) {
+        pick = std::all_of(tags.begin(), tags.end(), [&](const std::string& t) {
+          return std::find(d.tags.begin(), d.tags.end(), t) != d.tags.end();
+        });
+      }
+      if (pick) fleet.push_back(d);
+    }
+    std::sort(fleet.begin(), fleet.end(),
+              [](const DeviceInfo& a, const DeviceInfo& b) { return a.id < b.id; });
+    if (fleet.empty()) {
+      return absl::NotFoundError(absl::StrCat("no board matches --boards ",
+                                              absl::StrJoin(req.boards, ","),
+                                              " (board ids, or tags every chosen board carries)"));
+    }
+    return absl::OkStatus();
+  }
+
+  // Promotion: physical boards only get an image that passed on simulated ones.
+  absl::Status CheckPromotion() {
+    for (const auto& d : fleet) {
+      if (d.kind != "simulated") physical.push_back(d.id);
+    }
+    if (physical.empty()) return absl::OkStatus();
+    ASSIGN_OR_RETURN(auto passed, m->storage_.Get(Cf::kOta, kPassedPrefix + hash));
+    if (passed.has_value()) return absl::OkStatus();
+    return absl::PermissionDeniedError(
+        absl::StrCat("promotion refused: image ", version, " (sha256 ", hash.substr(0, 16),
+                     "…) has not passed a rollout on "
+                     "simulated boards; physical boards ",
+                     absl::StrJoin(physical, ", "),
+                     " get it after it has (fwai ota rollout IMAGE --boards simulated)"));
+  }
+
+  // What a board runs: a simulated one's primary slot, a physical one's
+  // last confirmed rollout. (version, hash), empty if not known.
+  std::pair<std::string, std::string> Running(const DeviceInfo& d) {
+    if (d.kind == "simulated") {
+      auto slots = m->boards_.OtaSlots(BoardRef{d.id, "", false, ""});
+      if (slots.ok() && slots->booted_from_slots && slots->primary.has_image)
+        return {slots->primary.version, slots->primary.hash};
+    } else if (auto rec = m->storage_.Get(Cf::kOta, kBoardPrefix + d.id);
+               rec.ok() && rec->has_value()) {
+      auto j = json::parse(**rec, nullptr, false);
+      if (!j.is_discarded()) return {j.value("version", ""), j.value("hash", "")};
+    }
+    return {};
+  }
+
+  // Downgrades (refused without --force), and boards that already run this image.
+  absl::Status CheckVersions() {
+    for (const auto& d : fleet) {
+      const auto [cur_version, cur_hash] = Running(d);
+      current[d.id] = cur_version;
+      if (cur_version.empty()) continue;
+      if (cur_hash == hash) {
+        already.insert(d.id);
+        continue;
+      }
+      auto cv = mcuboot::Version::Parse(cur_version);
+      if (cv.ok() && info.version.Compare(*cv) < 0)
+        downgrades.push_back(absl::StrCat(d.id, " runs ", cur_version));
+    }
+    if (!downgrades.empty() && !req.force) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("downgrade refused: ", version, " is older than what ",
+                       absl::StrJoin(downgrades, ", "), " (--force rolls it out anyway)"));
+    }
+    return absl::OkStatus();
+  }
+
+  void Begin(int64_t started) {
+    json boards = json::object();
+    json ids = json::array();
+    for (const auto& d : fleet) {
+      boards[d.id] = {{"state", "waiting"}, {"kind", d.kind}, {"from", current[d.id]}};
+      ids.push_back(d.id);
+    }
+    doc = {{"id", id},
+           {"state", "running"},
+           {"image", req.image_path},
+           {"image_hash", hash},
+           {"version", version},
+           {"signed", info.has_signature},
+           {"stages", counts},
+           {"health", req.health_skill},
+           {"max_failure_rate", max_rate},
+           {"forced", req.force && !downgrades.empty()},
+           {"by", req.caller.display},
+           {"started_us", started},
+           {"boards", boards},
+           {"events", json::array()}};
+    Record({"rollout_started",
+            "",
+            "running",
+            absl::StrCat("rolling out ", version, " to ", fleet.size(), " board(s) in ",
+                         counts.size(), " stage(s)"),
+            {{"boards", ids}, {"stages", counts}}});
+  }
+
+  // Stage `stage` (from 0): its boards, from the `done` before it; the
+  // rollout stops when more than max_rate of them failed.
+  void RunStage(size_t stage, size_t& done) {
+    std::vector<DeviceInfo> members(fleet.begin() + static_cast<std::ptrdiff_t>(done),
+                                    fleet.begin() + static_cast<std::ptrdiff_t>(counts[stage]));
+    done = counts[stage];
+    std::vector<std::string> ids;
+    for (const auto& d : members) ids.push_back(d.id);
+    Record({"stage_started",
+            "",
+            "",
+            absl::StrCat("stage ", stage + 1, ": ", absl::StrJoin(ids, ", ")),
+            {{"stage", stage + 1}, {"boards", ids}}});
+    size_t attempted = 0, failed = 0;
+    for (const auto& d : members) {
+      if (cancel.cancelled()) {
+        final_state = "cancelled";
+        break;
+      }
+      if (already.count(d.id)) {
+        BoardEvent(d.id, "skipped", absl::StrCat(d.id, " already runs ", version));
+        continue;
+      }
+      attempted++;
+      if (!UpdateBoard(d)) failed++;
+    }
+    double rate =
+        attempted == 0 ? 0.0 : static_cast<double>(failed) / static_cast<double>(attempted);
+    Record({"stage_finished",
+            "",
+            "",
+            absl::StrCat("stage ", stage + 1, ": ", failed, " of ", attempted, " failed"),
+            {{"stage", stage + 1},
+             {"attempted", attempted},
+             {"failed", failed},
+             {"failure_rate", rate}}});
+    if (final_state == "completed" && rate > max_rate) {
+      final_state = "stopped";
+      final_error =
+          absl::StrCat("stage ", stage + 1, " failed on ", failed, " of ", attempted, " board(s) (",
+                       static_cast<int>(rate * 100), "% > ", static_cast<int>(max_rate * 100),
+                       "%): the rollout stops and is taken back");
+    }
+  }
+
+  // One board, under a lease of its own (or the caller's): the image staged
+  // in test state, booted, checked by the health skill, then confirmed or
+  // reverted. Whether it is confirmed.
+  bool UpdateBoard(const DeviceInfo& d) {
+    const std::string& board = d.id;
+    auto lease = m->leases_.Acquire(req.caller, LeaseOn(board), [&] { return cancel.cancelled(); });
+    if (!lease.ok()) {
+      BoardEvent(board, "failed",
+                 absl::StrCat("cannot lease ", board, ": ", lease.status().message()));
+      return false;
+    }
+    Caller bc = req.caller;
+    bc.lease_id = lease->lease_id;
+    bool ok = UpdateLeased(bc, d);
+    if (!lease->renewed) (void)m->leases_.Release(bc, lease->lease_id, board, false);
+    return ok;
+  }
+
+  bool UpdateLeased(const Caller& bc, const DeviceInfo& d) {
+    const std::string& board = d.id;
+    BoardEvent(board, "staging",
+               absl::StrCat("writing ", version, " to the secondary slot of ", board, " (test)"));
+    if (auto s = m->boards_.OtaStage(bc, BoardRef{board, "", false, ""}, bytes, false); !s.ok()) {
+      BoardEvent(board, "failed", absl::StrCat("upload failed: ", s.message()));
+      return false;
+    }
+    auto boot = m->boards_.OtaRestart(bc, BoardRef{board, "", false, ""}, kBootTimeoutMs);
+    std::string why;
+    if (!boot.ok()) {
+      why = absl::StrCat("restart failed: ", boot.status().message());
+    } else if (d.kind == "simulated" && boot->hash != hash) {
+      why = absl::StrCat("the bootloader did not run the new image (swap ", boot->swap,
+                         boot->detail.empty() ? "" : ": " + boot->detail, ")");
+    } else if (!boot->booted) {
+      why = "no boot line within 15 s";
+    }
+    json boot_data =
+        boot.ok()
+            ? json{{"swap", boot->swap}, {"running", boot->version}, {"boot_line", boot->boot_line}}
+            : json::object();
+    if (why.empty()) {
+      BoardEvent(board, "testing",
+                 absl::StrCat(board, " booted ", version, " in test state: ", boot->boot_line),
+                 boot_data);
+      if (!req.health_skill.empty()) why = CheckHealth(bc, board, boot_data);
+    }
+    if (why.empty()) why = Confirm(bc, d, boot_data);
+    if (why.empty()) return true;
+    // Not confirmed: the bootloader swaps the previous image back at this restart.
+    const bool new_image_ran = !boot.ok() || d.kind != "simulated" || boot->hash == hash;
+    Revert(bc, board, why, boot_data, new_image_ran);
+    return false;
+  }
+
+  // The health skill on the board: why it failed, empty if it passed.
+  std::string CheckHealth(const Caller& bc, const std::string& board, json& boot_data) {
+    SkillRunRequest sr;
+    sr.project_root = req.project_root;
+    sr.skill = req.health_skill;
+    sr.board = board;
+    sr.ci = true;
+    sr.timeout_s = m->config_.health_timeout_s;
+    sr.vars = {{"OTA_VERSION", version}, {"OTA_IMAGE_HASH", hash}, {"ROLLOUT_ID", id}};
+    sr.caller = bc;
+    std::string last_error;
+    auto r = m->skills_->Run(
+        sr,
+        [&](const SkillEventOut& e) {
+          if (e.kind == "step_finished" && !e.ok) last_error = absl::StrCat(e.step, ": ", e.text);
+        },
+        cancel);
+    boot_data["health_run"] = r.run_id;
+    if (r.ok) return "";
+    return absl::StrCat("health skill '", req.health_skill, "' failed (", r.failure_class, ")",
+                        last_error.empty() ? "" : ": " + last_error);
+  }
+
+  // The image confirmed (and, for a physical board, what it runs kept):
+  // why not, empty if it was.
+  std::string Confirm(const Caller& bc, const DeviceInfo& d, const json& boot_data) {
+    const std::string& board = d.id;
+    if (auto s = m->boards_.OtaConfirm(bc, BoardRef{board, "", false, ""}); !s.ok())
+      return absl::StrCat("confirm failed: ", s.message());
+    confirmed.push_back(board);
+    if (d.kind != "simulated") {
+      (void)m->storage_.Put(Cf::kOta, kBoardPrefix + board,
+                            json({{"version", version}, {"hash", hash}, {"rollout_id", id}}).dump(),
+                            true);
+    }
+    BoardEvent(board, "confirmed", absl::StrCat(board, " runs ", version, " (confirmed)"),
+               boot_data);
+    return "";
+  }
+
+  void Revert(const Caller& bc, const std::string& board, const std::string& why,
+              const json& boot_data, bool new_image_ran) {
+    BoardEvent(board, "reverting", absl::StrCat(why, "; restarting without confirming"), boot_data);
+    if (!new_image_ran) {
+      BoardEvent(board, "reverted", absl::StrCat(board, " kept ", current[board], ": ", why),
+                 {{"reason", why}});
+      return;
+    }
+    auto back = m->boards_.OtaRestart(bc, BoardRef{board, "", false, ""}, kBootTimeoutMs);
+    if (!back.ok()) {
+      BoardEvent(board, "failed", absl::StrCat("revert failed: ", back.status().message()));
+      return;
+    }
+    BoardEvent(
+        board, "reverted",
+        absl::StrCat(board, " is back on ", back->version.empty() ? current[board] : back->version,
+                     back->booted ? (back->boot_line.empty() ? "" : ": " + back->boot_line)
+                                  : " (no boot line)"),
+        {{"swap", back->swap},
+         {"running", back->version},
+         {"boot_line", back->boot_line},
+         {"reason", why}});
+  }
+
+  // Boards updated for good in earlier stages go back to their previous image.
+  void TakeBack() {
+    for (const auto& board : confirmed) {
+      auto lease = m->leases_.Acquire(req.caller, LeaseOn(board), [] { return false; });
+      if (!lease.ok()) {
+        BoardEvent(board, "failed",
+                   absl::StrCat("cannot lease ", board,
+                                " to take the update back: ", lease.status().message()));
+        continue;
+      }
+      Caller bc = req.caller;
+      bc.lease_id = lease->lease_id;
+      absl::Status s = m->boards_.OtaRestorePrevious(bc, BoardRef{board, "", false, ""});
+      absl::StatusOr<OtaBootResult> back =
+          s.ok() ? m->boards_.OtaRestart(bc, BoardRef{board, "", false, ""}, kBootTimeoutMs)
+                 : absl::StatusOr<OtaBootResult>(s);
+      if (!back.ok()) {
+        BoardEvent(board, "failed",
+                   absl::StrCat("taking the update back failed: ", back.status().message()));
+      } else {
+        BoardEvent(
+            board, "rolled_back", absl::StrCat(board, " is back on ", back->version),
+            {{"swap", back->swap}, {"running", back->version}, {"boot_line", back->boot_line}});
+      }
+      if (!lease->renewed) (void)m->leases_.Release(bc, lease->lease_id, board, false);
+    }
+  }
+
+  RolloutResult Finish() {
+    doc["state"] = final_state;
+    doc["finished_us"] = NowMicros();
+    if (!final_error.empty()) doc["error"] = final_error;
+    // A whole rollout over simulated boards that passed lets the image go to physical ones.
+    if (final_state == "completed" && physical.empty()) {
+      json passed = {{"rollout_id", id},
+                     {"version", version},
+                     {"time_us", NowMicros()},
+                     {"boards", doc["boards"]}};
+      (void)m->storage_.Put(Cf::kOta, kPassedPrefix + hash, passed.dump(), true);
+    }
+    json summary = {{"rollout_id", id},
+                    {"state", final_state},
+                    {"version", version},
+                    {"image_hash", hash},
+                    {"boards", doc["boards"]}};
+    if (!final_error.empty()) summary["error"] = final_error;
+    Record({"rollout_finished", "", final_state,
+            final_error.empty() ? absl::StrCat("rollout ", final_state) : final_error, summary});
+    RolloutResult result;
+    result.rollout_id = id;
+    result.state = final_state;
+    result.error = final_error;
+    result.summary = summary;
+    return result;
   }
 };
 
@@ -203,401 +639,16 @@ absl::Status RolloutManager::Start() {
 RolloutResult RolloutManager::Run(const RolloutRequest& req,
                                   const std::function<void(const RolloutEvent&)>& emit,
                                   CancelToken& cancel) {
-  RolloutResult result;
   const int64_t started = NowMicros();
-  result.rollout_id = NewId("ota-");
-  Run_ run{this,
-           req,
-           emit,
-           cancel,
-           json::object(),
-           RolloutKey(started, result.rollout_id),
-           result.rollout_id};
-  auto refuse = [&](const absl::Status& s) {
-    result.state = "refused";
-    result.error = std::string(s.message());
-    result.summary = {{"rollout_id", result.rollout_id},
-                      {"state", "refused"},
-                      {"error", result.error},
-                      {"code", static_cast<int>(s.code())}};
-    if (append_) {
-      (void)append_({{"kind", "ota"},
-                     {"event", "rollout_refused"},
-                     {"rollout_id", result.rollout_id},
-                     {"image", req.image_path},
-                     {"by", req.caller.display},
-                     {"reason", result.error}});
-    }
-    emit({"rollout_finished", "", "refused", result.error, result.summary});
-    return result;
-  };
-
-  // The image: a valid MCUboot image, signed by a trusted key when keys are configured.
-  // Read as the caller's account: nobody rolls out (and so exposes) a file
-  // they could not read themselves.
-  if (!req.caller.account) {
-    return refuse(absl::PermissionDeniedError(absl::StrCat(
-        "reading ", req.image_path, " needs a local account; ", req.caller.display, " has none")));
-  }
-  absl::StatusOr<std::string> bytes;
-  {
-    ScopedFsIdentity as(*req.caller.account);
-    bytes = as.status().ok() ? ReadFile(req.image_path) : absl::StatusOr<std::string>(as.status());
-  }
-  if (!bytes.ok()) return refuse(bytes.status());
-  auto info = mcuboot::Parse(*bytes);
-  if (!info.ok())
-    return refuse(
-        absl::InvalidArgumentError(absl::StrCat(req.image_path, ": ", info.status().message())));
-  if (!info->hash_ok)
-    return refuse(absl::DataLossError(
-        absl::StrCat(req.image_path, ": its SHA-256 does not match its contents")));
-  if (!key_pems_.empty()) {
-    absl::Status last;
-    for (const auto& k : key_pems_) {
-      last = mcuboot::VerifySignature(*bytes, *info, k);
-      if (last.ok()) break;
-    }
-    if (!last.ok()) {
-      return refuse(absl::PermissionDeniedError(absl::StrCat(
-          req.image_path, ": not signed by a key in ota.keys (", last.message(), ")")));
-    }
-  }
-  const std::string version = info->version.ToString();
-  const std::string hash = info->sha256_hex;
-  // The boards: ids and tags.
-  std::vector<DeviceInfo> fleet;
-  {
-    std::set<std::string> ids;
-    std::vector<std::string> tags;
-    std::set<std::string> known;
-    auto all = Fleet();
-    for (const auto& d : all) known.insert(d.id);
-    for (const auto& b : req.boards) {
-      if (known.count(b)) {
-        ids.insert(b);
-      } else {
-        tags.push_back(b);
-      }
-    }
-    for (const auto& d : all) {
-      if (!known.count(d.id)) continue;
-      bool pick = ids.count(d.id) > 0;
-      if (!pick && !tags.empty()) {
-        pick = std::all_of(tags.begin(), tags.end(), [&](const std::string& t) {
-          return std::find(d.tags.begin(), d.tags.end(), t) != d.tags.end();
-        });
-      }
-      if (pick) fleet.push_back(d);
-    }
-    std::sort(fleet.begin(), fleet.end(),
-              [](const DeviceInfo& a, const DeviceInfo& b) { return a.id < b.id; });
-    if (fleet.empty()) {
-      return refuse(absl::NotFoundError(
-          absl::StrCat("no board matches --boards ", absl::StrJoin(req.boards, ","),
-                       " (board ids, or tags every chosen board carries)")));
-    }
-  }
-  auto counts = StageCounts(req.stages, fleet.size());
-  if (!counts.ok()) return refuse(counts.status());
-  // Promotion: physical boards only get an image that passed on simulated ones.
-  std::vector<std::string> physical;
-  for (const auto& d : fleet) {
-    if (d.kind != "simulated") physical.push_back(d.id);
-  }
-  if (!physical.empty()) {
-    auto passed = storage_.Get(Cf::kOta, kPassedPrefix + hash);
-    if (!passed.ok()) return refuse(passed.status());
-    if (!passed->has_value()) {
-      return refuse(absl::PermissionDeniedError(
-          absl::StrCat("promotion refused: image ", version, " (sha256 ", hash.substr(0, 16),
-                       "…) has not passed a rollout on "
-                       "simulated boards; physical boards ",
-                       absl::StrJoin(physical, ", "),
-                       " get it after it has (fwai ota rollout IMAGE --boards simulated)")));
-    }
-  }
-  // Downgrades, and boards that already run this image.
-  std::map<std::string, std::string> current;  // board -> version it runs
-  std::set<std::string> already;
-  std::vector<std::string> downgrades;
-  for (const auto& d : fleet) {
-    std::string cur_version, cur_hash;
-    if (d.kind == "simulated") {
-      auto slots = boards_.OtaSlots(BoardRef{d.id, "", false, ""});
-      if (slots.ok() && slots->booted_from_slots && slots->primary.has_image) {
-        cur_version = slots->primary.version;
-        cur_hash = slots->primary.hash;
-      }
-    } else if (auto rec = storage_.Get(Cf::kOta, kBoardPrefix + d.id);
-               rec.ok() && rec->has_value()) {
-      auto j = json::parse(**rec, nullptr, false);
-      if (!j.is_discarded()) {
-        cur_version = j.value("version", "");
-        cur_hash = j.value("hash", "");
-      }
-    }
-    current[d.id] = cur_version;
-    if (cur_version.empty()) continue;
-    if (cur_hash == hash) {
-      already.insert(d.id);
-      continue;
-    }
-    auto cv = mcuboot::Version::Parse(cur_version);
-    if (cv.ok() && info->version.Compare(*cv) < 0)
-      downgrades.push_back(absl::StrCat(d.id, " runs ", cur_version));
-  }
-  if (!downgrades.empty() && !req.force) {
-    return refuse(absl::FailedPreconditionError(
-        absl::StrCat("downgrade refused: ", version, " is older than what ",
-                     absl::StrJoin(downgrades, ", "), " (--force rolls it out anyway)")));
-  }
-  if (!req.health_skill.empty() && !skills_)
-    return refuse(absl::UnavailableError("the skill runner is not available"));
-  const double max_rate =
-      req.max_failure_rate >= 0 ? req.max_failure_rate : config_.max_failure_rate;
-
-  json boards = json::object();
-  for (const auto& d : fleet)
-    boards[d.id] = {{"state", "waiting"}, {"kind", d.kind}, {"from", current[d.id]}};
-  run.doc = {{"id", result.rollout_id},
-             {"state", "running"},
-             {"image", req.image_path},
-             {"image_hash", hash},
-             {"version", version},
-             {"signed", info->has_signature},
-             {"stages", *counts},
-             {"health", req.health_skill},
-             {"max_failure_rate", max_rate},
-             {"forced", req.force && !downgrades.empty()},
-             {"by", req.caller.display},
-             {"started_us", started},
-             {"boards", boards},
-             {"events", json::array()}};
-  run.Record({"rollout_started",
-              "",
-              "running",
-              absl::StrCat("rolling out ", version, " to ", fleet.size(), " board(s) in ",
-                           counts->size(), " stage(s)"),
-              {{"boards",
-                [&] {
-                  json a = json::array();
-                  for (const auto& d : fleet) a.push_back(d.id);
-                  return a;
-                }()},
-               {"stages", *counts}}});
-
-  Caller caller = req.caller;
-  std::vector<std::string> confirmed;  // boards this rollout updated for good
-  std::string final_state = "completed";
-  std::string final_error;
+  const std::string rollout_id = NewId("ota-");
+  Run_ run(this, req, emit, cancel, RolloutKey(started, rollout_id), rollout_id);
+  if (auto s = run.Prepare(); !s.ok()) return run.Refuse(s);
+  run.Begin(started);
   size_t done = 0;
-  for (size_t stage = 0; stage < counts->size() && final_state == "completed"; ++stage) {
-    std::vector<DeviceInfo> members(fleet.begin() + static_cast<std::ptrdiff_t>(done),
-                                    fleet.begin() + static_cast<std::ptrdiff_t>((*counts)[stage]));
-    done = (*counts)[stage];
-    std::vector<std::string> ids;
-    for (const auto& d : members) ids.push_back(d.id);
-    run.Record({"stage_started",
-                "",
-                "",
-                absl::StrCat("stage ", stage + 1, ": ", absl::StrJoin(ids, ", ")),
-                {{"stage", stage + 1}, {"boards", ids}}});
-    size_t attempted = 0, failed = 0;
-    for (const auto& d : members) {
-      if (cancel.cancelled()) {
-        final_state = "cancelled";
-        break;
-      }
-      const std::string board = d.id;
-      if (already.count(board)) {
-        run.BoardEvent(board, "skipped", absl::StrCat(board, " already runs ", version));
-        continue;
-      }
-      attempted++;
-      auto lease = leases_.Acquire(caller, LeaseOn(board), [&] { return cancel.cancelled(); });
-      if (!lease.ok()) {
-        failed++;
-        run.BoardEvent(board, "failed",
-                       absl::StrCat("cannot lease ", board, ": ", lease.status().message()));
-        continue;
-      }
-      Caller bc = caller;
-      bc.lease_id = lease->lease_id;
-      const bool own_lease = !lease->renewed;
-      auto release = [&] {
-        if (own_lease) (void)leases_.Release(bc, lease->lease_id, board, false);
-      };
-      run.BoardEvent(
-          board, "staging",
-          absl::StrCat("writing ", version, " to the secondary slot of ", board, " (test)"));
-      if (auto s = boards_.OtaStage(bc, BoardRef{board, "", false, ""}, *bytes, false); !s.ok()) {
-        failed++;
-        run.BoardEvent(board, "failed", absl::StrCat("upload failed: ", s.message()));
-        release();
-        continue;
-      }
-      auto boot = boards_.OtaRestart(bc, BoardRef{board, "", false, ""}, kBootTimeoutMs);
-      std::string why;
-      if (!boot.ok()) {
-        why = absl::StrCat("restart failed: ", boot.status().message());
-      } else if (d.kind == "simulated" && boot->hash != hash) {
-        why = absl::StrCat("the bootloader did not run the new image (swap ", boot->swap,
-                           boot->detail.empty() ? "" : ": " + boot->detail, ")");
-      } else if (!boot->booted) {
-        why = "no boot line within 15 s";
-      }
-      json boot_data = boot.ok() ? json{{"swap", boot->swap},
-                                        {"running", boot->version},
-                                        {"boot_line", boot->boot_line}}
-                                 : json::object();
-      if (why.empty()) {
-        run.BoardEvent(
-            board, "testing",
-            absl::StrCat(board, " booted ", version, " in test state: ", boot->boot_line),
-            boot_data);
-        if (!req.health_skill.empty()) {
-          SkillRunRequest sr;
-          sr.project_root = req.project_root;
-          sr.skill = req.health_skill;
-          sr.board = board;
-          sr.ci = true;
-          sr.timeout_s = config_.health_timeout_s;
-          sr.vars = {{"OTA_VERSION", version},
-                     {"OTA_IMAGE_HASH", hash},
-                     {"ROLLOUT_ID", result.rollout_id}};
-          sr.caller = bc;
-          std::string last_error;
-          auto r = skills_->Run(
-              sr,
-              [&](const SkillEventOut& e) {
-                if (e.kind == "step_finished" && !e.ok)
-                  last_error = absl::StrCat(e.step, ": ", e.text);
-              },
-              cancel);
-          if (!r.ok) {
-            why = absl::StrCat("health skill '", req.health_skill, "' failed (", r.failure_class,
-                               ")", last_error.empty() ? "" : ": " + last_error);
-          }
-          boot_data["health_run"] = r.run_id;
-        }
-      }
-      if (why.empty()) {
-        if (auto s = boards_.OtaConfirm(bc, BoardRef{board, "", false, ""}); !s.ok()) {
-          why = absl::StrCat("confirm failed: ", s.message());
-        } else {
-          confirmed.push_back(board);
-          if (d.kind != "simulated") {
-            (void)storage_.Put(
-                Cf::kOta, kBoardPrefix + board,
-                json({{"version", version}, {"hash", hash}, {"rollout_id", result.rollout_id}})
-                    .dump(),
-                true);
-          }
-          run.BoardEvent(board, "confirmed", absl::StrCat(board, " runs ", version, " (confirmed)"),
-                         boot_data);
-        }
-      }
-      if (!why.empty()) {
-        failed++;
-        run.BoardEvent(board, "reverting", absl::StrCat(why, "; restarting without confirming"),
-                       boot_data);
-        // Not confirmed: the bootloader swaps the previous image back at this restart.
-        const bool new_image_ran = !boot.ok() || d.kind != "simulated" || boot->hash == hash;
-        if (new_image_ran) {
-          auto back = boards_.OtaRestart(bc, BoardRef{board, "", false, ""}, kBootTimeoutMs);
-          if (!back.ok()) {
-            run.BoardEvent(board, "failed",
-                           absl::StrCat("revert failed: ", back.status().message()));
-          } else {
-            run.BoardEvent(
-                board, "reverted",
-                absl::StrCat(board, " is back on ",
-                             back->version.empty() ? current[board] : back->version,
-                             back->booted ? (back->boot_line.empty() ? "" : ": " + back->boot_line)
-                                          : " (no boot line)"),
-                {{"swap", back->swap},
-                 {"running", back->version},
-                 {"boot_line", back->boot_line},
-                 {"reason", why}});
-          }
-        } else {
-          run.BoardEvent(board, "reverted",
-                         absl::StrCat(board, " kept ", current[board], ": ", why),
-                         {{"reason", why}});
-        }
-      }
-      release();
-    }
-    double rate =
-        attempted == 0 ? 0.0 : static_cast<double>(failed) / static_cast<double>(attempted);
-    run.Record({"stage_finished",
-                "",
-                "",
-                absl::StrCat("stage ", stage + 1, ": ", failed, " of ", attempted, " failed"),
-                {{"stage", stage + 1},
-                 {"attempted", attempted},
-                 {"failed", failed},
-                 {"failure_rate", rate}}});
-    if (final_state == "completed" && rate > max_rate) {
-      final_state = "stopped";
-      final_error =
-          absl::StrCat("stage ", stage + 1, " failed on ", failed, " of ", attempted, " board(s) (",
-                       static_cast<int>(rate * 100), "% > ", static_cast<int>(max_rate * 100),
-                       "%): the rollout stops and is taken back");
-    }
-  }
-  if (final_state == "stopped") {
-    // Boards updated for good in earlier stages go back to their previous image.
-    for (const auto& board : confirmed) {
-      auto lease = leases_.Acquire(caller, LeaseOn(board), [] { return false; });
-      if (!lease.ok()) {
-        run.BoardEvent(board, "failed",
-                       absl::StrCat("cannot lease ", board,
-                                    " to take the update back: ", lease.status().message()));
-        continue;
-      }
-      Caller bc = caller;
-      bc.lease_id = lease->lease_id;
-      absl::Status s = boards_.OtaRestorePrevious(bc, BoardRef{board, "", false, ""});
-      absl::StatusOr<OtaBootResult> back =
-          s.ok() ? boards_.OtaRestart(bc, BoardRef{board, "", false, ""}, kBootTimeoutMs)
-                 : absl::StatusOr<OtaBootResult>(s);
-      if (!back.ok()) {
-        run.BoardEvent(board, "failed",
-                       absl::StrCat("taking the update back failed: ", back.status().message()));
-      } else {
-        run.BoardEvent(
-            board, "rolled_back", absl::StrCat(board, " is back on ", back->version),
-            {{"swap", back->swap}, {"running", back->version}, {"boot_line", back->boot_line}});
-      }
-      if (!lease->renewed) (void)leases_.Release(bc, lease->lease_id, board, false);
-    }
-  }
-  run.doc["state"] = final_state;
-  run.doc["finished_us"] = NowMicros();
-  if (!final_error.empty()) run.doc["error"] = final_error;
-  // A whole rollout over simulated boards that passed lets the image go to physical ones.
-  bool all_simulated = physical.empty();
-  if (final_state == "completed" && all_simulated) {
-    json passed = {{"rollout_id", result.rollout_id},
-                   {"version", version},
-                   {"time_us", NowMicros()},
-                   {"boards", run.doc["boards"]}};
-    (void)storage_.Put(Cf::kOta, kPassedPrefix + hash, passed.dump(), true);
-  }
-  json summary = {{"rollout_id", result.rollout_id},
-                  {"state", final_state},
-                  {"version", version},
-                  {"image_hash", hash},
-                  {"boards", run.doc["boards"]}};
-  if (!final_error.empty()) summary["error"] = final_error;
-  run.Record({"rollout_finished", "", final_state,
-              final_error.empty() ? absl::StrCat("rollout ", final_state) : final_error, summary});
-  result.state = final_state;
-  result.error = final_error;
-  result.summary = summary;
-  return result;
+  for (size_t stage = 0; stage < run.counts.size() && run.final_state == "completed"; ++stage)
+    run.RunStage(stage, done);
+  if (run.final_state == "stopped") run.TakeBack();
+  return run.Finish();
 }
 
 absl::StatusOr<std::vector<json>> RolloutManager::List(size_t limit) const {

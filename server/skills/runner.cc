@@ -1220,294 +1220,268 @@ struct SkillRunner::RunState {
   }
 };
 
-SkillRunner::SkillRunner(SkillDeps deps) : deps_(std::move(deps)) {}
-
-SkillRunResult SkillRunner::Run(const SkillRunRequest& req,
-                                const std::function<void(const SkillEventOut&)>& emit,
-                                CancelToken& parent) {
-  const int64_t start_us = NowMicros();
-  // One span per run; its record's hash is noted on it when finish() appends it.
-  telemetry::ActiveSpan run_span("run_skill", req.skill);
-  run_span->Set("fwai.skill.name", req.skill);
-  run_span->Set("fwai.principal", req.caller.identity);
-  auto secrets = deps_.secrets ? deps_.secrets : SecretScanner::Default();
-  RunState run(deps_, req, emit, std::make_shared<CancelToken>(), *secrets);
-  run.caller = req.caller;
-  run.run_id = NewId("run-");
-  SkillRunResult result;
-  result.run_id = run.run_id;
-  json steps_out = json::array();
-
-  auto finish = [&](const std::string& klass, const std::string& error) {
-    result.ok = klass.empty();
-    result.failure_class = klass;
-    result.exit_code = ExitCodeFor(klass);
-    run.ReleaseLease();
-    const bool journaled = deps_.journal && !run.run_dir.empty();
-    json files_changed = json::array();
-    if (run.git) {
-      for (const auto& [path, lines] : NumStat(req.project_root, run.account)) {
-        auto it = run.numstat_before.find(path);
-        if (it == run.numstat_before.end() || it->second != lines)
-          files_changed.push_back({{"path", path}, {"lines", lines}});
-      }
-    }
-    json summary = {{"kind", "skill_run"},
-                    {"run_id", run.run_id},
-                    {"skill", req.skill},
-                    {"skill_source", run.skill.source},
-                    {"project", req.project_root},
-                    {"target", run.project.target},
-                    {"board", run.vars.count("BOARD") ? run.vars["BOARD"] : ""},
-                    {"ci", req.ci},
-                    {"by", req.caller.display},
-                    {"principal", req.caller.identity},
-                    {"peer", req.caller.peer},
-                    {"ok", result.ok},
-                    {"failure_class", klass},
-                    {"exit_code", result.exit_code},
-                    {"error", secrets->Redact(error)},
-                    {"duration_ms", (NowMicros() - start_us) / 1000},
-                    {"steps", steps_out},
-                    {"diagnostics", {{"errors", run.errors}, {"warnings", run.warnings}}},
-                    {"diagnostic_items", run.diagnostic_items},
-                    {"files_changed", files_changed},
-                    {"images", run.images},
-                    {"boot", run.boot},
-                    {"llm_calls", run.llm_calls},
-                    {"policy_refusals", run.refusals},
-                    {"artifacts", run.artifacts},
-                    {"log_dir", run.run_dir}};
-    if (!run.memory.is_null()) summary["memory"] = run.memory;
-    if (!run.toolchain.is_null()) summary["toolchain"] = run.toolchain;
-    if (!run.sbom.is_null()) summary["sbom"] = run.sbom;
-    secrets->RedactJson(summary);
-    if (!run.run_dir.empty() && run.account) {
-      ScopedFsIdentity as(*run.account);
-      if (as.status().ok())
-        std::ofstream(fs::path(run.run_dir) / "summary.json") << summary.dump(2) << '\n';
-    }
-    if (deps_.append_evidence && klass != "config") {
-      auto idx = deps_.append_evidence(summary);
-      if (idx.ok()) {
-        summary["evidence_index"] = *idx;
-      } else {
-        // A run that leaves no record has not succeeded.
-        summary["evidence_error"] = std::string(idx.status().message());
-        if (result.ok) {
-          result.ok = false;
-          result.failure_class = "failed";
-          result.exit_code = ExitCodeFor("failed");
-          summary["ok"] = false;
-          summary["failure_class"] = "failed";
-          summary["exit_code"] = result.exit_code;
-          summary["error"] =
-              absl::StrCat("the evidence log refused the run record: ", idx.status().message());
-        }
-      }
-    }
-    if (journaled) deps_.journal->End(run.run_id);
-    result.summary = summary;
-    run_span->Set("fwai.run.id", run.run_id);
-    run_span->SetBool("fwai.run.ok", result.ok);
-    if (!result.ok) {
-      run_span->Set("fwai.run.failure_class", result.failure_class);
-      run_span->Fail(result.failure_class);
-    }
-    std::string text =
-        result.ok
-            ? absl::StrCat(req.skill, ": ok in ", (NowMicros() - start_us) / 1000, " ms")
-            : absl::StrCat(req.skill, ": ", result.failure_class, ": ", summary.value("error", ""));
-    run.Emit("", "run_finished", text, result.ok, summary);
-    return result;
+// A run from request to record, in the order Run calls its steps: Prepare
+// (the account, the skill, the project and its policy, the variables, the
+// run directory), StartWatchdog, Announce, RunSteps (each step with its
+// retries and record, then the run's change budget), Finish (the summary,
+// the evidence record, the last event). A failure before the steps is
+// a Failure that Finish records.
+struct SkillRunner::RunDriver {
+  struct Failure {
+    std::string klass, error;  // klass empty: the run succeeded
   };
 
-  // The project is read, built and run as its owner's local account.
-  if (!req.caller.account) {
-    return finish(
-        "config",
-        absl::StrCat("a skill run reads and runs the project as a local account; ",
-                     req.caller.display.empty() ? req.caller.identity : req.caller.display,
-                     " has none"));
+  RunDriver(SkillDeps& d, const SkillRunRequest& r,
+            const std::function<void(const SkillEventOut&)>& emit)
+      : deps(d),
+        req(r),
+        span("run_skill", r.skill),
+        secrets(d.secrets ? d.secrets : SecretScanner::Default()),
+        run(d, r, emit, std::make_shared<CancelToken>(), *secrets) {
+    // One span per run; its record's hash is noted on it when Finish appends it.
+    span->Set("fwai.skill.name", req.skill);
+    span->Set("fwai.principal", req.caller.identity);
+    run.caller = req.caller;
+    run.run_id = NewId("run-");
+    result.run_id = run.run_id;
   }
-  run.account = &*req.caller.account;
-  // The skill, the project and its policy (a broken file is a config failure).
-  auto plugin_sets = deps_.plugin_skills ? deps_.plugin_skills() : std::vector<PluginSkillSet>{};
-  absl::StatusOr<std::vector<Skill>> skills = absl::UnknownError("");
-  {
-    ScopedFsIdentity as(*run.account);
-    skills = as.status().ok() ? LoadSkills(req.project_root, plugin_sets)
-                              : absl::StatusOr<std::vector<Skill>>(as.status());
+  ~RunDriver() {
+    done->Cancel();
+    if (watchdog.joinable()) watchdog.join();
   }
-  if (!skills.ok()) return finish("config", std::string(skills.status().message()));
-  auto it = std::find_if(skills->begin(), skills->end(),
-                         [&](const Skill& s) { return s.name == req.skill; });
-  if (it == skills->end()) {
-    std::vector<std::string> names;
-    for (const auto& s : *skills) names.push_back(s.name);
-    return finish("config", absl::StrCat("no skill '", req.skill,
-                                         "' (skills: ", absl::StrJoin(names, ", "), ")"));
-  }
-  run.skill = *it;
-  // A plugin's skill acts within what its plugin declared: the broker
-  // refuses boards (and flashing) outside it.
-  if (run.skill.scope) {
-    CapabilityScope sc;
-    sc.plugin = run.skill.scope->plugin;
-    sc.flash = run.skill.scope->flash;
-    sc.boards = run.skill.scope->boards;
-    run.caller.scope = sc;
-  }
-  const fs::path project_yaml = fs::path(req.project_root) / ".fwai" / "project.yaml";
-  std::error_code ec;
-  absl::Status project_status;
-  {
-    ScopedFsIdentity as(*run.account);
-    if (fs::exists(project_yaml, ec)) {
-      auto p = ParseProjectYaml(ReadFileText(project_yaml), project_yaml.string());
-      if (p.ok()) {
-        run.project = *p;
-        run.have_project = true;
-      } else {
-        project_status = p.status();
-      }
-    } else {
-      run.project = DetectProject(req.project_root);
-    }
-  }
-  if (!project_status.ok()) return finish("config", std::string(project_status.message()));
-  auto rules = LoadPolicy(req.project_root, deps_.policy_file, run.account);
-  if (!rules.ok()) return finish("config", absl::StrCat("policy: ", rules.status().message()));
-  run.rules = *rules;
 
-  // Variables: built-ins, the skill's defaults, then the request's.
-  auto& v = run.vars;
-  v["PROJECT_ROOT"] = req.project_root;
-  v["PROJECT_NAME"] = run.project.name;
-  v["RUN_ID"] = run.run_id;
-  v["BUILD_COMMAND"] = run.project.build_command;
-  v["FLASH_COMMAND"] = run.project.flash_command;
-  v["TEST_COMMAND"] = run.project.test_command;
-  v["TARGET"] = run.project.target;
-  v["BOARD"] = req.board;
-  v["IMAGE"] = run.project.image;
-  v["IMAGE_SHA256"] = "";
-  v["BOOT_PATTERN"] = run.project.boot_pattern.empty() ? ".+" : run.project.boot_pattern;
-  v["CI"] = req.ci ? "true" : "false";
-  for (const auto& [k, val] : run.skill.vars) v[k] = val;
-  for (const auto& [k, val] : req.vars) {
-    if (k.empty() || k.find_first_of("${} ") != std::string::npos)
-      return finish("config", absl::StrCat("variable name '", k, "' is not valid"));
-    v[k] = val;
+  std::optional<Failure> Prepare() {
+    // The project is read, built and run as its owner's local account.
+    if (!req.caller.account) {
+      return Failure{
+          "config",
+          absl::StrCat("a skill run reads and runs the project as a local account; ",
+                       req.caller.display.empty() ? req.caller.identity : req.caller.display,
+                       " has none")};
+    }
+    run.account = &*req.caller.account;
+    if (auto f = LoadSkill()) return f;
+    if (auto f = LoadProject()) return f;
+    if (auto f = SetVars()) return f;
+    return MakeRunDir();
   }
-  // Every ${NAME} must be known before anything runs.
-  for (const auto& s : run.skill.steps) {
-    for (const auto& [field, text] :
-         std::vector<std::pair<const char*, std::string>>{{"command", s.command},
-                                                          {"image", s.image},
-                                                          {"board", s.board},
-                                                          {"expect", s.expect},
-                                                          {"send", s.send},
-                                                          {"note", s.note},
-                                                          {"log", s.log},
-                                                          {"prompt", s.prompt},
-                                                          {"goal", s.goal},
-                                                          {"files", absl::StrJoin(s.files, " ")}}) {
-      for (const auto& name : ReferencedVars(text)) {
-        if (!v.count(name)) {
-          return finish("config", absl::StrCat(run.skill.source, ":", s.line, ": step '", s.name,
-                                               "' ", field, ": unknown variable ${", name,
-                                               "} (give it with --var ", name, "=...)"));
+
+  // The skill (a broken file is a config failure).
+  std::optional<Failure> LoadSkill() {
+    auto plugin_sets = deps.plugin_skills ? deps.plugin_skills() : std::vector<PluginSkillSet>{};
+    absl::StatusOr<std::vector<Skill>> skills = absl::UnknownError("");
+    {
+      ScopedFsIdentity as(*run.account);
+      skills = as.status().ok() ? LoadSkills(req.project_root, plugin_sets)
+                                : absl::StatusOr<std::vector<Skill>>(as.status());
+    }
+    if (!skills.ok()) return Failure{"config", std::string(skills.status().message())};
+    auto it = std::find_if(skills->begin(), skills->end(),
+                           [&](const Skill& s) { return s.name == req.skill; });
+    if (it == skills->end()) {
+      std::vector<std::string> names;
+      for (const auto& s : *skills) names.push_back(s.name);
+      return Failure{"config", absl::StrCat("no skill '", req.skill,
+                                            "' (skills: ", absl::StrJoin(names, ", "), ")")};
+    }
+    run.skill = *it;
+    // A plugin's skill acts within what its plugin declared: the broker
+    // refuses boards (and flashing) outside it.
+    if (run.skill.scope) {
+      CapabilityScope sc;
+      sc.plugin = run.skill.scope->plugin;
+      sc.flash = run.skill.scope->flash;
+      sc.boards = run.skill.scope->boards;
+      run.caller.scope = sc;
+    }
+    return std::nullopt;
+  }
+
+  // The project and its policy (a broken file is a config failure).
+  std::optional<Failure> LoadProject() {
+    const fs::path project_yaml = fs::path(req.project_root) / ".fwai" / "project.yaml";
+    std::error_code ec;
+    absl::Status project_status;
+    {
+      ScopedFsIdentity as(*run.account);
+      if (fs::exists(project_yaml, ec)) {
+        auto p = ParseProjectYaml(ReadFileText(project_yaml), project_yaml.string());
+        if (p.ok()) {
+          run.project = *p;
+          run.have_project = true;
+        } else {
+          project_status = p.status();
+        }
+      } else {
+        run.project = DetectProject(req.project_root);
+      }
+    }
+    if (!project_status.ok()) return Failure{"config", std::string(project_status.message())};
+    auto rules = LoadPolicy(req.project_root, deps.policy_file, run.account);
+    if (!rules.ok()) return Failure{"config", absl::StrCat("policy: ", rules.status().message())};
+    run.rules = *rules;
+    return std::nullopt;
+  }
+
+  // Variables: built-ins, the skill's defaults, then the request's; every
+  // ${NAME} a step names must be known before anything runs.
+  std::optional<Failure> SetVars() {
+    auto& v = run.vars;
+    v["PROJECT_ROOT"] = req.project_root;
+    v["PROJECT_NAME"] = run.project.name;
+    v["RUN_ID"] = run.run_id;
+    v["BUILD_COMMAND"] = run.project.build_command;
+    v["FLASH_COMMAND"] = run.project.flash_command;
+    v["TEST_COMMAND"] = run.project.test_command;
+    v["TARGET"] = run.project.target;
+    v["BOARD"] = req.board;
+    v["IMAGE"] = run.project.image;
+    v["IMAGE_SHA256"] = "";
+    v["BOOT_PATTERN"] = run.project.boot_pattern.empty() ? ".+" : run.project.boot_pattern;
+    v["CI"] = req.ci ? "true" : "false";
+    for (const auto& [k, val] : run.skill.vars) v[k] = val;
+    for (const auto& [k, val] : req.vars) {
+      if (k.empty() || k.find_first_of("${} ") != std::string::npos)
+        return Failure{"config", absl::StrCat("variable name '", k, "' is not valid")};
+      v[k] = val;
+    }
+    for (const auto& s : run.skill.steps) {
+      for (const auto& [field, text] : std::vector<std::pair<const char*, std::string>>{
+               {"command", s.command},
+               {"image", s.image},
+               {"board", s.board},
+               {"expect", s.expect},
+               {"send", s.send},
+               {"note", s.note},
+               {"log", s.log},
+               {"prompt", s.prompt},
+               {"goal", s.goal},
+               {"files", absl::StrJoin(s.files, " ")}}) {
+        for (const auto& name : ReferencedVars(text)) {
+          if (!v.count(name)) {
+            return Failure{"config", absl::StrCat(run.skill.source, ":", s.line, ": step '", s.name,
+                                                  "' ", field, ": unknown variable ${", name,
+                                                  "} (give it with --var ", name, "=...)")};
+          }
         }
       }
     }
+    return std::nullopt;
   }
 
-  run.run_dir = (fs::path(req.project_root) / ".fwai" / "runs" / run.run_id).string();
-  {
-    // The run's logs live in the project: made as its account.
-    ScopedFsIdentity as(*run.account);
-    if (!as.status().ok()) return finish("config", std::string(as.status().message()));
-    PruneRunDirs((fs::path(req.project_root) / ".fwai" / "runs").string(), kKeptRunDirs - 1);
-    fs::create_directories(run.run_dir, ec);
+  // The run's logs live in the project: made as its account.
+  std::optional<Failure> MakeRunDir() {
+    run.run_dir = (fs::path(req.project_root) / ".fwai" / "runs" / run.run_id).string();
+    std::error_code ec;
+    {
+      ScopedFsIdentity as(*run.account);
+      if (!as.status().ok()) return Failure{"config", std::string(as.status().message())};
+      PruneRunDirs((fs::path(req.project_root) / ".fwai" / "runs").string(), kKeptRunDirs - 1);
+      fs::create_directories(run.run_dir, ec);
+    }
+    if (ec) {
+      return Failure{"config", absl::StrCat("cannot create ", run.run_dir, ": ", ec.message())};
+    }
+    run.vars["RUN_DIR"] = run.run_dir;
+    run.git = IsGitRepo(req.project_root, run.account);
+    if (run.git) run.numstat_before = NumStat(req.project_root, run.account);
+    return std::nullopt;
   }
-  if (ec) return finish("config", absl::StrCat("cannot create ", run.run_dir, ": ", ec.message()));
-  v["RUN_DIR"] = run.run_dir;
-  run.git = IsGitRepo(req.project_root, run.account);
-  if (run.git) run.numstat_before = NumStat(req.project_root, run.account);
 
-  // The watchdog: the run's own timeout, and the caller's cancel.
-  const int timeout_s = req.timeout_s > 0 ? req.timeout_s : run.skill.timeout_s;
-  run.deadline_us = start_us + static_cast<int64_t>(timeout_s) * 1000000;
-  auto run_cancel = run.cancel;
-  parent.OnCancel([run_cancel] { run_cancel->Cancel(); });
-  auto done = std::make_shared<CancelToken>();
-  std::thread watchdog([&run, done, run_cancel, timeout_s] {
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s);
-    while (true) {
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-          deadline - std::chrono::steady_clock::now());
-      if (left.count() <= 0) {
-        run.timed_out = true;
-        run_cancel->Cancel();
-        return;
+  // The watchdog: the run's own timeout, and the caller's cancel; it renews
+  // the run's lease meanwhile.
+  void StartWatchdog(CancelToken& parent) {
+    timeout_s = req.timeout_s > 0 ? req.timeout_s : run.skill.timeout_s;
+    run.deadline_us = start_us + static_cast<int64_t>(timeout_s) * 1000000;
+    auto run_cancel = run.cancel;
+    parent.OnCancel([run_cancel] { run_cancel->Cancel(); });
+    watchdog = std::thread([this, done = done, run_cancel, timeout_s = timeout_s] {
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s);
+      while (true) {
+        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+            deadline - std::chrono::steady_clock::now());
+        if (left.count() <= 0) {
+          run.timed_out = true;
+          run_cancel->Cancel();
+          return;
+        }
+        if (done->WaitFor(
+                std::min(left, std::chrono::milliseconds(RunState::kLeaseTtlS * 1000 / 3))))
+          return;
+        run.RenewLease();
       }
-      if (done->WaitFor(std::min(left, std::chrono::milliseconds(RunState::kLeaseTtlS * 1000 / 3))))
-        return;
-      run.RenewLease();
-    }
-  });
-  struct Joiner {
-    std::shared_ptr<CancelToken> done;
-    std::thread& t;
-    ~Joiner() {
-      done->Cancel();
-      if (t.joinable()) t.join();
-    }
-  } joiner{done, watchdog};
-
-  if (req.board.empty() && deps_.hardware) {
-    // The board the run will use, for the record (flash/monitor resolve it again).
-    if (auto b = run.ResolveBoard(""); b.ok()) v["BOARD"] = *b;
+    });
   }
-  if (!v["BOARD"].empty() && deps_.hardware && deps_.boards) run.MarkSerial(v["BOARD"]);
-  json planned = json::array();
-  for (const auto& s : run.skill.steps)
-    planned.push_back({{"name", s.name}, {"type", s.type == "tool" ? s.tool : s.type}});
-  run.Emit("", "run_started",
-           absl::StrCat("run ", run.run_id, ": ", run.skill.name, " (", run.skill.steps.size(),
-                        " steps)"),
-           true,
-           {{"run_id", run.run_id},
-            {"skill", run.skill.name},
-            {"steps", planned},
-            {"log_dir", run.run_dir},
-            {"board", v["BOARD"]},
-            {"timeout_s", timeout_s},
-            {"ci", req.ci}});
+
+  void Announce() {
+    auto& v = run.vars;
+    if (req.board.empty() && deps.hardware) {
+      // The board the run will use, for the record (flash/monitor resolve it again).
+      if (auto b = run.ResolveBoard(""); b.ok()) v["BOARD"] = *b;
+    }
+    if (!v["BOARD"].empty() && deps.hardware && deps.boards) run.MarkSerial(v["BOARD"]);
+    json planned = json::array();
+    for (const auto& s : run.skill.steps)
+      planned.push_back({{"name", s.name}, {"type", s.type == "tool" ? s.tool : s.type}});
+    run.Emit("", "run_started",
+             absl::StrCat("run ", run.run_id, ": ", run.skill.name, " (", run.skill.steps.size(),
+                          " steps)"),
+             true,
+             {{"run_id", run.run_id},
+              {"skill", run.skill.name},
+              {"steps", planned},
+              {"log_dir", run.run_dir},
+              {"board", v["BOARD"]},
+              {"timeout_s", timeout_s},
+              {"ci", req.ci}});
+  }
 
   // Noted as running until it ends, so a crash cannot lose it.
-  auto journal_record = [&] {
+  json JournalRecord() {
     return json{{"kind", "skill_run"},         {"run_id", run.run_id},
                 {"skill", req.skill},          {"skill_source", run.skill.source},
                 {"project", req.project_root}, {"target", run.project.target},
-                {"board", v["BOARD"]},         {"ci", req.ci},
+                {"board", run.vars["BOARD"]},  {"ci", req.ci},
                 {"by", req.caller.display},    {"principal", req.caller.identity},
                 {"peer", req.caller.peer},     {"steps", steps_out},
                 {"log_dir", run.run_dir}};
-  };
-  if (deps_.journal) deps_.journal->Begin(run.run_id, journal_record());
-  std::string failure_class, failure_error;
-  for (const auto& s : run.skill.steps) {
-    const bool failed = !failure_class.empty();
-    if ((s.when == "success" && failed) || (s.when == "failure" && !failed)) {
-      run.Emit(s.name, "step_skipped",
-               failed ? "skipped: an earlier step failed" : "skipped: runs only after a failure",
-               true);
-      steps_out.push_back({{"name", s.name}, {"skipped", true}});
-      continue;
+  }
+
+  // Every step in turn (skipped as its `when` says); the run's failure,
+  // if any.
+  Failure RunSteps() {
+    if (deps.journal) deps.journal->Begin(run.run_id, JournalRecord());
+    Failure failure;
+    for (const auto& s : run.skill.steps) {
+      const bool failed = !failure.klass.empty();
+      if ((s.when == "success" && failed) || (s.when == "failure" && !failed)) {
+        run.Emit(s.name, "step_skipped",
+                 failed ? "skipped: an earlier step failed" : "skipped: runs only after a failure",
+                 true);
+        steps_out.push_back({{"name", s.name}, {"skipped", true}});
+        continue;
+      }
+      if (run.cancel->cancelled() && s.when != "failure" && s.when != "always") break;
+      const StepOutcome o = RunStep(s);
+      if (!o.ok && s.on_fail != "continue" && failure.klass.empty()) {
+        failure.klass = o.failure_class.empty() ? "failed" : o.failure_class;
+        failure.error = absl::StrCat("step ", s.name, ": ", o.error);
+      }
+      if (failure.klass.empty()) CheckChangeBudget(s, failure);
     }
-    if (run.cancel->cancelled() && s.when != "failure" && s.when != "always") break;
+    if (failure.klass.empty() && run.timed_out) {
+      failure.klass = "timeout";
+      failure.error = absl::StrCat("the run did not finish within ", timeout_s, " s");
+    } else if (failure.klass.empty() && run.cancel->cancelled()) {
+      failure.klass = "cancelled";
+      failure.error = "cancelled";
+    }
+    if (failure.klass == "cancelled" && run.timed_out) failure.klass = "timeout";
+    return failure;
+  }
+
+  // One step with its retries, its log, span, record and events.
+  StepOutcome RunStep(const SkillStep& s) {
     const std::string log_path = (fs::path(run.run_dir) / (s.name + ".log")).string();
     run.step_logs[s.name] = log_path;
     std::ofstream log;
@@ -1524,8 +1498,7 @@ SkillRunResult SkillRunner::Run(const SkillRunRequest& req,
     StepOutcome o;
     int attempt = 0;
     const int64_t step_start = NowMicros();
-    run.Emit(s.name, "step_started",
-             absl::StrCat(s.name, " (", s.type == "tool" ? s.tool : s.type, ")"), true,
+    run.Emit(s.name, "step_started", absl::StrCat(s.name, " (", step_kind, ")"), true,
              {{"type", s.type}, {"tool", s.tool}, {"log", log_path}});
     for (attempt = 1; attempt <= attempts; ++attempt) {
       if (attempt > 1) {
@@ -1543,7 +1516,7 @@ SkillRunResult SkillRunner::Run(const SkillRunRequest& req,
     log.close();
     const int64_t ms = (NowMicros() - step_start) / 1000;
     json rec = {{"name", s.name},
-                {"type", s.type == "tool" ? s.tool : s.type},
+                {"type", step_kind},
                 {"command", secrets->Redact(o.command)},
                 {"exit_code", o.exit_code},
                 {"duration_ms", ms},
@@ -1562,49 +1535,158 @@ SkillRunResult SkillRunner::Run(const SkillRunRequest& req,
       step_span->Fail(o.failure_class.empty() ? "failed" : o.failure_class);
     }
     steps_out.push_back(rec);
-    if (deps_.journal) deps_.journal->Update(run.run_id, journal_record());
+    if (deps.journal) deps.journal->Update(run.run_id, JournalRecord());
     run.Emit(s.name, "step_finished",
              o.ok ? absl::StrCat(s.name, ": ok (", ms, " ms)")
                   : absl::StrCat(s.name, ": ", secrets->Redact(o.error)),
              o.ok, rec);
-    if (!o.ok && s.on_fail != "continue" && failure_class.empty()) {
-      failure_class = o.failure_class.empty() ? "failed" : o.failure_class;
-      failure_error = absl::StrCat("step ", s.name, ": ", o.error);
-    }
-    // The change budget of the whole run.
-    if (run.git && failure_class.empty() &&
-        (run.rules.max_files_per_run > 0 || run.rules.max_lines_per_run > 0)) {
-      int files = 0, lines = 0;
-      for (const auto& [path, n] : NumStat(req.project_root, run.account)) {
-        auto b = run.numstat_before.find(path);
-        if (b != run.numstat_before.end() && b->second == n) continue;
-        ++files;
-        lines += std::abs(n - (b == run.numstat_before.end() ? 0 : b->second));
-      }
-      std::string rule;
-      if (run.rules.max_files_per_run > 0 && files > run.rules.max_files_per_run) {
-        rule = absl::StrCat("change_budget: max_files_per_run ", run.rules.max_files_per_run,
-                            " (the run changed ", files, " files)");
-      } else if (run.rules.max_lines_per_run > 0 && lines > run.rules.max_lines_per_run) {
-        rule = absl::StrCat("change_budget: max_lines_per_run ", run.rules.max_lines_per_run,
-                            " (the run changed ", lines, " lines)");
-      }
-      if (!rule.empty()) {
-        run.refusals.push_back({{"kind", "run"}, {"target", s.name}, {"rule", rule}});
-        failure_class = "policy";
-        failure_error = absl::StrCat("after step ", s.name, ": ", rule);
-      }
-    }
+    return o;
   }
-  if (failure_class.empty() && run.timed_out) {
-    failure_class = "timeout";
-    failure_error = absl::StrCat("the run did not finish within ", timeout_s, " s");
-  } else if (failure_class.empty() && run.cancel->cancelled()) {
-    failure_class = "cancelled";
-    failure_error = "cancelled";
+
+  // The change budget of the whole run, after step `s`: a policy failure
+  // when the run changed more files or lines than the rules allow.
+  void CheckChangeBudget(const SkillStep& s, Failure& failure) {
+    if (!run.git || (run.rules.max_files_per_run <= 0 && run.rules.max_lines_per_run <= 0)) return;
+    int files = 0, lines = 0;
+    for (const auto& [path, n] : NumStat(req.project_root, run.account)) {
+      auto b = run.numstat_before.find(path);
+      if (b != run.numstat_before.end() && b->second == n) continue;
+      ++files;
+      lines += std::abs(n - (b == run.numstat_before.end() ? 0 : b->second));
+    }
+    std::string rule;
+    if (run.rules.max_files_per_run > 0 && files > run.rules.max_files_per_run) {
+      rule = absl::StrCat("change_budget: max_files_per_run ", run.rules.max_files_per_run,
+                          " (the run changed ", files, " files)");
+    } else if (run.rules.max_lines_per_run > 0 && lines > run.rules.max_lines_per_run) {
+      rule = absl::StrCat("change_budget: max_lines_per_run ", run.rules.max_lines_per_run,
+                          " (the run changed ", lines, " lines)");
+    }
+    if (rule.empty()) return;
+    run.refusals.push_back({{"kind", "run"}, {"target", s.name}, {"rule", rule}});
+    failure.klass = "policy";
+    failure.error = absl::StrCat("after step ", s.name, ": ", rule);
   }
-  if (failure_class == "cancelled" && run.timed_out) failure_class = "timeout";
-  return finish(failure_class, failure_error);
+
+  // The files the run changed (a git project's numstat against its start).
+  json FilesChanged() {
+    json files_changed = json::array();
+    if (!run.git) return files_changed;
+    for (const auto& [path, lines] : NumStat(req.project_root, run.account)) {
+      auto it = run.numstat_before.find(path);
+      if (it == run.numstat_before.end() || it->second != lines)
+        files_changed.push_back({{"path", path}, {"lines", lines}});
+    }
+    return files_changed;
+  }
+
+  json Summary(const Failure& f) {
+    json summary = {{"kind", "skill_run"},
+                    {"run_id", run.run_id},
+                    {"skill", req.skill},
+                    {"skill_source", run.skill.source},
+                    {"project", req.project_root},
+                    {"target", run.project.target},
+                    {"board", run.vars.count("BOARD") ? run.vars["BOARD"] : ""},
+                    {"ci", req.ci},
+                    {"by", req.caller.display},
+                    {"principal", req.caller.identity},
+                    {"peer", req.caller.peer},
+                    {"ok", result.ok},
+                    {"failure_class", f.klass},
+                    {"exit_code", result.exit_code},
+                    {"error", secrets->Redact(f.error)},
+                    {"duration_ms", (NowMicros() - start_us) / 1000},
+                    {"steps", steps_out},
+                    {"diagnostics", {{"errors", run.errors}, {"warnings", run.warnings}}},
+                    {"diagnostic_items", run.diagnostic_items},
+                    {"files_changed", FilesChanged()},
+                    {"images", run.images},
+                    {"boot", run.boot},
+                    {"llm_calls", run.llm_calls},
+                    {"policy_refusals", run.refusals},
+                    {"artifacts", run.artifacts},
+                    {"log_dir", run.run_dir}};
+    if (!run.memory.is_null()) summary["memory"] = run.memory;
+    if (!run.toolchain.is_null()) summary["toolchain"] = run.toolchain;
+    if (!run.sbom.is_null()) summary["sbom"] = run.sbom;
+    secrets->RedactJson(summary);
+    return summary;
+  }
+
+  // The run's record in the evidence log (a config failure leaves none). A
+  // run that leaves no record has not succeeded.
+  void AppendRecord(const Failure& f, json& summary) {
+    if (!deps.append_evidence || f.klass == "config") return;
+    auto idx = deps.append_evidence(summary);
+    if (idx.ok()) {
+      summary["evidence_index"] = *idx;
+      return;
+    }
+    summary["evidence_error"] = std::string(idx.status().message());
+    if (!result.ok) return;
+    result.ok = false;
+    result.failure_class = "failed";
+    result.exit_code = ExitCodeFor("failed");
+    summary["ok"] = false;
+    summary["failure_class"] = "failed";
+    summary["exit_code"] = result.exit_code;
+    summary["error"] =
+        absl::StrCat("the evidence log refused the run record: ", idx.status().message());
+  }
+
+  SkillRunResult Finish(const Failure& f) {
+    result.ok = f.klass.empty();
+    result.failure_class = f.klass;
+    result.exit_code = ExitCodeFor(f.klass);
+    run.ReleaseLease();
+    const bool journaled = deps.journal && !run.run_dir.empty();
+    json summary = Summary(f);
+    if (!run.run_dir.empty() && run.account) {
+      ScopedFsIdentity as(*run.account);
+      if (as.status().ok())
+        std::ofstream(fs::path(run.run_dir) / "summary.json") << summary.dump(2) << '\n';
+    }
+    AppendRecord(f, summary);
+    if (journaled) deps.journal->End(run.run_id);
+    result.summary = summary;
+    span->Set("fwai.run.id", run.run_id);
+    span->SetBool("fwai.run.ok", result.ok);
+    if (!result.ok) {
+      span->Set("fwai.run.failure_class", result.failure_class);
+      span->Fail(result.failure_class);
+    }
+    std::string text =
+        result.ok
+            ? absl::StrCat(req.skill, ": ok in ", (NowMicros() - start_us) / 1000, " ms")
+            : absl::StrCat(req.skill, ": ", result.failure_class, ": ", summary.value("error", ""));
+    run.Emit("", "run_finished", text, result.ok, summary);
+    return result;
+  }
+
+  SkillDeps& deps;
+  const SkillRunRequest& req;
+  const int64_t start_us = NowMicros();
+  telemetry::ActiveSpan span;
+  std::shared_ptr<const SecretScanner> secrets;
+  RunState run;
+  SkillRunResult result;
+  json steps_out = json::array();
+  int timeout_s = 0;
+  std::shared_ptr<CancelToken> done = std::make_shared<CancelToken>();
+  std::thread watchdog;
+};
+
+SkillRunner::SkillRunner(SkillDeps deps) : deps_(std::move(deps)) {}
+
+SkillRunResult SkillRunner::Run(const SkillRunRequest& req,
+                                const std::function<void(const SkillEventOut&)>& emit,
+                                CancelToken& parent) {
+  RunDriver d(deps_, req, emit);
+  if (auto failed = d.Prepare()) return d.Finish(*failed);
+  d.StartWatchdog(parent);
+  d.Announce();
+  return d.Finish(d.RunSteps());
 }
 
 }  // namespace fwai

@@ -101,6 +101,7 @@ class SkillRunner {
 
  private:
   struct RunState;
+  struct RunDriver;
   SkillDeps deps_;
 };
 

@@ -273,6 +273,15 @@ class HardwareBroker {
                              const std::string& image);
   // Reboots a stopped simulated board the way it was last started.
   absl::Status PowerOn(Board& b);
+  // The flash guard's memory rules for `image_path` (fwaid's copy of
+  // `requested_image`, whose map and sources are read as the caller).
+  absl::Status GuardMemory(const Caller& caller, Board& b, const std::string& image_path,
+                           const std::string& requested_image, const std::string& root,
+                           const nlohmann::json& build, const FlashGuardPolicy& guard);
+  // Writes `image_path` to `b`; `*flashed_file` is what was written.
+  absl::Status WriteImage(Board& b, const std::string& image_path,
+                          const std::function<void(const FlashProgressUpdate&)>& progress,
+                          std::string* flashed_file);
   absl::StatusOr<FlashResult> FlashMcuboot(
       const Caller& caller, Board& b, const std::string& image_path,
       const std::function<void(const FlashProgressUpdate&)>& progress, const CancelToken* cancel,

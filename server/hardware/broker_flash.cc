@@ -59,6 +59,38 @@ absl::StatusOr<std::string> ReadWhole(const std::string& path) {
   return ss.str();
 }
 
+// The board's boot pattern on its serial port after `since`, within 15 s:
+// the line that matched.
+absl::StatusOr<std::string> WaitForBoot(
+    HardwareBroker::Board& b, uint64_t since,
+    const std::function<void(const FlashProgressUpdate&)>& progress, const CancelToken* cancel) {
+  progress(
+      {"booting", 0.9, absl::StrCat("waiting for '", b.cfg.boot_pattern, "' on the serial port")});
+  std::regex re;
+  try {
+    re = std::regex(b.cfg.boot_pattern);
+  } catch (const std::regex_error&) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("board ", b.cfg.id, ": boot_pattern is not a valid regex"));
+  }
+  std::optional<SerialLine> line;
+  {
+    telemetry::ActiveSpan wait("serial_wait", b.cfg.id);
+    wait->Set("fwai.board", b.cfg.id);
+    wait->Set("fwai.serial.pattern", b.cfg.boot_pattern);
+    wait->SetInt("fwai.serial.timeout_ms", 15000);
+    line = b.hub->WaitFor(re, since, 15000, cancel);
+    wait->SetBool("fwai.serial.matched", line.has_value());
+    if (!line) wait->Fail("the boot pattern did not appear");
+  }
+  if (!line) {
+    return absl::DeadlineExceededError(
+        absl::StrCat("flashed ", b.cfg.id, ", but '", b.cfg.boot_pattern,
+                     "' did not appear on the serial port within 15 s"));
+  }
+  return line->text;
+}
+
 }  // namespace
 
 absl::Status HardwareBroker::BootSimulated(Board& b, const std::string& image) {
@@ -252,6 +284,125 @@ absl::Status GuardRegisters(const RegisterCheckHook& check, const Caller& caller
   return absl::OkStatus();
 }
 
+// The flash guard's memory rules (policy memory budgets and growth): the
+// image's use of the board's flash and RAM, and its growth since the
+// previous build as its build record says.
+absl::Status HardwareBroker::GuardMemory(const Caller& caller, Board& b,
+                                         const std::string& image_path,
+                                         const std::string& requested_image,
+                                         const std::string& root, const nlohmann::json& build,
+                                         const FlashGuardPolicy& guard) {
+  MemoryOptions mo;
+  mo.project_root = root;
+  mo.board = b.cfg.id;
+  mo.max_symbols = 0;
+  if (b.cfg.flash_size > 0)
+    mo.board_regions.push_back({"FLASH", b.cfg.flash_origin, b.cfg.flash_size, "rx", "flash"});
+  if (b.cfg.ram_size > 0)
+    mo.board_regions.push_back({"RAM", b.cfg.ram_origin, b.cfg.ram_size, "rwx", "ram"});
+  // The image is fwaid's private copy (read as fwaid); the project's linker
+  // map, scripts and .su files beside the caller's image are the caller's.
+  auto elf = ReadElfFile(image_path, true);
+  if (!elf.ok())
+    return absl::FailedPreconditionError(
+        absl::StrCat("flash guard (memory): ", elf.status().message()));
+  absl::StatusOr<nlohmann::json> report = absl::UnknownError("");
+  {
+    std::optional<ScopedFsIdentity> as;
+    if (caller.account) as.emplace(*caller.account);
+    if (as && !as->status().ok()) return as->status();
+    report = AnalyzeMemory(*elf, requested_image, mo);
+  }
+  if (!report.ok())
+    return absl::FailedPreconditionError(
+        absl::StrCat("flash guard (memory): ", report.status().message()));
+  nlohmann::json diff;
+  if (guard.max_growth_bytes > 0) {
+    if (!build.is_object() || !build.contains("memory") || !build["memory"].contains("diff")) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("flash guard (memory): no build record of ", requested_image,
+                       " says how much it grew since the previous build; "
+                       "build it with `fwai run build` (policy memory.max_growth_bytes)"));
+    }
+    diff = build["memory"]["diff"];
+  }
+  MemoryBudget budget{guard.flash_max_pct, guard.ram_max_pct, guard.max_growth_bytes};
+  if (auto st = CheckMemoryBudget(*report, diff, budget); !st.ok()) return st;
+  return absl::OkStatus();
+}
+
+// The image written: a simulated board's QEMU restarted with it, a
+// physical one's flash command (with {elf}, {bin}, {hex}, {port}, {probe})
+// or OpenOCD program-and-verify. `*flashed_file`: the file written.
+absl::Status HardwareBroker::WriteImage(
+    Board& b, const std::string& image_path,
+    const std::function<void(const FlashProgressUpdate&)>& progress, std::string* flashed_file) {
+  std::error_code ec;
+  if (b.simulated()) {
+    b.from_slots = false;
+    progress(
+        {"loading", 0.3, absl::StrCat("restarting QEMU ", b.cfg.machine, " with ", image_path)});
+    if (auto s = BootSimulated(b, fs::absolute(image_path).string()); !s.ok()) {
+      b.SetHealth("bad", std::string(s.message()));
+      return s;
+    }
+    progress(
+        {"writing", 0.8,
+         absl::StrCat("loaded into the simulated ", b.cfg.target, "; serial on ", b.hub->path())});
+  } else {
+    std::vector<std::string> argv;
+    if (!b.cfg.flash_command.empty()) {
+      std::string cmd = b.cfg.flash_command;
+      std::string elf = fs::absolute(image_path).string();
+      auto derived = [&](const std::string& ext, const std::string& fmt) -> std::string {
+        fs::path sibling = fs::path(elf).replace_extension(ext);
+        if (fs::exists(sibling, ec) &&
+            fs::last_write_time(sibling, ec) >= fs::last_write_time(elf, ec))
+          return sibling;
+        fs::path out = fs::path(run_dir_) / (b.cfg.id + ext);
+        auto r = RunProcess({"arm-none-eabi-objcopy", "-O", fmt, elf, out.string()});
+        return r.ok() && r->exit_code == 0 ? out.string() : sibling.string();
+      };
+      if (absl::StrContains(cmd, "{bin}")) {
+        *flashed_file = derived(".bin", "binary");
+        absl::StrReplaceAll({{"{bin}", ShellQuote(*flashed_file)}}, &cmd);
+      }
+      if (absl::StrContains(cmd, "{hex}")) {
+        *flashed_file = derived(".hex", "ihex");
+        absl::StrReplaceAll({{"{hex}", ShellQuote(*flashed_file)}}, &cmd);
+      }
+      absl::StrReplaceAll({{"{elf}", ShellQuote(elf)},
+                           {"{port}", ShellQuote(b.cfg.serial)},
+                           {"{probe}", ShellQuote(b.cfg.probe)}},
+                          &cmd);
+      argv = {"/bin/sh", "-c", cmd};
+    } else if (!b.cfg.openocd_config.empty()) {
+      argv = OpenOcdArgs(b.cfg);
+      argv.push_back("-c");
+      argv.push_back("program " + fs::absolute(image_path).string() + " verify reset exit");
+    } else {
+      return absl::FailedPreconditionError(
+          absl::StrCat("board ", b.cfg.id, " has neither flash_command nor openocd_config"));
+    }
+    progress({"writing", 0.3, absl::StrJoin(argv, " ")});
+    ProcessOptions po;
+    po.timeout_ms = 300000;
+    auto r = RunProcess(argv, po);
+    if (!r.ok()) return r.status();
+    std::string out = r->out + r->err;
+    if (r->timed_out || r->exit_code != 0) {
+      return absl::InternalError(
+          absl::StrCat("flashing ", b.cfg.id, " failed (",
+                       r->timed_out ? "timed out" : absl::StrCat("exit ", r->exit_code),
+                       "): ", out.size() > 2000 ? out.substr(out.size() - 2000) : out));
+    }
+    progress({"writing", 0.8, "written and verified"});
+    std::lock_guard lock(b.state_mu);
+    b.image = fs::absolute(image_path).string();
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<FlashResult> HardwareBroker::FlashGuarded(
     const Caller& caller, const std::string& board_id, const std::string& requested_image,
     bool approved, const std::string& project_root,
@@ -275,7 +426,6 @@ absl::StatusOr<FlashResult> HardwareBroker::FlashGuarded(
   auto private_image = CopyImageAs(caller, board_id, requested_image);
   if (!private_image.ok()) return private_image.status();
   const std::string& image_path = *private_image;
-  std::error_code ec;
   if (IsMcubootFile(image_path)) {
     if (!approved) {
       return absl::FailedPreconditionError(absl::StrCat(
@@ -311,42 +461,8 @@ absl::StatusOr<FlashResult> HardwareBroker::FlashGuarded(
     if (auto s = CheckToolchainRecord(build, requested_image, *sha); !s.ok()) return s;
   }
   if (guard.any_memory_budget()) {
-    MemoryOptions mo;
-    mo.project_root = root;
-    mo.board = board_id;
-    mo.max_symbols = 0;
-    if (b->cfg.flash_size > 0)
-      mo.board_regions.push_back({"FLASH", b->cfg.flash_origin, b->cfg.flash_size, "rx", "flash"});
-    if (b->cfg.ram_size > 0)
-      mo.board_regions.push_back({"RAM", b->cfg.ram_origin, b->cfg.ram_size, "rwx", "ram"});
-    // The image is fwaid's private copy (read as fwaid); the project's linker
-    // map, scripts and .su files beside the caller's image are the caller's.
-    auto elf = ReadElfFile(image_path, true);
-    if (!elf.ok())
-      return absl::FailedPreconditionError(
-          absl::StrCat("flash guard (memory): ", elf.status().message()));
-    absl::StatusOr<nlohmann::json> report = absl::UnknownError("");
-    {
-      std::optional<ScopedFsIdentity> as;
-      if (caller.account) as.emplace(*caller.account);
-      if (as && !as->status().ok()) return as->status();
-      report = AnalyzeMemory(*elf, requested_image, mo);
-    }
-    if (!report.ok())
-      return absl::FailedPreconditionError(
-          absl::StrCat("flash guard (memory): ", report.status().message()));
-    nlohmann::json diff;
-    if (guard.max_growth_bytes > 0) {
-      if (!build.is_object() || !build.contains("memory") || !build["memory"].contains("diff")) {
-        return absl::FailedPreconditionError(
-            absl::StrCat("flash guard (memory): no build record of ", requested_image,
-                         " says how much it grew since the previous build; "
-                         "build it with `fwai run build` (policy memory.max_growth_bytes)"));
-      }
-      diff = build["memory"]["diff"];
-    }
-    MemoryBudget budget{guard.flash_max_pct, guard.ram_max_pct, guard.max_growth_bytes};
-    if (auto st = CheckMemoryBudget(*report, diff, budget); !st.ok()) return st;
+    if (auto s = GuardMemory(caller, *b, image_path, requested_image, root, build, guard); !s.ok())
+      return s;
   }
   std::string registers_said, registers_warning;
   if (auto s = GuardRegisters(register_check_, caller, root, guard.register_check, &registers_said,
@@ -376,68 +492,7 @@ absl::StatusOr<FlashResult> HardwareBroker::FlashGuarded(
   std::string flashed_file =
       fs::absolute(image_path).string();  // what is written: the ELF, or a .bin/.hex made from it
   uint64_t since = b->hub->next_seq();
-  if (b->simulated()) {
-    b->from_slots = false;
-    progress(
-        {"loading", 0.3, absl::StrCat("restarting QEMU ", b->cfg.machine, " with ", image_path)});
-    if (auto s = BootSimulated(*b, fs::absolute(image_path).string()); !s.ok()) {
-      b->SetHealth("bad", std::string(s.message()));
-      return s;
-    }
-    progress({"writing", 0.8,
-              absl::StrCat("loaded into the simulated ", b->cfg.target, "; serial on ",
-                           b->hub->path())});
-  } else {
-    std::vector<std::string> argv;
-    if (!b->cfg.flash_command.empty()) {
-      std::string cmd = b->cfg.flash_command;
-      std::string elf = fs::absolute(image_path).string();
-      auto derived = [&](const std::string& ext, const std::string& fmt) -> std::string {
-        fs::path sibling = fs::path(elf).replace_extension(ext);
-        if (fs::exists(sibling, ec) &&
-            fs::last_write_time(sibling, ec) >= fs::last_write_time(elf, ec))
-          return sibling;
-        fs::path out = fs::path(run_dir_) / (board_id + ext);
-        auto r = RunProcess({"arm-none-eabi-objcopy", "-O", fmt, elf, out.string()});
-        return r.ok() && r->exit_code == 0 ? out.string() : sibling.string();
-      };
-      if (absl::StrContains(cmd, "{bin}")) {
-        flashed_file = derived(".bin", "binary");
-        absl::StrReplaceAll({{"{bin}", ShellQuote(flashed_file)}}, &cmd);
-      }
-      if (absl::StrContains(cmd, "{hex}")) {
-        flashed_file = derived(".hex", "ihex");
-        absl::StrReplaceAll({{"{hex}", ShellQuote(flashed_file)}}, &cmd);
-      }
-      absl::StrReplaceAll({{"{elf}", ShellQuote(elf)},
-                           {"{port}", ShellQuote(b->cfg.serial)},
-                           {"{probe}", ShellQuote(b->cfg.probe)}},
-                          &cmd);
-      argv = {"/bin/sh", "-c", cmd};
-    } else if (!b->cfg.openocd_config.empty()) {
-      argv = OpenOcdArgs(b->cfg);
-      argv.push_back("-c");
-      argv.push_back("program " + fs::absolute(image_path).string() + " verify reset exit");
-    } else {
-      return absl::FailedPreconditionError(
-          absl::StrCat("board ", board_id, " has neither flash_command nor openocd_config"));
-    }
-    progress({"writing", 0.3, absl::StrJoin(argv, " ")});
-    ProcessOptions po;
-    po.timeout_ms = 300000;
-    auto r = RunProcess(argv, po);
-    if (!r.ok()) return r.status();
-    std::string out = r->out + r->err;
-    if (r->timed_out || r->exit_code != 0) {
-      return absl::InternalError(
-          absl::StrCat("flashing ", board_id, " failed (",
-                       r->timed_out ? "timed out" : absl::StrCat("exit ", r->exit_code),
-                       "): ", out.size() > 2000 ? out.substr(out.size() - 2000) : out));
-    }
-    progress({"writing", 0.8, "written and verified"});
-    std::lock_guard lock(b->state_mu);
-    b->image = fs::absolute(image_path).string();
-  }
+  if (auto s = WriteImage(*b, image_path, progress, &flashed_file); !s.ok()) return s;
   {
     std::lock_guard lock(b->state_mu);
     b->image_sha256 = *sha;
@@ -447,31 +502,9 @@ absl::StatusOr<FlashResult> HardwareBroker::FlashGuarded(
   if (auto s = storage_.Put(Cf::kLeases, kFlashPrefix + board_id, rec.dump(), true); !s.ok())
     return s;
   if (!b->cfg.boot_pattern.empty()) {
-    progress({"booting", 0.9,
-              absl::StrCat("waiting for '", b->cfg.boot_pattern, "' on the serial port")});
-    std::regex re;
-    try {
-      re = std::regex(b->cfg.boot_pattern);
-    } catch (const std::regex_error&) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("board ", board_id, ": boot_pattern is not a valid regex"));
-    }
-    std::optional<SerialLine> line;
-    {
-      telemetry::ActiveSpan wait("serial_wait", board_id);
-      wait->Set("fwai.board", board_id);
-      wait->Set("fwai.serial.pattern", b->cfg.boot_pattern);
-      wait->SetInt("fwai.serial.timeout_ms", 15000);
-      line = b->hub->WaitFor(re, since, 15000, cancel);
-      wait->SetBool("fwai.serial.matched", line.has_value());
-      if (!line) wait->Fail("the boot pattern did not appear");
-    }
-    if (!line) {
-      return absl::DeadlineExceededError(
-          absl::StrCat("flashed ", board_id, ", but '", b->cfg.boot_pattern,
-                       "' did not appear on the serial port within 15 s"));
-    }
-    result.boot_line = line->text;
+    auto line = WaitForBoot(*b, since, progress, cancel);
+    if (!line.ok()) return line.status();
+    result.boot_line = *line;
   }
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   {

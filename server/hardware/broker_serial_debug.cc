@@ -116,6 +116,169 @@ std::string FormatFrames(const nlohmann::json& stack) {
   return out;
 }
 
+// OpenOCD serving GDB for a physical board, on a free port: its address
+// ("127.0.0.1:PORT"), its pid in `*pid`.
+absl::StatusOr<std::string> StartGdbServer(const BoardConfig& cfg, pid_t* pid) {
+  const std::string& board = cfg.id;
+  if (cfg.openocd_config.empty()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("board ", board, " has no openocd_config to start a GDB server"));
+  }
+  auto port = PickFreePort();
+  if (!port.ok()) return port.status();
+  std::vector<std::string> args = OpenOcdArgs(cfg);
+  args.insert(args.end(), {"-c", absl::StrCat("gdb_port ", *port), "-c", "tcl_port disabled", "-c",
+                           "telnet_port disabled"});
+  int pipefd[2];
+  if (pipe2(pipefd, O_CLOEXEC) != 0) return absl::InternalError("pipe failed");
+  *pid = ForkLongLived([&] { ExecChild(args, -1, pipefd[1], pipefd[1]); });
+  close(pipefd[1]);
+  std::string out;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  bool ready = false;
+  while (std::chrono::steady_clock::now() < deadline && !ready) {
+    pollfd p{pipefd[0], POLLIN, 0};
+    if (poll(&p, 1, 200) <= 0) continue;
+    char buf[1024];
+    ssize_t n = read(pipefd[0], buf, sizeof buf);
+    if (n <= 0) break;
+    out.append(buf, static_cast<size_t>(n));
+    ready = absl::StrContains(out, "for gdb connections");
+  }
+  close(pipefd[0]);
+  if (!ready) {
+    kill(*pid, SIGKILL);
+    waitpid(*pid, nullptr, 0);
+    *pid = -1;
+    return absl::UnavailableError(
+        absl::StrCat("OpenOCD did not start a GDB server for ", board, ": ", out));
+  }
+  return absl::StrCat("127.0.0.1:", *port);
+}
+
+// One debug command on `gdb` (fwai's words: fault, reset, print, bt,
+// continue [S], break; anything else as a gdb console command): its entry
+// (command, output, and what gdb said).
+nlohmann::json RunDebugCommand(GdbSession& gdb, HardwareBroker::Board& b, const std::string& raw,
+                               int timeout_ms) {
+  std::string cmd(absl::StripAsciiWhitespace(raw));
+  nlohmann::json entry = {{"command", cmd}};
+  std::string text;
+  auto word_end = cmd.find(' ');
+  std::string verb = cmd.substr(0, word_end);
+  std::string arg = word_end == std::string::npos
+                        ? ""
+                        : std::string(absl::StripAsciiWhitespace(cmd.substr(word_end)));
+  absl::StatusOr<MiResponse> r = absl::UnknownError("");
+  if (auto refused = RefuseGdbCommand(cmd)) {
+    text = absl::StrCat("error: ", *refused);
+    entry["error"] = text;
+  } else if (verb == "fault" || cmd == "decode fault" || cmd == "info fault") {
+    auto f = DecodeFault(gdb);
+    if (!f.ok()) {
+      text = absl::StrCat("error: ", f.status().message());
+      entry["error"] = text;
+    } else {
+      entry["fault"] = f->ToJson();
+      text = f->summary;
+      if (f->in_fault) {
+        absl::StrAppendFormat(&text, "\n  CFSR=0x%08x HFSR=0x%08x MMFAR=0x%08x BFAR=0x%08x",
+                              f->cfsr, f->hfsr, f->mmfar, f->bfar);
+        for (const auto& c : f->causes) absl::StrAppend(&text, "\n  - ", c);
+        if (!f->frame.empty()) {
+          text += "\n  stacked:";
+          for (const char* k : {"r0", "r1", "r2", "r3", "r12", "lr", "pc", "xpsr"}) {
+            if (f->frame.contains(k))
+              absl::StrAppend(&text, " ", k, "=", f->frame[k].get<std::string>());
+          }
+        }
+      }
+    }
+  } else if (verb == "reset") {
+    if (b.simulated()) {
+      auto s = b.qemu->Reset();
+      text = s.ok() ? "reset (system reset of the simulated board)"
+                    : absl::StrCat("error: ", s.message());
+    } else {
+      r = gdb.Console("monitor reset halt", timeout_ms);
+      text = r.ok() ? (r->result_class == "error" ? "error: " + r->error : "reset (halted)")
+                    : std::string(r.status().message());
+    }
+  } else if ((verb == "print" || verb == "p") && !arg.empty()) {
+    r = gdb.Mi("-data-evaluate-expression \"" +
+                   absl::StrReplaceAll(arg, {{"\\", "\\\\"}, {"\"", "\\\""}}) + "\"",
+               timeout_ms);
+    if (r.ok() && r->result_class == "done") {
+      text = absl::StrCat(arg, " = ", MiString(r->results, "value"));
+      entry["value"] = MiString(r->results, "value");
+    }
+  } else if (cmd == "bt" || cmd == "backtrace" || cmd == "where") {
+    r = gdb.Mi("-stack-list-frames 0 64", timeout_ms);
+    if (r.ok() && r->result_class == "done") {
+      entry["frames"] = r->results.contains("stack") && r->results["stack"].is_array()
+                            ? r->results["stack"]
+                            : nlohmann::json::array();
+      text = FormatFrames(entry["frames"]);
+    }
+  } else if (verb == "continue" || verb == "c") {
+    int wait = arg.empty() ? timeout_ms : std::max(1, std::atoi(arg.c_str())) * 1000;
+    r = gdb.Mi("-exec-continue", timeout_ms);
+    if (r.ok() && r->result_class == "running") {
+      auto st = gdb.WaitStopped(wait);
+      if (st.ok()) {
+        entry["stopped"] = *st;
+        const auto& res = (*st).value("results", nlohmann::json::object());
+        text = absl::StrCat("stopped: ", MiString(res, "reason", "interrupted"));
+        if (res.is_object() && res.contains("frame")) {
+          const auto& frame = res["frame"];
+          absl::StrAppend(&text, " in ", MiString(frame, "func", "??"));
+          if (frame.is_object() && frame.contains("file")) {
+            absl::StrAppend(&text, " at ", MiString(frame, "file"), ":", MiString(frame, "line"));
+          }
+        }
+        if ((*st).value("interrupted_after_timeout", false))
+          absl::StrAppend(&text, " (interrupted after ", wait / 1000, " s)");
+      } else {
+        text = absl::StrCat("error: ", st.status().message());
+      }
+    }
+  } else if (verb == "break" || verb == "b") {
+    r = gdb.Mi("-break-insert " + arg, timeout_ms);
+    if (r.ok() && r->result_class == "done") {
+      entry["breakpoint"] =
+          r->results.contains("bkpt") ? r->results["bkpt"] : nlohmann::json::object();
+      const auto& bp = entry["breakpoint"];
+      text = absl::StrCat("breakpoint ", MiString(bp, "number", "?"), " at ", MiString(bp, "addr"),
+                          " in ", MiString(bp, "func", "??"),
+                          bp.is_object() && bp.contains("file")
+                              ? " at " + MiString(bp, "file") + ":" + MiString(bp, "line")
+                              : "");
+    }
+  } else {
+    r = gdb.Console(cmd, timeout_ms);
+    if (r.ok() && r->result_class == "running") {
+      auto st = gdb.WaitStopped(timeout_ms);
+      if (st.ok()) entry["stopped"] = *st;
+    }
+  }
+  if (text.empty()) {
+    if (!r.ok()) {
+      text = absl::StrCat("error: ", r.status().message());
+      entry["error"] = text;
+    } else if (r->result_class == "error") {
+      text = absl::StrCat("error: ", r->error);
+      entry["error"] = r->error;
+    } else {
+      text = r->console;
+      if (!r->results.empty()) entry["result"] = r->results;
+    }
+  }
+  if (r.ok() && !r->console.empty()) entry["console"] = r->console;
+  while (!text.empty() && text.back() == '\n') text.pop_back();
+  entry["output"] = text;
+  return entry;
+}
+
 }  // namespace
 
 absl::StatusOr<DebugResult> HardwareBroker::Debug(const Caller& caller, const std::string& board,
@@ -142,39 +305,9 @@ absl::StatusOr<DebugResult> HardwareBroker::Debug(const Caller& caller, const st
     }
     target = absl::StrCat("127.0.0.1:", b->qemu->gdb_port());
   } else {
-    if (b->cfg.openocd_config.empty()) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("board ", board, " has no openocd_config to start a GDB server"));
-    }
-    auto port = PickFreePort();
-    if (!port.ok()) return port.status();
-    std::vector<std::string> args = OpenOcdArgs(b->cfg);
-    args.insert(args.end(), {"-c", absl::StrCat("gdb_port ", *port), "-c", "tcl_port disabled",
-                             "-c", "telnet_port disabled"});
-    int pipefd[2];
-    if (pipe2(pipefd, O_CLOEXEC) != 0) return absl::InternalError("pipe failed");
-    ocd_pid = ForkLongLived([&] { ExecChild(args, -1, pipefd[1], pipefd[1]); });
-    close(pipefd[1]);
-    std::string out;
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-    bool ready = false;
-    while (std::chrono::steady_clock::now() < deadline && !ready) {
-      pollfd p{pipefd[0], POLLIN, 0};
-      if (poll(&p, 1, 200) <= 0) continue;
-      char buf[1024];
-      ssize_t n = read(pipefd[0], buf, sizeof buf);
-      if (n <= 0) break;
-      out.append(buf, static_cast<size_t>(n));
-      ready = absl::StrContains(out, "for gdb connections");
-    }
-    close(pipefd[0]);
-    if (!ready) {
-      kill(ocd_pid, SIGKILL);
-      waitpid(ocd_pid, nullptr, 0);
-      return absl::UnavailableError(
-          absl::StrCat("OpenOCD did not start a GDB server for ", board, ": ", out));
-    }
-    target = absl::StrCat("127.0.0.1:", *port);
+    auto started = StartGdbServer(b->cfg, &ocd_pid);
+    if (!started.ok()) return started.status();
+    target = *started;
   }
   auto stop_ocd = [&] {
     if (ocd_pid > 0) {
@@ -223,123 +356,9 @@ absl::StatusOr<DebugResult> HardwareBroker::Debug(const Caller& caller, const st
       result.outputs.push_back("(stopped: cancelled)");
       break;
     }
-    std::string cmd(absl::StripAsciiWhitespace(raw));
-    nlohmann::json entry = {{"command", cmd}};
-    std::string text;
-    auto word_end = cmd.find(' ');
-    std::string verb = cmd.substr(0, word_end);
-    std::string arg = word_end == std::string::npos
-                          ? ""
-                          : std::string(absl::StripAsciiWhitespace(cmd.substr(word_end)));
-    absl::StatusOr<MiResponse> r = absl::UnknownError("");
-    if (auto refused = RefuseGdbCommand(cmd)) {
-      text = absl::StrCat("error: ", *refused);
-      entry["error"] = text;
-    } else if (verb == "fault" || cmd == "decode fault" || cmd == "info fault") {
-      auto f = DecodeFault(**gdb);
-      if (!f.ok()) {
-        text = absl::StrCat("error: ", f.status().message());
-        entry["error"] = text;
-      } else {
-        entry["fault"] = f->ToJson();
-        text = f->summary;
-        if (f->in_fault) {
-          absl::StrAppendFormat(&text, "\n  CFSR=0x%08x HFSR=0x%08x MMFAR=0x%08x BFAR=0x%08x",
-                                f->cfsr, f->hfsr, f->mmfar, f->bfar);
-          for (const auto& c : f->causes) absl::StrAppend(&text, "\n  - ", c);
-          if (!f->frame.empty()) {
-            text += "\n  stacked:";
-            for (const char* k : {"r0", "r1", "r2", "r3", "r12", "lr", "pc", "xpsr"}) {
-              if (f->frame.contains(k))
-                absl::StrAppend(&text, " ", k, "=", f->frame[k].get<std::string>());
-            }
-          }
-        }
-      }
-    } else if (verb == "reset") {
-      if (b->simulated()) {
-        auto s = b->qemu->Reset();
-        text = s.ok() ? "reset (system reset of the simulated board)"
-                      : absl::StrCat("error: ", s.message());
-      } else {
-        r = (*gdb)->Console("monitor reset halt", timeout_ms);
-        text = r.ok() ? (r->result_class == "error" ? "error: " + r->error : "reset (halted)")
-                      : std::string(r.status().message());
-      }
-    } else if ((verb == "print" || verb == "p") && !arg.empty()) {
-      r = (*gdb)->Mi("-data-evaluate-expression \"" +
-                         absl::StrReplaceAll(arg, {{"\\", "\\\\"}, {"\"", "\\\""}}) + "\"",
-                     timeout_ms);
-      if (r.ok() && r->result_class == "done") {
-        text = absl::StrCat(arg, " = ", MiString(r->results, "value"));
-        entry["value"] = MiString(r->results, "value");
-      }
-    } else if (cmd == "bt" || cmd == "backtrace" || cmd == "where") {
-      r = (*gdb)->Mi("-stack-list-frames 0 64", timeout_ms);
-      if (r.ok() && r->result_class == "done") {
-        entry["frames"] = r->results.contains("stack") && r->results["stack"].is_array()
-                              ? r->results["stack"]
-                              : nlohmann::json::array();
-        text = FormatFrames(entry["frames"]);
-      }
-    } else if (verb == "continue" || verb == "c") {
-      int wait = arg.empty() ? timeout_ms : std::max(1, std::atoi(arg.c_str())) * 1000;
-      r = (*gdb)->Mi("-exec-continue", timeout_ms);
-      if (r.ok() && r->result_class == "running") {
-        auto st = (*gdb)->WaitStopped(wait);
-        if (st.ok()) {
-          entry["stopped"] = *st;
-          const auto& res = (*st).value("results", nlohmann::json::object());
-          text = absl::StrCat("stopped: ", MiString(res, "reason", "interrupted"));
-          if (res.is_object() && res.contains("frame")) {
-            const auto& frame = res["frame"];
-            absl::StrAppend(&text, " in ", MiString(frame, "func", "??"));
-            if (frame.is_object() && frame.contains("file")) {
-              absl::StrAppend(&text, " at ", MiString(frame, "file"), ":", MiString(frame, "line"));
-            }
-          }
-          if ((*st).value("interrupted_after_timeout", false))
-            absl::StrAppend(&text, " (interrupted after ", wait / 1000, " s)");
-        } else {
-          text = absl::StrCat("error: ", st.status().message());
-        }
-      }
-    } else if (verb == "break" || verb == "b") {
-      r = (*gdb)->Mi("-break-insert " + arg, timeout_ms);
-      if (r.ok() && r->result_class == "done") {
-        entry["breakpoint"] =
-            r->results.contains("bkpt") ? r->results["bkpt"] : nlohmann::json::object();
-        const auto& bp = entry["breakpoint"];
-        text = absl::StrCat("breakpoint ", MiString(bp, "number", "?"), " at ",
-                            MiString(bp, "addr"), " in ", MiString(bp, "func", "??"),
-                            bp.is_object() && bp.contains("file")
-                                ? " at " + MiString(bp, "file") + ":" + MiString(bp, "line")
-                                : "");
-      }
-    } else {
-      r = (*gdb)->Console(cmd, timeout_ms);
-      if (r.ok() && r->result_class == "running") {
-        auto st = (*gdb)->WaitStopped(timeout_ms);
-        if (st.ok()) entry["stopped"] = *st;
-      }
-    }
-    if (text.empty()) {
-      if (!r.ok()) {
-        text = absl::StrCat("error: ", r.status().message());
-        entry["error"] = text;
-      } else if (r->result_class == "error") {
-        text = absl::StrCat("error: ", r->error);
-        entry["error"] = r->error;
-      } else {
-        text = r->console;
-        if (!r->results.empty()) entry["result"] = r->results;
-      }
-    }
-    if (r.ok() && !r->console.empty()) entry["console"] = r->console;
-    while (!text.empty() && text.back() == '\n') text.pop_back();
-    entry["output"] = text;
-    result.outputs.push_back(text);
-    result.results.push_back(entry);
+    nlohmann::json entry = RunDebugCommand(**gdb, *b, raw, timeout_ms);
+    result.outputs.push_back(entry["output"].get<std::string>());
+    result.results.push_back(std::move(entry));
   }
   (*gdb)->Detach();
   gdb->reset();

@@ -1,16 +1,20 @@
-// Bundles the extension (node), the chat webview (browser) and the vscode-free
-// client library (node, for the tests) with esbuild, and copies the daemon's
-// protos next to them. `--production` minifies and drops source maps.
+// Generates the API's TypeScript types from the daemon's protos
+// (src/generated, scripts/gen-types.mjs), bundles the extension (node), the
+// chat webview (browser) and the vscode-free client library (node, for the
+// tests) with esbuild, and copies the protos next to them. `--production`
+// minifies and drops source maps.
 import * as esbuild from 'esbuild';
 import fs from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { generateTypes } from './gen-types.mjs';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const root = path.resolve(here, '..');
 const production = process.argv.includes('--production');
 const dist = path.join(root, 'dist');
 
+generateTypes();
 fs.rmSync(dist, { recursive: true, force: true });
 const common = { bundle: true, sourcemap: !production, minify: production, logLevel: 'warning', legalComments: 'none' };
 await Promise.all([

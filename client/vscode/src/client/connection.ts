@@ -9,6 +9,19 @@ import { ensureDaemon } from './autostart';
 import { FwaiError, toFwaiError } from './errors';
 import { loadFwaiPackage } from './proto';
 import { Unreachable, whyUnreachable } from './reach';
+import type {
+  BidiMethod,
+  BidiRequest,
+  BidiResponse,
+  ServerStreamMethod,
+  ServerStreamRequest,
+  ServerStreamResponse,
+  ServiceClients,
+  ServiceName,
+  UnaryMethod,
+  UnaryRequest,
+  UnaryResponse,
+} from './rpc';
 
 export interface ConnectOptions {
   /** The `fwai.daemon` setting; empty: $FWAI_DAEMON, else the default socket. */
@@ -31,27 +44,18 @@ export interface ConnectOptions {
   connectTimeoutMs?: number;
 }
 
-export type ServiceName =
-  | 'Sessions'
-  | 'Daemon'
-  | 'Hardware'
-  | 'Skills'
-  | 'Projects'
-  | 'Knowledge'
-  | 'Evidence'
-  | 'Firmware'
-  | 'Ota';
-const SERVICES: ServiceName[] = [
-  'Sessions',
-  'Daemon',
-  'Hardware',
-  'Skills',
-  'Projects',
-  'Knowledge',
-  'Evidence',
-  'Firmware',
-  'Ota',
-];
+// Every service of ServiceClients gets a stub (one missing here does not compile).
+const SERVICES = Object.keys({
+  Sessions: true,
+  Daemon: true,
+  Hardware: true,
+  Skills: true,
+  Projects: true,
+  Knowledge: true,
+  Evidence: true,
+  Firmware: true,
+  Ota: true,
+} satisfies Record<ServiceName, true>) as ServiceName[];
 
 /** Channel options: fast reconnects (a restarted daemon is back in ~100 ms), big messages (exports). */
 const CHANNEL_OPTIONS: grpc.ChannelOptions = {
@@ -93,7 +97,8 @@ export function makeCredentials(
 }
 
 export class FwaiClient {
-  readonly stubs: Record<ServiceName, grpc.Client>;
+  /** Each service's stub, typed by the generated client interfaces. */
+  readonly stubs: ServiceClients;
   private constructor(
     readonly address: DaemonAddress,
     private readonly opts: ConnectOptions,
@@ -110,7 +115,7 @@ export class FwaiClient {
       channel ??= c.getChannel() as grpc.Channel;
       stubs[name] = c;
     }
-    this.stubs = stubs as Record<ServiceName, grpc.Client>;
+    this.stubs = stubs as unknown as ServiceClients;
   }
 
   /** The client without waiting for the daemon (calls wait for the channel themselves). */
@@ -210,28 +215,56 @@ export class FwaiClient {
     return md;
   }
 
-  /** One unary call; rejects with a FwaiError carrying the daemon's message. */
-  async call<Resp = any>(service: ServiceName, method: string, request: object, timeoutMs = 30000): Promise<Resp> {
+  /** The stub's method `method` of `service`, or an error naming what does not exist (for untyped callers). */
+  private method(service: ServiceName, method: string): (...args: unknown[]) => any {
+    const stub = this.stubs[service] as unknown as Record<string, unknown> | undefined;
+    const fn = stub?.[method];
+    if (!stub || typeof fn !== 'function') {
+      throw new Error(`fwai API: ${service}.${method} does not exist`);
+    }
+    return (fn as (...args: unknown[]) => any).bind(stub);
+  }
+
+  /**
+   * One unary call; rejects with a FwaiError carrying the daemon's message.
+   * Service, method, request and response are the generated types':
+   * `call('Hardware', 'Acquire', { device_id })` answers a `Lease`.
+   */
+  async call<S extends ServiceName, const M extends UnaryMethod<S>>(
+    service: S,
+    method: M,
+    request: UnaryRequest<S, M>,
+    timeoutMs = 30000,
+  ): Promise<UnaryResponse<S, M>> {
     const md = await this.metadata();
-    const stub = this.stubs[service] as any;
-    if (typeof stub[method] !== 'function') throw new Error(`fwai API: ${service}.${method} does not exist`);
-    return new Promise<Resp>((resolve, reject) => {
-      stub[method](request, md, { deadline: Date.now() + timeoutMs }, (err: grpc.ServiceError | null, resp: Resp) =>
-        err ? reject(toFwaiError(err)) : resolve(resp),
+    const fn = this.method(service, method);
+    return new Promise<UnaryResponse<S, M>>((resolve, reject) => {
+      fn(
+        request,
+        md,
+        { deadline: Date.now() + timeoutMs },
+        (err: grpc.ServiceError | null, resp: UnaryResponse<S, M>) => (err ? reject(toFwaiError(err)) : resolve(resp)),
       );
     });
   }
 
   /** A server-streaming call. */
-  async serverStream(service: ServiceName, method: string, request: object): Promise<grpc.ClientReadableStream<any>> {
+  async serverStream<S extends ServiceName, const M extends ServerStreamMethod<S>>(
+    service: S,
+    method: M,
+    request: ServerStreamRequest<S, M>,
+  ): Promise<grpc.ClientReadableStream<ServerStreamResponse<S, M>>> {
     const md = await this.metadata();
-    return (this.stubs[service] as any)[method](request, md);
+    return this.method(service, method)(request, md);
   }
 
   /** A bidirectional call. */
-  async bidi(service: ServiceName, method: string): Promise<grpc.ClientDuplexStream<any, any>> {
+  async bidi<S extends ServiceName, const M extends BidiMethod<S>>(
+    service: S,
+    method: M,
+  ): Promise<grpc.ClientDuplexStream<BidiRequest<S, M>, BidiResponse<S, M>>> {
     const md = await this.metadata();
-    return (this.stubs[service] as any)[method](md);
+    return this.method(service, method)(md);
   }
 
   close(): void {

@@ -10,6 +10,7 @@ export * from './knowledge';
 export * from './model';
 export * from './proto';
 export * from './reach';
+export * from './rpc';
 export * from './refs';
 export * from './serial';
 export * from './session';

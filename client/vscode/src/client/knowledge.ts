@@ -2,23 +2,15 @@
 // pieces with the daemon's progress) and searching it.
 import * as fs from 'node:fs';
 import * as path from 'node:path';
+import type { IngestProgress__Output } from '../generated/fwai/v1/IngestProgress';
+import type { SearchResult__Output } from '../generated/fwai/v1/SearchResult';
 import { FwaiClient } from './connection';
 import { toFwaiError } from './errors';
 
 export const MAX_DOCUMENT_BYTES = 50 << 20;
 const PIECE = 1 << 20;
 
-export interface IngestProgress {
-  stage: string;
-  bytes: number;
-  chunks: number;
-  doc_id: string;
-  message: string;
-  unchanged: boolean;
-  pages: number;
-  replaced_doc_id: string;
-  duplicate_of: string;
-}
+export type IngestProgress = IngestProgress__Output;
 
 export interface IngestOutcome {
   file: string;
@@ -95,19 +87,7 @@ export async function ingestFile(
   });
 }
 
-export interface SearchResult {
-  rank: number;
-  score: number;
-  doc: string;
-  doc_id: string;
-  title_path: string;
-  page: number;
-  start_line: number;
-  end_line: number;
-  content_type: string;
-  text: string;
-  chunk_id: string;
-}
+export type SearchResult = SearchResult__Output;
 
 export async function search(
   client: FwaiClient,

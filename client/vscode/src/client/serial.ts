@@ -8,14 +8,13 @@
 // there (the lease ended, the port closed, the caller may not read it).
 import * as grpc from '@grpc/grpc-js';
 import { EventEmitter } from 'node:events';
+import type { SerialClientMessage } from '../generated/fwai/v1/SerialClientMessage';
+import type { SerialLine__Output } from '../generated/fwai/v1/SerialLine';
+import type { SerialServerMessage__Output } from '../generated/fwai/v1/SerialServerMessage';
 import { FwaiClient } from './connection';
 import { FwaiError, toFwaiError } from './errors';
 
-export interface SerialLine {
-  time_us: number;
-  line: string;
-  seq: number;
-}
+export type SerialLine = SerialLine__Output;
 
 export interface SerialOptions {
   fromHistory?: boolean;
@@ -44,7 +43,7 @@ export declare interface SerialSession {
 type DaemonIdentity = string;
 
 export class SerialSession extends EventEmitter {
-  private call: grpc.ClientDuplexStream<any, any> | null = null;
+  private call: grpc.ClientDuplexStream<SerialClientMessage, SerialServerMessage__Output> | null = null;
   private ended = false;
   private closing = false;
   private daemon: DaemonIdentity | null = null;
@@ -101,7 +100,7 @@ export class SerialSession extends EventEmitter {
       void this.onBroken(reason, err, final);
     };
     const restarted = again && fromHistory;
-    call.on('data', (m: any) => {
+    call.on('data', (m: SerialServerMessage__Output) => {
       if (m.opened) {
         this.opened = m.opened;
         this.backoff = this.opts.minBackoffMs ?? 100;

@@ -7,6 +7,7 @@ import * as grpc from '@grpc/grpc-js';
 import { EventEmitter } from 'node:events';
 import { FwaiClient } from './connection';
 import { FwaiError, isTransient, toFwaiError } from './errors';
+import type { ClientEvent } from '../generated/fwai/v1/ClientEvent';
 import { ServerEvent } from './events';
 
 export type StreamState = 'connecting' | 'open' | 'reconnecting' | 'closed';
@@ -35,7 +36,7 @@ export class SessionStream extends EventEmitter {
   state: StreamState = 'closed';
   lastSeq: number;
   reconnects = 0;
-  private call: grpc.ClientDuplexStream<any, any> | null = null;
+  private call: grpc.ClientDuplexStream<ClientEvent, ServerEvent> | null = null;
   private closed = false;
   private backoff: number;
   private timer: NodeJS.Timeout | null = null;
@@ -63,7 +64,7 @@ export class SessionStream extends EventEmitter {
   private async connect(): Promise<void> {
     if (this.closed) return;
     this.setState(this.reconnects ? 'reconnecting' : 'connecting');
-    let call: grpc.ClientDuplexStream<any, any>;
+    let call: grpc.ClientDuplexStream<ClientEvent, ServerEvent>;
     try {
       call = await this.client.bidi('Sessions', 'Chat');
     } catch (e) {
@@ -126,7 +127,7 @@ export class SessionStream extends EventEmitter {
     }, delay);
   }
 
-  private write(msg: object): void {
+  private write(msg: ClientEvent): void {
     if (!this.call || this.state !== 'open') {
       throw new FwaiError(grpc.status.UNAVAILABLE, 'not connected to fwaid (reconnecting); try again in a moment');
     }

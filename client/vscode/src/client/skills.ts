@@ -1,15 +1,20 @@
-// Skill runs (Skills.Run): streamed steps, output and typed diagnostics.
+// A project's skills (Skills.List) and skill runs (Skills.Run): streamed
+// steps, output and typed diagnostics.
 import * as grpc from '@grpc/grpc-js';
+import type { Skill__Output } from '../generated/fwai/v1/Skill';
+import type { SkillEvent__Output } from '../generated/fwai/v1/SkillEvent';
 import { FwaiClient } from './connection';
 import { toFwaiError, FwaiError } from './errors';
 
-export interface SkillEvent {
-  run_id: string;
-  step: string;
-  kind: string; // run_started | step_started | output | diagnostic | step_skipped | step_retry | step_finished | run_finished
-  text: string;
-  ok: boolean;
-  json: string;
+/** One event of a run; `kind`: run_started | step_started | output | diagnostic | step_skipped | step_retry | step_finished | run_finished. */
+export type SkillEvent = SkillEvent__Output;
+/** A skill as Skills.List describes it: name, steps, whether it flashes, its variables. */
+export type SkillInfo = Skill__Output;
+
+/** The skills of the project at `projectRoot` (built-in ones and the project's own). */
+export async function listSkills(client: FwaiClient, projectRoot: string): Promise<SkillInfo[]> {
+  const r = await client.call('Skills', 'List', { project_root: projectRoot });
+  return r.skills;
 }
 
 export interface Diagnostic {

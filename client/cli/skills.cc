@@ -54,36 +54,190 @@ bool AskYesNo(const std::string& question) {
 
 }  // namespace
 
+namespace {
+
+// The skill `o.skill` of project `root` as fwaid lists it (its timeout,
+// whether it flashes): 0, or the exit code after saying why.
+int LookUpSkill(const Globals& g, pb::Skills::Stub& stub, const std::string& root,
+                const std::string& name, pb::Skill* out) {
+  pb::ListSkillsRequest lr;
+  lr.set_project_root(root);
+  pb::ListSkillsResponse skills;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+  auto st = stub.List(&ctx, lr, &skills);
+  if (st.error_code() == grpc::StatusCode::INVALID_ARGUMENT)
+    return Fail(g, 11, st.error_message());  // config
+  if (!st.ok()) return FailGrpc(g, st);
+  std::vector<std::string> names;
+  for (const auto& s : skills.skills()) {
+    names.push_back(s.name());
+    if (s.name() == name) {
+      *out = s;
+      return 0;
+    }
+  }
+  return Fail(g, 11,
+              absl::StrCat("no skill '", name, "' in ", root,
+                           " (skills: ", absl::StrJoin(names, ", "), ")"));
+}
+
+// A board held by a Hold stream for the run; fwaid renews the lease while
+// the stream is open and releases it the moment it ends (here, or when this
+// process dies).
+struct HeldBoard {
+  std::unique_ptr<grpc::ClientContext> ctx;
+  std::unique_ptr<grpc::ClientReader<pb::Lease>> reader;
+  ~HeldBoard() {
+    if (!reader) return;
+    ctx->TryCancel();
+    pb::Lease l;
+    while (reader->Read(&l)) {
+    }
+    (void)reader->Finish();
+  }
+};
+
+// --board-tag: a board with the tags held for the run, its id in `*board`:
+// 0, or the exit code (18, hardware) after saying why.
+int HoldBoardByTags(const Globals& g, const std::shared_ptr<grpc::Channel>& ch,
+                    const SkillRunOptions& o, HeldBoard* held, std::string* board) {
+  pb::AcquireRequest ar;
+  AddBoardTags(o.board_tags, &ar);
+  ar.set_ttl_s(60);
+  ar.set_wait_s(o.board_wait_s);
+  const std::string tags = absl::StrJoin(o.board_tags, ",");
+  std::ostream& note = o.ci && !g.json ? std::cerr : std::cout;
+  if (!g.json)
+    note << "leasing a board with tags " << tags << " (waiting up to " << o.board_wait_s << " s)"
+         << std::endl;
+  auto hw = pb::Hardware::NewStub(ch);
+  held->ctx = std::make_unique<grpc::ClientContext>();
+  held->ctx->AddMetadata("fwai-client", "fwai run");
+  held->reader = hw->Hold(held->ctx.get(), ar);
+  pb::Lease lease;
+  if (!held->reader->Read(&lease)) {
+    grpc::Status hs = held->reader->Finish();
+    held->reader.reset();
+    constexpr int kHardware = 18;
+    const std::string msg =
+        absl::StrCat("no board with tags ", tags, " for the run: ", hs.error_message());
+    if (o.ci && !g.json) {
+      std::cout << json({{"skill", o.skill},
+                         {"ok", false},
+                         {"failure_class", "hardware"},
+                         {"exit_code", kHardware},
+                         {"board_tags", o.board_tags},
+                         {"error", msg}})
+                       .dump()
+                << std::endl;
+    }
+    return Fail(g, kHardware, msg);
+  }
+  *board = lease.device_id();
+  if (!g.json) {
+    note << "leased " << *board
+         << (lease.node().empty() ? "" : absl::StrCat(" on node ", lease.node())) << " (lease "
+         << lease.lease_id() << ")" << std::endl;
+  }
+  return 0;
+}
+
+// One event of the run for a person.
+void PrintSkillEvent(std::ostream& out, const Style& st, const pb::SkillEvent& ev) {
+  const std::string& k = ev.kind();
+  if (k == "run_started") {
+    out << st.bold() << "▶ " << ev.text() << st.reset() << std::endl;
+  } else if (k == "step_started") {
+    out << st.bold() << "== " << ev.text() << st.reset() << std::endl;
+  } else if (k == "output") {
+    out << st.dim() << "  " << ev.text() << st.reset() << '\n';
+  } else if (k == "step_retry") {
+    out << st.yellow() << "  ↻ " << ev.text() << st.reset() << std::endl;
+  } else if (k == "step_skipped") {
+    out << st.dim() << "-- " << ev.step() << ": " << ev.text() << st.reset() << std::endl;
+  } else if (k == "step_finished") {
+    out << (ev.ok() ? st.green() + "✓ " : st.red() + "✗ ") << ev.text() << st.reset() << std::endl;
+  }
+}
+
+// The exit code of a run whose stream ended with `status` (not OK), said.
+int RunStreamFailed(const Globals& g, const SkillRunOptions& o, const grpc::Status& status,
+                    const std::string& run_id, int limit_s) {
+  if (status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
+    return Fail(g, 17,
+                absl::StrCat("the run did not finish within ", limit_s, " s (client watchdog)"));
+  }
+  if (status.error_code() == grpc::StatusCode::CANCELLED) return Fail(g, 130, "cancelled");
+  if (status.error_code() == grpc::StatusCode::UNAVAILABLE && !run_id.empty()) {
+    // The run started and its stream broke: fwaid went away (or the
+    // connection did, and fwaid cancels a run whose client left).
+    constexpr int kInterrupted = 20;
+    const std::string msg = absl::StrCat(
+        "run ", run_id, " was interrupted: the connection to fwaid broke (", status.error_message(),
+        "). If fwaid stopped or crashed, its next start records the run as "
+        "interrupted (fwai evidence show ",
+        run_id, ")");
+    if (o.ci && !g.json) {
+      std::cout << json({{"run_id", run_id},
+                         {"skill", o.skill},
+                         {"ok", false},
+                         {"failure_class", "interrupted"},
+                         {"exit_code", kInterrupted},
+                         {"error", msg}})
+                       .dump()
+                << std::endl;
+    }
+    return Fail(g, kInterrupted, msg);
+  }
+  int rc = FailGrpc(g, status);
+  return rc == kExitUnreachable ? rc : 11;
+}
+
+// The run's diagnostics (errors first, at most 10) and its outcome, for a
+// person; in CI mode the summary also goes to stdout as JSON.
+void PrintRunSummary(std::ostream& out, const Style& st, const SkillRunOptions& o,
+                     const json& summary, const std::vector<json>& diagnostics) {
+  int errors = 0, warnings = 0;
+  for (const auto& d : diagnostics)
+    (d.value("severity", "") == "error" ? errors : warnings) += d.value("severity", "") != "note";
+  if (!diagnostics.empty()) {
+    out << st.bold() << "diagnostics: " << errors << (errors == 1 ? " error, " : " errors, ")
+        << warnings << (warnings == 1 ? " warning" : " warnings") << st.reset() << std::endl;
+    int shown = 0;
+    for (const auto& d : diagnostics) {
+      if (d.value("severity", "") != "error" || ++shown > 10) continue;
+      out << "  " << st.red() << d.value("kind", "") << st.reset() << " " << d.value("file", "")
+          << (d.contains("line") ? absl::StrCat(":", d["line"].get<int>()) : "") << " "
+          << d.value("message", "") << std::endl;
+    }
+  }
+  if (summary.value("ok", false)) {
+    out << st.green() << st.bold() << "ok" << st.reset() << "  " << summary.value("skill", "")
+        << " in " << summary.value("duration_ms", 0) << " ms";
+  } else {
+    out << st.red() << st.bold() << "FAILED (" << summary.value("failure_class", "") << ")"
+        << st.reset() << "  " << summary.value("error", "");
+  }
+  out << "\n  run " << summary.value("run_id", "") << ", logs " << summary.value("log_dir", "");
+  if (summary.contains("evidence_index"))
+    out << ", evidence record " << summary["evidence_index"].get<uint64_t>();
+  out << std::endl;
+  if (o.ci) std::cout << summary.dump() << std::endl;
+}
+
+}  // namespace
+
 int RunSkill(const Globals& g, const SkillRunOptions& o) {
   auto ch = ConnectChannel(g);
   if (!ch.ok()) return Fail(g, kExitUnreachable, std::string(ch.status().message()));
   auto stub = pb::Skills::NewStub(*ch);
   const std::string root = ProjectRoot(g);
   // What the skill is: its timeout and whether it flashes (which needs approval).
-  pb::ListSkillsRequest lr;
-  lr.set_project_root(root);
-  pb::ListSkillsResponse skills;
-  {
-    grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
-    auto st = stub->List(&ctx, lr, &skills);
-    if (st.error_code() == grpc::StatusCode::INVALID_ARGUMENT)
-      return Fail(g, 11, st.error_message());  // config
-    if (!st.ok()) return FailGrpc(g, st);
-  }
-  const pb::Skill* skill = nullptr;
-  std::vector<std::string> names;
-  for (const auto& s : skills.skills()) {
-    names.push_back(s.name());
-    if (s.name() == o.skill) skill = &s;
-  }
-  if (!skill) {
-    return Fail(g, 11,
-                absl::StrCat("no skill '", o.skill, "' in ", root,
-                             " (skills: ", absl::StrJoin(names, ", "), ")"));
-  }
+  pb::Skill skill;
+  if (int rc = LookUpSkill(g, *stub, root, o.skill, &skill); rc != 0) return rc;
   bool approved = o.yes;
-  if (skill->flashes() && !approved && !o.ci) {
+  if (skill.flashes() && !approved && !o.ci) {
     approved = AskYesNo(absl::StrCat("The skill '", o.skill, "' flashes ",
                                      o.board.empty() ? "the board" : o.board, ". Proceed?"));
     if (!approved && isatty(STDIN_FILENO)) {
@@ -92,62 +246,11 @@ int RunSkill(const Globals& g, const SkillRunOptions& o) {
     }
   }
   std::string board = o.board;
-  // --board-tag: a board held by a Hold stream for the run; fwaid renews the
-  // lease while the stream is open and releases it the moment it ends (here,
-  // or when this process dies).
-  struct Held {
-    std::unique_ptr<grpc::ClientContext> ctx;
-    std::unique_ptr<grpc::ClientReader<pb::Lease>> reader;
-    ~Held() {
-      if (!reader) return;
-      ctx->TryCancel();
-      pb::Lease l;
-      while (reader->Read(&l)) {
-      }
-      (void)reader->Finish();
-    }
-  } held;
+  HeldBoard held;
   if (!o.board_tags.empty() && !o.board.empty())
     return Fail(g, kExitUsage, "give --board or --board-tag, not both");
   if (!o.board_tags.empty()) {
-    pb::AcquireRequest ar;
-    AddBoardTags(o.board_tags, &ar);
-    ar.set_ttl_s(60);
-    ar.set_wait_s(o.board_wait_s);
-    const std::string tags = absl::StrJoin(o.board_tags, ",");
-    std::ostream& note = o.ci && !g.json ? std::cerr : std::cout;
-    if (!g.json)
-      note << "leasing a board with tags " << tags << " (waiting up to " << o.board_wait_s << " s)"
-           << std::endl;
-    auto hw = pb::Hardware::NewStub(*ch);
-    held.ctx = std::make_unique<grpc::ClientContext>();
-    held.ctx->AddMetadata("fwai-client", "fwai run");
-    held.reader = hw->Hold(held.ctx.get(), ar);
-    pb::Lease lease;
-    if (!held.reader->Read(&lease)) {
-      grpc::Status hs = held.reader->Finish();
-      held.reader.reset();
-      constexpr int kHardware = 18;
-      const std::string msg =
-          absl::StrCat("no board with tags ", tags, " for the run: ", hs.error_message());
-      if (o.ci && !g.json) {
-        std::cout << json({{"skill", o.skill},
-                           {"ok", false},
-                           {"failure_class", "hardware"},
-                           {"exit_code", kHardware},
-                           {"board_tags", o.board_tags},
-                           {"error", msg}})
-                         .dump()
-                  << std::endl;
-      }
-      return Fail(g, kHardware, msg);
-    }
-    board = lease.device_id();
-    if (!g.json) {
-      note << "leased " << board
-           << (lease.node().empty() ? "" : absl::StrCat(" on node ", lease.node())) << " (lease "
-           << lease.lease_id() << ")" << std::endl;
-    }
+    if (int rc = HoldBoardByTags(g, *ch, o, &held, &board); rc != 0) return rc;
   }
   pb::RunSkillRequest req;
   req.set_project_root(root);
@@ -166,7 +269,7 @@ int RunSkill(const Globals& g, const SkillRunOptions& o) {
   ctx.AddMetadata("fwai-client", "fwai run");
   // The watchdog: the run's own limit plus a margin; the daemon enforces the
   // limit itself, this catches a daemon or a connection that went quiet.
-  const int limit_s = (o.timeout_s > 0 ? o.timeout_s : std::max(1, skill->timeout_s())) + 60;
+  const int limit_s = (o.timeout_s > 0 ? o.timeout_s : std::max(1, skill.timeout_s())) + 60;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(limit_s));
   g_running_ctx = &ctx;
   struct sigaction sa {
@@ -198,90 +301,17 @@ int RunSkill(const Globals& g, const SkillRunOptions& o) {
     if (ev.kind() == "run_finished") summary = data;
     if (ev.kind() == "run_started") run_id = ev.run_id();
     if (g.json) continue;
-    const std::string& k = ev.kind();
-    if (k == "run_started") {
-      out << st.bold() << "▶ " << ev.text() << st.reset() << std::endl;
-    } else if (k == "step_started") {
-      out << st.bold() << "== " << ev.text() << st.reset() << std::endl;
-    } else if (k == "output") {
-      out << st.dim() << "  " << ev.text() << st.reset() << '\n';
-    } else if (k == "diagnostic") {
-      diagnostics.push_back(data);
-    } else if (k == "step_retry") {
-      out << st.yellow() << "  ↻ " << ev.text() << st.reset() << std::endl;
-    } else if (k == "step_skipped") {
-      out << st.dim() << "-- " << ev.step() << ": " << ev.text() << st.reset() << std::endl;
-    } else if (k == "step_finished") {
-      out << (ev.ok() ? st.green() + "✓ " : st.red() + "✗ ") << ev.text() << st.reset()
-          << std::endl;
-    }
+    if (ev.kind() == "diagnostic") diagnostics.push_back(data);
+    PrintSkillEvent(out, st, ev);
   }
   auto status = reader->Finish();
   sigaction(SIGINT, &old, nullptr);
   signal(SIGTERM, SIG_DFL);
   g_running_ctx = nullptr;
-  if (!status.ok()) {
-    if (status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
-      return Fail(g, 17,
-                  absl::StrCat("the run did not finish within ", limit_s, " s (client watchdog)"));
-    }
-    if (status.error_code() == grpc::StatusCode::CANCELLED) return Fail(g, 130, "cancelled");
-    if (status.error_code() == grpc::StatusCode::UNAVAILABLE && !run_id.empty()) {
-      // The run started and its stream broke: fwaid went away (or the
-      // connection did, and fwaid cancels a run whose client left).
-      constexpr int kInterrupted = 20;
-      const std::string msg =
-          absl::StrCat("run ", run_id, " was interrupted: the connection to fwaid broke (",
-                       status.error_message(),
-                       "). If fwaid stopped or crashed, its next start records the run as "
-                       "interrupted (fwai evidence show ",
-                       run_id, ")");
-      if (o.ci && !g.json) {
-        std::cout << json({{"run_id", run_id},
-                           {"skill", o.skill},
-                           {"ok", false},
-                           {"failure_class", "interrupted"},
-                           {"exit_code", kInterrupted},
-                           {"error", msg}})
-                         .dump()
-                  << std::endl;
-      }
-      return Fail(g, kInterrupted, msg);
-    }
-    int rc = FailGrpc(g, status);
-    return rc == kExitUnreachable ? rc : 11;
-  }
+  if (!status.ok()) return RunStreamFailed(g, o, status, run_id, limit_s);
   if (!summary.is_object()) return Fail(g, kExitError, "the run ended without a summary");
-  const int rc = summary.value("exit_code", 10);
-  if (!g.json) {
-    int errors = 0, warnings = 0;
-    for (const auto& d : diagnostics)
-      (d.value("severity", "") == "error" ? errors : warnings) += d.value("severity", "") != "note";
-    if (!diagnostics.empty()) {
-      out << st.bold() << "diagnostics: " << errors << (errors == 1 ? " error, " : " errors, ")
-          << warnings << (warnings == 1 ? " warning" : " warnings") << st.reset() << std::endl;
-      int shown = 0;
-      for (const auto& d : diagnostics) {
-        if (d.value("severity", "") != "error" || ++shown > 10) continue;
-        out << "  " << st.red() << d.value("kind", "") << st.reset() << " " << d.value("file", "")
-            << (d.contains("line") ? absl::StrCat(":", d["line"].get<int>()) : "") << " "
-            << d.value("message", "") << std::endl;
-      }
-    }
-    if (summary.value("ok", false)) {
-      out << st.green() << st.bold() << "ok" << st.reset() << "  " << summary.value("skill", "")
-          << " in " << summary.value("duration_ms", 0) << " ms";
-    } else {
-      out << st.red() << st.bold() << "FAILED (" << summary.value("failure_class", "") << ")"
-          << st.reset() << "  " << summary.value("error", "");
-    }
-    out << "\n  run " << summary.value("run_id", "") << ", logs " << summary.value("log_dir", "");
-    if (summary.contains("evidence_index"))
-      out << ", evidence record " << summary["evidence_index"].get<uint64_t>();
-    out << std::endl;
-    if (o.ci) std::cout << summary.dump() << std::endl;
-  }
-  return rc;
+  if (!g.json) PrintRunSummary(out, st, o, summary, diagnostics);
+  return summary.value("exit_code", 10);
 }
 
 namespace {

@@ -710,25 +710,193 @@ int CmdDaemonStop(const Globals& g) {
 
 // ---------------------------------------------------------------- REPL
 
-int Repl(const Globals& g, std::string session_id, const std::string& provider,
-         const std::string& model) {
-  auto c = Connect(g);
-  if (!c.ok()) return Fail(g, kExitUnreachable, std::string(c.status().message()));
-  const std::string history_file = DefaultDataDir() + "/repl_history";
-  (void)MakeDirs(DefaultDataDir(), 0700);
-  using_history();
-  read_history(history_file.c_str());
-  std::cout << "fwai — type a message, /help for commands, Ctrl-D to exit" << std::endl;
-  if (!session_id.empty()) std::cout << "session " << session_id << std::endl;
-  EventRenderer renderer(false, false);
-  int last_rc = kExitOk;
-  std::string pending_mode;
-  // libedit must not juggle signals itself: its SIGINT handling leaves the
-  // terminal in cooked mode (arrow keys stop working).
-  rl_catch_signals = 0;
+constexpr char kReplHelp[] =
+    "/new       start a new session\n/session   show the current session id\n"
+    "/sessions  list sessions\n/plan      plan mode (read-only; a plan to approve)\n"
+    "/act       act mode (all tools)\n/mode      show the mode\n/todos     the todo list\n"
+    "/compact   summarise older turns now\n"
+    "/build /flash /monitor /test   run the built-in skill\n"
+    "/run SKILL [NAME=VALUE...]     run a skill (/skills lists them)\n"
+    "/exit      leave (or Ctrl-D)\n"
+    "Free text that names a skill runs it (or asks first when unsure).\n"
+    "Ctrl-C during an answer cancels the turn.\n";
+
+// The REPL between prompts: the session it talks to (made by its first
+// message), the mode a session not yet made starts in, the last exit code.
+class Repl {
+ public:
+  Repl(const Globals& g, Conn& c, std::string session_id, const std::string& provider,
+       const std::string& model)
+      : g_(g), c_(c), session_id_(std::move(session_id)), provider_(provider), model_(model) {}
+
+  int last_rc() const { return last_rc_; }
+
+  // One line the person typed (not empty). False: leave.
+  bool Handle(const std::string& line) {
+    if (line == "/exit" || line == "/quit") return false;
+    if (line[0] == '/') {
+      Command(line);
+      return true;
+    }
+    if (RanNamedSkill(line)) return true;
+    Send(line);
+    return true;
+  }
+
+ private:
+  void Command(const std::string& line) {
+    if (line == "/help") {
+      std::cout << kReplHelp;
+    } else if (line == "/plan" || line == "/act") {
+      SetMode(line.substr(1));
+    } else if (line == "/mode" || line == "/todos") {
+      Show(line);
+    } else if (line == "/new") {
+      session_id_.clear();
+      std::cout << "(a new session starts with the next message)" << std::endl;
+    } else if (line == "/session") {
+      std::cout << (session_id_.empty() ? "(none yet)" : session_id_) << std::endl;
+    } else if (line == "/sessions") {
+      CmdSessionsLs(g_, false);
+    } else if (line == "/compact") {
+      if (session_id_.empty()) {
+        std::cout << "(nothing to compact yet)" << std::endl;
+      } else {
+        last_rc_ = RunTurn(g_, c_, session_id_, line, provider_, model_, renderer_);
+      }
+    } else if (line == "/build" || line == "/flash" || line == "/monitor" || line == "/test" ||
+               absl::StartsWith(line, "/run ")) {
+      RunSkillCommand(line);
+    } else if (line == "/skills") {
+      (void)ListSkills(g_);
+    } else {
+      std::cout << "unknown command " << line << " (/help)" << std::endl;
+    }
+  }
+
+  void SetMode(const std::string& mode) {
+    if (session_id_.empty()) {
+      pending_mode_ = mode;
+      std::cout << "(the next session starts in " << mode << " mode)" << std::endl;
+      return;
+    }
+    grpc::ClientContext mctx;
+    auto ms = c_.sessions->Chat(&mctx);
+    pb::ClientEvent open, set;
+    open.mutable_open()->set_session_id(session_id_);
+    set.mutable_set_mode()->set_mode(mode);
+    ms->Write(open);
+    ms->Write(set);
+    ms->WritesDone();
+    pb::ServerEvent ignored;
+    while (ms->Read(&ignored)) {
+    }
+    auto st = ms->Finish();
+    if (!st.ok()) {
+      FailGrpc(g_, st);
+    } else {
+      std::cout << "[mode: " << mode << "]" << std::endl;
+    }
+  }
+
+  // /mode or /todos.
+  void Show(const std::string& line) {
+    if (session_id_.empty()) {
+      std::cout << (line == "/mode" ? (pending_mode_.empty() ? "act" : pending_mode_)
+                                    : "(no todos yet)")
+                << std::endl;
+      return;
+    }
+    grpc::ClientContext gctx;
+    pb::GetSessionRequest gr;
+    gr.set_session_id(session_id_);
+    pb::Session s;
+    auto st = c_.sessions->Get(&gctx, gr, &s);
+    if (!st.ok()) {
+      FailGrpc(g_, st);
+    } else if (line == "/mode") {
+      std::cout << s.mode() << (s.auto_approve_plan() ? " (plans auto-approved)" : "") << std::endl;
+    } else if (s.todos_size() == 0) {
+      std::cout << "(no todos)" << std::endl;
+    } else {
+      for (const auto& t : s.todos()) {
+        const char* mark = t.status() == "completed"     ? "[x]"
+                           : t.status() == "in_progress" ? "[>]"
+                           : t.status() == "cancelled"   ? "[-]"
+                                                         : "[ ]";
+        std::cout << (t.parent_id().empty() ? "" : "    ") << mark << " " << t.content()
+                  << std::endl;
+      }
+    }
+  }
+
+  // /build, /flash, /monitor, /test, /run SKILL [NAME=VALUE...].
+  void RunSkillCommand(const std::string& line) {
+    SkillRunOptions so;
+    std::vector<std::string> words = absl::StrSplit(line.substr(1), ' ', absl::SkipEmpty());
+    if (words[0] == "run") words.erase(words.begin());
+    so.skill = words.empty() ? "" : words[0];
+    for (size_t i = 1; i < words.size(); ++i) {
+      auto eq = words[i].find('=');
+      if (eq != std::string::npos && eq > 0)
+        so.vars[words[i].substr(0, eq)] = words[i].substr(eq + 1);
+    }
+    if (!so.skill.empty()) last_rc_ = RunSkill(g_, so);
+  }
+
+  // Free text that names a skill runs it (>= 0.8) or asks first (>= 0.6):
+  // whether a skill ran.
+  bool RanNamedSkill(const std::string& line) {
+    IntentDecision d = ResolveIntent(g_, line);
+    if (d.action == "chat" || d.skill.empty()) return false;
+    bool run = d.action == "run";
+    if (!run) {
+      std::cout << "Run the skill '" << d.skill << "'? (confidence " << d.confidence << ") [y/N] "
+                << std::flush;
+      char* ans = readline("");
+      std::string a = ans ? absl::AsciiStrToLower(absl::StripAsciiWhitespace(ans)) : "";
+      free(ans);
+      run = a == "y" || a == "yes";
+    } else {
+      std::cout << "[skill " << d.skill << ", " << d.tier << ", confidence " << d.confidence << "]"
+                << std::endl;
+    }
+    if (!run) return false;
+    SkillRunOptions so;
+    so.skill = d.skill;
+    last_rc_ = RunSkill(g_, so);
+    return true;
+  }
+
+  // A message to the agent: a turn in the session (made now if need be).
+  void Send(const std::string& line) {
+    if (session_id_.empty()) {
+      auto s = CreateSession(c_, g_, line, provider_, model_, pending_mode_);
+      if (!s.ok()) {
+        Fail(g_, kExitError, std::string(s.status().message()));
+        return;
+      }
+      session_id_ = s->id();
+      std::cerr << "session " << session_id_ << std::endl;
+    }
+    last_rc_ = RunTurn(g_, c_, session_id_, line, provider_, model_, renderer_);
+  }
+
+  const Globals& g_;
+  Conn& c_;
+  std::string session_id_;
+  const std::string provider_, model_;
+  EventRenderer renderer_{false, false};
+  int last_rc_ = kExitOk;
+  std::string pending_mode_;
+};
+
+// A line from the prompt: nullopt at end of input (Ctrl-D). At the prompt
+// Ctrl-C neither kills the REPL nor disturbs the line editor: the line is
+// dropped and the prompt comes again; during a turn it cancels the turn
+// (RunTurn).
+std::optional<std::string> ReadReplLine() {
   while (true) {
-    // At the prompt Ctrl-C neither kills the REPL nor disturbs the line editor:
-    // the read is restarted; during a turn it cancels the turn (RunTurn).
     static volatile sig_atomic_t prompt_interrupted = 0;
     prompt_interrupted = 0;
     struct sigaction sa {};
@@ -738,165 +906,42 @@ int Repl(const Globals& g, std::string session_id, const std::string& provider,
     sigaction(SIGINT, &sa, nullptr);
     char* raw = readline("fwai> ");
     if (raw == nullptr && prompt_interrupted) {
-      std::cout << "^C (Ctrl-D to exit)" << std::endl;  // drop the line, new prompt
+      std::cout << "^C (Ctrl-D to exit)" << std::endl;
       continue;
     }
-    if (raw == nullptr) {
+    if (raw == nullptr) return std::nullopt;
+    std::string line(absl::StripAsciiWhitespace(raw));
+    free(raw);
+    return line;
+  }
+}
+
+int RunRepl(const Globals& g, std::string session_id, const std::string& provider,
+            const std::string& model) {
+  auto c = Connect(g);
+  if (!c.ok()) return Fail(g, kExitUnreachable, std::string(c.status().message()));
+  const std::string history_file = DefaultDataDir() + "/repl_history";
+  (void)MakeDirs(DefaultDataDir(), 0700);
+  using_history();
+  read_history(history_file.c_str());
+  std::cout << "fwai — type a message, /help for commands, Ctrl-D to exit" << std::endl;
+  if (!session_id.empty()) std::cout << "session " << session_id << std::endl;
+  Repl repl(g, *c, std::move(session_id), provider, model);
+  // libedit must not juggle signals itself: its SIGINT handling leaves the
+  // terminal in cooked mode (arrow keys stop working).
+  rl_catch_signals = 0;
+  while (true) {
+    std::optional<std::string> line = ReadReplLine();
+    if (!line) {
       std::cout << std::endl;
       break;
     }
-    std::string line(absl::StripAsciiWhitespace(raw));
-    free(raw);
-    if (line.empty()) continue;
-    add_history(line.c_str());
+    if (line->empty()) continue;
+    add_history(line->c_str());
     write_history(history_file.c_str());
-    if (line == "/exit" || line == "/quit") break;
-    if (line == "/help") {
-      std::cout
-          << "/new       start a new session\n/session   show the current session id\n"
-             "/sessions  list sessions\n/plan      plan mode (read-only; a plan to approve)\n"
-             "/act       act mode (all tools)\n/mode      show the mode\n/todos     the todo list\n"
-             "/compact   summarise older turns now\n"
-             "/build /flash /monitor /test   run the built-in skill\n"
-             "/run SKILL [NAME=VALUE...]     run a skill (/skills lists them)\n"
-             "/exit      leave (or Ctrl-D)\n"
-             "Free text that names a skill runs it (or asks first when unsure).\n"
-             "Ctrl-C during an answer cancels the turn.\n";
-      continue;
-    }
-    if (line == "/plan" || line == "/act") {
-      const std::string mode = line.substr(1);
-      if (session_id.empty()) {
-        pending_mode = mode;
-        std::cout << "(the next session starts in " << mode << " mode)" << std::endl;
-        continue;
-      }
-      grpc::ClientContext mctx;
-      auto ms = c->sessions->Chat(&mctx);
-      pb::ClientEvent open, set;
-      open.mutable_open()->set_session_id(session_id);
-      set.mutable_set_mode()->set_mode(mode);
-      ms->Write(open);
-      ms->Write(set);
-      ms->WritesDone();
-      pb::ServerEvent ignored;
-      while (ms->Read(&ignored)) {
-      }
-      auto st = ms->Finish();
-      if (!st.ok()) {
-        FailGrpc(g, st);
-      } else {
-        std::cout << "[mode: " << mode << "]" << std::endl;
-      }
-      continue;
-    }
-    if (line == "/mode" || line == "/todos") {
-      if (session_id.empty()) {
-        std::cout << (line == "/mode" ? (pending_mode.empty() ? "act" : pending_mode)
-                                      : "(no todos yet)")
-                  << std::endl;
-        continue;
-      }
-      grpc::ClientContext gctx;
-      pb::GetSessionRequest gr;
-      gr.set_session_id(session_id);
-      pb::Session s;
-      auto st = c->sessions->Get(&gctx, gr, &s);
-      if (!st.ok()) {
-        FailGrpc(g, st);
-      } else if (line == "/mode") {
-        std::cout << s.mode() << (s.auto_approve_plan() ? " (plans auto-approved)" : "")
-                  << std::endl;
-      } else if (s.todos_size() == 0) {
-        std::cout << "(no todos)" << std::endl;
-      } else {
-        for (const auto& t : s.todos()) {
-          const char* mark = t.status() == "completed"     ? "[x]"
-                             : t.status() == "in_progress" ? "[>]"
-                             : t.status() == "cancelled"   ? "[-]"
-                                                           : "[ ]";
-          std::cout << (t.parent_id().empty() ? "" : "    ") << mark << " " << t.content()
-                    << std::endl;
-        }
-      }
-      continue;
-    }
-    if (line == "/new") {
-      session_id.clear();
-      std::cout << "(a new session starts with the next message)" << std::endl;
-      continue;
-    }
-    if (line == "/session") {
-      std::cout << (session_id.empty() ? "(none yet)" : session_id) << std::endl;
-      continue;
-    }
-    if (line == "/sessions") {
-      CmdSessionsLs(g, false);
-      continue;
-    }
-    if (line == "/compact") {
-      if (session_id.empty()) {
-        std::cout << "(nothing to compact yet)" << std::endl;
-      } else {
-        last_rc = RunTurn(g, *c, session_id, line, provider, model, renderer);
-      }
-      continue;
-    }
-    if (line == "/build" || line == "/flash" || line == "/monitor" || line == "/test" ||
-        absl::StartsWith(line, "/run ")) {
-      SkillRunOptions so;
-      std::vector<std::string> words = absl::StrSplit(line.substr(1), ' ', absl::SkipEmpty());
-      if (words[0] == "run") words.erase(words.begin());
-      so.skill = words.empty() ? "" : words[0];
-      for (size_t i = 1; i < words.size(); ++i) {
-        auto eq = words[i].find('=');
-        if (eq != std::string::npos && eq > 0)
-          so.vars[words[i].substr(0, eq)] = words[i].substr(eq + 1);
-      }
-      if (!so.skill.empty()) last_rc = RunSkill(g, so);
-      continue;
-    }
-    if (line == "/skills") {
-      (void)ListSkills(g);
-      continue;
-    }
-    if (line[0] == '/') {
-      std::cout << "unknown command " << line << " (/help)" << std::endl;
-      continue;
-    }
-    // Free text that names a skill runs it (>= 0.8) or asks first (>= 0.6).
-    if (IntentDecision d = ResolveIntent(g, line); d.action != "chat" && !d.skill.empty()) {
-      bool run = d.action == "run";
-      if (!run) {
-        std::cout << "Run the skill '" << d.skill << "'? (confidence " << d.confidence << ") [y/N] "
-                  << std::flush;
-        char* ans = readline("");
-        std::string a = ans ? absl::AsciiStrToLower(absl::StripAsciiWhitespace(ans)) : "";
-        free(ans);
-        run = a == "y" || a == "yes";
-      } else {
-        std::cout << "[skill " << d.skill << ", " << d.tier << ", confidence " << d.confidence
-                  << "]" << std::endl;
-      }
-      if (run) {
-        SkillRunOptions so;
-        so.skill = d.skill;
-        last_rc = RunSkill(g, so);
-        continue;
-      }
-    }
-    if (session_id.empty()) {
-      auto s = CreateSession(*c, g, line, provider, model, pending_mode);
-      if (!s.ok()) {
-        Fail(g, kExitError, std::string(s.status().message()));
-        continue;
-      }
-      session_id = s->id();
-      std::cerr << "session " << session_id << std::endl;
-    }
-    last_rc = RunTurn(g, *c, session_id, line, provider, model, renderer);
+    if (!repl.Handle(*line)) break;
   }
-  return last_rc == kExitUnreachable ? last_rc : kExitOk;
+  return repl.last_rc() == kExitUnreachable ? repl.last_rc() : kExitOk;
 }
 
 }  // namespace
@@ -1037,7 +1082,7 @@ int Main(int argc, char** argv) {
   if (auto rc = project.RunIfParsed()) return *rc;
   if (auto rc = skill_cmds.RunIfParsed()) return *rc;
   if (g.json) return Fail(g, kExitUsage, "--json needs a command (see fwai --help)");
-  return Repl(g, session_id, provider, model);
+  return RunRepl(g, session_id, provider, model);
 }
 
 }  // namespace fwai

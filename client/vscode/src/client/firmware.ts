@@ -42,7 +42,7 @@ export async function otaStatus(client: FwaiClient, limit = 50): Promise<{ rollo
   const list = await client.call('Ota', 'ListRollouts', { limit });
   const boards = await client.call('Ota', 'Boards', {});
   return {
-    rollouts: (list.rollouts as { json: string }[]).map((r) => JSON.parse(r.json)),
+    rollouts: list.rollouts.map((r) => JSON.parse(r.json)),
     boards: boards.json ? JSON.parse(boards.json) : null,
   };
 }

@@ -3,6 +3,7 @@
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import type { IngestProgress__Output } from '../generated/fwai/v1/IngestProgress';
+import type { SearchResponse__Output } from '../generated/fwai/v1/SearchResponse';
 import type { SearchResult__Output } from '../generated/fwai/v1/SearchResult';
 import { FwaiClient } from './connection';
 import { toFwaiError } from './errors';
@@ -88,12 +89,14 @@ export async function ingestFile(
 }
 
 export type SearchResult = SearchResult__Output;
+/** The results, best first, the time taken, and the search's id in the retrieval log. */
+export type SearchResponse = SearchResponse__Output;
 
 export async function search(
   client: FwaiClient,
   query: string,
   o: { maxResults?: number; collection?: string } = {},
-): Promise<{ results: SearchResult[]; took_ms: number }> {
+): Promise<SearchResponse> {
   return client.call('Knowledge', 'Search', {
     query,
     max_results: o.maxResults ?? 20,

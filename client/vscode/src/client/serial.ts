@@ -12,6 +12,7 @@ import type { SerialClientMessage } from '../generated/fwai/v1/SerialClientMessa
 import type { SerialLine__Output } from '../generated/fwai/v1/SerialLine';
 import type { SerialServerMessage__Output } from '../generated/fwai/v1/SerialServerMessage';
 import { FwaiClient } from './connection';
+import { daemonStatus } from './daemon';
 import { FwaiError, toFwaiError } from './errors';
 
 export type SerialLine = SerialLine__Output;
@@ -64,7 +65,7 @@ export class SerialSession extends EventEmitter {
 
   private async identity(): Promise<DaemonIdentity | null> {
     try {
-      const s = await this.client.call('Daemon', 'Status', {}, 3000);
+      const s = await daemonStatus(this.client, 3000);
       return `${s.pid}@${s.started_us}`;
     } catch {
       return null;

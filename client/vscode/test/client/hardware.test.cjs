@@ -1,7 +1,8 @@
 // Boards through the client library against a real fwaid and a simulated
 // STM32 board on QEMU: lease, a serial reader that stays open while the board
 // is flashed (the daemon owns the port, so flashing does not take it away),
-// the guard's refusal with its rule, commands over serial, release.
+// the guard's refusal with its rule, commands over serial, release, and the
+// self-test of the flashed board.
 const { test } = require('node:test');
 const assert = require('node:assert/strict');
 const { execFileSync } = require('node:child_process');
@@ -39,14 +40,12 @@ function linesUntil(serial, re, ms = 20000) {
   });
 }
 
+/** Flashes through the library; answers every progress message, the last being what flashImage resolved with. */
 async function flash(client, o) {
-  const s = await client.serverStream('Hardware', 'Flash', o);
   const progress = [];
-  return new Promise((resolve, reject) => {
-    s.on('data', (p) => progress.push(p));
-    s.on('end', () => resolve(progress));
-    s.on('error', (e) => reject(lib.toFwaiError(e)));
-  });
+  const last = await lib.flashImage(client, o, (p) => progress.push(p));
+  assert.equal(last, progress[progress.length - 1]);
+  return progress;
 }
 
 test(
@@ -64,23 +63,23 @@ test(
     });
     t.after(() => client.close());
 
-    const devs = await client.call('Hardware', 'ListDevices', {});
+    const devs = await lib.listDevices(client);
     const board = devs.devices.find((x) => x.id === 'sim-stm32vl');
     assert.ok(board, JSON.stringify(devs.devices.map((x) => x.id)));
     assert.equal(board.health, 'good');
 
     // Without a lease the guard refuses and names its rule.
     await assert.rejects(
-      flash(client, { device_id: 'sim-stm32vl', image_path: elf, approved: true, project_root: d.project }),
+      flash(client, { deviceId: 'sim-stm32vl', imagePath: elf, approved: true, projectRoot: d.project }),
       (e) => /flash guard \(lease\)/.test(e.message),
     );
 
-    const lease = await client.call('Hardware', 'Acquire', { device_id: 'sim-stm32vl', ttl_s: 60 });
+    const lease = await lib.acquireLease(client, 'sim-stm32vl', { ttlS: 60 });
     assert.equal(lease.device_id, 'sim-stm32vl');
     assert.ok(lease.expires_us > Date.now() * 1000);
-    const renewed = await client.call('Hardware', 'Renew', { lease_id: lease.lease_id });
+    const renewed = await lib.renewLease(client, lease.lease_id);
     assert.ok(renewed.expires_us >= lease.expires_us);
-    const held = (await client.call('Hardware', 'ListDevices', {})).devices.find((x) => x.id === 'sim-stm32vl');
+    const held = (await lib.listDevices(client)).devices.find((x) => x.id === 'sim-stm32vl');
     assert.match(held.holder, /via vscode-test/);
 
     // Two terminals read the port from now on; the flash restarts the board under them.
@@ -93,11 +92,11 @@ test(
     const banner1 = linesUntil(s1, /stm32vl-blinky 1\.0\.0 booted/);
     const banner2 = linesUntil(s2, /stm32vl-blinky 1\.0\.0 booted/);
     const progress = await flash(client, {
-      device_id: 'sim-stm32vl',
-      image_path: elf,
+      deviceId: 'sim-stm32vl',
+      imagePath: elf,
       approved: true,
-      lease_id: lease.lease_id,
-      project_root: d.project,
+      leaseId: lease.lease_id,
+      projectRoot: d.project,
     });
     const last = progress[progress.length - 1];
     assert.equal(last.done, true);
@@ -111,11 +110,15 @@ test(
 
     // Release: the serial readers opened under the lease end with the reason.
     const ended = new Promise((r) => s1.once('end', (reason) => r(reason)));
-    await client.call('Hardware', 'Release', { lease_id: lease.lease_id });
+    await lib.releaseLease(client, { leaseId: lease.lease_id });
     assert.match(await ended, /lease|released/i);
     s2.close();
-    const after = (await client.call('Hardware', 'ListDevices', {})).devices.find((x) => x.id === 'sim-stm32vl');
+    const after = (await lib.listDevices(client)).devices.find((x) => x.id === 'sim-stm32vl');
     assert.equal(after.holder, '');
+
+    // With the image on it, the board passes its self-test.
+    assert.match(await lib.selfTest(client, 'sim-stm32vl'), /booted: stm32vl-blinky 1\.0\.0 booted/);
+    assert.equal((await lib.listDevices(client)).devices.find((x) => x.id === 'sim-stm32vl').health, 'good');
   },
 );
 
@@ -143,13 +146,13 @@ test(
       clientName: 'vscode-test',
     });
     t.after(() => client.close());
-    const lease = await client.call('Hardware', 'Acquire', { device_id: 'sim-stm32vl', ttl_s: 600 });
+    const lease = await lib.acquireLease(client, 'sim-stm32vl', { ttlS: 600 });
     await flash(client, {
-      device_id: 'sim-stm32vl',
-      image_path: elf,
+      deviceId: 'sim-stm32vl',
+      imagePath: elf,
       approved: true,
-      lease_id: lease.lease_id,
-      project_root: d.project,
+      leaseId: lease.lease_id,
+      projectRoot: d.project,
     });
 
     const opts = { reconnect: true, minBackoffMs: 50, maxBackoffMs: 500 };
@@ -189,7 +192,7 @@ test(
     // with the reason instead of reconnecting.
     const ended = Promise.all([once(typist, 'end'), once(reader, 'end')]);
     const reconnects = reader.reconnects + typist.reconnects;
-    await client.call('Hardware', 'Release', { lease_id: lease.lease_id });
+    await lib.releaseLease(client, { leaseId: lease.lease_id });
     const [[reasonT], [reasonR]] = await ended;
     assert.match(reasonT, /lease .* ended: released/);
     assert.match(reasonR, /lease .* ended: released/);

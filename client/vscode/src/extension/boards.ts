@@ -5,34 +5,25 @@
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import * as vscode from 'vscode';
-import { SerialSession, toFwaiError } from '../client';
+import {
+  Device,
+  FlashProgress,
+  Lease,
+  SerialSession,
+  acquireLease,
+  callerUid,
+  configuredImage,
+  daemonStatus,
+  flashImage,
+  getProjectConfig,
+  listDevices,
+  releaseLease,
+  renewLease,
+} from '../client';
 import { Connection, shown, staleAfter } from './connection';
 import { ago } from './sessionsView';
 
-export interface Device {
-  id: string;
-  kind: string;
-  name: string;
-  health: string;
-  health_reason: string;
-  holder: string;
-  held_since_us: number;
-  target: string;
-  image: string;
-  running: boolean;
-  lease_expires_us: number;
-  state: string;
-  path: string;
-  vid_pid: string;
-}
-export interface Lease {
-  lease_id: string;
-  device_id: string;
-  holder: string;
-  acquired_us: number;
-  expires_us: number;
-  ttl_s: number;
-}
+export type { Device, Lease } from '../client';
 
 function left(us: number): string {
   const s = Math.round((us / 1000 - Date.now()) / 1000);
@@ -71,13 +62,10 @@ export class Boards implements vscode.TreeDataProvider<Device>, vscode.Disposabl
   async refresh(): Promise<void> {
     try {
       const client = await this.conn.get();
-      if (!this.myUid) {
-        const st = await client.call('Daemon', 'Status', {});
-        this.myUid = /^uid:(\d+)$/.exec(st.caller)?.[1] ?? '';
-      }
-      const r = await client.call('Hardware', 'ListDevices', {});
+      if (!this.myUid) this.myUid = callerUid(await daemonStatus(client));
+      const r = await listDevices(client);
       this.devices = r.devices;
-      this.leases = r.leases ?? [];
+      this.leases = r.leases;
       this.error = '';
       this.conn.noteSuccess();
       for (const [dev, l] of this.mine) {
@@ -185,7 +173,7 @@ export class Boards implements vscode.TreeDataProvider<Device>, vscode.Disposabl
     if (!board) return;
     const ttl = vscode.workspace.getConfiguration('fwai').get<number>('leaseTtlSeconds', 600);
     const client = await this.conn.get();
-    const l = (await client.call('Hardware', 'Acquire', { device_id: board.id, ttl_s: ttl, wait_s: 0 })) as Lease;
+    const l = await acquireLease(client, board.id, { ttlS: ttl });
     this.mine.set(board.id, l);
     this.out.appendLine(`leased ${board.id} (${l.lease_id}, ${ttl} s, renewed while VS Code holds it)`);
     await this.refresh();
@@ -198,8 +186,7 @@ export class Boards implements vscode.TreeDataProvider<Device>, vscode.Disposabl
     const l = this.heldByMe(board.id);
     if (!l) throw new Error(`you do not hold ${board.id}`);
     const client = await this.conn.get();
-    const r = (await client.call('Hardware', 'Renew', { lease_id: l.lease_id })) as Lease;
-    this.mine.set(board.id, r);
+    this.mine.set(board.id, await renewLease(client, l.lease_id));
     await this.refresh();
   }
 
@@ -212,7 +199,7 @@ export class Boards implements vscode.TreeDataProvider<Device>, vscode.Disposabl
       const leftMs = l.expires_us / 1000 - Date.now();
       if (leftMs > (l.ttl_s * 1000) / 3) continue;
       try {
-        this.mine.set(dev, (await client.call('Hardware', 'Renew', { lease_id: l.lease_id })) as Lease);
+        this.mine.set(dev, await renewLease(client, l.lease_id));
       } catch (e) {
         this.out.appendLine(`renewing ${dev}: ${(e as Error).message}`);
         this.mine.delete(dev);
@@ -226,7 +213,7 @@ export class Boards implements vscode.TreeDataProvider<Device>, vscode.Disposabl
     if (!board) return;
     const l = this.heldByMe(board.id);
     const client = await this.conn.get();
-    await client.call('Hardware', 'Release', { lease_id: l?.lease_id ?? '', device_id: board.id });
+    await releaseLease(client, { leaseId: l?.lease_id, deviceId: board.id });
     this.mine.delete(board.id);
     await this.refresh();
   }
@@ -237,9 +224,8 @@ export class Boards implements vscode.TreeDataProvider<Device>, vscode.Disposabl
     if (setting) return path.resolve(root, setting);
     try {
       const client = await this.conn.get();
-      const cfg = await client.call('Projects', 'GetConfig', { project_root: root });
-      const m = /^\s*image:\s*["']?([^"'\n#]+?)["']?\s*(#.*)?$/m.exec(cfg.yaml ?? '');
-      if (m) return path.resolve(root, m[1].trim());
+      const image = configuredImage(await getProjectConfig(client, root));
+      if (image) return path.resolve(root, image);
     } catch {
       // No project config: look for the build's ELF.
     }
@@ -271,26 +257,18 @@ export class Boards implements vscode.TreeDataProvider<Device>, vscode.Disposabl
     return vscode.window.withProgress(
       { location: vscode.ProgressLocation.Notification, title: `fwai: flashing ${board.id}`, cancellable: false },
       async (progress) => {
-        const stream = await client.serverStream('Hardware', 'Flash', {
-          device_id: board.id,
-          image_path: image,
-          approved,
-          lease_id: lease?.lease_id ?? '',
-          project_root: root,
-        });
-        let last: any = null;
+        let last: FlashProgress | null;
         let frac = 0;
         try {
-          await new Promise<void>((resolve, reject) => {
-            stream.on('data', (p: any) => {
-              last = p;
-              const inc = Math.max(0, (p.fraction ?? 0) * 100 - frac);
+          last = await flashImage(
+            client,
+            { deviceId: board.id, imagePath: image, approved: !!approved, leaseId: lease?.lease_id, projectRoot: root },
+            (p) => {
+              const inc = Math.max(0, p.fraction * 100 - frac);
               frac += inc;
               progress.report({ message: `${p.stage}${p.message ? `: ${p.message}` : ''}`, increment: inc });
-            });
-            stream.on('end', () => resolve());
-            stream.on('error', (e: unknown) => reject(toFwaiError(e)));
-          });
+            },
+          );
         } catch (e) {
           const msg = shown(e);
           this.out.appendLine(`flash ${board.id}: ${msg}`);

@@ -4,7 +4,17 @@
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import * as vscode from 'vscode';
-import { FwaiError, ServerEvent, SessionInfo, SessionModel, SessionStream, StreamState, toFwaiError } from '../client';
+import {
+  FwaiError,
+  ServerEvent,
+  SessionInfo,
+  SessionModel,
+  SessionStream,
+  StreamState,
+  createSession,
+  getSession,
+  toFwaiError,
+} from '../client';
 import { Connection, shown } from './connection';
 import { Edits } from './edits';
 
@@ -208,7 +218,7 @@ export class Chat implements vscode.WebviewViewProvider, vscode.Disposable {
   /** Opens (attaches to) a session: its whole history, then the live tail. */
   async open(sessionId: string, stillWanted?: () => boolean): Promise<void> {
     const client = await this.conn.get();
-    const info = (await client.call('Sessions', 'Get', { session_id: sessionId })) as SessionInfo;
+    const info = await getSession(client, sessionId);
     if (stillWanted && !stillWanted()) return; // another session was opened meanwhile
     this.stream?.close();
     this.session = info;
@@ -280,13 +290,13 @@ export class Chat implements vscode.WebviewViewProvider, vscode.Disposable {
       const root = this.pendingRoot ?? (await pickProjectRoot());
       if (!root) throw new Error('open a folder first: a session works on a project folder');
       const client = await this.conn.get();
-      const s = (await client.call('Sessions', 'Create', {
+      const s = await createSession(client, {
         title: text.slice(0, 80),
-        project_root: root,
+        projectRoot: root,
         provider: cfg.get<string>('provider') ?? '',
         model: cfg.get<string>('model') ?? '',
         mode: this.pendingMode ?? 'act',
-      })) as SessionInfo;
+      });
       this.pendingMode = null;
       await this.open(s.id);
       await waitOpen(this.stream!);

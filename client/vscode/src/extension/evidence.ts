@@ -2,22 +2,24 @@
 // as JSON, SARIF exported into Problems, the HTML report in a webview.
 import * as path from 'node:path';
 import * as vscode from 'vscode';
-import { sarifDiagnostics } from '../client';
+import {
+  EvidenceRun,
+  EvidenceVerification,
+  exportEvidence,
+  getEvidenceRun,
+  listEvidenceRuns,
+  sarifDiagnostics,
+  verifyEvidence,
+} from '../client';
 import { Connection, shown, staleAfter } from './connection';
 
-interface Run {
-  run_id: string;
-  index: number;
-  record_json: string;
-  hash: string;
-}
-type Node = { kind: 'status' } | { kind: 'run'; run: Run; rec: any };
+type Node = { kind: 'status' } | { kind: 'run'; run: EvidenceRun; rec: any };
 
 export class Evidence implements vscode.TreeDataProvider<Node>, vscode.Disposable {
   private readonly changed = new vscode.EventEmitter<Node | undefined>();
   readonly onDidChangeTreeData = this.changed.event;
-  runs: Run[] = [];
-  verify: { ok: boolean; records: number; first_bad: string; detail: string } | null = null;
+  runs: EvidenceRun[] = [];
+  verify: EvidenceVerification | null = null;
   private error = '';
   readonly diagnostics = vscode.languages.createDiagnosticCollection('fwai-evidence');
 
@@ -36,8 +38,7 @@ export class Evidence implements vscode.TreeDataProvider<Node>, vscode.Disposabl
   async refresh(): Promise<void> {
     try {
       const client = await this.conn.get();
-      const r = await client.call('Evidence', 'ListRuns', { limit: 200 });
-      this.runs = (r.runs as Run[]).sort((a, b) => b.index - a.index);
+      this.runs = await listEvidenceRuns(client, 200);
       this.error = '';
     } catch (e) {
       this.error = shown(e);
@@ -58,13 +59,13 @@ export class Evidence implements vscode.TreeDataProvider<Node>, vscode.Disposabl
 
   async verifyLog(): Promise<void> {
     const client = await this.conn.get();
-    this.verify = await client.call('Evidence', 'Verify', {}, 120000);
+    const v = await verifyEvidence(client);
+    this.verify = v;
     this.changed.fire(undefined);
-    if (this.verify!.ok)
-      void vscode.window.showInformationMessage(`fwai: evidence log verified (${this.verify!.records} records)`);
+    if (v.ok) void vscode.window.showInformationMessage(`fwai: evidence log verified (${v.records} records)`);
     else
       void vscode.window.showErrorMessage(
-        `fwai: evidence log does NOT verify: first bad record ${this.verify!.first_bad}: ${this.verify!.detail}`,
+        `fwai: evidence log does NOT verify: first bad record ${v.first_bad}: ${v.detail}`,
       );
   }
 
@@ -122,7 +123,7 @@ export class Evidence implements vscode.TreeDataProvider<Node>, vscode.Disposabl
 
   async open(runId: string): Promise<vscode.TextDocument> {
     const client = await this.conn.get();
-    const r = await client.call('Evidence', 'GetRun', { run_id: runId });
+    const r = await getEvidenceRun(client, runId);
     const content = JSON.stringify(
       { run_id: r.run_id, index: r.index, leaf_hash: r.hash, record: safeParse(r.record_json) },
       null,
@@ -136,8 +137,8 @@ export class Evidence implements vscode.TreeDataProvider<Node>, vscode.Disposabl
   /** SARIF of the log; the latest skill run of each project into Problems. */
   async exportSarif(): Promise<number> {
     const client = await this.conn.get();
-    const r = await client.call('Evidence', 'Export', { format: 'sarif' }, 120000);
-    const doc = JSON.parse(Buffer.from(r.data).toString('utf8'));
+    const { data } = await exportEvidence(client, 'sarif');
+    const doc = JSON.parse(data.toString('utf8'));
     const diags = sarifDiagnostics(doc);
     this.diagnostics.clear();
     const byFile = new Map<string, vscode.Diagnostic[]>();
@@ -165,7 +166,7 @@ export class Evidence implements vscode.TreeDataProvider<Node>, vscode.Disposabl
 
   async showHtml(): Promise<vscode.WebviewPanel> {
     const client = await this.conn.get();
-    const r = await client.call('Evidence', 'Export', { format: 'html' }, 120000);
+    const { data } = await exportEvidence(client, 'html');
     const panel = vscode.window.createWebviewPanel(
       'fwai.evidenceReport',
       'fwai evidence report',
@@ -173,7 +174,7 @@ export class Evidence implements vscode.TreeDataProvider<Node>, vscode.Disposabl
       { enableScripts: false },
     );
     // The report is the daemon's own static HTML; scripts stay off.
-    panel.webview.html = Buffer.from(r.data)
+    panel.webview.html = data
       .toString('utf8')
       .replace(
         '<head>',

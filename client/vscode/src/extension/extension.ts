@@ -4,7 +4,7 @@
 const loadedAt = Date.now();
 
 import * as vscode from 'vscode';
-import { SessionInfo, memoryReport, otaStatus, sbom } from '../client';
+import { SessionInfo, deleteSession, memoryReport, otaStatus, sbom, selfTest } from '../client';
 import { Boards, Device } from './boards';
 import { Chat, pickProjectRoot } from './chat';
 import { Connection, TOKEN_KEY } from './connection';
@@ -102,8 +102,7 @@ export function activate(ctx: vscode.ExtensionContext): FwaiApi {
       'Delete',
     );
     if (ok !== 'Delete') return;
-    const client = await conn.get();
-    await client.call('Sessions', 'Delete', { session_id: s.id });
+    await deleteSession(await conn.get(), s.id);
     if (chat.session?.id === s.id) chat.startNew(s.project_root);
     await sessions.refresh();
   });
@@ -141,11 +140,11 @@ export function activate(ctx: vscode.ExtensionContext): FwaiApi {
   command('fwai.selfTest', async (d?: Device) => {
     if (!d?.id) return;
     const client = await conn.get();
-    const r = await vscode.window.withProgress(
+    const report = await vscode.window.withProgress(
       { location: vscode.ProgressLocation.Notification, title: `fwai: self-test ${d.id}` },
-      () => client.call('Hardware', 'SelfTest', { device_id: d.id }, 300000),
+      () => selfTest(client, d.id),
     );
-    out.appendLine(r.report);
+    out.appendLine(report);
     out.show(true);
     await boards.refresh();
   });

@@ -3,7 +3,7 @@
 // chat to it: its whole history, then its live tail.
 import * as path from 'node:path';
 import * as vscode from 'vscode';
-import { SessionInfo } from '../client';
+import { SessionInfo, listSessions } from '../client';
 import type { Chat } from './chat';
 import { Connection, shown, staleAfter } from './connection';
 
@@ -56,8 +56,7 @@ export class SessionsView implements vscode.TreeDataProvider<Node>, vscode.Dispo
   async refresh(): Promise<void> {
     try {
       const client = await this.conn.get();
-      const r = await client.call('Sessions', 'List', {});
-      this.sessions = (r.sessions as SessionInfo[]).sort((a, b) => b.updated_us - a.updated_us);
+      this.sessions = await listSessions(client);
       this.error = '';
       this.conn.noteSuccess();
     } catch (e) {

@@ -3,18 +3,10 @@
 // Problems panel at file:line; progress shows in a notification.
 import * as path from 'node:path';
 import * as vscode from 'vscode';
-import { Diagnostic, SkillEvent, runSkill } from '../client';
+import { Diagnostic, SkillEvent, SkillInfo, listSkills, runSkill } from '../client';
 import { Connection, shown } from './connection';
 
-export interface SkillInfo {
-  name: string;
-  description: string;
-  builtin: boolean;
-  source: string;
-  steps: string[];
-  flashes: boolean;
-  vars: Record<string, string>;
-}
+export type { SkillInfo } from '../client';
 
 type Node =
   | { kind: 'folder'; folder: vscode.WorkspaceFolder }
@@ -45,9 +37,9 @@ export class Skills implements vscode.TreeDataProvider<Node>, vscode.TaskProvide
 
   async list(folder: vscode.WorkspaceFolder): Promise<SkillInfo[]> {
     const client = await this.conn.get();
-    const r = await client.call('Skills', 'List', { project_root: folder.uri.fsPath });
-    this.cache.set(folder.uri.fsPath, r.skills);
-    return r.skills;
+    const skills = await listSkills(client, folder.uri.fsPath);
+    this.cache.set(folder.uri.fsPath, skills);
+    return skills;
   }
 
   async refresh(): Promise<void> {

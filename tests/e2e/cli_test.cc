@@ -1,6 +1,7 @@
 // The fwai CLI as a user runs it, against a real fwaid and the fake provider.
 #include <gtest/gtest.h>
 
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -117,6 +118,59 @@ TEST_F(CliTest, ContinueUsesTheProjectsLatestSession) {
   EXPECT_EQ(JsonLines(out).front()["session_id"], sid);
   ASSERT_EQ(Fwai({"--json", "chat", "--session", sid, "three"}, &out), 0);
   EXPECT_EQ(JsonLines(out).front()["session_id"], sid);
+}
+
+// The REPL as a person types into it: commands before any session, a
+// message that makes the session (in the mode chosen before it), commands
+// on that session, a new session, an unknown command; Ctrl-D ends it.
+TEST_F(CliTest, TheReplRunsCommandsAndMakesTheSessionWithItsFirstMessage) {
+  FakeReply r;
+  r.chunks = {"Hello from the agent"};
+  fake_.Enqueue(r);
+  const std::string input = daemon_->project_dir() + "/../repl-input.txt";
+  {
+    std::ofstream in(input);
+    in << "/session\n/mode\n/plan\n/mode\n/todos\n/bogus\n\nsay hello to the engineer\n"
+          "/session\n/mode\n/todos\n/new\n/session\n";
+  }
+  const std::string home = daemon_->project_dir() + "/../repl-home";
+  std::vector<std::string> argv = {std::string(FWAI_BIN_DIR) + "/fwai", "--daemon",
+                                   daemon_->address(), "--project", daemon_->project_dir()};
+  std::string out, err;
+  ASSERT_EQ(
+      RunCommand(argv, &out, &err, {"HOME=" + home, "XDG_DATA_HOME=" + home + "/data"}, 60, input),
+      0)
+      << err << out;
+  auto after = [&](const std::string& what, size_t from) {
+    size_t at = out.find(what, from);
+    EXPECT_NE(at, std::string::npos) << "no '" << what << "' after " << from << " in:\n" << out;
+    return at == std::string::npos ? from : at + what.size();
+  };
+  size_t at = after("(none yet)", 0);
+  at = after("act", at);
+  at = after("(the next session starts in plan mode)", at);
+  at = after("plan", at);
+  at = after("(no todos yet)", at);
+  at = after("unknown command /bogus (/help)", at);
+  at = after("Hello from the agent", at);
+  // The session the message made: its id on stderr, the same by /session,
+  // in plan mode.
+  const size_t sid_at = err.find("session s-");
+  ASSERT_NE(sid_at, std::string::npos) << err;
+  const std::string sid = err.substr(sid_at + 8, err.find_first_of(" \n", sid_at + 8) - sid_at - 8);
+  at = after(sid, at);
+  at = after("plan", at);
+  at = after("(no todos)", at);
+  at = after("(a new session starts with the next message)", at);
+  after("(none yet)", at);
+  EXPECT_EQ(fake_.requests().size(), 1u);
+  // The history is kept in the person's data dir (libedit's format: a
+  // space is \040).
+  std::ifstream history(home + "/data/fwai/repl_history");
+  std::stringstream h;
+  h << history.rdbuf();
+  EXPECT_NE(h.str().find("/bogus"), std::string::npos) << h.str();
+  EXPECT_NE(h.str().find("the\\040engineer"), std::string::npos) << h.str();
 }
 
 TEST_F(CliTest, ExitCodes) {

@@ -718,6 +718,91 @@ absl::StatusOr<std::unique_ptr<KnowledgeBase>> KnowledgeBase::Open(Storage& stor
   return std::unique_ptr<KnowledgeBase>(new KnowledgeBase(std::move(impl)));
 }
 
+namespace {
+
+// The document of `req`'s collection named as `req` is (null if none); a
+// document of that collection with the same content makes `*result` say
+// it is unchanged (and, under another name, a duplicate of it).
+const DocRec* FindIngested(KnowledgeBase::Impl& m, const IngestRequest& req,
+                           const std::string& hash, IngestResult* result) {
+  const DocRec* old = nullptr;
+  std::shared_lock<std::shared_mutex> lock(m.mu);
+  for (const auto& d : m.slots) {
+    if (!d || d->info.collection != req.collection) continue;
+    if (d->info.name == req.name) old = d.get();
+    if (d->info.content_hash == hash) {
+      result->doc_id = d->info.id;
+      result->chunks = d->info.chunks;
+      result->pages = d->info.pages;
+      result->unchanged = true;
+      if (d->info.name != req.name) result->duplicate_of = d->info.name;
+    }
+  }
+  return old;
+}
+
+// What the index keeps of a document: its id (of collection, name and
+// content), name, format, title, kind, tags, size and times.
+DocumentInfo InfoOf(const IngestRequest& req, const ExtractedDoc& doc, const std::string& hash,
+                    size_t chunks) {
+  DocumentInfo info;
+  info.id = "d-" + Sha256Hex(req.collection + '\0' + req.name + '\0' + hash).substr(0, 16);
+  info.name = req.name;
+  info.collection = req.collection;
+  info.format = DocFormatName(doc.format);
+  info.title = doc.title;
+  info.content_hash = hash;
+  info.kind = req.kind.empty() ? (doc.format == DocFormat::kCode ? "code" : "doc") : req.kind;
+  info.tags = req.tags;
+  info.bytes = static_cast<int64_t>(req.bytes.size());
+  info.indexed_us = NowMicros();
+  info.modified_us = req.modified_us;
+  info.pages = doc.format == DocFormat::kPdf ? static_cast<int>(doc.pages.size()) : 0;
+  info.chunks = static_cast<int>(chunks);
+  return info;
+}
+
+// The chunk records of `rec` (ordinals from `first`, which it notes, with
+// their content types): in `batch`, or with commit slices configured in
+// slices of about that many bytes.
+void PutChunks(const KnowledgeBase::Impl& m, const std::vector<ChunkDraft>& chunks,
+               const std::vector<std::vector<float>>& vecs, uint64_t first, DocRec& rec,
+               std::deque<WriteBatch>& slices, WriteBatch& batch) {
+  int64_t slice_bytes = 0;
+  const int64_t now = NowMicros();
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    const auto& c = chunks[i];
+    uint32_t o = static_cast<uint32_t>(first + i);
+    rec.ordinals.push_back(o);
+    rec.types.push_back(TypeCode(c.content_type));
+    json meta = {{"doc_id", rec.info.id},
+                 {"title_path", c.title_path},
+                 {"page", c.page},
+                 {"start_line", c.start_line},
+                 {"end_line", c.end_line},
+                 {"content_type", c.content_type},
+                 {"section", c.section},
+                 {"tokens", c.tokens},
+                 {"chars", c.text.size()},
+                 {"index", i},
+                 {"identifiers", FindIdentifiers(c.text, 32)},
+                 {"indexed_us", now}};
+    std::string value = EncodeChunk(meta, c.text, vecs[i].data(), m.embedder.dimension());
+    if (m.options.commit_slice_bytes <= 0) {
+      batch.Put(Cf::kChunks, ChunkKey(o), value);
+      continue;
+    }
+    if (slices.empty() || slice_bytes >= m.options.commit_slice_bytes) {
+      slices.emplace_back();
+      slice_bytes = 0;
+    }
+    slice_bytes += static_cast<int64_t>(value.size());
+    slices.back().Put(Cf::kChunks, ChunkKey(o), value);
+  }
+}
+
+}  // namespace
+
 absl::StatusOr<IngestResult> KnowledgeBase::Ingest(
     IngestRequest req, const std::function<void(const std::string&)>& progress) {
   Impl& m = *impl_;
@@ -734,22 +819,8 @@ absl::StatusOr<IngestResult> KnowledgeBase::Ingest(
   std::lock_guard<std::mutex> writer(m.ingest_mu);
   const std::string hash = Sha256Hex(req.bytes);
   IngestResult result;
-  const DocRec* old = nullptr;
-  {
-    std::shared_lock<std::shared_mutex> lock(m.mu);
-    for (const auto& d : m.slots) {
-      if (!d || d->info.collection != req.collection) continue;
-      if (d->info.name == req.name) old = d.get();
-      if (d->info.content_hash == hash) {
-        result.doc_id = d->info.id;
-        result.chunks = d->info.chunks;
-        result.pages = d->info.pages;
-        result.unchanged = true;
-        if (d->info.name != req.name) result.duplicate_of = d->info.name;
-      }
-    }
-    if (result.unchanged) return result;
-  }
+  const DocRec* old = FindIngested(m, req, hash, &result);
+  if (result.unchanged) return result;
   stage("extracting");
   ASSIGN_OR_RETURN(ExtractedDoc doc, ExtractDocument(req.name, req.bytes));
   stage("chunking");
@@ -759,20 +830,8 @@ absl::StatusOr<IngestResult> KnowledgeBase::Ingest(
   if (chunks.empty())
     return absl::InvalidArgumentError(absl::StrCat(req.name, ": no text to index"));
   auto rec = std::make_unique<DocRec>();
-  DocumentInfo& info = rec->info;
-  info.id = "d-" + Sha256Hex(req.collection + '\0' + req.name + '\0' + hash).substr(0, 16);
-  info.name = req.name;
-  info.collection = req.collection;
-  info.format = DocFormatName(doc.format);
-  info.title = doc.title;
-  info.content_hash = hash;
-  info.kind = req.kind.empty() ? (doc.format == DocFormat::kCode ? "code" : "doc") : req.kind;
-  info.tags = req.tags;
-  info.bytes = static_cast<int64_t>(req.bytes.size());
-  info.indexed_us = NowMicros();
-  info.modified_us = req.modified_us;
-  info.pages = doc.format == DocFormat::kPdf ? static_cast<int>(doc.pages.size()) : 0;
-  info.chunks = static_cast<int>(chunks.size());
+  rec->info = InfoOf(req, doc, hash, chunks.size());
+  const DocumentInfo& info = rec->info;
   std::vector<std::string> index_texts;
   index_texts.reserve(chunks.size());
   for (const auto& c : chunks) index_texts.push_back(Context(info, c.title_path) + "\n" + c.text);
@@ -808,43 +867,13 @@ absl::StatusOr<IngestResult> KnowledgeBase::Ingest(
   // slices leaves only records nothing refers to (a rebuild skips them, and
   // the next document, given the same ordinals, overwrites them).
   std::deque<WriteBatch> slices;
-  int64_t slice_bytes = 0;
   WriteBatch batch;
   if (old) {
     for (uint32_t o : old->ordinals) batch.Delete(Cf::kChunks, ChunkKey(o));
     batch.Delete(Cf::kDocuments, old->info.id);
     result.replaced_doc_id = old->info.id;
   }
-  const int64_t now = NowMicros();
-  for (size_t i = 0; i < chunks.size(); ++i) {
-    const auto& c = chunks[i];
-    uint32_t o = static_cast<uint32_t>(first + i);
-    rec->ordinals.push_back(o);
-    rec->types.push_back(TypeCode(c.content_type));
-    json meta = {{"doc_id", info.id},
-                 {"title_path", c.title_path},
-                 {"page", c.page},
-                 {"start_line", c.start_line},
-                 {"end_line", c.end_line},
-                 {"content_type", c.content_type},
-                 {"section", c.section},
-                 {"tokens", c.tokens},
-                 {"chars", c.text.size()},
-                 {"index", i},
-                 {"identifiers", FindIdentifiers(c.text, 32)},
-                 {"indexed_us", now}};
-    std::string value = EncodeChunk(meta, c.text, vecs[i].data(), m.embedder.dimension());
-    if (m.options.commit_slice_bytes <= 0) {
-      batch.Put(Cf::kChunks, ChunkKey(o), value);
-      continue;
-    }
-    if (slices.empty() || slice_bytes >= m.options.commit_slice_bytes) {
-      slices.emplace_back();
-      slice_bytes = 0;
-    }
-    slice_bytes += static_cast<int64_t>(value.size());
-    slices.back().Put(Cf::kChunks, ChunkKey(o), value);
-  }
+  PutChunks(m, chunks, vecs, first, *rec, slices, batch);
   batch.Put(Cf::kDocuments, info.id, DocToJson(*rec).dump());
   stage("writing");
   batch.Put(Cf::kMeta, kNextKey, EncodeU64(first + chunks.size()));

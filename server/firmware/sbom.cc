@@ -106,112 +106,107 @@ std::string PurlDeb(const std::string& name, const std::string& version, const s
                       arch.empty() ? "" : "?arch=" + arch);
 }
 
-}  // namespace
-
-absl::StatusOr<json> MakeSbom(const SbomInput& in) {
-  auto elf = ReadElfFile(in.image, true);
-  if (!elf.ok()) return elf.status();
-  auto image = HashFile(in.image);
-  if (!image.ok()) return image.status();
-  const std::string root = in.project_root;
-  json firmware = {
-      {"type", "firmware"},
-      {"bom-ref", "firmware"},
-      {"name", in.project_name.empty() ? fs::path(in.image).stem().string() : in.project_name},
-      {"hashes", json::array({{{"alg", "SHA-256"}, {"content", image->sha256}}})},
-      {"properties", json::array({Prop("fwai:image", Rel(in.image, root)),
-                                  Prop("fwai:image_bytes", std::to_string(image->bytes))})}};
-  if (!in.target.empty()) firmware["properties"].push_back(Prop("fwai:target", in.target));
+// What MakeSbom gathers: the firmware component, the others, what the
+// firmware depends on (objects and libraries linked in), the bom-refs used
+// and the Debian package of each toolchain file.
+struct SbomParts {
+  json firmware;
   json components = json::array();
   json depends = json::array();
   std::set<std::string> refs;
-  // The toolchain: one component per Debian package, its binaries inside.
   std::map<std::string, std::string> package_of;  // file -> package
-  if (in.toolchain.is_object()) {
-    std::map<std::string, json> by_package;
-    for (const auto& p : in.toolchain.value("packages", json::array()))
-      by_package[p.value("name", "")] = p;
-    std::map<std::string, json> nested;
-    for (const auto& b : in.toolchain.value("binaries", json::array())) {
-      const std::string pkg = b.value("package", "");
-      package_of[b.value("path", "")] = pkg;
-      json file = {{"type", "file"},
-                   {"bom-ref", "toolchain-file:" + b.value("path", "")},
-                   {"name", b.value("path", "")},
-                   {"description", b.value("role", "")},
-                   {"properties", json::array({Prop("fwai:role", "toolchain-file")})}};
-      if (b.value("sha256", "").size() == 64)
-        file["hashes"] = json::array({{{"alg", "SHA-256"}, {"content", b["sha256"]}}});
-      nested[pkg.empty() ? "(not packaged)" : pkg].push_back(file);
-    }
-    const json verify = in.toolchain.value("dpkg_verify", json::object());
-    for (auto& [pkg, files] : nested) {
-      const json p = by_package.count(pkg) ? by_package[pkg] : json::object();
-      json c = {
-          {"type", absl::StrContains(pkg, "newlib") || absl::StrContains(pkg, "libc")
-                       ? "library"
-                       : "application"},
-          {"bom-ref", "toolchain:" + pkg},
-          {"name", pkg},
-          {"components", files},
-          {"properties",
-           json::array({Prop("fwai:role", "toolchain"),
-                        Prop("fwai:dpkg_verify", verify.value("ok", false) ? "ok" : "failed")})}};
-      if (!p.value("version", "").empty()) {
-        c["version"] = p.value("version", "");
-        c["purl"] = PurlDeb(pkg, p.value("version", ""), p.value("architecture", ""));
-      }
-      refs.insert(c["bom-ref"].get<std::string>());
-      components.push_back(std::move(c));
-    }
-    firmware["properties"].push_back(
-        Prop("fwai:toolchain_verified", in.toolchain.value("verified", false) ? "true" : "false"));
-    if (!in.toolchain.value("producer", "").empty())
-      firmware["properties"].push_back(Prop("fwai:producer", in.toolchain.value("producer", "")));
+};
+
+// The toolchain: one component per Debian package, its binaries inside.
+void AddToolchain(const json& toolchain, SbomParts& parts) {
+  std::map<std::string, json> by_package;
+  for (const auto& p : toolchain.value("packages", json::array()))
+    by_package[p.value("name", "")] = p;
+  std::map<std::string, json> nested;
+  for (const auto& b : toolchain.value("binaries", json::array())) {
+    const std::string pkg = b.value("package", "");
+    parts.package_of[b.value("path", "")] = pkg;
+    json file = {{"type", "file"},
+                 {"bom-ref", "toolchain-file:" + b.value("path", "")},
+                 {"name", b.value("path", "")},
+                 {"description", b.value("role", "")},
+                 {"properties", json::array({Prop("fwai:role", "toolchain-file")})}};
+    if (b.value("sha256", "").size() == 64)
+      file["hashes"] = json::array({{{"alg", "SHA-256"}, {"content", b["sha256"]}}});
+    nested[pkg.empty() ? "(not packaged)" : pkg].push_back(file);
   }
-  // What the linker took: object files and archive members (the map), by hash.
-  const std::string map = FindLinkerMap(in.image);
-  if (!map.empty()) {
-    firmware["properties"].push_back(Prop("fwai:linker_map", Rel(map, root)));
-    for (const auto& li : ParseLinkerInputs(
-             ReadAll(map), root.empty() ? fs::path(in.image).parent_path().string() : root)) {
-      auto d = HashFile(li.path);
-      if (!d.ok()) continue;
-      const std::string name = Inside(li.path, root) ? Rel(li.path, root) : li.path;
-      json c = {{"type", li.archive ? "library" : "file"},
-                {"bom-ref", (li.archive ? "library:" : "object:") + name},
-                {"name", li.archive ? fs::path(li.path).filename().string() : name},
-                {"hashes", Hashes(*d)},
-                {"properties", json::array({Prop("fwai:role", li.archive ? "library" : "object"),
-                                            Prop("fwai:path", name)})}};
-      if (li.archive) {
-        std::set<std::string> wanted(li.members.begin(), li.members.end());
-        auto members = ArchiveMembers(li.path, wanted);
-        json nested = json::array();
-        for (const auto& m : li.members) {
-          json mc = {{"type", "file"},
-                     {"bom-ref", absl::StrCat("member:", name, "(", m, ")")},
-                     {"name", absl::StrCat(fs::path(li.path).filename().string(), "(", m, ")")},
-                     {"properties", json::array({Prop("fwai:role", "member")})}};
-          if (members.count(m)) mc["hashes"] = Hashes(members[m]);
-          nested.push_back(std::move(mc));
-        }
-        c["components"] = nested;
-      }
-      for (const auto& [file, pkg] : package_of) {
-        if (!pkg.empty() && fs::path(file).parent_path() == fs::path(li.path).parent_path()) {
-          c["properties"].push_back(Prop("fwai:package", pkg));
-          break;
-        }
-      }
-      if (!refs.insert(c["bom-ref"].get<std::string>()).second) continue;
-      depends.push_back(c["bom-ref"]);
-      components.push_back(std::move(c));
+  const json verify = toolchain.value("dpkg_verify", json::object());
+  for (auto& [pkg, files] : nested) {
+    const json p = by_package.count(pkg) ? by_package[pkg] : json::object();
+    json c = {
+        {"type", absl::StrContains(pkg, "newlib") || absl::StrContains(pkg, "libc")
+                     ? "library"
+                     : "application"},
+        {"bom-ref", "toolchain:" + pkg},
+        {"name", pkg},
+        {"components", files},
+        {"properties",
+         json::array({Prop("fwai:role", "toolchain"),
+                      Prop("fwai:dpkg_verify", verify.value("ok", false) ? "ok" : "failed")})}};
+    if (!p.value("version", "").empty()) {
+      c["version"] = p.value("version", "");
+      c["purl"] = PurlDeb(pkg, p.value("version", ""), p.value("architecture", ""));
     }
+    parts.refs.insert(c["bom-ref"].get<std::string>());
+    parts.components.push_back(std::move(c));
   }
-  // The project's sources compiled in (DWARF line tables), by hash.
+  parts.firmware["properties"].push_back(
+      Prop("fwai:toolchain_verified", toolchain.value("verified", false) ? "true" : "false"));
+  if (!toolchain.value("producer", "").empty())
+    parts.firmware["properties"].push_back(Prop("fwai:producer", toolchain.value("producer", "")));
+}
+
+// What the linker took: object files and archive members (the map), by hash.
+void AddLinkerInputs(const std::string& image, const std::string& root, SbomParts& parts) {
+  const std::string map = FindLinkerMap(image);
+  if (map.empty()) return;
+  parts.firmware["properties"].push_back(Prop("fwai:linker_map", Rel(map, root)));
+  for (const auto& li : ParseLinkerInputs(
+           ReadAll(map), root.empty() ? fs::path(image).parent_path().string() : root)) {
+    auto d = HashFile(li.path);
+    if (!d.ok()) continue;
+    const std::string name = Inside(li.path, root) ? Rel(li.path, root) : li.path;
+    json c = {{"type", li.archive ? "library" : "file"},
+              {"bom-ref", (li.archive ? "library:" : "object:") + name},
+              {"name", li.archive ? fs::path(li.path).filename().string() : name},
+              {"hashes", Hashes(*d)},
+              {"properties", json::array({Prop("fwai:role", li.archive ? "library" : "object"),
+                                          Prop("fwai:path", name)})}};
+    if (li.archive) {
+      std::set<std::string> wanted(li.members.begin(), li.members.end());
+      auto members = ArchiveMembers(li.path, wanted);
+      json nested = json::array();
+      for (const auto& m : li.members) {
+        json mc = {{"type", "file"},
+                   {"bom-ref", absl::StrCat("member:", name, "(", m, ")")},
+                   {"name", absl::StrCat(fs::path(li.path).filename().string(), "(", m, ")")},
+                   {"properties", json::array({Prop("fwai:role", "member")})}};
+        if (members.count(m)) mc["hashes"] = Hashes(members[m]);
+        nested.push_back(std::move(mc));
+      }
+      c["components"] = nested;
+    }
+    for (const auto& [file, pkg] : parts.package_of) {
+      if (!pkg.empty() && fs::path(file).parent_path() == fs::path(li.path).parent_path()) {
+        c["properties"].push_back(Prop("fwai:package", pkg));
+        break;
+      }
+    }
+    if (!parts.refs.insert(c["bom-ref"].get<std::string>()).second) continue;
+    parts.depends.push_back(c["bom-ref"]);
+    parts.components.push_back(std::move(c));
+  }
+}
+
+// The project's sources compiled in (DWARF line tables), by hash.
+void AddSources(const ElfFile& elf, const std::string& root, SbomParts& parts) {
   std::set<std::string> sources;
-  for (const auto& u : elf->units) {
+  for (const auto& u : elf.units) {
     sources.insert(u.name);
     for (const auto& f : u.files) sources.insert(f);
   }
@@ -226,15 +221,17 @@ absl::StatusOr<json> MakeSbom(const SbomInput& in) {
               {"name", name},
               {"hashes", Hashes(*d)},
               {"properties", json::array({Prop("fwai:role", "source")})}};
-    if (!refs.insert(c["bom-ref"].get<std::string>()).second) continue;
+    if (!parts.refs.insert(c["bom-ref"].get<std::string>()).second) continue;
     source_refs.push_back(c["bom-ref"]);
-    components.push_back(std::move(c));
+    parts.components.push_back(std::move(c));
   }
-  if (elf->units.empty())
-    firmware["properties"].push_back(
+  if (elf.units.empty())
+    parts.firmware["properties"].push_back(
         Prop("fwai:sources", "unknown: the image has no DWARF (build with -g)"));
-  json dependencies = json::array({{{"ref", "firmware"}, {"dependsOn", depends}}});
-  // Formulation: the run's steps.
+}
+
+// Formulation: the run's steps as a CycloneDX workflow.
+json Workflow(const SbomInput& in) {
   json steps = json::array();
   std::set<std::string> task_types;
   for (const auto& s : in.steps) {
@@ -261,23 +258,47 @@ absl::StatusOr<json> MakeSbom(const SbomInput& in) {
       {"name", in.skill.empty() ? "build" : in.skill},
       {"taskTypes", json(std::vector<std::string>(task_types.begin(), task_types.end()))},
       {"steps", steps}};
-  json bom = {
-      {"bomFormat", "CycloneDX"},
-      {"specVersion", "1.6"},
-      {"serialNumber", "urn:uuid:" + Uuid4()},
-      {"version", 1},
-      {"metadata",
-       {{"timestamp", Now()},
-        {"tools",
-         {{"components",
-           json::array({{{"type", "application"},
-                         {"name", "fwai"},
-                         {"version", in.tool_version.empty() ? "0" : in.tool_version}}})}}},
-        {"component", firmware}}},
-      {"components", components},
-      {"dependencies", dependencies},
-      {"formulation",
-       json::array({{{"bom-ref", "formulation:" + uid}, {"workflows", json::array({workflow})}}})}};
+  return workflow;
+}
+
+}  // namespace
+
+absl::StatusOr<json> MakeSbom(const SbomInput& in) {
+  auto elf = ReadElfFile(in.image, true);
+  if (!elf.ok()) return elf.status();
+  auto image = HashFile(in.image);
+  if (!image.ok()) return image.status();
+  const std::string root = in.project_root;
+  SbomParts parts;
+  parts.firmware = {
+      {"type", "firmware"},
+      {"bom-ref", "firmware"},
+      {"name", in.project_name.empty() ? fs::path(in.image).stem().string() : in.project_name},
+      {"hashes", json::array({{{"alg", "SHA-256"}, {"content", image->sha256}}})},
+      {"properties", json::array({Prop("fwai:image", Rel(in.image, root)),
+                                  Prop("fwai:image_bytes", std::to_string(image->bytes))})}};
+  if (!in.target.empty()) parts.firmware["properties"].push_back(Prop("fwai:target", in.target));
+  if (in.toolchain.is_object()) AddToolchain(in.toolchain, parts);
+  AddLinkerInputs(in.image, root, parts);
+  AddSources(*elf, root, parts);
+  json dependencies = json::array({{{"ref", "firmware"}, {"dependsOn", parts.depends}}});
+  const std::string uid = in.run_id.empty() ? "image" : in.run_id;
+  json bom = {{"bomFormat", "CycloneDX"},
+              {"specVersion", "1.6"},
+              {"serialNumber", "urn:uuid:" + Uuid4()},
+              {"version", 1},
+              {"metadata",
+               {{"timestamp", Now()},
+                {"tools",
+                 {{"components",
+                   json::array({{{"type", "application"},
+                                 {"name", "fwai"},
+                                 {"version", in.tool_version.empty() ? "0" : in.tool_version}}})}}},
+                {"component", parts.firmware}}},
+              {"components", parts.components},
+              {"dependencies", dependencies},
+              {"formulation", json::array({{{"bom-ref", "formulation:" + uid},
+                                            {"workflows", json::array({Workflow(in)})}}})}};
   if (!in.run_id.empty())
     bom["metadata"]["properties"] = json::array({Prop("fwai:run_id", in.run_id)});
   return bom;

@@ -621,6 +621,96 @@ std::vector<std::pair<uint32_t, float>> Bm25Index::Search(
   return out;
 }
 
+struct Bm25Index::PrunedTerm {
+  float weight = 0, idf = 0;
+  double ub = 0;
+  Cursor cur;
+};
+
+// MaxScore: terms by ascending bound; once the k-th best score exceeds the
+// bounds of the weakest terms together, a doc holding only those cannot
+// enter, so only the others' postings are walked and the weak ones are
+// probed (by skip blocks) for the docs found there.
+std::vector<std::pair<uint32_t, float>> Bm25Index::MaxScoreTopK(
+    std::vector<std::unique_ptr<PrunedTerm>>& terms, size_t k,
+    const std::function<bool(uint32_t)>& accept, float avg_len) const {
+  using Term = PrunedTerm;
+  const float k1 = params_.k1, b = params_.b;
+  const size_t nt = terms.size();
+  std::vector<size_t> ord(nt);
+  for (size_t i = 0; i < nt; ++i) ord[i] = i;
+  std::stable_sort(ord.begin(), ord.end(),
+                   [&](size_t a, size_t c) { return terms[a]->ub < terms[c]->ub; });
+  std::vector<double> prefix(nt + 1, 0.0);  // prefix[i]: bound of ord[0..i-1]
+  for (size_t i = 0; i < nt; ++i) prefix[i + 1] = prefix[i] + terms[ord[i]]->ub;
+  auto better = [](const std::pair<uint32_t, float>& a, const std::pair<uint32_t, float>& c) {
+    return a.second > c.second || (a.second == c.second && a.first < c.first);
+  };
+  std::vector<std::pair<uint32_t, float>> heap;  // the worst of the best k on top
+  heap.reserve(k + 1);
+  double theta = -1;  // the k-th best score once there are k
+  size_t first_essential = 0;
+  std::vector<uint32_t> tf_at(nt, 0);
+  std::vector<size_t> at_doc;
+  at_doc.reserve(nt);
+  for (;;) {
+    uint32_t d = kEnd;
+    for (size_t i = first_essential; i < nt; ++i) d = std::min(d, terms[ord[i]]->cur.doc);
+    if (d == kEnd) break;
+    at_doc.clear();
+    double est = 0;
+    for (size_t i = first_essential; i < nt; ++i) {
+      Term& t = *terms[ord[i]];
+      if (t.cur.doc != d) continue;
+      at_doc.push_back(ord[i]);
+      tf_at[ord[i]] = t.cur.tf;
+      est += TermScore(t.weight, t.idf, t.cur.tf, doc_len_[d] - 1, k1, b, avg_len);
+    }
+    const bool full = heap.size() >= k;
+    bool pruned = full && (est + prefix[first_essential]) * (1 + kSlack) < theta;
+    for (size_t j = first_essential; j-- > 0 && !pruned;) {
+      Term& t = *terms[ord[j]];
+      t.cur.SkipTo(d);
+      if (t.cur.doc == d) {
+        at_doc.push_back(ord[j]);
+        tf_at[ord[j]] = t.cur.tf;
+        est += TermScore(t.weight, t.idf, t.cur.tf, doc_len_[d] - 1, k1, b, avg_len);
+      }
+      pruned = full && (est + prefix[j]) * (1 + kSlack) < theta;
+    }
+    if (!pruned) {
+      // The exact score, summed in query order as Search() sums it.
+      float score = 0.0f;
+      for (size_t i = 0; i < nt; ++i) {
+        if (tf_at[i] == 0) continue;
+        const Term& t = *terms[i];
+        score += TermScore(t.weight, t.idf, tf_at[i], doc_len_[d] - 1, k1, b, avg_len);
+      }
+      const std::pair<uint32_t, float> cand{d, score};
+      if ((!full || better(cand, heap.front())) && (!accept || accept(d))) {
+        heap.push_back(cand);
+        std::push_heap(heap.begin(), heap.end(), better);
+        if (heap.size() > k) {
+          std::pop_heap(heap.begin(), heap.end(), better);
+          heap.pop_back();
+        }
+        if (heap.size() >= k) {
+          theta = heap.front().second;
+          while (first_essential < nt && prefix[first_essential + 1] * (1 + kSlack) < theta)
+            ++first_essential;
+        }
+      }
+    }
+    for (size_t i : at_doc) tf_at[i] = 0;
+    for (size_t i = first_essential; i < nt; ++i) {
+      Term& t = *terms[ord[i]];
+      if (t.cur.doc == d) t.cur.Next();
+    }
+  }
+  std::sort(heap.begin(), heap.end(), better);
+  return heap;
+}
+
 std::optional<std::vector<std::pair<uint32_t, float>>> Bm25Index::SearchPruned(
     const std::vector<std::pair<std::string, float>>& query, size_t k,
     const std::function<bool(uint32_t)>& accept, Groups* groups) const {
@@ -635,11 +725,7 @@ std::optional<std::vector<std::pair<uint32_t, float>>> Bm25Index::SearchPruned(
   if (num_docs_ == 0 || k == 0) return out;
   const float avg_len = static_cast<float>(total_len_) / num_docs_;
   const float k1 = params_.k1, b = params_.b;
-  struct Term {
-    float weight = 0, idf = 0;
-    double ub = 0;
-    Cursor cur;
-  };
+  using Term = PrunedTerm;
   std::vector<std::unique_ptr<Term>> terms;
   terms.reserve(query.size());
   // Group scores: one pass over each term's group postings (and the mutable
@@ -717,84 +803,7 @@ std::optional<std::vector<std::pair<uint32_t, float>>> Bm25Index::SearchPruned(
     }
   }
   if (terms.empty()) return out;
-  // MaxScore: terms by ascending bound; once the k-th best score exceeds
-  // the bounds of the weakest terms together, a doc holding only those
-  // cannot enter, so only the others' postings are walked and the weak
-  // ones are probed (by skip blocks) for the docs found there.
-  const size_t nt = terms.size();
-  std::vector<size_t> ord(nt);
-  for (size_t i = 0; i < nt; ++i) ord[i] = i;
-  std::stable_sort(ord.begin(), ord.end(),
-                   [&](size_t a, size_t c) { return terms[a]->ub < terms[c]->ub; });
-  std::vector<double> prefix(nt + 1, 0.0);  // prefix[i]: bound of ord[0..i-1]
-  for (size_t i = 0; i < nt; ++i) prefix[i + 1] = prefix[i] + terms[ord[i]]->ub;
-  auto better = [](const std::pair<uint32_t, float>& a, const std::pair<uint32_t, float>& c) {
-    return a.second > c.second || (a.second == c.second && a.first < c.first);
-  };
-  std::vector<std::pair<uint32_t, float>> heap;  // the worst of the best k on top
-  heap.reserve(k + 1);
-  double theta = -1;  // the k-th best score once there are k
-  size_t first_essential = 0;
-  std::vector<uint32_t> tf_at(nt, 0);
-  std::vector<size_t> at_doc;
-  at_doc.reserve(nt);
-  for (;;) {
-    uint32_t d = kEnd;
-    for (size_t i = first_essential; i < nt; ++i) d = std::min(d, terms[ord[i]]->cur.doc);
-    if (d == kEnd) break;
-    at_doc.clear();
-    double est = 0;
-    for (size_t i = first_essential; i < nt; ++i) {
-      Term& t = *terms[ord[i]];
-      if (t.cur.doc != d) continue;
-      at_doc.push_back(ord[i]);
-      tf_at[ord[i]] = t.cur.tf;
-      est += TermScore(t.weight, t.idf, t.cur.tf, doc_len_[d] - 1, k1, b, avg_len);
-    }
-    const bool full = heap.size() >= k;
-    bool pruned = full && (est + prefix[first_essential]) * (1 + kSlack) < theta;
-    for (size_t j = first_essential; j-- > 0 && !pruned;) {
-      Term& t = *terms[ord[j]];
-      t.cur.SkipTo(d);
-      if (t.cur.doc == d) {
-        at_doc.push_back(ord[j]);
-        tf_at[ord[j]] = t.cur.tf;
-        est += TermScore(t.weight, t.idf, t.cur.tf, doc_len_[d] - 1, k1, b, avg_len);
-      }
-      pruned = full && (est + prefix[j]) * (1 + kSlack) < theta;
-    }
-    if (!pruned) {
-      // The exact score, summed in query order as Search() sums it.
-      float score = 0.0f;
-      for (size_t i = 0; i < nt; ++i) {
-        if (tf_at[i] == 0) continue;
-        const Term& t = *terms[i];
-        score += TermScore(t.weight, t.idf, tf_at[i], doc_len_[d] - 1, k1, b, avg_len);
-      }
-      const std::pair<uint32_t, float> cand{d, score};
-      if ((!full || better(cand, heap.front())) && (!accept || accept(d))) {
-        heap.push_back(cand);
-        std::push_heap(heap.begin(), heap.end(), better);
-        if (heap.size() > k) {
-          std::pop_heap(heap.begin(), heap.end(), better);
-          heap.pop_back();
-        }
-        if (heap.size() >= k) {
-          theta = heap.front().second;
-          while (first_essential < nt && prefix[first_essential + 1] * (1 + kSlack) < theta)
-            ++first_essential;
-        }
-      }
-    }
-    for (size_t i : at_doc) tf_at[i] = 0;
-    for (size_t i = first_essential; i < nt; ++i) {
-      Term& t = *terms[ord[i]];
-      if (t.cur.doc == d) t.cur.Next();
-    }
-  }
-  out = std::move(heap);
-  std::sort(out.begin(), out.end(), better);
-  return out;
+  return MaxScoreTopK(terms, k, accept, avg_len);
 }
 
 std::vector<std::pair<uint32_t, float>> Bm25Index::ScoreDocs(

@@ -139,6 +139,13 @@ class Bm25Index {
   void Write(const std::function<void(const char*, size_t)>& out, uint64_t generation,
              const std::function<uint32_t(uint32_t)>& group_key) const;
   struct Cursor;
+  // A query term as SearchPruned walks it: its weight, idf, the bound of
+  // its contribution and its cursor over both tiers.
+  struct PrunedTerm;
+  // The best `k` accepted docs of `terms` by MaxScore (best first).
+  std::vector<std::pair<uint32_t, float>> MaxScoreTopK(
+      std::vector<std::unique_ptr<PrunedTerm>>& terms, size_t k,
+      const std::function<bool(uint32_t)>& accept, float avg_len) const;
   static absl::StatusOr<Bm25Index> FromImage(std::shared_ptr<const Image> image);
 
   Bm25Params params_;

@@ -1,6 +1,7 @@
 // Time sources. Code that needs time takes a Clock so tests can control it.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <string>
 
@@ -23,5 +24,18 @@ class Clock {
 
 // The real clock; a process-wide singleton that is never destroyed.
 const Clock& SystemClock();
+
+// A clock that moves only when told (tests): it starts at `start_us` and
+// stays there until Advance or Set. Safe from any thread.
+class ManualClock final : public Clock {
+ public:
+  explicit ManualClock(int64_t start_us = ::fwai::NowMicros()) : now_us_(start_us) {}
+  int64_t NowMicros() const override { return now_us_.load(); }
+  void Advance(int64_t us) { now_us_.fetch_add(us); }
+  void Set(int64_t us) { now_us_.store(us); }
+
+ private:
+  std::atomic<int64_t> now_us_;
+};
 
 }  // namespace fwai

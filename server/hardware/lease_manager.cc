@@ -49,6 +49,12 @@ LeaseRecord FromJson(const nlohmann::json& j) {
   return l;
 }
 
+// Why a lease that ran out ended.
+std::string ExpiryReason(const LeaseRecord& l) {
+  return l.expiry_reason.empty() ? absl::StrCat("its ", l.ttl_s, " s TTL ran out without a renewal")
+                                 : l.expiry_reason;
+}
+
 }  // namespace
 
 std::string DescribeHeld(const LeaseRecord& l) {
@@ -58,8 +64,11 @@ std::string DescribeHeld(const LeaseRecord& l) {
 }
 
 LeaseManager::LeaseManager(Storage& storage,
-                           std::function<void(const LeaseRecord&, const std::string&)> on_end)
-    : storage_(storage), on_end_(std::move(on_end)) {}
+                           std::function<void(const LeaseRecord&, const std::string&)> on_end,
+                           const Clock* clock)
+    : storage_(storage),
+      on_end_(std::move(on_end)),
+      clock_(clock != nullptr ? *clock : SystemClock()) {}
 
 LeaseManager::~LeaseManager() {
   {
@@ -71,7 +80,7 @@ LeaseManager::~LeaseManager() {
 }
 
 absl::Status LeaseManager::Start() {
-  const int64_t now = NowMicros();
+  const int64_t now = clock_.NowMicros();
   std::vector<std::string> expired;
   auto s = storage_.Scan(Cf::kLeases, kPrefix, "lease0",
                          [&](std::string_view key, std::string_view value) {
@@ -145,7 +154,7 @@ absl::StatusOr<LeaseRecord> LeaseManager::Acquire(
         if (it->second.identity == who.identity && it->second.session_id == who.session_id) {
           // Already ours: acquiring again renews it.
           it->second.ttl_s = ttl_s;
-          it->second.expires_us = NowMicros() + int64_t{ttl_s} * 1000000;
+          it->second.expires_us = clock_.NowMicros() + int64_t{ttl_s} * 1000000;
           if (auto s = Persist(it->second); !s.ok()) return s;
           LeaseRecord again = it->second;
           again.renewed = true;
@@ -166,7 +175,7 @@ absl::StatusOr<LeaseRecord> LeaseManager::Acquire(
       LeaseRecord l = who;
       l.lease_id = who.lease_id.empty() ? NewId("lease") : who.lease_id;
       l.device_id = id;
-      l.acquired_us = NowMicros();
+      l.acquired_us = clock_.NowMicros();
       l.ttl_s = ttl_s;
       l.expires_us = l.acquired_us + int64_t{ttl_s} * 1000000;
       if (auto s = Persist(l); !s.ok()) return s;
@@ -204,7 +213,7 @@ absl::StatusOr<LeaseRecord> LeaseManager::Acquire(
       q.w.session_id = who.session_id;
       q.w.wants = wants.empty() ? absl::StrJoin(candidates, ", ") : wants;
       q.w.candidates = candidates;
-      q.w.since_us = NowMicros();
+      q.w.since_us = clock_.NowMicros();
       q.w.until_us = q.w.since_us + int64_t{wait_ms} * 1000;
       queue_.push_back(std::move(q));
     }
@@ -244,7 +253,7 @@ absl::StatusOr<LeaseRecord> LeaseManager::Renew(const std::string& lease_id,
                        "; only its holder (or an admin) renews it (rule: the lease's holder)"));
     }
     if (l.held_elsewhere) return l;  // its owner's renewals come through SetExpiry
-    l.expires_us = NowMicros() + int64_t{l.ttl_s} * 1000000;
+    l.expires_us = clock_.NowMicros() + int64_t{l.ttl_s} * 1000000;
     if (auto s = Persist(l); !s.ok()) return s;
     return l;
   }
@@ -258,7 +267,7 @@ void LeaseManager::Touch(const std::string& device_id, const std::string& identi
   if (it == by_device_.end() || it->second.identity != identity) return;
   // A lease granted elsewhere lasts what its owner confirmed, however busy it is.
   if (it->second.held_elsewhere) return;
-  it->second.expires_us = NowMicros() + int64_t{it->second.ttl_s} * 1000000;
+  it->second.expires_us = clock_.NowMicros() + int64_t{it->second.ttl_s} * 1000000;
   (void)Persist(it->second);
 }
 
@@ -387,27 +396,38 @@ void LeaseManager::Sweep() {
   while (!stopping_) {
     cv_.wait_for(lock, std::chrono::milliseconds(250));
     if (stopping_) break;
-    const int64_t now = NowMicros();
-    std::vector<LeaseRecord> expired;
-    for (auto it = by_device_.begin(); it != by_device_.end();) {
-      if (it->second.expires_us <= now) {
-        expired.push_back(it->second);
-        Erase(it->first);
-        it = by_device_.erase(it);
-      } else {
-        ++it;
-      }
-    }
+    std::vector<LeaseRecord> expired = TakeExpiredLocked();
     if (expired.empty()) continue;
-    cv_.notify_all();
     lock.unlock();
-    for (const auto& l : expired) {
-      End(l, l.expiry_reason.empty()
-                 ? absl::StrCat("its ", l.ttl_s, " s TTL ran out without a renewal")
-                 : l.expiry_reason);
-    }
+    for (const auto& l : expired) End(l, ExpiryReason(l));
     lock.lock();
   }
+}
+
+std::vector<LeaseRecord> LeaseManager::TakeExpiredLocked() {
+  const int64_t now = clock_.NowMicros();
+  std::vector<LeaseRecord> expired;
+  for (auto it = by_device_.begin(); it != by_device_.end();) {
+    if (it->second.expires_us <= now) {
+      expired.push_back(it->second);
+      Erase(it->first);
+      it = by_device_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  if (!expired.empty()) cv_.notify_all();
+  return expired;
+}
+
+int LeaseManager::ExpireDue() {
+  std::vector<LeaseRecord> expired;
+  {
+    std::lock_guard lock(mu_);
+    expired = TakeExpiredLocked();
+  }
+  for (const auto& l : expired) End(l, ExpiryReason(l));
+  return static_cast<int>(expired.size());
 }
 
 }  // namespace fwai

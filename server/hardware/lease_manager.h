@@ -18,6 +18,7 @@
 
 namespace fwai {
 
+class Clock;
 class Storage;
 
 struct LeaseRecord {
@@ -53,9 +54,11 @@ struct LeaseWaiter {
 
 class LeaseManager {
  public:
-  // `on_end(lease, reason)` runs after a lease ends for any reason.
-  LeaseManager(Storage& storage,
-               std::function<void(const LeaseRecord&, const std::string&)> on_end);
+  // `on_end(lease, reason)` runs after a lease ends for any reason. Times
+  // (acquired, expires, the TTL running out) are `clock`'s (null: the
+  // system's); waiting in Acquire is real time.
+  LeaseManager(Storage& storage, std::function<void(const LeaseRecord&, const std::string&)> on_end,
+               const Clock* clock = nullptr);
   ~LeaseManager();
 
   // Loads persisted leases, dropping expired ones; starts the sweeper.
@@ -95,6 +98,10 @@ class LeaseManager {
   // leases that ended.
   std::vector<LeaseRecord> ReleaseTakenWith(const std::string& token_id, const std::string& reason);
 
+  // Ends the leases whose time has run out now (the sweeper does this
+  // every 250 ms); how many ended.
+  int ExpireDue();
+
   std::optional<LeaseRecord> Holder(const std::string& device_id) const;
   std::vector<LeaseRecord> All() const;
   // OK if `identity` (or `lease_id`) holds `device_id`; otherwise
@@ -112,8 +119,12 @@ class LeaseManager {
   std::vector<LeaseRecord> ReleaseIf(const std::function<bool(const LeaseRecord&)>& pred,
                                      const std::string& reason);
 
+  // The leases past their expiry, taken out (under mu_); ended by the caller.
+  std::vector<LeaseRecord> TakeExpiredLocked();
+
   Storage& storage_;
   std::function<void(const LeaseRecord&, const std::string&)> on_end_;
+  const Clock& clock_;
   mutable std::mutex mu_;
   std::condition_variable cv_;  // a lease ended
   std::map<std::string, LeaseRecord> by_device_;

@@ -604,10 +604,14 @@ TEST(LeaseManagerTest, HeldNamesTheHolderWaitersGetItAndTtlExpires) {
   ASSERT_TRUE(db.ok());
   std::vector<std::string> ended;
   std::mutex mu;
-  LeaseManager leases(**db, [&](const LeaseRecord& l, const std::string& why) {
-    std::lock_guard lock(mu);
-    ended.push_back(l.device_id + ": " + why);
-  });
+  ManualClock clock;
+  LeaseManager leases(
+      **db,
+      [&](const LeaseRecord& l, const std::string& why) {
+        std::lock_guard lock(mu);
+        ended.push_back(l.device_id + ": " + why);
+      },
+      &clock);
   ASSERT_TRUE(leases.Start().ok());
   auto ok = [](const std::string&) { return absl::OkStatus(); };
   LeaseRecord alice = Who("alice (uid 1000)", 1000);
@@ -635,11 +639,12 @@ TEST(LeaseManagerTest, HeldNamesTheHolderWaitersGetItAndTtlExpires) {
             absl::StatusCode::kPermissionDenied);
   EXPECT_EQ(leases.Release("", "b1", "uid:1000", true, false).status().code(),
             absl::StatusCode::kPermissionDenied);
-  // Bob's 1 s TTL runs out without renewal.
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(3);
-  while (leases.Holder("b1") && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
+  // Bob's 1 s TTL runs out without renewal: not a moment before.
+  clock.Advance(999000);
+  EXPECT_EQ(leases.ExpireDue(), 0);
+  EXPECT_TRUE(leases.Holder("b1").has_value());
+  clock.Advance(2000);
+  leases.ExpireDue();  // (or the sweeper, which runs on the same clock)
   EXPECT_FALSE(leases.Holder("b1").has_value());
   // The end callback runs just after the lease is dropped.
   for (int i = 0; i < 100; ++i) {
@@ -660,20 +665,21 @@ TEST(LeaseManagerTest, LeasesSurviveARestartAndExpiredOnesAreCleaned) {
   auto ok = [](const std::string&) { return absl::OkStatus(); };
   LeaseRecord who = Who("carol", 7, "s-1");
   std::string long_id;
+  ManualClock clock;
   {
     auto db = Storage::Open(dir);
     ASSERT_TRUE(db.ok());
-    LeaseManager leases(**db, nullptr);
+    LeaseManager leases(**db, nullptr, &clock);
     ASSERT_TRUE(leases.Start().ok());
     auto l = leases.Acquire({"long"}, who, 3600, 0, ok, nullptr);
     ASSERT_TRUE(l.ok());
     long_id = l->lease_id;
     ASSERT_TRUE(leases.Acquire({"short"}, who, 1, 0, ok, nullptr).ok());
   }
-  std::this_thread::sleep_for(std::chrono::milliseconds(1200));
+  clock.Advance(1200000);  // fwaid down for 1.2 s
   auto db = Storage::Open(dir);
   ASSERT_TRUE(db.ok());
-  LeaseManager leases(**db, nullptr);
+  LeaseManager leases(**db, nullptr, &clock);
   ASSERT_TRUE(leases.Start().ok());
   auto h = leases.Holder("long");
   ASSERT_TRUE(h.has_value());
@@ -701,15 +707,19 @@ TEST(LeaseManagerTest, UseExtendsALocalLeaseButNotOneHeldElsewhere) {
   ASSERT_TRUE(db.ok());
   std::vector<std::string> ended;
   std::mutex mu;
-  LeaseManager leases(**db, [&](const LeaseRecord& l, const std::string& why) {
-    std::lock_guard lock(mu);
-    ended.push_back(l.device_id + ": " + why);
-  });
+  ManualClock clock;
+  LeaseManager leases(
+      **db,
+      [&](const LeaseRecord& l, const std::string& why) {
+        std::lock_guard lock(mu);
+        ended.push_back(l.device_id + ": " + why);
+      },
+      &clock);
   ASSERT_TRUE(leases.Start().ok());
   auto ok = [](const std::string&) { return absl::OkStatus(); };
   auto local = leases.Acquire({"b1"}, Who("alice", 1000), 60, 0, ok, nullptr);
   ASSERT_TRUE(local.ok()) << local.status();
-  std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  clock.Advance(5000);
   leases.Touch("b1", "uid:1000");
   auto touched = leases.Holder("b1");
   ASSERT_TRUE(touched.has_value());
@@ -722,7 +732,7 @@ TEST(LeaseManagerTest, UseExtendsALocalLeaseButNotOneHeldElsewhere) {
   lab.identity = "lab:lab-1";
   auto stand_in = leases.Acquire({"b2"}, lab, 60, 0, ok, nullptr);
   ASSERT_TRUE(stand_in.ok()) << stand_in.status();
-  const int64_t until = NowMicros() + 1500000;
+  const int64_t until = clock.NowMicros() + 1500000;
   const std::string why = "lab lease lab-1 expired: its TTL ran out; etcd unreachable";
   ASSERT_TRUE(leases.SetExpiry(stand_in->lease_id, until, why).ok());
   leases.Touch("b2", "lab:lab-1");
@@ -732,14 +742,18 @@ TEST(LeaseManagerTest, UseExtendsALocalLeaseButNotOneHeldElsewhere) {
   ASSERT_TRUE(leases.Holder("b2").has_value());
   EXPECT_EQ(leases.Holder("b2")->expires_us, until);
   EXPECT_TRUE(leases.Holder("b2")->held_elsewhere);
-  // Kept busy, it still ends when it was set to.
-  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-  while (leases.Holder("b2") && std::chrono::steady_clock::now() < give_up) {
+  // Kept busy, it still ends when it was set to, and not before.
+  for (int i = 0; i < 14; ++i) {
+    clock.Advance(100000);
     leases.Touch("b2", "lab:lab-1");
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    leases.ExpireDue();
   }
+  ASSERT_TRUE(leases.Holder("b2").has_value()) << "the stand-in ended before it was set to";
+  clock.Advance(100000);
+  leases.Touch("b2", "lab:lab-1");
+  leases.ExpireDue();
   ASSERT_FALSE(leases.Holder("b2").has_value()) << "a busy stand-in outlived what was confirmed";
-  EXPECT_GE(NowMicros(), until);
+  EXPECT_GE(clock.NowMicros(), until);
   EXPECT_EQ(leases.SetExpiry(stand_in->lease_id, until, why).code(), absl::StatusCode::kNotFound);
   EXPECT_TRUE(leases.Holder("b1").has_value());
   for (int i = 0; i < 250; ++i) {

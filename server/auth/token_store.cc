@@ -37,8 +37,9 @@ std::string When(int64_t us) { return FormatUtc(us); }
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<TokenStore>> TokenStore::Open(Storage& storage) {
-  std::unique_ptr<TokenStore> store(new TokenStore(storage));
+absl::StatusOr<std::unique_ptr<TokenStore>> TokenStore::Open(Storage& storage, const Clock* clock) {
+  std::unique_ptr<TokenStore> store(
+      new TokenStore(storage, clock != nullptr ? *clock : SystemClock()));
   std::string end = kPrefix;
   end.back() += 1;
   absl::Status bad;
@@ -92,7 +93,7 @@ absl::StatusOr<NewToken> TokenStore::Create(const std::string& user, Role role, 
   r.info.id = "tk-" + RandomChars(10);
   r.info.user = user;
   r.info.role = role;
-  r.info.created_us = NowMicros();
+  r.info.created_us = clock_.NowMicros();
   r.info.expires_us = ttl_s > 0 ? r.info.created_us + ttl_s * 1000000 : 0;
   r.info.created_by = created_by;
   r.info.note = note;
@@ -140,8 +141,8 @@ absl::StatusOr<TokenInfo> TokenStore::Verify(const std::string& token) {
   const std::string& want = it != records_.end() ? it->second.secret_sha256 : digest;
   const bool same = CRYPTO_memcmp(want.data(), digest.data(), digest.size()) == 0;
   if (it == records_.end() || !same) return absl::UnauthenticatedError("the token is not valid");
-  RETURN_IF_ERROR(ValidLocked(it->second, NowMicros()));
-  it->second.info.last_used_us = NowMicros();
+  RETURN_IF_ERROR(ValidLocked(it->second, clock_.NowMicros()));
+  it->second.info.last_used_us = clock_.NowMicros();
   return it->second.info;
 }
 
@@ -150,8 +151,8 @@ absl::StatusOr<TokenInfo> TokenStore::Valid(const std::string& id) {
   auto it = records_.find(id);
   if (it == records_.end())
     return absl::UnauthenticatedError(absl::StrCat("token ", id, " no longer exists"));
-  RETURN_IF_ERROR(ValidLocked(it->second, NowMicros()));
-  it->second.info.last_used_us = NowMicros();
+  RETURN_IF_ERROR(ValidLocked(it->second, clock_.NowMicros()));
+  it->second.info.last_used_us = clock_.NowMicros();
   return it->second.info;
 }
 
@@ -162,7 +163,7 @@ absl::Status TokenStore::Revoke(const std::string& id) {
     return absl::NotFoundError(absl::StrCat("no token ", id, " (fwai token ls lists them)"));
   if (it->second.info.revoked_us > 0) return absl::OkStatus();
   Record r = it->second;
-  r.info.revoked_us = NowMicros();
+  r.info.revoked_us = clock_.NowMicros();
   RETURN_IF_ERROR(Save(r));
   it->second = r;
   return absl::OkStatus();

@@ -19,6 +19,8 @@
 
 namespace fwai {
 
+class Clock;
+
 class Storage;
 
 struct TokenInfo {
@@ -40,8 +42,10 @@ struct NewToken {
 
 class TokenStore {
  public:
-  // Loads the token records (there are few).
-  [[nodiscard]] static absl::StatusOr<std::unique_ptr<TokenStore>> Open(Storage& storage);
+  // Loads the token records (there are few). Creation, expiry, revocation
+  // and use are timed by `clock` (null: the system's).
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<TokenStore>> Open(
+      Storage& storage, const Clock* clock = nullptr);
   TokenStore(const TokenStore&) = delete;
   TokenStore& operator=(const TokenStore&) = delete;
 
@@ -59,7 +63,7 @@ class TokenStore {
   std::vector<TokenInfo> List();
 
  private:
-  explicit TokenStore(Storage& storage) : storage_(storage) {}
+  TokenStore(Storage& storage, const Clock& clock) : storage_(storage), clock_(clock) {}
   struct Record {
     TokenInfo info;
     std::string secret_sha256;  // raw digest
@@ -68,6 +72,7 @@ class TokenStore {
   absl::Status ValidLocked(const Record& r, int64_t now_us) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   Storage& storage_;
+  const Clock& clock_;
   std::mutex mu_;
   std::map<std::string, Record> records_ ABSL_GUARDED_BY(mu_);
 };

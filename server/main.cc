@@ -673,8 +673,8 @@ std::optional<int> Fail(const std::string& what, int code = 1) {
 // knowledge, catalog, tools, plugins, MCP, hardware, lab, boards, evidence,
 // sessions, skills, the gate, listeners), served until a signal by Serve
 // and stopped in order by Stop. A step that fails says why on stderr and
-// gives the exit code; the parts made so far end in the reverse order of
-// their making (the members' order).
+// gives the exit code; the parts end in the reverse order of the members'
+// declarations, which follow the steps.
 class Daemon {
  public:
   Daemon(DaemonConfig config, PassedSockets passed)

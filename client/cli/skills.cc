@@ -56,7 +56,7 @@ bool AskYesNo(const std::string& question) {
 
 namespace {
 
-// The skill `o.skill` of project `root` as fwaid lists it (its timeout,
+// The skill `name` of project `root` as fwaid lists it (its timeout,
 // whether it flashes): 0, or the exit code after saying why.
 int LookUpSkill(const Globals& g, pb::Skills::Stub& stub, const std::string& root,
                 const std::string& name, pb::Skill* out) {

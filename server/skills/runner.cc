@@ -1581,6 +1581,7 @@ struct SkillRunner::RunDriver {
   }
 
   json Summary(const Failure& f) {
+    json files_changed = FilesChanged();  // before the duration is taken, which counts it
     json summary = {{"kind", "skill_run"},
                     {"run_id", run.run_id},
                     {"skill", req.skill},
@@ -1600,7 +1601,7 @@ struct SkillRunner::RunDriver {
                     {"steps", steps_out},
                     {"diagnostics", {{"errors", run.errors}, {"warnings", run.warnings}}},
                     {"diagnostic_items", run.diagnostic_items},
-                    {"files_changed", FilesChanged()},
+                    {"files_changed", files_changed},
                     {"images", run.images},
                     {"boot", run.boot},
                     {"llm_calls", run.llm_calls},

@@ -1043,10 +1043,7 @@ std::optional<int> Daemon::RegisterTools() {
   const KnowledgeConfig& kc = config_.knowledge;
   CodeSearchOptions cso;
   cso.web_context_url = kc.code_web_context_url;
-  if (!kc.code_web_context_api_key_env.empty() &&
-      std::getenv(kc.code_web_context_api_key_env.c_str())) {
-    cso.web_context_api_key = std::getenv(kc.code_web_context_api_key_env.c_str());
-  }
+  cso.web_context_api_key = ApiKeyOf("", kc.code_web_context_api_key_env);
   tools_.Register(MakeCodeSearchTool(*knowledge_, cso, http_.get()));
   return std::nullopt;
 }

@@ -1093,7 +1093,8 @@ class SearchRun {
         rewrites_(rewrites),
         ov_(r.overrides ? *r.overrides : kNoOverrides),
         passage_tokens_(r.passage_tokens < 0 ? m.options.passage_tokens : r.passage_tokens),
-        hybrid_(r.mode == SearchMode::kHybrid) {}
+        hybrid_(r.mode == SearchMode::kHybrid),
+        idf_([this](const std::string& t) { return Idf(t); }) {}
 
   absl::StatusOr<std::vector<KbSearchHit>> Run() {
     RETURN_IF_ERROR(PrepareQuery());
@@ -1548,9 +1549,6 @@ class SearchRun {
     const double df = static_cast<double>(m_.bm25->DocFreq(t));
     return std::log(1.0 + (n_chunks - df + 0.5) / (df + 0.5));
   }
-  std::function<double(const std::string&)> IdfFn() const {
-    return [this](const std::string& t) { return Idf(t); };
-  }
   // Corrections from the retrieval log: results marked bad (good) for
   // queries like this one go down (up).
   bool Corrections() const { return m_.log->has_feedback() && !r_.all_candidates; }
@@ -1558,9 +1556,9 @@ class SearchRun {
   std::vector<KbSearchHit> ChunkResults() {
     if (Corrections()) {
       for (auto& l : loaded_) {
-        l.score = m_.log->Adjust(l.score, qterms_,
-                                 {absl::StrCat(l.doc->info.id, "#", l.rec.meta.value("index", 0))},
-                                 IdfFn());
+        l.score =
+            m_.log->Adjust(l.score, qterms_,
+                           {absl::StrCat(l.doc->info.id, "#", l.rec.meta.value("index", 0))}, idf_);
       }
       std::stable_sort(loaded_.begin(), loaded_.end(),
                        [](const Loaded& a, const Loaded& b) { return a.score > b.score; });
@@ -1640,7 +1638,7 @@ class SearchRun {
 
   // Stage 2: the best chunks widened into passages within their sections.
   absl::Status WidenPassages() {
-    scorer_.emplace(wq_, IdfFn());
+    scorer_.emplace(wq_, idf_);
     const int pool_size = ov_.passage_pool >= 0 ? ov_.passage_pool : m_.options.passage_pool;
     const size_t pool =
         r_.all_candidates ? loaded_.size()
@@ -1832,7 +1830,7 @@ class SearchRun {
       for (auto& w : widened_) {
         std::vector<std::string> ids;
         for (uint32_t k : w.p.chunks) ids.push_back(absl::StrCat(w.l->doc->info.id, "#", k));
-        w.score = m_.log->Adjust(w.score, qterms_, ids, IdfFn());
+        w.score = m_.log->Adjust(w.score, qterms_, ids, idf_);
       }
     }
     std::stable_sort(widened_.begin(), widened_.end(),
@@ -1906,6 +1904,7 @@ class SearchRun {
   const FusionOverrides& ov_;
   const int passage_tokens_;
   const bool hybrid_;
+  const std::function<double(const std::string&)> idf_;  // Idf, as the scorers take it
   // The query.
   std::vector<float> qvec_;
   std::vector<std::string> qterms_;

@@ -43,6 +43,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "common/clock.h"
+#include "tests/bench/bench_report.h"
 #include "tests/bench/bench_util.h"
 #include "tests/bench/shared_bench.h"
 #include "tests/integration/daemon_fixture.h"
@@ -287,6 +288,48 @@ LoadStats RunLoad(FakeLlmServer& fake, Daemon& d, int sessions, int chunks, bool
   return out;
 }
 
+// Records one load phase: its added latency (against the same number of
+// sessions alone, or on a fresh daemon, when it is a variant) and turn start.
+void ReportLoad(const std::string& label, int sessions, int chunks, const LoadStats& s) {
+  const std::string base = absl::StrCat("load_", sessions);
+  std::string id = base, what = absl::StrCat(sessions, " sessions");
+  if (label == " with_stuck_clients") {
+    id += "_stuck";
+    what += ", beside two stuck clients";
+  } else if (!label.empty()) {
+    id += "_warm";
+    what += ", warm daemon, clients connected first";
+  }
+  const bool warm = id.ends_with("_warm");
+  const std::string input = absl::StrCat(
+      sessions, " sessions x ", chunks, " chunks of 24 B at 100/s, one client each, ",
+      warm ? "on a daemon that served a burst of turns first, the clients connected before they "
+             "send at once"
+           : "on a fresh daemon, the turns starting at once");
+  auto& lat =
+      Report().Add(id + "_latency", "added latency, " + what, input, Percentile(s.all, 0.99), "ms");
+  lat["p50"] = Percentile(s.all, 0.5);
+  lat["p99"] = Percentile(s.all, 0.99);
+  lat["max"] = Percentile(s.all, 1.0);
+  lat["also"] = {
+      {{"label", absl::StrCat("first ", chunks / 10, " chunks p99")},
+       {"value", Percentile(s.first, 0.99)},
+       {"unit", "ms"}},
+      {{"label", "after them p99"}, {"value", Percentile(s.steady, 0.99)}, {"unit", "ms"}},
+      {{"label", "delivered"},
+       {"value", s.events / std::max(s.seconds, 1e-9)},
+       {"unit", "events/s"}},
+      {{"label", "offered"}, {"value", sessions * 100}, {"unit", "events/s"}},
+      {{"label", "fwaid CPU"}, {"value", s.fwaid_cpu_s}, {"unit", "s"}}};
+  if (sessions == 50 && label.empty()) lat["target"] = "p99 ≤ 5 ms";
+  if (id != base)
+    Report().SetBaseline(lat, base + "_latency", absl::StrCat(sessions, " sessions alone"));
+  auto& start = Report().Add(id + "_turn_start", "turn start (message → provider request), " + what,
+                             input, Percentile(s.turn_start_ms, 0.99), "ms");
+  start["p50"] = Percentile(s.turn_start_ms, 0.5);
+  start["p99"] = Percentile(s.turn_start_ms, 0.99);
+}
+
 void PrintLoad(const char* label, int sessions, int chunks, const LoadStats& s) {
   std::printf(
       "RESULT load sessions=%d%s events_per_s=%.0f latency_ms p50=%.3f p99=%.3f max=%.3f | first "
@@ -307,6 +350,7 @@ void PrintLoad(const char* label, int sessions, int chunks, const LoadStats& s) 
       s.fwaid_cpu_s, s.bench_cpu_s);
   if (!s.stuck.empty()) std::printf("       %s\n", s.stuck.c_str());
   std::fflush(stdout);
+  ReportLoad(label, sessions, chunks, s);
 }
 
 int Main(int argc, char** argv) {
@@ -395,6 +439,14 @@ int Main(int argc, char** argv) {
         "socket) "
         "target>=20000\n",
         Percentile(rates, 0.5), throughput_chunks);
+    auto& r = Report().Add(
+        "throughput", "events/s through `Chat` to one client",
+        absl::StrCat(throughput_chunks,
+                     " text chunks of 24 B, provider as fast as it can, unix socket; median of 3"),
+        Percentile(rates, 0.5), "events/s");
+    r["min"] = Percentile(rates, 0);
+    r["max"] = Percentile(rates, 1);
+    r["target"] = "≥ 20,000";
   }
 
   // --- Added latency at 1 and 50 concurrent sessions.
@@ -438,6 +490,22 @@ int Main(int argc, char** argv) {
         "100/s) target p99<=5 at 50%s\n",
         sessions, Percentile(all, 0.5), Percentile(all, 0.99), Percentile(all, 1.0), all.size(),
         latency_chunks, unfinished ? " UNFINISHED TURNS" : "");
+    auto& r =
+        Report().Add(absl::StrCat("latency_", sessions),
+                     absl::StrCat("added latency, provider write → client receive, ", sessions,
+                                  sessions == 1 ? " session" : " concurrent sessions"),
+                     absl::StrCat(sessions == 1 ? "" : absl::StrCat(sessions, " x "),
+                                  latency_chunks, " chunks at 100/s on a fresh daemon",
+                                  sessions == 1 ? "" : ", the turns starting at once"),
+                     Percentile(all, 0.99), "ms");
+    r["p50"] = Percentile(all, 0.5);
+    r["p99"] = Percentile(all, 0.99);
+    r["max"] = Percentile(all, 1.0);
+    r["also"] = {
+        {{"label", absl::StrCat("after each session's first ", latency_chunks / 10, " chunks p99")},
+         {"value", Percentile(steady, 0.99)},
+         {"unit", "ms"}}};
+    if (sessions == 50) r["target"] = "p99 ≤ 5 ms";
     std::printf(
         "       steady state (after each session's first %d chunks): p50=%.3f p99=%.3f max=%.3f\n",
         latency_chunks / 10, Percentile(steady, 0.5), Percentile(steady, 0.99),
@@ -525,6 +593,19 @@ int Main(int argc, char** argv) {
         "already stored)\n",
         Percentile(last_creates_ms, 0.5), Percentile(last_creates_ms, 0.99), last_creates_ms.size(),
         idle_sessions - idle_sessions / 10);
+    Report().Add("memory_idle_session", "memory per idle session",
+                 absl::StrCat(idle_sessions, " sessions created and loaded"),
+                 double(after_sessions - before) / idle_sessions, "KB RSS each");
+    Report().Add("memory_attached_client", "memory per attached client",
+                 absl::StrCat(attached_clients, " `Attach` streams following live"),
+                 double(after_clients - after_sessions) / attached_clients, "KB RSS each");
+    auto& c = Report().Add(
+        "create_session", "creating a session with many already stored",
+        absl::StrCat("the last ", last_creates_ms.size(), " creates of ", idle_sessions, ", ",
+                     idle_sessions - idle_sessions / 10, " sessions already stored"),
+        Percentile(last_creates_ms, 0.5), "ms");
+    c["p50"] = Percentile(last_creates_ms, 0.5);
+    c["p99"] = Percentile(last_creates_ms, 0.99);
     for (auto& c : ctxs) c->TryCancel();
     for (auto& r : readers) r->Finish();
   }
@@ -534,4 +615,14 @@ int Main(int argc, char** argv) {
 }  // namespace
 }  // namespace fwai::testing
 
-int main(int argc, char** argv) { return fwai::testing::Main(argc, argv); }
+int main(int argc, char** argv) {
+  // The results file's name: fwai_bench, fwai_bench-shared, fwai_bench-shared-noisy-ab...
+  std::string name = "fwai_bench";
+  for (int i = 1; i + 1 < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--only" || a == "--part") name += "-" + std::string(argv[i + 1]);
+  }
+  fwai::testing::Report().Init(name, argc, argv);
+  const int rc = fwai::testing::Main(argc, argv);
+  return rc == 0 && fwai::testing::Report().Write() ? rc : (rc == 0 ? 1 : rc);
+}

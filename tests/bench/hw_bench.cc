@@ -23,8 +23,10 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "common/clock.h"
 #include "fwai/v1/hardware.grpc.pb.h"
+#include "tests/bench/bench_report.h"
 #include "tests/bench/bench_util.h"
 #include "tests/bench/flash_timing.h"
 #include "tests/integration/daemon_fixture.h"
@@ -127,7 +129,7 @@ SerialRun RunSerial(Daemon& d, int master, int readers, int lines, int pace_us) 
 }
 
 int Main(int argc, char** argv) {
-  bool quick = argc > 1 && std::string(argv[1]) == "--quick";
+  const bool quick = Report().quick();
   const int reps = quick ? 1 : 3;
   const char* commit = std::getenv("FWAI_COMMIT");
   std::printf("fwai_hw_bench (commit %s, %s)\n", commit ? commit : "unknown",
@@ -180,6 +182,24 @@ int Main(int argc, char** argv) {
         readers, readers == 1 ? " " : "s", Median(lps), Median(mbps), lines,
         static_cast<unsigned long long>(lost), Median(p50), Median(p99), Median(a50), Median(a99),
         reps);
+    const std::string to = absl::StrCat(readers, readers == 1 ? " reader" : " readers");
+    auto& t = Report().Add(
+        absl::StrCat("serial_throughput_", readers), "serial throughput to " + to,
+        absl::StrCat(lines, " lines of 64 B written as fast as possible",
+                     readers > 1 ? ", each reader gets every line" : "", "; median of ", reps),
+        Median(lps), readers == 1 ? "lines/s" : "lines/s each");
+    t["also"] = {{{"label", "MB/s"}, {"value", Median(mbps)}, {"unit", ""}},
+                 {{"label", "lines lost"}, {"value", lost}, {"unit", ""}}};
+    auto& l = Report().Add(
+        absl::StrCat("serial_latency_", readers), "line latency, port write → client, " + to,
+        absl::StrCat(quick ? 200 : 600, " lines paced at 115200 baud; median of ", reps),
+        Median(p99), "ms");
+    l["p50"] = Median(p50);
+    l["p99"] = Median(p99);
+    l["also"] = {{{"label", "fwaid's part (port read → client) p50"},
+                  {"value", Median(a50)},
+                  {"unit", "ms"}},
+                 {{"label", "p99"}, {"value", Median(a99)}, {"unit", "ms"}}};
   }
 
   // Flash request -> boot banner on the simulated board.
@@ -218,6 +238,13 @@ int Main(int argc, char** argv) {
       std::filesystem::path(elf).filename().c_str(), Median(flash_ms),
       *std::min_element(flash_ms.begin(), flash_ms.end()),
       *std::max_element(flash_ms.begin(), flash_ms.end()), flashes);
+  auto& f = Report().Add("flash_to_banner", "flash request → boot banner",
+                         absl::StrCat("`blinky.elf` on QEMU `stm32vldiscovery`, ", flashes,
+                                      " flashes (the first after fwaid starts included)"),
+                         Median(flash_ms), "ms");
+  f["median"] = Median(flash_ms);
+  f["min"] = *std::min_element(flash_ms.begin(), flash_ms.end());
+  f["max"] = *std::max_element(flash_ms.begin(), flash_ms.end());
   close(slave);
   close(master);
   return 0;
@@ -226,4 +253,8 @@ int Main(int argc, char** argv) {
 }  // namespace
 }  // namespace fwai::testing
 
-int main(int argc, char** argv) { return fwai::testing::Main(argc, argv); }
+int main(int argc, char** argv) {
+  fwai::testing::Report().Init("fwai_hw_bench", argc, argv);
+  const int rc = fwai::testing::Main(argc, argv);
+  return rc == 0 && !fwai::testing::Report().Write() ? 1 : rc;
+}

@@ -26,6 +26,7 @@
 #include "absl/strings/str_cat.h"
 #include "fwai/v1/hardware.grpc.pb.h"
 #include "server/lab/etcd_client.h"
+#include "tests/bench/bench_report.h"
 #include "tests/bench/bench_util.h"
 #include "tests/bench/flash_timing.h"
 #include "tests/integration/daemon_fixture.h"
@@ -45,6 +46,18 @@ struct Stats {
   double p50 = 0, p99 = 0;
 };
 Stats Of(const std::vector<double>& v) { return {Percentile(v, 0.5), Percentile(v, 0.99)}; }
+
+// Records a local figure and the same through the front, compared with it.
+void ReportPair(const std::string& id, const std::string& measure, const std::string& input,
+                double local50, double local99, double front50, double front99) {
+  auto& l = Report().Add(id + "_local", measure + ", local fwaid", input, local50, "ms");
+  l["p50"] = local50;
+  l["p99"] = local99;
+  auto& f = Report().Add(id + "_front", measure + ", through a front (etcd)", input, front50, "ms");
+  f["p50"] = front50;
+  f["p99"] = front99;
+  Report().SetBaseline(f, id + "_local", "local");
+}
 
 // Acquire + release of `board` through `d`, `n` times: the two latencies.
 bool LeaseCycles(Daemon& d, const std::string& board, int n, std::vector<double>* acquire,
@@ -143,7 +156,7 @@ bool PingPongs(Daemon& d, const pb::Lease& lease, int n, std::vector<double>* ms
 }
 
 int Main(int argc, char** argv) {
-  const bool quick = argc > 1 && std::string(argv[1]) == "--quick";
+  const bool quick = Report().quick();
   const int reps = quick ? 1 : 3;
   const int lease_n = quick ? 50 : 200;
   const int flash_n = quick ? 3 : 5;
@@ -222,6 +235,12 @@ int Main(int argc, char** argv) {
         "ms "
         "(%d cycles, 3 etcd members, median of %d)\n",
         Median(fa50), Median(fa99), Median(fr50), Median(fr99), lease_n, reps);
+    const std::string input =
+        absl::StrCat(lease_n, " acquire + release cycles of one board; median of ", reps, " runs");
+    ReportPair("lease_acquire", "lease acquire", input, Median(la50), Median(la99), Median(fa50),
+               Median(fa99));
+    ReportPair("lease_release", "lease release", input, Median(lr50), Median(lr99), Median(fr50),
+               Median(fr99));
   }
 
   // Flash -> boot banner and serial ping -> pong.
@@ -244,6 +263,18 @@ int Main(int argc, char** argv) {
         "ratio %.2f (%zu flashes each of %s)\n",
         Median(lf), Percentile(lf, 0), Median(ff), Percentile(ff, 0), Median(ff) / Median(lf),
         lf.size(), std::filesystem::path(elf).filename().c_str());
+    const std::string finput =
+        absl::StrCat("`blinky.elf` on QEMU `stm32vldiscovery`, ", lf.size(), " flashes each");
+    auto& fl_local = Report().Add("flash_local", "flash request → boot banner, local fwaid", finput,
+                                  Median(lf), "ms");
+    fl_local["median"] = Median(lf);
+    fl_local["min"] = Percentile(lf, 0);
+    auto& fl_front =
+        Report().Add("flash_front", "flash request → boot banner, through a front (etcd)", finput,
+                     Median(ff), "ms");
+    fl_front["median"] = Median(ff);
+    fl_front["min"] = Percentile(ff, 0);
+    Report().SetBaseline(fl_front, "flash_local", "local");
     std::vector<double> l50, l99, f50, f99;
     for (int r = 0; r < reps; ++r) {
       std::vector<double> l, f;
@@ -256,6 +287,9 @@ int Main(int argc, char** argv) {
         "%.2f ms "
         "(%d round trips, median of %d)\n",
         Median(l50), Median(l99), Median(f50), Median(f99), ping_n, reps);
+    ReportPair("serial_ping", "serial `ping` → `pong`",
+               absl::StrCat(ping_n, " round trips on one stream; median of ", reps, " runs"),
+               Median(l50), Median(l99), Median(f50), Median(f99));
   }
 
   // Capacity: boards registered as benches would (no QEMU), then the
@@ -300,6 +334,13 @@ int Main(int argc, char** argv) {
     }
     std::printf("capacity: hw ls through the front p50 %.1f ms p99 %.1f ms\n", Percentile(ls, 0.5),
                 Percentile(ls, 0.99));
+    auto& r = Report().Add("hw_ls", "`hw ls` through the front, all boards",
+                           absl::StrCat(boards, " boards on ", nodes + 1, " nodes (", nodes,
+                                        " written into etcd as benches write them, without QEMU); ",
+                                        ls.size(), " listings"),
+                           Percentile(ls, 0.5), "ms");
+    r["p50"] = Percentile(ls, 0.5);
+    r["p99"] = Percentile(ls, 0.99);
   }
   for (int clients : {1, 8}) {
     std::vector<double> rates;
@@ -350,6 +391,15 @@ int Main(int argc, char** argv) {
         "release; "
         "median of %d)\n",
         clients, clients == 1 ? "" : "s", boards, Median(rates), reps);
+    Report().Add(
+        absl::StrCat("lease_ops_", clients),
+        absl::StrCat("lease operations through one front, ", clients,
+                     clients == 1 ? " client" : " clients"),
+        absl::StrCat(
+            boards,
+            " boards registered, each client on its own board, an acquire or a release each; ",
+            quick ? 3 : 5, " s a run, median of ", reps, " runs"),
+        Median(rates), "operations/s");
   }
   return 0;
 }
@@ -357,4 +407,8 @@ int Main(int argc, char** argv) {
 }  // namespace
 }  // namespace fwai::testing
 
-int main(int argc, char** argv) { return fwai::testing::Main(argc, argv); }
+int main(int argc, char** argv) {
+  fwai::testing::Report().Init("fwai_lab_bench", argc, argv);
+  const int rc = fwai::testing::Main(argc, argv);
+  return rc == 0 && !fwai::testing::Report().Write() ? 1 : rc;
+}

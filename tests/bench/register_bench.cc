@@ -2,7 +2,8 @@
 // error on correct code for two vendors' parts with one error made at a time
 // (register_eval.h), and the checker's time per 1,000 lines. With
 // --update-doc FILE, the table between the register-bench markers in FILE is
-// replaced by this run's.
+// replaced by this run's; with --json FILE the figures are written there too
+// (bench_report.h).
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -14,6 +15,7 @@
 #include "absl/strings/str_format.h"
 #include "server/firmware/check_registers.h"
 #include "server/firmware/register_check.h"
+#include "tests/bench/bench_report.h"
 #include "tests/bench/bench_util.h"
 #include "tests/bench/register_eval.h"
 
@@ -66,11 +68,12 @@ double MsPerKiloLine(const std::string& corpus, const std::string& svd_dir, int 
 
 int main(int argc, char** argv) {
   std::string doc;
-  bool quick = false;
+  auto& report = fwai::testing::Report();
+  report.Init("fwai_register_bench", argc, argv);
+  const bool quick = report.quick();
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--update-doc" && i + 1 < argc) doc = argv[++i];
-    if (a == "--quick") quick = true;
   }
   const std::string corpus = std::string(FWAI_SOURCE_DIR) + "/tests/bench/registers";
   const std::string svd_dir = std::string(FWAI_SOURCE_DIR) + "/data/svd";
@@ -103,6 +106,21 @@ int main(int argc, char** argv) {
       "RESULT register_recall %.3f\nRESULT register_false_findings %d\nRESULT "
       "register_ms_per_kline %.3f\n",
       injected ? double(found) / injected : 0, wrong + r.clean_findings, ms);
+  const std::string corpus_text = absl::StrCat(
+      r.clean_files, " correct files (", r.clean_lines,
+      " lines, STM32F100 and LM3S6965), one error made at a time: ", injected, " errors");
+  auto& recall = report.Add("register_recall", "recall: errors found at their line", corpus_text,
+                            injected ? double(found) / injected : 0, "");
+  recall["also"] = {{{"label", "precision"},
+                     {"value", found + wrong ? double(found) / (found + wrong) : 1.0},
+                     {"unit", ""}},
+                    {{"label", "findings on other lines"}, {"value", wrong}, {"unit", ""}}};
+  report.Add("register_clean_findings", "findings on the correct files", corpus_text,
+             r.clean_findings, "findings");
+  report.Add("register_ms_per_kline", "checker time per 1,000 lines",
+             absl::StrCat("median of ", quick ? 20 : 200, " checks of the ", lines,
+                          " lines, the SVD parsed once"),
+             ms, "ms");
   if (!doc.empty()) {
     std::string text = ReadAll(doc);
     const std::string begin =
@@ -116,5 +134,5 @@ int main(int argc, char** argv) {
     text.replace(a + begin.size(), b - a - begin.size(), table);
     std::ofstream(doc, std::ios::trunc) << text;
   }
-  return 0;
+  return report.Write() ? 0 : 1;
 }

@@ -45,6 +45,7 @@
 #include "common/clock.h"
 #include "fwai/v1/auth.grpc.pb.h"
 #include "fwai/v1/knowledge.grpc.pb.h"
+#include "tests/bench/bench_report.h"
 #include "tests/bench/bench_util.h"
 #include "tests/integration/daemon_fixture.h"
 
@@ -330,6 +331,33 @@ LoadResult Chat(FakeLlmServer& fake, const Channel& victim, int sessions, int tu
   return RunLoad(fake, load, 1);
 }
 
+// One fwaid's figures in the interleaved noisy-neighbour rounds.
+struct PerBinary {
+  std::vector<double> quiet, ingest;  // the samples of every run, pooled
+  std::vector<double> run_ratio, run_quiet99, run_ingest99, docs_per_s;
+};
+
+// Records one fwaid's pooled quiet and beside-the-ingest figures, the latter
+// against the former.
+void ReportNoisyAb(const std::string& suffix, const std::string& binary, const PerBinary& p,
+                   const std::string& input, const std::string& ingest) {
+  const std::string of = suffix.empty() ? "" : " (fwaid " + binary + ")";
+  auto& q = Report().Add("noisy_ab_quiet" + suffix, "the chat's added latency, quiet rounds" + of,
+                         input, Percentile(p.quiet, 0.99), "ms");
+  q["p50"] = Percentile(p.quiet, 0.5);
+  q["p99"] = Percentile(p.quiet, 0.99);
+  auto& i = Report().Add("noisy_ab_ingest" + suffix,
+                         "the chat's added latency, rounds beside " + ingest + of, input,
+                         Percentile(p.ingest, 0.99), "ms");
+  i["p50"] = Percentile(p.ingest, 0.5);
+  i["p99"] = Percentile(p.ingest, 0.99);
+  i["also"] = {
+      {{"label", "median of the runs' ratios"}, {"value", Median(p.run_ratio)}, {"unit", "x"}},
+      {{"label", "ingest"}, {"value", Median(p.docs_per_s)}, {"unit", "files/s"}}};
+  i["target"] = "p99 ≤ 2x quiet";
+  Report().SetBaseline(i, "noisy_ab_quiet" + suffix, "quiet rounds");
+}
+
 // The noisy neighbour in interleaved rounds (part noisy-ab): see the top of
 // this file. Returns false when a turn lost chunks or a daemon did not start.
 bool RunNoisyAb(FakeLlmServer& fake, const SharedBenchOptions& o, const std::string& tls_dir,
@@ -347,10 +375,6 @@ bool RunNoisyAb(FakeLlmServer& fake, const SharedBenchOptions& o, const std::str
   }
   const std::string corpus = MakeCorpus(files, kb);
   bool ok = true;
-  struct PerBinary {
-    std::vector<double> quiet, ingest;  // the samples of every run, pooled
-    std::vector<double> run_ratio, run_quiet99, run_ingest99, docs_per_s;
-  };
   std::vector<PerBinary> per(binaries.size());
   std::vector<std::string> notes;
   for (int run = 0; run < runs; ++run) {
@@ -441,6 +465,11 @@ bool RunNoisyAb(FakeLlmServer& fake, const SharedBenchOptions& o, const std::str
         binaries[b].c_str(), Percentile(p.quiet, 0.5), q99, Percentile(p.ingest, 0.5), i99,
         i99 / std::max(q99, 1e-9), ratios.c_str(), Median(p.run_ratio), Median(p.docs_per_s),
         p.run_ratio.size(), rounds, sessions, turns, chunks, files, kb);
+    ReportNoisyAb(binaries.size() > 1 ? absl::StrCat("_", b + 1) : "", binaries[b], p,
+                  absl::StrCat("one user's ", sessions, " sessions x ", turns, " turns x ", chunks,
+                               " chunks at 100/s a round over TLS, pooled over ",
+                               p.run_ratio.size(), " runs x ", rounds, " rounds of each kind"),
+                  absl::StrCat("fwai kb add of ", files, " files of ", kb, " KB"));
   }
   for (const auto& n : notes) std::printf("NOTE %s\n", n.c_str());
   std::fflush(stdout);
@@ -535,6 +564,26 @@ int RunSharedBench(FakeLlmServer& fake, const SharedBenchOptions& o) {
           Median(fast[t]), runs, sessions, chunks, burst,
           t == "unix" ? "unix socket, the caller's uid"
                       : "tls:127.0.0.1, certificate from fwaid tls init, a token");
+      const std::string how =
+          t == "unix" ? "unix socket (the caller's uid)" : "tls:127.0.0.1 with a token";
+      auto& r = Report().Add(
+          "transport_" + t, "added latency, " + how,
+          absl::StrCat(sessions, " sessions x ", chunks,
+                       " chunks of 24 B at 100/s, the same daemon for both transports, order "
+                       "alternating; medians of ",
+                       runs, " runs"),
+          Median(p99[t]), "ms");
+      r["p50"] = Median(p50[t]);
+      r["p99"] = Median(p99[t]);
+      r["also"] = {{{"label", "delivered"}, {"value", Median(rate[t])}, {"unit", "events/s"}},
+                   {{"label", "turn start p99"}, {"value", Median(start99[t])}, {"unit", "ms"}}};
+      auto& f = Report().Add("one_stream_" + t, "one stream as fast as the provider sends, " + how,
+                             absl::StrCat(burst, " chunks of 24 B; medians of ", runs, " runs"),
+                             Median(fast[t]), "events/s");
+      if (t == "tls") {
+        Report().SetBaseline(r, "transport_unix", "unix socket");
+        Report().SetBaseline(f, "one_stream_unix", "unix socket");
+      }
     }
     std::fflush(stdout);
   }
@@ -601,6 +650,20 @@ int RunSharedBench(FakeLlmServer& fake, const SharedBenchOptions& o) {
         "principal)\n",
         principals, per, Median(rate), Median(p50), Median(p99), Median3(min_share),
         Median3(max_share), Median(min_p99), Median(max_p99), runs, chunks);
+    auto& r = Report().Add(
+        "principals",
+        absl::StrCat(principals, " principals x ", per,
+                     " sessions, TLS, one token and connection each"),
+        absl::StrCat(chunks, " chunks of 24 B at 100/s a session (", principals * per * 100,
+                     " events/s offered); medians of ", runs, " runs"),
+        Median(rate), "events/s");
+    r["also"] = {
+        {{"label", "added latency p50"}, {"value", Median(p50)}, {"unit", "ms"}},
+        {{"label", "p99"}, {"value", Median(p99)}, {"unit", "ms"}},
+        {{"label", "events a principal got, fewest"}, {"value", Median3(min_share)}, {"unit", ""}},
+        {{"label", "most"}, {"value", Median3(max_share)}, {"unit", ""}},
+        {{"label", "a principal's p99, lowest"}, {"value", Median(min_p99)}, {"unit", "ms"}},
+        {{"label", "highest"}, {"value", Median(max_p99)}, {"unit", "ms"}}};
     std::fflush(stdout);
   }
 
@@ -747,7 +810,30 @@ int RunSharedBench(FakeLlmServer& fake, const SharedBenchOptions& o) {
           Median(p99[l]) / std::max(Median(p99["quiet"]), 1e-9), Median(start50[l]),
           Median(start99[l]), Median(start99[l]) / std::max(Median(start99["quiet"]), 1e-9), runs,
           sessions, turns, chunks, files, kb);
+      static const std::map<std::string, std::string> kBeside = {
+          {"quiet", "nothing"},
+          {"flood", "a request flood (500 requests/s of List and Search, limit 50/s)"},
+          {"ingest",
+           absl::StrCat("a corpus ingest (fwai kb add of ", files, " files of ", kb, " KB)")}};
+      auto& r = Report().Add(
+          "noisy_" + l, "the chat's added latency beside " + kBeside.at(l),
+          absl::StrCat("one user's ", sessions, " sessions x ", turns, " turns x ", chunks,
+                       " chunks at 100/s over TLS; medians of ", runs, " runs"),
+          Median(p99[l]), "ms");
+      r["p50"] = Median(p50[l]);
+      r["p99"] = Median(p99[l]);
+      r["also"] = {{{"label", "turn start p50"}, {"value", Median(start50[l])}, {"unit", "ms"}},
+                   {{"label", "p99"}, {"value", Median(start99[l])}, {"unit", "ms"}}};
+      if (l != "quiet") {
+        r["target"] = "p99 ≤ 2x quiet";
+        Report().SetBaseline(r, "noisy_quiet", "quiet");
+      }
     }
+    Report().Add(
+        "noisy_ingest_rate", "ingest beside the chat",
+        absl::StrCat(kb, " KB Markdown files added by fwai kb add while the chat ran; median of ",
+                     runs, " runs"),
+        Median(ingest_rate), "files/s");
     std::printf(
         "RESULT shared noisy=ingest ingest_docs_per_s=%.1f (median of %d runs; %d KB Markdown "
         "files added by fwai kb add while the chat ran)\n",

@@ -21,7 +21,7 @@
 // the evidence log, a lease held is still held by the same lease and a lease
 // released is not back, and `fwai evidence verify` passes.
 //
-//   fwai_crash_soak [--cycles N] [--seed S] [--verbose]
+//   fwai_crash_soak [--cycles N] [--seed S] [--verbose] [--json FILE]
 //
 // Prints cycles run, records checked and losses; exits 1 on any loss or error.
 #include <grpcpp/grpcpp.h>
@@ -44,6 +44,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "tests/bench/bench_report.h"
 #include "tests/fakes/fake_llm_server.h"
 #include "tests/integration/daemon_fixture.h"
 
@@ -170,6 +171,7 @@ class Soak {
         static_cast<unsigned long long>(ledger_.acked[kLeaseOp]),
         static_cast<unsigned long long>(totals_.interrupted),
         static_cast<unsigned long long>(seed_));
+    ReportTotals(cycle);
     if (totals_.losses > 0 || totals_.errors > 0 || cycle < cycles) {
       std::printf("FAILED (keep the data dir with FWAI_KEEP_TEST_DIRS=1; fwaid's log:)\n%s\n",
                   LogTail().c_str());
@@ -187,6 +189,29 @@ class Soak {
   std::string LogTail() const {
     std::string log = daemon_->log();
     return log.size() > 4000 ? log.substr(log.size() - 4000) : log;
+  }
+
+  // The run's figures for the results file: the losses, with what was checked.
+  void ReportTotals(int cycles) {
+    auto& r = Report().Add(
+        "crash_soak", "records lost after SIGKILL and restart",
+        absl::StrCat(cycles,
+                     " cycles (kills) under load: 3 sessions' turns, kb add, skill runs, "
+                     "lease operations; seed ",
+                     seed_),
+        static_cast<double>(totals_.losses), "lost");
+    r["target"] = "0";
+    auto n = [](const char* label, uint64_t v) {
+      return BenchReport::Json{{"label", label}, {"value", v}, {"unit", ""}};
+    };
+    r["also"] = {n("records checked", totals_.checked),
+                 n("errors", totals_.errors),
+                 n("events acknowledged", ledger_.acked[kEvent]),
+                 n("turns", TurnCount()),
+                 n("ended interrupted", totals_.interrupted),
+                 n("documents", ledger_.acked[kDocument]),
+                 n("skill runs", ledger_.acked[kRun]),
+                 n("lease operations", ledger_.acked[kLeaseOp])};
   }
 
   size_t TurnCount() {
@@ -606,8 +631,11 @@ int main(int argc, char** argv) {
       seed = std::strtoull(argv[++i], nullptr, 10);
     } else if (a == "--verbose" || a == "-v") {
       verbose = true;
+    } else if (a == "--json" && i + 1 < argc) {
+      ++i;  // read by the report
     } else {
-      std::fprintf(stderr, "usage: fwai_crash_soak [--cycles N] [--seed S] [--verbose]\n");
+      std::fprintf(stderr,
+                   "usage: fwai_crash_soak [--cycles N] [--seed S] [--verbose] [--json FILE]\n");
       return 2;
     }
   }
@@ -615,5 +643,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "fwai_crash_soak: --cycles: expected a positive number\n");
     return 2;
   }
-  return fwai::testing::Soak(seed, verbose).Run(cycles);
+  fwai::testing::Report().Init("fwai_crash_soak", argc, argv);
+  fwai::testing::Report().SetQuick(cycles < 100);  // 100 cycles is the full run
+  const int rc = fwai::testing::Soak(seed, verbose).Run(cycles);
+  return rc == 0 && !fwai::testing::Report().Write() ? 1 : rc;
 }

@@ -99,6 +99,191 @@ void CollectDecls(Dwarf_Die* die, std::map<uint64_t, std::pair<std::string, int>
 
 }  // namespace
 
+namespace {
+
+// Where an allocated section sits in flash: the load address of the program
+// header that holds it (its address if none does).
+uint64_t LoadAddress(const GElf_Shdr& sh, bool has_contents, const std::vector<GElf_Phdr>& phdrs) {
+  for (const auto& ph : phdrs) {
+    if (sh.sh_addr >= ph.p_vaddr && sh.sh_addr < ph.p_vaddr + std::max(ph.p_memsz, uint64_t{1}) &&
+        (has_contents ? sh.sh_offset >= ph.p_offset && sh.sh_offset < ph.p_offset + ph.p_filesz + 1
+                      : true)) {
+      return ph.p_paddr + (sh.sh_addr - ph.p_vaddr);
+    }
+  }
+  return sh.sh_addr;
+}
+
+std::vector<GElf_Phdr> LoadSegments(Elf* elf) {
+  std::vector<GElf_Phdr> phdrs;
+  size_t phnum = 0;
+  if (elf_getphdrnum(elf, &phnum) == 0) {
+    for (size_t i = 0; i < phnum; ++i) {
+      GElf_Phdr ph;
+      if (gelf_getphdr(elf, static_cast<int>(i), &ph) && ph.p_type == PT_LOAD) phdrs.push_back(ph);
+    }
+  }
+  return phdrs;
+}
+
+// The NUL-separated strings of a .comment section (compiler versions).
+void ReadComments(Elf_Scn* scn, std::vector<std::string>& out) {
+  Elf_Data* d = elf_getdata(scn, nullptr);
+  if (!d || !d->d_buf) return;
+  std::string text(static_cast<const char*>(d->d_buf), d->d_size);
+  size_t pos = 0;
+  while (pos < text.size()) {
+    size_t end = text.find('\0', pos);
+    if (end == std::string::npos) end = text.size();
+    if (end > pos) out.push_back(text.substr(pos, end - pos));
+    pos = end + 1;
+  }
+}
+
+// What reading the sections leaves for the symbol table.
+struct SectionScan {
+  std::vector<std::string> names;  // by section index
+  Elf_Scn* symtab = nullptr;
+  GElf_Shdr symtab_hdr{};
+};
+
+absl::StatusOr<SectionScan> ReadSections(Elf* elf, const std::string& path, ElfFile& f) {
+  size_t shstrndx = 0;
+  if (elf_getshdrstrndx(elf, &shstrndx) != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": no section name table: ", elf_errmsg(-1)));
+  }
+  const std::vector<GElf_Phdr> phdrs = LoadSegments(elf);
+  SectionScan scan;
+  scan.names.push_back("");
+  Elf_Scn* scn = nullptr;
+  while ((scn = elf_nextscn(elf, scn)) != nullptr) {
+    GElf_Shdr sh;
+    if (!gelf_getshdr(scn, &sh))
+      return absl::InvalidArgumentError(absl::StrCat(path, ": bad section header"));
+    const char* name = elf_strptr(elf, shstrndx, sh.sh_name);
+    scan.names.push_back(name ? name : "");
+    if (sh.sh_type == SHT_SYMTAB) {
+      scan.symtab = scn;
+      scan.symtab_hdr = sh;
+    }
+    if (sh.sh_type == SHT_NULL) continue;
+    ElfSection s;
+    s.name = name ? name : "";
+    s.address = sh.sh_addr;
+    s.load_address = sh.sh_addr;
+    s.size = sh.sh_size;
+    s.flags = sh.sh_flags;
+    s.type = sh.sh_type;
+    if (s.alloc()) s.load_address = LoadAddress(sh, s.has_contents(), phdrs);
+    if (s.name == ".comment" && s.has_contents()) ReadComments(scn, f.comments);
+    f.sections.push_back(std::move(s));
+  }
+  return scan;
+}
+
+// nm's letter for a symbol: by its section's kind ('?' when its section is
+// not in the table), lower case when local, W/V when weak.
+char NmType(Elf* elf, const GElf_Sym& sym, bool function, bool in_section) {
+  const int bind = GELF_ST_BIND(sym.st_info);
+  char type = '?';
+  if (sym.st_shndx == SHN_ABS) {
+    type = 'A';
+  } else if (in_section) {
+    GElf_Shdr sh;
+    Elf_Scn* sec = elf_getscn(elf, sym.st_shndx);
+    if (sec && gelf_getshdr(sec, &sh)) {
+      if (sh.sh_flags & SHF_EXECINSTR)
+        type = 'T';
+      else if (sh.sh_type == SHT_NOBITS)
+        type = 'B';
+      else if (sh.sh_flags & SHF_WRITE)
+        type = 'D';
+      else if (sh.sh_flags & SHF_ALLOC)
+        type = 'R';
+      else
+        type = 'N';
+    }
+  }
+  if (bind == STB_WEAK) return function ? 'W' : 'V';
+  if (bind == STB_LOCAL && type >= 'A' && type <= 'Z' && type != 'A')
+    return static_cast<char>(type - 'A' + 'a');
+  return type;
+}
+
+void ReadSymbols(Elf* elf, const SectionScan& scan, ElfFile& f) {
+  if (!scan.symtab || scan.symtab_hdr.sh_entsize == 0) return;
+  Elf_Data* d = elf_getdata(scan.symtab, nullptr);
+  const size_t n = scan.symtab_hdr.sh_size / scan.symtab_hdr.sh_entsize;
+  for (size_t i = 1; d && i < n; ++i) {
+    GElf_Sym sym;
+    if (!gelf_getsym(d, static_cast<int>(i), &sym)) break;
+    const int type = GELF_ST_TYPE(sym.st_info);
+    if (sym.st_shndx == SHN_UNDEF || sym.st_size == 0 || type == STT_SECTION || type == STT_FILE)
+      continue;
+    const char* name = elf_strptr(elf, scan.symtab_hdr.sh_link, sym.st_name);
+    ElfSymbol s;
+    s.name = name ? name : "";
+    s.address = sym.st_value;
+    s.size = sym.st_size;
+    s.function = type == STT_FUNC;
+    const bool in_section = sym.st_shndx != SHN_ABS && sym.st_shndx < scan.names.size();
+    if (in_section) s.section = scan.names[sym.st_shndx];
+    s.type = NmType(elf, sym, s.function, in_section);
+    f.symbols.push_back(std::move(s));
+  }
+}
+
+// One compile unit: its absolute name, producer and source files.
+ElfCompileUnit ReadUnit(Dwarf_Die* cudie) {
+  ElfCompileUnit u;
+  Dwarf_Attribute attr;
+  const char* comp_dir =
+      dwarf_attr(cudie, DW_AT_comp_dir, &attr) ? dwarf_formstring(&attr) : nullptr;
+  const char* name = dwarf_diename(cudie);
+  const char* producer =
+      dwarf_attr(cudie, DW_AT_producer, &attr) ? dwarf_formstring(&attr) : nullptr;
+  u.name = Absolute(name ? name : "", comp_dir ? comp_dir : "");
+  u.producer = producer ? producer : "";
+  Dwarf_Files* files = nullptr;
+  size_t nfiles = 0;
+  if (dwarf_getsrcfiles(cudie, &files, &nfiles) == 0) {
+    std::set<std::string> seen;
+    for (size_t i = 0; i < nfiles; ++i) {
+      const char* fname = dwarf_filesrc(files, i, nullptr, nullptr);
+      if (!fname || !*fname || std::string(fname) == "<built-in>") continue;
+      std::string abs = Absolute(fname, comp_dir ? comp_dir : "");
+      if (seen.insert(abs).second) u.files.push_back(abs);
+    }
+  }
+  return u;
+}
+
+// The compile units, and each symbol's declaring file:line.
+void ReadDwarf(Dwarf* dw, ElfFile& f) {
+  std::map<uint64_t, std::pair<std::string, int>> decls;
+  Dwarf_CU* cu = nullptr;
+  Dwarf_CU* next = nullptr;
+  Dwarf_Half version = 0;
+  uint8_t unit_type = 0;
+  Dwarf_Die cudie, subdie;
+  for (cu = nullptr; dwarf_get_units(dw, cu, &next, &version, &unit_type, &cudie, &subdie) == 0;
+       cu = next) {
+    if (dwarf_tag(&cudie) != DW_TAG_compile_unit) continue;
+    f.units.push_back(ReadUnit(&cudie));
+    CollectDecls(&cudie, decls, 0);
+  }
+  for (auto& s : f.symbols) {
+    auto it =
+        decls.find(s.function && f.machine == EM_ARM ? (s.address & ~uint64_t{1}) : s.address);
+    if (it == decls.end()) continue;
+    s.file = it->second.first;
+    s.line = it->second.second;
+  }
+}
+
+}  // namespace
+
 absl::StatusOr<ElfFile> ReadElfFile(const std::string& path, bool dwarf) {
   if (elf_version(EV_CURRENT) == EV_NONE) return absl::InternalError("libelf: version mismatch");
   Closer c;
@@ -116,151 +301,13 @@ absl::StatusOr<ElfFile> ReadElfFile(const std::string& path, bool dwarf) {
   f.path = path;
   f.machine = eh.e_machine;
   f.executable = eh.e_type == ET_EXEC;
-  size_t shstrndx = 0, phnum = 0;
-  if (elf_getshdrstrndx(c.elf, &shstrndx) != 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(path, ": no section name table: ", elf_errmsg(-1)));
-  }
-  std::vector<GElf_Phdr> phdrs;
-  if (elf_getphdrnum(c.elf, &phnum) == 0) {
-    for (size_t i = 0; i < phnum; ++i) {
-      GElf_Phdr ph;
-      if (gelf_getphdr(c.elf, static_cast<int>(i), &ph) && ph.p_type == PT_LOAD)
-        phdrs.push_back(ph);
-    }
-  }
-  std::vector<std::string> section_names;  // by index
-  section_names.push_back("");
-  Elf_Scn* scn = nullptr;
-  Elf_Scn* symtab = nullptr;
-  GElf_Shdr symtab_hdr{};
-  while ((scn = elf_nextscn(c.elf, scn)) != nullptr) {
-    GElf_Shdr sh;
-    if (!gelf_getshdr(scn, &sh))
-      return absl::InvalidArgumentError(absl::StrCat(path, ": bad section header"));
-    const char* name = elf_strptr(c.elf, shstrndx, sh.sh_name);
-    section_names.push_back(name ? name : "");
-    if (sh.sh_type == SHT_SYMTAB) {
-      symtab = scn;
-      symtab_hdr = sh;
-    }
-    if (sh.sh_type == SHT_NULL) continue;
-    ElfSection s;
-    s.name = name ? name : "";
-    s.address = sh.sh_addr;
-    s.load_address = sh.sh_addr;
-    s.size = sh.sh_size;
-    s.flags = sh.sh_flags;
-    s.type = sh.sh_type;
-    if (s.alloc()) {
-      for (const auto& ph : phdrs) {
-        if (sh.sh_addr >= ph.p_vaddr &&
-            sh.sh_addr < ph.p_vaddr + std::max(ph.p_memsz, uint64_t{1}) &&
-            (s.has_contents()
-                 ? sh.sh_offset >= ph.p_offset && sh.sh_offset < ph.p_offset + ph.p_filesz + 1
-                 : true)) {
-          s.load_address = ph.p_paddr + (sh.sh_addr - ph.p_vaddr);
-          break;
-        }
-      }
-    }
-    if (s.name == ".comment" && s.has_contents()) {
-      if (Elf_Data* d = elf_getdata(scn, nullptr); d && d->d_buf) {
-        std::string text(static_cast<const char*>(d->d_buf), d->d_size);
-        size_t pos = 0;
-        while (pos < text.size()) {
-          size_t end = text.find('\0', pos);
-          if (end == std::string::npos) end = text.size();
-          if (end > pos) f.comments.push_back(text.substr(pos, end - pos));
-          pos = end + 1;
-        }
-      }
-    }
-    f.sections.push_back(std::move(s));
-  }
-  if (symtab && symtab_hdr.sh_entsize > 0) {
-    Elf_Data* d = elf_getdata(symtab, nullptr);
-    const size_t n = symtab_hdr.sh_size / symtab_hdr.sh_entsize;
-    for (size_t i = 1; d && i < n; ++i) {
-      GElf_Sym sym;
-      if (!gelf_getsym(d, static_cast<int>(i), &sym)) break;
-      const int type = GELF_ST_TYPE(sym.st_info), bind = GELF_ST_BIND(sym.st_info);
-      if (sym.st_shndx == SHN_UNDEF || sym.st_size == 0 || type == STT_SECTION || type == STT_FILE)
-        continue;
-      const char* name = elf_strptr(c.elf, symtab_hdr.sh_link, sym.st_name);
-      ElfSymbol s;
-      s.name = name ? name : "";
-      s.address = sym.st_value;
-      s.size = sym.st_size;
-      s.function = type == STT_FUNC;
-      if (sym.st_shndx == SHN_ABS) {
-        s.type = 'A';
-      } else if (sym.st_shndx < section_names.size()) {
-        s.section = section_names[sym.st_shndx];
-        GElf_Shdr sh;
-        Elf_Scn* sec = elf_getscn(c.elf, sym.st_shndx);
-        if (sec && gelf_getshdr(sec, &sh)) {
-          if (sh.sh_flags & SHF_EXECINSTR)
-            s.type = 'T';
-          else if (sh.sh_type == SHT_NOBITS)
-            s.type = 'B';
-          else if (sh.sh_flags & SHF_WRITE)
-            s.type = 'D';
-          else if (sh.sh_flags & SHF_ALLOC)
-            s.type = 'R';
-          else
-            s.type = 'N';
-        }
-      }
-      if (bind == STB_WEAK)
-        s.type = s.function ? 'W' : 'V';
-      else if (bind == STB_LOCAL && s.type >= 'A' && s.type <= 'Z' && s.type != 'A')
-        s.type = static_cast<char>(s.type - 'A' + 'a');
-      f.symbols.push_back(std::move(s));
-    }
-  }
+  auto scan = ReadSections(c.elf, path, f);
+  if (!scan.ok()) return scan.status();
+  ReadSymbols(c.elf, *scan, f);
   if (!dwarf) return f;
   c.dw = dwarf_begin_elf(c.elf, DWARF_C_READ, nullptr);
   if (!c.dw) return f;  // no debug information: no file:line
-  std::map<uint64_t, std::pair<std::string, int>> decls;
-  Dwarf_CU* cu = nullptr;
-  Dwarf_CU* next = nullptr;
-  Dwarf_Half version = 0;
-  uint8_t unit_type = 0;
-  Dwarf_Die cudie, subdie;
-  for (cu = nullptr; dwarf_get_units(c.dw, cu, &next, &version, &unit_type, &cudie, &subdie) == 0;
-       cu = next) {
-    if (dwarf_tag(&cudie) != DW_TAG_compile_unit) continue;
-    ElfCompileUnit u;
-    Dwarf_Attribute attr;
-    const char* comp_dir =
-        dwarf_attr(&cudie, DW_AT_comp_dir, &attr) ? dwarf_formstring(&attr) : nullptr;
-    const char* name = dwarf_diename(&cudie);
-    const char* producer =
-        dwarf_attr(&cudie, DW_AT_producer, &attr) ? dwarf_formstring(&attr) : nullptr;
-    u.name = Absolute(name ? name : "", comp_dir ? comp_dir : "");
-    u.producer = producer ? producer : "";
-    Dwarf_Files* files = nullptr;
-    size_t nfiles = 0;
-    if (dwarf_getsrcfiles(&cudie, &files, &nfiles) == 0) {
-      std::set<std::string> seen;
-      for (size_t i = 0; i < nfiles; ++i) {
-        const char* fname = dwarf_filesrc(files, i, nullptr, nullptr);
-        if (!fname || !*fname || std::string(fname) == "<built-in>") continue;
-        std::string abs = Absolute(fname, comp_dir ? comp_dir : "");
-        if (seen.insert(abs).second) u.files.push_back(abs);
-      }
-    }
-    CollectDecls(&cudie, decls, 0);
-    f.units.push_back(std::move(u));
-  }
-  for (auto& s : f.symbols) {
-    auto it =
-        decls.find(s.function && f.machine == EM_ARM ? (s.address & ~uint64_t{1}) : s.address);
-    if (it == decls.end()) continue;
-    s.file = it->second.first;
-    s.line = it->second.second;
-  }
+  ReadDwarf(c.dw, f);
   return f;
 }
 

@@ -567,7 +567,8 @@ std::vector<std::pair<uint32_t, float>> Bm25Index::Search(
   if (gscore.size() < num_groups) gscore.resize(num_groups, 0.0f);
   gseen.clear();
   gtouched.clear();
-  for (const auto& [q, weight] : query) {
+  for (const auto& [q, term_weight] : query) {
+    const float weight = term_weight;  // (a lambda below uses it)
     Image::Entry entry{};
     const bool in_base = base_ && base_->Find(q, &entry);
     auto it = terms_.find(q);
@@ -830,7 +831,8 @@ std::vector<std::pair<uint32_t, float>> Bm25Index::ScoreDocs(
   std::vector<float> score(docs.size(), 0.0f);
   std::vector<bool> matched(docs.size(), false);
   auto cur = std::make_unique<Cursor>();
-  for (const auto& [q, weight] : query) {
+  for (const auto& [q, term_weight] : query) {
+    const float weight = term_weight;  // (a lambda below uses it)
     Image::Entry entry{};
     const bool in_base = base_ && base_->Find(q, &entry);
     auto it = terms_.find(q);
@@ -872,17 +874,13 @@ size_t Bm25Index::base_bytes() const { return base_ ? base_->size : 0; }
 
 int Bm25Index::image_version() const { return base_ ? base_->version : 3; }
 
-void Bm25Index::Write(const std::function<void(const char*, size_t)>& out, uint64_t generation,
-                      const std::function<uint32_t(uint32_t)>& group_key) const {
-  // The merged term list: the base's (already sorted) and the mutable tier's.
-  std::vector<std::string_view> mutable_terms;
-  mutable_terms.reserve(terms_.size());
-  for (const auto& [term, id] : terms_) {
-    if (!postings_[id].empty()) mutable_terms.push_back(term);
-  }
-  std::sort(mutable_terms.begin(), mutable_terms.end());
-  // Encode postings term by term (base postings of live docs, then the
-  // mutable tier's, by ascending doc: a doc is in one tier only).
+namespace {
+
+using DocTf = std::pair<uint32_t, uint32_t>;
+
+// An image being written: the dictionary and the three blobs its entries
+// point into.
+struct ImageParts {
   struct Term {
     std::string_view term;
     uint32_t df;
@@ -896,10 +894,136 @@ void Bm25Index::Write(const std::function<void(const char*, size_t)>& out, uint6
   };
   std::vector<Term> dict;
   std::string blob, skips, gblob;
-  std::vector<std::pair<uint32_t, uint32_t>> merged, grouped;
-  auto put32 = [](std::string* to, uint32_t v) {
-    to->append(reinterpret_cast<const char*>(&v), 4);
+};
+
+void Put32(std::string* to, uint32_t v) { to->append(reinterpret_cast<const char*>(&v), 4); }
+
+// A term's postings (ascending doc) as varints, with a skip entry (last doc,
+// end offset, max tf, min length) per block.
+void PutPostings(const std::vector<DocTf>& merged, const std::vector<uint32_t>& doc_len,
+                 ImageParts& img) {
+  const uint64_t off = img.blob.size();
+  uint32_t prev = 0, max_tf = 0, min_len = kEnd;
+  for (size_t i = 0; i < merged.size(); ++i) {
+    const auto [doc, tf] = merged[i];
+    PutVarint(&img.blob, doc - prev);
+    PutVarint(&img.blob, tf);
+    prev = doc;
+    max_tf = std::max(max_tf, tf);
+    min_len = std::min(min_len, doc < doc_len.size() && doc_len[doc] > 0 ? doc_len[doc] - 1 : 0);
+    if ((i + 1) % kBlock == 0 || i + 1 == merged.size()) {
+      Put32(&img.skips, doc);
+      Put32(&img.skips, static_cast<uint32_t>(img.blob.size() - off));
+      Put32(&img.skips, max_tf);
+      Put32(&img.skips, min_len);
+      max_tf = 0;
+      min_len = kEnd;
+    }
+  }
+}
+
+// A term's postings summed by group (document); returns how many groups were
+// written, 0 when grouping would not save most of the reading.
+uint32_t PutGroups(const std::vector<DocTf>& merged,
+                   const std::function<uint32_t(uint32_t)>& group_key, std::vector<DocTf>& grouped,
+                   std::string* gblob) {
+  grouped.clear();
+  for (const auto& [doc, tf] : merged) {
+    const uint32_t key = group_key(doc);
+    if (key == Bm25Index::kNoGroup) continue;
+    if (!grouped.empty() && grouped.back().first == key) {
+      grouped.back().second += tf;
+    } else {
+      grouped.emplace_back(key, tf);
+    }
+  }
+  std::sort(grouped.begin(), grouped.end());
+  size_t w = 0;  // summed by key
+  for (size_t i = 0; i < grouped.size(); ++i) {
+    if (w > 0 && grouped[w - 1].first == grouped[i].first) {
+      grouped[w - 1].second += grouped[i].second;
+    } else {
+      grouped[w++] = grouped[i];
+    }
+  }
+  grouped.resize(w);
+  // Only where they save most of the reading: a term found in about one
+  // chunk of each document holding it is grouped from its postings
+  // (groups_df 0).
+  if (grouped.size() * 2 > merged.size()) return 0;
+  uint32_t gprev = 0, gdf = 0;
+  for (const auto& [key, sum] : grouped) {
+    PutVarint(gblob, key - gprev);
+    PutVarint(gblob, sum);
+    gprev = key;
+    ++gdf;
+  }
+  return gdf;
+}
+
+// Header, dictionary offsets, dictionary, blobs, then the checksum of all.
+void WriteImageParts(const ImageParts& img, uint64_t generation, const Bm25Params& params,
+                     const std::vector<uint32_t>& doc_len, bool grouped,
+                     const std::function<void(const char*, size_t)>& out) {
+  Hasher h;
+  auto put = [&](const void* p, size_t n) {
+    h.Update(static_cast<const char*>(p), n);
+    out(static_cast<const char*>(p), n);
   };
+  put(kMagic, sizeof(kMagic));
+  put(&generation, 8);
+  put(&params.k1, 4);
+  put(&params.b, 4);
+  const uint32_t ndocs = static_cast<uint32_t>(doc_len.size());
+  put(&ndocs, 4);
+  if (ndocs > 0) put(doc_len.data(), size_t{ndocs} * 4);
+  const uint32_t nterms = static_cast<uint32_t>(img.dict.size());
+  put(&nterms, 4);
+  const uint32_t flags = grouped ? 1u : 0u;
+  put(&flags, 4);
+  const uint64_t sizes[3] = {img.blob.size(), img.skips.size(), img.gblob.size()};
+  put(sizes, sizeof(sizes));
+  uint64_t at = 0;
+  for (const auto& t : img.dict) {
+    put(&at, 8);
+    at += kEntryV3 + std::min<size_t>(t.term.size(), 0xffff);
+  }
+  put(&at, 8);
+  for (const auto& t : img.dict) {
+    const uint16_t len = static_cast<uint16_t>(std::min<size_t>(t.term.size(), 0xffff));
+    put(&t.df, 4);
+    put(&t.off, 8);
+    put(&t.bytes, 4);
+    put(&t.nblocks, 4);
+    put(&t.skip_off, 8);
+    put(&t.gdf, 4);
+    put(&t.goff, 8);
+    put(&t.gbytes, 4);
+    put(&len, 2);
+    put(t.term.data(), len);
+  }
+  put(img.blob.data(), img.blob.size());
+  put(img.skips.data(), img.skips.size());
+  put(img.gblob.data(), img.gblob.size());
+  const uint64_t sum = h.Final();
+  out(reinterpret_cast<const char*>(&sum), 8);
+}
+
+}  // namespace
+
+void Bm25Index::Write(const std::function<void(const char*, size_t)>& out, uint64_t generation,
+                      const std::function<uint32_t(uint32_t)>& group_key) const {
+  // The merged term list: the base's (already sorted) and the mutable tier's.
+  std::vector<std::string_view> mutable_terms;
+  mutable_terms.reserve(terms_.size());
+  for (const auto& [term, id] : terms_) {
+    if (!postings_[id].empty()) mutable_terms.push_back(term);
+  }
+  std::sort(mutable_terms.begin(), mutable_terms.end());
+  // Encode postings term by term (base postings of live docs, then the
+  // mutable tier's, by ascending doc: a doc is in one tier only).
+  ImageParts img;
+  std::vector<DocTf> merged, grouped;
   auto encode = [&](std::string_view term, const Image::Entry* be, const std::vector<Posting>* ml) {
     merged.clear();
     if (be != nullptr) {
@@ -913,65 +1037,15 @@ void Bm25Index::Write(const std::function<void(const char*, size_t)>& out, uint6
                          merged.end());
     }
     if (merged.empty()) return;
-    const uint64_t off = blob.size();
-    const uint64_t skip_off = skips.size();
-    uint32_t prev = 0, max_tf = 0, min_len = kEnd;
-    for (size_t i = 0; i < merged.size(); ++i) {
-      const auto [doc, tf] = merged[i];
-      PutVarint(&blob, doc - prev);
-      PutVarint(&blob, tf);
-      prev = doc;
-      max_tf = std::max(max_tf, tf);
-      min_len =
-          std::min(min_len, doc < doc_len_.size() && doc_len_[doc] > 0 ? doc_len_[doc] - 1 : 0);
-      if ((i + 1) % kBlock == 0 || i + 1 == merged.size()) {
-        put32(&skips, doc);
-        put32(&skips, static_cast<uint32_t>(blob.size() - off));
-        put32(&skips, max_tf);
-        put32(&skips, min_len);
-        max_tf = 0;
-        min_len = kEnd;
-      }
-    }
-    const uint64_t goff = gblob.size();
-    uint32_t gdf = 0;
-    if (group_key) {
-      grouped.clear();
-      for (const auto& [doc, tf] : merged) {
-        const uint32_t key = group_key(doc);
-        if (key == kNoGroup) continue;
-        if (!grouped.empty() && grouped.back().first == key) {
-          grouped.back().second += tf;
-        } else {
-          grouped.emplace_back(key, tf);
-        }
-      }
-      std::sort(grouped.begin(), grouped.end());
-      size_t w = 0;  // summed by key
-      for (size_t i = 0; i < grouped.size(); ++i) {
-        if (w > 0 && grouped[w - 1].first == grouped[i].first) {
-          grouped[w - 1].second += grouped[i].second;
-        } else {
-          grouped[w++] = grouped[i];
-        }
-      }
-      grouped.resize(w);
-      // Only where they save most of the reading: a term found in about one
-      // chunk of each document holding it is grouped from its postings
-      // (groups_df 0).
-      if (grouped.size() * 2 > merged.size()) grouped.clear();
-      uint32_t gprev = 0;
-      for (const auto& [key, sum] : grouped) {
-        PutVarint(&gblob, key - gprev);
-        PutVarint(&gblob, sum);
-        gprev = key;
-        ++gdf;
-      }
-    }
-    dict.push_back({term, static_cast<uint32_t>(merged.size()), off,
-                    static_cast<uint32_t>(blob.size() - off),
-                    static_cast<uint32_t>((merged.size() + kBlock - 1) / kBlock), skip_off, gdf,
-                    goff, static_cast<uint32_t>(gblob.size() - goff)});
+    const uint64_t off = img.blob.size();
+    const uint64_t skip_off = img.skips.size();
+    PutPostings(merged, doc_len_, img);
+    const uint64_t goff = img.gblob.size();
+    const uint32_t gdf = group_key ? PutGroups(merged, group_key, grouped, &img.gblob) : 0;
+    img.dict.push_back({term, static_cast<uint32_t>(merged.size()), off,
+                        static_cast<uint32_t>(img.blob.size() - off),
+                        static_cast<uint32_t>((merged.size() + kBlock - 1) / kBlock), skip_off, gdf,
+                        goff, static_cast<uint32_t>(img.gblob.size() - goff)});
   };
   size_t mi = 0;
   const uint32_t base_terms = base_ ? base_->nterms : 0;
@@ -990,48 +1064,7 @@ void Bm25Index::Write(const std::function<void(const char*, size_t)>& out, uint6
       ++mi;
     }
   }
-  Hasher h;
-  auto put = [&](const void* p, size_t n) {
-    h.Update(static_cast<const char*>(p), n);
-    out(static_cast<const char*>(p), n);
-  };
-  put(kMagic, sizeof(kMagic));
-  put(&generation, 8);
-  put(&params_.k1, 4);
-  put(&params_.b, 4);
-  const uint32_t ndocs = static_cast<uint32_t>(doc_len_.size());
-  put(&ndocs, 4);
-  if (ndocs > 0) put(doc_len_.data(), size_t{ndocs} * 4);
-  const uint32_t nterms = static_cast<uint32_t>(dict.size());
-  put(&nterms, 4);
-  const uint32_t flags = group_key ? 1u : 0u;
-  put(&flags, 4);
-  const uint64_t sizes[3] = {blob.size(), skips.size(), gblob.size()};
-  put(sizes, sizeof(sizes));
-  uint64_t at = 0;
-  for (const auto& t : dict) {
-    put(&at, 8);
-    at += kEntryV3 + std::min<size_t>(t.term.size(), 0xffff);
-  }
-  put(&at, 8);
-  for (const auto& t : dict) {
-    const uint16_t len = static_cast<uint16_t>(std::min<size_t>(t.term.size(), 0xffff));
-    put(&t.df, 4);
-    put(&t.off, 8);
-    put(&t.bytes, 4);
-    put(&t.nblocks, 4);
-    put(&t.skip_off, 8);
-    put(&t.gdf, 4);
-    put(&t.goff, 8);
-    put(&t.gbytes, 4);
-    put(&len, 2);
-    put(t.term.data(), len);
-  }
-  put(blob.data(), blob.size());
-  put(skips.data(), skips.size());
-  put(gblob.data(), gblob.size());
-  const uint64_t sum = h.Final();
-  out(reinterpret_cast<const char*>(&sum), 8);
+  WriteImageParts(img, generation, params_, doc_len_, static_cast<bool>(group_key), out);
 }
 
 std::string Bm25Index::Serialize() const {

@@ -242,8 +242,13 @@ TEST_F(HwTest, ContendersWaitAndLapsedHoldersLoseTheirLease) {
     bob_rc = Fwai({"hw", "lease", "sim-stm32vl", "--session", "bob", "--wait", "20"}, &bob_out,
                   &bob_err);
   });
-  std::this_thread::sleep_for(std::chrono::milliseconds(500));
-  ASSERT_EQ(Fwai({"--json", "hw", "who"}, &out, &err), 0);
+  // Once bob is queued (`hw who` lists him waiting), alice lets go.
+  const auto queued_by = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  do {
+    ASSERT_EQ(Fwai({"--json", "hw", "who"}, &out, &err), 0);
+  } while (out.find("\"waiting\":true") == std::string::npos &&
+           std::chrono::steady_clock::now() < queued_by);
+  EXPECT_NE(out.find("\"waiting\":true"), std::string::npos) << "bob never queued: " << out;
   EXPECT_NE(out.find("\"session_id\":\"alice\""), std::string::npos) << out;
   ASSERT_EQ(Fwai({"hw", "release", "sim-stm32vl"}, &out, &err), 0) << err;
   bob.join();

@@ -625,9 +625,12 @@ TEST(LeaseManagerTest, HeldNamesTheHolderWaitersGetItAndTtlExpires) {
   EXPECT_TRUE(leases.CheckHeld("b1", "uid:1000", "").ok());
   EXPECT_FALSE(leases.CheckHeld("b1", "uid:1001", "").ok());
   EXPECT_TRUE(leases.CheckHeld("b1", "", a->lease_id).ok());
-  // Bob waits; he gets it as soon as alice releases.
+  // Bob waits; he gets it as soon as alice releases (once he is queued).
   std::thread releaser([&] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while (leases.Waiters().empty() && std::chrono::steady_clock::now() < give_up)
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    EXPECT_FALSE(leases.Waiters().empty()) << "bob never queued";
     EXPECT_TRUE(leases.Release("", "b1", "uid:1000", false, false).ok());
   });
   auto waited = leases.Acquire({"b1"}, bob, 1, 5000, ok, nullptr);

@@ -1,7 +1,10 @@
 // Extraction, chunking, the vector index and the knowledge base, with real
 // pdftotext, FAISS and RocksDB.
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -745,7 +748,10 @@ TEST_F(KnowledgeBaseTest, IndexesAreUpdatedAtBackgroundPriority) {
     std::istringstream rest(stat.substr(stat.rfind(')') + 2));
     std::vector<std::string> fields{std::istream_iterator<std::string>(rest), {}};
     ASSERT_GT(fields.size(), 16u) << stat;
-    EXPECT_EQ(fields[16], "10") << stat;
+    // 10, or the test's own nice value if it already runs nicer (nice -n 19).
+    errno = 0;
+    const int own = getpriority(PRIO_PROCESS, 0);
+    EXPECT_EQ(fields[16], std::to_string(errno == 0 ? std::max(10, own) : 10)) << stat;
   }
   EXPECT_EQ(found, 1);
   auto hits = Find("USART1_BRR");

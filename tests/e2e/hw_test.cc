@@ -286,10 +286,15 @@ TEST_F(HwTest, ContendersWaitAndLapsedHoldersLoseTheirLease) {
     EXPECT_LE(s, limit_s) << who << "'s lease outlived its limit";
   };
   gone_within("carol", 1.0);
-  // A lease nobody renews lapses after its TTL.
-  ASSERT_EQ(Fwai({"hw", "lease", "sim-stm32vl", "--ttl", "2", "--session", "erin"}, &out, &err), 0)
+  // A lease nobody renews lapses after its TTL, not before (fwaid's clock is
+  // moved, not waited for).
+  ASSERT_EQ(Fwai({"hw", "lease", "sim-stm32vl", "--ttl", "5", "--session", "erin"}, &out, &err), 0)
       << err;
-  gone_within("erin", 2.0 + 1.0);
+  d_->AdvanceClock(2'000'000);
+  ASSERT_EQ(Fwai({"--json", "hw", "who"}, &out, &err), 0) << err;
+  EXPECT_NE(out.find("erin"), std::string::npos) << "erin's lease lapsed before its TTL: " << out;
+  d_->AdvanceClock(4'000'000);
+  gone_within("erin", 1.0);
   // By tags: any free board that has them.
   ASSERT_EQ(Fwai({"hw", "lease", "--tag", "simulated", "--tag", "stm32f1", "--session", "tagged"},
                  &out, &err),
@@ -415,13 +420,15 @@ TEST_F(HwTest, SerialTranscriptsAreKeptWithTheLeasesRecord) {
         Fwai({"monitor", "--send", "ping", "--until", "^pong$", "--timeout", "10"}, &out, &err), 0)
         << err;
     ASSERT_EQ(Fwai({"hw", "release", "sim-stm32vl"}, &out, &err), 0) << err;
-    // A second lease that lapses (TTL 3 s) after its own line.
+    // A second lease that lapses (TTL 3 s, fwaid's clock moved past it) after
+    // its own line.
     ASSERT_EQ(
         Fwai({"hw", "lease", "sim-stm32vl", "--ttl", "3", "--session", "lapsing"}, &out, &err), 0)
         << err;
     ASSERT_EQ(
         Fwai({"monitor", "--send", "ping", "--until", "^pong$", "--timeout", "10"}, &out, &err), 0)
         << err;
+    d_->AdvanceClock(4'000'000);
     json released, lapsed;
     for (int i = 0; i < 200 && lapsed.is_null(); ++i) {
       ASSERT_EQ(Fwai({"--json", "evidence", "ls"}, &out, &err), 0) << err;

@@ -3,11 +3,13 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <condition_variable>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -36,7 +38,15 @@ Daemon::Daemon(FakeLlmServer* fake, std::string extra_yaml, bool with_providers)
   config_ = dir_ + "/fwaid.yaml";
   project_ = dir_ + "/project";
   log_ = dir_ + "/fwaid.log";
+  clock_file_ = dir_ + "/clock-offset";
   std::filesystem::create_directories(project_);
+  if (int fd = open(clock_file_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600); fd >= 0) {
+    if (ftruncate(fd, 8) == 0) {
+      void* p = mmap(nullptr, 8, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+      if (p != MAP_FAILED) clock_offset_ = static_cast<int64_t*>(p);
+    }
+    close(fd);
+  }
   std::ofstream cfg(config_);
   cfg << "log_level: info\n";
   cfg << "retry:\n  max_attempts: 3\n  initial_backoff_ms: 20\n  max_backoff_ms: 200\n";
@@ -58,6 +68,7 @@ Daemon::Daemon(FakeLlmServer* fake, std::string extra_yaml, bool with_providers)
 
 Daemon::~Daemon() {
   if (pid_ > 0) Kill9();
+  if (clock_offset_ != nullptr) munmap(clock_offset_, 8);
   std::error_code ec;
   if (std::getenv("FWAI_KEEP_TEST_DIRS") == nullptr) std::filesystem::remove_all(dir_, ec);
 }
@@ -74,6 +85,7 @@ bool Daemon::Start() {
     unsetenv("OPENAI_API_KEY");
     unsetenv("ANTHROPIC_BASE_URL");
     unsetenv("OPENAI_BASE_URL");
+    setenv("FWAI_CLOCK_OFFSET_FILE", clock_file_.c_str(), 1);  // (common/clock.cc)
     std::string bin = binary_.empty() ? std::string(FWAI_BIN_DIR) + "/fwaid" : binary_;
     std::vector<std::string> args = {
         bin, "--config", config_, "--listen", "unix:" + socket_, "--data-dir", data_};
@@ -107,6 +119,14 @@ bool Daemon::Start() {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   return false;
+}
+
+void Daemon::AdvanceClock(int64_t us) {
+  if (clock_offset_ == nullptr) {
+    std::fprintf(stderr, "AdvanceClock: no clock-offset file in %s\n", dir_.c_str());
+    std::abort();
+  }
+  __atomic_fetch_add(clock_offset_, us, __ATOMIC_RELAXED);
 }
 
 int Daemon::Stop() {

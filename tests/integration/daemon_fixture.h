@@ -57,9 +57,17 @@ class Daemon {
   // Creates a session on the project dir.
   fwai::v1::Session CreateSession(const std::string& provider = "");
 
+  // Moves fwaid's wall clock ahead by `us` microseconds (its lease TTLs,
+  // token expiry and record times; waits measured in real time are not
+  // shortened): the offset file fwaid maps (FWAI_CLOCK_OFFSET_FILE). Takes
+  // effect at once, also across restarts.
+  void AdvanceClock(int64_t us);
+
  private:
   std::string dir_, socket_, data_, config_, project_, log_;
-  std::string binary_;  // empty: FWAI_BIN_DIR/fwaid
+  std::string clock_file_;
+  int64_t* clock_offset_ = nullptr;  // the file, mapped shared
+  std::string binary_;               // empty: FWAI_BIN_DIR/fwaid
   std::vector<std::string> extra_listen_;
   pid_t pid_ = -1;
   std::shared_ptr<grpc::Channel> channel_;

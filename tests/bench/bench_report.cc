@@ -4,9 +4,10 @@
 
 #include <cstdio>
 #include <cstdlib>
-#include <ctime>
 #include <fstream>
 #include <thread>
+
+#include "common/clock.h"
 
 namespace fwai::testing {
 namespace {
@@ -24,15 +25,6 @@ std::string FirstLineValue(const std::string& path, const std::string& key, char
     return v;
   }
   return "";
-}
-
-std::string UtcNow() {
-  std::time_t t = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
 }
 
 }  // namespace
@@ -98,7 +90,7 @@ bool BenchReport::Write() const {
   doc["bench"] = bench_;
   const char* commit = std::getenv("FWAI_COMMIT");
   doc["commit"] = commit != nullptr && *commit != '\0' ? commit : "unknown";
-  doc["date"] = UtcNow();
+  doc["date"] = FormatUtc(NowMicros());
   doc["machine"] = MachineJson();
   doc["quick"] = quick_;
   doc["args"] = args_;

@@ -62,15 +62,6 @@ long RssKb(pid_t pid) {
   return -1;
 }
 
-std::string CpuModel() {
-  std::ifstream f("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(f, line)) {
-    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
-  }
-  return "unknown";
-}
-
 // Reads a turn; records per-delta latency from the timestamps in the text.
 struct StreamStats {
   uint64_t events = 0;
@@ -385,7 +376,7 @@ int Main(int argc, char** argv) {
     }
   }
   std::printf("fwai_bench  machine: %u cores, %s  commit: %s\n",
-              std::thread::hardware_concurrency(), CpuModel().c_str(),
+              std::thread::hardware_concurrency(), MachineJson()["cpu"].get<std::string>().c_str(),
               std::getenv("FWAI_COMMIT") ? std::getenv("FWAI_COMMIT") : "?");
 
   FakeLlmServer fake;

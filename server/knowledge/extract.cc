@@ -224,9 +224,13 @@ std::string GuessTitle(std::string_view text, DocFormat f) {
           line.rfind("/*", 0) == 0 || line.rfind("*", 0) == 0 || line.rfind("//", 0) == 0;
       if (comment && absl::StrContains(c, "definitions for")) {
         // The next comment line often completes it ("... for the TI\n MSP430x14x devices.").
-        size_t e2 = text.find('\n', pos);
-        std::string next(absl::StripAsciiWhitespace(
-            AV(text.substr(pos, (e2 == std::string_view::npos ? text.size() : e2) - pos))));
+        // (None when this comment is the file's last line.)
+        std::string next;
+        if (pos < text.size()) {
+          size_t e2 = text.find('\n', pos);
+          if (e2 == std::string_view::npos) e2 = text.size();
+          next = std::string(absl::StripAsciiWhitespace(AV(text.substr(pos, e2 - pos))));
+        }
         while (!next.empty() && (next[0] == '*' || next[0] == '/')) next.erase(0, 1);
         while (!next.empty() && (next.back() == '/' || next.back() == '*')) next.pop_back();
         next = std::string(absl::StripAsciiWhitespace(next));

@@ -116,6 +116,18 @@ TEST(ExtractTest, IllFormedUtf8IsNotTakenForUtf8) {
   EXPECT_NE(good->pages[0].text.find("Grüße 中文 \xF0\x9F\x98\x80"), std::string::npos);
 }
 
+TEST(ExtractTest, ASourcesTitleCommentMayBeItsLastLine) {
+  // The title of a source file is its first descriptive comment, which may
+  // be completed by the line after it; here there is no line after it.
+  auto last = ExtractDocument("io.h", "/* avr/io.h - definitions for ATmega328P");
+  ASSERT_TRUE(last.ok()) << last.status();
+  EXPECT_EQ(last->title, "avr/io.h - definitions for ATmega328P");
+  auto completed =
+      ExtractDocument("io.h", "/* avr/io.h - definitions for the\n * ATmega328P devices.\n */\n");
+  ASSERT_TRUE(completed.ok()) << completed.status();
+  EXPECT_EQ(completed->title, "avr/io.h - definitions for the ATmega328P devices.");
+}
+
 TEST(ExtractTest, HtmlKeepsHeadingsAndDropsScripts) {
   std::string title;
   std::string text = HtmlToText(

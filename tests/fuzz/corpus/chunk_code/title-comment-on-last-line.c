@@ -1,0 +1,1 @@
+/* Re$gist0021000u#definitions fordefi"e`````````````````````````````````````````````````````````````````````````````````````````````````tat// lm3s6965-hello:inline er#includÙe  oncURA i iT0 and a n

@@ -440,7 +440,7 @@ absl::Status CheckMemoryBudget(const json& report, const json& diff, const Memor
     if (limit > 0 && pct > limit) {
       return absl::FailedPreconditionError(absl::StrCat(
           "flash guard (memory): ", r.value("name", ""), " is ",
-          absl::StrFormat(pct < 1 ? "%.2f" : "%.1f", pct), "% used (",
+          pct < 1 ? absl::StrFormat("%.2f", pct) : absl::StrFormat("%.1f", pct), "% used (",
           Bytes(r.value("used", int64_t{0})), " of ", Bytes(r.value("length", int64_t{0})),
           " bytes), over the budget memory.", kind == "flash" ? "flash_max_pct " : "ram_max_pct ",
           absl::StrFormat("%g", limit)));

@@ -4,11 +4,11 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <vector>
+
+#include "common/mutex.h"
 
 namespace fwai {
 
@@ -21,25 +21,29 @@ class CancelToken {
   void Cancel() {
     std::vector<std::function<void()>> callbacks;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       if (cancelled_.exchange(true)) return;
       callbacks.swap(callbacks_);
     }
-    cv_.notify_all();
+    cv_.SignalAll();
     for (auto& cb : callbacks) cb();
   }
   bool cancelled() const { return cancelled_.load(std::memory_order_relaxed); }
 
   // Sleeps up to `d`; returns true if cancelled meanwhile.
   bool WaitFor(std::chrono::milliseconds d) {
-    std::unique_lock<std::mutex> lock(mu_);
-    return cv_.wait_for(lock, d, [this] { return cancelled_.load(); });
+    MutexLock lock(&mu_);
+    const auto deadline = std::chrono::steady_clock::now() + d;
+    while (!cancelled_.load()) {
+      if (cv_.WaitWithDeadline(&mu_, deadline)) break;
+    }
+    return cancelled_.load();
   }
 
   // Runs `cb` on Cancel() (at once if already cancelled). `cb` must not block.
   void OnCancel(std::function<void()> cb) {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       if (!cancelled_) {
         callbacks_.push_back(std::move(cb));
         return;
@@ -50,9 +54,9 @@ class CancelToken {
 
  private:
   std::atomic<bool> cancelled_{false};
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::vector<std::function<void()>> callbacks_;
+  Mutex mu_;
+  CondVar cv_;
+  std::vector<std::function<void()>> callbacks_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace fwai

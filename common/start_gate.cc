@@ -17,11 +17,12 @@ thread_local HeldSlot held;
 
 StartGate::StartGate(size_t slots, std::chrono::milliseconds budget)
     : slots_(slots), budget_(budget) {
+  MutexLock lock(&waker_->mu);
   waker_->gate = this;
 }
 
 StartGate::~StartGate() {
-  std::lock_guard<std::mutex> lock(waker_->mu);
+  MutexLock lock(&waker_->mu);
   waker_->gate = nullptr;
 }
 
@@ -49,38 +50,38 @@ StartGate::Hold StartGate::Enter(CancelToken* cancel) {
     cancel->OnCancel([waker = std::weak_ptr<Waker>(waker_)] {
       auto w = waker.lock();
       if (!w) return;
-      std::lock_guard<std::mutex> lock(w->mu);
+      MutexLock lock(&w->mu);
       if (w->gate == nullptr) return;
-      std::lock_guard<std::mutex> gate_lock(w->gate->mu_);
-      w->gate->cv_.notify_all();
+      MutexLock gate_lock(&w->gate->mu_);
+      w->gate->cv_.SignalAll();
     });
   }
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   const uint64_t id = next_id_++;
   if (slots_ > 0) {
     waiting_.push_back(id);
-    cv_.notify_all();  // WaitUntilWaiting
+    cv_.SignalAll();  // WaitUntilWaiting
     while (true) {
       if (cancel != nullptr && cancel->cancelled()) {
         waiting_.erase(std::find(waiting_.begin(), waiting_.end(), id));
-        cv_.notify_all();  // the next in line may be at the front now
+        cv_.SignalAll();  // the next in line may be at the front now
         return Hold(nullptr, 0);
       }
       const auto now = Clock::now();
       if (waiting_.front() == id && CountingLocked(now) < slots_) break;
       if (holders_.empty() || waiting_.front() != id) {
-        cv_.wait(lock);
+        cv_.Wait(&mu_);
       } else {
         // Full: wait for a leave, or for the oldest holder to pass its budget.
         auto oldest =
             std::min_element(holders_.begin(), holders_.end(),
                              [](const auto& a, const auto& b) { return a.second < b.second; });
-        cv_.wait_until(lock, oldest->second + budget_);
+        cv_.WaitWithDeadline(&mu_, oldest->second + budget_);
       }
     }
     waiting_.pop_front();
     holders_[id] = Clock::now();
-    cv_.notify_all();  // the next in line may fit too
+    cv_.SignalAll();  // the next in line may fit too
   }
   held = {this, id};
   return Hold(this, id);
@@ -88,10 +89,10 @@ StartGate::Hold StartGate::Enter(CancelToken* cancel) {
 
 void StartGate::Leave(uint64_t id) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (holders_.erase(id) == 0) return;
   }
-  cv_.notify_all();
+  cv_.SignalAll();
 }
 
 void StartGate::LeaveHeld() {
@@ -103,18 +104,18 @@ void StartGate::LeaveHeld() {
 }
 
 size_t StartGate::Inside() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return CountingLocked(Clock::now());
 }
 
 size_t StartGate::Waiting() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return waiting_.size();
 }
 
 void StartGate::WaitUntilWaiting(size_t n) {
-  std::unique_lock<std::mutex> lock(mu_);
-  cv_.wait(lock, [&] { return waiting_.size() == n; });
+  MutexLock lock(&mu_);
+  while (waiting_.size() != n) cv_.Wait(&mu_);
 }
 
 }  // namespace fwai

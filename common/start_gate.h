@@ -14,15 +14,14 @@
 #pragma once
 
 #include <chrono>
-#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
 #include <map>
 #include <memory>
-#include <mutex>
 
 #include "common/cancel.h"
+#include "common/mutex.h"
 
 namespace fwai {
 
@@ -53,34 +52,36 @@ class StartGate {
   // Waits for a slot (in order of arrival) and takes it for this thread.
   // When `cancel` is cancelled first, stops waiting and returns a Hold of
   // no slot (the cancelled work then goes on to see it and end).
-  [[nodiscard]] Hold Enter(CancelToken* cancel = nullptr);
+  [[nodiscard]] Hold Enter(CancelToken* cancel = nullptr) ABSL_LOCKS_EXCLUDED(mu_);
 
   // Gives up the slot this thread holds, if it holds one.
   static void LeaveHeld();
 
   // Holders counting against the limit now.
-  size_t Inside();
+  size_t Inside() ABSL_LOCKS_EXCLUDED(mu_);
   // Threads waiting in Enter now.
-  size_t Waiting();
+  size_t Waiting() ABSL_LOCKS_EXCLUDED(mu_);
   // Waits until exactly `n` threads wait in Enter.
-  void WaitUntilWaiting(size_t n);
+  void WaitUntilWaiting(size_t n) ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
-  void Leave(uint64_t id);
+  void Leave(uint64_t id) ABSL_LOCKS_EXCLUDED(mu_);
   // Wakes the waiters (a cancel may concern one of them).
   struct Waker {
-    std::mutex mu;
-    StartGate* gate = nullptr;  // null once the gate is gone
+    Mutex mu;
+    StartGate* gate ABSL_GUARDED_BY(mu) = nullptr;  // null once the gate is gone
   };
-  size_t CountingLocked(Clock::time_point now);  // drops holders past the budget
+  // Drops holders past the budget.
+  size_t CountingLocked(Clock::time_point now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const size_t slots_;
   const Clock::duration budget_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  uint64_t next_id_ = 1;
-  std::deque<uint64_t> waiting_;                   // ids in order of arrival
-  std::map<uint64_t, Clock::time_point> holders_;  // id -> when it entered
+  Mutex mu_;
+  CondVar cv_;
+  uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
+  std::deque<uint64_t> waiting_ ABSL_GUARDED_BY(mu_);  // ids in order of arrival
+  // id -> when it entered
+  std::map<uint64_t, Clock::time_point> holders_ ABSL_GUARDED_BY(mu_);
   // Shared with cancel callbacks, which may run after the gate is gone.
   std::shared_ptr<Waker> waker_ = std::make_shared<Waker>();
 };

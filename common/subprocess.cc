@@ -9,16 +9,16 @@
 
 #include <cerrno>
 #include <chrono>
-#include <condition_variable>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
-#include <mutex>
+#include <mutex>  // std::once_flag, std::call_once
 #include <string_view>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "common/local_account.h"
+#include "common/mutex.h"
 
 namespace fwai {
 
@@ -37,6 +37,8 @@ std::string FindProgram(const std::string& name) {
 }
 
 pid_t ForkLongLived(const std::function<void()>& in_child) {
+  // pid, err and done are guarded by Shared::mu (a local struct's field
+  // cannot name it for the analysis).
   struct Job {
     const std::function<void()>* fn;
     pid_t pid = -1;
@@ -46,19 +48,17 @@ pid_t ForkLongLived(const std::function<void()>& in_child) {
   // Never destroyed: the forking thread waits on them until the process ends
   // (destroying a condition variable with a waiter blocks exit).
   struct Shared {
-    std::mutex mu;
-    std::condition_variable cv;
-    std::deque<Job*> queue;
+    Mutex mu;
+    CondVar cv;
+    std::deque<Job*> queue ABSL_GUARDED_BY(mu);
   };
   static Shared* const shared = new Shared;
   static std::once_flag started;
-  std::mutex& mu = shared->mu;
-  std::condition_variable& cv = shared->cv;
   std::call_once(started, [] {
     std::thread([] {
-      std::unique_lock lock(shared->mu);
+      MutexLock lock(&shared->mu);
       while (true) {
-        shared->cv.wait(lock, [] { return !shared->queue.empty(); });
+        while (shared->queue.empty()) shared->cv.Wait(&shared->mu);
         Job* j = shared->queue.front();
         shared->queue.pop_front();
         pid_t pid = fork();
@@ -69,15 +69,15 @@ pid_t ForkLongLived(const std::function<void()>& in_child) {
         j->pid = pid;
         j->err = pid < 0 ? errno : 0;
         j->done = true;
-        shared->cv.notify_all();
+        shared->cv.SignalAll();
       }
     }).detach();
   });
   Job job{&in_child};
-  std::unique_lock lock(mu);
+  MutexLock lock(&shared->mu);
   shared->queue.push_back(&job);
-  cv.notify_all();
-  cv.wait(lock, [&] { return job.done; });
+  shared->cv.SignalAll();
+  while (!job.done) shared->cv.Wait(&shared->mu);
   if (job.pid < 0) errno = job.err;
   return job.pid;
 }

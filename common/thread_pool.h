@@ -1,12 +1,12 @@
 // A fixed pool of worker threads for work that must not run on gRPC threads.
 #pragma once
 
-#include <condition_variable>
 #include <deque>
 #include <functional>
-#include <mutex>
 #include <thread>
 #include <vector>
+
+#include "common/mutex.h"
 
 namespace fwai {
 
@@ -29,22 +29,22 @@ class ThreadPool {
   // Runs `fn` on a worker. After Shutdown, returns false and does not run it.
   bool Submit(std::function<void()> fn) {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       if (stopping_) return false;
       queue_.push_back(std::move(fn));
     }
-    cv_.notify_one();
+    cv_.Signal();
     return true;
   }
 
   // Finishes queued work, then joins the workers.
   void Shutdown() {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       if (stopping_) return;
       stopping_ = true;
     }
-    cv_.notify_all();
+    cv_.SignalAll();
     for (auto& t : workers_) {
       if (t.joinable()) t.join();
     }
@@ -55,8 +55,8 @@ class ThreadPool {
     while (true) {
       std::function<void()> fn;
       {
-        std::unique_lock<std::mutex> lock(mu_);
-        cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+        MutexLock lock(&mu_);
+        while (!(stopping_ || !queue_.empty())) cv_.Wait(&mu_);
         if (queue_.empty()) return;
         fn = std::move(queue_.front());
         queue_.pop_front();
@@ -65,10 +65,11 @@ class ThreadPool {
     }
   }
 
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<std::function<void()>> queue_;
-  bool stopping_ = false;
+  Mutex mu_;
+  CondVar cv_;
+  std::deque<std::function<void()>> queue_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  // Filled in the constructor; joined once, by the Shutdown that set stopping_.
   std::vector<std::thread> workers_;
 };
 

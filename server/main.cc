@@ -27,7 +27,6 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
-#include <condition_variable>
 #include <cstddef>
 #include <cstring>
 #include <filesystem>
@@ -43,6 +42,7 @@
 #include "common/clock.h"
 #include "common/config.h"
 #include "common/local_account.h"
+#include "common/mutex.h"
 #include "common/paths.h"
 #include "common/status_macros.h"
 #include "common/thread_pool.h"
@@ -288,16 +288,16 @@ class TcpRelay {
         getsockname(up, reinterpret_cast<sockaddr*>(&local), &local_len);
         const std::string inner = absl::StrCat("ipv4:127.0.0.1:", ntohs(local.sin_port));
         peers->AddRelayed(inner, PeerString(from));
-        std::lock_guard lock(mu_);
+        MutexLock lock(&mu_);
         active_.push_back({c, up});
         std::thread([this, c, up, inner, peers] {
           Pipe(c, up);
           peers->RemoveRelayed(inner);
-          std::lock_guard lock(mu_);
+          MutexLock lock(&mu_);
           std::erase_if(active_, [c](const std::pair<int, int>& x) { return x.first == c; });
           close(c);
           close(up);
-          idle_.notify_all();
+          idle_.SignalAll();
         }).detach();
       }
     });
@@ -310,12 +310,12 @@ class TcpRelay {
     if (thread_.joinable()) thread_.join();
     {
       // Open connections end; their threads close them and are waited for.
-      std::unique_lock lock(mu_);
+      MutexLock lock(&mu_);
       for (auto [a, b] : active_) {
         shutdown(a, SHUT_RDWR);
         shutdown(b, SHUT_RDWR);
       }
-      idle_.wait(lock, [this] { return active_.empty(); });
+      while (!active_.empty()) idle_.Wait(&mu_);
     }
     if (wake_ >= 0) close(wake_);
     wake_ = -1;
@@ -373,9 +373,10 @@ class TcpRelay {
   int wake_ = -1;
   std::atomic<bool> stopping_{false};
   std::thread thread_;
-  std::mutex mu_;
-  std::condition_variable idle_;
-  std::vector<std::pair<int, int>> active_;  // (client, relay) of each open connection
+  Mutex mu_;
+  CondVar idle_;
+  // (client, relay) of each open connection
+  std::vector<std::pair<int, int>> active_ ABSL_GUARDED_BY(mu_);
 };
 
 // The sockets systemd passed (LISTEN_FDS), sorted by kind; their addresses as
@@ -813,7 +814,7 @@ class Daemon {
   Quotas quotas_;
   std::function<void(const nlohmann::json&)> audit_;
   std::unique_ptr<Gate> gate_;
-  std::mutex config_mu_;  // reloads one at a time
+  Mutex config_mu_;  // reloads one at a time (it guards no data: config_ is not changed)
   ApiDeps deps_;
   grpc::ServerBuilder builder_;
   std::vector<std::unique_ptr<grpc::Service>> services_;
@@ -1391,7 +1392,7 @@ std::optional<int> Daemon::OpenGate() {
 
 absl::StatusOr<int> Daemon::ReloadConfig(const std::string& principal, const std::string& peer) {
   const std::string by = peer.empty() ? principal : absl::StrCat(principal, " (", peer, ")");
-  std::lock_guard<std::mutex> lock(config_mu_);
+  MutexLock lock(&config_mu_);
   if (config_.source.empty())
     return absl::FailedPreconditionError("fwaid was started without a config file");
   auto fresh = LoadConfigFile(config_.source);

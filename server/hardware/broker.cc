@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
-#include <mutex>
 #include <thread>
 
 #include "absl/strings/match.h"
@@ -29,7 +28,10 @@ namespace fs = std::filesystem;
 using broker_internal::kFlashPrefix;
 
 HardwareBroker::HardwareBroker(const HardwareConfig& config, Storage& storage, std::string run_dir)
-    : config_(config), storage_(storage), run_dir_(std::move(run_dir)) {
+    : config_(config),
+      storage_(storage),
+      run_dir_(std::move(run_dir)),
+      supervisor_(std::make_unique<Supervisor>()) {
   std::vector<BoardConfig> boards = config.boards;
   if (boards.empty() && config.default_simulated_board) {
     BoardConfig b;
@@ -45,11 +47,7 @@ HardwareBroker::HardwareBroker(const HardwareConfig& config, Storage& storage, s
     auto b = std::make_unique<Board>();
     b->cfg = c;
     b->hub = std::make_unique<SerialHub>(c.id, static_cast<size_t>(config.history_lines));
-    if (c.maintenance) {
-      b->health = "maintenance";
-      b->health_reason = "marked maintenance in the config";
-      b->admin_health = true;
-    }
+    if (c.maintenance) b->SetHealth("maintenance", "marked maintenance in the config", true);
     boards_.push_back(std::move(b));
   }
   leases_ = std::make_unique<LeaseManager>(
@@ -70,13 +68,15 @@ absl::Status HardwareBroker::Start() {
       if (raw->restarting) return;
       raw->SetHealth("bad", reason + (raw->simulated() ? " (the simulator stopped)" : ""));
       spdlog::warn("board {}: {}", raw->cfg.id, reason);
-      if (supervisor_) supervisor_->cv.notify_all();
+      supervisor_->cv.SignalAll();
     });
+    // Booting it is work on the board: under its op_mu, as for any other.
+    MutexLock op(&b.op_mu);
     if (auto rec = storage_.Get(Cf::kLeases, kFlashPrefix + b.cfg.id);
         rec.ok() && rec->has_value()) {
       auto j = nlohmann::json::parse(**rec, nullptr, false);
       if (!j.is_discarded()) {
-        std::lock_guard lock(b.state_mu);
+        MutexLock lock(&b.state_mu);
         b.image = j.value("image", "");
         b.image_sha256 = j.value("sha256", "");
       }
@@ -96,7 +96,6 @@ absl::Status HardwareBroker::Start() {
       }
     }
     if (b.simulated() && from_slots && b.slots && b.cfg.image.empty()) {
-      std::lock_guard op(b.op_mu);
       if (auto r = BootFromSlots(b); !r.ok()) {
         b.SetHealth("bad", std::string(r.status().message()));
         spdlog::warn("board {}: {}", b.cfg.id, std::string(r.status().message()));
@@ -116,36 +115,55 @@ absl::Status HardwareBroker::Start() {
       }
     }
   }
-  supervisor_ = std::make_unique<Supervisor>();
   supervisor_->thread = std::thread([this] { Supervise(); });
   return absl::OkStatus();
 }
 
 void HardwareBroker::Shutdown() {
   stopping_ = true;
-  if (supervisor_) {
-    {
-      std::lock_guard lock(supervisor_->mu);
-      supervisor_->stopping = true;
-    }
-    supervisor_->cv.notify_all();
-    if (supervisor_->thread.joinable()) supervisor_->thread.join();
-    supervisor_.reset();
+  {
+    MutexLock lock(&supervisor_->mu);
+    supervisor_->stopping = true;
   }
+  supervisor_->cv.SignalAll();
+  if (supervisor_->thread.joinable()) supervisor_->thread.join();
   for (auto& b : boards_) {
     b->restarting = true;
     b->hub->Close("fwaid is shutting down", true);
-    b->StopQemu();
+    if (!b->simulated()) continue;  // no simulator to stop
+    // The simulator is stopped under op_mu, never under a flash, debug
+    // session or reset of the board. A debug session stops at its next
+    // command; a board still busy after a while keeps its simulator, which
+    // ends with fwaid (it dies with its parent).
+    b->debug_cancel = true;
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(3);
+    bool stopped = false;
+    while (true) {
+      if (b->op_mu.TryLock()) {
+        b->StopQemu();
+        b->op_mu.Unlock();
+        stopped = true;
+        break;
+      }
+      if (std::chrono::steady_clock::now() >= give_up) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    if (!stopped) {
+      spdlog::warn(
+          "board {}: still busy (flash, debug or reset) after 3 s of shutting down; "
+          "its simulator is not stopped cleanly and ends with fwaid",
+          b->cfg.id);
+    }
   }
 }
 
 // Reopens physical ports that went away (unplugged, not yet present).
 void HardwareBroker::Supervise() {
-  std::unique_lock lock(supervisor_->mu);
+  MutexLock lock(&supervisor_->mu);
   while (!supervisor_->stopping) {
-    supervisor_->cv.wait_for(lock, std::chrono::seconds(2));
+    supervisor_->cv.WaitWithTimeout(&supervisor_->mu, std::chrono::seconds(2));
     if (supervisor_->stopping) break;
-    lock.unlock();
+    lock.Unlock();
     for (auto& b : boards_) {
       if (b->simulated() || b->cfg.serial.empty() || b->hub->is_open() || b->restarting) continue;
       std::error_code ec;
@@ -157,7 +175,7 @@ void HardwareBroker::Supervise() {
         b->SetHealth("bad", std::string(st.message()));
       }
     }
-    lock.lock();
+    lock.Lock();
   }
 }
 
@@ -219,14 +237,14 @@ std::vector<DeviceInfo> HardwareBroker::List() const {
     d.path = b->simulated() ? b->hub->path() : b->cfg.serial;
     d.serial_number = b->cfg.probe;
     {
-      std::lock_guard lock(b->state_mu);  // not op_mu: a listing never waits for a flash
-      d.image = b->image;
-      d.image_sha256 = b->image_sha256;
-      const bool up = b->simulated() && b->qemu && b->qemu->running();
-      d.running = b->simulated() ? (up && !b->paused) : b->hub->is_open();
-      d.state = d.running ? "running" : (up && b->paused) ? "paused" : "stopped";
-      if (up) d.pid = b->qemu->pid();
-      d.ota_version = b->ota_version;
+      // Under state_mu, not op_mu: a listing never waits for a flash.
+      const Board::Listing l = b->Listed();
+      d.image = l.image;
+      d.image_sha256 = l.image_sha256;
+      d.running = b->simulated() ? (l.up && !l.paused) : b->hub->is_open();
+      d.state = d.running ? "running" : (l.up && l.paused) ? "paused" : "stopped";
+      if (l.up) d.pid = l.pid;
+      d.ota_version = l.ota_version;
     }
     fill_lease(d);
     out.push_back(std::move(d));
@@ -324,11 +342,11 @@ absl::StatusOr<LeaseRecord> HardwareBroker::Acquire(
   auto lease = leases_->Acquire(candidates, who, ttl_s, wait_s * 1000, available, cancelled, wants);
   if (!lease.ok()) return lease;
   if (Board* b = FindBoard(lease->device_id); b && !transcript_dir_.empty() && !lease->renewed) {
-    std::lock_guard lock(transcripts_mu_);
+    MutexLock lock(&transcripts_mu_);
     transcript_from_[lease->lease_id] = b->hub->next_seq();
   }
   if (Board* b = FindBoard(lease->device_id); b && b->simulated()) {
-    std::lock_guard op(b->op_mu);
+    MutexLock op(&b->op_mu);
     if (b->paused && b->qemu && b->qemu->running() && b->qemu->Continue().ok()) b->SetPaused(false);
   }
   // A board with a power switch is powered for its holder (and off again
@@ -379,7 +397,7 @@ std::vector<LeaseRecord> HardwareBroker::Leases() const { return leases_->All();
 std::vector<LeaseWaiter> HardwareBroker::Waiters() const { return leases_->Waiters(); }
 
 nlohmann::json HardwareBroker::TakeTranscript(const std::string& lease_id) {
-  std::lock_guard lock(transcripts_mu_);
+  MutexLock lock(&transcripts_mu_);
   auto it = transcripts_.find(lease_id);
   if (it == transcripts_.end()) return nullptr;
   nlohmann::json t = std::move(it->second);
@@ -392,7 +410,7 @@ nlohmann::json HardwareBroker::KeepTranscript(const LeaseRecord& lease) {
   if (!b || transcript_dir_.empty()) return nullptr;
   uint64_t from = 1;  // a lease from before a restart: what this process saw
   {
-    std::lock_guard lock(transcripts_mu_);
+    MutexLock lock(&transcripts_mu_);
     if (auto it = transcript_from_.find(lease.lease_id); it != transcript_from_.end()) {
       from = it->second;
       transcript_from_.erase(it);
@@ -433,7 +451,7 @@ void HardwareBroker::OnLeaseEnded(const LeaseRecord& lease, const std::string& r
   if (nlohmann::json t = KeepTranscript(lease); !t.is_null()) {
     if (absl::StartsWith(reason, "released by") || absl::StartsWith(reason, "force-released")) {
       // The release's own record (lease_released / lease_kicked) takes it.
-      std::lock_guard lock(transcripts_mu_);
+      MutexLock lock(&transcripts_mu_);
       if (transcripts_.size() > 1000) transcripts_.erase(transcripts_.begin());
       transcripts_[lease.lease_id] = std::move(t);
     } else if (recorder_) {
@@ -450,7 +468,7 @@ void HardwareBroker::OnLeaseEnded(const LeaseRecord& lease, const std::string& r
   // A simulated board nobody holds is paused: a firmware spinning in a fault
   // handler must not eat a core of a shared machine. It resumes when leased.
   if (b->simulated()) {
-    std::lock_guard op(b->op_mu);
+    MutexLock op(&b->op_mu);
     if (b->qemu && b->qemu->running() && b->qemu->Pause().ok()) b->SetPaused(true);
   }
   if (!b->cfg.power_off.empty()) {
@@ -492,7 +510,7 @@ absl::StatusOr<std::string> HardwareBroker::SelfTest(const Caller& caller,
     return absl::FailedPreconditionError(
         absl::StrCat(board, " is in maintenance; an admin sets it back to good"));
   }
-  std::lock_guard op(b->op_mu);
+  MutexLock op(&b->op_mu);
   std::string report;
   absl::Status verdict;
   if (!b->cfg.self_test.empty()) {
@@ -536,7 +554,7 @@ absl::StatusOr<std::string> HardwareBroker::SelfTest(const Caller& caller,
     return verdict;
   }
   {
-    std::lock_guard lock(b->state_mu);
+    MutexLock lock(&b->state_mu);
     b->admin_health = false;
   }
   b->SetHealth("good", "");

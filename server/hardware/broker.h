@@ -8,7 +8,6 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <regex>
@@ -19,12 +18,15 @@
 #include "absl/status/statusor.h"
 #include "common/cancel.h"
 #include "common/config.h"
+#include "common/mutex.h"
 #include "server/auth/caller.h"
 #include "server/hardware/lease_manager.h"
 #include "server/hardware/serial_hub.h"
 
 namespace fwai {
 
+class QemuInstance;
+class SimMcuboot;
 class Storage;
 
 struct DeviceInfo {
@@ -249,7 +251,69 @@ class HardwareBroker {
   [[nodiscard]] absl::StatusOr<std::string> SelfTest(const Caller& caller,
                                                      const std::string& board);
 
-  struct Board;
+  // A configured board. Used by the broker's .cc files only; defined here
+  // so that the broker's helpers can name the lock of the board they work on.
+  struct Board {
+    BoardConfig cfg;
+    std::unique_ptr<SerialHub> hub;
+    std::unique_ptr<SimMcuboot> slots;  // simulated boards with an OTA directory (set by Start)
+    Mutex op_mu;                        // one flash / debug / reset at a time
+    mutable Mutex state_mu ABSL_ACQUIRED_AFTER(op_mu);
+    // The simulator, whether it is paused, and the image the board runs are
+    // changed under op_mu and state_mu both, so they are read whole under
+    // either: work on the board holds op_mu; List() takes only state_mu (it
+    // must not wait for a flash) through Listed(). The analysis checks op_mu.
+    std::unique_ptr<QemuInstance> qemu ABSL_GUARDED_BY(op_mu);  // simulated boards while running
+    bool paused ABSL_GUARDED_BY(op_mu) = false;         // simulated: stopped while nobody holds it
+    std::string image ABSL_GUARDED_BY(op_mu);           // last image loaded
+    bool from_slots ABSL_GUARDED_BY(op_mu) = false;     // runs the primary slot's image ...
+    std::string ota_version ABSL_GUARDED_BY(state_mu);  // ... of this version
+    std::string image_sha256 ABSL_GUARDED_BY(state_mu);
+    std::string health ABSL_GUARDED_BY(state_mu) = "good";  // good | bad | maintenance
+    std::string health_reason ABSL_GUARDED_BY(state_mu);
+    bool admin_health ABSL_GUARDED_BY(state_mu) = false;  // set by an admin; not auto-recovered
+    std::atomic<bool> restarting{false};
+    std::atomic<bool> debug_cancel{false};
+    std::atomic<uint64_t> generation{0};  // bumps on each (re)start
+
+    // Replaces the simulator (null: none); the old one is destroyed after
+    // state_mu is let go (its exit callback may take state_mu).
+    void SetQemu(std::unique_ptr<QemuInstance> q) ABSL_EXCLUSIVE_LOCKS_REQUIRED(op_mu)
+        ABSL_LOCKS_EXCLUDED(state_mu);
+    // Takes the simulator out of the board under state_mu (a listing then
+    // sees none, and never reads one being stopped) and stops it outside the
+    // lock (its exit callback may take state_mu).
+    void StopQemu() ABSL_EXCLUSIVE_LOCKS_REQUIRED(op_mu) ABSL_LOCKS_EXCLUDED(state_mu);
+    void SetPaused(bool p) ABSL_EXCLUSIVE_LOCKS_REQUIRED(op_mu) ABSL_LOCKS_EXCLUDED(state_mu) {
+      MutexLock lock(&state_mu);
+      paused = p;
+    }
+    // What List() shows of the board, read under state_mu alone (not
+    // checked: qemu, paused and image are guarded by op_mu for the
+    // analysis, which cannot say "written under both, read under either").
+    struct Listing {
+      std::string image, image_sha256, ota_version;
+      bool up = false;  // a simulator runs (or is paused)
+      bool paused = false;
+      int pid = -1;
+    };
+    Listing Listed() const ABSL_LOCKS_EXCLUDED(state_mu) ABSL_NO_THREAD_SAFETY_ANALYSIS;
+
+    bool simulated() const { return cfg.kind == "simulated"; }
+    void SetHealth(const std::string& h, const std::string& reason, bool admin = false)
+        ABSL_LOCKS_EXCLUDED(state_mu) {
+      MutexLock lock(&state_mu);
+      if (admin_health && !admin) return;
+      health = h;
+      health_reason = reason;
+      if (admin) admin_health = h != "good";
+    }
+    std::pair<std::string, std::string> Health() const ABSL_LOCKS_EXCLUDED(state_mu) {
+      MutexLock lock(&state_mu);
+      return {health, health_reason};
+    }
+    SerialSettings Settings() const;
+  };
 
  private:
   std::atomic<bool> stopping_{false};
@@ -266,13 +330,14 @@ class HardwareBroker {
   // PERMISSION_DENIED when the caller acts for a plugin that did not declare
   // `board`'s tags (or, with `flash`, the flash capability).
   absl::Status CheckScope(const Caller& caller, const std::string& board, bool flash) const;
-  absl::Status BootSimulated(Board& b, const std::string& image);
+  absl::Status BootSimulated(Board& b, const std::string& image)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(b.op_mu);
   // Power-on of a simulated board through its MCUboot slots.
-  absl::StatusOr<OtaBootResult> BootFromSlots(Board& b);
+  absl::StatusOr<OtaBootResult> BootFromSlots(Board& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(b.op_mu);
   absl::Status RunOtaCommand(Board& b, const std::string& what, const std::string& tmpl,
                              const std::string& image);
   // Reboots a stopped simulated board the way it was last started.
-  absl::Status PowerOn(Board& b);
+  absl::Status PowerOn(Board& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(b.op_mu);
   // The flash guard's memory rules for `image_path` (fwaid's copy of
   // `requested_image`, whose map and sources are read as the caller).
   absl::Status GuardMemory(const Caller& caller, Board& b, const std::string& image_path,
@@ -281,11 +346,11 @@ class HardwareBroker {
   // Writes `image_path` to `b`; `*flashed_file` is what was written.
   absl::Status WriteImage(Board& b, const std::string& image_path,
                           const std::function<void(const FlashProgressUpdate&)>& progress,
-                          std::string* flashed_file);
+                          std::string* flashed_file) ABSL_EXCLUSIVE_LOCKS_REQUIRED(b.op_mu);
   absl::StatusOr<FlashResult> FlashMcuboot(
       const Caller& caller, Board& b, const std::string& image_path,
       const std::function<void(const FlashProgressUpdate&)>& progress, const CancelToken* cancel,
-      int64_t start_us);
+      int64_t start_us) ABSL_LOCKS_EXCLUDED(b.op_mu);
   void OnLeaseEnded(const LeaseRecord& lease, const std::string& reason);
   void Supervise();
 
@@ -295,13 +360,18 @@ class HardwareBroker {
   std::vector<std::unique_ptr<Board>> boards_;
   std::unique_ptr<LeaseManager> leases_;
   struct Supervisor;
-  std::unique_ptr<Supervisor> supervisor_;
+  // Made by the constructor and never reset (the serial hubs' failure
+  // callbacks read it from their threads); Shutdown stops its thread.
+  const std::unique_ptr<Supervisor> supervisor_;
+  // Set by the daemon while it starts (before it serves); read-only after.
   std::function<void(const nlohmann::json&)> recorder_;
   std::string transcript_dir_;
-  std::mutex transcripts_mu_;
-  std::map<std::string, uint64_t> transcript_from_;    // lease id -> first serial seq
-  std::map<std::string, nlohmann::json> transcripts_;  // lease id -> transcript, until taken
-  nlohmann::json KeepTranscript(const LeaseRecord& lease);
+  Mutex transcripts_mu_;
+  // lease id -> first serial seq
+  std::map<std::string, uint64_t> transcript_from_ ABSL_GUARDED_BY(transcripts_mu_);
+  // lease id -> transcript, until taken
+  std::map<std::string, nlohmann::json> transcripts_ ABSL_GUARDED_BY(transcripts_mu_);
+  nlohmann::json KeepTranscript(const LeaseRecord& lease) ABSL_LOCKS_EXCLUDED(transcripts_mu_);
   std::function<nlohmann::json(const std::string&)> build_record_;
   RegisterCheckHook register_check_;
   std::string sbom_version_, dpkg_admindir_;

@@ -9,7 +9,6 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <mutex>
 #include <optional>
 #include <sstream>
 
@@ -127,7 +126,7 @@ absl::Status HardwareBroker::BootSimulated(Board& b, const std::string& image) {
   b.restarting = false;
   if (auto s = b.qemu->Continue(); !s.ok()) return s;
   if (!b.from_slots) {
-    std::lock_guard lock(b.state_mu);
+    MutexLock lock(&b.state_mu);
     b.image = image;
     b.ota_version.clear();
   }
@@ -397,7 +396,7 @@ absl::Status HardwareBroker::WriteImage(
                        "): ", out.size() > 2000 ? out.substr(out.size() - 2000) : out));
     }
     progress({"writing", 0.8, "written and verified"});
-    std::lock_guard lock(b.state_mu);
+    MutexLock lock(&b.state_mu);
     b.image = fs::absolute(image_path).string();
   }
   return absl::OkStatus();
@@ -484,7 +483,7 @@ absl::StatusOr<FlashResult> HardwareBroker::FlashGuarded(
                          guard.any_memory_budget() ? ", within the memory budget" : "",
                          guard.require_verified_toolchain ? ", toolchain verified" : "",
                          registers_said, ", approved")});
-  std::lock_guard op(b->op_mu);
+  MutexLock op(&b->op_mu);
   if (cancel && cancel->cancelled()) return absl::CancelledError("flash cancelled");
   leases_->Touch(board_id, caller.identity);
   FlashResult result;
@@ -494,7 +493,7 @@ absl::StatusOr<FlashResult> HardwareBroker::FlashGuarded(
   uint64_t since = b->hub->next_seq();
   if (auto s = WriteImage(*b, image_path, progress, &flashed_file); !s.ok()) return s;
   {
-    std::lock_guard lock(b->state_mu);
+    MutexLock lock(&b->state_mu);
     b->image_sha256 = *sha;
   }
   nlohmann::json rec = {
@@ -572,7 +571,7 @@ absl::StatusOr<FlashResult> HardwareBroker::FlashMcuboot(
   progress({"guard", 0.1,
             absl::StrCat("guard passed: lease, MCUboot image ", info->version.ToString(), " (",
                          bytes->size(), " bytes, sha256 ", sha->substr(0, 12), "), approved")});
-  std::lock_guard op(b.op_mu);
+  MutexLock op(&b.op_mu);
   if (cancel && cancel->cancelled()) return absl::CancelledError("flash cancelled");
   leases_->Touch(b.cfg.id, caller.identity);
   uint64_t since = b.hub->next_seq();

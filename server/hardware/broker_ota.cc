@@ -1,6 +1,5 @@
 // HardwareBroker: over-the-air updates through MCUboot slots (simulated
 // boards) or the board's ota_* commands (physical ones).
-#include <mutex>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
@@ -43,7 +42,7 @@ absl::StatusOr<OtaBootResult> HardwareBroker::BootFromSlots(Board& b) {
   r.version = boot->primary.version;
   r.hash = boot->primary.hash;
   {
-    std::lock_guard lock(b.state_mu);
+    MutexLock lock(&b.state_mu);
     b.image = payload;
     b.image_sha256 = boot->primary.hash;
     b.ota_version = r.version;
@@ -102,7 +101,7 @@ absl::Status HardwareBroker::OtaStage(const Caller& caller, const std::string& b
       !s.ok()) {
     return absl::FailedPreconditionError(absl::StrCat("an update needs the lease: ", s.message()));
   }
-  std::lock_guard op(b->op_mu);
+  MutexLock op(&b->op_mu);
   leases_->Touch(board, caller.identity);
   if (b->simulated()) {
     if (!b->slots)
@@ -124,7 +123,7 @@ absl::StatusOr<OtaBootResult> HardwareBroker::OtaRestart(const Caller& caller,
     return absl::FailedPreconditionError(
         absl::StrCat("restarting for an update needs the lease: ", s.message()));
   }
-  std::lock_guard op(b->op_mu);
+  MutexLock op(&b->op_mu);
   leases_->Touch(board, caller.identity);
   uint64_t since = b->hub->next_seq();
   OtaBootResult r;
@@ -154,7 +153,7 @@ absl::Status HardwareBroker::OtaConfirm(const Caller& caller, const std::string&
     return absl::FailedPreconditionError(
         absl::StrCat("confirming an update needs the lease: ", s.message()));
   }
-  std::lock_guard op(b->op_mu);
+  MutexLock op(&b->op_mu);
   if (b->simulated()) {
     if (!b->slots)
       return absl::FailedPreconditionError(absl::StrCat("board ", board, " has no OTA slots"));
@@ -171,7 +170,7 @@ absl::Status HardwareBroker::OtaRestorePrevious(const Caller& caller, const std:
     return absl::FailedPreconditionError(
         absl::StrCat("reverting an update needs the lease: ", s.message()));
   }
-  std::lock_guard op(b->op_mu);
+  MutexLock op(&b->op_mu);
   if (!b->simulated()) {
     return absl::UnimplementedError(
         absl::StrCat("board ", board,
@@ -189,7 +188,7 @@ absl::StatusOr<OtaSlotsInfo> HardwareBroker::OtaSlots(const std::string& board) 
   OtaSlotsInfo out;
   out.simulated = b->simulated();
   if (!b->slots) return out;
-  std::lock_guard op(b->op_mu);
+  MutexLock op(&b->op_mu);
   out.booted_from_slots = b->from_slots;
   for (int i : {0, 1}) {
     auto st = b->slots->State(i);

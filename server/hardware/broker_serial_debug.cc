@@ -8,7 +8,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <mutex>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
@@ -160,7 +159,7 @@ absl::StatusOr<std::string> StartGdbServer(const BoardConfig& cfg, pid_t* pid) {
 // continue [S], break; anything else as a gdb console command): its entry
 // (command, output, and what gdb said).
 nlohmann::json RunDebugCommand(GdbSession& gdb, HardwareBroker::Board& b, const std::string& raw,
-                               int timeout_ms) {
+                               int timeout_ms) ABSL_EXCLUSIVE_LOCKS_REQUIRED(b.op_mu) {
   std::string cmd(absl::StripAsciiWhitespace(raw));
   nlohmann::json entry = {{"command", cmd}};
   std::string text;
@@ -293,7 +292,7 @@ absl::StatusOr<DebugResult> HardwareBroker::Debug(const Caller& caller, const st
     return absl::FailedPreconditionError(absl::StrCat("debugging needs the lease: ", s.message()));
   }
   if (timeout_ms <= 0) timeout_ms = 10000;
-  std::lock_guard op(b->op_mu);
+  MutexLock op(&b->op_mu);
   leases_->Touch(board, caller.identity);
   b->debug_cancel = false;
   std::string target;
@@ -324,21 +323,21 @@ absl::StatusOr<DebugResult> HardwareBroker::Debug(const Caller& caller, const st
   // A cancel kills gdb: a command waiting on the target returns at once. The
   // pid is forgotten before the session reaps it (a reused pid is never hit).
   struct Abort {
-    std::mutex mu;
-    pid_t pid = -1;
+    explicit Abort(pid_t p) : pid(p) {}
+    Mutex mu;
+    pid_t pid ABSL_GUARDED_BY(mu);
   };
-  auto abort = std::make_shared<Abort>();
-  abort->pid = (*gdb)->pid();
+  auto abort = std::make_shared<Abort>((*gdb)->pid());
   struct Disarm {
     std::shared_ptr<Abort> a;
     ~Disarm() {
-      std::lock_guard lock(a->mu);
+      MutexLock lock(&a->mu);
       a->pid = -1;
     }
   } disarm{abort};
   if (cancel) {
     cancel->OnCancel([abort] {
-      std::lock_guard lock(abort->mu);
+      MutexLock lock(&abort->mu);
       if (abort->pid > 0) kill(abort->pid, SIGKILL);
     });
   }
@@ -374,7 +373,7 @@ absl::Status HardwareBroker::Reset(const Caller& caller, const std::string& boar
       !s.ok()) {
     return absl::FailedPreconditionError(absl::StrCat("reset needs the lease: ", s.message()));
   }
-  std::lock_guard op(b->op_mu);
+  MutexLock op(&b->op_mu);
   leases_->Touch(board, caller.identity);
   if (b->simulated()) {
     if (b->qemu && b->qemu->running()) return b->qemu->Reset();

@@ -72,9 +72,9 @@ LeaseManager::LeaseManager(Storage& storage,
 
 LeaseManager::~LeaseManager() {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     stopping_ = true;
-    cv_.notify_all();
+    cv_.SignalAll();
   }
   if (sweeper_.joinable()) sweeper_.join();
 }
@@ -82,6 +82,7 @@ LeaseManager::~LeaseManager() {
 absl::Status LeaseManager::Start() {
   const int64_t now = clock_.NowMicros();
   std::vector<std::string> expired;
+  std::vector<LeaseRecord> loaded;  // into by_device_ under mu_ once scanned
   auto s = storage_.Scan(Cf::kLeases, kPrefix, "lease0",
                          [&](std::string_view key, std::string_view value) {
                            auto j = nlohmann::json::parse(value, nullptr, false);
@@ -93,10 +94,14 @@ absl::Status LeaseManager::Start() {
                            if (l.expires_us <= now) {
                              expired.emplace_back(key);
                            } else {
-                             by_device_[l.device_id] = l;
+                             loaded.push_back(std::move(l));
                            }
                            return true;
                          });
+  {
+    MutexLock lock(&mu_);
+    for (auto& l : loaded) by_device_[l.device_id] = std::move(l);
+  }
   if (!s.ok()) return s;
   for (const auto& k : expired) {
     if (auto d = storage_.Delete(Cf::kLeases, k, true); !d.ok()) return d;
@@ -132,16 +137,17 @@ absl::StatusOr<LeaseRecord> LeaseManager::Acquire(
     const std::function<bool()>& cancelled, const std::string& wants) {
   if (candidates.empty()) return absl::NotFoundError("no device matches");
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(wait_ms);
-  std::unique_lock lock(mu_);
+  MutexLock lock(&mu_);
   uint64_t ticket = 0;  // 0: not queued (yet)
   // Leaving for any reason takes us out of the queue, and lets the next one look.
   struct Leave {
     LeaseManager* m;
     uint64_t* ticket;
     ~Leave() {
+      m->mu_.AssertHeld();  // destroyed before `lock`, declared earlier
       if (*ticket == 0) return;
       std::erase_if(m->queue_, [t = *ticket](const Queued& q) { return q.ticket == t; });
-      m->cv_.notify_all();
+      m->cv_.SignalAll();
     }
   } leave{this, &ticket};
   while (true) {
@@ -217,13 +223,13 @@ absl::StatusOr<LeaseRecord> LeaseManager::Acquire(
       q.w.until_us = q.w.since_us + int64_t{wait_ms} * 1000;
       queue_.push_back(std::move(q));
     }
-    cv_.wait_until(lock, std::min(deadline, std::chrono::steady_clock::now() +
-                                                std::chrono::milliseconds(200)));
+    cv_.WaitWithDeadline(&mu_, std::min(deadline, std::chrono::steady_clock::now() +
+                                                      std::chrono::milliseconds(200)));
   }
 }
 
 std::vector<LeaseWaiter> LeaseManager::Waiters() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   std::vector<LeaseWaiter> out;
   for (size_t i = 0; i < queue_.size(); ++i) {
     LeaseWaiter w = queue_[i].w;
@@ -244,7 +250,7 @@ std::vector<LeaseWaiter> LeaseManager::Waiters() const {
 
 absl::StatusOr<LeaseRecord> LeaseManager::Renew(const std::string& lease_id,
                                                 const std::string& identity, bool admin) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   for (auto& [id, l] : by_device_) {
     if (l.lease_id != lease_id) continue;
     if (l.identity != identity && !admin) {
@@ -262,7 +268,7 @@ absl::StatusOr<LeaseRecord> LeaseManager::Renew(const std::string& lease_id,
 }
 
 void LeaseManager::Touch(const std::string& device_id, const std::string& identity) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   auto it = by_device_.find(device_id);
   if (it == by_device_.end() || it->second.identity != identity) return;
   // A lease granted elsewhere lasts what its owner confirmed, however busy it is.
@@ -273,13 +279,13 @@ void LeaseManager::Touch(const std::string& device_id, const std::string& identi
 
 absl::Status LeaseManager::SetExpiry(const std::string& lease_id, std::optional<int64_t> expires_us,
                                      const std::string& reason) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   for (auto& [id, l] : by_device_) {
     if (l.lease_id != lease_id) continue;
     l.held_elsewhere = true;
     if (expires_us) l.expires_us = *expires_us;
     if (!reason.empty()) l.expiry_reason = reason;
-    cv_.notify_all();  // the sweeper looks again (an earlier end)
+    cv_.SignalAll();  // the sweeper looks again (an earlier end)
     return Persist(l);
   }
   return absl::NotFoundError(
@@ -292,7 +298,7 @@ absl::StatusOr<LeaseRecord> LeaseManager::Release(const std::string& lease_id,
                                                   bool admin) {
   LeaseRecord ended;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     auto it = by_device_.end();
     if (!lease_id.empty()) {
       for (auto i = by_device_.begin(); i != by_device_.end(); ++i) {
@@ -320,7 +326,7 @@ absl::StatusOr<LeaseRecord> LeaseManager::Release(const std::string& lease_id,
     ended = it->second;
     Erase(it->first);
     by_device_.erase(it);
-    cv_.notify_all();
+    cv_.SignalAll();
   }
   End(ended, ended.identity == identity ? "released by its holder"
                                         : absl::StrCat("force-released by ", identity));
@@ -343,7 +349,7 @@ std::vector<LeaseRecord> LeaseManager::ReleaseIf(
     const std::function<bool(const LeaseRecord&)>& pred, const std::string& reason) {
   std::vector<LeaseRecord> ended;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     for (auto it = by_device_.begin(); it != by_device_.end();) {
       if (pred(it->second)) {
         ended.push_back(it->second);
@@ -353,21 +359,21 @@ std::vector<LeaseRecord> LeaseManager::ReleaseIf(
         ++it;
       }
     }
-    cv_.notify_all();
+    cv_.SignalAll();
   }
   for (const auto& l : ended) End(l, reason);
   return ended;
 }
 
 std::optional<LeaseRecord> LeaseManager::Holder(const std::string& device_id) const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   auto it = by_device_.find(device_id);
   if (it == by_device_.end()) return std::nullopt;
   return it->second;
 }
 
 std::vector<LeaseRecord> LeaseManager::All() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   std::vector<LeaseRecord> out;
   for (const auto& [id, l] : by_device_) out.push_back(l);
   return out;
@@ -376,7 +382,7 @@ std::vector<LeaseRecord> LeaseManager::All() const {
 absl::Status LeaseManager::CheckHeld(const std::string& device_id, const std::string& identity,
                                      const std::string& lease_id,
                                      const std::string& session_id) const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   auto it = by_device_.find(device_id);
   if (it == by_device_.end()) {
     return absl::FailedPreconditionError(
@@ -392,15 +398,15 @@ absl::Status LeaseManager::CheckHeld(const std::string& device_id, const std::st
 }
 
 void LeaseManager::Sweep() {
-  std::unique_lock lock(mu_);
+  MutexLock lock(&mu_);
   while (!stopping_) {
-    cv_.wait_for(lock, std::chrono::milliseconds(250));
+    cv_.WaitWithTimeout(&mu_, std::chrono::milliseconds(250));
     if (stopping_) break;
     std::vector<LeaseRecord> expired = TakeExpiredLocked();
     if (expired.empty()) continue;
-    lock.unlock();
+    lock.Unlock();
     for (const auto& l : expired) End(l, ExpiryReason(l));
-    lock.lock();
+    lock.Lock();
   }
 }
 
@@ -416,14 +422,14 @@ std::vector<LeaseRecord> LeaseManager::TakeExpiredLocked() {
       ++it;
     }
   }
-  if (!expired.empty()) cv_.notify_all();
+  if (!expired.empty()) cv_.SignalAll();
   return expired;
 }
 
 int LeaseManager::ExpireDue() {
   std::vector<LeaseRecord> expired;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     expired = TakeExpiredLocked();
   }
   for (const auto& l : expired) End(l, ExpiryReason(l));

@@ -3,11 +3,9 @@
 // cleaned on start and by a sweeper while running.
 #pragma once
 
-#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <map>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
@@ -15,6 +13,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "common/mutex.h"
 
 namespace fwai {
 
@@ -120,24 +119,25 @@ class LeaseManager {
                                      const std::string& reason);
 
   // The leases past their expiry, taken out (under mu_); ended by the caller.
-  std::vector<LeaseRecord> TakeExpiredLocked();
+  std::vector<LeaseRecord> TakeExpiredLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   Storage& storage_;
-  std::function<void(const LeaseRecord&, const std::string&)> on_end_;
+  const std::function<void(const LeaseRecord&, const std::string&)> on_end_;
   const Clock& clock_;
-  mutable std::mutex mu_;
-  std::condition_variable cv_;  // a lease ended
-  std::map<std::string, LeaseRecord> by_device_;
+  mutable Mutex mu_;
+  CondVar cv_;  // a lease ended
+  std::map<std::string, LeaseRecord> by_device_ ABSL_GUARDED_BY(mu_);
   struct Queued {
     uint64_t ticket;
     LeaseWaiter w;
   };
-  std::vector<Queued> queue_;  // by ticket
-  uint64_t next_ticket_ = 1;
+  std::vector<Queued> queue_ ABSL_GUARDED_BY(mu_);  // by ticket
+  uint64_t next_ticket_ ABSL_GUARDED_BY(mu_) = 1;
   // True when a waiter queued before `ticket` (all waiters when 0) wants `device_id`.
-  bool WantedEarlier(const std::string& device_id, uint64_t ticket) const;
-  bool stopping_ = false;
-  std::thread sweeper_;
+  bool WantedEarlier(const std::string& device_id, uint64_t ticket) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread sweeper_;  // started by Start, joined by the destructor
 };
 
 std::string DescribeHeld(const LeaseRecord& l);

@@ -165,7 +165,7 @@ absl::StatusOr<std::unique_ptr<QemuInstance>> QemuInstance::Start(const QemuOpti
     self->exited_ = true;
     std::function<void(const std::string&)> cb;
     {
-      std::lock_guard lock(self->mu_);
+      MutexLock lock(&self->mu_);
       cb = self->on_exit_;
     }
     if (cb && !self->stopping_) cb(self->exit_description());
@@ -183,12 +183,12 @@ std::string QemuInstance::exit_description() const {
 }
 
 void QemuInstance::SetOnExit(std::function<void(const std::string&)> fn) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   on_exit_ = std::move(fn);
 }
 
 absl::StatusOr<std::string> QemuInstance::Qmp(const std::string& command_json) {
-  std::lock_guard lock(qmp_mu_);
+  MutexLock lock(&qmp_mu_);
   if (qmp_fd_ < 0 || exited_) return absl::UnavailableError("QEMU is not running");
   std::string line = command_json + "\n";
   if (send(qmp_fd_, line.data(), line.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(line.size())) {

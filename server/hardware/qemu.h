@@ -7,12 +7,12 @@
 #include <atomic>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "common/mutex.h"
 
 namespace fwai {
 
@@ -51,8 +51,10 @@ class QemuInstance {
 
  private:
   QemuInstance() = default;
-  absl::StatusOr<std::string> Qmp(const std::string& command_json);
+  absl::StatusOr<std::string> Qmp(const std::string& command_json) ABSL_LOCKS_EXCLUDED(qmp_mu_);
 
+  // The fds, pid and paths are set in Start before the instance is shared
+  // and reset only by Stop, which the owner calls with no Qmp in flight.
   pid_t pid_ = -1;
   int out_fd_ = -1;
   int qmp_fd_ = -1;
@@ -61,12 +63,12 @@ class QemuInstance {
   std::string qmp_path_;
   std::atomic<bool> exited_{false};
   std::atomic<bool> stopping_{false};
-  int wait_status_ = 0;
+  int wait_status_ = 0;  // written by the watcher before exited_ is set
   std::thread watcher_;
-  std::mutex mu_;
-  std::function<void(const std::string&)> on_exit_;
-  std::mutex qmp_mu_;
-  std::string output_;
+  Mutex mu_;
+  std::function<void(const std::string&)> on_exit_ ABSL_GUARDED_BY(mu_);
+  Mutex qmp_mu_;        // one QMP exchange at a time on qmp_fd_
+  std::string output_;  // Start only
 };
 
 // A TCP port on 127.0.0.1 that was free a moment ago.

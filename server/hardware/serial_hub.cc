@@ -31,11 +31,12 @@ constexpr int kPartialFlushMs = 150;     // a line without newline shows up afte
 // ---- SerialReader ----
 
 SerialReader::Next SerialReader::Wait(SerialLine& out, int timeout_ms) {
-  std::unique_lock lock(mu_);
-  if (!cv_.wait_for(lock, std::chrono::milliseconds(timeout_ms),
-                    [&] { return !queue_.empty() || ended_; })) {
-    return Next::kTimeout;
+  MutexLock lock(&mu_);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  while (!(!queue_.empty() || ended_)) {
+    if (cv_.WaitWithDeadline(&mu_, deadline)) break;
   }
+  if (!(!queue_.empty() || ended_)) return Next::kTimeout;
   if (!queue_.empty()) {
     out = std::move(queue_.front());
     queue_.pop_front();
@@ -45,37 +46,37 @@ SerialReader::Next SerialReader::Wait(SerialLine& out, int timeout_ms) {
 }
 
 void SerialReader::End(const std::string& reason) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   if (ended_) return;
   ended_ = true;
   reason_ = reason;
-  cv_.notify_all();
+  cv_.SignalAll();
 }
 
 bool SerialReader::ended() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   return ended_;
 }
 
 std::string SerialReader::end_reason() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   return reason_;
 }
 
 uint64_t SerialReader::dropped() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   return dropped_;
 }
 
 void SerialReader::Push(const SerialLine& line, size_t max_queue) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   if (ended_) return;
   if (queue_.size() >= max_queue) {
     queue_.pop_front();
     ++dropped_;
   }
   queue_.push_back(line);
-  cv_.notify_one();
+  cv_.Signal();
 }
 
 // ---- decoding ----
@@ -131,8 +132,8 @@ struct SerialHub::Rep {
   std::unique_ptr<asio::steady_timer> flush_timer;
   std::thread thread;
   std::array<char, 4096> buf{};
-  std::ofstream log;
-  std::mutex write_mu;
+  std::ofstream log;  // written under the hub's mu_ (Deliver)
+  Mutex write_mu;     // one Write at a time on the port
 };
 
 SerialHub::SerialHub(std::string name, size_t history_lines)
@@ -265,7 +266,7 @@ absl::Status SerialHub::Open(const std::string& path, const SerialSettings& s) {
     }
   }
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     encoding_ = s.encoding;
     line_ending_ = s.line_ending;
     open_ = true;
@@ -292,7 +293,7 @@ absl::Status SerialHub::Open(const std::string& path, const SerialSettings& s) {
           std::function<void(const std::string&)> cb;
           std::string reason;
           {
-            std::lock_guard lock(mu_);
+            MutexLock lock(&mu_);
             if (!open_) return;  // closed on purpose
             open_ = false;
             reason = absl::StrCat("serial port ", path_, " closed: ",
@@ -304,9 +305,14 @@ absl::Status SerialHub::Open(const std::string& path, const SerialSettings& s) {
           EndReaders([](const SerialReader&) { return true; }, reason);
         });
   };
-  rep_ = std::move(rep);
-  (*read)();
-  rep_->thread = std::thread([r] { r->io.run(); });
+  {
+    // Published and started under mu_, so a concurrent Deliver, Write or
+    // Close never sees rep_ half set. No handler runs before io.run().
+    MutexLock lock(&mu_);
+    rep_ = std::move(rep);
+    (*read)();
+    r->thread = std::thread([r] { r->io.run(); });
+  }
   for (const auto& cmd : s.startup_commands) {
     if (auto st = SendLine(cmd); !st.ok()) return st;
   }
@@ -316,7 +322,7 @@ absl::Status SerialHub::Open(const std::string& path, const SerialSettings& s) {
 void SerialHub::Close(const std::string& reason, bool end_readers) {
   std::unique_ptr<Rep> rep;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     open_ = false;
     rep = std::move(rep_);
   }
@@ -333,12 +339,12 @@ void SerialHub::Close(const std::string& reason, bool end_readers) {
 }
 
 bool SerialHub::is_open() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   return open_;
 }
 
 std::string SerialHub::path() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   return path_;
 }
 
@@ -347,14 +353,14 @@ absl::Status SerialHub::Write(std::string_view bytes) {
   std::string path;
   Rep* r = nullptr;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     if (!open_ || !rep_)
       return absl::FailedPreconditionError(absl::StrCat(name_, ": serial port is not open"));
     r = rep_.get();
     fd = r->port->native_handle();
     path = path_;
   }
-  std::lock_guard wl(r->write_mu);
+  MutexLock wl(&r->write_mu);
   size_t done = 0;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
   while (done < bytes.size()) {
@@ -382,7 +388,7 @@ absl::Status SerialHub::Write(std::string_view bytes) {
 absl::Status SerialHub::SendLine(std::string_view command) {
   std::string ending;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     ending = line_ending_;
   }
   return Write(std::string(command) + ending);
@@ -390,7 +396,7 @@ absl::Status SerialHub::SendLine(std::string_view command) {
 
 std::shared_ptr<SerialReader> SerialHub::Subscribe(bool from_history) {
   auto reader = std::make_shared<SerialReader>();
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   if (from_history) {
     for (const auto& l : history_) reader->Push(l, kReaderQueue);
   }
@@ -399,7 +405,7 @@ std::shared_ptr<SerialReader> SerialHub::Subscribe(bool from_history) {
 }
 
 void SerialHub::Unsubscribe(const std::shared_ptr<SerialReader>& reader) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   std::erase(readers_, reader);
 }
 
@@ -407,7 +413,7 @@ void SerialHub::EndReaders(const std::function<bool(const SerialReader&)>& match
                            const std::string& reason) {
   std::vector<std::shared_ptr<SerialReader>> ended;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     for (auto it = readers_.begin(); it != readers_.end();) {
       if (match(**it)) {
         ended.push_back(*it);
@@ -416,31 +422,31 @@ void SerialHub::EndReaders(const std::function<bool(const SerialReader&)>& match
         ++it;
       }
     }
-    cv_.notify_all();
+    cv_.SignalAll();
   }
   for (auto& r : ended) r->End(reason);
 }
 
 size_t SerialHub::reader_count() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   return readers_.size();
 }
 
 std::vector<SerialLine> SerialHub::History(size_t max_lines) const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   size_t n = max_lines == 0 ? history_.size() : std::min(max_lines, history_.size());
   return std::vector<SerialLine>(history_.end() - static_cast<ptrdiff_t>(n), history_.end());
 }
 
 uint64_t SerialHub::next_seq() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   return next_seq_;
 }
 
 std::optional<SerialLine> SerialHub::WaitFor(const std::regex& pattern, uint64_t since_seq,
                                              int timeout_ms, const CancelToken* cancel) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
-  std::unique_lock lock(mu_);
+  MutexLock lock(&mu_);
   uint64_t checked = since_seq;
   while (true) {
     for (const auto& l : history_) {
@@ -452,13 +458,13 @@ std::optional<SerialLine> SerialHub::WaitFor(const std::regex& pattern, uint64_t
     if (cancel && cancel->cancelled()) return std::nullopt;
     auto now = std::chrono::steady_clock::now();
     if (now >= deadline) return std::nullopt;
-    cv_.wait_for(lock, std::min<std::chrono::steady_clock::duration>(
-                           deadline - now, std::chrono::milliseconds(100)));
+    cv_.WaitWithTimeout(&mu_, std::min<std::chrono::steady_clock::duration>(
+                                  deadline - now, std::chrono::milliseconds(100)));
   }
 }
 
 void SerialHub::SetOnFailure(std::function<void(const std::string&)> fn) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   on_failure_ = std::move(fn);
 }
 
@@ -470,7 +476,7 @@ void SerialHub::InjectForTest(std::string_view bytes) {
 void SerialHub::OnBytes(std::string_view bytes) {
   std::string encoding;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     encoding = encoding_;
   }
   if (encoding == "hex") {
@@ -479,7 +485,7 @@ void SerialHub::OnBytes(std::string_view bytes) {
   }
   std::vector<std::string> lines;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     partial_.append(bytes);
     size_t start = 0;
     while (true) {
@@ -498,7 +504,7 @@ void SerialHub::OnBytes(std::string_view bytes) {
 void SerialHub::FlushPartial() {
   std::string rest, encoding;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     if (partial_.empty()) return;
     rest.swap(partial_);
     encoding = encoding_;
@@ -508,7 +514,7 @@ void SerialHub::FlushPartial() {
 }
 
 void SerialHub::Deliver(std::string text) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   SerialLine line{next_seq_++, NowMicros(), std::move(text)};
   if (rep_ && rep_->log.is_open()) {
     rep_->log << line.time_us << ' ' << line.text << '\n';
@@ -517,7 +523,7 @@ void SerialHub::Deliver(std::string text) {
   for (auto& r : readers_) r->Push(line, kReaderQueue);
   history_.push_back(std::move(line));
   while (history_.size() > history_lines_) history_.pop_front();
-  cv_.notify_all();
+  cv_.SignalAll();
 }
 
 }  // namespace fwai

@@ -4,12 +4,10 @@
 // hub may be swapped (a simulated board restarting) without dropping readers.
 #pragma once
 
-#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <regex>
 #include <string>
@@ -18,6 +16,7 @@
 
 #include "absl/status/status.h"
 #include "common/cancel.h"
+#include "common/mutex.h"
 
 namespace fwai {
 
@@ -58,12 +57,12 @@ class SerialReader {
  private:
   friend class SerialHub;
   void Push(const SerialLine& line, size_t max_queue);
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<SerialLine> queue_;
-  bool ended_ = false;
-  std::string reason_;
-  uint64_t dropped_ = 0;
+  mutable Mutex mu_;
+  CondVar cv_;
+  std::deque<SerialLine> queue_ ABSL_GUARDED_BY(mu_);
+  bool ended_ ABSL_GUARDED_BY(mu_) = false;
+  std::string reason_ ABSL_GUARDED_BY(mu_);
+  uint64_t dropped_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 class SerialHub {
@@ -112,24 +111,24 @@ class SerialHub {
   struct Rep;
 
  private:
-  void Deliver(std::string text);
-  void OnBytes(std::string_view bytes);
-  void FlushPartial();
+  void Deliver(std::string text) ABSL_LOCKS_EXCLUDED(mu_);
+  void OnBytes(std::string_view bytes) ABSL_LOCKS_EXCLUDED(mu_);
+  void FlushPartial() ABSL_LOCKS_EXCLUDED(mu_);
 
   const std::string name_;
   const size_t history_lines_;
-  std::unique_ptr<Rep> rep_;
-  mutable std::mutex mu_;
-  std::condition_variable cv_;  // new lines, for WaitFor
-  std::deque<SerialLine> history_;
-  uint64_t next_seq_ = 1;
-  std::vector<std::shared_ptr<SerialReader>> readers_;
-  std::string partial_;
-  std::string encoding_ = "utf-8";
-  std::string line_ending_ = "\n";
-  std::function<void(const std::string&)> on_failure_;
-  bool open_ = false;
-  std::string path_;
+  mutable Mutex mu_;
+  std::unique_ptr<Rep> rep_ ABSL_GUARDED_BY(mu_);
+  CondVar cv_;  // new lines, for WaitFor
+  std::deque<SerialLine> history_ ABSL_GUARDED_BY(mu_);
+  uint64_t next_seq_ ABSL_GUARDED_BY(mu_) = 1;
+  std::vector<std::shared_ptr<SerialReader>> readers_ ABSL_GUARDED_BY(mu_);
+  std::string partial_ ABSL_GUARDED_BY(mu_);
+  std::string encoding_ ABSL_GUARDED_BY(mu_) = "utf-8";
+  std::string line_ending_ ABSL_GUARDED_BY(mu_) = "\n";
+  std::function<void(const std::string&)> on_failure_ ABSL_GUARDED_BY(mu_);
+  bool open_ ABSL_GUARDED_BY(mu_) = false;
+  std::string path_ ABSL_GUARDED_BY(mu_);
 };
 
 // Turns raw bytes into display text for an encoding (ascii escapes

@@ -6,9 +6,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <fstream>
-#include <mutex>
 #include <optional>
 #include <sstream>
 #include <thread>
@@ -18,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "common/mutex.h"
 #include "etcd/etcdserver/etcdserverpb/rpc.grpc.pb.h"
 
 namespace fwai::lab {
@@ -75,28 +74,28 @@ class Watcher final : public EtcdWatch {
 
   void Cancel() override {
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(&mu_);
       cancelled_ = true;
       if (ctx_) ctx_->TryCancel();
-      cv_.notify_all();
+      cv_.SignalAll();
     }
-    std::lock_guard join(join_mu_);
+    MutexLock join(&join_mu_);
     if (thread_.joinable() && thread_.get_id() != std::this_thread::get_id()) thread_.join();
   }
 
  private:
-  void Run();
+  void Run() ABSL_LOCKS_EXCLUDED(mu_);
 
   Client* const client_;
   const std::string prefix_;
   int64_t next_revision_;
   std::function<void(const std::vector<WatchEvent>&, int64_t)> on_events_;
   std::function<void(const absl::Status&)> on_error_;
-  std::mutex mu_, join_mu_;
-  std::condition_variable cv_;
-  bool cancelled_ = false;
-  grpc::ClientContext* ctx_ = nullptr;
-  std::thread thread_;
+  Mutex mu_, join_mu_;
+  CondVar cv_;
+  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
+  grpc::ClientContext* ctx_ ABSL_GUARDED_BY(mu_) = nullptr;  // Run's, while it watches
+  std::thread thread_ ABSL_GUARDED_BY(join_mu_);
 };
 
 class Client final : public EtcdClient {
@@ -405,7 +404,7 @@ void Watcher::Run() {
     grpc::ClientContext ctx;
     ctx.AddMetadata("hasleader", "true");
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(&mu_);
       if (cancelled_) return;
       ctx_ = &ctx;
     }
@@ -442,12 +441,15 @@ void Watcher::Run() {
     }
     ctx.TryCancel();
     stream->Finish();
-    std::unique_lock lock(mu_);
+    MutexLock lock(&mu_);
     ctx_ = nullptr;
     if (cancelled_ || ended) return;
     // This member is gone or cut off: go on from the next one.
     client_->NextEndpoint(at);
-    cv_.wait_for(lock, std::chrono::milliseconds(200), [this] { return cancelled_; });
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(200);
+    while (!cancelled_) {
+      if (cv_.WaitWithDeadline(&mu_, deadline)) break;
+    }
     if (cancelled_) return;
   }
 }

@@ -4,7 +4,6 @@
 #include <sys/stat.h>
 
 #include <chrono>
-#include <condition_variable>
 #include <deque>
 #include <filesystem>
 #include <fstream>
@@ -160,9 +159,11 @@ class LabSerial final : public BoardSerial {
   }
 
   SerialReader::Next Wait(SerialLine& line, int timeout_ms) override {
-    std::unique_lock lock(mu_);
-    cv_.wait_for(lock, std::chrono::milliseconds(timeout_ms),
-                 [&] { return !lines_.empty() || ended_; });
+    MutexLock lock(&mu_);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+    while (!(!lines_.empty() || ended_)) {
+      if (cv_.WaitWithDeadline(&mu_, deadline)) break;
+    }
     if (!lines_.empty()) {
       line = std::move(lines_.front());
       lines_.pop_front();
@@ -172,11 +173,11 @@ class LabSerial final : public BoardSerial {
   }
 
   std::string end_reason() const override {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     return reason_;
   }
   uint64_t dropped() const override {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     return dropped_;
   }
 
@@ -193,14 +194,14 @@ class LabSerial final : public BoardSerial {
 
   uint64_t next_seq() const override { return next_seq_; }
   std::string TakeRefusal() override {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     if (refused_.empty()) return "";
     std::string r = std::move(refused_.front());
     refused_.pop_front();
     return r;
   }
   bool host_stopping() const override {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     return bench_stopping_;
   }
 
@@ -208,13 +209,13 @@ class LabSerial final : public BoardSerial {
   LabSerial() = default;
 
   absl::Status Send(const pb::SerialClientMessage& m) {
-    std::lock_guard lock(write_mu_);
+    MutexLock lock(&write_mu_);
     if (!stream_->Write(m)) return absl::UnavailableError("the bench's serial stream has ended");
     return absl::OkStatus();
   }
 
   void Take(const pb::SerialServerMessage& m) {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     for (const auto& l : m.lines()) lines_.push_back(SerialLine{l.seq(), l.time_us(), l.line()});
     dropped_ += m.dropped();
     // A refused write: the stream stays open for reading.
@@ -224,20 +225,20 @@ class LabSerial final : public BoardSerial {
       reason_ = m.reason().empty() ? "the bench ended the stream" : m.reason();
       bench_stopping_ = m.daemon_stopping();
     }
-    cv_.notify_all();
+    cv_.SignalAll();
   }
 
   void Pump() {
     pb::SerialServerMessage m;
     while (stream_->Read(&m)) Take(m);
     grpc::Status st = stream_->Finish();
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     if (!ended_) {
       ended_ = true;
       reason_ =
           st.ok() ? "the bench ended the stream" : absl::StrCat("the bench: ", st.error_message());
     }
-    cv_.notify_all();
+    cv_.SignalAll();
   }
 
   grpc::ClientContext ctx_;
@@ -246,9 +247,9 @@ class LabSerial final : public BoardSerial {
       stream_;
   std::thread pump_;
   uint64_t next_seq_ = 0;
-  std::mutex write_mu_;
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
+  Mutex write_mu_;  // one Write on stream_ at a time
+  mutable Mutex mu_;
+  CondVar cv_;
   std::deque<SerialLine> lines_ ABSL_GUARDED_BY(mu_);
   bool ended_ ABSL_GUARDED_BY(mu_) = false;
   std::string reason_ ABSL_GUARDED_BY(mu_);
@@ -271,7 +272,7 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> LabLinks::ChannelTo(const std::st
         absl::StrCat("node ", node, " is not in the lab now, or advertises no tls: address"));
   }
   address = address.substr(4);
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   if (auto it = channels_.find(node); it != channels_.end() && it->second.first == address)
     return it->second.second;
   const LabConfig& lab = config_.lab;

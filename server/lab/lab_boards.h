@@ -14,11 +14,11 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <utility>
 
 #include "absl/base/thread_annotations.h"
+#include "common/mutex.h"
 #include "server/boards/boards.h"
 
 namespace grpc {
@@ -45,7 +45,7 @@ class LabLinks {
  private:
   const DaemonConfig& config_;
   EtcdClient& etcd_;
-  std::mutex mu_;
+  Mutex mu_;
   std::map<std::string, std::pair<std::string, std::shared_ptr<grpc::Channel>>> channels_
       ABSL_GUARDED_BY(mu_);  // node -> (address, channel)
 };

@@ -114,7 +114,7 @@ LabLeases::LabLeases(EtcdClient& etcd, std::string node, LabLeasesOptions option
 LabLeases::~LabLeases() {
   std::unique_ptr<EtcdWatch> w;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     w = std::move(nodes_watch_);
   }
   w.reset();
@@ -127,7 +127,7 @@ void LabLeases::Start() {
     }
   });
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     nodes_watch_ = std::move(watch);
   }
   Recover();
@@ -135,14 +135,14 @@ void LabLeases::Start() {
 
 void LabLeases::Recover() {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     const auto now = std::chrono::steady_clock::now();
     if (recovered_ || now < next_recovery_) return;
     next_recovery_ = now + std::chrono::seconds(1);
   }
   auto r = etcd_.GetPrefix(kLeasesPrefix);
   if (!r.ok()) return;  // etcd does not answer yet: tried again at the next use
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   if (recovered_) return;
   for (const auto& kv : r->kvs) {
     auto l = LeaseFromJson(kv.value);
@@ -163,7 +163,7 @@ void LabLeases::Recover() {
 void LabLeases::NodeLeft(const std::string& node) {
   std::vector<LabLease> gone;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     for (auto it = mine_.begin(); it != mine_.end();) {
       // Only leases on other benches' boards: this node's own are its own business.
       if (it->second.node == node && node != node_) {
@@ -256,7 +256,7 @@ absl::StatusOr<std::optional<LabLease>> LabLeases::TryTake(
       // The same holder asking again keeps what it has — also a lease taken
       // through this node whose answer etcd's loss of quorum swallowed.
       if (held->identity == req.identity && held->session_id == req.session_id) {
-        std::lock_guard lock(mu_);
+        MutexLock lock(&mu_);
         if (!mine_.count(held->lease_id) && held->via == node_) {
           held->etcd_lease = (*current)->lease;
           held->expires_us = held->acquired_us + int64_t{held->ttl_s} * 1000000;
@@ -330,7 +330,7 @@ absl::StatusOr<std::optional<LabLease>> LabLeases::TryTake(
     return std::optional<LabLease>();
   }
   l.expires_us = l.acquired_us + int64_t{req.ttl_s} * 1000000;
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   mine_[l.lease_id] = l;
   return std::optional<LabLease>(l);
 }
@@ -519,7 +519,7 @@ absl::StatusOr<LabLease> LabLeases::Renew(const std::string& lease_id, const std
   Recover();
   LabLease l;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     auto it = mine_.find(lease_id);
     if (it == mine_.end()) {
       if (auto e = ended_.find(lease_id); e != ended_.end()) {
@@ -536,14 +536,14 @@ absl::StatusOr<LabLease> LabLeases::Renew(const std::string& lease_id, const std
   }
   auto ttl = etcd_.LeaseKeepAlive(l.etcd_lease);
   if (absl::IsNotFound(ttl.status())) {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     mine_.erase(lease_id);
     return absl::NotFoundError(
         absl::StrCat("lease ", lease_id, " on ", l.board, " has expired; the board is free again"));
   }
   if (!ttl.ok()) return ttl.status();
   l.expires_us = NowMicros() + *ttl * 1000000;
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   mine_[lease_id] = l;
   return l;
 }
@@ -562,7 +562,7 @@ absl::StatusOr<LabLease> LabLeases::Release(const std::string& lease_id, const s
     target = *l;
     value = (*kv)->value;
   } else {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     auto it = mine_.find(lease_id);
     if (it != mine_.end()) target = it->second;
   }
@@ -589,7 +589,7 @@ absl::StatusOr<LabLease> LabLeases::Release(const std::string& lease_id, const s
     if (!deleted.ok()) return deleted.status();
   }
   if (auto s = etcd_.LeaseRevoke(target->etcd_lease); !s.ok()) return s;
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   mine_.erase(target->lease_id);
   return *target;
 }
@@ -623,7 +623,7 @@ absl::StatusOr<std::optional<LabLease>> LabLeases::Holder(const std::string& boa
 
 std::vector<LabLease> LabLeases::Mine() {
   Recover();
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   std::vector<LabLease> out;
   for (const auto& [id, l] : mine_) out.push_back(l);
   return out;
@@ -631,7 +631,7 @@ std::vector<LabLease> LabLeases::Mine() {
 
 std::optional<std::string> LabLeases::Ended(const std::string& lease_id,
                                             const std::string& identity) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   auto e = ended_.find(lease_id);
   if (e == ended_.end() || e->second.identity != identity) return std::nullopt;
   return e->second.why;

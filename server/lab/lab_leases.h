@@ -21,12 +21,12 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/mutex.h"
 #include "server/lab/registry.h"
 
 namespace fwai::lab {
@@ -155,27 +155,27 @@ class LabLeases {
   absl::StatusOr<std::pair<std::vector<LabWaiter>, int64_t>> ReadQueue();
   // Serving order: band, then the revision that created the key.
   bool Before(const LabWaiter& a, const LabWaiter& b) const;
-  void NodeLeft(const std::string& node);
+  void NodeLeft(const std::string& node) ABSL_LOCKS_EXCLUDED(mu_);
   // Reads back the leases taken through this node by an earlier run of it;
   // until etcd answers, tried again at each use (once a second at most).
-  void Recover();
+  void Recover() ABSL_LOCKS_EXCLUDED(mu_);
 
   EtcdClient& etcd_;
   const std::string node_;
   const LabLeasesOptions options_;
-  mutable std::mutex mu_;
-  std::map<std::string, LabLease> mine_;                 // lease id -> lease
-  bool recovered_ = false;                               // under mu_: Recover() has read etcd
-  std::chrono::steady_clock::time_point next_recovery_;  // under mu_
+  mutable Mutex mu_;
+  std::map<std::string, LabLease> mine_ ABSL_GUARDED_BY(mu_);  // lease id -> lease
+  bool recovered_ ABSL_GUARDED_BY(mu_) = false;                // Recover() has read etcd
+  std::chrono::steady_clock::time_point next_recovery_ ABSL_GUARDED_BY(mu_);
   // Why a lease ended when not by its holder (the answer a later renewal
   // gives), for the last kEndedKept such leases: oldest dropped first.
   static constexpr size_t kEndedKept = 1024;
   struct EndedLease {
     std::string why, identity;
   };
-  std::map<std::string, EndedLease> ended_;  // lease id -> why and whose
-  std::deque<std::string> ended_order_;      // the ids in ended_, oldest first
-  std::unique_ptr<EtcdWatch> nodes_watch_;
+  std::map<std::string, EndedLease> ended_ ABSL_GUARDED_BY(mu_);  // lease id -> why and whose
+  std::deque<std::string> ended_order_ ABSL_GUARDED_BY(mu_);      // the ids in ended_, oldest first
+  std::unique_ptr<EtcdWatch> nodes_watch_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace fwai::lab

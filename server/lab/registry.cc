@@ -4,14 +4,13 @@
 #include <unistd.h>
 
 #include <chrono>
-#include <condition_variable>
 #include <map>
-#include <mutex>
 #include <nlohmann/json.hpp>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "common/clock.h"
+#include "common/mutex.h"
 #include "server/lab/etcd_client.h"
 
 namespace fwai::lab {
@@ -71,30 +70,35 @@ absl::StatusOr<LabView> ReadLab(EtcdClient& etcd) {
 }
 
 struct LabRegistrar::Rep {
-  LabConfig config;
+  const LabConfig config;  // its advertise is `advertise`'s first value
   EtcdClient& etcd;
   std::function<std::vector<LabBoard>()> boards;
   std::string version;
   int64_t started_us = NowMicros();
 
-  mutable std::mutex mu;
-  std::condition_variable cv;
-  bool stopping = false;
-  bool poked = false;
-  State state;
-  std::thread thread;
+  mutable Mutex mu;
+  CondVar cv;
+  bool stopping ABSL_GUARDED_BY(mu) = false;
+  bool poked ABSL_GUARDED_BY(mu) = false;
+  State state ABSL_GUARDED_BY(mu);
+  std::string advertise ABSL_GUARDED_BY(mu);  // SetAdvertise may change it
+  std::thread thread;                         // started by Start, joined by Stop
 
   Rep(LabConfig c, EtcdClient& e, std::function<std::vector<LabBoard>()> b, std::string v)
-      : config(std::move(c)), etcd(e), boards(std::move(b)), version(std::move(v)) {}
+      : config(std::move(c)),
+        etcd(e),
+        boards(std::move(b)),
+        version(std::move(v)),
+        advertise(config.advertise) {}
 
-  void SetError(const absl::Status& s, const std::string& doing) {
-    std::lock_guard lock(mu);
+  void SetError(const absl::Status& s, const std::string& doing) ABSL_LOCKS_EXCLUDED(mu) {
+    MutexLock lock(&mu);
     const std::string msg = absl::StrCat(doing, ": ", s.message());
     if (state.last_error != msg) spdlog::warn("lab: {}", msg);
     state.last_error = msg;
   }
 
-  void Run() {
+  void Run() ABSL_LOCKS_EXCLUDED(mu) {
     const std::string node_key = absl::StrCat(kNodesPrefix, config.node);
     const std::string boards_prefix = absl::StrCat(kBoardsPrefix, config.node, "/");
     std::map<std::string, std::string> published;  // board key -> value written under `lease`
@@ -103,7 +107,7 @@ struct LabRegistrar::Rep {
     const auto keepalive_every = std::chrono::milliseconds(config.ttl_s * 1000 / 3);
     while (true) {
       {
-        std::unique_lock lock(mu);
+        MutexLock lock(&mu);
         if (stopping) break;
       }
       if (lease == 0) {
@@ -114,8 +118,13 @@ struct LabRegistrar::Rep {
           lease = *granted;
           published.clear();
           // Boards a previous life of this node left (until their TTL) go now.
+          std::string advertised;
+          {
+            MutexLock lock(&mu);
+            advertised = advertise;
+          }
           nlohmann::json node = {{"node", config.node},
-                                 {"advertise", config.advertise},
+                                 {"advertise", advertised},
                                  {"pid", getpid()},
                                  {"version", version},
                                  {"started_us", started_us}};
@@ -129,7 +138,7 @@ struct LabRegistrar::Rep {
             last_keepalive = std::chrono::steady_clock::now();
             spdlog::info("lab: joined as node {} (etcd lease {:x}, ttl {} s)", config.node, lease,
                          config.ttl_s);
-            std::lock_guard lock(mu);
+            MutexLock lock(&mu);
             state.joined = true;
             state.lease = lease;
             state.last_error.clear();
@@ -164,7 +173,7 @@ struct LabRegistrar::Rep {
           auto ttl = etcd.LeaseKeepAlive(lease);
           if (ttl.ok()) {
             last_keepalive = std::chrono::steady_clock::now();
-            std::lock_guard lock(mu);
+            MutexLock lock(&mu);
             if (!state.joined) spdlog::info("lab: node {} is registered again", config.node);
             state.joined = true;
             state.last_error.clear();
@@ -172,7 +181,7 @@ struct LabRegistrar::Rep {
             // etcd let the lease lapse (we were cut off too long): join afresh.
             SetError(ttl.status(), "keeping the registration alive");
             lease = 0;
-            std::lock_guard lock(mu);
+            MutexLock lock(&mu);
             state.joined = false;
             state.lease = 0;
           } else {
@@ -180,9 +189,12 @@ struct LabRegistrar::Rep {
           }
         }
       }
-      std::unique_lock lock(mu);
-      cv.wait_for(lock, std::chrono::milliseconds(lease == 0 ? 1000 : 500),
-                  [this] { return stopping || poked; });
+      MutexLock lock(&mu);
+      const auto deadline =
+          std::chrono::steady_clock::now() + std::chrono::milliseconds(lease == 0 ? 1000 : 500);
+      while (!(stopping || poked)) {
+        if (cv.WaitWithDeadline(&mu, deadline)) break;
+      }
       poked = false;
     }
   }
@@ -200,14 +212,14 @@ void LabRegistrar::Start() {
 
 void LabRegistrar::Stop(bool leave) {
   {
-    std::lock_guard lock(rep_->mu);
+    MutexLock lock(&rep_->mu);
     rep_->stopping = true;
-    rep_->cv.notify_all();
+    rep_->cv.SignalAll();
   }
   if (rep_->thread.joinable()) rep_->thread.join();
   int64_t lease = 0;
   {
-    std::lock_guard lock(rep_->mu);
+    MutexLock lock(&rep_->mu);
     lease = rep_->state.lease;
     rep_->state.lease = 0;
     rep_->state.joined = false;
@@ -220,18 +232,18 @@ void LabRegistrar::Stop(bool leave) {
 }
 
 void LabRegistrar::SetAdvertise(std::string advertise) {
-  std::lock_guard lock(rep_->mu);
-  rep_->config.advertise = std::move(advertise);
+  MutexLock lock(&rep_->mu);
+  rep_->advertise = std::move(advertise);
 }
 
 void LabRegistrar::Poke() {
-  std::lock_guard lock(rep_->mu);
+  MutexLock lock(&rep_->mu);
   rep_->poked = true;
-  rep_->cv.notify_all();
+  rep_->cv.SignalAll();
 }
 
 LabRegistrar::State LabRegistrar::state() const {
-  std::lock_guard lock(rep_->mu);
+  MutexLock lock(&rep_->mu);
   return rep_->state;
 }
 

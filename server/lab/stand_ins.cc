@@ -23,10 +23,10 @@ LabStandIns::LabStandIns(HardwareBroker& broker, LabLeases& leases, EtcdClient& 
 
 LabStandIns::~LabStandIns() {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     stop_ = true;
   }
-  cv_.notify_all();
+  cv_.SignalAll();
   if (thread_.joinable()) thread_.join();
 }
 
@@ -54,7 +54,7 @@ absl::StatusOr<Caller> LabStandIns::Admit(const std::string& node, const std::st
   if (absl::IsNotFound(left.status()) || (left.ok() && *left <= 0)) return refused();
   if (!left.ok()) return left.status();
   const int64_t confirmed_us = NowMicros();
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   if (auto it = mirrors_.find(lease_id); it != mirrors_.end()) {
     if (broker_
             .SetLeaseExpiry(it->second.caller.lease_id, Until(confirmed_us, *left),
@@ -118,12 +118,12 @@ std::string LabStandIns::ExpiryReason(const Mirror& m, int64_t confirmed_us,
 
 void LabStandIns::Run() {
   std::map<std::string, int64_t> confirmed;  // lab lease id -> when etcd last confirmed it
-  std::unique_lock lock(mu_);
+  MutexLock lock(&mu_);
   while (!stop_) {
-    cv_.wait_for(lock, std::chrono::milliseconds(500));
+    cv_.WaitWithTimeout(&mu_, std::chrono::milliseconds(500));
     if (stop_) break;
     auto copy = mirrors_;
-    lock.unlock();
+    lock.Unlock();
     std::vector<std::string> ended;
     for (const auto& [lease_id, m] : copy) {
       const int64_t now = NowMicros();
@@ -159,7 +159,7 @@ void LabStandIns::Run() {
       ended.push_back(lease_id);
     }
     for (const auto& id : ended) confirmed.erase(id);
-    lock.lock();
+    lock.Lock();
     for (const auto& id : ended) mirrors_.erase(id);
   }
 }

@@ -11,14 +11,13 @@
 // Thread-safe; a thread of its own follows etcd.
 #pragma once
 
-#include <condition_variable>
 #include <map>
-#include <mutex>
 #include <string>
 #include <thread>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "common/mutex.h"
 #include "server/hardware/broker.h"
 
 namespace fwai::lab {
@@ -52,15 +51,15 @@ class LabStandIns {
   // Why the stand-in ends if nothing confirms the lab lease again.
   static std::string ExpiryReason(const Mirror& m, int64_t confirmed_us,
                                   const absl::Status& etcd = absl::OkStatus());
-  void Run();
+  void Run() ABSL_LOCKS_EXCLUDED(mu_);
 
   HardwareBroker& broker_;
   LabLeases& leases_;
   EtcdClient& etcd_;
   const std::string node_;
   const int max_ttl_s_;
-  std::mutex mu_;
-  std::condition_variable cv_;
+  Mutex mu_;
+  CondVar cv_;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   std::map<std::string, Mirror> mirrors_ ABSL_GUARDED_BY(mu_);  // lab lease id -> its stand-in
   std::thread thread_;

@@ -6,7 +6,6 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <vector>
@@ -14,6 +13,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "common/mutex.h"
 
 namespace grpc {
 class Service;
@@ -64,7 +64,7 @@ class PeerRegistry {
   std::string Real(const std::string& grpc_peer) const;
 
  private:
-  mutable std::mutex mu_;
+  mutable Mutex mu_;
   std::map<int, uint32_t> by_fd_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, std::string> relayed_ ABSL_GUARDED_BY(mu_);
 };

@@ -156,12 +156,13 @@ std::string Prop(const grpc::AuthContext& a, const char* name) {
 }  // namespace
 
 struct Gate::Tracked {
-  std::mutex mu;
-  bool alive = true;
+  Mutex mu;
+  bool alive ABSL_GUARDED_BY(mu) = true;
+  // Set by Track before the stream is tracked, read-only after.
   std::string token_id;
   grpc::CallbackServerContext* ctx = nullptr;
   std::function<void(const grpc::Status&)> end;
-  bool ended = false;
+  bool ended ABSL_GUARDED_BY(mu) = false;
 };
 
 Gate::Gate(Identities& identities, Quotas& quotas, const PeerRegistry& peers,
@@ -213,7 +214,7 @@ absl::StatusOr<Principal> Gate::Identify(grpc::CallbackServerContext* ctx) {
     return p;
   }
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     auto it = cache_.find(key);
     if (it != cache_.end()) {
       Principal p = it->second;
@@ -224,7 +225,7 @@ absl::StatusOr<Principal> Gate::Identify(grpc::CallbackServerContext* ctx) {
   absl::StatusOr<Principal> p = uid >= 0 ? ids_.ForUnixPeer(static_cast<uint32_t>(uid), peer)
                                          : ids_.ForCertificate(subject, cn, peer);
   if (!p.ok()) return p.status();
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   cache_[key] = *p;
   return p;
 }
@@ -290,7 +291,7 @@ void Gate::RecordRefusal(const std::string& rpc, const std::string& who, const s
   {
     // A flood of refusals leaves one record a second per peer and RPC (the
     // gate's refusal and the call's PERMISSION_DENIED are one record).
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (last_refusal_us_.size() > 10000) {
       // Peers change with every connection: forget those past their second.
       std::erase_if(last_refusal_us_, [now](const auto& kv) { return now - kv.second >= 1000000; });
@@ -370,7 +371,7 @@ std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface> Gate::Ref
 }
 
 void Gate::Invalidate() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   cache_.clear();
 }
 
@@ -381,7 +382,7 @@ std::unique_ptr<Gate::Ticket> Gate::Track(const Principal& p, grpc::CallbackServ
   t->ctx = ctx;
   t->end = std::move(end);
   if (!t->token_id.empty()) {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     tracked_[t.get()] = t;
   }
   return std::make_unique<Ticket>(this, t);
@@ -389,23 +390,23 @@ std::unique_ptr<Gate::Ticket> Gate::Track(const Principal& p, grpc::CallbackServ
 
 Gate::Ticket::~Ticket() {
   {
-    std::lock_guard<std::mutex> lock(t_->mu);
+    MutexLock lock(&t_->mu);
     t_->alive = false;
   }
-  std::lock_guard<std::mutex> lock(gate_->mu_);
+  MutexLock lock(&gate_->mu_);
   gate_->tracked_.erase(t_.get());
 }
 
 void Gate::Sweep() {
   std::vector<std::shared_ptr<Tracked>> all;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     for (const auto& [raw, t] : tracked_) all.push_back(t);
   }
   for (const auto& t : all) {
     auto valid = ids_.tokens().Valid(t->token_id);
     if (valid.ok()) continue;
-    std::lock_guard<std::mutex> lock(t->mu);
+    MutexLock lock(&t->mu);
     if (!t->alive || t->ended) continue;
     t->ended = true;
     const grpc::Status why(grpc::StatusCode::UNAUTHENTICATED,

@@ -12,7 +12,6 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
@@ -21,6 +20,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "common/mutex.h"
 #include "server/auth/identities.h"
 #include "server/auth/principal.h"
 #include "server/auth/quotas.h"
@@ -100,7 +100,7 @@ class Gate {
   const std::function<void(const nlohmann::json&)> audit_;
   const std::map<std::string, Need, std::less<>> rules_;
 
-  std::mutex mu_;
+  Mutex mu_;
   std::map<std::string, Principal> cache_ ABSL_GUARDED_BY(mu_);  // "uid:N" | token id | subject
   std::map<std::string, int64_t> last_refusal_us_ ABSL_GUARDED_BY(mu_);  // "peer rpc"
   std::map<Tracked*, std::shared_ptr<Tracked>> tracked_ ABSL_GUARDED_BY(mu_);

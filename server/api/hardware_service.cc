@@ -5,13 +5,13 @@
 #include <grpcpp/grpcpp.h>
 
 #include <atomic>
-#include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "common/cancel.h"
+#include "common/mutex.h"
 #include "common/status_macros.h"
 #include "common/thread_pool.h"
 #include "fwai/v1/hardware.grpc.pb.h"
@@ -375,15 +375,15 @@ class HardwareService final : public pb::Hardware::CallbackService {
     // A revoked or expired token ends the session's gdb at once and the call
     // with the gate's status.
     struct Revoked {
-      std::mutex mu;
-      std::optional<grpc::Status> why;
+      Mutex mu;
+      std::optional<grpc::Status> why ABSL_GUARDED_BY(mu);
       CancelToken cancel;
     };
     auto revoked = std::make_shared<Revoked>();
     std::shared_ptr<Gate::Ticket> ticket =
         deps_.gate->Track(*who, ctx, [revoked](const grpc::Status& why) {
           {
-            std::lock_guard lock(revoked->mu);
+            MutexLock lock(&revoked->mu);
             revoked->why = why;
           }
           revoked->cancel.Cancel();
@@ -394,7 +394,7 @@ class HardwareService final : public pb::Hardware::CallbackService {
       auto debugged = deps_.boards->Debug(
           c, board, cmds, req->timeout_s() > 0 ? req->timeout_s() * 1000 : 10000, &revoked->cancel);
       {
-        std::lock_guard lock(revoked->mu);
+        MutexLock lock(&revoked->mu);
         if (revoked->why) return absl::UnauthenticatedError(revoked->why->error_message());
       }
       ASSIGN_OR_RETURN(DebugResult r, std::move(debugged));

@@ -11,7 +11,7 @@
 namespace fwai {
 
 void PeerRegistry::Add(int fd, uint32_t uid) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   by_fd_[fd] = uid;
 }
 
@@ -20,23 +20,23 @@ int64_t PeerRegistry::Uid(const std::string& peer) const {
   if (!absl::StartsWith(peer, "fd:")) return -1;
   int fd = 0;
   if (!absl::SimpleAtoi(peer.substr(3), &fd)) return -1;
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto it = by_fd_.find(fd);
   return it == by_fd_.end() ? -1 : static_cast<int64_t>(it->second);
 }
 
 void PeerRegistry::AddRelayed(const std::string& inner, const std::string& real) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   relayed_[inner] = real;
 }
 
 void PeerRegistry::RemoveRelayed(const std::string& inner) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   relayed_.erase(inner);
 }
 
 std::string PeerRegistry::Real(const std::string& peer) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto it = relayed_.find(peer);
   return it == relayed_.end() ? peer : absl::StrCat(it->second, " (relayed)");
 }

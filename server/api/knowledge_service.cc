@@ -4,10 +4,10 @@
 #include <deque>
 #include <map>
 #include <memory>
-#include <mutex>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/mutex.h"
 #include "common/status_macros.h"
 #include "common/thread_pool.h"
 #include "fwai/v1/knowledge.grpc.pb.h"
@@ -40,14 +40,14 @@ struct Collections {
   // caller, or the same person under another id. Asked for every candidate
   // chunk of a search (from any thread): each name is looked up once.
   struct Memo {
-    std::mutex mu;
-    std::map<std::string, bool> mine;
+    Mutex mu;
+    std::map<std::string, bool> mine ABSL_GUARDED_BY(mu);
   };
   std::shared_ptr<Memo> memo = std::make_shared<Memo>();
   bool Mine(const std::string& c) const {
     if (!Personal(c)) return false;
     const std::string name = NameOf(c);
-    std::lock_guard<std::mutex> lock(memo->mu);
+    MutexLock lock(&memo->mu);
     auto it = memo->mine.find(name);
     if (it == memo->mine.end())
       it = memo->mine.emplace(name, who.Owns(ids.OwnerOfName(name))).first;
@@ -110,7 +110,7 @@ class IngestReactor final : public grpc::ServerBidiReactor<pb::IngestChunk, pb::
     if (!ok) {
       {
         // Ended meanwhile (the token was revoked): what came is not ingested.
-        std::lock_guard<std::mutex> lock(mu_);
+        MutexLock lock(&mu_);
         if (finished_ || final_queued_) return;
       }
       // The reads ended: the client sent everything, or went away (a
@@ -132,13 +132,13 @@ class IngestReactor final : public grpc::ServerBidiReactor<pb::IngestChunk, pb::
       // Ingest off the gRPC thread.
       Send(Progress("received"));
       {
-        std::lock_guard<std::mutex> lock(mu_);
+        MutexLock lock(&mu_);
         running_ = true;
       }
       ThreadPool* pool = deps_.ingest_pool ? deps_.ingest_pool : deps_.pool;
       if (!pool->Submit([this] { RunAndRelease(); })) {
         {
-          std::lock_guard<std::mutex> lock(mu_);
+          MutexLock lock(&mu_);
           running_ = false;
         }
         Fail(absl::UnavailableError("fwaid is shutting down"));
@@ -198,7 +198,7 @@ class IngestReactor final : public grpc::ServerBidiReactor<pb::IngestChunk, pb::
   }
 
   void OnWriteDone(bool ok) override {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     writing_ = false;
     if (!ok) {
       queue_.clear();
@@ -216,7 +216,7 @@ class IngestReactor final : public grpc::ServerBidiReactor<pb::IngestChunk, pb::
   void OnDone() override {
     ticket_.reset();  // first: the gate no longer ends a stream that is gone
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       done_ = true;
       if (running_) return;
     }
@@ -228,7 +228,7 @@ class IngestReactor final : public grpc::ServerBidiReactor<pb::IngestChunk, pb::
     Run();
     bool last;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       running_ = false;
       last = done_;
     }
@@ -289,7 +289,7 @@ class IngestReactor final : public grpc::ServerBidiReactor<pb::IngestChunk, pb::
   }
 
   void Send(pb::IngestProgress p, bool last = false) {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (finished_ || final_queued_) return;
     queue_.push_back(std::move(p));
     if (last) final_queued_ = true;
@@ -297,7 +297,7 @@ class IngestReactor final : public grpc::ServerBidiReactor<pb::IngestChunk, pb::
   }
 
   void Fail(const absl::Status& s) {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (finished_) return;
     final_status_ = ToGrpcStatus(s);
     final_queued_ = true;
@@ -305,8 +305,7 @@ class IngestReactor final : public grpc::ServerBidiReactor<pb::IngestChunk, pb::
     Pump();
   }
 
-  // Holds mu_.
-  void Pump() {
+  void Pump() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (writing_ || finished_) return;
     if (!queue_.empty()) {
       out_ = std::move(queue_.front());
@@ -324,21 +323,24 @@ class IngestReactor final : public grpc::ServerBidiReactor<pb::IngestChunk, pb::
   const ApiDeps& deps_;
   const int64_t cap_;
   grpc::CallbackServerContext* const ctx_;
+  // Set in the constructor, read-only after.
   Principal who_;
+  // The upload: written by the read callbacks (one at a time), then read by
+  // the pool task that Submit hands them to once the reads have ended.
   pb::IngestChunk in_;
   bool have_header_ = false;
   pb::IngestHeader header_;
   std::string bytes_;
   int64_t charged_ = 0;  // bytes charged to the ingest budget
-  std::mutex mu_;
-  std::deque<pb::IngestProgress> queue_;
-  pb::IngestProgress out_;
-  bool writing_ = false;
-  bool finished_ = false;
-  bool final_queued_ = false;
-  bool running_ = false;
-  bool done_ = false;
-  grpc::Status final_status_ = grpc::Status::OK;
+  Mutex mu_;
+  std::deque<pb::IngestProgress> queue_ ABSL_GUARDED_BY(mu_);
+  pb::IngestProgress out_ ABSL_GUARDED_BY(mu_);
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  bool final_queued_ ABSL_GUARDED_BY(mu_) = false;
+  bool running_ ABSL_GUARDED_BY(mu_) = false;
+  bool done_ ABSL_GUARDED_BY(mu_) = false;
+  grpc::Status final_status_ ABSL_GUARDED_BY(mu_) = grpc::Status::OK;
   std::unique_ptr<Gate::Ticket> ticket_;
 };
 

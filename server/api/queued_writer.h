@@ -6,16 +6,15 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <deque>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 
 #include "absl/base/thread_annotations.h"
 #include "common/cancel.h"
+#include "common/mutex.h"
 #include "server/api/gate.h"
 
 namespace fwai {
@@ -33,22 +32,22 @@ class QueuedWriter {
     finish_ = std::move(finish);
   }
   void Push(Msg m) {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     if (done_ || closing_) return;
     queue_.push_back(std::move(m));
     Pump();
   }
   void Close(grpc::Status s) {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     if (closing_ || done_) return;
     closing_ = true;
     status_ = std::move(s);
     Pump();
   }
   void OnWriteDone(bool ok) {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     writing_ = false;
-    space_.notify_all();
+    space_.SignalAll();
     if (!ok) {
       queue_.clear();
       closing_ = true;
@@ -57,21 +56,23 @@ class QueuedWriter {
     Pump();
   }
   bool done() {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     return done_ || closing_;
   }
   // Blocks while `limit` or more messages wait (backpressure for producers);
   // false once the stream is closing or `stop` is set.
   bool WaitBelow(size_t limit, const std::atomic<bool>& stop) {
-    std::unique_lock lock(mu_);
+    MutexLock lock(&mu_);
     while (queue_.size() >= limit && !done_ && !closing_ && !stop) {
-      space_.wait_for(lock, std::chrono::milliseconds(100));
+      space_.WaitWithTimeout(&mu_, std::chrono::milliseconds(100));
     }
     return !done_ && !closing_ && !stop;
   }
 
  private:
-  void Pump() {
+  // Starts the next write, or finishes once closing and drained; calls
+  // start_ and finish_ with the lock held.
+  void Pump() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (writing_ || done_) return;
     if (!queue_.empty()) {
       current_ = std::move(queue_.front());
@@ -85,12 +86,15 @@ class QueuedWriter {
       finish_(status_);
     }
   }
-  std::mutex mu_;
-  std::condition_variable space_;
-  std::deque<Msg> queue_;
-  Msg current_;
-  bool writing_ = false, closing_ = false, done_ = false;
-  grpc::Status status_;
+  Mutex mu_;
+  CondVar space_;
+  std::deque<Msg> queue_ ABSL_GUARDED_BY(mu_);
+  Msg current_ ABSL_GUARDED_BY(mu_);
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  bool closing_ ABSL_GUARDED_BY(mu_) = false;
+  bool done_ ABSL_GUARDED_BY(mu_) = false;
+  grpc::Status status_ ABSL_GUARDED_BY(mu_);
+  // Set by Bind before anything is pushed, read-only after.
   Start start_;
   FinishFn finish_;
 };
@@ -108,10 +112,10 @@ class WorkStreamReactor final : public grpc::ServerWriteReactor<Msg> {
     // The gate's status when the token went (TrackAndCancel), else
     // `otherwise`: what the work ends the stream with.
     grpc::Status Final(const grpc::Status& otherwise) {
-      std::lock_guard lock(mu);
+      MutexLock lock(&mu);
       return revoked ? *revoked : otherwise;
     }
-    std::mutex mu;
+    Mutex mu;
     std::optional<grpc::Status> revoked ABSL_GUARDED_BY(mu);
   };
   using StartFn = std::function<void(WorkStreamReactor&, const std::shared_ptr<State>&)>;
@@ -147,7 +151,7 @@ class WorkStreamReactor final : public grpc::ServerWriteReactor<Msg> {
   void TrackAndCancel(Gate& gate, const Principal& who, grpc::CallbackServerContext* ctx) {
     ticket_ = gate.Track(who, ctx, [st = state_](const grpc::Status& why) {
       {
-        std::lock_guard lock(st->mu);
+        MutexLock lock(&st->mu);
         st->revoked = why;
       }
       st->cancel.Cancel();

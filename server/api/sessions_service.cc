@@ -1,11 +1,11 @@
 #include <grpcpp/grpcpp.h>
 
 #include <memory>
-#include <mutex>
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
 #include "common/config.h"
+#include "common/mutex.h"
 #include "fwai/v1/daemon.grpc.pb.h"
 #include "fwai/v1/evidence.grpc.pb.h"
 #include "fwai/v1/hardware.grpc.pb.h"
@@ -94,8 +94,8 @@ class EventPump {
   // Shared with the subscriber's notify callback so a late notify after the
   // reactor is gone does nothing.
   struct Link {
-    std::mutex mu;
-    EventPump* pump = nullptr;
+    Mutex mu;
+    EventPump* pump ABSL_GUARDED_BY(mu) = nullptr;
   };
 
   explicit EventPump(R* reactor) : reactor_(reactor), link_(std::make_shared<Link>()) {
@@ -106,7 +106,7 @@ class EventPump {
     std::weak_ptr<Link> weak = link_;
     return [weak] {
       if (auto link = weak.lock()) {
-        std::lock_guard<std::mutex> lock(link->mu);
+        MutexLock lock(&link->mu);
         if (link->pump) link->pump->TryWrite();
       }
     };
@@ -114,14 +114,14 @@ class EventPump {
 
   void SetSubscriber(std::shared_ptr<Subscriber> sub) {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       sub_ = std::move(sub);
     }
     TryWrite();
   }
 
   void TryWrite() {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (writing_ || finished_ || !sub_) return;
     std::string bytes;
     absl::Status status;
@@ -144,7 +144,7 @@ class EventPump {
 
   void OnWriteDone(bool ok) {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       writing_ = false;
       if (!ok) {
         // The client is gone; the stream ends (the turn goes on).
@@ -162,26 +162,26 @@ class EventPump {
   }
 
   void Finish(const grpc::Status& s) {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     FinishLocked(s);
   }
 
   // Called from the reactor's OnDone; after it no callback touches the reactor.
   void Detach(SessionManager* sessions) {
     {
-      std::lock_guard<std::mutex> lock(link_->mu);
+      MutexLock lock(&link_->mu);
       link_->pump = nullptr;
     }
     std::shared_ptr<Subscriber> sub;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       sub = std::move(sub_);
     }
     if (sub) sessions->Unsubscribe(sub->session_id(), sub.get());
   }
 
  private:
-  void FinishLocked(const grpc::Status& s) {
+  void FinishLocked(const grpc::Status& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (finished_) return;
     if (writing_) {
       if (!pending_finish_) pending_finish_ = s;
@@ -193,12 +193,12 @@ class EventPump {
 
   R* const reactor_;
   std::shared_ptr<Link> link_;
-  std::mutex mu_;
-  std::shared_ptr<Subscriber> sub_;
-  bool writing_ = false;
-  bool finished_ = false;
-  std::optional<grpc::Status> pending_finish_;
-  pb::ServerEvent out_;
+  Mutex mu_;
+  std::shared_ptr<Subscriber> sub_ ABSL_GUARDED_BY(mu_);
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  std::optional<grpc::Status> pending_finish_ ABSL_GUARDED_BY(mu_);
+  pb::ServerEvent out_ ABSL_GUARDED_BY(mu_);
 };
 
 // Chat: the first client message opens the session; then user messages,
@@ -252,8 +252,8 @@ class ChatReactor final : public grpc::ServerBidiReactor<pb::ClientEvent, pb::Se
   // The limit checked and the turn started as one step: turns one principal
   // starts at the same moment cannot all slip under the limit.
   absl::Status StartWithinLimit(TurnRequest req) {
-    static std::mutex starting;
-    std::lock_guard<std::mutex> lock(starting);
+    static Mutex starting;
+    MutexLock lock(&starting);
     if (auto l = CheckTurnLimit(); !l.ok()) return l;
     return deps_.turns->Start(std::move(req));
   }
@@ -508,7 +508,7 @@ class SessionsService final : public pb::Sessions::CallbackService {
     const LimitsConfig limits = deps_.gate->identities().LimitsOf(who);
     // Counted and created as one step: creates at the same moment cannot all
     // slip under the limit.
-    std::lock_guard<std::mutex> creating(create_mu_);
+    MutexLock creating(&create_mu_);
     auto counted =
         deps_.sessions->CountOwned([&](const std::string& owner) { return who.Owns(owner); });
     if (!counted.ok()) return counted.status();
@@ -567,7 +567,7 @@ class SessionsService final : public pb::Sessions::CallbackService {
 
   const ApiDeps deps_;
   const Access access_;
-  std::mutex create_mu_;  // a session limit's count and the create, together
+  Mutex create_mu_;  // a session limit's count and the create, together
 };
 
 class DaemonService final : public pb::Daemon::CallbackService {

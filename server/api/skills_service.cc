@@ -6,12 +6,12 @@
 #include <atomic>
 #include <filesystem>
 #include <map>
-#include <mutex>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "common/config.h"
 #include "common/local_account.h"
+#include "common/mutex.h"
 #include "common/thread_pool.h"
 #include "fwai/v1/projects.grpc.pb.h"
 #include "server/agent/turn_manager.h"
@@ -195,7 +195,7 @@ class SkillsService final : public pb::Skills::CallbackService {
   // check and the count are one step, so runs started at once cannot all
   // slip under the limit.
   bool TryAddRun(const std::string& owner, int64_t limit) {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     int64_t& n = runs_by_owner_[owner];
     if (n >= limit) {
       if (n == 0) runs_by_owner_.erase(owner);
@@ -205,14 +205,14 @@ class SkillsService final : public pb::Skills::CallbackService {
     return true;
   }
   void AddRun(const std::string& owner, int delta) {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if ((runs_by_owner_[owner] += delta) <= 0) runs_by_owner_.erase(owner);
   }
 
   const ApiDeps deps_;
   std::atomic<int> running_{0};
-  std::mutex mu_;
-  std::map<std::string, int64_t> runs_by_owner_;
+  Mutex mu_;
+  std::map<std::string, int64_t> runs_by_owner_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace

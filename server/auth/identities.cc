@@ -25,7 +25,7 @@ Identities::Identities(SecurityConfig config, TokenStore& tokens, uint32_t daemo
     : tokens_(tokens), daemon_uid_(daemon_uid), config_(std::move(config)) {}
 
 void Identities::Reload(SecurityConfig config) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   config_ = std::move(config);
 }
 
@@ -69,7 +69,7 @@ absl::StatusOr<Principal> Identities::ForUnixPeer(uint32_t uid, const std::strin
     p.role = Role::kUser;
   }
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (account.ok()) {
       if (const UserConfig* u = UserByLocalAccount(account->name)) {
         if (p.role != Role::kAdmin) ParseRole(u->role, &p.role);
@@ -109,7 +109,7 @@ Principal Identities::FromToken(const TokenInfo& info, const std::string& peer) 
   p.verified_by = absl::StrCat("token ", info.id);
   std::string local;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     auto it = config_.users.find(info.user);
     if (it != config_.users.end()) local = it->second.local_user;
   }
@@ -160,7 +160,7 @@ absl::StatusOr<Principal> Identities::ForCertificate(const std::string& subject,
     return p;
   }
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     const UserConfig* found = nullptr;
     for (const auto& [name, u] : config_.users) {
       if (u.cert_subject.empty()) continue;
@@ -196,12 +196,12 @@ std::string Identities::OwnerOfNameLocked(const std::string& name) {
 }
 
 std::string Identities::OwnerOfName(const std::string& name) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return OwnerOfNameLocked(name);
 }
 
 bool Identities::OwnerOwnsName(const std::string& owner, const std::string& name) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   const std::string target = OwnerOfNameLocked(name);
   if (target == owner) return true;
   uint32_t uid = 0;
@@ -221,7 +221,7 @@ bool Identities::OwnerOwnsName(const std::string& owner, const std::string& name
 
 LimitsConfig Identities::LimitsOf(const Principal& p) {
   if (p.admin()) return UnlimitedLimits();
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   // The configured user the principal is: its own id, or the user whose
   // local account it is (never another user who merely shares a name).
   std::string user;
@@ -235,7 +235,7 @@ LimitsConfig Identities::LimitsOf(const Principal& p) {
 }
 
 bool Identities::MayWriteSharedKnowledge(const Principal& p) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return std::find(config_.knowledge_writers.begin(), config_.knowledge_writers.end(),
                    RoleName(p.role)) != config_.knowledge_writers.end();
 }

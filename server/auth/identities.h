@@ -8,11 +8,11 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <string>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "common/mutex.h"
 #include "common/security_config.h"
 #include "server/auth/principal.h"
 #include "server/auth/token_store.h"
@@ -82,7 +82,7 @@ class Identities {
   TokenStore& tokens_;
   const uint32_t daemon_uid_;
   std::atomic<bool> accept_lab_nodes_{false};
-  std::mutex mu_;
+  Mutex mu_;
   SecurityConfig config_ ABSL_GUARDED_BY(mu_);
 };
 

@@ -9,7 +9,7 @@ namespace fwai {
 
 absl::Status Quotas::Request(const std::string& principal, const LimitsConfig& l) {
   const int64_t now = clock_.NowMicros();
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   Bucket& b = buckets_[principal];
   if (b.tokens < 0) {
     b.tokens = static_cast<double>(l.burst);
@@ -33,7 +33,7 @@ absl::Status Quotas::Ingest(const std::string& principal, int64_t bytes, const L
   const int64_t now = clock_.NowMicros();
   const int64_t hour = int64_t{3600} * 1000000;
   const int64_t budget = l.ingest_mb_per_hour << 20;
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto& w = ingest_[principal];
   while (!w.empty() && w.front().first <= now - hour) w.pop_front();
   int64_t used = 0;

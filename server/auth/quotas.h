@@ -7,12 +7,12 @@
 #include <cstdint>
 #include <deque>
 #include <map>
-#include <mutex>
 #include <string>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "common/clock.h"
+#include "common/mutex.h"
 #include "common/security_config.h"
 
 namespace fwai {
@@ -36,7 +36,7 @@ class Quotas {
     int64_t at_us = 0;
   };
   const Clock& clock_;
-  std::mutex mu_;
+  Mutex mu_;
   std::map<std::string, Bucket> buckets_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, std::deque<std::pair<int64_t, int64_t>>> ingest_
       ABSL_GUARDED_BY(mu_);  // (time, bytes)

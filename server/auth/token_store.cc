@@ -43,6 +43,7 @@ absl::StatusOr<std::unique_ptr<TokenStore>> TokenStore::Open(Storage& storage, c
   std::string end = kPrefix;
   end.back() += 1;
   absl::Status bad;
+  std::map<std::string, Record> records;
   RETURN_IF_ERROR(
       storage.Scan(Cf::kMeta, kPrefix, end, [&](std::string_view k, std::string_view v) {
         auto j = nlohmann::json::parse(v, nullptr, false);
@@ -62,9 +63,13 @@ absl::StatusOr<std::unique_ptr<TokenStore>> TokenStore::Open(Storage& storage, c
         std::string hex = j.value("sha256", "");
         r.secret_sha256 = absl::HexStringToBytes(hex);
         if (r.info.id.empty() || r.secret_sha256.size() != SHA256_DIGEST_LENGTH) return true;
-        store->records_[r.info.id] = r;
+        records[r.info.id] = r;
         return true;
       }));
+  {
+    MutexLock lock(&store->mu_);
+    store->records_ = std::move(records);
+  }
   return store;
 }
 
@@ -106,7 +111,7 @@ absl::StatusOr<NewToken> TokenStore::Create(const std::string& user, Role role, 
   r.secret_sha256 = Sha256(secret_text);
   RETURN_IF_ERROR(Save(r));
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     records_[r.info.id] = r;
   }
   return NewToken{absl::StrCat("fwai_", r.info.id.substr(3), "_", secret_text), r.info};
@@ -135,7 +140,7 @@ absl::StatusOr<TokenInfo> TokenStore::Verify(const std::string& token) {
   }
   const std::string id = "tk-" + token.substr(5, 10);
   const std::string digest = Sha256(token.substr(16));
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto it = records_.find(id);
   // Compared even for an unknown id, so the time taken says nothing.
   const std::string& want = it != records_.end() ? it->second.secret_sha256 : digest;
@@ -147,7 +152,7 @@ absl::StatusOr<TokenInfo> TokenStore::Verify(const std::string& token) {
 }
 
 absl::StatusOr<TokenInfo> TokenStore::Valid(const std::string& id) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto it = records_.find(id);
   if (it == records_.end())
     return absl::UnauthenticatedError(absl::StrCat("token ", id, " no longer exists"));
@@ -157,7 +162,7 @@ absl::StatusOr<TokenInfo> TokenStore::Valid(const std::string& id) {
 }
 
 absl::Status TokenStore::Revoke(const std::string& id) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto it = records_.find(id);
   if (it == records_.end())
     return absl::NotFoundError(absl::StrCat("no token ", id, " (fwai token ls lists them)"));
@@ -170,7 +175,7 @@ absl::Status TokenStore::Revoke(const std::string& id) {
 }
 
 std::vector<TokenInfo> TokenStore::List() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   std::vector<TokenInfo> out;
   for (const auto& [id, r] : records_) out.push_back(r.info);
   return out;

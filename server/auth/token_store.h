@@ -9,12 +9,12 @@
 #include <cstdint>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "common/mutex.h"
 #include "server/auth/principal.h"
 
 namespace fwai {
@@ -73,7 +73,7 @@ class TokenStore {
 
   Storage& storage_;
   const Clock& clock_;
-  std::mutex mu_;
+  Mutex mu_;
   std::map<std::string, Record> records_ ABSL_GUARDED_BY(mu_);
 };
 

@@ -83,10 +83,10 @@ SessionManager::SessionManager(Storage& storage, SubscriberConfig limits)
 
 SessionManager::~SessionManager() {
   {
-    std::lock_guard<std::mutex> lock(append_mu_);
+    MutexLock lock(&append_mu_);
     stop_ = true;
   }
-  append_cv_.notify_all();
+  append_cv_.SignalAll();
   appender_.join();  // it writes what is queued before it stops
   CloseAll(absl::UnavailableError("fwaid is shutting down"));
 }
@@ -130,17 +130,17 @@ absl::StatusOr<SessionInfo> SessionManager::Create(const std::string& owner, New
   s.temperature = params.temperature;
   s.max_tokens = params.max_tokens;
   {
-    std::lock_guard<std::mutex> count(count_mu_);
+    MutexLock count(&count_mu_);
     RETURN_IF_ERROR(storage_.Put(Cf::kSessions, s.id, SessionToJson(s), /*sync=*/false));
     if (counted_) ++owned_[s.owner];
   }
   // A new session has no events or history: its live state needs no seek.
   auto live = std::make_shared<Live>();
   {
-    std::lock_guard<std::mutex> l(live->mu);
+    MutexLock l(&live->mu);
     live->loaded = true;
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   live_[s.id] = std::move(live);
   return s;
 }
@@ -149,17 +149,17 @@ absl::StatusOr<std::shared_ptr<SessionManager::Live>> SessionManager::GetLive(
     const std::string& id) {
   std::shared_ptr<Live> live;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     auto& slot = live_[id];
     if (!slot) slot = std::make_shared<Live>();
     live = slot;
   }
-  std::lock_guard<std::mutex> lock(live->mu);
+  MutexLock lock(&live->mu);
   if (live->deleted) return absl::NotFoundError(absl::StrCat("session ", id, " not found"));
   if (!live->loaded) {
     ASSIGN_OR_RETURN(auto rec, storage_.Get(Cf::kSessions, id));
     if (!rec) {
-      std::lock_guard<std::mutex> l2(mu_);
+      MutexLock l2(&mu_);
       if (live_[id] == live && live->subscribers.empty()) live_.erase(id);
       return absl::NotFoundError(absl::StrCat("session ", id, " not found"));
     }
@@ -178,7 +178,7 @@ absl::StatusOr<SessionInfo> SessionManager::Get(const std::string& id) {
   ASSIGN_OR_RETURN(auto rec, storage_.Get(Cf::kSessions, id));
   if (!rec) return absl::NotFoundError(absl::StrCat("session ", id, " not found"));
   ASSIGN_OR_RETURN(SessionInfo s, SessionFromJson(*rec));
-  std::lock_guard<std::mutex> lock(live->mu);
+  MutexLock lock(&live->mu);
   s.last_seq = live->stored_seq;
   return s;
 }
@@ -207,7 +207,7 @@ absl::StatusOr<std::vector<SessionInfo>> SessionManager::List(const std::string&
 
 absl::StatusOr<int64_t> SessionManager::CountOwned(
     const std::function<bool(const std::string& owner)>& owns) {
-  std::lock_guard<std::mutex> lock(count_mu_);
+  MutexLock lock(&count_mu_);
   if (!counted_) {
     std::map<std::string, int64_t> owned;
     RETURN_IF_ERROR(storage_.Scan(Cf::kSessions, "", "", [&](std::string_view, std::string_view v) {
@@ -234,7 +234,7 @@ absl::Status SessionManager::Delete(const std::string& id) {
   {
     // No event is queued for the session from here on; those queued before
     // are written first, so none outlives the delete.
-    std::lock_guard<std::mutex> lock(live->mu);
+    MutexLock lock(&live->mu);
     if (live->deleted) return absl::NotFoundError(absl::StrCat("session ", id, " not found"));
     live->deleted = true;
   }
@@ -246,12 +246,12 @@ absl::Status SessionManager::Delete(const std::string& id) {
     if (auto info = SessionFromJson(**rec); info.ok()) owner = info->owner;
   }
   {
-    std::lock_guard<std::mutex> lock(live->mu);
+    MutexLock lock(&live->mu);
     WriteBatch batch;
     batch.Delete(Cf::kSessions, id);
     batch.DeleteRange(Cf::kEvents, SeqKey(id, 0), SeqKeyEnd(id));
     batch.DeleteRange(Cf::kHistory, SeqKey(id, 0), SeqKeyEnd(id));
-    std::lock_guard<std::mutex> count(count_mu_);
+    MutexLock count(&count_mu_);
     if (absl::Status s = storage_.Write(batch, /*sync=*/false); !s.ok()) {
       live->deleted = false;
       return s;
@@ -268,7 +268,7 @@ absl::Status SessionManager::Delete(const std::string& id) {
     live->subscribers.clear();
   }
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     live_.erase(id);
   }
   for (auto& sub : to_notify) sub->Notify();
@@ -308,12 +308,12 @@ absl::StatusOr<uint64_t> SessionManager::Enqueue(const std::string& session_id,
   std::shared_ptr<Done> done = p.done;
   {
     // Waited for before the session's lock: the appender takes it to fan out.
-    std::unique_lock<std::mutex> lock(append_mu_);
-    written_cv_.wait(lock, [&] { return queue_.size() < kMaxQueued; });
+    MutexLock lock(&append_mu_);
+    while (queue_.size() >= kMaxQueued) written_cv_.Wait(&append_mu_);
   }
   uint64_t seq;
   {
-    std::lock_guard<std::mutex> lock(live->mu);
+    MutexLock lock(&live->mu);
     if (live->deleted)
       return absl::NotFoundError(absl::StrCat("session ", session_id, " not found"));
     seq = live->last_seq + 1;
@@ -324,14 +324,14 @@ absl::StatusOr<uint64_t> SessionManager::Enqueue(const std::string& session_id,
     p.bytes = ev.SerializeAsString();
     live->last_seq = seq;
     // Queued under the session's lock: the queue holds its events in seq order.
-    std::lock_guard<std::mutex> q(append_mu_);
+    MutexLock q(&append_mu_);
     queue_.push_back(std::move(p));
     ++queued_;
   }
-  append_cv_.notify_one();
+  append_cv_.Signal();
   if (!done) return seq;
-  std::unique_lock<std::mutex> lock(append_mu_);
-  written_cv_.wait(lock, [&] { return done->done; });
+  MutexLock lock(&append_mu_);
+  while (!done->done) written_cv_.Wait(&append_mu_);
   if (!done->status.ok()) return done->status;
   return seq;
 }
@@ -341,8 +341,8 @@ void SessionManager::AppendLoop() {
   std::vector<std::shared_ptr<Subscriber>> to_notify;
   while (true) {
     {
-      std::unique_lock<std::mutex> lock(append_mu_);
-      append_cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+      MutexLock lock(&append_mu_);
+      while (!stop_ && queue_.empty()) append_cv_.Wait(&append_mu_);
       if (queue_.empty()) return;  // stopping, and everything is written
       batch_events.swap(queue_);
     }
@@ -363,7 +363,7 @@ void SessionManager::AppendLoop() {
     // Stored: now, and only now, the subscribers get them.
     for (Pending& p : batch_events) {
       if (!status.ok()) continue;
-      std::lock_guard<std::mutex> lock(p.live->mu);
+      MutexLock lock(&p.live->mu);
       p.live->stored_seq = p.seq;
       for (auto& sub : p.live->subscribers) {
         if (sub->Push(p.seq, p.bytes)) to_notify.push_back(sub);
@@ -372,7 +372,7 @@ void SessionManager::AppendLoop() {
     for (auto& sub : to_notify) sub->Notify();
     to_notify.clear();
     {
-      std::lock_guard<std::mutex> lock(append_mu_);
+      MutexLock lock(&append_mu_);
       for (Pending& p : batch_events) {
         if (p.done) {
           p.done->done = true;
@@ -381,22 +381,22 @@ void SessionManager::AppendLoop() {
       }
       written_ += batch_events.size();
     }
-    written_cv_.notify_all();
+    written_cv_.SignalAll();
     batch_events.clear();
   }
 }
 
 void SessionManager::Drain() {
-  std::unique_lock<std::mutex> lock(append_mu_);
+  MutexLock lock(&append_mu_);
   const uint64_t target = queued_;
-  written_cv_.wait(lock, [&] { return written_ >= target; });
+  while (written_ < target) written_cv_.Wait(&append_mu_);
 }
 
 absl::StatusOr<std::shared_ptr<Subscriber>> SessionManager::Subscribe(
     const std::string& session_id, uint64_t after_seq, bool replay, bool follow,
     std::function<void()> notify) {
   ASSIGN_OR_RETURN(auto live, GetLive(session_id));
-  std::lock_guard<std::mutex> lock(live->mu);
+  MutexLock lock(&live->mu);
   if (live->deleted) return absl::NotFoundError(absl::StrCat("session ", session_id, " not found"));
   // Replay (after_seq, last] from storage; live events are those with seq >
   // last, handed over by the appender once stored.
@@ -411,12 +411,12 @@ absl::StatusOr<std::shared_ptr<Subscriber>> SessionManager::Subscribe(
 void SessionManager::Unsubscribe(const std::string& session_id, const Subscriber* sub) {
   std::shared_ptr<Live> live;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     auto it = live_.find(session_id);
     if (it == live_.end()) return;
     live = it->second;
   }
-  std::lock_guard<std::mutex> lock(live->mu);
+  MutexLock lock(&live->mu);
   auto& v = live->subscribers;
   v.erase(std::remove_if(v.begin(), v.end(), [&](const auto& s) { return s.get() == sub; }),
           v.end());
@@ -449,7 +449,7 @@ absl::Status SessionManager::AppendHistory(const std::string& id, const HistoryE
   } catch (const nlohmann::json::exception& e) {
     return absl::InternalError(absl::StrCat("history content is not JSON: ", e.what()));
   }
-  std::lock_guard<std::mutex> lock(live->mu);
+  MutexLock lock(&live->mu);
   const uint64_t n = live->history_len + 1;
   RETURN_IF_ERROR(storage_.Put(Cf::kHistory, SeqKey(id, n), j.dump(), /*sync=*/false));
   live->history_len = n;
@@ -459,7 +459,7 @@ absl::Status SessionManager::AppendHistory(const std::string& id, const HistoryE
 absl::Status SessionManager::ReplaceHistory(const std::string& id,
                                             const std::vector<HistoryEntry>& entries) {
   ASSIGN_OR_RETURN(auto live, GetLive(id));
-  std::lock_guard<std::mutex> lock(live->mu);
+  MutexLock lock(&live->mu);
   WriteBatch batch;
   batch.DeleteRange(Cf::kHistory, SeqKey(id, 0), SeqKeyEnd(id));
   uint64_t n = 0;
@@ -477,13 +477,13 @@ absl::Status SessionManager::ReplaceHistory(const std::string& id,
 void SessionManager::CloseAll(const absl::Status& status) {
   std::vector<std::shared_ptr<Live>> lives;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     for (auto& [id, l] : live_) lives.push_back(l);
   }
   for (auto& live : lives) {
     std::vector<std::shared_ptr<Subscriber>> to_notify;
     {
-      std::lock_guard<std::mutex> lock(live->mu);
+      MutexLock lock(&live->mu);
       for (auto& sub : live->subscribers) {
         if (sub->Close(status, /*drop_queued=*/false)) to_notify.push_back(sub);
       }
@@ -494,7 +494,7 @@ void SessionManager::CloseAll(const absl::Status& status) {
 }
 
 size_t SessionManager::LoadedCount() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return live_.size();
 }
 

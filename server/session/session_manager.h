@@ -14,12 +14,10 @@
 // reaches a subscriber only after the write that stores it has returned.
 #pragma once
 
-#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
@@ -29,6 +27,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "common/config.h"
+#include "common/mutex.h"
 #include "server/session/subscriber.h"
 
 namespace fwai {
@@ -140,8 +139,8 @@ class SessionManager {
 
  private:
   struct Live {
-    std::mutex mu;
-    bool loaded = false;
+    Mutex mu;
+    bool loaded ABSL_GUARDED_BY(mu) = false;
     uint64_t last_seq ABSL_GUARDED_BY(mu) = 0;    // the last seq assigned
     uint64_t stored_seq ABSL_GUARDED_BY(mu) = 0;  // the last seq written (<= last_seq)
     uint64_t history_len ABSL_GUARDED_BY(mu) = 0;
@@ -151,7 +150,8 @@ class SessionManager {
   // Returns the in-memory state of an existing session, loading it on first use.
   absl::StatusOr<std::shared_ptr<Live>> GetLive(const std::string& id);
 
-  // An event waiting for the appender.
+  // An event waiting for the appender. Its fields are read and written
+  // under append_mu_.
   struct Done {
     bool done = false;
     absl::Status status;
@@ -175,15 +175,15 @@ class SessionManager {
   const SubscriberConfig limits_;
   // Sessions per owner once counted; creates and deletes write under the
   // lock, so a count from storage never misses or doubles one under way.
-  std::mutex count_mu_;
+  Mutex count_mu_;
   bool counted_ ABSL_GUARDED_BY(count_mu_) = false;
   std::map<std::string, int64_t> owned_ ABSL_GUARDED_BY(count_mu_);
-  std::mutex mu_;
+  Mutex mu_;
   std::map<std::string, std::shared_ptr<Live>> live_ ABSL_GUARDED_BY(mu_);
 
-  std::mutex append_mu_;
-  std::condition_variable append_cv_;   // work queued, or stop
-  std::condition_variable written_cv_;  // a batch was written
+  Mutex append_mu_;
+  CondVar append_cv_;   // work queued, or stop
+  CondVar written_cv_;  // a batch was written
   std::vector<Pending> queue_ ABSL_GUARDED_BY(append_mu_);
   uint64_t queued_ ABSL_GUARDED_BY(append_mu_) = 0;   // events queued so far
   uint64_t written_ ABSL_GUARDED_BY(append_mu_) = 0;  // events written and fanned out

@@ -46,7 +46,7 @@ Subscriber::Subscriber(std::string session_id, Storage* storage, uint64_t replay
       replay_to_(replay_to) {}
 
 Subscriber::PullResult Subscriber::Pull(std::string* event, absl::Status* status) {
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (closed_ && queue_.empty() && replay_buf_.empty() &&
       (!close_status_.ok() || replay_next_ > replay_to_)) {
     *status = close_status_;
@@ -56,7 +56,7 @@ Subscriber::PullResult Subscriber::Pull(std::string* event, absl::Status* status
     // Load the next batch of stored events. Short point-range reads only.
     const uint64_t from = replay_next_;
     const uint64_t to = std::min<uint64_t>(replay_to_, from + kReplayBatch - 1);
-    lock.unlock();
+    lock.Unlock();
     std::deque<std::string> batch;
     absl::Status s =
         storage_->Scan(Cf::kEvents, SeqKey(session_id_, from), SeqKey(session_id_, to + 1),
@@ -64,7 +64,7 @@ Subscriber::PullResult Subscriber::Pull(std::string* event, absl::Status* status
                          batch.emplace_back(v);
                          return true;
                        });
-    lock.lock();
+    lock.Lock();
     if (!s.ok()) {
       closed_ = true;
       close_status_ = s;
@@ -97,7 +97,7 @@ Subscriber::PullResult Subscriber::Pull(std::string* event, absl::Status* status
 }
 
 bool Subscriber::Push(uint64_t seq, const std::string& serialized) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (closed_ || !follow_ || seq <= replay_to_) return false;
   if (static_cast<int>(queue_.size()) >= limits_.high_water && !queue_.empty() &&
       TryCoalesce(&queue_.back(), serialized)) {
@@ -121,7 +121,7 @@ bool Subscriber::Push(uint64_t seq, const std::string& serialized) {
 }
 
 bool Subscriber::Close(const absl::Status& status, bool drop_queued) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (closed_) return false;
   closed_ = true;
   close_status_ = status;
@@ -137,12 +137,12 @@ bool Subscriber::Close(const absl::Status& status, bool drop_queued) {
 }
 
 uint64_t Subscriber::coalesced() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return coalesced_;
 }
 
 size_t Subscriber::queued() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return queue_.size();
 }
 

@@ -4,12 +4,12 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
-#include <mutex>
 #include <string>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "common/config.h"
+#include "common/mutex.h"
 
 namespace fwai {
 
@@ -50,7 +50,7 @@ class Subscriber {
   const SubscriberConfig limits_;
   const std::function<void()> notify_;
 
-  mutable std::mutex mu_;
+  mutable Mutex mu_;
   uint64_t replay_next_ ABSL_GUARDED_BY(mu_);
   const uint64_t replay_to_;
   std::deque<std::string> replay_buf_ ABSL_GUARDED_BY(mu_);

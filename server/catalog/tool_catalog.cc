@@ -4,14 +4,13 @@
 
 #include <algorithm>
 #include <chrono>
-#include <mutex>
 #include <nlohmann/json.hpp>
 #include <set>
-#include <shared_mutex>
 #include <unordered_map>
 #include <unordered_set>
 
 #include "absl/strings/str_cat.h"
+#include "common/mutex.h"
 #include "common/status_macros.h"
 #include "server/knowledge/bm25_index.h"
 #include "server/knowledge/embedder.h"
@@ -94,26 +93,26 @@ struct ToolCatalogStore::Impl {
   CatalogOptions options;
   Embedder& embedder;
   Reranker& reranker;
-  std::mutex writer;
-  mutable std::shared_mutex mu;
-  std::vector<ToolRecord> tools;   // by slot; empty uuid = removed
-  std::vector<std::string> whole;  // whole-document text by slot
+  Mutex writer;  // serializes writers (held across the storage write, then mu)
+  mutable SharedMutex mu;
+  std::vector<ToolRecord> tools ABSL_GUARDED_BY(mu);   // by slot; empty uuid = removed
+  std::vector<std::string> whole ABSL_GUARDED_BY(mu);  // whole-document text by slot
   // The program a tool belongs to: its ToolName's namespace words (openocd,
   // gdb, git, github ...; "mcp" left out), by slot.
-  std::vector<std::vector<std::string>> tool_ns;
-  std::set<std::string> all_ns;  // every namespace word seen
-  std::unordered_map<std::string, uint32_t> by_name;
-  std::vector<uint32_t> slice_tool;                // slice id -> slot
-  std::vector<std::vector<uint32_t>> tool_slices;  // slot -> slice ids
-  Bm25Index slices;
-  Bm25Index docs;
-  std::unique_ptr<VectorIndex> vectors;
+  std::vector<std::vector<std::string>> tool_ns ABSL_GUARDED_BY(mu);
+  std::set<std::string> all_ns ABSL_GUARDED_BY(mu);  // every namespace word seen
+  std::unordered_map<std::string, uint32_t> by_name ABSL_GUARDED_BY(mu);
+  std::vector<uint32_t> slice_tool ABSL_GUARDED_BY(mu);                // slice id -> slot
+  std::vector<std::vector<uint32_t>> tool_slices ABSL_GUARDED_BY(mu);  // slot -> slice ids
+  Bm25Index slices ABSL_GUARDED_BY(mu);
+  Bm25Index docs ABSL_GUARDED_BY(mu);
+  // Set in Open(); the index it points to is guarded by mu.
+  std::unique_ptr<VectorIndex> vectors ABSL_PT_GUARDED_BY(mu);
 
   Impl(Storage& s, CatalogOptions o, Embedder& e, Reranker& r)
       : storage(s), options(o), embedder(e), reranker(r) {}
 
-  // Holds `mu` exclusively.
-  absl::Status AddLocked(const ToolRecord& rec) {
+  absl::Status AddLocked(const ToolRecord& rec) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
     json d = json::parse(rec.document_json);
     auto it = by_name.find(rec.name);
     if (it != by_name.end()) RemoveLocked(it->second);
@@ -159,7 +158,7 @@ struct ToolCatalogStore::Impl {
     return absl::OkStatus();
   }
 
-  void RemoveLocked(uint32_t slot) {
+  void RemoveLocked(uint32_t slot) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
     for (uint32_t sid : tool_slices[slot]) {
       slices.Remove(sid);
       vectors->Remove(sid);
@@ -191,12 +190,15 @@ absl::StatusOr<std::unique_ptr<ToolCatalogStore>> ToolCatalogStore::Open(Storage
     return true;
   }));
   std::sort(recs.begin(), recs.end(), [](const auto& a, const auto& b) { return a.name < b.name; });
-  for (const auto& r : recs) RETURN_IF_ERROR(impl->AddLocked(r));
+  {
+    WriterMutexLock lock(&impl->mu);  // nothing else sees `impl` yet
+    for (const auto& r : recs) RETURN_IF_ERROR(impl->AddLocked(r));
+  }
   return std::unique_ptr<ToolCatalogStore>(new ToolCatalogStore(std::move(impl)));
 }
 
 size_t ToolCatalogStore::size() const {
-  std::shared_lock<std::shared_mutex> lock(impl_->mu);
+  ReaderMutexLock lock(&impl_->mu);
   return impl_->by_name.size();
 }
 
@@ -223,11 +225,11 @@ absl::Status ToolCatalogStore::Validate(const std::vector<std::string>& tool_jso
 absl::StatusOr<std::vector<std::string>> ToolCatalogStore::Register(
     const std::vector<std::string>& tool_json) {
   ASSIGN_OR_RETURN(std::vector<ToolRecord> recs, ToolRecords(tool_json));
-  std::lock_guard<std::mutex> w(impl_->writer);
+  MutexLock w(&impl_->writer);
   WriteBatch batch;
   for (const auto& r : recs) batch.Put(Cf::kTools, r.uuid, r.document_json);
   RETURN_IF_ERROR(impl_->storage.Write(batch, /*sync=*/true));
-  std::unique_lock<std::shared_mutex> lock(impl_->mu);
+  WriterMutexLock lock(&impl_->mu);
   std::vector<std::string> uuids;
   for (const auto& r : recs) {
     RETURN_IF_ERROR(impl_->AddLocked(r));
@@ -237,7 +239,7 @@ absl::StatusOr<std::vector<std::string>> ToolCatalogStore::Register(
 }
 
 absl::StatusOr<std::vector<ToolRecord>> ToolCatalogStore::List() {
-  std::shared_lock<std::shared_mutex> lock(impl_->mu);
+  ReaderMutexLock lock(&impl_->mu);
   std::vector<ToolRecord> out;
   for (const auto& t : impl_->tools) {
     if (!t.uuid.empty()) out.push_back(t);
@@ -247,17 +249,17 @@ absl::StatusOr<std::vector<ToolRecord>> ToolCatalogStore::List() {
 }
 
 absl::Status ToolCatalogStore::Remove(const std::string& name) {
-  std::lock_guard<std::mutex> w(impl_->writer);
+  MutexLock w(&impl_->writer);
   uint32_t slot;
   {
-    std::shared_lock<std::shared_mutex> lock(impl_->mu);
+    ReaderMutexLock lock(&impl_->mu);
     auto it = impl_->by_name.find(name);
     if (it == impl_->by_name.end())
       return absl::NotFoundError(absl::StrCat("tool '", name, "' is not in the catalog"));
     slot = it->second;
   }
   RETURN_IF_ERROR(impl_->storage.Delete(Cf::kTools, ToolUuid(name), /*sync=*/true));
-  std::unique_lock<std::shared_mutex> lock(impl_->mu);
+  WriterMutexLock lock(&impl_->mu);
   impl_->RemoveLocked(slot);
   return absl::OkStatus();
 }
@@ -282,14 +284,14 @@ absl::StatusOr<std::vector<ToolHitRecord>> ToolCatalogStore::Search(const std::s
     ASSIGN_OR_RETURN(auto v, m.embedder.Embed({query}, true));
     qv = std::move(v[0]);
   }
-  std::shared_lock<std::shared_mutex> lock(m.mu);
+  ReaderMutexLock lock(&m.mu);
   // Programs the query names ("with OpenOCD", "in gdb", "on GitHub").
   const std::set<std::string> qset(q.begin(), q.end());
   std::set<std::string> named_ns;
   for (const auto& w : qset) {
     if (m.all_ns.count(w)) named_ns.insert(w);
   }
-  auto names_program = [&](uint32_t slot) {
+  auto names_program = [&](uint32_t slot) ABSL_SHARED_LOCKS_REQUIRED(m.mu) {
     if (slot >= m.tool_ns.size()) return false;
     for (const auto& w : m.tool_ns[slot]) {
       if (named_ns.count(w)) return true;
@@ -347,8 +349,10 @@ absl::StatusOr<std::vector<ToolHitRecord>> ToolCatalogStore::Search(const std::s
       std::unordered_set<uint32_t> in_pool;
       for (const auto& r : ranked) in_pool.insert(r.first);
       const double floor = ranked.empty() ? 0.0 : ranked.back().second;
-      for (const auto& [slot, sc] : m.docs.Search(
-               wq, 5, [&](uint32_t slot) { return names_program(slot) && !in_pool.count(slot); })) {
+      for (const auto& [slot, sc] :
+           m.docs.Search(wq, 5, [&](uint32_t slot) ABSL_SHARED_LOCKS_REQUIRED(m.mu) {
+             return names_program(slot) && !in_pool.count(slot);
+           })) {
         ranked.emplace_back(slot, floor);
       }
     }

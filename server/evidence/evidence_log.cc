@@ -13,6 +13,7 @@
 #include "absl/strings/str_format.h"
 #include "common/clock.h"
 #include "common/ids.h"
+#include "common/mutex.h"
 #include "common/paths.h"
 #include "server/storage/storage.h"
 
@@ -40,21 +41,22 @@ std::string SignedText(uint64_t size, const Hash& root, const Hash& chain, int64
 }  // namespace
 
 struct EvidenceLog::Rep {
+  // storage, key and checkpoint_every: set in Open(), read-only after.
   Storage* storage = nullptr;
   EVP_PKEY* key = nullptr;
   int checkpoint_every = 100;
-  mutable std::mutex mu;
-  std::vector<Hash> leaves;
-  Hash chain{};
-  uint64_t last_checkpoint = 0;
-  absl::Status failed;  // set once a write failed: the log refuses appends
-  bool fail_for_test = false;
+  mutable Mutex mu;
+  std::vector<Hash> leaves ABSL_GUARDED_BY(mu);
+  Hash chain ABSL_GUARDED_BY(mu) = {};
+  uint64_t last_checkpoint ABSL_GUARDED_BY(mu) = 0;
+  absl::Status failed ABSL_GUARDED_BY(mu);  // set once a write failed: the log refuses appends
+  bool fail_for_test ABSL_GUARDED_BY(mu) = false;
 
   ~Rep() {
     if (key) EVP_PKEY_free(key);
   }
 
-  absl::Status Put(WriteBatch& batch) {
+  absl::Status Put(WriteBatch& batch) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
     if (fail_for_test)
       return absl::DataLossError("write failed: no space left on device (simulated)");
     return storage->Write(batch, /*sync=*/true);
@@ -83,7 +85,7 @@ struct EvidenceLog::Rep {
     return ok;
   }
 
-  absl::Status CheckpointLocked() {
+  absl::Status CheckpointLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
     if (!failed.ok()) return failed;
     const uint64_t size = leaves.size();
     if (size == 0 || size == last_checkpoint) return absl::OkStatus();
@@ -114,7 +116,7 @@ EvidenceLog::EvidenceLog(std::unique_ptr<Rep> rep) : rep_(std::move(rep)) {}
 
 EvidenceLog::~EvidenceLog() {
   if (rep_) {
-    std::lock_guard lock(rep_->mu);
+    MutexLock lock(&rep_->mu);
     (void)rep_->CheckpointLocked();  // at shutdown
   }
 }
@@ -173,25 +175,33 @@ absl::StatusOr<std::unique_ptr<EvidenceLog>> EvidenceLog::Open(Storage& storage,
           absl::StrCat("evidence key ", key_path, ": ", w.message()));
     }
   }
-  // Load the leaves and the chain head.
+  // Load the leaves and the chain head (into locals, handed over under the
+  // lock; nothing else sees `rep` yet).
   absl::Status bad;
+  std::vector<Hash> leaves;
+  Hash chain{};
   auto s = storage.Scan(Cf::kEvidence, "r/", "r0", [&](std::string_view, std::string_view value) {
     const Hash leaf = LeafHash(value);
-    rep->chain = Chain(rep->chain, leaf);
-    rep->leaves.push_back(leaf);
+    chain = Chain(chain, leaf);
+    leaves.push_back(leaf);
     return true;
   });
   if (!s.ok()) return s;
   auto last = storage.LastKey(Cf::kEvidence, "c/", "c0");
   if (!last.ok()) return last.status();
-  if (last->has_value()) rep->last_checkpoint = std::stoull(last->value().substr(2));
+  {
+    MutexLock lock(&rep->mu);
+    rep->leaves = std::move(leaves);
+    rep->chain = chain;
+    if (last->has_value()) rep->last_checkpoint = std::stoull(last->value().substr(2));
+  }
   return std::unique_ptr<EvidenceLog>(new EvidenceLog(std::move(rep)));
 }
 
 absl::StatusOr<EvidenceRecord> EvidenceLog::Append(json record) {
   if (!record.is_object())
     return absl::InvalidArgumentError("evidence record: expected a JSON object");
-  std::lock_guard lock(rep_->mu);
+  MutexLock lock(&rep_->mu);
   if (!rep_->failed.ok()) return rep_->failed;
   EvidenceRecord out;
   out.index = rep_->leaves.size();
@@ -224,7 +234,7 @@ absl::StatusOr<EvidenceRecord> EvidenceLog::Append(json record) {
 }
 
 absl::Status EvidenceLog::Checkpoint() {
-  std::lock_guard lock(rep_->mu);
+  MutexLock lock(&rep_->mu);
   return rep_->CheckpointLocked();
 }
 
@@ -283,17 +293,17 @@ absl::StatusOr<EvidenceRecord> EvidenceLog::Get(const std::string& run_id) {
 }
 
 std::string EvidenceLog::root_hex() const {
-  std::lock_guard lock(rep_->mu);
+  MutexLock lock(&rep_->mu);
   return ToHex(TreeHead(rep_->leaves, rep_->leaves.size()));
 }
 
 absl::StatusOr<std::string> EvidenceLog::Sign(std::string_view message) const {
-  std::lock_guard lock(rep_->mu);
+  MutexLock lock(&rep_->mu);
   return rep_->Sign(std::string(message));
 }
 
 uint64_t EvidenceLog::size() const {
-  std::lock_guard lock(rep_->mu);
+  MutexLock lock(&rep_->mu);
   return rep_->leaves.size();
 }
 
@@ -307,7 +317,7 @@ std::string EvidenceLog::public_key_hex() const {
 }
 
 void EvidenceLog::FailWritesForTest(bool fail) {
-  std::lock_guard lock(rep_->mu);
+  MutexLock lock(&rep_->mu);
   rep_->fail_for_test = fail;
 }
 

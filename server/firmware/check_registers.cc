@@ -5,13 +5,13 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
-#include <mutex>
 #include <sstream>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/mutex.h"
 #include "common/utf8.h"
 #include "server/firmware/register_check.h"
 
@@ -119,8 +119,8 @@ struct SvdCatalog::Cache {
     int64_t mtime_ns = 0;
     std::shared_ptr<const SvdDevice> device;
   };
-  std::mutex mu;
-  std::map<std::string, Entry> entries;  // guarded by mu
+  Mutex mu;
+  std::map<std::string, Entry> entries ABSL_GUARDED_BY(mu);
 };
 
 SvdCatalog::SvdCatalog(std::vector<std::string> dirs, std::string added_dir)
@@ -216,7 +216,7 @@ absl::StatusOr<std::shared_ptr<const SvdDevice>> SvdCatalog::Load(const FileAcce
     return absl::NotFoundError(absl::StrCat(path, ": no such file"));
   const int64_t mtime = static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
   {
-    std::lock_guard<std::mutex> lock(cache_->mu);
+    MutexLock lock(&cache_->mu);
     auto it = cache_->entries.find(path);
     if (it != cache_->entries.end() && it->second.size == st.st_size &&
         it->second.mtime_ns == mtime) {
@@ -228,7 +228,7 @@ absl::StatusOr<std::shared_ptr<const SvdDevice>> SvdCatalog::Load(const FileAcce
   auto d = ParseSvdDevice(*text, name);
   if (!d.ok()) return d.status();
   auto device = std::make_shared<const SvdDevice>(std::move(*d));
-  std::lock_guard<std::mutex> lock(cache_->mu);
+  MutexLock lock(&cache_->mu);
   cache_->entries[path] = {st.st_size, mtime, device};
   return device;
 }

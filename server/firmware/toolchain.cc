@@ -6,7 +6,6 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
-#include <mutex>
 #include <set>
 #include <sstream>
 
@@ -16,6 +15,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "common/clock.h"
+#include "common/mutex.h"
 #include "common/subprocess.h"
 #include "server/firmware/artifacts.h"
 
@@ -102,8 +102,8 @@ struct Cached {
   std::string fingerprint;
   json verify;
 };
-std::mutex cache_mu;  // Cache() and Found()
-std::map<std::string, Cached>& Cache() {
+Mutex cache_mu;  // Cache() and Found()
+std::map<std::string, Cached>& Cache() ABSL_EXCLUSIVE_LOCKS_REQUIRED(cache_mu) {
   static auto* cache = new std::map<std::string, Cached>();
   return *cache;
 }
@@ -115,7 +115,7 @@ struct Discovered {
   json binaries, packages;
   bool all_packaged = false;
 };
-std::map<std::string, Discovered>& Found() {
+std::map<std::string, Discovered>& Found() ABSL_EXCLUSIVE_LOCKS_REQUIRED(cache_mu) {
   static auto* found = new std::map<std::string, Discovered>();
   return *found;
 }
@@ -131,7 +131,7 @@ struct ToolchainFiles {
 // nothing may be reused.
 bool ReuseFound(const std::string& found_key, const std::string& status_stat, json& out,
                 ToolchainFiles& t) {
-  std::lock_guard lock(cache_mu);
+  MutexLock lock(&cache_mu);
   auto it = Found().find(found_key);
   if (it == Found().end() || it->second.status_stat != status_stat) return false;
   std::string now;
@@ -218,7 +218,7 @@ void DiscoverFiles(const std::string& gcc, const std::string& found_key,
   }
   Discovered d{status_stat, "", out["binaries"], out["packages"], t.all_packaged};
   for (const auto& b : t.binaries) d.files_stat += StatKey(b);
-  std::lock_guard lock(cache_mu);
+  MutexLock lock(&cache_mu);
   Found()[found_key] = std::move(d);
 }
 
@@ -256,7 +256,7 @@ json VerifyPackages(const ToolchainFiles& t, const std::string& admindir,
   const std::string key = absl::StrCat(admindir, "|", absl::StrJoin(t.packages, ","));
   const std::string fp = Fingerprint(t.binaries, t.packages, admindir);
   {
-    std::lock_guard lock(cache_mu);
+    MutexLock lock(&cache_mu);
     auto it = Cache().find(key);
     if (it != Cache().end() && it->second.fingerprint == fp) {
       json verify = it->second.verify;
@@ -265,7 +265,7 @@ json VerifyPackages(const ToolchainFiles& t, const std::string& admindir,
     }
   }
   json verify = RunDpkgVerify(t.packages, o);
-  std::lock_guard lock(cache_mu);
+  MutexLock lock(&cache_mu);
   Cache()[key] = {fp, verify};
   return verify;
 }

@@ -6,17 +6,14 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <condition_variable>
 #include <cstring>
 #include <deque>
 #include <filesystem>
 #include <fstream>
 #include <future>
-#include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
-#include <shared_mutex>
 #include <sstream>
 #include <thread>
 #include <tuple>
@@ -27,6 +24,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/clock.h"
+#include "common/mutex.h"
 #include "common/status_macros.h"
 #include "common/thread_pool.h"
 #include "common/thread_priority.h"
@@ -206,60 +204,71 @@ struct KnowledgeBase::Impl {
   KnowledgeOptions options;
   Embedder& embedder;
   Reranker& reranker;
-  std::string open_report;
+  std::string open_report;  // set in Open(), read-only after
 
-  std::mutex ingest_mu;          // serializes writers
-  mutable std::shared_mutex mu;  // guards everything below
-  std::vector<std::unique_ptr<DocRec>> slots;
-  std::unordered_map<std::string, uint32_t> slot_by_id;
-  std::vector<uint32_t> chunk_slot;  // ordinal -> slot
+  // Writers (Ingest, Delete) hold ingest_mu throughout and `mu` exclusively
+  // while they change the tables and indexes; readers hold `mu` shared.
+  Mutex ingest_mu;         // serializes writers
+  mutable SharedMutex mu;  // guards everything below
+  std::vector<std::unique_ptr<DocRec>> slots ABSL_GUARDED_BY(mu);
+  std::unordered_map<std::string, uint32_t> slot_by_id ABSL_GUARDED_BY(mu);
+  std::vector<uint32_t> chunk_slot ABSL_GUARDED_BY(mu);  // ordinal -> slot
   // Each document's length in lexical terms (the sum of its chunks'), for
-  // document-level BM25; recomputed when the collection changed.
-  std::mutex len_mu;
-  std::tuple<uint64_t, size_t, size_t> len_key{~0ull, 0, 0};
-  std::vector<uint32_t> slot_len;
-  uint32_t slot_present = 0;
-  float slot_avg = 0;
+  // document-level BM25; recomputed when the collection changed. Recounted
+  // under len_mu by a reader that holds `mu` shared; the count changes only
+  // after a change made under `mu` exclusively, so the slot_len a reader
+  // was given stays as it is while it holds `mu`.
+  struct SlotLens {
+    const std::vector<uint32_t>* len;
+    uint32_t present;
+    float avg;
+  };
+  Mutex len_mu;
+  std::tuple<uint64_t, size_t, size_t> len_key ABSL_GUARDED_BY(len_mu) = {~0ull, 0, 0};
+  std::vector<uint32_t> slot_len ABSL_GUARDED_BY(len_mu);
+  uint32_t slot_present ABSL_GUARDED_BY(len_mu) = 0;
+  float slot_avg ABSL_GUARDED_BY(len_mu) = 0;
 
-  // Callers hold `mu` (shared is enough).
-  void EnsureSlotLens() {
-    std::lock_guard<std::mutex> g(len_mu);
+  SlotLens EnsureSlotLens() ABSL_SHARED_LOCKS_REQUIRED(mu) ABSL_LOCKS_EXCLUDED(len_mu) {
+    MutexLock g(&len_mu);
     const auto key = std::make_tuple(generation, slots.size(), bm25 ? bm25->size() : 0);
-    if (key == len_key) return;
-    slot_len.assign(slots.size(), 0);
-    for (uint32_t o = 0; o < chunk_slot.size(); ++o) {
-      if (chunk_slot[o] != kNoDoc && chunk_slot[o] < slot_len.size())
-        slot_len[chunk_slot[o]] += bm25->Length(o);
+    if (key != len_key) {
+      slot_len.assign(slots.size(), 0);
+      for (uint32_t o = 0; o < chunk_slot.size(); ++o) {
+        if (chunk_slot[o] != kNoDoc && chunk_slot[o] < slot_len.size())
+          slot_len[chunk_slot[o]] += bm25->Length(o);
+      }
+      uint64_t total = 0;
+      slot_present = 0;
+      for (uint32_t l : slot_len) {
+        total += l;
+        slot_present += l > 0 ? 1 : 0;
+      }
+      slot_avg = slot_present > 0 ? static_cast<float>(total) / slot_present : 0.f;
+      len_key = key;
     }
-    uint64_t total = 0;
-    slot_present = 0;
-    for (uint32_t l : slot_len) {
-      total += l;
-      slot_present += l > 0 ? 1 : 0;
-    }
-    slot_avg = slot_present > 0 ? static_cast<float>(total) / slot_present : 0.f;
-    len_key = key;
+    return {&slot_len, slot_present, slot_avg};
   }
-  std::vector<char> chunk_type;
-  uint64_t generation = 0;
-  uint64_t next_ordinal = 0;
-  std::unique_ptr<Bm25Index> bm25;
-  std::unique_ptr<VectorIndex> vectors;
-  std::unique_ptr<RetrievalLog> log;
+  std::vector<char> chunk_type ABSL_GUARDED_BY(mu);
+  uint64_t generation ABSL_GUARDED_BY(mu) = 0;
+  uint64_t next_ordinal ABSL_GUARDED_BY(mu) = 0;
+  std::unique_ptr<Bm25Index> bm25 ABSL_GUARDED_BY(mu) ABSL_PT_GUARDED_BY(mu);
+  std::unique_ptr<VectorIndex> vectors ABSL_GUARDED_BY(mu) ABSL_PT_GUARDED_BY(mu);
+  std::unique_ptr<RetrievalLog> log;  // set in Open(), read-only after (thread-safe itself)
   // Document names and titles by slot: picks documents a query names.
-  Bm25Index doc_titles;
+  Bm25Index doc_titles ABSL_GUARDED_BY(mu);
   // Changes to the in-memory indexes since open: each update (a new
   // generation) and each vector index built aside and swapped in (the same
   // generation, the same vectors, another index). A save is due while the
   // saved count differs.
-  uint64_t changes = 0;
-  std::mutex save_mu;  // one save at a time; guards saved_changes
-  uint64_t saved_changes = 0;
+  uint64_t changes ABSL_GUARDED_BY(mu) = 0;
+  Mutex save_mu;  // one save at a time; guards saved_changes
+  uint64_t saved_changes ABSL_GUARDED_BY(save_mu) = 0;
 
-  std::mutex saver_mu;
-  std::condition_variable saver_cv;
-  bool stopping = false;
-  std::thread saver;
+  Mutex saver_mu;
+  CondVar saver_cv;
+  bool stopping ABSL_GUARDED_BY(saver_mu) = false;
+  std::thread saver;  // started at the end of Open(), joined by ~KnowledgeBase
 
   // Ingest may run on a thread of low CPU priority (fwaid's ingest worker
   // runs at SCHED_IDLE). Its short commit, which holds RocksDB's write queue
@@ -319,7 +328,8 @@ struct KnowledgeBase::Impl {
     return vo;
   }
 
-  const DocRec* FindDoc(const std::string& doc, const std::string& collection) const {
+  const DocRec* FindDoc(const std::string& doc, const std::string& collection) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu) {
     auto it = slot_by_id.find(doc);
     if (it != slot_by_id.end()) return slots[it->second].get();
     for (const auto& d : slots) {
@@ -329,7 +339,7 @@ struct KnowledgeBase::Impl {
     return nullptr;
   }
 
-  void AddDocLocked(std::unique_ptr<DocRec> d) {
+  void AddDocLocked(std::unique_ptr<DocRec> d) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
     uint32_t slot = static_cast<uint32_t>(slots.size());
     for (size_t i = 0; i < d->ordinals.size(); ++i) {
       uint32_t o = d->ordinals[i];
@@ -347,7 +357,7 @@ struct KnowledgeBase::Impl {
     slots.push_back(std::move(d));
   }
 
-  void RemoveDocLocked(const std::string& id) {
+  void RemoveDocLocked(const std::string& id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
     auto it = slot_by_id.find(id);
     if (it == slot_by_id.end()) return;
     DocRec* d = slots[it->second].get();
@@ -384,7 +394,9 @@ struct KnowledgeBase::Impl {
     return absl::OkStatus();
   }
   // Whether chunk `o` belongs to a document of the tables.
-  bool InDocument(uint32_t o) const { return o < chunk_slot.size() && chunk_slot[o] != kNoDoc; }
+  bool InDocument(uint32_t o) const ABSL_SHARED_LOCKS_REQUIRED(mu) {
+    return o < chunk_slot.size() && chunk_slot[o] != kNoDoc;
+  }
 
   std::unique_ptr<VectorIndex> MakeVectors(const std::vector<uint32_t>& ids,
                                            const std::vector<float>& vecs) const {
@@ -397,14 +409,16 @@ struct KnowledgeBase::Impl {
     return v;
   }
 
-  absl::Status Rebuild(bool lexical, bool vector) {
+  // At open (nothing else runs yet).
+  absl::Status Rebuild(bool lexical, bool vector) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
     if (lexical) bm25 = std::make_unique<Bm25Index>(Bm25Params{options.bm25_k1, options.bm25_b});
     std::vector<uint32_t> ids;
     std::vector<float> vecs;
     std::vector<std::string> terms;
+    // ScanChunks calls both back on this thread.
     RETURN_IF_ERROR(ScanChunks(
-        vector, [this](uint32_t o) { return InDocument(o); },
-        [&](uint32_t o, ChunkRec& rec) {
+        vector, [this](uint32_t o) ABSL_SHARED_LOCKS_REQUIRED(mu) { return InDocument(o); },
+        [&](uint32_t o, ChunkRec& rec) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
           if (lexical) {
             const DocRec& d = *slots[chunk_slot[o]];
             terms.clear();
@@ -430,14 +444,24 @@ struct KnowledgeBase::Impl {
   // with the index as it is (already holding the update that made the build
   // due). Caller holds ingest_mu: no writer changes the tables meanwhile
   // (readers only read them).
-  absl::StatusOr<std::unique_ptr<VectorIndex>> BuildVectorsAside() {
+  absl::StatusOr<std::unique_ptr<VectorIndex>> BuildVectorsAside()
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(ingest_mu) ABSL_LOCKS_EXCLUDED(mu) {
+    // Which chunks are a document's, read here under the shared lock: the
+    // trainer reads the store without it (the tables cannot change while
+    // ingest_mu is held).
+    std::vector<bool> in_document;
+    {
+      ReaderMutexLock l(&mu);
+      in_document.resize(chunk_slot.size());
+      for (uint32_t o = 0; o < chunk_slot.size(); ++o) in_document[o] = chunk_slot[o] != kNoDoc;
+    }
     std::unique_ptr<VectorIndex> built;
     absl::Status s = RunOn(trainer, [&]() -> absl::Status {
       if (options.while_building_vectors_for_test) options.while_building_vectors_for_test();
       std::vector<uint32_t> ids;
       std::vector<float> vecs;
       RETURN_IF_ERROR(ScanChunks(
-          true, [this](uint32_t o) { return InDocument(o); },
+          true, [&in_document](uint32_t o) { return o < in_document.size() && in_document[o]; },
           [&](uint32_t o, ChunkRec& rec) {
             if (static_cast<int>(rec.vec.size()) != embedder.dimension()) return;
             ids.push_back(o);
@@ -453,7 +477,7 @@ struct KnowledgeBase::Impl {
   // After an update made a build of the vector index due: the new index,
   // built aside, replaces the one searches used meanwhile. Caller holds
   // ingest_mu only.
-  void RebuildVectorsAside() {
+  void RebuildVectorsAside() ABSL_EXCLUSIVE_LOCKS_REQUIRED(ingest_mu) ABSL_LOCKS_EXCLUDED(mu) {
     auto built = BuildVectorsAside();
     if (!built.ok()) {
       spdlog::warn("knowledge: building the vector index failed: {}; the next update tries again",
@@ -461,10 +485,11 @@ struct KnowledgeBase::Impl {
       return;
     }
     std::unique_ptr<VectorIndex> old;  // freed after the lock (GBs at a million vectors)
-    std::unique_lock<std::shared_mutex> l(mu);
-    old = std::exchange(vectors, *std::move(built));
-    ++changes;
-    l.unlock();
+    {
+      WriterMutexLock l(&mu);
+      old = std::exchange(vectors, *std::move(built));
+      ++changes;
+    }
   }
 
   // What a save writes, copied under the index lock: the lexical index (its
@@ -482,7 +507,7 @@ struct KnowledgeBase::Impl {
 
   // Caller holds `mu` (shared is enough). `exclusive`: nothing else runs
   // (open), so the lexical index is written from itself, not from a copy.
-  absl::StatusOr<SaveSnapshot> SnapshotLocked(bool exclusive) const {
+  absl::StatusOr<SaveSnapshot> SnapshotLocked(bool exclusive) const ABSL_SHARED_LOCKS_REQUIRED(mu) {
     SaveSnapshot s;
     s.generation = generation;
     s.changes = changes;
@@ -522,10 +547,11 @@ struct KnowledgeBase::Impl {
 
   // One save (caller holds save_mu): a snapshot under the shared index lock,
   // written after it is released. Returns the generation saved.
-  absl::StatusOr<uint64_t> SaveOnce(bool exclusive = false) {
+  absl::StatusOr<uint64_t> SaveOnce(bool exclusive = false) ABSL_EXCLUSIVE_LOCKS_REQUIRED(save_mu)
+      ABSL_LOCKS_EXCLUDED(mu) {
     absl::StatusOr<SaveSnapshot> snap;
     {
-      std::shared_lock<std::shared_mutex> l(mu);
+      ReaderMutexLock l(&mu);
       snap = SnapshotLocked(exclusive);
     }
     if (!snap.ok()) return snap.status();
@@ -538,31 +564,35 @@ struct KnowledgeBase::Impl {
   // so what the mutable tier held is memory no more. What writers changed
   // since the snapshot the image was written from is brought over from the
   // live index. Caller holds save_mu only.
-  void AdoptSavedLexical(uint64_t gen) {
+  void AdoptSavedLexical(uint64_t gen) ABSL_EXCLUSIVE_LOCKS_REQUIRED(save_mu)
+      ABSL_LOCKS_EXCLUDED(mu) {
     auto loaded = Bm25Index::Load(LexPath(), gen);
     if (!loaded.ok()) {
       spdlog::warn("knowledge: reopening the saved lexical index: {}", loaded.status().ToString());
       return;
     }
-    std::unique_lock<std::shared_mutex> l(mu);
+    WriterMutexLock l(&mu);
     if (generation != gen && !(*loaded)->CatchUp(*bm25)) return;  // the next save adopts
     bm25 = *std::move(loaded);
   }
 
-  void SaverLoop() {
-    std::unique_lock<std::mutex> lock(saver_mu);
+  void SaverLoop() ABSL_LOCKS_EXCLUDED(saver_mu, save_mu, mu) {
+    MutexLock lock(&saver_mu);
     // Saves are spaced by ten times the last one's duration (at least the
     // debounce), so writing large indexes costs an ingest at most a tenth.
     auto wait = std::chrono::milliseconds(options.save_debounce_ms);
     while (!stopping) {
-      saver_cv.wait_for(lock, wait);
+      saver_cv.WaitWithTimeout(&saver_mu, wait);
       if (stopping) break;
-      lock.unlock();
+      lock.Unlock();
       {
-        std::lock_guard<std::mutex> sl(save_mu);
-        std::shared_lock<std::shared_mutex> l(mu);
-        if (saved_changes != changes) {
-          l.unlock();
+        MutexLock sl(&save_mu);
+        bool due;
+        {
+          ReaderMutexLock l(&mu);
+          due = saved_changes != changes;
+        }
+        if (due) {
           const auto t0 = std::chrono::steady_clock::now();
           auto gen = SaveOnce();
           if (!gen.ok()) {
@@ -575,7 +605,7 @@ struct KnowledgeBase::Impl {
                               (std::chrono::steady_clock::now() - t0) * 10));
         }
       }
-      lock.lock();
+      lock.Lock();
     }
   }
 };
@@ -584,10 +614,10 @@ KnowledgeBase::KnowledgeBase(std::unique_ptr<Impl> impl) : impl_(std::move(impl)
 
 KnowledgeBase::~KnowledgeBase() {
   {
-    std::lock_guard<std::mutex> lock(impl_->saver_mu);
+    MutexLock lock(&impl_->saver_mu);
     impl_->stopping = true;
   }
-  impl_->saver_cv.notify_all();
+  impl_->saver_cv.SignalAll();
   if (impl_->saver.joinable()) impl_->saver.join();
   auto s = SaveIndexes();
   if (!s.ok()) spdlog::warn("knowledge: final index save failed: {}", s.ToString());
@@ -602,21 +632,31 @@ absl::StatusOr<std::unique_ptr<KnowledgeBase>> KnowledgeBase::Open(Storage& stor
                                                                    Reranker& reranker) {
   auto impl = std::make_unique<Impl>(storage, index_dir, options, embedder, reranker);
   Impl& m = *impl;
+  // Nothing else sees `m` until the saver starts at the end; the locks are
+  // taken where its tables and indexes are touched all the same.
   absl::Status bad;
-  RETURN_IF_ERROR(storage.Scan(Cf::kDocuments, "", "", [&](std::string_view, std::string_view v) {
-    auto d = DocFromJson(v);
-    if (!d.ok()) {
-      bad = d.status();
+  {
+    WriterMutexLock lock(&m.mu);
+    auto add = [&](std::string_view, std::string_view v) ABSL_EXCLUSIVE_LOCKS_REQUIRED(m.mu) {
+      auto d = DocFromJson(v);
+      if (!d.ok()) {
+        bad = d.status();
+        return true;
+      }
+      m.AddDocLocked(std::make_unique<DocRec>(*std::move(d)));
       return true;
-    }
-    m.AddDocLocked(std::make_unique<DocRec>(*std::move(d)));
-    return true;
-  }));
+    };
+    RETURN_IF_ERROR(storage.Scan(Cf::kDocuments, "", "", add));
+  }
   if (!bad.ok()) spdlog::warn("knowledge: {}", bad.ToString());
   ASSIGN_OR_RETURN(auto gen, storage.Get(Cf::kMeta, kGenKey));
   ASSIGN_OR_RETURN(auto next, storage.Get(Cf::kMeta, kNextKey));
-  m.generation = gen ? DecodeU64(*gen) : 0;
-  m.next_ordinal = next ? DecodeU64(*next) : 0;
+  const uint64_t stored_generation = gen ? DecodeU64(*gen) : 0;
+  {
+    WriterMutexLock lock(&m.mu);
+    m.generation = stored_generation;
+    m.next_ordinal = next ? DecodeU64(*next) : 0;
+  }
 
   // Collections embedded by another embedder are re-embedded now.
   std::set<std::string> stale;
@@ -631,32 +671,46 @@ absl::StatusOr<std::unique_ptr<KnowledgeBase>> KnowledgeBase::Open(Storage& stor
   // The two saved indexes load in parallel.
   bool vector_ok = false;
   std::string vector_why;
+  std::unique_ptr<VectorIndex> loaded_vectors;
   std::thread vector_loader([&] {
     if (!stale.empty()) return;
-    auto v = VectorIndex::Load(m.VecPath(), m.generation, embedder.dimension(), m.VecOptions());
+    auto v =
+        VectorIndex::Load(m.VecPath(), stored_generation, embedder.dimension(), m.VecOptions());
     if (v.ok()) {
-      m.vectors = *std::move(v);
+      loaded_vectors = *std::move(v);
       vector_ok = true;
-    } else if (m.generation > 0) {
+    } else if (stored_generation > 0) {
       vector_why = std::string(v.status().message());
     }
   });
   bool lexical_ok = false;
+  std::unique_ptr<Bm25Index> loaded_bm25;
   {
-    auto idx = Bm25Index::Load(m.LexPath(), m.generation);
+    auto idx = Bm25Index::Load(m.LexPath(), stored_generation);
     if (idx.ok()) {
-      m.bm25 = *std::move(idx);
+      loaded_bm25 = *std::move(idx);
       lexical_ok = true;
-    } else if (m.generation > 0 || !absl::IsNotFound(idx.status())) {
+    } else if (stored_generation > 0 || !absl::IsNotFound(idx.status())) {
       why.push_back(std::string(idx.status().message()));
     }
   }
   vector_loader.join();
+  {
+    WriterMutexLock lock(&m.mu);
+    if (vector_ok) m.vectors = std::move(loaded_vectors);
+    if (lexical_ok) m.bm25 = std::move(loaded_bm25);
+  }
   if (!vector_why.empty()) why.push_back(vector_why);
   if (!stale.empty()) {
     // Re-embed every chunk of those collections (one synced batch per document).
-    for (const auto& d : m.slots) {
-      if (!d || !stale.count(d->info.collection)) continue;
+    std::vector<const DocRec*> stale_docs;
+    {
+      ReaderMutexLock lock(&m.mu);
+      for (const auto& d : m.slots) {
+        if (d && stale.count(d->info.collection)) stale_docs.push_back(d.get());
+      }
+    }
+    for (const DocRec* d : stale_docs) {
       std::vector<std::string> texts;
       std::vector<ChunkRec> recs;
       for (uint32_t o : d->ordinals) {
@@ -684,9 +738,13 @@ absl::StatusOr<std::unique_ptr<KnowledgeBase>> KnowledgeBase::Open(Storage& stor
         absl::StrCat("re-embedded ", stale.size(), " collection(s) with ", embedder.name()));
   }
   if (!lexical_ok || !vector_ok) {
-    RETURN_IF_ERROR(m.Rebuild(!lexical_ok, !vector_ok));
+    {
+      WriterMutexLock lock(&m.mu);
+      RETURN_IF_ERROR(m.Rebuild(!lexical_ok, !vector_ok));
+    }
     m.open_report = absl::StrCat("rebuilt: ", why.empty() ? "new store" : absl::StrJoin(why, "; "));
-    if (m.generation > 0 || !why.empty()) {
+    if (stored_generation > 0 || !why.empty()) {
+      MutexLock save(&m.save_mu);
       auto gen = m.SaveOnce(/*exclusive=*/true);
       if (!gen.ok()) {
         // The saver tries again.
@@ -698,6 +756,8 @@ absl::StatusOr<std::unique_ptr<KnowledgeBase>> KnowledgeBase::Open(Storage& stor
     }
   } else {
     m.open_report = "loaded";
+    MutexLock save(&m.save_mu);
+    ReaderMutexLock lock(&m.mu);
     m.saved_changes = m.changes;
     if (m.bm25->image_version() < 3) {
       // A lexical image of the previous layout (no skip blocks, no group
@@ -705,8 +765,11 @@ absl::StatusOr<std::unique_ptr<KnowledgeBase>> KnowledgeBase::Open(Storage& stor
       m.saved_changes = ~0ull;
     }
   }
-  if (!m.bm25) m.bm25 = std::make_unique<Bm25Index>(Bm25Params{options.bm25_k1, options.bm25_b});
-  if (!m.vectors) m.vectors = std::make_unique<VectorIndex>(embedder.dimension(), m.VecOptions());
+  {
+    WriterMutexLock lock(&m.mu);
+    if (!m.bm25) m.bm25 = std::make_unique<Bm25Index>(Bm25Params{options.bm25_k1, options.bm25_b});
+    if (!m.vectors) m.vectors = std::make_unique<VectorIndex>(embedder.dimension(), m.VecOptions());
+  }
   ASSIGN_OR_RETURN(m.log, RetrievalLog::Open(storage, options.log));
   m.saver = std::thread([p = &m] {
     // Writing the index files is background work like ingest: it takes only
@@ -726,7 +789,7 @@ namespace {
 const DocRec* FindIngested(KnowledgeBase::Impl& m, const IngestRequest& req,
                            const std::string& hash, IngestResult* result) {
   const DocRec* old = nullptr;
-  std::shared_lock<std::shared_mutex> lock(m.mu);
+  ReaderMutexLock lock(&m.mu);
   for (const auto& d : m.slots) {
     if (!d || d->info.collection != req.collection) continue;
     if (d->info.name == req.name) old = d.get();
@@ -816,7 +879,7 @@ absl::StatusOr<IngestResult> KnowledgeBase::Ingest(
         absl::StrCat(req.name, ": ", req.bytes.size() / 1e6, " MB is over the ",
                      m.options.max_document_bytes / (1 << 20), " MB limit"));
   }
-  std::lock_guard<std::mutex> writer(m.ingest_mu);
+  MutexLock writer(&m.ingest_mu);
   const std::string hash = Sha256Hex(req.bytes);
   IngestResult result;
   const DocRec* old = FindIngested(m, req, hash, &result);
@@ -849,7 +912,7 @@ absl::StatusOr<IngestResult> KnowledgeBase::Ingest(
   // writers wait on ingest_mu, so the index is not rebuilt before the
   // commit uses them.
   std::future<VectorIndex::Assignment> assigning = std::async(std::launch::async, [&m, &flat] {
-    std::shared_lock<std::shared_mutex> lock(m.mu);
+    ReaderMutexLock lock(&m.mu);
     return m.vectors->Assign(flat);
   });
   std::vector<std::vector<std::string>> terms(chunks.size());
@@ -858,7 +921,7 @@ absl::StatusOr<IngestResult> KnowledgeBase::Ingest(
   uint64_t first;
   uint64_t new_gen;
   {
-    std::shared_lock<std::shared_mutex> lock(m.mu);
+    ReaderMutexLock lock(&m.mu);
     first = m.next_ordinal;
     new_gen = m.generation + 1;
   }
@@ -902,7 +965,8 @@ absl::StatusOr<IngestResult> KnowledgeBase::Ingest(
     // the disk syncs.
     return m.storage.WriteThenSync(batch);
   };
-  auto add = [&]() -> absl::Status {
+  // Runs on the indexer while this thread waits, holding ingest_mu.
+  auto add = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(m.ingest_mu) -> absl::Status {
     stage("adding");  // the ingesting thread waits for this meanwhile
     const VectorIndex::Assignment assignment = assigning.get();
     auto t = std::chrono::steady_clock::now();
@@ -911,21 +975,23 @@ absl::StatusOr<IngestResult> KnowledgeBase::Ingest(
       *ms = std::chrono::duration<double, std::milli>(now - t).count();
       t = now;
     };
-    std::unique_lock<std::shared_mutex> lock(m.mu);
-    lap(&result.lock_ms);
-    if (old) m.RemoveDocLocked(old->info.id);
-    lap(&result.remove_ms);
-    for (size_t i = 0; i < ids.size(); ++i) m.bm25->Add(ids[i], terms[i]);
-    lap(&result.lexical_ms);
-    m.vectors->Add(ids, flat, assignment);
-    lap(&result.vectors_ms);
-    m.AddDocLocked(std::move(rec));
-    lap(&result.tables_ms);
-    m.next_ordinal = first + chunks.size();
-    m.generation = new_gen;
-    ++m.changes;
-    const bool build_due = m.vectors->NeedsRebuild();
-    lock.unlock();
+    bool build_due;
+    {
+      WriterMutexLock lock(&m.mu);
+      lap(&result.lock_ms);
+      if (old) m.RemoveDocLocked(old->info.id);
+      lap(&result.remove_ms);
+      for (size_t i = 0; i < ids.size(); ++i) m.bm25->Add(ids[i], terms[i]);
+      lap(&result.lexical_ms);
+      m.vectors->Add(ids, flat, assignment);
+      lap(&result.vectors_ms);
+      m.AddDocLocked(std::move(rec));
+      lap(&result.tables_ms);
+      m.next_ordinal = first + chunks.size();
+      m.generation = new_gen;
+      ++m.changes;
+      build_due = m.vectors->NeedsRebuild();
+    }
     if (build_due) m.RebuildVectorsAside();
     return absl::OkStatus();
   };
@@ -936,7 +1002,7 @@ absl::StatusOr<IngestResult> KnowledgeBase::Ingest(
 }
 
 absl::StatusOr<std::vector<DocumentInfo>> KnowledgeBase::List(const std::string& collection) {
-  std::shared_lock<std::shared_mutex> lock(impl_->mu);
+  ReaderMutexLock lock(&impl_->mu);
   std::vector<DocumentInfo> out;
   for (const auto& d : impl_->slots) {
     if (d && (collection.empty() || d->info.collection == collection)) out.push_back(d->info);
@@ -949,12 +1015,12 @@ absl::StatusOr<std::vector<DocumentInfo>> KnowledgeBase::List(const std::string&
 
 absl::StatusOr<int> KnowledgeBase::Delete(const std::string& doc, const std::string& collection) {
   Impl& m = *impl_;
-  std::lock_guard<std::mutex> writer(m.ingest_mu);
+  MutexLock writer(&m.ingest_mu);
   std::string id;
   std::vector<uint32_t> ordinals;
   uint64_t gen;
   {
-    std::shared_lock<std::shared_mutex> lock(m.mu);
+    ReaderMutexLock lock(&m.mu);
     const DocRec* d = m.FindDoc(doc, collection);
     if (!d) {
       return absl::NotFoundError(
@@ -970,7 +1036,7 @@ absl::StatusOr<int> KnowledgeBase::Delete(const std::string& doc, const std::str
   batch.Delete(Cf::kDocuments, id);
   batch.Put(Cf::kMeta, kGenKey, EncodeU64(gen));
   RETURN_IF_ERROR(m.storage.WriteThenSync(batch));
-  std::unique_lock<std::shared_mutex> lock(m.mu);
+  WriterMutexLock lock(&m.mu);
   m.RemoveDocLocked(id);
   m.generation = gen;
   ++m.changes;
@@ -1094,12 +1160,13 @@ class SearchRun {
         ov_(r.overrides ? *r.overrides : kNoOverrides),
         passage_tokens_(r.passage_tokens < 0 ? m.options.passage_tokens : r.passage_tokens),
         hybrid_(r.mode == SearchMode::kHybrid),
-        idf_([this](const std::string& t) { return Idf(t); }) {}
+        // Called by the scorers and the corrections, under the lock Run takes.
+        idf_([this](const std::string& t) ABSL_SHARED_LOCKS_REQUIRED(m_.mu) { return Idf(t); }) {}
 
   absl::StatusOr<std::vector<KbSearchHit>> Run() {
     RETURN_IF_ERROR(PrepareQuery());
     AskModel();
-    std::shared_lock<std::shared_mutex> lock(m_.mu);
+    ReaderMutexLock lock(&m_.mu);
     SetFilters();
     RunLegs();
     if (hybrid_) DocumentViews();
@@ -1168,7 +1235,7 @@ class SearchRun {
     if (paraphrase_like && !ids.empty()) {
       // An identifier no document is named by (a register, a property) makes
       // it a lookup, not a paraphrase.
-      std::shared_lock<std::shared_mutex> lock(m_.mu);
+      ReaderMutexLock lock(&m_.mu);
       for (const auto& id : ids) {
         std::vector<std::string> t;
         Tokenize(id, &t, TokenizerOptions{false, false, false});
@@ -1225,7 +1292,7 @@ class SearchRun {
   }
 
   // ---- 2. the legs ----
-  bool Accepts(uint32_t o) const {
+  bool Accepts(uint32_t o) const ABSL_SHARED_LOCKS_REQUIRED(m_.mu) {
     if (o >= m_.chunk_slot.size() || m_.chunk_slot[o] == kNoDoc) return false;
     const DocRec& d = *m_.slots[m_.chunk_slot[o]];
     if (!r_.collection.empty() && d.info.collection != r_.collection) return false;
@@ -1240,20 +1307,22 @@ class SearchRun {
     return true;
   }
 
-  void SetFilters() {
+  void SetFilters() ABSL_SHARED_LOCKS_REQUIRED(m_.mu) {
     doc_filter_.insert(r_.docs.begin(), r_.docs.end());
     for (const auto& t : r_.content_types) type_filter_.insert(TypeCode(t));
     filtered_ = !r_.collection.empty() || r_.collection_visible || !doc_filter_.empty() ||
                 !type_filter_.empty() || !r_.tags.empty();
     if (filtered_) {
-      acc_ = [this](uint32_t o) { return Accepts(o); };
+      acc_ = [this](uint32_t o) ABSL_SHARED_LOCKS_REQUIRED(m_.mu) { return Accepts(o); };
     } else {
-      acc_ = [this](uint32_t o) { return o < m_.chunk_slot.size() && m_.chunk_slot[o] != kNoDoc; };
+      acc_ = [this](uint32_t o) ABSL_SHARED_LOCKS_REQUIRED(m_.mu) {
+        return o < m_.chunk_slot.size() && m_.chunk_slot[o] != kNoDoc;
+      };
     }
     n_ = static_cast<size_t>(std::max(m_.options.candidates, r_.max_results));
     // Document-level BM25 is scored in the lexical pass (hybrid only).
     if (!hybrid_) return;
-    m_.EnsureSlotLens();
+    const auto lens = m_.EnsureSlotLens();
     groups_.group_of = &m_.chunk_slot;
     if (filtered_) {
       filtered_groups_ = m_.chunk_slot;
@@ -1262,9 +1331,9 @@ class SearchRun {
       }
       groups_.group_of = &filtered_groups_;
     }
-    groups_.group_len = &m_.slot_len;
-    groups_.present = m_.slot_present;
-    groups_.avg_len = m_.slot_avg;
+    groups_.group_len = lens.len;
+    groups_.present = lens.present;
+    groups_.avg_len = lens.avg;
     groups_.b = static_cast<float>(m_.options.doc_text_b);
     // A document's chunks are in one group, unless a chunk-level filter
     // (content types) splits it.
@@ -1277,15 +1346,18 @@ class SearchRun {
   // allows it (the same top n and document scores); then DocumentViews
   // reads the chunk scores of the documents it chooses for those documents
   // only, instead of every matching chunk's.
-  void RunLegs() {
+  void RunLegs() ABSL_SHARED_LOCKS_REQUIRED(m_.mu) {
     std::future<ScoredOrdinals> vec_leg;
     if (r_.mode == SearchMode::kVector) {
       vec_ = m_.vectors->Search(qvec_.data(), n_, acc_);
       return;
     }
     if (r_.mode != SearchMode::kLexical) {
-      vec_leg = std::async(std::launch::async,
-                           [this] { return m_.vectors->Search(qvec_.data(), n_, acc_); });
+      // On another thread, under the shared lock this one holds until it
+      // has the result.
+      vec_leg = std::async(std::launch::async, [this]() ABSL_SHARED_LOCKS_REQUIRED(m_.mu) {
+        return m_.vectors->Search(qvec_.data(), n_, acc_);
+      });
     }
     auto pruned = m_.bm25->SearchPruned(wq_, n_, acc_, hybrid_ ? &groups_ : nullptr);
     if (pruned) {
@@ -1302,7 +1374,7 @@ class SearchRun {
   // (part numbers, driver names), and documents whose whole text matches it
   // best (a small binding or a header read as one unit). Their best chunks
   // join the pool; their scores are reranking features.
-  void DocumentViews() {
+  void DocumentViews() ABSL_SHARED_LOCKS_REQUIRED(m_.mu) {
     auto docs =
         m_.doc_titles.Search(wq_, static_cast<size_t>(std::max(m_.options.doc_candidates, 20)));
     const float best = docs.empty() ? 0.f : docs[0].second;
@@ -1337,16 +1409,18 @@ class SearchRun {
 
   // The documents whose whole text scored best (in the lexical pass), ties
   // to the document ingested first (slots are renumbered on load).
-  void ChooseByText(std::unordered_map<uint32_t, std::pair<float, float>>& chosen) {
+  void ChooseByText(std::unordered_map<uint32_t, std::pair<float, float>>& chosen)
+      ABSL_SHARED_LOCKS_REQUIRED(m_.mu) {
     auto& text_docs = groups_.scores;
-    auto first_ordinal = [&](uint32_t slot) {
+    auto first_ordinal = [&](uint32_t slot) ABSL_SHARED_LOCKS_REQUIRED(m_.mu) {
       const auto& d = m_.slots[slot];
       return d && !d->ordinals.empty() ? d->ordinals.front() : ~0u;
     };
-    std::sort(text_docs.begin(), text_docs.end(), [&](const auto& a, const auto& b) {
-      return a.second > b.second ||
-             (a.second == b.second && first_ordinal(a.first) < first_ordinal(b.first));
-    });
+    std::sort(text_docs.begin(), text_docs.end(),
+              [&](const auto& a, const auto& b) ABSL_SHARED_LOCKS_REQUIRED(m_.mu) {
+                return a.second > b.second ||
+                       (a.second == b.second && first_ordinal(a.first) < first_ordinal(b.first));
+              });
     const float best_text = text_docs.empty() ? 0.f : text_docs[0].second;
     for (size_t i = 0; i < text_docs.size(); ++i) {
       const double norm = best_text > 0 ? text_docs[i].second / best_text : 0;
@@ -1358,7 +1432,8 @@ class SearchRun {
 
   // The lexical scores of the chosen documents' chunks.
   std::unordered_map<uint32_t, ScoredOrdinals> ChunksOfChosen(
-      const std::unordered_map<uint32_t, std::pair<float, float>>& chosen) {
+      const std::unordered_map<uint32_t, std::pair<float, float>>& chosen)
+      ABSL_SHARED_LOCKS_REQUIRED(m_.mu) {
     std::unordered_map<uint32_t, ScoredOrdinals> in_doc;
     if (lex_pruned_) {
       for (const auto& [slot, unused] : chosen) {
@@ -1396,7 +1471,7 @@ class SearchRun {
     }
   }
 
-  void Fuse() {
+  void Fuse() ABSL_SHARED_LOCKS_REQUIRED(m_.mu) {
     rrf_k_ = Or(ov_.rrf_k, m_.options.rrf_k);
     const double wl =
         r_.mode == SearchMode::kVector ? 0 : Or(ov_.lexical_weight, m_.options.lexical_weight);
@@ -1435,7 +1510,7 @@ class SearchRun {
 
   // ---- 4. the pool, reranked ----
   // The pool's records in one batched read (with rerank, 100 of them).
-  absl::Status LoadPool() {
+  absl::Status LoadPool() ABSL_SHARED_LOCKS_REQUIRED(m_.mu) {
     std::vector<std::string> keys;
     keys.reserve(order_.size());
     for (const auto& c : order_) keys.push_back(ChunkKey(c.o));
@@ -1455,7 +1530,7 @@ class SearchRun {
   // Identifiers in the query that name a few documents by name or title
   // (a part number, a driver): the share of them a candidate's document
   // or text carries is a reranking feature.
-  void MarkNamed() {
+  void MarkNamed() ABSL_SHARED_LOCKS_REQUIRED(m_.mu) {
     std::vector<std::string> naming;
     for (const auto& id : FindIdentifiers(r_.query)) {
       std::vector<std::string> t;
@@ -1474,16 +1549,16 @@ class SearchRun {
     }
   }
 
-  double DocMatch(uint32_t o) const {
+  double DocMatch(uint32_t o) const ABSL_SHARED_LOCKS_REQUIRED(m_.mu) {
     auto it = doc_match_.find(m_.chunk_slot[o]);
     return it == doc_match_.end() ? 0 : it->second;
   }
-  double DocText(uint32_t o) const {
+  double DocText(uint32_t o) const ABSL_SHARED_LOCKS_REQUIRED(m_.mu) {
     auto it = doc_text_.find(m_.chunk_slot[o]);
     return it == doc_text_.end() ? 0 : it->second;
   }
 
-  RerankCandidate CandidateOf(const Loaded& l) const {
+  RerankCandidate CandidateOf(const Loaded& l) const ABSL_SHARED_LOCKS_REQUIRED(m_.mu) {
     RerankCandidate c;
     c.text = l.rec.text;
     c.context = Context(l.doc->info, l.rec.meta.value("title_path", std::vector<std::string>{}));
@@ -1498,7 +1573,7 @@ class SearchRun {
 
   // Stage 1: the chunks, reranked. With a hypothetical answer, the built-in
   // reranker reads it as part of the question: its words are the documents'.
-  absl::Status RerankChunks() {
+  absl::Status RerankChunks() ABSL_SHARED_LOCKS_REQUIRED(m_.mu) {
     top_fused_ = loaded_.empty() ? 1.0 : std::max(loaded_[0].c.fused, 1e-12);
     if (!r_.rerank || loaded_.empty()) return absl::OkStatus();
     Reranker& first_stage = r_.reranker != nullptr ? *r_.reranker
@@ -1517,7 +1592,7 @@ class SearchRun {
     return absl::OkStatus();
   }
 
-  KbSearchHit ChunkHit(const Loaded& l) const {
+  KbSearchHit ChunkHit(const Loaded& l) const ABSL_SHARED_LOCKS_REQUIRED(m_.mu) {
     KbSearchHit h;
     h.score = l.score;
     h.first_stage_score = l.score;
@@ -1544,7 +1619,7 @@ class SearchRun {
   }
 
   // ---- 5. results ----
-  double Idf(const std::string& t) const {
+  double Idf(const std::string& t) const ABSL_SHARED_LOCKS_REQUIRED(m_.mu) {
     const double n_chunks = static_cast<double>(std::max<size_t>(1, m_.bm25->size()));
     const double df = static_cast<double>(m_.bm25->DocFreq(t));
     return std::log(1.0 + (n_chunks - df + 0.5) / (df + 0.5));
@@ -1553,7 +1628,7 @@ class SearchRun {
   // queries like this one go down (up).
   bool Corrections() const { return m_.log->has_feedback() && !r_.all_candidates; }
 
-  std::vector<KbSearchHit> ChunkResults() {
+  std::vector<KbSearchHit> ChunkResults() ABSL_SHARED_LOCKS_REQUIRED(m_.mu) {
     if (Corrections()) {
       for (auto& l : loaded_) {
         l.score =
@@ -1595,7 +1670,7 @@ class SearchRun {
 
   // Chunk `index` of the document in `slot` as passages read it, with its
   // overlap with the chunk before; cached for the search.
-  const PassageChunk* ChunkOf(uint32_t slot, uint32_t index) {
+  const PassageChunk* ChunkOf(uint32_t slot, uint32_t index) ABSL_SHARED_LOCKS_REQUIRED(m_.mu) {
     const DocRec* d = slot < m_.slots.size() ? m_.slots[slot].get() : nullptr;
     if (d == nullptr || index >= d->ordinals.size()) return nullptr;
     const uint64_t key = (uint64_t{slot} << 32) | index;
@@ -1627,9 +1702,10 @@ class SearchRun {
     return chunk_cache_.emplace(key, std::move(c)).first->second.get();
   }
 
-  PassageSource SourceOf(uint32_t slot) {
+  PassageSource SourceOf(uint32_t slot) ABSL_SHARED_LOCKS_REQUIRED(m_.mu) {
     PassageSource src;
-    src.chunk = [this, slot](uint32_t index) { return ChunkOf(slot, index); };
+    src.chunk = [this, slot](uint32_t index)
+                    ABSL_SHARED_LOCKS_REQUIRED(m_.mu) { return ChunkOf(slot, index); };
     src.same_section = [](const PassageChunk& a, const PassageChunk& b) {
       return SameSection(a, b);
     };
@@ -1637,7 +1713,7 @@ class SearchRun {
   }
 
   // Stage 2: the best chunks widened into passages within their sections.
-  absl::Status WidenPassages() {
+  absl::Status WidenPassages() ABSL_SHARED_LOCKS_REQUIRED(m_.mu) {
     scorer_.emplace(wq_, idf_);
     const int pool_size = ov_.passage_pool >= 0 ? ov_.passage_pool : m_.options.passage_pool;
     const size_t pool =
@@ -1677,7 +1753,7 @@ class SearchRun {
   }
 
   // Every widened candidate, unranked by passages (for tuning).
-  std::vector<KbSearchHit> AllCandidates() const {
+  std::vector<KbSearchHit> AllCandidates() const ABSL_SHARED_LOCKS_REQUIRED(m_.mu) {
     std::vector<KbSearchHit> out;
     for (const auto& w : widened_) {
       KbSearchHit h = ChunkHit(*w.l);
@@ -1691,7 +1767,7 @@ class SearchRun {
 
   // The passages ranked again: by the model's reranker as a second stage,
   // or with the passage's coverage of the query.
-  absl::Status RescorePassages() {
+  absl::Status RescorePassages() ABSL_SHARED_LOCKS_REQUIRED(m_.mu) {
     const bool model_stage2 =
         r_.rerank && r_.reranker == nullptr && m_.options.first_stage_reranker != nullptr;
     if (model_stage2 && !widened_.empty()) {
@@ -1727,7 +1803,7 @@ class SearchRun {
   // overlapping the best windows are fused into the ranking by weighted
   // reciprocal rank. Before the corrections, so a result marked bad stays
   // demoted.
-  absl::Status WindowEvidence() {
+  absl::Status WindowEvidence() ABSL_SHARED_LOCKS_REQUIRED(m_.mu) {
     const int window_docs = ov_.window_docs >= 0 ? ov_.window_docs
                             : m_.options.windows ? m_.options.window_docs
                                                  : 0;
@@ -1771,7 +1847,7 @@ class SearchRun {
   // The best windows of the documents in `top_slots`: all of a document's
   // chunks, or in a long one (a manual) those around its candidates.
   absl::StatusOr<std::vector<std::pair<uint32_t, TextWindow>>> BestWindows(
-      const std::vector<uint32_t>& top_slots) {
+      const std::vector<uint32_t>& top_slots) ABSL_SHARED_LOCKS_REQUIRED(m_.mu) {
     constexpr size_t kWholeDocChunks = 256;
     std::vector<std::pair<uint32_t, std::vector<uint32_t>>> doc_chunks;  // slot -> indexes
     std::vector<uint32_t> want;
@@ -1814,7 +1890,7 @@ class SearchRun {
   }
 
   // No ranked passage shows the window: one grown around its densest chunk.
-  bool AddWindowPassage(uint32_t slot, const TextWindow& win) {
+  bool AddWindowPassage(uint32_t slot, const TextWindow& win) ABSL_SHARED_LOCKS_REQUIRED(m_.mu) {
     const DocRec& d = *m_.slots[slot];
     auto rec = Read(d, win.best_chunk);
     if (!rec) return false;
@@ -1825,7 +1901,7 @@ class SearchRun {
     return true;
   }
 
-  void CorrectPassages() {
+  void CorrectPassages() ABSL_SHARED_LOCKS_REQUIRED(m_.mu) {
     if (Corrections()) {
       for (auto& w : widened_) {
         std::vector<std::string> ids;
@@ -1846,7 +1922,7 @@ class SearchRun {
   // Whether `w` joins a passage already taken that it overlaps or touches
   // (or, if both would not fit in one passage, keeps only the text that
   // one does not show: nothing, if it lies within it).
-  bool Absorbed(Widened& w, std::vector<Taken>& taken) {
+  bool Absorbed(Widened& w, std::vector<Taken>& taken) ABSL_SHARED_LOCKS_REQUIRED(m_.mu) {
     const PassageSource src = SourceOf(w.slot);
     for (bool again = true; again;) {
       again = false;
@@ -1874,7 +1950,7 @@ class SearchRun {
     return false;
   }
 
-  std::vector<KbSearchHit> MergePassages() {
+  std::vector<KbSearchHit> MergePassages() ABSL_SHARED_LOCKS_REQUIRED(m_.mu) {
     std::vector<Taken> taken;
     for (auto& w : widened_) {
       if (static_cast<int>(taken.size()) >= r_.max_results) break;
@@ -1952,7 +2028,7 @@ absl::StatusOr<std::vector<KbSearchHit>> KnowledgeBase::SearchImpl(
 }
 
 absl::StatusOr<KbStats> KnowledgeBase::Stats(const std::string& collection) {
-  std::shared_lock<std::shared_mutex> lock(impl_->mu);
+  ReaderMutexLock lock(&impl_->mu);
   KbStats s;
   for (const auto& d : impl_->slots) {
     if (!d || (!collection.empty() && d->info.collection != collection)) continue;
@@ -1970,9 +2046,9 @@ absl::StatusOr<KbStats> KnowledgeBase::Stats(const std::string& collection) {
 }
 
 absl::Status KnowledgeBase::SaveIndexes() {
-  std::lock_guard<std::mutex> sl(impl_->save_mu);
+  MutexLock sl(&impl_->save_mu);
   {
-    std::shared_lock<std::shared_mutex> lock(impl_->mu);
+    ReaderMutexLock lock(&impl_->mu);
     if (impl_->saved_changes == impl_->changes) return absl::OkStatus();
   }
   ASSIGN_OR_RETURN(const uint64_t gen, impl_->SaveOnce());

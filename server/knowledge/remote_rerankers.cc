@@ -4,12 +4,12 @@
 
 #include <algorithm>
 #include <map>
-#include <mutex>
 #include <nlohmann/json.hpp>
 #include <regex>
 #include <set>
 
 #include "absl/strings/str_cat.h"
+#include "common/mutex.h"
 #include "server/llm/http_client.h"
 #include "server/llm/provider.h"
 
@@ -51,7 +51,7 @@ class HttpReranker final : public FallbackReranker {
 
  protected:
   absl::StatusOr<std::vector<double>> Call(const std::string& query,
-                                           const std::vector<RerankCandidate>& cands) {
+                                           const std::vector<RerankCandidate>& cands) override {
     std::vector<std::string> texts;
     for (const auto& c : cands)
       texts.push_back((c.context + "\n" + c.text).substr(0, kMaxPassageChars));
@@ -111,7 +111,7 @@ class LlmReranker final : public FallbackReranker {
 
  protected:
   absl::StatusOr<std::vector<double>> Call(const std::string& query,
-                                           const std::vector<RerankCandidate>& cands) {
+                                           const std::vector<RerankCandidate>& cands) override {
     std::string prompt = absl::StrCat(
         "Rank the passages by how well they answer the question. Reply with only a JSON array of "
         "passage "
@@ -159,13 +159,13 @@ class LlmReranker final : public FallbackReranker {
 std::function<std::vector<std::string>(const std::string&)> MakeLlmQueryRewriter(
     Provider& provider, std::string model) {
   struct Cache {
-    std::mutex mu;
-    std::map<std::string, std::vector<std::string>> entries;
+    Mutex mu;
+    std::map<std::string, std::vector<std::string>> entries ABSL_GUARDED_BY(mu);
   };
   auto cache = std::make_shared<Cache>();
   return [&provider, model, cache](const std::string& query) -> std::vector<std::string> {
     {
-      std::lock_guard<std::mutex> lock(cache->mu);
+      MutexLock lock(&cache->mu);
       auto it = cache->entries.find(query);
       if (it != cache->entries.end()) return it->second;
     }
@@ -201,7 +201,7 @@ std::function<std::vector<std::string>(const std::string&)> MakeLlmQueryRewriter
     } else {
       spdlog::warn("query rewriting failed: {}", r.status().ToString());
     }
-    std::lock_guard<std::mutex> lock(cache->mu);
+    MutexLock lock(&cache->mu);
     if (cache->entries.size() > 1000) cache->entries.clear();
     cache->entries[query] = out;
     return out;
@@ -211,13 +211,13 @@ std::function<std::vector<std::string>(const std::string&)> MakeLlmQueryRewriter
 std::function<std::string(const std::string&)> MakeLlmHypotheticalAnswer(Provider& provider,
                                                                          std::string model) {
   struct Cache {
-    std::mutex mu;
-    std::map<std::string, std::string> entries;
+    Mutex mu;
+    std::map<std::string, std::string> entries ABSL_GUARDED_BY(mu);
   };
   auto cache = std::make_shared<Cache>();
   return [&provider, model, cache](const std::string& query) -> std::string {
     {
-      std::lock_guard<std::mutex> lock(cache->mu);
+      MutexLock lock(&cache->mu);
       auto it = cache->entries.find(query);
       if (it != cache->entries.end()) return it->second;
     }
@@ -247,7 +247,7 @@ std::function<std::string(const std::string&)> MakeLlmHypotheticalAnswer(Provide
     } else {
       spdlog::warn("hypothetical answer failed: {}", r.status().ToString());
     }
-    std::lock_guard<std::mutex> lock(cache->mu);
+    MutexLock lock(&cache->mu);
     if (cache->entries.size() > 1000) cache->entries.clear();
     cache->entries[query] = out;
     return out;

@@ -10,6 +10,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/clock.h"
+#include "common/mutex.h"
 #include "common/status_macros.h"
 #include "server/knowledge/tokenizer.h"
 #include "server/storage/storage.h"
@@ -108,19 +109,19 @@ struct RetrievalLog::Impl {
   Storage& storage;
   RetrievalLogOptions options;
   std::atomic<uint64_t> next{1};
-  mutable std::mutex mu;  // guards the corrections and the counts
+  mutable Mutex mu;  // guards the corrections and the counts
   struct Correction {
     std::vector<std::string> terms;  // of the corrected query, sorted
     std::set<std::string> chunks;
     bool good;
     double weight;  // a person's word 1, the agent's 0.5
   };
-  std::vector<Correction> corrections;
-  RetrievalLogCounts counts;
+  std::vector<Correction> corrections ABSL_GUARDED_BY(mu);
+  RetrievalLogCounts counts ABSL_GUARDED_BY(mu);
 
   Impl(Storage& s, RetrievalLogOptions o) : storage(s), options(o) {}
 
-  void Count(const SearchFeedback& f) {
+  static void Count(RetrievalLogCounts& counts, const SearchFeedback& f) {
     if (f.source == "cited") {
       ++counts.cited;
     } else if (f.source == "discarded") {
@@ -141,7 +142,11 @@ absl::StatusOr<std::unique_ptr<RetrievalLog>> RetrievalLog::Open(Storage& storag
   auto impl = std::make_unique<Impl>(storage, options);
   ASSIGN_OR_RETURN(auto last, storage.LastKey(Cf::kRetrieval, "s", "t"));
   if (last && last->size() == 9) impl->next = DecodeU64(last->substr(1)) + 1;
-  impl->counts.searches = static_cast<int64_t>(impl->next.load() - 1);
+  // Read into locals, then handed over under the lock (nothing else sees
+  // `impl` yet).
+  RetrievalLogCounts counts;
+  std::vector<Impl::Correction> corrections;
+  counts.searches = static_cast<int64_t>(impl->next.load() - 1);
   absl::Status bad;
   RETURN_IF_ERROR(storage.Scan(Cf::kRetrieval, "f", "g", [&](std::string_view, std::string_view v) {
     json j = json::parse(v, nullptr, false);
@@ -152,15 +157,20 @@ absl::StatusOr<std::unique_ptr<RetrievalLog>> RetrievalLog::Open(Storage& storag
     SearchFeedback f;
     f.good = j.value("good", false);
     f.source = j.value("source", "user");
-    impl->Count(f);
+    Impl::Count(counts, f);
     std::vector<std::string> chunks = j.value("chunk_ids", std::vector<std::string>{});
     if (chunks.empty()) chunks.push_back(j.value("chunk_id", ""));
-    impl->corrections.push_back({DistinctTerms(j.value("query", "")),
-                                 std::set<std::string>(chunks.begin(), chunks.end()), f.good,
-                                 f.source == "user" ? 1.0 : 0.5});
+    corrections.push_back({DistinctTerms(j.value("query", "")),
+                           std::set<std::string>(chunks.begin(), chunks.end()), f.good,
+                           f.source == "user" ? 1.0 : 0.5});
     return true;
   }));
   if (!bad.ok()) spdlog::warn("retrieval log: {}", bad.ToString());
+  {
+    MutexLock lock(&impl->mu);
+    impl->counts = counts;
+    impl->corrections = std::move(corrections);
+  }
   return std::unique_ptr<RetrievalLog>(new RetrievalLog(std::move(impl)));
 }
 
@@ -177,7 +187,7 @@ absl::StatusOr<std::string> RetrievalLog::Record(LoggedSearch search) {
     batch.DeleteRange(Cf::kRetrieval, SearchKey(0), SearchKey(n - cap + 1));
   RETURN_IF_ERROR(m.storage.Write(batch, /*sync=*/false));
   {
-    std::lock_guard<std::mutex> lock(m.mu);
+    MutexLock lock(&m.mu);
     ++m.counts.searches;
   }
   return search.id;
@@ -261,8 +271,8 @@ absl::StatusOr<SearchFeedback> RetrievalLog::AddFeedback(const std::string& sear
   RETURN_IF_ERROR(m.storage.Put(Cf::kRetrieval,
                                 FeedbackKey(n, static_cast<uint32_t>(s.feedback.size())),
                                 ToJson(f, s.query, chunks).dump(), /*sync=*/true));
-  std::lock_guard<std::mutex> lock(m.mu);
-  m.Count(f);
+  MutexLock lock(&m.mu);
+  Impl::Count(m.counts, f);
   m.corrections.push_back({DistinctTerms(s.query),
                            std::set<std::string>(chunks.begin(), chunks.end()), good,
                            source == "user" ? 1.0 : 0.5});
@@ -273,7 +283,7 @@ double RetrievalLog::Adjust(double score, const std::vector<std::string>& query_
                             const std::vector<std::string>& chunk_ids,
                             const std::function<double(const std::string&)>& idf) const {
   const Impl& m = *impl_;
-  std::lock_guard<std::mutex> lock(m.mu);
+  MutexLock lock(&m.mu);
   if (m.corrections.empty()) return score;
   std::vector<std::string> q = query_terms;
   std::sort(q.begin(), q.end());
@@ -307,12 +317,12 @@ double RetrievalLog::Adjust(double score, const std::vector<std::string>& query_
 }
 
 bool RetrievalLog::has_feedback() const {
-  std::lock_guard<std::mutex> lock(impl_->mu);
+  MutexLock lock(&impl_->mu);
   return !impl_->corrections.empty();
 }
 
 RetrievalLogCounts RetrievalLog::counts() const {
-  std::lock_guard<std::mutex> lock(impl_->mu);
+  MutexLock lock(&impl_->mu);
   return impl_->counts;
 }
 

@@ -349,7 +349,7 @@ absl::Status PluginStore::Load() {
     }
     found[name] = std::move(p);
   }
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   installed_ = std::move(found);
   return absl::OkStatus();
 }
@@ -513,7 +513,7 @@ absl::StatusOr<json> PluginStore::Install(const std::string& source, bool replac
   }
   const std::string target = absl::StrCat(dir_, "/", m->name);
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     if (installed_.count(m->name) && !replace) {
       return absl::AlreadyExistsError(absl::StrCat(
           "plugin ", m->name, " ", installed_[m->name].manifest.version,
@@ -540,7 +540,7 @@ absl::StatusOr<json> PluginStore::Install(const std::string& source, bool replac
 }
 
 absl::StatusOr<json> PluginStore::Remove(const std::string& name, const Caller& caller) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   auto it = installed_.find(name);
   if (it == installed_.end())
     return absl::NotFoundError(absl::StrCat("no plugin '", name, "' is installed"));
@@ -563,7 +563,7 @@ absl::StatusOr<json> PluginStore::Remove(const std::string& name, const Caller& 
 absl::StatusOr<json> PluginStore::Verify(const std::string& name) const {
   InstalledPlugin p;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     auto it = installed_.find(name);
     if (it == installed_.end())
       return absl::NotFoundError(absl::StrCat("no plugin '", name, "' is installed"));
@@ -586,7 +586,7 @@ absl::StatusOr<json> PluginStore::Verify(const std::string& name) const {
 }
 
 std::vector<InstalledPlugin> PluginStore::Installed() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   std::vector<InstalledPlugin> out;
   for (const auto& [n, p] : installed_) out.push_back(p);
   return out;
@@ -664,7 +664,7 @@ absl::StatusOr<json> PluginStore::Search(const std::string& query,
       }
       bool installed;
       {
-        std::lock_guard lock(mu_);
+        MutexLock lock(&mu_);
         installed = installed_.count(p.value("name", "")) > 0;
       }
       r["installed"] = installed;

@@ -17,7 +17,6 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -25,6 +24,7 @@
 
 #include "absl/status/statusor.h"
 #include "common/config.h"
+#include "common/mutex.h"
 #include "server/auth/caller.h"
 #include "server/skills/skill.h"
 
@@ -110,15 +110,16 @@ class PluginStore {
 
  private:
   absl::StatusOr<std::string> Fetch(const std::string& source, const std::string& staging) const;
-  absl::Status Load();
+  absl::Status Load() ABSL_LOCKS_EXCLUDED(mu_);
 
   const std::string dir_;
   const PluginsConfig config_;
   HttpClient* const http_;
   const AppendEvidence append_;
-  std::vector<std::string> trusted_keys_;  // minisign public key lines
-  mutable std::mutex mu_;
-  std::map<std::string, InstalledPlugin> installed_;  // guarded by mu_
+  // Minisign public key lines; set by Start(), read-only after.
+  std::vector<std::string> trusted_keys_;
+  mutable Mutex mu_;
+  std::map<std::string, InstalledPlugin> installed_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace fwai

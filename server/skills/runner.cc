@@ -8,7 +8,6 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
-#include <mutex>
 #include <optional>
 #include <regex>
 #include <set>
@@ -23,6 +22,7 @@
 #include "common/clock.h"
 #include "common/ids.h"
 #include "common/local_account.h"
+#include "common/mutex.h"
 #include "common/subprocess.h"
 #include "fwai/v1/events.pb.h"
 #include "server/agent/turn_manager.h"
@@ -175,9 +175,12 @@ struct SkillRunner::RunState {
   std::map<std::string, std::string> vars;
   int64_t deadline_us = 0;
   std::atomic<bool> timed_out{false};
+  // Written by the run's thread only; its lease_id under lease_mu (the
+  // renewer copies it under lease_mu), so the run's own unlocked reads do
+  // not race.
   Caller caller;
-  std::string lease_board;  // acquired by this run (released at its end)
-  std::string lease_id;
+  std::string lease_board ABSL_GUARDED_BY(lease_mu);  // acquired by this run (released at its end)
+  std::string lease_id ABSL_GUARDED_BY(lease_mu);
   // A lab's boards of other nodes (null outside a lab): the ones this run
   // resolved, and the serial stream of each opened just before its flash
   // (what a `since: run` monitor reads).
@@ -235,17 +238,17 @@ struct SkillRunner::RunState {
   // the caller is used as it is). The lease is short and renewed by the
   // watchdog, so a daemon that dies mid-run does not keep the board for long.
   static constexpr int kLeaseTtlS = 60;
-  std::mutex lease_mu;  // lease_id / lease_board / caller.lease_id, read by the renewer
+  Mutex lease_mu;  // lease_id / lease_board / caller.lease_id, read by the renewer
 
-  absl::Status EnsureLease(const std::string& board) {
+  absl::Status EnsureLease(const std::string& board) ABSL_LOCKS_EXCLUDED(lease_mu) {
     {
-      std::lock_guard lock(lease_mu);
+      MutexLock lock(&lease_mu);
       if (lease_board == board) return absl::OkStatus();
     }
     auto l = deps.leases->LeaseFor(caller, RefOf(board), kLeaseTtlS,
                                    [this] { return cancel->cancelled(); });
     if (!l.ok()) return l.status();
-    std::lock_guard lock(lease_mu);
+    MutexLock lock(&lease_mu);
     caller.lease_id = l->lease_id;
     if (!l->renewed) {
       lease_board = board;
@@ -254,11 +257,11 @@ struct SkillRunner::RunState {
     return absl::OkStatus();
   }
 
-  void RenewLease() {
+  void RenewLease() ABSL_LOCKS_EXCLUDED(lease_mu) {
     Caller c;
     std::string id;
     {
-      std::lock_guard lock(lease_mu);
+      MutexLock lock(&lease_mu);
       if (lease_id.empty() || !deps.leases) return;
       c = caller;
       id = lease_id;
@@ -266,8 +269,8 @@ struct SkillRunner::RunState {
     (void)deps.leases->Renew(c, id);
   }
 
-  void ReleaseLease() {
-    std::lock_guard lock(lease_mu);
+  void ReleaseLease() ABSL_LOCKS_EXCLUDED(lease_mu) {
+    MutexLock lock(&lease_mu);
     if (lease_id.empty() || !deps.leases) return;
     (void)deps.leases->Release(caller, lease_id, lease_board, false);
     lease_id.clear();

@@ -5,12 +5,11 @@
 #include <rocksdb/write_batch.h>
 
 #include <algorithm>
-#include <condition_variable>
 #include <filesystem>
-#include <mutex>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/mutex.h"
 #include "common/status_macros.h"
 
 namespace fwai {
@@ -67,11 +66,11 @@ struct Storage::Rep {
   // Group commit of log syncs. Every write that wants to be durable takes a
   // ticket once it is in the log; a sync covers every ticket taken before it
   // began.
-  std::mutex sync_mu;
-  std::condition_variable sync_cv;
-  uint64_t tickets = 0;  // taken
-  uint64_t synced = 0;   // covered by a completed sync
-  bool syncing = false;
+  Mutex sync_mu;
+  CondVar sync_cv;
+  uint64_t tickets ABSL_GUARDED_BY(sync_mu) = 0;  // taken
+  uint64_t synced ABSL_GUARDED_BY(sync_mu) = 0;   // covered by a completed sync
+  bool syncing ABSL_GUARDED_BY(sync_mu) = false;
   ~Rep() {
     if (db) {
       for (auto* h : handles) db->DestroyColumnFamilyHandle(h);
@@ -122,28 +121,28 @@ absl::StatusOr<std::unique_ptr<Storage>> Storage::Open(const std::string& dir,
 }
 
 uint64_t Storage::Ticket() {
-  std::lock_guard<std::mutex> lock(rep_->sync_mu);
+  MutexLock lock(&rep_->sync_mu);
   return ++rep_->tickets;
 }
 
 absl::Status Storage::SyncThrough(uint64_t ticket) {
   Rep& r = *rep_;
-  std::unique_lock<std::mutex> lock(r.sync_mu);
+  MutexLock lock(&r.sync_mu);
   // A sync under way may have begun before this ticket's write reached the
   // log: wait for it, then sync again unless a later one covered the ticket.
-  r.sync_cv.wait(lock, [&] { return r.synced >= ticket || !r.syncing; });
+  while (!(r.synced >= ticket || !r.syncing)) r.sync_cv.Wait(&r.sync_mu);
   if (r.synced >= ticket) return absl::OkStatus();
   r.syncing = true;
   const uint64_t through = r.tickets;
-  lock.unlock();
+  lock.Unlock();
   // DB::SyncWAL syncs every log up to the current one without holding the
   // write queue.
   const rocksdb::Status s = r.db->SyncWAL();
-  lock.lock();
+  lock.Lock();
   r.syncing = false;
   if (s.ok()) r.synced = std::max(r.synced, through);
-  lock.unlock();
-  r.sync_cv.notify_all();
+  lock.Unlock();
+  r.sync_cv.SignalAll();
   return FromRocks(s, "sync wal");
 }
 

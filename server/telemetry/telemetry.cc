@@ -4,13 +4,13 @@
 #include <atomic>
 #include <chrono>
 #include <fstream>
-#include <mutex>
 #include <sstream>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "common/config.h"
+#include "common/mutex.h"
 #include "opentelemetry/context/context.h"
 #include "opentelemetry/exporters/otlp/otlp_grpc_exporter_factory.h"
 #include "opentelemetry/exporters/otlp/otlp_grpc_exporter_options.h"
@@ -63,8 +63,11 @@ struct State {
 };
 
 std::atomic<bool> g_enabled{false};
-std::mutex g_mu;           // Start and Shutdown
-State* g_state = nullptr;  // set once by Start; kept until exit after Shutdown
+Mutex g_mu;  // Start and Shutdown
+// Set once by Start (under g_mu, before g_enabled is stored) and kept until
+// exit after Shutdown; readers load it lock-free after Enabled() (acquire),
+// so it is not ABSL_GUARDED_BY(g_mu).
+State* g_state = nullptr;
 
 thread_local std::shared_ptr<Span::Rep> t_current;
 
@@ -161,7 +164,7 @@ absl::Status Start(const TelemetryConfig& config, std::string_view service_versi
   state->lease_duration =
       meter->CreateDoubleHistogram("fwai.lease.duration", "How long a board lease was held", "s");
 
-  std::lock_guard lock(g_mu);
+  MutexLock lock(&g_mu);
   if (g_state != nullptr) return absl::FailedPreconditionError("telemetry: started twice");
   g_state = state.release();
   g_enabled.store(true, std::memory_order_release);
@@ -169,7 +172,7 @@ absl::Status Start(const TelemetryConfig& config, std::string_view service_versi
 }
 
 void Shutdown() {
-  std::lock_guard lock(g_mu);
+  MutexLock lock(&g_mu);
   if (g_state == nullptr || !g_enabled.exchange(false)) return;
   // Spans still open when the daemon stops are lost; the finished ones go now.
   g_state->tracer_provider->ForceFlush(std::chrono::seconds(10));

@@ -20,24 +20,24 @@ using json = nlohmann::json;
 
 void ToolRegistry::Register(std::unique_ptr<Tool> tool) {
   std::string n = tool->name();
-  std::unique_lock<std::shared_mutex> lock(mu_);
+  WriterMutexLock lock(&mu_);
   tools_[n] = std::move(tool);
 }
 
 bool ToolRegistry::Add(std::unique_ptr<Tool> tool) {
   std::string n = tool->name();
-  std::unique_lock<std::shared_mutex> lock(mu_);
+  WriterMutexLock lock(&mu_);
   return tools_.emplace(n, std::move(tool)).second;
 }
 
 Tool* ToolRegistry::Find(const std::string& name) const {
-  std::shared_lock<std::shared_mutex> lock(mu_);
+  ReaderMutexLock lock(&mu_);
   auto it = tools_.find(name);
   return it == tools_.end() || !it->second->available() ? nullptr : it->second.get();
 }
 
 std::vector<Tool*> ToolRegistry::All() const {
-  std::shared_lock<std::shared_mutex> lock(mu_);
+  ReaderMutexLock lock(&mu_);
   std::vector<Tool*> out;
   for (const auto& [n, t] : tools_) {
     if (t->available()) out.push_back(t.get());

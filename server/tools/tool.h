@@ -6,7 +6,6 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <set>
-#include <shared_mutex>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -14,6 +13,7 @@
 #include "absl/status/statusor.h"
 #include "common/cancel.h"
 #include "common/config.h"
+#include "common/mutex.h"
 
 namespace fwai {
 
@@ -87,8 +87,8 @@ class ToolRegistry {
   std::vector<Tool*> All() const;
 
  private:
-  mutable std::shared_mutex mu_;
-  std::map<std::string, std::unique_ptr<Tool>> tools_;
+  mutable SharedMutex mu_;
+  std::map<std::string, std::unique_ptr<Tool>> tools_ ABSL_GUARDED_BY(mu_);
 };
 
 // Runs `fn` with the project opened beneath its root as ctx.account (the

@@ -5,7 +5,6 @@
 #pragma once
 
 #include <cstdint>
-#include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
@@ -14,6 +13,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "common/local_account.h"
+#include "common/mutex.h"
 #include "server/agent/turn_manager.h"
 #include "server/agent/turn_policy.h"
 #include "server/llm/provider.h"
@@ -57,22 +57,22 @@ class TurnState {
   TurnState& operator=(const TurnState&) = delete;
 
   void AddUsage(int64_t input_tokens, int64_t output_tokens, double cost_usd) {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     usage_.input_tokens += input_tokens;
     usage_.output_tokens += output_tokens;
     usage_.cost_usd += cost_usd;
   }
   Usage usage() const {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     return usage_;
   }
   // Every tool call of the turn, for the run record.
   void LogCall(nlohmann::json call) {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     calls_.push_back(std::move(call));
   }
   nlohmann::json calls() const {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     return calls_;
   }
 
@@ -89,7 +89,7 @@ class TurnState {
   std::optional<LocalAccount> account;
 
  private:
-  mutable std::mutex mu_;
+  mutable Mutex mu_;
   Usage usage_ ABSL_GUARDED_BY(mu_);
   nlohmann::json calls_ ABSL_GUARDED_BY(mu_) = nlohmann::json::array();
 };

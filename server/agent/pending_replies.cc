@@ -1,19 +1,19 @@
 #include "server/agent/pending_replies.h"
 
 #include <chrono>
-#include <condition_variable>
 
 #include "absl/strings/str_cat.h"
 #include "common/cancel.h"
+#include "common/mutex.h"
 
 namespace fwai {
 
 struct PendingReplies::Pending {
-  std::string id;
-  bool is_plan = false;
-  std::mutex mu;
-  std::condition_variable cv;
-  std::optional<Interaction> reply;
+  std::string id;        // set before Expect() returns, read-only after
+  bool is_plan = false;  // likewise
+  Mutex mu;
+  CondVar cv;
+  std::optional<Interaction> reply ABSL_GUARDED_BY(mu);
 };
 
 std::shared_ptr<PendingReplies::Pending> PendingReplies::Expect(const std::string& session_id,
@@ -22,7 +22,7 @@ std::shared_ptr<PendingReplies::Pending> PendingReplies::Expect(const std::strin
   auto p = std::make_shared<Pending>();
   p->id = id;
   p->is_plan = is_plan;
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   pending_[session_id] = p;
   return p;
 }
@@ -32,13 +32,13 @@ std::optional<Interaction> PendingReplies::Wait(const std::string& session_id,
                                                 const CancelToken& cancel) {
   std::optional<Interaction> out;
   {
-    std::unique_lock<std::mutex> lock(p->mu);
+    MutexLock lock(&p->mu);
     while (!p->reply && !cancel.cancelled()) {
-      p->cv.wait_for(lock, std::chrono::milliseconds(100));
+      p->cv.WaitWithTimeout(&p->mu, std::chrono::milliseconds(100));
     }
     out = p->reply;
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (pending_[session_id] == p) pending_.erase(session_id);
   if (out) {
     auto& done = answered_[session_id];
@@ -51,7 +51,7 @@ std::optional<Interaction> PendingReplies::Wait(const std::string& session_id,
 absl::Status PendingReplies::Reply(const std::string& session_id, Interaction reply) {
   std::shared_ptr<Pending> p;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     auto it = pending_.find(session_id);
     if (it != pending_.end()) p = it->second;
     auto done = answered_.find(session_id);
@@ -69,14 +69,14 @@ absl::Status PendingReplies::Reply(const std::string& session_id, Interaction re
                                             ": nothing in session ", session_id,
                                             " is waiting for it"));
   }
-  std::lock_guard<std::mutex> lock(p->mu);
+  MutexLock lock(&p->mu);
   if (p->reply) {
     // The first answer wins; the session's clients see which one it was.
     return absl::FailedPreconditionError(absl::StrCat(reply.is_plan ? "plan " : "question ", p->id,
                                                       ": already answered by ", p->reply->by));
   }
   p->reply = std::move(reply);
-  p->cv.notify_all();
+  p->cv.SignalAll();
   return absl::OkStatus();
 }
 

@@ -8,13 +8,13 @@
 #include <deque>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
+#include "common/mutex.h"
 
 namespace fwai {
 
@@ -50,7 +50,7 @@ class PendingReplies {
   [[nodiscard]] absl::Status Reply(const std::string& session_id, Interaction reply);
 
  private:
-  std::mutex mu_;
+  Mutex mu_;
   std::map<std::string, std::shared_ptr<Pending>> pending_ ABSL_GUARDED_BY(mu_);
   // The last questions and plans each session had answered (id, who
   // answered), so a late answer is told it lost rather than taken for a wrong id.

@@ -3,13 +3,13 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <map>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "common/cancel.h"
 #include "common/ids.h"
+#include "common/mutex.h"
 #include "common/start_gate.h"
 #include "fwai/v1/events.pb.h"
 #include "server/agent/agent.h"
@@ -28,17 +28,17 @@ Provider* ProviderSet::Find(const std::string& name) const {
 
 // Set by the turn's job as its last step; the job holds its own reference.
 struct TurnManager::Ended {
-  std::mutex mu;
-  std::condition_variable cv;
-  bool ended = false;
+  Mutex mu;
+  CondVar cv;
+  bool ended ABSL_GUARDED_BY(mu) = false;
   void Set() {
-    std::lock_guard<std::mutex> lock(mu);
+    MutexLock lock(&mu);
     ended = true;
-    cv.notify_all();
+    cv.SignalAll();
   }
   void Wait() {
-    std::unique_lock<std::mutex> lock(mu);
-    cv.wait(lock, [this] { return ended; });
+    MutexLock lock(&mu);
+    while (!ended) cv.Wait(&mu);
   }
 };
 
@@ -52,7 +52,7 @@ size_t TurnStartSlots(int configured) {
 }  // namespace
 
 struct TurnManager::Turn {
-  std::string owner;
+  std::string owner;  // set before the turn is in turns_, read-only after
   CancelToken cancel;
   std::shared_ptr<Ended> ended = std::make_shared<Ended>();
   std::atomic<bool> done{false};
@@ -97,7 +97,7 @@ absl::Status TurnManager::Start(TurnRequest req) {
   if (!info.ok()) return info.status();
   if (req.turn_id.empty()) req.turn_id = NewId("t-");
   if (req.turn_id.size() > 64) return absl::InvalidArgumentError("turn_id: at most 64 characters");
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (shutting_down_) return absl::UnavailableError("fwaid is shutting down");
   ReapLocked();
   if (turns_.count(req.session_id)) {
@@ -128,7 +128,7 @@ void TurnManager::Run(Turn* turn, TurnRequest req) {
 }
 
 void TurnManager::Cancel(const std::string& session_id) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto it = turns_.find(session_id);
   if (it != turns_.end()) it->second->cancel.Cancel();
 }
@@ -157,20 +157,20 @@ absl::Status TurnManager::SetMode(const std::string& session_id, const std::stri
 }
 
 bool TurnManager::Running(const std::string& session_id) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto it = turns_.find(session_id);
   return it != turns_.end() && !it->second->done;
 }
 
 size_t TurnManager::RunningCount() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   size_t n = 0;
   for (const auto& [id, t] : turns_) n += t->done ? 0 : 1;
   return n;
 }
 
 size_t TurnManager::RunningOwnedBy(const std::function<bool(const std::string&)>& owned) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   size_t n = 0;
   for (const auto& [id, t] : turns_) n += !t->done && owned(t->owner) ? 1 : 0;
   return n;
@@ -179,7 +179,7 @@ size_t TurnManager::RunningOwnedBy(const std::function<bool(const std::string&)>
 void TurnManager::Shutdown() {
   std::map<std::string, std::unique_ptr<Turn>> turns;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     shutting_down_ = true;
     turns.swap(turns_);
   }

@@ -18,7 +18,6 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -27,6 +26,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "common/config.h"
+#include "common/mutex.h"
 #include "server/agent/models.h"
 #include "server/agent/pending_replies.h"
 #include "server/telemetry/telemetry.h"
@@ -79,7 +79,7 @@ class TurnManager {
 
   // Starts a turn. INVALID_ARGUMENT for an empty/oversized message,
   // NOT_FOUND for an unknown session, FAILED_PRECONDITION if a turn is running.
-  [[nodiscard]] absl::Status Start(TurnRequest request);
+  [[nodiscard]] absl::Status Start(TurnRequest request) ABSL_LOCKS_EXCLUDED(mu_);
   // Receives one run record per finished turn (the evidence log).
   void SetRunRecorder(std::function<void(const nlohmann::json&)> recorder) {
     recorder_ = std::move(recorder);
@@ -105,7 +105,7 @@ class TurnManager {
     secrets_ = std::move(scanner);
   }
   // Cancels the running turn of the session, if any.
-  void Cancel(const std::string& session_id);
+  void Cancel(const std::string& session_id) ABSL_LOCKS_EXCLUDED(mu_);
   // Delivers a reply to the question or plan the session's turn waits on.
   // NOT_FOUND when nothing with that id is waiting.
   // Hands an answer to the question or plan the session waits for. The first
@@ -115,12 +115,13 @@ class TurnManager {
   // plan | act; refused while a turn runs (the model's tools would change mid-call).
   [[nodiscard]] absl::Status SetMode(const std::string& session_id, const std::string& mode,
                                      const std::string& reason);
-  bool Running(const std::string& session_id);
-  size_t RunningCount();
+  bool Running(const std::string& session_id) ABSL_LOCKS_EXCLUDED(mu_);
+  size_t RunningCount() ABSL_LOCKS_EXCLUDED(mu_);
   // Running turns whose starter `owned` accepts.
-  size_t RunningOwnedBy(const std::function<bool(const std::string& owner)>& owned);
+  size_t RunningOwnedBy(const std::function<bool(const std::string& owner)>& owned)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // Cancels every turn and waits for them to finish. Start() fails afterwards.
-  void Shutdown();
+  void Shutdown() ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   struct Turn;
@@ -134,11 +135,12 @@ class TurnManager {
   const ProviderSet& providers_;
   const ToolRegistry& tools_;
   const ToolRetriever retriever_;
+  // Set (by the Set* calls) before the first turn, read-only after.
   std::function<void(const nlohmann::json&)> recorder_;
   std::function<void(const std::string&, const std::string&, const std::string&)> reply_observer_;
   std::shared_ptr<const SecretScanner> secrets_;
   std::function<absl::StatusOr<ProjectToolSet>(const SessionInfo&)> project_tools_;
-  std::mutex mu_;
+  Mutex mu_;
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
   std::map<std::string, std::unique_ptr<Turn>> turns_ ABSL_GUARDED_BY(mu_);
   PendingReplies replies_;

@@ -7,13 +7,13 @@ namespace fwai {
 absl::Status TurnPolicy::CheckTool(const std::string& tool) {
   const PolicyDecision d = CheckPolicy(rules_, "tool", tool);
   if (d.allowed) return absl::OkStatus();
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   refusals_.push_back({{"kind", "tool"}, {"target", tool}, {"rule", d.rule}});
   return absl::PermissionDeniedError(absl::StrCat("refused by policy (", d.rule, "): ", d.reason));
 }
 
 absl::Status TurnPolicy::CheckAction(const PolicyQuery& q) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   PolicyDecision d = CheckPolicy(rules_, q.kind, q.target);
   if (d.allowed && q.kind == "write" && rules_.max_files_per_turn > 0 &&
       !files_written_.count(q.target) &&
@@ -40,7 +40,7 @@ absl::Status TurnPolicy::CheckAction(const PolicyQuery& q) {
 }
 
 nlohmann::json TurnPolicy::refusals() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return refusals_;
 }
 

@@ -3,13 +3,13 @@
 // refusals made, for the run record. Thread-safe: sub-agents run in parallel.
 #pragma once
 
-#include <mutex>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <string>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
+#include "common/mutex.h"
 #include "server/project/policy.h"
 #include "server/tools/tool.h"
 
@@ -32,7 +32,7 @@ class TurnPolicy {
 
  private:
   const PolicyRules rules_;
-  mutable std::mutex mu_;
+  mutable Mutex mu_;
   std::set<std::string> files_written_ ABSL_GUARDED_BY(mu_);
   int lines_changed_ ABSL_GUARDED_BY(mu_) = 0;
   nlohmann::json refusals_ ABSL_GUARDED_BY(mu_) = nlohmann::json::array();

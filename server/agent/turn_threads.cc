@@ -5,16 +5,16 @@
 namespace fwai {
 
 TurnThreads::TurnThreads(size_t kept, std::chrono::milliseconds idle_end) : idle_end_(idle_end) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   for (size_t i = 0; i < kept; ++i) Start(/*kept=*/true);
 }
 
 TurnThreads::~TurnThreads() {
   std::vector<std::thread> all;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     stop_ = true;
-    cv_.notify_all();
+    cv_.SignalAll();
     for (auto& [id, t] : live_) all.push_back(std::move(t));
     live_.clear();
     for (auto& t : ended_) all.push_back(std::move(t));
@@ -34,11 +34,11 @@ void TurnThreads::Start(bool kept) {
 void TurnThreads::Run(std::function<void()> job) {
   std::vector<std::thread> ended;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     ended.swap(ended_);
     jobs_.push_back(std::move(job));
     if (idle_ >= jobs_.size()) {
-      cv_.notify_one();
+      cv_.Signal();
     } else {
       Start(/*kept=*/false);
     }
@@ -47,40 +47,43 @@ void TurnThreads::Run(std::function<void()> job) {
 }
 
 size_t TurnThreads::Live() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return live_.size();
 }
 
 uint64_t TurnThreads::Created() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return next_id_;
 }
 
 void TurnThreads::WaitUntilLive(size_t n) {
-  std::unique_lock<std::mutex> lock(mu_);
-  ended_cv_.wait(lock, [&] { return live_.size() == n; });
+  MutexLock lock(&mu_);
+  while (live_.size() != n) ended_cv_.Wait(&mu_);
 }
 
 void TurnThreads::WaitUntilIdle(size_t n) {
-  std::unique_lock<std::mutex> lock(mu_);
-  ended_cv_.wait(lock, [&] { return idle_ >= n; });
+  MutexLock lock(&mu_);
+  while (idle_ < n) ended_cv_.Wait(&mu_);
 }
 
 void TurnThreads::Work(uint64_t id, bool kept) {
-  std::unique_lock<std::mutex> lock(mu_);
-  const auto ready = [this] { return stop_ || !jobs_.empty(); };
+  MutexLock lock(&mu_);
   bool counted = kept;  // counted as idle by Start()
   while (true) {
     if (!counted) {
       ++idle_;
-      ended_cv_.notify_all();  // WaitUntilIdle
+      ended_cv_.SignalAll();  // WaitUntilIdle
     }
     counted = false;
     bool woke = true;
     if (kept) {
-      cv_.wait(lock, ready);
+      while (!stop_ && jobs_.empty()) cv_.Wait(&mu_);
     } else {
-      woke = cv_.wait_for(lock, idle_end_, ready);
+      const auto deadline = std::chrono::steady_clock::now() + idle_end_;
+      while (!stop_ && jobs_.empty()) {
+        if (cv_.WaitWithDeadline(&mu_, deadline)) break;
+      }
+      woke = stop_ || !jobs_.empty();
     }
     --idle_;
     if (stop_) return;
@@ -89,15 +92,15 @@ void TurnThreads::Work(uint64_t id, bool kept) {
       auto it = live_.find(id);
       ended_.push_back(std::move(it->second));
       live_.erase(it);
-      ended_cv_.notify_all();
+      ended_cv_.SignalAll();
       return;
     }
     std::function<void()> job = std::move(jobs_.front());
     jobs_.pop_front();
-    lock.unlock();
+    lock.Unlock();
     job();
     job = nullptr;  // the turn's state goes before the thread waits again
-    lock.lock();
+    lock.Lock();
   }
 }
 

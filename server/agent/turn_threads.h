@@ -9,15 +9,16 @@
 #pragma once
 
 #include <chrono>
-#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
 #include <functional>
 #include <map>
-#include <mutex>
 #include <thread>
 #include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "common/mutex.h"
 
 namespace fwai {
 
@@ -42,19 +43,19 @@ class TurnThreads {
   void WaitUntilIdle(size_t n);
 
  private:
-  void Start(bool kept);  // mu_ held
-  void Work(uint64_t id, bool kept);
+  void Start(bool kept) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Work(uint64_t id, bool kept) ABSL_LOCKS_EXCLUDED(mu_);
 
   const std::chrono::milliseconds idle_end_;
-  std::mutex mu_;
-  std::condition_variable cv_;        // a job queued, or stop
-  std::condition_variable ended_cv_;  // a thread ended idle, or went idle
-  std::deque<std::function<void()>> jobs_;
-  size_t idle_ = 0;
-  bool stop_ = false;
-  uint64_t next_id_ = 0;
-  std::map<uint64_t, std::thread> live_;
-  std::vector<std::thread> ended_;  // extra ones that ended idle, to join
+  Mutex mu_;
+  CondVar cv_;        // a job queued, or stop
+  CondVar ended_cv_;  // a thread ended idle, or went idle
+  std::deque<std::function<void()>> jobs_ ABSL_GUARDED_BY(mu_);
+  size_t idle_ ABSL_GUARDED_BY(mu_) = 0;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 0;
+  std::map<uint64_t, std::thread> live_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::thread> ended_ ABSL_GUARDED_BY(mu_);  // extra ones that ended idle, to join
 };
 
 }  // namespace fwai

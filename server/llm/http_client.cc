@@ -5,12 +5,14 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
-#include <mutex>
+#include <mutex>  // std::call_once
 
+#include "absl/base/thread_annotations.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "common/clock.h"
+#include "common/mutex.h"
 #include "common/start_gate.h"
 
 namespace fwai {
@@ -87,7 +89,7 @@ class CurlHttpClient final : public HttpClient {
   // open between model calls of a turn.
   CURL* Take() {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       if (!idle_.empty()) {
         CURL* c = idle_.back();
         idle_.pop_back();
@@ -102,7 +104,7 @@ class CurlHttpClient final : public HttpClient {
       curl_easy_cleanup(c);
       return;
     }
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (idle_.size() >= 16) {
       curl_easy_cleanup(c);
       return;
@@ -166,8 +168,8 @@ class CurlHttpClient final : public HttpClient {
   }
 
  private:
-  std::mutex mu_;
-  std::vector<CURL*> idle_;
+  Mutex mu_;
+  std::vector<CURL*> idle_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace

@@ -8,13 +8,13 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstring>
-#include <mutex>
 #include <thread>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "common/mutex.h"
 #include "common/strings.h"
 #include "server/llm/http_client.h"
 #include "server/llm/line_splitter.h"
@@ -26,37 +26,41 @@ namespace fwai {
 using json = nlohmann::json;
 
 struct McpClient::Impl {
+  // config, http, the fds and the threads are set in Start() before the
+  // handshake (and before any thread that reads them), read-only after.
   McpServerConfig config;
   HttpClient* http = nullptr;  // streamable HTTP transport when set
-  std::string session_id;      // Mcp-Session-Id from the initialize answer
+  mutable Mutex mu;
+  // Mcp-Session-Id from the initialize answer.
+  std::string session_id ABSL_GUARDED_BY(mu);
   std::atomic<pid_t> pid{-1};  // -1 once reaped (by the reader or the destructor)
   int to_child = -1;
   int from_child = -1;
   int err_child = -1;
   std::thread reader, err_reader;
-  std::mutex write_mu;
+  Mutex write_mu;  // one message written to the server at a time
 
+  // A call's answer. Its fields are under `mu` (the owner's).
   struct Pending {
     bool done = false;
     json result;
     absl::Status error;
   };
-  mutable std::mutex mu;
-  std::condition_variable cv;
-  std::map<int64_t, std::shared_ptr<Pending>> pending;
-  int64_t next_id = 1;
+  CondVar cv;
+  std::map<int64_t, std::shared_ptr<Pending>> pending ABSL_GUARDED_BY(mu);
+  int64_t next_id ABSL_GUARDED_BY(mu) = 1;
   std::atomic<bool> tools_changed{false};  // the server sent notifications/tools/list_changed
   std::thread listener;                    // streamable HTTP: the server's own stream
   CancelToken listen_cancel;
-  bool listener_settled = false;  // under mu
-  bool dead = false;
-  absl::Status death;
-  std::string stderr_tail;
-  json server_info;
+  bool listener_settled ABSL_GUARDED_BY(mu) = false;
+  bool dead ABSL_GUARDED_BY(mu) = false;
+  absl::Status death ABSL_GUARDED_BY(mu);
+  std::string stderr_tail ABSL_GUARDED_BY(mu);
+  json server_info ABSL_GUARDED_BY(mu);
 
   absl::Status Send(const json& msg) {
     std::string line = msg.dump() + "\n";
-    std::lock_guard<std::mutex> lock(write_mu);
+    MutexLock lock(&write_mu);
     size_t off = 0;
     while (off < line.size()) {
       ssize_t n = write(to_child, line.data() + off, line.size() - off);
@@ -71,7 +75,7 @@ struct McpClient::Impl {
   }
 
   void Die(absl::Status why) {
-    std::lock_guard<std::mutex> lock(mu);
+    MutexLock lock(&mu);
     if (dead) return;
     dead = true;
     death = why;
@@ -80,7 +84,7 @@ struct McpClient::Impl {
       p->error = why;
     }
     pending.clear();
-    cv.notify_all();
+    cv.SignalAll();
   }
 
   // A request from the server: answer ping, refuse the rest.
@@ -103,7 +107,7 @@ struct McpClient::Impl {
     switch (msg.kind) {
       case JsonRpcMessage::Kind::kResponse: {
         if (!msg.id.is_number_integer()) return;  // not an id this client gave
-        std::lock_guard<std::mutex> lock(mu);
+        MutexLock lock(&mu);
         auto it = pending.find(msg.id.get<int64_t>());
         if (it == pending.end()) return;  // late answer to a cancelled call
         auto p = it->second;
@@ -114,7 +118,7 @@ struct McpClient::Impl {
         } else {
           p->result = msg.result;
         }
-        cv.notify_all();
+        cv.SignalAll();
         return;
       }
       case JsonRpcMessage::Kind::kRequest:
@@ -174,7 +178,7 @@ struct McpClient::Impl {
     }
     std::string tail;
     {
-      std::lock_guard<std::mutex> lock(mu);
+      MutexLock lock(&mu);
       tail = stderr_tail;
     }
     Die(absl::UnavailableError(absl::StrCat("mcp server ", config.name, " ", how,
@@ -187,7 +191,7 @@ struct McpClient::Impl {
       ssize_t n = read(err_child, chunk, sizeof(chunk));
       if (n < 0 && errno == EINTR) continue;
       if (n <= 0) break;
-      std::lock_guard<std::mutex> lock(mu);
+      MutexLock lock(&mu);
       stderr_tail.append(chunk, n);
       if (stderr_tail.size() > 2000) stderr_tail.erase(0, stderr_tail.size() - 2000);
     }
@@ -201,10 +205,12 @@ struct McpClient::Impl {
     req.url = config.url;
     req.headers = {"Content-Type: application/json", "Accept: application/json, text/event-stream"};
     for (const auto& h : config.headers) req.headers.push_back(h);
+    std::string sent_session;  // the session this request belongs to
     {
-      std::lock_guard<std::mutex> lock(mu);
-      if (!session_id.empty()) req.headers.push_back("Mcp-Session-Id: " + session_id);
+      MutexLock lock(&mu);
+      sent_session = session_id;
     }
+    if (!sent_session.empty()) req.headers.push_back("Mcp-Session-Id: " + sent_session);
     req.body = msg.dump();
     req.idle_timeout_s = std::max(1, timeout_ms / 1000);
     std::string body;
@@ -250,7 +256,7 @@ struct McpClient::Impl {
       return absl::UnavailableError(absl::StrCat("mcp server ", config.name, " at ", config.url,
                                                  ": ", resp.status().message()));
     }
-    if (resp->status == 404 && !session_id.empty()) {
+    if (resp->status == 404 && !sent_session.empty()) {
       return absl::UnavailableError(
           absl::StrCat("mcp server ", config.name, ": session expired (HTTP 404)"));
     }
@@ -260,7 +266,7 @@ struct McpClient::Impl {
     }
     auto sid = resp->headers.find("mcp-session-id");
     if (sid != resp->headers.end()) {
-      std::lock_guard<std::mutex> lock(mu);
+      MutexLock lock(&mu);
       session_id = sid->second;
     }
     if (!expect_answer) return json::object();
@@ -282,13 +288,16 @@ struct McpClient::Impl {
   // refused, or failed): Start waits for it so that nothing the server sends
   // right after is missed.
   void ListenerSettled() {
-    std::lock_guard<std::mutex> lock(mu);
+    MutexLock lock(&mu);
     listener_settled = true;
-    cv.notify_all();
+    cv.SignalAll();
   }
   void AwaitListener(std::chrono::milliseconds limit) {
-    std::unique_lock<std::mutex> lock(mu);
-    cv.wait_for(lock, limit, [this] { return listener_settled; });
+    MutexLock lock(&mu);
+    const auto deadline = std::chrono::steady_clock::now() + limit;
+    while (!listener_settled) {
+      if (cv.WaitWithDeadline(&mu, deadline)) break;
+    }
   }
 
   // Streamable HTTP: the stream a server may open for messages of its own
@@ -303,7 +312,7 @@ struct McpClient::Impl {
       req.headers = {"Accept: text/event-stream"};
       for (const auto& h : config.headers) req.headers.push_back(h);
       {
-        std::lock_guard<std::mutex> lock(mu);
+        MutexLock lock(&mu);
         if (!session_id.empty()) req.headers.push_back("Mcp-Session-Id: " + session_id);
       }
       req.idle_timeout_s = 24 * 3600;  // a quiet server is not a broken one
@@ -343,7 +352,7 @@ struct McpClient::Impl {
                         nullptr, config.init_timeout_ms);
     if (!init.ok()) return init.status();
     {
-      std::lock_guard<std::mutex> lock(mu);
+      MutexLock lock(&mu);
       server_info = ServerInfoFromInitialize(*init);
     }
     const json initialized = {{"jsonrpc", "2.0"}, {"method", "notifications/initialized"}};
@@ -356,7 +365,7 @@ struct McpClient::Impl {
     if (http) {
       int64_t id;
       {
-        std::lock_guard<std::mutex> lock(mu);
+        MutexLock lock(&mu);
         if (dead) return death;
         id = next_id++;
       }
@@ -368,7 +377,7 @@ struct McpClient::Impl {
     auto p = std::make_shared<Pending>();
     int64_t id;
     {
-      std::lock_guard<std::mutex> lock(mu);
+      MutexLock lock(&mu);
       if (dead) return death;
       id = next_id++;
       pending[id] = p;
@@ -379,22 +388,21 @@ struct McpClient::Impl {
       return s;
     }
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
-    std::unique_lock<std::mutex> lock(mu);
+    MutexLock lock(&mu);
     while (!p->done) {
       if (cancel && cancel->cancelled()) {
         pending.erase(id);
-        lock.unlock();
+        lock.Unlock();
         (void)Send({{"jsonrpc", "2.0"},
                     {"method", "notifications/cancelled"},
                     {"params", {{"requestId", id}, {"reason", "cancelled by the user"}}}});
         return absl::CancelledError(absl::StrCat("mcp ", method, " cancelled"));
       }
-      if (cv.wait_until(lock, std::min(deadline, std::chrono::steady_clock::now() +
-                                                     std::chrono::milliseconds(50))) ==
-              std::cv_status::timeout &&
+      if (cv.WaitWithDeadline(&mu, std::min(deadline, std::chrono::steady_clock::now() +
+                                                          std::chrono::milliseconds(50))) &&
           std::chrono::steady_clock::now() >= deadline && !p->done) {
         pending.erase(id);
-        lock.unlock();
+        lock.Unlock();
         (void)Send({{"jsonrpc", "2.0"},
                     {"method", "notifications/cancelled"},
                     {"params", {{"requestId", id}, {"reason", "timed out"}}}});
@@ -416,7 +424,7 @@ McpClient::~McpClient() {
     if (m.listener.joinable()) m.listener.join();
     std::string sid;
     {
-      std::lock_guard<std::mutex> lock(m.mu);
+      MutexLock lock(&m.mu);
       if (!m.dead) sid = m.session_id;
     }
     if (!sid.empty()) {
@@ -555,7 +563,7 @@ absl::StatusOr<McpCallResult> McpClient::CallTool(const std::string& tool, const
 bool McpClient::TakeToolsChanged() { return impl_->tools_changed.exchange(false); }
 
 bool McpClient::alive() const {
-  std::lock_guard<std::mutex> lock(impl_->mu);
+  MutexLock lock(&impl_->mu);
   return !impl_->dead;
 }
 
@@ -564,7 +572,7 @@ const std::string& McpClient::name() const { return impl_->config.name; }
 int McpClient::pid() const { return impl_->pid.load(); }
 
 std::string McpClient::server_info() const {
-  std::lock_guard<std::mutex> lock(impl_->mu);
+  MutexLock lock(&impl_->mu);
   return impl_->server_info.dump();
 }
 

@@ -60,7 +60,7 @@ std::vector<McpToolInfo> McpManager::Start() {
   // Servers start in parallel and outside the lock.
   std::vector<McpServerConfig> configs;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     for (const auto& [name, s] : servers_) configs.push_back(s.config);
   }
   std::vector<Connection> conns(configs.size());
@@ -72,7 +72,7 @@ std::vector<McpToolInfo> McpManager::Start() {
   }
   std::vector<McpToolInfo> all;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     for (size_t i = 0; i < configs.size(); ++i) {
       const std::string& name = configs[i].name;
       Server& s = servers_[name];
@@ -91,9 +91,9 @@ std::vector<McpToolInfo> McpManager::Start() {
 }
 
 void McpManager::Supervise() {
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   while (!stopping_) {
-    cv_.wait_for(lock, std::chrono::milliseconds(200));
+    cv_.WaitWithTimeout(&mu_, std::chrono::milliseconds(200));
     if (stopping_) break;
     const auto now = std::chrono::steady_clock::now();
     std::vector<std::pair<std::string, std::shared_ptr<McpClient>>>
@@ -118,7 +118,7 @@ void McpManager::Supervise() {
     if (due.empty() && changed.empty()) continue;
     // Starting a server or reading its tools may take seconds (up to its
     // timeouts): outside the lock, so calls to the other servers go on.
-    lock.unlock();
+    lock.Unlock();
     std::vector<std::pair<std::string, Connection>> restarted;
     for (const auto& c : due) restarted.emplace_back(c.name, Connect(c));
     std::vector<std::pair<std::string, std::vector<McpToolInfo>>> ready;  // tools to announce
@@ -138,7 +138,7 @@ void McpManager::Supervise() {
       spdlog::info("mcp server {}: tool list changed: {} tools", name, infos.size());
       ready.emplace_back(name, std::move(infos));
     }
-    lock.lock();
+    lock.Lock();
     if (stopping_) break;  // the connections close as `restarted` goes
     for (auto& [name, tools] : relisted) servers_[name].tools = std::move(tools);
     const auto after = std::chrono::steady_clock::now();
@@ -157,9 +157,9 @@ void McpManager::Supervise() {
     }
     if (!ready.empty() && on_tools_) {
       // Outside the lock: the callback indexes tools and may take a while.
-      lock.unlock();
+      lock.Unlock();
       for (const auto& [name, tools] : ready) on_tools_(name, tools);
-      lock.lock();
+      lock.Lock();
     }
   }
 }
@@ -168,7 +168,7 @@ absl::StatusOr<McpCallResult> McpManager::Call(const std::string& server, const 
                                                const json& args, CancelToken* cancel) {
   std::shared_ptr<McpClient> client;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     auto it = servers_.find(server);
     if (it == servers_.end())
       return absl::NotFoundError(absl::StrCat("no mcp server named ", server));
@@ -181,30 +181,30 @@ absl::StatusOr<McpCallResult> McpManager::Call(const std::string& server, const 
     }
   }
   auto r = client->CallTool(tool, args, cancel);
-  if (!r.ok()) cv_.notify_all();  // let the supervisor look at it now
+  if (!r.ok()) cv_.SignalAll();  // let the supervisor look at it now
   return r;
 }
 
 void McpManager::Stop() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (stopping_) return;
     stopping_ = true;
   }
-  cv_.notify_all();
+  cv_.SignalAll();
   if (supervisor_.joinable()) supervisor_.join();
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   for (auto& [name, s] : servers_) s.client.reset();
 }
 
 int McpManager::pid(const std::string& server) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto it = servers_.find(server);
   return it != servers_.end() && it->second.client ? it->second.client->pid() : -1;
 }
 
 int McpManager::restarts(const std::string& server) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto it = servers_.find(server);
   return it == servers_.end() ? 0 : it->second.restarts;
 }
@@ -239,7 +239,7 @@ class McpProxyTool final : public Tool {
 }  // namespace
 
 bool McpManager::Lists(const std::string& server, const std::string& tool) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto it = servers_.find(server);
   return it != servers_.end() && it->second.tools.count(tool) > 0;
 }

@@ -4,11 +4,9 @@
 // [A-Za-z0-9_-] become '_', at most 64 characters). Thread-safe.
 #pragma once
 
-#include <condition_variable>
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <set>
 #include <string>
 #include <thread>
@@ -16,6 +14,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "common/config.h"
+#include "common/mutex.h"
 #include "server/mcp/mcp_client.h"
 
 namespace fwai {
@@ -79,16 +78,17 @@ class McpManager {
     std::vector<McpToolInfo> tools;
     std::string error;
   };
-  void Supervise();
+  void Supervise() ABSL_LOCKS_EXCLUDED(mu_);
   // Starts the server and lists its tools; takes no lock (may take seconds).
   Connection Connect(const McpServerConfig& config) const;
   void Adopt(Server& s, const Connection& c) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
-  std::mutex mu_;
-  std::condition_variable cv_;
+  Mutex mu_;
+  CondVar cv_;
   std::map<std::string, Server> servers_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
-  std::thread supervisor_;
+  std::thread supervisor_;  // started by Start(), joined by Stop() (one caller at a time)
+  // Set before Start(), read-only after.
   std::function<void(const std::string&, const std::vector<McpToolInfo>&)> on_tools_;
   HttpClient* const http_;
 };

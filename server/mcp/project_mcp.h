@@ -7,11 +7,12 @@
 
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "common/mutex.h"
 
 namespace fwai {
 
@@ -37,20 +38,25 @@ class ProjectMcpServers {
   // The servers run as `account` and the project's file is read as it; each
   // account has its own servers in a project.
   [[nodiscard]] absl::StatusOr<ToolSet> ToolsFor(const std::string& project_root,
-                                                 const LocalAccount& account);
+                                                 const LocalAccount& account)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // Whether the project declares servers (without starting them), read as `account`.
   [[nodiscard]] static absl::StatusOr<bool> Declares(const std::string& project_root,
                                                      const LocalAccount& account);
   // How many projects have servers running (for status and tests).
-  size_t running();
+  size_t running() ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   struct Entry;
+  // Stops the servers of the least recently used projects past
+  // max_projects_, other than `keep`'s.
+  void EvictPastLimit(const Entry* keep) ABSL_LOCKS_EXCLUDED(mu_);
+
   HttpClient* const http_;
   const size_t max_projects_;
-  std::mutex mu_;
-  std::map<std::string, std::shared_ptr<Entry>> by_root_;
-  uint64_t clock_ = 0;
+  Mutex mu_;
+  std::map<std::string, std::shared_ptr<Entry>> by_root_ ABSL_GUARDED_BY(mu_);
+  uint64_t clock_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace fwai

@@ -134,6 +134,10 @@ struct SerialHub::Rep {
   std::array<char, 4096> buf{};
   std::ofstream log;  // written under the hub's mu_ (Deliver)
   Mutex write_mu;     // one Write at a time on the port
+  // Set by Close before the port's descriptor is closed: a Write that took
+  // this Rep before then must not write to a descriptor number the process
+  // may since have reused.
+  bool closed ABSL_GUARDED_BY(write_mu) = false;
 };
 
 SerialHub::SerialHub(std::string name, size_t history_lines)
@@ -249,7 +253,7 @@ absl::Status SerialHub::Open(const std::string& path, const SerialSettings& s) {
     return OpenError(path, err);
   }
 
-  auto rep = std::make_unique<Rep>();
+  auto rep = std::make_shared<Rep>();
   boost::system::error_code ec;
   rep->port = std::make_unique<asio::serial_port>(rep->io);
   rep->port->assign(fd, ec);
@@ -320,13 +324,17 @@ absl::Status SerialHub::Open(const std::string& path, const SerialSettings& s) {
 }
 
 void SerialHub::Close(const std::string& reason, bool end_readers) {
-  std::unique_ptr<Rep> rep;
+  std::shared_ptr<Rep> rep;
   {
     MutexLock lock(&mu_);
     open_ = false;
     rep = std::move(rep_);
   }
   if (rep) {
+    {
+      MutexLock wl(&rep->write_mu);  // after a write under way, before the next
+      rep->closed = true;
+    }
     asio::post(rep->io, [r = rep.get()] {
       boost::system::error_code ec;
       r->flush_timer->cancel();
@@ -351,16 +359,19 @@ std::string SerialHub::path() const {
 absl::Status SerialHub::Write(std::string_view bytes) {
   int fd = -1;
   std::string path;
-  Rep* r = nullptr;
+  std::shared_ptr<Rep> r;
   {
     MutexLock lock(&mu_);
     if (!open_ || !rep_)
       return absl::FailedPreconditionError(absl::StrCat(name_, ": serial port is not open"));
-    r = rep_.get();
+    r = rep_;
     fd = r->port->native_handle();
     path = path_;
   }
   MutexLock wl(&r->write_mu);
+  if (r->closed) {
+    return absl::FailedPreconditionError(absl::StrCat(name_, ": serial port is not open"));
+  }
   size_t done = 0;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
   while (done < bytes.size()) {

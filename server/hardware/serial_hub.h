@@ -118,7 +118,9 @@ class SerialHub {
   const std::string name_;
   const size_t history_lines_;
   mutable Mutex mu_;
-  std::unique_ptr<Rep> rep_ ABSL_GUARDED_BY(mu_);
+  // Shared with a Write in progress, which may outlive Close (it then
+  // finds the port closed).
+  std::shared_ptr<Rep> rep_ ABSL_GUARDED_BY(mu_);
   CondVar cv_;  // new lines, for WaitFor
   std::deque<SerialLine> history_ ABSL_GUARDED_BY(mu_);
   uint64_t next_seq_ ABSL_GUARDED_BY(mu_) = 1;

@@ -4,11 +4,13 @@
 #include <elf.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <poll.h>
 #include <pty.h>
 #include <sys/file.h>
 #include <termios.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -555,6 +557,50 @@ TEST(SerialHubTest, UnplugEndsReadersWithTheReason) {
   EXPECT_FALSE(hub.is_open());
   std::lock_guard lock(mu);
   EXPECT_NE(failure.find("closed"), std::string::npos) << failure;
+}
+
+TEST(SerialHubTest, WritesRacingACloseEndAsNotOpenAndNeverWriteAClosedPort) {
+  Pty pty;
+  SerialHub hub("t", 10);
+  ASSERT_TRUE(hub.Open(pty.slave, SerialSettings{}).ok());
+  std::atomic<bool> draining{true};
+  std::thread drain([&] {  // the board's side reads, so writes never block
+    fcntl(pty.master, F_SETFL, O_NONBLOCK);
+    char buf[4096];
+    while (draining) {
+      if (read(pty.master, buf, sizeof buf) <= 0) {
+        pollfd p{pty.master, POLLIN, 0};
+        poll(&p, 1, 5);
+      }
+    }
+  });
+  constexpr int kWriters = 4;
+  std::atomic<int> written{0};
+  std::vector<absl::Status> last(kWriters);
+  std::vector<std::thread> writers;
+  for (int i = 0; i < kWriters; ++i) {
+    writers.emplace_back([&, i] {
+      // Until the port is gone: a write after Close must fail as "not
+      // open", not reach a descriptor Close has closed (or one reused since).
+      while (true) {
+        absl::Status st = hub.Write("0123456789abcdef");
+        if (!st.ok()) {
+          last[i] = st;
+          return;
+        }
+        ++written;
+      }
+    });
+  }
+  while (written < kWriters * 20) std::this_thread::yield();
+  hub.Close("unplugged in the test", true);
+  for (auto& t : writers) t.join();
+  draining = false;
+  drain.join();
+  for (int i = 0; i < kWriters; ++i) {
+    EXPECT_EQ(last[i].code(), absl::StatusCode::kFailedPrecondition) << last[i];
+    EXPECT_NE(last[i].message().find("not open"), std::string::npos) << last[i];
+  }
 }
 
 TEST(SerialHubTest, OpenErrorsAreClear) {

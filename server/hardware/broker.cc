@@ -454,14 +454,17 @@ void HardwareBroker::OnLeaseEnded(const LeaseRecord& lease, const std::string& r
       MutexLock lock(&transcripts_mu_);
       if (transcripts_.size() > 1000) transcripts_.erase(transcripts_.begin());
       transcripts_[lease.lease_id] = std::move(t);
-    } else if (recorder_) {
-      recorder_({{"kind", "lease_ended"},
-                 {"lease_id", lease.lease_id},
-                 {"board", lease.device_id},
-                 {"holder", lease.identity},
-                 {"holder_name", lease.holder},
-                 {"reason", reason},
-                 {"serial_transcript", std::move(t)}});
+    } else if (auto recorder = [this] {
+                 MutexLock lock(&hooks_mu_);
+                 return recorder_;
+               }()) {
+      recorder({{"kind", "lease_ended"},
+                {"lease_id", lease.lease_id},
+                {"board", lease.device_id},
+                {"holder", lease.identity},
+                {"holder_name", lease.holder},
+                {"reason", reason},
+                {"serial_transcript", std::move(t)}});
     }
   }
   b->debug_cancel = true;

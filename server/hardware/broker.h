@@ -135,10 +135,14 @@ class HardwareBroker {
   // Receives the records of leases that end on their own (TTL, session);
   // flash records are the caller's to write (FlashResult::record).
   void SetRunRecorder(std::function<void(const nlohmann::json&)> recorder) {
+    MutexLock lock(&hooks_mu_);
     recorder_ = std::move(recorder);
   }
   // The flash guard's register_check (see RegisterCheckHook).
-  void SetRegisterCheck(RegisterCheckHook hook) { register_check_ = std::move(hook); }
+  void SetRegisterCheck(RegisterCheckHook hook) {
+    MutexLock lock(&hooks_mu_);
+    register_check_ = std::move(hook);
+  }
   // The register report of the project at `root` as the hook makes it;
   // UNIMPLEMENTED when this fwaid has none.
   absl::StatusOr<nlohmann::json> CheckRegistersOf(const Caller& caller,
@@ -154,14 +158,21 @@ class HardwareBroker {
   // Finds the build record (a skill run) that produced the image with this
   // SHA-256, for the guard's toolchain and growth rules; null if none.
   void SetBuildRecordLookup(std::function<nlohmann::json(const std::string& sha256)> lookup) {
+    MutexLock lock(&hooks_mu_);
     build_record_ = std::move(lookup);
   }
   nlohmann::json BuildRecordOf(const std::string& sha256) const {
-    return build_record_ ? build_record_(sha256) : nlohmann::json();
+    std::function<nlohmann::json(const std::string&)> lookup;
+    {
+      MutexLock lock(&hooks_mu_);
+      lookup = build_record_;
+    }
+    return lookup ? lookup(sha256) : nlohmann::json();
   }
   // Each flash record carries the SBOM of what was flashed: `tool_version`
   // names fwaid in it; `dpkg_admindir` is where toolchains are attested.
   void SetSbomOptions(std::string tool_version, std::string dpkg_admindir) {
+    MutexLock lock(&hooks_mu_);
     sbom_version_ = std::move(tool_version);
     dpkg_admindir_ = std::move(dpkg_admindir);
   }
@@ -363,8 +374,28 @@ class HardwareBroker {
   // Made by the constructor and never reset (the serial hubs' failure
   // callbacks read it from their threads); Shutdown stops its thread.
   const std::unique_ptr<Supervisor> supervisor_;
-  // Set by the daemon while it starts (before it serves); read-only after.
-  std::function<void(const nlohmann::json&)> recorder_;
+  // The daemon's hooks. It sets them after Start, while the lease sweeper
+  // may already end a lease, so they are copied out under hooks_mu_ and
+  // called without it.
+  mutable Mutex hooks_mu_;
+  std::function<void(const nlohmann::json&)> recorder_ ABSL_GUARDED_BY(hooks_mu_);
+  std::function<nlohmann::json(const std::string&)> build_record_ ABSL_GUARDED_BY(hooks_mu_);
+  RegisterCheckHook register_check_ ABSL_GUARDED_BY(hooks_mu_);
+  std::string sbom_version_ ABSL_GUARDED_BY(hooks_mu_);
+  std::string dpkg_admindir_ ABSL_GUARDED_BY(hooks_mu_);
+  RegisterCheckHook RegisterCheck() const ABSL_LOCKS_EXCLUDED(hooks_mu_) {
+    MutexLock lock(&hooks_mu_);
+    return register_check_;
+  }
+  std::string SbomVersion() const ABSL_LOCKS_EXCLUDED(hooks_mu_) {
+    MutexLock lock(&hooks_mu_);
+    return sbom_version_;
+  }
+  std::string DpkgAdmindir() const ABSL_LOCKS_EXCLUDED(hooks_mu_) {
+    MutexLock lock(&hooks_mu_);
+    return dpkg_admindir_;
+  }
+  // Set before Start; read-only after.
   std::string transcript_dir_;
   Mutex transcripts_mu_;
   // lease id -> first serial seq
@@ -372,9 +403,6 @@ class HardwareBroker {
   // lease id -> transcript, until taken
   std::map<std::string, nlohmann::json> transcripts_ ABSL_GUARDED_BY(transcripts_mu_);
   nlohmann::json KeepTranscript(const LeaseRecord& lease) ABSL_LOCKS_EXCLUDED(transcripts_mu_);
-  std::function<nlohmann::json(const std::string&)> build_record_;
-  RegisterCheckHook register_check_;
-  std::string sbom_version_, dpkg_admindir_;
   std::string ota_dir_;
   std::vector<std::string> ota_keys_;
 };

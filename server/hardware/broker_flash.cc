@@ -237,8 +237,9 @@ absl::Status CheckToolchainRecord(const nlohmann::json& build, const std::string
 
 absl::StatusOr<nlohmann::json> HardwareBroker::CheckRegistersOf(const Caller& caller,
                                                                 const std::string& root) const {
-  if (!register_check_) return absl::UnimplementedError("this fwaid has no register checker");
-  return register_check_(caller, root);
+  const RegisterCheckHook check = RegisterCheck();
+  if (!check) return absl::UnimplementedError("this fwaid has no register checker");
+  return check(caller, root);
 }
 
 absl::Status GuardRegisters(const RegisterCheckHook& check, const Caller& caller,
@@ -455,7 +456,7 @@ absl::StatusOr<FlashResult> HardwareBroker::FlashGuarded(
   if (!sha.ok()) return sha.status();
   // The rules that need the image's build record: its toolchain, its growth.
   nlohmann::json build = BuildRecordMadeImage(guard.build, *sha) ? guard.build : nlohmann::json();
-  if (build.is_null() && build_record_) build = build_record_(*sha);
+  if (build.is_null()) build = BuildRecordOf(*sha);
   if (guard.require_verified_toolchain) {
     if (auto s = CheckToolchainRecord(build, requested_image, *sha); !s.ok()) return s;
   }
@@ -464,7 +465,7 @@ absl::StatusOr<FlashResult> HardwareBroker::FlashGuarded(
       return s;
   }
   std::string registers_said, registers_warning;
-  if (auto s = GuardRegisters(register_check_, caller, root, guard.register_check, &registers_said,
+  if (auto s = GuardRegisters(RegisterCheck(), caller, root, guard.register_check, &registers_said,
                               &registers_warning);
       !s.ok()) {
     return s;
@@ -535,7 +536,7 @@ absl::StatusOr<FlashResult> HardwareBroker::FlashGuarded(
       if (caller.account) as.emplace(*caller.account);
       rec["sbom"] = as && !as->status().ok()
                         ? nlohmann::json{{"error", std::string(as->status().message())}}
-                        : FlashRecordSbom(rec, build, sbom_version_, dpkg_admindir_);
+                        : FlashRecordSbom(rec, build, SbomVersion(), DpkgAdmindir());
     }
     result.record = std::move(rec);
   }

@@ -8,7 +8,9 @@ namespace fwai {
 
 class Counter {
  public:
-  int ReadWithoutTheLock() { return n_; }  // EXPECT: reading variable 'n_' requires holding mutex 'mu_'
+  int ReadWithoutTheLock() {
+    return n_;  // EXPECT: reading variable 'n_' requires holding mutex 'mu_'
+  }
 
   void WriteAfterGivingItUp() {
     MutexLock lock(&mu_);
@@ -22,12 +24,10 @@ class Counter {
 
   int WriteUnderAReaderLock() {
     ReaderMutexLock lock(&smu_);
-    return ++shared_;  // EXPECT: writing variable 'shared_' requires holding mutex 'smu_' exclusively
+    return ++shared_;  // EXPECT: writing variable 'shared_' requires holding mutex 'smu_'
   }
 
-  void LeaveItLocked() {
-    mu_.Lock();
-  }  // EXPECT: mutex 'mu_' is still held at the end of function
+  void LeaveItLocked() { mu_.Lock(); }  // EXPECT: mutex 'mu_' is still held at the end of function
 
   void WaitWithoutTheLock() {
     ready_.Wait(&mu_);  // EXPECT: calling function 'Wait' requires holding mutex 'mu_' exclusively

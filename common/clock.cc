@@ -6,9 +6,14 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
+#include <thread>
+
+#include "common/cancel.h"
 
 namespace fwai {
 
@@ -59,11 +64,44 @@ int64_t MonotonicNanos() {
 }
 
 namespace {
+
+// Waits `us` (at least a millisecond) on `cancel`, or just sleeps without
+// one; true if cancelled.
+bool Nap(int64_t us, CancelToken* cancel) {
+  const auto d = std::chrono::milliseconds(std::max<int64_t>(1, (us + 999) / 1000));
+  if (cancel != nullptr) return cancel->WaitFor(d);
+  std::this_thread::sleep_for(d);
+  return false;
+}
+
 class RealClock final : public Clock {
  public:
   int64_t NowMicros() const override { return ::fwai::NowMicros(); }
+
+  bool SleepFor(int64_t us, CancelToken* cancel) const override {
+    // Naps of at most 50 ms, so that a moved wall clock (the offset file)
+    // is noticed soon; whichever of the two clocks reaches `us` first ends it.
+    constexpr int64_t kNapUs = 50'000;
+    const int64_t wall_end = NowMicros() + us;
+    const int64_t real_end = MonotonicNanos() / 1000 + us;
+    while (true) {
+      if (cancel != nullptr && cancel->cancelled()) return true;
+      const int64_t left = std::min(wall_end - NowMicros(), real_end - MonotonicNanos() / 1000);
+      if (left <= 0) return false;
+      if (Nap(std::min(left, kNapUs), cancel)) return true;
+    }
+  }
 };
+
 }  // namespace
+
+bool ManualClock::SleepFor(int64_t us, CancelToken* cancel) const {
+  const int64_t end = NowMicros() + us;
+  while (NowMicros() < end) {
+    if (Nap(1000, cancel)) return true;
+  }
+  return false;
+}
 
 const Clock& SystemClock() {
   static const RealClock* clock = new RealClock();

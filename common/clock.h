@@ -16,10 +16,20 @@ std::string FormatLocalTime(int64_t us, const char* format = "%Y-%m-%d %H:%M:%S"
 // `us` as UTC in ISO 8601 ("2026-11-24T05:01:02Z"); "-" for 0 or less.
 std::string FormatUtc(int64_t us);
 
+class CancelToken;
+
 class Clock {
  public:
   virtual ~Clock() = default;
   virtual int64_t NowMicros() const = 0;
+  // Waits until `us` microseconds of this clock's time have passed; returns
+  // true if `cancel` (may be null) was cancelled first, which ends the wait
+  // at once. The system clock's wait also ends once `us` of real (monotonic)
+  // time has passed: a step of the wall clock backwards never lengthens it,
+  // and a step forwards (or a test moving FWAI_CLOCK_OFFSET_FILE) ends it
+  // within 50 ms. A ManualClock's wait ends only when Advance or Set have
+  // moved it far enough.
+  virtual bool SleepFor(int64_t us, CancelToken* cancel) const = 0;
 };
 
 // The real clock; a process-wide singleton that is never destroyed.
@@ -31,6 +41,7 @@ class ManualClock final : public Clock {
  public:
   explicit ManualClock(int64_t start_us = ::fwai::NowMicros()) : now_us_(start_us) {}
   int64_t NowMicros() const override { return now_us_.load(); }
+  bool SleepFor(int64_t us, CancelToken* cancel) const override;
   void Advance(int64_t us) { now_us_.fetch_add(us); }
   void Set(int64_t us) { now_us_.store(us); }
 

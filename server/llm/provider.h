@@ -67,10 +67,13 @@ class Provider {
   virtual const ProviderConfig& config() const = 0;
 };
 
+class Clock;
 class HttpClient;
 
-// Builds a provider from its config. `http` must outlive the provider.
+// Builds a provider from its config. `http` must outlive the provider, and
+// so must `clock` (null: the system's), on which it waits between attempts
+// (a backoff, a Retry-After).
 std::unique_ptr<Provider> MakeProvider(const ProviderConfig& config, const RetryConfig& retry,
-                                       HttpClient& http);
+                                       HttpClient& http, const Clock* clock = nullptr);
 
 }  // namespace fwai

@@ -9,6 +9,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/clock.h"
 #include "server/llm/http_client.h"
 #include "server/llm/line_splitter.h"
 #include "server/llm/provider.h"
@@ -143,8 +144,8 @@ struct StreamState {
 
 class HttpProvider : public Provider {
  public:
-  HttpProvider(ProviderConfig config, RetryConfig retry, HttpClient& http)
-      : config_(std::move(config)), retry_(retry), http_(http) {}
+  HttpProvider(ProviderConfig config, RetryConfig retry, HttpClient& http, const Clock& clock)
+      : config_(std::move(config)), retry_(retry), http_(http), clock_(clock) {}
 
   const ProviderConfig& config() const override { return config_; }
 
@@ -253,7 +254,7 @@ class HttpProvider : public Provider {
         backoff = std::min(backoff * 2, retry_.max_backoff_ms);
       }
       observer.OnRetry(attempt, delay, why);
-      if (cancel.WaitFor(std::chrono::milliseconds(delay))) {
+      if (clock_.SleepFor(int64_t{delay} * 1000, &cancel)) {
         return absl::CancelledError("turn cancelled");
       }
     }
@@ -288,6 +289,7 @@ class HttpProvider : public Provider {
   const ProviderConfig config_;
   const RetryConfig retry_;
   HttpClient& http_;
+  const Clock& clock_;
 };
 
 // ---------------------------------------------------------------------------
@@ -875,11 +877,13 @@ class OllamaProvider final : public HttpProvider {
 }  // namespace
 
 std::unique_ptr<Provider> MakeProvider(const ProviderConfig& config, const RetryConfig& retry,
-                                       HttpClient& http) {
-  if (config.kind == "anthropic") return std::make_unique<AnthropicProvider>(config, retry, http);
-  if (config.kind == "gemini") return std::make_unique<GeminiProvider>(config, retry, http);
-  if (config.kind == "ollama") return std::make_unique<OllamaProvider>(config, retry, http);
-  return std::make_unique<OpenAiProvider>(config, retry, http);
+                                       HttpClient& http, const Clock* clock) {
+  const Clock& c = clock != nullptr ? *clock : SystemClock();
+  if (config.kind == "anthropic")
+    return std::make_unique<AnthropicProvider>(config, retry, http, c);
+  if (config.kind == "gemini") return std::make_unique<GeminiProvider>(config, retry, http, c);
+  if (config.kind == "ollama") return std::make_unique<OllamaProvider>(config, retry, http, c);
+  return std::make_unique<OpenAiProvider>(config, retry, http, c);
 }
 
 }  // namespace fwai

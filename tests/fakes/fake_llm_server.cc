@@ -168,6 +168,8 @@ bool FakeReplyFromJson(const json& j, FakeReply* out, std::string* error) {
         r.error_message = v.get<std::string>();
       } else if (key == "retry_after_s") {
         r.retry_after_s = v.get<int>();
+      } else if (key == "retry_after_ms") {
+        r.retry_after_ms = v.get<int>();
       } else if (key == "chunk_delay_ms") {
         r.chunk_delay_ms = v.get<int>();
       } else if (key == "cut_after_chunks") {
@@ -466,6 +468,7 @@ void FakeLlmServer::Serve(int fd) {
         absl::StrCat("HTTP/1.1 ", r.status, " Error\r\nContent-Type: application/json\r\n",
                      "Content-Length: ", b.size(), "\r\nConnection: close\r\n");
     if (r.retry_after_s >= 0) absl::StrAppend(&resp, "retry-after: ", r.retry_after_s, "\r\n");
+    if (r.retry_after_ms >= 0) absl::StrAppend(&resp, "retry-after-ms: ", r.retry_after_ms, "\r\n");
     absl::StrAppend(&resp, "\r\n", b);
     WriteAll(fd, resp);
     close(fd);

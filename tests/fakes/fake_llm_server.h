@@ -29,6 +29,7 @@ struct FakeReply {
   std::string error_type;  // e.g. "rate_limit_error"
   std::string error_message;
   int retry_after_s = -1;           // sets the retry-after header when >= 0
+  int retry_after_ms = -1;          // sets the retry-after-ms header when >= 0
   std::vector<std::string> chunks;  // text deltas, in order
   std::vector<FakeToolCall> tool_calls;
   int chunk_delay_ms = 0;     // pause before each chunk
@@ -49,7 +50,8 @@ struct FakeReply {
 };
 
 // A reply as JSON: {"chunks": [...], "tool_calls": [{"id", "name", "input"}],
-// "status", "error_type", "error_message", "retry_after_s", "chunk_delay_ms",
+// "status", "error_type", "error_message", "retry_after_s", "retry_after_ms",
+// "chunk_delay_ms",
 // "stop_reason", "input_tokens", "output_tokens", "bench_chunks",
 // "bench_chunk_bytes", "match"}. Unknown keys are an error naming the key.
 [[nodiscard]] bool FakeReplyFromJson(const nlohmann::json& j, FakeReply* out, std::string* error);

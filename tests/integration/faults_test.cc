@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <chrono>
 #include <fstream>
 #include <thread>
 
@@ -87,6 +88,9 @@ TEST(FaultsTest, StreamCutMidwayGivesErrorAndSessionStaysUsable) {
   EXPECT_EQ(msgs[1]["content"][0]["text"], "partial answer ");
 }
 
+// A rate limit is waited out on fwaid's clock for as long as the service
+// asked (Retry-After: 60): the request goes again once that clock has moved
+// a minute — not before, and without a real minute passing.
 TEST(FaultsTest, RateLimitIsRetriedWithRetryAfter) {
   FakeLlmServer fake;
   ASSERT_GT(fake.Start(), 0);
@@ -96,18 +100,37 @@ TEST(FaultsTest, RateLimitIsRetriedWithRetryAfter) {
   limited.status = 429;
   limited.error_type = "rate_limit_error";
   limited.error_message = "slow down";
-  limited.retry_after_s = 1;
+  limited.retry_after_s = 60;
   fake.Enqueue(limited);
   auto s = d.CreateSession();
-  auto t0 = std::chrono::steady_clock::now();
-  auto out = RunChat(*d.sessions(), s.id(), "hello");
-  auto ms =
-      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0)
-          .count();
+  TurnOutcome out;
+  const auto t0 = std::chrono::steady_clock::now();
+  std::thread turn([&] { out = RunChat(*d.sessions(), s.id(), "hello", /*timeout_s=*/120); });
+  // The clock moves a second at a time, looked at before each step: the
+  // request that came again came when the clock had been moved `moved_s - 1`
+  // or `moved_s` seconds, and at most `real_s` had really passed.
+  int moved_s = 0;
+  const auto real_limit = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (fake.request_count() < 2 && std::chrono::steady_clock::now() < real_limit) {
+    if (fake.request_count() == 1 && moved_s < 120) {
+      d.AdvanceClock(1'000'000);
+      ++moved_s;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  const double real_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const size_t asked = fake.request_count();
+  turn.join();
+  ASSERT_EQ(asked, 2u) << "not asked again within 30 s of real time, the clock " << moved_s
+                       << " s ahead\n"
+                       << d.log();
+  EXPECT_GE(moved_s + real_s, 60.0)
+      << "asked again before the Retry-After had passed on fwaid's clock (moved " << moved_s
+      << " s, " << real_s << " s real)";
   ASSERT_TRUE(out.finished);
   EXPECT_EQ(out.stop_reason, "end_turn");
-  EXPECT_EQ(fake.request_count(), 2u);
-  EXPECT_GE(ms, 900);  // honoured retry-after: 1
+  EXPECT_NE(d.log().find("retrying in 60000 ms"), std::string::npos) << d.log();
 }
 
 TEST(FaultsTest, Kill9MidTurnKeepsEveryEventWrittenBefore) {

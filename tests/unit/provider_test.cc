@@ -3,9 +3,11 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <thread>
 
+#include "common/clock.h"
 #include "server/llm/http_client.h"
 #include "tests/fakes/fake_llm_server.h"
 
@@ -18,12 +20,16 @@ using testing::FakeReply;
 struct Collect : StreamObserver {
   std::string text;
   std::vector<std::string> tools;
-  int retries = 0;
+  std::atomic<int> retries{0};
+  std::atomic<int> last_delay_ms{0};
   void OnText(std::string_view t) override { text.append(t); }
   void OnToolUseStart(const std::string& id, const std::string& name) override {
     tools.push_back(name);
   }
-  void OnRetry(int, int, const std::string&) override { ++retries; }
+  void OnRetry(int, int delay_ms, const std::string&) override {
+    last_delay_ms = delay_ms;
+    ++retries;
+  }
 };
 
 class ProviderTest : public ::testing::TestWithParam<std::string> {
@@ -38,11 +44,19 @@ class ProviderTest : public ::testing::TestWithParam<std::string> {
     pc.api_key_env = "FAKE_KEY_VAR";
     pc.base_url = pc.kind == "openai" ? fake_.openai_base_url() : fake_.anthropic_base_url();
     pc.model = "m-1";
+    config_ = pc;
+    provider_ = MakeProvider(pc, Retries(), *http_);
+  }
+  static RetryConfig Retries() {
     RetryConfig rc;
     rc.max_attempts = 3;
     rc.initial_backoff_ms = 10;
     rc.max_backoff_ms = 50;
-    provider_ = MakeProvider(pc, rc, *http_);
+    return rc;
+  }
+  // The same provider, waiting between attempts on `clock`.
+  std::unique_ptr<Provider> ProviderWithClock(const Clock* clock) {
+    return MakeProvider(config_, Retries(), *http_, clock);
   }
   ChatRequest Request() {
     ChatRequest r;
@@ -53,6 +67,7 @@ class ProviderTest : public ::testing::TestWithParam<std::string> {
     return r;
   }
   FakeLlmServer fake_;
+  ProviderConfig config_;
   std::unique_ptr<HttpClient> http_;
   std::unique_ptr<Provider> provider_;
 };
@@ -173,8 +188,74 @@ TEST_P(ProviderTest, RetriesOn429And5xxThenSucceeds) {
   auto res = provider_->Stream(Request(), obs, cancel);
   ASSERT_TRUE(res.ok()) << res.status();
   EXPECT_EQ(obs.text, "fine");
-  EXPECT_EQ(obs.retries, 2);
+  EXPECT_EQ(obs.retries.load(), 2);
   EXPECT_EQ(fake_.request_count(), 3u);
+}
+
+// A provider waits out a rate limit on its clock, not in real time: asked
+// to wait 100 ms, it has not asked again 400 real ms later while its clock
+// stood still, and asks once the clock has moved the 100 ms.
+TEST_P(ProviderTest, RetryAfterIsWaitedOnTheProvidersClock) {
+  ManualClock clock;
+  auto provider = ProviderWithClock(&clock);
+  FakeReply limited;
+  limited.status = 429;
+  limited.error_type = "rate_limit_error";
+  limited.error_message = "slow down";
+  limited.retry_after_ms = 100;
+  fake_.Enqueue(limited);
+  FakeReply ok;
+  ok.chunks = {"after the wait"};
+  fake_.Enqueue(ok);
+  Collect obs;
+  CancelToken cancel;
+  absl::StatusOr<ChatResult> res = absl::UnknownError("not run");
+  std::atomic<bool> done{false};
+  std::thread turn([&] {
+    res = provider->Stream(Request(), obs, cancel);
+    done = true;
+  });
+  while (obs.retries.load() == 0 && !done)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  ASSERT_FALSE(done) << res.status();
+  EXPECT_EQ(obs.last_delay_ms.load(), 100);
+  clock.Advance(99'000);  // a millisecond short
+  std::this_thread::sleep_for(std::chrono::milliseconds(400));
+  EXPECT_FALSE(done);
+  EXPECT_EQ(fake_.request_count(), 1u) << "asked again before its clock had moved 100 ms";
+  clock.Advance(1'000);
+  turn.join();
+  ASSERT_TRUE(res.ok()) << res.status();
+  EXPECT_EQ(obs.text, "after the wait");
+  EXPECT_EQ(fake_.request_count(), 2u);
+}
+
+// Cancelling the turn ends a rate-limit wait at once, without the clock
+// moving and without another request.
+TEST_P(ProviderTest, CancelEndsARetryWaitAtOnce) {
+  ManualClock clock;
+  auto provider = ProviderWithClock(&clock);
+  FakeReply limited;
+  limited.status = 429;
+  limited.error_type = "rate_limit_error";
+  limited.error_message = "slow down";
+  limited.retry_after_s = 60;
+  fake_.Enqueue(limited);
+  Collect obs;
+  CancelToken cancel;
+  absl::StatusOr<ChatResult> res = absl::UnknownError("not run");
+  std::atomic<bool> done{false};
+  std::thread turn([&] {
+    res = provider->Stream(Request(), obs, cancel);
+    done = true;
+  });
+  while (obs.retries.load() == 0 && !done)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  EXPECT_FALSE(done) << res.status();
+  cancel.Cancel();
+  turn.join();
+  EXPECT_TRUE(absl::IsCancelled(res.status())) << res.status();
+  EXPECT_EQ(fake_.request_count(), 1u);
 }
 
 TEST_P(ProviderTest, GivesUpAfterMaxAttemptsWithTheProvidersMessage) {

@@ -12,6 +12,7 @@
 #include <termios.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -20,6 +21,7 @@
 #include <sstream>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
 #include "tests/integration/daemon_fixture.h"
 
 extern char** environ;
@@ -238,17 +240,25 @@ TEST_F(HwTest, ContendersWaitAndLapsedHoldersLoseTheirLease) {
   // Wait: bob gets it once alice releases.
   int bob_rc = -1;
   std::string bob_out, bob_err;
+  std::atomic<bool> bob_done{false};
   std::thread bob([&] {
-    bob_rc = Fwai({"hw", "lease", "sim-stm32vl", "--session", "bob", "--wait", "20"}, &bob_out,
-                  &bob_err);
+    bob_rc = Fwai({"hw", "lease", "sim-stm32vl", "--session", "bob", "--wait", "90"}, &bob_out,
+                  &bob_err, /*timeout_s=*/150);
+    bob_done = true;
   });
-  // Once bob is queued (`hw who` lists him waiting), alice lets go.
-  const auto queued_by = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  // Once bob is queued (`hw who` lists him waiting), alice lets go. No clock
+  // here: bob's own --wait bounds the loop, however slow the machine.
+  std::string polls;  // how long each look took, for a failure's message
   do {
+    const auto t0 = std::chrono::steady_clock::now();
     ASSERT_EQ(Fwai({"--json", "hw", "who"}, &out, &err), 0);
-  } while (out.find("\"waiting\":true") == std::string::npos &&
-           std::chrono::steady_clock::now() < queued_by);
-  EXPECT_NE(out.find("\"waiting\":true"), std::string::npos) << "bob never queued: " << out;
+    absl::StrAppend(
+        &polls, " ",
+        std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0)
+            .count());
+  } while (out.find("\"waiting\":true") == std::string::npos && !bob_done);
+  EXPECT_NE(out.find("\"waiting\":true"), std::string::npos)
+      << "bob never queued: " << out << "\nbob: " << bob_err << "\nlooks (ms):" << polls;
   EXPECT_NE(out.find("\"session_id\":\"alice\""), std::string::npos) << out;
   ASSERT_EQ(Fwai({"hw", "release", "sim-stm32vl"}, &out, &err), 0) << err;
   bob.join();

@@ -1359,6 +1359,7 @@ struct SkillRunner::RunDriver {
                {"log", s.log},
                {"prompt", s.prompt},
                {"goal", s.goal},
+               {"timeout", s.timeout_text},
                {"files", absl::StrJoin(s.files, " ")}}) {
         for (const auto& name : ReferencedVars(text)) {
           if (!v.count(name)) {
@@ -1368,6 +1369,22 @@ struct SkillRunner::RunDriver {
           }
         }
       }
+    }
+    return ResolveStepTimeouts();
+  }
+
+  // A step's timeout given by variables is fixed once they are known.
+  std::optional<Failure> ResolveStepTimeouts() {
+    for (auto& s : run.skill.steps) {
+      if (s.timeout_text.empty()) continue;
+      absl::StatusOr<std::string> text = Interpolate(s.timeout_text, run.vars);
+      absl::StatusOr<int> t = text.ok() ? ParseDuration(*text) : text.status();
+      if (!t.ok()) {
+        return Failure{"config",
+                       absl::StrCat(run.skill.source, ":", s.line, ": step '", s.name,
+                                    "' timeout: ", s.timeout_text, ": ", t.status().message())};
+      }
+      s.timeout_s = *t;
     }
     return std::nullopt;
   }

@@ -62,9 +62,11 @@ steps:
     timeout: 1200
 )",
     R"(name: build-flash-verify
-description: Build, flash the board, check that it boots (BOOT_PATTERN on the serial port) and record the image in the evidence
+description: Build, flash the board, check that it boots (BOOT_PATTERN on the serial port within BOOT_TIMEOUT) and record the image in the evidence
 keywords: [build, flash, verify, deploy, boot, check, run, board, firmware, hil, end-to-end]
 timeout: 1200
+vars:
+  BOOT_TIMEOUT: 30s
 steps:
   - name: build
     tool: build
@@ -76,7 +78,7 @@ steps:
     tool: monitor
     expect: ${BOOT_PATTERN}
     since: run
-    timeout: 30
+    timeout: ${BOOT_TIMEOUT}
   - name: record
     evidence:
       files: ["${IMAGE}"]
@@ -93,18 +95,9 @@ absl::Status Err(const std::string& source, const YAML::Node& n, const std::stri
 absl::StatusOr<int> Duration(const std::string& source, const YAML::Node& n,
                              const std::string& field) {
   if (!n.IsScalar()) return Err(source, n, field, "expected seconds (30, \"30s\", \"5m\", \"1h\")");
-  std::string v = n.Scalar();
-  int mult = 1;
-  if (!v.empty() && (v.back() == 's' || v.back() == 'm' || v.back() == 'h')) {
-    mult = v.back() == 'h' ? 3600 : v.back() == 'm' ? 60 : 1;
-    v.pop_back();
-  }
-  int x = 0;
-  if (!absl::SimpleAtoi(v, &x) || x <= 0 || x > 7 * 24 * 3600 / mult) {
-    return Err(source, n, field,
-               absl::StrCat("expected a positive duration, got '", n.Scalar(), "'"));
-  }
-  return x * mult;
+  auto d = ParseDuration(n.Scalar());
+  if (!d.ok()) return Err(source, n, field, std::string(d.status().message()));
+  return *d;
 }
 
 absl::Status Str(const std::string& source, const YAML::Node& n, const std::string& field,
@@ -240,9 +233,13 @@ absl::StatusOr<SkillStep> ParseStep(const std::string& source, const YAML::Node&
     }
   }
   if (n["timeout"]) {
-    auto t = Duration(source, n["timeout"], where + ".timeout");
-    if (!t.ok()) return t.status();
-    st.timeout_s = *t;
+    if (n["timeout"].IsScalar() && !ReferencedVars(n["timeout"].Scalar()).empty()) {
+      st.timeout_text = n["timeout"].Scalar();  // resolved when a run starts
+    } else {
+      auto t = Duration(source, n["timeout"], where + ".timeout");
+      if (!t.ok()) return t.status();
+      st.timeout_s = *t;
+    }
   }
   if (st.tool == "shell" && st.command.empty())
     return Err(source, n, where + ".command", "a shell step needs a command");
@@ -409,6 +406,21 @@ absl::StatusOr<std::vector<Skill>> LoadSkills(const std::string& project_root,
   }
   AddPluginSkills(plugins, out);
   return out;
+}
+
+absl::StatusOr<int> ParseDuration(const std::string& text) {
+  std::string v = text;
+  int mult = 1;
+  if (!v.empty() && (v.back() == 's' || v.back() == 'm' || v.back() == 'h')) {
+    mult = v.back() == 'h' ? 3600 : v.back() == 'm' ? 60 : 1;
+    v.pop_back();
+  }
+  int x = 0;
+  if (!absl::SimpleAtoi(v, &x) || x <= 0 || x > 7 * 24 * 3600 / mult) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("expected a positive duration, got '", text, "'"));
+  }
+  return x * mult;
 }
 
 absl::StatusOr<std::string> Interpolate(const std::string& text,

@@ -31,6 +31,8 @@ struct SkillStep {
   std::string on_fail = "abort";   // abort | retry | continue
   int retries = 2;                 // on_fail: retry
   int timeout_s = 0;               // 0: the tool's default
+  std::string timeout_text;        // a timeout given by variables ("${BOOT_TIMEOUT}"):
+                                   // timeout_s is set from it when a run starts
   std::string when = "success";    // success | failure | always
   int line = 0;                    // where it is defined
 };
@@ -82,6 +84,9 @@ const std::vector<Skill>& BuiltinSkills();
 // error naming it.
 [[nodiscard]] absl::StatusOr<std::string> Interpolate(
     const std::string& text, const std::map<std::string, std::string>& vars);
+// Seconds from "30", "30s", "5m" or "1h" (positive, at most a week); an
+// error saying what was expected otherwise.
+[[nodiscard]] absl::StatusOr<int> ParseDuration(const std::string& text);
 // The names referenced by ${...} in `text`.
 std::vector<std::string> ReferencedVars(const std::string& text);
 

@@ -277,6 +277,17 @@ TEST_F(SkillsTest, FailureClassesHaveTheirExitCodes) {
             "never-printed-\\d+\n    since: now\n    timeout: 2\n");
   EXPECT_EQ(Fwai({"run", "wait", "--ci"}, &out, &err), 14) << out << err;
   EXPECT_NE(out.find("never-printed"), std::string::npos);
+  // A timeout given by a variable: applied as given, and a value that is not
+  // a duration is refused before anything runs, naming file:line and value.
+  WriteFile(".fwai/skills/waitvar.yaml",
+            "name: waitvar\nvars:\n  WAIT: 10m\nsteps:\n  - name: boot\n    tool: monitor\n    "
+            "expect: never-printed-\\d+\n    since: now\n    timeout: ${WAIT}\n");
+  EXPECT_EQ(Fwai({"run", "waitvar", "--ci", "--var", "WAIT=2s"}, &out, &err), 14) << out << err;
+  EXPECT_EQ(Fwai({"run", "waitvar", "--ci", "--var", "WAIT=soon"}, &out, &err), 11) << out << err;
+  EXPECT_NE(out.find("waitvar.yaml:5: step 'boot' timeout: ${WAIT}: expected a positive "
+                     "duration, got 'soon'"),
+            std::string::npos)
+      << out;
   // A step past its own timeout, and a run past the run's: timeout.
   WriteFile(".fwai/skills/slow.yaml",
             "name: slow\nsteps:\n  - name: nap\n    tool: shell\n    command: sleep 30\n    "

@@ -153,8 +153,10 @@ TEST_F(LabExamples, CiJobBuildsFlashesALabBoardByTagAndVerifiesItsBootLine) {
 
 TEST_F(LabExamples, CiJobExitsWithTheVerifyCodeWhenTheBootLineIsWrong) {
   std::string out, err;
-  int rc = CiJob({}, {"--var", "BOOT_PATTERN=this line is never printed", "--timeout", "120"}, &out,
-                 &err);
+  int rc = CiJob({},
+                 {"--var", "BOOT_PATTERN=this line is never printed", "--var", "BOOT_TIMEOUT=3",
+                  "--timeout", "120"},
+                 &out, &err);
   EXPECT_EQ(rc, 14) << out << err;
   json s = Summary(out);
   ASSERT_TRUE(s.is_object()) << out;

@@ -173,6 +173,19 @@ TEST(SkillFileTest, ErrorsNameFileLineAndField) {
   EXPECT_EQ(ok->steps[0].timeout_s, 30);
   EXPECT_EQ(ok->steps[0].retries, 4);
   EXPECT_EQ(ok->steps[0].name, "monitor");
+  // A timeout given by variables is kept as text until a run knows them.
+  auto by_var = ParseSkill(
+      "name: x\nvars:\n  WAIT: 3s\nsteps:\n  - tool: monitor\n    expect: ready\n    timeout: "
+      "${WAIT}\n",
+      "s.yaml");
+  ASSERT_TRUE(by_var.ok()) << by_var.status();
+  EXPECT_EQ(by_var->steps[0].timeout_text, "${WAIT}");
+  EXPECT_EQ(by_var->steps[0].timeout_s, 0);
+  EXPECT_EQ(*ParseDuration("90"), 90);
+  EXPECT_EQ(*ParseDuration("5m"), 300);
+  EXPECT_EQ(ParseDuration("-1").status().message(), "expected a positive duration, got '-1'");
+  EXPECT_FALSE(ParseDuration("8d").ok());
+  EXPECT_FALSE(ParseDuration("").ok());
 }
 
 TEST(SkillFileTest, Interpolation) {

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <set>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -118,6 +119,7 @@ std::string LabStandIns::ExpiryReason(const Mirror& m, int64_t confirmed_us,
 
 void LabStandIns::Run() {
   std::map<std::string, int64_t> confirmed;  // lab lease id -> when etcd last confirmed it
+  std::set<std::string> unconfirmed;         // lab lease ids etcd cannot say about now
   MutexLock lock(&mu_);
   while (!stop_) {
     cv_.WaitWithTimeout(&mu_, std::chrono::milliseconds(500));
@@ -136,6 +138,7 @@ void LabStandIns::Run() {
         auto left = etcd_.LeaseTimeToLive((*holder)->etcd_lease);
         if (left.ok() && *left > 0) {
           confirmed[lease_id] = now;
+          unconfirmed.erase(lease_id);
           if (broker_.SetLeaseExpiry(m.caller.lease_id, Until(now, *left), ExpiryReason(m, now))
                   .ok()) {
             continue;
@@ -146,6 +149,13 @@ void LabStandIns::Run() {
       }
       if (!unreachable.ok()) {
         // etcd cannot say: the stand-in runs out on what it last confirmed.
+        if (unconfirmed.insert(lease_id).second) {
+          spdlog::warn(
+              "lab: etcd cannot say whether lab lease {} still holds {} ({}); its stand-in, "
+              "local lease {}, runs out on the TTL etcd last confirmed ({})",
+              lease_id, m.board, std::string(unreachable.message()), m.caller.lease_id,
+              FormatUtc(confirmed[lease_id]));
+        }
         if (broker_
                 .SetLeaseExpiry(m.caller.lease_id, std::nullopt,
                                 ExpiryReason(m, confirmed[lease_id], unreachable))
@@ -158,7 +168,10 @@ void LabStandIns::Run() {
                    m.board, m.caller.lease_id);
       ended.push_back(lease_id);
     }
-    for (const auto& id : ended) confirmed.erase(id);
+    for (const auto& id : ended) {
+      confirmed.erase(id);
+      unconfirmed.erase(id);
+    }
     lock.Lock();
     for (const auto& id : ended) mirrors_.erase(id);
   }

@@ -32,6 +32,44 @@ struct Collect : StreamObserver {
   }
 };
 
+// A 429 as every provider's service sends it.
+FakeReply RateLimited(const std::string& message = "slow down") {
+  FakeReply r;
+  r.status = 429;
+  r.error_type = "rate_limit_error";
+  r.error_message = message;
+  return r;
+}
+
+// A turn streamed on a thread of its own. Start returns once the provider
+// waits to retry (or the turn has ended: `done`); a turn still running when
+// this goes is cancelled and joined.
+class BackgroundTurn {
+ public:
+  ~BackgroundTurn() {
+    if (!thread_.joinable()) return;
+    cancel.Cancel();
+    thread_.join();
+  }
+  void StartUntilItRetries(Provider& provider, ChatRequest request) {
+    thread_ = std::thread([this, &provider, request = std::move(request)] {
+      res = provider.Stream(request, obs, cancel);
+      done = true;
+    });
+    while (obs.retries.load() == 0 && !done)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  void Join() { thread_.join(); }
+
+  Collect obs;
+  CancelToken cancel;
+  absl::StatusOr<ChatResult> res = absl::UnknownError("not run");
+  std::atomic<bool> done{false};
+
+ private:
+  std::thread thread_;
+};
+
 class ProviderTest : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
@@ -169,10 +207,7 @@ TEST_P(ProviderTest, ToolResultsAreSentInTheProvidersFormat) {
 }
 
 TEST_P(ProviderTest, RetriesOn429And5xxThenSucceeds) {
-  FakeReply limited;
-  limited.status = 429;
-  limited.error_type = "rate_limit_error";
-  limited.error_message = "slow down";
+  FakeReply limited = RateLimited();
   limited.retry_after_s = 0;
   fake_.Enqueue(limited);
   FakeReply down;
@@ -198,35 +233,24 @@ TEST_P(ProviderTest, RetriesOn429And5xxThenSucceeds) {
 TEST_P(ProviderTest, RetryAfterIsWaitedOnTheProvidersClock) {
   ManualClock clock;
   auto provider = ProviderWithClock(&clock);
-  FakeReply limited;
-  limited.status = 429;
-  limited.error_type = "rate_limit_error";
-  limited.error_message = "slow down";
+  FakeReply limited = RateLimited();
   limited.retry_after_ms = 100;
   fake_.Enqueue(limited);
   FakeReply ok;
   ok.chunks = {"after the wait"};
   fake_.Enqueue(ok);
-  Collect obs;
-  CancelToken cancel;
-  absl::StatusOr<ChatResult> res = absl::UnknownError("not run");
-  std::atomic<bool> done{false};
-  std::thread turn([&] {
-    res = provider->Stream(Request(), obs, cancel);
-    done = true;
-  });
-  while (obs.retries.load() == 0 && !done)
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  ASSERT_FALSE(done) << res.status();
-  EXPECT_EQ(obs.last_delay_ms.load(), 100);
+  BackgroundTurn turn;
+  turn.StartUntilItRetries(*provider, Request());
+  ASSERT_FALSE(turn.done) << turn.res.status();
+  EXPECT_EQ(turn.obs.last_delay_ms.load(), 100);
   clock.Advance(99'000);  // a millisecond short
   std::this_thread::sleep_for(std::chrono::milliseconds(400));
-  EXPECT_FALSE(done);
+  EXPECT_FALSE(turn.done);
   EXPECT_EQ(fake_.request_count(), 1u) << "asked again before its clock had moved 100 ms";
   clock.Advance(1'000);
-  turn.join();
-  ASSERT_TRUE(res.ok()) << res.status();
-  EXPECT_EQ(obs.text, "after the wait");
+  turn.Join();
+  ASSERT_TRUE(turn.res.ok()) << turn.res.status();
+  EXPECT_EQ(turn.obs.text, "after the wait");
   EXPECT_EQ(fake_.request_count(), 2u);
 }
 
@@ -235,37 +259,20 @@ TEST_P(ProviderTest, RetryAfterIsWaitedOnTheProvidersClock) {
 TEST_P(ProviderTest, CancelEndsARetryWaitAtOnce) {
   ManualClock clock;
   auto provider = ProviderWithClock(&clock);
-  FakeReply limited;
-  limited.status = 429;
-  limited.error_type = "rate_limit_error";
-  limited.error_message = "slow down";
+  FakeReply limited = RateLimited();
   limited.retry_after_s = 60;
   fake_.Enqueue(limited);
-  Collect obs;
-  CancelToken cancel;
-  absl::StatusOr<ChatResult> res = absl::UnknownError("not run");
-  std::atomic<bool> done{false};
-  std::thread turn([&] {
-    res = provider->Stream(Request(), obs, cancel);
-    done = true;
-  });
-  while (obs.retries.load() == 0 && !done)
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  EXPECT_FALSE(done) << res.status();
-  cancel.Cancel();
-  turn.join();
-  EXPECT_TRUE(absl::IsCancelled(res.status())) << res.status();
+  BackgroundTurn turn;
+  turn.StartUntilItRetries(*provider, Request());
+  EXPECT_FALSE(turn.done) << turn.res.status();
+  turn.cancel.Cancel();
+  turn.Join();
+  EXPECT_TRUE(absl::IsCancelled(turn.res.status())) << turn.res.status();
   EXPECT_EQ(fake_.request_count(), 1u);
 }
 
 TEST_P(ProviderTest, GivesUpAfterMaxAttemptsWithTheProvidersMessage) {
-  for (int i = 0; i < 3; ++i) {
-    FakeReply limited;
-    limited.status = 429;
-    limited.error_type = "rate_limit_error";
-    limited.error_message = "quota exceeded for org";
-    fake_.Enqueue(limited);
-  }
+  for (int i = 0; i < 3; ++i) fake_.Enqueue(RateLimited("quota exceeded for org"));
   Collect obs;
   CancelToken cancel;
   auto res = provider_->Stream(Request(), obs, cancel);

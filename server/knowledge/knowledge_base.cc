@@ -625,15 +625,15 @@ KnowledgeBase::~KnowledgeBase() {
 
 const std::string& KnowledgeBase::open_report() const { return impl_->open_report; }
 
-absl::StatusOr<std::unique_ptr<KnowledgeBase>> KnowledgeBase::Open(Storage& storage,
-                                                                   const std::string& index_dir,
-                                                                   KnowledgeOptions options,
-                                                                   Embedder& embedder,
-                                                                   Reranker& reranker) {
-  auto impl = std::make_unique<Impl>(storage, index_dir, options, embedder, reranker);
-  Impl& m = *impl;
-  // Nothing else sees `m` until the saver starts at the end; the locks are
-  // taken where its tables and indexes are touched all the same.
+namespace {
+
+// Open's steps, in order. Nothing else sees `m` until the saver starts at
+// the end of Open; the locks are taken where its tables and indexes are
+// touched all the same.
+
+// Every stored document into `m`'s tables. A record that does not parse is
+// logged and left out; the others load.
+absl::Status LoadDocuments(KnowledgeBase::Impl& m) {
   absl::Status bad;
   {
     WriterMutexLock lock(&m.mu);
@@ -646,115 +646,119 @@ absl::StatusOr<std::unique_ptr<KnowledgeBase>> KnowledgeBase::Open(Storage& stor
       m.AddDocLocked(std::make_unique<DocRec>(*std::move(d)));
       return true;
     };
-    RETURN_IF_ERROR(storage.Scan(Cf::kDocuments, "", "", add));
+    RETURN_IF_ERROR(m.storage.Scan(Cf::kDocuments, "", "", add));
   }
   if (!bad.ok()) spdlog::warn("knowledge: {}", bad.ToString());
-  ASSIGN_OR_RETURN(auto gen, storage.Get(Cf::kMeta, kGenKey));
-  ASSIGN_OR_RETURN(auto next, storage.Get(Cf::kMeta, kNextKey));
-  const uint64_t stored_generation = gen ? DecodeU64(*gen) : 0;
-  {
-    WriterMutexLock lock(&m.mu);
-    m.generation = stored_generation;
-    m.next_ordinal = next ? DecodeU64(*next) : 0;
-  }
+  return absl::OkStatus();
+}
 
-  // Collections embedded by another embedder are re-embedded now.
+// The stored generation and next ordinal into `m`; returns the generation.
+absl::StatusOr<uint64_t> LoadCounters(KnowledgeBase::Impl& m) {
+  ASSIGN_OR_RETURN(auto gen, m.storage.Get(Cf::kMeta, kGenKey));
+  ASSIGN_OR_RETURN(auto next, m.storage.Get(Cf::kMeta, kNextKey));
+  WriterMutexLock lock(&m.mu);
+  m.generation = gen ? DecodeU64(*gen) : 0;
+  m.next_ordinal = next ? DecodeU64(*next) : 0;
+  return m.generation;
+}
+
+// The collections whose vectors another embedder than `m`'s made.
+absl::StatusOr<std::set<std::string>> StaleCollections(KnowledgeBase::Impl& m) {
   std::set<std::string> stale;
-  RETURN_IF_ERROR(
-      storage.Scan(Cf::kMeta, "kb/coll/", "kb/coll0", [&](std::string_view k, std::string_view v) {
+  RETURN_IF_ERROR(m.storage.Scan(
+      Cf::kMeta, "kb/coll/", "kb/coll0", [&](std::string_view k, std::string_view v) {
         json j = json::parse(v, nullptr, false);
-        if (j.is_object() && j.value("embedder", "") != embedder.name())
+        if (j.is_object() && j.value("embedder", "") != m.embedder.name())
           stale.insert(std::string(k.substr(8)));
         return true;
       }));
-  std::vector<std::string> why;
-  // The two saved indexes load in parallel.
+  return stale;
+}
+
+// Which saved index loaded, and why one did not (or what else Open did).
+struct IndexLoad {
+  bool lexical_ok = false;
   bool vector_ok = false;
+  std::vector<std::string> why;
+};
+
+// The two saved indexes of `generation`, loaded in parallel into `m`. The
+// vector index is not loaded when its vectors are stale. A missing index
+// of a new store (generation 0) is no reason worth reporting.
+IndexLoad LoadIndexes(KnowledgeBase::Impl& m, uint64_t generation, bool vectors_stale) {
+  IndexLoad r;
   std::string vector_why;
   std::unique_ptr<VectorIndex> loaded_vectors;
   std::thread vector_loader([&] {
-    if (!stale.empty()) return;
-    auto v =
-        VectorIndex::Load(m.VecPath(), stored_generation, embedder.dimension(), m.VecOptions());
+    if (vectors_stale) return;
+    auto v = VectorIndex::Load(m.VecPath(), generation, m.embedder.dimension(), m.VecOptions());
     if (v.ok()) {
       loaded_vectors = *std::move(v);
-      vector_ok = true;
-    } else if (stored_generation > 0) {
+      r.vector_ok = true;
+    } else if (generation > 0) {
       vector_why = std::string(v.status().message());
     }
   });
-  bool lexical_ok = false;
   std::unique_ptr<Bm25Index> loaded_bm25;
-  {
-    auto idx = Bm25Index::Load(m.LexPath(), stored_generation);
-    if (idx.ok()) {
-      loaded_bm25 = *std::move(idx);
-      lexical_ok = true;
-    } else if (stored_generation > 0 || !absl::IsNotFound(idx.status())) {
-      why.push_back(std::string(idx.status().message()));
-    }
+  auto idx = Bm25Index::Load(m.LexPath(), generation);
+  if (idx.ok()) {
+    loaded_bm25 = *std::move(idx);
+    r.lexical_ok = true;
+  } else if (generation > 0 || !absl::IsNotFound(idx.status())) {
+    r.why.push_back(std::string(idx.status().message()));
   }
   vector_loader.join();
   {
     WriterMutexLock lock(&m.mu);
-    if (vector_ok) m.vectors = std::move(loaded_vectors);
-    if (lexical_ok) m.bm25 = std::move(loaded_bm25);
+    if (r.vector_ok) m.vectors = std::move(loaded_vectors);
+    if (r.lexical_ok) m.bm25 = std::move(loaded_bm25);
   }
-  if (!vector_why.empty()) why.push_back(vector_why);
-  if (!stale.empty()) {
-    // Re-embed every chunk of those collections (one synced batch per document).
-    std::vector<const DocRec*> stale_docs;
-    {
-      ReaderMutexLock lock(&m.mu);
-      for (const auto& d : m.slots) {
-        if (d && stale.count(d->info.collection)) stale_docs.push_back(d.get());
-      }
+  if (!vector_why.empty()) r.why.push_back(vector_why);
+  return r;
+}
+
+// Every chunk of the `stale` collections embedded again by `m`'s embedder
+// (one synced batch per document), then the collections marked as its.
+absl::Status ReEmbed(KnowledgeBase::Impl& m, const std::set<std::string>& stale) {
+  Embedder& embedder = m.embedder;
+  std::vector<const DocRec*> stale_docs;
+  {
+    ReaderMutexLock lock(&m.mu);
+    for (const auto& d : m.slots) {
+      if (d && stale.count(d->info.collection)) stale_docs.push_back(d.get());
     }
-    for (const DocRec* d : stale_docs) {
-      std::vector<std::string> texts;
-      std::vector<ChunkRec> recs;
-      for (uint32_t o : d->ordinals) {
-        ASSIGN_OR_RETURN(auto raw, storage.Get(Cf::kChunks, ChunkKey(o)));
-        if (!raw) continue;
-        ASSIGN_OR_RETURN(auto rec, DecodeChunk(*raw, false));
-        texts.push_back(Context(d->info, rec.meta.value("title_path", std::vector<std::string>{})) +
-                        "\n" + rec.text);
-        recs.push_back(std::move(rec));
-      }
-      ASSIGN_OR_RETURN(auto vecs, embedder.Embed(texts, false));
-      WriteBatch batch;
-      for (size_t i = 0; i < recs.size(); ++i) {
-        batch.Put(Cf::kChunks, ChunkKey(d->ordinals[i]),
-                  EncodeChunk(recs[i].meta, recs[i].text, vecs[i].data(), embedder.dimension()));
-      }
-      RETURN_IF_ERROR(storage.Write(batch, true));
-    }
-    for (const auto& c : stale) {
-      RETURN_IF_ERROR(storage.Put(
-          Cf::kMeta, "kb/coll/" + c,
-          json({{"embedder", embedder.name()}, {"dimension", embedder.dimension()}}).dump(), true));
-    }
-    why.push_back(
-        absl::StrCat("re-embedded ", stale.size(), " collection(s) with ", embedder.name()));
   }
-  if (!lexical_ok || !vector_ok) {
-    {
-      WriterMutexLock lock(&m.mu);
-      RETURN_IF_ERROR(m.Rebuild(!lexical_ok, !vector_ok));
+  for (const DocRec* d : stale_docs) {
+    std::vector<std::string> texts;
+    std::vector<ChunkRec> recs;
+    for (uint32_t o : d->ordinals) {
+      ASSIGN_OR_RETURN(auto raw, m.storage.Get(Cf::kChunks, ChunkKey(o)));
+      if (!raw) continue;
+      ASSIGN_OR_RETURN(auto rec, DecodeChunk(*raw, false));
+      texts.push_back(Context(d->info, rec.meta.value("title_path", std::vector<std::string>{})) +
+                      "\n" + rec.text);
+      recs.push_back(std::move(rec));
     }
-    m.open_report = absl::StrCat("rebuilt: ", why.empty() ? "new store" : absl::StrJoin(why, "; "));
-    if (stored_generation > 0 || !why.empty()) {
-      MutexLock save(&m.save_mu);
-      auto gen = m.SaveOnce(/*exclusive=*/true);
-      if (!gen.ok()) {
-        // The saver tries again.
-        spdlog::warn("knowledge: saving the rebuilt indexes failed: {}", gen.status().ToString());
-        m.saved_changes = ~0ull;
-      } else if (!lexical_ok) {
-        m.AdoptSavedLexical(*gen);
-      }
+    ASSIGN_OR_RETURN(auto vecs, embedder.Embed(texts, false));
+    WriteBatch batch;
+    for (size_t i = 0; i < recs.size(); ++i) {
+      batch.Put(Cf::kChunks, ChunkKey(d->ordinals[i]),
+                EncodeChunk(recs[i].meta, recs[i].text, vecs[i].data(), embedder.dimension()));
     }
-  } else {
+    RETURN_IF_ERROR(m.storage.Write(batch, true));
+  }
+  for (const auto& c : stale) {
+    RETURN_IF_ERROR(m.storage.Put(
+        Cf::kMeta, "kb/coll/" + c,
+        json({{"embedder", embedder.name()}, {"dimension", embedder.dimension()}}).dump(), true));
+  }
+  return absl::OkStatus();
+}
+
+// An index that did not load is rebuilt from the stored chunks and saved
+// (when there was anything to save); loaded ones are taken as saved.
+absl::Status RebuildOrAdopt(KnowledgeBase::Impl& m, const IndexLoad& load, uint64_t generation) {
+  if (load.lexical_ok && load.vector_ok) {
     m.open_report = "loaded";
     MutexLock save(&m.save_mu);
     ReaderMutexLock lock(&m.mu);
@@ -764,7 +768,47 @@ absl::StatusOr<std::unique_ptr<KnowledgeBase>> KnowledgeBase::Open(Storage& stor
       // postings) is searched exhaustively; the next save rewrites it.
       m.saved_changes = ~0ull;
     }
+    return absl::OkStatus();
   }
+  {
+    WriterMutexLock lock(&m.mu);
+    RETURN_IF_ERROR(m.Rebuild(!load.lexical_ok, !load.vector_ok));
+  }
+  m.open_report =
+      absl::StrCat("rebuilt: ", load.why.empty() ? "new store" : absl::StrJoin(load.why, "; "));
+  if (generation == 0 && load.why.empty()) return absl::OkStatus();
+  MutexLock save(&m.save_mu);
+  auto gen = m.SaveOnce(/*exclusive=*/true);
+  if (!gen.ok()) {
+    // The saver tries again.
+    spdlog::warn("knowledge: saving the rebuilt indexes failed: {}", gen.status().ToString());
+    m.saved_changes = ~0ull;
+  } else if (!load.lexical_ok) {
+    m.AdoptSavedLexical(*gen);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<KnowledgeBase>> KnowledgeBase::Open(Storage& storage,
+                                                                   const std::string& index_dir,
+                                                                   KnowledgeOptions options,
+                                                                   Embedder& embedder,
+                                                                   Reranker& reranker) {
+  auto impl = std::make_unique<Impl>(storage, index_dir, options, embedder, reranker);
+  Impl& m = *impl;
+  RETURN_IF_ERROR(LoadDocuments(m));
+  ASSIGN_OR_RETURN(const uint64_t stored_generation, LoadCounters(m));
+  // Collections embedded by another embedder are re-embedded now.
+  ASSIGN_OR_RETURN(const std::set<std::string> stale, StaleCollections(m));
+  IndexLoad load = LoadIndexes(m, stored_generation, /*vectors_stale=*/!stale.empty());
+  if (!stale.empty()) {
+    RETURN_IF_ERROR(ReEmbed(m, stale));
+    load.why.push_back(
+        absl::StrCat("re-embedded ", stale.size(), " collection(s) with ", embedder.name()));
+  }
+  RETURN_IF_ERROR(RebuildOrAdopt(m, load, stored_generation));
   {
     WriterMutexLock lock(&m.mu);
     if (!m.bm25) m.bm25 = std::make_unique<Bm25Index>(Bm25Params{options.bm25_k1, options.bm25_b});

@@ -110,9 +110,9 @@ class OtaTest : public ::testing::Test {
       std::stringstream ss;
       ss << in.rdbuf();
       std::string src = ss.str();
-      auto at = src.find("uart_puts(\"pong\\n\");");
+      auto at = src.find("con_puts(\"pong\\n\");");
       EXPECT_NE(at, std::string::npos);
-      src.replace(at, std::string("uart_puts(\"pong\\n\");").size(), "uart_puts(\"pang\\n\");");
+      src.replace(at, std::string("con_puts(\"pong\\n\");").size(), "con_puts(\"pang\\n\");");
       std::ofstream(dir + "/src/main.c") << src;
     }
     std::string out, err;

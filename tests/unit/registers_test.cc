@@ -344,7 +344,7 @@ TEST_F(RegisterCheckProject, BothExampleFirmwaresComeOutClean) {
   auto r = Run(req);
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ((*r)["findings"].size(), 0u) << Kinds(*r);
-  EXPECT_EQ((*r)["checked"]["files"], 2);  // src/main.c, src/startup.c
+  EXPECT_EQ((*r)["checked"]["files"], 4);  // src/main.c, src/startup.c, src/rtt.c, src/rtt.h
   EXPECT_EQ((*r)["checked"]["device"], "STM32F100");
 
   fs::remove_all(root_);
@@ -430,7 +430,7 @@ TEST_F(RegisterCheckProject, BadInputIsNamedAndTheRestIsStillChecked) {
   req.paths = {"src", "../outside.c", "/etc/passwd", "src/missing.c"};
   auto r = Run(req);
   ASSERT_TRUE(r.ok()) << r.status();
-  EXPECT_EQ((*r)["checked"]["files"], 2) << r->dump(1);
+  EXPECT_EQ((*r)["checked"]["files"], 4) << r->dump(1);  // the example's four sources
   std::map<std::string, std::string> why;
   for (const auto& s : (*r)["skipped"]) why[s["path"]] = s["why"];
   EXPECT_NE(why["src/blob.c"].find("binary"), std::string::npos) << r->dump(1);

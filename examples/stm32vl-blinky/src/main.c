@@ -1,6 +1,6 @@
-// stm32vl-blinky: boot banner on USART1, a counter, and a small serial command shell.
+// stm32vl-blinky: a boot banner, a counter and a command shell on USART1 and RTT.
 //
-// Commands (one per line):  ping | version | led on | led off | count | fault
+// Commands (a line on the UART or RTT down-channel 0): ping | version | led on | led off | count | fault
 #include <stdint.h>
 #include <string.h>
 
@@ -38,6 +38,7 @@
 #define SCB_SHCSR REG(0xE000ED24)
 
 #define CPU_HZ 24000000u
+#include "rtt.h"  // RTT channels (rtt.c)
 
 volatile uint32_t ticks;      // milliseconds since boot
 volatile uint32_t counter;    // increments every 100 ms
@@ -54,35 +55,46 @@ static void uart_putc(char c) {
   USART1_DR = (uint32_t)(unsigned char)c;
 }
 
-static void uart_puts(const char *s) {
-  while (*s) {
-    if (*s == '\n') uart_putc('\r');
-    uart_putc(*s++);
+// The console a command answers on: the UART, or RTT's terminal channel
+// for a command that came over RTT.
+static unsigned console_rtt;
+
+static void con_putc(char c) {
+  if (console_rtt) {
+    rtt_write(RTT_TERMINAL, &c, 1);
+    return;
   }
+  if (c == '\n') uart_putc('\r');
+  uart_putc(c);
 }
 
-static void uart_puthex(uint32_t v) {
+static void con_puts(const char *s) {
+  while (*s) con_putc(*s++);
+}
+
+static void con_puthex(uint32_t v) {
   static const char digits[] = "0123456789abcdef";
-  uart_puts("0x");
-  for (int shift = 28; shift >= 0; shift -= 4) uart_putc(digits[(v >> shift) & 0xF]);
+  con_puts("0x");
+  for (int shift = 28; shift >= 0; shift -= 4) con_putc(digits[(v >> shift) & 0xF]);
 }
 
-static void uart_putdec(uint32_t v) {
-  char buf[11];
+// `v` in decimal at the end of `buf` (11 bytes); returns where it starts.
+static char *format_dec(char *buf, uint32_t v) {
   int i = 10;
   buf[i] = 0;
   do {
     buf[--i] = (char)('0' + v % 10);
     v /= 10;
   } while (v && i > 0);
-  uart_puts(&buf[i]);
+  return &buf[i];
 }
 
-// Reports a fault on the console and stops; a debugger finds the core in here.
+// Reports a fault on the UART and stops; a debugger finds the core in here.
 __attribute__((noinline, used)) void fault_report(uint32_t *frame) {
-  uart_puts("\nFAULT: hard fault at pc=");
-  uart_puthex(frame[6]);
-  uart_puts("\n");
+  console_rtt = 0;
+  con_puts("\nFAULT: hard fault at pc=");
+  con_puthex(frame[6]);
+  con_puts("\n");
   for (;;) {
   }
 }
@@ -106,36 +118,55 @@ static void trigger_fault(void) {
 static void led_set(int on) {
   GPIOC_BSRR = on ? LED_BLUE : (LED_BLUE << 16);
   led_state = on ? 1u : 0u;
-  uart_puts(on ? "led on" : "led off");
-  uart_puts(" GPIOC_ODR=");
-  uart_puthex(GPIOC_ODR);
-  uart_puts("\n");
+  con_puts(on ? "led on" : "led off");
+  con_puts(" GPIOC_ODR=");
+  con_puthex(GPIOC_ODR);
+  con_puts("\n");
 }
 
 static void handle(const char *line) {
+  char dec[11];
   if (strcmp(line, "ping") == 0) {
-    uart_puts("pong\n");
+    con_puts("pong\n");
   } else if (strcmp(line, "version") == 0) {
-    uart_puts("version " FW_VERSION "\n");
+    con_puts("version " FW_VERSION "\n");
   } else if (strcmp(line, "led on") == 0) {
     led_set(1);
   } else if (strcmp(line, "led off") == 0) {
     led_set(0);
   } else if (strcmp(line, "count") == 0) {
-    uart_puts("counter ");
-    uart_putdec(counter);
-    uart_puts("\n");
+    con_puts("counter ");
+    con_puts(format_dec(dec, counter));
+    con_puts("\n");
   } else if (strcmp(line, "fault") == 0) {
-    uart_puts("triggering a hard fault\n");
+    con_puts("triggering a hard fault\n");
     trigger_fault();
   } else if (line[0] != 0) {
-    uart_puts("unknown command: ");
-    uart_puts(line);
-    uart_puts("\n");
+    con_puts("unknown command: ");
+    con_puts(line);
+    con_puts("\n");
   }
 }
 
+// A command line being typed on one console.
+struct line_buf {
+  char text[64];
+  unsigned len;
+};
+
+// Adds `c`; returns 1 when it ended a line (then in `text`).
+static int line_add(struct line_buf *l, char c) {
+  if (c == '\r' || c == '\n') {
+    l->text[l->len] = 0;
+    l->len = 0;
+    return 1;
+  }
+  if (l->len + 1 < sizeof l->text) l->text[l->len++] = c;
+  return 0;
+}
+
 int main(void) {
+  rtt_init();
   RCC_APB2ENR |= RCC_APB2ENR_IOPAEN | RCC_APB2ENR_IOPCEN | RCC_APB2ENR_USART1EN;
   GPIOA_CRH = (GPIOA_CRH & ~(0xFu << 4)) | (0xBu << 4);  // PA9: alternate push-pull, 50 MHz
   GPIOC_CRH = (GPIOC_CRH & ~0xFFu) | 0x22u;               // PC8, PC9: push-pull outputs
@@ -147,20 +178,34 @@ int main(void) {
   SYST_CSR = 0x7;  // processor clock, interrupt, enable
   (void)SCB_SHCSR;
 
-  uart_puts("\nstm32vl-blinky " FW_VERSION " booted\n");
+  con_puts("\nstm32vl-blinky " FW_VERSION " booted\n");
+  rtt_puts(RTT_TERMINAL, "rtt: stm32vl-blinky " FW_VERSION " booted\n");
 
-  char line[64];
-  unsigned len = 0;
+  struct line_buf uart = {0}, rtt = {0};
+  uint32_t traced = 0;
+  char dec[11];
   for (;;) {
     if (USART1_SR & USART_SR_RXNE) {
-      char c = (char)(USART1_DR & 0xFF);
-      if (c == '\r' || c == '\n') {
-        line[len] = 0;
-        handle(line);
-        len = 0;
-      } else if (len + 1 < sizeof line) {
-        line[len++] = c;
+      if (line_add(&uart, (char)(USART1_DR & 0xFF))) {
+        if (uart.text[0] != 0) {
+          rtt_puts(RTT_TERMINAL, "uart cmd: ");
+          rtt_puts(RTT_TERMINAL, uart.text);
+          rtt_puts(RTT_TERMINAL, "\n");
+        }
+        handle(uart.text);
       }
+    }
+    const int c = rtt_getc();
+    if (c >= 0 && line_add(&rtt, (char)c)) {
+      console_rtt = 1;
+      handle(rtt.text);
+      console_rtt = 0;
+    }
+    if (ticks - traced >= 1000u) {
+      traced = ticks;
+      rtt_puts(RTT_TRACE, "tick counter=");
+      rtt_puts(RTT_TRACE, format_dec(dec, counter));
+      rtt_puts(RTT_TRACE, "\n");
     }
   }
 }

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "common/ids.h"
 #include "common/subprocess.h"
 
@@ -216,6 +217,17 @@ absl::StatusOr<std::string> QemuInstance::Qmp(const std::string& command_json) {
   }
 }
 
+absl::StatusOr<std::string> QemuInstance::Hmp(const std::string& command_line) {
+  const nlohmann::json cmd = {{"execute", "human-monitor-command"},
+                              {"arguments", {{"command-line", command_line}}}};
+  auto reply = Qmp(cmd.dump());
+  if (!reply.ok()) return reply.status();
+  auto j = nlohmann::json::parse(*reply, nullptr, false);
+  if (!j.is_object() || !j.contains("return") || !j["return"].is_string())
+    return absl::InternalError(absl::StrCat("QMP: unexpected answer to '", command_line, "'"));
+  return j["return"].get<std::string>();
+}
+
 absl::Status QemuInstance::Continue() { return Qmp(R"({"execute":"cont"})").status(); }
 
 absl::Status QemuInstance::Pause() { return Qmp(R"({"execute":"stop"})").status(); }
@@ -243,6 +255,110 @@ void QemuInstance::Stop() {
   out_fd_ = qmp_fd_ = -1;
   unlink(qmp_path_.c_str());
   pid_ = -1;
+}
+
+}  // namespace fwai
+
+namespace fwai {
+namespace {
+
+std::string Hex(uint64_t v) { return absl::StrFormat("0x%08x", v); }
+
+// The host address QEMU gives for guest physical address `address`.
+absl::StatusOr<uint64_t> Gpa2Hva(QemuInstance& qemu, uint64_t address) {
+  auto text = qemu.Hmp("gpa2hva " + Hex(address));
+  if (!text.ok()) return text.status();
+  static const std::regex kIs(R"(is (0x[0-9a-fA-F]+))");
+  std::smatch m;
+  if (!std::regex_search(*text, m, kIs)) {
+    std::string said = *text;
+    while (!said.empty() && (said.back() == '\n' || said.back() == '\r')) said.pop_back();
+    return absl::FailedPreconditionError(
+        absl::StrCat("the simulator has no memory at ", Hex(address), " (QEMU: ", said, ")"));
+  }
+  return std::stoull(m[1].str(), nullptr, 16);
+}
+
+// Moves `size` bytes at guest `address` with `io(done)`, a pread or pwrite
+// of what is left from `done` on; goes on after a short or interrupted one.
+absl::Status Transfer(uint32_t address, size_t size, const char* verb,
+                      const std::function<ssize_t(size_t done)>& io) {
+  size_t done = 0;
+  while (done < size) {
+    const ssize_t n = io(done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      return absl::UnavailableError(absl::StrCat(verb, " the simulator's memory at ",
+                                                 Hex(address + done), ": ",
+                                                 n < 0 ? std::strerror(errno) : "it has exited"));
+    }
+    done += static_cast<size_t>(n);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<QemuTargetMemory>> QemuTargetMemory::Open(
+    QemuInstance& qemu, const std::vector<Region>& regions) {
+  std::vector<Mapped> mapped;
+  for (const Region& r : regions) {
+    if (r.size == 0) continue;
+    auto first = Gpa2Hva(qemu, r.address);
+    if (!first.ok()) return first.status();
+    auto last = Gpa2Hva(qemu, uint64_t{r.address} + r.size - 1);
+    if (!last.ok()) return last.status();
+    if (*last != *first + r.size - 1) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("the simulator's memory at ", Hex(r.address), "..",
+                       Hex(uint64_t{r.address} + r.size), " is not one block"));
+    }
+    mapped.push_back({r, *first});
+  }
+  const std::string path = absl::StrCat("/proc/", qemu.pid(), "/mem");
+  const int fd = open(path.c_str(), O_RDWR | O_CLOEXEC);
+  if (fd < 0) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("reading the simulator's memory needs ", path, ": ", std::strerror(errno),
+                     " (fwaid must be QEMU's parent and the same user)"));
+  }
+  std::unique_ptr<QemuTargetMemory> mem(new QemuTargetMemory(fd, std::move(mapped)));
+  // Opening may succeed where reading does not (a process that is not
+  // ours to trace): try one byte of each region.
+  for (const Mapped& m : mem->mapped_) {
+    uint8_t byte;
+    if (auto s = mem->Read(m.guest.address, {&byte, 1}); !s.ok()) return s;
+  }
+  return mem;
+}
+
+QemuTargetMemory::~QemuTargetMemory() { close(fd_); }
+
+absl::StatusOr<uint64_t> QemuTargetMemory::HostAddress(uint32_t address, size_t n) const {
+  for (const Mapped& m : mapped_) {
+    if (address >= m.guest.address &&
+        uint64_t{address} + n <= uint64_t{m.guest.address} + m.guest.size)
+      return m.host + (address - m.guest.address);
+  }
+  return absl::OutOfRangeError(absl::StrCat("target memory ", Hex(address), "..",
+                                            Hex(uint64_t{address} + n),
+                                            " is outside the regions fwai reads"));
+}
+
+absl::Status QemuTargetMemory::Read(uint32_t address, std::span<uint8_t> out) {
+  auto host = HostAddress(address, out.size());
+  if (!host.ok()) return host.status();
+  return Transfer(address, out.size(), "reading", [&](size_t done) {
+    return pread(fd_, out.data() + done, out.size() - done, *host + done);
+  });
+}
+
+absl::Status QemuTargetMemory::Write(uint32_t address, std::span<const uint8_t> bytes) {
+  auto host = HostAddress(address, bytes.size());
+  if (!host.ok()) return host.status();
+  return Transfer(address, bytes.size(), "writing", [&](size_t done) {
+    return pwrite(fd_, bytes.data() + done, bytes.size() - done, *host + done);
+  });
 }
 
 }  // namespace fwai

@@ -9,10 +9,12 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "common/mutex.h"
+#include "server/hardware/target_memory.h"
 
 namespace fwai {
 
@@ -48,6 +50,8 @@ class QemuInstance {
   void Stop();
   // Called once, from a watcher thread, when QEMU exits on its own.
   void SetOnExit(std::function<void(const std::string&)> fn);
+  // Runs a human monitor command (e.g. "info status") over QMP; its text.
+  [[nodiscard]] absl::StatusOr<std::string> Hmp(const std::string& command_line);
 
  private:
   QemuInstance() = default;
@@ -69,6 +73,40 @@ class QemuInstance {
   std::function<void(const std::string&)> on_exit_ ABSL_GUARDED_BY(mu_);
   Mutex qmp_mu_;        // one QMP exchange at a time on qmp_fd_
   std::string output_;  // Start only
+};
+
+// A guest's memory while it runs: the regions asked for (RAM, flash), read
+// and written through /proc/PID/mem at the host addresses QEMU's monitor
+// gives for them (gpa2hva), so the virtual CPU never stops. Needs fwaid to
+// be allowed to read QEMU's memory: the same user, QEMU its child (Yama's
+// ptrace_scope 0 or 1), and no -runas. Thread-safe; accesses after QEMU has
+// exited fail.
+class QemuTargetMemory : public TargetMemory {
+ public:
+  struct Region {
+    uint32_t address = 0;
+    uint32_t size = 0;
+  };
+  // Each region must be one block of QEMU's memory. Errors say which region
+  // and why (not mapped, no access to the process's memory).
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<QemuTargetMemory>> Open(
+      QemuInstance& qemu, const std::vector<Region>& regions);
+  ~QemuTargetMemory() override;
+
+  // OUT_OF_RANGE for bytes outside the regions.
+  absl::Status Read(uint32_t address, std::span<uint8_t> out) override;
+  absl::Status Write(uint32_t address, std::span<const uint8_t> bytes) override;
+
+ private:
+  struct Mapped {
+    Region guest;
+    uint64_t host = 0;
+  };
+  QemuTargetMemory(int fd, std::vector<Mapped> mapped) : fd_(fd), mapped_(std::move(mapped)) {}
+  absl::StatusOr<uint64_t> HostAddress(uint32_t address, size_t n) const;
+
+  const int fd_;
+  const std::vector<Mapped> mapped_;
 };
 
 // A TCP port on 127.0.0.1 that was free a moment ago.

@@ -17,6 +17,7 @@
 #include <regex>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/ids.h"
@@ -276,7 +277,11 @@ absl::StatusOr<uint64_t> Gpa2Hva(QemuInstance& qemu, uint64_t address) {
     return absl::FailedPreconditionError(
         absl::StrCat("the simulator has no memory at ", Hex(address), " (QEMU: ", said, ")"));
   }
-  return std::stoull(m[1].str(), nullptr, 16);
+  uint64_t host = 0;
+  if (!absl::SimpleHexAtoi(m[1].str(), &host)) {
+    return absl::InternalError(absl::StrCat("QEMU's gpa2hva said ", m[1].str()));
+  }
+  return host;
 }
 
 // Moves `size` bytes at guest `address` with `io(done)`, a pread or pwrite
@@ -286,11 +291,12 @@ absl::Status Transfer(uint32_t address, size_t size, const char* verb,
   size_t done = 0;
   while (done < size) {
     const ssize_t n = io(done);
-    if (n < 0 && errno == EINTR) continue;
+    const int err = errno;
+    if (n < 0 && err == EINTR) continue;
     if (n <= 0) {
       return absl::UnavailableError(absl::StrCat(verb, " the simulator's memory at ",
                                                  Hex(address + done), ": ",
-                                                 n < 0 ? std::strerror(errno) : "it has exited"));
+                                                 n < 0 ? std::strerror(err) : "it has exited"));
     }
     done += static_cast<size_t>(n);
   }
@@ -308,6 +314,8 @@ absl::StatusOr<std::unique_ptr<QemuTargetMemory>> QemuTargetMemory::Open(
     if (!first.ok()) return first.status();
     auto last = Gpa2Hva(qemu, uint64_t{r.address} + r.size - 1);
     if (!last.ok()) return last.status();
+    // The two ends one block apart: QEMU maps a memory region as one host
+    // block, so what lies between is that block's too.
     if (*last != *first + r.size - 1) {
       return absl::FailedPreconditionError(
           absl::StrCat("the simulator's memory at ", Hex(r.address), "..",
@@ -316,13 +324,20 @@ absl::StatusOr<std::unique_ptr<QemuTargetMemory>> QemuTargetMemory::Open(
     mapped.push_back({r, *first});
   }
   const std::string path = absl::StrCat("/proc/", qemu.pid(), "/mem");
-  const int fd = open(path.c_str(), O_RDWR | O_CLOEXEC);
+  int fd = open(path.c_str(), O_RDWR | O_CLOEXEC);
+  bool read_only = false;
+  if (fd < 0 && (errno == EACCES || errno == EPERM)) {
+    // A kernel that refuses writes to /proc/PID/mem (proc_mem.force_override)
+    // may still allow reads.
+    fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    read_only = fd >= 0;
+  }
   if (fd < 0) {
     return absl::PermissionDeniedError(
         absl::StrCat("reading the simulator's memory needs ", path, ": ", std::strerror(errno),
                      " (fwaid must be QEMU's parent and the same user)"));
   }
-  std::unique_ptr<QemuTargetMemory> mem(new QemuTargetMemory(fd, std::move(mapped)));
+  std::unique_ptr<QemuTargetMemory> mem(new QemuTargetMemory(fd, read_only, std::move(mapped)));
   // Opening may succeed where reading does not (a process that is not
   // ours to trace): try one byte of each region.
   for (const Mapped& m : mem->mapped_) {
@@ -356,6 +371,11 @@ absl::Status QemuTargetMemory::Read(uint32_t address, std::span<uint8_t> out) {
 absl::Status QemuTargetMemory::Write(uint32_t address, std::span<const uint8_t> bytes) {
   auto host = HostAddress(address, bytes.size());
   if (!host.ok()) return host.status();
+  if (read_only_) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "writing the simulator's memory at ", Hex(address),
+        ": this kernel lets fwaid read QEMU's memory but not write it (proc_mem.force_override)"));
+  }
   return Transfer(address, bytes.size(), "writing", [&](size_t done) {
     return pwrite(fd_, bytes.data() + done, bytes.size() - done, *host + done);
   });

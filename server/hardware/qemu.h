@@ -92,8 +92,11 @@ class QemuTargetMemory : public TargetMemory {
   [[nodiscard]] static absl::StatusOr<std::unique_ptr<QemuTargetMemory>> Open(
       QemuInstance& qemu, const std::vector<Region>& regions);
   ~QemuTargetMemory() override;
+  QemuTargetMemory(const QemuTargetMemory&) = delete;
+  QemuTargetMemory& operator=(const QemuTargetMemory&) = delete;
 
-  // OUT_OF_RANGE for bytes outside the regions.
+  // OUT_OF_RANGE for bytes outside the regions; PERMISSION_DENIED for a
+  // write where the kernel allows fwaid only to read QEMU's memory.
   absl::Status Read(uint32_t address, std::span<uint8_t> out) override;
   absl::Status Write(uint32_t address, std::span<const uint8_t> bytes) override;
 
@@ -102,10 +105,12 @@ class QemuTargetMemory : public TargetMemory {
     Region guest;
     uint64_t host = 0;
   };
-  QemuTargetMemory(int fd, std::vector<Mapped> mapped) : fd_(fd), mapped_(std::move(mapped)) {}
+  QemuTargetMemory(int fd, bool read_only, std::vector<Mapped> mapped)
+      : fd_(fd), read_only_(read_only), mapped_(std::move(mapped)) {}
   absl::StatusOr<uint64_t> HostAddress(uint32_t address, size_t n) const;
 
   const int fd_;
+  const bool read_only_;  // the kernel refuses writes to /proc/PID/mem
   const std::vector<Mapped> mapped_;
 };
 

@@ -47,11 +47,15 @@ uint32_t BlockBytes(uint32_t up, uint32_t down) {
 std::string ReadName(TargetMemory& mem, uint32_t address) {
   if (address == 0) return "";
   std::array<uint8_t, kMaxName> raw{};
-  if (!mem.Read(address, raw).ok()) return "";
+  size_t n = raw.size();
+  if (!mem.Read(address, raw).ok()) {
+    // Near the end of what the link reaches: a byte at a time.
+    for (n = 0; n < raw.size() && mem.Read(address + n, {&raw[n], 1}).ok() && raw[n] != 0; ++n) {
+    }
+  }
   std::string name;
-  for (uint8_t c : raw) {
-    if (c == 0) break;
-    if (c >= 0x20 && c < 0x7f) name.push_back(static_cast<char>(c));
+  for (size_t i = 0; i < n && raw[i] != 0; ++i) {
+    if (raw[i] >= 0x20 && raw[i] < 0x7f) name.push_back(static_cast<char>(raw[i]));
   }
   return name;
 }
@@ -71,6 +75,49 @@ absl::StatusOr<RttBuffer> ParseBuffer(TargetMemory& mem, const uint8_t* d, const
   }
   b.name = ReadName(mem, Le32(d));
   return b;
+}
+
+// The same block as before: address and every buffer's place and size.
+bool SameLayout(const RttControlBlock& a, const RttControlBlock& b) {
+  auto same = [](const std::vector<RttBuffer>& x, const std::vector<RttBuffer>& y) {
+    if (x.size() != y.size()) return false;
+    for (size_t i = 0; i < x.size(); ++i) {
+      if (x[i].buffer != y[i].buffer || x[i].size != y[i].size) return false;
+    }
+    return true;
+  };
+  return a.address == b.address && same(a.up, b.up) && same(a.down, b.down);
+}
+
+absl::Status Prefixed(const std::string& where, const absl::Status& s) {
+  return absl::Status(s.code(), absl::StrCat(where, s.message()));
+}
+
+// No used ring overlaps the control block or another ring: a host writing
+// a down-ring must not write a descriptor or another ring.
+absl::Status CheckNoOverlap(const RttControlBlock& cb, uint32_t block_bytes) {
+  struct Span {
+    std::string what;
+    uint64_t begin, end;
+  };
+  std::vector<Span> spans = {{"the control block", cb.address, uint64_t{cb.address} + block_bytes}};
+  for (size_t i = 0; i < cb.up.size() + cb.down.size(); ++i) {
+    const bool up = i < cb.up.size();
+    const RttBuffer& b = up ? cb.up[i] : cb.down[i - cb.up.size()];
+    if (b.size == 0) continue;
+    spans.push_back({absl::StrCat(up ? "up-buffer " : "down-buffer ", up ? i : i - cb.up.size()),
+                     b.buffer, uint64_t{b.buffer} + b.size});
+  }
+  for (size_t i = 0; i < spans.size(); ++i) {
+    for (size_t j = i + 1; j < spans.size(); ++j) {
+      if (spans[i].begin < spans[j].end && spans[j].begin < spans[i].end) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("RTT ", spans[j].what, " (", Hex(spans[j].begin), ") overlaps ",
+                         spans[i].what, " (", Hex(spans[i].begin), ")"));
+      }
+    }
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -109,6 +156,7 @@ absl::StatusOr<RttControlBlock> ReadRttControlBlock(TargetMemory& mem, uint32_t 
                      ParseBuffer(mem, raw.data() + kHeaderBytes + kBufferBytes * i, ram, what));
     (is_up ? cb.up : cb.down).push_back(std::move(b));
   }
+  RETURN_IF_ERROR(CheckNoOverlap(cb, BlockBytes(up, down)));
   return cb;
 }
 
@@ -151,55 +199,78 @@ absl::Status RttLink::QueueDown(unsigned channel, std::string_view bytes) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<RttPoll> RttLink::Poll() {
-  RttPoll poll;
-  std::vector<uint8_t> raw;
-  bool same = false;
+uint32_t RttLink::Descriptor(bool up, unsigned channel) const {
+  return block_.address + kHeaderBytes +
+         kBufferBytes * ((up ? 0 : static_cast<uint32_t>(block_.up.size())) + channel);
+}
+
+absl::StatusOr<bool> RttLink::Snapshot(std::vector<uint8_t>& raw, RttPoll& poll) {
   // Twice at most: a block that changed since it was located (a reset, the
   // firmware initialising again) is located once more.
-  for (int attempt = 0; attempt < 2 && !same; ++attempt) {
+  for (int attempt = 0; attempt < 2; ++attempt) {
     if (!located_) {
       auto cb = FindRttControlBlock(mem_, where_);
       if (!cb.ok()) {
         if (!absl::IsNotFound(cb.status()) && !absl::IsFailedPrecondition(cb.status()))
           return cb.status();
         poll.why_not = std::string(cb.status().message());
-        return poll;
+        return false;
       }
+      if (!SameLayout(*cb, block_)) down_queue_.clear();
       block_ = *std::move(cb);
       located_ = true;
-      down_queue_.clear();
     }
     raw.assign(BlockBytes(block_.up.size(), block_.down.size()), 0);
     RETURN_IF_ERROR(mem_.Read(block_.address, raw));
-    same = HasId(raw.data()) && Le32(raw.data() + 16) == block_.up.size() &&
-           Le32(raw.data() + 20) == block_.down.size();
+    bool same = HasId(raw.data()) && Le32(raw.data() + 16) == block_.up.size() &&
+                Le32(raw.data() + 20) == block_.down.size();
     for (size_t i = 0; same && i < block_.up.size() + block_.down.size(); ++i) {
       const RttBuffer& b = i < block_.up.size() ? block_.up[i] : block_.down[i - block_.up.size()];
       const uint8_t* d = raw.data() + kHeaderBytes + kBufferBytes * i;
       same = Le32(d + 4) == b.buffer && Le32(d + 8) == b.size;
     }
-    if (!same) located_ = false;
+    if (same) return true;
+    located_ = false;
   }
-  if (!same) {
-    poll.why_not = "the RTT control block changed while it was read";
-    return poll;
-  }
+  poll.why_not = "the RTT control block changed while it was read";
+  return false;
+}
+
+absl::StatusOr<RttPoll> RttLink::Poll() {
+  RttPoll poll;
+  std::vector<uint8_t> raw;
+  ASSIGN_OR_RETURN(const bool found, Snapshot(raw, poll));
+  if (!found) return poll;
   poll.located = true;
-  const uint8_t* descs = raw.data() + kHeaderBytes;
-  for (unsigned i = 0; i < block_.up.size() && located_; ++i) {
-    RETURN_IF_ERROR(ReadUp(i, descs + kBufferBytes * i, poll));
+  for (unsigned i = 0; i < block_.up.size() && located_ && poll.error.ok(); ++i) {
+    poll.error = ReadUp(i, poll);
   }
-  for (unsigned i = 0; i < block_.down.size() && located_; ++i) {
-    RETURN_IF_ERROR(WriteDown(i, descs + kBufferBytes * (block_.up.size() + i), poll));
+  for (unsigned i = 0; i < block_.down.size() && located_ && poll.error.ok(); ++i) {
+    poll.error = WriteDown(i, poll);
   }
   return poll;
 }
 
-absl::Status RttLink::ReadUp(unsigned channel, const uint8_t* desc, RttPoll& poll) {
+absl::StatusOr<std::pair<uint32_t, uint32_t>> RttLink::Offsets(uint32_t descriptor) {
+  std::array<uint8_t, 8> a{}, b{};
+  RETURN_IF_ERROR(mem_.Read(descriptor + kWrOff, a));
+  for (int i = 0; i < 3; ++i) {
+    RETURN_IF_ERROR(mem_.Read(descriptor + kWrOff, b));
+    if (a == b) break;
+    a = b;
+  }
+  return std::make_pair(Le32(a.data()), Le32(a.data() + 4));
+}
+
+absl::Status RttLink::ReadUp(unsigned channel, RttPoll& poll) {
   const RttBuffer& b = block_.up[channel];
   if (b.size == 0) return absl::OkStatus();
-  const uint32_t wr = Le32(desc + kWrOff), rd = Le32(desc + kRdOff);
+  const uint32_t desc = Descriptor(true, channel);
+  const std::string where =
+      absl::StrCat("RTT up-buffer ", channel, " of the block at ", Hex(block_.address), ": ");
+  auto offsets = Offsets(desc);
+  if (!offsets.ok()) return Prefixed(where, offsets.status());
+  const auto [wr, rd] = *offsets;
   if (wr >= b.size || rd >= b.size) {
     located_ = false;  // not a ring any more: locate it again
     return absl::OkStatus();
@@ -209,41 +280,46 @@ absl::Status RttLink::ReadUp(unsigned channel, const uint8_t* desc, RttPoll& pol
   const uint32_t second = wr > rd ? 0 : wr;
   std::string bytes(first + second, '\0');
   auto* out = reinterpret_cast<uint8_t*>(bytes.data());
-  RETURN_IF_ERROR(mem_.Read(b.buffer + rd, {out, first}));
-  if (second > 0) RETURN_IF_ERROR(mem_.Read(b.buffer, {out + first, second}));
-  // In overwrite mode the target moves the read offset itself when the ring
-  // is full; what was copied may then be half overwritten.
-  const uint32_t rd_address = block_.address + kHeaderBytes + kBufferBytes * channel + kRdOff;
+  absl::Status read = mem_.Read(b.buffer + rd, {out, first});
+  if (read.ok() && second > 0) read = mem_.Read(b.buffer, {out + first, second});
+  if (!read.ok()) return Prefixed(where, read);
+  // A target that moves the read offset itself when its ring is full has
+  // overwritten [rd, its new read offset) meanwhile; the rest is read again
+  // at the next poll from where it now starts.
   std::array<uint8_t, 4> now{};
-  RETURN_IF_ERROR(mem_.Read(rd_address, now));
-  if (Le32(now.data()) != rd) {
-    poll.lost += bytes.size();
+  if (auto s = mem_.Read(desc + kRdOff, now); !s.ok()) return Prefixed(where, s);
+  if (const uint32_t moved = Le32(now.data()); moved != rd) {
+    poll.lost += (moved + b.size - rd) % b.size;
     return absl::OkStatus();
   }
-  RETURN_IF_ERROR(mem_.Write(rd_address, ToLe32(wr)));
+  if (auto s = mem_.Write(desc + kRdOff, ToLe32(wr)); !s.ok()) return Prefixed(where, s);
   poll.up[channel] += bytes;
   return absl::OkStatus();
 }
 
-absl::Status RttLink::WriteDown(unsigned channel, const uint8_t* desc, RttPoll& poll) {
+absl::Status RttLink::WriteDown(unsigned channel, RttPoll& poll) {
   auto q = down_queue_.find(channel);
   const RttBuffer& b = block_.down[channel];
   if (q == down_queue_.end() || q->second.empty() || b.size == 0) return absl::OkStatus();
-  const uint32_t wr = Le32(desc + kWrOff), rd = Le32(desc + kRdOff);
+  const uint32_t desc = Descriptor(false, channel);
+  const std::string where =
+      absl::StrCat("RTT down-buffer ", channel, " of the block at ", Hex(block_.address), ": ");
+  auto offsets = Offsets(desc);
+  if (!offsets.ok()) return Prefixed(where, offsets.status());
+  const auto [wr, rd] = *offsets;
   if (wr >= b.size || rd >= b.size) {
     located_ = false;
     return absl::OkStatus();
   }
   const uint32_t free = (rd + b.size - wr - 1) % b.size;
-  const uint32_t n = std::min<uint64_t>(free, q->second.size());
+  const uint32_t n = static_cast<uint32_t>(std::min<uint64_t>(free, q->second.size()));
   if (n == 0) return absl::OkStatus();
   const auto* in = reinterpret_cast<const uint8_t*>(q->second.data());
   const uint32_t first = std::min(n, b.size - wr);
-  RETURN_IF_ERROR(mem_.Write(b.buffer + wr, {in, first}));
-  if (n > first) RETURN_IF_ERROR(mem_.Write(b.buffer, {in + first, n - first}));
-  const uint32_t wr_address =
-      block_.address + kHeaderBytes + kBufferBytes * (block_.up.size() + channel) + kWrOff;
-  RETURN_IF_ERROR(mem_.Write(wr_address, ToLe32((wr + n) % b.size)));
+  absl::Status s = mem_.Write(b.buffer + wr, {in, first});
+  if (s.ok() && n > first) s = mem_.Write(b.buffer, {in + first, n - first});
+  if (s.ok()) s = mem_.Write(desc + kWrOff, ToLe32((wr + n) % b.size));
+  if (!s.ok()) return Prefixed(where, s);
   q->second.erase(0, n);
   poll.sent += n;
   return absl::OkStatus();

@@ -20,6 +20,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -28,7 +29,10 @@
 namespace fwai {
 
 // Where to look for the control block: at the image's `_SEGGER_RTT` symbol
-// when it has one, else anywhere in RAM on a 4-byte boundary.
+// when it has one, else anywhere in RAM on a 4-byte boundary (the first
+// valid block wins: one an earlier image left in RAM that was not cleared
+// may be taken for the running image's, so give the symbol when there is
+// an image).
 struct RttSearch {
   std::optional<uint32_t> symbol;
   uint32_t ram_origin = 0;
@@ -58,8 +62,8 @@ struct RttControlBlock {
 
 // Reads and checks the control block at `address`: the ID, buffer counts of
 // 1..16 up and 0..16 down, each used buffer (size ≥ 2) inside RAM with both
-// offsets below its size. FAILED_PRECONDITION says what is not (yet) right,
-// e.g. while the firmware has not initialised RTT.
+// offsets below its size, overlapping neither the block nor another buffer. FAILED_PRECONDITION
+// says what is not (yet) right, e.g. while the firmware has not initialised RTT.
 [[nodiscard]] absl::StatusOr<RttControlBlock> ReadRttControlBlock(TargetMemory& mem,
                                                                   uint32_t address,
                                                                   const RttSearch& ram);
@@ -74,8 +78,15 @@ struct RttPoll {
   bool located = false;                // a valid control block was read
   std::string why_not;                 // if not located: why (for a log, once)
   std::map<unsigned, std::string> up;  // new bytes per up-channel
-  uint64_t lost = 0;                   // bytes read but overwritten meanwhile (overwrite mode)
-  uint64_t sent = 0;                   // queued down bytes written to the target
+  // Bytes the target overwrote before the host took them (a target that
+  // moves the read offset itself when its ring is full); best effort: a
+  // target that laps its ring between two looks is not seen.
+  uint64_t lost = 0;
+  uint64_t sent = 0;  // queued down bytes written to the target
+  // A memory access that failed after the block was read (naming the
+  // buffer): what `up` holds was taken from the target before it and is
+  // still to be passed on.
+  absl::Status error;
 };
 
 class RttLink {
@@ -85,13 +96,16 @@ class RttLink {
   // Locates the control block if it is not (still) there — the ID is checked
   // on every poll, since a reset clears it until the firmware sets it again —
   // then takes each up-channel's new bytes and writes what fits of each
-  // down-channel's queue. An error is a failed memory access.
+  // down-channel's queue. An error status is a failed read of the block
+  // itself; a later failure is the poll's `error`.
   [[nodiscard]] absl::StatusOr<RttPoll> Poll();
 
   // Queues `bytes` for down-channel `channel`. RESOURCE_EXHAUSTED when more
   // than kMaxQueued bytes would wait; NOT_FOUND for a channel the block does
-  // not have (once located). A block located again (after a reset) starts
-  // with empty queues.
+  // not have (once located). A block found again with another address or
+  // layout (a new image) starts with empty queues; one found again as it
+  // was keeps them (a reset seen in time or not: what was queued may reach
+  // the firmware after it restarted).
   [[nodiscard]] absl::Status QueueDown(unsigned channel, std::string_view bytes);
   static constexpr size_t kMaxQueued = 4096;
 
@@ -99,8 +113,15 @@ class RttLink {
   const RttControlBlock* block() const { return located_ ? &block_ : nullptr; }
 
  private:
-  absl::Status ReadUp(unsigned channel, const uint8_t* desc, RttPoll& poll);
-  absl::Status WriteDown(unsigned channel, const uint8_t* desc, RttPoll& poll);
+  // Reads the block (locating it again when it changed); false with
+  // `why_not` set when there is none.
+  absl::StatusOr<bool> Snapshot(std::vector<uint8_t>& raw, RttPoll& poll);
+  absl::Status ReadUp(unsigned channel, RttPoll& poll);
+  absl::Status WriteDown(unsigned channel, RttPoll& poll);
+  // A ring's write and read offsets, read until two reads agree (a read of
+  // another process's memory is not atomic).
+  absl::StatusOr<std::pair<uint32_t, uint32_t>> Offsets(uint32_t descriptor);
+  uint32_t Descriptor(bool up, unsigned channel) const;
 
   TargetMemory& mem_;
   const RttSearch where_;

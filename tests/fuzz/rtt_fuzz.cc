@@ -2,7 +2,8 @@
 // firmware, or a stray pointer, left there) and its changes between polls.
 // Whatever RAM holds, finding the control block and polling it return an
 // answer or an error: no crash, no access outside RAM, no more bytes from a
-// ring than the ring holds, no write outside what the host owns.
+// ring than the ring holds, no write outside what the host owns (checked
+// for every poll that ends with the block in hand).
 #include <cstring>
 #include <string>
 #include <vector>
@@ -27,14 +28,31 @@ class Ram : public fwai::TargetMemory {
   absl::Status Write(uint32_t address, std::span<const uint8_t> in) override {
     if (!Inside(address, in.size())) return absl::OutOfRangeError("outside RAM");
     std::memcpy(bytes.data() + (address - kRam), in.data(), in.size());
+    writes.emplace_back(address, in.size());
     return absl::OkStatus();
   }
+  std::vector<std::pair<uint32_t, size_t>> writes;
 
  private:
   static bool Inside(uint32_t address, size_t n) {
     return address >= kRam && uint64_t{address} + n <= uint64_t{kRam} + kRamSize;
   }
 };
+
+// What the host may write: an up-buffer's read offset, a down-buffer's
+// write offset (4 bytes each) and a down-buffer's ring.
+bool HostOwns(const fwai::RttControlBlock& cb, uint32_t address, size_t n) {
+  const size_t up = cb.up.size();
+  for (size_t i = 0; i < up + cb.down.size(); ++i) {
+    const uint32_t desc = cb.address + 24 + 24 * static_cast<uint32_t>(i);
+    if (n == 4 && address == desc + (i < up ? 16 : 12)) return true;
+    if (i >= up) {
+      const fwai::RttBuffer& b = cb.down[i - up];
+      if (address >= b.buffer && uint64_t{address} + n <= uint64_t{b.buffer} + b.size) return true;
+    }
+  }
+  return false;
+}
 
 }  // namespace
 
@@ -54,13 +72,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // The rest of the input changes RAM between polls, a 4-byte word at a time.
   size_t next = image;
   for (int poll = 0; poll < 4; ++poll) {
+    ram.writes.clear();
     auto r = link.Poll();
-    if (!r.ok()) continue;
+    if (!r.ok()) {
+      FUZZ_CHECK(ram.writes.empty());
+      continue;
+    }
     if (const RttControlBlock* cb = link.block(); cb != nullptr && r->located) {
       for (const auto& [channel, bytes] : r->up) {
         FUZZ_CHECK(channel < cb->up.size());
         FUZZ_CHECK(bytes.size() < cb->up[channel].size);
       }
+      for (const auto& [address, n] : ram.writes) FUZZ_CHECK(HostOwns(*cb, address, n));
       (void)link.QueueDown(0, "ping\n");
     }
     for (int w = 0; w < 4 && next + 6 <= size; ++w, next += 6) {

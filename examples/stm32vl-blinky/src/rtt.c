@@ -45,7 +45,7 @@ void rtt_init(void) {
   ring_init(&cb->up[RTT_TRACE], "Trace", trace_up, sizeof trace_up);
   ring_init(&cb->down[0], "Terminal", terminal_down, sizeof terminal_down);
   static const char id[] = "SEGGER RTT";
-  __asm volatile("" ::: "memory");  // the buffers before the ID
+  __asm volatile("dmb" ::: "memory");  // the buffers before the ID
   for (int i = (int)sizeof id - 1; i >= 0; --i) ((volatile char *)cb->id)[i] = id[i];
 }
 
@@ -59,7 +59,7 @@ unsigned rtt_write(unsigned channel, const char *s, unsigned n) {
     r->buf[wr] = s[i];
     wr = (wr + 1u) % r->size;
   }
-  __asm volatile("" ::: "memory");  // the data before the offset
+  __asm volatile("dmb" ::: "memory");  // the data before the offset
   r->wr = wr;
   return n;
 }
@@ -70,8 +70,9 @@ int rtt_getc(void) {
   struct rtt_ring *r = &_SEGGER_RTT.down[0];
   const uint32_t rd = r->rd;
   if (rd == r->wr) return -1;
-  __asm volatile("" ::: "memory");  // the offset before the data
+  __asm volatile("dmb" ::: "memory");  // the offset before the data
   const int c = (unsigned char)r->buf[rd];
+  __asm volatile("dmb" ::: "memory");  // the data before the slot is given back
   r->rd = (rd + 1u) % r->size;
   return c;
 }

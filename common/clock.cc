@@ -95,12 +95,21 @@ class RealClock final : public Clock {
 
 }  // namespace
 
+bool Clock::SleepUntil(int64_t deadline_us, CancelToken* cancel) const {
+  const int64_t left = deadline_us - NowMicros();
+  if (left <= 0) return cancel != nullptr && cancel->cancelled();
+  return SleepFor(left, cancel);
+}
+
 bool ManualClock::SleepFor(int64_t us, CancelToken* cancel) const {
-  const int64_t end = NowMicros() + us;
-  while (NowMicros() < end) {
+  return SleepUntil(NowMicros() + us, cancel);
+}
+
+bool ManualClock::SleepUntil(int64_t deadline_us, CancelToken* cancel) const {
+  while (NowMicros() < deadline_us) {
     if (Nap(1000, cancel)) return true;
   }
-  return false;
+  return cancel != nullptr && cancel->cancelled();
 }
 
 const Clock& SystemClock() {

@@ -30,6 +30,11 @@ class Clock {
   // within 50 ms. A ManualClock's wait ends only when Advance or Set have
   // moved it far enough.
   virtual bool SleepFor(int64_t us, CancelToken* cancel) const = 0;
+  // Waits until this clock reads `deadline_us` or later, as SleepFor does;
+  // a deadline already passed returns at once. Unlike SleepFor from a
+  // reading taken earlier, a clock moved between that reading and the wait
+  // does not lengthen it.
+  virtual bool SleepUntil(int64_t deadline_us, CancelToken* cancel) const;
 };
 
 // The real clock; a process-wide singleton that is never destroyed.
@@ -42,6 +47,7 @@ class ManualClock final : public Clock {
   explicit ManualClock(int64_t start_us = ::fwai::NowMicros()) : now_us_(start_us) {}
   int64_t NowMicros() const override { return now_us_.load(); }
   bool SleepFor(int64_t us, CancelToken* cancel) const override;
+  bool SleepUntil(int64_t deadline_us, CancelToken* cancel) const override;
   void Advance(int64_t us) { now_us_.fetch_add(us); }
   void Set(int64_t us) { now_us_.store(us); }
 

@@ -14,6 +14,7 @@
 #include <cstring>
 #include <fstream>
 #include <thread>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -323,13 +324,44 @@ absl::Status SerialHub::Open(const std::string& path, const SerialSettings& s) {
   return absl::OkStatus();
 }
 
+absl::Status SerialHub::OpenFed(const std::string& label, const SerialSettings& settings,
+                                std::function<absl::Status(std::string_view)> writer) {
+  Close("reopening", false);
+  if (settings.encoding != "utf-8" && settings.encoding != "ascii" && settings.encoding != "hex") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        name_, " ", label, ": encoding '", settings.encoding, "' (use utf-8, ascii or hex)"));
+  }
+  MutexLock lock(&mu_);
+  open_ = true;
+  fed_ = true;
+  path_ = label;
+  encoding_ = settings.encoding;
+  line_ending_ = settings.line_ending;
+  writer_ = std::move(writer);
+  return absl::OkStatus();
+}
+
+void SerialHub::Feed(std::string_view bytes) {
+  {
+    MutexLock lock(&mu_);
+    if (!fed_ || !open_) return;
+  }
+  OnBytes(bytes);
+}
+
+void SerialHub::FlushFed() { FlushPartial(); }
+
 void SerialHub::Close(const std::string& reason, bool end_readers) {
   std::shared_ptr<Rep> rep;
+  bool was_fed = false;
   {
     MutexLock lock(&mu_);
     open_ = false;
+    was_fed = std::exchange(fed_, false);
+    writer_ = nullptr;
     rep = std::move(rep_);
   }
+  if (was_fed) FlushPartial();
   if (rep) {
     {
       MutexLock wl(&rep->write_mu);  // after a write under way, before the next
@@ -360,14 +392,24 @@ absl::Status SerialHub::Write(std::string_view bytes) {
   int fd = -1;
   std::string path;
   std::shared_ptr<Rep> r;
+  std::function<absl::Status(std::string_view)> writer;
   {
     MutexLock lock(&mu_);
-    if (!open_ || !rep_)
+    if (open_ && fed_) {
+      if (!writer_) {
+        return absl::FailedPreconditionError(
+            absl::StrCat(name_, ": ", path_, " is read-only (nothing can be written to it)"));
+      }
+      writer = writer_;
+    } else if (!open_ || !rep_) {
       return absl::FailedPreconditionError(absl::StrCat(name_, ": serial port is not open"));
-    r = rep_;
-    fd = r->port->native_handle();
-    path = path_;
+    } else {
+      r = rep_;
+      fd = r->port->native_handle();
+      path = path_;
+    }
   }
+  if (writer) return writer(bytes);
   MutexLock wl(&r->write_mu);
   if (r->closed) {
     return absl::FailedPreconditionError(absl::StrCat(name_, ": serial port is not open"));

@@ -75,6 +75,17 @@ class SerialHub {
   // Opens `path` and starts reading. Errors name the port and the cause
   // (missing, permission denied, in use by another program).
   [[nodiscard]] absl::Status Open(const std::string& path, const SerialSettings& settings);
+  // A hub without a port: its bytes come from Feed (an RTT poller, a
+  // simulator's second channel) and what is written goes to `writer`; with
+  // no writer the stream is read-only and a write is refused naming it.
+  // `label` is what path() says ("rtt:0"). The settings' encoding and line
+  // ending apply; the rest are a port's.
+  [[nodiscard]] absl::Status OpenFed(const std::string& label, const SerialSettings& settings,
+                                     std::function<absl::Status(std::string_view)> writer);
+  // Bytes for a fed hub. Whole lines go out at once; a partial line waits
+  // for its end or for FlushFed (the feeder saying nothing more came).
+  void Feed(std::string_view bytes);
+  void FlushFed();
   // Stops reading. With `end_readers`, every reader is ended with `reason`.
   void Close(const std::string& reason, bool end_readers);
   bool is_open() const;
@@ -130,6 +141,8 @@ class SerialHub {
   std::string line_ending_ ABSL_GUARDED_BY(mu_) = "\n";
   std::function<void(const std::string&)> on_failure_ ABSL_GUARDED_BY(mu_);
   bool open_ ABSL_GUARDED_BY(mu_) = false;
+  bool fed_ ABSL_GUARDED_BY(mu_) = false;  // opened with OpenFed
+  std::function<absl::Status(std::string_view)> writer_ ABSL_GUARDED_BY(mu_);
   std::string path_ ABSL_GUARDED_BY(mu_);
 };
 

@@ -603,6 +603,47 @@ TEST(SerialHubTest, WritesRacingACloseEndAsNotOpenAndNeverWriteAClosedPort) {
   }
 }
 
+// A hub without a port (an RTT channel): lines come from Feed, a partial
+// one goes out on FlushFed, writes go to its writer, and one without a
+// writer is read-only.
+TEST(SerialHubTest, AFedHubDeliversFedLinesAndRoutesWritesToItsWriter) {
+  SerialHub hub("sim-stm32vl", 10);
+  std::vector<std::string> written;
+  SerialSettings s;
+  s.line_ending = "\n";
+  ASSERT_TRUE(hub.OpenFed("rtt:0", s,
+                          [&](std::string_view bytes) {
+                            written.emplace_back(bytes);
+                            return absl::OkStatus();
+                          })
+                  .ok());
+  EXPECT_TRUE(hub.is_open());
+  EXPECT_EQ(hub.path(), "rtt:0");
+  auto reader = hub.Subscribe(false);
+  hub.Feed("rtt: booted\r\nuart cmd: pi");
+  EXPECT_EQ(ReadLines(*reader, 1), std::vector<std::string>{"rtt: booted"});
+  hub.Feed("ng\npartial");
+  EXPECT_EQ(ReadLines(*reader, 1), std::vector<std::string>{"uart cmd: ping"});
+  hub.FlushFed();
+  EXPECT_EQ(ReadLines(*reader, 1), std::vector<std::string>{"partial"});
+  ASSERT_TRUE(hub.SendLine("ping").ok());
+  EXPECT_EQ(written, std::vector<std::string>{"ping\n"});
+  // Closed: nothing more is written or delivered.
+  hub.Close("board stopped", false);
+  EXPECT_FALSE(hub.SendLine("ping").ok());
+  hub.Feed("late\n");
+  EXPECT_EQ(hub.History(0).size(), 3u);
+
+  SerialHub trace("sim-stm32vl", 10);
+  ASSERT_TRUE(trace.OpenFed("rtt:1", s, nullptr).ok());
+  auto ro = trace.Write("x");
+  EXPECT_TRUE(absl::IsFailedPrecondition(ro)) << ro;
+  EXPECT_NE(ro.message().find("rtt:1 is read-only"), std::string::npos) << ro;
+  s.encoding = "ebcdic";
+  auto bad = trace.OpenFed("rtt:1", s, nullptr);
+  EXPECT_NE(bad.message().find("encoding 'ebcdic'"), std::string::npos) << bad;
+}
+
 TEST(SerialHubTest, OpenErrorsAreClear) {
   SerialHub hub("t", 10);
   auto missing = hub.Open("/dev/fwai-no-such-port", SerialSettings{});

@@ -12,8 +12,11 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "common/clock.h"
+#include "common/mutex.h"
 #include "server/firmware/elf_file.h"
 #include "server/hardware/qemu.h"
+#include "server/hardware/rtt_pump.h"
 
 namespace fwai {
 namespace {
@@ -439,6 +442,100 @@ bool Eventually(const std::function<bool()>& done) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   return true;
+}
+
+// ---- The pump: an RttLink kept flowing on a thread ----
+
+// What a pump handed on; waited for from the test's thread.
+class Collected {
+ public:
+  RttPump::Sink Sink() {
+    return [this](unsigned channel, std::string_view bytes, bool idle) {
+      MutexLock lock(&mu_);
+      (idle ? idle_[channel] : bytes_[channel]) += idle ? std::string("|") : std::string(bytes);
+      cv_.SignalAll();
+    };
+  }
+  // Waits (for the pump's thread, up to 30 s) until `done` holds.
+  bool WaitFor(const std::function<bool(const std::map<unsigned, std::string>& bytes,
+                                        const std::map<unsigned, std::string>& idle)>& done) {
+    MutexLock lock(&mu_);
+    const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (!done(bytes_, idle_)) {
+      if (std::chrono::steady_clock::now() > end) return false;
+      cv_.WaitWithTimeout(&mu_, std::chrono::milliseconds(50));
+    }
+    return true;
+  }
+
+ private:
+  Mutex mu_;
+  CondVar cv_;
+  std::map<unsigned, std::string> bytes_ ABSL_GUARDED_BY(mu_);
+  std::map<unsigned, std::string> idle_ ABSL_GUARDED_BY(mu_);
+};
+
+// Moves `clock` by `us` once the pump has polled `after` times (so the
+// pump is asleep on the clock, not reading memory the test may change).
+void AdvanceAfterPoll(const RttPump& pump, ManualClock& clock, uint64_t after, int64_t us) {
+  ASSERT_TRUE(Eventually([&] { return pump.polls() >= after; })) << "no poll " << after;
+  clock.Advance(us);
+}
+
+TEST(RttPumpTest, BytesGoOutEachPollAndAQuietChannelIsSaidOnce) {
+  Target target({64}, {16});
+  ManualClock clock(1'000'000);
+  Collected got;
+  target.fw.Write(0, "rtt: booted\npart");
+  RttPumpOptions o;
+  o.idle_polls = 3;
+  RttPump pump(target.mem, Ram(kRam + 0x100), o, clock, got.Sink());
+  ASSERT_TRUE(
+      got.WaitFor([](auto& bytes, auto&) { return bytes.count(0) && bytes.at(0).size() == 16; }));
+  // Three polls without bytes: channel 0 is quiet (once, not at every poll).
+  for (uint64_t n = 1; n <= 5; ++n) AdvanceAfterPoll(pump, clock, n, o.poll_us);
+  ASSERT_TRUE(Eventually([&] { return pump.polls() >= 6; }));
+  EXPECT_TRUE(got.WaitFor([](auto&, auto& idle) { return idle.count(0) && idle.at(0) == "|"; }));
+  // Bytes written between polls arrive at the next one.
+  target.fw.Write(0, "ial\n");
+  clock.Advance(o.poll_us);
+  EXPECT_TRUE(
+      got.WaitFor([](auto& bytes, auto&) { return bytes.at(0) == "rtt: booted\npartial\n"; }));
+  EXPECT_EQ(pump.problem(), "");
+  ASSERT_TRUE(pump.block().has_value());
+  EXPECT_EQ(pump.block()->up[0].name, "Terminal");
+}
+
+TEST(RttPumpTest, ABlockNotThereYetIsLookedForLessOftenAndFoundWhenItIs) {
+  FakeMemory mem;
+  ManualClock clock(1'000'000);
+  Collected got;
+  RttPumpOptions o;
+  RttPump pump(mem, Ram(kRam + 0x100), o, clock, got.Sink());
+  ASSERT_TRUE(Eventually([&] { return pump.polls() >= 1; }));
+  EXPECT_NE(pump.problem().find("not initialised"), std::string::npos) << pump.problem();
+  EXPECT_FALSE(pump.block().has_value());
+  EXPECT_TRUE(absl::IsFailedPrecondition(pump.Send(0, "ping\n")));
+  // The looks back off: 10 ms, 20 ms, 40 ms ... up to a second.
+  int64_t waited = 0;
+  for (uint64_t n = 1; n <= 4; ++n) {
+    AdvanceAfterPoll(pump, clock, n, o.poll_us << (n - 1));
+    waited += o.poll_us << (n - 1);
+  }
+  ASSERT_TRUE(Eventually([&] { return pump.polls() >= 5; }));
+  EXPECT_EQ(waited, 150'000);
+  // The firmware sets RTT up; the next look finds it, and the pump polls at
+  // its interval again.
+  Firmware fw{mem, kRam + 0x100, {64}, {16}};
+  fw.Init(kRam + 0x40);
+  fw.Write(0, "booted\n");
+  clock.Advance(o.max_backoff_us);
+  ASSERT_TRUE(
+      got.WaitFor([](auto& bytes, auto&) { return bytes.count(0) && bytes.at(0) == "booted\n"; }));
+  ASSERT_TRUE(pump.Send(0, "ping\n").ok());
+  AdvanceAfterPoll(pump, clock, 6, o.poll_us);
+  ASSERT_TRUE(Eventually([&] { return pump.polls() >= 7; }));
+  EXPECT_EQ(fw.Read(0), "ping\n");
 }
 
 class QemuMemoryTest : public ::testing::Test {

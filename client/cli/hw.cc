@@ -100,6 +100,12 @@ HwCommands::HwCommands(CLI::App& app, Globals& g) : g_(g) {
       ->add_option("--send", send_, "Send this line after opening (repeatable; needs the lease)")
       ->allow_extra_args(false);
   monitor_->add_flag("--history", history_, "Start with the buffered history");
+  rtt_opt_ = monitor_
+                 ->add_option("--rtt", rtt_,
+                              "Read RTT up-channel N (default 0) instead of the serial port; "
+                              "--send writes to down-channel N (give the board first)")
+                 ->expected(0, 1)
+                 ->check(CLI::NonNegativeNumber);
 
   flash_ =
       app.add_subcommand("flash", "Flash an image to a board you hold, behind the flash guard");
@@ -391,6 +397,9 @@ int HwCommands::Monitor() {
   pb::SerialClientMessage open;
   open.mutable_open()->set_device_id(board_);
   open.mutable_open()->set_from_history(history_);
+  if (rtt_opt_->count() > 0) {
+    open.mutable_open()->set_stream(absl::StrCat("rtt:", rtt_.empty() ? 0u : rtt_[0]));
+  }
   if (!stream->Write(open)) return FailGrpc(g_, stream->Finish());
   // Ctrl-C ends the monitor cleanly.
   static grpc::ClientContext* active = nullptr;
@@ -409,8 +418,10 @@ int HwCommands::Monitor() {
   while (stream->Read(&m)) {
     if (!m.opened().empty()) {
       board = m.opened();
+      const std::string what =
+          m.stream().empty() || m.stream() == "uart" ? board : board + " " + m.stream();
       if (!g_.json && isatty(2))
-        std::fprintf(stderr, "monitoring %s (Ctrl-C to stop)\n", board.c_str());
+        std::fprintf(stderr, "monitoring %s (Ctrl-C to stop)\n", what.c_str());
       for (const auto& s : send_) {
         pb::SerialClientMessage w;
         w.set_send_line(s);

@@ -53,6 +53,8 @@ class HwCommands {
   double timeout_ = 0;
   std::vector<std::string> send_;
   bool history_ = false;
+  std::vector<unsigned> rtt_;  // monitor --rtt [N]: empty with the option means 0
+  CLI::Option* rtt_opt_ = nullptr;
   std::vector<std::string> positional_;
   bool yes_ = false;
   std::string project_root_;

@@ -110,7 +110,7 @@ class SerialReactor final
       writer_.Close(ToGrpcStatus(board.status()));
       return;
     }
-    auto serial = boards_->OpenSerial(caller_, *board, o.from_history());
+    auto serial = boards_->OpenSerial(caller_, *board, o.from_history(), o.stream());
     if (!serial.ok()) {
       writer_.Close(ToGrpcStatus(serial.status()));
       return;
@@ -120,6 +120,7 @@ class SerialReactor final
     fwai::v1::SerialServerMessage hello;
     hello.set_opened(board->id);
     hello.set_next_seq(serial_->next_seq());
+    hello.set_stream(o.stream().empty() ? "uart" : o.stream());
     writer_.Push(std::move(hello));
     pump_ = std::thread([this] { Pump(); });
   }

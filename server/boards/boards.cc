@@ -150,14 +150,16 @@ absl::StatusOr<FlashResult> Boards::GuardAndFlash(
 
 absl::StatusOr<std::unique_ptr<BoardSerial>> Boards::OpenSerial(const Caller& caller,
                                                                 const BoardRef& board,
-                                                                bool from_history) {
-  return HostOf(board).OpenSerial(caller, board, from_history);
+                                                                bool from_history,
+                                                                const std::string& stream) {
+  return HostOf(board).OpenSerial(caller, board, from_history, stream);
 }
 
 absl::StatusOr<std::vector<SerialLine>> Boards::SerialHistory(const Caller& caller,
                                                               const BoardRef& board,
-                                                              size_t max_lines) {
-  return HostOf(board).SerialHistory(caller, board, max_lines);
+                                                              size_t max_lines,
+                                                              const std::string& stream) {
+  return HostOf(board).SerialHistory(caller, board, max_lines, stream);
 }
 
 absl::StatusOr<DebugResult> Boards::Debug(const Caller& caller, const BoardRef& board,
@@ -201,8 +203,9 @@ absl::StatusOr<OtaSlotsInfo> Boards::OtaSlots(const BoardRef& board) {
   return HostOf(board).OtaSlots(board);
 }
 
-absl::StatusOr<uint64_t> Boards::SerialNextSeq(const Caller& caller, const BoardRef& board) {
-  return HostOf(board).SerialNextSeq(caller, board);
+absl::StatusOr<uint64_t> Boards::SerialNextSeq(const Caller& caller, const BoardRef& board,
+                                               const std::string& stream) {
+  return HostOf(board).SerialNextSeq(caller, board, stream);
 }
 
 }  // namespace fwai

@@ -136,15 +136,18 @@ class BoardHost {
       const Caller& caller, const BoardRef& board, const FlashOrder& order, bool approved,
       const FlashGuardPolicy& guard,
       const std::function<void(const FlashProgressUpdate&)>& progress, CancelToken* cancel) = 0;
+  // `stream` picks the board's UART ("") or an RTT channel ("rtt:N"); see
+  // HardwareBroker::OpenSerial.
   [[nodiscard]] virtual absl::StatusOr<std::unique_ptr<BoardSerial>> OpenSerial(
-      const Caller& caller, const BoardRef& board, bool from_history) = 0;
-  // The number the board's next serial line will get.
+      const Caller& caller, const BoardRef& board, bool from_history,
+      const std::string& stream) = 0;
+  // The number the stream's next line will get.
   [[nodiscard]] virtual absl::StatusOr<uint64_t> SerialNextSeq(const Caller& caller,
-                                                               const BoardRef& board) = 0;
-  // The last `max_lines` lines of the board's serial history (0: all kept).
-  [[nodiscard]] virtual absl::StatusOr<std::vector<SerialLine>> SerialHistory(const Caller& caller,
-                                                                              const BoardRef& board,
-                                                                              size_t max_lines) = 0;
+                                                               const BoardRef& board,
+                                                               const std::string& stream) = 0;
+  // The last `max_lines` lines of the stream's history (0: all kept).
+  [[nodiscard]] virtual absl::StatusOr<std::vector<SerialLine>> SerialHistory(
+      const Caller& caller, const BoardRef& board, size_t max_lines, const std::string& stream) = 0;
   // `cancel` (may be null) ends the session at once: a command waiting on
   // the target returns and no further one runs.
   [[nodiscard]] virtual absl::StatusOr<DebugResult> Debug(const Caller& caller,
@@ -197,13 +200,14 @@ class Boards {
   [[nodiscard]] absl::StatusOr<FlashResult> Flash(
       const Caller& caller, const BoardRef& board, const FlashOrder& order,
       const std::function<void(const FlashProgressUpdate&)>& progress, CancelToken* cancel);
-  [[nodiscard]] absl::StatusOr<std::unique_ptr<BoardSerial>> OpenSerial(const Caller& caller,
-                                                                        const BoardRef& board,
-                                                                        bool from_history);
-  [[nodiscard]] absl::StatusOr<std::vector<SerialLine>> SerialHistory(const Caller& caller,
-                                                                      const BoardRef& board,
-                                                                      size_t max_lines);
-  [[nodiscard]] absl::StatusOr<uint64_t> SerialNextSeq(const Caller& caller, const BoardRef& board);
+  [[nodiscard]] absl::StatusOr<std::unique_ptr<BoardSerial>> OpenSerial(
+      const Caller& caller, const BoardRef& board, bool from_history,
+      const std::string& stream = "");
+  [[nodiscard]] absl::StatusOr<std::vector<SerialLine>> SerialHistory(
+      const Caller& caller, const BoardRef& board, size_t max_lines,
+      const std::string& stream = "");
+  [[nodiscard]] absl::StatusOr<uint64_t> SerialNextSeq(const Caller& caller, const BoardRef& board,
+                                                       const std::string& stream = "");
   [[nodiscard]] absl::StatusOr<DebugResult> Debug(const Caller& caller, const BoardRef& board,
                                                   const std::vector<std::string>& commands,
                                                   int timeout_ms, CancelToken* cancel = nullptr);

@@ -8,14 +8,15 @@ namespace {
 // under the opener's lease.
 class LocalSerial final : public BoardSerial {
  public:
-  LocalSerial(HardwareBroker& broker, Caller caller, std::string board,
+  LocalSerial(HardwareBroker& broker, Caller caller, std::string board, std::string stream,
               std::shared_ptr<SerialReader> reader, uint64_t next_seq)
       : broker_(broker),
         caller_(std::move(caller)),
         board_(std::move(board)),
+        stream_(std::move(stream)),
         reader_(std::move(reader)),
         next_seq_(next_seq) {}
-  ~LocalSerial() override { broker_.CloseSerial(board_, reader_); }
+  ~LocalSerial() override { broker_.CloseSerial(board_, reader_, stream_); }
 
   SerialReader::Next Wait(SerialLine& line, int timeout_ms) override {
     return reader_->Wait(line, timeout_ms);
@@ -23,10 +24,10 @@ class LocalSerial final : public BoardSerial {
   std::string end_reason() const override { return reader_->end_reason(); }
   uint64_t dropped() const override { return reader_->dropped(); }
   absl::Status Write(std::string_view bytes) override {
-    return broker_.SerialWrite(caller_, board_, bytes);
+    return broker_.SerialWrite(caller_, board_, bytes, stream_);
   }
   absl::Status SendLine(std::string_view line) override {
-    return broker_.SerialSendLine(caller_, board_, line);
+    return broker_.SerialSendLine(caller_, board_, line, stream_);
   }
   uint64_t next_seq() const override { return next_seq_; }
   bool host_stopping() const override { return broker_.stopping(); }
@@ -35,6 +36,7 @@ class LocalSerial final : public BoardSerial {
   HardwareBroker& broker_;
   const Caller caller_;
   const std::string board_;
+  const std::string stream_;
   const std::shared_ptr<SerialReader> reader_;
   const uint64_t next_seq_;
 };
@@ -73,19 +75,21 @@ absl::StatusOr<FlashResult> LocalBoards::Flash(
 
 absl::StatusOr<std::unique_ptr<BoardSerial>> LocalBoards::OpenSerial(const Caller& caller,
                                                                      const BoardRef& board,
-                                                                     bool from_history) {
-  auto reader = broker_.OpenSerial(caller, board.id, from_history);
+                                                                     bool from_history,
+                                                                     const std::string& stream) {
+  auto reader = broker_.OpenSerial(caller, board.id, from_history, stream);
   // Read after the reader subscribed: every line below it is in its queue.
-  auto seq = broker_.SerialNextSeq(board.id);
+  auto seq = broker_.SerialNextSeq(board.id, stream);
   if (!reader.ok()) return reader.status();
   return std::unique_ptr<BoardSerial>(std::make_unique<LocalSerial>(
-      broker_, caller, board.id, *std::move(reader), seq.ok() ? *seq : 0));
+      broker_, caller, board.id, stream, *std::move(reader), seq.ok() ? *seq : 0));
 }
 
 absl::StatusOr<std::vector<SerialLine>> LocalBoards::SerialHistory(const Caller&,
                                                                    const BoardRef& board,
-                                                                   size_t max_lines) {
-  return broker_.SerialHistory(board.id, max_lines);
+                                                                   size_t max_lines,
+                                                                   const std::string& stream) {
+  return broker_.SerialHistory(board.id, max_lines, stream);
 }
 
 absl::StatusOr<DebugResult> LocalBoards::Debug(const Caller& caller, const BoardRef& board,
@@ -129,8 +133,9 @@ absl::StatusOr<OtaSlotsInfo> LocalBoards::OtaSlots(const BoardRef& board) {
   return broker_.OtaSlots(board.id);
 }
 
-absl::StatusOr<uint64_t> LocalBoards::SerialNextSeq(const Caller&, const BoardRef& board) {
-  return broker_.SerialNextSeq(board.id);
+absl::StatusOr<uint64_t> LocalBoards::SerialNextSeq(const Caller&, const BoardRef& board,
+                                                    const std::string& stream) {
+  return broker_.SerialNextSeq(board.id, stream);
 }
 
 }  // namespace fwai

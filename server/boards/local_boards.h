@@ -20,14 +20,14 @@ class LocalBoards final : public BoardHost {
       const FlashGuardPolicy& guard,
       const std::function<void(const FlashProgressUpdate&)>& progress,
       CancelToken* cancel) override;
-  [[nodiscard]] absl::StatusOr<std::unique_ptr<BoardSerial>> OpenSerial(const Caller& caller,
-                                                                        const BoardRef& board,
-                                                                        bool from_history) override;
-  [[nodiscard]] absl::StatusOr<uint64_t> SerialNextSeq(const Caller& caller,
-                                                       const BoardRef& board) override;
-  [[nodiscard]] absl::StatusOr<std::vector<SerialLine>> SerialHistory(const Caller& caller,
-                                                                      const BoardRef& board,
-                                                                      size_t max_lines) override;
+  [[nodiscard]] absl::StatusOr<std::unique_ptr<BoardSerial>> OpenSerial(
+      const Caller& caller, const BoardRef& board, bool from_history,
+      const std::string& stream) override;
+  [[nodiscard]] absl::StatusOr<uint64_t> SerialNextSeq(const Caller& caller, const BoardRef& board,
+                                                       const std::string& stream) override;
+  [[nodiscard]] absl::StatusOr<std::vector<SerialLine>> SerialHistory(
+      const Caller& caller, const BoardRef& board, size_t max_lines,
+      const std::string& stream) override;
   [[nodiscard]] absl::StatusOr<DebugResult> Debug(const Caller& caller, const BoardRef& board,
                                                   const std::vector<std::string>& commands,
                                                   int timeout_ms, CancelToken* cancel) override;

@@ -46,7 +46,8 @@ HardwareBroker::HardwareBroker(const HardwareConfig& config, Storage& storage, s
   for (auto& c : boards) {
     auto b = std::make_unique<Board>();
     b->cfg = c;
-    b->hub = std::make_unique<SerialHub>(c.id, static_cast<size_t>(config.history_lines));
+    b->history_lines = static_cast<size_t>(config.history_lines);
+    b->hub = std::make_unique<SerialHub>(c.id, b->history_lines);
     if (c.maintenance) b->SetHealth("maintenance", "marked maintenance in the config", true);
     boards_.push_back(std::move(b));
   }
@@ -482,7 +483,9 @@ void HardwareBroker::OnLeaseEnded(const LeaseRecord& lease, const std::string& r
   }
   const std::string why =
       absl::StrCat("lease ", lease.lease_id, " on ", lease.device_id, " ended: ", reason);
-  b->hub->EndReaders([&](const SerialReader& r) { return r.lease_id == lease.lease_id; }, why);
+  const auto held = [&](const SerialReader& r) { return r.lease_id == lease.lease_id; };
+  b->hub->EndReaders(held, why);
+  for (SerialHub* h : b->Streams()) h->EndReaders(held, why);
 }
 
 absl::Status HardwareBroker::SetHealth(const Caller& caller, const std::string& board,

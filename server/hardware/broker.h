@@ -21,11 +21,14 @@
 #include "common/mutex.h"
 #include "server/auth/caller.h"
 #include "server/hardware/lease_manager.h"
+#include "server/hardware/rtt.h"
 #include "server/hardware/serial_hub.h"
 
 namespace fwai {
 
 class QemuInstance;
+class QemuTargetMemory;
+class RttPump;
 class SimMcuboot;
 class Storage;
 
@@ -212,23 +215,25 @@ class HardwareBroker {
       const std::function<void(const FlashProgressUpdate&)>& progress, const CancelToken* cancel,
       const FlashGuardPolicy& guard = {});
 
-  // Serial: reading needs no lease; writing does.
-  [[nodiscard]] absl::StatusOr<std::shared_ptr<SerialReader>> OpenSerial(const Caller& caller,
-                                                                         const std::string& board,
-                                                                         bool from_history);
-  void CloseSerial(const std::string& board, const std::shared_ptr<SerialReader>& reader);
+  // Serial: reading needs no lease; writing does. `stream` picks the board's
+  // UART ("" or "uart") or, on a simulated board whose firmware has RTT, an
+  // RTT channel ("rtt:N": up-channel N read, down-channel N written).
+  [[nodiscard]] absl::StatusOr<std::shared_ptr<SerialReader>> OpenSerial(
+      const Caller& caller, const std::string& board, bool from_history,
+      const std::string& stream = "");
+  void CloseSerial(const std::string& board, const std::shared_ptr<SerialReader>& reader,
+                   const std::string& stream = "");
   [[nodiscard]] absl::Status SerialWrite(const Caller& caller, const std::string& board,
-                                         std::string_view bytes);
+                                         std::string_view bytes, const std::string& stream = "");
   [[nodiscard]] absl::Status SerialSendLine(const Caller& caller, const std::string& board,
-                                            std::string_view line);
-  [[nodiscard]] absl::StatusOr<std::vector<SerialLine>> SerialHistory(const std::string& board,
-                                                                      size_t max_lines);
-  [[nodiscard]] absl::StatusOr<uint64_t> SerialNextSeq(const std::string& board);
-  [[nodiscard]] absl::StatusOr<std::optional<SerialLine>> SerialWaitFor(const std::string& board,
-                                                                        const std::regex& pattern,
-                                                                        uint64_t since,
-                                                                        int timeout_ms,
-                                                                        const CancelToken* cancel);
+                                            std::string_view line, const std::string& stream = "");
+  [[nodiscard]] absl::StatusOr<std::vector<SerialLine>> SerialHistory(
+      const std::string& board, size_t max_lines, const std::string& stream = "");
+  [[nodiscard]] absl::StatusOr<uint64_t> SerialNextSeq(const std::string& board,
+                                                       const std::string& stream = "");
+  [[nodiscard]] absl::StatusOr<std::optional<SerialLine>> SerialWaitFor(
+      const std::string& board, const std::regex& pattern, uint64_t since, int timeout_ms,
+      const CancelToken* cancel, const std::string& stream = "");
 
   // Over-the-air updates. Simulated boards keep their MCUboot slots under
   // `dir`; their bootloader trusts `keys` (PEM text; empty: hash only).
@@ -267,6 +272,15 @@ class HardwareBroker {
   struct Board {
     BoardConfig cfg;
     std::unique_ptr<SerialHub> hub;
+    // Trace streams of a simulated board, "rtt:N": a fed hub per RTT
+    // up-channel, made when first asked for or fed and never removed
+    // (readers hold them, as they hold `hub`); the simulator's memory and
+    // the pump that feeds them while it runs.
+    size_t history_lines = 1000;  // each hub's
+    mutable Mutex streams_mu ABSL_ACQUIRED_AFTER(state_mu);
+    std::map<std::string, std::unique_ptr<SerialHub>> streams ABSL_GUARDED_BY(streams_mu);
+    std::unique_ptr<QemuTargetMemory> target_memory ABSL_GUARDED_BY(streams_mu);
+    std::shared_ptr<RttPump> rtt ABSL_GUARDED_BY(streams_mu);
     std::unique_ptr<SimMcuboot> slots;  // simulated boards with an OTA directory (set by Start)
     Mutex op_mu;                        // one flash / debug / reset at a time
     mutable Mutex state_mu ABSL_ACQUIRED_AFTER(op_mu);
@@ -324,6 +338,17 @@ class HardwareBroker {
       return {health, health_reason};
     }
     SerialSettings Settings() const;
+    // The hub of stream `name` ("rtt:N"), made if new: fed by the pump,
+    // writing to its down-channel N.
+    SerialHub* Stream(const std::string& name) ABSL_LOCKS_EXCLUDED(streams_mu);
+    // Every trace stream's hub.
+    std::vector<SerialHub*> Streams() const ABSL_LOCKS_EXCLUDED(streams_mu);
+    // Starts feeding the trace streams from `memory` (the running
+    // simulator's) as `where` says; StopRtt stops it (the pump's thread is
+    // joined outside streams_mu, which its sink takes).
+    void StartRtt(std::unique_ptr<QemuTargetMemory> memory, const RttSearch& where, int poll_ms)
+        ABSL_LOCKS_EXCLUDED(streams_mu);
+    void StopRtt() ABSL_LOCKS_EXCLUDED(streams_mu);
   };
 
  private:
@@ -332,6 +357,12 @@ class HardwareBroker {
   absl::StatusOr<std::string> CopyImageAs(const Caller& caller, const std::string& board_id,
                                           const std::string& path);
   Board* FindBoard(const std::string& id) const;
+  // The hub of `board`'s `stream` (see OpenSerial); errors name the board and
+  // what streams it has.
+  absl::StatusOr<SerialHub*> HubOf(const std::string& board, const std::string& stream) const;
+  // The caller may write to `board`'s `stream`: in scope and holding its lease.
+  absl::Status CheckWriter(const Caller& caller, const std::string& board,
+                           const std::string& stream);
   // Flash() under its span: the guard, the write, the boot wait, the record.
   absl::StatusOr<FlashResult> FlashGuarded(
       const Caller& caller, const std::string& board, const std::string& image, bool approved,

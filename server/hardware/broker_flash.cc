@@ -21,12 +21,14 @@
 #include "common/mcuboot.h"
 #include "common/paths.h"
 #include "common/subprocess.h"
+#include "server/firmware/elf_file.h"
 #include "server/firmware/memory.h"
 #include "server/firmware/sbom.h"
 #include "server/hardware/broker.h"
 #include "server/hardware/broker_internal.h"
 #include "server/hardware/firmware_image.h"
 #include "server/hardware/qemu.h"
+#include "server/hardware/rtt_pump.h"
 #include "server/hardware/sim_mcuboot.h"
 #include "server/storage/storage.h"
 #include "server/telemetry/telemetry.h"
@@ -90,6 +92,34 @@ absl::StatusOr<std::string> WaitForBoot(
   return line->text;
 }
 
+// Starts reading the running simulator's RTT channels: at the image's
+// _SEGGER_RTT when it is an ELF that has the symbol, else by a scan of RAM.
+// Reading needs the simulator's memory; where fwai may not read it, the
+// board keeps its UART and the reason is logged.
+void StartTraceStreams(HardwareBroker::Board& b, const std::string& image, bool raw)
+    ABSL_EXCLUSIVE_LOCKS_REQUIRED(b.op_mu) {
+  RttSearch where{std::nullopt, static_cast<uint32_t>(b.cfg.ram_origin),
+                  static_cast<uint32_t>(b.cfg.ram_size)};
+  if (!raw) {
+    if (auto elf = ReadElfFile(image, /*dwarf=*/false); elf.ok()) {
+      for (const auto& sym : elf->symbols) {
+        if (sym.name == kRttSymbol) where.symbol = static_cast<uint32_t>(sym.address);
+      }
+    }
+  }
+  const QemuTargetMemory::Region ram{where.ram_origin, where.ram_size};
+  const QemuTargetMemory::Region flash{static_cast<uint32_t>(b.cfg.flash_origin),
+                                       static_cast<uint32_t>(b.cfg.flash_size)};
+  // Flash too (the channels' names are there), if the simulator maps it whole.
+  auto mem = QemuTargetMemory::Open(*b.qemu, {ram, flash});
+  if (!mem.ok()) mem = QemuTargetMemory::Open(*b.qemu, {ram});
+  if (!mem.ok()) {
+    spdlog::warn("board {}: RTT is not read: {}", b.cfg.id, mem.status().ToString());
+    return;
+  }
+  b.StartRtt(*std::move(mem), where, /*poll_ms=*/10);
+}
+
 }  // namespace
 
 absl::Status HardwareBroker::BootSimulated(Board& b, const std::string& image) {
@@ -125,6 +155,7 @@ absl::Status HardwareBroker::BootSimulated(Board& b, const std::string& image) {
   b.SetPaused(false);
   b.restarting = false;
   if (auto s = b.qemu->Continue(); !s.ok()) return s;
+  if (b.cfg.ram_size > 0) StartTraceStreams(b, image, b.from_slots);
   if (!b.from_slots) {
     MutexLock lock(&b.state_mu);
     b.image = image;

@@ -19,6 +19,7 @@
 #include "common/mutex.h"
 #include "server/hardware/broker.h"
 #include "server/hardware/qemu.h"
+#include "server/hardware/rtt_pump.h"
 #include "server/hardware/serial_hub.h"
 #include "server/hardware/sim_mcuboot.h"
 
@@ -34,6 +35,7 @@ inline void HardwareBroker::Board::SetQemu(std::unique_ptr<QemuInstance> q) {
 }
 
 inline void HardwareBroker::Board::StopQemu() {
+  StopRtt();  // it reads the simulator's memory
   std::unique_ptr<QemuInstance> old;
   {
     MutexLock lock(&state_mu);

@@ -11,27 +11,123 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_replace.h"
+#include "common/status_macros.h"
 #include "common/subprocess.h"
 #include "server/hardware/broker.h"
 #include "server/hardware/broker_internal.h"
 #include "server/hardware/gdb_mi.h"
 #include "server/hardware/gdb_policy.h"
 #include "server/hardware/qemu.h"
+#include "server/hardware/rtt_pump.h"
 #include "server/telemetry/telemetry.h"
 
 namespace fwai {
 
 using broker_internal::OpenOcdArgs;
 
-absl::StatusOr<std::shared_ptr<SerialReader>> HardwareBroker::OpenSerial(const Caller& caller,
-                                                                         const std::string& board,
-                                                                         bool from_history) {
+SerialHub* HardwareBroker::Board::Stream(const std::string& name) {
+  MutexLock lock(&streams_mu);
+  std::unique_ptr<SerialHub>& hub = streams[name];
+  if (hub) return hub.get();
+  hub = std::make_unique<SerialHub>(cfg.id, history_lines);
+  SerialSettings s;
+  s.encoding = cfg.encoding;
+  s.line_ending = "\n";
+  unsigned channel = 0;
+  (void)absl::SimpleAtoi(name.substr(name.find(':') + 1), &channel);
+  // Writes go to the pump of the moment (a restart makes a new one).
+  auto writer = [this, channel](std::string_view bytes) -> absl::Status {
+    std::shared_ptr<RttPump> pump;
+    {
+      MutexLock l(&streams_mu);
+      pump = rtt;
+    }
+    if (!pump) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("board ", cfg.id, " is not running: nothing reads RTT"));
+    }
+    return pump->Send(channel, bytes);
+  };
+  (void)hub->OpenFed(name, s, writer);
+  return hub.get();
+}
+
+std::vector<SerialHub*> HardwareBroker::Board::Streams() const {
+  MutexLock lock(&streams_mu);
+  std::vector<SerialHub*> out;
+  for (const auto& [name, hub] : streams) out.push_back(hub.get());
+  return out;
+}
+
+void HardwareBroker::Board::StartRtt(std::unique_ptr<QemuTargetMemory> memory,
+                                     const RttSearch& where, int poll_ms) {
+  StopRtt();
+  RttPumpOptions o;
+  o.poll_us = int64_t{poll_ms} * 1000;
+  auto sink = [this](unsigned channel, std::string_view bytes, bool idle) {
+    SerialHub* h = Stream(absl::StrCat("rtt:", channel));
+    if (idle) {
+      h->FlushFed();
+    } else {
+      h->Feed(bytes);
+    }
+  };
+  auto pump = std::make_shared<RttPump>(*memory, where, o, SystemClock(), sink);
+  MutexLock lock(&streams_mu);
+  target_memory = std::move(memory);
+  rtt = std::move(pump);
+}
+
+void HardwareBroker::Board::StopRtt() {
+  std::shared_ptr<RttPump> pump;
+  std::unique_ptr<QemuTargetMemory> memory;
+  {
+    MutexLock lock(&streams_mu);
+    pump = std::move(rtt);
+    memory = std::move(target_memory);
+  }
+  pump.reset();  // joins its thread before the memory it reads goes
+  for (SerialHub* h : Streams()) h->FlushFed();
+}
+
+absl::StatusOr<SerialHub*> HardwareBroker::HubOf(const std::string& board,
+                                                 const std::string& stream) const {
   Board* b = FindBoard(board);
   if (!b) return absl::NotFoundError(absl::StrCat("no board '", board, "'"));
-  auto reader = b->hub->Subscribe(from_history);
+  if (stream.empty() || stream == "uart") return b->hub.get();
+  unsigned channel = 0;
+  if (!absl::StartsWith(stream, "rtt:") || !absl::SimpleAtoi(stream.substr(4), &channel) ||
+      channel >= static_cast<unsigned>(kRttMaxBuffers)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("board ", board, " has no stream '", stream,
+                     "' (a board has uart, and rtt:0 to rtt:15 when its firmware has RTT)"));
+  }
+  if (!b->simulated()) {
+    return absl::UnimplementedError(absl::StrCat("board ", board, ": RTT (", stream,
+                                                 ") is read on simulated boards; this one is ",
+                                                 b->cfg.kind));
+  }
+  std::shared_ptr<RttPump> pump;
+  {
+    MutexLock lock(&b->streams_mu);
+    pump = b->rtt;
+  }
+  if (auto block = pump ? pump->block() : std::nullopt; block && channel >= block->up.size()) {
+    return absl::NotFoundError(absl::StrCat("board ", board,
+                                            "'s firmware has RTT up-channels 0 to ",
+                                            block->up.size() - 1, ", not ", stream));
+  }
+  return b->Stream(absl::StrCat("rtt:", channel));
+}
+
+absl::StatusOr<std::shared_ptr<SerialReader>> HardwareBroker::OpenSerial(
+    const Caller& caller, const std::string& board, bool from_history, const std::string& stream) {
+  ASSIGN_OR_RETURN(SerialHub * hub, HubOf(board, stream));
+  auto reader = hub->Subscribe(from_history);
   if (auto l = leases_->Holder(board);
       l && leases_->CheckHeld(board, caller.identity, caller.lease_id, caller.session_id).ok()) {
     reader->lease_id = l->lease_id;
@@ -40,62 +136,59 @@ absl::StatusOr<std::shared_ptr<SerialReader>> HardwareBroker::OpenSerial(const C
 }
 
 void HardwareBroker::CloseSerial(const std::string& board,
-                                 const std::shared_ptr<SerialReader>& reader) {
-  if (Board* b = FindBoard(board)) b->hub->Unsubscribe(reader);
+                                 const std::shared_ptr<SerialReader>& reader,
+                                 const std::string& stream) {
+  if (auto hub = HubOf(board, stream); hub.ok()) (*hub)->Unsubscribe(reader);
+}
+
+absl::Status HardwareBroker::CheckWriter(const Caller& caller, const std::string& board,
+                                         const std::string& stream) {
+  if (auto s = CheckScope(caller, board, false); !s.ok()) return s;
+  if (auto s = leases_->CheckHeld(board, caller.identity, caller.lease_id, caller.session_id);
+      !s.ok()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("writing to ", stream.empty() || stream == "uart" ? "the serial port" : stream,
+                     " needs the lease: ", s.message()));
+  }
+  leases_->Touch(board, caller.identity);
+  return absl::OkStatus();
 }
 
 absl::Status HardwareBroker::SerialWrite(const Caller& caller, const std::string& board,
-                                         std::string_view bytes) {
-  Board* b = FindBoard(board);
-  if (!b) return absl::NotFoundError(absl::StrCat("no board '", board, "'"));
-  if (auto s = CheckScope(caller, board, false); !s.ok()) return s;
-  if (auto s = leases_->CheckHeld(board, caller.identity, caller.lease_id, caller.session_id);
-      !s.ok()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("writing to the serial port needs the lease: ", s.message()));
-  }
-  leases_->Touch(board, caller.identity);
-  return b->hub->Write(bytes);
+                                         std::string_view bytes, const std::string& stream) {
+  ASSIGN_OR_RETURN(SerialHub * hub, HubOf(board, stream));
+  RETURN_IF_ERROR(CheckWriter(caller, board, stream));
+  return hub->Write(bytes);
 }
 
 absl::Status HardwareBroker::SerialSendLine(const Caller& caller, const std::string& board,
-                                            std::string_view line) {
-  Board* b = FindBoard(board);
-  if (!b) return absl::NotFoundError(absl::StrCat("no board '", board, "'"));
-  if (auto s = CheckScope(caller, board, false); !s.ok()) return s;
-  if (auto s = leases_->CheckHeld(board, caller.identity, caller.lease_id, caller.session_id);
-      !s.ok()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("writing to the serial port needs the lease: ", s.message()));
-  }
-  leases_->Touch(board, caller.identity);
-  return b->hub->SendLine(line);
+                                            std::string_view line, const std::string& stream) {
+  ASSIGN_OR_RETURN(SerialHub * hub, HubOf(board, stream));
+  RETURN_IF_ERROR(CheckWriter(caller, board, stream));
+  return hub->SendLine(line);
 }
 
 absl::StatusOr<std::vector<SerialLine>> HardwareBroker::SerialHistory(const std::string& board,
-                                                                      size_t max_lines) {
-  Board* b = FindBoard(board);
-  if (!b) return absl::NotFoundError(absl::StrCat("no board '", board, "'"));
-  return b->hub->History(max_lines);
+                                                                      size_t max_lines,
+                                                                      const std::string& stream) {
+  ASSIGN_OR_RETURN(SerialHub * hub, HubOf(board, stream));
+  return hub->History(max_lines);
 }
 
-absl::StatusOr<uint64_t> HardwareBroker::SerialNextSeq(const std::string& board) {
-  Board* b = FindBoard(board);
-  if (!b) return absl::NotFoundError(absl::StrCat("no board '", board, "'"));
-  return b->hub->next_seq();
+absl::StatusOr<uint64_t> HardwareBroker::SerialNextSeq(const std::string& board,
+                                                       const std::string& stream) {
+  ASSIGN_OR_RETURN(SerialHub * hub, HubOf(board, stream));
+  return hub->next_seq();
 }
 
-absl::StatusOr<std::optional<SerialLine>> HardwareBroker::SerialWaitFor(const std::string& board,
-                                                                        const std::regex& pattern,
-                                                                        uint64_t since,
-                                                                        int timeout_ms,
-                                                                        const CancelToken* cancel) {
-  Board* b = FindBoard(board);
-  if (!b) return absl::NotFoundError(absl::StrCat("no board '", board, "'"));
+absl::StatusOr<std::optional<SerialLine>> HardwareBroker::SerialWaitFor(
+    const std::string& board, const std::regex& pattern, uint64_t since, int timeout_ms,
+    const CancelToken* cancel, const std::string& stream) {
+  ASSIGN_OR_RETURN(SerialHub * hub, HubOf(board, stream));
   telemetry::ActiveSpan wait("serial_wait", board);
   wait->Set("fwai.board", board);
   wait->SetInt("fwai.serial.timeout_ms", timeout_ms);
-  auto line = b->hub->WaitFor(pattern, since, timeout_ms, cancel);
+  auto line = hub->WaitFor(pattern, since, timeout_ms, cancel);
   wait->SetBool("fwai.serial.matched", line.has_value());
   return line;
 }

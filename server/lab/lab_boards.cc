@@ -14,6 +14,7 @@
 #include "common/cancel.h"
 #include "common/config.h"
 #include "common/local_account.h"
+#include "common/status_macros.h"
 #include "fwai/v1/lab.grpc.pb.h"
 #include "server/hardware/firmware_image.h"
 #include "server/lab/lab_leases.h"
@@ -401,9 +402,23 @@ absl::StatusOr<FlashResult> LabBoards::Flash(
   return out;
 }
 
+namespace {
+
+// Trace streams are read on the bench's own fwaid for now.
+absl::Status UartOnly(const BoardRef& board, const std::string& stream) {
+  if (stream.empty() || stream == "uart") return absl::OkStatus();
+  return absl::UnimplementedError(
+      absl::StrCat("board ", board.id, " is on the bench ", board.node, ": its ", stream,
+                   " is read on that bench's fwaid, not through a front"));
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<BoardSerial>> LabBoards::OpenSerial(const Caller&,
                                                                    const BoardRef& board,
-                                                                   bool from_history) {
+                                                                   bool from_history,
+                                                                   const std::string& stream) {
+  RETURN_IF_ERROR(UartOnly(board, stream));
   auto channel = links_.ChannelTo(board.node);
   if (!channel.ok()) return channel.status();
   auto s = LabSerial::Open(*channel, board, from_history);
@@ -411,7 +426,9 @@ absl::StatusOr<std::unique_ptr<BoardSerial>> LabBoards::OpenSerial(const Caller&
   return std::unique_ptr<BoardSerial>(*std::move(s));
 }
 
-absl::StatusOr<uint64_t> LabBoards::SerialNextSeq(const Caller&, const BoardRef& board) {
+absl::StatusOr<uint64_t> LabBoards::SerialNextSeq(const Caller&, const BoardRef& board,
+                                                  const std::string& stream) {
+  RETURN_IF_ERROR(UartOnly(board, stream));
   auto channel = links_.ChannelTo(board.node);
   if (!channel.ok()) return channel.status();
   auto s = LabSerial::Open(*channel, board, /*from_history=*/false);
@@ -421,7 +438,9 @@ absl::StatusOr<uint64_t> LabBoards::SerialNextSeq(const Caller&, const BoardRef&
 
 absl::StatusOr<std::vector<SerialLine>> LabBoards::SerialHistory(const Caller&,
                                                                  const BoardRef& board,
-                                                                 size_t max_lines) {
+                                                                 size_t max_lines,
+                                                                 const std::string& stream) {
+  RETURN_IF_ERROR(UartOnly(board, stream));
   auto channel = links_.ChannelTo(board.node);
   if (!channel.ok()) return channel.status();
   auto s = LabSerial::Open(*channel, board, /*from_history=*/true);

@@ -499,6 +499,52 @@ TEST_F(HwTest, SerialTranscriptsAreKeptWithTheLeasesRecord) {
   }
 }
 
+// The firmware's RTT channels through fwai, read while the board runs: the
+// boot line from rtt:0's history, a command on the down-channel answered,
+// a UART command logged on rtt:0, the trace on rtt:1; a channel the
+// firmware lacks named; writing without the lease refused.
+TEST_F(HwTest, RttChannelsAreMonitoredLikeTheSerialPort) {
+  StartDaemon();
+  const std::string elf = BuildExample();
+  std::string out, err;
+  ASSERT_EQ(Fwai({"hw", "lease", "sim-stm32vl"}, &out, &err), 0) << err;
+  ASSERT_EQ(Fwai({"flash", "--yes", "sim-stm32vl", elf}, &out, &err), 0) << out << err;
+  ASSERT_EQ(Fwai({"monitor", "sim-stm32vl", "--rtt", "--history", "--until",
+                  "^rtt: stm32vl-blinky 1.0.0 booted$", "--timeout", "20"},
+                 &out, &err),
+            0)
+      << out << err << d_->log();
+  ASSERT_EQ(Fwai({"monitor", "sim-stm32vl", "--rtt", "0", "--send", "ping", "--until", "^pong$",
+                  "--timeout", "20"},
+                 &out, &err),
+            0)
+      << out << err;
+  ASSERT_EQ(Fwai({"monitor", "sim-stm32vl", "--send", "version", "--until", "^version", "--timeout",
+                  "20"},
+                 &out, &err),
+            0)
+      << err;
+  ASSERT_EQ(Fwai({"monitor", "sim-stm32vl", "--rtt", "0", "--history", "--until",
+                  "^uart cmd: version$", "--timeout", "20"},
+                 &out, &err),
+            0)
+      << out << err;
+  ASSERT_EQ(Fwai({"monitor", "sim-stm32vl", "--rtt", "1", "--until", "^tick counter=[0-9]+$",
+                  "--timeout", "20"},
+                 &out, &err),
+            0)
+      << out << err;
+  EXPECT_NE(Fwai({"monitor", "sim-stm32vl", "--rtt", "5", "--timeout", "5"}, &out, &err), 0);
+  EXPECT_NE(err.find("RTT up-channels 0 to 1, not rtt:5"), std::string::npos) << err;
+  json dev = Device("sim-stm32vl");
+  EXPECT_TRUE(dev.value("running", false)) << dev.dump();
+
+  ASSERT_EQ(Fwai({"hw", "release", "sim-stm32vl"}, &out, &err), 0) << err;
+  EXPECT_NE(
+      Fwai({"monitor", "sim-stm32vl", "--rtt", "--send", "ping", "--timeout", "5"}, &out, &err), 0);
+  EXPECT_NE(err.find("writing to rtt:0 needs the lease"), std::string::npos) << err;
+}
+
 TEST_F(HwTest, ThreeReadersSeeTheSameLinesAndUnplugEndsThemCleanly) {
   StartDaemon();
   const std::string elf = BuildExample();

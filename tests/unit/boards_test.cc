@@ -79,14 +79,18 @@ class FakeHost final : public BoardHost {
                 {"image", order.image}};
     return r;
   }
-  absl::StatusOr<std::unique_ptr<BoardSerial>> OpenSerial(const Caller&, const BoardRef&,
-                                                          bool) override {
+  absl::StatusOr<std::unique_ptr<BoardSerial>> OpenSerial(const Caller&, const BoardRef&, bool,
+                                                          const std::string&) override {
     return absl::UnimplementedError("no serial in this fake");
   }
-  absl::StatusOr<uint64_t> SerialNextSeq(const Caller&, const BoardRef&) override { return 42; }
-  absl::StatusOr<std::vector<SerialLine>> SerialHistory(const Caller&, const BoardRef& b,
-                                                        size_t) override {
-    return std::vector<SerialLine>{{1, 0, "history of " + b.id}};
+  absl::StatusOr<uint64_t> SerialNextSeq(const Caller&, const BoardRef&,
+                                         const std::string&) override {
+    return 42;
+  }
+  absl::StatusOr<std::vector<SerialLine>> SerialHistory(const Caller&, const BoardRef& b, size_t,
+                                                        const std::string& stream) override {
+    return std::vector<SerialLine>{
+        {1, 0, "history of " + b.id + (stream.empty() ? "" : " " + stream)}};
   }
   absl::StatusOr<DebugResult> Debug(const Caller&, const BoardRef& b,
                                     const std::vector<std::string>&, int, CancelToken*) override {
@@ -298,6 +302,9 @@ TEST_F(BoardsTest, DebugResetAndHistoryGoToTheBoardsHost) {
   auto h = boards_.SerialHistory(alice_, *r, 10);
   ASSERT_TRUE(h.ok());
   EXPECT_EQ((*h)[0].text, "history of r1");
+  h = boards_.SerialHistory(alice_, *l, 10, "rtt:1");  // the stream reaches the host
+  ASSERT_TRUE(h.ok());
+  EXPECT_EQ((*h)[0].text, "history of l1 rtt:1");
   ASSERT_TRUE(boards_.SetHealth(alice_, *l, "bad", "broken").ok());
   EXPECT_EQ(local_.health, "bad");
   EXPECT_EQ(lab_.health, "");

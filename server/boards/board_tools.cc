@@ -29,6 +29,26 @@ json BoardProperty() {
       {"description", "Board id from `fwai hw ls`; omit for the session's leased (or only) board"}};
 }
 
+json StreamProperty() {
+  return {{"type", "string"},
+          {"description",
+           "Which output: \"uart\" (the default) or \"rtt:N\", the firmware's SEGGER RTT "
+           "channel N, read while the core runs (no halt, unlike gdb)"}};
+}
+
+// The stream named in `input` ("" for the UART), or why it is not a name.
+absl::StatusOr<std::string> StreamOf(const json& input) {
+  if (!input.contains("stream") || input["stream"].is_null()) return std::string();
+  if (!input["stream"].is_string())
+    return absl::InvalidArgumentError("stream: expected a string such as \"uart\" or \"rtt:0\"");
+  return input["stream"].get<std::string>();
+}
+
+// " rtt:N" for a trace stream, "" for the UART: said after a board's name.
+std::string StreamSuffix(const std::string& stream) {
+  return stream.empty() || stream == "uart" ? "" : " " + stream;
+}
+
 std::string FormatLines(const std::vector<SerialLine>& lines) {
   std::string out;
   for (const auto& l : lines) absl::StrAppend(&out, l.text, "\n");
@@ -94,13 +114,14 @@ class SerialMonitorTool final : public Tool {
            "banner or an error). Returns the lines read.";
   }
   json input_schema() const override {
-    return {{"type", "object"},
-            {"properties",
-             {{"board", BoardProperty()},
-              {"seconds",
-               {{"type", "number"}, {"description", "How long to read (default 5, max 120)"}}},
-              {"until",
-               {{"type", "string"}, {"description", "Stop when a line matches this regex"}}}}}};
+    return {
+        {"type", "object"},
+        {"properties",
+         {{"board", BoardProperty()},
+          {"seconds",
+           {{"type", "number"}, {"description", "How long to read (default 5, max 120)"}}},
+          {"until", {{"type", "string"}, {"description", "Stop when a line matches this regex"}}},
+          {"stream", StreamProperty()}}}};
   }
   bool read_only() const override { return true; }
   ToolResult Run(const json& input, ToolContext& ctx) override {
@@ -113,13 +134,16 @@ class SerialMonitorTool final : public Tool {
                          ? input["seconds"].get<double>()
                          : 5.0;
     seconds = std::clamp(seconds, 0.1, 120.0);
-    auto reader = boards_.OpenSerial(c, *board, false);
+    auto stream = StreamOf(input);
+    if (!stream.ok()) return {std::string(stream.status().message()), true};
+    auto reader = boards_.OpenSerial(c, *board, false, *stream);
     if (!reader.ok()) return {std::string(reader.status().message()), true};
     const bool has_pattern = !input.value("until", "").empty();
     // Whoever watches the session sees the lines as they come.
     if (ctx.output) {
-      ctx.output(absl::StrCat("(watching ", board->id, board->remote ? " on " + board->node : "",
-                              " for ", seconds, " s)\n"));
+      ctx.output(absl::StrCat("(watching ", board->id, StreamSuffix(*stream),
+                              board->remote ? " on " + board->node : "", " for ", seconds,
+                              " s)\n"));
     }
     auto [lines, matched] = Collect(**reader, has_pattern ? &*re : nullptr,
                                     static_cast<int>(seconds * 1000), 0, ctx.cancel, ctx.output);
@@ -155,7 +179,8 @@ class SerialHistoryTool final : public Tool {
          {{"board", BoardProperty()},
           {"lines",
            {{"type", "integer"}, {"description", "How many recent lines (default 50, max 2000)"}}},
-          {"filter", {{"type", "string"}, {"description", "Only lines matching this regex"}}}}}};
+          {"filter", {{"type", "string"}, {"description", "Only lines matching this regex"}}},
+          {"stream", StreamProperty()}}}};
   }
   bool read_only() const override { return true; }
   ToolResult Run(const json& input, ToolContext& ctx) override {
@@ -169,14 +194,21 @@ class SerialHistoryTool final : public Tool {
                 : 50;
     n = std::clamp(n, 1, 2000);
     const bool filter = !input.value("filter", "").empty();
-    auto all = boards_.SerialHistory(c, *board, filter ? 0 : static_cast<size_t>(n));
+    auto stream = StreamOf(input);
+    if (!stream.ok()) return {std::string(stream.status().message()), true};
+    auto all = boards_.SerialHistory(c, *board, filter ? 0 : static_cast<size_t>(n), *stream);
     if (!all.ok()) return {std::string(all.status().message()), true};
     std::vector<SerialLine> lines;
     for (const auto& l : *all) {
       if (!filter || std::regex_search(l.text, *re)) lines.push_back(l);
     }
     if (lines.size() > static_cast<size_t>(n)) lines.erase(lines.begin(), lines.end() - n);
-    if (lines.empty()) return {"(no serial output in the history)", false};
+    if (lines.empty()) {
+      return {stream->empty() || *stream == "uart"
+                  ? "(no serial output in the history)"
+                  : absl::StrCat("(no output on ", *stream, " in the history)"),
+              false};
+    }
     return {FormatLines(lines), false};
   }
 
@@ -189,7 +221,8 @@ class SerialSendTool final : public Tool {
   explicit SerialSendTool(Boards& b) : boards_(b) {}
   std::string name() const override { return "serialSendCommand"; }
   std::string description() const override {
-    return "Send a command line to a board's serial console and return the reply lines (until a "
+    return "Send a command line to a board's serial console (or, with stream rtt:N, to the "
+           "firmware's RTT down-channel N) and return the reply lines (until a "
            "regex matches, or "
            "the output goes quiet). Needs this session's lease on the board.";
   }
@@ -203,7 +236,8 @@ class SerialSendTool final : public Tool {
           {"wait_for", {{"type", "string"}, {"description", "Regex that ends the reply"}}},
           {"timeout",
            {{"type", "number"},
-            {"description", "Seconds to wait for the reply (default 3, max 60)"}}}}},
+            {"description", "Seconds to wait for the reply (default 3, max 60)"}}},
+          {"stream", StreamProperty()}}},
         {"required", {"command"}}};
   }
   bool read_only() const override { return false; }
@@ -219,7 +253,9 @@ class SerialSendTool final : public Tool {
                          ? input["timeout"].get<double>()
                          : 3.0;
     timeout = std::clamp(timeout, 0.1, 60.0);
-    auto reader = boards_.OpenSerial(c, *board, false);
+    auto stream = StreamOf(input);
+    if (!stream.ok()) return {std::string(stream.status().message()), true};
+    auto reader = boards_.OpenSerial(c, *board, false, *stream);
     if (!reader.ok()) return {std::string(reader.status().message()), true};
     if (auto s = (*reader)->SendLine(input["command"].get<std::string>()); !s.ok()) {
       return {std::string(s.message()), true};

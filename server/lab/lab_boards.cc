@@ -14,7 +14,6 @@
 #include "common/cancel.h"
 #include "common/config.h"
 #include "common/local_account.h"
-#include "common/status_macros.h"
 #include "fwai/v1/lab.grpc.pb.h"
 #include "server/hardware/firmware_image.h"
 #include "server/lab/lab_leases.h"
@@ -132,7 +131,8 @@ absl::StatusOr<FrontVerdict> CheckAtFront(
 class LabSerial final : public BoardSerial {
  public:
   static absl::StatusOr<std::unique_ptr<LabSerial>> Open(
-      const std::shared_ptr<grpc::Channel>& channel, const BoardRef& board, bool from_history) {
+      const std::shared_ptr<grpc::Channel>& channel, const BoardRef& board, bool from_history,
+      const std::string& stream) {
     std::unique_ptr<LabSerial> s(new LabSerial);
     s->stub_ = pb::LabNode::NewStub(channel);
     s->stream_ = s->stub_->Serial(&s->ctx_);
@@ -140,13 +140,24 @@ class LabSerial final : public BoardSerial {
     m.mutable_open()->set_device_id(board.id);
     m.mutable_open()->set_lease_id(board.lease_id);
     m.mutable_open()->set_from_history(from_history);
+    m.mutable_open()->set_stream(stream);
     pb::SerialServerMessage first;
     // The bench answers an open with the board and port, or refuses it.
     if (!s->stream_->Write(m) || !s->stream_->Read(&first)) {
       grpc::Status st = s->stream_->Finish();
-      return absl::UnavailableError(
-          absl::StrCat("the bench ", board.node, " of board ", board.id, ": ",
-                       st.ok() ? "the serial stream ended at once" : st.error_message()));
+      if (!st.ok()) return FromBench(st, board);
+      return absl::UnavailableError(absl::StrCat("the bench ", board.node, " of board ", board.id,
+                                                 ": the serial stream ended at once"));
+    }
+    // A bench too old for trace streams ignores the field and serves the UART; it says so by
+    // not naming the stream it serves.
+    const bool trace = !(stream.empty() || stream == "uart");
+    if (trace && (first.stream().empty() || first.stream() == "uart")) {
+      s->ctx_.TryCancel();
+      (void)s->stream_->Finish();
+      return absl::UnimplementedError(absl::StrCat("the bench ", board.node, " of board ", board.id,
+                                                   " does not serve ", stream,
+                                                   ": its fwaid is older than trace streams"));
     }
     s->next_seq_ = first.next_seq();
     s->Take(first);
@@ -402,36 +413,22 @@ absl::StatusOr<FlashResult> LabBoards::Flash(
   return out;
 }
 
-namespace {
-
-// Trace streams are read on the bench's own fwaid for now.
-absl::Status UartOnly(const BoardRef& board, const std::string& stream) {
-  if (stream.empty() || stream == "uart") return absl::OkStatus();
-  return absl::UnimplementedError(
-      absl::StrCat("board ", board.id, " is on the bench ", board.node, ": its ", stream,
-                   " is read on that bench's fwaid, not through a front"));
-}
-
-}  // namespace
-
 absl::StatusOr<std::unique_ptr<BoardSerial>> LabBoards::OpenSerial(const Caller&,
                                                                    const BoardRef& board,
                                                                    bool from_history,
                                                                    const std::string& stream) {
-  RETURN_IF_ERROR(UartOnly(board, stream));
   auto channel = links_.ChannelTo(board.node);
   if (!channel.ok()) return channel.status();
-  auto s = LabSerial::Open(*channel, board, from_history);
+  auto s = LabSerial::Open(*channel, board, from_history, stream);
   if (!s.ok()) return s.status();
   return std::unique_ptr<BoardSerial>(*std::move(s));
 }
 
 absl::StatusOr<uint64_t> LabBoards::SerialNextSeq(const Caller&, const BoardRef& board,
                                                   const std::string& stream) {
-  RETURN_IF_ERROR(UartOnly(board, stream));
   auto channel = links_.ChannelTo(board.node);
   if (!channel.ok()) return channel.status();
-  auto s = LabSerial::Open(*channel, board, /*from_history=*/false);
+  auto s = LabSerial::Open(*channel, board, /*from_history=*/false, stream);
   if (!s.ok()) return s.status();
   return (*s)->next_seq();  // as the bench said when the stream opened
 }
@@ -440,10 +437,9 @@ absl::StatusOr<std::vector<SerialLine>> LabBoards::SerialHistory(const Caller&,
                                                                  const BoardRef& board,
                                                                  size_t max_lines,
                                                                  const std::string& stream) {
-  RETURN_IF_ERROR(UartOnly(board, stream));
   auto channel = links_.ChannelTo(board.node);
   if (!channel.ok()) return channel.status();
-  auto s = LabSerial::Open(*channel, board, /*from_history=*/true);
+  auto s = LabSerial::Open(*channel, board, /*from_history=*/true, stream);
   if (!s.ok()) return s.status();
   // The history is every line numbered before the bench's next line.
   const uint64_t end = (*s)->next_seq();

@@ -94,13 +94,19 @@ class LabAgent : public ::testing::Test {
         << out << err << d.log();
   }
 
-  // The scripted turn: ping/pong over serial, the history, a variable by GDB.
+  // The scripted turn: ping/pong over serial, the history, a variable by GDB;
+  // then the same on the firmware's RTT channel 0, and a channel it lacks.
   void EnqueueCheckTurn() {
     FakeReply calls;
     calls.tool_calls = {
         {"c1", "serialSendCommand", {{"board", "b1"}, {"command", "ping"}, {"wait_for", "^pong"}}},
         {"c2", "gdb", {{"commands", {"print counter"}}}},
-        {"c3", "serialReadHistory", {{"lines", 200}, {"filter", "booted"}}}};
+        {"c3", "serialReadHistory", {{"lines", 200}, {"filter", "booted"}}},
+        {"c4",
+         "serialSendCommand",
+         {{"command", "ping"}, {"wait_for", "^pong"}, {"stream", "rtt:0"}, {"timeout", 20}}},
+        {"c5", "serialReadHistory", {{"filter", "^rtt: .*booted"}, {"stream", "rtt:0"}}},
+        {"c6", "serialMonitor", {{"seconds", 1}, {"stream", "rtt:7"}}}};
     fake_.Enqueue(calls);
     FakeReply done;
     done.chunks = {"all good"};
@@ -153,7 +159,7 @@ TEST_F(LabAgent, TheAgentWorksOnABenchsBoardAsOnItsOwn) {
   auto lab_turn = RunChat(*front1().sessions(), session.id(), "check the board", 90);
   ASSERT_TRUE(lab_turn.finished) << front1().log();
   Results lab = ResultsOf(lab_turn);
-  ASSERT_EQ(lab.size(), 3u);
+  ASSERT_EQ(lab.size(), 6u);
   EXPECT_FALSE(lab["c1"].is_error()) << lab["c1"].output();
   EXPECT_NE(lab["c1"].output().find("pong"), std::string::npos) << lab["c1"].output();
   EXPECT_FALSE(lab["c2"].is_error()) << lab["c2"].output();
@@ -161,6 +167,14 @@ TEST_F(LabAgent, TheAgentWorksOnABenchsBoardAsOnItsOwn) {
   EXPECT_FALSE(lab["c3"].is_error()) << lab["c3"].output();
   EXPECT_NE(lab["c3"].output().find("stm32vl-blinky 1.0.0 booted"), std::string::npos)
       << lab["c3"].output();
+  EXPECT_FALSE(lab["c4"].is_error()) << lab["c4"].output();
+  EXPECT_NE(lab["c4"].output().find("pong"), std::string::npos) << lab["c4"].output();
+  EXPECT_FALSE(lab["c5"].is_error()) << lab["c5"].output();
+  EXPECT_NE(lab["c5"].output().find("rtt: stm32vl-blinky 1.0.0 booted"), std::string::npos)
+      << lab["c5"].output();
+  EXPECT_TRUE(lab["c6"].is_error()) << lab["c6"].output();
+  EXPECT_NE(lab["c6"].output().find("RTT up-channels 0 to 1, not rtt:7"), std::string::npos)
+      << lab["c6"].output();
   EXPECT_EQ(lab_turn.text, "all good");
   // The flash through the front is one record there, naming the bench.
   std::string out, err;
@@ -179,12 +193,17 @@ TEST_F(LabAgent, TheAgentWorksOnABenchsBoardAsOnItsOwn) {
   auto local_turn = RunChat(*bench_->sessions(), local_session.id(), "check the board", 90);
   ASSERT_TRUE(local_turn.finished) << bench_->log();
   Results local = ResultsOf(local_turn);
-  ASSERT_EQ(local.size(), 3u);
-  for (const char* id : {"c1", "c2", "c3"})
+  ASSERT_EQ(local.size(), 6u);
+  for (const char* id : {"c1", "c2", "c3", "c4", "c5", "c6"})
     EXPECT_EQ(local[id].is_error(), lab[id].is_error()) << id;
   EXPECT_NE(local["c1"].output().find("pong"), std::string::npos) << local["c1"].output();
   EXPECT_NE(local["c2"].output().find("counter = "), std::string::npos) << local["c2"].output();
   EXPECT_NE(local["c3"].output().find("stm32vl-blinky 1.0.0 booted"), std::string::npos);
+  EXPECT_NE(local["c4"].output().find("pong"), std::string::npos) << local["c4"].output();
+  EXPECT_NE(local["c5"].output().find("rtt: stm32vl-blinky 1.0.0 booted"), std::string::npos)
+      << local["c5"].output();
+  EXPECT_NE(local["c6"].output().find("RTT up-channels 0 to 1, not rtt:7"), std::string::npos)
+      << local["c6"].output();
   EXPECT_EQ(KindsOf(local_turn), KindsOf(lab_turn));
   // The bench's own flash records (the one it did for the front, and its
   // own user's) have the same shape, and name its node.

@@ -217,6 +217,98 @@ TEST_F(LabForward, FlashThroughAFrontBootsTheBenchsBoardAndSerialPingPongs) {
   stream->Finish();
 }
 
+// One Hardware.Serial stream through a daemon, opened on `stream`.
+struct SerialStream {
+  grpc::ClientContext ctx;
+  std::unique_ptr<grpc::ClientReaderWriter<pb::SerialClientMessage, pb::SerialServerMessage>> rw;
+  pb::SerialServerMessage first;
+  grpc::Status refused;  // how the stream ended when the open was refused
+  bool ended = false;
+
+  SerialStream(Daemon& d, const std::string& board, const std::string& lease_id,
+               const std::string& stream, bool from_history) {
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+    rw = pb::Hardware::NewStub(d.channel())->Serial(&ctx);
+    pb::SerialClientMessage open;
+    open.mutable_open()->set_device_id(board);
+    open.mutable_open()->set_lease_id(lease_id);
+    open.mutable_open()->set_stream(stream);
+    open.mutable_open()->set_from_history(from_history);
+    if (!rw->Write(open) || !rw->Read(&first)) {
+      refused = rw->Finish();
+      ended = true;
+    }
+  }
+  // Reads until a line matches `want` exactly; every line read is appended to `seen`.
+  bool ReadUntil(const std::string& want, std::string* seen) {
+    pb::SerialServerMessage m;
+    while (rw->Read(&m)) {
+      if (!m.error().empty() || m.end_of_stream()) {
+        *seen += "[" + m.error() + m.reason() + "]\n";
+        return false;
+      }
+      for (const auto& l : m.lines()) {
+        *seen += l.line() + "\n";
+        if (l.line() == want) return true;
+      }
+    }
+    return false;
+  }
+  void Close() {
+    if (ended) return;
+    ctx.TryCancel();
+    (void)rw->Finish();
+  }
+};
+
+// The firmware's RTT channels of a bench's board, through a front: the boot
+// line from rtt:0's history read by two readers, a command written to the
+// down-channel answered to both, the trace channel read; a channel the
+// firmware lacks refused with the bench's own words.
+TEST_F(LabForward, RttThroughAFrontBothWays) {
+  pb::Lease lease = Lease(*front1_, "b1");
+  Flashed f = Flash(*front1_, "b1", lease.lease_id());
+  ASSERT_TRUE(f.status.ok()) << f.status.error_message() << "\nbench:\n" << bench_->log();
+
+  SerialStream a(*front1_, "b1", lease.lease_id(), "rtt:0", /*from_history=*/true);
+  SerialStream b(*front1_, "b1", lease.lease_id(), "rtt:0", /*from_history=*/true);
+  for (SerialStream* s : {&a, &b}) {
+    ASSERT_EQ(s->first.opened(), "b1") << s->first.error() << "\nbench:\n" << bench_->log();
+    EXPECT_EQ(s->first.stream(), "rtt:0");
+  }
+  std::string seen_a, seen_b;
+  ASSERT_TRUE(a.ReadUntil("rtt: stm32vl-blinky 1.0.0 booted", &seen_a)) << seen_a;
+  ASSERT_TRUE(b.ReadUntil("rtt: stm32vl-blinky 1.0.0 booted", &seen_b)) << seen_b;
+  pb::SerialClientMessage ping;
+  ping.set_send_line("ping");
+  ASSERT_TRUE(a.rw->Write(ping));
+  EXPECT_TRUE(a.ReadUntil("pong", &seen_a)) << seen_a;
+  EXPECT_TRUE(b.ReadUntil("pong", &seen_b)) << seen_b;
+
+  SerialStream trace(*front1_, "b1", lease.lease_id(), "rtt:1", /*from_history=*/false);
+  ASSERT_EQ(trace.first.opened(), "b1") << trace.first.error();
+  pb::SerialServerMessage m;
+  bool tick = false;
+  std::string seen;
+  while (!tick && trace.rw->Read(&m)) {
+    for (const auto& l : m.lines()) {
+      seen += l.line() + "\n";
+      tick = tick || l.line().rfind("tick counter=", 0) == 0;
+    }
+  }
+  EXPECT_TRUE(tick) << seen;
+
+  SerialStream none(*front1_, "b1", lease.lease_id(), "rtt:5", /*from_history=*/false);
+  ASSERT_TRUE(none.ended);
+  EXPECT_EQ(none.refused.error_code(), grpc::StatusCode::NOT_FOUND) << none.refused.error_message();
+  EXPECT_NE(none.refused.error_message().find("RTT up-channels 0 to 1, not rtt:5"),
+            std::string::npos)
+      << none.refused.error_message();
+  EXPECT_NE(none.refused.error_message().find("the bench bench1"), std::string::npos)
+      << none.refused.error_message();
+  for (SerialStream* s : {&a, &b, &trace, &none}) s->Close();
+}
+
 TEST_F(LabForward, TheBenchRefusesAnyoneWithoutANodeCertificateHoldingTheLease) {
   // front1 holds the board; front2 comes with its own (valid) node
   // certificate but without the lease: refused, through its front or directly.

@@ -169,6 +169,57 @@ bool ParseSize(const std::string& s, uint64_t& out) {
   return true;
 }
 
+// A board's serial port settings (hardware.boards[i].serial, baud ...).
+absl::Status ParseBoardSerial(ConfigReader& r, const YAML::Node& n, const std::string& f,
+                              BoardConfig& b) {
+  if (n["serial"]) CFG_TRY(r.String(n["serial"], f + ".serial", b.serial));
+  if (n["baud"]) CFG_TRY(r.Int(n["baud"], f + ".baud", 50, 20000000, b.baud));
+  if (n["data_bits"]) CFG_TRY(r.Int(n["data_bits"], f + ".data_bits", 5, 8, b.data_bits));
+  if (n["parity"]) CFG_TRY(r.String(n["parity"], f + ".parity", b.parity));
+  if (b.parity != "none" && b.parity != "odd" && b.parity != "even") {
+    return r.Error(n["parity"], f + ".parity", "expected none, odd or even");
+  }
+  if (n["stop_bits"]) CFG_TRY(r.String(n["stop_bits"], f + ".stop_bits", b.stop_bits));
+  if (b.stop_bits != "1" && b.stop_bits != "1.5" && b.stop_bits != "2") {
+    return r.Error(n["stop_bits"], f + ".stop_bits", "expected 1, 1.5 or 2");
+  }
+  if (n["flow_control"]) {
+    CFG_TRY(r.String(n["flow_control"], f + ".flow_control", b.flow_control));
+  }
+  if (b.flow_control != "none" && b.flow_control != "software" && b.flow_control != "hardware") {
+    return r.Error(n["flow_control"], f + ".flow_control", "expected none, software or hardware");
+  }
+  if (n["line_ending"]) CFG_TRY(r.String(n["line_ending"], f + ".line_ending", b.line_ending));
+  if (b.line_ending == "lf" || b.line_ending == "LF") b.line_ending = "\n";
+  if (b.line_ending == "cr" || b.line_ending == "CR") b.line_ending = "\r";
+  if (b.line_ending == "crlf" || b.line_ending == "CRLF") b.line_ending = "\r\n";
+  if (b.line_ending != "\n" && b.line_ending != "\r" && b.line_ending != "\r\n" &&
+      b.line_ending != "") {
+    return r.Error(n["line_ending"], f + ".line_ending",
+                   "expected lf, cr, crlf or an empty string");
+  }
+  if (n["encoding"]) CFG_TRY(r.String(n["encoding"], f + ".encoding", b.encoding));
+  if (b.encoding != "ascii" && b.encoding != "utf-8" && b.encoding != "hex") {
+    return r.Error(n["encoding"], f + ".encoding", "expected ascii, utf-8 or hex");
+  }
+  return absl::OkStatus();
+}
+
+// `rtt: off`, or `rtt: {poll_ms: N}` (1..1000): how a board's RTT is read.
+absl::Status ParseBoardRtt(ConfigReader& r, const YAML::Node& n, const std::string& f,
+                           BoardConfig& b) {
+  const YAML::Node& v = n["rtt"];
+  if (!v) return absl::OkStatus();
+  if (v.IsScalar() && (v.Scalar() == "off" || v.Scalar() == "false")) {
+    b.rtt_poll_ms = 0;
+    return absl::OkStatus();
+  }
+  if (!v.IsMap()) return r.Error(v, f + ".rtt", "expected off or {poll_ms: N}");
+  CFG_TRY(r.CheckKeys(v, f + ".rtt", {"poll_ms"}));
+  if (v["poll_ms"]) CFG_TRY(r.Int(v["poll_ms"], f + ".rtt.poll_ms", 1, 1000, b.rtt_poll_ms));
+  return absl::OkStatus();
+}
+
 absl::Status ParseBoard(ConfigReader& r, const YAML::Node& n, size_t index, HardwareConfig& hw,
                         BoardConfig& b) {
   const std::string f = absl::StrCat("hardware.boards[", index, "]");
@@ -203,6 +254,7 @@ absl::Status ParseBoard(ConfigReader& r, const YAML::Node& n, size_t index, Hard
                        "qemu",
                        "gdb",
                        "boot_pattern",
+                       "rtt",
                        "ota_slot_size",
                        "ota_upload",
                        "ota_reset",
@@ -251,34 +303,8 @@ absl::Status ParseBoard(ConfigReader& r, const YAML::Node& n, size_t index, Hard
     }
     b.maintenance = n["maintenance"].Scalar() == "true";
   }
-  CFG_TRY(str("serial", b.serial));
-  if (n["baud"]) CFG_TRY(r.Int(n["baud"], f + ".baud", 50, 20000000, b.baud));
-  if (n["data_bits"]) CFG_TRY(r.Int(n["data_bits"], f + ".data_bits", 5, 8, b.data_bits));
-  CFG_TRY(str("parity", b.parity));
-  if (b.parity != "none" && b.parity != "odd" && b.parity != "even") {
-    return r.Error(n["parity"], f + ".parity", "expected none, odd or even");
-  }
-  CFG_TRY(str("stop_bits", b.stop_bits));
-  if (b.stop_bits != "1" && b.stop_bits != "1.5" && b.stop_bits != "2") {
-    return r.Error(n["stop_bits"], f + ".stop_bits", "expected 1, 1.5 or 2");
-  }
-  CFG_TRY(str("flow_control", b.flow_control));
-  if (b.flow_control != "none" && b.flow_control != "software" && b.flow_control != "hardware") {
-    return r.Error(n["flow_control"], f + ".flow_control", "expected none, software or hardware");
-  }
-  CFG_TRY(str("line_ending", b.line_ending));
-  if (b.line_ending == "lf" || b.line_ending == "LF") b.line_ending = "\n";
-  if (b.line_ending == "cr" || b.line_ending == "CR") b.line_ending = "\r";
-  if (b.line_ending == "crlf" || b.line_ending == "CRLF") b.line_ending = "\r\n";
-  if (b.line_ending != "\n" && b.line_ending != "\r" && b.line_ending != "\r\n" &&
-      b.line_ending != "") {
-    return r.Error(n["line_ending"], f + ".line_ending",
-                   "expected lf, cr, crlf or an empty string");
-  }
-  CFG_TRY(str("encoding", b.encoding));
-  if (b.encoding != "ascii" && b.encoding != "utf-8" && b.encoding != "hex") {
-    return r.Error(n["encoding"], f + ".encoding", "expected ascii, utf-8 or hex");
-  }
+  CFG_TRY(ParseBoardSerial(r, n, f, b));
+  CFG_TRY(ParseBoardRtt(r, n, f, b));
   CFG_TRY(strings("startup_commands", b.startup_commands));
   CFG_TRY(str("log_file", b.log_file));
   CFG_TRY(str("probe", b.probe));

@@ -185,6 +185,9 @@ struct BoardConfig {
   std::string qemu = "qemu-system-arm";
   std::string gdb;           // default: gdb-multiarch, else arm-none-eabi-gdb
   std::string boot_pattern;  // a line that means the firmware booted
+  // SEGGER RTT read while the firmware runs (simulated boards): the poll
+  // interval, 0 when `rtt: off`.
+  int rtt_poll_ms = 10;
   // Over-the-air updates. Simulated boards keep two MCUboot slots of
   // ota_slot_size bytes as host files (0: half the flash). Physical boards
   // are updated through commands: ota_upload puts {image} into the secondary

@@ -117,7 +117,7 @@ void StartTraceStreams(HardwareBroker::Board& b, const std::string& image, bool 
     spdlog::warn("board {}: RTT is not read: {}", b.cfg.id, mem.status().ToString());
     return;
   }
-  b.StartRtt(*std::move(mem), where, /*poll_ms=*/10);
+  b.StartRtt(*std::move(mem), where, b.cfg.rtt_poll_ms);
 }
 
 }  // namespace
@@ -155,7 +155,7 @@ absl::Status HardwareBroker::BootSimulated(Board& b, const std::string& image) {
   b.SetPaused(false);
   b.restarting = false;
   if (auto s = b.qemu->Continue(); !s.ok()) return s;
-  if (b.cfg.ram_size > 0) StartTraceStreams(b, image, b.from_slots);
+  if (b.cfg.ram_size > 0 && b.cfg.rtt_poll_ms > 0) StartTraceStreams(b, image, b.from_slots);
   if (!b.from_slots) {
     MutexLock lock(&b.state_mu);
     b.image = image;

@@ -111,6 +111,10 @@ absl::StatusOr<SerialHub*> HardwareBroker::HubOf(const std::string& board,
                                                  ") is read on simulated boards; this one is ",
                                                  b->cfg.kind));
   }
+  if (b->cfg.rtt_poll_ms == 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("board ", board, ": RTT is off (rtt: off in its configuration)"));
+  }
   std::shared_ptr<RttPump> pump;
   {
     MutexLock lock(&b->streams_mu);

@@ -52,16 +52,21 @@ int64_t RttPump::PollOnce(std::map<unsigned, std::string>& up, std::vector<unsig
   problem_ = poll->error.ok() ? "" : std::string(poll->error.message());
   backoff_us_ =
       poll->error.ok() ? 0 : std::clamp(backoff_us_ * 2, options_.poll_us, options_.max_backoff_us);
+  bool pressed = false;  // a ring was half full or more: the firmware writes fast
+  const RttControlBlock* block = link_.block();
   for (auto& [channel, bytes] : poll->up) {
     if (bytes.empty()) continue;
     quiet_[channel] = 0;
+    if (block && channel < block->up.size())
+      pressed |= 2 * bytes.size() >= block->up[channel].size - 1;
     up[channel] = std::move(bytes);
   }
   for (auto& [channel, quiet] : quiet_) {
     if (up.count(channel)) continue;
     if (++quiet == options_.idle_polls) idle.push_back(channel);
   }
-  return poll->error.ok() ? options_.poll_us : backoff_us_;
+  if (!poll->error.ok()) return backoff_us_;
+  return pressed ? std::min(options_.busy_poll_us, options_.poll_us) : options_.poll_us;
 }
 
 absl::Status RttPump::Send(unsigned channel, std::string_view bytes) {

@@ -3,7 +3,9 @@
 // hands each up-channel's bytes to a sink and writes what callers queue for
 // the down-channels. While the firmware has not set up its control block
 // (or a reset cleared it) the pump looks again, less often each time up to
-// a second; once found it polls at the interval again.
+// a second; once found it polls at the interval again. A ring found half
+// full or more is polled again at once (busy_poll_us), so a firmware that
+// writes faster than the interval drains is not cut short.
 //
 // Thread-safe. The sink runs on the pump's thread; it must not call back
 // into the pump.
@@ -28,6 +30,7 @@ namespace fwai {
 
 struct RttPumpOptions {
   int64_t poll_us = 10'000;            // between polls while the block is found
+  int64_t busy_poll_us = 500;          // after a poll that found a ring half full or more
   int64_t max_backoff_us = 1'000'000;  // between looks while it is not
   int idle_polls = 5;                  // polls without bytes before a partial line goes out
 };

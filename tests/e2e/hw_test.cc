@@ -787,7 +787,8 @@ TEST_F(HwTest, SecondSimulatedBoardProbeBoardWithPowerAndOpenOcd) {
   const std::string old_path = std::getenv("PATH") ? std::getenv("PATH") : "";
   setenv("PATH", (tmp + "/bin:" + old_path).c_str(), 1);
   StartDaemon("hardware:\n  sysfs_root: " + tmp + "/sys\n  dev_root: " + tmp + "/dev\n  boards:\n" +
-              "    - {id: lm3s, kind: simulated, machine: lm3s6965evb, boot_pattern: booted}\n" +
+              "    - {id: lm3s, kind: simulated, machine: lm3s6965evb, boot_pattern: booted, "
+              "rtt: off}\n" +
               "    - id: f1-bench\n      probe: 0671FF383133\n      target: stm32f100rb\n" +
               "      openocd_config: [interface/stlink.cfg, target/stm32f1x.cfg]\n" +
               "      power_on: \"echo on >> " + tmp + "/power\"\n      power_off: \"echo off >> " +
@@ -817,6 +818,9 @@ TEST_F(HwTest, SecondSimulatedBoardProbeBoardWithPowerAndOpenOcd) {
       Fwai({"monitor", "lm3s", "--send", "ping", "--until", "^pong", "--timeout", "5"}, &out, &err),
       0)
       << err;
+  // Its RTT is configured off: asked for, it says so.
+  EXPECT_NE(Fwai({"monitor", "lm3s", "--rtt", "--timeout", "5"}, &out, &err), 0);
+  EXPECT_NE(err.find("RTT is off (rtt: off in its configuration)"), std::string::npos) << err;
   ASSERT_EQ(Fwai({"hw", "release", "lm3s"}, &out, &err), 0) << err;
 
   // The probe board: powered on lease, flashed through OpenOCD, off on release.

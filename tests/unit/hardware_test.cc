@@ -16,6 +16,7 @@
 #include <fstream>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
 #include "common/clock.h"
 #include "common/config.h"
 #include "server/hardware/discovery.h"
@@ -52,6 +53,7 @@ hardware:
       kind: simulated
       machine: stm32vldiscovery
       tags: [sim, f1]
+      rtt: {poll_ms: 2}
     - id: nucleo
       serial: /dev/serial/by-id/usb-STM-if02
       baud: 921600
@@ -70,13 +72,29 @@ hardware:
   EXPECT_EQ(sim.target, "stm32f100rb");
   EXPECT_EQ(sim.flash_size, 128u * 1024);
   EXPECT_EQ(sim.ram_size, 8u * 1024);
+  EXPECT_EQ(sim.rtt_poll_ms, 2);
   const auto& n = c->hardware.boards[1];
   EXPECT_EQ(n.kind, "physical");
   EXPECT_EQ(n.baud, 921600);
   EXPECT_EQ(n.line_ending, "\r\n");
   EXPECT_EQ(n.flash_size, 512u * 1024);
   EXPECT_EQ(n.openocd_config.size(), 2u);
+  EXPECT_EQ(n.rtt_poll_ms, 10);
   EXPECT_EQ(c->hardware.history_lines, 500);
+  auto off = ParseConfig(
+      "hardware:\n  boards:\n    - {id: s, kind: simulated, machine: lm3s6965evb, rtt: off}\n",
+      "o.yaml");
+  ASSERT_TRUE(off.ok()) << off.status();
+  EXPECT_EQ(off->hardware.boards[0].rtt_poll_ms, 0);
+  for (const char* bad :
+       {"rtt: {poll_ms: 0}", "rtt: {poll_ms: 5000}", "rtt: {every: 5}", "rtt: sometimes"}) {
+    auto r = ParseConfig(absl::StrCat("hardware:\n  boards:\n    - {id: s, kind: simulated, "
+                                      "machine: lm3s6965evb, ",
+                                      bad, "}\n"),
+                         "r.yaml");
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_NE(r.status().message().find("hardware.boards[0].rtt"), std::string::npos) << r.status();
+  }
 
   auto dup = ParseConfig(
       "hardware:\n  boards:\n    - {id: a, serial: /dev/x}\n    - {id: a, serial: /dev/y}\n",

@@ -506,6 +506,24 @@ TEST(RttPumpTest, BytesGoOutEachPollAndAQuietChannelIsSaidOnce) {
   EXPECT_EQ(pump.block()->up[0].name, "Terminal");
 }
 
+// A firmware that fills its ring faster than the interval drains it: a ring
+// found half full is read again after busy_poll_us, not the interval.
+TEST(RttPumpTest, AHalfFullRingIsPolledAgainAtOnce) {
+  Target target({64}, {16});
+  ManualClock clock(1'000'000);
+  Collected got;
+  const std::string first(40, 'a');
+  target.fw.Write(0, first);
+  RttPumpOptions o;
+  o.poll_us = 100'000;
+  RttPump pump(target.mem, Ram(kRam + 0x100), o, clock, got.Sink());
+  ASSERT_TRUE(
+      got.WaitFor([&](auto& bytes, auto&) { return bytes.count(0) && bytes.at(0) == first; }));
+  target.fw.Write(0, "b\n");
+  AdvanceAfterPoll(pump, clock, 1, o.busy_poll_us);
+  EXPECT_TRUE(got.WaitFor([&](auto& bytes, auto&) { return bytes.at(0) == first + "b\n"; }));
+}
+
 TEST(RttPumpTest, ABlockNotThereYetIsLookedForLessOftenAndFoundWhenItIs) {
   FakeMemory mem;
   ManualClock clock(1'000'000);

@@ -1,6 +1,6 @@
 // stm32vl-blinky: a boot banner, a counter and a command shell on USART1 and RTT.
 //
-// Commands (a line on the UART or RTT down-channel 0): ping | version | led on | led off | count | fault
+// Commands (a line on the UART or RTT down-channel 0): ping | version | led on | led off | count | fault | burst N
 #include <stdint.h>
 #include <string.h>
 
@@ -124,6 +124,47 @@ static void led_set(int on) {
   con_puts("\n");
 }
 
+// Writes all of `s` to RTT up-channel `channel`, waiting while its ring is
+// full as long as a debugger keeps taking bytes (100 ms without progress:
+// nobody reads it). Returns 0 if it gave up.
+static int rtt_write_all(unsigned channel, const char *s, unsigned n) {
+  uint32_t since = ticks;
+  while (n > 0) {
+    const unsigned w = rtt_write(channel, s, n);
+    if (w > 0) {
+      s += w;
+      n -= w;
+      since = ticks;
+    } else if (ticks - since > 100u) {
+      return 0;
+    }
+  }
+  return 1;
+}
+
+// `burst N`: N lines of 64 bytes on the trace channel as fast as the
+// debugger drains it ("burst I ms=T ....", T the milliseconds since boot).
+static void burst(const char *arg) {
+  uint32_t n = 0;
+  while (*arg >= '0' && *arg <= '9') n = n * 10u + (uint32_t)(*arg++ - '0');
+  char line[65], dec[11];
+  for (uint32_t i = 0; i < n; ++i) {
+    unsigned len = 0;
+    for (const char *p = "burst "; *p;) line[len++] = *p++;
+    for (const char *p = format_dec(dec, i); *p;) line[len++] = *p++;
+    for (const char *p = " ms="; *p;) line[len++] = *p++;
+    for (const char *p = format_dec(dec, ticks); *p;) line[len++] = *p++;
+    line[len++] = ' ';
+    while (len < 63) line[len++] = '.';
+    line[len++] = '\n';
+    if (!rtt_write_all(RTT_TRACE, line, len)) {
+      con_puts("burst stopped: nobody reads RTT\n");
+      return;
+    }
+  }
+  con_puts("burst done\n");
+}
+
 static void handle(const char *line) {
   char dec[11];
   if (strcmp(line, "ping") == 0) {
@@ -138,6 +179,8 @@ static void handle(const char *line) {
     con_puts("counter ");
     con_puts(format_dec(dec, counter));
     con_puts("\n");
+  } else if (strncmp(line, "burst ", 6) == 0) {
+    burst(line + 6);
   } else if (strcmp(line, "fault") == 0) {
     con_puts("triggering a hard fault\n");
     trigger_fault();

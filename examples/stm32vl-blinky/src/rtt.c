@@ -25,7 +25,7 @@ struct rtt_cb {
 
 struct rtt_cb _SEGGER_RTT;
 static char terminal_up[256];
-static char trace_up[128];
+static char trace_up[512];
 static char terminal_down[32];
 
 static void ring_init(struct rtt_ring *r, const char *name, char *buf, uint32_t size) {

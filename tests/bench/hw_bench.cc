@@ -5,6 +5,11 @@
 //               write -> client read, p50/p99)
 //   flash       time from a Flash request to the boot banner on the simulated
 //               STM32VLDISCOVERY (QEMU), median of several flashes
+//   rtt         the example firmware's RTT on that board, polled by fwaid at
+//               its default interval: bytes/s of a burst the firmware writes
+//               as fast as fwaid drains its ring, and the latency from a
+//               UART command to its RTT log line at a reader, beside the same
+//               command's UART answer (the baseline) in the same run
 #include <fcntl.h>
 #include <grpcpp/grpcpp.h>
 #include <pty.h>
@@ -14,13 +19,16 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <mutex>
+#include <random>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -128,6 +136,153 @@ SerialRun RunSerial(Daemon& d, int master, int readers, int lines, int pace_us) 
   return out;
 }
 
+// One Hardware.Serial stream of the simulated board, read by a thread that
+// stamps each line as it arrives.
+class StampedStream {
+ public:
+  StampedStream(pb::Hardware::Stub& stub, const std::string& lease_id, const std::string& stream) {
+    rw_ = stub.Serial(&ctx_);
+    pb::SerialClientMessage open;
+    open.mutable_open()->set_device_id("sim");
+    open.mutable_open()->set_lease_id(lease_id);
+    open.mutable_open()->set_stream(stream);
+    pb::SerialServerMessage first;
+    ok_ = rw_->Write(open) && rw_->Read(&first) && !first.opened().empty();
+    if (ok_) thread_ = std::thread([this] { Read(); });
+  }
+  ~StampedStream() {
+    ctx_.TryCancel();
+    if (thread_.joinable()) thread_.join();
+  }
+  bool ok() const { return ok_; }
+  bool SendLine(const std::string& text) {
+    pb::SerialClientMessage m;
+    m.set_send_line(text);
+    std::lock_guard<std::mutex> lock(write_mu_);
+    return rw_->Write(m);
+  }
+  // The monotonic time (ns) the first line starting with `prefix` arrived,
+  // waiting up to `timeout_s`; 0 if none did.
+  int64_t WaitFor(const std::string& prefix, double timeout_s) {
+    const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+    std::unique_lock<std::mutex> lock(mu_);
+    while (true) {
+      for (const auto& [at, text] : lines_) {
+        if (text.compare(0, prefix.size(), prefix) == 0) return at;
+      }
+      if (cv_.wait_until(lock, end) == std::cv_status::timeout) return 0;
+    }
+  }
+  std::vector<std::pair<int64_t, std::string>> Take() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return std::exchange(lines_, {});
+  }
+
+ private:
+  void Read() {
+    pb::SerialServerMessage m;
+    while (rw_->Read(&m)) {
+      const int64_t at = MonotonicNanos();
+      std::lock_guard<std::mutex> lock(mu_);
+      for (const auto& l : m.lines()) lines_.emplace_back(at, l.line());
+      cv_.notify_all();
+    }
+    (void)rw_->Finish();
+  }
+
+  grpc::ClientContext ctx_;
+  std::unique_ptr<grpc::ClientReaderWriter<pb::SerialClientMessage, pb::SerialServerMessage>> rw_;
+  bool ok_ = false;
+  std::mutex write_mu_, mu_;
+  std::condition_variable cv_;
+  std::vector<std::pair<int64_t, std::string>> lines_;
+  std::thread thread_;
+};
+
+// RTT on the booted simulated board: a burst's bytes/s and the latency of a
+// command's RTT log line beside its UART answer. Returns false on a failure.
+bool RunRtt(pb::Hardware::Stub& stub, const std::string& lease_id, bool quick) {
+  StampedStream uart(stub, lease_id, "uart"), log(stub, lease_id, "rtt:0"),
+      trace(stub, lease_id, "rtt:1");
+  if (!uart.ok() || !log.ok() || !trace.ok()) {
+    std::fprintf(stderr, "rtt: a stream did not open\n");
+    return false;
+  }
+  // Latency: each command's RTT log line ("uart cmd: markI") and its UART
+  // answer ("unknown command: markI"), both from the moment it was sent.
+  std::vector<double> rtt_ms, uart_ms;
+  const int marks = quick ? 20 : 100;
+  std::mt19937 rng(1);
+  std::uniform_int_distribution<int> gap(1'000, 23'000);
+  for (int i = -3; i < marks; ++i) {  // three first, not counted: the console's first lines
+    const std::string mark = absl::StrCat("mark", i);
+    const int64_t sent = MonotonicNanos();
+    if (!uart.SendLine(mark)) return false;
+    const int64_t on_rtt = log.WaitFor("uart cmd: " + mark, 10);
+    const int64_t on_uart = uart.WaitFor("unknown command: " + mark, 10);
+    if (on_rtt == 0 || on_uart == 0) {
+      std::fprintf(stderr, "rtt: %s not seen (rtt %d, uart %d)\n", mark.c_str(), on_rtt != 0,
+                   on_uart != 0);
+      return false;
+    }
+    if (i >= 0) {
+      rtt_ms.push_back((on_rtt - sent) / 1e6);
+      uart_ms.push_back((on_uart - sent) / 1e6);
+    }
+    log.Take();
+    uart.Take();
+    // Spaced irregularly, so the commands fall at every phase of fwaid's polls.
+    std::this_thread::sleep_for(std::chrono::microseconds(gap(rng)));
+  }
+  // Throughput: a burst of 64-byte lines on the trace channel.
+  const int lines = quick ? 2000 : 10000;
+  trace.Take();
+  if (!uart.SendLine(absl::StrCat("burst ", lines))) return false;
+  if (uart.WaitFor("burst done", 120) == 0) {
+    std::fprintf(stderr, "rtt: the burst did not finish\n");
+    return false;
+  }
+  const int64_t last = trace.WaitFor(absl::StrCat("burst ", lines - 1, " "), 30);
+  int64_t first = 0;
+  int got = 0;
+  for (const auto& [at, text] : trace.Take()) {
+    if (text.rfind("burst ", 0) != 0) continue;
+    if (first == 0) first = at;
+    ++got;
+  }
+  if (last == 0 || got < 2) {
+    std::fprintf(stderr, "rtt: %d of %d burst lines read\n", got, lines);
+    return false;
+  }
+  const double seconds = (last - first) / 1e9;
+  const double bytes_per_s = (got - 1) * 64.0 / seconds;
+  std::printf(
+      "rtt: burst of %d lines of 64 B on rtt:1: %.0f KB/s (%d lines read, %d lost); UART command "
+      "-> its RTT log line at a reader p50 %.2f ms p99 %.2f ms, -> its UART answer p50 %.2f ms "
+      "p99 %.2f ms (%d commands)\n",
+      lines, bytes_per_s / 1e3, got, lines - got, Percentile(rtt_ms, 0.5), Percentile(rtt_ms, 0.99),
+      Percentile(uart_ms, 0.5), Percentile(uart_ms, 0.99), marks);
+  auto& t = Report().Add("rtt_throughput", "RTT throughput, firmware → reader",
+                         absl::StrCat("a burst of ", lines,
+                                      " lines of 64 B on up-channel 1 (a 512 B ring), fwaid "
+                                      "polling every 10 ms, at once while a ring is half full"),
+                         bytes_per_s / 1e3, "KB/s");
+  t["also"] = {{{"label", "lines lost"}, {"value", lines - got}, {"unit", ""}}};
+  auto& l = Report().Add(
+      "rtt_latency", "RTT line latency, UART command → its RTT log line at a reader",
+      absl::StrCat(
+          marks,
+          " commands 1 to 23 ms apart (seeded); the same command's UART answer is the baseline"),
+      Percentile(rtt_ms, 0.99), "ms");
+  l["p50"] = Percentile(rtt_ms, 0.5);
+  l["p99"] = Percentile(rtt_ms, 0.99);
+  l["also"] = {{{"label", "baseline: its UART answer p50"},
+                {"value", Percentile(uart_ms, 0.5)},
+                {"unit", "ms"}},
+               {{"label", "p99"}, {"value", Percentile(uart_ms, 0.99)}, {"unit", "ms"}}};
+  return true;
+}
+
 int Main(int argc, char** argv) {
   const bool quick = Report().quick();
   const int reps = quick ? 1 : 3;
@@ -209,11 +364,11 @@ int Main(int argc, char** argv) {
     return 0;
   }
   auto stub = pb::Hardware::NewStub(d.channel());
+  pb::Lease lease;
   {
     grpc::ClientContext ctx;
     pb::AcquireRequest req;
     req.set_device_id("sim");
-    pb::Lease lease;
     auto st = stub->Acquire(&ctx, req, &lease);
     if (!st.ok()) {
       std::fprintf(stderr, "lease: %s\n", st.error_message().c_str());
@@ -245,6 +400,7 @@ int Main(int argc, char** argv) {
   f["median"] = Median(flash_ms);
   f["min"] = *std::min_element(flash_ms.begin(), flash_ms.end());
   f["max"] = *std::max_element(flash_ms.begin(), flash_ms.end());
+  if (!RunRtt(*stub, lease.lease_id(), quick)) return 1;
   close(slave);
   close(master);
   return 0;

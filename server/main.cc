@@ -1169,6 +1169,7 @@ std::optional<int> Daemon::JoinLab() {
           b.health = d.health;
           b.health_reason = d.health_reason;
           b.tags = d.tags;
+          b.streams = d.streams;
           boards.push_back(std::move(b));
         }
         return boards;

@@ -177,6 +177,12 @@ int HwCommands::Ls() {
                       d.state().empty() ? (d.running() ? "running" : "stopped") : d.state());
       if (!d.image().empty())
         absl::StrAppend(&details, " ", fs::path(d.image()).filename().string());
+      // Its firmware's RTT channels (fwai monitor BOARD --rtt N).
+      std::vector<std::string> rtt;
+      for (const auto& s : d.streams()) {
+        if (s.id() != "uart") rtt.push_back(s.name().empty() ? s.id() : s.id() + " " + s.name());
+      }
+      if (!rtt.empty()) absl::StrAppend(&details, " [", absl::StrJoin(rtt, ", "), "]");
     }
     std::string health = d.health();
     if (!d.health_reason().empty()) absl::StrAppend(&health, " (", d.health_reason(), ")");

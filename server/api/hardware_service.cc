@@ -68,6 +68,11 @@ void ToProto(const ListedBoard& b, pb::Device* o) {
   o->set_pid(d.pid > 0 ? d.pid : 0);
   o->set_ota_version(d.ota_version);
   o->set_node(b.node);
+  for (const auto& [id, name] : d.streams) {
+    auto* s = o->add_streams();
+    s->set_id(id);
+    s->set_name(name);
+  }
 }
 
 void ToProto(const BoardWaiter& w, pb::LeaseWaiter* o) {

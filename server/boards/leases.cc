@@ -47,6 +47,7 @@ ListedBoard FromRegistry(const lab::LabBoard& b) {
   out.device.tags = b.tags;
   out.device.target = b.target;
   out.device.state = "remote";
+  out.device.streams = b.streams;
   out.node = b.node;
   return out;
 }

@@ -247,6 +247,7 @@ std::vector<DeviceInfo> HardwareBroker::List() const {
       if (l.up) d.pid = l.pid;
       d.ota_version = l.ota_version;
     }
+    d.streams = b->StreamsListed();
     fill_lease(d);
     out.push_back(std::move(d));
   }

@@ -42,6 +42,9 @@ struct DeviceInfo {
   std::string state;        // running | paused | stopped
   int pid = -1;             // the simulator's process (simulated boards)
   std::string ota_version;  // the MCUboot image it runs, if it boots through slots
+  // Boards: (id, name) of what can be read: ("uart", ""), then ("rtt:N",
+  // the firmware's name) for each RTT up-channel of the running firmware.
+  std::vector<std::pair<std::string, std::string>> streams;
 };
 
 // The result of restarting a board through its bootloader.
@@ -343,6 +346,10 @@ class HardwareBroker {
     SerialHub* Stream(const std::string& name) ABSL_LOCKS_EXCLUDED(streams_mu);
     // Every trace stream's hub.
     std::vector<SerialHub*> Streams() const ABSL_LOCKS_EXCLUDED(streams_mu);
+    // What a listing says can be read: the UART, and the RTT up-channels
+    // of the control block the pump last found (DeviceInfo::streams).
+    std::vector<std::pair<std::string, std::string>> StreamsListed() const
+        ABSL_LOCKS_EXCLUDED(streams_mu);
     // Starts feeding the trace streams from `memory` (the running
     // simulator's) as `where` says; StopRtt stops it (the pump's thread is
     // joined outside streams_mu, which its sink takes).

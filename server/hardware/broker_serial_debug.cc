@@ -63,6 +63,20 @@ std::vector<SerialHub*> HardwareBroker::Board::Streams() const {
   return out;
 }
 
+std::vector<std::pair<std::string, std::string>> HardwareBroker::Board::StreamsListed() const {
+  std::vector<std::pair<std::string, std::string>> out{{"uart", ""}};
+  std::shared_ptr<RttPump> pump;
+  {
+    MutexLock lock(&streams_mu);
+    pump = rtt;
+  }
+  const auto block = pump ? pump->block() : std::nullopt;
+  for (size_t i = 0; block && i < block->up.size(); ++i) {
+    if (block->up[i].size > 0) out.emplace_back(absl::StrCat("rtt:", i), block->up[i].name);
+  }
+  return out;
+}
+
 void HardwareBroker::Board::StartRtt(std::unique_ptr<QemuTargetMemory> memory,
                                      const RttSearch& where, int poll_ms) {
   StopRtt();

@@ -15,11 +15,26 @@
 
 namespace fwai::lab {
 
+namespace {
+
+nlohmann::json StreamsToJson(const std::vector<std::pair<std::string, std::string>>& streams) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const auto& [id, name] : streams) out.push_back({{"id", id}, {"name", name}});
+  return out;
+}
+
+}  // namespace
+
 std::string BoardToJson(const LabBoard& b) {
-  return nlohmann::json{{"id", b.id},         {"node", b.node},
-                        {"kind", b.kind},     {"name", b.name},
-                        {"target", b.target}, {"tags", b.tags},
-                        {"health", b.health}, {"health_reason", b.health_reason}}
+  return nlohmann::json{{"id", b.id},
+                        {"node", b.node},
+                        {"kind", b.kind},
+                        {"name", b.name},
+                        {"target", b.target},
+                        {"tags", b.tags},
+                        {"health", b.health},
+                        {"health_reason", b.health_reason},
+                        {"streams", StreamsToJson(b.streams)}}
       .dump();
 }
 
@@ -39,6 +54,14 @@ absl::StatusOr<LabBoard> BoardFromJson(const std::string& text) {
   if (j.contains("tags") && j["tags"].is_array()) {
     for (const auto& t : j["tags"]) {
       if (t.is_string()) b.tags.push_back(t.get<std::string>());
+    }
+  }
+  // A bench's streams, if it says (an older one does not).
+  if (j.contains("streams") && j["streams"].is_array()) {
+    for (const auto& s : j["streams"]) {
+      if (s.is_object() && s.value("id", "") != "") {
+        b.streams.emplace_back(s.value("id", ""), s.value("name", ""));
+      }
     }
   }
   return b;

@@ -26,7 +26,8 @@ inline constexpr char kBoardsPrefix[] = "/fwai/boards/";
 
 struct LabBoard {
   std::string id, node, kind, name, target, health, health_reason;
-  std::vector<std::string> tags;  // "key" or "key:value"
+  std::vector<std::string> tags;                             // "key" or "key:value"
+  std::vector<std::pair<std::string, std::string>> streams;  // (id, name), as DeviceInfo's
   bool operator==(const LabBoard&) const = default;
 };
 

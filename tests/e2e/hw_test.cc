@@ -538,6 +538,10 @@ TEST_F(HwTest, RttChannelsAreMonitoredLikeTheSerialPort) {
   EXPECT_NE(err.find("RTT up-channels 0 to 1, not rtt:5"), std::string::npos) << err;
   json dev = Device("sim-stm32vl");
   EXPECT_TRUE(dev.value("running", false)) << dev.dump();
+  // The listing names what can be read, as the firmware names its channels.
+  EXPECT_EQ(dev["streams"], json::parse(R"([{"id": "uart", "name": ""},
+      {"id": "rtt:0", "name": "Terminal"}, {"id": "rtt:1", "name": "Trace"}])"))
+      << dev.dump();
 
   ASSERT_EQ(Fwai({"hw", "release", "sim-stm32vl"}, &out, &err), 0) << err;
   EXPECT_NE(

@@ -298,6 +298,24 @@ TEST_F(LabForward, RttThroughAFrontBothWays) {
   }
   EXPECT_TRUE(tick) << seen;
 
+  // The front's listing names the bench's board's channels, as the bench registered them.
+  std::string listed;
+  EXPECT_TRUE(Eventually(
+      [&] {
+        grpc::ClientContext ctx;
+        pb::ListDevicesResponse resp;
+        if (!pb::Hardware::NewStub(front1_->channel())->ListDevices(&ctx, {}, &resp).ok())
+          return false;
+        listed.clear();
+        for (const auto& d : resp.devices()) {
+          if (d.id() != "b1") continue;
+          for (const auto& s : d.streams()) listed += s.id() + "=" + s.name() + ";";
+        }
+        return listed == "uart=;rtt:0=Terminal;rtt:1=Trace;";
+      },
+      std::chrono::seconds(20)))
+      << listed;
+
   SerialStream none(*front1_, "b1", lease.lease_id(), "rtt:5", /*from_history=*/false);
   ASSERT_TRUE(none.ended);
   EXPECT_EQ(none.refused.error_code(), grpc::StatusCode::NOT_FOUND) << none.refused.error_message();

@@ -536,6 +536,19 @@ test(
     await page.keyboard.press('Enter');
     await waitTerminal(/\bpong\b/);
     await shot('4-serial-terminal');
+
+    // Its firmware has RTT channels now: a second terminal picks one of them.
+    await runCommand('fwai: Open Serial Terminal');
+    await page
+      .locator('.quick-input-list .monaco-list-row', { hasText: 'RTT 1 · Trace' })
+      .waitFor({ state: 'visible', timeout: 15000 });
+    await page.locator('.quick-input-list .monaco-list-row', { hasText: 'RTT 0 · Terminal' }).click();
+    await waitTerminal(/fwai RTT 0 · Terminal sim-stm32vl/);
+    await waitTerminal(/rtt: stm32vl-blinky 1\.0\.0 booted/);
+    await page.locator('.terminal-wrapper.active .xterm').click();
+    await page.keyboard.type('version');
+    await page.keyboard.press('Enter');
+    await waitTerminal(/version 1\.0\.0/);
   },
 );
 

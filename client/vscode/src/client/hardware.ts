@@ -15,6 +15,34 @@ export type FlashProgress = FlashProgress__Output;
 /** The devices, the leases held on them, and why a lab's registry could not be read (when it could not). */
 export type DeviceList = ListDevicesResponse__Output;
 
+/** One thing a terminal can read of a board: its UART, or an RTT up-channel. */
+export interface StreamChoice {
+  /** As SerialOpen.stream takes it: "uart" or "rtt:N". */
+  stream: string;
+  label: string;
+  description: string;
+}
+
+/**
+ * What can be read of `d`, the UART first: its RTT channels as the daemon
+ * lists them (named as the firmware names them). A board whose channels are
+ * not known (its firmware not running yet, a bench too old to say) has the
+ * UART only.
+ */
+export function streamChoices(d: Device): StreamChoice[] {
+  const out: StreamChoice[] = [{ stream: 'uart', label: 'UART', description: 'the serial port' }];
+  for (const s of d.streams ?? []) {
+    const m = /^rtt:(\d+)$/.exec(s.id);
+    if (!m) continue;
+    out.push({
+      stream: s.id,
+      label: `RTT ${m[1]}${s.name ? ` · ${s.name}` : ''}`,
+      description: `SEGGER RTT up-channel ${m[1]}, read while the firmware runs`,
+    });
+  }
+  return out;
+}
+
 export function listDevices(client: FwaiClient): Promise<DeviceList> {
   return client.call('Hardware', 'ListDevices', {});
 }

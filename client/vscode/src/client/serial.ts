@@ -18,6 +18,8 @@ import { FwaiError, toFwaiError } from './errors';
 export type SerialLine = SerialLine__Output;
 
 export interface SerialOptions {
+  /** What to read: "uart" (the default) or "rtt:N", the firmware's RTT channel N. */
+  stream?: string;
   fromHistory?: boolean;
   leaseId?: string;
   /** Open the stream again when fwaid goes away and comes back. */
@@ -53,6 +55,8 @@ export class SerialSession extends EventEmitter {
   private timer: NodeJS.Timeout | null = null;
   reconnects = 0;
   opened = '';
+  /** The stream the daemon said it serves ("uart", "rtt:0"), once opened. */
+  stream = '';
 
   constructor(
     private readonly client: FwaiClient,
@@ -104,6 +108,7 @@ export class SerialSession extends EventEmitter {
     call.on('data', (m: SerialServerMessage__Output) => {
       if (m.opened) {
         this.opened = m.opened;
+        this.stream = m.stream || 'uart';
         this.backoff = this.opts.minBackoffMs ?? 100;
         if (again) this.emit('reconnected', restarted);
         else this.emit('opened', m.opened);
@@ -127,7 +132,14 @@ export class SerialSession extends EventEmitter {
       else brokenOff(fe.message, fe, false);
     });
     call.on('end', () => brokenOff('the daemon ended the stream', null, false));
-    call.write({ open: { device_id: this.deviceId, from_history: fromHistory, lease_id: this.opts.leaseId ?? '' } });
+    call.write({
+      open: {
+        device_id: this.deviceId,
+        from_history: fromHistory,
+        lease_id: this.opts.leaseId ?? '',
+        stream: this.opts.stream ?? '',
+      },
+    });
   }
 
   /** `final`: the daemon ended the stream on purpose (end of stream, not because it stops). */

@@ -10,6 +10,7 @@ import {
   FlashProgress,
   Lease,
   SerialSession,
+  StreamChoice,
   acquireLease,
   callerUid,
   configuredImage,
@@ -19,6 +20,7 @@ import {
   listDevices,
   releaseLease,
   renewLease,
+  streamChoices,
 } from '../client';
 import { Connection, shown, staleAfter } from './connection';
 import { ago } from './sessionsView';
@@ -284,13 +286,39 @@ export class Boards implements vscode.TreeDataProvider<Device>, vscode.Disposabl
     );
   }
 
-  /** A terminal on the board's serial port; typing sends lines when you hold the board. */
-  async openSerial(d?: Device): Promise<vscode.Terminal | undefined> {
-    const board = await this.pickBoard(d, () => true, 'open a serial terminal on');
+  /** The UART, or one of the board's RTT channels when it has them. */
+  private async pickStream(board: Device, stream?: string): Promise<StreamChoice | undefined> {
+    const choices = streamChoices(board);
+    if (stream) {
+      return choices.find((c) => c.stream === stream) ?? { stream, label: stream, description: '' };
+    }
+    if (choices.length === 1) return choices[0];
+    const pick = await vscode.window.showQuickPick(
+      choices.map((c) => ({ label: c.label, description: c.description, c })),
+      { placeHolder: `What to read of ${board.id}` },
+    );
+    return pick?.c;
+  }
+
+  /**
+   * A terminal on the board's serial port, or on one of its firmware's RTT
+   * channels (picked, or `stream`); typing sends lines when you hold the board.
+   */
+  async openSerial(d?: Device, stream?: string): Promise<vscode.Terminal | undefined> {
+    let board = await this.pickBoard(d, () => true, 'open a serial terminal on');
     if (!board) return;
+    // The listing's channels are as of the last refresh; a board just flashed has them now.
+    if (!stream) {
+      await this.refresh();
+      board = this.devices.find((x) => x.id === board?.id) ?? board;
+    }
+    const choice = await this.pickStream(board, stream);
+    if (!choice) return;
     const client = await this.conn.get();
     const lease = this.heldByMe(board.id);
+    const what = choice.stream === 'uart' ? 'serial' : choice.label;
     const serial = new SerialSession(client, board.id, {
+      stream: choice.stream,
       fromHistory: true,
       leaseId: lease?.lease_id,
       reconnect: true,
@@ -304,7 +332,7 @@ export class Boards implements vscode.TreeDataProvider<Device>, vscode.Disposabl
       onDidClose: close.event,
       open: () => {
         write.fire(
-          `\x1b[2m— fwai serial ${board.id}${lease ? '' : ' (read-only: lease the board to type)'} —\x1b[0m\r\n`,
+          `\x1b[2m— fwai ${what} ${board.id}${lease ? '' : ' (read-only: lease the board to type)'} —\x1b[0m\r\n`,
         );
         serial.on('lines', (ls) => {
           write.fire(ls.map((l) => l.line.replace(/\r?$/, '') + '\r\n').join(''));
@@ -320,7 +348,7 @@ export class Boards implements vscode.TreeDataProvider<Device>, vscode.Disposabl
           ),
         );
         serial.on('end', (reason) => {
-          write.fire(`\r\n\x1b[2m— serial closed: ${reason} —\x1b[0m\r\n`);
+          write.fire(`\r\n\x1b[2m— ${what} closed: ${reason} —\x1b[0m\r\n`);
         });
         serial.open().catch((e) => write.fire(`\x1b[31m${shown(e)}\x1b[0m\r\n`));
       },
@@ -347,7 +375,7 @@ export class Boards implements vscode.TreeDataProvider<Device>, vscode.Disposabl
       },
     };
     const term = vscode.window.createTerminal({
-      name: `fwai serial: ${board.id}`,
+      name: `fwai ${what}: ${board.id}`,
       pty,
       iconPath: new vscode.ThemeIcon('circuit-board'),
     });

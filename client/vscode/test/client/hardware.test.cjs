@@ -108,6 +108,32 @@ test(
     s1.sendLine('ping');
     await pong;
 
+    // The firmware's RTT channels, as the listing names them, read and written like the UART.
+    const listed = (await lib.listDevices(client)).devices.find((x) => x.id === 'sim-stm32vl');
+    assert.deepEqual(
+      lib.streamChoices(listed).map((c) => c.label),
+      ['UART', 'RTT 0 · Terminal', 'RTT 1 · Trace'],
+    );
+    const rtt = new lib.SerialSession(client, 'sim-stm32vl', {
+      stream: 'rtt:0',
+      fromHistory: true,
+      leaseId: lease.lease_id,
+    });
+    const rttOpened = new Promise((r) => rtt.once('opened', r));
+    const rttBanner = linesUntil(rtt, /^rtt: stm32vl-blinky 1\.0\.0 booted$/);
+    await rtt.open();
+    await rttOpened;
+    assert.equal(rtt.stream, 'rtt:0');
+    await rttBanner;
+    const rttPong = linesUntil(rtt, /^pong$/);
+    rtt.sendLine('ping');
+    await rttPong;
+    rtt.close();
+    const missing = new lib.SerialSession(client, 'sim-stm32vl', { stream: 'rtt:9' });
+    const refused = new Promise((r) => missing.once('end', (reason) => r(reason)));
+    await missing.open();
+    assert.match(await refused, /RTT up-channels 0 to 1, not rtt:9/);
+
     // Release: the serial readers opened under the lease end with the reason.
     const ended = new Promise((r) => s1.once('end', (reason) => r(reason)));
     await lib.releaseLease(client, { leaseId: lease.lease_id });

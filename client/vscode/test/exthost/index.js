@@ -359,6 +359,12 @@ const tests = [
       assert.equal(item.contextValue, 'board-mine');
       assert.match(String(item.description), /held by you/);
       await api.boards.renew(board);
+      // A terminal on a channel named by the caller needs no pick; it is named as the listing
+      // names the channel (the board runs the example since the serial terminal's scenario).
+      const term = await api.boards.openSerial(board, 'rtt:0');
+      assert.equal(term.name, 'fwai RTT 0 · Terminal: sim-stm32vl');
+      assert.ok(vscode.window.terminals.includes(term));
+      term.dispose();
       await api.boards.release(board);
       assert.equal(api.boards.heldByMe(board.id), undefined);
     },

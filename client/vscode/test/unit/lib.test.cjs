@@ -25,6 +25,30 @@ test('daemon addresses resolve like the CLI, plus tls:', () => {
   assert.match(lib.defaultSocketPath({}), /^\/tmp\/fwai-\d+\/fwaid\.sock$/);
 });
 
+test("a board's stream choices: the UART first, then its RTT channels as the firmware names them", () => {
+  assert.deepEqual(
+    lib.streamChoices({ id: 'b', streams: [] }).map((c) => c.stream),
+    ['uart'],
+  );
+  const c = lib.streamChoices({
+    id: 'b',
+    streams: [
+      { id: 'uart', name: '' },
+      { id: 'rtt:0', name: 'Terminal' },
+      { id: 'rtt:1', name: '' },
+      { id: 'semihosting', name: '' },
+    ],
+  });
+  assert.deepEqual(
+    c.map((x) => [x.stream, x.label]),
+    [
+      ['uart', 'UART'],
+      ['rtt:0', 'RTT 0 · Terminal'],
+      ['rtt:1', 'RTT 1'],
+    ],
+  );
+});
+
 let seq = 0;
 const ev = (turn_id, payload, body) => ({
   session_id: 's',

@@ -205,9 +205,16 @@ absl::Status ParseBoardSerial(ConfigReader& r, const YAML::Node& n, const std::s
   return absl::OkStatus();
 }
 
-// `rtt: off`, or `rtt: {poll_ms: N}` (1..1000): how a board's RTT is read.
-absl::Status ParseBoardRtt(ConfigReader& r, const YAML::Node& n, const std::string& f,
-                           BoardConfig& b) {
+// `rtt: off`, or `rtt: {poll_ms: N}` (1..1000): how a board's RTT is read;
+// `semihosting: true` (simulated boards).
+absl::Status ParseBoardTrace(ConfigReader& r, const YAML::Node& n, const std::string& f,
+                             BoardConfig& b) {
+  if (const YAML::Node& s = n["semihosting"]) {
+    if (!s.IsScalar() || (s.Scalar() != "true" && s.Scalar() != "false")) {
+      return r.Error(s, f + ".semihosting", "expected true or false");
+    }
+    b.semihosting = s.Scalar() == "true";
+  }
   const YAML::Node& v = n["rtt"];
   if (!v) return absl::OkStatus();
   if (v.IsScalar() && (v.Scalar() == "off" || v.Scalar() == "false")) {
@@ -255,6 +262,7 @@ absl::Status ParseBoard(ConfigReader& r, const YAML::Node& n, size_t index, Hard
                        "gdb",
                        "boot_pattern",
                        "rtt",
+                       "semihosting",
                        "ota_slot_size",
                        "ota_upload",
                        "ota_reset",
@@ -304,7 +312,7 @@ absl::Status ParseBoard(ConfigReader& r, const YAML::Node& n, size_t index, Hard
     b.maintenance = n["maintenance"].Scalar() == "true";
   }
   CFG_TRY(ParseBoardSerial(r, n, f, b));
-  CFG_TRY(ParseBoardRtt(r, n, f, b));
+  CFG_TRY(ParseBoardTrace(r, n, f, b));
   CFG_TRY(strings("startup_commands", b.startup_commands));
   CFG_TRY(str("log_file", b.log_file));
   CFG_TRY(str("probe", b.probe));
@@ -337,6 +345,9 @@ absl::Status ParseBoard(ConfigReader& r, const YAML::Node& n, size_t index, Hard
     }
   } else if (b.serial.empty() && b.probe.empty()) {
     return r.Error(n, f, "a physical board needs a serial port (serial:) or a probe (probe:)");
+  } else if (b.semihosting) {
+    return r.Error(n["semihosting"], f + ".semihosting",
+                   "semihosting is read on simulated boards; a physical board's goes to its probe");
   }
   ApplyBoardDefaults(b);
   return absl::OkStatus();

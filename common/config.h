@@ -188,6 +188,10 @@ struct BoardConfig {
   // SEGGER RTT read while the firmware runs (simulated boards): the poll
   // interval, 0 when `rtt: off`.
   int rtt_poll_ms = 10;
+  // ARM semihosting (simulated boards): its console is the board's
+  // "semihosting" stream; QEMU then runs in a bubblewrap sandbox that shows
+  // the firmware's file calls nothing of the host but the system's files.
+  bool semihosting = false;
   // Over-the-air updates. Simulated boards keep two MCUboot slots of
   // ota_slot_size bytes as host files (0: half the flash). Physical boards
   // are updated through commands: ota_upload puts {image} into the secondary

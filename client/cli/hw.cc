@@ -106,6 +106,11 @@ HwCommands::HwCommands(CLI::App& app, Globals& g) : g_(g) {
                               "--send writes to down-channel N (give the board first)")
                  ->expected(0, 1)
                  ->check(CLI::NonNegativeNumber);
+  monitor_
+      ->add_flag("--semihosting", semihosting_,
+                 "Read the firmware's semihosting console (a simulated board configured with "
+                 "semihosting: true)")
+      ->excludes(rtt_opt_);
 
   flash_ =
       app.add_subcommand("flash", "Flash an image to a board you hold, behind the flash guard");
@@ -406,6 +411,7 @@ int HwCommands::Monitor() {
   if (rtt_opt_->count() > 0) {
     open.mutable_open()->set_stream(absl::StrCat("rtt:", rtt_.empty() ? 0u : rtt_[0]));
   }
+  if (semihosting_) open.mutable_open()->set_stream("semihosting");
   if (!stream->Write(open)) return FailGrpc(g_, stream->Finish());
   // Ctrl-C ends the monitor cleanly.
   static grpc::ClientContext* active = nullptr;

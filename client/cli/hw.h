@@ -55,6 +55,7 @@ class HwCommands {
   bool history_ = false;
   std::vector<unsigned> rtt_;  // monitor --rtt [N]: empty with the option means 0
   CLI::Option* rtt_opt_ = nullptr;
+  bool semihosting_ = false;  // monitor --semihosting
   std::vector<std::string> positional_;
   bool yes_ = false;
   std::string project_root_;

@@ -125,8 +125,10 @@ void StartTraceStreams(HardwareBroker::Board& b, const std::string& image, bool 
 absl::Status HardwareBroker::BootSimulated(Board& b, const std::string& image) {
   b.restarting = true;
   b.hub->Close("the simulated board is restarting", false);
+  if (b.cfg.semihosting) b.Stream("semihosting")->Close("the simulated board is restarting", false);
   b.StopQemu();
   QemuOptions o;
+  o.semihosting = b.cfg.semihosting;
   o.binary = b.cfg.qemu;
   o.machine = b.cfg.machine;
   o.image = image;
@@ -146,10 +148,14 @@ absl::Status HardwareBroker::BootSimulated(Board& b, const std::string& image) {
     raw->SetHealth("bad", why);
     spdlog::warn("board {}: {}", raw->cfg.id, why);
   });
-  if (auto s = b.hub->Open(b.qemu->pty(), b.Settings()); !s.ok()) {
+  absl::Status opened = b.hub->Open(b.qemu->pty(), b.Settings());
+  if (opened.ok() && b.cfg.semihosting) {
+    opened = b.Stream("semihosting")->Open(b.qemu->semihosting_pty(), b.Settings());
+  }
+  if (!opened.ok()) {
     b.StopQemu();
     b.restarting = false;
-    return s;
+    return opened;
   }
   b.generation++;
   b.SetPaused(false);

@@ -34,6 +34,8 @@ SerialHub* HardwareBroker::Board::Stream(const std::string& name) {
   std::unique_ptr<SerialHub>& hub = streams[name];
   if (hub) return hub.get();
   hub = std::make_unique<SerialHub>(cfg.id, history_lines);
+  // The semihosting console is a port: opened on the simulator's pty at each boot.
+  if (name == "semihosting") return hub.get();
   SerialSettings s;
   s.encoding = cfg.encoding;
   s.line_ending = "\n";
@@ -65,6 +67,7 @@ std::vector<SerialHub*> HardwareBroker::Board::Streams() const {
 
 std::vector<std::pair<std::string, std::string>> HardwareBroker::Board::StreamsListed() const {
   std::vector<std::pair<std::string, std::string>> out{{"uart", ""}};
+  if (cfg.semihosting) out.emplace_back("semihosting", "");
   std::shared_ptr<RttPump> pump;
   {
     MutexLock lock(&streams_mu);
@@ -113,12 +116,20 @@ absl::StatusOr<SerialHub*> HardwareBroker::HubOf(const std::string& board,
   Board* b = FindBoard(board);
   if (!b) return absl::NotFoundError(absl::StrCat("no board '", board, "'"));
   if (stream.empty() || stream == "uart") return b->hub.get();
+  if (stream == "semihosting") {
+    if (!b->cfg.semihosting) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "board ", board, " has no semihosting console (semihosting: true in its configuration)"));
+    }
+    return b->Stream("semihosting");
+  }
   unsigned channel = 0;
   if (!absl::StartsWith(stream, "rtt:") || !absl::SimpleAtoi(stream.substr(4), &channel) ||
       channel >= static_cast<unsigned>(kRttMaxBuffers)) {
     return absl::InvalidArgumentError(
         absl::StrCat("board ", board, " has no stream '", stream,
-                     "' (a board has uart, and rtt:0 to rtt:15 when its firmware has RTT)"));
+                     "' (a board has uart, rtt:0 to rtt:15 when its firmware has RTT, and "
+                     "semihosting when configured so)"));
   }
   if (!b->simulated()) {
     return absl::UnimplementedError(absl::StrCat("board ", board, ": RTT (", stream,
@@ -413,7 +424,7 @@ absl::StatusOr<DebugResult> HardwareBroker::Debug(const Caller& caller, const st
       return absl::FailedPreconditionError(
           absl::StrCat("board ", board, " is not running; flash an image first"));
     }
-    target = absl::StrCat("127.0.0.1:", b->qemu->gdb_port());
+    target = b->qemu->gdb_target();
   } else {
     auto started = StartGdbServer(b->cfg, &ocd_pid);
     if (!started.ok()) return started.status();

@@ -13,8 +13,11 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <regex>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/numbers.h"
@@ -67,6 +70,84 @@ bool ReadUntil(int fd, std::string& buffer, const std::function<bool(const std::
   return true;
 }
 
+// QEMU's command line for `o`: paused, the UART (and the semihosting
+// console) on ptys, QMP on a unix socket, the gdb stub on loopback.
+std::vector<std::string> QemuCommand(const QemuOptions& o, const std::string& qmp_path,
+                                     const std::string& gdb) {
+  std::vector<std::string> args = {o.binary, "-M", o.machine};
+  if (o.raw) {
+    args.insert(args.end(), {"-device", absl::StrCat("loader,file=", o.image,
+                                                     ",addr=", o.raw_load_addr, ",force-raw=on")});
+  } else {
+    args.insert(args.end(), {"-kernel", o.image});
+  }
+  args.insert(args.end(), {"-display", "none", "-monitor", "none", "-serial", "pty", "-S", "-qmp",
+                           absl::StrCat("unix:", qmp_path, ",server=on,wait=off"), "-gdb", gdb});
+  if (o.semihosting) {
+    args.insert(args.end(), {"-chardev", "pty,id=semihosting", "-semihosting-config",
+                             "enable=on,target=native,chardev=semihosting"});
+  }
+  return args;
+}
+
+// `qemu` inside bubblewrap: the system's programs and libraries read-only,
+// a /dev and a /proc of its own (its ptys are reached through its root),
+// `dir` (its own, for the QMP and gdb sockets) and the image; no home, no
+// /etc, no data directory, not the other boards' files, no network, no
+// capabilities. It dies with fwaid.
+absl::StatusOr<std::vector<std::string>> Sandboxed(const QemuOptions& o, const std::string& dir,
+                                                   const std::vector<std::string>& qemu) {
+  const std::string bwrap = FindProgram(o.sandbox);
+  if (bwrap.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "semihosting runs QEMU in a sandbox, and ", o.sandbox,
+        " is not found (install bubblewrap): without it the firmware could read and write every "
+        "file fwaid may"));
+  }
+  const std::vector<std::vector<std::string>> parts = {
+      {bwrap, "--die-with-parent", "--new-session", "--unshare-all"},
+      {"--ro-bind", "/usr", "/usr"},
+      {"--symlink", "usr/lib", "/lib"},
+      {"--symlink", "usr/lib64", "/lib64"},
+      {"--symlink", "usr/bin", "/bin"},
+      {"--dev", "/dev"},
+      {"--proc", "/proc"},
+      {"--bind", dir, dir},
+      {"--ro-bind", o.image, o.image},
+      {"--chdir", dir, "--"}};
+  std::vector<std::string> args;
+  for (const auto& p : parts) args.insert(args.end(), p.begin(), p.end());
+  args.insert(args.end(), qemu.begin(), qemu.end());
+  return args;
+}
+
+// QEMU's process under `sandbox` (bubblewrap, its init, then QEMU), once
+// it is there; -1 after `timeout_ms`.
+pid_t QemuUnder(pid_t sandbox, int timeout_ms) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  while (std::chrono::steady_clock::now() < deadline) {
+    for (pid_t p = sandbox, depth = 0; p > 0 && depth < 4; ++depth) {
+      std::string comm;
+      std::getline(std::ifstream(absl::StrCat("/proc/", p, "/comm")), comm);
+      if (p != sandbox && comm.rfind("qemu-system", 0) == 0) return p;
+      std::ifstream in(absl::StrCat("/proc/", p, "/task/", p, "/children"));
+      if (!(in >> p)) p = -1;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return -1;
+}
+
+// The pty of each char device QEMU said it redirected, by label.
+std::map<std::string, std::string> Ptys(const std::string& output) {
+  static const std::regex kPty(R"(char device redirected to (/dev/pts/\d+) \(label ([\w-]+)\))");
+  std::map<std::string, std::string> out;
+  for (std::sregex_iterator it(output.begin(), output.end(), kPty), end; it != end; ++it) {
+    out[(*it)[2]] = (*it)[1];
+  }
+  return out;
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<QemuInstance>> QemuInstance::Start(const QemuOptions& o) {
@@ -80,20 +161,24 @@ absl::StatusOr<std::unique_ptr<QemuInstance>> QemuInstance::Start(const QemuOpti
   std::unique_ptr<QemuInstance> q(new QemuInstance());
   q->gdb_port_ = *port;
   std::filesystem::create_directories(o.run_dir, ec);
-  q->qmp_path_ = absl::StrCat(o.run_dir, "/qmp-", NewId("q"), ".sock");
-  std::vector<std::string> load = {"-kernel", o.image};
-  if (o.raw)
-    load = {"-device",
-            absl::StrCat("loader,file=", o.image, ",addr=", o.raw_load_addr, ",force-raw=on")};
-  std::vector<std::string> args = {
-      o.binary,  "-M",
-      o.machine, load[0],
-      load[1],   "-display",
-      "none",    "-monitor",
-      "none",    "-serial",
-      "pty",     "-S",
-      "-qmp",    absl::StrCat("unix:", q->qmp_path_, ",server=on,wait=off"),
-      "-gdb",    absl::StrCat("tcp:127.0.0.1:", q->gdb_port_)};
+  const std::string id = NewId("q");
+  q->qmp_path_ = absl::StrCat(o.run_dir, "/qmp-", id, ".sock");
+  if (o.semihosting) {
+    // A sandboxed QEMU sees a directory of its own, not the other boards'.
+    q->own_dir_ = absl::StrCat(o.run_dir, "/", id);
+    std::filesystem::create_directories(q->own_dir_, ec);
+    q->qmp_path_ = q->own_dir_ + "/qmp.sock";
+  }
+  std::vector<std::string> args =
+      QemuCommand(o, q->qmp_path_,
+                  o.semihosting ? absl::StrCat("unix:", q->own_dir_, "/gdb.sock,server=on,wait=off")
+                                : absl::StrCat("tcp:127.0.0.1:", q->gdb_port_));
+  if (o.semihosting) {
+    auto sandboxed = Sandboxed(o, q->own_dir_, args);
+    if (!sandboxed.ok()) return sandboxed.status();
+    args = *std::move(sandboxed);
+    q->sandboxed_ = true;
+  }
   int pipefd[2];
   if (pipe2(pipefd, O_CLOEXEC) != 0)
     return absl::InternalError(absl::StrCat("pipe: ", std::strerror(errno)));
@@ -104,13 +189,21 @@ absl::StatusOr<std::unique_ptr<QemuInstance>> QemuInstance::Start(const QemuOpti
     return absl::InternalError(absl::StrCat("fork: ", std::strerror(errno)));
   }
   close(pipefd[1]);
-  q->pid_ = pid;
+  q->pid_ = q->qemu_pid_ = pid;
   q->out_fd_ = pipefd[0];
-  static const std::regex kPty(R"(char device redirected to (/dev/pts/\d+))");
-  std::smatch m;
+  std::map<std::string, std::string> ptys;
   bool ok = ReadUntil(
-      q->out_fd_, q->output_, [&](const std::string& b) { return std::regex_search(b, m, kPty); },
+      q->out_fd_, q->output_,
+      [&](const std::string& b) {
+        ptys = Ptys(b);
+        return ptys.count("serial0") && (!o.semihosting || ptys.count("semihosting"));
+      },
       10000);
+  if (ok && q->sandboxed_) {
+    q->qemu_pid_ = QemuUnder(pid, 5000);
+    ok = q->qemu_pid_ > 0;
+    if (!ok) q->output_ += "QEMU's process was not found in its sandbox";
+  }
   if (!ok) {
     std::string out = q->output_;
     q->Stop();
@@ -120,7 +213,10 @@ absl::StatusOr<std::unique_ptr<QemuInstance>> QemuInstance::Start(const QemuOpti
     return absl::UnavailableError(
         absl::StrCat("QEMU (", o.machine, ") did not start: ", out.empty() ? "no output" : out));
   }
-  q->pty_ = m[1];
+  // A sandboxed QEMU's ptys are in its own /dev, seen through its root.
+  const std::string root = q->sandboxed_ ? absl::StrCat("/proc/", q->qemu_pid_, "/root") : "";
+  q->pty_ = root + ptys["serial0"];
+  if (o.semihosting) q->semihosting_pty_ = root + ptys["semihosting"];
   // QMP: connect, read the greeting, negotiate.
   for (int attempt = 0; attempt < 100; ++attempt) {
     int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -177,10 +273,17 @@ absl::StatusOr<std::unique_ptr<QemuInstance>> QemuInstance::Start(const QemuOpti
 
 QemuInstance::~QemuInstance() { Stop(); }
 
+std::string QemuInstance::gdb_target() const {
+  return own_dir_.empty() ? absl::StrCat("127.0.0.1:", gdb_port_) : own_dir_ + "/gdb.sock";
+}
+
 std::string QemuInstance::exit_description() const {
   if (!exited_) return "running";
   if (WIFSIGNALED(wait_status_))
     return absl::StrCat("QEMU was killed by signal ", WTERMSIG(wait_status_));
+  // bubblewrap exits 128 + N when what it ran was killed by signal N.
+  if (sandboxed_ && WEXITSTATUS(wait_status_) > 128)
+    return absl::StrCat("QEMU was killed by signal ", WEXITSTATUS(wait_status_) - 128);
   return absl::StrCat("QEMU exited with status ", WEXITSTATUS(wait_status_));
 }
 
@@ -243,7 +346,10 @@ void QemuInstance::Stop() {
     for (int i = 0; i < 50 && !exited_ && watcher_.joinable(); ++i) {
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
-    if (!exited_) kill(pid_, SIGKILL);
+    if (!exited_) {
+      if (qemu_pid_ > 0 && qemu_pid_ != pid_) kill(qemu_pid_, SIGKILL);
+      kill(pid_, SIGKILL);
+    }
   }
   if (watcher_.joinable()) {
     watcher_.join();
@@ -255,7 +361,11 @@ void QemuInstance::Stop() {
   if (qmp_fd_ >= 0) close(qmp_fd_);
   out_fd_ = qmp_fd_ = -1;
   unlink(qmp_path_.c_str());
-  pid_ = -1;
+  if (!own_dir_.empty()) {
+    std::error_code ec;
+    std::filesystem::remove_all(own_dir_, ec);
+  }
+  pid_ = qemu_pid_ = -1;
 }
 
 }  // namespace fwai

@@ -1,5 +1,9 @@
 // A QEMU process backing a simulated board: started paused, its UART on a
-// pty, its gdb stub on a free loopback port, controlled over QMP.
+// pty, its gdb stub on a free loopback port, controlled over QMP. With
+// semihosting, the firmware's semihosting console is a second pty, and QEMU
+// runs in a bubblewrap sandbox (its file calls would otherwise reach every
+// file fwaid may): it sees the system's /usr read-only, /dev, its own /proc,
+// its run directory and the image, nothing else.
 #pragma once
 
 #include <sys/types.h>
@@ -25,6 +29,8 @@ struct QemuOptions {
   bool raw = false;     // ... or a flat binary placed at raw_load_addr
   uint64_t raw_load_addr = 0;
   std::string run_dir;  // where the QMP socket lives
+  bool semihosting = false;
+  std::string sandbox = "bwrap";  // the bubblewrap program (semihosting only)
 };
 
 class QemuInstance {
@@ -36,8 +42,12 @@ class QemuInstance {
   ~QemuInstance();
 
   const std::string& pty() const { return pty_; }
-  int gdb_port() const { return gdb_port_; }
-  pid_t pid() const { return pid_; }
+  // The semihosting console's pty ("" without semihosting).
+  const std::string& semihosting_pty() const { return semihosting_pty_; }
+  // Where gdb connects: "127.0.0.1:PORT", or a sandboxed QEMU's socket.
+  std::string gdb_target() const;
+  // QEMU's own process (inside the sandbox's, when there is one).
+  pid_t pid() const { return qemu_pid_; }
   bool running() const { return !exited_; }
   // "exited with status N" / "killed by signal N" once it has exited.
   std::string exit_description() const;
@@ -59,12 +69,15 @@ class QemuInstance {
 
   // The fds, pid and paths are set in Start before the instance is shared
   // and reset only by Stop, which the owner calls with no Qmp in flight.
-  pid_t pid_ = -1;
+  pid_t pid_ = -1;       // the child fwaid started: QEMU, or the sandbox around it
+  pid_t qemu_pid_ = -1;  // QEMU itself
+  bool sandboxed_ = false;
   int out_fd_ = -1;
   int qmp_fd_ = -1;
-  std::string pty_;
+  std::string pty_, semihosting_pty_;
   int gdb_port_ = 0;
   std::string qmp_path_;
+  std::string own_dir_;  // a sandboxed QEMU's own directory ("" when not sandboxed)
   std::atomic<bool> exited_{false};
   std::atomic<bool> stopping_{false};
   int wait_status_ = 0;  // written by the watcher before exited_ is set

@@ -549,6 +549,68 @@ TEST_F(HwTest, RttChannelsAreMonitoredLikeTheSerialPort) {
   EXPECT_NE(err.find("writing to rtt:0 needs the lease"), std::string::npos) << err;
 }
 
+// A board with semihosting: the firmware's semihosting console is a stream
+// like the UART, and its QEMU runs sandboxed. The firmware, as an attacker
+// would, asks the host for files through semihosting: a system file is
+// read (its file calls work), a file of the machine's user and /etc/passwd
+// are not there for it. RTT and gdb still work on the sandboxed QEMU.
+TEST_F(HwTest, SemihostingIsAStreamAndItsFileCallsSeeNothingOfTheHost) {
+  const std::string secret_dir = MakeTempDir("fwai-s-");
+  const std::string secret = secret_dir + "/secret";
+  std::ofstream(secret) << "TOPSECRET-semihosting-must-not-read-this\n";
+  StartDaemon(
+      "hardware:\n  boards:\n"
+      "    - {id: semi, kind: simulated, machine: stm32vldiscovery, boot_pattern: booted, "
+      "semihosting: true}\n"
+      "    - {id: plain, kind: simulated, machine: lm3s6965evb}\n");
+  const std::string elf = BuildExample();
+  std::string out, err;
+  ASSERT_EQ(Fwai({"hw", "lease", "semi"}, &out, &err), 0) << err;
+  ASSERT_EQ(Fwai({"flash", "--yes", "semi", elf}, &out, &err), 0) << out << err << d_->log();
+  ASSERT_EQ(Fwai({"monitor", "semi", "--send", "semihost hello", "--until", "^semihost: written$",
+                  "--timeout", "20"},
+                 &out, &err),
+            0)
+      << out << err;
+  ASSERT_EQ(Fwai({"monitor", "semi", "--semihosting", "--history", "--until",
+                  "^semihosting: hello$", "--timeout", "20"},
+                 &out, &err),
+            0)
+      << out << err << d_->log();
+  auto cat = [&](const std::string& path) {
+    EXPECT_EQ(Fwai({"monitor", "semi", "--send", "semihost-cat " + path, "--until",
+                    "^semihost-cat:", "--timeout", "20"},
+                   &out, &err),
+              0)
+        << out << err;
+    return out;
+  };
+  EXPECT_NE(cat("/usr/share/common-licenses/Apache-2.0").find("Apache Licens"), std::string::npos)
+      << out;
+  // (The firmware's command line holds 63 characters.)
+  ASSERT_LT(d_->config_path().size(), 50u) << d_->config_path();
+  for (const std::string& path : {secret, std::string("/etc/passwd"), d_->config_path()}) {
+    const std::string said = cat(path);
+    EXPECT_NE(said.find("semihost-cat: open failed"), std::string::npos) << path << ": " << said;
+    EXPECT_EQ(said.find("TOPSECRET"), std::string::npos) << said;
+    EXPECT_EQ(said.find("root:"), std::string::npos) << said;
+  }
+  // RTT (the sandboxed QEMU's memory) and gdb (its socket) as on any board.
+  ASSERT_EQ(Fwai({"monitor", "semi", "--rtt", "--history", "--until", "^rtt: .*booted$",
+                  "--timeout", "20"},
+                 &out, &err),
+            0)
+      << out << err;
+  ASSERT_EQ(Fwai({"debug", "semi", "print counter"}, &out, &err), 0) << out << err;
+  EXPECT_NE(out.find("counter = "), std::string::npos) << out;
+  json dev = Device("semi");
+  EXPECT_NE(dev["streams"].dump().find("semihosting"), std::string::npos) << dev.dump();
+  // A board without it says how to have it.
+  EXPECT_NE(Fwai({"monitor", "plain", "--semihosting", "--timeout", "5"}, &out, &err), 0);
+  EXPECT_NE(err.find("semihosting: true in its configuration"), std::string::npos) << err;
+  fs::remove_all(secret_dir);
+}
+
 TEST_F(HwTest, ThreeReadersSeeTheSameLinesAndUnplugEndsThemCleanly) {
   StartDaemon();
   const std::string elf = BuildExample();

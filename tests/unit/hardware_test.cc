@@ -86,15 +86,23 @@ hardware:
       "o.yaml");
   ASSERT_TRUE(off.ok()) << off.status();
   EXPECT_EQ(off->hardware.boards[0].rtt_poll_ms, 0);
-  for (const char* bad :
-       {"rtt: {poll_ms: 0}", "rtt: {poll_ms: 5000}", "rtt: {every: 5}", "rtt: sometimes"}) {
+  for (const char* bad : {"rtt: {poll_ms: 0}", "rtt: {poll_ms: 5000}", "rtt: {every: 5}",
+                          "rtt: sometimes", "semihosting: maybe"}) {
     auto r = ParseConfig(absl::StrCat("hardware:\n  boards:\n    - {id: s, kind: simulated, "
                                       "machine: lm3s6965evb, ",
                                       bad, "}\n"),
                          "r.yaml");
     ASSERT_FALSE(r.ok()) << bad;
-    EXPECT_NE(r.status().message().find("hardware.boards[0].rtt"), std::string::npos) << r.status();
+    EXPECT_NE(r.status().message().find(bad[0] == 'r' ? "hardware.boards[0].rtt"
+                                                      : "hardware.boards[0].semihosting"),
+              std::string::npos)
+        << r.status();
   }
+  auto physical = ParseConfig(
+      "hardware:\n  boards:\n    - {id: p, serial: /dev/x, semihosting: true}\n", "s.yaml");
+  ASSERT_FALSE(physical.ok());
+  EXPECT_NE(physical.status().message().find("read on simulated boards"), std::string::npos)
+      << physical.status();
 
   auto dup = ParseConfig(
       "hardware:\n  boards:\n    - {id: a, serial: /dev/x}\n    - {id: a, serial: /dev/y}\n",

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <set>
 #include <thread>
@@ -671,6 +672,40 @@ TEST_F(QemuMemoryTest, MemoryOutsideTheRegionsOrTheGuestIsRefusedNamingIt) {
   qemu_->Stop();
   auto gone = (*mem)->Read(kRam, {&byte, 1});
   EXPECT_FALSE(gone.ok());
+}
+
+// Semihosting gives the firmware the host's files, so QEMU then runs only
+// in its sandbox: without bubblewrap it is refused, naming what to install;
+// with it, QEMU's run directory holds nothing of the other boards'.
+TEST(QemuSandboxTest, SemihostingRunsOnlyInTheSandbox) {
+  if (!std::filesystem::exists(FWAI_BLINKY_ELF)) GTEST_SKIP() << "no example firmware built";
+  const std::string run_dir = ::testing::TempDir() + "/qemu-sbx-" + std::to_string(getpid());
+  std::filesystem::create_directories(run_dir);
+  std::ofstream(run_dir + "/other-board.elf") << "another board's image";
+  QemuOptions o;
+  o.machine = "stm32vldiscovery";
+  o.image = FWAI_BLINKY_ELF;
+  o.run_dir = run_dir;
+  o.semihosting = true;
+  o.sandbox = "no-such-sandbox-program";
+  auto refused = QemuInstance::Start(o);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_TRUE(absl::IsFailedPrecondition(refused.status())) << refused.status();
+  EXPECT_NE(refused.status().message().find("install bubblewrap"), std::string::npos)
+      << refused.status();
+  o.sandbox = "bwrap";
+  auto q = QemuInstance::Start(o);
+  ASSERT_TRUE(q.ok()) << q.status();
+  EXPECT_NE((*q)->semihosting_pty(), "");
+  EXPECT_NE((*q)->semihosting_pty(), (*q)->pty());
+  // Its root: no /etc, no other board's file, its own directory.
+  const std::string root = absl::StrCat("/proc/", (*q)->pid(), "/root");
+  EXPECT_FALSE(std::filesystem::exists(root + "/etc/passwd"));
+  EXPECT_FALSE(std::filesystem::exists(root + run_dir + "/other-board.elf"));
+  EXPECT_TRUE(std::filesystem::exists(root + (*q)->gdb_target())) << (*q)->gdb_target();
+  EXPECT_TRUE(std::filesystem::exists(root + FWAI_BLINKY_ELF));
+  (*q)->Stop();
+  std::filesystem::remove_all(run_dir);
 }
 
 }  // namespace

@@ -1,6 +1,6 @@
 // stm32vl-blinky: a boot banner, a counter and a command shell on USART1 and RTT.
 //
-// Commands (a line on the UART or RTT down-channel 0): ping | version | led on | led off | count | fault | burst N
+// Commands (a line on the UART or RTT down-channel 0): ping | version | led on | led off | count | fault | burst N | semihost TEXT | semihost-cat PATH
 #include <stdint.h>
 #include <string.h>
 
@@ -165,6 +165,52 @@ static void burst(const char *arg) {
   con_puts("burst done\n");
 }
 
+// ARM semihosting: a call to the debugger (or simulator) attached. Only on a
+// board that has one: without, the BKPT is a HardFault.
+static int semihost(int op, void *arg) {
+  register int r0 __asm__("r0") = op;
+  register void *r1 __asm__("r1") = arg;
+  __asm volatile("bkpt 0xAB" : "+r"(r0) : "r"(r1) : "memory");
+  return r0;
+}
+
+// `semihost TEXT`: TEXT on the semihosting console.
+static void semihost_write(const char *text) {
+  char line[80];
+  unsigned len = 0;
+  for (const char *p = "semihosting: "; *p;) line[len++] = *p++;
+  while (*text && len < sizeof line - 2) line[len++] = *text++;
+  line[len++] = '\n';
+  line[len] = 0;
+  semihost(0x04, line);  // SYS_WRITE0
+  con_puts("semihost: written\n");
+}
+
+// `semihost-cat PATH`: the first bytes of a host file, read by semihosting,
+// on the console (a simulator that keeps its files from the firmware says
+// the open failed).
+static void semihost_cat(const char *path) {
+  uint32_t open_args[3] = {(uint32_t)path, 0 /* "r" */, (uint32_t)strlen(path)};
+  const int fd = semihost(0x01, open_args);  // SYS_OPEN
+  if (fd < 0) {
+    con_puts("semihost-cat: open failed\n");
+    return;
+  }
+  char buf[48];
+  uint32_t read_args[3] = {(uint32_t)fd, (uint32_t)buf, sizeof buf - 1};
+  const int left = semihost(0x06, read_args);  // SYS_READ: the bytes not read
+  const int n = left >= 0 && left < (int)sizeof buf ? (int)(sizeof buf - 1) - left : 0;
+  buf[n] = 0;
+  uint32_t close_args[1] = {(uint32_t)fd};
+  semihost(0x02, close_args);  // SYS_CLOSE
+  for (int i = 0; i < n; ++i) {
+    if (buf[i] == '\n' || buf[i] == '\r') buf[i] = ' ';
+  }
+  con_puts("semihost-cat: ");
+  con_puts(buf);
+  con_puts("\n");
+}
+
 static void handle(const char *line) {
   char dec[11];
   if (strcmp(line, "ping") == 0) {
@@ -179,6 +225,10 @@ static void handle(const char *line) {
     con_puts("counter ");
     con_puts(format_dec(dec, counter));
     con_puts("\n");
+  } else if (strncmp(line, "semihost ", 9) == 0) {
+    semihost_write(line + 9);
+  } else if (strncmp(line, "semihost-cat ", 13) == 0) {
+    semihost_cat(line + 13);
   } else if (strncmp(line, "burst ", 6) == 0) {
     burst(line + 6);
   } else if (strcmp(line, "fault") == 0) {

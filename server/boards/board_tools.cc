@@ -32,8 +32,9 @@ json BoardProperty() {
 json StreamProperty() {
   return {{"type", "string"},
           {"description",
-           "Which output: \"uart\" (the default) or \"rtt:N\", the firmware's SEGGER RTT "
-           "channel N, read while the core runs (no halt, unlike gdb)"}};
+           "Which output: \"uart\" (the default), \"rtt:N\" (the firmware's SEGGER RTT "
+           "channel N, read while the core runs: no halt, unlike gdb) or \"semihosting\" "
+           "(its semihosting console); `fwai hw ls` lists a board's"}};
 }
 
 // The stream named in `input` ("" for the UART), or why it is not a name.

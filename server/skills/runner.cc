@@ -185,8 +185,9 @@ struct SkillRunner::RunState {
   // resolved, and the serial stream of each opened just before its flash
   // (what a `since: run` monitor reads).
   std::map<std::string, BoardRef> resolved;  // boards this run resolved, by id
-  std::map<std::string, uint64_t>
-      since_seq;  // board -> first serial seq of the run (or of its last flash)
+  // "board stream" (the UART's stream "") -> first seq of the run (or of the
+  // board's last flash) on that stream
+  std::map<std::string, uint64_t> since_seq;
   std::map<std::string, std::string> step_logs;  // step -> log file
   json images = json::array();
   json llm_calls = json::array();
@@ -229,9 +230,16 @@ struct SkillRunner::RunState {
   }
   // The run's serial lines of `board` begin here (what a `since: run`
   // monitor reads).
+  // Each stream a monitor step of the skill reads is marked too.
   void MarkSerial(const std::string& board) {
-    if (auto seq = deps.boards->SerialNextSeq(caller, RefOf(board)); seq.ok() && *seq > 0)
-      since_seq[board] = *seq;
+    std::set<std::string> streams = {""};
+    for (const auto& st : skill.steps) {
+      if (st.tool == "monitor") streams.insert(st.stream == "uart" ? "" : st.stream);
+    }
+    for (const auto& stream : streams) {
+      auto seq = deps.boards->SerialNextSeq(caller, RefOf(board), stream);
+      if (seq.ok() && *seq > 0) since_seq[absl::StrCat(board, " ", stream)] = *seq;
+    }
   }
 
   // The run holds the board's lease while it needs it (an existing lease of
@@ -590,7 +598,8 @@ struct SkillRunner::RunState {
                                      "' is not a valid regular expression"));
       }
     }
-    o.command = absl::StrCat("monitor ", *board,
+    const std::string stream = s.stream == "uart" ? "" : s.stream;
+    o.command = absl::StrCat("monitor ", *board, stream.empty() ? "" : " " + stream,
                              expect->empty() ? "" : absl::StrCat(" until '", *expect, "'"));
     // Writing needs the lease; so does watching a simulated board that is
     // paused because nobody holds it (the lease resumes it).
@@ -602,9 +611,10 @@ struct SkillRunner::RunState {
     }
     // `since: run`: the board's lines from the run's start (or its last
     // flash) on, from the history.
-    const bool from_run = s.since == "run" && since_seq.count(*board);
-    const uint64_t since = from_run ? since_seq[*board] : 0;
-    auto serial = deps.boards->OpenSerial(caller, RefOf(*board), from_run);
+    const std::string key = absl::StrCat(*board, " ", stream);
+    const bool from_run = s.since == "run" && since_seq.count(key);
+    const uint64_t since = from_run ? since_seq[key] : 0;
+    auto serial = deps.boards->OpenSerial(caller, RefOf(*board), from_run, stream);
     if (!serial.ok()) return FailWith(o, "hardware", std::string(serial.status().message()));
     BoardSerial* r = serial->get();
     // A simulated board whose simulator died ends its readers when it does;

@@ -127,8 +127,8 @@ absl::StatusOr<SkillStep> ParseStep(const std::string& source, const YAML::Node&
                "expected a mapping (name, and one of tool, evidence, llm_analyze, agentic)");
   if (auto s = CheckKeys(source, n, where,
                          {"name", "tool", "command", "image", "board", "expect", "send", "since",
-                          "evidence", "llm_analyze", "agentic", "on_fail", "retries", "timeout",
-                          "when", "paths", "target", "svd"});
+                          "stream", "evidence", "llm_analyze", "agentic", "on_fail", "retries",
+                          "timeout", "when", "paths", "target", "svd"});
       !s.ok()) {
     return s;
   }
@@ -205,6 +205,7 @@ absl::StatusOr<SkillStep> ParseStep(const std::string& source, const YAML::Node&
                                                                        {"expect", &st.expect},
                                                                        {"send", &st.send},
                                                                        {"since", &st.since},
+                                                                       {"stream", &st.stream},
                                                                        {"on_fail", &st.on_fail},
                                                                        {"target", &st.target},
                                                                        {"svd", &st.svd},
@@ -221,6 +222,9 @@ absl::StatusOr<SkillStep> ParseStep(const std::string& source, const YAML::Node&
   if (st.when != "success" && st.when != "failure" && st.when != "always") {
     return Err(source, n["when"], where + ".when",
                absl::StrCat("expected success, failure or always, got '", st.when, "'"));
+  }
+  if (!st.stream.empty() && st.tool != "monitor") {
+    return Err(source, n["stream"], where + ".stream", "only a monitor step reads a stream");
   }
   if (st.since != "run" && st.since != "now") {
     return Err(source, n["since"], where + ".since",

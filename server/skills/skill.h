@@ -22,6 +22,7 @@ struct SkillStep {
   std::string image, board;  // flash
   std::string expect, send;  // monitor: a regex to wait for; a line to send first
   std::string since = "run";       // monitor: run (lines since the run began) | now
+  std::string stream;              // monitor: "" (the UART) | rtt:N | semihosting
   std::vector<std::string> files;  // evidence: files (globs under the project) to hash
   std::vector<std::string> paths;  // check_registers: files or directories (none: all sources)
   std::string target, svd;         // check_registers: the part or SVD file (none: the project's)

@@ -204,6 +204,34 @@ TEST_F(SkillsTest, FlashRegionOverflowIsNamed) {
   EXPECT_TRUE(overflow) << out;
 }
 
+// A monitor step reads the firmware's RTT channel as it reads the UART: the
+// boot line logged there since the run began, and a command written to the
+// down-channel answered there; a channel the firmware lacks fails the step
+// naming the ones it has.
+TEST_F(SkillsTest, AMonitorStepReadsTheFirmwaresRttChannel) {
+  StartDaemon();
+  WriteFile(".fwai/skills/rtt-check.yaml", R"(name: rtt-check
+steps:
+  - {name: build, tool: build}
+  - {name: flash, tool: flash}
+  - {name: boot, tool: monitor, stream: "rtt:0", expect: "^rtt: stm32vl-blinky .* booted$", timeout: 30s}
+  - {name: ping, tool: monitor, stream: "rtt:0", send: ping, expect: "^pong$", since: now, timeout: 30s}
+  - {name: trace, tool: monitor, stream: "rtt:1", expect: "^tick counter=", since: now, timeout: 30s}
+  - {name: missing, tool: monitor, stream: "rtt:6", expect: "x", timeout: 5s, on_fail: continue}
+)");
+  std::string out, err;
+  int rc = Fwai({"--json", "run", "rtt-check", "--ci", "--yes"}, &out, &err);
+  EXPECT_EQ(rc, 0) << out << err << d_->log();
+  json s = Events(out, "run_finished")[0]["data"];
+  ASSERT_EQ(s["steps"].size(), 6u) << s.dump();
+  for (int i = 0; i < 5; ++i) EXPECT_TRUE(s["steps"][i]["ok"].get<bool>()) << s["steps"][i].dump();
+  EXPECT_EQ(s["steps"][2]["command"],
+            "monitor sim-stm32vl rtt:0 until '^rtt: stm32vl-blinky .* booted$'");
+  EXPECT_FALSE(s["steps"][5]["ok"].get<bool>());
+  EXPECT_NE(s["steps"][5].dump().find("RTT up-channels 0 to 1, not rtt:6"), std::string::npos)
+      << s["steps"][5].dump();
+}
+
 TEST_F(SkillsTest, YamlSkillWithVariablesRetryContinueAndWhen) {
   StartDaemon();
   WriteFile(".fwai/skills/check.yaml", R"(name: check

@@ -150,6 +150,8 @@ TEST(SkillFileTest, ErrorsNameFileLineAndField) {
   ASSERT_TRUE(regs.ok()) << regs.status();
   EXPECT_EQ(regs->steps[0].paths, (std::vector<std::string>{"src", "inc"}));
   EXPECT_EQ(regs->steps[0].target, "lm3s6965");
+  EXPECT_EQ(err("name: x\nsteps:\n  - tool: build\n    stream: rtt:0\n"),
+            "s.yaml:4: steps[0].stream: only a monitor step reads a stream");
   EXPECT_EQ(err("name: x\nsteps: []\n"), "s.yaml:2: steps: expected a non-empty list of steps");
   EXPECT_EQ(err("name: x\nsteps:\n  - tool: build\n    agentic: fix it\n"),
             "s.yaml:3: steps[0]: needs exactly one of tool, evidence, llm_analyze, agentic");

@@ -24,14 +24,18 @@ export interface StreamChoice {
 }
 
 /**
- * What can be read of `d`, the UART first: its RTT channels as the daemon
- * lists them (named as the firmware names them). A board whose channels are
+ * What can be read of `d`, the UART first: its semihosting console and RTT
+ * channels as the daemon lists them (named as the firmware names them). A board whose channels are
  * not known (its firmware not running yet, a bench too old to say) has the
  * UART only.
  */
 export function streamChoices(d: Device): StreamChoice[] {
   const out: StreamChoice[] = [{ stream: 'uart', label: 'UART', description: 'the serial port' }];
   for (const s of d.streams ?? []) {
+    if (s.id === 'semihosting') {
+      out.push({ stream: s.id, label: 'Semihosting', description: "the firmware's semihosting console" });
+      continue;
+    }
     const m = /^rtt:(\d+)$/.exec(s.id);
     if (!m) continue;
     out.push({

@@ -37,6 +37,7 @@ test("a board's stream choices: the UART first, then its RTT channels as the fir
       { id: 'rtt:0', name: 'Terminal' },
       { id: 'rtt:1', name: '' },
       { id: 'semihosting', name: '' },
+      { id: 'swo', name: 'from a newer fwaid' },
     ],
   });
   assert.deepEqual(
@@ -45,6 +46,7 @@ test("a board's stream choices: the UART first, then its RTT channels as the fir
       ['uart', 'UART'],
       ['rtt:0', 'RTT 0 · Terminal'],
       ['rtt:1', 'RTT 1'],
+      ['semihosting', 'Semihosting'],
     ],
   );
 });

@@ -22,7 +22,6 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 #include "common/ids.h"
 #include "common/subprocess.h"
 
@@ -373,19 +372,17 @@ void QemuInstance::Stop() {
 namespace fwai {
 namespace {
 
-std::string Hex(uint64_t v) { return absl::StrFormat("0x%08x", v); }
-
 // The host address QEMU gives for guest physical address `address`.
 absl::StatusOr<uint64_t> Gpa2Hva(QemuInstance& qemu, uint64_t address) {
-  auto text = qemu.Hmp("gpa2hva " + Hex(address));
+  auto text = qemu.Hmp("gpa2hva " + AddressHex(address));
   if (!text.ok()) return text.status();
   static const std::regex kIs(R"(is (0x[0-9a-fA-F]+))");
   std::smatch m;
   if (!std::regex_search(*text, m, kIs)) {
     std::string said = *text;
     while (!said.empty() && (said.back() == '\n' || said.back() == '\r')) said.pop_back();
-    return absl::FailedPreconditionError(
-        absl::StrCat("the simulator has no memory at ", Hex(address), " (QEMU: ", said, ")"));
+    return absl::FailedPreconditionError(absl::StrCat("the simulator has no memory at ",
+                                                      AddressHex(address), " (QEMU: ", said, ")"));
   }
   uint64_t host = 0;
   if (!absl::SimpleHexAtoi(m[1].str(), &host)) {
@@ -405,7 +402,7 @@ absl::Status Transfer(uint32_t address, size_t size, const char* verb,
     if (n < 0 && err == EINTR) continue;
     if (n <= 0) {
       return absl::UnavailableError(absl::StrCat(verb, " the simulator's memory at ",
-                                                 Hex(address + done), ": ",
+                                                 AddressHex(address + done), ": ",
                                                  n < 0 ? std::strerror(err) : "it has exited"));
     }
     done += static_cast<size_t>(n);
@@ -428,8 +425,8 @@ absl::StatusOr<std::unique_ptr<QemuTargetMemory>> QemuTargetMemory::Open(
     // block, so what lies between is that block's too.
     if (*last != *first + r.size - 1) {
       return absl::FailedPreconditionError(
-          absl::StrCat("the simulator's memory at ", Hex(r.address), "..",
-                       Hex(uint64_t{r.address} + r.size), " is not one block"));
+          absl::StrCat("the simulator's memory at ", AddressHex(r.address), "..",
+                       AddressHex(uint64_t{r.address} + r.size), " is not one block"));
     }
     mapped.push_back({r, *first});
   }
@@ -465,8 +462,8 @@ absl::StatusOr<uint64_t> QemuTargetMemory::HostAddress(uint32_t address, size_t 
         uint64_t{address} + n <= uint64_t{m.guest.address} + m.guest.size)
       return m.host + (address - m.guest.address);
   }
-  return absl::OutOfRangeError(absl::StrCat("target memory ", Hex(address), "..",
-                                            Hex(uint64_t{address} + n),
+  return absl::OutOfRangeError(absl::StrCat("target memory ", AddressHex(address), "..",
+                                            AddressHex(uint64_t{address} + n),
                                             " is outside the regions fwai reads"));
 }
 
@@ -483,7 +480,7 @@ absl::Status QemuTargetMemory::Write(uint32_t address, std::span<const uint8_t> 
   if (!host.ok()) return host.status();
   if (read_only_) {
     return absl::PermissionDeniedError(absl::StrCat(
-        "writing the simulator's memory at ", Hex(address),
+        "writing the simulator's memory at ", AddressHex(address),
         ": this kernel lets fwaid read QEMU's memory but not write it (proc_mem.force_override)"));
   }
   return Transfer(address, bytes.size(), "writing", [&](size_t done) {

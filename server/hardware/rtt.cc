@@ -5,7 +5,6 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 #include "common/status_macros.h"
 
 namespace fwai {
@@ -28,8 +27,6 @@ std::array<uint8_t, 4> ToLe32(uint32_t v) {
   return {static_cast<uint8_t>(v), static_cast<uint8_t>(v >> 8), static_cast<uint8_t>(v >> 16),
           static_cast<uint8_t>(v >> 24)};
 }
-
-std::string Hex(uint64_t address) { return absl::StrFormat("0x%08x", address); }
 
 bool HasId(const uint8_t* p) { return std::memcmp(p, kId, kIdBytes) == 0; }
 
@@ -70,7 +67,7 @@ absl::StatusOr<RttBuffer> ParseBuffer(TargetMemory& mem, const uint8_t* d, const
   const uint32_t wr = Le32(d + kWrOff), rd = Le32(d + kRdOff);
   if (b.size < 2 || !InRam(ram, b.buffer, b.size) || wr >= b.size || rd >= b.size) {
     return absl::FailedPreconditionError(
-        absl::StrCat("RTT ", what, " is not a valid ring (buffer ", Hex(b.buffer), ", size ",
+        absl::StrCat("RTT ", what, " is not a valid ring (buffer ", AddressHex(b.buffer), ", size ",
                      b.size, ", write offset ", wr, ", read offset ", rd, ")"));
   }
   b.name = ReadName(mem, Le32(d));
@@ -112,8 +109,8 @@ absl::Status CheckNoOverlap(const RttControlBlock& cb, uint32_t block_bytes) {
     for (size_t j = i + 1; j < spans.size(); ++j) {
       if (spans[i].begin < spans[j].end && spans[j].begin < spans[i].end) {
         return absl::FailedPreconditionError(
-            absl::StrCat("RTT ", spans[j].what, " (", Hex(spans[j].begin), ") overlaps ",
-                         spans[i].what, " (", Hex(spans[i].begin), ")"));
+            absl::StrCat("RTT ", spans[j].what, " (", AddressHex(spans[j].begin), ") overlaps ",
+                         spans[i].what, " (", AddressHex(spans[i].begin), ")"));
       }
     }
   }
@@ -126,23 +123,24 @@ absl::StatusOr<RttControlBlock> ReadRttControlBlock(TargetMemory& mem, uint32_t 
                                                     const RttSearch& ram) {
   if (!InRam(ram, address, kHeaderBytes)) {
     return absl::FailedPreconditionError(
-        absl::StrCat("the RTT control block's address ", Hex(address), " is outside RAM (",
-                     Hex(ram.ram_origin), "..", Hex(uint64_t{ram.ram_origin} + ram.ram_size), ")"));
+        absl::StrCat("the RTT control block's address ", AddressHex(address), " is outside RAM (",
+                     AddressHex(ram.ram_origin), "..",
+                     AddressHex(uint64_t{ram.ram_origin} + ram.ram_size), ")"));
   }
   std::array<uint8_t, kHeaderBytes> head{};
   RETURN_IF_ERROR(mem.Read(address, head));
   if (!HasId(head.data())) {
     return absl::FailedPreconditionError(
-        absl::StrCat("no RTT control block at ", Hex(address),
+        absl::StrCat("no RTT control block at ", AddressHex(address),
                      " yet (its ID is not \"SEGGER RTT\": the firmware has not initialised RTT)"));
   }
   const int32_t up = static_cast<int32_t>(Le32(head.data() + 16));
   const int32_t down = static_cast<int32_t>(Le32(head.data() + 20));
   if (up < 1 || up > kRttMaxBuffers || down < 0 || down > kRttMaxBuffers ||
       !InRam(ram, address, BlockBytes(up, down))) {
-    return absl::FailedPreconditionError(absl::StrCat("the RTT control block at ", Hex(address),
-                                                      " declares ", up, " up- and ", down,
-                                                      " down-buffers, which do not fit"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("the RTT control block at ", AddressHex(address), " declares ", up,
+                     " up- and ", down, " down-buffers, which do not fit"));
   }
   std::vector<uint8_t> raw(BlockBytes(up, down));
   RETURN_IF_ERROR(mem.Read(address, raw));
@@ -166,8 +164,8 @@ absl::StatusOr<RttControlBlock> FindRttControlBlock(TargetMemory& mem, const Rtt
   std::vector<uint8_t> ram(n);
   RETURN_IF_ERROR(mem.Read(where.ram_origin, ram));
   absl::Status last = absl::NotFoundError(absl::StrCat(
-      "no RTT control block in RAM ", Hex(where.ram_origin), "..",
-      Hex(uint64_t{where.ram_origin} + n),
+      "no RTT control block in RAM ", AddressHex(where.ram_origin), "..",
+      AddressHex(uint64_t{where.ram_origin} + n),
       " (the image has no _SEGGER_RTT symbol and no RAM holds the ID \"SEGGER RTT\")"));
   for (uint32_t off = 0; off + kHeaderBytes <= n; off += 4) {
     if (!HasId(ram.data() + off)) continue;
@@ -266,8 +264,8 @@ absl::Status RttLink::ReadUp(unsigned channel, RttPoll& poll) {
   const RttBuffer& b = block_.up[channel];
   if (b.size == 0) return absl::OkStatus();
   const uint32_t desc = Descriptor(true, channel);
-  const std::string where =
-      absl::StrCat("RTT up-buffer ", channel, " of the block at ", Hex(block_.address), ": ");
+  const std::string where = absl::StrCat("RTT up-buffer ", channel, " of the block at ",
+                                         AddressHex(block_.address), ": ");
   auto offsets = Offsets(desc);
   if (!offsets.ok()) return Prefixed(where, offsets.status());
   const auto [wr, rd] = *offsets;
@@ -302,8 +300,8 @@ absl::Status RttLink::WriteDown(unsigned channel, RttPoll& poll) {
   const RttBuffer& b = block_.down[channel];
   if (q == down_queue_.end() || q->second.empty() || b.size == 0) return absl::OkStatus();
   const uint32_t desc = Descriptor(false, channel);
-  const std::string where =
-      absl::StrCat("RTT down-buffer ", channel, " of the block at ", Hex(block_.address), ": ");
+  const std::string where = absl::StrCat("RTT down-buffer ", channel, " of the block at ",
+                                         AddressHex(block_.address), ": ");
   auto offsets = Offsets(desc);
   if (!offsets.ok()) return Prefixed(where, offsets.status());
   const auto [wr, rd] = *offsets;

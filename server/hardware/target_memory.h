@@ -5,10 +5,15 @@
 
 #include <cstdint>
 #include <span>
+#include <string>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_format.h"
 
 namespace fwai {
+
+// A target address as errors show it: "0x20000100".
+inline std::string AddressHex(uint64_t address) { return absl::StrFormat("0x%08x", address); }
 
 // Errors name the target address and the cause. Implementations say
 // whether they may be used from more than one thread.

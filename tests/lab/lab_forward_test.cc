@@ -9,6 +9,8 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <thread>
 
@@ -325,6 +327,90 @@ TEST_F(LabForward, RttThroughAFrontBothWays) {
   EXPECT_NE(none.refused.error_message().find("the bench bench1"), std::string::npos)
       << none.refused.error_message();
   for (SerialStream* s : {&a, &b, &trace, &none}) s->Close();
+}
+
+// A bench whose fwaid predates trace streams: its LabNode.Serial ignores
+// SerialOpen.stream and serves the UART, without naming a stream.
+class OldBenchSerial final : public pb::LabNode::Service {
+ public:
+  grpc::Status Serial(
+      grpc::ServerContext*,
+      grpc::ServerReaderWriter<pb::SerialServerMessage, pb::SerialClientMessage>* rw) override {
+    pb::SerialClientMessage m;
+    if (!rw->Read(&m)) return grpc::Status::OK;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      asked_.push_back(m.open().stream());
+    }
+    pb::SerialServerMessage hello;
+    hello.set_opened(m.open().device_id());
+    hello.set_next_seq(1);
+    pb::SerialServerMessage line;
+    auto* l = line.add_lines();
+    l->set_seq(1);
+    l->set_line("old bench: uart line");
+    if (!rw->Write(hello) || !rw->Write(line)) return grpc::Status::OK;
+    while (rw->Read(&m)) {
+    }
+    return grpc::Status::OK;
+  }
+  std::vector<std::string> asked() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return asked_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::vector<std::string> asked_;
+};
+
+// A front asking such a bench for a trace stream refuses what comes back (the
+// UART under the stream's name would be a lie) and says why; its UART still
+// reads.
+TEST_F(LabForward, AnOlderBenchServingItsUartForATraceStreamIsRefused) {
+  OldBenchSerial old;
+  grpc::SslServerCredentialsOptions creds(
+      GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
+  creds.pem_root_certs = ReadText(tls_ + "/ca.pem");
+  creds.pem_key_cert_pairs.push_back(
+      {ReadText(tls_ + "/bench1.key"), ReadText(tls_ + "/bench1.pem")});
+  int port = 0;
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort("127.0.0.1:0", grpc::SslServerCredentials(creds), &port);
+  builder.RegisterService(&old);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  ASSERT_GT(port, 0);
+  ASSERT_TRUE(etcd_
+                  ->Put("/fwai/nodes/oldbench",
+                        nlohmann::json{{"node", "oldbench"},
+                                       {"advertise", "tls:127.0.0.1:" + std::to_string(port)},
+                                       {"version", "0.9.0"}}
+                            .dump())
+                  .ok());
+  LabBoard b;
+  b.id = "b9";
+  b.node = "oldbench";
+  b.kind = "simulated";
+  b.health = "good";
+  ASSERT_TRUE(etcd_->Put("/fwai/boards/oldbench/b9", BoardToJson(b)).ok());
+  pb::Lease lease = Lease(*front1_, "b9");
+  ASSERT_EQ(lease.node(), "oldbench");
+
+  SerialStream rtt(*front1_, "b9", lease.lease_id(), "rtt:0", /*from_history=*/true);
+  ASSERT_TRUE(rtt.ended) << rtt.first.DebugString();
+  EXPECT_EQ(rtt.refused.error_code(), grpc::StatusCode::UNIMPLEMENTED)
+      << rtt.refused.error_message();
+  EXPECT_NE(rtt.refused.error_message().find(
+                "the bench oldbench of board b9 does not serve rtt:0: its fwaid is older"),
+            std::string::npos)
+      << rtt.refused.error_message();
+  SerialStream uart(*front1_, "b9", lease.lease_id(), "", /*from_history=*/true);
+  ASSERT_EQ(uart.first.opened(), "b9") << uart.refused.error_message();
+  std::string seen;
+  EXPECT_TRUE(uart.ReadUntil("old bench: uart line", &seen)) << seen;
+  uart.Close();
+  EXPECT_EQ(old.asked(), (std::vector<std::string>{"rtt:0", ""}));
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
 }
 
 TEST_F(LabForward, TheBenchRefusesAnyoneWithoutANodeCertificateHoldingTheLease) {

@@ -125,7 +125,8 @@ absl::StatusOr<std::vector<std::string>> Sandboxed(const QemuOptions& o, const s
 pid_t QemuUnder(pid_t sandbox, int timeout_ms) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
   while (std::chrono::steady_clock::now() < deadline) {
-    for (pid_t p = sandbox, depth = 0; p > 0 && depth < 4; ++depth) {
+    pid_t p = sandbox;
+    for (int depth = 0; p > 0 && depth < 4; ++depth) {
       std::string comm;
       std::getline(std::ifstream(absl::StrCat("/proc/", p, "/comm")), comm);
       if (p != sandbox && comm.rfind("qemu-system", 0) == 0) return p;
@@ -272,6 +273,12 @@ absl::StatusOr<std::unique_ptr<QemuInstance>> QemuInstance::Start(const QemuOpti
 
 QemuInstance::~QemuInstance() { Stop(); }
 
+void QemuInstance::RemoveOwnDir() {
+  if (own_dir_.empty()) return;
+  std::error_code ec;
+  std::filesystem::remove_all(own_dir_, ec);
+}
+
 std::string QemuInstance::gdb_target() const {
   return own_dir_.empty() ? absl::StrCat("127.0.0.1:", gdb_port_) : own_dir_ + "/gdb.sock";
 }
@@ -338,7 +345,10 @@ absl::Status QemuInstance::Pause() { return Qmp(R"({"execute":"stop"})").status(
 absl::Status QemuInstance::Reset() { return Qmp(R"({"execute":"system_reset"})").status(); }
 
 void QemuInstance::Stop() {
-  if (pid_ <= 0) return;
+  if (pid_ <= 0) {
+    RemoveOwnDir();  // a start refused before QEMU ran
+    return;
+  }
   stopping_ = true;
   if (!exited_) {
     (void)Qmp(R"({"execute":"quit"})");
@@ -360,10 +370,7 @@ void QemuInstance::Stop() {
   if (qmp_fd_ >= 0) close(qmp_fd_);
   out_fd_ = qmp_fd_ = -1;
   unlink(qmp_path_.c_str());
-  if (!own_dir_.empty()) {
-    std::error_code ec;
-    std::filesystem::remove_all(own_dir_, ec);
-  }
+  RemoveOwnDir();
   pid_ = qemu_pid_ = -1;
 }
 

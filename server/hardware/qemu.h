@@ -66,6 +66,7 @@ class QemuInstance {
  private:
   QemuInstance() = default;
   absl::StatusOr<std::string> Qmp(const std::string& command_json) ABSL_LOCKS_EXCLUDED(qmp_mu_);
+  void RemoveOwnDir();
 
   // The fds, pid and paths are set in Start before the instance is shared
   // and reset only by Stop, which the owner calls with no Qmp in flight.

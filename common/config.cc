@@ -261,6 +261,7 @@ absl::Status ParseBoard(ConfigReader& r, const YAML::Node& n, size_t index, Hard
                        "qemu",
                        "gdb",
                        "boot_pattern",
+                       "boot_timeout_s",
                        "rtt",
                        "semihosting",
                        "ota_slot_size",
@@ -331,6 +332,8 @@ absl::Status ParseBoard(ConfigReader& r, const YAML::Node& n, size_t index, Hard
   CFG_TRY(str("qemu", b.qemu));
   CFG_TRY(str("gdb", b.gdb));
   CFG_TRY(str("boot_pattern", b.boot_pattern));
+  if (n["boot_timeout_s"])
+    CFG_TRY(r.Int(n["boot_timeout_s"], f + ".boot_timeout_s", 1, 600, b.boot_timeout_s));
   CFG_TRY(size("ota_slot_size", b.ota_slot_size));
   CFG_TRY(str("ota_upload", b.ota_upload));
   CFG_TRY(str("ota_reset", b.ota_reset));
@@ -741,9 +744,10 @@ absl::Status ParseToolsSection(ConfigReader& r, const YAML::Node& n, DaemonConfi
 
 // `hardware:`.
 absl::Status ParseHardwareSection(ConfigReader& r, const YAML::Node& n, DaemonConfig& c) {
-  CFG_TRY(r.CheckKeys(n, "hardware",
-                      {"sysfs_root", "dev_root", "history_lines", "default_ttl_s", "max_ttl_s",
-                       "default_simulated_board", "keep_serial_transcripts", "boards"}));
+  CFG_TRY(r.CheckKeys(
+      n, "hardware",
+      {"sysfs_root", "dev_root", "history_lines", "default_ttl_s", "max_ttl_s",
+       "default_simulated_board", "keep_serial_transcripts", "quarantine_after", "boards"}));
   auto& h = c.hardware;
   if (n["sysfs_root"]) CFG_TRY(r.String(n["sysfs_root"], "hardware.sysfs_root", h.sysfs_root));
   if (n["dev_root"]) CFG_TRY(r.String(n["dev_root"], "hardware.dev_root", h.dev_root));
@@ -764,6 +768,9 @@ absl::Status ParseHardwareSection(ConfigReader& r, const YAML::Node& n, DaemonCo
       return r.Error(k, "hardware.keep_serial_transcripts", "expected true or false");
     }
     h.keep_serial_transcripts = k.Scalar() == "true";
+  }
+  if (n["quarantine_after"]) {
+    CFG_TRY(r.Int(n["quarantine_after"], "hardware.quarantine_after", 0, 1000, h.quarantine_after));
   }
   if (auto bs = n["boards"]) {
     if (!bs.IsSequence()) return r.Error(bs, "hardware.boards", "expected a list of boards");

@@ -185,6 +185,7 @@ struct BoardConfig {
   std::string qemu = "qemu-system-arm";
   std::string gdb;           // default: gdb-multiarch, else arm-none-eabi-gdb
   std::string boot_pattern;  // a line that means the firmware booted
+  int boot_timeout_s = 15;   // how long a flash waits for it
   // SEGGER RTT read while the firmware runs (simulated boards): the poll
   // interval, 0 when `rtt: off`.
   int rtt_poll_ms = 10;
@@ -213,6 +214,9 @@ struct HardwareConfig {
   // Each lease's serial output is kept (data dir artifacts/serial/SHA256.log)
   // and named by its hash in the record of the lease's end.
   bool keep_serial_transcripts = false;
+  // A board whose flashes and skill runs fail this many times in a row for
+  // the lab's fault (verdict `lab`) is quarantined; 0: never.
+  int quarantine_after = 3;
   std::vector<BoardConfig> boards;
 };
 

@@ -5,6 +5,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/grpc_status.h"
 #include "server/api/caller.h"
 #include "server/api/gate.h"
 
@@ -86,9 +87,6 @@ absl::StatusOr<std::string> CanonicalProjectRoot(const std::string& r) {
   return p.string();
 }
 
-grpc::Status ToGrpcStatus(const absl::Status& s) {
-  if (s.ok()) return grpc::Status::OK;
-  return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
-}
+grpc::Status ToGrpcStatus(const absl::Status& s) { return ToGrpc(s); }
 
 }  // namespace fwai

@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/cancel.h"
 #include "common/local_account.h"
+#include "common/verdict.h"
 #include "server/hardware/firmware_image.h"
 #include "server/lab/lab_leases.h"
 #include "server/project/policy.h"
@@ -143,8 +144,9 @@ absl::StatusOr<FlashResult> Boards::GuardAndFlash(
     const Caller& caller, const BoardRef& board, const FlashOrder& order,
     const std::function<void(const FlashProgressUpdate&)>& progress, CancelToken* cancel) {
   bool approved = false;
+  // The policy refusing the flash: the request's (config), nothing was written.
   auto guard = GuardFor(caller, board, order, &approved);
-  if (!guard.ok()) return guard.status();
+  if (!guard.ok()) return WithVerdict(guard.status(), kVerdictConfig);
   return HostOf(board).Flash(caller, board, order, approved, *guard, progress, cancel);
 }
 

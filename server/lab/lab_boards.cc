@@ -13,7 +13,9 @@
 #include "absl/strings/str_cat.h"
 #include "common/cancel.h"
 #include "common/config.h"
+#include "common/grpc_status.h"
 #include "common/local_account.h"
+#include "common/verdict.h"
 #include "fwai/v1/lab.grpc.pb.h"
 #include "server/hardware/firmware_image.h"
 #include "server/lab/lab_leases.h"
@@ -36,11 +38,17 @@ absl::StatusOr<std::string> ReadFile(const std::string& path, const char* what) 
   return ss.str();
 }
 
-// A status from the bench of `board`, saying so.
+// A status from the bench of `board`, saying so, with the bench's verdict;
+// a bench that could not be reached (UNAVAILABLE, no verdict of its own) is
+// the lab's network or daemon: infra.
 absl::Status FromBench(const grpc::Status& st, const BoardRef& board) {
-  return absl::Status(
+  absl::Status out(
       static_cast<absl::StatusCode>(st.error_code()),
       absl::StrCat("the bench ", board.node, " of board ", board.id, ": ", st.error_message()));
+  std::string verdict = VerdictOf(st);
+  if (verdict.empty() && st.error_code() == grpc::StatusCode::UNAVAILABLE)
+    verdict = std::string(kVerdictInfra);
+  return WithVerdict(std::move(out), verdict);
 }
 
 // The image at `path`, read as the caller's account (as a local flash copies it).
@@ -353,11 +361,12 @@ absl::StatusOr<FlashResult> LabBoards::Flash(
     const Caller& caller, const BoardRef& board, const FlashOrder& order, bool approved,
     const FlashGuardPolicy& guard, const std::function<void(const FlashProgressUpdate&)>& progress,
     CancelToken* cancel) {
+  // The front's guard refusing the request: config.
   auto image = ReadImageAs(caller, order.image);
-  if (!image.ok()) return image.status();
+  if (!image.ok()) return WithVerdict(image.status(), kVerdictConfig);
   auto verdict = CheckAtFront(caller, order.image, *image, order.project_root, guard, build_record_,
                               register_check_);
-  if (!verdict.ok()) return verdict.status();
+  if (!verdict.ok()) return WithVerdict(verdict.status(), kVerdictConfig);
   const nlohmann::json* build = &verdict->build;
   if (!verdict->registers_warning.empty())
     progress({"guard", 0.05, absl::StrCat("warning: ", verdict->registers_warning)});
@@ -367,7 +376,7 @@ absl::StatusOr<FlashResult> LabBoards::Flash(
                          guard.require_verified_toolchain ? ", toolchain verified" : "",
                          verdict->registers_said, "; the bench checks the rest")});
   auto channel = links_.ChannelTo(board.node);
-  if (!channel.ok()) return channel.status();
+  if (!channel.ok()) return WithVerdict(channel.status(), kVerdictInfra);
   auto stub = pb::LabNode::NewStub(*channel);
   // Held by the cancel callback too, which may run after this returns.
   auto ctx = std::make_shared<grpc::ClientContext>();

@@ -115,6 +115,7 @@ absl::Status HardwareBroker::Start() {
         spdlog::warn("board {}: {}", b.cfg.id, std::string(s.message()));
       }
     }
+    LoadQuarantine(b);
   }
   supervisor_->thread = std::thread([this] { Supervise(); });
   return absl::OkStatus();
@@ -335,9 +336,11 @@ absl::StatusOr<LeaseRecord> HardwareBroker::Acquire(
     if (!b) return absl::OkStatus();
     auto [health, reason] = b->Health();
     if (health == "good") return absl::OkStatus();
-    return absl::FailedPreconditionError(
-        absl::StrCat("board ", id, " is ", health, reason.empty() ? "" : ": " + reason,
-                     "; it is not handed out (fwai hw test ", id, " re-checks it)"));
+    return absl::FailedPreconditionError(absl::StrCat(
+        "board ", id, " is ", health, reason.empty() ? "" : ": " + reason, "; it is not handed out",
+        health == "quarantined" || health == "maintenance"
+            ? ""
+            : absl::StrCat(" (fwai hw test ", id, " re-checks it)")));
   };
   const std::string wants =
       device_id.empty() ? absl::StrCat("tags ", absl::StrJoin(tags, ", ")) : device_id;
@@ -495,11 +498,14 @@ absl::Status HardwareBroker::SetHealth(const Caller& caller, const std::string& 
   if (!b) return absl::NotFoundError(absl::StrCat("no board '", board, "'"));
   if (!caller.admin)
     return absl::PermissionDeniedError("only root or the daemon's user may set a board's health");
-  if (health != "good" && health != "bad" && health != "maintenance") {
-    return absl::InvalidArgumentError("health must be good, bad or maintenance");
+  if (health != "good" && health != "bad" && health != "maintenance" && health != "quarantined") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("health must be good, bad, maintenance or quarantined, not '", health, "'"));
   }
-  b->SetHealth(health, reason.empty() ? absl::StrCat("set by ", caller.display) : reason,
-               /*admin=*/true);
+  const std::string was = b->Health().first;
+  const std::string why = reason.empty() ? absl::StrCat("set by ", caller.display) : reason;
+  b->SetHealth(health, why, /*admin=*/true);
+  AdminHealthChanged(*b, was, health, why, caller);
   return absl::OkStatus();
 }
 
@@ -513,9 +519,10 @@ absl::StatusOr<std::string> HardwareBroker::SelfTest(const Caller& caller,
     return absl::FailedPreconditionError(
         absl::StrCat("self-test would disturb the holder: ", DescribeHeld(*holder)));
   }
-  if ((b->Health().first == "maintenance")) {
+  if (auto [health, reason] = b->Health(); health == "maintenance" || health == "quarantined") {
     return absl::FailedPreconditionError(
-        absl::StrCat(board, " is in maintenance; an admin sets it back to good"));
+        absl::StrCat(board, health == "maintenance" ? " is in maintenance" : " is quarantined",
+                     reason.empty() ? "" : ": " + reason, "; an admin sets it back to good"));
   }
   MutexLock op(&b->op_mu);
   std::string report;

@@ -138,8 +138,9 @@ class HardwareBroker {
   void Shutdown();
   // True once Shutdown began: streams ending now end because fwaid stops.
   bool stopping() const { return stopping_.load(); }
-  // Receives the records of leases that end on their own (TTL, session);
-  // flash records are the caller's to write (FlashResult::record).
+  // Receives the records of leases that end on their own (TTL, session)
+  // and of quarantines; flash records are the caller's to write
+  // (FlashResult::record).
   void SetRunRecorder(std::function<void(const nlohmann::json&)> recorder) {
     MutexLock lock(&hooks_mu_);
     recorder_ = std::move(recorder);
@@ -264,8 +265,20 @@ class HardwareBroker {
                                                   const std::vector<std::string>& commands,
                                                   int timeout_ms, CancelToken* cancel = nullptr);
   [[nodiscard]] absl::Status Reset(const Caller& caller, const std::string& board);
+  // good | bad | maintenance | quarantined, by an admin; good returns a
+  // quarantined board to the pool.
   [[nodiscard]] absl::Status SetHealth(const Caller& caller, const std::string& board,
                                        const std::string& health, const std::string& reason);
+  // The outcome of work on `board` (`what`: "flash", "skill run NAME"):
+  // flashes count their own; a skill run tells its others. A failure with
+  // the verdict `lab` (common/verdict.h) counts against the board; success,
+  // or a `firmware` failure (the board ran the firmware), resets the count;
+  // other verdicts leave it. At hardware.quarantine_after `lab` failures in
+  // a row the board is quarantined: health "quarantined" (kept across
+  // restarts, not handed out, not cleared by a self-test or a good flash)
+  // with a record {kind: board_quarantined, failures}, until an admin sets
+  // it good.
+  void CountOutcome(const std::string& board, const absl::Status& outcome, const std::string& what);
   // Runs the board's self-test; the board's health follows the result.
   [[nodiscard]] absl::StatusOr<std::string> SelfTest(const Caller& caller,
                                                      const std::string& board);
@@ -297,9 +310,12 @@ class HardwareBroker {
     bool from_slots ABSL_GUARDED_BY(op_mu) = false;     // runs the primary slot's image ...
     std::string ota_version ABSL_GUARDED_BY(state_mu);  // ... of this version
     std::string image_sha256 ABSL_GUARDED_BY(state_mu);
-    std::string health ABSL_GUARDED_BY(state_mu) = "good";  // good | bad | maintenance
+    std::string health ABSL_GUARDED_BY(state_mu) =
+        "good";  // good | bad | maintenance | quarantined
     std::string health_reason ABSL_GUARDED_BY(state_mu);
     bool admin_health ABSL_GUARDED_BY(state_mu) = false;  // set by an admin; not auto-recovered
+    // The `lab` failures since the board last worked (CountOutcome).
+    std::vector<nlohmann::json> lab_failures ABSL_GUARDED_BY(state_mu);
     std::atomic<bool> restarting{false};
     std::atomic<bool> debug_cancel{false};
     std::atomic<uint64_t> generation{0};  // bumps on each (re)start
@@ -370,12 +386,19 @@ class HardwareBroker {
   // The caller may write to `board`'s `stream`: in scope and holding its lease.
   absl::Status CheckWriter(const Caller& caller, const std::string& board,
                            const std::string& stream);
-  // Flash() under its span: the guard, the write, the boot wait, the record.
+  // Flash(): FlashOnce, its verdict (a refusal by the guard is `config`)
+  // counted against the board.
   absl::StatusOr<FlashResult> FlashGuarded(
       const Caller& caller, const std::string& board, const std::string& image, bool approved,
       const std::string& project_root,
       const std::function<void(const FlashProgressUpdate&)>& progress, const CancelToken* cancel,
       const FlashGuardPolicy& guard);
+  // One flash: the guard, then (`*writing` set) the write and the boot wait.
+  absl::StatusOr<FlashResult> FlashOnce(
+      const Caller& caller, const std::string& board, const std::string& image, bool approved,
+      const std::string& project_root,
+      const std::function<void(const FlashProgressUpdate&)>& progress, const CancelToken* cancel,
+      const FlashGuardPolicy& guard, bool* writing);
   // PERMISSION_DENIED when the caller acts for a plugin that did not declare
   // `board`'s tags (or, with `flash`, the flash capability).
   absl::Status CheckScope(const Caller& caller, const std::string& board, bool flash) const;
@@ -399,8 +422,19 @@ class HardwareBroker {
   absl::StatusOr<FlashResult> FlashMcuboot(
       const Caller& caller, Board& b, const std::string& image_path,
       const std::function<void(const FlashProgressUpdate&)>& progress, const CancelToken* cancel,
-      int64_t start_us) ABSL_LOCKS_EXCLUDED(b.op_mu);
+      int64_t start_us, bool* writing) ABSL_LOCKS_EXCLUDED(b.op_mu);
   void OnLeaseEnded(const LeaseRecord& lease, const std::string& reason);
+  // The daemon's record hook (recorder_), copied out of hooks_mu_.
+  std::function<void(const nlohmann::json&)> Recorder() const ABSL_LOCKS_EXCLUDED(hooks_mu_) {
+    MutexLock lock(&hooks_mu_);
+    return recorder_;
+  }
+  // A quarantine kept from before fwaid's restart, applied to `b`.
+  void LoadQuarantine(Board& b);
+  // An admin's health for `b`: a quarantine lifted or set by hand is kept
+  // (or dropped) in storage; the count of lab failures starts again.
+  void AdminHealthChanged(Board& b, const std::string& was, const std::string& health,
+                          const std::string& reason, const Caller& caller);
   void Supervise();
 
   const HardwareConfig config_;

@@ -21,6 +21,7 @@
 #include "common/mcuboot.h"
 #include "common/paths.h"
 #include "common/subprocess.h"
+#include "common/verdict.h"
 #include "server/firmware/elf_file.h"
 #include "server/firmware/memory.h"
 #include "server/firmware/sbom.h"
@@ -37,7 +38,6 @@ namespace fwai {
 
 namespace fs = std::filesystem;
 
-using broker_internal::BootRegex;
 using broker_internal::kFlashPrefix;
 using broker_internal::OpenOcdArgs;
 using broker_internal::ShellQuote;
@@ -60,8 +60,10 @@ absl::StatusOr<std::string> ReadWhole(const std::string& path) {
   return ss.str();
 }
 
-// The board's boot pattern on its serial port after `since`, within 15 s:
-// the line that matched.
+// The board's boot pattern on its serial port after `since`, within its
+// boot_timeout_s: the line that matched. A pattern that never came is the
+// firmware's failure; a port that closed meanwhile (the simulator died, the
+// adapter was pulled) the lab's.
 absl::StatusOr<std::string> WaitForBoot(
     HardwareBroker::Board& b, uint64_t since,
     const std::function<void(const FlashProgressUpdate&)>& progress, const CancelToken* cancel) {
@@ -71,25 +73,42 @@ absl::StatusOr<std::string> WaitForBoot(
   try {
     re = std::regex(b.cfg.boot_pattern);
   } catch (const std::regex_error&) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("board ", b.cfg.id, ": boot_pattern is not a valid regex"));
+    return WithVerdict(absl::InvalidArgumentError(
+                           absl::StrCat("board ", b.cfg.id, ": boot_pattern is not a valid regex")),
+                       kVerdictConfig);
   }
+  // The port gone before or while it waits: the lab's failure.
+  auto port_gone = [&b](const char* when) {
+    auto [health, why] = b.Health();
+    return WithVerdict(
+        absl::UnavailableError(absl::StrCat("flashed ", b.cfg.id, ", but its serial port closed ",
+                                            when, " '", b.cfg.boot_pattern, "' appeared",
+                                            why.empty() ? "" : absl::StrCat(": ", why))),
+        kVerdictLab);
+  };
+  if (!b.hub->is_open()) return port_gone("before");
+  const int timeout_ms = b.cfg.boot_timeout_s * 1000;
+  const auto start = std::chrono::steady_clock::now();
   std::optional<SerialLine> line;
   {
     telemetry::ActiveSpan wait("serial_wait", b.cfg.id);
     wait->Set("fwai.board", b.cfg.id);
     wait->Set("fwai.serial.pattern", b.cfg.boot_pattern);
-    wait->SetInt("fwai.serial.timeout_ms", 15000);
-    line = b.hub->WaitFor(re, since, 15000, cancel);
+    wait->SetInt("fwai.serial.timeout_ms", timeout_ms);
+    line = b.hub->WaitFor(re, since, timeout_ms, cancel);
     wait->SetBool("fwai.serial.matched", line.has_value());
     if (!line) wait->Fail("the boot pattern did not appear");
   }
-  if (!line) {
-    return absl::DeadlineExceededError(
-        absl::StrCat("flashed ", b.cfg.id, ", but '", b.cfg.boot_pattern,
-                     "' did not appear on the serial port within 15 s"));
-  }
-  return line->text;
+  if (line) return line->text;
+  if (cancel && cancel->cancelled()) return absl::CancelledError("flash cancelled");
+  // WaitFor ends before its time only when the port closes.
+  if (std::chrono::steady_clock::now() - start < std::chrono::milliseconds(timeout_ms))
+    return port_gone("before");
+  return WithVerdict(
+      absl::DeadlineExceededError(absl::StrCat("flashed ", b.cfg.id, ", but '", b.cfg.boot_pattern,
+                                               "' did not appear on the serial port within ",
+                                               b.cfg.boot_timeout_s, " s")),
+      kVerdictFirmware);
 }
 
 // Starts reading the running simulator's RTT channels: at the image's
@@ -139,7 +158,7 @@ absl::Status HardwareBroker::BootSimulated(Board& b, const std::string& image) {
   auto q = QemuInstance::Start(o);
   if (!q.ok()) {
     b.restarting = false;
-    return q.status();
+    return WithVerdict(q.status(), kVerdictLab);
   }
   b.SetQemu(*std::move(q));
   Board* raw = &b;
@@ -155,12 +174,12 @@ absl::Status HardwareBroker::BootSimulated(Board& b, const std::string& image) {
   if (!opened.ok()) {
     b.StopQemu();
     b.restarting = false;
-    return opened;
+    return WithVerdict(opened, kVerdictLab);
   }
   b.generation++;
   b.SetPaused(false);
   b.restarting = false;
-  if (auto s = b.qemu->Continue(); !s.ok()) return s;
+  if (auto s = b.qemu->Continue(); !s.ok()) return WithVerdict(s, kVerdictLab);
   if (b.cfg.ram_size > 0 && b.cfg.rtt_poll_ms > 0) StartTraceStreams(b, image, b.from_slots);
   if (!b.from_slots) {
     MutexLock lock(&b.state_mu);
@@ -418,20 +437,23 @@ absl::Status HardwareBroker::WriteImage(
       argv.push_back("-c");
       argv.push_back("program " + fs::absolute(image_path).string() + " verify reset exit");
     } else {
-      return absl::FailedPreconditionError(
-          absl::StrCat("board ", b.cfg.id, " has neither flash_command nor openocd_config"));
+      return WithVerdict(absl::FailedPreconditionError(absl::StrCat(
+                             "board ", b.cfg.id, " has neither flash_command nor openocd_config")),
+                         kVerdictConfig);
     }
     progress({"writing", 0.3, absl::StrJoin(argv, " ")});
     ProcessOptions po;
     po.timeout_ms = 300000;
+    // The probe or the port failing to take the image is the lab's failure.
     auto r = RunProcess(argv, po);
-    if (!r.ok()) return r.status();
+    if (!r.ok()) return WithVerdict(r.status(), kVerdictLab);
     std::string out = r->out + r->err;
     if (r->timed_out || r->exit_code != 0) {
-      return absl::InternalError(
-          absl::StrCat("flashing ", b.cfg.id, " failed (",
-                       r->timed_out ? "timed out" : absl::StrCat("exit ", r->exit_code),
-                       "): ", out.size() > 2000 ? out.substr(out.size() - 2000) : out));
+      return WithVerdict(absl::InternalError(absl::StrCat(
+                             "flashing ", b.cfg.id, " failed (",
+                             r->timed_out ? "timed out" : absl::StrCat("exit ", r->exit_code),
+                             "): ", out.size() > 2000 ? out.substr(out.size() - 2000) : out)),
+                         kVerdictLab);
     }
     progress({"writing", 0.8, "written and verified"});
     MutexLock lock(&b.state_mu);
@@ -445,6 +467,27 @@ absl::StatusOr<FlashResult> HardwareBroker::FlashGuarded(
     bool approved, const std::string& project_root,
     const std::function<void(const FlashProgressUpdate&)>& progress, const CancelToken* cancel,
     const FlashGuardPolicy& guard) {
+  bool writing = false;
+  auto r = FlashOnce(caller, board_id, requested_image, approved, project_root, progress, cancel,
+                     guard, &writing);
+  if (r.ok() || !writing) {
+    // Refused before anything was written: the request did not pass the
+    // guard (or named no board here), which says nothing of the board.
+    if (!r.ok() && VerdictOf(r.status()).empty() &&
+        r.status().code() != absl::StatusCode::kCancelled)
+      return WithVerdict(r.status(), kVerdictConfig);
+    if (r.ok()) CountOutcome(board_id, absl::OkStatus(), "flash");
+    return r;
+  }
+  CountOutcome(board_id, r.status(), absl::StrCat("flash of ", requested_image));
+  return r;
+}
+
+absl::StatusOr<FlashResult> HardwareBroker::FlashOnce(
+    const Caller& caller, const std::string& board_id, const std::string& requested_image,
+    bool approved, const std::string& project_root,
+    const std::function<void(const FlashProgressUpdate&)>& progress, const CancelToken* cancel,
+    const FlashGuardPolicy& guard, bool* writing) {
   const bool check_fresh = guard.check_fresh;
   const auto t0 = std::chrono::steady_clock::now();
   const int64_t start_us = NowMicros();
@@ -469,7 +512,7 @@ absl::StatusOr<FlashResult> HardwareBroker::FlashGuarded(
           "flash guard (approval): writing ", requested_image, " to ", board_id,
           " needs a person's confirmation (answer the prompt, or pass --yes / an approved plan)"));
     }
-    return FlashMcuboot(caller, *b, image_path, progress, cancel, start_us);
+    return FlashMcuboot(caller, *b, image_path, progress, cancel, start_us, writing);
   }
   auto img = ReadFirmwareImage(image_path);
   if (!img.ok())
@@ -523,6 +566,7 @@ absl::StatusOr<FlashResult> HardwareBroker::FlashGuarded(
                          registers_said, ", approved")});
   MutexLock op(&b->op_mu);
   if (cancel && cancel->cancelled()) return absl::CancelledError("flash cancelled");
+  *writing = true;
   leases_->Touch(board_id, caller.identity);
   FlashResult result;
   result.sha256 = *sha;
@@ -537,7 +581,7 @@ absl::StatusOr<FlashResult> HardwareBroker::FlashGuarded(
   nlohmann::json rec = {
       {"image", b->image}, {"sha256", *sha}, {"time_us", NowMicros()}, {"by", caller.display}};
   if (auto s = storage_.Put(Cf::kLeases, kFlashPrefix + board_id, rec.dump(), true); !s.ok())
-    return s;
+    return WithVerdict(s, kVerdictInfra);
   if (!b->cfg.boot_pattern.empty()) {
     auto line = WaitForBoot(*b, since, progress, cancel);
     if (!line.ok()) return line.status();
@@ -583,7 +627,7 @@ absl::StatusOr<FlashResult> HardwareBroker::FlashGuarded(
 absl::StatusOr<FlashResult> HardwareBroker::FlashMcuboot(
     const Caller& caller, Board& b, const std::string& image_path,
     const std::function<void(const FlashProgressUpdate&)>& progress, const CancelToken* cancel,
-    int64_t start_us) {
+    int64_t start_us, bool* writing) {
   if (!b.simulated()) {
     return absl::FailedPreconditionError(
         absl::StrCat("flash guard (image): ", image_path,
@@ -611,28 +655,21 @@ absl::StatusOr<FlashResult> HardwareBroker::FlashMcuboot(
                          bytes->size(), " bytes, sha256 ", sha->substr(0, 12), "), approved")});
   MutexLock op(&b.op_mu);
   if (cancel && cancel->cancelled()) return absl::CancelledError("flash cancelled");
+  *writing = true;
   leases_->Touch(b.cfg.id, caller.identity);
   uint64_t since = b.hub->next_seq();
   progress(
       {"writing", 0.3, absl::StrCat("programming the primary slot of ", b.cfg.id, " (confirmed)")});
-  if (auto s = b.slots->Program(*bytes); !s.ok()) return s;
+  if (auto s = b.slots->Program(*bytes); !s.ok()) return WithVerdict(s, kVerdictLab);
   progress({"loading", 0.6, "power-on through the simulated MCUboot"});
   auto boot = BootFromSlots(b);
   if (!boot.ok()) return boot.status();
   FlashResult result;
   result.sha256 = *sha;
   if (!b.cfg.boot_pattern.empty()) {
-    progress({"booting", 0.9,
-              absl::StrCat("waiting for '", b.cfg.boot_pattern, "' on the serial port")});
-    auto re = BootRegex(b.cfg);
-    if (!re.ok()) return re.status();
-    auto line = b.hub->WaitFor(*re, since, 15000, cancel);
-    if (!line) {
-      return absl::DeadlineExceededError(
-          absl::StrCat("flashed ", b.cfg.id, ", but '", b.cfg.boot_pattern,
-                       "' did not appear on the serial port within 15 s"));
-    }
-    result.boot_line = line->text;
+    auto line = WaitForBoot(b, since, progress, cancel);
+    if (!line.ok()) return line.status();
+    result.boot_line = *line;
   }
   result.seconds = static_cast<double>(NowMicros() - start_us) / 1e6;
   result.record = {{"kind", "flash"},

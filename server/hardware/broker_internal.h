@@ -82,6 +82,8 @@ struct HardwareBroker::Supervisor {
 namespace broker_internal {
 
 inline constexpr char kFlashPrefix[] = "flash/";
+// A board's quarantine, kept across restarts (CountOutcome).
+inline constexpr char kQuarantinePrefix[] = "quarantine/";
 
 // openocd -f CFG... (and the probe's serial number when known).
 inline std::vector<std::string> OpenOcdArgs(const BoardConfig& cfg) {

@@ -6,6 +6,7 @@
 #include "common/clock.h"
 #include "common/paths.h"
 #include "common/subprocess.h"
+#include "common/verdict.h"
 #include "server/hardware/broker.h"
 #include "server/hardware/broker_internal.h"
 #include "server/hardware/qemu.h"
@@ -33,7 +34,10 @@ absl::StatusOr<OtaBootResult> HardwareBroker::BootFromSlots(Board& b) {
     b.StopQemu();
     b.restarting = false;
     b.SetHealth("bad", boot->error);
-    return absl::FailedPreconditionError(absl::StrCat("board ", b.cfg.id, ": ", boot->error));
+    // The bootloader refused the image: the firmware's failure, not the board's.
+    return WithVerdict(
+        absl::FailedPreconditionError(absl::StrCat("board ", b.cfg.id, ": ", boot->error)),
+        kVerdictFirmware);
   }
   const std::string payload = absl::StrCat(run_dir_, "/", b.cfg.id, "-slot0.bin");
   if (auto s = WriteFileAtomic(payload, boot->payload); !s.ok()) return s;

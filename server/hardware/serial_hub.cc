@@ -301,6 +301,7 @@ absl::Status SerialHub::Open(const std::string& path, const SerialSettings& s) {
             MutexLock lock(&mu_);
             if (!open_) return;  // closed on purpose
             open_ = false;
+            cv_.SignalAll();  // a WaitFor ends with the port
             reason = absl::StrCat("serial port ", path_, " closed: ",
                                   e == asio::error::eof ? std::string("end of file") : e.message());
             cb = on_failure_;
@@ -357,6 +358,7 @@ void SerialHub::Close(const std::string& reason, bool end_readers) {
   {
     MutexLock lock(&mu_);
     open_ = false;
+    cv_.SignalAll();  // a WaitFor ends with the port
     was_fed = std::exchange(fed_, false);
     writer_ = nullptr;
     rep = std::move(rep_);
@@ -500,6 +502,7 @@ std::optional<SerialLine> SerialHub::WaitFor(const std::regex& pattern, uint64_t
                                              int timeout_ms, const CancelToken* cancel) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
   MutexLock lock(&mu_);
+  const bool was_open = open_;
   uint64_t checked = since_seq;
   while (true) {
     for (const auto& l : history_) {
@@ -509,6 +512,7 @@ std::optional<SerialLine> SerialHub::WaitFor(const std::regex& pattern, uint64_t
     }
     if (checked < next_seq_) checked = next_seq_;  // lines that fell out of the ring
     if (cancel && cancel->cancelled()) return std::nullopt;
+    if (was_open && !open_) return std::nullopt;
     auto now = std::chrono::steady_clock::now();
     if (now >= deadline) return std::nullopt;
     cv_.WaitWithTimeout(&mu_, std::min<std::chrono::steady_clock::duration>(

@@ -17,6 +17,8 @@
 #include "absl/strings/str_join.h"
 #include "client/lib/client.h"
 #include "common/clock.h"
+#include "common/grpc_status.h"
+#include "common/verdict.h"
 #include "fwai/v1/hardware.grpc.pb.h"
 
 namespace fwai {
@@ -83,9 +85,11 @@ HwCommands::HwCommands(CLI::App& app, Globals& g) : g_(g) {
   test_->add_option("board", board_, "Board id");
   health_ = hw->add_subcommand("health", "Set a board's health (root or the daemon's user)");
   health_->add_option("board", board_, "Board id")->required();
-  health_->add_option("state", state_, "good | bad | maintenance")
+  health_
+      ->add_option("state", state_,
+                   "good | bad | maintenance | quarantined (good returns a quarantined board)")
       ->required()
-      ->check(CLI::IsMember({"good", "bad", "maintenance"}));
+      ->check(CLI::IsMember({"good", "bad", "maintenance", "quarantined"}));
   health_->add_option("--reason", reason_, "Why");
   reset_ = hw->add_subcommand("reset", "Reset a board you hold");
   reset_->add_option("board", board_, "Board id");
@@ -555,7 +559,22 @@ int HwCommands::Flash() {
     if (p.done()) last = p;
   }
   auto st = reader->Finish();
-  if (!st.ok()) return FailGrpc(g_, st);
+  if (!st.ok()) {
+    // Whose failure it was, when fwaid says: the exit code tells CI (docs/hil.md).
+    const std::string verdict = VerdictOf(st);
+    if (verdict.empty()) return FailGrpc(g_, st);
+    if (g_.json) {
+      std::cout << json({{"type", "error"},
+                         {"message", st.error_message()},
+                         {"verdict", verdict},
+                         {"exit_code", VerdictExitCode(verdict)}})
+                       .dump()
+                << std::endl;
+    }
+    std::cerr << "fwai: flash failed (verdict " << verdict << "): " << st.error_message()
+              << std::endl;
+    return VerdictExitCode(verdict);
+  }
   if (!g_.json) {
     std::printf(
         "%s: sha256 %s, %.2f s%s\n", last.message().c_str(), last.image_sha256().c_str(),

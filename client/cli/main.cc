@@ -42,6 +42,7 @@
 #include "client/cli/tools.h"
 #include "client/cli/turn_notes.h"
 #include "client/lib/client.h"
+#include "common/grpc_status.h"
 #include "common/ids.h"
 #include "common/paths.h"
 #include "fwai/v1/daemon.grpc.pb.h"
@@ -956,7 +957,8 @@ int Fail(const Globals& g, int code, const std::string& msg) {
 }
 
 int FailGrpc(const Globals& g, const grpc::Status& s) {
-  if (s.error_code() == grpc::StatusCode::UNAVAILABLE) {
+  // A board's port or bench being unavailable is not fwaid being so.
+  if (s.error_code() == grpc::StatusCode::UNAVAILABLE && VerdictOf(s).empty()) {
     return Fail(g, kExitUnreachable, absl::StrCat("fwaid unavailable: ", s.error_message()));
   }
   return Fail(g, kExitError, s.error_message());

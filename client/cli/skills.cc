@@ -14,6 +14,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "client/cli/hw.h"
+#include "common/grpc_status.h"
+#include "common/verdict.h"
 #include "fwai/v1/hardware.grpc.pb.h"
 #include "fwai/v1/projects.grpc.pb.h"
 
@@ -119,20 +121,22 @@ int HoldBoardByTags(const Globals& g, const std::shared_ptr<grpc::Channel>& ch,
   if (!held->reader->Read(&lease)) {
     grpc::Status hs = held->reader->Finish();
     held->reader.reset();
-    constexpr int kHardware = 18;
+    const std::string verdict = VerdictOf(hs).empty() ? "unknown" : VerdictOf(hs);
+    const int code = o.exit_by == "verdict" ? VerdictExitCode(verdict) : 18;
     const std::string msg =
         absl::StrCat("no board with tags ", tags, " for the run: ", hs.error_message());
     if (o.ci && !g.json) {
       std::cout << json({{"skill", o.skill},
                          {"ok", false},
                          {"failure_class", "hardware"},
-                         {"exit_code", kHardware},
+                         {"verdict", verdict},
+                         {"exit_code", code},
                          {"board_tags", o.board_tags},
                          {"error", msg}})
                        .dump()
                 << std::endl;
     }
-    return Fail(g, kHardware, msg);
+    return Fail(g, code, msg);
   }
   *board = lease.device_id();
   if (!g.json) {
@@ -141,6 +145,13 @@ int HoldBoardByTags(const Globals& g, const std::shared_ptr<grpc::Channel>& ch,
          << lease.lease_id() << ")" << std::endl;
   }
   return 0;
+}
+
+// The run's exit code: the summary's (by failure class), or by its verdict.
+int ExitCodeOf(const SkillRunOptions& o, const json& summary) {
+  const int by_class = summary.value("exit_code", 10);
+  if (o.exit_by != "verdict" || summary.value("ok", false) || by_class == 130) return by_class;
+  return VerdictExitCode(summary.value("verdict", std::string(kVerdictUnknown)));
 }
 
 // One event of the run for a person.
@@ -172,7 +183,7 @@ int RunStreamFailed(const Globals& g, const SkillRunOptions& o, const grpc::Stat
   if (status.error_code() == grpc::StatusCode::UNAVAILABLE && !run_id.empty()) {
     // The run started and its stream broke: fwaid went away (or the
     // connection did, and fwaid cancels a run whose client left).
-    constexpr int kInterrupted = 20;
+    const int kInterrupted = o.exit_by == "verdict" ? VerdictExitCode(kVerdictInfra) : 20;
     const std::string msg = absl::StrCat(
         "run ", run_id, " was interrupted: the connection to fwaid broke (", status.error_message(),
         "). If fwaid stopped or crashed, its next start records the run as "
@@ -183,6 +194,7 @@ int RunStreamFailed(const Globals& g, const SkillRunOptions& o, const grpc::Stat
                          {"skill", o.skill},
                          {"ok", false},
                          {"failure_class", "interrupted"},
+                         {"verdict", "infra"},
                          {"exit_code", kInterrupted},
                          {"error", msg}})
                        .dump()
@@ -216,8 +228,10 @@ void PrintRunSummary(std::ostream& out, const Style& st, const SkillRunOptions& 
     out << st.green() << st.bold() << "ok" << st.reset() << "  " << summary.value("skill", "")
         << " in " << summary.value("duration_ms", 0) << " ms";
   } else {
-    out << st.red() << st.bold() << "FAILED (" << summary.value("failure_class", "") << ")"
-        << st.reset() << "  " << summary.value("error", "");
+    const std::string verdict = summary.value("verdict", "");
+    out << st.red() << st.bold() << "FAILED (" << summary.value("failure_class", "")
+        << (verdict.empty() ? "" : ", verdict " + verdict) << ")" << st.reset() << "  "
+        << summary.value("error", "");
   }
   out << "\n  run " << summary.value("run_id", "") << ", logs " << summary.value("log_dir", "");
   if (summary.contains("evidence_index"))
@@ -235,7 +249,11 @@ int RunSkill(const Globals& g, const SkillRunOptions& o) {
   const std::string root = ProjectRoot(g);
   // What the skill is: its timeout and whether it flashes (which needs approval).
   pb::Skill skill;
-  if (int rc = LookUpSkill(g, *stub, root, o.skill, &skill); rc != 0) return rc;
+  if (int rc = LookUpSkill(g, *stub, root, o.skill, &skill); rc != 0) {
+    if (o.exit_by != "verdict") return rc;
+    // No such skill is the request's failure; fwaid not answering, infra's.
+    return VerdictExitCode(rc == 11 ? kVerdictConfig : kVerdictInfra);
+  }
   bool approved = o.yes;
   if (skill.flashes() && !approved && !o.ci) {
     approved = AskYesNo(absl::StrCat("The skill '", o.skill, "' flashes ",
@@ -311,7 +329,7 @@ int RunSkill(const Globals& g, const SkillRunOptions& o) {
   if (!status.ok()) return RunStreamFailed(g, o, status, run_id, limit_s);
   if (!summary.is_object()) return Fail(g, kExitError, "the run ended without a summary");
   if (!g.json) PrintRunSummary(out, st, o, summary, diagnostics);
-  return summary.value("exit_code", 10);
+  return ExitCodeOf(o, summary);
 }
 
 namespace {
@@ -356,7 +374,9 @@ SkillCommands::SkillCommands(CLI::App& app, Globals& g) : g_(g) {
       "12 build; 13 flash; "
       "14 verify (the expected output was not seen); 15 test; 16 policy; 17 timeout; 18 hardware "
       "(no board, lease "
-      "held); 19 provider; 130 cancelled; 3 fwaid unreachable.");
+      "held); 19 provider; 20 interrupted; 21 registers; 130 cancelled; 3 fwaid unreachable. "
+      "With --exit-by verdict, whose failure it was: 30 firmware, 31 lab, 32 infra, 33 config, "
+      "34 unknown (docs/hil.md).");
   run_->add_option("skill", opts_.skill, "The skill's name")->required();
   run_->add_flag("--ci", opts_.ci, "No prompts; progress on stderr and a JSON summary on stdout");
   run_->add_flag("--yes,-y", opts_.yes, "Approve flashing");
@@ -374,6 +394,10 @@ SkillCommands::SkillCommands(CLI::App& app, Globals& g) : g_(g) {
       ->check(CLI::PositiveNumber);
   run_->add_option("--var", vars_, "NAME=VALUE for ${NAME} in the skill; repeatable")
       ->allow_extra_args(false);
+  run_->add_option("--exit-by", opts_.exit_by,
+                   "A failed run's exit code: by its failure class (default) or by its verdict "
+                   "(firmware, lab, infra, config, unknown)")
+      ->check(CLI::IsMember({"class", "verdict"}));
   auto* skills = app.add_subcommand("skills", "The project's skills");
   list_ = skills->add_subcommand("ls", "List the skills (built-in and .fwai/skills/*.yaml)");
   resolve_ = skills->add_subcommand("resolve", "Which skill free text would run, and how sure");

@@ -23,6 +23,9 @@ struct SkillRunOptions {
   int board_wait_s = 600;
   int timeout_s = 0;
   std::map<std::string, std::string> vars;
+  // The exit code a failed run gets: by its failure class (10..21) or by its
+  // verdict (30 firmware, 31 lab, 32 infra, 33 config, 34 unknown).
+  std::string exit_by = "class";
 };
 
 // Runs a skill on the daemon and renders its events; returns the exit code

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/clock.h"
 #include "common/status_macros.h"
+#include "common/verdict.h"
 #include "server/skills/runner.h"
 #include "server/storage/storage.h"
 
@@ -72,6 +73,7 @@ absl::StatusOr<int> RunJournal::FinishInterrupted(
     rec["run_id"] = key.substr(sizeof(kPrefix) - 1);
     rec["ok"] = false;
     rec["failure_class"] = "interrupted";
+    rec["verdict"] = VerdictOfClass("interrupted", "");
     rec["exit_code"] = ExitCodeFor("interrupted");
     rec["error"] =
         "fwaid stopped while the run was in progress (it was killed or crashed); the steps listed "

@@ -24,6 +24,7 @@
 #include "common/local_account.h"
 #include "common/mutex.h"
 #include "common/subprocess.h"
+#include "common/verdict.h"
 #include "fwai/v1/events.pb.h"
 #include "server/agent/turn_manager.h"
 #include "server/boards/boards.h"
@@ -134,6 +135,7 @@ FlashGuardPolicy FlashGuardOf(const PolicyRules& rules, json build) {
 struct StepOutcome {
   bool ok = false;
   std::string failure_class;  // when !ok
+  std::string verdict;        // the failing call's own (common/verdict.h); "": it set none
   std::string error;
   int exit_code = -1;
   std::string command;
@@ -147,11 +149,22 @@ StepOutcome FailWith(StepOutcome& o, std::string klass, std::string error) {
   return o;
 }
 
+// The same, with the failing call's status: its words and its verdict.
+StepOutcome FailWith(StepOutcome& o, std::string klass, const absl::Status& st) {
+  o.verdict = VerdictOf(st);
+  return FailWith(o, std::move(klass), std::string(st.message()));
+}
+
 StepOutcome Failed(std::string klass, std::string error) {
   StepOutcome o;
   o.failure_class = std::move(klass);
   o.error = std::move(error);
   return o;
+}
+
+StepOutcome Failed(std::string klass, const absl::Status& st) {
+  StepOutcome o;
+  return FailWith(o, std::move(klass), st);
 }
 
 }  // namespace
@@ -455,10 +468,24 @@ struct SkillRunner::RunState {
     return o;
   }
 
+  // Whose failure a serial stream of `board` ending is: this fwaid stopping
+  // (infra), the board of this node gone bad meanwhile (lab: its simulator
+  // or port went away), else not known.
+  std::string EndedVerdict(const std::string& board) const {
+    if (!deps.hardware) return std::string(kVerdictUnknown);
+    if (deps.hardware->stopping()) return std::string(kVerdictInfra);
+    for (const auto& d : deps.hardware->List()) {
+      if (d.id == board && d.health == "bad") return std::string(kVerdictLab);
+    }
+    return std::string(kVerdictUnknown);
+  }
+
   // The step's board (its own, else ${BOARD}, else the caller's or the only one).
   std::optional<std::string> StepBoard(const SkillStep& s, StepOutcome& o) {
     if (!deps.hardware) {
-      o = Failed("hardware", "the hardware broker is not running");
+      o = Failed(
+          "hardware",
+          WithVerdict(absl::UnavailableError("the hardware broker is not running"), kVerdictInfra));
       return std::nullopt;
     }
     auto wanted = Var(s.board.empty() ? "${BOARD}" : s.board);
@@ -477,7 +504,10 @@ struct SkillRunner::RunState {
         o = Failed("policy", std::string(board.status().message()));
         return std::nullopt;
       }
-      o = Failed("hardware", std::string(board.status().message()));
+      // No such board (or none to pick): what was asked names none.
+      o = Failed("hardware", board.status().code() == absl::StatusCode::kNotFound
+                                 ? WithVerdict(board.status(), kVerdictConfig)
+                                 : board.status());
       return std::nullopt;
     }
     return *board;
@@ -517,7 +547,7 @@ struct SkillRunner::RunState {
                             {"step", s.name}});
         return FailWith(o, "policy", std::string(st.message()));
       }
-      return FailWith(o, "hardware", std::string(st.message()));
+      return FailWith(o, "hardware", st);
     }
     MarkSerial(*board);
     auto r = deps.boards->Flash(
@@ -538,13 +568,10 @@ struct SkillRunner::RunState {
                             {"step", s.name}});
         return FailWith(o, "policy", std::string(r.status().message()));
       }
-      const bool guard = absl::StrContains(r.status().message(), "flash guard");
-      return FailWith(o,
-                      !guard && (r.status().code() == absl::StatusCode::kFailedPrecondition ||
-                                 r.status().code() == absl::StatusCode::kUnavailable)
-                          ? "hardware"
-                          : "flash",
-                      std::string(r.status().message()));
+      // The board's host says whose failure it was: the bench's or the
+      // network's is a hardware failure, anything else the flash's.
+      const std::string v = VerdictOf(r.status());
+      return FailWith(o, v == kVerdictLab || v == kVerdictInfra ? "hardware" : "flash", r.status());
     }
     vars["IMAGE_SHA256"] = r->sha256;
     images.push_back({{"board", *board},
@@ -606,8 +633,7 @@ struct SkillRunner::RunState {
     bool paused = false;
     for (const auto& d : deps.hardware->List()) paused |= d.id == *board && d.state == "paused";
     if (!send->empty() || paused) {
-      if (auto st = EnsureLease(*board); !st.ok())
-        return FailWith(o, "hardware", std::string(st.message()));
+      if (auto st = EnsureLease(*board); !st.ok()) return FailWith(o, "hardware", st);
     }
     // `since: run`: the board's lines from the run's start (or its last
     // flash) on, from the history.
@@ -615,19 +641,20 @@ struct SkillRunner::RunState {
     const bool from_run = s.since == "run" && since_seq.count(key);
     const uint64_t since = from_run ? since_seq[key] : 0;
     auto serial = deps.boards->OpenSerial(caller, RefOf(*board), from_run, stream);
-    if (!serial.ok()) return FailWith(o, "hardware", std::string(serial.status().message()));
+    if (!serial.ok()) return FailWith(o, "hardware", serial.status());
     BoardSerial* r = serial->get();
     // A simulated board whose simulator died ends its readers when it does;
     // one that was already down before this reader came is told here.
     for (const auto& d : deps.hardware->List()) {
       if (d.id == *board && d.kind == "simulated" && d.health == "bad") {
         return FailWith(o, "hardware",
-                        absl::StrCat("board ", *board, " is down: ", d.health_reason));
+                        WithVerdict(absl::UnavailableError(absl::StrCat(
+                                        "board ", *board, " is down: ", d.health_reason)),
+                                    kVerdictLab));
       }
     }
     if (!send->empty()) {
-      if (auto st = r->SendLine(*send); !st.ok())
-        return FailWith(o, "hardware", std::string(st.message()));
+      if (auto st = r->SendLine(*send); !st.ok()) return FailWith(o, "hardware", st);
       log << "> " << *send << '\n';
       Emit(s.name, "output", "> " + *send, true);
     }
@@ -668,9 +695,12 @@ struct SkillRunner::RunState {
       if (left_ms <= 0) break;
       SerialLine line;
       auto n = next(line, static_cast<int>(std::min<int64_t>(left_ms, 200)));
-      if (n == SerialReader::Next::kEnded)
+      if (n == SerialReader::Next::kEnded) {
         return FailWith(o, "hardware",
-                        absl::StrCat("serial on ", *board, " ended: ", end_reason()));
+                        WithVerdict(absl::UnavailableError(absl::StrCat("serial on ", *board,
+                                                                        " ended: ", end_reason())),
+                                    EndedVerdict(board_id)));
+      }
       if (n != SerialReader::Next::kLine || line.seq < since) continue;
       std::string text = secrets.Redact(line.text);
       log << text << '\n';
@@ -1242,6 +1272,8 @@ struct SkillRunner::RunState {
 struct SkillRunner::RunDriver {
   struct Failure {
     std::string klass, error;  // klass empty: the run succeeded
+    std::string verdict;       // the failing step's call's own, if it set one
+    std::string tool;          // the failing step's tool ("flash", "monitor" ...)
   };
 
   RunDriver(SkillDeps& d, const SkillRunRequest& r,
@@ -1496,6 +1528,8 @@ struct SkillRunner::RunDriver {
       if (!o.ok && s.on_fail != "continue" && failure.klass.empty()) {
         failure.klass = o.failure_class.empty() ? "failed" : o.failure_class;
         failure.error = absl::StrCat("step ", s.name, ": ", o.error);
+        failure.verdict = o.verdict;
+        failure.tool = s.tool;
       }
       if (failure.klass.empty()) CheckChangeBudget(s, failure);
     }
@@ -1555,6 +1589,7 @@ struct SkillRunner::RunDriver {
                 {"attempts", attempt}};
     if (!o.ok) {
       rec["failure_class"] = o.failure_class;
+      rec["verdict"] = VerdictOfClass(o.failure_class, o.verdict);
       rec["error"] = secrets->Redact(o.error);
       rec["on_fail"] = s.on_fail;
     }
@@ -1625,6 +1660,7 @@ struct SkillRunner::RunDriver {
                     {"peer", req.caller.peer},
                     {"ok", result.ok},
                     {"failure_class", f.klass},
+                    {"verdict", result.verdict},
                     {"exit_code", result.exit_code},
                     {"error", secrets->Redact(f.error)},
                     {"duration_ms", (NowMicros() - start_us) / 1000},
@@ -1661,15 +1697,30 @@ struct SkillRunner::RunDriver {
     result.exit_code = ExitCodeFor("failed");
     summary["ok"] = false;
     summary["failure_class"] = "failed";
+    summary["verdict"] = std::string(kVerdictInfra);
+    result.verdict = std::string(kVerdictInfra);
     summary["exit_code"] = result.exit_code;
     summary["error"] =
         absl::StrCat("the evidence log refused the run record: ", idx.status().message());
   }
 
+  // The run's outcome counted against its board of this node (a quarantine
+  // follows `lab` failures in a row). A flash step's failure counted itself.
+  void CountOutcome(const Failure& f) {
+    const auto board = run.vars.find("BOARD");
+    if (!deps.hardware || board == run.vars.end() || board->second.empty()) return;
+    if (f.klass == "cancelled" || f.tool == "flash") return;
+    absl::Status outcome;
+    if (!f.klass.empty()) outcome = WithVerdict(absl::UnknownError(f.error), result.verdict);
+    deps.hardware->CountOutcome(board->second, outcome, absl::StrCat("skill run ", req.skill));
+  }
+
   SkillRunResult Finish(const Failure& f) {
     result.ok = f.klass.empty();
     result.failure_class = f.klass;
+    result.verdict = VerdictOfClass(f.klass, f.verdict);
     result.exit_code = ExitCodeFor(f.klass);
+    CountOutcome(f);
     run.ReleaseLease();
     const bool journaled = deps.journal && !run.run_dir.empty();
     json summary = Summary(f);
@@ -1685,6 +1736,7 @@ struct SkillRunner::RunDriver {
     span->SetBool("fwai.run.ok", result.ok);
     if (!result.ok) {
       span->Set("fwai.run.failure_class", result.failure_class);
+      span->Set("fwai.run.verdict", result.verdict);
       span->Fail(result.failure_class);
     }
     std::string text =

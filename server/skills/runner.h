@@ -88,6 +88,9 @@ struct SkillRunResult {
   std::string run_id;
   bool ok = false;
   std::string failure_class;  // "" when ok
+  // Whose failure it was (common/verdict.h): firmware | lab | infra | config
+  // | unknown; "" when ok or cancelled.
+  std::string verdict;
   int exit_code = 0;
   nlohmann::json summary;  // what run_finished carries
 };

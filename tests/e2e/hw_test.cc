@@ -80,6 +80,19 @@ class HwTest : public ::testing::Test {
     return json();
   }
 
+  // The records of `kind` in the evidence log.
+  std::vector<json> RecordsOf(const std::string& kind) {
+    std::string out, err;
+    EXPECT_EQ(Fwai({"--json", "evidence", "ls", "-n", "0"}, &out, &err), 0) << err;
+    std::vector<json> found;
+    std::istringstream lines(out);
+    for (std::string line; std::getline(lines, line);) {
+      auto j = json::parse(line, nullptr, false);
+      if (j.is_object() && j["record"].value("kind", "") == kind) found.push_back(j["record"]);
+    }
+    return found;
+  }
+
   pid_t Spawn(std::vector<std::string> args) {
     std::vector<std::string> argv = {std::string(FWAI_BIN_DIR) + "/fwai", "--daemon",
                                      d_->address()};
@@ -109,11 +122,11 @@ TEST_F(HwTest, LeaseFlashSerialDebugFaultReleaseThroughTheCli) {
   EXPECT_NE(out.find("good"), std::string::npos) << out;
 
   // The guard: no lease, then no approval.
-  EXPECT_EQ(Fwai({"flash", "--yes", "sim-stm32vl", elf}, &out, &err), 1);
+  EXPECT_EQ(Fwai({"flash", "--yes", "sim-stm32vl", elf}, &out, &err), 33);  // config
   EXPECT_NE(err.find("flash guard (lease)"), std::string::npos) << err;
   ASSERT_EQ(Fwai({"hw", "lease", "sim-stm32vl"}, &out, &err), 0) << err;
   EXPECT_NE(out.find("leased sim-stm32vl"), std::string::npos) << out;
-  EXPECT_EQ(Fwai({"flash", "sim-stm32vl", elf}, &out, &err), 1);
+  EXPECT_EQ(Fwai({"flash", "sim-stm32vl", elf}, &out, &err), 33);
   EXPECT_NE(err.find("flash guard (approval)"), std::string::npos) << err;
 
   ASSERT_EQ(Fwai({"flash", "--yes", "sim-stm32vl", elf}, &out, &err), 0) << out << err << d_->log();
@@ -194,7 +207,7 @@ TEST_F(HwTest, LeaseFlashSerialDebugFaultReleaseThroughTheCli) {
   // A stale image is refused and the board keeps what it runs.
   fs::last_write_time(project_ + "/src/main.c",
                       fs::file_time_type::clock::now() + std::chrono::seconds(2));
-  EXPECT_EQ(Fwai({"flash", "--yes", elf}, &out, &err), 1);
+  EXPECT_EQ(Fwai({"flash", "--yes", elf}, &out, &err), 33);
   EXPECT_NE(err.find("flash guard (fresh)"), std::string::npos) << err;
   EXPECT_NE(err.find("main.c"), std::string::npos) << err;
   EXPECT_EQ(Device("sim-stm32vl").value("image_sha256", ""), sha);
@@ -876,7 +889,7 @@ TEST_F(HwTest, SecondSimulatedBoardProbeBoardWithPowerAndOpenOcd) {
   ASSERT_EQ(RunCommand({"/usr/bin/make", "-s", "-C", hello_dir}, &out, &err, {}, 120), 0) << err;
   const std::string blinky = BuildExample();
   ASSERT_EQ(Fwai({"hw", "lease", "lm3s"}, &out, &err), 0) << err;
-  EXPECT_EQ(Fwai({"flash", "--yes", "lm3s", blinky}, &out, &err), 1);  // an STM32 image
+  EXPECT_EQ(Fwai({"flash", "--yes", "lm3s", blinky}, &out, &err), 33);  // an STM32 image: config
   EXPECT_NE(err.find("flash guard ("), std::string::npos) << err;
   ASSERT_EQ(Fwai({"flash", "--yes", "lm3s", hello_dir + "/build/hello.elf"}, &out, &err), 0) << err;
   EXPECT_NE(out.find("lm3s6965-hello 1.0.0 booted"), std::string::npos) << out;
@@ -910,6 +923,94 @@ TEST_F(HwTest, SecondSimulatedBoardProbeBoardWithPowerAndOpenOcd) {
   std::getline(pf, l1);
   std::getline(pf, l2);
   EXPECT_EQ(l2, "off");
+  fs::remove_all(tmp);
+}
+
+// Whose failure a flash was, said by its exit code and words: a boot pattern
+// that never came is the firmware's (30), the simulator killed while the
+// board boots the lab's (31), a guard refusal the request's (33). Three lab
+// failures in a row quarantine the board, across a restart, until an admin
+// returns it.
+TEST_F(HwTest, FlashVerdictsTellTheLabFromTheFirmwareAndQuarantineABadBoard) {
+  const std::string tmp = MakeTempDir("fwai-verdict-");
+  // The bench's broken simulator: it dies as it starts.
+  fs::create_directories(tmp + "/bin");
+  std::ofstream(tmp + "/bin/qemu-dead")
+      << "#!/bin/sh\necho 'qemu-system-arm: cannot set up guest memory' >&2\nexit 1\n";
+  fs::permissions(tmp + "/bin/qemu-dead", fs::perms::owner_all);
+  StartDaemon(
+      "hardware:\n  quarantine_after: 3\n  boards:\n"
+      "    - {id: sim-fw, kind: simulated, machine: stm32vldiscovery, boot_pattern: 'never "
+      "printed', boot_timeout_s: 2}\n"
+      "    - {id: sim-kill, kind: simulated, machine: stm32vldiscovery, boot_pattern: 'never "
+      "printed', boot_timeout_s: 600}\n"
+      "    - {id: sim-dead, kind: simulated, machine: stm32vldiscovery, tags: [dead], qemu: " +
+      tmp + "/bin/qemu-dead}\n");
+  const std::string blinky = BuildExample();
+  std::string out, err;
+  for (const char* b : {"sim-fw", "sim-kill", "sim-dead"})
+    ASSERT_EQ(Fwai({"hw", "lease", b}, &out, &err), 0) << err;
+
+  // The firmware never says it booted: the firmware's failure.
+  EXPECT_EQ(Fwai({"flash", "--yes", "sim-fw", blinky}, &out, &err), 30) << err;
+  EXPECT_NE(err.find("verdict firmware"), std::string::npos) << err;
+  EXPECT_NE(err.find("did not appear on the serial port within 2 s"), std::string::npos) << err;
+  // An image that is not there: the request's.
+  EXPECT_EQ(Fwai({"--json", "flash", "--yes", "sim-fw", tmp + "/missing.elf"}, &out, &err), 33)
+      << err;
+  EXPECT_EQ(json::parse(out.substr(0, out.find('\n')), nullptr, false).value("verdict", ""),
+            "config")
+      << out;
+
+  // The simulator killed while the board boots: the lab's, at once.
+  const pid_t flash = Spawn({"flash", "--yes", "sim-kill", blinky});
+  int qemu = 0;
+  for (int i = 0; i < 600 && qemu <= 0; ++i) {
+    qemu = Device("sim-kill").value("pid", 0);
+    if (qemu <= 0) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_GT(qemu, 0) << "sim-kill's simulator never started";
+  ASSERT_EQ(kill(qemu, SIGKILL), 0);
+  int status = 0;
+  ASSERT_EQ(waitpid(flash, &status, 0), flash);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 31) << d_->log();
+  EXPECT_EQ(Device("sim-kill").value("health", ""), "bad");
+
+  // A broken bench, flashed three times: quarantined, and recorded so.
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(Fwai({"flash", "--yes", "sim-dead", blinky}, &out, &err), 31) << err;
+    EXPECT_NE(err.find("verdict lab"), std::string::npos) << err;
+  }
+  json dead = Device("sim-dead");
+  EXPECT_EQ(dead.value("health", ""), "quarantined");
+  EXPECT_NE(dead.value("health_reason", "").find("3 lab failures in a row"), std::string::npos)
+      << dead.dump();
+  auto quarantined = RecordsOf("board_quarantined");
+  ASSERT_EQ(quarantined.size(), 1u);
+  EXPECT_EQ(quarantined[0].value("board", ""), "sim-dead");
+  EXPECT_EQ(quarantined[0]["failures"].size(), 3u);
+  // sim-fw failed only by its firmware, sim-kill once by the lab: neither is quarantined.
+  EXPECT_EQ(Device("sim-fw").value("health", ""), "good");
+  // Released, it is not handed out again, by tag or by name, across a restart.
+  ASSERT_EQ(Fwai({"hw", "release", "sim-dead"}, &out, &err), 0) << err;
+  ASSERT_EQ(d_->Stop(), 0);
+  ASSERT_TRUE(d_->Start()) << d_->log();
+  EXPECT_EQ(Device("sim-dead").value("health", ""), "quarantined");
+  EXPECT_NE(Fwai({"hw", "lease", "--tag", "dead"}, &out, &err), 0);
+  EXPECT_NE(err.find("sim-dead is quarantined"), std::string::npos) << err;
+  EXPECT_NE(Fwai({"hw", "test", "sim-dead"}, &out, &err), 0);
+  EXPECT_NE(err.find("is quarantined"), std::string::npos) << err;
+  // The admin (here: fwaid's own user) returns it.
+  ASSERT_EQ(Fwai({"hw", "health", "sim-dead", "good", "--reason", "simulator fixed"}, &out, &err),
+            0)
+      << err;
+  EXPECT_EQ(Device("sim-dead").value("health", ""), "good");
+  auto returned = RecordsOf("board_health");
+  ASSERT_EQ(returned.size(), 1u);
+  EXPECT_EQ(returned[0].value("health", ""), "good");
+  EXPECT_EQ(returned[0].value("reason", ""), "simulator fixed");
+  ASSERT_EQ(Fwai({"hw", "lease", "--tag", "dead"}, &out, &err), 0) << err;
   fs::remove_all(tmp);
 }
 

@@ -288,7 +288,8 @@ TEST_F(LifecycleTest, AnImageBuiltByAToolchainThatDoesNotVerifyIsRefused) {
       << s.dump(1);
   // `fwai flash` refuses it the same way.
   ASSERT_EQ(Fwai({"hw", "lease", "sim-stm32vl"}, &out, &err), 0) << err;
-  EXPECT_EQ(Fwai({"flash", "--yes", "sim-stm32vl", project_ + "/build/blinky.elf"}, &out, &err), 1);
+  EXPECT_EQ(Fwai({"flash", "--yes", "sim-stm32vl", project_ + "/build/blinky.elf"}, &out, &err),
+            33);
   EXPECT_NE(err.find("flash guard (toolchain)"), std::string::npos) << err;
   fs::remove_all(admin);
 }

@@ -289,6 +289,7 @@ TEST_F(SkillsTest, FailureClassesHaveTheirExitCodes) {
   std::string out, err;
   // Unknown skill: config.
   EXPECT_EQ(Fwai({"run", "no-such-skill", "--ci"}, &out, &err), 11) << err;
+  EXPECT_EQ(Fwai({"run", "no-such-skill", "--ci", "--exit-by", "verdict"}, &out, &err), 33) << err;
   EXPECT_NE(err.find("build-flash-verify"), std::string::npos) << err;  // lists what exists
   // An unknown variable is caught before anything runs, with file:line.
   WriteFile(".fwai/skills/vars.yaml",
@@ -299,12 +300,21 @@ TEST_F(SkillsTest, FailureClassesHaveTheirExitCodes) {
   // Flashing in CI mode without approval: the policy refuses and says which rule.
   EXPECT_EQ(Fwai({"run", "flash", "--ci"}, &out, &err), 16) << out << err;
   EXPECT_NE(out.find("flash.require_approval"), std::string::npos) << out;
+  // By verdict (CI that tells the lab from the firmware): the request's.
+  EXPECT_EQ(Fwai({"run", "flash", "--ci", "--exit-by", "verdict"}, &out, &err), 33) << out << err;
+  EXPECT_EQ(json::parse(out).value("verdict", ""), "config") << out;
   // A monitor that never sees its pattern: verify.
   WriteFile(".fwai/skills/wait.yaml",
             "name: wait\nsteps:\n  - name: boot\n    tool: monitor\n    expect: "
             "never-printed-\\d+\n    since: now\n    timeout: 2\n");
   EXPECT_EQ(Fwai({"run", "wait", "--ci"}, &out, &err), 14) << out << err;
   EXPECT_NE(out.find("never-printed"), std::string::npos);
+  // The boot pattern absent: the firmware's failure.
+  EXPECT_EQ(Fwai({"run", "wait", "--ci", "--exit-by", "verdict"}, &out, &err), 30) << out << err;
+  json waited = json::parse(out);
+  EXPECT_EQ(waited.value("verdict", ""), "firmware") << out;
+  EXPECT_EQ(waited["steps"][0].value("verdict", ""), "firmware") << out;
+  EXPECT_NE(err.find("FAILED (verify, verdict firmware)"), std::string::npos) << err;
   // A timeout given by a variable: applied as given, and a value that is not
   // a duration is refused before anything runs, naming file:line and value.
   WriteFile(".fwai/skills/waitvar.yaml",
@@ -322,6 +332,7 @@ TEST_F(SkillsTest, FailureClassesHaveTheirExitCodes) {
             "timeout: 1\n");
   auto t0 = std::chrono::steady_clock::now();
   EXPECT_EQ(Fwai({"run", "slow", "--ci"}, &out, &err), 17) << out << err;
+  EXPECT_EQ(json::parse(out).value("verdict", ""), "unknown") << out;  // not guessed
   WriteFile(".fwai/skills/slow2.yaml",
             "name: slow2\nsteps:\n  - name: nap\n    tool: shell\n    command: sleep 30\n");
   EXPECT_EQ(Fwai({"run", "slow2", "--ci", "--timeout", "2"}, &out, &err), 17) << out << err;

@@ -4,6 +4,7 @@
 // the board's lab lease. Real etcd, real fwaids, a real QEMU board.
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
+#include <signal.h>
 
 #include <algorithm>
 #include <chrono>
@@ -14,6 +15,7 @@
 #include <sstream>
 #include <thread>
 
+#include "common/grpc_status.h"
 #include "fwai/v1/auth.grpc.pb.h"
 #include "fwai/v1/hardware.grpc.pb.h"
 #include "fwai/v1/lab.grpc.pb.h"
@@ -519,6 +521,58 @@ TEST_F(LabForward, TheFlashGuardRefusesAStaleImageThroughAFrontAndLeavesTheBoard
   ASSERT_TRUE(fresh.status.ok()) << fresh.status.error_message() << "\nbench:\n" << bench_->log();
   EXPECT_NE(fresh.boot_line.find("booted"), std::string::npos) << fresh.boot_line;
   EXPECT_NE(std::find(fresh.stages.begin(), fresh.stages.end(), "guard"), fresh.stages.end());
+}
+
+// Whose failure a flash on a bench's board was is the bench's to say, and its
+// verdict reaches the front's caller unchanged: the bench's simulator killed
+// while the board boots is the lab's; a firmware that never says it booted,
+// the firmware's.
+TEST_F(LabForward, TheBenchsVerdictReachesTheFrontsCaller) {
+  namespace fs = std::filesystem;
+  const pb::Lease l = Lease(*front1_, "b1");
+  ASSERT_FALSE(l.lease_id().empty());
+  // The example with its boot line changed: it runs, but never says "booted".
+  std::string bytes = ReadText(FWAI_BLINKY_ELF);
+  size_t changed = 0;
+  for (size_t at = bytes.find("booted"); at != std::string::npos; at = bytes.find("booted", at)) {
+    bytes.replace(at, 6, "bootex");
+    ++changed;
+  }
+  ASSERT_GT(changed, 0u);
+  const std::string dir = cluster_.dir() + "/mute";
+  fs::create_directories(dir);
+  const std::string image = dir + "/mute.elf";
+  std::ofstream(image, std::ios::binary) << bytes;
+  auto qemu_pid = [&] {
+    auto hw = pb::Hardware::NewStub(bench_->channel());
+    grpc::ClientContext ctx;
+    pb::ListDevicesResponse r;
+    EXPECT_TRUE(hw->ListDevices(&ctx, {}, &r).ok());
+    for (const auto& d : r.devices())
+      if (d.id() == "b1") return d.pid();
+    return 0;
+  };
+  const int before = qemu_pid();
+  Flashed killed;
+  std::thread flash([&] { killed = Flash(*front1_, "b1", l.lease_id(), image); });
+  int qemu = before;
+  for (int i = 0; i < 600 && (qemu <= 0 || qemu == before); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    qemu = qemu_pid();
+  }
+  ASSERT_GT(qemu, 0) << bench_->log();
+  ASSERT_NE(qemu, before);
+  ASSERT_EQ(kill(qemu, SIGKILL), 0);
+  flash.join();
+  EXPECT_EQ(VerdictOf(killed.status), "lab") << killed.status.error_message();
+  EXPECT_NE(killed.status.error_message().find("the bench bench1 of board b1"), std::string::npos)
+      << killed.status.error_message();
+  // Flashed again, the board runs it and never says it booted.
+  Flashed mute = Flash(*front1_, "b1", l.lease_id(), image);
+  EXPECT_EQ(VerdictOf(mute.status), "firmware") << mute.status.error_message();
+  EXPECT_NE(mute.status.error_message().find("did not appear on the serial port"),
+            std::string::npos)
+      << mute.status.error_message();
 }
 
 TEST_F(LabForward, TheFrontChecksTheProjectsRegistersBeforeABenchsBoardIsFlashed) {

@@ -429,6 +429,9 @@ class HardwareBroker {
     MutexLock lock(&hooks_mu_);
     return recorder_;
   }
+  // The evidence record of a fault capture (kind fault_capture): the board,
+  // the image's and the capture's SHA-256, the fault in words.
+  void RecordCapture(const Caller& caller, const nlohmann::json& capture);
   // A quarantine kept from before fwaid's restart, applied to `b`.
   void LoadQuarantine(Board& b);
   // An admin's health for `b`: a quarantine lifted or set by hand is kept

@@ -19,6 +19,8 @@
 #include "common/subprocess.h"
 #include "server/hardware/broker.h"
 #include "server/hardware/broker_internal.h"
+#include "server/hardware/fault_capture.h"
+#include "server/hardware/firmware_image.h"
 #include "server/hardware/gdb_mi.h"
 #include "server/hardware/gdb_policy.h"
 #include "server/hardware/qemu.h"
@@ -277,7 +279,26 @@ absl::StatusOr<std::string> StartGdbServer(const BoardConfig& cfg, pid_t* pid) {
   return absl::StrCat("127.0.0.1:", *port);
 }
 
-// One debug command on `gdb` (fwai's words: fault, reset, print, bt,
+// What the broker knows of `b` for a capture: the image it runs (by the
+// hash its flash record names) and the serial lines before now.
+CaptureSource CaptureSourceOf(HardwareBroker::Board& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(b.op_mu) {
+  CaptureSource s;
+  s.board = b.cfg.id;
+  s.target = b.cfg.target;
+  s.machine = b.cfg.machine;
+  s.image_path = b.image;
+  {
+    MutexLock lock(&b.state_mu);
+    s.image_sha256 = b.image_sha256;
+  }
+  s.ram_origin = static_cast<uint32_t>(b.cfg.ram_origin);
+  s.ram_size = static_cast<uint32_t>(b.cfg.ram_size);
+  for (const auto& l : b.hub->History(100))
+    s.serial_before.push_back({{"seq", l.seq}, {"text", l.text}});
+  return s;
+}
+
+// One debug command on `gdb` (fwai's words: fault, capture, reset, print, bt,
 // continue [S], break; anything else as a gdb console command): its entry
 // (command, output, and what gdb said).
 nlohmann::json RunDebugCommand(GdbSession& gdb, HardwareBroker::Board& b, const std::string& raw,
@@ -314,6 +335,18 @@ nlohmann::json RunDebugCommand(GdbSession& gdb, HardwareBroker::Board& b, const 
           }
         }
       }
+    }
+  } else if (verb == "capture") {
+    auto c = CaptureFault(gdb, CaptureSourceOf(b));
+    if (!c.ok()) {
+      text = absl::StrCat("error: ", c.status().message());
+      entry["error"] = text;
+    } else {
+      const nlohmann::json& fault = (*c)["fault"];
+      text = absl::StrCat("captured ", b.cfg.id, " (", b.cfg.ram_size, " bytes of RAM, registers, ",
+                          "fault status, ", (*c)["serial_before"].size(),
+                          " serial lines): ", fault.value("summary", fault.value("error", "")));
+      entry["capture"] = *std::move(c);
     }
   } else if (verb == "reset") {
     if (b.simulated()) {
@@ -478,6 +511,7 @@ absl::StatusOr<DebugResult> HardwareBroker::Debug(const Caller& caller, const st
       break;
     }
     nlohmann::json entry = RunDebugCommand(**gdb, *b, raw, timeout_ms);
+    if (entry.contains("capture")) RecordCapture(caller, entry["capture"]);
     result.outputs.push_back(entry["output"].get<std::string>());
     result.results.push_back(std::move(entry));
   }
@@ -485,6 +519,21 @@ absl::StatusOr<DebugResult> HardwareBroker::Debug(const Caller& caller, const st
   gdb->reset();
   stop_ocd();
   return result;
+}
+
+void HardwareBroker::RecordCapture(const Caller& caller, const nlohmann::json& capture) {
+  auto recorder = Recorder();
+  if (!recorder) return;
+  const std::string text = capture.dump();
+  const nlohmann::json& image = capture["image"];
+  recorder({{"kind", "fault_capture"},
+            {"board", capture.value("board", "")},
+            {"image_sha256", image.value("sha256", "")},
+            {"capture_sha256", BytesSha256Hex(text)},
+            {"bytes", text.size()},
+            {"fault", capture["fault"].value("summary", "")},
+            {"by", caller.display},
+            {"session_id", caller.session_id}});
 }
 
 absl::Status HardwareBroker::Reset(const Caller& caller, const std::string& board) {

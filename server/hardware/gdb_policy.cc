@@ -19,8 +19,8 @@ const std::set<std::string, std::less<>>& TargetCommands() {
       "hbreak", "thbreak", "delete", "d", "clear", "disable", "enable", "condition", "ignore",
       "watch", "rwatch", "awatch", "continue", "c", "step", "s", "next", "n", "stepi", "si",
       "nexti", "ni", "finish", "fin", "until", "u", "advance", "jump",
-      // fwaid's own: a fault decoded, a reset of the board.
-      "fault", "reset", "decode"};
+      // fwaid's own: a fault decoded or captured, a reset of the board.
+      "fault", "reset", "decode", "capture"};
   return *kCommands;
 }
 

@@ -3,6 +3,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <ctime>
@@ -15,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "client/cli/fault.h"
 #include "client/lib/client.h"
 #include "common/clock.h"
 #include "common/grpc_status.h"
@@ -129,6 +131,9 @@ HwCommands::HwCommands(CLI::App& app, Globals& g) : g_(g) {
                    "[BOARD] CMD... (quote multi-word commands: 'print counter')")
       ->required();
   debug_->add_option("--timeout", debug_timeout_, "Seconds per command (default 10)");
+  debug_->add_option("--save", save_,
+                     "Also capture the stopped core (registers, fault status, RAM, the serial "
+                     "lines before) into this file, for `fwai fault decode`");
 }
 
 std::optional<int> HwCommands::RunIfParsed() {
@@ -600,6 +605,8 @@ int HwCommands::Debug() {
       }
     }
   }
+  if (!save_.empty() && std::find(cmds.begin(), cmds.end(), "capture") == cmds.end())
+    cmds.push_back("capture");
   pb::DebugRequest req;
   req.set_device_id(board);
   for (const auto& c : cmds) req.add_commands(c);
@@ -607,6 +614,17 @@ int HwCommands::Debug() {
   pb::DebugResponse resp;
   auto st = Call(*stub, &pb::Hardware::Stub::Debug, req, &resp);
   if (!st.ok()) return FailGrpc(g_, st);
+  if (!save_.empty()) {
+    json results = json::parse(resp.result_json(), nullptr, false);
+    const json* capture = nullptr;
+    for (const auto& r : results)
+      if (r.is_object() && r.contains("capture")) capture = &r["capture"];
+    if (!capture) {
+      for (const auto& o : resp.outputs()) std::cerr << o << std::endl;
+      return Fail(g_, kExitError, "no capture was taken");
+    }
+    if (int rc = SaveCapture(g_, save_, capture->dump()); rc != kExitOk) return rc;
+  }
   if (g_.json) {
     json results = json::parse(resp.result_json(), nullptr, false);
     for (const auto& r : results) std::cout << r.dump() << std::endl;

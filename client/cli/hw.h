@@ -60,6 +60,7 @@ class HwCommands {
   bool yes_ = false;
   std::string project_root_;
   int debug_timeout_ = 10;
+  std::string save_;  // fwai debug --save FILE
 };
 
 }  // namespace fwai

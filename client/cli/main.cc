@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -31,6 +32,7 @@
 #include "client/cli/auth.h"
 #include "client/cli/cli.h"
 #include "client/cli/evidence.h"
+#include "client/cli/fault.h"
 #include "client/cli/firmware.h"
 #include "client/cli/hw.h"
 #include "client/cli/kb.h"
@@ -1049,14 +1051,23 @@ int Main(int argc, char** argv) {
   AuthCommands auth(app, g);
   FirmwareCommands firmware(app, g);
   OtaCommands ota(app, g);
+  FaultCommands fault(app, g);
   PluginCommands plugin(app, g);
   ProjectCommands project(app, g);
   SkillCommands skill_cmds(app, g);
   auto* repl_session = app.add_option("--session", session_id, "Session for the REPL");
   (void)repl_session;
 
+  // `fwai debug BOARD fault`: a debug command's word, not the `fault` command
+  // (CLI11 takes a word naming a top-level command as that command).
+  std::vector<std::string> words_in(argv, argv + argc);
+  const auto debug_at = std::find(words_in.begin() + 1, words_in.end(), "debug");
+  if (debug_at != words_in.end() && std::find(words_in.begin() + 1, debug_at, "fault") == debug_at)
+    std::replace(debug_at, words_in.end(), std::string("fault"), std::string("info fault"));
+  std::vector<char*> args_in;
+  for (auto& w : words_in) args_in.push_back(w.data());
   try {
-    app.parse(argc, argv);
+    app.parse(static_cast<int>(args_in.size()), args_in.data());
   } catch (const CLI::ParseError& e) {
     int rc = app.exit(e);
     return rc == 0 ? 0 : kExitUsage;
@@ -1080,6 +1091,7 @@ int Main(int argc, char** argv) {
   if (auto rc = auth.RunIfParsed()) return *rc;
   if (auto rc = firmware.RunIfParsed()) return *rc;
   if (auto rc = ota.RunIfParsed()) return *rc;
+  if (auto rc = fault.RunIfParsed()) return *rc;
   if (auto rc = plugin.RunIfParsed()) return *rc;
   if (auto rc = project.RunIfParsed()) return *rc;
   if (auto rc = skill_cmds.RunIfParsed()) return *rc;

@@ -1014,6 +1014,87 @@ TEST_F(HwTest, FlashVerdictsTellTheLabFromTheFirmwareAndQuarantineABadBoard) {
   fs::remove_all(tmp);
 }
 
+// A fault captured on the board decodes later with no board and no fwaid:
+// the same fault and line as the live decode, the backtrace with its locals,
+// the serial lines before it; tied to the image by its SHA-256. A capture cut
+// short, a file of another kind, or a capture whose image is not at hand is
+// refused saying what is wrong (the last: which SHA-256 it needs).
+TEST_F(HwTest, AFaultCaptureDecodesOfflineToItsLineAfterFwaidStops) {
+  StartDaemon();
+  const std::string elf = BuildExample();
+  std::string out, err;
+  ASSERT_EQ(Fwai({"hw", "lease", "sim-stm32vl"}, &out, &err), 0) << err;
+  ASSERT_EQ(Fwai({"flash", "--yes", "sim-stm32vl", elf}, &out, &err), 0) << err;
+  ASSERT_EQ(Fwai({"monitor", "--send", "fault", "--until", "FAULT", "--timeout", "5"}, &out, &err),
+            0)
+      << err;
+  ASSERT_EQ(Fwai({"--json", "debug", "fault"}, &out, &err), 0) << err;
+  const std::string live = json::parse(out)["fault"].value("location", "");
+  ASSERT_NE(live.find("trigger_fault at "), std::string::npos) << out;
+  ASSERT_NE(live.find("main.c:"), std::string::npos) << out;
+  const std::string capture = project_ + "/fault.fwcap";
+  ASSERT_EQ(Fwai({"debug", "sim-stm32vl", "fault", "--save", capture}, &out, &err), 0) << err;
+  EXPECT_NE(out.find("saved the capture to " + capture), std::string::npos) << out;
+  EXPECT_EQ(fs::status(capture).permissions() & fs::perms::all,
+            fs::perms::owner_read | fs::perms::owner_write);
+  // Its record names the image by the hash the flash record gave it.
+  auto captured = RecordsOf("fault_capture");
+  auto flashed = RecordsOf("flash");
+  ASSERT_EQ(captured.size(), 1u) << captured.back().dump();
+  ASSERT_FALSE(flashed.empty());
+  EXPECT_EQ(captured[0].value("image_sha256", ""), flashed.back().value("image_sha256", ""));
+  ASSERT_EQ(RunCommand({"/usr/bin/sha256sum", capture}, &out, &err), 0) << err;
+  EXPECT_EQ(captured[0].value("capture_sha256", ""), out.substr(0, 64));
+  ASSERT_EQ(d_->Stop(), 0);
+
+  // Decoded with fwaid gone, the image given: the live decode's fault and line.
+  ASSERT_EQ(Fwai({"fault", "decode", capture, "--image", elf}, &out, &err), 0) << err;
+  EXPECT_NE(out.find("HardFault"), std::string::npos) << out;
+  EXPECT_NE(out.find("in " + live), std::string::npos) << out;
+  EXPECT_NE(out.find("precise data bus error"), std::string::npos) << out;
+  EXPECT_NE(out.find("0x3ffffff0"), std::string::npos) << out;
+  EXPECT_NE(out.find("FAULT"), std::string::npos) << "the serial lines before it\n" << out;
+  ASSERT_EQ(Fwai({"--json", "fault", "decode", capture, "--image", elf}, &out, &err), 0) << err;
+  json decoded = json::parse(out);
+  bool in_trigger = false, in_main = false;
+  for (const auto& f : decoded["frames"]) {
+    if (f.value("func", "") == "trigger_fault") {
+      in_trigger = true;
+      EXPECT_EQ(live, "trigger_fault at " + f.value("file", "") + ":" + f.value("line", ""));
+      ASSERT_FALSE(f["locals"].empty()) << f.dump();
+      EXPECT_EQ(f["locals"][0].value("name", ""), "bad");
+      EXPECT_EQ(f["locals"][0].value("value", "").find("0x3ffffff0"), 0u) << f.dump();
+    }
+    in_main |= f.value("func", "") == "main";
+  }
+  EXPECT_TRUE(in_trigger) << out;
+  EXPECT_TRUE(in_main) << "the backtrace reaches main\n" << out;
+
+  // Bad input: cut short, another kind of file, another image.
+  const std::string text = ReadFile(capture);
+  const std::string cut = project_ + "/cut.fwcap";
+  std::ofstream(cut) << text.substr(0, text.size() / 2);
+  EXPECT_EQ(Fwai({"fault", "decode", cut, "--image", elf}, &out, &err), 1);
+  EXPECT_NE(err.find(cut + " is not a fault capture: it is cut short"), std::string::npos) << err;
+  EXPECT_EQ(Fwai({"fault", "decode", elf}, &out, &err), 1);
+  EXPECT_NE(err.find("is not a fault capture: it is not JSON"), std::string::npos) << err;
+  const std::string other = project_ + "/other.json";
+  std::ofstream(other) << R"({"format": "something-else", "version": 1})";
+  EXPECT_EQ(Fwai({"fault", "decode", other}, &out, &err), 1);
+  EXPECT_NE(err.find("its format is 'something-else'"), std::string::npos) << err;
+  const std::string sha = captured[0].value("image_sha256", "");
+  const std::string changed = project_ + "/changed.elf";
+  std::ofstream(changed, std::ios::binary) << ReadFile(elf) << "x";
+  EXPECT_EQ(Fwai({"fault", "decode", capture, "--image", changed}, &out, &err), 1);
+  EXPECT_NE(err.find("needs the image with sha256 " + sha), std::string::npos) << err;
+  // Without --image it finds fwaid's copy; once that is gone it says which it needs.
+  ASSERT_EQ(Fwai({"fault", "decode", capture}, &out, &err), 0) << err;
+  fs::remove(d_->data_dir() + "/run/images/sim-stm32vl.elf");
+  EXPECT_EQ(Fwai({"fault", "decode", capture}, &out, &err), 1);
+  EXPECT_NE(err.find("needs the image with sha256 " + sha), std::string::npos) << err;
+  EXPECT_NE(err.find("--image"), std::string::npos) << err;
+}
+
 TEST_F(HwTest, InitDetectsTheExampleAndDoctorChecksTheMachine) {
   StartDaemon();
   BuildExample();

@@ -7,7 +7,11 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "common/local_account.h"
 #include "server/boards/boards.h"
+#include "server/tools/project_fs.h"
 
 namespace fwai {
 
@@ -330,9 +334,72 @@ class GdbTool final : public Tool {
   Boards& boards_;
 };
 
+// Saves a fault capture into the project (.fwai/captures/BOARD-TIME.fwcap)
+// as the session's account; the path relative to the project.
+absl::StatusOr<std::string> SaveCaptureInProject(const ToolContext& ctx, const std::string& board,
+                                                 const json& capture) {
+  if (ctx.project_root.empty() || !ctx.account)
+    return absl::FailedPreconditionError(
+        "this session has no project or local account to keep "
+        "the capture in");
+  ScopedFsIdentity as(*ctx.account);
+  if (!as.status().ok()) return as.status();
+  auto pfs = ProjectFs::Open(ctx.project_root);
+  if (!pfs.ok()) return pfs.status();
+  const std::string rel =
+      absl::StrCat(".fwai/captures/", board, "-",
+                   absl::FormatTime("%Y%m%d-%H%M%S", absl::Now(), absl::UTCTimeZone()), ".fwcap");
+  if (auto s = pfs->WriteFile(rel, capture.dump()); !s.ok()) return s;
+  return rel;
+}
+
+class FaultCaptureTool final : public Tool {
+ public:
+  explicit FaultCaptureTool(Boards& b) : boards_(b) {}
+  std::string name() const override { return "faultCapture"; }
+  std::string description() const override {
+    return "Capture a faulted (or any stopped) board for later: halts it and saves the core "
+           "registers, the fault status registers, RAM and the serial lines before into "
+           ".fwai/captures/ in the project, tied to the image by its sha256. Returns the fault in "
+           "plain words and the backtrace; `fwai fault decode FILE` decodes the file again later, "
+           "on any machine. Needs this session's lease.";
+  }
+  json input_schema() const override {
+    return {{"type", "object"}, {"properties", {{"board", BoardProperty()}}}};
+  }
+  bool read_only() const override { return false; }
+  bool needs_project() const override { return true; }
+  ToolResult Run(const json& input, ToolContext& ctx) override {
+    Caller c = ToolCaller(ctx);
+    auto board = boards_.Resolve(c, input.value("board", ""));
+    if (!board.ok()) return {std::string(board.status().message()), true};
+    auto r = boards_.Debug(c, *board, {"capture", "bt"}, 30000, ctx.cancel);
+    if (!r.ok()) return {std::string(r.status().message()), true};
+    if (r->results.empty() || !r->results[0].contains("capture"))
+      return {r->outputs.empty() ? "no capture was taken" : r->outputs[0], true};
+    const json& capture = r->results[0]["capture"];
+    const json& fault = capture["fault"];
+    std::string out = absl::StrCat(fault.value("summary", fault.value("error", "")), "\n");
+    for (const auto& cause : fault.value("causes", json::array()))
+      absl::StrAppend(&out, "  - ", cause.get<std::string>(), "\n");
+    if (r->outputs.size() > 1) absl::StrAppend(&out, "backtrace:\n", r->outputs[1], "\n");
+    auto saved = SaveCaptureInProject(ctx, board->id, capture);
+    absl::StrAppend(
+        &out,
+        saved.ok() ? absl::StrCat("capture saved to ", *saved, " (fwai fault decode ", *saved, ")")
+                   : absl::StrCat("the capture was not saved: ", saved.status().message()),
+        "; image sha256 ", capture["image"].value("sha256", ""), "\n");
+    return {out, false};
+  }
+
+ private:
+  Boards& boards_;
+};
+
 }  // namespace
 
 void RegisterHardwareTools(ToolRegistry& registry, Boards& boards) {
+  registry.Register(std::make_unique<FaultCaptureTool>(boards));
   registry.Register(std::make_unique<SerialMonitorTool>(boards));
   registry.Register(std::make_unique<SerialHistoryTool>(boards));
   registry.Register(std::make_unique<SerialSendTool>(boards));

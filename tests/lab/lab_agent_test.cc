@@ -106,7 +106,8 @@ class LabAgent : public ::testing::Test {
          "serialSendCommand",
          {{"command", "ping"}, {"wait_for", "^pong"}, {"stream", "rtt:0"}, {"timeout", 20}}},
         {"c5", "serialReadHistory", {{"filter", "^rtt: .*booted"}, {"stream", "rtt:0"}}},
-        {"c6", "serialMonitor", {{"seconds", 1}, {"stream", "rtt:7"}}}};
+        {"c6", "serialMonitor", {{"seconds", 1}, {"stream", "rtt:7"}}},
+        {"c7", "faultCapture", nlohmann::json::object()}};
     fake_.Enqueue(calls);
     FakeReply done;
     done.chunks = {"all good"};
@@ -159,7 +160,7 @@ TEST_F(LabAgent, TheAgentWorksOnABenchsBoardAsOnItsOwn) {
   auto lab_turn = RunChat(*front1().sessions(), session.id(), "check the board", 90);
   ASSERT_TRUE(lab_turn.finished) << front1().log();
   Results lab = ResultsOf(lab_turn);
-  ASSERT_EQ(lab.size(), 6u);
+  ASSERT_EQ(lab.size(), 7u);
   EXPECT_FALSE(lab["c1"].is_error()) << lab["c1"].output();
   EXPECT_NE(lab["c1"].output().find("pong"), std::string::npos) << lab["c1"].output();
   EXPECT_FALSE(lab["c2"].is_error()) << lab["c2"].output();
@@ -175,6 +176,26 @@ TEST_F(LabAgent, TheAgentWorksOnABenchsBoardAsOnItsOwn) {
   EXPECT_TRUE(lab["c6"].is_error()) << lab["c6"].output();
   EXPECT_NE(lab["c6"].output().find("RTT up-channels 0 to 1, not rtt:7"), std::string::npos)
       << lab["c6"].output();
+  // A capture of the bench's board, kept in the front's project, decodes there offline.
+  EXPECT_FALSE(lab["c7"].is_error()) << lab["c7"].output();
+  EXPECT_NE(lab["c7"].output().find("not in a fault handler"), std::string::npos)
+      << lab["c7"].output();
+  const std::string saved_at = "capture saved to ";
+  const auto at = lab["c7"].output().find(saved_at);
+  ASSERT_NE(at, std::string::npos) << lab["c7"].output();
+  const std::string rel = lab["c7"].output().substr(
+      at + saved_at.size(),
+      lab["c7"].output().find(' ', at + saved_at.size()) - at - saved_at.size());
+  EXPECT_EQ(rel.rfind(".fwai/captures/b1-", 0), 0u) << rel;
+  std::string decoded, derr;
+  ASSERT_EQ(
+      Fwai(front1(),
+           {"fault", "decode", front1().project_dir() + "/" + rel, "--image", FWAI_BLINKY_ELF},
+           &decoded, &derr),
+      0)
+      << derr;
+  EXPECT_NE(decoded.find("the core is not in a fault handler"), std::string::npos) << decoded;
+  EXPECT_NE(decoded.find(" main at "), std::string::npos) << decoded;
   EXPECT_EQ(lab_turn.text, "all good");
   // The flash through the front is one record there, naming the bench.
   std::string out, err;
@@ -193,8 +214,8 @@ TEST_F(LabAgent, TheAgentWorksOnABenchsBoardAsOnItsOwn) {
   auto local_turn = RunChat(*bench_->sessions(), local_session.id(), "check the board", 90);
   ASSERT_TRUE(local_turn.finished) << bench_->log();
   Results local = ResultsOf(local_turn);
-  ASSERT_EQ(local.size(), 6u);
-  for (const char* id : {"c1", "c2", "c3", "c4", "c5", "c6"})
+  ASSERT_EQ(local.size(), 7u);
+  for (const char* id : {"c1", "c2", "c3", "c4", "c5", "c6", "c7"})
     EXPECT_EQ(local[id].is_error(), lab[id].is_error()) << id;
   EXPECT_NE(local["c1"].output().find("pong"), std::string::npos) << local["c1"].output();
   EXPECT_NE(local["c2"].output().find("counter = "), std::string::npos) << local["c2"].output();

@@ -182,6 +182,7 @@ before(async () => {
         'fwai.daemon': daemon.address,
         'fwai.autoStart': false,
         'fwai.measure': MEASURE,
+        'fwai.cliPath': path.join(BIN, 'fwai'),
       },
       null,
       2,

@@ -125,3 +125,27 @@ export async function flashImage(
     stream.on('error', (e: unknown) => reject(toFwaiError(e)));
   });
 }
+
+/**
+ * Captures the board's stopped core through the daemon (`capture`: registers,
+ * fault status, RAM, the serial lines before, tied to the image's sha256).
+ * Answers the capture (the file `fwai fault decode` reads); rejects with what
+ * the daemon said when none was taken.
+ */
+export async function captureFault(
+  client: FwaiClient,
+  deviceId: string,
+  leaseId = '',
+  timeoutMs = 60000,
+): Promise<Record<string, unknown>> {
+  const r = await client.call(
+    'Hardware',
+    'Debug',
+    { device_id: deviceId, lease_id: leaseId, commands: ['capture'], timeout_s: 30 },
+    timeoutMs,
+  );
+  const results = JSON.parse(r.result_json || '[]') as Array<Record<string, unknown>>;
+  const entry = results.find((e) => e && typeof e === 'object' && 'capture' in e);
+  if (!entry) throw new Error(`no capture of ${deviceId}: ${r.outputs?.[0] ?? 'the daemon took none'}`);
+  return entry.capture as Record<string, unknown>;
+}

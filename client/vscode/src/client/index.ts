@@ -8,6 +8,7 @@ export * from './errors';
 export * from './events';
 export * from './evidence';
 export * from './firmware';
+export * from './faults';
 export * from './hardware';
 export * from './knowledge';
 export * from './model';

@@ -4,12 +4,22 @@
 const loadedAt = Date.now();
 
 import * as vscode from 'vscode';
-import { SessionInfo, deleteSession, memoryReport, otaStatus, sbom, selfTest } from '../client';
+import {
+  SessionInfo,
+  captureFault,
+  deleteSession,
+  memoryReport,
+  otaStatus,
+  saveCapture,
+  sbom,
+  selfTest,
+} from '../client';
 import { Boards, Device } from './boards';
 import { Chat, pickProjectRoot } from './chat';
 import { Connection, TOKEN_KEY } from './connection';
 import { Edits } from './edits';
 import { Evidence } from './evidence';
+import { openCaptureReport } from './faults';
 import { Knowledge } from './knowledge';
 import { Plans } from './plans';
 import { SessionsView } from './sessionsView';
@@ -148,6 +158,27 @@ export function activate(ctx: vscode.ExtensionContext): FwaiApi {
     out.show(true);
     await boards.refresh();
   });
+
+  // Fault captures: a held board's stopped core kept in the project, and any
+  // capture opened as a report (decoded offline by the fwai CLI).
+  command('fwai.captureFault', async (d?: Device, into?: unknown) => {
+    const board = d?.id ? d : undefined;
+    const id = board?.id ?? (await vscode.window.showInputBox({ prompt: 'Board to capture' }));
+    if (!id) return undefined;
+    // Only an explicit folder (from another extension or a test) is taken as
+    // given; a view passes its selection as the second argument.
+    const root = typeof into === 'string' ? into : (chat.projectRoot() ?? (await pickProjectRoot()));
+    if (!root) throw new Error('open the firmware project folder first: the capture is kept in it');
+    const client = await conn.get();
+    const capture = await vscode.window.withProgress(
+      { location: vscode.ProgressLocation.Notification, title: `fwai: capturing ${id}` },
+      () => captureFault(client, id, boards.heldByMe(id)?.lease_id ?? ''),
+    );
+    const file = saveCapture(root, id, capture);
+    out.appendLine(`fwai: captured ${id} into ${file}`);
+    return openCaptureReport(file);
+  });
+  command('fwai.openFaultCapture', (uri?: vscode.Uri) => openCaptureReport(uri?.fsPath));
 
   command('fwai.refreshSkills', () => skills.refresh());
   command('fwai.runSkill', async (node?: { folder: vscode.WorkspaceFolder; skill: { name: string } }) => {

@@ -8,7 +8,7 @@ const assert = require('node:assert/strict');
 const { execFileSync } = require('node:child_process');
 const fs = require('node:fs');
 const path = require('node:path');
-const { Daemon, PROTO_ROOT, ROOT } = require('../support/fixtures.cjs');
+const { BIN, Daemon, PROTO_ROOT, ROOT } = require('../support/fixtures.cjs');
 const lib = require('../../out/client.js');
 
 function buildBlinky(project) {
@@ -235,5 +235,79 @@ test(
     const closed = once(third, 'end');
     third.close();
     assert.equal((await closed)[0], 'closed');
+  },
+);
+
+test(
+  'a faulted board captured through the library decodes offline into a report: fault, line, locals, serial',
+  { timeout: 120000 },
+  async (t) => {
+    const d = new Daemon(null);
+    t.after(() => d.cleanup());
+    await d.start();
+    const elf = buildBlinky(d.project);
+    const client = await lib.FwaiClient.connect({
+      address: d.address,
+      protoRoot: PROTO_ROOT,
+      clientName: 'vscode-test',
+    });
+    t.after(() => client.close());
+    // Nobody's lease: refused, naming why.
+    await assert.rejects(lib.captureFault(client, 'sim-stm32vl'), /lease/);
+    const lease = await lib.acquireLease(client, 'sim-stm32vl', { ttlS: 600 });
+    await flash(client, {
+      deviceId: 'sim-stm32vl',
+      imagePath: elf,
+      approved: true,
+      leaseId: lease.lease_id,
+      projectRoot: d.project,
+    });
+    const serial = new lib.SerialSession(client, 'sim-stm32vl', { leaseId: lease.lease_id });
+    const opened = new Promise((r) => serial.once('opened', r));
+    await serial.open();
+    await opened;
+    const faulted = linesUntil(serial, /^FAULT/);
+    serial.sendLine('fault');
+    await faulted;
+    serial.close();
+
+    const capture = await lib.captureFault(client, 'sim-stm32vl', lease.lease_id);
+    assert.equal(capture.format, 'fwai-fault-capture');
+    assert.match(capture.fault.summary, /^HardFault .* in trigger_fault at src\/main\.c:\d+/);
+    const file = lib.saveCapture(d.project, 'sim-stm32vl', capture);
+    assert.match(path.relative(d.project, file), /^\.fwai\/captures\/sim-stm32vl-\d{8}-\d{6}\.fwcap$/);
+    assert.equal(fs.statSync(file).mode & 0o777, 0o600);
+
+    await d.stop('SIGTERM'); // offline: no fwaid, no board
+    const decoded = await lib.decodeCapture(path.join(BIN, 'fwai'), file, elf);
+    const frame = decoded.frames.find((f) => f.func === 'trigger_fault');
+    assert.ok(frame, JSON.stringify(decoded.frames));
+    assert.equal(`trigger_fault at ${frame.file}:${frame.line}`, capture.fault.location);
+    assert.deepEqual(
+      frame.locals.map((v) => v.name),
+      ['bad'],
+    );
+    const report = lib.captureReport(decoded, file);
+    assert.match(report, /^# Fault on sim-stm32vl/);
+    assert.match(
+      report,
+      /\*\*HardFault at pc=0x[0-9a-f]{8} in trigger_fault at src\/main\.c:\d+: bus fault: precise data bus error/,
+    );
+    assert.match(report, /## Backtrace/);
+    assert.match(report, /\*\*main\*\* at `src\/main\.c:\d+`/);
+    assert.match(report, /FAULT: hard fault at pc=/);
+    // Another image: the CLI's words, naming the sha256 the capture needs.
+    const other = path.join(d.project, 'other.elf');
+    fs.writeFileSync(other, Buffer.concat([fs.readFileSync(elf), Buffer.from('x')]));
+    await assert.rejects(
+      lib.decodeCapture(path.join(BIN, 'fwai'), file, other),
+      new RegExp(`needs the image with sha256 ${capture.image.sha256}`),
+    );
+    const cut = path.join(d.project, 'cut.fwcap');
+    fs.writeFileSync(cut, fs.readFileSync(file).subarray(0, 100));
+    await assert.rejects(
+      lib.decodeCapture(path.join(BIN, 'fwai'), cut, elf),
+      /is not a fault capture: it is cut short/,
+    );
   },
 );

@@ -82,6 +82,8 @@ const tests = [
         'fwai.sbom',
         'fwai.otaStatus',
         'fwai.checkRegisters',
+        'fwai.captureFault',
+        'fwai.openFaultCapture',
       ]) {
         assert.ok(cmds.includes(c), `${c} is not registered`);
       }
@@ -365,6 +367,19 @@ const tests = [
       assert.equal(term.name, 'fwai RTT 0 · Terminal: sim-stm32vl');
       assert.ok(vscode.window.terminals.includes(term));
       term.dispose();
+      // A capture of the held board, kept in the project and opened as a report
+      // (decoded by the fwai CLI, offline, as `fwai fault decode` would).
+      const report = await vscode.commands.executeCommand('fwai.captureFault', board, PROJECT);
+      assert.ok(report, 'no report opened');
+      assert.match(report.getText(), /^# Fault on sim-stm32vl/);
+      assert.match(report.getText(), /the core is not in a fault handler/);
+      assert.match(report.getText(), /\*\*main\*\* at `src\/main\.c:\d+`/);
+      assert.equal(vscode.window.activeTextEditor?.document, report);
+      const kept = fs.readdirSync(path.join(PROJECT, '.fwai', 'captures'));
+      assert.ok(
+        kept.some((f) => /^sim-stm32vl-\d{8}-\d{6}\.fwcap$/.test(f)),
+        JSON.stringify(kept),
+      );
       await api.boards.release(board);
       assert.equal(api.boards.heldByMe(board.id), undefined);
     },

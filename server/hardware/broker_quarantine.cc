@@ -72,9 +72,8 @@ void HardwareBroker::LoadQuarantine(Board& b) {
   b.SetHealth(kQuarantined, reason, /*admin=*/true);
 }
 
-void HardwareBroker::AdminHealthChanged(Board& b, const std::string& was,
-                                        const std::string& health, const std::string& reason,
-                                        const Caller& caller) {
+void HardwareBroker::AdminHealthChanged(Board& b, const std::string& was, const std::string& health,
+                                        const std::string& reason, const Caller& caller) {
   {
     MutexLock lock(&b.state_mu);
     b.lab_failures.clear();

@@ -187,6 +187,10 @@ absl::Status HardwareBroker::BootSimulated(Board& b, const std::string& image) {
     b.ota_version.clear();
   }
   b.SetHealth("good", "");
+  // A simulator that died while it started (its port's failure already
+  // marked the board) is not made good by this start.
+  if (!b.hub->is_open())
+    b.SetHealth("bad", "the simulator stopped as it started (its serial port closed)");
   return absl::OkStatus();
 }
 

@@ -301,13 +301,17 @@ absl::Status SerialHub::Open(const std::string& path, const SerialSettings& s) {
             MutexLock lock(&mu_);
             if (!open_) return;  // closed on purpose
             open_ = false;
-            cv_.SignalAll();  // a WaitFor ends with the port
             reason = absl::StrCat("serial port ", path_, " closed: ",
                                   e == asio::error::eof ? std::string("end of file") : e.message());
             cb = on_failure_;
           }
           // Health first, so a reader told of the end finds the board marked.
           if (cb) cb(reason);
+          {
+            MutexLock lock(&mu_);
+            ++closes_;
+            cv_.SignalAll();  // a WaitFor ends with the port
+          }
           EndReaders([](const SerialReader&) { return true; }, reason);
         });
   };
@@ -358,6 +362,7 @@ void SerialHub::Close(const std::string& reason, bool end_readers) {
   {
     MutexLock lock(&mu_);
     open_ = false;
+    ++closes_;
     cv_.SignalAll();  // a WaitFor ends with the port
     was_fed = std::exchange(fed_, false);
     writer_ = nullptr;
@@ -502,6 +507,7 @@ std::optional<SerialLine> SerialHub::WaitFor(const std::regex& pattern, uint64_t
                                              int timeout_ms, const CancelToken* cancel) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
   MutexLock lock(&mu_);
+  const uint64_t closes = closes_;
   const bool was_open = open_;
   uint64_t checked = since_seq;
   while (true) {
@@ -512,7 +518,7 @@ std::optional<SerialLine> SerialHub::WaitFor(const std::regex& pattern, uint64_t
     }
     if (checked < next_seq_) checked = next_seq_;  // lines that fell out of the ring
     if (cancel && cancel->cancelled()) return std::nullopt;
-    if (was_open && !open_) return std::nullopt;
+    if (was_open && closes_ != closes) return std::nullopt;
     auto now = std::chrono::steady_clock::now();
     if (now >= deadline) return std::nullopt;
     cv_.WaitWithTimeout(&mu_, std::min<std::chrono::steady_clock::duration>(

@@ -108,7 +108,7 @@ class SerialHub {
   // Sequence number the next line will get.
   uint64_t next_seq() const;
   // Waits until a line with seq >= since_seq matches `pattern`; nullopt on
-  // timeout, cancellation or the port closing.
+  // timeout, cancellation or the port closing (after its failure callback).
   std::optional<SerialLine> WaitFor(const std::regex& pattern, uint64_t since_seq, int timeout_ms,
                                     const CancelToken* cancel = nullptr);
 
@@ -141,6 +141,10 @@ class SerialHub {
   std::string line_ending_ ABSL_GUARDED_BY(mu_) = "\n";
   std::function<void(const std::string&)> on_failure_ ABSL_GUARDED_BY(mu_);
   bool open_ ABSL_GUARDED_BY(mu_) = false;
+  // Bumps each time the port closes: by Close, or by failing once the
+  // failure callback has run (so a WaitFor that ends with the port finds the
+  // board already marked).
+  uint64_t closes_ ABSL_GUARDED_BY(mu_) = 0;
   bool fed_ ABSL_GUARDED_BY(mu_) = false;  // opened with OpenFed
   std::function<absl::Status(std::string_view)> writer_ ABSL_GUARDED_BY(mu_);
   std::string path_ ABSL_GUARDED_BY(mu_);

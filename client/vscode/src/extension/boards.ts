@@ -138,16 +138,20 @@ export class Boards implements vscode.TreeDataProvider<Device>, vscode.Disposabl
         ? 'error'
         : d.health === 'maintenance'
           ? 'tools'
-          : board
-            ? 'circuit-board'
-            : d.kind === 'probe'
-              ? 'debug'
-              : 'plug',
+          : d.health === 'quarantined'
+            ? 'warning'
+            : board
+              ? 'circuit-board'
+              : d.kind === 'probe'
+                ? 'debug'
+                : 'plug',
       d.health === 'bad'
         ? new vscode.ThemeColor('errorForeground')
-        : mine
-          ? new vscode.ThemeColor('charts.green')
-          : undefined,
+        : d.health === 'quarantined'
+          ? new vscode.ThemeColor('problemsWarningIcon.foreground')
+          : mine
+            ? new vscode.ThemeColor('charts.green')
+            : undefined,
     );
     it.contextValue = board ? (mine ? 'board-mine' : d.holder ? 'board-held' : 'board-free') : 'device';
     return it;

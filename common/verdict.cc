@@ -1,14 +1,9 @@
 #include "common/verdict.h"
 
 #include "absl/strings/cord.h"
+#include "common/strings.h"
 
 namespace fwai {
-namespace {
-
-// absl's own string_view (not std's in Debian's abseil).
-absl::string_view Absl(std::string_view s) { return absl::string_view(s.data(), s.size()); }
-
-}  // namespace
 
 bool IsVerdict(std::string_view v) {
   return v == kVerdictFirmware || v == kVerdictLab || v == kVerdictInfra || v == kVerdictConfig ||
@@ -17,13 +12,13 @@ bool IsVerdict(std::string_view v) {
 
 absl::Status WithVerdict(absl::Status st, std::string_view verdict) {
   if (st.ok() || !IsVerdict(verdict)) return st;
-  st.SetPayload(Absl(kVerdictPayload), absl::Cord(Absl(verdict)));
+  st.SetPayload(AV(kVerdictPayload), absl::Cord(AV(verdict)));
   return st;
 }
 
 std::string VerdictOf(const absl::Status& st) {
   if (st.ok()) return "";
-  auto p = st.GetPayload(Absl(kVerdictPayload));
+  auto p = st.GetPayload(AV(kVerdictPayload));
   if (!p) return "";
   std::string v(*p);
   return IsVerdict(v) ? v : "";

@@ -1,6 +1,5 @@
 #include "client/cli/fault.h"
 
-#include <fcntl.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -10,7 +9,8 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_replace.h"
+#include "common/paths.h"
+#include "common/strings.h"
 #include "server/hardware/fault_capture.h"
 #include "server/hardware/firmware_image.h"
 #include "server/hardware/gdb_mi.h"
@@ -21,10 +21,6 @@ namespace fs = std::filesystem;
 using json = nlohmann::json;
 
 namespace {
-
-std::string ShellQuoted(const std::string& s) {
-  return "'" + absl::StrReplaceAll(s, {{"'", "'\\''"}}) + "'";
-}
 
 absl::StatusOr<FaultCapture> ReadCapture(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -115,7 +111,7 @@ int FaultCommands::Decode() {
   std::error_code ec;
   const std::string capture = fs::absolute(capture_, ec).string();
   if (auto s = (*gdb)->Connect(
-          absl::StrCat("| ", ShellQuoted(SelfPath()), " fault rsp ", ShellQuoted(capture)));
+          absl::StrCat("| ", ShellQuote(SelfPath()), " fault rsp ", ShellQuote(capture)));
       !s.ok()) {
     return Fail(g_, kExitError, std::string(s.message()));
   }
@@ -135,18 +131,8 @@ int FaultCommands::Decode() {
 }
 
 int SaveCapture(const Globals& g, const std::string& path, const std::string& capture_json) {
-  const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (fd < 0) return Fail(g, kExitError, absl::StrCat(path, ": cannot be written"));
-  size_t at = 0;
-  while (at < capture_json.size()) {
-    ssize_t n = write(fd, capture_json.data() + at, capture_json.size() - at);
-    if (n <= 0) {
-      close(fd);
-      return Fail(g, kExitError, absl::StrCat(path, ": cannot be written"));
-    }
-    at += static_cast<size_t>(n);
-  }
-  close(fd);
+  if (auto s = WriteFileAtomic(path, capture_json, 0600); !s.ok())
+    return Fail(g, kExitError, absl::StrCat(path, ": cannot be written (", s.message(), ")"));
   if (!g.json) {
     std::cout << "saved the capture to " << path << " (" << capture_json.size()
               << " bytes); decode it anywhere with: fwai fault decode " << path << std::endl;

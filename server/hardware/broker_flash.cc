@@ -38,9 +38,9 @@ namespace fwai {
 
 namespace fs = std::filesystem;
 
+using broker_internal::BootRegex;
 using broker_internal::kFlashPrefix;
 using broker_internal::OpenOcdArgs;
-using broker_internal::ShellQuote;
 
 namespace {
 
@@ -69,24 +69,18 @@ absl::StatusOr<std::string> WaitForBoot(
     const std::function<void(const FlashProgressUpdate&)>& progress, const CancelToken* cancel) {
   progress(
       {"booting", 0.9, absl::StrCat("waiting for '", b.cfg.boot_pattern, "' on the serial port")});
-  std::regex re;
-  try {
-    re = std::regex(b.cfg.boot_pattern);
-  } catch (const std::regex_error&) {
-    return WithVerdict(absl::InvalidArgumentError(
-                           absl::StrCat("board ", b.cfg.id, ": boot_pattern is not a valid regex")),
-                       kVerdictConfig);
-  }
+  auto re = BootRegex(b.cfg);
+  if (!re.ok()) return WithVerdict(re.status(), kVerdictConfig);
   // The port gone before or while it waits: the lab's failure.
-  auto port_gone = [&b](const char* when) {
+  auto port_gone = [&b] {
     auto [health, why] = b.Health();
     return WithVerdict(
-        absl::UnavailableError(absl::StrCat("flashed ", b.cfg.id, ", but its serial port closed ",
-                                            when, " '", b.cfg.boot_pattern, "' appeared",
-                                            why.empty() ? "" : absl::StrCat(": ", why))),
+        absl::UnavailableError(absl::StrCat(
+            "flashed ", b.cfg.id, ", but its serial port closed before '", b.cfg.boot_pattern,
+            "' appeared", why.empty() ? "" : absl::StrCat(": ", why))),
         kVerdictLab);
   };
-  if (!b.hub->is_open()) return port_gone("before");
+  if (!b.hub->is_open()) return port_gone();
   const int timeout_ms = b.cfg.boot_timeout_s * 1000;
   const auto start = std::chrono::steady_clock::now();
   std::optional<SerialLine> line;
@@ -95,7 +89,7 @@ absl::StatusOr<std::string> WaitForBoot(
     wait->Set("fwai.board", b.cfg.id);
     wait->Set("fwai.serial.pattern", b.cfg.boot_pattern);
     wait->SetInt("fwai.serial.timeout_ms", timeout_ms);
-    line = b.hub->WaitFor(re, since, timeout_ms, cancel);
+    line = b.hub->WaitFor(*re, since, timeout_ms, cancel);
     wait->SetBool("fwai.serial.matched", line.has_value());
     if (!line) wait->Fail("the boot pattern did not appear");
   }
@@ -103,7 +97,7 @@ absl::StatusOr<std::string> WaitForBoot(
   if (cancel && cancel->cancelled()) return absl::CancelledError("flash cancelled");
   // WaitFor ends before its time only when the port closes.
   if (std::chrono::steady_clock::now() - start < std::chrono::milliseconds(timeout_ms))
-    return port_gone("before");
+    return port_gone();
   return WithVerdict(
       absl::DeadlineExceededError(absl::StrCat("flashed ", b.cfg.id, ", but '", b.cfg.boot_pattern,
                                                "' did not appear on the serial port within ",
@@ -474,16 +468,14 @@ absl::StatusOr<FlashResult> HardwareBroker::FlashGuarded(
   bool writing = false;
   auto r = FlashOnce(caller, board_id, requested_image, approved, project_root, progress, cancel,
                      guard, &writing);
-  if (r.ok() || !writing) {
-    // Refused before anything was written: the request did not pass the
-    // guard (or named no board here), which says nothing of the board.
-    if (!r.ok() && VerdictOf(r.status()).empty() &&
-        r.status().code() != absl::StatusCode::kCancelled)
-      return WithVerdict(r.status(), kVerdictConfig);
-    if (r.ok()) CountOutcome(board_id, absl::OkStatus(), "flash");
+  if (r.ok() || writing) {
+    CountOutcome(board_id, r.status(), absl::StrCat("flash of ", requested_image));
     return r;
   }
-  CountOutcome(board_id, r.status(), absl::StrCat("flash of ", requested_image));
+  // Refused before anything was written: the request did not pass the guard
+  // (or named no board here), which says nothing of the board.
+  if (VerdictOf(r.status()).empty() && r.status().code() != absl::StatusCode::kCancelled)
+    return WithVerdict(r.status(), kVerdictConfig);
   return r;
 }
 

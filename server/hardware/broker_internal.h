@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/config.h"
 #include "common/mutex.h"
+#include "common/strings.h"
 #include "server/hardware/broker.h"
 #include "server/hardware/qemu.h"
 #include "server/hardware/rtt_pump.h"
@@ -97,18 +98,6 @@ inline std::vector<std::string> OpenOcdArgs(const BoardConfig& cfg) {
     args.push_back("adapter serial " + cfg.probe);
   }
   return args;
-}
-
-inline std::string ShellQuote(const std::string& s) {
-  std::string out = "'";
-  for (char c : s) {
-    if (c == '\'') {
-      out += "'\\''";
-    } else {
-      out += c;
-    }
-  }
-  return out + "'";
 }
 
 inline absl::StatusOr<std::regex> BootRegex(const BoardConfig& cfg) {

@@ -17,7 +17,6 @@ namespace fwai {
 
 using broker_internal::BootRegex;
 using broker_internal::kFlashPrefix;
-using broker_internal::ShellQuote;
 
 absl::StatusOr<OtaBootResult> HardwareBroker::BootFromSlots(Board& b) {
   if (!b.slots)

@@ -40,6 +40,17 @@ function linesUntil(serial, re, ms = 20000) {
   });
 }
 
+/** A fwaid with the example built in its project and a client connected to it, both ended after `t`. */
+async function startWithExample(t) {
+  const d = new Daemon(null);
+  t.after(() => d.cleanup());
+  await d.start();
+  const elf = buildBlinky(d.project);
+  const client = await lib.FwaiClient.connect({ address: d.address, protoRoot: PROTO_ROOT, clientName: 'vscode-test' });
+  t.after(() => client.close());
+  return { d, elf, client };
+}
+
 /** Flashes through the library; answers every progress message, the last being what flashImage resolved with. */
 async function flash(client, o) {
   const progress = [];
@@ -52,16 +63,7 @@ test(
   'lease, serial open across a flash, guard refusal with its rule, send a command, release',
   { timeout: 120000 },
   async (t) => {
-    const d = new Daemon(null);
-    t.after(() => d.cleanup());
-    await d.start();
-    const elf = buildBlinky(d.project);
-    const client = await lib.FwaiClient.connect({
-      address: d.address,
-      protoRoot: PROTO_ROOT,
-      clientName: 'vscode-test',
-    });
-    t.after(() => client.close());
+    const { d, elf, client } = await startWithExample(t);
 
     const devs = await lib.listDevices(client);
     const board = devs.devices.find((x) => x.id === 'sim-stm32vl');
@@ -162,16 +164,7 @@ test(
   'a serial reader opened with reconnect survives fwaid stopping, being killed and restarting; a lease end still ends it',
   { timeout: 180000 },
   async (t) => {
-    const d = new Daemon(null);
-    t.after(() => d.cleanup());
-    await d.start();
-    const elf = buildBlinky(d.project);
-    const client = await lib.FwaiClient.connect({
-      address: d.address,
-      protoRoot: PROTO_ROOT,
-      clientName: 'vscode-test',
-    });
-    t.after(() => client.close());
+    const { d, elf, client } = await startWithExample(t);
     const lease = await lib.acquireLease(client, 'sim-stm32vl', { ttlS: 600 });
     await flash(client, {
       deviceId: 'sim-stm32vl',
@@ -242,16 +235,7 @@ test(
   'a faulted board captured through the library decodes offline into a report: fault, line, locals, serial',
   { timeout: 120000 },
   async (t) => {
-    const d = new Daemon(null);
-    t.after(() => d.cleanup());
-    await d.start();
-    const elf = buildBlinky(d.project);
-    const client = await lib.FwaiClient.connect({
-      address: d.address,
-      protoRoot: PROTO_ROOT,
-      clientName: 'vscode-test',
-    });
-    t.after(() => client.close());
+    const { d, elf, client } = await startWithExample(t);
     // Nobody's lease: refused, naming why.
     await assert.rejects(lib.captureFault(client, 'sim-stm32vl'), /lease/);
     const lease = await lib.acquireLease(client, 'sim-stm32vl', { ttlS: 600 });

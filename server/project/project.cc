@@ -396,7 +396,7 @@ std::string UnmanagedSections(const std::string& yaml_text) {
   }
   if (!root.IsMap()) return "";
   std::string out;
-  for (const char* key : {"policy", "mcp_servers", "skills", "template"}) {
+  for (const char* key : {"policy", "mcp_servers", "skills", "template", "watch"}) {
     if (!root[key]) continue;
     YAML::Emitter e;
     e << YAML::BeginMap << YAML::Key << key << YAML::Value << root[key] << YAML::EndMap;
@@ -447,9 +447,10 @@ absl::StatusOr<ProjectSettings> ParseProjectSettings(const std::string& text,
   };
   if (!root.IsMap())
     return absl::InvalidArgumentError(absl::StrCat(source, ":1: expected a mapping of settings"));
-  static const std::set<std::string> kKeys = {
-      "name",   "build_system", "build",  "flash",  "target", "svd",     "board", "debug_interface",
-      "serial", "mcp_servers",  "policy", "skills", "test",   "template"};
+  static const std::set<std::string> kKeys = {"name",   "build_system", "build",  "flash",
+                                              "target", "svd",          "board",  "debug_interface",
+                                              "serial", "mcp_servers",  "policy", "skills",
+                                              "test",   "template",     "watch"};
   ProjectSettings s;
   for (const auto& kv : root) {
     const std::string key = kv.first.as<std::string>();
@@ -488,6 +489,9 @@ absl::StatusOr<ProjectSettings> ParseProjectSettings(const std::string& text,
     if (!root["flash"]["image"].IsScalar())
       return err(root["flash"]["image"], "flash.image", "expected a path");
     s.image = root["flash"]["image"].Scalar();
+  }
+  if (const auto& n = root["watch"]) {
+    ASSIGN_OR_RETURN(s.watch, ParseWatchRules(n, source));
   }
   if (const auto& n = root["serial"]) {
     if (!n.IsMap()) return err(n, "serial", "expected {port, baud}");

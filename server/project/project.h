@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "server/project/watch_rules.h"
 
 namespace fwai {
 
@@ -27,6 +28,7 @@ struct ProjectSettings {
   int baud = 115200;
   std::string boot_pattern;          // serial.boot_pattern: a line that means the firmware booted
   std::vector<std::string> missing;  // what detection could not find
+  std::vector<WatchRule> watch;      // watch: rules on a board's output (watch_rules.h)
 };
 
 // Looks at `root` (not recursively beyond a few levels) and fills what it can.

@@ -334,25 +334,6 @@ class GdbTool final : public Tool {
   Boards& boards_;
 };
 
-// Saves a fault capture into the project (.fwai/captures/BOARD-TIME.fwcap)
-// as the session's account; the path relative to the project.
-absl::StatusOr<std::string> SaveCaptureInProject(const ToolContext& ctx, const std::string& board,
-                                                 const json& capture) {
-  if (ctx.project_root.empty() || !ctx.account)
-    return absl::FailedPreconditionError(
-        "this session has no project or local account to keep "
-        "the capture in");
-  ScopedFsIdentity as(*ctx.account);
-  if (!as.status().ok()) return as.status();
-  auto pfs = ProjectFs::Open(ctx.project_root);
-  if (!pfs.ok()) return pfs.status();
-  const std::string rel =
-      absl::StrCat(".fwai/captures/", board, "-",
-                   absl::FormatTime("%Y%m%d-%H%M%S", absl::Now(), absl::UTCTimeZone()), ".fwcap");
-  if (auto s = pfs->WriteFile(rel, capture.dump()); !s.ok()) return s;
-  return rel;
-}
-
 class FaultCaptureTool final : public Tool {
  public:
   explicit FaultCaptureTool(Boards& b) : boards_(b) {}
@@ -383,7 +364,7 @@ class FaultCaptureTool final : public Tool {
     for (const auto& cause : fault.value("causes", json::array()))
       absl::StrAppend(&out, "  - ", cause.get<std::string>(), "\n");
     if (r->outputs.size() > 1) absl::StrAppend(&out, "backtrace:\n", r->outputs[1], "\n");
-    auto saved = SaveCaptureInProject(ctx, board->id, capture);
+    auto saved = SaveCaptureInProject(ctx.project_root, ctx.account, board->id, capture);
     absl::StrAppend(
         &out,
         saved.ok() ? absl::StrCat("capture saved to ", *saved, " (fwai fault decode ", *saved, ")")
@@ -397,6 +378,23 @@ class FaultCaptureTool final : public Tool {
 };
 
 }  // namespace
+
+absl::StatusOr<std::string> SaveCaptureInProject(const std::string& project_root,
+                                                 const LocalAccount* account,
+                                                 const std::string& board, const json& capture) {
+  if (project_root.empty() || !account)
+    return absl::FailedPreconditionError(
+        "there is no project or local account to keep the capture in");
+  ScopedFsIdentity as(*account);
+  if (!as.status().ok()) return as.status();
+  auto pfs = ProjectFs::Open(project_root);
+  if (!pfs.ok()) return pfs.status();
+  const std::string rel =
+      absl::StrCat(".fwai/captures/", board, "-",
+                   absl::FormatTime("%Y%m%d-%H%M%S", absl::Now(), absl::UTCTimeZone()), ".fwcap");
+  if (auto s = pfs->WriteFile(rel, capture.dump()); !s.ok()) return s;
+  return rel;
+}
 
 void RegisterHardwareTools(ToolRegistry& registry, Boards& boards) {
   registry.Register(std::make_unique<FaultCaptureTool>(boards));

@@ -128,6 +128,13 @@ class BoardHost {
     return std::nullopt;
   }
 
+  // OK when the caller holds a lease on `board` (its principal's or its
+  // session's); else why not. The default: a board here is held by its ref.
+  [[nodiscard]] virtual absl::Status CheckHeld(const Caller& caller, const BoardRef& board) const {
+    return board.lease_id.empty() ? absl::FailedPreconditionError("no lease on it")
+                                  : absl::OkStatus();
+  }
+
   // -- Work on a resolved board --
   // Flashes under `guard` (already decided by the router). The result's
   // `record` holds what the evidence record says of the flash; the host
@@ -200,6 +207,10 @@ class Boards {
   [[nodiscard]] absl::StatusOr<FlashResult> Flash(
       const Caller& caller, const BoardRef& board, const FlashOrder& order,
       const std::function<void(const FlashProgressUpdate&)>& progress, CancelToken* cancel);
+  // OK when the caller holds a lease on `board`, else why not.
+  [[nodiscard]] absl::Status CheckHeld(const Caller& caller, const BoardRef& board) const {
+    return HostOf(board).CheckHeld(caller, board);
+  }
   [[nodiscard]] absl::StatusOr<std::unique_ptr<BoardSerial>> OpenSerial(
       const Caller& caller, const BoardRef& board, bool from_history,
       const std::string& stream = "");

@@ -57,6 +57,10 @@ bool LocalBoards::HoldsAny(const Caller& caller) const {
   return false;
 }
 
+absl::Status LocalBoards::CheckHeld(const Caller& caller, const BoardRef& board) const {
+  return broker_.CheckHolder(caller, board.id);
+}
+
 absl::StatusOr<BoardRef> LocalBoards::Pick(const Caller& caller, const std::string& wanted) const {
   auto id = broker_.ResolveBoard(wanted, caller);
   if (!id.ok()) return id.status();

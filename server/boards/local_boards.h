@@ -12,6 +12,7 @@ class LocalBoards final : public BoardHost {
 
   bool Has(const std::string& board) const override;
   bool HoldsAny(const Caller& caller) const override;
+  [[nodiscard]] absl::Status CheckHeld(const Caller& caller, const BoardRef& board) const override;
   [[nodiscard]] absl::StatusOr<BoardRef> Pick(const Caller& caller,
                                               const std::string& wanted) const override;
 

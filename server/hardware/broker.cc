@@ -492,6 +492,11 @@ void HardwareBroker::OnLeaseEnded(const LeaseRecord& lease, const std::string& r
   for (SerialHub* h : b->Streams()) h->EndReaders(held, why);
 }
 
+absl::Status HardwareBroker::CheckHolder(const Caller& caller, const std::string& board) const {
+  if (!FindBoard(board)) return absl::NotFoundError(absl::StrCat("no board '", board, "'"));
+  return leases_->CheckHeld(board, caller.identity, caller.lease_id, caller.session_id);
+}
+
 absl::Status HardwareBroker::SetHealth(const Caller& caller, const std::string& board,
                                        const std::string& health, const std::string& reason) {
   Board* b = FindBoard(board);

@@ -210,6 +210,8 @@ class HardwareBroker {
   // `reason`; the leases that ended.
   std::vector<LeaseRecord> TokenEnded(const std::string& token_id, const std::string& reason);
   std::vector<LeaseRecord> Leases() const;
+  // OK when the caller (principal, session or lease id) holds `board`'s lease.
+  [[nodiscard]] absl::Status CheckHolder(const Caller& caller, const std::string& board) const;
   // Who waits for a board (Acquire with a wait), earliest first.
   std::vector<LeaseWaiter> Waiters() const;
 

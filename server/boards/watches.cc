@@ -23,7 +23,8 @@ struct Watches::Running {
   BoardRef ref;
   std::shared_ptr<const re2::RE2> re;
   std::atomic<bool> stop{false};
-  std::deque<int64_t> hits;  // the rule's thread only
+  std::deque<int64_t> hits;             // the rule's thread only
+  std::unique_ptr<BoardSerial> serial;  // opened by Add: it sees every line after Add returns
   std::thread thread;
 };
 
@@ -77,7 +78,10 @@ absl::StatusOr<WatchState> Watches::Add(const Caller& caller, WatchRule rule,
         absl::StrCat("a watch on ", ref->id, " needs your lease on it: ", s.message()));
   }
   rule.board = ref->id;
+  auto serial = boards_.OpenSerial(caller, *ref, false, rule.stream);
+  if (!serial.ok()) return serial.status();
   auto r = std::make_unique<Running>();
+  r->serial = *std::move(serial);
   r->owner = caller;
   r->ref = *ref;
   r->re = *re;
@@ -155,16 +159,12 @@ absl::Status Watches::Remove(const Caller& caller, const std::string& board,
 
 void Watches::Run(Running* r) {
   const WatchRule& rule = r->state.rule;  // not changed while it runs
-  auto serial = boards_.OpenSerial(r->owner, r->ref, false, rule.stream);
-  if (!serial.ok()) {
-    End(r, absl::StrCat("its stream could not be read: ", serial.status().message()));
-    return;
-  }
+  BoardSerial& serial = *r->serial;
   while (!r->stop) {
     SerialLine l;
-    const auto n = (*serial)->Wait(l, 200);
+    const auto n = serial.Wait(l, 200);
     if (n == SerialReader::Next::kEnded) {
-      End(r, absl::StrCat("its stream ended: ", (*serial)->end_reason()));
+      End(r, absl::StrCat("its stream ended: ", serial.end_reason()));
       return;
     }
     if (n != SerialReader::Next::kLine) continue;

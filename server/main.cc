@@ -58,6 +58,7 @@
 #include "server/boards/boards.h"
 #include "server/boards/leases.h"
 #include "server/boards/local_boards.h"
+#include "server/boards/watches.h"
 #include "server/catalog/tool_catalog.h"
 #include "server/daemon/data_dir_lock.h"
 #include "server/daemon/tls_files.h"
@@ -806,6 +807,7 @@ class Daemon {
   std::unique_ptr<ProjectMcpServers> project_mcp_;
   std::unique_ptr<RunJournal> run_journal_;
   std::unique_ptr<SkillRunner> skills_;
+  std::unique_ptr<Watches> watches_;  // after boards_ and turns_: destroyed before them
   std::unique_ptr<FirmwareReportDeps> firmware_deps_;
   std::unique_ptr<RolloutManager> rollouts_;
   PeerRegistry peers_;
@@ -1358,6 +1360,30 @@ std::optional<int> Daemon::StartSkills() {
   skill_deps.version = FWAI_VERSION;
   skill_deps.plugin_skills = [plugins = plugins_.get()] { return plugins->SkillSets(); };
   skills_ = std::make_unique<SkillRunner>(skill_deps);
+  // Watches on boards' output: a firing is a record, a notice in fwaid's
+  // log, and (wake) a turn in a session of the rule's owner.
+  Watches::Hooks watch_hooks;
+  watch_hooks.record = record_run_;
+  watch_hooks.notify = [](const std::string& board, const std::string& text) {
+    spdlog::info("board {}: {}", board, text);
+  };
+  watch_hooks.wake = [sessions = sessions_.get(), turns = turns_.get()](
+                         const Caller& owner, const std::string& session,
+                         const std::string& text) -> absl::Status {
+    auto info = sessions->Get(session);
+    if (!info.ok()) return info.status();
+    if (info->owner != owner.identity) {
+      return absl::PermissionDeniedError(
+          absl::StrCat("session ", session, " is not ", owner.display, "'s"));
+    }
+    TurnRequest tr;
+    tr.session_id = session;
+    tr.text = text;
+    tr.owner = owner.identity;
+    tr.sender = "fwai watch";
+    return turns->Start(std::move(tr));
+  };
+  watches_ = std::make_unique<Watches>(*boards_, std::move(watch_hooks), &SystemClock());
   RegisterSkillTools(tools_, *skills_);
   firmware_deps_ = std::make_unique<FirmwareReportDeps>(FirmwareReportDeps{
       latest_build_, record_of_run_, config_.toolchain_dpkg_admindir, FWAI_VERSION});
@@ -1439,6 +1465,7 @@ void Daemon::FillApiDeps() {
   deps.hardware = hardware_.get();
   deps.boards = boards_.get();
   deps.leases = board_leases_.get();
+  deps.watches = watches_.get();
   deps.evidence = evidence_.get();
   deps.skills = skills_.get();
   deps.firmware = firmware_deps_.get();

@@ -43,6 +43,7 @@
 #include "client/cli/skills.h"
 #include "client/cli/tools.h"
 #include "client/cli/turn_notes.h"
+#include "client/cli/watch.h"
 #include "client/lib/client.h"
 #include "common/grpc_status.h"
 #include "common/ids.h"
@@ -1052,20 +1053,30 @@ int Main(int argc, char** argv) {
   FirmwareCommands firmware(app, g);
   OtaCommands ota(app, g);
   FaultCommands fault(app, g);
+  WatchCommands watch(app, g);
   PluginCommands plugin(app, g);
   ProjectCommands project(app, g);
   SkillCommands skill_cmds(app, g);
   auto* repl_session = app.add_option("--session", session_id, "Session for the REPL");
   (void)repl_session;
 
-  // `fwai debug BOARD fault`: a debug command's word, not the `fault` command
-  // (CLI11 takes a word naming a top-level command as that command).
-  std::vector<std::string> words_in(argv, argv + argc);
-  const auto debug_at = std::find(words_in.begin() + 1, words_in.end(), "debug");
-  if (debug_at != words_in.end() && std::find(words_in.begin() + 1, debug_at, "fault") == debug_at)
-    std::replace(debug_at, words_in.end(), std::string("fault"), std::string("info fault"));
-  std::vector<char*> args_in;
-  for (auto& w : words_in) args_in.push_back(w.data());
+  // The first word naming a command is the command. After `debug` the words
+  // are gdb's (`fault`, `watch counter`), never fwai's other commands: CLI11
+  // would take a word naming one as that command.
+  for (int i = 1; i < argc; ++i) {
+    CLI::App* sub = nullptr;
+    try {
+      sub = app.get_subcommand(argv[i]);
+    } catch (const CLI::Error&) {
+      continue;
+    }
+    if (std::string(argv[i]) == "debug") {
+      for (CLI::App* other : app.get_subcommands([](CLI::App*) { return true; }))
+        if (other != sub && !other->get_name().empty()) other->disabled();
+    }
+    break;
+  }
+  std::vector<char*> args_in(argv, argv + argc);
   try {
     app.parse(static_cast<int>(args_in.size()), args_in.data());
   } catch (const CLI::ParseError& e) {
@@ -1092,6 +1103,7 @@ int Main(int argc, char** argv) {
   if (auto rc = firmware.RunIfParsed()) return *rc;
   if (auto rc = ota.RunIfParsed()) return *rc;
   if (auto rc = fault.RunIfParsed()) return *rc;
+  if (auto rc = watch.RunIfParsed()) return *rc;
   if (auto rc = plugin.RunIfParsed()) return *rc;
   if (auto rc = project.RunIfParsed()) return *rc;
   if (auto rc = skill_cmds.RunIfParsed()) return *rc;

@@ -44,6 +44,7 @@ class PluginStore;
 class SvdCatalog;
 struct DaemonConfig;
 struct FirmwareReportDeps;
+class Watches;
 struct ProviderSet;
 
 // Who is calling: connections accepted on our unix sockets are registered
@@ -83,6 +84,7 @@ struct ApiDeps {
   // Every board, this node's and (in a lab) the other nodes': set with `hardware`.
   Boards* boards = nullptr;
   BoardLeases* leases = nullptr;    // who holds which board, listed and leased
+  Watches* watches = nullptr;       // rules on boards' output (may be null: UNAVAILABLE)
   EvidenceLog* evidence = nullptr;  // may be null: Evidence answers UNAVAILABLE
   SkillRunner* skills = nullptr;    // may be null: Skills.Run answers UNAVAILABLE
   Gate* gate = nullptr;             // who calls, and whether the table lets them

@@ -74,6 +74,10 @@ const std::vector<RpcRule>& RpcRules() {
       {"Hardware.SetHealth", Need::kAdmin},
       {"Hardware.SelfTest", Need::kAdmin},
       {"Hardware.Who", Need::kAnyone},
+      // Watches: on a board the caller holds; each lists and removes its own.
+      {"Hardware.AddWatch", Need::kAnyone},
+      {"Hardware.ListWatches", Need::kAnyone},
+      {"Hardware.RemoveWatch", Need::kAnyone},
       // Another node of the lab forwarding work on a board it holds the lab
       // lease of; the service checks the node certificate and the lease.
       {"LabNode.Flash", Need::kLabNode},

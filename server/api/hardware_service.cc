@@ -23,6 +23,7 @@
 #include "server/auth/principal.h"
 #include "server/boards/boards.h"
 #include "server/boards/leases.h"
+#include "server/boards/watches.h"
 #include "server/hardware/broker.h"
 
 namespace fwai {
@@ -339,6 +340,81 @@ class HardwareService final : public pb::Hardware::CallbackService {
         rec["node"] = node;
       Audit(rec, c);
       return absl::OkStatus();
+    });
+  }
+
+  static WatchRule RuleOf(const pb::WatchRuleSpec& p) {
+    WatchRule r;
+    r.name = p.name();
+    r.board = p.board();
+    r.stream = p.stream() == "uart" ? "" : p.stream();
+    r.pattern = p.pattern();
+    r.count = p.count() > 0 ? p.count() : 1;
+    r.within_s = p.within_s();
+    r.capture = p.capture();
+    r.notify = p.notify();
+    r.wake_session = p.wake_session();
+    r.min_interval_s = p.min_interval_s();
+    r.source = p.source();
+    return r;
+  }
+  static void WatchToProto(const WatchState& w, pb::Watch* out) {
+    auto* r = out->mutable_rule();
+    r->set_name(w.rule.name);
+    r->set_board(w.rule.board);
+    r->set_stream(w.rule.stream.empty() ? "uart" : w.rule.stream);
+    r->set_pattern(w.rule.pattern);
+    r->set_count(w.rule.count);
+    r->set_within_s(w.rule.within_s);
+    r->set_capture(w.rule.capture);
+    r->set_notify(w.rule.notify);
+    r->set_wake_session(w.rule.wake_session);
+    r->set_min_interval_s(w.rule.min_interval_s);
+    r->set_source(w.rule.source);
+    out->set_owner(w.owner_display);
+    out->set_fired(w.fired);
+    out->set_held_back(w.suppressed);
+    out->set_last_fired_us(w.last_fired_us);
+    out->set_last_line(w.last_line);
+    out->set_last_capture(w.last_capture);
+    out->set_active(w.active);
+    out->set_ended(w.ended);
+    out->set_lines(w.lines);
+  }
+
+  grpc::ServerUnaryReactor* AddWatch(grpc::CallbackServerContext* ctx,
+                                     const pb::AddWatchRequest* req, pb::Watch* resp) override {
+    auto admitted = CallerOf(ctx, "Hardware.AddWatch", req->lease_id());
+    if (!admitted.ok()) return Refuse(ctx, admitted.status());
+    return Run(ctx, [this, c = *admitted, req, resp]() -> absl::Status {
+      if (!deps_.watches) return absl::UnavailableError("this fwaid runs no watches");
+      ASSIGN_OR_RETURN(WatchState w,
+                       deps_.watches->Add(c, RuleOf(req->rule()), req->project_root()));
+      WatchToProto(w, resp);
+      return absl::OkStatus();
+    });
+  }
+
+  grpc::ServerUnaryReactor* ListWatches(grpc::CallbackServerContext* ctx,
+                                        const pb::ListWatchesRequest*,
+                                        pb::ListWatchesResponse* resp) override {
+    auto c = CallerOf(ctx, "Hardware.ListWatches");
+    if (!c.ok()) return Refuse(ctx, c.status());
+    return Run(ctx, [this, c = *c, resp]() -> absl::Status {
+      if (!deps_.watches) return absl::UnavailableError("this fwaid runs no watches");
+      for (const auto& w : deps_.watches->List(c)) WatchToProto(w, resp->add_watches());
+      return absl::OkStatus();
+    });
+  }
+
+  grpc::ServerUnaryReactor* RemoveWatch(grpc::CallbackServerContext* ctx,
+                                        const pb::RemoveWatchRequest* req,
+                                        pb::RemoveWatchResponse*) override {
+    auto c = CallerOf(ctx, "Hardware.RemoveWatch");
+    if (!c.ok()) return Refuse(ctx, c.status());
+    return Run(ctx, [this, c = *c, req]() -> absl::Status {
+      if (!deps_.watches) return absl::UnavailableError("this fwaid runs no watches");
+      return deps_.watches->Remove(c, req->board(), req->name());
     });
   }
 

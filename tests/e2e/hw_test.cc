@@ -1095,6 +1095,49 @@ TEST_F(HwTest, AFaultCaptureDecodesOfflineToItsLineAfterFwaidStops) {
   EXPECT_NE(err.find("--image"), std::string::npos) << err;
 }
 
+// A watch on a held board: the HardFault banner fires it, the capture it
+// takes is kept in the project and decodes offline after fwaid restarts to
+// the fault's line; a pattern RE2 refuses is said before anything runs.
+TEST_F(HwTest, AWatchCapturesAHardFaultThatDecodesOfflineAfterARestart) {
+  StartDaemon();
+  const std::string elf = BuildExample();
+  std::string out, err;
+  ASSERT_EQ(Fwai({"hw", "lease", "sim-stm32vl"}, &out, &err), 0) << err;
+  ASSERT_EQ(Fwai({"flash", "--yes", "sim-stm32vl", elf}, &out, &err), 0) << err;
+  EXPECT_EQ(Fwai({"--project", project_, "watch", "add", "--name", "bad", "--pattern", "a(b"}, &out,
+                 &err),
+            2);
+  EXPECT_NE(err.find("fwai watch add: pattern: 'a(b' is not a pattern fwai runs: missing )"),
+            std::string::npos)
+      << err;
+  ASSERT_EQ(Fwai({"--project", project_, "watch", "add", "--name", "hardfault", "--pattern",
+                  "^FAULT", "--capture"},
+                 &out, &err),
+            0)
+      << err;
+  EXPECT_NE(out.find("watching sim-stm32vl  hardfault"), std::string::npos) << out;
+  ASSERT_EQ(Fwai({"monitor", "--send", "fault", "--until", "FAULT", "--timeout", "5"}, &out, &err),
+            0)
+      << err;
+  std::vector<json> fired;
+  for (int i = 0; i < 600 && fired.empty(); ++i) {
+    fired = RecordsOf("watch_fired");
+    if (fired.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_EQ(fired.size(), 1u) << d_->log();
+  EXPECT_EQ(fired[0].value("rule", ""), "hardfault");
+  EXPECT_EQ(fired[0]["line"].get<std::string>().rfind("FAULT", 0), 0u);
+  const std::string rel = fired[0]["capture"].value("path", "");
+  ASSERT_EQ(rel.rfind(".fwai/captures/sim-stm32vl-", 0), 0u) << fired[0].dump();
+  EXPECT_NE(fired[0]["capture"].value("fault", "").find("trigger_fault at "), std::string::npos);
+  ASSERT_EQ(Fwai({"watch", "ls"}, &out, &err), 0) << err;
+  EXPECT_NE(out.find("fired 1"), std::string::npos) << out;
+  ASSERT_EQ(d_->Stop(), 0);
+  ASSERT_TRUE(d_->Start()) << d_->log();
+  ASSERT_EQ(Fwai({"fault", "decode", project_ + "/" + rel, "--image", elf}, &out, &err), 0) << err;
+  EXPECT_TRUE(std::regex_search(out, std::regex("in trigger_fault at src/main\\.c:\\d+"))) << out;
+}
+
 TEST_F(HwTest, InitDetectsTheExampleAndDoctorChecksTheMachine) {
   StartDaemon();
   BuildExample();

@@ -1138,6 +1138,48 @@ TEST_F(HwTest, AWatchCapturesAHardFaultThatDecodesOfflineAfterARestart) {
   EXPECT_TRUE(std::regex_search(out, std::regex("in trigger_fault at src/main\\.c:\\d+"))) << out;
 }
 
+// A watch that wakes a session: its turn starts from the evidence (the
+// matched line and the capture's decode), not from a paraphrase; a session
+// that is not the owner's is not woken.
+TEST_F(HwTest, AWatchWakesItsOwnersSessionWithTheCapture) {
+  FakeLlmServer fake;
+  fake.Start();
+  d_ = std::make_unique<Daemon>(&fake);
+  ASSERT_TRUE(d_->Start()) << d_->log();
+  const std::string elf = BuildExample();
+  std::string out, err;
+  ASSERT_EQ(Fwai({"hw", "lease", "sim-stm32vl"}, &out, &err), 0) << err;
+  ASSERT_EQ(Fwai({"flash", "--yes", "sim-stm32vl", elf}, &out, &err), 0) << err;
+  FakeReply done;
+  done.chunks = {"looking at the fault"};
+  fake.Enqueue(done);
+  auto session = d_->CreateSession();
+  ASSERT_EQ(Fwai({"--project", project_, "watch", "add", "--name", "hardfault", "--pattern",
+                  "^FAULT", "--capture", "--wake", session.id()},
+                 &out, &err),
+            0)
+      << err;
+  ASSERT_EQ(Fwai({"monitor", "--send", "fault", "--until", "FAULT", "--timeout", "5"}, &out, &err),
+            0)
+      << err;
+  for (int i = 0; i < 600 && fake.request_count() == 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  ASSERT_EQ(fake.request_count(), 1u) << d_->log();
+  const std::string asked = fake.requests()[0].body.dump();
+  EXPECT_NE(asked.find("watch 'hardfault' fired on sim-stm32vl: FAULT"), std::string::npos)
+      << asked;
+  EXPECT_TRUE(std::regex_search(asked, std::regex("in trigger_fault at src/main\\.c:\\d+")))
+      << asked;
+  EXPECT_NE(asked.find("precise data bus error"), std::string::npos) << asked;
+  std::vector<json> fired;
+  for (int i = 0; i < 600 && fired.empty(); ++i) {
+    fired = RecordsOf("watch_fired");
+    if (fired.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_EQ(fired.size(), 1u);
+  EXPECT_TRUE(fired[0]["wake"].value("ok", false)) << fired[0].dump();
+}
+
 TEST_F(HwTest, InitDetectsTheExampleAndDoctorChecksTheMachine) {
   StartDaemon();
   BuildExample();

@@ -13,7 +13,18 @@ function same<A, B>(ok: Eq<A, B>): Eq<A, B> {
 // The RPCs of a service, by kind, as the protos declare them.
 same<
   UnaryMethod<'Hardware'>,
-  'ListDevices' | 'Acquire' | 'Renew' | 'Release' | 'Debug' | 'Reset' | 'SetHealth' | 'SelfTest' | 'Who'
+  | 'ListDevices'
+  | 'Acquire'
+  | 'Renew'
+  | 'Release'
+  | 'Debug'
+  | 'Reset'
+  | 'SetHealth'
+  | 'SelfTest'
+  | 'Who'
+  | 'AddWatch'
+  | 'ListWatches'
+  | 'RemoveWatch'
 >(true);
 same<ServerStreamMethod<'Hardware'>, 'Hold' | 'Flash'>(true);
 same<BidiMethod<'Hardware'>, 'Serial'>(true);

@@ -33,6 +33,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -47,6 +48,7 @@
 #include "common/status_macros.h"
 #include "common/thread_pool.h"
 #include "common/thread_priority.h"
+#include "fwai/v1/events.pb.h"
 #include "server/agent/turn_manager.h"
 #include "server/api/api.h"
 #include "server/api/auth_processor.h"
@@ -663,6 +665,29 @@ std::optional<int> ResolveConfig(const Args& args, DaemonConfig& config, PassedS
   ApplyProviderEnvironment(config);
 
   return std::nullopt;
+}
+
+// A watch's notice as an event in each session holding `board` through a
+// lease bound to it; returns how many it reached.
+int NotifySessionsHolding(const BoardLeases& leases, SessionManager& sessions,
+                          const std::string& board, const std::string& rule,
+                          const std::string& text) {
+  auto who = leases.Who();
+  if (!who.ok()) return 0;
+  std::set<std::string> done;
+  for (const auto& l : who->first) {
+    if (l.board != board || l.session_id.empty() || !done.insert(l.session_id).second) continue;
+    fwai::v1::ServerEvent ev;
+    auto* n = ev.mutable_board_notice();
+    n->set_board(board);
+    n->set_rule(rule);
+    n->set_text(text);
+    if (auto s = sessions.Publish(l.session_id, ev.SerializeAsString()); !s.ok()) {
+      spdlog::warn("notice to session {}: {}", l.session_id, s.status().ToString());
+      done.erase(l.session_id);
+    }
+  }
+  return static_cast<int>(done.size());
 }
 
 // Says why fwaid cannot go on ("fwaid: " and `what`) and gives `code`.
@@ -1364,8 +1389,10 @@ std::optional<int> Daemon::StartSkills() {
   // log, and (wake) a turn in a session of the rule's owner.
   Watches::Hooks watch_hooks;
   watch_hooks.record = record_run_;
-  watch_hooks.notify = [](const std::string& board, const std::string& text) {
-    spdlog::info("board {}: {}", board, text);
+  watch_hooks.notify = [leases = board_leases_.get(), sessions = sessions_.get()](
+                           const std::string& board, const std::string& rule,
+                           const std::string& text) {
+    return NotifySessionsHolding(*leases, *sessions, board, rule, text);
   };
   watch_hooks.wake = [sessions = sessions_.get(), turns = turns_.get()](
                          const Caller& owner, const std::string& session,

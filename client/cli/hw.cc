@@ -468,6 +468,13 @@ int HwCommands::Monitor() {
       std::fprintf(stderr, "fwai: %llu lines dropped (this reader fell behind)\n",
                    static_cast<unsigned long long>(m.dropped()));
     for (const auto& l : m.lines()) {
+      if (l.notice()) {  // fwaid's word about the board, not its output
+        if (g_.json)
+          std::cout << json{{"time_us", l.time_us()}, {"notice", l.line()}}.dump() << "\n";
+        else
+          std::fprintf(stderr, "fwai: %s\n", l.line().c_str());
+        continue;
+      }
       if (g_.json) {
         std::cout << json{{"time_us", l.time_us()}, {"seq", l.seq()}, {"line", l.line()}}.dump()
                   << "\n";

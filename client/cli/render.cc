@@ -14,6 +14,9 @@ namespace {
 bool Tty(FILE* f) { return isatty(fileno(f)); }
 std::string Dim(FILE* f, const std::string& s) { return Tty(f) ? "\033[2m" + s + "\033[0m" : s; }
 std::string Red(FILE* f, const std::string& s) { return Tty(f) ? "\033[31m" + s + "\033[0m" : s; }
+std::string Yellow(FILE* f, const std::string& s) {
+  return Tty(f) ? "\033[33m" + s + "\033[0m" : s;
+}
 
 std::string Summarize(const std::string& json_input) {
   std::string s = json_input;
@@ -162,6 +165,11 @@ void EventRenderer::Render(const fwai::v1::ServerEvent& ev) {
                  absl::StrCat("[tools: ", absl::StrJoin(ev.tools_offered().tools(), ", "), "]")));
       }
       return;
+    case E::kBoardNotice: {
+      const auto& n = ev.board_notice();
+      Line(stdout, Yellow(stdout, absl::StrCat("[", n.board(), "] ", n.text())));
+      return;
+    }
     case E::kCompacted:
       Line(stdout, Dim(stdout, absl::StrCat("[compacted ", ev.compacted().dropped_messages(),
                                             " messages]")));

@@ -149,6 +149,7 @@ class SerialReactor final
         o->set_time_us(x.time_us);
         o->set_line(std::move(x.text));
         o->set_seq(x.seq);
+        o->set_notice(x.notice);
       };
       add(l);
       while (m.lines_size() < 512 && serial_->Wait(l, 0) == SerialReader::Next::kLine) add(l);

@@ -103,9 +103,10 @@ std::pair<std::vector<SerialLine>, bool> Collect(
       if (idle_ms > 0 && !lines.empty() && wait == idle_ms) return {lines, false};
       continue;
     }
+    if (l.notice) l.text = absl::StrCat("[fwai] ", l.text);  // fwaid's, not the board's
     if (output) output(absl::StrCat(l.text, "\n"));
     lines.push_back(l);
-    if (pattern && std::regex_search(l.text, *pattern)) return {lines, true};
+    if (pattern && !l.notice && std::regex_search(l.text, *pattern)) return {lines, true};
   }
 }
 
@@ -155,7 +156,7 @@ class SerialMonitorTool final : public Tool {
     reader->reset();
     // A stream that ended (the board's simulator died, its bench went
     // away) is an error whatever was read before it.
-    const bool ended = !matched && !lines.empty() && lines.back().seq == 0;
+    const bool ended = !matched && !lines.empty() && lines.back().seq == 0 && !lines.back().notice;
     std::string head = has_pattern
                            ? (matched ? "pattern matched"
                                       : absl::StrCat("pattern not seen within ", seconds, " s"))
@@ -275,7 +276,7 @@ class SerialSendTool final : public Tool {
       return {lines.back().text.substr(sizeof(kRefused) - 1), true};
     }
     if (lines.empty()) return {absl::StrCat("sent; no reply within ", timeout, " s"), false};
-    const bool ended_early = !matched && lines.back().seq == 0;
+    const bool ended_early = !matched && lines.back().seq == 0 && !lines.back().notice;
     return {FormatLines(lines) +
                 (has_pattern && !matched && !ended_early ? "(wait_for pattern not seen)\n" : ""),
             ended_early || (has_pattern && !matched)};

@@ -1,5 +1,6 @@
 #include "server/boards/boards.h"
 
+#include <map>
 #include <optional>
 
 #include "absl/strings/str_cat.h"
@@ -13,8 +14,52 @@
 
 namespace fwai {
 
+// The readers opened through a Boards, by board.
+struct OpenBoardReaders {
+  Mutex mu;
+  std::multimap<std::string, BoardSerial*> by_board ABSL_GUARDED_BY(mu);
+};
+
+namespace {
+
+// A host's reader, listed while it is open so that Boards::Notice reaches it.
+class ListedSerial final : public BoardSerial {
+ public:
+  ListedSerial(std::unique_ptr<BoardSerial> inner, std::string board,
+               std::shared_ptr<OpenBoardReaders> open)
+      : inner_(std::move(inner)), open_(std::move(open)) {
+    MutexLock lock(&open_->mu);
+    it_ = open_->by_board.emplace(std::move(board), this);
+  }
+  ~ListedSerial() override {
+    MutexLock lock(&open_->mu);
+    open_->by_board.erase(it_);
+  }
+  SerialReader::Next Wait(SerialLine& line, int timeout_ms) override {
+    return inner_->Wait(line, timeout_ms);
+  }
+  std::string end_reason() const override { return inner_->end_reason(); }
+  uint64_t dropped() const override { return inner_->dropped(); }
+  absl::Status Write(std::string_view bytes) override { return inner_->Write(bytes); }
+  absl::Status SendLine(std::string_view line) override { return inner_->SendLine(line); }
+  std::string TakeRefusal() override { return inner_->TakeRefusal(); }
+  uint64_t next_seq() const override { return inner_->next_seq(); }
+  bool host_stopping() const override { return inner_->host_stopping(); }
+  void Notice(const std::string& text) override { inner_->Notice(text); }
+
+ private:
+  const std::unique_ptr<BoardSerial> inner_;
+  const std::shared_ptr<OpenBoardReaders> open_;
+  std::multimap<std::string, BoardSerial*>::iterator it_;  // set once, in the constructor
+};
+
+}  // namespace
+
 Boards::Boards(BoardHost& local, BoardHost* lab, std::string node)
-    : local_(local), lab_(lab), node_(std::move(node)) {}
+    : local_(local),
+      lab_(lab),
+      node_(std::move(node)),
+      open_(std::make_shared<OpenBoardReaders>()) {}
 
 using lab::IsLabLeaseId;
 
@@ -153,8 +198,20 @@ absl::StatusOr<FlashResult> Boards::GuardAndFlash(
 absl::StatusOr<std::unique_ptr<BoardSerial>> Boards::OpenSerial(const Caller& caller,
                                                                 const BoardRef& board,
                                                                 bool from_history,
-                                                                const std::string& stream) {
-  return HostOf(board).OpenSerial(caller, board, from_history, stream);
+                                                                const std::string& stream,
+                                                                bool hears_notices) {
+  auto serial = HostOf(board).OpenSerial(caller, board, from_history, stream);
+  if (!serial.ok() || !hears_notices) return serial;
+  return std::unique_ptr<BoardSerial>(
+      std::make_unique<ListedSerial>(*std::move(serial), board.id, open_));
+}
+
+int Boards::Notice(const std::string& board, const std::string& text) {
+  MutexLock lock(&open_->mu);
+  int n = 0;
+  auto [b, e] = open_->by_board.equal_range(board);
+  for (auto it = b; it != e; ++it, ++n) it->second->Notice(text);
+  return n;
 }
 
 absl::StatusOr<std::vector<SerialLine>> Boards::SerialHistory(const Caller& caller,

@@ -74,6 +74,9 @@ class BoardSerial {
   // With the end: it came because the daemon serving the board stops (open
   // the stream again once it is back), not because the port or lease did.
   virtual bool host_stopping() const { return false; }
+  // Queues a notice (SerialLine::notice) for this reader: Wait returns it
+  // in order with the lines. Thread-safe.
+  virtual void Notice(const std::string& text) = 0;
 };
 
 struct PolicyRules;
@@ -182,6 +185,8 @@ class BoardHost {
 };
 
 // The router: resolves a request's board and hands the work to its host.
+struct OpenBoardReaders;
+
 class Boards {
  public:
   // `local` serves this node's boards; `lab` (null outside a lab) those of
@@ -211,12 +216,17 @@ class Boards {
   [[nodiscard]] absl::Status CheckHeld(const Caller& caller, const BoardRef& board) const {
     return HostOf(board).CheckHeld(caller, board);
   }
+  // A reader of `board`'s `stream` ("" : uart). It hears Notice's notices
+  // unless `hears_notices` is false (a watch's own reader).
   [[nodiscard]] absl::StatusOr<std::unique_ptr<BoardSerial>> OpenSerial(
       const Caller& caller, const BoardRef& board, bool from_history,
-      const std::string& stream = "");
+      const std::string& stream = "", bool hears_notices = true);
   [[nodiscard]] absl::StatusOr<std::vector<SerialLine>> SerialHistory(
       const Caller& caller, const BoardRef& board, size_t max_lines,
       const std::string& stream = "");
+  // A notice to every reader of `board` opened through this object (any
+  // stream, local or lab): a watch on it fired. Returns how many got it.
+  int Notice(const std::string& board, const std::string& text);
   [[nodiscard]] absl::StatusOr<uint64_t> SerialNextSeq(const Caller& caller, const BoardRef& board,
                                                        const std::string& stream = "");
   [[nodiscard]] absl::StatusOr<DebugResult> Debug(const Caller& caller, const BoardRef& board,
@@ -253,6 +263,7 @@ class Boards {
   BoardHost& local_;
   BoardHost* const lab_;
   const std::string node_;
+  std::shared_ptr<OpenBoardReaders> open_;  // what Notice reaches; shared with each reader
   std::function<void(const nlohmann::json&)> recorder_;
   std::string policy_file_;
 };

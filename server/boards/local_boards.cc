@@ -1,5 +1,7 @@
 #include "server/boards/local_boards.h"
 
+#include "common/clock.h"
+
 namespace fwai {
 
 namespace {
@@ -31,6 +33,7 @@ class LocalSerial final : public BoardSerial {
   }
   uint64_t next_seq() const override { return next_seq_; }
   bool host_stopping() const override { return broker_.stopping(); }
+  void Notice(const std::string& text) override { reader_->PushNotice(text, NowMicros()); }
 
  private:
   HardwareBroker& broker_;

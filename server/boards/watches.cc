@@ -78,7 +78,7 @@ absl::StatusOr<WatchState> Watches::Add(const Caller& caller, WatchRule rule,
         absl::StrCat("a watch on ", ref->id, " needs your lease on it: ", s.message()));
   }
   rule.board = ref->id;
-  auto serial = boards_.OpenSerial(caller, *ref, false, rule.stream);
+  auto serial = boards_.OpenSerial(caller, *ref, false, rule.stream, /*hears_notices=*/false);
   if (!serial.ok()) return serial.status();
   auto r = std::make_unique<Running>();
   r->serial = *std::move(serial);
@@ -167,7 +167,7 @@ void Watches::Run(Running* r) {
       End(r, absl::StrCat("its stream ended: ", serial.end_reason()));
       return;
     }
-    if (n != SerialReader::Next::kLine) continue;
+    if (n != SerialReader::Next::kLine || l.notice) continue;  // a notice is not the board's
     {
       MutexLock lock(&mu_);
       ++r->state.lines;
@@ -239,8 +239,12 @@ void Watches::Fire(Running* r, const std::string& line, uint64_t seq, int64_t no
                    {"ok", woke.ok()},
                    {"error", woke.ok() ? "" : std::string(woke.message())}};
   }
+  if (rule.notify) {
+    rec["notified"] = {
+        {"readers", boards_.Notice(rule.board, said)},
+        {"sessions", hooks_.notify ? hooks_.notify(rule.board, rule.name, said) : 0}};
+  }
   if (hooks_.record) hooks_.record(rec);
-  if (rule.notify && hooks_.notify) hooks_.notify(rule.board, said);
   spdlog::info("{}", said);
 }
 

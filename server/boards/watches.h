@@ -8,10 +8,12 @@
 // counted and said in the next firing). A firing:
 //   - capture: the board's stopped core (fault_capture.h) saved into the
 //     owner's project (.fwai/captures/), as the owner's local account;
-//   - notify: an evidence record {kind: watch_fired, ...} (every firing has
-//     one) and the hook's notice to whoever watches the board;
+//   - notify: a notice (SerialLine::notice) to every reader of the board
+//     opened through Boards, and the hook's to the sessions holding it;
+//     the record says how many of each it reached;
 //   - wake: a turn in the named session, which must be the owner's, whose
 //     first message is the matched line and the capture's decode.
+// Every firing is an evidence record {kind: watch_fired, ...}.
 //
 // Thread-safety: every method may be called from any thread; each rule runs
 // on a thread of its own, stopped by Remove and by the destructor.
@@ -57,9 +59,9 @@ class Watches {
   struct Hooks {
     // Appends an evidence record.
     std::function<void(const nlohmann::json&)> record;
-    // A notice to whoever watches `board` (its stream's readers, the
-    // sessions holding it).
-    std::function<void(const std::string& board, const std::string& text)> notify;
+    // A notice to the sessions holding `board`; returns how many it reached.
+    std::function<int(const std::string& board, const std::string& rule, const std::string& text)>
+        notify;
     // Starts a turn in `session` as `owner` with `text` as its message.
     std::function<absl::Status(const Caller& owner, const std::string& session,
                                const std::string& text)>

@@ -80,6 +80,14 @@ void SerialReader::Push(const SerialLine& line, size_t max_queue) {
   cv_.Signal();
 }
 
+void SerialReader::PushNotice(std::string text, int64_t time_us) {
+  SerialLine l;
+  l.time_us = time_us;
+  l.text = std::move(text);
+  l.notice = true;
+  Push(l, SIZE_MAX);  // a notice is never the one dropped to make room
+}
+
 // ---- decoding ----
 
 std::string DecodeSerialText(std::string_view bytes, const std::string& encoding) {

@@ -36,6 +36,9 @@ struct SerialLine {
   uint64_t seq = 0;
   int64_t time_us = 0;
   std::string text;
+  // A notice from fwaid about the board (a watch fired), not the board's
+  // output: seq 0, never in the history, never matched as the board's line.
+  bool notice = false;
 };
 
 // One client's view of a hub: lines queued since it subscribed.
@@ -50,6 +53,8 @@ class SerialReader {
   std::string end_reason() const;
   // Lines dropped because this reader fell too far behind.
   uint64_t dropped() const;
+  // Queues a notice (SerialLine::notice) for this reader alone.
+  void PushNotice(std::string text, int64_t time_us);
   // The lease this reader was opened under ("" if none); lease-bound readers
   // end when the lease does. Set before the reader is shared.
   std::string lease_id;

@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/cancel.h"
+#include "common/clock.h"
 #include "common/config.h"
 #include "common/grpc_status.h"
 #include "common/local_account.h"
@@ -224,6 +225,12 @@ class LabSerial final : public BoardSerial {
     MutexLock lock(&mu_);
     return bench_stopping_;
   }
+  void Notice(const std::string& text) override {
+    MutexLock lock(&mu_);
+    if (ended_) return;
+    lines_.push_back(SerialLine{0, NowMicros(), text, true});
+    cv_.SignalAll();
+  }
 
  private:
   LabSerial() = default;
@@ -236,7 +243,8 @@ class LabSerial final : public BoardSerial {
 
   void Take(const pb::SerialServerMessage& m) {
     MutexLock lock(&mu_);
-    for (const auto& l : m.lines()) lines_.push_back(SerialLine{l.seq(), l.time_us(), l.line()});
+    for (const auto& l : m.lines())
+      lines_.push_back(SerialLine{l.seq(), l.time_us(), l.line(), l.notice()});
     dropped_ += m.dropped();
     // A refused write: the stream stays open for reading.
     if (!m.error().empty()) refused_.push_back(m.error());

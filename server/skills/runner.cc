@@ -701,7 +701,7 @@ struct SkillRunner::RunState {
                                                                         " ended: ", end_reason())),
                                     EndedVerdict(board_id)));
       }
-      if (n != SerialReader::Next::kLine || line.seq < since) continue;
+      if (n != SerialReader::Next::kLine || line.notice || line.seq < since) continue;
       std::string text = secrets.Redact(line.text);
       log << text << '\n';
       Emit(s.name, "output", text, true, json{{"seq", line.seq}});

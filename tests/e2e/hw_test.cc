@@ -1139,31 +1139,46 @@ TEST_F(HwTest, AWatchCapturesAHardFaultThatDecodesOfflineAfterARestart) {
 }
 
 // A watch that wakes a session: its turn starts from the evidence (the
-// matched line and the capture's decode), not from a paraphrase; a session
-// that is not the owner's is not woken.
-TEST_F(HwTest, AWatchWakesItsOwnersSessionWithTheCapture) {
+// matched line and the capture's decode), not from a paraphrase. Its notice
+// reaches the board's reader (`fwai monitor` says it) and the session the
+// lease is bound to (an event in its history).
+TEST_F(HwTest, AWatchWakesItsOwnersSessionWithTheCaptureAndNotifiesItsReaders) {
   FakeLlmServer fake;
   fake.Start();
   d_ = std::make_unique<Daemon>(&fake);
   ASSERT_TRUE(d_->Start()) << d_->log();
   const std::string elf = BuildExample();
+  auto session = d_->CreateSession();
   std::string out, err;
-  ASSERT_EQ(Fwai({"hw", "lease", "sim-stm32vl"}, &out, &err), 0) << err;
+  ASSERT_EQ(Fwai({"hw", "lease", "sim-stm32vl", "--session", session.id()}, &out, &err), 0) << err;
   ASSERT_EQ(Fwai({"flash", "--yes", "sim-stm32vl", elf}, &out, &err), 0) << err;
   FakeReply done;
   done.chunks = {"looking at the fault"};
   fake.Enqueue(done);
-  auto session = d_->CreateSession();
   ASSERT_EQ(Fwai({"--project", project_, "watch", "add", "--name", "hardfault", "--pattern",
                   "^FAULT", "--capture", "--wake", session.id()},
                  &out, &err),
             0)
       << err;
-  ASSERT_EQ(Fwai({"monitor", "--send", "fault", "--until", "FAULT", "--timeout", "5"}, &out, &err),
-            0)
-      << err;
+  // The holder's reader sends the command that faults and reads on: it is
+  // open when the banner comes, and ends when the lease does.
+  int mon_rc = -1;
+  std::string mon_out, mon_err;
+  std::thread mon([&] {
+    mon_rc = Fwai({"monitor", "--send", "fault", "--timeout", "60"}, &mon_out, &mon_err);
+  });
+  std::vector<json> fired;
+  for (int i = 0; i < 600 && fired.empty(); ++i) {
+    fired = RecordsOf("watch_fired");
+    if (fired.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
   for (int i = 0; i < 600 && fake.request_count() == 0; ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  ASSERT_EQ(Fwai({"hw", "release"}, &out, &err), 0) << err;
+  mon.join();
+  ASSERT_EQ(fired.size(), 1u) << d_->log();
+  EXPECT_TRUE(fired[0]["wake"].value("ok", false)) << fired[0].dump();
+  EXPECT_EQ(fired[0]["notified"], json({{"readers", 1}, {"sessions", 1}})) << fired[0].dump();
   ASSERT_EQ(fake.request_count(), 1u) << d_->log();
   const std::string asked = fake.requests()[0].body.dump();
   EXPECT_NE(asked.find("watch 'hardfault' fired on sim-stm32vl: FAULT"), std::string::npos)
@@ -1171,13 +1186,16 @@ TEST_F(HwTest, AWatchWakesItsOwnersSessionWithTheCapture) {
   EXPECT_TRUE(std::regex_search(asked, std::regex("in trigger_fault at src/main\\.c:\\d+")))
       << asked;
   EXPECT_NE(asked.find("precise data bus error"), std::string::npos) << asked;
-  std::vector<json> fired;
-  for (int i = 0; i < 600 && fired.empty(); ++i) {
-    fired = RecordsOf("watch_fired");
-    if (fired.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  ASSERT_EQ(fired.size(), 1u);
-  EXPECT_TRUE(fired[0]["wake"].value("ok", false)) << fired[0].dump();
+  // The monitor: the banner on stdout, fwaid's notice on stderr.
+  EXPECT_NE(mon_out.find("FAULT"), std::string::npos) << mon_out;
+  EXPECT_EQ(mon_out.find("fired"), std::string::npos) << mon_out;
+  EXPECT_NE(mon_err.find("fwai: watch 'hardfault' fired on sim-stm32vl: FAULT"), std::string::npos)
+      << mon_err;
+  // The session: the notice is an event of its own.
+  ASSERT_EQ(Fwai({"attach", session.id(), "--no-follow"}, &out, &err), 0) << err;
+  EXPECT_NE(out.find("[sim-stm32vl] watch 'hardfault' fired on sim-stm32vl: FAULT"),
+            std::string::npos)
+      << out;
 }
 
 TEST_F(HwTest, InitDetectsTheExampleAndDoctorChecksTheMachine) {

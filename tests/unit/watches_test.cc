@@ -60,6 +60,12 @@ class WatchesTest : public ::testing::Test {
       records_.push_back(r);
       cv_.notify_all();
     };
+    hooks.notify = [this](const std::string& board, const std::string& rule,
+                          const std::string& text) {
+      std::lock_guard lock(mu_);
+      notices_.push_back(board + " " + rule + ": " + text);
+      return 1;
+    };
     watches_ = std::make_unique<Watches>(*boards_, hooks, &clock_);
   }
   void TearDown() override {
@@ -118,6 +124,7 @@ class WatchesTest : public ::testing::Test {
   std::mutex mu_;
   std::condition_variable cv_;
   std::vector<json> records_;
+  std::vector<std::string> notices_;  // what the sessions' hook was given
 };
 
 TEST_F(WatchesTest, ALineThatMatchesFiresAndTooManyAreHeldBackAndCounted) {
@@ -188,6 +195,50 @@ TEST_F(WatchesTest, ABootLoopIsCountedInItsWindowAndTheRuleEndsWithTheLease) {
   auto listed = watches_->List(alice_);
   ASSERT_EQ(listed.size(), 1u);
   EXPECT_FALSE(listed[0].active);
+}
+
+TEST_F(WatchesTest, ANoticeReachesTheBoardsReadersAndIsNeverMatchedAsTheBoardsLine) {
+  Lease(alice_);
+  WatchRule assert_rule;
+  assert_rule.name = "assert";
+  assert_rule.pattern = "ASSERT";
+  assert_rule.notify = true;
+  ASSERT_TRUE(watches_->Add(alice_, assert_rule, "").ok());
+  // A second rule whose pattern the notice's words match: a notice is fwaid's
+  // word, not the board's line, so it never fires it.
+  WatchRule echo = assert_rule;
+  echo.name = "echo";
+  echo.pattern = "fired";
+  ASSERT_TRUE(watches_->Add(alice_, echo, "").ok());
+  // Bob holds nothing and reads: he sees the line, then the notice.
+  auto ref = boards_->Resolve(bob_, "bench");
+  ASSERT_TRUE(ref.ok()) << ref.status();
+  auto reader = boards_->OpenSerial(bob_, *ref, false);
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  Say("ASSERT failed: len > 0 at src/main.c:88");
+  SerialLine l;
+  ASSERT_EQ((*reader)->Wait(l, 20000), SerialReader::Next::kLine);
+  EXPECT_FALSE(l.notice);
+  EXPECT_GT(l.seq, 0u);
+  ASSERT_EQ((*reader)->Wait(l, 20000), SerialReader::Next::kLine);
+  EXPECT_TRUE(l.notice);
+  EXPECT_EQ(l.seq, 0u);
+  EXPECT_EQ(l.text, "watch 'assert' fired on bench: ASSERT failed: len > 0 at src/main.c:88");
+  auto fired = Records("watch_fired", 1);
+  ASSERT_EQ(fired.size(), 1u);
+  EXPECT_EQ(fired[0]["notified"], json({{"readers", 1}, {"sessions", 1}})) << fired[0].dump();
+  Say("next");
+  Seen("echo", 2);
+  Seen("assert", 2);
+  EXPECT_EQ(Records("watch_fired", 1).size(), 1u) << "a notice fired a rule";
+  std::lock_guard lock(mu_);
+  ASSERT_EQ(notices_.size(), 1u);
+  EXPECT_EQ(notices_[0], "bench assert: " + l.text);
+  // The notice is not in the board's history.
+  auto history = boards_->SerialHistory(bob_, *ref, 100);
+  ASSERT_TRUE(history.ok());
+  for (const auto& h : *history) EXPECT_FALSE(h.notice) << h.text;
+  EXPECT_EQ(history->size(), 2u);
 }
 
 }  // namespace

@@ -294,6 +294,21 @@ export class SessionModel {
         changes.push({ type: 'item', turnId: turn.id, parentCallId: '', item });
         break;
       }
+      case 'board_notice': {
+        // A watch on a board the session holds fired: said under the latest turn.
+        const last = turn ?? this.turns[this.turns.length - 1];
+        if (!last) break;
+        const n = ev.board_notice!;
+        const item: NoticeItem = {
+          kind: 'notice',
+          id: `x${this.nextItem++}`,
+          level: 'info',
+          text: `[${n.board}] ${n.text}`,
+        };
+        last.items.push(item);
+        changes.push({ type: 'item', turnId: last.id, parentCallId: '', item });
+        break;
+      }
       case 'compacted': {
         if (!turn) break;
         const item: NoticeItem = {

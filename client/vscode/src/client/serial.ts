@@ -33,6 +33,8 @@ export interface SerialOptions {
 export declare interface SerialSession {
   on(event: 'opened', listener: (what: string) => void): this;
   on(event: 'lines', listener: (lines: SerialLine[]) => void): this;
+  /** fwaid's word about the board (a watch on it fired), not the board's output. */
+  on(event: 'notice', listener: (text: string) => void): this;
   on(event: 'dropped', listener: (count: number) => void): this;
   on(event: 'writeError', listener: (message: string) => void): this;
   /** The stream broke because fwaid went away; it is being opened again. */
@@ -115,6 +117,8 @@ export class SerialSession extends EventEmitter {
       }
       if (m.lines && m.lines.length) {
         let lines = m.lines as SerialLine[];
+        for (const l of lines) if (l.notice) this.emit('notice', l.line);
+        lines = lines.filter((l) => !l.notice);
         // The same fwaid replays nothing twice; another one numbers its lines afresh.
         if (again && !restarted) lines = lines.filter((l) => Number(l.seq) > this.lastSeq);
         if (lines.length) {

@@ -341,6 +341,7 @@ export class Boards implements vscode.TreeDataProvider<Device>, vscode.Disposabl
         serial.on('lines', (ls) => {
           write.fire(ls.map((l) => l.line.replace(/\r?$/, '') + '\r\n').join(''));
         });
+        serial.on('notice', (text) => write.fire(`\x1b[33m[fwai] ${text}\x1b[0m\r\n`));
         serial.on('dropped', (n) => write.fire(`\x1b[33m[${n} lines dropped: this terminal fell behind]\x1b[0m\r\n`));
         serial.on('writeError', (m) => write.fire(`\x1b[31m[${m}]\x1b[0m\r\n`));
         serial.on('reconnecting', (reason) =>

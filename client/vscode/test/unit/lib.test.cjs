@@ -150,6 +150,19 @@ test('a call whose parent was never seen (attached mid-turn) goes at the top of 
   assert.equal(m.outline('t9'), 'read_file(codebase-explorer) [running]');
 });
 
+test('a board notice between turns is said under the latest turn; before any turn it is dropped', () => {
+  seq = 150;
+  const m = new lib.SessionModel('s');
+  const notice = { board: 'b1', rule: 'hardfault', text: "watch 'hardfault' fired on b1: FAULT" };
+  assert.deepEqual(m.apply(ev('', 'board_notice', notice)), []);
+  m.apply(ev('t1', 'user_message', { text: 'hi', sender: 'uid:1' }));
+  m.apply(ev('t1', 'turn_finished', { stop_reason: 'end_turn', duration_ms: 1 }));
+  const changes = m.apply(ev('', 'board_notice', notice));
+  assert.equal(changes.length, 1);
+  assert.equal(changes[0].turnId, 't1');
+  assert.equal(m.outline('t1'), "info: [b1] watch 'hardfault' fired on b1: FAULT");
+});
+
 test('question and plan state follow asked / answered / decided / finished', () => {
   seq = 200;
   const m = new lib.SessionModel('s');

@@ -331,6 +331,75 @@ TEST_F(LabForward, RttThroughAFrontBothWays) {
   for (SerialStream* s : {&a, &b, &trace, &none}) s->Close();
 }
 
+// A watch on a bench's board, added through a front: it reads the board
+// through the bench as its owner, captures the HardFault into the owner's
+// project (a capture that decodes offline with the image), and its notice
+// reaches the front's reader after the banner.
+TEST_F(LabForward, AWatchOnABenchsBoardCapturesAndNotifiesThroughTheFront) {
+  namespace fs = std::filesystem;
+  pb::Lease lease = Lease(*front1_, "b1");
+  Flashed f = Flash(*front1_, "b1", lease.lease_id());
+  ASSERT_TRUE(f.status.ok()) << f.status.error_message() << "\nbench:\n" << bench_->log();
+  const std::string project = cluster_.dir() + "/watched";
+  fs::create_directories(project);
+  auto hw = pb::Hardware::NewStub(front1_->channel());
+  {
+    grpc::ClientContext ctx;
+    pb::AddWatchRequest req;
+    req.set_project_root(project);
+    req.set_lease_id(lease.lease_id());
+    auto* r = req.mutable_rule();
+    r->set_name("hardfault");
+    r->set_board("b1");
+    r->set_pattern("^FAULT");
+    r->set_capture(true);
+    r->set_notify(true);
+    pb::Watch w;
+    auto s = hw->AddWatch(&ctx, req, &w);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+    EXPECT_TRUE(w.active());
+  }
+  SerialStream reader(*front1_, "b1", lease.lease_id(), "", /*from_history=*/false);
+  ASSERT_EQ(reader.first.opened(), "b1") << reader.first.error();
+  pb::SerialClientMessage fault;
+  fault.set_send_line("fault");
+  ASSERT_TRUE(reader.rw->Write(fault));
+  std::string seen, notice;
+  bool banner = false;
+  pb::SerialServerMessage m;
+  while (notice.empty() && reader.rw->Read(&m)) {
+    for (const auto& l : m.lines()) {
+      seen += (l.notice() ? "notice: " : "") + l.line() + "\n";
+      if (!l.notice()) banner = banner || l.line().rfind("FAULT", 0) == 0;
+      if (l.notice()) {
+        notice = l.line();
+        EXPECT_EQ(l.seq(), 0u);
+      }
+    }
+    if (m.end_of_stream()) break;
+  }
+  EXPECT_TRUE(banner) << seen;
+  EXPECT_EQ(notice.rfind("watch 'hardfault' fired on b1: FAULT", 0), 0u) << seen << "\nfront:\n"
+                                                                         << front1_->log();
+  reader.Close();
+  pb::ListWatchesResponse listed;
+  {
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(hw->ListWatches(&ctx, {}, &listed).ok());
+  }
+  ASSERT_EQ(listed.watches_size(), 1);
+  EXPECT_EQ(listed.watches(0).fired(), 1);
+  const std::string rel = listed.watches(0).last_capture();
+  ASSERT_EQ(rel.rfind(".fwai/captures/b1-", 0), 0u) << listed.DebugString();
+  std::string out, err;
+  ASSERT_EQ(RunCommand({std::string(FWAI_BIN_DIR) + "/fwai", "fault", "decode", project + "/" + rel,
+                        "--image", FWAI_BLINKY_ELF},
+                       &out, &err),
+            0)
+      << err;
+  EXPECT_NE(out.find("in trigger_fault at src/main.c:"), std::string::npos) << out;
+}
+
 // A bench whose fwaid predates trace streams: its LabNode.Serial ignores
 // SerialOpen.stream and serves the UART, without naming a stream.
 class OldBenchSerial final : public pb::LabNode::Service {

@@ -586,6 +586,17 @@ absl::Status ParseDefaultProviderSection(ConfigReader& r, const YAML::Node& n, D
 }
 
 // `agent:`.
+absl::Status ParseCheckpointsSection(ConfigReader& r, const YAML::Node& n, CheckpointsConfig& c) {
+  CFG_TRY(r.CheckKeys(n, "checkpoints", {"max_bytes", "max_file_bytes"}));
+  if (n["max_bytes"])
+    CFG_TRY(r.Int(n["max_bytes"], "checkpoints.max_bytes", 1 << 20, int64_t{1} << 40, c.max_bytes));
+  if (n["max_file_bytes"]) {
+    CFG_TRY(r.Int(n["max_file_bytes"], "checkpoints.max_file_bytes", 1, int64_t{1} << 32,
+                  c.max_file_bytes));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ParseAgentSection(ConfigReader& r, const YAML::Node& n, DaemonConfig& c) {
   CFG_TRY(r.CheckKeys(n, "agent",
                       {"max_iterations", "max_message_bytes", "tool_threshold", "tools_top_k",
@@ -1078,6 +1089,7 @@ absl::StatusOr<DaemonConfig> ParseConfig(const std::string& yaml_text, const std
                          "plugins",
                          "telemetry",
                          "hardware",
+                         "checkpoints",
                          "policy_file",
                          "secrets",
                          "toolchain",
@@ -1106,6 +1118,7 @@ absl::StatusOr<DaemonConfig> ParseConfig(const std::string& yaml_text, const std
     if (auto n = root["mcp_servers"]) CFG_TRY(ParseMcpServersNode(r, n, c.mcp_servers));
     if (auto n = root["hardware"]) CFG_TRY(ParseHardwareSection(r, n, c));
     if (auto n = root["ota"]) CFG_TRY(ParseOtaSection(r, n, c));
+    if (auto n = root["checkpoints"]) CFG_TRY(ParseCheckpointsSection(r, n, c.checkpoints));
     if (auto n = root["telemetry"]) CFG_TRY(ParseTelemetry(r, n, c.telemetry));
     if (auto n = root["plugins"]) CFG_TRY(ParsePluginsSection(r, n, c));
     if (auto n = root["catalog"]) CFG_TRY(ParseCatalogSection(r, n, c));

@@ -278,6 +278,12 @@ struct SubagentConfig {
   std::string prompt;              // extra system instructions
 };
 
+// checkpoints: what rewinding a session keeps (server/session/checkpoints.h).
+struct CheckpointsConfig {
+  int64_t max_bytes = int64_t{2} << 30;        // of kept files and images per project
+  int64_t max_file_bytes = int64_t{64} << 20;  // larger files are not kept
+};
+
 struct DaemonConfig {
   std::string source;               // file the config came from, "" for defaults
   std::vector<std::string> listen;  // "unix:PATH" | "tcp:HOST:PORT"
@@ -310,6 +316,7 @@ struct DaemonConfig {
   CatalogConfig catalog;
   std::map<std::string, McpServerEntry> mcp_servers;
   HardwareConfig hardware;
+  CheckpointsConfig checkpoints;
   OtaConfig ota;
   PluginsConfig plugins;
   TelemetryConfig telemetry;

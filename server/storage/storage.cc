@@ -15,8 +15,9 @@
 namespace fwai {
 namespace {
 
-const char* const kCfNames[] = {"default", "sessions", "events", "history", "documents", "chunks",
-                                "tools",   "evidence", "leases", "ota",     "retrieval"};
+const char* const kCfNames[] = {"default",   "sessions", "events",    "history",
+                                "documents", "chunks",   "tools",     "evidence",
+                                "leases",    "ota",      "retrieval", "checkpoints"};
 static_assert(sizeof(kCfNames) / sizeof(kCfNames[0]) == static_cast<int>(Cf::kCount));
 
 absl::Status FromRocks(const rocksdb::Status& s, std::string_view what) {

@@ -31,7 +31,8 @@ enum class Cf : int {
   kEvidence,
   kLeases,
   kOta,
-  kRetrieval,  // the knowledge base's search log and its feedback
+  kRetrieval,    // the knowledge base's search log and its feedback
+  kCheckpoints,  // sessions' checkpoints (server/session/checkpoints.h)
   kCount,
 };
 

@@ -146,6 +146,15 @@ absl::StatusOr<std::string> ProjectFs::ReadFile(const std::string& rel, size_t m
   return out;
 }
 
+absl::Status ProjectFs::Remove(const std::string& rel) const {
+  const std::filesystem::path p(rel);
+  const std::string up = p.parent_path().string();
+  auto dir = OpenAt(up.empty() ? "." : up, O_PATH | O_DIRECTORY);
+  if (!dir.ok()) return dir.status();
+  if (unlinkat(dir->get(), p.filename().c_str(), 0) != 0) return Error(rel, errno);
+  return absl::OkStatus();
+}
+
 absl::StatusOr<UniqueFd> ProjectFs::MakeParents(const std::string& rel) const {
   std::filesystem::path parent = std::filesystem::path(rel).parent_path();
   std::string so_far;

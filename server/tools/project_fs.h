@@ -69,6 +69,9 @@ class ProjectFs {
   // Replaces or creates `rel` with `content`: parents created, a temp file
   // in the same directory renamed over it, an existing file's mode kept.
   [[nodiscard]] absl::Status WriteFile(const std::string& rel, const std::string& content) const;
+  // Removes the file (or symlink) `rel`; never a directory. NOT_FOUND when
+  // it is not there.
+  [[nodiscard]] absl::Status Remove(const std::string& rel) const;
   // The entries of directory `rel`, sorted by name.
   [[nodiscard]] absl::StatusOr<std::vector<Entry>> List(const std::string& rel) const;
   // Regular files under directory `rel` (relative paths from the root), in

@@ -1,0 +1,482 @@
+#include "server/session/checkpoints.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <optional>
+#include <set>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "common/clock.h"
+#include "common/local_account.h"
+#include "common/paths.h"
+#include "common/status_macros.h"
+#include "common/subprocess.h"
+#include "server/hardware/firmware_image.h"
+#include "server/storage/storage.h"
+#include "server/tools/project_fs.h"
+
+namespace fwai {
+
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+std::string ManifestPrefix(const std::string& session) { return absl::StrCat("m/", session, "/"); }
+std::string ManifestKey(const std::string& session, uint64_t seq) {
+  return absl::StrFormat("m/%s/%016d", session, seq);
+}
+std::string FlashedKey(const std::string& session) { return absl::StrCat("f/", session); }
+// The first key after every key that starts with `prefix`.
+std::string PrefixEnd(std::string prefix) {
+  prefix.back() = static_cast<char>(prefix.back() + 1);
+  return prefix;
+}
+
+// Never kept, never touched by a rewind.
+bool Excluded(const std::string& rel) {
+  return rel == ".git" || absl::StartsWith(rel, ".git/") ||
+         absl::StartsWith(rel, ".fwai/captures/");
+}
+
+// The account's file identity while alive (none for a null account).
+class AsAccount {
+ public:
+  explicit AsAccount(const LocalAccount* account) {
+    if (account) as_.emplace(*account);
+  }
+  absl::Status status() const { return as_ ? as_->status() : absl::OkStatus(); }
+
+ private:
+  std::optional<ScopedFsIdentity> as_;
+};
+
+// The project's files by relative path, as the account sees them: git's
+// tracked and untracked files less the ignored ones, or, outside a git work
+// tree, every regular file.
+absl::StatusOr<std::vector<std::string>> ProjectFiles(const std::string& root,
+                                                      const LocalAccount* account) {
+  ProcessOptions o;
+  o.cwd = root;
+  o.timeout_ms = 60000;
+  if (account && account->uid != getuid()) o.run_as = account;
+  auto git = RunProcess(
+      {"git", "-c", "core.quotePath=off", "ls-files", "-co", "--exclude-standard", "-z"}, o);
+  std::vector<std::string> names;
+  if (git.ok() && git->exit_code == 0) {
+    for (absl::string_view n : absl::StrSplit(git->out, '\0', absl::SkipEmpty()))
+      names.emplace_back(n);
+  } else {
+    AsAccount as(account);
+    RETURN_IF_ERROR(as.status());
+    ASSIGN_OR_RETURN(auto pfs, ProjectFs::Open(root));
+    pfs.Walk(
+        ".", nullptr, [](const std::string& dir) { return dir == ".git"; },
+        [&](const std::string& rel) {
+          names.push_back(rel);
+          return true;
+        });
+  }
+  names.erase(std::remove_if(names.begin(), names.end(), Excluded), names.end());
+  std::sort(names.begin(), names.end());
+  names.erase(std::unique(names.begin(), names.end()), names.end());
+  return names;
+}
+
+// One file as it is now: its stat, and its bytes unless `before` shows it
+// unchanged (then only its hash, from `before`).
+struct Seen {
+  CheckpointFile file;
+  std::string bytes;
+  bool read = false;
+};
+
+absl::StatusOr<Seen> SeeFile(const ProjectFs& pfs, const std::string& rel,
+                             const CheckpointFile* before, uint64_t max_bytes) {
+  ASSIGN_OR_RETURN(UniqueFd fd, pfs.OpenAt(rel, O_RDONLY | O_NOFOLLOW | O_NONBLOCK));
+  struct stat st {};
+  if (fstat(fd.get(), &st) != 0) return absl::InternalError(std::strerror(errno));
+  if (!S_ISREG(st.st_mode)) return absl::FailedPreconditionError("not a regular file");
+  Seen s;
+  s.file.mode = st.st_mode & 07777;
+  s.file.size = static_cast<uint64_t>(st.st_size);
+  s.file.mtime_ns = int64_t{st.st_mtim.tv_sec} * 1000000000 + st.st_mtim.tv_nsec;
+  s.file.ino = st.st_ino;
+  if (before && before->size == s.file.size && before->mtime_ns == s.file.mtime_ns &&
+      before->ino == s.file.ino) {
+    s.file.sha256 = before->sha256;
+    return s;
+  }
+  if (s.file.size > max_bytes)
+    return absl::FailedPreconditionError(absl::StrCat("larger than ", max_bytes, " bytes"));
+  char buf[1 << 16];
+  for (;;) {
+    const ssize_t n = read(fd.get(), buf, sizeof(buf));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return absl::InternalError(std::strerror(errno));
+    if (n == 0) break;
+    s.bytes.append(buf, static_cast<size_t>(n));
+    if (s.bytes.size() > max_bytes)
+      return absl::FailedPreconditionError(absl::StrCat("larger than ", max_bytes, " bytes"));
+  }
+  s.file.sha256 = BytesSha256Hex(s.bytes);
+  s.read = true;
+  return s;
+}
+
+// The whole file at `path` (any path), as the account.
+absl::StatusOr<std::string> ReadAs(const std::string& path, const LocalAccount* account,
+                                   uint64_t max_bytes) {
+  UniqueFd fd;
+  {
+    AsAccount as(account);
+    RETURN_IF_ERROR(as.status());
+    fd = UniqueFd(open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
+  }
+  if (fd.get() < 0) return absl::NotFoundError(absl::StrCat(path, ": ", std::strerror(errno)));
+  std::string out;
+  char buf[1 << 16];
+  for (;;) {
+    const ssize_t n = read(fd.get(), buf, sizeof(buf));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return absl::InternalError(absl::StrCat(path, ": ", std::strerror(errno)));
+    if (n == 0) break;
+    out.append(buf, static_cast<size_t>(n));
+    if (out.size() > max_bytes)
+      return absl::FailedPreconditionError(absl::StrCat(path, " is larger than ", max_bytes));
+  }
+  return out;
+}
+
+}  // namespace
+
+json Checkpoint::ToJson() const {
+  json f = json::object();
+  for (const auto& [path, e] : files) {
+    f[path] = {{"sha256", e.sha256},
+               {"mode", e.mode},
+               {"size", e.size},
+               {"mtime_ns", e.mtime_ns},
+               {"ino", e.ino}};
+  }
+  return {{"seq", seq},
+          {"session_id", session_id},
+          {"turn_id", turn_id},
+          {"reason", reason},
+          {"project_root", project_root},
+          {"time_us", time_us},
+          {"history_len", history_len},
+          {"files", f},
+          {"skipped", skipped},
+          {"boards", boards},
+          {"bytes", bytes}};
+}
+
+absl::StatusOr<Checkpoint> Checkpoint::FromJson(const json& j) {
+  if (!j.is_object()) return absl::DataLossError("a checkpoint that is not a JSON object");
+  Checkpoint c;
+  try {
+    c.seq = j.value("seq", uint64_t{0});
+    c.session_id = j.value("session_id", "");
+    c.turn_id = j.value("turn_id", "");
+    c.reason = j.value("reason", "");
+    c.project_root = j.value("project_root", "");
+    c.time_us = j.value("time_us", int64_t{0});
+    c.history_len = j.value("history_len", uint64_t{0});
+    c.bytes = j.value("bytes", uint64_t{0});
+    const json files = j.value("files", json::object());
+    for (const auto& [path, e] : files.items()) {
+      c.files[path] = {e.value("sha256", ""), e.value("mode", 0644u), e.value("size", uint64_t{0}),
+                       e.value("mtime_ns", int64_t{0}), e.value("ino", uint64_t{0})};
+    }
+    c.skipped = j.value("skipped", std::vector<std::string>{});
+    c.boards = j.value("boards", std::map<std::string, std::string>{});
+  } catch (const json::exception& e) {
+    return absl::DataLossError(absl::StrCat("a checkpoint's record: ", e.what()));
+  }
+  return c;
+}
+
+Checkpoints::Checkpoints(Storage& storage, std::string dir, CheckpointLimits limits)
+    : storage_(storage), dir_(std::move(dir)), limits_(limits) {}
+
+std::string Checkpoints::ObjectPath(const std::string& sha256) const {
+  return absl::StrCat(dir_, "/objects/", sha256.substr(0, 2), "/", sha256);
+}
+
+absl::Status Checkpoints::PutObject(const std::string& sha256, const std::string& bytes) const {
+  const std::string path = ObjectPath(sha256);
+  std::error_code ec;
+  if (fs::exists(path, ec)) return absl::OkStatus();  // content-addressed: already there
+  RETURN_IF_ERROR(MakeDirs(fs::path(path).parent_path().string(), 0700));
+  return WriteFileAtomic(path, bytes, 0600);
+}
+
+absl::StatusOr<std::string> Checkpoints::ReadObject(const std::string& sha256) const {
+  if (sha256.size() != 64) return absl::NotFoundError(absl::StrCat("no object '", sha256, "'"));
+  auto bytes = ReadAs(ObjectPath(sha256), nullptr, uint64_t{1} << 34);
+  if (!bytes.ok()) return absl::NotFoundError(absl::StrCat("object ", sha256, " is gone"));
+  if (BytesSha256Hex(*bytes) != sha256)
+    return absl::DataLossError(absl::StrCat("object ", sha256, " does not hash to its name"));
+  return bytes;
+}
+
+absl::StatusOr<Checkpoint> Checkpoints::Take(const std::string& session_id,
+                                             const std::string& project_root,
+                                             const LocalAccount* account,
+                                             const std::string& turn_id, const std::string& reason,
+                                             uint64_t history_len) {
+  MutexLock lock(&mu_);
+  ASSIGN_OR_RETURN(auto before, List(session_id));
+  Checkpoint c;
+  c.seq = before.empty() ? 1 : before.back().seq + 1;
+  c.session_id = session_id;
+  c.turn_id = turn_id;
+  c.reason = reason;
+  c.project_root = project_root;
+  c.time_us = NowMicros();
+  c.history_len = history_len;
+  const Checkpoint* prev = before.empty() ? nullptr : &before.back();
+  ASSIGN_OR_RETURN(auto names, ProjectFiles(project_root, account));
+  std::optional<ProjectFs> pfs;
+  {
+    AsAccount as(account);
+    RETURN_IF_ERROR(as.status());
+    ASSIGN_OR_RETURN(auto opened, ProjectFs::Open(project_root));
+    pfs.emplace(std::move(opened));
+  }
+  std::error_code ec;
+  for (const std::string& rel : names) {
+    const CheckpointFile* was = nullptr;
+    if (prev) {
+      auto it = prev->files.find(rel);
+      if (it != prev->files.end() && fs::exists(ObjectPath(it->second.sha256), ec))
+        was = &it->second;
+    }
+    absl::StatusOr<Seen> seen;
+    {
+      AsAccount as(account);
+      RETURN_IF_ERROR(as.status());
+      seen = SeeFile(*pfs, rel, was, limits_.max_file_bytes);
+    }
+    if (!seen.ok()) {
+      if (!absl::IsNotFound(seen.status()))  // a tracked file deleted is simply not there
+        c.skipped.push_back(absl::StrCat(rel, ": ", seen.status().message()));
+      continue;
+    }
+    if (seen->read) RETURN_IF_ERROR(PutObject(seen->file.sha256, seen->bytes));
+    c.bytes += seen->file.size;
+    c.files[rel] = seen->file;
+  }
+  ASSIGN_OR_RETURN(auto flashed, storage_.Get(Cf::kCheckpoints, FlashedKey(session_id)));
+  if (flashed) {
+    const json j = json::parse(*flashed, nullptr, false);
+    if (j.is_object())
+      for (const auto& [board, sha] : j.items()) c.boards[board] = sha.get<std::string>();
+  }
+  RETURN_IF_ERROR(storage_.Put(Cf::kCheckpoints, ManifestKey(session_id, c.seq), c.ToJson().dump(),
+                               /*sync=*/true));
+  RETURN_IF_ERROR(PruneProject(project_root));
+  return c;
+}
+
+absl::Status Checkpoints::NoteFlash(const std::string& session_id, const LocalAccount* account,
+                                    const std::string& board, const std::string& image) {
+  ASSIGN_OR_RETURN(const std::string bytes, ReadAs(image, account, limits_.max_file_bytes));
+  const std::string sha = BytesSha256Hex(bytes);
+  MutexLock lock(&mu_);
+  RETURN_IF_ERROR(PutObject(sha, bytes));
+  ASSIGN_OR_RETURN(auto was, storage_.Get(Cf::kCheckpoints, FlashedKey(session_id)));
+  json j = was ? json::parse(*was, nullptr, false) : json::object();
+  if (!j.is_object()) j = json::object();
+  j[board] = sha;
+  return storage_.Put(Cf::kCheckpoints, FlashedKey(session_id), j.dump(), /*sync=*/true);
+}
+
+absl::StatusOr<std::vector<Checkpoint>> Checkpoints::List(const std::string& session_id) const {
+  std::vector<Checkpoint> out;
+  absl::Status bad;
+  const std::string prefix = ManifestPrefix(session_id);
+  RETURN_IF_ERROR(storage_.Scan(Cf::kCheckpoints, prefix, PrefixEnd(prefix),
+                                [&](std::string_view, std::string_view v) {
+                                  auto c = Checkpoint::FromJson(json::parse(v, nullptr, false));
+                                  if (!c.ok()) {
+                                    bad = c.status();
+                                    return false;
+                                  }
+                                  out.push_back(*std::move(c));
+                                  return true;
+                                }));
+  RETURN_IF_ERROR(bad);
+  return out;
+}
+
+absl::StatusOr<Checkpoint> Checkpoints::Find(const std::string& session_id,
+                                             const std::string& to) const {
+  ASSIGN_OR_RETURN(auto all, List(session_id));
+  if (all.empty())
+    return absl::NotFoundError(absl::StrCat("session ", session_id, " has no checkpoints"));
+  if (to.empty()) return all.back();
+  uint64_t seq = 0;
+  const bool by_number = absl::SimpleAtoi(to, &seq);
+  for (const auto& c : all) {
+    if (by_number ? c.seq == seq : c.turn_id == to) return c;
+  }
+  return absl::NotFoundError(absl::StrCat("session ", session_id, " has no checkpoint '", to,
+                                          "': it has ", all.front().seq, " to ", all.back().seq,
+                                          " (fwai rewind ", session_id, " --list)"));
+}
+
+absl::StatusOr<std::vector<FileChange>> Checkpoints::Diff(const Checkpoint& c,
+                                                          const LocalAccount* account) const {
+  ASSIGN_OR_RETURN(auto names, ProjectFiles(c.project_root, account));
+  AsAccount as(account);
+  RETURN_IF_ERROR(as.status());
+  ASSIGN_OR_RETURN(auto pfs, ProjectFs::Open(c.project_root));
+  std::vector<FileChange> out;
+  std::set<std::string> now;
+  for (const std::string& rel : names) {
+    auto it = c.files.find(rel);
+    auto seen =
+        SeeFile(pfs, rel, it == c.files.end() ? nullptr : &it->second, limits_.max_file_bytes);
+    if (!seen.ok()) continue;  // not a file it keeps (a symlink, too large): left alone
+    now.insert(rel);
+    if (it == c.files.end()) {
+      out.push_back({rel, "delete", seen->file.sha256, ""});
+    } else if (seen->file.sha256 != it->second.sha256) {
+      out.push_back({rel, "restore", seen->file.sha256, it->second.sha256});
+    }
+  }
+  for (const auto& [rel, f] : c.files) {
+    if (!now.count(rel)) out.push_back({rel, "create", "", f.sha256});
+  }
+  std::sort(out.begin(), out.end(),
+            [](const FileChange& a, const FileChange& b) { return a.path < b.path; });
+  return out;
+}
+
+absl::Status Checkpoints::Restore(const Checkpoint& c, const std::vector<FileChange>& changes,
+                                  const LocalAccount* account) const {
+  // Every object first: a rewind that cannot finish does not start.
+  std::map<std::string, std::string> bytes;
+  for (const auto& ch : changes) {
+    if (ch.action == "delete" || bytes.count(ch.then_sha256)) continue;
+    auto b = ReadObject(ch.then_sha256);
+    if (!b.ok()) {
+      return absl::FailedPreconditionError(absl::StrCat("checkpoint ", c.seq, " of session ",
+                                                        c.session_id, " cannot restore ", ch.path,
+                                                        ": ", b.status().message()));
+    }
+    bytes[ch.then_sha256] = *std::move(b);
+  }
+  AsAccount as(account);
+  RETURN_IF_ERROR(as.status());
+  ASSIGN_OR_RETURN(auto pfs, ProjectFs::Open(c.project_root));
+  for (const auto& ch : changes) {
+    if (ch.action == "delete") {
+      if (auto s = pfs.Remove(ch.path); !s.ok() && !absl::IsNotFound(s)) return s;
+      continue;
+    }
+    // The checkpoint had a file here: a symlink now in its place goes, and
+    // the file is written in its stead, never through it.
+    if (auto link = pfs.OpenAt(ch.path, O_PATH | O_NOFOLLOW); link.ok()) {
+      struct stat st {};
+      if (fstat(link->get(), &st) == 0 && S_ISLNK(st.st_mode)) RETURN_IF_ERROR(pfs.Remove(ch.path));
+    }
+    RETURN_IF_ERROR(pfs.WriteFile(ch.path, bytes[ch.then_sha256]));
+    auto it = c.files.find(ch.path);
+    ASSIGN_OR_RETURN(UniqueFd fd, pfs.OpenAt(ch.path, O_RDONLY | O_NOFOLLOW));
+    if (it != c.files.end() && fchmod(fd.get(), it->second.mode) != 0)
+      return absl::InternalError(absl::StrCat(ch.path, ": chmod: ", std::strerror(errno)));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Checkpoints::PruneProject(const std::string& root) {
+  struct Kept {
+    std::string key;
+    int64_t time_us = 0;
+    std::set<std::string> objects;
+  };
+  std::vector<Kept> kept;
+  RETURN_IF_ERROR(storage_.Scan(Cf::kCheckpoints, "m/", PrefixEnd("m/"),
+                                [&](std::string_view k, std::string_view v) {
+                                  auto c = Checkpoint::FromJson(json::parse(v, nullptr, false));
+                                  if (!c.ok() || c->project_root != root) return true;
+                                  Kept e{std::string(k), c->time_us, {}};
+                                  for (const auto& [p, f] : c->files) e.objects.insert(f.sha256);
+                                  for (const auto& [b, sha] : c->boards) e.objects.insert(sha);
+                                  kept.push_back(std::move(e));
+                                  return true;
+                                }));
+  std::sort(kept.begin(), kept.end(),
+            [](const Kept& a, const Kept& b) { return a.time_us < b.time_us; });
+  std::map<std::string, uint64_t> sizes;
+  auto total = [&] {
+    std::set<std::string> all;
+    for (const auto& e : kept) all.insert(e.objects.begin(), e.objects.end());
+    uint64_t sum = 0;
+    std::error_code ec;
+    for (const auto& sha : all) {
+      auto [it, added] = sizes.try_emplace(sha, 0);
+      if (added) {
+        const auto n = fs::file_size(ObjectPath(sha), ec);
+        it->second = ec ? 0 : n;
+      }
+      sum += it->second;
+    }
+    return sum;
+  };
+  bool pruned = false;
+  while (kept.size() > 1 && total() > limits_.max_bytes) {
+    RETURN_IF_ERROR(storage_.Delete(Cf::kCheckpoints, kept.front().key, /*sync=*/true));
+    kept.erase(kept.begin());
+    pruned = true;
+  }
+  return pruned ? CollectGarbage() : absl::OkStatus();
+}
+
+absl::Status Checkpoints::CollectGarbage() {
+  std::set<std::string> named;
+  RETURN_IF_ERROR(
+      storage_.Scan(Cf::kCheckpoints, "", "", [&](std::string_view k, std::string_view v) {
+        const json j = json::parse(v, nullptr, false);
+        if (k.substr(0, 2) == "f/" && j.is_object()) {
+          for (const auto& [b, sha] : j.items()) named.insert(sha.get<std::string>());
+        } else if (auto c = Checkpoint::FromJson(j); c.ok()) {
+          for (const auto& [p, f] : c->files) named.insert(f.sha256);
+          for (const auto& [b, sha] : c->boards) named.insert(sha);
+        }
+        return true;
+      }));
+  std::error_code ec;
+  for (const auto& d : fs::directory_iterator(dir_ + "/objects", ec)) {
+    for (const auto& f : fs::directory_iterator(d.path(), ec)) {
+      if (!named.count(f.path().filename().string())) fs::remove(f.path(), ec);
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Checkpoints::DropSession(const std::string& session_id) {
+  MutexLock lock(&mu_);
+  WriteBatch batch;
+  const std::string prefix = ManifestPrefix(session_id);
+  batch.DeleteRange(Cf::kCheckpoints, prefix, PrefixEnd(prefix));
+  batch.Delete(Cf::kCheckpoints, FlashedKey(session_id));
+  RETURN_IF_ERROR(storage_.Write(batch, /*sync=*/true));
+  return CollectGarbage();
+}
+
+}  // namespace fwai

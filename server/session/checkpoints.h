@@ -1,0 +1,124 @@
+// checkpoints: a session's project files and boards' images as they were
+// before each of its turns, so that the session can be rewound.
+//
+// Files: the project's tracked and untracked files less what .gitignore
+// ignores (`git ls-files -co --exclude-standard`, run as the session's
+// account; a project that is not a git work tree: every regular file, less
+// .git), read as the session's account through ProjectFs: nothing outside
+// the root is read or written. Symlinks, files larger than max_file_bytes
+// and fault captures (.fwai/captures/) are not kept, and a rewind leaves
+// them alone. Each file's bytes are an object named by its SHA-256 under
+// DIR/objects (0600, written once): a checkpoint of an unchanged tree
+// writes no object, and a file whose size, mtime and inode are as in the
+// session's previous checkpoint is not read again.
+//
+// Boards: each board the session flashed (NoteFlash), with the image's
+// SHA-256; the image is an object while a checkpoint names it.
+//
+// Storage: Cf::kCheckpoints, "m/SESSION/SEQ" -> the checkpoint (JSON),
+// "f/SESSION" -> {board: image sha256}. Limits: at most max_bytes of objects
+// per project root; past it the project's oldest checkpoints go first (the
+// newest is always kept), then every object no checkpoint names.
+//
+// Thread-safety: every method may be called from any thread.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/mutex.h"
+
+namespace fwai {
+
+class Storage;
+struct LocalAccount;
+
+struct CheckpointFile {
+  std::string sha256;
+  uint32_t mode = 0644;  // permission bits
+  uint64_t size = 0;
+  int64_t mtime_ns = 0;
+  uint64_t ino = 0;
+};
+
+struct Checkpoint {
+  uint64_t seq = 0;  // 1, 2, ... within the session
+  std::string session_id, turn_id, project_root;
+  std::string reason;  // "turn", "skill build", ...
+  int64_t time_us = 0;
+  uint64_t history_len = 0;  // the conversation's entries before it
+  std::map<std::string, CheckpointFile> files;
+  std::vector<std::string> skipped;           // seen, not kept (too large, unreadable)
+  std::map<std::string, std::string> boards;  // board -> image sha256
+  uint64_t bytes = 0;                         // the files' bytes
+
+  nlohmann::json ToJson() const;
+  static absl::StatusOr<Checkpoint> FromJson(const nlohmann::json& j);
+};
+
+// One file a rewind changes.
+struct FileChange {
+  std::string path;
+  std::string action;  // restore (changed since) | create (gone since) | delete (new since)
+  std::string now_sha256, then_sha256;
+};
+
+struct CheckpointLimits {
+  uint64_t max_bytes = uint64_t{2} << 30;  // of objects per project
+  uint64_t max_file_bytes = 64 << 20;
+};
+
+class Checkpoints {
+ public:
+  Checkpoints(Storage& storage, std::string dir, CheckpointLimits limits);
+  Checkpoints(const Checkpoints&) = delete;
+  Checkpoints& operator=(const Checkpoints&) = delete;
+
+  // Records the session's project (read as `account`, null: fwaid's own)
+  // and the images of the boards it flashed.
+  [[nodiscard]] absl::StatusOr<Checkpoint> Take(const std::string& session_id,
+                                                const std::string& project_root,
+                                                const LocalAccount* account,
+                                                const std::string& turn_id,
+                                                const std::string& reason, uint64_t history_len)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // The session flashed `image` (read as `account`) onto `board`: kept as an
+  // object, named by the session's next checkpoints.
+  [[nodiscard]] absl::Status NoteFlash(const std::string& session_id, const LocalAccount* account,
+                                       const std::string& board, const std::string& image)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // The session's checkpoints, oldest first.
+  [[nodiscard]] absl::StatusOr<std::vector<Checkpoint>> List(const std::string& session_id) const;
+  // The checkpoint `to` names: its number, or a turn id (the checkpoint
+  // before that turn), or "" (the latest). NOT_FOUND says which exist.
+  [[nodiscard]] absl::StatusOr<Checkpoint> Find(const std::string& session_id,
+                                                const std::string& to) const;
+  // What restoring `c`'s files would change, by path.
+  [[nodiscard]] absl::StatusOr<std::vector<FileChange>> Diff(const Checkpoint& c,
+                                                             const LocalAccount* account) const;
+  // Makes the project's files as `c` has them (`changes` from Diff), as
+  // `account`. Every object is checked first: a missing one changes nothing.
+  [[nodiscard]] absl::Status Restore(const Checkpoint& c, const std::vector<FileChange>& changes,
+                                     const LocalAccount* account) const;
+  // The bytes of object `sha256`, or NOT_FOUND.
+  [[nodiscard]] absl::StatusOr<std::string> ReadObject(const std::string& sha256) const;
+  // Forgets the session's checkpoints (and the objects only they named).
+  [[nodiscard]] absl::Status DropSession(const std::string& session_id) ABSL_LOCKS_EXCLUDED(mu_);
+
+ private:
+  std::string ObjectPath(const std::string& sha256) const;
+  absl::Status PutObject(const std::string& sha256, const std::string& bytes) const;
+  absl::Status PruneProject(const std::string& root) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status CollectGarbage() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  Storage& storage_;
+  const std::string dir_;
+  const CheckpointLimits limits_;
+  Mutex mu_;  // one Take, NoteFlash or prune at a time
+};
+
+}  // namespace fwai

@@ -92,6 +92,8 @@ TurnEnd PlayTurn(const AgentDeps& deps, const TurnHooks& hooks, CancelToken& can
   if (!info.ok()) return Failed(sink, info.status());
   const std::string provider_name = !req.provider.empty() ? req.provider : info->provider;
   Provider* provider = deps.providers.Find(provider_name);
+  if (!req.compact_only && hooks.checkpoint && !info->project_root.empty())
+    hooks.checkpoint(*info, req.turn_id);
   if (!req.compact_only) {
     json user_content = json::array({{{"type", "text"}, {"text", req.text}}});
     if (auto s = deps.sessions.AppendHistory(req.session_id, {"user", user_content.dump()});

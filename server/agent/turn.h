@@ -21,6 +21,8 @@ struct TurnHooks {
   // Receives the main agent's final text (session id, turn id, text).
   const std::function<void(const std::string&, const std::string&, const std::string&)>&
       reply_observer;
+  // Records the project before the turn changes it (session, turn id).
+  const std::function<void(const SessionInfo&, const std::string&)>& checkpoint;
 };
 
 // Runs `req`; calls `finishing` just before turn_finished is published.

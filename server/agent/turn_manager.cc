@@ -123,8 +123,8 @@ void TurnManager::Run(Turn* turn, TurnRequest req) {
   // Done before turn_finished is visible: a client that starts the next turn
   // the moment it sees turn_finished must not be refused. Start() joins this
   // waits for this job to end, so the next turn's events still come after this one.
-  RunTurn(deps, TurnHooks{recorder_, project_tools_, reply_observer_}, turn->cancel, req,
-          [turn] { turn->done = true; });
+  RunTurn(deps, TurnHooks{recorder_, project_tools_, reply_observer_, checkpoint_}, turn->cancel,
+          req, [turn] { turn->done = true; });
 }
 
 void TurnManager::Cancel(const std::string& session_id) {

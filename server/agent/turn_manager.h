@@ -100,6 +100,11 @@ class TurnManager {
                             fn) {
     reply_observer_ = std::move(fn);
   }
+  // Records a session's project before each of its turns (session, turn
+  // id); a failure is the hook's to report. Set before the first turn.
+  void SetCheckpointer(std::function<void(const SessionInfo&, const std::string&)> fn) {
+    checkpoint_ = std::move(fn);
+  }
   // Redacts tool output before the provider, the history and the evidence see it.
   void SetSecretScanner(std::shared_ptr<const SecretScanner> scanner) {
     secrets_ = std::move(scanner);
@@ -139,6 +144,7 @@ class TurnManager {
   std::function<void(const nlohmann::json&)> recorder_;
   std::function<void(const std::string&, const std::string&, const std::string&)> reply_observer_;
   std::shared_ptr<const SecretScanner> secrets_;
+  std::function<void(const SessionInfo&, const std::string&)> checkpoint_;
   std::function<absl::StatusOr<ProjectToolSet>(const SessionInfo&)> project_tools_;
   Mutex mu_;
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;

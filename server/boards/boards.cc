@@ -178,6 +178,7 @@ absl::StatusOr<FlashResult> Boards::Flash(
     span->SetDouble("fwai.flash.seconds", r->seconds);
     span->SetBool("fwai.flash.booted", !r->boot_line.empty());
     Record(r->record, caller, board, order);
+    if (flash_observer_) flash_observer_(caller, board, order, *r);
   } else {
     span->Fail(std::string(r.status().message()));
   }

@@ -197,6 +197,10 @@ class Boards {
   void SetRecorder(std::function<void(const nlohmann::json&)> recorder) {
     recorder_ = std::move(recorder);
   }
+  // Told of each flash that succeeded (after its record); set before the first flash.
+  using FlashObserver =
+      std::function<void(const Caller&, const BoardRef&, const FlashOrder&, const FlashResult&)>;
+  void SetFlashObserver(FlashObserver fn) { flash_observer_ = std::move(fn); }
   // The organisation's policy file, applied with the project's own.
   void SetPolicyFile(std::string path) { policy_file_ = std::move(path); }
 
@@ -265,6 +269,7 @@ class Boards {
   const std::string node_;
   std::shared_ptr<OpenBoardReaders> open_;  // what Notice reaches; shared with each reader
   std::function<void(const nlohmann::json&)> recorder_;
+  FlashObserver flash_observer_;
   std::string policy_file_;
 };
 

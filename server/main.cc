@@ -86,6 +86,7 @@
 #include "server/ota/rollout.h"
 #include "server/plugins/plugin_store.h"
 #include "server/project/secrets.h"
+#include "server/session/checkpoints.h"
 #include "server/session/session_manager.h"
 #include "server/skills/run_journal.h"
 #include "server/skills/runner.h"
@@ -667,6 +668,44 @@ std::optional<int> ResolveConfig(const Args& args, DaemonConfig& config, PassedS
   return std::nullopt;
 }
 
+// The session's project before a turn; a failure is logged, the turn goes on.
+void TakeCheckpoint(Checkpoints& cp, SessionManager& sessions, const SessionInfo& s,
+                    const std::string& turn_id) {
+  std::optional<LocalAccount> account;
+  if (!s.account.empty()) {
+    auto a = LookupAccount(s.account);
+    if (!a.ok()) {
+      spdlog::warn("checkpoint of session {}: {}", s.id, a.status().ToString());
+      return;
+    }
+    account = *std::move(a);
+  }
+  auto history = sessions.LoadHistory(s.id);
+  auto c = cp.Take(s.id, s.project_root, account ? &*account : nullptr, turn_id, "turn",
+                   history.ok() ? history->size() : 0);
+  if (!c.ok()) spdlog::warn("checkpoint of session {}: {}", s.id, c.status().ToString());
+}
+
+// A flash is a session's when made in it, or under a lease bound to it.
+void NoteSessionFlash(Checkpoints& cp, const BoardLeases& leases, const Caller& caller,
+                      const std::string& board, const std::string& image) {
+  std::string session = caller.session_id;
+  if (session.empty()) {
+    auto who = leases.Who();
+    if (who.ok()) {
+      for (const auto& l : who->first) {
+        if (l.board == board && l.identity == caller.identity && !l.session_id.empty())
+          session = l.session_id;
+      }
+    }
+  }
+  if (session.empty()) return;
+  if (auto s = cp.NoteFlash(session, caller.account ? &*caller.account : nullptr, board, image);
+      !s.ok()) {
+    spdlog::warn("the image flashed onto {} in session {}: {}", board, session, s.ToString());
+  }
+}
+
 // A watch's notice as an event in each session holding `board` through a
 // lease bound to it; returns how many it reached.
 int NotifySessionsHolding(const BoardLeases& leases, SessionManager& sessions,
@@ -827,6 +866,7 @@ class Daemon {
   std::function<void(const nlohmann::json&)> record_run_;
   std::function<nlohmann::json(const std::string&)> latest_build_;
   std::function<nlohmann::json(const std::string&)> record_of_run_;
+  std::unique_ptr<Checkpoints> checkpoints_;  // before sessions_ and turns_: outlives them
   std::unique_ptr<SessionManager> sessions_;
   std::unique_ptr<TurnManager> turns_;
   std::unique_ptr<ProjectMcpServers> project_mcp_;
@@ -1344,6 +1384,21 @@ std::optional<int> Daemon::StartSessions() {
   turns_->SetReplyObserver(
       [kb = knowledge_.get()](const std::string& session, const std::string&,
                               const std::string& text) { RecordCitations(*kb, session, text); });
+  // Before each turn, the session's project (and the images its boards run)
+  // as they are, so that it can be rewound; flashes are the session's when
+  // made in it or under a lease bound to it.
+  checkpoints_ = std::make_unique<Checkpoints>(
+      *storage_, config_.data_dir + "/checkpoints",
+      CheckpointLimits{static_cast<uint64_t>(config_.checkpoints.max_bytes),
+                       static_cast<uint64_t>(config_.checkpoints.max_file_bytes)});
+  turns_->SetCheckpointer([cp = checkpoints_.get(), sessions = sessions_.get()](
+                              const SessionInfo& s, const std::string& turn_id) {
+    TakeCheckpoint(*cp, *sessions, s, turn_id);
+  });
+  boards_->SetFlashObserver(
+      [cp = checkpoints_.get(), leases = board_leases_.get()](
+          const Caller& caller, const BoardRef& board, const FlashOrder& order,
+          const FlashResult&) { NoteSessionFlash(*cp, *leases, caller, board.id, order.image); });
   // MCP servers a project declares run as the session's account (the
   // project's owner), never as fwaid; a session without one gets none.
   project_mcp_ = std::make_unique<ProjectMcpServers>(http_.get());
@@ -1499,8 +1554,12 @@ void Daemon::FillApiDeps() {
   deps.svd_catalog = svd_catalog_.get();
   deps.rollouts = rollouts_.get();
   deps.plugins = plugins_.get();
-  deps.on_session_deleted = [hardware = hardware_.get()](const std::string& id) {
+  deps.checkpoints = checkpoints_.get();
+  deps.on_session_deleted = [hardware = hardware_.get(),
+                             cp = checkpoints_.get()](const std::string& id) {
     hardware->SessionEnded(id);
+    if (auto s = cp->DropSession(id); !s.ok())
+      spdlog::warn("checkpoints of session {}: {}", id, s.ToString());
   };
   deps.request_shutdown = [] { kill(getpid(), SIGTERM); };
   deps.lab_etcd = lab_etcd_.get();

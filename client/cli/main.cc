@@ -40,6 +40,7 @@
 #include "client/cli/plugin.h"
 #include "client/cli/project.h"
 #include "client/cli/render.h"
+#include "client/cli/rewind.h"
 #include "client/cli/skills.h"
 #include "client/cli/tools.h"
 #include "client/cli/turn_notes.h"
@@ -719,6 +720,7 @@ constexpr char kReplHelp[] =
     "/sessions  list sessions\n/plan      plan mode (read-only; a plan to approve)\n"
     "/act       act mode (all tools)\n/mode      show the mode\n/todos     the todo list\n"
     "/compact   summarise older turns now\n"
+    "/rewind [N] files and boards back to checkpoint N (the latest); asks first\n"
     "/build /flash /monitor /test   run the built-in skill\n"
     "/run SKILL [NAME=VALUE...]     run a skill (/skills lists them)\n"
     "/exit      leave (or Ctrl-D)\n"
@@ -773,9 +775,24 @@ class Repl {
       RunSkillCommand(line);
     } else if (line == "/skills") {
       (void)ListSkills(g_);
+    } else if (line == "/rewind" || absl::StartsWith(line, "/rewind ")) {
+      Rewind(std::string(absl::StripAsciiWhitespace(line.substr(7))));
     } else {
       std::cout << "unknown command " << line << " (/help)" << std::endl;
     }
+  }
+
+  // /rewind: the checkpoints, then (asked) back to the latest or to N.
+  void Rewind(const std::string& to) {
+    if (session_id_.empty()) {
+      std::cout << "(nothing to rewind yet)" << std::endl;
+      return;
+    }
+    if (to.empty()) (void)ListCheckpoints(g_, session_id_);
+    RewindChoice c;
+    c.session = session_id_;
+    c.to = to;
+    last_rc_ = RunRewind(g_, c);
   }
 
   void SetMode(const std::string& mode) {
@@ -1054,6 +1071,7 @@ int Main(int argc, char** argv) {
   OtaCommands ota(app, g);
   FaultCommands fault(app, g);
   WatchCommands watch(app, g);
+  RewindCommands rewind(app, g);
   PluginCommands plugin(app, g);
   ProjectCommands project(app, g);
   SkillCommands skill_cmds(app, g);
@@ -1104,6 +1122,7 @@ int Main(int argc, char** argv) {
   if (auto rc = ota.RunIfParsed()) return *rc;
   if (auto rc = fault.RunIfParsed()) return *rc;
   if (auto rc = watch.RunIfParsed()) return *rc;
+  if (auto rc = rewind.RunIfParsed()) return *rc;
   if (auto rc = plugin.RunIfParsed()) return *rc;
   if (auto rc = project.RunIfParsed()) return *rc;
   if (auto rc = skill_cmds.RunIfParsed()) return *rc;

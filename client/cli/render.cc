@@ -170,6 +170,19 @@ void EventRenderer::Render(const fwai::v1::ServerEvent& ev) {
       Line(stdout, Yellow(stdout, absl::StrCat("[", n.board(), "] ", n.text())));
       return;
     }
+    case E::kRewound: {
+      const auto& r = ev.rewound();
+      Line(stdout,
+           Dim(stdout,
+               absl::StrCat("[rewound to checkpoint ", r.checkpoint(), " (before turn ",
+                            r.turn_id(), ") by ", r.by(), ": ", r.files(), " files",
+                            r.boards().empty() ? "" : ", boards ", absl::StrJoin(r.boards(), ", "),
+                            r.history_dropped() ? absl::StrCat(", ", r.history_dropped(),
+                                                               " conversation entries cut")
+                                                : "",
+                            "]")));
+      return;
+    }
     case E::kCompacted:
       Line(stdout, Dim(stdout, absl::StrCat("[compacted ", ev.compacted().dropped_messages(),
                                             " messages]")));

@@ -45,6 +45,7 @@ class SvdCatalog;
 struct DaemonConfig;
 struct FirmwareReportDeps;
 class Watches;
+class Checkpoints;
 struct ProviderSet;
 
 // Who is calling: connections accepted on our unix sockets are registered
@@ -83,11 +84,12 @@ struct ApiDeps {
   HardwareBroker* hardware = nullptr;  // may be null: Hardware answers UNAVAILABLE
   // Every board, this node's and (in a lab) the other nodes': set with `hardware`.
   Boards* boards = nullptr;
-  BoardLeases* leases = nullptr;    // who holds which board, listed and leased
-  Watches* watches = nullptr;       // rules on boards' output (may be null: UNAVAILABLE)
-  EvidenceLog* evidence = nullptr;  // may be null: Evidence answers UNAVAILABLE
-  SkillRunner* skills = nullptr;    // may be null: Skills.Run answers UNAVAILABLE
-  Gate* gate = nullptr;             // who calls, and whether the table lets them
+  BoardLeases* leases = nullptr;       // who holds which board, listed and leased
+  Watches* watches = nullptr;          // rules on boards' output (may be null: UNAVAILABLE)
+  Checkpoints* checkpoints = nullptr;  // sessions' checkpoints (may be null: UNAVAILABLE)
+  EvidenceLog* evidence = nullptr;     // may be null: Evidence answers UNAVAILABLE
+  SkillRunner* skills = nullptr;       // may be null: Skills.Run answers UNAVAILABLE
+  Gate* gate = nullptr;                // who calls, and whether the table lets them
   // Appends a record to the evidence log (may be null): every change, with
   // the verified principal and the peer.
   std::function<void(const nlohmann::json&)> audit;

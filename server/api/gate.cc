@@ -39,6 +39,8 @@ const std::vector<RpcRule>& RpcRules() {
       {"Sessions.Chat", Need::kAnyone},
       {"Sessions.Attach", Need::kAnyone},
       {"Sessions.History", Need::kAnyone},
+      {"Sessions.ListCheckpoints", Need::kAnyone},
+      {"Sessions.Rewind", Need::kAnyone},
       {"Daemon.Status", Need::kAnyone},
       {"Daemon.Shutdown", Need::kAdmin},
       {"Daemon.ReloadConfig", Need::kAdmin},

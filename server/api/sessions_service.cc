@@ -18,6 +18,7 @@
 #include "server/api/caller.h"
 #include "server/api/gate.h"
 #include "server/api/offload.h"
+#include "server/api/rewind.h"
 #include "server/llm/provider.h"
 #include "server/session/session_manager.h"
 #include "server/tools/project_fs.h"
@@ -486,6 +487,30 @@ class SessionsService final : public pb::Sessions::CallbackService {
     auto* r = ctx->DefaultReactor();
     r->Finish(ToGrpcStatus(h.status()));
     return r;
+  }
+
+  grpc::ServerUnaryReactor* ListCheckpoints(grpc::CallbackServerContext* ctx,
+                                            const pb::ListCheckpointsRequest* req,
+                                            pb::ListCheckpointsResponse* resp) override {
+    auto who = deps_.gate->Admit(ctx, "Sessions.ListCheckpoints");
+    if (!who.ok()) return Refuse(ctx, who.status());
+    auto s = access_.Session(*who, req->session_id(), "Sessions.ListCheckpoints");
+    if (!s.ok()) return Refuse(ctx, s.status());
+    return OffloadUnary(ctx, deps_.pool, true, "",
+                        [this, s = *s, resp] { return ListSessionCheckpoints(deps_, s, resp); });
+  }
+
+  grpc::ServerUnaryReactor* Rewind(grpc::CallbackServerContext* ctx, const pb::RewindRequest* req,
+                                   pb::RewindResponse* resp) override {
+    auto who = deps_.gate->Admit(ctx, "Sessions.Rewind");
+    if (!who.ok()) return Refuse(ctx, who.status());
+    auto s = access_.Session(*who, req->session_id(), "Sessions.Rewind");
+    if (!s.ok()) return Refuse(ctx, s.status());
+    Caller caller = CallerFor(*who, ctx, "", s->id);
+    return OffloadUnary(ctx, deps_.pool, true, "",
+                        [this, caller = std::move(caller), s = *s, req, resp] {
+                          return RewindSession(deps_, caller, s, *req, resp);
+                        });
   }
 
   grpc::ServerBidiReactor<pb::ClientEvent, pb::ServerEvent>* Chat(

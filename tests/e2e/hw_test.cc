@@ -1198,6 +1198,88 @@ TEST_F(HwTest, AWatchWakesItsOwnersSessionWithTheCaptureAndNotifiesItsReaders) {
       << out;
 }
 
+// A session whose turn edits the firmware with bash and builds it, its
+// board then flashed with the new image, rewound to before that turn: the
+// files as they were, the board running the image it ran (its sha256 read
+// back from fwaid), the rewind in the session's events and undoable. A
+// rewind the caller cannot finish (the board not theirs) changes nothing.
+TEST_F(HwTest, ARewindRestoresTheFilesAndTheBoardsImage) {
+  FakeLlmServer fake;
+  fake.Start();
+  d_ = std::make_unique<Daemon>(&fake);
+  ASSERT_TRUE(d_->Start()) << d_->log();
+  const std::string elf = BuildExample();
+  fwai::v1::Session session;
+  {
+    grpc::ClientContext ctx;
+    fwai::v1::CreateSessionRequest req;
+    req.set_project_root(project_);
+    ASSERT_TRUE(d_->sessions()->Create(&ctx, req, &session).ok());
+  }
+  const std::string id = session.id();
+  std::string out, err;
+  ASSERT_EQ(Fwai({"hw", "lease", "sim-stm32vl", "--session", id}, &out, &err), 0) << err;
+  ASSERT_EQ(Fwai({"flash", "--yes", "sim-stm32vl", elf}, &out, &err), 0) << err;
+  const std::string src_then = ReadFile(project_ + "/src/main.c");
+  const std::string elf_then = ReadFile(elf);
+  const std::string sha_then = Device("sim-stm32vl").value("image_sha256", "");
+  ASSERT_EQ(sha_then.size(), 64u);
+  FakeReply edit;
+  edit.tool_calls = {
+      {"b1", "bash", {{"command", "sed -i 's/booted/rebooted/' src/main.c && make -s"}}}};
+  fake.Enqueue(edit);
+  FakeReply done;
+  done.chunks = {"edited and built"};
+  fake.Enqueue(done);
+  ASSERT_TRUE(RunChat(*d_->sessions(), id, "say rebooted at boot", 120).finished) << d_->log();
+  ASSERT_NE(ReadFile(project_ + "/src/main.c").find("rebooted"), std::string::npos)
+      << fake.requests().back().body.dump();
+  ASSERT_EQ(Fwai({"flash", "--yes", "sim-stm32vl", elf}, &out, &err), 0) << err;
+  const std::string sha_now = Device("sim-stm32vl").value("image_sha256", "");
+  ASSERT_NE(sha_now, sha_then);
+  // What it would do, first: nothing changes.
+  ASSERT_EQ(Fwai({"rewind", id, "--list"}, &out, &err), 0) << err;
+  EXPECT_EQ(out.rfind("1  ", 0), 0u) << out;
+  EXPECT_NE(out.find("before turn "), std::string::npos) << out;
+  EXPECT_NE(out.find("boards sim-stm32vl=" + sha_then.substr(0, 12)), std::string::npos) << out;
+  ASSERT_EQ(Fwai({"rewind", id, "--to", "1", "--dry-run"}, &out, &err), 0) << err;
+  EXPECT_NE(out.find("restore  src/main.c"), std::string::npos) << out;
+  EXPECT_NE(out.find("restore  build/blinky.elf"), std::string::npos) << out;
+  EXPECT_NE(
+      out.find("flash  sim-stm32vl  " + sha_now.substr(0, 12) + " -> " + sha_then.substr(0, 12)),
+      std::string::npos)
+      << out;
+  EXPECT_NE(ReadFile(project_ + "/src/main.c").find("rebooted"), std::string::npos);
+  // Without the board: refused, nothing changed.
+  ASSERT_EQ(Fwai({"hw", "release"}, &out, &err), 0) << err;
+  EXPECT_EQ(Fwai({"rewind", id, "--to", "1", "--yes"}, &out, &err), 1);
+  EXPECT_NE(err.find("board sim-stm32vl: "), std::string::npos) << err;
+  EXPECT_NE(err.find("nothing was changed"), std::string::npos) << err;
+  EXPECT_NE(ReadFile(project_ + "/src/main.c").find("rebooted"), std::string::npos);
+  // Held again: rewound.
+  ASSERT_EQ(Fwai({"hw", "lease", "sim-stm32vl", "--session", id}, &out, &err), 0) << err;
+  ASSERT_EQ(Fwai({"rewind", id, "--to", "1", "--yes", "--conversation"}, &out, &err), 0)
+      << err << "\n"
+      << d_->log();
+  EXPECT_NE(out.find("1 boards flashed"), std::string::npos) << out;
+  EXPECT_EQ(ReadFile(project_ + "/src/main.c"), src_then);
+  EXPECT_EQ(ReadFile(elf), elf_then);
+  EXPECT_EQ(Device("sim-stm32vl").value("image_sha256", ""), sha_then);
+  ASSERT_EQ(Fwai({"attach", id, "--no-follow"}, &out, &err), 0) << err;
+  EXPECT_NE(out.find("[rewound to checkpoint 1"), std::string::npos) << out;
+  {
+    grpc::ClientContext ctx;
+    fwai::v1::HistoryRequest req;
+    req.set_session_id(id);
+    fwai::v1::HistoryResponse h;
+    ASSERT_TRUE(d_->sessions()->History(&ctx, req, &h).ok());
+    EXPECT_EQ(h.messages_size(), 0) << "the conversation is cut back to before the turn";
+  }
+  // The files as the rewind found them were kept: undone.
+  ASSERT_EQ(Fwai({"rewind", id, "--to", "2", "--files", "--yes"}, &out, &err), 0) << err;
+  EXPECT_NE(ReadFile(project_ + "/src/main.c").find("rebooted"), std::string::npos);
+}
+
 TEST_F(HwTest, InitDetectsTheExampleAndDoctorChecksTheMachine) {
   StartDaemon();
   BuildExample();

@@ -929,6 +929,26 @@ TEST_F(SecurityTest, UsersSeeOnlyTheirOwn) {
     pb::DeleteSessionResponse out;
     EXPECT_EQ(sb->Delete(&ctx, req, &out).error_code(), grpc::StatusCode::NOT_FOUND);
   }
+  // Nor can he rewind it, list its checkpoints, or learn either exists.
+  for (bool dry : {true, false}) {
+    grpc::ClientContext ctx;
+    pb::RewindRequest req;
+    req.set_session_id(s.id());
+    req.set_dry_run(dry);
+    req.set_conversation(true);
+    pb::RewindResponse out;
+    auto st = sb->Rewind(&ctx, req, &out);
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::NOT_FOUND) << st.error_message();
+    EXPECT_EQ(out.files_size() + out.boards_size(), 0);
+  }
+  {
+    grpc::ClientContext ctx;
+    pb::ListCheckpointsRequest req;
+    req.set_session_id(s.id());
+    pb::ListCheckpointsResponse out;
+    EXPECT_EQ(sb->ListCheckpoints(&ctx, req, &out).error_code(), grpc::StatusCode::NOT_FOUND);
+    EXPECT_EQ(out.checkpoints_size(), 0);
+  }
   // Records: alice's turn is hers.
   auto records = [](const std::shared_ptr<grpc::Channel>& ch) {
     grpc::ClientContext ctx;

@@ -123,6 +123,15 @@ export class SessionModel {
     return t;
   }
 
+  /** A session-level notice, said under the event's turn or else the latest one (none yet: dropped). */
+  private noticeOnLatest(turn: Turn | null, text: string, changes: Change[]): void {
+    const last = turn ?? this.turns[this.turns.length - 1];
+    if (!last) return;
+    const item: NoticeItem = { kind: 'notice', id: `x${this.nextItem++}`, level: 'info', text };
+    last.items.push(item);
+    changes.push({ type: 'item', turnId: last.id, parentCallId: '', item });
+  }
+
   /** The list a new item of `parentCallId` goes into (the turn's when the parent is unknown). */
   private container(turn: Turn, parentCallId: string): { list: Item[]; parent: string } {
     if (parentCallId) {
@@ -296,17 +305,18 @@ export class SessionModel {
       }
       case 'board_notice': {
         // A watch on a board the session holds fired: said under the latest turn.
-        const last = turn ?? this.turns[this.turns.length - 1];
-        if (!last) break;
         const n = ev.board_notice!;
-        const item: NoticeItem = {
-          kind: 'notice',
-          id: `x${this.nextItem++}`,
-          level: 'info',
-          text: `[${n.board}] ${n.text}`,
-        };
-        last.items.push(item);
-        changes.push({ type: 'item', turnId: last.id, parentCallId: '', item });
+        this.noticeOnLatest(turn, `[${n.board}] ${n.text}`, changes);
+        break;
+      }
+      case 'rewound': {
+        const r = ev.rewound!;
+        const boards = r.boards.length ? `, boards ${r.boards.join(', ')}` : '';
+        this.noticeOnLatest(
+          turn,
+          `rewound to checkpoint ${r.checkpoint} (before turn ${r.turn_id}) by ${r.by}: ${r.files} files${boards}`,
+          changes,
+        );
         break;
       }
       case 'compacted': {

@@ -38,3 +38,30 @@ export function createSession(client: FwaiClient, o: NewSession): Promise<Sessio
 export async function deleteSession(client: FwaiClient, sessionId: string): Promise<void> {
   await client.call('Sessions', 'Delete', { session_id: sessionId });
 }
+
+/** The checkpoints of a session, oldest first: its project and boards before each turn. */
+export async function listCheckpoints(client: FwaiClient, sessionId: string) {
+  const r = await client.call('Sessions', 'ListCheckpoints', { session_id: sessionId });
+  return r.checkpoints;
+}
+
+export interface RewindOptions {
+  /** A checkpoint's number or the turn id it precedes; '' : the latest. */
+  to?: string;
+  files?: boolean;
+  boards?: boolean;
+  conversation?: boolean;
+  dryRun?: boolean;
+}
+
+/** Rewinds a session (or, with dryRun, says what a rewind would change). */
+export function rewindSession(client: FwaiClient, sessionId: string, o: RewindOptions = {}) {
+  return client.call('Sessions', 'Rewind', {
+    session_id: sessionId,
+    to: o.to ?? '',
+    files: o.files ?? true,
+    boards: o.boards ?? true,
+    conversation: !!o.conversation,
+    dry_run: !!o.dryRun,
+  });
+}

@@ -8,8 +8,10 @@ import {
   SessionInfo,
   captureFault,
   deleteSession,
+  listCheckpoints,
   memoryReport,
   otaStatus,
+  rewindSession,
   saveCapture,
   sbom,
   selfTest,
@@ -115,6 +117,45 @@ export function activate(ctx: vscode.ExtensionContext): FwaiApi {
     await deleteSession(await conn.get(), s.id);
     if (chat.session?.id === s.id) chat.startNew(s.project_root);
     await sessions.refresh();
+  });
+  command('fwai.rewindSession', async (node?: { s: SessionInfo }) => {
+    const id = node?.s.id ?? chat.session?.id;
+    if (!id) throw new Error('open a session first: a rewind goes back to one of its checkpoints');
+    const client = await conn.get();
+    const cps = await listCheckpoints(client, id);
+    if (!cps.length) throw new Error(`session ${id} has no checkpoints yet: one is taken before each turn`);
+    const pick = await vscode.window.showQuickPick(
+      cps
+        .slice()
+        .reverse()
+        .map((c) => ({
+          label: `${c.seq}: before turn ${c.turn_id}`,
+          description: new Date(c.time_us / 1000).toLocaleString(),
+          detail: `${c.files} files${Object.keys(c.boards).length ? ` · boards ${Object.keys(c.boards).join(', ')}` : ''}`,
+          seq: String(c.seq),
+        })),
+      { placeHolder: 'Checkpoint to rewind to' },
+    );
+    if (!pick) return;
+    const plan = await rewindSession(client, id, { to: pick.seq, conversation: true, dryRun: true });
+    const lines = [
+      ...plan.files.map((f) => `${f.action} ${f.path}`),
+      ...plan.boards
+        .filter((b) => b.action === 'flash')
+        .map((b) => `flash ${b.board} back to ${b.then_sha256.slice(0, 12)}`),
+    ];
+    const shown = lines.slice(0, 20).join('\n') + (lines.length > 20 ? `\n… and ${lines.length - 20} more` : '');
+    const choice = await vscode.window.showWarningMessage(
+      `Rewind to checkpoint ${pick.seq}?`,
+      { modal: true, detail: shown || 'No file or board differs.' },
+      'Rewind',
+      'Rewind and Cut the Conversation',
+    );
+    if (!choice) return;
+    const done = await rewindSession(client, id, { to: pick.seq, conversation: choice !== 'Rewind' });
+    void vscode.window.showInformationMessage(
+      `fwai: rewound to checkpoint ${done.checkpoint?.seq}: ${done.files.length} files, ${done.boards.filter((b) => b.action === 'flash').length} boards flashed`,
+    );
   });
   command('fwai.copySessionId', async (node?: { s: SessionInfo }) => node && vscode.env.clipboard.writeText(node.s.id));
   command('fwai.cancelTurn', () => chat.stream?.cancel());

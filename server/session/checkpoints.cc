@@ -397,8 +397,16 @@ absl::Status Checkpoints::Restore(const Checkpoint& c, const std::vector<FileCha
     RETURN_IF_ERROR(pfs.WriteFile(ch.path, bytes[ch.then_sha256]));
     auto it = c.files.find(ch.path);
     ASSIGN_OR_RETURN(UniqueFd fd, pfs.OpenAt(ch.path, O_RDONLY | O_NOFOLLOW));
-    if (it != c.files.end() && fchmod(fd.get(), it->second.mode) != 0)
+    if (it == c.files.end()) continue;
+    if (fchmod(fd.get(), it->second.mode) != 0)
       return absl::InternalError(absl::StrCat(ch.path, ": chmod: ", std::strerror(errno)));
+    // Its time back too: a source restored is not newer than the image
+    // built from it (the flash guard's freshness check).
+    struct timespec times[2] = {{0, UTIME_OMIT},
+                                {static_cast<time_t>(it->second.mtime_ns / 1000000000),
+                                 static_cast<long>(it->second.mtime_ns % 1000000000)}};
+    if (futimens(fd.get(), times) != 0)
+      return absl::InternalError(absl::StrCat(ch.path, ": times: ", std::strerror(errno)));
   }
   return absl::OkStatus();
 }

@@ -119,7 +119,7 @@ TEST_F(CheckpointsTest, AProjectIsRestoredAsItWasAndAnUnchangedTreeWritesNothing
   EXPECT_EQ(cp_->Find("other", "").status().code(), absl::StatusCode::kNotFound);
 }
 
-TEST_F(CheckpointsTest, RestoredFilesGetTheirModeBack) {
+TEST_F(CheckpointsTest, RestoredFilesGetTheirModeAndTimeBack) {
   Write("run.sh", "#!/bin/sh\n");
   fs::permissions(root_ + "/run.sh", fs::perms(0755));
   const Checkpoint c = Take("t1");
@@ -131,6 +131,9 @@ TEST_F(CheckpointsTest, RestoredFilesGetTheirModeBack) {
   struct stat st {};
   ASSERT_EQ(stat((root_ + "/run.sh").c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 07777, 0755u);
+  const CheckpointFile& then = c.files.at("run.sh");
+  EXPECT_EQ(int64_t{st.st_mtim.tv_sec} * 1000000000 + st.st_mtim.tv_nsec, then.mtime_ns)
+      << "a restored file keeps the time it had";
 }
 
 TEST_F(CheckpointsTest, GitsIgnoresApplyAndCapturesAreNeverTouched) {

@@ -1439,6 +1439,17 @@ std::optional<int> Daemon::StartSkills() {
   skill_deps.dpkg_admindir = config_.toolchain_dpkg_admindir;
   skill_deps.version = FWAI_VERSION;
   skill_deps.plugin_skills = [plugins = plugins_.get()] { return plugins->SkillSets(); };
+  skill_deps.checkpoint = [cp = checkpoints_.get(), sessions = sessions_.get()](
+                              const Caller& caller, const std::string& root,
+                              const std::string& what) {
+    if (!sessions->Get(caller.session_id).ok()) return;  // not a session of this fwaid
+    auto history = sessions->LoadHistory(caller.session_id);
+    if (!history.ok()) return;
+    auto c = cp->Take(caller.session_id, root, caller.account ? &*caller.account : nullptr, "",
+                      what, history->size());
+    if (!c.ok())
+      spdlog::warn("checkpoint of session {}: {}", caller.session_id, c.status().ToString());
+  };
   skills_ = std::make_unique<SkillRunner>(skill_deps);
   // Watches on boards' output: a firing is a record, a notice in fwaid's
   // log, and (wake) a turn in a session of the rule's owner.

@@ -1765,6 +1765,8 @@ SkillRunner::SkillRunner(SkillDeps deps) : deps_(std::move(deps)) {}
 SkillRunResult SkillRunner::Run(const SkillRunRequest& req,
                                 const std::function<void(const SkillEventOut&)>& emit,
                                 CancelToken& parent) {
+  if (deps_.checkpoint && !req.caller.session_id.empty() && !req.project_root.empty())
+    deps_.checkpoint(req.caller, req.project_root, absl::StrCat("before skill ", req.skill));
   RunDriver d(deps_, req, emit);
   if (auto failed = d.Prepare()) return d.Finish(*failed);
   d.StartWatchdog(parent);

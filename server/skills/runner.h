@@ -53,6 +53,10 @@ struct SkillDeps {
   std::string version;        // fwai's, for the SBOM's tool
   // The installed plugins' skills (null: none).
   std::function<std::vector<PluginSkillSet>()> plugin_skills;
+  // Records the project before a run made for a session (caller.session_id
+  // set) changes it: session, project root, account, what runs (null: none).
+  std::function<void(const Caller&, const std::string& project_root, const std::string& what)>
+      checkpoint;
   // Where check_registers steps find SVDs by part (null: those steps fail).
   const SvdCatalog* svd_catalog = nullptr;
 };

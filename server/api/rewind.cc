@@ -98,8 +98,8 @@ absl::StatusOr<std::vector<BoardBack>> PlanBoards(const ApiDeps& d, const Caller
     b->set_action(b->now_sha256() == sha ? "unchanged" : "flash");
     if (b->action() == "unchanged") continue;
     auto ref = d.boards->Resolve(caller, board);
-    if (!ref.ok()) return ref.status();
-    if (auto held = d.boards->CheckHeld(caller, *ref); !held.ok()) {
+    const absl::Status held = ref.ok() ? d.boards->CheckHeld(caller, *ref) : ref.status();
+    if (!held.ok()) {
       return absl::FailedPreconditionError(
           absl::StrCat("board ", board, ": ", held.message(), "; nothing was changed"));
     }

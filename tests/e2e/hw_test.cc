@@ -1198,7 +1198,8 @@ TEST_F(HwTest, AWatchWakesItsOwnersSessionWithTheCaptureAndNotifiesItsReaders) {
       << out;
 }
 
-// A session whose turn edits the firmware with bash and builds it, its
+// A session whose turn edits the firmware with bash and builds it (a
+// checkpoint before the turn, another before the build), its
 // board then flashed with the new image, rewound to before that turn: the
 // files as they were, the board running the image it ran (its sha256 read
 // back from fwaid), the rewind in the session's events and undoable. A
@@ -1225,9 +1226,11 @@ TEST_F(HwTest, ARewindRestoresTheFilesAndTheBoardsImage) {
   const std::string sha_then = Device("sim-stm32vl").value("image_sha256", "");
   ASSERT_EQ(sha_then.size(), 64u);
   FakeReply edit;
-  edit.tool_calls = {
-      {"b1", "bash", {{"command", "sed -i 's/booted/rebooted/' src/main.c && make -s"}}}};
+  edit.tool_calls = {{"b1", "bash", {{"command", "sed -i 's/booted/rebooted/' src/main.c"}}}};
   fake.Enqueue(edit);
+  FakeReply build;
+  build.tool_calls = {{"b2", "build", json::object()}};
+  fake.Enqueue(build);
   FakeReply done;
   done.chunks = {"edited and built"};
   fake.Enqueue(done);
@@ -1242,6 +1245,8 @@ TEST_F(HwTest, ARewindRestoresTheFilesAndTheBoardsImage) {
   EXPECT_EQ(out.rfind("1  ", 0), 0u) << out;
   EXPECT_NE(out.find("before turn "), std::string::npos) << out;
   EXPECT_NE(out.find("boards sim-stm32vl=" + sha_then.substr(0, 12)), std::string::npos) << out;
+  EXPECT_NE(out.find("\n2  "), std::string::npos) << out;
+  EXPECT_NE(out.find("before skill build"), std::string::npos) << out;
   ASSERT_EQ(Fwai({"rewind", id, "--to", "1", "--dry-run"}, &out, &err), 0) << err;
   EXPECT_NE(out.find("restore  src/main.c"), std::string::npos) << out;
   EXPECT_NE(out.find("restore  build/blinky.elf"), std::string::npos) << out;
@@ -1265,6 +1270,8 @@ TEST_F(HwTest, ARewindRestoresTheFilesAndTheBoardsImage) {
   EXPECT_EQ(ReadFile(project_ + "/src/main.c"), src_then);
   EXPECT_EQ(ReadFile(elf), elf_then);
   EXPECT_EQ(Device("sim-stm32vl").value("image_sha256", ""), sha_then);
+  // Sources and image have their times back: the restored image flashes as fresh.
+  ASSERT_EQ(Fwai({"flash", "--yes", "sim-stm32vl", elf}, &out, &err), 0) << err;
   ASSERT_EQ(Fwai({"attach", id, "--no-follow"}, &out, &err), 0) << err;
   EXPECT_NE(out.find("[rewound to checkpoint 1"), std::string::npos) << out;
   {
@@ -1276,7 +1283,10 @@ TEST_F(HwTest, ARewindRestoresTheFilesAndTheBoardsImage) {
     EXPECT_EQ(h.messages_size(), 0) << "the conversation is cut back to before the turn";
   }
   // The files as the rewind found them were kept: undone.
-  ASSERT_EQ(Fwai({"rewind", id, "--to", "2", "--files", "--yes"}, &out, &err), 0) << err;
+  ASSERT_EQ(Fwai({"rewind", id, "--list"}, &out, &err), 0) << err;
+  EXPECT_NE(out.find("\n3  "), std::string::npos) << out;
+  EXPECT_NE(out.find("before rewind"), std::string::npos) << out;
+  ASSERT_EQ(Fwai({"rewind", id, "--to", "3", "--files", "--yes"}, &out, &err), 0) << err;
   EXPECT_NE(ReadFile(project_ + "/src/main.c").find("rebooted"), std::string::npos);
 }
 

@@ -13,6 +13,7 @@
 #include <set>
 #include <sstream>
 
+#include "fwai/v1/hardware.grpc.pb.h"
 #include "fwai/v1/sessions.grpc.pb.h"
 #include "server/lab/etcd_client.h"
 #include "tests/fakes/fake_llm_server.h"
@@ -29,6 +30,7 @@ using fwai::testing::Eventually;
 using fwai::testing::FakeLlmServer;
 using fwai::testing::FakeReply;
 using fwai::testing::FwaidTls;
+using fwai::testing::ReadText;
 using fwai::testing::RunChat;
 using fwai::testing::RunCommand;
 namespace pb = ::fwai::v1;
@@ -266,6 +268,75 @@ TEST_F(LabAgent, ABoardHeldThroughAnotherFrontIsRefusedToTheAgentNamingTheHolder
   std::string out, err;
   ASSERT_EQ(Fwai(front1(), {"monitor", "b1", "--history", "--timeout", "1"}, &out, &err), 0) << err;
   EXPECT_EQ(out.find("led on"), std::string::npos) << out;
+}
+
+// A session on a front rewound: its project's files and the bench's board's
+// image (read back from the bench) as before its turn. While the board is
+// held through another front, the rewind is refused and changes nothing.
+TEST_F(LabAgent, ARewindOnAFrontFlashesTheBenchsBoardBackAndNeedsItsLease) {
+  namespace fs = std::filesystem;
+  const std::string project = cluster_.dir() + "/rewound";
+  fs::create_directories(project + "/src");
+  std::ofstream(project + "/src/main.c") << "int version = 1;\n";
+  const std::string image_a = project + "/a.elf", image_b = project + "/b.elf";
+  fs::copy_file(FWAI_BLINKY_ELF, image_a);
+  // b.elf: the same firmware under another version (it still says "booted").
+  std::string bytes = ReadText(FWAI_BLINKY_ELF);
+  size_t changed = 0;
+  for (size_t at = bytes.find("1.0.0"); at != std::string::npos; at = bytes.find("1.0.0", at)) {
+    bytes.replace(at, 5, "1.0.9");
+    ++changed;
+  }
+  ASSERT_GT(changed, 0u);
+  pb::Session session;
+  {
+    grpc::ClientContext ctx;
+    pb::CreateSessionRequest req;
+    req.set_project_root(project);
+    ASSERT_TRUE(front1().sessions()->Create(&ctx, req, &session).ok());
+  }
+  const std::string id = session.id();
+  auto running = [&] {  // the image the bench's board runs, as the bench says
+    grpc::ClientContext ctx;
+    pb::ListDevicesResponse r;
+    EXPECT_TRUE(pb::Hardware::NewStub(bench_->channel())->ListDevices(&ctx, {}, &r).ok());
+    for (const auto& d : r.devices())
+      if (d.id() == "b1") return d.image_sha256();
+    return std::string();
+  };
+  std::string out, err;
+  ASSERT_EQ(Fwai(front1(), {"hw", "lease", "b1", "--wait", "30", "--session", id}, &out, &err), 0)
+      << err;
+  ASSERT_EQ(
+      Fwai(front1(), {"flash", "b1", image_a, "--yes", "--project-root", project}, &out, &err), 0)
+      << err;
+  const std::string sha_a = running();
+  ASSERT_EQ(sha_a.size(), 64u);
+  FakeReply hello;
+  hello.chunks = {"hello"};
+  fake_.Enqueue(hello);
+  ASSERT_TRUE(RunChat(*front1().sessions(), id, "hello", 60).finished) << front1().log();
+  std::ofstream(project + "/src/main.c", std::ios::trunc) << "int version = 2;\n";
+  std::ofstream(image_b, std::ios::binary | std::ios::trunc) << bytes;  // built after the change
+  ASSERT_EQ(
+      Fwai(front1(), {"flash", "b1", image_b, "--yes", "--project-root", project}, &out, &err), 0)
+      << err;
+  ASSERT_NE(running(), sha_a);
+  // Held through front2: refused, nothing changed.
+  ASSERT_EQ(Fwai(front1(), {"hw", "release"}, &out, &err), 0) << err;
+  ASSERT_EQ(Fwai(front2(), {"hw", "lease", "b1", "--wait", "30"}, &out, &err), 0) << err;
+  EXPECT_EQ(Fwai(front1(), {"rewind", id, "--to", "1", "--yes"}, &out, &err), 1);
+  EXPECT_NE(err.find("board b1: "), std::string::npos) << err;
+  EXPECT_NE(err.find("nothing was changed"), std::string::npos) << err;
+  EXPECT_EQ(ReadText(project + "/src/main.c"), "int version = 2;\n");
+  // Held again through front1: rewound, the bench's board flashed back.
+  ASSERT_EQ(Fwai(front2(), {"hw", "release"}, &out, &err), 0) << err;
+  ASSERT_EQ(Fwai(front1(), {"hw", "lease", "b1", "--wait", "30", "--session", id}, &out, &err), 0)
+      << err;
+  ASSERT_EQ(Fwai(front1(), {"rewind", id, "--to", "1", "--yes"}, &out, &err), 0)
+      << err << front1().log();
+  EXPECT_EQ(ReadText(project + "/src/main.c"), "int version = 1;\n");
+  EXPECT_EQ(running(), sha_a);
 }
 
 TEST_F(LabAgent, TheBenchKilledMidTurnEndsTheToolCallWithAClearErrorAndTheTurnGoesOn) {

@@ -681,14 +681,19 @@ void TakeCheckpoint(Checkpoints& cp, SessionManager& sessions, const SessionInfo
     account = *std::move(a);
   }
   auto history = sessions.LoadHistory(s.id);
+  if (!history.ok()) {
+    spdlog::warn("checkpoint of session {}: {}", s.id, history.status().ToString());
+    return;
+  }
   auto c = cp.Take(s.id, s.project_root, account ? &*account : nullptr, turn_id, "turn",
-                   history.ok() ? history->size() : 0);
+                   history->size(), HistoryPrefixSha(*history, history->size()));
   if (!c.ok()) spdlog::warn("checkpoint of session {}: {}", s.id, c.status().ToString());
 }
 
 // A flash is a session's when made in it, or under a lease bound to it.
 void NoteSessionFlash(Checkpoints& cp, const BoardLeases& leases, const Caller& caller,
-                      const std::string& board, const std::string& image) {
+                      const std::string& board, const std::string& image,
+                      const std::string& sha256) {
   std::string session = caller.session_id;
   if (session.empty()) {
     auto who = leases.Who();
@@ -700,7 +705,8 @@ void NoteSessionFlash(Checkpoints& cp, const BoardLeases& leases, const Caller& 
     }
   }
   if (session.empty()) return;
-  if (auto s = cp.NoteFlash(session, caller.account ? &*caller.account : nullptr, board, image);
+  if (auto s =
+          cp.NoteFlash(session, caller.account ? &*caller.account : nullptr, board, image, sha256);
       !s.ok()) {
     spdlog::warn("the image flashed onto {} in session {}: {}", board, session, s.ToString());
   }
@@ -855,6 +861,8 @@ class Daemon {
   std::unique_ptr<lab::LabRegistrar> lab_registrar_;
   std::unique_ptr<lab::LabLeases> lab_leases_;
   LabConfig lab_config_;  // advertise port 0: filled in once the tls: listener has bound
+  // Before boards_, sessions_ and turns_, whose hooks use it: outlives them.
+  std::unique_ptr<Checkpoints> checkpoints_;
   std::unique_ptr<LocalBoards> local_boards_;
   std::unique_ptr<lab::LabBoards> lab_boards_;
   std::unique_ptr<Boards> boards_;
@@ -866,7 +874,6 @@ class Daemon {
   std::function<void(const nlohmann::json&)> record_run_;
   std::function<nlohmann::json(const std::string&)> latest_build_;
   std::function<nlohmann::json(const std::string&)> record_of_run_;
-  std::unique_ptr<Checkpoints> checkpoints_;  // before sessions_ and turns_: outlives them
   std::unique_ptr<SessionManager> sessions_;
   std::unique_ptr<TurnManager> turns_;
   std::unique_ptr<ProjectMcpServers> project_mcp_;
@@ -1395,10 +1402,11 @@ std::optional<int> Daemon::StartSessions() {
                               const SessionInfo& s, const std::string& turn_id) {
     TakeCheckpoint(*cp, *sessions, s, turn_id);
   });
-  boards_->SetFlashObserver(
-      [cp = checkpoints_.get(), leases = board_leases_.get()](
-          const Caller& caller, const BoardRef& board, const FlashOrder& order,
-          const FlashResult&) { NoteSessionFlash(*cp, *leases, caller, board.id, order.image); });
+  boards_->SetFlashObserver([cp = checkpoints_.get(), leases = board_leases_.get()](
+                                const Caller& caller, const BoardRef& board,
+                                const FlashOrder& order, const FlashResult& r) {
+    NoteSessionFlash(*cp, *leases, caller, board.id, order.image, r.sha256);
+  });
   // MCP servers a project declares run as the session's account (the
   // project's owner), never as fwaid; a session without one gets none.
   project_mcp_ = std::make_unique<ProjectMcpServers>(http_.get());
@@ -1446,7 +1454,7 @@ std::optional<int> Daemon::StartSkills() {
     auto history = sessions->LoadHistory(caller.session_id);
     if (!history.ok()) return;
     auto c = cp->Take(caller.session_id, root, caller.account ? &*caller.account : nullptr, "",
-                      what, history->size());
+                      what, history->size(), HistoryPrefixSha(*history, history->size()));
     if (!c.ok())
       spdlog::warn("checkpoint of session {}: {}", caller.session_id, c.status().ToString());
   };

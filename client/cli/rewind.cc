@@ -118,6 +118,12 @@ int RunRewind(const Globals& g, const RewindChoice& c) {
     if (!st.ok()) return FailGrpc(g, st);
   }
   if (!g.json) PrintPlan(plan, c.conversation);
+  int flashes = 0;
+  for (const auto& b : plan.boards()) flashes += b.action() == "flash";
+  if (!c.dry_run && plan.files().empty() && flashes == 0 && plan.history_dropped() == 0) {
+    if (g.json) std::cout << ProtoToJson(plan).dump() << std::endl;
+    return kExitOk;  // nothing differs: nothing to do
+  }
   if (c.dry_run) {
     if (g.json) std::cout << ProtoToJson(plan).dump() << std::endl;
     return kExitOk;

@@ -104,6 +104,10 @@ absl::Status TurnManager::Start(TurnRequest req) {
     return absl::FailedPreconditionError(absl::StrCat(
         "session ", req.session_id, " already has a turn running; wait for it or cancel it"));
   }
+  if (auto h = held_.find(req.session_id); h != held_.end()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("session ", req.session_id, " is ", h->second, "; start the turn after it"));
+  }
   auto turn = std::make_unique<Turn>();
   turn->owner = req.owner;
   Turn* raw = turn.get();
@@ -125,6 +129,27 @@ void TurnManager::Run(Turn* turn, TurnRequest req) {
   // waits for this job to end, so the next turn's events still come after this one.
   RunTurn(deps, TurnHooks{recorder_, project_tools_, reply_observer_, checkpoint_}, turn->cancel,
           req, [turn] { turn->done = true; });
+}
+
+absl::StatusOr<std::unique_ptr<TurnManager::Hold>> TurnManager::HoldStarts(
+    const std::string& session_id, const std::string& why) {
+  MutexLock lock(&mu_);
+  ReapLocked();
+  if (auto t = turns_.find(session_id); t != turns_.end() && !t->second->done) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("a turn is running in session ", session_id, "; wait for it or cancel it"));
+  }
+  if (auto h = held_.find(session_id); h != held_.end()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("session ", session_id, " is ", h->second, " already"));
+  }
+  held_[session_id] = why;
+  return std::make_unique<Hold>(this, session_id);
+}
+
+TurnManager::Hold::~Hold() {
+  MutexLock lock(&m_->mu_);
+  m_->held_.erase(session_);
 }
 
 void TurnManager::Cancel(const std::string& session_id) {

@@ -109,6 +109,22 @@ class TurnManager {
   void SetSecretScanner(std::shared_ptr<const SecretScanner> scanner) {
     secrets_ = std::move(scanner);
   }
+  // While the returned hold lives no turn starts in `session_id` (Start says
+  // why). FAILED_PRECONDITION when a turn runs there or another hold is held.
+  class Hold {
+   public:
+    Hold(TurnManager* m, std::string session) : m_(m), session_(std::move(session)) {}
+    Hold(const Hold&) = delete;
+    Hold& operator=(const Hold&) = delete;
+    ~Hold();
+
+   private:
+    TurnManager* const m_;
+    const std::string session_;
+  };
+  [[nodiscard]] absl::StatusOr<std::unique_ptr<Hold>> HoldStarts(const std::string& session_id,
+                                                                 const std::string& why)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // Cancels the running turn of the session, if any.
   void Cancel(const std::string& session_id) ABSL_LOCKS_EXCLUDED(mu_);
   // Delivers a reply to the question or plan the session's turn waits on.
@@ -149,6 +165,7 @@ class TurnManager {
   Mutex mu_;
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
   std::map<std::string, std::unique_ptr<Turn>> turns_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, std::string> held_ ABSL_GUARDED_BY(mu_);  // session -> why
   PendingReplies replies_;
   std::unique_ptr<StartGate> starts_;     // agent.turn_starts; outlives the threads
   std::unique_ptr<TurnThreads> threads_;  // last: its threads end first

@@ -46,10 +46,12 @@ std::map<std::string, std::string> RunningImages(const ApiDeps& d) {
   return out;
 }
 
-// A board to flash back, checked: resolved for the caller, held by them.
+// A board to flash back, checked: resolved for the caller, held by them,
+// its image read (so nothing pruned meanwhile can take it away).
 struct BoardBack {
   BoardRef ref;
   std::string sha256;
+  std::string image;
 };
 
 // The checkpoint's image written where the flash reads it as the caller's
@@ -103,11 +105,12 @@ absl::StatusOr<std::vector<BoardBack>> PlanBoards(const ApiDeps& d, const Caller
       return absl::FailedPreconditionError(
           absl::StrCat("board ", board, ": ", held.message(), "; nothing was changed"));
     }
-    if (auto o = d.checkpoints->ReadObject(sha); !o.ok()) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("board ", board, ": its image ", sha, " is no longer kept"));
+    auto image = d.checkpoints->ReadObject(sha);
+    if (!image.ok()) {
+      return absl::FailedPreconditionError(absl::StrCat("board ", board, ": its image ", sha,
+                                                        " is no longer kept; nothing was changed"));
     }
-    todo.push_back({*ref, sha});
+    todo.push_back({*ref, sha, *std::move(image)});
   }
   return todo;
 }
@@ -115,8 +118,7 @@ absl::StatusOr<std::vector<BoardBack>> PlanBoards(const ApiDeps& d, const Caller
 absl::Status FlashBack(const ApiDeps& d, const Caller& caller, const SessionInfo& s,
                        const std::vector<BoardBack>& todo) {
   for (const auto& b : todo) {
-    ASSIGN_OR_RETURN(const std::string bytes, d.checkpoints->ReadObject(b.sha256));
-    ASSIGN_OR_RETURN(auto image, ExportedImage::Write(bytes, caller.account));
+    ASSIGN_OR_RETURN(auto image, ExportedImage::Write(b.image, caller.account));
     FlashOrder order;
     order.image = image.path();
     order.project_root = s.project_root;
@@ -142,27 +144,30 @@ absl::Status ListSessionCheckpoints(const ApiDeps& d, const SessionInfo& s,
   return absl::OkStatus();
 }
 
-absl::Status RewindSession(const ApiDeps& d, const Caller& caller, const SessionInfo& s,
-                           const pb::RewindRequest& req, pb::RewindResponse* out) {
-  if (!d.checkpoints) return absl::UnavailableError("this fwaid keeps no checkpoints");
-  if (d.turns->Running(s.id)) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("a turn is running in session ", s.id, "; rewind it once the turn ends"));
-  }
-  const bool any = req.files() || req.boards() || req.conversation();
-  const bool files = any ? req.files() : true;
-  const bool boards = any ? req.boards() : true;
-  ASSIGN_OR_RETURN(const Checkpoint c, d.checkpoints->Find(s.id, req.to()));
-  ToProto(c, out->mutable_checkpoint());
+namespace {
+
+// What the rewind changes, as `out` says it: checked, nothing changed yet.
+struct RewindPlan {
+  Checkpoint checkpoint;
   std::optional<LocalAccount> account;
+  std::vector<FileChange> files;
+  std::vector<BoardBack> boards;
+  std::vector<HistoryEntry> history;
+};
+
+absl::StatusOr<RewindPlan> PlanRewind(const ApiDeps& d, const Caller& caller, const SessionInfo& s,
+                                      const pb::RewindRequest& req, pb::RewindResponse* out) {
+  const bool any = req.files() || req.boards() || req.conversation();
+  RewindPlan p;
+  ASSIGN_OR_RETURN(p.checkpoint, d.checkpoints->Find(s.id, req.to()));
+  const Checkpoint& c = p.checkpoint;
+  ToProto(c, out->mutable_checkpoint());
   if (!s.account.empty()) {
-    ASSIGN_OR_RETURN(account, LookupAccount(s.account));
+    ASSIGN_OR_RETURN(p.account, LookupAccount(s.account));
   }
-  const LocalAccount* as = account ? &*account : nullptr;
-  std::vector<FileChange> changes;
-  if (files) {
-    ASSIGN_OR_RETURN(changes, d.checkpoints->Diff(c, as));
-    for (const auto& ch : changes) {
+  if (any ? req.files() : true) {
+    ASSIGN_OR_RETURN(p.files, d.checkpoints->Diff(c, p.account ? &*p.account : nullptr));
+    for (const auto& ch : p.files) {
       auto* f = out->add_files();
       f->set_path(ch.path);
       f->set_action(ch.action);
@@ -170,50 +175,85 @@ absl::Status RewindSession(const ApiDeps& d, const Caller& caller, const Session
       f->set_then_sha256(ch.then_sha256);
     }
   }
-  std::vector<BoardBack> todo;
-  if (boards) {
-    ASSIGN_OR_RETURN(todo, PlanBoards(d, caller, c, out));
+  if (any ? req.boards() : true) {
+    ASSIGN_OR_RETURN(p.boards, PlanBoards(d, caller, c, out));
   }
-  ASSIGN_OR_RETURN(std::vector<HistoryEntry> history, d.sessions->LoadHistory(s.id));
-  if (req.conversation() && history.size() > c.history_len)
-    out->set_history_dropped(history.size() - c.history_len);
+  ASSIGN_OR_RETURN(p.history, d.sessions->LoadHistory(s.id));
+  if (req.conversation()) {
+    // Compaction rewrites the conversation: an index into it then means nothing.
+    if (p.history.size() < c.history_len ||
+        HistoryPrefixSha(p.history, c.history_len) != c.history_sha) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "the conversation was compacted since checkpoint ", c.seq,
+          ": it cannot be cut back to it (files and boards can: leave out --conversation); "
+          "nothing was changed"));
+    }
+    out->set_history_dropped(p.history.size() - c.history_len);
+  }
+  return p;
+}
+
+// The rewind's event in the session and its evidence record (`error` set
+// when it stopped part way).
+void Tell(const ApiDeps& d, const Caller& caller, const SessionInfo& s, const RewindPlan& p,
+          const pb::RewindResponse& out, const absl::Status& error) {
+  pb::ServerEvent ev;
+  auto* r = ev.mutable_rewound();
+  r->set_checkpoint(p.checkpoint.seq);
+  r->set_turn_id(p.checkpoint.turn_id);
+  r->set_files(static_cast<int32_t>(p.files.size()));
+  for (const auto& b : p.boards) r->add_boards(b.ref.id);
+  r->set_history_dropped(out.history_dropped());
+  r->set_by(caller.display);
+  (void)d.sessions->Publish(s.id, ev.SerializeAsString());
+  if (!d.audit) return;
+  nlohmann::json rec = {{"kind", "rewind"},
+                        {"session_id", s.id},
+                        {"checkpoint", p.checkpoint.seq},
+                        {"turn_id", p.checkpoint.turn_id},
+                        {"files", p.files.size()},
+                        {"boards", r->boards().size()},
+                        {"history_dropped", out.history_dropped()},
+                        {"undo_checkpoint", out.undo_checkpoint()},
+                        {"by", caller.display}};
+  if (!error.ok()) rec["error"] = std::string(error.message());
+  d.audit(rec);
+}
+
+}  // namespace
+
+absl::Status RewindSession(const ApiDeps& d, const Caller& caller, const SessionInfo& s,
+                           const pb::RewindRequest& req, pb::RewindResponse* out) {
+  if (!d.checkpoints) return absl::UnavailableError("this fwaid keeps no checkpoints");
+  // No turn starts while the session is looked at and changed.
+  ASSIGN_OR_RETURN(auto hold, d.turns->HoldStarts(s.id, "being rewound"));
+  ASSIGN_OR_RETURN(RewindPlan p, PlanRewind(d, caller, s, req, out));
   if (req.dry_run()) return absl::OkStatus();
-  // The project as it is now, first: the rewind itself can be rewound.
-  if (files && !changes.empty()) {
-    auto now = d.checkpoints->Take(s.id, s.project_root, as, "", "before rewind", history.size());
+  const LocalAccount* as = p.account ? &*p.account : nullptr;
+  // The project and boards as they are now, first: the rewind itself can be
+  // rewound. Nothing is pruned by it (the checkpoint gone back to stays).
+  if (!p.files.empty() || !p.boards.empty()) {
+    auto now = d.checkpoints->Take(s.id, s.project_root, as, "", "before rewind", p.history.size(),
+                                   HistoryPrefixSha(p.history, p.history.size()),
+                                   /*prune=*/false);
     if (!now.ok()) {
       return absl::Status(now.status().code(),
                           absl::StrCat("keeping the files as they are: ", now.status().message()));
     }
     out->set_undo_checkpoint(now->seq);
   }
-  if (files) RETURN_IF_ERROR(d.checkpoints->Restore(c, changes, as));
-  RETURN_IF_ERROR(FlashBack(d, caller, s, todo));
-  if (out->history_dropped() > 0) {
-    history.resize(c.history_len);
-    RETURN_IF_ERROR(d.sessions->ReplaceHistory(s.id, history));
+  // A refusal by Restore's checks changes nothing; a failure part way
+  // leaves the checkpoint just taken to go back to.
+  absl::Status st = d.checkpoints->Restore(p.checkpoint, p.files, as);
+  if (!st.ok()) return st;
+  st = FlashBack(d, caller, s, p.boards);
+  if (st.ok() && out->history_dropped() > 0) {
+    p.history.resize(p.checkpoint.history_len);
+    st = d.sessions->ReplaceHistory(s.id, p.history);
   }
-  out->set_applied(true);
-  pb::ServerEvent ev;
-  auto* r = ev.mutable_rewound();
-  r->set_checkpoint(c.seq);
-  r->set_turn_id(c.turn_id);
-  r->set_files(static_cast<int32_t>(changes.size()));
-  for (const auto& b : todo) r->add_boards(b.ref.id);
-  r->set_history_dropped(out->history_dropped());
-  r->set_by(caller.display);
-  (void)d.sessions->Publish(s.id, ev.SerializeAsString());
-  if (d.audit) {
-    d.audit({{"kind", "rewind"},
-             {"session_id", s.id},
-             {"checkpoint", c.seq},
-             {"turn_id", c.turn_id},
-             {"files", changes.size()},
-             {"boards", r->boards().size()},
-             {"history_dropped", out->history_dropped()},
-             {"by", caller.display}});
-  }
-  return absl::OkStatus();
+  out->set_applied(st.ok());
+  Tell(d, caller, s, p, *out, st);  // also when it stopped part way: say what it did
+  return st;
 }
 
 }  // namespace fwai

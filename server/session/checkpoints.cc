@@ -12,6 +12,7 @@
 #include <set>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -23,6 +24,7 @@
 #include "common/status_macros.h"
 #include "common/subprocess.h"
 #include "server/hardware/firmware_image.h"
+#include "server/session/session_manager.h"
 #include "server/storage/storage.h"
 #include "server/tools/project_fs.h"
 
@@ -50,6 +52,37 @@ bool Excluded(const std::string& rel) {
          absl::StartsWith(rel, ".fwai/captures/");
 }
 
+// True when `s` is well-formed UTF-8 (JSON and protobuf strings must be).
+bool IsUtf8(std::string_view s) {
+  for (size_t i = 0; i < s.size();) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    int n = 0;
+    unsigned char lo = 0x80, hi = 0xbf;  // the second byte's range
+    if (c < 0x80) {
+      n = 0;
+    } else if (c >= 0xc2 && c <= 0xdf) {
+      n = 1;
+    } else if (c >= 0xe0 && c <= 0xef) {
+      n = 2;
+      if (c == 0xe0) lo = 0xa0;  // no overlong forms
+      if (c == 0xed) hi = 0x9f;  // no surrogates
+    } else if (c >= 0xf0 && c <= 0xf4) {
+      n = 3;
+      if (c == 0xf0) lo = 0x90;
+      if (c == 0xf4) hi = 0x8f;
+    } else {
+      return false;
+    }
+    if (i + n >= s.size() && n > 0) return false;  // cut short
+    for (int k = 1; k <= n; ++k) {
+      const auto d = static_cast<unsigned char>(s[i + k]);
+      if (k == 1 ? (d < lo || d > hi) : (d & 0xc0) != 0x80) return false;
+    }
+    i += n + 1;
+  }
+  return true;
+}
+
 // The account's file identity while alive (none for a null account).
 class AsAccount {
  public:
@@ -63,20 +96,44 @@ class AsAccount {
 };
 
 // The project's files by relative path, as the account sees them: git's
-// tracked and untracked files less the ignored ones, or, outside a git work
-// tree, every regular file.
-absl::StatusOr<std::vector<std::string>> ProjectFiles(const std::string& root,
-                                                      const LocalAccount* account) {
+// tracked and untracked files less the ignored ones (and what git ignores,
+// directories collapsed), or, outside a git work tree, every regular file.
+// Names that are not UTF-8 are set apart: they are never kept or touched.
+struct Listing {
+  bool git = false;
+  std::vector<std::string> names;
+  std::vector<std::string> ignored;  // "build/" for a directory
+  std::vector<std::string> odd;      // names that are not UTF-8, C-escaped
+};
+
+std::vector<std::string> SplitNul(const std::string& out) {
+  std::vector<std::string> v;
+  for (absl::string_view n : absl::StrSplit(out, '\0', absl::SkipEmpty())) v.emplace_back(n);
+  return v;
+}
+
+absl::StatusOr<Listing> ProjectFiles(const std::string& root, const LocalAccount* account) {
   ProcessOptions o;
   o.cwd = root;
   o.timeout_ms = 60000;
   if (account && account->uid != getuid()) o.run_as = account;
-  auto git = RunProcess(
-      {"git", "-c", "core.quotePath=off", "ls-files", "-co", "--exclude-standard", "-z"}, o);
-  std::vector<std::string> names;
-  if (git.ok() && git->exit_code == 0) {
-    for (absl::string_view n : absl::StrSplit(git->out, '\0', absl::SkipEmpty()))
-      names.emplace_back(n);
+  Listing l;
+  auto inside = RunProcess({"git", "rev-parse", "--is-inside-work-tree"}, o);
+  l.git = inside.ok() && inside->exit_code == 0 && absl::StartsWith(inside->out, "true");
+  if (l.git) {
+    auto git = RunProcess(
+        {"git", "-c", "core.quotePath=off", "ls-files", "-co", "--exclude-standard", "-z"}, o);
+    auto ign = RunProcess({"git", "-c", "core.quotePath=off", "ls-files", "-oi",
+                           "--exclude-standard", "--directory", "-z"},
+                          o);
+    if (!git.ok() || git->exit_code != 0 || !ign.ok() || ign->exit_code != 0) {
+      return absl::UnavailableError(absl::StrCat(
+          "git ls-files in ", root, " failed: ",
+          git.ok() ? (ign.ok() ? ign->err : std::string(ign.status().message())) + git->err
+                   : std::string(git.status().message())));
+    }
+    l.names = SplitNul(git->out);
+    l.ignored = SplitNul(ign->out);
   } else {
     AsAccount as(account);
     RETURN_IF_ERROR(as.status());
@@ -84,14 +141,31 @@ absl::StatusOr<std::vector<std::string>> ProjectFiles(const std::string& root,
     pfs.Walk(
         ".", nullptr, [](const std::string& dir) { return dir == ".git"; },
         [&](const std::string& rel) {
-          names.push_back(rel);
+          l.names.push_back(rel);
           return true;
         });
   }
-  names.erase(std::remove_if(names.begin(), names.end(), Excluded), names.end());
-  std::sort(names.begin(), names.end());
-  names.erase(std::unique(names.begin(), names.end()), names.end());
-  return names;
+  std::vector<std::string> kept;
+  for (auto& n : l.names) {
+    if (Excluded(n)) continue;
+    if (!IsUtf8(n)) {
+      l.odd.push_back(absl::CHexEscape(n));
+      continue;
+    }
+    kept.push_back(std::move(n));
+  }
+  std::sort(kept.begin(), kept.end());
+  kept.erase(std::unique(kept.begin(), kept.end()), kept.end());
+  l.names = std::move(kept);
+  return l;
+}
+
+// True when `rel` was ignored (or under an ignored directory) by git then.
+bool UnderIgnored(const std::string& rel, const std::vector<std::string>& ignored) {
+  for (const auto& i : ignored) {
+    if (rel == i || (!i.empty() && i.back() == '/' && absl::StartsWith(rel, i))) return true;
+  }
+  return false;
 }
 
 // One file as it is now: its stat, and its bytes unless `before` shows it
@@ -161,6 +235,15 @@ absl::StatusOr<std::string> ReadAs(const std::string& path, const LocalAccount* 
 
 }  // namespace
 
+std::string HistoryPrefixSha(const std::vector<HistoryEntry>& history, size_t n) {
+  std::string all;
+  for (size_t i = 0; i < n && i < history.size(); ++i) {
+    absl::StrAppend(&all, history[i].role.size(), ":", history[i].role,
+                    history[i].content_json.size(), ":", history[i].content_json);
+  }
+  return BytesSha256Hex(all);
+}
+
 json Checkpoint::ToJson() const {
   json f = json::object();
   for (const auto& [path, e] : files) {
@@ -179,8 +262,12 @@ json Checkpoint::ToJson() const {
           {"history_len", history_len},
           {"files", f},
           {"skipped", skipped},
+          {"not_kept", not_kept},
+          {"git", git},
+          {"ignored", ignored},
           {"boards", boards},
-          {"bytes", bytes}};
+          {"bytes", bytes},
+          {"history_sha", history_sha}};
 }
 
 absl::StatusOr<Checkpoint> Checkpoint::FromJson(const json& j) {
@@ -201,6 +288,10 @@ absl::StatusOr<Checkpoint> Checkpoint::FromJson(const json& j) {
                        e.value("mtime_ns", int64_t{0}), e.value("ino", uint64_t{0})};
     }
     c.skipped = j.value("skipped", std::vector<std::string>{});
+    c.not_kept = j.value("not_kept", std::vector<std::string>{});
+    c.git = j.value("git", false);
+    c.ignored = j.value("ignored", std::vector<std::string>{});
+    c.history_sha = j.value("history_sha", "");
     c.boards = j.value("boards", std::map<std::string, std::string>{});
   } catch (const json::exception& e) {
     return absl::DataLossError(absl::StrCat("a checkpoint's record: ", e.what()));
@@ -236,7 +327,8 @@ absl::StatusOr<Checkpoint> Checkpoints::Take(const std::string& session_id,
                                              const std::string& project_root,
                                              const LocalAccount* account,
                                              const std::string& turn_id, const std::string& reason,
-                                             uint64_t history_len) {
+                                             uint64_t history_len, const std::string& history_sha,
+                                             bool prune) {
   MutexLock lock(&mu_);
   ASSIGN_OR_RETURN(auto before, List(session_id));
   Checkpoint c;
@@ -247,8 +339,16 @@ absl::StatusOr<Checkpoint> Checkpoints::Take(const std::string& session_id,
   c.project_root = project_root;
   c.time_us = NowMicros();
   c.history_len = history_len;
+  c.history_sha = history_sha;
   const Checkpoint* prev = before.empty() ? nullptr : &before.back();
-  ASSIGN_OR_RETURN(auto names, ProjectFiles(project_root, account));
+  // A file changed within two seconds before the previous checkpoint may
+  // have changed again within the same mtime tick: read it again.
+  const int64_t trusted_before_ns = prev ? (prev->time_us - 2000000) * 1000 : 0;
+  ASSIGN_OR_RETURN(Listing listing, ProjectFiles(project_root, account));
+  c.git = listing.git;
+  c.ignored = std::move(listing.ignored);
+  for (const auto& odd : listing.odd)
+    c.skipped.push_back(absl::StrCat(odd, ": a name that is not UTF-8"));
   std::optional<ProjectFs> pfs;
   {
     AsAccount as(account);
@@ -257,11 +357,12 @@ absl::StatusOr<Checkpoint> Checkpoints::Take(const std::string& session_id,
     pfs.emplace(std::move(opened));
   }
   std::error_code ec;
-  for (const std::string& rel : names) {
+  for (const std::string& rel : listing.names) {
     const CheckpointFile* was = nullptr;
     if (prev) {
       auto it = prev->files.find(rel);
-      if (it != prev->files.end() && fs::exists(ObjectPath(it->second.sha256), ec))
+      if (it != prev->files.end() && it->second.mtime_ns < trusted_before_ns &&
+          fs::exists(ObjectPath(it->second.sha256), ec))
         was = &it->second;
     }
     absl::StatusOr<Seen> seen;
@@ -271,8 +372,10 @@ absl::StatusOr<Checkpoint> Checkpoints::Take(const std::string& session_id,
       seen = SeeFile(*pfs, rel, was, limits_.max_file_bytes);
     }
     if (!seen.ok()) {
-      if (!absl::IsNotFound(seen.status()))  // a tracked file deleted is simply not there
+      if (!absl::IsNotFound(seen.status())) {  // a tracked file deleted is simply not there
         c.skipped.push_back(absl::StrCat(rel, ": ", seen.status().message()));
+        c.not_kept.push_back(rel);
+      }
       continue;
     }
     if (seen->read) RETURN_IF_ERROR(PutObject(seen->file.sha256, seen->bytes));
@@ -285,16 +388,28 @@ absl::StatusOr<Checkpoint> Checkpoints::Take(const std::string& session_id,
     if (j.is_object())
       for (const auto& [board, sha] : j.items()) c.boards[board] = sha.get<std::string>();
   }
-  RETURN_IF_ERROR(storage_.Put(Cf::kCheckpoints, ManifestKey(session_id, c.seq), c.ToJson().dump(),
+  std::string record;
+  try {
+    record = c.ToJson().dump();
+  } catch (const json::exception& e) {  // every name was checked; this is a bug, not a crash
+    return absl::InternalError(absl::StrCat("a checkpoint's record: ", e.what()));
+  }
+  RETURN_IF_ERROR(storage_.Put(Cf::kCheckpoints, ManifestKey(session_id, c.seq), record,
                                /*sync=*/true));
-  RETURN_IF_ERROR(PruneProject(project_root));
+  if (prune) RETURN_IF_ERROR(PruneProject(project_root));
   return c;
 }
 
 absl::Status Checkpoints::NoteFlash(const std::string& session_id, const LocalAccount* account,
-                                    const std::string& board, const std::string& image) {
+                                    const std::string& board, const std::string& image,
+                                    const std::string& sha256) {
   ASSIGN_OR_RETURN(const std::string bytes, ReadAs(image, account, limits_.max_file_bytes));
   const std::string sha = BytesSha256Hex(bytes);
+  if (sha != sha256) {
+    return absl::FailedPreconditionError(absl::StrCat(image, " changed after it was flashed (",
+                                                      sha.substr(0, 12), ", flashed ",
+                                                      sha256.substr(0, 12), "): not kept"));
+  }
   MutexLock lock(&mu_);
   RETURN_IF_ERROR(PutObject(sha, bytes));
   ASSIGN_OR_RETURN(auto was, storage_.Get(Cf::kCheckpoints, FlashedKey(session_id)));
@@ -340,19 +455,22 @@ absl::StatusOr<Checkpoint> Checkpoints::Find(const std::string& session_id,
 
 absl::StatusOr<std::vector<FileChange>> Checkpoints::Diff(const Checkpoint& c,
                                                           const LocalAccount* account) const {
-  ASSIGN_OR_RETURN(auto names, ProjectFiles(c.project_root, account));
+  ASSIGN_OR_RETURN(Listing listing, ProjectFiles(c.project_root, account));
   AsAccount as(account);
   RETURN_IF_ERROR(as.status());
   ASSIGN_OR_RETURN(auto pfs, ProjectFs::Open(c.project_root));
+  const std::set<std::string> not_kept(c.not_kept.begin(), c.not_kept.end());
   std::vector<FileChange> out;
   std::set<std::string> now;
-  for (const std::string& rel : names) {
+  for (const std::string& rel : listing.names) {
     auto it = c.files.find(rel);
     auto seen =
         SeeFile(pfs, rel, it == c.files.end() ? nullptr : &it->second, limits_.max_file_bytes);
     if (!seen.ok()) continue;  // not a file it keeps (a symlink, too large): left alone
     now.insert(rel);
     if (it == c.files.end()) {
+      // New since, unless it was there and not kept, or ignored then: left alone.
+      if (not_kept.count(rel) || UnderIgnored(rel, c.ignored)) continue;
       out.push_back({rel, "delete", seen->file.sha256, ""});
     } else if (seen->file.sha256 != it->second.sha256) {
       out.push_back({rel, "restore", seen->file.sha256, it->second.sha256});
@@ -383,30 +501,54 @@ absl::Status Checkpoints::Restore(const Checkpoint& c, const std::vector<FileCha
   AsAccount as(account);
   RETURN_IF_ERROR(as.status());
   ASSIGN_OR_RETURN(auto pfs, ProjectFs::Open(c.project_root));
+  // No directory on the way may be a symlink now: the restore would write
+  // (or delete) through it, into files that were never in the plan.
   for (const auto& ch : changes) {
-    if (ch.action == "delete") {
-      if (auto s = pfs.Remove(ch.path); !s.ok() && !absl::IsNotFound(s)) return s;
+    std::string dir;
+    for (const auto& part : fs::path(ch.path).parent_path()) {
+      dir = dir.empty() ? part.string() : dir + "/" + part.string();
+      auto fd = pfs.OpenAt(dir, O_PATH | O_NOFOLLOW);
+      if (!fd.ok()) break;  // not there: made as a directory
+      struct stat st {};
+      if (fstat(fd->get(), &st) == 0 && S_ISLNK(st.st_mode)) {
+        return absl::FailedPreconditionError(
+            absl::StrCat(ch.path, ": its directory ", dir,
+                         " is a symlink now; a rewind does not write through it. Nothing was "
+                         "changed"));
+      }
+    }
+  }
+  // Deletions first, deepest first (a file may go where a directory was),
+  // then the writes.
+  std::vector<const FileChange*> order;
+  for (const auto& ch : changes) order.push_back(&ch);
+  std::stable_sort(order.begin(), order.end(), [](const FileChange* a, const FileChange* b) {
+    const bool da = a->action == "delete", db = b->action == "delete";
+    if (da != db) return da;
+    return da ? a->path > b->path : a->path < b->path;
+  });
+  for (const FileChange* ch : order) {
+    if (ch->action == "delete") {
+      if (auto s = pfs.Remove(ch->path); !s.ok() && !absl::IsNotFound(s)) return s;
+      // The directories it leaves empty go too (the deepest first).
+      for (fs::path dir = fs::path(ch->path).parent_path(); !dir.empty(); dir = dir.parent_path()) {
+        if (!pfs.RemoveEmptyDir(dir.string()).ok()) break;
+      }
       continue;
     }
     // The checkpoint had a file here: a symlink now in its place goes, and
     // the file is written in its stead, never through it.
-    if (auto link = pfs.OpenAt(ch.path, O_PATH | O_NOFOLLOW); link.ok()) {
+    if (auto link = pfs.OpenAt(ch->path, O_PATH | O_NOFOLLOW); link.ok()) {
       struct stat st {};
-      if (fstat(link->get(), &st) == 0 && S_ISLNK(st.st_mode)) RETURN_IF_ERROR(pfs.Remove(ch.path));
+      if (fstat(link->get(), &st) == 0 && S_ISLNK(st.st_mode))
+        RETURN_IF_ERROR(pfs.Remove(ch->path));
     }
-    RETURN_IF_ERROR(pfs.WriteFile(ch.path, bytes[ch.then_sha256]));
-    auto it = c.files.find(ch.path);
-    ASSIGN_OR_RETURN(UniqueFd fd, pfs.OpenAt(ch.path, O_RDONLY | O_NOFOLLOW));
+    RETURN_IF_ERROR(pfs.WriteFile(ch->path, bytes[ch->then_sha256]));
+    auto it = c.files.find(ch->path);
     if (it == c.files.end()) continue;
+    ASSIGN_OR_RETURN(UniqueFd fd, pfs.OpenAt(ch->path, O_RDONLY | O_NOFOLLOW));
     if (fchmod(fd.get(), it->second.mode) != 0)
-      return absl::InternalError(absl::StrCat(ch.path, ": chmod: ", std::strerror(errno)));
-    // Its time back too: a source restored is not newer than the image
-    // built from it (the flash guard's freshness check).
-    struct timespec times[2] = {{0, UTIME_OMIT},
-                                {static_cast<time_t>(it->second.mtime_ns / 1000000000),
-                                 static_cast<long>(it->second.mtime_ns % 1000000000)}};
-    if (futimens(fd.get(), times) != 0)
-      return absl::InternalError(absl::StrCat(ch.path, ": times: ", std::strerror(errno)));
+      return absl::InternalError(absl::StrCat(ch->path, ": chmod: ", std::strerror(errno)));
   }
   return absl::OkStatus();
 }

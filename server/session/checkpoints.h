@@ -5,12 +5,15 @@
 // ignores (`git ls-files -co --exclude-standard`, run as the session's
 // account; a project that is not a git work tree: every regular file, less
 // .git), read as the session's account through ProjectFs: nothing outside
-// the root is read or written. Symlinks, files larger than max_file_bytes
-// and fault captures (.fwai/captures/) are not kept, and a rewind leaves
-// them alone. Each file's bytes are an object named by its SHA-256 under
-// DIR/objects (0600, written once): a checkpoint of an unchanged tree
-// writes no object, and a file whose size, mtime and inode are as in the
-// session's previous checkpoint is not read again.
+// the root is read or written. Symlinks, files larger than max_file_bytes,
+// fault captures (.fwai/captures/), names that are not UTF-8 and what git
+// ignored are not kept, and a rewind leaves them alone. Each file's bytes
+// are an object named by its SHA-256 under DIR/objects (0600, written
+// once): a checkpoint of an unchanged tree writes no object, and a file
+// whose size, mtime and inode are as in the session's previous checkpoint
+// (and older than it by two seconds) is not read again. A restored file
+// gets its mode back; its time is the restore's, as with git checkout, so
+// builds see it changed.
 //
 // Boards: each board the session flashed (NoteFlash), with the image's
 // SHA-256; the image is an object while a checkpoint names it.
@@ -36,6 +39,11 @@ namespace fwai {
 
 class Storage;
 struct LocalAccount;
+struct HistoryEntry;
+
+// The SHA-256 of a conversation's first `n` entries (roles and contents):
+// what a checkpoint's history_sha is compared with.
+std::string HistoryPrefixSha(const std::vector<HistoryEntry>& history, size_t n);
 
 struct CheckpointFile {
   std::string sha256;
@@ -52,9 +60,13 @@ struct Checkpoint {
   int64_t time_us = 0;
   uint64_t history_len = 0;  // the conversation's entries before it
   std::map<std::string, CheckpointFile> files;
-  std::vector<std::string> skipped;           // seen, not kept (too large, unreadable)
+  std::vector<std::string> skipped;           // seen, not kept, with why (for people)
+  std::vector<std::string> not_kept;          // the paths of those: a rewind leaves them alone
+  bool git = false;                           // listed by git
+  std::vector<std::string> ignored;           // what git ignored then ("dir/" for a directory)
   std::map<std::string, std::string> boards;  // board -> image sha256
   uint64_t bytes = 0;                         // the files' bytes
+  std::string history_sha;                    // of the conversation's first history_len entries
 
   nlohmann::json ToJson() const;
   static absl::StatusOr<Checkpoint> FromJson(const nlohmann::json& j);
@@ -80,17 +92,19 @@ class Checkpoints {
 
   // Records the session's project (read as `account`, null: fwaid's own)
   // and the images of the boards it flashed.
-  [[nodiscard]] absl::StatusOr<Checkpoint> Take(const std::string& session_id,
-                                                const std::string& project_root,
-                                                const LocalAccount* account,
-                                                const std::string& turn_id,
-                                                const std::string& reason, uint64_t history_len)
-      ABSL_LOCKS_EXCLUDED(mu_);
-  // The session flashed `image` (read as `account`) onto `board`: kept as an
-  // object, named by the session's next checkpoints.
+  // `history_sha` identifies the conversation so far (a rewind cuts it back
+  // only if it is still that). `prune` false: no checkpoint goes (one taken
+  // in the middle of a rewind must not prune the one it goes back to).
+  [[nodiscard]] absl::StatusOr<Checkpoint> Take(
+      const std::string& session_id, const std::string& project_root, const LocalAccount* account,
+      const std::string& turn_id, const std::string& reason, uint64_t history_len,
+      const std::string& history_sha = "", bool prune = true) ABSL_LOCKS_EXCLUDED(mu_);
+  // The session flashed `image` (read as `account`; its bytes must still
+  // hash to `sha256`) onto `board`: kept as an object, named by the
+  // session's next checkpoints.
   [[nodiscard]] absl::Status NoteFlash(const std::string& session_id, const LocalAccount* account,
-                                       const std::string& board, const std::string& image)
-      ABSL_LOCKS_EXCLUDED(mu_);
+                                       const std::string& board, const std::string& image,
+                                       const std::string& sha256) ABSL_LOCKS_EXCLUDED(mu_);
   // The session's checkpoints, oldest first.
   [[nodiscard]] absl::StatusOr<std::vector<Checkpoint>> List(const std::string& session_id) const;
   // The checkpoint `to` names: its number, or a turn id (the checkpoint
@@ -101,7 +115,9 @@ class Checkpoints {
   [[nodiscard]] absl::StatusOr<std::vector<FileChange>> Diff(const Checkpoint& c,
                                                              const LocalAccount* account) const;
   // Makes the project's files as `c` has them (`changes` from Diff), as
-  // `account`. Every object is checked first: a missing one changes nothing.
+  // `account`: deletions first, deepest first, then writes. Every object,
+  // and every directory on the way (none may now be a symlink), is checked
+  // first: a refusal changes nothing.
   [[nodiscard]] absl::Status Restore(const Checkpoint& c, const std::vector<FileChange>& changes,
                                      const LocalAccount* account) const;
   // The bytes of object `sha256`, or NOT_FOUND.

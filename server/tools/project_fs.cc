@@ -155,6 +155,19 @@ absl::Status ProjectFs::Remove(const std::string& rel) const {
   return absl::OkStatus();
 }
 
+absl::Status ProjectFs::RemoveEmptyDir(const std::string& rel) const {
+  const std::filesystem::path p(rel);
+  const std::string up = p.parent_path().string();
+  auto dir = OpenAt(up.empty() ? "." : up, O_PATH | O_DIRECTORY);
+  if (!dir.ok()) return dir.status();
+  if (unlinkat(dir->get(), p.filename().c_str(), AT_REMOVEDIR) != 0) {
+    if (errno == ENOTEMPTY || errno == EEXIST)
+      return absl::FailedPreconditionError(absl::StrCat(rel, " is not empty"));
+    return Error(rel, errno);
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<UniqueFd> ProjectFs::MakeParents(const std::string& rel) const {
   std::filesystem::path parent = std::filesystem::path(rel).parent_path();
   std::string so_far;

@@ -72,6 +72,8 @@ class ProjectFs {
   // Removes the file (or symlink) `rel`; never a directory. NOT_FOUND when
   // it is not there.
   [[nodiscard]] absl::Status Remove(const std::string& rel) const;
+  // Removes directory `rel` if it is empty (FAILED_PRECONDITION if not).
+  [[nodiscard]] absl::Status RemoveEmptyDir(const std::string& rel) const;
   // The entries of directory `rel`, sorted by name.
   [[nodiscard]] absl::StatusOr<std::vector<Entry>> List(const std::string& rel) const;
   // Regular files under directory `rel` (relative paths from the root), in

@@ -14,6 +14,7 @@
 #include <sstream>
 
 #include "common/subprocess.h"
+#include "server/hardware/firmware_image.h"
 #include "server/storage/storage.h"
 
 namespace fwai {
@@ -119,7 +120,7 @@ TEST_F(CheckpointsTest, AProjectIsRestoredAsItWasAndAnUnchangedTreeWritesNothing
   EXPECT_EQ(cp_->Find("other", "").status().code(), absl::StatusCode::kNotFound);
 }
 
-TEST_F(CheckpointsTest, RestoredFilesGetTheirModeAndTimeBack) {
+TEST_F(CheckpointsTest, RestoredFilesGetTheirModeBackAndTheTimeOfTheRestore) {
   Write("run.sh", "#!/bin/sh\n");
   fs::permissions(root_ + "/run.sh", fs::perms(0755));
   const Checkpoint c = Take("t1");
@@ -132,8 +133,8 @@ TEST_F(CheckpointsTest, RestoredFilesGetTheirModeAndTimeBack) {
   ASSERT_EQ(stat((root_ + "/run.sh").c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 07777, 0755u);
   const CheckpointFile& then = c.files.at("run.sh");
-  EXPECT_EQ(int64_t{st.st_mtim.tv_sec} * 1000000000 + st.st_mtim.tv_nsec, then.mtime_ns)
-      << "a restored file keeps the time it had";
+  EXPECT_GT(int64_t{st.st_mtim.tv_sec} * 1000000000 + st.st_mtim.tv_nsec, then.mtime_ns)
+      << "a restored file is changed now, for builds to see (as git checkout does)";
 }
 
 TEST_F(CheckpointsTest, GitsIgnoresApplyAndCapturesAreNeverTouched) {
@@ -153,6 +154,60 @@ TEST_F(CheckpointsTest, GitsIgnoresApplyAndCapturesAreNeverTouched) {
   Write(".fwai/captures/b1-2.fwcap", "{}");
   Write("build/other.o", "object");
   EXPECT_EQ(Changes(c), "") << "a rewind leaves captures and ignored files alone";
+}
+
+TEST_F(CheckpointsTest, AFileUnignoredSinceOrWithANameThatIsNotUtf8IsLeftAlone) {
+  ProcessOptions o;
+  o.cwd = root_;
+  auto init = RunProcess({"git", "init", "-q"}, o);
+  ASSERT_TRUE(init.ok() && init->exit_code == 0);
+  Write(".gitignore", ".env\nbuild/\n");
+  Write(".env", "TOKEN=secret\n");
+  Write("build/x.o", "object");
+  Write(std::string("odd-\xff.c"), "int odd;\n");
+  Write("src/main.c", "int x;\n");
+  const Checkpoint c = Take("t1");
+  EXPECT_EQ(c.files.size(), 2u) << ".gitignore and src/main.c";
+  ASSERT_EQ(c.skipped.size(), 1u);
+  EXPECT_NE(c.skipped[0].find("odd-\\xff.c: a name that is not UTF-8"), std::string::npos)
+      << c.skipped[0];
+  // The turn stops ignoring .env and build/: they were there, ignored, and
+  // a rewind must not delete them as new.
+  Write(".gitignore", "");
+  EXPECT_EQ(Changes(c), "restore .gitignore\n");
+  auto d = cp_->Diff(c, nullptr);
+  ASSERT_TRUE(d.ok());
+  ASSERT_TRUE(cp_->Restore(c, *d, nullptr).ok());
+  EXPECT_EQ(Read(".env"), "TOKEN=secret\n");
+  EXPECT_EQ(Read("build/x.o"), "object");
+  EXPECT_EQ(Read(std::string("odd-\xff.c")), "int odd;\n");
+}
+
+TEST_F(CheckpointsTest,
+       ADirectoryTurnedIntoASymlinkRefusesTheRestoreAndAFileComesBackWhereADirWas) {
+  Write("src/main.c", "int x;\n");
+  Write("lib", "a file\n");
+  const Checkpoint c = Take("t1");
+  // lib becomes a directory with a file in it: deleted first, then lib written.
+  fs::remove(root_ + "/lib");
+  Write("lib/inner.c", "int y;\n");
+  auto d = cp_->Diff(c, nullptr);
+  ASSERT_TRUE(d.ok());
+  ASSERT_TRUE(cp_->Restore(c, *d, nullptr).ok()) << Changes(c);
+  EXPECT_EQ(Read("lib"), "a file\n") << "the directory emptied by the rewind went";
+  fs::remove(root_ + "/lib");
+  // src becomes a symlink to another directory of the project: refused.
+  fs::create_directories(root_ + "/vendor");
+  std::ofstream(root_ + "/vendor/main.c") << "vendor's own\n";
+  fs::remove_all(root_ + "/src");
+  fs::create_directory_symlink(root_ + "/vendor", root_ + "/src");
+  d = cp_->Diff(c, nullptr);
+  ASSERT_TRUE(d.ok());
+  auto s = cp_->Restore(c, *d, nullptr);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  EXPECT_NE(s.message().find("its directory src is a symlink now"), std::string::npos) << s;
+  EXPECT_EQ(Read("vendor/main.c"), "vendor's own\n");
+  EXPECT_FALSE(fs::exists(root_ + "/lib")) << "a refused restore wrote something";
 }
 
 TEST_F(CheckpointsTest, ASymlinkNeverLeadsARestoreOutsideTheRoot) {
@@ -212,7 +267,12 @@ TEST_F(CheckpointsTest, AFlashedImageIsNamedByTheNextCheckpointAndKept) {
   Write("src/main.c", "int x;\n");
   const std::string image = (dir_ / "fw.elf").string();
   std::ofstream(image, std::ios::binary) << "ELF image bytes";
-  ASSERT_TRUE(cp_->NoteFlash("s1", nullptr, "b1", image).ok());
+  EXPECT_EQ(cp_->NoteFlash("s1", nullptr, "b1", image, std::string(64, '0')).code(),
+            absl::StatusCode::kFailedPrecondition)
+      << "an image changed since its flash is not kept as that flash's";
+  auto bytes_then = cp_->ReadObject(std::string(64, '0'));
+  EXPECT_FALSE(bytes_then.ok());
+  ASSERT_TRUE(cp_->NoteFlash("s1", nullptr, "b1", image, BytesSha256Hex("ELF image bytes")).ok());
   const Checkpoint c = Take("t1");
   ASSERT_EQ(c.boards.size(), 1u);
   auto bytes = cp_->ReadObject(c.boards.at("b1"));

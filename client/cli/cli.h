@@ -32,6 +32,8 @@ struct Globals {
 int Fail(const Globals& g, int code, const std::string& msg);
 // UNAVAILABLE -> exit 3, anything else -> exit 1.
 int FailGrpc(const Globals& g, const grpc::Status& s);
+// --project (default: here) as an absolute, normalised path.
+std::string ProjectRoot(const Globals& g);
 absl::StatusOr<std::shared_ptr<grpc::Channel>> ConnectChannel(const Globals& g,
                                                               bool autostart = true,
                                                               int timeout_ms = 5000);

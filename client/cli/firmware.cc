@@ -18,11 +18,6 @@ using json = nlohmann::json;
 
 namespace {
 
-std::string ProjectRoot(const Globals& g) {
-  std::error_code ec;
-  return fs::absolute(g.project.empty() ? "." : g.project, ec).lexically_normal().string();
-}
-
 // --project, else the nearest directory up from here with a .fwai, else here.
 std::string EnclosingProject(const Globals& g) {
   if (!g.project.empty()) return ProjectRoot(g);

@@ -125,12 +125,6 @@ absl::StatusOr<Conn> Connect(const Globals& g, bool autostart = true) {
   return c;
 }
 
-std::string ProjectRoot(const Globals& g) {
-  std::error_code ec;
-  auto p = std::filesystem::absolute(g.project.empty() ? "." : g.project, ec);
-  return ec ? g.project : p.lexically_normal().string();
-}
-
 // Asks the person at the terminal about a submitted plan.
 pb::ClientEvent DecidePlan(const pb::PlanSubmitted& plan) {
   pb::ClientEvent out;
@@ -966,6 +960,12 @@ int RunRepl(const Globals& g, std::string session_id, const std::string& provide
 }
 
 }  // namespace
+
+std::string ProjectRoot(const Globals& g) {
+  std::error_code ec;
+  auto p = std::filesystem::absolute(g.project.empty() ? "." : g.project, ec);
+  return ec ? g.project : p.lexically_normal().string();
+}
 
 int Fail(const Globals& g, int code, const std::string& msg) {
   if (g.json) {

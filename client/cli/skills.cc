@@ -26,13 +26,6 @@ using json = nlohmann::json;
 
 namespace {
 
-std::string ProjectRoot(const Globals& g) {
-  std::error_code ec;
-  return std::filesystem::absolute(g.project.empty() ? "." : g.project, ec)
-      .lexically_normal()
-      .string();
-}
-
 std::atomic<grpc::ClientContext*> g_running_ctx{nullptr};
 
 struct Style {

@@ -21,12 +21,6 @@ using json = nlohmann::json;
 
 namespace {
 
-std::string ProjectRoot(const Globals& g) {
-  std::error_code ec;
-  auto p = std::filesystem::absolute(g.project.empty() ? "." : g.project, ec);
-  return ec ? g.project : p.lexically_normal().string();
-}
-
 // "10", "10s", "2m" as seconds; -1 when not one.
 int Seconds(std::string t) {
   int mult = 1;

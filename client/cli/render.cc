@@ -2,6 +2,9 @@
 
 #include <unistd.h>
 
+#include <algorithm>
+#include <ctime>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
@@ -16,6 +19,18 @@ std::string Dim(FILE* f, const std::string& s) { return Tty(f) ? "\033[2m" + s +
 std::string Red(FILE* f, const std::string& s) { return Tty(f) ? "\033[31m" + s + "\033[0m" : s; }
 std::string Yellow(FILE* f, const std::string& s) {
   return Tty(f) ? "\033[33m" + s + "\033[0m" : s;
+}
+
+// "alice, 10:42" (local time): who decided, as people name them, and when.
+std::string ByWhen(const std::string& user, const std::string& full, int64_t time_us) {
+  std::string who = user.empty() ? full : user;
+  if (time_us <= 0) return who;
+  time_t t = static_cast<time_t>(time_us / 1000000);
+  struct tm tm {};
+  localtime_r(&t, &tm);
+  char hhmm[8];
+  std::strftime(hhmm, sizeof(hhmm), "%H:%M", &tm);
+  return absl::StrCat(who, ", ", hhmm);
 }
 
 std::string Summarize(const std::string& json_input) {
@@ -33,8 +48,8 @@ int EventRenderer::Depth(const std::string& parent) const {
 
 void EventRenderer::EndLine() {
   if (mid_line_) {
-    std::fputc('\n', stdout);
-    std::fflush(stdout);
+    std::fputc('\n', out_);
+    std::fflush(out_);
     mid_line_ = false;
   }
 }
@@ -45,14 +60,54 @@ void EventRenderer::Line(FILE* f, const std::string& text) {
   std::fflush(f);
 }
 
+void EventRenderer::SubText(const std::string& parent_call_id, bool all) {
+  auto it = sub_.find(parent_call_id);
+  if (it == sub_.end()) return;
+  std::string& text = it->second;
+  std::string indent(Depth(parent_call_id) * 2, ' ');
+  size_t cut = text.size();
+  if (!all) {
+    size_t nl = text.rfind('\n');
+    if (nl == std::string::npos) return;
+    cut = nl + 1;
+  }
+  std::string shown = text.substr(0, cut);
+  if (all) {
+    sub_.erase(it);
+  } else {
+    text.erase(0, cut);
+  }
+  while (!shown.empty() && shown.back() == '\n') shown.pop_back();
+  if (shown.empty()) return;
+  for (absl::string_view line : absl::StrSplit(shown, '\n')) {
+    Line(out_, absl::StrCat(indent, line));
+  }
+}
+
+void EventRenderer::ToolFinished(const fwai::v1::ServerEvent& ev) {
+  const auto& f = ev.tool_call_finished();
+  SubText(f.call_id(), true);
+  int depth = depth_.count(f.call_id()) ? depth_[f.call_id()] : 0;
+  std::string first = f.output().substr(0, f.output().find('\n'));
+  if (first.size() > 100) first = first.substr(0, 97) + "...";
+  // Lines as people count them: a last line without its newline counts too.
+  size_t lines = std::count(f.output().begin(), f.output().end(), '\n') +
+                 (!f.output().empty() && f.output().back() != '\n' ? 1 : 0);
+  std::string summary = f.is_error()
+                            ? Red(out_, absl::StrCat("error: ", first))
+                            : Dim(out_, absl::StrCat(lines, " line", lines == 1 ? "" : "s"));
+  Line(out_, absl::StrCat(std::string(depth * 2 + 2, ' '), Dim(out_, "⎿ "), summary,
+                          Dim(out_, absl::StrCat(" (", f.duration_ms(), " ms)"))));
+}
+
 void EventRenderer::Render(const fwai::v1::ServerEvent& ev) {
   using E = fwai::v1::ServerEvent;
   if (json_) {
     std::string line =
         EventToJson(ev).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
     line.push_back('\n');
-    std::fwrite(line.data(), 1, line.size(), stdout);
-    std::fflush(stdout);
+    std::fwrite(line.data(), 1, line.size(), out_);
+    std::fflush(out_);
     return;
   }
   switch (ev.payload_case()) {
@@ -61,45 +116,39 @@ void EventRenderer::Render(const fwai::v1::ServerEvent& ev) {
       if (d.thinking()) return;
       int depth = Depth(d.origin().parent_call_id());
       if (depth == 0) {
-        std::fwrite(d.text().data(), 1, d.text().size(), stdout);
-        std::fflush(stdout);
+        std::fwrite(d.text().data(), 1, d.text().size(), out_);
+        std::fflush(out_);
         mid_line_ = !d.text().empty() && d.text().back() != '\n';
+      } else {
+        sub_[d.origin().parent_call_id()] += d.text();
+        SubText(d.origin().parent_call_id(), false);
       }
       return;
     }
     case E::kUserMessage:
-      if (show_user_) Line(stdout, absl::StrCat("> ", ev.user_message().text()));
+      if (show_user_) Line(out_, absl::StrCat("> ", ev.user_message().text()));
       return;
     case E::kToolCallStarted: {
       const auto& s = ev.tool_call_started();
+      if (!s.parent_call_id().empty()) SubText(s.parent_call_id(), true);
       int depth = Depth(s.parent_call_id());
       depth_[s.call_id()] = depth;
-      Line(stdout, std::string(depth * 2, ' ') +
-                       Dim(stdout, absl::StrCat("⏺ ", s.tool(), " ", Summarize(s.input_json()),
-                                                s.agent() != "main" && !s.agent().empty()
-                                                    ? absl::StrCat("  [", s.agent(), "]")
-                                                    : "")));
+      Line(out_, std::string(depth * 2, ' ') +
+                     Dim(out_, absl::StrCat("⏺ ", s.tool(), " ", Summarize(s.input_json()),
+                                            s.agent() != "main" && !s.agent().empty()
+                                                ? absl::StrCat("  [", s.agent(), "]")
+                                                : "")));
       return;
     }
     case E::kToolCallOutputDelta:
       return;  // full output comes with the finished event
-    case E::kToolCallFinished: {
-      const auto& f = ev.tool_call_finished();
-      int depth = depth_.count(f.call_id()) ? depth_[f.call_id()] : 0;
-      std::string first = f.output().substr(0, f.output().find('\n'));
-      if (first.size() > 100) first = first.substr(0, 97) + "...";
-      size_t lines = std::count(f.output().begin(), f.output().end(), '\n');
-      std::string summary = f.is_error()
-                                ? Red(stdout, absl::StrCat("error: ", first))
-                                : Dim(stdout, absl::StrCat(lines, " line", lines == 1 ? "" : "s"));
-      Line(stdout, absl::StrCat(std::string(depth * 2 + 2, ' '), Dim(stdout, "⎿ "), summary,
-                                Dim(stdout, absl::StrCat(" (", f.duration_ms(), " ms)"))));
+    case E::kToolCallFinished:
+      ToolFinished(ev);
       return;
-    }
     case E::kTurnStarted:
       if (show_user_) {
-        Line(stdout, Dim(stdout, absl::StrCat("[", ev.turn_started().provider(), " ",
-                                              ev.turn_started().model(), "]")));
+        Line(out_, Dim(out_, absl::StrCat("[", ev.turn_started().provider(), " ",
+                                          ev.turn_started().model(), "]")));
       }
       return;
     case E::kTurnFinished: {
@@ -107,85 +156,89 @@ void EventRenderer::Render(const fwai::v1::ServerEvent& ev) {
       char cost[32];
       std::snprintf(cost, sizeof(cost), "$%.4f", f.usage().cost_usd());
       EndLine();
-      std::fprintf(
-          stderr, "%s\n",
-          Dim(stderr, absl::StrCat("[", f.usage().input_tokens(), " in · ",
-                                   f.usage().output_tokens(), " out tokens · ", cost, " · ",
-                                   f.duration_ms() / 1000.0, " s · ", f.stop_reason(), "]"))
-              .c_str());
-      std::fflush(stderr);
+      std::fprintf(err_, "%s\n",
+                   Dim(err_, absl::StrCat("[", f.usage().input_tokens(), " in · ",
+                                          f.usage().output_tokens(), " out tokens · ", cost, " · ",
+                                          f.duration_ms() / 1000.0, " s · ", f.stop_reason(), "]"))
+                       .c_str());
+      std::fflush(err_);
       return;
     }
     case E::kError:
       EndLine();
-      std::fprintf(stderr, "%s\n",
-                   Red(stderr, absl::StrCat("error: ", ev.error().message())).c_str());
-      std::fflush(stderr);
+      std::fprintf(err_, "%s\n", Red(err_, absl::StrCat("error: ", ev.error().message())).c_str());
+      std::fflush(err_);
       return;
     case E::kMessageDone:
+      if (!ev.message_done().origin().parent_call_id().empty()) {
+        SubText(ev.message_done().origin().parent_call_id(), true);
+      }
       return;
     case E::kModeChanged:
-      Line(stdout, Dim(stdout, absl::StrCat("[mode: ", ev.mode_changed().mode(), "]")));
+      Line(out_, Dim(out_, absl::StrCat("[mode: ", ev.mode_changed().mode(), "]")));
       return;
     case E::kTodosUpdated: {
       std::string out = "todos:";
       for (const auto& t : ev.todos_updated().todos()) {
         absl::StrAppend(&out, "\n  [", t.status(), "] ", t.content());
       }
-      Line(stdout, out);
+      Line(out_, out);
       return;
     }
     case E::kPlanSubmitted:
-      Line(stdout, absl::StrCat("plan:\n", ev.plan_submitted().text()));
+      Line(out_, absl::StrCat("plan:\n", ev.plan_submitted().text()));
       return;
     case E::kQuestionAsked:
       for (const auto& q : ev.question_asked().questions())
-        Line(stdout, absl::StrCat("? ", q.text()));
+        Line(out_, absl::StrCat("? ", q.text()));
       return;
     case E::kQuestionAnswered: {
       const auto& a = ev.question_answered();
       std::string what = absl::StrJoin(a.selected(), ", ");
       if (!a.text().empty()) absl::StrAppend(&what, what.empty() ? "" : "; ", a.text());
-      Line(stdout, Dim(stdout, absl::StrCat("[answered by ", a.answered_by(), ": ", what, "]")));
+      Line(out_, Dim(out_, absl::StrCat("[answered by ",
+                                        ByWhen(a.answered_by_user(), a.answered_by(), ev.time_us()),
+                                        ": ", what, "]")));
       return;
     }
     case E::kPlanDecided: {
       const auto& p = ev.plan_decided();
-      Line(stdout,
-           Dim(stdout, absl::StrCat("[plan ",
-                                    p.approved() ? (p.edited() ? "approved as edited" : "approved")
-                                                 : "sent back",
-                                    " by ", p.decided_by(), "]")));
+      Line(out_,
+           Dim(out_,
+               absl::StrCat(
+                   "[plan ",
+                   p.approved() ? (p.edited() ? "approved as edited" : "approved") : "sent back",
+                   " by ", ByWhen(p.decided_by_user(), p.decided_by(), ev.time_us()), "]")));
       return;
     }
     case E::kToolsOffered:
       if (show_user_) {
-        Line(stdout,
-             Dim(stdout,
+        Line(out_,
+             Dim(out_,
                  absl::StrCat("[tools: ", absl::StrJoin(ev.tools_offered().tools(), ", "), "]")));
       }
       return;
     case E::kBoardNotice: {
       const auto& n = ev.board_notice();
-      Line(stdout, Yellow(stdout, absl::StrCat("[", n.board(), "] ", n.text())));
+      Line(out_, Yellow(out_, absl::StrCat("[", n.board(), "] ", n.text())));
       return;
     }
     case E::kRewound: {
       const auto& r = ev.rewound();
-      Line(stdout,
-           Dim(stdout,
-               absl::StrCat("[rewound to checkpoint ", r.checkpoint(), " (before turn ",
-                            r.turn_id(), ") by ", r.by(), ": ", r.files(), " files",
-                            r.boards().empty() ? "" : ", boards ", absl::StrJoin(r.boards(), ", "),
-                            r.history_dropped() ? absl::StrCat(", ", r.history_dropped(),
-                                                               " conversation entries cut")
-                                                : "",
-                            "]")));
+      Line(out_,
+           Dim(out_, absl::StrCat(
+                         "[rewound to checkpoint ", r.checkpoint(), " (before turn ", r.turn_id(),
+                         ") by ", r.by(), ": ", r.files(), " files",
+                         r.boards().empty() ? "" : ", boards ", absl::StrJoin(r.boards(), ", "),
+                         r.history_dropped()
+                             ? absl::StrCat(", ", r.history_dropped(), " conversation entries cut")
+                             : "",
+                         "]")));
       return;
     }
     case E::kCompacted:
-      Line(stdout, Dim(stdout, absl::StrCat("[compacted ", ev.compacted().dropped_messages(),
-                                            " messages]")));
+      Line(out_,
+           Dim(out_, absl::StrCat("[compacted ", ev.compacted().dropped_messages(), " messages]")));
       return;
     case E::PAYLOAD_NOT_SET:
       return;

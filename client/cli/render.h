@@ -1,5 +1,6 @@
 // Renders session events for people (text, tool-call tree, usage) or as JSON
-// lines flushed one by one.
+// lines flushed one by one. A sub-agent's text is shown under the call that
+// started it, indented, a whole line at a time.
 #pragma once
 
 #include <cstdio>
@@ -14,7 +15,9 @@ namespace fwai {
 
 class EventRenderer {
  public:
-  EventRenderer(bool json, bool show_user_messages) : json_(json), show_user_(show_user_messages) {}
+  // Writes the session's text to `out` and usage and errors to `err`.
+  EventRenderer(bool json, bool show_user_messages, FILE* out = stdout, FILE* err = stderr)
+      : json_(json), show_user_(show_user_messages), out_(out), err_(err) {}
   void Render(const fwai::v1::ServerEvent& ev);
   // Ends a partial line, if any.
   void EndLine();
@@ -22,10 +25,16 @@ class EventRenderer {
  private:
   int Depth(const std::string& parent_call_id) const;
   void Line(FILE* f, const std::string& text);
+  void ToolFinished(const fwai::v1::ServerEvent& ev);
+  // Prints the sub-agent's complete lines under `parent_call_id` (all of it if `all`).
+  void SubText(const std::string& parent_call_id, bool all);
   const bool json_;
   const bool show_user_;
+  FILE* const out_;
+  FILE* const err_;
   bool mid_line_ = false;
-  std::map<std::string, int> depth_;  // call_id -> nesting depth
+  std::map<std::string, int> depth_;        // call_id -> nesting depth
+  std::map<std::string, std::string> sub_;  // parent call_id -> sub-agent text not yet shown
 };
 
 }  // namespace fwai

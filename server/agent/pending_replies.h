@@ -29,7 +29,8 @@ struct Interaction {
   bool is_plan = false;
   bool approve = false;
   std::string edited_plan;
-  std::string by;  // who answered (shown to the session's other clients)
+  std::string by;       // who answered, with their client (kept in the session's events)
+  std::string by_user;  // who answered, as people name them ("alice")
 };
 
 class PendingReplies {

@@ -92,6 +92,12 @@ ToolResult SubmitPlan(const AgentDeps& deps, Agent& a, const std::string& call_i
       return {absl::StrCat("submitPlan: ", text.status().message()), true};
     }
     plan = *std::move(text);
+    // Plans are the sessions' working notes, not the project's sources: git
+    // does not list them (a .gitignore of their own, the project's untouched).
+    const std::string ignore = ".fwai/plans/.gitignore";
+    if (absl::IsNotFound(pfs->Stat(ignore).status())) {
+      (void)pfs->WriteFile(ignore, "# fwai's plans: the sessions' working notes\n*\n");
+    }
   }
   if (plan.find_first_not_of(" \t\n") == std::string::npos || plan.size() < 50) {
     return {absl::StrCat("submitPlan: the plan in ", PlanPath(session.id), " has ", plan.size(),
@@ -109,7 +115,7 @@ ToolResult SubmitPlan(const AgentDeps& deps, Agent& a, const std::string& call_i
   a.turn->sink.Emit(std::move(ev));
   std::optional<Interaction> d;
   if (session.auto_approve_plan) {
-    d = Interaction{plan_id, {}, "", true, true, "", "auto_approve_plan"};
+    d = Interaction{plan_id, {}, "", true, true, "", "auto_approve_plan", ""};
   } else {
     d = deps.replies.Wait(session.id, pending, a.turn->cancel);
   }
@@ -121,6 +127,7 @@ ToolResult SubmitPlan(const AgentDeps& deps, Agent& a, const std::string& call_i
     pd->set_edited(d->approve && !d->edited_plan.empty() && d->edited_plan != plan);
     pd->set_feedback(d->text);
     pd->set_decided_by(d->by);
+    pd->set_decided_by_user(d->by_user);
     a.turn->sink.Emit(std::move(decided));
   }
   if (!d) return {"the plan was not decided (turn cancelled)", true};

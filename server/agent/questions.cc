@@ -65,6 +65,7 @@ ToolResult AskQuestion(const AgentDeps& deps, const Agent& a, const std::string&
     for (const auto& sel : reply->selected) qa->add_selected(sel);
     qa->set_text(reply->text);
     qa->set_answered_by(reply->by);
+    qa->set_answered_by_user(reply->by_user);
     qa->set_call_id(call_id);
     a.turn->sink.Emit(std::move(answered));
   }

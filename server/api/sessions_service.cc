@@ -315,6 +315,7 @@ class ChatReactor final : public grpc::ServerBidiReactor<pb::ClientEvent, pb::Se
         reply.selected.assign(in_.answer().selected().begin(), in_.answer().selected().end());
         reply.text = in_.answer().text();
         reply.by = caller_display_;
+        reply.by_user = who_.user;
         return deps_.turns->Reply(session_id_, std::move(reply));
       }
       case pb::ClientEvent::kPlanDecision: {
@@ -327,6 +328,7 @@ class ChatReactor final : public grpc::ServerBidiReactor<pb::ClientEvent, pb::Se
         reply.text = in_.plan_decision().feedback();
         reply.is_plan = true;
         reply.by = caller_display_;
+        reply.by_user = who_.user;
         return deps_.turns->Reply(session_id_, std::move(reply));
       }
       case pb::ClientEvent::kCompact: {

@@ -2,6 +2,8 @@
 // enforced in the daemon, plan approval, todos, questions answered after a
 // reconnect, nested and parallel sub-agents, cancel killing a command tree.
 #include <gtest/gtest.h>
+#include <pwd.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <filesystem>
@@ -119,6 +121,19 @@ TEST_F(AgentTest, PlanModeRefusesChangesInCodeUntilThePlanIsApproved) {
   EXPECT_FALSE(fin["p1"].is_error()) << fin["p1"].output();
   EXPECT_FALSE(fs::exists(d.project_dir() + "/src/uart.c"));
   EXPECT_FALSE(fs::exists(d.project_dir() + "/made_by_bash"));
+  {
+    // Git does not list the plan as a file to commit.
+    std::string git_out, git_err;
+    ASSERT_EQ(RunCommand({"/usr/bin/git", "-C", d.project_dir(), "init", "-q"}, &git_out, &git_err),
+              0)
+        << git_err;
+    ASSERT_EQ(RunCommand({"/usr/bin/git", "-C", d.project_dir(), "status", "--porcelain",
+                          "--untracked-files=all"},
+                         &git_out, &git_err),
+              0)
+        << git_err;
+    EXPECT_EQ(git_out.find(".fwai/plans"), std::string::npos) << git_out;
+  }
   // The model was never even offered bash in plan mode.
   auto reqs = fake_.requests();
   ASSERT_GE(reqs.size(), 1u);
@@ -349,6 +364,8 @@ TEST_F(AgentTest, TwoClientsAnswerTheSameQuestionTheFirstWinsAndBothSeeIt) {
     EXPECT_EQ(e.question_answered().selected(0), "USART2");
     EXPECT_NE(e.question_answered().answered_by().find("via vscode"), std::string::npos)
         << e.question_answered().answered_by();
+    // As people name them: the account's name alone.
+    EXPECT_EQ(e.question_answered().answered_by_user(), getpwuid(getuid())->pw_name);
   }
   EXPECT_EQ(answered, 1);
   auto fin = Finished(seen_a);
@@ -401,6 +418,7 @@ TEST_F(AgentTest, PlanDecidedEventSaysWhoApprovedAndWhetherTheTextWasEdited) {
   EXPECT_TRUE(decided->approved());
   EXPECT_TRUE(decided->edited());
   EXPECT_NE(decided->decided_by().find("uid"), std::string::npos) << decided->decided_by();
+  EXPECT_EQ(decided->decided_by_user(), getpwuid(getuid())->pw_name);
   std::ifstream in(d.project_dir() + "/" + plan_path);
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   EXPECT_EQ(text, "1. edited by the engineer, long enough to be a plan of its own\n");
@@ -460,6 +478,21 @@ TEST_F(AgentTest, SubAgentEventsNestAtDepthTwoAndDelegationsRunInParallel) {
   EXPECT_EQ(fin["r1"].agent(), "codebase-explorer");
   EXPECT_EQ(fin["r1"].parent_call_id(), "d2");
   EXPECT_EQ(out.text, "It is 42.");  // sub-agent text is not the main answer
+  {
+    // The CLI shows each sub-agent's text under the call that started it, and
+    // a one-line result as one line.
+    std::string cli_out, cli_err;
+    ASSERT_EQ(RunCommand({std::string(FWAI_BIN_DIR) + "/fwai", "--daemon", d.address(), "attach",
+                          s.id(), "--no-follow"},
+                         &cli_out, &cli_err),
+              0)
+        << cli_err;
+    EXPECT_NE(cli_out.find("\n    counter is 42 in main.c:1\n"), std::string::npos) << cli_out;
+    EXPECT_NE(cli_out.find("\n  lead: counter = 42\n"), std::string::npos) << cli_out;
+    EXPECT_NE(cli_out.find("⎿ 1 line ("), std::string::npos) << cli_out;
+    EXPECT_EQ(cli_out.find("0 lines"), std::string::npos) << cli_out;
+    EXPECT_NE(cli_out.find("It is 42."), std::string::npos) << cli_out;
+  }
 
   // Two delegations in one message overlap in time.
   FakeReply p1;

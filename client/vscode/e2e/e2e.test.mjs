@@ -53,40 +53,15 @@ async function takeAskedShots(p) {
     await p.bringToFront();
     if (text)
       await p
-        .locator('.part.sidebar')
+        .locator('.monaco-workbench')
         .getByText(text, { exact: false })
         .first()
         .waitFor({ timeout: 10000 })
         .catch(() => console.log(`  picture ${f}: "${text}" did not show in 10 s; taken as it is`));
-    // The side bar, down to the status bar.
-    const box = await p.locator('.part.sidebar').boundingBox();
-    const size = p.viewportSize();
-    await p.screenshot({
-      path: path.join(SHOTS, f.replace(/\.want$/, '.png')),
-      clip: { x: 0, y: 0, width: Math.round(box.x + box.width), height: size.height },
-    });
+    // The whole window: the side bar's views and the chat beside the code.
+    await p.screenshot({ path: path.join(SHOTS, f.replace(/\.want$/, '.png')) });
     fs.rmSync(want);
   }
-}
-
-// The activity bar and side bar only (the README's pictures).
-async function shotSidebar(name) {
-  const box = await page.locator('.part.sidebar').boundingBox();
-  await page.screenshot({
-    path: path.join(SHOTS, `${name}.png`),
-    clip: { x: 0, y: 0, width: Math.round(box.x + box.width), height: Math.round(box.y + box.height) },
-  });
-}
-
-// A wider side bar, so the chat reads as it would on a real screen.
-async function widenSidebar() {
-  const box = await page.locator('.part.sidebar').boundingBox();
-  const x = box.x + box.width + 1;
-  const y = box.y + box.height / 2;
-  await page.mouse.move(x, y);
-  await page.mouse.down();
-  await page.mouse.move(x + 260, y, { steps: 5 });
-  await page.mouse.up();
 }
 
 before(async () => {
@@ -313,7 +288,11 @@ async function openSessionRow(text, shown, tries = 5) {
   }
 }
 
+// The fwai side bar (Sessions, Boards, Skills, Evidence) and the chat beside the code.
 async function openFwai() {
+  const boards = page.locator('.part.sidebar .pane-header', { hasText: 'Boards' });
+  if (!(await boards.isVisible().catch(() => false)))
+    await page.locator('.activitybar .action-label[aria-label^="fwai"]').click();
   if (
     await chat()
       .locator('#input')
@@ -321,7 +300,7 @@ async function openFwai() {
       .catch(() => false)
   )
     return;
-  await page.locator('.activitybar .action-label[aria-label^="fwai"]').click();
+  await runCommand('fwai: Open Chat');
   await chat().locator('#input').waitFor({ timeout: 30000 });
 }
 
@@ -359,7 +338,6 @@ async function sendChat(text) {
 test('status bar connects to the daemon and the fwai views open', { timeout: 120000 }, async () => {
   await page.locator('.statusbar-item', { hasText: 'fwai' }).locator('.codicon-plug').waitFor({ timeout: 60000 });
   await openFwai();
-  await widenSidebar();
   await row('Boards', 'sim-stm32vl').waitFor({ timeout: 30000 });
   await shot('0-views');
 });
@@ -414,10 +392,51 @@ test(
       /counter.*global/,
     );
     assert.match(await chat().locator('.text.agent-main').last().innerText(), /read it over GDB/);
+    // The sub-agent's answer shows once: as its text, not again as the call's result.
+    const delegate = chat().locator('details.tool[data-tool="delegateSubagent"]');
+    assert.equal(await delegate.locator(':scope > .tool-body > .tool-result').isVisible(), false);
+    assert.equal((await delegate.innerText()).split('incremented in the main loop').length - 1, 1);
     await chat().locator('.code-actions .code-btn', { hasText: 'Copy' }).first().waitFor();
     await nested.locator('summary').click();
     await shot('1-chat-subagent-tree');
-    await shotSidebar('readme-chat');
+    await shot('readme-chat');
+  },
+);
+
+test(
+  'New session → Plan shows Plan at once and the session starts in plan mode; a long one-line result wraps',
+  { timeout: 120000 },
+  async () => {
+    const words = Array.from({ length: 120 }, (_, i) => `word${i}`).join(' ');
+    fs.writeFileSync(path.join(daemon.project, 'long-line.txt'), `${words}\n`);
+    await fake.reset();
+    await fake.enqueue([
+      { match: 'read the long line', tool_calls: [{ id: 'l1', name: 'read_file', input: { path: 'long-line.txt' } }] },
+      { match: 'read the long line', chunks: ['It is one line of 120 words.'] },
+    ]);
+    await runCommand('fwai: New Session');
+    await chat().locator('#empty').waitFor();
+    await chat().locator('#mode-plan').click();
+    // Before anything is sent: the button says what the next session starts in.
+    await chat().locator('#mode-plan.active').waitFor({ timeout: 5000 });
+    assert.equal(await chat().locator('#mode-act.active').count(), 0);
+    await sendChat('read the long line');
+    await chat().locator('.turn:not(.running) .text', { hasText: 'one line of 120 words' }).waitFor({ timeout: 30000 });
+    const listed = await client.call('Sessions', 'List', {});
+    assert.equal(listed.sessions.find((x) => x.title === 'read the long line')?.mode, 'plan');
+    await chat().locator('#mode-plan.active').waitFor();
+    // The result wraps at the view's width: nothing scrolls sideways.
+    const call = chat().locator('details.tool[data-tool="read_file"]').last();
+    await call.locator('summary').click();
+    const result = call.locator('.tool-result');
+    await result.waitFor();
+    const box = await result.evaluate((e) => ({
+      scroll: e.scrollWidth,
+      client: e.clientWidth,
+      height: e.clientHeight,
+    }));
+    assert.ok(box.scroll <= box.client + 1, `the result scrolls sideways: ${JSON.stringify(box)}`);
+    assert.ok(box.height > 40, `the result did not wrap onto more lines: ${JSON.stringify(box)}`);
   },
 );
 
@@ -498,8 +517,16 @@ test(
     await page.keyboard.press('Control+End');
     await page.keyboard.type('3. Verify with ping on the board\n');
     await shot('3-plan-in-editor');
+    // A notification says the plan waits, for as long as it waits.
+    const waiting = page.locator('.notifications-toasts .notification-toast', { hasText: 'submitted a plan' });
+    await waiting.waitFor({ state: 'visible', timeout: 15000 });
     await page.locator('.editor-actions .action-label[aria-label="Approve Plan"]').click();
     await chat().locator('#resolution', { hasText: 'approved as edited' }).waitFor({ timeout: 30000 });
+    await waiting.waitFor({ state: 'detached', timeout: 15000 });
+    // Who and when, as people say it: "approved as edited by alice, 10:42".
+    const said = await chat().locator('#resolution').innerText();
+    assert.match(said, /^Plan approved as edited by [\w.-]+, \d\d:\d\d$/);
+    assert.doesNotMatch(said, /uid|pid|vscode/);
     await chat().locator('.turn:not(.running) .text', { hasText: 'carrying it out' }).waitFor({ timeout: 30000 });
     const onDisk = fs.readFileSync(path.join(daemon.project, planPath), 'utf8');
     assert.match(onDisk, /3\. Verify with ping on the board/);
@@ -507,7 +534,7 @@ test(
     assert.match(JSON.stringify(reqs[reqs.length - 1].body), /Verify with ping on the board/);
     await chat().locator('#mode-act.active').waitFor();
     await shot('3-plan-approved');
-    await shotSidebar('readme-plan-approved');
+    await shot('readme-plan-approved');
   },
 );
 

@@ -63,6 +63,41 @@ export interface PendingPlan {
   path: string;
 }
 
+/** A question answered or a plan decided: by whom (with their client, and as people name them) and when. */
+export interface Resolution {
+  kind: 'question' | 'plan';
+  id: string;
+  by: string; // "alice (uid 1000) via vscode 1.100.3 pid 4242": for the record
+  user: string; // "alice"; '' from an older daemon or for auto_approve_plan
+  timeUs: number;
+  summary: string;
+}
+
+/** "Plan approved as edited by alice, 10:42" (local time). */
+export function resolutionLine(r: Resolution): string {
+  const what = `${r.kind === 'plan' ? 'Plan' : 'Question'} ${r.summary || 'answered'}`;
+  const who = r.user || (r.by === 'auto_approve_plan' ? 'auto_approve_plan' : r.by.replace(/ \(.*$/, ''));
+  if (!who) return what;
+  const at = new Date(r.timeUs / 1000);
+  const hhmm = `${String(at.getHours()).padStart(2, '0')}:${String(at.getMinutes()).padStart(2, '0')}`;
+  return `${what} by ${who}${r.timeUs > 0 ? `, ${hhmm}` : ''}`;
+}
+
+/**
+ * A call's result as the chat shows it: a sub-agent's answer is shown once,
+ * as the sub-agent's own text under the call, so the delegating call's result
+ * is not repeated when that text already says it.
+ */
+export function shownResult(n: ToolNode): string {
+  if (n.tool !== 'delegateSubagent' || n.status !== 'ok') return n.result;
+  const said = n.children
+    .filter((c): c is TextItem => c.kind === 'text' && !c.thinking)
+    .map((c) => c.text.trim())
+    .join('\n');
+  const result = n.result.trim();
+  return result && said.includes(result) ? '' : n.result;
+}
+
 /** What changed, for renderers that update incrementally. */
 export type Change =
   | { type: 'turn'; turnId: string; added: boolean }
@@ -85,7 +120,7 @@ export class SessionModel {
   question: PendingQuestion | null = null;
   plan: PendingPlan | null = null;
   /** The last resolved question/plan, with who answered (shown to the other clients). */
-  lastResolution: { kind: 'question' | 'plan'; id: string; by: string; summary: string } | null = null;
+  lastResolution: Resolution | null = null;
   lastSeq = 0;
   usage: Usage = { input_tokens: 0, output_tokens: 0, cost_usd: 0 };
   events = 0;
@@ -257,7 +292,14 @@ export class SessionModel {
       case 'question_answered': {
         const a = ev.question_answered!;
         const summary = [...(a.selected ?? []), a.text].filter((x) => x).join('; ');
-        this.lastResolution = { kind: 'question', id: a.question_id, by: a.answered_by, summary };
+        this.lastResolution = {
+          kind: 'question',
+          id: a.question_id,
+          by: a.answered_by,
+          user: a.answered_by_user ?? '',
+          timeUs: ev.time_us,
+          summary,
+        };
         if (this.question && this.question.questionId === a.question_id) this.question = null;
         changes.push({ type: 'question' });
         break;
@@ -275,7 +317,14 @@ export class SessionModel {
             ? 'approved as edited'
             : 'approved'
           : `sent back${d.feedback ? `: ${d.feedback}` : ''}`;
-        this.lastResolution = { kind: 'plan', id: d.plan_id, by: d.decided_by, summary };
+        this.lastResolution = {
+          kind: 'plan',
+          id: d.plan_id,
+          by: d.decided_by,
+          user: d.decided_by_user ?? '',
+          timeUs: ev.time_us,
+          summary,
+        };
         if (this.plan && this.plan.planId === d.plan_id) this.plan = null;
         changes.push({ type: 'plan' });
         break;

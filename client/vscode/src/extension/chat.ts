@@ -1,6 +1,8 @@
 // The chat: the current session's stream and model in the extension host, and
-// the webview view that draws it. Plans open in an editor; edits open as
-// diffs; file:line references open the file there.
+// the webview that draws it — an editor beside the code, with the editor
+// area's full height (where agent chats live in VS Code), restored after a
+// reload. Plans open in an editor; edits open as diffs; file:line references
+// open the file there, in the code's column rather than over the chat.
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import * as vscode from 'vscode';
@@ -18,13 +20,13 @@ import {
 import { Connection, shown } from './connection';
 import { Edits } from './edits';
 
-export class Chat implements vscode.WebviewViewProvider, vscode.Disposable {
+export class Chat implements vscode.WebviewPanelSerializer, vscode.Disposable {
   session: SessionInfo | null = null;
   model = new SessionModel('');
   stream: SessionStream | null = null;
   streamState: StreamState = 'closed';
   private readonly log: ServerEvent[] = [];
-  private view: vscode.WebviewView | null = null;
+  private view: vscode.WebviewPanel | null = null;
   private ready = false;
   private outbox: ServerEvent[] = [];
   private outboxRecvMs: number[] = []; // when each event reached the extension host (measurements)
@@ -85,9 +87,40 @@ export class Chat implements vscode.WebviewViewProvider, vscode.Disposable {
 
   // ---------------------------------------------------------------- webview
 
-  resolveWebviewView(view: vscode.WebviewView): void {
-    this.view = view;
+  /** Shows the chat: the open one revealed, or a new one beside the active editor. */
+  show(preserveFocus = false): void {
+    if (this.view) {
+      this.view.reveal(this.view.viewColumn, preserveFocus);
+      return;
+    }
+    const panel = vscode.window.createWebviewPanel(
+      'fwai.chat',
+      'fwai Chat',
+      { viewColumn: vscode.ViewColumn.Beside, preserveFocus },
+      { retainContextWhenHidden: true },
+    );
+    this.adopt(panel);
+  }
+
+  /** The chat a reload left open (VS Code asks for it by its view type). */
+  async deserializeWebviewPanel(panel: vscode.WebviewPanel): Promise<void> {
+    this.adopt(panel);
+  }
+
+  /** The editor column for code, files and diffs: not the chat's own. */
+  codeColumn(): vscode.ViewColumn {
+    const at = this.view?.viewColumn;
+    const active = vscode.window.activeTextEditor?.viewColumn;
+    if (active && active !== at) return active;
+    return at === vscode.ViewColumn.One ? vscode.ViewColumn.Two : vscode.ViewColumn.One;
+  }
+
+  private adopt(panel: vscode.WebviewPanel): void {
+    this.view?.dispose();
+    this.view = panel;
     this.ready = false;
+    const view = panel;
+    view.iconPath = vscode.Uri.joinPath(this.ctx.extensionUri, 'media', 'fwai.svg');
     const root = vscode.Uri.joinPath(this.ctx.extensionUri, 'dist', 'webview');
     view.webview.options = { enableScripts: true, localResourceRoots: [root] };
     const nonce = Math.random().toString(36).slice(2) + Math.random().toString(36).slice(2);
@@ -112,6 +145,7 @@ export class Chat implements vscode.WebviewViewProvider, vscode.Disposable {
 <script nonce="${nonce}" src="${js}"></script></body></html>`;
     view.webview.onDidReceiveMessage((m) => void this.onMessage(m).catch((e) => this.showError(e)));
     view.onDidDispose(() => {
+      if (this.view !== view) return;
       this.view = null;
       this.ready = false;
     });
@@ -128,6 +162,7 @@ export class Chat implements vscode.WebviewViewProvider, vscode.Disposable {
       session: this.session,
       connection: this.streamState,
       perf: this.perf,
+      mode: this.session ? undefined : (this.pendingMode ?? undefined),
     });
     // Replay in batches so a long session does not stall the view.
     for (let i = 0; i < this.log.length; i += 500) this.post({ type: 'events', events: this.log.slice(i, i + 500) });
@@ -274,6 +309,7 @@ export class Chat implements vscode.WebviewViewProvider, vscode.Disposable {
     this.session = null;
     this.pendingRoot = projectRoot;
     this.model = new SessionModel('');
+    this.model.mode = this.pendingMode ?? '';
     this.log.length = 0;
     this.resetWebview();
     this.post({ type: 'focusInput' });
@@ -313,7 +349,8 @@ export class Chat implements vscode.WebviewViewProvider, vscode.Disposable {
     if (!this.session) {
       this.pendingMode = mode;
       this.model.mode = mode;
-      this.post({ type: 'events', events: [] });
+      this.post({ type: 'mode', mode });
+      this.changed.fire();
       void vscode.window.setStatusBarMessage(`fwai: the next session starts in ${mode} mode`, 3000);
       return;
     }
@@ -338,6 +375,7 @@ export class Chat implements vscode.WebviewViewProvider, vscode.Disposable {
     await vscode.window.showTextDocument(vscode.Uri.file(hit), {
       selection: new vscode.Range(pos, pos),
       preview: true,
+      viewColumn: this.codeColumn(),
     });
   }
 
@@ -356,6 +394,7 @@ export class Chat implements vscode.WebviewViewProvider, vscode.Disposable {
 
   dispose(): void {
     this.stream?.close();
+    this.view?.dispose();
     for (const d of this.disposables) d.dispose();
   }
 }

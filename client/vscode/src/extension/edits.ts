@@ -45,10 +45,10 @@ export class Edits implements vscode.TextDocumentContentProvider, vscode.Disposa
       throw new Error(`${node.tool} ${callId} changed no file${node.status === 'error' ? ' (it failed)' : ''}`);
     const root = chat.projectRoot();
     if (!root) throw new Error('no project root for this session');
-    await this.open(root, change, `${change.tool} by ${node.agent}`);
+    await this.open(root, change, `${change.tool} by ${node.agent}`, chat.codeColumn());
   }
 
-  async open(root: string, change: FileChange, label: string): Promise<void> {
+  async open(root: string, change: FileChange, label: string, viewColumn?: vscode.ViewColumn): Promise<void> {
     const abs = path.resolve(root, change.path);
     const current = fs.existsSync(abs) ? fs.readFileSync(abs, 'utf8') : '';
     let before: string | null = null;
@@ -72,6 +72,7 @@ export class Edits implements vscode.TextDocumentContentProvider, vscode.Disposa
     const left = vscode.Uri.from({ scheme: BEFORE_SCHEME, path: `/${change.path}`, query: key });
     await vscode.commands.executeCommand('vscode.diff', left, vscode.Uri.file(abs), `${change.path}: ${label}${note}`, {
       preview: true,
+      viewColumn,
     });
   }
 

@@ -60,7 +60,7 @@ export function activate(ctx: vscode.ExtensionContext): FwaiApi {
   ctx.subscriptions.push(out, conn, edits, chat, sessions, boards, skills, knowledge, evidence, plans, status);
 
   ctx.subscriptions.push(
-    vscode.window.registerWebviewViewProvider('fwai.chat', chat, { webviewOptions: { retainContextWhenHidden: true } }),
+    vscode.window.registerWebviewPanelSerializer('fwai.chat', chat),
     withMessage(vscode.window.createTreeView('fwai.sessions', { treeDataProvider: sessions }), sessions),
     withMessage(vscode.window.createTreeView('fwai.boards', { treeDataProvider: boards }), boards),
     vscode.window.createTreeView('fwai.skills', { treeDataProvider: skills }),
@@ -84,7 +84,7 @@ export function activate(ctx: vscode.ExtensionContext): FwaiApi {
     const root = await pickProjectRoot();
     if (!root) throw new Error('open a folder first: a session works on a project folder');
     chat.startNew(root);
-    await vscode.commands.executeCommand('fwai.chat.focus');
+    chat.show();
   });
   command('fwai.attachSession', async (id?: string) => {
     if (!id) {
@@ -102,8 +102,9 @@ export function activate(ctx: vscode.ExtensionContext): FwaiApi {
     }
     if (!id) return;
     await chat.open(id);
-    await vscode.commands.executeCommand('fwai.chat.focus');
+    chat.show();
   });
+  command('fwai.openChat', () => chat.show());
   command('fwai.refreshSessions', () => sessions.refresh());
   command('fwai.deleteSession', async (node?: { s: SessionInfo }) => {
     const s = node?.s;
@@ -173,7 +174,7 @@ export function activate(ctx: vscode.ExtensionContext): FwaiApi {
       changes.map((c) => ({ label: c.path, description: `${c.tool}${c.created ? ' (new file)' : ''}`, c })),
       { placeHolder: 'Files the last turn changed' },
     );
-    if (pick) await edits.open(root, pick.c, pick.c.tool);
+    if (pick) await edits.open(root, pick.c, pick.c.tool, chat.codeColumn());
   });
 
   command('fwai.refreshBoards', () => boards.refresh());
@@ -313,6 +314,12 @@ export function activate(ctx: vscode.ExtensionContext): FwaiApi {
       void sessions.refresh();
     }),
   );
+
+  // The first run shows the chat beside the code; later it is where the person left it.
+  if (!ctx.globalState.get<boolean>('fwai.chatShown')) {
+    chat.show(true);
+    void ctx.globalState.update('fwai.chatShown', true);
+  }
 
   // Connect now (starting fwaid if allowed) and reopen this workspace's last session.
   void conn

@@ -35,21 +35,41 @@ export class Plans implements vscode.Disposable {
     if (p && this.opened !== p.planId) {
       this.opened = p.planId;
       await this.openEditor();
-      const pick = await vscode.window.showInformationMessage(
-        'fwai: the agent submitted a plan. Edit it in the editor, then approve it.',
-        'Approve',
-        'Redirect…',
-      );
-      if (pick === 'Approve') await this.approve();
-      else if (pick === 'Redirect…') await this.redirect();
+      this.announce(p.planId);
     }
+  }
+
+  /**
+   * Says a plan waits, for as long as it waits: the notification closes itself
+   * once the plan is decided (here, in the chat, or by another client) or
+   * another session is opened, so nothing stale is left to click.
+   */
+  private announce(planId: string): void {
+    void vscode.window.withProgress(
+      {
+        location: vscode.ProgressLocation.Notification,
+        title: 'fwai: the agent submitted a plan',
+        cancellable: false,
+      },
+      (progress) => {
+        progress.report({ message: 'Edit it in the editor, then Approve or Redirect from its title bar or the chat.' });
+        return new Promise<void>((resolve) => {
+          const sub = this.chat.onDidChange(() => {
+            if (this.chat.model.plan?.planId === planId) return;
+            sub.dispose();
+            resolve();
+          });
+          this.disposables.push(sub);
+        });
+      },
+    );
   }
 
   async openEditor(): Promise<void> {
     const uri = this.planUri();
     if (!uri) throw new Error('no plan is waiting for a decision');
     const doc = await vscode.workspace.openTextDocument(uri);
-    await vscode.window.showTextDocument(doc, { preview: false, viewColumn: vscode.ViewColumn.Active });
+    await vscode.window.showTextDocument(doc, { preview: false, viewColumn: this.chat.codeColumn() });
   }
 
   async approve(): Promise<void> {

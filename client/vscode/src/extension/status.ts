@@ -22,7 +22,7 @@ export class StatusBar implements vscode.Disposable {
     this.session.name = 'fwai session';
     this.lease.name = 'fwai board lease';
     this.daemon.command = 'fwai.showLog';
-    this.session.command = 'fwai.chat.focus';
+    this.session.command = 'fwai.openChat';
     this.lease.command = 'fwai.boards.focus';
     this.disposables.push(
       conn.onDidChange(() => this.update()),

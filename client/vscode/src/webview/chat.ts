@@ -4,13 +4,24 @@
 // tool calls are rows nested under the call that delegated to them.
 import MarkdownIt from 'markdown-it';
 import { Question, ServerEvent, SessionInfo } from '../client/events';
-import { Change, Item, SessionModel, TextItem, ToolNode, formatCost, formatDuration } from '../client/model';
+import {
+  Change,
+  Item,
+  SessionModel,
+  TextItem,
+  ToolNode,
+  formatCost,
+  formatDuration,
+  resolutionLine,
+  shownResult,
+} from '../client/model';
 
 declare function acquireVsCodeApi(): { postMessage(msg: unknown): void; setState(s: unknown): void; getState(): any };
 const vscode = acquireVsCodeApi();
 
 type FromHost =
-  | { type: 'reset'; session: SessionInfo | null; connection: string; perf?: boolean }
+  | { type: 'reset'; session: SessionInfo | null; connection: string; perf?: boolean; mode?: string }
+  | { type: 'mode'; mode: string }
   | { type: 'events'; events: ServerEvent[]; recvMs?: number[] }
   | { type: 'connection'; state: string; detail?: string }
   | { type: 'perf'; enable: boolean }
@@ -173,9 +184,10 @@ function updateToolEl(n: ToolNode): void {
   out.textContent = n.output;
   out.style.display = n.output ? '' : 'none';
   const res = d.querySelector('.tool-result') as HTMLElement;
-  res.textContent = n.result;
-  res.style.display = n.result ? '' : 'none';
-  if (n.result) linkRefs(res);
+  const result = shownResult(n);
+  res.textContent = result;
+  res.style.display = result ? '' : 'none';
+  if (result) linkRefs(res);
 }
 
 function containerEl(turnId: string, parentCallId: string): HTMLElement | null {
@@ -483,15 +495,16 @@ function showResolution(kind: 'question' | 'plan'): void {
   const r = model.lastResolution;
   const box = $('resolution');
   if (!r || r.kind !== kind) return;
-  box.textContent = `${kind === 'plan' ? 'Plan' : 'Question'} ${r.summary ? r.summary : 'answered'}${r.by ? ` — by ${r.by}` : ''}`;
+  box.textContent = resolutionLine(r);
+  box.title = r.by;
   box.style.display = '';
 }
 
-function reset(s: SessionInfo | null): void {
+function reset(s: SessionInfo | null, mode = ''): void {
   session = s;
   // Usage adds up from the replayed turns (the stream starts at the first event).
   model = new SessionModel(s?.id ?? '');
-  model.mode = s?.mode ?? '';
+  model.mode = s?.mode || mode;
   if (s?.todos) model.todos = s.todos;
   turnEls.clear();
   itemEls.clear();
@@ -511,8 +524,14 @@ window.addEventListener('message', (e: MessageEvent<FromHost>) => {
   switch (m.type) {
     case 'reset':
       if (m.perf !== undefined) perf = m.perf;
-      reset(m.session);
+      reset(m.session, m.mode);
       setConnection(m.connection);
+      break;
+    case 'mode':
+      // The mode the next session starts in (no session is open yet).
+      model.mode = m.mode;
+      dirtyMode = true;
+      schedule();
       break;
     case 'events':
       for (let i = 0; i < m.events.length; i++) {

@@ -184,7 +184,14 @@ test('question and plan state follow asked / answered / decided / finished', () 
     }),
   );
   assert.equal(m.question, null);
-  assert.deepEqual(m.lastResolution, { kind: 'question', id: 'q1', by: 'alice via fwai', summary: 'USART2' });
+  assert.deepEqual(m.lastResolution, {
+    kind: 'question',
+    id: 'q1',
+    by: 'alice via fwai',
+    user: '',
+    timeUs: seq * 1000,
+    summary: 'USART2',
+  });
   m.apply(ev('t1', 'plan_submitted', { plan_id: 'p1', text: 'plan', path: '.fwai/plans/s.md', call_id: 'c2' }));
   assert.equal(m.plan.planId, 'p1');
   m.apply(ev('t1', 'tool_call_finished', { call_id: 'c2', is_error: true, output: 'cancelled', duration_ms: 1 }));
@@ -196,6 +203,53 @@ test('question and plan state follow asked / answered / decided / finished', () 
   assert.equal(m.lastResolution.summary, 'sent back: use DMA');
   m.apply(ev('', 'mode_changed', { mode: 'plan', reason: 'set' }));
   assert.equal(m.mode, 'plan');
+});
+
+test('a decision reads "approved by alice, 10:42": the person and the time, not the client', () => {
+  seq = 300;
+  const m = new lib.SessionModel('s');
+  const at = new Date(2026, 10, 30, 10, 42, 17);
+  m.apply(ev('t1', 'plan_submitted', { plan_id: 'p1', text: 'plan', path: 'x', call_id: 'c1' }));
+  m.apply({
+    ...ev('t1', 'plan_decided', {
+      plan_id: 'p1',
+      approved: true,
+      edited: true,
+      decided_by: 'alice (uid 1000) via vscode 1.100.3 pid 4242',
+      decided_by_user: 'alice',
+    }),
+    time_us: at.getTime() * 1000,
+  });
+  assert.equal(lib.resolutionLine(m.lastResolution), 'Plan approved as edited by alice, 10:42');
+  // An older daemon names no user: the name before the client's details.
+  m.apply({
+    ...ev('t1', 'question_answered', { question_id: 'q', text: 'yes', answered_by: 'bob (uid 1001) via fwai 0.9' }),
+    time_us: new Date(2026, 10, 30, 9, 5).getTime() * 1000,
+  });
+  assert.equal(lib.resolutionLine(m.lastResolution), 'Question yes by bob, 09:05');
+});
+
+test("a sub-agent's answer shows once: as its text, not again as the delegating call's result", () => {
+  seq = 400;
+  const m = new lib.SessionModel('s');
+  const sub = { agent: 'codebase-explorer', parent_call_id: 'd1' };
+  m.apply(ev('t1', 'turn_started', { provider: 'fake', model: 'm' }));
+  m.apply(ev('t1', 'tool_call_started', { call_id: 'd1', tool: 'delegateSubagent', agent: 'main', input_json: '{}' }));
+  m.apply(ev('t1', 'text_delta', { text: 'counter is 42 ', origin: sub }));
+  m.apply(ev('t1', 'text_delta', { text: 'in main.c:1', origin: sub }));
+  m.apply(ev('t1', 'tool_call_finished', { call_id: 'd1', output: 'counter is 42 in main.c:1', duration_ms: 5 }));
+  const d1 = m.calls.get('d1');
+  assert.equal(d1.result, 'counter is 42 in main.c:1');
+  assert.equal(lib.shownResult(d1), '');
+  // A result the text does not hold (an error, or no text streamed) is shown.
+  m.apply(ev('t1', 'tool_call_started', { call_id: 'd2', tool: 'delegateSubagent', agent: 'main', input_json: '{}' }));
+  m.apply(
+    ev('t1', 'tool_call_finished', { call_id: 'd2', output: 'the sub-agent hit its step limit', duration_ms: 5 }),
+  );
+  assert.equal(lib.shownResult(m.calls.get('d2')), 'the sub-agent hit its step limit');
+  m.apply(ev('t1', 'tool_call_started', { call_id: 'r1', tool: 'read_file', agent: 'main', input_json: '{}' }));
+  m.apply(ev('t1', 'tool_call_finished', { call_id: 'r1', output: 'int x;', duration_ms: 1 }));
+  assert.equal(lib.shownResult(m.calls.get('r1')), 'int x;');
 });
 
 test('an edit_file change is undone on the current text to show what it changed', () => {

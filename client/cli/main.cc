@@ -193,10 +193,11 @@ pb::ClientEvent AnswerQuestions(const pb::QuestionAsked& q) {
 }
 
 // Runs one turn on an open connection and renders it. Returns the exit code.
-// `mode` ("plan" | "act" | "") is set on the session before the message.
+// `mode` ("plan" | "act" | "") is set on the session before the message, and
+// asking before edits turned on if `ask_edits`.
 int RunTurn(const Globals& g, Conn& c, const std::string& session_id, const std::string& text,
             const std::string& provider, const std::string& model, EventRenderer& renderer,
-            const std::string& mode = "") {
+            const std::string& mode = "", bool ask_edits = false) {
   grpc::ClientContext ctx;
   auto stream = c.sessions->Chat(&ctx);
   pb::ClientEvent open;
@@ -205,6 +206,11 @@ int RunTurn(const Globals& g, Conn& c, const std::string& session_id, const std:
     stream->Write(open);
     open.Clear();
     open.mutable_set_mode()->set_mode(mode);
+  }
+  if (ask_edits) {
+    stream->Write(open);
+    open.Clear();
+    open.mutable_set_edit_approval()->set_ask_before_edits(true);
   }
   const std::string turn_id = NewId("t-");
   pb::ClientEvent msg;
@@ -275,11 +281,13 @@ int RunTurn(const Globals& g, Conn& c, const std::string& session_id, const std:
 
 absl::StatusOr<pb::Session> CreateSession(Conn& c, const Globals& g, const std::string& title,
                                           const std::string& provider, const std::string& model,
-                                          const std::string& mode = "", bool auto_approve = false) {
+                                          const std::string& mode = "", bool auto_approve = false,
+                                          bool ask_edits = false) {
   grpc::ClientContext ctx;
   pb::CreateSessionRequest req;
   req.set_mode(mode);
   req.set_auto_approve_plan(auto_approve);
+  req.set_ask_before_edits(ask_edits);
   req.set_title(title.substr(0, 80));
   req.set_project_root(ProjectRoot(g));
   req.set_provider(provider);
@@ -308,7 +316,7 @@ std::string FormatTime(int64_t us) {
 
 int CmdChat(const Globals& g, std::string session_id, const std::vector<std::string>& words,
             const std::string& provider, const std::string& model, bool cont, bool plan,
-            bool auto_approve) {
+            bool auto_approve, bool ask_edits) {
   std::string text = absl::StrJoin(words, " ");
   if (text == "-") {
     text.assign(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
@@ -329,14 +337,16 @@ int CmdChat(const Globals& g, std::string session_id, const std::vector<std::str
   }
   std::string set_mode = plan ? "plan" : "";
   if (session_id.empty()) {
-    auto s = CreateSession(*c, g, text, provider, model, plan ? "plan" : "act", auto_approve);
+    auto s =
+        CreateSession(*c, g, text, provider, model, plan ? "plan" : "act", auto_approve, ask_edits);
     if (!s.ok()) return Fail(g, kExitError, std::string(s.status().message()));
     session_id = s->id();
     set_mode.clear();
+    ask_edits = false;  // the session was made so
     if (!g.json) std::cerr << "session " << session_id << (plan ? " (plan mode)" : "") << std::endl;
   }
   EventRenderer r(g.json, false);
-  return RunTurn(g, *c, session_id, text, provider, model, r, set_mode);
+  return RunTurn(g, *c, session_id, text, provider, model, r, set_mode, ask_edits);
 }
 
 int CmdAttach(const Globals& g, const std::string& session_id, uint64_t after, bool no_follow) {
@@ -522,8 +532,9 @@ int CmdSessionsShow(const Globals& g, const std::string& id) {
       static_cast<unsigned long long>(s.last_seq()));
   if (!s.provider().empty())
     std::printf("provider %s %s\n", s.provider().c_str(), s.model().c_str());
-  std::printf("mode     %s%s\n", s.mode().c_str(),
-              s.auto_approve_plan() ? " (plans auto-approved)" : "");
+  std::printf("mode     %s%s%s\n", s.mode().c_str(),
+              s.auto_approve_plan() ? " (plans auto-approved)" : "",
+              s.ask_before_edits() ? " (asks before edits)" : "");
   std::printf("usage    %lld in · %lld out tokens · $%.4f\n",
               static_cast<long long>(s.usage().input_tokens()),
               static_cast<long long>(s.usage().output_tokens()), s.usage().cost_usd());
@@ -830,7 +841,8 @@ class Repl {
     if (!st.ok()) {
       FailGrpc(g_, st);
     } else if (line == "/mode") {
-      std::cout << s.mode() << (s.auto_approve_plan() ? " (plans auto-approved)" : "") << std::endl;
+      std::cout << s.mode() << (s.auto_approve_plan() ? " (plans auto-approved)" : "")
+                << (s.ask_before_edits() ? " (asks before edits)" : "") << std::endl;
     } else if (s.todos_size() == 0) {
       std::cout << "(no todos)" << std::endl;
     } else {
@@ -1035,6 +1047,9 @@ int Main(int argc, char** argv) {
                  "Plan mode: read-only tools and a plan to approve before anything changes");
   chat->add_flag("--auto-approve", auto_approve,
                  "New session: approve submitted plans without asking (CI)");
+  bool ask_edits = false;
+  chat->add_flag("--ask-before-edits", ask_edits,
+                 "The agent's write_file / edit_file wait for your accept (kept by the session)");
 
   auto* attach = app.add_subcommand("attach", "Show a session's events, then follow it live");
   std::string attach_id;
@@ -1105,7 +1120,7 @@ int Main(int argc, char** argv) {
   // handshake, a dropped connection) only with --verbose or GRPC_VERBOSITY.
   if (!g.verbose && std::getenv("GRPC_VERBOSITY") == nullptr) gpr_set_log_function(DropGrpcLog);
   if (chat->parsed())
-    return CmdChat(g, session_id, words, provider, model, cont, plan_mode, auto_approve);
+    return CmdChat(g, session_id, words, provider, model, cont, plan_mode, auto_approve, ask_edits);
   if (attach->parsed()) return CmdAttach(g, attach_id, after, no_follow);
   if (ls->parsed()) return CmdSessionsLs(g, all);
   if (show->parsed()) return CmdSessionsShow(g, show_id);

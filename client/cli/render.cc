@@ -17,6 +17,7 @@ namespace {
 bool Tty(FILE* f) { return isatty(fileno(f)); }
 std::string Dim(FILE* f, const std::string& s) { return Tty(f) ? "\033[2m" + s + "\033[0m" : s; }
 std::string Red(FILE* f, const std::string& s) { return Tty(f) ? "\033[31m" + s + "\033[0m" : s; }
+std::string Green(FILE* f, const std::string& s) { return Tty(f) ? "\033[32m" + s + "\033[0m" : s; }
 std::string Yellow(FILE* f, const std::string& s) {
   return Tty(f) ? "\033[33m" + s + "\033[0m" : s;
 }
@@ -98,6 +99,34 @@ void EventRenderer::ToolFinished(const fwai::v1::ServerEvent& ev) {
                             : Dim(out_, absl::StrCat(lines, " line", lines == 1 ? "" : "s"));
   Line(out_, absl::StrCat(std::string(depth * 2 + 2, ' '), Dim(out_, "⎿ "), summary,
                           Dim(out_, absl::StrCat(" (", f.duration_ms(), " ms)"))));
+}
+
+void EventRenderer::EditPreview(const std::string& preview) {
+  for (absl::string_view line : absl::StrSplit(preview, '\n', absl::SkipEmpty())) {
+    std::string l(line);
+    Line(out_, absl::StrCat("  ", l[0] == '-'   ? Red(out_, l)
+                                  : l[0] == '+' ? Green(out_, l)
+                                                : Dim(out_, l)));
+  }
+}
+
+// "[answered by alice, 10:42: USART2]", "[plan approved as edited by alice, 10:42]".
+void EventRenderer::Decision(const fwai::v1::ServerEvent& ev) {
+  if (ev.has_question_answered()) {
+    const auto& a = ev.question_answered();
+    std::string what = absl::StrJoin(a.selected(), ", ");
+    if (!a.text().empty()) absl::StrAppend(&what, what.empty() ? "" : "; ", a.text());
+    Line(out_, Dim(out_, absl::StrCat("[answered by ",
+                                      ByWhen(a.answered_by_user(), a.answered_by(), ev.time_us()),
+                                      ": ", what, "]")));
+    return;
+  }
+  const auto& p = ev.plan_decided();
+  Line(out_,
+       Dim(out_, absl::StrCat(
+                     "[plan ",
+                     p.approved() ? (p.edited() ? "approved as edited" : "approved") : "sent back",
+                     " by ", ByWhen(p.decided_by_user(), p.decided_by(), ev.time_us()), "]")));
 }
 
 void EventRenderer::Render(const fwai::v1::ServerEvent& ev) {
@@ -191,26 +220,18 @@ void EventRenderer::Render(const fwai::v1::ServerEvent& ev) {
     case E::kQuestionAsked:
       for (const auto& q : ev.question_asked().questions())
         Line(out_, absl::StrCat("? ", q.text()));
+      if (ev.question_asked().has_edit()) EditPreview(ev.question_asked().edit().preview());
       return;
-    case E::kQuestionAnswered: {
-      const auto& a = ev.question_answered();
-      std::string what = absl::StrJoin(a.selected(), ", ");
-      if (!a.text().empty()) absl::StrAppend(&what, what.empty() ? "" : "; ", a.text());
-      Line(out_, Dim(out_, absl::StrCat("[answered by ",
-                                        ByWhen(a.answered_by_user(), a.answered_by(), ev.time_us()),
-                                        ": ", what, "]")));
-      return;
-    }
-    case E::kPlanDecided: {
-      const auto& p = ev.plan_decided();
+    case E::kEditApprovalChanged:
       Line(out_,
-           Dim(out_,
-               absl::StrCat(
-                   "[plan ",
-                   p.approved() ? (p.edited() ? "approved as edited" : "approved") : "sent back",
-                   " by ", ByWhen(p.decided_by_user(), p.decided_by(), ev.time_us()), "]")));
+           Dim(out_, absl::StrCat("[asks before edits: ",
+                                  ev.edit_approval_changed().ask_before_edits() ? "on" : "off",
+                                  ", set by ", ev.edit_approval_changed().by(), "]")));
       return;
-    }
+    case E::kQuestionAnswered:
+    case E::kPlanDecided:
+      Decision(ev);
+      return;
     case E::kToolsOffered:
       if (show_user_) {
         Line(out_,

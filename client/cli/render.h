@@ -26,6 +26,9 @@ class EventRenderer {
   int Depth(const std::string& parent_call_id) const;
   void Line(FILE* f, const std::string& text);
   void ToolFinished(const fwai::v1::ServerEvent& ev);
+  void Decision(const fwai::v1::ServerEvent& ev);
+  // An edit waiting for the user's accept: its "-"/"+" lines.
+  void EditPreview(const std::string& preview);
   // Prints the sub-agent's complete lines under `parent_call_id` (all of it if `all`).
   void SubText(const std::string& parent_call_id, bool all);
   const bool json_;

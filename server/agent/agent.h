@@ -87,6 +87,9 @@ class TurnState {
   // The local account the session's project is read, written and run as
   // (none: no file or command tools). Set before any agent runs.
   std::optional<LocalAccount> account;
+  // Held while the user is asked to accept an edit: one question at a time,
+  // though sub-agents run in parallel (server/agent/edit_approval.h).
+  Mutex asking;
 
  private:
   mutable Mutex mu_;

@@ -8,6 +8,7 @@
 #include "common/local_account.h"
 #include "fwai/v1/events.pb.h"
 #include "server/agent/agent.h"
+#include "server/agent/edit_approval.h"
 #include "server/agent/events.h"
 #include "server/agent/plan_mode.h"
 #include "server/agent/questions.h"
@@ -139,6 +140,9 @@ ToolResult ToolCaller::Dispatch(const std::string& call_id, const std::string& t
   }
   if (absl::Status s = a.turn->policy.CheckTool(tool_name); !s.ok()) {
     return {std::string(s.message()), true};
+  }
+  if (NeedsEditApproval(a, tool_name)) {
+    if (auto refused = AskEditApproval(deps_, a, call_id, tool_name, input)) return *refused;
   }
   return RunTool(*tool, call_id, input);
 }

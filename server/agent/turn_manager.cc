@@ -181,6 +181,23 @@ absl::Status TurnManager::SetMode(const std::string& session_id, const std::stri
   return sessions_.Publish(session_id, ev.SerializeAsString()).status();
 }
 
+absl::Status TurnManager::SetEditApproval(const std::string& session_id, bool ask,
+                                          const std::string& by) {
+  if (Running(session_id)) {
+    return absl::FailedPreconditionError(
+        "a turn is running; turn asking before edits on or off after it ends (or cancel it)");
+  }
+  auto info = sessions_.Get(session_id);
+  if (!info.ok()) return info.status();
+  if (info->ask_before_edits == ask) return absl::OkStatus();
+  info->ask_before_edits = ask;
+  if (auto s = sessions_.Update(*info); !s.ok()) return s;
+  v1::ServerEvent ev;
+  ev.mutable_edit_approval_changed()->set_ask_before_edits(ask);
+  ev.mutable_edit_approval_changed()->set_by(by);
+  return sessions_.Publish(session_id, ev.SerializeAsString()).status();
+}
+
 bool TurnManager::Running(const std::string& session_id) {
   MutexLock lock(&mu_);
   auto it = turns_.find(session_id);

@@ -136,6 +136,9 @@ class TurnManager {
   // plan | act; refused while a turn runs (the model's tools would change mid-call).
   [[nodiscard]] absl::Status SetMode(const std::string& session_id, const std::string& mode,
                                      const std::string& reason);
+  // Ask before edits on or off; refused while a turn runs, as the mode is.
+  [[nodiscard]] absl::Status SetEditApproval(const std::string& session_id, bool ask,
+                                             const std::string& by);
   bool Running(const std::string& session_id) ABSL_LOCKS_EXCLUDED(mu_);
   size_t RunningCount() ABSL_LOCKS_EXCLUDED(mu_);
   // Running turns whose starter `owned` accepts.

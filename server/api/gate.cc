@@ -41,6 +41,7 @@ const std::vector<RpcRule>& RpcRules() {
       {"Sessions.History", Need::kAnyone},
       {"Sessions.ListCheckpoints", Need::kAnyone},
       {"Sessions.Rewind", Need::kAnyone},
+      {"Sessions.ReadCheckpointFile", Need::kAnyone},
       {"Daemon.Status", Need::kAnyone},
       {"Daemon.Shutdown", Need::kAdmin},
       {"Daemon.ReloadConfig", Need::kAdmin},

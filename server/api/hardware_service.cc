@@ -4,6 +4,7 @@
 // threads so they never hold up the shared pool.
 #include <grpcpp/grpcpp.h>
 
+#include <algorithm>
 #include <atomic>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -169,10 +170,16 @@ class HardwareService final : public pb::Hardware::CallbackService {
                                         pb::ListDevicesResponse* resp) override {
     auto c = CallerOf(ctx, "Hardware.ListDevices");
     if (!c.ok()) return Refuse(ctx, c.status());
-    return Run(ctx, [this, resp] {
+    return Run(ctx, [this, c = *c, resp] {
       BoardListing listing = deps_.leases->List();
       for (const auto& b : listing.boards) ToProto(b, resp->add_devices());
-      for (const auto& l : listing.leases) ToProto(l, resp->add_leases());
+      for (const auto& l : listing.leases) {
+        pb::Lease* out = resp->add_leases();
+        ToProto(l, out);
+        out->set_yours(!l.identity.empty() &&
+                       (l.identity == c.identity || std::find(c.aliases.begin(), c.aliases.end(),
+                                                              l.identity) != c.aliases.end()));
+      }
       resp->set_lab_error(listing.lab_error);
       for (const auto& d : listing.lab_error_detail) resp->add_lab_error_detail(d);
       return absl::OkStatus();

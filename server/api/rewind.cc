@@ -3,11 +3,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <optional>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/local_account.h"
 #include "common/paths.h"
@@ -155,9 +157,27 @@ struct RewindPlan {
   std::vector<HistoryEntry> history;
 };
 
+// The changes to the files `req.paths` names; each must be one of them.
+absl::StatusOr<std::vector<FileChange>> OnlyPaths(std::vector<FileChange> all,
+                                                  const pb::RewindRequest& req,
+                                                  const Checkpoint& c) {
+  std::vector<FileChange> out;
+  for (const auto& path : req.paths()) {
+    auto it =
+        std::find_if(all.begin(), all.end(), [&](const FileChange& ch) { return ch.path == path; });
+    if (it == all.end()) {
+      return absl::InvalidArgumentError(absl::StrCat(path, ": not changed since checkpoint ", c.seq,
+                                                     " (or not kept there); nothing was changed"));
+    }
+    out.push_back(*it);
+  }
+  return out;
+}
+
 absl::StatusOr<RewindPlan> PlanRewind(const ApiDeps& d, const Caller& caller, const SessionInfo& s,
                                       const pb::RewindRequest& req, pb::RewindResponse* out) {
-  const bool any = req.files() || req.boards() || req.conversation();
+  const bool files = req.files() || req.paths_size() > 0;
+  const bool any = files || req.boards() || req.conversation();
   RewindPlan p;
   ASSIGN_OR_RETURN(p.checkpoint, d.checkpoints->Find(s.id, req.to()));
   const Checkpoint& c = p.checkpoint;
@@ -165,8 +185,11 @@ absl::StatusOr<RewindPlan> PlanRewind(const ApiDeps& d, const Caller& caller, co
   if (!s.account.empty()) {
     ASSIGN_OR_RETURN(p.account, LookupAccount(s.account));
   }
-  if (any ? req.files() : true) {
+  if (any ? files : true) {
     ASSIGN_OR_RETURN(p.files, d.checkpoints->Diff(c, p.account ? &*p.account : nullptr));
+    if (req.paths_size() > 0) {
+      ASSIGN_OR_RETURN(p.files, OnlyPaths(std::move(p.files), req, c));
+    }
     for (const auto& ch : p.files) {
       auto* f = out->add_files();
       f->set_path(ch.path);
@@ -221,6 +244,35 @@ void Tell(const ApiDeps& d, const Caller& caller, const SessionInfo& s, const Re
 }
 
 }  // namespace
+
+absl::Status ReadCheckpointFile(const ApiDeps& d, const SessionInfo& s,
+                                const pb::ReadCheckpointFileRequest& req,
+                                pb::ReadCheckpointFileResponse* out) {
+  if (!d.checkpoints) return absl::UnavailableError("this fwaid keeps no checkpoints");
+  ASSIGN_OR_RETURN(Checkpoint c, d.checkpoints->Find(s.id, req.to()));
+  ToProto(c, out->mutable_checkpoint());
+  auto it = c.files.find(req.path());
+  if (it == c.files.end()) {
+    // Only a path the checkpoint looked at and found absent reads as "did not exist".
+    if (c.PassedOver(req.path()) || req.path().empty() || req.path()[0] == '/' ||
+        absl::StrContains(absl::StrCat("/", req.path(), "/"), "/../")) {
+      return absl::NotFoundError(
+          absl::StrCat(req.path(), ": checkpoint ", c.seq, " did not keep it"));
+    }
+    return absl::OkStatus();  // kept = false: not there then
+  }
+  constexpr uint64_t kMaxAnswer = 3u << 20;  // within one gRPC answer
+  if (it->second.size > kMaxAnswer) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        req.path(), ": ", it->second.size, " bytes at checkpoint ", c.seq,
+        " is more than one answer holds (", kMaxAnswer, "); rewind it or read it with git"));
+  }
+  ASSIGN_OR_RETURN(std::string bytes, d.checkpoints->ReadObject(it->second.sha256));
+  out->set_kept(true);
+  out->set_content(std::move(bytes));
+  out->set_sha256(it->second.sha256);
+  return absl::OkStatus();
+}
 
 absl::Status RewindSession(const ApiDeps& d, const Caller& caller, const SessionInfo& s,
                            const pb::RewindRequest& req, pb::RewindResponse* out) {

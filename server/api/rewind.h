@@ -25,4 +25,12 @@ struct SessionInfo;
                                          const fwai::v1::RewindRequest& req,
                                          fwai::v1::RewindResponse* out);
 
+// The bytes `req.path` had at the checkpoint `req.to` names (kept false when
+// it did not exist then). NOT_FOUND names a path the checkpoint did not look
+// at (skipped, ignored, outside the project); FAILED_PRECONDITION a file too
+// large for one answer.
+[[nodiscard]] absl::Status ReadCheckpointFile(const ApiDeps& deps, const SessionInfo& session,
+                                              const fwai::v1::ReadCheckpointFileRequest& req,
+                                              fwai::v1::ReadCheckpointFileResponse* out);
+
 }  // namespace fwai

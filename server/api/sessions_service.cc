@@ -41,6 +41,7 @@ void ToProto(const SessionInfo& s, bool running, pb::Session* out) {
   out->set_last_seq(s.last_seq);
   out->set_turn_running(running);
   out->set_auto_approve_plan(s.auto_approve_plan);
+  out->set_ask_before_edits(s.ask_before_edits);
   out->mutable_usage()->set_input_tokens(s.input_tokens);
   out->mutable_usage()->set_output_tokens(s.output_tokens);
   out->mutable_usage()->set_cost_usd(s.cost_usd);
@@ -347,6 +348,12 @@ class ChatReactor final : public grpc::ServerBidiReactor<pb::ClientEvent, pb::Se
         if (session_id_.empty()) return absl::InvalidArgumentError("set_mode: no chat is open");
         return deps_.turns->SetMode(session_id_, in_.set_mode().mode(), "set by " + caller_);
       }
+      case pb::ClientEvent::kSetEditApproval: {
+        if (session_id_.empty())
+          return absl::InvalidArgumentError("set_edit_approval: no chat is open");
+        return deps_.turns->SetEditApproval(session_id_, in_.set_edit_approval().ask_before_edits(),
+                                            caller_display_);
+      }
       case pb::ClientEvent::KIND_NOT_SET:
         break;
     }
@@ -515,6 +522,18 @@ class SessionsService final : public pb::Sessions::CallbackService {
                         });
   }
 
+  grpc::ServerUnaryReactor* ReadCheckpointFile(grpc::CallbackServerContext* ctx,
+                                               const pb::ReadCheckpointFileRequest* req,
+                                               pb::ReadCheckpointFileResponse* resp) override {
+    auto who = deps_.gate->Admit(ctx, "Sessions.ReadCheckpointFile");
+    if (!who.ok()) return Refuse(ctx, who.status());
+    auto s = access_.Session(*who, req->session_id(), "Sessions.ReadCheckpointFile");
+    if (!s.ok()) return Refuse(ctx, s.status());
+    return OffloadUnary(ctx, deps_.pool, true, "", [this, s = *s, req, resp] {
+      return fwai::ReadCheckpointFile(deps_, s, *req, resp);
+    });
+  }
+
   grpc::ServerBidiReactor<pb::ClientEvent, pb::ServerEvent>* Chat(
       grpc::CallbackServerContext* ctx) override {
     return new ChatReactor(deps_, ctx);
@@ -553,6 +572,7 @@ class SessionsService final : public pb::Sessions::CallbackService {
                   req.auto_approve_plan(),
                   req.has_temperature() ? req.temperature() : -1.0,
                   req.max_tokens()};
+    ns.ask_before_edits = req.ask_before_edits();
     std::string no_project;
     if (!who.account) {
       // No local account: chat, knowledge and hardware only.

@@ -46,10 +46,12 @@ std::string PrefixEnd(std::string prefix) {
   return prefix;
 }
 
-// Never kept, never touched by a rewind.
+// Never kept, never touched by a rewind: git's own, and fwai's records of
+// what happened (fault captures, the runs' tool logs), which a rewind must
+// not erase.
 bool Excluded(const std::string& rel) {
   return rel == ".git" || absl::StartsWith(rel, ".git/") ||
-         absl::StartsWith(rel, ".fwai/captures/");
+         absl::StartsWith(rel, ".fwai/captures/") || absl::StartsWith(rel, ".fwai/runs/");
 }
 
 // True when `s` is well-formed UTF-8 (JSON and protobuf strings must be).
@@ -451,6 +453,11 @@ absl::StatusOr<Checkpoint> Checkpoints::Find(const std::string& session_id,
   return absl::NotFoundError(absl::StrCat("session ", session_id, " has no checkpoint '", to,
                                           "': it has ", all.front().seq, " to ", all.back().seq,
                                           " (fwai rewind ", session_id, " --list)"));
+}
+
+bool Checkpoint::PassedOver(const std::string& rel) const {
+  return std::find(not_kept.begin(), not_kept.end(), rel) != not_kept.end() ||
+         UnderIgnored(rel, ignored);
 }
 
 absl::StatusOr<std::vector<FileChange>> Checkpoints::Diff(const Checkpoint& c,

@@ -68,6 +68,10 @@ struct Checkpoint {
   uint64_t bytes = 0;                         // the files' bytes
   std::string history_sha;                    // of the conversation's first history_len entries
 
+  // `rel` was seen and not kept, or git ignored it: the checkpoint says
+  // nothing of what it held.
+  bool PassedOver(const std::string& rel) const;
+
   nlohmann::json ToJson() const;
   static absl::StatusOr<Checkpoint> FromJson(const nlohmann::json& j);
 };

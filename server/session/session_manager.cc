@@ -40,6 +40,7 @@ std::string SessionToJson(const SessionInfo& s) {
                       {"model", s.model},
                       {"mode", s.mode},
                       {"auto_approve_plan", s.auto_approve_plan},
+                      {"ask_before_edits", s.ask_before_edits},
                       {"temperature", s.temperature},
                       {"max_tokens", s.max_tokens},
                       {"input_tokens", s.input_tokens},
@@ -66,6 +67,7 @@ absl::StatusOr<SessionInfo> SessionFromJson(const std::string& text) {
     s.model = j.value("model", "");
     s.mode = j.value("mode", "act");
     s.auto_approve_plan = j.value("auto_approve_plan", false);
+    s.ask_before_edits = j.value("ask_before_edits", false);
     s.temperature = j.value("temperature", -1.0);
     s.max_tokens = j.value("max_tokens", 0);
     s.input_tokens = j.value("input_tokens", int64_t{0});
@@ -124,6 +126,7 @@ absl::StatusOr<SessionInfo> SessionManager::Create(const std::string& owner, New
   }
   s.mode = params.mode.empty() ? "act" : params.mode;
   s.auto_approve_plan = params.auto_approve_plan;
+  s.ask_before_edits = params.ask_before_edits;
   if (params.temperature > 2) return absl::InvalidArgumentError("temperature: expected 0..2");
   if (params.max_tokens < 0 || params.max_tokens > 1000000)
     return absl::InvalidArgumentError("max_tokens: expected 0..1000000");

@@ -46,6 +46,7 @@ struct SessionInfo {
   std::string model;
   std::string mode = "act";  // act | plan
   bool auto_approve_plan = false;
+  bool ask_before_edits = false;  // write_file / edit_file wait for the user's accept
   std::string todos_json = "[]";  // the session's todo list
   double temperature = -1;        // < 0: the provider's
   int max_tokens = 0;             // 0: the provider's
@@ -66,6 +67,7 @@ struct NewSession {
   int max_tokens = 0;
   bool without_project = false;  // then project_root is ignored and left empty
   std::string account = {};      // the local account the session acts as ("" : none)
+  bool ask_before_edits = false;
 };
 
 // One message of the conversation: role + Anthropic-style content blocks (JSON array).

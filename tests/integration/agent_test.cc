@@ -79,6 +79,204 @@ class AgentTest : public ::testing::Test {
   FakeLlmServer fake_;
 };
 
+TEST_F(AgentTest, AskBeforeEditsWaitsForTheUsersAcceptAndARejectLeavesTheFileAlone) {
+  Daemon d(&fake_);
+  ASSERT_TRUE(d.Start()) << d.log();
+  std::ofstream(d.project_dir() + "/main.c") << "int counter = 1;\nint other = 2;\n";
+  grpc::ClientContext cctx;
+  pb::CreateSessionRequest creq;
+  creq.set_project_root(d.project_dir());
+  creq.set_ask_before_edits(true);
+  pb::Session s;
+  ASSERT_TRUE(d.sessions()->Create(&cctx, creq, &s).ok());
+  EXPECT_TRUE(s.ask_before_edits());
+  FakeReply r1;
+  r1.tool_calls = {
+      {"e1",
+       "edit_file",
+       {{"path", "main.c"}, {"old_string", "counter = 1"}, {"new_string", "counter = 42"}}},
+      {"w1", "write_file", {{"path", "notes.txt"}, {"content", "scratch\n"}}}};
+  fake_.Enqueue(r1);
+  FakeReply r2;
+  r2.chunks = {"done"};
+  fake_.Enqueue(r2);
+
+  grpc::ClientContext ctx;
+  auto stream = OpenChat(*d.sessions(), &ctx, s.id(), "set counter to 42");
+  std::vector<pb::ServerEvent> seen;
+  ASSERT_TRUE(ReadUntil(*stream, seen, [](const pb::ServerEvent& e) {
+    return e.has_question_asked();
+  })) << d.log();
+  const pb::QuestionAsked first = seen.back().question_asked();
+  ASSERT_TRUE(first.has_edit());
+  EXPECT_EQ(first.edit().call_id(), "e1");
+  EXPECT_EQ(first.edit().path(), "main.c");
+  EXPECT_EQ(first.edit().preview(), "@@ line 1 @@\n-int counter = 1;\n+int counter = 42;\n");
+  // Nothing is written before the accept.
+  std::ifstream before(d.project_dir() + "/main.c");
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(before), {}),
+            "int counter = 1;\nint other = 2;\n");
+  // Turning it off mid-turn is refused, as the mode is.
+  pb::ClientEvent off;
+  off.mutable_set_edit_approval()->set_ask_before_edits(false);
+  {
+    grpc::ClientContext ctx2;
+    auto other = d.sessions()->Chat(&ctx2);
+    pb::ClientEvent open;
+    open.mutable_open()->set_session_id(s.id());
+    ASSERT_TRUE(other->Write(open));
+    other->Write(off);
+    pb::ServerEvent ignored;
+    while (other->Read(&ignored)) {
+    }
+    grpc::Status st = other->Finish();
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+    EXPECT_NE(st.error_message().find("a turn is running"), std::string::npos)
+        << st.error_message();
+  }
+  pb::ClientEvent accept;
+  accept.mutable_answer()->set_question_id(first.question_id());
+  accept.mutable_answer()->add_selected("Accept");
+  ASSERT_TRUE(stream->Write(accept));
+  ASSERT_TRUE(ReadUntil(*stream, seen, [](const pb::ServerEvent& e) {
+    return e.has_question_asked();
+  })) << d.log();
+  const pb::QuestionAsked second = seen.back().question_asked();
+  EXPECT_EQ(second.edit().path(), "notes.txt");
+  EXPECT_EQ(second.edit().preview(), "@@ line 1 @@\n+scratch\n");
+  pb::ClientEvent reject;
+  reject.mutable_answer()->set_question_id(second.question_id());
+  reject.mutable_answer()->add_selected("Reject");
+  reject.mutable_answer()->set_text("no scratch files");
+  ASSERT_TRUE(stream->Write(reject));
+  ASSERT_FALSE(ReadUntil(*stream, seen, [](const pb::ServerEvent&) { return false; }));
+  ASSERT_TRUE(seen.back().has_turn_finished()) << stream->Finish().error_message();
+  auto fin = Finished(seen);
+  EXPECT_FALSE(fin["e1"].is_error()) << fin["e1"].output();
+  EXPECT_TRUE(fin["w1"].is_error());
+  EXPECT_NE(fin["w1"].output().find("rejected"), std::string::npos) << fin["w1"].output();
+  EXPECT_NE(fin["w1"].output().find("no scratch files"), std::string::npos);
+  std::ifstream after(d.project_dir() + "/main.c");
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(after), {}),
+            "int counter = 42;\nint other = 2;\n");
+  EXPECT_FALSE(fs::exists(d.project_dir() + "/notes.txt"));
+  // The model is told the edit was rejected, and why.
+  auto reqs = fake_.requests();
+  ASSERT_EQ(reqs.size(), 2u);
+  EXPECT_NE(reqs[1].body.dump().find("no scratch files"), std::string::npos);
+
+  // Off between turns: said to every client, kept by the session, and the
+  // next turn's edit runs without a question.
+  ASSERT_TRUE(stream->Write(off));
+  FakeReply r3;
+  r3.tool_calls = {{"w2", "write_file", {{"path", "notes.txt"}, {"content", "kept\n"}}}};
+  fake_.Enqueue(r3);
+  FakeReply r4;
+  r4.chunks = {"written"};
+  fake_.Enqueue(r4);
+  pb::ClientEvent msg;
+  msg.mutable_message()->set_text("now write the notes");
+  ASSERT_TRUE(stream->Write(msg));
+  seen.clear();
+  ASSERT_FALSE(ReadUntil(*stream, seen, [](const pb::ServerEvent& e) {
+    return e.has_question_asked();
+  })) << "asked again with asking off";
+  bool told = false;
+  for (const auto& e : seen) {
+    told |= e.has_edit_approval_changed() && !e.edit_approval_changed().ask_before_edits();
+  }
+  EXPECT_TRUE(told);
+  EXPECT_TRUE(fs::exists(d.project_dir() + "/notes.txt"));
+  grpc::ClientContext gctx;
+  pb::GetSessionRequest g;
+  g.set_session_id(s.id());
+  pb::Session now;
+  ASSERT_TRUE(d.sessions()->Get(&gctx, g, &now).ok());
+  EXPECT_FALSE(now.ask_before_edits());
+  stream->WritesDone();
+  stream->Finish();
+}
+
+// What a review of a turn's changes reads: the files as the checkpoint before
+// the turn kept them, and a rewind of one file alone.
+TEST_F(AgentTest, ATurnsFilesReadBackFromItsCheckpointAndOneFileRevertsAlone) {
+  Daemon d(&fake_);
+  ASSERT_TRUE(d.Start()) << d.log();
+  auto slurp = [&](const std::string& rel) {
+    std::ifstream in(d.project_dir() + "/" + rel);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  std::ofstream(d.project_dir() + "/main.c") << "int a = 1;\n";
+  std::ofstream(d.project_dir() + "/other.c") << "int b = 1;\n";
+  auto s = Create(d, "act");
+  FakeReply calls;
+  calls.tool_calls = {
+      {"e1", "edit_file", {{"path", "main.c"}, {"old_string", "a = 1"}, {"new_string", "a = 2"}}},
+      {"w1", "write_file", {{"path", "new.c"}, {"content", "int c;\n"}}},
+      {"w2", "write_file", {{"path", "other.c"}, {"content", "int b = 2;\n"}}}};
+  ASSERT_TRUE(ToolTurn(d, s.id(), "change three files", calls, "done").finished) << d.log();
+  ASSERT_EQ(slurp("main.c"), "int a = 2;\n");
+
+  grpc::ClientContext lctx;
+  pb::ListCheckpointsRequest lreq;
+  lreq.set_session_id(s.id());
+  pb::ListCheckpointsResponse cps;
+  ASSERT_TRUE(d.sessions()->ListCheckpoints(&lctx, lreq, &cps).ok());
+  ASSERT_GE(cps.checkpoints_size(), 1);
+  const std::string to = std::to_string(cps.checkpoints(cps.checkpoints_size() - 1).seq());
+  auto read = [&](const std::string& path, pb::ReadCheckpointFileResponse* out) {
+    grpc::ClientContext ctx;
+    pb::ReadCheckpointFileRequest req;
+    req.set_session_id(s.id());
+    req.set_to(to);
+    req.set_path(path);
+    return d.sessions()->ReadCheckpointFile(&ctx, req, out);
+  };
+  pb::ReadCheckpointFileResponse then;
+  ASSERT_TRUE(read("main.c", &then).ok());
+  EXPECT_TRUE(then.kept());
+  EXPECT_EQ(then.content(), "int a = 1;\n");
+  EXPECT_EQ(then.sha256().size(), 64u);
+  pb::ReadCheckpointFileResponse absent;
+  ASSERT_TRUE(read("new.c", &absent).ok());
+  EXPECT_FALSE(absent.kept()) << "new.c did not exist before the turn";
+  for (const char* outside : {"../outside.txt", "/etc/passwd", ""}) {
+    pb::ReadCheckpointFileResponse no;
+    EXPECT_EQ(read(outside, &no).error_code(), grpc::StatusCode::NOT_FOUND) << outside;
+  }
+
+  auto rewind = [&](std::vector<std::string> paths, bool dry, pb::RewindResponse* out) {
+    grpc::ClientContext ctx;
+    pb::RewindRequest req;
+    req.set_session_id(s.id());
+    req.set_to(to);
+    req.set_dry_run(dry);
+    for (auto& p : paths) req.add_paths(p);
+    if (paths.empty()) req.set_files(true);
+    return d.sessions()->Rewind(&ctx, req, out);
+  };
+  pb::RewindResponse plan;
+  ASSERT_TRUE(rewind({}, true, &plan).ok());
+  std::map<std::string, std::string> actions;
+  for (const auto& f : plan.files()) actions[f.path()] = f.action();
+  EXPECT_EQ(actions, (std::map<std::string, std::string>{
+                         {"main.c", "restore"}, {"new.c", "delete"}, {"other.c", "restore"}}));
+  // A file the turn did not change is refused by name, and nothing changes.
+  pb::RewindResponse refused;
+  auto st = rewind({"main.c", "unchanged.c"}, false, &refused);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(st.error_message().find("unchanged.c"), std::string::npos) << st.error_message();
+  EXPECT_EQ(slurp("main.c"), "int a = 2;\n");
+  // One file alone goes back; the others stay as the turn left them.
+  pb::RewindResponse one;
+  ASSERT_TRUE(rewind({"main.c"}, false, &one).ok());
+  EXPECT_TRUE(one.applied());
+  ASSERT_EQ(one.files_size(), 1);
+  EXPECT_EQ(slurp("main.c"), "int a = 1;\n");
+  EXPECT_EQ(slurp("other.c"), "int b = 2;\n");
+  EXPECT_TRUE(fs::exists(d.project_dir() + "/new.c"));
+}
+
 TEST_F(AgentTest, PlanModeRefusesChangesInCodeUntilThePlanIsApproved) {
   Daemon d(&fake_);
   ASSERT_TRUE(d.Start()) << d.log();

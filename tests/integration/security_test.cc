@@ -949,6 +949,17 @@ TEST_F(SecurityTest, UsersSeeOnlyTheirOwn) {
     EXPECT_EQ(sb->ListCheckpoints(&ctx, req, &out).error_code(), grpc::StatusCode::NOT_FOUND);
     EXPECT_EQ(out.checkpoints_size(), 0);
   }
+  // Nor read a file as her checkpoints kept it, or learn whether one was kept.
+  for (const char* path : {"passwd", "hosts", "no-such-file"}) {
+    grpc::ClientContext ctx;
+    pb::ReadCheckpointFileRequest req;
+    req.set_session_id(s.id());
+    req.set_path(path);
+    pb::ReadCheckpointFileResponse out;
+    EXPECT_EQ(sb->ReadCheckpointFile(&ctx, req, &out).error_code(), grpc::StatusCode::NOT_FOUND);
+    EXPECT_FALSE(out.kept());
+    EXPECT_TRUE(out.content().empty() && out.sha256().empty());
+  }
   // Records: alice's turn is hers.
   auto records = [](const std::shared_ptr<grpc::Channel>& ch) {
     grpc::ClientContext ctx;

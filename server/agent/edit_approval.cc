@@ -1,0 +1,150 @@
+#include "server/agent/edit_approval.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "common/ids.h"
+#include "common/local_account.h"
+#include "fwai/v1/events.pb.h"
+#include "server/agent/agent.h"
+#include "server/agent/events.h"
+#include "server/agent/pending_replies.h"
+#include "server/agent/plan_mode.h"
+#include "server/session/session_manager.h"
+#include "server/tools/project_fs.h"
+
+namespace fwai {
+
+using json = nlohmann::json;
+
+namespace {
+
+std::vector<std::string> Lines(const std::string& text) {
+  std::vector<std::string> out = absl::StrSplit(text, '\n');
+  if (!out.empty() && out.back().empty()) out.pop_back();
+  return out;
+}
+
+// The file as it is now, read beneath the project as the session's account
+// ("" when it does not exist; nullopt when it cannot be read).
+std::optional<std::string> Current(const Agent& a, const std::string& path) {
+  if (!a.turn->account) return std::nullopt;
+  ScopedFsIdentity as(*a.turn->account);
+  if (!as.status().ok()) return std::nullopt;
+  auto pfs = ProjectFs::Open(a.turn->session.project_root);
+  if (!pfs.ok()) return std::nullopt;
+  auto text = pfs->ReadFile(path, 1u << 20);
+  if (absl::IsNotFound(text.status())) return std::string();
+  if (!text.ok()) return std::nullopt;
+  return *std::move(text);
+}
+
+// What the call would change, for the person to judge.
+std::string Preview(const Agent& a, const std::string& tool_name, const json& input) {
+  constexpr size_t kMaxLines = 40;
+  const std::string path = input.value("path", "");
+  auto now = Current(a, path);
+  if (tool_name == "write_file") {
+    const std::string content = input.value("content", "");
+    if (!now) return EditPreview("", content, kMaxLines);
+    return EditPreview(*now, content, kMaxLines);
+  }
+  const std::string old_s = input.value("old_string", "");
+  const std::string new_s = input.value("new_string", "");
+  size_t at = now ? now->find(old_s) : std::string::npos;
+  if (old_s.empty() || at == std::string::npos) return EditPreview(old_s, new_s, kMaxLines);
+  std::string after = *now;
+  after.replace(at, old_s.size(), new_s);
+  return EditPreview(*now, after, kMaxLines);
+}
+
+void Said(const Agent& a, const std::string& qid, const std::string& call_id,
+          const Interaction& reply) {
+  v1::ServerEvent answered;
+  auto* qa = answered.mutable_question_answered();
+  qa->set_question_id(qid);
+  for (const auto& sel : reply.selected) qa->add_selected(sel);
+  qa->set_text(reply.text);
+  qa->set_answered_by(reply.by);
+  qa->set_answered_by_user(reply.by_user);
+  qa->set_call_id(call_id);
+  a.turn->sink.Emit(std::move(answered));
+}
+
+}  // namespace
+
+std::string EditPreview(const std::string& before, const std::string& after, size_t max_lines) {
+  const std::vector<std::string> b = Lines(before), f = Lines(after);
+  size_t head = 0;
+  while (head < b.size() && head < f.size() && b[head] == f[head]) ++head;
+  size_t tail = 0;
+  while (tail < b.size() - head && tail < f.size() - head &&
+         b[b.size() - 1 - tail] == f[f.size() - 1 - tail]) {
+    ++tail;
+  }
+  if (head == b.size() && head == f.size()) return "(no change)";
+  std::string out = absl::StrCat("@@ line ", head + 1, " @@\n");
+  auto side = [&](const std::vector<std::string>& lines, const char* mark) {
+    const size_t end = lines.size() - tail;
+    for (size_t i = head; i < end && i < head + max_lines; ++i) {
+      absl::StrAppend(&out, mark, lines[i], "\n");
+    }
+    if (end > head + max_lines) {
+      absl::StrAppend(&out, mark, "… ", end - head - max_lines, " more lines\n");
+    }
+  };
+  side(b, "-");
+  side(f, "+");
+  return out;
+}
+
+bool NeedsEditApproval(const Agent& a, const std::string& tool_name) {
+  if (!a.turn->session.ask_before_edits) return false;
+  if (tool_name != "write_file" && tool_name != "edit_file") return false;
+  return !InPlanMode(a);  // in plan mode only the plan file can be written
+}
+
+std::optional<ToolResult> AskEditApproval(const AgentDeps& deps, const Agent& a,
+                                          const std::string& call_id,
+                                          const std::string& tool_name, const json& input) {
+  const std::string path = input.value("path", "");
+  const std::string qid = NewId("q-");
+  v1::ServerEvent ev;
+  auto* q = ev.mutable_question_asked();
+  q->set_question_id(qid);
+  q->set_call_id(call_id);
+  auto* one = q->add_questions();
+  one->set_id(absl::StrCat(qid, ".1"));
+  one->set_text(absl::StrCat(a.is_main() ? "The agent" : absl::StrCat("Sub-agent ", a.name),
+                             " wants to ", tool_name == "write_file" ? "write " : "edit ", path,
+                             ". Accept the change?"));
+  one->add_options()->set_label(kAccept);
+  one->add_options()->set_label(kReject);
+  one->set_allow_free_text(true);  // why not, for the model
+  auto* edit = q->mutable_edit();
+  edit->set_call_id(call_id);
+  edit->set_tool(tool_name);
+  edit->set_path(path);
+  edit->set_preview(Preview(a, tool_name, input));
+  const std::string& session_id = a.turn->session.id;
+  MutexLock one_at_a_time(&a.turn->asking);
+  auto pending = deps.replies.Expect(session_id, qid, false);
+  a.turn->sink.Emit(std::move(ev));
+  auto reply = deps.replies.Wait(session_id, pending, a.turn->cancel);
+  if (!reply) return ToolResult{absl::StrCat(path, " was not changed (turn cancelled)"), true};
+  Said(a, qid, call_id, *reply);
+  if (std::find(reply->selected.begin(), reply->selected.end(), kAccept) !=
+      reply->selected.end()) {
+    return std::nullopt;
+  }
+  return ToolResult{absl::StrCat("The user rejected this ", tool_name, " of ", path,
+                                 "; the file was not changed.",
+                                 reply->text.empty() ? "" : " Their words: " + reply->text,
+                                 " Do not make the same change again without asking."),
+                    true};
+}
+
+}  // namespace fwai

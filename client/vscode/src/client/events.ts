@@ -4,6 +4,7 @@
 // what the daemon answers). Pure types: no Node or vscode imports, so the
 // webview shares them.
 import type { AgentRef__Output } from '../generated/fwai/v1/AgentRef';
+import type { EditProposal__Output } from '../generated/fwai/v1/EditProposal';
 import type { Question__Output } from '../generated/fwai/v1/Question';
 import type { QuestionOption__Output } from '../generated/fwai/v1/QuestionOption';
 import type { ServerEvent__Output } from '../generated/fwai/v1/ServerEvent';
@@ -16,6 +17,8 @@ export type AgentRef = AgentRef__Output;
 export type QuestionOption = QuestionOption__Output;
 export type Question = Question__Output;
 export type Todo = Todo__Output;
+/** A write_file / edit_file call waiting for the user's accept (the session asks before edits). */
+export type EditProposal = EditProposal__Output;
 export type ServerEvent = ServerEvent__Output;
 /** A session as Sessions.Get, List and Create answer it. */
 export type SessionInfo = Session__Output;

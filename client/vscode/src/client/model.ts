@@ -2,7 +2,7 @@
 // happened, a sub-agent's text and calls nested under the call that delegated
 // to it (parent_call_id), to any depth. Pending question and plan, todos,
 // mode and cost. Pure: shared by the extension host and the chat webview.
-import { Question, ServerEvent, Todo, Usage, eventType } from './events';
+import { EditProposal, Question, ServerEvent, Todo, Usage, eventType } from './events';
 
 export interface TextItem {
   kind: 'text';
@@ -54,6 +54,8 @@ export interface PendingQuestion {
   callId: string;
   turnId: string;
   questions: Question[];
+  /** Set when the question asks to accept an agent's edit. */
+  edit: EditProposal | null;
 }
 export interface PendingPlan {
   planId: string;
@@ -117,6 +119,8 @@ export class SessionModel {
   readonly calls = new Map<string, ToolNode>();
   todos: Todo[] = [];
   mode = '';
+  /** The agent's write_file / edit_file wait for the user's accept. */
+  askBeforeEdits = false;
   question: PendingQuestion | null = null;
   plan: PendingPlan | null = null;
   /** The last resolved question/plan, with who answered (shown to the other clients). */
@@ -285,6 +289,7 @@ export class SessionModel {
           callId: q.call_id,
           turnId: ev.turn_id,
           questions: q.questions ?? [],
+          edit: q.edit ?? null,
         };
         changes.push({ type: 'question' });
         break;
@@ -331,6 +336,11 @@ export class SessionModel {
       }
       case 'mode_changed': {
         this.mode = ev.mode_changed!.mode;
+        changes.push({ type: 'mode' });
+        break;
+      }
+      case 'edit_approval_changed': {
+        this.askBeforeEdits = ev.edit_approval_changed!.ask_before_edits;
         changes.push({ type: 'mode' });
         break;
       }

@@ -156,6 +156,11 @@ export class SessionStream extends EventEmitter {
       },
     });
   }
+  /** Ask before edits on or off (refused by fwaid while a turn runs). */
+  setEditApproval(askBeforeEdits: boolean): void {
+    this.write({ set_edit_approval: { ask_before_edits: askBeforeEdits } });
+  }
+
   setMode(mode: 'plan' | 'act'): void {
     this.write({ set_mode: { mode } });
   }

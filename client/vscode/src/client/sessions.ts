@@ -22,6 +22,8 @@ export interface NewSession {
   provider?: string;
   model?: string;
   mode?: 'act' | 'plan';
+  /** The agent's write_file / edit_file wait for the user's accept. */
+  askBeforeEdits?: boolean;
 }
 
 export function createSession(client: FwaiClient, o: NewSession): Promise<SessionInfo> {
@@ -31,6 +33,7 @@ export function createSession(client: FwaiClient, o: NewSession): Promise<Sessio
     provider: o.provider ?? '',
     model: o.model ?? '',
     mode: o.mode ?? 'act',
+    ask_before_edits: !!o.askBeforeEdits,
   });
 }
 
@@ -52,6 +55,8 @@ export interface RewindOptions {
   boards?: boolean;
   conversation?: boolean;
   dryRun?: boolean;
+  /** Only these files (relative to the project), each one the rewind would change. */
+  paths?: string[];
 }
 
 /** Rewinds a session (or, with dryRun, says what a rewind would change). */
@@ -63,5 +68,12 @@ export function rewindSession(client: FwaiClient, sessionId: string, o: RewindOp
     boards: o.boards ?? true,
     conversation: !!o.conversation,
     dry_run: !!o.dryRun,
+    paths: o.paths ?? [],
   });
+}
+
+/** A file as checkpoint `to` kept it (`kept` false: it did not exist then). */
+export async function readCheckpointFile(client: FwaiClient, sessionId: string, to: string, path: string) {
+  const r = await client.call('Sessions', 'ReadCheckpointFile', { session_id: sessionId, to, path });
+  return { checkpoint: r.checkpoint, kept: r.kept, text: Buffer.from(r.content).toString('utf8'), sha256: r.sha256 };
 }

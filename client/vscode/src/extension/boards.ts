@@ -93,8 +93,12 @@ export class Boards implements vscode.TreeDataProvider<Device>, vscode.Disposabl
   heldByMe(deviceId: string): Lease | undefined {
     const m = this.mine.get(deviceId);
     if (m) return m;
+    // fwaid says which leases are the caller's (unix account or token); an
+    // older fwaid only names the holder, with the uid.
     return this.leases.find(
-      (l) => l.device_id === deviceId && this.myUid !== '' && new RegExp(`\\(uid ${this.myUid}\\)`).test(l.holder),
+      (l) =>
+        l.device_id === deviceId &&
+        (l.yours || (this.myUid !== '' && new RegExp(`\\(uid ${this.myUid}\\)`).test(l.holder))),
     );
   }
 

@@ -132,6 +132,7 @@ export class Chat implements vscode.WebviewPanelSerializer, vscode.Disposable {
 <body data-connection="closed">
 <div id="header"><span id="title">No session</span><span id="cost"></span>
 <span class="modes"><button id="mode-act" title="Act: all tools">Act</button><button id="mode-plan" title="Plan: read-only tools and a plan to approve">Plan</button></span>
+<button id="ask-edits" title="Ask before edits: each write_file / edit_file of the agent waits for your Accept">Ask before edits</button>
 <button id="compact" title="Summarise older turns now (/compact)">Compact</button></div>
 <div id="connection" style="display:none"></div>
 <div id="todos" style="display:none"></div>
@@ -163,6 +164,7 @@ export class Chat implements vscode.WebviewPanelSerializer, vscode.Disposable {
       connection: this.streamState,
       perf: this.perf,
       mode: this.session ? undefined : (this.pendingMode ?? undefined),
+      askBeforeEdits: this.session ? undefined : this.pendingAsk(),
     });
     // Replay in batches so a long session does not stall the view.
     for (let i = 0; i < this.log.length; i += 500) this.post({ type: 'events', events: this.log.slice(i, i + 500) });
@@ -208,6 +210,15 @@ export class Chat implements vscode.WebviewPanelSerializer, vscode.Disposable {
         break;
       case 'setMode':
         await this.setMode(m.mode);
+        break;
+      case 'setEditApproval':
+        await this.setEditApproval(!!m.on);
+        break;
+      case 'showProposedDiff':
+        await this.edits.showProposed(this, m.callId);
+        break;
+      case 'reviewTurn':
+        await vscode.commands.executeCommand('fwai.reviewTurn', m.turnId);
         break;
       case 'compact':
         this.requireStream().compact();
@@ -261,6 +272,7 @@ export class Chat implements vscode.WebviewPanelSerializer, vscode.Disposable {
     this.pendingRoot = null;
     this.model = new SessionModel(info.id);
     this.model.mode = info.mode;
+    this.model.askBeforeEdits = info.ask_before_edits;
     this.model.todos = info.todos ?? [];
     this.log.length = 0;
     this.outbox = [];
@@ -310,6 +322,7 @@ export class Chat implements vscode.WebviewPanelSerializer, vscode.Disposable {
     this.pendingRoot = projectRoot;
     this.model = new SessionModel('');
     this.model.mode = this.pendingMode ?? '';
+    this.model.askBeforeEdits = this.pendingAsk();
     this.log.length = 0;
     this.resetWebview();
     this.post({ type: 'focusInput' });
@@ -332,8 +345,10 @@ export class Chat implements vscode.WebviewPanelSerializer, vscode.Disposable {
         provider: cfg.get<string>('provider') ?? '',
         model: cfg.get<string>('model') ?? '',
         mode: this.pendingMode ?? 'act',
+        askBeforeEdits: this.pendingAsk(),
       });
       this.pendingMode = null;
+      this.pendingAskBeforeEdits = null;
       await this.open(s.id);
       await waitOpen(this.stream!);
     }
@@ -344,12 +359,33 @@ export class Chat implements vscode.WebviewPanelSerializer, vscode.Disposable {
   }
 
   pendingMode: 'plan' | 'act' | null = null;
+  /** Ask before edits for the next session (null: the fwai.askBeforeEdits setting). */
+  pendingAskBeforeEdits: boolean | null = null;
+
+  private pendingAsk(): boolean {
+    return (
+      this.pendingAskBeforeEdits ?? vscode.workspace.getConfiguration('fwai').get<boolean>('askBeforeEdits', false)
+    );
+  }
+
+  /** Ask before edits on or off: the open session's (between turns), or the next one's. */
+  async setEditApproval(on: boolean): Promise<void> {
+    if (!this.session) {
+      this.pendingAskBeforeEdits = on;
+      this.model.askBeforeEdits = on;
+      this.post({ type: 'mode', mode: this.model.mode, askBeforeEdits: on });
+      this.changed.fire();
+      return;
+    }
+    if (this.model.running) throw new Error('a turn is running: turn asking before edits on or off after it ends');
+    this.requireStream().setEditApproval(on);
+  }
 
   async setMode(mode: 'plan' | 'act'): Promise<void> {
     if (!this.session) {
       this.pendingMode = mode;
       this.model.mode = mode;
-      this.post({ type: 'mode', mode });
+      this.post({ type: 'mode', mode, askBeforeEdits: this.model.askBeforeEdits });
       this.changed.fire();
       void vscode.window.setStatusBarMessage(`fwai: the next session starts in ${mode} mode`, 3000);
       return;

@@ -48,6 +48,41 @@ export class Edits implements vscode.TextDocumentContentProvider, vscode.Disposa
     await this.open(root, change, `${change.tool} by ${node.agent}`, chat.codeColumn());
   }
 
+  /**
+   * An edit waiting for the user's accept, as a diff: the file now ↔ the file
+   * as the call would leave it (its input applied to the current text).
+   */
+  async showProposed(chat: Chat, callId: string): Promise<void> {
+    const node = chat.model.calls.get(callId);
+    if (!node) throw new Error(`tool call ${callId} is not in this session`);
+    const root = chat.projectRoot();
+    if (!root) throw new Error('no project root for this session');
+    let input: any = {};
+    try {
+      input = JSON.parse(node.input || '{}');
+    } catch {
+      throw new Error(`${node.tool} ${callId}: its input is not JSON`);
+    }
+    const rel = String(input.path ?? '');
+    const abs = path.resolve(root, rel);
+    const current = fs.existsSync(abs) ? fs.readFileSync(abs, 'utf8') : '';
+    let proposed: string;
+    if (node.tool === 'write_file') proposed = String(input.content ?? '');
+    else {
+      const at = current.indexOf(String(input.old_string ?? ''));
+      if (at < 0 || !input.old_string) throw new Error(`${rel}: the text edit_file would replace is not in the file`);
+      proposed = current.slice(0, at) + String(input.new_string ?? '') + current.slice(at + input.old_string.length);
+    }
+    const key = String(++this.n);
+    this.contents.set(key, proposed);
+    const right = vscode.Uri.from({ scheme: BEFORE_SCHEME, path: `/${rel}`, query: key });
+    const left = fs.existsSync(abs) ? vscode.Uri.file(abs) : right.with({ query: 'none' });
+    await vscode.commands.executeCommand('vscode.diff', left, right, `${rel}: now ↔ proposed by ${node.agent}`, {
+      preview: true,
+      viewColumn: chat.codeColumn(),
+    });
+  }
+
   async open(root: string, change: FileChange, label: string, viewColumn?: vscode.ViewColumn): Promise<void> {
     const abs = path.resolve(root, change.path);
     const current = fs.existsSync(abs) ? fs.readFileSync(abs, 'utf8') : '';

@@ -24,6 +24,7 @@ import { Evidence } from './evidence';
 import { openCaptureReport } from './faults';
 import { Knowledge } from './knowledge';
 import { Plans } from './plans';
+import { TurnReview } from './review';
 import { SessionsView } from './sessionsView';
 import { Registers } from './registers';
 import { Skills } from './skills';
@@ -41,6 +42,7 @@ export interface FwaiApi {
   evidence: Evidence;
   edits: Edits;
   registers: Registers;
+  review: TurnReview;
 }
 
 export function activate(ctx: vscode.ExtensionContext): FwaiApi {
@@ -56,6 +58,8 @@ export function activate(ctx: vscode.ExtensionContext): FwaiApi {
   const knowledge = new Knowledge(conn, out);
   const evidence = new Evidence(conn);
   const plans = new Plans(chat);
+  const review = new TurnReview(conn, chat);
+  ctx.subscriptions.push(review);
   const status = new StatusBar(conn, chat, boards);
   ctx.subscriptions.push(out, conn, edits, chat, sessions, boards, skills, knowledge, evidence, plans, status);
 
@@ -176,6 +180,11 @@ export function activate(ctx: vscode.ExtensionContext): FwaiApi {
     );
     if (pick) await edits.open(root, pick.c, pick.c.tool, chat.codeColumn());
   });
+
+  command('fwai.reviewTurn', (turnId?: string) => review.pick(typeof turnId === 'string' ? turnId : undefined));
+  command('fwai.keepHunk', (rel: string, i: number) => review.keepHunk(rel, i));
+  command('fwai.revertHunk', (rel: string, i: number) => review.revertHunk(rel, i));
+  command('fwai.toggleAskBeforeEdits', () => chat.setEditApproval(!chat.model.askBeforeEdits));
 
   command('fwai.refreshBoards', () => boards.refresh());
   command('fwai.leaseBoard', (d?: Device) => boards.lease(d));
@@ -344,6 +353,7 @@ export function activate(ctx: vscode.ExtensionContext): FwaiApi {
     evidence,
     edits,
     registers,
+    review,
   };
   out.appendLine(
     `fwai ${ctx.extension.packageJSON.version} activated in ${api.activationMs} ms (VS Code ${vscode.version}, ${vscode.env.appName})`,

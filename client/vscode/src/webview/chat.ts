@@ -3,7 +3,7 @@
 // incrementally, once per animation frame: text deltas append to their block,
 // tool calls are rows nested under the call that delegated to them.
 import MarkdownIt from 'markdown-it';
-import { Question, ServerEvent, SessionInfo } from '../client/events';
+import { EditProposal, Question, ServerEvent, SessionInfo } from '../client/events';
 import {
   Change,
   Item,
@@ -20,8 +20,15 @@ declare function acquireVsCodeApi(): { postMessage(msg: unknown): void; setState
 const vscode = acquireVsCodeApi();
 
 type FromHost =
-  | { type: 'reset'; session: SessionInfo | null; connection: string; perf?: boolean; mode?: string }
-  | { type: 'mode'; mode: string }
+  | {
+      type: 'reset';
+      session: SessionInfo | null;
+      connection: string;
+      perf?: boolean;
+      mode?: string;
+      askBeforeEdits?: boolean;
+    }
+  | { type: 'mode'; mode: string; askBeforeEdits?: boolean }
   | { type: 'events'; events: ServerEvent[]; recvMs?: number[] }
   | { type: 'connection'; state: string; detail?: string }
   | { type: 'perf'; enable: boolean }
@@ -205,7 +212,10 @@ function ensureTurnEl(turnId: string): void {
   const head = el('div', 'user');
   const items = el('div', 'items');
   const footer = el('div', 'turn-footer');
-  root.append(head, items, footer);
+  const review = el('button', 'code-btn review-btn', 'Review changes') as HTMLButtonElement;
+  review.title = 'Every file that differs from before this turn, as diffs: keep or revert each file or hunk';
+  review.onclick = () => vscode.postMessage({ type: 'reviewTurn', turnId });
+  root.append(head, items, footer, review);
   $('messages').append(root);
   turnEls.set(turnId, { root, items, footer, head });
 }
@@ -217,6 +227,7 @@ function updateTurnEl(turnId: string): void {
   e.head.textContent = t.userText;
   e.head.title = t.sender ? `from ${t.sender}` : '';
   e.root.classList.toggle('running', t.running);
+  (e.root.querySelector(':scope > .review-btn') as HTMLElement).style.display = t.running ? 'none' : '';
   if (t.running) {
     e.footer.textContent = t.model ? `${t.model} · working…` : 'working…';
   } else {
@@ -373,6 +384,8 @@ function renderHeader(): void {
   const mode = model.mode || session?.mode || 'act';
   $('mode-act').classList.toggle('active', mode === 'act');
   $('mode-plan').classList.toggle('active', mode === 'plan');
+  $('ask-edits').classList.toggle('active', model.askBeforeEdits);
+  $('ask-edits').setAttribute('aria-pressed', String(model.askBeforeEdits));
   $('title').textContent = session ? session.title || session.id : 'No session';
   $('title').title = session ? `${session.id} · ${session.project_root}` : '';
   $('cost').textContent = session ? formatCost(model.usage.cost_usd) : '';
@@ -419,6 +432,10 @@ function renderQuestion(): void {
   }
   box.style.display = '';
   box.dataset.questionId = q.questionId;
+  if (q.edit) {
+    renderEditQuestion(box, q.questionId, q.edit);
+    return;
+  }
   const form = el('form', 'question-form');
   const inputs: { q: Question; boxes: HTMLInputElement[]; free: HTMLInputElement | null }[] = [];
   for (const one of q.questions) {
@@ -466,6 +483,36 @@ function renderQuestion(): void {
   scrollToBottom();
 }
 
+/** An edit waiting for the user's accept: its preview, Accept / Reject (with why) and the whole diff. */
+function renderEditQuestion(box: HTMLElement, questionId: string, edit: EditProposal): void {
+  const preview = el('pre', 'edit-preview');
+  for (const line of edit.preview.split('\n')) {
+    if (!line) continue;
+    const cls = line.startsWith('+') ? 'add' : line.startsWith('-') ? 'del' : 'hunk';
+    preview.append(el('span', cls, `${line}\n`));
+  }
+  const why = el('input', 'free') as HTMLInputElement;
+  why.type = 'text';
+  why.placeholder = 'why not (for the agent; optional)';
+  const answer = (selected: string) => {
+    vscode.postMessage({ type: 'answer', questionId, selected: [selected], text: why.value.trim() });
+    for (const b of Array.from(box.querySelectorAll('button'))) (b as HTMLButtonElement).disabled = true;
+  };
+  const accept = el('button', 'primary', 'Accept') as HTMLButtonElement;
+  accept.dataset.action = 'accept';
+  accept.onclick = () => answer('Accept');
+  const reject = el('button', '', 'Reject') as HTMLButtonElement;
+  reject.dataset.action = 'reject';
+  reject.onclick = () => answer('Reject');
+  const diff = el('button', '', 'Show diff') as HTMLButtonElement;
+  diff.dataset.action = 'diff';
+  diff.onclick = () => vscode.postMessage({ type: 'showProposedDiff', callId: edit.call_id });
+  const actions = el('div', 'plan-actions');
+  actions.append(accept, reject, diff);
+  box.append(el('div', 'card-head', `${edit.tool} ${edit.path} waits for your accept`), preview, why, actions);
+  scrollToBottom();
+}
+
 function renderPlan(): void {
   const box = $('plan');
   box.replaceChildren();
@@ -500,11 +547,12 @@ function showResolution(kind: 'question' | 'plan'): void {
   box.style.display = '';
 }
 
-function reset(s: SessionInfo | null, mode = ''): void {
+function reset(s: SessionInfo | null, mode = '', askBeforeEdits = false): void {
   session = s;
   // Usage adds up from the replayed turns (the stream starts at the first event).
   model = new SessionModel(s?.id ?? '');
   model.mode = s?.mode || mode;
+  model.askBeforeEdits = s ? s.ask_before_edits : askBeforeEdits;
   if (s?.todos) model.todos = s.todos;
   turnEls.clear();
   itemEls.clear();
@@ -524,12 +572,13 @@ window.addEventListener('message', (e: MessageEvent<FromHost>) => {
   switch (m.type) {
     case 'reset':
       if (m.perf !== undefined) perf = m.perf;
-      reset(m.session, m.mode);
+      reset(m.session, m.mode, m.askBeforeEdits);
       setConnection(m.connection);
       break;
     case 'mode':
       // The mode the next session starts in (no session is open yet).
       model.mode = m.mode;
+      if (m.askBeforeEdits !== undefined) model.askBeforeEdits = m.askBeforeEdits;
       dirtyMode = true;
       schedule();
       break;
@@ -606,6 +655,7 @@ $('cancel').onclick = () => vscode.postMessage({ type: 'cancel' });
 $('mode-act').onclick = () => vscode.postMessage({ type: 'setMode', mode: 'act' });
 $('mode-plan').onclick = () => vscode.postMessage({ type: 'setMode', mode: 'plan' });
 $('compact').onclick = () => vscode.postMessage({ type: 'compact' });
+$('ask-edits').onclick = () => vscode.postMessage({ type: 'setEditApproval', on: !model.askBeforeEdits });
 $('new-session').onclick = () => vscode.postMessage({ type: 'newSession' });
 
 // Frame gaps, for the responsiveness measure (only while perf is on).

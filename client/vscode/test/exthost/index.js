@@ -182,6 +182,136 @@ const tests = [
     },
   ],
   [
+    "a turn's changes reviewed against the checkpoint before it: bash-made ones too, a hunk kept, one reverted, a file reverted",
+    async () => {
+      const main = path.join(PROJECT, 'src', 'main.c');
+      const mainBefore = fs.readFileSync(main, 'utf8');
+      // Two changes far apart in src/main.c (two hunks), a new file, and one made by bash.
+      const first = mainBefore.split('\n')[0];
+      const last = 'rtt_puts(RTT_TRACE, "tick counter=");';
+      try {
+        await enqueue([
+          {
+            tool_calls: [
+              {
+                id: 'h1',
+                name: 'edit_file',
+                input: { path: 'src/main.c', old_string: first, new_string: `${first} (one)` },
+              },
+              {
+                id: 'h2',
+                name: 'edit_file',
+                input: { path: 'src/main.c', old_string: last, new_string: `${last} /* two */` },
+              },
+              { id: 'n1', name: 'write_file', input: { path: 'review-new.txt', content: 'made in the turn\n' } },
+              { id: 'b1', name: 'bash', input: { command: 'echo by-bash > review-bash.txt' } },
+            ],
+          },
+          { chunks: ['Changed four files.'] },
+        ]);
+        const turnId = await api.chat.send('change some files for the review');
+        await turnFinished(turnId);
+        const files = await api.review.start(turnId);
+        const byPath = Object.fromEntries(files.map((f) => [f.path, f.action]));
+        assert.deepEqual(byPath, { 'src/main.c': 'restore', 'review-new.txt': 'delete', 'review-bash.txt': 'delete' });
+        // The diff: before the turn (as fwaid's checkpoint kept it) ↔ now.
+        await api.review.openDiff('src/main.c');
+        const tab = await until(() => {
+          const t = vscode.window.tabGroups.activeTabGroup.activeTab;
+          return t && t.input instanceof vscode.TabInputTextDiff ? t : null;
+        }, 'the review diff');
+        assert.equal(tab.input.original.scheme, 'fwai-turn-before');
+        assert.equal((await vscode.workspace.openTextDocument(tab.input.original)).getText(), mainBefore);
+        assert.equal(tab.input.modified.fsPath, main);
+        await shot('review-diff', 'before the turn ↔ now');
+        // Two hunks, each with Keep / Revert lenses in the file's editor.
+        let hunks = await api.review.hunks('src/main.c');
+        assert.equal(hunks.length, 2);
+        const doc = await vscode.workspace.openTextDocument(main);
+        const lenses = await vscode.commands.executeCommand('vscode.executeCodeLensProvider', doc.uri);
+        assert.ok(lenses.filter((l) => l.command?.command === 'fwai.revertHunk').length >= 2);
+        // Keep the first, revert the second: the file holds the first change only, on disk.
+        await vscode.commands.executeCommand('fwai.keepHunk', 'src/main.c', 0);
+        await vscode.commands.executeCommand('fwai.revertHunk', 'src/main.c', 0);
+        const now = fs.readFileSync(main, 'utf8');
+        assert.ok(now.includes(`${first} (one)`), 'the kept hunk stays');
+        assert.ok(!now.includes('/* two */'), 'the reverted hunk is gone');
+        assert.equal(now, mainBefore.replace(first, `${first} (one)`));
+        assert.ok(!api.review.review.files.has('src/main.c'), 'every hunk decided: the file leaves the review');
+        // A file made by bash, reverted whole by fwaid (as the session's account): gone.
+        await api.review.revertFile('review-bash.txt');
+        assert.ok(!fs.existsSync(path.join(PROJECT, 'review-bash.txt')));
+        // Kept as the turn left it.
+        api.review.keepFile('review-new.txt');
+        assert.ok(fs.existsSync(path.join(PROJECT, 'review-new.txt')));
+        assert.equal(api.review.review.files.size, 0);
+      } finally {
+        fs.writeFileSync(main, mainBefore);
+        fs.rmSync(path.join(PROJECT, 'review-new.txt'), { force: true });
+        fs.rmSync(path.join(PROJECT, 'review-bash.txt'), { force: true });
+      }
+    },
+  ],
+  [
+    'ask before edits: the edit waits for Accept in VS Code; its diff shows what it would do; Reject leaves the file',
+    async () => {
+      const mk = path.join(PROJECT, 'Makefile');
+      const before = fs.readFileSync(mk, 'utf8');
+      await vscode.commands.executeCommand('fwai.newSession');
+      await api.chat.setEditApproval(true);
+      assert.equal(api.chat.model.askBeforeEdits, true);
+      await enqueue([
+        {
+          tool_calls: [
+            {
+              id: 'a1',
+              name: 'edit_file',
+              input: { path: 'Makefile', old_string: 'VERSION ?= 1.0.0', new_string: 'VERSION ?= 2.0.0' },
+            },
+            { id: 'a2', name: 'write_file', input: { path: 'asked.txt', content: 'no\n' } },
+          ],
+        },
+        { chunks: ['One accepted, one not.'] },
+      ]);
+      const turnId = await api.chat.send('bump the version, and write asked.txt');
+      assert.equal(api.chat.session.ask_before_edits, true, 'the session was created asking');
+      const q1 = await until(
+        () => api.chat.model.question?.edit?.call_id === 'a1' && api.chat.model.question,
+        'the first edit to wait',
+      );
+      assert.equal(q1.edit.path, 'Makefile');
+      assert.match(q1.edit.preview, /^-VERSION \?= 1\.0\.0$/m);
+      assert.match(q1.edit.preview, /^\+VERSION \?= 2\.0\.0$/m);
+      assert.equal(fs.readFileSync(mk, 'utf8'), before, 'nothing written before the accept');
+      // Its diff: the file now ↔ as the edit would leave it.
+      await api.edits.showProposed(api.chat, 'a1');
+      const tab = await until(() => {
+        const t = vscode.window.tabGroups.activeTabGroup.activeTab;
+        return t && t.input instanceof vscode.TabInputTextDiff ? t : null;
+      }, 'the proposed diff');
+      assert.equal(tab.input.original.fsPath, mk);
+      assert.equal(
+        (await vscode.workspace.openTextDocument(tab.input.modified)).getText(),
+        before.replace('1.0.0', '2.0.0'),
+      );
+      await shot('ask-before-edits', 'proposed by main');
+      api.chat.stream.answer(q1.questionId, ['Accept'], '');
+      const q2 = await until(
+        () => api.chat.model.question?.edit?.call_id === 'a2' && api.chat.model.question,
+        'the second edit to wait',
+      );
+      api.chat.stream.answer(q2.questionId, ['Reject'], 'not wanted');
+      await turnFinished(turnId);
+      assert.match(fs.readFileSync(mk, 'utf8'), /VERSION \?= 2\.0\.0/);
+      assert.ok(!fs.existsSync(path.join(PROJECT, 'asked.txt')));
+      assert.match(api.chat.model.calls.get('a2').result, /rejected.*not wanted/s);
+      fs.writeFileSync(mk, before);
+      // Off again for the scenarios that follow.
+      await api.chat.setEditApproval(false);
+      await until(() => api.chat.model.askBeforeEdits === false, 'asking off');
+    },
+  ],
+  [
     'file:line references open the file at that line',
     async () => {
       await api.chat.openRef('src/main.c', 7, 3);
@@ -492,6 +622,45 @@ const tests = [
         const turn = await api.chat.send('hello over tls');
         await turnFinished(turn);
         assert.match(api.chat.model.outline(turn), /over tls/);
+        // Two users on one lab daemon: bob, from his terminal, has a session and holds the board.
+        step = 'Two users: each sees only their own sessions; the board says who holds it';
+        metrics.tlsSteps.push([Date.now() - t0, step]);
+        const asBob = (...args) =>
+          require('child_process').execFileSync(
+            process.env.E2E_FWAI,
+            ['--daemon', process.env.E2E_TLS_ADDRESS, '--ca-cert', process.env.E2E_TLS_CA, ...args],
+            { encoding: 'utf8', env: { ...process.env, FWAI_TOKEN: process.env.E2E_TLS_TOKEN_BOB } },
+          );
+        await enqueue([{ match: "bob's own session", chunks: ['hello bob'] }]);
+        asBob('chat', "bob's own session");
+        asBob('hw', 'lease', 'sim-stm32vl', '--ttl', '300');
+        try {
+          const titles = async () => {
+            await api.sessions.refresh();
+            return api.sessions.sessions.map((x) => x.title);
+          };
+          const alices = await titles();
+          assert.ok(alices.includes('over tls'), alices.join());
+          assert.ok(!alices.includes("bob's own session"), `alice sees bob's session: ${alices.join()}`);
+          await api.boards.refresh();
+          const held = api.boards.devices.find((d) => d.id === 'sim-stm32vl');
+          assert.match(String(api.boards.getTreeItem(held).description), /held by bob/);
+          assert.ok(!api.boards.heldByMe('sim-stm32vl'));
+          await assert.rejects(api.boards.lease(held), /held by bob/);
+          await shot('lab-board-held-by-bob', 'held by bob');
+          // Bob's extension: his session, not alice's; the board is his.
+          await vscode.commands.executeCommand('fwai.setToken', process.env.E2E_TLS_TOKEN_BOB);
+          await until(async () => (await titles()).includes("bob's own session"), 'bob to see his own session');
+          assert.ok(!(await titles()).includes('over tls'), "bob sees alice's session");
+          await api.boards.refresh();
+          assert.ok(api.boards.heldByMe('sim-stm32vl'), 'the board is not shown as held by bob himself');
+          assert.match(
+            String(api.boards.getTreeItem(api.boards.devices.find((d) => d.id === 'sim-stm32vl')).description),
+            /held by you/,
+          );
+        } finally {
+          asBob('hw', 'release', 'sim-stm32vl');
+        }
         // Another token, a board leased with it, then the token revoked by an
         // admin: the lease ends with it, the views drop their lists and say
         // so with the command that fixes it, the status is in error.

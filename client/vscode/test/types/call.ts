@@ -28,7 +28,10 @@ same<
 >(true);
 same<ServerStreamMethod<'Hardware'>, 'Hold' | 'Flash'>(true);
 same<BidiMethod<'Hardware'>, 'Serial'>(true);
-same<UnaryMethod<'Sessions'>, 'Create' | 'List' | 'Get' | 'Delete' | 'History' | 'ListCheckpoints' | 'Rewind'>(true);
+same<
+  UnaryMethod<'Sessions'>,
+  'Create' | 'List' | 'Get' | 'Delete' | 'History' | 'ListCheckpoints' | 'Rewind' | 'ReadCheckpointFile'
+>(true);
 same<ServerStreamMethod<'Sessions'>, 'Attach'>(true);
 same<BidiMethod<'Sessions'>, 'Chat'>(true);
 // 64-bit integers are numbers in answers (longs: Number); requests take what proto-loader accepts.

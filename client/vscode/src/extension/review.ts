@@ -1,0 +1,289 @@
+// A turn's changes reviewed as diffs: every file that differs from the
+// checkpoint fwaid took before the turn (so also what bash or a build
+// changed), each opened as "before the turn ↔ now", kept or reverted per file
+// (a file's revert is fwaid's rewind of that one file, as the session's
+// account) and per hunk (the hunk's lines put back in the editor and saved).
+// Hunks under review carry Keep / Revert lenses in the file's editor.
+import * as path from 'node:path';
+import { structuredPatch } from 'diff';
+import * as vscode from 'vscode';
+import { listCheckpoints, readCheckpointFile, rewindSession } from '../client';
+import type { Connection } from './connection';
+import type { Chat } from './chat';
+
+export const REVIEW_SCHEME = 'fwai-turn-before';
+
+/** A changed region: lines [start, start + oldLines) before became [newStart, newStart + newLines) now (0-based). */
+export interface Hunk {
+  oldStart: number;
+  oldLines: string[];
+  newStart: number;
+  newLines: string[];
+}
+
+/** The hunks that turn `before` into `now`, without context lines. */
+export function hunksOf(before: string, now: string): Hunk[] {
+  const patch = structuredPatch('a', 'b', before, now, '', '', { context: 0 });
+  return patch.hunks.map((h) => {
+    const oldLines: string[] = [];
+    const newLines: string[] = [];
+    for (const l of h.lines) {
+      if (l.startsWith('-')) oldLines.push(l.slice(1));
+      else if (l.startsWith('+')) newLines.push(l.slice(1));
+    }
+    // A side of no lines is given as the line before it (1-based); 0-based starts here.
+    return {
+      oldStart: h.oldLines === 0 ? h.oldStart : h.oldStart - 1,
+      oldLines,
+      newStart: h.newLines === 0 ? h.newStart : h.newStart - 1,
+      newLines,
+    };
+  });
+}
+
+/** One file under review. */
+export interface Reviewed {
+  path: string; // relative to the project
+  abs: string;
+  action: string; // restore: changed in the turn; create: deleted in it; delete: created in it
+  before: string; // its text before the turn ('' when it did not exist)
+  existed: boolean;
+  kept: Set<string>; // hunks kept, by their text
+}
+
+interface Review {
+  sessionId: string;
+  root: string;
+  checkpoint: string; // the checkpoint's number
+  turnId: string;
+  files: Map<string, Reviewed>; // by relative path
+}
+
+export class TurnReview implements vscode.TextDocumentContentProvider, vscode.CodeLensProvider, vscode.Disposable {
+  review: Review | null = null;
+  private readonly changed = new vscode.EventEmitter<void>();
+  readonly onDidChangeCodeLenses = this.changed.event;
+  private readonly disposables: vscode.Disposable[] = [];
+
+  constructor(
+    private readonly conn: Connection,
+    private readonly chat: Chat,
+  ) {
+    this.disposables.push(
+      vscode.workspace.registerTextDocumentContentProvider(REVIEW_SCHEME, this),
+      vscode.languages.registerCodeLensProvider({ scheme: 'file' }, this),
+      vscode.workspace.onDidChangeTextDocument((e) => this.files().has(e.document.uri.fsPath) && this.changed.fire()),
+      this.changed,
+    );
+  }
+
+  private files(): Map<string, Reviewed> {
+    const byAbs = new Map<string, Reviewed>();
+    for (const f of this.review?.files.values() ?? []) byAbs.set(f.abs, f);
+    return byAbs;
+  }
+
+  provideTextDocumentContent(uri: vscode.Uri): string {
+    if (uri.query === 'deleted') return '';
+    return this.review?.files.get(uri.path.slice(1))?.before ?? '';
+  }
+
+  /** Reviews a turn in a picker: each file opens as a diff; Keep / Revert per file (and per hunk in its editor). */
+  async pick(turnId?: string): Promise<void> {
+    const files = await this.start(turnId);
+    if (!files.length) {
+      void vscode.window.showInformationMessage(
+        `fwai: turn ${this.review?.turnId} changed no file (or each was changed back since)`,
+      );
+      return;
+    }
+    const qp = vscode.window.createQuickPick<vscode.QuickPickItem & { rel: string }>();
+    const keep = { iconPath: new vscode.ThemeIcon('check'), tooltip: 'Keep this file as the turn left it' };
+    const revert = { iconPath: new vscode.ThemeIcon('discard'), tooltip: 'Revert this file to before the turn' };
+    const items = () =>
+      [...(this.review?.files.values() ?? [])].map((f) => ({
+        label: f.path,
+        description:
+          f.action === 'delete' ? 'created in the turn' : f.action === 'create' ? 'deleted in the turn' : 'changed',
+        rel: f.path,
+        buttons: [keep, revert],
+      }));
+    qp.title = `Changes of turn ${this.review?.turnId} (before the turn ↔ now)`;
+    qp.placeholder = 'Open a file as a diff; Keep or Revert it with its buttons (hunks: in its editor)';
+    qp.ignoreFocusOut = true;
+    qp.items = items();
+    qp.onDidAccept(() => {
+      const it = qp.selectedItems[0];
+      if (it) void this.openDiff(it.rel).catch((e) => void vscode.window.showErrorMessage(`fwai: ${e.message}`));
+    });
+    qp.onDidTriggerItemButton(async (e) => {
+      try {
+        if (e.button === keep) this.keepFile(e.item.rel);
+        else await this.revertFile(e.item.rel);
+      } catch (err: any) {
+        void vscode.window.showErrorMessage(`fwai: ${err.message}`);
+      }
+      qp.items = items();
+      if (!qp.items.length) qp.hide();
+    });
+    qp.onDidHide(() => qp.dispose());
+    qp.show();
+  }
+
+  /**
+   * Starts reviewing turn `turnId` of the open session (default: its last
+   * finished turn): the files that differ from the checkpoint before it.
+   */
+  async start(turnId?: string): Promise<Reviewed[]> {
+    const s = this.chat.session;
+    if (!s) throw new Error('open a session first: its turns are what is reviewed');
+    if (!s.project_root) throw new Error(`session ${s.id} has no project: no file of it to review`);
+    const turns = this.chat.model.turns.filter((t) => !t.running);
+    const turn = turnId ? this.chat.model.turnById.get(turnId) : turns[turns.length - 1];
+    if (!turn) throw new Error('no finished turn to review yet');
+    const client = await this.conn.get();
+    const cp = (await listCheckpoints(client, s.id)).find((c) => c.turn_id === turn.id);
+    if (!cp) throw new Error(`no checkpoint was taken before turn ${turn.id}: its changes cannot be told apart`);
+    const to = String(cp.seq);
+    const plan = await rewindSession(client, s.id, { to, files: true, boards: false, dryRun: true });
+    const files = new Map<string, Reviewed>();
+    for (const f of plan.files) {
+      const then = await readCheckpointFile(client, s.id, to, f.path);
+      files.set(f.path, {
+        path: f.path,
+        abs: path.join(s.project_root, f.path),
+        action: f.action,
+        before: then.kept ? then.text : '',
+        existed: then.kept,
+        kept: new Set(),
+      });
+    }
+    this.review = { sessionId: s.id, root: s.project_root, checkpoint: to, turnId: turn.id, files };
+    this.changed.fire();
+    return [...files.values()];
+  }
+
+  /** Opens "before the turn ↔ now" for one file under review. */
+  async openDiff(rel: string): Promise<void> {
+    const f = this.require(rel);
+    const left = vscode.Uri.from({ scheme: REVIEW_SCHEME, path: `/${f.path}`, query: this.review!.checkpoint });
+    const right = f.action === 'create' ? left.with({ query: 'deleted' }) : vscode.Uri.file(f.abs);
+    const what =
+      f.action === 'delete'
+        ? 'created in the turn'
+        : f.action === 'create'
+          ? 'deleted in the turn'
+          : 'before the turn ↔ now';
+    await vscode.commands.executeCommand('vscode.diff', left, right, `${f.path}: ${what}`, {
+      preview: false,
+      viewColumn: this.chat.codeColumn(),
+    });
+  }
+
+  /** The hunks of a file under review not yet kept, as the file is now. */
+  async hunks(rel: string): Promise<Hunk[]> {
+    const f = this.require(rel);
+    const doc = await vscode.workspace.openTextDocument(vscode.Uri.file(f.abs));
+    return hunksOf(f.before, doc.getText()).filter((h) => !f.kept.has(hunkKey(h)));
+  }
+
+  /** Keeps a hunk: it stays and is no longer shown for review. */
+  async keepHunk(rel: string, index: number): Promise<void> {
+    const f = this.require(rel);
+    const h = (await this.hunks(rel))[index];
+    if (!h) throw new Error(`${rel}: no hunk ${index + 1} to keep`);
+    f.kept.add(hunkKey(h));
+    await this.settle(f);
+  }
+
+  /** Reverts a hunk: its lines as they were before the turn, in the file, saved. */
+  async revertHunk(rel: string, index: number): Promise<void> {
+    const f = this.require(rel);
+    const uri = vscode.Uri.file(f.abs);
+    const doc = await vscode.workspace.openTextDocument(uri);
+    const h = hunksOf(f.before, doc.getText()).filter((x) => !f.kept.has(hunkKey(x)))[index];
+    if (!h) throw new Error(`${rel}: no hunk ${index + 1} to revert`);
+    const eol = doc.eol === vscode.EndOfLine.CRLF ? '\r\n' : '\n';
+    const edit = new vscode.WorkspaceEdit();
+    const start = new vscode.Position(h.newStart, 0);
+    const end = new vscode.Position(h.newStart + h.newLines.length, 0);
+    const text = h.oldLines.map((l) => l + eol).join('');
+    if (end.line >= doc.lineCount && h.newLines.length) {
+      // The hunk runs to the file's last line (which may have no newline).
+      const last = doc.lineAt(doc.lineCount - 1).range.end;
+      const beforeEndsWithNewline = f.before.endsWith('\n') || !f.before;
+      edit.replace(uri, new vscode.Range(start, last), beforeEndsWithNewline ? text : text.replace(/\r?\n$/, ''));
+    } else {
+      edit.replace(uri, new vscode.Range(start, end), text);
+    }
+    if (!(await vscode.workspace.applyEdit(edit))) throw new Error(`${rel}: the editor refused the revert`);
+    await doc.save();
+    await this.settle(f);
+  }
+
+  /** Keeps the whole file as the turn left it. */
+  keepFile(rel: string): void {
+    this.require(rel);
+    this.review!.files.delete(rel);
+    this.changed.fire();
+  }
+
+  /** Puts the whole file back as it was before the turn (fwaid restores it as the session's account). */
+  async revertFile(rel: string): Promise<void> {
+    const f = this.require(rel);
+    const r = this.review!;
+    // An editor holding unsaved text of it would write it back over the restore.
+    const open = vscode.workspace.textDocuments.find((d) => d.uri.fsPath === f.abs);
+    if (open?.isDirty) await open.save();
+    await rewindSession(await this.conn.get(), r.sessionId, {
+      to: r.checkpoint,
+      files: true,
+      boards: false,
+      paths: [f.path],
+    });
+    r.files.delete(rel);
+    this.changed.fire();
+  }
+
+  /** A file whose every hunk was kept or reverted leaves the review. */
+  private async settle(f: Reviewed): Promise<void> {
+    const doc = await vscode.workspace.openTextDocument(vscode.Uri.file(f.abs));
+    if (hunksOf(f.before, doc.getText()).every((h) => f.kept.has(hunkKey(h)))) this.review?.files.delete(f.path);
+    this.changed.fire();
+  }
+
+  private require(rel: string): Reviewed {
+    const f = this.review?.files.get(rel);
+    if (!f) throw new Error(`${rel} is not under review (review a turn's changes first)`);
+    return f;
+  }
+
+  provideCodeLenses(doc: vscode.TextDocument): vscode.CodeLens[] {
+    const f = this.files().get(doc.uri.fsPath);
+    if (!f) return [];
+    const out: vscode.CodeLens[] = [];
+    const hunks = hunksOf(f.before, doc.getText()).filter((h) => !f.kept.has(hunkKey(h)));
+    hunks.forEach((h, i) => {
+      const line = Math.min(h.newStart, Math.max(0, doc.lineCount - 1));
+      const range = new vscode.Range(line, 0, line, 0);
+      const what = h.newLines.length ? (h.oldLines.length ? 'changed' : 'added') : 'removed';
+      out.push(
+        new vscode.CodeLens(range, {
+          title: `fwai: ${what} in the turn — Keep`,
+          command: 'fwai.keepHunk',
+          arguments: [f.path, i],
+        }),
+        new vscode.CodeLens(range, { title: 'Revert', command: 'fwai.revertHunk', arguments: [f.path, i] }),
+      );
+    });
+    return out;
+  }
+
+  dispose(): void {
+    for (const d of this.disposables) d.dispose();
+  }
+}
+
+function hunkKey(h: Hunk): string {
+  return JSON.stringify([h.oldLines, h.newLines]);
+}

@@ -67,7 +67,8 @@ export interface PendingPlan {
 
 /** A question answered or a plan decided: by whom (with their client, and as people name them) and when. */
 export interface Resolution {
-  kind: 'question' | 'plan';
+  kind: 'question' | 'plan' | 'edit';
+  edit?: string; // "edit_file src/main.c", for an edit's accept
   id: string;
   by: string; // "alice (uid 1000) via vscode 1.100.3 pid 4242": for the record
   user: string; // "alice"; '' from an older daemon or for auto_approve_plan
@@ -77,7 +78,10 @@ export interface Resolution {
 
 /** "Plan approved as edited by alice, 10:42" (local time). */
 export function resolutionLine(r: Resolution): string {
-  const what = `${r.kind === 'plan' ? 'Plan' : 'Question'} ${r.summary || 'answered'}`;
+  const what =
+    r.kind === 'edit'
+      ? `${r.edit} ${r.summary}`
+      : `${r.kind === 'plan' ? 'Plan' : 'Question'} ${r.summary || 'answered'}`;
   const who = r.user || (r.by === 'auto_approve_plan' ? 'auto_approve_plan' : r.by.replace(/ \(.*$/, ''));
   if (!who) return what;
   const at = new Date(r.timeUs / 1000);
@@ -296,9 +300,13 @@ export class SessionModel {
       }
       case 'question_answered': {
         const a = ev.question_answered!;
-        const summary = [...(a.selected ?? []), a.text].filter((x) => x).join('; ');
+        const edit = this.question?.questionId === a.question_id ? this.question.edit : null;
+        const summary = edit
+          ? `${(a.selected ?? []).includes('Accept') ? 'accepted' : 'rejected'}${a.text ? `: ${a.text}` : ''}`
+          : [...(a.selected ?? []), a.text].filter((x) => x).join('; ');
         this.lastResolution = {
-          kind: 'question',
+          kind: edit ? 'edit' : 'question',
+          ...(edit ? { edit: `${edit.tool} ${edit.path}` } : {}),
           id: a.question_id,
           by: a.answered_by,
           user: a.answered_by_user ?? '',

@@ -170,23 +170,29 @@ export class Chat implements vscode.WebviewPanelSerializer, vscode.Disposable {
     for (let i = 0; i < this.log.length; i += 500) this.post({ type: 'events', events: this.log.slice(i, i + 500) });
   }
 
-  /** Events go to the webview in batches: one message per 8 ms at most. */
+  /**
+   * Events go to the webview in batches: the first after a quiet spell at
+   * once, then at most one message per BATCH_MS. Each message costs the
+   * workbench a fixed amount on its way to the webview; one per event
+   * queues them behind each other while a turn streams.
+   */
   private forward(ev: ServerEvent): void {
     this.outbox.push(ev);
     if (this.perf) this.outboxRecvMs.push(Date.now());
     if (this.flushTimer) return;
-    this.flushTimer = setTimeout(
-      () => {
-        this.flushTimer = null;
-        const batch = this.outbox;
-        const recv = this.outboxRecvMs;
-        this.outbox = [];
-        this.outboxRecvMs = [];
-        this.post(this.perf ? { type: 'events', events: batch, recvMs: recv } : { type: 'events', events: batch });
-      },
-      this.outbox.length > 1 ? 8 : 0,
-    );
+    const wait = Math.max(0, this.lastPostMs + Chat.BATCH_MS - Date.now());
+    this.flushTimer = setTimeout(() => {
+      this.flushTimer = null;
+      this.lastPostMs = Date.now();
+      const batch = this.outbox;
+      const recv = this.outboxRecvMs;
+      this.outbox = [];
+      this.outboxRecvMs = [];
+      this.post(this.perf ? { type: 'events', events: batch, recvMs: recv } : { type: 'events', events: batch });
+    }, wait);
   }
+  private static readonly BATCH_MS = 16;
+  private lastPostMs = 0;
 
   private async onMessage(m: any): Promise<void> {
     switch (m.type) {

@@ -66,6 +66,9 @@ const latencies: number[] = [];
 // The same, split: daemon -> extension host, and extension host -> drawn.
 const toHost: number[] = [];
 const hostToDrawn: number[] = [];
+// Of the latter: the extension host -> this page's message handler, and the work of a frame.
+const hostToPage: number[] = [];
+const flushMs: number[] = [];
 const frameGaps: number[] = [];
 const keyLatencies: number[] = [];
 let keyDownAt = 0;
@@ -320,6 +323,7 @@ function findText(id: string): TextItem | undefined {
 }
 
 function flush(): void {
+  const flushStart = perf ? performance.now() : 0;
   frameQueued = false;
   const stick = isAtBottom();
   for (const id of dirtyText) {
@@ -362,6 +366,7 @@ function flush(): void {
   }
   document.body.dataset.events = String(eventsRendered);
   document.body.dataset.lastSeq = String(model.lastSeq);
+  if (perf) flushMs.push(performance.now() - flushStart);
 }
 
 function schedule(): void {
@@ -541,7 +546,7 @@ function renderPlan(): void {
 function showResolution(kind: 'question' | 'plan'): void {
   const r = model.lastResolution;
   const box = $('resolution');
-  if (!r || r.kind !== kind) return;
+  if (!r || (r.kind === 'plan') !== (kind === 'plan')) return;
   box.textContent = resolutionLine(r);
   box.title = r.by;
   box.style.display = '';
@@ -591,6 +596,7 @@ window.addEventListener('message', (e: MessageEvent<FromHost>) => {
         if (perf && ev.payload === 'text_delta') {
           pendingDeltaTimes.push(ev.time_us);
           pendingRecvMs.push(m.recvMs?.[i] ?? 0);
+          if (m.recvMs?.[i]) hostToPage.push(Date.now() - m.recvMs[i]);
         }
         onChanges(changes);
       }
@@ -690,6 +696,8 @@ document.addEventListener(
   latencies,
   toHost,
   hostToDrawn,
+  hostToPage,
+  flushMs,
   frameGaps,
   keyLatencies,
   events: () => eventsRendered,
@@ -699,6 +707,8 @@ document.addEventListener(
     keyLatencies.length = 0;
     toHost.length = 0;
     hostToDrawn.length = 0;
+    hostToPage.length = 0;
+    flushMs.length = 0;
     keyDownAt = 0;
   },
 };

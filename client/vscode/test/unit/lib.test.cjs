@@ -227,6 +227,26 @@ test('a decision reads "approved by alice, 10:42": the person and the time, not 
     time_us: new Date(2026, 10, 30, 9, 5).getTime() * 1000,
   });
   assert.equal(lib.resolutionLine(m.lastResolution), 'Question yes by bob, 09:05');
+  // An edit's accept says which edit.
+  m.apply(
+    ev('t1', 'question_asked', {
+      question_id: 'qe',
+      call_id: 'e1',
+      questions: [],
+      edit: { call_id: 'e1', tool: 'edit_file', path: 'src/main.c', preview: '' },
+    }),
+  );
+  m.apply({
+    ...ev('t1', 'question_answered', {
+      question_id: 'qe',
+      selected: ['Reject'],
+      text: 'not now',
+      answered_by: 'alice (uid 1000) via vscode',
+      answered_by_user: 'alice',
+    }),
+    time_us: new Date(2026, 10, 30, 11, 7).getTime() * 1000,
+  });
+  assert.equal(lib.resolutionLine(m.lastResolution), 'edit_file src/main.c rejected: not now by alice, 11:07');
 });
 
 test("a sub-agent's answer shows once: as its text, not again as the delegating call's result", () => {

@@ -108,8 +108,8 @@ bool NeedsEditApproval(const Agent& a, const std::string& tool_name) {
 }
 
 std::optional<ToolResult> AskEditApproval(const AgentDeps& deps, const Agent& a,
-                                          const std::string& call_id,
-                                          const std::string& tool_name, const json& input) {
+                                          const std::string& call_id, const std::string& tool_name,
+                                          const json& input) {
   const std::string path = input.value("path", "");
   const std::string qid = NewId("q-");
   v1::ServerEvent ev;
@@ -136,8 +136,7 @@ std::optional<ToolResult> AskEditApproval(const AgentDeps& deps, const Agent& a,
   auto reply = deps.replies.Wait(session_id, pending, a.turn->cancel);
   if (!reply) return ToolResult{absl::StrCat(path, " was not changed (turn cancelled)"), true};
   Said(a, qid, call_id, *reply);
-  if (std::find(reply->selected.begin(), reply->selected.end(), kAccept) !=
-      reply->selected.end()) {
+  if (std::find(reply->selected.begin(), reply->selected.end(), kAccept) != reply->selected.end()) {
     return std::nullopt;
   }
   return ToolResult{absl::StrCat("The user rejected this ", tool_name, " of ", path,

@@ -27,8 +27,7 @@ bool NeedsEditApproval(const Agent& a, const std::string& tool_name);
 // Asks and blocks until answered or the turn is cancelled. nullopt: accepted
 // (run the tool); otherwise the result the model gets instead.
 std::optional<ToolResult> AskEditApproval(const AgentDeps& deps, const Agent& a,
-                                          const std::string& call_id,
-                                          const std::string& tool_name,
+                                          const std::string& call_id, const std::string& tool_name,
                                           const nlohmann::json& input);
 
 // The "-"/"+" lines of replacing `before` by `after` (common leading and

@@ -24,6 +24,7 @@
 #include <thread>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -177,7 +178,16 @@ pb::ClientEvent AnswerQuestions(const pb::QuestionAsked& q) {
     std::getline(std::cin, line);
     line = std::string(absl::StripAsciiWhitespace(line));
     bool picked = false;
+    // An option typed by its name ("accept") picks it.
+    for (const auto& o : one.options()) {
+      if (!line.empty() && absl::EqualsIgnoreCase(line, o.label())) {
+        a->add_selected(o.label());
+        picked = true;
+      }
+    }
+    const bool by_name = picked;
     for (absl::string_view part : absl::StrSplit(line, ',', absl::SkipWhitespace())) {
+      if (by_name) break;
       int n = 0;
       if (absl::SimpleAtoi(absl::StripAsciiWhitespace(part), &n) && n >= 1 &&
           n <= one.options_size()) {

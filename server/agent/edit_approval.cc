@@ -8,6 +8,7 @@
 #include "absl/strings/str_split.h"
 #include "common/ids.h"
 #include "common/local_account.h"
+#include "common/status_macros.h"
 #include "fwai/v1/events.pb.h"
 #include "server/agent/agent.h"
 #include "server/agent/events.h"
@@ -28,36 +29,58 @@ std::vector<std::string> Lines(const std::string& text) {
   return out;
 }
 
-// The file as it is now, read beneath the project as the session's account
-// ("" when it does not exist; nullopt when it cannot be read).
-std::optional<std::string> Current(const Agent& a, const std::string& path) {
-  if (!a.turn->account) return std::nullopt;
-  ScopedFsIdentity as(*a.turn->account);
-  if (!as.status().ok()) return std::nullopt;
-  auto pfs = ProjectFs::Open(a.turn->session.project_root);
-  if (!pfs.ok()) return std::nullopt;
-  auto text = pfs->ReadFile(path, 1u << 20);
-  if (absl::IsNotFound(text.status())) return std::string();
-  if (!text.ok()) return std::nullopt;
-  return *std::move(text);
+std::string Str(const json& input, const char* key) {
+  auto it = input.find(key);
+  return it != input.end() && it->is_string() ? it->get<std::string>() : std::string();
 }
 
-// What the call would change, for the person to judge.
-std::string Preview(const Agent& a, const std::string& tool_name, const json& input) {
+// The file as it is now, read beneath the project as the session's account
+// ("" when it does not exist), or why it cannot be shown.
+absl::StatusOr<std::string> Current(const Agent& a, const std::string& path) {
+  if (!a.turn->account) return absl::FailedPreconditionError("no account to read it as");
+  ScopedFsIdentity as(*a.turn->account);
+  RETURN_IF_ERROR(as.status());
+  ASSIGN_OR_RETURN(auto pfs, ProjectFs::Open(a.turn->session.project_root));
+  ASSIGN_OR_RETURN(std::string rel, pfs.Relative(path));
+  auto text = pfs.ReadFile(rel, 8u << 20);
+  if (absl::IsNotFound(text.status())) return std::string();
+  return text;
+}
+
+// What the call would change, for the person to judge; nullopt when the
+// call will fail on its own (bad input, old_string absent or ambiguous):
+// the tool then says why and nothing is asked.
+std::optional<std::string> Preview(const Agent& a, const std::string& tool_name,
+                                   const json& input) {
   constexpr size_t kMaxLines = 40;
-  const std::string path = input.value("path", "");
+  const std::string path = Str(input, "path");
+  if (path.empty()) return std::nullopt;
   auto now = Current(a, path);
   if (tool_name == "write_file") {
-    const std::string content = input.value("content", "");
-    if (!now) return EditPreview("", content, kMaxLines);
+    if (!input.contains("content") || !input["content"].is_string()) return std::nullopt;
+    const std::string content = input["content"].get<std::string>();
+    if (!now.ok()) {
+      return absl::StrCat("(", path, " as it is now cannot be shown: ", now.status().message(),
+                          ")\n", EditPreview("", content, kMaxLines));
+    }
     return EditPreview(*now, content, kMaxLines);
   }
-  const std::string old_s = input.value("old_string", "");
-  const std::string new_s = input.value("new_string", "");
-  size_t at = now ? now->find(old_s) : std::string::npos;
-  if (old_s.empty() || at == std::string::npos) return EditPreview(old_s, new_s, kMaxLines);
-  std::string after = *now;
-  after.replace(at, old_s.size(), new_s);
+  const std::string old_s = Str(input, "old_string");
+  const std::string new_s = Str(input, "new_string");
+  if (!now.ok() || old_s.empty() || old_s == new_s) return std::nullopt;
+  const bool all = input.contains("replace_all") && input["replace_all"].is_boolean() &&
+                   input["replace_all"].get<bool>();
+  std::string after;
+  size_t count = 0, from = 0;
+  for (size_t at = now->find(old_s); at != std::string::npos;
+       at = now->find(old_s, at + old_s.size())) {
+    ++count;
+    if (count > 1 && !all) return std::nullopt;  // ambiguous: the tool refuses it
+    after.append(*now, from, at - from).append(new_s);
+    from = at + old_s.size();
+  }
+  if (count == 0) return std::nullopt;
+  after.append(*now, from, std::string::npos);
   return EditPreview(*now, after, kMaxLines);
 }
 
@@ -110,7 +133,12 @@ bool NeedsEditApproval(const Agent& a, const std::string& tool_name) {
 std::optional<ToolResult> AskEditApproval(const AgentDeps& deps, const Agent& a,
                                           const std::string& call_id, const std::string& tool_name,
                                           const json& input) {
-  const std::string path = input.value("path", "");
+  // One question at a time; the preview is read once the others are decided.
+  MutexLock one_at_a_time(&a.turn->asking);
+  if (a.cancel->cancelled()) return ToolResult{"not changed (cancelled)", true};
+  std::optional<std::string> preview = Preview(a, tool_name, input);
+  if (!preview) return std::nullopt;  // the tool refuses it and says why
+  const std::string path = Str(input, "path");
   const std::string qid = NewId("q-");
   v1::ServerEvent ev;
   auto* q = ev.mutable_question_asked();
@@ -128,13 +156,13 @@ std::optional<ToolResult> AskEditApproval(const AgentDeps& deps, const Agent& a,
   edit->set_call_id(call_id);
   edit->set_tool(tool_name);
   edit->set_path(path);
-  edit->set_preview(Preview(a, tool_name, input));
+  edit->set_preview(*std::move(preview));
   const std::string& session_id = a.turn->session.id;
-  MutexLock one_at_a_time(&a.turn->asking);
   auto pending = deps.replies.Expect(session_id, qid, false);
   a.turn->sink.Emit(std::move(ev));
-  auto reply = deps.replies.Wait(session_id, pending, a.turn->cancel);
-  if (!reply) return ToolResult{absl::StrCat(path, " was not changed (turn cancelled)"), true};
+  // The agent's own token: a sub-agent's time limit ends the wait too.
+  auto reply = deps.replies.Wait(session_id, pending, *a.cancel);
+  if (!reply) return ToolResult{absl::StrCat(path, " was not changed (cancelled)"), true};
   Said(a, qid, call_id, *reply);
   if (std::find(reply->selected.begin(), reply->selected.end(), kAccept) != reply->selected.end()) {
     return std::nullopt;

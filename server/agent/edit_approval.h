@@ -24,8 +24,10 @@ inline constexpr char kReject[] = "Reject";
 // The call `tool_name` must wait for the user's accept.
 bool NeedsEditApproval(const Agent& a, const std::string& tool_name);
 
-// Asks and blocks until answered or the turn is cancelled. nullopt: accepted
-// (run the tool); otherwise the result the model gets instead.
+// Asks and blocks until answered or the agent is cancelled. nullopt: run the
+// tool (accepted, or a call the tool refuses by itself - bad input,
+// old_string absent or ambiguous - which is not asked about); otherwise the
+// result the model gets instead.
 std::optional<ToolResult> AskEditApproval(const AgentDeps& deps, const Agent& a,
                                           const std::string& call_id, const std::string& tool_name,
                                           const nlohmann::json& input);

@@ -183,6 +183,9 @@ absl::Status TurnManager::SetMode(const std::string& session_id, const std::stri
 
 absl::Status TurnManager::SetEditApproval(const std::string& session_id, bool ask,
                                           const std::string& by) {
+  // No turn starts between the check and the change.
+  auto hold = HoldStarts(session_id, "changing whether it asks before edits");
+  if (!hold.ok()) return hold.status();
   if (Running(session_id)) {
     return absl::FailedPreconditionError(
         "a turn is running; turn asking before edits on or off after it ends (or cancel it)");

@@ -10,6 +10,7 @@
 #include <optional>
 #include <thread>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/cancel.h"
 #include "common/mutex.h"
@@ -176,9 +177,11 @@ class HardwareService final : public pb::Hardware::CallbackService {
       for (const auto& l : listing.leases) {
         pb::Lease* out = resp->add_leases();
         ToProto(l, out);
-        out->set_yours(!l.identity.empty() &&
-                       (l.identity == c.identity || std::find(c.aliases.begin(), c.aliases.end(),
-                                                              l.identity) != c.aliases.end()));
+        // As Release and Renew see it: the same principal (a unix account
+        // only through the node it was taken on).
+        out->set_yours(!l.identity.empty() && l.identity == c.identity &&
+                       (!absl::StartsWith(l.identity, "uid:") || l.via.empty() ||
+                        l.via == deps_.boards->node()));
       }
       resp->set_lab_error(listing.lab_error);
       for (const auto& d : listing.lab_error_detail) resp->add_lab_error_detail(d);

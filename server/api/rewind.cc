@@ -253,9 +253,16 @@ absl::Status ReadCheckpointFile(const ApiDeps& d, const SessionInfo& s,
   ToProto(c, out->mutable_checkpoint());
   auto it = c.files.find(req.path());
   if (it == c.files.end()) {
-    // Only a path the checkpoint looked at and found absent reads as "did not exist".
-    if (c.PassedOver(req.path()) || req.path().empty() || req.path()[0] == '/' ||
-        absl::StrContains(absl::StrCat("/", req.path(), "/"), "/../")) {
+    // Only a path the checkpoint looked at and found absent reads as "did not
+    // exist": a name as the checkpoint writes them (relative, normalised),
+    // not passed over, not one it never keeps.
+    const std::string& p = req.path();
+    const bool normal = !p.empty() && p[0] != '/' && p.back() != '/' &&
+                        !absl::StrContains(absl::StrCat("/", p, "/"), "/../") &&
+                        !absl::StrContains(absl::StrCat("/", p, "/"), "/./") &&
+                        !absl::StrContains(p, "//");
+    if (!normal || c.PassedOver(p) || p == ".git" || absl::StartsWith(p, ".git/") ||
+        absl::StartsWith(p, ".fwai/runs/") || absl::StartsWith(p, ".fwai/captures/")) {
       return absl::NotFoundError(
           absl::StrCat(req.path(), ": checkpoint ", c.seq, " did not keep it"));
     }

@@ -92,6 +92,12 @@ TEST_F(AgentTest, AskBeforeEditsWaitsForTheUsersAcceptAndARejectLeavesTheFileAlo
   EXPECT_TRUE(s.ask_before_edits());
   FakeReply r1;
   r1.tool_calls = {
+      // Calls the tools refuse by themselves are not asked about (and a
+      // path that is not a string must not bring fwaid down).
+      {"bad1", "write_file", {{"path", 42}, {"content", "x"}}},
+      {"bad2",
+       "edit_file",
+       {{"path", "main.c"}, {"old_string", "not in the file"}, {"new_string", "y"}}},
       {"e1",
        "edit_file",
        {{"path", "main.c"}, {"old_string", "counter = 1"}, {"new_string", "counter = 42"}}},
@@ -152,6 +158,10 @@ TEST_F(AgentTest, AskBeforeEditsWaitsForTheUsersAcceptAndARejectLeavesTheFileAlo
   ASSERT_FALSE(ReadUntil(*stream, seen, [](const pb::ServerEvent&) { return false; }));
   ASSERT_TRUE(seen.back().has_turn_finished()) << stream->Finish().error_message();
   auto fin = Finished(seen);
+  EXPECT_TRUE(fin["bad1"].is_error());
+  EXPECT_NE(fin["bad1"].output().find("path"), std::string::npos) << fin["bad1"].output();
+  EXPECT_TRUE(fin["bad2"].is_error());
+  EXPECT_NE(fin["bad2"].output().find("not found"), std::string::npos) << fin["bad2"].output();
   EXPECT_FALSE(fin["e1"].is_error()) << fin["e1"].output();
   EXPECT_TRUE(fin["w1"].is_error());
   EXPECT_NE(fin["w1"].output().find("rejected"), std::string::npos) << fin["w1"].output();

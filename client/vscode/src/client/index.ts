@@ -10,6 +10,7 @@ export * from './evidence';
 export * from './firmware';
 export * from './faults';
 export * from './hardware';
+export * from './hunks';
 export * from './knowledge';
 export * from './model';
 export * from './projects';

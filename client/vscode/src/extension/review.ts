@@ -5,41 +5,12 @@
 // account) and per hunk (the hunk's lines put back in the editor and saved).
 // Hunks under review carry Keep / Revert lenses in the file's editor.
 import * as path from 'node:path';
-import { structuredPatch } from 'diff';
 import * as vscode from 'vscode';
-import { listCheckpoints, readCheckpointFile, rewindSession } from '../client';
+import { Hunk, hunksOf, listCheckpoints, readCheckpointFile, rewindSession } from '../client';
 import type { Connection } from './connection';
 import type { Chat } from './chat';
 
 export const REVIEW_SCHEME = 'fwai-turn-before';
-
-/** A changed region: lines [start, start + oldLines) before became [newStart, newStart + newLines) now (0-based). */
-export interface Hunk {
-  oldStart: number;
-  oldLines: string[];
-  newStart: number;
-  newLines: string[];
-}
-
-/** The hunks that turn `before` into `now`, without context lines. */
-export function hunksOf(before: string, now: string): Hunk[] {
-  const patch = structuredPatch('a', 'b', before, now, '', '', { context: 0 });
-  return patch.hunks.map((h) => {
-    const oldLines: string[] = [];
-    const newLines: string[] = [];
-    for (const l of h.lines) {
-      if (l.startsWith('-')) oldLines.push(l.slice(1));
-      else if (l.startsWith('+')) newLines.push(l.slice(1));
-    }
-    // A side of no lines is given as the line before it (1-based); 0-based starts here.
-    return {
-      oldStart: h.oldLines === 0 ? h.oldStart : h.oldStart - 1,
-      oldLines,
-      newStart: h.newLines === 0 ? h.newStart : h.newStart - 1,
-      newLines,
-    };
-  });
-}
 
 /** One file under review. */
 export interface Reviewed {
@@ -284,6 +255,7 @@ export class TurnReview implements vscode.TextDocumentContentProvider, vscode.Co
   }
 }
 
+/** A hunk's identity: its text and where it stands in the file (two identical hunks differ). */
 function hunkKey(h: Hunk): string {
-  return JSON.stringify([h.oldLines, h.newLines]);
+  return JSON.stringify([h.oldStart, h.oldLines, h.newLines]);
 }

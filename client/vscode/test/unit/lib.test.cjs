@@ -358,3 +358,14 @@ test('typed diagnostics from skill events', () => {
   assert.equal(r.message, "region `FLASH' overflowed (region FLASH, 120 bytes)");
   assert.equal(lib.diagnosticOf({ kind: 'output', json: '' }), null);
 });
+
+test("a turn's hunks: 0-based starts for changes, insertions and deletions, CRLF lines bare", () => {
+  const { hunksOf } = lib;
+  assert.deepEqual(hunksOf('a\nb\nc\n', 'a\nc\n'), [{ oldStart: 1, oldLines: ['b'], newStart: 1, newLines: [] }]);
+  assert.deepEqual(hunksOf('a\nc\n', 'a\nb\nc\n'), [{ oldStart: 1, oldLines: [], newStart: 1, newLines: ['b'] }]);
+  assert.deepEqual(hunksOf('a\nb\nc\n', 'a\nB\nc\n'), [{ oldStart: 1, oldLines: ['b'], newStart: 1, newLines: ['B'] }]);
+  assert.deepEqual(hunksOf('a\r\nb\r\n', 'a\r\nB\r\n'), [
+    { oldStart: 1, oldLines: ['b'], newStart: 1, newLines: ['B'] },
+  ]);
+  assert.deepEqual(hunksOf('a\n', ''), [{ oldStart: 0, oldLines: ['a'], newStart: 0, newLines: [] }]);
+});

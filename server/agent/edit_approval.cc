@@ -4,7 +4,6 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "common/ids.h"
 #include "common/local_account.h"
@@ -14,6 +13,7 @@
 #include "server/agent/events.h"
 #include "server/agent/pending_replies.h"
 #include "server/agent/plan_mode.h"
+#include "server/agent/questions.h"
 #include "server/session/session_manager.h"
 #include "server/tools/project_fs.h"
 
@@ -84,19 +84,6 @@ std::optional<std::string> Preview(const Agent& a, const std::string& tool_name,
   return EditPreview(*now, after, kMaxLines);
 }
 
-void Said(const Agent& a, const std::string& qid, const std::string& call_id,
-          const Interaction& reply) {
-  v1::ServerEvent answered;
-  auto* qa = answered.mutable_question_answered();
-  qa->set_question_id(qid);
-  for (const auto& sel : reply.selected) qa->add_selected(sel);
-  qa->set_text(reply.text);
-  qa->set_answered_by(reply.by);
-  qa->set_answered_by_user(reply.by_user);
-  qa->set_call_id(call_id);
-  a.turn->sink.Emit(std::move(answered));
-}
-
 }  // namespace
 
 std::string EditPreview(const std::string& before, const std::string& after, size_t max_lines) {
@@ -163,7 +150,7 @@ std::optional<ToolResult> AskEditApproval(const AgentDeps& deps, const Agent& a,
   // The agent's own token: a sub-agent's time limit ends the wait too.
   auto reply = deps.replies.Wait(session_id, pending, *a.cancel);
   if (!reply) return ToolResult{absl::StrCat(path, " was not changed (cancelled)"), true};
-  Said(a, qid, call_id, *reply);
+  EmitAnswered(a, qid, call_id, *reply);
   if (std::find(reply->selected.begin(), reply->selected.end(), kAccept) != reply->selected.end()) {
     return std::nullopt;
   }

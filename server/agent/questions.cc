@@ -31,6 +31,19 @@ ToolSpec SpecAskQuestion() {
            {"required", {"questions"}}}};
 }
 
+void EmitAnswered(const Agent& a, const std::string& question_id, const std::string& call_id,
+                  const Interaction& reply) {
+  v1::ServerEvent answered;
+  auto* qa = answered.mutable_question_answered();
+  qa->set_question_id(question_id);
+  for (const auto& sel : reply.selected) qa->add_selected(sel);
+  qa->set_text(reply.text);
+  qa->set_answered_by(reply.by);
+  qa->set_answered_by_user(reply.by_user);
+  qa->set_call_id(call_id);
+  a.turn->sink.Emit(std::move(answered));
+}
+
 ToolResult AskQuestion(const AgentDeps& deps, const Agent& a, const std::string& call_id,
                        const json& input) {
   const json qs = input.value("questions", json());
@@ -57,18 +70,7 @@ ToolResult AskQuestion(const AgentDeps& deps, const Agent& a, const std::string&
   a.turn->sink.Emit(std::move(ev));
   auto reply = deps.replies.Wait(session_id, pending, a.turn->cancel);
   if (!reply) return {"the question was not answered (turn cancelled)", true};
-  {
-    // Every client of the session sees the answer that won, and whose it was.
-    v1::ServerEvent answered;
-    auto* qa = answered.mutable_question_answered();
-    qa->set_question_id(qid);
-    for (const auto& sel : reply->selected) qa->add_selected(sel);
-    qa->set_text(reply->text);
-    qa->set_answered_by(reply->by);
-    qa->set_answered_by_user(reply->by_user);
-    qa->set_call_id(call_id);
-    a.turn->sink.Emit(std::move(answered));
-  }
+  EmitAnswered(a, qid, call_id, *reply);
   json ans = {{"selected", reply->selected}, {"text", reply->text}};
   return {absl::StrCat("The user answered: ", ans.dump()), false};
 }

@@ -13,10 +13,15 @@ namespace fwai {
 
 struct AgentDeps;
 struct Agent;
+struct Interaction;
 
 inline constexpr char kAskQuestion[] = "askQuestion";
 
 ToolSpec SpecAskQuestion();
+
+// Tells every client of the session the answer that won, and whose it was.
+void EmitAnswered(const Agent& a, const std::string& question_id, const std::string& call_id,
+                  const Interaction& reply);
 
 // Asks input.questions and blocks until they are answered or the turn is cancelled.
 ToolResult AskQuestion(const AgentDeps& deps, const Agent& a, const std::string& call_id,

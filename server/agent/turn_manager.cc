@@ -186,10 +186,6 @@ absl::Status TurnManager::SetEditApproval(const std::string& session_id, bool as
   // No turn starts between the check and the change.
   auto hold = HoldStarts(session_id, "changing whether it asks before edits");
   if (!hold.ok()) return hold.status();
-  if (Running(session_id)) {
-    return absl::FailedPreconditionError(
-        "a turn is running; turn asking before edits on or off after it ends (or cancel it)");
-  }
   auto info = sessions_.Get(session_id);
   if (!info.ok()) return info.status();
   if (info->ask_before_edits == ask) return absl::OkStatus();

@@ -6,7 +6,7 @@
 // Hunks under review carry Keep / Revert lenses in the file's editor.
 import * as path from 'node:path';
 import * as vscode from 'vscode';
-import { Hunk, hunksOf, listCheckpoints, readCheckpointFile, rewindSession } from '../client';
+import { Hunk, hunksOf, listCheckpoints, readCheckpointFile, rewindSession, withHunkReverted } from '../client';
 import type { Connection } from './connection';
 import type { Chat } from './chat';
 
@@ -154,8 +154,7 @@ export class TurnReview implements vscode.TextDocumentContentProvider, vscode.Co
   /** The hunks of a file under review not yet kept, as the file is now. */
   async hunks(rel: string): Promise<Hunk[]> {
     const f = this.require(rel);
-    const doc = await vscode.workspace.openTextDocument(vscode.Uri.file(f.abs));
-    return hunksOf(f.before, doc.getText()).filter((h) => !f.kept.has(hunkKey(h)));
+    return hunksOf(f.before, (await textNow(f.abs)).text).filter((h) => !f.kept.has(hunkKey(h)));
   }
 
   /** Keeps a hunk: it stays and is no longer shown for review. */
@@ -167,29 +166,32 @@ export class TurnReview implements vscode.TextDocumentContentProvider, vscode.Co
     await this.settle(f);
   }
 
-  /** Reverts a hunk: its lines as they were before the turn, in the file, saved. */
+  /**
+   * Reverts a hunk: its lines as they were before the turn. An editor holding
+   * unsaved text of the file gets the change and is saved; otherwise the file
+   * is rewritten on disk (an open editor reloads it, however late its watcher
+   * says the file changed).
+   */
   async revertHunk(rel: string, index: number): Promise<void> {
     const f = this.require(rel);
-    const uri = vscode.Uri.file(f.abs);
-    const doc = await vscode.workspace.openTextDocument(uri);
-    const h = hunksOf(f.before, doc.getText()).filter((x) => !f.kept.has(hunkKey(x)))[index];
+    const { text, dirty } = await textNow(f.abs);
+    const h = hunksOf(f.before, text).filter((x) => !f.kept.has(hunkKey(x)))[index];
     if (!h) throw new Error(`${rel}: no hunk ${index + 1} to revert`);
-    const eol = doc.eol === vscode.EndOfLine.CRLF ? '\r\n' : '\n';
-    const edit = new vscode.WorkspaceEdit();
-    const start = new vscode.Position(h.newStart, 0);
-    const end = new vscode.Position(h.newStart + h.newLines.length, 0);
-    const text = h.oldLines.map((l) => l + eol).join('');
-    if (end.line >= doc.lineCount && h.newLines.length) {
-      // The hunk runs to the file's last line (which may have no newline).
-      const last = doc.lineAt(doc.lineCount - 1).range.end;
-      const beforeEndsWithNewline = f.before.endsWith('\n') || !f.before;
-      edit.replace(uri, new vscode.Range(start, last), beforeEndsWithNewline ? text : text.replace(/\r?\n$/, ''));
-    } else {
-      edit.replace(uri, new vscode.Range(start, end), text);
+    let back: string;
+    try {
+      back = withHunkReverted(f.before, text, h);
+    } catch (e) {
+      throw new Error(`${rel}: ${(e as Error).message}`);
     }
-    if (!(await vscode.workspace.applyEdit(edit))) throw new Error(`${rel}: the editor refused the revert`);
-    await doc.save();
-    await this.settle(f);
+    if (dirty) {
+      const edit = new vscode.WorkspaceEdit();
+      edit.replace(dirty.uri, new vscode.Range(new vscode.Position(0, 0), dirty.positionAt(text.length)), back);
+      if (!(await vscode.workspace.applyEdit(edit))) throw new Error(`${rel}: the editor refused the revert`);
+      if (!(await dirty.save())) throw new Error(`${rel}: reverted in the editor, but it could not be saved`);
+    } else {
+      await vscode.workspace.fs.writeFile(vscode.Uri.file(f.abs), Buffer.from(back, 'utf8'));
+    }
+    await this.settle(f, back);
   }
 
   /** Keeps the whole file as the turn left it. */
@@ -217,9 +219,9 @@ export class TurnReview implements vscode.TextDocumentContentProvider, vscode.Co
   }
 
   /** A file whose every hunk was kept or reverted leaves the review. */
-  private async settle(f: Reviewed): Promise<void> {
-    const doc = await vscode.workspace.openTextDocument(vscode.Uri.file(f.abs));
-    if (hunksOf(f.before, doc.getText()).every((h) => f.kept.has(hunkKey(h)))) this.review?.files.delete(f.path);
+  private async settle(f: Reviewed, text?: string): Promise<void> {
+    const now = text ?? (await textNow(f.abs)).text;
+    if (hunksOf(f.before, now).every((h) => f.kept.has(hunkKey(h)))) this.review?.files.delete(f.path);
     this.changed.fire();
   }
 
@@ -252,6 +254,18 @@ export class TurnReview implements vscode.TextDocumentContentProvider, vscode.Co
 
   dispose(): void {
     for (const d of this.disposables) d.dispose();
+  }
+}
+
+/** A file's text as the user has it: an editor's unsaved text, else the file on disk. */
+async function textNow(abs: string): Promise<{ text: string; dirty?: vscode.TextDocument }> {
+  const open = vscode.workspace.textDocuments.find((d) => d.uri.fsPath === abs);
+  if (open?.isDirty) return { text: open.getText(), dirty: open };
+  try {
+    return { text: Buffer.from(await vscode.workspace.fs.readFile(vscode.Uri.file(abs))).toString('utf8') };
+  } catch (e) {
+    if (e instanceof vscode.FileSystemError && e.code === 'FileNotFound') return { text: '' };
+    throw e;
   }
 }
 

@@ -28,6 +28,18 @@ async function until(pred, what, ms = 30000) {
   }
   throw new Error(`timed out waiting for ${typeof what === 'function' ? what() : what}`);
 }
+// The editor's document for `file`, holding what is on disk. A scenario
+// before may have written the file behind an open document; VS Code reloads
+// it when its watcher says so, which under load can come late, and a save
+// before then is refused as a conflict. Reverting reloads it now.
+async function showAsOnDisk(file) {
+  const doc = await vscode.workspace.openTextDocument(file);
+  const ed = await vscode.window.showTextDocument(doc);
+  const disk = fs.readFileSync(file, 'utf8');
+  if (doc.isDirty || doc.getText() !== disk) await vscode.commands.executeCommand('workbench.action.files.revert');
+  await until(() => doc.getText() === fs.readFileSync(file, 'utf8'), `${file} as on disk in its editor`);
+  return { doc, ed };
+}
 // A picture of this window for the docs, taken by the runner (which alone
 // drives the browser): `NAME.want` in $E2E_SHOTS asks for NAME.png once
 // `text` shows; the runner removes the request when the picture is taken.
@@ -413,8 +425,7 @@ const tests = [
       const ours = (uri) =>
         vscode.languages.getDiagnostics(uri).filter((d) => String(d.source).startsWith('fwai registers'));
       try {
-        const doc = await vscode.workspace.openTextDocument(file);
-        const ed = await vscode.window.showTextDocument(doc);
+        const { doc, ed } = await showAsOnDisk(file);
         const replace = async (from, to) => {
           const at = doc.getText().indexOf(from);
           assert.ok(at >= 0, from);

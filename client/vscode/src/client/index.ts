@@ -13,6 +13,7 @@ export * from './hardware';
 export * from './hunks';
 export * from './knowledge';
 export * from './model';
+export * from './outbox';
 export * from './projects';
 export * from './proto';
 export * from './reach';

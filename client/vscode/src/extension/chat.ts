@@ -7,6 +7,7 @@ import * as fs from 'node:fs';
 import * as path from 'node:path';
 import * as vscode from 'vscode';
 import {
+  EventOutbox,
   FwaiError,
   ServerEvent,
   SessionInfo,
@@ -28,9 +29,9 @@ export class Chat implements vscode.WebviewPanelSerializer, vscode.Disposable {
   private readonly log: ServerEvent[] = [];
   private view: vscode.WebviewPanel | null = null;
   private ready = false;
-  private outbox: ServerEvent[] = [];
-  private outboxRecvMs: number[] = []; // when each event reached the extension host (measurements)
+  private outbox = new EventOutbox();
   private flushTimer: NodeJS.Timeout | null = null;
+  private inFlight = new Set<number>(); // batches posted and not yet taken by the webview
   private pendingRoot: string | null = null;
   /** Latency and frame measurements in the webview (the hidden setting fwai.measure). */
   perf = vscode.workspace.getConfiguration('fwai').get<boolean>('measure', false);
@@ -119,6 +120,7 @@ export class Chat implements vscode.WebviewPanelSerializer, vscode.Disposable {
     this.view?.dispose();
     this.view = panel;
     this.ready = false;
+    this.inFlight = new Set();
     const view = panel;
     view.iconPath = vscode.Uri.joinPath(this.ctx.extensionUri, 'media', 'fwai.svg');
     const root = vscode.Uri.joinPath(this.ctx.extensionUri, 'dist', 'webview');
@@ -149,6 +151,7 @@ export class Chat implements vscode.WebviewPanelSerializer, vscode.Disposable {
       if (this.view !== view) return;
       this.view = null;
       this.ready = false;
+      this.inFlight = new Set();
     });
   }
 
@@ -171,27 +174,55 @@ export class Chat implements vscode.WebviewPanelSerializer, vscode.Disposable {
   }
 
   /**
-   * Events go to the webview in batches: the first after a quiet spell at
-   * once, then at most one message per BATCH_MS. Each message costs the
-   * workbench a fixed amount on its way to the webview; one per event
-   * queues them behind each other while a turn streams.
+   * Events go to the webview in batches, a few on their way at a time: the
+   * first after a quiet spell at once, the next at least BATCH_MS later and
+   * only while fewer than MAX_IN_FLIGHT wait to be taken by the webview. Each message costs the
+   * workbench a fixed amount on its way; posting faster than it delivers
+   * only queues them behind each other while a turn streams. Text deltas
+   * waiting together for the same message are sent as one (carrying the
+   * last one's seq, as fwaid's own coalescing does).
    */
   private forward(ev: ServerEvent): void {
-    this.outbox.push(ev);
-    if (this.perf) this.outboxRecvMs.push(Date.now());
-    if (this.flushTimer) return;
-    const wait = Math.max(0, this.lastPostMs + Chat.BATCH_MS - Date.now());
-    this.flushTimer = setTimeout(() => {
-      this.flushTimer = null;
-      this.lastPostMs = Date.now();
-      const batch = this.outbox;
-      const recv = this.outboxRecvMs;
-      this.outbox = [];
-      this.outboxRecvMs = [];
-      this.post(this.perf ? { type: 'events', events: batch, recvMs: recv } : { type: 'events', events: batch });
-    }, wait);
+    this.outbox.push(ev, this.perf ? Date.now() : 0);
+    this.scheduleFlush();
   }
+
+  private scheduleFlush(): void {
+    if (this.flushTimer || this.inFlight.size >= Chat.MAX_IN_FLIGHT || !this.outbox.size) return;
+    const wait = Math.max(0, this.lastPostMs + Chat.BATCH_MS - Date.now());
+    this.flushTimer = setTimeout(() => this.flush(), wait);
+  }
+
+  private flush(): void {
+    this.flushTimer = null;
+    const view = this.view;
+    const batch = this.outbox.take();
+    // Not shown yet: the log is replayed when the webview says it is ready.
+    if (!view || !this.ready || !batch.length) return;
+    this.lastPostMs = Date.now();
+    const n = ++this.batchNo;
+    const inFlight = this.inFlight;
+    inFlight.add(n);
+    const msg: any = { type: 'events', events: batch.map((o) => o.ev) };
+    if (this.perf) {
+      msg.perf = batch.map((o) => o.perf);
+      msg.postMs = this.lastPostMs;
+    }
+    // A message the workbench never answers (a webview going away) holds the
+    // next batch back a second at most.
+    const done = () => {
+      if (!inFlight.delete(n) || inFlight !== this.inFlight) return;
+      this.scheduleFlush();
+    };
+    const guard = setTimeout(done, 1000);
+    view.webview.postMessage(msg).then(
+      () => (clearTimeout(guard), done()),
+      () => (clearTimeout(guard), done()),
+    );
+  }
+  private batchNo = 0;
   private static readonly BATCH_MS = 16;
+  private static readonly MAX_IN_FLIGHT = 4;
   private lastPostMs = 0;
 
   private async onMessage(m: any): Promise<void> {
@@ -281,8 +312,7 @@ export class Chat implements vscode.WebviewPanelSerializer, vscode.Disposable {
     this.model.askBeforeEdits = info.ask_before_edits;
     this.model.todos = info.todos ?? [];
     this.log.length = 0;
-    this.outbox = [];
-    this.outboxRecvMs = [];
+    this.outbox.take();
     const stream = new SessionStream(client, info.id, { beforeReconnect: () => this.conn.revive() });
     this.stream = stream;
     stream.on('event', (ev) => {

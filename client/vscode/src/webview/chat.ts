@@ -29,7 +29,7 @@ type FromHost =
       askBeforeEdits?: boolean;
     }
   | { type: 'mode'; mode: string; askBeforeEdits?: boolean }
-  | { type: 'events'; events: ServerEvent[]; recvMs?: number[] }
+  | { type: 'events'; events: ServerEvent[]; perf?: [number, number][][]; postMs?: number }
   | { type: 'connection'; state: string; detail?: string }
   | { type: 'perf'; enable: boolean }
   | { type: 'perfReport' }
@@ -68,6 +68,7 @@ const toHost: number[] = [];
 const hostToDrawn: number[] = [];
 // Of the latter: the extension host -> this page's message handler, and the work of a frame.
 const hostToPage: number[] = [];
+const postToPage: number[] = []; // the extension host posting a batch → this page taking it
 const flushMs: number[] = [];
 const frameGaps: number[] = [];
 const keyLatencies: number[] = [];
@@ -588,15 +589,19 @@ window.addEventListener('message', (e: MessageEvent<FromHost>) => {
       schedule();
       break;
     case 'events':
+      if (perf && m.postMs) postToPage.push(Date.now() - m.postMs);
       for (let i = 0; i < m.events.length; i++) {
         const ev = m.events[i];
         const changes = model.apply(ev);
         if (!changes.length) continue;
         eventsRendered++;
         if (perf && ev.payload === 'text_delta') {
-          pendingDeltaTimes.push(ev.time_us);
-          pendingRecvMs.push(m.recvMs?.[i] ?? 0);
-          if (m.recvMs?.[i]) hostToPage.push(Date.now() - m.recvMs[i]);
+          // Each delta the extension host sent as this one: [daemon time_us, host ms].
+          for (const [us, recv] of m.perf?.[i] ?? [[ev.time_us, 0]]) {
+            pendingDeltaTimes.push(us);
+            pendingRecvMs.push(recv);
+            if (recv) hostToPage.push(Date.now() - recv);
+          }
         }
         onChanges(changes);
       }
@@ -697,6 +702,7 @@ document.addEventListener(
   toHost,
   hostToDrawn,
   hostToPage,
+  postToPage,
   flushMs,
   frameGaps,
   keyLatencies,
@@ -708,6 +714,7 @@ document.addEventListener(
     toHost.length = 0;
     hostToDrawn.length = 0;
     hostToPage.length = 0;
+    postToPage.length = 0;
     flushMs.length = 0;
     keyDownAt = 0;
   },

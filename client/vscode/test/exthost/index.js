@@ -76,6 +76,10 @@ const tests = [
       assert.equal(ext.extensionKind, vscode.ExtensionKind.Workspace);
       assert.equal(typeof api.activationMs, 'number');
       metrics.activationMs = api.activationMs;
+      // fwaid's run logs (a file per tool call) are not watched: a long turn
+      // would otherwise send the workbench a file event for each.
+      const watcherExclude = vscode.workspace.getConfiguration('files', vscode.Uri.file(PROJECT)).get('watcherExclude');
+      assert.equal(watcherExclude['**/.fwai/runs/**'], true, JSON.stringify(watcherExclude));
       const cmds = await vscode.commands.getCommands(true);
       for (const c of [
         'fwai.newSession',

@@ -369,3 +369,87 @@ test("a turn's hunks: 0-based starts for changes, insertions and deletions, CRLF
   ]);
   assert.deepEqual(hunksOf('a\n', ''), [{ oldStart: 0, oldLines: ['a'], newStart: 0, newLines: [] }]);
 });
+
+test('a hunk reverted alone: the others stay; line ends and a missing last newline kept', () => {
+  const { hunksOf, withHunkReverted } = lib;
+  const one = (before, now, i) => withHunkReverted(before, now, hunksOf(before, now)[i]);
+  assert.equal(one('a\nb\nc\n', 'A\nb\nC\n', 0), 'a\nb\nC\n');
+  assert.equal(one('a\nb\nc\n', 'A\nb\nC\n', 1), 'A\nb\nc\n');
+  assert.equal(one('a\nb\nc', 'a\nb\nC', 0), 'a\nb\nc');
+  assert.equal(one('a\nb\nc\n', 'a\nb\nc', 0), 'a\nb\nc\n');
+  assert.equal(one('a\nb\nc', 'a\nb\nc\n', 0), 'a\nb\nc');
+  assert.equal(one('', 'x\n', 0), '');
+  assert.equal(one('x\n', '', 0), 'x\n');
+  assert.equal(one('a\r\nb\r\nc\r\n', 'a\r\nB\r\nc\r\nd\r\n', 0), 'a\r\nb\r\nc\r\nd\r\n');
+  assert.equal(one('a\r\nb\r\nc\r\n', 'a\r\nB\r\nc\r\nd\r\n', 1), 'a\r\nB\r\nc\r\n');
+  assert.equal(one('1\n2\n3\n', '0\n1\n2\n3\n4\n', 1), '0\n1\n2\n3\n');
+  // A hunk of some other pair of texts is refused, not applied somewhere.
+  assert.throws(
+    () => withHunkReverted('a\n', 'b\n', { oldStart: 5, oldLines: ['x'], newStart: 5, newLines: ['y'] }),
+    /no longer in the file/,
+  );
+});
+
+test("the chat's outbox joins a stream's waiting text deltas, and nothing else", () => {
+  const { EventOutbox } = lib;
+  const delta = (seq, text, extra = {}) => ({
+    session_id: 's',
+    seq,
+    time_us: seq * 1000,
+    turn_id: extra.turn ?? 't1',
+    payload: 'text_delta',
+    text_delta: {
+      origin: { agent: extra.agent ?? 'main', parent_call_id: extra.parent ?? '' },
+      text,
+      thinking: !!extra.thinking,
+    },
+  });
+  const o = new EventOutbox();
+  o.push(delta(1, 'Hel'), 5);
+  o.push(delta(2, 'lo'), 6);
+  o.push(delta(3, 'hmm', { thinking: true }), 7); // thinking is its own stream
+  o.push(delta(4, 'sub', { agent: 'codebase-explorer', parent: 'd1' }), 8); // so is a sub-agent
+  o.push({
+    session_id: 's',
+    seq: 5,
+    time_us: 5000,
+    turn_id: 't1',
+    payload: 'tool_call_started',
+    tool_call_started: {},
+  });
+  o.push(delta(6, ' world'), 9); // a tool call between: kept apart, in order
+  o.push(delta(7, '!', { turn: 't2' })); // another turn
+  assert.equal(o.size, 6);
+  const out = o.take();
+  assert.equal(o.size, 0);
+  assert.deepEqual(
+    out.map((x) => [x.ev.seq, x.ev.payload, x.ev.text_delta?.text]),
+    [
+      [2, 'text_delta', 'Hello'],
+      [3, 'text_delta', 'hmm'],
+      [4, 'text_delta', 'sub'],
+      [5, 'tool_call_started', undefined],
+      [6, 'text_delta', ' world'],
+      [7, 'text_delta', '!'],
+    ],
+  );
+  // The first delta's time stays the event's; each joined delta's times kept for measurements.
+  assert.equal(out[0].ev.time_us, 1000);
+  assert.deepEqual(out[0].perf, [
+    [1000, 5],
+    [2000, 6],
+  ]);
+  assert.deepEqual(out[5].perf, []);
+  // What a model makes of the joined events equals what it makes of each one.
+  const { SessionModel } = lib;
+  const a = new SessionModel('s');
+  const b = new SessionModel('s');
+  const evs = [delta(1, 'Hel'), delta(2, 'lo'), delta(3, ' there')];
+  for (const e of evs) a.apply(e);
+  const o2 = new EventOutbox();
+  for (const e of evs) o2.push(e);
+  for (const x of o2.take()) b.apply(x.ev);
+  assert.equal(b.turns[0].items[0].text, 'Hello there');
+  assert.deepEqual(JSON.stringify(b.turns), JSON.stringify(a.turns));
+  assert.equal(b.lastSeq, 3);
+});

@@ -168,12 +168,14 @@ void Watches::Run(Running* r) {
       return;
     }
     if (n != SerialReader::Next::kLine || l.notice) continue;  // a notice is not the board's
+    // The line's time is taken before it counts as read: whoever waits for
+    // the count (a test stepping the clock) moves time after, not before.
+    const int64_t now = clock_->NowMicros();
     {
       MutexLock lock(&mu_);
       ++r->state.lines;
     }
     if (!re2::RE2::PartialMatch(l.text, *r->re)) continue;
-    const int64_t now = clock_->NowMicros();
     r->hits.push_back(now);
     while (rule.within_s > 0 && now - r->hits.front() > int64_t{rule.within_s} * 1000000)
       r->hits.pop_front();

@@ -176,11 +176,10 @@ export class Chat implements vscode.WebviewPanelSerializer, vscode.Disposable {
   /**
    * Events go to the webview in batches, a few on their way at a time: the
    * first after a quiet spell at once, the next at least BATCH_MS later and
-   * only while fewer than MAX_IN_FLIGHT wait to be taken by the webview. Each message costs the
-   * workbench a fixed amount on its way; posting faster than it delivers
-   * only queues them behind each other while a turn streams. Text deltas
-   * waiting together for the same message are sent as one (carrying the
-   * last one's seq, as fwaid's own coalescing does).
+   * only while fewer than MAX_IN_FLIGHT wait to be taken by the webview.
+   * Each message costs the workbench a fixed amount on its way; posting
+   * faster than it delivers only queues them behind each other while a turn
+   * streams. Text deltas waiting together are sent as one (EventOutbox).
    */
   private forward(ev: ServerEvent): void {
     this.outbox.push(ev, this.perf ? Date.now() : 0);

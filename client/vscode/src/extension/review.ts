@@ -206,8 +206,7 @@ export class TurnReview implements vscode.TextDocumentContentProvider, vscode.Co
     const f = this.require(rel);
     const r = this.review!;
     // An editor holding unsaved text of it would write it back over the restore.
-    const open = vscode.workspace.textDocuments.find((d) => d.uri.fsPath === f.abs);
-    if (open?.isDirty) await open.save();
+    await unsavedEditorOf(f.abs)?.save();
     await rewindSession(await this.conn.get(), r.sessionId, {
       to: r.checkpoint,
       files: true,
@@ -257,10 +256,15 @@ export class TurnReview implements vscode.TextDocumentContentProvider, vscode.Co
   }
 }
 
+/** The editor document holding unsaved text of a file, if any. */
+function unsavedEditorOf(abs: string): vscode.TextDocument | undefined {
+  return vscode.workspace.textDocuments.find((d) => d.uri.fsPath === abs && d.isDirty);
+}
+
 /** A file's text as the user has it: an editor's unsaved text, else the file on disk. */
 async function textNow(abs: string): Promise<{ text: string; dirty?: vscode.TextDocument }> {
-  const open = vscode.workspace.textDocuments.find((d) => d.uri.fsPath === abs);
-  if (open?.isDirty) return { text: open.getText(), dirty: open };
+  const dirty = unsavedEditorOf(abs);
+  if (dirty) return { text: dirty.getText(), dirty };
   try {
     return { text: Buffer.from(await vscode.workspace.fs.readFile(vscode.Uri.file(abs))).toString('utf8') };
   } catch (e) {

@@ -1,10 +1,14 @@
 #include "server/boards/boards.h"
 
+#include <algorithm>
+#include <chrono>
+#include <deque>
 #include <map>
 #include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "common/cancel.h"
+#include "common/clock.h"
 #include "common/local_account.h"
 #include "common/verdict.h"
 #include "server/hardware/firmware_image.h"
@@ -23,11 +27,20 @@ struct OpenBoardReaders {
 namespace {
 
 // A host's reader, listed while it is open so that Boards::Notice reaches it.
+// A notice is about a line of the board (a watch matched it); it is shown
+// after that line. The watch read the line through its own reader, which may
+// be ahead of this one (another hub reader, another stream from a bench), so
+// the notice waits here until this reader has passed the line — or at once
+// when this reader opened after it, and after kNoticeHoldUs at most when the
+// line never comes (this reader lost it falling behind).
 class ListedSerial final : public BoardSerial {
  public:
-  ListedSerial(std::unique_ptr<BoardSerial> inner, std::string board,
-               std::shared_ptr<OpenBoardReaders> open)
-      : inner_(std::move(inner)), open_(std::move(open)) {
+  ListedSerial(std::unique_ptr<BoardSerial> inner, std::string board, const std::string& stream,
+               bool from_history, std::shared_ptr<OpenBoardReaders> open)
+      : inner_(std::move(inner)),
+        stream_(StreamName(stream)),
+        first_live_(from_history ? 0 : inner_->next_seq()),
+        open_(std::move(open)) {
     MutexLock lock(&open_->mu);
     it_ = open_->by_board.emplace(std::move(board), this);
   }
@@ -35,9 +48,7 @@ class ListedSerial final : public BoardSerial {
     MutexLock lock(&open_->mu);
     open_->by_board.erase(it_);
   }
-  SerialReader::Next Wait(SerialLine& line, int timeout_ms) override {
-    return inner_->Wait(line, timeout_ms);
-  }
+  SerialReader::Next Wait(SerialLine& line, int timeout_ms) override;
   std::string end_reason() const override { return inner_->end_reason(); }
   uint64_t dropped() const override { return inner_->dropped(); }
   absl::Status Write(std::string_view bytes) override { return inner_->Write(bytes); }
@@ -46,12 +57,87 @@ class ListedSerial final : public BoardSerial {
   uint64_t next_seq() const override { return inner_->next_seq(); }
   bool host_stopping() const override { return inner_->host_stopping(); }
   void Notice(const std::string& text) override { inner_->Notice(text); }
+  // A notice about the line numbered `after_seq` of `stream` (0: about no
+  // line). Lines of another stream are numbered apart: shown at once.
+  void NoticeAfter(const std::string& text, const std::string& stream, uint64_t after_seq)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  static std::string StreamName(const std::string& s) { return s.empty() ? "uart" : s; }
 
  private:
+  struct Held {
+    std::string text;
+    uint64_t after_seq;
+    int64_t due_us;  // shown by then whatever came
+  };
+  static constexpr int64_t kNoticeHoldUs = 1'000'000;
+  static constexpr int kSliceMs = 200;  // how often a wait looks at notices held
+  // Hands the held notices now due to the host's reader, behind the lines
+  // already there.
+  void ReleaseDue() ABSL_LOCKS_EXCLUDED(mu_);
+
   const std::unique_ptr<BoardSerial> inner_;
+  const std::string stream_;
+  const uint64_t first_live_;  // lines numbered below it never come (0: unknown, or from history)
   const std::shared_ptr<OpenBoardReaders> open_;
   std::multimap<std::string, BoardSerial*>::iterator it_;  // set once, in the constructor
+  Mutex mu_;
+  uint64_t passed_ ABSL_GUARDED_BY(mu_) = 0;  // the last board line Wait returned
+  std::deque<Held> held_ ABSL_GUARDED_BY(mu_);
 };
+
+void ListedSerial::NoticeAfter(const std::string& text, const std::string& stream,
+                               uint64_t after_seq) {
+  {
+    MutexLock lock(&mu_);
+    const bool seen = after_seq == 0 || StreamName(stream) != stream_ || after_seq < first_live_ ||
+                      after_seq <= passed_;
+    if (!seen) {
+      held_.push_back(Held{text, after_seq, NowMicros() + kNoticeHoldUs});
+      return;
+    }
+  }
+  inner_->Notice(text);
+}
+
+void ListedSerial::ReleaseDue() {
+  std::vector<std::string> due;
+  {
+    MutexLock lock(&mu_);
+    const int64_t now = NowMicros();
+    while (!held_.empty() && (held_.front().after_seq <= passed_ || held_.front().due_us <= now)) {
+      due.push_back(std::move(held_.front().text));
+      held_.pop_front();
+    }
+  }
+  for (const auto& t : due) inner_->Notice(t);
+}
+
+SerialReader::Next ListedSerial::Wait(SerialLine& line, int timeout_ms) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  for (;;) {
+    ReleaseDue();
+    bool holding;
+    {
+      MutexLock lock(&mu_);
+      holding = !held_.empty();
+    }
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+                          deadline - std::chrono::steady_clock::now())
+                          .count();
+    const int slice =
+        static_cast<int>(std::max<int64_t>(0, holding ? std::min<int64_t>(left, kSliceMs) : left));
+    const auto n = inner_->Wait(line, slice);
+    if (n == SerialReader::Next::kLine) {
+      if (!line.notice) {
+        MutexLock lock(&mu_);
+        passed_ = std::max(passed_, line.seq);
+      }
+      return n;
+    }
+    // Ended: every line came; a notice whose line never did goes with the stream.
+    if (n == SerialReader::Next::kEnded || left <= slice) return n;
+  }
+}
 
 }  // namespace
 
@@ -204,14 +290,17 @@ absl::StatusOr<std::unique_ptr<BoardSerial>> Boards::OpenSerial(const Caller& ca
   auto serial = HostOf(board).OpenSerial(caller, board, from_history, stream);
   if (!serial.ok() || !hears_notices) return serial;
   return std::unique_ptr<BoardSerial>(
-      std::make_unique<ListedSerial>(*std::move(serial), board.id, open_));
+      std::make_unique<ListedSerial>(*std::move(serial), board.id, stream, from_history, open_));
 }
 
-int Boards::Notice(const std::string& board, const std::string& text) {
+int Boards::Notice(const std::string& board, const std::string& text, const std::string& stream,
+                   uint64_t after_seq) {
   MutexLock lock(&open_->mu);
   int n = 0;
   auto [b, e] = open_->by_board.equal_range(board);
-  for (auto it = b; it != e; ++it, ++n) it->second->Notice(text);
+  // Every reader listed is a ListedSerial (only OpenSerial lists them).
+  for (auto it = b; it != e; ++it, ++n)
+    static_cast<ListedSerial*>(it->second)->NoticeAfter(text, stream, after_seq);
   return n;
 }
 

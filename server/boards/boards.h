@@ -74,8 +74,8 @@ class BoardSerial {
   // With the end: it came because the daemon serving the board stops (open
   // the stream again once it is back), not because the port or lease did.
   virtual bool host_stopping() const { return false; }
-  // Queues a notice (SerialLine::notice) for this reader: Wait returns it
-  // in order with the lines. Thread-safe.
+  // Queues a notice (SerialLine::notice) for this reader behind the lines
+  // already queued: Wait returns it in order with them. Thread-safe.
   virtual void Notice(const std::string& text) = 0;
 };
 
@@ -229,8 +229,13 @@ class Boards {
       const Caller& caller, const BoardRef& board, size_t max_lines,
       const std::string& stream = "");
   // A notice to every reader of `board` opened through this object (any
-  // stream, local or lab): a watch on it fired. Returns how many got it.
-  int Notice(const std::string& board, const std::string& text);
+  // stream, local or lab): a watch on it fired on the line numbered
+  // `after_seq` of `stream` (0: on no line). A reader of that stream shows it
+  // after that line (at once if it opened after it; about a second later if
+  // it lost it); readers of other streams at once. Returns how many readers
+  // got it.
+  int Notice(const std::string& board, const std::string& text, const std::string& stream = "",
+             uint64_t after_seq = 0);
   [[nodiscard]] absl::StatusOr<uint64_t> SerialNextSeq(const Caller& caller, const BoardRef& board,
                                                        const std::string& stream = "");
   [[nodiscard]] absl::StatusOr<DebugResult> Debug(const Caller& caller, const BoardRef& board,

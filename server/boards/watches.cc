@@ -243,7 +243,7 @@ void Watches::Fire(Running* r, const std::string& line, uint64_t seq, int64_t no
   }
   if (rule.notify) {
     rec["notified"] = {
-        {"readers", boards_.Notice(rule.board, said)},
+        {"readers", boards_.Notice(rule.board, said, rule.stream, seq)},
         {"sessions", hooks_.notify ? hooks_.notify(rule.board, rule.name, said) : 0}};
   }
   if (hooks_.record) hooks_.record(rec);

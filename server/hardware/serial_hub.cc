@@ -27,12 +27,6 @@ namespace asio = boost::asio;
 namespace {
 constexpr size_t kReaderQueue = 100000;  // lines a slow reader may lag before dropping
 constexpr int kPartialFlushMs = 150;     // a line without newline shows up after this
-
-// Held while a line goes into a hub's readers' queues, and while a notice goes
-// into one: a notice queued by whoever reacted to a line in one reader (a
-// watch) cannot land ahead of that line in a reader the line has not yet
-// reached. One lock for every hub: each holds it for a few queue pushes.
-Mutex delivery_mu;
 }  // namespace
 
 // ---- SerialReader ----
@@ -91,7 +85,6 @@ void SerialReader::PushNotice(std::string text, int64_t time_us) {
   l.time_us = time_us;
   l.text = std::move(text);
   l.notice = true;
-  MutexLock delivering(&delivery_mu);
   Push(l, SIZE_MAX);  // a notice is never the one dropped to make room
 }
 
@@ -598,10 +591,7 @@ void SerialHub::Deliver(std::string text) {
     rep_->log << line.time_us << ' ' << line.text << '\n';
     rep_->log.flush();
   }
-  {
-    MutexLock delivering(&delivery_mu);
-    for (auto& r : readers_) r->Push(line, kReaderQueue);
-  }
+  for (auto& r : readers_) r->Push(line, kReaderQueue);
   history_.push_back(std::move(line));
   while (history_.size() > history_lines_) history_.pop_front();
   cv_.SignalAll();

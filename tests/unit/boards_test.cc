@@ -6,14 +6,52 @@
 
 #include <gtest/gtest.h>
 
+#include <deque>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <mutex>
+#include <thread>
 
 #include "tests/integration/daemon_fixture.h"
 
 namespace fwai {
 namespace {
+
+// A reader whose lines arrive only when the test says: a bench's stream that
+// lags behind the one a watch read. Starts at line 10.
+struct FakeLines {
+  std::mutex mu;
+  std::deque<SerialLine> queue;
+};
+class FakeSerial final : public BoardSerial {
+ public:
+  explicit FakeSerial(std::shared_ptr<FakeLines> lines) : lines_(std::move(lines)) {}
+  SerialReader::Next Wait(SerialLine& line, int timeout_ms) override {
+    std::unique_lock lock(lines_->mu);
+    if (lines_->queue.empty()) {
+      lock.unlock();  // nothing pushes while a test waits: the wait passes
+      std::this_thread::sleep_for(std::chrono::milliseconds(std::min(timeout_ms, 10)));
+      lock.lock();
+    }
+    if (lines_->queue.empty()) return SerialReader::Next::kTimeout;
+    line = lines_->queue.front();
+    lines_->queue.pop_front();
+    return SerialReader::Next::kLine;
+  }
+  std::string end_reason() const override { return ""; }
+  uint64_t dropped() const override { return 0; }
+  absl::Status Write(std::string_view) override { return absl::OkStatus(); }
+  absl::Status SendLine(std::string_view) override { return absl::OkStatus(); }
+  uint64_t next_seq() const override { return 10; }
+  void Notice(const std::string& text) override {
+    std::lock_guard lock(lines_->mu);
+    lines_->queue.push_back(SerialLine{0, 0, text, true});
+  }
+
+ private:
+  std::shared_ptr<FakeLines> lines_;
+};
 
 // A host that records what reached it.
 class FakeHost final : public BoardHost {
@@ -81,8 +119,9 @@ class FakeHost final : public BoardHost {
   }
   absl::StatusOr<std::unique_ptr<BoardSerial>> OpenSerial(const Caller&, const BoardRef&, bool,
                                                           const std::string&) override {
-    return absl::UnimplementedError("no serial in this fake");
+    return std::unique_ptr<BoardSerial>(std::make_unique<FakeSerial>(lines));
   }
+  std::shared_ptr<FakeLines> lines = std::make_shared<FakeLines>();
   absl::StatusOr<uint64_t> SerialNextSeq(const Caller&, const BoardRef&,
                                          const std::string&) override {
     return 42;
@@ -315,6 +354,48 @@ TEST_F(BoardsTest, DebugResetAndHistoryGoToTheBoardsHost) {
   ASSERT_TRUE(boards_.OtaConfirm(alice_, *l).ok());
   EXPECT_EQ(local_.ota, 2);
   EXPECT_EQ(lab_.ota, 0);
+}
+
+// A watch read line 11 through its own stream; this reader's stream (a
+// bench's, later) has not brought it yet: the notice waits for the line.
+TEST_F(BoardsTest, ANoticeIsShownAfterTheLineItIsAboutHoweverLateThatLineComes) {
+  auto r = boards_.Resolve(alice_, "r1");
+  ASSERT_TRUE(r.ok()) << r.status();
+  auto reader = boards_.OpenSerial(alice_, *r, /*from_history=*/false);
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  auto push = [&](uint64_t seq) {
+    std::lock_guard lock(lab_.lines->mu);
+    lab_.lines->queue.push_back(SerialLine{seq, 0, "line " + std::to_string(seq), false});
+  };
+  auto next = [&] {
+    SerialLine l;
+    return (*reader)->Wait(l, 0) == SerialReader::Next::kLine
+               ? (l.notice ? "notice: " : "") + l.text
+               : std::string("(nothing)");
+  };
+  push(10);
+  EXPECT_EQ(boards_.Notice("r1", "fired on 11", "uart", 11), 1);
+  EXPECT_EQ(next(), "line 10");
+  EXPECT_EQ(next(), "(nothing)");  // held: line 11 has not come
+  push(11);
+  EXPECT_EQ(next(), "line 11");
+  EXPECT_EQ(next(), "notice: fired on 11");
+  // About a line before this reader opened, of another stream, or of no line: at once.
+  boards_.Notice("r1", "fired on 3", "", 3);
+  EXPECT_EQ(next(), "notice: fired on 3");
+  boards_.Notice("r1", "fired on rtt", "rtt:0", 99);
+  EXPECT_EQ(next(), "notice: fired on rtt");
+  boards_.Notice("r1", "fired", "", 0);
+  EXPECT_EQ(next(), "notice: fired");
+  // A line this reader never gets (lost falling behind): the notice still comes.
+  boards_.Notice("r1", "fired on 50", "", 50);
+  EXPECT_EQ(next(), "(nothing)");
+  SerialLine l;
+  ASSERT_EQ((*reader)->Wait(l, 5000), SerialReader::Next::kLine);
+  EXPECT_TRUE(l.notice);
+  EXPECT_EQ(l.text, "fired on 50");
+  // A notice reaches only readers of its board.
+  EXPECT_EQ(boards_.Notice("r2", "elsewhere", "", 0), 0);
 }
 
 }  // namespace

@@ -35,9 +35,14 @@ async function until(pred, what, ms = 30000) {
 async function showAsOnDisk(file) {
   const doc = await vscode.workspace.openTextDocument(file);
   const ed = await vscode.window.showTextDocument(doc);
-  const disk = fs.readFileSync(file, 'utf8');
-  if (doc.isDirty || doc.getText() !== disk) await vscode.commands.executeCommand('workbench.action.files.revert');
-  await until(() => doc.getText() === fs.readFileSync(file, 'utf8'), `${file} as on disk in its editor`);
+  // Reverted even when its text already matches the disk: a revert reads the
+  // file again, so the editor's idea of when it was written is current and a
+  // save from this test is not refused as a conflict with an earlier write.
+  await vscode.commands.executeCommand('workbench.action.files.revert');
+  await until(
+    () => !doc.isDirty && doc.getText() === fs.readFileSync(file, 'utf8'),
+    `${file} as on disk in its editor`,
+  );
   return { doc, ed };
 }
 // A picture of this window for the docs, taken by the runner (which alone
@@ -429,12 +434,17 @@ const tests = [
       const ours = (uri) =>
         vscode.languages.getDiagnostics(uri).filter((d) => String(d.source).startsWith('fwai registers'));
       try {
-        const { doc, ed } = await showAsOnDisk(file);
+        const { doc } = await showAsOnDisk(file);
         const replace = async (from, to) => {
           const at = doc.getText().indexOf(from);
           assert.ok(at >= 0, from);
-          await ed.edit((e) => e.replace(new vscode.Range(doc.positionAt(at), doc.positionAt(at + from.length)), to));
-          assert.ok(await doc.save());
+          // A workspace edit, not the editor's: it applies whichever editor
+          // has the focus and whatever version the document has reached.
+          const edit = new vscode.WorkspaceEdit();
+          edit.replace(doc.uri, new vscode.Range(doc.positionAt(at), doc.positionAt(at + from.length)), to);
+          assert.ok(await vscode.workspace.applyEdit(edit), `the edit to ${file} was applied`);
+          assert.ok(doc.isDirty && doc.getText().includes(to), `${file} holds the edit, unsaved`);
+          assert.ok(await doc.save(), `${file} saved`);
         };
         // Saving checks the folder (fwai.checkRegistersOnSave).
         await replace('RCC_APB2ENR_USART1EN (1u << 14)', 'RCC_APB2ENR_USART1EN (1u << 13)');

@@ -18,7 +18,10 @@
 
 namespace fwai::testing {
 
-int PickFreePort() {
+namespace {
+
+// Binds a socket to an ephemeral port on 127.0.0.1; the port (0 on failure) and the socket.
+int BindEphemeral(int* fd_out) {
   int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
@@ -30,8 +33,28 @@ int PickFreePort() {
       getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
     port = ntohs(addr.sin_port);
   }
+  *fd_out = fd;
+  return port;
+}
+
+}  // namespace
+
+int PickFreePort() {
+  int fd = -1;
+  const int port = BindEphemeral(&fd);
   close(fd);
   return port;
+}
+
+std::vector<int> PickFreePorts(int n) {
+  std::vector<int> ports, fds;
+  for (int i = 0; i < n; ++i) {
+    int fd = -1;
+    ports.push_back(BindEphemeral(&fd));
+    fds.push_back(fd);
+  }
+  for (int fd : fds) close(fd);
+  return ports;
 }
 
 EtcdCluster::EtcdCluster(int members) : members_(members) {
@@ -202,12 +225,14 @@ bool EtcdCluster::Start() {
   for (int attempt = 0; attempt < 5; ++attempt) {
     KillAll();
     initial_cluster_.clear();
-    for (auto& m : members_) {
+    const std::vector<int> ports = PickFreePorts(2 * size());
+    for (size_t i = 0; i < members_.size(); ++i) {
+      Member& m = members_[i];
       std::error_code ec;
       std::filesystem::remove_all(m.data_dir, ec);
       std::filesystem::remove(m.log, ec);
-      m.client_port = PickFreePort();
-      m.peer_port = PickFreePort();
+      m.client_port = ports[2 * i];
+      m.peer_port = ports[2 * i + 1];
       initial_cluster_ += (initial_cluster_.empty() ? "" : ",") + m.name +
                           "=http://127.0.0.1:" + std::to_string(m.peer_port);
     }

@@ -78,6 +78,10 @@ class EtcdCluster {
 // A free TCP port on 127.0.0.1 at the time of the call.
 int PickFreePort();
 
+// `n` free TCP ports on 127.0.0.1, all different: each is held bound until all are picked, so
+// the kernel cannot hand the same one out twice.
+std::vector<int> PickFreePorts(int n);
+
 // Polls `cond` every 50 ms until it holds or `timeout` passes; its last answer.
 template <typename F>
 bool Eventually(F cond, std::chrono::milliseconds timeout) {

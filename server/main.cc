@@ -88,6 +88,7 @@
 #include "server/project/secrets.h"
 #include "server/session/checkpoints.h"
 #include "server/session/session_manager.h"
+#include "server/session/shares.h"
 #include "server/skills/run_journal.h"
 #include "server/skills/runner.h"
 #include "server/skills/skill_tools.h"
@@ -884,6 +885,7 @@ class Daemon {
   std::unique_ptr<RolloutManager> rollouts_;
   PeerRegistry peers_;
   std::unique_ptr<TokenStore> tokens_;
+  std::unique_ptr<SessionShares> shares_;
   std::unique_ptr<Identities> identities_;
   Quotas quotas_;
   std::function<void(const nlohmann::json&)> audit_;
@@ -1501,6 +1503,9 @@ std::optional<int> Daemon::OpenGate() {
   auto tokens = TokenStore::Open(*storage_);
   if (!tokens.ok()) return Fail(absl::StrCat("tokens: ", tokens.status().message()));
   tokens_ = *std::move(tokens);
+  auto shares = SessionShares::Open(*storage_);
+  if (!shares.ok()) return Fail(absl::StrCat("session shares: ", shares.status().message()));
+  shares_ = *std::move(shares);
   identities_ = std::make_unique<Identities>(config_.security, *tokens_, getuid());
   identities_for_tools_ = identities_.get();
   // A node of a lab serves other nodes' certificates (LabNode calls only).
@@ -1512,6 +1517,11 @@ std::optional<int> Daemon::OpenGate() {
   if (auto missing = RpcsWithoutRules(); !missing.empty()) {
     // Every RPC must have an access rule: one without would be refused to all.
     return Fail(absl::StrCat("internal error: no access rule for ", absl::StrJoin(missing, ", ")),
+                70);
+  }
+  if (auto missing = SessionActionsWithoutRules(); !missing.empty()) {
+    // Likewise every session RPC and Chat message (one without: owners only).
+    return Fail(absl::StrCat("internal error: no session rule for ", absl::StrJoin(missing, ", ")),
                 70);
   }
   gate_ = std::make_unique<Gate>(*identities_, quotas_, peers_, audit_);
@@ -1556,6 +1566,7 @@ void Daemon::FillApiDeps() {
   };
   deps.sessions = sessions_.get();
   deps.turns = turns_.get();
+  deps.shares = shares_.get();
   deps.config = &config_;
   deps.providers = &providers_;
   deps.peers = &peers_;
@@ -1574,9 +1585,11 @@ void Daemon::FillApiDeps() {
   deps.rollouts = rollouts_.get();
   deps.plugins = plugins_.get();
   deps.checkpoints = checkpoints_.get();
-  deps.on_session_deleted = [hardware = hardware_.get(),
-                             cp = checkpoints_.get()](const std::string& id) {
+  deps.on_session_deleted = [hardware = hardware_.get(), cp = checkpoints_.get(),
+                             shares = shares_.get()](const std::string& id) {
     hardware->SessionEnded(id);
+    if (auto s = shares->DeleteSession(id); !s.ok())
+      spdlog::warn("shares of session {}: {}", id, s.ToString());
     if (auto s = cp->DropSession(id); !s.ok())
       spdlog::warn("checkpoints of session {}: {}", id, s.ToString());
   };

@@ -42,6 +42,7 @@
 #include "client/cli/project.h"
 #include "client/cli/render.h"
 #include "client/cli/rewind.h"
+#include "client/cli/share.h"
 #include "client/cli/skills.h"
 #include "client/cli/tools.h"
 #include "client/cli/turn_notes.h"
@@ -435,12 +436,13 @@ int CmdAttach(const Globals& g, const std::string& session_id, uint64_t after, b
   }
 }
 
-int CmdSessionsLs(const Globals& g, bool all) {
+int CmdSessionsLs(const Globals& g, bool all, bool shared_with_me) {
   auto c = Connect(g);
   if (!c.ok()) return Fail(g, kExitUnreachable, std::string(c.status().message()));
   grpc::ClientContext ctx;
   pb::ListSessionsRequest req;
   req.set_all(all);
+  req.set_shared_with_me(shared_with_me);
   pb::ListSessionsResponse resp;
   auto st = c->sessions->List(&ctx, req, &resp);
   if (!st.ok()) return FailGrpc(g, st);
@@ -459,9 +461,14 @@ int CmdSessionsLs(const Globals& g, bool all) {
     std::string title = s.title().substr(0, 30);
     for (auto& ch : title)
       if (ch == '\n') ch = ' ';
-    std::printf("%-20s %-16s %6llu  %-30s %s%s\n", s.id().c_str(),
+    // A session shared with the caller says whose it is and what the caller may do.
+    const std::string whose = s.my_role() == "owner" || s.my_role().empty()
+                                  ? ""
+                                  : absl::StrCat("  (", s.owner_user(), "'s, ", s.my_role(), ")");
+    std::printf("%-20s %-16s %6llu  %-30s %s%s%s\n", s.id().c_str(),
                 FormatTime(s.updated_us()).c_str(), static_cast<unsigned long long>(s.last_seq()),
-                title.c_str(), s.project_root().c_str(), s.turn_running() ? "  (running)" : "");
+                title.c_str(), s.project_root().c_str(), s.turn_running() ? "  (running)" : "",
+                whose.c_str());
   }
   return kExitOk;
 }
@@ -778,7 +785,7 @@ class Repl {
     } else if (line == "/session") {
       std::cout << (session_id_.empty() ? "(none yet)" : session_id_) << std::endl;
     } else if (line == "/sessions") {
-      CmdSessionsLs(g_, false);
+      CmdSessionsLs(g_, false, true);
     } else if (line == "/compact") {
       if (session_id_.empty()) {
         std::cout << "(nothing to compact yet)" << std::endl;
@@ -1069,17 +1076,20 @@ int Main(int argc, char** argv) {
   attach->add_option("--after", after, "Only events after this seq");
   attach->add_flag("--no-follow", no_follow, "Stop after the stored events");
 
-  auto* sessions = app.add_subcommand("sessions", "List, show and remove sessions");
+  auto* sessions = app.add_subcommand("sessions", "List, show, share and remove sessions");
   sessions->require_subcommand(1);
-  bool all = false;
+  bool all = false, shared_with_me = false;
   auto* ls = sessions->add_subcommand("ls", "List sessions");
   ls->add_flag("--all", all, "Every user's sessions (daemon owner only)");
+  ls->add_flag("--shared-with-me", shared_with_me,
+               "Also the sessions other users share with you (with their owner and your role)");
   std::string show_id;
   auto* show = sessions->add_subcommand("show", "Show a session and its history");
   show->add_option("session", show_id)->required();
   std::vector<std::string> rm_ids;
   auto* rm = sessions->add_subcommand("rm", "Delete sessions");
   rm->add_option("session", rm_ids)->required();
+  ShareCommands share(*sessions, g);
 
   auto* daemon = app.add_subcommand("daemon", "Start, stop or inspect fwaid");
   daemon->require_subcommand(1);
@@ -1132,7 +1142,8 @@ int Main(int argc, char** argv) {
   if (chat->parsed())
     return CmdChat(g, session_id, words, provider, model, cont, plan_mode, auto_approve, ask_edits);
   if (attach->parsed()) return CmdAttach(g, attach_id, after, no_follow);
-  if (ls->parsed()) return CmdSessionsLs(g, all);
+  if (ls->parsed()) return CmdSessionsLs(g, all, shared_with_me);
+  if (auto rc = share.RunIfParsed()) return *rc;
   if (show->parsed()) return CmdSessionsShow(g, show_id);
   if (rm->parsed()) return CmdSessionsRm(g, rm_ids);
   if (dstart->parsed()) return CmdDaemonStart(g);

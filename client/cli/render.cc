@@ -154,9 +154,14 @@ void EventRenderer::Render(const fwai::v1::ServerEvent& ev) {
       }
       return;
     }
-    case E::kUserMessage:
-      if (show_user_) Line(out_, absl::StrCat("> ", ev.user_message().text()));
+    case E::kUserMessage: {
+      // In a shared session, a message of someone other than the owner
+      // says whose it is ("bob> ...").
+      const auto& a = ev.user_message().author();
+      if (show_user_ || (!a.principal().empty() && !a.owner()))
+        Line(out_, absl::StrCat(a.owner() ? "" : a.user(), "> ", ev.user_message().text()));
       return;
+    }
     case E::kToolCallStarted: {
       const auto& s = ev.tool_call_started();
       if (!s.parent_call_id().empty()) SubText(s.parent_call_id(), true);
@@ -185,11 +190,14 @@ void EventRenderer::Render(const fwai::v1::ServerEvent& ev) {
       char cost[32];
       std::snprintf(cost, sizeof(cost), "$%.4f", f.usage().cost_usd());
       EndLine();
-      std::fprintf(err_, "%s\n",
-                   Dim(err_, absl::StrCat("[", f.usage().input_tokens(), " in · ",
-                                          f.usage().output_tokens(), " out tokens · ", cost, " · ",
-                                          f.duration_ms() / 1000.0, " s · ", f.stop_reason(), "]"))
-                       .c_str());
+      std::fprintf(
+          err_, "%s\n",
+          Dim(err_,
+              absl::StrCat(
+                  "[", f.usage().input_tokens(), " in · ", f.usage().output_tokens(),
+                  " out tokens · ", cost, " · ", f.duration_ms() / 1000.0, " s · ", f.stop_reason(),
+                  f.cancelled_by().user().empty() ? "" : " by " + f.cancelled_by().user(), "]"))
+              .c_str());
       std::fflush(err_);
       return;
     }
@@ -203,9 +211,12 @@ void EventRenderer::Render(const fwai::v1::ServerEvent& ev) {
         SubText(ev.message_done().origin().parent_call_id(), true);
       }
       return;
-    case E::kModeChanged:
-      Line(out_, Dim(out_, absl::StrCat("[mode: ", ev.mode_changed().mode(), "]")));
+    case E::kModeChanged: {
+      const auto& a = ev.mode_changed().author();
+      Line(out_, Dim(out_, absl::StrCat("[mode: ", ev.mode_changed().mode(),
+                                        a.user().empty() ? "" : ", by " + a.user(), "]")));
       return;
+    }
     case E::kTodosUpdated: {
       std::string out = "todos:";
       for (const auto& t : ev.todos_updated().todos()) {

@@ -75,6 +75,16 @@ class TurnState {
     MutexLock lock(&mu_);
     return calls_;
   }
+  // Every answer and plan decision of the turn and who made it, for the run
+  // record (evidence names the approver).
+  void LogDecision(nlohmann::json decision) {
+    MutexLock lock(&mu_);
+    decisions_.push_back(std::move(decision));
+  }
+  nlohmann::json decisions() const {
+    MutexLock lock(&mu_);
+    return decisions_;
+  }
 
   const SessionInfo& session;  // as loaded when the turn started
   EventSink& sink;
@@ -95,6 +105,7 @@ class TurnState {
   mutable Mutex mu_;
   Usage usage_ ABSL_GUARDED_BY(mu_);
   nlohmann::json calls_ ABSL_GUARDED_BY(mu_) = nlohmann::json::array();
+  nlohmann::json decisions_ ABSL_GUARDED_BY(mu_) = nlohmann::json::array();
 };
 
 // One agent's loop: the main agent of a turn, or a sub-agent under a tool call.

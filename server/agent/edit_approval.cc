@@ -145,7 +145,7 @@ std::optional<ToolResult> AskEditApproval(const AgentDeps& deps, const Agent& a,
   edit->set_path(path);
   edit->set_preview(*std::move(preview));
   const std::string& session_id = a.turn->session.id;
-  auto pending = deps.replies.Expect(session_id, qid, false);
+  auto pending = deps.replies.Expect(session_id, qid, false, /*approval=*/true);
   a.turn->sink.Emit(std::move(ev));
   // The agent's own token: a sub-agent's time limit ends the wait too.
   auto reply = deps.replies.Wait(session_id, pending, *a.cancel);

@@ -3,11 +3,19 @@
 #include <spdlog/spdlog.h>
 
 #include "fwai/v1/events.pb.h"
+#include "server/agent/author.h"
 #include "server/session/session_manager.h"
 
 namespace fwai {
 
 using fwai::v1::ServerEvent;
+
+void Author::ToProto(v1::Author* out) const {
+  if (empty()) return;
+  out->set_principal(principal);
+  out->set_user(user);
+  out->set_owner(owner);
+}
 
 void EventSink::Emit(ServerEvent ev, bool wait) {
   ev.set_turn_id(turn_id_);

@@ -15,6 +15,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "common/mutex.h"
+#include "server/agent/author.h"
 
 namespace fwai {
 
@@ -31,15 +32,20 @@ struct Interaction {
   std::string edited_plan;
   std::string by;       // who answered, with their client (kept in the session's events)
   std::string by_user;  // who answered, as people name them ("alice")
+  Author author;        // who answered, as verified
 };
 
 class PendingReplies {
  public:
   struct Pending;
 
-  // Registers that `session_id` now waits for the reply to question or plan `id`.
+  // Registers that `session_id` now waits for the reply to question or plan
+  // `id`. `approval`: the question asks leave to act (an edit's accept), so
+  // answering it is approving, not only answering.
   std::shared_ptr<Pending> Expect(const std::string& session_id, const std::string& id,
-                                  bool is_plan);
+                                  bool is_plan, bool approval = false);
+  // Whether what `session_id` waits for now is a plan or an approval.
+  bool AwaitsApproval(const std::string& session_id);
   // Blocks until the reply arrives (then returns it) or `cancel` fires (then
   // nullopt), and unregisters `pending`.
   std::optional<Interaction> Wait(const std::string& session_id,

@@ -115,7 +115,7 @@ ToolResult SubmitPlan(const AgentDeps& deps, Agent& a, const std::string& call_i
   a.turn->sink.Emit(std::move(ev));
   std::optional<Interaction> d;
   if (session.auto_approve_plan) {
-    d = Interaction{plan_id, {}, "", true, true, "", "auto_approve_plan", ""};
+    d = Interaction{plan_id, {}, "", true, true, "", "auto_approve_plan", "", {}};
   } else {
     d = deps.replies.Wait(session.id, pending, a.turn->cancel);
   }
@@ -128,7 +128,14 @@ ToolResult SubmitPlan(const AgentDeps& deps, Agent& a, const std::string& call_i
     pd->set_feedback(d->text);
     pd->set_decided_by(d->by);
     pd->set_decided_by_user(d->by_user);
+    d->author.ToProto(pd->mutable_author());
     a.turn->sink.Emit(std::move(decided));
+    a.turn->LogDecision({{"kind", "plan"},
+                         {"id", plan_id},
+                         {"approved", d->approve},
+                         {"by", d->by},
+                         {"principal", d->author.principal},
+                         {"user", d->author.user}});
   }
   if (!d) return {"the plan was not decided (turn cancelled)", true};
   if (!d->approve) {

@@ -40,8 +40,14 @@ void EmitAnswered(const Agent& a, const std::string& question_id, const std::str
   qa->set_text(reply.text);
   qa->set_answered_by(reply.by);
   qa->set_answered_by_user(reply.by_user);
+  reply.author.ToProto(qa->mutable_author());
   qa->set_call_id(call_id);
   a.turn->sink.Emit(std::move(answered));
+  a.turn->LogDecision({{"kind", "answer"},
+                       {"id", question_id},
+                       {"by", reply.by},
+                       {"principal", reply.author.principal},
+                       {"user", reply.author.user}});
 }
 
 ToolResult AskQuestion(const AgentDeps& deps, const Agent& a, const std::string& call_id,

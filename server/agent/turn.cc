@@ -193,7 +193,7 @@ TurnEnd PlayTurn(const AgentDeps& deps, const TurnHooks& hooks, CancelToken& can
 }  // namespace
 
 void RunTurn(const AgentDeps& deps, const TurnHooks& hooks, CancelToken& cancel,
-             const TurnRequest& req, const std::function<void()>& finishing) {
+             const TurnRequest& req, const std::function<Author()>& finishing) {
   const int64_t start_ns = MonotonicNanos();
   // invoke_agent: the whole turn; the turn's run record notes its hash here.
   telemetry::ActiveSpan span("invoke_agent", "main", telemetry::Kind::kInternal, &req.parent_span);
@@ -206,6 +206,7 @@ void RunTurn(const AgentDeps& deps, const TurnHooks& hooks, CancelToken& cancel,
     ServerEvent ev;
     ev.mutable_user_message()->set_text(req.text);
     ev.mutable_user_message()->set_sender(req.sender);
+    req.author.ToProto(ev.mutable_user_message()->mutable_author());
     sink.Emit(std::move(ev));
   }
   const TurnEnd end = PlayTurn(deps, hooks, cancel, req, sink, start_ns);
@@ -216,9 +217,10 @@ void RunTurn(const AgentDeps& deps, const TurnHooks& hooks, CancelToken& cancel,
   span->Set("fwai.stop_reason", end.stop_reason);
   if (end.stop_reason == "error") span->Fail("the turn failed");
   telemetry::RecordTurn(end.stop_reason);
-  finishing();
+  const Author cancelled_by = finishing();
   ServerEvent ev;
   auto* f = ev.mutable_turn_finished();
+  if (end.stop_reason == "cancelled") cancelled_by.ToProto(f->mutable_cancelled_by());
   f->mutable_usage()->set_input_tokens(end.usage.input_tokens);
   f->mutable_usage()->set_output_tokens(end.usage.output_tokens);
   f->mutable_usage()->set_cost_usd(end.usage.cost_usd);

@@ -25,8 +25,9 @@ struct TurnHooks {
   const std::function<void(const SessionInfo&, const std::string&)>& checkpoint;
 };
 
-// Runs `req`; calls `finishing` just before turn_finished is published.
+// Runs `req`; calls `finishing` just before turn_finished is published. It
+// returns who cancelled the turn (empty: nobody did, or fwaid itself).
 void RunTurn(const AgentDeps& deps, const TurnHooks& hooks, CancelToken& cancel,
-             const TurnRequest& req, const std::function<void()>& finishing);
+             const TurnRequest& req, const std::function<Author()>& finishing);
 
 }  // namespace fwai

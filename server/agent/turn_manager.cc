@@ -54,6 +54,8 @@ size_t TurnStartSlots(int configured) {
 struct TurnManager::Turn {
   std::string owner;  // set before the turn is in turns_, read-only after
   CancelToken cancel;
+  Mutex mu;
+  Author cancelled_by ABSL_GUARDED_BY(mu);  // the first who cancelled it
   std::shared_ptr<Ended> ended = std::make_shared<Ended>();
   std::atomic<bool> done{false};
 };
@@ -100,23 +102,52 @@ absl::Status TurnManager::Start(TurnRequest req) {
   MutexLock lock(&mu_);
   if (shutting_down_) return absl::UnavailableError("fwaid is shutting down");
   ReapLocked();
-  if (turns_.count(req.session_id)) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "session ", req.session_id, " already has a turn running; wait for it or cancel it"));
-  }
   if (auto h = held_.find(req.session_id); h != held_.end()) {
     return absl::FailedPreconditionError(
         absl::StrCat("session ", req.session_id, " is ", h->second, "; start the turn after it"));
   }
+  auto q = queued_.find(req.session_id);
+  if (turns_.count(req.session_id) || (q != queued_.end() && !q->second.empty())) {
+    auto& waiting = queued_[req.session_id];
+    if (waiting.size() >= kMaxQueued) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "session ", req.session_id, " has ", waiting.size(),
+          " messages waiting for the turn that runs; send this one after they have run"));
+    }
+    waiting.push_back(std::move(req));
+    return absl::OkStatus();
+  }
+  LaunchLocked(std::move(req));
+  return absl::OkStatus();
+}
+
+void TurnManager::LaunchLocked(TurnRequest req) {
   auto turn = std::make_unique<Turn>();
   turn->owner = req.owner;
   Turn* raw = turn.get();
   turns_[req.session_id] = std::move(turn);
   threads_->Run([this, raw, ended = raw->ended, req = std::move(req)]() mutable {
+    const std::string session_id = req.session_id;
     Run(raw, std::move(req));
     ended->Set();
+    StartQueued(session_id);
   });
-  return absl::OkStatus();
+}
+
+void TurnManager::StartQueued(const std::string& session_id) {
+  MutexLock lock(&mu_);
+  auto q = queued_.find(session_id);
+  if (q == queued_.end()) return;
+  if (shutting_down_ || !sessions_.Get(session_id).ok()) {
+    queued_.erase(q);  // fwaid stops, or the session was deleted
+    return;
+  }
+  ReapLocked();
+  if (turns_.count(session_id) || held_.count(session_id)) return;
+  TurnRequest next = std::move(q->second.front());
+  q->second.pop_front();
+  if (q->second.empty()) queued_.erase(q);
+  LaunchLocked(std::move(next));
 }
 
 void TurnManager::Run(Turn* turn, TurnRequest req) {
@@ -128,7 +159,11 @@ void TurnManager::Run(Turn* turn, TurnRequest req) {
   // the moment it sees turn_finished must not be refused. Start() joins this
   // waits for this job to end, so the next turn's events still come after this one.
   RunTurn(deps, TurnHooks{recorder_, project_tools_, reply_observer_, checkpoint_}, turn->cancel,
-          req, [turn] { turn->done = true; });
+          req, [turn] {
+            turn->done = true;
+            MutexLock lock(&turn->mu);
+            return turn->cancelled_by;
+          });
 }
 
 absl::StatusOr<std::unique_ptr<TurnManager::Hold>> TurnManager::HoldStarts(
@@ -148,14 +183,23 @@ absl::StatusOr<std::unique_ptr<TurnManager::Hold>> TurnManager::HoldStarts(
 }
 
 TurnManager::Hold::~Hold() {
-  MutexLock lock(&m_->mu_);
-  m_->held_.erase(session_);
+  {
+    MutexLock lock(&m_->mu_);
+    m_->held_.erase(session_);
+  }
+  m_->StartQueued(session_);
 }
 
-void TurnManager::Cancel(const std::string& session_id) {
+void TurnManager::Cancel(const std::string& session_id, const Author& by) {
   MutexLock lock(&mu_);
   auto it = turns_.find(session_id);
-  if (it != turns_.end()) it->second->cancel.Cancel();
+  if (it == turns_.end()) return;
+  {
+    Turn& t = *it->second;
+    MutexLock turn_lock(&t.mu);
+    if (!t.cancel.cancelled() && t.cancelled_by.empty()) t.cancelled_by = by;
+  }
+  it->second->cancel.Cancel();
 }
 
 absl::Status TurnManager::Reply(const std::string& session_id, Interaction reply) {
@@ -163,7 +207,7 @@ absl::Status TurnManager::Reply(const std::string& session_id, Interaction reply
 }
 
 absl::Status TurnManager::SetMode(const std::string& session_id, const std::string& mode,
-                                  const std::string& reason) {
+                                  const std::string& reason, const Author& by) {
   if (mode != "plan" && mode != "act") {
     return absl::InvalidArgumentError(absl::StrCat("mode: expected plan or act, got '", mode, "'"));
   }
@@ -178,11 +222,12 @@ absl::Status TurnManager::SetMode(const std::string& session_id, const std::stri
   v1::ServerEvent ev;
   ev.mutable_mode_changed()->set_mode(mode);
   ev.mutable_mode_changed()->set_reason(reason);
+  by.ToProto(ev.mutable_mode_changed()->mutable_author());
   return sessions_.Publish(session_id, ev.SerializeAsString()).status();
 }
 
 absl::Status TurnManager::SetEditApproval(const std::string& session_id, bool ask,
-                                          const std::string& by) {
+                                          const std::string& by, const Author& author) {
   // No turn starts between the check and the change.
   auto hold = HoldStarts(session_id, "changing whether it asks before edits");
   if (!hold.ok()) return hold.status();
@@ -194,6 +239,7 @@ absl::Status TurnManager::SetEditApproval(const std::string& session_id, bool as
   v1::ServerEvent ev;
   ev.mutable_edit_approval_changed()->set_ask_before_edits(ask);
   ev.mutable_edit_approval_changed()->set_by(by);
+  author.ToProto(ev.mutable_edit_approval_changed()->mutable_author());
   return sessions_.Publish(session_id, ev.SerializeAsString()).status();
 }
 

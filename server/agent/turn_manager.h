@@ -27,6 +27,7 @@
 #include "absl/status/statusor.h"
 #include "common/config.h"
 #include "common/mutex.h"
+#include "server/agent/author.h"
 #include "server/agent/models.h"
 #include "server/agent/pending_replies.h"
 #include "server/telemetry/telemetry.h"
@@ -59,6 +60,7 @@ struct TurnRequest {
   std::string provider;  // overrides for this turn
   std::string model;
   std::string sender;
+  Author author;              // who sent it, as verified (UserMessage.author)
   std::string owner;          // the principal that started it (limits count per owner)
   std::string peer;           // where its request came from (for the record)
   bool compact_only = false;  // summarise older turns, nothing else
@@ -77,8 +79,12 @@ class TurnManager {
   TurnManager(const TurnManager&) = delete;
   TurnManager& operator=(const TurnManager&) = delete;
 
-  // Starts a turn. INVALID_ARGUMENT for an empty/oversized message,
-  // NOT_FOUND for an unknown session, FAILED_PRECONDITION if a turn is running.
+  // Starts a turn, or — while one runs in the session — queues it to start
+  // after the turns already queued (messages of people sharing a session
+  // run in the order they came, each as its own turn). INVALID_ARGUMENT for
+  // an empty/oversized message, NOT_FOUND for an unknown session,
+  // RESOURCE_EXHAUSTED once kMaxQueued wait, FAILED_PRECONDITION while the
+  // session is held (HoldStarts).
   [[nodiscard]] absl::Status Start(TurnRequest request) ABSL_LOCKS_EXCLUDED(mu_);
   // Receives one run record per finished turn (the evidence log).
   void SetRunRecorder(std::function<void(const nlohmann::json&)> recorder) {
@@ -125,20 +131,24 @@ class TurnManager {
   [[nodiscard]] absl::StatusOr<std::unique_ptr<Hold>> HoldStarts(const std::string& session_id,
                                                                  const std::string& why)
       ABSL_LOCKS_EXCLUDED(mu_);
-  // Cancels the running turn of the session, if any.
-  void Cancel(const std::string& session_id) ABSL_LOCKS_EXCLUDED(mu_);
+  // Cancels the running turn of the session, if any; its TurnFinished names
+  // `by` (none: fwaid cancelled it, e.g. the session was deleted).
+  void Cancel(const std::string& session_id, const Author& by = {}) ABSL_LOCKS_EXCLUDED(mu_);
   // Delivers a reply to the question or plan the session's turn waits on.
   // NOT_FOUND when nothing with that id is waiting.
   // Hands an answer to the question or plan the session waits for. The first
   // answer wins: one for an id answered already is FAILED_PRECONDITION naming
   // who answered; an id nothing waits for is NOT_FOUND.
   [[nodiscard]] absl::Status Reply(const std::string& session_id, Interaction reply);
+  // Whether the session waits for a plan's decision or an approval (an
+  // edit's accept) rather than an answer.
+  bool AwaitsApproval(const std::string& session_id) { return replies_.AwaitsApproval(session_id); }
   // plan | act; refused while a turn runs (the model's tools would change mid-call).
   [[nodiscard]] absl::Status SetMode(const std::string& session_id, const std::string& mode,
-                                     const std::string& reason);
+                                     const std::string& reason, const Author& by = {});
   // Ask before edits on or off; refused while a turn runs, as the mode is.
   [[nodiscard]] absl::Status SetEditApproval(const std::string& session_id, bool ask,
-                                             const std::string& by);
+                                             const std::string& by, const Author& author = {});
   bool Running(const std::string& session_id) ABSL_LOCKS_EXCLUDED(mu_);
   size_t RunningCount() ABSL_LOCKS_EXCLUDED(mu_);
   // Running turns whose starter `owned` accepts.
@@ -150,9 +160,15 @@ class TurnManager {
  private:
   struct Turn;
   struct Ended;
+  static constexpr size_t kMaxQueued = 16;  // messages waiting per session
   // The body of a turn's job.
   void Run(Turn* turn, TurnRequest request);
   void ReapLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Runs `req` as the session's turn now.
+  void LaunchLocked(TurnRequest req) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Starts the session's next queued message, if no turn runs and nothing
+  // holds it (a turn ended, a hold went).
+  void StartQueued(const std::string& session_id) ABSL_LOCKS_EXCLUDED(mu_);
 
   SessionManager& sessions_;
   const DaemonConfig& config_;
@@ -169,6 +185,7 @@ class TurnManager {
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
   std::map<std::string, std::unique_ptr<Turn>> turns_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, std::string> held_ ABSL_GUARDED_BY(mu_);  // session -> why
+  std::map<std::string, std::deque<TurnRequest>> queued_ ABSL_GUARDED_BY(mu_);
   PendingReplies replies_;
   std::unique_ptr<StartGate> starts_;     // agent.turn_starts; outlives the threads
   std::unique_ptr<TurnThreads> threads_;  // last: its threads end first

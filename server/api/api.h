@@ -46,6 +46,7 @@ struct DaemonConfig;
 struct FirmwareReportDeps;
 class Watches;
 class Checkpoints;
+class SessionShares;
 struct ProviderSet;
 
 // Who is calling: connections accepted on our unix sockets are registered
@@ -74,6 +75,7 @@ class PeerRegistry {
 struct ApiDeps {
   SessionManager* sessions = nullptr;
   TurnManager* turns = nullptr;
+  SessionShares* shares = nullptr;  // who else may use a session (null: nobody)
   const DaemonConfig* config = nullptr;
   const ProviderSet* providers = nullptr;
   PeerRegistry* peers = nullptr;

@@ -31,7 +31,8 @@ std::string LabNodeOf(const Principal& p) {
 
 const std::vector<RpcRule>& RpcRules() {
   static const std::vector<RpcRule> kRules = {
-      // Sessions and their streams belong to their owner (NOT_FOUND for others).
+      // Sessions and their streams belong to their owner and the users it
+      // shares them with, as far as SessionRules says (NOT_FOUND for others).
       {"Sessions.Create", Need::kAnyone},
       {"Sessions.List", Need::kAnyone},
       {"Sessions.Get", Need::kAnyone},
@@ -42,6 +43,8 @@ const std::vector<RpcRule>& RpcRules() {
       {"Sessions.ListCheckpoints", Need::kAnyone},
       {"Sessions.Rewind", Need::kAnyone},
       {"Sessions.ReadCheckpointFile", Need::kAnyone},
+      {"Sessions.Share", Need::kAnyone},
+      {"Sessions.Unshare", Need::kAnyone},
       {"Daemon.Status", Need::kAnyone},
       {"Daemon.Shutdown", Need::kAdmin},
       {"Daemon.ReloadConfig", Need::kAdmin},
@@ -119,6 +122,80 @@ const std::vector<RpcRule>& RpcRules() {
   return kRules;
 }
 
+const char* SessionNeedName(SessionNeed n) {
+  switch (n) {
+    case SessionNeed::kWatch:
+      return "watch";
+    case SessionNeed::kAnswer:
+      return "answer";
+    case SessionNeed::kApprove:
+      return "approve";
+    case SessionNeed::kDrive:
+      return "drive";
+    case SessionNeed::kOwner:
+      return "owner";
+  }
+  return "owner";
+}
+
+const std::vector<SessionRule>& SessionRules() {
+  static const std::vector<SessionRule> kRules = {
+      // Watching: the session, its stream and its record.
+      {"Sessions.Get", SessionNeed::kWatch},
+      {"Sessions.Attach", SessionNeed::kWatch},
+      {"Sessions.History", SessionNeed::kWatch},
+      {"Sessions.Chat", SessionNeed::kWatch},
+      {"Sessions.Chat.open", SessionNeed::kWatch},
+      // Answering the agent's questions; deciding its plans and approvals
+      // (an answer to a question asking leave to edit is
+      // "Sessions.Chat.approval").
+      {"Sessions.Chat.answer", SessionNeed::kAnswer},
+      {"Sessions.Chat.approval", SessionNeed::kApprove},
+      {"Sessions.Chat.plan_decision", SessionNeed::kApprove},
+      // Driving: what the agent does next.
+      {"Sessions.Chat.message", SessionNeed::kDrive},
+      {"Sessions.Chat.cancel", SessionNeed::kDrive},
+      {"Sessions.Chat.set_mode", SessionNeed::kDrive},
+      {"Sessions.Chat.compact", SessionNeed::kDrive},
+      {"Sessions.Chat.set_edit_approval", SessionNeed::kDrive},
+      // The owner's alone: its files, its boards, who else may use it.
+      {"Sessions.Delete", SessionNeed::kOwner},
+      {"Sessions.ListCheckpoints", SessionNeed::kOwner},
+      {"Sessions.Rewind", SessionNeed::kOwner},
+      {"Sessions.ReadCheckpointFile", SessionNeed::kOwner},
+      {"Sessions.Share", SessionNeed::kOwner},
+      {"Sessions.Unshare", SessionNeed::kOwner},
+  };
+  return kRules;
+}
+
+SessionNeed SessionNeedOf(std::string_view action) {
+  for (const auto& r : SessionRules()) {
+    if (action == r.action) return r.need;
+  }
+  return SessionNeed::kOwner;
+}
+
+std::vector<std::string> SessionActionsWithoutRules() {
+  std::set<std::string> named;
+  for (const auto& r : SessionRules()) named.insert(r.action);
+  std::vector<std::string> missing;
+  const auto* file = fwai::v1::CreateSessionRequest::descriptor()->file();
+  const auto* service = file->FindServiceByName("Sessions");
+  for (int m = 0; service != nullptr && m < service->method_count(); ++m) {
+    const auto* method = service->method(m);
+    const bool names_session = method->input_type()->FindFieldByName("session_id") != nullptr;
+    const std::string rpc = "Sessions." + method->name();
+    if ((names_session || method->client_streaming()) && !named.count(rpc)) missing.push_back(rpc);
+  }
+  const auto* kind = fwai::v1::ClientEvent::descriptor()->FindOneofByName("kind");
+  for (int f = 0; kind != nullptr && f < kind->field_count(); ++f) {
+    const std::string action = "Sessions.Chat." + kind->field(f)->name();
+    if (!named.count(action)) missing.push_back(action);
+  }
+  return missing;
+}
+
 std::vector<std::string> RpcsWithoutRules() {
   std::set<std::string> named;
   for (const auto& r : RpcRules()) named.insert(r.rpc);
@@ -169,6 +246,7 @@ struct Gate::Tracked {
   std::string token_id;
   grpc::CallbackServerContext* ctx = nullptr;
   std::function<void(const grpc::Status&)> end;
+  std::function<absl::Status()> recheck;  // called under `mu` while alive
   bool ended ABSL_GUARDED_BY(mu) = false;
 };
 
@@ -383,12 +461,14 @@ void Gate::Invalidate() {
 }
 
 std::unique_ptr<Gate::Ticket> Gate::Track(const Principal& p, grpc::CallbackServerContext* ctx,
-                                          std::function<void(const grpc::Status&)> end) {
+                                          std::function<void(const grpc::Status&)> end,
+                                          std::function<absl::Status()> recheck) {
   auto t = std::make_shared<Tracked>();
   t->token_id = p.token_id;
   t->ctx = ctx;
   t->end = std::move(end);
-  if (!t->token_id.empty()) {
+  t->recheck = std::move(recheck);
+  if (!t->token_id.empty() || t->recheck) {
     MutexLock lock(&mu_);
     tracked_[t.get()] = t;
   }
@@ -411,13 +491,19 @@ void Gate::Sweep() {
     for (const auto& [raw, t] : tracked_) all.push_back(t);
   }
   for (const auto& t : all) {
-    auto valid = ids_.tokens().Valid(t->token_id);
-    if (valid.ok()) continue;
+    grpc::Status why;
+    if (!t->token_id.empty()) {
+      auto valid = ids_.tokens().Valid(t->token_id);
+      if (!valid.ok()) {
+        why =
+            grpc::Status(grpc::StatusCode::UNAUTHENTICATED, std::string(valid.status().message()));
+      }
+    }
     MutexLock lock(&t->mu);
     if (!t->alive || t->ended) continue;
+    if (why.ok() && t->recheck) why = ToGrpcStatus(t->recheck());
+    if (why.ok()) continue;
     t->ended = true;
-    const grpc::Status why(grpc::StatusCode::UNAUTHENTICATED,
-                           std::string(valid.status().message()));
     if (t->end) {
       t->end(why);
     } else {

@@ -43,6 +43,27 @@ struct RpcRule {
   Need need;
 };
 
+// What a caller must be to a session: its owner (or an admin), or a user it
+// is shared with at least as far as the share role named (watch < answer <
+// approve < drive; server/session/shares.h).
+enum class SessionNeed { kWatch = 1, kAnswer = 2, kApprove = 3, kDrive = 4, kOwner = 5 };
+const char* SessionNeedName(SessionNeed n);
+
+// A session RPC ("Sessions.Get") or a message on a Chat stream
+// ("Sessions.Chat.message", by the ClientEvent field's name), and what it
+// needs. The sessions service checks it on every call and every message: the
+// session is named in the request, not the call.
+struct SessionRule {
+  const char* action;
+  SessionNeed need;
+};
+const std::vector<SessionRule>& SessionRules();
+// The rule for `action`; kOwner for an action the table does not name.
+SessionNeed SessionNeedOf(std::string_view action);
+// Session RPCs that name a session and ClientEvent kinds the session table
+// does not name; fwaid refuses to start while there are any.
+std::vector<std::string> SessionActionsWithoutRules();
+
 // The node of a lab a principal is ("" for people): "node:NAME" principals
 // come from node certificates.
 std::string LabNodeOf(const Principal& p);
@@ -71,15 +92,18 @@ class Gate {
   [[nodiscard]] absl::StatusOr<Principal> Identify(grpc::CallbackServerContext* ctx);
 
   // While the returned object lives, the stream is ended (`end`, or a
-  // cancel) if the token behind `p` stops being valid.
+  // cancel) if the token behind `p` stops being valid, or with the status
+  // `recheck` returns once that is not OK (a share of the session ended).
+  // `recheck` runs on the gate's sweeps, never after the ticket is gone.
   class Ticket;
   std::unique_ptr<Ticket> Track(const Principal& p, grpc::CallbackServerContext* ctx,
-                                std::function<void(const grpc::Status&)> end = nullptr);
+                                std::function<void(const grpc::Status&)> end = nullptr,
+                                std::function<absl::Status()> recheck = nullptr);
 
   // Forget cached principals (users or tokens changed).
   void Invalidate();
-  // Ends now every tracked stream whose token is no longer valid (the
-  // gate's own thread does so every 250 ms).
+  // Ends now every tracked stream whose token is no longer valid or whose
+  // recheck fails (the gate's own thread does so every 250 ms).
   void Sweep();
   // An evidence record for a refused call (at most one a second per peer and RPC).
   void RecordRefusal(const std::string& rpc, const std::string& who, const std::string& peer,

@@ -1,11 +1,19 @@
 #include <grpcpp/grpcpp.h>
 
+#include <algorithm>
+#include <deque>
+#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/clock.h"
 #include "common/config.h"
+#include "common/local_account.h"
 #include "common/mutex.h"
+#include "common/status_macros.h"
 #include "fwai/v1/daemon.grpc.pb.h"
 #include "fwai/v1/evidence.grpc.pb.h"
 #include "fwai/v1/hardware.grpc.pb.h"
@@ -21,6 +29,7 @@
 #include "server/api/rewind.h"
 #include "server/llm/provider.h"
 #include "server/session/session_manager.h"
+#include "server/session/shares.h"
 #include "server/tools/project_fs.h"
 
 namespace fwai {
@@ -60,30 +69,109 @@ void ToProto(const SessionInfo& s, bool running, pb::Session* out) {
   }
 }
 
-// A principal sees its own sessions; admins see all. Another's session is
-// NOT_FOUND: its existence is not revealed. An admin's use of another's
-// session (`rpc`) is an evidence record (an admin override).
+// The owner's name as people say it: a unix account's name, a user's name.
+std::string UserOfOwner(const std::string& owner) {
+  uint32_t uid = 0;
+  if (absl::StartsWith(owner, "uid:") && absl::SimpleAtoi(owner.substr(4), &uid)) {
+    if (auto a = LookupAccount(uid); a.ok()) return a->name;
+  }
+  const auto colon = owner.find(':');
+  return colon == std::string::npos ? owner : owner.substr(colon + 1);
+}
+
+void ToProto(const SessionShare& s, int64_t now_us, pb::SessionShare* out) {
+  out->set_session_id(s.session_id);
+  out->set_grantee(s.grantee);
+  out->set_user(s.user);
+  out->set_role(ShareRoleName(s.role));
+  out->set_created_us(s.created_us);
+  out->set_expires_us(s.expires_us);
+  out->set_created_by(s.created_by);
+  out->set_expired(s.expires_us != 0 && s.expires_us <= now_us);
+}
+
+// Who a share is checked against: the principal's ids and role.
+ShareSubject SubjectOf(const Principal& p) {
+  ShareSubject who;
+  who.ids.push_back(p.id);
+  who.ids.insert(who.ids.end(), p.aliases.begin(), p.aliases.end());
+  who.role = RoleName(p.role);
+  return who;
+}
+
+// What the caller is to a session: its owner (admins too), or the role of
+// a share.
+SessionNeed StandingOf(ShareRole r) { return static_cast<SessionNeed>(static_cast<int>(r)); }
+
+// A principal sees its own sessions, and those shared with it as far as the
+// share's role goes (SessionRules); admins see all. A session that is
+// neither its own nor shared with it is NOT_FOUND: its existence is not
+// revealed. An admin's use of another's session (`action`) is an evidence
+// record (an admin override).
 class Access {
  public:
+  struct Granted {
+    SessionInfo info;
+    SessionNeed standing = SessionNeed::kOwner;
+  };
   explicit Access(const ApiDeps& d) : d_(d) {}
   absl::StatusOr<SessionInfo> Session(const Principal& p, const std::string& id,
-                                      std::string_view rpc) const {
+                                      std::string_view action) const {
+    auto g = Check(p, id, action);
+    if (!g.ok()) return g.status();
+    return std::move(g->info);
+  }
+  absl::StatusOr<Granted> Check(const Principal& p, const std::string& id,
+                                std::string_view action) const {
     if (id.empty()) return absl::InvalidArgumentError("session_id: required");
     auto s = d_.sessions->Get(id);
     if (!s.ok()) return s.status();
-    if (!p.MaySee(s->owner)) return absl::NotFoundError(absl::StrCat("session ", id, " not found"));
-    if (!p.Owns(s->owner) && d_.audit) {
-      d_.audit({{"kind", "admin_override"},
-                {"rpc", std::string(rpc)},
-                {"session_id", id},
-                {"owner", s->owner},
-                {"principal", p.id},
-                {"peer", p.peer}});
+    Granted g{*std::move(s), SessionNeed::kOwner};
+    if (!p.Owns(g.info.owner)) {
+      if (p.admin()) {
+        Override(p, g.info, action);
+      } else {
+        auto role = Standing(p, id);
+        if (!role) return absl::NotFoundError(absl::StrCat("session ", id, " not found"));
+        g.standing = *role;
+      }
     }
-    return s;
+    RETURN_IF_ERROR(Allows(g.standing, id, action));
+    return g;
+  }
+  // The share role `p` has on session `id` now, if any.
+  std::optional<SessionNeed> Standing(const Principal& p, const std::string& id) const {
+    if (d_.shares == nullptr) return std::nullopt;
+    auto r = d_.shares->RoleFor(id, SubjectOf(p));
+    if (!r) return std::nullopt;
+    return StandingOf(*r);
+  }
+  // OK when `standing` is enough for `action`; PERMISSION_DENIED naming both.
+  static absl::Status Allows(SessionNeed standing, const std::string& id, std::string_view action) {
+    const SessionNeed need = SessionNeedOf(action);
+    if (standing >= need) return absl::OkStatus();
+    const std::string what(action);
+    if (need == SessionNeed::kOwner) {
+      return absl::PermissionDeniedError(absl::StrCat(what, ": only the owner of session ", id,
+                                                      " may (it is shared with you to ",
+                                                      SessionNeedName(standing), ")"));
+    }
+    return absl::PermissionDeniedError(absl::StrCat(what, " on session ", id, " needs the role ",
+                                                    SessionNeedName(need), "; yours is ",
+                                                    SessionNeedName(standing)));
   }
 
  private:
+  void Override(const Principal& p, const SessionInfo& s, std::string_view action) const {
+    if (!d_.audit) return;
+    d_.audit({{"kind", "admin_override"},
+              {"rpc", std::string(action)},
+              {"session_id", s.id},
+              {"owner", s.owner},
+              {"principal", p.id},
+              {"peer", p.peer}});
+  }
+
   const ApiDeps& d_;
 };
 
@@ -122,9 +210,28 @@ class EventPump {
     TryWrite();
   }
 
+  // An event for this stream alone, not in the session's log (seq 0): what
+  // became of something this client sent, e.g. a plan another client had
+  // decided first. Written before the session's next event.
+  void Inject(pb::ServerEvent ev) {
+    {
+      MutexLock lock(&mu_);
+      injected_.push_back(std::move(ev));
+    }
+    TryWrite();
+  }
+
   void TryWrite() {
     MutexLock lock(&mu_);
-    if (writing_ || finished_ || !sub_) return;
+    if (writing_ || finished_) return;
+    if (!injected_.empty()) {
+      out_ = std::move(injected_.front());
+      injected_.pop_front();
+      writing_ = true;
+      reactor_->StartWrite(&out_);
+      return;
+    }
+    if (!sub_) return;
     std::string bytes;
     absl::Status status;
     switch (sub_->Pull(&bytes, &status)) {
@@ -200,6 +307,7 @@ class EventPump {
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
   std::optional<grpc::Status> pending_finish_ ABSL_GUARDED_BY(mu_);
+  std::deque<pb::ServerEvent> injected_ ABSL_GUARDED_BY(mu_);
   pb::ServerEvent out_ ABSL_GUARDED_BY(mu_);
 };
 
@@ -230,8 +338,14 @@ class ChatReactor final : public grpc::ServerBidiReactor<pb::ClientEvent, pb::Se
     absl::Status s = Handle();
     if (!s.ok() && s.code() == absl::StatusCode::kFailedPrecondition &&
         (in_.has_answer() || in_.has_plan_decision())) {
-      // Another client answered first; this one sees question_answered /
-      // plan_decided on its stream and goes on.
+      // Another client answered first: this one is told so ("plan p-1:
+      // already approved by alice"), sees question_answered / plan_decided
+      // on its stream and goes on.
+      pb::ServerEvent told;
+      told.set_session_id(session_id_);
+      told.mutable_error()->set_code(absl::StatusCodeToString(s.code()));
+      told.mutable_error()->set_message(std::string(s.message()));
+      pump_.Inject(std::move(told));
       s = absl::OkStatus();
     }
     if (!s.ok()) {
@@ -272,14 +386,52 @@ class ChatReactor final : public grpc::ServerBidiReactor<pb::ClientEvent, pb::Se
     return absl::OkStatus();
   }
 
+  // A user the session is shared with: the stream ends within a sweep of
+  // the gate once the share does (removed, expired).
+  void FollowShare() {
+    ticket_ = deps_.gate->Track(
+        who_, ctx_, [this](const grpc::Status& s) { pump_.Finish(s); },
+        [this]() -> absl::Status {
+          if (access_.Standing(who_, session_id_)) return absl::OkStatus();
+          return absl::PermissionDeniedError(
+              absl::StrCat("session ", session_id_, " is no longer shared with you"));
+        });
+  }
+
+  // What this message asks of the caller's standing, looked at again for a
+  // user the session is shared with (the share may have ended or changed).
+  absl::Status Permit() {
+    const auto* field = pb::ClientEvent::descriptor()->FindFieldByNumber(in_.kind_case());
+    if (field == nullptr || session_id_.empty()) return absl::OkStatus();  // Handle says why
+    std::string action = "Sessions.Chat." + field->name();
+    if (standing_ == SessionNeed::kOwner) return absl::OkStatus();
+    // Accepting an edit is approving it.
+    if (in_.has_answer() && deps_.turns->AwaitsApproval(session_id_)) {
+      action = "Sessions.Chat.approval";
+    }
+    auto now = access_.Standing(who_, session_id_);
+    if (!now) {
+      return absl::PermissionDeniedError(
+          absl::StrCat("session ", session_id_, " is no longer shared with you"));
+    }
+    standing_ = *now;
+    return Access::Allows(standing_, session_id_, action);
+  }
+
   absl::Status Handle() {
+    if (in_.kind_case() != pb::ClientEvent::kOpen) RETURN_IF_ERROR(Permit());
     switch (in_.kind_case()) {
       case pb::ClientEvent::kOpen: {
         if (!session_id_.empty())
           return absl::InvalidArgumentError("open: the chat is already open");
-        auto s = access_.Session(who_, in_.open().session_id(), "Sessions.Chat");
-        if (!s.ok()) return s.status();
-        session_id_ = s->id;
+        auto g = access_.Check(who_, in_.open().session_id(), "Sessions.Chat.open");
+        if (!g.ok()) return g.status();
+        session_id_ = g->info.id;
+        standing_ = g->standing;
+        // Who this stream's messages come from, as verified: never a field
+        // the client sends.
+        author_ = Author{who_.id, who_.user, who_.Owns(g->info.owner)};
+        if (standing_ != SessionNeed::kOwner) FollowShare();
         // The stream is accepted: the client hears so at once (its headers),
         // not only with the next event, which may be long in coming.
         StartSendInitialMetadata();
@@ -301,13 +453,14 @@ class ChatReactor final : public grpc::ServerBidiReactor<pb::ClientEvent, pb::Se
         req.model = in_.message().model();
         req.turn_id = in_.message().turn_id();
         req.sender = caller_;
+        req.author = author_;
         req.owner = who_.id;
         req.peer = who_.peer;
         return StartWithinLimit(std::move(req));
       }
       case pb::ClientEvent::kCancel:
         if (session_id_.empty()) return absl::InvalidArgumentError("cancel: no chat is open");
-        deps_.turns->Cancel(session_id_);
+        deps_.turns->Cancel(session_id_, author_);
         return absl::OkStatus();
       case pb::ClientEvent::kAnswer: {
         if (session_id_.empty()) return absl::InvalidArgumentError("answer: no chat is open");
@@ -317,6 +470,7 @@ class ChatReactor final : public grpc::ServerBidiReactor<pb::ClientEvent, pb::Se
         reply.text = in_.answer().text();
         reply.by = caller_display_;
         reply.by_user = who_.user;
+        reply.author = author_;
         return deps_.turns->Reply(session_id_, std::move(reply));
       }
       case pb::ClientEvent::kPlanDecision: {
@@ -330,6 +484,7 @@ class ChatReactor final : public grpc::ServerBidiReactor<pb::ClientEvent, pb::Se
         reply.is_plan = true;
         reply.by = caller_display_;
         reply.by_user = who_.user;
+        reply.author = author_;
         return deps_.turns->Reply(session_id_, std::move(reply));
       }
       case pb::ClientEvent::kCompact: {
@@ -340,19 +495,21 @@ class ChatReactor final : public grpc::ServerBidiReactor<pb::ClientEvent, pb::Se
         req.compact_only = true;
         req.turn_id = in_.compact().turn_id();
         req.sender = caller_;
+        req.author = author_;
         req.owner = who_.id;
         req.peer = who_.peer;
         return StartWithinLimit(std::move(req));
       }
       case pb::ClientEvent::kSetMode: {
         if (session_id_.empty()) return absl::InvalidArgumentError("set_mode: no chat is open");
-        return deps_.turns->SetMode(session_id_, in_.set_mode().mode(), "set by " + caller_);
+        return deps_.turns->SetMode(session_id_, in_.set_mode().mode(), "set by " + caller_,
+                                    author_);
       }
       case pb::ClientEvent::kSetEditApproval: {
         if (session_id_.empty())
           return absl::InvalidArgumentError("set_edit_approval: no chat is open");
         return deps_.turns->SetEditApproval(session_id_, in_.set_edit_approval().ask_before_edits(),
-                                            caller_display_);
+                                            caller_display_, author_);
       }
       case pb::ClientEvent::KIND_NOT_SET:
         break;
@@ -370,6 +527,8 @@ class ChatReactor final : public grpc::ServerBidiReactor<pb::ClientEvent, pb::Se
   std::string caller_display_;  // "alice (uid 1000) via vscode"
   pb::ClientEvent in_;
   std::string session_id_;
+  SessionNeed standing_ = SessionNeed::kOwner;  // set by `open`
+  Author author_;                               // set by `open`
 };
 
 // Attach: stored events after `after_seq`, then (unless no_follow) the live tail.
@@ -382,13 +541,24 @@ class AttachReactor final : public grpc::ServerWriteReactor<pb::ServerEvent> {
       pump_.Finish(ToGrpcStatus(who.status()));
       return;
     }
-    ticket_ = deps_.gate->Track(*who, ctx, [this](const grpc::Status& st) { pump_.Finish(st); });
-    auto s = Access(deps).Session(*who, req->session_id(), "Sessions.Attach");
-    if (!s.ok()) {
-      pump_.Finish(ToGrpcStatus(s.status()));
+    const Access access(deps);
+    auto g = access.Check(*who, req->session_id(), "Sessions.Attach");
+    if (!g.ok()) {
+      pump_.Finish(ToGrpcStatus(g.status()));
       return;
     }
-    auto sub = deps_.sessions->Subscribe(s->id, req->after_seq(), /*replay=*/true,
+    std::function<absl::Status()> recheck;
+    if (g->standing != SessionNeed::kOwner) {
+      // Shared with the caller: the stream ends once the share does.
+      recheck = [&deps, who = *who, id = g->info.id]() -> absl::Status {
+        if (Access(deps).Standing(who, id)) return absl::OkStatus();
+        return absl::PermissionDeniedError(
+            absl::StrCat("session ", id, " is no longer shared with you"));
+      };
+    }
+    ticket_ = deps_.gate->Track(
+        *who, ctx, [this](const grpc::Status& st) { pump_.Finish(st); }, std::move(recheck));
+    auto sub = deps_.sessions->Subscribe(g->info.id, req->after_seq(), /*replay=*/true,
                                          /*follow=*/!req->no_follow(), pump_.NotifyFn());
     if (!sub.ok()) {
       pump_.Finish(ToGrpcStatus(sub.status()));
@@ -435,9 +605,20 @@ class SessionsService final : public pb::Sessions::CallbackService {
     }
     auto list = deps_.sessions->List("");
     if (list.ok()) {
+      std::map<std::string, ShareRole> shared;
+      if (req->shared_with_me() && deps_.shares != nullptr) {
+        for (const auto& sh : deps_.shares->SharedWith(SubjectOf(*who))) {
+          auto& best = shared.try_emplace(sh.session_id, sh.role).first->second;
+          best = std::max(best, sh.role);
+        }
+      }
       for (const auto& s : *list) {
-        if (req->all() || who->Owns(s.owner))
-          ToProto(s, deps_.turns->Running(s.id), resp->add_sessions());
+        const bool own = req->all() || who->Owns(s.owner);
+        auto sh = shared.find(s.id);
+        if (!own && sh == shared.end()) continue;
+        auto* out = resp->add_sessions();
+        ToProto(s, deps_.turns->Running(s.id), out);
+        Describe(*who, s, own ? SessionNeed::kOwner : StandingOf(sh->second), out);
       }
     }
     auto* r = ctx->DefaultReactor();
@@ -449,10 +630,13 @@ class SessionsService final : public pb::Sessions::CallbackService {
                                 pb::Session* resp) override {
     auto who = deps_.gate->Admit(ctx, "Sessions.Get");
     if (!who.ok()) return Refuse(ctx, who.status());
-    auto s = access_.Session(*who, req->session_id(), "Sessions.Get");
-    if (s.ok()) ToProto(*s, deps_.turns->Running(s->id), resp);
+    auto g = access_.Check(*who, req->session_id(), "Sessions.Get");
+    if (g.ok()) {
+      ToProto(g->info, deps_.turns->Running(g->info.id), resp);
+      Describe(*who, g->info, g->standing, resp);
+    }
     auto* r = ctx->DefaultReactor();
-    r->Finish(ToGrpcStatus(s.status()));
+    r->Finish(ToGrpcStatus(g.status()));
     return r;
   }
 
@@ -534,6 +718,26 @@ class SessionsService final : public pb::Sessions::CallbackService {
     });
   }
 
+  grpc::ServerUnaryReactor* Share(grpc::CallbackServerContext* ctx,
+                                  const pb::ShareSessionRequest* req,
+                                  pb::SessionShare* resp) override {
+    auto who = deps_.gate->Admit(ctx, "Sessions.Share");
+    if (!who.ok()) return Refuse(ctx, who.status());
+    auto* r = ctx->DefaultReactor();
+    r->Finish(ToGrpcStatus(ShareSession(*who, *req, resp)));
+    return r;
+  }
+
+  grpc::ServerUnaryReactor* Unshare(grpc::CallbackServerContext* ctx,
+                                    const pb::UnshareSessionRequest* req,
+                                    pb::UnshareSessionResponse*) override {
+    auto who = deps_.gate->Admit(ctx, "Sessions.Unshare");
+    if (!who.ok()) return Refuse(ctx, who.status());
+    auto* r = ctx->DefaultReactor();
+    r->Finish(ToGrpcStatus(UnshareSession(*who, *req)));
+    return r;
+  }
+
   grpc::ServerBidiReactor<pb::ClientEvent, pb::ServerEvent>* Chat(
       grpc::CallbackServerContext* ctx) override {
     return new ChatReactor(deps_, ctx);
@@ -545,6 +749,86 @@ class SessionsService final : public pb::Sessions::CallbackService {
   }
 
  private:
+  // What the caller is to the session, and (for its owner) whom it is
+  // shared with.
+  void Describe(const Principal& who, const SessionInfo& s, SessionNeed standing,
+                pb::Session* out) {
+    out->set_owner_user(UserOfOwner(s.owner));
+    out->set_my_role(SessionNeedName(standing));
+    if (standing != SessionNeed::kOwner || deps_.shares == nullptr) return;
+    const int64_t now = NowMicros();
+    for (const auto& sh : deps_.shares->OfSession(s.id)) ToProto(sh, now, out->add_shares());
+  }
+
+  absl::Status ShareSession(const Principal& who, const pb::ShareSessionRequest& req,
+                            pb::SessionShare* resp) {
+    if (deps_.shares == nullptr) return absl::UnavailableError("sessions cannot be shared here");
+    ASSIGN_OR_RETURN(auto g, access_.Check(who, req.session_id(), "Sessions.Share"));
+    SessionShare share;
+    if (!ParseShareRole(req.role(), &share.role)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("role: '", req.role(), "' is not one of watch, answer, approve, drive"));
+    }
+    if (req.expires_in_s() < 0) return absl::InvalidArgumentError("expires: must not be negative");
+    if (req.user().empty()) return absl::InvalidArgumentError("user: required");
+    ASSIGN_OR_RETURN(share.grantee, deps_.gate->identities().GranteeOf(req.user()));
+    if (g.info.owner == share.grantee || who.Owns(share.grantee)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("user: ", req.user(), " owns session ", g.info.id, " already"));
+    }
+    share.session_id = g.info.id;
+    share.user = req.user();
+    share.created_us = NowMicros();
+    share.expires_us = req.expires_in_s() > 0 ? share.created_us + req.expires_in_s() * 1000000 : 0;
+    share.created_by = who.id;
+    RETURN_IF_ERROR(deps_.shares->Put(share));
+    // A downgrade takes effect on open streams at once.
+    deps_.gate->Sweep();
+    Record("session_shared", who, g.info, share);
+    ToProto(share, share.created_us, resp);
+    return absl::OkStatus();
+  }
+
+  absl::Status UnshareSession(const Principal& who, const pb::UnshareSessionRequest& req) {
+    if (deps_.shares == nullptr) return absl::UnavailableError("sessions cannot be shared here");
+    ASSIGN_OR_RETURN(auto g, access_.Check(who, req.session_id(), "Sessions.Unshare"));
+    // As shared (a user whose token has gone since is still named), or by
+    // the identity it reaches.
+    std::optional<SessionShare> found;
+    for (const auto& sh : deps_.shares->OfSession(g.info.id)) {
+      if (sh.user == req.user() || sh.grantee == req.user()) found = sh;
+    }
+    if (!found) {
+      auto grantee = deps_.gate->identities().GranteeOf(req.user());
+      for (const auto& sh : deps_.shares->OfSession(g.info.id)) {
+        if (grantee.ok() && sh.grantee == *grantee) found = sh;
+      }
+    }
+    if (!found) {
+      return absl::NotFoundError(
+          absl::StrCat("session ", g.info.id, " is not shared with ", req.user()));
+    }
+    RETURN_IF_ERROR(deps_.shares->Remove(g.info.id, found->grantee));
+    // That user's open streams of the session end now, not at the next sweep.
+    deps_.gate->Sweep();
+    Record("session_unshared", who, g.info, *found);
+    return absl::OkStatus();
+  }
+
+  void Record(const char* kind, const Principal& who, const SessionInfo& s,
+              const SessionShare& share) {
+    if (!deps_.audit) return;
+    deps_.audit({{"kind", kind},
+                 {"session_id", s.id},
+                 {"owner", s.owner},
+                 {"grantee", share.grantee},
+                 {"user", share.user},
+                 {"role", ShareRoleName(share.role)},
+                 {"expires_us", share.expires_us},
+                 {"principal", who.id},
+                 {"peer", who.peer}});
+  }
+
   absl::Status CreateSession(const Principal& who, const pb::CreateSessionRequest& req,
                              pb::Session* resp) {
     if (!req.provider().empty() && deps_.providers->Find(req.provider()) == nullptr) {

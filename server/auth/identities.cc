@@ -195,6 +195,25 @@ std::string Identities::OwnerOfNameLocked(const std::string& name) {
   return "user:" + name;
 }
 
+absl::StatusOr<std::string> Identities::GranteeOf(const std::string& name) {
+  if (absl::StartsWith(name, "role:")) {
+    Role r;
+    if (ParseRole(name.substr(5), &r)) return name;
+    return absl::NotFoundError(
+        absl::StrCat("no role '", name.substr(5), "' (roles: admin, user, ci)"));
+  }
+  {
+    MutexLock lock(&mu_);
+    if (config_.users.count(name)) return "user:" + name;
+  }
+  if (auto a = LookupAccount(name); a.ok()) return absl::StrCat("uid:", a->uid);
+  for (const auto& t : tokens_.List()) {
+    if (t.user == name && tokens_.Valid(t.id).ok()) return "user:" + name;
+  }
+  return absl::NotFoundError(absl::StrCat(
+      "no user '", name, "' known here: not a configured user, a local account or a token's user"));
+}
+
 std::string Identities::OwnerOfName(const std::string& name) {
   MutexLock lock(&mu_);
   return OwnerOfNameLocked(name);

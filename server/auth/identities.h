@@ -66,6 +66,12 @@ class Identities {
   bool OwnerOwnsName(const std::string& owner, const std::string& name);
 
   // Admins (root and fwaid's own user included) are not limited.
+  // Whom a session share for `name` reaches, verified now: a configured
+  // user ("user:NAME"), a local account ("uid:N"), a user some valid token
+  // names ("user:NAME"), or "role:admin|user|ci" for everyone of a role.
+  // NOT_FOUND naming `name` for anyone else: a share never names a
+  // principal nobody could be.
+  [[nodiscard]] absl::StatusOr<std::string> GranteeOf(const std::string& name);
   LimitsConfig LimitsOf(const Principal& p);
   bool MayWriteSharedKnowledge(const Principal& p);
   TokenStore& tokens() { return tokens_; }

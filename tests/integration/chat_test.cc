@@ -297,15 +297,38 @@ TEST_F(ChatTest, EmptyOrOversizedMessageIsInvalidArgument) {
   EXPECT_EQ(fake_.request_count(), 0u);
 }
 
-TEST_F(ChatTest, SecondConcurrentTurnIsRefused) {
+// A message sent while a turn runs waits for it, then runs as its own turn:
+// messages of people sharing a session run in the order they came.
+TEST_F(ChatTest, ASecondMessageWaitsForTheRunningTurnThenRunsAsItsOwn) {
   Daemon d(&fake_);
   ASSERT_TRUE(d.Start()) << d.log();
   FakeReply r;
   for (int i = 0; i < 20; ++i) r.chunks.push_back("x");
   r.chunk_delay_ms = 30;
   fake_.Enqueue(r);
+  FakeReply r2;
+  r2.chunks = {"second answer"};
+  fake_.Enqueue(r2);
   auto s = d.CreateSession();
-  std::thread t([&] { RunChat(*d.sessions(), s.id(), "long"); });
+  // Each message on its own stream, read until its own turn has finished.
+  auto run = [&](const std::string& text, const std::string& turn_id, std::string* answer) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+    auto stream = OpenChat(*d.sessions(), &ctx, s.id(), text, "", turn_id);
+    pb::ServerEvent ev;
+    bool finished = false;
+    while (!finished && stream->Read(&ev)) {
+      if (ev.turn_id() != turn_id) continue;
+      if (ev.has_text_delta()) *answer += ev.text_delta().text();
+      finished = ev.has_turn_finished();
+    }
+    stream->WritesDone();
+    EXPECT_TRUE(stream->Finish().ok());
+    return finished;
+  };
+  std::string first_answer, second_answer;
+  bool first_finished = false;
+  std::thread t([&] { first_finished = run("long", "t-first", &first_answer); });
   for (int i = 0; i < 500; ++i) {  // until the daemon reports the turn running
     grpc::ClientContext ctx;
     pb::GetSessionRequest req;
@@ -314,10 +337,20 @@ TEST_F(ChatTest, SecondConcurrentTurnIsRefused) {
     if (d.sessions()->Get(&ctx, req, &got).ok() && got.turn_running()) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
-  auto second = RunChat(*d.sessions(), s.id(), "meanwhile");
+  const bool second_finished = run("meanwhile", "t-second", &second_answer);
   t.join();
-  EXPECT_EQ(second.status.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
-  EXPECT_NE(second.status.error_message().find("already has a turn running"), std::string::npos);
+  EXPECT_TRUE(first_finished) << d.log();
+  ASSERT_TRUE(second_finished) << d.log();
+  EXPECT_EQ(first_answer, std::string(20, 'x'));
+  EXPECT_EQ(second_answer, "second answer");
+  // In the session's log: the first turn ends before the second begins.
+  std::vector<std::string> order;
+  for (const auto& e : ReadAll(*d.sessions(), s.id())) {
+    if (e.has_user_message()) order.push_back(e.turn_id() + " " + e.user_message().text());
+    if (e.has_turn_finished()) order.push_back(e.turn_id() + " finished");
+  }
+  EXPECT_EQ(order, (std::vector<std::string>{"t-first long", "t-first finished",
+                                             "t-second meanwhile", "t-second finished"}));
 }
 
 TEST_F(ChatTest, ManySessionsStreamConcurrently) {

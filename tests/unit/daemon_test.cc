@@ -144,6 +144,31 @@ TEST(AccessRulesTest, EveryRpcHasExactlyOneRule) {
   EXPECT_GE(seen.size(), 45u);
 }
 
+// A session RPC or Chat message added without a session rule would be the
+// owner's only; the table must name each once. The rules that keep a
+// sharer out of the owner's files, boards and shares are written out: one
+// loosened fails here.
+TEST(AccessRulesTest, EverySessionActionHasOneRuleAndTheOwnersStayTheOwners) {
+  EXPECT_TRUE(SessionActionsWithoutRules().empty()) << SessionActionsWithoutRules().front();
+  std::set<std::string> seen;
+  for (const auto& r : SessionRules()) {
+    EXPECT_TRUE(seen.insert(r.action).second) << r.action << " twice";
+  }
+  for (const char* owners : {"Sessions.Delete", "Sessions.Rewind", "Sessions.ListCheckpoints",
+                             "Sessions.ReadCheckpointFile", "Sessions.Share", "Sessions.Unshare"}) {
+    EXPECT_EQ(SessionNeedOf(owners), SessionNeed::kOwner) << owners;
+  }
+  EXPECT_EQ(SessionNeedOf("Sessions.Chat.message"), SessionNeed::kDrive);
+  EXPECT_EQ(SessionNeedOf("Sessions.Chat.cancel"), SessionNeed::kDrive);
+  EXPECT_EQ(SessionNeedOf("Sessions.Chat.set_mode"), SessionNeed::kDrive);
+  EXPECT_EQ(SessionNeedOf("Sessions.Chat.plan_decision"), SessionNeed::kApprove);
+  EXPECT_EQ(SessionNeedOf("Sessions.Chat.answer"), SessionNeed::kAnswer);
+  EXPECT_EQ(SessionNeedOf("Sessions.Chat.approval"), SessionNeed::kApprove);
+  EXPECT_EQ(SessionNeedOf("Sessions.Attach"), SessionNeed::kWatch);
+  // Fails closed: what the table does not name is the owner's.
+  EXPECT_EQ(SessionNeedOf("Sessions.Chat.something_new"), SessionNeed::kOwner);
+}
+
 }  // namespace
 }  // namespace fwai
 

@@ -323,7 +323,8 @@ TEST_F(ChatTest, ASecondMessageWaitsForTheRunningTurnThenRunsAsItsOwn) {
       finished = ev.has_turn_finished();
     }
     stream->WritesDone();
-    EXPECT_TRUE(stream->Finish().ok());
+    const grpc::Status st = stream->Finish();
+    EXPECT_TRUE(st.ok()) << turn_id << ": " << st.error_message() << "\n" << d.log();
     return finished;
   };
   std::string first_answer, second_answer;

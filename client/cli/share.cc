@@ -19,9 +19,10 @@ ShareCommands::ShareCommands(CLI::App& sessions, Globals& g) : g_(g) {
   share_ = sessions.add_subcommand(
       "share", "Let another user watch, answer, approve or drive a session of yours");
   share_->add_option("session", session_, "Session id")->required();
-  share_->add_option("user", user_,
-                     "A user fwaid knows: a configured user, a local account, a token's user, "
-                     "or role:user|ci|admin")
+  share_
+      ->add_option("user", user_,
+                   "A user fwaid knows: a configured user, a local account, a token's user, "
+                   "or role:user|ci|admin")
       ->required();
   share_
       ->add_option("--role", role_,

@@ -23,10 +23,10 @@ std::string EndOf(std::string prefix) {
 }
 
 nlohmann::json ToJson(const SessionShare& s) {
-  return {{"session_id", s.session_id}, {"grantee", s.grantee},
-          {"user", s.user},             {"role", ShareRoleName(s.role)},
-          {"created_us", s.created_us}, {"expires_us", s.expires_us},
-          {"created_by", s.created_by}};
+  return {
+      {"session_id", s.session_id},    {"grantee", s.grantee},       {"user", s.user},
+      {"role", ShareRoleName(s.role)}, {"created_us", s.created_us}, {"expires_us", s.expires_us},
+      {"created_by", s.created_by}};
 }
 
 std::optional<SessionShare> FromJson(std::string_view text) {
@@ -61,8 +61,8 @@ const char* ShareRoleName(ShareRole r) {
 }
 
 bool ParseShareRole(std::string_view name, ShareRole* out) {
-  for (ShareRole r : {ShareRole::kWatch, ShareRole::kAnswer, ShareRole::kApprove,
-                      ShareRole::kDrive}) {
+  for (ShareRole r :
+       {ShareRole::kWatch, ShareRole::kAnswer, ShareRole::kApprove, ShareRole::kDrive}) {
     if (name == ShareRoleName(r)) {
       *out = r;
       return true;
@@ -77,17 +77,17 @@ absl::StatusOr<std::unique_ptr<SessionShares>> SessionShares::Open(Storage& stor
       new SessionShares(storage, clock != nullptr ? *clock : SystemClock()));
   std::map<std::string, std::map<std::string, SessionShare>> loaded;
   absl::Status bad;
-  RETURN_IF_ERROR(storage.Scan(Cf::kMeta, kPrefix, EndOf(kPrefix),
-                               [&](std::string_view k, std::string_view v) {
-                                 auto s = FromJson(v);
-                                 if (!s) {
-                                   bad = absl::DataLossError(absl::StrCat(
-                                       "stored session share ", std::string(k), " is damaged"));
-                                   return false;
-                                 }
-                                 loaded[s->session_id][s->grantee] = *std::move(s);
-                                 return true;
-                               }));
+  RETURN_IF_ERROR(
+      storage.Scan(Cf::kMeta, kPrefix, EndOf(kPrefix), [&](std::string_view k, std::string_view v) {
+        auto s = FromJson(v);
+        if (!s) {
+          bad = absl::DataLossError(
+              absl::StrCat("stored session share ", std::string(k), " is damaged"));
+          return false;
+        }
+        loaded[s->session_id][s->grantee] = *std::move(s);
+        return true;
+      }));
   RETURN_IF_ERROR(bad);
   {
     MutexLock lock(&shares->mu_);

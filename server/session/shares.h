@@ -72,13 +72,11 @@ class SessionShares {
   std::optional<ShareRole> RoleFor(const std::string& session_id, const ShareSubject& who) const
       ABSL_LOCKS_EXCLUDED(mu_);
   // The session's shares, expired ones included (`expires_us` says so).
-  std::vector<SessionShare> OfSession(const std::string& session_id) const
-      ABSL_LOCKS_EXCLUDED(mu_);
+  std::vector<SessionShare> OfSession(const std::string& session_id) const ABSL_LOCKS_EXCLUDED(mu_);
   // The unexpired shares that reach `who`, every session's.
   std::vector<SessionShare> SharedWith(const ShareSubject& who) const ABSL_LOCKS_EXCLUDED(mu_);
   // Drops every share of the session (it was deleted).
-  [[nodiscard]] absl::Status DeleteSession(const std::string& session_id)
-      ABSL_LOCKS_EXCLUDED(mu_);
+  [[nodiscard]] absl::Status DeleteSession(const std::string& session_id) ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   SessionShares(Storage& storage, const Clock& clock) : storage_(storage), clock_(clock) {}

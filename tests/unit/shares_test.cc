@@ -2,13 +2,14 @@
 // grantee (by id, alias or role) until the microsecond it expires, the
 // highest of several roles wins, removal and a deleted session end it, and
 // all of it survives a restart; a damaged record is refused naming its key.
+#include "server/session/shares.h"
+
 #include <gtest/gtest.h>
 
 #include <memory>
 #include <string>
 
 #include "common/clock.h"
-#include "server/session/shares.h"
 #include "server/storage/storage.h"
 #include "tests/integration/daemon_fixture.h"
 

@@ -11,6 +11,7 @@
 #include "server/api/api.h"
 #include "server/api/gate.h"
 #include "server/api/offload.h"
+#include "server/api/share_subject.h"
 #include "server/evidence/evidence_log.h"
 #include "server/evidence/export.h"
 
@@ -27,12 +28,24 @@ void ToProto(const EvidenceRecord& r, pb::RunRecord* out) {
   out->set_hash(ToHex(r.leaf));
 }
 
-// Whose a record is: the principal that made it (or the session's owner).
-// Records that name nobody are for admins.
-bool Visible(const Principal& p, const EvidenceRecord& r) {
+// Whether a record of a session is one its sharers may read: what happened
+// in it, not whom its owner shares it with (nor an admin's look at it).
+bool ForSharers(const json& j) {
+  const std::string kind = j.value("kind", "");
+  return kind != "session_shared" && kind != "session_unshared" && kind != "admin_override";
+}
+
+// Whose a record is: the principal that made it (or the session's owner),
+// and the users that session is shared with (a watcher sees the evidence of
+// what it watches). Records that name nobody are for admins.
+bool Visible(const Principal& p, const EvidenceRecord& r, const SessionShares* shares) {
   if (p.admin()) return true;
   auto j = json::parse(r.bytes, nullptr, false);
   if (!j.is_object()) return false;
+  if (const auto s = j.find("session_id"); s != j.end() && s->is_string() && ForSharers(j) &&
+                                           HasShareOf(shares, p, s->get<std::string>())) {
+    return true;
+  }
   // What the caller did, or what happened to something of theirs (an
   // admin's turn in their session, say).
   for (const char* field : {"principal", "owner"}) {
@@ -45,11 +58,12 @@ bool Visible(const Principal& p, const EvidenceRecord& r) {
   return false;
 }
 
-std::vector<EvidenceRecord> VisibleOnly(const Principal& p, std::vector<EvidenceRecord> all) {
+std::vector<EvidenceRecord> VisibleOnly(const Principal& p, std::vector<EvidenceRecord> all,
+                                        const SessionShares* shares) {
   if (p.admin()) return all;
   std::vector<EvidenceRecord> out;
   for (auto& r : all) {
-    if (Visible(p, r)) out.push_back(std::move(r));
+    if (Visible(p, r, shares)) out.push_back(std::move(r));
   }
   return out;
 }
@@ -71,7 +85,7 @@ class EvidenceService final : public pb::Evidence::CallbackService {
       auto list = deps_.evidence->List(
           who.admin() && req->limit() > 0 ? static_cast<size_t>(req->limit()) : 0);
       if (!list.ok()) return list.status();
-      auto mine = VisibleOnly(who, *std::move(list));
+      auto mine = VisibleOnly(who, *std::move(list), deps_.shares);
       const size_t skip = req->limit() > 0 && mine.size() > static_cast<size_t>(req->limit())
                               ? mine.size() - static_cast<size_t>(req->limit())
                               : 0;
@@ -86,7 +100,7 @@ class EvidenceService final : public pb::Evidence::CallbackService {
       if (req->run_id().empty()) return absl::InvalidArgumentError("run_id: required");
       auto r = deps_.evidence->Get(req->run_id());
       if (!r.ok()) return r.status();
-      if (!Visible(who, *r))
+      if (!Visible(who, *r, deps_.shares))
         return absl::NotFoundError(absl::StrCat("no record for run ", req->run_id()));
       ToProto(*r, resp);
       return absl::OkStatus();
@@ -112,7 +126,7 @@ class EvidenceService final : public pb::Evidence::CallbackService {
       auto all = deps_.evidence->List(0);
       if (!all.ok()) return all.status();
       // Only the caller's own records (admins: all).
-      auto list = std::make_optional(VisibleOnly(who, *std::move(all)));
+      auto list = std::make_optional(VisibleOnly(who, *std::move(all), deps_.shares));
       if (fmt == "json") {
         json out = {{"public_key_ed25519", deps_.evidence->public_key_hex()},
                     {"records", json::array()}};

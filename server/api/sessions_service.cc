@@ -27,6 +27,7 @@
 #include "server/api/gate.h"
 #include "server/api/offload.h"
 #include "server/api/rewind.h"
+#include "server/api/share_subject.h"
 #include "server/llm/provider.h"
 #include "server/session/session_manager.h"
 #include "server/session/shares.h"
@@ -88,15 +89,6 @@ void ToProto(const SessionShare& s, int64_t now_us, pb::SessionShare* out) {
   out->set_expires_us(s.expires_us);
   out->set_created_by(s.created_by);
   out->set_expired(s.expires_us != 0 && s.expires_us <= now_us);
-}
-
-// Who a share is checked against: the principal's ids and role.
-ShareSubject SubjectOf(const Principal& p) {
-  ShareSubject who;
-  who.ids.push_back(p.id);
-  who.ids.insert(who.ids.end(), p.aliases.begin(), p.aliases.end());
-  who.role = RoleName(p.role);
-  return who;
 }
 
 // What the caller is to a session: its owner (admins too), or the role of

@@ -20,6 +20,7 @@
 #include <functional>
 #include <iostream>
 #include <map>
+#include <optional>
 #include <sstream>
 #include <thread>
 
@@ -276,7 +277,12 @@ int RunTurn(const Globals& g, Conn& c, const std::string& session_id, const std:
       break;
     }
   }
+  // The stream follows the session: a turn queued after this one (another
+  // user's) may already be streaming. Read to the end fwaid gives it once
+  // this client is done sending, then the status.
   stream->WritesDone();
+  while (stream->Read(&ev)) {
+  }
   grpc::Status st = stream->Finish();
   watcher.Stop();
   signal(SIGINT, SIG_DFL);
@@ -435,6 +441,161 @@ int CmdAttach(const Globals& g, const std::string& session_id, uint64_t after, b
     if (!g.json) std::cerr << "(fwaid is back; resuming after event " << last << ")" << std::endl;
   }
 }
+
+// What `fwai attach` answers or decides beside showing the session: from
+// flags (scripts), or by asking the person at a terminal. A user the session
+// is shared with needs the role for it (answer, approve); fwaid checks.
+struct Respond {
+  std::string answer;     // --answer: the pending (or next) question's answer
+  bool approve = false;   // --approve: the pending (or next) plan approved
+  std::string send_back;  // --send-back: the plan sent back, saying why
+  bool prompt = false;    // at a terminal: ask for each question and plan
+  bool once() const { return !answer.empty() || approve || !send_back.empty(); }
+};
+
+// An answer from --answer: an option named by it is selected, else it is text.
+pb::ClientEvent AnswerFromFlag(const pb::QuestionAsked& q, const std::string& text) {
+  pb::ClientEvent out;
+  auto* a = out.mutable_answer();
+  a->set_question_id(q.question_id());
+  for (const auto& one : q.questions())
+    for (const auto& o : one.options())
+      if (absl::EqualsIgnoreCase(text, o.label())) a->add_selected(o.label());
+  if (a->selected_size() == 0) a->set_text(text);
+  return out;
+}
+
+// The reply to what waits (a question or a plan) once the stored events are
+// read: nullopt when the flags or the person give none for it.
+std::optional<pb::ClientEvent> ReplyTo(const pb::ServerEvent& waiting, const Respond& what) {
+  if (waiting.has_question_asked()) {
+    if (!what.answer.empty()) return AnswerFromFlag(waiting.question_asked(), what.answer);
+    if (what.prompt) return AnswerQuestions(waiting.question_asked());
+    return std::nullopt;
+  }
+  if (what.approve || !what.send_back.empty()) {
+    pb::ClientEvent out;
+    out.mutable_plan_decision()->set_plan_id(waiting.plan_submitted().plan_id());
+    out.mutable_plan_decision()->set_approve(what.approve);
+    out.mutable_plan_decision()->set_feedback(what.send_back);
+    return out;
+  }
+  if (what.prompt) return DecidePlan(waiting.plan_submitted());
+  return std::nullopt;
+}
+
+// The id a reply is about, and whether `ev` settles it (decided by anyone).
+std::string ReplyId(const pb::ClientEvent& r) {
+  return r.has_answer() ? r.answer().question_id() : r.plan_decision().plan_id();
+}
+bool Settles(const pb::ServerEvent& ev, const std::string& id) {
+  return (ev.has_question_answered() && ev.question_answered().question_id() == id) ||
+         (ev.has_plan_decided() && ev.plan_decided().plan_id() == id);
+}
+
+// `fwai attach` on a Chat stream, so it can answer and decide: the stored
+// events, then the live tail; what waits once the stored events are read
+// (and what comes later) gets its reply. With a flag it ends once its reply
+// is settled — by it, or by someone first (said on stderr, exit 1).
+int CmdAttachResponding(const Globals& g, const std::string& session_id, uint64_t after,
+                        const Respond& what) {
+  auto c = Connect(g);
+  if (!c.ok()) return Fail(g, kExitUnreachable, std::string(c.status().message()));
+  grpc::ClientContext get_ctx;
+  pb::GetSessionRequest get;
+  get.set_session_id(session_id);
+  pb::Session s;
+  if (auto st = c->sessions->Get(&get_ctx, get, &s); !st.ok()) return FailGrpc(g, st);
+  grpc::ClientContext ctx;
+  auto stream = c->sessions->Chat(&ctx);
+  pb::ClientEvent open;
+  open.mutable_open()->set_session_id(session_id);
+  open.mutable_open()->set_after_seq(after);
+  open.mutable_open()->set_replay(true);
+  stream->Write(open);
+  g_sigint_count = 0;
+  InstallSigint();
+  SigintWatcher watcher([&] {
+    ctx.TryCancel();
+    return false;
+  });
+  EventRenderer r(g.json, true);
+  std::optional<pb::ServerEvent> waiting;  // a question or plan nobody has settled
+  std::string sent;                        // the id this client replied to
+  int rc = kExitOk;
+  bool caught_up = s.last_seq() <= after;
+  pb::ServerEvent ev;
+  auto reply_if_waiting = [&] {
+    if (!caught_up || !waiting || !sent.empty()) return;
+    auto reply = ReplyTo(*waiting, what);
+    waiting.reset();
+    if (!reply) return;
+    sent = ReplyId(*reply);
+    stream->Write(*reply);
+  };
+  reply_if_waiting();
+  while (stream->Read(&ev)) {
+    r.Render(ev);
+    if (ev.has_question_asked() || ev.has_plan_submitted()) waiting = ev;
+    if (waiting && ev.has_turn_finished() && ev.turn_id() == waiting->turn_id()) waiting.reset();
+    if (waiting &&
+        Settles(ev, waiting->has_question_asked() ? waiting->question_asked().question_id()
+                                                  : waiting->plan_submitted().plan_id()))
+      waiting.reset();
+    if (ev.seq() == 0 && ev.has_error() && !sent.empty()) {
+      // fwaid's word on this client's reply (shown above): someone else
+      // settled it first.
+      rc = kExitTurnFailed;
+      if (what.once()) break;
+      sent.clear();
+    }
+    if (!sent.empty() && Settles(ev, sent)) {
+      if (what.once()) break;
+      sent.clear();
+    }
+    caught_up = caught_up || ev.seq() >= s.last_seq();
+    reply_if_waiting();
+  }
+  stream->WritesDone();
+  while (stream->Read(&ev)) {
+  }
+  const grpc::Status st = stream->Finish();
+  watcher.Stop();
+  r.EndLine();
+  if (!st.ok() && !(st.error_code() == grpc::StatusCode::CANCELLED && g_sigint_count > 0))
+    return FailGrpc(g, st);
+  return rc;
+}
+
+// `fwai attach`: its options, and which way it runs — read-only (Attach),
+// or on a Chat stream when it is to answer or decide (flags, a terminal).
+struct AttachCommand {
+  explicit AttachCommand(CLI::App& app) {
+    cmd = app.add_subcommand("attach", "Show a session's events, then follow it live");
+    cmd->add_option("session", id, "Session id")->required();
+    cmd->add_option("--after", after, "Only events after this seq");
+    cmd->add_flag("--no-follow", no_follow, "Stop after the stored events");
+    cmd->add_option("--answer", respond.answer,
+                    "Answer the waiting (or next) question with this (an option's name picks it), "
+                    "then stop");
+    cmd->add_flag("--approve", respond.approve, "Approve the waiting (or next) plan, then stop");
+    cmd->add_option("--send-back", respond.send_back,
+                    "Send the waiting (or next) plan back, saying what to change, then stop");
+  }
+  int Run(const Globals& g) {
+    // At a terminal, following: questions and plans are asked of the person.
+    respond.prompt = !g.json && !no_follow && isatty(0) && isatty(2);
+    if (respond.approve && !respond.send_back.empty())
+      return Fail(g, kExitUsage, "attach: --approve or --send-back, not both");
+    if (respond.once() || respond.prompt) return CmdAttachResponding(g, id, after, respond);
+    return CmdAttach(g, id, after, no_follow);
+  }
+  CLI::App* cmd = nullptr;
+  std::string id;
+  uint64_t after = 0;
+  bool no_follow = false;
+  Respond respond;
+};
 
 int CmdSessionsLs(const Globals& g, bool all, bool shared_with_me) {
   auto c = Connect(g);
@@ -1068,13 +1229,7 @@ int Main(int argc, char** argv) {
   chat->add_flag("--ask-before-edits", ask_edits,
                  "The agent's write_file / edit_file wait for your accept (kept by the session)");
 
-  auto* attach = app.add_subcommand("attach", "Show a session's events, then follow it live");
-  std::string attach_id;
-  uint64_t after = 0;
-  bool no_follow = false;
-  attach->add_option("session", attach_id, "Session id")->required();
-  attach->add_option("--after", after, "Only events after this seq");
-  attach->add_flag("--no-follow", no_follow, "Stop after the stored events");
+  AttachCommand attach(app);
 
   auto* sessions = app.add_subcommand("sessions", "List, show, share and remove sessions");
   sessions->require_subcommand(1);
@@ -1141,7 +1296,7 @@ int Main(int argc, char** argv) {
   if (!g.verbose && std::getenv("GRPC_VERBOSITY") == nullptr) gpr_set_log_function(DropGrpcLog);
   if (chat->parsed())
     return CmdChat(g, session_id, words, provider, model, cont, plan_mode, auto_approve, ask_edits);
-  if (attach->parsed()) return CmdAttach(g, attach_id, after, no_follow);
+  if (attach.cmd->parsed()) return attach.Run(g);
   if (ls->parsed()) return CmdSessionsLs(g, all, shared_with_me);
   if (auto rc = share.RunIfParsed()) return *rc;
   if (show->parsed()) return CmdSessionsShow(g, show_id);

@@ -155,11 +155,13 @@ void EventRenderer::Render(const fwai::v1::ServerEvent& ev) {
       return;
     }
     case E::kUserMessage: {
-      // In a shared session, a message of someone other than the owner
-      // says whose it is ("bob> ...").
+      // In a shared session (once someone other than the owner has written)
+      // each message says whose it is ("bob> ...").
       const auto& a = ev.user_message().author();
-      if (show_user_ || (!a.principal().empty() && !a.owner()))
-        Line(out_, absl::StrCat(a.owner() ? "" : a.user(), "> ", ev.user_message().text()));
+      const bool guest = !a.principal().empty() && !a.owner();
+      shared_ = shared_ || guest;
+      if (show_user_ || guest)
+        Line(out_, absl::StrCat(shared_ ? a.user() : "", "> ", ev.user_message().text()));
       return;
     }
     case E::kToolCallStarted: {

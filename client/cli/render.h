@@ -36,7 +36,8 @@ class EventRenderer {
   FILE* const out_;
   FILE* const err_;
   bool mid_line_ = false;
-  std::map<std::string, int> depth_;        // call_id -> nesting depth
+  bool shared_ = false;               // someone other than the owner has written: name every author
+  std::map<std::string, int> depth_;  // call_id -> nesting depth
   std::map<std::string, std::string> sub_;  // parent call_id -> sub-agent text not yet shown
 };
 

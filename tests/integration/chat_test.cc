@@ -322,7 +322,12 @@ TEST_F(ChatTest, ASecondMessageWaitsForTheRunningTurnThenRunsAsItsOwn) {
       if (ev.has_text_delta()) *answer += ev.text_delta().text();
       finished = ev.has_turn_finished();
     }
+    // The stream follows the session: the next turn's events may already be
+    // on their way. Read until fwaid ends the stream, as a client must
+    // before it asks for the status.
     stream->WritesDone();
+    while (stream->Read(&ev)) {
+    }
     const grpc::Status st = stream->Finish();
     EXPECT_TRUE(st.ok()) << turn_id << ": " << st.error_message() << "\n" << d.log();
     return finished;

@@ -2297,6 +2297,81 @@ TEST_F(UnixPeerAttackTest, TwoUidsOnTheGroupSocketSeeOnlyTheirOwn) {
   EXPECT_NE(devs.leases(0).holder().find("nobody"), std::string::npos) << devs.leases(0).holder();
 }
 
+// Two uids on the group socket share a session through the CLI: the owner
+// (nobody) shares it with the daemon account as approver, who sees it listed
+// with its owner, cannot send, approves the owner's plan with `fwai attach
+// --approve` (the owner's turn goes on, naming who approved); shared to drive,
+// its message is shown by the owner's `fwai attach` as "daemon> ...".
+TEST_F(UnixPeerAttackTest, ASessionSharedBetweenTwoUidsThroughTheCliNamesEachAuthor) {
+  FakeReply hello;
+  hello.chunks = {"hello"};
+  fake_.Enqueue(hello);
+  std::string out, err;
+  ASSERT_EQ(AsUser("nobody", {"--project", project_, "--json", "chat", "hello"}, &out, &err), 0)
+      << err;
+  std::string sid;
+  std::istringstream lines(out);
+  for (std::string line; std::getline(lines, line) && sid.empty();) {
+    auto j = json::parse(line, nullptr, false);
+    if (j.is_object()) sid = j.value("session_id", "");
+  }
+  ASSERT_FALSE(sid.empty()) << out;
+  auto other = [&](std::vector<std::string> args, std::string* o, std::string* e) {
+    return AsUser("daemon", std::move(args), o, e, "nogroup");
+  };
+  ASSERT_EQ(AsUser("nobody", {"sessions", "share", sid, "daemon", "--role", "approve"}, &out, &err),
+            0)
+      << err << out;
+  ASSERT_EQ(other({"--json", "sessions", "ls", "--shared-with-me"}, &out, &err), 0) << err;
+  auto listed = json::parse(out, nullptr, false);
+  ASSERT_TRUE(listed.is_array() && listed.size() == 1) << out;
+  EXPECT_EQ(listed[0].value("id", ""), sid);
+  EXPECT_EQ(listed[0].value("owner_user", ""), "nobody");
+  EXPECT_EQ(listed[0].value("my_role", ""), "approve");
+  // An approver does not send messages.
+  EXPECT_NE(other({"chat", "-s", sid, "from daemon"}, &out, &err), 0);
+  EXPECT_NE(err.find("drive"), std::string::npos) << err;
+  // The owner's plan waits; the approver approves it from `fwai attach`.
+  const std::string plan_path = ".fwai/plans/" + sid + ".md";
+  FakeReply plan;
+  plan.tool_calls = {
+      {"p1", "write_file", {{"path", plan_path}, {"content", std::string(80, 'x') + "\n"}}},
+      {"s1", "submitPlan", json::object()}};
+  fake_.Enqueue(plan);
+  FakeReply done;
+  done.chunks = {"done as planned"};
+  fake_.Enqueue(done);
+  std::string owner_out, owner_err;
+  int owner_rc = -1;
+  std::thread owner([&] {
+    owner_rc = AsUser("nobody", {"--project", project_, "chat", "-s", sid, "--plan", "plan it"},
+                      &owner_out, &owner_err);
+  });
+  const int approve_rc = other({"attach", sid, "--approve"}, &out, &err);
+  owner.join();
+  EXPECT_EQ(approve_rc, 0) << err << out;
+  EXPECT_NE(out.find("[plan approved by daemon"), std::string::npos) << out;
+  EXPECT_EQ(owner_rc, 0) << owner_err << owner_out;
+  EXPECT_NE((owner_out + owner_err).find("approved by daemon"), std::string::npos)
+      << owner_out << owner_err;
+  EXPECT_NE(owner_out.find("done as planned"), std::string::npos) << owner_out;
+  // Shared to drive (the share replaced), the daemon account's message runs.
+  ASSERT_EQ(AsUser("nobody", {"sessions", "share", sid, "daemon", "--role", "drive"}, &out, &err),
+            0)
+      << err << out;
+  FakeReply ok;
+  ok.chunks = {"ok daemon"};
+  fake_.Enqueue(ok);
+  ASSERT_EQ(other({"chat", "-s", sid, "from daemon"}, &out, &err), 0) << err << out;
+  ASSERT_EQ(AsUser("nobody", {"attach", sid, "--no-follow"}, &out, &err), 0) << err;
+  EXPECT_NE(out.find("daemon> from daemon"), std::string::npos) << out;
+  EXPECT_NE(out.find("ok daemon"), std::string::npos) << out;
+  // Unshared: the daemon account sees nothing of it again.
+  ASSERT_EQ(AsUser("nobody", {"sessions", "unshare", sid, "daemon"}, &out, &err), 0) << err;
+  EXPECT_NE(other({"attach", sid, "--no-follow"}, &out, &err), 0);
+  EXPECT_EQ(out.find("from daemon"), std::string::npos) << out;
+}
+
 // Personal collections follow identities, not names: a token made for the
 // name of a local account (nobody) that fwaid.yaml does not map to that
 // account gets nothing of the account's ~nobody collections — neither over

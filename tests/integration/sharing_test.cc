@@ -10,11 +10,15 @@
 
 #include <chrono>
 #include <functional>
+#include <map>
+#include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "client/lib/client.h"
 #include "fwai/v1/auth.grpc.pb.h"
+#include "fwai/v1/evidence.grpc.pb.h"
 #include "fwai/v1/sessions.grpc.pb.h"
 #include "tests/integration/daemon_fixture.h"
 
@@ -49,7 +53,25 @@ class SharingTest : public ::testing::Test {
     EXPECT_TRUE(addr.ok());
     auto ch = ConnectToDaemon(*addr, false, 5000, Credentials{"", "", "", resp.token()});
     EXPECT_TRUE(ch.ok()) << ch.status();
+    channels_[name] = *ch;
     return pb::Sessions::NewStub(*ch);
+  }
+
+  // The sessions named by the evidence records `user` may list (its own
+  // refusals name none and are left out), and the kinds of those records.
+  std::pair<std::set<std::string>, std::set<std::string>> RunsOf(const std::string& user) {
+    grpc::ClientContext ctx;
+    pb::ListRunsResponse out;
+    EXPECT_TRUE(
+        pb::Evidence::NewStub(channels_[user])->ListRuns(&ctx, pb::ListRunsRequest(), &out).ok());
+    std::set<std::string> sessions, kinds;
+    for (const auto& r : out.runs()) {
+      const json j = json::parse(r.record_json());
+      if (j.value("session_id", "").empty()) continue;
+      sessions.insert(j.value("session_id", ""));
+      kinds.insert(j.value("kind", ""));
+    }
+    return {sessions, kinds};
   }
 
   // The owner's session on its project, in `mode`.
@@ -133,6 +155,7 @@ class SharingTest : public ::testing::Test {
   FakeLlmServer fake_;
   std::unique_ptr<Daemon> d_;
   std::unique_ptr<pb::Sessions::Stub> owner_, bob_, carol_;
+  std::map<std::string, std::shared_ptr<grpc::Channel>> channels_;  // token users by name
 };
 
 TEST_F(SharingTest, AWatcherSeesTheSessionAndNothingMoreAndOthersLearnNothing) {
@@ -217,6 +240,17 @@ TEST_F(SharingTest, AWatcherSeesTheSessionAndNothingMoreAndOthersLearnNothing) {
   // The owner's other sessions stay the owner's.
   const pb::Session other = Create();
   EXPECT_EQ(Get(*bob_, other.id()).error_code(), grpc::StatusCode::NOT_FOUND);
+  // The evidence of the session he watches is his to read; of the owner's
+  // other session, none; carol reads none; unshared, he reads none again.
+  // Whom the owner shares it with is not his to learn from the log either.
+  ASSERT_TRUE(RunChat(*owner_, other.id(), "private").finished) << d_->log();
+  const auto [sessions, kinds] = RunsOf("bob");
+  EXPECT_EQ(sessions, std::set<std::string>{s.id()});
+  EXPECT_TRUE(kinds.count("agent_turn")) << ::testing::PrintToString(kinds);
+  EXPECT_FALSE(kinds.count("session_shared")) << ::testing::PrintToString(kinds);
+  EXPECT_TRUE(RunsOf("carol").first.empty());
+  ASSERT_TRUE(Unshare(s.id(), "bob").ok());
+  EXPECT_TRUE(RunsOf("bob").first.empty());
 }
 
 TEST_F(SharingTest, ADriversMessageNamesItsVerifiedAuthorWhateverTheClientSays) {
@@ -250,6 +284,64 @@ TEST_F(SharingTest, ADriversMessageNamesItsVerifiedAuthorWhateverTheClientSays) 
   EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_NE(st.error_message().find("watch, answer, approve, drive"), std::string::npos)
       << st.error_message();
+}
+
+TEST_F(SharingTest, AnAnswerersAnswerContinuesTheTurnAndAWatcherCannotAnswer) {
+  const pb::Session s = Create();
+  ASSERT_TRUE(Share(s.id(), "bob", "watch").ok()) << d_->log();
+  ASSERT_TRUE(Share(s.id(), "carol", "answer").ok()) << d_->log();
+  FakeReply r1;
+  r1.tool_calls = {
+      {"q1",
+       "askQuestion",
+       {{"questions", {{{"text", "Which UART?"}, {"options", {"USART1", "USART2"}}}}}}}};
+  fake_.Enqueue(r1);
+  FakeReply r2;
+  r2.chunks = {"USART2 it is"};
+  fake_.Enqueue(r2);
+  const auto deadline = std::chrono::system_clock::now() + std::chrono::seconds(60);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(deadline);
+  auto owner = OpenChat(*owner_, &ctx, s.id(), "which uart?");
+  std::vector<pb::ServerEvent> seen;
+  ASSERT_TRUE(ReadUntil(*owner, seen, [](const pb::ServerEvent& e) {
+    return e.has_question_asked();
+  })) << d_->log();
+  pb::ClientEvent answer;
+  answer.mutable_answer()->set_question_id(seen.back().question_asked().question_id());
+  answer.mutable_answer()->add_selected("USART2");
+  // The watcher may not answer; the answerer does, and the turn goes on.
+  const grpc::Status refused = SendAndEnd(*bob_, s.id(), answer);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_NE(refused.error_message().find("needs the role answer; yours is watch"),
+            std::string::npos)
+      << refused.error_message();
+  grpc::ClientContext carol_ctx;
+  carol_ctx.set_deadline(deadline);
+  auto carol = Open(*carol_, &carol_ctx, s.id());
+  ASSERT_TRUE(carol->Write(answer));
+  ASSERT_TRUE(ReadUntil(*owner, seen, [](const pb::ServerEvent& e) {
+    return e.has_turn_finished();
+  })) << d_->log();
+  const pb::QuestionAnswered* answered = nullptr;
+  std::string text;
+  for (const auto& e : seen) {
+    if (e.has_question_answered()) answered = &e.question_answered();
+    if (e.has_text_delta()) text += e.text_delta().text();
+  }
+  ASSERT_NE(answered, nullptr);
+  EXPECT_EQ(answered->author().principal(), "user:carol");
+  EXPECT_FALSE(answered->author().owner());
+  EXPECT_EQ(std::vector<std::string>(answered->selected().begin(), answered->selected().end()),
+            std::vector<std::string>{"USART2"});
+  EXPECT_NE(text.find("USART2 it is"), std::string::npos) << text;
+  carol->WritesDone();
+  pb::ServerEvent ev;
+  while (carol->Read(&ev)) {
+  }
+  EXPECT_TRUE(carol->Finish().ok());
+  owner->WritesDone();
+  EXPECT_TRUE(owner->Finish().ok());
 }
 
 TEST_F(SharingTest, AnApproversDecisionContinuesTheTurnAndASecondApprovalIsToldWhoWasFirst) {
@@ -314,17 +406,18 @@ TEST_F(SharingTest, AnApproversDecisionContinuesTheTurnAndASecondApprovalIsToldW
 
 TEST_F(SharingTest, UnsharingAndExpiryEndTheSharersStreamsWithinASweep) {
   const pb::Session s = Create();
+  // Events to replay: a stream that has shown one is open, its share checked.
+  ASSERT_TRUE(RunChat(*owner_, s.id(), "hello").finished) << d_->log();
   ASSERT_TRUE(Share(s.id(), "bob", "watch").ok()) << d_->log();
   {
     grpc::ClientContext ctx;
     pb::AttachRequest req;
     req.set_session_id(s.id());
     auto follower = bob_->Attach(&ctx, req);
-    pb::Session seen;
-    ASSERT_TRUE(Get(*bob_, s.id(), &seen).ok());  // the stream is open by now
+    pb::ServerEvent ev;
+    ASSERT_TRUE(follower->Read(&ev)) << d_->log();
     ASSERT_TRUE(Unshare(s.id(), "bob").ok());
     const auto t0 = std::chrono::steady_clock::now();
-    pb::ServerEvent ev;
     while (follower->Read(&ev)) {
     }
     auto st = follower->Finish();
@@ -340,10 +433,10 @@ TEST_F(SharingTest, UnsharingAndExpiryEndTheSharersStreamsWithinASweep) {
   ASSERT_TRUE(Share(s.id(), "bob", "drive", 60).ok());
   grpc::ClientContext ctx;
   auto chat = Open(*bob_, &ctx, s.id());
-  ASSERT_TRUE(Get(*bob_, s.id()).ok());
+  pb::ServerEvent ev;
+  ASSERT_TRUE(chat->Read(&ev)) << d_->log();
   d_->AdvanceClock(61'000'000);
   const auto t1 = std::chrono::steady_clock::now();
-  pb::ServerEvent ev;
   while (chat->Read(&ev)) {
   }
   auto st = chat->Finish();

@@ -39,6 +39,12 @@ export interface Turn {
   id: string;
   userText: string;
   sender: string;
+  /** Who sent the message, as fwaid verified it ("alice"); '' from an older daemon. */
+  author: string;
+  /** The author is the session's owner (false: a user it is shared with). */
+  authorIsOwner: boolean;
+  /** Who cancelled the turn ("bob"), when a user did. */
+  cancelledBy: string;
   items: Item[];
   running: boolean;
   provider: string;
@@ -74,6 +80,18 @@ export interface Resolution {
   user: string; // "alice"; '' from an older daemon or for auto_approve_plan
   timeUs: number;
   summary: string;
+}
+
+const ROLE_RANK: Record<string, number> = { watch: 0, answer: 1, approve: 2, drive: 3, owner: 4 };
+
+/**
+ * Whether the caller's standing in a session (`my_role`: "owner", or a
+ * share's role; '' from an older daemon: the owner) reaches `need`. fwaid
+ * checks every call anyway; clients only do not offer the rest.
+ */
+export function roleAllows(s: { my_role?: string } | null | undefined, need: keyof typeof ROLE_RANK | string): boolean {
+  const mine = s?.my_role || 'owner';
+  return (ROLE_RANK[mine] ?? 0) >= (ROLE_RANK[need] ?? ROLE_RANK.owner);
 }
 
 /** "Plan approved as edited by alice, 10:42" (local time). */
@@ -129,6 +147,11 @@ export class SessionModel {
   plan: PendingPlan | null = null;
   /** The last resolved question/plan, with who answered (shown to the other clients). */
   lastResolution: Resolution | null = null;
+  /**
+   * Someone other than the owner has written or decided in this session: the
+   * chat names every message's author from then on.
+   */
+  shared = false;
   lastSeq = 0;
   usage: Usage = { input_tokens: 0, output_tokens: 0, cost_usd: 0 };
   events = 0;
@@ -150,6 +173,9 @@ export class SessionModel {
         id,
         userText: '',
         sender: '',
+        author: '',
+        authorIsOwner: true,
+        cancelledBy: '',
         items: [],
         running: true,
         provider: '',
@@ -164,6 +190,13 @@ export class SessionModel {
       changes.push({ type: 'turn', turnId: id, added: true });
     }
     return t;
+  }
+
+  /** The first author other than the owner: every turn shows its author from then on. */
+  private noteAuthor(a: { owner: boolean } | null | undefined, changes: Change[]): void {
+    if (!a || a.owner || this.shared) return;
+    this.shared = true;
+    for (const t of this.turns) changes.push({ type: 'turn', turnId: t.id, added: false });
   }
 
   /** A session-level notice, said under the event's turn or else the latest one (none yet: dropped). */
@@ -195,8 +228,12 @@ export class SessionModel {
     switch (type) {
       case 'user_message': {
         if (turn) {
-          turn.userText = ev.user_message!.text;
-          turn.sender = ev.user_message!.sender;
+          const m = ev.user_message!;
+          turn.userText = m.text;
+          turn.sender = m.sender;
+          turn.author = m.author?.user ?? '';
+          turn.authorIsOwner = m.author ? m.author.owner : true;
+          this.noteAuthor(m.author, changes);
           changes.push({ type: 'turn', turnId: turn.id, added: false });
         }
         break;
@@ -309,10 +346,11 @@ export class SessionModel {
           ...(edit ? { edit: `${edit.tool} ${edit.path}` } : {}),
           id: a.question_id,
           by: a.answered_by,
-          user: a.answered_by_user ?? '',
+          user: a.author?.user || a.answered_by_user || '',
           timeUs: ev.time_us,
           summary,
         };
+        this.noteAuthor(a.author, changes);
         if (this.question && this.question.questionId === a.question_id) this.question = null;
         changes.push({ type: 'question' });
         break;
@@ -334,16 +372,22 @@ export class SessionModel {
           kind: 'plan',
           id: d.plan_id,
           by: d.decided_by,
-          user: d.decided_by_user ?? '',
+          user: d.author?.user || d.decided_by_user || '',
           timeUs: ev.time_us,
           summary,
         };
+        this.noteAuthor(d.author, changes);
         if (this.plan && this.plan.planId === d.plan_id) this.plan = null;
         changes.push({ type: 'plan' });
         break;
       }
       case 'mode_changed': {
-        this.mode = ev.mode_changed!.mode;
+        const m = ev.mode_changed!;
+        this.mode = m.mode;
+        if (m.author && !m.author.owner) {
+          this.noteAuthor(m.author, changes);
+          this.noticeOnLatest(turn, `${m.author.user} switched to ${m.mode} mode`, changes);
+        }
         changes.push({ type: 'mode' });
         break;
       }
@@ -404,6 +448,7 @@ export class SessionModel {
         turn.running = false;
         turn.usage = f.usage ?? null;
         turn.stopReason = f.stop_reason;
+        turn.cancelledBy = f.cancelled_by?.user ?? '';
         turn.durationMs = f.duration_ms;
         if (f.usage) {
           this.usage = {

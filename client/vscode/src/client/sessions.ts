@@ -4,10 +4,35 @@
 import { FwaiClient } from './connection';
 import { SessionInfo } from './events';
 
-/** The caller's sessions (`all`: every owner's, for an admin), newest activity first. */
-export async function listSessions(client: FwaiClient, o: { all?: boolean } = {}): Promise<SessionInfo[]> {
-  const r = await client.call('Sessions', 'List', { all: !!o.all });
+/**
+ * The caller's sessions (`all`: every owner's, for an admin; `sharedWithMe`:
+ * also those other users share with the caller, each with its `owner_user`
+ * and the caller's `my_role`), newest activity first.
+ */
+export async function listSessions(
+  client: FwaiClient,
+  o: { all?: boolean; sharedWithMe?: boolean } = {},
+): Promise<SessionInfo[]> {
+  const r = await client.call('Sessions', 'List', { all: !!o.all, shared_with_me: !!o.sharedWithMe });
   return r.sessions.sort((a, b) => b.updated_us - a.updated_us);
+}
+
+/** What a share lets its user do, each role also what the ones before it may. */
+export const SHARE_ROLES = ['watch', 'answer', 'approve', 'drive'] as const;
+export type ShareRole = (typeof SHARE_ROLES)[number];
+
+/**
+ * Shares a session the caller owns with `user` (a configured user, a local
+ * account, a token's user, or `role:NAME`); a second share for the same user
+ * replaces the first. `expiresInS` 0: until unshared.
+ */
+export function shareSession(client: FwaiClient, sessionId: string, user: string, role: ShareRole, expiresInS = 0) {
+  return client.call('Sessions', 'Share', { session_id: sessionId, user, role, expires_in_s: expiresInS });
+}
+
+/** Ends a share; that user's open streams of the session end within a second. */
+export async function unshareSession(client: FwaiClient, sessionId: string, user: string): Promise<void> {
+  await client.call('Sessions', 'Unshare', { session_id: sessionId, user });
 }
 
 export function getSession(client: FwaiClient, sessionId: string): Promise<SessionInfo> {

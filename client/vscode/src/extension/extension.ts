@@ -26,6 +26,7 @@ import { Knowledge } from './knowledge';
 import { Plans } from './plans';
 import { TurnReview } from './review';
 import { SessionsView } from './sessionsView';
+import { shareCommand, unshareCommand } from './share';
 import { Registers } from './registers';
 import { Skills } from './skills';
 import { StatusBar } from './status';
@@ -123,6 +124,8 @@ export function activate(ctx: vscode.ExtensionContext): FwaiApi {
     if (chat.session?.id === s.id) chat.startNew(s.project_root);
     await sessions.refresh();
   });
+  command('fwai.shareSession', (node?: { s: SessionInfo }) => shareCommand(sessions, node?.s ?? chat.session));
+  command('fwai.unshareSession', (node?: { s: SessionInfo }) => unshareCommand(sessions, node?.s ?? chat.session));
   command('fwai.rewindSession', async (node?: { s: SessionInfo }) => {
     const id = node?.s.id ?? chat.session?.id;
     if (!id) throw new Error('open a session first: a rewind goes back to one of its checkpoints');

@@ -4,6 +4,7 @@
 // the edited text is what gets approved.
 import * as path from 'node:path';
 import * as vscode from 'vscode';
+import { roleAllows } from '../client/model';
 import type { Chat } from './chat';
 
 export class Plans implements vscode.Disposable {
@@ -32,7 +33,9 @@ export class Plans implements vscode.Disposable {
     await vscode.commands.executeCommand('setContext', 'fwai.planPending', !!p);
     await vscode.commands.executeCommand('setContext', 'fwai.planPaths', uri ? [uri.fsPath] : []);
     await vscode.commands.executeCommand('setContext', 'fwai.turnRunning', this.chat.model.running);
-    if (p && this.opened !== p.planId) {
+    // A session shared with the caller to watch or answer: the plan is its
+    // owner's (or an approver's) to decide, nothing to open or announce here.
+    if (p && this.opened !== p.planId && roleAllows(this.chat.session, 'approve')) {
       this.opened = p.planId;
       await this.openEditor();
       this.announce(p.planId);
@@ -72,7 +75,18 @@ export class Plans implements vscode.Disposable {
     await vscode.window.showTextDocument(doc, { preview: false, viewColumn: this.chat.codeColumn() });
   }
 
+  /** Refuses, saying why, when the caller's share of the session does not reach deciding plans. */
+  private mayDecide(): boolean {
+    if (roleAllows(this.chat.session, 'approve')) return true;
+    const s = this.chat.session;
+    void vscode.window.showWarningMessage(
+      `fwai: ${s?.owner_user}'s session is shared with you to ${s?.my_role}: deciding its plan needs the role approve`,
+    );
+    return false;
+  }
+
   async approve(): Promise<void> {
+    if (!this.mayDecide()) return;
     const p = this.chat.model.plan;
     const uri = this.planUri();
     if (!p || !uri || !this.chat.stream) {
@@ -93,6 +107,7 @@ export class Plans implements vscode.Disposable {
   }
 
   async redirect(feedback?: string): Promise<void> {
+    if (!this.mayDecide()) return;
     const p = this.chat.model.plan;
     if (!p || !this.chat.stream) {
       void vscode.window.showWarningMessage('fwai: no plan is waiting for a decision');

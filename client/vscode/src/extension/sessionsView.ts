@@ -1,9 +1,10 @@
 // Sessions: the caller's sessions, grouped by project (each workspace folder
-// first, then other projects), newest activity first. Opening one attaches the
-// chat to it: its whole history, then its live tail.
+// first, then other projects), then those other users share with the caller
+// (each with its owner and the caller's role), newest activity first. Opening
+// one attaches the chat to it: its whole history, then its live tail.
 import * as path from 'node:path';
 import * as vscode from 'vscode';
-import { SessionInfo, listSessions } from '../client';
+import { SessionInfo, ShareRole, listSessions, shareSession, unshareSession } from '../client';
 import type { Chat } from './chat';
 import { Connection, shown, staleAfter } from './connection';
 
@@ -56,7 +57,7 @@ export class SessionsView implements vscode.TreeDataProvider<Node>, vscode.Dispo
   async refresh(): Promise<void> {
     try {
       const client = await this.conn.get();
-      this.sessions = await listSessions(client);
+      this.sessions = await listSessions(client, { sharedWithMe: true });
       this.error = '';
       this.conn.noteSuccess();
     } catch (e) {
@@ -87,11 +88,27 @@ export class SessionsView implements vscode.TreeDataProvider<Node>, vscode.Dispo
         s.last_seq,
         s.provider,
         s.model,
+        s.owner_user,
+        s.my_role,
+        (s.shares ?? []).map((sh) => [sh.user, sh.role, sh.expired]),
       ]),
     ]);
     if (now === this.drawnAs) return;
     this.drawnAs = now;
     this.changed.fire(undefined);
+  }
+
+  /** Shares a session the caller owns (see shareSession); the list shows it at once. */
+  async share(sessionId: string, user: string, role: ShareRole, expiresInS = 0) {
+    const made = await shareSession(await this.conn.get(), sessionId, user, role, expiresInS);
+    await this.refresh();
+    return made;
+  }
+
+  /** Ends a share; that user's open streams of the session end within a second. */
+  async unshare(sessionId: string, user: string): Promise<void> {
+    await unshareSession(await this.conn.get(), sessionId, user);
+    await this.refresh();
   }
 
   /** Why the list could not be read, with what to do; '' when it was. The view shows it above the list, wrapped. */
@@ -108,39 +125,54 @@ export class SessionsView implements vscode.TreeDataProvider<Node>, vscode.Dispo
   private listed(): Node[] {
     const folders = vscode.workspace.workspaceFolders ?? [];
     const leaf = (list: SessionInfo[]): Node[] => list.map((s) => ({ kind: 'session', s }));
+    const own = this.sessions.filter((s) => !isShared(s));
+    const shared = this.sessions.filter(isShared);
+    const sharedGroup: Node[] = shared.length
+      ? [{ kind: 'group', root: SHARED, label: 'Shared with me', sessions: shared }]
+      : [];
     const groups: Node[] = [];
     const used = new Set<string>();
     for (const f of folders) {
-      const mine = this.sessions.filter((s) => isUnder(s.project_root, f.uri.fsPath));
+      const mine = own.filter((s) => isUnder(s.project_root, f.uri.fsPath));
       mine.forEach((s) => used.add(s.id));
       groups.push({ kind: 'group', root: f.uri.fsPath, label: f.name, sessions: mine });
     }
-    const rest = this.sessions.filter((s) => !used.has(s.id));
-    if (!folders.length) return leaf(rest);
+    const rest = own.filter((s) => !used.has(s.id));
+    if (!folders.length) return [...leaf(rest), ...sharedGroup];
     // One folder and nothing elsewhere: no grouping level.
-    if (folders.length === 1 && !rest.length) return leaf(this.sessions);
+    if (folders.length === 1 && !rest.length && !shared.length) return leaf(own);
     if (rest.length) groups.push({ kind: 'group', root: '', label: 'Other projects', sessions: rest });
-    return groups;
+    return [...groups, ...sharedGroup];
   }
 
   getTreeItem(node: Node): vscode.TreeItem {
     if (node.kind === 'group') {
       const it = new vscode.TreeItem(node.label, vscode.TreeItemCollapsibleState.Expanded);
       it.description = `${node.sessions.length}`;
-      it.tooltip = node.root || 'Sessions of projects outside this workspace';
-      it.iconPath = new vscode.ThemeIcon('folder');
+      it.tooltip =
+        node.root === SHARED
+          ? 'Sessions other users share with you: what you may do in each is its role'
+          : node.root || 'Sessions of projects outside this workspace';
+      it.iconPath = new vscode.ThemeIcon(node.root === SHARED ? 'organization' : 'folder');
       return it;
     }
     const s = node.s;
     const it = new vscode.TreeItem(s.title || s.id, vscode.TreeItemCollapsibleState.None);
     const current = this.chat.session?.id === s.id;
     it.id = s.id;
-    it.description = `${s.mode}${s.turn_running ? ' · running' : ''} · ${ago(s.updated_us)}`;
+    const shares = (s.shares ?? []).filter((sh) => !sh.expired);
+    const whose = isShared(s) ? `${s.owner_user} · ${s.my_role} · ` : '';
+    it.description =
+      `${whose}${s.mode}${s.turn_running ? ' · running' : ''} · ${ago(s.updated_us)}` +
+      (shares.length ? ` · shared with ${shares.length}` : '');
     it.tooltip = new vscode.MarkdownString(
-      `**${s.title || s.id}**\n\n${s.id} · ${s.mode} mode\n\n${s.project_root}\n\n${s.last_seq} events · ${s.provider || 'default provider'} ${s.model}\n\nlast activity ${new Date(s.updated_us / 1000).toLocaleString()}`,
+      `**${s.title || s.id}**\n\n${s.id} · ${s.mode} mode\n\n${s.project_root}\n\n${s.last_seq} events · ${s.provider || 'default provider'} ${s.model}\n\nlast activity ${new Date(s.updated_us / 1000).toLocaleString()}` +
+        (isShared(s) ? `\n\n${s.owner_user}'s session, shared with you to ${ROLE_SAYS[s.my_role] ?? s.my_role}` : '') +
+        (shares.length ? `\n\nshared with ${shares.map(shareLine).join(', ')}` : ''),
     );
     it.iconPath = new vscode.ThemeIcon(s.turn_running ? 'sync~spin' : current ? 'comment-discussion' : 'comment');
-    it.contextValue = 'session';
+    // Owned: share, unshare, delete; shared with the caller: open only.
+    it.contextValue = isShared(s) ? 'sharedSession' : 'session';
     it.command = { command: 'fwai.attachSession', title: 'Open', arguments: [s.id] };
     if (current) it.description = `● ${it.description}`;
     return it;
@@ -150,6 +182,28 @@ export class SessionsView implements vscode.TreeDataProvider<Node>, vscode.Dispo
     clearInterval(this.timer);
     for (const d of this.disposables) d.dispose();
   }
+}
+
+const SHARED = '\0shared';
+
+/** A session another user owns and shares with the caller. */
+export function isShared(s: SessionInfo): boolean {
+  return !!s.my_role && s.my_role !== 'owner';
+}
+
+const ROLE_SAYS: Record<string, string> = {
+  watch: 'watch',
+  answer: "watch and answer the agent's questions",
+  approve: 'watch, answer and approve plans and edits',
+  drive: 'watch, answer, approve, send messages, cancel and switch mode',
+};
+
+/** "bob (drive, until 18:00)". */
+export function shareLine(sh: { user: string; role: string; expires_us: number }): string {
+  if (!sh.expires_us) return `${sh.user} (${sh.role})`;
+  const at = new Date(sh.expires_us / 1000);
+  const hhmm = `${String(at.getHours()).padStart(2, '0')}:${String(at.getMinutes()).padStart(2, '0')}`;
+  return `${sh.user} (${sh.role}, until ${hhmm})`;
 }
 
 function isUnder(p: string, root: string): boolean {

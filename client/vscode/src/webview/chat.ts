@@ -13,6 +13,7 @@ import {
   formatCost,
   formatDuration,
   resolutionLine,
+  roleAllows,
   shownResult,
 } from '../client/model';
 
@@ -228,7 +229,14 @@ function updateTurnEl(turnId: string): void {
   const t = model.turnById.get(turnId);
   const e = turnEls.get(turnId);
   if (!t || !e) return;
-  e.head.textContent = t.userText;
+  // In a shared session each message says whose it is ("bob: …").
+  if (model.shared && t.author) {
+    const who = el('span', 'author', `${t.author}: `);
+    who.classList.toggle('guest', !t.authorIsOwner);
+    e.head.replaceChildren(who, document.createTextNode(t.userText));
+  } else {
+    e.head.textContent = t.userText;
+  }
   e.head.title = t.sender ? `from ${t.sender}` : '';
   e.root.classList.toggle('running', t.running);
   (e.root.querySelector(':scope > .review-btn') as HTMLElement).style.display = t.running ? 'none' : '';
@@ -237,7 +245,9 @@ function updateTurnEl(turnId: string): void {
   } else {
     const u = t.usage;
     const parts = [
-      t.stopReason && t.stopReason !== 'end_turn' ? t.stopReason : '',
+      t.stopReason && t.stopReason !== 'end_turn'
+        ? `${t.stopReason}${t.cancelledBy ? ` by ${t.cancelledBy}` : ''}`
+        : '',
       u ? `${u.input_tokens.toLocaleString()} in · ${u.output_tokens.toLocaleString()} out` : '',
       u ? formatCost(u.cost_usd) : '',
       formatDuration(t.durationMs),
@@ -392,8 +402,11 @@ function renderHeader(): void {
   $('mode-plan').classList.toggle('active', mode === 'plan');
   $('ask-edits').classList.toggle('active', model.askBeforeEdits);
   $('ask-edits').setAttribute('aria-pressed', String(model.askBeforeEdits));
-  $('title').textContent = session ? session.title || session.id : 'No session';
-  $('title').title = session ? `${session.id} · ${session.project_root}` : '';
+  const whose = session?.my_role && session.my_role !== 'owner' ? `${session.owner_user}'s · ` : '';
+  $('title').textContent = session ? `${whose}${session.title || session.id}` : 'No session';
+  $('title').title = session
+    ? `${session.id} · ${session.project_root}${whose ? ` · shared with you to ${session.my_role}` : ''}`
+    : '';
   $('cost').textContent = session ? formatCost(model.usage.cost_usd) : '';
   $('cost').title =
     `${model.usage.input_tokens.toLocaleString()} input · ${model.usage.output_tokens.toLocaleString()} output tokens`;
@@ -486,6 +499,7 @@ function renderQuestion(): void {
     submit.textContent = 'Sent';
   };
   box.append(el('div', 'card-head', 'The agent asks'), form);
+  limitToRole(box, 'answer', 'answer');
   scrollToBottom();
 }
 
@@ -516,7 +530,48 @@ function renderEditQuestion(box: HTMLElement, questionId: string, edit: EditProp
   const actions = el('div', 'plan-actions');
   actions.append(accept, reject, diff);
   box.append(el('div', 'card-head', `${edit.tool} ${edit.path} waits for your accept`), preview, why, actions);
+  limitToRole(box, 'approve', 'accept or reject it', ['diff']);
   scrollToBottom();
+}
+
+// What the caller may do in a session another user shares with them; fwaid
+// checks every message anyway, the view only does not offer the rest.
+function myRole(): string {
+  return session?.my_role || 'owner';
+}
+function mayAct(need: string): boolean {
+  return roleAllows(session, need);
+}
+
+/** Disables a card's controls (but those whose action is in `keep`) when the role does not reach `need`. */
+function limitToRole(box: HTMLElement, need: string, what: string, keep: string[] = []): void {
+  if (mayAct(need)) return;
+  for (const c of Array.from(box.querySelectorAll('button, input'))) {
+    const b = c as HTMLButtonElement | HTMLInputElement;
+    if (!keep.includes(b.dataset.action ?? '')) b.disabled = true;
+  }
+  box.append(
+    el(
+      'div',
+      'role-note',
+      `You ${myRole()} ${session!.owner_user}'s session: the owner or a user who may ${what} will.`,
+    ),
+  );
+}
+
+/** The composer and the session's controls, as far as the caller's role goes. */
+function applyRole(): void {
+  const drive = mayAct('drive');
+  document.body.dataset.role = myRole();
+  const input = $('input') as HTMLTextAreaElement;
+  input.disabled = !drive;
+  if (!input.dataset.placeholder) input.dataset.placeholder = input.placeholder;
+  input.placeholder = drive
+    ? input.dataset.placeholder
+    : `${session!.owner_user}'s session, shared with you to ${myRole()}: only its owner or a driver sends messages`;
+  for (const id of ['send', 'cancel', 'mode-act', 'mode-plan', 'compact', 'ask-edits']) {
+    ($(id) as HTMLButtonElement).disabled = !drive;
+  }
 }
 
 function renderPlan(): void {
@@ -541,6 +596,7 @@ function renderPlan(): void {
   };
   actions.append(mk('Approve', 'approve', 'primary'), mk('Edit', 'open'), mk('Redirect…', 'redirect'));
   box.append(el('div', 'card-head', `Plan to approve · ${p.path}`), preview, actions);
+  limitToRole(box, 'approve', 'approve or redirect it', ['open']);
   scrollToBottom();
 }
 
@@ -566,6 +622,7 @@ function reset(s: SessionInfo | null, mode = '', askBeforeEdits = false): void {
   $('messages').replaceChildren();
   $('resolution').style.display = 'none';
   $('empty').style.display = s ? 'none' : '';
+  applyRole();
   eventsRendered = 0;
   dirtyTodos = dirtyMode = dirtyUsage = dirtyQuestion = dirtyPlan = true;
   schedule();

@@ -686,6 +686,58 @@ const tests = [
         } finally {
           asBob('hw', 'release', 'sim-stm32vl');
         }
+        // Alice shares her session with bob to drive: his message, sent from
+        // his terminal, is his in her chat; his VS Code lists the session
+        // under Shared with me with its owner and his role, until she unshares.
+        step = 'A shared session: each message names its verified author';
+        metrics.tlsSteps.push([Date.now() - t0, step]);
+        await vscode.commands.executeCommand('fwai.setToken', process.env.E2E_TLS_TOKEN);
+        await until(
+          async () => (await sessionsSay()) === '' && api.connection.state === 'connected',
+          () => `connected as alice again, is ${api.connection.state} ${api.connection.detail}`,
+        );
+        await api.chat.open(s.id);
+        await until(() => api.chat.streamState === 'open', "the chat to open on alice's session");
+        const made = await api.sessions.share(s.id, 'bob', 'drive');
+        assert.equal(made.role, 'drive');
+        const ownRow = api.sessions.sessions.find((x) => x.id === s.id);
+        assert.match(String(api.sessions.getTreeItem({ kind: 'session', s: ownRow }).description), /shared with 1/);
+        assert.equal(api.sessions.getTreeItem({ kind: 'session', s: ownRow }).contextValue, 'session');
+        await enqueue([{ match: 'bob was here', chunks: ["hello bob, in alice's session"] }]);
+        asBob('chat', '-s', s.id, 'bob was here');
+        const bobs = await until(
+          () => api.chat.model.turns.find((t) => t.userText === 'bob was here' && !t.running),
+          "bob's turn in alice's chat",
+        );
+        assert.deepEqual([bobs.author, bobs.authorIsOwner], ['bob', false]);
+        assert.ok(api.chat.model.shared, 'the chat does not name the authors');
+        const alicesTurn = api.chat.model.turns.find((t) => t.userText === 'hello over tls');
+        assert.deepEqual([alicesTurn.author, alicesTurn.authorIsOwner], ['alice', true]);
+        await vscode.commands.executeCommand('fwai.setToken', process.env.E2E_TLS_TOKEN_BOB);
+        const sharedGroup = await until(async () => {
+          await api.sessions.refresh();
+          return api.sessions.getChildren().find((g) => g.kind === 'group' && g.label === 'Shared with me');
+        }, 'bob to see the session under Shared with me');
+        const sharedRow = sharedGroup.sessions.find((x) => x.id === s.id);
+        assert.ok(sharedRow, JSON.stringify(sharedGroup.sessions.map((x) => x.id)));
+        const sharedItem = api.sessions.getTreeItem({ kind: 'session', s: sharedRow });
+        assert.match(String(sharedItem.description), /^(● )?alice · drive · /);
+        assert.equal(sharedItem.contextValue, 'sharedSession', 'bob is offered to share or delete it');
+        await assert.rejects(api.sessions.share(s.id, 'carol', 'watch'), /owner/);
+        await vscode.commands.executeCommand('fwai.setToken', process.env.E2E_TLS_TOKEN);
+        await until(
+          async () => (await sessionsSay()) === '' && api.connection.state === 'connected',
+          () => `connected as alice again, is ${api.connection.state} ${api.connection.detail}`,
+        );
+        await api.sessions.unshare(s.id, 'bob');
+        assert.doesNotMatch(
+          String(
+            api.sessions.getTreeItem({ kind: 'session', s: api.sessions.sessions.find((x) => x.id === s.id) })
+              .description,
+          ),
+          /shared with/,
+        );
+        assert.ok(!asBob('--json', 'sessions', 'ls', '--shared-with-me').includes(s.id), 'still shared with bob');
         // Another token, a board leased with it, then the token revoked by an
         // admin: the lease ends with it, the views drop their lists and say
         // so with the command that fixes it, the status is in error.

@@ -30,7 +30,16 @@ same<ServerStreamMethod<'Hardware'>, 'Hold' | 'Flash'>(true);
 same<BidiMethod<'Hardware'>, 'Serial'>(true);
 same<
   UnaryMethod<'Sessions'>,
-  'Create' | 'List' | 'Get' | 'Delete' | 'History' | 'ListCheckpoints' | 'Rewind' | 'ReadCheckpointFile'
+  | 'Create'
+  | 'List'
+  | 'Get'
+  | 'Delete'
+  | 'History'
+  | 'ListCheckpoints'
+  | 'Rewind'
+  | 'ReadCheckpointFile'
+  | 'Share'
+  | 'Unshare'
 >(true);
 same<ServerStreamMethod<'Sessions'>, 'Attach'>(true);
 same<BidiMethod<'Sessions'>, 'Chat'>(true);

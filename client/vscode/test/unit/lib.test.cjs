@@ -249,6 +249,33 @@ test('a decision reads "approved by alice, 10:42": the person and the time, not 
   assert.equal(lib.resolutionLine(m.lastResolution), 'edit_file src/main.c rejected: not now by alice, 11:07');
 });
 
+test("a shared session names each message's author from the first guest on, and who cancelled or switched", () => {
+  seq = 350;
+  const m = new lib.SessionModel('s');
+  const alice = { principal: 'uid:1000', user: 'alice', owner: true };
+  const bob = { principal: 'user:bob', user: 'bob', owner: false };
+  m.apply(ev('t1', 'user_message', { text: 'blink faster', sender: 'alice (uid 1000) via fwai', author: alice }));
+  assert.equal(m.shared, false, 'only the owner so far: nothing to tell apart');
+  assert.equal(m.turnById.get('t1').author, 'alice');
+  m.apply(ev('t1', 'turn_finished', { stop_reason: 'end_turn', duration_ms: 5 }));
+  const changes = m.apply(ev('t2', 'user_message', { text: 'and log it', sender: 'bob via vscode', author: bob }));
+  assert.equal(m.shared, true);
+  const t2 = m.turnById.get('t2');
+  assert.deepEqual([t2.author, t2.authorIsOwner], ['bob', false]);
+  // The owner's earlier turn is redrawn to show its author too.
+  assert.ok(changes.some((c) => c.type === 'turn' && c.turnId === 't1' && !c.added));
+  m.apply(ev('t2', 'mode_changed', { mode: 'plan', reason: 'set by bob', author: bob }));
+  assert.match(m.outline(), /bob switched to plan mode/);
+  m.apply(ev('t2', 'turn_finished', { stop_reason: 'cancelled', duration_ms: 9, cancelled_by: alice }));
+  assert.equal(t2.cancelledBy, 'alice');
+  // The verified author names the decider, even where an older field says otherwise.
+  m.apply(ev('t2', 'plan_submitted', { plan_id: 'p9', text: 'plan', path: 'x', call_id: 'c9' }));
+  m.apply(
+    ev('t2', 'plan_decided', { plan_id: 'p9', approved: true, decided_by: 'x', decided_by_user: '', author: bob }),
+  );
+  assert.match(lib.resolutionLine(m.lastResolution), /^Plan approved by bob/);
+});
+
 test("a sub-agent's answer shows once: as its text, not again as the delegating call's result", () => {
   seq = 400;
   const m = new lib.SessionModel('s');

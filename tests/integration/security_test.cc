@@ -1868,6 +1868,16 @@ class UnixPeerAttackTest : public SecurityTest {
     return RunCommand(argv, out, err, {"HOME=/nonexistent", "PATH=/usr/bin:/bin"});
   }
 
+  // The session of a `fwai --json chat`'s output ("" if none).
+  static std::string SessionIn(const std::string& json_lines) {
+    std::istringstream lines(json_lines);
+    for (std::string line; std::getline(lines, line);) {
+      auto j = json::parse(line, nullptr, false);
+      if (j.is_object() && !j.value("session_id", "").empty()) return j.value("session_id", "");
+    }
+    return "";
+  }
+
   // The model makes `calls` in one turn of `fwai chat` run by nobody; each
   // call's output by id (and the whole of what the CLI printed in `all`).
   std::map<std::string, std::string> NobodyTurn(const std::string& project,
@@ -2253,12 +2263,7 @@ TEST_F(UnixPeerAttackTest, TwoUidsOnTheGroupSocketSeeOnlyTheirOwn) {
                    &out, &err),
             0)
       << err;
-  std::string sid;
-  std::istringstream lines(out);
-  for (std::string line; std::getline(lines, line) && sid.empty();) {
-    auto j = json::parse(line, nullptr, false);
-    if (j.is_object()) sid = j.value("session_id", "");
-  }
+  const std::string sid = SessionIn(out);
   ASSERT_FALSE(sid.empty()) << out;
   ASSERT_EQ(AsUser("nobody", {"--json", "hw", "lease", "sim-stm32vl"}, &out, &err), 0)
       << err << out;
@@ -2309,12 +2314,7 @@ TEST_F(UnixPeerAttackTest, ASessionSharedBetweenTwoUidsThroughTheCliNamesEachAut
   std::string out, err;
   ASSERT_EQ(AsUser("nobody", {"--project", project_, "--json", "chat", "hello"}, &out, &err), 0)
       << err;
-  std::string sid;
-  std::istringstream lines(out);
-  for (std::string line; std::getline(lines, line) && sid.empty();) {
-    auto j = json::parse(line, nullptr, false);
-    if (j.is_object()) sid = j.value("session_id", "");
-  }
+  const std::string sid = SessionIn(out);
   ASSERT_FALSE(sid.empty()) << out;
   auto other = [&](std::vector<std::string> args, std::string* o, std::string* e) {
     return AsUser("daemon", std::move(args), o, e, "nogroup");

@@ -200,8 +200,8 @@ absl::StatusOr<std::string> HardwareBroker::ResolveBoard(const std::string& id,
   std::vector<std::string> mine;
   for (const auto& l : leases_->All()) {
     if (FindBoard(l.device_id) &&
-        (l.identity == caller.identity ||
-         (!caller.session_id.empty() && l.session_id == caller.session_id))) {
+        (l.identity == caller.identity || (caller.identity.empty() && !caller.session_id.empty() &&
+                                           l.session_id == caller.session_id))) {
       mine.push_back(l.device_id);
     }
   }

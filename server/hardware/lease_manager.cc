@@ -389,9 +389,14 @@ absl::Status LeaseManager::CheckHeld(const std::string& device_id, const std::st
         absl::StrCat(device_id, " is not leased; take it first (fwai hw lease ", device_id, ")"));
   }
   const LeaseRecord& l = it->second;
-  if ((!lease_id.empty() && l.lease_id == lease_id) ||
-      (!session_id.empty() && l.session_id == session_id) ||
-      (!identity.empty() && l.identity == identity)) {
+  // A lease is used by its holder only. Its id and its session say which
+  // lease a caller means; neither stands in for who holds it (every lease's id
+  // is listed to everyone, and a session's id to all it is shared with).
+  // Only fwaid's own work, which names no identity, is let in by them alone.
+  if (!identity.empty()) {
+    if (l.identity == identity) return absl::OkStatus();
+  } else if ((!lease_id.empty() && l.lease_id == lease_id) ||
+             (!session_id.empty() && l.session_id == session_id)) {
     return absl::OkStatus();
   }
   return absl::FailedPreconditionError(DescribeHeld(l));

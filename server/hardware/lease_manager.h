@@ -103,8 +103,10 @@ class LeaseManager {
 
   std::optional<LeaseRecord> Holder(const std::string& device_id) const;
   std::vector<LeaseRecord> All() const;
-  // OK if `identity` (or `lease_id`) holds `device_id`; otherwise
-  // FAILED_PRECONDITION naming the holder and since when.
+  // OK if `identity` holds `device_id` (fwaid's own work, which names no
+  // identity: if `lease_id` or `session_id` is the lease's); otherwise
+  // FAILED_PRECONDITION naming the holder and since when. Another identity is
+  // refused whatever lease id or session it names.
   [[nodiscard]] absl::Status CheckHeld(const std::string& device_id, const std::string& identity,
                                        const std::string& lease_id,
                                        const std::string& session_id = "") const;

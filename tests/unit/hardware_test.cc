@@ -738,6 +738,8 @@ TEST(LeaseManagerTest, HeldNamesTheHolderWaitersGetItAndTtlExpires) {
   EXPECT_TRUE(leases.CheckHeld("b1", "uid:1000", "").ok());
   EXPECT_FALSE(leases.CheckHeld("b1", "uid:1001", "").ok());
   EXPECT_TRUE(leases.CheckHeld("b1", "", a->lease_id).ok());
+  // Alice's lease id (listed to everyone) does not make bob its holder.
+  EXPECT_FALSE(leases.CheckHeld("b1", "uid:1001", a->lease_id).ok());
   // Bob waits; he gets it as soon as alice releases (once he is queued).
   std::thread releaser([&] {
     const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(5);

@@ -4,11 +4,15 @@
 // user the session is not shared with learns nothing; a sharer cannot
 // re-share, delete, rewind or read the owner's files; unsharing and expiry
 // end the sharer's streams within a sweep; every message, decision and
-// cancel names its verified author, whatever the client claims.
+// cancel names its verified author, whatever the client claims; the agent
+// uses the owner's board leases, never a sharer's, and sharing gives a
+// sharer none.
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <filesystem>
+#include <fstream>
 #include <functional>
 #include <map>
 #include <set>
@@ -19,6 +23,7 @@
 #include "client/lib/client.h"
 #include "fwai/v1/auth.grpc.pb.h"
 #include "fwai/v1/evidence.grpc.pb.h"
+#include "fwai/v1/hardware.grpc.pb.h"
 #include "fwai/v1/sessions.grpc.pb.h"
 #include "tests/integration/daemon_fixture.h"
 
@@ -456,6 +461,96 @@ TEST_F(SharingTest, UnsharingAndExpiryEndTheSharersStreamsWithinASweep) {
   pb::ListSessionsResponse lout;
   ASSERT_TRUE(bob_->List(&lctx, lreq, &lout).ok());
   EXPECT_EQ(lout.sessions_size(), 0);
+}
+
+// A driver has the agent use the board its owner holds; he cannot take,
+// reset or release that board himself, even with the owner's lease id (which
+// every listing shows); and a board he holds, even under the session's id, is
+// not one the agent in the owner's session may write to.
+TEST_F(SharingTest, TheAgentUsesTheOwnersLeasesNeverTheSharersAndSharingGivesNone) {
+  const pb::Session s = Create();
+  ASSERT_TRUE(Share(s.id(), "bob", "drive").ok()) << d_->log();
+  auto owner_hw = pb::Hardware::NewStub(d_->channel());
+  auto bob_hw = pb::Hardware::NewStub(channels_["bob"]);
+  auto acquire = [](pb::Hardware::Stub& as, pb::Lease* out, const std::string& session = "") {
+    grpc::ClientContext ctx;
+    pb::AcquireRequest req;
+    req.set_device_id("sim-stm32vl");
+    req.set_ttl_s(300);
+    req.set_session_id(session);
+    return as.Acquire(&ctx, req, out);
+  };
+  auto release = [](pb::Hardware::Stub& as, const std::string& lease_id) {
+    grpc::ClientContext ctx;
+    pb::ReleaseRequest req;
+    req.set_lease_id(lease_id);
+    pb::ReleaseResponse out;
+    return as.Release(&ctx, req, &out);
+  };
+  // bob drives a turn whose agent writes to the board's serial console.
+  auto agent_writes = [&](const std::string& call) {
+    FakeReply calls;
+    calls.tool_calls = {{call,
+                         "serialSendCommand",
+                         {{"board", "sim-stm32vl"}, {"command", "ping"}, {"wait_for", "^pong"}}}};
+    fake_.Enqueue(calls);
+    FakeReply done;
+    done.chunks = {"done"};
+    fake_.Enqueue(done);
+    auto turn = RunChat(*bob_, s.id(), "ping the board", 60);
+    EXPECT_TRUE(turn.finished) << d_->log();
+    for (const auto& e : turn.events) {
+      if (e.has_tool_call_finished() && e.tool_call_finished().call_id() == call)
+        return e.tool_call_finished();
+    }
+    ADD_FAILURE() << "no result for " << call;
+    return pb::ToolCallFinished();
+  };
+  pb::Lease owners;
+  ASSERT_TRUE(acquire(*owner_hw, &owners).ok()) << d_->log();
+  // The example's image, flashed by the owner from a project of its own (the
+  // image was built from another tree, so freshness is not asked).
+  const std::string p = d_->dir() + "/flashed";
+  std::filesystem::create_directories(p + "/.fwai");
+  std::filesystem::create_directories(p + "/build");
+  std::filesystem::copy_file(FWAI_BLINKY_ELF, p + "/build/blinky.elf");
+  std::ofstream(p + "/.fwai/project.yaml")
+      << "name: flashed\npolicy:\n  flash:\n    require_fresh: false\n";
+  std::string out, err;
+  ASSERT_EQ(RunCommand({std::string(FWAI_BIN_DIR) + "/fwai", "--daemon", d_->address(), "--project",
+                        p, "flash", "--yes", "sim-stm32vl", p + "/build/blinky.elf"},
+                       &out, &err, {}, 120),
+            0)
+      << out << err;
+  const pb::ToolCallFinished used = agent_writes("c1");
+  EXPECT_FALSE(used.is_error()) << used.output();
+  EXPECT_NE(used.output().find("pong"), std::string::npos) << used.output();
+
+  // The owner's lease is not bob's to use, end or take.
+  pb::Lease taken;
+  auto st = acquire(*bob_hw, &taken);
+  EXPECT_FALSE(st.ok()) << "bob took the board the owner holds";
+  grpc::ClientContext rctx;
+  pb::ResetRequest rreq;
+  rreq.set_device_id("sim-stm32vl");
+  rreq.set_lease_id(owners.lease_id());
+  pb::ResetResponse rout;
+  EXPECT_FALSE(bob_hw->Reset(&rctx, rreq, &rout).ok()) << "bob reset through the owner's lease";
+  EXPECT_FALSE(release(*bob_hw, owners.lease_id()).ok()) << "bob ended the owner's lease";
+  grpc::ClientContext lctx;
+  pb::ListDevicesResponse listed;
+  ASSERT_TRUE(bob_hw->ListDevices(&lctx, pb::ListDevicesRequest(), &listed).ok());
+  for (const auto& l : listed.leases()) EXPECT_FALSE(l.yours()) << l.ShortDebugString();
+
+  // The board bob holds himself is not the session's to write to, even a
+  // lease he takes naming the session.
+  ASSERT_TRUE(release(*owner_hw, owners.lease_id()).ok());
+  pb::Lease bobs;
+  ASSERT_TRUE(acquire(*bob_hw, &bobs, s.id()).ok()) << d_->log();
+  const pb::ToolCallFinished refused = agent_writes("c2");
+  EXPECT_TRUE(refused.is_error()) << refused.output();
+  EXPECT_NE(refused.output().find("lease"), std::string::npos) << refused.output();
+  EXPECT_TRUE(release(*bob_hw, bobs.lease_id()).ok());
 }
 
 }  // namespace

@@ -724,6 +724,7 @@ const tests = [
         assert.match(String(sharedItem.description), /^(● )?alice · drive · /);
         assert.equal(sharedItem.contextValue, 'sharedSession', 'bob is offered to share or delete it');
         await assert.rejects(api.sessions.share(s.id, 'carol', 'watch'), /owner/);
+        await shot('shared-with-me', 'Shared with me');
         await vscode.commands.executeCommand('fwai.setToken', process.env.E2E_TLS_TOKEN);
         await until(
           async () => (await sessionsSay()) === '' && api.connection.state === 'connected',

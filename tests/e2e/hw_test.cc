@@ -1179,6 +1179,8 @@ TEST_F(HwTest, AWatchWakesItsOwnersSessionWithTheCaptureAndNotifiesItsReaders) {
   ASSERT_EQ(fired.size(), 1u) << d_->log();
   EXPECT_TRUE(fired[0]["wake"].value("ok", false)) << fired[0].dump();
   EXPECT_EQ(fired[0]["notified"], json({{"readers", 1}, {"sessions", 1}})) << fired[0].dump();
+  // The capture was taken (its error, and fwaid's log, say why if not).
+  EXPECT_TRUE(fired[0].contains("capture")) << fired[0].dump() << "\n" << d_->log();
   ASSERT_EQ(fake.request_count(), 1u) << d_->log();
   const std::string asked = fake.requests()[0].body.dump();
   EXPECT_NE(asked.find("watch 'hardfault' fired on sim-stm32vl: FAULT"), std::string::npos)

@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -63,7 +64,10 @@ absl::Status MakeDirs(const std::string& dir, unsigned mode) {
 }
 
 absl::Status WriteFileAtomic(const std::string& path, std::string_view bytes, unsigned mode) {
-  const std::string tmp = absl::StrCat(path, ".tmp-", getpid());
+  // Its own temporary name per call: two threads writing the same path
+  // (the same content-addressed object, say) never share one.
+  static std::atomic<uint64_t> calls{0};
+  const std::string tmp = absl::StrCat(path, ".tmp-", getpid(), "-", calls.fetch_add(1));
   int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
   if (fd < 0)
     return absl::InternalError(absl::StrCat("cannot write ", path, ": ", std::strerror(errno)));

@@ -24,7 +24,8 @@ std::string DefaultConfigPath();
 // Writes `bytes` to `path` through a temporary file in the same directory,
 // fsynced and renamed into place, then the directory fsynced: readers, and
 // a process that starts after a crash at any point, see the old or the new
-// contents, never part of them.
+// contents, never part of them. Safe to call for one path from several
+// threads at once (the last rename wins).
 [[nodiscard]] absl::Status WriteFileAtomic(const std::string& path, std::string_view bytes,
                                            unsigned mode = 0644);
 

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <optional>
@@ -114,14 +115,30 @@ std::vector<std::string> SplitNul(const std::string& out) {
   return v;
 }
 
+// False only when git cannot call `root` a work tree: no `.git` in it or
+// any directory above it, and no GIT_DIR or GIT_WORK_TREE pointing
+// elsewhere. Spares starting git for each checkpoint of such a project.
+bool MayBeInGit(const std::string& root) {
+  if (std::getenv("GIT_DIR") || std::getenv("GIT_WORK_TREE")) return true;
+  std::error_code ec;
+  for (fs::path p = root;; p = p.parent_path()) {
+    // not_found comes with ec set: only another type, or another error, counts.
+    const fs::file_status st = fs::symlink_status(p / ".git", ec);
+    if (st.type() != fs::file_type::not_found) return true;  // there, or cannot tell
+    if (p == p.parent_path()) return false;
+  }
+}
+
 absl::StatusOr<Listing> ProjectFiles(const std::string& root, const LocalAccount* account) {
   ProcessOptions o;
   o.cwd = root;
   o.timeout_ms = 60000;
   if (account && account->uid != getuid()) o.run_as = account;
   Listing l;
-  auto inside = RunProcess({"git", "rev-parse", "--is-inside-work-tree"}, o);
-  l.git = inside.ok() && inside->exit_code == 0 && absl::StartsWith(inside->out, "true");
+  if (MayBeInGit(root)) {
+    auto inside = RunProcess({"git", "rev-parse", "--is-inside-work-tree"}, o);
+    l.git = inside.ok() && inside->exit_code == 0 && absl::StartsWith(inside->out, "true");
+  }
   if (l.git) {
     auto git = RunProcess(
         {"git", "-c", "core.quotePath=off", "ls-files", "-co", "--exclude-standard", "-z"}, o);
@@ -331,7 +348,48 @@ absl::StatusOr<Checkpoint> Checkpoints::Take(const std::string& session_id,
                                              const std::string& turn_id, const std::string& reason,
                                              uint64_t history_len, const std::string& history_sha,
                                              bool prune) {
-  MutexLock lock(&mu_);
+  ASSIGN_OR_RETURN(Checkpoint c, Record(session_id, project_root, account, turn_id, reason,
+                                        history_len, history_sha));
+  const bool within = WithinLimit(c);  // counts c's objects, pruning or not
+  if (prune && !within) {
+    WriterMutexLock alone(&gc_mu_);
+    RETURN_IF_ERROR(PruneProject(project_root));
+  }
+  return c;
+}
+
+bool Checkpoints::WithinLimit(const Checkpoint& c) {
+  MutexLock lock(&usage_mu_);
+  Usage& u = usage_[c.project_root];
+  if (!u.known) return false;
+  std::error_code ec;
+  auto add = [&](const std::string& sha, uint64_t size) {
+    if (u.objects.emplace(sha, size).second) u.bytes += size;
+  };
+  for (const auto& [path, f] : c.files) add(f.sha256, f.size);
+  for (const auto& [board, sha] : c.boards) {
+    const auto n = fs::file_size(ObjectPath(sha), ec);
+    add(sha, ec ? 0 : n);
+  }
+  return u.bytes <= limits_.max_bytes;
+}
+
+std::shared_ptr<Mutex> Checkpoints::SessionLock(const std::string& session_id) {
+  MutexLock lock(&map_mu_);
+  auto& slot = session_mu_[session_id];
+  if (!slot) slot = std::make_shared<Mutex>();
+  return slot;
+}
+
+absl::StatusOr<Checkpoint> Checkpoints::Record(const std::string& session_id,
+                                               const std::string& project_root,
+                                               const LocalAccount* account,
+                                               const std::string& turn_id,
+                                               const std::string& reason, uint64_t history_len,
+                                               const std::string& history_sha) {
+  const std::shared_ptr<Mutex> session_mu = SessionLock(session_id);
+  MutexLock one(session_mu.get());
+  ReaderMutexLock shared(&gc_mu_);
   ASSIGN_OR_RETURN(auto before, List(session_id));
   Checkpoint c;
   c.seq = before.empty() ? 1 : before.back().seq + 1;
@@ -398,7 +456,6 @@ absl::StatusOr<Checkpoint> Checkpoints::Take(const std::string& session_id,
   }
   RETURN_IF_ERROR(storage_.Put(Cf::kCheckpoints, ManifestKey(session_id, c.seq), record,
                                /*sync=*/true));
-  if (prune) RETURN_IF_ERROR(PruneProject(project_root));
   return c;
 }
 
@@ -412,7 +469,9 @@ absl::Status Checkpoints::NoteFlash(const std::string& session_id, const LocalAc
                                                       sha.substr(0, 12), ", flashed ",
                                                       sha256.substr(0, 12), "): not kept"));
   }
-  MutexLock lock(&mu_);
+  const std::shared_ptr<Mutex> session_mu = SessionLock(session_id);
+  MutexLock one(session_mu.get());
+  ReaderMutexLock shared(&gc_mu_);
   RETURN_IF_ERROR(PutObject(sha, bytes));
   ASSIGN_OR_RETURN(auto was, storage_.Get(Cf::kCheckpoints, FlashedKey(session_id)));
   json j = was ? json::parse(*was, nullptr, false) : json::object();
@@ -596,10 +655,23 @@ absl::Status Checkpoints::PruneProject(const std::string& root) {
     return sum;
   };
   bool pruned = false;
-  while (kept.size() > 1 && total() > limits_.max_bytes) {
+  uint64_t bytes = 0;
+  while (kept.size() > 1 && (bytes = total()) > limits_.max_bytes) {
     RETURN_IF_ERROR(storage_.Delete(Cf::kCheckpoints, kept.front().key, /*sync=*/true));
     kept.erase(kept.begin());
     pruned = true;
+  }
+  if (kept.size() <= 1) bytes = total();
+  {
+    // What the project's checkpoints name now: the next Takes add to it and
+    // scan again only once it is past the limit.
+    MutexLock lock(&usage_mu_);
+    Usage& u = usage_[root];
+    u.objects.clear();
+    for (const auto& e : kept)
+      for (const auto& sha : e.objects) u.objects.emplace(sha, sizes[sha]);
+    u.bytes = bytes;
+    u.known = true;
   }
   return pruned ? CollectGarbage() : absl::OkStatus();
 }
@@ -627,7 +699,11 @@ absl::Status Checkpoints::CollectGarbage() {
 }
 
 absl::Status Checkpoints::DropSession(const std::string& session_id) {
-  MutexLock lock(&mu_);
+  {
+    MutexLock lock(&map_mu_);
+    session_mu_.erase(session_id);
+  }
+  WriterMutexLock alone(&gc_mu_);
   WriteBatch batch;
   const std::string prefix = ManifestPrefix(session_id);
   batch.DeleteRange(Cf::kCheckpoints, prefix, PrefixEnd(prefix));

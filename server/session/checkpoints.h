@@ -21,13 +21,19 @@
 // Storage: Cf::kCheckpoints, "m/SESSION/SEQ" -> the checkpoint (JSON),
 // "f/SESSION" -> {board: image sha256}. Limits: at most max_bytes of objects
 // per project root; past it the project's oldest checkpoints go first (the
-// newest is always kept), then every object no checkpoint names.
+// newest is always kept), then every object no checkpoint names. What a
+// project's checkpoints name is counted in memory from its last prune on,
+// so a checkpoint reads the others' manifests only once that count is past
+// the limit (and once per project after a start).
 //
-// Thread-safety: every method may be called from any thread.
+// Thread-safety: every method may be called from any thread. Checkpoints
+// of different sessions are taken side by side; a prune or a drop runs
+// alone.
 #pragma once
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -102,13 +108,13 @@ class Checkpoints {
   [[nodiscard]] absl::StatusOr<Checkpoint> Take(
       const std::string& session_id, const std::string& project_root, const LocalAccount* account,
       const std::string& turn_id, const std::string& reason, uint64_t history_len,
-      const std::string& history_sha = "", bool prune = true) ABSL_LOCKS_EXCLUDED(mu_);
+      const std::string& history_sha = "", bool prune = true) ABSL_LOCKS_EXCLUDED(gc_mu_);
   // The session flashed `image` (read as `account`; its bytes must still
   // hash to `sha256`) onto `board`: kept as an object, named by the
   // session's next checkpoints.
   [[nodiscard]] absl::Status NoteFlash(const std::string& session_id, const LocalAccount* account,
                                        const std::string& board, const std::string& image,
-                                       const std::string& sha256) ABSL_LOCKS_EXCLUDED(mu_);
+                                       const std::string& sha256) ABSL_LOCKS_EXCLUDED(gc_mu_);
   // The session's checkpoints, oldest first.
   [[nodiscard]] absl::StatusOr<std::vector<Checkpoint>> List(const std::string& session_id) const;
   // The checkpoint `to` names: its number, or a turn id (the checkpoint
@@ -127,18 +133,47 @@ class Checkpoints {
   // The bytes of object `sha256`, or NOT_FOUND.
   [[nodiscard]] absl::StatusOr<std::string> ReadObject(const std::string& sha256) const;
   // Forgets the session's checkpoints (and the objects only they named).
-  [[nodiscard]] absl::Status DropSession(const std::string& session_id) ABSL_LOCKS_EXCLUDED(mu_);
+  [[nodiscard]] absl::Status DropSession(const std::string& session_id) ABSL_LOCKS_EXCLUDED(gc_mu_);
 
  private:
+  // Take without the prune: lists and reads the files, writes the objects
+  // and the manifest, holding the session's lock and gc_mu_ shared.
+  absl::StatusOr<Checkpoint> Record(const std::string& session_id, const std::string& project_root,
+                                    const LocalAccount* account, const std::string& turn_id,
+                                    const std::string& reason, uint64_t history_len,
+                                    const std::string& history_sha) ABSL_LOCKS_EXCLUDED(gc_mu_);
   std::string ObjectPath(const std::string& sha256) const;
   absl::Status PutObject(const std::string& sha256, const std::string& bytes) const;
-  absl::Status PruneProject(const std::string& root) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status CollectGarbage() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status PruneProject(const std::string& root) ABSL_EXCLUSIVE_LOCKS_REQUIRED(gc_mu_);
+  absl::Status CollectGarbage() ABSL_EXCLUSIVE_LOCKS_REQUIRED(gc_mu_);
 
   Storage& storage_;
   const std::string dir_;
   const CheckpointLimits limits_;
-  Mutex mu_;  // one Take, NoteFlash or prune at a time
+  // The session's lock: one Take or NoteFlash of a session at a time (its
+  // next seq, its flashed images). Made on first use, kept.
+  std::shared_ptr<Mutex> SessionLock(const std::string& session_id) ABSL_LOCKS_EXCLUDED(map_mu_);
+
+  // Takes and NoteFlashes of different sessions run side by side holding it
+  // shared; a prune or a drop holds it alone, so an object a Take has
+  // written but no manifest names yet is never collected.
+  SharedMutex gc_mu_;
+  Mutex map_mu_;
+  // True when the project's objects, with `c`'s added, are within max_bytes
+  // as far as known since its last prune (so no prune is needed); false when
+  // past it or not yet known.
+  bool WithinLimit(const Checkpoint& c) ABSL_LOCKS_EXCLUDED(usage_mu_);
+  // Per project root: the objects its checkpoints name, by SHA-256 with
+  // their sizes, as of its last prune plus the checkpoints taken since (a
+  // checkpoint dropped since leaves them counted: the next prune corrects it).
+  struct Usage {
+    std::map<std::string, uint64_t> objects;
+    uint64_t bytes = 0;
+    bool known = false;
+  };
+  Mutex usage_mu_;  // after gc_mu_
+  std::map<std::string, Usage> usage_ ABSL_GUARDED_BY(usage_mu_);
+  std::map<std::string, std::shared_ptr<Mutex>> session_mu_ ABSL_GUARDED_BY(map_mu_);
 };
 
 }  // namespace fwai

@@ -12,6 +12,8 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <thread>
+#include <vector>
 
 #include "common/subprocess.h"
 #include "server/hardware/firmware_image.h"
@@ -263,6 +265,33 @@ TEST_F(CheckpointsTest, TheOldestGoPastTheLimitAndAnObjectGoneRefusesTheWholeRes
   EXPECT_TRUE(fs::exists(root_ + "/extra.c")) << "a refused restore deleted a file";
 }
 
+// The limit counts what every session's checkpoints of the project name,
+// those taken without pruning (in a rewind) too, and after a restart what
+// was stored before it.
+TEST_F(CheckpointsTest, TheLimitCountsEverySessionAndCheckpointsTakenWithoutPruning) {
+  Open(CheckpointLimits{/*max_bytes=*/250 * 1024, /*max_file_bytes=*/1 << 20});
+  auto take = [&](const std::string& session, char fill, bool prune) {
+    Write("blob.bin", std::string(100 * 1024, fill));
+    auto c = cp_->Take(session, root_, nullptr, std::string("t") + fill, "turn", 2, "", prune);
+    ASSERT_TRUE(c.ok()) << c.status();
+  };
+  take("s1", 'a', true);
+  take("s2", 'b', false);
+  EXPECT_EQ(Objects(), 2u);
+  take("s1", 'c', true);  // a + b + c > 250 KiB: s1's first goes
+  EXPECT_EQ(Objects(), 2u);
+  auto s1 = cp_->List("s1");
+  ASSERT_TRUE(s1.ok());
+  ASSERT_EQ(s1->size(), 1u);
+  EXPECT_EQ(s1->front().seq, 2u);
+  Open(CheckpointLimits{/*max_bytes=*/250 * 1024, /*max_file_bytes=*/1 << 20});  // a restart
+  take("s3", 'd', true);  // b + c + d: s2's goes
+  EXPECT_EQ(Objects(), 2u);
+  auto s2 = cp_->List("s2");
+  ASSERT_TRUE(s2.ok());
+  EXPECT_TRUE(s2->empty());
+}
+
 TEST_F(CheckpointsTest, AFlashedImageIsNamedByTheNextCheckpointAndKept) {
   Write("src/main.c", "int x;\n");
   const std::string image = (dir_ / "fw.elf").string();
@@ -281,6 +310,62 @@ TEST_F(CheckpointsTest, AFlashedImageIsNamedByTheNextCheckpointAndKept) {
   ASSERT_TRUE(cp_->DropSession("s1").ok());
   EXPECT_EQ(cp_->List("s1")->size(), 0u);
   EXPECT_EQ(Objects(), 0u) << "objects only its checkpoints named outlive the session";
+}
+
+// A project with no .git anywhere above it is listed without starting git
+// (a program per turn, on every turn of such a project); one with .git is
+// asked. A `git` first on PATH notes each start.
+TEST_F(CheckpointsTest, AProjectOutsideGitIsListedWithoutStartingGit) {
+  const fs::path bin = dir_ / "bin";
+  fs::create_directories(bin);
+  const std::string note = (dir_ / "git-started").string();
+  std::ofstream(bin / "git") << "#!/bin/sh\necho \"$@\" >> " << note << "\nexit 1\n";
+  fs::permissions(bin / "git", fs::perms::owner_all);
+  const std::string path = std::getenv("PATH") ? std::getenv("PATH") : "/usr/bin:/bin";
+  setenv("PATH", (bin.string() + ":" + path).c_str(), 1);
+  Write("src/a.c", "int a;\n");
+  const Checkpoint outside = Take("t1");
+  const bool started_outside = fs::exists(note);
+  fs::create_directories(root_ + "/.git");
+  const Checkpoint inside = Take("t2");
+  const bool started_inside = fs::exists(note);
+  setenv("PATH", path.c_str(), 1);
+  EXPECT_FALSE(started_outside) << "git was started for a project with no .git";
+  EXPECT_TRUE(started_inside) << "git was not asked about a project with .git";
+  EXPECT_FALSE(outside.git);
+  EXPECT_EQ(outside.files.count("src/a.c"), 1u);
+  EXPECT_EQ(inside.files.count("src/a.c"), 1u) << "git said no: every file is listed";
+}
+
+// Checkpoints of many sessions are taken at once (they do not wait for each
+// other's listing and reading); files they share are one object, and each
+// session's numbers run 1, 2, 3.
+TEST_F(CheckpointsTest, ManySessionsTakeCheckpointsAtOnceAndShareObjects) {
+  for (int i = 0; i < 20; ++i) Write("src/f" + std::to_string(i) + ".c", std::to_string(i));
+  std::vector<std::thread> threads;
+  std::vector<std::string> errors(8);
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&, t] {
+      for (int turn = 0; turn < 3; ++turn) {
+        auto c = cp_->Take("s" + std::to_string(t), root_, nullptr, "turn" + std::to_string(turn),
+                           "turn", 2);
+        if (!c.ok()) {
+          errors[t] = std::string(c.status().message());
+        } else if (c->seq != static_cast<uint64_t>(turn + 1) || c->files.size() != 20) {
+          errors[t] =
+              "seq " + std::to_string(c->seq) + ", " + std::to_string(c->files.size()) + " files";
+        }
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  for (int t = 0; t < 8; ++t) EXPECT_EQ(errors[t], "") << "session s" << t;
+  EXPECT_EQ(Objects(), 20u);
+  for (int t = 0; t < 8; ++t) {
+    auto all = cp_->List("s" + std::to_string(t));
+    ASSERT_TRUE(all.ok()) << all.status();
+    EXPECT_EQ(all->size(), 3u);
+  }
 }
 
 }  // namespace

@@ -454,8 +454,11 @@ absl::StatusOr<Checkpoint> Checkpoints::Record(const std::string& session_id,
   } catch (const json::exception& e) {  // every name was checked; this is a bug, not a crash
     return absl::InternalError(absl::StrCat("a checkpoint's record: ", e.what()));
   }
+  // Written as the session's events are, without waiting for the disk: it
+  // outlives a killed fwaid; a power cut may lose the last ones (the objects
+  // are synced, and collected once nothing names them).
   RETURN_IF_ERROR(storage_.Put(Cf::kCheckpoints, ManifestKey(session_id, c.seq), record,
-                               /*sync=*/true));
+                               /*sync=*/false));
   return c;
 }
 

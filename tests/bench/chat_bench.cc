@@ -5,14 +5,17 @@
 //   latency      added latency p50/p99 from the provider writing a chunk to the
 //                client receiving it, with 1 and 50 concurrent sessions
 //   memory       RSS per idle session and per attached client
-//   load         50 and 200 concurrent sessions streaming at 100 chunks/s each
+//   load         1, 50 and 200 concurrent sessions streaming at 100 chunks/s each
 //                (events/s, added latency in the first chunks and after, time
-//                from the user's message to the provider's request), each
+//                from the user's message to the provider's request, fwaid's
+//                CPU per delivered event and the harness's CPU), each
 //                again with stuck clients (one that never reads its own busy
 //                session, one attached to a measured session that never reads);
 //                then, as a separate figure, 50 sessions on a daemon that has
 //                served one burst before, the clients connected before they
 //                send at once
+//   turn-start   fwaid's CPU per turn: turns of one chunk, 1 session (20 one
+//                after another), 50 and 200 at once (also part of load)
 //   shared       TLS beside the unix socket, 20 principals x 5 sessions, one
 //                user's chat beside a flood and an ingest (shared_bench.cc;
 //                only with --only shared, --tiny for a correctness check;
@@ -311,7 +314,13 @@ void ReportLoad(const std::string& label, int sessions, int chunks, const LoadSt
        {"value", s.events / std::max(s.seconds, 1e-9)},
        {"unit", "events/s"}},
       {{"label", "offered"}, {"value", sessions * 100}, {"unit", "events/s"}},
-      {{"label", "fwaid CPU"}, {"value", s.fwaid_cpu_s}, {"unit", "s"}}};
+      {{"label", "fwaid CPU"}, {"value", s.fwaid_cpu_s}, {"unit", "s"}},
+      {{"label", "fwaid CPU per delivered event"},
+       {"value", s.fwaid_cpu_s * 1e6 / std::max<double>(1, s.events)},
+       {"unit", "µs"}},
+      {{"label", "the harness's CPU (clients and provider)"},
+       {"value", s.bench_cpu_s},
+       {"unit", "s"}}};
   if (sessions == 50 && label.empty()) lat["target"] = "p99 ≤ 5 ms";
   if (id != base)
     Report().SetBaseline(lat, base + "_latency", absl::StrCat(sessions, " sessions alone"));
@@ -336,9 +345,9 @@ void PrintLoad(const char* label, int sessions, int chunks, const LoadStats& s) 
       static_cast<unsigned long long>(s.chunks), static_cast<unsigned long long>(s.events),
       s.seconds, s.unfinished ? " UNFINISHED TURNS" : "");
   std::printf(
-      "       cpu while the turns ran: fwaid %.2f s, this process (clients and fake provider) %.2f "
-      "s\n",
-      s.fwaid_cpu_s, s.bench_cpu_s);
+      "       cpu while the turns ran: fwaid %.2f s (%.0f us per delivered event), this process "
+      "(clients and fake provider) %.2f s\n",
+      s.fwaid_cpu_s, s.fwaid_cpu_s * 1e6 / std::max<double>(1, s.events), s.bench_cpu_s);
   if (!s.stuck.empty()) std::printf("       %s\n", s.stuck.c_str());
   std::fflush(stdout);
   ReportLoad(label, sessions, chunks, s);
@@ -525,8 +534,9 @@ int Main(int argc, char** argv) {
   // beside stuck clients. 50 is a load the machine carries, so that is where
   // "a stuck client slows nobody" can be read.
   if (only.empty() || only == "load") {
-    for (int sessions : {50, 200}) {
+    for (int sessions : {1, 50, 200}) {
       for (bool stuck : {false, true}) {
+        if (sessions == 1 && stuck) continue;
         Daemon& d = fresh();
         std::this_thread::sleep_for(std::chrono::seconds(pause_s));
         PrintLoad(stuck ? " with_stuck_clients" : "", sessions, latency_chunks,
@@ -539,6 +549,48 @@ int Main(int argc, char** argv) {
     std::this_thread::sleep_for(std::chrono::seconds(pause_s));
     PrintLoad(" warm_daemon_clients_connected_first", 50, latency_chunks,
               RunLoad(fake, d, 50, latency_chunks, false, /*warm=*/true));
+  }
+
+  // --- fwaid's CPU per turn start: turns of one chunk, 1, 50 and 200 at
+  // once on a fresh daemon (each turn's few events included).
+  if (only.empty() || only == "load" || only == "turn-start") {
+    for (int sessions : {1, 50, 200}) {
+      Daemon& d = fresh();
+      std::this_thread::sleep_for(std::chrono::seconds(pause_s));
+      // One session: 20 turns one after another, as the CPU is counted in
+      // clock ticks.
+      const int rounds = sessions == 1 ? 20 : 1;
+      LoadStats s;
+      for (int k = 0; k < rounds; ++k) {
+        const LoadStats one = RunLoad(fake, d, sessions, /*chunks=*/1, false);
+        s.fwaid_cpu_s += one.fwaid_cpu_s;
+        s.bench_cpu_s += one.bench_cpu_s;
+        s.unfinished += one.unfinished;
+        s.turn_start_ms.insert(s.turn_start_ms.end(), one.turn_start_ms.begin(),
+                               one.turn_start_ms.end());
+      }
+      const double per_turn_ms = s.fwaid_cpu_s * 1e3 / (sessions * rounds);
+      std::printf(
+          "RESULT turn_start_cpu sessions=%d fwaid_cpu_ms_per_turn=%.2f turn start p50=%.2f "
+          "p99=%.2f ms (input: %d sessions x 1 chunk, the turns starting at once; harness %.2f s)"
+          "%s\n",
+          sessions, per_turn_ms, Percentile(s.turn_start_ms, 0.5),
+          Percentile(s.turn_start_ms, 0.99), sessions, s.bench_cpu_s,
+          s.unfinished ? " UNFINISHED TURNS" : "");
+      auto& r = Report().Add(
+          absl::StrCat("turn_start_cpu_", sessions), "fwaid CPU per turn start",
+          sessions == 1
+              ? std::string("1 session, 20 turns of 1 chunk one after another, on a fresh "
+                            "daemon")
+              : absl::StrCat(sessions,
+                             " sessions x one turn of 1 chunk, the turns "
+                             "starting at once, on a fresh daemon"),
+          per_turn_ms, "ms");
+      r["also"] = {{{"label", "turn start p99"},
+                    {"value", Percentile(s.turn_start_ms, 0.99)},
+                    {"unit", "ms"}},
+                   {{"label", "the harness's CPU"}, {"value", s.bench_cpu_s}, {"unit", "s"}}};
+    }
   }
 
   // --- Memory per idle session and per attached client.

@@ -286,7 +286,8 @@ LoadStats RunLoad(FakeLlmServer& fake, Daemon& d, int sessions, int chunks, bool
 // sessions alone, or on a fresh daemon, when it is a variant) and turn start.
 void ReportLoad(const std::string& label, int sessions, int chunks, const LoadStats& s) {
   const std::string base = absl::StrCat("load_", sessions);
-  std::string id = base, what = absl::StrCat(sessions, " sessions");
+  const char* noun = sessions == 1 ? " session" : " sessions";
+  std::string id = base, what = absl::StrCat(sessions, noun);
   if (label == " with_stuck_clients") {
     id += "_stuck";
     what += ", beside two stuck clients";
@@ -296,7 +297,7 @@ void ReportLoad(const std::string& label, int sessions, int chunks, const LoadSt
   }
   const bool warm = id.ends_with("_warm");
   const std::string input = absl::StrCat(
-      sessions, " sessions x ", chunks, " chunks of 24 B at 100/s, one client each, ",
+      sessions, noun, " x ", chunks, " chunks of 24 B at 100/s, one client each, ",
       warm ? "on a daemon that served a burst of turns first, the clients connected before they "
              "send at once"
            : "on a fresh daemon, the turns starting at once");

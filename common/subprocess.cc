@@ -109,15 +109,17 @@ void ExecChild(const std::vector<std::string>& argv, int stdin_fd, int stdout_fd
 
 namespace {
 
+// Under TSan the child is forked: TSan's interceptors must not run in a
+// child that shares the caller's memory.
 #if defined(__SANITIZE_THREAD__)
-constexpr bool kShareMemoryWithChild =
-    false;  // TSan's interceptors must not run in a CLONE_VM child
+#define FWAI_UNDER_TSAN 1
 #elif defined(__has_feature)
 #if __has_feature(thread_sanitizer)
-constexpr bool kShareMemoryWithChild = false;
-#else
-constexpr bool kShareMemoryWithChild = true;
+#define FWAI_UNDER_TSAN 1
 #endif
+#endif
+#ifdef FWAI_UNDER_TSAN
+constexpr bool kShareMemoryWithChild = false;
 #else
 constexpr bool kShareMemoryWithChild = true;
 #endif

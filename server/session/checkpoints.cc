@@ -658,13 +658,12 @@ absl::Status Checkpoints::PruneProject(const std::string& root) {
     return sum;
   };
   bool pruned = false;
-  uint64_t bytes = 0;
-  while (kept.size() > 1 && (bytes = total()) > limits_.max_bytes) {
+  while (kept.size() > 1 && total() > limits_.max_bytes) {
     RETURN_IF_ERROR(storage_.Delete(Cf::kCheckpoints, kept.front().key, /*sync=*/true));
     kept.erase(kept.begin());
     pruned = true;
   }
-  if (kept.size() <= 1) bytes = total();
+  const uint64_t bytes = total();
   {
     // What the project's checkpoints name now: the next Takes add to it and
     // scan again only once it is past the limit.

@@ -151,18 +151,19 @@ class Checkpoints {
   const std::string dir_;
   const CheckpointLimits limits_;
   // The session's lock: one Take or NoteFlash of a session at a time (its
-  // next seq, its flashed images). Made on first use, kept.
+  // next seq, its flashed images). Made on first use, dropped with the session.
   std::shared_ptr<Mutex> SessionLock(const std::string& session_id) ABSL_LOCKS_EXCLUDED(map_mu_);
+  // True when the project's objects, with `c`'s added, are within max_bytes
+  // as far as known since its last prune (so no prune is needed); false when
+  // past it or not yet known.
+  bool WithinLimit(const Checkpoint& c) ABSL_LOCKS_EXCLUDED(usage_mu_);
 
   // Takes and NoteFlashes of different sessions run side by side holding it
   // shared; a prune or a drop holds it alone, so an object a Take has
   // written but no manifest names yet is never collected.
   SharedMutex gc_mu_;
   Mutex map_mu_;
-  // True when the project's objects, with `c`'s added, are within max_bytes
-  // as far as known since its last prune (so no prune is needed); false when
-  // past it or not yet known.
-  bool WithinLimit(const Checkpoint& c) ABSL_LOCKS_EXCLUDED(usage_mu_);
+  std::map<std::string, std::shared_ptr<Mutex>> session_mu_ ABSL_GUARDED_BY(map_mu_);
   // Per project root: the objects its checkpoints name, by SHA-256 with
   // their sizes, as of its last prune plus the checkpoints taken since (a
   // checkpoint dropped since leaves them counted: the next prune corrects it).
@@ -173,7 +174,6 @@ class Checkpoints {
   };
   Mutex usage_mu_;  // after gc_mu_
   std::map<std::string, Usage> usage_ ABSL_GUARDED_BY(usage_mu_);
-  std::map<std::string, std::shared_ptr<Mutex>> session_mu_ ABSL_GUARDED_BY(map_mu_);
 };
 
 }  // namespace fwai

@@ -156,6 +156,11 @@ struct LoadStats {
   std::string stuck;  // what became of the stuck clients
 };
 
+// fwaid's CPU per delivered event, turn starts included, in µs.
+double CpuPerEventUs(const LoadStats& s) {
+  return s.fwaid_cpu_s * 1e6 / std::max<double>(1, s.events);
+}
+
 // `sessions` turns at once, each streamed `chunks` chunks of 24 B at 100/s by
 // the provider, each read by its own client. With `stuck`, first a session
 // whose provider streams 4 KB chunks at the same pace to a client that never
@@ -316,9 +321,7 @@ void ReportLoad(const std::string& label, int sessions, int chunks, const LoadSt
        {"unit", "events/s"}},
       {{"label", "offered"}, {"value", sessions * 100}, {"unit", "events/s"}},
       {{"label", "fwaid CPU"}, {"value", s.fwaid_cpu_s}, {"unit", "s"}},
-      {{"label", "fwaid CPU per delivered event"},
-       {"value", s.fwaid_cpu_s * 1e6 / std::max<double>(1, s.events)},
-       {"unit", "µs"}},
+      {{"label", "fwaid CPU per delivered event"}, {"value", CpuPerEventUs(s)}, {"unit", "µs"}},
       {{"label", "the harness's CPU (clients and provider)"},
        {"value", s.bench_cpu_s},
        {"unit", "s"}}};
@@ -348,7 +351,7 @@ void PrintLoad(const char* label, int sessions, int chunks, const LoadStats& s) 
   std::printf(
       "       cpu while the turns ran: fwaid %.2f s (%.0f us per delivered event), this process "
       "(clients and fake provider) %.2f s\n",
-      s.fwaid_cpu_s, s.fwaid_cpu_s * 1e6 / std::max<double>(1, s.events), s.bench_cpu_s);
+      s.fwaid_cpu_s, CpuPerEventUs(s), s.bench_cpu_s);
   if (!s.stuck.empty()) std::printf("       %s\n", s.stuck.c_str());
   std::fflush(stdout);
   ReportLoad(label, sessions, chunks, s);
@@ -571,22 +574,21 @@ int Main(int argc, char** argv) {
                                one.turn_start_ms.end());
       }
       const double per_turn_ms = s.fwaid_cpu_s * 1e3 / (sessions * rounds);
+      const std::string input = sessions == 1
+                                    ? std::string(
+                                          "1 session, 20 turns of 1 chunk one after another, on a "
+                                          "fresh daemon")
+                                    : absl::StrCat(sessions,
+                                                   " sessions x one turn of 1 chunk, the turns "
+                                                   "starting at once, on a fresh daemon");
       std::printf(
           "RESULT turn_start_cpu sessions=%d fwaid_cpu_ms_per_turn=%.2f turn start p50=%.2f "
-          "p99=%.2f ms (input: %d sessions x 1 chunk, the turns starting at once; harness %.2f s)"
-          "%s\n",
+          "p99=%.2f ms (input: %s; harness %.2f s)%s\n",
           sessions, per_turn_ms, Percentile(s.turn_start_ms, 0.5),
-          Percentile(s.turn_start_ms, 0.99), sessions, s.bench_cpu_s,
+          Percentile(s.turn_start_ms, 0.99), input.c_str(), s.bench_cpu_s,
           s.unfinished ? " UNFINISHED TURNS" : "");
-      auto& r = Report().Add(
-          absl::StrCat("turn_start_cpu_", sessions), "fwaid CPU per turn start",
-          sessions == 1
-              ? std::string("1 session, 20 turns of 1 chunk one after another, on a fresh "
-                            "daemon")
-              : absl::StrCat(sessions,
-                             " sessions x one turn of 1 chunk, the turns "
-                             "starting at once, on a fresh daemon"),
-          per_turn_ms, "ms");
+      auto& r = Report().Add(absl::StrCat("turn_start_cpu_", sessions), "fwaid CPU per turn start",
+                             input, per_turn_ms, "ms");
       r["also"] = {{{"label", "turn start p99"},
                     {"value", Percentile(s.turn_start_ms, 0.99)},
                     {"unit", "ms"}},

@@ -45,6 +45,23 @@ size_t StartGate::CountingLocked(Clock::time_point now) {
   return holders_.size();
 }
 
+void StartGate::WakeFrontLocked() {
+  if (!waiting_.empty()) waiting_.front()->cv.Signal();
+}
+
+void StartGate::WaitLocked(Waiter& me) {
+  if (holders_.empty() || waiting_.front() != &me) {
+    me.cv.Wait(&mu_);
+  } else {
+    // Full: wait for a leave, or for the oldest holder to pass its budget.
+    auto oldest =
+        std::min_element(holders_.begin(), holders_.end(),
+                         [](const auto& a, const auto& b) { return a.second < b.second; });
+    me.cv.WaitWithDeadline(&mu_, oldest->second + budget_);
+  }
+  ++wakeups_;
+}
+
 StartGate::Hold StartGate::Enter(CancelToken* cancel) {
   if (slots_ > 0 && cancel != nullptr) {
     cancel->OnCancel([waker = std::weak_ptr<Waker>(waker_)] {
@@ -53,46 +70,39 @@ StartGate::Hold StartGate::Enter(CancelToken* cancel) {
       MutexLock lock(&w->mu);
       if (w->gate == nullptr) return;
       MutexLock gate_lock(&w->gate->mu_);
-      w->gate->cv_.SignalAll();
+      for (Waiter* waiter : w->gate->waiting_) waiter->cv.Signal();  // rare: all may look
     });
   }
   MutexLock lock(&mu_);
   const uint64_t id = next_id_++;
   if (slots_ > 0) {
-    waiting_.push_back(id);
-    cv_.SignalAll();  // WaitUntilWaiting
+    Waiter me;
+    waiting_.push_back(&me);
+    arrived_.SignalAll();  // WaitUntilWaiting
     while (true) {
       if (cancel != nullptr && cancel->cancelled()) {
-        waiting_.erase(std::find(waiting_.begin(), waiting_.end(), id));
-        cv_.SignalAll();  // the next in line may be at the front now
+        const bool first = waiting_.front() == &me;
+        waiting_.erase(std::find(waiting_.begin(), waiting_.end(), &me));
+        if (first) WakeFrontLocked();  // the next in line is at the front now
+        arrived_.SignalAll();
         return Hold(nullptr, 0);
       }
-      const auto now = Clock::now();
-      if (waiting_.front() == id && CountingLocked(now) < slots_) break;
-      if (holders_.empty() || waiting_.front() != id) {
-        cv_.Wait(&mu_);
-      } else {
-        // Full: wait for a leave, or for the oldest holder to pass its budget.
-        auto oldest =
-            std::min_element(holders_.begin(), holders_.end(),
-                             [](const auto& a, const auto& b) { return a.second < b.second; });
-        cv_.WaitWithDeadline(&mu_, oldest->second + budget_);
-      }
+      if (waiting_.front() == &me && CountingLocked(Clock::now()) < slots_) break;
+      WaitLocked(me);
     }
     waiting_.pop_front();
     holders_[id] = Clock::now();
-    cv_.SignalAll();  // the next in line may fit too
+    WakeFrontLocked();  // the next in line may fit too
+    arrived_.SignalAll();
   }
   held = {this, id};
   return Hold(this, id);
 }
 
 void StartGate::Leave(uint64_t id) {
-  {
-    MutexLock lock(&mu_);
-    if (holders_.erase(id) == 0) return;
-  }
-  cv_.SignalAll();
+  MutexLock lock(&mu_);
+  if (holders_.erase(id) == 0) return;
+  WakeFrontLocked();
 }
 
 void StartGate::LeaveHeld() {
@@ -115,7 +125,12 @@ size_t StartGate::Waiting() {
 
 void StartGate::WaitUntilWaiting(size_t n) {
   MutexLock lock(&mu_);
-  while (waiting_.size() != n) cv_.Wait(&mu_);
+  while (waiting_.size() != n) arrived_.Wait(&mu_);
+}
+
+uint64_t StartGate::Wakeups() {
+  MutexLock lock(&mu_);
+  return wakeups_;
 }
 
 }  // namespace fwai

@@ -8,7 +8,9 @@
 // wait for a reply is not start work. A holder that keeps its slot longer
 // than `budget` stops counting against the limit, so one slow start never
 // holds the others back for longer than that. Waiters enter in the order
-// they came. With `slots` 0 there is no limit.
+// they came, and only the one at the front is woken when a slot may have
+// freed: a burst of hundreds of starts costs one wakeup per start, not one
+// per waiter per start. With `slots` 0 there is no limit.
 //
 // Thread-safe.
 #pragma once
@@ -63,8 +65,15 @@ class StartGate {
   size_t Waiting() ABSL_LOCKS_EXCLUDED(mu_);
   // Waits until exactly `n` threads wait in Enter.
   void WaitUntilWaiting(size_t n) ABSL_LOCKS_EXCLUDED(mu_);
+  // Times a waiter has woken to look again whether it may enter, since the
+  // gate was made.
+  uint64_t Wakeups() ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
+  // One thread in Enter, on its own stack; woken alone.
+  struct Waiter {
+    CondVar cv;
+  };
   void Leave(uint64_t id) ABSL_LOCKS_EXCLUDED(mu_);
   // Wakes the waiters (a cancel may concern one of them).
   struct Waker {
@@ -73,13 +82,19 @@ class StartGate {
   };
   // Drops holders past the budget.
   size_t CountingLocked(Clock::time_point now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Wakes the waiter first in line, if any: it alone may enter next.
+  void WakeFrontLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Waits as the waiter `me` until woken or, when the slots are full and
+  // `me` is first, until the oldest holder passes its budget.
+  void WaitLocked(Waiter& me) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const size_t slots_;
   const Clock::duration budget_;
   Mutex mu_;
-  CondVar cv_;
+  CondVar arrived_;  // a thread began to wait (WaitUntilWaiting)
   uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
-  std::deque<uint64_t> waiting_ ABSL_GUARDED_BY(mu_);  // ids in order of arrival
+  uint64_t wakeups_ ABSL_GUARDED_BY(mu_) = 0;
+  std::deque<Waiter*> waiting_ ABSL_GUARDED_BY(mu_);  // in order of arrival
   // id -> when it entered
   std::map<uint64_t, Clock::time_point> holders_ ABSL_GUARDED_BY(mu_);
   // Shared with cancel callbacks, which may run after the gate is gone.

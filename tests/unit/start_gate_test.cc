@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <mutex>
 #include <optional>
@@ -101,6 +102,32 @@ TEST(StartGateTest, ACancelledWaiterStopsWaitingAndTakesNoSlot) {
   std::thread at_once([&] { StartGate::Hold h = gate.Enter(&cancel); });
   at_once.join();
   EXPECT_EQ(gate.Inside(), 1u);
+}
+
+// A burst of starts behind one slot: each leave wakes the next in line
+// only, not every waiter to look and sleep again (hundreds of turns at once
+// would cost hundreds of wakeups per start).
+TEST(StartGateTest, ALeaveWakesOnlyTheNextInLine) {
+  StartGate gate(1, kLongBudget);
+  std::optional<StartGate::Hold> first(gate.Enter());
+  constexpr size_t kWaiters = 60;
+  std::atomic<size_t> entered{0};
+  std::vector<std::thread> waiters;
+  for (size_t i = 0; i < kWaiters; ++i) {
+    waiters.emplace_back([&] {
+      StartGate::Hold h = gate.Enter();
+      entered.fetch_add(1);
+    });
+  }
+  gate.WaitUntilWaiting(kWaiters);
+  EXPECT_LT(gate.Wakeups(), kWaiters / 2) << "a waiter arriving woke the others";
+  first.reset();
+  for (auto& t : waiters) t.join();
+  EXPECT_EQ(entered.load(), kWaiters);
+  // One wakeup per waiter, with room for the odd spurious one; waking all
+  // of them at every leave makes it about kWaiters * kWaiters / 2.
+  EXPECT_LE(gate.Wakeups(), 2 * kWaiters);
+  EXPECT_EQ(gate.Inside(), 0u);
 }
 
 TEST(StartGateTest, NoSlotsMeansNoLimit) {

@@ -91,7 +91,7 @@ class StartGate {
   const size_t slots_;
   const Clock::duration budget_;
   Mutex mu_;
-  CondVar arrived_;  // a thread began to wait (WaitUntilWaiting)
+  CondVar arrived_;  // the number of waiters changed (WaitUntilWaiting)
   uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
   uint64_t wakeups_ ABSL_GUARDED_BY(mu_) = 0;
   std::deque<Waiter*> waiting_ ABSL_GUARDED_BY(mu_);  // in order of arrival

@@ -1028,10 +1028,11 @@ absl::Status ParseKnowledgeIvf(ConfigReader& r, const YAML::Node& iv, KnowledgeC
 }
 
 absl::Status ParseKnowledgeSection(ConfigReader& r, const YAML::Node& n, DaemonConfig& c) {
-  CFG_TRY(r.CheckKeys(n, "knowledge",
-                      {"embedder", "chunk", "bm25", "fusion", "candidates", "rerank_top",
-                       "hnsw_above", "max_document_mb", "reranker", "query_rewrite", "hyde", "hnsw",
-                       "code_search", "passages", "log", "vector_index", "ivf", "windows"}));
+  CFG_TRY(
+      r.CheckKeys(n, "knowledge",
+                  {"embedder", "chunk", "bm25", "fusion", "candidates", "rerank_top", "hnsw_above",
+                   "max_document_mb", "reranker", "query_rewrite", "hyde", "hnsw", "code_search",
+                   "passages", "log", "vector_index", "ivf", "windows", "vector_min_recall"}));
   auto& k = c.knowledge;
   if (auto e = n["embedder"]) CFG_TRY(ParseKnowledgeEmbedder(r, e, k));
   if (auto ch = n["chunk"]) CFG_TRY(ParseKnowledgeChunk(r, ch, k));
@@ -1053,6 +1054,10 @@ absl::Status ParseKnowledgeSection(ConfigReader& r, const YAML::Node& n, DaemonC
   if (auto h = n["hnsw"]) CFG_TRY(ParseKnowledgeHnsw(r, h, k));
   if (n["max_document_mb"])
     CFG_TRY(r.Int(n["max_document_mb"], "knowledge.max_document_mb", 1, 4096, k.max_document_mb));
+  if (n["vector_min_recall"]) {
+    CFG_TRY(r.Double(n["vector_min_recall"], "knowledge.vector_min_recall", 0.0, 1.0,
+                     k.vector_min_recall));
+  }
   if (n["vector_index"]) {
     CFG_TRY(r.String(n["vector_index"], "knowledge.vector_index", k.vector_index));
     if (k.vector_index != "ivf" && k.vector_index != "hnsw") {

@@ -118,6 +118,9 @@ struct KnowledgeConfig {
   int ivf_lists = 0;                      // 0: about 4 * sqrt(n)
   int ivf_nprobe = 0;                     // 0: chosen for recall@10 >= 0.95
   double ivf_max_probe_share = 1.0 / 32;  // chosen nprobe at most this share of the lists (>= 16)
+  // An approximate index below this recall@10 on its sample is not kept
+  // (vector search off). -1: 0.9 with the built-in embedder, 0 with openai.
+  double vector_min_recall = -1;
   int hnsw_m = 32;
   int hnsw_ef_construction = 80;
   int hnsw_ef_search = 0;  // 0: chosen by measured recall

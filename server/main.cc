@@ -1001,6 +1001,11 @@ KnowledgeOptions Daemon::KnowledgeOptionsOf(const KnowledgeConfig& kc) {
   ko.ivf_lists = kc.ivf_lists;
   ko.ivf_nprobe = kc.ivf_nprobe;
   ko.ivf_max_probe_share = kc.ivf_max_probe_share;
+  // A model embedder keeps its approximate index; the built-in one's hashed
+  // vectors keep theirs only where the sample shows the recall.
+  ko.vector_min_recall = kc.vector_min_recall >= 0 ? kc.vector_min_recall
+                         : kc.embedder == "openai" ? 0.0
+                                                   : 0.9;
   ko.hnsw_m = kc.hnsw_m;
   ko.hnsw_ef_construction = kc.hnsw_ef_construction;
   ko.hnsw_ef_search = kc.hnsw_ef_search;

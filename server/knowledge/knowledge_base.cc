@@ -324,6 +324,7 @@ struct KnowledgeBase::Impl {
     vo.hnsw_m = options.hnsw_m;
     vo.ef_construction = options.hnsw_ef_construction;
     vo.ef_search = options.hnsw_ef_search;
+    vo.min_recall = options.vector_min_recall;
     vo.build_on_add = false;  // built aside (BuildVectorsAside)
     return vo;
   }
@@ -402,7 +403,12 @@ struct KnowledgeBase::Impl {
                                            const std::vector<float>& vecs) const {
     auto v = std::make_unique<VectorIndex>(embedder.dimension(), VecOptions());
     v->Build(ids, vecs);
-    if (v->tuned_recall() >= 0) {
+    if (v->off()) {
+      spdlog::info(
+          "knowledge: vector search off over {} vectors: {}; searches use the lexical "
+          "legs alone until the collection has grown {}x",
+          ids.size(), v->off_reason(), VectorIndexOptions{}.ivf_retrain_growth);
+    } else if (v->tuned_recall() >= 0) {
       spdlog::info("knowledge: vector index {} over {} vectors: recall@10 {:.3f} on its sample",
                    v->describe(), ids.size(), v->tuned_recall());
     }
@@ -692,7 +698,11 @@ IndexLoad LoadIndexes(KnowledgeBase::Impl& m, uint64_t generation, bool vectors_
   std::thread vector_loader([&] {
     if (vectors_stale) return;
     auto v = VectorIndex::Load(m.VecPath(), generation, m.embedder.dimension(), m.VecOptions());
-    if (v.ok()) {
+    if (v.ok() && (*v)->off() && m.options.vector_min_recall <= 0) {
+      // Dropped for its recall; the settings now keep any approximate index.
+      vector_why = absl::StrCat(m.VecPath(), ": vector search was off (", (*v)->off_reason(),
+                                ") and no recall is required now");
+    } else if (v.ok()) {
       loaded_vectors = *std::move(v);
       r.vector_ok = true;
     } else if (generation > 0) {
@@ -1211,6 +1221,11 @@ class SearchRun {
     RETURN_IF_ERROR(PrepareQuery());
     AskModel();
     ReaderMutexLock lock(&m_.mu);
+    if (r_.mode == SearchMode::kVector && m_.vectors->off()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("vector search is off in this knowledge base: ", m_.vectors->off_reason(),
+                       "; search in hybrid or lexical mode"));
+    }
     SetFilters();
     RunLegs();
     if (hybrid_) DocumentViews();
@@ -1396,7 +1411,7 @@ class SearchRun {
       vec_ = m_.vectors->Search(qvec_.data(), n_, acc_);
       return;
     }
-    if (r_.mode != SearchMode::kLexical) {
+    if (r_.mode != SearchMode::kLexical && !m_.vectors->off()) {
       // On another thread, under the shared lock this one holds until it
       // has the result.
       vec_leg = std::async(std::launch::async, [this]() ABSL_SHARED_LOCKS_REQUIRED(m_.mu) {
@@ -2082,7 +2097,9 @@ absl::StatusOr<KbStats> KnowledgeBase::Stats(const std::string& collection) {
   }
   s.index_kinds = {
       absl::StrCat("lexical:bm25(k1=", impl_->options.bm25_k1, ",b=", impl_->options.bm25_b, ")"),
-      absl::StrCat("vector:faiss-", impl_->vectors->describe())};
+      impl_->vectors->off()
+          ? absl::StrCat("vector:off (", impl_->vectors->off_reason(), "; the lexical legs alone)")
+          : absl::StrCat("vector:faiss-", impl_->vectors->describe())};
   s.embedder = impl_->embedder.name();
   s.dimension = impl_->embedder.dimension();
   s.log = impl_->log->counts();

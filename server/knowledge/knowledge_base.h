@@ -58,6 +58,15 @@ struct KnowledgeOptions {
   int ivf_lists = 0;                      // 0: about 4 * sqrt(n)
   int ivf_nprobe = 0;                     // 0: chosen for recall@10 >= 0.95
   double ivf_max_probe_share = 1.0 / 32;  // the chosen nprobe's cap (share of the lists)
+  // An approximate index (IVF or HNSW) whose breadth, chosen within its cap,
+  // reaches a recall@10 below this against exact search on its sample is
+  // not kept: vector search is off (logged, shown by Stats) and searches
+  // use the lexical legs alone, until the collection has grown fourfold and
+  // a new build measures again. The built-in embedder's hashed vectors have
+  // little cluster structure (recall 0.36-0.42 at a million chunks within
+  // the cap), so the cost buys little there; a model embedder keeps its
+  // index (the daemon passes 0 for `embedder: openai`). 0: keep any index.
+  double vector_min_recall = 0.9;
   int hnsw_m = 32;
   int hnsw_ef_construction = 80;
   int hnsw_ef_search = 0;  // 0: chosen by measured recall

@@ -26,6 +26,7 @@
 #include <unordered_map>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 
 namespace fwai {
 
@@ -58,9 +59,12 @@ VectorIndex::VectorIndex(int dimension, VectorIndexOptions options)
 
 VectorIndex::~VectorIndex() = default;
 
-std::string VectorIndex::kind() const { return hnsw_ ? "hnsw" : ivf_ ? "ivf-sq8" : "flat"; }
+std::string VectorIndex::kind() const {
+  return off_ ? "off" : hnsw_ ? "hnsw" : ivf_ ? "ivf-sq8" : "flat";
+}
 
 std::string VectorIndex::describe() const {
+  if (off_) return absl::StrCat("off(", off_reason_, ")");
   if (hnsw_) return absl::StrCat("hnsw(M=", options_.hnsw_m, ",efSearch=", ef_search_, ")");
   if (ivf_) {
     return absl::StrCat("ivf-sq8(lists=", static_cast<const faiss::IndexIVF*>(index_.get())->nlist,
@@ -84,6 +88,7 @@ size_t VectorIndex::memory_bytes() const {
     auto* ivf = static_cast<const faiss::IndexIVF*>(index_.get());
     return n * (ivf->code_size + 8) + ivf->nlist * dim_ * 4;
   }
+  if (off_) return n * 4;
   return n * dim_ * 4;
 }
 
@@ -119,6 +124,13 @@ void VectorIndex::Add(const std::vector<uint32_t>& ids, const std::vector<float>
                       const Assignment& assignment) {
   if (ids.empty()) return;
   for (uint32_t id : ids) Remove(id);  // replacing a chunk's vector
+  if (off_) {                          // only the ids, for the measure of growth and the next build
+    for (uint32_t id : ids) {
+      pos_[id] = static_cast<uint32_t>(ids_.size());
+      ids_.push_back(id);
+    }
+    return;
+  }
   if (options_.build_on_add && !hnsw_ && !ivf_ && size() + ids.size() >= options_.exact_below) {
     std::vector<uint32_t> all;
     std::vector<float> vecs = LiveVectors(&all);
@@ -165,8 +177,10 @@ void VectorIndex::Remove(uint32_t id) {
 }
 
 bool VectorIndex::NeedsRebuild() const {
-  if (!options_.build_on_add && !hnsw_ && !ivf_ && size() >= options_.exact_below) return true;
-  if (ivf_ && trained_on_ > 0 && size() >= options_.ivf_retrain_growth * trained_on_) return true;
+  if (!options_.build_on_add && !hnsw_ && !ivf_ && !off_ && size() >= options_.exact_below)
+    return true;
+  if ((ivf_ || off_) && trained_on_ > 0 && size() >= options_.ivf_retrain_growth * trained_on_)
+    return true;
   return !ids_.empty() && dead_.size() > options_.rebuild_tombstone_ratio * ids_.size();
 }
 
@@ -180,6 +194,9 @@ void VectorIndex::BuildInternal(const std::vector<uint32_t>& ids,
   ids_.clear();
   dead_.clear();
   pos_.clear();
+  off_ = false;
+  off_reason_.clear();
+  tuned_recall_ = -1;
   const bool approximate = ids.size() >= options_.exact_below;
   hnsw_ = approximate && options_.approximate != "ivf";
   ivf_ = approximate && options_.approximate == "ivf";
@@ -196,6 +213,8 @@ void VectorIndex::BuildInternal(const std::vector<uint32_t>& ids,
       const double n = static_cast<double>(ids.size());
       while (lists * 2 <= std::min(4 * std::sqrt(n), n / 64) && lists < 65536) lists *= 2;
     }
+    // k-means needs a vector per list at least (a configured count may be more).
+    lists = std::max<size_t>(1, std::min(lists, ids.size()));
     auto quantizer = new faiss::IndexFlatIP(dim_);
     auto ivf = std::make_unique<faiss::IndexIVFScalarQuantizer>(
         quantizer, dim_, lists, faiss::ScalarQuantizer::QT_8bit, faiss::METRIC_INNER_PRODUCT,
@@ -248,6 +267,20 @@ void VectorIndex::BuildInternal(const std::vector<uint32_t>& ids,
           TuneBreadth(vectors, candidates, [ivf](int p) { ivf->nprobe = static_cast<size_t>(p); });
     }
   }
+  DropIfBelowRecall();
+}
+
+void VectorIndex::DropIfBelowRecall() {
+  if (!(hnsw_ || ivf_) || options_.min_recall <= 0 || tuned_recall_ < 0 ||
+      tuned_recall_ >= options_.min_recall) {
+    return;
+  }
+  off_reason_ = absl::StrFormat("%s reached recall@10 %.2f < %.2f on its sample", describe(),
+                                tuned_recall_, options_.min_recall);
+  trained_on_ = ids_.size();
+  hnsw_ = ivf_ = false;
+  off_ = true;
+  index_ = std::make_unique<faiss::IndexFlatIP>(dim_);  // empty: the vectors are not kept
 }
 
 int VectorIndex::MaxProbes(size_t lists, const VectorIndexOptions& o) {
@@ -344,7 +377,7 @@ std::vector<std::pair<uint32_t, float>> VectorIndex::Search(
     const float* query, size_t k, const std::function<bool(uint32_t)>& accept) const {
   std::vector<std::pair<uint32_t, float>> out;
   const size_t total = ids_.size();
-  if (total == 0 || k == 0) return out;
+  if (total == 0 || k == 0 || off_) return out;
   size_t want = std::min(total, k + dead_.size() + (accept ? 3 * k : 0));
   while (true) {
     std::vector<float> dist(want);
@@ -413,7 +446,7 @@ absl::StatusOr<VectorIndex::Image> VectorIndex::Capture(uint64_t generation) con
   meta.assign(kMetaMagic, sizeof(kMetaMagic));
   auto put = [&meta](const void* p, size_t n) { meta.append(static_cast<const char*>(p), n); };
   put(&generation, 8);
-  int32_t dim = dim_, hnsw = hnsw_ ? 1 : ivf_ ? 2 : 0, ef = ef_search_;
+  int32_t dim = dim_, hnsw = hnsw_ ? 1 : ivf_ ? 2 : off_ ? 3 : 0, ef = ef_search_;
   put(&dim, 4);
   put(&hnsw, 4);
   put(&ef, 4);
@@ -423,6 +456,7 @@ absl::StatusOr<VectorIndex::Image> VectorIndex::Capture(uint64_t generation) con
   put(&nd, 8);
   for (uint32_t d : dead_) put(&d, 4);
   image.trained_on = trained_on_;
+  image.off_reason = off_reason_;
   return image;
 }
 
@@ -465,6 +499,9 @@ absl::Status VectorIndex::WriteImage(const Image& image, const std::string& path
   std::string meta = image.meta;
   meta.append(reinterpret_cast<const char*>(&faiss_size), 8);
   meta.append(reinterpret_cast<const char*>(&image.trained_on), 8);
+  const uint32_t reason_size = static_cast<uint32_t>(image.off_reason.size());
+  meta.append(reinterpret_cast<const char*>(&reason_size), 4);
+  meta.append(image.off_reason);
   return WriteFileAtomically(path + ".meta", meta);
 }
 
@@ -516,14 +553,25 @@ absl::StatusOr<std::unique_ptr<VectorIndex>> VectorIndex::Load(const std::string
   } catch (const std::exception& e) {
     return absl::DataLossError(absl::StrCat(path, ".faiss: ", e.what()));
   }
-  if (idx->index_->ntotal != static_cast<idx_t>(n) || idx->index_->d != dimension) {
+  const idx_t held = hnsw == 3 ? 0 : static_cast<idx_t>(n);  // off: ids without vectors
+  if (idx->index_->ntotal != held || idx->index_->d != dimension) {
     return absl::DataLossError(absl::StrCat(path, ".faiss: does not match its metadata"));
   }
   idx->hnsw_ = hnsw == 1;
   idx->ivf_ = hnsw == 2;
+  idx->off_ = hnsw == 3;
   idx->ef_search_ = ef;
   uint64_t trained = 0;
   if (get(&trained, 8)) idx->trained_on_ = trained;  // absent in files from before IVF
+  uint32_t reason_size = 0;
+  if (get(&reason_size, 4)) {  // absent in files from before an index could be off
+    if (meta.size() - off < reason_size)
+      return absl::DataLossError(absl::StrCat(path, ".meta: truncated"));
+    idx->off_reason_ = meta.substr(off, reason_size);
+    off += reason_size;
+  }
+  if (idx->off_ && idx->off_reason_.empty())
+    return absl::DataLossError(absl::StrCat(path, ".meta: an index that is off without a reason"));
   if (idx->hnsw_) {
     auto* h = dynamic_cast<faiss::IndexHNSWFlat*>(idx->index_.get());
     if (h == nullptr)

@@ -4,8 +4,12 @@
 // HNSW takes hours at a million vectors; trained on a sample, retrained when
 // the collection has grown fourfold). The search breadth (HNSW efSearch, IVF
 // nprobe) is chosen so recall@10 against exact search is at least 0.95 on a
-// sample. Deletions are tombstones with filtered search; a rebuild is due
-// past a tombstone ratio (or, for IVF, the growth above). Saved atomically
+// sample. An approximate index whose breadth cap leaves it below
+// `min_recall` on that sample is not kept: the index is off (searches find
+// nothing, adds record ids only) until the collection has grown by the
+// retrain growth and a build measures again. Deletions are tombstones with
+// filtered search; a rebuild is due past a tombstone ratio (or, for IVF or
+// an index that is off, the growth above). Saved atomically
 // (temp + rename) with a generation number. Not thread-safe for writers: the
 // owner holds a lock; concurrent Search calls are safe.
 #pragma once
@@ -46,6 +50,13 @@ struct VectorIndexOptions {
   double ivf_max_probe_share = 1.0 / 32;
   double ivf_retrain_growth = 4;  // retrain once this many times the vectors it was trained on
   double rebuild_tombstone_ratio = 0.25;
+  // An approximate index whose chosen breadth reaches a recall@10 below this
+  // on its sample (at the breadth cap) is dropped: kind() "off". 0: every
+  // index is kept. Only an index whose breadth was chosen by measurement is
+  // judged (a breadth the options name is kept as named). Once off, the
+  // vectors are gone: the owner rebuilds from its own store when
+  // NeedsRebuild() says so (build_on_add cannot, having nothing to build from).
+  double min_recall = 0;
   // Add() turns an exact index approximate when it reaches `exact_below`.
   // False: it stays exact and NeedsRebuild() says a build is due, so the
   // owner can build the new index aside, without its lock, and swap it in.
@@ -93,9 +104,15 @@ class VectorIndex {
 
   size_t size() const { return ids_.size() - dead_.size(); }
   int dimension() const { return dim_; }
-  // "flat", "hnsw" or "ivf-sq8"; with the search breadth for the last two.
+  // "flat", "hnsw", "ivf-sq8" or "off"; describe() adds the search breadth
+  // (or, when off, the index that was tried and the recall it reached).
   std::string kind() const;
   std::string describe() const;
+  // Off: the approximate index was below `min_recall` and was dropped.
+  bool off() const { return off_; }
+  // Why it is off, e.g. "ivf-sq8(lists=1024,nprobe=32) reached recall@10
+  // 0.41 < 0.90 on its sample"; "" when it is not.
+  const std::string& off_reason() const { return off_reason_; }
   int ef_search() const { return ef_search_; }
   // The recall@10 against exact search the breadth reached on the tuning
   // sample, or -1 if it was not tuned in this process (loaded, or given).
@@ -113,6 +130,7 @@ class VectorIndex {
     std::vector<uint8_t> tier;   // IVF: the added part, merged in when written
     std::string meta;            // up to the FAISS file's size
     uint64_t trained_on = 0;
+    std::string off_reason;  // an index that is off: why
   };
   [[nodiscard]] absl::StatusOr<Image> Capture(uint64_t generation) const;
   [[nodiscard]] static absl::Status WriteImage(const Image& image, const std::string& path);
@@ -132,6 +150,9 @@ class VectorIndex {
                      const std::function<void(int)>& set);
   // The IVF breadth cap for `lists` lists (see ivf_max_probe_share).
   static int MaxProbes(size_t lists, const VectorIndexOptions& o);
+  // After a build: drops an approximate index whose tuned recall is below
+  // options_.min_recall (see off()).
+  void DropIfBelowRecall();
   std::vector<float> LiveVectors(std::vector<uint32_t>* ids) const;
   // index_'s search and, with a tier, the tier's, merged: the `k` best.
   void SearchBoth(const float* query, size_t k, float* dist, int64_t* labels) const;
@@ -146,8 +167,10 @@ class VectorIndex {
   std::unique_ptr<faiss::Index> tier_;
   bool hnsw_ = false;
   bool ivf_ = false;
+  bool off_ = false;                   // see off(); neither hnsw_ nor ivf_ then
+  std::string off_reason_;             // see off_reason()
   int ef_search_ = 0;                  // HNSW efSearch or IVF nprobe
-  size_t trained_on_ = 0;              // IVF: vectors when trained
+  size_t trained_on_ = 0;              // IVF, off: vectors when trained (measured)
   uint64_t epoch_ = 0;                 // IVF: names its coarse quantizer (unique per process)
   double tuned_recall_ = -1;           // recall@10 the breadth reached when tuned here
   std::vector<uint32_t> ids_;          // FAISS position -> chunk id

@@ -52,6 +52,20 @@ TEST(ConfigTest, BadValueSaysWhatIsExpected) {
   EXPECT_NE(e.status().message().find("unix:PATH"), std::string::npos);
 }
 
+TEST(ConfigTest, VectorMinRecallDefaultsToAutomaticAndIsBounded) {
+  auto d = ParseConfig("", "fwaid.yaml");
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->knowledge.vector_min_recall, -1) << "chosen by the embedder";
+  auto c = ParseConfig("knowledge:\n  vector_min_recall: 0.5\n", "fwaid.yaml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->knowledge.vector_min_recall, 0.5);
+  auto b = ParseConfig("knowledge:\n  vector_min_recall: 1.5\n", "fwaid.yaml");
+  ASSERT_FALSE(b.ok());
+  EXPECT_NE(b.status().message().find("knowledge.vector_min_recall"), std::string::npos)
+      << b.status();
+  EXPECT_NE(b.status().message().find("fwaid.yaml:2"), std::string::npos) << b.status();
+}
+
 TEST(ConfigTest, TurnThreadsDefaultSetAndBounded) {
   auto d = ParseConfig("", "fwaid.yaml");
   ASSERT_TRUE(d.ok()) << d.status();

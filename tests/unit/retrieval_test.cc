@@ -440,6 +440,75 @@ TEST_F(RetrievalTest, AVectorIndexBuildLetsSearchesGoOnAndRunsAtIdlePriority) {
   EXPECT_EQ(builds, 2);
 }
 
+// The built-in embedder's vectors in an IVF index whose cap (16 of 128
+// lists) cannot reach the recall required: vector search is off, said by
+// Stats and by a vector-mode search, hybrid search still finds by the
+// lexical legs, and the choice is saved; a setting that requires no recall
+// rebuilds the index at open and keeps it.
+TEST_F(RetrievalTest, AnApproximateIndexBelowItsRecallIsOffAndSearchesGoLexical) {
+  KnowledgeOptions o;
+  o.exact_below = 500;
+  o.vector_index = "ivf";
+  o.ivf_lists = 128;
+  o.save_debounce_ms = 3600 * 1000;
+  ASSERT_EQ(o.vector_min_recall, 0.9) << "the default with the built-in embedder";
+  Open(o);
+  std::mt19937 rng(17);
+  auto word = [&rng] {
+    std::string w;
+    for (int i = 0; i < 7; ++i) w += static_cast<char>('a' + rng() % 26);
+    return w;
+  };
+  std::vector<std::string> names;
+  for (int i = 0; i < 520; ++i) {
+    std::string text = "# Block " + std::to_string(i) + "\n\n";
+    for (int j = 0; j < 12; ++j) text += word() + " ";
+    names.push_back(word());
+    Add("doc" + std::to_string(i) + ".md", text + "\nThe " + names.back() + " register.\n");
+  }
+  auto stats = kb_->Stats("");
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  ASSERT_EQ(stats->index_kinds.size(), 2u);
+  EXPECT_EQ(
+      stats->index_kinds[1].rfind("vector:off (ivf-sq8(lists=128,nprobe=16) reached recall@10 ", 0),
+      0u)
+      << stats->index_kinds[1];
+  EXPECT_NE(stats->index_kinds[1].find("< 0.90 on its sample; the lexical legs alone)"),
+            std::string::npos)
+      << stats->index_kinds[1];
+  auto hits = Find(names[57] + " register", 3);
+  ASSERT_FALSE(hits.empty());
+  EXPECT_EQ(hits[0].doc, "doc57.md");
+  KbSearchRequest vr;
+  vr.query = names[57];
+  vr.mode = SearchMode::kVector;
+  auto refused = kb_->Search(vr);
+  ASSERT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition) << refused.status();
+  EXPECT_NE(refused.status().message().find("vector search is off"), std::string::npos);
+  // Saved and loaded as it is: no build at open.
+  ASSERT_TRUE(kb_->SaveIndexes().ok());
+  Open(o);
+  EXPECT_EQ(kb_->open_report(), "loaded");
+  EXPECT_EQ(kb_->Stats("")->index_kinds[1], stats->index_kinds[1]);
+  // Documents added while it is off are found (lexically) as well.
+  Add("late.md", "# Late\n\nThe zyxwvut register.\n");
+  hits = Find("zyxwvut register", 1);
+  ASSERT_FALSE(hits.empty());
+  EXPECT_EQ(hits[0].doc, "late.md");
+  ASSERT_TRUE(kb_->SaveIndexes().ok());
+  // A setting that keeps any index (a model embedder's): built again at open.
+  o.vector_min_recall = 0;
+  Open(o);
+  EXPECT_NE(kb_->open_report().find("vector search was off"), std::string::npos)
+      << kb_->open_report();
+  EXPECT_EQ(kb_->Stats("")->index_kinds[1].rfind("vector:faiss-ivf-sq8(lists=128,nprobe=16)", 0),
+            0u)
+      << kb_->Stats("")->index_kinds[1];
+  vr.query = names[57] + " register";
+  auto found = kb_->Search(vr);
+  ASSERT_TRUE(found.ok()) << found.status();
+}
+
 TEST_F(RetrievalTest, AHypotheticalAnswerFindsTheDocumentAQuestionDoesNotName) {
   // The question shares no word with the document; the model's hypothetical
   // answer does.
@@ -857,12 +926,9 @@ TEST(VectorIndexIvfTest, AddsGoToATierOfTheirOwnSearchedWithTheRestAndSavedAsOne
   fs::remove_all(dir);
 }
 
-TEST(VectorIndexIvfTest, ChosenBreadthStaysWithinTheProbeShareAlsoWhenLoaded) {
-  // Vectors without cluster structure: the recall bar alone would probe most
-  // lists; the share caps it (at least 16 lists).
-  const int dim = 32;
-  const size_t n = 20000;
-  std::mt19937 rng(11);
+// `n` unit vectors of `dim` from a Gaussian: no cluster structure.
+std::vector<float> UnstructuredVectors(size_t n, int dim, uint32_t seed) {
+  std::mt19937 rng(seed);
   std::normal_distribution<float> g;
   std::vector<float> vecs(n * dim);
   for (size_t i = 0; i < n; ++i) {
@@ -870,8 +936,22 @@ TEST(VectorIndexIvfTest, ChosenBreadthStaysWithinTheProbeShareAlsoWhenLoaded) {
     for (int d = 0; d < dim; ++d) norm += std::pow(vecs[i * dim + d] = g(rng), 2);
     for (int d = 0; d < dim; ++d) vecs[i * dim + d] /= static_cast<float>(std::sqrt(norm));
   }
+  return vecs;
+}
+
+std::vector<uint32_t> Ids(size_t n) {
   std::vector<uint32_t> ids(n);
   for (uint32_t i = 0; i < n; ++i) ids[i] = i;
+  return ids;
+}
+
+TEST(VectorIndexIvfTest, ChosenBreadthStaysWithinTheProbeShareAlsoWhenLoaded) {
+  // Vectors without cluster structure: the recall bar alone would probe most
+  // lists; the share caps it (at least 16 lists).
+  const int dim = 32;
+  const size_t n = 20000;
+  const std::vector<float> vecs = UnstructuredVectors(n, dim, 11);
+  const std::vector<uint32_t> ids = Ids(n);
   VectorIndexOptions wide;
   wide.exact_below = 1000;
   wide.approximate = "ivf";
@@ -903,6 +983,60 @@ TEST(VectorIndexIvfTest, ChosenBreadthStaysWithinTheProbeShareAlsoWhenLoaded) {
   auto given = VectorIndex::Load(dir + "/v", 1, dim, named);
   ASSERT_TRUE(given.ok()) << given.status();
   EXPECT_EQ((*given)->ef_search(), 64);
+  fs::remove_all(dir);
+}
+
+// Vectors without cluster structure, 16 of 256 lists probed at most: the
+// recall stays far below 0.9, and with `min_recall` the index is dropped.
+// Off, it finds nothing, keeps only ids, is rebuilt once it has grown by
+// the retrain growth, and saves and loads as off with its reason.
+TEST(VectorIndexIvfTest, BelowTheRecallRequiredTheIndexIsOff) {
+  const int dim = 64;
+  const size_t n = 8192;
+  const std::vector<float> vecs = UnstructuredVectors(n, dim, 13);
+  const std::vector<uint32_t> ids = Ids(n);
+  VectorIndexOptions o;
+  o.exact_below = 1000;
+  o.approximate = "ivf";
+  o.ivf_lists = 256;
+  VectorIndex kept(dim, o);  // min_recall 0: kept whatever it reaches
+  kept.Build(ids, vecs);
+  ASSERT_EQ(kept.kind(), "ivf-sq8");
+  EXPECT_FALSE(kept.off());
+  EXPECT_LT(kept.tuned_recall(), 0.9) << "the data must be the case this test is about";
+  EXPECT_FALSE(kept.Search(&vecs[0], 10).empty());
+
+  o.min_recall = 0.9;
+  VectorIndex off(dim, o);
+  off.Build(ids, vecs);
+  EXPECT_EQ(off.kind(), "off");
+  EXPECT_TRUE(off.off());
+  EXPECT_EQ(off.off_reason().rfind("ivf-sq8(lists=256,nprobe=16) reached recall@10 0.", 0), 0u)
+      << off.off_reason();
+  EXPECT_EQ(off.describe(), "off(" + off.off_reason() + ")");
+  EXPECT_TRUE(off.Search(&vecs[0], 10).empty());
+  EXPECT_EQ(off.size(), n);
+  EXPECT_LT(off.memory_bytes(), kept.memory_bytes() / 10);
+  EXPECT_FALSE(off.NeedsRebuild());
+
+  const std::string dir = TempDir("fwai-ivf-off-");
+  off.Remove(3);
+  ASSERT_TRUE(off.Save(dir + "/v", 5).ok());
+  auto loaded = VectorIndex::Load(dir + "/v", 5, dim, o);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_TRUE((*loaded)->off());
+  EXPECT_EQ((*loaded)->off_reason(), off.off_reason());
+  EXPECT_EQ((*loaded)->size(), n - 1);
+  EXPECT_TRUE((*loaded)->Search(&vecs[0], 10).empty());
+  // Ids added while off count toward the growth that makes a build due.
+  std::vector<uint32_t> more;
+  for (size_t i = 0; i < 3 * n; ++i) more.push_back(100000 + static_cast<uint32_t>(i));
+  std::vector<float> more_vecs;
+  for (size_t i = 0; i < 3; ++i) more_vecs.insert(more_vecs.end(), vecs.begin(), vecs.end());
+  (*loaded)->Add(more, more_vecs);
+  EXPECT_FALSE((*loaded)->NeedsRebuild()) << "one id short of four times";
+  (*loaded)->Add({999999}, std::vector<float>(vecs.begin(), vecs.begin() + dim));
+  EXPECT_TRUE((*loaded)->NeedsRebuild());
   fs::remove_all(dir);
 }
 

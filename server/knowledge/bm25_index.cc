@@ -437,16 +437,21 @@ size_t Bm25Index::DocFreq(const std::string& term) const {
 
 void Bm25Index::Add(uint32_t doc, const std::vector<std::string>& terms) {
   if (Contains(doc)) Remove(doc);
-  std::unordered_map<uint32_t, uint32_t> tf;
-  for (const auto& t : terms) ++tf[TermId(t)];
+  // Term frequencies by sorting the doc's term ids: no allocation per
+  // distinct term (a hash map's nodes were most of an add's time).
+  std::vector<uint32_t> ids;
+  ids.reserve(terms.size());
+  for (const auto& t : terms) ids.push_back(TermId(t));
+  std::sort(ids.begin(), ids.end());
   if (doc >= doc_len_.size()) doc_len_.resize(doc + 1, 0);
   doc_len_[doc] = static_cast<uint32_t>(terms.size()) + 1;
-  auto& ids = doc_terms_[doc];
-  ids.clear();
-  ids.reserve(tf.size());
-  for (const auto& [term, count] : tf) {
+  size_t distinct = 0;
+  for (size_t i = 0; i < ids.size();) {
+    const uint32_t term = ids[i];
+    size_t j = i + 1;
+    while (j < ids.size() && ids[j] == term) ++j;
     auto& list = postings_[term];
-    Posting p{doc, count};
+    Posting p{doc, static_cast<uint32_t>(j - i)};
     if (list.empty() || list.back().doc < doc) {
       list.push_back(p);
     } else {
@@ -454,8 +459,12 @@ void Bm25Index::Add(uint32_t doc, const std::vector<std::string>& terms) {
                                   [](const Posting& a, uint32_t d) { return a.doc < d; });
       list.insert(pos, p);
     }
-    ids.push_back(term);
+    ids[distinct++] = term;
+    i = j;
   }
+  ids.resize(distinct);
+  ids.shrink_to_fit();
+  doc_terms_[doc] = std::move(ids);
   ++num_docs_;
   total_len_ += terms.size();
 }

@@ -314,8 +314,11 @@ int LexicalLayouts(size_t n, const std::string& dir) {
       for (auto& d : docs) x.Add(next_id++, d);
       ms.push_back(Secs(t) * 1000);
     }
-    std::printf("RESULT lexical_add kind=%s chunks=%zu added=600 ms_p50=%.1f max=%.1f\n", kind, n,
-                Percentile(ms, 0.5), *std::max_element(ms.begin(), ms.end()));
+    std::string each;
+    for (double m : ms) each += absl::StrCat(" ", static_cast<int>(m));
+    std::printf("RESULT lexical_add kind=%s chunks=%zu added=600 ms_p50=%.1f max=%.1f (each:%s)\n",
+                kind, n, Percentile(ms, 0.5), *std::max_element(ms.begin(), ms.end()),
+                each.c_str());
     auto& res = testing::Report().Add(std::string("lexical_add_") + kind,
                                       std::string("lexical index, ") + kind + ": adding 600 chunks",
                                       std::to_string(n) + " chunks", Percentile(ms, 0.5), "ms");

@@ -1,6 +1,6 @@
 // fwai_kb_bench: knowledge-base figures.
 //   fwai_kb_bench [--chunks N] [--quick] [--data DIR] [--pdf-dir DIR]
-//                 [--ivf-max-probe-share S] [--vector-min-recall R]
+//                 [--ivf-max-probe-share S] [--vector-min-recall R] [--name SUFFIX]
 //     builds a synthetic collection of N chunks (default 100,000; --quick
 //     20,000) through the knowledge base and reports: ingest throughput and
 //     the process's peak memory while building; index files on disk; search
@@ -770,7 +770,13 @@ static int Run(int argc, char** argv) {
 }
 
 int main(int argc, char** argv) {
-  testing::Report().Init("fwai_kb_bench", argc, argv);
+  // The results' name: fwai_kb_bench, or with --name SUFFIX fwai_kb_bench-SUFFIX (a
+  // million-chunk run beside the default one in docs/bench-results).
+  std::string name = "fwai_kb_bench";
+  for (int i = 1; i + 1 < argc; ++i) {
+    if (std::string(argv[i]) == "--name") name += "-" + std::string(argv[i + 1]);
+  }
+  testing::Report().Init(name, argc, argv);
   const int rc = Run(argc, argv);
   return rc == 0 && !testing::Report().Write() ? 1 : rc;
 }

@@ -221,6 +221,11 @@ absl::StatusOr<std::unique_ptr<GdbSession>> GdbSession::Start(const std::string&
   (void)g->Mi("-gdb-set confirm off");
   (void)g->Mi("-gdb-set pagination off");
   (void)g->Mi("-gdb-set print pretty off");
+  // gdb waits 2 s for a remote's reply by default. A stub that is a process
+  // gdb starts (`target remote | fwai fault rsp ...`) may take longer to
+  // answer its first packet on a loaded machine; gdb then gives up on it and
+  // reads its late reply as the answer to the next packet.
+  (void)g->Mi("-gdb-set remotetimeout 20");
   return g;
 }
 

@@ -407,7 +407,7 @@ struct KnowledgeBase::Impl {
       spdlog::info(
           "knowledge: vector search off over {} vectors: {}; searches use the lexical "
           "legs alone until the collection has grown {}x",
-          ids.size(), v->off_reason(), VectorIndexOptions{}.ivf_retrain_growth);
+          ids.size(), v->off_reason(), VecOptions().ivf_retrain_growth);
     } else if (v->tuned_recall() >= 0) {
       spdlog::info("knowledge: vector index {} over {} vectors: recall@10 {:.3f} on its sample",
                    v->describe(), ids.size(), v->tuned_recall());

@@ -124,14 +124,8 @@ void VectorIndex::Add(const std::vector<uint32_t>& ids, const std::vector<float>
                       const Assignment& assignment) {
   if (ids.empty()) return;
   for (uint32_t id : ids) Remove(id);  // replacing a chunk's vector
-  if (off_) {                          // only the ids, for the measure of growth and the next build
-    for (uint32_t id : ids) {
-      pos_[id] = static_cast<uint32_t>(ids_.size());
-      ids_.push_back(id);
-    }
-    return;
-  }
-  if (options_.build_on_add && !hnsw_ && !ivf_ && size() + ids.size() >= options_.exact_below) {
+  if (options_.build_on_add && !hnsw_ && !ivf_ && !off_ &&
+      size() + ids.size() >= options_.exact_below) {
     std::vector<uint32_t> all;
     std::vector<float> vecs = LiveVectors(&all);
     all.insert(all.end(), ids.begin(), ids.end());
@@ -143,6 +137,7 @@ void VectorIndex::Add(const std::vector<uint32_t>& ids, const std::vector<float>
     pos_[id] = static_cast<uint32_t>(ids_.size());
     ids_.push_back(id);
   }
+  if (off_) return;  // only the ids: the measure of growth and the next build
   auto* ivf = ivf_ ? dynamic_cast<faiss::IndexIVFScalarQuantizer*>(index_.get()) : nullptr;
   if (ivf != nullptr) {
     if (!tier_) {

@@ -1222,9 +1222,11 @@ class SearchRun {
     AskModel();
     ReaderMutexLock lock(&m_.mu);
     if (r_.mode == SearchMode::kVector && m_.vectors->off()) {
+      // The reason (the index's lists, its size) is the operator's to read
+      // (logs, kb stats), not every searcher's.
       return absl::FailedPreconditionError(
-          absl::StrCat("vector search is off in this knowledge base: ", m_.vectors->off_reason(),
-                       "; search in hybrid or lexical mode"));
+          "vector search is off in this knowledge base (its approximate index could not reach "
+          "the recall required); search in hybrid or lexical mode");
     }
     SetFilters();
     RunLegs();

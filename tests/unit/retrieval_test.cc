@@ -485,6 +485,10 @@ TEST_F(RetrievalTest, AnApproximateIndexBelowItsRecallIsOffAndSearchesGoLexical)
   auto refused = kb_->Search(vr);
   ASSERT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition) << refused.status();
   EXPECT_NE(refused.status().message().find("vector search is off"), std::string::npos);
+  // A searcher learns nothing of the index's size (its lists grow with every
+  // collection's chunks, others' included): that is for the logs and stats.
+  EXPECT_EQ(refused.status().message().find("lists="), std::string::npos)
+      << refused.status().message();
   // Saved and loaded as it is: no build at open.
   ASSERT_TRUE(kb_->SaveIndexes().ok());
   Open(o);

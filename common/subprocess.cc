@@ -97,13 +97,22 @@ void PrepareChild(int stdin_fd, int stdout_fd, int stderr_fd) {
   signal(SIGPIPE, SIG_DFL);
 }
 
-void ExecChild(const std::vector<std::string>& argv, int stdin_fd, int stdout_fd, int stderr_fd) {
+std::vector<char*> ExecArgv(std::vector<std::string>& args) {
+  std::vector<char*> argv;
+  argv.reserve(args.size() + 1);
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  return argv;
+}
+
+void ExecChild(char* const* argv, int stdin_fd, int stdout_fd, int stderr_fd) {
   PrepareChild(stdin_fd, stdout_fd, stderr_fd);
-  std::vector<char*> args;
-  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
-  execvp(args[0], args.data());
-  dprintf(2, "exec %s: %s\n", args[0], std::strerror(errno));
+  execvp(argv[0], argv);
+  // write(2) only: formatting may allocate.
+  const char* why = errno == ENOENT ? ": not found\n" : ": cannot be run\n";
+  (void)!write(2, "exec ", 5);
+  (void)!write(2, argv[0], strlen(argv[0]));
+  (void)!write(2, why, strlen(why));
   _exit(127);
 }
 

@@ -40,10 +40,14 @@ std::string FindProgram(const std::string& name);
 // unblocked, and the child killed if fwaid dies.
 void PrepareChild(int stdin_fd, int stdout_fd, int stderr_fd);
 
-// In a forked child: PrepareChild, then exec `argv` (PATH searched); exits
-// 127 if it cannot.
-[[noreturn]] void ExecChild(const std::vector<std::string>& argv, int stdin_fd, int stdout_fd,
-                            int stderr_fd);
+// An argv for exec built before the fork: a forked child of a threaded
+// process must not allocate (another thread may have held the allocator's
+// lock at the fork). Points into `args`, which must outlive it.
+std::vector<char*> ExecArgv(std::vector<std::string>& args);
+
+// In a forked child: PrepareChild, then exec `argv` (null-terminated, PATH
+// searched); exits 127 if it cannot. Makes system calls only.
+[[noreturn]] void ExecChild(char* const* argv, int stdin_fd, int stdout_fd, int stderr_fd);
 
 // fork() for children that outlive the calling thread (simulators, debuggers,
 // servers): PrepareChild's parent-death signal fires when the thread that

@@ -254,7 +254,8 @@ absl::StatusOr<std::string> StartGdbServer(const BoardConfig& cfg, pid_t* pid) {
                            "telnet_port disabled"});
   int pipefd[2];
   if (pipe2(pipefd, O_CLOEXEC) != 0) return absl::InternalError("pipe failed");
-  *pid = ForkLongLived([&] { ExecChild(args, -1, pipefd[1], pipefd[1]); });
+  std::vector<char*> argv = ExecArgv(args);
+  *pid = ForkLongLived([&] { ExecChild(argv.data(), -1, pipefd[1], pipefd[1]); });
   close(pipefd[1]);
   std::string out;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);

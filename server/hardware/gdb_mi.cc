@@ -205,7 +205,9 @@ absl::StatusOr<std::unique_ptr<GdbSession>> GdbSession::Start(const std::string&
   std::vector<std::string> args = {gdb,    "--interpreter=mi3", "-q",   "-nx",
                                    "-iex", "set auto-load off", "-iex", "set source open off"};
   if (!elf.empty()) args.push_back(elf);
-  pid_t pid = ForkLongLived([&] { ExecChild(args, to_child[0], from_child[1], from_child[1]); });
+  std::vector<char*> argv = ExecArgv(args);
+  pid_t pid =
+      ForkLongLived([&] { ExecChild(argv.data(), to_child[0], from_child[1], from_child[1]); });
   if (pid < 0) return absl::InternalError(absl::StrCat("fork: ", std::strerror(errno)));
   close(to_child[0]);
   close(from_child[1]);

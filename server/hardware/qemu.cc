@@ -182,7 +182,8 @@ absl::StatusOr<std::unique_ptr<QemuInstance>> QemuInstance::Start(const QemuOpti
   int pipefd[2];
   if (pipe2(pipefd, O_CLOEXEC) != 0)
     return absl::InternalError(absl::StrCat("pipe: ", std::strerror(errno)));
-  pid_t pid = ForkLongLived([&] { ExecChild(args, -1, pipefd[1], pipefd[1]); });
+  std::vector<char*> argv = ExecArgv(args);
+  pid_t pid = ForkLongLived([&] { ExecChild(argv.data(), -1, pipefd[1], pipefd[1]); });
   if (pid < 0) {
     close(pipefd[0]);
     close(pipefd[1]);

@@ -708,5 +708,25 @@ TEST(QemuSandboxTest, SemihostingRunsOnlyInTheSandbox) {
   std::filesystem::remove_all(run_dir);
 }
 
+// The child between fork and exec only makes system calls; an exec that
+// fails still reaches the caller as a clear error naming the program.
+TEST(QemuStartTest, AMissingQemuIsNamedWithWhatToInstall) {
+  const std::string run_dir = ::testing::TempDir() + "/qemu-missing-" + std::to_string(getpid());
+  QemuOptions o;
+  o.binary = run_dir + "/no-such-qemu";
+  o.machine = "stm32vldiscovery";
+  o.image = FWAI_BLINKY_ELF;
+  o.run_dir = run_dir;
+  for (int i = 0; i < 3; ++i) {
+    auto q = QemuInstance::Start(o);
+    ASSERT_FALSE(q.ok());
+    EXPECT_EQ(q.status().code(), absl::StatusCode::kNotFound) << q.status();
+    EXPECT_NE(q.status().message().find(o.binary + ": not found (install qemu-system-arm)"),
+              std::string::npos)
+        << q.status();
+  }
+  std::filesystem::remove_all(run_dir);
+}
+
 }  // namespace
 }  // namespace fwai

@@ -1100,8 +1100,9 @@ absl::StatusOr<int> KnowledgeBase::Delete(const std::string& doc, const std::str
 absl::StatusOr<std::vector<KbSearchHit>> KnowledgeBase::Search(const KbSearchRequest& r,
                                                                KbSearchInfo* info) {
   const auto t0 = std::chrono::steady_clock::now();
-  std::vector<std::string> rewrites;
-  ASSIGN_OR_RETURN(auto hits, SearchImpl(r, &rewrites));
+  KbSearchInfo run;
+  ASSIGN_OR_RETURN(auto hits, SearchImpl(r, &run));
+  std::vector<std::string>& rewrites = run.rewrites;
   const double took_ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   std::string id;
@@ -1138,6 +1139,7 @@ absl::StatusOr<std::vector<KbSearchHit>> KnowledgeBase::Search(const KbSearchReq
     info->search_id = id;
     info->rewrites = std::move(rewrites);
     info->took_ms = took_ms;
+    info->stages_ms = std::move(run.stages_ms);
   }
   return hits;
 }
@@ -1207,10 +1209,12 @@ void FillFromPassage(KbSearchHit& h, const Passage& p) {
 // Stages 2 to 5 run under the shared index lock Run takes.
 class SearchRun {
  public:
-  SearchRun(KnowledgeBase::Impl& m, const KbSearchRequest& r, std::vector<std::string>* rewrites)
+  SearchRun(KnowledgeBase::Impl& m, const KbSearchRequest& r, std::vector<std::string>* rewrites,
+            std::vector<std::pair<std::string, double>>* stages_ms)
       : m_(m),
         r_(r),
         rewrites_(rewrites),
+        stages_ms_(stages_ms),
         ov_(r.overrides ? *r.overrides : kNoOverrides),
         passage_tokens_(r.passage_tokens < 0 ? m.options.passage_tokens : r.passage_tokens),
         hybrid_(r.mode == SearchMode::kHybrid),
@@ -1219,8 +1223,11 @@ class SearchRun {
 
   absl::StatusOr<std::vector<KbSearchHit>> Run() {
     RETURN_IF_ERROR(PrepareQuery());
+    Lap("query");
     AskModel();
+    Lap("model");
     ReaderMutexLock lock(&m_.mu);
+    Lap("lock");
     if (r_.mode == SearchMode::kVector && m_.vectors->off()) {
       // The reason (the index's lists, its size) is the operator's to read
       // (logs, kb stats), not every searcher's.
@@ -1230,18 +1237,34 @@ class SearchRun {
     }
     SetFilters();
     RunLegs();
-    if (hybrid_) DocumentViews();
+    Lap("legs");
+    if (hybrid_) {
+      DocumentViews();
+      Lap("document views");
+    }
     Fuse();
+    Lap("fusion");
     RETURN_IF_ERROR(LoadPool());
     MarkNamed();
+    Lap("fetch");
     RETURN_IF_ERROR(RerankChunks());
-    if (passage_tokens_ <= 0) return ChunkResults();
+    Lap("rerank");
+    if (passage_tokens_ <= 0) {
+      std::vector<KbSearchHit> hits = ChunkResults();
+      Lap("results");
+      return hits;
+    }
     RETURN_IF_ERROR(WidenPassages());
+    Lap("passages");
     if (r_.all_candidates) return AllCandidates();
     RETURN_IF_ERROR(RescorePassages());
+    Lap("rescore");
     RETURN_IF_ERROR(WindowEvidence());
+    Lap("window evidence");
     CorrectPassages();
-    return MergePassages();
+    std::vector<KbSearchHit> hits = MergePassages();
+    Lap("merge");
+    return hits;
   }
 
  private:
@@ -1264,6 +1287,13 @@ class SearchRun {
     double score;
   };
   static inline const FusionOverrides kNoOverrides{};
+
+  // Records the time since the previous lap as stage `name`'s.
+  void Lap(const char* name) {
+    const auto now = std::chrono::steady_clock::now();
+    stages_ms_->emplace_back(name, std::chrono::duration<double, std::milli>(now - lap_).count());
+    lap_ = now;
+  }
 
   // An override if set (>= 0), else the configured value.
   static double Or(double override_value, double configured) {
@@ -2038,6 +2068,8 @@ class SearchRun {
   KnowledgeBase::Impl& m_;
   const KbSearchRequest& r_;
   std::vector<std::string>* rewrites_;
+  std::vector<std::pair<std::string, double>>* stages_ms_;
+  std::chrono::steady_clock::time_point lap_ = std::chrono::steady_clock::now();
   const FusionOverrides& ov_;
   const int passage_tokens_;
   const bool hybrid_;
@@ -2082,10 +2114,10 @@ class SearchRun {
 
 }  // namespace
 
-absl::StatusOr<std::vector<KbSearchHit>> KnowledgeBase::SearchImpl(
-    const KbSearchRequest& r, std::vector<std::string>* rewrites) {
+absl::StatusOr<std::vector<KbSearchHit>> KnowledgeBase::SearchImpl(const KbSearchRequest& r,
+                                                                   KbSearchInfo* info) {
   RETURN_IF_ERROR(CheckSearchRequest(r));
-  return SearchRun(*impl_, r, rewrites).Run();
+  return SearchRun(*impl_, r, &info->rewrites, &info->stages_ms).Run();
 }
 
 absl::StatusOr<KbStats> KnowledgeBase::Stats(const std::string& collection) {

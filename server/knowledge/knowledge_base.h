@@ -209,6 +209,12 @@ struct KbSearchInfo {
   std::string search_id;
   std::vector<std::string> rewrites;
   double took_ms = 0;
+  // Where the time went, in the order the stages ran: "query" (embedding,
+  // tokens), "model" (rewrites, hypothetical answer), "lock" (waiting for
+  // the indexes), "legs" (lexical and vector), "document views", "fusion",
+  // "fetch" (the pool's records read), "rerank", then "results" (chunks) or
+  // "passages", "rescore", "window evidence" and "merge". Milliseconds.
+  std::vector<std::pair<std::string, double>> stages_ms;
 };
 
 struct KbSearchHit {
@@ -273,7 +279,7 @@ class KnowledgeBase {
  private:
   explicit KnowledgeBase(std::unique_ptr<Impl> impl);
   absl::StatusOr<std::vector<KbSearchHit>> SearchImpl(const KbSearchRequest& request,
-                                                      std::vector<std::string>* rewrites);
+                                                      KbSearchInfo* info);
   std::unique_ptr<Impl> impl_;
 };
 

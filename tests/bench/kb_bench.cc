@@ -66,6 +66,7 @@
 
 using namespace fwai;
 namespace fs = std::filesystem;
+using fwai::testing::Median;
 using fwai::testing::Percentile;
 
 namespace {
@@ -411,6 +412,28 @@ int LexicalLayouts(size_t n, const std::string& dir) {
   return 0;
 }
 
+// Where a search's time went: the median of each stage the knowledge base
+// timed (KbSearchInfo::stages_ms), those of at least 0.01 ms, beside the
+// median of the whole search inside it.
+void ReportStages(size_t chunks, bool rerank, const std::vector<double>& took,
+                  const std::vector<std::pair<std::string, std::vector<double>>>& stages) {
+  std::printf("RESULT search_stages chunks=%zu mode=hybrid%s took_p50=%.2f", chunks,
+              rerank ? "+rerank" : "", Median(took));
+  auto also = testing::BenchReport::Json::array();
+  for (const auto& [name, ms] : stages) {
+    std::printf(" %s=%.2f/%.2f", name.c_str(), Median(ms), Percentile(ms, 0.95));
+    if (Median(ms) >= 0.01)
+      also.push_back({{"label", name}, {"value", Median(ms)}, {"unit", "ms"}});
+  }
+  std::printf(" (stage=p50/p95 ms)\n");
+  auto& r = testing::Report().Add(
+      rerank ? "search_rerank_stages" : "search_stages",
+      rerank ? "search, hybrid + rerank: median by stage" : "search, hybrid: median by stage",
+      absl::StrCat(chunks, "-chunk collection, the same queries, inside the knowledge base"),
+      Median(took), "ms");
+  r["also"] = std::move(also);
+}
+
 }  // namespace
 
 static int Run(int argc, char** argv) {
@@ -571,17 +594,28 @@ static int Run(int argc, char** argv) {
     queries = Queries(vocab, 300);
     for (bool rerank : {false, true}) {
       if (skipped("search")) break;
-      std::vector<double> ms;
+      std::vector<double> ms, took;
+      // Each stage's times, in the order the stages first ran.
+      std::vector<std::pair<std::string, std::vector<double>>> stages;
       for (const auto& q : queries) {
         KbSearchRequest r;
         r.query = q;
         r.rerank = rerank;
         r.log = false;
+        KbSearchInfo info;
         auto t1 = std::chrono::steady_clock::now();
-        auto hits = (*kb)->Search(r);
+        auto hits = (*kb)->Search(r, &info);
         ms.push_back(Secs(t1) * 1000);
         if (!hits.ok()) return 1;
+        took.push_back(info.took_ms);
+        for (const auto& [name, stage_ms] : info.stages_ms) {
+          auto it = std::find_if(stages.begin(), stages.end(),
+                                 [&name](const auto& s) { return s.first == name; });
+          if (it == stages.end()) it = stages.insert(stages.end(), {name, {}});
+          it->second.push_back(stage_ms);
+        }
       }
+      ReportStages(chunks, rerank, took, stages);
       std::printf(
           "RESULT search_ms chunks=%zu mode=hybrid%s p50=%.2f p95=%.2f max=%.2f (%zu queries of "
           "3-8 words, "

@@ -161,6 +161,46 @@ TEST_F(RetrievalTest, OverlappingHitsMergeAndNoTextIsReturnedTwice) {
   EXPECT_LT(hits.size(), 10u) << "overlapping passages were not merged";
 }
 
+// A search says where its time went, stage by stage in the order they ran,
+// and the stages account for no more than the whole search.
+TEST_F(RetrievalTest, ASearchTimesItsStagesInTheOrderTheyRan) {
+  Add("clock.md",
+      "# RCC\n\n## Clock enable\n\nRCC_AHB1ENR enables the GPIOA clock.\n\n## Reset\n\n" +
+          Filler("reset", 30));
+  auto names = [](const KbSearchInfo& info) {
+    std::vector<std::string> out;
+    for (const auto& [name, ms] : info.stages_ms) {
+      EXPECT_GE(ms, 0) << name;
+      out.push_back(name);
+    }
+    return out;
+  };
+  auto total = [](const KbSearchInfo& info) {
+    double sum = 0;
+    for (const auto& [name, ms] : info.stages_ms) sum += ms;
+    return sum;
+  };
+  KbSearchInfo passages;
+  ASSERT_FALSE(Find("which register enables the GPIOA clock", 5, -1, &passages).empty());
+  EXPECT_EQ(names(passages),
+            (std::vector<std::string>{"query", "model", "lock", "legs", "document views", "fusion",
+                                      "fetch", "rerank", "passages", "rescore", "window evidence",
+                                      "merge"}));
+  EXPECT_LE(total(passages), passages.took_ms + 1e-6);
+  KbSearchInfo chunks;
+  ASSERT_FALSE(Find("which register enables the GPIOA clock", 5, 0, &chunks).empty());
+  EXPECT_EQ(names(chunks),
+            (std::vector<std::string>{"query", "model", "lock", "legs", "document views", "fusion",
+                                      "fetch", "rerank", "results"}));
+  EXPECT_LE(total(chunks), chunks.took_ms + 1e-6);
+  KbSearchRequest lexical;
+  lexical.query = "RCC_AHB1ENR";
+  lexical.mode = SearchMode::kLexical;
+  KbSearchInfo lexical_info;
+  ASSERT_TRUE(kb_->Search(lexical, &lexical_info).ok());
+  EXPECT_EQ(names(lexical_info).size(), 11u) << "no document views outside hybrid search";
+}
+
 TEST_F(RetrievalTest, FeedbackDemotesABadResultForSimilarQueriesAndSurvivesARestart) {
   Add("f1.md",
       "# Flash\n\n## Latency\n\nFLASH_ACR sets the flash wait states (latency) for the core "

@@ -97,10 +97,10 @@ void PrepareChild(int stdin_fd, int stdout_fd, int stderr_fd) {
   signal(SIGPIPE, SIG_DFL);
 }
 
-std::vector<char*> ExecArgv(std::vector<std::string>& args) {
+std::vector<char*> ExecArgv(const std::vector<std::string>& args) {
   std::vector<char*> argv;
   argv.reserve(args.size() + 1);
-  for (auto& a : args) argv.push_back(a.data());
+  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
   return argv;
 }
@@ -202,9 +202,7 @@ pid_t StartChild(const ChildPlan& plan) {
 absl::StatusOr<ProcessResult> RunProcess(const std::vector<std::string>& argv,
                                          const ProcessOptions& options) {
   if (argv.empty()) return absl::InvalidArgumentError("RunProcess: empty argv");
-  std::vector<char*> args;
-  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
+  std::vector<char*> args = ExecArgv(argv);
   int in_pipe[2], out_pipe[2], err_pipe[2], exec_pipe[2];
   if (pipe2(in_pipe, O_CLOEXEC) || pipe2(out_pipe, O_CLOEXEC) || pipe2(err_pipe, O_CLOEXEC) ||
       pipe2(exec_pipe, O_CLOEXEC)) {

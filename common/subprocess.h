@@ -42,8 +42,9 @@ void PrepareChild(int stdin_fd, int stdout_fd, int stderr_fd);
 
 // An argv for exec built before the fork: a forked child of a threaded
 // process must not allocate (another thread may have held the allocator's
-// lock at the fork). Points into `args`, which must outlive it.
-std::vector<char*> ExecArgv(std::vector<std::string>& args);
+// lock at the fork). Points into `args`, which must outlive it (exec reads
+// the strings, never writes them).
+std::vector<char*> ExecArgv(const std::vector<std::string>& args);
 
 // In a forked child: PrepareChild, then exec `argv` (null-terminated, PATH
 // searched); exits 127 if it cannot. Makes system calls only.

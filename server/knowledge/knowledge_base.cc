@@ -1102,14 +1102,12 @@ absl::StatusOr<std::vector<KbSearchHit>> KnowledgeBase::Search(const KbSearchReq
   const auto t0 = std::chrono::steady_clock::now();
   KbSearchInfo run;
   ASSIGN_OR_RETURN(auto hits, SearchImpl(r, &run));
-  std::vector<std::string>& rewrites = run.rewrites;
-  const double took_ms =
+  run.took_ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-  std::string id;
   if (r.log && !r.all_candidates) {
     LoggedSearch ls;
     ls.query = r.query;
-    ls.rewrites = rewrites;
+    ls.rewrites = run.rewrites;
     ls.method = absl::StrCat(
         r.mode == SearchMode::kLexical  ? "lexical"
         : r.mode == SearchMode::kVector ? "vector"
@@ -1123,24 +1121,19 @@ absl::StatusOr<std::vector<KbSearchHit>> KnowledgeBase::Search(const KbSearchReq
                            r.passage_tokens < 0 ? impl_->options.passage_tokens : r.passage_tokens,
                            ")"));
     ls.top_k = r.max_results;
-    ls.took_ms = took_ms;
+    ls.took_ms = run.took_ms;
     ls.origin = r.origin;
     for (const auto& h : hits)
       ls.results.push_back({h.rank, h.score, h.doc, h.title_path, h.chunk_id, h.chunk_ids});
     auto recorded = impl_->log->Record(std::move(ls));
     if (recorded.ok()) {
-      id = *recorded;
+      run.search_id = *recorded;
     } else {
       spdlog::warn("retrieval log: {}", recorded.status().ToString());
     }
   }
-  for (auto& h : hits) h.search_id = id;
-  if (info != nullptr) {
-    info->search_id = id;
-    info->rewrites = std::move(rewrites);
-    info->took_ms = took_ms;
-    info->stages_ms = std::move(run.stages_ms);
-  }
+  for (auto& h : hits) h.search_id = run.search_id;
+  if (info != nullptr) *info = std::move(run);
   return hits;
 }
 
@@ -1209,12 +1202,11 @@ void FillFromPassage(KbSearchHit& h, const Passage& p) {
 // Stages 2 to 5 run under the shared index lock Run takes.
 class SearchRun {
  public:
-  SearchRun(KnowledgeBase::Impl& m, const KbSearchRequest& r, std::vector<std::string>* rewrites,
-            std::vector<std::pair<std::string, double>>* stages_ms)
+  // Fills `info`'s rewrites and stages.
+  SearchRun(KnowledgeBase::Impl& m, const KbSearchRequest& r, KbSearchInfo* info)
       : m_(m),
         r_(r),
-        rewrites_(rewrites),
-        stages_ms_(stages_ms),
+        info_(info),
         ov_(r.overrides ? *r.overrides : kNoOverrides),
         passage_tokens_(r.passage_tokens < 0 ? m.options.passage_tokens : r.passage_tokens),
         hybrid_(r.mode == SearchMode::kHybrid),
@@ -1291,7 +1283,8 @@ class SearchRun {
   // Records the time since the previous lap as stage `name`'s.
   void Lap(const char* name) {
     const auto now = std::chrono::steady_clock::now();
-    stages_ms_->emplace_back(name, std::chrono::duration<double, std::milli>(now - lap_).count());
+    info_->stages_ms.emplace_back(name,
+                                  std::chrono::duration<double, std::milli>(now - lap_).count());
     lap_ = now;
   }
 
@@ -1353,7 +1346,7 @@ class SearchRun {
     std::vector<std::string> t;
     Tokenize(text, &t);
     if (t.empty()) return;
-    rewrites_->push_back(text);
+    info_->rewrites.push_back(text);
     variant_terms_.push_back(std::move(t));
     auto e = m_.embedder.Embed({text}, true);
     variant_vecs_.push_back(e.ok() ? std::move((*e)[0]) : std::vector<float>());
@@ -1366,7 +1359,7 @@ class SearchRun {
   void AddAnswer(std::string answer) {
     hyde_answer_ = std::move(answer);
     if (hyde_answer_.empty()) return;
-    rewrites_->push_back("answer: " + hyde_answer_);
+    info_->rewrites.push_back("answer: " + hyde_answer_);
     std::vector<std::string> at;
     Tokenize(hyde_answer_, &at);
     std::set<std::string> have;
@@ -2067,8 +2060,7 @@ class SearchRun {
 
   KnowledgeBase::Impl& m_;
   const KbSearchRequest& r_;
-  std::vector<std::string>* rewrites_;
-  std::vector<std::pair<std::string, double>>* stages_ms_;
+  KbSearchInfo* info_;
   std::chrono::steady_clock::time_point lap_ = std::chrono::steady_clock::now();
   const FusionOverrides& ov_;
   const int passage_tokens_;
@@ -2117,7 +2109,7 @@ class SearchRun {
 absl::StatusOr<std::vector<KbSearchHit>> KnowledgeBase::SearchImpl(const KbSearchRequest& r,
                                                                    KbSearchInfo* info) {
   RETURN_IF_ERROR(CheckSearchRequest(r));
-  return SearchRun(*impl_, r, &info->rewrites, &info->stages_ms).Run();
+  return SearchRun(*impl_, r, info).Run();
 }
 
 absl::StatusOr<KbStats> KnowledgeBase::Stats(const std::string& collection) {

@@ -80,9 +80,7 @@ absl::StatusOr<CommandResult> RunCommand(const CommandOptions& o) {
   int pipefd[2];
   if (pipe2(pipefd, O_CLOEXEC) != 0)
     return absl::InternalError(absl::StrCat("pipe: ", std::strerror(errno)));
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
+  std::vector<char*> argv = ExecArgv(args);
   const int64_t t0 = MonotonicNanos();
   pid_t pid = fork();
   if (pid < 0) {

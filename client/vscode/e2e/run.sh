@@ -7,6 +7,8 @@
 #
 #   npm run e2e                     # the suite
 #   FWAI_E2E_MEASURE=1 npm run e2e  # also the measurements (README figures)
+#   FWAI_E2E_PROFILE=1 FWAI_NO_MINIFY=1 FWAI_E2E_MEASURE=1 npm run e2e
+#                                   # and each measured turn's CPU profile and trace
 #
 # Artifacts: <repo>/build/vscode-e2e/ (screenshots/, logs, measurements.json).
 set -euo pipefail

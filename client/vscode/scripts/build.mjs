@@ -16,7 +16,13 @@ const dist = path.join(root, 'dist');
 
 generateTypes();
 fs.rmSync(dist, { recursive: true, force: true });
-const common = { bundle: true, sourcemap: !production, minify: production, logLevel: 'warning', legalComments: 'none' };
+const common = {
+  bundle: true,
+  sourcemap: !production,
+  minify: production && !process.env.FWAI_NO_MINIFY,
+  logLevel: 'warning',
+  legalComments: 'none',
+};
 await Promise.all([
   esbuild.build({
     ...common,

@@ -220,7 +220,7 @@ export class Chat implements vscode.WebviewPanelSerializer, vscode.Disposable {
     );
   }
   private batchNo = 0;
-  private static readonly BATCH_MS = 16;
+  private static readonly BATCH_MS = 40;
   private static readonly MAX_IN_FLIGHT = 4;
   private lastPostMs = 0;
 

@@ -170,7 +170,7 @@ export class SessionsView implements vscode.TreeDataProvider<Node>, vscode.Dispo
         (isShared(s) ? `\n\n${s.owner_user}'s session, shared with you to ${ROLE_SAYS[s.my_role] ?? s.my_role}` : '') +
         (shares.length ? `\n\nshared with ${shares.map(shareLine).join(', ')}` : ''),
     );
-    it.iconPath = new vscode.ThemeIcon(s.turn_running ? 'sync~spin' : current ? 'comment-discussion' : 'comment');
+    it.iconPath = new vscode.ThemeIcon(s.turn_running ? 'pulse' : current ? 'comment-discussion' : 'comment');
     // Owned: share, unshare, delete; shared with the caller: open only.
     it.contextValue = isShared(s) ? 'sharedSession' : 'session';
     it.command = { command: 'fwai.attachSession', title: 'Open', arguments: [s.id] };

@@ -50,7 +50,7 @@ export class StatusBar implements vscode.Disposable {
     if (s) {
       const st = this.chat.streamState;
       const mode = this.chat.model.mode || s.mode;
-      const running = this.chat.model.running ? '$(sync~spin) ' : '';
+      const running = this.chat.model.running ? '$(pulse) ' : '';
       this.session.text = `${running}$(comment-discussion) ${truncate(s.title || s.id, 24)} · ${mode} · ${formatCost(this.chat.model.usage.cost_usd)}`;
       this.session.tooltip = `${s.id} (${mode} mode) in ${s.project_root}\nstream: ${st}\n${this.chat.model.usage.input_tokens} input / ${this.chat.model.usage.output_tokens} output tokens`;
       this.session.show();

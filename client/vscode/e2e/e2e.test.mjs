@@ -742,7 +742,6 @@ async function measuredTurn(name, replies, message, typeWhileStreaming = true, l
     hostToPage: window.__fwaiPerf.hostToPage.slice(),
     postToPage: window.__fwaiPerf.postToPage.slice(),
     flushMs: window.__fwaiPerf.flushMs.slice(),
-    longFrames: window.__fwaiPerf.longFrames.slice(),
     keyLatencies: window.__fwaiPerf.keyLatencies.slice(),
     events: window.__fwaiPerf.events(),
   }));
@@ -752,8 +751,6 @@ async function measuredTurn(name, replies, message, typeWhileStreaming = true, l
     daemon_events: stored.filter((e) => e.turn_id === lastTurn).length,
     events: perf.events - before,
     wall_ms: wall,
-    long_frames: perf.longFrames.length,
-    longest_frame_ms: r1(Math.max(0, ...perf.longFrames)),
     key_to_frame_p50_ms: r1(pct(perf.keyLatencies, 50)),
     key_to_frame_p95_ms: r1(pct(perf.keyLatencies, 95)),
     key_to_frame_max_ms: r1(Math.max(...perf.keyLatencies, 0)),
@@ -1036,8 +1033,6 @@ function writeBenchResults() {
         p50: m.key_to_frame_p50_ms,
         also: [
           { label: 'keys', value: m.keys, unit: '' },
-          { label: 'frames of 50 ms or more', value: m.long_frames, unit: '' },
-          { label: 'the longest', value: m.longest_frame_ms, unit: 'ms' },
           { label: 'all drawn after', value: m.wall_ms, unit: 'ms' },
         ],
       });

@@ -71,7 +71,6 @@ const hostToDrawn: number[] = [];
 const hostToPage: number[] = [];
 const postToPage: number[] = []; // the extension host posting a batch → this page taking it
 const flushMs: number[] = [];
-const longFrames: number[] = []; // frames of 50 ms or more, as the browser reports them
 const keyLatencies: number[] = [];
 let keyDownAt = 0;
 let eventsRendered = 0;
@@ -676,13 +675,11 @@ window.addEventListener('message', (e: MessageEvent<FromHost>) => {
     case 'perf':
       perf = m.enable;
       latencies.length = 0;
-      longFrames.length = 0;
       break;
     case 'perfReport':
       vscode.postMessage({
         type: 'perfReport',
         latencies: latencies.slice(),
-        longFrames: longFrames.slice(),
         events: eventsRendered,
       });
       break;
@@ -732,17 +729,6 @@ $('compact').onclick = () => vscode.postMessage({ type: 'compact' });
 $('ask-edits').onclick = () => vscode.postMessage({ type: 'setEditApproval', on: !model.askBeforeEdits });
 $('new-session').onclick = () => vscode.postMessage({ type: 'newSession' });
 
-// Long frames, for the responsiveness measure (only while perf is on). The
-// browser reports them: a loop of animation frames asking would keep the
-// workbench drawing 60 times a second, in every window, all the time.
-try {
-  new PerformanceObserver((list) => {
-    if (perf) for (const e of list.getEntries()) longFrames.push(e.duration);
-  }).observe({ type: 'long-animation-frame', buffered: false });
-} catch {
-  /* a browser without long-animation-frame entries: no long frames measured */
-}
-
 // Keystroke to the frame that shows it, while the view streams.
 document.addEventListener(
   'keydown',
@@ -770,12 +756,10 @@ document.addEventListener(
   hostToPage,
   postToPage,
   flushMs,
-  longFrames,
   keyLatencies,
   events: () => eventsRendered,
   reset: () => {
     latencies.length = 0;
-    longFrames.length = 0;
     keyLatencies.length = 0;
     toHost.length = 0;
     hostToDrawn.length = 0;

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <ctime>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -111,6 +112,19 @@ void EventRenderer::EditPreview(const std::string& preview) {
 }
 
 // "[answered by alice, 10:42: USART2]", "[plan approved as edited by alice, 10:42]".
+void EventRenderer::ToolsOffered(const fwai::v1::ToolsOffered& offered) {
+  std::vector<std::string> shown;
+  for (const auto& t : offered.offered()) {
+    const bool plain = t.why().empty() || t.why() == "built in" || t.why() == "the agent's own";
+    shown.push_back(plain ? t.name() : absl::StrCat(t.name(), " (", t.why(), ")"));
+  }
+  // From an older daemon: names only.
+  if (shown.empty()) shown.assign(offered.tools().begin(), offered.tools().end());
+  Line(out_, Dim(out_, absl::StrCat("[tools", offered.reason().empty() ? "" : " ",
+                                    offered.reason().empty() ? "" : "(" + offered.reason() + ")",
+                                    ": ", absl::StrJoin(shown, ", "), "]")));
+}
+
 void EventRenderer::Decision(const fwai::v1::ServerEvent& ev) {
   if (ev.has_question_answered()) {
     const auto& a = ev.question_answered();
@@ -246,11 +260,7 @@ void EventRenderer::Render(const fwai::v1::ServerEvent& ev) {
       Decision(ev);
       return;
     case E::kToolsOffered:
-      if (show_user_) {
-        Line(out_,
-             Dim(out_,
-                 absl::StrCat("[tools: ", absl::StrJoin(ev.tools_offered().tools(), ", "), "]")));
-      }
+      if (show_user_) ToolsOffered(ev.tools_offered());
       return;
     case E::kBoardNotice: {
       const auto& n = ev.board_notice();

@@ -9,7 +9,8 @@
 
 namespace fwai::v1 {
 class ServerEvent;
-}
+class ToolsOffered;
+}  // namespace fwai::v1
 
 namespace fwai {
 
@@ -27,6 +28,8 @@ class EventRenderer {
   void Line(FILE* f, const std::string& text);
   void ToolFinished(const fwai::v1::ServerEvent& ev);
   void Decision(const fwai::v1::ServerEvent& ev);
+  // "[tools (reason): a, mcp_b (why it is offered), ...]": built-in ones without a why.
+  void ToolsOffered(const fwai::v1::ToolsOffered& offered);
   // An edit waiting for the user's accept: its "-"/"+" lines.
   void EditPreview(const std::string& preview);
   // Prints the sub-agent's complete lines under `parent_call_id` (all of it if `all`).

@@ -121,7 +121,9 @@ ToolResult ToolCaller::Dispatch(const std::string& call_id, const std::string& t
   }
   if (tool_name == kDelegate && offered_now) return Delegate(deps_, a, call_id, input);
   if (tool == nullptr || !(offered_now || offer_.Selected(*tool))) {
-    return {Refusal(tool, tool_name), true};
+    ToolResult refused{Refusal(tool, tool_name), true};
+    refused.content += offer_.AfterWrongCall(tool_name, tool, /*ran=*/false);
+    return refused;
   }
   // A selected tool may be called without being offered on this very call,
   // so the mode and project rules are checked again here, not only in the offer.
@@ -144,7 +146,11 @@ ToolResult ToolCaller::Dispatch(const std::string& call_id, const std::string& t
   if (NeedsEditApproval(a, tool_name)) {
     if (auto refused = AskEditApproval(deps_, a, call_id, tool_name, input)) return *refused;
   }
-  return RunTool(*tool, call_id, input);
+  ToolResult tr = RunTool(*tool, call_id, input);
+  if (tr.is_error && !a.cancel->cancelled()) {
+    tr.content += offer_.AfterWrongCall(tool_name, tool, /*ran=*/true);
+  }
+  return tr;
 }
 
 std::string ToolCaller::Refusal(const Tool* tool, const std::string& tool_name) const {
@@ -160,8 +166,7 @@ std::string ToolCaller::Refusal(const Tool* tool, const std::string& tool_name) 
     return absl::StrCat("'", tool_name, "' is not allowed for the ", a.name, " agent");
   }
   if (tool != nullptr && offer_.selecting() && !ToolOffer::IsCore(*tool)) {
-    return absl::StrCat("tool '", tool_name,
-                        "' was not offered in this turn; find it with toolSearch first");
+    return absl::StrCat("tool '", tool_name, "' was not offered on this call");
   }
   return absl::StrCat("unknown tool '", tool_name, "'");
 }

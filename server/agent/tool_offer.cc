@@ -1,8 +1,10 @@
 #include "server/agent/tool_offer.h"
 
 #include <algorithm>
+#include <cctype>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "fwai/v1/events.pb.h"
 #include "server/agent/agent.h"
 #include "server/agent/events.h"
@@ -25,6 +27,34 @@ ToolSpec SpecToolSearch() {
        {"required", {"query"}}}};
 }
 
+// "mcp_lab_flashBoard" -> "lab flash board": a tool name's words, as a query.
+std::string NameWords(const std::string& name) {
+  std::string out;
+  std::string_view n = name;
+  if (n.rfind("mcp_", 0) == 0) n.remove_prefix(4);
+  char prev = ' ';
+  for (char c : n) {
+    const bool sep = c == '_' || c == '-' || c == '.' || c == ' ';
+    if (sep) {
+      if (!out.empty() && out.back() != ' ') out += ' ';
+    } else {
+      if (std::isupper(static_cast<unsigned char>(c)) &&
+          std::islower(static_cast<unsigned char>(prev)) && !out.empty() && out.back() != ' ') {
+        out += ' ';
+      }
+      out += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    }
+    prev = c;
+  }
+  while (!out.empty() && out.back() == ' ') out.pop_back();
+  return out;
+}
+
+bool OwnTool(const std::string& name) {
+  return name == kToolSearch || name == kTodoWrite || name == kTodoRead || name == kAskQuestion ||
+         name == kSubmitPlan || name == kDelegate;
+}
+
 }  // namespace
 
 ToolOffer::ToolOffer(const AgentDeps& deps, const Agent& a)
@@ -35,11 +65,18 @@ ToolOffer::ToolOffer(const AgentDeps& deps, const Agent& a)
   select_ =
       a.is_main() && deps.retriever && static_cast<int>(all_tools_.size()) > config.tool_threshold;
   // The project's own MCP tools are always offered (the shared catalog does not hold them).
-  for (Tool* t : project) selected_.insert(t->name());
+  for (Tool* t : project) {
+    selected_.insert(t->name());
+    why_[t->name()] = "a tool of this project's MCP servers";
+  }
   if (select_) {
+    int rank = 0;
     for (const std::string& name : deps.retriever(a.request, config.tools_top_k * 3)) {
       if (static_cast<int>(selected_.size()) >= config.tools_top_k) break;
-      if (Tool* t = Find(name); t && !IsCore(*t)) selected_.insert(name);
+      ++rank;
+      if (Tool* t = Find(name); t && !IsCore(*t) && selected_.insert(name).second) {
+        why_[name] = absl::StrCat("retrieved for the request (#", rank, ")");
+      }
     }
     // The tools the session called lately stay offered: a follow-up ("now
     // the same for bank 1") seldom names them again.
@@ -54,7 +91,10 @@ ToolOffer::ToolOffer(const AgentDeps& deps, const Agent& a)
           continue;
         }
         const std::string name = b["name"].get<std::string>();
-        if (Tool* t = Find(name); t && !IsCore(*t) && selected_.insert(name).second) ++recent;
+        if (Tool* t = Find(name); t && !IsCore(*t) && selected_.insert(name).second) {
+          why_[name] = "called lately in this session";
+          ++recent;
+        }
       }
     }
   }
@@ -117,7 +157,12 @@ void ToolOffer::Announce(const std::string& reason) const {
   v1::ServerEvent ev;
   auto* o = ev.mutable_tools_offered();
   o->mutable_origin()->set_agent(agent_.name);
-  for (const auto& s : specs_) o->add_tools(s.name);
+  for (const auto& s : specs_) {
+    o->add_tools(s.name);
+    auto* t = o->add_offered();
+    t->set_name(s.name);
+    t->set_why(Why(s.name));
+  }
   o->set_reason(reason);
   agent_.turn->sink.Emit(std::move(ev));
 }
@@ -130,7 +175,8 @@ ToolResult ToolOffer::Search(const std::string& query) {
        query.empty() ? std::vector<std::string>{} : deps_.retriever(query, top_k * 3)) {
     Tool* t = Find(name);
     if (!t || IsCore(*t) || added >= top_k) continue;
-    selected_.insert(name);
+    if (selected_.insert(name).second)
+      why_[name] = absl::StrCat("found by toolSearch for '", query, "'");
     ++added;
     absl::StrAppend(&found, name, ": ", t->description(), "\n");
   }
@@ -140,6 +186,51 @@ ToolResult ToolOffer::Search(const std::string& query) {
   specs_ = Build();
   Announce("after toolSearch");
   return tr;
+}
+
+std::string ToolOffer::Why(const std::string& name) const {
+  if (auto it = why_.find(name); it != why_.end()) return it->second;
+  if (OwnTool(name)) return "the agent's own";
+  return "built in";
+}
+
+std::vector<std::string> ToolOffer::SelectMore(const std::string& query, int n,
+                                               const std::string& skip, const std::string& why) {
+  std::vector<std::string> added;
+  if (query.empty() || n <= 0) return added;
+  for (const std::string& name : deps_.retriever(query, deps_.config.tools_top_k * 3 + n)) {
+    if (static_cast<int>(added.size()) >= n) break;
+    Tool* t = Find(name);
+    if (!t || IsCore(*t) || name == skip || !Allowed(name)) continue;
+    if (!selected_.insert(name).second) continue;
+    why_[name] = why;
+    added.push_back(name);
+  }
+  return added;
+}
+
+std::string ToolOffer::AfterWrongCall(const std::string& name, const Tool* tool, bool ran) {
+  if (!select_ || OwnTool(name) || (tool && IsCore(*tool))) return "";
+  if (!learned_from_.insert(name).second) return "";
+  std::vector<std::string> added;
+  if (tool && !ran) {
+    // Asked for by its exact name: the agent knows what it wants.
+    if (Allowed(name) && selected_.insert(name).second) {
+      why_[name] = "called by name before it was offered";
+      added.push_back(name);
+    }
+  } else if (!tool) {
+    // The name the agent made up says what it wanted done.
+    added = SelectMore(absl::StrCat(NameWords(name), " ", agent_.request), kAlternatives, name,
+                       absl::StrCat("nearest to '", name, "', a tool that does not exist"));
+  } else {
+    added = SelectMore(agent_.request, kAlternatives, name,
+                       absl::StrCat("next best for the request after ", name, " failed"));
+  }
+  if (added.empty()) return "";
+  specs_ = Build();
+  Announce("after a wrong call");
+  return absl::StrCat("\nOffered from the next call: ", absl::StrJoin(added, ", "));
 }
 
 }  // namespace fwai

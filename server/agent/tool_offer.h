@@ -1,11 +1,14 @@
 // agent: which tools an agent is offered on each model call. With many tools
 // (MCP servers, ...) the main agent gets the core (built-in) tools, the ones
-// retrieved for the request, those the session called lately and those it
-// finds with toolSearch. Read-only agents and plan mode get only what cannot
-// change anything; the agent's own tools (todos, questions, plan, delegation)
-// are added by its role and mode.
+// retrieved for the request, those the session called lately, those it
+// finds with toolSearch and those it learns of from a wrong call (a tool that
+// does not exist, one not offered, one that failed). Read-only agents and plan
+// mode get only what cannot change anything; the agent's own tools (todos,
+// questions, plan, delegation) are added by its role and mode. Each offered
+// tool carries why it is offered (the tools_offered event says it).
 #pragma once
 
+#include <map>
 #include <set>
 #include <string>
 #include <vector>
@@ -49,14 +52,32 @@ class ToolOffer {
   // toolSearch: selects up to agent.tools_top_k more tools for `query`, offers and announces them.
   ToolResult Search(const std::string& query);
 
+  // A call of `name` went wrong: `tool` is null when no such tool exists;
+  // `ran` when it ran and returned an error (else it was refused as not
+  // offered). Selects what the mistake says the agent wants (the tool itself
+  // when it exists and was not offered; else up to kAlternatives tools nearest
+  // to the wrong name and the request), offers and announces them, once per
+  // tool and turn. Returns a line for the call's result naming them, or "".
+  std::string AfterWrongCall(const std::string& name, const Tool* tool, bool ran);
+  static constexpr int kAlternatives = 3;
+
+  // Why `name` is offered now ("built in", "retrieved for the request (#2)", ...).
+  std::string Why(const std::string& name) const;
+
  private:
   std::vector<ToolSpec> Build() const;
+  // Selects up to `n` tools retrieved for `query` that are not selected yet
+  // (nor `skip`), each with `why`; returns their names.
+  std::vector<std::string> SelectMore(const std::string& query, int n, const std::string& skip,
+                                      const std::string& why);
 
   const AgentDeps& deps_;
   const Agent& agent_;
   std::vector<Tool*> all_tools_;
   bool select_ = false;
   std::set<std::string> selected_;
+  std::map<std::string, std::string> why_;  // selected tool -> why it is offered
+  std::set<std::string> learned_from_;      // wrong calls already learned from
   std::vector<ToolSpec> specs_;
 };
 

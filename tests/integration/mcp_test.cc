@@ -567,14 +567,25 @@ TEST_P(McpToolListChangeTest, NewToolsReachTheAgentAndDroppedOnesLeave) {
 INSTANTIATE_TEST_SUITE_P(Servers, McpToolListChangeTest, ::testing::Values("daemon", "project"),
                          [](const auto& i) { return i.param; });
 
+// fwaid's config with the everything server's 13 tools selected per call, 2 at a time.
+std::string SelectingEverything() {
+  return "mcp_servers:\n  everything:\n    command: [" + Bin("mcp-server-everything") +
+         "]\nagent:\n  tool_threshold: 3\n  tools_top_k: 2\n";
+}
+
+// The tool names a model request offered.
+std::set<std::string> OfferedIn(const json& body) {
+  std::set<std::string> n;
+  for (const auto& t : body["tools"]) n.insert(t["name"].get<std::string>());
+  return n;
+}
+
 // With tools selected per call, a tool retrieved for the request is callable
 // though not offered on that very call; plan mode must refuse it all the same.
 TEST(McpDaemonTest, PlanModeRefusesASelectedToolThatChangesThings) {
   testing::FakeLlmServer fake;
   ASSERT_GT(fake.Start(), 0);
-  testing::Daemon d(&fake, "mcp_servers:\n  everything:\n    command: [" +
-                               Bin("mcp-server-everything") +
-                               "]\nagent:\n  tool_threshold: 3\n  tools_top_k: 2\n");
+  testing::Daemon d(&fake, SelectingEverything());
   ASSERT_TRUE(d.Start()) << d.log();
   testing::FakeReply call;
   call.tool_calls = {{"c1", "mcp_everything_echo", {{"message", "changed"}}}};
@@ -609,9 +620,7 @@ TEST(McpDaemonTest, PlanModeRefusesASelectedToolThatChangesThings) {
 TEST(McpDaemonTest, LargeToolSetsAreOfferedPerRequestWithToolSearch) {
   testing::FakeLlmServer fake;
   ASSERT_GT(fake.Start(), 0);
-  testing::Daemon d(&fake, "mcp_servers:\n  everything:\n    command: [" +
-                               Bin("mcp-server-everything") +
-                               "]\nagent:\n  tool_threshold: 3\n  tools_top_k: 2\n");
+  testing::Daemon d(&fake, SelectingEverything());
   ASSERT_TRUE(d.Start()) << d.log();
   testing::FakeReply search;
   search.tool_calls = {{"c1", "toolSearch", {{"query", "add two numbers and return the sum"}}}};
@@ -628,11 +637,7 @@ TEST(McpDaemonTest, LargeToolSetsAreOfferedPerRequestWithToolSearch) {
   ASSERT_TRUE(turn.finished) << d.log();
   const auto reqs = fake.requests();
   ASSERT_EQ(reqs.size(), 3u);
-  auto names = [](const json& body) {
-    std::set<std::string> n;
-    for (const auto& t : body["tools"]) n.insert(t["name"].get<std::string>());
-    return n;
-  };
+  const auto names = OfferedIn;
   auto first = names(reqs[0].body);
   EXPECT_TRUE(first.count("read_file"));  // core tools stay
   EXPECT_TRUE(first.count("toolSearch"));
@@ -648,7 +653,9 @@ TEST(McpDaemonTest, LargeToolSetsAreOfferedPerRequestWithToolSearch) {
     if (ev.has_tool_call_finished())
       finished[ev.tool_call_finished().call_id()] = &ev.tool_call_finished();
   }
-  EXPECT_EQ(reasons, (std::vector<std::string>{"retrieved for the request", "after toolSearch"}));
+  // c3 called a tool by name that was not offered: it is offered from then on.
+  EXPECT_EQ(reasons, (std::vector<std::string>{"retrieved for the request", "after toolSearch",
+                                               "after a wrong call"}));
   ASSERT_TRUE(finished.count("c1") && finished.count("c2") && finished.count("c3"));
   EXPECT_NE(finished["c1"]->output().find("mcp_everything_get-sum"), std::string::npos)
       << finished["c1"]->output();
@@ -678,6 +685,91 @@ TEST(McpDaemonTest, LargeToolSetsAreOfferedPerRequestWithToolSearch) {
     }
   }
   EXPECT_TRUE(nine_back);
+}
+
+// A wrong call teaches the next offer: a made-up tool name brings the tools
+// nearest to it, a real tool called before it was offered is offered, and
+// each offered tool says why it is.
+TEST(McpDaemonTest, AWrongToolCallChangesTheNextOfferAndSaysWhy) {
+  testing::FakeLlmServer fake;
+  ASSERT_GT(fake.Start(), 0);
+  testing::Daemon d(&fake, SelectingEverything());
+  ASSERT_TRUE(d.Start()) << d.log();
+  const std::string made_up = "mcp_everything_sumTwo_numbers";
+  for (auto [id, name] :
+       std::vector<std::pair<std::string, std::string>>{{"c1", made_up},
+                                                        {"c2", "mcp_everything_get-sum"},
+                                                        {"c3", "mcp_everything_get-env"},
+                                                        {"c4", "mcp_everything_get-env"}}) {
+    testing::FakeReply r;
+    json input = json::object();
+    if (name.find("sum") != std::string::npos) input = {{"a", 2}, {"b", 3}};
+    r.tool_calls = {{id, name, input}};
+    fake.Enqueue(r);
+  }
+  testing::FakeReply done;
+  done.chunks = {"5"};
+  fake.Enqueue(done);
+  auto s = d.CreateSession();
+  auto turn = testing::RunChat(*d.sessions(), s.id(), "echo back the words I send you");
+  ASSERT_TRUE(turn.finished) << d.log();
+  const auto reqs = fake.requests();
+  ASSERT_EQ(reqs.size(), 5u);
+  const auto names = OfferedIn;
+  EXPECT_FALSE(names(reqs[0].body).count("mcp_everything_get-sum"));
+  EXPECT_FALSE(names(reqs[0].body).count("mcp_everything_get-env"));
+  EXPECT_TRUE(names(reqs[1].body).count("mcp_everything_get-sum")) << "nearest to the made-up name";
+  EXPECT_FALSE(names(reqs[2].body).count("mcp_everything_get-env"));
+  EXPECT_TRUE(names(reqs[3].body).count("mcp_everything_get-env")) << "called by name";
+
+  std::map<std::string, const fwai::v1::ToolCallFinished*> finished;
+  std::vector<const fwai::v1::ToolsOffered*> offers;
+  for (const auto& ev : turn.events) {
+    if (ev.has_tools_offered()) offers.push_back(&ev.tools_offered());
+    if (ev.has_tool_call_finished())
+      finished[ev.tool_call_finished().call_id()] = &ev.tool_call_finished();
+  }
+  ASSERT_EQ(finished.size(), 4u);
+  EXPECT_TRUE(finished["c1"]->is_error());
+  EXPECT_NE(finished["c1"]->output().find("unknown tool"), std::string::npos);
+  EXPECT_NE(finished["c1"]->output().find("Offered from the next call: "), std::string::npos);
+  EXPECT_NE(finished["c1"]->output().find("mcp_everything_get-sum"), std::string::npos)
+      << finished["c1"]->output();
+  EXPECT_FALSE(finished["c2"]->is_error()) << finished["c2"]->output();
+  EXPECT_NE(finished["c2"]->output().find("5"), std::string::npos);
+  EXPECT_TRUE(finished["c3"]->is_error());
+  EXPECT_NE(finished["c3"]->output().find("not offered"), std::string::npos);
+  EXPECT_FALSE(finished["c4"]->is_error()) << finished["c4"]->output();
+
+  ASSERT_EQ(offers.size(), 3u);
+  auto why = [](const fwai::v1::ToolsOffered& o, const std::string& name) {
+    for (const auto& t : o.offered())
+      if (t.name() == name) return t.why();
+    return std::string("(not offered)");
+  };
+  EXPECT_EQ(offers[0]->reason(), "retrieved for the request");
+  EXPECT_EQ(offers[0]->offered_size(), offers[0]->tools_size());
+  EXPECT_EQ(why(*offers[0], "read_file"), "built in");
+  EXPECT_EQ(why(*offers[0], "toolSearch"), "the agent's own");
+  EXPECT_EQ(why(*offers[0], "mcp_everything_echo").rfind("retrieved for the request (#", 0), 0u)
+      << why(*offers[0], "mcp_everything_echo");
+  EXPECT_EQ(offers[1]->reason(), "after a wrong call");
+  EXPECT_EQ(why(*offers[1], "mcp_everything_get-sum"),
+            "nearest to '" + made_up + "', a tool that does not exist");
+  EXPECT_EQ(offers[2]->reason(), "after a wrong call");
+  EXPECT_EQ(why(*offers[2], "mcp_everything_get-env"), "called by name before it was offered");
+  // fwai attach shows each offer with why its selected tools are there.
+  std::string out, err;
+  ASSERT_EQ(testing::RunCommand({std::string(FWAI_BIN_DIR) + "/fwai", "--daemon", d.address(),
+                                 "attach", s.id(), "--no-follow"},
+                                &out, &err),
+            0)
+      << err;
+  EXPECT_NE(out.find("[tools (after a wrong call): "), std::string::npos) << out;
+  EXPECT_NE(out.find("mcp_everything_get-env (called by name before it was offered)"),
+            std::string::npos)
+      << out;
+  EXPECT_EQ(out.find("read_file (built in)"), std::string::npos) << out;
 }
 
 }  // namespace

@@ -111,7 +111,6 @@ void EventRenderer::EditPreview(const std::string& preview) {
   }
 }
 
-// "[answered by alice, 10:42: USART2]", "[plan approved as edited by alice, 10:42]".
 void EventRenderer::ToolsOffered(const fwai::v1::ToolsOffered& offered) {
   std::vector<std::string> shown;
   for (const auto& t : offered.offered()) {
@@ -120,11 +119,11 @@ void EventRenderer::ToolsOffered(const fwai::v1::ToolsOffered& offered) {
   }
   // From an older daemon: names only.
   if (shown.empty()) shown.assign(offered.tools().begin(), offered.tools().end());
-  Line(out_, Dim(out_, absl::StrCat("[tools", offered.reason().empty() ? "" : " ",
-                                    offered.reason().empty() ? "" : "(" + offered.reason() + ")",
-                                    ": ", absl::StrJoin(shown, ", "), "]")));
+  const std::string why = offered.reason().empty() ? "" : absl::StrCat(" (", offered.reason(), ")");
+  Line(out_, Dim(out_, absl::StrCat("[tools", why, ": ", absl::StrJoin(shown, ", "), "]")));
 }
 
+// "[answered by alice, 10:42: USART2]", "[plan approved as edited by alice, 10:42]".
 void EventRenderer::Decision(const fwai::v1::ServerEvent& ev) {
   if (ev.has_question_answered()) {
     const auto& a = ev.question_answered();

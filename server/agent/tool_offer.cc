@@ -65,17 +65,14 @@ ToolOffer::ToolOffer(const AgentDeps& deps, const Agent& a)
   select_ =
       a.is_main() && deps.retriever && static_cast<int>(all_tools_.size()) > config.tool_threshold;
   // The project's own MCP tools are always offered (the shared catalog does not hold them).
-  for (Tool* t : project) {
-    selected_.insert(t->name());
-    why_[t->name()] = "a tool of this project's MCP servers";
-  }
+  for (Tool* t : project) Select(t->name(), "a tool of this project's MCP servers");
   if (select_) {
     int rank = 0;
     for (const std::string& name : deps.retriever(a.request, config.tools_top_k * 3)) {
       if (static_cast<int>(selected_.size()) >= config.tools_top_k) break;
       ++rank;
-      if (Tool* t = Find(name); t && !IsCore(*t) && selected_.insert(name).second) {
-        why_[name] = absl::StrCat("retrieved for the request (#", rank, ")");
+      if (Tool* t = Find(name); t && !IsCore(*t)) {
+        Select(name, absl::StrCat("retrieved for the request (#", rank, ")"));
       }
     }
     // The tools the session called lately stay offered: a follow-up ("now
@@ -91,8 +88,8 @@ ToolOffer::ToolOffer(const AgentDeps& deps, const Agent& a)
           continue;
         }
         const std::string name = b["name"].get<std::string>();
-        if (Tool* t = Find(name); t && !IsCore(*t) && selected_.insert(name).second) {
-          why_[name] = "called lately in this session";
+        if (Tool* t = Find(name);
+            t && !IsCore(*t) && Select(name, "called lately in this session")) {
           ++recent;
         }
       }
@@ -175,8 +172,7 @@ ToolResult ToolOffer::Search(const std::string& query) {
        query.empty() ? std::vector<std::string>{} : deps_.retriever(query, top_k * 3)) {
     Tool* t = Find(name);
     if (!t || IsCore(*t) || added >= top_k) continue;
-    if (selected_.insert(name).second)
-      why_[name] = absl::StrCat("found by toolSearch for '", query, "'");
+    Select(name, absl::StrCat("found by toolSearch for '", query, "'"));
     ++added;
     absl::StrAppend(&found, name, ": ", t->description(), "\n");
   }
@@ -189,7 +185,7 @@ ToolResult ToolOffer::Search(const std::string& query) {
 }
 
 std::string ToolOffer::Why(const std::string& name) const {
-  if (auto it = why_.find(name); it != why_.end()) return it->second;
+  if (auto it = selected_.find(name); it != selected_.end()) return it->second;
   if (OwnTool(name)) return "the agent's own";
   return "built in";
 }
@@ -202,9 +198,7 @@ std::vector<std::string> ToolOffer::SelectMore(const std::string& query, int n,
     if (static_cast<int>(added.size()) >= n) break;
     Tool* t = Find(name);
     if (!t || IsCore(*t) || name == skip || !Allowed(name)) continue;
-    if (!selected_.insert(name).second) continue;
-    why_[name] = why;
-    added.push_back(name);
+    if (Select(name, why)) added.push_back(name);
   }
   return added;
 }
@@ -215,8 +209,7 @@ std::string ToolOffer::AfterWrongCall(const std::string& name, const Tool* tool,
   std::vector<std::string> added;
   if (tool && !ran) {
     // Asked for by its exact name: the agent knows what it wants.
-    if (Allowed(name) && selected_.insert(name).second) {
-      why_[name] = "called by name before it was offered";
+    if (Allowed(name) && Select(name, "called by name before it was offered")) {
       added.push_back(name);
     }
   } else if (!tool) {

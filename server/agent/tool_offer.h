@@ -75,9 +75,13 @@ class ToolOffer {
   const Agent& agent_;
   std::vector<Tool*> all_tools_;
   bool select_ = false;
-  std::set<std::string> selected_;
-  std::map<std::string, std::string> why_;  // selected tool -> why it is offered
-  std::set<std::string> learned_from_;      // wrong calls already learned from
+  // Selects `name` for the offer, with why; false if it was selected already.
+  bool Select(const std::string& name, std::string why) {
+    return selected_.emplace(name, std::move(why)).second;
+  }
+
+  std::map<std::string, std::string> selected_;  // selected tool -> why it is offered
+  std::set<std::string> learned_from_;           // wrong calls already learned from
   std::vector<ToolSpec> specs_;
 };
 

@@ -642,16 +642,26 @@ function longTurn(delayMs = 0) {
   ];
 }
 
+// Starts a Chromium trace of `categories` on `cdp`; the function it returns
+// ends it and gives its events.
+async function startTrace(cdp, categories) {
+  const events = [];
+  cdp.on('Tracing.dataCollected', (d) => events.push(...d.value));
+  const complete = new Promise((resolve) => cdp.once('Tracing.tracingComplete', resolve));
+  await cdp.send('Tracing.start', { categories, transferMode: 'ReportEvents' });
+  return async () => {
+    await cdp.send('Tracing.end');
+    await complete;
+    return events;
+  };
+}
+
 // The frames the workbench's renderer drew in the next `ms` (traced).
 async function framesDrawnIn(ms) {
   const cdp = await page.context().newCDPSession(page);
-  const events = [];
-  cdp.on('Tracing.dataCollected', (d) => events.push(...d.value));
-  const traced = new Promise((resolve) => cdp.once('Tracing.tracingComplete', resolve));
-  await cdp.send('Tracing.start', { categories: 'cc,toplevel', transferMode: 'ReportEvents' });
+  const traced = await startTrace(cdp, 'cc,toplevel');
   await new Promise((resolve) => setTimeout(resolve, ms));
-  await cdp.send('Tracing.end');
-  await traced;
+  const events = await traced();
   await cdp.detach();
   const renderer = new Set(
     events
@@ -666,23 +676,15 @@ async function framesDrawnIn(ms) {
 const PROFILE = process.env.FWAI_E2E_PROFILE === '1';
 async function startProfile() {
   const cdp = await page.context().newCDPSession(page);
-  const events = [];
-  cdp.on('Tracing.dataCollected', (d) => events.push(...d.value));
-  const traced = new Promise((resolve) => cdp.once('Tracing.tracingComplete', resolve));
   await cdp.send('Profiler.enable');
   await cdp.send('Profiler.setSamplingInterval', { interval: 500 });
   await cdp.send('Profiler.start');
-  await cdp.send('Tracing.start', {
-    categories: 'devtools.timeline,disabled-by-default-devtools.timeline,blink,cc,viz,toplevel',
-    transferMode: 'ReportEvents',
-  });
+  const traced = await startTrace(cdp, 'devtools.timeline,disabled-by-default-devtools.timeline,blink,cc,viz,toplevel');
   return {
     async stop(name) {
       const { profile } = await cdp.send('Profiler.stop');
       fs.writeFileSync(path.join(OUT, `profile-${name}.cpuprofile`), JSON.stringify(profile));
-      await cdp.send('Tracing.end');
-      await traced;
-      fs.writeFileSync(path.join(OUT, `trace-${name}.json`), JSON.stringify(events));
+      fs.writeFileSync(path.join(OUT, `trace-${name}.json`), JSON.stringify(await traced()));
       await cdp.detach();
     },
   };

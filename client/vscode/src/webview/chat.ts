@@ -59,6 +59,11 @@ let dirtyQuestion = false;
 let dirtyPlan = false;
 let dirtyUsage = false;
 let frameQueued = false;
+// At most one redraw every MIN_FRAME_MS while a turn streams: each frame costs
+// the workbench (which draws this page with it) a fixed amount whatever
+// changed, so a burst drains faster in fewer, larger frames.
+const MIN_FRAME_MS = 40;
+let lastFlushAt = -MIN_FRAME_MS;
 // Latency samples (perf mode): daemon time of each text delta, drawn at the next frame.
 let perf = false;
 let pendingDeltaTimes: number[] = [];
@@ -379,11 +384,6 @@ function flush(): void {
   if (perf) flushMs.push(performance.now() - flushStart);
 }
 
-// At most one redraw every MIN_FRAME_MS while a turn streams: each frame costs
-// the workbench (which draws this page with it) a fixed amount whatever
-// changed, so a burst drains faster in fewer, larger frames.
-const MIN_FRAME_MS = 40;
-let lastFlushAt = -MIN_FRAME_MS;
 function schedule(): void {
   if (frameQueued) return;
   frameQueued = true;

@@ -617,6 +617,44 @@ TEST(McpDaemonTest, PlanModeRefusesASelectedToolThatChangesThings) {
       << "the tool ran: " << finished->output();
 }
 
+// Calling a tool by name is how the offer learns of it, not a way past the
+// mode: in plan mode a tool that changes things, called by name again and
+// again, is never offered and never runs.
+TEST(McpDaemonTest, AToolCalledByNameInPlanModeIsStillNeverRun) {
+  testing::FakeLlmServer fake;
+  ASSERT_GT(fake.Start(), 0);
+  testing::Daemon d(&fake, SelectingEverything());
+  ASSERT_TRUE(d.Start()) << d.log();
+  for (const char* id : {"c1", "c2", "c3"}) {
+    testing::FakeReply call;
+    call.tool_calls = {{id, "mcp_everything_echo", {{"message", "ran anyway"}}}};
+    fake.Enqueue(call);
+  }
+  testing::FakeReply done;
+  done.chunks = {"ok"};
+  fake.Enqueue(done);
+  grpc::ClientContext ctx;
+  fwai::v1::CreateSessionRequest req;
+  req.set_project_root(d.project_dir());
+  req.set_mode("plan");
+  fwai::v1::Session s;
+  ASSERT_TRUE(d.sessions()->Create(&ctx, req, &s).ok());
+  auto turn = testing::RunChat(*d.sessions(), s.id(), "add two numbers and return the sum");
+  ASSERT_TRUE(turn.finished) << d.log();
+  const auto reqs = fake.requests();
+  ASSERT_EQ(reqs.size(), 4u);
+  for (const auto& r : reqs) EXPECT_FALSE(OfferedIn(r.body).count("mcp_everything_echo"));
+  int refused = 0;
+  for (const auto& ev : turn.events) {
+    if (!ev.has_tool_call_finished()) continue;
+    const auto& f = ev.tool_call_finished();
+    EXPECT_TRUE(f.is_error()) << f.call_id() << ": " << f.output();
+    EXPECT_EQ(f.output().find("ran anyway"), std::string::npos) << "the tool ran: " << f.output();
+    ++refused;
+  }
+  EXPECT_EQ(refused, 3);
+}
+
 TEST(McpDaemonTest, LargeToolSetsAreOfferedPerRequestWithToolSearch) {
   testing::FakeLlmServer fake;
   ASSERT_GT(fake.Start(), 0);

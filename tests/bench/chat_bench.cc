@@ -366,12 +366,14 @@ int Main(int argc, char** argv) {
   int pause_s = 0;        // pause between phases (lets background compaction settle)
   int turn_threads = -1;  // agent.turn_threads for the fresh daemons (-1: fwaid's default)
   int turn_starts = -1;   // agent.turn_starts for the fresh daemons (-1: fwaid's default)
+  int load_sessions = 0;  // --sessions N: the load phase at N sessions only, no stuck clients
   SharedBenchOptions shared;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--only" && i + 1 < argc) only = argv[++i];
     if (a == "--pause" && i + 1 < argc) pause_s = std::atoi(argv[++i]);
     if (a == "--tiny") shared.tiny = true;
+    if (a == "--sessions" && i + 1 < argc) load_sessions = std::max(1, std::atoi(argv[++i]));
     if (a == "--turn-threads" && i + 1 < argc) turn_threads = std::atoi(argv[++i]);
     if (a == "--turn-starts" && i + 1 < argc) turn_starts = std::atoi(argv[++i]);
     if (a == "--runs" && i + 1 < argc) shared.runs = std::max(1, std::atoi(argv[++i]));
@@ -537,6 +539,14 @@ int Main(int argc, char** argv) {
   // --- Many sessions at once: 50 (the baseline) and 200, each alone and then
   // beside stuck clients. 50 is a load the machine carries, so that is where
   // "a stuck client slows nobody" can be read.
+  if (load_sessions > 0) {
+    // One load alone, for profiling: `--only load --sessions N`.
+    if (only == "load") only = "load-one";
+    Daemon& d = fresh();
+    std::this_thread::sleep_for(std::chrono::seconds(pause_s));
+    PrintLoad("", load_sessions, latency_chunks,
+              RunLoad(fake, d, load_sessions, latency_chunks, false));
+  }
   if (only.empty() || only == "load") {
     for (int sessions : {1, 50, 200}) {
       for (bool stuck : {false, true}) {

@@ -1,6 +1,8 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <thread>
+#include <vector>
 
 #include "fwai/v1/events.pb.h"
 #include "server/session/session_manager.h"
@@ -220,6 +222,44 @@ TEST_F(SessionTest, QueuedEventsAreStoredBeforeSubscribersSeeThemInOrder) {
     }
     EXPECT_TRUE(got.back().has_turn_finished());
   }
+}
+
+// Publishers on many threads into shared sessions, some waiting, some not:
+// every subscriber gets every event of its session once, in seq order, and
+// each is stored.
+TEST_F(SessionTest, ConcurrentPublishersEachSessionInOrderNothingLost) {
+  auto& sm = Sessions({.high_water = 1 << 20, .max_queue = 1 << 20});
+  std::vector<std::string> ids;
+  for (int k = 0; k < 4; ++k) ids.push_back(sm.Create("uid:1", {"t", dir_ + "/proj", "", ""})->id);
+  std::vector<std::shared_ptr<Subscriber>> subs;
+  for (const auto& id : ids) subs.push_back(*sm.Subscribe(id, 0, false, true, [] {}));
+  constexpr int kThreads = 8, kEach = 400;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < kEach; ++i) {
+        const std::string& id = ids[(t + i) % ids.size()];
+        if (i % 50 == 49) {
+          ASSERT_TRUE(sm.Publish(id, Text("w")).ok());  // waited for: stored on return
+        } else {
+          ASSERT_TRUE(sm.PublishQueued(id, Text("q")).ok());
+        }
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  for (const auto& id : ids) ASSERT_TRUE(sm.Publish(id, Finished()).ok());
+  size_t total = 0;
+  for (size_t k = 0; k < ids.size(); ++k) {
+    auto got = Drain(*subs[k]);
+    for (size_t i = 0; i < got.size(); ++i) ASSERT_EQ(got[i].seq(), i + 1) << ids[k];
+    ASSERT_FALSE(got.empty());
+    EXPECT_TRUE(got.back().has_turn_finished());
+    auto last = storage_->Get(Cf::kEvents, SeqKey(ids[k], got.size()));
+    ASSERT_TRUE(last.ok() && last->has_value());
+    total += got.size();
+  }
+  EXPECT_EQ(total, size_t{kThreads * kEach} + ids.size());
 }
 
 // Deleting a session with deltas still queued leaves none of them behind, and

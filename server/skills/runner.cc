@@ -1275,6 +1275,10 @@ struct SkillRunner::RunDriver {
     std::string verdict;       // the failing step's call's own, if it set one
     std::string tool;          // the failing step's tool ("flash", "monitor" ...)
   };
+  // A run that could not start: the skill, the project or the request is wrong.
+  static Failure ConfigFailure(std::string error) {
+    return Failure{"config", std::move(error), "", ""};
+  }
 
   RunDriver(SkillDeps& d, const SkillRunRequest& r,
             const std::function<void(const SkillEventOut&)>& emit)
@@ -1298,11 +1302,9 @@ struct SkillRunner::RunDriver {
   std::optional<Failure> Prepare() {
     // The project is read, built and run as its owner's local account.
     if (!req.caller.account) {
-      return Failure{
-          "config",
-          absl::StrCat("a skill run reads and runs the project as a local account; ",
-                       req.caller.display.empty() ? req.caller.identity : req.caller.display,
-                       " has none")};
+      return ConfigFailure(absl::StrCat(
+          "a skill run reads and runs the project as a local account; ",
+          req.caller.display.empty() ? req.caller.identity : req.caller.display, " has none"));
     }
     run.account = &*req.caller.account;
     if (auto f = LoadSkill()) return f;
@@ -1320,14 +1322,14 @@ struct SkillRunner::RunDriver {
       skills = as.status().ok() ? LoadSkills(req.project_root, plugin_sets)
                                 : absl::StatusOr<std::vector<Skill>>(as.status());
     }
-    if (!skills.ok()) return Failure{"config", std::string(skills.status().message())};
+    if (!skills.ok()) return ConfigFailure(std::string(skills.status().message()));
     auto it = std::find_if(skills->begin(), skills->end(),
                            [&](const Skill& s) { return s.name == req.skill; });
     if (it == skills->end()) {
       std::vector<std::string> names;
       for (const auto& s : *skills) names.push_back(s.name);
-      return Failure{"config", absl::StrCat("no skill '", req.skill,
-                                            "' (skills: ", absl::StrJoin(names, ", "), ")")};
+      return ConfigFailure(
+          absl::StrCat("no skill '", req.skill, "' (skills: ", absl::StrJoin(names, ", "), ")"));
     }
     run.skill = *it;
     // A plugin's skill acts within what its plugin declared: the broker
@@ -1361,9 +1363,9 @@ struct SkillRunner::RunDriver {
         run.project = DetectProject(req.project_root);
       }
     }
-    if (!project_status.ok()) return Failure{"config", std::string(project_status.message())};
+    if (!project_status.ok()) return ConfigFailure(std::string(project_status.message()));
     auto rules = LoadPolicy(req.project_root, deps.policy_file, run.account);
-    if (!rules.ok()) return Failure{"config", absl::StrCat("policy: ", rules.status().message())};
+    if (!rules.ok()) return ConfigFailure(absl::StrCat("policy: ", rules.status().message()));
     run.rules = *rules;
     return std::nullopt;
   }
@@ -1387,7 +1389,7 @@ struct SkillRunner::RunDriver {
     for (const auto& [k, val] : run.skill.vars) v[k] = val;
     for (const auto& [k, val] : req.vars) {
       if (k.empty() || k.find_first_of("${} ") != std::string::npos)
-        return Failure{"config", absl::StrCat("variable name '", k, "' is not valid")};
+        return ConfigFailure(absl::StrCat("variable name '", k, "' is not valid"));
       v[k] = val;
     }
     for (const auto& s : run.skill.steps) {
@@ -1405,9 +1407,9 @@ struct SkillRunner::RunDriver {
                {"files", absl::StrJoin(s.files, " ")}}) {
         for (const auto& name : ReferencedVars(text)) {
           if (!v.count(name)) {
-            return Failure{"config", absl::StrCat(run.skill.source, ":", s.line, ": step '", s.name,
-                                                  "' ", field, ": unknown variable ${", name,
-                                                  "} (give it with --var ", name, "=...)")};
+            return ConfigFailure(absl::StrCat(run.skill.source, ":", s.line, ": step '", s.name,
+                                              "' ", field, ": unknown variable ${", name,
+                                              "} (give it with --var ", name, "=...)"));
           }
         }
       }
@@ -1422,9 +1424,9 @@ struct SkillRunner::RunDriver {
       absl::StatusOr<std::string> text = Interpolate(s.timeout_text, run.vars);
       absl::StatusOr<int> t = text.ok() ? ParseDuration(*text) : text.status();
       if (!t.ok()) {
-        return Failure{"config",
-                       absl::StrCat(run.skill.source, ":", s.line, ": step '", s.name,
-                                    "' timeout: ", s.timeout_text, ": ", t.status().message())};
+        return ConfigFailure(absl::StrCat(run.skill.source, ":", s.line, ": step '", s.name,
+                                          "' timeout: ", s.timeout_text, ": ",
+                                          t.status().message()));
       }
       s.timeout_s = *t;
     }
@@ -1437,12 +1439,12 @@ struct SkillRunner::RunDriver {
     std::error_code ec;
     {
       ScopedFsIdentity as(*run.account);
-      if (!as.status().ok()) return Failure{"config", std::string(as.status().message())};
+      if (!as.status().ok()) return ConfigFailure(std::string(as.status().message()));
       PruneRunDirs((fs::path(req.project_root) / ".fwai" / "runs").string(), kKeptRunDirs - 1);
       fs::create_directories(run.run_dir, ec);
     }
     if (ec) {
-      return Failure{"config", absl::StrCat("cannot create ", run.run_dir, ": ", ec.message())};
+      return ConfigFailure(absl::StrCat("cannot create ", run.run_dir, ": ", ec.message()));
     }
     run.vars["RUN_DIR"] = run.run_dir;
     run.git = IsGitRepo(req.project_root, run.account);

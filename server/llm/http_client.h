@@ -1,5 +1,11 @@
 // HTTP with streaming response bodies (libcurl behind a seam). Honours
 // HTTPS_PROXY / NO_PROXY and uses the system CA store.
+//
+// The curl client moves every transfer on one thread of its own (libcurl's
+// multi interface on epoll): the caller of PostStream waits while its
+// `on_data` and `on_headers` run on that thread, so they must not block for
+// long (every other stream waits meanwhile). A PostStream made from inside
+// a callback runs by itself on that thread.
 #pragma once
 
 #include <functional>

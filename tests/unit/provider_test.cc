@@ -5,9 +5,13 @@
 
 #include <atomic>
 #include <chrono>
+#include <memory>
+#include <set>
 #include <thread>
+#include <vector>
 
 #include "common/clock.h"
+#include "common/mutex.h"
 #include "server/llm/http_client.h"
 #include "tests/fakes/fake_llm_server.h"
 
@@ -378,6 +382,115 @@ TEST_P(ProviderTest, SilentServerHitsTheIdleTimeout) {
 INSTANTIATE_TEST_SUITE_P(Providers, ProviderTest,
                          ::testing::Values("anthropic", "openai", "gemini", "ollama"),
                          [](const auto& info) { return info.param; });
+
+// ---- the curl client: every transfer on one thread of its own
+
+std::unique_ptr<Provider> AnthropicOn(FakeLlmServer& fake, HttpClient& http) {
+  ProviderConfig pc;
+  pc.name = pc.kind = "anthropic";
+  pc.api_key = "k-123";
+  pc.base_url = fake.anthropic_base_url();
+  pc.model = "m-1";
+  RetryConfig rc;
+  rc.max_attempts = 1;
+  return MakeProvider(pc, rc, http);
+}
+
+ChatRequest Saying(const std::string& text) {
+  ChatRequest r;
+  r.model = "m-1";
+  r.messages.push_back({"user", nlohmann::json::array({{{"type", "text"}, {"text", text}}})});
+  return r;
+}
+
+// Collects the text and the threads it arrived on.
+struct ThreadsSeen : Collect {
+  Mutex mu;
+  std::set<std::thread::id> ids ABSL_GUARDED_BY(mu);
+  void OnText(std::string_view t) override {
+    Collect::OnText(t);
+    MutexLock lock(&mu);
+    ids.insert(std::this_thread::get_id());
+  }
+};
+
+// Streams running at once are read by one thread of the client's own, not
+// by their callers' threads, and each gets all of its own chunks.
+TEST(CurlHttpClientTest, StreamsAtOnceAreReadByOneThreadOfTheClients) {
+  FakeLlmServer fake;
+  ASSERT_GT(fake.Start(), 0);
+  constexpr int kStreams = 16;
+  for (int i = 0; i < kStreams; ++i) {
+    FakeReply r;
+    r.chunks = {"<", std::to_string(i), ">"};
+    r.chunk_delay_ms = 20;
+    r.match = "stream " + std::to_string(i) + ".";
+    fake.Enqueue(r);
+  }
+  auto http = MakeCurlHttpClient();
+  auto provider = AnthropicOn(fake, *http);
+  std::vector<std::unique_ptr<ThreadsSeen>> seen;
+  std::vector<std::thread::id> callers(kStreams);
+  std::vector<absl::StatusOr<ChatResult>> results(kStreams, absl::UnknownError("not run"));
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kStreams; ++i) seen.push_back(std::make_unique<ThreadsSeen>());
+  for (int i = 0; i < kStreams; ++i) {
+    threads.emplace_back([&, i] {
+      callers[i] = std::this_thread::get_id();
+      CancelToken cancel;
+      results[i] = provider->Stream(Saying("stream " + std::to_string(i) + "."), *seen[i], cancel);
+    });
+  }
+  for (auto& t : threads) t.join();
+  std::set<std::thread::id> readers;
+  for (int i = 0; i < kStreams; ++i) {
+    ASSERT_TRUE(results[i].ok()) << i << ": " << results[i].status();
+    EXPECT_EQ(seen[i]->text, "<" + std::to_string(i) + ">");
+    MutexLock lock(&seen[i]->mu);
+    readers.insert(seen[i]->ids.begin(), seen[i]->ids.end());
+  }
+  EXPECT_EQ(readers.size(), 1u);
+  for (const auto& caller : callers) EXPECT_EQ(readers.count(caller), 0u);
+}
+
+// A request made from inside a stream's callback (as an MCP server's request
+// is answered from its stream) completes, and the stream goes on after it.
+TEST(CurlHttpClientTest, ARequestFromInsideAStreamsCallbackCompletes) {
+  FakeLlmServer fake;
+  ASSERT_GT(fake.Start(), 0);
+  FakeReply outer;
+  outer.chunks = {"a", "b", "c"};
+  outer.chunk_delay_ms = 20;
+  outer.match = "outer";
+  fake.Enqueue(outer);
+  FakeReply inner;
+  inner.chunks = {"inner reply"};
+  inner.match = "inner";
+  fake.Enqueue(inner);
+  auto http = MakeCurlHttpClient();
+  auto provider = AnthropicOn(fake, *http);
+  struct Nesting : Collect {
+    Provider* provider = nullptr;
+    std::string inner_text;
+    absl::Status inner_status = absl::UnknownError("not run");
+    void OnText(std::string_view t) override {
+      Collect::OnText(t);
+      if (t != "a") return;
+      Collect got;
+      CancelToken cancel;
+      auto r = provider->Stream(Saying("inner"), got, cancel);
+      inner_status = r.status();
+      inner_text = got.text;
+    }
+  } obs;
+  obs.provider = provider.get();
+  CancelToken cancel;
+  auto r = provider->Stream(Saying("outer"), obs, cancel);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(obs.text, "abc");
+  ASSERT_TRUE(obs.inner_status.ok()) << obs.inner_status;
+  EXPECT_EQ(obs.inner_text, "inner reply");
+}
 
 // ---- what a broken or hostile server sends (found by the stream fuzz targets)
 

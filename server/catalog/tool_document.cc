@@ -51,12 +51,14 @@ absl::StatusOr<json> ArgsFromSchema(const json& schema, const std::string& where
       RETURN_IF_ERROR(OptionalString(p, "description",
                                      absl::StrCat(where, ".properties.", name, ".description"),
                                      &description));
+      // The first type named (an empty name names none: "string", as the
+      // normal form reads it).
       if (auto t = p.find("type"); t != p.end()) {
-        if (t->is_string()) {
+        if (t->is_string() && !t->get<std::string>().empty()) {
           type = t->get<std::string>();
         } else if (t->is_array()) {
           for (const auto& x : *t) {
-            if (x.is_string()) {
+            if (x.is_string() && !x.get<std::string>().empty()) {
               type = x.get<std::string>();
               break;
             }

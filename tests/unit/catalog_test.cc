@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "absl/strings/str_cat.h"
 #include "server/catalog/tool_catalog.h"
 #include "server/knowledge/embedder.h"
 #include "server/knowledge/reranker.h"
@@ -14,6 +15,23 @@ namespace {
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
+
+// A schema property whose type names nothing ("" or [""]) is a string, as
+// the normal form reads it: normalizing the result again changes nothing.
+TEST(ToolNormalizeTest, AnEmptySchemaTypeIsAStringAndTheNormalFormIsStable) {
+  for (const char* type : {R"("")", R"([""])", R"(["", "integer"])"}) {
+    auto once = NormalizeToolJson(
+        absl::StrCat(R"({"name":"read_file","description":"Read","inputSchema":{"type":"object",)",
+                     R"("properties":{"path":{"type":)", type, R"(}}}})"));
+    ASSERT_TRUE(once.ok()) << type << ": " << once.status();
+    const std::string want =
+        std::string(type).find("integer") != std::string::npos ? "integer" : "string";
+    EXPECT_EQ(json::parse(*once)["Args"][0]["type"], want) << type;
+    auto again = NormalizeToolJson(*once);
+    ASSERT_TRUE(again.ok()) << again.status();
+    EXPECT_EQ(*again, *once) << type;
+  }
+}
 
 TEST(ToolNormalizeTest, AcceptsEveryShape) {
   auto native = NormalizeToolJson(

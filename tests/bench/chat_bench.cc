@@ -536,18 +536,20 @@ int Main(int argc, char** argv) {
     }
   }
 
-  // --- Many sessions at once: 50 (the baseline) and 200, each alone and then
-  // beside stuck clients. 50 is a load the machine carries, so that is where
-  // "a stuck client slows nobody" can be read.
-  if (load_sessions > 0) {
-    // One load alone, for profiling: `--only load --sessions N`.
-    if (only == "load") only = "load-one";
+  // --- One load alone, for profiling (`--only load --sessions N`): it takes
+  // the place of the load and turn-start phases.
+  const bool one_load = load_sessions > 0;
+  if (one_load && (only.empty() || only == "load")) {
     Daemon& d = fresh();
     std::this_thread::sleep_for(std::chrono::seconds(pause_s));
     PrintLoad("", load_sessions, latency_chunks,
               RunLoad(fake, d, load_sessions, latency_chunks, false));
   }
-  if (only.empty() || only == "load") {
+
+  // --- Many sessions at once: 50 (the baseline) and 200, each alone and then
+  // beside stuck clients. 50 is a load the machine carries, so that is where
+  // "a stuck client slows nobody" can be read.
+  if (!one_load && (only.empty() || only == "load")) {
     for (int sessions : {1, 50, 200}) {
       for (bool stuck : {false, true}) {
         if (sessions == 1 && stuck) continue;
@@ -567,7 +569,7 @@ int Main(int argc, char** argv) {
 
   // --- fwaid's CPU per turn start: turns of one chunk, 1, 50 and 200 at
   // once on a fresh daemon (each turn's few events included).
-  if (only.empty() || only == "load" || only == "turn-start") {
+  if (!one_load && (only.empty() || only == "load" || only == "turn-start")) {
     for (int sessions : {1, 50, 200}) {
       Daemon& d = fresh();
       std::this_thread::sleep_for(std::chrono::seconds(pause_s));

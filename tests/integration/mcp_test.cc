@@ -582,6 +582,17 @@ std::set<std::string> OfferedIn(const json& body) {
 
 // With tools selected per call, a tool retrieved for the request is callable
 // though not offered on that very call; plan mode must refuse it all the same.
+// A session on the daemon's project, created in plan mode (no id if refused).
+fwai::v1::Session PlanModeSession(testing::Daemon& d) {
+  grpc::ClientContext ctx;
+  fwai::v1::CreateSessionRequest req;
+  req.set_project_root(d.project_dir());
+  req.set_mode("plan");
+  fwai::v1::Session s;
+  if (!d.sessions()->Create(&ctx, req, &s).ok()) s.Clear();
+  return s;
+}
+
 TEST(McpDaemonTest, PlanModeRefusesASelectedToolThatChangesThings) {
   testing::FakeLlmServer fake;
   ASSERT_GT(fake.Start(), 0);
@@ -593,12 +604,8 @@ TEST(McpDaemonTest, PlanModeRefusesASelectedToolThatChangesThings) {
   testing::FakeReply done;
   done.chunks = {"ok"};
   fake.Enqueue(done);
-  grpc::ClientContext ctx;
-  fwai::v1::CreateSessionRequest req;
-  req.set_project_root(d.project_dir());
-  req.set_mode("plan");
-  fwai::v1::Session s;
-  ASSERT_TRUE(d.sessions()->Create(&ctx, req, &s).ok());
+  const fwai::v1::Session s = PlanModeSession(d);
+  ASSERT_FALSE(s.id().empty()) << d.log();
   auto turn = testing::RunChat(*d.sessions(), s.id(), "echo back the words I send you");
   ASSERT_TRUE(turn.finished) << d.log();
   const auto reqs = fake.requests();
@@ -633,12 +640,8 @@ TEST(McpDaemonTest, AToolCalledByNameInPlanModeIsStillNeverRun) {
   testing::FakeReply done;
   done.chunks = {"ok"};
   fake.Enqueue(done);
-  grpc::ClientContext ctx;
-  fwai::v1::CreateSessionRequest req;
-  req.set_project_root(d.project_dir());
-  req.set_mode("plan");
-  fwai::v1::Session s;
-  ASSERT_TRUE(d.sessions()->Create(&ctx, req, &s).ok());
+  const fwai::v1::Session s = PlanModeSession(d);
+  ASSERT_FALSE(s.id().empty()) << d.log();
   auto turn = testing::RunChat(*d.sessions(), s.id(), "add two numbers and return the sum");
   ASSERT_TRUE(turn.finished) << d.log();
   const auto reqs = fake.requests();

@@ -822,11 +822,12 @@ absl::Status ParsePluginsSection(ConfigReader& r, const YAML::Node& n, DaemonCon
 
 // `catalog:`.
 absl::Status ParseCatalogSection(ConfigReader& r, const YAML::Node& n, DaemonConfig& c) {
-  CFG_TRY(r.CheckKeys(
-      n, "catalog",
-      {"coarse_slices", "candidates", "grouping", "rrf_k", "vector_weight", "whole_weight",
-       "synonym_weight", "family_weight", "namespace_boost", "reranker", "rerank_weights"}));
+  CFG_TRY(r.CheckKeys(n, "catalog",
+                      {"coarse_slices", "candidates", "grouping", "rrf_k", "vector_weight",
+                       "whole_weight", "synonym_weight", "family_weight", "namespace_boost",
+                       "reranker", "rerank_weights", "hyde", "hyde_weight"}));
   auto& k = c.catalog;
+  if (n["hyde"]) CFG_TRY(BoolField(r, n["hyde"], "catalog.hyde", k.hyde));
   if (n["coarse_slices"])
     CFG_TRY(r.Int(n["coarse_slices"], "catalog.coarse_slices", 1, 10000, k.coarse_slices));
   if (n["candidates"]) CFG_TRY(r.Int(n["candidates"], "catalog.candidates", 1, 1000, k.candidates));
@@ -841,7 +842,8 @@ absl::Status ParseCatalogSection(ConfigReader& r, const YAML::Node& n, DaemonCon
                    {"whole_weight", 0, 100, &k.whole_weight},
                    {"synonym_weight", 0, 1, &k.synonym_weight},
                    {"family_weight", 0, 1, &k.family_weight},
-                   {"namespace_boost", 0, 10, &k.namespace_boost}}));
+                   {"namespace_boost", 0, 10, &k.namespace_boost},
+                   {"hyde_weight", 0, 1, &k.hyde_weight}}));
   if (n["reranker"]) CFG_TRY(ParseReranker(r, n["reranker"], "catalog.reranker", k.reranker));
   if (n["rerank_weights"])
     CFG_TRY(

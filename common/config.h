@@ -137,6 +137,10 @@ struct CatalogConfig {
   double synonym_weight = 0.35;  // query expansion: synonyms (0: off)
   double family_weight = 0.8;    // query expansion: part-number families (0: off)
   double namespace_boost = 0.2;  // a query naming a program prefers its tools (0: off)
+  // With a provider configured: search a hypothetical tool too (one cached
+  // model call per distinct request, before the agent's tool offer).
+  bool hyde = false;
+  double hyde_weight = 1.0;
   // The fine stage: the built-in tool reranker (its feature weights, by
   // feature name, also as catalog.rerank_weights; unset features keep the
   // tool defaults), or a rerank service or the chat provider over the

@@ -1079,6 +1079,9 @@ std::optional<int> Daemon::OpenCatalog() {
   co.synonym_weight = cc.synonym_weight;
   co.family_weight = cc.family_weight;
   co.namespace_boost = cc.namespace_boost;
+  co.hyde_weight = cc.hyde_weight;
+  if (Provider* p = cc.hyde ? SearchProvider("") : nullptr)
+    co.hyde = MakeLlmHypotheticalTool(*p, "");
   RerankWeights tool_weights = ToolCatalogRerankWeights();
   for (const auto& [feature, v] : cc.reranker.weights) SetRerankWeight(tool_weights, feature, v);
   tool_builtin_reranker_ = MakeBuiltinReranker(tool_weights);

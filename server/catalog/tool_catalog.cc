@@ -264,6 +264,121 @@ absl::Status ToolCatalogStore::Remove(const std::string& name) {
   return absl::OkStatus();
 }
 
+namespace {
+
+// The query as the lexical legs search it: its own terms (weight 1), the
+// expansions, and the hypothetical tool's new terms at `hyde_weight`.
+struct CatalogQuery {
+  std::vector<std::string> terms;  // the query's own
+  std::vector<std::pair<std::string, float>> weighted;
+  std::string embed_text;
+  std::string rerank_text;  // what the fine stage reads: the query and the hypothetical tool
+};
+
+CatalogQuery MakeCatalogQuery(const std::string& query, const std::string& hypothetical,
+                              const CatalogOptions& o) {
+  CatalogQuery cq;
+  const std::string words = NameWords(query);
+  Tokenize(words, &cq.terms);
+  ExpansionWeights ew;
+  ew.synonym = static_cast<float>(o.synonym_weight);
+  ew.family = static_cast<float>(o.family_weight);
+  cq.weighted = WeightedQuery(words, cq.terms, ew);
+  cq.embed_text = cq.rerank_text = query;
+  if (hypothetical.empty() || o.hyde_weight <= 0) return cq;
+  std::set<std::string> seen;
+  for (const auto& [t, w] : cq.weighted) seen.insert(t);
+  std::vector<std::string> hterms;
+  Tokenize(NameWords(hypothetical), &hterms);
+  for (auto& t : hterms) {
+    if (seen.insert(t).second) cq.weighted.emplace_back(std::move(t), o.hyde_weight);
+  }
+  absl::StrAppend(&cq.embed_text, "\n", hypothetical);
+  absl::StrAppend(&cq.rerank_text, "\n", hypothetical);
+  return cq;
+}
+
+using Ranked = std::vector<std::pair<uint32_t, double>>;  // slot, score
+
+void SortByScore(Ranked& r) {
+  std::sort(r.begin(), r.end(), [](const auto& a, const auto& b) {
+    return a.second > b.second || (a.second == b.second && a.first < b.first);
+  });
+}
+
+}  // namespace
+
+// The coarse stage: slices (BM25 and vectors, fused) grouped by tool, fused
+// with the whole-document ranking when whole_weight > 0; best first.
+static Ranked CoarseRank(ToolCatalogStore::Impl& m, const CatalogQuery& cq,
+                         const std::vector<float>& qv, CatalogMode mode)
+    ABSL_SHARED_LOCKS_REQUIRED(m.mu) {
+  const size_t n = static_cast<size_t>(m.options.coarse_slices);
+  auto lex = m.slices.Search(cq.weighted, n);
+  auto vec = m.vectors->Search(qv.data(), n);
+  std::unordered_map<uint32_t, double> fused;
+  for (size_t i = 0; i < lex.size(); ++i) fused[lex[i].first] += 1.0 / (m.options.rrf_k + i + 1);
+  for (size_t i = 0; i < vec.size(); ++i)
+    fused[vec[i].first] += m.options.vector_weight / (m.options.rrf_k + i + 1);
+  Ranked slice_order(fused.begin(), fused.end());
+  SortByScore(slice_order);
+  if (slice_order.size() > n) slice_order.resize(n);
+  std::unordered_map<uint32_t, double> group;  // slices grouped by tool
+  for (size_t r = 0; r < slice_order.size(); ++r) {
+    const double g = m.options.grouping == "rrf" ? 1.0 / (m.options.rrf_k + r + 1) : 1.0 / (r + 1);
+    group[m.slice_tool[slice_order[r].first]] += g;
+  }
+  Ranked ranked(group.begin(), group.end());
+  SortByScore(ranked);
+  if (m.options.whole_weight > 0 && mode == CatalogMode::kSlicesRerank) {
+    std::unordered_map<uint32_t, double> fused_tools;
+    for (size_t i = 0; i < ranked.size(); ++i)
+      fused_tools[ranked[i].first] += 1.0 / (m.options.rrf_k + i + 1);
+    auto whole_hits = m.docs.Search(cq.weighted, n);
+    for (size_t i = 0; i < whole_hits.size(); ++i)
+      fused_tools[whole_hits[i].first] += m.options.whole_weight / (m.options.rrf_k + i + 1);
+    ranked.assign(fused_tools.begin(), fused_tools.end());
+    SortByScore(ranked);
+  }
+  return ranked;
+}
+
+// The fine stage over the pool: the reranker scores each candidate's whole
+// document (with its whole-document BM25 score and its coarse score), a
+// named program's tools raised; reorders `ranked`.
+static absl::Status Rerank(ToolCatalogStore::Impl& m, const CatalogQuery& cq,
+                           const std::function<bool(uint32_t)>& names_program, Ranked& ranked)
+    ABSL_SHARED_LOCKS_REQUIRED(m.mu) {
+  std::unordered_map<uint32_t, double> in_pool;
+  for (const auto& [slot, s] : ranked) in_pool[slot] = 0;
+  auto whole_scores = m.docs.Search(cq.weighted, in_pool.size(),
+                                    [&](uint32_t slot) { return in_pool.count(slot) > 0; });
+  const double best_whole =
+      whole_scores.empty() ? 1.0 : std::max<double>(whole_scores[0].second, 1e-9);
+  for (const auto& [slot, sc] : whole_scores) in_pool[slot] = sc / best_whole;
+  std::vector<RerankCandidate> cands;
+  for (const auto& [slot, s] : ranked) {
+    RerankCandidate c;
+    c.text = m.whole[slot];
+    c.context = NameWords(m.tools[slot].name);
+    c.lexical_norm = in_pool[slot];
+    c.fused_norm = s;
+    cands.push_back(std::move(c));
+  }
+  ASSIGN_OR_RETURN(auto scores, m.reranker.Score(cq.rerank_text, cands));
+  // A query that names the program ("with OpenOCD", "in gdb", "on GitHub")
+  // prefers that program's tools: the namespace of the ToolName.
+  if (m.options.namespace_boost > 0) {
+    for (size_t i = 0; i < ranked.size(); ++i) {
+      if (names_program(ranked[i].first)) scores[i] *= 1.0 + m.options.namespace_boost;
+    }
+  }
+  for (size_t i = 0; i < ranked.size(); ++i) ranked[i].second = scores[i];
+  std::stable_sort(ranked.begin(), ranked.end(),
+                   [](const auto& a, const auto& b) { return a.second > b.second; });
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::vector<ToolHitRecord>> ToolCatalogStore::Search(const std::string& query,
                                                                     int top_k, CatalogMode mode) {
   Impl& m = *impl_;
@@ -272,23 +387,20 @@ absl::StatusOr<std::vector<ToolHitRecord>> ToolCatalogStore::Search(const std::s
   if (query.size() > 4096) return absl::InvalidArgumentError("query: at most 4096 characters");
   if (top_k < 1 || top_k > 100)
     return absl::InvalidArgumentError(absl::StrCat("top_k: ", top_k, "; expected 1..100"));
-  std::vector<std::string> q;
-  const std::string words = NameWords(query);
-  Tokenize(words, &q);
-  ExpansionWeights ew;
-  ew.synonym = static_cast<float>(m.options.synonym_weight);
-  ew.family = static_cast<float>(m.options.family_weight);
-  const auto wq = WeightedQuery(words, q, ew);
+  // The hypothetical tool (a model call, cached by its maker): outside locks.
+  std::string hypothetical;
+  if (mode == CatalogMode::kSlicesRerank && m.options.hyde && m.options.hyde_weight > 0)
+    hypothetical = m.options.hyde(query).substr(0, 4096);
+  const CatalogQuery cq = MakeCatalogQuery(query, hypothetical, m.options);
   std::vector<float> qv;
   if (mode != CatalogMode::kWholeLexical) {
-    ASSIGN_OR_RETURN(auto v, m.embedder.Embed({query}, true));
+    ASSIGN_OR_RETURN(auto v, m.embedder.Embed({cq.embed_text}, true));
     qv = std::move(v[0]);
   }
   ReaderMutexLock lock(&m.mu);
   // Programs the query names ("with OpenOCD", "in gdb", "on GitHub").
-  const std::set<std::string> qset(q.begin(), q.end());
   std::set<std::string> named_ns;
-  for (const auto& w : qset) {
+  for (const auto& w : cq.terms) {
     if (m.all_ns.count(w)) named_ns.insert(w);
   }
   auto names_program = [&](uint32_t slot) ABSL_SHARED_LOCKS_REQUIRED(m.mu) {
@@ -298,59 +410,23 @@ absl::StatusOr<std::vector<ToolHitRecord>> ToolCatalogStore::Search(const std::s
     }
     return false;
   };
-  std::vector<std::pair<uint32_t, double>> ranked;  // slot, score
+  Ranked ranked;
   if (mode == CatalogMode::kWholeLexical) {
-    for (const auto& [slot, s] : m.docs.Search(q, top_k)) ranked.emplace_back(slot, s);
+    for (const auto& [slot, s] : m.docs.Search(cq.terms, top_k)) ranked.emplace_back(slot, s);
     const double best = ranked.empty() ? 1.0 : std::max(ranked[0].second, 1e-9);
     for (auto& r : ranked) r.second /= best;
   } else {
-    const size_t n = static_cast<size_t>(m.options.coarse_slices);
-    auto lex = m.slices.Search(wq, n);
-    auto vec = m.vectors->Search(qv.data(), n);
-    std::unordered_map<uint32_t, double> fused;
-    for (size_t i = 0; i < lex.size(); ++i) fused[lex[i].first] += 1.0 / (m.options.rrf_k + i + 1);
-    for (size_t i = 0; i < vec.size(); ++i)
-      fused[vec[i].first] += m.options.vector_weight / (m.options.rrf_k + i + 1);
-    std::vector<std::pair<uint32_t, double>> slice_order(fused.begin(), fused.end());
-    std::sort(slice_order.begin(), slice_order.end(), [](const auto& a, const auto& b) {
-      return a.second > b.second || (a.second == b.second && a.first < b.first);
-    });
-    if (slice_order.size() > n) slice_order.resize(n);
-    // Group slices by tool.
-    std::unordered_map<uint32_t, double> group;
-    for (size_t r = 0; r < slice_order.size(); ++r) {
-      const double g =
-          m.options.grouping == "rrf" ? 1.0 / (m.options.rrf_k + r + 1) : 1.0 / (r + 1);
-      group[m.slice_tool[slice_order[r].first]] += g;
-    }
-    ranked.assign(group.begin(), group.end());
-    std::sort(ranked.begin(), ranked.end(), [](const auto& a, const auto& b) {
-      return a.second > b.second || (a.second == b.second && a.first < b.first);
-    });
-    if (m.options.whole_weight > 0 && mode == CatalogMode::kSlicesRerank) {
-      // Fuse the slice groups with a whole-document ranking.
-      std::unordered_map<uint32_t, double> fused_tools;
-      for (size_t i = 0; i < ranked.size(); ++i)
-        fused_tools[ranked[i].first] += 1.0 / (m.options.rrf_k + i + 1);
-      auto whole_hits = m.docs.Search(wq, n);
-      for (size_t i = 0; i < whole_hits.size(); ++i) {
-        fused_tools[whole_hits[i].first] += m.options.whole_weight / (m.options.rrf_k + i + 1);
-      }
-      ranked.assign(fused_tools.begin(), fused_tools.end());
-      std::sort(ranked.begin(), ranked.end(), [](const auto& a, const auto& b) {
-        return a.second > b.second || (a.second == b.second && a.first < b.first);
-      });
-    }
-    const size_t keep =
-        mode == CatalogMode::kSlicesRerank ? std::max<size_t>(m.options.candidates, top_k) : top_k;
+    ranked = CoarseRank(m, cq, qv, mode);
+    const bool rerank = mode == CatalogMode::kSlicesRerank;
+    const size_t keep = rerank ? std::max<size_t>(m.options.candidates, top_k) : top_k;
     if (ranked.size() > keep) ranked.resize(keep);
-    if (mode == CatalogMode::kSlicesRerank && m.options.namespace_boost > 0 && !named_ns.empty()) {
+    if (rerank && m.options.namespace_boost > 0 && !named_ns.empty()) {
       // The best whole-document matches within the named program join the pool.
       std::unordered_set<uint32_t> in_pool;
       for (const auto& r : ranked) in_pool.insert(r.first);
       const double floor = ranked.empty() ? 0.0 : ranked.back().second;
       for (const auto& [slot, sc] :
-           m.docs.Search(wq, 5, [&](uint32_t slot) ABSL_SHARED_LOCKS_REQUIRED(m.mu) {
+           m.docs.Search(cq.weighted, 5, [&](uint32_t slot) ABSL_SHARED_LOCKS_REQUIRED(m.mu) {
              return names_program(slot) && !in_pool.count(slot);
            })) {
         ranked.emplace_back(slot, floor);
@@ -358,36 +434,7 @@ absl::StatusOr<std::vector<ToolHitRecord>> ToolCatalogStore::Search(const std::s
     }
     const double best = ranked.empty() ? 1.0 : std::max(ranked[0].second, 1e-12);
     for (auto& r : ranked) r.second /= best;
-    if (mode == CatalogMode::kSlicesRerank && !ranked.empty()) {
-      // The reranker also sees each candidate's whole-document BM25 score.
-      std::unordered_map<uint32_t, double> in_pool;
-      for (const auto& [slot, s] : ranked) in_pool[slot] = 0;
-      auto whole_scores =
-          m.docs.Search(wq, in_pool.size(), [&](uint32_t slot) { return in_pool.count(slot) > 0; });
-      const double best_whole =
-          whole_scores.empty() ? 1.0 : std::max<double>(whole_scores[0].second, 1e-9);
-      for (const auto& [slot, sc] : whole_scores) in_pool[slot] = sc / best_whole;
-      std::vector<RerankCandidate> cands;
-      for (const auto& [slot, s] : ranked) {
-        RerankCandidate c;
-        c.text = m.whole[slot];
-        c.context = NameWords(m.tools[slot].name);
-        c.lexical_norm = in_pool[slot];
-        c.fused_norm = s;
-        cands.push_back(std::move(c));
-      }
-      ASSIGN_OR_RETURN(auto scores, m.reranker.Score(query, cands));
-      // A query that names the program ("with OpenOCD", "in gdb", "on GitHub")
-      // prefers that program's tools: the namespace of the ToolName.
-      if (m.options.namespace_boost > 0 && !named_ns.empty()) {
-        for (size_t i = 0; i < ranked.size(); ++i) {
-          if (names_program(ranked[i].first)) scores[i] *= 1.0 + m.options.namespace_boost;
-        }
-      }
-      for (size_t i = 0; i < ranked.size(); ++i) ranked[i].second = scores[i];
-      std::stable_sort(ranked.begin(), ranked.end(),
-                       [](const auto& a, const auto& b) { return a.second > b.second; });
-    }
+    if (rerank && !ranked.empty()) RETURN_IF_ERROR(Rerank(m, cq, names_program, ranked));
   }
   std::vector<ToolHitRecord> out;
   for (const auto& [slot, s] : ranked) {

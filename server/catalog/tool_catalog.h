@@ -4,11 +4,13 @@
 // per argument (name + description + enum values), tagged with the tool's
 // uuid; only slices are indexed (BM25 + vectors, rebuilt in memory at open).
 // Search: top-N slices -> group by uuid (sum of 1/(rank+1), or RRF) -> M
-// candidate tools -> rerank the whole documents -> top-K.
+// candidate tools -> rerank the whole documents -> top-K. With a model, the
+// query may be widened by a hypothetical tool first (CatalogOptions::hyde).
 //
 // Thread-safe: writers are serialized; searches run concurrently.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <set>
@@ -41,6 +43,16 @@ struct CatalogOptions {
   // github ...) adds that program's best matches to the rerank pool and
   // multiplies their reranked scores by 1 + this (0: off).
   double namespace_boost = 0.2;
+  // The hypothetical tool (HyDE for tools): for a request that names no
+  // command, the tool a model says an engineer would run, with a line of
+  // what it does; its words join the query at `hyde_weight` (terms the query
+  // has already are not counted twice) in the slice-and-rerank mode, and the
+  // fine stage reads the query and the hypothetical tool together. Called
+  // outside locks, once per search (the maker caches); "" adds nothing.
+  // Null or weight 0: off (not called). The weight and reading it in the
+  // fine stage were chosen by cross-validation on the tool development set.
+  std::function<std::string(const std::string&)> hyde;
+  double hyde_weight = 1.0;
 };
 
 struct ToolRecord {

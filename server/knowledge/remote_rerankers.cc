@@ -208,14 +208,20 @@ std::function<std::vector<std::string>(const std::string&)> MakeLlmQueryRewriter
   };
 }
 
-std::function<std::string(const std::string&)> MakeLlmHypotheticalAnswer(Provider& provider,
-                                                                         std::string model) {
+namespace {
+
+// A short passage the chat model writes for `instruction` + the query;
+// cached per query (a failure too, as ""), trimmed, at most 4,000 bytes.
+std::function<std::string(const std::string&)> CachedModelPassage(Provider& provider,
+                                                                  std::string model,
+                                                                  std::string instruction,
+                                                                  std::string what) {
   struct Cache {
     Mutex mu;
     std::map<std::string, std::string> entries ABSL_GUARDED_BY(mu);
   };
   auto cache = std::make_shared<Cache>();
-  return [&provider, model, cache](const std::string& query) -> std::string {
+  return [&provider, model, instruction, what, cache](const std::string& query) -> std::string {
     {
       MutexLock lock(&cache->mu);
       auto it = cache->entries.find(query);
@@ -226,17 +232,7 @@ std::function<std::string(const std::string&)> MakeLlmHypotheticalAnswer(Provide
     req.max_tokens = 300;
     req.temperature = 0;
     req.messages.push_back(
-        {"user",
-         json::array(
-             {{{"type", "text"},
-               {"text",
-                absl::StrCat("Write the passage of a microcontroller datasheet, reference manual, "
-                             "devicetree binding or driver document that answers this question: "
-                             "3 to 5 sentences in that document's own words (register, bit, "
-                             "signal, property and option names where you know them). If you "
-                             "are unsure of a detail, write what such a passage would say. Reply "
-                             "with the passage only.\n\nQuestion: ",
-                             query)}}})});
+        {"user", json::array({{{"type", "text"}, {"text", absl::StrCat(instruction, query)}}})});
     CollectText obs;
     CancelToken never;
     std::string out;
@@ -245,13 +241,39 @@ std::function<std::string(const std::string&)> MakeLlmHypotheticalAnswer(Provide
       out = obs.text.substr(0, 4000);
       while (!out.empty() && (out.back() == ' ' || out.back() == '\n')) out.pop_back();
     } else {
-      spdlog::warn("hypothetical answer failed: {}", r.status().ToString());
+      spdlog::warn("{} failed: {}", what, r.status().ToString());
     }
     MutexLock lock(&cache->mu);
     if (cache->entries.size() > 1000) cache->entries.clear();
     cache->entries[query] = out;
     return out;
   };
+}
+
+}  // namespace
+
+std::function<std::string(const std::string&)> MakeLlmHypotheticalAnswer(Provider& provider,
+                                                                         std::string model) {
+  return CachedModelPassage(
+      provider, std::move(model),
+      "Write the passage of a microcontroller datasheet, reference manual, devicetree binding or "
+      "driver document that answers this question: 3 to 5 sentences in that document's own words "
+      "(register, bit, signal, property and option names where you know them). If you are unsure "
+      "of a detail, write what such a passage would say. Reply with the passage only.\n\n"
+      "Question: ",
+      "hypothetical answer");
+}
+
+std::function<std::string(const std::string&)> MakeLlmHypotheticalTool(Provider& provider,
+                                                                       std::string model) {
+  return CachedModelPassage(
+      provider, std::move(model),
+      "A firmware engineer asks for the request below. Which command or tool would an engineer "
+      "run for it? Name the program and the command as typed (for example `gdb: watch VAR`, "
+      "`openocd: flash write_image FILE`, `git log`, or an MCP server's tool), then say in one or "
+      "two sentences what it does, in the words of that program's manual. If more than one "
+      "command fits, name up to three, one per line. Reply with that only.\n\nRequest: ",
+      "hypothetical tool");
 }
 
 std::unique_ptr<Reranker> MakeHttpReranker(HttpRerankerConfig config, HttpClient& http,

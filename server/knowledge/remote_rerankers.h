@@ -47,4 +47,11 @@ std::function<std::vector<std::string>(const std::string&)> MakeLlmQueryRewriter
 std::function<std::string(const std::string&)> MakeLlmHypotheticalAnswer(Provider& provider,
                                                                          std::string model);
 
+// Hypothetical tool (HyDE for the tool catalog) with the chat provider: the
+// command(s) an engineer would run for a request, with a line of what each
+// does in its manual's words; cached per query (thread-safe). Any failure
+// yields "" (nothing extra is searched).
+std::function<std::string(const std::string&)> MakeLlmHypotheticalTool(Provider& provider,
+                                                                       std::string model);
+
 }  // namespace fwai

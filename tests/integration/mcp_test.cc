@@ -728,6 +728,39 @@ TEST(McpDaemonTest, LargeToolSetsAreOfferedPerRequestWithToolSearch) {
   EXPECT_TRUE(nine_back);
 }
 
+// With catalog.hyde, the model names the tool for a request that names no
+// command (a hypothetical tool), and the offer takes it; the request is made
+// once per distinct request text.
+TEST(McpDaemonTest, AHypotheticalToolBringsTheRightToolIntoTheOffer) {
+  testing::FakeLlmServer fake;
+  ASSERT_GT(fake.Start(), 0);
+  testing::Daemon d(&fake, SelectingEverything() + "catalog:\n  hyde: true\n");
+  ASSERT_TRUE(d.Start()) << d.log();
+  testing::FakeReply tool;
+  tool.match = "Which command or tool would an engineer run";
+  tool.chunks = {"everything server: get-sum A B\nReturns the sum of two numbers."};
+  fake.Enqueue(tool);
+  testing::FakeReply done;
+  done.chunks = {"5"};
+  fake.Enqueue(done);
+  auto s = d.CreateSession();
+  const std::string request = "what do 2 and 3 make together?";
+  auto turn = testing::RunChat(*d.sessions(), s.id(), request);
+  ASSERT_TRUE(turn.finished) << d.log();
+  const auto reqs = fake.requests();
+  ASSERT_EQ(reqs.size(), 2u);
+  EXPECT_NE(reqs[0].body.dump().find(request), std::string::npos);
+  EXPECT_TRUE(OfferedIn(reqs[1].body).count("mcp_everything_get-sum")) << reqs[1].body.dump();
+  // The same words again: the hypothetical tool is not asked for twice.
+  testing::FakeReply again;
+  again.chunks = {"still 5"};
+  fake.Enqueue(again);
+  auto second = testing::RunChat(*d.sessions(), s.id(), request);
+  ASSERT_TRUE(second.finished) << d.log();
+  ASSERT_EQ(fake.requests().size(), 3u);
+  EXPECT_TRUE(OfferedIn(fake.requests()[2].body).count("mcp_everything_get-sum"));
+}
+
 // A wrong call teaches the next offer: a made-up tool name brings the tools
 // nearest to it, a real tool called before it was offered is offered, and
 // each offered tool says why it is.

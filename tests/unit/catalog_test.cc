@@ -82,11 +82,11 @@ class CatalogTest : public ::testing::Test {
     storage_.reset();
     fs::remove_all(dir_);
   }
-  void Open() {
+  void Open(CatalogOptions options = {}) {
     catalog_.reset();
     storage_.reset();
     storage_ = *Storage::Open(dir_);
-    auto c = ToolCatalogStore::Open(*storage_, {}, *embedder_, *reranker_);
+    auto c = ToolCatalogStore::Open(*storage_, std::move(options), *embedder_, *reranker_);
     ASSERT_TRUE(c.ok()) << c.status();
     catalog_ = *std::move(c);
   }
@@ -216,6 +216,54 @@ TEST_F(CatalogTest, NamingTheProgramOrTheChipFamilyPicksItsTool) {
   hits = catalog_->Search("wipe the program memory of an nRF52832 in one go", 3);
   ASSERT_TRUE(hits.ok());
   EXPECT_EQ((*hits)[0].tool.name, "openocd.nrf5_mass_erase");
+}
+
+TEST_F(CatalogTest, AHypotheticalToolFindsARequestThatNamesNoCommand) {
+  // The request shares words with the wrong tools only; a model's
+  // hypothetical tool names the right one.
+  const std::vector<std::string> docs = {
+      R"({"ToolName":"openocd.wp","ToolDescription":"Set a data watchpoint at address for length bytes; access is r, w or a.","Args":[{"ArgName":"address","ArgDescription":"data address"}]})",
+      R"({"ToolName":"gdb.break","ToolDescription":"Set a breakpoint at a line of the firmware so the core stops there.","Args":[]})",
+      R"({"ToolName":"openocd.halt","ToolDescription":"Stop the core of the target whenever asked.","Args":[]})",
+      R"({"ToolName":"gdb.set_var","ToolDescription":"Write a value to a variable of the firmware.","Args":[]})",
+      R"({"ToolName":"openocd.reset_halt","ToolDescription":"Reset the target and halt it immediately.","Args":[]})",
+  };
+  const std::string request = "stop the core whenever the firmware writes to this variable";
+  ASSERT_TRUE(catalog_->Register(docs).ok());
+  auto plain = catalog_->Search(request, 5);
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  ASSERT_NE((*plain)[0].tool.name, "openocd.wp");
+
+  std::vector<std::string> asked;
+  std::string answer = "openocd: wp ADDRESS LENGTH w - a data watchpoint on the address";
+  CatalogOptions o;
+  o.hyde = [&](const std::string& q) {
+    asked.push_back(q);
+    return answer;
+  };
+  Open(o);
+  auto hits = catalog_->Search(request, 5);
+  ASSERT_TRUE(hits.ok()) << hits.status();
+  EXPECT_EQ((*hits)[0].tool.name, "openocd.wp");
+  EXPECT_EQ(asked, std::vector<std::string>{request});
+  // Only the offer's mode asks the model; the other modes stay plain.
+  ASSERT_TRUE(catalog_->Search(request, 5, CatalogMode::kSlices).ok());
+  ASSERT_TRUE(catalog_->Search(request, 5, CatalogMode::kWholeLexical).ok());
+  EXPECT_EQ(asked.size(), 1u);
+  // No answer (the model failed): the plain ranking, nothing lost.
+  answer = "";
+  hits = catalog_->Search(request, 5);
+  ASSERT_TRUE(hits.ok());
+  ASSERT_EQ(hits->size(), plain->size());
+  for (size_t i = 0; i < hits->size(); ++i) EXPECT_EQ((*hits)[i].tool.name, (*plain)[i].tool.name);
+  // At weight 0 the model is not asked.
+  answer = "openocd: wp ADDRESS LENGTH w - a data watchpoint on the address";
+  o.hyde_weight = 0;
+  Open(o);
+  hits = catalog_->Search(request, 5);
+  ASSERT_TRUE(hits.ok());
+  EXPECT_EQ((*hits)[0].tool.name, (*plain)[0].tool.name);
+  EXPECT_EQ(asked.size(), 2u);
 }
 
 }  // namespace

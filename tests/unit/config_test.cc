@@ -149,6 +149,15 @@ TEST(ConfigTest, RerankWeightsAndDocumentLegs) {
   EXPECT_EQ(c->knowledge.reranker.weights,
             (std::map<std::string, double>{{"coverage", 0.7}, {"named", 0.2}}));
   EXPECT_EQ(c->catalog.reranker.weights, (std::map<std::string, double>{{"lexical", 1.2}}));
+  auto hyde = ParseConfig("catalog:\n  hyde: true\n  hyde_weight: 0.5\n", "fwaid.yaml");
+  ASSERT_TRUE(hyde.ok()) << hyde.status();
+  EXPECT_TRUE(hyde->catalog.hyde);
+  EXPECT_EQ(hyde->catalog.hyde_weight, 0.5);
+  auto bad_hyde = ParseConfig("catalog:\n  hyde: sometimes\n", "fwaid.yaml");
+  ASSERT_FALSE(bad_hyde.ok());
+  EXPECT_NE(std::string(bad_hyde.status().message()).find("catalog.hyde"), std::string::npos)
+      << bad_hyde.status();
+  EXPECT_FALSE(ParseConfig("catalog:\n  hyde_weight: 2\n", "fwaid.yaml").ok());
   auto bad = ParseConfig("catalog:\n  rerank_weights: {coverage: 0.3, lexcial: 1}\n", "fwaid.yaml");
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(std::string(bad.status().message()).find("fwaid.yaml:2"), std::string::npos)

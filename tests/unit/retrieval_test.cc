@@ -595,16 +595,21 @@ TEST_F(RetrievalTest, AHypotheticalAnswerFindsTheDocumentAQuestionDoesNotName) {
   EXPECT_EQ(calls, 1);
 }
 
-TEST(ModelQueriesTest, HypotheticalAnswerAndRewritesFromTheFakeProvider) {
-  testing::FakeLlmServer fake;
-  ASSERT_GT(fake.Start(), 0);
-  auto http = MakeCurlHttpClient();
+// An Anthropic provider on the fake service, one attempt per request.
+std::unique_ptr<Provider> FakeAnthropic(testing::FakeLlmServer& fake, HttpClient& http) {
   ProviderConfig pc;
   pc.name = pc.kind = "anthropic";
   pc.api_key = "k";
   pc.base_url = fake.anthropic_base_url();
   pc.model = "claude-test";
-  auto provider = MakeProvider(pc, RetryConfig{1, 10, 10}, *http);
+  return MakeProvider(pc, RetryConfig{1, 10, 10}, http);
+}
+
+TEST(ModelQueriesTest, HypotheticalAnswerAndRewritesFromTheFakeProvider) {
+  testing::FakeLlmServer fake;
+  ASSERT_GT(fake.Start(), 0);
+  auto http = MakeCurlHttpClient();
+  auto provider = FakeAnthropic(fake, *http);
   auto hyde = MakeLlmHypotheticalAnswer(*provider, "");
   testing::FakeReply reply;
   reply.chunks = {"Write 0xAAAA to IWDG_KR ", "to reload the watchdog.\n"};
@@ -619,6 +624,26 @@ TEST(ModelQueriesTest, HypotheticalAnswerAndRewritesFromTheFakeProvider) {
   EXPECT_NE(prompt.find("datasheet"), std::string::npos);
   fake.Stop();
   EXPECT_EQ(hyde("another question"), "");  // failure: nothing extra is searched
+}
+
+TEST(ModelQueriesTest, HypotheticalToolFromTheFakeProvider) {
+  testing::FakeLlmServer fake;
+  ASSERT_GT(fake.Start(), 0);
+  auto http = MakeCurlHttpClient();
+  auto provider = FakeAnthropic(fake, *http);
+  auto tool = MakeLlmHypotheticalTool(*provider, "");
+  testing::FakeReply reply;
+  reply.chunks = {"openocd: wp ADDRESS 4 w\n", "Sets a data watchpoint.\n\n"};
+  fake.Enqueue(reply);
+  const std::string request = "halt whenever the firmware writes to this variable";
+  EXPECT_EQ(tool(request), "openocd: wp ADDRESS 4 w\nSets a data watchpoint.");
+  EXPECT_EQ(tool(request), "openocd: wp ADDRESS 4 w\nSets a data watchpoint.");
+  ASSERT_EQ(fake.request_count(), 1u);  // cached
+  const std::string prompt = fake.requests()[0].body.dump();
+  EXPECT_NE(prompt.find(request), std::string::npos);
+  EXPECT_NE(prompt.find("command"), std::string::npos);
+  fake.Stop();
+  EXPECT_EQ(tool("another request"), "");  // failure: nothing extra is searched
 }
 
 TEST(Bm25ImageTest, ASavedImageCatchesUpWithWritesMadeAfterItsCopy) {

@@ -38,6 +38,13 @@ bool IsValidUtf8(std::string_view s) {
   return true;
 }
 
+std::string_view Utf8Prefix(std::string_view s, size_t max_bytes) {
+  if (s.size() <= max_bytes) return s;
+  size_t n = max_bytes;
+  while (n > 0 && (static_cast<unsigned char>(s[n]) & 0xC0) == 0x80) --n;
+  return s.substr(0, n);
+}
+
 std::string ToValidUtf8(std::string_view s) {
   std::string out;
   out.reserve(s.size());

@@ -19,4 +19,8 @@ bool IsValidUtf8(std::string_view s);
 // U+FFFD.
 std::string ToValidUtf8(std::string_view s);
 
+// The longest prefix of `s` of at most `max_bytes` that does not end inside a
+// multi-byte sequence (a cut that keeps valid UTF-8 valid).
+std::string_view Utf8Prefix(std::string_view s, size_t max_bytes);
+
 }  // namespace fwai

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Scores fwai tools search --batch runs: recall@1, recall@5, MRR@10 per kind
-and overall, with p50/p95 of the daemon's took_ms; then compares the last run
+and overall, with p50/p95 of the daemon's took_ms; then compares every run
 with the whole-document BM25 peer run on the same queries (per kind, ratios,
 the targets).
 Each run is compared with the peer per kind, with 95% paired bootstrap

@@ -48,6 +48,7 @@
 #include "common/status_macros.h"
 #include "common/thread_pool.h"
 #include "common/thread_priority.h"
+#include "common/utf8.h"
 #include "fwai/v1/events.pb.h"
 #include "server/agent/turn_manager.h"
 #include "server/api/api.h"
@@ -1080,8 +1081,11 @@ std::optional<int> Daemon::OpenCatalog() {
   co.family_weight = cc.family_weight;
   co.namespace_boost = cc.namespace_boost;
   co.hyde_weight = cc.hyde_weight;
-  if (Provider* p = cc.hyde ? SearchProvider("") : nullptr)
+  if (Provider* p = cc.hyde ? SearchProvider("") : nullptr) {
     co.hyde = MakeLlmHypotheticalTool(*p, "");
+  } else if (cc.hyde) {
+    spdlog::warn("catalog.hyde: no provider is configured; tools are searched without a model");
+  }
   RerankWeights tool_weights = ToolCatalogRerankWeights();
   for (const auto& [feature, v] : cc.reranker.weights) SetRerankWeight(tool_weights, feature, v);
   tool_builtin_reranker_ = MakeBuiltinReranker(tool_weights);
@@ -1389,7 +1393,7 @@ std::optional<int> Daemon::StartSessions() {
   turns_ = std::make_unique<TurnManager>(
       *sessions_, config_, providers_, tools_, [catalog](const std::string& query, int k) {
         std::vector<std::string> names;
-        auto hits = catalog->Search(query.substr(0, 4096), std::clamp(k, 1, 100));
+        auto hits = catalog->Search(std::string(Utf8Prefix(query, 4096)), std::clamp(k, 1, 100));
         if (hits.ok()) {
           for (const auto& h : *hits) names.push_back(h.tool.name);
         }

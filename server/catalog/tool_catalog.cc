@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/mutex.h"
 #include "common/status_macros.h"
+#include "common/utf8.h"
 #include "server/knowledge/bm25_index.h"
 #include "server/knowledge/embedder.h"
 #include "server/knowledge/query_expansion.h"
@@ -290,6 +291,7 @@ CatalogQuery MakeCatalogQuery(const std::string& query, const std::string& hypot
   for (const auto& [t, w] : cq.weighted) seen.insert(t);
   std::vector<std::string> hterms;
   Tokenize(NameWords(hypothetical), &hterms);
+  if (hterms.empty()) return cq;  // no words (punctuation only): nothing to add
   for (auto& t : hterms) {
     if (seen.insert(t).second) cq.weighted.emplace_back(std::move(t), o.hyde_weight);
   }
@@ -389,8 +391,13 @@ absl::StatusOr<std::vector<ToolHitRecord>> ToolCatalogStore::Search(const std::s
     return absl::InvalidArgumentError(absl::StrCat("top_k: ", top_k, "; expected 1..100"));
   // The hypothetical tool (a model call, cached by its maker): outside locks.
   std::string hypothetical;
-  if (mode == CatalogMode::kSlicesRerank && m.options.hyde && m.options.hyde_weight > 0)
-    hypothetical = m.options.hyde(query).substr(0, 4096);
+  if (mode == CatalogMode::kSlicesRerank && m.options.hyde && m.options.hyde_weight > 0) {
+    try {
+      hypothetical = std::string(Utf8Prefix(m.options.hyde(query), 4096));
+    } catch (const std::exception&) {
+      hypothetical.clear();  // the request alone, as when the model fails
+    }
+  }
   const CatalogQuery cq = MakeCatalogQuery(query, hypothetical, m.options);
   std::vector<float> qv;
   if (mode != CatalogMode::kWholeLexical) {

@@ -46,8 +46,9 @@ struct CatalogOptions {
   // The hypothetical tool (HyDE for tools): for a request that names no
   // command, the tool a model says an engineer would run, with a line of
   // what it does; its words join the query at `hyde_weight` (terms the query
-  // has already are not counted twice) in the slice-and-rerank mode, and the
-  // fine stage reads the query and the hypothetical tool together. Called
+  // has already are not counted twice) in the slice-and-rerank mode, its text
+  // the query's vector, and the fine stage reads the query and the
+  // hypothetical tool together. Called
   // outside locks, once per search (the maker caches); "" adds nothing.
   // Null or weight 0: off (not called). The weight and reading it in the
   // fine stage were chosen by cross-validation on the tool development set.

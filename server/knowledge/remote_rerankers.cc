@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/mutex.h"
+#include "common/utf8.h"
 #include "server/llm/http_client.h"
 #include "server/llm/provider.h"
 
@@ -236,12 +237,17 @@ std::function<std::string(const std::string&)> CachedModelPassage(Provider& prov
     CollectText obs;
     CancelToken never;
     std::string out;
-    auto r = provider.Stream(req, obs, never);
+    absl::Status r;
+    try {
+      r = provider.Stream(req, obs, never).status();
+    } catch (const std::exception& e) {  // a provider must not take the search down
+      r = absl::InternalError(e.what());
+    }
     if (r.ok()) {
-      out = obs.text.substr(0, 4000);
+      out = std::string(Utf8Prefix(obs.text, 4000));
       while (!out.empty() && (out.back() == ' ' || out.back() == '\n')) out.pop_back();
     } else {
-      spdlog::warn("{} failed: {}", what, r.status().ToString());
+      spdlog::warn("{} failed: {}", what, r.ToString());
     }
     MutexLock lock(&cache->mu);
     if (cache->entries.size() > 1000) cache->entries.clear();

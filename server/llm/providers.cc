@@ -164,7 +164,8 @@ class HttpProvider : public Provider {
     http_req.headers.push_back("Content-Type: application/json");
     http_req.headers.push_back(Ndjson() ? "Accept: application/x-ndjson"
                                         : "Accept: text/event-stream");
-    http_req.body = Body(request).dump();
+    // Text cut mid-character anywhere upstream is sent as U+FFFD, not thrown.
+    http_req.body = Body(request).dump(-1, ' ', false, json::error_handler_t::replace);
     http_req.connect_timeout_s = config_.connect_timeout_s;
     http_req.idle_timeout_s = config_.idle_timeout_s;
     std::mt19937 rng(std::random_device{}());

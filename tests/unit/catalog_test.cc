@@ -230,6 +230,7 @@ TEST_F(CatalogTest, AHypotheticalToolFindsARequestThatNamesNoCommand) {
   };
   const std::string request = "stop the core whenever the firmware writes to this variable";
   ASSERT_TRUE(catalog_->Register(docs).ok());
+  Open();  // as reopened below: the same slots, so ties break the same way
   auto plain = catalog_->Search(request, 5);
   ASSERT_TRUE(plain.ok()) << plain.status();
   ASSERT_NE((*plain)[0].tool.name, "openocd.wp");

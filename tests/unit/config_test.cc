@@ -149,15 +149,6 @@ TEST(ConfigTest, RerankWeightsAndDocumentLegs) {
   EXPECT_EQ(c->knowledge.reranker.weights,
             (std::map<std::string, double>{{"coverage", 0.7}, {"named", 0.2}}));
   EXPECT_EQ(c->catalog.reranker.weights, (std::map<std::string, double>{{"lexical", 1.2}}));
-  auto hyde = ParseConfig("catalog:\n  hyde: true\n  hyde_weight: 0.5\n", "fwaid.yaml");
-  ASSERT_TRUE(hyde.ok()) << hyde.status();
-  EXPECT_TRUE(hyde->catalog.hyde);
-  EXPECT_EQ(hyde->catalog.hyde_weight, 0.5);
-  auto bad_hyde = ParseConfig("catalog:\n  hyde: sometimes\n", "fwaid.yaml");
-  ASSERT_FALSE(bad_hyde.ok());
-  EXPECT_NE(std::string(bad_hyde.status().message()).find("catalog.hyde"), std::string::npos)
-      << bad_hyde.status();
-  EXPECT_FALSE(ParseConfig("catalog:\n  hyde_weight: 2\n", "fwaid.yaml").ok());
   auto bad = ParseConfig("catalog:\n  rerank_weights: {coverage: 0.3, lexcial: 1}\n", "fwaid.yaml");
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(std::string(bad.status().message()).find("fwaid.yaml:2"), std::string::npos)
@@ -226,6 +217,24 @@ TEST(ConfigTest, WindowEvidence) {
         << bad.status();
   }
 }
+TEST(ConfigTest, CatalogHypotheticalToolIsOffUnlessAskedFor) {
+  auto hyde = ParseConfig("catalog:\n  hyde: true\n  hyde_weight: 0.5\n", "fwaid.yaml");
+  ASSERT_TRUE(hyde.ok()) << hyde.status();
+  EXPECT_TRUE(hyde->catalog.hyde);
+  EXPECT_EQ(hyde->catalog.hyde_weight, 0.5);
+  auto bad_hyde = ParseConfig("catalog:\n  hyde: sometimes\n", "fwaid.yaml");
+  ASSERT_FALSE(bad_hyde.ok());
+  EXPECT_NE(std::string(bad_hyde.status().message()).find("catalog.hyde"), std::string::npos)
+      << bad_hyde.status();
+  auto heavy = ParseConfig("catalog:\n  hyde_weight: 2\n", "fwaid.yaml");
+  ASSERT_FALSE(heavy.ok());
+  EXPECT_NE(std::string(heavy.status().message()).find("catalog.hyde_weight"), std::string::npos)
+      << heavy.status();
+  auto off = ParseConfig("log_level: info\n", "fwaid.yaml");
+  ASSERT_TRUE(off.ok());
+  EXPECT_FALSE(off->catalog.hyde);  // off unless asked for
+}
+
 TEST(ConfigTest, CatalogRerankerIsAModelOrTheBuiltin) {
   auto c = ParseConfig(
       "catalog:\n  reranker: {kind: tei, base_url: 'http://127.0.0.1:8081', weights: {context: "

@@ -19,6 +19,7 @@
 
 #include "absl/cleanup/cleanup.h"
 #include "common/thread_priority.h"
+#include "common/utf8.h"
 #include "server/knowledge/bm25_index.h"
 #include "server/knowledge/document_search_tool.h"
 #include "server/knowledge/embedder.h"
@@ -642,8 +643,28 @@ TEST(ModelQueriesTest, HypotheticalToolFromTheFakeProvider) {
   const std::string prompt = fake.requests()[0].body.dump();
   EXPECT_NE(prompt.find(request), std::string::npos);
   EXPECT_NE(prompt.find("command"), std::string::npos);
+  // A request cut at a byte limit inside a character (as the tool offer cuts
+  // a long one) still reaches the model, the broken byte sent as U+FFFD.
+  testing::FakeReply info;
+  info.chunks = {"gdb: info program"};
+  fake.Enqueue(info);
+  EXPECT_EQ(tool("why is the debuggee stopped, caf\xC3"), "gdb: info program");
+  ASSERT_EQ(fake.request_count(), 2u);
+  EXPECT_NE(fake.requests()[1].body.dump().find("caf\xEF\xBF\xBD"), std::string::npos);
   fake.Stop();
   EXPECT_EQ(tool("another request"), "");  // failure: nothing extra is searched
+}
+
+TEST(Utf8Test, APrefixNeverEndsInsideACharacter) {
+  const std::string s = "ab\xC3\xA9\xE2\x82\xAC";  // a b é €
+  EXPECT_EQ(Utf8Prefix(s, 100), s);
+  EXPECT_EQ(Utf8Prefix(s, 7), s);
+  EXPECT_EQ(Utf8Prefix(s, 6), "ab\xC3\xA9");  // inside €
+  EXPECT_EQ(Utf8Prefix(s, 5), "ab\xC3\xA9");
+  EXPECT_EQ(Utf8Prefix(s, 4), "ab\xC3\xA9");
+  EXPECT_EQ(Utf8Prefix(s, 3), "ab");  // inside é
+  EXPECT_EQ(Utf8Prefix(s, 0), "");
+  EXPECT_TRUE(IsValidUtf8(Utf8Prefix(std::string(4095, 'x') + "\xE2\x82\xAC", 4096)));
 }
 
 TEST(Bm25ImageTest, ASavedImageCatchesUpWithWritesMadeAfterItsCopy) {

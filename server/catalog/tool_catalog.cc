@@ -272,8 +272,9 @@ namespace {
 struct CatalogQuery {
   std::vector<std::string> terms;  // the query's own
   std::vector<std::pair<std::string, float>> weighted;
-  std::string embed_text;
-  std::string rerank_text;  // what the fine stage reads: the query and the hypothetical tool
+  // What the vector leg embeds and the fine stage reads: the query and the
+  // hypothetical tool.
+  std::string text;
 };
 
 CatalogQuery MakeCatalogQuery(const std::string& query, const std::string& hypothetical,
@@ -285,7 +286,7 @@ CatalogQuery MakeCatalogQuery(const std::string& query, const std::string& hypot
   ew.synonym = static_cast<float>(o.synonym_weight);
   ew.family = static_cast<float>(o.family_weight);
   cq.weighted = WeightedQuery(words, cq.terms, ew);
-  cq.embed_text = cq.rerank_text = query;
+  cq.text = query;
   if (hypothetical.empty() || o.hyde_weight <= 0) return cq;
   std::set<std::string> seen;
   for (const auto& [t, w] : cq.weighted) seen.insert(t);
@@ -295,8 +296,7 @@ CatalogQuery MakeCatalogQuery(const std::string& query, const std::string& hypot
   for (auto& t : hterms) {
     if (seen.insert(t).second) cq.weighted.emplace_back(std::move(t), o.hyde_weight);
   }
-  absl::StrAppend(&cq.embed_text, "\n", hypothetical);
-  absl::StrAppend(&cq.rerank_text, "\n", hypothetical);
+  absl::StrAppend(&cq.text, "\n", hypothetical);
   return cq;
 }
 
@@ -367,7 +367,7 @@ static absl::Status Rerank(ToolCatalogStore::Impl& m, const CatalogQuery& cq,
     c.fused_norm = s;
     cands.push_back(std::move(c));
   }
-  ASSIGN_OR_RETURN(auto scores, m.reranker.Score(cq.rerank_text, cands));
+  ASSIGN_OR_RETURN(auto scores, m.reranker.Score(cq.text, cands));
   // A query that names the program ("with OpenOCD", "in gdb", "on GitHub")
   // prefers that program's tools: the namespace of the ToolName.
   if (m.options.namespace_boost > 0) {
@@ -401,7 +401,7 @@ absl::StatusOr<std::vector<ToolHitRecord>> ToolCatalogStore::Search(const std::s
   const CatalogQuery cq = MakeCatalogQuery(query, hypothetical, m.options);
   std::vector<float> qv;
   if (mode != CatalogMode::kWholeLexical) {
-    ASSIGN_OR_RETURN(auto v, m.embedder.Embed({cq.embed_text}, true));
+    ASSIGN_OR_RETURN(auto v, m.embedder.Embed({cq.text}, true));
     qv = std::move(v[0]);
   }
   ReaderMutexLock lock(&m.mu);

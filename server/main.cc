@@ -672,23 +672,14 @@ std::optional<int> ResolveConfig(const Args& args, DaemonConfig& config, PassedS
 
 // The session's project before a turn; a failure is logged, the turn goes on.
 void TakeCheckpoint(Checkpoints& cp, SessionManager& sessions, const SessionInfo& s,
-                    const std::string& turn_id) {
-  std::optional<LocalAccount> account;
-  if (!s.account.empty()) {
-    auto a = LookupAccount(s.account);
-    if (!a.ok()) {
-      spdlog::warn("checkpoint of session {}: {}", s.id, a.status().ToString());
-      return;
-    }
-    account = *std::move(a);
-  }
+                    const LocalAccount* account, const std::string& turn_id) {
   auto history = sessions.LoadHistory(s.id);
   if (!history.ok()) {
     spdlog::warn("checkpoint of session {}: {}", s.id, history.status().ToString());
     return;
   }
-  auto c = cp.Take(s.id, s.project_root, account ? &*account : nullptr, turn_id, "turn",
-                   history->size(), HistoryPrefixSha(*history, history->size()));
+  auto c = cp.Take(s.id, s.project_root, account, turn_id, "turn", history->size(),
+                   HistoryPrefixSha(*history, history->size()));
   if (!c.ok()) spdlog::warn("checkpoint of session {}: {}", s.id, c.status().ToString());
 }
 
@@ -1412,10 +1403,11 @@ std::optional<int> Daemon::StartSessions() {
       *storage_, config_.data_dir + "/checkpoints",
       CheckpointLimits{static_cast<uint64_t>(config_.checkpoints.max_bytes),
                        static_cast<uint64_t>(config_.checkpoints.max_file_bytes)});
-  turns_->SetCheckpointer([cp = checkpoints_.get(), sessions = sessions_.get()](
-                              const SessionInfo& s, const std::string& turn_id) {
-    TakeCheckpoint(*cp, *sessions, s, turn_id);
-  });
+  turns_->SetCheckpointer(
+      [cp = checkpoints_.get(), sessions = sessions_.get()](
+          const SessionInfo& s, const LocalAccount* account, const std::string& turn_id) {
+        TakeCheckpoint(*cp, *sessions, s, account, turn_id);
+      });
   boards_->SetFlashObserver([cp = checkpoints_.get(), leases = board_leases_.get()](
                                 const Caller& caller, const BoardRef& board,
                                 const FlashOrder& order, const FlashResult& r) {
@@ -1424,15 +1416,15 @@ std::optional<int> Daemon::StartSessions() {
   // MCP servers a project declares run as the session's account (the
   // project's owner), never as fwaid; a session without one gets none.
   project_mcp_ = std::make_unique<ProjectMcpServers>(http_.get());
-  turns_->SetProjectTools([project_mcp = project_mcp_.get()](
-                              const SessionInfo& s) -> absl::StatusOr<TurnManager::ProjectToolSet> {
-    if (s.project_root.empty() || s.account.empty()) return TurnManager::ProjectToolSet{};
-    auto account = LookupAccount(s.account);
-    if (!account.ok()) return account.status();
-    auto set = project_mcp->ToolsFor(s.project_root, *account);
-    if (!set.ok()) return set.status();
-    return TurnManager::ProjectToolSet{set->owner, set->tools};
-  });
+  turns_->SetProjectTools(
+      [project_mcp = project_mcp_.get()](
+          const SessionInfo& s,
+          const LocalAccount* account) -> absl::StatusOr<TurnManager::ProjectToolSet> {
+        if (s.project_root.empty() || account == nullptr) return TurnManager::ProjectToolSet{};
+        auto set = project_mcp->ToolsFor(s.project_root, *account);
+        if (!set.ok()) return set.status();
+        return TurnManager::ProjectToolSet{set->owner, set->tools};
+      });
   return std::nullopt;
 }
 

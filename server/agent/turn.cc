@@ -92,8 +92,23 @@ TurnEnd PlayTurn(const AgentDeps& deps, const TurnHooks& hooks, CancelToken& can
   if (!info.ok()) return Failed(sink, info.status());
   const std::string provider_name = !req.provider.empty() ? req.provider : info->provider;
   Provider* provider = deps.providers.Find(provider_name);
-  if (!req.compact_only && hooks.checkpoint && !info->project_root.empty())
-    hooks.checkpoint(*info, req.turn_id);
+  // The project is read, written and run as the session's account: looked
+  // up once for the turn (its checkpoint, policy and tools); an account that
+  // is gone fails the turn once the message is in the history.
+  std::optional<LocalAccount> account;
+  absl::Status account_error;
+  if (!info->account.empty() && !info->project_root.empty()) {
+    auto acct = LookupAccount(info->account);
+    if (acct.ok()) {
+      account = *std::move(acct);
+    } else {
+      account_error = absl::FailedPreconditionError(
+          absl::StrCat("the session's account ", info->account, ": ", acct.status().message()));
+    }
+  }
+  const LocalAccount* as = account ? &*account : nullptr;
+  if (!req.compact_only && hooks.checkpoint && !info->project_root.empty() && account_error.ok())
+    hooks.checkpoint(*info, as, req.turn_id);
   if (!req.compact_only) {
     json user_content = json::array({{{"type", "text"}, {"text", req.text}}});
     if (auto s = deps.sessions.AppendHistory(req.session_id, {"user", user_content.dump()});
@@ -117,25 +132,16 @@ TurnEnd PlayTurn(const AgentDeps& deps, const TurnHooks& hooks, CancelToken& can
     ServerEvent ev;
     ev.mutable_turn_started()->set_provider(pc.name);
     ev.mutable_turn_started()->set_model(model);
-    sink.Emit(std::move(ev));
+    // Not waited for: the appender stores it in its order with what else is
+    // queued; the first request need not wait for that.
+    sink.Emit(std::move(ev), /*wait=*/false);
   }
   auto conversation = LoadConversation(deps.sessions, req.session_id);
+  if (!account_error.ok()) return Failed(sink, account_error);
   if (!conversation.ok()) return Failed(sink, conversation.status());
-  // The project is read, written and run as the session's account.
-  std::optional<LocalAccount> account;
-  if (!info->account.empty() && !info->project_root.empty()) {
-    auto acct = LookupAccount(info->account);
-    if (!acct.ok()) {
-      return Failed(
-          sink, absl::FailedPreconditionError(absl::StrCat("the session's account ", info->account,
-                                                           ": ", acct.status().message())));
-    }
-    account = *std::move(acct);
-  }
   // A policy that cannot be read stops the turn: it fails closed. The
   // project's own policy file is read as the account.
-  auto rules =
-      LoadPolicy(info->project_root, deps.config.policy_file, account ? &*account : nullptr);
+  auto rules = LoadPolicy(info->project_root, deps.config.policy_file, as);
   if (!rules.ok()) {
     return Failed(
         sink, absl::FailedPreconditionError(absl::StrCat("policy: ", rules.status().message())));
@@ -143,7 +149,7 @@ TurnEnd PlayTurn(const AgentDeps& deps, const TurnHooks& hooks, CancelToken& can
   // The project's MCP servers (started on first use); a broken section stops the turn.
   TurnManager::ProjectToolSet project_tools;
   if (hooks.project_tools) {
-    auto pt = hooks.project_tools(*info);
+    auto pt = hooks.project_tools(*info, as);
     if (!pt.ok()) {
       return Failed(sink, absl::FailedPreconditionError(
                               absl::StrCat("mcp_servers: ", pt.status().message())));
@@ -209,6 +215,9 @@ void RunTurn(const AgentDeps& deps, const TurnHooks& hooks, CancelToken& cancel,
     req.author.ToProto(ev.mutable_user_message()->mutable_author());
     sink.Emit(std::move(ev));
   }
+  // The message is stored (it opens the turn); preparing the first request
+  // is the start work a burst takes a few at a time.
+  const std::shared_ptr<void> preparing = hooks.preparing ? hooks.preparing() : nullptr;
   const TurnEnd end = PlayTurn(deps, hooks, cancel, req, sink, start_ns);
   span->SetInt("gen_ai.usage.input_tokens", end.usage.input_tokens);
   span->SetInt("gen_ai.usage.output_tokens", end.usage.output_tokens);

@@ -16,13 +16,16 @@ struct AgentDeps;
 // What the daemon hooks into every turn (any may be empty).
 struct TurnHooks {
   const std::function<void(const nlohmann::json&)>& recorder;
-  const std::function<absl::StatusOr<TurnManager::ProjectToolSet>(const SessionInfo&)>&
-      project_tools;
+  const TurnManager::ProjectToolsFn& project_tools;
   // Receives the main agent's final text (session id, turn id, text).
   const std::function<void(const std::string&, const std::string&, const std::string&)>&
       reply_observer;
   // Records the project before the turn changes it (session, turn id).
-  const std::function<void(const SessionInfo&, const std::string&)>& checkpoint;
+  const TurnManager::CheckpointFn& checkpoint;
+  // Called once the user's message is stored, before the turn's first model
+  // request is prepared (the CPU work a burst of starts takes a few at a
+  // time); what it returns is held until the turn ends. May be empty.
+  const std::function<std::shared_ptr<void>()>& preparing;
 };
 
 // Runs `req`; calls `finishing` just before turn_finished is published. It

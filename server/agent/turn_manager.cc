@@ -153,13 +153,17 @@ void TurnManager::StartQueued(const std::string& session_id) {
 void TurnManager::Run(Turn* turn, TurnRequest req) {
   const AgentDeps deps{sessions_, config_, providers_, tools_, retriever_, *secrets_, replies_};
   // Preparing the first model request is CPU work: a burst of turns takes
-  // it a few at a time (the HTTP client gives the slot up as it sends).
-  const StartGate::Hold start = starts_->Enter(&turn->cancel);  // a cancel stops the wait
+  // it a few at a time (the HTTP client gives the slot up as it sends). The
+  // user's message is stored first, outside the slot: a burst's messages are
+  // written together.
+  const std::function<std::shared_ptr<void>()> preparing = [this, turn] {
+    return std::make_shared<StartGate::Hold>(starts_->Enter(&turn->cancel));  // a cancel stops it
+  };
   // Done before turn_finished is visible: a client that starts the next turn
   // the moment it sees turn_finished must not be refused. Start() joins this
   // waits for this job to end, so the next turn's events still come after this one.
-  RunTurn(deps, TurnHooks{recorder_, project_tools_, reply_observer_, checkpoint_}, turn->cancel,
-          req, [turn] {
+  RunTurn(deps, TurnHooks{recorder_, project_tools_, reply_observer_, checkpoint_, preparing},
+          turn->cancel, req, [turn] {
             turn->done = true;
             MutexLock lock(&turn->mu);
             return turn->cancelled_by;

@@ -42,6 +42,7 @@ class StartGate;
 class TurnThreads;
 class Tool;
 struct SessionInfo;
+struct LocalAccount;
 
 // Providers by name plus the default one. Owned by the daemon's main.
 struct ProviderSet {
@@ -90,15 +91,16 @@ class TurnManager {
   void SetRunRecorder(std::function<void(const nlohmann::json&)> recorder) {
     recorder_ = std::move(recorder);
   }
-  // The tools of a session's project (its own MCP servers); called once per
+  // The tools of a session's project (its own MCP servers) for its account
+  // (looked up once per turn; null: the session has none); called once per
   // turn. `owner` keeps them alive for the turn.
   struct ProjectToolSet {
     std::shared_ptr<const void> owner;
     std::vector<Tool*> tools;
   };
-  void SetProjectTools(std::function<absl::StatusOr<ProjectToolSet>(const SessionInfo&)> fn) {
-    project_tools_ = std::move(fn);
-  }
+  using ProjectToolsFn =
+      std::function<absl::StatusOr<ProjectToolSet>(const SessionInfo&, const LocalAccount*)>;
+  void SetProjectTools(ProjectToolsFn fn) { project_tools_ = std::move(fn); }
   // Receives the main agent's final text of each turn (the retrieval log
   // reads which passages it cites). Set before the first turn.
   void SetReplyObserver(std::function<void(const std::string& session_id,
@@ -106,11 +108,12 @@ class TurnManager {
                             fn) {
     reply_observer_ = std::move(fn);
   }
-  // Records a session's project before each of its turns (session, turn
-  // id); a failure is the hook's to report. Set before the first turn.
-  void SetCheckpointer(std::function<void(const SessionInfo&, const std::string&)> fn) {
-    checkpoint_ = std::move(fn);
-  }
+  // Records a session's project before each of its turns (session, its
+  // account as looked up for the turn or null, turn id); a failure is the
+  // hook's to report. Set before the first turn.
+  using CheckpointFn =
+      std::function<void(const SessionInfo&, const LocalAccount*, const std::string&)>;
+  void SetCheckpointer(CheckpointFn fn) { checkpoint_ = std::move(fn); }
   // Redacts tool output before the provider, the history and the evidence see it.
   void SetSecretScanner(std::shared_ptr<const SecretScanner> scanner) {
     secrets_ = std::move(scanner);
@@ -179,8 +182,8 @@ class TurnManager {
   std::function<void(const nlohmann::json&)> recorder_;
   std::function<void(const std::string&, const std::string&, const std::string&)> reply_observer_;
   std::shared_ptr<const SecretScanner> secrets_;
-  std::function<void(const SessionInfo&, const std::string&)> checkpoint_;
-  std::function<absl::StatusOr<ProjectToolSet>(const SessionInfo&)> project_tools_;
+  CheckpointFn checkpoint_;
+  ProjectToolsFn project_tools_;
   Mutex mu_;
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
   std::map<std::string, std::unique_ptr<Turn>> turns_ ABSL_GUARDED_BY(mu_);

@@ -15,6 +15,7 @@
 #include "common/ids.h"
 #include "common/mutex.h"
 #include "common/paths.h"
+#include "common/status_macros.h"
 #include "server/storage/storage.h"
 
 namespace fwai {
@@ -57,9 +58,15 @@ struct EvidenceLog::Rep {
   }
 
   absl::Status Put(WriteBatch& batch) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    ASSIGN_OR_RETURN(const uint64_t ticket, PutForSync(batch));
+    return storage->SyncThrough(ticket);
+  }
+  // The write, in order under `mu`; the disk is waited for with the ticket
+  // (Storage::SyncThrough) after `mu` is let go.
+  absl::StatusOr<uint64_t> PutForSync(WriteBatch& batch) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
     if (fail_for_test)
       return absl::DataLossError("write failed: no space left on device (simulated)");
-    return storage->Write(batch, /*sync=*/true);
+    return storage->WriteForSync(batch);
   }
 
   absl::StatusOr<std::string> Sign(const std::string& text) const {
@@ -201,6 +208,25 @@ absl::StatusOr<std::unique_ptr<EvidenceLog>> EvidenceLog::Open(Storage& storage,
 absl::StatusOr<EvidenceRecord> EvidenceLog::Append(json record) {
   if (!record.is_object())
     return absl::InvalidArgumentError("evidence record: expected a JSON object");
+  uint64_t ticket = 0;
+  absl::StatusOr<EvidenceRecord> out = AppendUnsynced(std::move(record), &ticket);
+  if (!out.ok() || ticket == 0) return out;
+  // Records appended side by side share one sync; none is answered before
+  // it is durable. A sync that fails stops the log, as a failed write does.
+  if (absl::Status s = rep_->storage->SyncThrough(ticket); !s.ok()) {
+    MutexLock lock(&rep_->mu);
+    if (rep_->failed.ok()) {
+      rep_->failed = absl::DataLossError(absl::StrCat(
+          "evidence log stopped: syncing record ", out->index, " failed (", s.message(),
+          "); no further records are accepted until fwaid restarts "
+          "with the problem fixed"));
+    }
+    return rep_->failed;
+  }
+  return out;
+}
+
+absl::StatusOr<EvidenceRecord> EvidenceLog::AppendUnsynced(json record, uint64_t* ticket) {
   MutexLock lock(&rep_->mu);
   if (!rep_->failed.ok()) return rep_->failed;
   EvidenceRecord out;
@@ -218,17 +244,19 @@ absl::StatusOr<EvidenceRecord> EvidenceLog::Append(json record) {
   batch.Put(Cf::kEvidence, RecordKey(out.index), out.bytes);
   batch.Put(Cf::kEvidence, kHeadKey, json{{"size", out.index + 1}, {"chain", ToHex(chain)}}.dump());
   batch.Put(Cf::kEvidence, "id/" + out.run_id, std::to_string(out.index));
-  if (auto s = rep_->Put(batch); !s.ok()) {
-    rep_->failed = absl::DataLossError(
-        absl::StrCat("evidence log stopped: writing record ", out.index, " failed (", s.message(),
-                     "); no further records are accepted until fwaid restarts with the "
-                     "problem fixed"));
+  auto written = rep_->PutForSync(batch);
+  if (!written.ok()) {
+    rep_->failed = absl::DataLossError(absl::StrCat(
+        "evidence log stopped: writing record ", out.index, " failed (", written.status().message(),
+        "); no further records are accepted until fwaid restarts with the problem fixed"));
     return rep_->failed;
   }
+  *ticket = *written;
   rep_->leaves.push_back(out.leaf);
   rep_->chain = chain;
   if (rep_->leaves.size() - rep_->last_checkpoint >= static_cast<size_t>(rep_->checkpoint_every)) {
-    if (auto s = rep_->CheckpointLocked(); !s.ok()) return s;
+    if (auto s = rep_->CheckpointLocked(); !s.ok()) return s;  // synced with the record
+    *ticket = 0;
   }
   return out;
 }

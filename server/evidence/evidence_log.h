@@ -1,8 +1,9 @@
 // The evidence log: every run record is stored as the exact bytes that were
 // hashed, chained to the one before, and a leaf of an RFC 6962 Merkle tree.
 // Checkpoints (tree size, root, chain, time) are signed with the daemon's
-// Ed25519 key. Writes are synced; a failed write stops the log (fail-stop).
-// Thread-safe.
+// Ed25519 key. Writes are synced (records appended at once share one sync,
+// outside the log's lock; an append returns once its record is durable); a
+// failed write or sync stops the log (fail-stop). Thread-safe.
 #pragma once
 
 #include <cstdint>
@@ -69,6 +70,10 @@ class EvidenceLog {
 
  private:
   explicit EvidenceLog(std::unique_ptr<Rep> rep);
+  // Append's ordered part, under the log's lock: the record chained and
+  // written (not yet synced); `ticket` is what Storage::SyncThrough waits
+  // for (0: already synced, with a checkpoint).
+  absl::StatusOr<EvidenceRecord> AppendUnsynced(nlohmann::json record, uint64_t* ticket);
   std::unique_ptr<Rep> rep_;
 };
 

@@ -168,7 +168,6 @@ class HttpProvider : public Provider {
     http_req.body = Body(request).dump(-1, ' ', false, json::error_handler_t::replace);
     http_req.connect_timeout_s = config_.connect_timeout_s;
     http_req.idle_timeout_s = config_.idle_timeout_s;
-    std::mt19937 rng(std::random_device{}());
     int backoff = retry_.initial_backoff_ms;
     for (int attempt = 1;; ++attempt) {
       StreamState st;
@@ -251,6 +250,9 @@ class HttpProvider : public Provider {
       }
       if (delay == 0) {
         std::uniform_int_distribution<int> jitter(0, std::max(1, backoff / 4));
+        // Seeded once per thread, on its first retry: a call that never
+        // retries never touches it.
+        thread_local std::mt19937 rng(std::random_device{}());
         delay = std::min(backoff, retry_.max_backoff_ms) + jitter(rng);
         backoff = std::min(backoff * 2, retry_.max_backoff_ms);
       }

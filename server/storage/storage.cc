@@ -173,6 +173,11 @@ absl::Status Storage::Write(WriteBatch& batch, bool sync) {
 
 absl::Status Storage::WriteThenSync(WriteBatch& batch) { return Write(batch, /*sync=*/true); }
 
+absl::StatusOr<uint64_t> Storage::WriteForSync(WriteBatch& batch) {
+  RETURN_IF_ERROR(Write(batch, /*sync=*/false));
+  return Ticket();
+}
+
 absl::StatusOr<std::optional<std::string>> Storage::Get(Cf cf, std::string_view key) {
   std::string value;
   rocksdb::Status s =

@@ -85,6 +85,12 @@ class Storage {
   [[nodiscard]] absl::Status Write(WriteBatch& batch, bool sync);
   // Write(batch, true).
   [[nodiscard]] absl::Status WriteThenSync(WriteBatch& batch);
+  // Write(batch, true) in two steps, for a caller that orders its writes
+  // under a lock of its own and waits for the disk outside it: the write
+  // (unsynced), which returns a ticket, then SyncThrough(ticket), which
+  // returns once the write is durable (overlapping callers share one sync).
+  [[nodiscard]] absl::StatusOr<uint64_t> WriteForSync(WriteBatch& batch);
+  [[nodiscard]] absl::Status SyncThrough(uint64_t ticket);
   // NotFound is reported as an empty optional, not an error.
   [[nodiscard]] absl::StatusOr<std::optional<std::string>> Get(Cf cf, std::string_view key);
   // Get() of many keys of one column family in one batched read (RocksDB
@@ -109,9 +115,8 @@ class Storage {
  private:
   struct Rep;
   Storage(std::string dir, std::unique_ptr<Rep> rep);
-  // Syncs the log unless a sync that began after the write numbered
-  // `ticket` reached the log has completed (then that one covered it).
-  absl::Status SyncThrough(uint64_t ticket);
+  // The number of the write that just reached the log, for SyncThrough: the
+  // log is synced unless a sync that began after it has completed.
   uint64_t Ticket();
   const std::string dir_;
   std::unique_ptr<Rep> rep_;

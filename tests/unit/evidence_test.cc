@@ -2,6 +2,7 @@
 // and durability under kill -9, on a real RocksDB.
 #include <gtest/gtest.h>
 #include <openssl/evp.h>
+#include <rocksdb/env.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -9,13 +10,17 @@
 
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <nlohmann/json.hpp>
+#include <set>
+#include <thread>
 
 #include "absl/strings/escaping.h"
 #include "server/evidence/evidence_log.h"
 #include "server/evidence/export.h"
 #include "server/evidence/merkle.h"
 #include "server/storage/storage.h"
+#include "tests/unit/held_sync_fs.h"
 
 namespace fwai {
 namespace {
@@ -257,6 +262,63 @@ TEST_F(EvidenceLogTest, AFailedWriteStopsTheLog) {
   ASSERT_FALSE(again.ok());  // fail-stop: not silently continued
   EXPECT_NE(again.status().message().find("record 3"), std::string::npos);
   EXPECT_TRUE(log->Verify().ok);  // what was stored is intact
+}
+
+// Turns that end together record their runs together: while one record's
+// sync waits for the disk, the next records are chained and written (not
+// queued behind that sync under the log's lock), and they share one sync.
+// None is answered before it is durable.
+TEST_F(EvidenceLogTest, RecordsAppendedTogetherShareOneSyncAndNoneIsAnsweredBeforeIt) {
+  auto fs = std::make_shared<HeldSyncFs>();
+  std::unique_ptr<rocksdb::Env> env = rocksdb::NewCompositeEnv(fs);
+  StorageOptions options;
+  options.env = env.get();
+  auto opened = Storage::Open(dir_ + "/db", options);
+  ASSERT_TRUE(opened.ok()) << opened.status();
+  std::unique_ptr<Storage> db = std::move(*opened);
+  auto log = OpenLog(*db, /*every=*/1000);
+  fs->Hold(true);
+  const int syncs_before = fs->syncs();
+  auto first = std::async(std::launch::async, [&] {
+    return log->Append({{"kind", "turn"}, {"run_id", "run-a"}});
+  });
+  ASSERT_TRUE(fs->WaitForHeldSync()) << "the first record never synced the log";
+  std::vector<std::future<absl::StatusOr<EvidenceRecord>>> next;
+  for (const char* id : {"run-b", "run-c", "run-d"}) {
+    next.push_back(std::async(std::launch::async, [&log, id] {
+      return log->Append({{"kind", "turn"}, {"run_id", id}});
+    }));
+  }
+  // The later records reach the store while the first one's sync is held.
+  bool written = false;
+  for (int i = 0; i < 30000 && !written; ++i) {
+    written = true;
+    for (const char* id : {"run-b", "run-c", "run-d"}) {
+      auto r = db->Get(Cf::kEvidence, std::string("id/") + id);
+      written = written && r.ok() && r->has_value();
+    }
+    if (!written) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  bool answered_early = first.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
+  for (auto& f : next)
+    answered_early =
+        answered_early || f.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
+  fs->Hold(false);
+  EXPECT_TRUE(written) << "a record waited for another record's sync under the log's lock";
+  EXPECT_FALSE(answered_early) << "a record was answered before its log sync";
+  auto a = first.get();
+  ASSERT_TRUE(a.ok()) << a.status();
+  std::set<uint64_t> indexes{a->index};
+  for (auto& f : next) {
+    auto r = f.get();
+    ASSERT_TRUE(r.ok()) << r.status();
+    indexes.insert(r->index);
+  }
+  EXPECT_EQ(indexes, (std::set<uint64_t>{0, 1, 2, 3}));
+  // The first record's sync, then one for the three written behind it.
+  EXPECT_EQ(fs->syncs() - syncs_before, 2);
+  EXPECT_TRUE(log->Verify().ok);
+  EXPECT_EQ(log->size(), 4u);
 }
 
 TEST_F(EvidenceLogTest, EveryAcknowledgedRecordSurvivesKillNine) {

@@ -1,0 +1,128 @@
+// A turn's start, as RunTurn plays it: what is stored before the start work
+// is waited for, and what the start's hooks are given.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "common/config.h"
+#include "common/local_account.h"
+#include "fwai/v1/events.pb.h"
+#include "server/agent/agent.h"
+#include "server/agent/pending_replies.h"
+#include "server/agent/turn.h"
+#include "server/project/secrets.h"
+#include "server/session/session_manager.h"
+#include "server/storage/storage.h"
+#include "server/tools/tool.h"
+
+namespace fwai {
+namespace {
+
+namespace pb = fwai::v1;
+
+class TurnStartTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string t = (std::filesystem::temp_directory_path() / "fwai-turn-XXXXXX").string();
+    dir_ = mkdtemp(t.data());
+    std::filesystem::create_directories(dir_ + "/proj");
+    auto db = Storage::Open(dir_ + "/db");
+    ASSERT_TRUE(db.ok()) << db.status();
+    storage_ = *std::move(db);
+    sessions_ = std::make_unique<SessionManager>(*storage_, SubscriberConfig{});
+  }
+  void TearDown() override {
+    sessions_.reset();
+    storage_.reset();
+    std::filesystem::remove_all(dir_);
+  }
+  // The session's stored events, oldest first.
+  std::vector<pb::ServerEvent> Stored(const std::string& id) {
+    std::vector<pb::ServerEvent> out;
+    auto sub = sessions_->Subscribe(id, 0, /*replay=*/true, /*follow=*/false, [] {});
+    if (!sub.ok()) return out;
+    std::string bytes;
+    absl::Status st;
+    while ((*sub)->Pull(&bytes, &st) == Subscriber::PullResult::kEvent) {
+      pb::ServerEvent ev;
+      ev.ParseFromString(bytes);
+      out.push_back(ev);
+    }
+    return out;
+  }
+  std::string dir_;
+  std::unique_ptr<Storage> storage_;
+  std::unique_ptr<SessionManager> sessions_;
+};
+
+// The user's message is stored before the turn waits for a start slot (a
+// burst's messages are written together, not one per slot), and the account
+// is looked up once and handed to the checkpoint.
+TEST_F(TurnStartTest, TheMessageIsStoredBeforeTheStartWorkAndTheAccountIsLookedUpOnce) {
+  auto me = LookupAccount(getuid());
+  ASSERT_TRUE(me.ok()) << me.status();
+  NewSession params;
+  params.project_root = dir_ + "/proj";
+  params.account = me->name;
+  auto s = sessions_->Create(me->name, params);
+  ASSERT_TRUE(s.ok()) << s.status();
+
+  DaemonConfig config;
+  ProviderSet providers;  // none: the turn ends with an error after its start
+  ToolRegistry tools;
+  ToolRetriever retriever;
+  PendingReplies replies;
+  const auto secrets = SecretScanner::Default();
+  const AgentDeps deps{*sessions_, config, providers, tools, retriever, *secrets, replies};
+
+  std::vector<std::string> steps;
+  const std::function<void(const nlohmann::json&)> recorder;
+  const TurnManager::ProjectToolsFn project_tools;
+  const std::function<void(const std::string&, const std::string&, const std::string&)> replies_fn;
+  const TurnManager::CheckpointFn checkpoint = [&](const SessionInfo& info,
+                                                   const LocalAccount* account,
+                                                   const std::string& turn_id) {
+    steps.push_back("checkpoint of " + info.id + " for " + turn_id + " as " +
+                    (account ? account->name + " uid " + std::to_string(account->uid) : "nobody"));
+  };
+  const std::function<std::shared_ptr<void>()> preparing = [&]() -> std::shared_ptr<void> {
+    std::string seen;
+    for (const auto& ev : Stored(s->id)) {
+      if (ev.has_user_message()) seen += "user_message(" + ev.user_message().text() + ") ";
+      if (ev.has_turn_started()) seen += "turn_started ";
+    }
+    steps.push_back("preparing; stored: " + seen);
+    return nullptr;
+  };
+  TurnRequest req;
+  req.session_id = s->id;
+  req.turn_id = "t-1";
+  req.text = "blink the led";
+  CancelToken cancel;
+  RunTurn(deps, TurnHooks{recorder, project_tools, replies_fn, checkpoint, preparing}, cancel, req,
+          [] { return Author{}; });
+
+  EXPECT_EQ(steps,
+            (std::vector<std::string>{"preparing; stored: user_message(blink the led) ",
+                                      "checkpoint of " + s->id + " for t-1 as " + me->name +
+                                          " uid " + std::to_string(getuid())}));
+  // No provider: the message is kept, the turn says why it stopped.
+  std::vector<std::string> kinds;
+  for (const auto& ev : Stored(s->id)) {
+    if (ev.has_user_message()) kinds.push_back("user_message");
+    if (ev.has_error()) kinds.push_back("error: " + ev.error().message().substr(0, 24));
+    if (ev.has_turn_finished()) kinds.push_back("turn_finished " + ev.turn_finished().stop_reason());
+  }
+  EXPECT_EQ(kinds, (std::vector<std::string>{"user_message", "error: no LLM provider is confi",
+                                             "turn_finished error"}));
+  auto history = sessions_->LoadHistory(s->id);
+  ASSERT_TRUE(history.ok()) << history.status();
+  ASSERT_EQ(history->size(), 1u);
+  EXPECT_EQ((*history)[0].role, "user");
+}
+
+}  // namespace
+}  // namespace fwai

@@ -161,7 +161,9 @@ void ToolOffer::Announce(const std::string& reason) const {
     t->set_why(Why(s.name));
   }
   o->set_reason(reason);
-  agent_.turn->sink.Emit(std::move(ev));
+  // Not waited for: it is stored in its order before the call's text, and
+  // the request need not wait for the disk.
+  agent_.turn->sink.Emit(std::move(ev), /*wait=*/false);
 }
 
 ToolResult ToolOffer::Search(const std::string& query) {

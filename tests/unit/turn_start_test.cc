@@ -105,16 +105,16 @@ TEST_F(TurnStartTest, TheMessageIsStoredBeforeTheStartWorkAndTheAccountIsLookedU
   RunTurn(deps, TurnHooks{recorder, project_tools, replies_fn, checkpoint, preparing}, cancel, req,
           [] { return Author{}; });
 
-  EXPECT_EQ(steps,
-            (std::vector<std::string>{"preparing; stored: user_message(blink the led) ",
-                                      "checkpoint of " + s->id + " for t-1 as " + me->name +
-                                          " uid " + std::to_string(getuid())}));
+  EXPECT_EQ(steps, (std::vector<std::string>{"preparing; stored: user_message(blink the led) ",
+                                             "checkpoint of " + s->id + " for t-1 as " + me->name +
+                                                 " uid " + std::to_string(getuid())}));
   // No provider: the message is kept, the turn says why it stopped.
   std::vector<std::string> kinds;
   for (const auto& ev : Stored(s->id)) {
     if (ev.has_user_message()) kinds.push_back("user_message");
     if (ev.has_error()) kinds.push_back("error: " + ev.error().message().substr(0, 24));
-    if (ev.has_turn_finished()) kinds.push_back("turn_finished " + ev.turn_finished().stop_reason());
+    if (ev.has_turn_finished())
+      kinds.push_back("turn_finished " + ev.turn_finished().stop_reason());
   }
   EXPECT_EQ(kinds, (std::vector<std::string>{"user_message", "error: no LLM provider is confi",
                                              "turn_finished error"}));

@@ -210,7 +210,7 @@ absl::StatusOr<EvidenceRecord> EvidenceLog::Append(json record) {
     return absl::InvalidArgumentError("evidence record: expected a JSON object");
   uint64_t ticket = 0;
   absl::StatusOr<EvidenceRecord> out = AppendUnsynced(std::move(record), &ticket);
-  if (!out.ok() || ticket == 0) return out;
+  if (!out.ok()) return out;
   // Records appended side by side share one sync; none is answered before
   // it is durable. A sync that fails stops the log, as a failed write does.
   if (absl::Status s = rep_->storage->SyncThrough(ticket); !s.ok()) {
@@ -256,7 +256,6 @@ absl::StatusOr<EvidenceRecord> EvidenceLog::AppendUnsynced(json record, uint64_t
   rep_->chain = chain;
   if (rep_->leaves.size() - rep_->last_checkpoint >= static_cast<size_t>(rep_->checkpoint_every)) {
     if (auto s = rep_->CheckpointLocked(); !s.ok()) return s;  // synced with the record
-    *ticket = 0;
   }
   return out;
 }

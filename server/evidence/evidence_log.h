@@ -72,7 +72,7 @@ class EvidenceLog {
   explicit EvidenceLog(std::unique_ptr<Rep> rep);
   // Append's ordered part, under the log's lock: the record chained and
   // written (not yet synced); `ticket` is what Storage::SyncThrough waits
-  // for (0: already synced, with a checkpoint).
+  // for.
   absl::StatusOr<EvidenceRecord> AppendUnsynced(nlohmann::json record, uint64_t* ticket);
   std::unique_ptr<Rep> rep_;
 };

@@ -72,6 +72,10 @@ struct Storage::Rep {
   uint64_t tickets ABSL_GUARDED_BY(sync_mu) = 0;  // taken
   uint64_t synced ABSL_GUARDED_BY(sync_mu) = 0;   // covered by a completed sync
   bool syncing ABSL_GUARDED_BY(sync_mu) = false;
+  // The first failed sync: what was written after `synced` may be lost (a
+  // later fsync can report success for pages the failed one dropped), so
+  // every sync asked for past it fails the same way from then on.
+  absl::Status sync_failed ABSL_GUARDED_BY(sync_mu);
   ~Rep() {
     if (db) {
       for (auto* h : handles) db->DestroyColumnFamilyHandle(h);
@@ -133,6 +137,7 @@ absl::Status Storage::SyncThrough(uint64_t ticket) {
   // log: wait for it, then sync again unless a later one covered the ticket.
   while (!(r.synced >= ticket || !r.syncing)) r.sync_cv.Wait(&r.sync_mu);
   if (r.synced >= ticket) return absl::OkStatus();
+  if (!r.sync_failed.ok()) return r.sync_failed;
   r.syncing = true;
   const uint64_t through = r.tickets;
   lock.Unlock();
@@ -141,10 +146,15 @@ absl::Status Storage::SyncThrough(uint64_t ticket) {
   const rocksdb::Status s = r.db->SyncWAL();
   lock.Lock();
   r.syncing = false;
-  if (s.ok()) r.synced = std::max(r.synced, through);
+  if (s.ok()) {
+    r.synced = std::max(r.synced, through);
+  } else if (r.sync_failed.ok()) {
+    r.sync_failed = FromRocks(s, "sync wal");
+  }
+  const absl::Status result = s.ok() ? absl::OkStatus() : r.sync_failed;
   lock.Unlock();
   r.sync_cv.SignalAll();
-  return FromRocks(s, "sync wal");
+  return result;
 }
 
 absl::Status Storage::Put(Cf cf, std::string_view key, std::string_view value, bool sync) {

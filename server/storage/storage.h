@@ -89,6 +89,8 @@ class Storage {
   // under a lock of its own and waits for the disk outside it: the write
   // (unsynced), which returns a ticket, then SyncThrough(ticket), which
   // returns once the write is durable (overlapping callers share one sync).
+  // Once a sync has failed, every sync asked for a later write fails with
+  // that error: a later fsync cannot vouch for what the failed one dropped.
   [[nodiscard]] absl::StatusOr<uint64_t> WriteForSync(WriteBatch& batch);
   [[nodiscard]] absl::Status SyncThrough(uint64_t ticket);
   // NotFound is reported as an empty optional, not an error.

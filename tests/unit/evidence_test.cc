@@ -278,6 +278,10 @@ TEST_F(EvidenceLogTest, RecordsAppendedTogetherShareOneSyncAndNoneIsAnsweredBefo
   std::unique_ptr<Storage> db = std::move(*opened);
   auto log = OpenLog(*db, /*every=*/1000);
   fs->Hold(true);
+  struct Release {  // whatever fails below, the appends can end
+    HeldSyncFs* fs;
+    ~Release() { fs->Hold(false); }
+  } release{fs.get()};
   const int syncs_before = fs->syncs();
   auto first = std::async(std::launch::async, [&] {
     return log->Append({{"kind", "turn"}, {"run_id", "run-a"}});
@@ -289,7 +293,8 @@ TEST_F(EvidenceLogTest, RecordsAppendedTogetherShareOneSyncAndNoneIsAnsweredBefo
       return log->Append({{"kind", "turn"}, {"run_id", id}});
     }));
   }
-  // The later records reach the store while the first one's sync is held.
+  // The later records reach the store while the first one's sync is held
+  // (and are chained: the log's size counts them once their tickets are taken).
   bool written = false;
   for (int i = 0; i < 30000 && !written; ++i) {
     written = true;
@@ -297,6 +302,7 @@ TEST_F(EvidenceLogTest, RecordsAppendedTogetherShareOneSyncAndNoneIsAnsweredBefo
       auto r = db->Get(Cf::kEvidence, std::string("id/") + id);
       written = written && r.ok() && r->has_value();
     }
+    written = written && log->size() == 4;
     if (!written) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   bool answered_early = first.wait_for(std::chrono::seconds(0)) == std::future_status::ready;

@@ -35,6 +35,11 @@ class HeldSyncFs : public rocksdb::FileSystemWrapper {
     std::lock_guard<std::mutex> lock(mu_);
     return syncs_;
   }
+  // While set, a log sync fails as a disk error would.
+  void FailSyncs(bool fail) {
+    std::lock_guard<std::mutex> lock(mu_);
+    fail_ = fail;
+  }
 
   rocksdb::IOStatus NewWritableFile(const std::string& name, const rocksdb::FileOptions& options,
                                     std::unique_ptr<rocksdb::FSWritableFile>* file,
@@ -52,11 +57,11 @@ class HeldSyncFs : public rocksdb::FileSystemWrapper {
     Log(std::unique_ptr<rocksdb::FSWritableFile> f, HeldSyncFs* fs)
         : FSWritableFileOwnerWrapper(std::move(f)), fs_(fs) {}
     rocksdb::IOStatus Sync(const rocksdb::IOOptions& o, rocksdb::IODebugContext* d) override {
-      fs_->Wait();
+      if (!fs_->Wait()) return rocksdb::IOStatus::IOError("log sync failed (simulated)");
       return FSWritableFileOwnerWrapper::Sync(o, d);
     }
     rocksdb::IOStatus Fsync(const rocksdb::IOOptions& o, rocksdb::IODebugContext* d) override {
-      fs_->Wait();
+      if (!fs_->Wait()) return rocksdb::IOStatus::IOError("log sync failed (simulated)");
       return FSWritableFileOwnerWrapper::Fsync(o, d);
     }
 
@@ -64,18 +69,21 @@ class HeldSyncFs : public rocksdb::FileSystemWrapper {
     HeldSyncFs* fs_;
   };
 
-  void Wait() {
+  // False: the sync fails.
+  bool Wait() {
     std::unique_lock<std::mutex> lock(mu_);
     ++syncs_;
     ++held_;
     cv_.notify_all();
     cv_.wait(lock, [&] { return !hold_; });
     --held_;
+    return !fail_;
   }
 
   std::mutex mu_;
   std::condition_variable cv_;
   bool hold_ = false;
+  bool fail_ = false;
   int held_ = 0;
   int syncs_ = 0;
 };

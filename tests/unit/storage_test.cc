@@ -119,6 +119,40 @@ TEST(StorageTest, UnsyncedWritesDoNotWaitForALogSync) {
   std::filesystem::remove_all(dir);
 }
 
+// A log sync that fails leaves unknown what it covered (a later fsync may
+// report success for pages the failed one dropped): no synced write after it
+// is answered as durable, however the next syncs go (RocksDB stops writing
+// after a failed log sync; SyncThrough keeps the failure too). What was
+// durable before stays.
+TEST(StorageTest, NoSyncedWriteIsAnsweredAfterAFailedLogSync) {
+  const std::string dir = TempDir();
+  auto fs = std::make_shared<HeldSyncFs>();
+  std::unique_ptr<rocksdb::Env> env = rocksdb::NewCompositeEnv(fs);
+  StorageOptions options;
+  options.env = env.get();
+  auto db = Storage::Open(dir, options);
+  ASSERT_TRUE(db.ok()) << db.status();
+  Storage& storage = **db;
+  ASSERT_TRUE(storage.Put(Cf::kEvidence, "before", "durable", /*sync=*/true).ok());
+  fs->FailSyncs(true);
+  const absl::Status failed = storage.Put(Cf::kEvidence, "during", "record", /*sync=*/true);
+  ASSERT_FALSE(failed.ok());
+  EXPECT_NE(failed.message().find("sync"), std::string::npos) << failed;
+  fs->FailSyncs(false);  // the disk answers again
+  for (int i = 0; i < 3; ++i) {
+    WriteBatch batch;
+    batch.Put(Cf::kEvidence, "after" + std::to_string(i), "record");
+    auto ticket = storage.WriteForSync(batch);
+    const absl::Status synced = ticket.ok() ? storage.SyncThrough(*ticket) : ticket.status();
+    EXPECT_FALSE(synced.ok()) << "a write after a failed sync was answered as durable";
+  }
+  EXPECT_FALSE(storage.Put(Cf::kEvidence, "later", "record", /*sync=*/true).ok());
+  auto before = storage.Get(Cf::kEvidence, "before");
+  ASSERT_TRUE(before.ok() && before->has_value());
+  db->reset();
+  std::filesystem::remove_all(dir);
+}
+
 // Many keys in one read: in the order asked (not key order), absent keys
 // empty, from the memtable and from flushed files alike.
 TEST(StorageTest, MultiGetAnswersInTheOrderAsked) {

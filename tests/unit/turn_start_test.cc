@@ -13,6 +13,7 @@
 #include "server/agent/agent.h"
 #include "server/agent/pending_replies.h"
 #include "server/agent/turn.h"
+#include "server/llm/provider.h"
 #include "server/project/secrets.h"
 #include "server/session/session_manager.h"
 #include "server/storage/storage.h"
@@ -122,6 +123,96 @@ TEST_F(TurnStartTest, TheMessageIsStoredBeforeTheStartWorkAndTheAccountIsLookedU
   ASSERT_TRUE(history.ok()) << history.status();
   ASSERT_EQ(history->size(), 1u);
   EXPECT_EQ((*history)[0].role, "user");
+}
+
+// A provider that answers every request with one text, counting them.
+class OneLineProvider : public Provider {
+ public:
+  OneLineProvider() {
+    config_.name = "one-line";
+    config_.kind = "anthropic";
+    config_.model = "m";
+  }
+  absl::StatusOr<ChatResult> Stream(const ChatRequest&, StreamObserver& observer,
+                                    CancelToken&) override {
+    ++requests;
+    observer.OnText("done");
+    ChatResult r;
+    r.content = nlohmann::json::array({{{"type", "text"}, {"text", "done"}}});
+    r.stop_reason = "end_turn";
+    return r;
+  }
+  const ProviderConfig& config() const override { return config_; }
+  int requests = 0;
+
+ private:
+  ProviderConfig config_;
+};
+
+// A session whose account is gone: the turn keeps the message, takes no
+// checkpoint (nothing may be read as nobody), asks the model nothing and
+// says which account; a known account's turn reaches the model.
+TEST_F(TurnStartTest, AnAccountThatIsGoneFailsTheTurnAfterTheMessageIsKept) {
+  auto me = LookupAccount(getuid());
+  ASSERT_TRUE(me.ok()) << me.status();
+  DaemonConfig config;
+  ProviderSet providers;
+  auto provider = std::make_unique<OneLineProvider>();
+  OneLineProvider* model = provider.get();
+  providers.providers["one-line"] = std::move(provider);
+  providers.default_name = "one-line";
+  ToolRegistry tools;
+  ToolRetriever retriever;
+  PendingReplies replies;
+  const auto secrets = SecretScanner::Default();
+  const AgentDeps deps{*sessions_, config, providers, tools, retriever, *secrets, replies};
+  int checkpoints = 0;
+  const std::function<void(const nlohmann::json&)> recorder;
+  const TurnManager::ProjectToolsFn project_tools;
+  const std::function<void(const std::string&, const std::string&, const std::string&)> replies_fn;
+  const TurnManager::CheckpointFn checkpoint = [&](const SessionInfo&, const LocalAccount*,
+                                                   const std::string&) { ++checkpoints; };
+  const std::function<std::shared_ptr<void>()> preparing;
+
+  for (const std::string account : {std::string("fwai-no-such-account"), me->name}) {
+    SCOPED_TRACE(account);
+    NewSession params;
+    params.project_root = dir_ + "/proj";
+    params.account = account;
+    auto s = sessions_->Create(me->name, params);
+    ASSERT_TRUE(s.ok()) << s.status();
+    TurnRequest req;
+    req.session_id = s->id;
+    req.turn_id = "t-1";
+    req.text = "read the map file";
+    CancelToken cancel;
+    const int requests_before = model->requests;
+    RunTurn(deps, TurnHooks{recorder, project_tools, replies_fn, checkpoint, preparing}, cancel,
+            req, [] { return Author{}; });
+    std::string errors;
+    std::string finished;
+    for (const auto& ev : Stored(s->id)) {
+      if (ev.has_error()) errors += ev.error().message();
+      if (ev.has_turn_finished()) finished = ev.turn_finished().stop_reason();
+    }
+    auto history = sessions_->LoadHistory(s->id);
+    ASSERT_TRUE(history.ok()) << history.status();
+    ASSERT_GE(history->size(), 1u);
+    EXPECT_EQ((*history)[0].role, "user");
+    if (account == me->name) {
+      EXPECT_EQ(errors, "");
+      EXPECT_EQ(finished, "end_turn");
+      EXPECT_EQ(checkpoints, 1);
+      EXPECT_EQ(model->requests, requests_before + 1);
+    } else {
+      EXPECT_NE(errors.find("the session's account fwai-no-such-account"), std::string::npos)
+          << errors;
+      EXPECT_EQ(finished, "error");
+      EXPECT_EQ(checkpoints, 0);
+      EXPECT_EQ(model->requests, requests_before);
+      EXPECT_EQ(history->size(), 1u);
+    }
+  }
 }
 
 }  // namespace

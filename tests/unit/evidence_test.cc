@@ -269,11 +269,9 @@ TEST_F(EvidenceLogTest, AFailedWriteStopsTheLog) {
 // queued behind that sync under the log's lock), and they share one sync.
 // None is answered before it is durable.
 TEST_F(EvidenceLogTest, RecordsAppendedTogetherShareOneSyncAndNoneIsAnsweredBeforeIt) {
-  auto fs = std::make_shared<HeldSyncFs>();
-  std::unique_ptr<rocksdb::Env> env = rocksdb::NewCompositeEnv(fs);
-  StorageOptions options;
-  options.env = env.get();
-  auto opened = Storage::Open(dir_ + "/db", options);
+  HeldStore held;
+  HeldSyncFs* fs = held.fs.get();
+  auto opened = held.Open(dir_ + "/db");
   ASSERT_TRUE(opened.ok()) << opened.status();
   std::unique_ptr<Storage> db = std::move(*opened);
   auto log = OpenLog(*db, /*every=*/1000);
@@ -281,7 +279,7 @@ TEST_F(EvidenceLogTest, RecordsAppendedTogetherShareOneSyncAndNoneIsAnsweredBefo
   struct Release {  // whatever fails below, the appends can end
     HeldSyncFs* fs;
     ~Release() { fs->Hold(false); }
-  } release{fs.get()};
+  } release{fs};
   const int syncs_before = fs->syncs();
   auto first = std::async(std::launch::async, [&] {
     return log->Append({{"kind", "turn"}, {"run_id", "run-a"}});

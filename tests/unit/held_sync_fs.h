@@ -2,6 +2,7 @@
 // can be held, as on a slow disk.
 #pragma once
 
+#include <rocksdb/env.h>
 #include <rocksdb/file_system.h>
 
 #include <chrono>
@@ -9,6 +10,9 @@
 #include <memory>
 #include <mutex>
 #include <string>
+
+#include "absl/status/statusor.h"
+#include "server/storage/storage.h"
 
 namespace fwai {
 
@@ -86,6 +90,17 @@ class HeldSyncFs : public rocksdb::FileSystemWrapper {
   bool fail_ = false;
   int held_ = 0;
   int syncs_ = 0;
+};
+
+// A store on a HeldSyncFs: `fs` holds or fails its log syncs.
+struct HeldStore {
+  std::shared_ptr<HeldSyncFs> fs = std::make_shared<HeldSyncFs>();
+  std::unique_ptr<rocksdb::Env> env = rocksdb::NewCompositeEnv(fs);
+  absl::StatusOr<std::unique_ptr<Storage>> Open(const std::string& dir) {
+    StorageOptions options;
+    options.env = env.get();
+    return Storage::Open(dir, options);
+  }
 };
 
 }  // namespace fwai

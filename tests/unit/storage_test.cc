@@ -61,11 +61,9 @@ TEST(StorageTest, PutGetScanBatchAndReopen) {
 // while the disk syncs: nothing holds RocksDB's write queue for an fsync.
 TEST(StorageTest, UnsyncedWritesDoNotWaitForALogSync) {
   const std::string dir = TempDir();
-  auto fs = std::make_shared<HeldSyncFs>();
-  std::unique_ptr<rocksdb::Env> env = rocksdb::NewCompositeEnv(fs);
-  StorageOptions options;
-  options.env = env.get();
-  auto db = Storage::Open(dir, options);
+  HeldStore held;
+  HeldSyncFs* fs = held.fs.get();
+  auto db = held.Open(dir);
   ASSERT_TRUE(db.ok()) << db.status();
   Storage& storage = **db;
 
@@ -126,11 +124,9 @@ TEST(StorageTest, UnsyncedWritesDoNotWaitForALogSync) {
 // durable before stays.
 TEST(StorageTest, NoSyncedWriteIsAnsweredAfterAFailedLogSync) {
   const std::string dir = TempDir();
-  auto fs = std::make_shared<HeldSyncFs>();
-  std::unique_ptr<rocksdb::Env> env = rocksdb::NewCompositeEnv(fs);
-  StorageOptions options;
-  options.env = env.get();
-  auto db = Storage::Open(dir, options);
+  HeldStore held;
+  HeldSyncFs* fs = held.fs.get();
+  auto db = held.Open(dir);
   ASSERT_TRUE(db.ok()) << db.status();
   Storage& storage = **db;
   ASSERT_TRUE(storage.Put(Cf::kEvidence, "before", "durable", /*sync=*/true).ok());

@@ -275,17 +275,19 @@ TEST_F(EvidenceLogTest, RecordsAppendedTogetherShareOneSyncAndNoneIsAnsweredBefo
   ASSERT_TRUE(opened.ok()) << opened.status();
   std::unique_ptr<Storage> db = std::move(*opened);
   auto log = OpenLog(*db, /*every=*/1000);
+  // Declared before the guard: destroyed after it, once the disk is released.
+  std::future<absl::StatusOr<EvidenceRecord>> first;
+  std::vector<std::future<absl::StatusOr<EvidenceRecord>>> next;
   fs->Hold(true);
   struct Release {  // whatever fails below, the appends can end
     HeldSyncFs* fs;
     ~Release() { fs->Hold(false); }
   } release{fs};
   const int syncs_before = fs->syncs();
-  auto first = std::async(std::launch::async, [&] {
+  first = std::async(std::launch::async, [&] {
     return log->Append({{"kind", "turn"}, {"run_id", "run-a"}});
   });
   ASSERT_TRUE(fs->WaitForHeldSync()) << "the first record never synced the log";
-  std::vector<std::future<absl::StatusOr<EvidenceRecord>>> next;
   for (const char* id : {"run-b", "run-c", "run-d"}) {
     next.push_back(std::async(std::launch::async, [&log, id] {
       return log->Append({{"kind", "turn"}, {"run_id", id}});

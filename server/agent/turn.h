@@ -20,7 +20,8 @@ struct TurnHooks {
   // Receives the main agent's final text (session id, turn id, text).
   const std::function<void(const std::string&, const std::string&, const std::string&)>&
       reply_observer;
-  // Records the project before the turn changes it (session, turn id).
+  // Records the project before the turn changes it (session, the turn's
+  // account or null, turn id).
   const TurnManager::CheckpointFn& checkpoint;
   // Called once the user's message is stored, before the turn's first model
   // request is prepared (the CPU work a burst of starts takes a few at a

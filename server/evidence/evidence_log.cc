@@ -61,6 +61,16 @@ struct EvidenceLog::Rep {
     ASSIGN_OR_RETURN(const uint64_t ticket, PutForSync(batch));
     return storage->SyncThrough(ticket);
   }
+  // Stops the log: writing or syncing record `index` failed with `why`.
+  absl::Status Stop(absl::string_view step, uint64_t index, absl::string_view why)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    if (failed.ok()) {
+      failed = absl::DataLossError(absl::StrCat(
+          "evidence log stopped: ", step, " record ", index, " failed (", why,
+          "); no further records are accepted until fwaid restarts with the problem fixed"));
+    }
+    return failed;
+  }
   // The write, in order under `mu`; the disk is waited for with the ticket
   // (Storage::SyncThrough) after `mu` is let go.
   absl::StatusOr<uint64_t> PutForSync(WriteBatch& batch) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
@@ -215,13 +225,7 @@ absl::StatusOr<EvidenceRecord> EvidenceLog::Append(json record) {
   // it is durable. A sync that fails stops the log, as a failed write does.
   if (absl::Status s = rep_->storage->SyncThrough(ticket); !s.ok()) {
     MutexLock lock(&rep_->mu);
-    if (rep_->failed.ok()) {
-      rep_->failed = absl::DataLossError(absl::StrCat(
-          "evidence log stopped: syncing record ", out->index, " failed (", s.message(),
-          "); no further records are accepted until fwaid restarts "
-          "with the problem fixed"));
-    }
-    return rep_->failed;
+    return rep_->Stop("syncing", out->index, s.message());
   }
   return out;
 }
@@ -245,12 +249,7 @@ absl::StatusOr<EvidenceRecord> EvidenceLog::AppendUnsynced(json record, uint64_t
   batch.Put(Cf::kEvidence, kHeadKey, json{{"size", out.index + 1}, {"chain", ToHex(chain)}}.dump());
   batch.Put(Cf::kEvidence, "id/" + out.run_id, std::to_string(out.index));
   auto written = rep_->PutForSync(batch);
-  if (!written.ok()) {
-    rep_->failed = absl::DataLossError(absl::StrCat(
-        "evidence log stopped: writing record ", out.index, " failed (", written.status().message(),
-        "); no further records are accepted until fwaid restarts with the problem fixed"));
-    return rep_->failed;
-  }
+  if (!written.ok()) return rep_->Stop("writing", out.index, written.status().message());
   *ticket = *written;
   rep_->leaves.push_back(out.leaf);
   rep_->chain = chain;

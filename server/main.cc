@@ -670,16 +670,12 @@ std::optional<int> ResolveConfig(const Args& args, DaemonConfig& config, PassedS
   return std::nullopt;
 }
 
-// The session's project before a turn; a failure is logged, the turn goes on.
-void TakeCheckpoint(Checkpoints& cp, SessionManager& sessions, const SessionInfo& s,
-                    const LocalAccount* account, const std::string& turn_id) {
-  auto history = sessions.LoadHistory(s.id);
-  if (!history.ok()) {
-    spdlog::warn("checkpoint of session {}: {}", s.id, history.status().ToString());
-    return;
-  }
-  auto c = cp.Take(s.id, s.project_root, account, turn_id, "turn", history->size(),
-                   HistoryPrefixSha(*history, history->size()));
+// The session's project before a turn, with the history the turn read; a
+// failure is logged, the turn goes on.
+void TakeCheckpoint(Checkpoints& cp, const SessionInfo& s, const LocalAccount* account,
+                    const std::string& turn_id, const std::vector<HistoryEntry>& history) {
+  auto c = cp.Take(s.id, s.project_root, account, turn_id, "turn", history.size(),
+                   HistoryPrefixSha(history, history.size()));
   if (!c.ok()) spdlog::warn("checkpoint of session {}: {}", s.id, c.status().ToString());
 }
 
@@ -1403,11 +1399,12 @@ std::optional<int> Daemon::StartSessions() {
       *storage_, config_.data_dir + "/checkpoints",
       CheckpointLimits{static_cast<uint64_t>(config_.checkpoints.max_bytes),
                        static_cast<uint64_t>(config_.checkpoints.max_file_bytes)});
-  turns_->SetCheckpointer(
-      [cp = checkpoints_.get(), sessions = sessions_.get()](
-          const SessionInfo& s, const LocalAccount* account, const std::string& turn_id) {
-        TakeCheckpoint(*cp, *sessions, s, account, turn_id);
-      });
+  turns_->SetCheckpointer([cp = checkpoints_.get()](const SessionInfo& s,
+                                                    const LocalAccount* account,
+                                                    const std::string& turn_id,
+                                                    const std::vector<HistoryEntry>& history) {
+    TakeCheckpoint(*cp, s, account, turn_id, history);
+  });
   boards_->SetFlashObserver([cp = checkpoints_.get(), leases = board_leases_.get()](
                                 const Caller& caller, const BoardRef& board,
                                 const FlashOrder& order, const FlashResult& r) {

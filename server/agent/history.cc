@@ -53,12 +53,10 @@ std::vector<LlmMessage> RepairHistory(std::vector<LlmMessage> msgs) {
   return merged;
 }
 
-absl::StatusOr<std::vector<LlmMessage>> LoadConversation(SessionManager& sessions,
-                                                         const std::string& session_id) {
-  auto history = sessions.LoadHistory(session_id);
-  if (!history.ok()) return history.status();
+std::vector<LlmMessage> ConversationOf(const std::vector<HistoryEntry>& history) {
   std::vector<LlmMessage> messages;
-  for (const auto& h : *history) {
+  messages.reserve(history.size());
+  for (const auto& h : history) {
     messages.push_back({h.role, json::parse(h.content_json, nullptr, false)});
     if (messages.back().content.is_discarded()) messages.pop_back();
   }

@@ -1,4 +1,4 @@
-// agent: the conversation as the providers see it. Loads a session's history,
+// agent: the conversation as the providers see it. Reads a session's history,
 // repairs one cut by a crash or cancel, and renders it as plain text for a
 // summary.
 #pragma once
@@ -6,21 +6,20 @@
 #include <string>
 #include <vector>
 
-#include "absl/status/statusor.h"
 #include "server/llm/provider.h"
 
 namespace fwai {
 
-class SessionManager;
+struct HistoryEntry;
 
 // Gives every tool_use without a following tool_result an "interrupted"
 // result, and merges adjacent messages of one role, so the history stays
 // valid for providers.
 std::vector<LlmMessage> RepairHistory(std::vector<LlmMessage> msgs);
 
-// The session's stored history, repaired; entries that do not parse are skipped.
-[[nodiscard]] absl::StatusOr<std::vector<LlmMessage>> LoadConversation(
-    SessionManager& sessions, const std::string& session_id);
+// A session's history (as SessionManager::LoadHistory gives it) as the
+// providers see it, repaired; entries that do not parse are skipped.
+std::vector<LlmMessage> ConversationOf(const std::vector<HistoryEntry>& history);
 
 // One line per text, tool call and (shortened) tool result.
 std::string Transcript(const std::vector<LlmMessage>& msgs);

@@ -107,14 +107,19 @@ TurnEnd PlayTurn(const AgentDeps& deps, const TurnHooks& hooks, CancelToken& can
     }
   }
   const LocalAccount* as = account ? &*account : nullptr;
-  if (!req.compact_only && hooks.checkpoint && !info->project_root.empty() && account_error.ok())
-    hooks.checkpoint(*info, as, req.turn_id);
+  // The history is read once a turn: the checkpoint hashes it as it was
+  // before the message, the conversation is it and the message.
+  auto history = deps.sessions.LoadHistory(req.session_id);
+  if (!req.compact_only && hooks.checkpoint && !info->project_root.empty() && account_error.ok() &&
+      history.ok()) {
+    hooks.checkpoint(*info, as, req.turn_id, *history);
+  }
   if (!req.compact_only) {
-    json user_content = json::array({{{"type", "text"}, {"text", req.text}}});
-    if (auto s = deps.sessions.AppendHistory(req.session_id, {"user", user_content.dump()});
-        !s.ok()) {
+    HistoryEntry message{"user", json::array({{{"type", "text"}, {"text", req.text}}}).dump()};
+    if (auto s = deps.sessions.AppendHistory(req.session_id, message); !s.ok()) {
       return Failed(sink, s);
     }
+    if (history.ok()) history->push_back(std::move(message));
   }
   if (provider == nullptr) return Failed(sink, NoProvider(deps.providers, provider_name));
   const ProviderConfig& pc = provider->config();
@@ -136,9 +141,10 @@ TurnEnd PlayTurn(const AgentDeps& deps, const TurnHooks& hooks, CancelToken& can
     // queued; the first request need not wait for that.
     sink.Emit(std::move(ev), /*wait=*/false);
   }
-  auto conversation = LoadConversation(deps.sessions, req.session_id);
   if (!account_error.ok()) return Failed(sink, account_error);
-  if (!conversation.ok()) return Failed(sink, conversation.status());
+  if (!history.ok()) return Failed(sink, history.status());
+  std::vector<LlmMessage> conversation = ConversationOf(*history);
+  std::vector<HistoryEntry>().swap(*history);  // its copy is the conversation now
   // A policy that cannot be read stops the turn: it fails closed. The
   // project's own policy file is read as the account.
   auto rules = LoadPolicy(info->project_root, deps.config.policy_file, as);
@@ -165,7 +171,7 @@ TurnEnd PlayTurn(const AgentDeps& deps, const TurnHooks& hooks, CancelToken& can
 
   std::string mode = info->mode;
   Agent main;
-  main.messages = *std::move(conversation);
+  main.messages = std::move(conversation);
   main.provider = provider;
   main.model = model;
   main.max_tokens = info->max_tokens > 0 ? info->max_tokens : pc.max_tokens;

@@ -43,6 +43,7 @@ class TurnThreads;
 class Tool;
 struct SessionInfo;
 struct LocalAccount;
+struct HistoryEntry;
 
 // Providers by name plus the default one. Owned by the daemon's main.
 struct ProviderSet {
@@ -109,10 +110,11 @@ class TurnManager {
     reply_observer_ = std::move(fn);
   }
   // Records a session's project before each of its turns (session, its
-  // account as looked up for the turn or null, turn id); a failure is the
-  // hook's to report. Set before the first turn.
-  using CheckpointFn =
-      std::function<void(const SessionInfo&, const LocalAccount*, const std::string&)>;
+  // account as looked up for the turn or null, turn id, and the history as
+  // the turn loaded it, before its message); a failure is the hook's to
+  // report. Set before the first turn.
+  using CheckpointFn = std::function<void(const SessionInfo&, const LocalAccount*,
+                                          const std::string&, const std::vector<HistoryEntry>&)>;
   void SetCheckpointer(CheckpointFn fn) { checkpoint_ = std::move(fn); }
   // Redacts tool output before the provider, the history and the evidence see it.
   void SetSecretScanner(std::shared_ptr<const SecretScanner> scanner) {

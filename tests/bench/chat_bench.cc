@@ -287,6 +287,57 @@ LoadStats RunLoad(FakeLlmServer& fake, Daemon& d, int sessions, int chunks, bool
   return out;
 }
 
+// fwaid's CPU per turn start in one session with a long history: 200 turns
+// answered with 1 KB each first (400 entries, about 210 KB), then 40 turns
+// of one chunk measured one after another.
+void RunLongHistory(FakeLlmServer& fake, Daemon& d, int pause_s) {
+  constexpr int kBefore = 200, kMeasured = 40, kReplyBytes = 1000;
+  std::this_thread::sleep_for(std::chrono::seconds(pause_s));
+  const std::string id = d.CreateSession().id();
+  auto stub = d.sessions();
+  const auto turn = [&](int bytes, const std::string& text, int64_t* sent) {
+    FakeReply r;
+    r.bench_chunks = 1;
+    r.bench_chunk_bytes = bytes;
+    fake.Enqueue(r);
+    return Stream(*stub, id, false, 0, text, sent).finished;
+  };
+  int unfinished = 0;
+  for (int i = 0; i < kBefore; ++i)
+    unfinished += !turn(kReplyBytes, "before " + std::to_string(i), nullptr);
+  const size_t first_request = fake.request_count();
+  std::vector<int64_t> sent(kMeasured);
+  const double fwaid_cpu0 = CpuSeconds(d.pid()), bench_cpu0 = CpuSeconds(getpid());
+  for (int i = 0; i < kMeasured; ++i)
+    unfinished += !turn(24, "bench s" + std::to_string(i), &sent[i]);
+  const double fwaid_cpu_s = CpuSeconds(d.pid()) - fwaid_cpu0;
+  const double bench_cpu_s = CpuSeconds(getpid()) - bench_cpu0;
+  std::vector<double> start_ms;
+  auto reqs = fake.requests();
+  for (size_t k = first_request; k < reqs.size(); ++k) {
+    const std::string body = reqs[k].body.dump();
+    // The request's last message is the turn's: "bench sN".
+    size_t at = body.rfind("bench s");
+    if (at == std::string::npos) continue;
+    int i = std::atoi(body.c_str() + at + 7);
+    if (i >= 0 && i < kMeasured) start_ms.push_back((reqs[k].received_ns - sent[i]) / 1e6);
+  }
+  const double per_turn_ms = fwaid_cpu_s * 1e3 / kMeasured;
+  const std::string input = absl::StrCat(
+      "1 session with a history of ", 2 * kBefore, " entries (", kBefore, " turns answered with ",
+      kReplyBytes, " B each), then ", kMeasured, " turns of 1 chunk one after another");
+  std::printf(
+      "RESULT turn_start_cpu long_history fwaid_cpu_ms_per_turn=%.2f turn start p50=%.2f "
+      "p99=%.2f ms (input: %s; harness %.2f s)%s\n",
+      per_turn_ms, Percentile(start_ms, 0.5), Percentile(start_ms, 0.99), input.c_str(),
+      bench_cpu_s, unfinished ? " UNFINISHED TURNS" : "");
+  auto& r = Report().Add("turn_start_cpu_long_history", "fwaid CPU per turn start, long history",
+                         input, per_turn_ms, "ms");
+  r["also"] = {{{"label", "turn start p50"}, {"value", Percentile(start_ms, 0.5)}, {"unit", "ms"}},
+               {{"label", "turn start p99"}, {"value", Percentile(start_ms, 0.99)}, {"unit", "ms"}},
+               {{"label", "the harness's CPU"}, {"value", bench_cpu_s}, {"unit", "s"}}};
+}
+
 // Records one load phase: its added latency (against the same number of
 // sessions alone, or on a fresh daemon, when it is a variant) and turn start.
 void ReportLoad(const std::string& label, int sessions, int chunks, const LoadStats& s) {
@@ -606,6 +657,7 @@ int Main(int argc, char** argv) {
                     {"unit", "ms"}},
                    {{"label", "the harness's CPU"}, {"value", s.bench_cpu_s}, {"unit", "s"}}};
     }
+    RunLongHistory(fake, fresh(), pause_s);
   }
 
   // --- Memory per idle session and per attached client.

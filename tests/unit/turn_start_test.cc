@@ -15,6 +15,7 @@
 #include "server/agent/turn.h"
 #include "server/llm/provider.h"
 #include "server/project/secrets.h"
+#include "server/session/checkpoints.h"
 #include "server/session/session_manager.h"
 #include "server/storage/storage.h"
 #include "server/tools/tool.h"
@@ -85,7 +86,8 @@ TEST_F(TurnStartTest, TheMessageIsStoredBeforeTheStartWorkAndTheAccountIsLookedU
   const std::function<void(const std::string&, const std::string&, const std::string&)> replies_fn;
   const TurnManager::CheckpointFn checkpoint = [&](const SessionInfo& info,
                                                    const LocalAccount* account,
-                                                   const std::string& turn_id) {
+                                                   const std::string& turn_id,
+                                                   const std::vector<HistoryEntry>&) {
     steps.push_back("checkpoint of " + info.id + " for " + turn_id + " as " +
                     (account ? account->name + " uid " + std::to_string(account->uid) : "nobody"));
   };
@@ -133,9 +135,10 @@ class OneLineProvider : public Provider {
     config_.kind = "anthropic";
     config_.model = "m";
   }
-  absl::StatusOr<ChatResult> Stream(const ChatRequest&, StreamObserver& observer,
+  absl::StatusOr<ChatResult> Stream(const ChatRequest& req, StreamObserver& observer,
                                     CancelToken&) override {
     ++requests;
+    last_messages = req.messages;
     observer.OnText("done");
     ChatResult r;
     r.content = nlohmann::json::array({{{"type", "text"}, {"text", "done"}}});
@@ -144,6 +147,7 @@ class OneLineProvider : public Provider {
   }
   const ProviderConfig& config() const override { return config_; }
   int requests = 0;
+  std::vector<LlmMessage> last_messages;
 
  private:
   ProviderConfig config_;
@@ -170,8 +174,9 @@ TEST_F(TurnStartTest, AnAccountThatIsGoneFailsTheTurnAfterTheMessageIsKept) {
   const std::function<void(const nlohmann::json&)> recorder;
   const TurnManager::ProjectToolsFn project_tools;
   const std::function<void(const std::string&, const std::string&, const std::string&)> replies_fn;
-  const TurnManager::CheckpointFn checkpoint = [&](const SessionInfo&, const LocalAccount*,
-                                                   const std::string&) { ++checkpoints; };
+  const TurnManager::CheckpointFn checkpoint =
+      [&](const SessionInfo&, const LocalAccount*, const std::string&,
+          const std::vector<HistoryEntry>&) { ++checkpoints; };
   const std::function<std::shared_ptr<void>()> preparing;
 
   for (const std::string account : {std::string("fwai-no-such-account"), me->name}) {
@@ -213,6 +218,75 @@ TEST_F(TurnStartTest, AnAccountThatIsGoneFailsTheTurnAfterTheMessageIsKept) {
       EXPECT_EQ(history->size(), 1u);
     }
   }
+}
+
+// The history is read once for a turn: the checkpoint is given it as it was
+// before the turn's message, and the model gets it with the message.
+TEST_F(TurnStartTest, TheCheckpointGetsTheHistoryBeforeTheMessageAndTheModelGetsItWithTheMessage) {
+  auto me = LookupAccount(getuid());
+  ASSERT_TRUE(me.ok()) << me.status();
+  DaemonConfig config;
+  ProviderSet providers;
+  auto provider = std::make_unique<OneLineProvider>();
+  OneLineProvider* model = provider.get();
+  providers.providers["one-line"] = std::move(provider);
+  providers.default_name = "one-line";
+  ToolRegistry tools;
+  ToolRetriever retriever;
+  PendingReplies replies;
+  const auto secrets = SecretScanner::Default();
+  const AgentDeps deps{*sessions_, config, providers, tools, retriever, *secrets, replies};
+  std::vector<std::vector<HistoryEntry>> given;
+  const std::function<void(const nlohmann::json&)> recorder;
+  const TurnManager::ProjectToolsFn project_tools;
+  const std::function<void(const std::string&, const std::string&, const std::string&)> replies_fn;
+  const TurnManager::CheckpointFn checkpoint =
+      [&](const SessionInfo&, const LocalAccount*, const std::string&,
+          const std::vector<HistoryEntry>& history) { given.push_back(history); };
+  const std::function<std::shared_ptr<void>()> preparing;
+
+  NewSession params;
+  params.project_root = dir_ + "/proj";
+  params.account = me->name;
+  auto s = sessions_->Create(me->name, params);
+  ASSERT_TRUE(s.ok()) << s.status();
+  const auto text = [](const std::string& t) {
+    return nlohmann::json::array({{{"type", "text"}, {"text", t}}}).dump();
+  };
+  ASSERT_TRUE(sessions_->AppendHistory(s->id, {"user", text("what is PA5")}).ok());
+  ASSERT_TRUE(sessions_->AppendHistory(s->id, {"assistant", text("the LED pin")}).ok());
+  auto before = sessions_->LoadHistory(s->id);
+  ASSERT_TRUE(before.ok()) << before.status();
+
+  for (const std::string t : {"t-1", "t-2"}) {
+    TurnRequest req;
+    req.session_id = s->id;
+    req.turn_id = t;
+    req.text = "blink it at " + t;
+    CancelToken cancel;
+    RunTurn(deps, TurnHooks{recorder, project_tools, replies_fn, checkpoint, preparing}, cancel,
+            req, [] { return Author{}; });
+  }
+  ASSERT_EQ(given.size(), 2u);
+  // The first turn's checkpoint: the two entries before it, as stored.
+  ASSERT_EQ(given[0].size(), 2u);
+  EXPECT_EQ(HistoryPrefixSha(given[0], 2), HistoryPrefixSha(*before, 2));
+  // The second's: those, the first turn's message and its answer.
+  auto after = sessions_->LoadHistory(s->id);
+  ASSERT_TRUE(after.ok()) << after.status();
+  ASSERT_EQ(after->size(), 6u);
+  ASSERT_EQ(given[1].size(), 4u);
+  EXPECT_EQ(HistoryPrefixSha(given[1], 4), HistoryPrefixSha(*after, 4));
+  // The model was asked with the whole history and the second message last.
+  std::vector<std::string> asked;
+  for (const auto& m : model->last_messages) asked.push_back(m.role + ": " + m.content.dump());
+  EXPECT_EQ(asked, (std::vector<std::string>{
+                       "user: " + text("what is PA5"),
+                       "assistant: " + text("the LED pin"),
+                       "user: " + text("blink it at t-1"),
+                       "assistant: " + text("done"),
+                       "user: " + text("blink it at t-2"),
+                   }));
 }
 
 }  // namespace

@@ -670,13 +670,14 @@ std::optional<int> ResolveConfig(const Args& args, DaemonConfig& config, PassedS
   return std::nullopt;
 }
 
-// The session's project before a turn, with the history the turn read; a
-// failure is logged, the turn goes on.
-void TakeCheckpoint(Checkpoints& cp, const SessionInfo& s, const LocalAccount* account,
-                    const std::string& turn_id, const std::vector<HistoryEntry>& history) {
-  auto c = cp.Take(s.id, s.project_root, account, turn_id, "turn", history.size(),
+// Session `session`'s project at `root` before a turn or a skill run
+// (`what`), with its history then; a failure is logged, the work goes on.
+void TakeCheckpoint(Checkpoints& cp, const std::string& session, const std::string& root,
+                    const LocalAccount* account, const std::string& turn_id,
+                    const std::string& what, const std::vector<HistoryEntry>& history) {
+  auto c = cp.Take(session, root, account, turn_id, what, history.size(),
                    HistoryPrefixSha(history, history.size()));
-  if (!c.ok()) spdlog::warn("checkpoint of session {}: {}", s.id, c.status().ToString());
+  if (!c.ok()) spdlog::warn("checkpoint of session {}: {}", session, c.status().ToString());
 }
 
 // A flash is a session's when made in it, or under a lease bound to it.
@@ -1403,7 +1404,7 @@ std::optional<int> Daemon::StartSessions() {
                                                     const LocalAccount* account,
                                                     const std::string& turn_id,
                                                     const std::vector<HistoryEntry>& history) {
-    TakeCheckpoint(*cp, s, account, turn_id, history);
+    TakeCheckpoint(*cp, s.id, s.project_root, account, turn_id, "turn", history);
   });
   boards_->SetFlashObserver([cp = checkpoints_.get(), leases = board_leases_.get()](
                                 const Caller& caller, const BoardRef& board,
@@ -1456,10 +1457,8 @@ std::optional<int> Daemon::StartSkills() {
     if (!sessions->Get(caller.session_id).ok()) return;  // not a session of this fwaid
     auto history = sessions->LoadHistory(caller.session_id);
     if (!history.ok()) return;
-    auto c = cp->Take(caller.session_id, root, caller.account ? &*caller.account : nullptr, "",
-                      what, history->size(), HistoryPrefixSha(*history, history->size()));
-    if (!c.ok())
-      spdlog::warn("checkpoint of session {}: {}", caller.session_id, c.status().ToString());
+    TakeCheckpoint(*cp, caller.session_id, root, caller.account ? &*caller.account : nullptr, "",
+                   what, *history);
   };
   skills_ = std::make_unique<SkillRunner>(skill_deps);
   // Watches on boards' output: a firing is a record, a notice in fwaid's

@@ -161,6 +161,25 @@ double CpuPerEventUs(const LoadStats& s) {
   return s.fwaid_cpu_s * 1e6 / std::max<double>(1, s.events);
 }
 
+// From the user's message leaving the client to the provider's request
+// arriving: the daemon's work to start a turn (history, policy, tools,
+// prompt). Turn i's message is "bench s<i>", sent at sent[i]; a request's
+// last message is its turn's. Requests from `first_request` on.
+std::vector<double> TurnStartsMs(FakeLlmServer& fake, size_t first_request,
+                                 const std::vector<int64_t>& sent) {
+  std::vector<double> out;
+  auto reqs = fake.requests();
+  for (size_t k = first_request; k < reqs.size(); ++k) {
+    const std::string body = reqs[k].body.dump();
+    size_t at = body.rfind("bench s");
+    if (at == std::string::npos) continue;
+    const int i = std::atoi(body.c_str() + at + 7);
+    if (i >= 0 && i < static_cast<int>(sent.size()) && sent[i] > 0)
+      out.push_back((reqs[k].received_ns - sent[i]) / 1e6);
+  }
+  return out;
+}
+
 // `sessions` turns at once, each streamed `chunks` chunks of 24 B at 100/s by
 // the provider, each read by its own client. With `stuck`, first a session
 // whose provider streams 4 KB chunks at the same pace to a client that never
@@ -264,17 +283,7 @@ LoadStats RunLoad(FakeLlmServer& fake, Daemon& d, int sessions, int chunks, bool
   out.fwaid_cpu_s = CpuSeconds(d.pid()) - fwaid_cpu0;
   out.bench_cpu_s = CpuSeconds(getpid()) - bench_cpu0;
   out.seconds = (end_ns - begin_ns) / 1e9;
-  // From the user's message leaving the client to the provider's request
-  // arriving: the daemon's work to start a turn (history, policy, tools, prompt).
-  auto reqs = fake.requests();
-  for (size_t k = first_request; k < reqs.size(); ++k) {
-    const std::string body = reqs[k].body.dump();
-    size_t at = body.find("bench s");
-    if (at == std::string::npos) continue;
-    int i = std::atoi(body.c_str() + at + 7);
-    if (i >= 0 && i < sessions && sent[i] > 0)
-      out.turn_start_ms.push_back((reqs[k].received_ns - sent[i]) / 1e6);
-  }
+  out.turn_start_ms = TurnStartsMs(fake, first_request, sent);
   if (stuck) {
     stuck_chat_ctx.TryCancel();
     stuck_attach_ctx.TryCancel();
@@ -312,16 +321,7 @@ void RunLongHistory(FakeLlmServer& fake, Daemon& d, int pause_s) {
     unfinished += !turn(24, "bench s" + std::to_string(i), &sent[i]);
   const double fwaid_cpu_s = CpuSeconds(d.pid()) - fwaid_cpu0;
   const double bench_cpu_s = CpuSeconds(getpid()) - bench_cpu0;
-  std::vector<double> start_ms;
-  auto reqs = fake.requests();
-  for (size_t k = first_request; k < reqs.size(); ++k) {
-    const std::string body = reqs[k].body.dump();
-    // The request's last message is the turn's: "bench sN".
-    size_t at = body.rfind("bench s");
-    if (at == std::string::npos) continue;
-    int i = std::atoi(body.c_str() + at + 7);
-    if (i >= 0 && i < kMeasured) start_ms.push_back((reqs[k].received_ns - sent[i]) / 1e6);
-  }
+  const std::vector<double> start_ms = TurnStartsMs(fake, first_request, sent);
   const double per_turn_ms = fwaid_cpu_s * 1e3 / kMeasured;
   const std::string input = absl::StrCat(
       "1 session with a history of ", 2 * kBefore, " entries (", kBefore, " turns answered with ",

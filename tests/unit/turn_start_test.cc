@@ -153,31 +153,45 @@ class OneLineProvider : public Provider {
   ProviderConfig config_;
 };
 
+// What RunTurn needs for turns answered by a OneLineProvider (`model`), with
+// no hooks but the checkpoint, which each test gives.
+struct OneLineTurns {
+  explicit OneLineTurns(SessionManager& sessions)
+      : deps{sessions, config, providers, tools, retriever, *secrets, replies} {
+    auto provider = std::make_unique<OneLineProvider>();
+    model = provider.get();
+    providers.providers["one-line"] = std::move(provider);
+    providers.default_name = "one-line";
+  }
+  TurnHooks Hooks(const TurnManager::CheckpointFn& checkpoint) const {
+    return TurnHooks{recorder, project_tools, replies_fn, checkpoint, preparing};
+  }
+  DaemonConfig config;
+  ProviderSet providers;
+  ToolRegistry tools;
+  ToolRetriever retriever;
+  PendingReplies replies;
+  const std::shared_ptr<const SecretScanner> secrets = SecretScanner::Default();
+  const AgentDeps deps;
+  OneLineProvider* model = nullptr;
+  const std::function<void(const nlohmann::json&)> recorder;
+  const TurnManager::ProjectToolsFn project_tools;
+  const std::function<void(const std::string&, const std::string&, const std::string&)> replies_fn;
+  const std::function<std::shared_ptr<void>()> preparing;
+};
+
 // A session whose account is gone: the turn keeps the message, takes no
 // checkpoint (nothing may be read as nobody), asks the model nothing and
 // says which account; a known account's turn reaches the model.
 TEST_F(TurnStartTest, AnAccountThatIsGoneFailsTheTurnAfterTheMessageIsKept) {
   auto me = LookupAccount(getuid());
   ASSERT_TRUE(me.ok()) << me.status();
-  DaemonConfig config;
-  ProviderSet providers;
-  auto provider = std::make_unique<OneLineProvider>();
-  OneLineProvider* model = provider.get();
-  providers.providers["one-line"] = std::move(provider);
-  providers.default_name = "one-line";
-  ToolRegistry tools;
-  ToolRetriever retriever;
-  PendingReplies replies;
-  const auto secrets = SecretScanner::Default();
-  const AgentDeps deps{*sessions_, config, providers, tools, retriever, *secrets, replies};
+  OneLineTurns t(*sessions_);
+  OneLineProvider* model = t.model;
   int checkpoints = 0;
-  const std::function<void(const nlohmann::json&)> recorder;
-  const TurnManager::ProjectToolsFn project_tools;
-  const std::function<void(const std::string&, const std::string&, const std::string&)> replies_fn;
   const TurnManager::CheckpointFn checkpoint =
       [&](const SessionInfo&, const LocalAccount*, const std::string&,
           const std::vector<HistoryEntry>&) { ++checkpoints; };
-  const std::function<std::shared_ptr<void>()> preparing;
 
   for (const std::string account : {std::string("fwai-no-such-account"), me->name}) {
     SCOPED_TRACE(account);
@@ -192,8 +206,7 @@ TEST_F(TurnStartTest, AnAccountThatIsGoneFailsTheTurnAfterTheMessageIsKept) {
     req.text = "read the map file";
     CancelToken cancel;
     const int requests_before = model->requests;
-    RunTurn(deps, TurnHooks{recorder, project_tools, replies_fn, checkpoint, preparing}, cancel,
-            req, [] { return Author{}; });
+    RunTurn(t.deps, t.Hooks(checkpoint), cancel, req, [] { return Author{}; });
     std::string errors;
     std::string finished;
     for (const auto& ev : Stored(s->id)) {
@@ -225,25 +238,12 @@ TEST_F(TurnStartTest, AnAccountThatIsGoneFailsTheTurnAfterTheMessageIsKept) {
 TEST_F(TurnStartTest, TheCheckpointGetsTheHistoryBeforeTheMessageAndTheModelGetsItWithTheMessage) {
   auto me = LookupAccount(getuid());
   ASSERT_TRUE(me.ok()) << me.status();
-  DaemonConfig config;
-  ProviderSet providers;
-  auto provider = std::make_unique<OneLineProvider>();
-  OneLineProvider* model = provider.get();
-  providers.providers["one-line"] = std::move(provider);
-  providers.default_name = "one-line";
-  ToolRegistry tools;
-  ToolRetriever retriever;
-  PendingReplies replies;
-  const auto secrets = SecretScanner::Default();
-  const AgentDeps deps{*sessions_, config, providers, tools, retriever, *secrets, replies};
+  OneLineTurns t(*sessions_);
+  OneLineProvider* model = t.model;
   std::vector<std::vector<HistoryEntry>> given;
-  const std::function<void(const nlohmann::json&)> recorder;
-  const TurnManager::ProjectToolsFn project_tools;
-  const std::function<void(const std::string&, const std::string&, const std::string&)> replies_fn;
   const TurnManager::CheckpointFn checkpoint =
       [&](const SessionInfo&, const LocalAccount*, const std::string&,
           const std::vector<HistoryEntry>& history) { given.push_back(history); };
-  const std::function<std::shared_ptr<void>()> preparing;
 
   NewSession params;
   params.project_root = dir_ + "/proj";
@@ -258,14 +258,13 @@ TEST_F(TurnStartTest, TheCheckpointGetsTheHistoryBeforeTheMessageAndTheModelGets
   auto before = sessions_->LoadHistory(s->id);
   ASSERT_TRUE(before.ok()) << before.status();
 
-  for (const std::string t : {"t-1", "t-2"}) {
+  for (const std::string turn_id : {"t-1", "t-2"}) {
     TurnRequest req;
     req.session_id = s->id;
-    req.turn_id = t;
-    req.text = "blink it at " + t;
+    req.turn_id = turn_id;
+    req.text = "blink it at " + turn_id;
     CancelToken cancel;
-    RunTurn(deps, TurnHooks{recorder, project_tools, replies_fn, checkpoint, preparing}, cancel,
-            req, [] { return Author{}; });
+    RunTurn(t.deps, t.Hooks(checkpoint), cancel, req, [] { return Author{}; });
   }
   ASSERT_EQ(given.size(), 2u);
   // The first turn's checkpoint: the two entries before it, as stored.

@@ -169,7 +169,18 @@ class Access {
 
 // Moves events from a Subscriber to a gRPC stream: one write in flight, the
 // message untouched until OnWriteDone, Finish exactly once. `R` is a server
-// reactor with StartWrite(const pb::ServerEvent*) and Finish(grpc::Status).
+// reactor with StartWrite(const pb::ServerEvent*, grpc::WriteOptions) and
+// Finish(grpc::Status).
+//
+// A write made while another event already waits carries gRPC's buffer hint:
+// it is held in the stream's buffer, and goes out with the later ones in one
+// send when a write without the hint (the last of those waiting) or Finish
+// comes. So a client that fell behind gets what waits for it in a few large
+// sends, not a send (and a wake-up at each end) per event. The hint is given
+// only when the next write is certain to follow at once: an event already in
+// memory, never one still to be read or to arrive. Nor to the stream's first
+// write: it carries the response headers, which gRPC holds back with a hinted
+// message, and the write would not complete until some later write went out.
 template <typename R>
 class EventPump {
  public:
@@ -219,21 +230,20 @@ class EventPump {
     if (!injected_.empty()) {
       out_ = std::move(injected_.front());
       injected_.pop_front();
-      writing_ = true;
-      reactor_->StartWrite(&out_);
+      StartWriteLocked(!injected_.empty());
       return;
     }
     if (!sub_) return;
     std::string bytes;
     absl::Status status;
-    switch (sub_->Pull(&bytes, &status)) {
+    bool more = false;
+    switch (sub_->Pull(&bytes, &status, &more)) {
       case Subscriber::PullResult::kEvent:
         if (!out_.ParseFromString(bytes)) {
           FinishLocked(grpc::Status(grpc::StatusCode::DATA_LOSS, "stored event is damaged"));
           return;
         }
-        writing_ = true;
-        reactor_->StartWrite(&out_);
+        StartWriteLocked(more);
         return;
       case Subscriber::PullResult::kEmpty:
         return;
@@ -282,6 +292,16 @@ class EventPump {
   }
 
  private:
+  // `more`: another event is in memory and will be written right after this
+  // one (see the class comment).
+  void StartWriteLocked(bool more) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    writing_ = true;
+    grpc::WriteOptions options;
+    if (more && wrote_) options.set_buffer_hint();
+    wrote_ = true;
+    reactor_->StartWrite(&out_, options);
+  }
+
   void FinishLocked(const grpc::Status& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (finished_) return;
     if (writing_) {
@@ -298,6 +318,7 @@ class EventPump {
   std::shared_ptr<Subscriber> sub_ ABSL_GUARDED_BY(mu_);
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  bool wrote_ ABSL_GUARDED_BY(mu_) = false;  // the headers have gone with a write
   std::optional<grpc::Status> pending_finish_ ABSL_GUARDED_BY(mu_);
   std::deque<pb::ServerEvent> injected_ ABSL_GUARDED_BY(mu_);
   pb::ServerEvent out_ ABSL_GUARDED_BY(mu_);

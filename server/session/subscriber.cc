@@ -45,8 +45,9 @@ Subscriber::Subscriber(std::string session_id, Storage* storage, uint64_t replay
       replay_next_(replay_from),
       replay_to_(replay_to) {}
 
-Subscriber::PullResult Subscriber::Pull(std::string* event, absl::Status* status) {
+Subscriber::PullResult Subscriber::Pull(std::string* event, absl::Status* status, bool* more) {
   MutexLock lock(&mu_);
+  if (more) *more = false;
   if (closed_ && queue_.empty() && replay_buf_.empty() &&
       (!close_status_.ok() || replay_next_ > replay_to_)) {
     *status = close_status_;
@@ -77,11 +78,13 @@ Subscriber::PullResult Subscriber::Pull(std::string* event, absl::Status* status
   if (!replay_buf_.empty()) {
     *event = std::move(replay_buf_.front());
     replay_buf_.pop_front();
+    if (more) *more = !replay_buf_.empty();
     return PullResult::kEvent;
   }
   if (!queue_.empty()) {
     *event = std::move(queue_.front());
     queue_.pop_front();
+    if (more) *more = !queue_.empty();
     return PullResult::kEvent;
   }
   if (closed_ || !follow_) {

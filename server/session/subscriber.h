@@ -26,7 +26,10 @@ class Subscriber {
 
   // Next serialized ServerEvent. kEmpty means "nothing now": notify() will be
   // called when something arrives. kClosed gives the final status in `status`.
-  PullResult Pull(std::string* event, absl::Status* status);
+  // With kEvent, `*more` (when given) says whether another event is already
+  // waiting, so the next Pull returns kEvent or kClosed without waiting; false
+  // when it may have to wait (or read the store) for one.
+  PullResult Pull(std::string* event, absl::Status* status, bool* more = nullptr);
 
   // Called by the session manager with the session lock held; never blocks.
   // Returns true if the caller must invoke notify() after releasing its lock.

@@ -161,6 +161,44 @@ TEST_F(SessionTest, ReplayThenLiveHasNoGapOrDuplicate) {
   for (size_t i = 0; i < got.size(); ++i) EXPECT_EQ(got[i].seq(), 11 + i);
 }
 
+// `more` says another event is already in memory: the stream holds an event
+// written with it in gRPC's buffer until the next write, so it must never be
+// followed by "nothing now". It is false where the next event has to be read
+// from the store (the end of a replay batch) or has yet to arrive.
+TEST_F(SessionTest, PullSaysWhenTheNextEventIsAlreadyWaiting) {
+  auto& sm = Sessions();
+  auto id = sm.Create("uid:1", {"t", dir_ + "/proj", "", ""})->id;
+  for (int i = 0; i < 600; ++i) ASSERT_TRUE(sm.Publish(id, Text("x")).ok());  // 3 replay batches
+  auto sub = sm.Subscribe(id, 0, true, true, [] {});
+  ASSERT_TRUE(sub.ok());
+  for (int i = 0; i < 2; ++i) ASSERT_TRUE(sm.Publish(id, Text("live")).ok());
+  std::string bytes;
+  absl::Status st;
+  std::vector<uint64_t> last_of_run;  // seqs pulled with more == false
+  bool more_before = false;
+  for (int n = 0;; ++n) {
+    bool more = true;
+    const auto r = (*sub)->Pull(&bytes, &st, &more);
+    if (r != Subscriber::PullResult::kEvent) {
+      EXPECT_EQ(r, Subscriber::PullResult::kEmpty);
+      EXPECT_FALSE(more);
+      EXPECT_FALSE(more_before) << "promised another event after " << n << " events";
+      break;
+    }
+    pb::ServerEvent ev;
+    ASSERT_TRUE(ev.ParseFromString(bytes));
+    ASSERT_EQ(ev.seq(), uint64_t(n + 1));
+    if (!more) last_of_run.push_back(ev.seq());
+    more_before = more;
+  }
+  EXPECT_EQ(last_of_run, (std::vector<uint64_t>{256, 512, 600, 602}));
+  // A live event after a wait is the only one waiting.
+  ASSERT_TRUE(sm.Publish(id, Text("later")).ok());
+  bool more = true;
+  ASSERT_EQ((*sub)->Pull(&bytes, &st, &more), Subscriber::PullResult::kEvent);
+  EXPECT_FALSE(more);
+}
+
 TEST_F(SessionTest, SlowSubscriberIsCoalescedThenDropped) {
   SubscriberConfig limits;
   limits.high_water = 4;

@@ -24,6 +24,7 @@
 #include "server/agent/turn_manager.h"
 #include "server/api/api.h"
 #include "server/api/caller.h"
+#include "server/api/event_pump.h"
 #include "server/api/gate.h"
 #include "server/api/offload.h"
 #include "server/api/rewind.h"
@@ -167,163 +168,6 @@ class Access {
   const ApiDeps& d_;
 };
 
-// Moves events from a Subscriber to a gRPC stream: one write in flight, the
-// message untouched until OnWriteDone, Finish exactly once. `R` is a server
-// reactor with StartWrite(const pb::ServerEvent*, grpc::WriteOptions) and
-// Finish(grpc::Status).
-//
-// A write made while another event already waits carries gRPC's buffer hint:
-// it is held in the stream's buffer, and goes out with the later ones in one
-// send when a write without the hint (the last of those waiting) or Finish
-// comes. So a client that fell behind gets what waits for it in a few large
-// sends, not a send (and a wake-up at each end) per event. The hint is given
-// only when the next write is certain to follow at once: an event already in
-// memory, never one still to be read or to arrive. Nor to the stream's first
-// write: it carries the response headers, which gRPC holds back with a hinted
-// message, and the write would not complete until some later write went out.
-template <typename R>
-class EventPump {
- public:
-  // Shared with the subscriber's notify callback so a late notify after the
-  // reactor is gone does nothing.
-  struct Link {
-    Mutex mu;
-    EventPump* pump ABSL_GUARDED_BY(mu) = nullptr;
-  };
-
-  explicit EventPump(R* reactor) : reactor_(reactor), link_(std::make_shared<Link>()) {
-    link_->pump = this;
-  }
-
-  std::function<void()> NotifyFn() {
-    std::weak_ptr<Link> weak = link_;
-    return [weak] {
-      if (auto link = weak.lock()) {
-        MutexLock lock(&link->mu);
-        if (link->pump) link->pump->TryWrite();
-      }
-    };
-  }
-
-  void SetSubscriber(std::shared_ptr<Subscriber> sub) {
-    {
-      MutexLock lock(&mu_);
-      sub_ = std::move(sub);
-    }
-    TryWrite();
-  }
-
-  // An event for this stream alone, not in the session's log (seq 0): what
-  // became of something this client sent, e.g. a plan another client had
-  // decided first. Written before the session's next event.
-  void Inject(pb::ServerEvent ev) {
-    {
-      MutexLock lock(&mu_);
-      injected_.push_back(std::move(ev));
-    }
-    TryWrite();
-  }
-
-  void TryWrite() {
-    MutexLock lock(&mu_);
-    if (writing_ || finished_) return;
-    if (!injected_.empty()) {
-      out_ = std::move(injected_.front());
-      injected_.pop_front();
-      StartWriteLocked(!injected_.empty());
-      return;
-    }
-    if (!sub_) return;
-    std::string bytes;
-    absl::Status status;
-    bool more = false;
-    switch (sub_->Pull(&bytes, &status, &more)) {
-      case Subscriber::PullResult::kEvent:
-        if (!out_.ParseFromString(bytes)) {
-          FinishLocked(grpc::Status(grpc::StatusCode::DATA_LOSS, "stored event is damaged"));
-          return;
-        }
-        StartWriteLocked(more);
-        return;
-      case Subscriber::PullResult::kEmpty:
-        return;
-      case Subscriber::PullResult::kClosed:
-        FinishLocked(ToGrpcStatus(status));
-        return;
-    }
-  }
-
-  void OnWriteDone(bool ok) {
-    {
-      MutexLock lock(&mu_);
-      writing_ = false;
-      if (!ok) {
-        // The client is gone; the stream ends (the turn goes on).
-        FinishLocked(grpc::Status(grpc::StatusCode::CANCELLED, "client went away"));
-        return;
-      }
-      if (pending_finish_) {
-        auto s = *pending_finish_;
-        pending_finish_.reset();
-        FinishLocked(s);
-        return;
-      }
-    }
-    TryWrite();
-  }
-
-  void Finish(const grpc::Status& s) {
-    MutexLock lock(&mu_);
-    FinishLocked(s);
-  }
-
-  // Called from the reactor's OnDone; after it no callback touches the reactor.
-  void Detach(SessionManager* sessions) {
-    {
-      MutexLock lock(&link_->mu);
-      link_->pump = nullptr;
-    }
-    std::shared_ptr<Subscriber> sub;
-    {
-      MutexLock lock(&mu_);
-      sub = std::move(sub_);
-    }
-    if (sub) sessions->Unsubscribe(sub->session_id(), sub.get());
-  }
-
- private:
-  // `more`: another event is in memory and will be written right after this
-  // one (see the class comment).
-  void StartWriteLocked(bool more) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    writing_ = true;
-    grpc::WriteOptions options;
-    if (more && wrote_) options.set_buffer_hint();
-    wrote_ = true;
-    reactor_->StartWrite(&out_, options);
-  }
-
-  void FinishLocked(const grpc::Status& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    if (finished_) return;
-    if (writing_) {
-      if (!pending_finish_) pending_finish_ = s;
-      return;
-    }
-    finished_ = true;
-    reactor_->Finish(s);
-  }
-
-  R* const reactor_;
-  std::shared_ptr<Link> link_;
-  Mutex mu_;
-  std::shared_ptr<Subscriber> sub_ ABSL_GUARDED_BY(mu_);
-  bool writing_ ABSL_GUARDED_BY(mu_) = false;
-  bool finished_ ABSL_GUARDED_BY(mu_) = false;
-  bool wrote_ ABSL_GUARDED_BY(mu_) = false;  // the headers have gone with a write
-  std::optional<grpc::Status> pending_finish_ ABSL_GUARDED_BY(mu_);
-  std::deque<pb::ServerEvent> injected_ ABSL_GUARDED_BY(mu_);
-  pb::ServerEvent out_ ABSL_GUARDED_BY(mu_);
-};
-
 // Chat: the first client message opens the session; then user messages,
 // cancels. Deletes itself in OnDone.
 class ChatReactor final : public grpc::ServerBidiReactor<pb::ClientEvent, pb::ServerEvent> {
@@ -447,7 +291,7 @@ class ChatReactor final : public grpc::ServerBidiReactor<pb::ClientEvent, pb::Se
         if (standing_ != SessionNeed::kOwner) FollowShare();
         // The stream is accepted: the client hears so at once (its headers),
         // not only with the next event, which may be long in coming.
-        StartSendInitialMetadata();
+        pump_.SendHeaders();
         auto sub =
             deps_.sessions->Subscribe(session_id_, in_.open().after_seq(), in_.open().replay(),
                                       /*follow=*/true, pump_.NotifyFn());

@@ -5,70 +5,16 @@
 #include <vector>
 
 #include "fwai/v1/events.pb.h"
-#include "server/api/event_pump.h"
 #include "server/session/session_manager.h"
 #include "server/storage/storage.h"
+#include "tests/unit/session_fixture.h"
 
 namespace fwai {
 namespace {
 
 namespace pb = fwai::v1;
 
-class SessionTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    std::string t = (std::filesystem::temp_directory_path() / "fwai-session-XXXXXX").string();
-    dir_ = mkdtemp(t.data());
-    std::filesystem::create_directories(dir_ + "/proj");
-    auto db = Storage::Open(dir_ + "/db");
-    ASSERT_TRUE(db.ok());
-    storage_ = *std::move(db);
-  }
-  void TearDown() override {
-    sessions_.reset();
-    storage_.reset();
-    std::filesystem::remove_all(dir_);
-  }
-  SessionManager& Sessions(SubscriberConfig limits = {}) {
-    if (!sessions_) sessions_ = std::make_unique<SessionManager>(*storage_, limits);
-    return *sessions_;
-  }
-  static std::string Text(const std::string& t, const std::string& turn = "t1") {
-    pb::ServerEvent ev;
-    ev.set_turn_id(turn);
-    ev.mutable_text_delta()->mutable_origin()->set_agent("main");
-    ev.mutable_text_delta()->set_text(t);
-    return ev.SerializeAsString();
-  }
-  static std::string Finished() {
-    pb::ServerEvent ev;
-    ev.set_turn_id("t1");
-    ev.mutable_turn_finished()->set_stop_reason("end_turn");
-    return ev.SerializeAsString();
-  }
-  std::vector<pb::ServerEvent> Drain(Subscriber& sub, absl::Status* final_status = nullptr,
-                                     bool* closed = nullptr) {
-    std::vector<pb::ServerEvent> out;
-    std::string bytes;
-    absl::Status st;
-    while (true) {
-      auto r = sub.Pull(&bytes, &st);
-      if (r == Subscriber::PullResult::kEvent) {
-        pb::ServerEvent ev;
-        ev.ParseFromString(bytes);
-        out.push_back(ev);
-        continue;
-      }
-      if (closed) *closed = r == Subscriber::PullResult::kClosed;
-      if (final_status) *final_status = st;
-      return out;
-    }
-  }
-
-  std::string dir_;
-  std::unique_ptr<Storage> storage_;
-  std::unique_ptr<SessionManager> sessions_;
-};
+class SessionTest : public SessionFixture {};
 
 TEST_F(SessionTest, CreateGetListDelete) {
   auto& sm = Sessions();
@@ -198,59 +144,6 @@ TEST_F(SessionTest, PullSaysWhenTheNextEventIsAlreadyWaiting) {
   bool more = true;
   ASSERT_EQ((*sub)->Pull(&bytes, &st, &more), Subscriber::PullResult::kEvent);
   EXPECT_FALSE(more);
-}
-
-// What an EventPump asks of its stream, in order.
-struct RecordingReactor {
-  std::vector<std::string> calls;  // "headers", "write <seq>[ hinted]", "finish <code>"
-  void StartSendInitialMetadata() { calls.push_back("headers"); }
-  void StartWrite(const pb::ServerEvent* ev, grpc::WriteOptions options) {
-    calls.push_back("write " + std::to_string(ev->seq()) +
-                    (options.get_buffer_hint() ? " hinted" : ""));
-  }
-  void Finish(const grpc::Status& s) {
-    calls.push_back("finish " + std::to_string(s.error_code()));
-  }
-};
-
-// A write is hinted only when the next event is already waiting and the
-// headers have gone; a stream with no headers yet sends them with its first
-// write, unhinted.
-TEST_F(SessionTest, EventPumpHintsOnlyWritesAnotherWriteFollows) {
-  auto& sm = Sessions();
-  auto id = sm.Create("uid:1", {"t", dir_ + "/proj", "", ""})->id;
-  for (int i = 0; i < 3; ++i) ASSERT_TRUE(sm.Publish(id, Text("x")).ok());
-  {  // As Attach: no headers before the first event.
-    RecordingReactor r;
-    EventPump<RecordingReactor> pump(&r);
-    pump.SetSubscriber(*sm.Subscribe(id, 0, true, false, pump.NotifyFn()));
-    for (int i = 0; i < 3; ++i) pump.OnWriteDone(true);
-    EXPECT_EQ(r.calls,
-              (std::vector<std::string>{"write 1", "write 2 hinted", "write 3", "finish 0"}));
-    pump.Detach(&sm);
-  }
-  {  // As Chat: the headers first, then every write but the last is hinted.
-    RecordingReactor r;
-    EventPump<RecordingReactor> pump(&r);
-    pump.SendHeaders();
-    pump.SetSubscriber(*sm.Subscribe(id, 0, true, true, pump.NotifyFn()));
-    for (int i = 0; i < 3; ++i) pump.OnWriteDone(true);
-    ASSERT_TRUE(sm.Publish(id, Text("live")).ok());  // written by the appender's notify
-    pump.OnWriteDone(true);
-    pump.SendHeaders();  // once only
-    EXPECT_EQ(r.calls, (std::vector<std::string>{"headers", "write 1 hinted", "write 2 hinted",
-                                                 "write 3", "write 4"}));
-    pump.Finish(grpc::Status::OK);
-    pump.Detach(&sm);
-  }
-  {  // Ended before its headers: Finish sends them; SendHeaders does nothing.
-    RecordingReactor r;
-    EventPump<RecordingReactor> pump(&r);
-    pump.Finish(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled"));
-    pump.SendHeaders();
-    EXPECT_EQ(r.calls, (std::vector<std::string>{"finish 1"}));
-    pump.Detach(&sm);
-  }
 }
 
 TEST_F(SessionTest, SlowSubscriberIsCoalescedThenDropped) {

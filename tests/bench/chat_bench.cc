@@ -27,16 +27,17 @@
 //   --turn-starts N   agent.turn_starts of the other phases' daemons (0: no
 //                limit on turns preparing their first request at once)
 //   --fwaid PATH  the fwaid binary of the other phases' daemons
+//   --sessions N  with --only load: that one load alone, at N sessions (no
+//                stuck clients, no turn-start phase); exits 1 when a turn
+//                did not finish or a chunk was not delivered
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <functional>
-#include <mutex>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -49,6 +50,7 @@
 #include "common/clock.h"
 #include "tests/bench/bench_report.h"
 #include "tests/bench/bench_util.h"
+#include "tests/bench/chat_clients.h"
 #include "tests/bench/shared_bench.h"
 #include "tests/integration/daemon_fixture.h"
 
@@ -64,71 +66,6 @@ long RssKb(pid_t pid) {
     if (line.rfind("VmRSS:", 0) == 0) return std::atol(line.c_str() + 6);
   }
   return -1;
-}
-
-// Reads a turn; records per-delta latency from the timestamps in the text.
-struct StreamStats {
-  uint64_t events = 0;
-  uint64_t deltas = 0;
-  uint64_t chunks = 0;  // provider chunks carried (more than deltas when coalesced)
-  double seconds = 0;
-  std::vector<double> latency_ms;
-  std::vector<double> steady_latency_ms;  // after the first 10% of chunks
-  std::vector<double> first_latency_ms;   // the first 10%
-  std::vector<double> first_by_index_ms;  // latency of chunk 1, 2, ... of the first 10%
-  int64_t first_ns = 0, last_ns = 0;
-  bool finished = false;
-};
-
-// With `before_send`, it is called between opening the chat and sending the
-// message (the load bench's clients that connect first and send together).
-StreamStats Stream(pb::Sessions::Stub& stub, const std::string& session_id, bool measure_latency,
-                   int warmup = 0, const std::string& text = "bench", int64_t* sent_ns = nullptr,
-                   const std::function<void()>& before_send = nullptr) {
-  StreamStats st;
-  grpc::ClientContext ctx;
-  auto stream = stub.Chat(&ctx);
-  pb::ClientEvent open;
-  open.mutable_open()->set_session_id(session_id);
-  stream->Write(open);
-  if (before_send) before_send();
-  pb::ClientEvent msg;
-  msg.mutable_message()->set_text(text);
-  if (sent_ns) *sent_ns = MonotonicNanos();
-  stream->Write(msg);
-  pb::ServerEvent ev;
-  int64_t first_ns = 0, last_ns = 0;
-  while (stream->Read(&ev)) {
-    const int64_t now = MonotonicNanos();
-    ++st.events;
-    if (ev.has_text_delta()) {
-      if (first_ns == 0) first_ns = now;
-      last_ns = now;
-      ++st.deltas;
-      for (int64_t sent : ChunkStamps(ev.text_delta().text())) {
-        ++st.chunks;
-        if (measure_latency) {
-          st.latency_ms.push_back((now - sent) / 1e6);
-          if (st.chunks > static_cast<uint64_t>(warmup)) {
-            st.steady_latency_ms.push_back((now - sent) / 1e6);
-          } else {
-            st.first_latency_ms.push_back((now - sent) / 1e6);
-            st.first_by_index_ms.push_back((now - sent) / 1e6);
-          }
-        }
-      }
-    }
-    if (ev.has_turn_finished()) {
-      st.finished = true;
-      break;
-    }
-  }
-  stream->WritesDone();
-  stream->Finish();
-  st.seconds = (last_ns - first_ns) / 1e9;
-  st.first_ns = first_ns;
-  st.last_ns = last_ns;
-  return st;
 }
 
 // CPU seconds (user + system) used so far by process `pid`.
@@ -147,19 +84,55 @@ double CpuSeconds(pid_t pid) {
   return double(utime + stime) / sysconf(_SC_CLK_TCK);
 }
 
+// Task switches (voluntary and not) of process `pid`'s threads so far: a
+// thread's wake-up is one, and on a virtual machine each costs more than
+// most of the work it wakes for.
+uint64_t TaskSwitches(pid_t pid) {
+  uint64_t total = 0;
+  const std::string dir = "/proc/" + std::to_string(pid) + "/task";
+  std::error_code ec;
+  for (const auto& task : std::filesystem::directory_iterator(dir, ec)) {
+    std::ifstream f(task.path() / "status");
+    std::string line;
+    while (std::getline(f, line)) {
+      if (line.find("ctxt_switches:") != std::string::npos)
+        total += std::strtoull(line.c_str() + line.find(':') + 1, nullptr, 10);
+    }
+  }
+  return total;
+}
+
 // Many sessions streaming at once; see RunLoad.
 struct LoadStats {
   double fwaid_cpu_s = 0, bench_cpu_s = 0;  // CPU used while the turns ran
+  double provider_cpu_s = 0;                // of bench_cpu_s: the fake provider's
+  uint64_t fwaid_switches = 0;              // fwaid's task switches meanwhile
   std::vector<double> all, first, steady, turn_start_ms;
   uint64_t events = 0, chunks = 0;
-  double seconds = 0;
+  uint64_t offered = 0;        // chunks the provider was asked for
+  double seconds = 0;          // the first delivered chunk to the last
+  double offered_seconds = 0;  // the provider's first chunk sent to its last
   int unfinished = 0;
   std::string stuck;  // what became of the stuck clients
 };
 
+// Chunks/s the provider sent, over its own first chunk to its last.
+double OfferedRate(const LoadStats& s) { return s.offered / std::max(s.offered_seconds, 1e-9); }
+
+// Chunks/s delivered as a share of OfferedRate: 1 when the clients got
+// every chunk as fast as the provider sent them (turns that start late
+// stretch both).
+double DeliveredShare(const LoadStats& s) {
+  return s.chunks / std::max(s.seconds, 1e-9) / std::max(OfferedRate(s), 1e-9);
+}
+
 // fwaid's CPU per delivered event, turn starts included, in µs.
 double CpuPerEventUs(const LoadStats& s) {
   return s.fwaid_cpu_s * 1e6 / std::max<double>(1, s.events);
+}
+
+double SwitchesPerEvent(const LoadStats& s) {
+  return double(s.fwaid_switches) / std::max<double>(1, s.events);
 }
 
 // From the user's message leaving the client to the provider's request
@@ -213,25 +186,10 @@ LoadStats RunLoad(FakeLlmServer& fake, Daemon& d, int sessions, int chunks, bool
     }
     for (auto& t : warmers) t.join();
   }
-  // The clients that connect first wait here between opening and sending.
-  std::mutex gate_mu;
-  std::condition_variable gate_cv;
-  int opened = 0;
-  bool go = false;
-  std::function<void()> before_send;
-  if (warm) {
-    before_send = [&] {
-      std::unique_lock<std::mutex> lock(gate_mu);
-      if (++opened == sessions) {
-        lock.unlock();
-        std::this_thread::sleep_for(std::chrono::milliseconds(300));
-        lock.lock();
-        go = true;
-        gate_cv.notify_all();
-      }
-      gate_cv.wait(lock, [&] { return go; });
-    };
-  }
+  // The clients that connect first: once all are open (and 300 ms more),
+  // they send at once.
+  std::function<void()> once_all_open;
+  if (warm) once_all_open = [] { std::this_thread::sleep_for(std::chrono::milliseconds(300)); };
   grpc::ClientContext stuck_chat_ctx, stuck_attach_ctx;
   std::unique_ptr<grpc::ClientReaderWriter<pb::ClientEvent, pb::ServerEvent>> stuck_chat;
   std::unique_ptr<grpc::ClientReader<pb::ServerEvent>> stuck_attach;
@@ -260,30 +218,31 @@ LoadStats RunLoad(FakeLlmServer& fake, Daemon& d, int sessions, int chunks, bool
   }
   const size_t first_request = fake.request_count();
   const double fwaid_cpu0 = CpuSeconds(d.pid()), bench_cpu0 = CpuSeconds(getpid());
-  std::mutex mu;
-  std::vector<std::thread> threads;
+  const double provider_cpu0 = fake.served_cpu_s();
+  const uint64_t switches0 = TaskSwitches(d.pid());
   std::vector<int64_t> sent(sessions);
-  int64_t begin_ns = INT64_MAX, end_ns = 0;
-  for (int i = 0; i < sessions; ++i) {
-    threads.emplace_back([&, i] {
-      auto own = d.sessions();
-      auto st = Stream(*own, ids[i], true, chunks / 10, "bench s" + std::to_string(i), &sent[i],
-                       before_send);
-      std::lock_guard<std::mutex> lock(mu);
-      if (!st.finished) ++out.unfinished;
-      out.all.insert(out.all.end(), st.latency_ms.begin(), st.latency_ms.end());
-      out.first.insert(out.first.end(), st.first_latency_ms.begin(), st.first_latency_ms.end());
-      out.steady.insert(out.steady.end(), st.steady_latency_ms.begin(), st.steady_latency_ms.end());
-      out.events += st.deltas;
-      out.chunks += st.chunks;
-      if (st.first_ns > 0) begin_ns = std::min(begin_ns, st.first_ns);
-      end_ns = std::max(end_ns, st.last_ns);
-    });
+  std::vector<ChatSpec> specs;
+  for (int i = 0; i < sessions; ++i) specs.push_back({ids[i], "bench s" + std::to_string(i)});
+  int64_t begin_ns = INT64_MAX, end_ns = 0, sent_begin_ns = INT64_MAX, sent_end_ns = 0;
+  for (const StreamStats& st : RunChats(*stub, specs, true, chunks / 10, once_all_open, &sent)) {
+    if (st.first_sent_ns > 0) sent_begin_ns = std::min(sent_begin_ns, st.first_sent_ns);
+    sent_end_ns = std::max(sent_end_ns, st.last_sent_ns);
+    if (!st.finished) ++out.unfinished;
+    out.all.insert(out.all.end(), st.latency_ms.begin(), st.latency_ms.end());
+    out.first.insert(out.first.end(), st.first_latency_ms.begin(), st.first_latency_ms.end());
+    out.steady.insert(out.steady.end(), st.steady_latency_ms.begin(), st.steady_latency_ms.end());
+    out.events += st.deltas;
+    out.chunks += st.chunks;
+    if (st.first_ns > 0) begin_ns = std::min(begin_ns, st.first_ns);
+    end_ns = std::max(end_ns, st.last_ns);
   }
-  for (auto& t : threads) t.join();
   out.fwaid_cpu_s = CpuSeconds(d.pid()) - fwaid_cpu0;
   out.bench_cpu_s = CpuSeconds(getpid()) - bench_cpu0;
+  out.provider_cpu_s = fake.served_cpu_s() - provider_cpu0;
+  out.fwaid_switches = TaskSwitches(d.pid()) - switches0;
   out.seconds = (end_ns - begin_ns) / 1e9;
+  out.offered = uint64_t(sessions) * chunks;
+  out.offered_seconds = (sent_end_ns - sent_begin_ns) / 1e9;
   out.turn_start_ms = TurnStartsMs(fake, first_request, sent);
   if (stuck) {
     stuck_chat_ctx.TryCancel();
@@ -413,12 +372,17 @@ void ReportLoad(const std::string& label, int sessions, int chunks, const LoadSt
       {{"label", "delivered"},
        {"value", s.events / std::max(s.seconds, 1e-9)},
        {"unit", "events/s"}},
-      {{"label", "offered"}, {"value", sessions * 100}, {"unit", "events/s"}},
+      {{"label", "offered (the provider's chunks/s)"}, {"value", OfferedRate(s)}, {"unit", "/s"}},
+      {{"label", "delivered share of offered"}, {"value", DeliveredShare(s) * 100}, {"unit", "%"}},
       {{"label", "fwaid CPU"}, {"value", s.fwaid_cpu_s}, {"unit", "s"}},
       {{"label", "fwaid CPU per delivered event"}, {"value", CpuPerEventUs(s)}, {"unit", "µs"}},
+      {{"label", "fwaid's task switches per delivered event"},
+       {"value", SwitchesPerEvent(s)},
+       {"unit", ""}},
       {{"label", "the harness's CPU (clients and provider)"},
        {"value", s.bench_cpu_s},
-       {"unit", "s"}}};
+       {"unit", "s"}},
+      {{"label", "of which the fake provider"}, {"value", s.provider_cpu_s}, {"unit", "s"}}};
   if (sessions == 50 && label.empty()) lat["target"] = "p99 ≤ 5 ms";
   if (id != base)
     Report().SetBaseline(lat, base + "_latency", absl::StrCat(sessions, " sessions alone"));
@@ -435,17 +399,19 @@ void PrintLoad(const char* label, int sessions, int chunks, const LoadStats& s) 
       "each session p50=%.3f p99=%.3f | after them p50=%.3f p99=%.3f | turn start p50=%.2f "
       "p99=%.2f ms "
       "(input: %d sessions x %d chunks of 24 B at 100/s; %llu chunks in %llu events over %.2f "
-      "s)%s\n",
+      "s; the provider sent %.0f chunks/s, delivered %.1f%% of that)%s\n",
       sessions, label, s.events / std::max(s.seconds, 1e-9), Percentile(s.all, 0.5),
       Percentile(s.all, 0.99), Percentile(s.all, 1.0), chunks / 10, Percentile(s.first, 0.5),
       Percentile(s.first, 0.99), Percentile(s.steady, 0.5), Percentile(s.steady, 0.99),
       Percentile(s.turn_start_ms, 0.5), Percentile(s.turn_start_ms, 0.99), sessions, chunks,
       static_cast<unsigned long long>(s.chunks), static_cast<unsigned long long>(s.events),
-      s.seconds, s.unfinished ? " UNFINISHED TURNS" : "");
+      s.seconds, OfferedRate(s), DeliveredShare(s) * 100, s.unfinished ? " UNFINISHED TURNS" : "");
   std::printf(
-      "       cpu while the turns ran: fwaid %.2f s (%.0f us per delivered event), this process "
-      "(clients and fake provider) %.2f s\n",
-      s.fwaid_cpu_s, CpuPerEventUs(s), s.bench_cpu_s);
+      "       cpu while the turns ran: fwaid %.2f s (%.0f us per delivered event, %.2f task "
+      "switches per delivered event), this process %.2f s (fake provider %.2f s, clients %.2f "
+      "s)\n",
+      s.fwaid_cpu_s, CpuPerEventUs(s), SwitchesPerEvent(s), s.bench_cpu_s, s.provider_cpu_s,
+      s.bench_cpu_s - s.provider_cpu_s);
   if (!s.stuck.empty()) std::printf("       %s\n", s.stuck.c_str());
   std::fflush(stdout);
   ReportLoad(label, sessions, chunks, s);
@@ -569,27 +535,22 @@ int Main(int argc, char** argv) {
     }
     std::vector<std::string> ids;
     for (int i = 0; i < sessions; ++i) ids.push_back(d.CreateSession().id());
-    std::mutex mu;
     std::vector<double> all, steady;
     std::vector<std::vector<double>> by_index(latency_chunks / 10);
     std::vector<std::pair<double, size_t>> indexed;  // (latency, chunk number)
-    std::vector<std::thread> threads;
-    std::atomic<int> unfinished{0};
-    for (int i = 0; i < sessions; ++i) {
-      threads.emplace_back([&, i] {
-        auto stub = d.sessions();
-        auto st = Stream(*stub, ids[i], true, latency_chunks / 10);
-        if (!st.finished) ++unfinished;
-        std::lock_guard<std::mutex> lock(mu);
-        all.insert(all.end(), st.latency_ms.begin(), st.latency_ms.end());
-        steady.insert(steady.end(), st.steady_latency_ms.begin(), st.steady_latency_ms.end());
-        for (size_t k = 0; k < st.first_by_index_ms.size() && k < by_index.size(); ++k) {
-          by_index[k].push_back(st.first_by_index_ms[k]);
-        }
-        for (size_t k = 0; k < st.latency_ms.size(); ++k) indexed.emplace_back(st.latency_ms[k], k);
-      });
+    int unfinished = 0;
+    std::vector<ChatSpec> specs;
+    for (const std::string& id : ids) specs.push_back({id, "bench"});
+    auto stub = d.sessions();
+    for (const StreamStats& st : RunChats(*stub, specs, true, latency_chunks / 10, {}, nullptr)) {
+      if (!st.finished) ++unfinished;
+      all.insert(all.end(), st.latency_ms.begin(), st.latency_ms.end());
+      steady.insert(steady.end(), st.steady_latency_ms.begin(), st.steady_latency_ms.end());
+      for (size_t k = 0; k < st.first_by_index_ms.size() && k < by_index.size(); ++k) {
+        by_index[k].push_back(st.first_by_index_ms[k]);
+      }
+      for (size_t k = 0; k < st.latency_ms.size(); ++k) indexed.emplace_back(st.latency_ms[k], k);
     }
-    for (auto& t : threads) t.join();
     std::printf(
         "RESULT latency_ms sessions=%d p50=%.3f p99=%.3f max=%.3f (samples %zu, %d chunks/session "
         "at "
@@ -636,14 +597,21 @@ int Main(int argc, char** argv) {
     }
   }
 
-  // --- One load alone, for profiling (`--only load --sessions N`): it takes
+  // --- One load alone, for profiling (`--only load --sessions N`; exits 1
+  // when a turn did not finish or a chunk was not delivered): it takes
   // the place of the load and turn-start phases.
   const bool one_load = load_sessions > 0;
   if (one_load && (only.empty() || only == "load")) {
     Daemon& d = fresh();
     std::this_thread::sleep_for(std::chrono::seconds(pause_s));
-    PrintLoad("", load_sessions, latency_chunks,
-              RunLoad(fake, d, load_sessions, latency_chunks, false));
+    const LoadStats s = RunLoad(fake, d, load_sessions, latency_chunks, false);
+    PrintLoad("", load_sessions, latency_chunks, s);
+    if (s.unfinished > 0 || s.chunks != s.offered) {
+      std::fprintf(stderr, "load: %d turn(s) unfinished, %llu of %llu chunks delivered\n",
+                   s.unfinished, static_cast<unsigned long long>(s.chunks),
+                   static_cast<unsigned long long>(s.offered));
+      return 1;
+    }
   }
 
   // --- Many sessions at once: 50 (the baseline) and 200, each alone and then

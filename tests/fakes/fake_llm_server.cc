@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <ctime>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
@@ -250,7 +251,12 @@ void FakeLlmServer::AcceptLoop() {
     int one = 1;
     setsockopt(c, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     std::lock_guard<std::mutex> lock(mu_);
-    conn_threads_.emplace_back([this, c] { Serve(c); });
+    conn_threads_.emplace_back([this, c] {
+      Serve(c);
+      timespec cpu{};
+      clock_gettime(CLOCK_THREAD_CPUTIME_ID, &cpu);
+      served_cpu_ns_ += int64_t{cpu.tv_sec} * 1000000000 + cpu.tv_nsec;
+    });
   }
 }
 

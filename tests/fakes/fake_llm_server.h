@@ -87,6 +87,9 @@ class FakeLlmServer {
   size_t request_count();
   // Replies still queued.
   size_t pending_replies();
+  // CPU seconds the connections' threads have used, counted as each ends
+  // (a benchmark's harness tells the provider's share of its CPU from it).
+  double served_cpu_s() const { return served_cpu_ns_.load() / 1e9; }
 
   // Besides the provider APIs the server answers a control API, for clients
   // that drive it from another process (see fwai_fake_llm):
@@ -111,6 +114,7 @@ class FakeLlmServer {
   std::vector<RecordedRequest> requests_;
   std::string required_key_;
   std::vector<std::thread> conn_threads_;
+  std::atomic<int64_t> served_cpu_ns_{0};
 };
 
 }  // namespace fwai::testing

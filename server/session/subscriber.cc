@@ -58,7 +58,7 @@ Subscriber::PullResult Subscriber::Pull(std::string* event, absl::Status* status
     const uint64_t from = replay_next_;
     const uint64_t to = std::min<uint64_t>(replay_to_, from + kReplayBatch - 1);
     lock.Unlock();
-    std::deque<std::string> batch;
+    std::vector<std::string> batch;
     absl::Status s =
         storage_->Scan(Cf::kEvents, SeqKey(session_id_, from), SeqKey(session_id_, to + 1),
                        [&](std::string_view, std::string_view v) {

@@ -146,6 +146,36 @@ TEST_F(SessionTest, PullSaysWhenTheNextEventIsAlreadyWaiting) {
   EXPECT_FALSE(more);
 }
 
+// A subscriber's queue keeps its order whether it drains (storage given
+// back) or never does (the taken front dropped as it grows).
+TEST(EventQueueTest, FirstInFirstOutWhetherItDrainsOrNot) {
+  EventQueue q;
+  EXPECT_TRUE(q.empty());
+  int pushed = 0, popped = 0;
+  // Never drained: always two or more waiting, 5,000 through it.
+  q.push_back(std::to_string(pushed++));
+  while (pushed < 5000) {
+    q.push_back(std::to_string(pushed++));
+    q.push_back(std::to_string(pushed++));
+    ASSERT_EQ(q.back(), std::to_string(pushed - 1));
+    ASSERT_EQ(q.front(), std::to_string(popped));
+    q.pop_front();
+    ++popped;
+    ASSERT_EQ(q.size(), static_cast<size_t>(pushed - popped));
+  }
+  while (!q.empty()) {
+    ASSERT_EQ(q.front(), std::to_string(popped++));
+    q.pop_front();
+  }
+  EXPECT_EQ(popped, pushed);
+  // Drained, then used again.
+  q.push_back("again");
+  EXPECT_EQ(q.size(), 1u);
+  EXPECT_EQ(q.front(), "again");
+  q.clear();
+  EXPECT_TRUE(q.empty());
+}
+
 TEST_F(SessionTest, SlowSubscriberIsCoalescedThenDropped) {
   SubscriberConfig limits;
   limits.high_water = 4;

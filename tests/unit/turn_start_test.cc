@@ -193,7 +193,7 @@ TEST_F(TurnStartTest, AnAccountThatIsGoneFailsTheTurnAfterTheMessageIsKept) {
       [&](const SessionInfo&, const LocalAccount*, const std::string&,
           const std::vector<HistoryEntry>&) { ++checkpoints; };
 
-  for (const std::string account : {std::string("fwai-no-such-account"), me->name}) {
+  for (const std::string& account : {std::string("fwai-no-such-account"), me->name}) {
     SCOPED_TRACE(account);
     NewSession params;
     params.project_root = dir_ + "/proj";

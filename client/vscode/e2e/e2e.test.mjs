@@ -919,29 +919,35 @@ test(
 
 test("a skill run's compiler error lands in Problems at file:line", { timeout: 180000 }, async () => {
   const main = path.join(daemon.project, 'src', 'main.c');
+  const before = fs.readFileSync(main, 'utf8');
   fs.appendFileSync(main, '\nint broken_on_purpose(void) { return undeclared_counter + 1; }\n');
-  const line =
-    fs
-      .readFileSync(main, 'utf8')
-      .split('\n')
-      .findIndex((l) => l.includes('undeclared_counter')) + 1;
-  // The row's own Run action (a click on the row itself can land while the tree redraws and only select it).
-  const buildRow = view('Skills')
-    .locator('.monaco-list-row')
-    .filter({ has: page.locator('.label-name', { hasText: /^build$/ }) });
-  await buildRow.hover();
-  await buildRow.locator('.action-label[aria-label="Run Skill"]').click();
-  // The run is over when the tree says so; its task terminal holds the panel until then.
-  await buildRow.filter({ hasText: '✗ last run' }).waitFor({ timeout: 120000 });
-  await page
-    .locator('.part.panel .composite-bar .action-label', { hasText: /^Problems/i })
-    .first()
-    .click();
-  const problem = page.locator('.markers-panel .monaco-list-row', { hasText: 'undeclared_counter' });
-  await problem.waitFor({ timeout: 90000 });
-  await page.locator('.markers-panel .monaco-list-row', { hasText: 'main.c' }).first().waitFor();
-  assert.match(await problem.innerText(), new RegExp(`\\[Ln ${line}`));
-  await shot('5-problems');
+  try {
+    const line =
+      fs
+        .readFileSync(main, 'utf8')
+        .split('\n')
+        .findIndex((l) => l.includes('undeclared_counter')) + 1;
+    // The row's own Run action (a click on the row itself can land while the tree redraws and only select it).
+    const buildRow = view('Skills')
+      .locator('.monaco-list-row')
+      .filter({ has: page.locator('.label-name', { hasText: /^build$/ }) });
+    await buildRow.hover();
+    await buildRow.locator('.action-label[aria-label="Run Skill"]').click();
+    // The run is over when the tree says so; its task terminal holds the panel until then.
+    await buildRow.filter({ hasText: '✗ last run' }).waitFor({ timeout: 120000 });
+    await page
+      .locator('.part.panel .composite-bar .action-label', { hasText: /^Problems/i })
+      .first()
+      .click();
+    const problem = page.locator('.markers-panel .monaco-list-row', { hasText: 'undeclared_counter' });
+    await problem.waitFor({ timeout: 90000 });
+    await page.locator('.markers-panel .monaco-list-row', { hasText: 'main.c' }).first().waitFor();
+    assert.match(await problem.innerText(), new RegExp(`\\[Ln ${line}`));
+    await shot('5-problems');
+  } finally {
+    // The project's later users (the extension-host suite) get it back as it was.
+    fs.writeFileSync(main, before);
+  }
 });
 
 test('extension host: the vscode API side (extensionTestsPath suite)', { timeout: 900000 }, async () => {

@@ -2,6 +2,8 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <chrono>
+#include <cstdio>
 #include <latch>
 #include <memory>
 #include <mutex>
@@ -123,6 +125,7 @@ StreamStats Stream(pb::Sessions::Stub& stub, const std::string& session_id, bool
                    int warmup, const std::string& text, int64_t* sent_ns) {
   StreamStats st;
   grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::minutes(5));
   auto stream = stub.Chat(&ctx);
   pb::ClientEvent open;
   open.mutable_open()->set_session_id(session_id);
@@ -136,7 +139,9 @@ StreamStats Stream(pb::Sessions::Stub& stub, const std::string& session_id, bool
     if (Record(&st, ev, MonotonicNanos(), measure_latency, warmup)) break;
   }
   stream->WritesDone();
-  stream->Finish();
+  const grpc::Status status = stream->Finish();
+  if (!status.ok() && !st.finished)
+    std::fprintf(stderr, "turn on %s: %s\n", session_id.c_str(), status.error_message().c_str());
   return st;
 }
 

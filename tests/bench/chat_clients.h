@@ -35,7 +35,8 @@ struct StreamStats {
 };
 
 // One turn: a Chat stream on `session_id` that sends `text` and reads until
-// turn_finished. `sent_ns`: when the message left.
+// turn_finished (5 minutes at most; a stream that ends before says why on
+// stderr). `sent_ns`: when the message left.
 StreamStats Stream(fwai::v1::Sessions::Stub& stub, const std::string& session_id,
                    bool measure_latency, int warmup = 0, const std::string& text = "bench",
                    int64_t* sent_ns = nullptr);

@@ -47,6 +47,7 @@
 #include "fwai/v1/knowledge.grpc.pb.h"
 #include "tests/bench/bench_report.h"
 #include "tests/bench/bench_util.h"
+#include "tests/bench/chat_clients.h"
 #include "tests/integration/daemon_fixture.h"
 
 namespace fwai::testing {
@@ -55,50 +56,6 @@ namespace {
 namespace pb = fwai::v1;
 namespace fs = std::filesystem;
 using Channel = std::shared_ptr<grpc::Channel>;
-
-// One turn as its client saw it.
-struct Turn {
-  bool finished = false;
-  uint64_t chunks = 0;  // provider chunks carried by the text deltas
-  std::vector<double> latency_ms;
-  int64_t first_ns = 0, last_ns = 0;
-};
-
-Turn RunTurn(pb::Sessions::Stub& stub, const std::string& session_id, const std::string& text,
-             int64_t* sent_ns) {
-  Turn t;
-  grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::minutes(5));
-  auto stream = stub.Chat(&ctx);
-  pb::ClientEvent open;
-  open.mutable_open()->set_session_id(session_id);
-  stream->Write(open);
-  pb::ClientEvent msg;
-  msg.mutable_message()->set_text(text);
-  *sent_ns = MonotonicNanos();
-  stream->Write(msg);
-  pb::ServerEvent ev;
-  while (stream->Read(&ev)) {
-    const int64_t now = MonotonicNanos();
-    if (ev.has_text_delta()) {
-      if (t.first_ns == 0) t.first_ns = now;
-      t.last_ns = now;
-      for (int64_t sent : ChunkStamps(ev.text_delta().text())) {
-        ++t.chunks;
-        t.latency_ms.push_back((now - sent) / 1e6);
-      }
-    }
-    if (ev.has_turn_finished()) {
-      t.finished = true;
-      break;
-    }
-  }
-  stream->WritesDone();
-  auto st = stream->Finish();
-  if (!st.ok() && !t.finished)
-    std::fprintf(stderr, "turn on %s: %s\n", session_id.c_str(), st.error_message().c_str());
-  return t;
-}
 
 Channel Connect(const std::string& address, const Credentials& creds) {
   auto addr = ResolveDaemonAddress(address);
@@ -221,8 +178,8 @@ LoadResult RunLoad(FakeLlmServer& fake, const Load& load, int principals) {
       auto stub = pb::Sessions::NewStub(load.channels[i]);
       for (int k = 0; k < load.turns; ++k) {
         const int tag = i * load.turns + k;
-        Turn t = RunTurn(*stub, load.sessions[i], "bench t" + std::to_string(tag) + "; " + tags[i],
-                         &sent[tag]);
+        const StreamStats t = Stream(*stub, load.sessions[i], true, 0,
+                                     "bench t" + std::to_string(tag) + "; " + tags[i], &sent[tag]);
         std::lock_guard<std::mutex> lock(mu);
         ++out.turns;
         if (!t.finished) ++out.unfinished;

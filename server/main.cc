@@ -717,7 +717,7 @@ int NotifySessionsHolding(const BoardLeases& leases, SessionManager& sessions,
     n->set_board(board);
     n->set_rule(rule);
     n->set_text(text);
-    if (auto s = sessions.Publish(l.session_id, ev.SerializeAsString()); !s.ok()) {
+    if (auto s = sessions.Publish(l.session_id, std::move(ev)); !s.ok()) {
       spdlog::warn("notice to session {}: {}", l.session_id, s.status().ToString());
       done.erase(l.session_id);
     }

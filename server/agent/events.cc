@@ -19,8 +19,8 @@ void Author::ToProto(v1::Author* out) const {
 
 void EventSink::Emit(ServerEvent ev, bool wait) {
   ev.set_turn_id(turn_id_);
-  auto s = wait ? sessions_.Publish(session_id_, ev.SerializeAsString())
-                : sessions_.PublishQueued(session_id_, ev.SerializeAsString());
+  auto s = wait ? sessions_.Publish(session_id_, std::move(ev))
+                : sessions_.PublishQueued(session_id_, std::move(ev));
   if (!s.ok()) {
     spdlog::warn("session {}: cannot publish event: {}", session_id_, s.status().ToString());
   }

@@ -227,7 +227,7 @@ absl::Status TurnManager::SetMode(const std::string& session_id, const std::stri
   ev.mutable_mode_changed()->set_mode(mode);
   ev.mutable_mode_changed()->set_reason(reason);
   by.ToProto(ev.mutable_mode_changed()->mutable_author());
-  return sessions_.Publish(session_id, ev.SerializeAsString()).status();
+  return sessions_.Publish(session_id, std::move(ev)).status();
 }
 
 absl::Status TurnManager::SetEditApproval(const std::string& session_id, bool ask,
@@ -244,7 +244,7 @@ absl::Status TurnManager::SetEditApproval(const std::string& session_id, bool as
   ev.mutable_edit_approval_changed()->set_ask_before_edits(ask);
   ev.mutable_edit_approval_changed()->set_by(by);
   author.ToProto(ev.mutable_edit_approval_changed()->mutable_author());
-  return sessions_.Publish(session_id, ev.SerializeAsString()).status();
+  return sessions_.Publish(session_id, std::move(ev)).status();
 }
 
 bool TurnManager::Running(const std::string& session_id) {

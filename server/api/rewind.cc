@@ -228,7 +228,7 @@ void Tell(const ApiDeps& d, const Caller& caller, const SessionInfo& s, const Re
   for (const auto& b : p.boards) r->add_boards(b.ref.id);
   r->set_history_dropped(out.history_dropped());
   r->set_by(caller.display);
-  (void)d.sessions->Publish(s.id, ev.SerializeAsString());
+  (void)d.sessions->Publish(s.id, std::move(ev));
   if (!d.audit) return;
   nlohmann::json rec = {{"kind", "rewind"},
                         {"session_id", s.id},

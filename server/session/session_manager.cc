@@ -278,23 +278,43 @@ absl::Status SessionManager::Delete(const std::string& id) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<uint64_t> SessionManager::Publish(const std::string& session_id,
-                                                 std::string serialized) {
-  return Enqueue(session_id, std::move(serialized), /*wait=*/true);
-}
+namespace {
 
-absl::StatusOr<uint64_t> SessionManager::PublishQueued(const std::string& session_id,
-                                                       std::string serialized) {
-  return Enqueue(session_id, std::move(serialized), /*wait=*/false);
-}
-
-absl::StatusOr<uint64_t> SessionManager::Enqueue(const std::string& session_id,
-                                                 std::string serialized, bool wait) {
-  ASSIGN_OR_RETURN(auto live, GetLive(session_id));
+absl::StatusOr<fwai::v1::ServerEvent> ParseEvent(const std::string& serialized) {
   fwai::v1::ServerEvent ev;
   if (!ev.ParseFromString(serialized)) {
     return absl::InternalError("Publish: event is not a serialized ServerEvent");
   }
+  return ev;
+}
+
+}  // namespace
+
+absl::StatusOr<uint64_t> SessionManager::Publish(const std::string& session_id,
+                                                 std::string serialized) {
+  ASSIGN_OR_RETURN(auto ev, ParseEvent(serialized));
+  return Enqueue(session_id, ev, /*wait=*/true);
+}
+
+absl::StatusOr<uint64_t> SessionManager::PublishQueued(const std::string& session_id,
+                                                       std::string serialized) {
+  ASSIGN_OR_RETURN(auto ev, ParseEvent(serialized));
+  return Enqueue(session_id, ev, /*wait=*/false);
+}
+
+absl::StatusOr<uint64_t> SessionManager::Publish(const std::string& session_id,
+                                                 fwai::v1::ServerEvent&& ev) {
+  return Enqueue(session_id, ev, /*wait=*/true);
+}
+
+absl::StatusOr<uint64_t> SessionManager::PublishQueued(const std::string& session_id,
+                                                       fwai::v1::ServerEvent&& ev) {
+  return Enqueue(session_id, ev, /*wait=*/false);
+}
+
+absl::StatusOr<uint64_t> SessionManager::Enqueue(const std::string& session_id,
+                                                 fwai::v1::ServerEvent& ev, bool wait) {
+  ASSIGN_OR_RETURN(auto live, GetLive(session_id));
   Pending p;
   p.live = live;
   p.session_id = session_id;
@@ -558,7 +578,7 @@ absl::StatusOr<int> SessionManager::FinishInterruptedTurns(const std::string& wh
     f->mutable_usage()->set_output_tokens(out);
     f->mutable_usage()->set_cost_usd(cost);
     f->set_duration_ms(last_us > first_us ? (last_us - first_us) / 1000 : 0);
-    RETURN_IF_ERROR(Publish(t.session_id, ev.SerializeAsString()).status());
+    RETURN_IF_ERROR(Publish(t.session_id, std::move(ev)).status());
     info->input_tokens += in;
     info->output_tokens += out;
     info->cost_usd += cost;

@@ -30,6 +30,10 @@
 #include "common/mutex.h"
 #include "server/session/subscriber.h"
 
+namespace fwai::v1 {
+class ServerEvent;
+}  // namespace fwai::v1
+
 namespace fwai {
 
 class Storage;
@@ -110,6 +114,12 @@ class SessionManager {
   // with an error.
   [[nodiscard]] absl::StatusOr<uint64_t> PublishQueued(const std::string& session_id,
                                                        std::string serialized_event);
+  // The same for an event already built (fwai.v1.ServerEvent): it is
+  // completed in place (session, seq, time) and serialized once, here.
+  [[nodiscard]] absl::StatusOr<uint64_t> Publish(const std::string& session_id,
+                                                 v1::ServerEvent&& event);
+  [[nodiscard]] absl::StatusOr<uint64_t> PublishQueued(const std::string& session_id,
+                                                       v1::ServerEvent&& event);
 
   // A subscriber that first replays stored events with seq > after_seq (when
   // `replay`), then, when `follow`, receives live events. `notify` is called
@@ -167,8 +177,7 @@ class SessionManager {
     std::string turn_id;
     std::shared_ptr<Done> done;  // null: nobody waits
   };
-  absl::StatusOr<uint64_t> Enqueue(const std::string& session_id, std::string serialized,
-                                   bool wait);
+  absl::StatusOr<uint64_t> Enqueue(const std::string& session_id, v1::ServerEvent& ev, bool wait);
   void AppendLoop();
   // Blocks until everything queued so far is written and fanned out.
   void Drain();

@@ -2,6 +2,7 @@
 
 #include <rocksdb/db.h>
 #include <rocksdb/options.h>
+#include <rocksdb/slice_transform.h>
 #include <rocksdb/write_batch.h>
 
 #include <algorithm>
@@ -31,34 +32,59 @@ absl::Status FromRocks(const rocksdb::Status& s, std::string_view what) {
   return absl::InternalError(msg);
 }
 
+// The prefix of a SeqKey (its owner and the NUL after it): events of one
+// session arrive in seq order, interleaved with other sessions', so the
+// memtable keeps an insert hint per session instead of searching its skip
+// list from the top for every event.
+class SeqKeyPrefix : public rocksdb::SliceTransform {
+ public:
+  const char* Name() const override { return "fwai.SeqKeyPrefix"; }
+  rocksdb::Slice Transform(const rocksdb::Slice& key) const override {
+    return rocksdb::Slice(key.data(), key.size() - 8);
+  }
+  // Not SeqKey(owner, 0), where every range delete of a session's keys
+  // begins: RocksDB keeps one hint per prefix for the memtable's point keys
+  // and its range tombstones alike, and a hint taken in one table must not
+  // be followed in the other. No event or history entry has seq 0.
+  bool InDomain(const rocksdb::Slice& key) const override {
+    if (key.size() < 9 || key[key.size() - 9] != '\0') return false;
+    return DecodeU64(std::string_view(key.data() + key.size() - 8, 8)) != 0;
+  }
+};
+
 }  // namespace
 
+// A batch's operations, kept in one buffer until Write resolves the column
+// families: no allocation per operation.
 struct WriteBatch::Rep {
-  std::vector<std::function<void(rocksdb::WriteBatch&, rocksdb::ColumnFamilyHandle* const*)>> ops;
+  enum class Kind : uint8_t { kPut, kDelete, kDeleteRange };
+  struct Op {
+    Kind kind;
+    Cf cf;
+    size_t a_len;  // key (or range begin) length
+    size_t b_len;  // value (or range end) length; 0 for kDelete
+  };
+  std::vector<Op> ops;
+  std::string data;  // each op's key then its value, in order
+
+  void Add(Kind kind, Cf cf, std::string_view a, std::string_view b) {
+    ops.push_back(Op{kind, cf, a.size(), b.size()});
+    data.append(a);
+    data.append(b);
+  }
 };
 
 WriteBatch::WriteBatch() : rep_(std::make_unique<Rep>()) {}
 WriteBatch::~WriteBatch() = default;
 
 void WriteBatch::Put(Cf cf, std::string_view key, std::string_view value) {
-  rep_->ops.push_back([cf, k = std::string(key), v = std::string(value)](
-                          rocksdb::WriteBatch& b, rocksdb::ColumnFamilyHandle* const* h) {
-    b.Put(h[static_cast<int>(cf)], k, v);
-  });
+  rep_->Add(Rep::Kind::kPut, cf, key, value);
 }
 
-void WriteBatch::Delete(Cf cf, std::string_view key) {
-  rep_->ops.push_back(
-      [cf, k = std::string(key)](rocksdb::WriteBatch& b, rocksdb::ColumnFamilyHandle* const* h) {
-        b.Delete(h[static_cast<int>(cf)], k);
-      });
-}
+void WriteBatch::Delete(Cf cf, std::string_view key) { rep_->Add(Rep::Kind::kDelete, cf, key, {}); }
 
 void WriteBatch::DeleteRange(Cf cf, std::string_view begin, std::string_view end) {
-  rep_->ops.push_back([cf, b0 = std::string(begin), e0 = std::string(end)](
-                          rocksdb::WriteBatch& b, rocksdb::ColumnFamilyHandle* const* h) {
-    b.DeleteRange(h[static_cast<int>(cf)], b0, e0);
-  });
+  rep_->Add(Rep::Kind::kDeleteRange, cf, begin, end);
 }
 
 struct Storage::Rep {
@@ -107,9 +133,17 @@ absl::StatusOr<std::unique_ptr<Storage>> Storage::Open(const std::string& dir,
   options.max_log_file_size = 4 << 20;
   if (storage_options.env != nullptr) options.env = storage_options.env;
   std::vector<rocksdb::ColumnFamilyDescriptor> cfs;
+  // Writes come from few threads, most from the event appender in batches;
+  // memtable insert hints need the memtable written by one thread at a time.
+  options.allow_concurrent_memtable_write = false;
+  auto seq_prefix = std::make_shared<SeqKeyPrefix>();
   for (const char* name : kCfNames) {
     rocksdb::ColumnFamilyOptions cfo;
     cfo.write_buffer_size = 8 << 20;
+    const std::string_view n(name);
+    if (n == "events" || n == "history")
+      cfo.memtable_insert_with_hint_prefix_extractor = seq_prefix;
+    static_assert(static_cast<int>(Cf::kEvents) == 2 && static_cast<int>(Cf::kHistory) == 3);
     cfs.emplace_back(name, cfo);
   }
   // Flushes and compactions must not take CPU from streaming on small machines.
@@ -172,8 +206,30 @@ absl::Status Storage::Delete(Cf cf, std::string_view key, bool sync) {
 }
 
 absl::Status Storage::Write(WriteBatch& batch, bool sync) {
-  rocksdb::WriteBatch b;
-  for (auto& op : batch.rep_->ops) op(b, rep_->handles.data());
+  rocksdb::WriteBatch b(batch.rep_->data.size() + 24 * batch.rep_->ops.size());
+  const std::string& data = batch.rep_->data;
+  size_t at = 0;
+  for (const WriteBatch::Rep::Op& op : batch.rep_->ops) {
+    rocksdb::ColumnFamilyHandle* h = rep_->handles[static_cast<int>(op.cf)];
+    const rocksdb::Slice a(data.data() + at, op.a_len);
+    const rocksdb::Slice v(data.data() + at + op.a_len, op.b_len);
+    at += op.a_len + op.b_len;
+    switch (op.kind) {
+      case WriteBatch::Rep::Kind::kPut:
+        b.Put(h, a, v);
+        break;
+      case WriteBatch::Rep::Kind::kDelete:
+        b.Delete(h, a);
+        break;
+      case WriteBatch::Rep::Kind::kDeleteRange:
+        if ((op.cf == Cf::kEvents || op.cf == Cf::kHistory) && SeqKeyPrefix().InDomain(a)) {
+          return absl::InvalidArgumentError(
+              "storage: a range delete of events or history must begin at SeqKey(owner, 0)");
+        }
+        b.DeleteRange(h, a, v);
+        break;
+    }
+  }
   // Never WriteOptions::sync: a synced write holds RocksDB's write queue while
   // the disk syncs (and, at its head, waits for a DB::SyncWAL under way), and
   // every event append queued behind it waits as long.

@@ -97,6 +97,41 @@ TEST_F(SessionTest, SeqContinuesAfterRestartAndReplayMatchesLive) {
   EXPECT_EQ(tail[0].seq(), 5u);
 }
 
+// An event handed over built (not as bytes) is completed the same way: the
+// session, the next seq, the time unless it has one; both forms share one
+// order, and a queued one is stored before a later waited-for one.
+TEST_F(SessionTest, BuiltAndSerializedEventsShareOneOrder) {
+  auto& sm = Sessions();
+  const std::string id = sm.Create("uid:1", {"t", dir_ + "/proj", "", ""})->id;
+  pb::ServerEvent built;
+  built.set_turn_id("t1");
+  built.mutable_text_delta()->set_text("built");
+  EXPECT_EQ(*sm.Publish(id, std::move(built)), 1u);
+  EXPECT_EQ(*sm.Publish(id, Text("bytes")), 2u);
+  pb::ServerEvent queued;
+  queued.mutable_text_delta()->set_text("queued");
+  queued.set_time_us(42);
+  EXPECT_EQ(*sm.PublishQueued(id, std::move(queued)), 3u);
+  pb::ServerEvent finished;
+  finished.set_turn_id("t1");
+  finished.mutable_turn_finished()->set_stop_reason("end_turn");
+  EXPECT_EQ(*sm.Publish(id, std::move(finished)), 4u);
+  pb::ServerEvent elsewhere;
+  EXPECT_EQ(sm.Publish("s-none", std::move(elsewhere)).status().code(),
+            absl::StatusCode::kNotFound);
+  auto stored = Drain(**sm.Subscribe(id, 0, true, false, nullptr));
+  ASSERT_EQ(stored.size(), 4u);
+  for (size_t i = 0; i < stored.size(); ++i) {
+    EXPECT_EQ(stored[i].session_id(), id);
+    EXPECT_EQ(stored[i].seq(), i + 1);
+  }
+  EXPECT_EQ(stored[0].text_delta().text(), "built");
+  EXPECT_GT(stored[0].time_us(), 0);
+  EXPECT_EQ(stored[1].text_delta().text(), "bytes");
+  EXPECT_EQ(stored[2].time_us(), 42);
+  EXPECT_TRUE(stored[3].has_turn_finished());
+}
+
 TEST_F(SessionTest, ReplayThenLiveHasNoGapOrDuplicate) {
   auto& sm = Sessions();
   auto id = sm.Create("uid:1", {"t", dir_ + "/proj", "", ""})->id;

@@ -74,6 +74,7 @@
 #include "server/knowledge/knowledge_base.h"
 #include "server/knowledge/remote_rerankers.h"
 #include "server/knowledge/reranker.h"
+#include "server/knowledge/vector_index.h"
 #include "server/lab/etcd_client.h"
 #include "server/lab/lab_boards.h"
 #include "server/lab/lab_leases.h"
@@ -1753,6 +1754,7 @@ int Main(int argc, char** argv) {
 
   Args args;
   if (auto done = ParseArgs(argc, argv, args)) return *done;
+  RunBlasOnCallingThreads();
   auto logger = spdlog::stderr_color_mt("fwaid");
   spdlog::set_default_logger(logger);
   spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ %v");

@@ -47,6 +47,13 @@ bool RunBlasOnCallingThreads() {
     if (auto set = reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"))) {
       set(1);
       confined = true;
+      // The workers OpenBLAS started as it loaded would go on waiting for
+      // work in a loop of sched_yield for a while (about a tenth of a second
+      // of a core at each start), then sleep for good: end them now. With one
+      // thread, OpenBLAS never starts them again.
+      using Shutdown = int (*)();
+      if (auto end = reinterpret_cast<Shutdown>(dlsym(RTLD_DEFAULT, "blas_thread_shutdown_")))
+        end();
     }
   });
   return confined;

@@ -68,8 +68,10 @@ struct VectorIndexOptions {
 // own workers when it loads, at the priority of the process, and hands them
 // half of every large product: a background thread's index update (the coarse
 // assignment of each document's chunks, the training of the lists) ran half at
-// normal priority, beside the streaming turns. Idempotent; every VectorIndex
-// calls it. Returns whether a BLAS with its own threads was found and confined.
+// normal priority, beside the streaming turns. The workers it started are
+// ended. Idempotent; fwaid calls it before it starts any thread of its own, and
+// every VectorIndex calls it. Returns whether a BLAS with its own threads was
+// found and confined.
 bool RunBlasOnCallingThreads();
 
 class VectorIndex {

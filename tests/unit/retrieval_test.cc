@@ -835,6 +835,11 @@ TEST(VectorIndexBlasTest, AMatrixProductTakesCpuOnlyOnTheThreadThatAsks) {
   VectorIndex index(8, {});  // what every user of FAISS here goes through
   EXPECT_TRUE(RunBlasOnCallingThreads());
   EXPECT_EQ(threads(), 1);
+  // The workers OpenBLAS started as it loaded are gone (they would spin in
+  // sched_yield for a while first), and the product below starts none.
+  auto* server_up = static_cast<const int*>(dlsym(RTLD_DEFAULT, "blas_server_avail"));
+  ASSERT_NE(server_up, nullptr) << "OpenBLAS built with its pthreads server";
+  EXPECT_EQ(*server_up, 0);
 
   const int n = 1200;  // 3.5 GFLOP: OpenBLAS would split it across its workers
   std::vector<float> a(static_cast<size_t>(n) * n), b(a.size()), c(a.size());
@@ -899,6 +904,7 @@ TEST(VectorIndexBlasTest, AMatrixProductTakesCpuOnlyOnTheThreadThatAsks) {
   // time was theirs.
   EXPECT_LT(elsewhere, on_caller / 10)
       << "caller " << on_caller / 1000 << " us, other threads " << elsewhere / 1000 << " us";
+  EXPECT_EQ(*server_up, 0);
 }
 
 TEST(VectorIndexIvfTest, AddWithListsFoundBeforehandIsThePlainAdd) {

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
@@ -100,6 +101,10 @@ class TurnState {
   // Held while the user is asked to accept an edit: one question at a time,
   // though sub-agents run in parallel (server/agent/edit_approval.h).
   Mutex asking;
+  // Returns once the turn's checkpoint of the project is recorded (or none
+  // is taken). Every tool call waits for it first: a tool is the first thing
+  // of a turn that may change the project. Set before any agent runs.
+  std::function<void()> await_checkpoint;
 
  private:
   mutable Mutex mu_;

@@ -53,13 +53,16 @@ std::vector<LlmMessage> RepairHistory(std::vector<LlmMessage> msgs) {
   return merged;
 }
 
-std::vector<LlmMessage> ConversationOf(const std::vector<HistoryEntry>& history) {
+std::vector<LlmMessage> ConversationOf(const std::vector<HistoryEntry>& history,
+                                       const HistoryEntry* then) {
   std::vector<LlmMessage> messages;
-  messages.reserve(history.size());
-  for (const auto& h : history) {
+  messages.reserve(history.size() + 1);
+  auto add = [&messages](const HistoryEntry& h) {
     messages.push_back({h.role, json::parse(h.content_json, nullptr, false)});
     if (messages.back().content.is_discarded()) messages.pop_back();
-  }
+  };
+  for (const auto& h : history) add(h);
+  if (then != nullptr) add(*then);
   return RepairHistory(std::move(messages));
 }
 

@@ -17,9 +17,11 @@ struct HistoryEntry;
 // valid for providers.
 std::vector<LlmMessage> RepairHistory(std::vector<LlmMessage> msgs);
 
-// A session's history (as SessionManager::LoadHistory gives it) as the
-// providers see it, repaired; entries that do not parse are skipped.
-std::vector<LlmMessage> ConversationOf(const std::vector<HistoryEntry>& history);
+// A session's history (as SessionManager::LoadHistory gives it) and, when
+// not null, `then` after it, as the providers see it, repaired; entries that
+// do not parse are skipped.
+std::vector<LlmMessage> ConversationOf(const std::vector<HistoryEntry>& history,
+                                       const HistoryEntry* then = nullptr);
 
 // One line per text, tool call and (shortened) tool result.
 std::string Transcript(const std::vector<LlmMessage>& msgs);

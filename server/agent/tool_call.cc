@@ -96,6 +96,7 @@ json ToolCaller::Run(const json& call) {
 ToolResult ToolCaller::Dispatch(const std::string& call_id, const std::string& tool_name,
                                 const json& input) {
   Agent& a = agent_;
+  if (a.turn->await_checkpoint) a.turn->await_checkpoint();
   const bool is_main = a.is_main();
   Tool* tool = offer_.Find(tool_name);
   const bool offered_now = offer_.OfferedNow(tool_name);

@@ -1,8 +1,12 @@
 #include "server/agent/turn.h"
 
+#include <mutex>
+#include <thread>
+
 #include "absl/strings/str_cat.h"
 #include "common/clock.h"
 #include "common/local_account.h"
+#include "common/thread_priority.h"
 #include "fwai/v1/events.pb.h"
 #include "server/agent/agent.h"
 #include "server/agent/compaction.h"
@@ -85,6 +89,38 @@ TurnEnd CompactOnly(SessionManager& sessions, Agent& main) {
   return end;
 }
 
+// A turn's checkpoint of its project, taken on a thread of its own at
+// background priority while the turn's first model request is prepared and
+// sent: the request does not wait for the project's listing and hashing, nor
+// queue behind them in a burst of turns. Await returns once it is recorded;
+// every tool call awaits it first (TurnState::await_checkpoint), and so does
+// the destructor, before anything the checkpoint reads goes away.
+class DeferredCheckpoint {
+ public:
+  DeferredCheckpoint() = default;
+  DeferredCheckpoint(const DeferredCheckpoint&) = delete;
+  DeferredCheckpoint& operator=(const DeferredCheckpoint&) = delete;
+  ~DeferredCheckpoint() { Await(); }
+
+  void Start(std::function<void()> take) {
+    thread_ = std::thread([take = std::move(take)] {
+      NameThisThread("fwaid-checkpt");
+      (void)SetThisThreadPriority(ThreadPriority::kBackground);  // best effort
+      take();
+    });
+  }
+  // From any thread, any number of times (sub-agents call tools in parallel).
+  void Await() {
+    std::call_once(joined_, [this] {
+      if (thread_.joinable()) thread_.join();
+    });
+  }
+
+ private:
+  std::thread thread_;
+  std::once_flag joined_;
+};
+
 // Everything between the user's message and turn_finished.
 TurnEnd PlayTurn(const AgentDeps& deps, const TurnHooks& hooks, CancelToken& cancel,
                  const TurnRequest& req, EventSink& sink, int64_t start_ns) {
@@ -107,19 +143,23 @@ TurnEnd PlayTurn(const AgentDeps& deps, const TurnHooks& hooks, CancelToken& can
     }
   }
   const LocalAccount* as = account ? &*account : nullptr;
-  // The history is read once a turn: the checkpoint hashes it as it was
-  // before the message, the conversation is it and the message.
+  // The history is read once a turn: the checkpoint hashes it as it is,
+  // before the message; the conversation is it and the message.
   auto history = deps.sessions.LoadHistory(req.session_id);
+  std::shared_ptr<const std::vector<HistoryEntry>> loaded;
+  if (history.ok()) loaded = std::make_shared<const std::vector<HistoryEntry>>(std::move(*history));
+  DeferredCheckpoint checkpoint;
   if (!req.compact_only && hooks.checkpoint && !info->project_root.empty() && account_error.ok() &&
-      history.ok()) {
-    hooks.checkpoint(*info, as, req.turn_id, *history);
+      loaded) {
+    checkpoint.Start([&hooks, &session = *info, as, &turn_id = req.turn_id, loaded] {
+      hooks.checkpoint(session, as, turn_id, *loaded);
+    });
   }
+  HistoryEntry message{"user", json::array({{{"type", "text"}, {"text", req.text}}}).dump()};
   if (!req.compact_only) {
-    HistoryEntry message{"user", json::array({{{"type", "text"}, {"text", req.text}}}).dump()};
     if (auto s = deps.sessions.AppendHistory(req.session_id, message); !s.ok()) {
       return Failed(sink, s);
     }
-    if (history.ok()) history->push_back(std::move(message));
   }
   if (provider == nullptr) return Failed(sink, NoProvider(deps.providers, provider_name));
   const ProviderConfig& pc = provider->config();
@@ -143,8 +183,9 @@ TurnEnd PlayTurn(const AgentDeps& deps, const TurnHooks& hooks, CancelToken& can
   }
   if (!account_error.ok()) return Failed(sink, account_error);
   if (!history.ok()) return Failed(sink, history.status());
-  std::vector<LlmMessage> conversation = ConversationOf(*history);
-  std::vector<HistoryEntry>().swap(*history);  // its copy is the conversation now
+  std::vector<LlmMessage> conversation =
+      req.compact_only ? ConversationOf(*loaded) : ConversationOf(*loaded, &message);
+  loaded.reset();  // the conversation is its copy now (the checkpoint keeps its own)
   // A policy that cannot be read stops the turn: it fails closed. The
   // project's own policy file is read as the account.
   auto rules = LoadPolicy(info->project_root, deps.config.policy_file, as);
@@ -168,6 +209,7 @@ TurnEnd PlayTurn(const AgentDeps& deps, const TurnHooks& hooks, CancelToken& can
   TurnState turn(*info, sink, cancel, *std::move(rules), std::move(project_tools.tools),
                  hooks.recorder && account ? info->project_root + "/.fwai/runs/" + run_id : "");
   turn.account = account;
+  turn.await_checkpoint = [&checkpoint] { checkpoint.Await(); };
 
   std::string mode = info->mode;
   Agent main;

@@ -21,7 +21,8 @@ struct TurnHooks {
   const std::function<void(const std::string&, const std::string&, const std::string&)>&
       reply_observer;
   // Records the project before the turn changes it (session, the turn's
-  // account or null, turn id, the history before the turn's message).
+  // account or null, turn id, the history before the turn's message), beside
+  // the first model request; every tool call of the turn waits for it.
   const TurnManager::CheckpointFn& checkpoint;
   // Called once the user's message is stored, before the turn's first model
   // request is prepared (the CPU work a burst of starts takes a few at a

@@ -112,7 +112,9 @@ class TurnManager {
   // Records a session's project before each of its turns (session, its
   // account as looked up for the turn or null, turn id, and the history as
   // the turn loaded it, before its message); a failure is the hook's to
-  // report. Set before the first turn.
+  // report. Called on a thread of its own, at background priority, beside
+  // the turn's first model request; the turn's tool calls wait for it. Set
+  // before the first turn.
   using CheckpointFn = std::function<void(const SessionInfo&, const LocalAccount*,
                                           const std::string&, const std::vector<HistoryEntry>&)>;
   void SetCheckpointer(CheckpointFn fn) { checkpoint_ = std::move(fn); }

@@ -1,14 +1,18 @@
 // A turn's start, as RunTurn plays it: what is stored before the start work
 // is waited for, and what the start's hooks are given.
 #include <gtest/gtest.h>
+#include <pthread.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
 #include <filesystem>
 #include <string>
 #include <vector>
 
 #include "common/config.h"
 #include "common/local_account.h"
+#include "common/mutex.h"
 #include "fwai/v1/events.pb.h"
 #include "server/agent/agent.h"
 #include "server/agent/pending_replies.h"
@@ -40,6 +44,26 @@ class TurnStartTest : public ::testing::Test {
     sessions_.reset();
     storage_.reset();
     std::filesystem::remove_all(dir_);
+  }
+  // A session on the project, owned by `owner` and run as `account`; "" if
+  // it could not be made (the test fails).
+  std::string ProjectSession(const std::string& owner, const std::string& account) {
+    NewSession params;
+    params.project_root = dir_ + "/proj";
+    params.account = account;
+    auto s = sessions_->Create(owner, params);
+    EXPECT_TRUE(s.ok()) << s.status();
+    return s.ok() ? s->id : "";
+  }
+  // Runs turn t-1 (`text`) in `session` to its end.
+  static void RunOne(const AgentDeps& deps, const TurnHooks& hooks, const std::string& session,
+                     const std::string& text) {
+    TurnRequest req;
+    req.session_id = session;
+    req.turn_id = "t-1";
+    req.text = text;
+    CancelToken cancel;
+    RunTurn(deps, hooks, cancel, req, [] { return Author{}; });
   }
   // The session's stored events, oldest first.
   std::vector<pb::ServerEvent> Stored(const std::string& id) {
@@ -195,25 +219,17 @@ TEST_F(TurnStartTest, AnAccountThatIsGoneFailsTheTurnAfterTheMessageIsKept) {
 
   for (const std::string& account : {std::string("fwai-no-such-account"), me->name}) {
     SCOPED_TRACE(account);
-    NewSession params;
-    params.project_root = dir_ + "/proj";
-    params.account = account;
-    auto s = sessions_->Create(me->name, params);
-    ASSERT_TRUE(s.ok()) << s.status();
-    TurnRequest req;
-    req.session_id = s->id;
-    req.turn_id = "t-1";
-    req.text = "read the map file";
-    CancelToken cancel;
+    const std::string id = ProjectSession(me->name, account);
+    ASSERT_FALSE(id.empty());
     const int requests_before = model->requests;
-    RunTurn(t.deps, t.Hooks(checkpoint), cancel, req, [] { return Author{}; });
+    RunOne(t.deps, t.Hooks(checkpoint), id, "read the map file");
     std::string errors;
     std::string finished;
-    for (const auto& ev : Stored(s->id)) {
+    for (const auto& ev : Stored(id)) {
       if (ev.has_error()) errors += ev.error().message();
       if (ev.has_turn_finished()) finished = ev.turn_finished().stop_reason();
     }
-    auto history = sessions_->LoadHistory(s->id);
+    auto history = sessions_->LoadHistory(id);
     ASSERT_TRUE(history.ok()) << history.status();
     ASSERT_GE(history->size(), 1u);
     EXPECT_EQ((*history)[0].role, "user");
@@ -286,6 +302,116 @@ TEST_F(TurnStartTest, TheCheckpointGetsTheHistoryBeforeTheMessageAndTheModelGets
                        "assistant: " + text("done"),
                        "user: " + text("blink it at t-2"),
                    }));
+}
+
+// What happens in a turn whose model first calls a tool, in the order it
+// happens (from any thread).
+struct Happened {
+  void Add(const std::string& what) {
+    MutexLock lock(&mu);
+    seen.push_back(what);
+    changed.SignalAll();
+  }
+  // Waits (10 s at most, a hang's bound) until `what` happened.
+  bool AwaitSeen(const std::string& what) {
+    MutexLock lock(&mu);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (std::find(seen.begin(), seen.end(), what) == seen.end()) {
+      if (changed.WaitWithDeadline(&mu, deadline)) break;
+    }
+    return std::find(seen.begin(), seen.end(), what) != seen.end();
+  }
+  std::vector<std::string> Seen() {
+    MutexLock lock(&mu);
+    return seen;
+  }
+  Mutex mu;
+  CondVar changed;
+  std::vector<std::string> seen ABSL_GUARDED_BY(mu);
+};
+
+// Asks for the tool `probe` first, then answers.
+class ProbeFirstProvider : public Provider {
+ public:
+  explicit ProbeFirstProvider(Happened& happened) : happened_(happened) {
+    config_.name = "probe-first";
+    config_.kind = "anthropic";
+    config_.model = "m";
+  }
+  absl::StatusOr<ChatResult> Stream(const ChatRequest&, StreamObserver& observer,
+                                    CancelToken&) override {
+    ChatResult r;
+    if (++requests_ == 1) {
+      happened_.Add("model asked");
+      r.content = nlohmann::json::array({{{"type", "tool_use"},
+                                          {"id", "call-1"},
+                                          {"name", "probe"},
+                                          {"input", nlohmann::json::object()}}});
+      r.stop_reason = "tool_use";
+      return r;
+    }
+    observer.OnText("done");
+    r.content = nlohmann::json::array({{{"type", "text"}, {"text", "done"}}});
+    r.stop_reason = "end_turn";
+    return r;
+  }
+  const ProviderConfig& config() const override { return config_; }
+
+ private:
+  Happened& happened_;
+  int requests_ = 0;
+  ProviderConfig config_;
+};
+
+class ProbeTool : public Tool {
+ public:
+  explicit ProbeTool(Happened& happened) : happened_(happened) {}
+  std::string name() const override { return "probe"; }
+  std::string description() const override { return "records that it ran"; }
+  nlohmann::json input_schema() const override { return {{"type", "object"}}; }
+  bool read_only() const override { return true; }
+  ToolResult Run(const nlohmann::json&, ToolContext&) override {
+    happened_.Add("tool ran");
+    return {"ran", false};
+  }
+
+ private:
+  Happened& happened_;
+};
+
+// The checkpoint is taken beside the first model request, not before it:
+// here it cannot end until the model was asked. The turn's first tool call
+// runs only once the checkpoint is recorded.
+TEST_F(TurnStartTest, TheModelIsAskedWhileTheCheckpointIsTakenAndToolsWaitForIt) {
+  auto me = LookupAccount(getuid());
+  ASSERT_TRUE(me.ok()) << me.status();
+  Happened happened;
+  OneLineTurns t(*sessions_);
+  t.providers.providers["probe-first"] = std::make_unique<ProbeFirstProvider>(happened);
+  t.providers.default_name = "probe-first";
+  t.tools.Register(std::make_unique<ProbeTool>(happened));
+  std::string checkpoint_thread;
+  const TurnManager::CheckpointFn checkpoint = [&](const SessionInfo&, const LocalAccount*,
+                                                   const std::string&,
+                                                   const std::vector<HistoryEntry>&) {
+    char name[16] = {};
+    pthread_getname_np(pthread_self(), name, sizeof(name));
+    checkpoint_thread = name;
+    happened.Add(happened.AwaitSeen("model asked") ? "checkpoint recorded"
+                                                   : "checkpoint gave up waiting for the model");
+  };
+  const std::string id = ProjectSession(me->name, me->name);
+  ASSERT_FALSE(id.empty());
+  RunOne(t.deps, t.Hooks(checkpoint), id, "probe it");
+
+  EXPECT_EQ(happened.Seen(),
+            (std::vector<std::string>{"model asked", "checkpoint recorded", "tool ran"}));
+  EXPECT_EQ(checkpoint_thread, "fwaid-checkpt");
+  std::string finished;
+  for (const auto& ev : Stored(id)) {
+    if (ev.has_turn_finished()) finished = ev.turn_finished().stop_reason();
+  }
+  EXPECT_EQ(finished, "end_turn");
 }
 
 }  // namespace

@@ -504,16 +504,41 @@ void FakeLlmServer::Serve(int fd) {
   bool ok = true;
   // Streams the text chunks, each encoded in the provider's format; false
   // when the script cuts the connection part-way.
+  //
+  // A benchmark's chunks keep to their schedule (chunk i is due i + 1
+  // pauses after the first), as a provider on a machine of its own would,
+  // however late this process runs; and each is the frame of the first with
+  // its text written over, not encoded again (the text needs no escaping),
+  // so that the provider's own cost stays small beside the daemon's.
   auto send_chunks = [&](const std::function<std::string(const std::string&)>& encode,
                          const char* malformed) {
+    const auto first = std::chrono::steady_clock::now();
+    std::string frame;
+    size_t text_at = std::string::npos;
+    if (r.bench_chunks > 0) {
+      frame = encode(std::string(r.bench_chunk_bytes, '#'));
+      text_at = frame.find(std::string(r.bench_chunk_bytes, '#'));
+    }
     for (int i = 0; i < n_chunks && ok; ++i) {
       if (i == r.cut_after_chunks) return false;
-      Sleep(r.chunk_delay_ms);
+      if (r.bench_chunks > 0 && r.chunk_delay_ms > 0) {
+        std::this_thread::sleep_until(first +
+                                      std::chrono::milliseconds(r.chunk_delay_ms) * (i + 1));
+      } else {
+        Sleep(r.chunk_delay_ms);
+      }
       if (r.malformed && i == n_chunks / 2) {
         ok = WriteAll(fd, malformed);
         continue;
       }
-      ok = WriteAll(fd, encode(chunk_text(i)));
+      const std::string text = chunk_text(i);
+      if (text_at != std::string::npos && text.size() == static_cast<size_t>(r.bench_chunk_bytes)) {
+        std::string out = frame;
+        out.replace(text_at, text.size(), text);
+        ok = WriteAll(fd, out);
+      } else {
+        ok = WriteAll(fd, encode(text));
+      }
     }
     return true;
   };

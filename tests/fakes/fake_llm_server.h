@@ -40,7 +40,9 @@ struct FakeReply {
   int64_t input_tokens = 12;
   int64_t output_tokens = 7;
   // Benchmark mode: `bench_chunks` deltas, each "<monotonic ns>;" padded to
-  // `bench_chunk_bytes`, sent as fast as possible.
+  // `bench_chunk_bytes`, sent as fast as possible or, with `chunk_delay_ms`,
+  // each when it is due (i + 1 pauses after the stream's start), however
+  // late the server's thread runs.
   int bench_chunks = 0;
   int bench_chunk_bytes = 32;
   // When set, only a request whose first user message contains this text

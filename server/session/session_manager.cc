@@ -445,12 +445,41 @@ void SessionManager::Unsubscribe(const std::string& session_id, const Subscriber
           v.end());
 }
 
+namespace {
+
+// A history record as AppendHistory and ReplaceHistory write it:
+// {"content":C,"role":"R"} (nlohmann's key order, no spaces), C the content
+// as nlohmann writes it. Its content is taken as stored once it is checked to
+// be JSON, not parsed and written out again; false for anything else.
+bool SplitHistoryRecord(std::string_view v, HistoryEntry* out) {
+  constexpr std::string_view kHead = "{\"content\":", kRole = ",\"role\":\"", kTail = "\"}";
+  if (!v.starts_with(kHead) || !v.ends_with(kTail)) return false;
+  // R holds no quote, so the last `,"role":"` is the record's own.
+  const size_t at = v.rfind(kRole);
+  if (at == std::string_view::npos || at < kHead.size()) return false;
+  const size_t role_at = at + kRole.size();
+  if (role_at > v.size() - kTail.size()) return false;
+  const std::string_view role = v.substr(role_at, v.size() - kTail.size() - role_at);
+  if (role.find_first_of("\"\\") != std::string_view::npos) return false;  // escaped: parse it
+  const std::string_view content = v.substr(kHead.size(), at - kHead.size());
+  if (!nlohmann::json::accept(content)) return false;
+  out->role = std::string(role);
+  out->content_json = std::string(content);
+  return true;
+}
+
+}  // namespace
+
 absl::StatusOr<std::vector<HistoryEntry>> SessionManager::LoadHistory(const std::string& id) {
   ASSIGN_OR_RETURN(auto live, GetLive(id));
   std::vector<HistoryEntry> out;
   absl::Status bad;
   RETURN_IF_ERROR(storage_.Scan(
       Cf::kHistory, SeqKey(id, 0), SeqKeyEnd(id), [&](std::string_view, std::string_view v) {
+        if (HistoryEntry e; SplitHistoryRecord(v, &e)) {
+          out.push_back(std::move(e));
+          return true;
+        }
         try {
           auto j = nlohmann::json::parse(v);
           out.push_back({j.at("role").get<std::string>(), j.at("content").dump()});

@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <nlohmann/json.hpp>
 #include <thread>
 #include <vector>
 
@@ -355,6 +356,36 @@ TEST_F(SessionTest, HistoryAppendAndReplace) {
   EXPECT_EQ(sm.LoadHistory(id)->size(), 1u);
   ASSERT_TRUE(sm.AppendHistory(id, {"assistant", "[]"}).ok());
   EXPECT_EQ(sm.LoadHistory(id)->size(), 2u);
+}
+
+// The history reads back as written, whatever the content holds (quotes,
+// escapes, a "role" key of its own, numbers), and what is not a history
+// record is dropped, as it always was.
+TEST_F(SessionTest, HistoryReadsBackWhatWasWrittenWhateverItHolds) {
+  auto& sm = Sessions();
+  auto id = sm.Create("uid:1", {"t", dir_ + "/proj", "", ""})->id;
+  const std::vector<HistoryEntry> written = {
+      {"user",
+       R"([{"type":"text","text":"a \" quote, a \\ and \n, é, 🚀, \u0001, \",\"role\":\"x"}])"},
+      {"assistant",
+       R"([{"type":"tool_use","id":"t1","name":"n","input":{"role":"user","n":1.5e-7,"big":12345678901234567890,"neg":-3,"x":{"role":"a"}}}])"},
+      {"we\"ird", R"("a bare string")"},
+      {"tool", "[]"},
+  };
+  for (const auto& e : written) ASSERT_TRUE(sm.AppendHistory(id, e).ok()) << e.content_json;
+  // Not history records: damaged, or cut after the content.
+  ASSERT_TRUE(
+      storage_->Put(Cf::kHistory, SeqKey(id, 10), R"({"content":[{"a":1},"role":"user"})", false)
+          .ok());
+  ASSERT_TRUE(storage_->Put(Cf::kHistory, SeqKey(id, 11), R"({"content":[],"role":")", false).ok());
+  ASSERT_TRUE(storage_->Put(Cf::kHistory, SeqKey(id, 12), "not json", false).ok());
+  auto h = sm.LoadHistory(id);
+  ASSERT_TRUE(h.ok()) << h.status();
+  ASSERT_EQ(h->size(), written.size());
+  for (size_t i = 0; i < written.size(); ++i) {
+    EXPECT_EQ((*h)[i].role, written[i].role);
+    EXPECT_EQ((*h)[i].content_json, nlohmann::json::parse(written[i].content_json).dump());
+  }
 }
 
 }  // namespace

@@ -716,12 +716,16 @@ absl::Status ParseRetrySection(ConfigReader& r, const YAML::Node& n, DaemonConfi
 
 // `subscribers:`.
 absl::Status ParseSubscribersSection(ConfigReader& r, const YAML::Node& n, DaemonConfig& c) {
-  CFG_TRY(r.CheckKeys(n, "subscribers", {"high_water", "max_queue"}));
+  CFG_TRY(r.CheckKeys(n, "subscribers", {"high_water", "max_queue", "batch_window_us"}));
   if (n["high_water"]) {
     CFG_TRY(r.Int(n["high_water"], "subscribers.high_water", 1, 1000000, c.subscribers.high_water));
   }
   if (n["max_queue"]) {
     CFG_TRY(r.Int(n["max_queue"], "subscribers.max_queue", 2, 10000000, c.subscribers.max_queue));
+  }
+  if (n["batch_window_us"]) {
+    CFG_TRY(r.Int(n["batch_window_us"], "subscribers.batch_window_us", 0, 100000,
+                  c.subscribers.batch_window_us));
   }
   if (c.subscribers.max_queue <= c.subscribers.high_water) {
     return r.Error(n, "subscribers.max_queue", "must be greater than subscribers.high_water");

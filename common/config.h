@@ -39,6 +39,11 @@ struct SubscriberConfig {
   // Past this many queued events (after coalescing) a subscriber is dropped
   // with RESOURCE_EXHAUSTED.
   int max_queue = 4096;
+  // While events arrive within this long of the last write, the event log
+  // gathers them for up to this long (or 256 events) and stores and hands
+  // them out together: one write and one wake-up per batch, not per event.
+  // 0: every event is written as soon as the writer is free.
+  int batch_window_us = 1000;
 };
 
 struct ToolsConfig {

@@ -20,6 +20,8 @@ constexpr char kOpenTurnPrefix[] = "open-turn/";
 // Events queued for the appender past which publishers wait for it: a
 // provider faster than the disk slows down instead of filling memory.
 constexpr size_t kMaxQueued = 8192;
+// Events queued past which the appender stops waiting out its batch window.
+constexpr size_t kBatchFill = 256;
 
 // "open-turn/<session>\0<turn>" -> big-endian seq of the turn's user message.
 std::string OpenTurnKey(const std::string& session_id, const std::string& turn_id) {
@@ -335,6 +337,7 @@ absl::StatusOr<uint64_t> SessionManager::Enqueue(const std::string& session_id,
     while (queue_.size() >= kMaxQueued) written_cv_.Wait(&append_mu_);
   }
   uint64_t seq;
+  bool wake = false;
   {
     MutexLock lock(&live->mu);
     if (live->deleted)
@@ -350,8 +353,12 @@ absl::StatusOr<uint64_t> SessionManager::Enqueue(const std::string& session_id,
     MutexLock q(&append_mu_);
     queue_.push_back(std::move(p));
     ++queued_;
+    if (done) ++waiters_;
+    // The appender waits for a first event, a full batch or a waiter: other
+    // events join the queue without waking it.
+    wake = queue_.size() == 1 || queue_.size() == kBatchFill || done != nullptr;
   }
-  append_cv_.Signal();
+  if (wake) append_cv_.Signal();
   if (!done) return seq;
   MutexLock lock(&append_mu_);
   while (!done->done) written_cv_.Wait(&append_mu_);
@@ -359,16 +366,32 @@ absl::StatusOr<uint64_t> SessionManager::Enqueue(const std::string& session_id,
   return seq;
 }
 
+bool SessionManager::TakeBatch(std::vector<Pending>& batch,
+                               std::chrono::steady_clock::time_point last_write) {
+  MutexLock lock(&append_mu_);
+  while (!stop_ && queue_.empty()) append_cv_.Wait(&append_mu_);
+  if (queue_.empty()) return false;  // stopping, and everything is written
+  const auto window = std::chrono::microseconds(limits_.batch_window_us);
+  const auto now = std::chrono::steady_clock::now();
+  if (now - last_write < window) {
+    // Busy: more events are on their way; gather them for one write.
+    const auto deadline = now + window;
+    while (!stop_ && waiters_ == 0 && queue_.size() < kBatchFill) {
+      if (append_cv_.WaitWithDeadline(&append_mu_, deadline)) break;
+    }
+  }
+  for (const Pending& p : queue_) {
+    if (p.done) --waiters_;
+  }
+  batch.swap(queue_);
+  return true;
+}
+
 void SessionManager::AppendLoop() {
+  std::chrono::steady_clock::time_point last_write;
   std::vector<Pending> batch_events;
   std::vector<std::shared_ptr<Subscriber>> to_notify;
-  while (true) {
-    {
-      MutexLock lock(&append_mu_);
-      while (!stop_ && queue_.empty()) append_cv_.Wait(&append_mu_);
-      if (queue_.empty()) return;  // stopping, and everything is written
-      batch_events.swap(queue_);
-    }
+  while (TakeBatch(batch_events, last_write)) {
     // One write for everything queued meanwhile, whatever its session.
     WriteBatch batch;
     for (const Pending& p : batch_events) {
@@ -380,6 +403,7 @@ void SessionManager::AppendLoop() {
       }
     }
     const absl::Status status = storage_.Write(batch, /*sync=*/false);
+    last_write = std::chrono::steady_clock::now();
     if (!status.ok()) {
       spdlog::error("cannot store {} event(s): {}", batch_events.size(), status.ToString());
     }
@@ -403,6 +427,7 @@ void SessionManager::AppendLoop() {
         }
       }
       written_ += batch_events.size();
+      ++batches_;
     }
     written_cv_.SignalAll();
     batch_events.clear();
@@ -412,7 +437,15 @@ void SessionManager::AppendLoop() {
 void SessionManager::Drain() {
   MutexLock lock(&append_mu_);
   const uint64_t target = queued_;
+  ++waiters_;
+  append_cv_.Signal();
   while (written_ < target) written_cv_.Wait(&append_mu_);
+  --waiters_;
+}
+
+SessionManager::AppendCounts SessionManager::Appended() {
+  MutexLock lock(&append_mu_);
+  return {batches_, written_};
 }
 
 absl::StatusOr<std::shared_ptr<Subscriber>> SessionManager::Subscribe(

@@ -12,8 +12,14 @@
 // one appender thread writes everything queued (across sessions) as one
 // RocksDB batch, then hands each event to the session's subscribers. An event
 // reaches a subscriber only after the write that stores it has returned.
+// Under load (events arriving within limits.batch_window_us of the last
+// write) the appender waits up to that window, or until 256 events are queued,
+// before it writes: many sessions' events share one write and one wake-up of
+// each thread involved. A publisher that waits for its event, and Drain, end
+// the wait at once.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -148,6 +154,13 @@ class SessionManager {
   void CloseAll(const absl::Status& status);
   // Number of sessions with in-memory state (for measurements).
   size_t LoadedCount();
+  // Writes of the event log so far and the events they stored (for
+  // measurements and tests).
+  struct AppendCounts {
+    uint64_t batches = 0;
+    uint64_t events = 0;
+  };
+  AppendCounts Appended();
 
  private:
   struct Live {
@@ -179,6 +192,10 @@ class SessionManager {
   };
   absl::StatusOr<uint64_t> Enqueue(const std::string& session_id, v1::ServerEvent& ev, bool wait);
   void AppendLoop();
+  // Waits for queued events and moves them into `batch`, first waiting out
+  // the batch window when the last write was less than a window ago. Returns
+  // false when stopping with nothing left to write.
+  bool TakeBatch(std::vector<Pending>& batch, std::chrono::steady_clock::time_point last_write);
   // Blocks until everything queued so far is written and fanned out.
   void Drain();
 
@@ -198,6 +215,10 @@ class SessionManager {
   std::vector<Pending> queue_ ABSL_GUARDED_BY(append_mu_);
   uint64_t queued_ ABSL_GUARDED_BY(append_mu_) = 0;   // events queued so far
   uint64_t written_ ABSL_GUARDED_BY(append_mu_) = 0;  // events written and fanned out
+  uint64_t batches_ ABSL_GUARDED_BY(append_mu_) = 0;  // writes of them
+  // Queued events whose publisher waits, plus callers of Drain: while there
+  // are any, the appender does not wait out its batch window.
+  int waiters_ ABSL_GUARDED_BY(append_mu_) = 0;
   bool stop_ ABSL_GUARDED_BY(append_mu_) = false;
   std::thread appender_;
 };

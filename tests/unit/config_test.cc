@@ -106,6 +106,25 @@ TEST(ConfigTest, TurnStartsDefaultSetAndBounded) {
   }
 }
 
+TEST(ConfigTest, BatchWindowDefaultSetAndBounded) {
+  auto d = ParseConfig("", "fwaid.yaml");
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->subscribers.batch_window_us, 1000);
+  auto c = ParseConfig("subscribers:\n  batch_window_us: 0\n", "fwaid.yaml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->subscribers.batch_window_us, 0);
+  for (const char* bad : {"-1", "100001", "1ms"}) {
+    auto b = ParseConfig(
+        std::string("subscribers:\n  max_queue: 4096\n  batch_window_us: ") + bad + "\n",
+        "fwaid.yaml");
+    ASSERT_FALSE(b.ok()) << bad;
+    EXPECT_EQ(b.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(b.status().message().find("fwaid.yaml:3"), std::string::npos) << b.status();
+    EXPECT_NE(b.status().message().find("subscribers.batch_window_us"), std::string::npos)
+        << b.status();
+  }
+}
+
 TEST(ConfigTest, SyntaxErrorHasLine) {
   auto c = ParseConfig("a: [1, 2\nb: 3\n", "broken.yaml");
   ASSERT_FALSE(c.ok());

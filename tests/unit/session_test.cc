@@ -1,6 +1,9 @@
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <condition_variable>
 #include <filesystem>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <thread>
 #include <vector>
@@ -311,6 +314,64 @@ TEST_F(SessionTest, ConcurrentPublishersEachSessionInOrderNothingLost) {
     total += got.size();
   }
   EXPECT_EQ(total, size_t{kThreads * kEach} + ids.size());
+}
+
+// Under load (events within the batch window of the last write) queued events
+// wait for each other and share one write; a publisher that waits for its
+// event, a full batch, and shutdown each end the wait at once. The window is a
+// minute here, so nothing in the test waits it out by chance.
+TEST_F(SessionTest, EventsInTheBatchWindowShareAWriteThatNoWaiterWaitsFor) {
+  const auto start = std::chrono::steady_clock::now();
+  std::string id;
+  {
+    auto& sm = Sessions({.batch_window_us = 60'000'000});
+    id = sm.Create("uid:1", {"t", dir_ + "/proj", "", ""})->id;
+    std::mutex mu;
+    std::condition_variable cv;
+    int notified = 0;
+    auto sub = *sm.Subscribe(id, 0, false, true, [&] {
+      std::lock_guard<std::mutex> lock(mu);
+      ++notified;
+      cv.notify_all();
+    });
+    // Idle: the first event is written at once, alone.
+    ASSERT_EQ(*sm.Publish(id, Text("a")), 1u);
+    EXPECT_EQ(sm.Appended().batches, 1u);
+    // Busy now: queued events wait in the window...
+    for (int i = 0; i < 10; ++i) ASSERT_TRUE(sm.PublishQueued(id, Text("q")).ok());
+    EXPECT_EQ(Drain(*sub).size(), 1u);
+    // ...until a publisher waits for its own: one write for all eleven.
+    ASSERT_EQ(*sm.Publish(id, Text("b")), 12u);
+    EXPECT_EQ(sm.Appended().batches, 2u);
+    EXPECT_EQ(sm.Appended().events, 12u);
+    auto got = Drain(*sub);
+    ASSERT_EQ(got.size(), 11u);
+    for (size_t i = 0; i < got.size(); ++i) EXPECT_EQ(got[i].seq(), i + 2);
+    // A full batch (256 queued) is written without waiting for the window.
+    int seen = 0;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      seen = notified;
+    }
+    for (int i = 0; i < 300; ++i) ASSERT_TRUE(sm.PublishQueued(id, Text("f")).ok());
+    size_t delivered = 0;
+    while (delivered < 256) {
+      {
+        std::unique_lock<std::mutex> lock(mu);
+        ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(30), [&] { return notified > seen; }))
+            << "a full batch waited for the window";
+        seen = notified;
+      }
+      delivered += Drain(*sub).size();
+    }
+  }
+  // What came after the full batch may still wait: it is written at shutdown,
+  // which does not wait either.
+  sessions_.reset();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(30));
+  auto& sm = Sessions();
+  EXPECT_EQ(sm.Get(id)->last_seq, 312u);
+  EXPECT_EQ(Drain(**sm.Subscribe(id, 0, true, false, nullptr)).size(), 312u);
 }
 
 // Deleting a session with deltas still queued leaves none of them behind, and

@@ -24,6 +24,8 @@
 //                --rounds N compares fwaid binaries on the noisy neighbour)
 //   --turn-threads N  agent.turn_threads of the other phases' daemons (0: no
 //                turn thread started with the daemon, as before that setting)
+//   --batch-window-us N  subscribers.batch_window_us of the other phases'
+//                daemons (0: each event stored and sent as soon as it can be)
 //   --turn-starts N   agent.turn_starts of the other phases' daemons (0: no
 //                limit on turns preparing their first request at once)
 //   --fwaid PATH  the fwaid binary of the other phases' daemons
@@ -38,6 +40,8 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <optional>
+#include <set>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -58,6 +62,43 @@ namespace fwai::testing {
 namespace {
 
 namespace pb = fwai::v1;
+
+constexpr char kUsage[] =
+    "usage: fwai_bench [--quick] [--only throughput|latency|memory|load|turn-start|shared]\n"
+    "                  [--sessions N] [--turn-threads N] [--turn-starts N] [--batch-window-us N]\n"
+    "                  [--fwaid PATH[,PATH]]\n"
+    "                  [--pause S] [--json FILE]\n"
+    "       fwai_bench --only shared [--tiny] [--runs N] [--part NAME] [--rounds N]\n"
+    "Measures fwaid's streaming with a real fwaid, gRPC and the fake provider; the\n"
+    "phases and options are described in docs/benchmarks.md.\n";
+
+// Checks the command line before anything starts: an unknown option or one
+// without its value is refused with its name. Returns the exit code when the
+// run ends here (after --help or a bad option).
+std::optional<int> CheckArgs(int argc, char** argv) {
+  static const std::set<std::string> kWithValue = {
+      "--only", "--pause", "--sessions", "--turn-threads", "--turn-starts", "--batch-window-us",
+      "--runs", "--part",  "--rounds",   "--fwaid",        "--json"};
+  static const std::set<std::string> kFlags = {"--tiny", "--quick"};
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--help" || a == "-h") {
+      std::fputs(kUsage, stdout);
+      return 0;
+    }
+    if (kFlags.count(a)) continue;
+    if (!kWithValue.count(a)) {
+      std::fprintf(stderr, "fwai_bench: unknown option %s\n%s", a.c_str(), kUsage);
+      return 2;
+    }
+    if (i + 1 >= argc) {
+      std::fprintf(stderr, "fwai_bench: %s needs a value\n%s", a.c_str(), kUsage);
+      return 2;
+    }
+    ++i;
+  }
+  return std::nullopt;
+}
 
 long RssKb(pid_t pid) {
   std::ifstream f("/proc/" + std::to_string(pid) + "/status");
@@ -428,10 +469,11 @@ int Main(int argc, char** argv) {
   int idle_sessions = 2000;
   int attached_clients = 200;
   std::string only;
-  int pause_s = 0;        // pause between phases (lets background compaction settle)
-  int turn_threads = -1;  // agent.turn_threads for the fresh daemons (-1: fwaid's default)
-  int turn_starts = -1;   // agent.turn_starts for the fresh daemons (-1: fwaid's default)
-  int load_sessions = 0;  // --sessions N: the load phase at N sessions only, no stuck clients
+  int pause_s = 0;           // pause between phases (lets background compaction settle)
+  int turn_threads = -1;     // agent.turn_threads for the fresh daemons (-1: fwaid's default)
+  int turn_starts = -1;      // agent.turn_starts for the fresh daemons (-1: fwaid's default)
+  int batch_window_us = -1;  // subscribers.batch_window_us (-1: fwaid's default)
+  int load_sessions = 0;     // --sessions N: the load phase at N sessions only, no stuck clients
   SharedBenchOptions shared;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -441,6 +483,7 @@ int Main(int argc, char** argv) {
     if (a == "--sessions" && i + 1 < argc) load_sessions = std::max(1, std::atoi(argv[++i]));
     if (a == "--turn-threads" && i + 1 < argc) turn_threads = std::atoi(argv[++i]);
     if (a == "--turn-starts" && i + 1 < argc) turn_starts = std::atoi(argv[++i]);
+    if (a == "--batch-window-us" && i + 1 < argc) batch_window_us = std::atoi(argv[++i]);
     if (a == "--runs" && i + 1 < argc) shared.runs = std::max(1, std::atoi(argv[++i]));
     if (a == "--part" && i + 1 < argc) shared.part = argv[++i];
     if (a == "--rounds" && i + 1 < argc) shared.rounds = std::max(1, std::atoi(argv[++i]));
@@ -471,6 +514,9 @@ int Main(int argc, char** argv) {
     if (turn_threads >= 0 || turn_starts >= 0) yaml += "agent:\n";
     if (turn_threads >= 0) yaml += "  turn_threads: " + std::to_string(turn_threads) + "\n";
     if (turn_starts >= 0) yaml += "  turn_starts: " + std::to_string(turn_starts) + "\n";
+    if (batch_window_us >= 0) {
+      yaml += "subscribers:\n  batch_window_us: " + std::to_string(batch_window_us) + "\n";
+    }
     daemon = std::make_unique<Daemon>(&fake, yaml);
     if (!shared.fwaid_binaries.empty()) daemon->SetBinary(shared.fwaid_binaries.front());
     if (!daemon->Start()) {
@@ -748,6 +794,7 @@ int Main(int argc, char** argv) {
 }  // namespace fwai::testing
 
 int main(int argc, char** argv) {
+  if (auto done = fwai::testing::CheckArgs(argc, argv)) return *done;
   // The results file's name: fwai_bench, fwai_bench-shared, fwai_bench-shared-noisy-ab...
   std::string name = "fwai_bench";
   for (int i = 1; i + 1 < argc; ++i) {

@@ -40,8 +40,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
-#include <optional>
-#include <set>
+#include <map>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -71,34 +70,6 @@ constexpr char kUsage[] =
     "       fwai_bench --only shared [--tiny] [--runs N] [--part NAME] [--rounds N]\n"
     "Measures fwaid's streaming with a real fwaid, gRPC and the fake provider; the\n"
     "phases and options are described in docs/benchmarks.md.\n";
-
-// Checks the command line before anything starts: an unknown option or one
-// without its value is refused with its name. Returns the exit code when the
-// run ends here (after --help or a bad option).
-std::optional<int> CheckArgs(int argc, char** argv) {
-  static const std::set<std::string> kWithValue = {
-      "--only", "--pause", "--sessions", "--turn-threads", "--turn-starts", "--batch-window-us",
-      "--runs", "--part",  "--rounds",   "--fwaid",        "--json"};
-  static const std::set<std::string> kFlags = {"--tiny", "--quick"};
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a == "--help" || a == "-h") {
-      std::fputs(kUsage, stdout);
-      return 0;
-    }
-    if (kFlags.count(a)) continue;
-    if (!kWithValue.count(a)) {
-      std::fprintf(stderr, "fwai_bench: unknown option %s\n%s", a.c_str(), kUsage);
-      return 2;
-    }
-    if (i + 1 >= argc) {
-      std::fprintf(stderr, "fwai_bench: %s needs a value\n%s", a.c_str(), kUsage);
-      return 2;
-    }
-    ++i;
-  }
-  return std::nullopt;
-}
 
 long RssKb(pid_t pid) {
   std::ifstream f("/proc/" + std::to_string(pid) + "/status");
@@ -475,20 +446,31 @@ int Main(int argc, char** argv) {
   int batch_window_us = -1;  // subscribers.batch_window_us (-1: fwaid's default)
   int load_sessions = 0;     // --sessions N: the load phase at N sessions only, no stuck clients
   SharedBenchOptions shared;
+  // Every option that takes a value, and what it sets; --json is the
+  // report's (Report().Init reads it).
+  const std::map<std::string, std::function<void(const char*)>> with_value = {
+      {"--only", [&](const char* v) { only = v; }},
+      {"--pause", [&](const char* v) { pause_s = std::atoi(v); }},
+      {"--sessions", [&](const char* v) { load_sessions = std::max(1, std::atoi(v)); }},
+      {"--turn-threads", [&](const char* v) { turn_threads = std::atoi(v); }},
+      {"--turn-starts", [&](const char* v) { turn_starts = std::atoi(v); }},
+      {"--batch-window-us", [&](const char* v) { batch_window_us = std::atoi(v); }},
+      {"--runs", [&](const char* v) { shared.runs = std::max(1, std::atoi(v)); }},
+      {"--part", [&](const char* v) { shared.part = v; }},
+      {"--rounds", [&](const char* v) { shared.rounds = std::max(1, std::atoi(v)); }},
+      {"--fwaid",
+       [&](const char* v) { shared.fwaid_binaries = absl::StrSplit(v, ',', absl::SkipEmpty()); }},
+      {"--json", [](const char*) {}},
+  };
   for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    if (a == "--only" && i + 1 < argc) only = argv[++i];
-    if (a == "--pause" && i + 1 < argc) pause_s = std::atoi(argv[++i]);
-    if (a == "--tiny") shared.tiny = true;
-    if (a == "--sessions" && i + 1 < argc) load_sessions = std::max(1, std::atoi(argv[++i]));
-    if (a == "--turn-threads" && i + 1 < argc) turn_threads = std::atoi(argv[++i]);
-    if (a == "--turn-starts" && i + 1 < argc) turn_starts = std::atoi(argv[++i]);
-    if (a == "--batch-window-us" && i + 1 < argc) batch_window_us = std::atoi(argv[++i]);
-    if (a == "--runs" && i + 1 < argc) shared.runs = std::max(1, std::atoi(argv[++i]));
-    if (a == "--part" && i + 1 < argc) shared.part = argv[++i];
-    if (a == "--rounds" && i + 1 < argc) shared.rounds = std::max(1, std::atoi(argv[++i]));
-    if (a == "--fwaid" && i + 1 < argc) {
-      shared.fwaid_binaries = absl::StrSplit(argv[++i], ',', absl::SkipEmpty());
+    const std::string a = argv[i];
+    if (a == "--help" || a == "-h") {
+      std::fputs(kUsage, stdout);
+      return 0;
+    }
+    if (a == "--tiny") {
+      shared.tiny = true;
+      continue;
     }
     if (a == "--quick") {
       shared.quick = true;
@@ -496,7 +478,18 @@ int Main(int argc, char** argv) {
       latency_chunks = 100;
       idle_sessions = 200;
       attached_clients = 50;
+      continue;
     }
+    const auto set = with_value.find(a);
+    if (set == with_value.end()) {
+      std::fprintf(stderr, "fwai_bench: unknown option %s\n%s", a.c_str(), kUsage);
+      return 2;
+    }
+    if (i + 1 >= argc) {
+      std::fprintf(stderr, "fwai_bench: %s needs a value\n%s", a.c_str(), kUsage);
+      return 2;
+    }
+    set->second(argv[++i]);
   }
   std::printf("fwai_bench  machine: %u cores, %s  commit: %s\n",
               std::thread::hardware_concurrency(), MachineJson()["cpu"].get<std::string>().c_str(),
@@ -794,7 +787,6 @@ int Main(int argc, char** argv) {
 }  // namespace fwai::testing
 
 int main(int argc, char** argv) {
-  if (auto done = fwai::testing::CheckArgs(argc, argv)) return *done;
   // The results file's name: fwai_bench, fwai_bench-shared, fwai_bench-shared-noisy-ab...
   std::string name = "fwai_bench";
   for (int i = 1; i + 1 < argc; ++i) {

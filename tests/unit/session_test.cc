@@ -374,6 +374,34 @@ TEST_F(SessionTest, EventsInTheBatchWindowShareAWriteThatNoWaiterWaitsFor) {
   EXPECT_EQ(Drain(**sm.Subscribe(id, 0, true, false, nullptr)).size(), 312u);
 }
 
+// Two users' events stored in one write of the batch window: each user's
+// subscriber gets its own session's events and nothing of the other's, not
+// even how many there were (its seqs run without a gap).
+TEST_F(SessionTest, EventsSharingABatchWriteReachOnlyTheirOwnSession) {
+  auto& sm = Sessions({.batch_window_us = 60'000'000});
+  const auto alice = sm.Create("uid:1001", {"t", dir_ + "/proj", "", ""})->id;
+  const auto bob = sm.Create("uid:1002", {"t", dir_ + "/proj", "", ""})->id;
+  auto alice_sub = *sm.Subscribe(alice, 0, false, true, [] {});
+  auto bob_sub = *sm.Subscribe(bob, 0, false, true, [] {});
+  ASSERT_TRUE(sm.Publish(bob, Text("bob")).ok());  // written alone; the window opens
+  for (int i = 0; i < 20; ++i) {
+    ASSERT_TRUE(sm.PublishQueued(alice, Text("secret")).ok());
+    if (i % 4 == 0) ASSERT_TRUE(sm.PublishQueued(bob, Text("bob")).ok());
+  }
+  ASSERT_TRUE(sm.Publish(bob, Text("bob")).ok());  // ends the wait: one write for all
+  EXPECT_EQ(sm.Appended().batches, 2u);
+  auto bobs = Drain(*bob_sub);
+  ASSERT_EQ(bobs.size(), 7u);
+  for (size_t i = 0; i < bobs.size(); ++i) {
+    EXPECT_EQ(bobs[i].session_id(), bob);
+    EXPECT_EQ(bobs[i].seq(), i + 1);
+    EXPECT_EQ(bobs[i].text_delta().text(), "bob");
+  }
+  auto alices = Drain(*alice_sub);
+  ASSERT_EQ(alices.size(), 20u);
+  for (const auto& ev : alices) EXPECT_EQ(ev.session_id(), alice);
+}
+
 // Deleting a session with deltas still queued leaves none of them behind, and
 // a restart right after queued deltas finds them all stored.
 TEST_F(SessionTest, QueuedEventsNeitherOutliveDeleteNorAreLostAtShutdown) {

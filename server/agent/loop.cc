@@ -32,7 +32,7 @@ void Append(SessionManager& sessions, Agent& a, const std::string& role, const j
   a.messages.push_back({role, content});
 }
 
-absl::StatusOr<ChatResult> CallModel(Agent& a, const std::vector<ToolSpec>& tools,
+absl::StatusOr<ChatResult> CallModel(Agent& a, const std::vector<ToolSpecPtr>& tools,
                                      StreamObserver& observer) {
   ChatRequest creq;
   creq.model = a.model;

@@ -44,11 +44,13 @@ absl::Status CheckPlanModeAction(const std::string& plan_file, const PolicyQuery
       q.kind == "command" ? "commands are refused" : q.target + " is not the plan file", ")"));
 }
 
-ToolSpec SpecSubmitPlan() {
-  return {kSubmitPlan,
-          "Submit the plan you wrote to the plan file for the user's approval. Waits for their "
-          "decision: on approval the session switches to act mode and you carry the plan out.",
-          {{"type", "object"}, {"properties", nlohmann::json::object()}}};
+ToolSpecPtr SpecSubmitPlan() {
+  static const ToolSpecPtr spec = MakeToolSpec(
+      kSubmitPlan,
+      "Submit the plan you wrote to the plan file for the user's approval. Waits for their "
+      "decision: on approval the session switches to act mode and you carry the plan out.",
+      {{"type", "object"}, {"properties", nlohmann::json::object()}});
+  return spec;
 }
 
 namespace {

@@ -35,7 +35,7 @@ std::string PlanModeRefusal(const std::string& tool_name, const std::string& ses
 // `plan_file`, else PERMISSION_DENIED.
 [[nodiscard]] absl::Status CheckPlanModeAction(const std::string& plan_file, const PolicyQuery& q);
 
-ToolSpec SpecSubmitPlan();
+ToolSpecPtr SpecSubmitPlan();
 
 // submitPlan: publishes the plan file and waits for the person's decision (or
 // approves it at once when the session auto-approves). On approval sets

@@ -12,23 +12,25 @@ namespace fwai {
 
 using json = nlohmann::json;
 
-ToolSpec SpecAskQuestion() {
-  return {kAskQuestion,
-          "Ask the user one or more questions and wait for the answers. Each question may offer "
-          "options (single or multiple choice) and/or free text.",
-          {{"type", "object"},
-           {"properties",
-            {{"questions",
-              {{"type", "array"},
-               {"items",
-                {{"type", "object"},
-                 {"properties",
-                  {{"text", {{"type", "string"}}},
-                   {"options", {{"type", "array"}, {"items", {{"type", "string"}}}}},
-                   {"multiple", {{"type", "boolean"}}},
-                   {"allow_free_text", {{"type", "boolean"}}}}},
-                 {"required", {"text"}}}}}}}},
-           {"required", {"questions"}}}};
+ToolSpecPtr SpecAskQuestion() {
+  static const ToolSpecPtr spec = MakeToolSpec(
+      kAskQuestion,
+      "Ask the user one or more questions and wait for the answers. Each question may offer "
+      "options (single or multiple choice) and/or free text.",
+      {{"type", "object"},
+       {"properties",
+        {{"questions",
+          {{"type", "array"},
+           {"items",
+            {{"type", "object"},
+             {"properties",
+              {{"text", {{"type", "string"}}},
+               {"options", {{"type", "array"}, {"items", {{"type", "string"}}}}},
+               {"multiple", {{"type", "boolean"}}},
+               {"allow_free_text", {{"type", "boolean"}}}}},
+             {"required", {"text"}}}}}}}},
+       {"required", {"questions"}}});
+  return spec;
 }
 
 void EmitAnswered(const Agent& a, const std::string& question_id, const std::string& call_id,

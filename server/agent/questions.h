@@ -17,7 +17,7 @@ struct Interaction;
 
 inline constexpr char kAskQuestion[] = "askQuestion";
 
-ToolSpec SpecAskQuestion();
+ToolSpecPtr SpecAskQuestion();
 
 // Tells every client of the session the answer that won, and whose it was.
 void EmitAnswered(const Agent& a, const std::string& question_id, const std::string& call_id,

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/cancel.h"
+#include "common/mutex.h"
 #include "server/agent/agent.h"
 #include "server/agent/loop.h"
 #include "server/agent/plan_mode.h"
@@ -81,7 +82,23 @@ std::map<std::string, SubagentConfig> SubagentTypes(const DaemonConfig& config) 
   return out;
 }
 
-ToolSpec SpecDelegate(const std::map<std::string, SubagentConfig>& types) {
+namespace {
+
+// The delegate tool's spec for the types last offered: the types come from
+// the daemon's config, so a turn nearly always offers the same spec again.
+struct DelegateSpecCache {
+  Mutex mu;
+  ToolSpecPtr spec ABSL_GUARDED_BY(mu);
+};
+
+DelegateSpecCache& DelegateSpecs() {
+  static auto* cache = new DelegateSpecCache;  // never destroyed: used until exit
+  return *cache;
+}
+
+}  // namespace
+
+ToolSpecPtr SpecDelegate(const std::map<std::string, SubagentConfig>& types) {
   std::string desc =
       "Hand a self-contained task to a sub-agent with its own context; returns its report. "
       "Several calls in one message run in parallel. Types:";
@@ -90,14 +107,17 @@ ToolSpec SpecDelegate(const std::map<std::string, SubagentConfig>& types) {
     absl::StrAppend(&desc, "\n- ", n, ": ", t.description);
     names.push_back(n);
   }
-  return {
-      kDelegate,
-      desc,
+  DelegateSpecCache& cache = DelegateSpecs();
+  MutexLock lock(&cache.mu);
+  if (cache.spec && cache.spec->description == desc) return cache.spec;
+  cache.spec = MakeToolSpec(
+      kDelegate, std::move(desc),
       {{"type", "object"},
        {"properties",
         {{"agent_type", {{"type", "string"}, {"enum", names}}},
          {"task", {{"type", "string"}, {"description", "What to do and what to report back"}}}}},
-       {"required", {"agent_type", "task"}}}};
+       {"required", {"agent_type", "task"}}});
+  return cache.spec;
 }
 
 ToolResult Delegate(const AgentDeps& deps, Agent& a, const std::string& call_id,

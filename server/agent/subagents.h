@@ -22,7 +22,7 @@ inline constexpr char kDelegate[] = "delegateSubagent";
 // The sub-agent types by name.
 std::map<std::string, SubagentConfig> SubagentTypes(const DaemonConfig& config);
 
-ToolSpec SpecDelegate(const std::map<std::string, SubagentConfig>& types);
+ToolSpecPtr SpecDelegate(const std::map<std::string, SubagentConfig>& types);
 
 // Runs input.task on a sub-agent of input.agent_type under tool call
 // `call_id` of `parent`, until it reports, fails, times out or the parent is

@@ -7,7 +7,7 @@
 
 namespace fwai {
 
-std::string SystemPrompt(const SessionInfo& s, const std::vector<ToolSpec>& tools) {
+std::string SystemPrompt(const SessionInfo& s, const std::vector<ToolSpecPtr>& tools) {
   std::string p =
       "You are fwai, an assistant for firmware engineers, running inside the fwaid daemon.\n"
       "You help with embedded C/C++, microcontrollers, peripherals, toolchains, debugging and "
@@ -16,14 +16,14 @@ std::string SystemPrompt(const SessionInfo& s, const std::vector<ToolSpec>& tool
   absl::StrAppend(&p, "Mode: ", s.mode, "\n");
   if (!tools.empty()) {
     absl::StrAppend(&p, "Tools available:");
-    for (const auto& t : tools) absl::StrAppend(&p, " ", t.name);
+    for (const auto& t : tools) absl::StrAppend(&p, " ", t->name);
     absl::StrAppend(&p,
                     ". Paths are relative to the project root; nothing outside it is visible.\n");
   }
   return p;
 }
 
-std::string SystemPromptFor(const Agent& a, const std::vector<ToolSpec>& tools) {
+std::string SystemPromptFor(const Agent& a, const std::vector<ToolSpecPtr>& tools) {
   std::string p = a.system.empty() ? SystemPrompt(a.turn->session, tools) : a.system;
   if (a.is_main() && InPlanMode(a)) absl::StrAppend(&p, PlanModeRules(a.turn->session.id));
   return p;

@@ -13,9 +13,9 @@ namespace fwai {
 struct Agent;
 struct SessionInfo;
 
-std::string SystemPrompt(const SessionInfo& s, const std::vector<ToolSpec>& tools);
+std::string SystemPrompt(const SessionInfo& s, const std::vector<ToolSpecPtr>& tools);
 
 // The prompt of agent `a` offered `tools`, for its next model call.
-std::string SystemPromptFor(const Agent& a, const std::vector<ToolSpec>& tools);
+std::string SystemPromptFor(const Agent& a, const std::vector<ToolSpecPtr>& tools);
 
 }  // namespace fwai

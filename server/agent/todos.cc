@@ -11,32 +11,35 @@ namespace fwai {
 
 using json = nlohmann::json;
 
-ToolSpec SpecTodoWrite() {
-  return {kTodoWrite,
-          "Replace the session's todo list. Items: {id, content, status: "
-          "pending|in_progress|completed|cancelled, parent_id?}. Ids unique, content non-empty, "
-          "at most one in_progress.",
-          {{"type", "object"},
-           {"properties",
-            {{"todos",
-              {{"type", "array"},
-               {"items",
-                {{"type", "object"},
-                 {"properties",
-                  {{"id", {{"type", "string"}}},
-                   {"content", {{"type", "string"}}},
-                   {"status",
-                    {{"type", "string"},
-                     {"enum", {"pending", "in_progress", "completed", "cancelled"}}}},
-                   {"parent_id", {{"type", "string"}}}}},
-                 {"required", {"id", "content", "status"}}}}}}}},
-           {"required", {"todos"}}}};
+ToolSpecPtr SpecTodoWrite() {
+  static const ToolSpecPtr spec = MakeToolSpec(
+      kTodoWrite,
+      "Replace the session's todo list. Items: {id, content, status: "
+      "pending|in_progress|completed|cancelled, parent_id?}. Ids unique, content non-empty, "
+      "at most one in_progress.",
+      {{"type", "object"},
+       {"properties",
+        {{"todos",
+          {{"type", "array"},
+           {"items",
+            {{"type", "object"},
+             {"properties",
+              {{"id", {{"type", "string"}}},
+               {"content", {{"type", "string"}}},
+               {"status",
+                {{"type", "string"},
+                 {"enum", {"pending", "in_progress", "completed", "cancelled"}}}},
+               {"parent_id", {{"type", "string"}}}}},
+             {"required", {"id", "content", "status"}}}}}}}},
+       {"required", {"todos"}}});
+  return spec;
 }
 
-ToolSpec SpecTodoRead() {
-  return {kTodoRead,
-          "Read the session's todo list.",
-          {{"type", "object"}, {"properties", json::object()}}};
+ToolSpecPtr SpecTodoRead() {
+  static const ToolSpecPtr spec =
+      MakeToolSpec(kTodoRead, "Read the session's todo list.",
+                   {{"type", "object"}, {"properties", json::object()}});
+  return spec;
 }
 
 absl::Status ValidateTodos(const json& todos) {

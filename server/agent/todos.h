@@ -18,8 +18,8 @@ class SessionManager;
 inline constexpr char kTodoWrite[] = "todoWrite";
 inline constexpr char kTodoRead[] = "todoRead";
 
-ToolSpec SpecTodoWrite();
-ToolSpec SpecTodoRead();
+ToolSpecPtr SpecTodoWrite();
+ToolSpecPtr SpecTodoRead();
 
 // Checks a todo list against the rules; the message names the rule broken.
 [[nodiscard]] absl::Status ValidateTodos(const nlohmann::json& todos);

@@ -17,14 +17,15 @@ namespace fwai {
 
 namespace {
 
-ToolSpec SpecToolSearch() {
-  return {
+ToolSpecPtr SpecToolSearch() {
+  static const ToolSpecPtr spec = MakeToolSpec(
       kToolSearch,
       "Find more tools for a task among the ones not offered yet (MCP servers and others). "
       "Found tools become callable for the rest of this turn.",
       {{"type", "object"},
        {"properties", {{"query", {{"type", "string"}, {"description", "What the tool must do"}}}}},
-       {"required", {"query"}}}};
+       {"required", {"query"}}});
+  return spec;
 }
 
 // "mcp_lab_flashBoard" -> "lab flash board": a tool name's words, as a query.
@@ -108,7 +109,7 @@ Tool* ToolOffer::Find(const std::string& name) const {
 
 bool ToolOffer::OfferedNow(const std::string& name) const {
   return std::any_of(specs_.begin(), specs_.end(),
-                     [&](const ToolSpec& s) { return s.name == name; });
+                     [&](const ToolSpecPtr& s) { return s->name == name; });
 }
 
 bool ToolOffer::Selected(const Tool& tool) const {
@@ -121,10 +122,10 @@ bool ToolOffer::Allowed(const std::string& name) const {
 
 bool ToolOffer::IsCore(const Tool& tool) { return tool.name().rfind("mcp_", 0) != 0; }
 
-std::vector<ToolSpec> ToolOffer::Build() const {
+std::vector<ToolSpecPtr> ToolOffer::Build() const {
   const Agent& a = agent_;
   const bool plan_mode = InPlanMode(a);
-  std::vector<ToolSpec> out;
+  std::vector<ToolSpecPtr> out;
   for (Tool* t : all_tools_) {
     if (!Allowed(t->name())) continue;
     if (t->needs_project() && !a.turn->account) continue;
@@ -133,7 +134,7 @@ std::vector<ToolSpec> ToolOffer::Build() const {
       continue;
     }
     if (!select_ || IsCore(*t) || selected_.count(t->name())) {
-      out.push_back({t->name(), t->description(), t->input_schema()});
+      out.push_back(t->spec());
     }
   }
   if (select_) out.push_back(SpecToolSearch());
@@ -155,10 +156,10 @@ void ToolOffer::Announce(const std::string& reason) const {
   auto* o = ev.mutable_tools_offered();
   o->mutable_origin()->set_agent(agent_.name);
   for (const auto& s : specs_) {
-    o->add_tools(s.name);
+    o->add_tools(s->name);
     auto* t = o->add_offered();
-    t->set_name(s.name);
-    t->set_why(Why(s.name));
+    t->set_name(s->name);
+    t->set_why(Why(s->name));
   }
   o->set_reason(reason);
   // Not waited for: it is stored in its order before the call's text, and

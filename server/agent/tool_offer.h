@@ -31,7 +31,7 @@ class ToolOffer {
   ToolOffer& operator=(const ToolOffer&) = delete;
 
   // What the next model call offers.
-  const std::vector<ToolSpec>& specs() const { return specs_; }
+  const std::vector<ToolSpecPtr>& specs() const { return specs_; }
   // Offers what the agent's current mode allows (after a mode change).
   void Rebuild() { specs_ = Build(); }
   // Tells the clients what is offered (only when tools are selected per call).
@@ -65,7 +65,7 @@ class ToolOffer {
   std::string Why(const std::string& name) const;
 
  private:
-  std::vector<ToolSpec> Build() const;
+  std::vector<ToolSpecPtr> Build() const;
   // Selects up to `n` tools retrieved for `query` that are not selected yet
   // (nor `skip`), each with `why`; returns their names.
   std::vector<std::string> SelectMore(const std::string& query, int n, const std::string& skip,
@@ -82,7 +82,7 @@ class ToolOffer {
 
   std::map<std::string, std::string> selected_;  // selected tool -> why it is offered
   std::set<std::string> learned_from_;           // wrong calls already learned from
-  std::vector<ToolSpec> specs_;
+  std::vector<ToolSpecPtr> specs_;
 };
 
 }  // namespace fwai

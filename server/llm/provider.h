@@ -13,6 +13,7 @@
 #include "absl/status/statusor.h"
 #include "common/cancel.h"
 #include "common/config.h"
+#include "common/tool_spec.h"
 
 namespace fwai {
 
@@ -21,17 +22,11 @@ struct LlmMessage {
   nlohmann::json content = nlohmann::json::array();
 };
 
-struct ToolSpec {
-  std::string name;
-  std::string description;
-  nlohmann::json input_schema;
-};
-
 struct ChatRequest {
   std::string model;
   std::string system;
   std::vector<LlmMessage> messages;
-  std::vector<ToolSpec> tools;
+  std::vector<ToolSpecPtr> tools;  // shared: offering a tool copies no schema
   int max_tokens = 4096;
   double temperature = -1;  // < 0: provider default
 };

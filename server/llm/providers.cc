@@ -79,16 +79,35 @@ std::string ToolResultText(const json& block) {
   return content;
 }
 
-// Tools in the OpenAI function-calling shape (OpenAI and Ollama).
-json FunctionTools(const std::vector<ToolSpec>& tools) {
-  json out = json::array();
-  for (const auto& t : tools) {
-    out.push_back(
-        {{"type", "function"},
-         {"function",
-          {{"name", t.name}, {"description", t.description}, {"parameters", t.input_schema}}}});
+// A tool in the OpenAI function-calling shape (OpenAI and Ollama).
+json FunctionTool(const ToolSpec& t) {
+  return {{"type", "function"},
+          {"function",
+           {{"name", t.name}, {"description", t.description}, {"parameters", t.input_schema}}}};
+}
+
+// "[t1,t2,...]": the tools in `shape`, each tool's text rendered once and kept
+// by its spec (the same tools are offered on every call).
+std::string ToolsArray(const std::vector<ToolSpecPtr>& tools, ToolShape shape,
+                       ToolSpec::Render render) {
+  std::string out = "[";
+  for (const ToolSpecPtr& t : tools) {
+    if (out.size() > 1) out += ',';
+    out += t->Text(shape, render);
   }
+  out += ']';
   return out;
+}
+
+// Adds "key":value (`value` is JSON text) as the last member of `object`, the
+// JSON text of an object.
+void AddMember(std::string& object, std::string_view key, std::string_view value) {
+  object.pop_back();  // the closing brace
+  if (object.size() > 1) object += ',';
+  object += json(std::string(key)).dump();
+  object += ':';
+  object += value;
+  object += '}';
 }
 
 // Chat messages in the OpenAI shape (OpenAI and Ollama): the system prompt,
@@ -166,6 +185,7 @@ class HttpProvider : public Provider {
                                         : "Accept: text/event-stream");
     // Text cut mid-character anywhere upstream is sent as U+FFFD, not thrown.
     http_req.body = Body(request).dump(-1, ' ', false, json::error_handler_t::replace);
+    if (!request.tools.empty()) AddMember(http_req.body, "tools", ToolsValue(request.tools));
     http_req.connect_timeout_s = config_.connect_timeout_s;
     http_req.idle_timeout_s = config_.idle_timeout_s;
     int backoff = retry_.initial_backoff_ms;
@@ -266,7 +286,10 @@ class HttpProvider : public Provider {
  protected:
   virtual std::string Url() const = 0;
   virtual std::vector<std::string> Headers(const std::string& key) const = 0;
+  // The request without its tools (they are added as ToolsValue's text).
   virtual json Body(const ChatRequest& request) const = 0;
+  // The JSON text of the request's "tools" member for these (not empty) tools.
+  virtual std::string ToolsValue(const std::vector<ToolSpecPtr>& tools) const = 0;
   virtual void HandleEvent(const SseEvent& ev, StreamState& st, StreamObserver& observer) = 0;
   // Newline-delimited JSON instead of SSE (each line handed over as `data`).
   virtual bool Ndjson() const { return false; }
@@ -316,14 +339,12 @@ class AnthropicProvider final : public HttpProvider {
     b["messages"] = json::array();
     for (const auto& m : r.messages)
       b["messages"].push_back({{"role", m.role}, {"content", m.content}});
-    if (!r.tools.empty()) {
-      b["tools"] = json::array();
-      for (const auto& t : r.tools) {
-        b["tools"].push_back(
-            {{"name", t.name}, {"description", t.description}, {"input_schema", t.input_schema}});
-      }
-    }
     return b;
+  }
+  std::string ToolsValue(const std::vector<ToolSpecPtr>& tools) const override {
+    return ToolsArray(tools, ToolShape::kAnthropic, [](const ToolSpec& t) -> json {
+      return {{"name", t.name}, {"description", t.description}, {"input_schema", t.input_schema}};
+    });
   }
 
   void HandleEvent(const SseEvent& ev, StreamState& st, StreamObserver& obs) override {
@@ -503,8 +524,10 @@ class OpenAiProvider final : public HttpProvider {
         },
         true);
     b["messages"] = msgs;
-    if (!r.tools.empty()) b["tools"] = FunctionTools(r.tools);
     return b;
+  }
+  std::string ToolsValue(const std::vector<ToolSpecPtr>& tools) const override {
+    return ToolsArray(tools, ToolShape::kFunction, FunctionTool);
   }
 
   void HandleEvent(const SseEvent& ev, StreamState& st, StreamObserver& obs) override {
@@ -667,18 +690,17 @@ class GeminiProvider final : public HttpProvider {
     b["contents"] = contents;
     if (!r.system.empty())
       b["systemInstruction"] = {{"parts", json::array({{{"text", r.system}}})}};
-    if (!r.tools.empty()) {
-      json decls = json::array();
-      for (const auto& t : r.tools) {
-        decls.push_back({{"name", t.name},
-                         {"description", t.description},
-                         {"parameters", GeminiSchema(t.input_schema)}});
-      }
-      b["tools"] = json::array({{{"functionDeclarations", decls}}});
-    }
     b["generationConfig"] = {{"maxOutputTokens", r.max_tokens}};
     if (r.temperature >= 0) b["generationConfig"]["temperature"] = r.temperature;
     return b;
+  }
+  std::string ToolsValue(const std::vector<ToolSpecPtr>& tools) const override {
+    const std::string decls = ToolsArray(tools, ToolShape::kGemini, [](const ToolSpec& t) -> json {
+      return {{"name", t.name},
+              {"description", t.description},
+              {"parameters", GeminiSchema(t.input_schema)}};
+    });
+    return absl::StrCat("[{\"functionDeclarations\":", decls, "}]");
   }
 
  public:
@@ -810,8 +832,10 @@ class OllamaProvider final : public HttpProvider {
         },
         false);
     b["messages"] = msgs;
-    if (!r.tools.empty()) b["tools"] = FunctionTools(r.tools);
     return b;
+  }
+  std::string ToolsValue(const std::vector<ToolSpecPtr>& tools) const override {
+    return ToolsArray(tools, ToolShape::kFunction, FunctionTool);
   }
 
   void HandleEvent(const SseEvent& ev, StreamState& st, StreamObserver& obs) override {

@@ -14,6 +14,7 @@
 #include "common/cancel.h"
 #include "common/config.h"
 #include "common/mutex.h"
+#include "common/tool_spec.h"
 
 namespace fwai {
 
@@ -61,6 +62,13 @@ class Tool {
   virtual std::string name() const = 0;
   virtual std::string description() const = 0;
   virtual nlohmann::json input_schema() const = 0;
+  // name(), description() and input_schema() as one shared spec, made on the
+  // first call and kept: they must not change over the tool's life.
+  ToolSpecPtr spec() const {
+    std::call_once(spec_once_,
+                   [this] { spec_ = MakeToolSpec(name(), description(), input_schema()); });
+    return spec_;
+  }
   // False while whatever provides the tool no longer offers it (an MCP server
   // dropped it from its list); the registry then hides it.
   virtual bool available() const { return true; }
@@ -72,6 +80,10 @@ class Tool {
   // Input errors are returned as a ToolResult with is_error (the model sees
   // them and can correct itself), not as a Status.
   virtual ToolResult Run(const nlohmann::json& input, ToolContext& ctx) = 0;
+
+ private:
+  mutable std::once_flag spec_once_;
+  mutable ToolSpecPtr spec_;
 };
 
 // Holds tools by name; safe from any thread. Tools are never removed (an

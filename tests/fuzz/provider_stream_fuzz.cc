@@ -85,7 +85,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   ChatRequest req;
   req.model = "m";
   req.messages.push_back({"user", json::array({{{"type", "text"}, {"text", "hi"}}})});
-  req.tools.push_back({"read_file", "read a file", {{"type", "object"}}});
+  req.tools.push_back(MakeToolSpec("read_file", "read a file", {{"type", "object"}}));
   NullObserver observer;
   CancelToken cancel;
   auto result = provider->Stream(req, observer, cancel);

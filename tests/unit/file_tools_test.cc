@@ -57,6 +57,20 @@ TEST_F(FileToolsTest, ReadFileWithRanges) {
   EXPECT_NE(r.content.find("offset=3"), std::string::npos);
 }
 
+// A tool's spec is made once and shared: every offer of the tool hands out
+// the same object (no copy of its schema per turn), holding what the tool says.
+TEST_F(FileToolsTest, AToolsSpecIsMadeOnceAndShared) {
+  Tool* read = registry_.Find("read_file");
+  ASSERT_NE(read, nullptr);
+  const ToolSpecPtr first = read->spec();
+  ASSERT_NE(first, nullptr);
+  EXPECT_EQ(read->spec().get(), first.get());
+  EXPECT_EQ(first->name, read->name());
+  EXPECT_EQ(first->description, read->description());
+  EXPECT_EQ(first->input_schema, read->input_schema());
+  EXPECT_NE(registry_.Find("grep")->spec().get(), first.get());
+}
+
 TEST_F(FileToolsTest, NoEscapeFromProjectRoot) {
   for (const std::string p :
        {"../secret.txt", "/etc/passwd", "escape.txt", "src/../../secret.txt"}) {

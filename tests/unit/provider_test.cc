@@ -105,7 +105,7 @@ class ProviderTest : public ::testing::TestWithParam<std::string> {
     r.model = "m-1";
     r.system = "sys";
     r.messages.push_back({"user", nlohmann::json::array({{{"type", "text"}, {"text", "hi"}}})});
-    r.tools.push_back({"read_file", "read", {{"type", "object"}}});
+    r.tools.push_back(MakeToolSpec("read_file", "read", {{"type", "object"}}));
     return r;
   }
   FakeLlmServer fake_;
@@ -171,6 +171,117 @@ TEST_P(ProviderTest, StreamsTextAndToolCalls) {
     EXPECT_EQ(reqs[0].body["messages"][0]["role"], "system");
     EXPECT_EQ(reqs[0].body["tools"][0]["function"]["name"], "read_file");
   }
+}
+
+// Two tools as the agent offers them: shared specs, one with text that needs
+// escaping (quotes, a newline, a character cut mid-way) and keys Gemini does
+// not take.
+std::vector<ToolSpecPtr> OfferedTools() {
+  return {MakeToolSpec("read_file", "read", {{"type", "object"}}),
+          MakeToolSpec("write_note", "writes a \"note\"\nü \xff",
+                       {{"type", "object"},
+                        {"additionalProperties", false},
+                        {"properties", {{"path", {{"type", "string"}, {"default", "a.txt"}}}}},
+                        {"required", {"path"}}})};
+}
+
+// What `tools` must be on the wire of `kind`, written out by hand.
+nlohmann::json ToolsOnTheWire(const std::string& kind) {
+  using json = nlohmann::json;
+  const json read_schema = {{"type", "object"}};
+  const json note_schema = {{"type", "object"},
+                            {"additionalProperties", false},
+                            {"properties", {{"path", {{"type", "string"}, {"default", "a.txt"}}}}},
+                            {"required", {"path"}}};
+  const std::string note_desc = "writes a \"note\"\nü \xEF\xBF\xBD";  // U+FFFD for the cut byte
+  if (kind == "anthropic") {
+    return {{{"name", "read_file"}, {"description", "read"}, {"input_schema", read_schema}},
+            {{"name", "write_note"}, {"description", note_desc}, {"input_schema", note_schema}}};
+  }
+  if (kind == "gemini") {
+    const json gemini_note = {{"type", "object"},
+                              {"properties", {{"path", {{"type", "string"}}}}},
+                              {"required", {"path"}}};
+    return {
+        {{"functionDeclarations",
+          {{{"name", "read_file"}, {"description", "read"}, {"parameters", read_schema}},
+           {{"name", "write_note"}, {"description", note_desc}, {"parameters", gemini_note}}}}}};
+  }
+  return {
+      {{"type", "function"},
+       {"function", {{"name", "read_file"}, {"description", "read"}, {"parameters", read_schema}}}},
+      {{"type", "function"},
+       {"function",
+        {{"name", "write_note"}, {"description", note_desc}, {"parameters", note_schema}}}}};
+}
+
+// The tools are rendered once per spec and shape and kept: every call that
+// offers the same specs sends them whole, in its provider's shape (another
+// provider's shape of the same specs does not leak in), and a call that
+// offers none sends no `tools` at all.
+TEST_P(ProviderTest, OfferedToolsAreSentWholeInTheProvidersShapeOnEveryCall) {
+  const std::vector<ToolSpecPtr> tools = OfferedTools();
+  std::unique_ptr<Provider> anthropic = MakeProvider(
+      [&] {
+        ProviderConfig pc = config_;
+        pc.name = pc.kind = "anthropic";
+        pc.base_url = fake_.anthropic_base_url();
+        return pc;
+      }(),
+      Retries(), *http_);
+  FakeReply r;
+  r.chunks = {"ok"};
+  for (int i = 0; i < 4; ++i) fake_.Enqueue(r);
+  Collect obs;
+  CancelToken cancel;
+  ChatRequest with_tools = Request();
+  with_tools.tools = tools;
+  ASSERT_TRUE(provider_->Stream(with_tools, obs, cancel).ok());
+  ASSERT_TRUE(anthropic->Stream(with_tools, obs, cancel).ok());
+  ASSERT_TRUE(provider_->Stream(with_tools, obs, cancel).ok());
+  ChatRequest without = Request();
+  without.tools.clear();
+  ASSERT_TRUE(provider_->Stream(without, obs, cancel).ok());
+
+  const auto reqs = fake_.requests();
+  ASSERT_EQ(reqs.size(), 4u);
+  EXPECT_EQ(reqs[0].body["tools"], ToolsOnTheWire(GetParam())) << reqs[0].body.dump();
+  EXPECT_EQ(reqs[1].body["tools"], ToolsOnTheWire("anthropic")) << reqs[1].body.dump();
+  EXPECT_EQ(reqs[2].body["tools"], ToolsOnTheWire(GetParam())) << reqs[2].body.dump();
+  EXPECT_FALSE(reqs[3].body.contains("tools")) << reqs[3].body.dump();
+  // The rest of the request is untouched by the tools added to it.
+  for (const auto& req : reqs) {
+    if (GetParam() == "gemini" && &req != &reqs[1]) {
+      EXPECT_EQ(req.body["contents"][0]["parts"][0]["text"], "hi");
+    } else {
+      EXPECT_EQ(req.body["model"], "m-1");
+      EXPECT_EQ(req.body["stream"], true);
+    }
+  }
+}
+
+// A spec is rendered once per shape, by whichever thread asks first; the
+// others wait for that text.
+TEST(ToolSpecTest, EachShapeIsRenderedOnceHoweverManyThreadsAskAtOnce) {
+  static std::atomic<int> renders{0};
+  renders = 0;
+  const ToolSpecPtr spec = MakeToolSpec("t", "d", {{"type", "object"}});
+  const ToolSpec::Render render = [](const ToolSpec& t) -> nlohmann::json {
+    ++renders;
+    return {{"name", t.name}};
+  };
+  std::vector<std::thread> threads;
+  std::vector<std::string> seen(8);
+  for (size_t i = 0; i < seen.size(); ++i) {
+    threads.emplace_back([&, i] {
+      seen[i] = spec->Text(i % 2 ? ToolShape::kAnthropic : ToolShape::kGemini, render);
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(renders.load(), 2);  // one per shape asked for
+  for (const std::string& text : seen) EXPECT_EQ(text, R"({"name":"t"})");
+  EXPECT_EQ(&spec->Text(ToolShape::kAnthropic, render), &spec->Text(ToolShape::kAnthropic, render));
+  EXPECT_EQ(renders.load(), 2);
 }
 
 TEST_P(ProviderTest, ToolResultsAreSentInTheProvidersFormat) {

@@ -3,6 +3,8 @@
 #pragma once
 
 #include <grpcpp/impl/call_op_set.h>
+#include <grpcpp/support/byte_buffer.h>
+#include <grpcpp/support/slice.h>
 #include <grpcpp/support/status.h>
 
 #include <deque>
@@ -22,9 +24,11 @@ namespace fwai {
 
 // Moves events from a Subscriber to a gRPC stream: one write in flight, the
 // message untouched until OnWriteDone, Finish exactly once. `R` is a server
-// reactor with StartSendInitialMetadata(), StartWrite(const
-// fwai::v1::ServerEvent*, grpc::WriteOptions) and Finish(grpc::Status); the
-// reactor calls OnWriteDone from its own OnWriteDone and Detach from OnDone.
+// reactor with StartSendInitialMetadata(), StartWrite(const grpc::ByteBuffer*,
+// grpc::WriteOptions) and Finish(grpc::Status); the reactor calls OnWriteDone
+// from its own OnWriteDone and Detach from OnDone. A stored event is written
+// as the bytes it was stored as (a serialized fwai.v1.ServerEvent): it is not
+// parsed and serialized again for each client.
 //
 // A write made while another event already waits carries gRPC's buffer hint:
 // it is held in the stream's buffer, and goes out with the later ones in one
@@ -87,7 +91,7 @@ class EventPump {
     MutexLock lock(&mu_);
     if (writing_ || finished_) return;
     if (!injected_.empty()) {
-      out_ = std::move(injected_.front());
+      SetOutLocked(injected_.front().SerializeAsString());
       injected_.pop_front();
       StartWriteLocked(!injected_.empty());
       return;
@@ -98,10 +102,7 @@ class EventPump {
     bool more = false;
     switch (sub_->Pull(&bytes, &status, &more)) {
       case Subscriber::PullResult::kEvent:
-        if (!out_.ParseFromString(bytes)) {
-          FinishLocked(grpc::Status(grpc::StatusCode::DATA_LOSS, "stored event is damaged"));
-          return;
-        }
+        SetOutLocked(bytes);
         StartWriteLocked(more);
         return;
       case Subscriber::PullResult::kEmpty:
@@ -160,6 +161,11 @@ class EventPump {
   }
 
  private:
+  void SetOutLocked(const std::string& bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    grpc::Slice slice(bytes);
+    out_ = grpc::ByteBuffer(&slice, 1);
+  }
+
   // `more`: another event is in memory and will be written right after this
   // one (see the class comment).
   void StartWriteLocked(bool more) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -189,7 +195,7 @@ class EventPump {
   bool headers_sent_ ABSL_GUARDED_BY(mu_) = false;  // by SendHeaders or with a write
   std::optional<grpc::Status> pending_finish_ ABSL_GUARDED_BY(mu_);
   std::deque<fwai::v1::ServerEvent> injected_ ABSL_GUARDED_BY(mu_);
-  fwai::v1::ServerEvent out_ ABSL_GUARDED_BY(mu_);
+  grpc::ByteBuffer out_ ABSL_GUARDED_BY(mu_);  // the event being written
 };
 
 }  // namespace fwai

@@ -170,7 +170,7 @@ class Access {
 
 // Chat: the first client message opens the session; then user messages,
 // cancels. Deletes itself in OnDone.
-class ChatReactor final : public grpc::ServerBidiReactor<pb::ClientEvent, pb::ServerEvent> {
+class ChatReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
  public:
   ChatReactor(const ApiDeps& deps, grpc::CallbackServerContext* ctx)
       : deps_(deps), access_(deps), ctx_(ctx), pump_(this) {
@@ -183,7 +183,7 @@ class ChatReactor final : public grpc::ServerBidiReactor<pb::ClientEvent, pb::Se
     caller_ = who_.id;
     caller_display_ = CallerFor(who_, ctx).display;
     ticket_ = deps_.gate->Track(who_, ctx, [this](const grpc::Status& s) { pump_.Finish(s); });
-    StartRead(&in_);
+    StartRead(&in_bytes_);
   }
 
   void OnReadDone(bool ok) override {
@@ -192,7 +192,8 @@ class ChatReactor final : public grpc::ServerBidiReactor<pb::ClientEvent, pb::Se
       pump_.Finish(grpc::Status::OK);
       return;
     }
-    absl::Status s = Handle();
+    absl::Status s = ParseClientEvent();
+    if (s.ok()) s = Handle();
     if (!s.ok() && s.code() == absl::StatusCode::kFailedPrecondition &&
         (in_.has_answer() || in_.has_plan_decision())) {
       // Another client answered first: this one is told so ("plan p-1:
@@ -209,7 +210,7 @@ class ChatReactor final : public grpc::ServerBidiReactor<pb::ClientEvent, pb::Se
       pump_.Finish(ToGrpcStatus(s));
       return;
     }
-    StartRead(&in_);
+    StartRead(&in_bytes_);
   }
 
   void OnWriteDone(bool ok) override { pump_.OnWriteDone(ok); }
@@ -273,6 +274,16 @@ class ChatReactor final : public grpc::ServerBidiReactor<pb::ClientEvent, pb::Se
     }
     standing_ = *now;
     return Access::Allows(standing_, session_id_, action);
+  }
+
+  // The message read, as a ClientEvent (the stream is read and written as
+  // bytes: events go out as they were stored).
+  absl::Status ParseClientEvent() {
+    const bool parsed =
+        grpc::SerializationTraits<pb::ClientEvent>::Deserialize(&in_bytes_, &in_).ok();
+    in_bytes_.Clear();
+    if (!parsed) return absl::InvalidArgumentError("client event: not a fwai.v1.ClientEvent");
+    return absl::OkStatus();
   }
 
   absl::Status Handle() {
@@ -382,22 +393,32 @@ class ChatReactor final : public grpc::ServerBidiReactor<pb::ClientEvent, pb::Se
   std::string caller_;
   std::unique_ptr<Gate::Ticket> ticket_;
   std::string caller_display_;  // "alice (uid 1000) via vscode"
-  pb::ClientEvent in_;
+  grpc::ByteBuffer in_bytes_;   // the client's message as read
+  pb::ClientEvent in_;          // ... and parsed
   std::string session_id_;
   SessionNeed standing_ = SessionNeed::kOwner;  // set by `open`
   Author author_;                               // set by `open`
 };
 
 // Attach: stored events after `after_seq`, then (unless no_follow) the live tail.
-class AttachReactor final : public grpc::ServerWriteReactor<pb::ServerEvent> {
+class AttachReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
  public:
-  AttachReactor(const ApiDeps& deps, grpc::CallbackServerContext* ctx, const pb::AttachRequest* req)
+  AttachReactor(const ApiDeps& deps, grpc::CallbackServerContext* ctx,
+                const grpc::ByteBuffer* request)
       : deps_(deps), pump_(this) {
     auto who = deps_.gate->Admit(ctx, "Sessions.Attach");
     if (!who.ok()) {
       pump_.Finish(ToGrpcStatus(who.status()));
       return;
     }
+    grpc::ByteBuffer copy(*request);  // Deserialize consumes its buffer
+    pb::AttachRequest parsed;
+    if (!grpc::SerializationTraits<pb::AttachRequest>::Deserialize(&copy, &parsed).ok()) {
+      pump_.Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                                "attach: the request is not a fwai.v1.AttachRequest"));
+      return;
+    }
+    const pb::AttachRequest* req = &parsed;
     const Access access(deps);
     auto g = access.Check(*who, req->session_id(), "Sessions.Attach");
     if (!g.ok()) {
@@ -437,7 +458,17 @@ class AttachReactor final : public grpc::ServerWriteReactor<pb::ServerEvent> {
   std::unique_ptr<Gate::Ticket> ticket_;
 };
 
-class SessionsService final : public pb::Sessions::CallbackService {
+// Sessions' callback service, with Chat and Attach taking and sending bytes:
+// a stored event is written to a client as it was stored.
+using svc = pb::Sessions;
+using SessionsBase = svc::WithCallbackMethod_Create<svc::WithCallbackMethod_List<
+    svc::WithCallbackMethod_Get<svc::WithCallbackMethod_Delete<svc::WithRawCallbackMethod_Chat<
+        svc::WithRawCallbackMethod_Attach<svc::WithCallbackMethod_History<
+            svc::WithCallbackMethod_ListCheckpoints<svc::WithCallbackMethod_Rewind<
+                svc::WithCallbackMethod_ReadCheckpointFile<svc::WithCallbackMethod_Share<
+                    svc::WithCallbackMethod_Unshare<svc::Service>>>>>>>>>>>>;
+
+class SessionsService final : public SessionsBase {
  public:
   explicit SessionsService(ApiDeps deps) : deps_(std::move(deps)), access_(deps_) {}
 
@@ -595,13 +626,13 @@ class SessionsService final : public pb::Sessions::CallbackService {
     return r;
   }
 
-  grpc::ServerBidiReactor<pb::ClientEvent, pb::ServerEvent>* Chat(
+  grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* Chat(
       grpc::CallbackServerContext* ctx) override {
     return new ChatReactor(deps_, ctx);
   }
 
-  grpc::ServerWriteReactor<pb::ServerEvent>* Attach(grpc::CallbackServerContext* ctx,
-                                                    const pb::AttachRequest* req) override {
+  grpc::ServerWriteReactor<grpc::ByteBuffer>* Attach(grpc::CallbackServerContext* ctx,
+                                                     const grpc::ByteBuffer* req) override {
     return new AttachReactor(deps_, ctx, req);
   }
 

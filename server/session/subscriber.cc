@@ -59,12 +59,22 @@ Subscriber::PullResult Subscriber::Pull(std::string* event, absl::Status* status
     const uint64_t to = std::min<uint64_t>(replay_to_, from + kReplayBatch - 1);
     lock.Unlock();
     std::vector<std::string> batch;
-    absl::Status s =
-        storage_->Scan(Cf::kEvents, SeqKey(session_id_, from), SeqKey(session_id_, to + 1),
-                       [&](std::string_view, std::string_view v) {
-                         batch.emplace_back(v);
-                         return true;
-                       });
+    // Stored events go to clients as they are stored: one that is not an
+    // event ends the stream here, naming it, rather than reaching a client.
+    v1::ServerEvent check;
+    absl::Status damaged;
+    absl::Status s = storage_->Scan(
+        Cf::kEvents, SeqKey(session_id_, from), SeqKey(session_id_, to + 1),
+        [&](std::string_view key, std::string_view v) {
+          if (!check.ParseFromArray(v.data(), static_cast<int>(v.size()))) {
+            const uint64_t seq = key.size() >= 8 ? DecodeU64(key.substr(key.size() - 8)) : 0;
+            damaged = absl::DataLossError(
+                absl::StrCat("session ", session_id_, ": stored event ", seq, " is damaged"));
+            return false;
+          }
+          batch.emplace_back(v);
+          return true;
+        });
     lock.Lock();
     if (!s.ok()) {
       closed_ = true;
@@ -74,6 +84,12 @@ Subscriber::PullResult Subscriber::Pull(std::string* event, absl::Status* status
     }
     replay_next_ = to + 1;
     for (auto& e : batch) replay_buf_.push_back(std::move(e));
+    if (!damaged.ok()) {
+      // The events before it go out; nothing after it does (not even live ones).
+      closed_ = true;
+      close_status_ = damaged;
+      queue_.clear();
+    }
   }
   if (!replay_buf_.empty()) {
     *event = std::move(replay_buf_.front());

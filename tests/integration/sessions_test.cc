@@ -118,6 +118,63 @@ TEST(SessionsApiTest, GrpcHealthCheckServes) {
   EXPECT_EQ(bytes, std::string("\x08\x01"));  // status: SERVING
 }
 
+// A stream that writes `bytes` as its one message to `method` and reads
+// until the server ends it; its status.
+grpc::Status RawStream(const std::shared_ptr<grpc::Channel>& channel, const std::string& method,
+                       const std::string& bytes) {
+  class Once final : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
+   public:
+    explicit Once(const std::string& bytes) : slice_(bytes), out_(&slice_, 1) {}
+    void Go() {
+      StartWriteLast(&out_, grpc::WriteOptions());  // and the client is done
+      StartRead(&in_);
+      StartCall();
+    }
+    void OnReadDone(bool ok) override {
+      if (ok) StartRead(&in_);
+    }
+    void OnDone(const grpc::Status& s) override { done.set_value(s); }
+    std::promise<grpc::Status> done;
+
+   private:
+    grpc::Slice slice_;
+    grpc::ByteBuffer out_, in_;
+  };
+  grpc::GenericStub stub(channel);
+  grpc::ClientContext ctx;
+  Once call(bytes);
+  stub.PrepareBidiStreamingCall(&ctx, method, grpc::StubOptions(), &call);
+  call.Go();
+  auto status = call.done.get_future();
+  if (status.wait_for(std::chrono::seconds(30)) != std::future_status::ready) {
+    ctx.TryCancel();
+    return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "the server never ended the stream");
+  }
+  return status.get();
+}
+
+// Chat and Attach read their messages as bytes: one that is not the message
+// it must be is refused with INVALID_ARGUMENT naming what it must be, and
+// the daemon goes on serving.
+TEST(SessionsApiTest, AChatOrAttachMessageThatIsNotOneIsRefusedByName) {
+  FakeLlmServer fake;
+  ASSERT_GT(fake.Start(), 0);
+  Daemon d(&fake);
+  ASSERT_TRUE(d.Start()) << d.log();
+  const std::string garbage("\x0f\xff\xff\xff", 4);  // a field of a wire type that does not exist
+  grpc::Status chat = RawStream(d.channel(), "/fwai.v1.Sessions/Chat", garbage);
+  EXPECT_EQ(chat.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << chat.error_message();
+  EXPECT_NE(chat.error_message().find("fwai.v1.ClientEvent"), std::string::npos)
+      << chat.error_message();
+  grpc::Status attach = RawStream(d.channel(), "/fwai.v1.Sessions/Attach", garbage);
+  EXPECT_EQ(attach.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << attach.error_message();
+  EXPECT_NE(attach.error_message().find("fwai.v1.AttachRequest"), std::string::npos)
+      << attach.error_message();
+  auto s = d.CreateSession();
+  auto out = RunChat(*d.sessions(), s.id(), "hi");
+  EXPECT_TRUE(out.finished);
+}
+
 TEST(SessionsApiTest, SessionsAndEventsSurviveRestart) {
   FakeLlmServer fake;
   ASSERT_GT(fake.Start(), 0);

@@ -168,6 +168,17 @@ class Access {
   const ApiDeps& d_;
 };
 
+// A message Chat or Attach read as bytes (they are raw methods: events go
+// out as they were stored), parsed as an `M`; INVALID_ARGUMENT naming `what`
+// and the message it must be if it is not one. `bytes` is consumed.
+template <typename M>
+absl::Status ParseMessage(grpc::ByteBuffer* bytes, M* out, const std::string& what) {
+  const bool parsed = grpc::SerializationTraits<M>::Deserialize(bytes, out).ok();
+  bytes->Clear();
+  if (parsed) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(what, ": not a ", M::descriptor()->full_name()));
+}
+
 // Chat: the first client message opens the session; then user messages,
 // cancels. Deletes itself in OnDone.
 class ChatReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
@@ -192,7 +203,7 @@ class ChatReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc:
       pump_.Finish(grpc::Status::OK);
       return;
     }
-    absl::Status s = ParseClientEvent();
+    absl::Status s = ParseMessage(&in_bytes_, &in_, "client event");
     if (s.ok()) s = Handle();
     if (!s.ok() && s.code() == absl::StatusCode::kFailedPrecondition &&
         (in_.has_answer() || in_.has_plan_decision())) {
@@ -274,16 +285,6 @@ class ChatReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc:
     }
     standing_ = *now;
     return Access::Allows(standing_, session_id_, action);
-  }
-
-  // The message read, as a ClientEvent (the stream is read and written as
-  // bytes: events go out as they were stored).
-  absl::Status ParseClientEvent() {
-    const bool parsed =
-        grpc::SerializationTraits<pb::ClientEvent>::Deserialize(&in_bytes_, &in_).ok();
-    in_bytes_.Clear();
-    if (!parsed) return absl::InvalidArgumentError("client event: not a fwai.v1.ClientEvent");
-    return absl::OkStatus();
   }
 
   absl::Status Handle() {
@@ -411,16 +412,14 @@ class AttachReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
       pump_.Finish(ToGrpcStatus(who.status()));
       return;
     }
-    grpc::ByteBuffer copy(*request);  // Deserialize consumes its buffer
-    pb::AttachRequest parsed;
-    if (!grpc::SerializationTraits<pb::AttachRequest>::Deserialize(&copy, &parsed).ok()) {
-      pump_.Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                                "attach: the request is not a fwai.v1.AttachRequest"));
+    grpc::ByteBuffer bytes(*request);  // ParseMessage consumes it
+    pb::AttachRequest req;
+    if (auto parsed = ParseMessage(&bytes, &req, "attach request"); !parsed.ok()) {
+      pump_.Finish(ToGrpcStatus(parsed));
       return;
     }
-    const pb::AttachRequest* req = &parsed;
     const Access access(deps);
-    auto g = access.Check(*who, req->session_id(), "Sessions.Attach");
+    auto g = access.Check(*who, req.session_id(), "Sessions.Attach");
     if (!g.ok()) {
       pump_.Finish(ToGrpcStatus(g.status()));
       return;
@@ -436,8 +435,8 @@ class AttachReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
     }
     ticket_ = deps_.gate->Track(
         *who, ctx, [this](const grpc::Status& st) { pump_.Finish(st); }, std::move(recheck));
-    auto sub = deps_.sessions->Subscribe(g->info.id, req->after_seq(), /*replay=*/true,
-                                         /*follow=*/!req->no_follow(), pump_.NotifyFn());
+    auto sub = deps_.sessions->Subscribe(g->info.id, req.after_seq(), /*replay=*/true,
+                                         /*follow=*/!req.no_follow(), pump_.NotifyFn());
     if (!sub.ok()) {
       pump_.Finish(ToGrpcStatus(sub.status()));
       return;

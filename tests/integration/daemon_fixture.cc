@@ -1,6 +1,7 @@
 #include "tests/integration/daemon_fixture.h"
 
 #include <fcntl.h>
+#include <grpcpp/generic/generic_stub.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/mman.h>
@@ -14,6 +15,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <mutex>
 #include <sstream>
 #include <thread>
@@ -213,6 +215,39 @@ std::unique_ptr<grpc::ClientReaderWriter<pb::ClientEvent, pb::ServerEvent>> Open
   msg.mutable_message()->set_turn_id(turn_id);
   stream->Write(msg);
   return stream;
+}
+
+grpc::Status RawStream(const std::shared_ptr<grpc::Channel>& channel, const std::string& method,
+                       const std::string& bytes) {
+  class Once final : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
+   public:
+    explicit Once(const std::string& bytes) : slice_(bytes), out_(&slice_, 1) {}
+    void Go() {
+      StartWriteLast(&out_, grpc::WriteOptions());  // and the client is done
+      StartRead(&in_);
+      StartCall();
+    }
+    void OnReadDone(bool ok) override {
+      if (ok) StartRead(&in_);
+    }
+    void OnDone(const grpc::Status& s) override { done.set_value(s); }
+    std::promise<grpc::Status> done;
+
+   private:
+    grpc::Slice slice_;
+    grpc::ByteBuffer out_, in_;
+  };
+  grpc::GenericStub stub(channel);
+  grpc::ClientContext ctx;
+  Once call(bytes);
+  stub.PrepareBidiStreamingCall(&ctx, method, grpc::StubOptions(), &call);
+  call.Go();
+  auto status = call.done.get_future();
+  if (status.wait_for(std::chrono::seconds(30)) != std::future_status::ready) {
+    ctx.TryCancel();
+    return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "the server never ended the stream");
+  }
+  return status.get();
 }
 
 TurnOutcome RunChat(pb::Sessions::Stub& stub, const std::string& session_id,

@@ -95,6 +95,12 @@ TurnOutcome RunChat(fwai::v1::Sessions::Stub& stub, const std::string& session_i
 std::vector<fwai::v1::ServerEvent> ReadAll(fwai::v1::Sessions::Stub& stub,
                                            const std::string& session_id, uint64_t after = 0);
 
+// Opens a stream to `method` on `channel` (no credentials of its own), writes
+// `bytes` as its one message, half-closes and reads until the server ends
+// the stream; its status (DEADLINE_EXCEEDED if that takes over 30 s).
+grpc::Status RawStream(const std::shared_ptr<grpc::Channel>& channel, const std::string& method,
+                       const std::string& bytes);
+
 // Runs a command, returns exit code and stdout (stderr goes to `err`).
 // `stdin_path`: a file to read standard input from ("" : /dev/null).
 int RunCommand(const std::vector<std::string>& argv, std::string* out, std::string* err,

@@ -254,6 +254,25 @@ TEST_F(SecurityTest, EveryRpcRefusesACallerWithoutCredentials) {
   EXPECT_GE(checked, 45);
 }
 
+// Chat and Attach parse what they read themselves (they are raw methods): a
+// caller without credentials who sends them bytes that are no message at all
+// is refused as unauthenticated, as for every other method (the raw methods
+// are behind the same check); the refusal does not tell it what the message
+// must be.
+TEST_F(SecurityTest, BytesSentToChatOrAttachWithoutCredentialsAreRefusedBeforeTheyAreRead) {
+  StartDaemon("");
+  auto ch = LazyChannel("127.0.0.1:" + std::to_string(port_),
+                        grpc::experimental::LocalCredentials(LOCAL_TCP));
+  const std::string garbage("\x0f\xff\xff\xff", 4);
+  for (const char* method : {"/fwai.v1.Sessions/Chat", "/fwai.v1.Sessions/Attach"}) {
+    const grpc::Status st = RawStream(ch, method, garbage);
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::UNAUTHENTICATED)
+        << method << ": " << st.error_message();
+    EXPECT_EQ(st.error_message().find("fwai.v1."), std::string::npos)
+        << method << ": " << st.error_message();
+  }
+}
+
 TEST_F(SecurityTest, RevokedAndExpiredTokensAreRefusedSayingSoAndTheirStreamsEnd) {
   StartDaemon("");
   const std::string token = MakeToken("alice");

@@ -118,41 +118,6 @@ TEST(SessionsApiTest, GrpcHealthCheckServes) {
   EXPECT_EQ(bytes, std::string("\x08\x01"));  // status: SERVING
 }
 
-// A stream that writes `bytes` as its one message to `method` and reads
-// until the server ends it; its status.
-grpc::Status RawStream(const std::shared_ptr<grpc::Channel>& channel, const std::string& method,
-                       const std::string& bytes) {
-  class Once final : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
-   public:
-    explicit Once(const std::string& bytes) : slice_(bytes), out_(&slice_, 1) {}
-    void Go() {
-      StartWriteLast(&out_, grpc::WriteOptions());  // and the client is done
-      StartRead(&in_);
-      StartCall();
-    }
-    void OnReadDone(bool ok) override {
-      if (ok) StartRead(&in_);
-    }
-    void OnDone(const grpc::Status& s) override { done.set_value(s); }
-    std::promise<grpc::Status> done;
-
-   private:
-    grpc::Slice slice_;
-    grpc::ByteBuffer out_, in_;
-  };
-  grpc::GenericStub stub(channel);
-  grpc::ClientContext ctx;
-  Once call(bytes);
-  stub.PrepareBidiStreamingCall(&ctx, method, grpc::StubOptions(), &call);
-  call.Go();
-  auto status = call.done.get_future();
-  if (status.wait_for(std::chrono::seconds(30)) != std::future_status::ready) {
-    ctx.TryCancel();
-    return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "the server never ended the stream");
-  }
-  return status.get();
-}
-
 // Chat and Attach read their messages as bytes: one that is not the message
 // it must be is refused with INVALID_ARGUMENT naming what it must be, and
 // the daemon goes on serving.

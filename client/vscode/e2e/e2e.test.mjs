@@ -439,8 +439,11 @@ test(
     await chat().locator('#mode-plan.active').waitFor();
     // The result wraps at the view's width: nothing scrolls sideways.
     const call = chat().locator('details.tool[data-tool="read_file"]').last();
+    // A closed call is its summary line only: its body is made as it opens.
+    assert.equal(await call.locator('.tool-body').count(), 0);
     await call.locator('summary').click();
     const result = call.locator('.tool-result');
+    assert.match(await call.locator('.tool-input').innerText(), /long-line\.txt/);
     await result.waitFor();
     const box = await result.evaluate((e) => ({
       scroll: e.scrollWidth,

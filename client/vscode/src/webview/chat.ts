@@ -159,12 +159,14 @@ function newTextEl(item: TextItem): HTMLElement {
   return e;
 }
 
+// A tool call's row is its summary line; its body (input, output, result,
+// actions) is made when it is first opened. A turn with hundreds of calls
+// costs the page a line each, not a dozen elements and a pretty-printed input.
 function newToolEl(n: ToolNode): HTMLElement {
   const d = el('details', `tool status-${n.status}`) as HTMLDetailsElement;
   d.dataset.callId = n.callId;
   d.dataset.tool = n.tool;
   d.dataset.agent = n.agent;
-  if (n.tool === 'delegateSubagent') d.open = true;
   const s = el('summary');
   s.append(
     el('span', 'status-icon'),
@@ -172,21 +174,36 @@ function newToolEl(n: ToolNode): HTMLElement {
     el('span', 'agent', n.agent === 'main' ? '' : n.agent),
   );
   s.append(el('span', 'tool-arg', toolSummary(n)), el('span', 'duration'));
-  d.append(s);
+  // Before the row opens (a click or a key on its summary), or as it opens.
+  s.addEventListener('click', () => ensureToolBody(d));
+  d.addEventListener('toggle', () => d.open && ensureToolBody(d));
+  d.append(s, el('div', 'children'));
+  if (n.tool === 'delegateSubagent') {
+    d.open = true;
+    ensureToolBody(d);
+  }
+  return d;
+}
+
+function ensureToolBody(d: HTMLElement): void {
+  if (d.querySelector(':scope > .tool-body')) return;
+  const n = model.calls.get(d.dataset.callId ?? '');
+  if (!n) return;
   const body = el('div', 'tool-body');
-  const input = el('pre', 'tool-input', prettyJson(n.input));
-  const output = el('pre', 'tool-output');
-  const result = el('pre', 'tool-result');
   const actions = el('div', 'tool-actions');
-  const children = el('div', 'children');
-  body.append(input, output, result, actions);
-  d.append(body, children);
+  body.append(
+    el('pre', 'tool-input', prettyJson(n.input)),
+    el('pre', 'tool-output'),
+    el('pre', 'tool-result'),
+    actions,
+  );
   if (n.tool === 'write_file' || n.tool === 'edit_file') {
     const b = el('button', 'code-btn diff-btn', 'Show diff');
     b.onclick = () => vscode.postMessage({ type: 'showDiff', callId: n.callId });
     actions.append(b);
   }
-  return d;
+  d.insertBefore(body, d.querySelector(':scope > .children'));
+  fillToolBody(d, n);
 }
 
 function updateToolEl(n: ToolNode): void {
@@ -195,10 +212,16 @@ function updateToolEl(n: ToolNode): void {
   d.className = `tool status-${n.status}`;
   (d.querySelector('.duration') as HTMLElement).textContent =
     n.status === 'running' ? '' : formatDuration(n.durationMs);
-  const out = d.querySelector('.tool-output') as HTMLElement;
+  fillToolBody(d, n);
+}
+
+function fillToolBody(d: HTMLElement, n: ToolNode): void {
+  const body = d.querySelector(':scope > .tool-body');
+  if (!body) return;
+  const out = body.querySelector('.tool-output') as HTMLElement;
   out.textContent = n.output;
   out.style.display = n.output ? '' : 'none';
-  const res = d.querySelector('.tool-result') as HTMLElement;
+  const res = body.querySelector('.tool-result') as HTMLElement;
   const result = shownResult(n);
   res.textContent = result;
   res.style.display = result ? '' : 'none';

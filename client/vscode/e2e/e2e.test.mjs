@@ -703,6 +703,9 @@ async function besideABusyCore(fn) {
   }
 }
 
+// A key every 100 ms: 10 a second, a fast typist's pace.
+const TYPIST_MS = 100;
+
 async function measuredTurn(name, replies, message, typeWhileStreaming = true, load = 'none') {
   if (load === 'one core busy')
     return besideABusyCore(() => measuredTurn(name, replies, message, typeWhileStreaming, 'busy'));
@@ -720,14 +723,33 @@ async function measuredTurn(name, replies, message, typeWhileStreaming = true, l
   const profile = PROFILE ? await startProfile() : null;
   const t0 = Date.now();
   await sendChat(message);
-  if (typeWhileStreaming) {
-    // Typed at once: keys that land while the turn streams are the ones that measure it.
-    const input = chat().locator('#input');
-    await input.click();
-    for (const ch of 'typing while it streams') await page.keyboard.type(ch);
-  }
-  await chat().locator('.turn:not(.running) .turn-footer', { hasText: '$' }).waitFor({ timeout: 180000 });
+  // Someone typing in the chat box while the turn streams, as fast as a fast
+  // typist (a key every TYPIST_MS), until it ends: those keys measure it.
+  let streaming = true;
+  const typing = typeWhileStreaming
+    ? (async () => {
+        // The chat box keeps the focus it was sent from.
+        const text = 'typing while it streams; '.repeat(12);
+        for (let i = 0; streaming && i < text.length; i++) {
+          await page.keyboard.type(text[i]);
+          await new Promise((resolve) => setTimeout(resolve, TYPIST_MS));
+        }
+      })()
+    : Promise.resolve();
+  // Polled cheaply (no selector engine, no layout): the harness must not load the page it measures.
+  await waitFor(
+    () =>
+      frame.evaluate(() => {
+        const t = [...document.querySelectorAll('.turn')].pop();
+        return !!t && !t.classList.contains('running') && !!t.querySelector('.turn-footer')?.textContent?.includes('$');
+      }),
+    'the measured turn drawn finished',
+    180000,
+    50,
+  );
   const wall = Date.now() - t0;
+  streaming = false;
+  await typing;
   if (profile) await profile.stop(name);
   // What the daemon stored for this turn (the webview may see adjacent deltas coalesced).
   const sessionId = (await chat().locator('#title').getAttribute('title')).split(' · ')[0];

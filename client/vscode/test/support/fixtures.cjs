@@ -29,11 +29,11 @@ function socketAccepts(p) {
   });
 }
 
-async function waitFor(pred, what, timeoutMs = 20000) {
+async function waitFor(pred, what, timeoutMs = 20000, everyMs = 20) {
   const deadline = Date.now() + timeoutMs;
   while (Date.now() < deadline) {
     if (await pred()) return;
-    await new Promise((r) => setTimeout(r, 20));
+    await new Promise((r) => setTimeout(r, everyMs));
   }
   throw new Error(`timed out waiting for ${what}`);
 }

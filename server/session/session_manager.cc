@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/clock.h"
 #include "common/ids.h"
 #include "common/status_macros.h"
@@ -506,9 +507,12 @@ bool SplitHistoryRecord(std::string_view v, HistoryEntry* out) {
 absl::StatusOr<std::vector<HistoryEntry>> SessionManager::LoadHistory(const std::string& id) {
   ASSIGN_OR_RETURN(auto live, GetLive(id));
   std::vector<HistoryEntry> out;
-  absl::Status bad;
+  // Records that are not history entries are left out of what the model is
+  // sent (and left stored as they are); the log says which.
+  std::vector<uint64_t> damaged;
+  std::string first_why;
   RETURN_IF_ERROR(storage_.Scan(
-      Cf::kHistory, SeqKey(id, 0), SeqKeyEnd(id), [&](std::string_view, std::string_view v) {
+      Cf::kHistory, SeqKey(id, 0), SeqKeyEnd(id), [&](std::string_view k, std::string_view v) {
         if (HistoryEntry e; SplitHistoryRecord(v, &e)) {
           out.push_back(std::move(e));
           return true;
@@ -517,11 +521,17 @@ absl::StatusOr<std::vector<HistoryEntry>> SessionManager::LoadHistory(const std:
           auto j = nlohmann::json::parse(v);
           out.push_back({j.at("role").get<std::string>(), j.at("content").dump()});
         } catch (const nlohmann::json::exception& e) {
-          bad = absl::DataLossError(
-              absl::StrCat("session ", id, ": damaged history record: ", e.what()));
+          damaged.push_back(k.size() >= 8 ? DecodeU64(k.substr(k.size() - 8)) : 0);
+          if (first_why.empty()) first_why = e.what();
         }
         return true;
       }));
+  if (!damaged.empty()) {
+    spdlog::warn(
+        "session {}: {} damaged history record(s) left out of the conversation "
+        "(record {}; the first: {})",
+        id, damaged.size(), absl::StrJoin(damaged, ", "), first_why);
+  }
   return out;
 }
 

@@ -448,8 +448,8 @@ TEST_F(SessionTest, HistoryAppendAndReplace) {
 }
 
 // The history reads back as written, whatever the content holds (quotes,
-// escapes, a "role" key of its own, numbers), and what is not a history
-// record is dropped, as it always was.
+// escapes, a "role" key of its own, numbers); what is not a history record is
+// left out, and the log names the session and each such record.
 TEST_F(SessionTest, HistoryReadsBackWhatWasWrittenWhateverItHolds) {
   auto& sm = Sessions();
   auto id = sm.Create("uid:1", {"t", dir_ + "/proj", "", ""})->id;
@@ -468,7 +468,15 @@ TEST_F(SessionTest, HistoryReadsBackWhatWasWrittenWhateverItHolds) {
           .ok());
   ASSERT_TRUE(storage_->Put(Cf::kHistory, SeqKey(id, 11), R"({"content":[],"role":")", false).ok());
   ASSERT_TRUE(storage_->Put(Cf::kHistory, SeqKey(id, 12), "not json", false).ok());
+  // The default logger writes to standard output.
+  testing::internal::CaptureStdout();
   auto h = sm.LoadHistory(id);
+  const std::string logged = testing::internal::GetCapturedStdout();
+  EXPECT_NE(logged.find("session " + id + ": 3 damaged history record(s)"), std::string::npos)
+      << logged;
+  EXPECT_NE(logged.find("record 10, 11, 12;"), std::string::npos) << logged;
+  // Left stored as it was.
+  EXPECT_EQ(storage_->Get(Cf::kHistory, SeqKey(id, 12)).value(), "not json");
   ASSERT_TRUE(h.ok()) << h.status();
   ASSERT_EQ(h->size(), written.size());
   for (size_t i = 0; i < written.size(); ++i) {
